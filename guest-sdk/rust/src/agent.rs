@@ -1,0 +1,99 @@
+//! [`AgentCall`]: the builder for one subagent call.
+
+use crate::__bindings::agent::factory::{agents, types as wit};
+use crate::Abort;
+use core::future::{Future, IntoFuture};
+use core::pin::Pin;
+use serde::de::DeserializeOwned;
+
+/// One subagent call: set `label`, `model`, `schema`, then `.await` it for the text reply,
+/// or call [`AgentCall::json`] / [`AgentCall::value`] for a structured one.
+///
+/// `Ok(None)` is an ordinary failure (guard it); `Err(Abort)` means the run must stop.
+#[derive(Debug, Clone)]
+#[must_use = "an agent call does nothing until awaited"]
+pub struct AgentCall {
+    prompt: String,
+    label: Option<String>,
+    model: Option<String>,
+    schema: Option<serde_json::Value>,
+}
+
+/// The JSON Schema of a serde type, inlined (the host's schema subset has no `$ref`).
+pub(crate) fn schema_for<T: schemars::JsonSchema>() -> serde_json::Value {
+    let mut settings = schemars::generate::SchemaSettings::draft07();
+    settings.inline_subschemas = true;
+    settings.into_generator().into_root_schema_for::<T>().to_value()
+}
+
+impl AgentCall {
+    pub(crate) fn new(prompt: String) -> Self {
+        AgentCall { prompt, label: None, model: None, schema: None }
+    }
+
+    /// Label: distinguishes otherwise identical calls and names the agent in progress.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Model name, resolved by the host's backend configuration.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Require a JSON reply matching `schema` (the host's structural subset).
+    pub fn schema(mut self, schema: serde_json::Value) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
+    /// Require a JSON reply shaped like `T` (schema derived from `T` unless one was set)
+    /// and deserialize it.
+    pub async fn json<T: DeserializeOwned + schemars::JsonSchema>(
+        mut self,
+    ) -> Result<Option<T>, Abort> {
+        if self.schema.is_none() {
+            self.schema = Some(schema_for::<T>());
+        }
+        let reply = self.call().await?;
+        // The host already checked the reply against the schema; a value that still does
+        // not deserialize (an ignored keyword, say) is an ordinary failure.
+        Ok(reply.and_then(|json| serde_json::from_str(&json).ok()))
+    }
+
+    /// The reply as a JSON value (with a schema: the checked value; without: a string).
+    pub async fn value(self) -> Result<Option<serde_json::Value>, Abort> {
+        let reply = self.call().await?;
+        Ok(reply.and_then(|json| serde_json::from_str(&json).ok()))
+    }
+
+    /// The raw JSON text of the reply.
+    async fn call(self) -> Result<Option<String>, Abort> {
+        let options = wit::AgentOptions {
+            label: self.label,
+            schema: self.schema.map(|s| s.to_string()),
+            model: self.model,
+        };
+        agents::agent(self.prompt, options).await.map_err(Abort::from)
+    }
+
+    /// The text reply (for a schema call: the JSON text). Same as `.await`ing the call.
+    pub async fn text(self) -> Result<Option<String>, Abort> {
+        let reply = self.call().await?;
+        Ok(reply.map(|json| match serde_json::from_str::<serde_json::Value>(&json) {
+            Ok(serde_json::Value::String(text)) => text,
+            _ => json,
+        }))
+    }
+}
+
+impl IntoFuture for AgentCall {
+    type Output = Result<Option<String>, Abort>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.text())
+    }
+}

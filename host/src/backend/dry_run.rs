@@ -1,0 +1,52 @@
+//! `dry-run`: the default, offline, deterministic backend. A text call replies with a short
+//! text naming its label and the start of its prompt; a schema call replies with the
+//! smallest instance of the schema, so every factory runs meaningfully with no API key.
+
+use super::{estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
+use crate::schema::Schema;
+use futures::future::BoxFuture;
+use std::sync::Arc;
+
+/// How much of the prompt a dry-run reply quotes.
+const QUOTE_CHARS: usize = 60;
+
+/// The offline default backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DryRun;
+
+impl DryRun {
+    /// The reply text for `request` (pure; exposed for tests and docs).
+    pub fn reply_text(request: &AgentRequest) -> Result<String, BackendError> {
+        match &request.schema {
+            Some(schema) => {
+                let schema = Schema::from_value(schema.clone())
+                    .map_err(|e| BackendError(format!("dry-run: invalid schema: {e}")))?;
+                Ok(schema.minimal_instance().to_string())
+            }
+            None => {
+                let quote: String = request.prompt.chars().take(QUOTE_CHARS).collect();
+                let ellipsis = if request.prompt.chars().count() > QUOTE_CHARS { "..." } else { "" };
+                let who = request.label.as_deref().unwrap_or("agent");
+                Ok(format!("[dry-run {who}] reply to: {quote}{ellipsis}"))
+            }
+        }
+    }
+}
+
+impl AgentBackend for DryRun {
+    fn name(&self) -> String {
+        "dry-run".to_string()
+    }
+
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        Box::pin(async move {
+            let text = DryRun::reply_text(&request)?;
+            let usage = Usage {
+                input_tokens: estimate_tokens(&request.prompt),
+                output_tokens: estimate_tokens(&text),
+                credits_nano: Some(0),
+            };
+            Ok(AgentReply { text, usage: Some(usage) })
+        })
+    }
+}

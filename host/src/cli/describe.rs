@@ -1,0 +1,61 @@
+//! `factory describe`: a factory's metadata, content hash, imports, and the sandbox limits
+//! it would run under, as text or `--json`.
+
+use super::target;
+use anyhow::{Context, Result};
+use clap::Args;
+use factory_host::{Host, HostConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct DescribeArgs {
+    /// A component file (`.wasm`) or a Rust factory crate directory.
+    target: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
+    let host = Host::new(HostConfig::default())?;
+    let path = target::resolve(&a.target)?;
+    let factory = host.load_file(&path).await.with_context(|| format!("loading {}", path.display()))?;
+    let meta = &factory.meta;
+    if a.json {
+        let out = serde_json::json!({
+            "meta": meta,
+            "sha256": factory.component.hash,
+            "imports": factory.component.imports,
+            "sandbox": host.sandbox_limits(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{}", meta.name);
+    println!("  {}", meta.description);
+    println!("sha256:  {}", factory.component.hash);
+    let phases: Vec<_> = meta.phases.iter().map(|p| p.title.as_str()).collect();
+    println!("phases:  {}", if phases.is_empty() { "-".into() } else { phases.join(", ") });
+    let limits = serde_json::to_value(meta.limits)?;
+    let limits = limits.as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+    println!("limits:  {}", limits.filter(|s| !s.is_empty()).unwrap_or_else(|| "none declared".into()));
+    if let Some(schema) = &meta.args_schema {
+        println!("args:    {schema}");
+    }
+    println!("imports:");
+    for import in &factory.component.imports {
+        println!("  {import}");
+    }
+    let s = host.sandbox_limits();
+    println!(
+        "sandbox: memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB, {} log lines",
+        s.memory_bytes >> 20,
+        s.fuel,
+        s.max_prompt_bytes >> 10,
+        s.max_step_bytes >> 20,
+        s.max_result_bytes >> 20,
+        s.max_log_lines
+    );
+    Ok(ExitCode::SUCCESS)
+}

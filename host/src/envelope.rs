@@ -1,0 +1,111 @@
+//! The run envelope: what a caller gets back for every outcome of a run (`completed`,
+//! `error`, `halted`, `cancelled`), with typed failures and accounting.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run is in its lifecycle. Only `Completed` is final; the others ending an
+/// attempt are resumable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Created, not started.
+    Pending,
+    /// An attempt is executing.
+    Running,
+    /// Finished with a verdict of its own; final.
+    Completed,
+    /// The attempt failed (limit, trap, guest error).
+    Error,
+    /// The attempt stopped without a verdict (host shut down or crashed).
+    Halted,
+    /// Cancelled by a caller.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// True for statuses an attempt ends in.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Pending | RunStatus::Running)
+    }
+}
+
+/// A typed failure: `type` says which family, `kind` which member.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// `factory_limit_reached`, `sandbox_limit`, `trap`, `guest_error`, `invalid_args`,
+    /// `invalid_result`, `storage`, `backend`.
+    #[serde(rename = "type")]
+    pub kind_type: String,
+    /// For limits: `maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`, or the sandbox
+    /// limit's name.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub kind: Option<String>,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `kind_type` with an optional `kind`.
+    pub fn new(kind_type: &str, kind: Option<&str>, message: impl Into<String>) -> Self {
+        Failure { kind_type: kind_type.to_string(), kind: kind.map(str::to_string), message: message.into() }
+    }
+
+    /// A factory limit (`maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`) was reached.
+    pub fn limit(kind: &str, message: impl Into<String>) -> Self {
+        Failure::new("factory_limit_reached", Some(kind), message)
+    }
+}
+
+/// What a run consumed, over all its attempts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Accounting {
+    /// Subagents spawned (each schema retry counts).
+    pub agents_spawned: u64,
+    /// Agent calls answered from the memo or journal without a spawn.
+    pub agent_cache_hits: u64,
+    /// Accumulated active seconds.
+    pub active_seconds: f64,
+    /// AI credits in nano-credits (exact integer arithmetic).
+    pub ai_credits_nano: u64,
+    /// Input and output tokens reported by backends.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Accounting {
+    /// AI credits as a decimal number.
+    pub fn ai_credits(&self) -> f64 {
+        self.ai_credits_nano as f64 / 1e9
+    }
+}
+
+/// The run envelope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEnvelope {
+    /// Stable across attempts.
+    pub run_id: String,
+    /// The factory's meta name.
+    pub factory: String,
+    /// Current status.
+    pub status: RunStatus,
+    /// The result; only for `completed` (absent when the factory returned none).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub result: Option<serde_json::Value>,
+    /// A typed failure, for `error` (and `cancelled`: `type = cancelled`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub failure: Option<Failure>,
+    /// A plain error message, when the failure is best read as text.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    /// Consumption over all attempts.
+    pub accounting: Accounting,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// RFC 3339 timestamps.
+    pub created_at: String,
+    pub updated_at: String,
+    /// Monotonic; bumped on every durable change.
+    pub revision: u64,
+}

@@ -1,0 +1,50 @@
+//! [`Error`]: everything the host library can refuse, as typed values. A run that started
+//! never becomes an `Error`: its outcome is in the envelope.
+
+use crate::component::LoadError;
+use crate::limits::LimitError;
+use crate::meta::MetaError;
+
+/// A refusal of the host library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The wasmtime engine or linker could not be set up.
+    #[error("engine: {0}")]
+    Engine(String),
+    /// The component could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The component's `meta` is unacceptable or could not be read.
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    /// Calling `meta` failed (trap, fuel).
+    #[error("calling the factory's `meta` failed: {0}")]
+    MetaCall(String),
+    /// A limit (declared or overridden) is out of range.
+    #[error(transparent)]
+    Limits(#[from] LimitError),
+    /// The arguments are not JSON or do not match the factory's args schema.
+    #[error("invalid args: {0}")]
+    InvalidArgs(String),
+    /// No run with that id (for this session).
+    #[error("not_found: no run `{0}`")]
+    NotFound(String),
+    /// The run is completed (or otherwise cannot be resumed).
+    #[error("non_resumable: {0}")]
+    NonResumable(String),
+    /// The run has an attempt executing.
+    #[error("already_active: run `{0}` is running")]
+    AlreadyActive(String),
+}
+
+impl Error {
+    /// The spec's error code for resume errors (`not_found`, ...), when there is one.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            Error::NotFound(_) => Some("not_found"),
+            Error::NonResumable(_) => Some("non_resumable"),
+            Error::AlreadyActive(_) => Some("already_active"),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The capabilities a guest gets, one module each (`ctx`: journal, progress, identity;
+//! `agents`: subagents and sleep), and [`linker`], which adds them and deny-by-default WASI
+//! to one linker that serves every run of a host.
+
+mod agents;
+mod ctx;
+
+use crate::contract::agent::factory::types as wit;
+use crate::run::{Abort, LimitKind, StepError};
+use crate::sandbox::RunData;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::Engine;
+
+/// A linker with the factory world's imports and WASI p2.
+pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<RunData>> {
+    let mut linker = Linker::new(engine);
+    crate::contract::Factory::add_to_linker::<RunData, HasSelf<RunData>>(&mut linker, |data| data)?;
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    Ok(linker)
+}
+
+impl wit::Host for RunData {}
+
+impl From<Abort> for wit::Abort {
+    fn from(abort: Abort) -> Self {
+        match abort {
+            Abort::Cancelled => wit::Abort::Cancelled,
+            Abort::Limit(kind) => wit::Abort::LimitReached(match kind {
+                LimitKind::MaxTotalSubagents => wit::LimitKind::MaxTotalSubagents,
+                LimitKind::TimeoutSeconds => wit::LimitKind::TimeoutSeconds,
+                LimitKind::MaxAiCredits => wit::LimitKind::MaxAiCredits,
+            }),
+            Abort::Storage(m) => wit::Abort::Storage(m),
+            Abort::InvalidCall(m) => wit::Abort::InvalidCall(m),
+            Abort::SandboxLimit(m) => wit::Abort::SandboxLimit(m),
+        }
+    }
+}
+
+impl From<StepError> for wit::StepError {
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::InvalidJson(m) => wit::StepError::InvalidJson(m),
+            StepError::Abort(a) => wit::StepError::Abort(a.into()),
+        }
+    }
+}

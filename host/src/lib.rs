@@ -1,0 +1,31 @@
+//! `factory-host`: runs agent factories — WebAssembly components of the `agent:factory`
+//! world — in a sandbox, with memoized and journaled subagent calls and hard limits.
+//!
+//! Start with [`Host`]: load a component ([`Host::load_file`]), run it ([`Host::run`]),
+//! read the [`RunEnvelope`].
+
+mod agent_key;
+pub mod backend;
+pub mod builder;
+pub mod component;
+mod contract;
+mod envelope;
+mod error;
+mod hooks;
+mod host;
+pub mod journal;
+pub mod limits;
+mod meta;
+mod progress;
+mod run;
+pub mod sandbox;
+pub mod schema;
+
+pub use agent_key::AgentKey;
+pub use envelope::{Accounting, Failure, RunEnvelope, RunStatus};
+pub use error::Error;
+pub use host::{default_cache_dir, Factory, Host, HostConfig, RunDetail, RunOptions};
+pub use limits::Limits;
+pub use meta::{FactoryMeta, MetaError, PhaseDecl};
+pub use progress::{ProgressEntry, ProgressEvent};
+pub use run::AgentSummary;

@@ -1,0 +1,655 @@
+//! The run engine: the state one attempt of a run shares between its hooks ([`RunShared`]:
+//! journal view, memo, limits, accounting, progress, the stop signal) and [`execute`], which
+//! drives an attempt to its end: instantiate, call `run` inside `run_concurrent`, race it
+//! against cancellation and the deadline, drop the store to stop it, flush the journal,
+//! and classify the outcome.
+
+use crate::backend::{AgentBackend, AgentReply, AgentRequest};
+use crate::component::LoadedComponent;
+use crate::envelope::{Accounting, Failure, RunStatus};
+use crate::journal::Journal;
+use crate::limits::Limits;
+use crate::progress::{ProgressEntry, ProgressEvent};
+use crate::sandbox::{self, SandboxLimits};
+use crate::schema::Schema;
+use crate::AgentKey;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, OnceCell, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// Why a hook tells the guest to stop (mirrors the WIT `abort`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Abort {
+    Cancelled,
+    Limit(LimitKind),
+    Storage(String),
+    InvalidCall(String),
+    SandboxLimit(String),
+}
+
+/// A factory limit that can stop a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LimitKind {
+    MaxTotalSubagents,
+    TimeoutSeconds,
+    MaxAiCredits,
+}
+
+impl LimitKind {
+    /// The spec's spelling, used as `failure.kind`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LimitKind::MaxTotalSubagents => "maxTotalSubagents",
+            LimitKind::TimeoutSeconds => "timeoutSeconds",
+            LimitKind::MaxAiCredits => "maxAiCredits",
+        }
+    }
+}
+
+/// Why `step-put` refused a value (mirrors the WIT `step-error`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StepError {
+    InvalidJson(String),
+    Abort(Abort),
+}
+
+/// How an attempt was told to stop.
+#[derive(Debug, Clone, PartialEq)]
+enum StopCause {
+    Cancelled,
+    Failed(Failure),
+}
+
+/// A prompt-free summary of one subagent call.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSummary {
+    /// The call's label (or `agent`).
+    pub label: String,
+    /// The requested model, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub model: Option<String>,
+    /// `ok`, `failed`, or `aborted`.
+    pub status: String,
+    /// Spawns it took (2 with a schema retry).
+    pub spawns: u32,
+    /// Credits in nano-credits.
+    pub credits_nano: u64,
+    /// Wall time of the call, queue wait included.
+    pub millis: u64,
+}
+
+/// Mutable per-run state behind one lock (never held across an await).
+#[derive(Default)]
+struct RunState {
+    steps: HashMap<String, String>,
+    agents: HashMap<String, Option<String>>,
+    phase: Option<String>,
+    progress: Vec<ProgressEntry>,
+    next_seq: u64,
+    log_lines: usize,
+    dropped_log_lines: u64,
+    summaries: Vec<AgentSummary>,
+}
+
+type Shared = Arc<OnceCell<Result<Option<String>, Abort>>>;
+
+/// Everything the hooks of one attempt share.
+pub(crate) struct RunShared {
+    pub(crate) run_id: String,
+    limits: Limits,
+    sandbox: SandboxLimits,
+    journal: Arc<dyn Journal>,
+    backend: Arc<dyn AgentBackend>,
+    state: Mutex<RunState>,
+    inflight: Mutex<HashMap<String, Shared>>,
+    slots: Option<Arc<Semaphore>>,
+    stop: CancellationToken,
+    cause: Mutex<Option<StopCause>>,
+    events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    spawned: AtomicU64,
+    cache_hits: AtomicU64,
+    credits_nano: AtomicU64,
+    input_tokens: AtomicU64,
+    output_tokens: AtomicU64,
+}
+
+/// What a new attempt starts from.
+pub(crate) struct AttemptSetup {
+    pub run_id: String,
+    pub limits: Limits,
+    pub sandbox: SandboxLimits,
+    pub journal: Arc<dyn Journal>,
+    pub backend: Arc<dyn AgentBackend>,
+    pub prior: Accounting,
+    pub next_seq: u64,
+    pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    pub stop: CancellationToken,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl RunShared {
+    /// Load the run's journal and set up the attempt's shared state.
+    pub(crate) fn new(setup: AttemptSetup) -> Result<Arc<Self>, Failure> {
+        let snapshot = setup
+            .journal
+            .load(&setup.run_id)
+            .map_err(|e| Failure::new("storage", None, e.to_string()))?;
+        let slots = setup.limits.concurrency().map(|n| Arc::new(Semaphore::new(n as usize)));
+        Ok(Arc::new(RunShared {
+            run_id: setup.run_id,
+            limits: setup.limits,
+            sandbox: setup.sandbox,
+            journal: setup.journal,
+            backend: setup.backend,
+            state: Mutex::new(RunState {
+                steps: snapshot.steps,
+                agents: snapshot.agents,
+                next_seq: setup.next_seq,
+                ..Default::default()
+            }),
+            inflight: Mutex::new(HashMap::new()),
+            slots,
+            stop: setup.stop,
+            cause: Mutex::new(None),
+            events: setup.events,
+            spawned: AtomicU64::new(setup.prior.agents_spawned),
+            cache_hits: AtomicU64::new(setup.prior.agent_cache_hits),
+            credits_nano: AtomicU64::new(setup.prior.ai_credits_nano),
+            input_tokens: AtomicU64::new(setup.prior.input_tokens),
+            output_tokens: AtomicU64::new(setup.prior.output_tokens),
+        }))
+    }
+
+    fn state(&self) -> MutexGuard<'_, RunState> {
+        // A panic while holding the lock cannot leave RunState half-updated in a way that
+        // matters more than losing the run, so recover the guard rather than propagate.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Record a progress event and stream it to the subscriber, if any.
+    pub(crate) fn emit(&self, event: ProgressEvent) {
+        let entry = {
+            let mut state = self.state();
+            state.next_seq += 1;
+            let entry = ProgressEntry { seq: state.next_seq, at_ms: now_ms(), phase: state.phase.clone(), event };
+            state.progress.push(entry.clone());
+            entry
+        };
+        if let Some(tx) = &self.events {
+            let _ = tx.send(entry);
+        }
+    }
+
+    /// Stop the attempt: the first cause wins. Returns the abort to hand the guest.
+    pub(crate) fn abort(&self, abort: Abort) -> Abort {
+        let cause = match &abort {
+            Abort::Cancelled => StopCause::Cancelled,
+            Abort::Limit(kind) => StopCause::Failed(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
+            Abort::Storage(m) => StopCause::Failed(Failure::new("storage", None, m.clone())),
+            Abort::InvalidCall(m) => StopCause::Failed(Failure::new("invalid_call", None, m.clone())),
+            Abort::SandboxLimit(m) => StopCause::Failed(Failure::new("sandbox_limit", None, m.clone())),
+        };
+        self.cause.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(cause);
+        self.stop.cancel();
+        abort
+    }
+
+    /// The abort a hook returns once the attempt is stopping, if it is.
+    fn stopping(&self) -> Option<Abort> {
+        if !self.stop.is_cancelled() {
+            return None;
+        }
+        Some(match self.cause.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(StopCause::Failed(f)) if f.kind_type == "factory_limit_reached" => match f.kind.as_deref() {
+                Some("maxTotalSubagents") => Abort::Limit(LimitKind::MaxTotalSubagents),
+                Some("maxAiCredits") => Abort::Limit(LimitKind::MaxAiCredits),
+                _ => Abort::Limit(LimitKind::TimeoutSeconds),
+            },
+            Some(StopCause::Failed(f)) => Abort::SandboxLimit(f.message.clone()),
+            _ => Abort::Cancelled,
+        })
+    }
+
+    /// `ctx.cancelled`.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// `ctx.phase`.
+    pub(crate) fn phase(&self, title: String) {
+        self.state().phase = Some(title.clone());
+        self.emit(ProgressEvent::Phase { title });
+    }
+
+    /// `ctx.log`: capped in line count and line length.
+    pub(crate) fn log(&self, mut message: String) {
+        {
+            let mut state = self.state();
+            if state.log_lines >= self.sandbox.max_log_lines {
+                state.dropped_log_lines += 1;
+                return;
+            }
+            state.log_lines += 1;
+        }
+        if message.len() > self.sandbox.max_log_line_bytes {
+            let mut cut = self.sandbox.max_log_line_bytes;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str(" [truncated]");
+        }
+        self.emit(ProgressEvent::Log { message });
+    }
+
+    /// `ctx.step-get`: a read of the journal as loaded plus this attempt's writes.
+    pub(crate) fn step_get(&self, key: &str) -> Result<Option<String>, Abort> {
+        if let Some(abort) = self.stopping() {
+            return Err(abort);
+        }
+        Ok(self.state().steps.get(key).cloned())
+    }
+
+    /// `ctx.step-put`: validate, then journal (durable by the next commit).
+    pub(crate) fn step_put(&self, key: String, value: String) -> Result<(), StepError> {
+        if let Some(abort) = self.stopping() {
+            return Err(StepError::Abort(abort));
+        }
+        if value.len() > self.sandbox.max_step_bytes {
+            let message = format!(
+                "step `{key}` value is {} bytes, over the {} byte limit",
+                value.len(),
+                self.sandbox.max_step_bytes
+            );
+            return Err(StepError::Abort(self.abort(Abort::SandboxLimit(message))));
+        }
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
+            return Err(StepError::InvalidJson(format!("step `{key}`: not JSON: {e}")));
+        }
+        if let Err(e) = self.journal.put_step(&self.run_id, &key, &value) {
+            return Err(StepError::Abort(self.abort(Abort::Storage(e.to_string()))));
+        }
+        self.state().steps.insert(key, value);
+        Ok(())
+    }
+
+    /// `agents.agent`: memoized, journaled, limited subagent call.
+    pub(crate) async fn agent(
+        self: Arc<Self>,
+        prompt: String,
+        label: Option<String>,
+        schema: Option<String>,
+        model: Option<String>,
+    ) -> Result<Option<String>, Abort> {
+        if let Some(abort) = self.stopping() {
+            return Err(abort);
+        }
+        if prompt.len() > self.sandbox.max_prompt_bytes {
+            let message = format!(
+                "prompt is {} bytes, over the {} byte limit",
+                prompt.len(),
+                self.sandbox.max_prompt_bytes
+            );
+            return Err(self.abort(Abort::SandboxLimit(message)));
+        }
+        let schema = match schema.as_deref().map(Schema::parse) {
+            None => None,
+            Some(Ok(schema)) => Some(schema),
+            Some(Err(e)) => {
+                let who = label.as_deref().unwrap_or("agent");
+                return Err(self.abort(Abort::InvalidCall(format!("agent `{who}`: invalid schema: {e}"))));
+            }
+        };
+        let key = AgentKey::new(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref());
+        let shown = label.clone().unwrap_or_else(|| "agent".to_string());
+
+        // Journaled: replay for free.
+        let journaled = self.state().agents.get(&key.0).cloned();
+        if let Some(outcome) = journaled {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+            self.emit(ProgressEvent::AgentFinished { label: shown, ok: outcome.is_some(), cached: true });
+            return Ok(outcome);
+        }
+
+        // In flight or done in this attempt: share the one call.
+        let (cell, first) = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            match inflight.get(&key.0) {
+                Some(cell) => (cell.clone(), false),
+                None => {
+                    let cell: Shared = Arc::new(OnceCell::new());
+                    inflight.insert(key.0.clone(), cell.clone());
+                    (cell, true)
+                }
+            }
+        };
+        if !first {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+        }
+        let request = AgentRequest {
+            prompt,
+            label,
+            model,
+            schema: schema.as_ref().map(|s| s.as_value().clone()),
+            attempt: 0,
+        };
+        let this = self.clone();
+        let outcome = cell
+            .get_or_init(|| async move {
+                let outcome = this.spawn_agent(request, schema).await;
+                if let Ok(reply) = &outcome {
+                    if let Err(e) = this.journal.put_agent(&this.run_id, &key.0, reply.as_deref()) {
+                        return Err(this.abort(Abort::Storage(e.to_string())));
+                    }
+                    this.state().agents.insert(key.0.clone(), reply.clone());
+                }
+                outcome
+            })
+            .await
+            .clone();
+        if !first {
+            if let Ok(reply) = &outcome {
+                self.emit(ProgressEvent::AgentFinished { label: shown, ok: reply.is_some(), cached: true });
+            }
+        }
+        outcome
+    }
+
+    /// Admit a spawn: the total cap and the credit budget, checked at the moment it starts.
+    fn admit(&self) -> Result<(), Abort> {
+        if let Some(abort) = self.stopping() {
+            return Err(abort);
+        }
+        let n = self.spawned.fetch_add(1, Ordering::SeqCst);
+        if self.limits.max_total_subagents.is_some_and(|max| n >= u64::from(max)) {
+            self.spawned.fetch_sub(1, Ordering::SeqCst);
+            return Err(self.abort(Abort::Limit(LimitKind::MaxTotalSubagents)));
+        }
+        if let Some(budget) = self.limits.max_ai_credits {
+            if self.credits_nano.load(Ordering::SeqCst) as f64 >= budget * 1e9 {
+                self.spawned.fetch_sub(1, Ordering::SeqCst);
+                return Err(self.abort(Abort::Limit(LimitKind::MaxAiCredits)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Account a reply's usage; a budgeted run whose usage is unknown stops (fail-closed).
+    fn account(&self, reply: &AgentReply) -> Result<u64, Abort> {
+        let credits = reply.usage.as_ref().and_then(|u| u.credits_nano);
+        if let Some(usage) = &reply.usage {
+            self.input_tokens.fetch_add(usage.input_tokens, Ordering::Relaxed);
+            self.output_tokens.fetch_add(usage.output_tokens, Ordering::Relaxed);
+        }
+        match credits {
+            Some(c) => {
+                self.credits_nano.fetch_add(c, Ordering::SeqCst);
+                Ok(c)
+            }
+            None if self.limits.max_ai_credits.is_some() => {
+                self.log(format!("backend `{}` reported no usage on a budgeted run", self.backend.name()));
+                Err(self.abort(Abort::Limit(LimitKind::MaxAiCredits)))
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// One subagent call: up to two spawns with a schema (one retry on a parse or match
+    /// failure), one without.
+    async fn spawn_agent(&self, mut request: AgentRequest, schema: Option<Schema>) -> Result<Option<String>, Abort> {
+        let label = request.label.clone().unwrap_or_else(|| "agent".to_string());
+        let started = Instant::now();
+        let mut summary = AgentSummary {
+            label: label.clone(),
+            model: request.model.clone(),
+            status: "failed".into(),
+            spawns: 0,
+            credits_nano: 0,
+            millis: 0,
+        };
+        let spawns = if schema.is_some() { 2 } else { 1 };
+        let mut outcome = Ok(None);
+        for attempt in 0..spawns {
+            request.attempt = attempt;
+            let _slot = match &self.slots {
+                Some(slots) => {
+                    if slots.available_permits() == 0 {
+                        self.emit(ProgressEvent::AgentQueued { label: label.clone() });
+                    }
+                    match slots.clone().acquire_owned().await {
+                        Ok(permit) => Some(permit),
+                        Err(_) => return Err(Abort::Cancelled),
+                    }
+                }
+                None => None,
+            };
+            if let Err(abort) = self.admit() {
+                outcome = Err(abort);
+                break;
+            }
+            summary.spawns += 1;
+            self.emit(ProgressEvent::AgentStarted { label: label.clone(), attempt });
+            let reply = self.backend.call(Arc::new(request.clone())).await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(e) => {
+                    self.log(format!("agent `{label}` failed: {e}"));
+                    break;
+                }
+            };
+            match self.account(&reply) {
+                Ok(c) => summary.credits_nano += c,
+                Err(abort) => {
+                    outcome = Err(abort);
+                    break;
+                }
+            }
+            match &schema {
+                None if reply.text.trim().is_empty() => break,
+                None => {
+                    outcome = Ok(Some(serde_json::Value::String(reply.text).to_string()));
+                    break;
+                }
+                Some(schema) => match schema.parse_reply(&reply.text) {
+                    Ok(value) => {
+                        outcome = Ok(Some(value.to_string()));
+                        break;
+                    }
+                    Err(mismatch) => {
+                        let next = if attempt + 1 < spawns { ", retrying" } else { "" };
+                        self.log(format!("agent `{label}` reply does not match its schema: {mismatch}{next}"));
+                    }
+                },
+            }
+        }
+        summary.status = match &outcome {
+            Ok(Some(_)) => "ok",
+            Ok(None) => "failed",
+            Err(_) => "aborted",
+        }
+        .into();
+        summary.millis = started.elapsed().as_millis() as u64;
+        let ok = matches!(outcome, Ok(Some(_)));
+        self.state().summaries.push(summary);
+        if outcome.is_ok() {
+            self.emit(ProgressEvent::AgentFinished { label, ok, cached: false });
+        }
+        outcome
+    }
+
+    /// Accounting so far (all attempts), with `active` as the accumulated active time.
+    pub(crate) fn accounting(&self, active: Duration) -> Accounting {
+        Accounting {
+            agents_spawned: self.spawned.load(Ordering::SeqCst),
+            agent_cache_hits: self.cache_hits.load(Ordering::SeqCst),
+            active_seconds: active.as_secs_f64(),
+            ai_credits_nano: self.credits_nano.load(Ordering::SeqCst),
+            input_tokens: self.input_tokens.load(Ordering::SeqCst),
+            output_tokens: self.output_tokens.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The progress entries recorded in this attempt.
+    pub(crate) fn progress(&self) -> Vec<ProgressEntry> {
+        self.state().progress.clone()
+    }
+
+    /// The agent summaries recorded in this attempt.
+    pub(crate) fn summaries(&self) -> Vec<AgentSummary> {
+        self.state().summaries.clone()
+    }
+
+    /// Log lines dropped over the cap.
+    pub(crate) fn dropped_log_lines(&self) -> u64 {
+        self.state().dropped_log_lines
+    }
+}
+
+fn limit_message(kind: LimitKind, limits: &Limits) -> String {
+    match kind {
+        LimitKind::MaxTotalSubagents => format!(
+            "maxTotalSubagents ({}) reached: resume with a higher --max-total-subagents to continue",
+            limits.max_total_subagents.unwrap_or(0)
+        ),
+        LimitKind::TimeoutSeconds => format!(
+            "timeoutSeconds ({}) of active time reached: resume with a higher --timeout-seconds to continue",
+            limits.timeout_seconds.unwrap_or(0.0)
+        ),
+        LimitKind::MaxAiCredits => format!(
+            "maxAiCredits ({}) reached or usage could not be accounted: resume with a higher --max-ai-credits to continue",
+            limits.max_ai_credits.unwrap_or(0.0)
+        ),
+    }
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptOutcome {
+    pub status: RunStatus,
+    pub result: Option<serde_json::Value>,
+    pub failure: Option<Failure>,
+    pub active: Duration,
+}
+
+/// Run one attempt to its end. `args` is JSON text; `budget` the active time left.
+pub(crate) async fn execute(
+    engine: &wasmtime::Engine,
+    component: &LoadedComponent,
+    shared: Arc<RunShared>,
+    args: String,
+    budget: Option<Duration>,
+) -> AttemptOutcome {
+    let started = Instant::now();
+    let stop = shared.stop.clone();
+    let returned = {
+        let mut store = match sandbox::new_store(engine, &shared.sandbox, shared.clone()) {
+            Ok(store) => store,
+            Err(e) => return outcome_failed(Failure::new("sandbox", None, format!("{e:#}")), started),
+        };
+        let pre = component.pre.clone();
+        let call = async {
+            let factory = pre.instantiate_async(&mut store).await?;
+            store.run_concurrent(async move |accessor| factory.call_run(accessor, args).await).await?
+        };
+        let deadline = async {
+            match budget {
+                Some(left) => tokio::time::sleep(left).await,
+                None => std::future::pending().await,
+            }
+        };
+        let returned = tokio::select! {
+            biased;
+            _ = stop.cancelled() => None,
+            _ = deadline => {
+                shared.abort(Abort::Limit(LimitKind::TimeoutSeconds));
+                None
+            }
+            r = call => Some(r),
+        };
+        // Dropping the store here stops the guest and every host future it spawned.
+        let output = store.data().captured_output();
+        drop(store);
+        for line in String::from_utf8_lossy(&output).lines() {
+            shared.log(format!("[guest] {line}"));
+        }
+        returned
+    };
+
+    // Whatever happened, nothing is reported before the journal is durable.
+    let flushed = shared.journal.flush().await;
+    let cause = shared.cause.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut outcome = match (cause, returned) {
+        (Some(StopCause::Cancelled), _) => AttemptOutcome {
+            status: RunStatus::Cancelled,
+            result: None,
+            failure: Some(Failure::new("cancelled", None, "the run was cancelled")),
+            active: started.elapsed(),
+        },
+        // A recorded failure wins over whatever the guest returned after it.
+        (Some(StopCause::Failed(failure)), _) => outcome_failed(failure, started),
+        (None, None) => outcome_failed(Failure::new("cancelled", None, "the run was stopped"), started),
+        (None, Some(Err(trap))) => outcome_failed(classify_trap(&trap), started),
+        (None, Some(Ok(Err(message)))) => outcome_failed(Failure::new("guest_error", None, message), started),
+        (None, Some(Ok(Ok(result)))) => match check_result(result, &shared.sandbox) {
+            Ok(result) => AttemptOutcome { status: RunStatus::Completed, result, failure: None, active: started.elapsed() },
+            Err(failure) => outcome_failed(failure, started),
+        },
+    };
+    if let Err(e) = flushed {
+        outcome = outcome_failed(Failure::new("storage", None, e.to_string()), started);
+    }
+    outcome
+}
+
+fn outcome_failed(failure: Failure, started: Instant) -> AttemptOutcome {
+    AttemptOutcome { status: RunStatus::Error, result: None, failure: Some(failure), active: started.elapsed() }
+}
+
+/// The run's result must be JSON within the size cap.
+fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Option<serde_json::Value>, Failure> {
+    let Some(text) = result else { return Ok(None) };
+    if text.len() > sandbox.max_result_bytes {
+        return Err(Failure::new(
+            "sandbox_limit",
+            Some("maxResultBytes"),
+            format!("result is {} bytes, over the {} byte limit", text.len(), sandbox.max_result_bytes),
+        ));
+    }
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Failure::new("invalid_result", None, format!("the result is not JSON: {e}")))
+}
+
+/// Name what stopped a guest: fuel, memory, stack, or a plain trap (a panic is `unreachable`).
+pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
+    let message = format!("{error:#}");
+    if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
+        match trap {
+            wasmtime::Trap::OutOfFuel => {
+                return Failure::new("sandbox_limit", Some("fuel"), "the guest used up its CPU fuel budget")
+            }
+            wasmtime::Trap::StackOverflow => {
+                return Failure::new("sandbox_limit", Some("stack"), "the guest overflowed its stack")
+            }
+            wasmtime::Trap::UnreachableCodeReached => {
+                return Failure::new("trap", Some("unreachable"), format!("the guest trapped (a panic?): {message}"))
+            }
+            _ => {}
+        }
+    }
+    if message.contains("forcing trap when growing memory") {
+        return Failure::new("sandbox_limit", Some("memory"), format!("the guest exceeded its memory limit: {message}"));
+    }
+    if message.contains("forcing trap when growing table") {
+        return Failure::new("sandbox_limit", Some("table"), format!("the guest exceeded its table limit: {message}"));
+    }
+    Failure::new("trap", None, message)
+}

@@ -1,0 +1,148 @@
+//! The sandbox: engine configuration (component-model async, fuel, epochs), the per-run
+//! `Store` with its memory and table caps, and a deny-by-default WASI context for guests
+//! that import WASI (no env, no args, no files, no network; stdout/stderr captured).
+
+use crate::run::RunShared;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// Host-side sandbox limits, the same for every run of a host.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxLimits {
+    /// Linear memory per run, in bytes.
+    pub memory_bytes: usize,
+    /// Table elements per table.
+    pub table_elements: usize,
+    /// Component and core instances per run.
+    pub instances: usize,
+    /// Tables per run.
+    pub tables: usize,
+    /// Memories per run.
+    pub memories: usize,
+    /// CPU fuel per attempt (roughly one unit per wasm instruction).
+    pub fuel: u64,
+    /// Fuel between forced yields, so a spinning guest never starves other runs.
+    pub fuel_yield_interval: u64,
+    /// Bytes of a prompt.
+    pub max_prompt_bytes: usize,
+    /// Bytes of one step value.
+    pub max_step_bytes: usize,
+    /// Bytes of the run's result.
+    pub max_result_bytes: usize,
+    /// Bytes of captured stdout + stderr per run.
+    pub max_output_bytes: usize,
+    /// Log lines per run; further lines are dropped and counted.
+    pub max_log_lines: usize,
+    /// Bytes of one log line (longer lines are truncated).
+    pub max_log_line_bytes: usize,
+    /// Nesting depth of any JSON value crossing the boundary.
+    pub max_json_depth: usize,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits {
+            memory_bytes: 256 << 20,
+            table_elements: 100_000,
+            instances: 64,
+            tables: 64,
+            memories: 16,
+            fuel: 50_000_000_000,
+            fuel_yield_interval: 1_000_000,
+            max_prompt_bytes: 1 << 20,
+            max_step_bytes: 16 << 20,
+            max_result_bytes: 16 << 20,
+            max_output_bytes: 1 << 20,
+            max_log_lines: 100_000,
+            max_log_line_bytes: 8 << 10,
+            max_json_depth: 128,
+        }
+    }
+}
+
+/// How often the epoch advances: the granularity of deadlines and forced yields.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// The wasmtime engine every run of a host shares.
+pub fn engine() -> wasmtime::Result<Engine> {
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .wasm_component_model_async(true)
+        .concurrency_support(true)
+        .consume_fuel(true)
+        .epoch_interruption(true);
+    let engine = Engine::new(&config)?;
+    start_epoch_ticker(&engine);
+    Ok(engine)
+}
+
+/// Advance the engine's epoch every [`EPOCH_TICK`] until the engine is dropped. Each tick
+/// makes running guests yield to the async executor, where deadlines and cancellation act.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("factory-epoch".into())
+        .spawn(move || loop {
+            std::thread::sleep(EPOCH_TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => break,
+            }
+        })
+        .ok();
+}
+
+/// Per-run store data: the run's shared state plus WASI and resource bookkeeping.
+pub struct RunData {
+    pub(crate) run: Arc<RunShared>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    output: MemoryOutputPipe,
+}
+
+impl RunData {
+    /// What the guest wrote to stdout/stderr (capped).
+    pub(crate) fn captured_output(&self) -> Vec<u8> {
+        self.output.contents().to_vec()
+    }
+}
+
+impl WasiView for RunData {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// A new store for one attempt of a run.
+pub(crate) fn new_store(engine: &Engine, limits: &SandboxLimits, run: Arc<RunShared>) -> wasmtime::Result<Store<RunData>> {
+    let output = MemoryOutputPipe::new(limits.max_output_bytes);
+    let wasi = WasiCtxBuilder::new()
+        .stdout(output.clone())
+        .stderr(output.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    let store_limits = StoreLimitsBuilder::new()
+        .memory_size(limits.memory_bytes)
+        .table_elements(limits.table_elements)
+        .instances(limits.instances)
+        .tables(limits.tables)
+        .memories(limits.memories)
+        .trap_on_grow_failure(true)
+        .build();
+    let data = RunData { run, wasi, table: ResourceTable::new(), limits: store_limits, output };
+    let mut store = Store::new(engine, data);
+    store.limiter(|d| &mut d.limits);
+    store.set_fuel(limits.fuel)?;
+    store.fuel_async_yield_interval(Some(limits.fuel_yield_interval))?;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_async_yield_and_update(1);
+    Ok(store)
+}
