@@ -74,17 +74,23 @@ fn ensure_target(say: &mut dyn FnMut(&str)) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Build the factory crate in `dir` (release profile) and return its component.
-/// `say` receives one-line notes for the user (target added, componentized).
-pub fn build_crate(dir: &Path, say: &mut dyn FnMut(&str)) -> Result<Built, BuildError> {
+/// Build the factory crate in `dir` (release profile) and return its component. `target_dir`
+/// overrides cargo's target directory; `say` receives one-line notes for the user (target
+/// added, componentized).
+pub fn build_crate(dir: &Path, target_dir: Option<&Path>, say: &mut dyn FnMut(&str)) -> Result<Built, BuildError> {
     let manifest = dir.join("Cargo.toml");
     if !manifest.is_file() {
         return Err(BuildError::NotACrate(dir.display().to_string()));
     }
     ensure_target(say)?;
-    let output = Command::new("cargo")
+    let mut cargo = Command::new("cargo");
+    cargo
         .args(["build", "--release", "--target", TARGET, "--message-format=json-render-diagnostics", "--manifest-path"])
-        .arg(&manifest)
+        .arg(&manifest);
+    if let Some(target_dir) = target_dir {
+        cargo.arg("--target-dir").arg(target_dir);
+    }
+    let output = cargo
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .output()

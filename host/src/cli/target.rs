@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Build the crate at `dir`, telling the user what happens on stderr.
 pub fn build(dir: &Path) -> Result<PathBuf> {
-    let built = builder::build_crate(dir, &mut |note| eprintln!("factory: {note}"))
+    let built = builder::build_crate(dir, None, &mut |note| eprintln!("factory: {note}"))
         .with_context(|| format!("building {}", dir.display()))?;
     Ok(built.component)
 }

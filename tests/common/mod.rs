@@ -1,0 +1,57 @@
+//! Shared fixtures for the integration tests: build the example and test-guest crates into
+//! real components once per test binary (cargo's cache makes later builds no-ops), and
+//! locate the workspace.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Where guests are built: a directory of their own under the target dir, so building them
+/// never waits on the lock of the `cargo test` that runs us.
+pub fn guest_target_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    target.join("guests")
+}
+
+/// The crate directory of an example (`examples/NAME`) or test guest (`tests/guests/NAME`).
+pub fn crate_dir(name: &str) -> PathBuf {
+    let example = root().join("examples").join(name);
+    if example.is_dir() {
+        example
+    } else {
+        root().join("tests").join("guests").join(name)
+    }
+}
+
+/// Build `name` and return its component file.
+pub fn component(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
+    let out = factory_host::builder::build_crate(&crate_dir(name), Some(&guest_target_dir()), &mut |_| {})
+        .unwrap_or_else(|e| panic!("building {name}: {e}"));
+    built.insert(name.to_string(), out.component.clone());
+    out.component
+}
+
+/// The core module cargo built for `name` (before componentizing).
+pub fn core_module(name: &str) -> PathBuf {
+    let component = component(name);
+    let file = component.file_name().and_then(|f| f.to_str()).unwrap_or_default().replace(".component.wasm", ".wasm");
+    component.with_file_name(file)
+}
+
+/// The `factory` binary under test.
+pub fn factory_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_factory"))
+}

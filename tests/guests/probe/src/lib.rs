@@ -1,0 +1,110 @@
+//! `probe`: a test factory that exercises one host behaviour per `args.case`, so the
+//! integration tests can drive memoization, schemas, combinators and limits through a
+//! real component.
+
+use factory_sdk::prelude::*;
+
+#[derive(Deserialize)]
+struct Args {
+    case: String,
+    #[serde(default)]
+    n: usize,
+}
+
+struct Probe;
+
+fn verdict_schema() -> Value {
+    json!({ "type": "object", "properties": { "ok": { "type": "boolean" } }, "required": ["ok"] })
+}
+
+impl Factory for Probe {
+    type Output = Value;
+
+    fn meta() -> Meta {
+        Meta::new("probe", "Host test probe. args: { case: string, n?: number }").phase("Probe")
+    }
+
+    async fn run(ctx: Ctx) -> Result<Value, Error> {
+        let args: Args = ctx.args()?;
+        ctx.phase("Probe");
+        match args.case.as_str() {
+            // Identical calls (sequential and concurrent) share one subagent; a different
+            // label is a different subagent.
+            "memo" => {
+                let first = ctx.agent("find a bug").await?;
+                let again = ctx.agent("find a bug").await?;
+                let concurrent = ctx
+                    .parallel((0..5).map(|_| ctx.agent("find a bug in parallel").text()))
+                    .await?;
+                let labelled = ctx.agent("find a bug").label("finder:2").await?;
+                Ok(json!({ "first": first, "again": again, "concurrent": concurrent, "labelled": labelled }))
+            }
+            // A schema call whose reply is checked (and retried once) by the host.
+            "schema" => {
+                let verdict = ctx.agent("judge it").label("judge").schema(verdict_schema()).value().await?;
+                Ok(json!({ "verdict": verdict }))
+            }
+            // Items whose agent fails ordinarily become null; the rest survive.
+            "parallel" => {
+                let labels = ["a", "fail", "c"];
+                let out = ctx
+                    .parallel(labels.iter().map(|l| {
+                        let ctx = ctx.clone();
+                        async move {
+                            let reply = ctx.agent(format!("item {l}")).label(*l).await?;
+                            reply.ok_or_else(|| Error::msg("no reply"))
+                        }
+                    }))
+                    .await?;
+                Ok(json!({ "items": out }))
+            }
+            // Each item flows through two stages; a failing item skips its second stage.
+            "pipeline" => {
+                let out = ctx
+                    .pipeline(vec!["x", "fail", "z"])
+                    .stage({
+                        let ctx = ctx.clone();
+                        move |item: &str, _item, _i| {
+                            let ctx = ctx.clone();
+                            async move {
+                                let reply = ctx.agent(format!("stage one {item}")).label(item).await?;
+                                reply.ok_or_else(|| Error::msg("no reply"))
+                            }
+                        }
+                    })
+                    .stage(|previous: String, item: &str, i: usize| async move {
+                        Ok::<_, Error>(format!("{i}:{item}:{}", previous.len()))
+                    })
+                    .await?;
+                Ok(json!({ "items": out }))
+            }
+            // `n` agents with distinct labels at once: used with the total cap to show that an
+            // abort fails the whole parallel call and the run.
+            "fanout" => {
+                let out = ctx
+                    .parallel((0..args.n).map(|i| {
+                        let ctx = ctx.clone();
+                        async move { ctx.agent(format!("task {i}")).label(format!("t:{i}")).await }
+                    }))
+                    .await?;
+                let done = out.iter().filter(|v| v.is_some()).count();
+                Ok(json!({ "done": done }))
+            }
+            // More than 4096 items are refused before anything runs.
+            "too-many" => {
+                let out = ctx.parallel((0..args.n).map(|i| async move { Ok::<_, Error>(i) })).await?;
+                Ok(json!({ "len": out.len() }))
+            }
+            // A journaled step runs its producer once; the second read replays it.
+            "steps" => {
+                let mut runs = 0;
+                let a: u32 = ctx.step("answer", || async { runs += 1; Ok(42) }).await?;
+                let b: u32 = ctx.step("answer", || async { Ok(7) }).await?;
+                Ok(json!({ "a": a, "b": b }))
+            }
+            other => Err(Error::msg(format!("unknown case `{other}`"))),
+        }
+    }
+}
+
+factory_sdk::export!(Probe);

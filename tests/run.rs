@@ -1,0 +1,275 @@
+//! Runs real components (the examples and `tests/guests/probe`) through the library: the
+//! hooks' semantics (memoization, schema retry, parallel/pipeline failure rules, the 4096
+//! cap, steps), the limits, and the loader's refusals.
+
+mod common;
+
+use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Script, Usage};
+use factory_host::component::{CompileOrigin, LoadError};
+use factory_host::{Error, Factory, Host, HostConfig, Limits, RunEnvelope, RunOptions, RunStatus};
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A backend that answers every call like dry-run text, counts calls per prompt, fails
+/// labels starting with `fail`, and records the most calls ever in flight at once.
+#[derive(Default)]
+struct Counting {
+    calls: Mutex<HashMap<String, u64>>,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+    latency: Duration,
+}
+
+impl Counting {
+    fn with_latency(latency: Duration) -> Arc<Self> {
+        Arc::new(Counting { latency, ..Default::default() })
+    }
+    fn total(&self) -> u64 {
+        self.calls.lock().unwrap().values().sum()
+    }
+    fn calls_for(&self, prompt: &str) -> u64 {
+        self.calls.lock().unwrap().get(prompt).copied().unwrap_or(0)
+    }
+}
+
+struct Shared(Arc<Counting>);
+
+impl AgentBackend for Shared {
+    fn name(&self) -> String {
+        "counting".into()
+    }
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let me = self.0.clone();
+        Box::pin(async move {
+            *me.calls.lock().unwrap().entry(request.prompt.clone()).or_default() += 1;
+            let now = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            me.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            if !me.latency.is_zero() {
+                tokio::time::sleep(me.latency).await;
+            }
+            me.in_flight.fetch_sub(1, Ordering::SeqCst);
+            if request.label.as_deref().is_some_and(|l| l.starts_with("fail")) {
+                return Err(BackendError("injected failure".into()));
+            }
+            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
+            Ok(AgentReply { text: format!("reply #{} to {}", me.total(), request.prompt), usage: Some(usage) })
+        })
+    }
+}
+
+fn host_with(backend: Arc<dyn AgentBackend>) -> Host {
+    Host::new(HostConfig { backend, cache_dir: Some(common::guest_target_dir().join("cache")), ..HostConfig::default() })
+        .expect("host")
+}
+
+async fn load(host: &Host, name: &str) -> Factory {
+    host.load_file(&common::component(name)).await.unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}
+
+async fn run_probe(backend: Arc<dyn AgentBackend>, args: Value, limits: Limits) -> RunEnvelope {
+    let host = host_with(backend);
+    let probe = load(&host, "probe").await;
+    host.run(&probe, RunOptions { args: Some(args), limits, ..Default::default() }).await.expect("run")
+}
+
+fn result(envelope: &RunEnvelope) -> &Value {
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    envelope.result.as_ref().expect("a result")
+}
+
+#[tokio::test]
+async fn every_example_runs_to_completion_on_dry_run() {
+    let host = host_with(Arc::new(factory_host::backend::DryRun));
+    let cases = [
+        ("hello", json!({"name": "Ada"})),
+        ("review-changed", json!({"files": ["a.rs", "b.rs"]})),
+        ("multi-stage-review", json!({})),
+        ("loop-until-dry", json!({})),
+    ];
+    for (name, args) in cases {
+        let factory = load(&host, name).await;
+        assert_eq!(factory.meta.name, name);
+        let envelope = host.run(&factory, RunOptions { args: Some(args), ..Default::default() }).await.unwrap();
+        let out = result(&envelope);
+        match name {
+            "hello" => assert!(out["greeting"].as_str().unwrap().contains("greeting for Ada"), "{out}"),
+            "review-changed" => {
+                let reviews = out["reviews"].as_array().unwrap();
+                assert_eq!(reviews.len(), 2);
+                assert!(reviews[0]["review"].as_str().unwrap().contains("review:a.rs"), "{out}");
+                assert_eq!(envelope.accounting.agents_spawned, 2);
+            }
+            "multi-stage-review" => assert_eq!(out["dimensions"], 3),
+            "loop-until-dry" => assert_eq!(out["rounds"], 2, "two dry rounds end the loop: {out}"),
+            _ => unreachable!(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn identical_calls_share_one_subagent_and_labels_split_them() {
+    let backend = Counting::with_latency(Duration::from_millis(20));
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "memo"}), Limits::default()).await;
+    let out = result(&envelope);
+    // Sequential repeat, five concurrent identical calls, and a labelled call.
+    assert_eq!(backend.calls_for("find a bug"), 2, "unlabelled + labelled");
+    assert_eq!(backend.calls_for("find a bug in parallel"), 1, "concurrent identical calls share one");
+    assert_eq!(backend.total(), 3);
+    assert_eq!(out["first"], out["again"]);
+    assert_ne!(out["first"], out["labelled"]);
+    let concurrent = out["concurrent"].as_array().unwrap();
+    assert_eq!(concurrent.len(), 5);
+    assert!(concurrent.iter().all(|v| v == &concurrent[0] && v.is_string()));
+    assert_eq!(envelope.accounting.agents_spawned, 3);
+    assert_eq!(envelope.accounting.agent_cache_hits, 5);
+}
+
+#[tokio::test]
+async fn a_schema_reply_is_retried_once_and_both_spawns_count() {
+    let retry_then_ok = Script::from_json(
+        r#"{"rules":[{"label":"judge","replies":[{"json":{"ok":"yes"}},{"text":"```json\n{\"ok\": true}\n```"}]}]}"#,
+    )
+    .unwrap();
+    let envelope = run_probe(Arc::new(retry_then_ok), json!({"case": "schema"}), Limits::default()).await;
+    assert_eq!(result(&envelope)["verdict"], json!({"ok": true}));
+    assert_eq!(envelope.accounting.agents_spawned, 2);
+
+    let never_ok = Script::from_json(r#"{"rules":[{"label":"judge","reply":{"text":"not json at all"}}]}"#).unwrap();
+    let envelope = run_probe(Arc::new(never_ok), json!({"case": "schema"}), Limits::default()).await;
+    assert_eq!(result(&envelope)["verdict"], Value::Null, "two failed matches are an ordinary failure");
+    assert_eq!(envelope.accounting.agents_spawned, 2);
+
+    // Both spawns count toward the total cap: with a cap of 1 the retry is refused.
+    let never_ok = Script::from_json(r#"{"rules":[{"label":"judge","reply":{"text":"nope"}}]}"#).unwrap();
+    let capped = Limits { max_total_subagents: Some(1), ..Default::default() };
+    let envelope = run_probe(Arc::new(never_ok), json!({"case": "schema"}), capped).await;
+    assert_eq!(envelope.status, RunStatus::Error);
+    assert_eq!(envelope.failure.as_ref().unwrap().kind.as_deref(), Some("maxTotalSubagents"));
+}
+
+#[tokio::test]
+async fn parallel_turns_ordinary_failures_into_null() {
+    let backend = Counting::with_latency(Duration::ZERO);
+    let envelope = run_probe(Arc::new(Shared(backend)), json!({"case": "parallel"}), Limits::default()).await;
+    let items = result(&envelope)["items"].as_array().unwrap().clone();
+    assert_eq!(items.len(), 3);
+    assert!(items[0].as_str().unwrap().contains("item a"));
+    assert_eq!(items[1], Value::Null);
+    assert!(items[2].as_str().unwrap().contains("item c"));
+}
+
+#[tokio::test]
+async fn pipeline_drops_a_failed_item_and_skips_its_later_stages() {
+    let backend = Counting::with_latency(Duration::ZERO);
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "pipeline"}), Limits::default()).await;
+    let items = result(&envelope)["items"].as_array().unwrap().clone();
+    assert!(items[0].as_str().unwrap().starts_with("0:x:"), "{items:?}");
+    assert_eq!(items[1], Value::Null);
+    assert!(items[2].as_str().unwrap().starts_with("2:z:"), "{items:?}");
+    assert_eq!(backend.total(), 3);
+}
+
+#[tokio::test]
+async fn an_abort_fails_the_whole_parallel_call_and_ends_the_attempt() {
+    let backend = Counting::with_latency(Duration::from_millis(5));
+    let limits = Limits { max_total_subagents: Some(2), ..Default::default() };
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "fanout", "n": 5}), limits).await;
+    assert_eq!(envelope.status, RunStatus::Error);
+    let failure = envelope.failure.as_ref().unwrap();
+    assert_eq!(failure.kind_type, "factory_limit_reached");
+    assert_eq!(failure.kind.as_deref(), Some("maxTotalSubagents"));
+    assert!(envelope.result.is_none());
+    assert_eq!(envelope.accounting.agents_spawned, 2);
+    assert!(backend.total() <= 2, "no spawn past the cap reached the backend");
+}
+
+#[tokio::test]
+async fn more_than_4096_items_are_refused_before_anything_runs() {
+    let backend: Arc<dyn AgentBackend> = Arc::new(factory_host::backend::DryRun);
+    let envelope = run_probe(backend.clone(), json!({"case": "too-many", "n": 4097}), Limits::default()).await;
+    assert_eq!(envelope.status, RunStatus::Error);
+    let failure = envelope.failure.unwrap();
+    assert_eq!(failure.kind_type, "guest_error");
+    assert!(failure.message.contains("too many items: 4097"), "{}", failure.message);
+
+    let envelope = run_probe(backend, json!({"case": "too-many", "n": 4096}), Limits::default()).await;
+    assert_eq!(result(&envelope)["len"], 4096);
+}
+
+#[tokio::test]
+async fn the_concurrency_cap_holds_exactly() {
+    let backend = Counting::with_latency(Duration::from_millis(2));
+    let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "fanout", "n": 400}), limits).await;
+    assert_eq!(result(&envelope)["done"], 400);
+    assert_eq!(backend.max_in_flight.load(Ordering::SeqCst), 8, "queued, never more than 8 at once");
+
+    // Without a concurrency cap, the total cap bounds concurrency.
+    let backend = Counting::with_latency(Duration::from_millis(2));
+    let limits = Limits { max_total_subagents: Some(50), ..Default::default() };
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "fanout", "n": 50}), limits).await;
+    assert_eq!(result(&envelope)["done"], 50);
+    assert!(backend.max_in_flight.load(Ordering::SeqCst) <= 50);
+}
+
+#[tokio::test]
+async fn a_step_runs_its_producer_once() {
+    let envelope = run_probe(Arc::new(factory_host::backend::DryRun), json!({"case": "steps"}), Limits::default()).await;
+    assert_eq!(result(&envelope), &json!({"a": 42, "b": 42}));
+}
+
+#[tokio::test]
+async fn the_loader_refuses_what_is_not_a_factory_with_typed_errors() {
+    let host = host_with(Arc::new(factory_host::backend::DryRun));
+    let core = std::fs::read(common::core_module("hello")).unwrap();
+    assert!(matches!(host.load_bytes(&core).await, Err(Error::Load(LoadError::CoreModule))));
+
+    let other = std::fs::read(common::component("wrong-world")).unwrap();
+    match host.load_bytes(&other).await {
+        Err(Error::Load(LoadError::WrongWorld(detail))) => assert!(!detail.is_empty()),
+        other => panic!("expected WrongWorld, got {other:?}"),
+    }
+
+    assert!(matches!(host.load_bytes(b"definitely not wasm").await, Err(Error::Load(LoadError::NotWasm))));
+    let mut broken = b"\0asm\x0d\0\x01\0".to_vec();
+    broken.extend_from_slice(&[0xff; 32]);
+    assert!(matches!(host.load_bytes(&broken).await, Err(Error::Load(LoadError::Invalid(_)))));
+}
+
+#[tokio::test]
+async fn a_second_start_deserializes_the_cached_artifact() {
+    let cache = tempfile::tempdir().unwrap();
+    let path = common::component("hello");
+    let config = || HostConfig { cache_dir: Some(cache.path().to_path_buf()), ..HostConfig::default() };
+    let first = Host::new(config()).unwrap().load_file(&path).await.unwrap();
+    assert_eq!(first.component.origin, CompileOrigin::Compiled);
+    let second = Host::new(config()).unwrap().load_file(&path).await.unwrap();
+    assert_eq!(second.component.origin, CompileOrigin::Cached);
+    assert_eq!(first.component.hash, second.component.hash);
+    // And the cached artifact runs.
+    let host = Host::new(config()).unwrap();
+    let hello = host.load_file(&path).await.unwrap();
+    let envelope = host.run(&hello, RunOptions::default()).await.unwrap();
+    assert_eq!(result(&envelope)["name"], "world");
+}
+
+#[tokio::test]
+async fn bad_args_and_bad_limits_are_refused_before_a_run_exists() {
+    let host = host_with(Arc::new(factory_host::backend::DryRun));
+    let review = load(&host, "review-changed").await;
+    let bad_args = RunOptions { args: Some(json!({"files": 3})), ..Default::default() };
+    match host.run(&review, bad_args).await {
+        Err(Error::InvalidArgs(message)) => assert!(message.contains("files"), "{message}"),
+        other => panic!("expected InvalidArgs, got {other:?}"),
+    }
+    let bad_limit = RunOptions { limits: Limits { timeout_seconds: Some(0.0), ..Default::default() }, ..Default::default() };
+    match host.run(&review, bad_limit).await {
+        Err(Error::Limits(e)) => assert_eq!(e.field, "timeoutSeconds"),
+        other => panic!("expected Limits, got {other:?}"),
+    }
+    assert!(host.runs_list().is_empty(), "no run was created");
+}
