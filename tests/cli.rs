@@ -6,9 +6,17 @@ mod common;
 use serde_json::Value;
 use std::process::{Command, Output};
 
+/// Run the binary with a state directory of its own (a fresh one per call).
 fn factory(args: &[&str]) -> Output {
+    let state = tempfile::tempdir().expect("a temp dir");
+    factory_in(state.path(), args)
+}
+
+/// Run the binary against the state directory `state`.
+fn factory_in(state: &std::path::Path, args: &[&str]) -> Output {
     Command::new(common::factory_bin())
         .args(args)
+        .env("FACTORY_STATE_DIR", state)
         .env("CARGO_TARGET_DIR", common::guest_target_dir())
         .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
         .output()
@@ -111,7 +119,7 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
 
     let out = factory(&["run", "/no/such/factory.wasm"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("neither a component file nor a crate directory"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("neither a component file, a crate directory, nor a registered factory"), "{}", stderr(&out));
 
     let out = factory(&["run", probe.to_str().unwrap(), "--timeout-seconds", "0"]);
     assert_eq!(out.status.code(), Some(2));

@@ -63,6 +63,8 @@ pub struct LoadedComponent {
     pub imports: Vec<String>,
     /// How the compiled artifact was obtained.
     pub origin: CompileOrigin,
+    /// The component bytes (stored content-addressed with the runs that use them).
+    pub bytes: std::sync::Arc<[u8]>,
     pub(crate) pre: FactoryPre<RunData>,
 }
 
@@ -126,7 +128,7 @@ impl ComponentLoader {
             let hint = if exports_run { "" } else { " (it has no `run` export)" };
             LoadError::WrongWorld(format!("{e:#}{hint}"))
         })?;
-        Ok(LoadedComponent { hash, imports, origin, pre })
+        Ok(LoadedComponent { hash, imports, origin, bytes: bytes.into(), pre })
     }
 
     fn cache_path(&self, hash: &str) -> Option<PathBuf> {

@@ -32,6 +32,12 @@ pub enum Error {
     /// The run is completed (or otherwise cannot be resumed).
     #[error("non_resumable: {0}")]
     NonResumable(String),
+    /// No registered factory or stored component by that name or hash.
+    #[error("{0}")]
+    NotRegistered(String),
+    /// The durable store failed (unavailable, locked, corrupt, or a commit failed).
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     /// The run has an attempt executing.
     #[error("already_active: run `{0}` is running")]
     AlreadyActive(String),

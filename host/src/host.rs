@@ -1,34 +1,42 @@
 //! [`Host`]: the library's front door. It owns the engine, the linker, the component loader,
-//! the journal and the backend, and the table of runs; it loads factories, starts, resumes
-//! and cancels runs, and answers questions about them.
+//! the durable store and the backend; it loads and registers factories, starts, resumes,
+//! cancels and waits for runs, and answers questions about them — always on behalf of one
+//! owner session, which alone can see its runs.
 
 use crate::backend::{AgentBackend, DryRun};
 use crate::component::{ComponentLoader, LoadedComponent};
-use crate::envelope::{Accounting, RunEnvelope, RunStatus};
+use crate::envelope::{Accounting, Failure, RunEnvelope, RunStatus};
 use crate::error::Error;
-use crate::journal::{Journal, MemoryJournal};
+use crate::journal::Journal;
 use crate::limits::Limits;
 use crate::meta::FactoryMeta;
-use crate::progress::{ProgressEntry, ProgressEvent};
-use crate::run::{self, AgentSummary, AttemptSetup, RunShared};
+use crate::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
+use crate::run::{self, AttemptSetup, RunShared};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::schema::Schema;
+use crate::store::{ProgressQuery, Registration, RunRecord, Store, StoreOptions, DEFAULT_COMMIT_WINDOW};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
-use tokio::sync::mpsc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::Linker;
 use wasmtime::Engine;
 
+/// The session runs belong to when the caller names none.
+pub const DEFAULT_SESSION: &str = "default";
+
 /// How a [`Host`] is set up.
 pub struct HostConfig {
+    /// Where the durable store lives (`None`: in memory, gone with the process).
+    pub state_dir: Option<PathBuf>,
+    /// Group-commit window of the store.
+    pub commit_window: Duration,
     /// Where compiled components are cached (`None`: no cache).
     pub cache_dir: Option<PathBuf>,
     /// Who runs subagents.
     pub backend: Arc<dyn AgentBackend>,
-    /// Where journal entries go.
-    pub journal: Arc<dyn Journal>,
     /// Host-side sandbox limits.
     pub sandbox: SandboxLimits,
 }
@@ -36,9 +44,10 @@ pub struct HostConfig {
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
+            state_dir: None,
+            commit_window: DEFAULT_COMMIT_WINDOW,
             cache_dir: default_cache_dir(),
             backend: Arc::new(DryRun),
-            journal: Arc::new(MemoryJournal::new()),
             sandbox: SandboxLimits::default(),
         }
     }
@@ -64,20 +73,36 @@ pub struct Factory {
     pub meta: FactoryMeta,
 }
 
-/// Per-invocation options of [`Host::run`] and [`Host::resume`].
+/// Per-invocation options of [`Host::run`].
 #[derive(Default)]
 pub struct RunOptions {
     /// Arguments (`{}` when `None`).
     pub args: Option<serde_json::Value>,
     /// Limit overrides (each present one replaces the declared one).
     pub limits: Limits,
+    /// The owner session (default [`DEFAULT_SESSION`]).
+    pub session: Option<String>,
     /// Receives every progress entry as it happens.
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     /// Called with the run id once the run exists (before it executes).
     pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
 }
 
-/// A run with its phases, agent summaries and progress.
+/// Options of [`Host::resume`].
+#[derive(Default)]
+pub struct ResumeOptions {
+    /// Limit overrides, on top of the run's earlier ones (raise a limit that stopped it).
+    pub limits: Limits,
+    /// Run this component instead of the one the last attempt ran (an edited factory);
+    /// journaled calls it repeats still replay, being keyed by content.
+    pub component: Option<Factory>,
+    /// The owner session (default [`DEFAULT_SESSION`]).
+    pub session: Option<String>,
+    /// Receives every progress entry as it happens.
+    pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+}
+
+/// A run with its phases, agent summaries and latest progress page.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunDetail {
@@ -86,26 +111,20 @@ pub struct RunDetail {
     pub envelope: RunEnvelope,
     /// Effective limits of the latest attempt.
     pub limits: Limits,
-    /// Phases entered, in order.
+    /// Phases entered, in order (consecutive repeats folded).
     pub phases: Vec<String>,
-    /// Agent summaries (no prompts).
+    /// Agent summaries (no prompts), in completion order.
     pub agents: Vec<AgentSummary>,
-    /// Progress entries.
+    /// The latest progress page.
     pub progress: Vec<ProgressEntry>,
-    /// Component hash of each attempt.
+    /// Component sha256 of each attempt.
     pub component_hashes: Vec<String>,
 }
 
-/// What the host remembers of one run.
-struct RunRecord {
-    envelope: RunEnvelope,
-    args: String,
-    overrides: Limits,
-    limits: Limits,
-    progress: Vec<ProgressEntry>,
-    agents: Vec<AgentSummary>,
-    component_hashes: Vec<String>,
-    stop: Option<CancellationToken>,
+/// A run executing in this process.
+struct ActiveRun {
+    stop: CancellationToken,
+    shared: Option<Arc<RunShared>>,
 }
 
 /// The factory host.
@@ -114,20 +133,40 @@ pub struct Host {
     linker: Linker<RunData>,
     loader: ComponentLoader,
     config: HostConfig,
-    runs: Mutex<Vec<RunRecord>>,
+    store: Arc<Store>,
+    active: Mutex<HashMap<String, ActiveRun>>,
+    updates: broadcast::Sender<RunUpdated>,
 }
 
-fn timestamp() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+fn session_of(session: &Option<String>) -> String {
+    session.clone().unwrap_or_else(|| DEFAULT_SESSION.to_string())
 }
 
 impl Host {
-    /// A host with `config`.
+    /// A host with `config`: opens (or creates) the store, halting runs a crash left running.
     pub fn new(config: HostConfig) -> Result<Self, Error> {
+        let store = match &config.state_dir {
+            Some(dir) => Store::open(dir, StoreOptions { commit_window: config.commit_window })?,
+            None => Store::in_memory()?,
+        };
         let engine = sandbox::engine().map_err(|e| Error::Engine(format!("{e:#}")))?;
         let linker = crate::hooks::linker(&engine).map_err(|e| Error::Engine(format!("{e:#}")))?;
         let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
-        Ok(Host { engine, linker, loader, config, runs: Mutex::new(Vec::new()) })
+        let (updates, _) = broadcast::channel(1024);
+        Ok(Host {
+            engine,
+            linker,
+            loader,
+            config,
+            store: Arc::new(store),
+            active: Mutex::new(HashMap::new()),
+            updates,
+        })
+    }
+
+    /// The durable store.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// The sandbox limits every run of this host gets.
@@ -138,6 +177,11 @@ impl Host {
     /// The backend's name.
     pub fn backend_name(&self) -> String {
         self.config.backend.name()
+    }
+
+    /// `run_updated` events of every run of this host.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunUpdated> {
+        self.updates.subscribe()
     }
 
     /// Load a component file and read its metadata.
@@ -152,16 +196,50 @@ impl Host {
         self.with_meta(component).await
     }
 
+    /// Load a component stored under its sha256.
+    pub async fn load_stored(&self, hash: &str) -> Result<Factory, Error> {
+        let bytes = self
+            .store
+            .blob(hash)?
+            .ok_or_else(|| Error::NotRegistered(format!("no stored component with sha256 {hash}")))?;
+        self.load_bytes(&bytes).await
+    }
+
+    /// Load a registered factory by name.
+    pub async fn load_registered(&self, name: &str) -> Result<Factory, Error> {
+        let registration =
+            self.store.factory(name)?.ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
+        self.load_stored(&registration.hash).await
+    }
+
+    /// Register a factory under its meta name (replacing an earlier registration).
+    pub async fn register(&self, factory: &Factory) -> Result<Registration, Error> {
+        let registration = Registration {
+            meta: factory.meta.clone(),
+            hash: factory.component.hash.clone(),
+            added_at: crate::store::records_timestamp(),
+        };
+        self.store.register(&registration, &factory.component.bytes).await?;
+        Ok(registration)
+    }
+
+    /// Registered factories, by name.
+    pub fn registered(&self) -> Result<Vec<Registration>, Error> {
+        Ok(self.store.factories()?)
+    }
+
     async fn with_meta(&self, component: LoadedComponent) -> Result<Factory, Error> {
         let setup = AttemptSetup {
             run_id: String::new(),
             limits: Limits::default(),
             sandbox: self.config.sandbox.clone(),
-            journal: Arc::new(MemoryJournal::new()),
+            journal: Arc::new(NoJournal),
             backend: self.config.backend.clone(),
             prior: Accounting::default(),
             next_seq: 0,
             events: None,
+            updates: broadcast::channel(1).0,
+            record_writes: 0,
             stop: CancellationToken::new(),
         };
         let shared = RunShared::new(setup).map_err(|f| Error::MetaCall(f.message))?;
@@ -181,13 +259,35 @@ impl Host {
         Ok(Factory { component, meta })
     }
 
-    fn runs(&self) -> MutexGuard<'_, Vec<RunRecord>> {
-        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    fn active(&self) -> MutexGuard<'_, HashMap<String, ActiveRun>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Start a run of `factory` and drive it to the end of its first attempt. Returns the
-    /// envelope for every outcome; refuses only what fails before the run exists (bad
-    /// limits, bad args).
+    /// The record of `run_id`, if `session` owns it.
+    fn record(&self, session: &str, run_id: &str) -> Result<RunRecord, Error> {
+        match self.store.run(run_id)? {
+            Some(record) if record.session == session => Ok(record),
+            _ => Err(Error::NotFound(run_id.to_string())),
+        }
+    }
+
+    /// The envelope of a record, with live accounting and revision while it runs here.
+    fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
+        let mut envelope = record.envelope;
+        let live = self.active().get(&envelope.run_id).and_then(|a| a.shared.clone());
+        match live {
+            Some(shared) => {
+                envelope.accounting = shared.accounting();
+                envelope.revision = record.writes + shared.last_seq();
+            }
+            None => envelope.revision = record.writes + self.store.last_progress_seq(&envelope.run_id)?,
+        }
+        Ok(envelope)
+    }
+
+    /// Start a run of `factory` and drive its first attempt to the end. Returns the envelope
+    /// for every outcome; refuses only what fails before the run exists (bad limits, bad
+    /// args, a store failure).
     pub async fn run(&self, factory: &Factory, options: RunOptions) -> Result<RunEnvelope, Error> {
         let limits = factory.meta.limits.overridden_by(&options.limits);
         limits.validate()?;
@@ -197,8 +297,8 @@ impl Host {
             schema.check(&args).map_err(|m| Error::InvalidArgs(m.to_string()))?;
         }
         let run_id = uuid::Uuid::now_v7().to_string();
-        let now = timestamp();
-        self.runs().push(RunRecord {
+        let now = crate::store::records_timestamp();
+        let mut record = RunRecord {
             envelope: RunEnvelope {
                 run_id: run_id.clone(),
                 factory: factory.meta.name.clone(),
@@ -210,175 +310,269 @@ impl Host {
                 attempts: 0,
                 created_at: now.clone(),
                 updated_at: now,
-                revision: 1,
+                revision: 0,
             },
+            session: session_of(&options.session),
             args: args.to_string(),
             overrides: options.limits,
             limits,
-            progress: Vec::new(),
-            agents: Vec::new(),
             component_hashes: Vec::new(),
-            stop: None,
-        });
-        self.attempt(factory, &run_id, options).await
+            grants: Vec::new(),
+            writes: 0,
+            seq: 0,
+        };
+        self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
+        self.store.put_run(&mut record, true).await?;
+        if let Some(on_start) = options.on_start {
+            on_start(&run_id);
+        }
+        self.attempt(factory, record, options.events).await
     }
 
     /// Resume a run that ended without completing: same id, same args, a new attempt in
-    /// which every journaled step and agent call replays for free. `options.limits` raise
-    /// (or set) limits on top of the run's previous overrides; `options.args` is ignored.
-    pub async fn resume(&self, run_id: &str, factory: &Factory, options: RunOptions) -> Result<RunEnvelope, Error> {
-        {
-            let mut runs = self.runs();
-            let record = runs.iter_mut().find(|r| r.envelope.run_id == run_id).ok_or_else(|| Error::NotFound(run_id.into()))?;
-            match record.envelope.status {
-                RunStatus::Completed => {
-                    return Err(Error::NonResumable(format!("run `{run_id}` is completed")))
-                }
-                RunStatus::Running | RunStatus::Pending => return Err(Error::AlreadyActive(run_id.into())),
-                _ => {}
-            }
-            if record.envelope.factory != factory.meta.name {
-                return Err(Error::NonResumable(format!(
-                    "run `{run_id}` belongs to factory `{}`, not `{}`",
-                    record.envelope.factory, factory.meta.name
-                )));
-            }
-            let overrides = record.overrides.overridden_by(&options.limits);
-            let limits = factory.meta.limits.overridden_by(&overrides);
-            limits.validate()?;
-            record.overrides = overrides;
-            record.limits = limits;
-            record.envelope.status = RunStatus::Pending;
+    /// which every journaled step and agent call replays for free.
+    pub async fn resume(&self, run_id: &str, options: ResumeOptions) -> Result<RunEnvelope, Error> {
+        let session = session_of(&options.session);
+        let mut record = self.record(&session, run_id)?;
+        match record.envelope.status {
+            RunStatus::Completed => return Err(Error::NonResumable(format!("run `{run_id}` is completed"))),
+            RunStatus::Running | RunStatus::Pending => return Err(Error::AlreadyActive(run_id.into())),
+            _ => {}
         }
-        self.attempt(factory, run_id, options).await
+        if self.active().contains_key(run_id) {
+            return Err(Error::AlreadyActive(run_id.into()));
+        }
+        let factory = match options.component {
+            Some(factory) => factory,
+            None => {
+                let hash = record.component_hashes.last().cloned().unwrap_or_default();
+                self.load_stored(&hash).await.map_err(|e| {
+                    Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}"))
+                })?
+            }
+        };
+        if factory.meta.name != record.envelope.factory {
+            return Err(Error::NonResumable(format!(
+                "run `{run_id}` belongs to factory `{}`, not `{}`",
+                record.envelope.factory, factory.meta.name
+            )));
+        }
+        let overrides = record.overrides.overridden_by(&options.limits);
+        let limits = factory.meta.limits.overridden_by(&overrides);
+        limits.validate()?;
+        record.overrides = overrides;
+        record.limits = limits;
+        self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
+        self.attempt(&factory, record, options.events).await
     }
 
-    /// Execute one attempt of an existing run record.
-    async fn attempt(&self, factory: &Factory, run_id: &str, options: RunOptions) -> Result<RunEnvelope, Error> {
+    /// Execute one attempt of an existing run.
+    async fn attempt(
+        &self,
+        factory: &Factory,
+        mut record: RunRecord,
+        events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    ) -> Result<RunEnvelope, Error> {
+        let run_id = record.envelope.run_id.clone();
         let stop = CancellationToken::new();
-        let (args, limits, prior, next_seq, attempt_no) = {
-            let mut runs = self.runs();
-            let record = runs.iter_mut().find(|r| r.envelope.run_id == run_id).ok_or_else(|| Error::NotFound(run_id.into()))?;
-            record.envelope.status = RunStatus::Running;
-            record.envelope.attempts += 1;
-            record.envelope.revision += 1;
-            record.envelope.updated_at = timestamp();
-            record.stop = Some(stop.clone());
-            record.component_hashes.push(factory.component.hash.clone());
-            let next_seq = record.progress.last().map_or(0, |e| e.seq);
-            (record.args.clone(), record.limits, record.envelope.accounting, next_seq, record.envelope.attempts)
-        };
-        if let Some(on_start) = options.on_start {
-            on_start(run_id);
+        {
+            let mut active = self.active();
+            if active.contains_key(&run_id) {
+                return Err(Error::AlreadyActive(run_id));
+            }
+            active.insert(run_id.clone(), ActiveRun { stop: stop.clone(), shared: None });
         }
+        let outcome = self.attempt_inner(factory, &mut record, events, stop).await;
+        self.active().remove(&run_id);
+        outcome?;
+        self.current(record)
+    }
+
+    async fn attempt_inner(
+        &self,
+        factory: &Factory,
+        record: &mut RunRecord,
+        events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+        stop: CancellationToken,
+    ) -> Result<(), Error> {
+        let run_id = record.envelope.run_id.clone();
+        record.envelope.status = RunStatus::Running;
+        record.envelope.attempts += 1;
+        record.envelope.result = None;
+        record.envelope.failure = None;
+        record.envelope.error = None;
+        record.envelope.updated_at = crate::store::records_timestamp();
+        record.component_hashes.push(factory.component.hash.clone());
+        self.store.put_run(record, false).await?;
+
+        let prior = record.envelope.accounting;
         let setup = AttemptSetup {
-            run_id: run_id.to_string(),
-            limits,
+            run_id: run_id.clone(),
+            limits: record.limits,
             sandbox: self.config.sandbox.clone(),
-            journal: self.config.journal.clone(),
+            journal: self.store.clone() as Arc<dyn Journal>,
             backend: self.config.backend.clone(),
             prior,
-            next_seq,
-            events: options.events,
+            next_seq: self.store.last_progress_seq(&run_id)?,
+            events,
+            updates: self.updates.clone(),
+            record_writes: record.writes + 1,
             stop: stop.clone(),
         };
-        let prior_active = Duration::from_secs_f64(prior.active_seconds);
-        let outcome = match RunShared::new(setup) {
-            Err(failure) => Err(failure),
+        let (status, result, failure, accounting) = match RunShared::new(setup) {
+            Err(failure) => (RunStatus::Error, None, Some(failure), prior),
             Ok(shared) => {
-                shared.emit(ProgressEvent::AttemptStarted { attempt: attempt_no });
-                let budget = limits.timeout_seconds.map(|t| Duration::from_secs_f64(t).saturating_sub(prior_active));
-                let outcome = if budget == Some(Duration::ZERO) {
+                if let Some(active) = self.active().get_mut(&run_id) {
+                    active.shared = Some(shared.clone());
+                }
+                shared.emit(ProgressEvent::AttemptStarted { attempt: record.envelope.attempts });
+                let prior_active = Duration::from_secs_f64(prior.active_seconds);
+                let budget =
+                    record.limits.timeout_seconds.map(|t| Duration::from_secs_f64(t).saturating_sub(prior_active));
+                if budget == Some(Duration::ZERO) {
                     shared.abort(run::Abort::Limit(run::LimitKind::TimeoutSeconds));
-                    run::execute(&self.engine, &factory.component, shared.clone(), args, Some(Duration::ZERO)).await
-                } else {
-                    run::execute(&self.engine, &factory.component, shared.clone(), args, budget).await
-                };
+                }
+                let outcome = run::execute(&self.engine, &factory.component, shared.clone(), record.args.clone(), budget).await;
                 shared.emit(ProgressEvent::AttemptEnded { status: outcome.status });
-                Ok((outcome, shared))
-            }
-        };
-        let mut runs = self.runs();
-        let record = runs.iter_mut().find(|r| r.envelope.run_id == run_id).ok_or_else(|| Error::NotFound(run_id.into()))?;
-        record.stop = None;
-        let envelope = &mut record.envelope;
-        envelope.revision += 1;
-        envelope.updated_at = timestamp();
-        match outcome {
-            Err(failure) => {
-                envelope.status = RunStatus::Error;
-                envelope.error = Some(failure.message.clone());
-                envelope.failure = Some(failure);
-            }
-            Ok((outcome, shared)) => {
-                envelope.status = outcome.status;
-                envelope.result = outcome.result;
-                envelope.error = outcome.failure.as_ref().map(|f| f.message.clone());
-                envelope.failure = outcome.failure;
-                envelope.accounting = shared.accounting(prior_active + outcome.active);
-                record.progress.extend(shared.progress());
-                record.agents.extend(shared.summaries());
+                let mut failure = outcome.failure;
+                // The last progress entries must be durable before the verdict is.
+                if let Err(e) = self.store.flush().await {
+                    failure = Some(Failure::new("storage", None, e.to_string()));
+                }
                 let dropped = shared.dropped_log_lines();
                 if dropped > 0 {
-                    record.envelope.error.get_or_insert_with(|| format!("{dropped} log lines over the cap were dropped"));
+                    record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
                 }
+                let status = if failure.as_ref().is_some_and(|f| f.kind_type == "storage") {
+                    RunStatus::Error
+                } else {
+                    outcome.status
+                };
+                (status, outcome.result, failure, shared.accounting())
             }
+        };
+        let envelope = &mut record.envelope;
+        envelope.status = status;
+        envelope.result = if status == RunStatus::Completed { result } else { None };
+        if let Some(f) = &failure {
+            envelope.error = Some(f.message.clone());
         }
-        Ok(record.envelope.clone())
+        envelope.failure = failure;
+        envelope.accounting = accounting;
+        envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(record, false).await?;
+        let revision = record.writes + self.store.last_progress_seq(&run_id)?;
+        let _ = self.updates.send(RunUpdated { run_id, revision });
+        Ok(())
     }
 
-    /// Cancel a running run; returns `true` when one was running. The attempt ends promptly
-    /// with status `cancelled`; its journal is kept.
-    pub fn cancel(&self, run_id: &str) -> Result<bool, Error> {
-        let runs = self.runs();
-        let record = runs.iter().find(|r| r.envelope.run_id == run_id).ok_or_else(|| Error::NotFound(run_id.into()))?;
-        Ok(match &record.stop {
-            Some(stop) => {
-                stop.cancel();
-                true
-            }
-            None => false,
-        })
+    /// Cancel a run and return its terminal envelope. A run executing here stops promptly
+    /// (its store is dropped, its backend calls abandoned) and keeps its journal; a run that
+    /// is not executing is returned as it is.
+    pub async fn cancel(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
+        self.record(session, run_id)?;
+        let stop = self.active().get(run_id).map(|a| a.stop.clone());
+        if let Some(stop) = stop {
+            stop.cancel();
+        }
+        self.wait(session, run_id).await
     }
 
-    /// Cancel every running run (for signal handlers).
+    /// Cancel every run executing in this process (for signal handlers).
     pub fn cancel_all(&self) {
-        for record in self.runs().iter() {
-            if let Some(stop) = &record.stop {
-                stop.cancel();
-            }
+        for run in self.active().values() {
+            run.stop.cancel();
         }
     }
 
-    /// The runs in creation order.
-    pub fn runs_list(&self) -> Vec<RunEnvelope> {
-        self.runs().iter().map(|r| r.envelope.clone()).collect()
+    /// Ids of the runs executing in this process.
+    pub fn active_runs(&self) -> Vec<String> {
+        self.active().keys().cloned().collect()
+    }
+
+    /// The session's runs in creation order.
+    pub fn runs(&self, session: &str) -> Result<Vec<RunEnvelope>, Error> {
+        let records = self.store.runs()?;
+        records.into_iter().filter(|r| r.session == session).map(|r| self.current(r)).collect()
     }
 
     /// The latest envelope of a run.
-    pub fn envelope(&self, run_id: &str) -> Result<RunEnvelope, Error> {
-        self.detail(run_id).map(|d| d.envelope)
+    pub fn envelope(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
+        let record = self.record(session, run_id)?;
+        self.current(record)
     }
 
-    /// A run with its phases, agent summaries and progress.
-    pub fn detail(&self, run_id: &str) -> Result<RunDetail, Error> {
-        let runs = self.runs();
-        let record = runs.iter().find(|r| r.envelope.run_id == run_id).ok_or_else(|| Error::NotFound(run_id.into()))?;
-        let phases = record
-            .progress
-            .iter()
-            .filter_map(|e| match &e.event {
-                ProgressEvent::Phase { title } => Some(title.clone()),
-                _ => None,
-            })
-            .collect();
-        Ok(RunDetail {
-            envelope: record.envelope.clone(),
-            limits: record.limits,
-            phases,
-            agents: record.agents.clone(),
-            progress: record.progress.clone(),
-            component_hashes: record.component_hashes.clone(),
-        })
+    /// Progress entries of a run, paged.
+    pub fn progress(&self, session: &str, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, Error> {
+        self.record(session, run_id)?;
+        Ok(self.store.progress(run_id, query)?)
+    }
+
+    /// A run with its phases, agent summaries and latest progress page.
+    pub fn detail(&self, session: &str, run_id: &str) -> Result<RunDetail, Error> {
+        let record = self.record(session, run_id)?;
+        let mut phases: Vec<String> = Vec::new();
+        let mut agents = Vec::new();
+        let mut after = Some(0);
+        // Walk every entry in pages (the query caps a page at 1000).
+        while let Some(cursor) = after {
+            let page = self.store.progress(run_id, &ProgressQuery { after_seq: Some(cursor), limit: Some(1000), ..Default::default() })?;
+            after = page.last().map(|e| e.seq);
+            for entry in &page {
+                match &entry.event {
+                    ProgressEvent::Phase { title } if phases.last() != Some(title) => phases.push(title.clone()),
+                    ProgressEvent::AgentFinished { summary, cached: false } => agents.push(summary.clone()),
+                    _ => {}
+                }
+            }
+            if page.len() < 1000 {
+                break;
+            }
+        }
+        let progress = self.store.progress(run_id, &ProgressQuery::default())?;
+        let limits = record.limits;
+        let component_hashes = record.component_hashes.clone();
+        Ok(RunDetail { envelope: self.current(record)?, limits, phases, agents, progress, component_hashes })
+    }
+
+    /// Wait until the run is in a terminal status and return that envelope. Watches
+    /// `run_updated` and re-reads on a low-frequency timer too, so a missed event only makes
+    /// the answer a little late.
+    pub async fn wait(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
+        let mut updates = self.subscribe();
+        loop {
+            let envelope = self.envelope(session, run_id)?;
+            if envelope.status.is_terminal() && !self.active().contains_key(run_id) {
+                return Ok(envelope);
+            }
+            tokio::select! {
+                _ = updates.recv() => {}
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        }
+    }
+}
+
+/// The journal of `meta` calls, which journal nothing.
+struct NoJournal;
+
+impl Journal for NoJournal {
+    fn load(&self, _: &str) -> Result<crate::journal::JournalSnapshot, crate::journal::JournalError> {
+        Ok(Default::default())
+    }
+    fn put_step(&self, _: &str, _: &str, _: &str) -> Result<(), crate::journal::JournalError> {
+        Ok(())
+    }
+    fn put_agent(&self, _: &str, _: &str, _: Option<&str>) -> Result<(), crate::journal::JournalError> {
+        Ok(())
+    }
+    fn put_progress(&self, _: &str, _: &ProgressEntry) -> Result<(), crate::journal::JournalError> {
+        Ok(())
+    }
+    fn put_accounting(&self, _: &str, _: &Accounting) -> Result<(), crate::journal::JournalError> {
+        Ok(())
+    }
+    fn flush(&self) -> futures::future::BoxFuture<'_, Result<(), crate::journal::JournalError>> {
+        Box::pin(async { Ok(()) })
     }
 }

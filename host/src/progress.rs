@@ -18,11 +18,60 @@ pub enum ProgressEvent {
     AgentQueued { label: String },
     /// A subagent spawn started.
     AgentStarted { label: String, attempt: u32 },
-    /// A subagent call finished: `ok` false for an ordinary failure, `cached` when it was
-    /// answered by the journal or an identical call without a spawn.
-    AgentFinished { label: String, ok: bool, cached: bool },
+    /// A subagent call finished; `cached` when the journal or an identical call answered it
+    /// without a spawn.
+    AgentFinished {
+        #[serde(flatten)]
+        summary: AgentSummary,
+        cached: bool,
+    },
     /// The attempt ended with this status.
     AttemptEnded { status: crate::RunStatus },
+}
+
+impl ProgressEvent {
+    /// An agent call answered without a spawn.
+    pub(crate) fn cached(label: String, ok: bool) -> Self {
+        let status = if ok { "ok" } else { "failed" };
+        let summary = AgentSummary { label, model: None, status: status.into(), spawns: 0, credits_nano: 0, millis: 0 };
+        ProgressEvent::AgentFinished { summary, cached: true }
+    }
+}
+
+/// A prompt-free summary of one subagent call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSummary {
+    /// The call's label (or `agent`).
+    pub label: String,
+    /// The requested model, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub model: Option<String>,
+    /// `ok`, `failed`, or `aborted`.
+    pub status: String,
+    /// Spawns it took (2 with a schema retry; 0 when replayed).
+    pub spawns: u32,
+    /// Credits in nano-credits.
+    pub credits_nano: u64,
+    /// Wall time of the call, queue wait included.
+    pub millis: u64,
+}
+
+impl AgentSummary {
+    /// True when the call produced a reply.
+    pub fn ok(&self) -> bool {
+        self.status == "ok"
+    }
+}
+
+/// An invalidation signal: the run changed; re-read it if `revision` is newer than yours.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunUpdated {
+    /// The run.
+    pub run_id: String,
+    /// Its new revision.
+    pub revision: u64,
 }
 
 /// A progress event with its place in the run.

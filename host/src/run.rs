@@ -9,16 +9,15 @@ use crate::component::LoadedComponent;
 use crate::envelope::{Accounting, Failure, RunStatus};
 use crate::journal::Journal;
 use crate::limits::Limits;
-use crate::progress::{ProgressEntry, ProgressEvent};
+use crate::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::sandbox::{self, SandboxLimits};
 use crate::schema::Schema;
 use crate::AgentKey;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, OnceCell, Semaphore};
+use tokio::sync::{broadcast, mpsc, OnceCell, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// Why a hook tells the guest to stop (mirrors the WIT `abort`).
@@ -64,36 +63,15 @@ enum StopCause {
     Failed(Failure),
 }
 
-/// A prompt-free summary of one subagent call.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentSummary {
-    /// The call's label (or `agent`).
-    pub label: String,
-    /// The requested model, if any.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub model: Option<String>,
-    /// `ok`, `failed`, or `aborted`.
-    pub status: String,
-    /// Spawns it took (2 with a schema retry).
-    pub spawns: u32,
-    /// Credits in nano-credits.
-    pub credits_nano: u64,
-    /// Wall time of the call, queue wait included.
-    pub millis: u64,
-}
-
 /// Mutable per-run state behind one lock (never held across an await).
 #[derive(Default)]
 struct RunState {
     steps: HashMap<String, String>,
     agents: HashMap<String, Option<String>>,
     phase: Option<String>,
-    progress: Vec<ProgressEntry>,
     next_seq: u64,
     log_lines: usize,
     dropped_log_lines: u64,
-    summaries: Vec<AgentSummary>,
 }
 
 type Shared = Arc<OnceCell<Result<Option<String>, Abort>>>;
@@ -111,6 +89,11 @@ pub(crate) struct RunShared {
     stop: CancellationToken,
     cause: Mutex<Option<StopCause>>,
     events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    updates: broadcast::Sender<RunUpdated>,
+    /// Record writes of the run so far: the revision is this plus the progress seq.
+    record_writes: u64,
+    prior_active: Duration,
+    started: Instant,
     spawned: AtomicU64,
     cache_hits: AtomicU64,
     credits_nano: AtomicU64,
@@ -128,6 +111,8 @@ pub(crate) struct AttemptSetup {
     pub prior: Accounting,
     pub next_seq: u64,
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    pub updates: broadcast::Sender<RunUpdated>,
+    pub record_writes: u64,
     pub stop: CancellationToken,
 }
 
@@ -160,6 +145,10 @@ impl RunShared {
             stop: setup.stop,
             cause: Mutex::new(None),
             events: setup.events,
+            updates: setup.updates,
+            record_writes: setup.record_writes,
+            prior_active: Duration::from_secs_f64(setup.prior.active_seconds),
+            started: Instant::now(),
             spawned: AtomicU64::new(setup.prior.agents_spawned),
             cache_hits: AtomicU64::new(setup.prior.agent_cache_hits),
             credits_nano: AtomicU64::new(setup.prior.ai_credits_nano),
@@ -174,18 +163,26 @@ impl RunShared {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Record a progress event and stream it to the subscriber, if any.
+    /// Record a progress event (journaled, so `progress` pages and revisions survive a
+    /// crash), stream it to the subscriber, and announce the new revision.
     pub(crate) fn emit(&self, event: ProgressEvent) {
         let entry = {
             let mut state = self.state();
             state.next_seq += 1;
-            let entry = ProgressEntry { seq: state.next_seq, at_ms: now_ms(), phase: state.phase.clone(), event };
-            state.progress.push(entry.clone());
-            entry
+            ProgressEntry { seq: state.next_seq, at_ms: now_ms(), phase: state.phase.clone(), event }
         };
+        if let Err(e) = self.journal.put_progress(&self.run_id, &entry) {
+            self.abort(Abort::Storage(e.to_string()));
+        }
+        let _ = self.updates.send(RunUpdated { run_id: self.run_id.clone(), revision: self.record_writes + entry.seq });
         if let Some(tx) = &self.events {
             let _ = tx.send(entry);
         }
+    }
+
+    /// The latest progress seq of this run.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.state().next_seq
     }
 
     /// Stop the attempt: the first cause wins. Returns the abort to hand the guest.
@@ -315,7 +312,7 @@ impl RunShared {
         let journaled = self.state().agents.get(&key.0).cloned();
         if let Some(outcome) = journaled {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
-            self.emit(ProgressEvent::AgentFinished { label: shown, ok: outcome.is_some(), cached: true });
+            self.emit(ProgressEvent::cached(shown, outcome.is_some()));
             return Ok(outcome);
         }
 
@@ -357,7 +354,7 @@ impl RunShared {
             .clone();
         if !first {
             if let Ok(reply) = &outcome {
-                self.emit(ProgressEvent::AgentFinished { label: shown, ok: reply.is_some(), cached: true });
+                self.emit(ProgressEvent::cached(shown, reply.is_some()));
             }
         }
         outcome
@@ -477,34 +474,26 @@ impl RunShared {
         }
         .into();
         summary.millis = started.elapsed().as_millis() as u64;
-        let ok = matches!(outcome, Ok(Some(_)));
-        self.state().summaries.push(summary);
         if outcome.is_ok() {
-            self.emit(ProgressEvent::AgentFinished { label, ok, cached: false });
+            self.emit(ProgressEvent::AgentFinished { summary, cached: false });
+            let accounting = self.accounting();
+            if let Err(e) = self.journal.put_accounting(&self.run_id, &accounting) {
+                return Err(self.abort(Abort::Storage(e.to_string())));
+            }
         }
         outcome
     }
 
-    /// Accounting so far (all attempts), with `active` as the accumulated active time.
-    pub(crate) fn accounting(&self, active: Duration) -> Accounting {
+    /// Accounting so far, all attempts included; active time counts this attempt so far.
+    pub(crate) fn accounting(&self) -> Accounting {
         Accounting {
             agents_spawned: self.spawned.load(Ordering::SeqCst),
             agent_cache_hits: self.cache_hits.load(Ordering::SeqCst),
-            active_seconds: active.as_secs_f64(),
+            active_seconds: (self.prior_active + self.started.elapsed()).as_secs_f64(),
             ai_credits_nano: self.credits_nano.load(Ordering::SeqCst),
             input_tokens: self.input_tokens.load(Ordering::SeqCst),
             output_tokens: self.output_tokens.load(Ordering::SeqCst),
         }
-    }
-
-    /// The progress entries recorded in this attempt.
-    pub(crate) fn progress(&self) -> Vec<ProgressEntry> {
-        self.state().progress.clone()
-    }
-
-    /// The agent summaries recorded in this attempt.
-    pub(crate) fn summaries(&self) -> Vec<AgentSummary> {
-        self.state().summaries.clone()
     }
 
     /// Log lines dropped over the cap.
@@ -536,7 +525,6 @@ pub(crate) struct AttemptOutcome {
     pub status: RunStatus,
     pub result: Option<serde_json::Value>,
     pub failure: Option<Failure>,
-    pub active: Duration,
 }
 
 /// Run one attempt to its end. `args` is JSON text; `budget` the active time left.
@@ -547,12 +535,11 @@ pub(crate) async fn execute(
     args: String,
     budget: Option<Duration>,
 ) -> AttemptOutcome {
-    let started = Instant::now();
     let stop = shared.stop.clone();
     let returned = {
         let mut store = match sandbox::new_store(engine, &shared.sandbox, shared.clone()) {
             Ok(store) => store,
-            Err(e) => return outcome_failed(Failure::new("sandbox", None, format!("{e:#}")), started),
+            Err(e) => return outcome_failed(Failure::new("sandbox", None, format!("{e:#}"))),
         };
         let pre = component.pre.clone();
         let call = async {
@@ -590,27 +577,26 @@ pub(crate) async fn execute(
         (Some(StopCause::Cancelled), _) => AttemptOutcome {
             status: RunStatus::Cancelled,
             result: None,
-            failure: Some(Failure::new("cancelled", None, "the run was cancelled")),
-            active: started.elapsed(),
+            failure: Some(Failure::new("cancelled", None, "the run was cancelled"))
         },
         // A recorded failure wins over whatever the guest returned after it.
-        (Some(StopCause::Failed(failure)), _) => outcome_failed(failure, started),
-        (None, None) => outcome_failed(Failure::new("cancelled", None, "the run was stopped"), started),
-        (None, Some(Err(trap))) => outcome_failed(classify_trap(&trap), started),
-        (None, Some(Ok(Err(message)))) => outcome_failed(Failure::new("guest_error", None, message), started),
+        (Some(StopCause::Failed(failure)), _) => outcome_failed(failure),
+        (None, None) => outcome_failed(Failure::new("cancelled", None, "the run was stopped")),
+        (None, Some(Err(trap))) => outcome_failed(classify_trap(&trap)),
+        (None, Some(Ok(Err(message)))) => outcome_failed(Failure::new("guest_error", None, message)),
         (None, Some(Ok(Ok(result)))) => match check_result(result, &shared.sandbox) {
-            Ok(result) => AttemptOutcome { status: RunStatus::Completed, result, failure: None, active: started.elapsed() },
-            Err(failure) => outcome_failed(failure, started),
+            Ok(result) => AttemptOutcome { status: RunStatus::Completed, result, failure: None },
+            Err(failure) => outcome_failed(failure),
         },
     };
     if let Err(e) = flushed {
-        outcome = outcome_failed(Failure::new("storage", None, e.to_string()), started);
+        outcome = outcome_failed(Failure::new("storage", None, e.to_string()));
     }
     outcome
 }
 
-fn outcome_failed(failure: Failure, started: Instant) -> AttemptOutcome {
-    AttemptOutcome { status: RunStatus::Error, result: None, failure: Some(failure), active: started.elapsed() }
+fn outcome_failed(failure: Failure) -> AttemptOutcome {
+    AttemptOutcome { status: RunStatus::Error, result: None, failure: Some(failure) }
 }
 
 /// The run's result must be JSON within the size cap.

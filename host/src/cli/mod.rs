@@ -1,7 +1,10 @@
 //! The `factory` CLI: argument parsing (clap) and one module per subcommand.
 
+mod context;
 mod describe;
+mod observe;
 mod progress_ui;
+mod registry;
 mod run;
 mod target;
 
@@ -10,18 +13,50 @@ use factory_host::Limits;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Run agent factories (WebAssembly components) in a sandbox.
+/// Run agent factories (WebAssembly components) in a sandbox, durably.
 #[derive(Parser)]
 #[command(name = "factory", version, about, long_about = None)]
 struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
 
+/// Options every subcommand shares.
+#[derive(Args, Clone)]
+pub struct GlobalArgs {
+    /// Where runs, journals and registered factories are stored.
+    #[arg(long, global = true, env = "FACTORY_STATE_DIR", default_value = ".factory", value_name = "DIR")]
+    pub state_dir: PathBuf,
+    /// The owner session: runs are visible only to the session that started them.
+    #[arg(long, global = true, env = "FACTORY_SESSION", default_value = factory_host::DEFAULT_SESSION)]
+    pub session: String,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Run a factory: a component file, or a Rust crate directory (built first).
+    /// Run a factory: a component file, a Rust crate directory (built first), or a
+    /// registered name.
     Run(run::RunArgs),
+    /// Resume a run that stopped (limit, crash, cancel): journaled work replays for free.
+    Resume(run::ResumeArgs),
+    /// List the session's runs, oldest first.
+    Runs(observe::JsonArg),
+    /// Show a run: envelope, phases, agent summaries, latest progress.
+    Show(observe::RunIdArgs),
+    /// Page through a run's progress.
+    Progress(observe::ProgressArgs),
+    /// Wait until a run ends and print its envelope.
+    Wait(observe::RunIdArgs),
+    /// Cancel a run and print its terminal envelope.
+    Cancel(observe::RunIdArgs),
+    /// Register a factory under its meta name.
+    Add(registry::AddArgs),
+    /// List registered factories.
+    List(observe::JsonArg),
+    /// Show a registered factory's description, phases, limits and args schema.
+    Inspect(registry::InspectArgs),
     /// Print a factory's metadata, imports and the sandbox limits it would run under.
     Describe(describe::DescribeArgs),
     /// Build a Rust factory crate into a component and print its path.
@@ -31,7 +66,7 @@ enum Command {
     },
 }
 
-/// Limit overrides shared by `run` (and later `resume`).
+/// Limit overrides shared by `run` and `resume`.
 #[derive(Args, Debug, Default, Clone)]
 pub struct LimitArgs {
     /// Override maxConcurrentSubagents (positive integer).
@@ -69,9 +104,19 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let g = cli.global;
     let outcome = runtime.block_on(async move {
         match cli.command {
-            Command::Run(args) => run::run(args).await,
+            Command::Run(args) => run::run(&g, args).await,
+            Command::Resume(args) => run::resume(&g, args).await,
+            Command::Runs(args) => observe::runs(&g, args).await,
+            Command::Show(args) => observe::show(&g, args).await,
+            Command::Progress(args) => observe::progress(&g, args).await,
+            Command::Wait(args) => observe::wait(&g, args).await,
+            Command::Cancel(args) => observe::cancel(&g, args).await,
+            Command::Add(args) => registry::add(&g, args).await,
+            Command::List(args) => registry::list(&g, args).await,
+            Command::Inspect(args) => registry::inspect(&g, args).await,
             Command::Describe(args) => describe::describe(args).await,
             Command::Build { dir } => {
                 let built = target::build(&dir)?;

@@ -33,10 +33,10 @@ impl Counts {
                     self.running += 1;
                 }
             }
-            ProgressEvent::AgentFinished { ok, cached: false, .. } => {
+            ProgressEvent::AgentFinished { summary, cached: false } => {
                 self.running = self.running.saturating_sub(1);
                 self.done += 1;
-                if !ok {
+                if !summary.ok() {
                     self.failed += 1;
                 }
             }
@@ -58,17 +58,16 @@ impl Counts {
 }
 
 /// Render progress until the run drops its sender.
-pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, factory: String, quiet: bool) {
+pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool) {
     let started = Instant::now();
     let mut counts = Counts::default();
     let mut phase = String::from("-");
     let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
-            ProgressStyle::with_template("{spinner} {prefix} [{elapsed}] {msg}")
+            ProgressStyle::with_template("{spinner} [{elapsed}] {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
-        bar.set_prefix(factory.clone());
         bar.enable_steady_tick(Duration::from_millis(100));
         bar
     });
@@ -80,8 +79,9 @@ pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, factory: String, q
                 Some(format!("phase: {title}"))
             }
             ProgressEvent::Log { message } => Some(format!("log: {message}")),
-            ProgressEvent::AgentFinished { label, ok, cached } => {
-                let what = match (cached, ok) {
+            ProgressEvent::AgentFinished { summary, cached } => {
+                let label = &summary.label;
+                let what = match (cached, summary.ok()) {
                     (true, _) => "replayed",
                     (false, true) => "done",
                     (false, false) => "failed",

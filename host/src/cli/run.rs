@@ -1,21 +1,22 @@
-//! `factory run`: load (or build) a factory, run it with progress on stderr, print the
-//! result (or the envelope with `--json`) on stdout. Exit code 0 only for `completed`.
+//! `factory run` and `factory resume`: drive one attempt in the foreground with progress on
+//! stderr, print the result (or the envelope with `--json`) on stdout. Ctrl-C cancels the
+//! run cleanly and says how to resume it. Exit code 0 only for `completed`.
 
-use super::{progress_ui, target, LimitArgs};
+use super::context::{self, serve};
+use super::{progress_ui, target, GlobalArgs, LimitArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use factory_host::{backend, Host, HostConfig, RunOptions, RunStatus};
+use factory_host::backend::{self, AgentBackend};
+use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
+use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use tokio::sync::mpsc;
 
+/// How the run is shown and who answers its subagents.
 #[derive(Args)]
-pub struct RunArgs {
-    /// A component file (`.wasm`) or a Rust factory crate directory.
-    target: PathBuf,
-    /// Arguments as JSON (default `{}`).
-    #[arg(long, value_name = "JSON")]
-    args: Option<String>,
+pub struct OutputArgs {
     /// Who runs subagents: `dry-run` (offline, deterministic) or `script:FILE`.
     #[arg(long, default_value = "dry-run", value_name = "SPEC")]
     backend: String,
@@ -25,22 +26,102 @@ pub struct RunArgs {
     /// No progress output on stderr.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// A component file (`.wasm`), a Rust factory crate directory, or a registered name.
+    target: String,
+    /// Arguments as JSON (default `{}`).
+    #[arg(long, value_name = "JSON")]
+    args: Option<String>,
+    #[command(flatten)]
+    out: OutputArgs,
     #[command(flatten)]
     limits: LimitArgs,
 }
 
-pub async fn run(a: RunArgs) -> Result<ExitCode> {
+#[derive(Args)]
+pub struct ResumeArgs {
+    /// The run to resume.
+    run_id: String,
+    /// Run this component (file or crate directory) instead of the last attempt's.
+    #[arg(long, value_name = "FILE|DIR")]
+    component: Option<PathBuf>,
+    #[command(flatten)]
+    out: OutputArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+fn make_backend(out: &OutputArgs) -> Result<Arc<dyn AgentBackend>> {
+    Ok(backend::from_spec(&out.backend)?)
+}
+
+/// Load what `target` names: a file, a crate directory, or a registered factory.
+async fn load(host: &Host, target: &str) -> Result<Factory> {
+    let path = PathBuf::from(target);
+    if path.exists() {
+        let file = target::resolve(&path)?;
+        return host.load_file(&file).await.with_context(|| format!("loading {}", file.display()));
+    }
+    let looks_like_name = !target.contains('/') && !target.ends_with(".wasm");
+    if looks_like_name {
+        if let Ok(factory) = host.load_registered(target).await {
+            return Ok(factory);
+        }
+    }
+    anyhow::bail!("`{target}` is neither a component file, a crate directory, nor a registered factory")
+}
+
+pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     let args = match &a.args {
         Some(text) => Some(serde_json::from_str(text).context("--args is not valid JSON")?),
         None => None,
     };
-    let backend = backend::from_spec(&a.backend)?;
-    let host = Arc::new(Host::new(HostConfig { backend, ..HostConfig::default() })?);
-    let path = target::resolve(&a.target)?;
-    let factory = host.load_file(&path).await.with_context(|| format!("loading {}", path.display()))?;
+    let host = context::open_host(g, make_backend(&a.out)?)
+        .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
+    let factory = load(&host, &a.target).await?;
+    let session = Some(g.session.clone());
+    let limits = a.limits.limits();
+    drive(g, &host, &a.out, |events| {
+        let options = RunOptions { args, limits, session, events: Some(events), on_start: None };
+        let host = host.clone();
+        async move { host.run(&factory, options).await }
+    })
+    .await
+}
 
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let ui = tokio::spawn(progress_ui::render(rx, factory.meta.name.clone(), a.quiet));
+pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
+    let host = context::open_host(g, make_backend(&a.out)?)
+        .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
+    let component = match &a.component {
+        Some(path) => {
+            let file = target::resolve(path)?;
+            Some(host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?)
+        }
+        None => None,
+    };
+    let session = Some(g.session.clone());
+    let limits = a.limits.limits();
+    let run_id = a.run_id.clone();
+    drive(g, &host, &a.out, |events| {
+        let options = ResumeOptions { limits, component, session, events: Some(events) };
+        let host = host.clone();
+        async move { host.resume(&run_id, options).await }
+    })
+    .await
+}
+
+/// Run `start` with progress, Ctrl-C handling and the control socket, then report.
+async fn drive<F, Fut>(g: &GlobalArgs, host: &Arc<Host>, out: &OutputArgs, start: F) -> Result<ExitCode>
+where
+    F: FnOnce(mpsc::UnboundedSender<ProgressEntry>) -> Fut,
+    Fut: Future<Output = Result<RunEnvelope, factory_host::Error>>,
+{
+    let _serving = serve(g, host);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let ui = tokio::spawn(progress_ui::render(rx, out.quiet));
     let interrupt = {
         let host = host.clone();
         tokio::spawn(async move {
@@ -50,20 +131,22 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             }
         })
     };
-    let options = RunOptions { args, limits: a.limits.limits(), events: Some(tx), on_start: None };
-    let envelope = host.run(&factory, options).await;
+    let envelope = start(tx).await;
     interrupt.abort();
     let _ = ui.await;
-    let envelope = envelope?;
+    report(&envelope?, out)
+}
 
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&envelope)?);
+/// Print the outcome and choose the exit code.
+fn report(envelope: &RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
+    if out.json {
+        println!("{}", serde_json::to_string_pretty(envelope)?);
     } else if let Some(result) = &envelope.result {
         println!("{}", serde_json::to_string_pretty(result)?);
     }
     let acc = &envelope.accounting;
     if envelope.status == RunStatus::Completed {
-        if !a.quiet {
+        if !out.quiet {
             eprintln!(
                 "factory: run {} completed: {} agents spawned, {} replayed, {:.2}s active, {} AI credits",
                 envelope.run_id,
@@ -84,5 +167,6 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     );
     let status = serde_json::to_value(envelope.status)?;
     eprintln!("factory: run {} ended as {}: {why}", envelope.run_id, status.as_str().unwrap_or("?"));
+    eprintln!("factory: resume it with: factory resume {}", envelope.run_id);
     Ok(ExitCode::from(if envelope.status == RunStatus::Cancelled { 130 } else { 1 }))
 }

@@ -1,0 +1,140 @@
+//! The control socket: redb lets one process open the store, so the process that holds it
+//! (a foreground `factory run`, or `factory serve`) answers control requests on a Unix
+//! socket in the state directory. Another `factory runs/show/progress/wait/cancel` connects
+//! there instead of failing on the lock. One JSON request line, one JSON response line.
+
+use crate::error::Error;
+use crate::host::Host;
+use crate::store::ProgressQuery;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+/// The socket's file name inside the state directory.
+pub const SOCKET_FILE: &str = "control.sock";
+
+/// The socket path for a state directory.
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(SOCKET_FILE)
+}
+
+/// A control request; every one is on behalf of a session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum Request {
+    /// The session's runs, in creation order.
+    Runs { session: String },
+    /// A run's envelope.
+    Envelope { session: String, run_id: String },
+    /// A run's detail.
+    Detail { session: String, run_id: String },
+    /// A page of a run's progress.
+    Progress { session: String, run_id: String, query: ProgressQuery },
+    /// Wait for a terminal envelope.
+    Wait { session: String, run_id: String },
+    /// Cancel a run; answers with its terminal envelope.
+    Cancel { session: String, run_id: String },
+}
+
+/// A failed request, with the library error's code when it has one.
+#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct RemoteError {
+    /// `not_found`, `non_resumable`, `already_active`, or `error`.
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl From<&Error> for RemoteError {
+    fn from(e: &Error) -> Self {
+        RemoteError { code: e.code().unwrap_or("error").to_string(), message: e.to_string() }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum Response {
+    Ok(serde_json::Value),
+    Err(RemoteError),
+}
+
+async fn answer(host: &Host, request: Request) -> Result<serde_json::Value, Error> {
+    let json = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|e| Error::Engine(e.to_string()));
+    match request {
+        Request::Runs { session } => json(serde_json::to_value(host.runs(&session)?)),
+        Request::Envelope { session, run_id } => json(serde_json::to_value(host.envelope(&session, &run_id)?)),
+        Request::Detail { session, run_id } => json(serde_json::to_value(host.detail(&session, &run_id)?)),
+        Request::Progress { session, run_id, query } => {
+            json(serde_json::to_value(host.progress(&session, &run_id, &query)?))
+        }
+        Request::Wait { session, run_id } => json(serde_json::to_value(host.wait(&session, &run_id).await?)),
+        Request::Cancel { session, run_id } => json(serde_json::to_value(host.cancel(&session, &run_id).await?)),
+    }
+}
+
+/// Serve control requests for `host` on `path` until the returned task is aborted. A stale
+/// socket file (no one listening) is replaced.
+pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    if path.exists() {
+        // We hold the store, so nobody else can be serving it: the file is stale.
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    Ok(tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let host = host.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut line = String::new();
+                if BufReader::new(read).read_line(&mut line).await.is_err() {
+                    return;
+                }
+                let response = match serde_json::from_str::<Request>(&line) {
+                    Err(e) => Response::Err(RemoteError { code: "bad_request".into(), message: e.to_string() }),
+                    Ok(request) => match answer(&host, request).await {
+                        Ok(value) => Response::Ok(value),
+                        Err(e) => Response::Err(RemoteError::from(&e)),
+                    },
+                };
+                if let Ok(mut bytes) = serde_json::to_vec(&response) {
+                    bytes.push(b'\n');
+                    let _ = write.write_all(&bytes).await;
+                }
+            });
+        }
+    }))
+}
+
+/// Why a control request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nobody answers on the socket.
+    #[error("cannot reach the factory process holding the store ({path}): {source}")]
+    Connect { path: String, source: std::io::Error },
+    /// The exchange broke or the answer was not understood.
+    #[error("control socket: {0}")]
+    Protocol(String),
+    /// The holder answered with an error.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+}
+
+/// Send one request to the process serving `path` and return its answer.
+pub async fn request(path: &Path, request: &Request) -> Result<serde_json::Value, ClientError> {
+    let stream = UnixStream::connect(path)
+        .await
+        .map_err(|source| ClientError::Connect { path: path.display().to_string(), source })?;
+    let (read, mut write) = stream.into_split();
+    let mut bytes = serde_json::to_vec(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    bytes.push(b'\n');
+    write.write_all(&bytes).await.map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let mut line = String::new();
+    BufReader::new(read).read_line(&mut line).await.map_err(|e| ClientError::Protocol(e.to_string()))?;
+    match serde_json::from_str::<Response>(&line).map_err(|e| ClientError::Protocol(format!("{e}: {line:?}")))? {
+        Response::Ok(value) => Ok(value),
+        Response::Err(e) => Err(ClientError::Remote(e)),
+    }
+}

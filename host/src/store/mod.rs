@@ -1,0 +1,393 @@
+//! The durable store: one redb file in the state directory holding run records, the step
+//! and agent journal, progress, live accounting, registered factories and component bytes.
+//! Writes go through the group-commit [`writer`]; reads open their own read transaction and
+//! see what is committed. Opening the store repairs what a crash left: runs that were
+//! `running` become `halted`, with the spend recorded up to the last commit.
+
+mod records;
+pub(crate) mod tables;
+mod writer;
+
+pub use records::{ProgressQuery, Registration, RunRecord};
+pub use writer::WriterStats;
+pub(crate) use records::timestamp as records_timestamp;
+
+use crate::envelope::{Accounting, Failure, RunStatus};
+use crate::journal::{Journal, JournalError, JournalSnapshot};
+use crate::progress::ProgressEntry;
+use futures::future::BoxFuture;
+use redb::{Database, ReadableDatabase, ReadableTable};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tables::*;
+use writer::{Op, Writer};
+
+/// The store file's name inside the state directory.
+pub const STORE_FILE: &str = "factory.redb";
+
+/// Default commit window of the group-commit writer.
+pub const DEFAULT_COMMIT_WINDOW: Duration = Duration::from_millis(10);
+
+/// A store failure. Never a cache miss.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Another process holds the store (redb allows one).
+    #[error("the store {0} is in use by another factory process")]
+    Locked(String),
+    /// Written by a newer (or unknown) layout.
+    #[error("the store was written with schema version {found}; this build reads version {expected}")]
+    Version { found: u64, expected: u64 },
+    /// The file is damaged or holds what this build did not write.
+    #[error("the store is corrupt: {0}")]
+    Corrupt(String),
+    /// An I/O or database error.
+    #[error("store I/O: {0}")]
+    Io(String),
+    /// A commit failed earlier; the store refuses further writes.
+    #[error("a store commit failed: {0}")]
+    WriteFailed(String),
+    /// The writer is gone.
+    #[error("the store is closed")]
+    Closed,
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Io(e.to_string())
+            }
+        }
+    )*};
+}
+from_redb!(redb::Error, redb::StorageError, redb::TableError, redb::TransactionError, redb::CommitError);
+
+impl From<redb::DatabaseError> for StoreError {
+    fn from(e: redb::DatabaseError) -> Self {
+        match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked(String::new()),
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(m)) => StoreError::Corrupt(m),
+            other => StoreError::Io(other.to_string()),
+        }
+    }
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The group-commit window.
+    pub commit_window: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { commit_window: DEFAULT_COMMIT_WINDOW }
+    }
+}
+
+/// The durable store.
+pub struct Store {
+    db: Arc<Database>,
+    writer: Writer,
+    next_run_seq: AtomicU64,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+impl Store {
+    /// Open (or create) the store in `dir`.
+    pub fn open(dir: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(STORE_FILE);
+        let db = Database::create(&path).map_err(|e| match StoreError::from(e) {
+            StoreError::Locked(_) => StoreError::Locked(path.display().to_string()),
+            other => other,
+        })?;
+        Store::with_database(db, options, Some(path))
+    }
+
+    /// A store that lives in memory for the life of the process (embedding, tests).
+    pub fn in_memory() -> Result<Store, StoreError> {
+        let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
+        Store::with_database(db, StoreOptions { commit_window: Duration::ZERO }, None)
+    }
+
+    fn with_database(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<Store, StoreError> {
+        let next_run_seq = prepare(&db)?;
+        let db = Arc::new(db);
+        let writer = Writer::start(db.clone(), options.commit_window)?;
+        Ok(Store { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path })
+    }
+
+    /// The store file, if it has one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Commit counters of the writer.
+    pub fn writer_stats(&self) -> &WriterStats {
+        &self.writer.stats
+    }
+
+    /// Resolve once every write queued so far is committed.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.writer.flush().await
+    }
+
+    /// Write a run record durably (bumps its write count, which feeds its revision).
+    pub async fn put_run(&self, record: &mut RunRecord, new: bool) -> Result<(), StoreError> {
+        record.writes += 1;
+        let order = new.then(|| {
+            record.seq = self.next_run_seq.fetch_add(1, Ordering::SeqCst);
+            record.seq
+        });
+        let bytes = serde_json::to_vec(record).map_err(|e| StoreError::Io(e.to_string()))?;
+        self.writer.send(Op::Run { id: record.envelope.run_id.clone(), order, record: bytes })?;
+        self.writer.flush().await
+    }
+
+    /// A run record.
+    pub fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let runs = txn.open_table(RUNS)?;
+        match runs.get(run_id)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(bytes.value()).map(Some).map_err(|e| corrupt("run record", e)),
+        }
+    }
+
+    /// Every run record, in creation order.
+    pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let order = txn.open_table(RUN_ORDER)?;
+        let runs = txn.open_table(RUNS)?;
+        let mut out = Vec::new();
+        for row in order.iter()? {
+            let (_, id) = row?;
+            if let Some(bytes) = runs.get(id.value())? {
+                out.push(serde_json::from_slice(bytes.value()).map_err(|e| corrupt("run record", e))?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Progress entries of a run, paged (see [`ProgressQuery`]), in ascending seq order.
+    pub fn progress(&self, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(PROGRESS)?;
+        let limit = query.limit();
+        let lo = query.after_seq.map_or(0, |s| s.saturating_add(1));
+        let hi = query.before_seq.map_or(u64::MAX, |s| s.saturating_sub(1));
+        if lo > hi || query.before_seq == Some(0) {
+            return Ok(Vec::new());
+        }
+        let range = table.range((run_id, lo)..=(run_id, hi))?;
+        let mut out = Vec::new();
+        let keep = |entry: &ProgressEntry| query.phase.as_deref().is_none_or(|p| entry.phase.as_deref() == Some(p));
+        // Forward from `after_seq`; otherwise backward from `before_seq` or the tail.
+        if query.after_seq.is_some() {
+            for row in range {
+                let entry: ProgressEntry = serde_json::from_slice(row?.1.value()).map_err(|e| corrupt("progress", e))?;
+                if keep(&entry) {
+                    out.push(entry);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+        } else {
+            for row in range.rev() {
+                let entry: ProgressEntry = serde_json::from_slice(row?.1.value()).map_err(|e| corrupt("progress", e))?;
+                if keep(&entry) {
+                    out.push(entry);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            out.reverse();
+        }
+        Ok(out)
+    }
+
+    /// The highest progress seq of a run (0 when it has none).
+    pub fn last_progress_seq(&self, run_id: &str) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(PROGRESS)?;
+        let last = table.range((run_id, 0)..=(run_id, u64::MAX))?.next_back();
+        Ok(match last {
+            Some(row) => row?.0.value().1,
+            None => 0,
+        })
+    }
+
+    /// Queue a progress entry.
+    pub(crate) fn put_progress(&self, run_id: &str, entry: &ProgressEntry) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(entry).map_err(|e| StoreError::Io(e.to_string()))?;
+        self.writer.send(Op::Progress { run: run_id.to_string(), seq: entry.seq, entry: bytes })
+    }
+
+    /// Queue the running attempt's accounting (so a crash loses no recorded spend).
+    pub(crate) fn put_live_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(accounting).map_err(|e| StoreError::Io(e.to_string()))?;
+        self.writer.send(Op::Accounting { run: run_id.to_string(), accounting: bytes })
+    }
+
+    /// Store component bytes under their hash (no-op when present).
+    pub fn put_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.writer.send(Op::Blob { hash: hash.to_string(), bytes: bytes.to_vec() })
+    }
+
+    /// Component bytes by hash.
+    pub fn blob(&self, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(BLOBS)?;
+        Ok(table.get(hash)?.map(|b| b.value().to_vec()))
+    }
+
+    /// Register (or re-register) a factory by name.
+    pub async fn register(&self, registration: &Registration, bytes: &[u8]) -> Result<(), StoreError> {
+        self.put_blob(&registration.hash, bytes)?;
+        let json = serde_json::to_vec(registration).map_err(|e| StoreError::Io(e.to_string()))?;
+        self.writer.send(Op::Factory { name: registration.meta.name.clone(), registration: json })?;
+        self.writer.flush().await
+    }
+
+    /// A registered factory.
+    pub fn factory(&self, name: &str) -> Result<Option<Registration>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(FACTORIES)?;
+        match table.get(name)? {
+            None => Ok(None),
+            Some(b) => serde_json::from_slice(b.value()).map(Some).map_err(|e| corrupt("registration", e)),
+        }
+    }
+
+    /// Every registered factory, by name.
+    pub fn factories(&self) -> Result<Vec<Registration>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(FACTORIES)?;
+        let mut out = Vec::new();
+        for row in table.iter()? {
+            out.push(serde_json::from_slice(row?.1.value()).map_err(|e| corrupt("registration", e))?);
+        }
+        Ok(out)
+    }
+}
+
+/// Create the tables, check the schema version, and halt the runs a crash left running.
+/// Returns the next run creation seq.
+fn prepare(db: &Database) -> Result<u64, StoreError> {
+    let txn = db.begin_write()?;
+    let next_seq;
+    {
+        let mut meta = txn.open_table(META)?;
+        let version = meta.get("schema_version")?.map(|v| v.value());
+        match version {
+            None => {
+                meta.insert("schema_version", SCHEMA_VERSION)?;
+            }
+            Some(v) if v == SCHEMA_VERSION => {}
+            Some(found) => return Err(StoreError::Version { found, expected: SCHEMA_VERSION }),
+        }
+        next_seq = meta.get("next_run_seq")?.map_or(0, |v| v.value());
+        // Make sure every table exists, so readers never meet a missing one.
+        txn.open_table(RUN_ORDER)?;
+        txn.open_table(STEPS)?;
+        txn.open_table(AGENTS)?;
+        txn.open_table(PROGRESS)?;
+        txn.open_table(FACTORIES)?;
+        txn.open_table(BLOBS)?;
+        let live = txn.open_table(LIVE_ACCOUNTING)?;
+        let mut runs = txn.open_table(RUNS)?;
+        let mut interrupted = Vec::new();
+        for row in runs.iter()? {
+            let (id, bytes) = row?;
+            let mut record: RunRecord = serde_json::from_slice(bytes.value()).map_err(|e| corrupt("run record", e))?;
+            if matches!(record.envelope.status, RunStatus::Running | RunStatus::Pending) {
+                if let Some(acc) = live.get(id.value())? {
+                    let acc: Accounting = serde_json::from_slice(acc.value()).map_err(|e| corrupt("accounting", e))?;
+                    record.envelope.accounting = acc;
+                }
+                record.envelope.status = RunStatus::Halted;
+                let failure = Failure::new("halted", None, "the host stopped during this attempt; resume to continue");
+                record.envelope.error = Some(failure.message.clone());
+                record.envelope.failure = Some(failure);
+                record.envelope.updated_at = records::timestamp();
+                record.writes += 1;
+                interrupted.push(record);
+            }
+        }
+        for record in interrupted {
+            let bytes = serde_json::to_vec(&record).map_err(|e| StoreError::Io(e.to_string()))?;
+            runs.insert(record.envelope.run_id.as_str(), bytes.as_slice())?;
+        }
+    }
+    txn.commit()?;
+    Ok(next_seq)
+}
+
+impl Journal for Store {
+    fn load(&self, run_id: &str) -> Result<JournalSnapshot, JournalError> {
+        let load = || -> Result<JournalSnapshot, StoreError> {
+            let txn = self.db.begin_read()?;
+            let mut snapshot = JournalSnapshot::default();
+            let steps = txn.open_table(STEPS)?;
+            for row in steps.range((run_id, "")..)? {
+                let (key, value) = row?;
+                let (run, step) = key.value();
+                if run != run_id {
+                    break;
+                }
+                snapshot.steps.insert(step.to_string(), value.value().to_string());
+            }
+            let agents = txn.open_table(AGENTS)?;
+            for row in agents.range((run_id, "")..)? {
+                let (key, value) = row?;
+                let (run, agent) = key.value();
+                if run != run_id {
+                    break;
+                }
+                let outcome = decode_outcome(value.value()).map_err(|e| corrupt("agent journal", e))?;
+                snapshot.agents.insert(agent.to_string(), outcome);
+            }
+            Ok(snapshot)
+        };
+        load().map_err(|e| JournalError(e.to_string()))
+    }
+
+    fn put_step(&self, run_id: &str, key: &str, value: &str) -> Result<(), JournalError> {
+        self.writer
+            .send(Op::Step { run: run_id.to_string(), key: key.to_string(), value: value.to_string() })
+            .map_err(|e| JournalError(e.to_string()))
+    }
+
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>) -> Result<(), JournalError> {
+        self.writer
+            .send(Op::Agent { run: run_id.to_string(), key: key.to_string(), outcome: encode_outcome(outcome) })
+            .map_err(|e| JournalError(e.to_string()))
+    }
+
+    fn put_progress(&self, run_id: &str, entry: &ProgressEntry) -> Result<(), JournalError> {
+        Store::put_progress(self, run_id, entry).map_err(|e| JournalError(e.to_string()))
+    }
+
+    fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {
+        self.put_live_accounting(run_id, accounting).map_err(|e| JournalError(e.to_string()))
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {
+        Box::pin(async move { self.writer.flush().await.map_err(|e| JournalError(e.to_string())) })
+    }
+}

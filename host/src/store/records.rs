@@ -1,0 +1,74 @@
+//! The records the store keeps, as serde types: a run ([`RunRecord`]), a registered
+//! factory ([`Registration`]), and the query that pages progress ([`ProgressQuery`]).
+
+use crate::envelope::RunEnvelope;
+use crate::limits::Limits;
+use crate::meta::FactoryMeta;
+use serde::{Deserialize, Serialize};
+
+/// RFC 3339 UTC timestamp, milliseconds.
+pub(crate) fn timestamp() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// Everything the store keeps about a run besides its journal and progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    /// The envelope as of the last record write.
+    pub envelope: RunEnvelope,
+    /// The owner session: other sessions do not see the run.
+    pub session: String,
+    /// The arguments (JSON text), fixed at creation.
+    pub args: String,
+    /// Limit overrides given so far (run, then each resume).
+    pub overrides: Limits,
+    /// Effective limits of the latest attempt.
+    pub limits: Limits,
+    /// The component sha256 each attempt ran.
+    pub component_hashes: Vec<String>,
+    /// Read-only directories granted to the run.
+    #[serde(default)]
+    pub grants: Vec<String>,
+    /// Record writes so far; with the progress seq it forms the revision.
+    pub writes: u64,
+    /// Creation order.
+    pub seq: u64,
+}
+
+/// A registered factory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Registration {
+    /// Its metadata at registration.
+    pub meta: FactoryMeta,
+    /// The component's sha256 (its bytes are in the store under it).
+    pub hash: String,
+    /// When it was registered.
+    pub added_at: String,
+}
+
+/// Which progress entries to read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressQuery {
+    /// Entries after this seq, forwards.
+    #[serde(default)]
+    pub after_seq: Option<u64>,
+    /// Entries before this seq, backwards (returned in ascending order).
+    #[serde(default)]
+    pub before_seq: Option<u64>,
+    /// Only entries recorded in this phase.
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// At most this many (default 50, at most 1000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl ProgressQuery {
+    /// The effective page size.
+    pub fn limit(&self) -> usize {
+        self.limit.unwrap_or(50).clamp(1, 1000)
+    }
+}

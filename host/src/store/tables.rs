@@ -1,0 +1,50 @@
+//! The redb tables of the store and the schema version they form. Keys are ours: run ids
+//! are UUIDv7 text, journal keys are (run id, step key | agent key hex), progress is keyed
+//! by (run id, seq) so a run's entries are one contiguous, ordered range.
+
+use redb::TableDefinition;
+
+/// The layout version this build writes. A store with another version is refused (or
+/// migrated, once there is a migration).
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// `"schema_version"` -> version; `"next_run_seq"` -> creation counter.
+pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Run id -> run record (JSON).
+pub const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
+/// Creation seq -> run id: runs in creation order.
+pub const RUN_ORDER: TableDefinition<u64, &str> = TableDefinition::new("run_order");
+/// (run id, step key) -> JSON value.
+pub const STEPS: TableDefinition<(&str, &str), &str> = TableDefinition::new("steps");
+/// (run id, agent key) -> outcome: `0` for an ordinary failure, `1` + JSON for a reply.
+pub const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("agents");
+/// (run id, seq) -> progress entry (JSON).
+pub const PROGRESS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("progress");
+/// Run id -> latest accounting of the running attempt (JSON), so a crash loses no spend.
+pub const LIVE_ACCOUNTING: TableDefinition<&str, &[u8]> = TableDefinition::new("live_accounting");
+/// Factory name -> registration (JSON: hash, meta, added at).
+pub const FACTORIES: TableDefinition<&str, &[u8]> = TableDefinition::new("factories");
+/// Component sha256 -> component bytes (content-addressed).
+pub const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
+
+/// Encode an agent outcome for [`AGENTS`].
+pub fn encode_outcome(outcome: Option<&str>) -> Vec<u8> {
+    match outcome {
+        None => vec![0],
+        Some(json) => {
+            let mut bytes = Vec::with_capacity(json.len() + 1);
+            bytes.push(1);
+            bytes.extend_from_slice(json.as_bytes());
+            bytes
+        }
+    }
+}
+
+/// Decode an [`AGENTS`] value; `Err` for bytes this build did not write.
+pub fn decode_outcome(bytes: &[u8]) -> Result<Option<String>, String> {
+    match bytes.split_first() {
+        Some((0, [])) => Ok(None),
+        Some((1, json)) => String::from_utf8(json.to_vec()).map(Some).map_err(|e| e.to_string()),
+        _ => Err("unknown agent outcome encoding".into()),
+    }
+}

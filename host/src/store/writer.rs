@@ -1,0 +1,203 @@
+//! Group commit: one writer thread owns every write to the store. Callers hand it
+//! operations and go on at once; it gathers whatever arrives within the commit window
+//! (default 10 ms) — or until someone asks for a flush — into one write transaction and one
+//! fsync. A fan-out of a thousand journaled results costs a handful of commits, and a
+//! sequential loop of fast calls overlaps its commits with its work.
+//!
+//! The loss window after a `kill -9` is bounded by the commit window plus one commit:
+//! entries handed over in that time may be lost (their calls re-run on resume); nothing
+//! committed is lost.
+
+use super::tables::{self, AGENTS, BLOBS, FACTORIES, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
+use super::StoreError;
+use redb::{Database, ReadableTable};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// One write.
+pub(crate) enum Op {
+    Step { run: String, key: String, value: String },
+    Agent { run: String, key: String, outcome: Vec<u8> },
+    Progress { run: String, seq: u64, entry: Vec<u8> },
+    Accounting { run: String, accounting: Vec<u8> },
+    Run { id: String, order: Option<u64>, record: Vec<u8> },
+    Factory { name: String, registration: Vec<u8> },
+    Blob { hash: String, bytes: Vec<u8> },
+    Flush(oneshot::Sender<Result<(), StoreError>>),
+}
+
+/// Counters for measuring the writer.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// Write transactions committed (each one fsync).
+    pub commits: AtomicU64,
+    /// Operations applied (flushes excluded).
+    pub ops: AtomicU64,
+}
+
+/// The handle callers use; the thread stops when every handle is dropped.
+pub(crate) struct Writer {
+    tx: Mutex<Option<mpsc::Sender<Op>>>,
+    /// The first commit failure; once set, the store refuses further writes.
+    failed: Arc<Mutex<Option<String>>>,
+    pub(crate) stats: Arc<WriterStats>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Writer {
+    /// Start the writer thread for `db`.
+    pub(crate) fn start(db: Arc<Database>, window: Duration) -> Result<Self, StoreError> {
+        let (tx, rx) = mpsc::channel();
+        let failed = Arc::new(Mutex::new(None));
+        let stats = Arc::new(WriterStats::default());
+        let thread = {
+            let failed = failed.clone();
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name("factory-store-writer".into())
+                .spawn(move || run(db, rx, window, failed, stats))
+                .map_err(|e| StoreError::Io(format!("cannot start the store writer: {e}")))?
+        };
+        Ok(Writer { tx: Mutex::new(Some(tx)), failed, stats, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Queue a write; fails only when the store has already failed or is closed.
+    pub(crate) fn send(&self, op: Op) -> Result<(), StoreError> {
+        if let Some(message) = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(StoreError::WriteFailed(message));
+        }
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        match tx.as_ref() {
+            Some(tx) => tx.send(op).map_err(|_| StoreError::Closed),
+            None => Err(StoreError::Closed),
+        }
+    }
+
+    /// Resolve once everything queued so far is committed.
+    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        let (done, wait) = oneshot::channel();
+        self.send(Op::Flush(done))?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Stop the thread after it commits what is queued.
+    pub(crate) fn close(&self) {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn run(
+    db: Arc<Database>,
+    rx: mpsc::Receiver<Op>,
+    window: Duration,
+    failed: Arc<Mutex<Option<String>>>,
+    stats: Arc<WriterStats>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        let deadline = Instant::now() + window;
+        let mut flush = matches!(batch[0], Op::Flush(_));
+        let mut open = true;
+        // Gather until the window closes or a flush is asked for.
+        while !flush {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(op) => {
+                    flush = matches!(op, Op::Flush(_));
+                    batch.push(op);
+                }
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        // Whatever is already waiting rides along for free.
+        while let Ok(op) = rx.try_recv() {
+            batch.push(op);
+        }
+        let already_failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let result = match already_failed {
+            Some(message) => Err(StoreError::WriteFailed(message)),
+            None => commit(&db, &batch, &stats),
+        };
+        if let Err(e) = &result {
+            failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+        }
+        for op in batch {
+            if let Op::Flush(done) = op {
+                let _ = done.send(result.clone());
+            }
+        }
+        if !open {
+            break;
+        }
+    }
+}
+
+fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreError> {
+    let writes = batch.iter().filter(|op| !matches!(op, Op::Flush(_))).count();
+    if writes == 0 {
+        return Ok(());
+    }
+    let txn = db.begin_write()?;
+    {
+        let mut steps = txn.open_table(STEPS)?;
+        let mut agents = txn.open_table(AGENTS)?;
+        let mut progress = txn.open_table(PROGRESS)?;
+        let mut accounting = txn.open_table(LIVE_ACCOUNTING)?;
+        let mut runs = txn.open_table(RUNS)?;
+        let mut order = txn.open_table(RUN_ORDER)?;
+        let mut factories = txn.open_table(FACTORIES)?;
+        let mut blobs = txn.open_table(BLOBS)?;
+        let mut meta = txn.open_table(tables::META)?;
+        for op in batch {
+            match op {
+                Op::Step { run, key, value } => {
+                    steps.insert((run.as_str(), key.as_str()), value.as_str())?;
+                }
+                Op::Agent { run, key, outcome } => {
+                    agents.insert((run.as_str(), key.as_str()), outcome.as_slice())?;
+                }
+                Op::Progress { run, seq, entry } => {
+                    progress.insert((run.as_str(), *seq), entry.as_slice())?;
+                }
+                Op::Accounting { run, accounting: bytes } => {
+                    accounting.insert(run.as_str(), bytes.as_slice())?;
+                }
+                Op::Run { id, order: seq, record } => {
+                    runs.insert(id.as_str(), record.as_slice())?;
+                    if let Some(seq) = seq {
+                        order.insert(*seq, id.as_str())?;
+                        meta.insert("next_run_seq", *seq + 1)?;
+                    }
+                }
+                Op::Factory { name, registration } => {
+                    factories.insert(name.as_str(), registration.as_slice())?;
+                }
+                Op::Blob { hash, bytes } => {
+                    if blobs.get(hash.as_str())?.is_none() {
+                        blobs.insert(hash.as_str(), bytes.as_slice())?;
+                    }
+                }
+                Op::Flush(_) => {}
+            }
+        }
+    }
+    txn.commit()?;
+    stats.commits.fetch_add(1, Ordering::Relaxed);
+    stats.ops.fetch_add(writes as u64, Ordering::Relaxed);
+    Ok(())
+}
