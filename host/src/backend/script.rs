@@ -88,6 +88,7 @@ struct ScriptSpec {
     fallback: Option<String>,
 }
 
+#[derive(Debug)]
 struct Rule {
     spec: RuleSpec,
     /// How many calls this rule has answered (selects from `replies`).
@@ -95,6 +96,7 @@ struct Rule {
 }
 
 /// The scripted backend.
+#[derive(Debug)]
 pub struct Script {
     rules: Vec<Rule>,
     fallback_error: bool,
