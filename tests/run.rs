@@ -4,62 +4,14 @@
 
 mod common;
 
-use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Script, Usage};
+use common::counting::{Counting, Shared};
+use factory_host::backend::{AgentBackend, Script};
 use factory_host::component::{CompileOrigin, LoadError};
 use factory_host::{Error, Factory, Host, HostConfig, Limits, RunEnvelope, RunOptions, RunStatus};
-use futures::future::BoxFuture;
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// A backend that answers every call like dry-run text, counts calls per prompt, fails
-/// labels starting with `fail`, and records the most calls ever in flight at once.
-#[derive(Default)]
-struct Counting {
-    calls: Mutex<HashMap<String, u64>>,
-    in_flight: AtomicU64,
-    max_in_flight: AtomicU64,
-    latency: Duration,
-}
-
-impl Counting {
-    fn with_latency(latency: Duration) -> Arc<Self> {
-        Arc::new(Counting { latency, ..Default::default() })
-    }
-    fn total(&self) -> u64 {
-        self.calls.lock().unwrap().values().sum()
-    }
-    fn calls_for(&self, prompt: &str) -> u64 {
-        self.calls.lock().unwrap().get(prompt).copied().unwrap_or(0)
-    }
-}
-
-struct Shared(Arc<Counting>);
-
-impl AgentBackend for Shared {
-    fn name(&self) -> String {
-        "counting".into()
-    }
-    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
-        let me = self.0.clone();
-        Box::pin(async move {
-            *me.calls.lock().unwrap().entry(request.prompt.clone()).or_default() += 1;
-            let now = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            me.max_in_flight.fetch_max(now, Ordering::SeqCst);
-            if !me.latency.is_zero() {
-                tokio::time::sleep(me.latency).await;
-            }
-            me.in_flight.fetch_sub(1, Ordering::SeqCst);
-            if request.label.as_deref().is_some_and(|l| l.starts_with("fail")) {
-                return Err(BackendError("injected failure".into()));
-            }
-            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
-            Ok(AgentReply { text: format!("reply #{} to {}", me.total(), request.prompt), usage: Some(usage) })
-        })
-    }
-}
 
 fn host_with(backend: Arc<dyn AgentBackend>) -> Host {
     Host::new(HostConfig { backend, cache_dir: Some(common::guest_target_dir().join("cache")), ..HostConfig::default() })

@@ -471,9 +471,13 @@ impl Host {
     /// is not executing is returned as it is.
     pub async fn cancel(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
         self.record(session, run_id)?;
-        let stop = self.active().get(run_id).map(|a| a.stop.clone());
-        if let Some(stop) = stop {
-            stop.cancel();
+        let running = self.active().get(run_id).map(|a| (a.stop.clone(), a.shared.clone()));
+        match running {
+            Some((_, Some(shared))) => {
+                shared.abort(run::Abort::Cancelled);
+            }
+            Some((stop, None)) => stop.cancel(),
+            None => {}
         }
         self.wait(session, run_id).await
     }

@@ -27,7 +27,8 @@ pub(crate) enum Abort {
     Limit(LimitKind),
     Storage(String),
     InvalidCall(String),
-    SandboxLimit(String),
+    /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
+    SandboxLimit { kind: &'static str, message: String },
 }
 
 /// A factory limit that can stop a run.
@@ -56,11 +57,11 @@ pub(crate) enum StepError {
     Abort(Abort),
 }
 
-/// How an attempt was told to stop.
+/// How an attempt was told to stop, and the abort every later hook call answers with.
 #[derive(Debug, Clone, PartialEq)]
 enum StopCause {
     Cancelled,
-    Failed(Failure),
+    Failed(Failure, Abort),
 }
 
 /// Mutable per-run state behind one lock (never held across an await).
@@ -71,6 +72,7 @@ struct RunState {
     phase: Option<String>,
     next_seq: u64,
     log_lines: usize,
+    log_bytes: usize,
     dropped_log_lines: u64,
 }
 
@@ -187,12 +189,16 @@ impl RunShared {
 
     /// Stop the attempt: the first cause wins. Returns the abort to hand the guest.
     pub(crate) fn abort(&self, abort: Abort) -> Abort {
-        let cause = match &abort {
-            Abort::Cancelled => StopCause::Cancelled,
-            Abort::Limit(kind) => StopCause::Failed(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
-            Abort::Storage(m) => StopCause::Failed(Failure::new("storage", None, m.clone())),
-            Abort::InvalidCall(m) => StopCause::Failed(Failure::new("invalid_call", None, m.clone())),
-            Abort::SandboxLimit(m) => StopCause::Failed(Failure::new("sandbox_limit", None, m.clone())),
+        let failure = match &abort {
+            Abort::Cancelled => None,
+            Abort::Limit(kind) => Some(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
+            Abort::Storage(m) => Some(Failure::new("storage", None, m.clone())),
+            Abort::InvalidCall(m) => Some(Failure::new("invalid_call", None, m.clone())),
+            Abort::SandboxLimit { kind, message } => Some(Failure::new("sandbox_limit", Some(kind), message.clone())),
+        };
+        let cause = match failure {
+            None => StopCause::Cancelled,
+            Some(failure) => StopCause::Failed(failure, abort.clone()),
         };
         self.cause.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(cause);
         self.stop.cancel();
@@ -205,12 +211,7 @@ impl RunShared {
             return None;
         }
         Some(match self.cause.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some(StopCause::Failed(f)) if f.kind_type == "factory_limit_reached" => match f.kind.as_deref() {
-                Some("maxTotalSubagents") => Abort::Limit(LimitKind::MaxTotalSubagents),
-                Some("maxAiCredits") => Abort::Limit(LimitKind::MaxAiCredits),
-                _ => Abort::Limit(LimitKind::TimeoutSeconds),
-            },
-            Some(StopCause::Failed(f)) => Abort::SandboxLimit(f.message.clone()),
+            Some(StopCause::Failed(_, abort)) => abort.clone(),
             _ => Abort::Cancelled,
         })
     }
@@ -226,15 +227,18 @@ impl RunShared {
         self.emit(ProgressEvent::Phase { title });
     }
 
-    /// `ctx.log`: capped in line count and line length.
+    /// `ctx.log`: capped in line count, line length and total bytes; lines over a cap are
+    /// dropped and counted.
     pub(crate) fn log(&self, mut message: String) {
+        let kept = message.len().min(self.sandbox.max_log_line_bytes);
         {
             let mut state = self.state();
-            if state.log_lines >= self.sandbox.max_log_lines {
+            if state.log_lines >= self.sandbox.max_log_lines || state.log_bytes + kept > self.sandbox.max_log_bytes {
                 state.dropped_log_lines += 1;
                 return;
             }
             state.log_lines += 1;
+            state.log_bytes += kept;
         }
         if message.len() > self.sandbox.max_log_line_bytes {
             let mut cut = self.sandbox.max_log_line_bytes;
@@ -266,7 +270,7 @@ impl RunShared {
                 value.len(),
                 self.sandbox.max_step_bytes
             );
-            return Err(StepError::Abort(self.abort(Abort::SandboxLimit(message))));
+            return Err(StepError::Abort(self.abort(Abort::SandboxLimit { kind: "maxStepBytes", message })));
         }
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
             return Err(StepError::InvalidJson(format!("step `{key}`: not JSON: {e}")));
@@ -295,7 +299,7 @@ impl RunShared {
                 prompt.len(),
                 self.sandbox.max_prompt_bytes
             );
-            return Err(self.abort(Abort::SandboxLimit(message)));
+            return Err(self.abort(Abort::SandboxLimit { kind: "maxPromptBytes", message }));
         }
         let schema = match schema.as_deref().map(Schema::parse) {
             None => None,
@@ -580,8 +584,13 @@ pub(crate) async fn execute(
             failure: Some(Failure::new("cancelled", None, "the run was cancelled"))
         },
         // A recorded failure wins over whatever the guest returned after it.
-        (Some(StopCause::Failed(failure)), _) => outcome_failed(failure),
-        (None, None) => outcome_failed(Failure::new("cancelled", None, "the run was stopped")),
+        (Some(StopCause::Failed(failure, _)), _) => outcome_failed(failure),
+        // Only a cancel from outside stops an attempt without recording a cause.
+        (None, None) => AttemptOutcome {
+            status: RunStatus::Cancelled,
+            result: None,
+            failure: Some(Failure::new("cancelled", None, "the run was cancelled")),
+        },
         (None, Some(Err(trap))) => outcome_failed(classify_trap(&trap)),
         (None, Some(Ok(Err(message)))) => outcome_failed(Failure::new("guest_error", None, message)),
         (None, Some(Ok(Ok(result)))) => match check_result(result, &shared.sandbox) {

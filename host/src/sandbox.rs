@@ -39,6 +39,8 @@ pub struct SandboxLimits {
     pub max_log_lines: usize,
     /// Bytes of one log line (longer lines are truncated).
     pub max_log_line_bytes: usize,
+    /// Bytes of log text per run; further lines are dropped and counted.
+    pub max_log_bytes: usize,
     /// Nesting depth of any JSON value crossing the boundary.
     pub max_json_depth: usize,
 }
@@ -59,6 +61,7 @@ impl Default for SandboxLimits {
             max_output_bytes: 1 << 20,
             max_log_lines: 100_000,
             max_log_line_bytes: 8 << 10,
+            max_log_bytes: 16 << 20,
             max_json_depth: 128,
         }
     }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod counting;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};

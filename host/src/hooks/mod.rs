@@ -32,7 +32,7 @@ impl From<Abort> for wit::Abort {
             }),
             Abort::Storage(m) => wit::Abort::Storage(m),
             Abort::InvalidCall(m) => wit::Abort::InvalidCall(m),
-            Abort::SandboxLimit(m) => wit::Abort::SandboxLimit(m),
+            Abort::SandboxLimit { message, .. } => wit::Abort::SandboxLimit(message),
         }
     }
 }

@@ -1,0 +1,210 @@
+//! Durable runs through the library on a real redb file: replay with zero backend calls,
+//! resume after an edited component, reopening after a restart, halted runs, sessions,
+//! progress paging, and group commit.
+
+mod common;
+
+use common::counting::{Counting, Shared};
+use factory_host::store::ProgressQuery;
+use factory_host::{Error, Factory, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunOptions, RunStatus};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+const S: &str = factory_host::DEFAULT_SESSION;
+
+fn host(state: &Path, backend: &Arc<Counting>) -> Host {
+    Host::new(HostConfig {
+        state_dir: Some(state.to_path_buf()),
+        backend: Arc::new(Shared(backend.clone())),
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        ..HostConfig::default()
+    })
+    .expect("host")
+}
+
+async fn load(host: &Host, name: &str) -> Factory {
+    host.load_file(&common::component(name)).await.unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}
+
+#[tokio::test]
+async fn a_resume_replays_the_journal_with_zero_backend_calls() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let host = host(state.path(), &backend);
+    let v1 = load(&host, "edit-v1").await;
+    let first = host.run(&v1, RunOptions::default()).await.unwrap();
+    assert_eq!(first.status, RunStatus::Error);
+    assert_eq!(backend.total(), 2);
+
+    let again = host.resume(&first.run_id, ResumeOptions::default()).await.unwrap();
+    assert_eq!(again.run_id, first.run_id);
+    assert_eq!(again.attempts, 2);
+    assert_eq!(backend.total(), 2, "the second attempt made no backend call");
+    assert_eq!(again.accounting.agents_spawned, 2, "accounting carries over");
+    assert_eq!(again.accounting.agent_cache_hits, 2);
+}
+
+#[tokio::test]
+async fn a_resume_with_an_edited_component_still_hits_every_unchanged_call() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let host = host(state.path(), &backend);
+    let v1 = load(&host, "edit-v1").await;
+    let v2 = load(&host, "edit-v2").await;
+    let first = host.run(&v1, RunOptions::default()).await.unwrap();
+    assert_eq!(first.status, RunStatus::Error);
+
+    let options = ResumeOptions { component: Some(v2.clone()), ..Default::default() };
+    let done = host.resume(&first.run_id, options).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
+    assert_eq!(backend.calls_for("first question"), 1);
+    assert_eq!(backend.calls_for("second question"), 1);
+    assert_eq!(backend.calls_for("third question"), 1, "only the new call spawned");
+    let result = done.result.unwrap();
+    assert_eq!(result["plan"], "plan from v1", "the step replays by key, whatever the producer");
+    assert!(result["c"].is_string());
+
+    let detail = host.detail(S, &first.run_id).unwrap();
+    assert_eq!(detail.component_hashes, vec![v1.component.hash.clone(), v2.component.hash.clone()]);
+    match host.resume(&first.run_id, ResumeOptions::default()).await {
+        Err(e @ Error::NonResumable(_)) => assert_eq!(e.code(), Some("non_resumable")),
+        other => panic!("a completed run is final, got {other:?}"),
+    }
+    assert!(matches!(host.resume("no-such-run", ResumeOptions::default()).await, Err(Error::NotFound(_))));
+}
+
+#[tokio::test]
+async fn the_store_reopens_after_a_restart_with_runs_journal_and_components() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let run_id = {
+        let host = host(state.path(), &backend);
+        let v1 = load(&host, "edit-v1").await;
+        host.run(&v1, RunOptions::default()).await.unwrap().run_id
+    };
+    // A new host on the same directory: the run, its journal and its component are there.
+    let host = host(state.path(), &backend);
+    let runs = host.runs(S).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run_id, run_id);
+    assert_eq!(runs[0].status, RunStatus::Error);
+    let again = host.resume(&run_id, ResumeOptions::default()).await.unwrap();
+    assert_eq!(again.attempts, 2);
+    assert_eq!(backend.total(), 2, "replayed from the reopened store");
+}
+
+#[tokio::test]
+async fn a_run_interrupted_by_a_host_stop_is_halted_and_resumable() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::from_millis(20));
+    let (run_id, spawned_before) = {
+        let host = Arc::new(host(state.path(), &backend));
+        let probe = load(&host, "probe").await;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let limits = Limits { max_concurrent_subagents: Some(2), ..Default::default() };
+        let options = RunOptions { args: Some(json!({"case": "fanout", "n": 40})), limits, events: Some(tx), ..Default::default() };
+        let task = {
+            let host = host.clone();
+            tokio::spawn(async move { host.run(&probe, options).await })
+        };
+        // Stop the host abruptly once ten agents are done.
+        let mut done = 0;
+        let mut run_id = String::new();
+        while let Some(entry) = rx.recv().await {
+            if let ProgressEvent::AgentFinished { cached: false, .. } = entry.event {
+                done += 1;
+            }
+            if done == 10 {
+                run_id = host.runs(S).unwrap()[0].run_id.clone();
+                task.abort();
+                break;
+            }
+        }
+        let _ = task.await;
+        host.store().flush().await.unwrap();
+        (run_id, backend.total())
+    };
+    let host = host(state.path(), &backend);
+    let halted = host.envelope(S, &run_id).unwrap();
+    assert_eq!(halted.status, RunStatus::Halted);
+    assert_eq!(halted.failure.as_ref().unwrap().kind_type, "halted");
+    assert!(halted.accounting.agents_spawned >= 10, "spend up to the last commit survives: {halted:#?}");
+
+    let done = host.resume(&run_id, ResumeOptions::default()).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.result.unwrap()["done"], 40);
+    let respawned = backend.total() - spawned_before;
+    assert!(respawned <= 40 - 10, "only unjournaled work re-ran ({respawned} spawns)");
+}
+
+#[tokio::test]
+async fn another_session_can_neither_see_nor_touch_a_run() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let host = host(state.path(), &backend);
+    let v1 = load(&host, "edit-v1").await;
+    let options = RunOptions { session: Some("alice".into()), ..Default::default() };
+    let run = host.run(&v1, options).await.unwrap();
+    assert_eq!(host.runs("alice").unwrap().len(), 1);
+    assert!(host.runs("bob").unwrap().is_empty());
+    assert!(matches!(host.envelope("bob", &run.run_id), Err(Error::NotFound(_))));
+    assert!(matches!(host.detail("bob", &run.run_id), Err(Error::NotFound(_))));
+    assert!(matches!(host.cancel("bob", &run.run_id).await, Err(Error::NotFound(_))));
+    let as_bob = ResumeOptions { session: Some("bob".into()), ..Default::default() };
+    assert!(matches!(host.resume(&run.run_id, as_bob).await, Err(Error::NotFound(_))));
+    let as_alice = ResumeOptions { session: Some("alice".into()), ..Default::default() };
+    assert_eq!(host.resume(&run.run_id, as_alice).await.unwrap().attempts, 2);
+}
+
+#[tokio::test]
+async fn progress_pages_forwards_backwards_and_by_phase() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let host = host(state.path(), &backend);
+    let review = load(&host, "review-changed").await;
+    let files: Vec<String> = (0..8).map(|i| format!("f{i}.rs")).collect();
+    let run = host.run(&review, RunOptions { args: Some(json!({ "files": files })), ..Default::default() }).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    let id = &run.run_id;
+    let all = host.progress(S, id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).unwrap();
+    let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "seqs are 1.. without gaps");
+    assert!(all.len() > 10);
+
+    let forward = host.progress(S, id, &ProgressQuery { after_seq: Some(2), limit: Some(3), ..Default::default() }).unwrap();
+    assert_eq!(forward.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+    let backward = host.progress(S, id, &ProgressQuery { before_seq: Some(6), limit: Some(2), ..Default::default() }).unwrap();
+    assert_eq!(backward.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
+    let tail = host.progress(S, id, &ProgressQuery { limit: Some(4), ..Default::default() }).unwrap();
+    assert_eq!(tail.last().map(|e| e.seq), all.last().map(|e| e.seq));
+    assert_eq!(tail.len(), 4);
+
+    let verify = host.progress(S, id, &ProgressQuery { phase: Some("Verify".into()), limit: Some(1000), ..Default::default() }).unwrap();
+    assert!(!verify.is_empty());
+    assert!(verify.iter().all(|e| e.phase.as_deref() == Some("Verify")));
+    let review_phase = host.progress(S, id, &ProgressQuery { phase: Some("Review".into()), limit: Some(1000), ..Default::default() }).unwrap();
+    assert_eq!(review_phase.iter().filter(|e| matches!(e.event, ProgressEvent::AgentFinished { .. })).count(), 8);
+
+    let detail = host.detail(S, id).unwrap();
+    assert_eq!(detail.phases, vec!["Review", "Verify"]);
+    assert_eq!(detail.agents.len(), 8);
+    assert!(detail.envelope.revision >= all.len() as u64, "revision moves with every durable change");
+}
+
+#[tokio::test]
+async fn group_commit_batches_a_fan_out_into_few_commits() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let host = host(state.path(), &backend);
+    let probe = load(&host, "probe").await;
+    let stats = host.store().writer_stats();
+    let (commits0, ops0) = (stats.commits.load(std::sync::atomic::Ordering::SeqCst), stats.ops.load(std::sync::atomic::Ordering::SeqCst));
+    let run = host.run(&probe, RunOptions { args: Some(json!({"case": "fanout", "n": 1000})), ..Default::default() }).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    let commits = stats.commits.load(std::sync::atomic::Ordering::SeqCst) - commits0;
+    let ops = stats.ops.load(std::sync::atomic::Ordering::SeqCst) - ops0;
+    assert!(ops >= 1000, "every agent outcome was journaled ({ops} ops)");
+    assert!(commits * 20 < ops, "{commits} commits for {ops} journal writes: writes are grouped");
+}

@@ -1,0 +1,201 @@
+//! `hostile`: a test factory that misbehaves on purpose, one way per `args.case` (spin
+//! without calling a hook, exhaust memory, overflow the stack, flood the log, return or
+//! journal oversized values, panic, over-fan-out, ignore cancellation and aborts), so
+//! `tests/hostile.rs` can check that the host stops each with a typed failure. Where the
+//! SDK would protect the host (it validates step values, caps `parallel`), the case calls
+//! the raw bindings in `factory_sdk::__bindings` instead.
+
+use factory_sdk::__bindings::agent::factory::{agents as raw_agents, ctx as raw_ctx, types as wit};
+use factory_sdk::prelude::*;
+use std::hint::black_box;
+
+#[derive(Deserialize)]
+struct Args {
+    case: String,
+    /// A count or a size, depending on the case.
+    #[serde(default)]
+    n: usize,
+    /// Bytes per line (`long-logs`).
+    #[serde(default)]
+    bytes: usize,
+}
+
+struct Hostile;
+
+/// Recurse without end. The combination after the call keeps it from being a tail call
+/// (or an accumulator loop), and nothing lives in linear memory, so it is the wasm call
+/// stack, not the shadow stack in linear memory, that overflows.
+#[inline(never)]
+fn recurse(n: u64) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    let below = recurse(n - 1);
+    below.rotate_left(7) ^ n
+}
+
+/// Burn CPU forever without calling the host.
+fn spin() -> ! {
+    let mut x: u64 = 0;
+    loop {
+        x = black_box(x.wrapping_add(1));
+    }
+}
+
+impl Factory for Hostile {
+    type Output = Value;
+
+    fn meta() -> Meta {
+        Meta::new("hostile", "Misbehaves on purpose (host tests). args: { case: string, n?: number, bytes?: number }")
+            .phase("Attack")
+    }
+
+    async fn run(ctx: Ctx) -> Result<Value, Error> {
+        let args: Args = ctx.args()?;
+        ctx.phase("Attack");
+        match args.case.as_str() {
+            // An infinite loop that never calls a hook: only fuel, epochs and deadlines stop it.
+            "spin" => spin(),
+            // Allocate and touch `n` bytes (default 1 GiB) in 16 MiB steps.
+            "memory" => {
+                let total = if args.n == 0 { 1 << 30 } else { args.n };
+                let step = 16 << 20;
+                let mut held: Vec<Vec<u8>> = Vec::new();
+                let mut allocated = 0usize;
+                while allocated < total {
+                    let mut block = vec![0u8; step];
+                    for page in block.chunks_mut(64 << 10) {
+                        page[0] = 1;
+                    }
+                    held.push(black_box(block));
+                    allocated += step;
+                }
+                Ok(json!({ "allocated": allocated, "blocks": black_box(&held).len() }))
+            }
+            // Unbounded recursion.
+            "recursion" => Ok(json!({ "value": recurse(black_box(u64::MAX)) })),
+            // `n` short log lines.
+            "log-flood" => {
+                for i in 0..args.n {
+                    ctx.log(format!("flood {i}"));
+                }
+                Ok(json!({ "logged": args.n }))
+            }
+            // `n` log lines of `bytes` bytes each.
+            "long-logs" => {
+                let line = "x".repeat(args.bytes);
+                for _ in 0..args.n {
+                    ctx.log(&line);
+                }
+                Ok(json!({ "logged": args.n }))
+            }
+            // A result of `n` bytes.
+            "huge-result" => Ok(Value::String("x".repeat(args.n))),
+            // Raw `step-put` of text that is not JSON: refused with `invalid-json`, and the run
+            // goes on (a later step, a step read and an agent call still work).
+            "bad-step" => {
+                let refused = match raw_ctx::step_put("bad", "{not json") {
+                    Err(wit::StepError::InvalidJson(message)) => message,
+                    other => {
+                        return Err(Error::msg(format!(
+                            "step-put of `{{not json` returned {other:?}, expected invalid-json"
+                        )))
+                    }
+                };
+                let journaled = raw_ctx::step_get("bad").map_err(Abort::from)?;
+                let good: u32 = ctx.step("good", || async { Ok(7) }).await?;
+                let reply = ctx.agent("after a bad step").label("h:after-bad-step").await?;
+                Ok(json!({ "refused": refused, "badJournaled": journaled, "good": good, "reply": reply }))
+            }
+            // Raw `step-put` of a valid JSON string of `n` bytes; the refusal is ignored and the
+            // guest claims success.
+            "big-step" => {
+                let value = format!("\"{}\"", "x".repeat(args.n));
+                let outcome = raw_ctx::step_put("big", &value);
+                drop(value);
+                Ok(json!({ "ignored": format!("{outcome:?}") }))
+            }
+            // An agent prompt of `n` bytes.
+            "huge-prompt" => {
+                let reply = ctx.agent("x".repeat(args.n)).label("h:huge-prompt").await?;
+                Ok(json!({ "reply": reply }))
+            }
+            "panic" => panic!("the hostile guest panics on purpose"),
+            // `n` items through the SDK's `parallel` (it refuses more than 4096).
+            "too-many" => {
+                let out = ctx
+                    .parallel((0..args.n).map(|i| {
+                        let ctx = ctx.clone();
+                        async move { ctx.agent(format!("item {i}")).label(format!("h:item:{i}")).await }
+                    }))
+                    .await?;
+                Ok(json!({ "len": out.len() }))
+            }
+            // `n` concurrent raw agent calls: no SDK cap in the way.
+            "raw-fanout" => {
+                let calls = (0..args.n).map(|i| {
+                    let options = wit::AgentOptions { label: Some(format!("h:raw:{i}")), schema: None, model: None };
+                    raw_agents::agent(format!("raw {i}"), options)
+                });
+                let outcomes = futures::future::join_all(calls).await;
+                let mut answered = 0usize;
+                for outcome in outcomes {
+                    if outcome.map_err(Abort::from)?.is_some() {
+                        answered += 1;
+                    }
+                }
+                Ok(json!({ "done": answered }))
+            }
+            // `n` agents at once through `parallel`, distinct labels.
+            "fanout" => {
+                let out = ctx
+                    .parallel((0..args.n).map(|i| {
+                        let ctx = ctx.clone();
+                        async move { ctx.agent(format!("task {i}")).label(format!("h:fan:{i}")).await }
+                    }))
+                    .await?;
+                Ok(json!({ "done": out.iter().filter(|v| v.is_some()).count() }))
+            }
+            // `n` agents one after another, propagating the abort like a good citizen.
+            "spawn-past-cap" => {
+                for i in 0..args.n {
+                    ctx.agent(format!("spawn {i}")).label(format!("h:spawn:{i}")).await?;
+                }
+                Ok(json!({ "spawned": args.n }))
+            }
+            // `n` agents one after another, swallowing every abort, then claiming success.
+            "ignore-abort" => {
+                let (mut answered, mut refused) = (0usize, 0usize);
+                for i in 0..args.n {
+                    match ctx.agent(format!("greedy {i}")).label(format!("h:greedy:{i}")).await {
+                        Ok(_) => answered += 1,
+                        Err(_) => refused += 1,
+                    }
+                }
+                Ok(json!({ "answered": answered, "refused": refused }))
+            }
+            // One agent, then busy-wait on `cancelled()`; once cancelled, keep calling hooks
+            // (agents, logs) as if nothing happened. Only the host can end this.
+            "cancel-loop" => {
+                ctx.agent("before the loop").label("h:before").await?;
+                ctx.log("looping");
+                while !ctx.cancelled() {}
+                ctx.log("saw cancellation; carrying on");
+                for i in 0..100 {
+                    let outcome = ctx.agent(format!("after cancel {i}")).label(format!("h:after:{i}")).await;
+                    let shown = match outcome {
+                        Ok(_) => "answered".to_string(),
+                        Err(abort) => format!("refused: {abort}"),
+                    };
+                    ctx.log(format!("after-cancel agent {i}: {shown}"));
+                }
+                loop {
+                    black_box(ctx.cancelled());
+                }
+            }
+            other => Err(Error::msg(format!("unknown case `{other}`"))),
+        }
+    }
+}
+
+factory_sdk::export!(Hostile);

@@ -1,0 +1,470 @@
+//! The hostile-guest suite (issue 4, items 5 and 6): `tests/guests/hostile` misbehaves in
+//! one way per test (spins, exhausts memory, overflows its stack, floods the log, returns or
+//! journals oversized values, panics, over-fans-out, ignores cancellation and aborts), and
+//! each test asserts the typed failure the host ends the run with, and that a well-behaved
+//! run (`examples/review-changed` on a backend with latency) started at the same time on the
+//! same `Host` completes unharmed. The last tests measure the concurrency and total caps
+//! with a counting backend.
+
+mod common;
+
+use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
+use factory_host::sandbox::SandboxLimits;
+use factory_host::store::ProgressQuery;
+use factory_host::{Factory, Host, HostConfig, Limits, ProgressEvent, RunEnvelope, RunOptions, RunStatus, DEFAULT_SESSION};
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Labels of the hostile guest's agent calls start with this; the companion's with `review:`.
+const HOSTILE: &str = "h:";
+
+/// The anti-hang bound: a correctness bound against a run that never ends, not a benchmark.
+const HANG: Duration = Duration::from_secs(5);
+
+/// The files the companion reviews (one subagent each).
+const FILES: [&str; 3] = ["a.rs", "b.rs", "c.rs"];
+
+/// A backend that answers every call after `latency`, records every call's label, and
+/// records the most hostile-guest calls (labels starting with [`HOSTILE`]) ever in flight
+/// at once. It is the boundary, not the thing under test.
+#[derive(Default)]
+struct Counting {
+    latency: Duration,
+    labels: Mutex<Vec<String>>,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+impl Counting {
+    fn with_latency(latency: Duration) -> Arc<Self> {
+        Arc::new(Counting { latency, ..Default::default() })
+    }
+
+    /// Calls whose label starts with `prefix`.
+    fn calls(&self, prefix: &str) -> usize {
+        self.labels.lock().unwrap().iter().filter(|l| l.starts_with(prefix)).count()
+    }
+
+    fn max_in_flight(&self) -> u64 {
+        self.max_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+struct Shared(Arc<Counting>);
+
+impl AgentBackend for Shared {
+    fn name(&self) -> String {
+        "counting".into()
+    }
+
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let me = self.0.clone();
+        Box::pin(async move {
+            let label = request.label.clone().unwrap_or_default();
+            me.labels.lock().unwrap().push(label.clone());
+            let hostile = label.starts_with(HOSTILE);
+            if hostile {
+                let now = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                me.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            }
+            // Decrement on drop too: the host may abandon a call when it stops a run.
+            struct Leave<'a>(&'a AtomicU64, bool);
+            impl Drop for Leave<'_> {
+                fn drop(&mut self) {
+                    if self.1 {
+                        self.0.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+            }
+            let _leave = Leave(&me.in_flight, hostile);
+            if !me.latency.is_zero() {
+                tokio::time::sleep(me.latency).await;
+            }
+            // The companion declares a credit budget: report (zero-cost) usage.
+            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
+            Ok(AgentReply { text: format!("[{label}] reviewed"), usage: Some(usage) })
+        })
+    }
+}
+
+/// One host with the hostile guest and the companion loaded, on a counting backend.
+struct Fixture {
+    host: Host,
+    backend: Arc<Counting>,
+    hostile: Factory,
+    companion: Factory,
+}
+
+async fn fixture_with(sandbox: SandboxLimits, latency: Duration) -> Fixture {
+    let backend = Counting::with_latency(latency);
+    let host = Host::new(HostConfig {
+        backend: Arc::new(Shared(backend.clone())),
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        sandbox,
+        ..HostConfig::default()
+    })
+    .expect("host");
+    let hostile = host.load_file(&common::component("hostile")).await.expect("loading hostile");
+    let companion = host.load_file(&common::component("review-changed")).await.expect("loading review-changed");
+    Fixture { host, backend, hostile, companion }
+}
+
+/// Default sandbox limits, 20 ms of backend latency.
+async fn fixture() -> Fixture {
+    fixture_with(SandboxLimits::default(), Duration::from_millis(20)).await
+}
+
+fn hostile_options(args: Value, limits: Limits) -> RunOptions {
+    RunOptions { args: Some(args), limits, ..Default::default() }
+}
+
+/// Run the hostile guest with `options` and the companion at the same time on the same
+/// host; assert the companion completed unharmed. Returns the hostile run's envelope and
+/// how long it took.
+async fn against_companion(fx: &Fixture, options: RunOptions) -> (RunEnvelope, Duration) {
+    let hostile = async {
+        let started = Instant::now();
+        let envelope = fx.host.run(&fx.hostile, options).await.expect("the hostile run exists");
+        (envelope, started.elapsed())
+    };
+    let companion = fx.host.run(&fx.companion, RunOptions { args: Some(json!({ "files": FILES })), ..Default::default() });
+    let ((envelope, took), companion) = tokio::join!(hostile, companion);
+    assert_unharmed(fx, &companion.expect("the companion run exists"));
+    (envelope, took)
+}
+
+/// The companion completed with one review per file from the backend.
+fn assert_unharmed(fx: &Fixture, envelope: &RunEnvelope) {
+    assert_eq!(envelope.status, RunStatus::Completed, "the companion run was harmed: {envelope:#?}");
+    assert!(envelope.failure.is_none(), "{envelope:#?}");
+    let reviews = envelope.result.as_ref().and_then(|r| r["reviews"].as_array()).expect("reviews");
+    assert_eq!(reviews.len(), FILES.len(), "{reviews:?}");
+    for (review, file) in reviews.iter().zip(FILES) {
+        assert_eq!(review["file"], file);
+        assert_eq!(review["review"], format!("[review:{file}] reviewed"), "{review}");
+    }
+    assert_eq!(envelope.accounting.agents_spawned, FILES.len() as u64);
+    assert!(fx.backend.calls("review:") >= FILES.len());
+}
+
+/// The run ended with status `error` and failure `type`/`kind`; returns the message.
+fn assert_failure(envelope: &RunEnvelope, kind_type: &str, kind: Option<&str>) -> String {
+    assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
+    let failure = envelope.failure.as_ref().expect("a failure");
+    assert_eq!(failure.kind_type, kind_type, "{failure:#?}");
+    assert_eq!(failure.kind.as_deref(), kind, "{failure:#?}");
+    assert!(envelope.result.is_none(), "a failed run has no result: {envelope:#?}");
+    failure.message.clone()
+}
+
+/// The run's `ctx.log` lines, read page by page.
+fn log_lines(host: &Host, envelope: &RunEnvelope) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut after = 0;
+    loop {
+        let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
+        let page = host.progress(DEFAULT_SESSION, &envelope.run_id, &query).expect("progress");
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        lines.extend(page.into_iter().filter_map(|entry| match entry.event {
+            ProgressEvent::Log { message } => Some(message),
+            _ => None,
+        }));
+    }
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_guest_stops_at_its_timeout() {
+    let fx = fixture().await;
+    let limits = Limits { timeout_seconds: Some(0.5), ..Default::default() };
+    let (envelope, took) = against_companion(&fx, hostile_options(json!({ "case": "spin" }), limits)).await;
+    assert_failure(&envelope, "factory_limit_reached", Some("timeoutSeconds"));
+    assert!(took < HANG, "a spinning guest past its 0.5 s timeout ran for {took:?}");
+    assert!(envelope.accounting.active_seconds >= 0.5, "stopped before its budget: {envelope:#?}");
+    eprintln!("a 0.5 s timeout stopped the spinning guest after {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_guest_runs_out_of_fuel() {
+    // Plenty for the companion (and for `meta`); a fraction of a second of spinning, long
+    // enough for the spin to overlap the whole companion run.
+    let sandbox = SandboxLimits { fuel: 2_000_000_000, ..Default::default() };
+    let fx = fixture_with(sandbox, Duration::from_millis(20)).await;
+    let (envelope, took) = against_companion(&fx, hostile_options(json!({ "case": "spin" }), Limits::default())).await;
+    assert_failure(&envelope, "sandbox_limit", Some("fuel"));
+    assert!(took < HANG, "{took:?}");
+    eprintln!("2G fuel ran out after {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_bomb_hits_the_memory_cap() {
+    let fx = fixture().await;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "memory" }), Limits::default())).await;
+    assert_failure(&envelope, "sandbox_limit", Some("memory"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_recursion_overflows_the_stack_as_a_typed_failure() {
+    let fx = fixture().await;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "recursion" }), Limits::default())).await;
+    assert_failure(&envelope, "sandbox_limit", Some("stack"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flood_is_capped_and_counted() {
+    let fx = fixture().await;
+    let max = fx.host.sandbox_limits().max_log_lines;
+    let n = 2_000_000;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": n }), Limits::default())).await;
+    // Over the cap, lines are dropped and counted (the documented behaviour), not a failure.
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result, Some(json!({ "logged": n })));
+    let lines = log_lines(&fx.host, &envelope);
+    assert_eq!(lines.len(), max, "the host kept exactly max_log_lines lines");
+    assert_eq!(lines.first().map(String::as_str), Some("flood 0"));
+    assert_eq!(lines.last().cloned(), Some(format!("flood {}", max - 1)), "the first lines are kept");
+    let note = envelope.error.as_deref().unwrap_or_default();
+    assert!(note.contains(&format!("{} log lines over the cap were dropped", n - max)), "{envelope:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_log_lines_are_truncated() {
+    let fx = fixture().await;
+    let cap = fx.host.sandbox_limits().max_log_line_bytes;
+    let args = json!({ "case": "long-logs", "n": 20, "bytes": 1 << 20 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    let lines = log_lines(&fx.host, &envelope);
+    assert_eq!(lines.len(), 20);
+    for line in lines {
+        assert!(line.ends_with(" [truncated]"), "{}", &line[line.len().saturating_sub(40)..]);
+        assert!(line.len() <= cap + " [truncated]".len(), "a retained line is {} bytes", line.len());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_text_a_run_keeps_is_capped_in_bytes() {
+    let fx = fixture().await;
+    let line = fx.host.sandbox_limits().max_log_line_bytes;
+    // 32 MiB of log lines, each within the per-line cap, far under the line-count cap.
+    let n = (32 << 20) / line;
+    let args = json!({ "case": "long-logs", "n": n, "bytes": line });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    let kept: usize = log_lines(&fx.host, &envelope).iter().map(String::len).sum();
+    let cap = fx.host.sandbox_limits().max_log_bytes;
+    assert!(kept <= cap, "the host keeps {kept} bytes of one run's log (cap {cap})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_result_is_refused_by_size() {
+    let fx = fixture().await;
+    let args = json!({ "case": "huge-result", "n": 32 << 20 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    let message = assert_failure(&envelope, "sandbox_limit", Some("maxResultBytes"));
+    assert!(message.contains(&format!("over the {} byte limit", 16 << 20)), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_json_step_value_is_refused_and_the_run_goes_on() {
+    let fx = fixture().await;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "bad-step" }), Limits::default())).await;
+    // The guest itself checks that `step-put` answered `invalid-json` (else it fails).
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    let out = envelope.result.as_ref().expect("a result");
+    assert!(out["refused"].as_str().is_some_and(|m| m.contains("not JSON")), "{out}");
+    assert_eq!(out["badJournaled"], Value::Null, "nothing was journaled under the bad key");
+    assert_eq!(out["good"], 7, "a later step still works");
+    assert_eq!(out["reply"], "[h:after-bad-step] reviewed", "a later agent call still works");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_step_value_is_a_sandbox_limit_failure() {
+    let fx = fixture().await;
+    let args = json!({ "case": "big-step", "n": 17 << 20 });
+    // The guest ignores the refusal and returns Ok: the recorded failure still wins.
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
+    let failure = envelope.failure.as_ref().expect("a failure");
+    assert_eq!(failure.kind_type, "sandbox_limit", "{failure:#?}");
+    assert!(failure.message.contains(&format!("over the {} byte limit", 16 << 20)), "{failure:#?}");
+    assert!(envelope.result.is_none(), "{envelope:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_prompt_is_a_sandbox_limit_failure() {
+    let fx = fixture().await;
+    let args = json!({ "case": "huge-prompt", "n": 2 << 20 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
+    let failure = envelope.failure.as_ref().expect("a failure");
+    assert_eq!(failure.kind_type, "sandbox_limit", "{failure:#?}");
+    assert!(failure.message.contains(&format!("over the {} byte limit", 1 << 20)), "{failure:#?}");
+    assert_eq!(fx.backend.calls(HOSTILE), 0, "the oversized prompt never reached the backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_limit_failures_from_hooks_name_their_limit() {
+    let fx = fixture().await;
+    let cases = [
+        (json!({ "case": "big-step", "n": 17 << 20 }), "maxStepBytes"),
+        (json!({ "case": "huge-prompt", "n": 2 << 20 }), "maxPromptBytes"),
+    ];
+    for (args, kind) in cases {
+        let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+        assert_failure(&envelope, "sandbox_limit", Some(kind));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_a_trap() {
+    let fx = fixture().await;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "panic" }), Limits::default())).await;
+    assert_failure(&envelope, "trap", Some("unreachable"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4097_item_parallel_is_refused_before_any_agent_runs() {
+    let fx = fixture().await;
+    let args = json!({ "case": "too-many", "n": 4097 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    let message = assert_failure(&envelope, "guest_error", None);
+    assert!(message.contains("too many items: 4097"), "{message}");
+    assert_eq!(fx.backend.calls(HOSTILE), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_calls_past_the_sdk_item_cap_still_queue_under_the_concurrency_cap() {
+    let fx = fixture_with(SandboxLimits::default(), Duration::from_millis(1)).await;
+    let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
+    let args = json!({ "case": "raw-fanout", "n": 5000 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result, Some(json!({ "done": 5000 })));
+    assert_eq!(fx.backend.calls(HOSTILE), 5000);
+    assert_eq!(fx.backend.max_in_flight(), 8);
+}
+
+/// What [`cancel_mid_loop`] observed.
+struct CancelledRun {
+    fx: Arc<Fixture>,
+    /// The hostile run's envelope as `Host::run` returned it.
+    envelope: RunEnvelope,
+    /// The envelope `Host::cancel` returned.
+    from_cancel: RunEnvelope,
+    /// How long the run went on after `Host::cancel` was called.
+    lingered: Duration,
+}
+
+/// Run `cancel-loop` next to the companion and cancel it with `Host::cancel` from another
+/// thread while the guest busy-waits on `cancelled()`, so the guest (usually) sees the
+/// cancellation and goes on calling hooks.
+async fn cancel_mid_loop() -> CancelledRun {
+    let fx = Arc::new(fixture().await);
+    let (id_tx, id_rx) = std::sync::mpsc::channel::<String>();
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel::<factory_host::ProgressEntry>();
+    let canceller = {
+        let fx = fx.clone();
+        let runtime = tokio::runtime::Handle::current();
+        std::thread::spawn(move || -> Option<(Instant, RunEnvelope)> {
+            let run_id = id_rx.recv().ok()?;
+            while let Some(entry) = events_rx.blocking_recv() {
+                if matches!(&entry.event, ProgressEvent::Log { message } if message == "looping") {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let cancelled_at = Instant::now();
+                    let envelope = runtime.block_on(fx.host.cancel(DEFAULT_SESSION, &run_id)).expect("a known run");
+                    return Some((cancelled_at, envelope));
+                }
+            }
+            None
+        })
+    };
+    let options = RunOptions {
+        args: Some(json!({ "case": "cancel-loop" })),
+        events: Some(events_tx),
+        on_start: Some(Box::new(move |run_id: &str| {
+            let _ = id_tx.send(run_id.to_string());
+        })),
+        ..Default::default()
+    };
+    let (envelope, _) = against_companion(&fx, options).await;
+    let ended = Instant::now();
+    let (cancelled_at, from_cancel) =
+        canceller.join().expect("the canceller thread").expect("the guest reached its loop");
+    CancelledRun { fx, envelope, from_cancel, lingered: ended.saturating_duration_since(cancelled_at) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_after_cancellation_are_refused_and_the_run_stops_promptly() {
+    let CancelledRun { fx, envelope, from_cancel, lingered } = cancel_mid_loop().await;
+    assert!(lingered < HANG, "the run went on for {lingered:?} after its cancellation");
+    let failure = envelope.failure.as_ref().expect("a failure");
+    assert_eq!(failure.kind_type, "cancelled", "{envelope:#?}");
+    assert!(envelope.result.is_none());
+    assert_eq!(from_cancel.run_id, envelope.run_id);
+    assert_eq!(from_cancel.status, envelope.status, "`cancel` returns the terminal envelope");
+    assert_eq!(fx.backend.calls("h:before"), 1);
+    assert_eq!(fx.backend.calls("h:after:"), 0, "an agent call after cancellation reached the backend");
+    // Whatever the guest managed to call after it saw the cancellation was refused.
+    let after: Vec<String> =
+        log_lines(&fx.host, &envelope).into_iter().filter(|l| l.starts_with("after-cancel agent")).collect();
+    for line in &after {
+        assert!(line.ends_with("refused: run aborted: cancelled"), "{line}");
+    }
+    eprintln!("the guest made {} agent calls after it saw the cancellation", after.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_ends_with_status_cancelled() {
+    let CancelledRun { envelope, from_cancel, .. } = cancel_mid_loop().await;
+    assert_eq!(envelope.status, RunStatus::Cancelled, "{envelope:#?}");
+    assert_eq!(from_cancel.status, RunStatus::Cancelled, "{from_cancel:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawning_past_the_total_cap_ends_with_max_total_subagents() {
+    let fx = fixture().await;
+    let limits = Limits { max_total_subagents: Some(10), ..Default::default() };
+    let args = json!({ "case": "spawn-past-cap", "n": 50 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
+    assert_failure(&envelope, "factory_limit_reached", Some("maxTotalSubagents"));
+    assert_eq!(fx.backend.calls(HOSTILE), 10);
+    assert_eq!(envelope.accounting.agents_spawned, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_that_ignores_the_abort_still_ends_in_error() {
+    let fx = fixture().await;
+    let limits = Limits { max_total_subagents: Some(10), ..Default::default() };
+    // It swallows every `Err(Abort)`, keeps spawning, and returns Ok.
+    let args = json!({ "case": "ignore-abort", "n": 200 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
+    assert_failure(&envelope, "factory_limit_reached", Some("maxTotalSubagents"));
+    assert_eq!(fx.backend.calls(HOSTILE), 10, "no spawn past the cap reached the backend");
+    assert_eq!(envelope.accounting.agents_spawned, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_concurrency_cap_of_8_holds_exactly_over_4096_agents() {
+    let fx = fixture_with(SandboxLimits::default(), Duration::from_millis(2)).await;
+    let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
+    let envelope = fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result, Some(json!({ "done": 4096 })));
+    assert_eq!(fx.backend.calls(HOSTILE), 4096);
+    assert_eq!(fx.backend.max_in_flight(), 8, "queued, never more than 8 in flight, and 8 reached");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_total_cap_admits_exactly_its_count_of_4096_agents() {
+    let fx = fixture_with(SandboxLimits::default(), Duration::from_millis(2)).await;
+    let limits = Limits { max_total_subagents: Some(100), ..Default::default() };
+    let envelope = fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
+    assert_failure(&envelope, "factory_limit_reached", Some("maxTotalSubagents"));
+    assert_eq!(fx.backend.calls(HOSTILE), 100, "exactly maxTotalSubagents backend calls");
+    assert_eq!(envelope.accounting.agents_spawned, 100);
+    assert!(fx.backend.max_in_flight() <= 100, "without a concurrency cap the total cap bounds concurrency");
+}
