@@ -7,6 +7,7 @@
 mod agent_key;
 pub mod backend;
 pub mod builder;
+pub mod config;
 pub mod component;
 pub mod control;
 mod contract;

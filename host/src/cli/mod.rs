@@ -1,5 +1,6 @@
 //! The `factory` CLI: argument parsing (clap) and one module per subcommand.
 
+mod backends;
 mod context;
 mod describe;
 mod observe;
@@ -59,6 +60,8 @@ enum Command {
     Inspect(registry::InspectArgs),
     /// Print a factory's metadata, imports and the sandbox limits it would run under.
     Describe(describe::DescribeArgs),
+    /// List the subagent backends (configured and built-in), or check one with a tiny call.
+    Backends(backends::BackendsArgs),
     /// Build a Rust factory crate into a component and print its path.
     Build {
         /// The crate directory.
@@ -118,6 +121,7 @@ pub fn main() -> ExitCode {
             Command::List(args) => registry::list(&g, args).await,
             Command::Inspect(args) => registry::inspect(&g, args).await,
             Command::Describe(args) => describe::describe(args).await,
+            Command::Backends(args) => backends::backends(&g, args).await,
             Command::Build { dir } => {
                 let built = target::build(&dir)?;
                 println!("{}", built.display());

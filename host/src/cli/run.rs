@@ -6,7 +6,7 @@ use super::context::{self, serve};
 use super::{progress_ui, target, GlobalArgs, LimitArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use factory_host::backend::{self, AgentBackend};
+use factory_host::backend::AgentBackend;
 use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use std::future::Future;
 use std::path::PathBuf;
@@ -17,9 +17,8 @@ use tokio::sync::mpsc;
 /// How the run is shown and who answers its subagents.
 #[derive(Args)]
 pub struct OutputArgs {
-    /// Who runs subagents: `dry-run` (offline, deterministic) or `script:FILE`.
-    #[arg(long, default_value = "dry-run", value_name = "SPEC")]
-    backend: String,
+    #[command(flatten)]
+    backend: super::backends::BackendArgs,
     /// Print the run envelope as JSON instead of the result.
     #[arg(long)]
     json: bool,
@@ -54,8 +53,8 @@ pub struct ResumeArgs {
     limits: LimitArgs,
 }
 
-fn make_backend(out: &OutputArgs) -> Result<Arc<dyn AgentBackend>> {
-    Ok(backend::from_spec(&out.backend)?)
+fn make_backend(g: &GlobalArgs, out: &OutputArgs) -> Result<Arc<dyn AgentBackend>> {
+    super::backends::run_backend(g, &out.backend)
 }
 
 /// Load what `target` names: a file, a crate directory, or a registered factory.
@@ -79,7 +78,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         Some(text) => Some(serde_json::from_str(text).context("--args is not valid JSON")?),
         None => None,
     };
-    let host = context::open_host(g, make_backend(&a.out)?)
+    let host = context::open_host(g, make_backend(g, &a.out)?)
         .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
     let factory = load(&host, &a.target).await?;
     let session = Some(g.session.clone());
@@ -93,7 +92,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
 }
 
 pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
-    let host = context::open_host(g, make_backend(&a.out)?)
+    let host = context::open_host(g, make_backend(g, &a.out)?)
         .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
     let component = match &a.component {
         Some(path) => {

@@ -1,0 +1,251 @@
+//! `anthropic`: a backend for the Anthropic Messages API (`ANTHROPIC_API_KEY`,
+//! `ANTHROPIC_BASE_URL`). The prompt is the user message, the configured system prompt the
+//! system one. A schema call forces a tool (`respond`, whose `input_schema` is the call's
+//! schema, wrapped in an object when its root is not one) and replies with the tool's input;
+//! a server that answers 400 about tools gets plain prompting from then on. Usage comes from
+//! `usage.input_tokens/output_tokens`; retries follow the shared [`RetryPolicy`].
+
+use super::http::{self, HttpReply, RetryPolicy};
+use super::openai::non_empty_env;
+use super::pricing::Pricing;
+use super::prompting::schema_instruction;
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError};
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The default base URL.
+pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// The API version header value this backend speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// The name of the forced tool that carries structured replies.
+pub const RESPOND_TOOL: &str = "respond";
+
+/// How an Anthropic backend is set up.
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    /// The backend's name in progress output and errors.
+    pub name: String,
+    /// The API root (without `/v1`).
+    pub base_url: String,
+    /// The `x-api-key` value.
+    pub api_key: Option<String>,
+    /// The environment variable the key came from (named in 401 errors).
+    pub api_key_var: String,
+    /// The model used when a call names none.
+    pub model: Option<String>,
+    /// An optional system prompt sent with every call.
+    pub system_prompt: Option<String>,
+    /// `max_tokens` (required by the API).
+    pub max_tokens: u32,
+    /// Force the `respond` tool for schema calls (else prompt for JSON).
+    pub use_tool: bool,
+    /// Prices that turn usage into credits (zero by default).
+    pub pricing: Pricing,
+    /// Retries and timeouts.
+    pub retry: RetryPolicy,
+}
+
+impl AnthropicConfig {
+    /// A config for `base_url` with no key, no default model, zero prices.
+    pub fn new(name: impl Into<String>, base_url: impl Into<String>) -> Self {
+        AnthropicConfig {
+            name: name.into(),
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            api_key: None,
+            api_key_var: "ANTHROPIC_API_KEY".into(),
+            model: None,
+            system_prompt: None,
+            max_tokens: 4096,
+            use_tool: true,
+            pricing: Pricing::default(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// The config `--backend anthropic` uses: `ANTHROPIC_BASE_URL` (default
+    /// [`DEFAULT_ANTHROPIC_BASE_URL`]) and `ANTHROPIC_API_KEY`.
+    pub fn from_env() -> Self {
+        let base = non_empty_env("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_ANTHROPIC_BASE_URL.to_string());
+        AnthropicConfig { api_key: non_empty_env("ANTHROPIC_API_KEY"), ..AnthropicConfig::new("anthropic", base) }
+    }
+}
+
+/// The Anthropic Messages backend.
+pub struct Anthropic {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: AnthropicConfig,
+    client: reqwest::Client,
+    /// Set once the server refused tools: schema calls are prompted from then on.
+    no_tools: AtomicBool,
+}
+
+impl Anthropic {
+    /// Set up the backend (builds the HTTP client; sends nothing).
+    pub fn new(config: AnthropicConfig) -> Result<Self, BackendError> {
+        let client = config.retry.client()?;
+        let no_tools = AtomicBool::new(!config.use_tool);
+        Ok(Anthropic { inner: Arc::new(Inner { config, client, no_tools }) })
+    }
+
+    /// Whether schema calls currently force the `respond` tool.
+    pub fn uses_tool(&self) -> bool {
+        !self.inner.no_tools.load(Ordering::SeqCst)
+    }
+}
+
+impl AgentBackend for Anthropic {
+    fn name(&self) -> String {
+        self.inner.config.name.clone()
+    }
+
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.call(&request).await })
+    }
+}
+
+#[derive(Deserialize)]
+struct MessagesResponse {
+    #[serde(default)]
+    content: Vec<Block>,
+    #[serde(default)]
+    usage: Option<MessagesUsage>,
+}
+
+#[derive(Deserialize)]
+struct Block {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    input: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct MessagesUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+/// The tool's input schema for a call's schema, and whether it was wrapped in `{value: ..}`
+/// (the API wants an object at the root).
+fn tool_schema(schema: &serde_json::Value) -> (serde_json::Value, bool) {
+    if schema.get("type").and_then(|t| t.as_str()) == Some("object") {
+        (schema.clone(), false)
+    } else {
+        (json!({"type": "object", "properties": {"value": schema}, "required": ["value"]}), true)
+    }
+}
+
+impl Inner {
+    async fn call(&self, request: &AgentRequest) -> Result<AgentReply, BackendError> {
+        let who = &self.config.name;
+        let model = request.model.clone().or_else(|| self.config.model.clone()).ok_or_else(|| {
+            BackendError(format!("{who}: the call names no model and the backend has no default (pass --model)"))
+        })?;
+        let url = format!("{}/v1/messages", self.config.base_url);
+        loop {
+            let tool = request.schema.is_some() && !self.no_tools.load(Ordering::SeqCst);
+            let (body, wrapped) = self.body(request, &model, tool);
+            let reply = http::send(&self.config.retry, who, || {
+                let builder = self.client.post(&url).header("anthropic-version", ANTHROPIC_VERSION).json(&body);
+                match &self.config.api_key {
+                    Some(key) => builder.header("x-api-key", key),
+                    None => builder,
+                }
+            })
+            .await?;
+            if reply.ok() {
+                return self.parse(&reply, &model, tool, wrapped);
+            }
+            if tool && refuses_tools(&reply) {
+                tracing::info!(backend = %who, "server refused the forced tool; prompting for JSON instead");
+                self.no_tools.store(true, Ordering::SeqCst);
+                continue;
+            }
+            return Err(http::status_error(who, &reply, &self.config.api_key_var, &self.config.base_url, &model));
+        }
+    }
+
+    fn body(&self, request: &AgentRequest, model: &str, tool: bool) -> (serde_json::Value, bool) {
+        let instruction = match (&request.schema, tool) {
+            (Some(schema), false) => Some(schema_instruction(schema)),
+            _ => None,
+        };
+        let system: Vec<String> = self.config.system_prompt.iter().cloned().chain(instruction).collect();
+        let mut body = json!({
+            "model": model,
+            "max_tokens": self.config.max_tokens,
+            "messages": [{"role": "user", "content": request.prompt}],
+        });
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        let mut wrapped = false;
+        if let (Some(schema), true) = (&request.schema, tool) {
+            let (input_schema, w) = tool_schema(schema);
+            wrapped = w;
+            body["tools"] = json!([{
+                "name": RESPOND_TOOL,
+                "description": "Give your final answer as this tool's input.",
+                "input_schema": input_schema,
+            }]);
+            body["tool_choice"] = json!({"type": "tool", "name": RESPOND_TOOL});
+        }
+        (body, wrapped)
+    }
+
+    fn parse(&self, reply: &HttpReply, model: &str, tool: bool, wrapped: bool) -> Result<AgentReply, BackendError> {
+        let who = &self.config.name;
+        let parsed: MessagesResponse = serde_json::from_str(&reply.body)
+            .map_err(|e| BackendError(format!("{who}: the reply is not a Messages response: {e}")))?;
+        let tool_input = parsed
+            .content
+            .iter()
+            .find(|b| b.kind == "tool_use" && b.name.as_deref() == Some(RESPOND_TOOL))
+            .and_then(|b| b.input.clone());
+        let text = match tool_input {
+            Some(input) if tool => {
+                let value =
+                    if wrapped { input.get("value").cloned().unwrap_or(serde_json::Value::Null) } else { input };
+                value.to_string()
+            }
+            _ => parsed
+                .content
+                .iter()
+                .filter(|b| b.kind == "text")
+                .filter_map(|b| b.text.as_deref())
+                .collect::<Vec<_>>()
+                .join(""),
+        };
+        let usage = parsed.usage.map(|u| {
+            let input =
+                u.input_tokens + u.cache_creation_input_tokens.unwrap_or(0) + u.cache_read_input_tokens.unwrap_or(0);
+            self.config.pricing.usage(model, input, u.output_tokens)
+        });
+        Ok(AgentReply { text, usage })
+    }
+}
+
+/// A 400 whose message is about tools.
+fn refuses_tools(reply: &HttpReply) -> bool {
+    reply.status == 400 && {
+        let body = reply.body.to_ascii_lowercase();
+        body.contains("tool")
+    }
+}

@@ -1,0 +1,299 @@
+//! Cassettes: a wrapper backend that records every agent exchange of a run to a versioned
+//! JSON-lines file (`--record FILE`) and serves calls from one (`--replay FILE`) with zero
+//! calls to a live backend, failing clearly on a miss unless misses go live
+//! (`--replay-then-live`). An exchange is keyed by the canonical [`AgentKey`] of the call
+//! (prompt, label, schema, model) plus the spawn's attempt number (0, or 1 for the schema
+//! retry). The file's first line is a header naming the format and its version.
+//!
+//! ```text
+//! {"cassette":"factory","version":1}
+//! {"key":"…","attempt":0,"request":{"prompt":"…","label":"a"},"reply":{"text":"…","usage":{…}}}
+//! {"key":"…","attempt":0,"request":{…},"error":"openai: rate limited …"}
+//! ```
+
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
+use crate::AgentKey;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The cassette format this build reads and writes.
+pub const CASSETTE_VERSION: u32 = 1;
+const FORMAT: &str = "factory";
+
+/// A cassette file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CassetteError {
+    /// The file could not be read or created.
+    #[error("cassette `{path}`: {source}")]
+    Io { path: String, source: std::io::Error },
+    /// The file is not a cassette of a version this build reads.
+    #[error("cassette `{path}` line {line}: {message}")]
+    Invalid { path: String, line: usize, message: String },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    cassette: String,
+    version: u32,
+}
+
+/// The request part of a recorded exchange.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedRequest {
+    /// The prompt.
+    pub prompt: String,
+    /// The label, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The requested model, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The schema, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
+}
+
+/// Recorded usage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedUsage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Credits in nano-credits, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credits_nano: Option<u64>,
+}
+
+/// A recorded reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedReply {
+    /// The reply text.
+    pub text: String,
+    /// The usage, when the backend reported it.
+    #[serde(default)]
+    pub usage: Option<RecordedUsage>,
+}
+
+/// One line of a cassette: a spawn and its outcome (a reply or an error).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exchange {
+    /// The call's canonical key ([`AgentKey`]).
+    pub key: String,
+    /// The spawn's attempt number.
+    pub attempt: u32,
+    /// What was asked.
+    pub request: RecordedRequest,
+    /// The reply, for a spawn that succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<RecordedReply>,
+    /// The error, for a spawn that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Exchange {
+    /// The exchange of `request` and its outcome.
+    pub fn new(request: &AgentRequest, outcome: &Result<AgentReply, BackendError>) -> Self {
+        let (reply, error) = match outcome {
+            Ok(r) => (
+                Some(RecordedReply {
+                    text: r.text.clone(),
+                    usage: r.usage.as_ref().map(|u| RecordedUsage {
+                        input_tokens: u.input_tokens,
+                        output_tokens: u.output_tokens,
+                        credits_nano: u.credits_nano,
+                    }),
+                }),
+                None,
+            ),
+            Err(e) => (None, Some(e.0.clone())),
+        };
+        Exchange {
+            key: key_of(request).0,
+            attempt: request.attempt,
+            request: RecordedRequest {
+                prompt: request.prompt.clone(),
+                label: request.label.clone(),
+                model: request.model.clone(),
+                schema: request.schema.clone(),
+            },
+            reply,
+            error,
+        }
+    }
+
+    /// The recorded outcome.
+    pub fn outcome(&self) -> Result<AgentReply, BackendError> {
+        match (&self.reply, &self.error) {
+            (Some(r), _) => Ok(AgentReply {
+                text: r.text.clone(),
+                usage: r.usage.as_ref().map(|u| Usage {
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                    credits_nano: u.credits_nano,
+                }),
+            }),
+            (None, Some(e)) => Err(BackendError(e.clone())),
+            (None, None) => Err(BackendError("cassette: the exchange has neither reply nor error".into())),
+        }
+    }
+}
+
+/// The canonical key of a request, as the run engine computes it.
+pub fn key_of(request: &AgentRequest) -> AgentKey {
+    AgentKey::new(&request.prompt, request.label.as_deref(), request.schema.as_ref(), request.model.as_deref())
+}
+
+/// Read every exchange of a cassette file.
+pub fn read_cassette(path: &Path) -> Result<Vec<Exchange>, CassetteError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| CassetteError::Io { path: shown.clone(), source })?;
+    let invalid = |line: usize, message: String| CassetteError::Invalid { path: shown.clone(), line, message };
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let Some((_, first)) = lines.next() else {
+        return Err(invalid(1, "empty file, expected a cassette header".into()));
+    };
+    let header: Header = serde_json::from_str(first).map_err(|e| invalid(1, format!("not a cassette header: {e}")))?;
+    if header.cassette != FORMAT {
+        return Err(invalid(1, format!("not a factory cassette (`{}`)", header.cassette)));
+    }
+    if header.version != CASSETTE_VERSION {
+        return Err(invalid(
+            1,
+            format!(
+                "cassette version {} is not supported (this build reads version {CASSETTE_VERSION})",
+                header.version
+            ),
+        ));
+    }
+    lines.map(|(i, line)| serde_json::from_str(line).map_err(|e| invalid(i + 1, e.to_string()))).collect()
+}
+
+/// Appends exchanges to a new cassette file, one flushed line each.
+struct Recorder {
+    path: PathBuf,
+    file: Mutex<std::fs::File>,
+}
+
+impl Recorder {
+    fn create(path: &Path) -> Result<Self, CassetteError> {
+        let io = |source| CassetteError::Io { path: path.display().to_string(), source };
+        let mut file = std::fs::File::create(path).map_err(io)?;
+        let header = Header { cassette: FORMAT.into(), version: CASSETTE_VERSION };
+        let line = serde_json::to_string(&header).unwrap_or_default();
+        writeln!(file, "{line}").and_then(|_| file.flush()).map_err(io)?;
+        Ok(Recorder { path: path.to_path_buf(), file: Mutex::new(file) })
+    }
+
+    fn write(&self, exchange: &Exchange) -> Result<(), BackendError> {
+        let fail =
+            |e: &dyn std::fmt::Display| BackendError(format!("cassette `{}`: cannot record: {e}", self.path.display()));
+        let mut line = serde_json::to_string(exchange).map_err(|e| fail(&e))?;
+        line.push('\n');
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        file.write_all(line.as_bytes()).and_then(|_| file.flush()).map_err(|e| fail(&e))
+    }
+}
+
+/// Recorded exchanges by (key, attempt), served in order (the last one repeats).
+struct Replay {
+    path: PathBuf,
+    exchanges: HashMap<(String, u32), Vec<Exchange>>,
+    served: Mutex<HashMap<(String, u32), usize>>,
+}
+
+impl Replay {
+    fn load(path: &Path) -> Result<Self, CassetteError> {
+        let mut exchanges: HashMap<(String, u32), Vec<Exchange>> = HashMap::new();
+        for exchange in read_cassette(path)? {
+            exchanges.entry((exchange.key.clone(), exchange.attempt)).or_default().push(exchange);
+        }
+        Ok(Replay { path: path.to_path_buf(), exchanges, served: Mutex::new(HashMap::new()) })
+    }
+
+    fn find(&self, request: &AgentRequest) -> Option<Exchange> {
+        let id = (key_of(request).0, request.attempt);
+        let list = self.exchanges.get(&id)?;
+        let mut served = self.served.lock().unwrap_or_else(|p| p.into_inner());
+        let n = served.entry(id).or_insert(0);
+        let exchange = list.get(*n).or_else(|| list.last()).cloned();
+        *n += 1;
+        exchange
+    }
+}
+
+/// The cassette wrapper backend.
+pub struct Cassette {
+    live: Option<Arc<dyn AgentBackend>>,
+    replay: Option<Arc<Replay>>,
+    recorder: Option<Arc<Recorder>>,
+}
+
+impl Cassette {
+    /// Record every exchange with `live` to a new cassette at `path` (truncated).
+    pub fn record(live: Arc<dyn AgentBackend>, path: impl AsRef<Path>) -> Result<Self, CassetteError> {
+        Ok(Cassette { live: Some(live), replay: None, recorder: Some(Arc::new(Recorder::create(path.as_ref())?)) })
+    }
+
+    /// Serve every call from the cassette at `path`; a miss is a [`BackendError`].
+    pub fn replay(path: impl AsRef<Path>) -> Result<Self, CassetteError> {
+        Ok(Cassette { live: None, replay: Some(Arc::new(Replay::load(path.as_ref())?)), recorder: None })
+    }
+
+    /// Serve calls from the cassette at `path`; a call it does not hold goes to `live`.
+    pub fn replay_then_live(path: impl AsRef<Path>, live: Arc<dyn AgentBackend>) -> Result<Self, CassetteError> {
+        Ok(Cassette { live: Some(live), replay: Some(Arc::new(Replay::load(path.as_ref())?)), recorder: None })
+    }
+
+    /// Also record every exchange served (replayed or live) to a new cassette at `path`.
+    pub fn recording_to(mut self, path: impl AsRef<Path>) -> Result<Self, CassetteError> {
+        self.recorder = Some(Arc::new(Recorder::create(path.as_ref())?));
+        Ok(self)
+    }
+}
+
+impl AgentBackend for Cassette {
+    fn name(&self) -> String {
+        match (&self.replay, &self.live) {
+            (Some(_), None) => "replay".to_string(),
+            (Some(_), Some(live)) => format!("replay-then-{}", live.name()),
+            (None, Some(live)) => live.name(),
+            (None, None) => "cassette".to_string(),
+        }
+    }
+
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let live = self.live.clone();
+        let replay = self.replay.clone();
+        let recorder = self.recorder.clone();
+        Box::pin(async move {
+            let recorded = replay.as_ref().and_then(|r| r.find(&request));
+            let outcome = match (recorded, live, &replay) {
+                (Some(exchange), _, _) => exchange.outcome(),
+                (None, Some(live), _) => live.call(request.clone()).await,
+                (None, None, Some(replay)) => {
+                    let who = request.label.as_deref().unwrap_or("agent");
+                    let key = key_of(&request).0;
+                    return Err(BackendError(format!(
+                        "cassette miss: `{}` holds no exchange for agent `{who}` (attempt {}, key {}); \
+                         record one with --record, or use --replay-then-live",
+                        replay.path.display(),
+                        request.attempt,
+                        &key[..12.min(key.len())]
+                    )));
+                }
+                (None, None, None) => return Err(BackendError("cassette: nothing to serve the call".into())),
+            };
+            if let Some(recorder) = &recorder {
+                recorder.write(&Exchange::new(&request, &outcome))?;
+            }
+            outcome
+        })
+    }
+}

@@ -1,0 +1,237 @@
+//! Shared plumbing of the HTTP backends (OpenAI-compatible and Anthropic): the retry policy
+//! (bounded retries with exponential backoff and jitter on 429, 5xx and transport errors,
+//! honouring `Retry-After`), the HTTP client with its timeouts, and the error messages for
+//! statuses that retrying cannot fix (401, 403, 404, other 4xx).
+
+use super::BackendError;
+use reqwest::header::HeaderMap;
+use std::time::Duration;
+
+/// How an HTTP backend retries and times out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first try (so at most `max_retries + 1` requests per call).
+    pub max_retries: u32,
+    /// The first backoff delay; each retry doubles it.
+    pub base_delay: Duration,
+    /// The cap on one backoff delay.
+    pub max_delay: Duration,
+    /// A `Retry-After` longer than this is not waited for: the call fails instead.
+    pub max_retry_after: Duration,
+    /// Timeout of one whole request (connect, send, read the reply).
+    pub timeout: Duration,
+    /// Timeout of establishing a connection.
+    pub connect_timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 4,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(120),
+            timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The backoff before retry number `retry` (0-based): half the exponential delay plus a
+    /// random part of up to the other half ("equal jitter"), so it never falls below half.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let exp = self.base_delay.saturating_mul(1u32.checked_shl(retry.min(20)).unwrap_or(u32::MAX));
+        let capped = exp.min(self.max_delay);
+        let half = capped / 2;
+        let jitter_nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+        let random = (uuid::Uuid::new_v4().as_u128() as u64) % jitter_nanos.saturating_add(1);
+        half + Duration::from_nanos(random)
+    }
+
+    /// An HTTP client with this policy's timeouts.
+    pub(crate) fn client(&self) -> Result<reqwest::Client, BackendError> {
+        reqwest::Client::builder()
+            .timeout(self.timeout)
+            .connect_timeout(self.connect_timeout)
+            .build()
+            .map_err(|e| BackendError(format!("cannot set up the HTTP client: {e}")))
+    }
+}
+
+/// A reply that was not retried (any status but a retryable one, or the last try's).
+#[derive(Debug, Clone)]
+pub(crate) struct HttpReply {
+    pub status: u16,
+    pub body: String,
+}
+
+impl HttpReply {
+    /// A 2xx status.
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// Statuses worth retrying: rate limits, timeouts and server errors (529 is Anthropic's
+/// "overloaded").
+fn retryable(status: u16) -> bool {
+    matches!(status, 408 | 409 | 425 | 429 | 500..=599)
+}
+
+/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds (an HTTP-date is ignored).
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_secs_f64(ms / 1000.0));
+        }
+    }
+    let secs = header("retry-after")?.parse::<f64>().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(1e9)))
+}
+
+/// Send a request built by `make`, retrying per `policy`. `who` prefixes error messages.
+/// Returns the first non-retryable reply, or the last reply once retries are exhausted.
+pub(crate) async fn send(
+    policy: &RetryPolicy,
+    who: &str,
+    make: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<HttpReply, BackendError> {
+    let mut retry = 0u32;
+    loop {
+        let last = retry >= policy.max_retries;
+        let wait = match make().send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let after = retry_after(response.headers());
+                if !retryable(status) || last {
+                    let body = response.text().await.map_err(|e| {
+                        BackendError(format!("{who}: reading the HTTP {status} reply failed: {}", chain(&e)))
+                    })?;
+                    return Ok(HttpReply { status, body });
+                }
+                if let Some(after) = after {
+                    if after > policy.max_retry_after {
+                        return Err(BackendError(format!(
+                            "{who}: HTTP {status}: the server asks to retry after {}s, longer than the {}s this backend waits",
+                            after.as_secs_f64(),
+                            policy.max_retry_after.as_secs_f64()
+                        )));
+                    }
+                }
+                tracing::debug!(who, status, retry, "retryable HTTP status");
+                after.unwrap_or_else(|| policy.backoff(retry))
+            }
+            Err(e) if e.is_builder() => return Err(BackendError(format!("{who}: invalid request: {}", chain(&e)))),
+            Err(e) if last => {
+                return Err(BackendError(format!("{who}: request failed after {} tries: {}", retry + 1, chain(&e))))
+            }
+            Err(e) => {
+                tracing::debug!(who, retry, error = %chain(&e), "retryable transport error");
+                policy.backoff(retry)
+            }
+        };
+        tokio::time::sleep(wait).await;
+        retry += 1;
+    }
+}
+
+/// An error and its sources, one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let message = s.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// The human message inside an error body (`{"error":{"message":...}}` in both wire
+/// formats), else the body itself, shortened.
+pub(crate) fn error_message(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error"))
+            .and_then(|m| m.as_str())
+            .map(str::to_string)
+    });
+    let text = message.unwrap_or_else(|| body.trim().to_string());
+    if text.chars().count() > 300 {
+        let short: String = text.chars().take(300).collect();
+        format!("{short}...")
+    } else {
+        text
+    }
+}
+
+/// The error for a reply that is not 2xx. `key_var` names the API key's environment
+/// variable, `url` and `model` what a 404 most likely got wrong.
+pub(crate) fn status_error(who: &str, reply: &HttpReply, key_var: &str, url: &str, model: &str) -> BackendError {
+    let message = error_message(&reply.body);
+    let status = reply.status;
+    BackendError(match status {
+        401 => format!("{who}: authentication failed (HTTP 401): {message} (check {key_var})"),
+        403 => format!(
+            "{who}: permission denied (HTTP 403): {message} (check {key_var} and its access to model `{model}`)"
+        ),
+        404 => format!("{who}: not found (HTTP 404): {message} (check the base URL `{url}` and the model `{model}`)"),
+        429 => format!("{who}: rate limited (HTTP 429), retries exhausted: {message}"),
+        s if s >= 500 => format!("{who}: server error (HTTP {s}), retries exhausted: {message}"),
+        s => format!("{who}: HTTP {s}: {message}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn backoff_grows_is_capped_and_never_below_half() {
+        let policy = RetryPolicy {
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(1000),
+            ..RetryPolicy::default()
+        };
+        for _ in 0..50 {
+            let d0 = policy.backoff(0);
+            assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100), "{d0:?}");
+            let d3 = policy.backoff(3);
+            assert!(d3 >= Duration::from_millis(400) && d3 <= Duration::from_millis(800), "{d3:?}");
+            let d30 = policy.backoff(30);
+            assert!(d30 >= Duration::from_millis(500) && d30 <= Duration::from_millis(1000), "{d30:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_milliseconds() {
+        let mut h = HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+        let mut date = HeaderMap::new();
+        date.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        assert_eq!(retry_after(&date), None);
+    }
+
+    #[test]
+    fn error_messages_name_the_likely_fix() {
+        let reply = HttpReply { status: 401, body: r#"{"error":{"message":"Incorrect API key"}}"#.into() };
+        let e = status_error("openai", &reply, "OPENAI_API_KEY", "http://x/v1", "m").0;
+        assert!(e.contains("HTTP 401") && e.contains("Incorrect API key") && e.contains("OPENAI_API_KEY"), "{e}");
+        let reply = HttpReply { status: 404, body: "no such route".into() };
+        let e = status_error("openai", &reply, "K", "http://x/v1", "gpt-x").0;
+        assert!(e.contains("HTTP 404") && e.contains("http://x/v1") && e.contains("gpt-x"), "{e}");
+        assert_eq!(error_message(&"x".repeat(400)).len(), 303);
+    }
+}

@@ -1,0 +1,248 @@
+//! `openai`: a backend for any server that speaks the OpenAI chat-completions wire format
+//! (OpenAI itself, llama.cpp's server, Ollama, vLLM, LM Studio). A schema call asks for
+//! structured output (`response_format` json_schema), and falls back to `json_object`, then
+//! to plain prompting, when the server answers 400 about `response_format`; the fallback is
+//! remembered for the life of the backend. Usage comes from the reply's `usage`, credits from
+//! the backend's [`Pricing`]. Retries and timeouts follow the backend's [`RetryPolicy`].
+
+use super::http::{self, HttpReply, RetryPolicy};
+use super::pricing::Pricing;
+use super::prompting::schema_instruction;
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError};
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// The default base URL, as the official SDKs use it.
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// How a schema call asks for structured output, from most to least constrained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StructuredMode {
+    /// `response_format: {type: json_schema, ...}`.
+    JsonSchema = 0,
+    /// `response_format: {type: json_object}`.
+    JsonObject = 1,
+    /// No `response_format`: the schema is only in the system message.
+    Plain = 2,
+}
+
+impl StructuredMode {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => StructuredMode::JsonSchema,
+            1 => StructuredMode::JsonObject,
+            _ => StructuredMode::Plain,
+        }
+    }
+}
+
+/// How an OpenAI-compatible backend is set up.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// The backend's name in progress output and errors.
+    pub name: String,
+    /// The API root, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`.
+    pub base_url: String,
+    /// The bearer token; `None` for local servers that need none.
+    pub api_key: Option<String>,
+    /// The environment variable the key came from (named in 401 errors).
+    pub api_key_var: String,
+    /// The model used when a call names none.
+    pub model: Option<String>,
+    /// An optional system message sent with every call.
+    pub system_prompt: Option<String>,
+    /// `max_tokens`, if set.
+    pub max_tokens: Option<u32>,
+    /// The first structured-output mode to try.
+    pub structured: StructuredMode,
+    /// Prices that turn usage into credits (zero by default).
+    pub pricing: Pricing,
+    /// Retries and timeouts.
+    pub retry: RetryPolicy,
+}
+
+impl OpenAiConfig {
+    /// A config for `base_url` with no key, no default model, zero prices.
+    pub fn new(name: impl Into<String>, base_url: impl Into<String>) -> Self {
+        OpenAiConfig {
+            name: name.into(),
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            api_key: None,
+            api_key_var: "OPENAI_API_KEY".into(),
+            model: None,
+            system_prompt: None,
+            max_tokens: None,
+            structured: StructuredMode::JsonSchema,
+            pricing: Pricing::default(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// The config `--backend openai` uses: `OPENAI_BASE_URL` (default
+    /// [`DEFAULT_OPENAI_BASE_URL`]) and `OPENAI_API_KEY` (optional), as the SDKs read them.
+    pub fn from_env() -> Self {
+        let base = non_empty_env("OPENAI_BASE_URL").unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.to_string());
+        OpenAiConfig { api_key: non_empty_env("OPENAI_API_KEY"), ..OpenAiConfig::new("openai", base) }
+    }
+}
+
+/// An environment variable, unless unset or empty.
+pub(crate) fn non_empty_env(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The OpenAI-compatible backend.
+pub struct OpenAi {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: OpenAiConfig,
+    client: reqwest::Client,
+    /// The current [`StructuredMode`]; only ever moves down the list.
+    mode: AtomicU8,
+}
+
+impl OpenAi {
+    /// Set up the backend (builds the HTTP client; sends nothing).
+    pub fn new(config: OpenAiConfig) -> Result<Self, BackendError> {
+        let client = config.retry.client()?;
+        let mode = AtomicU8::new(config.structured as u8);
+        Ok(OpenAi { inner: Arc::new(Inner { config, client, mode }) })
+    }
+
+    /// The structured-output mode schema calls currently use.
+    pub fn structured_mode(&self) -> StructuredMode {
+        StructuredMode::from_u8(self.inner.mode.load(Ordering::SeqCst))
+    }
+}
+
+impl AgentBackend for OpenAi {
+    fn name(&self) -> String {
+        self.inner.config.name.clone()
+    }
+
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.call(&request).await })
+    }
+}
+
+#[derive(Deserialize)]
+struct ChatResponse {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<ChatUsage>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: Message,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChatUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+impl Inner {
+    async fn call(&self, request: &AgentRequest) -> Result<AgentReply, BackendError> {
+        let who = &self.config.name;
+        let model = request.model.clone().or_else(|| self.config.model.clone()).ok_or_else(|| {
+            BackendError(format!("{who}: the call names no model and the backend has no default (pass --model)"))
+        })?;
+        let url = format!("{}/chat/completions", self.config.base_url);
+        loop {
+            let mode = StructuredMode::from_u8(self.mode.load(Ordering::SeqCst));
+            let body = self.body(request, &model, mode);
+            let reply = http::send(&self.config.retry, who, || {
+                let builder = self.client.post(&url).json(&body);
+                match &self.config.api_key {
+                    Some(key) => builder.bearer_auth(key),
+                    None => builder,
+                }
+            })
+            .await?;
+            if reply.ok() {
+                return self.parse(&reply, &model);
+            }
+            if request.schema.is_some() && mode != StructuredMode::Plain && refuses_response_format(&reply) {
+                let next = StructuredMode::from_u8(mode as u8 + 1);
+                tracing::info!(backend = %who, from = ?mode, to = ?next, "server refused response_format; falling back");
+                self.mode.fetch_max(next as u8, Ordering::SeqCst);
+                continue;
+            }
+            return Err(http::status_error(who, &reply, &self.config.api_key_var, &self.config.base_url, &model));
+        }
+    }
+
+    fn body(&self, request: &AgentRequest, model: &str, mode: StructuredMode) -> serde_json::Value {
+        let system: Vec<String> =
+            self.config.system_prompt.iter().cloned().chain(request.schema.as_ref().map(schema_instruction)).collect();
+        let mut messages = Vec::new();
+        if !system.is_empty() {
+            messages.push(json!({"role": "system", "content": system.join("\n\n")}));
+        }
+        messages.push(json!({"role": "user", "content": request.prompt}));
+        let mut body = json!({"model": model, "messages": messages});
+        if let Some(schema) = &request.schema {
+            match mode {
+                StructuredMode::JsonSchema => {
+                    body["response_format"] = json!({
+                        "type": "json_schema",
+                        "json_schema": {"name": "reply", "schema": schema, "strict": false}
+                    });
+                }
+                StructuredMode::JsonObject => body["response_format"] = json!({"type": "json_object"}),
+                StructuredMode::Plain => {}
+            }
+        }
+        if let Some(max) = self.config.max_tokens {
+            body["max_tokens"] = json!(max);
+        }
+        body
+    }
+
+    fn parse(&self, reply: &HttpReply, model: &str) -> Result<AgentReply, BackendError> {
+        let who = &self.config.name;
+        let parsed: ChatResponse = serde_json::from_str(&reply.body)
+            .map_err(|e| BackendError(format!("{who}: the reply is not a chat completion: {e}")))?;
+        let message = parsed
+            .choices
+            .into_iter()
+            .next()
+            .map(|c| c.message)
+            .ok_or_else(|| BackendError(format!("{who}: the reply has no choices")))?;
+        let text = match (message.content, message.refusal) {
+            (Some(text), _) => text,
+            (None, Some(refusal)) => return Err(BackendError(format!("{who}: the model refused: {refusal}"))),
+            (None, None) => String::new(),
+        };
+        let usage = parsed.usage.map(|u| self.config.pricing.usage(model, u.prompt_tokens, u.completion_tokens));
+        Ok(AgentReply { text, usage })
+    }
+}
+
+/// A 400 (or 422) whose message is about `response_format`.
+fn refuses_response_format(reply: &HttpReply) -> bool {
+    if !matches!(reply.status, 400 | 422) {
+        return false;
+    }
+    let body = reply.body.to_ascii_lowercase();
+    ["response_format", "json_schema", "json_object"].iter().any(|w| body.contains(w))
+}

@@ -1,0 +1,18 @@
+//! How a schema call is put to a model that is only prompted (plain prompting, agent CLIs,
+//! and the system message of every structured-output request): the instruction text.
+
+/// The instruction that asks for a single JSON value matching `schema`.
+pub(crate) fn schema_instruction(schema: &serde_json::Value) -> String {
+    format!(
+        "Reply with a single JSON value that matches the JSON Schema below, and nothing else: \
+         no prose, no code fences.\nJSON Schema: {schema}"
+    )
+}
+
+/// The prompt with the schema instruction appended, for backends that take one text.
+pub(crate) fn prompt_with_schema(prompt: &str, schema: Option<&serde_json::Value>) -> String {
+    match schema {
+        Some(schema) => format!("{prompt}\n\n{}", schema_instruction(schema)),
+        None => prompt.to_string(),
+    }
+}

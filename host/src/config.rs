@@ -1,0 +1,481 @@
+//! `factory.toml`: the user's backend configuration — named backends, the default one, how
+//! a call's `options.model` routes to a backend and model name, and prices. It is found via
+//! `--config` (or `$FACTORY_CONFIG`), else `factory.toml` in the state directory; with no
+//! file, the built-in backends (`dry-run`, `openai`, `anthropic`, `cli:PRESET`,
+//! `script:FILE`) still work.
+//!
+//! ```toml
+//! default = "local"                     # used when --backend is not given
+//!
+//! [backends.local]
+//! kind = "openai"                       # openai | anthropic | cli | dry-run | script
+//! base_url = "http://127.0.0.1:8080/v1"
+//! api_key_env = "LOCAL_API_KEY"         # the variable holding the key (optional)
+//! model = "qwen2.5-7b-instruct"         # the model when a call names none
+//! timeout_seconds = 300
+//! max_retries = 4
+//! structured_output = "json_schema"     # or json_object, plain (anthropic: tool, plain)
+//! [backends.local.pricing]              # credits per 1000 tokens; default 0
+//! input = 0.0
+//! output = 0.0
+//! models = { "big-model" = { input = 0.003, output = "0.015" } }
+//!
+//! [backends.claude]
+//! kind = "cli"
+//! preset = "claude"                     # claude | codex | copilot | gemini | generic
+//! cwd = "."
+//! env = ["ANTHROPIC_API_KEY"]           # passed through besides PATH and HOME
+//! timeout_seconds = 900
+//! grace_seconds = 5
+//!
+//! [[routes]]                            # options.model -> backend (+ model name)
+//! model = "fast"                        # exact name, or a prefix ending in `*`
+//! backend = "local"
+//! as = "qwen2.5:7b"                     # the model name sent (default: unchanged)
+//! ```
+
+use crate::backend::{
+    self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendSpecError, JsonOutput, OpenAi,
+    OpenAiConfig, OutputMode, Price, Pricing, Route, Router, Script, StructuredMode,
+};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A config file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config `{path}`: {source}")]
+    Read { path: String, source: std::io::Error },
+    /// The file is not valid TOML of this shape.
+    #[error("invalid config `{path}`: {message}")]
+    Parse { path: String, message: String },
+    /// A backend entry that cannot be built.
+    #[error("backend `{name}`: {message}")]
+    Invalid { name: String, message: String },
+    /// A name that is neither configured nor built in.
+    #[error(transparent)]
+    Spec(#[from] BackendSpecError),
+}
+
+/// A credit amount: a TOML number, or a decimal string for exactness.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Amount {
+    /// An integer number of credits.
+    Int(u64),
+    /// A float number of credits.
+    Float(f64),
+    /// A decimal string like `"0.0025"`.
+    Text(String),
+}
+
+impl Amount {
+    /// The amount in nano-credits.
+    pub fn nano(&self) -> Result<u64, String> {
+        match self {
+            Amount::Int(n) => {
+                n.checked_mul(backend::pricing::NANO_PER_CREDIT).ok_or_else(|| format!("{n} is too large"))
+            }
+            Amount::Float(f) => backend::pricing::float_credits_nano(*f).map_err(|e| e.to_string()),
+            Amount::Text(t) => backend::pricing::parse_credits_nano(t).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// A price in credits per 1000 input and output tokens.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// Credits per 1000 prompt tokens.
+    pub input: Option<Amount>,
+    /// Credits per 1000 completion tokens.
+    pub output: Option<Amount>,
+}
+
+impl PriceConfig {
+    fn price(&self) -> Result<Price, String> {
+        let nano = |a: &Option<Amount>| a.as_ref().map_or(Ok(0), Amount::nano);
+        Ok(Price { input_nano_per_1k: nano(&self.input)?, output_nano_per_1k: nano(&self.output)? })
+    }
+}
+
+/// A backend's pricing: a default price and per-model prices.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PricingConfig {
+    /// Credits per 1000 prompt tokens for models without their own entry.
+    pub input: Option<Amount>,
+    /// Credits per 1000 completion tokens for models without their own entry.
+    pub output: Option<Amount>,
+    /// Per-model prices.
+    #[serde(default)]
+    pub models: BTreeMap<String, PriceConfig>,
+}
+
+impl PricingConfig {
+    /// The pricing in nano-credits.
+    pub fn pricing(&self) -> Result<Pricing, String> {
+        let default = PriceConfig { input: self.input.clone(), output: self.output.clone() }.price()?;
+        let models = self
+            .models
+            .iter()
+            .map(|(m, p)| p.price().map(|p| (m.clone(), p)).map_err(|e| format!("model `{m}`: {e}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Pricing { default, models })
+    }
+}
+
+/// JSON output paths of an agent CLI (see [`JsonOutput`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonPaths {
+    /// Path of the final text.
+    pub text: String,
+    /// Path of the prompt token count.
+    pub input_tokens: Option<String>,
+    /// Path of the completion token count.
+    pub output_tokens: Option<String>,
+    /// Path of a reported cost, taken as credits.
+    pub cost: Option<String>,
+    /// Path of a boolean error flag.
+    pub is_error: Option<String>,
+}
+
+/// One `[backends.NAME]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// `openai`, `anthropic`, `cli`, `dry-run` or `script`.
+    pub kind: String,
+    /// HTTP: the API root (default: the kind's environment variable, then its public URL).
+    pub base_url: Option<String>,
+    /// HTTP: the environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// The model used when a call names none.
+    pub model: Option<String>,
+    /// HTTP: `max_tokens`.
+    pub max_tokens: Option<u32>,
+    /// HTTP: a system prompt sent with every call.
+    pub system_prompt: Option<String>,
+    /// HTTP: the first structured-output mode (openai: json_schema, json_object, plain;
+    /// anthropic: tool, plain).
+    pub structured_output: Option<String>,
+    /// Timeout of one request (HTTP) or one call (CLI), in seconds.
+    pub timeout_seconds: Option<f64>,
+    /// HTTP: retries after the first try.
+    pub max_retries: Option<u32>,
+    /// HTTP: the first backoff delay in milliseconds.
+    pub retry_base_ms: Option<u64>,
+    /// Prices (credits per 1000 tokens).
+    pub pricing: Option<PricingConfig>,
+    /// CLI: the preset (`claude`, `codex`, `copilot`, `gemini`, `generic`).
+    pub preset: Option<String>,
+    /// CLI: the command template (replaces the preset's).
+    pub command: Option<Vec<String>>,
+    /// CLI: arguments added when a model is known (`{model}` replaced).
+    pub model_args: Option<Vec<String>>,
+    /// CLI: the working directory.
+    pub cwd: Option<PathBuf>,
+    /// CLI: environment variables passed through besides PATH and HOME.
+    pub env: Option<Vec<String>>,
+    /// CLI: seconds between SIGTERM and SIGKILL.
+    pub grace_seconds: Option<f64>,
+    /// CLI: `text` or `json` (with `json` paths, or the preset's).
+    pub output: Option<String>,
+    /// CLI: JSON output paths.
+    pub json: Option<JsonPaths>,
+    /// Script: the script file.
+    pub path: Option<PathBuf>,
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// An exact model name, or a prefix ending in `*`.
+    pub model: String,
+    /// The backend that takes matching calls.
+    pub backend: String,
+    /// The model name sent to it (default: the requested one).
+    #[serde(rename = "as")]
+    pub target: Option<String>,
+}
+
+/// A parsed `factory.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The backend used when `--backend` is not given.
+    pub default: Option<String>,
+    /// Named backends.
+    #[serde(default)]
+    pub backends: BTreeMap<String, BackendConfig>,
+    /// Model routes, tried in order.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+/// The config file's name in the state directory.
+pub const CONFIG_FILE: &str = "factory.toml";
+
+fn secs(name: &str, what: &str, value: f64) -> Result<Duration, ConfigError> {
+    Duration::try_from_secs_f64(value).map_err(|_| ConfigError::Invalid {
+        name: name.into(),
+        message: format!("{what} must be a non-negative number"),
+    })
+}
+
+impl Config {
+    /// Parse TOML text; `path` names it in errors.
+    pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
+        let config: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        for route in &config.routes {
+            if !config.backends.contains_key(&route.backend) && !backend::is_builtin_spec(&route.backend) {
+                return Err(ConfigError::Parse {
+                    path: path.into(),
+                    message: format!("route `{}` names backend `{}`, which is not defined", route.model, route.backend),
+                });
+            }
+        }
+        Ok(config)
+    }
+
+    /// Read and parse a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+        Config::parse(&text, &shown)
+    }
+
+    /// The config at `explicit` (which must exist), else `factory.toml` in `state_dir` if
+    /// that file exists, else none.
+    pub fn discover(explicit: Option<&Path>, state_dir: &Path) -> Result<Option<Self>, ConfigError> {
+        if let Some(path) = explicit {
+            return Config::load(path).map(Some);
+        }
+        let path = state_dir.join(CONFIG_FILE);
+        if path.is_file() {
+            Config::load(&path).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Build the backend called `name`: a configured one, else a built-in spelling. `model`
+    /// (e.g. `--model`) replaces its default model.
+    pub fn backend(&self, name: &str, model: Option<&str>) -> Result<Arc<dyn AgentBackend>, ConfigError> {
+        match self.backends.get(name) {
+            Some(entry) => build(name, entry, model),
+            None => Ok(backend::from_spec_with_model(name, model)?),
+        }
+    }
+
+    /// The backend of a run: `selected` (`--backend`), else the config's default, else
+    /// `dry-run`; wrapped in a [`Router`] when routes are configured. Each backend is built
+    /// once, so routes to one name share it.
+    pub fn run_backend(
+        &self,
+        selected: Option<&str>,
+        model: Option<&str>,
+    ) -> Result<Arc<dyn AgentBackend>, ConfigError> {
+        let name = selected.or(self.default.as_deref()).unwrap_or("dry-run");
+        let default = self.backend(name, model)?;
+        if self.routes.is_empty() {
+            return Ok(default);
+        }
+        let mut built: HashMap<String, Arc<dyn AgentBackend>> = HashMap::new();
+        built.insert(name.to_string(), default.clone());
+        let mut routes = Vec::new();
+        for route in &self.routes {
+            let backend = match built.get(&route.backend) {
+                Some(b) => b.clone(),
+                None => {
+                    let b = self.backend(&route.backend, None)?;
+                    built.insert(route.backend.clone(), b.clone());
+                    b
+                }
+            };
+            routes.push(Route { pattern: route.model.clone(), backend, model: route.target.clone() });
+        }
+        Ok(Arc::new(Router::new(default, routes)))
+    }
+}
+
+/// Build one configured backend.
+fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<dyn AgentBackend>, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid { name: name.into(), message };
+    let pricing = entry.pricing.as_ref().map(PricingConfig::pricing).transpose().map_err(invalid)?.unwrap_or_default();
+    let model = model.map(str::to_string).or_else(|| entry.model.clone());
+    let mut retry = backend::RetryPolicy::default();
+    if let Some(t) = entry.timeout_seconds {
+        retry.timeout = secs(name, "timeout_seconds", t)?;
+    }
+    if let Some(n) = entry.max_retries {
+        retry.max_retries = n;
+    }
+    if let Some(ms) = entry.retry_base_ms {
+        retry.base_delay = Duration::from_millis(ms);
+    }
+    let key = |default_var: &str| {
+        let var = entry.api_key_env.clone().unwrap_or_else(|| default_var.to_string());
+        let key = std::env::var(&var).ok().filter(|k| !k.trim().is_empty());
+        (var, key)
+    };
+    let backend: Arc<dyn AgentBackend> = match entry.kind.as_str() {
+        "dry-run" => Arc::new(backend::DryRun),
+        "script" => {
+            let path = entry.path.as_ref().ok_or_else(|| invalid("a `script` backend needs `path`".into()))?;
+            Arc::new(Script::from_file(path).map_err(|e| invalid(e.to_string()))?)
+        }
+        "openai" => {
+            let from_env = OpenAiConfig::from_env();
+            let (api_key_var, api_key) = key("OPENAI_API_KEY");
+            let structured = match entry.structured_output.as_deref() {
+                None | Some("json_schema") => StructuredMode::JsonSchema,
+                Some("json_object") => StructuredMode::JsonObject,
+                Some("plain") => StructuredMode::Plain,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "structured_output `{other}`: expected json_schema, json_object or plain"
+                    )))
+                }
+            };
+            let config = OpenAiConfig {
+                name: name.into(),
+                base_url: entry.base_url.clone().unwrap_or(from_env.base_url).trim_end_matches('/').to_string(),
+                api_key,
+                api_key_var,
+                model,
+                system_prompt: entry.system_prompt.clone(),
+                max_tokens: entry.max_tokens,
+                structured,
+                pricing,
+                retry,
+            };
+            Arc::new(OpenAi::new(config).map_err(|e| invalid(e.0))?)
+        }
+        "anthropic" => {
+            let from_env = AnthropicConfig::from_env();
+            let (api_key_var, api_key) = key("ANTHROPIC_API_KEY");
+            let use_tool = match entry.structured_output.as_deref() {
+                None | Some("tool") => true,
+                Some("plain") => false,
+                Some(other) => return Err(invalid(format!("structured_output `{other}`: expected tool or plain"))),
+            };
+            let config = AnthropicConfig {
+                name: name.into(),
+                base_url: entry.base_url.clone().unwrap_or(from_env.base_url).trim_end_matches('/').to_string(),
+                api_key,
+                api_key_var,
+                model,
+                system_prompt: entry.system_prompt.clone(),
+                max_tokens: entry.max_tokens.unwrap_or(from_env.max_tokens),
+                use_tool,
+                pricing,
+                retry,
+            };
+            Arc::new(Anthropic::new(config).map_err(|e| invalid(e.0))?)
+        }
+        "cli" => {
+            let preset = entry.preset.as_deref().unwrap_or("generic");
+            let mut config = AgentCliConfig::preset(preset).map_err(|e| invalid(e.to_string()))?;
+            config.name = name.into();
+            config.model = model;
+            config.pricing = pricing;
+            if let Some(command) = &entry.command {
+                config.command = command.clone();
+            }
+            if let Some(args) = &entry.model_args {
+                config.model_args = args.clone();
+            }
+            config.cwd = entry.cwd.clone();
+            if let Some(env) = &entry.env {
+                config.env = env.clone();
+            }
+            if let Some(t) = entry.timeout_seconds {
+                config.timeout = Some(secs(name, "timeout_seconds", t)?);
+            }
+            if let Some(g) = entry.grace_seconds {
+                config.grace = secs(name, "grace_seconds", g)?;
+            }
+            if let Some(p) = &entry.json {
+                config.output = OutputMode::Json(JsonOutput {
+                    text: p.text.clone(),
+                    input_tokens: p.input_tokens.clone(),
+                    output_tokens: p.output_tokens.clone(),
+                    cost: p.cost.clone(),
+                    is_error: p.is_error.clone(),
+                });
+            }
+            match entry.output.as_deref() {
+                None => {}
+                Some("text") => config.output = OutputMode::Text,
+                Some("json") if matches!(config.output, OutputMode::Json(_)) => {}
+                Some("json") => return Err(invalid("`output = \"json\"` needs a `[json]` table of paths".into())),
+                Some(other) => return Err(invalid(format!("output `{other}`: expected text or json"))),
+            }
+            Arc::new(AgentCli::new(config).map_err(|e| invalid(e.to_string()))?)
+        }
+        other => {
+            return Err(invalid(format!("unknown kind `{other}` (expected openai, anthropic, cli, dry-run or script)")))
+        }
+    };
+    Ok(backend)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"
+        default = "local"
+        [backends.local]
+        kind = "openai"
+        base_url = "http://127.0.0.1:9/v1/"
+        model = "small"
+        [backends.local.pricing]
+        input = 0.5
+        output = "0.000000001"
+        models = { big = { input = 2, output = 3 } }
+        [backends.agent]
+        kind = "cli"
+        command = ["sh", "-c", "cat"]
+        env = ["MY_VAR"]
+        timeout_seconds = 2.5
+        [[routes]]
+        model = "fast*"
+        backend = "agent"
+        as = "x"
+    "#;
+
+    #[test]
+    fn parses_prices_exactly_and_builds_named_backends() {
+        let config = Config::parse(SAMPLE, "t").unwrap();
+        let pricing = config.backends["local"].pricing.as_ref().unwrap().pricing().unwrap();
+        assert_eq!(pricing.default, Price { input_nano_per_1k: 500_000_000, output_nano_per_1k: 1 });
+        assert_eq!(pricing.price("big"), Price { input_nano_per_1k: 2_000_000_000, output_nano_per_1k: 3_000_000_000 });
+        assert_eq!(config.backend("local", None).unwrap().name(), "local");
+        assert_eq!(config.backend("agent", None).unwrap().name(), "agent");
+        // Built-in spellings still work next to configured names.
+        assert_eq!(config.backend("dry-run", None).unwrap().name(), "dry-run");
+        assert_eq!(config.run_backend(None, None).unwrap().name(), "local");
+        assert!(matches!(config.backend("nope", None), Err(ConfigError::Spec(_))));
+    }
+
+    #[test]
+    fn rejects_unknown_fields_kinds_and_dangling_routes() {
+        assert!(Config::parse("defualt = \"x\"", "t").is_err());
+        let bad_kind = Config::parse("[backends.a]\nkind = \"telepathy\"", "t").unwrap();
+        let Err(e) = bad_kind.backend("a", None) else { panic!("a backend of an unknown kind was built") };
+        assert!(e.to_string().contains("unknown kind"), "{e}");
+        let dangling = "[[routes]]\nmodel = \"m\"\nbackend = \"ghost\"";
+        assert!(Config::parse(dangling, "t").unwrap_err().to_string().contains("ghost"));
+        let bad_price = Config::parse("[backends.a]\nkind = \"openai\"\npricing = { input = -1.0 }", "t").unwrap();
+        assert!(bad_price.backend("a", None).is_err());
+    }
+}
