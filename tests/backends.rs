@@ -210,6 +210,7 @@ fn request(prompt: &str, label: Option<&str>, schema: Option<Value>, model: Opti
         model: model.map(str::to_string),
         schema,
         attempt: 0,
+        feedback: None,
     })
 }
 
@@ -736,6 +737,7 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
         request("second", Some("b"), Some(verdict_schema()), Some("m2")),
         Arc::new(AgentRequest {
             attempt: 1,
+            feedback: None,
             ..(*request("second", Some("b"), Some(verdict_schema()), Some("m2"))).clone()
         }),
         request("please fail", None, None, None),
@@ -900,6 +902,10 @@ async fn a_run_retries_a_bad_schema_reply_over_http_and_accounts_both_spawns() {
     assert_eq!(envelope.accounting.agents_spawned, 2);
     assert_eq!(server.count(), 2);
     assert!(server.seen().iter().all(|s| s.body["response_format"]["type"] == "json_schema"));
+    // The retry tells the model what was wrong with its first reply.
+    let user = |i: usize| server.seen()[i].body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string();
+    assert!(!user(0).contains("rejected"));
+    assert!(user(1).contains("Your previous reply was rejected") && user(1).contains("$.ok"), "{}", user(1));
     // Per spawn: 1000 * 1_500_000 / 1000 + 100 * 7_000_000 / 1000 = 2_200_000.
     assert_eq!(envelope.accounting.ai_credits_nano, 4_400_000);
     assert_eq!((envelope.accounting.input_tokens, envelope.accounting.output_tokens), (2000, 200));
@@ -970,7 +976,7 @@ async fn the_cli_records_a_live_run_and_replays_it_offline() {
     let tape = dir.path().join("schema.cassette.jsonl");
     let probe = common::component("probe");
     let env = [("OPENAI_BASE_URL", format!("{}/v1", server.url())), ("OPENAI_API_KEY", "sk-cli".to_string())];
-    let base = [probe.to_str().unwrap(), "--args", r#"{"case":"schema"}"#, "--json", "--quiet", "--state-dir"];
+    let base = [probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"schema"}"#, "--json", "--quiet", "--state-dir"];
 
     let mut live = vec!["run"];
     live.extend(base);
@@ -1003,7 +1009,7 @@ async fn the_cli_records_a_live_run_and_replays_it_offline() {
     assert_eq!(server.count(), 2, "the replayed run made zero network calls");
 
     // A different factory input misses the cassette: an ordinary agent failure, no network.
-    let mut miss = vec!["run", probe.to_str().unwrap(), "--args", r#"{"case":"memo"}"#, "--json", "--quiet"];
+    let mut miss = vec!["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"memo"}"#, "--json", "--quiet"];
     miss.extend(["--state-dir", state.to_str().unwrap(), "--replay", tape.to_str().unwrap()]);
     let (code, stdout, stderr) = factory(&miss, &env).await;
     assert_eq!(code, 0, "{stdout}\n{stderr}");

@@ -52,13 +52,14 @@ fn run_builds_a_crate_directory_and_prints_the_envelope() {
 #[test]
 fn run_prints_the_result_and_exits_nonzero_on_a_limit() {
     let probe = common::component("probe");
-    let out = factory(&["run", probe.to_str().unwrap(), "--args", r#"{"case":"steps"}"#, "--quiet"]);
+    let out = factory(&["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--quiet"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out), serde_json::json!({"a": 42, "b": 42}));
 
     let out = factory(&[
         "run",
         probe.to_str().unwrap(),
+        "--yes",
         "--args",
         r#"{"case":"fanout","n":5}"#,
         "--max-total-subagents",
@@ -80,7 +81,7 @@ fn run_uses_a_script_backend() {
     let script = dir.path().join("script.json");
     std::fs::write(&script, r#"{"rules":[{"label":"judge","reply":{"json":{"ok":true}}}],"fallback":"error"}"#).unwrap();
     let backend = format!("script:{}", script.display());
-    let out = factory(&["run", probe.to_str().unwrap(), "--args", r#"{"case":"schema"}"#, "--backend", &backend, "-q"]);
+    let out = factory(&["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"schema"}"#, "--backend", &backend, "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out), serde_json::json!({"verdict": {"ok": true}}));
 }
@@ -128,4 +129,48 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
     let out = factory(&["run", probe.to_str().unwrap(), "--backend", "nonsense"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("unknown backend"), "{}", stderr(&out));
+}
+
+#[test]
+fn events_are_versioned_json_lines_from_start_to_finish() {
+    let state = tempfile::tempdir().unwrap();
+    let events = state.path().join("events.jsonl");
+    let review = common::component("review-changed");
+    let out = factory_in(state.path(), &["run", review.to_str().unwrap(), "--yes", "-q", "--events", events.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    assert!(lines.iter().all(|e| e["version"] == 1));
+    assert_eq!(lines.first().unwrap()["event"], "run_started");
+    let last = lines.last().unwrap();
+    assert_eq!(last["event"], "run_finished");
+    assert_eq!(last["envelope"]["status"], "completed");
+    let run_id = &lines[0]["runId"];
+    assert!(lines.iter().all(|e| &e["runId"] == run_id));
+    let phases: Vec<&Value> = lines.iter().filter(|e| e["entry"]["event"] == "phase").map(|e| &e["entry"]["title"]).collect();
+    assert_eq!(phases, vec!["Review", "Verify"]);
+}
+
+#[test]
+fn a_registered_factory_runs_by_name() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = common::crate_dir("review-changed");
+    let out = factory_in(state.path(), &["add", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("registered review-changed"));
+
+    let list = stdout_json(&factory_in(state.path(), &["list", "--json"]));
+    assert_eq!(list[0]["meta"]["name"], "review-changed");
+    let inspect = stdout_json(&factory_in(state.path(), &["inspect", "review-changed", "--json"]));
+    assert_eq!(inspect["meta"]["limits"]["maxTotalSubagents"], 10);
+    assert_eq!(inspect["hash"].as_str().unwrap().len(), 64);
+
+    let out = factory_in(state.path(), &["run", "review-changed", "--json", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["factory"], "review-changed");
+    let out = factory_in(state.path(), &["inspect", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -208,3 +208,36 @@ async fn group_commit_batches_a_fan_out_into_few_commits() {
     assert!(ops >= 1000, "every agent outcome was journaled ({ops} ops)");
     assert!(commits * 20 < ops, "{commits} commits for {ops} journal writes: writes are grouped");
 }
+
+#[tokio::test]
+async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
+    use factory_host::store::{StoreError, STORE_FILE};
+    let backend = Counting::with_latency(Duration::ZERO);
+    let config = |dir: &Path| HostConfig {
+        state_dir: Some(dir.to_path_buf()),
+        backend: Arc::new(Shared(backend.clone())),
+        ..HostConfig::default()
+    };
+
+    let garbage = tempfile::tempdir().unwrap();
+    std::fs::write(garbage.path().join(STORE_FILE), vec![0x5a; 64 << 10]).unwrap();
+    match Host::new(config(garbage.path())) {
+        Err(Error::Store(StoreError::Corrupt(_) | StoreError::Io(_))) => {}
+        Err(other) => panic!("expected a store error, got {other:?}"),
+        Ok(_) => panic!("a garbage store must not open"),
+    }
+
+    let newer = tempfile::tempdir().unwrap();
+    drop(Host::new(config(newer.path())).unwrap());
+    {
+        let db = redb::Database::open(newer.path().join(STORE_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(redb::TableDefinition::<&str, u64>::new("meta")).unwrap().insert("schema_version", 99).unwrap();
+        txn.commit().unwrap();
+    }
+    match Host::new(config(newer.path())) {
+        Err(Error::Store(StoreError::Version { found: 99, expected })) => assert_eq!(expected, 1),
+        Err(other) => panic!("expected a version error, got {other:?}"),
+        Ok(_) => panic!("a store of another layout must not open"),
+    }
+}

@@ -33,7 +33,7 @@ fn start_fanout(state: &Path, script: &Path, n: usize) -> Child {
     let probe = common::component("probe");
     let args = format!(r#"{{"case":"fanout","n":{n}}}"#);
     let backend = format!("script:{}", script.display());
-    factory(state, &["run", probe.to_str().unwrap(), "--args", &args, "--max-concurrent-subagents", "4", "--backend", &backend, "--json", "-q"])
+    factory(state, &["run", probe.to_str().unwrap(), "--yes", "--args", &args, "--max-concurrent-subagents", "4", "--backend", &backend, "--json", "-q"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -92,7 +92,8 @@ fn kill_9_mid_fan_out_then_resume_reruns_only_unjournaled_work() {
     let entries = progress.as_array().unwrap();
     let second = entries.iter().position(|e| e["event"] == "attemptStarted" && e["attempt"] == 2).expect("attempt 2 started");
     let attempt2 = &entries[second..];
-    let replayed = attempt2.iter().filter(|e| e["event"] == "agentFinished" && e["cached"] == true).count();
+    let ended = attempt2.iter().find(|e| e["event"] == "attemptEnded").expect("attempt 2 ended");
+    let replayed = ended["replayed"].as_u64().unwrap() as usize;
     let spawned = attempt2.iter().filter(|e| e["event"] == "agentStarted").count();
     // 24 had started at the kill; 4 were in flight, and the last commit window may be lost.
     assert!(replayed >= 12, "work done before the kill was journaled ({replayed} replayed)");
@@ -128,4 +129,104 @@ fn a_second_process_observes_waits_for_and_cancels_a_running_run() {
     let other = output(state.path(), &["show", &run_id, "--session", "someone-else"]);
     assert!(!other.status.success());
     assert!(String::from_utf8_lossy(&other.stderr).contains("not_found"));
+}
+
+/// The pid `factory serve` logged when it started.
+fn daemon_pid(state: &Path) -> u32 {
+    let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
+    log.lines()
+        .find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in serve.log: {log}"))
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill").args([sig, &pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+fn wait_gone(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "));
+        if zombie {
+            return;
+        }
+        assert!(Instant::now() < deadline, "process {pid} did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn detach_hands_the_run_to_a_daemon_that_watch_follows_and_shutdown_halts() {
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let probe = common::component("probe");
+    let backend = format!("script:{}", script.display());
+    let out = output(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"fanout","n":20}"#, "--backend", &backend, "--detach"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(run_id.len(), 36, "the run id is printed: {run_id:?}");
+
+    let watched = output(state.path(), &["watch", &run_id, "--json"]);
+    assert!(watched.status.success(), "{}", String::from_utf8_lossy(&watched.stderr));
+    let envelope = json(&watched);
+    assert_eq!(envelope["status"], "completed");
+    assert_eq!(envelope["result"]["done"], 20);
+    assert!(String::from_utf8_lossy(&watched.stderr).contains("agent t:19: done"), "watch shows progress");
+
+    // A second detached run that is still going when the daemon is told to stop ends as
+    // halted, and resumes to completion.
+    let out = output(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"fanout","n":400}"#, "--backend", &backend, "--max-concurrent-subagents", "2", "--detach"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let long_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let show = json(&output(state.path(), &["show", &long_id, "--json"]));
+        if show["accounting"]["agentsSpawned"].as_u64().unwrap_or(0) >= 4 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the detached run never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = daemon_pid(state.path());
+    signal(pid, "-TERM");
+    wait_gone(pid);
+    let runs = json(&output(state.path(), &["runs", "--json"]));
+    let long = runs.as_array().unwrap().iter().find(|r| r["runId"] == long_id.as_str()).unwrap().clone();
+    assert_eq!(long["status"], "halted", "{long:#}");
+    assert!(!state.path().join("control.sock").exists(), "the daemon removed its socket");
+}
+
+#[test]
+fn a_second_foreground_run_executes_in_the_process_holding_the_store() {
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let mut holder = start_fanout(state.path(), &script, 2000);
+    let holder_run = wait_for_spawns(state.path(), 2);
+
+    let probe = common::component("probe");
+    let out = output(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let envelope = json(&out);
+    assert_eq!(envelope["status"], "completed");
+    assert_eq!(envelope["result"], serde_json::json!({"a": 42, "b": 42}));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("held by another factory process"));
+
+    let out = output(state.path(), &["cancel", &holder_run, "--json"]);
+    assert_eq!(json(&out)["status"], "cancelled");
+    let _ = holder.wait();
+}
+
+#[test]
+fn ctrl_c_cancels_a_foreground_run_and_says_how_to_resume() {
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let child = start_fanout(state.path(), &script, 2000);
+    let run_id = wait_for_spawns(state.path(), 4);
+    signal(child.id(), "-INT");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("factory resume {run_id}")));
+    let runs = json(&output(state.path(), &["runs", "--json"]));
+    assert_eq!(runs[0]["status"], "cancelled");
 }

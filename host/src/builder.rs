@@ -1,13 +1,35 @@
 //! `factory build`: build a Rust factory crate for `wasm32-unknown-unknown` with cargo and
 //! componentize the core module in-process with `wit-component`. Cargo's own cache makes a
 //! second build of an unchanged crate a no-op, and the component is re-encoded only when the
-//! core module changed.
+//! core module changed. A crate can also be built for `wasm32-wasip2` ([`BuildTarget`]),
+//! where rustc's linker (wasm-component-ld) emits the component itself.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The target factories are built for: no WASI, no ambient authority.
+/// The target factories are built for by default: no WASI, no ambient authority.
 pub const TARGET: &str = "wasm32-unknown-unknown";
+
+/// What a crate is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BuildTarget {
+    /// [`TARGET`] (`wasm32-unknown-unknown`): a core module, componentized here.
+    #[default]
+    Unknown,
+    /// `wasm32-wasip2`: rustc emits a component that imports WASI (std's env, files,
+    /// sockets, stdio), which the host serves deny-by-default. No encoding step.
+    WasiP2,
+}
+
+impl BuildTarget {
+    /// The rustc target triple.
+    pub fn triple(self) -> &'static str {
+        match self {
+            BuildTarget::Unknown => TARGET,
+            BuildTarget::WasiP2 => "wasm32-wasip2",
+        }
+    }
+}
 
 /// Why a build failed.
 #[derive(Debug, thiserror::Error)]
@@ -19,11 +41,11 @@ pub enum BuildError {
     #[error("cannot run cargo: {0}; install Rust from https://rustup.rs")]
     NoCargo(String),
     /// The wasm target is missing and rustup is not there to add it.
-    #[error("the `{TARGET}` target is not installed and rustup is not available to add it; install rustup (https://rustup.rs) or add the target to your toolchain")]
-    NoTarget,
+    #[error("the `{0}` target is not installed and rustup is not available to add it; install rustup (https://rustup.rs) or add the target to your toolchain")]
+    NoTarget(&'static str),
     /// `rustup target add` failed.
-    #[error("`rustup target add {TARGET}` failed: {0}")]
-    TargetAdd(String),
+    #[error("`rustup target add {target}` failed: {message}")]
+    TargetAdd { target: &'static str, message: String },
     /// cargo build failed (its diagnostics went to stderr).
     #[error("cargo build failed for `{0}` (see the compiler output above)")]
     Cargo(String),
@@ -47,29 +69,30 @@ pub struct Built {
     pub encoded: bool,
 }
 
-/// Is `TARGET` installed for the active toolchain?
-fn target_installed() -> bool {
-    let Ok(out) = Command::new("rustc").args(["--print", "target-libdir", "--target", TARGET]).output() else {
+/// Is `target` installed for the active toolchain?
+fn target_installed(target: &str) -> bool {
+    let Ok(out) = Command::new("rustc").args(["--print", "target-libdir", "--target", target]).output() else {
         return false;
     };
     out.status.success() && Path::new(String::from_utf8_lossy(&out.stdout).trim()).exists()
 }
 
-/// Add `TARGET` with rustup, telling the user through `say`.
-fn ensure_target(say: &mut dyn FnMut(&str)) -> Result<(), BuildError> {
-    if target_installed() {
+/// Add `target` with rustup, telling the user through `say`.
+fn ensure_target(target: &'static str, say: &mut dyn FnMut(&str)) -> Result<(), BuildError> {
+    if target_installed(target) {
         return Ok(());
     }
     if Command::new("rustup").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-        return Err(BuildError::NoTarget);
+        return Err(BuildError::NoTarget(target));
     }
-    say(&format!("adding the Rust target {TARGET} (rustup target add {TARGET})"));
+    say(&format!("adding the Rust target {target} (rustup target add {target})"));
     let out = Command::new("rustup")
-        .args(["target", "add", TARGET])
+        .args(["target", "add", target])
         .output()
-        .map_err(|e| BuildError::TargetAdd(e.to_string()))?;
+        .map_err(|e| BuildError::TargetAdd { target, message: e.to_string() })?;
     if !out.status.success() {
-        return Err(BuildError::TargetAdd(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+        let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Err(BuildError::TargetAdd { target, message });
     }
     Ok(())
 }
@@ -78,14 +101,26 @@ fn ensure_target(say: &mut dyn FnMut(&str)) -> Result<(), BuildError> {
 /// overrides cargo's target directory; `say` receives one-line notes for the user (target
 /// added, componentized).
 pub fn build_crate(dir: &Path, target_dir: Option<&Path>, say: &mut dyn FnMut(&str)) -> Result<Built, BuildError> {
+    build_crate_for(dir, BuildTarget::default(), target_dir, say)
+}
+
+/// [`build_crate`] for `target`. For [`BuildTarget::WasiP2`] the `.wasm` cargo builds is
+/// already the component (`Built::encoded` is then always false).
+pub fn build_crate_for(
+    dir: &Path,
+    target: BuildTarget,
+    target_dir: Option<&Path>,
+    say: &mut dyn FnMut(&str),
+) -> Result<Built, BuildError> {
     let manifest = dir.join("Cargo.toml");
     if !manifest.is_file() {
         return Err(BuildError::NotACrate(dir.display().to_string()));
     }
-    ensure_target(say)?;
+    ensure_target(target.triple(), say)?;
     let mut cargo = Command::new("cargo");
     cargo
-        .args(["build", "--release", "--target", TARGET, "--message-format=json-render-diagnostics", "--manifest-path"])
+        .args(["build", "--release", "--target", target.triple(), "--message-format=json-render-diagnostics"])
+        .arg("--manifest-path")
         .arg(&manifest);
     if let Some(target_dir) = target_dir {
         cargo.arg("--target-dir").arg(target_dir);
@@ -98,8 +133,12 @@ pub fn build_crate(dir: &Path, target_dir: Option<&Path>, say: &mut dyn FnMut(&s
     if !output.status.success() {
         return Err(BuildError::Cargo(dir.display().to_string()));
     }
-    let core = find_artifact(&output.stdout, &manifest).ok_or_else(|| BuildError::NoArtifact(dir.display().to_string()))?;
-    componentize_file(&core, say)
+    let artifact =
+        find_artifact(&output.stdout, &manifest).ok_or_else(|| BuildError::NoArtifact(dir.display().to_string()))?;
+    match target {
+        BuildTarget::Unknown => componentize_file(&artifact, say),
+        BuildTarget::WasiP2 => Ok(Built { component: artifact, encoded: false }),
+    }
 }
 
 /// The cdylib `.wasm` cargo reported for the package at `manifest`.

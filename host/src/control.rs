@@ -3,8 +3,10 @@
 //! socket in the state directory. Another `factory runs/show/progress/wait/cancel` connects
 //! there instead of failing on the lock. One JSON request line, one JSON response line.
 
+use crate::backend::AgentBackend;
 use crate::error::Error;
-use crate::host::Host;
+use crate::host::{Host, ResumeOptions, RunOptions};
+use crate::limits::Limits;
 use crate::store::ProgressQuery;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -36,7 +38,41 @@ pub enum Request {
     Wait { session: String, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
     Cancel { session: String, run_id: String },
+    /// Start a run in the serving process of `component`: an absolute path to a component
+    /// file on this machine, or a registered name; answers `{"runId"}` once the run exists.
+    Run {
+        session: String,
+        component: String,
+        #[serde(default)]
+        args: Option<serde_json::Value>,
+        #[serde(default)]
+        limits: Limits,
+        /// Backend settings, interpreted by the server's [`BackendResolver`].
+        #[serde(default)]
+        backend: Option<serde_json::Value>,
+        /// Read-only directories to grant (absolute paths).
+        #[serde(default)]
+        grants: Vec<PathBuf>,
+        /// The user declined to run it: record the run as declined ([`Host::decline`]).
+        #[serde(default)]
+        declined: bool,
+    },
+    /// Resume a run in the serving process; answers `{"runId"}` once the attempt starts.
+    Resume {
+        session: String,
+        run_id: String,
+        #[serde(default)]
+        component: Option<PathBuf>,
+        #[serde(default)]
+        limits: Limits,
+        #[serde(default)]
+        backend: Option<serde_json::Value>,
+    },
 }
+
+/// Turns a request's backend settings into a backend (`None`: the host's default).
+pub type BackendResolver =
+    Arc<dyn Fn(Option<&serde_json::Value>) -> Result<Option<Arc<dyn AgentBackend>>, String> + Send + Sync>;
 
 /// A failed request, with the library error's code when it has one.
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
@@ -61,7 +97,53 @@ enum Response {
     Err(RemoteError),
 }
 
-async fn answer(host: &Host, request: Request) -> Result<serde_json::Value, Error> {
+/// Start a run or a resume in the background; answer once it has an id (or failed early).
+async fn start(host: Arc<Host>, resolve: &BackendResolver, request: Request) -> Result<serde_json::Value, Error> {
+    let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
+    let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
+        let _ = started.send(id.to_string());
+    });
+    let task = match request {
+        Request::Run { session, component, args, limits, backend, grants, declined } => {
+            let backend = resolve(backend.as_ref()).map_err(Error::InvalidArgs)?;
+            let factory = if Path::new(&component).is_file() {
+                host.load_file(Path::new(&component)).await?
+            } else {
+                host.load_registered(&component).await?
+            };
+            let options =
+                RunOptions { args, limits, session: Some(session), events: None, on_start: Some(on_start), backend, grants };
+            tokio::spawn(async move {
+                if declined {
+                    host.decline(&factory, options).await
+                } else {
+                    host.run(&factory, options).await
+                }
+            })
+        }
+        Request::Resume { session, run_id, component, limits, backend } => {
+            let backend = resolve(backend.as_ref()).map_err(Error::InvalidArgs)?;
+            let component = match component {
+                Some(path) => Some(host.load_file(&path).await?),
+                None => None,
+            };
+            let options = ResumeOptions { limits, component, session: Some(session), events: None, on_start: Some(on_start), backend };
+            tokio::spawn(async move { host.resume(&run_id, options).await })
+        }
+        _ => return Err(Error::Engine("not a start request".into())),
+    };
+    match started_rx.await {
+        Ok(run_id) => Ok(serde_json::json!({ "runId": run_id })),
+        // The run failed before it existed: its error is the answer.
+        Err(_) => match task.await {
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(envelope)) => Ok(serde_json::json!({ "runId": envelope.run_id })),
+            Err(e) => Err(Error::Engine(format!("the run task failed: {e}"))),
+        },
+    }
+}
+
+async fn answer(host: &Arc<Host>, resolve: &BackendResolver, request: Request) -> Result<serde_json::Value, Error> {
     let json = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|e| Error::Engine(e.to_string()));
     match request {
         Request::Runs { session } => json(serde_json::to_value(host.runs(&session)?)),
@@ -72,12 +154,13 @@ async fn answer(host: &Host, request: Request) -> Result<serde_json::Value, Erro
         }
         Request::Wait { session, run_id } => json(serde_json::to_value(host.wait(&session, &run_id).await?)),
         Request::Cancel { session, run_id } => json(serde_json::to_value(host.cancel(&session, &run_id).await?)),
+        start_request @ (Request::Run { .. } | Request::Resume { .. }) => start(host.clone(), resolve, start_request).await,
     }
 }
 
 /// Serve control requests for `host` on `path` until the returned task is aborted. A stale
 /// socket file (no one listening) is replaced.
-pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<tokio::task::JoinHandle<()>> {
+pub fn serve(host: Arc<Host>, path: &Path, resolve: BackendResolver) -> std::io::Result<tokio::task::JoinHandle<()>> {
     if path.exists() {
         // We hold the store, so nobody else can be serving it: the file is stale.
         std::fs::remove_file(path)?;
@@ -86,6 +169,7 @@ pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<tokio::task::JoinH
     Ok(tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let host = host.clone();
+            let resolve = resolve.clone();
             tokio::spawn(async move {
                 let (read, mut write) = stream.into_split();
                 let mut line = String::new();
@@ -94,7 +178,7 @@ pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<tokio::task::JoinH
                 }
                 let response = match serde_json::from_str::<Request>(&line) {
                     Err(e) => Response::Err(RemoteError { code: "bad_request".into(), message: e.to_string() }),
-                    Ok(request) => match answer(&host, request).await {
+                    Ok(request) => match answer(&host, &resolve, request).await {
                         Ok(value) => Response::Ok(value),
                         Err(e) => Response::Err(RemoteError::from(&e)),
                     },

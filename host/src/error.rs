@@ -41,6 +41,9 @@ pub enum Error {
     /// The run has an attempt executing.
     #[error("already_active: run `{0}` is running")]
     AlreadyActive(String),
+    /// A directory to grant read access to is missing or not a directory.
+    #[error(transparent)]
+    Grant(#[from] crate::sandbox::GrantError),
 }
 
 impl Error {

@@ -86,6 +86,12 @@ pub struct RunOptions {
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     /// Called with the run id once the run exists (before it executes).
     pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
+    /// Who runs this run's subagents (default: the host's backend).
+    pub backend: Option<Arc<dyn AgentBackend>>,
+    /// Directories the guest may read (read-only), mounted at `/grant/0`, `/grant/1`, ...
+    /// ([`sandbox::grant_mount_point`]). Each must exist and be a directory; the run records
+    /// them and every resume mounts them again.
+    pub grants: Vec<PathBuf>,
 }
 
 /// Options of [`Host::resume`].
@@ -100,6 +106,10 @@ pub struct ResumeOptions {
     pub session: Option<String>,
     /// Receives every progress entry as it happens.
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    /// Called with the run id once the new attempt is accepted (before it executes).
+    pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
+    /// Who runs this attempt's subagents (default: the host's backend).
+    pub backend: Option<Arc<dyn AgentBackend>>,
 }
 
 /// A run with its phases, agent summaries and latest progress page.
@@ -119,6 +129,8 @@ pub struct RunDetail {
     pub progress: Vec<ProgressEntry>,
     /// Component sha256 of each attempt.
     pub component_hashes: Vec<String>,
+    /// Read-only directory grants (canonical host paths; the `i`-th is `/grant/<i>`).
+    pub grants: Vec<String>,
 }
 
 /// A run executing in this process.
@@ -243,7 +255,7 @@ impl Host {
             stop: CancellationToken::new(),
         };
         let shared = RunShared::new(setup).map_err(|f| Error::MetaCall(f.message))?;
-        let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared)
+        let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, &[])
             .map_err(|e| Error::MetaCall(format!("{e:#}")))?;
         let instance = component
             .pre
@@ -289,8 +301,35 @@ impl Host {
     /// for every outcome; refuses only what fails before the run exists (bad limits, bad
     /// args, a store failure).
     pub async fn run(&self, factory: &Factory, options: RunOptions) -> Result<RunEnvelope, Error> {
+        let (record, options) = self.create_run(factory, options).await?;
+        self.attempt(factory, record, options.events, options.backend).await
+    }
+
+    /// Record a fresh run of `factory` that its user declined to start (a consent prompt
+    /// answered "no"): created as [`Host::run`] would create it (same checks, a run id,
+    /// `on_start`), then ended at once as `cancelled` (failure kind `declined`) without
+    /// executing anything. It cannot be resumed: it has no attempt to continue.
+    pub async fn decline(&self, factory: &Factory, options: RunOptions) -> Result<RunEnvelope, Error> {
+        let (mut record, _) = self.create_run(factory, options).await?;
+        let envelope = &mut record.envelope;
+        envelope.status = RunStatus::Cancelled;
+        let failure = Failure::new("cancelled", Some("declined"), "the run was declined at the consent prompt; nothing ran");
+        envelope.error = Some(failure.message.clone());
+        envelope.failure = Some(failure);
+        envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(&mut record, false).await?;
+        let run_id = record.envelope.run_id.clone();
+        let revision = record.writes + self.store.last_progress_seq(&run_id)?;
+        let _ = self.updates.send(RunUpdated { run_id, revision });
+        self.current(record)
+    }
+
+    /// Check `options` and store a new pending run of `factory`; hands back what of
+    /// `options` the attempt still needs.
+    async fn create_run(&self, factory: &Factory, mut options: RunOptions) -> Result<(RunRecord, RunOptions), Error> {
         let limits = factory.meta.limits.overridden_by(&options.limits);
         limits.validate()?;
+        let grants = sandbox::check_grants(&options.grants)?;
         let args = options.args.clone().unwrap_or_else(|| serde_json::json!({}));
         if let Some(schema) = &factory.meta.args_schema {
             let schema = Schema::from_value(schema.clone()).map_err(|e| Error::InvalidArgs(e.to_string()))?;
@@ -317,16 +356,16 @@ impl Host {
             overrides: options.limits,
             limits,
             component_hashes: Vec::new(),
-            grants: Vec::new(),
+            grants,
             writes: 0,
             seq: 0,
         };
         self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
         self.store.put_run(&mut record, true).await?;
-        if let Some(on_start) = options.on_start {
+        if let Some(on_start) = options.on_start.take() {
             on_start(&run_id);
         }
-        self.attempt(factory, record, options.events).await
+        Ok((record, options))
     }
 
     /// Resume a run that ended without completing: same id, same args, a new attempt in
@@ -342,6 +381,11 @@ impl Host {
         if self.active().contains_key(run_id) {
             return Err(Error::AlreadyActive(run_id.into()));
         }
+        if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
+            return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
+        }
+        // The run keeps its grants; each must still be a directory.
+        sandbox::check_grants(&record.grants.iter().map(PathBuf::from).collect::<Vec<_>>())?;
         let factory = match options.component {
             Some(factory) => factory,
             None => {
@@ -363,7 +407,10 @@ impl Host {
         record.overrides = overrides;
         record.limits = limits;
         self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
-        self.attempt(&factory, record, options.events).await
+        if let Some(on_start) = options.on_start {
+            on_start(run_id);
+        }
+        self.attempt(&factory, record, options.events, options.backend).await
     }
 
     /// Execute one attempt of an existing run.
@@ -372,6 +419,7 @@ impl Host {
         factory: &Factory,
         mut record: RunRecord,
         events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+        backend: Option<Arc<dyn AgentBackend>>,
     ) -> Result<RunEnvelope, Error> {
         let run_id = record.envelope.run_id.clone();
         let stop = CancellationToken::new();
@@ -382,7 +430,8 @@ impl Host {
             }
             active.insert(run_id.clone(), ActiveRun { stop: stop.clone(), shared: None });
         }
-        let outcome = self.attempt_inner(factory, &mut record, events, stop).await;
+        let backend = backend.unwrap_or_else(|| self.config.backend.clone());
+        let outcome = self.attempt_inner(factory, &mut record, events, backend, stop).await;
         self.active().remove(&run_id);
         outcome?;
         self.current(record)
@@ -393,6 +442,7 @@ impl Host {
         factory: &Factory,
         record: &mut RunRecord,
         events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+        backend: Arc<dyn AgentBackend>,
         stop: CancellationToken,
     ) -> Result<(), Error> {
         let run_id = record.envelope.run_id.clone();
@@ -411,7 +461,7 @@ impl Host {
             limits: record.limits,
             sandbox: self.config.sandbox.clone(),
             journal: self.store.clone() as Arc<dyn Journal>,
-            backend: self.config.backend.clone(),
+            backend,
             prior,
             next_seq: self.store.last_progress_seq(&run_id)?,
             events,
@@ -432,8 +482,16 @@ impl Host {
                 if budget == Some(Duration::ZERO) {
                     shared.abort(run::Abort::Limit(run::LimitKind::TimeoutSeconds));
                 }
-                let outcome = run::execute(&self.engine, &factory.component, shared.clone(), record.args.clone(), budget).await;
-                shared.emit(ProgressEvent::AttemptEnded { status: outcome.status });
+                let outcome = run::execute(
+                    &self.engine,
+                    &factory.component,
+                    shared.clone(),
+                    record.args.clone(),
+                    budget,
+                    &record.grants,
+                )
+                .await;
+                shared.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.attempt_cache_hits() });
                 let mut failure = outcome.failure;
                 // The last progress entries must be durable before the verdict is.
                 if let Err(e) = self.store.flush().await {
@@ -480,6 +538,19 @@ impl Host {
             None => {}
         }
         self.wait(session, run_id).await
+    }
+
+    /// Stop every run executing in this process because the host is shutting down: each
+    /// ends as `halted` (resumable), not `cancelled`.
+    pub fn shutdown(&self) {
+        for run in self.active().values() {
+            match &run.shared {
+                Some(shared) => {
+                    shared.abort(run::Abort::Halted);
+                }
+                None => run.stop.cancel(),
+            }
+        }
     }
 
     /// Cancel every run executing in this process (for signal handlers).
@@ -536,7 +607,8 @@ impl Host {
         let progress = self.store.progress(run_id, &ProgressQuery::default())?;
         let limits = record.limits;
         let component_hashes = record.component_hashes.clone();
-        Ok(RunDetail { envelope: self.current(record)?, limits, phases, agents, progress, component_hashes })
+        let grants = record.grants.clone();
+        Ok(RunDetail { envelope: self.current(record)?, limits, phases, agents, progress, component_hashes, grants })
     }
 
     /// Wait until the run is in a terminal status and return that envelope. Watches

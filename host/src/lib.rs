@@ -23,6 +23,7 @@ mod run;
 pub mod sandbox;
 pub mod schema;
 pub mod store;
+pub mod trust;
 
 pub use agent_key::AgentKey;
 pub use envelope::{Accounting, Failure, RunEnvelope, RunStatus};

@@ -26,7 +26,12 @@ pub enum ProgressEvent {
         cached: bool,
     },
     /// The attempt ended with this status.
-    AttemptEnded { status: crate::RunStatus },
+    AttemptEnded {
+        status: crate::RunStatus,
+        /// Agent calls this attempt answered from the journal or an identical call.
+        #[serde(default)]
+        replayed: u64,
+    },
 }
 
 impl ProgressEvent {

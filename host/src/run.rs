@@ -24,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Abort {
     Cancelled,
+    /// The host is shutting down; the run ends `halted` (the guest sees `cancelled`).
+    Halted,
     Limit(LimitKind),
     Storage(String),
     InvalidCall(String),
@@ -61,6 +63,7 @@ pub(crate) enum StepError {
 #[derive(Debug, Clone, PartialEq)]
 enum StopCause {
     Cancelled,
+    Halted,
     Failed(Failure, Abort),
 }
 
@@ -98,6 +101,7 @@ pub(crate) struct RunShared {
     started: Instant,
     spawned: AtomicU64,
     cache_hits: AtomicU64,
+    attempt_cache_hits: AtomicU64,
     credits_nano: AtomicU64,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
@@ -153,6 +157,7 @@ impl RunShared {
             started: Instant::now(),
             spawned: AtomicU64::new(setup.prior.agents_spawned),
             cache_hits: AtomicU64::new(setup.prior.agent_cache_hits),
+            attempt_cache_hits: AtomicU64::new(0),
             credits_nano: AtomicU64::new(setup.prior.ai_credits_nano),
             input_tokens: AtomicU64::new(setup.prior.input_tokens),
             output_tokens: AtomicU64::new(setup.prior.output_tokens),
@@ -182,6 +187,30 @@ impl RunShared {
         }
     }
 
+    /// Tell live subscribers (not the journal) about a call answered without a spawn. A
+    /// replay changes nothing durable, and journaling one entry per replayed call would make
+    /// every resume pay (and store) again for what it skips; the attempt's `AttemptEnded`
+    /// entry counts them instead. The entry carries the latest durable seq.
+    fn notify_cached(&self, label: String, ok: bool) {
+        self.attempt_cache_hits.fetch_add(1, Ordering::Relaxed);
+        if let Some(tx) = &self.events {
+            let state = self.state();
+            let entry = ProgressEntry {
+                seq: state.next_seq,
+                at_ms: now_ms(),
+                phase: state.phase.clone(),
+                event: ProgressEvent::cached(label, ok),
+            };
+            drop(state);
+            let _ = tx.send(entry);
+        }
+    }
+
+    /// Calls this attempt answered from the journal or an identical call.
+    pub(crate) fn attempt_cache_hits(&self) -> u64 {
+        self.attempt_cache_hits.load(Ordering::Relaxed)
+    }
+
     /// The latest progress seq of this run.
     pub(crate) fn last_seq(&self) -> u64 {
         self.state().next_seq
@@ -190,13 +219,14 @@ impl RunShared {
     /// Stop the attempt: the first cause wins. Returns the abort to hand the guest.
     pub(crate) fn abort(&self, abort: Abort) -> Abort {
         let failure = match &abort {
-            Abort::Cancelled => None,
+            Abort::Cancelled | Abort::Halted => None,
             Abort::Limit(kind) => Some(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
             Abort::Storage(m) => Some(Failure::new("storage", None, m.clone())),
             Abort::InvalidCall(m) => Some(Failure::new("invalid_call", None, m.clone())),
             Abort::SandboxLimit { kind, message } => Some(Failure::new("sandbox_limit", Some(kind), message.clone())),
         };
         let cause = match failure {
+            None if abort == Abort::Halted => StopCause::Halted,
             None => StopCause::Cancelled,
             Some(failure) => StopCause::Failed(failure, abort.clone()),
         };
@@ -316,7 +346,7 @@ impl RunShared {
         let journaled = self.state().agents.get(&key.0).cloned();
         if let Some(outcome) = journaled {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
-            self.emit(ProgressEvent::cached(shown, outcome.is_some()));
+            self.notify_cached(shown, outcome.is_some());
             return Ok(outcome);
         }
 
@@ -341,6 +371,7 @@ impl RunShared {
             model,
             schema: schema.as_ref().map(|s| s.as_value().clone()),
             attempt: 0,
+            feedback: None,
         };
         let this = self.clone();
         let outcome = cell
@@ -358,7 +389,7 @@ impl RunShared {
             .clone();
         if !first {
             if let Ok(reply) = &outcome {
-                self.emit(ProgressEvent::cached(shown, reply.is_some()));
+                self.notify_cached(shown, reply.is_some());
             }
         }
         outcome
@@ -375,7 +406,9 @@ impl RunShared {
             return Err(self.abort(Abort::Limit(LimitKind::MaxTotalSubagents)));
         }
         if let Some(budget) = self.limits.max_ai_credits {
-            if self.credits_nano.load(Ordering::SeqCst) as f64 >= budget * 1e9 {
+            // Compare in exact nano-credits; a budget too large to express is no limit.
+            let budget = crate::backend::pricing::float_credits_nano(budget).unwrap_or(u64::MAX);
+            if self.credits_nano.load(Ordering::SeqCst) >= budget {
                 self.spawned.fetch_sub(1, Ordering::SeqCst);
                 return Err(self.abort(Abort::Limit(LimitKind::MaxAiCredits)));
             }
@@ -467,6 +500,7 @@ impl RunShared {
                     Err(mismatch) => {
                         let next = if attempt + 1 < spawns { ", retrying" } else { "" };
                         self.log(format!("agent `{label}` reply does not match its schema: {mismatch}{next}"));
+                        request.feedback = Some(format!("it does not match the schema ({mismatch})"));
                     }
                 },
             }
@@ -531,17 +565,19 @@ pub(crate) struct AttemptOutcome {
     pub failure: Option<Failure>,
 }
 
-/// Run one attempt to its end. `args` is JSON text; `budget` the active time left.
+/// Run one attempt to its end. `args` is JSON text; `budget` the active time left;
+/// `grants` the run's checked read-only directories.
 pub(crate) async fn execute(
     engine: &wasmtime::Engine,
     component: &LoadedComponent,
     shared: Arc<RunShared>,
     args: String,
     budget: Option<Duration>,
+    grants: &[String],
 ) -> AttemptOutcome {
     let stop = shared.stop.clone();
     let returned = {
-        let mut store = match sandbox::new_store(engine, &shared.sandbox, shared.clone()) {
+        let mut store = match sandbox::new_store(engine, &shared.sandbox, shared.clone(), grants) {
             Ok(store) => store,
             Err(e) => return outcome_failed(Failure::new("sandbox", None, format!("{e:#}"))),
         };
@@ -585,6 +621,11 @@ pub(crate) async fn execute(
         },
         // A recorded failure wins over whatever the guest returned after it.
         (Some(StopCause::Failed(failure, _)), _) => outcome_failed(failure),
+        (Some(StopCause::Halted), _) => AttemptOutcome {
+            status: RunStatus::Halted,
+            result: None,
+            failure: Some(Failure::new("halted", None, "the host shut down during this attempt; resume to continue")),
+        },
         // Only a cancel from outside stops an attempt without recording a cause.
         (None, None) => AttemptOutcome {
             status: RunStatus::Cancelled,

@@ -1,13 +1,16 @@
 //! The sandbox: engine configuration (component-model async, fuel, epochs), the per-run
 //! `Store` with its memory and table caps, and a deny-by-default WASI context for guests
-//! that import WASI (no env, no args, no files, no network; stdout/stderr captured).
+//! that import WASI (no env, no args, no files, no network; stdout/stderr captured). The
+//! only way to widen it is a read-only directory grant ([`check_grants`]), mounted in the
+//! guest at [`grant_mount_point`].
 
 use crate::run::RunShared;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 /// Host-side sandbox limits, the same for every run of a host.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -122,16 +125,60 @@ impl WasiView for RunData {
     }
 }
 
-/// A new store for one attempt of a run.
-pub(crate) fn new_store(engine: &Engine, limits: &SandboxLimits, run: Arc<RunShared>) -> wasmtime::Result<Store<RunData>> {
+/// Why a directory cannot be granted to a run.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// It does not exist or cannot be reached.
+    #[error("cannot grant read access to `{path}`: {source}")]
+    Unavailable { path: String, source: std::io::Error },
+    /// It is not a directory.
+    #[error("cannot grant read access to `{0}`: not a directory (--allow-read takes a directory)")]
+    NotADirectory(String),
+    /// Its canonical path is not UTF-8 (runs record grants as text).
+    #[error("cannot grant read access to `{0}`: the path is not valid UTF-8")]
+    NotUtf8(String),
+}
+
+/// Where the `index`-th granted directory appears inside the guest: `/grant/<index>`, in
+/// the order the grants were given (`--allow-read A --allow-read B`: `/grant/0`, `/grant/1`).
+pub fn grant_mount_point(index: usize) -> String {
+    format!("/grant/{index}")
+}
+
+/// Check directories to grant read access to: each must exist and be a directory. Returns
+/// their canonical absolute paths, which is what a run records and mounts (symlinks and
+/// `..` are resolved once, here).
+pub fn check_grants(paths: &[PathBuf]) -> Result<Vec<String>, GrantError> {
+    paths.iter().map(|path| check_grant(path)).collect()
+}
+
+fn check_grant(path: &Path) -> Result<String, GrantError> {
+    let shown = path.display().to_string();
+    let canonical =
+        std::fs::canonicalize(path).map_err(|source| GrantError::Unavailable { path: shown.clone(), source })?;
+    let metadata =
+        std::fs::metadata(&canonical).map_err(|source| GrantError::Unavailable { path: shown.clone(), source })?;
+    if !metadata.is_dir() {
+        return Err(GrantError::NotADirectory(shown));
+    }
+    canonical.into_os_string().into_string().map_err(|_| GrantError::NotUtf8(shown))
+}
+
+/// A new store for one attempt of a run. Each of `grants` (checked directories) is mounted
+/// read-only at [`grant_mount_point`]; nothing else of the host is visible.
+pub(crate) fn new_store(
+    engine: &Engine,
+    limits: &SandboxLimits,
+    run: Arc<RunShared>,
+    grants: &[String],
+) -> wasmtime::Result<Store<RunData>> {
     let output = MemoryOutputPipe::new(limits.max_output_bytes);
-    let wasi = WasiCtxBuilder::new()
-        .stdout(output.clone())
-        .stderr(output.clone())
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false)
-        .build();
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(output.clone()).stderr(output.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    for (index, dir) in grants.iter().enumerate() {
+        wasi.preopened_dir(dir, grant_mount_point(index), FsPerms::ReadOnly)?;
+    }
+    let wasi = wasi.build();
     let store_limits = StoreLimitsBuilder::new()
         .memory_size(limits.memory_bytes)
         .table_elements(limits.table_elements)

@@ -6,6 +6,7 @@
 
 pub mod counting;
 
+use factory_host::builder::BuildTarget;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -34,15 +35,25 @@ pub fn crate_dir(name: &str) -> PathBuf {
 
 /// Build `name` and return its component file.
 pub fn component(name: &str) -> PathBuf {
-    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    component_for(name, BuildTarget::Unknown)
+}
+
+/// Build `name` for `wasm32-wasip2` (a component that imports WASI) and return it.
+pub fn wasi_component(name: &str) -> PathBuf {
+    component_for(name, BuildTarget::WasiP2)
+}
+
+fn component_for(name: &str, target: BuildTarget) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<(String, BuildTarget), PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(Default::default);
     let mut built = built.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(path) = built.get(name) {
+    let key = (name.to_string(), target);
+    if let Some(path) = built.get(&key) {
         return path.clone();
     }
-    let out = factory_host::builder::build_crate(&crate_dir(name), Some(&guest_target_dir()), &mut |_| {})
-        .unwrap_or_else(|e| panic!("building {name}: {e}"));
-    built.insert(name.to_string(), out.component.clone());
+    let out = factory_host::builder::build_crate_for(&crate_dir(name), target, Some(&guest_target_dir()), &mut |_| {})
+        .unwrap_or_else(|e| panic!("building {name} for {}: {e}", target.triple()));
+    built.insert(key, out.component.clone());
     out.component
 }
 

@@ -7,7 +7,7 @@
 //! is closed, the child's process group gets SIGTERM, then SIGKILL after a grace period.
 
 use super::pricing::{float_credits_nano, Pricing};
-use super::prompting::prompt_with_schema;
+use super::prompting::{prompt_with_schema, user_prompt};
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
 use futures::future::BoxFuture;
 use nix::errno::Errno;
@@ -315,7 +315,7 @@ fn fill(template: &str, prompt: &str, model: Option<&str>) -> String {
 
 async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentReply, BackendError> {
     let who = &config.name;
-    let prompt = prompt_with_schema(&request.prompt, request.schema.as_ref());
+    let prompt = prompt_with_schema(&user_prompt(request), request.schema.as_ref());
     let model = request.model.clone().or_else(|| config.model.clone());
     let mut argv: Vec<String> = config.command.iter().map(|a| fill(a, &prompt, model.as_deref())).collect();
     if let Some(model) = model.as_deref() {

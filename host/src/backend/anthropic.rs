@@ -8,7 +8,7 @@
 use super::http::{self, HttpReply, RetryPolicy};
 use super::openai::non_empty_env;
 use super::pricing::Pricing;
-use super::prompting::schema_instruction;
+use super::prompting::{schema_instruction, user_prompt};
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError};
 use futures::future::BoxFuture;
 use serde::Deserialize;
@@ -191,7 +191,7 @@ impl Inner {
         let mut body = json!({
             "model": model,
             "max_tokens": self.config.max_tokens,
-            "messages": [{"role": "user", "content": request.prompt}],
+            "messages": [{"role": "user", "content": user_prompt(request)}],
         });
         if !system.is_empty() {
             body["system"] = json!(system.join("\n\n"));

@@ -39,6 +39,8 @@ pub struct AgentRequest {
     pub schema: Option<serde_json::Value>,
     /// 0 for the first spawn, 1 for the schema retry.
     pub attempt: u32,
+    /// On the schema retry: why the previous reply was rejected, so the model can fix it.
+    pub feedback: Option<String>,
 }
 
 /// What a backend reports for one spawn.

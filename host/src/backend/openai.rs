@@ -7,7 +7,7 @@
 
 use super::http::{self, HttpReply, RetryPolicy};
 use super::pricing::Pricing;
-use super::prompting::schema_instruction;
+use super::prompting::{schema_instruction, user_prompt};
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError};
 use futures::future::BoxFuture;
 use serde::Deserialize;
@@ -198,7 +198,7 @@ impl Inner {
         if !system.is_empty() {
             messages.push(json!({"role": "system", "content": system.join("\n\n")}));
         }
-        messages.push(json!({"role": "user", "content": request.prompt}));
+        messages.push(json!({"role": "user", "content": user_prompt(request)}));
         let mut body = json!({"model": model, "messages": messages});
         if let Some(schema) = &request.schema {
             match mode {

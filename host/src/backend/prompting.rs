@@ -16,3 +16,15 @@ pub(crate) fn prompt_with_schema(prompt: &str, schema: Option<&serde_json::Value
         None => prompt.to_string(),
     }
 }
+
+/// The user prompt of a request: the prompt, plus on a schema retry why the previous reply
+/// was rejected.
+pub(crate) fn user_prompt(request: &super::AgentRequest) -> String {
+    match &request.feedback {
+        None => request.prompt.clone(),
+        Some(why) => format!(
+            "{}\n\nYour previous reply was rejected: {why}. Reply again, following the instructions exactly.",
+            request.prompt
+        ),
+    }
+}

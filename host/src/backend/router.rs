@@ -98,6 +98,7 @@ mod tests {
                 model: model.map(str::to_string),
                 schema: None,
                 attempt: 0,
+                feedback: None,
             })
         };
         assert_eq!(router.call(call(Some("fast"))).await.unwrap().text, "local:qwen");

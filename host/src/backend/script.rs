@@ -199,6 +199,7 @@ mod tests {
             model: None,
             schema: None,
             attempt: 0,
+            feedback: None,
         })
     }
 

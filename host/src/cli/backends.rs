@@ -14,8 +14,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Who runs subagents, shared by `run` and `resume`.
-#[derive(Args, Clone, Debug, Default)]
+/// Who runs subagents, shared by `run` and `resume` (serializable: a detached or remote
+/// run sends them to the process that holds the store).
+#[derive(Args, Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct BackendArgs {
     /// Who runs subagents: `dry-run` (offline, deterministic; the default without a config),
     /// `script:FILE`, `openai` (OPENAI_BASE_URL, OPENAI_API_KEY), `anthropic`
@@ -38,6 +39,16 @@ pub struct BackendArgs {
     /// With --replay: calls the cassette does not hold go to the live backend.
     #[arg(long, requires = "replay")]
     pub replay_then_live: bool,
+}
+
+impl BackendArgs {
+    /// The same options with every path made absolute, for another process to use.
+    pub fn absolute(&self) -> Result<BackendArgs> {
+        let abs = |p: &Option<PathBuf>| -> Result<Option<PathBuf>> {
+            p.as_ref().map(std::path::absolute).transpose().context("resolving a backend file path")
+        };
+        Ok(BackendArgs { config: abs(&self.config)?, record: abs(&self.record)?, replay: abs(&self.replay)?, ..self.clone() })
+    }
 }
 
 /// Load the config the options point at (or the state directory's), if any.
@@ -185,6 +196,7 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
         model,
         schema: None,
         attempt: 0,
+        feedback: None,
     };
     let started = Instant::now();
     let outcome = backend.call(Arc::new(request)).await;

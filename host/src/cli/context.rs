@@ -24,13 +24,40 @@ pub fn open_host(g: &GlobalArgs, backend: Arc<dyn AgentBackend>) -> Result<Arc<H
     Host::new(config).map(Arc::new)
 }
 
-/// Open the store, or find the process that holds it.
-pub fn access(g: &GlobalArgs) -> Result<Access> {
-    match open_host(g, Arc::new(factory_host::backend::DryRun)) {
-        Ok(host) => Ok(Access::Local(host)),
-        Err(Error::Store(StoreError::Locked(_))) => Ok(Access::Remote(control::socket_path(&g.state_dir))),
-        Err(e) => Err(e).with_context(|| format!("opening the store in {}", g.state_dir.display())),
+/// How long to keep trying when the store is locked but nobody answers on the socket (a
+/// short-lived reader such as `factory runs`, or a holder still starting up).
+const LOCKED_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Open the store with `backend`, or find the process that holds it. A holder that does not
+/// answer on the control socket is waited for: it is a short-lived reader, or it is still
+/// starting up.
+pub async fn open_or_reach(g: &GlobalArgs, backend: impl Fn() -> Arc<dyn AgentBackend>) -> Result<Access> {
+    let socket = control::socket_path(&g.state_dir);
+    let deadline = std::time::Instant::now() + LOCKED_PATIENCE;
+    loop {
+        match open_host(g, backend()) {
+            Ok(host) => return Ok(Access::Local(host)),
+            Err(Error::Store(StoreError::Locked(path))) => {
+                let ping = control::Request::Runs { session: g.session.clone() };
+                if control::request(&socket, &ping).await.is_ok() {
+                    return Ok(Access::Remote(socket));
+                }
+                if std::time::Instant::now() >= deadline {
+                    anyhow::bail!(
+                        "the store {path} is held by another process that does not answer on {}",
+                        socket.display()
+                    );
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening the store in {}", g.state_dir.display())),
+        }
     }
+}
+
+/// Open the store, or find the process that holds it.
+pub async fn access(g: &GlobalArgs) -> Result<Access> {
+    open_or_reach(g, || Arc::new(factory_host::backend::DryRun)).await
 }
 
 /// Serve the control socket for `host` while this process holds the store. The socket
@@ -47,10 +74,29 @@ impl Drop for Serving {
     }
 }
 
+impl Serving {
+    /// The socket's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+/// Runs handed over the socket bring their backend options; build backends from them the
+/// way `factory run` does here.
+fn resolver(g: &GlobalArgs) -> control::BackendResolver {
+    let g = g.clone();
+    Arc::new(move |settings: Option<&serde_json::Value>| {
+        let Some(settings) = settings else { return Ok(None) };
+        let args: super::backends::BackendArgs =
+            serde_json::from_value(settings.clone()).map_err(|e| format!("backend settings: {e}"))?;
+        super::backends::run_backend(&g, &args).map(Some).map_err(|e| format!("{e:#}"))
+    })
+}
+
 /// Start serving; a failure only costs other terminals their view, so it is a warning.
 pub fn serve(g: &GlobalArgs, host: &Arc<Host>) -> Option<Serving> {
     let path = control::socket_path(&g.state_dir);
-    match control::serve(host.clone(), &path) {
+    match control::serve(host.clone(), &path, resolver(g)) {
         Ok(task) => Some(Serving { task, path }),
         Err(e) => {
             eprintln!("factory: warning: cannot serve the control socket {}: {e}", path.display());

@@ -3,11 +3,15 @@
 mod backends;
 mod context;
 mod describe;
+mod events;
 mod observe;
 mod progress_ui;
 mod registry;
+mod remote;
 mod run;
+mod serve;
 mod target;
+mod trust;
 
 use clap::{Args, Parser, Subcommand};
 use factory_host::Limits;
@@ -52,6 +56,10 @@ enum Command {
     Wait(observe::RunIdArgs),
     /// Cancel a run and print its terminal envelope.
     Cancel(observe::RunIdArgs),
+    /// Follow a run's progress live until it ends.
+    Watch(observe::RunIdArgs),
+    /// Hold the store and run what `factory run --detach` hands over, until stopped.
+    Serve(serve::ServeArgs),
     /// Register a factory under its meta name.
     Add(registry::AddArgs),
     /// List registered factories.
@@ -67,6 +75,8 @@ enum Command {
         /// The crate directory.
         dir: PathBuf,
     },
+    /// Approve a component so runs need no consent (`--revoke` to undo); list trusted ones.
+    Trust(trust::TrustArgs),
 }
 
 /// Limit overrides shared by `run` and `resume`.
@@ -117,13 +127,17 @@ pub fn main() -> ExitCode {
             Command::Progress(args) => observe::progress(&g, args).await,
             Command::Wait(args) => observe::wait(&g, args).await,
             Command::Cancel(args) => observe::cancel(&g, args).await,
-            Command::Add(args) => registry::add(&g, args).await,
+            Command::Watch(args) => observe::watch(&g, args).await,
+            Command::Serve(args) => serve::serve(&g, args).await,
+            Command::Add(args) => trust::after_build(&g, registry::add(&g, args).await),
             Command::List(args) => registry::list(&g, args).await,
             Command::Inspect(args) => registry::inspect(&g, args).await,
             Command::Describe(args) => describe::describe(args).await,
             Command::Backends(args) => backends::backends(&g, args).await,
+            Command::Trust(args) => trust::trust(&g, args).await,
             Command::Build { dir } => {
                 let built = target::build(&dir)?;
+                trust::remember_built(&g);
                 println!("{}", built.display());
                 Ok(ExitCode::SUCCESS)
             }

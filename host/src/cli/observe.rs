@@ -49,8 +49,13 @@ pub struct ProgressArgs {
 
 /// Answer `request` locally or through the holder of the store.
 async fn ask(g: &GlobalArgs, request: Request) -> Result<Value> {
-    match access(g)? {
-        Access::Remote(path) => Ok(control::request(&path, &request).await?),
+    ask_with(&access(g).await?, request).await
+}
+
+/// Answer `request` through `access`.
+pub async fn ask_with(access: &Access, request: Request) -> Result<Value> {
+    match access {
+        Access::Remote(path) => Ok(control::request(path, &request).await?),
         Access::Local(host) => {
             let value = match request {
                 Request::Runs { session } => serde_json::to_value(host.runs(&session)?)?,
@@ -61,6 +66,9 @@ async fn ask(g: &GlobalArgs, request: Request) -> Result<Value> {
                 }
                 Request::Wait { session, run_id } => serde_json::to_value(host.wait(&session, &run_id).await?)?,
                 Request::Cancel { session, run_id } => serde_json::to_value(host.cancel(&session, &run_id).await?)?,
+                Request::Run { .. } | Request::Resume { .. } => {
+                    anyhow::bail!("runs start through `factory run`/`factory resume` in this process")
+                }
             };
             Ok(value)
         }
@@ -133,6 +141,14 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         credits(&acc["aiCreditsNano"])
     );
     println!("limits:    {}", d["limits"]);
+    let grants: Vec<String> = d["grants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, dir)| format!("{} (read-only, as {})", s(dir), factory_host::sandbox::grant_mount_point(i)))
+        .collect();
+    println!("grants:    {}", if grants.is_empty() { "none".to_string() } else { grants.join(", ") });
     let phases: Vec<String> = d["phases"].as_array().into_iter().flatten().map(s).collect();
     println!("phases:    {}", phases.join(" > "));
     if let Some(result) = d.get("result") {
@@ -188,4 +204,21 @@ pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let envelope = ask(g, Request::Cancel { session: g.session.clone(), run_id: a.run_id }).await?;
     println!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(ExitCode::SUCCESS)
+}
+
+pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
+    let access = access(g).await?;
+    // Start from the latest page, then follow live until the run ends.
+    let tail: Vec<factory_host::ProgressEntry> = serde_json::from_value(
+        ask_with(&access, Request::Progress { session: g.session.clone(), run_id: a.run_id.clone(), query: ProgressQuery::default() }).await?,
+    )?;
+    let after = tail.first().map_or(0, |e| e.seq.saturating_sub(1));
+    let envelope = super::remote::follow(g, &access, &a.run_id, false, None, false, after).await?;
+    let envelope = serde_json::to_value(&envelope)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&envelope)?);
+    } else {
+        eprintln!("factory: run {} is {}", a.run_id, s(&envelope["status"]));
+    }
+    Ok(envelope_exit(&envelope))
 }

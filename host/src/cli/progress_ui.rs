@@ -1,6 +1,7 @@
 //! Progress on stderr: an indicatif spinner line (phase, agents queued/running/done,
 //! elapsed) on a terminal; plain timestamped lines otherwise, so logs stay readable.
 
+use super::events::EventSink;
 use factory_host::{ProgressEntry, ProgressEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
@@ -57,8 +58,8 @@ impl Counts {
     }
 }
 
-/// Render progress until the run drops its sender.
-pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool) {
+/// Render progress (and write it to `events`) until the run drops its sender.
+pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, events: Option<EventSink>) {
     let started = Instant::now();
     let mut counts = Counts::default();
     let mut phase = String::from("-");
@@ -72,6 +73,9 @@ pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool) {
         bar
     });
     while let Some(entry) = rx.recv().await {
+        if let Some(sink) = &events {
+            sink.progress(&entry);
+        }
         counts.apply(&entry.event);
         let line = match &entry.event {
             ProgressEvent::Phase { title } => {

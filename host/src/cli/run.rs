@@ -1,12 +1,18 @@
-//! `factory run` and `factory resume`: drive one attempt in the foreground with progress on
-//! stderr, print the result (or the envelope with `--json`) on stdout. Ctrl-C cancels the
-//! run cleanly and says how to resume it. Exit code 0 only for `completed`.
+//! `factory run` and `factory resume`: drive one attempt with progress on stderr and print
+//! the result (or the envelope with `--json`) on stdout. Ctrl-C cancels the run cleanly and
+//! says how to resume it; exit code 0 only for `completed`. When another factory process
+//! holds the store, the run is handed to it and followed from here; `--detach` hands it to
+//! a background `factory serve` (started if needed) and prints the run id.
 
-use super::context::{self, serve};
-use super::{progress_ui, target, GlobalArgs, LimitArgs};
+use super::backends::BackendArgs;
+use super::context::{self, serve, Access};
+use super::events::EventSink;
+use super::trust::{self, ConsentArgs, YesArg};
+use super::{progress_ui, remote, target, GlobalArgs, LimitArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::backend::AgentBackend;
+use factory_host::control::Request;
 use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use std::future::Future;
 use std::path::PathBuf;
@@ -18,13 +24,19 @@ use tokio::sync::mpsc;
 #[derive(Args)]
 pub struct OutputArgs {
     #[command(flatten)]
-    backend: super::backends::BackendArgs,
+    backend: BackendArgs,
     /// Print the run envelope as JSON instead of the result.
     #[arg(long)]
     json: bool,
     /// No progress output on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Write versioned lifecycle events as JSON lines to FILE or to open descriptor `fd:N`.
+    #[arg(long, value_name = "FILE|fd:N")]
+    events: Option<String>,
+    /// Hand the run to a background `factory serve` (started if needed), print its id, exit.
+    #[arg(long)]
+    detach: bool,
 }
 
 #[derive(Args)]
@@ -38,6 +50,8 @@ pub struct RunArgs {
     out: OutputArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    consent: ConsentArgs,
 }
 
 #[derive(Args)]
@@ -51,6 +65,8 @@ pub struct ResumeArgs {
     out: OutputArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    yes: YesArg,
 }
 
 fn make_backend(g: &GlobalArgs, out: &OutputArgs) -> Result<Arc<dyn AgentBackend>> {
@@ -73,18 +89,67 @@ async fn load(host: &Host, target: &str) -> Result<Factory> {
     anyhow::bail!("`{target}` is neither a component file, a crate directory, nor a registered factory")
 }
 
+/// What another process needs to find the component: an absolute file path (a crate
+/// directory is built here first) or a registered name.
+fn remote_target(target: &str) -> Result<String> {
+    let path = PathBuf::from(target);
+    if path.exists() {
+        let file = std::path::absolute(target::resolve(&path)?)?;
+        return Ok(file.display().to_string());
+    }
+    Ok(target.to_string())
+}
+
+/// Open the store here, or `None` when another process holds it.
+async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<Arc<Host>>> {
+    if out.detach {
+        return Ok(None);
+    }
+    let backend = make_backend(g, out)?;
+    match context::open_or_reach(g, || backend.clone()).await? {
+        Access::Local(host) => Ok(Some(host)),
+        Access::Remote(_) => Ok(None),
+    }
+}
+
 pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     let args = match &a.args {
         Some(text) => Some(serde_json::from_str(text).context("--args is not valid JSON")?),
         None => None,
     };
-    let host = context::open_host(g, make_backend(g, &a.out)?)
-        .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
-    let factory = load(&host, &a.target).await?;
-    let session = Some(g.session.clone());
+    let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
     let limits = a.limits.limits();
-    drive(g, &host, &a.out, |events| {
-        let options = RunOptions { args, limits, session, events: Some(events), on_start: None };
+    let grants = a.consent.grants()?;
+    let Some(host) = open_local(g, &a.out).await? else {
+        let component = remote_target(&a.target)?;
+        let yes = &a.consent.yes;
+        let declined = !trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants)).await?;
+        let request = Request::Run {
+            session: g.session.clone(),
+            component,
+            args,
+            limits,
+            backend: Some(serde_json::to_value(a.out.backend.absolute()?)?),
+            grants,
+            declined,
+        };
+        return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
+            Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
+            Some(envelope) => report(envelope, &a.out),
+            None => Ok(ExitCode::SUCCESS),
+        };
+    };
+    let factory = load(&host, &a.target).await?;
+    if !trust::consent(g, &a.consent.yes, &a.target, &factory, &limits, Some(&grants)).await? {
+        let options = RunOptions { args, limits, session: Some(g.session.clone()), grants, ..Default::default() };
+        return trust::decline(&host, &factory, options, a.out.json, events.as_ref()).await;
+    }
+    let session = Some(g.session.clone());
+    let started = events.clone();
+    drive(g, &host, &a.out, events, |tx| {
+        let on_start = announce(started);
+        let options =
+            RunOptions { args, limits, session, events: Some(tx), on_start: Some(on_start), backend: None, grants };
         let host = host.clone();
         async move { host.run(&factory, options).await }
     })
@@ -92,35 +157,81 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
 }
 
 pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
-    let host = context::open_host(g, make_backend(g, &a.out)?)
-        .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
+    let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
+    let limits = a.limits.limits();
+    let Some(host) = open_local(g, &a.out).await? else {
+        let component = match &a.component {
+            Some(path) => Some(std::path::absolute(target::resolve(path)?)?),
+            None => None,
+        };
+        if let Some(file) = &component {
+            let source = file.display().to_string();
+            if !trust::consent_remote(g, &a.yes, &source, &source, &limits, None).await? {
+                eprintln!("factory: not resumed: the component was declined");
+                return Ok(ExitCode::from(1));
+            }
+        }
+        let request = Request::Resume {
+            session: g.session.clone(),
+            run_id: a.run_id.clone(),
+            component,
+            limits,
+            backend: Some(serde_json::to_value(a.out.backend.absolute()?)?),
+        };
+        return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
+            Some(envelope) => report(envelope, &a.out),
+            None => Ok(ExitCode::SUCCESS),
+        };
+    };
     let component = match &a.component {
         Some(path) => {
             let file = target::resolve(path)?;
-            Some(host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?)
+            let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
+            if !trust::consent(g, &a.yes, &file.display().to_string(), &factory, &limits, None).await? {
+                eprintln!("factory: not resumed: the component was declined");
+                return Ok(ExitCode::from(1));
+            }
+            Some(factory)
         }
         None => None,
     };
     let session = Some(g.session.clone());
-    let limits = a.limits.limits();
     let run_id = a.run_id.clone();
-    drive(g, &host, &a.out, |events| {
-        let options = ResumeOptions { limits, component, session, events: Some(events) };
+    let started = events.clone();
+    drive(g, &host, &a.out, events, |tx| {
+        let on_start = announce(started);
+        let options =
+            ResumeOptions { limits, component, session, events: Some(tx), on_start: Some(on_start), backend: None };
         let host = host.clone();
         async move { host.resume(&run_id, options).await }
     })
     .await
 }
 
-/// Run `start` with progress, Ctrl-C handling and the control socket, then report.
-async fn drive<F, Fut>(g: &GlobalArgs, host: &Arc<Host>, out: &OutputArgs, start: F) -> Result<ExitCode>
+/// An `on_start` hook that writes `run_started` to the events sink, if there is one.
+fn announce(events: Option<EventSink>) -> Box<dyn FnOnce(&str) + Send> {
+    Box::new(move |id| {
+        if let Some(sink) = events {
+            sink.started(id);
+        }
+    })
+}
+
+/// Run `start` here with progress, Ctrl-C handling and the control socket, then report.
+async fn drive<F, Fut>(
+    g: &GlobalArgs,
+    host: &Arc<Host>,
+    out: &OutputArgs,
+    events: Option<EventSink>,
+    start: F,
+) -> Result<ExitCode>
 where
     F: FnOnce(mpsc::UnboundedSender<ProgressEntry>) -> Fut,
     Fut: Future<Output = Result<RunEnvelope, factory_host::Error>>,
 {
     let _serving = serve(g, host);
     let (tx, rx) = mpsc::unbounded_channel();
-    let ui = tokio::spawn(progress_ui::render(rx, out.quiet));
+    let ui = tokio::spawn(progress_ui::render(rx, out.quiet, events.clone()));
     let interrupt = {
         let host = host.clone();
         tokio::spawn(async move {
@@ -133,13 +244,17 @@ where
     let envelope = start(tx).await;
     interrupt.abort();
     let _ = ui.await;
-    report(&envelope?, out)
+    let envelope = envelope?;
+    if let Some(sink) = &events {
+        sink.finished(&envelope);
+    }
+    report(envelope, out)
 }
 
 /// Print the outcome and choose the exit code.
-fn report(envelope: &RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
+pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
     if out.json {
-        println!("{}", serde_json::to_string_pretty(envelope)?);
+        println!("{}", serde_json::to_string_pretty(&envelope)?);
     } else if let Some(result) = &envelope.result {
         println!("{}", serde_json::to_string_pretty(result)?);
     }

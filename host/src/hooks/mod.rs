@@ -24,7 +24,7 @@ impl wit::Host for RunData {}
 impl From<Abort> for wit::Abort {
     fn from(abort: Abort) -> Self {
         match abort {
-            Abort::Cancelled => wit::Abort::Cancelled,
+            Abort::Cancelled | Abort::Halted => wit::Abort::Cancelled,
             Abort::Limit(kind) => wit::Abort::LimitReached(match kind {
                 LimitKind::MaxTotalSubagents => wit::LimitKind::MaxTotalSubagents,
                 LimitKind::TimeoutSeconds => wit::LimitKind::TimeoutSeconds,

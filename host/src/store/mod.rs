@@ -93,6 +93,8 @@ pub struct Store {
     writer: Writer,
     next_run_seq: AtomicU64,
     path: Option<PathBuf>,
+    /// Component hashes known to be stored (saves a copy and a lookup per attempt).
+    known_blobs: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -127,7 +129,7 @@ impl Store {
         let next_run_seq = prepare(&db)?;
         let db = Arc::new(db);
         let writer = Writer::start(db.clone(), options.commit_window)?;
-        Ok(Store { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path })
+        Ok(Store { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path, known_blobs: Default::default() })
     }
 
     /// The store file, if it has one.
@@ -244,9 +246,25 @@ impl Store {
         self.writer.send(Op::Accounting { run: run_id.to_string(), accounting: bytes })
     }
 
-    /// Store component bytes under their hash (no-op when present).
-    pub fn put_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        self.writer.send(Op::Blob { hash: hash.to_string(), bytes: bytes.to_vec() })
+    /// Store component bytes under their hash; nothing is copied or written when the store
+    /// already has them.
+    pub fn put_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
+        if self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).contains(hash) {
+            return Ok(());
+        }
+        if self.blob_exists(hash)? {
+            self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).insert(hash.to_string());
+            return Ok(());
+        }
+        self.writer.send(Op::Blob { hash: hash.to_string(), bytes: bytes.clone() })?;
+        self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).insert(hash.to_string());
+        Ok(())
+    }
+
+    fn blob_exists(&self, hash: &str) -> Result<bool, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(BLOBS)?;
+        Ok(table.get(hash)?.is_some())
     }
 
     /// Component bytes by hash.
@@ -257,7 +275,7 @@ impl Store {
     }
 
     /// Register (or re-register) a factory by name.
-    pub async fn register(&self, registration: &Registration, bytes: &[u8]) -> Result<(), StoreError> {
+    pub async fn register(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         self.put_blob(&registration.hash, bytes)?;
         let json = serde_json::to_vec(registration).map_err(|e| StoreError::Io(e.to_string()))?;
         self.writer.send(Op::Factory { name: registration.meta.name.clone(), registration: json })?;

@@ -25,7 +25,7 @@ pub(crate) enum Op {
     Accounting { run: String, accounting: Vec<u8> },
     Run { id: String, order: Option<u64>, record: Vec<u8> },
     Factory { name: String, registration: Vec<u8> },
-    Blob { hash: String, bytes: Vec<u8> },
+    Blob { hash: String, bytes: Arc<[u8]> },
     Flush(oneshot::Sender<Result<(), StoreError>>),
 }
 
@@ -189,7 +189,7 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
                 }
                 Op::Blob { hash, bytes } => {
                     if blobs.get(hash.as_str())?.is_none() {
-                        blobs.insert(hash.as_str(), bytes.as_slice())?;
+                        blobs.insert(hash.as_str(), &bytes[..])?;
                     }
                 }
                 Op::Flush(_) => {}

@@ -1,0 +1,851 @@
+//! `cargo bench -p factory-host --bench factory`: measures the host's own costs and prints
+//! them as one Markdown table — the median of several runs per row — headed by the date, the
+//! machine, the versions and the command. It builds the `bench` test guest
+//! (`tests/guests/bench`) into `<target>/guests`, then measures (1) hook overhead inside the
+//! guest (a loop of one hook minus an empty loop), (2) start-up: cold compile vs the on-disk
+//! cache vs a warm `InstancePre`, (3) fan-out of 1,000 and 4,096 agents against a 0 ms and a
+//! 1 ms backend with the durable journal on, (4) sequential agent calls and steps and the
+//! resume of those runs, and (5) 100 concurrent runs on one host. The backend is a small
+//! in-process latency backend (a timer thread, so 1 ms means 1 ms, not a tokio tick): the
+//! boundary, not the thing measured. Correctness checks (results complete, a resume makes no
+//! backend call) fail the bench; timing targets only print PASS or MISS.
+//! `FACTORY_BENCH_RUNS=N` changes the number of runs per row (default 7; cold start, the
+//! one-second sequential rows and memory per run use at most 5). Without `--bench` (as under
+//! `cargo test --all-targets`) it measures nothing.
+
+use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
+use factory_host::component::CompileOrigin;
+use factory_host::{Factory, Host, HostConfig, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
+use futures::future::BoxFuture;
+use serde_json::json;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+
+const COMMAND: &str = "cargo bench -p factory-host --bench factory";
+
+/// Stop the bench: a correctness check failed (never used for a missed timing target).
+fn fail(message: impl std::fmt::Display) -> ! {
+    eprintln!("\nbench check failed: {message}");
+    std::process::exit(1)
+}
+
+// ----------------------------------------------------------------------------------------
+// The backend: answers "ok" after a fixed latency.
+
+type Wake = (Instant, oneshot::Sender<()>);
+
+struct LatencyInner {
+    latency: Duration,
+    calls: AtomicU64,
+    /// Nanoseconds calls spent inside the backend, summed.
+    busy_nanos: AtomicU64,
+    in_flight: AtomicU64,
+    /// The most calls in flight at once since it was last reset.
+    max_in_flight: AtomicU64,
+    /// When this many calls are in flight, record VmRSS in `rss_when_full` (0: never).
+    full_at: AtomicU64,
+    rss_when_full: AtomicU64,
+    timer: Option<mpsc::Sender<Wake>>,
+}
+
+/// A backend that replies after `latency`, timed by one thread of its own: tokio's timer
+/// rounds a 1 ms sleep up to the next millisecond tick, which would bill the host for the
+/// timer's granularity.
+#[derive(Clone)]
+struct LatencyBackend(Arc<LatencyInner>);
+
+impl LatencyBackend {
+    fn new(latency: Duration) -> Self {
+        let timer = (!latency.is_zero()).then(|| {
+            let (tx, rx) = mpsc::channel();
+            std::thread::Builder::new()
+                .name("bench-backend-timer".into())
+                .spawn(move || timer_thread(rx))
+                .expect("starting the backend's timer thread");
+            tx
+        });
+        LatencyBackend(Arc::new(LatencyInner {
+            latency,
+            calls: AtomicU64::new(0),
+            busy_nanos: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+            full_at: AtomicU64::new(0),
+            rss_when_full: AtomicU64::new(0),
+            timer,
+        }))
+    }
+
+    fn calls(&self) -> u64 {
+        self.0.calls.load(Ordering::SeqCst)
+    }
+
+    fn busy(&self) -> Duration {
+        Duration::from_nanos(self.0.busy_nanos.load(Ordering::SeqCst))
+    }
+}
+
+/// Fire each wake-up at its deadline (all calls share one latency, so deadlines arrive in
+/// order and a FIFO is enough).
+fn timer_thread(rx: mpsc::Receiver<Wake>) {
+    sys::set_precise_timers();
+    let mut queue: VecDeque<Wake> = VecDeque::new();
+    loop {
+        let next = match queue.front() {
+            None => match rx.recv() {
+                Ok(wake) => Some(wake),
+                Err(_) => return,
+            },
+            Some((deadline, _)) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(wake) => Some(wake),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            },
+        };
+        queue.extend(next);
+        queue.extend(rx.try_iter());
+        let now = Instant::now();
+        while queue.front().is_some_and(|(deadline, _)| *deadline <= now) {
+            if let Some((_, wake)) = queue.pop_front() {
+                let _ = wake.send(());
+            }
+        }
+    }
+}
+
+impl AgentBackend for LatencyBackend {
+    fn name(&self) -> String {
+        format!("bench-latency-{}ms", self.0.latency.as_millis())
+    }
+
+    fn call(&self, _request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let me = self.0.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            me.calls.fetch_add(1, Ordering::SeqCst);
+            if let Some(timer) = &me.timer {
+                let now = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                me.max_in_flight.fetch_max(now, Ordering::SeqCst);
+                if now == me.full_at.load(Ordering::SeqCst) {
+                    me.rss_when_full.store(vm("VmRSS"), Ordering::SeqCst);
+                }
+                let (tx, rx) = oneshot::channel();
+                let waited = match timer.send((started + me.latency, tx)) {
+                    Ok(()) => rx.await.is_ok(),
+                    Err(_) => false,
+                };
+                me.in_flight.fetch_sub(1, Ordering::SeqCst);
+                if !waited {
+                    return Err(BackendError("the bench backend's timer thread is gone".into()));
+                }
+            }
+            me.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
+            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
+            Ok(AgentReply { text: "ok".into(), usage: Some(usage) })
+        })
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Process measurements.
+
+/// The system calls /proc does not cover.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+mod sys {
+    use std::time::Duration;
+
+    /// `struct rusage` on 64-bit Linux: two `timeval`s, then 14 `long`s.
+    #[repr(C)]
+    struct Rusage {
+        utime: [i64; 2],
+        stime: [i64; 2],
+        rest: [i64; 14],
+    }
+
+    extern "C" {
+        fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+        fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+    }
+
+    #[cfg(target_env = "gnu")]
+    extern "C" {
+        fn malloc_trim(pad: usize) -> i32;
+    }
+
+    /// Return free heap memory to the system (glibc), so RSS reflects what is in use.
+    pub fn trim_heap() {
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only releases free memory of the allocator Rust's `System`
+        // allocator uses; it is safe to call at any time.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+
+    /// User + system CPU time of the whole process (every thread, live or exited).
+    pub fn process_cpu() -> Option<Duration> {
+        let mut usage = Rusage { utime: [0; 2], stime: [0; 2], rest: [0; 14] };
+        // SAFETY: `usage` is a writable `struct rusage` in the 64-bit Linux layout;
+        // RUSAGE_SELF (0) is always valid.
+        if unsafe { getrusage(0, &mut usage) } != 0 {
+            return None;
+        }
+        let micros = (usage.utime[0] + usage.stime[0]) * 1_000_000 + usage.utime[1] + usage.stime[1];
+        Some(Duration::from_micros(micros.max(0) as u64))
+    }
+
+    /// Shrink this thread's timer slack from the default 50 µs to 1 ns, so its timed waits
+    /// end on time (best effort).
+    pub fn set_precise_timers() {
+        const PR_SET_TIMERSLACK: i32 = 29;
+        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
+        unsafe { prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+mod sys {
+    pub fn process_cpu() -> Option<std::time::Duration> {
+        None
+    }
+    pub fn set_precise_timers() {}
+    pub fn trim_heap() {}
+}
+
+/// CPU time (user + system) of the whole process, every thread included.
+fn cpu_time() -> Duration {
+    if let Some(cpu) = sys::process_cpu() {
+        return cpu;
+    }
+    // Fallback: utime + stime from /proc/self/stat, in clock ticks (usually 10 ms).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = after.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// A `VmXXX:` line of /proc/self/status, in bytes.
+fn vm(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Reset VmHWM to the current RSS, so the next reading is this measurement's peak.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+struct Sample {
+    wall: Duration,
+    cpu: Duration,
+    commits: u64,
+    /// VmHWM after the measurement (process-wide).
+    peak_rss: u64,
+    /// VmRSS before it.
+    rss_before: u64,
+}
+
+async fn measure<T>(host: &Host, work: impl Future<Output = T>) -> (T, Sample) {
+    // Hand free heap pages back first, so "RSS before" is not padded with earlier peaks.
+    sys::trim_heap();
+    reset_peak_rss();
+    let rss_before = vm("VmRSS");
+    let commits = host.store().writer_stats().commits.load(Ordering::SeqCst);
+    let cpu = cpu_time();
+    let started = Instant::now();
+    let out = work.await;
+    let wall = started.elapsed();
+    let sample = Sample {
+        wall,
+        cpu: cpu_time().saturating_sub(cpu),
+        commits: host.store().writer_stats().commits.load(Ordering::SeqCst) - commits,
+        peak_rss: vm("VmHWM"),
+        rss_before,
+    };
+    (out, sample)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(|a, b| a.total_cmp(b));
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn fmt_ms(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.3} s", v / 1e3)
+    } else if v >= 100.0 {
+        format!("{v:.0} ms")
+    } else if v >= 10.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
+}
+
+fn fmt_mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+}
+
+// ----------------------------------------------------------------------------------------
+// Hosts and runs.
+
+fn durable_host(state: &Path, cache: &Path, backend: &LatencyBackend) -> Host {
+    Host::new(HostConfig {
+        state_dir: Some(state.to_path_buf()),
+        cache_dir: Some(cache.to_path_buf()),
+        backend: Arc::new(backend.clone()),
+        ..HostConfig::default()
+    })
+    .unwrap_or_else(|e| fail(format!("cannot open a durable host in {}: {e}", state.display())))
+}
+
+fn memory_host(cache: Option<&Path>) -> Host {
+    Host::new(HostConfig {
+        state_dir: None,
+        cache_dir: cache.map(Path::to_path_buf),
+        backend: Arc::new(LatencyBackend::new(Duration::ZERO)),
+        ..HostConfig::default()
+    })
+    .unwrap_or_else(|e| fail(format!("cannot create a host: {e}")))
+}
+
+async fn load(host: &Host, component: &Path) -> Factory {
+    host.load_file(component)
+        .await
+        .unwrap_or_else(|e| fail(format!("cannot load {}: {e}", component.display())))
+}
+
+async fn run(host: &Host, factory: &Factory, workload: &str, n: usize, fail_at_end: bool) -> RunEnvelope {
+    let args = json!({ "workload": workload, "n": n, "failAtEnd": fail_at_end });
+    host.run(factory, RunOptions { args: Some(args), ..Default::default() })
+        .await
+        .unwrap_or_else(|e| fail(format!("the run of `{workload}` (n = {n}) was refused: {e}")))
+}
+
+/// The run did all its work: `done` units, completed, or (with `failAtEnd`) ended with the
+/// guest's error naming the count.
+fn check_done(envelope: &RunEnvelope, workload: &str, done: usize, fail_at_end: bool) {
+    let ok = if fail_at_end {
+        envelope.status == RunStatus::Error
+            && envelope.error.as_deref().is_some_and(|e| e.contains(&format!("failAtEnd: done={done}")))
+    } else {
+        envelope.status == RunStatus::Completed
+            && envelope.result.as_ref().and_then(|r| r["done"].as_u64()) == Some(done as u64)
+    };
+    if !ok {
+        fail(format!(
+            "`{workload}` did not finish its {done} units: status {:?}, result {:?}, error {:?}",
+            envelope.status, envelope.result, envelope.error
+        ));
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// The table.
+
+struct Row {
+    section: &'static str,
+    name: String,
+    value: String,
+    detail: String,
+    target: String,
+    pass: Option<bool>,
+}
+
+#[derive(Default)]
+struct Table(Vec<Row>);
+
+impl Table {
+    fn row(&mut self, section: &'static str, name: impl Into<String>, value: impl Into<String>, detail: impl Into<String>) {
+        self.0.push(Row { section, name: name.into(), value: value.into(), detail: detail.into(), target: String::new(), pass: None });
+    }
+
+    fn judged(
+        &mut self,
+        section: &'static str,
+        name: impl Into<String>,
+        value: impl Into<String>,
+        detail: impl Into<String>,
+        target: impl Into<String>,
+        pass: bool,
+    ) {
+        self.0.push(Row {
+            section,
+            name: name.into(),
+            value: value.into(),
+            detail: detail.into(),
+            target: target.into(),
+            pass: Some(pass),
+        });
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Environment.
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// The version of `package` in the workspace's Cargo.lock.
+fn locked_version(package: &str) -> String {
+    let lock = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock"));
+    let wanted = format!("name = \"{package}\"");
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line.trim() == wanted {
+            if let Some(version) = lines.next().and_then(|l| l.trim().strip_prefix("version = ")) {
+                return version.trim_matches('"').to_string();
+            }
+        }
+    }
+    "unknown".into()
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+fn today() -> String {
+    let days = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+fn rustc_version() -> String {
+    std::process::Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "rustc (unknown)".into())
+}
+
+// ----------------------------------------------------------------------------------------
+// The sections.
+
+/// (1) ns per hook call: a loop of `n` calls minus an empty loop of `n`, inside the guest.
+async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    eprintln!("bench: (1) hook overhead");
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let backend = LatencyBackend::new(Duration::ZERO);
+    let host = durable_host(state.path(), cache, &backend);
+    let factory = load(&host, component).await;
+    let hooks: [(&str, &str, usize); 4] = [
+        ("log", "`log` (a progress entry, journaled)", 20_000),
+        ("step-get", "`step-get` hit", 100_000),
+        ("step-put", "`step-put` (journaled)", 20_000),
+        ("agent-hit", "memoized `agent` hit (async call)", 20_000),
+    ];
+    let mut empty: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let mut loops: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    run(&host, &factory, "empty", 1, false).await; // warm-up
+    let mut sizes: Vec<usize> = hooks.iter().map(|h| h.2).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    for _ in 0..runs {
+        for &n in &sizes {
+            let (envelope, sample) = measure(&host, run(&host, &factory, "empty", n, false)).await;
+            check_done(&envelope, "empty", n, false);
+            empty.entry(n).or_default().push(ms(sample.wall));
+        }
+        for (workload, _, n) in hooks {
+            let (envelope, sample) = measure(&host, run(&host, &factory, workload, n, false)).await;
+            check_done(&envelope, workload, n, false);
+            loops.entry(workload).or_default().push(ms(sample.wall));
+        }
+    }
+    for (workload, name, n) in hooks {
+        let base = median(empty.get(&n).cloned().unwrap_or_default());
+        let total = median(loops.get(workload).cloned().unwrap_or_default());
+        let per_call = (total - base) * 1e6 / n as f64;
+        table.row(
+            "1 hooks",
+            name,
+            format!("{per_call:.0} ns/call"),
+            format!("{n} calls {} − empty loop {}", fmt_ms(total), fmt_ms(base)),
+        );
+    }
+}
+
+/// (2) Start-up: cold (compile, no cache), cached (new Host, deserialize + instantiate),
+/// warm (same Host, `InstancePre` reuse). Each is a whole start: host (cold and cached) +
+/// load + an empty run, on an in-memory store.
+async fn start_up(table: &mut Table, component: &Path, runs: usize) {
+    eprintln!("bench: (2) start-up");
+    let cache = tempfile::tempdir().expect("a temporary cache directory");
+    {
+        let host = memory_host(Some(cache.path()));
+        load(&host, component).await; // fills the cache
+    }
+    let mut cold = Vec::new();
+    for _ in 0..runs.min(5) {
+        let started = Instant::now();
+        let host = memory_host(None);
+        let factory = load(&host, component).await;
+        let envelope = run(&host, &factory, "empty", 0, false).await;
+        cold.push(ms(started.elapsed()));
+        check_done(&envelope, "empty", 0, false);
+        if factory.component.origin != CompileOrigin::Compiled {
+            fail("a host without a cache did not compile");
+        }
+    }
+    let (mut cached, mut cached_load) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let started = Instant::now();
+        let host = memory_host(Some(cache.path()));
+        let factory = load(&host, component).await;
+        let loaded = started.elapsed();
+        let envelope = run(&host, &factory, "empty", 0, false).await;
+        cached.push(ms(started.elapsed()));
+        cached_load.push(ms(loaded));
+        check_done(&envelope, "empty", 0, false);
+        if factory.component.origin != CompileOrigin::Cached {
+            fail("a host with a filled cache compiled instead of deserializing");
+        }
+    }
+    let host = memory_host(Some(cache.path()));
+    let factory = load(&host, component).await;
+    run(&host, &factory, "empty", 0, false).await; // warm-up
+    let mut warm = Vec::new();
+    for _ in 0..runs * 3 {
+        let started = Instant::now();
+        let envelope = run(&host, &factory, "empty", 0, false).await;
+        warm.push(ms(started.elapsed()));
+        check_done(&envelope, "empty", 0, false);
+    }
+    let (cold, cached, cached_load, warm) = (median(cold), median(cached), median(cached_load), median(warm));
+    table.row("2 start-up", "cold: new Host + compile + empty run", fmt_ms(cold), "no cache; in-memory store");
+    table.row(
+        "2 start-up",
+        "cached: new Host + deserialize + empty run",
+        fmt_ms(cached),
+        format!("of which Host::new + load (read, sha256, deserialize, link, `meta`) {}", fmt_ms(cached_load)),
+    );
+    table.row("2 start-up", "warm: same Host, `InstancePre` reuse, empty run", fmt_ms(warm), "instantiate + run + record writes");
+    let ratio = cold / cached;
+    table.judged("2 start-up", "cold / cached", format!("{ratio:.0}x"), "", ">= 50x", ratio >= 50.0);
+    table.row("2 start-up", "cold / warm", format!("{:.0}x", cold / warm), "");
+}
+
+/// (3) Fan-out of `n` agents with the durable journal on.
+async fn fan_out(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    eprintln!("bench: (3) fan-out");
+    for latency_ms in [0u64, 1] {
+        let latency = Duration::from_millis(latency_ms);
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        let backend = LatencyBackend::new(latency);
+        let host = durable_host(state.path(), cache, &backend);
+        let factory = load(&host, component).await;
+        run(&host, &factory, "fanout", 10, false).await; // warm-up
+        for n in [1000usize, 4096] {
+            let mut samples = Vec::new();
+            for _ in 0..runs {
+                let calls = backend.calls();
+                let (envelope, sample) = measure(&host, run(&host, &factory, "fanout", n, false)).await;
+                check_done(&envelope, "fanout", n, false);
+                if backend.calls() - calls != n as u64 {
+                    fail(format!("fan-out of {n} made {} backend calls", backend.calls() - calls));
+                }
+                samples.push(sample);
+            }
+            let wall = median(samples.iter().map(|s| ms(s.wall)).collect());
+            let cpu = median(samples.iter().map(|s| ms(s.cpu)).collect());
+            let peak = median(samples.iter().map(|s| s.peak_rss as f64).collect());
+            let grew = median(samples.iter().map(|s| s.peak_rss.saturating_sub(s.rss_before) as f64).collect());
+            let commits = median(samples.iter().map(|s| s.commits as f64 * 1000.0 / n as f64).collect());
+            let overhead = wall - latency_ms as f64;
+            let detail = format!(
+                "host overhead {}; host CPU {}; peak RSS {} (+{}); {commits:.1} commits per 1,000 results",
+                fmt_ms(overhead),
+                fmt_ms(cpu),
+                fmt_mib(peak),
+                fmt_mib(grew)
+            );
+            let name = format!("fan-out {n} agents x {latency_ms} ms, durable");
+            match (n, latency_ms) {
+                (4096, 0) => table.judged("3 fan-out", name, fmt_ms(wall), detail, "overhead < 100 ms", overhead < 100.0),
+                (1000, 1) => table.judged("3 fan-out", name, fmt_ms(wall), detail, "wall < 30 ms", wall < 30.0),
+                _ => table.row("3 fan-out", name, fmt_ms(wall), detail),
+            }
+        }
+    }
+}
+
+/// (4) Sequential agent calls and steps, each journaled, then the resume of each run.
+async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    eprintln!("bench: (4) sequential");
+    const N: usize = 1000;
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let backend = LatencyBackend::new(Duration::from_millis(1));
+    let host = durable_host(state.path(), cache, &backend);
+    let factory = load(&host, component).await;
+    run(&host, &factory, "sequential-agents", 10, false).await; // warm-up
+    for (workload, what) in [("sequential-agents", "agent calls of 1 ms"), ("sequential-steps", "journaled steps, no agent")] {
+        let (mut samples, mut floors) = (Vec::new(), Vec::new());
+        let (mut resumes, mut resumes_cpu, mut resumes_given) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs.min(5) {
+            let (calls, busy) = (backend.calls(), backend.busy());
+            let (envelope, sample) = measure(&host, run(&host, &factory, workload, N, true)).await;
+            check_done(&envelope, workload, N, true);
+            let expected = if workload == "sequential-agents" { N as u64 } else { 0 };
+            if backend.calls() - calls != expected {
+                fail(format!("{workload}: {} backend calls, expected {expected}", backend.calls() - calls));
+            }
+            floors.push(ms(backend.busy() - busy));
+            samples.push(sample);
+
+            let calls = backend.calls();
+            let (resumed, sample) = measure(&host, host.resume(&envelope.run_id, ResumeOptions::default())).await;
+            let resumed = resumed.unwrap_or_else(|e| fail(format!("resuming the {workload} run: {e}")));
+            if backend.calls() != calls {
+                fail(format!(
+                    "the resume of a finished {workload} run made {} backend calls; it must make 0",
+                    backend.calls() - calls
+                ));
+            }
+            check_done(&resumed, workload, N, true);
+            if resumed.attempts != 2 || resumed.run_id != envelope.run_id {
+                fail(format!("the resume of {} is not its second attempt: {resumed:?}", envelope.run_id));
+            }
+            resumes.push(ms(sample.wall));
+            resumes_cpu.push(ms(sample.cpu));
+
+            // Again, with the loaded component handed in (what a long-lived server can do).
+            let options = ResumeOptions { component: Some(factory.clone()), ..Default::default() };
+            let (resumed, sample) = measure(&host, host.resume(&envelope.run_id, options)).await;
+            let resumed = resumed.unwrap_or_else(|e| fail(format!("resuming the {workload} run again: {e}")));
+            if backend.calls() != calls {
+                fail(format!("the second resume of a {workload} run made {} backend calls", backend.calls() - calls));
+            }
+            check_done(&resumed, workload, N, true);
+            if resumed.attempts != 3 {
+                fail(format!("the second resume of {} is not its third attempt: {resumed:?}", envelope.run_id));
+            }
+            resumes_given.push(ms(sample.wall));
+        }
+        let wall = median(samples.iter().map(|s| ms(s.wall)).collect());
+        let cpu = median(samples.iter().map(|s| ms(s.cpu)).collect());
+        let commits = median(samples.iter().map(|s| s.commits as f64).collect());
+        let floor = median(floors);
+        let per_call = (wall - floor) * 1e3 / N as f64;
+        let name = format!("{N} sequential {what}");
+        if workload == "sequential-agents" {
+            let detail = format!(
+                "backend floor {}; host {per_call:.0} µs per call; host CPU {}; {commits:.0} commits per 1,000 results",
+                fmt_ms(floor),
+                fmt_ms(cpu)
+            );
+            table.judged("4 sequential", name, fmt_ms(wall), detail, "< 1.3 s", wall < 1300.0);
+        } else {
+            let detail =
+                format!("{per_call:.1} µs per step; host CPU {}; {commits:.0} commits per 1,000 steps", fmt_ms(cpu));
+            table.row("4 sequential", name, fmt_ms(wall), detail);
+        }
+        let resume = median(resumes);
+        table.judged(
+            "4 sequential",
+            format!("resume of that run ({N} entries replayed)"),
+            fmt_ms(resume),
+            format!(
+                "0 backend calls (checked); host CPU {}; loads the stored component (compile cache); \
+                 with the loaded component handed in: {}",
+                fmt_ms(median(resumes_cpu)),
+                fmt_ms(median(resumes_given))
+            ),
+            "< 10 ms",
+            resume < 10.0,
+        );
+    }
+}
+
+/// `count` runs of the `small` workload at once, each on its own task.
+async fn concurrent_runs(host: &Arc<Host>, factory: &Factory, count: usize) -> Vec<RunEnvelope> {
+    let tasks: Vec<_> = (0..count)
+        .map(|_| {
+            let (host, factory) = (host.clone(), factory.clone());
+            tokio::spawn(async move { run(&host, &factory, "small", 0, false).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for task in tasks {
+        out.push(task.await.unwrap_or_else(|e| fail(format!("a concurrent run panicked: {e}"))));
+    }
+    out
+}
+
+/// (5) 100 concurrent runs of a small factory (3 agents, a step, a log line) on one host:
+/// throughput against a 0 ms backend; memory against a 50 ms backend, so that all of them
+/// are alive at once.
+async fn many_runs(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    eprintln!("bench: (5) many runs");
+    const RUNS: usize = 100;
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let backend = LatencyBackend::new(Duration::ZERO);
+    let host = Arc::new(durable_host(state.path(), cache, &backend));
+    let factory = load(&host, component).await;
+    concurrent_runs(&host, &factory, RUNS).await; // warm-up
+    let mut samples = Vec::new();
+    for _ in 0..runs {
+        let (envelopes, sample) = measure(&host, concurrent_runs(&host, &factory, RUNS)).await;
+        for envelope in &envelopes {
+            check_done(envelope, "small", 3, false);
+        }
+        samples.push(sample);
+    }
+    let wall = median(samples.iter().map(|s| ms(s.wall)).collect());
+    let cpu = median(samples.iter().map(|s| ms(s.cpu)).collect());
+    let commits = median(samples.iter().map(|s| s.commits as f64).collect());
+    table.row(
+        "5 many runs",
+        format!("{RUNS} concurrent runs (3 agents x 0 ms, a step, a log line), durable"),
+        format!("{:.0} runs/s", RUNS as f64 / (wall / 1e3)),
+        format!("{} for all {RUNS}; host CPU {}; {commits:.0} commits", fmt_ms(wall), fmt_ms(cpu)),
+    );
+    drop(host);
+
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let slow = LatencyBackend::new(Duration::from_millis(50));
+    let host = Arc::new(durable_host(state.path(), cache, &slow));
+    let factory = load(&host, component).await;
+    concurrent_runs(&host, &factory, RUNS).await; // warm-up
+    let (mut peak, mut steady, mut in_flight) = (Vec::new(), Vec::new(), Vec::new());
+    slow.0.full_at.store(RUNS as u64 * 3, Ordering::SeqCst);
+    for _ in 0..runs.min(5) {
+        slow.0.max_in_flight.store(0, Ordering::SeqCst);
+        slow.0.rss_when_full.store(0, Ordering::SeqCst);
+        let (envelopes, sample) = measure(&host, concurrent_runs(&host, &factory, RUNS)).await;
+        for envelope in &envelopes {
+            check_done(envelope, "small", 3, false);
+        }
+        let per_run = |rss: u64| rss.saturating_sub(sample.rss_before) as f64 / RUNS as f64;
+        peak.push(per_run(sample.peak_rss));
+        let full = slow.0.rss_when_full.load(Ordering::SeqCst);
+        if full > 0 {
+            steady.push(per_run(full));
+        }
+        in_flight.push(slow.0.max_in_flight.load(Ordering::SeqCst) as f64);
+    }
+    let steady = if steady.is_empty() { "n/a".to_string() } else { format!("{:.0} KiB", median(steady) / 1024.0) };
+    table.row(
+        "5 many runs",
+        "memory per live run",
+        steady,
+        format!(
+            "(RSS with all {RUNS} runs alive and their {} agents in flight − RSS before) / {RUNS}, 50 ms backend; \
+             at the peak: {:.0} KiB per run ({:.0} agents in flight at most)",
+            RUNS * 3,
+            median(peak) / 1024.0,
+            median(in_flight),
+        ),
+    );
+}
+
+fn main() {
+    // `cargo test --all-targets` runs bench binaries too, without `--bench`: the measurements
+    // are for `cargo bench` only.
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("factory bench: skipped (measure with `{COMMAND}`)");
+        return;
+    }
+    let runs: usize = std::env::var("FACTORY_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(7).max(1);
+    let guests = target_dir().join("guests");
+    eprintln!("bench: building tests/guests/bench into {}", guests.display());
+    let built = factory_host::builder::build_crate(&workspace_root().join("tests/guests/bench"), Some(&guests), &mut |m| {
+        eprintln!("bench: {m}")
+    })
+    .unwrap_or_else(|e| fail(format!("building the bench guest: {e}")));
+    let component = built.component;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    let peak_resets = reset_peak_rss();
+
+    let mut table = Table::default();
+    runtime.block_on(async {
+        let cache = tempfile::tempdir().expect("a temporary cache directory");
+        hook_overhead(&mut table, &component, cache.path(), runs).await;
+        start_up(&mut table, &component, runs).await;
+        fan_out(&mut table, &component, cache.path(), runs).await;
+        sequential(&mut table, &component, cache.path(), runs).await;
+        many_runs(&mut table, &component, cache.path(), runs).await;
+    });
+
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!();
+    println!("factory benchmarks, {}", today());
+    println!();
+    println!("- command: `{COMMAND}`");
+    println!("- machine: {cores} cores ({}), Linux {}", cpu_model(), std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim());
+    println!(
+        "- versions: factory-host {}, wasmtime {}, {}",
+        env!("CARGO_PKG_VERSION"),
+        locked_version("wasmtime"),
+        rustc_version()
+    );
+    println!(
+        "- method: median of {runs} runs per row (cold start, the sequential rows and memory per run: {}); durable journal \
+         (redb in a temp dir, 10 ms group-commit window) except the start-up rows (in-memory store); \
+         backend in-process with exact latency; free heap returned (malloc_trim) before each measured run; \
+         peak RSS is the process-wide VmHWM{}",
+        runs.min(5),
+        if peak_resets { ", reset before each run" } else { " (not resettable here: peak since start)" }
+    );
+    println!();
+    println!("| section | measurement | value | detail | target | result |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for row in &table.0 {
+        let verdict = match row.pass {
+            Some(true) => "PASS",
+            Some(false) => "MISS",
+            None => "",
+        };
+        println!("| {} | {} | {} | {} | {} | {verdict} |", row.section, row.name, row.value, row.detail, row.target);
+    }
+    let missed = table.0.iter().filter(|r| r.pass == Some(false)).count();
+    let judged = table.0.iter().filter(|r| r.pass.is_some()).count();
+    println!();
+    println!("{} of {judged} targets met", judged - missed);
+}

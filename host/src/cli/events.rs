@@ -1,0 +1,71 @@
+//! `--events FILE|fd:N`: versioned lifecycle events of a run as JSON lines, for tools that
+//! follow a run: `run_started`, one `progress` event per progress entry, `run_finished`
+//! with the terminal envelope. Every line carries `"version": 1`.
+
+use anyhow::{bail, Context, Result};
+use factory_host::{ProgressEntry, RunEnvelope};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+/// The format version written in every event.
+pub const EVENTS_VERSION: u32 = 1;
+
+/// Where events go (shared by the progress renderer and the run driver).
+#[derive(Clone)]
+pub struct EventSink {
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+    run_id: Arc<Mutex<Option<String>>>,
+}
+
+impl EventSink {
+    /// Open `FILE` (created or truncated) or `fd:N` (an open descriptor the caller passed).
+    pub fn open(spec: &str) -> Result<EventSink> {
+        let out: Box<dyn Write + Send> = match spec.strip_prefix("fd:") {
+            Some(n) => {
+                let fd: i32 = n.parse().with_context(|| format!("--events {spec}: not a descriptor number"))?;
+                if fd < 3 {
+                    bail!("--events {spec}: use a descriptor above 2 (stdin, stdout and stderr are taken)");
+                }
+                if nix::fcntl::fcntl(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, nix::fcntl::FcntlArg::F_GETFD).is_err() {
+                    bail!("--events {spec}: descriptor {fd} is not open");
+                }
+                // SAFETY: the caller handed us this open descriptor for our exclusive use (as
+                // in `3>events.jsonl`); it was checked open above and above stderr.
+                Box::new(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+            }
+            None => Box::new(std::fs::File::create(spec).with_context(|| format!("--events {spec}"))?),
+        };
+        Ok(EventSink { out: Arc::new(Mutex::new(out)), run_id: Arc::new(Mutex::new(None)) })
+    }
+
+    fn write(&self, mut event: Value) {
+        if let Some(obj) = event.as_object_mut() {
+            obj.insert("version".into(), json!(EVENTS_VERSION));
+        }
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        // A reader that went away must not take the run down with it.
+        let _ = writeln!(out, "{event}").and_then(|_| out.flush());
+    }
+
+    /// The run exists.
+    pub fn started(&self, run_id: &str) {
+        *self.run_id.lock().unwrap_or_else(|p| p.into_inner()) = Some(run_id.to_string());
+        self.write(json!({ "event": "run_started", "runId": run_id }));
+    }
+
+    /// A progress entry.
+    pub fn progress(&self, entry: &ProgressEntry) {
+        let run_id = self.run_id.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut event = json!({ "event": "progress", "runId": run_id });
+        if let (Some(obj), Ok(Value::Object(entry))) = (event.as_object_mut(), serde_json::to_value(entry)) {
+            obj.insert("entry".into(), Value::Object(entry));
+        }
+        self.write(event);
+    }
+
+    /// The attempt ended with this envelope.
+    pub fn finished(&self, envelope: &RunEnvelope) {
+        self.write(json!({ "event": "run_finished", "runId": envelope.run_id, "envelope": envelope }));
+    }
+}

@@ -1,0 +1,141 @@
+//! Runs that execute in another process: hand a run to the process holding the store (or
+//! to a background `factory serve`, started on demand for `--detach`) and follow it from
+//! here by polling its progress and envelope over the control socket.
+
+use super::context::{access, Access};
+use super::events::EventSink;
+use super::observe::ask_with;
+use super::{progress_ui, GlobalArgs};
+use anyhow::{bail, Context, Result};
+use factory_host::control::{self, Request};
+use factory_host::store::ProgressQuery;
+use factory_host::{ProgressEntry, RunEnvelope};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How often a follower polls.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Send a `Run`/`Resume` request; with `detach`, print the run id and return `None`,
+/// otherwise follow the run to its end.
+pub async fn start(
+    g: &GlobalArgs,
+    request: Request,
+    detach: bool,
+    quiet: bool,
+    events: Option<EventSink>,
+) -> Result<Option<RunEnvelope>> {
+    let socket = control::socket_path(&g.state_dir);
+    if detach {
+        ensure_daemon(g).await?;
+    } else if !quiet {
+        eprintln!("factory: the store is held by another factory process; running the factory there");
+    }
+    let answer = control::request(&socket, &request).await?;
+    let run_id = answer["runId"].as_str().context("the serving process answered without a run id")?.to_string();
+    if let Some(sink) = &events {
+        sink.started(&run_id);
+    }
+    if detach {
+        println!("{run_id}");
+        if !quiet {
+            eprintln!("factory: run {run_id} started in the background; follow it with: factory watch {run_id}");
+        }
+        return Ok(None);
+    }
+    let access = Access::Remote(socket);
+    let envelope = follow(g, &access, &run_id, quiet, events.clone(), true, 0).await?;
+    if let Some(sink) = &events {
+        sink.finished(&envelope);
+    }
+    Ok(Some(envelope))
+}
+
+/// Show a run's progress after `after_seq` live until it is terminal; Ctrl-C cancels it when
+/// `cancel_on_interrupt`, else only stops following.
+pub async fn follow(
+    g: &GlobalArgs,
+    access: &Access,
+    run_id: &str,
+    quiet: bool,
+    events: Option<EventSink>,
+    cancel_on_interrupt: bool,
+    mut after_seq: u64,
+) -> Result<RunEnvelope> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ProgressEntry>();
+    let ui = tokio::spawn(progress_ui::render(rx, quiet, events));
+    let session = g.session.clone();
+    let mut interrupt = Box::pin(tokio::signal::ctrl_c());
+    let envelope = loop {
+        let envelope: RunEnvelope =
+            serde_json::from_value(ask_with(access, Request::Envelope { session: session.clone(), run_id: run_id.into() }).await?)?;
+        // Drain everything recorded so far; a terminal envelope is written after its progress.
+        loop {
+            let query = ProgressQuery { after_seq: Some(after_seq), limit: Some(1000), ..Default::default() };
+            let page: Vec<ProgressEntry> = serde_json::from_value(
+                ask_with(access, Request::Progress { session: session.clone(), run_id: run_id.into(), query }).await?,
+            )?;
+            let full = page.len() == 1000;
+            for entry in page {
+                after_seq = entry.seq;
+                let _ = tx.send(entry);
+            }
+            if !full {
+                break;
+            }
+        }
+        if envelope.status.is_terminal() {
+            break envelope;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = &mut interrupt => {
+                if cancel_on_interrupt {
+                    eprintln!("\nfactory: interrupted, cancelling the run...");
+                    let cancel = Request::Cancel { session: session.clone(), run_id: run_id.into() };
+                    ask_with(access, cancel).await?;
+                } else {
+                    drop(tx);
+                    let _ = ui.await;
+                    bail!("stopped following run {run_id}; it keeps running (factory watch {run_id})");
+                }
+                interrupt = Box::pin(tokio::signal::ctrl_c());
+            }
+        }
+    };
+    drop(tx);
+    let _ = ui.await;
+    Ok(envelope)
+}
+
+/// Make sure a `factory serve` answers on the state directory's socket, starting one in
+/// the background if nobody holds the store.
+async fn ensure_daemon(g: &GlobalArgs) -> Result<()> {
+    let socket = control::socket_path(&g.state_dir);
+    let ping = || Request::Runs { session: g.session.clone() };
+    if control::request(&socket, &ping()).await.is_ok() {
+        return Ok(());
+    }
+    if let Access::Local(host) = access(g).await? {
+        drop(host); // free the store for the daemon
+    }
+    std::fs::create_dir_all(&g.state_dir)?;
+    let state_dir = std::path::absolute(&g.state_dir)?;
+    let log_path = state_dir.join("serve.log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    let exe = std::env::current_exe().context("locating the factory binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve").arg("--state-dir").arg(&state_dir).arg("--session").arg(&g.session);
+    cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // Its own process group: a Ctrl-C in this terminal must not stop the daemon.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.spawn().context("starting `factory serve`")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if control::request(&socket, &ping()).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("`factory serve` did not come up within 30 s; see {}", log_path.display())
+}

@@ -1,0 +1,39 @@
+//! `factory serve`: hold the store and serve the control socket — runs handed over by
+//! `factory run --detach` (or by a `factory run` in another terminal) execute here. On
+//! SIGINT/SIGTERM it stops its runs as `halted` (resumable) and exits.
+
+use super::backends::{run_backend, BackendArgs};
+use super::context::{open_host, serve as serve_socket};
+use super::GlobalArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The default backend for runs that do not choose one.
+    #[command(flatten)]
+    backend: BackendArgs,
+}
+
+pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
+    let host = open_host(g, run_backend(g, &a.backend)?)
+        .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
+    let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
+    eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("factory serve: shutting down; running runs end as halted");
+    host.shutdown();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !host.active_runs().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    host.store().flush().await?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,136 @@
+//! `bench`: the factory the host benchmark (`host/benches/factory.rs`) drives. Its `args`
+//! select one workload — a loop of `n` calls to one hook (`log`, `step-get`, `step-put`,
+//! `agent-hit`) or an `empty` loop to subtract, a `fanout` of `n` agents, `n`
+//! `sequential-agents`, `n` `sequential-steps`, a `small` factory for many concurrent runs —
+//! and `failAtEnd: true` makes the run end with an error once the work is done, so the
+//! benchmark can resume it (a completed run is final). The hook loops call the raw bindings
+//! so SDK overhead does not blur the per-call number.
+
+use factory_sdk::__bindings::agent::factory::{agents, ctx as hooks, types as wit};
+use factory_sdk::prelude::*;
+use std::hint::black_box;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Args {
+    workload: String,
+    #[serde(default)]
+    n: usize,
+    #[serde(default)]
+    fail_at_end: bool,
+}
+
+struct Bench;
+
+fn step_error(e: wit::StepError) -> Error {
+    match e {
+        wit::StepError::Abort(a) => Error::Abort(a.into()),
+        wit::StepError::InvalidJson(m) => Error::msg(m),
+    }
+}
+
+fn options(label: &str) -> wit::AgentOptions {
+    wit::AgentOptions { label: Some(label.to_string()), schema: None, model: None }
+}
+
+impl Factory for Bench {
+    type Output = Value;
+
+    fn meta() -> Meta {
+        Meta::new(
+            "bench",
+            "Host benchmark workloads. args: { workload: string, n?: number, failAtEnd?: boolean }",
+        )
+        .phase("Bench")
+    }
+
+    async fn run(ctx: Ctx) -> Result<Value, Error> {
+        let args: Args = ctx.args()?;
+        let n = args.n;
+        // How many units of work completed (checked by the benchmark).
+        let done: usize = match args.workload.as_str() {
+            "empty" => {
+                for i in 0..n {
+                    black_box(i);
+                }
+                n
+            }
+            "log" => {
+                for _ in 0..n {
+                    hooks::log(black_box("x"));
+                }
+                n
+            }
+            "step-get" => {
+                hooks::step_put("k", "1").map_err(step_error)?;
+                let mut hits = 0;
+                for _ in 0..n {
+                    if black_box(hooks::step_get(black_box("k")).map_err(Abort::from)?).is_some() {
+                        hits += 1;
+                    }
+                }
+                hits
+            }
+            "step-put" => {
+                for _ in 0..n {
+                    hooks::step_put(black_box("k"), black_box("1")).map_err(step_error)?;
+                }
+                n
+            }
+            "agent-hit" => {
+                // The first call spawns; every later identical call is a memo hit.
+                agents::agent("memoized question".to_string(), options("memo")).await.map_err(Abort::from)?;
+                let mut hits = 0;
+                for _ in 0..n {
+                    let reply = agents::agent(black_box("memoized question".to_string()), options("memo"))
+                        .await
+                        .map_err(Abort::from)?;
+                    if black_box(reply).is_some() {
+                        hits += 1;
+                    }
+                }
+                hits
+            }
+            "fanout" => {
+                let replies = ctx
+                    .parallel((0..n).map(|i| ctx.agent(format!("fan-out task {i}")).label(format!("f:{i}")).text()))
+                    .await?;
+                replies.iter().filter(|r| r.as_ref().is_some_and(|r| r.is_some())).count()
+            }
+            "sequential-agents" => {
+                let mut ok = 0;
+                for i in 0..n {
+                    if ctx.agent(format!("sequential task {i}")).label(format!("s:{i}")).await?.is_some() {
+                        ok += 1;
+                    }
+                }
+                ok
+            }
+            "sequential-steps" => {
+                let mut sum = 0usize;
+                for i in 0..n {
+                    let v: usize = ctx.step(&format!("step-{i}"), || async move { Ok(i) }).await?;
+                    sum += usize::from(v == i);
+                }
+                sum
+            }
+            "small" => {
+                ctx.phase("Bench");
+                let replies = ctx
+                    .parallel((0..3).map(|i| ctx.agent(format!("small task {i}")).label(format!("m:{i}")).text()))
+                    .await?;
+                let ok = replies.iter().filter(|r| r.as_ref().is_some_and(|r| r.is_some())).count();
+                let kept: usize = ctx.step("count", || async move { Ok(ok) }).await?;
+                ctx.log(format!("small run: {kept} replies"));
+                kept
+            }
+            other => return Err(Error::msg(format!("unknown workload `{other}`"))),
+        };
+        if args.fail_at_end {
+            return Err(Error::msg(format!("failAtEnd: done={done}")));
+        }
+        Ok(json!({ "workload": args.workload, "n": n, "done": done }))
+    }
+}
+
+factory_sdk::export!(Bench);

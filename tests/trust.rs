@@ -1,0 +1,285 @@
+//! Trust is consent, not privilege (issue 4, item 4), through the real binary: a component
+//! that was neither built on this machine nor approved does not run without a terminal to
+//! ask on, unless `--yes` (this run only) or a prior `factory trust`; a crate built here runs
+//! without asking; trusting a component does not widen its sandbox; a broken trust store
+//! fails closed. The decline path is tested at the library level (`Host::decline`: the run
+//! exists, ends `cancelled` with its run id, shows up in `factory runs`, cannot be resumed)
+//! and, where util-linux `script` can provide a pseudo-terminal, at the real prompt. The
+//! same rules (and `--allow-read`) hold when the run is handed to a `factory serve`.
+
+mod common;
+
+use factory_host::{Error, Host, HostConfig, ResumeOptions, RunOptions, RunStatus, DEFAULT_SESSION};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// Run the binary against the state directory `state`, with no terminal on any stream.
+fn factory_in(state: &Path, args: &[&str]) -> Output {
+    Command::new(common::factory_bin())
+        .args(args)
+        .env("FACTORY_STATE_DIR", state)
+        .env("CARGO_TARGET_DIR", common::guest_target_dir())
+        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("the factory binary starts")
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("stdout is not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), stderr(out))
+    })
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn sha256(path: &Path) -> String {
+    factory_host::component::content_hash(&std::fs::read(path).expect("read component"))
+}
+
+/// The runs of the default session in `state`.
+fn runs(state: &Path) -> Vec<Value> {
+    let out = factory_in(state, &["runs", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout_json(&out).as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn an_untrusted_component_needs_consent_when_no_terminal_can_ask() {
+    let state = tempfile::tempdir().unwrap();
+    let probe = common::wasi_component("wasi-probe");
+    let out = factory_in(state.path(), &["run", probe.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("is not trusted on this machine"), "{err}");
+    assert!(err.contains(&sha256(&probe)), "the message names the sha256: {err}");
+    assert!(err.contains("--yes") && err.contains("factory trust"), "the message says what to do: {err}");
+    assert!(out.stdout.is_empty(), "nothing ran");
+    assert!(runs(state.path()).is_empty(), "no run was created");
+}
+
+#[test]
+fn yes_runs_it_this_once_and_records_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let probe = common::wasi_component("wasi-probe");
+    let out = factory_in(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--json", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["status"], "completed");
+    // Consent given with --yes is for that run only.
+    let out = factory_in(state.path(), &["run", probe.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let listed = stdout_json(&factory_in(state.path(), &["trust", "--json"]));
+    assert_eq!(listed, json!([]));
+}
+
+#[test]
+fn a_trusted_component_runs_without_asking_in_the_same_sandbox() {
+    let state = tempfile::tempdir().unwrap();
+    let probe = common::wasi_component("wasi-probe");
+    let hash = sha256(&probe);
+    let out = factory_in(state.path(), &["trust", probe.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("trusted wasi-probe (sha256 {hash})"));
+    let listed = stdout_json(&factory_in(state.path(), &["trust", "--json"]));
+    assert_eq!(listed[0]["sha256"], hash.as_str());
+    assert_eq!(listed[0]["source"], "approved");
+    assert_eq!(listed[0]["name"], "wasi-probe");
+    assert!(state.path().join("trusted.json").is_file());
+
+    let args = r#"{"read":["/etc/passwd"]}"#;
+    let out = factory_in(state.path(), &["run", probe.to_str().unwrap(), "--args", args, "--json", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["status"], "completed");
+    // Trust widened nothing: still no environment, no files, no network.
+    assert_eq!(envelope["result"]["env"], json!([]));
+    assert!(envelope["result"]["read"]["/etc/passwd"]["err"].is_string(), "{envelope:#}");
+    assert!(envelope["result"]["list"]["/"]["err"].is_string(), "{envelope:#}");
+    assert!(envelope["result"]["connect"]["outcome"]["err"].is_string(), "{envelope:#}");
+
+    // Revoked, it needs consent again.
+    let out = factory_in(state.path(), &["trust", "--revoke", &hash]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = factory_in(state.path(), &["run", probe.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn a_crate_built_here_runs_without_asking() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = common::crate_dir("hello");
+    let out = factory_in(state.path(), &["run", dir.to_str().unwrap(), "--json", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["status"], "completed");
+    let listed = stdout_json(&factory_in(state.path(), &["trust", "--json"]));
+    assert_eq!(listed[0]["source"], "built", "{listed:#}");
+
+    // `factory build` records what it built: the component file then runs without asking.
+    let other = tempfile::tempdir().unwrap();
+    let out = factory_in(other.path(), &["build", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let component = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(listed[0]["sha256"], sha256(Path::new(&component)).as_str());
+    let out = factory_in(other.path(), &["run", &component, "--json", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["status"], "completed");
+}
+
+#[test]
+fn a_broken_trust_store_fails_closed() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("trusted.json"), "{ not json").unwrap();
+    let probe = common::wasi_component("wasi-probe");
+    let out = factory_in(state.path(), &["run", probe.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("trusted.json"), "{}", stderr(&out));
+    assert!(runs(state.path()).is_empty());
+}
+
+#[tokio::test]
+async fn a_declined_run_ends_cancelled_with_its_run_id() {
+    let state = tempfile::tempdir().unwrap();
+    let run_id = {
+        let host = Host::new(HostConfig {
+            state_dir: Some(state.path().to_path_buf()),
+            cache_dir: Some(common::guest_target_dir().join("cache")),
+            ..HostConfig::default()
+        })
+        .expect("host");
+        let probe = host.load_file(&common::wasi_component("wasi-probe")).await.expect("load");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id| {
+            let _ = tx.send(id.to_string());
+        });
+        let options = RunOptions { args: Some(json!({})), on_start: Some(on_start), ..Default::default() };
+        let envelope = host.decline(&probe, options).await.expect("decline");
+        assert_eq!(envelope.status, RunStatus::Cancelled);
+        assert!(!envelope.run_id.is_empty());
+        assert_eq!(rx.try_recv().ok().as_deref(), Some(envelope.run_id.as_str()), "on_start saw the id");
+        assert_eq!(envelope.attempts, 0, "nothing ran");
+        let failure = envelope.failure.as_ref().expect("a failure");
+        assert_eq!((failure.kind_type.as_str(), failure.kind.as_deref()), ("cancelled", Some("declined")));
+        assert!(host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail").progress.is_empty(), "no progress");
+        let refused = host.resume(&envelope.run_id, ResumeOptions::default()).await;
+        assert!(matches!(refused, Err(Error::NonResumable(_))), "{refused:?}");
+        envelope.run_id
+    };
+    let listed = runs(state.path());
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["runId"], run_id.as_str());
+    assert_eq!(listed[0]["status"], "cancelled");
+    assert_eq!(listed[0]["failure"]["kind"], "declined");
+}
+
+/// Run `factory ARGS` on a pseudo-terminal (util-linux `script`) typing `answer`; `None`
+/// when `script` is not installed. Returns the exit code and everything the terminal showed.
+fn on_a_terminal(state: &Path, args: &[&str], answer: &str) -> Option<(Option<i32>, String)> {
+    let available = Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !available {
+        eprintln!("skipping the terminal part: util-linux `script` is not installed");
+        return None;
+    }
+    let mut command = vec![common::factory_bin().display().to_string()];
+    command.extend(args.iter().map(|a| a.to_string()));
+    let quoted: Vec<String> = command.iter().map(|a| format!("'{}'", a.replace('\'', r"'\''"))).collect();
+    let mut child = Command::new("script")
+        .args(["-qfec", &quoted.join(" "), "/dev/null"])
+        .env("FACTORY_STATE_DIR", state)
+        .env("CARGO_TARGET_DIR", common::guest_target_dir())
+        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script starts");
+    use std::io::Write;
+    child.stdin.take().expect("stdin").write_all(answer.as_bytes()).expect("type the answer");
+    let out = child.wait_with_output().expect("script ends");
+    Some((out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+#[test]
+fn on_a_terminal_the_prompt_shows_the_component_and_a_no_declines_the_run() {
+    let state = tempfile::tempdir().unwrap();
+    let granted = tempfile::tempdir().unwrap();
+    let probe = common::wasi_component("wasi-probe");
+    let probe = probe.to_str().unwrap();
+    let granted_dir = std::fs::canonicalize(granted.path()).unwrap();
+    let args = ["run", probe, "--allow-read", granted_dir.to_str().unwrap(), "--max-total-subagents", "7", "-q"];
+    let Some((code, shown)) = on_a_terminal(state.path(), &args, "n\n") else { return };
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(shown.contains("name:     wasi-probe"), "{shown}");
+    assert!(shown.contains(&format!("sha256:   {}", sha256(Path::new(probe)))), "{shown}");
+    assert!(shown.contains("limits:   maxTotalSubagents=7"), "{shown}");
+    assert!(shown.contains(&format!("read-only {} (as /grant/0)", granted_dir.display())), "{shown}");
+    assert!(shown.contains("Run it? [y/N]"), "{shown}");
+    assert!(shown.contains("declined"), "{shown}");
+    let listed = runs(state.path());
+    assert_eq!(listed.len(), 1, "the declined run exists");
+    assert_eq!(listed[0]["status"], "cancelled");
+    assert_eq!(listed[0]["failure"]["kind"], "declined");
+    assert!(shown.contains(listed[0]["runId"].as_str().unwrap()), "the run id is shown: {shown}");
+
+    // "y" runs it and remembers the approval: the next run needs no terminal.
+    let Some((code, shown)) = on_a_terminal(state.path(), &["run", probe, "-q"], "y\n") else { return };
+    assert_eq!(code, Some(0), "{shown}");
+    let listed = stdout_json(&factory_in(state.path(), &["trust", "--json"]));
+    assert_eq!(listed[0]["source"], "approved");
+    let out = factory_in(state.path(), &["run", probe, "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Stops the `factory serve` this test started (SIGTERM, then waits) when dropped.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn consent_and_grants_hold_when_another_process_holds_the_store() {
+    let state = tempfile::tempdir().unwrap();
+    let daemon = Command::new(common::factory_bin())
+        .arg("serve")
+        .env("FACTORY_STATE_DIR", state.path())
+        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("factory serve starts");
+    let _daemon = Daemon(daemon);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !state.path().join("control.sock").exists() {
+        assert!(std::time::Instant::now() < deadline, "factory serve never listened");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let probe = common::wasi_component("wasi-probe");
+    let out = factory_in(state.path(), &["run", probe.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is not trusted on this machine"), "{}", stderr(&out));
+
+    let granted = tempfile::tempdir().unwrap();
+    std::fs::write(granted.path().join("note.txt"), "through the socket").unwrap();
+    let args = r#"{"read":["/grant/0/note.txt"]}"#;
+    let dir = granted.path().to_str().unwrap();
+    let out = factory_in(
+        state.path(),
+        &["run", probe.to_str().unwrap(), "--yes", "--allow-read", dir, "--args", args, "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("held by another factory process"), "it ran in the daemon: {}", stderr(&out));
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["result"]["read"]["/grant/0/note.txt"], json!({ "ok": "through the socket" }));
+    let detail = stdout_json(&factory_in(state.path(), &["show", envelope["runId"].as_str().unwrap(), "--json"]));
+    let canonical = std::fs::canonicalize(granted.path()).unwrap();
+    assert_eq!(detail["grants"], json!([canonical]));
+}
