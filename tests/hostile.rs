@@ -269,6 +269,15 @@ async fn a_huge_result_is_refused_by_size() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_nested_too_deep_is_refused_by_depth() {
+    let fx = fixture().await;
+    let args = json!({ "case": "deep-result", "n": 200 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    let message = assert_failure(&envelope, "sandbox_limit", Some("maxJsonDepth"));
+    assert!(message.contains("nested 200 deep"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_json_step_value_is_refused_and_the_run_goes_on() {
     let fx = fixture().await;
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "bad-step" }), Limits::default())).await;

@@ -302,6 +302,11 @@ impl RunShared {
             );
             return Err(StepError::Abort(self.abort(Abort::SandboxLimit { kind: "maxStepBytes", message })));
         }
+        let depth = json_depth(&value);
+        if depth > self.sandbox.max_json_depth {
+            let limit = self.sandbox.max_json_depth;
+            return Err(StepError::InvalidJson(format!("step `{key}`: nested {depth} deep, over the limit of {limit}")));
+        }
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
             return Err(StepError::InvalidJson(format!("step `{key}`: not JSON: {e}")));
         }
@@ -659,9 +664,57 @@ fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Optio
             format!("result is {} bytes, over the {} byte limit", text.len(), sandbox.max_result_bytes),
         ));
     }
+    let depth = json_depth(&text);
+    if depth > sandbox.max_json_depth {
+        return Err(Failure::new(
+            "sandbox_limit",
+            Some("maxJsonDepth"),
+            format!("result is nested {depth} deep, over the limit of {}", sandbox.max_json_depth),
+        ));
+    }
     serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| Failure::new("invalid_result", None, format!("the result is not JSON: {e}")))
+}
+
+/// The deepest nesting of arrays and objects in JSON text (strings skipped), computed
+/// without parsing so a hostile value costs one linear scan.
+pub(crate) fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_depth;
+
+    #[test]
+    fn json_depth_counts_nesting_outside_strings() {
+        assert_eq!(json_depth("1"), 0);
+        assert_eq!(json_depth(r#"{"a":[1,{"b":[]}]}"#), 4);
+        assert_eq!(json_depth(r#"["[[[[", "\"{{{"]"#), 1);
+        assert_eq!(json_depth(&"[".repeat(500)), 500);
+    }
 }
 
 /// Name what stopped a guest: fuel, memory, stack, or a plain trap (a panic is `unreachable`).

@@ -91,6 +91,8 @@ impl Factory for Hostile {
             }
             // A result of `n` bytes.
             "huge-result" => Ok(Value::String("x".repeat(args.n))),
+            // A result nested `n` arrays deep (over the host's JSON depth limit).
+            "deep-result" => Ok((0..args.n).fold(Value::Null, |inner, _| Value::Array(vec![inner]))),
             // Raw `step-put` of text that is not JSON: refused with `invalid-json`, and the run
             // goes on (a later step, a step read and an agent call still work).
             "bad-step" => {
