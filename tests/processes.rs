@@ -24,7 +24,12 @@ fn output(state: &Path, args: &[&str]) -> Output {
 
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "not JSON ({e}), {}: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
     })
 }
 
@@ -206,7 +211,11 @@ fn a_second_foreground_run_executes_in_the_process_holding_the_store() {
 
     let probe = common::component("probe");
     let out = output(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        let _ = holder.kill();
+        let held = holder.wait_with_output().unwrap();
+        panic!("{}\nholder: {}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&held.stderr));
+    }
     let envelope = json(&out);
     assert_eq!(envelope["status"], "completed");
     assert_eq!(envelope["result"], serde_json::json!({"a": 42, "b": 42}));

@@ -158,19 +158,58 @@ async fn answer(host: &Arc<Host>, resolve: &BackendResolver, request: Request) -
     }
 }
 
-/// Serve control requests for `host` on `path` until the returned task is aborted. A stale
-/// socket file (no one listening) is replaced.
-pub fn serve(host: Arc<Host>, path: &Path, resolve: BackendResolver) -> std::io::Result<tokio::task::JoinHandle<()>> {
+/// A running control server.
+pub struct Server {
+    accept: tokio::task::JoinHandle<()>,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Server {
+    /// Stop accepting, then wait (at most `patience`) for requests being answered, so a
+    /// process that is about to exit does not cut off a client mid-answer (a `cancel`
+    /// whose run has just ended, say).
+    pub async fn drain(&self, patience: std::time::Duration) {
+        self.accept.abort();
+        let deadline = std::time::Instant::now() + patience;
+        while self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Counts a request as in flight while it lives.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Serve control requests for `host` on `path` until the returned server is drained or
+/// dropped. A stale socket file (no one listening) is replaced.
+pub fn serve(host: Arc<Host>, path: &Path, resolve: BackendResolver) -> std::io::Result<Server> {
     if path.exists() {
         // We hold the store, so nobody else can be serving it: the file is stale.
         std::fs::remove_file(path)?;
     }
     let listener = UnixListener::bind(path)?;
-    Ok(tokio::spawn(async move {
+    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = in_flight.clone();
+    let accept = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let host = host.clone();
             let resolve = resolve.clone();
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let guard = InFlight(counter.clone());
             tokio::spawn(async move {
+                let _guard = guard;
                 let (read, mut write) = stream.into_split();
                 let mut line = String::new();
                 if BufReader::new(read).read_line(&mut line).await.is_err() {
@@ -186,10 +225,12 @@ pub fn serve(host: Arc<Host>, path: &Path, resolve: BackendResolver) -> std::io:
                 if let Ok(mut bytes) = serde_json::to_vec(&response) {
                     bytes.push(b'\n');
                     let _ = write.write_all(&bytes).await;
+                    let _ = write.shutdown().await;
                 }
             });
         }
-    }))
+    });
+    Ok(Server { accept, in_flight })
 }
 
 /// Why a control request failed.

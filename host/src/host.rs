@@ -131,6 +131,8 @@ pub struct RunDetail {
     pub component_hashes: Vec<String>,
     /// Read-only directory grants (canonical host paths; the `i`-th is `/grant/<i>`).
     pub grants: Vec<String>,
+    /// The sandbox limits of the host answering (every run of it gets these).
+    pub sandbox: SandboxLimits,
 }
 
 /// A run executing in this process.
@@ -608,7 +610,8 @@ impl Host {
         let limits = record.limits;
         let component_hashes = record.component_hashes.clone();
         let grants = record.grants.clone();
-        Ok(RunDetail { envelope: self.current(record)?, limits, phases, agents, progress, component_hashes, grants })
+        let sandbox = self.config.sandbox.clone();
+        Ok(RunDetail { envelope: self.current(record)?, limits, phases, agents, progress, component_hashes, grants, sandbox })
     }
 
     /// Wait until the run is in a terminal status and return that envelope. Watches

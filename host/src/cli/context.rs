@@ -20,7 +20,12 @@ pub enum Access {
 
 /// Open the store in the state directory with `backend`.
 pub fn open_host(g: &GlobalArgs, backend: Arc<dyn AgentBackend>) -> Result<Arc<Host>, Error> {
-    let config = HostConfig { state_dir: Some(g.state_dir.clone()), backend, ..HostConfig::default() };
+    let config = HostConfig {
+        state_dir: Some(g.state_dir.clone()),
+        backend,
+        commit_window: std::time::Duration::from_millis(g.commit_window_ms),
+        ..HostConfig::default()
+    };
     Host::new(config).map(Arc::new)
 }
 
@@ -63,13 +68,12 @@ pub async fn access(g: &GlobalArgs) -> Result<Access> {
 /// Serve the control socket for `host` while this process holds the store. The socket
 /// file is removed when the guard drops.
 pub struct Serving {
-    task: tokio::task::JoinHandle<()>,
+    server: control::Server,
     path: std::path::PathBuf,
 }
 
 impl Drop for Serving {
     fn drop(&mut self) {
-        self.task.abort();
         let _ = std::fs::remove_file(&self.path);
     }
 }
@@ -78,6 +82,12 @@ impl Serving {
     /// The socket's path.
     pub fn path(&self) -> &std::path::Path {
         &self.path
+    }
+
+    /// Stop serving after answering the requests in flight (at most 5 s).
+    pub async fn drain(self) {
+        let _ = std::fs::remove_file(&self.path);
+        self.server.drain(std::time::Duration::from_secs(5)).await;
     }
 }
 
@@ -97,7 +107,7 @@ fn resolver(g: &GlobalArgs) -> control::BackendResolver {
 pub fn serve(g: &GlobalArgs, host: &Arc<Host>) -> Option<Serving> {
     let path = control::socket_path(&g.state_dir);
     match control::serve(host.clone(), &path, resolver(g)) {
-        Ok(task) => Some(Serving { task, path }),
+        Ok(server) => Some(Serving { server, path }),
         Err(e) => {
             eprintln!("factory: warning: cannot serve the control socket {}: {e}", path.display());
             None

@@ -34,6 +34,10 @@ pub struct GlobalArgs {
     /// Where runs, journals and registered factories are stored.
     #[arg(long, global = true, env = "FACTORY_STATE_DIR", default_value = ".factory", value_name = "DIR")]
     pub state_dir: PathBuf,
+    /// The group-commit window of the store, in milliseconds: journal entries are made
+    /// durable together at most this long after they are written.
+    #[arg(long, global = true, env = "FACTORY_COMMIT_WINDOW_MS", default_value_t = 10, value_name = "MS")]
+    pub commit_window_ms: u64,
     /// The owner session: runs are visible only to the session that started them.
     #[arg(long, global = true, env = "FACTORY_SESSION", default_value = factory_host::DEFAULT_SESSION)]
     pub session: String,

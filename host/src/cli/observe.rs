@@ -141,6 +141,15 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         credits(&acc["aiCreditsNano"])
     );
     println!("limits:    {}", d["limits"]);
+    let sb = &d["sandbox"];
+    println!(
+        "sandbox:   memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB",
+        sb["memoryBytes"].as_u64().unwrap_or(0) >> 20,
+        s(&sb["fuel"]),
+        sb["maxPromptBytes"].as_u64().unwrap_or(0) >> 10,
+        sb["maxStepBytes"].as_u64().unwrap_or(0) >> 20,
+        sb["maxResultBytes"].as_u64().unwrap_or(0) >> 20
+    );
     let grants: Vec<String> = d["grants"]
         .as_array()
         .into_iter()

@@ -126,6 +126,7 @@ async fn ensure_daemon(g: &GlobalArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating the factory binary")?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve").arg("--state-dir").arg(&state_dir).arg("--session").arg(&g.session);
+    cmd.arg("--commit-window-ms").arg(g.commit_window_ms.to_string());
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // Its own process group: a Ctrl-C in this terminal must not stop the daemon.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);

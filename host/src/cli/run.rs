@@ -229,7 +229,7 @@ where
     F: FnOnce(mpsc::UnboundedSender<ProgressEntry>) -> Fut,
     Fut: Future<Output = Result<RunEnvelope, factory_host::Error>>,
 {
-    let _serving = serve(g, host);
+    let serving = serve(g, host);
     let (tx, rx) = mpsc::unbounded_channel();
     let ui = tokio::spawn(progress_ui::render(rx, out.quiet, events.clone()));
     let interrupt = {
@@ -244,6 +244,9 @@ where
     let envelope = start(tx).await;
     interrupt.abort();
     let _ = ui.await;
+    if let Some(serving) = serving {
+        serving.drain().await;
+    }
     let envelope = envelope?;
     if let Some(sink) = &events {
         sink.finished(&envelope);

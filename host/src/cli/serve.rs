@@ -34,6 +34,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     while !host.active_runs().is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    serving.drain().await;
     host.store().flush().await?;
     Ok(ExitCode::SUCCESS)
 }
