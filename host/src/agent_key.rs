@@ -11,6 +11,17 @@ pub struct AgentKey(pub String);
 impl AgentKey {
     /// The key of a call. `schema` must already be parsed: its canonical form is hashed, so
     /// `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same call.
+    ///
+    /// ```
+    /// use factory_host::AgentKey;
+    /// use serde_json::json;
+    ///
+    /// let a = AgentKey::new("Find a bug", Some("finder:1"), Some(&json!({"a": 1, "b": 2})), None);
+    /// let b = AgentKey::new("Find a bug", Some("finder:1"), Some(&json!({"b": 2, "a": 1})), None);
+    /// let c = AgentKey::new("Find a bug", Some("finder:2"), Some(&json!({"a": 1, "b": 2})), None);
+    /// assert_eq!(a, b);
+    /// assert_ne!(a, c);
+    /// ```
     pub fn new(prompt: &str, label: Option<&str>, schema: Option<&serde_json::Value>, model: Option<&str>) -> Self {
         // serde_json's default map is a BTreeMap, so `to_string` emits sorted keys: that is
         // the canonical form. Each field is length-prefixed so no two tuples collide.

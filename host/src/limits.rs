@@ -37,6 +37,15 @@ pub struct LimitError {
 impl Limits {
     /// Check every present limit: positive, integral where integral, timeout finite and at
     /// most [`MAX_TIMEOUT_SECONDS`].
+    ///
+    /// ```
+    /// use factory_host::Limits;
+    ///
+    /// let fine = Limits { timeout_seconds: Some(90.5), max_total_subagents: Some(10), ..Limits::default() };
+    /// assert!(fine.validate().is_ok());
+    /// let zero = Limits { timeout_seconds: Some(0.0), ..Limits::default() };
+    /// assert_eq!(zero.validate().unwrap_err().field, "timeoutSeconds");
+    /// ```
     pub fn validate(&self) -> Result<(), LimitError> {
         let bad = |field, reason: String| Err(LimitError { field, reason });
         if self.max_concurrent_subagents == Some(0) {
