@@ -3,34 +3,15 @@
 
 mod common;
 
+use common::{factory_in, stderr, stdout_json};
+
 use serde_json::Value;
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// Run the binary with a state directory of its own (a fresh one per call).
 fn factory(args: &[&str]) -> Output {
     let state = tempfile::tempdir().expect("a temp dir");
     factory_in(state.path(), args)
-}
-
-/// Run the binary against the state directory `state`.
-fn factory_in(state: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(common::factory_bin())
-        .args(args)
-        .env("FACTORY_STATE_DIR", state)
-        .env("CARGO_TARGET_DIR", common::guest_target_dir())
-        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
-        .output()
-        .expect("the factory binary starts")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("stdout is not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-    })
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]

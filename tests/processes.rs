@@ -10,12 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn factory(state: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(common::factory_bin());
-    cmd.args(args)
-        .env("FACTORY_STATE_DIR", state)
-        .env("CARGO_TARGET_DIR", common::guest_target_dir())
-        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"));
-    cmd
+    common::factory_cmd(state, args)
 }
 
 fn output(state: &Path, args: &[&str]) -> Output {
@@ -23,14 +18,7 @@ fn output(state: &Path, args: &[&str]) -> Output {
 }
 
 fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}), {}: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::stdout_json(out)
 }
 
 /// A slow fan-out of `n` agents, 4 at a time, 40 ms each, in the background.

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::{factory_in, stdout_json};
+
 use factory_host::sandbox::GrantError;
 use factory_host::store::ProgressQuery;
 use factory_host::{
@@ -15,8 +17,7 @@ use factory_host::{
 };
 use serde_json::{json, Value};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 
 fn host() -> Host {
     Host::new(HostConfig { cache_dir: Some(common::guest_target_dir().join("cache")), ..HostConfig::default() })
@@ -195,27 +196,6 @@ async fn a_resume_mounts_the_grants_of_the_run_again() {
     std::fs::remove_dir_all(&t.granted).expect("rm");
     let refused = host.resume(&second.run_id, ResumeOptions::default()).await;
     assert!(matches!(refused, Err(Error::Grant(_))), "{refused:?}");
-}
-
-/// Run the binary against the state directory `state`.
-fn factory_in(state: &Path, args: &[&str]) -> Output {
-    Command::new(common::factory_bin())
-        .args(args)
-        .env("FACTORY_STATE_DIR", state)
-        .env("CARGO_TARGET_DIR", common::guest_target_dir())
-        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
-        .output()
-        .expect("the factory binary starts")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 #[test]

@@ -9,32 +9,12 @@
 
 mod common;
 
+use common::{factory_in, stderr, stdout_json};
+
 use factory_host::{Error, Host, HostConfig, ResumeOptions, RunOptions, RunStatus, DEFAULT_SESSION};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-/// Run the binary against the state directory `state`, with no terminal on any stream.
-fn factory_in(state: &Path, args: &[&str]) -> Output {
-    Command::new(common::factory_bin())
-        .args(args)
-        .env("FACTORY_STATE_DIR", state)
-        .env("CARGO_TARGET_DIR", common::guest_target_dir())
-        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("the factory binary starts")
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("stdout is not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), stderr(out))
-    })
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use std::process::{Command, Stdio};
 
 fn sha256(path: &Path) -> String {
     factory_host::component::content_hash(&std::fs::read(path).expect("read component"))

@@ -68,3 +68,37 @@ pub fn core_module(name: &str) -> PathBuf {
 pub fn factory_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_factory"))
 }
+
+/// The `factory` binary as a command against the state directory `state`, with guests and
+/// the compile cache under the guest target dir and stdin closed (no terminal to ask on).
+pub fn factory_cmd(state: &Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(factory_bin());
+    cmd.args(args)
+        .env("FACTORY_STATE_DIR", state)
+        .env("CARGO_TARGET_DIR", guest_target_dir())
+        .env("FACTORY_CACHE_DIR", guest_target_dir().join("cache"))
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Run the binary against `state` and collect its output.
+pub fn factory_in(state: &Path, args: &[&str]) -> std::process::Output {
+    factory_cmd(state, args).output().expect("the factory binary starts")
+}
+
+/// A command's stdout as JSON (the panic shows both streams and the exit status).
+pub fn stdout_json(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}), {}: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A command's stderr as text.
+pub fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
