@@ -357,6 +357,18 @@ async fn raw_calls_past_the_sdk_item_cap_still_queue_under_the_concurrency_cap()
     assert_eq!(fx.backend.max_in_flight(), 8);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_pending_agent_calls_are_a_sandbox_limit() {
+    let sandbox = SandboxLimits { max_pending_agent_calls: 100, ..Default::default() };
+    let fx = fixture_with(sandbox, Duration::from_millis(1)).await;
+    let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
+    let args = json!({ "case": "raw-fanout", "n": 5000 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
+    let message = assert_failure(&envelope, "sandbox_limit", Some("maxPendingAgentCalls"));
+    assert!(message.contains("more than 100 agent calls pending"), "{message}");
+    assert!(fx.backend.calls(HOSTILE) < 5000, "the pile-up was stopped early");
+}
+
 /// What [`cancel_mid_loop`] observed.
 struct CancelledRun {
     fx: Arc<Fixture>,

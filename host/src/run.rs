@@ -102,6 +102,8 @@ pub(crate) struct RunShared {
     spawned: AtomicU64,
     cache_hits: AtomicU64,
     attempt_cache_hits: AtomicU64,
+    /// Agent hook calls in progress (queued, running, or waiting on an identical call).
+    pending_calls: AtomicU64,
     credits_nano: AtomicU64,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
@@ -158,6 +160,7 @@ impl RunShared {
             spawned: AtomicU64::new(setup.prior.agents_spawned),
             cache_hits: AtomicU64::new(setup.prior.agent_cache_hits),
             attempt_cache_hits: AtomicU64::new(0),
+            pending_calls: AtomicU64::new(0),
             credits_nano: AtomicU64::new(setup.prior.ai_credits_nano),
             input_tokens: AtomicU64::new(setup.prior.input_tokens),
             output_tokens: AtomicU64::new(setup.prior.output_tokens),
@@ -327,6 +330,14 @@ impl RunShared {
     ) -> Result<Option<String>, Abort> {
         if let Some(abort) = self.stopping() {
             return Err(abort);
+        }
+        let _pending = PendingCall::enter(&self.pending_calls);
+        if _pending.count > self.sandbox.max_pending_agent_calls as u64 {
+            let message = format!(
+                "more than {} agent calls pending at once",
+                self.sandbox.max_pending_agent_calls
+            );
+            return Err(self.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
         }
         if prompt.len() > self.sandbox.max_prompt_bytes {
             let message = format!(
@@ -542,6 +553,26 @@ impl RunShared {
     /// Log lines dropped over the cap.
     pub(crate) fn dropped_log_lines(&self) -> u64 {
         self.state().dropped_log_lines
+    }
+}
+
+/// Counts one pending agent call for as long as it lives.
+struct PendingCall<'a> {
+    counter: &'a AtomicU64,
+    /// Pending calls including this one, when it entered.
+    count: u64,
+}
+
+impl<'a> PendingCall<'a> {
+    fn enter(counter: &'a AtomicU64) -> Self {
+        let count = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        PendingCall { counter, count }
+    }
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -44,6 +44,9 @@ pub struct SandboxLimits {
     pub max_log_line_bytes: usize,
     /// Bytes of log text per run; further lines are dropped and counted.
     pub max_log_bytes: usize,
+    /// Agent calls one run may have pending at once (queued or running): each holds its
+    /// prompt in the host, so a guest bypassing its SDK's item cap cannot pile up memory.
+    pub max_pending_agent_calls: usize,
     /// Nesting depth of any JSON value crossing the boundary.
     pub max_json_depth: usize,
 }
@@ -66,6 +69,7 @@ impl Default for SandboxLimits {
             max_log_line_bytes: 8 << 10,
             max_log_bytes: 16 << 20,
             max_json_depth: 128,
+            max_pending_agent_calls: 65_536,
         }
     }
 }
