@@ -241,3 +241,22 @@ async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
         Ok(_) => panic!("a store of another layout must not open"),
     }
 }
+
+#[tokio::test]
+async fn run_updated_events_carry_increasing_revisions_up_to_the_final_one() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let host = host(state.path(), &backend);
+    let review = load(&host, "review-changed").await;
+    let mut updates = host.subscribe();
+    let run = host.run(&review, RunOptions::default()).await.unwrap();
+    let mut revisions = Vec::new();
+    while let Ok(update) = updates.try_recv() {
+        assert_eq!(update.run_id, run.run_id);
+        revisions.push(update.revision);
+    }
+    assert!(revisions.len() > 5, "{revisions:?}");
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]), "monotonic: {revisions:?}");
+    assert_eq!(revisions.last().copied(), Some(run.revision), "the last event names the final revision");
+    assert_eq!(host.envelope(S, &run.run_id).unwrap().revision, run.revision, "a re-read agrees");
+}

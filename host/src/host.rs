@@ -468,7 +468,7 @@ impl Host {
             next_seq: self.store.last_progress_seq(&run_id)?,
             events,
             updates: self.updates.clone(),
-            record_writes: record.writes + 1,
+            record_writes: record.writes,
             stop: stop.clone(),
         };
         let (status, result, failure, accounting) = match RunShared::new(setup) {
