@@ -143,7 +143,10 @@ async fn start(host: Arc<Host>, resolve: &BackendResolver, request: Request) -> 
     }
 }
 
-async fn answer(host: &Arc<Host>, resolve: &BackendResolver, request: Request) -> Result<serde_json::Value, Error> {
+/// Answer an observation or control request (everything but `Run`/`Resume`, which need a
+/// backend resolver and answer through [`serve`]). Used by the server and by a process
+/// that opened the store itself.
+pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::Value, Error> {
     let json = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|e| Error::Engine(e.to_string()));
     match request {
         Request::Runs { session } => json(serde_json::to_value(host.runs(&session)?)),
@@ -154,7 +157,16 @@ async fn answer(host: &Arc<Host>, resolve: &BackendResolver, request: Request) -
         }
         Request::Wait { session, run_id } => json(serde_json::to_value(host.wait(&session, &run_id).await?)),
         Request::Cancel { session, run_id } => json(serde_json::to_value(host.cancel(&session, &run_id).await?)),
+        Request::Run { .. } | Request::Resume { .. } => {
+            Err(Error::Engine("runs start through the process serving the control socket".into()))
+        }
+    }
+}
+
+async fn answer(host: &Arc<Host>, resolve: &BackendResolver, request: Request) -> Result<serde_json::Value, Error> {
+    match request {
         start_request @ (Request::Run { .. } | Request::Resume { .. }) => start(host.clone(), resolve, start_request).await,
+        query => answer_query(host, query).await,
     }
 }
 

@@ -56,22 +56,7 @@ async fn ask(g: &GlobalArgs, request: Request) -> Result<Value> {
 pub async fn ask_with(access: &Access, request: Request) -> Result<Value> {
     match access {
         Access::Remote(path) => Ok(control::request(path, &request).await?),
-        Access::Local(host) => {
-            let value = match request {
-                Request::Runs { session } => serde_json::to_value(host.runs(&session)?)?,
-                Request::Envelope { session, run_id } => serde_json::to_value(host.envelope(&session, &run_id)?)?,
-                Request::Detail { session, run_id } => serde_json::to_value(host.detail(&session, &run_id)?)?,
-                Request::Progress { session, run_id, query } => {
-                    serde_json::to_value(host.progress(&session, &run_id, &query)?)?
-                }
-                Request::Wait { session, run_id } => serde_json::to_value(host.wait(&session, &run_id).await?)?,
-                Request::Cancel { session, run_id } => serde_json::to_value(host.cancel(&session, &run_id).await?)?,
-                Request::Run { .. } | Request::Resume { .. } => {
-                    anyhow::bail!("runs start through `factory run`/`factory resume` in this process")
-                }
-            };
-            Ok(value)
-        }
+        Access::Local(host) => Ok(control::answer_query(host, request).await?),
     }
 }
 
