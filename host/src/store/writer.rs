@@ -163,7 +163,15 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
         let mut factories = txn.open_table(FACTORIES)?;
         let mut blobs = txn.open_table(BLOBS)?;
         let mut meta = txn.open_table(tables::META)?;
-        for op in batch {
+        // Live accounting is overwritten per agent; within a batch only each run's last one
+        // needs writing.
+        let mut last_accounting = std::collections::HashMap::new();
+        for (i, op) in batch.iter().enumerate() {
+            if let Op::Accounting { run, .. } = op {
+                last_accounting.insert(run.as_str(), i);
+            }
+        }
+        for (i, op) in batch.iter().enumerate() {
             match op {
                 Op::Step { run, key, value } => {
                     steps.insert((run.as_str(), key.as_str()), value.as_str())?;
@@ -175,7 +183,9 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
                     progress.insert((run.as_str(), *seq), entry.as_slice())?;
                 }
                 Op::Accounting { run, accounting: bytes } => {
-                    accounting.insert(run.as_str(), bytes.as_slice())?;
+                    if last_accounting.get(run.as_str()) == Some(&i) {
+                        accounting.insert(run.as_str(), bytes.as_slice())?;
+                    }
                 }
                 Op::Run { id, order: seq, record } => {
                     runs.insert(id.as_str(), record.as_slice())?;
