@@ -9,7 +9,7 @@ mod common;
 use factory_host::backend::cassette::{read_cassette, CASSETTE_VERSION};
 use factory_host::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, AgentRequest, Anthropic, AnthropicConfig, Cassette, OpenAi,
-    OpenAiConfig, Price, Pricing, RetryPolicy, StructuredMode, Usage,
+    OpenAiConfig, OutageKind, Price, Pricing, RetryPolicy, StructuredMode, Usage,
 };
 use factory_host::config::Config;
 use factory_host::{Host, HostConfig, Limits, RunOptions, RunStatus};
@@ -250,9 +250,10 @@ async fn openai_schema_call_asks_for_json_schema_and_prices_usage_exactly() {
         json!({"type": "json_schema", "json_schema": {"name": "reply", "schema": verdict_schema(), "strict": false}})
     );
 
-    // A text call: the default model, no system message, no response_format, unpriced model.
+    // A text call: the default model, no system message, no response_format, unpriced model
+    // (its cost is unknown, not zero).
     let reply = backend.call(request("say hi", None, None, None)).await.unwrap();
-    assert_eq!(reply.usage.unwrap().credits_nano, Some(0));
+    assert_eq!(reply.usage.unwrap().credits_nano, None);
     let text_call = &server.seen()[1];
     assert_eq!(text_call.body["model"], "default-model");
     assert_eq!(text_call.body["messages"], json!([{"role": "user", "content": "say hi"}]));
@@ -318,7 +319,8 @@ async fn openai_retries_are_bounded() {
     let backend = OpenAi::new(config).unwrap();
     let err = backend.call(request("hello", None, None, None)).await.unwrap_err();
     assert_eq!(server.count(), 3, "one try and two retries");
-    assert!(err.0.contains("HTTP 503") && err.0.contains("overloaded"), "{err}");
+    assert!(err.message().contains("HTTP 503") && err.message().contains("overloaded"), "{err}");
+    assert_eq!(err.outage_kind(), Some(OutageKind::ServerError), "5xx past the retries is a backend failure");
 
     // A Retry-After longer than the backend waits fails at once, without retrying.
     let slow = Server::start(|_, _| Reply {
@@ -328,7 +330,8 @@ async fn openai_retries_are_bounded() {
     .await;
     let err = OpenAi::new(openai_config(&slow)).unwrap().call(request("hello", None, None, None)).await.unwrap_err();
     assert_eq!(slow.count(), 1);
-    assert!(err.0.contains("3600"), "{err}");
+    assert!(err.message().contains("3600"), "{err}");
+    assert_eq!(err.outage_kind(), Some(OutageKind::RateLimited));
 }
 
 #[tokio::test]
@@ -347,7 +350,8 @@ async fn openai_connection_errors_are_retried_then_reported() {
         .call(request("hello", None, None, None))
         .await
         .unwrap_err();
-    assert!(err.0.contains("after 3 tries"), "{err}");
+    assert!(err.message().contains("after 3 tries"), "{err}");
+    assert_eq!(err.outage_kind(), Some(OutageKind::Unavailable), "a refused connection is an outage, not an answer");
 }
 
 #[tokio::test]
@@ -363,20 +367,23 @@ async fn openai_401_and_404_fail_clearly_without_retrying() {
     let bad_key = OpenAi::new(OpenAiConfig { api_key: Some("sk-bad".into()), ..openai_config(&server) }).unwrap();
     let err = bad_key.call(request("hi", None, None, None)).await.unwrap_err();
     assert!(
-        err.0.contains("HTTP 401") && err.0.contains("Incorrect API key") && err.0.contains("OPENAI_API_KEY"),
+        err.message().contains("HTTP 401") && err.message().contains("Incorrect API key") && err.message().contains("OPENAI_API_KEY"),
         "{err}"
     );
+    assert_eq!(err.outage_kind(), Some(OutageKind::Auth));
     assert_eq!(server.count(), 1);
 
     let good_key = OpenAi::new(OpenAiConfig { api_key: Some("sk-good".into()), ..openai_config(&server) }).unwrap();
     let err = good_key.call(request("hi", None, None, Some("gpt-nope"))).await.unwrap_err();
-    assert!(err.0.contains("HTTP 404") && err.0.contains("gpt-nope"), "{err}");
+    assert!(err.message().contains("HTTP 404") && err.message().contains("gpt-nope"), "{err}");
+    assert_eq!(err.outage_kind(), Some(OutageKind::ModelNotFound));
     assert_eq!(server.count(), 2);
 
     // No key and no model at all: a clear error before any request.
     let no_model = OpenAi::new(OpenAiConfig { model: None, ..openai_config(&server) }).unwrap();
     let err = no_model.call(request("hi", None, None, None)).await.unwrap_err();
-    assert!(err.0.contains("--model"), "{err}");
+    assert!(err.message().contains("--model"), "{err}");
+    assert_eq!(err.outage_kind(), Some(OutageKind::Misconfigured));
     assert_eq!(server.count(), 2);
 }
 
@@ -400,7 +407,7 @@ async fn anthropic_schema_call_forces_the_respond_tool() {
     })
     .await;
     let pricing = Pricing {
-        default: Price { input_nano_per_1k: 3_000_000, output_nano_per_1k: 15_000_000 },
+        default: Some(Price { input_nano_per_1k: 3_000_000, output_nano_per_1k: 15_000_000 }),
         ..Pricing::default()
     };
     let backend = Anthropic::new(AnthropicConfig {
@@ -475,7 +482,7 @@ async fn anthropic_text_calls_retries_and_tool_fallback() {
     let denied = Server::start(|_, _| anthropic_error(401, "authentication_error", "invalid x-api-key")).await;
     let err =
         Anthropic::new(anthropic_config(&denied)).unwrap().call(request("hi", None, None, None)).await.unwrap_err();
-    assert!(err.0.contains("HTTP 401") && err.0.contains("invalid x-api-key") && err.0.contains("ANTHROPIC_API_KEY"));
+    assert!(err.message().contains("HTTP 401") && err.message().contains("invalid x-api-key") && err.message().contains("ANTHROPIC_API_KEY"));
     assert_eq!(denied.count(), 1);
 }
 
@@ -601,11 +608,11 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"hello","to
 
     let failing = AgentCli::new(cli("cli:fail", &["sh", "-c", "echo 'quota exhausted' >&2; exit 3"])).unwrap();
     let err = failing.call(request("hi", None, None, None)).await.unwrap_err();
-    assert!(err.0.contains("exit status: 3") && err.0.contains("quota exhausted"), "{err}");
+    assert!(err.message().contains("exit status: 3") && err.message().contains("quota exhausted"), "{err}");
 
     let missing = AgentCli::new(cli("cli:missing", &["/nonexistent/agent-cli"])).unwrap();
     let err = missing.call(request("hi", None, None, None)).await.unwrap_err();
-    assert!(err.0.contains("cannot start"), "{err}");
+    assert!(err.message().contains("cannot start"), "{err}");
 }
 
 #[tokio::test]
@@ -645,7 +652,7 @@ async fn cli_timeout_runs_the_kill_ladder_on_a_process_ignoring_sigterm() {
     let started = Instant::now();
     let err = backend.call(request("hi", None, None, None)).await.unwrap_err();
     let elapsed = started.elapsed();
-    assert!(err.0.contains("timed out"), "{err}");
+    assert!(err.message().contains("timed out"), "{err}");
     // SIGTERM is ignored, so only SIGKILL after the grace period ends it.
     assert!(elapsed >= Duration::from_millis(1000), "timeout + grace elapsed: {elapsed:?}");
     let leader = read_pid(&dir.path().join("self.pid")).await;
@@ -715,15 +722,17 @@ wait"#,
 async fn cassette_records_then_replays_with_zero_network_calls() {
     let server = Server::start(|_, seen| {
         let prompt = seen.body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string();
-        if prompt.contains("fail") {
+        if prompt.contains("outage") {
             openai_error(401, "invalid_request_error", "bad key", None)
+        } else if prompt.contains("fail") {
+            openai_error(400, "invalid_request_error", "context length exceeded", None)
         } else {
             openai_ok(&format!("live reply to {prompt}"), 100, 10)
         }
     })
     .await;
     let pricing = Pricing {
-        default: Price { input_nano_per_1k: 1_000_000, output_nano_per_1k: 2_000_000 },
+        default: Some(Price { input_nano_per_1k: 1_000_000, output_nano_per_1k: 2_000_000 }),
         ..Pricing::default()
     };
     let live: Arc<dyn AgentBackend> =
@@ -748,7 +757,11 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
     }
     assert_eq!(server.count(), 4);
     assert_eq!(recorded[0].as_ref().unwrap().usage.as_ref().unwrap().credits_nano, Some(120_000));
-    assert!(recorded[3].is_err());
+    assert!(recorded[3].as_ref().is_err_and(|e| e.outage_kind().is_none()), "a 400 is an ordinary failure");
+    // An outage (401) is not an answer: it is returned but not recorded.
+    let outage = recorder.call(request("outage", None, None, None)).await.unwrap_err();
+    assert_eq!(outage.outage_kind(), Some(OutageKind::Auth));
+    assert_eq!(server.count(), 5);
 
     let header: Value = serde_json::from_str(std::fs::read_to_string(&file).unwrap().lines().next().unwrap()).unwrap();
     assert_eq!(header, json!({"cassette": "factory", "version": CASSETTE_VERSION}));
@@ -764,15 +777,18 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
     for (call, expected) in calls.iter().zip(&recorded) {
         assert_eq!(&replay.call(call.clone()).await, expected);
     }
-    assert_eq!(server.count(), 4, "replay made zero network calls");
+    assert_eq!(server.count(), 5, "replay made zero network calls");
+    let missed = replay.call(request("outage", None, None, None)).await.unwrap_err();
+    assert_eq!(missed.outage_kind(), Some(OutageKind::ReplayMiss), "the outage was not recorded as an answer");
 
     // A miss fails clearly, still without any network call.
     let err = replay.call(request("never recorded", Some("new"), None, None)).await.unwrap_err();
     assert!(
-        err.0.contains("cassette miss") && err.0.contains("`new`") && err.0.contains("--replay-then-live"),
+        err.message().contains("cassette miss") && err.message().contains("`new`") && err.message().contains("--replay-then-live"),
         "{err}"
     );
-    assert_eq!(server.count(), 4);
+    assert_eq!(err.outage_kind(), Some(OutageKind::ReplayMiss));
+    assert_eq!(server.count(), 5);
 }
 
 #[tokio::test]
@@ -892,7 +908,7 @@ async fn a_run_retries_a_bad_schema_reply_over_http_and_accounts_both_spawns() {
     })
     .await;
     let pricing = Pricing {
-        default: Price { input_nano_per_1k: 1_500_000, output_nano_per_1k: 7_000_000 },
+        default: Some(Price { input_nano_per_1k: 1_500_000, output_nano_per_1k: 7_000_000 }),
         ..Pricing::default()
     };
     let backend = Arc::new(OpenAi::new(OpenAiConfig { pricing, ..openai_config(&server) }).unwrap());
@@ -1008,13 +1024,15 @@ async fn the_cli_records_a_live_run_and_replays_it_offline() {
     assert_eq!(replayed["accounting"]["agentsSpawned"], 2);
     assert_eq!(server.count(), 2, "the replayed run made zero network calls");
 
-    // A different factory input misses the cassette: an ordinary agent failure, no network.
+    // A different factory input misses the cassette: the run stops (a miss is not an
+    // answer), with no network call.
     let mut miss = vec!["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"memo"}"#, "--json", "--quiet"];
     miss.extend(["--state-dir", state.to_str().unwrap(), "--replay", tape.to_str().unwrap()]);
     let (code, stdout, stderr) = factory(&miss, &env).await;
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
     let missed: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(missed["result"]["first"], Value::Null, "a cassette miss fails the call: {missed}");
+    assert_eq!(missed["failure"]["type"], "backend", "{missed}");
+    assert_eq!(missed["failure"]["kind"], "replay_miss", "{missed}");
     assert_eq!(server.count(), 2);
 
     // `factory backends check` sends one tiny request and reports it.

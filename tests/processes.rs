@@ -72,7 +72,7 @@ fn kill_9_mid_fan_out_then_resume_reruns_only_unjournaled_work() {
     assert_eq!(runs[0]["status"], "halted", "{runs:#}");
 
     let backend = format!("script:{}", script.display());
-    let out = output(state.path(), &["resume", &run_id, "--backend", &backend, "--json", "-q"]);
+    let out = output(state.path(), &["resume", &run_id, "--yes", "--backend", &backend, "--json", "-q"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let envelope = json(&out);
     assert_eq!(envelope["status"], "completed");

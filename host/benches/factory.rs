@@ -141,7 +141,7 @@ impl AgentBackend for LatencyBackend {
                 };
                 me.in_flight.fetch_sub(1, Ordering::SeqCst);
                 if !waited {
-                    return Err(BackendError("the bench backend's timer thread is gone".into()));
+                    return Err(BackendError::ordinary("the bench backend's timer thread is gone"));
                 }
             }
             me.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);

@@ -15,7 +15,7 @@
 //! timeout_seconds = 300
 //! max_retries = 4
 //! structured_output = "json_schema"     # or json_object, plain (anthropic: tool, plain)
-//! [backends.local.pricing]              # credits per 1000 tokens; default 0
+//! [backends.local.pricing]              # credits per 1000 tokens; without it the model is unpriced (a run with maxAiCredits refuses it)
 //! input = 0.0
 //! output = 0.0
 //! models = { "big-model" = { input = 0.003, output = "0.015" } }
@@ -28,6 +28,11 @@
 //! timeout_seconds = 900
 //! grace_seconds = 5
 //!
+//! [backends.claude-json]
+//! kind = "cli"
+//! preset = "claude"                     # its JSON output reports `total_cost_usd`
+//! cost_credits = 100                    # credits per unit of reported cost (default 1)
+//!
 //! [[routes]]                            # options.model -> backend (+ model name)
 //! model = "fast"                        # exact name, or a prefix ending in `*`
 //! backend = "local"
@@ -35,10 +40,12 @@
 //! ```
 
 use crate::backend::{
-    self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendSpecError, JsonOutput, OpenAi,
-    OpenAiConfig, OutputMode, Price, Pricing, Route, Router, Script, StructuredMode,
+    self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendCatalog, BackendRef,
+    BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, Pricing,
+    Route, Router, Script, StructuredMode,
 };
-use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -62,7 +69,7 @@ pub enum ConfigError {
 }
 
 /// A credit amount: a TOML number, or a decimal string for exactness.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Amount {
     /// An integer number of credits.
@@ -87,7 +94,7 @@ impl Amount {
 }
 
 /// A price in credits per 1000 input and output tokens.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
     /// Credits per 1000 prompt tokens.
@@ -104,7 +111,7 @@ impl PriceConfig {
 }
 
 /// A backend's pricing: a default price and per-model prices.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PricingConfig {
     /// Credits per 1000 prompt tokens for models without their own entry.
@@ -119,7 +126,12 @@ pub struct PricingConfig {
 impl PricingConfig {
     /// The pricing in nano-credits.
     pub fn pricing(&self) -> Result<Pricing, String> {
-        let default = PriceConfig { input: self.input.clone(), output: self.output.clone() }.price()?;
+        // A default price exists only when one of its halves is written down.
+        let default = if self.input.is_some() || self.output.is_some() {
+            Some(PriceConfig { input: self.input.clone(), output: self.output.clone() }.price()?)
+        } else {
+            None
+        };
         let models = self
             .models
             .iter()
@@ -130,7 +142,7 @@ impl PricingConfig {
 }
 
 /// JSON output paths of an agent CLI (see [`JsonOutput`]).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JsonPaths {
     /// Path of the final text.
@@ -146,7 +158,7 @@ pub struct JsonPaths {
 }
 
 /// One `[backends.NAME]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
     /// `openai`, `anthropic`, `cli`, `dry-run` or `script`.
@@ -188,12 +200,15 @@ pub struct BackendConfig {
     pub output: Option<String>,
     /// CLI: JSON output paths.
     pub json: Option<JsonPaths>,
+    /// CLI: credits per unit of the cost the CLI reports (`json.cost`), e.g. credits per USD
+    /// for Claude Code's `total_cost_usd` (default 1).
+    pub cost_credits: Option<Amount>,
     /// Script: the script file.
     pub path: Option<PathBuf>,
 }
 
 /// One `[[routes]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// An exact model name, or a prefix ending in `*`.
@@ -206,7 +221,7 @@ pub struct RouteConfig {
 }
 
 /// A parsed `factory.toml`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// The backend used when `--backend` is not given.
@@ -277,13 +292,40 @@ impl Config {
 
     /// The backend of a run: `selected` (`--backend`), else the config's default, else
     /// `dry-run`; wrapped in a [`Router`] when routes are configured. Each backend is built
-    /// once, so routes to one name share it.
+    /// once, so routes to one name share it. Its [`AgentBackend::reference`] names it with
+    /// `model` and [`Config::identity`].
     pub fn run_backend(
         &self,
         selected: Option<&str>,
         model: Option<&str>,
     ) -> Result<Arc<dyn AgentBackend>, ConfigError> {
         let name = selected.or(self.default.as_deref()).unwrap_or("dry-run");
+        let backend = self.routed_backend(name, model)?;
+        let spec = backend.reference().name;
+        let reference = BackendRef {
+            name: if self.backends.contains_key(name) { name.to_string() } else { spec },
+            model: model.map(str::to_string),
+            config: self.identity(name),
+            key_env: None,
+        };
+        Ok(Arc::new(Identified::new(backend, reference)))
+    }
+
+    /// A fingerprint (sha256) of what this config says about backend `name`: its entry and
+    /// the routes with the entries they name. `None` when the config says nothing of it.
+    /// Secrets never enter it (the config holds variable names, not keys).
+    pub fn identity(&self, name: &str) -> Option<String> {
+        let entry = self.backends.get(name);
+        if entry.is_none() && self.routes.is_empty() {
+            return None;
+        }
+        let routed: BTreeMap<&str, Option<&BackendConfig>> =
+            self.routes.iter().map(|r| (r.backend.as_str(), self.backends.get(&r.backend))).collect();
+        let text = serde_json::to_string(&(name, entry, &self.routes, routed)).ok()?;
+        Some(hex::encode(Sha256::digest(text.as_bytes())))
+    }
+
+    fn routed_backend(&self, name: &str, model: Option<&str>) -> Result<Arc<dyn AgentBackend>, ConfigError> {
         let default = self.backend(name, model)?;
         if self.routes.is_empty() {
             return Ok(default);
@@ -303,6 +345,19 @@ impl Config {
             routes.push(Route { pattern: route.model.clone(), backend, model: route.target.clone() });
         }
         Ok(Arc::new(Router::new(default, routes)))
+    }
+}
+
+impl BackendCatalog for Config {
+    fn build(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, BackendUnavailable> {
+        self.run_backend(Some(&reference.name), reference.model.as_deref()).map_err(|e| BackendUnavailable {
+            backend: reference.display(),
+            missing: e.to_string(),
+        })
+    }
+
+    fn default_name(&self) -> Option<String> {
+        self.default.clone()
     }
 }
 
@@ -357,7 +412,7 @@ fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<d
                 pricing,
                 retry,
             };
-            Arc::new(OpenAi::new(config).map_err(|e| invalid(e.0))?)
+            Arc::new(OpenAi::new(config).map_err(|e| invalid(e.message().to_string()))?)
         }
         "anthropic" => {
             let from_env = AnthropicConfig::from_env();
@@ -379,7 +434,7 @@ fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<d
                 pricing,
                 retry,
             };
-            Arc::new(Anthropic::new(config).map_err(|e| invalid(e.0))?)
+            Arc::new(Anthropic::new(config).map_err(|e| invalid(e.message().to_string()))?)
         }
         "cli" => {
             let preset = entry.preset.as_deref().unwrap_or("generic");
@@ -387,6 +442,9 @@ fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<d
             config.name = name.into();
             config.model = model;
             config.pricing = pricing;
+            if let Some(amount) = &entry.cost_credits {
+                config.credits_per_cost_nano = amount.nano().map_err(|e| invalid(format!("cost_credits: {e}")))?;
+            }
             if let Some(command) = &entry.command {
                 config.command = command.clone();
             }
@@ -457,8 +515,8 @@ mod tests {
     fn parses_prices_exactly_and_builds_named_backends() {
         let config = Config::parse(SAMPLE, "t").unwrap();
         let pricing = config.backends["local"].pricing.as_ref().unwrap().pricing().unwrap();
-        assert_eq!(pricing.default, Price { input_nano_per_1k: 500_000_000, output_nano_per_1k: 1 });
-        assert_eq!(pricing.price("big"), Price { input_nano_per_1k: 2_000_000_000, output_nano_per_1k: 3_000_000_000 });
+        assert_eq!(pricing.default, Some(Price { input_nano_per_1k: 500_000_000, output_nano_per_1k: 1 }));
+        assert_eq!(pricing.price("big"), Some(Price { input_nano_per_1k: 2_000_000_000, output_nano_per_1k: 3_000_000_000 }));
         assert_eq!(config.backend("local", None).unwrap().name(), "local");
         assert_eq!(config.backend("agent", None).unwrap().name(), "agent");
         // Built-in spellings still work next to configured names.

@@ -3,9 +3,8 @@
 //! socket in the state directory. Another `factory runs/show/progress/wait/cancel` connects
 //! there instead of failing on the lock. One JSON request line, one JSON response line.
 
-use crate::backend::AgentBackend;
 use crate::error::Error;
-use crate::host::{Host, ResumeOptions, RunOptions};
+use crate::host::{BackendChoice, Host, ResumeOptions, RunOptions};
 use crate::limits::Limits;
 use crate::store::ProgressQuery;
 use serde::{Deserialize, Serialize};
@@ -47,9 +46,10 @@ pub enum Request {
         args: Option<serde_json::Value>,
         #[serde(default)]
         limits: Limits,
-        /// Backend settings, interpreted by the server's [`BackendResolver`].
+        /// The backend by name and model, built from the server's own configuration
+        /// (empty: the server's default).
         #[serde(default)]
-        backend: Option<serde_json::Value>,
+        backend: BackendChoice,
         /// Read-only directories to grant (absolute paths).
         #[serde(default)]
         grants: Vec<PathBuf>,
@@ -65,14 +65,11 @@ pub enum Request {
         component: Option<PathBuf>,
         #[serde(default)]
         limits: Limits,
+        /// Another backend or model than the run recorded (empty: the recorded one).
         #[serde(default)]
-        backend: Option<serde_json::Value>,
+        backend: BackendChoice,
     },
 }
-
-/// Turns a request's backend settings into a backend (`None`: the host's default).
-pub type BackendResolver =
-    Arc<dyn Fn(Option<&serde_json::Value>) -> Result<Option<Arc<dyn AgentBackend>>, String> + Send + Sync>;
 
 /// A failed request, with the library error's code when it has one.
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
@@ -98,21 +95,30 @@ enum Response {
 }
 
 /// Start a run or a resume in the background; answer once it has an id (or failed early).
-async fn start(host: Arc<Host>, resolve: &BackendResolver, request: Request) -> Result<serde_json::Value, Error> {
+async fn start(host: Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
     let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
     let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
         let _ = started.send(id.to_string());
     });
     let task = match request {
-        Request::Run { session, component, args, limits, backend, grants, declined } => {
-            let backend = resolve(backend.as_ref()).map_err(Error::InvalidArgs)?;
+        Request::Run { session, component, args, limits, backend: choice, grants, declined } => {
+            // Refuse an unusable backend before the run exists.
+            let backend = Some(host.chosen_backend(&choice)?);
             let factory = if Path::new(&component).is_file() {
                 host.load_file(Path::new(&component)).await?
             } else {
                 host.load_registered(&component).await?
             };
-            let options =
-                RunOptions { args, limits, session: Some(session), events: None, on_start: Some(on_start), backend, grants };
+            let options = RunOptions {
+                args,
+                limits,
+                session: Some(session),
+                events: None,
+                on_start: Some(on_start),
+                backend,
+                choice: BackendChoice::default(),
+                grants,
+            };
             tokio::spawn(async move {
                 if declined {
                     host.decline(&factory, options).await
@@ -121,13 +127,20 @@ async fn start(host: Arc<Host>, resolve: &BackendResolver, request: Request) -> 
                 }
             })
         }
-        Request::Resume { session, run_id, component, limits, backend } => {
-            let backend = resolve(backend.as_ref()).map_err(Error::InvalidArgs)?;
+        Request::Resume { session, run_id, component, limits, backend: choice } => {
             let component = match component {
                 Some(path) => Some(host.load_file(&path).await?),
                 None => None,
             };
-            let options = ResumeOptions { limits, component, session: Some(session), events: None, on_start: Some(on_start), backend };
+            let options = ResumeOptions {
+                limits,
+                component,
+                session: Some(session),
+                events: None,
+                on_start: Some(on_start),
+                backend: None,
+                choice,
+            };
             tokio::spawn(async move { host.resume(&run_id, options).await })
         }
         _ => return Err(Error::Engine("not a start request".into())),
@@ -143,8 +156,8 @@ async fn start(host: Arc<Host>, resolve: &BackendResolver, request: Request) -> 
     }
 }
 
-/// Answer an observation or control request (everything but `Run`/`Resume`, which need a
-/// backend resolver and answer through [`serve`]). Used by the server and by a process
+/// Answer an observation or control request (everything but `Run`/`Resume`, which start
+/// work in the serving process and answer through [`serve`]). Used by the server and by a process
 /// that opened the store itself.
 pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::Value, Error> {
     let json = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|e| Error::Engine(e.to_string()));
@@ -163,9 +176,9 @@ pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::V
     }
 }
 
-async fn answer(host: &Arc<Host>, resolve: &BackendResolver, request: Request) -> Result<serde_json::Value, Error> {
+async fn answer(host: &Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
     match request {
-        start_request @ (Request::Run { .. } | Request::Resume { .. }) => start(host.clone(), resolve, start_request).await,
+        start_request @ (Request::Run { .. } | Request::Resume { .. }) => start(host.clone(), start_request).await,
         query => answer_query(host, query).await,
     }
 }
@@ -206,7 +219,7 @@ impl Drop for InFlight {
 
 /// Serve control requests for `host` on `path` until the returned server is drained or
 /// dropped. A stale socket file (no one listening) is replaced.
-pub fn serve(host: Arc<Host>, path: &Path, resolve: BackendResolver) -> std::io::Result<Server> {
+pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<Server> {
     if path.exists() {
         // We hold the store, so nobody else can be serving it: the file is stale.
         std::fs::remove_file(path)?;
@@ -217,7 +230,6 @@ pub fn serve(host: Arc<Host>, path: &Path, resolve: BackendResolver) -> std::io:
     let accept = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let host = host.clone();
-            let resolve = resolve.clone();
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let guard = InFlight(counter.clone());
             tokio::spawn(async move {
@@ -229,7 +241,7 @@ pub fn serve(host: Arc<Host>, path: &Path, resolve: BackendResolver) -> std::io:
                 }
                 let response = match serde_json::from_str::<Request>(&line) {
                     Err(e) => Response::Err(RemoteError { code: "bad_request".into(), message: e.to_string() }),
-                    Ok(request) => match answer(&host, &resolve, request).await {
+                    Ok(request) => match answer(&host, request).await {
                         Ok(value) => Response::Ok(value),
                         Err(e) => Response::Err(RemoteError::from(&e)),
                     },

@@ -33,7 +33,9 @@ impl RunStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
     /// `factory_limit_reached`, `sandbox_limit`, `trap`, `guest_error`, `invalid_args`,
-    /// `invalid_result`, `storage`, `backend`.
+    /// `invalid_result`, `storage`, `backend` (kind: `unavailable`, `timeout`, `auth`,
+    /// `model_not_found`, `rate_limited`, `server_error`, `invalid_reply`, `not_installed`,
+    /// `misconfigured`, `replay_miss`), `internal` (a host bug: a panic), `cancelled`, `halted`.
     #[serde(rename = "type")]
     pub kind_type: String,
     /// For limits: `maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`, or the sandbox
@@ -90,8 +92,9 @@ pub struct RunEnvelope {
     pub factory: String,
     /// Current status.
     pub status: RunStatus,
-    /// The result; only for `completed` (absent when the factory returned none).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
+    /// The result; only for `completed` (absent when the factory returned none; the JSON
+    /// value `null` when it returned `null`).
+    #[serde(skip_serializing_if = "Option::is_none", default, deserialize_with = "present")]
     pub result: Option<serde_json::Value>,
     /// A typed failure, for `error` (and `cancelled`: `type = cancelled`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -103,9 +106,18 @@ pub struct RunEnvelope {
     pub accounting: Accounting,
     /// Attempts started so far.
     pub attempts: u32,
+    /// The backend of the latest attempt (what answered its subagents).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub backend: Option<crate::backend::BackendRef>,
     /// RFC 3339 timestamps.
     pub created_at: String,
     pub updated_at: String,
     /// Monotonic; bumped on every durable change.
     pub revision: u64,
+}
+
+/// A field that is present is `Some`, even when it is `null` (serde's `Option` would read a
+/// `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(deserializer).map(Some)
 }

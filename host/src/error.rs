@@ -44,6 +44,10 @@ pub enum Error {
     /// A directory to grant read access to is missing or not a directory.
     #[error(transparent)]
     Grant(#[from] crate::sandbox::GrantError),
+    /// The backend a run needs cannot be built (its config entry is gone, its key variable
+    /// is unset, the name is unknown): nothing started.
+    #[error(transparent)]
+    BackendUnavailable(#[from] crate::backend::BackendUnavailable),
 }
 
 impl Error {
@@ -53,6 +57,7 @@ impl Error {
             Error::NotFound(_) => Some("not_found"),
             Error::NonResumable(_) => Some("non_resumable"),
             Error::AlreadyActive(_) => Some("already_active"),
+            Error::BackendUnavailable(_) => Some("backend_unavailable"),
             _ => None,
         }
     }

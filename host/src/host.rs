@@ -3,7 +3,7 @@
 //! cancels and waits for runs, and answers questions about them — always on behalf of one
 //! owner session, which alone can see its runs.
 
-use crate::backend::{AgentBackend, DryRun};
+use crate::backend::{AgentBackend, BackendCatalog, BackendRef, BackendUnavailable, BuiltinCatalog, DryRun};
 use crate::component::{ComponentLoader, LoadedComponent};
 use crate::envelope::{Accounting, Failure, RunEnvelope, RunStatus};
 use crate::error::Error;
@@ -15,7 +15,9 @@ use crate::run::{self, AttemptSetup, RunShared};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::schema::Schema;
 use crate::store::{ProgressQuery, Registration, RunRecord, Store, StoreOptions, DEFAULT_COMMIT_WINDOW};
+use futures::FutureExt;
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -35,8 +37,11 @@ pub struct HostConfig {
     pub commit_window: Duration,
     /// Where compiled components are cached (`None`: no cache).
     pub cache_dir: Option<PathBuf>,
-    /// Who runs subagents.
+    /// Who runs subagents of new runs that name no backend.
     pub backend: Arc<dyn AgentBackend>,
+    /// Builds backends by name: a [`BackendChoice`], and on resume the backend a run
+    /// recorded (default: the built-in ones; the CLI uses its `factory.toml`).
+    pub catalog: Arc<dyn BackendCatalog>,
     /// Host-side sandbox limits.
     pub sandbox: SandboxLimits,
 }
@@ -48,6 +53,7 @@ impl Default for HostConfig {
             commit_window: DEFAULT_COMMIT_WINDOW,
             cache_dir: default_cache_dir(),
             backend: Arc::new(DryRun),
+            catalog: Arc::new(BuiltinCatalog),
             sandbox: SandboxLimits::default(),
         }
     }
@@ -73,6 +79,27 @@ pub struct Factory {
     pub meta: FactoryMeta,
 }
 
+/// A backend chosen by name, as every front door (CLI, control socket, MCP) names one: built
+/// by the host's [`BackendCatalog`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendChoice {
+    /// A built-in spec or a configured name (`None`: the host's default for a new run, the
+    /// recorded one for a resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The model for calls that name none (`None`: the backend's, or the recorded one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl BackendChoice {
+    /// True when it names neither a backend nor a model.
+    pub fn is_empty(&self) -> bool {
+        self.name.is_none() && self.model.is_none()
+    }
+}
+
 /// Per-invocation options of [`Host::run`].
 #[derive(Default)]
 pub struct RunOptions {
@@ -86,8 +113,10 @@ pub struct RunOptions {
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     /// Called with the run id once the run exists (before it executes).
     pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
-    /// Who runs this run's subagents (default: the host's backend).
+    /// Who runs this run's subagents (wins over `choice`; default: the host's backend).
     pub backend: Option<Arc<dyn AgentBackend>>,
+    /// A backend by name, built by the host's catalog (when `backend` is `None`).
+    pub choice: BackendChoice,
     /// Directories the guest may read (read-only), mounted at `/grant/0`, `/grant/1`, ...
     /// ([`sandbox::grant_mount_point`]). Each must exist and be a directory; the run records
     /// them and every resume mounts them again.
@@ -108,8 +137,12 @@ pub struct ResumeOptions {
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     /// Called with the run id once the new attempt is accepted (before it executes).
     pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
-    /// Who runs this attempt's subagents (default: the host's backend).
+    /// Who runs this attempt's subagents (wins over `choice`). By default a resume uses the
+    /// backend the run recorded, built again by the host's catalog — never another one.
     pub backend: Option<Arc<dyn AgentBackend>>,
+    /// Another backend or model by name than the recorded one (a name alone keeps no model;
+    /// a model alone keeps the recorded backend).
+    pub choice: BackendChoice,
 }
 
 /// A run with its phases, agent summaries and latest progress page.
@@ -129,6 +162,8 @@ pub struct RunDetail {
     pub progress: Vec<ProgressEntry>,
     /// Component sha256 of each attempt.
     pub component_hashes: Vec<String>,
+    /// The backend of each attempt.
+    pub backends: Vec<BackendRef>,
     /// Read-only directory grants (canonical host paths; the `i`-th is `/grant/<i>`).
     pub grants: Vec<String>,
     /// The sandbox limits of the host answering (every run of it gets these).
@@ -285,10 +320,16 @@ impl Host {
         }
     }
 
-    /// The envelope of a record, with live accounting and revision while it runs here.
+    /// The envelope of a record, with live accounting and revision while it runs here. A
+    /// record still `running` with no attempt here is one whose attempt could not record its
+    /// end (this process holds the store): it reads as `halted`, like a crash found at reopen.
     fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
         let mut envelope = record.envelope;
-        let live = self.active().get(&envelope.run_id).and_then(|a| a.shared.clone());
+        let (active, live) = {
+            let active = self.active();
+            let run = active.get(&envelope.run_id);
+            (run.is_some(), run.and_then(|a| a.shared.clone()))
+        };
         match live {
             Some(shared) => {
                 envelope.accounting = shared.accounting();
@@ -296,15 +337,83 @@ impl Host {
             }
             None => envelope.revision = record.writes + self.store.last_progress_seq(&envelope.run_id)?,
         }
+        if active && envelope.status.is_terminal() {
+            // Claimed for a new attempt that has not recorded its start yet.
+            envelope.status = RunStatus::Running;
+            envelope.failure = None;
+            envelope.error = None;
+            envelope.result = None;
+        }
+        if envelope.status == RunStatus::Running && !active {
+            envelope.status = RunStatus::Halted;
+            let failure = Failure::new("halted", None, "the attempt ended without recording its outcome; resume to continue");
+            envelope.error.get_or_insert_with(|| failure.message.clone());
+            envelope.failure.get_or_insert(failure);
+        }
         Ok(envelope)
     }
 
     /// Start a run of `factory` and drive its first attempt to the end. Returns the envelope
     /// for every outcome; refuses only what fails before the run exists (bad limits, bad
     /// args, a store failure).
-    pub async fn run(&self, factory: &Factory, options: RunOptions) -> Result<RunEnvelope, Error> {
+    pub async fn run(&self, factory: &Factory, mut options: RunOptions) -> Result<RunEnvelope, Error> {
+        let backend = match options.backend.take() {
+            Some(backend) => backend,
+            None => self.chosen_backend(&options.choice)?,
+        };
         let (record, options) = self.create_run(factory, options).await?;
-        self.attempt(factory, record, options.events, options.backend).await
+        self.attempt(factory, record, options.events, backend).await
+    }
+
+    /// The backend a new run uses for `choice`: the host's default when it is empty, else
+    /// one the catalog builds (a model alone goes with the default backend's name).
+    pub fn chosen_backend(&self, choice: &BackendChoice) -> Result<Arc<dyn AgentBackend>, Error> {
+        let name = match choice.name.clone().or_else(|| self.config.catalog.default_name()) {
+            Some(name) => name,
+            None if choice.model.is_none() => return Ok(self.config.backend.clone()),
+            None => self.config.backend.reference().name,
+        };
+        let reference = BackendRef { model: choice.model.clone(), ..BackendRef::named(name) };
+        Ok(self.config.catalog.build(&reference)?)
+    }
+
+    /// The backend a resume of `record` uses: the one its last attempt recorded (with the
+    /// model or name `choice` changes), built again — never a silent fallback.
+    fn recorded_backend(&self, record: &RunRecord, choice: &BackendChoice) -> Result<Arc<dyn AgentBackend>, Error> {
+        let recorded = record.backends.last().cloned();
+        let reference = match (&choice.name, recorded) {
+            (Some(name), _) => BackendRef { model: choice.model.clone(), ..BackendRef::named(name.clone()) },
+            (None, Some(recorded)) => BackendRef { model: choice.model.clone().or(recorded.model.clone()), ..recorded },
+            (None, None) => {
+                return Err(BackendUnavailable {
+                    backend: "(not recorded)".into(),
+                    missing: "the run was started before factory recorded backends; resume it with --backend NAME".into(),
+                }
+                .into())
+            }
+        };
+        if let Some(var) = &reference.key_env {
+            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
+                return Err(BackendUnavailable {
+                    backend: reference.display(),
+                    missing: format!("the variable `{var}` that held its API key is not set"),
+                }
+                .into());
+            }
+        }
+        let default = self.config.backend.reference();
+        if default.name == reference.name && default.model == reference.model && default.config == reference.config {
+            return Ok(self.config.backend.clone());
+        }
+        self.config.catalog.build(&reference).map_err(|mut e| {
+            if choice.name.is_none() {
+                e.missing = format!(
+                    "{} — the run recorded it; put its configuration back, or resume on another backend with --backend",
+                    e.missing
+                );
+            }
+            e.into()
+        })
     }
 
     /// Record a fresh run of `factory` that its user declined to start (a consent prompt
@@ -352,12 +461,14 @@ impl Host {
                 created_at: now.clone(),
                 updated_at: now,
                 revision: 0,
+                backend: None,
             },
             session: session_of(&options.session),
             args: args.to_string(),
             overrides: options.limits,
             limits,
             component_hashes: Vec::new(),
+            backends: Vec::new(),
             grants,
             writes: 0,
             seq: 0,
@@ -377,12 +488,14 @@ impl Host {
         let mut record = self.record(&session, run_id)?;
         match record.envelope.status {
             RunStatus::Completed => return Err(Error::NonResumable(format!("run `{run_id}` is completed"))),
-            RunStatus::Running | RunStatus::Pending => return Err(Error::AlreadyActive(run_id.into())),
+            // `running` without an attempt here is an attempt that could not write its end
+            // (this process holds the store, so nobody else runs it): resumable.
+            RunStatus::Pending => return Err(Error::AlreadyActive(run_id.into())),
             _ => {}
         }
-        if self.active().contains_key(run_id) {
-            return Err(Error::AlreadyActive(run_id.into()));
-        }
+        // Claimed before anyone hears of the new attempt (`on_start`), so a `wait` that
+        // follows it cannot mistake the previous attempt's end for this one's.
+        let claim = self.claim(run_id)?;
         if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
             return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
         }
@@ -408,35 +521,97 @@ impl Host {
         limits.validate()?;
         record.overrides = overrides;
         record.limits = limits;
+        let backend = match options.backend {
+            Some(backend) => backend,
+            None => self.recorded_backend(&record, &options.choice)?,
+        };
         self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
         if let Some(on_start) = options.on_start {
             on_start(run_id);
         }
-        self.attempt(&factory, record, options.events, options.backend).await
+        self.attempt_claimed(&factory, record, options.events, backend, claim).await
     }
 
     /// Execute one attempt of an existing run.
     async fn attempt(
         &self,
         factory: &Factory,
+        record: RunRecord,
+        events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+        backend: Arc<dyn AgentBackend>,
+    ) -> Result<RunEnvelope, Error> {
+        let claim = self.claim(&record.envelope.run_id)?;
+        self.attempt_claimed(factory, record, events, backend, claim).await
+    }
+
+    /// Mark `run_id` as executing here (refused when it already is). Until the claim is
+    /// dropped, `wait` does not take the run's stored status for its end.
+    fn claim(&self, run_id: &str) -> Result<Claim<'_>, Error> {
+        let stop = CancellationToken::new();
+        let mut active = self.active();
+        if active.contains_key(run_id) {
+            return Err(Error::AlreadyActive(run_id.to_string()));
+        }
+        active.insert(run_id.to_string(), ActiveRun { stop: stop.clone(), shared: None });
+        Ok(Claim { stop, guard: ActiveGuard { host: self, run_id: run_id.to_string() } })
+    }
+
+    /// Execute one attempt of a run this host has claimed.
+    async fn attempt_claimed(
+        &self,
+        factory: &Factory,
         mut record: RunRecord,
         events: Option<mpsc::UnboundedSender<ProgressEntry>>,
-        backend: Option<Arc<dyn AgentBackend>>,
+        backend: Arc<dyn AgentBackend>,
+        claim: Claim<'_>,
     ) -> Result<RunEnvelope, Error> {
         let run_id = record.envelope.run_id.clone();
-        let stop = CancellationToken::new();
-        {
-            let mut active = self.active();
-            if active.contains_key(&run_id) {
-                return Err(Error::AlreadyActive(run_id));
+        let Claim { stop, guard: _active } = claim;
+        // However the attempt ends (a store error, a panic, its future dropped), the run
+        // leaves `active` and gets a terminal status, so it is never wedged as running.
+        let outcome = AssertUnwindSafe(self.attempt_inner(factory, &mut record, events, backend, stop))
+            .catch_unwind()
+            .await;
+        let failure = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some((Failure::new("storage", None, e.to_string()), Some(e))),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                tracing::error!(run = %run_id, panic = %what, "an attempt panicked");
+                Some((Failure::new("internal", None, format!("the host failed during this attempt ({what}); resume to continue")), None))
             }
-            active.insert(run_id.clone(), ActiveRun { stop: stop.clone(), shared: None });
+        };
+        if let Some((failure, error)) = failure {
+            self.end_broken_attempt(&mut record, failure).await;
+            drop(_active);
+            if let Some(e) = error {
+                return Err(e);
+            }
+        } else {
+            drop(_active);
         }
-        let backend = backend.unwrap_or_else(|| self.config.backend.clone());
-        let outcome = self.attempt_inner(factory, &mut record, events, backend, stop).await;
-        self.active().remove(&run_id);
-        outcome?;
         self.current(record)
+    }
+
+    /// Give an attempt that broke (a store error, a panic) its terminal status, as far as
+    /// the store still allows, and wake everyone waiting on the run.
+    async fn end_broken_attempt(&self, record: &mut RunRecord, failure: Failure) {
+        let envelope = &mut record.envelope;
+        envelope.status = RunStatus::Error;
+        envelope.result = None;
+        envelope.error = Some(failure.message.clone());
+        envelope.failure = Some(failure);
+        envelope.updated_at = crate::store::records_timestamp();
+        if let Err(e) = self.store.put_run(record, false).await {
+            tracing::error!(run = %record.envelope.run_id, error = %e, "cannot record the end of a broken attempt");
+        }
+        let run_id = record.envelope.run_id.clone();
+        let revision = record.writes + self.store.last_progress_seq(&run_id).unwrap_or(0);
+        let _ = self.updates.send(RunUpdated { run_id, revision });
     }
 
     async fn attempt_inner(
@@ -455,6 +630,9 @@ impl Host {
         record.envelope.error = None;
         record.envelope.updated_at = crate::store::records_timestamp();
         record.component_hashes.push(factory.component.hash.clone());
+        let reference = backend.reference();
+        record.envelope.backend = Some(reference.clone());
+        record.backends.push(reference);
         self.store.put_run(record, false).await?;
 
         let prior = record.envelope.accounting;
@@ -609,9 +787,20 @@ impl Host {
         let progress = self.store.progress(run_id, &ProgressQuery::default())?;
         let limits = record.limits;
         let component_hashes = record.component_hashes.clone();
+        let backends = record.backends.clone();
         let grants = record.grants.clone();
         let sandbox = self.config.sandbox.clone();
-        Ok(RunDetail { envelope: self.current(record)?, limits, phases, agents, progress, component_hashes, grants, sandbox })
+        Ok(RunDetail {
+            envelope: self.current(record)?,
+            limits,
+            phases,
+            agents,
+            progress,
+            component_hashes,
+            backends,
+            grants,
+            sandbox,
+        })
     }
 
     /// Wait until the run is in a terminal status and return that envelope. Watches
@@ -630,6 +819,24 @@ impl Host {
             }
         }
     }
+}
+
+/// Removes a run from the host's active runs when its attempt ends, however it ends.
+struct ActiveGuard<'a> {
+    host: &'a Host,
+    run_id: String,
+}
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.host.active().remove(&self.run_id);
+    }
+}
+
+/// A run claimed for an attempt: its stop token, and the guard that releases it.
+struct Claim<'a> {
+    stop: CancellationToken,
+    guard: ActiveGuard<'a>,
 }
 
 /// The journal of `meta` calls, which journal nothing.

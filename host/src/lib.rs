@@ -28,7 +28,9 @@ pub mod trust;
 pub use agent_key::AgentKey;
 pub use envelope::{Accounting, Failure, RunEnvelope, RunStatus};
 pub use error::Error;
-pub use host::{default_cache_dir, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DEFAULT_SESSION};
+pub use host::{
+    default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DEFAULT_SESSION,
+};
 pub use limits::Limits;
 pub use meta::{FactoryMeta, MetaError, PhaseDecl};
 pub use progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};

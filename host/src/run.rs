@@ -4,7 +4,7 @@
 //! against cancellation and the deadline, drop the store to stop it, flush the journal,
 //! and classify the outcome.
 
-use crate::backend::{AgentBackend, AgentReply, AgentRequest};
+use crate::backend::{AgentBackend, AgentReply, AgentRequest, OutageKind};
 use crate::component::LoadedComponent;
 use crate::envelope::{Accounting, Failure, RunStatus};
 use crate::journal::Journal;
@@ -31,6 +31,10 @@ pub(crate) enum Abort {
     InvalidCall(String),
     /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
     SandboxLimit { kind: &'static str, message: String },
+    /// The backend could not be used (unreachable, auth, unknown model, ...).
+    Backend { kind: OutageKind, message: String },
+    /// A budgeted run would spawn on a model whose cost is unknown (`maxAiCredits`).
+    Unpriced(String),
 }
 
 /// A factory limit that can stop a run.
@@ -227,6 +231,8 @@ impl RunShared {
             Abort::Storage(m) => Some(Failure::new("storage", None, m.clone())),
             Abort::InvalidCall(m) => Some(Failure::new("invalid_call", None, m.clone())),
             Abort::SandboxLimit { kind, message } => Some(Failure::new("sandbox_limit", Some(kind), message.clone())),
+            Abort::Backend { kind, message } => Some(Failure::new("backend", Some(kind.as_str()), message.clone())),
+            Abort::Unpriced(message) => Some(Failure::limit(LimitKind::MaxAiCredits.name(), message.clone())),
         };
         let cause = match failure {
             None if abort == Abort::Halted => StopCause::Halted,
@@ -411,10 +417,16 @@ impl RunShared {
         outcome
     }
 
-    /// Admit a spawn: the total cap and the credit budget, checked at the moment it starts.
-    fn admit(&self) -> Result<(), Abort> {
+    /// Admit a spawn for `model`: the total cap and the credit budget (which needs the
+    /// model's cost to be known), checked at the moment it starts.
+    fn admit(&self, model: Option<&str>) -> Result<(), Abort> {
         if let Some(abort) = self.stopping() {
             return Err(abort);
+        }
+        if self.limits.max_ai_credits.is_some() {
+            if let Some(message) = self.backend.unpriced(model) {
+                return Err(self.abort(Abort::Unpriced(message)));
+            }
         }
         let n = self.spawned.fetch_add(1, Ordering::SeqCst);
         if self.limits.max_total_subagents.is_some_and(|max| n >= u64::from(max)) {
@@ -424,7 +436,9 @@ impl RunShared {
         if let Some(budget) = self.limits.max_ai_credits {
             // Compare in exact nano-credits; a budget too large to express is no limit.
             let budget = crate::backend::pricing::float_credits_nano(budget).unwrap_or(u64::MAX);
-            if self.credits_nano.load(Ordering::SeqCst) >= budget {
+            // A saturated total means the spend is beyond counting: the budget is exhausted.
+            let spent = self.credits_nano.load(Ordering::SeqCst);
+            if spent >= budget || spent == u64::MAX {
                 self.spawned.fetch_sub(1, Ordering::SeqCst);
                 return Err(self.abort(Abort::Limit(LimitKind::MaxAiCredits)));
             }
@@ -436,12 +450,12 @@ impl RunShared {
     fn account(&self, reply: &AgentReply) -> Result<u64, Abort> {
         let credits = reply.usage.as_ref().and_then(|u| u.credits_nano);
         if let Some(usage) = &reply.usage {
-            self.input_tokens.fetch_add(usage.input_tokens, Ordering::Relaxed);
-            self.output_tokens.fetch_add(usage.output_tokens, Ordering::Relaxed);
+            saturating_add(&self.input_tokens, usage.input_tokens);
+            saturating_add(&self.output_tokens, usage.output_tokens);
         }
         match credits {
             Some(c) => {
-                self.credits_nano.fetch_add(c, Ordering::SeqCst);
+                saturating_add(&self.credits_nano, c);
                 Ok(c)
             }
             None if self.limits.max_ai_credits.is_some() => {
@@ -481,7 +495,7 @@ impl RunShared {
                 }
                 None => None,
             };
-            if let Err(abort) = self.admit() {
+            if let Err(abort) = self.admit(request.model.as_deref()) {
                 outcome = Err(abort);
                 break;
             }
@@ -491,12 +505,18 @@ impl RunShared {
             let reply = match reply {
                 Ok(reply) => reply,
                 Err(e) => {
-                    self.log(format!("agent `{label}` failed: {e}"));
+                    if let Some(kind) = e.outage_kind() {
+                        // Not an answer: the attempt stops and the call stays unjournaled.
+                        let message = format!("agent `{label}`: {}", e.message());
+                        outcome = Err(self.abort(Abort::Backend { kind, message }));
+                    } else {
+                        self.log(format!("agent `{label}` failed: {e}"));
+                    }
                     break;
                 }
             };
             match self.account(&reply) {
-                Ok(c) => summary.credits_nano += c,
+                Ok(c) => summary.credits_nano = summary.credits_nano.saturating_add(c),
                 Err(abort) => {
                     outcome = Err(abort);
                     break;
@@ -554,6 +574,11 @@ impl RunShared {
     pub(crate) fn dropped_log_lines(&self) -> u64 {
         self.state().dropped_log_lines
     }
+}
+
+/// Add to a counter without wrapping: a total past `u64::MAX` stays there.
+fn saturating_add(counter: &AtomicU64, amount: u64) {
+    let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_add(amount)));
 }
 
 /// Counts one pending agent call for as long as it lives.

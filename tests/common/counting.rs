@@ -49,7 +49,7 @@ impl AgentBackend for Shared {
             }
             me.in_flight.fetch_sub(1, Ordering::SeqCst);
             if request.label.as_deref().is_some_and(|l| l.starts_with("fail")) {
-                return Err(BackendError("injected failure".into()));
+                return Err(BackendError::ordinary("injected failure"));
             }
             let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
             Ok(AgentReply { text: format!("reply #{} to {}", me.total(), request.prompt), usage: Some(usage) })

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod counting;
+pub mod fake_openai;
 
 use factory_host::builder::BuildTarget;
 use std::collections::HashMap;

@@ -54,8 +54,10 @@ pub mod prelude {
 
 /// A factory: its metadata and its workflow.
 pub trait Factory {
-    /// The run's result; serialized to JSON. Use `()` for "no result".
-    type Output: serde::Serialize;
+    /// The run's result; serialized to JSON. `()` means "no result"; any other type is the
+    /// result even when it serializes to `null` (`Value::Null`, `None`): the run completes
+    /// with the JSON value `null`.
+    type Output: serde::Serialize + 'static;
 
     /// Name, description, phases, limits and args schema. Must be cheap and pure.
     fn meta() -> Meta;
@@ -88,9 +90,9 @@ pub mod __private {
     pub async fn run<F: crate::Factory>(args: String) -> Result<Option<String>, String> {
         let ctx = crate::Ctx::new(args);
         match F::run(ctx).await {
+            // `()` is "completed with no result"; a `null` of any other type is a result.
+            Ok(_) if core::any::TypeId::of::<F::Output>() == core::any::TypeId::of::<()>() => Ok(None),
             Ok(output) => match serde_json::to_value(&output) {
-                // `()` serializes to null: "completed with no result".
-                Ok(serde_json::Value::Null) => Ok(None),
                 Ok(value) => Ok(Some(value.to_string())),
                 Err(e) => Err(format!("the factory's result is not JSON: {e}")),
             },

@@ -8,7 +8,7 @@
 
 use super::pricing::{float_credits_nano, Pricing};
 use super::prompting::{prompt_with_schema, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, OutageKind, Usage};
 use futures::future::BoxFuture;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
@@ -71,6 +71,9 @@ pub struct AgentCliConfig {
     pub output: OutputMode,
     /// Prices that turn token usage into credits when the CLI reports no cost.
     pub pricing: Pricing,
+    /// Nano-credits per unit of the cost the CLI reports (default one credit per unit: a
+    /// `total_cost_usd` of 0.5 is 0.5 credits).
+    pub credits_per_cost_nano: u64,
     /// Stdout beyond this many bytes is an error (stderr is cut silently).
     pub max_output_bytes: usize,
 }
@@ -104,6 +107,7 @@ impl AgentCliConfig {
             grace: Duration::from_secs(5),
             output: OutputMode::Text,
             pricing: Pricing::default(),
+            credits_per_cost_nano: super::pricing::NANO_PER_CREDIT,
             max_output_bytes: 16 << 20,
         }
     }
@@ -187,6 +191,20 @@ impl AgentBackend for AgentCli {
         let config = self.config.clone();
         Box::pin(async move { run(&config, &request).await })
     }
+
+    fn unpriced(&self, model: Option<&str>) -> Option<String> {
+        let config = &self.config;
+        match &config.output {
+            OutputMode::Json(paths) if paths.cost.is_some() => None,
+            OutputMode::Json(_) => config.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or("")),
+            OutputMode::Text => Some(format!(
+                "backend `{}` reads plain text output, which reports no usage, so maxAiCredits cannot be enforced; \
+                 configure `output = \"json\"` with a `cost` or token paths (and prices) in factory.toml, \
+                 or run without --max-ai-credits",
+                config.name
+            )),
+        }
+    }
 }
 
 /// Whether any process of group `pgid` is still running (zombies waiting for a reaper do
@@ -231,7 +249,7 @@ struct GroupGuard {
 
 impl GroupGuard {
     fn child(&mut self) -> Result<&mut Child, BackendError> {
-        self.child.as_mut().ok_or_else(|| BackendError("agent CLI: the child is gone".into()))
+        self.child.as_mut().ok_or_else(|| BackendError::ordinary("agent CLI: the child is gone"))
     }
 
     /// The ladder, awaited: SIGTERM to the group, up to `grace` for it to go, then SIGKILL;
@@ -322,7 +340,7 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
         argv.extend(config.model_args.iter().map(|a| fill(a, &prompt, Some(model))));
     }
     let Some((program, args)) = argv.split_first() else {
-        return Err(BackendError(format!("{who}: empty command")));
+        return Err(BackendError::outage(OutageKind::Misconfigured, format!("{who}: empty command")));
     };
     let on_stdin = !config.prompt_in_args();
 
@@ -343,11 +361,18 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
     if let Some(dir) = &config.cwd {
         command.current_dir(dir);
     }
-    let mut child = command.spawn().map_err(|e| BackendError(format!("{who}: cannot start `{program}`: {e}")))?;
+    let mut child = command.spawn().map_err(|e| {
+        // A CLI that is missing or not executable fails every call alike: a backend failure.
+        let kind = match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => OutageKind::NotInstalled,
+            _ => OutageKind::Unavailable,
+        };
+        BackendError::outage(kind, format!("{who}: cannot start `{program}`: {e}"))
+    })?;
     let pgid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
-        .ok_or_else(|| BackendError(format!("{who}: the child has no pid")))?;
+        .ok_or_else(|| BackendError::outage(OutageKind::Unavailable, format!("{who}: the child has no pid")))?;
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -389,11 +414,11 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
         None => {
             guard.ladder().await;
             let limit = config.timeout.unwrap_or_default();
-            return Err(BackendError(format!("{who}: timed out after {}s and was killed", limit.as_secs_f64())));
+            return Err(BackendError::ordinary(format!("{who}: timed out after {}s and was killed", limit.as_secs_f64())));
         }
         Some(Err(e)) => {
             guard.ladder().await;
-            return Err(BackendError(format!("{who}: waiting for the child failed: {e}")));
+            return Err(BackendError::outage(OutageKind::Unavailable, format!("{who}: waiting for the child failed: {e}")));
         }
         Some(Ok(status)) => status,
     };
@@ -407,16 +432,33 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
             let skip = t.chars().count().saturating_sub(500);
             t.chars().skip(skip).collect()
         };
-        return Err(BackendError(format!("{who}: exited with {status}: {tail}")));
+        return Err(BackendError::ordinary(format!("{who}: exited with {status}: {tail}")));
     }
     if over {
-        return Err(BackendError(format!("{who}: output over {} bytes", config.max_output_bytes)));
+        return Err(BackendError::ordinary(format!("{who}: output over {} bytes", config.max_output_bytes)));
     }
     let stdout = String::from_utf8_lossy(&stdout);
     match &config.output {
         OutputMode::Text => Ok(AgentReply { text: stdout.trim().to_string(), usage: None }),
-        OutputMode::Json(paths) => parse_json_output(who, &stdout, paths, &config.pricing, model.as_deref()),
+        OutputMode::Json(paths) => {
+            let mut reply = parse_json_output(who, &stdout, paths, &config.pricing, model.as_deref())?;
+            if let (Some(usage), true) = (&mut reply.usage, get_cost_path(paths)) {
+                usage.credits_nano = usage.credits_nano.map(|c| scale_cost(c, config.credits_per_cost_nano));
+            }
+            Ok(reply)
+        }
     }
+}
+
+/// Whether credits in a parsed reply came from a reported cost (and so need scaling).
+fn get_cost_path(paths: &JsonOutput) -> bool {
+    paths.cost.is_some()
+}
+
+/// `cost_nano` units of reported cost at `per_unit` nano-credits each, saturating.
+fn scale_cost(cost_nano: u64, per_unit: u64) -> u64 {
+    let scaled = u128::from(cost_nano) * u128::from(per_unit) / u128::from(super::pricing::NANO_PER_CREDIT);
+    u64::try_from(scaled).unwrap_or(u64::MAX)
 }
 
 /// A dotted path (`a.b.0`) or a JSON pointer (`/a/b/0`) as a pointer.
@@ -445,15 +487,15 @@ pub fn parse_json_output(
                 .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
                 .find(|v| v.is_object())
         })
-        .ok_or_else(|| BackendError(format!("{who}: the output is not JSON")))?;
+        .ok_or_else(|| BackendError::ordinary(format!("{who}: the output is not JSON")))?;
     let get = |path: &Option<String>| path.as_deref().and_then(|p| doc.pointer(&pointer(p)));
     let text = match doc.pointer(&pointer(&paths.text)) {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
-        None => return Err(BackendError(format!("{who}: the JSON output has no `{}`", paths.text))),
+        None => return Err(BackendError::ordinary(format!("{who}: the JSON output has no `{}`", paths.text))),
     };
     if get(&paths.is_error).and_then(|v| v.as_bool()) == Some(true) {
-        return Err(BackendError(format!("{who}: the agent reported an error: {text}")));
+        return Err(BackendError::ordinary(format!("{who}: the agent reported an error: {text}")));
     }
     let input = get(&paths.input_tokens).and_then(|v| v.as_u64());
     let output = get(&paths.output_tokens).and_then(|v| v.as_u64());
@@ -461,7 +503,7 @@ pub fn parse_json_output(
     let usage = match (input, output, cost) {
         (None, None, None) => None,
         (i, o, Some(cost)) => {
-            let credits = float_credits_nano(cost).map_err(|e| BackendError(format!("{who}: reported cost: {e}")))?;
+            let credits = float_credits_nano(cost).map_err(|e| BackendError::ordinary(format!("{who}: reported cost: {e}")))?;
             Some(Usage { input_tokens: i.unwrap_or(0), output_tokens: o.unwrap_or(0), credits_nano: Some(credits) })
         }
         (i, o, None) => Some(pricing.usage(model.unwrap_or(""), i.unwrap_or(0), o.unwrap_or(0))),
@@ -494,7 +536,7 @@ mod tests {
         assert_eq!(reply.text, "hi");
         assert_eq!(reply.usage, Some(Usage { input_tokens: 10, output_tokens: 5, credits_nano: Some(12_300_000) }));
         let err = r#"{"is_error":true,"result":"quota"}"#;
-        assert!(parse_json_output("c", err, &paths, &Pricing::default(), None).unwrap_err().0.contains("quota"));
+        assert!(parse_json_output("c", err, &paths, &Pricing::default(), None).unwrap_err().message().contains("quota"));
         let lines = "progress\n{\"result\":\"last\"}\n";
         let reply = parse_json_output("c", lines, &paths, &Pricing::default(), None).unwrap();
         assert_eq!((reply.text.as_str(), reply.usage), ("last", None));

@@ -9,7 +9,7 @@ use super::http::{self, HttpReply, RetryPolicy};
 use super::openai::non_empty_env;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -108,6 +108,16 @@ impl AgentBackend for Anthropic {
         let inner = self.inner.clone();
         Box::pin(async move { inner.call(&request).await })
     }
+
+    fn reference(&self) -> BackendRef {
+        let config = &self.inner.config;
+        BackendRef { key_env: config.api_key.as_ref().map(|_| config.api_key_var.clone()), ..BackendRef::named(self.name()) }
+    }
+
+    fn unpriced(&self, model: Option<&str>) -> Option<String> {
+        let config = &self.inner.config;
+        config.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
+    }
 }
 
 #[derive(Deserialize)]
@@ -156,7 +166,7 @@ impl Inner {
     async fn call(&self, request: &AgentRequest) -> Result<AgentReply, BackendError> {
         let who = &self.config.name;
         let model = request.model.clone().or_else(|| self.config.model.clone()).ok_or_else(|| {
-            BackendError(format!("{who}: the call names no model and the backend has no default (pass --model)"))
+            BackendError::outage(OutageKind::Misconfigured, format!("{who}: the call names no model and the backend has no default (pass --model)"))
         })?;
         let url = format!("{}/v1/messages", self.config.base_url);
         loop {
@@ -213,7 +223,7 @@ impl Inner {
     fn parse(&self, reply: &HttpReply, model: &str, tool: bool, wrapped: bool) -> Result<AgentReply, BackendError> {
         let who = &self.config.name;
         let parsed: MessagesResponse = serde_json::from_str(&reply.body)
-            .map_err(|e| BackendError(format!("{who}: the reply is not a Messages response: {e}")))?;
+            .map_err(|e| BackendError::outage(OutageKind::InvalidReply, format!("{who}: the reply is not a Messages response: {e}")))?;
         let tool_input = parsed
             .content
             .iter()

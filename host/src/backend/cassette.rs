@@ -11,7 +11,7 @@
 //! {"key":"…","attempt":0,"request":{…},"error":"openai: rate limited …"}
 //! ```
 
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use crate::AgentKey;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -112,7 +112,7 @@ impl Exchange {
                 }),
                 None,
             ),
-            Err(e) => (None, Some(e.0.clone())),
+            Err(e) => (None, Some(e.message().to_string())),
         };
         Exchange {
             key: key_of(request).0,
@@ -139,8 +139,8 @@ impl Exchange {
                     credits_nano: u.credits_nano,
                 }),
             }),
-            (None, Some(e)) => Err(BackendError(e.clone())),
-            (None, None) => Err(BackendError("cassette: the exchange has neither reply nor error".into())),
+            (None, Some(e)) => Err(BackendError::ordinary(e.clone())),
+            (None, None) => Err(BackendError::ordinary("cassette: the exchange has neither reply nor error")),
         }
     }
 }
@@ -193,7 +193,12 @@ impl Recorder {
 
     fn write(&self, exchange: &Exchange) -> Result<(), BackendError> {
         let fail =
-            |e: &dyn std::fmt::Display| BackendError(format!("cassette `{}`: cannot record: {e}", self.path.display()));
+            |e: &dyn std::fmt::Display| {
+                BackendError::outage(
+                    OutageKind::Misconfigured,
+                    format!("cassette `{}`: cannot record: {e}", self.path.display()),
+                )
+            };
         let mut line = serde_json::to_string(exchange).map_err(|e| fail(&e))?;
         line.push('\n');
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
@@ -268,6 +273,19 @@ impl AgentBackend for Cassette {
         }
     }
 
+    fn reference(&self) -> BackendRef {
+        match (&self.replay, &self.live) {
+            (Some(replay), None) => BackendRef::named(format!("replay:{}", replay.path.display())),
+            (_, Some(live)) => live.reference(),
+            (None, None) => BackendRef::named("cassette"),
+        }
+    }
+
+    fn unpriced(&self, model: Option<&str>) -> Option<String> {
+        // Replayed exchanges carry their recorded usage; live calls are priced by the live backend.
+        self.live.as_ref().and_then(|live| live.unpriced(model))
+    }
+
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
         let live = self.live.clone();
         let replay = self.replay.clone();
@@ -280,7 +298,7 @@ impl AgentBackend for Cassette {
                 (None, None, Some(replay)) => {
                     let who = request.label.as_deref().unwrap_or("agent");
                     let key = key_of(&request).0;
-                    return Err(BackendError(format!(
+                    return Err(BackendError::outage(OutageKind::ReplayMiss, format!(
                         "cassette miss: `{}` holds no exchange for agent `{who}` (attempt {}, key {}); \
                          record one with --record, or use --replay-then-live",
                         replay.path.display(),
@@ -288,9 +306,13 @@ impl AgentBackend for Cassette {
                         &key[..12.min(key.len())]
                     )));
                 }
-                (None, None, None) => return Err(BackendError("cassette: nothing to serve the call".into())),
+                (None, None, None) => {
+                    return Err(BackendError::outage(OutageKind::Misconfigured, "cassette: nothing to serve the call"))
+                }
             };
-            if let Some(recorder) = &recorder {
+            // An outage is not an answer: it is not recorded, so a replay retries the call.
+            let answered = outcome.as_ref().err().and_then(BackendError::outage_kind).is_none();
+            if let (Some(recorder), true) = (&recorder, answered) {
                 recorder.write(&Exchange::new(&request, &outcome))?;
             }
             outcome

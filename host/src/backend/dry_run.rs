@@ -20,7 +20,7 @@ impl DryRun {
         match &request.schema {
             Some(schema) => {
                 let schema = Schema::from_value(schema.clone())
-                    .map_err(|e| BackendError(format!("dry-run: invalid schema: {e}")))?;
+                    .map_err(|e| BackendError::ordinary(format!("dry-run: invalid schema: {e}")))?;
                 Ok(schema.minimal_instance().to_string())
             }
             None => {

@@ -3,7 +3,7 @@
 //! honouring `Retry-After`), the HTTP client with its timeouts, and the error messages for
 //! statuses that retrying cannot fix (401, 403, 404, other 4xx).
 
-use super::BackendError;
+use super::{BackendError, OutageKind};
 use reqwest::header::HeaderMap;
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ impl RetryPolicy {
             .timeout(self.timeout)
             .connect_timeout(self.connect_timeout)
             .build()
-            .map_err(|e| BackendError(format!("cannot set up the HTTP client: {e}")))
+            .map_err(|e| BackendError::outage(OutageKind::Misconfigured, format!("cannot set up the HTTP client: {e}")))
     }
 }
 
@@ -79,16 +79,23 @@ fn retryable(status: u16) -> bool {
     matches!(status, 408 | 409 | 425 | 429 | 500..=599)
 }
 
-/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds (an HTTP-date is ignored).
+/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds (an HTTP-date is ignored). A value
+/// too large for a `Duration` reads as the largest one (so it is refused as too long), a
+/// negative or non-numeric one as absent: nothing a server sends can panic here.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let seconds = |s: f64| {
+        (s.is_finite() || s == f64::INFINITY)
+            .then_some(s)
+            .filter(|s| *s >= 0.0)
+            .map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX))
+    };
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+        if let Some(d) = seconds(ms / 1000.0) {
+            return Some(d);
         }
     }
-    let secs = header("retry-after")?.parse::<f64>().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(1e9)))
+    seconds(header("retry-after")?.parse::<f64>().ok()?)
 }
 
 /// Send a request built by `make`, retrying per `policy`. `who` prefixes error messages.
@@ -107,13 +114,16 @@ pub(crate) async fn send(
                 let after = retry_after(response.headers());
                 if !retryable(status) || last {
                     let body = response.text().await.map_err(|e| {
-                        BackendError(format!("{who}: reading the HTTP {status} reply failed: {}", chain(&e)))
+                        BackendError::outage(
+                            transport_kind(&e),
+                            format!("{who}: reading the HTTP {status} reply failed: {}", chain(&e)),
+                        )
                     })?;
                     return Ok(HttpReply { status, body });
                 }
                 if let Some(after) = after {
                     if after > policy.max_retry_after {
-                        return Err(BackendError(format!(
+                        return Err(BackendError::outage(OutageKind::RateLimited, format!(
                             "{who}: HTTP {status}: the server asks to retry after {}s, longer than the {}s this backend waits",
                             after.as_secs_f64(),
                             policy.max_retry_after.as_secs_f64()
@@ -123,9 +133,17 @@ pub(crate) async fn send(
                 tracing::debug!(who, status, retry, "retryable HTTP status");
                 after.unwrap_or_else(|| policy.backoff(retry))
             }
-            Err(e) if e.is_builder() => return Err(BackendError(format!("{who}: invalid request: {}", chain(&e)))),
+            Err(e) if e.is_builder() => {
+                return Err(BackendError::outage(
+                    OutageKind::Misconfigured,
+                    format!("{who}: invalid request: {}", chain(&e)),
+                ))
+            }
             Err(e) if last => {
-                return Err(BackendError(format!("{who}: request failed after {} tries: {}", retry + 1, chain(&e))))
+                return Err(BackendError::outage(
+                    transport_kind(&e),
+                    format!("{who}: request failed after {} tries: {}", retry + 1, chain(&e)),
+                ))
             }
             Err(e) => {
                 tracing::debug!(who, retry, error = %chain(&e), "retryable transport error");
@@ -134,6 +152,15 @@ pub(crate) async fn send(
         };
         tokio::time::sleep(wait).await;
         retry += 1;
+    }
+}
+
+/// A transport error's kind: a timeout, or the backend being unreachable.
+fn transport_kind(e: &reqwest::Error) -> OutageKind {
+    if e.is_timeout() {
+        OutageKind::Timeout
+    } else {
+        OutageKind::Unavailable
     }
 }
 
@@ -173,20 +200,29 @@ pub(crate) fn error_message(body: &str) -> String {
 }
 
 /// The error for a reply that is not 2xx. `key_var` names the API key's environment
-/// variable, `url` and `model` what a 404 most likely got wrong.
+/// variable, `url` and `model` what a 404 most likely got wrong. Statuses that say nothing
+/// about the prompt (401, 403, 404, and 408/429/5xx once retries are spent) are backend
+/// failures; any other 4xx (a prompt too long, say) is an ordinary failure of this call.
 pub(crate) fn status_error(who: &str, reply: &HttpReply, key_var: &str, url: &str, model: &str) -> BackendError {
     let message = error_message(&reply.body);
-    let status = reply.status;
-    BackendError(match status {
-        401 => format!("{who}: authentication failed (HTTP 401): {message} (check {key_var})"),
-        403 => format!(
-            "{who}: permission denied (HTTP 403): {message} (check {key_var} and its access to model `{model}`)"
+    let outage = |kind, text: String| BackendError::outage(kind, text);
+    match reply.status {
+        401 => outage(OutageKind::Auth, format!("{who}: authentication failed (HTTP 401): {message} (check {key_var})")),
+        403 => outage(
+            OutageKind::Auth,
+            format!("{who}: permission denied (HTTP 403): {message} (check {key_var} and its access to model `{model}`)"),
         ),
-        404 => format!("{who}: not found (HTTP 404): {message} (check the base URL `{url}` and the model `{model}`)"),
-        429 => format!("{who}: rate limited (HTTP 429), retries exhausted: {message}"),
-        s if s >= 500 => format!("{who}: server error (HTTP {s}), retries exhausted: {message}"),
-        s => format!("{who}: HTTP {s}: {message}"),
-    })
+        404 => outage(
+            OutageKind::ModelNotFound,
+            format!("{who}: not found (HTTP 404): {message} (check the base URL `{url}` and the model `{model}`)"),
+        ),
+        429 => outage(OutageKind::RateLimited, format!("{who}: rate limited (HTTP 429), retries exhausted: {message}")),
+        s if s >= 500 => {
+            outage(OutageKind::ServerError, format!("{who}: server error (HTTP {s}), retries exhausted: {message}"))
+        }
+        s if retryable(s) => outage(OutageKind::Unavailable, format!("{who}: HTTP {s}, retries exhausted: {message}")),
+        s => BackendError::ordinary(format!("{who}: HTTP {s}: {message}")),
+    }
 }
 
 #[cfg(test)]
@@ -222,15 +258,32 @@ mod tests {
         let mut date = HeaderMap::new();
         date.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
         assert_eq!(retry_after(&date), None);
+        // Absurd values from a hostile server: never a panic, never a negative wait.
+        for (name, value) in [("retry-after-ms", "1e300"), ("retry-after", "1e300"), ("retry-after", "inf")] {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            assert_eq!(retry_after(&h), Some(Duration::MAX), "{name}: {value}");
+        }
+        for value in ["-5", "NaN", "-inf"] {
+            let mut h = HeaderMap::new();
+            h.insert("retry-after", HeaderValue::from_static(value));
+            assert_eq!(retry_after(&h), None, "{value}");
+        }
     }
 
     #[test]
     fn error_messages_name_the_likely_fix() {
         let reply = HttpReply { status: 401, body: r#"{"error":{"message":"Incorrect API key"}}"#.into() };
-        let e = status_error("openai", &reply, "OPENAI_API_KEY", "http://x/v1", "m").0;
+        let e = status_error("openai", &reply, "OPENAI_API_KEY", "http://x/v1", "m");
+        assert_eq!(e.outage_kind(), Some(OutageKind::Auth));
+        let e = e.message().to_string();
         assert!(e.contains("HTTP 401") && e.contains("Incorrect API key") && e.contains("OPENAI_API_KEY"), "{e}");
         let reply = HttpReply { status: 404, body: "no such route".into() };
-        let e = status_error("openai", &reply, "K", "http://x/v1", "gpt-x").0;
+        let e = status_error("openai", &reply, "K", "http://x/v1", "gpt-x");
+        assert_eq!(e.outage_kind(), Some(OutageKind::ModelNotFound));
+        let e = e.message().to_string();
+        let too_long = HttpReply { status: 400, body: "context length exceeded".into() };
+        assert_eq!(status_error("openai", &too_long, "K", "u", "m").outage_kind(), None);
         assert!(e.contains("HTTP 404") && e.contains("http://x/v1") && e.contains("gpt-x"), "{e}");
         assert_eq!(error_message(&"x".repeat(400)).len(), 303);
     }

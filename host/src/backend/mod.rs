@@ -10,6 +10,7 @@ pub mod http;
 mod openai;
 pub mod pricing;
 mod prompting;
+mod reference;
 pub mod router;
 mod script;
 
@@ -20,6 +21,7 @@ pub use dry_run::DryRun;
 pub use http::RetryPolicy;
 pub use openai::{OpenAi, OpenAiConfig, StructuredMode, DEFAULT_OPENAI_BASE_URL};
 pub use pricing::{Price, Pricing};
+pub use reference::{BackendCatalog, BackendRef, BackendUnavailable, BuiltinCatalog, Identified};
 pub use router::{Route, Router};
 pub use script::{Script, ScriptError};
 
@@ -63,10 +65,100 @@ pub struct AgentReply {
     pub usage: Option<Usage>,
 }
 
-/// A spawn that failed. An ordinary failure for the factory (`none`), never an abort.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct BackendError(pub String);
+/// Which way a backend could not be used at all (a backend failure, not an answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutageKind {
+    /// Connection refused or reset, DNS failure, a broken transfer, after the retries.
+    Unavailable,
+    /// The request timed out, after the retries.
+    Timeout,
+    /// Authentication or permission refused (HTTP 401/403).
+    Auth,
+    /// The model (or the endpoint) does not exist (HTTP 404).
+    ModelNotFound,
+    /// Rate limited (HTTP 429) past the retry budget, or asked to wait too long.
+    RateLimited,
+    /// Server errors (HTTP 5xx) past the retry budget.
+    ServerError,
+    /// A success status whose body is not the API's reply format.
+    InvalidReply,
+    /// An agent CLI that is not installed or not executable.
+    NotInstalled,
+    /// The backend's own setup cannot work (no model, an empty command, a client error).
+    Misconfigured,
+    /// A replay-only cassette has no exchange for the call.
+    ReplayMiss,
+}
+
+impl OutageKind {
+    /// The spelling used as `failure.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutageKind::Unavailable => "unavailable",
+            OutageKind::Timeout => "timeout",
+            OutageKind::Auth => "auth",
+            OutageKind::ModelNotFound => "model_not_found",
+            OutageKind::RateLimited => "rate_limited",
+            OutageKind::ServerError => "server_error",
+            OutageKind::InvalidReply => "invalid_reply",
+            OutageKind::NotInstalled => "not_installed",
+            OutageKind::Misconfigured => "misconfigured",
+            OutageKind::ReplayMiss => "replay_miss",
+        }
+    }
+}
+
+impl std::fmt::Display for OutageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A spawn that failed, in one of two classes the run engine treats differently.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The model answered badly or not at all (nothing, a refusal, a non-zero exit of an
+    /// agent CLI): an ordinary failure, `none` to the factory, journaled.
+    #[error("{0}")]
+    Ordinary(String),
+    /// The backend could not be used; says nothing about the prompt. The attempt stops with
+    /// `failure.type = "backend"`, the call is not journaled, and a resume retries it.
+    #[error("{message}")]
+    Outage {
+        /// Which way it failed.
+        kind: OutageKind,
+        /// The backend's message.
+        message: String,
+    },
+}
+
+impl BackendError {
+    /// An ordinary failure.
+    pub fn ordinary(message: impl Into<String>) -> Self {
+        BackendError::Ordinary(message.into())
+    }
+
+    /// A backend failure of `kind`.
+    pub fn outage(kind: OutageKind, message: impl Into<String>) -> Self {
+        BackendError::Outage { kind, message: message.into() }
+    }
+
+    /// The outage kind, for a backend failure.
+    pub fn outage_kind(&self) -> Option<OutageKind> {
+        match self {
+            BackendError::Ordinary(_) => None,
+            BackendError::Outage { kind, .. } => Some(*kind),
+        }
+    }
+
+    /// The message, whatever the class.
+    pub fn message(&self) -> &str {
+        match self {
+            BackendError::Ordinary(m) | BackendError::Outage { message: m, .. } => m,
+        }
+    }
+}
 
 /// Something that runs subagents.
 pub trait AgentBackend: Send + Sync + 'static {
@@ -75,6 +167,19 @@ pub trait AgentBackend: Send + Sync + 'static {
 
     /// Run one spawn. The future must be cancel-safe: dropping it abandons the call.
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>>;
+
+    /// What a run records about this backend so a resume can build it again (default: its
+    /// name, as a built-in spec).
+    fn reference(&self) -> BackendRef {
+        BackendRef::named(self.name())
+    }
+
+    /// Why a call for `model` (`None`: the backend's default) cannot be accounted in credits,
+    /// naming what would price it; `None` when its cost is known. A run with `maxAiCredits`
+    /// refuses to spawn on an unpriced model (fail-closed).
+    fn unpriced(&self, _model: Option<&str>) -> Option<String> {
+        None
+    }
 }
 
 /// A `--backend` value that names no backend or cannot be set up.
@@ -95,6 +200,9 @@ pub enum BackendSpecError {
     /// A backend that could not be set up (e.g. its HTTP client).
     #[error(transparent)]
     Setup(#[from] BackendError),
+    /// A `replay:FILE` whose cassette is unusable.
+    #[error(transparent)]
+    Cassette(#[from] CassetteError),
 }
 
 /// Build a backend from its CLI spelling: `dry-run` (the default) or `script:FILE`.
@@ -104,30 +212,44 @@ pub fn from_spec(spec: &str) -> Result<Arc<dyn AgentBackend>, BackendSpecError> 
 
 /// Build a built-in backend from its CLI spelling — `dry-run`, `script:FILE`, `openai`
 /// (`OPENAI_BASE_URL`, `OPENAI_API_KEY`), `anthropic` (`ANTHROPIC_BASE_URL`,
-/// `ANTHROPIC_API_KEY`) or `cli:PRESET` — with `model` as its default model.
+/// `ANTHROPIC_API_KEY`), `cli:PRESET` or `replay:CASSETTE` — with `model` as its default
+/// model. The backend's [`AgentBackend::reference`] is the spec (file paths made absolute)
+/// and `model`.
 pub fn from_spec_with_model(spec: &str, model: Option<&str>) -> Result<Arc<dyn AgentBackend>, BackendSpecError> {
-    let model = model.map(str::to_string);
-    match spec {
-        "dry-run" | "dry" => Ok(Arc::new(DryRun)),
-        "openai" => Ok(Arc::new(OpenAi::new(OpenAiConfig { model, ..OpenAiConfig::from_env() })?)),
-        "anthropic" => Ok(Arc::new(Anthropic::new(AnthropicConfig { model, ..AnthropicConfig::from_env() })?)),
+    let owned = model.map(str::to_string);
+    let absolute = |path: &str| {
+        std::path::absolute(path).map_err(|e| BackendSpecError::Unknown(format!("{spec} ({e})")))
+    };
+    let (backend, name): (Arc<dyn AgentBackend>, String) = match spec {
+        "dry-run" | "dry" => (Arc::new(DryRun), "dry-run".into()),
+        "openai" => (Arc::new(OpenAi::new(OpenAiConfig { model: owned, ..OpenAiConfig::from_env() })?), spec.into()),
+        "anthropic" => {
+            (Arc::new(Anthropic::new(AnthropicConfig { model: owned, ..AnthropicConfig::from_env() })?), spec.into())
+        }
         _ => {
             if let Some(path) = spec.strip_prefix("script:") {
-                Ok(Arc::new(Script::from_file(path)?))
+                let path = absolute(path)?;
+                (Arc::new(Script::from_file(&path)?), format!("script:{}", path.display()))
+            } else if let Some(path) = spec.strip_prefix("replay:") {
+                let path = absolute(path)?;
+                (Arc::new(Cassette::replay(&path)?), format!("replay:{}", path.display()))
             } else if let Some(preset) = spec.strip_prefix("cli:") {
-                let config = AgentCliConfig { model, ..AgentCliConfig::preset(preset)? };
-                Ok(Arc::new(AgentCli::new(config)?))
+                let config = AgentCliConfig { model: owned, ..AgentCliConfig::preset(preset)? };
+                (Arc::new(AgentCli::new(config)?), spec.into())
             } else {
-                Err(BackendSpecError::Unknown(spec.to_string()))
+                return Err(BackendSpecError::Unknown(spec.to_string()));
             }
         }
-    }
+    };
+    let reference = BackendRef { model: model.map(str::to_string), ..BackendRef::named(name) };
+    Ok(Arc::new(Identified::new(backend, reference)))
 }
 
 /// Whether `spec` is a built-in spelling (checked without building the backend).
 pub fn is_builtin_spec(spec: &str) -> bool {
     matches!(spec, "dry-run" | "dry" | "openai" | "anthropic")
         || spec.starts_with("script:")
+        || spec.starts_with("replay:")
         || spec.strip_prefix("cli:").is_some_and(|p| PRESETS.contains(&p) && p != "generic")
 }
 

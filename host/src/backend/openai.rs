@@ -8,7 +8,7 @@
 use super::http::{self, HttpReply, RetryPolicy};
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -129,6 +129,16 @@ impl AgentBackend for OpenAi {
         let inner = self.inner.clone();
         Box::pin(async move { inner.call(&request).await })
     }
+
+    fn reference(&self) -> BackendRef {
+        let config = &self.inner.config;
+        BackendRef { key_env: config.api_key.as_ref().map(|_| config.api_key_var.clone()), ..BackendRef::named(self.name()) }
+    }
+
+    fn unpriced(&self, model: Option<&str>) -> Option<String> {
+        let config = &self.inner.config;
+        config.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
+    }
 }
 
 #[derive(Deserialize)]
@@ -164,7 +174,7 @@ impl Inner {
     async fn call(&self, request: &AgentRequest) -> Result<AgentReply, BackendError> {
         let who = &self.config.name;
         let model = request.model.clone().or_else(|| self.config.model.clone()).ok_or_else(|| {
-            BackendError(format!("{who}: the call names no model and the backend has no default (pass --model)"))
+            BackendError::outage(OutageKind::Misconfigured, format!("{who}: the call names no model and the backend has no default (pass --model)"))
         })?;
         let url = format!("{}/chat/completions", self.config.base_url);
         loop {
@@ -221,16 +231,16 @@ impl Inner {
     fn parse(&self, reply: &HttpReply, model: &str) -> Result<AgentReply, BackendError> {
         let who = &self.config.name;
         let parsed: ChatResponse = serde_json::from_str(&reply.body)
-            .map_err(|e| BackendError(format!("{who}: the reply is not a chat completion: {e}")))?;
+            .map_err(|e| BackendError::outage(OutageKind::InvalidReply, format!("{who}: the reply is not a chat completion: {e}")))?;
         let message = parsed
             .choices
             .into_iter()
             .next()
             .map(|c| c.message)
-            .ok_or_else(|| BackendError(format!("{who}: the reply has no choices")))?;
+            .ok_or_else(|| BackendError::ordinary(format!("{who}: the reply has no choices")))?;
         let text = match (message.content, message.refusal) {
             (Some(text), _) => text,
-            (None, Some(refusal)) => return Err(BackendError(format!("{who}: the model refused: {refusal}"))),
+            (None, Some(refusal)) => return Err(BackendError::ordinary(format!("{who}: the model refused: {refusal}"))),
             (None, None) => String::new(),
         };
         let usage = parsed.usage.map(|u| self.config.pricing.usage(model, u.prompt_tokens, u.completion_tokens));

@@ -26,28 +26,45 @@ impl Price {
     }
 }
 
-/// A backend's prices: a default and per-model overrides (exact model names).
+/// A backend's prices: a default and per-model overrides (exact model names). A model with
+/// no price (no entry of its own and no default) costs an unknown amount, not zero.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pricing {
-    /// The price of a model with no entry of its own (zero unless configured).
-    pub default: Price,
+    /// The price of a model with no entry of its own (`None`: such models are unpriced).
+    pub default: Option<Price>,
     /// Per-model prices.
     pub models: BTreeMap<String, Price>,
 }
 
 impl Pricing {
-    /// The price that applies to `model`.
-    pub fn price(&self, model: &str) -> Price {
-        self.models.get(model).copied().unwrap_or(self.default)
+    /// The price that applies to `model`, if one is configured.
+    pub fn price(&self, model: &str) -> Option<Price> {
+        self.models.get(model).copied().or(self.default)
     }
 
-    /// Usage with its credits, for `model`.
+    /// Usage with its credits for `model` (`credits_nano: None` when the model is unpriced).
     pub fn usage(&self, model: &str, input_tokens: u64, output_tokens: u64) -> Usage {
         Usage {
             input_tokens,
             output_tokens,
-            credits_nano: Some(self.price(model).credits_nano(input_tokens, output_tokens)),
+            credits_nano: self.price(model).map(|p| p.credits_nano(input_tokens, output_tokens)),
         }
+    }
+
+    /// The message for a budgeted call on an unpriced `model` of backend `backend`, naming
+    /// the `factory.toml` lines that would price it; `None` when it is priced.
+    pub fn unpriced(&self, backend: &str, model: &str) -> Option<String> {
+        if self.price(model).is_some() {
+            return None;
+        }
+        let shown = if model.is_empty() { "(the backend's default)" } else { model };
+        Some(format!(
+            "model `{shown}` of backend `{backend}` has no price, so maxAiCredits cannot be enforced; \
+             price it in factory.toml (credits per 1000 tokens):\n  [backends.{backend}.pricing]\n  \
+             models = {{ \"{model}\" = {{ input = 0.003, output = 0.015 }} }}\n\
+             (or `input`/`output` for every model; a built-in backend needs a [backends.NAME] entry \
+             with `kind = ...` to carry prices), or run without --max-ai-credits"
+        ))
     }
 }
 
@@ -132,7 +149,12 @@ mod tests {
         );
         let mut pricing = Pricing::default();
         pricing.models.insert("big".into(), price);
-        assert_eq!(pricing.usage("small", 1000, 1000).credits_nano, Some(0));
+        // No default price: another model's cost is unknown, not zero.
+        assert_eq!(pricing.usage("small", 1000, 1000).credits_nano, None);
+        assert!(pricing.unpriced("local", "small").is_some_and(|m| m.contains("[backends.local.pricing]")));
+        assert_eq!(pricing.unpriced("local", "big"), None);
         assert_eq!(pricing.usage("big", 1000, 1000).credits_nano, Some(12_500_000));
+        pricing.default = Some(Price::default());
+        assert_eq!(pricing.usage("small", 1000, 1000).credits_nano, Some(0));
     }
 }

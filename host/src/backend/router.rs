@@ -3,7 +3,7 @@
 //! to the default backend unchanged. Routes are tried in order; a pattern is an exact model
 //! name, or a prefix followed by `*`.
 
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
@@ -62,6 +62,15 @@ impl AgentBackend for Router {
         }
         let routed = AgentRequest { model, ..(*request).clone() };
         backend.call(Arc::new(routed))
+    }
+
+    fn reference(&self) -> BackendRef {
+        self.default.reference()
+    }
+
+    fn unpriced(&self, model: Option<&str>) -> Option<String> {
+        let (backend, model) = self.route(model);
+        backend.unpriced(model.as_deref())
     }
 }
 

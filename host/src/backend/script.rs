@@ -39,8 +39,11 @@ pub enum ReplySpec {
     Text(String),
     /// Reply with this JSON value (serialized as the reply text).
     Json(serde_json::Value),
-    /// Fail the spawn with this message.
+    /// Fail the spawn with this message (an ordinary failure: `null` to the factory).
     Error(String),
+    /// Fail the spawn as a backend outage of this kind (`unavailable`, `auth`, ...): the
+    /// attempt stops with `failure.type = "backend"`.
+    Outage(super::OutageKind),
 }
 
 /// Token usage of a scripted reply.
@@ -149,7 +152,7 @@ impl AgentBackend for Script {
         let Some(rule) = self.matching(&request) else {
             if self.fallback_error {
                 let who = request.label.clone().unwrap_or_default();
-                return Box::pin(async move { Err(BackendError(format!("script: no rule matches `{who}`"))) });
+                return Box::pin(async move { Err(BackendError::ordinary(format!("script: no rule matches `{who}`"))) });
             }
             return DryRun.call(request);
         };
@@ -169,7 +172,10 @@ impl AgentBackend for Script {
             let text = match reply {
                 ReplySpec::Text(t) => t,
                 ReplySpec::Json(v) => v.to_string(),
-                ReplySpec::Error(e) => return Err(BackendError(e)),
+                ReplySpec::Error(e) => return Err(BackendError::ordinary(e)),
+                ReplySpec::Outage(kind) => {
+                    return Err(BackendError::outage(kind, format!("script: injected `{kind}` outage")))
+                }
             };
             let usage = usage.map(|spec| match spec {
                 Some(u) => Usage {
@@ -213,7 +219,7 @@ mod tests {
             ],"fallback":"error"}"#,
         )
         .unwrap();
-        assert_eq!(script.call(req("v:1", "x")).await, Err(BackendError("boom".into())));
+        assert_eq!(script.call(req("v:1", "x")).await, Err(BackendError::ordinary("boom")));
         let second = script.call(req("v:2", "x")).await.unwrap();
         assert_eq!(second.text, r#"{"ok":true}"#);
         assert_eq!(second.usage.unwrap().credits_nano, Some(500_000_000));

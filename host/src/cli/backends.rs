@@ -6,8 +6,9 @@
 use super::GlobalArgs;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use factory_host::backend::{self, AgentBackend, AgentRequest, Cassette};
+use factory_host::backend::{self, AgentBackend, AgentRequest, BackendRef, Cassette};
 use factory_host::config::{Config, CONFIG_FILE};
+use factory_host::BackendChoice;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,27 +43,58 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
-    /// The same options with every path made absolute, for another process to use.
-    pub fn absolute(&self) -> Result<BackendArgs> {
-        let abs = |p: &Option<PathBuf>| -> Result<Option<PathBuf>> {
-            p.as_ref().map(std::path::absolute).transpose().context("resolving a backend file path")
-        };
-        Ok(BackendArgs { config: abs(&self.config)?, record: abs(&self.record)?, replay: abs(&self.replay)?, ..self.clone() })
+    /// `--backend` and `--model`, as every front door names a backend.
+    pub fn choice(&self) -> BackendChoice {
+        BackendChoice { name: self.backend.clone(), model: self.model.clone() }
+    }
+
+    /// Whether a cassette wraps the backend (`--record`, `--replay`).
+    pub fn cassette(&self) -> bool {
+        self.record.is_some() || self.replay.is_some()
+    }
+
+    /// The choice to send to the process that holds the store, which builds backends from
+    /// its own configuration and never writes or reads a file a client names.
+    pub fn remote_choice(&self) -> Result<BackendChoice> {
+        if self.cassette() {
+            anyhow::bail!(
+                "--record and --replay need this process to hold the store, but another factory process \
+                 holds it (stop it, or use another --state-dir)"
+            );
+        }
+        if self.config.is_some() {
+            eprintln!("factory: the process holding the store uses its own backend configuration; --config is not sent");
+        }
+        Ok(self.choice())
     }
 }
 
 /// Load the config the options point at (or the state directory's), if any.
-fn load_config(g: &GlobalArgs, explicit: Option<&PathBuf>) -> Result<Config> {
+pub fn load_config(g: &GlobalArgs, explicit: Option<&PathBuf>) -> Result<Config> {
     let config = Config::discover(explicit.map(PathBuf::as_path), &g.state_dir)?;
     Ok(config.unwrap_or_default())
 }
 
-/// The backend a run uses: config + `--backend` + `--model`, wrapped in a cassette when
-/// recording or replaying.
-pub fn run_backend(g: &GlobalArgs, a: &BackendArgs) -> Result<Arc<dyn AgentBackend>> {
-    let config = load_config(g, a.config.as_ref())?;
-    let live =
-        || -> Result<Arc<dyn AgentBackend>> { Ok(config.run_backend(a.backend.as_deref(), a.model.as_deref())?) };
+/// The backend of a run recorded or replayed through a cassette (`None` without
+/// `--record`/`--replay`: the host builds it from the choice). On resume `recorded` is the
+/// run's backend, which the cassette wraps unless `--backend` names another.
+pub fn cassette_backend(
+    config: &Config,
+    a: &BackendArgs,
+    recorded: Option<&BackendRef>,
+) -> Result<Option<Arc<dyn AgentBackend>>> {
+    if !a.cassette() {
+        return Ok(None);
+    }
+    run_backend(config, a, recorded).map(Some)
+}
+
+/// The backend `a` selects in `config` (for a resume, `recorded` fills in what `a` leaves
+/// out), wrapped in a cassette when recording or replaying.
+pub fn run_backend(config: &Config, a: &BackendArgs, recorded: Option<&BackendRef>) -> Result<Arc<dyn AgentBackend>> {
+    let name = a.backend.as_deref().or(recorded.map(|r| r.name.as_str()));
+    let model = a.model.as_deref().or(recorded.filter(|_| a.backend.is_none()).and_then(|r| r.model.as_deref()));
+    let live = || -> Result<Arc<dyn AgentBackend>> { Ok(config.run_backend(name, model)?) };
     let cassette = match (&a.replay, a.replay_then_live) {
         (Some(file), false) => {
             if a.backend.is_some() {
@@ -229,7 +261,8 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
         }
         Err(e) => {
             if as_json {
-                let out = json!({"backend": name, "ok": false, "millis": millis, "model": shown_model, "error": e.0});
+                let out = json!({"backend": name, "ok": false, "millis": millis, "model": shown_model, "error": e.message(),
+                                 "outage": e.outage_kind()});
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 eprintln!("backend {name}: failed after {millis} ms: {e}");

@@ -4,7 +4,7 @@
 
 use super::GlobalArgs;
 use anyhow::{Context, Result};
-use factory_host::backend::AgentBackend;
+use factory_host::backend::{BackendCatalog, BuiltinCatalog};
 use factory_host::control;
 use factory_host::store::StoreError;
 use factory_host::{Error, Host, HostConfig};
@@ -18,11 +18,12 @@ pub enum Access {
     Remote(std::path::PathBuf),
 }
 
-/// Open the store in the state directory with `backend`.
-pub fn open_host(g: &GlobalArgs, backend: Arc<dyn AgentBackend>) -> Result<Arc<Host>, Error> {
+/// Open the store in the state directory; `catalog` builds the backends runs choose (and
+/// the ones resumed runs recorded).
+pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Arc<Host>, Error> {
     let config = HostConfig {
         state_dir: Some(g.state_dir.clone()),
-        backend,
+        catalog,
         commit_window: std::time::Duration::from_millis(g.commit_window_ms),
         ..HostConfig::default()
     };
@@ -33,14 +34,14 @@ pub fn open_host(g: &GlobalArgs, backend: Arc<dyn AgentBackend>) -> Result<Arc<H
 /// short-lived reader such as `factory runs`, or a holder still starting up).
 const LOCKED_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Open the store with `backend`, or find the process that holds it. A holder that does not
-/// answer on the control socket is waited for: it is a short-lived reader, or it is still
-/// starting up.
-pub async fn open_or_reach(g: &GlobalArgs, backend: impl Fn() -> Arc<dyn AgentBackend>) -> Result<Access> {
+/// Open the store with `catalog`, or find the process that holds it. A holder that does
+/// not answer on the control socket is waited for: it is a short-lived reader, or it is
+/// still starting up.
+pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Access> {
     let socket = control::socket_path(&g.state_dir);
     let deadline = std::time::Instant::now() + LOCKED_PATIENCE;
     loop {
-        match open_host(g, backend()) {
+        match open_host(g, catalog.clone()) {
             Ok(host) => return Ok(Access::Local(host)),
             Err(Error::Store(StoreError::Locked(path))) => {
                 let ping = control::Request::Runs { session: g.session.clone() };
@@ -60,9 +61,9 @@ pub async fn open_or_reach(g: &GlobalArgs, backend: impl Fn() -> Arc<dyn AgentBa
     }
 }
 
-/// Open the store, or find the process that holds it.
+/// Open the store, or find the process that holds it (to observe: no backend is built).
 pub async fn access(g: &GlobalArgs) -> Result<Access> {
-    open_or_reach(g, || Arc::new(factory_host::backend::DryRun)).await
+    open_or_reach(g, Arc::new(BuiltinCatalog)).await
 }
 
 /// Serve the control socket for `host` while this process holds the store. The socket
@@ -91,22 +92,10 @@ impl Serving {
     }
 }
 
-/// Runs handed over the socket bring their backend options; build backends from them the
-/// way `factory run` does here.
-fn resolver(g: &GlobalArgs) -> control::BackendResolver {
-    let g = g.clone();
-    Arc::new(move |settings: Option<&serde_json::Value>| {
-        let Some(settings) = settings else { return Ok(None) };
-        let args: super::backends::BackendArgs =
-            serde_json::from_value(settings.clone()).map_err(|e| format!("backend settings: {e}"))?;
-        super::backends::run_backend(&g, &args).map(Some).map_err(|e| format!("{e:#}"))
-    })
-}
-
 /// Start serving; a failure only costs other terminals their view, so it is a warning.
 pub fn serve(g: &GlobalArgs, host: &Arc<Host>) -> Option<Serving> {
     let path = control::socket_path(&g.state_dir);
-    match control::serve(host.clone(), &path, resolver(g)) {
+    match control::serve(host.clone(), &path) {
         Ok(server) => Some(Serving { server, path }),
         Err(e) => {
             eprintln!("factory: warning: cannot serve the control socket {}: {e}", path.display());

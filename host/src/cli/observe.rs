@@ -126,6 +126,19 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         credits(&acc["aiCreditsNano"])
     );
     println!("limits:    {}", d["limits"]);
+    let backends: Vec<String> = d["backends"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, b)| {
+            let model = b.get("model").map(|m| format!(" model {}", s(m))).unwrap_or_default();
+            let config = b["config"].as_str().map(|c| format!(" config {}", &c[..c.len().min(12)])).unwrap_or_default();
+            let key = b.get("keyEnv").map(|k| format!(" key from ${}", s(k))).unwrap_or_default();
+            format!("attempt {}: {}{model}{config}{key}", i + 1, s(&b["name"]))
+        })
+        .collect();
+    println!("backend:   {}", if backends.is_empty() { "(not recorded)".to_string() } else { backends.join("; ") });
     let sb = &d["sandbox"];
     println!(
         "sandbox:   memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB",

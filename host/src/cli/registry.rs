@@ -26,7 +26,7 @@ pub struct InspectArgs {
 }
 
 fn host(g: &GlobalArgs) -> Result<Arc<factory_host::Host>> {
-    open_host(g, Arc::new(factory_host::backend::DryRun))
+    open_host(g, Arc::new(factory_host::backend::BuiltinCatalog))
         .with_context(|| format!("opening the store in {}", g.state_dir.display()))
 }
 

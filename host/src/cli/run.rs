@@ -4,14 +4,14 @@
 //! holds the store, the run is handed to it and followed from here; `--detach` hands it to
 //! a background `factory serve` (started if needed) and prints the run id.
 
-use super::backends::BackendArgs;
+use super::backends::{cassette_backend, load_config, BackendArgs};
 use super::context::{self, serve, Access};
 use super::events::EventSink;
 use super::trust::{self, ConsentArgs, YesArg};
 use super::{progress_ui, remote, target, GlobalArgs, LimitArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use factory_host::backend::AgentBackend;
+use factory_host::config::Config;
 use factory_host::control::Request;
 use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use std::future::Future;
@@ -69,10 +69,6 @@ pub struct ResumeArgs {
     yes: YesArg,
 }
 
-fn make_backend(g: &GlobalArgs, out: &OutputArgs) -> Result<Arc<dyn AgentBackend>> {
-    super::backends::run_backend(g, &out.backend)
-}
-
 /// Load what `target` names: a file, a crate directory, or a registered factory.
 async fn load(host: &Host, target: &str) -> Result<Factory> {
     let path = PathBuf::from(target);
@@ -100,14 +96,15 @@ fn remote_target(target: &str) -> Result<String> {
     Ok(target.to_string())
 }
 
-/// Open the store here, or `None` when another process holds it.
-async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<Arc<Host>>> {
+/// Open the store here with the backend configuration, or `None` when another process
+/// holds it.
+async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Arc<Host>, Arc<Config>)>> {
     if out.detach {
         return Ok(None);
     }
-    let backend = make_backend(g, out)?;
-    match context::open_or_reach(g, || backend.clone()).await? {
-        Access::Local(host) => Ok(Some(host)),
+    let config = Arc::new(load_config(g, out.backend.config.as_ref())?);
+    match context::open_or_reach(g, config.clone()).await? {
+        Access::Local(host) => Ok(Some((host, config))),
         Access::Remote(_) => Ok(None),
     }
 }
@@ -120,7 +117,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
     let limits = a.limits.limits();
     let grants = a.consent.grants()?;
-    let Some(host) = open_local(g, &a.out).await? else {
+    let Some((host, config)) = open_local(g, &a.out).await? else {
+        let backend = a.out.backend.remote_choice()?;
         let component = remote_target(&a.target)?;
         let yes = &a.consent.yes;
         let declined = !trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants)).await?;
@@ -129,7 +127,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             component,
             args,
             limits,
-            backend: Some(serde_json::to_value(a.out.backend.absolute()?)?),
+            backend,
             grants,
             declined,
         };
@@ -138,6 +136,11 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             Some(envelope) => report(envelope, &a.out),
             None => Ok(ExitCode::SUCCESS),
         };
+    };
+    // An unusable backend is refused before anything is created or asked.
+    let backend = match cassette_backend(&config, &a.out.backend, None)? {
+        Some(backend) => backend,
+        None => host.chosen_backend(&a.out.backend.choice())?,
     };
     let factory = load(&host, &a.target).await?;
     if !trust::consent(g, &a.consent.yes, &a.target, &factory, &limits, Some(&grants)).await? {
@@ -148,8 +151,16 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     let started = events.clone();
     drive(g, &host, &a.out, events, |tx| {
         let on_start = announce(started);
-        let options =
-            RunOptions { args, limits, session, events: Some(tx), on_start: Some(on_start), backend: None, grants };
+        let options = RunOptions {
+            args,
+            limits,
+            session,
+            events: Some(tx),
+            on_start: Some(on_start),
+            backend: Some(backend),
+            choice: Default::default(),
+            grants,
+        };
         let host = host.clone();
         async move { host.run(&factory, options).await }
     })
@@ -159,24 +170,28 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
 pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
     let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
     let limits = a.limits.limits();
-    let Some(host) = open_local(g, &a.out).await? else {
+    let Some((host, config)) = open_local(g, &a.out).await? else {
+        let backend = a.out.backend.remote_choice()?;
         let component = match &a.component {
             Some(path) => Some(std::path::absolute(target::resolve(path)?)?),
             None => None,
         };
-        if let Some(file) = &component {
-            let source = file.display().to_string();
-            if !trust::consent_remote(g, &a.yes, &source, &source, &limits, None).await? {
-                eprintln!("factory: not resumed: the component was declined");
-                return Ok(ExitCode::from(1));
+        match &component {
+            Some(file) => {
+                let source = file.display().to_string();
+                if !trust::consent_remote(g, &a.yes, &source, &source, &limits, None).await? {
+                    eprintln!("factory: not resumed: the component was declined");
+                    return Ok(ExitCode::from(1));
+                }
             }
+            None => reapprove(g, &a.yes, &Access::Remote(factory_host::control::socket_path(&g.state_dir)), &a.run_id).await?,
         }
         let request = Request::Resume {
             session: g.session.clone(),
             run_id: a.run_id.clone(),
             component,
             limits,
-            backend: Some(serde_json::to_value(a.out.backend.absolute()?)?),
+            backend,
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) => report(envelope, &a.out),
@@ -193,19 +208,49 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             }
             Some(factory)
         }
-        None => None,
+        None => {
+            reapprove(g, &a.yes, &Access::Local(host.clone()), &a.run_id).await?;
+            None
+        }
+    };
+    // A cassette wraps the run's recorded backend unless --backend names another.
+    let backend = if a.out.backend.cassette() {
+        let recorded = host.envelope(&g.session, &a.run_id)?.backend;
+        cassette_backend(&config, &a.out.backend, recorded.as_ref())?
+    } else {
+        None
     };
     let session = Some(g.session.clone());
     let run_id = a.run_id.clone();
     let started = events.clone();
+    let choice = a.out.backend.choice();
     drive(g, &host, &a.out, events, |tx| {
         let on_start = announce(started);
-        let options =
-            ResumeOptions { limits, component, session, events: Some(tx), on_start: Some(on_start), backend: None };
+        let options = ResumeOptions {
+            limits,
+            component,
+            session,
+            events: Some(tx),
+            on_start: Some(on_start),
+            backend,
+            choice,
+        };
         let host = host.clone();
         async move { host.resume(&run_id, options).await }
     })
     .await
+}
+
+/// Consent again to the component a resume runs (the run's last one), as
+/// [`trust::reapprove`] says.
+async fn reapprove(g: &GlobalArgs, yes: &YesArg, access: &Access, run_id: &str) -> Result<()> {
+    let detail = super::observe::ask_with(access, Request::Detail { session: g.session.clone(), run_id: run_id.into() }).await?;
+    let factory = detail["factory"].as_str().unwrap_or_default();
+    match detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(|h| h.as_str()) {
+        Some(hash) => trust::reapprove(g, yes, run_id, factory, hash).await,
+        // A run with no attempt yet has nothing to approve again; the resume says why it cannot start.
+        None => Ok(()),
+    }
 }
 
 /// An `on_start` hook that writes `run_started` to the events sink, if there is one.

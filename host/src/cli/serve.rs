@@ -2,7 +2,7 @@
 //! `factory run --detach` (or by a `factory run` in another terminal) execute here. On
 //! SIGINT/SIGTERM it stops its runs as `halted` (resumable) and exits.
 
-use super::backends::{run_backend, BackendArgs};
+use super::backends::load_config;
 use super::context::{open_host, serve as serve_socket};
 use super::GlobalArgs;
 use anyhow::{Context, Result};
@@ -13,13 +13,23 @@ use tokio::signal::unix::{signal, SignalKind};
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// The default backend for runs that do not choose one.
-    #[command(flatten)]
-    backend: BackendArgs,
+    /// The default backend for runs that do not choose one (default: the config's
+    /// `default`, else `dry-run`). Resumed runs use the backend they recorded.
+    #[arg(long, value_name = "SPEC")]
+    backend: Option<String>,
+    /// The backend config file (default: factory.toml in the state directory, if present).
+    #[arg(long, env = "FACTORY_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
 }
 
 pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
-    let host = open_host(g, run_backend(g, &a.backend)?)
+    let mut config = load_config(g, a.config.as_ref())?;
+    if let Some(name) = a.backend {
+        // Checked now, so a daemon with an unusable default says so at start.
+        config.run_backend(Some(&name), None).with_context(|| format!("setting up backend `{name}`"))?;
+        config.default = Some(name);
+    }
+    let host = open_host(g, std::sync::Arc::new(config))
         .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());

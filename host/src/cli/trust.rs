@@ -257,6 +257,47 @@ pub async fn consent_remote(
     ask(g, &factory, source, overrides, grants).await
 }
 
+/// Consent again before a resume runs a run's recorded component: one built here or trusted
+/// runs; `--yes` runs it this once; otherwise (its approval was revoked, or it first ran with
+/// `--yes`) the user is asked on a terminal. Errors: `reapproval_declined` (answered no),
+/// `no_approval_provider` (no terminal to ask on).
+pub async fn reapprove(g: &GlobalArgs, yes: &YesArg, run_id: &str, factory: &str, hash: &str) -> Result<()> {
+    if target::built_here().iter().any(|(built, _)| built == hash) {
+        return Ok(());
+    }
+    let store = store(g);
+    if store.is_trusted(hash)? || yes.yes {
+        return Ok(());
+    }
+    if !interactive() {
+        bail!(
+            "no_approval_provider: run {run_id} runs factory `{factory}` (sha256 {hash}), which is not trusted on this \
+             machine (its approval was revoked, or it ran with --yes), and there is no terminal to ask: pass --yes to \
+             resume it this once, or approve it with `factory trust`"
+        );
+    }
+    eprint!(
+        "factory: run {run_id} runs factory `{factory}` (sha256 {hash}), which is not trusted on this machine \
+         (its approval was revoked, or it ran with --yes).\n  It runs in the same sandbox either way; approving only \
+         lets it start.\nResume it? [y/N] "
+    );
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .context("reading the answer")?
+    .context("reading the answer")?;
+    if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        bail!("reapproval_declined: run {run_id} was not resumed (its component was declined)");
+    }
+    let entry = TrustedComponent { name: Some(factory.to_string()), ..TrustedComponent::new(hash.to_string(), TrustSource::Approved) };
+    if let Err(e) = store.trust(entry) {
+        eprintln!("factory: warning: cannot remember the approval: {e}");
+    }
+    Ok(())
+}
+
 /// Say that the run was declined; `--json` prints its envelope. Exit code 1.
 pub fn report_declined(envelope: &RunEnvelope, json: bool) -> Result<ExitCode> {
     if json {

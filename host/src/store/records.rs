@@ -27,6 +27,9 @@ pub struct RunRecord {
     pub limits: Limits,
     /// The component sha256 each attempt ran.
     pub component_hashes: Vec<String>,
+    /// The backend each attempt used (empty for runs recorded before backends were).
+    #[serde(default)]
+    pub backends: Vec<crate::backend::BackendRef>,
     /// Read-only directories granted to the run.
     #[serde(default)]
     pub grants: Vec<String>,

@@ -102,6 +102,8 @@ impl Factory for Probe {
                 let b: u32 = ctx.step("answer", || async { Ok(7) }).await?;
                 Ok(json!({ "a": a, "b": b }))
             }
+            // The JSON value `null` is a result (distinct from "no result", which is `()`).
+            "null" => Ok(Value::Null),
             other => Err(Error::msg(format!("unknown case `{other}`"))),
         }
     }

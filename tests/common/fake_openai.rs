@@ -1,0 +1,201 @@
+//! A small OpenAI-compatible chat-completions server on 127.0.0.1 for tests that drive the
+//! real binary: it answers with latency, can be switched to fail (an HTTP status, an absurd
+//! `Retry-After`, usage near `u64::MAX`, a body that is not UTF-8) while the test runs, and
+//! records every prompt it answered, so a test can count what reached the backend.
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How the server answers.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// A chat completion `real answer to: <prompt>` after `latency`, with small usage.
+    Answer { latency: Duration },
+    /// Answer `ok` more requests, then switch to `then`.
+    AnswerThen { ok: usize, then: Box<Mode> },
+    /// This HTTP status with an OpenAI-style error body.
+    Status(u16),
+    /// 429 with this `retry-after-ms` header value.
+    RetryAfterMs(&'static str),
+    /// A completion whose usage reports `u64::MAX` tokens each way.
+    HugeUsage,
+    /// 200 with a body that is not UTF-8.
+    NotUtf8,
+}
+
+#[derive(Default)]
+struct State {
+    mode: Option<Mode>,
+    answered: Vec<String>,
+    requests: usize,
+}
+
+/// The running server (stopped when dropped).
+pub struct FakeOpenAi {
+    port: u16,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeOpenAi {
+    /// Start on a free port.
+    pub async fn start(mode: Mode) -> FakeOpenAi {
+        FakeOpenAi::start_on(0, mode).await
+    }
+
+    /// Start on `port` (0: any free one).
+    pub async fn start_on(port: u16, mode: Mode) -> FakeOpenAi {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind 127.0.0.1");
+        let port = listener.local_addr().expect("local addr").port();
+        let state = Arc::new(Mutex::new(State { mode: Some(mode), ..State::default() }));
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        eprintln!("fake_openai: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    }
+                };
+                let state = shared.clone();
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let state = state.clone();
+                    async move {
+                        let bytes = req.into_body().collect().await?.to_bytes();
+                        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                        Ok::<_, hyper::Error>(answer(&state, &body).await)
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        FakeOpenAi { port, state, task }
+    }
+
+    /// A port nothing listens on (it was free a moment ago).
+    pub fn free_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        listener.local_addr().expect("local addr").port()
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the `base_url` of a backend pointing here.
+    pub fn base_url(&self) -> String {
+        base_url(self.port)
+    }
+
+    /// Answer the next requests this way.
+    pub fn set(&self, mode: Mode) {
+        self.state.lock().unwrap().mode = Some(mode);
+    }
+
+    /// The prompts answered with a completion, in order.
+    pub fn answered(&self) -> Vec<String> {
+        self.state.lock().unwrap().answered.clone()
+    }
+
+    /// Requests received, answered or not.
+    pub fn requests(&self) -> usize {
+        self.state.lock().unwrap().requests
+    }
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `http://127.0.0.1:PORT/v1`.
+pub fn base_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+/// The text the server answers `prompt` with.
+pub fn answer_text(prompt: &str) -> String {
+    format!("real answer to: {prompt}")
+}
+
+fn user_prompt(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn completion(content: &str, prompt_tokens: u64, completion_tokens: u64) -> String {
+    json!({
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "model": "fake",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    })
+    .to_string()
+}
+
+fn respond(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::builder().status(status).header("content-type", "application/json");
+    for (name, value) in headers {
+        response = response.header(*name, *value);
+    }
+    response.body(Full::new(body.into())).expect("a valid response")
+}
+
+async fn answer(state: &Mutex<State>, body: &Value) -> Response<Full<Bytes>> {
+    let prompt = user_prompt(body);
+    let mode = {
+        let mut state = state.lock().unwrap();
+        state.requests += 1;
+        let mode = state.mode.clone().unwrap_or(Mode::Status(500));
+        match mode {
+            Mode::AnswerThen { ok: 0, then } => {
+                state.mode = Some((*then).clone());
+                *then
+            }
+            Mode::AnswerThen { ok, then } => {
+                state.mode = Some(Mode::AnswerThen { ok: ok - 1, then });
+                Mode::Answer { latency: Duration::ZERO }
+            }
+            other => other,
+        }
+    };
+    match mode {
+        Mode::Answer { latency } => {
+            tokio::time::sleep(latency).await;
+            state.lock().unwrap().answered.push(prompt.clone());
+            respond(200, &[], completion(&answer_text(&prompt), 10, 5))
+        }
+        Mode::AnswerThen { .. } => unreachable!("resolved above"),
+        Mode::Status(status) => {
+            let body = json!({"error": {"message": format!("injected HTTP {status}"), "type": "test"}}).to_string();
+            respond(status, &[], body)
+        }
+        Mode::RetryAfterMs(value) => {
+            let body = json!({"error": {"message": "slow down", "type": "rate_limit"}}).to_string();
+            respond(429, &[("retry-after-ms", value), ("retry-after", value)], body)
+        }
+        Mode::HugeUsage => {
+            state.lock().unwrap().answered.push(prompt.clone());
+            respond(200, &[], completion(&answer_text(&prompt), u64::MAX, u64::MAX))
+        }
+        Mode::NotUtf8 => respond(200, &[], Bytes::from_static(b"{\"choices\": [\xff\xfe\xc3\x28]}")),
+    }
+}
