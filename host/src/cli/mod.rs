@@ -1,6 +1,7 @@
 //! The `factory` CLI: argument parsing (clap) and one module per subcommand.
 
 mod backends;
+mod config;
 mod context;
 mod describe;
 mod events;
@@ -31,9 +32,17 @@ struct Cli {
 /// Options every subcommand shares.
 #[derive(Args, Clone)]
 pub struct GlobalArgs {
-    /// Where runs, journals and registered factories are stored.
-    #[arg(long, global = true, env = "FACTORY_STATE_DIR", default_value = ".factory", value_name = "DIR")]
+    /// Where runs, journals, trust and registered factories are stored (default:
+    /// $XDG_STATE_HOME/factory, else ~/.local/state/factory; never the working directory).
+    #[arg(long = "state-dir", global = true, env = "FACTORY_STATE_DIR", value_name = "DIR")]
+    pub state_dir_arg: Option<PathBuf>,
+    /// The state directory in use (resolved by [`GlobalArgs::resolve`]).
+    #[arg(skip)]
     pub state_dir: PathBuf,
+    /// Whether the state directory is project-local (at or below the working directory):
+    /// then trust is kept in the user-level state directory instead.
+    #[arg(skip)]
+    pub state_dir_is_project_local: bool,
     /// The group-commit window of the store, in milliseconds: journal entries are made
     /// durable together at most this long after they are written.
     #[arg(long, global = true, env = "FACTORY_COMMIT_WINDOW_MS", default_value_t = 10, value_name = "MS")]
@@ -41,6 +50,30 @@ pub struct GlobalArgs {
     /// The owner session: runs are visible only to the session that started them.
     #[arg(long, global = true, env = "FACTORY_SESSION", default_value = factory_host::DEFAULT_SESSION)]
     pub session: String,
+}
+
+impl GlobalArgs {
+    /// Fill in the state directory: `--state-dir`/`$FACTORY_STATE_DIR`, else the user-level
+    /// default.
+    fn resolve(&mut self) -> anyhow::Result<()> {
+        self.state_dir = match &self.state_dir_arg {
+            Some(dir) => dir.clone(),
+            None => factory_host::access::default_state_dir()?,
+        };
+        self.state_dir_is_project_local = factory_host::access::is_project_local(&self.state_dir);
+        Ok(())
+    }
+
+    /// Where trust approvals are kept: the state directory, unless that is project-local
+    /// (a repository's `.factory`), whose approvals are not the user's: then the user-level
+    /// state directory.
+    pub fn trust_dir(&self) -> anyhow::Result<PathBuf> {
+        if self.state_dir_is_project_local {
+            Ok(factory_host::access::default_state_dir()?)
+        } else {
+            Ok(self.state_dir.clone())
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -81,6 +114,8 @@ enum Command {
     },
     /// Approve a component so runs need no consent (`--revoke` to undo); list trusted ones.
     Trust(trust::TrustArgs),
+    /// Which config file is used; approve (`allow`) or forget (`deny`) a project-local one.
+    Config(config::ConfigArgs),
 }
 
 /// Limit overrides shared by `run` and `resume`.
@@ -121,7 +156,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let g = cli.global;
+    let mut g = cli.global;
+    if let Err(e) = g.resolve() {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
     let outcome = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(&g, args).await,
@@ -139,6 +178,7 @@ pub fn main() -> ExitCode {
             Command::Describe(args) => describe::describe(args).await,
             Command::Backends(args) => backends::backends(&g, args).await,
             Command::Trust(args) => trust::trust(&g, args).await,
+            Command::Config(args) => config::config(&g, args),
             Command::Build { dir } => {
                 let built = target::build(&dir)?;
                 trust::remember_built(&g);

@@ -61,14 +61,22 @@ pub struct TrustArgs {
     json: bool,
 }
 
-fn store(g: &GlobalArgs) -> TrustStore {
-    TrustStore::in_state_dir(&g.state_dir)
+/// The trust store: in the state directory, or the user-level one when the state directory
+/// is project-local (see [`GlobalArgs::trust_dir`]).
+fn store(g: &GlobalArgs) -> Result<TrustStore> {
+    Ok(TrustStore::in_state_dir(&g.trust_dir()?))
 }
 
 /// Record the components this process built as trusted (built on this machine). A failure
 /// is only a warning: the next run of such a component asks again.
 pub fn remember_built(g: &GlobalArgs) {
-    let store = store(g);
+    let store = match store(g) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("factory: warning: cannot record a built component as trusted: {e:#}");
+            return;
+        }
+    };
     for (hash, path) in target::built_here() {
         let entry = TrustedComponent {
             path: Some(path.display().to_string()),
@@ -98,7 +106,7 @@ fn settled(g: &GlobalArgs, yes: &YesArg, hash: &str, source: &str, name: Option<
         remember_built(g);
         return Ok(true);
     }
-    let store = store(g);
+    let store = store(g)?;
     if store.is_trusted(hash)? {
         return Ok(true);
     }
@@ -199,7 +207,7 @@ async fn ask(
             path: Some(source.to_string()),
             ..TrustedComponent::new(factory.component.hash.clone(), TrustSource::Approved)
         };
-        if let Err(e) = store(g).trust(entry) {
+        if let Err(e) = store(g).and_then(|s| Ok(s.trust(entry)?)) {
             eprintln!("factory: warning: cannot remember the approval: {e}");
         }
     }
@@ -284,7 +292,7 @@ pub async fn decline(
 
 /// `factory trust [TARGET] [--revoke] [--json]`.
 pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
-    let store = store(g);
+    let store = store(g)?;
     let Some(target) = a.target else {
         if a.revoke {
             bail!("--revoke needs the component (file, crate directory or sha256) to stop trusting");
