@@ -4,6 +4,7 @@ mod backends;
 mod config;
 mod context;
 mod describe;
+mod escape;
 mod events;
 mod observe;
 mod progress_ui;

@@ -8,6 +8,7 @@
 //! CLI, and the host never reads the trust store. Also `--allow-read DIR` (read-only grants)
 //! and the `factory trust` subcommand.
 
+use super::escape::esc;
 use super::events::EventSink;
 use super::{target, GlobalArgs};
 use anyhow::{bail, Context, Result};
@@ -116,7 +117,7 @@ fn settled(g: &GlobalArgs, yes: &YesArg, hash: &str, source: &str, name: Option<
     if interactive() {
         return Ok(false);
     }
-    let named = name.map(|n| format!("factory `{n}`, ")).unwrap_or_default();
+    let named = name.map(|n| format!("factory `{}`, ", esc(n))).unwrap_or_default();
     bail!(
         "`{source}` ({named}sha256 {hash}) is not trusted on this machine and there is no terminal to ask for consent: \
          pass --yes to run it this once, or approve it first with `factory trust {source}` (trust store: {})",
@@ -161,10 +162,10 @@ async fn ask(
     let wasi = factory.component.imports.iter().any(|i| i.starts_with("wasi:"));
     let mut text = String::new();
     text.push_str("factory: this component was not built on this machine and is not trusted yet:\n");
-    text.push_str(&format!("  source:   {source}\n"));
-    text.push_str(&format!("  name:     {}\n", meta.name));
+    text.push_str(&format!("  source:   {}\n", esc(source)));
+    text.push_str(&format!("  name:     {}\n", esc(&meta.name)));
     if let Some(line) = meta.description.lines().next() {
-        text.push_str(&format!("            {line}\n"));
+        text.push_str(&format!("            {}\n", esc(line)));
     }
     text.push_str(&format!("  sha256:   {}\n", factory.component.hash));
     text.push_str(&format!("  limits:   {} (declared: {})\n", show_limits(&effective), show_limits(&meta.limits)));
@@ -307,7 +308,7 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
                     "{}  {:<8}  {:<20}  {}  {}",
                     c.sha256,
                     source.as_str().unwrap_or("?"),
-                    c.name.as_deref().unwrap_or("-"),
+                    esc(c.name.as_deref().unwrap_or("-")),
                     c.added_at,
                     c.path.as_deref().unwrap_or("")
                 );
@@ -348,9 +349,9 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         ..TrustedComponent::new(hash.clone(), if built { TrustSource::Built } else { TrustSource::Approved })
     };
     if store.trust(entry)? {
-        println!("trusted {} (sha256 {hash})", factory.meta.name);
+        println!("trusted {} (sha256 {hash})", esc(&factory.meta.name));
     } else {
-        println!("already trusted: {} (sha256 {hash})", factory.meta.name);
+        println!("already trusted: {} (sha256 {hash})", esc(&factory.meta.name));
     }
     Ok(ExitCode::SUCCESS)
 }
