@@ -119,21 +119,56 @@ enum Command {
     Config(config::ConfigArgs),
 }
 
-/// Limit overrides shared by `run` and `resume`.
+/// Limit overrides shared by `run` and `resume`. Each value is checked by the library's
+/// [`Limits::validate`] while parsing, so `--timeout-seconds -1` (negative numbers are
+/// accepted as values) reports the limit's own error, exit code 2.
 #[derive(Args, Debug, Default, Clone)]
 pub struct LimitArgs {
     /// Override maxConcurrentSubagents (positive integer).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_max_concurrent)]
     pub max_concurrent_subagents: Option<u32>,
     /// Override maxTotalSubagents (positive integer).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_max_total)]
     pub max_total_subagents: Option<u32>,
     /// Override timeoutSeconds (positive, fractions allowed, at most 2147483.647).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_timeout)]
     pub timeout_seconds: Option<f64>,
     /// Override maxAiCredits (positive).
-    #[arg(long, value_name = "CREDITS")]
+    #[arg(long, value_name = "CREDITS", allow_negative_numbers = true, value_parser = parse_credits)]
     pub max_ai_credits: Option<f64>,
+}
+
+/// A count limit: an integer the library accepts, else its [`factory_host::limits::LimitError`] text.
+fn parse_count(field: &'static str, text: &str, set: fn(u32) -> Limits) -> Result<u32, String> {
+    let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
+    let n: i128 = text.trim().parse().map_err(|_| wrong(format!("must be a positive integer, got {text}")))?;
+    let n = u32::try_from(n).map_err(|_| wrong(format!("must be a positive integer of at most {}, got {n}", u32::MAX)))?;
+    set(n).validate().map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+/// A number limit: a number the library accepts, else its error text.
+fn parse_number(field: &'static str, text: &str, set: fn(f64) -> Limits) -> Result<f64, String> {
+    let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
+    let x: f64 = text.trim().parse().map_err(|_| wrong(format!("must be a positive finite number, got {text}")))?;
+    set(x).validate().map_err(|e| e.to_string())?;
+    Ok(x)
+}
+
+fn parse_max_concurrent(text: &str) -> Result<u32, String> {
+    parse_count("maxConcurrentSubagents", text, |n| Limits { max_concurrent_subagents: Some(n), ..Limits::default() })
+}
+
+fn parse_max_total(text: &str) -> Result<u32, String> {
+    parse_count("maxTotalSubagents", text, |n| Limits { max_total_subagents: Some(n), ..Limits::default() })
+}
+
+fn parse_timeout(text: &str) -> Result<f64, String> {
+    parse_number("timeoutSeconds", text, |t| Limits { timeout_seconds: Some(t), ..Limits::default() })
+}
+
+fn parse_credits(text: &str) -> Result<f64, String> {
+    parse_number("maxAiCredits", text, |c| Limits { max_ai_credits: Some(c), ..Limits::default() })
 }
 
 impl LimitArgs {
