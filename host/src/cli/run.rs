@@ -247,19 +247,22 @@ where
             let _ = writeln!(std::io::stderr(), "\nfactory: {text}");
         };
         tokio::spawn(async move {
-            tokio::select! {
+            let why = tokio::select! {
                 Ok(()) = tokio::signal::ctrl_c() => {
                     say("interrupted, cancelling the run...");
                     host.cancel_all();
+                    return;
                 }
-                Some(()) = term.recv() => {
-                    host.shutdown();
-                    say("terminated; the run ends as halted (resume it later)");
-                }
-                Some(()) = hangup.recv() => {
-                    host.shutdown();
-                    say("hung up; the run ends as halted (resume it later)");
-                }
+                Some(()) = term.recv() => "terminated",
+                Some(()) = hangup.recv() => "hung up",
+                else => return,
+            };
+            say(&format!("{why}; the run ends as halted (resume it later)"));
+            // Halt until this task is aborted (the run has ended): a signal that came before
+            // the run registered itself still halts it once it has.
+            loop {
+                host.shutdown();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         })
     };
