@@ -1,6 +1,11 @@
 //! Loading a factory component: recognise the bytes (core module, component, garbage),
 //! hash them (sha256), compile once and cache the serialized artifact on disk keyed by hash
 //! and engine, link against the host's imports and check the exports through `InstancePre`.
+//!
+//! A cached artifact is native code that is mapped and run, so it is used only when it is
+//! ours: the file and its directory must be owned by this user and not writable by group or
+//! others (else the component is compiled again, and a debug log says why). The cache
+//! directory is created `0700` and artifacts `0600`.
 
 use crate::contract::FactoryPre;
 use crate::sandbox::RunData;
@@ -137,7 +142,7 @@ impl ComponentLoader {
 
     fn compile_cached(&self, hash: &str, bytes: &[u8]) -> Result<(Component, CompileOrigin), LoadError> {
         if let Some(path) = self.cache_path(hash) {
-            if path.exists() {
+            if path.exists() && cache_file_is_ours(&path) {
                 // SAFETY: the artifact was written by `Component::serialize` of an engine with
                 // the same compatibility hash (it is in the file name), into the user's own
                 // cache directory; wasmtime still checks its header and engine settings. If
@@ -163,13 +168,41 @@ fn host_provides(import: &str) -> bool {
     import.starts_with("agent:factory/") || import.starts_with("wasi:")
 }
 
+/// May the cached artifact at `path` be deserialized? Only a regular file (not a symlink)
+/// in a directory, both owned by us and writable by nobody else: anyone who can write it
+/// chooses the machine code we run.
+fn cache_file_is_ours(path: &Path) -> bool {
+    let checked = std::fs::symlink_metadata(path).map_err(|e| e.to_string()).and_then(|meta| {
+        if !meta.file_type().is_file() {
+            return Err("is not a regular file".to_string());
+        }
+        crate::access::check_owned_private(&meta)?;
+        let dir = path.parent().ok_or_else(|| "has no directory".to_string())?;
+        let dir_meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+        crate::access::check_owned_private(&dir_meta).map_err(|e| format!("its directory {e}"))
+    });
+    match checked {
+        Ok(()) => true,
+        Err(problem) => {
+            tracing::debug!("compile cache: not using {} ({problem}); compiling again", path.display());
+            false
+        }
+    }
+}
+
 /// Write via a temporary file and rename, so a concurrent reader never sees half a file.
+/// The directory is created `0700`, the file `0600`.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::access::create_private_dir(dir)?;
     }
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
+    let written = crate::access::create_private_file(&tmp).and_then(|mut file| file.write_all(bytes));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     std::fs::rename(&tmp, path)
 }
 
@@ -182,5 +215,26 @@ mod tests {
         assert!(matches!(classify(b"hello world"), Err(LoadError::NotWasm)));
         assert!(matches!(classify(b"\0asm\x01\0\0\0"), Err(LoadError::CoreModule)));
         assert!(classify(b"\0asm\x0d\0\x01\0").is_ok());
+    }
+
+    #[test]
+    fn a_cache_file_others_can_write_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("factory-cache-{}", uuid::Uuid::new_v4()));
+        let file = dir.join("x.cwasm");
+        write_atomically(&file, b"artifact").expect("write");
+        assert_eq!(std::fs::metadata(&dir).expect("dir").permissions().mode() & 0o777, 0o700);
+        assert_eq!(std::fs::metadata(&file).expect("file").permissions().mode() & 0o777, 0o600);
+        assert!(cache_file_is_ours(&file));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        assert!(!cache_file_is_ours(&file));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod dir");
+        assert!(!cache_file_is_ours(&file), "a directory others can write lets them swap the file");
+        let link = std::env::temp_dir().join(format!("factory-cache-link-{}", uuid::Uuid::new_v4()));
+        std::os::unix::fs::symlink(&file, &link).expect("symlink");
+        assert!(!cache_file_is_ours(&link));
+        let _ = std::fs::remove_file(link);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

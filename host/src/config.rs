@@ -1,8 +1,18 @@
 //! `factory.toml`: the user's backend configuration — named backends, the default one, how
-//! a call's `options.model` routes to a backend and model name, and prices. It is found via
-//! `--config` (or `$FACTORY_CONFIG`), else `factory.toml` in the state directory; with no
-//! file, the built-in backends (`dry-run`, `openai`, `anthropic`, `cli:PRESET`,
-//! `script:FILE`) still work.
+//! a call's `options.model` routes to a backend and model name, and prices. It is found
+//! ([`Config::discover`]) via `--config` (or `$FACTORY_CONFIG`), else `factory.toml` in the
+//! state directory, else `./.factory/factory.toml` (a project's), else the user's
+//! `$XDG_CONFIG_HOME/factory/factory.toml` (`~/.config/factory/factory.toml`); with no file,
+//! the built-in backends (`dry-run`, `openai`, `anthropic`, `cli:PRESET`, `script:FILE`)
+//! still work.
+//!
+//! A config chooses commands the host executes (`kind = "cli"`), so a file that came with
+//! the working directory is never used on its own: a discovered file at or below the
+//! current directory ([`crate::access::is_project_local`]) is used only when its exact
+//! contents were approved with `factory config allow FILE` (an edited file needs approving
+//! again); every discovered or named file must be owned by the user and not writable by
+//! group or others. Built-in backend names (`dry-run`, `dry`, `openai`, `anthropic`, and any
+//! name with a `:` such as `cli:claude` or `script:x`) cannot be redefined.
 //!
 //! ```toml
 //! default = "local"                     # used when --backend is not given
@@ -66,6 +76,20 @@ pub enum ConfigError {
     /// A name that is neither configured nor built in.
     #[error(transparent)]
     Spec(#[from] BackendSpecError),
+    /// A `[backends.NAME]` entry that would shadow a built-in backend.
+    #[error("invalid config `{path}`: `[backends.{name}]` redefines a built-in backend name; choose another name (built-in names: dry-run, dry, openai, anthropic, and any name with a `:` such as cli:claude or script:FILE)")]
+    Reserved { path: String, name: String },
+    /// A project-local config whose contents the user has not approved.
+    #[error("config `{path}` came with this directory (it is at or below the working directory) and these contents (sha256 {sha256}) were not approved: review it, then run `factory config allow {path}`, or name a config of your own with --config")]
+    NotAllowed { path: String, sha256: String },
+    /// A config file someone else could have written, or the allow list is unusable.
+    #[error(transparent)]
+    Access(#[from] crate::access::AccessError),
+}
+
+/// Is `name` a built-in backend spelling (or in the reserved `prefix:` namespace)?
+pub fn is_reserved_name(name: &str) -> bool {
+    backend::is_builtin_spec(name) || name.contains(':')
 }
 
 /// A credit amount: a TOML number, or a decimal string for exactness.
@@ -237,6 +261,10 @@ pub struct Config {
 /// The config file's name in the state directory.
 pub const CONFIG_FILE: &str = "factory.toml";
 
+/// The project directory (relative to the working directory) whose `factory.toml` is
+/// discovered, and used once allowed.
+pub const PROJECT_DIR: &str = ".factory";
+
 fn secs(name: &str, what: &str, value: f64) -> Result<Duration, ConfigError> {
     Duration::try_from_secs_f64(value).map_err(|_| ConfigError::Invalid {
         name: name.into(),
@@ -249,6 +277,9 @@ impl Config {
     pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
         let config: Config =
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        if let Some(name) = config.backends.keys().find(|name| is_reserved_name(name)) {
+            return Err(ConfigError::Reserved { path: path.into(), name: name.clone() });
+        }
         for route in &config.routes {
             if !config.backends.contains_key(&route.backend) && !backend::is_builtin_spec(&route.backend) {
                 return Err(ConfigError::Parse {
@@ -267,18 +298,52 @@ impl Config {
         Config::parse(&text, &shown)
     }
 
-    /// The config at `explicit` (which must exist), else `factory.toml` in `state_dir` if
-    /// that file exists, else none.
+    /// The config at `explicit` (which must exist), else the first file that exists of
+    /// `<state_dir>/factory.toml`, `./.factory/factory.toml` and the user's
+    /// `<config-dir>/factory.toml`, else none. The file must be owned by the user and not
+    /// writable by others; a discovered project-local file must have been approved with
+    /// `factory config allow` ([`ConfigError::NotAllowed`] otherwise).
     pub fn discover(explicit: Option<&Path>, state_dir: &Path) -> Result<Option<Self>, ConfigError> {
         if let Some(path) = explicit {
-            return Config::load(path).map(Some);
+            return Config::load_checked(path, false).map(Some);
         }
-        let path = state_dir.join(CONFIG_FILE);
-        if path.is_file() {
-            Config::load(&path).map(Some)
-        } else {
-            Ok(None)
+        match Config::discover_path(state_dir) {
+            Some(path) => Config::load_checked(&path, crate::access::is_project_local(&path)).map(Some),
+            None => Ok(None),
         }
+    }
+
+    /// The file [`Config::discover`] would read without `--config`, if any exists.
+    pub fn discover_path(state_dir: &Path) -> Option<PathBuf> {
+        let mut candidates = vec![state_dir.join(CONFIG_FILE), Path::new(PROJECT_DIR).join(CONFIG_FILE)];
+        if let Ok(dir) = crate::access::user_config_dir() {
+            candidates.push(dir.join(CONFIG_FILE));
+        }
+        candidates.into_iter().find(|path| path.is_file())
+    }
+
+    /// Read `path` once, check its owner and mode, and (when `project_local`) that these
+    /// exact bytes were allowed; then parse them.
+    fn load_checked(path: &Path, project_local: bool) -> Result<Self, ConfigError> {
+        use std::io::Read;
+        let shown = path.display().to_string();
+        let read = |source| ConfigError::Read { path: shown.clone(), source };
+        let mut file = std::fs::File::open(path).map_err(read)?;
+        let meta = file.metadata().map_err(read)?;
+        crate::access::check_owned_private(&meta).map_err(|problem| {
+            ConfigError::Access(crate::access::AccessError::Unsafe { path: shown.clone(), problem })
+        })?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(read)?;
+        if project_local {
+            let sha256 = crate::access::sha256_hex(&bytes);
+            if !crate::access::AllowList::user()?.is_allowed(path, &sha256)? {
+                return Err(ConfigError::NotAllowed { path: shown, sha256 });
+            }
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|e| ConfigError::Parse { path: shown.clone(), message: e.to_string() })?;
+        Config::parse(&text, &shown)
     }
 
     /// Build the backend called `name`: a configured one, else a built-in spelling. `model`
@@ -531,6 +596,11 @@ mod tests {
         let bad_kind = Config::parse("[backends.a]\nkind = \"telepathy\"", "t").unwrap();
         let Err(e) = bad_kind.backend("a", None) else { panic!("a backend of an unknown kind was built") };
         assert!(e.to_string().contains("unknown kind"), "{e}");
+        for name in ["openai", "dry-run", "dry", "anthropic", "cli:claude", "cli:mine", "script:x"] {
+            let text = format!("[backends.\"{name}\"]\nkind = \"cli\"\ncommand = [\"sh\"]");
+            let e = Config::parse(&text, "t").expect_err(name);
+            assert!(matches!(e, ConfigError::Reserved { .. }) && e.to_string().contains(name), "{e}");
+        }
         let dangling = "[[routes]]\nmodel = \"m\"\nbackend = \"ghost\"";
         assert!(Config::parse(dangling, "t").unwrap_err().to_string().contains("ghost"));
         let bad_price = Config::parse("[backends.a]\nkind = \"openai\"\npricing = { input = -1.0 }", "t").unwrap();

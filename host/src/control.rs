@@ -2,6 +2,12 @@
 //! (a foreground `factory run`, or `factory serve`) answers control requests on a Unix
 //! socket in the state directory. Another `factory runs/show/progress/wait/cancel` connects
 //! there instead of failing on the lock. One JSON request line, one JSON response line.
+//!
+//! Only the user who owns the process may talk to it: the socket lives in the `0700` state
+//! directory, is itself `0600`, and the server checks every peer's uid (`SO_PEERCRED`) and
+//! answers any other uid with a `forbidden` error and nothing else. A request line is at
+//! most [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_READ_TIMEOUT`]; the client
+//! reads at most [`MAX_RESPONSE_BYTES`] of answer.
 
 use crate::error::Error;
 use crate::host::{BackendChoice, Host, ResumeOptions, RunOptions};
@@ -10,11 +16,79 @@ use crate::store::ProgressQuery;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 /// The socket's file name inside the state directory.
 pub const SOCKET_FILE: &str = "control.sock";
+
+/// The longest request line the server reads (requests are small: ids, paths, limits).
+pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
+
+/// How long the server waits for a whole request line after a client connects.
+pub const REQUEST_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest response line the client reads (progress pages can be large).
+pub const MAX_RESPONSE_BYTES: u64 = 64 << 20;
+
+/// Read one `\n`-terminated line of at most `limit` bytes (the newline excluded). `Ok(None)`:
+/// the line is longer than `limit`.
+async fn read_line_bounded<R: tokio::io::AsyncRead + Unpin>(read: R, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut line = Vec::new();
+    BufReader::new(read.take(limit + 1)).read_until(b'\n', &mut line).await?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() as u64 > limit {
+        return Ok(None);
+    }
+    Ok(Some(line))
+}
+
+/// Is the peer of `stream` this process's user? `Err` names the peer's uid (or why it is
+/// unknown).
+fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
+    let ours = crate::access::our_uid();
+    match stream.peer_cred() {
+        Ok(cred) if cred.uid() == ours => Ok(()),
+        Ok(cred) => Err(format!("the control socket serves only uid {ours}; uid {} was refused", cred.uid())),
+        Err(e) => Err(format!("the control socket cannot identify its peer ({e}); refused")),
+    }
+}
+
+/// Answer one connection: check the peer, read one bounded request, answer it.
+async fn handle(host: Arc<Host>, stream: UnixStream) {
+    let refused = peer_is_us(&stream).err();
+    let (read, mut write) = stream.into_split();
+    let response = match refused {
+        Some(message) => {
+            tracing::warn!("{message}");
+            Response::Err(RemoteError { code: "forbidden".into(), message })
+        }
+        None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(read, MAX_REQUEST_BYTES)).await {
+            Err(_) => Response::Err(RemoteError {
+                code: "bad_request".into(),
+                message: format!("no complete request within {} s", REQUEST_READ_TIMEOUT.as_secs()),
+            }),
+            Ok(Err(_)) => return,
+            Ok(Ok(None)) => Response::Err(RemoteError {
+                code: "bad_request".into(),
+                message: format!("request larger than {MAX_REQUEST_BYTES} bytes"),
+            }),
+            Ok(Ok(Some(line))) => match serde_json::from_slice::<Request>(&line) {
+                Err(e) => Response::Err(RemoteError { code: "bad_request".into(), message: e.to_string() }),
+                Ok(request) => match answer(&host, request).await {
+                    Ok(value) => Response::Ok(value),
+                    Err(e) => Response::Err(RemoteError::from(&e)),
+                },
+            },
+        },
+    };
+    if let Ok(mut bytes) = serde_json::to_vec(&response) {
+        bytes.push(b'\n');
+        let _ = write.write_all(&bytes).await;
+        let _ = write.shutdown().await;
+    }
+}
 
 /// The socket path for a state directory.
 pub fn socket_path(state_dir: &Path) -> PathBuf {
@@ -225,6 +299,8 @@ pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<Server> {
         std::fs::remove_file(path)?;
     }
     let listener = UnixListener::bind(path)?;
+    // The directory is private already; the socket is too, in case it is not.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = in_flight.clone();
     let accept = tokio::spawn(async move {
@@ -234,23 +310,7 @@ pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<Server> {
             let guard = InFlight(counter.clone());
             tokio::spawn(async move {
                 let _guard = guard;
-                let (read, mut write) = stream.into_split();
-                let mut line = String::new();
-                if BufReader::new(read).read_line(&mut line).await.is_err() {
-                    return;
-                }
-                let response = match serde_json::from_str::<Request>(&line) {
-                    Err(e) => Response::Err(RemoteError { code: "bad_request".into(), message: e.to_string() }),
-                    Ok(request) => match answer(&host, request).await {
-                        Ok(value) => Response::Ok(value),
-                        Err(e) => Response::Err(RemoteError::from(&e)),
-                    },
-                };
-                if let Ok(mut bytes) = serde_json::to_vec(&response) {
-                    bytes.push(b'\n');
-                    let _ = write.write_all(&bytes).await;
-                    let _ = write.shutdown().await;
-                }
+                handle(host, stream).await;
             });
         }
     });
@@ -280,9 +340,15 @@ pub async fn request(path: &Path, request: &Request) -> Result<serde_json::Value
     let mut bytes = serde_json::to_vec(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
     bytes.push(b'\n');
     write.write_all(&bytes).await.map_err(|e| ClientError::Protocol(e.to_string()))?;
-    let mut line = String::new();
-    BufReader::new(read).read_line(&mut line).await.map_err(|e| ClientError::Protocol(e.to_string()))?;
-    match serde_json::from_str::<Response>(&line).map_err(|e| ClientError::Protocol(format!("{e}: {line:?}")))? {
+    let line = read_line_bounded(read, MAX_RESPONSE_BYTES)
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?
+        .ok_or_else(|| ClientError::Protocol(format!("response larger than {MAX_RESPONSE_BYTES} bytes")))?;
+    let parsed = serde_json::from_slice::<Response>(&line).map_err(|e| {
+        let start = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
+        ClientError::Protocol(format!("{e}: {start:?}"))
+    });
+    match parsed? {
         Response::Ok(value) => Ok(value),
         Response::Err(e) => Err(ClientError::Remote(e)),
     }

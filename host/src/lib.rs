@@ -4,6 +4,7 @@
 //! Start with [`Host`]: load a component ([`Host::load_file`]), run it ([`Host::run`]),
 //! read the [`RunEnvelope`].
 
+pub mod access;
 mod agent_key;
 pub mod backend;
 pub mod builder;

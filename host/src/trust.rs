@@ -9,7 +9,8 @@
 //! write takes an exclusive lock on `<state-dir>/trusted.json.lock` for its
 //! read-modify-write (so concurrent writers never lose an entry) and replaces the file
 //! atomically (temporary file, fsync, rename). A file that does not parse is an error, never
-//! an empty store: trust fails closed.
+//! an empty store: trust fails closed. The directory is created `0700`, the file and its
+//! lock `0600` (see [`crate::access`]).
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -159,13 +160,11 @@ impl TrustStore {
     fn update(&self, change: impl FnOnce(&mut TrustFile) -> bool) -> Result<bool, TrustError> {
         let write_err = |source| TrustError::Write { path: self.shown(), source };
         if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(write_err)?;
+            crate::access::create_private_dir(dir).map_err(write_err)?;
         }
         let lock_path = self.path.with_extension("json.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
+        let lock = crate::access::private_file_options()
             .truncate(false)
-            .write(true)
             .open(&lock_path)
             .map_err(|source| TrustError::Read { path: lock_path.display().to_string(), source })?;
         lock.lock().map_err(|source| TrustError::Read { path: lock_path.display().to_string(), source })?;
@@ -179,7 +178,7 @@ impl TrustStore {
         text.push(b'\n');
         let tmp = self.path.with_extension(format!("json.tmp{}", std::process::id()));
         let written = (|| {
-            let mut out = std::fs::File::create(&tmp)?;
+            let mut out = crate::access::create_private_file(&tmp)?;
             out.write_all(&text)?;
             out.sync_all()?;
             std::fs::rename(&tmp, &self.path)

@@ -70,15 +70,44 @@ pub fn factory_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_factory"))
 }
 
+/// A home directory of this test process's own (created once, empty at first), so a
+/// developer's `~/.config/factory` or `~/.local/state/factory` is never used by a test.
+pub fn test_home() -> PathBuf {
+    static HOME: OnceLock<PathBuf> = OnceLock::new();
+    HOME.get_or_init(|| {
+        let home = std::env::temp_dir().join(format!("factory-test-home-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).expect("a test home directory");
+        home
+    })
+    .clone()
+}
+
 /// The `factory` binary as a command against the state directory `state`, with guests and
 /// the compile cache under the guest target dir and stdin closed (no terminal to ask on).
+/// The user's config and state locations are cut off: no `FACTORY_CONFIG`,
+/// `XDG_CONFIG_HOME` or `XDG_STATE_HOME`, and `HOME` is [`test_home`].
 pub fn factory_cmd(state: &Path, args: &[&str]) -> std::process::Command {
     let mut cmd = std::process::Command::new(factory_bin());
     cmd.args(args)
+        .env_remove("FACTORY_CONFIG")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env("HOME", test_home())
         .env("FACTORY_STATE_DIR", state)
         .env("CARGO_TARGET_DIR", guest_target_dir())
         .env("FACTORY_CACHE_DIR", guest_target_dir().join("cache"))
         .stdin(std::process::Stdio::null());
+    // cargo and rustup find their homes through HOME unless told: keep the real ones, so
+    // `factory run <crate-dir>` still builds.
+    let real_home = std::env::var_os("HOME").map(PathBuf::from);
+    for (var, dir) in [("CARGO_HOME", ".cargo"), ("RUSTUP_HOME", ".rustup")] {
+        if std::env::var_os(var).is_none() {
+            if let Some(home) = &real_home {
+                cmd.env(var, home.join(dir));
+            }
+        }
+    }
     cmd
 }
 

@@ -184,7 +184,7 @@ struct Recorder {
 impl Recorder {
     fn create(path: &Path) -> Result<Self, CassetteError> {
         let io = |source| CassetteError::Io { path: path.display().to_string(), source };
-        let mut file = std::fs::File::create(path).map_err(io)?;
+        let mut file = crate::access::create_private_file(path).map_err(io)?;
         let header = Header { cassette: FORMAT.into(), version: CASSETTE_VERSION };
         let line = serde_json::to_string(&header).unwrap_or_default();
         writeln!(file, "{line}").and_then(|_| file.flush()).map_err(io)?;

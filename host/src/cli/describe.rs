@@ -2,6 +2,7 @@
 //! it would run under, as text or `--json`.
 
 use super::target;
+use super::escape::esc;
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::{Host, HostConfig};
@@ -32,10 +33,12 @@ pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}", meta.name);
-    println!("  {}", meta.description);
+    println!("{}", esc(&meta.name));
+    for line in meta.description.lines() {
+        println!("  {}", esc(line));
+    }
     println!("sha256:  {}", factory.component.hash);
-    let phases: Vec<_> = meta.phases.iter().map(|p| p.title.as_str()).collect();
+    let phases: Vec<_> = meta.phases.iter().map(|p| esc(&p.title)).collect();
     println!("phases:  {}", if phases.is_empty() { "-".into() } else { phases.join(", ") });
     let limits = serde_json::to_value(meta.limits)?;
     let limits = limits.as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
@@ -45,7 +48,7 @@ pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
     }
     println!("imports:");
     for import in &factory.component.imports {
-        println!("  {import}");
+        println!("  {}", esc(import));
     }
     let s = host.sandbox_limits();
     println!(

@@ -34,7 +34,11 @@ impl EventSink {
                 // in `3>events.jsonl`); it was checked open above and above stderr.
                 Box::new(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
             }
-            None => Box::new(std::fs::File::create(spec).with_context(|| format!("--events {spec}"))?),
+            // Created owner-only: events carry factory output the user may not want shared.
+            None => Box::new(
+                factory_host::access::create_private_file(std::path::Path::new(spec))
+                    .with_context(|| format!("--events {spec}"))?,
+            ),
         };
         Ok(EventSink { out: Arc::new(Mutex::new(out)), run_id: Arc::new(Mutex::new(None)) })
     }

@@ -60,9 +60,10 @@ pub async fn ask_with(access: &Access, request: Request) -> Result<Value> {
     }
 }
 
+/// A field for human output; strings (guest-chosen names, labels, messages) escaped.
 fn s(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => super::escape::esc(s).into_owned(),
         Value::Null => "-".into(),
         other => other.to_string(),
     }
@@ -101,7 +102,7 @@ fn print_entry(e: &Value) {
             obj.remove(k);
         }
     }
-    let phase = e["phase"].as_str().map(|p| format!("[{p}] ")).unwrap_or_default();
+    let phase = e["phase"].as_str().map(|p| format!("[{}] ", super::escape::esc(p))).unwrap_or_default();
     println!("{:>6}  {phase}{} {}", s(&e["seq"]), s(&e["event"]), detail);
 }
 

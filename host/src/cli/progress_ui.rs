@@ -1,6 +1,8 @@
 //! Progress on stderr: an indicatif spinner line (phase, agents queued/running/done,
 //! elapsed) on a terminal; plain timestamped lines otherwise, so logs stay readable.
+//! Guest-chosen text (phases, log lines, labels) is shown escaped ([`super::escape::esc`]).
 
+use super::escape::esc;
 use super::events::EventSink;
 use factory_host::{ProgressEntry, ProgressEvent};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -79,12 +81,12 @@ pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, event
         counts.apply(&entry.event);
         let line = match &entry.event {
             ProgressEvent::Phase { title } => {
-                phase = title.clone();
-                Some(format!("phase: {title}"))
+                phase = esc(title).into_owned();
+                Some(format!("phase: {phase}"))
             }
-            ProgressEvent::Log { message } => Some(format!("log: {message}")),
+            ProgressEvent::Log { message } => Some(format!("log: {}", esc(message))),
             ProgressEvent::AgentFinished { summary, cached } => {
-                let label = &summary.label;
+                let label = esc(&summary.label);
                 let what = match (cached, summary.ok()) {
                     (true, _) => "replayed",
                     (false, true) => "done",

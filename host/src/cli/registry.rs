@@ -3,6 +3,7 @@
 
 use super::context::open_host;
 use super::observe::JsonArg;
+use super::escape::esc;
 use super::{target, GlobalArgs};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -47,7 +48,7 @@ pub async fn list(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
     }
     for r in registered {
         let first_line = r.meta.description.lines().next().unwrap_or_default();
-        println!("{:<24} {}  {}", r.meta.name, &r.hash[..12.min(r.hash.len())], first_line);
+        println!("{:<24} {}  {}", esc(&r.meta.name), &r.hash[..12.min(r.hash.len())], esc(first_line));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -62,10 +63,13 @@ pub async fn inspect(g: &GlobalArgs, a: InspectArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let m = &registration.meta;
-    println!("{}  (sha256 {}, added {})", m.name, registration.hash, registration.added_at);
-    println!("  {}", m.description);
+    println!("{}  (sha256 {}, added {})", esc(&m.name), registration.hash, registration.added_at);
+    for line in m.description.lines() {
+        println!("  {}", esc(line));
+    }
     for p in &m.phases {
-        println!("phase: {}{}", p.title, p.detail.as_deref().map(|d| format!(" — {d}")).unwrap_or_default());
+        let detail = p.detail.as_deref().map(|d| format!(" — {}", esc(d))).unwrap_or_default();
+        println!("phase: {}{detail}", esc(&p.title));
     }
     println!("limits: {}", serde_json::to_string(&m.limits)?);
     if let Some(schema) = &m.args_schema {

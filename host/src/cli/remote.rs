@@ -119,10 +119,11 @@ async fn ensure_daemon(g: &GlobalArgs) -> Result<()> {
     if let Access::Local(host) = access(g).await? {
         drop(host); // free the store for the daemon
     }
-    std::fs::create_dir_all(&g.state_dir)?;
+    factory_host::access::create_private_dir(&g.state_dir)?;
     let state_dir = std::path::absolute(&g.state_dir)?;
     let log_path = state_dir.join("serve.log");
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    let log = factory_host::access::private_file_options().append(true).open(&log_path)?;
+    factory_host::access::tighten_open(&log)?;
     let exe = std::env::current_exe().context("locating the factory binary")?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve").arg("--state-dir").arg(&state_dir).arg("--session").arg(&g.session);

@@ -262,7 +262,9 @@ fn announce(events: Option<EventSink>) -> Box<dyn FnOnce(&str) + Send> {
     })
 }
 
-/// Run `start` here with progress, Ctrl-C handling and the control socket, then report.
+/// Run `start` here with progress, signal handling and the control socket, then report.
+/// Ctrl-C (SIGINT) cancels the run; SIGTERM and SIGHUP (a closed terminal, a supervisor
+/// stopping us) end it as `halted`, resumable, as `factory serve` does.
 async fn drive<F, Fut>(
     g: &GlobalArgs,
     host: &Arc<Host>,
@@ -277,12 +279,35 @@ where
     let serving = serve(g, host);
     let (tx, rx) = mpsc::unbounded_channel();
     let ui = tokio::spawn(progress_ui::render(rx, out.quiet, events.clone()));
+    use tokio::signal::unix::{signal, SignalKind};
+    // Installed before the run starts, so a signal that arrives early is not lost.
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let interrupt = {
         let host = host.clone();
+        // Not eprintln!: after a hang-up stderr may be gone, and a failed write must not
+        // panic before the run is stopped.
+        let say = |text: &str| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "\nfactory: {text}");
+        };
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nfactory: interrupted, cancelling the run...");
-                host.cancel_all();
+            let why = tokio::select! {
+                Ok(()) = tokio::signal::ctrl_c() => {
+                    say("interrupted, cancelling the run...");
+                    host.cancel_all();
+                    return;
+                }
+                Some(()) = term.recv() => "terminated",
+                Some(()) = hangup.recv() => "hung up",
+                else => return,
+            };
+            say(&format!("{why}; the run ends as halted (resume it later)"));
+            // Halt until this task is aborted (the run has ended): a signal that came before
+            // the run registered itself still halts it once it has.
+            loop {
+                host.shutdown();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         })
     };

@@ -8,6 +8,7 @@
 //! CLI, and the host never reads the trust store. Also `--allow-read DIR` (read-only grants)
 //! and the `factory trust` subcommand.
 
+use super::escape::esc;
 use super::events::EventSink;
 use super::{target, GlobalArgs};
 use anyhow::{bail, Context, Result};
@@ -61,14 +62,22 @@ pub struct TrustArgs {
     json: bool,
 }
 
-fn store(g: &GlobalArgs) -> TrustStore {
-    TrustStore::in_state_dir(&g.state_dir)
+/// The trust store: in the state directory, or the user-level one when the state directory
+/// is project-local (see [`GlobalArgs::trust_dir`]).
+fn store(g: &GlobalArgs) -> Result<TrustStore> {
+    Ok(TrustStore::in_state_dir(&g.trust_dir()?))
 }
 
 /// Record the components this process built as trusted (built on this machine). A failure
 /// is only a warning: the next run of such a component asks again.
 pub fn remember_built(g: &GlobalArgs) {
-    let store = store(g);
+    let store = match store(g) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("factory: warning: cannot record a built component as trusted: {e:#}");
+            return;
+        }
+    };
     for (hash, path) in target::built_here() {
         let entry = TrustedComponent {
             path: Some(path.display().to_string()),
@@ -98,7 +107,7 @@ fn settled(g: &GlobalArgs, yes: &YesArg, hash: &str, source: &str, name: Option<
         remember_built(g);
         return Ok(true);
     }
-    let store = store(g);
+    let store = store(g)?;
     if store.is_trusted(hash)? {
         return Ok(true);
     }
@@ -108,7 +117,7 @@ fn settled(g: &GlobalArgs, yes: &YesArg, hash: &str, source: &str, name: Option<
     if interactive() {
         return Ok(false);
     }
-    let named = name.map(|n| format!("factory `{n}`, ")).unwrap_or_default();
+    let named = name.map(|n| format!("factory `{}`, ", esc(n))).unwrap_or_default();
     bail!(
         "`{source}` ({named}sha256 {hash}) is not trusted on this machine and there is no terminal to ask for consent: \
          pass --yes to run it this once, or approve it first with `factory trust {source}` (trust store: {})",
@@ -153,10 +162,10 @@ async fn ask(
     let wasi = factory.component.imports.iter().any(|i| i.starts_with("wasi:"));
     let mut text = String::new();
     text.push_str("factory: this component was not built on this machine and is not trusted yet:\n");
-    text.push_str(&format!("  source:   {source}\n"));
-    text.push_str(&format!("  name:     {}\n", meta.name));
+    text.push_str(&format!("  source:   {}\n", esc(source)));
+    text.push_str(&format!("  name:     {}\n", esc(&meta.name)));
     if let Some(line) = meta.description.lines().next() {
-        text.push_str(&format!("            {line}\n"));
+        text.push_str(&format!("            {}\n", esc(line)));
     }
     text.push_str(&format!("  sha256:   {}\n", factory.component.hash));
     text.push_str(&format!("  limits:   {} (declared: {})\n", show_limits(&effective), show_limits(&meta.limits)));
@@ -199,7 +208,7 @@ async fn ask(
             path: Some(source.to_string()),
             ..TrustedComponent::new(factory.component.hash.clone(), TrustSource::Approved)
         };
-        if let Err(e) = store(g).trust(entry) {
+        if let Err(e) = store(g).and_then(|s| Ok(s.trust(entry)?)) {
             eprintln!("factory: warning: cannot remember the approval: {e}");
         }
     }
@@ -265,7 +274,7 @@ pub async fn reapprove(g: &GlobalArgs, yes: &YesArg, run_id: &str, factory: &str
     if target::built_here().iter().any(|(built, _)| built == hash) {
         return Ok(());
     }
-    let store = store(g);
+    let store = store(g)?;
     if store.is_trusted(hash)? || yes.yes {
         return Ok(());
     }
@@ -325,7 +334,7 @@ pub async fn decline(
 
 /// `factory trust [TARGET] [--revoke] [--json]`.
 pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
-    let store = store(g);
+    let store = store(g)?;
     let Some(target) = a.target else {
         if a.revoke {
             bail!("--revoke needs the component (file, crate directory or sha256) to stop trusting");
@@ -340,7 +349,7 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
                     "{}  {:<8}  {:<20}  {}  {}",
                     c.sha256,
                     source.as_str().unwrap_or("?"),
-                    c.name.as_deref().unwrap_or("-"),
+                    esc(c.name.as_deref().unwrap_or("-")),
                     c.added_at,
                     c.path.as_deref().unwrap_or("")
                 );
@@ -381,9 +390,9 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         ..TrustedComponent::new(hash.clone(), if built { TrustSource::Built } else { TrustSource::Approved })
     };
     if store.trust(entry)? {
-        println!("trusted {} (sha256 {hash})", factory.meta.name);
+        println!("trusted {} (sha256 {hash})", esc(&factory.meta.name));
     } else {
-        println!("already trusted: {} (sha256 {hash})", factory.meta.name);
+        println!("already trusted: {} (sha256 {hash})", esc(&factory.meta.name));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -108,10 +108,19 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
 }
 
 impl Store {
-    /// Open (or create) the store in `dir`.
+    /// Open (or create) the store in `dir`. A missing `dir` is created `0700` and the
+    /// store file `0600` (it holds every prompt, reply and step value); a store file of ours
+    /// with a looser mode is tightened.
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
+        crate::access::create_private_dir(dir).map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
         let path = dir.join(STORE_FILE);
+        // redb creates the file with the process umask: create it first, owner-only.
+        crate::access::private_file_options()
+            .read(true)
+            .truncate(false)
+            .open(&path)
+            .and_then(|file| crate::access::tighten_open(&file))
+            .map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?;
         let db = Database::create(&path).map_err(|e| match StoreError::from(e) {
             StoreError::Locked(_) => StoreError::Locked(path.display().to_string()),
             other => other,
