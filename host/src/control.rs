@@ -74,8 +74,8 @@ async fn handle(host: Arc<Host>, stream: UnixStream) {
                 code: "bad_request".into(),
                 message: format!("request larger than {MAX_REQUEST_BYTES} bytes"),
             }),
-            Ok(Ok(Some(line))) => match serde_json::from_slice::<Request>(&line) {
-                Err(e) => Response::Err(RemoteError { code: "bad_request".into(), message: e.to_string() }),
+            Ok(Ok(Some(line))) => match parse_request(&line) {
+                Err(e) => Response::Err(e),
                 Ok(request) => match answer(&host, request).await {
                     Ok(value) => Response::Ok(value),
                     Err(e) => Response::Err(RemoteError::from(&e)),
@@ -83,11 +83,45 @@ async fn handle(host: Arc<Host>, stream: UnixStream) {
             },
         },
     };
-    if let Ok(mut bytes) = serde_json::to_vec(&response) {
+    if let Ok(mut bytes) = serde_json::to_vec(&Frame { wire: WIRE_VERSION, body: response }) {
         bytes.push(b'\n');
         let _ = write.write_all(&bytes).await;
         let _ = write.shutdown().await;
     }
+}
+
+/// The version of the control socket's wire format: every request and response line carries
+/// it as `"wire"`; a peer speaking another version is refused with `unsupported_version`.
+pub const WIRE_VERSION: u32 = 1;
+
+/// One line on the socket: the wire version and the request or response.
+#[derive(Serialize, Deserialize)]
+struct Frame<T> {
+    wire: u32,
+    #[serde(flatten)]
+    body: T,
+}
+
+/// Only the version of a frame, read first so another version gets a clear answer.
+#[derive(Deserialize)]
+struct VersionOnly {
+    #[serde(default)]
+    wire: Option<u32>,
+}
+
+fn parse_request(line: &[u8]) -> Result<Request, RemoteError> {
+    let bad = |message: String| RemoteError { code: "bad_request".into(), message };
+    let version = serde_json::from_slice::<VersionOnly>(line).map_err(|e| bad(e.to_string()))?;
+    if version.wire != Some(WIRE_VERSION) {
+        return Err(RemoteError {
+            code: "unsupported_version".into(),
+            message: format!(
+                "this factory process speaks control wire version {WIRE_VERSION}, the request {}; use the same factory version",
+                version.wire.map_or("names none".to_string(), |v| format!("version {v}"))
+            ),
+        });
+    }
+    serde_json::from_slice::<Frame<Request>>(line).map(|f| f.body).map_err(|e| bad(e.to_string()))
 }
 
 /// The socket path for a state directory.
@@ -337,14 +371,15 @@ pub async fn request(path: &Path, request: &Request) -> Result<serde_json::Value
         .await
         .map_err(|source| ClientError::Connect { path: path.display().to_string(), source })?;
     let (read, mut write) = stream.into_split();
-    let mut bytes = serde_json::to_vec(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let mut bytes =
+        serde_json::to_vec(&Frame { wire: WIRE_VERSION, body: request }).map_err(|e| ClientError::Protocol(e.to_string()))?;
     bytes.push(b'\n');
     write.write_all(&bytes).await.map_err(|e| ClientError::Protocol(e.to_string()))?;
     let line = read_line_bounded(read, MAX_RESPONSE_BYTES)
         .await
         .map_err(|e| ClientError::Protocol(e.to_string()))?
         .ok_or_else(|| ClientError::Protocol(format!("response larger than {MAX_RESPONSE_BYTES} bytes")))?;
-    let parsed = serde_json::from_slice::<Response>(&line).map_err(|e| {
+    let parsed = serde_json::from_slice::<Frame<Response>>(&line).map(|f| f.body).map_err(|e| {
         let start = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
         ClientError::Protocol(format!("{e}: {start:?}"))
     });
