@@ -145,11 +145,14 @@ pub enum Request {
     Wait { session: String, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
     Cancel { session: String, run_id: String },
-    /// Start a run in the serving process of `component`: an absolute path to a component
-    /// file on this machine, or a registered name; answers `{"runId"}` once the run exists.
+    /// The registered factories (name, description, phases, limits, args schema, sha256).
+    Factories { session: String },
+    /// One registered factory.
+    Inspect { session: String, name: String },
+    /// Start a run in the serving process; answers `{"runId"}` once the run exists.
     Run {
         session: String,
-        component: String,
+        component: Target,
         #[serde(default)]
         args: Option<serde_json::Value>,
         #[serde(default)]
@@ -202,6 +205,16 @@ enum Response {
     Err(RemoteError),
 }
 
+/// What a `Run` request runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Target {
+    /// A component file on this machine (an absolute path).
+    File(PathBuf),
+    /// A registered factory, by name (never a path, whatever files exist).
+    Registered(String),
+}
+
 /// Start a run or a resume in the background; answer once it has an id (or failed early).
 async fn start(host: Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
     let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
@@ -212,10 +225,9 @@ async fn start(host: Arc<Host>, request: Request) -> Result<serde_json::Value, E
         Request::Run { session, component, args, limits, backend: choice, grants, declined } => {
             // Refuse an unusable backend before the run exists.
             let backend = Some(host.chosen_backend(&choice)?);
-            let factory = if Path::new(&component).is_file() {
-                host.load_file(Path::new(&component)).await?
-            } else {
-                host.load_registered(&component).await?
+            let factory = match &component {
+                Target::File(path) => host.load_file(path).await?,
+                Target::Registered(name) => host.load_registered(name).await?,
             };
             let options = RunOptions {
                 args,
@@ -278,13 +290,22 @@ pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::V
         }
         Request::Wait { session, run_id } => json(serde_json::to_value(host.wait(&session, &run_id).await?)),
         Request::Cancel { session, run_id } => json(serde_json::to_value(host.cancel(&session, &run_id).await?)),
+        Request::Factories { session: _ } => json(serde_json::to_value(host.registered()?)),
+        Request::Inspect { session: _, name } => match host.store().factory(&name)? {
+            Some(registration) => json(serde_json::to_value(registration)),
+            None => Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
+        },
         Request::Run { .. } | Request::Resume { .. } => {
             Err(Error::Engine("runs start through the process serving the control socket".into()))
         }
     }
 }
 
-async fn answer(host: &Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
+/// Answer any request for `host`, in this process: queries as [`answer_query`] does, and
+/// `Run`/`Resume` by starting the attempt in the background and answering `{"runId"}` once
+/// it exists. What the socket server does with each request, and what a front door that
+/// opened the store itself (the MCP server) calls.
+pub async fn answer(host: &Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
     match request {
         start_request @ (Request::Run { .. } | Request::Resume { .. }) => start(host.clone(), start_request).await,
         query => answer_query(host, query).await,

@@ -51,13 +51,17 @@ pub enum Error {
 }
 
 impl Error {
-    /// The spec's error code for resume errors (`not_found`, ...), when there is one.
+    /// The error's code (`not_found`, `non_resumable`, `already_active`, `backend_unavailable`,
+    /// `unknown_factory`, `invalid_limits`, `invalid_args`), when it has one.
     pub fn code(&self) -> Option<&'static str> {
         match self {
             Error::NotFound(_) => Some("not_found"),
             Error::NonResumable(_) => Some("non_resumable"),
             Error::AlreadyActive(_) => Some("already_active"),
             Error::BackendUnavailable(_) => Some("backend_unavailable"),
+            Error::NotRegistered(_) => Some("unknown_factory"),
+            Error::Limits(_) => Some("invalid_limits"),
+            Error::InvalidArgs(_) => Some("invalid_args"),
             _ => None,
         }
     }

@@ -6,6 +6,7 @@ mod context;
 mod describe;
 mod escape;
 mod events;
+mod mcp;
 mod observe;
 mod progress_ui;
 mod registry;
@@ -115,6 +116,8 @@ enum Command {
     },
     /// Approve a component so runs need no consent (`--revoke` to undo); list trusted ones.
     Trust(trust::TrustArgs),
+    /// Serve MCP on stdin/stdout: the `run_factory` and `factories_manage` tools for agents.
+    Mcp(mcp::McpArgs),
     /// Which config file is used; approve (`allow`) or forget (`deny`) a project-local one.
     Config(config::ConfigArgs),
 }
@@ -214,6 +217,7 @@ pub fn main() -> ExitCode {
             Command::Describe(args) => describe::describe(args).await,
             Command::Backends(args) => backends::backends(&g, args).await,
             Command::Trust(args) => trust::trust(&g, args).await,
+            Command::Mcp(args) => mcp::mcp(&g, args).await,
             Command::Config(args) => config::config(&g, args),
             Command::Build { dir } => {
                 let built = target::build(&dir)?;

@@ -12,7 +12,7 @@ use super::{progress_ui, remote, target, GlobalArgs, LimitArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::config::Config;
-use factory_host::control::Request;
+use factory_host::control::{Request, Target};
 use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use std::future::Future;
 use std::path::PathBuf;
@@ -87,13 +87,12 @@ async fn load(host: &Host, target: &str) -> Result<Factory> {
 
 /// What another process needs to find the component: an absolute file path (a crate
 /// directory is built here first) or a registered name.
-fn remote_target(target: &str) -> Result<String> {
+fn remote_target(target: &str) -> Result<Target> {
     let path = PathBuf::from(target);
     if path.exists() {
-        let file = std::path::absolute(target::resolve(&path)?)?;
-        return Ok(file.display().to_string());
+        return Ok(Target::File(std::path::absolute(target::resolve(&path)?)?));
     }
-    Ok(target.to_string())
+    Ok(Target::Registered(target.to_string()))
 }
 
 /// Open the store here with the backend configuration, or `None` when another process
@@ -179,7 +178,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
         match &component {
             Some(file) => {
                 let source = file.display().to_string();
-                if !trust::consent_remote(g, &a.yes, &source, &source, &limits, None).await? {
+                if !trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None).await? {
                     eprintln!("factory: not resumed: the component was declined");
                     return Ok(ExitCode::from(1));
                 }

@@ -13,11 +13,12 @@ use super::events::EventSink;
 use super::{target, GlobalArgs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use factory_host::control::{Request, Target};
 use factory_host::sandbox;
 use factory_host::trust::{TrustSource, TrustStore, TrustedComponent};
 use factory_host::{Factory, Host, HostConfig, Limits, RunEnvelope, RunOptions};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `--yes`: consent without a prompt.
@@ -241,21 +242,27 @@ pub async fn consent_remote(
     g: &GlobalArgs,
     yes: &YesArg,
     source: &str,
-    component: &str,
+    component: &Target,
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
 ) -> Result<bool> {
-    let path = Path::new(component);
-    if !path.is_file() {
-        // A registered factory: its bytes are in the store the other process holds.
-        if yes.yes {
-            return Ok(true);
+    let path = match component {
+        Target::File(path) => path.as_path(),
+        Target::Registered(name) => {
+            // Its bytes are in the store the other process holds; its sha256 is asked for.
+            let socket = factory_host::control::socket_path(&g.state_dir);
+            let inspect = Request::Inspect { session: g.session.clone(), name: name.clone() };
+            let registration = factory_host::control::request(&socket, &inspect).await?;
+            let hash = registration["hash"].as_str().unwrap_or_default().to_string();
+            if settled(g, yes, &hash, source, Some(name))? {
+                return Ok(true);
+            }
+            bail!(
+                "registered factory `{name}` (sha256 {hash}) is not trusted on this machine and another factory \
+                 process holds the store, so it cannot be shown here for consent: pass --yes to run it"
+            );
         }
-        bail!(
-            "cannot check whether registered factory `{component}` is trusted while another factory process holds the \
-             store: pass --yes to run it"
-        );
-    }
+    };
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let hash = factory_host::component::content_hash(&bytes);
     if settled(g, yes, &hash, source, None)? {
