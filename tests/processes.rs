@@ -300,3 +300,147 @@ fn ctrl_c_cancels_a_foreground_run_and_says_how_to_resume() {
     let runs = json(&output(state.path(), &["runs", "--json"]));
     assert_eq!(runs[0]["status"], "cancelled");
 }
+
+/// `factory_cmd(state, args)`, run through `sh` with descriptor 3 open on `events` (for
+/// `--events fd:3`).
+fn with_fd3(state: &Path, args: &[&str], events: &Path) -> Command {
+    let inner = factory(state, args);
+    let mut sh = Command::new("sh");
+    sh.arg("-c").arg(r#"exec "$0" "$@" 3>"$FACTORY_TEST_EVENTS""#).arg(inner.get_program()).args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => sh.env(key, value),
+            None => sh.env_remove(key),
+        };
+    }
+    sh.env("FACTORY_TEST_EVENTS", events).stdin(Stdio::null());
+    sh
+}
+
+#[test]
+fn events_go_to_a_file_descriptor() {
+    let state = tempfile::tempdir().unwrap();
+    let events = state.path().join("fd3.jsonl");
+    let probe = common::component("probe");
+    let args = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--events", "fd:3", "--json", "-q"];
+    let out = with_fd3(state.path(), &args, &events).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let envelope = json(&out);
+    let lines = event_lines(&events);
+    assert!(lines.len() >= 3, "{lines:#?}");
+    assert!(lines.iter().all(|e| e["version"] == 1), "every line is versioned: {lines:#?}");
+    assert_eq!(lines[0]["event"], "run_started");
+    assert_eq!(lines[0]["runId"], envelope["runId"]);
+    let last = lines.last().unwrap();
+    assert_eq!(last["event"], "run_finished");
+    assert_eq!(last["envelope"]["status"], "completed");
+    assert_eq!(last["envelope"]["result"], envelope["result"]);
+    assert!(lines.iter().any(|e| e["event"] == "progress" && e["entry"]["event"] == "phase" && e["entry"]["title"] == "Probe"), "{lines:#?}");
+
+    // Descriptors 0-2 are taken, and a closed one is refused: both before a run exists.
+    for (fd, says) in [("fd:1", "above 2"), ("fd:9", "not open")] {
+        let args = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--events", fd, "-q"];
+        let out = output(state.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "{fd}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{fd}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(json(&output(state.path(), &["runs", "--json"])).as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn while_the_holder_is_alive_another_session_sees_and_touches_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let mut holder = start_fanout(state.path(), &script, 2000);
+    let run_id = wait_for_spawns(state.path(), 2);
+    let other = |args: &[&str]| {
+        let mut argv = args.to_vec();
+        argv.extend(["--session", "someone-else"]);
+        output(state.path(), &argv)
+    };
+    let not_found = |out: Output, what: &str| {
+        assert!(!out.status.success(), "{what} succeeded for another session");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+
+    assert_eq!(json(&other(&["runs", "--json"])), serde_json::json!([]));
+    not_found(other(&["show", &run_id, "--json"]), "show");
+    not_found(other(&["progress", &run_id, "--json"]), "progress");
+    not_found(other(&["wait", &run_id, "--json"]), "wait");
+    not_found(other(&["cancel", &run_id, "--json"]), "cancel");
+    not_found(other(&["resume", &run_id, "--json"]), "resume");
+    // The owner still sees it running, untouched.
+    let show = json(&output(state.path(), &["show", &run_id, "--json"]));
+    assert_eq!(show["status"], "running", "{show:#}");
+    assert_eq!(show["attempts"], 1);
+
+    let out = output(state.path(), &["cancel", &run_id, "--json"]);
+    assert_eq!(json(&out)["status"], "cancelled");
+    let _ = holder.wait();
+}
+
+#[test]
+fn progress_pages_backwards_and_by_phase_through_the_socket() {
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let mut holder = start_fanout(state.path(), &script, 2000);
+    let run_id = wait_for_spawns(state.path(), 12);
+    let page = |args: &[&str]| -> Vec<Value> {
+        let mut argv = vec!["progress", run_id.as_str()];
+        argv.extend_from_slice(args);
+        argv.push("--json");
+        let out = output(state.path(), &argv);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        json(&out).as_array().cloned().expect("a page")
+    };
+    let seqs = |entries: &[Value]| entries.iter().map(|e| e["seq"].as_u64().unwrap()).collect::<Vec<_>>();
+
+    assert_eq!(seqs(&page(&["--after-seq", "2", "--limit", "3"])), vec![3, 4, 5]);
+    assert_eq!(seqs(&page(&["--before-seq", "6", "--limit", "2"])), vec![4, 5], "backwards from --before-seq");
+    assert_eq!(seqs(&page(&["--before-seq", "1"])), Vec::<u64>::new());
+    let tail = seqs(&page(&["--limit", "3"]));
+    assert_eq!(tail.len(), 3);
+    assert!(tail.windows(2).all(|w| w[0] + 1 == w[1]) && tail[0] > 5, "the latest entries, ascending: {tail:?}");
+    let probe_phase = page(&["--phase", "Probe", "--after-seq", "0", "--limit", "1000"]);
+    assert!(probe_phase.len() >= 12, "{probe_phase:#?}");
+    assert!(probe_phase.iter().all(|e| e["phase"] == "Probe"), "{probe_phase:#?}");
+    let before = page(&["--phase", "Probe", "--before-seq", "10", "--limit", "3"]);
+    assert_eq!(seqs(&before), vec![7, 8, 9], "by phase and backwards at once: {before:#?}");
+    assert_eq!(page(&["--phase", "No such phase", "--after-seq", "0"]), Vec::<Value>::new());
+    // Before the guest entered its phase there is the attempt's start, with no phase.
+    let first = page(&["--after-seq", "0", "--limit", "1"]);
+    assert_eq!(first[0]["event"], "attemptStarted", "{first:#?}");
+    assert!(first[0]["phase"].is_null());
+
+    let out = output(state.path(), &["cancel", &run_id, "--json"]);
+    assert_eq!(json(&out)["status"], "cancelled");
+    let _ = holder.wait();
+}
+
+#[test]
+fn the_commit_window_flag_sets_how_much_a_kill_9_can_lose() {
+    // With a 60 s window nothing after the run's start is committed during this test: a
+    // kill -9 after results were reported loses them all, and the resume runs everything.
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let events = state.path().join("events.jsonl");
+    let n = 40;
+    let mut child =
+        start_fanout_with(state.path(), &script, n, &["--events", events.to_str().unwrap(), "--commit-window-ms", "60000"]);
+    let (run_id, _) = wait_for_results_in_events(&events, 8);
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    let runs = json(&output(state.path(), &["runs", "--json"]));
+    assert_eq!(runs[0]["runId"], run_id.as_str());
+    assert_eq!(runs[0]["status"], "halted", "{runs:#}");
+    assert_eq!(runs[0]["accounting"]["agentsSpawned"], 0, "no spend was committed: {runs:#}");
+
+    let backend = format!("script:{}", script.display());
+    let out = output(state.path(), &["resume", &run_id, "--backend", &backend, "--json", "-q"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["status"], "completed");
+    let progress = json(&output(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]));
+    let ended: Vec<&Value> = progress.as_array().unwrap().iter().filter(|e| e["event"] == "attemptEnded").collect();
+    assert_eq!(ended.len(), 1, "the first attempt's end was never committed: {ended:#?}");
+    assert_eq!(ended[0]["replayed"], 0, "nothing of the first attempt was journaled");
+}
