@@ -368,7 +368,7 @@ fn while_the_holder_is_alive_another_session_sees_and_touches_nothing() {
     not_found(other(&["progress", &run_id, "--json"]), "progress");
     not_found(other(&["wait", &run_id, "--json"]), "wait");
     not_found(other(&["cancel", &run_id, "--json"]), "cancel");
-    not_found(other(&["resume", &run_id, "--json"]), "resume");
+    not_found(other(&["resume", &run_id, "--yes", "--json"]), "resume");
     // The owner still sees it running, untouched.
     let show = json(&output(state.path(), &["show", &run_id, "--json"]));
     assert_eq!(show["status"], "running", "{show:#}");
@@ -436,7 +436,7 @@ fn the_commit_window_flag_sets_how_much_a_kill_9_can_lose() {
     assert_eq!(runs[0]["accounting"]["agentsSpawned"], 0, "no spend was committed: {runs:#}");
 
     let backend = format!("script:{}", script.display());
-    let out = output(state.path(), &["resume", &run_id, "--backend", &backend, "--json", "-q"]);
+    let out = output(state.path(), &["resume", &run_id, "--yes", "--backend", &backend, "--json", "-q"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json(&out)["status"], "completed");
     let progress = json(&output(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]));

@@ -160,13 +160,13 @@ fn the_cli_resumes_a_limit_stop_with_the_raised_limit_and_keeps_the_other_overri
     assert_eq!(first["failure"]["kind"], "maxTotalSubagents");
     assert_eq!(first["accounting"]["agentsSpawned"], 3);
     let id = first["runId"].as_str().unwrap().to_string();
-    let second = cli_json(state.path(), &["resume", &id, "--max-total-subagents", "5", "--json", "-q"], 1);
+    let second = cli_json(state.path(), &["resume", &id, "--yes", "--max-total-subagents", "5", "--json", "-q"], 1);
     assert_eq!(second["failure"]["kind"], "maxTotalSubagents", "{second:#}");
     assert_eq!(second["accounting"]["agentsSpawned"], 5, "spawns count across attempts");
     let shown = cli_json(state.path(), &["show", &id, "--json"], 0);
     assert_eq!(shown["limits"]["maxTotalSubagents"], 5, "{shown:#}");
     assert_eq!(shown["limits"]["maxConcurrentSubagents"], 1, "the earlier override is kept: {shown:#}");
-    let done = cli_json(state.path(), &["resume", &id, "--max-total-subagents", "6", "--json", "-q"], 0);
+    let done = cli_json(state.path(), &["resume", &id, "--yes", "--max-total-subagents", "6", "--json", "-q"], 0);
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["result"]["done"], 6);
     assert_eq!(done["attempts"], 3);
@@ -181,7 +181,7 @@ fn the_cli_resumes_a_limit_stop_with_the_raised_limit_and_keeps_the_other_overri
     let stopped = cli_json(state.path(), &run, 1);
     assert_eq!(stopped["failure"]["kind"], "timeoutSeconds", "{stopped:#}");
     let id = stopped["runId"].as_str().unwrap().to_string();
-    let resume = ["resume", &id, "--backend", &backend, "--timeout-seconds", "600", "--json", "-q"];
+    let resume = ["resume", &id, "--yes", "--backend", &backend, "--timeout-seconds", "600", "--json", "-q"];
     let done = cli_json(state.path(), &resume, 0);
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["result"]["done"], 10);

@@ -159,7 +159,9 @@ async fn fault_after(fault: Fault, answered: u64) {
     assert!(journaled >= committed, "committed outcomes survive ({journaled} < {committed})");
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let done = host.resume(&run_id, ResumeOptions { events: Some(tx), ..Default::default() }).await.unwrap();
+    // The run recorded the `held` backend; this host resumes it on another one, named.
+    let options = ResumeOptions { events: Some(tx), backend: Some(Arc::new(Shared(backend.clone()))), ..Default::default() };
+    let done = host.resume(&run_id, options).await.unwrap();
     assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
     assert_eq!(done.result.as_ref().unwrap()["done"], N);
     let (mut replayed, mut spawned) = (0u64, 0u64);
