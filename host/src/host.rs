@@ -198,6 +198,12 @@ impl Host {
             Some(dir) => Store::open(dir, StoreOptions { commit_window: config.commit_window })?,
             None => Store::in_memory()?,
         };
+        Host::with_store(config, store)
+    }
+
+    /// A host on a store the caller opened (e.g. [`Store::open_with_backend`]);
+    /// `config.state_dir` and `config.commit_window` are not used.
+    pub fn with_store(config: HostConfig, store: Store) -> Result<Self, Error> {
         let engine = sandbox::engine().map_err(|e| Error::Engine(format!("{e:#}")))?;
         let linker = crate::hooks::linker(&engine).map_err(|e| Error::Engine(format!("{e:#}")))?;
         let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
@@ -300,9 +306,10 @@ impl Host {
             .await
             .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
         // `meta` must be cheap: a guest that spins in it runs out of time, not forever.
-        let meta = tokio::time::timeout(Duration::from_secs(10), instance.call_meta(&mut store))
+        let limit = Duration::from_millis(self.config.sandbox.meta_timeout_ms);
+        let meta = tokio::time::timeout(limit, instance.call_meta(&mut store))
             .await
-            .map_err(|_| Error::MetaCall("`meta` did not return within 10 s".into()))?
+            .map_err(|_| Error::MetaCall(format!("`meta` did not return within {limit:?}")))?
             .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
         let meta = FactoryMeta::from_wit(meta)?;
         Ok(Factory { component, meta })

@@ -49,6 +49,9 @@ pub struct SandboxLimits {
     pub max_pending_agent_calls: usize,
     /// Nesting depth of any JSON value crossing the boundary.
     pub max_json_depth: usize,
+    /// How long the factory's `meta` may take, in milliseconds (it must be cheap: the host
+    /// calls it to load, describe and register a component).
+    pub meta_timeout_ms: u64,
 }
 
 impl Default for SandboxLimits {
@@ -70,6 +73,7 @@ impl Default for SandboxLimits {
             max_log_bytes: 16 << 20,
             max_json_depth: 128,
             max_pending_agent_calls: 65_536,
+            meta_timeout_ms: 10_000,
         }
     }
 }

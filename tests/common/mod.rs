@@ -6,6 +6,7 @@
 
 pub mod counting;
 pub mod fake_openai;
+pub mod faulty;
 
 use factory_host::builder::BuildTarget;
 use std::collections::HashMap;

@@ -128,6 +128,13 @@ impl Store {
         Store::with_database(db, options, Some(path))
     }
 
+    /// Open (or create) the store on a redb storage backend of the caller's choosing: other
+    /// media, or a backend that injects faults (tests). The store has no file path.
+    pub fn open_with_backend(backend: impl redb::StorageBackend, options: StoreOptions) -> Result<Store, StoreError> {
+        let db = Database::builder().create_with_backend(backend)?;
+        Store::with_database(db, options, None)
+    }
+
     /// A store that lives in memory for the life of the process (embedding, tests).
     pub fn in_memory() -> Result<Store, StoreError> {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
