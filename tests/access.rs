@@ -377,3 +377,32 @@ fn guest_text_is_printed_with_control_characters_escaped() {
     assert!(show.status.success(), "{}", stderr(&show));
     assert!(!show.stdout.contains(&0x1b) && !show.stdout.contains(&0x07), "{}", String::from_utf8_lossy(&show.stdout));
 }
+
+#[test]
+fn the_control_server_checks_consent_itself() {
+    let state = tempfile::tempdir().unwrap();
+    let state = state.path().join("state");
+    let mut serve = factory_cmd(&state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve");
+    let mut first = String::new();
+    BufReader::new(serve.stderr.take().expect("stderr")).read_line(&mut first).expect("serve says it listens");
+    assert!(first.contains("serving"), "{first}");
+    let socket = state.join("control.sock");
+    let probe = std::fs::canonicalize(common::component("probe")).unwrap();
+    let run = |approved: bool| {
+        let request = serde_json::json!({
+            "wire": 1, "op": "run", "session": "default", "component": {"file": probe},
+            "args": {"case": "fanout", "n": 1}, "approved": approved,
+        });
+        raw_request(&socket, format!("{request}\n").as_bytes())
+    };
+    // A client that skips the consent step gets nothing run for an untrusted component.
+    let refused = run(false);
+    assert!(refused.contains("\"code\":\"no_approval_provider\""), "{refused}");
+    let runs = common::factory_in(&state, &["runs", "--json"]);
+    assert_eq!(stdout_json(&runs).as_array().map(Vec::len), Some(0), "no run was created");
+    // With the user's consent in the request, it runs.
+    let started = run(true);
+    assert!(started.contains("\"runId\""), "{started}");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(serve.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = serve.wait();
+}

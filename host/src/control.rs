@@ -56,7 +56,7 @@ fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
 }
 
 /// Answer one connection: check the peer, read one bounded request, answer it.
-async fn handle(host: Arc<Host>, stream: UnixStream) {
+async fn handle(host: Arc<Host>, stream: UnixStream, trusted: &TrustCheck) {
     let refused = peer_is_us(&stream).err();
     let (read, mut write) = stream.into_split();
     let response = match refused {
@@ -76,7 +76,7 @@ async fn handle(host: Arc<Host>, stream: UnixStream) {
             }),
             Ok(Ok(Some(line))) => match parse_request(&line) {
                 Err(e) => Response::Err(e),
-                Ok(request) => match answer(&host, request).await {
+                Ok(request) => match answer(&host, request, trusted).await {
                     Ok(value) => Response::Ok(value),
                     Err(e) => Response::Err(RemoteError::from(&e)),
                 },
@@ -167,6 +167,10 @@ pub enum Request {
         /// The user declined to run it: record the run as declined ([`Host::decline`]).
         #[serde(default)]
         declined: bool,
+        /// The user consented to this run on the client (a prompt answered yes, `--yes`).
+        /// Without it the server runs only a component its trust check accepts.
+        #[serde(default)]
+        approved: bool,
     },
     /// Resume a run in the serving process; answers `{"runId"}` once the attempt starts.
     Resume {
@@ -179,6 +183,9 @@ pub enum Request {
         /// Another backend or model than the run recorded (empty: the recorded one).
         #[serde(default)]
         backend: BackendChoice,
+        /// The user consented to the component this resume runs (see `Run`).
+        #[serde(default)]
+        approved: bool,
     },
 }
 
@@ -216,19 +223,37 @@ pub enum Target {
 }
 
 /// Start a run or a resume in the background; answer once it has an id (or failed early).
-async fn start(host: Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
+/// Whether a component (by sha256) may run without the user's consent in the request: built
+/// on this machine or approved before. The server checks it itself, whatever the client did.
+pub type TrustCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Refuse a component neither `approved` in the request nor accepted by `trusted`.
+fn consented(trusted: &TrustCheck, approved: bool, hash: &str, what: &str) -> Result<(), Error> {
+    if approved || trusted(hash) {
+        return Ok(());
+    }
+    Err(Error::NotApproved(format!(
+        "{what} (sha256 {hash}) is not trusted on this machine and the request carries no consent: \
+         run it with --yes, or approve it with `factory trust`"
+    )))
+}
+
+async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Result<serde_json::Value, Error> {
     let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
     let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
         let _ = started.send(id.to_string());
     });
     let task = match request {
-        Request::Run { session, component, args, limits, backend: choice, grants, declined } => {
+        Request::Run { session, component, args, limits, backend: choice, grants, declined, approved } => {
             // Refuse an unusable backend before the run exists.
             let backend = Some(host.chosen_backend(&choice)?);
             let factory = match &component {
                 Target::File(path) => host.load_file(path).await?,
                 Target::Registered(name) => host.load_registered(name).await?,
             };
+            if !declined {
+                consented(trusted, approved, &factory.component.hash, &format!("factory `{}`", factory.meta.name))?;
+            }
             let options = RunOptions {
                 args,
                 limits,
@@ -247,11 +272,19 @@ async fn start(host: Arc<Host>, request: Request) -> Result<serde_json::Value, E
                 }
             })
         }
-        Request::Resume { session, run_id, component, limits, backend: choice } => {
+        Request::Resume { session, run_id, component, limits, backend: choice, approved } => {
             let component = match component {
                 Some(path) => Some(host.load_file(&path).await?),
                 None => None,
             };
+            // The component this attempt runs: the edited one, else the run's last.
+            let hash = match &component {
+                Some(factory) => Some(factory.component.hash.clone()),
+                None => host.detail(&session, &run_id)?.component_hashes.last().cloned(),
+            };
+            if let Some(hash) = hash {
+                consented(trusted, approved, &hash, &format!("the component of run {run_id}"))?;
+            }
             let options = ResumeOptions {
                 limits,
                 component,
@@ -305,9 +338,11 @@ pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::V
 /// `Run`/`Resume` by starting the attempt in the background and answering `{"runId"}` once
 /// it exists. What the socket server does with each request, and what a front door that
 /// opened the store itself (the MCP server) calls.
-pub async fn answer(host: &Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
+pub async fn answer(host: &Arc<Host>, request: Request, trusted: &TrustCheck) -> Result<serde_json::Value, Error> {
     match request {
-        start_request @ (Request::Run { .. } | Request::Resume { .. }) => start(host.clone(), start_request).await,
+        start_request @ (Request::Run { .. } | Request::Resume { .. }) => {
+            start(host.clone(), start_request, trusted).await
+        }
         query => answer_query(host, query).await,
     }
 }
@@ -348,7 +383,7 @@ impl Drop for InFlight {
 
 /// Serve control requests for `host` on `path` until the returned server is drained or
 /// dropped. A stale socket file (no one listening) is replaced.
-pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<Server> {
+pub fn serve(host: Arc<Host>, path: &Path, trusted: TrustCheck) -> std::io::Result<Server> {
     if path.exists() {
         // We hold the store, so nobody else can be serving it: the file is stale.
         std::fs::remove_file(path)?;
@@ -361,11 +396,12 @@ pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<Server> {
     let accept = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let host = host.clone();
+            let trusted = trusted.clone();
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let guard = InFlight(counter.clone());
             tokio::spawn(async move {
                 let _guard = guard;
-                handle(host, stream).await;
+                handle(host, stream, &trusted).await;
             });
         }
     });

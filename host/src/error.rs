@@ -44,6 +44,9 @@ pub enum Error {
     /// A directory to grant read access to is missing or not a directory.
     #[error(transparent)]
     Grant(#[from] crate::sandbox::GrantError),
+    /// A component that is not trusted, with no consent and no way to ask for it.
+    #[error("no_approval_provider: {0}")]
+    NotApproved(String),
     /// The backend a run needs cannot be built (its config entry is gone, its key variable
     /// is unset, the name is unknown): nothing started.
     #[error(transparent)]
@@ -60,6 +63,7 @@ impl Error {
             Error::AlreadyActive(_) => Some("already_active"),
             Error::BackendUnavailable(_) => Some("backend_unavailable"),
             Error::NotRegistered(_) => Some("unknown_factory"),
+            Error::NotApproved(_) => Some("no_approval_provider"),
             Error::Limits(_) => Some("invalid_limits"),
             Error::InvalidArgs(_) => Some("invalid_args"),
             _ => None,

@@ -61,7 +61,13 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
         Access::Remote(_) => None,
     };
     let session = session_pinned().then(|| g.session.clone());
-    let server = FactoryMcp { g: g.clone(), access: Arc::new(access), session, tool_router: FactoryMcp::tool_router() };
+    let server = FactoryMcp {
+        g: g.clone(),
+        access: Arc::new(access),
+        session,
+        trusted: super::trust::trust_check(g),
+        tool_router: FactoryMcp::tool_router(),
+    };
     let service = server.serve(rmcp::transport::stdio()).await.context("starting the MCP server on stdio")?;
     let ended = service.waiting().await;
     if let Some(serving) = serving {
@@ -77,6 +83,7 @@ struct FactoryMcp {
     g: GlobalArgs,
     access: Arc<Access>,
     session: Option<String>,
+    trusted: control::TrustCheck,
     #[allow(dead_code)] // read by the `tool_handler` macro
     tool_router: ToolRouter<Self>,
 }
@@ -256,7 +263,7 @@ impl FactoryMcp {
     /// One control request, to this process's host or to the holder of the store.
     async fn ask(&self, request: Request) -> Result<Value, ToolError> {
         match self.access.as_ref() {
-            Access::Local(host) => control::answer(host, request)
+            Access::Local(host) => control::answer(host, request, &self.trusted)
                 .await
                 .map_err(|e| ToolError::new(e.code().unwrap_or("error"), e.to_string())),
             Access::Remote(socket) => control::request(socket, &request).await.map_err(|e| match e {
@@ -302,6 +309,8 @@ impl FactoryMcp {
                     backend: Default::default(),
                     grants: Vec::new(),
                     declined: false,
+                    // An MCP client cannot be asked: the server's own trust check decides.
+                    approved: false,
                 }
             }
             (None, Some(run_id)) => {
@@ -313,7 +322,14 @@ impl FactoryMcp {
                 if let Some(hash) = hash {
                     self.require_trusted(hash, &format!("the component of run {run_id}"))?;
                 }
-                Request::Resume { session: session.clone(), run_id, component: None, limits, backend: Default::default() }
+                Request::Resume {
+                    session: session.clone(),
+                    run_id,
+                    component: None,
+                    limits,
+                    backend: Default::default(),
+                    approved: false,
+                }
             }
             _ => {
                 return Err(ToolError::new(

@@ -129,6 +129,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             backend,
             grants,
             declined,
+            // Consent was given here (a prompt, --yes) or the component is trusted.
+            approved: !declined,
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
@@ -191,6 +193,8 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             component,
             limits,
             backend,
+            // Consent was checked above (trusted, --yes, or a prompt).
+            approved: true,
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) => report(envelope, &a.out),

@@ -216,6 +216,16 @@ async fn ask(
     Ok(approved)
 }
 
+/// The control server's own trust check: a component built by this process or approved in
+/// the trust store runs without consent in the request.
+pub fn trust_check(g: &GlobalArgs) -> factory_host::control::TrustCheck {
+    let store = store(g).ok();
+    std::sync::Arc::new(move |hash: &str| {
+        target::built_here().iter().any(|(built, _)| built == hash)
+            || store.as_ref().is_some_and(|s| s.is_trusted(hash).unwrap_or(false))
+    })
+}
+
 /// Does the user consent to running `factory` (named `source` on the command line) with
 /// `overrides` and `grants` (`None`: the run's recorded ones)? `Ok(false)`: declined at the
 /// prompt; `Err`: consent is needed and cannot be asked for (exit 2).
