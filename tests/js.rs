@@ -542,6 +542,18 @@ fn cli_kill_9_then_resume_repeats_no_backend_call_and_resume_uses_the_recorded_s
         .spawn()
         .expect("factory run starts");
     let run_id = wait_for_spawns(state.path(), 24);
+    // Progress pages come from the store: once 12 `agentFinished` entries are readable they
+    // are committed, and so is every journal write queued before them.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = common::factory_in(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
+        let finished = out_json(&out).as_array().map_or(0, |e| e.iter().filter(|e| e["event"] == "agentFinished").count());
+        if finished >= 12 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no agent finished durably");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     child.kill().expect("SIGKILL");
     child.wait().unwrap();
 
@@ -568,4 +580,18 @@ fn cli_kill_9_then_resume_repeats_no_backend_call_and_resume_uses_the_recorded_s
     assert!(replayed >= 12, "work was journaled before the kill ({replayed} replayed)");
     assert!(started_after.iter().all(|l| !finished_before.contains(l)), "no call that finished before the kill ran again");
     assert_eq!(replayed + started_after.len(), 120, "each call replayed or spawned exactly once");
+}
+
+#[tokio::test]
+async fn every_js_example_runs_on_dry_run() {
+    let host = dry_host();
+    for (name, args) in [
+        ("review-changed.js", json!({"files": ["src/a.rs"]})),
+        ("multi-stage-review.js", json!({"diff": "-a\n+b"})),
+        ("loop-until-dry.js", json!({"maxRounds": 3})),
+    ] {
+        let factory = host.load_file(Path::new(&example(name))).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let envelope = run(&host, &factory, args).await;
+        assert_eq!(envelope.status, RunStatus::Completed, "{name}: {envelope:#?}");
+    }
 }
