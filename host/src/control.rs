@@ -252,7 +252,9 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
                 Target::Registered(name) => host.load_registered(name).await?,
             };
             if !declined {
-                consented(trusted, approved, &factory.component.hash, &format!("factory `{}`", factory.meta.name))?;
+                // A script factory is trusted by its source (the runner ships in the binary).
+                let key = factory.component.script.as_ref().map_or(&factory.component.hash, |s| &s.hash);
+                consented(trusted, approved, key, &format!("factory `{}`", factory.meta.name))?;
             }
             let options = RunOptions {
                 args,
@@ -279,8 +281,10 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
             };
             // The component this attempt runs: the edited one, else the run's last.
             let hash = match &component {
-                Some(factory) => Some(factory.component.hash.clone()),
-                None => host.detail(&session, &run_id)?.component_hashes.last().cloned(),
+                Some(factory) => {
+                    Some(factory.component.script.as_ref().map_or(&factory.component.hash, |s| &s.hash).clone())
+                }
+                None => host.trust_key_of_run(&session, &run_id)?,
             };
             if let Some(hash) = hash {
                 consented(trusted, approved, &hash, &format!("the component of run {run_id}"))?;

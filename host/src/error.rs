@@ -41,6 +41,10 @@ pub enum Error {
     /// The run has an attempt executing.
     #[error("already_active: run `{0}` is running")]
     AlreadyActive(String),
+    /// A script factory's source cannot be read or does not define a runnable factory
+    /// (a syntax error: `file:line:col`).
+    #[error(transparent)]
+    Script(#[from] crate::script::ScriptError),
     /// A directory to grant read access to is missing or not a directory.
     #[error(transparent)]
     Grant(#[from] crate::sandbox::GrantError),

@@ -23,8 +23,10 @@ mod progress;
 mod run;
 pub mod sandbox;
 pub mod schema;
+pub mod script;
 pub mod store;
 pub mod trust;
+mod typescript;
 
 pub use agent_key::AgentKey;
 pub use envelope::{Accounting, Failure, RunEnvelope, RunStatus};

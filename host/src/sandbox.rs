@@ -114,6 +114,8 @@ fn start_epoch_ticker(engine: &Engine) {
 /// Per-run store data: the run's shared state plus WASI and resource bookkeeping.
 pub struct RunData {
     pub(crate) run: Arc<RunShared>,
+    /// The source of a script factory (`None` for components).
+    pub(crate) script: Option<Arc<crate::script::Script>>,
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
@@ -178,6 +180,7 @@ pub(crate) fn new_store(
     engine: &Engine,
     limits: &SandboxLimits,
     run: Arc<RunShared>,
+    script: Option<Arc<crate::script::Script>>,
     grants: &[String],
 ) -> wasmtime::Result<Store<RunData>> {
     let output = MemoryOutputPipe::new(limits.max_output_bytes);
@@ -195,7 +198,7 @@ pub(crate) fn new_store(
         .memories(limits.memories)
         .trap_on_grow_failure(true)
         .build();
-    let data = RunData { run, wasi, table: ResourceTable::new(), limits: store_limits, output };
+    let data = RunData { run, script, wasi, table: ResourceTable::new(), limits: store_limits, output };
     let mut store = Store::new(engine, data);
     store.limiter(|d| &mut d.limits);
     store.set_fuel(limits.fuel)?;

@@ -300,7 +300,9 @@ impl FactoryMcp {
         let start = match (params.name, params.resume_from_run_id) {
             (Some(name), None) => {
                 let registration = self.ask(Request::Inspect { session: session.clone(), name: name.clone() }).await?;
-                self.require_trusted(registration["hash"].as_str().unwrap_or_default(), &format!("factory `{name}`"))?;
+                // A script factory is trusted by its source; any other by its component.
+                let key = registration["script"]["sha256"].as_str().or(registration["hash"].as_str()).unwrap_or_default();
+                self.require_trusted(key, &format!("factory `{name}`"))?;
                 Request::Run {
                     session: session.clone(),
                     component: Target::Registered(name),
@@ -318,7 +320,9 @@ impl FactoryMcp {
                     return Err(ToolError::new("invalid_params", "a resume keeps the run's args: give no `args`"));
                 }
                 let detail = self.ask(Request::Detail { session: session.clone(), run_id: run_id.clone() }).await?;
-                let hash = detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(Value::as_str);
+                let script = detail["scripts"].as_array().and_then(|s| s.last()).and_then(|s| s["sha256"].as_str());
+                let component = detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(Value::as_str);
+                let hash = script.or(component);
                 if let Some(hash) = hash {
                     self.require_trusted(hash, &format!("the component of run {run_id}"))?;
                 }

@@ -72,7 +72,7 @@ pub struct ResumeArgs {
 /// Load what `target` names: a file, a crate directory, or a registered factory.
 async fn load(host: &Host, target: &str) -> Result<Factory> {
     let path = PathBuf::from(target);
-    if path.exists() {
+    if path.exists() || target::is_script_target(target) {
         let file = target::resolve(&path)?;
         return host.load_file(&file).await.with_context(|| format!("loading {}", file.display()));
     }
@@ -89,7 +89,7 @@ async fn load(host: &Host, target: &str) -> Result<Factory> {
 /// directory is built here first) or a registered name.
 fn remote_target(target: &str) -> Result<Target> {
     let path = PathBuf::from(target);
-    if path.exists() {
+    if path.exists() || target::is_script_target(target) {
         return Ok(Target::File(std::path::absolute(target::resolve(&path)?)?));
     }
     Ok(Target::Registered(target.to_string()))
@@ -249,7 +249,10 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
 async fn reapprove(g: &GlobalArgs, yes: &YesArg, access: &Access, run_id: &str) -> Result<()> {
     let detail = super::observe::ask_with(access, Request::Detail { session: g.session.clone(), run_id: run_id.into() }).await?;
     let factory = detail["factory"].as_str().unwrap_or_default();
-    match detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(|h| h.as_str()) {
+    // A script factory is trusted by its source's sha256 (the runner is this binary's).
+    let script = detail["scripts"].as_array().and_then(|s| s.last()).and_then(|s| s["sha256"].as_str());
+    let component = detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(|h| h.as_str());
+    match script.or(component) {
         Some(hash) => trust::reapprove(g, yes, run_id, factory, hash).await,
         // A run with no attempt yet has nothing to approve again; the resume says why it cannot start.
         None => Ok(()),

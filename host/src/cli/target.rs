@@ -25,13 +25,49 @@ pub fn built_here() -> Vec<(String, PathBuf)> {
     BUILT.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// The component file for `target`: itself, or the crate built from it.
+/// Does `target` name a script factory file, maybe as `file.js#name`?
+pub fn is_script_target(target: &str) -> bool {
+    let (file, _) = factory_host::script::split_entry(target);
+    let file = Path::new(file);
+    file.is_file() && factory_host::script::is_script(file)
+}
+
+/// A script factory named on the command line is the user's own source, like a crate built
+/// here: remember it (by the sha256 of its source) so the trust store records it as trusted.
+fn remember_script(target: &Path) -> Result<()> {
+    let text = target.to_string_lossy();
+    let (file, entry) = factory_host::script::split_entry(&text);
+    let script = factory_host::script::Script::read(Path::new(file), entry.map(str::to_string))
+        .with_context(|| format!("reading {file}"))?;
+    BUILT.lock().unwrap_or_else(|p| p.into_inner()).push((script.hash, PathBuf::from(file)));
+    Ok(())
+}
+
+/// Remember a source authored here (`factory add --meta --run`) as built here.
+pub fn remember_source(hash: &str, name: &str) {
+    BUILT.lock().unwrap_or_else(|p| p.into_inner()).push((hash.to_string(), PathBuf::from(name)));
+}
+
+/// The trust identity of a loaded factory: its source's sha256 for a script factory (the
+/// runner is part of this binary), else its component's.
+pub fn trust_key(factory: &factory_host::Factory) -> String {
+    match &factory.component.script {
+        Some(script) => script.hash.clone(),
+        None => factory.component.hash.clone(),
+    }
+}
+
+/// The component file for `target`: itself, or the crate built from it; a script factory
+/// (`.js`, `.mjs`, `.ts`, `.mts`, maybe `file.js#name`) as it is.
 pub fn resolve(target: &Path) -> Result<PathBuf> {
-    if target.is_dir() {
+    if is_script_target(&target.to_string_lossy()) {
+        remember_script(target)?;
+        Ok(target.to_path_buf())
+    } else if target.is_dir() {
         build(target)
     } else if target.is_file() {
         Ok(target.to_path_buf())
     } else {
-        bail!("`{}` is neither a component file nor a crate directory", target.display())
+        bail!("`{}` is neither a component file, a script factory, nor a crate directory", target.display())
     }
 }

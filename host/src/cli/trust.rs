@@ -168,7 +168,15 @@ async fn ask(
     if let Some(line) = meta.description.lines().next() {
         text.push_str(&format!("            {}\n", esc(line)));
     }
-    text.push_str(&format!("  sha256:   {}\n", factory.component.hash));
+    match &factory.component.script {
+        Some(script) => text.push_str(&format!(
+            "  sha256:   {} (source {}; JS runner {})\n",
+            script.hash,
+            esc(&script.file_name),
+            factory.component.hash
+        )),
+        None => text.push_str(&format!("  sha256:   {}\n", factory.component.hash)),
+    }
     text.push_str(&format!("  limits:   {} (declared: {})\n", show_limits(&effective), show_limits(&meta.limits)));
     text.push_str(&format!(
         "  imports:  {}\n",
@@ -239,7 +247,7 @@ pub async fn consent(
 ) -> Result<bool> {
     // Bad input is reported as such, before any question of trust.
     factory.meta.limits.overridden_by(overrides).validate()?;
-    if settled(g, yes, &factory.component.hash, source, Some(&factory.meta.name))? {
+    if settled(g, yes, &target::trust_key(factory), source, Some(&factory.meta.name))? {
         return Ok(true);
     }
     ask(g, factory, source, overrides, grants).await
@@ -257,6 +265,16 @@ pub async fn consent_remote(
     grants: Option<&[PathBuf]>,
 ) -> Result<bool> {
     let path = match component {
+        Target::File(path) if target::is_script_target(&path.to_string_lossy()) => {
+            // A script factory on the command line is the user's own source (see `target`).
+            target::resolve(path)?;
+            let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
+            let factory = host.load_file(path).await.with_context(|| format!("loading {}", path.display()))?;
+            if settled(g, yes, &target::trust_key(&factory), source, Some(&factory.meta.name))? {
+                return Ok(true);
+            }
+            return ask(g, &factory, source, overrides, grants).await;
+        }
         Target::File(path) => path.as_path(),
         Target::Registered(name) => {
             // Its bytes are in the store the other process holds; its sha256 is asked for.
@@ -376,7 +394,10 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
     };
     let path = PathBuf::from(&target);
     if a.revoke {
-        let hash = if path.exists() {
+        let hash = if target::is_script_target(&target) {
+            let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
+            target::trust_key(&host.load_file(&path).await.with_context(|| format!("loading {target}"))?)
+        } else if path.exists() {
             let file = target::resolve(&path)?;
             let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             factory_host::component::content_hash(&bytes)
@@ -392,14 +413,14 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if !path.exists() {
-        bail!("`{target}` is neither a component file nor a crate directory");
+    if !path.exists() && !target::is_script_target(&target) {
+        bail!("`{target}` is neither a component file, a script factory, nor a crate directory");
     }
     let file = target::resolve(&path)?;
     // Only a loadable factory is worth trusting: load it (in memory) to check and name it.
     let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
     let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
-    let hash = factory.component.hash.clone();
+    let hash = target::trust_key(&factory);
     let built = target::built_here().iter().any(|(h, _)| *h == hash);
     let entry = TrustedComponent {
         name: Some(factory.meta.name.clone()),

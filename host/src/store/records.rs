@@ -27,6 +27,10 @@ pub struct RunRecord {
     pub limits: Limits,
     /// The component sha256 each attempt ran.
     pub component_hashes: Vec<String>,
+    /// The source each attempt ran, for a script factory (index-aligned with
+    /// `component_hashes`; empty for runs recorded before scripts existed).
+    #[serde(default)]
+    pub scripts: Vec<Option<crate::script::ScriptRef>>,
     /// The backend each attempt used (empty for runs recorded before backends were).
     #[serde(default)]
     pub backends: Vec<crate::backend::BackendRef>,
@@ -47,6 +51,10 @@ pub struct Registration {
     pub meta: FactoryMeta,
     /// The component's sha256 (its bytes are in the store under it).
     pub hash: String,
+    /// For a script factory: its source (the text is stored under its sha256; `hash` is
+    /// then the runner's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<crate::script::ScriptRef>,
     /// When it was registered.
     pub added_at: String,
 }
