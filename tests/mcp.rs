@@ -97,11 +97,23 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
     assert_eq!(resumed["status"], "completed", "{resumed:#}");
     assert_eq!(resumed["result"]["done"], 6);
     assert_eq!(resumed["attempts"], 2);
-    let answered = server.answered();
+    let answered: Vec<String> = server.answered().into_iter().filter(|p| p.starts_with("task ")).collect();
     assert_eq!(answered.len(), 6, "6 distinct calls, each answered once: {answered:?}");
     assert_eq!(report["show"]["structured"]["agents"].as_array().unwrap().len(), 6);
     assert!(!report["show"]["text"].as_str().unwrap().contains("task 0"), "no prompts in `show`");
     assert_eq!(report["progressPage"]["structured"]["entries"].as_array().unwrap().len(), 5);
+
+    // An authored factory: registered in this session (not run), listed, and run.
+    assert_eq!(report["author"]["isError"], false, "{:#}", report["author"]);
+    let names: Vec<&str> =
+        report["listAfterAuthor"]["structured"]["factories"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
+    assert!(names.contains(&"bug-hunt") && names.contains(&"probe"), "{names:?}");
+    let authored = &report["authoredRun"]["structured"];
+    assert_eq!(authored["status"], "completed", "{authored:#}");
+    assert!(authored["result"]["finding"].as_str().unwrap().starts_with("real answer to: Name one likely bug in src/a.rs"), "{authored:#}");
+    assert_eq!(report["badAuthor"]["isError"], true);
+    assert_eq!(report["badAuthor"]["structured"]["code"], "invalid_script", "{:#}", report["badAuthor"]);
+    assert!(report["badAuthor"]["text"].as_str().unwrap().contains("SyntaxError"), "{:#}", report["badAuthor"]);
 
     // Pre-run failures: tool errors carrying the codes.
     for (case, code) in [
@@ -119,6 +131,10 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
     assert_eq!(other["runs"]["structured"]["runs"].as_array().map(Vec::len), Some(0), "{other:#}");
     assert_eq!(other["show"]["structured"]["code"], "not_found", "{other:#}");
     assert_eq!(other["resume"]["structured"]["code"], "not_found", "{other:#}");
+    let names: Vec<&str> =
+        other["list"]["structured"]["factories"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
+    assert_eq!(names, ["probe"], "another session does not see the authored factory");
+    assert_eq!(other["authored"]["structured"]["code"], "unknown_factory", "{other:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -145,10 +145,14 @@ pub enum Request {
     Wait { session: String, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
     Cancel { session: String, run_id: String },
-    /// The registered factories (name, description, phases, limits, args schema, sha256).
+    /// The factories the session can run: its own authored ones and those registered for
+    /// everyone (name, description, phases, limits, args schema, sha256).
     Factories { session: String },
-    /// One registered factory.
+    /// One factory, as the session sees it.
     Inspect { session: String, name: String },
+    /// Register a factory in the authoring form (`meta` JSON and a `run` body, one async
+    /// function expression) in the session's own scope, without running it.
+    Author { session: String, meta: serde_json::Value, run: String },
     /// Start a run in the serving process; answers `{"runId"}` once the run exists.
     Run {
         session: String,
@@ -249,12 +253,13 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
             let backend = Some(host.chosen_backend(&choice)?);
             let factory = match &component {
                 Target::File(path) => host.load_file(path).await?,
-                Target::Registered(name) => host.load_registered(name).await?,
+                Target::Registered(name) => host.load_registered_for(&session, name).await?,
             };
             if !declined {
                 // A script factory is trusted by its source (the runner ships in the binary).
                 let key = factory.component.script.as_ref().map_or(&factory.component.hash, |s| &s.hash);
-                consented(trusted, approved, key, &format!("factory `{}`", factory.meta.name))?;
+                let authored = host.authored_in(&session, key)?;
+                consented(trusted, approved || authored, key, &format!("factory `{}`", factory.meta.name))?;
             }
             let options = RunOptions {
                 args,
@@ -287,7 +292,8 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
                 None => host.trust_key_of_run(&session, &run_id)?,
             };
             if let Some(hash) = hash {
-                consented(trusted, approved, &hash, &format!("the component of run {run_id}"))?;
+                let authored = host.authored_in(&session, &hash)?;
+                consented(trusted, approved || authored, &hash, &format!("the component of run {run_id}"))?;
             }
             let options = ResumeOptions {
                 limits,
@@ -327,8 +333,9 @@ pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::V
         }
         Request::Wait { session, run_id } => json(serde_json::to_value(host.wait(&session, &run_id).await?)),
         Request::Cancel { session, run_id } => json(serde_json::to_value(host.cancel(&session, &run_id).await?)),
-        Request::Factories { session: _ } => json(serde_json::to_value(host.registered()?)),
-        Request::Inspect { session: _, name } => match host.store().factory(&name)? {
+        Request::Factories { session } => json(serde_json::to_value(host.registered_for(&session)?)),
+        Request::Author { session, meta, run } => json(serde_json::to_value(host.author_in(&session, &meta, &run).await?)),
+        Request::Inspect { session, name } => match host.store().factory_in(&session, &name)? {
             Some(registration) => json(serde_json::to_value(registration)),
             None => Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
         },

@@ -70,6 +70,7 @@ impl Error {
             Error::NotApproved(_) => Some("no_approval_provider"),
             Error::Limits(_) => Some("invalid_limits"),
             Error::InvalidArgs(_) => Some("invalid_args"),
+            Error::Script(_) => Some("invalid_script"),
             _ => None,
         }
     }

@@ -298,6 +298,14 @@ impl Host {
         self.register(&factory).await
     }
 
+    /// [`Host::author`] in `session`'s own scope: only that session lists and runs it (it
+    /// wins over a factory of the same name registered for everyone).
+    pub async fn author_in(&self, session: &str, meta: &serde_json::Value, run: &str) -> Result<Registration, Error> {
+        let script = crate::script::author(meta, run)?;
+        let factory = self.load_script(script).await?;
+        self.register_as(&factory, Some(session.to_string())).await
+    }
+
     /// A script factory from a stored runner and a stored source (what a run or a
     /// registration recorded).
     pub async fn load_stored_script(&self, runner_hash: &str, script: &ScriptRef) -> Result<Factory, Error> {
@@ -350,6 +358,19 @@ impl Host {
     pub async fn load_registered(&self, name: &str) -> Result<Factory, Error> {
         let registration =
             self.store.factory(name)?.ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
+        self.load_registration(&registration).await
+    }
+
+    /// Load factory `name` as `session` sees it (its own authored one first).
+    pub async fn load_registered_for(&self, session: &str, name: &str) -> Result<Factory, Error> {
+        let registration = self
+            .store
+            .factory_in(session, name)?
+            .ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
+        self.load_registration(&registration).await
+    }
+
+    async fn load_registration(&self, registration: &Registration) -> Result<Factory, Error> {
         match &registration.script {
             Some(script) => self.load_stored_script(&registration.hash, script).await,
             None => self.load_stored(&registration.hash).await,
@@ -358,7 +379,12 @@ impl Host {
 
     /// Register a factory under its meta name (replacing an earlier registration).
     pub async fn register(&self, factory: &Factory) -> Result<Registration, Error> {
+        self.register_as(factory, None).await
+    }
+
+    async fn register_as(&self, factory: &Factory, session: Option<String>) -> Result<Registration, Error> {
         let registration = Registration {
+            session,
             meta: factory.meta.clone(),
             hash: factory.component.hash.clone(),
             script: factory.component.script.as_ref().map(|s| s.reference()),
@@ -369,9 +395,28 @@ impl Host {
         Ok(registration)
     }
 
-    /// Registered factories, by name.
+    /// Factories registered for everyone, by name.
     pub fn registered(&self) -> Result<Vec<Registration>, Error> {
-        Ok(self.store.factories()?)
+        Ok(self.store.factories()?.into_iter().filter(|r| r.session.is_none()).collect())
+    }
+
+    /// Whether the component or script source `key` (a sha256) is a factory `session`
+    /// authored itself: it runs in the sandbox without consent, as the spec's authoring does.
+    pub fn authored_in(&self, session: &str, key: &str) -> Result<bool, Error> {
+        Ok(self.store.factories()?.iter().any(|r| {
+            r.session.as_deref() == Some(session) && r.script.as_ref().is_some_and(|s| s.sha256 == key)
+        }))
+    }
+
+    /// The factories `session` can run: its own authored ones, then those registered for
+    /// everyone that it does not shadow.
+    pub fn registered_for(&self, session: &str) -> Result<Vec<Registration>, Error> {
+        let all = self.store.factories()?;
+        let own: Vec<Registration> = all.iter().filter(|r| r.session.as_deref() == Some(session)).cloned().collect();
+        let shared = all
+            .into_iter()
+            .filter(|r| r.session.is_none() && !own.iter().any(|o| o.meta.name == r.meta.name));
+        Ok(own.iter().cloned().chain(shared).collect())
     }
 
     async fn with_meta(&self, component: LoadedComponent) -> Result<Factory, Error> {

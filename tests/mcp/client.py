@@ -55,6 +55,23 @@ async def lifecycle(session, report):
     report["progressPage"] = structured(
         await session.call_tool("factories_manage", {"operation": "progress", "runId": run_id, "limit": 5})
     )
+    # Authoring: a self-contained async function expression, registered in this session only.
+    body = """async ({ args, agent, phase }) => {
+        const VERDICT = { type: "object", properties: { real: { type: "boolean" } }, required: ["real"] };
+        phase("Inspect");
+        const finding = await agent(`Name one likely bug in ${args.file ?? "the code"}.`, { label: "inspector" });
+        if (!finding) return { finding: null, real: false };
+        phase("Verify");
+        const verdict = await agent(`Is this a real bug? Claim: ${finding}`, { label: "verifier", schema: VERDICT });
+        return { finding, real: verdict?.real === true };
+    }"""
+    meta = {"name": "bug-hunt", "description": "Find and verify one bug. args: { file?: string }", "phases": [{"title": "Inspect"}, {"title": "Verify"}]}
+    report["author"] = structured(await session.call_tool("factories_manage", {"operation": "author", "meta": meta, "run": body}))
+    report["listAfterAuthor"] = structured(await session.call_tool("factories_manage", {"operation": "list"}))
+    report["authoredRun"] = structured(await session.call_tool("run_factory", {"name": "bug-hunt", "args": {"file": "src/a.rs"}}))
+    report["badAuthor"] = structured(
+        await session.call_tool("factories_manage", {"operation": "author", "meta": {"name": "broken", "description": "x"}, "run": "async (ctx) => { return ( }"})
+    )
     # Pre-run failures are tool errors with the spec's codes.
     report["unknown"] = structured(await session.call_tool("run_factory", {"name": "no-such-factory"}))
     report["completedAgain"] = structured(await session.call_tool("run_factory", {"resumeFromRunId": run_id}))
@@ -102,6 +119,8 @@ async def other_session(session, report):
     run_id = os.environ.get("FOREIGN_RUN_ID", "")
     report["show"] = structured(await session.call_tool("factories_manage", {"operation": "show", "runId": run_id}))
     report["resume"] = structured(await session.call_tool("run_factory", {"resumeFromRunId": run_id}))
+    report["list"] = structured(await session.call_tool("factories_manage", {"operation": "list"}))
+    report["authored"] = structured(await session.call_tool("run_factory", {"name": "bug-hunt"}))
 
 
 async def main():

@@ -17,7 +17,6 @@ use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::control::{self, Request, Target};
 use factory_host::store::ProgressQuery;
-use factory_host::trust::TrustStore;
 use factory_host::{Limits, ProgressEntry, ProgressEvent, RunEnvelope};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{
@@ -62,7 +61,6 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
     };
     let session = session_pinned().then(|| g.session.clone());
     let server = FactoryMcp {
-        g: g.clone(),
         access: Arc::new(access),
         session,
         trusted: super::trust::trust_check(g),
@@ -80,7 +78,6 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
 /// The MCP server: the store (or its holder) and the session it serves.
 #[derive(Clone)]
 struct FactoryMcp {
-    g: GlobalArgs,
     access: Arc<Access>,
     session: Option<String>,
     trusted: control::TrustCheck,
@@ -170,6 +167,8 @@ impl schemars::JsonSchema for RunFactoryParams {
 struct ManageParams {
     operation: String,
     name: Option<String>,
+    meta: Option<Value>,
+    run: Option<String>,
     run_id: Option<String>,
     after_seq: Option<u64>,
     before_seq: Option<u64>,
@@ -188,10 +187,18 @@ impl schemars::JsonSchema for ManageParams {
             "properties": {
                 "operation": {
                     "type": "string",
-                    "enum": ["list", "inspect", "runs", "show", "progress", "wait", "cancel"],
-                    "description": "list: the factories you can run (name, description, phases, limits). inspect {name}: one factory's description, phases, limits and args schema. runs: this session's runs, oldest first (ids, factory, status, updated time). show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable)."
+                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel"],
+                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs: this session's runs, oldest first (ids, factory, status, updated time). show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable)."
                 },
                 "name": {"type": "string", "description": "inspect: the factory's name."},
+                "meta": {
+                    "type": "object",
+                    "description": "author: the factory's metadata: { name, description (say what args it expects), phases?: [{ title }], limits?: { maxConcurrentSubagents, maxTotalSubagents, timeoutSeconds, maxAiCredits }, argsSchema? }."
+                },
+                "run": {
+                    "type": "string",
+                    "description": "author: the factory's body, ONE self-contained JavaScript async function expression, e.g. `async ({ args, agent, parallel, step, phase, log }) => { ... }`. It closes over nothing: define every schema, constant and helper inside it; no import statements. ctx has args, runId, agent(prompt, { label, schema, model }) (text, parsed JSON with a schema, or null on failure), parallel(thunks), pipeline(items, ...stages), step(key, fn), phase(title), log(message), signal."
+                },
                 "runId": {"type": "string", "description": "show, progress, wait, cancel: the run."},
                 "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards)."},
                 "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards)."},
@@ -224,7 +231,7 @@ impl FactoryMcp {
 
     #[tool(
         name = "factories_manage",
-        description = "Look at factories and at this session's factory runs. operation `list` (factories you can run), `inspect` {name}, `runs` (your runs with ids and statuses — use it to recover a run id for run_factory's resumeFromRunId), `show` {runId}, `progress` {runId, afterSeq?, beforeSeq?, phase?, limit?}, `wait` {runId}, `cancel` {runId}. Prompts are never shown."
+        description = "Look at factories and at this session's factory runs, or write a new factory. operation `list` (factories you can run), `inspect` {name}, `author` {meta, run} (register a JavaScript factory in this session without running it), `runs` (your runs with ids and statuses — use it to recover a run id for run_factory's resumeFromRunId), `show` {runId}, `progress` {runId, afterSeq?, beforeSeq?, phase?, limit?}, `wait` {runId}, `cancel` {runId}. Prompts are never shown."
     )]
     async fn factories_manage(
         &self,
@@ -273,23 +280,6 @@ impl FactoryMcp {
         }
     }
 
-    /// The trust store: a component neither built here nor approved cannot run from MCP,
-    /// which has no way to ask the user.
-    fn require_trusted(&self, hash: &str, what: &str) -> Result<(), ToolError> {
-        let dir = self.g.trust_dir().map_err(|e| ToolError::new("error", e.to_string()))?;
-        let trusted = TrustStore::in_state_dir(&dir).is_trusted(hash).map_err(|e| ToolError::new("error", e.to_string()))?;
-        if trusted {
-            return Ok(());
-        }
-        Err(ToolError::new(
-            "no_approval_provider",
-            format!(
-                "{what} (sha256 {hash}) is not trusted on this machine and this MCP client cannot be asked for consent; \
-                 the user can approve it with `factory trust <component>` or by running it once with `factory run`"
-            ),
-        ))
-    }
-
     async fn run_factory_inner(
         &self,
         params: RunFactoryParams,
@@ -299,10 +289,8 @@ impl FactoryMcp {
         let limits = params.limits.unwrap_or_default();
         let start = match (params.name, params.resume_from_run_id) {
             (Some(name), None) => {
-                let registration = self.ask(Request::Inspect { session: session.clone(), name: name.clone() }).await?;
-                // A script factory is trusted by its source; any other by its component.
-                let key = registration["script"]["sha256"].as_str().or(registration["hash"].as_str()).unwrap_or_default();
-                self.require_trusted(key, &format!("factory `{name}`"))?;
+                // Consent: the server's own trust check decides (an MCP client cannot be asked);
+                // factories authored in this session run without it.
                 Request::Run {
                     session: session.clone(),
                     component: Target::Registered(name),
@@ -318,13 +306,6 @@ impl FactoryMcp {
             (None, Some(run_id)) => {
                 if params.args.is_some() {
                     return Err(ToolError::new("invalid_params", "a resume keeps the run's args: give no `args`"));
-                }
-                let detail = self.ask(Request::Detail { session: session.clone(), run_id: run_id.clone() }).await?;
-                let script = detail["scripts"].as_array().and_then(|s| s.last()).and_then(|s| s["sha256"].as_str());
-                let component = detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(Value::as_str);
-                let hash = script.or(component);
-                if let Some(hash) = hash {
-                    self.require_trusted(hash, &format!("the component of run {run_id}"))?;
                 }
                 Request::Resume {
                     session: session.clone(),
@@ -433,6 +414,20 @@ impl FactoryMcp {
                 };
                 Ok(answer(json!({ "factories": factories }), summary))
             }
+            "author" => {
+                let meta = p.meta.ok_or_else(|| ToolError::new("invalid_params", "operation `author` needs `meta`"))?;
+                let run = need(p.run, "run")?;
+                let registration = self.ask(Request::Author { session, meta, run }).await?;
+                let m = &registration["meta"];
+                let summary = format!(
+                    "Registered factory `{}` in this session (not run). Run it with run_factory {{\"name\": \"{}\"}}.",
+                    m["name"].as_str().unwrap_or_default(),
+                    m["name"].as_str().unwrap_or_default()
+                );
+                let value = json!({"name": m["name"], "description": m["description"], "phases": m["phases"],
+                                   "limits": m["limits"], "sha256": registration["script"]["sha256"]});
+                Ok(answer(value, summary))
+            }
             "inspect" => {
                 let name = need(p.name, "name")?;
                 let r = self.ask(Request::Inspect { session, name }).await?;
@@ -489,7 +484,7 @@ impl FactoryMcp {
             }
             other => Err(ToolError::new(
                 "invalid_params",
-                format!("unknown operation `{other}` (expected list, inspect, runs, show, progress, wait or cancel)"),
+                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait or cancel)"),
             )),
         }
     }

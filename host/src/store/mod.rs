@@ -294,15 +294,31 @@ impl Store {
     pub async fn register(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         self.put_blob(&registration.hash, bytes)?;
         let json = serde_json::to_vec(registration).map_err(|e| StoreError::Io(e.to_string()))?;
-        self.writer.send(Op::Factory { name: registration.meta.name.clone(), registration: json })?;
+        self.writer.send(Op::Factory { name: registration.key(), registration: json })?;
         self.writer.flush().await
     }
 
-    /// A registered factory.
+    /// A factory registered for everyone.
     pub fn factory(&self, name: &str) -> Result<Option<Registration>, StoreError> {
+        self.factory_by_key(name)
+    }
+
+    /// The factory `name` as `session` sees it: its own authored one, else the one
+    /// registered for everyone.
+    pub fn factory_in(&self, session: &str, name: &str) -> Result<Option<Registration>, StoreError> {
+        match self.factory_by_key(&records::registration_key(Some(session), name))? {
+            Some(registration) => Ok(Some(registration)),
+            None => self.factory_by_key(name),
+        }
+    }
+
+    fn factory_by_key(&self, key: &str) -> Result<Option<Registration>, StoreError> {
+        if key.is_empty() {
+            return Ok(None);
+        }
         let txn = self.db.begin_read()?;
         let table = txn.open_table(FACTORIES)?;
-        match table.get(name)? {
+        match table.get(key)? {
             None => Ok(None),
             Some(b) => serde_json::from_slice(b.value()).map(Some).map_err(|e| corrupt("registration", e)),
         }

@@ -57,6 +57,26 @@ pub struct Registration {
     pub script: Option<crate::script::ScriptRef>,
     /// When it was registered.
     pub added_at: String,
+    /// The session it was authored in (an MCP connection's), which alone sees and runs it;
+    /// `None`: registered for everyone (`factory add`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+impl Registration {
+    /// Its key in the store: the name, or the name within its session.
+    pub fn key(&self) -> String {
+        registration_key(self.session.as_deref(), &self.meta.name)
+    }
+}
+
+/// The store key of factory `name` registered in `session` (`None`: for everyone). Session
+/// keys start with a NUL, which no global name can, so the two never collide.
+pub fn registration_key(session: Option<&str>, name: &str) -> String {
+    match session {
+        Some(session) => format!("\u{0}{session}\u{0}{name}"),
+        None => name.to_string(),
+    }
 }
 
 /// Which progress entries to read.
