@@ -507,6 +507,15 @@ impl Host {
             envelope.result = None;
         }
         if envelope.status == RunStatus::Running && !active {
+            // The attempt may have ended between reading the record and looking at `active`:
+            // it writes its end before it leaves `active`, so a fresh read has it.
+            if let Some(fresh) = self.store.run(&envelope.run_id)? {
+                if fresh.envelope.status != RunStatus::Running {
+                    return self.current(fresh);
+                }
+            }
+        }
+        if envelope.status == RunStatus::Running && !active {
             envelope.status = RunStatus::Halted;
             let failure = Failure::new("halted", None, "the attempt ended without recording its outcome; resume to continue");
             envelope.error.get_or_insert_with(|| failure.message.clone());

@@ -6,6 +6,7 @@ mod context;
 mod describe;
 mod escape;
 mod events;
+mod http;
 mod mcp;
 mod observe;
 mod progress_ui;
