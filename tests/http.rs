@@ -34,11 +34,7 @@ fn prepared_state() -> tempfile::TempDir {
     std::fs::write(&script, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":30}]}"#).unwrap();
     let config = format!("default = \"slow\"\n[backends.slow]\nkind = \"script\"\npath = \"{}\"\n", script.display());
     std::fs::write(state.path().join("factory.toml"), config).unwrap();
-    let probe = common::component("probe");
-    for args in [["add", probe.to_str().unwrap()], ["trust", probe.to_str().unwrap()]] {
-        let out = factory_in(state.path(), &args);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-    }
+    common::register_trusted_probe(state.path());
     state
 }
 

@@ -23,11 +23,7 @@ fn prepared_state(port: u16) -> tempfile::TempDir {
         base_url(port)
     );
     std::fs::write(state.path().join("factory.toml"), config).unwrap();
-    let probe = common::component("probe");
-    for args in [["add", probe.to_str().unwrap()], ["trust", probe.to_str().unwrap()]] {
-        let out = factory_in(state.path(), &args);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-    }
+    common::register_trusted_probe(state.path());
     state
 }
 

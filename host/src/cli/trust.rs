@@ -97,6 +97,18 @@ pub fn after_build(g: &GlobalArgs, outcome: Result<ExitCode>) -> Result<ExitCode
     outcome
 }
 
+/// Read one line from the terminal: did the user answer "y" or "yes"?
+async fn answered_yes() -> Result<bool> {
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .context("reading the answer")?
+    .context("reading the answer")?;
+    Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+}
+
 fn interactive() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }
@@ -203,14 +215,8 @@ async fn ask(
     text.push_str("  It runs in the same sandbox either way; approving only lets it start.\n");
     text.push_str("Run it? [y/N] ");
     eprint!("{text}");
-    let answer = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).map(|_| line)
-    })
-    .await
-    .context("reading the answer")?
-    .context("reading the answer")?;
-    let approved = matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+    let yes = answered_yes().await?;
+    let approved = yes;
     if approved {
         let entry = TrustedComponent {
             name: Some(meta.name.clone()),
@@ -325,14 +331,8 @@ pub async fn reapprove(g: &GlobalArgs, yes: &YesArg, run_id: &str, factory: &str
          (its approval was revoked, or it ran with --yes).\n  It runs in the same sandbox either way; approving only \
          lets it start.\nResume it? [y/N] "
     );
-    let answer = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).map(|_| line)
-    })
-    .await
-    .context("reading the answer")?
-    .context("reading the answer")?;
-    if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+    let yes = answered_yes().await?;
+    if !yes {
         bail!("reapproval_declined: run {run_id} was not resumed (its component was declined)");
     }
     let entry = TrustedComponent { name: Some(factory.to_string()), ..TrustedComponent::new(hash.to_string(), TrustSource::Approved) };
