@@ -311,6 +311,40 @@ fn python_build_errors_are_clear() {
 }
 
 #[test]
+fn a_python_project_directory_builds_its_package() {
+    // A pyproject.toml naming a package module; a helper module beside it; an environment
+    // directory that is never bundled.
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("proj");
+    std::fs::create_dir_all(project.join("reviewer")).unwrap();
+    std::fs::create_dir_all(project.join(".venv")).unwrap();
+    std::fs::write(project.join("pyproject.toml"), "[project]\nname = \"proj\"\n\n[tool.factory]\nmodule = \"reviewer.main\"\n").unwrap();
+    std::fs::write(project.join("reviewer/__init__.py"), "").unwrap();
+    std::fs::write(
+        project.join("reviewer/util.py"),
+        "def shout(text: str) -> str:\n    if text == 'fail':\n        raise ValueError('no shouting')\n    return text.upper()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("reviewer/main.py"),
+        "from factory_sdk import Ctx, factory\nfrom .util import shout\n\n\
+         @factory(name='proj', description='args: { text: string }', args={'type': 'object', 'required': ['text']})\n\
+         async def run(ctx: Ctx) -> str:\n    return shout(ctx.args['text'])\n",
+    )
+    .unwrap();
+    std::fs::write(project.join(".venv/broken.py"), "this is not python (\n").unwrap();
+    let component = built(&project);
+    let (out, envelope, _state) = run(&component, json!({ "text": "hi" }), &[]);
+    assert!(out.status.success(), "{}\n{envelope:#}", stderr(&out));
+    assert_eq!(envelope["result"], "HI", "{envelope:#}");
+    let (out, envelope, _state) = run(&component, json!({ "text": "fail" }), &[]);
+    assert_eq!(out.status.code(), Some(1), "{envelope:#}");
+    let message = envelope["failure"]["message"].as_str().unwrap();
+    assert!(message.contains("File \"reviewer/util.py\", line 3, in shout"), "{message}");
+    assert!(message.contains("File \"reviewer/main.py\", line 6, in run"), "{message}");
+}
+
+#[test]
 fn a_python_build_is_cached_and_trusted_like_a_rust_build() {
     let component = probe();
     let state = tempfile::tempdir().unwrap();
