@@ -57,7 +57,8 @@ pub enum PyBuildError {
     #[error("{0}")]
     BadModule(String),
     /// The factory's Python failed while being built (a syntax error, an exception at import
-    /// time, no `@factory`): `location` is `file:line` when known.
+    /// time, no `@factory`): `headline` is `file:line: Error` when the line is known,
+    /// `detail` the traceback with the user's files shown by their real path.
     #[error("{headline}\n{detail}")]
     Python { headline: String, detail: String },
     /// componentize-py failed for another reason.
