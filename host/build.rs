@@ -52,15 +52,22 @@ fn main() {
             }
             cargo.env("CC_wasm32_unknown_unknown", &clang);
         }
-        None => fail(
-            "no clang that targets wasm32 was found. The JS runner embeds QuickJS (C) and needs one:\n  \
-             Debian/Ubuntu: apt-get install -y clang-19 lld-19\n  \
-             elsewhere: install clang (LLVM >= 16) and set CC_wasm32_unknown_unknown=/path/to/clang",
-        ),
+        None => {
+            return without_runner(
+                &out_dir,
+                "no clang that targets wasm32 was found (the JS runner embeds QuickJS, which is C): \
+                 Debian/Ubuntu: apt-get install -y clang-19 lld-19; elsewhere: install clang (LLVM >= 16) \
+                 and set CC_wasm32_unknown_unknown=/path/to/clang",
+            )
+        }
     }
     let status = cargo.status().unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
     if !status.success() {
-        fail("cargo build of guest-sdk/js-runner for wasm32-unknown-unknown failed (see the output above)");
+        return without_runner(
+            &out_dir,
+            "cargo build of guest-sdk/js-runner for wasm32-unknown-unknown failed (is the target installed? \
+             rustup target add wasm32-unknown-unknown)",
+        );
     }
     let core = inner_target.join(TARGET).join("release").join("factory_js_runner.wasm");
     let bytes = std::fs::read(&core).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", core.display())));
@@ -72,6 +79,17 @@ fn main() {
     // Rewrite only on change, so the host crate is not recompiled for nothing.
     if std::fs::read(&out).ok().as_deref() != Some(component.as_slice()) {
         std::fs::write(&out, &component).unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", out.display())));
+    }
+}
+
+/// Build the host without a JS runner (an empty one): everything but JavaScript factories
+/// works, and those say how to get a runner. The README's first command must work on a
+/// machine that has only Rust.
+fn without_runner(out_dir: &Path, why: &str) {
+    println!("cargo:warning=the factory binary is built WITHOUT the JS runner: {why}; then rebuild to run .js factories");
+    let out = out_dir.join("js-runner.component.wasm");
+    if std::fs::read(&out).map(|b| !b.is_empty()).unwrap_or(true) {
+        std::fs::write(&out, b"").unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", out.display())));
     }
 }
 

@@ -284,6 +284,9 @@ impl Host {
         if let Some(loaded) = runner.as_ref() {
             return Ok(loaded.clone());
         }
+        if crate::script::RUNNER.is_empty() {
+            return Err(crate::script::ScriptError::NoRunner.into());
+        }
         let loaded = self.loader.load_bytes_for(&self.script_linker, crate::script::RUNNER, true)?;
         *runner = Some(loaded.clone());
         Ok(loaded)

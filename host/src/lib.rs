@@ -20,6 +20,7 @@ pub mod journal;
 pub mod limits;
 mod meta;
 mod progress;
+pub mod pybuild;
 mod run;
 pub mod sandbox;
 pub mod schema;

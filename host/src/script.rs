@@ -65,6 +65,13 @@ pub enum ScriptError {
     /// The authoring form is malformed.
     #[error("authoring: {0}")]
     Authoring(String),
+    /// This binary was built without the JS runner (no clang for wasm32 at build time).
+    #[error(
+        "this factory binary was built without the JS runner (its build found no clang for wasm32): install \
+         clang (Debian/Ubuntu: apt-get install -y clang-19 lld-19) and `rustup target add wasm32-unknown-unknown`, \
+         then rebuild factory"
+    )]
+    NoRunner,
 }
 
 impl Script {

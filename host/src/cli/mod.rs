@@ -110,9 +110,9 @@ enum Command {
     Describe(describe::DescribeArgs),
     /// List the subagent backends (configured and built-in), or check one with a tiny call.
     Backends(backends::BackendsArgs),
-    /// Build a Rust factory crate into a component and print its path.
+    /// Build a factory (a Rust crate directory, or a Python `.py` file or project) into a component and print its path.
     Build {
-        /// The crate directory.
+        /// The crate directory, `.py` file or Python project directory.
         dir: PathBuf,
     },
     /// Approve a component so runs need no consent (`--revoke` to undo); list trusted ones.

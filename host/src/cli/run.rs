@@ -41,7 +41,7 @@ pub struct OutputArgs {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// A component file (`.wasm`), a Rust factory crate directory, or a registered name.
+    /// A component file (`.wasm`), a Rust factory crate directory, a Python factory (`.py` file or project directory), or a registered name.
     target: String,
     /// Arguments as JSON (default `{}`).
     #[arg(long, value_name = "JSON")]

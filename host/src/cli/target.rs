@@ -1,23 +1,42 @@
 //! What a `<component|dir>` argument names: a component file to load, or a Rust crate
 //! directory to build first. Components this process builds are remembered (by sha256) so
-//! the trust store can record them as built on this machine (`super::trust`).
+//! the trust store can record them as built on this machine (`super::trust`). A Python
+//! factory (`.py` file or project directory) is built with componentize-py.
 
 use anyhow::{bail, Context, Result};
-use factory_host::builder;
+use factory_host::{builder, pybuild};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Components built by this process: (sha256, file).
 static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
 
-/// Build the crate at `dir`, telling the user what happens on stderr.
+/// Build the crate at `dir` (or the Python factory there, see [`build_python`]), telling
+/// the user what happens on stderr.
 pub fn build(dir: &Path) -> Result<PathBuf> {
+    if pybuild::is_python(dir) {
+        return build_python(dir);
+    }
     let built = builder::build_crate(dir, None, &mut |note| eprintln!("factory: {note}"))
         .with_context(|| format!("building {}", dir.display()))?;
-    let bytes = std::fs::read(&built.component).with_context(|| format!("reading {}", built.component.display()))?;
+    remember(&built.component)
+}
+
+/// Build a Python factory (a `.py` file, or a directory with an `app.py` or a
+/// `pyproject.toml`) with componentize-py, cached under the compile cache directory.
+pub fn build_python(path: &Path) -> Result<PathBuf> {
+    let cache = factory_host::default_cache_dir().unwrap_or_else(|| std::env::temp_dir().join("factory-cache"));
+    let built = pybuild::build(path, &cache, &mut |note| eprintln!("factory: {note}"))
+        .with_context(|| format!("building {}", path.display()))?;
+    remember(&built.component)
+}
+
+/// Record `component` as built by this process (the trust store trusts it like a build).
+fn remember(component: &Path) -> Result<PathBuf> {
+    let bytes = std::fs::read(component).with_context(|| format!("reading {}", component.display()))?;
     let hash = factory_host::component::content_hash(&bytes);
-    BUILT.lock().unwrap_or_else(|p| p.into_inner()).push((hash, built.component.clone()));
-    Ok(built.component)
+    BUILT.lock().unwrap_or_else(|p| p.into_inner()).push((hash, component.to_path_buf()));
+    Ok(component.to_path_buf())
 }
 
 /// The components this process built so far: (sha256, file).
@@ -63,7 +82,7 @@ pub fn resolve(target: &Path) -> Result<PathBuf> {
     if is_script_target(&target.to_string_lossy()) {
         remember_script(target)?;
         Ok(target.to_path_buf())
-    } else if target.is_dir() {
+    } else if target.is_dir() || pybuild::is_python(target) {
         build(target)
     } else if target.is_file() {
         Ok(target.to_path_buf())
