@@ -156,3 +156,48 @@ async fn an_untrusted_component_is_refused_without_a_way_to_ask() {
     assert_eq!(report["refused"]["structured"]["code"], "no_approval_provider", "{report:#}");
     assert_eq!(server.requests(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_streamable_http_needs_the_bearer_token() {
+    use std::io::BufRead;
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
+    let state = prepared_state(server.port());
+    let mut daemon = factory_cmd(state.path(), &["mcp", "--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("factory mcp --http starts");
+    let mut lines = std::io::BufReader::new(daemon.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("it says where it listens").unwrap();
+        if let Some(rest) = line.split("streamable HTTP on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(state.path().join("mcp.token")).unwrap();
+
+    // Without the token: 401, nothing served.
+    let refused = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+
+    // With it, the official client works over HTTP.
+    let mut cmd = Command::new("python3");
+    cmd.arg(common::root().join("tests/mcp/client.py")).args(["--http", &url, &token]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.unwrap();
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = daemon.wait();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["tools"], serde_json::json!(["factories_manage", "run_factory"]), "{report:#}");
+    assert_eq!(report["run"]["structured"]["status"], "completed", "{report:#}");
+    assert_eq!(report["run"]["structured"]["result"]["done"], 3);
+    assert_eq!(server.answered().len(), 3);
+}

@@ -123,7 +123,30 @@ async def other_session(session, report):
     report["authored"] = structured(await session.call_tool("run_factory", {"name": "bug-hunt"}))
 
 
+async def over_http(url, token, report):
+    """The same server over MCP's streamable HTTP transport, with the bearer token."""
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            read, write = streams[0], streams[1]
+            async with ClientSession(read, write, client_info=types.Implementation(name="http-agent", version="1")) as session:
+                init = await session.initialize()
+                report["server"] = init.server_info.name
+                tools = await session.list_tools()
+                report["tools"] = sorted(t.name for t in tools.tools)
+                report["list"] = structured(await session.call_tool("factories_manage", {"operation": "list"}))
+                report["run"] = structured(
+                    await session.call_tool("run_factory", {"name": "probe", "args": {"case": "fanout", "n": 3}})
+                )
+
+
 async def main():
+    if sys.argv[1] == "--http":
+        report = {}
+        await over_http(sys.argv[2], sys.argv[3], report)
+        print(json.dumps(report))
+        return
     factory, scenario = sys.argv[1], sys.argv[2]
     client_name = sys.argv[3] if len(sys.argv) > 3 else "pytest-agent"
     params = StdioServerParameters(command=factory, args=["mcp"], env=dict(os.environ))

@@ -38,7 +38,18 @@ pub struct McpArgs {
     /// The backend config file (default: factory.toml in the state directory, if present).
     #[arg(long, env = "FACTORY_CONFIG", value_name = "FILE")]
     config: Option<std::path::PathBuf>,
+    /// Serve MCP's streamable HTTP transport on ADDR (loopback, e.g. 127.0.0.1:8765; port 0
+    /// picks one) at `/mcp` instead of stdio. Every request needs the bearer token written
+    /// to <state-dir>/mcp.token.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// Allow --http on an address that is not loopback.
+    #[arg(long, requires = "http")]
+    http_any_address: bool,
 }
+
+/// The token file of `factory mcp --http`, in the state directory.
+pub const TOKEN_FILE: &str = "mcp.token";
 
 /// Whether the user named the session (`--session`, or `FACTORY_SESSION`), rather than
 /// leaving the global default.
@@ -60,19 +71,92 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
         Access::Remote(_) => None,
     };
     let session = session_pinned().then(|| g.session.clone());
-    let server = FactoryMcp {
-        access: Arc::new(access),
-        session,
-        trusted: super::trust::trust_check(g),
+    let (access, trusted) = (Arc::new(access), super::trust::trust_check(g));
+    let make = move || FactoryMcp {
+        access: access.clone(),
+        session: session.clone(),
+        trusted: trusted.clone(),
         tool_router: FactoryMcp::tool_router(),
     };
-    let service = server.serve(rmcp::transport::stdio()).await.context("starting the MCP server on stdio")?;
-    let ended = service.waiting().await;
+    let ended = match a.http {
+        None => match make().serve(rmcp::transport::stdio()).await {
+            Ok(service) => service.waiting().await.map(|_| ()).context("the MCP connection failed"),
+            Err(e) => Err(anyhow::Error::new(e).context("starting the MCP server on stdio")),
+        },
+        Some(addr) => serve_http(g, addr, a.http_any_address, make).await,
+    };
     if let Some(serving) = serving {
         serving.drain().await;
     }
-    ended.context("the MCP connection failed")?;
+    ended?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// MCP over streamable HTTP on `addr` (path `/mcp`), one [`FactoryMcp`] per MCP session,
+/// until SIGINT/SIGTERM. A bearer token (in `<state-dir>/mcp.token`, 0600) is required on
+/// every request; the SDK checks the `Host` header against loopback names.
+async fn serve_http(
+    g: &GlobalArgs,
+    addr: std::net::SocketAddr,
+    any_address: bool,
+    make: impl Fn() -> FactoryMcp + Send + Sync + 'static,
+) -> Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+    if !addr.ip().is_loopback() && !any_address {
+        anyhow::bail!("--http {addr} is not a loopback address; add --http-any-address to serve it anyway");
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    let bound = listener.local_addr()?;
+    let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    {
+        use std::io::Write;
+        let mut file = factory_host::access::create_private_file(&g.state_dir.join(TOKEN_FILE))?;
+        file.write_all(token.as_bytes())?;
+    }
+    let mut config = StreamableHttpServerConfig::default();
+    if !bound.ip().is_loopback() {
+        config.allowed_hosts.push(bound.ip().to_string());
+    }
+    let service = Arc::new(StreamableHttpService::new(move || Ok(make()), Arc::new(LocalSessionManager::default()), config));
+    let expected = Arc::new(format!("Bearer {token}"));
+    eprintln!(
+        "factory mcp: streamable HTTP on http://{bound}/mcp (bearer token in {})",
+        g.state_dir.join(TOKEN_FILE).display()
+    );
+    let accept = async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let (service, expected) = (service.clone(), expected.clone());
+            tokio::spawn(async move {
+                let handler = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (service, expected) = (service.clone(), expected.clone());
+                    async move {
+                        let presented = req.headers().get(hyper::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
+                        if presented != Some(expected.as_str()) || req.uri().path() != "/mcp" {
+                            let status = if req.uri().path() != "/mcp" { 404 } else { 401 };
+                            let body = http_body_util::BodyExt::boxed(http_body_util::Full::new(hyper::body::Bytes::from_static(
+                                b"{\"code\":\"unauthorized\",\"message\":\"an `Authorization: Bearer <token>` header is required at /mcp\"}",
+                            )));
+                            let mut response = hyper::Response::new(body);
+                            *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::UNAUTHORIZED);
+                            return Ok::<_, std::convert::Infallible>(response);
+                        }
+                        Ok(service.handle(req).await)
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, handler).await;
+            });
+        }
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = accept => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    Ok(())
 }
 
 /// The MCP server: the store (or its holder) and the session it serves.
