@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{factory_cmd, factory_in, stderr};
+use common::factory_cmd;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -128,7 +128,7 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     assert_eq!((status, &inspected["meta"]["name"]), (200, &json!("probe")));
 
     // Start a run that stops on its total cap, wait for it, resume it with the cap raised.
-    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 4}, "limits": {"maxTotalSubagents": 2}});
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 4}, "limits": {"maxTotalSubagents": 2, "maxConcurrentSubagents": 1}});
     let (status, started) = daemon.post("/api/runs", start).await;
     assert_eq!(status, 202, "{started:#}");
     let id = started["runId"].as_str().unwrap().to_string();

@@ -12,7 +12,7 @@
 mod common;
 
 use common::counting::{Counting, Shared};
-use common::fake_openai::{answer_text, base_url, FakeOpenAi, Mode};
+use common::fake_openai::{base_url, FakeOpenAi, Mode};
 use common::{factory_cmd, stderr, stdout_json};
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError};
 use factory_host::{Error, Host, HostConfig, Limits, ResumeOptions, RunOptions, RunStatus};
@@ -405,4 +405,19 @@ async fn a_factory_can_complete_with_the_json_value_null() {
 
 async fn factory_in_json(state: &Path, args: &[&str]) -> Value {
     stdout_json(&factory(state, args, &[]).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_agent_fan_out_against_a_dead_server_stops_at_the_first_outage() {
+    let state = tempfile::tempdir().unwrap();
+    write_config(state.path(), FakeOpenAi::free_port(), false, "");
+    let run = ["run", &probe(), "--yes", "--backend", "local", "--args", &fanout(1000), "--json", "-q"];
+    let out = factory(state.path(), &run, &[]).await;
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["failure"]["type"], "backend", "{envelope:#}");
+    assert_eq!(envelope["failure"]["kind"], "unavailable", "{envelope:#}");
+    // The first call that exhausted its retries stopped the attempt and cancelled the
+    // others in flight: nothing was journaled, and the resume has all 1,000 calls to make.
+    let shown = stdout_json(&factory(state.path(), &["show", envelope["runId"].as_str().unwrap(), "--json"], &[]).await);
+    assert_eq!(shown["agents"].as_array().map(Vec::len), Some(0), "no call was journaled as an answer");
 }
