@@ -228,7 +228,7 @@ impl AllowList {
         let entry = AllowedFile {
             path: resolved(file).display().to_string(),
             sha256: sha256_hex(&bytes),
-            allowed_at: crate::store::records_timestamp(),
+            allowed_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
         };
         let mut files = self.list()?;
         files.retain(|f| f.path != entry.path);

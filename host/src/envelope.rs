@@ -108,7 +108,7 @@ pub struct RunEnvelope {
     pub attempts: u32,
     /// The backend of the latest attempt (what answered its subagents).
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub backend: Option<crate::backend::BackendRef>,
+    pub backend: Option<crate::backend::recorded::BackendRef>,
     /// RFC 3339 timestamps.
     pub created_at: String,
     pub updated_at: String,

@@ -10,6 +10,7 @@ pub mod http;
 mod openai;
 pub mod pricing;
 mod prompting;
+pub mod recorded;
 mod reference;
 pub mod router;
 mod script;
@@ -21,7 +22,8 @@ pub use dry_run::DryRun;
 pub use http::RetryPolicy;
 pub use openai::{OpenAi, OpenAiConfig, StructuredMode, DEFAULT_OPENAI_BASE_URL};
 pub use pricing::{Price, Pricing};
-pub use reference::{BackendCatalog, BackendRef, BackendUnavailable, BuiltinCatalog, Identified};
+pub use recorded::{BackendRef, BackendUnavailable};
+pub use reference::{BackendCatalog, BuiltinCatalog, Identified};
 pub use router::{Route, Router};
 pub use script::{Script, ScriptError};
 

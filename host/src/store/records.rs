@@ -33,7 +33,7 @@ pub struct RunRecord {
     pub scripts: Vec<Option<crate::script::ScriptRef>>,
     /// The backend each attempt used (empty for runs recorded before backends were).
     #[serde(default)]
-    pub backends: Vec<crate::backend::BackendRef>,
+    pub backends: Vec<crate::backend::recorded::BackendRef>,
     /// Read-only directories granted to the run.
     #[serde(default)]
     pub grants: Vec<String>,
