@@ -23,6 +23,32 @@ impl Drop for Daemon {
     }
 }
 
+const HOSTILE_JS: &str = r#"import { defineFactory } from "factory";
+export default defineFactory({
+    meta: {
+        name: "hostile-ui",
+        description: "<img src=x onerror=window.__pwned=1> writes about a topic",
+        phases: [{ title: "<b>Write</b>" }, { title: "Later" }],
+        argsSchema: {
+            type: "object",
+            required: ["topic"],
+            properties: {
+                topic: { type: "string", description: "what to write about" },
+                count: { type: "integer" },
+                loud: { type: "boolean" },
+                tags: { type: "array", items: { type: "string" } },
+            },
+        },
+    },
+    run: async (ctx) => {
+        ctx.phase("<b>Write</b>");
+        ctx.log("<img src=x onerror=window.__pwned=1>");
+        await ctx.agent("write it", { label: "<script>window.__pwned=1</script>" });
+        return { topic: ctx.args.topic, count: ctx.args.count, loud: ctx.args.loud, tags: ctx.args.tags };
+    },
+});
+"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_in_a_real_browser() {
     let root = common::root();
@@ -36,7 +62,11 @@ async fn the_dashboard_in_a_real_browser() {
     // `probe` registered and trusted; a script backend whose agents take 150 ms each.
     let state = tempfile::tempdir().unwrap();
     let script = state.path().join("slow.json");
-    std::fs::write(&script, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":150}]}"#).unwrap();
+    std::fs::write(
+        &script,
+        r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":150},{"labelPrefix":"<","reply":{"text":"ok"}}]}"#,
+    )
+    .unwrap();
     let config = format!("default = \"slow\"\n[backends.slow]\nkind = \"script\"\npath = \"{}\"\n", script.display());
     std::fs::write(state.path().join("factory.toml"), config).unwrap();
     let probe = common::component("probe");
@@ -44,6 +74,14 @@ async fn the_dashboard_in_a_real_browser() {
         let out = factory_in(state.path(), &args);
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     }
+
+    // A JS factory with an args schema (the start form builds inputs from it) whose name-free
+    // text is hostile: markup in its description, phase, log line and agent label must show
+    // as text.
+    let hostile = state.path().join("hostile-ui.js");
+    std::fs::write(&hostile, HOSTILE_JS).unwrap();
+    let out = factory_in(state.path(), &["add", hostile.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
 
     // A finished 4,096-agent run (dry-run backend) for the timeline's timing check.
     let out = factory_in(

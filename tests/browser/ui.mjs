@@ -149,13 +149,43 @@ try {
   await page.waitForSelector('#error:not([hidden])');
   check('errors show their code', (await page.textContent('#error')).startsWith('invalid_limits:'), await page.textContent('#error'));
 
+  // A form built from an args schema; guest text (description, phase, log line, label) is
+  // shown as text, never as markup.
+  await page.goto(`${base}/#/start`);
+  await page.selectOption('#factory', 'hostile-ui');
+  await page.waitForSelector('#start-form');
+  check('schema form: a text input (required)', await page.getAttribute('input[name=topic]', 'required') !== null);
+  check('schema form: a number input', (await page.getAttribute('input[name=count]', 'type')) === 'number');
+  check('schema form: a checkbox', (await page.getAttribute('input[name=loud]', 'type')) === 'checkbox');
+  check('schema form: a list', await page.isVisible('textarea[name=tags]'));
+  check('schema form: no JSON box', !(await page.isVisible('#args-json')));
+  await page.fill('input[name=topic]', 'cats');
+  await page.fill('input[name=count]', '3');
+  await page.check('input[name=loud]');
+  await page.fill('textarea[name=tags]', 'a\nb\n');
+  await page.check('input[name=approved]');
+  await page.click('#start');
+  await page.waitForFunction(() => document.getElementById('run-status')?.textContent === 'completed', null, { timeout: 15000 });
+  const hostileId = decodeURIComponent(page.url().split('#/run/')[1]);
+  const hostile = await api('GET', `/api/runs/${hostileId}`);
+  check('schema form: typed args', hostile.result?.topic === 'cats' && hostile.result.count === 3 && hostile.result.loud === true
+    && JSON.stringify(hostile.result.tags) === '["a","b"]', hostile.result);
+  await page.waitForFunction(() => document.getElementById('log').textContent.includes('<img src=x'));
+  check('markup in a log line is text', await page.evaluate(() => !document.querySelector('main img, main script, #phases b, #log b') && window.__pwned === undefined));
+  check('phases: entered and declared', (await page.textContent('#phases li.done')) === '<b>Write</b>'
+    && (await page.textContent('#phases li.pending')) === 'Later');
+  const hbox = await page.locator('#timeline').boundingBox();
+  const hrow = Number(await page.getAttribute('#timeline', 'data-row-height'));
+  await page.mouse.move(hbox.x + hbox.width / 2, hbox.y + Number(await page.getAttribute('#timeline', 'data-axis-height')) + hrow / 2);
+  check('a label with markup is text on hover', (await page.textContent('.tip')).startsWith('<script>window.__pwned=1</script>\n'));
+
   // 4,096 agents: drawn in under a second (measured in the page).
   const opened = Date.now();
   await page.goto(`${base}/#/run/${bigRun}`);
   await page.waitForFunction(() => document.getElementById('timeline')?.dataset.loadMs, null, { timeout: 30000 });
   const big = await page.evaluate(() => {
     const c = document.getElementById('timeline');
-    return { bars: Number(c.dataset.bars), renderMs: Number(c.dataset.renderMs), loadMs: Number(c.dataset.loadMs) };
+    return { bars: Number(c.dataset.bars), entries: Number(c.dataset.entries), renderMs: Number(c.dataset.renderMs), loadMs: Number(c.dataset.loadMs) };
   });
   big.wallMs = Date.now() - opened;
   report.bigRun = big;

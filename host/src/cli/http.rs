@@ -383,4 +383,19 @@ mod tests {
         assert_eq!(percent_decode("%zz+b"), "%zz b");
         assert!(constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"a", b"ab"));
     }
+
+    #[test]
+    fn the_dashboard_assets_are_embedded_with_a_strict_policy() {
+        let page = ui_asset(&Method::GET, "/");
+        assert_eq!(page.status(), StatusCode::OK);
+        assert_eq!(page.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
+        let csp = page.headers()["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'") && !csp.contains("unsafe"), "{csp}");
+        assert_eq!(ui_asset(&Method::GET, "/ui/app.js").headers()[CONTENT_TYPE], "text/javascript; charset=utf-8");
+        assert_eq!(ui_asset(&Method::GET, "/ui/nope.js").status(), StatusCode::NOT_FOUND);
+        assert_eq!(ui_asset(&Method::POST, "/").status(), StatusCode::METHOD_NOT_ALLOWED);
+        // The page never builds HTML from strings.
+        let app = UI_ASSETS.iter().find(|(p, _, _)| *p == "/ui/app.js").unwrap().2;
+        assert!(!app.contains("innerHTML") && !app.contains("outerHTML") && !app.contains("insertAdjacentHTML"));
+    }
 }

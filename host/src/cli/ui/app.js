@@ -125,10 +125,16 @@ async function followEvents() {
   }
 }
 
-/** Call `fn` at most once per `ms`, after the last trigger (trailing debounce). */
-function debounce(fn, ms) {
-  let timer = null;
-  return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), ms); };
+/** Call `fn` once triggers pause for `ms`, but at least every `maxMs` while they keep coming
+ *  (a busy run announces many revisions a second). */
+function debounce(fn, ms, maxMs = 1000) {
+  let timer = null, first = 0;
+  return () => {
+    const now = performance.now();
+    if (timer === null) first = now;
+    clearTimeout(timer);
+    timer = setTimeout(() => { timer = null; fn(); }, Math.max(0, Math.min(ms, first + maxMs - now)));
+  };
 }
 
 // ---- Views ---------------------------------------------------------------------------------
@@ -332,7 +338,7 @@ function niceStep(raw) {
 function runView(main, runId) {
   let stopped = false;
   let detail = null;
-  let declared = null; // declared phases of the factory, if registered
+  let declared; // declared phases of the factory (null when it is not registered)
   let lastSeq = 0;     // the timeline has every entry up to here
   let loading = null;
   const timeline = new Timeline();
@@ -481,6 +487,9 @@ function runView(main, runId) {
     const d = await api('GET', `/api/runs/${encodeURIComponent(runId)}`);
     if (stopped) return;
     detail = d;
+    if (declared === undefined) {
+      declared = await api('GET', `/api/factories/${encodeURIComponent(d.factory)}`).then((r) => r.meta.phases).catch(() => null);
+    }
     renderHead();
     // The timeline takes every entry; the log starts with the latest LOG_TAIL (older pages
     // on demand, via beforeSeq).
@@ -505,7 +514,8 @@ function runView(main, runId) {
     loading = null;
     if (again && !stopped) { again = false; refresh(); }
   }
-  const onUpdate = debounce((u) => { if (u.runId === runId) refresh(); }, 100);
+  const refreshSoon = debounce(refresh, 100);
+  const onUpdate = (u) => { if (u.runId === runId) refreshSoon(); };
   listeners.add(onUpdate);
   const ticker = setInterval(() => { if (detail?.status === 'running') redraw(); }, 1000);
   const resized = () => redraw();
@@ -513,11 +523,10 @@ function runView(main, runId) {
 
   (async () => {
     const opened = performance.now();
-    try {
-      const env = await api('GET', `/api/runs/${encodeURIComponent(runId)}`);
-      declared = await api('GET', `/api/factories/${encodeURIComponent(env.factory)}`).then((r) => r.meta.phases).catch(() => null);
-    } catch (e) { showError(e); }
     await refresh();
+    // After the frame that draws it (its callback was queued first).
+    await new Promise((resolve) => requestAnimationFrame(resolve));
+    canvas.dataset.entries = String(lastSeq);
     canvas.dataset.loadMs = (performance.now() - opened).toFixed(1);
   })();
   return { stop() { stopped = true; listeners.delete(onUpdate); clearInterval(ticker); window.removeEventListener('resize', resized); } };
