@@ -8,6 +8,10 @@
 //! cookies, so no cross-site request can carry it); the `Host` header must name the address
 //! served (DNS rebinding); no CORS headers are sent, so other origins cannot read answers.
 //! The API serves the daemon's session (`--session`).
+//!
+//! `GET /` and `/ui/*` serve the web dashboard (assets embedded from `ui/`, no token needed:
+//! they hold no data). The page takes the token from its URL fragment (`#token=...`, which
+//! browsers never send), keeps it in `sessionStorage` and sends it only as a header.
 
 use factory_host::control::{self, Request, Target, TrustCheck};
 use factory_host::store::ProgressQuery;
@@ -28,6 +32,21 @@ use std::sync::Arc;
 
 /// The token file's name in the state directory.
 pub const TOKEN_FILE: &str = "http.token";
+
+/// The file in the state directory naming the address served (for `factory ui`).
+pub const ADDR_FILE: &str = "http.addr";
+
+/// The web dashboard's assets, embedded (plain files: no build step, no Node).
+const UI_ASSETS: &[(&str, &str, &str)] = &[
+    ("/", "text/html; charset=utf-8", include_str!("ui/index.html")),
+    ("/ui/app.js", "text/javascript; charset=utf-8", include_str!("ui/app.js")),
+    ("/ui/style.css", "text/css; charset=utf-8", include_str!("ui/style.css")),
+];
+
+/// The page may load only its own scripts and styles and talk only to this server; it may
+/// not be framed; nothing it loads sees a referrer.
+const UI_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The largest request body accepted (a start request with its args).
 const MAX_BODY_BYTES: usize = 4 << 20;
@@ -65,6 +84,8 @@ pub async fn serve(
         use std::io::Write;
         let mut file = factory_host::access::create_private_file(&path)?;
         file.write_all(token.as_bytes())?;
+        let mut file = factory_host::access::create_private_file(&state_dir.join(ADDR_FILE))?;
+        file.write_all(bound.to_string().as_bytes())?;
     }
     let mut hosts = vec![bound.to_string(), format!("localhost:{}", bound.port())];
     if bound.ip().is_unspecified() {
@@ -93,6 +114,28 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
         .header(CONTENT_TYPE, "application/json")
         .header("cache-control", "no-store")
         .body(Full::new(Bytes::from(value.to_string())).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+/// `GET /` and `/ui/*`: the dashboard's embedded assets (no token: they hold no data; the
+/// page asks for the token-protected API itself).
+fn ui_asset(method: &Method, path: &str) -> Response<Body> {
+    let Some((_, content_type, text)) = UI_ASSETS.iter().find(|(p, _, _)| *p == path) else {
+        return error(StatusCode::NOT_FOUND, "not_found", format!("no route {path}"));
+    };
+    if method != Method::GET && method != Method::HEAD {
+        return error(StatusCode::METHOD_NOT_ALLOWED, "not_found", format!("no route {method} {path}"));
+    }
+    let body = if method == Method::HEAD { Bytes::new() } else { Bytes::from_static(text.as_bytes()) };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(CONTENT_TYPE, *content_type)
+        .header("cache-control", "no-cache")
+        .header("content-security-policy", UI_CSP)
+        .header("x-content-type-options", "nosniff")
+        .header("referrer-policy", "no-referrer")
+        .header("x-frame-options", "DENY")
+        .body(Full::new(body).boxed())
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
 }
 
@@ -146,7 +189,7 @@ impl Api {
         }
         let path = req.uri().path().to_string();
         if !path.starts_with("/api/") {
-            return error(StatusCode::NOT_FOUND, "not_found", format!("no route {path}"));
+            return ui_asset(req.method(), &path);
         }
         let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok()).unwrap_or_default();
         let expected = format!("Bearer {}", self.token);
@@ -339,5 +382,20 @@ mod tests {
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%zz+b"), "%zz b");
         assert!(constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"a", b"ab"));
+    }
+
+    #[test]
+    fn the_dashboard_assets_are_embedded_with_a_strict_policy() {
+        let page = ui_asset(&Method::GET, "/");
+        assert_eq!(page.status(), StatusCode::OK);
+        assert_eq!(page.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
+        let csp = page.headers()["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'") && !csp.contains("unsafe"), "{csp}");
+        assert_eq!(ui_asset(&Method::GET, "/ui/app.js").headers()[CONTENT_TYPE], "text/javascript; charset=utf-8");
+        assert_eq!(ui_asset(&Method::GET, "/ui/nope.js").status(), StatusCode::NOT_FOUND);
+        assert_eq!(ui_asset(&Method::POST, "/").status(), StatusCode::METHOD_NOT_ALLOWED);
+        // The page never builds HTML from strings.
+        let app = UI_ASSETS.iter().find(|(p, _, _)| *p == "/ui/app.js").unwrap().2;
+        assert!(!app.contains("innerHTML") && !app.contains("outerHTML") && !app.contains("insertAdjacentHTML"));
     }
 }

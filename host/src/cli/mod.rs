@@ -3,6 +3,7 @@
 mod backends;
 mod config;
 mod context;
+mod dashboard;
 mod describe;
 mod escape;
 mod events;
@@ -119,6 +120,9 @@ enum Command {
     Trust(trust::TrustArgs),
     /// Serve MCP on stdin/stdout: the `run_factory` and `factories_manage` tools for agents.
     Mcp(mcp::McpArgs),
+    /// Print (and on a terminal, open) the web dashboard's URL with its token, for the
+    /// daemon serving `--http` from this state directory.
+    Ui(dashboard::UiArgs),
     /// Which config file is used; approve (`allow`) or forget (`deny`) a project-local one.
     Config(config::ConfigArgs),
 }
@@ -220,6 +224,7 @@ pub fn main() -> ExitCode {
             Command::Trust(args) => trust::trust(&g, args).await,
             Command::Mcp(args) => mcp::mcp(&g, args).await,
             Command::Config(args) => config::config(&g, args),
+            Command::Ui(args) => dashboard::ui(&g, args).await,
             Command::Build { dir } => {
                 let built = target::build(&dir)?;
                 trust::remember_built(&g);

@@ -50,7 +50,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
             .await
             .with_context(|| format!("serving HTTP on {addr}"))?;
         eprintln!(
-            "factory serve: HTTP API on http://{bound}/api/ (session {}; token in {})",
+            "factory serve: HTTP API on http://{bound}/api/, dashboard at http://{bound}/ (`factory ui` opens it; session {}; token in {})",
             g.session,
             g.state_dir.join(super::http::TOKEN_FILE).display()
         );
@@ -61,6 +61,10 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         _ = term.recv() => {}
     }
     eprintln!("factory serve: shutting down; running runs end as halted");
+    if a.http.is_some() {
+        // `factory ui` then says no daemon serves HTTP here.
+        let _ = std::fs::remove_file(g.state_dir.join(super::http::ADDR_FILE));
+    }
     host.shutdown();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !host.active_runs().is_empty() && Instant::now() < deadline {

@@ -1,0 +1,628 @@
+// The factory dashboard: a small ES module over the JSON API (no framework, no build step).
+// Every string from the server is inserted as text (textContent / text nodes), never as HTML:
+// factory names, labels and log lines are chosen by guest code.
+// The token comes from the URL fragment once (`factory ui` opens `/#token=...`), is kept in
+// sessionStorage and is sent only in the Authorization header.
+
+const TOKEN_KEY = 'factory.token';
+const LOG_TAIL = 100; // log entries shown at first
+const $ = (id) => document.getElementById(id);
+
+function takeToken() {
+  const match = location.hash.match(/^#token=([0-9A-Za-z_-]+)/);
+  if (match) {
+    sessionStorage.setItem(TOKEN_KEY, match[1]);
+    history.replaceState(null, '', location.pathname + '#/runs');
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+const token = takeToken();
+
+// ---- DOM helpers -------------------------------------------------------------------------
+
+/** An element with attributes/properties and children (strings become text nodes). */
+function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith('on')) el.addEventListener(key.slice(2), value);
+    else if (key === 'class') el.className = value;
+    else if (key === 'dataset') Object.assign(el.dataset, value);
+    else if (key === 'style') Object.assign(el.style, value); // CSSOM: the CSP forbids style attributes
+    else if (key in el && typeof value !== 'string') el[key] = value;
+    else el.setAttribute(key, value === true ? '' : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+const statusBadge = (status) => h('span', { class: `status status-${status}`, dataset: { status } }, status);
+const fmtTime = (rfc) => (rfc ? new Date(rfc).toLocaleString() : '');
+const fmtSecs = (s) => (s >= 60 ? `${Math.floor(s / 60)}m ${Math.round(s % 60)}s` : `${(s || 0).toFixed(1)}s`);
+const fmtCredits = (nano) => ((nano || 0) / 1e9).toFixed(4);
+const agentsOf = (env) => (env.accounting?.agentsSpawned || 0);
+
+function showError(err) {
+  const box = $('error');
+  if (!err) { box.hidden = true; box.textContent = ''; return; }
+  box.hidden = false;
+  box.textContent = err.code ? `${err.code}: ${err.message}` : String(err.message || err);
+}
+
+// ---- API -----------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${token}` };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  let response;
+  try {
+    response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: 'no-store' });
+  } catch (e) {
+    throw new ApiError(0, 'unreachable', `the daemon does not answer (${e.message})`);
+  }
+  const text = await response.text();
+  let value = null;
+  try { value = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
+  if (!response.ok) {
+    throw new ApiError(response.status, value?.code || `http_${response.status}`, value?.message || text);
+  }
+  return value;
+}
+
+/** Every progress entry after `afterSeq`, a page of 1,000 at a time. */
+async function progressAfter(runId, afterSeq, onPage) {
+  for (;;) {
+    const page = await api('GET', `/api/runs/${encodeURIComponent(runId)}/progress?afterSeq=${afterSeq}&limit=1000`);
+    if (page.length) { onPage(page); afterSeq = page[page.length - 1].seq; }
+    if (page.length < 1000) return afterSeq;
+  }
+}
+
+// ---- Live events (SSE read with fetch: EventSource cannot send the header) -----------------
+
+const listeners = new Set();
+
+async function followEvents() {
+  for (let delay = 500; ; delay = Math.min(delay * 2, 10000)) {
+    try {
+      const response = await fetch('/api/events', { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
+      if (!response.ok) throw new Error(`events: HTTP ${response.status}`);
+      $('live').textContent = '● live';
+      $('live').classList.add('on');
+      delay = 500;
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let end;
+        while ((end = buffer.indexOf('\n\n')) >= 0) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          let event = 'message', data = '';
+          for (const line of block.split('\n')) {
+            if (line.startsWith('event: ')) event = line.slice(7);
+            else if (line.startsWith('data: ')) data += line.slice(6);
+          }
+          if (event === 'run_updated' && data) {
+            const update = JSON.parse(data);
+            for (const listener of listeners) listener(update);
+          }
+        }
+      }
+    } catch (e) { /* reconnect below */ }
+    $('live').textContent = '○ reconnecting';
+    $('live').classList.remove('on');
+    await new Promise((r) => setTimeout(r, delay));
+  }
+}
+
+/** Call `fn` once triggers pause for `ms`, but at least every `maxMs` while they keep coming
+ *  (a busy run announces many revisions a second). */
+function debounce(fn, ms, maxMs = 1000) {
+  let timer = null, first = 0;
+  return () => {
+    const now = performance.now();
+    if (timer === null) first = now;
+    clearTimeout(timer);
+    timer = setTimeout(() => { timer = null; fn(); }, Math.max(0, Math.min(ms, first + maxMs - now)));
+  };
+}
+
+// ---- Views ---------------------------------------------------------------------------------
+
+let view = null; // { stop() } of the view shown
+
+function route() {
+  view?.stop?.();
+  view = null;
+  showError(null);
+  const main = $('main');
+  main.replaceChildren();
+  const hash = location.hash || '#/runs';
+  const runMatch = hash.match(/^#\/run\/([^/?#]+)$/);
+  for (const a of document.querySelectorAll('header nav a')) a.classList.toggle('active', a.getAttribute('href') === hash);
+  if (runMatch) view = runView(main, decodeURIComponent(runMatch[1]));
+  else if (hash === '#/start' || hash.startsWith('#/start/')) view = startView(main, decodeURIComponent(hash.slice(8)));
+  else view = runsView(main);
+}
+
+function runsView(main) {
+  const body = h('tbody');
+  const table = h('table', { id: 'runs' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'run'), h('th', {}, 'factory'), h('th', {}, 'status'), h('th', {}, 'started'),
+      h('th', { class: 'num' }, 'active'), h('th', { class: 'num' }, 'agents'), h('th', { class: 'num' }, 'credits'))),
+    body);
+  const empty = h('p', { class: 'muted', hidden: true }, 'No runs in this session yet. ', h('a', { href: '#/start' }, 'Start one.'));
+  main.append(h('h1', {}, 'Runs'), table, empty);
+  let stopped = false;
+  const load = async () => {
+    try {
+      const runs = await api('GET', '/api/runs');
+      if (stopped) return;
+      runs.reverse(); // newest first
+      body.replaceChildren(...runs.map((run) => h('tr', {
+        class: 'run-row', dataset: { runId: run.runId, status: run.status, revision: run.revision },
+        onclick: () => { location.hash = `#/run/${encodeURIComponent(run.runId)}`; },
+      },
+      h('td', { class: 'mono' }, h('a', { href: `#/run/${encodeURIComponent(run.runId)}`, title: run.runId }, `…${run.runId.slice(-12)}`)),
+      h('td', {}, run.factory), h('td', {}, statusBadge(run.status)), h('td', {}, fmtTime(run.createdAt)),
+      h('td', { class: 'num' }, fmtSecs(run.accounting.activeSeconds)),
+      h('td', { class: 'num agents' }, agentsOf(run)),
+      h('td', { class: 'num' }, fmtCredits(run.accounting.aiCreditsNano)))));
+      empty.hidden = runs.length > 0;
+    } catch (e) { showError(e); }
+  };
+  const refresh = debounce(load, 150);
+  listeners.add(refresh);
+  load();
+  return { stop() { stopped = true; listeners.delete(refresh); } };
+}
+
+// ---- The agent timeline --------------------------------------------------------------------
+
+const COLORS = { ok: '#2e9e5b', failed: '#d64545', cached: '#7a6fd6', aborted: '#e0a030', running: '#4a90d9', queued: '#c3c8d0' };
+
+/** Agent bars built from progress entries: queued (q) → started (s) → finished (f). */
+class Timeline {
+  constructor() {
+    this.bars = [];         // { label, attempt, q, s, f, status }
+    this.open = new Map();  // label → bars not finished, oldest first
+    this.attempt = 1;
+    this.replayed = 0;      // agent calls answered from the journal on resume (counted per attempt)
+  }
+  openOf(label) {
+    let list = this.open.get(label);
+    if (!list) { list = []; this.open.set(label, list); }
+    return list;
+  }
+  add(entry) {
+    const at = entry.atMs;
+    switch (entry.event) {
+      case 'attemptStarted': this.attempt = entry.attempt; break;
+      case 'agentQueued': {
+        const bar = { label: entry.label, attempt: this.attempt, q: at, s: null, f: null, status: null };
+        this.bars.push(bar);
+        this.openOf(entry.label).push(bar);
+        break;
+      }
+      case 'agentStarted': {
+        const list = this.openOf(entry.label);
+        const waiting = list.find((b) => b.s === null);
+        if (entry.attempt > 0) {
+          // A schema retry of a call already started: its re-queue is not another agent.
+          if (waiting && list.some((b) => b.s !== null)) {
+            list.splice(list.indexOf(waiting), 1);
+            this.bars.splice(this.bars.lastIndexOf(waiting), 1);
+          }
+          break;
+        }
+        if (waiting) waiting.s = at;
+        else {
+          const bar = { label: entry.label, attempt: this.attempt, q: at, s: at, f: null, status: null };
+          this.bars.push(bar);
+          list.push(bar);
+        }
+        break;
+      }
+      case 'agentFinished': {
+        const status = entry.cached ? 'cached' : entry.status;
+        const list = this.openOf(entry.label);
+        let bar = entry.cached ? null : (list.find((b) => b.s !== null) || list[0]);
+        if (bar) list.splice(list.indexOf(bar), 1);
+        else {
+          bar = { label: entry.label, attempt: this.attempt, q: at - (entry.millis || 0), s: at - (entry.millis || 0), f: null, status: null };
+          this.bars.push(bar);
+        }
+        bar.f = at;
+        bar.status = status;
+        bar.millis = entry.millis;
+        break;
+      }
+      case 'attemptEnded': {
+        // Calls still open when their attempt ended were aborted (cancel, limit, shutdown).
+        for (const list of this.open.values()) {
+          for (const bar of list) { bar.f = at; bar.status = 'aborted'; if (bar.s === null) bar.s = at; }
+          list.length = 0;
+        }
+        this.replayed += entry.replayed || 0;
+        break;
+      }
+      default: break;
+    }
+  }
+  counts() {
+    const c = { ok: 0, failed: 0, cached: 0, aborted: 0, running: 0, queued: 0 };
+    for (const b of this.bars) c[b.status || (b.s === null ? 'queued' : 'running')] += 1;
+    return c;
+  }
+}
+
+/** Draw the bars on the canvas; returns the milliseconds it took. */
+function drawTimeline(canvas, timeline, now) {
+  const t0 = performance.now();
+  const bars = timeline.bars;
+  const n = bars.length;
+  const rowH = Math.max(2, Math.min(14, Math.floor(480 / Math.max(n, 1))));
+  const axisH = 18;
+  const dpr = window.devicePixelRatio || 1;
+  const width = canvas.parentElement.clientWidth || 800;
+  const height = axisH + Math.max(n, 1) * rowH;
+  canvas.style.height = `${height}px`;
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(height * dpr);
+  const ctx = canvas.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+  let start = Infinity, end = -Infinity;
+  for (const b of bars) {
+    if (b.q < start) start = b.q;
+    const e = b.f ?? now;
+    if (e > end) end = e;
+  }
+  if (!n) { start = 0; end = 1; }
+  const span = Math.max(end - start, 1);
+  const x = (t) => ((t - start) / span) * (width - 2) + 1;
+  // Time axis (our own numbers, not server text).
+  ctx.fillStyle = '#6b7280';
+  ctx.font = '11px system-ui, sans-serif';
+  const step = niceStep(span / 8);
+  for (let t = 0; t <= span; t += step) {
+    const px = x(start + t);
+    ctx.fillRect(px, axisH - 4, 1, 4);
+    ctx.fillText(`${(t / 1000).toFixed(step < 1000 ? 1 : 0)}s`, Math.min(px + 2, width - 30), 11);
+  }
+  // Bars, one colour at a time: queued part, then the running/finished part.
+  const gap = rowH > 3 ? 1 : 0;
+  ctx.fillStyle = COLORS.queued;
+  for (let i = 0; i < n; i++) {
+    const b = bars[i];
+    const s = b.s ?? now;
+    if (s > b.q) ctx.fillRect(x(b.q), axisH + i * rowH, Math.max(x(s) - x(b.q), 1), rowH - gap);
+  }
+  for (const status of ['ok', 'failed', 'cached', 'aborted', 'running']) {
+    ctx.fillStyle = COLORS[status];
+    for (let i = 0; i < n; i++) {
+      const b = bars[i];
+      if ((b.status || (b.s === null ? 'queued' : 'running')) !== status) continue;
+      const s = b.s ?? b.q, e = b.f ?? now;
+      ctx.fillRect(x(s), axisH + i * rowH, Math.max(x(e) - x(s), 2), rowH - gap);
+    }
+  }
+  canvas.dataset.bars = String(n);
+  canvas.dataset.rowHeight = String(rowH);
+  canvas.dataset.axisHeight = String(axisH);
+  canvas.dataset.start = String(start);
+  canvas.dataset.span = String(span);
+  const ms = performance.now() - t0;
+  canvas.dataset.renderMs = ms.toFixed(2);
+  return ms;
+}
+
+function niceStep(raw) {
+  const pow = 10 ** Math.floor(Math.log10(Math.max(raw, 1)));
+  for (const m of [1, 2, 5, 10]) if (m * pow >= raw) return m * pow;
+  return 10 * pow;
+}
+
+// ---- Run view ------------------------------------------------------------------------------
+
+function runView(main, runId) {
+  let stopped = false;
+  let detail = null;
+  let declared; // declared phases of the factory (null when it is not registered)
+  let lastSeq = 0;     // the timeline has every entry up to here
+  let loading = null;
+  const timeline = new Timeline();
+
+  const title = h('h1', {}, 'Run ', h('span', { class: 'mono' }, runId));
+  const head = h('div', { class: 'panel', id: 'run-head' });
+  const failure = h('div', { class: 'panel failure', id: 'failure', hidden: true });
+  const accounting = h('div', { class: 'panel grid', id: 'accounting' });
+  const phases = h('ul', { class: 'phases', id: 'phases' });
+  const canvas = h('canvas', { class: 'timeline', id: 'timeline' });
+  const tip = h('div', { class: 'tip', hidden: true });
+  const legend = h('div', { class: 'legend', id: 'legend' });
+  const log = h('div', { class: 'log', id: 'log' });
+  const follow = h('input', { type: 'checkbox', id: 'follow', checked: true });
+  const older = h('button', { id: 'older', onclick: () => loadOlder() }, 'Older entries');
+  let logOldest = null, logNewest = 0;
+
+  main.append(title, head, failure, accounting,
+    h('h2', {}, 'Phases'), phases,
+    h('h2', {}, 'Agent timeline'), legend, h('div', { class: 'timeline-wrap' }, canvas), tip,
+    h('h2', {}, 'Progress'), h('div', { class: 'actions' }, older, h('label', { class: 'check' }, follow, 'follow')), log);
+
+  // Hover: the bar's label, status and times (never a prompt: the API has none).
+  canvas.addEventListener('mousemove', (ev) => {
+    const rect = canvas.getBoundingClientRect();
+    const row = Math.floor((ev.clientY - rect.top - Number(canvas.dataset.axisHeight)) / Number(canvas.dataset.rowHeight));
+    const bar = timeline.bars[row];
+    if (!bar) { tip.hidden = true; return; }
+    const status = bar.status || (bar.s === null ? 'queued' : 'running');
+    const waited = bar.s !== null ? ((bar.s - bar.q) / 1000).toFixed(2) : '…';
+    const ran = bar.f !== null && bar.s !== null ? ((bar.f - bar.s) / 1000).toFixed(2) : '…';
+    tip.textContent = `${bar.label}\n${status} · attempt ${bar.attempt} · queued ${waited}s · ran ${ran}s`;
+    tip.style.left = `${ev.clientX + 12}px`;
+    tip.style.top = `${ev.clientY + 12}px`;
+    tip.hidden = false;
+  });
+  canvas.addEventListener('mouseleave', () => { tip.hidden = true; });
+
+  const logLine = (e) => {
+    let text = '';
+    switch (e.event) {
+      case 'log': text = e.message; break;
+      case 'phase': text = e.title; break;
+      case 'agentQueued': text = e.label; break;
+      case 'agentStarted': text = e.attempt ? `${e.label} (retry ${e.attempt})` : e.label; break;
+      case 'agentFinished': text = `${e.label}: ${e.cached ? 'replayed' : e.status} in ${e.millis} ms`; break;
+      case 'attemptStarted': text = `attempt ${e.attempt}`; break;
+      case 'attemptEnded': text = `${e.status}${e.replayed ? `, ${e.replayed} replayed` : ''}`; break;
+      default: text = '';
+    }
+    return h('div', { dataset: { seq: e.seq } }, h('span', { class: 'seq' }, `#${e.seq}`), h('span', { class: 'ev' }, e.event), text);
+  };
+
+  const appendLog = (entries) => {
+    const fresh = entries.filter((e) => e.seq > logNewest);
+    if (!fresh.length) return;
+    if (logOldest === null) logOldest = fresh[0].seq;
+    logNewest = fresh[fresh.length - 1].seq;
+    log.append(...fresh.map(logLine));
+    while (log.childElementCount > 2000) { log.firstElementChild.remove(); logOldest = Number(log.firstElementChild.dataset.seq); }
+    if (follow.checked) log.scrollTop = log.scrollHeight;
+  };
+
+  async function loadOlder() {
+    if (logOldest === null || logOldest <= 1) return;
+    try {
+      const page = await api('GET', `/api/runs/${encodeURIComponent(runId)}/progress?beforeSeq=${logOldest}&limit=200`);
+      if (!page.length) { older.disabled = true; return; }
+      follow.checked = false;
+      log.prepend(...page.map(logLine));
+      logOldest = page[0].seq;
+      older.disabled = logOldest <= 1;
+    } catch (e) { showError(e); }
+  }
+
+  let frame = 0;
+  const redraw = () => {
+    if (frame) return;
+    frame = requestAnimationFrame(() => {
+      frame = 0;
+      drawTimeline(canvas, timeline, Date.now());
+      const c = timeline.counts();
+      legend.replaceChildren(...Object.entries(c).map(([k, v]) =>
+        h('span', { dataset: { kind: k, count: v } }, h('i', { style: { background: COLORS[k] } }), `${k === 'cached' ? 'replayed/cached' : k} ${v}`)),
+      h('span', { class: 'muted' }, `${timeline.bars.length} agents`),
+      timeline.replayed ? h('span', { class: 'muted' }, `${timeline.replayed} calls replayed from the journal on resume`) : null);
+    });
+  };
+
+  function renderHead() {
+    const env = detail;
+    const running = env.status === 'running' || env.status === 'pending';
+    const cancel = h('button', { class: 'danger', id: 'cancel', disabled: !running, onclick: async () => {
+      cancel.disabled = true;
+      try { await api('POST', `/api/runs/${encodeURIComponent(runId)}/cancel`); } catch (e) { showError(e); }
+      refresh();
+    } }, 'Cancel');
+    const limitInputs = [
+      ['maxConcurrentSubagents', 'max concurrent', 1], ['maxTotalSubagents', 'max total agents', 1],
+      ['timeoutSeconds', 'timeout (s)', 'any'], ['maxAiCredits', 'max credits', 'any'],
+    ].map(([key, text, step]) => h('label', {}, text,
+      h('input', { type: 'number', name: key, min: 0, step, placeholder: env.limits?.[key] ?? '' })));
+    const approved = h('input', { type: 'checkbox', name: 'approved' });
+    const resume = h('form', { class: 'limits', id: 'resume-form', hidden: running || env.status === 'completed', onsubmit: async (ev) => {
+      ev.preventDefault();
+      const limits = {};
+      for (const input of resume.querySelectorAll('input[type=number]')) if (input.value !== '') limits[input.name] = Number(input.value);
+      try {
+        await api('POST', `/api/runs/${encodeURIComponent(runId)}/resume`, { limits, approved: approved.checked });
+        showError(null);
+      } catch (e) { showError(e); }
+      refresh();
+    } }, ...limitInputs, h('label', { class: 'check' }, approved, 'approve an untrusted component'),
+    h('button', { class: 'primary', id: 'resume', type: 'submit' }, 'Resume'));
+    head.replaceChildren(
+      h('div', { class: 'actions' }, h('b', {}, env.factory), statusBadge(env.status), h('span', { id: 'run-status', hidden: true }, env.status),
+        h('span', { class: 'muted' }, `attempt ${env.attempts} · started ${fmtTime(env.createdAt)} · updated ${fmtTime(env.updatedAt)}`),
+        env.backend ? h('span', { class: 'muted' }, `backend ${env.backend.name ?? JSON.stringify(env.backend)}`) : null, cancel),
+      resume);
+    if (env.failure || env.error) {
+      const session = $('session').textContent;
+      const cmd = `factory ${session && session !== 'default' ? `--session ${session} ` : ''}resume ${runId}`;
+      failure.hidden = false;
+      failure.replaceChildren(
+        h('b', {}, env.failure ? `${env.failure.type}${env.failure.kind ? ` (${env.failure.kind})` : ''}` : 'error'),
+        h('div', {}, env.failure?.message ?? env.error),
+        env.status === 'completed' ? null : h('div', {}, 'Resume it here with raised limits, or: ', h('code', { id: 'resume-command' }, cmd)));
+    } else failure.hidden = true;
+    const a = env.accounting;
+    const cell = (k, v) => h('div', {}, h('span', {}, k), v);
+    accounting.replaceChildren(cell('agents spawned', a.agentsSpawned), cell('replayed (cache hits)', a.agentCacheHits),
+      cell('active time', fmtSecs(a.activeSeconds)), cell('AI credits', fmtCredits(a.aiCreditsNano)),
+      cell('tokens in / out', `${a.inputTokens} / ${a.outputTokens}`), cell('attempts', env.attempts), cell('revision', env.revision));
+    const entered = env.phases || [];
+    const current = running ? entered[entered.length - 1] : null;
+    const names = declared ? declared.map((p) => p.title) : [];
+    for (const p of entered) if (!names.includes(p)) names.push(p);
+    phases.replaceChildren(...names.map((p) => {
+      const state = p === current ? 'current' : entered.includes(p) ? 'done' : 'pending';
+      return h('li', { class: state, dataset: { state }, title: state }, p);
+    }));
+    if (!names.length) phases.replaceChildren(h('li', { class: 'pending' }, 'no phase entered'));
+  }
+
+  async function load() {
+    const d = await api('GET', `/api/runs/${encodeURIComponent(runId)}`);
+    if (stopped) return;
+    detail = d;
+    if (declared === undefined) {
+      declared = await api('GET', `/api/factories/${encodeURIComponent(d.factory)}`).then((r) => r.meta.phases).catch(() => null);
+    }
+    renderHead();
+    // The timeline takes every entry; the log starts with the latest LOG_TAIL (older pages
+    // on demand, via beforeSeq).
+    const fresh = [];
+    lastSeq = await progressAfter(runId, lastSeq, (page) => {
+      for (const e of page) timeline.add(e);
+      fresh.push(...page);
+      if (fresh.length > 4 * LOG_TAIL) fresh.splice(0, fresh.length - LOG_TAIL);
+    });
+    if (stopped) return;
+    appendLog(logNewest === 0 ? fresh.slice(-LOG_TAIL) : fresh);
+    older.disabled = logOldest === null || logOldest <= 1;
+    redraw();
+  }
+
+  // One load at a time; a trigger while loading runs once more afterwards.
+  let again = false;
+  async function refresh() {
+    if (loading) { again = true; return; }
+    loading = load().catch(showError);
+    await loading;
+    loading = null;
+    if (again && !stopped) { again = false; refresh(); }
+  }
+  const refreshSoon = debounce(refresh, 100);
+  const onUpdate = (u) => { if (u.runId === runId) refreshSoon(); };
+  listeners.add(onUpdate);
+  const ticker = setInterval(() => { if (detail?.status === 'running') redraw(); }, 1000);
+  const resized = () => redraw();
+  window.addEventListener('resize', resized);
+
+  (async () => {
+    const opened = performance.now();
+    await refresh();
+    // After the frame that draws it (its callback was queued first).
+    await new Promise((resolve) => requestAnimationFrame(resolve));
+    canvas.dataset.entries = String(lastSeq);
+    canvas.dataset.loadMs = (performance.now() - opened).toFixed(1);
+  })();
+  return { stop() { stopped = true; listeners.delete(onUpdate); clearInterval(ticker); window.removeEventListener('resize', resized); } };
+}
+
+// ---- Start a run ---------------------------------------------------------------------------
+
+function startView(main, preselected) {
+  let stopped = false;
+  const select = h('select', { id: 'factory', name: 'factory' });
+  const fields = h('div', { id: 'args-fields', class: 'panel' });
+  const describe = h('p', { class: 'muted' });
+  main.append(h('h1', {}, 'Start a run'), h('label', {}, 'factory', select), describe, fields);
+  let factories = [];
+
+  async function showForm(name) {
+    fields.replaceChildren();
+    if (!name) return;
+    let registration;
+    try { registration = await api('GET', `/api/factories/${encodeURIComponent(name)}`); } catch (e) { showError(e); return; }
+    if (stopped) return;
+    const meta = registration.meta;
+    describe.textContent = meta.description;
+    const schema = meta.argsSchema;
+    const props = schema?.type === 'object' ? schema.properties || {} : null;
+    const simple = props && Object.values(props).every((p) => ['string', 'number', 'integer', 'boolean'].includes(p.type)
+      || (p.type === 'array' && p.items?.type === 'string'));
+    const required = new Set(schema?.required || []);
+    const inputs = [];
+    if (simple) {
+      for (const [key, p] of Object.entries(props)) {
+        let input;
+        if (p.type === 'boolean') input = h('input', { type: 'checkbox', name: key, checked: p.default === true });
+        else if (Array.isArray(p.enum)) input = h('select', { name: key }, required.has(key) ? null : h('option', { value: '' }, ''), ...p.enum.map((v) => h('option', { value: String(v) }, String(v))));
+        else if (p.type === 'array') input = h('textarea', { name: key, placeholder: 'one per line' });
+        else input = h('input', { type: p.type === 'string' ? 'text' : 'number', name: key, step: p.type === 'integer' ? 1 : 'any', required: required.has(key), value: p.default ?? '' });
+        inputs.push([key, p, input]);
+        fields.append(h('label', { class: p.type === 'boolean' ? 'check' : '' }, p.type === 'boolean' ? input : null,
+          `${key}${required.has(key) ? ' *' : ''}${p.description ? ` — ${p.description}` : ''}`, p.type === 'boolean' ? null : input));
+      }
+    }
+    const json = h('textarea', { name: 'args', id: 'args-json', placeholder: '{ }' });
+    if (!simple) fields.append(h('label', {}, schema ? 'args (JSON, must match the schema below)' : 'args (JSON)', json),
+      schema ? h('pre', { class: 'mono muted' }, JSON.stringify(schema, null, 2)) : null);
+    const limitInputs = ['maxConcurrentSubagents', 'maxTotalSubagents', 'timeoutSeconds', 'maxAiCredits'].map((key) =>
+      h('label', {}, key, h('input', { type: 'number', name: key, min: 0, step: 'any', placeholder: meta.limits?.[key] ?? '' })));
+    const approved = h('input', { type: 'checkbox', name: 'approved' });
+    const form = h('form', { class: 'start', id: 'start-form', onsubmit: async (ev) => {
+      ev.preventDefault();
+      let args;
+      try {
+        if (simple) {
+          args = {};
+          for (const [key, p, input] of inputs) {
+            if (p.type === 'boolean') args[key] = input.checked;
+            else if (input.value === '') continue;
+            else if (p.type === 'array') args[key] = input.value.split('\n').map((s) => s.trim()).filter(Boolean);
+            else if (p.type === 'string') args[key] = input.value;
+            else args[key] = Number(input.value);
+          }
+        } else if (json.value.trim()) args = JSON.parse(json.value);
+      } catch (e) { showError({ code: 'invalid_args', message: `args are not JSON: ${e.message}` }); return; }
+      const limits = {};
+      for (const input of form.querySelectorAll('.limits input')) if (input.value !== '') limits[input.name] = Number(input.value);
+      try {
+        const started = await api('POST', '/api/runs', { name, args, limits, approved: approved.checked });
+        location.hash = `#/run/${encodeURIComponent(started.runId)}`;
+      } catch (e) { showError(e); }
+    } }, h('div', { class: 'limits actions' }, ...limitInputs),
+    h('label', { class: 'check' }, approved, 'approve an untrusted component'),
+    h('div', {}, h('button', { class: 'primary', id: 'start', type: 'submit' }, 'Start')));
+    fields.append(form);
+  }
+
+  (async () => {
+    try { factories = await api('GET', '/api/factories'); } catch (e) { showError(e); return; }
+    if (stopped) return;
+    select.replaceChildren(h('option', { value: '' }, factories.length ? 'choose a factory' : 'no registered factories (factory add ...)'),
+      ...factories.map((f) => h('option', { value: f.meta.name }, f.meta.name)));
+    select.addEventListener('change', () => showForm(select.value));
+    if (preselected) { select.value = preselected; showForm(preselected); }
+  })();
+  return { stop() { stopped = true; } };
+}
+
+// ---- Start ---------------------------------------------------------------------------------
+
+async function main() {
+  if (!token) {
+    showError({ code: 'unauthorized', message: 'no token: open the URL `factory ui` prints (it carries the token in #token=...)' });
+    return;
+  }
+  try { $('session').textContent = (await api('GET', '/api/session')).session; } catch (e) { showError(e); }
+  window.addEventListener('hashchange', route);
+  route();
+  followEvents();
+}
+
+main();

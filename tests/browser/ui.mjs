@@ -1,0 +1,205 @@
+// Drives the factory dashboard in headless Chromium (run by tests/ui.rs, which starts the
+// daemon). Input: FACTORY_UI_URL (http://ADDR/#token=...), FACTORY_UI_BIG_RUN (a finished
+// 4,096-agent run), FACTORY_UI_SCREENSHOTS (a directory). Output: one JSON report on stdout.
+import { chromium } from 'playwright-core';
+import path from 'node:path';
+
+const url = process.env.FACTORY_UI_URL;
+const bigRun = process.env.FACTORY_UI_BIG_RUN;
+const shots = process.env.FACTORY_UI_SCREENSHOTS;
+const base = url.split('/#')[0];
+const token = url.split('#token=')[1];
+const report = { ok: false, checks: [] };
+const check = (name, value, detail) => {
+  report.checks.push({ name, ok: !!value, detail });
+  if (!value) throw new Error(`check failed: ${name} ${detail === undefined ? '' : JSON.stringify(detail)}`);
+};
+
+/** The API from Node (the test's own client, not the page's). */
+async function api(method, p, body) {
+  const response = await fetch(base + p, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const value = await response.json();
+  if (!response.ok) throw new Error(`${method} ${p}: ${response.status} ${JSON.stringify(value)}`);
+  return value;
+}
+
+/** Timeline bars as the API's progress implies them: one per (attempt, label) of an agent. */
+async function agentsInProgress(runId) {
+  const seen = new Set();
+  let after = 0, attempt = 1;
+  for (;;) {
+    const page = await api('GET', `/api/runs/${runId}/progress?afterSeq=${after}&limit=1000`);
+    for (const e of page) {
+      if (e.event === 'attemptStarted') attempt = e.attempt;
+      if (['agentQueued', 'agentStarted', 'agentFinished'].includes(e.event)) seen.add(`${attempt} ${e.label}`);
+    }
+    if (page.length < 1000) return seen.size;
+    after = page[page.length - 1].seq;
+  }
+}
+
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
+  const requests = [];
+  page.on('request', (r) => requests.push({ url: r.url(), auth: r.headers().authorization }));
+  const consoleErrors = [];
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+
+  // The token leaves the URL at once and is kept in sessionStorage.
+  await page.goto(url);
+  await page.waitForSelector('#runs');
+  check('token removed from the URL', !page.url().includes('token'), page.url());
+  check('token kept in sessionStorage', (await page.evaluate(() => sessionStorage.getItem('factory.token'))) === token);
+  await page.waitForFunction(() => document.getElementById('session').textContent === 'default');
+  check('session shown', true);
+  await page.evaluate(() => { window.__sameDocument = true; });
+
+  // A run with latency in flight appears in the list, and its row updates live.
+  const started = await api('POST', '/api/runs', {
+    name: 'probe', args: { case: 'fanout', n: 40 }, limits: { maxConcurrentSubagents: 2 },
+  });
+  const id = started.runId;
+  const row = `tr[data-run-id="${id}"]`;
+  await page.waitForSelector(row, { timeout: 10000 });
+  const firstAgents = Number(await page.textContent(`${row} td.agents`));
+  await page.waitForFunction(([sel, n]) => Number(document.querySelector(`${sel} td.agents`)?.textContent) > n + 2, [row, firstAgents], { timeout: 10000 });
+  check('runs list updates live without a reload', await page.evaluate(() => window.__sameDocument === true));
+  check('status shown as running', (await page.getAttribute(row, 'data-status')) === 'running');
+  await page.screenshot({ path: path.join(shots, 'runs.png') });
+
+  // Open it: the timeline fills in while it runs.
+  await page.click(row);
+  await page.waitForSelector('#timeline[data-bars]');
+  await page.waitForFunction(() => Number(document.getElementById('timeline').dataset.bars) >= 6, null, { timeout: 10000 });
+  await page.waitForSelector('#phases li.current', { timeout: 5000 });
+  check('current phase marked', (await page.textContent('#phases li.current')) === 'Probe');
+
+  // Cancel with the button.
+  await page.click('#cancel');
+  await page.waitForFunction(() => document.getElementById('run-status')?.textContent === 'cancelled', null, { timeout: 10000 });
+  check('cancelled', true);
+  await page.waitForSelector('#resume-command');
+  check('resume command shown', (await page.textContent('#resume-command')) === `factory resume ${id}`);
+  const expected = await agentsInProgress(id);
+  await page.waitForFunction((n) => Number(document.getElementById('timeline').dataset.bars) === n, expected, { timeout: 5000 })
+    .catch(() => {});
+  const barsAtCancel = Number(await page.getAttribute('#timeline', 'data-bars'));
+  check('timeline bars == agents (cancelled attempt)', barsAtCancel === expected && expected > 0, { barsAtCancel, expected });
+
+  // Resume with the button: it completes, every agent finished ok exactly once.
+  await page.click('#resume');
+  await page.waitForFunction(() => document.getElementById('run-status')?.textContent === 'completed', null, { timeout: 30000 });
+  const done = await api('GET', `/api/runs/${id}`);
+  const expectedAll = await agentsInProgress(id);
+  await page.waitForFunction((n) => Number(document.getElementById('timeline').dataset.bars) === n, expectedAll, { timeout: 5000 })
+    .catch(() => {});
+  const bars = Number(await page.getAttribute('#timeline', 'data-bars'));
+  const okBars = Number(await page.getAttribute('#legend [data-kind=ok]', 'data-count'));
+  check('completed', done.status === 'completed' && done.result.done === 40, done.status);
+  check('timeline bars == agents (whole run)', bars === expectedAll, { bars, expectedAll });
+  check('40 ok bars', okBars === 40, okBars);
+  check('no resume form on a completed run', !(await page.isVisible('#resume-form')));
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: path.join(shots, 'run.png'), fullPage: true, clip: { x: 0, y: 0, width: 1100, height: 1000 } });
+  report.liveRun = { runId: id, bars, okBars, barsAtCancel };
+
+  // Hover shows the label (and nothing of a prompt).
+  const box = await page.locator('#timeline').boundingBox();
+  const rowH = Number(await page.getAttribute('#timeline', 'data-row-height'));
+  const axisH = Number(await page.getAttribute('#timeline', 'data-axis-height'));
+  await page.mouse.move(box.x + box.width / 2, box.y + axisH + rowH / 2);
+  const tip = await page.textContent('.tip');
+  check('hover shows the label', /^t:\d+\n/.test(tip) && !tip.includes('task'), tip);
+
+  // Reopened (the token survives a reload in sessionStorage), the log shows the latest
+  // entries; older pages come via beforeSeq.
+  await page.reload();
+  await page.waitForFunction(() => document.getElementById('timeline')?.dataset.loadMs, null, { timeout: 10000 });
+  check('reload keeps the token', Number(await page.getAttribute('#timeline', 'data-bars')) === bars);
+  const firstSeq = Number(await page.getAttribute('#log div:first-child', 'data-seq'));
+  if (firstSeq > 1) {
+    await page.click('#older');
+    await page.waitForFunction((s) => Number(document.querySelector('#log div:first-child').dataset.seq) < s, firstSeq);
+  }
+  report.liveRun.logFirstSeq = firstSeq;
+  check('log pages back to older entries', firstSeq > 1, firstSeq);
+
+  // Start a run from the form (probe declares no args schema: a JSON textarea).
+  await page.goto(`${base}/#/start`);
+  await page.selectOption('#factory', 'probe');
+  await page.fill('#args-json', '{"case": "fanout", "n": 3}');
+  await page.click('#start');
+  await page.waitForFunction(() => document.getElementById('run-status')?.textContent === 'completed', null, { timeout: 15000 });
+  check('a run started from the form completes', true);
+  // A bad one shows the API's error code.
+  await page.goto(`${base}/#/start`);
+  await page.selectOption('#factory', 'probe');
+  await page.fill('#args-json', '{"case": "fanout", "n": 3}');
+  await page.fill('input[name=maxTotalSubagents]', '0');
+  await page.click('#start');
+  await page.waitForSelector('#error:not([hidden])');
+  check('errors show their code', (await page.textContent('#error')).startsWith('invalid_limits:'), await page.textContent('#error'));
+
+  // A form built from an args schema; guest text (description, phase, log line, label) is
+  // shown as text, never as markup.
+  await page.goto(`${base}/#/start`);
+  await page.selectOption('#factory', 'hostile-ui');
+  await page.waitForSelector('#start-form');
+  check('schema form: a text input (required)', await page.getAttribute('input[name=topic]', 'required') !== null);
+  check('schema form: a number input', (await page.getAttribute('input[name=count]', 'type')) === 'number');
+  check('schema form: a checkbox', (await page.getAttribute('input[name=loud]', 'type')) === 'checkbox');
+  check('schema form: a list', await page.isVisible('textarea[name=tags]'));
+  check('schema form: no JSON box', !(await page.isVisible('#args-json')));
+  await page.fill('input[name=topic]', 'cats');
+  await page.fill('input[name=count]', '3');
+  await page.check('input[name=loud]');
+  await page.fill('textarea[name=tags]', 'a\nb\n');
+  await page.check('input[name=approved]');
+  await page.click('#start');
+  await page.waitForFunction(() => document.getElementById('run-status')?.textContent === 'completed', null, { timeout: 15000 });
+  const hostileId = decodeURIComponent(page.url().split('#/run/')[1]);
+  const hostile = await api('GET', `/api/runs/${hostileId}`);
+  check('schema form: typed args', hostile.result?.topic === 'cats' && hostile.result.count === 3 && hostile.result.loud === true
+    && JSON.stringify(hostile.result.tags) === '["a","b"]', hostile.result);
+  await page.waitForFunction(() => document.getElementById('log').textContent.includes('<img src=x'));
+  check('markup in a log line is text', await page.evaluate(() => !document.querySelector('main img, main script, #phases b, #log b') && window.__pwned === undefined));
+  check('phases: entered and declared', (await page.textContent('#phases li.done')) === '<b>Write</b>'
+    && (await page.textContent('#phases li.pending')) === 'Later');
+  const hbox = await page.locator('#timeline').boundingBox();
+  const hrow = Number(await page.getAttribute('#timeline', 'data-row-height'));
+  await page.mouse.move(hbox.x + hbox.width / 2, hbox.y + Number(await page.getAttribute('#timeline', 'data-axis-height')) + hrow / 2);
+  check('a label with markup is text on hover', (await page.textContent('.tip')).startsWith('<script>window.__pwned=1</script>\n'));
+
+  // 4,096 agents: drawn in under a second (measured in the page).
+  const opened = Date.now();
+  await page.goto(`${base}/#/run/${bigRun}`);
+  await page.waitForFunction(() => document.getElementById('timeline')?.dataset.loadMs, null, { timeout: 30000 });
+  const big = await page.evaluate(() => {
+    const c = document.getElementById('timeline');
+    return { bars: Number(c.dataset.bars), entries: Number(c.dataset.entries), renderMs: Number(c.dataset.renderMs), loadMs: Number(c.dataset.loadMs) };
+  });
+  big.wallMs = Date.now() - opened;
+  report.bigRun = big;
+  check('4,096 bars', big.bars === 4096, big.bars);
+  check('4,096 agents drawn in under a second', big.renderMs < 1000, big.renderMs);
+
+  // The token went only in headers: never in a URL the page requested.
+  check('token never in a request URL', requests.every((r) => !r.url.split('#')[0].includes(token)));
+  check('API requests carry the bearer header', requests.filter((r) => r.url.includes('/api/')).every((r) => r.auth === `Bearer ${token}`));
+  check('no page errors', consoleErrors.length === 0, consoleErrors);
+  report.ok = true;
+} catch (e) {
+  report.error = String(e.stack || e);
+} finally {
+  await browser.close();
+  process.stdout.write(JSON.stringify(report) + '\n');
+}

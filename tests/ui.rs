@@ -1,0 +1,162 @@
+//! The web dashboard (issue 14, its UI half), in headless Chromium: `factory serve --http
+//! 127.0.0.1:0` serves the page; `tests/browser/ui.mjs` (playwright-core driving Debian's
+//! `/usr/bin/chromium`) opens it with the token from `factory ui`, watches a run with a slow
+//! backend appear and update live, counts its timeline bars, cancels it and resumes it with
+//! the buttons, starts a run from the form, times the timeline of a 4,096-agent run and
+//! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
+//! `tests/browser/node_modules` (`npm ci` there) fail the test: they are not optional.
+
+mod common;
+
+use common::{factory_cmd, factory_in, stderr, stdout_json};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+/// A daemon serving HTTP on a free loopback port; stopped (SIGTERM) when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
+const HOSTILE_JS: &str = r#"import { defineFactory } from "factory";
+export default defineFactory({
+    meta: {
+        name: "hostile-ui",
+        description: "<img src=x onerror=window.__pwned=1> writes about a topic",
+        phases: [{ title: "<b>Write</b>" }, { title: "Later" }],
+        argsSchema: {
+            type: "object",
+            required: ["topic"],
+            properties: {
+                topic: { type: "string", description: "what to write about" },
+                count: { type: "integer" },
+                loud: { type: "boolean" },
+                tags: { type: "array", items: { type: "string" } },
+            },
+        },
+    },
+    run: async (ctx) => {
+        ctx.phase("<b>Write</b>");
+        ctx.log("<img src=x onerror=window.__pwned=1>");
+        await ctx.agent("write it", { label: "<script>window.__pwned=1</script>" });
+        return { topic: ctx.args.topic, count: ctx.args.count, loud: ctx.args.loud, tags: ctx.args.tags };
+    },
+});
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_in_a_real_browser() {
+    let root = common::root();
+    let browser_dir = root.join("tests").join("browser");
+    assert!(
+        browser_dir.join("node_modules").join("playwright-core").is_dir(),
+        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (.ci/run does)"
+    );
+    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium");
+
+    // `probe` registered and trusted; a script backend whose agents take 150 ms each.
+    let state = tempfile::tempdir().unwrap();
+    let script = state.path().join("slow.json");
+    std::fs::write(
+        &script,
+        r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":150},{"labelPrefix":"<","reply":{"text":"ok"}}]}"#,
+    )
+    .unwrap();
+    let config = format!("default = \"slow\"\n[backends.slow]\nkind = \"script\"\npath = \"{}\"\n", script.display());
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    let probe = common::component("probe");
+    for args in [["add", probe.to_str().unwrap()], ["trust", probe.to_str().unwrap()]] {
+        let out = factory_in(state.path(), &args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+
+    // A JS factory with an args schema (the start form builds inputs from it) whose name-free
+    // text is hostile: markup in its description, phase, log line and agent label must show
+    // as text.
+    let hostile = state.path().join("hostile-ui.js");
+    std::fs::write(&hostile, HOSTILE_JS).unwrap();
+    let out = factory_in(state.path(), &["add", hostile.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A finished 4,096-agent run (dry-run backend) for the timeline's timing check.
+    let out = factory_in(
+        state.path(),
+        &["run", "probe", "--args", r#"{"case":"fanout","n":4096}"#, "--backend", "dry-run", "--max-total-subagents", "5000", "--json", "-q"],
+    );
+    let big = stdout_json(&out);
+    assert_eq!(big["status"], "completed", "{big:#}");
+    let big_id = big["runId"].as_str().unwrap().to_string();
+
+    // No daemon yet: `factory ui` says so.
+    let out = factory_in(state.path(), &["ui", "--no-open"]);
+    assert!(!out.status.success() && stderr(&out).contains("factory serve --http"), "{}", stderr(&out));
+
+    let mut child = factory_cmd(state.path(), &["serve", "--http", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("factory serve starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let daemon = Daemon(child);
+    loop {
+        let line = lines.next().expect("serve says where it listens").unwrap();
+        if line.contains("HTTP API on http://") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(state.path().join("http.addr")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+
+    // `factory ui` prints the page's URL with the token in the fragment.
+    let out = factory_in(state.path(), &["ui"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with(&format!("/#token={token}")), "{url}");
+
+    // The page's assets need no token, carry a CSP, and the Host check covers them too.
+    let base = url.split("/#").next().unwrap().to_string();
+    let page = reqwest::get(format!("{base}/")).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-security-policy"].to_str().unwrap().contains("script-src 'self'"));
+    let script_asset = reqwest::get(format!("{base}/ui/app.js")).await.unwrap();
+    assert_eq!(script_asset.headers()["content-type"], "text/javascript; charset=utf-8");
+    let rebound = reqwest::Client::new().get(format!("{base}/")).header("host", "evil.example").send().await.unwrap();
+    assert_eq!(rebound.status(), 403);
+    assert_eq!(reqwest::get(format!("{base}/ui/nope.js")).await.unwrap().status(), 404);
+
+    // Screenshots go under the target dir; `FACTORY_UPDATE_SCREENSHOTS=1` refreshes the
+    // committed ones the README shows (docs/screenshots/), so a test run changes no tracked file.
+    let shots = if std::env::var_os("FACTORY_UPDATE_SCREENSHOTS").is_some() {
+        root.join("docs").join("screenshots")
+    } else {
+        common::guest_target_dir().join("ui-screenshots")
+    };
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new("node")
+        .arg(browser_dir.join("ui.mjs"))
+        .env("FACTORY_UI_URL", &url)
+        .env("FACTORY_UI_BIG_RUN", &big_id)
+        .env("FACTORY_UI_SCREENSHOTS", &shots)
+        .stdin(Stdio::null())
+        .output()
+        .expect("node runs (install Node.js)");
+    drop(daemon);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("the browser test printed no JSON report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
+    });
+    eprintln!("browser report: {report:#}");
+    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    assert_eq!(report["bigRun"]["bars"], 4096, "{report:#}");
+    let render_ms = report["bigRun"]["renderMs"].as_f64().unwrap();
+    assert!(render_ms < 1000.0, "4,096 agents drawn in {render_ms} ms");
+    for shot in ["runs.png", "run.png"] {
+        assert!(std::fs::metadata(shots.join(shot)).map(|m| m.len() > 1000).unwrap_or(false), "{shot} written");
+    }
+}
