@@ -190,4 +190,16 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     }
     assert!(revisions.len() > 3, "{revisions:?}");
     assert!(revisions.windows(2).all(|w| w[0] < w[1]), "in revision order: {revisions:?}");
+    // Live progress rides the same stream, in seq order, ending with the attempt's end.
+    let seqs: Vec<(u64, String)> = text
+        .split("\n\n")
+        .filter(|e| e.starts_with("event: progress"))
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|d| d["runId"] == id.as_str())
+        .filter_map(|d| Some((d["entry"]["seq"].as_u64()?, d["entry"]["event"].as_str()?.to_string())))
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0].0 < w[1].0), "progress in seq order: {seqs:?}");
+    assert!(seqs.iter().any(|(_, e)| e == "agentFinished"), "{seqs:?}");
+    assert_eq!(seqs.last().map(|(_, e)| e.as_str()), Some("attemptEnded"), "{seqs:?}");
 }

@@ -204,7 +204,14 @@ async fn kill_9_mid_fan_out_then_a_plain_resume_finishes_on_the_same_server_with
         // At most the calls in flight at the kill (3 at once) are answered twice.
         assert!((1..=2).contains(&times), "{file} answered {times} times");
     }
-    assert!(done["accounting"]["aiCreditsNano"].as_u64().unwrap() > 0, "priced usage was accounted: {done:#}");
+    // The spend carried over the kill: what the host accounted is what the server billed,
+    // less at most the calls that were answered but not yet committed at the kill (the
+    // resume sent those again and the server billed them twice).
+    let per_call = 10 * 1_000 + 5 * 2_000; // 10 input + 5 output tokens at 0.001 / 0.002 per 1k
+    let billed = server.answered().len() as u64 * per_call;
+    let repeated = (server.answered().len() - files.len()) as u64;
+    let accounted = done["accounting"]["aiCreditsNano"].as_u64().unwrap();
+    assert!(accounted <= billed && accounted >= billed - repeated * per_call, "{accounted} vs {billed}: {done:#}");
     assert_eq!(done["backend"]["name"], "local");
 }
 
@@ -420,4 +427,53 @@ async fn a_thousand_agent_fan_out_against_a_dead_server_stops_at_the_first_outag
     // others in flight: nothing was journaled, and the resume has all 1,000 calls to make.
     let shown = stdout_json(&factory(state.path(), &["show", envelope["runId"].as_str().unwrap(), "--json"], &[]).await);
     assert_eq!(shown["agents"].as_array().map(Vec::len), Some(0), "no call was journaled as an answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_spends_up_to_its_credit_budget_then_stops_and_the_spend_carries_over() {
+    let state = tempfile::tempdir().unwrap();
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
+    // One credit a call: 10 input tokens at 100 credits per 1,000.
+    let text = format!(
+        "[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n[backends.local.pricing]\ninput = 100\noutput = 0\n",
+        base_url(server.port())
+    );
+    std::fs::write(state.path().join("factory.toml"), text).unwrap();
+    let run = [
+        "run", &probe(), "--yes", "--backend", "local", "--args", &fanout(6), "--max-ai-credits", "3",
+        "--max-concurrent-subagents", "1", "--json", "-q",
+    ];
+    let out = factory(state.path(), &run, &[]).await;
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["failure"]["kind"], "maxAiCredits", "{envelope:#}");
+    // Sequential calls: three are paid (3 credits), the fourth spawn is refused.
+    assert_eq!(envelope["accounting"]["aiCreditsNano"], 3_000_000_000u64, "{envelope:#}");
+    assert_eq!(server.answered().len(), 3);
+    let id = envelope["runId"].as_str().unwrap();
+    let out = factory(state.path(), &["resume", id, "--yes", "--max-ai-credits", "10", "--json", "-q"], &[]).await;
+    let done = stdout_json(&out);
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["accounting"]["aiCreditsNano"], 6_000_000_000u64, "the first attempt's spend carried over");
+    assert_eq!(server.answered().len(), 6, "what the server billed: 6 calls, 6 credits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_with_an_untrusted_component_needs_consent() {
+    let state = tempfile::tempdir().unwrap();
+    let limits = ["--max-total-subagents", "1"];
+    let mut run = vec!["run", "--yes", "--args", r#"{"case":"fanout","n":2}"#, "--json", "-q"];
+    let probe = probe();
+    run.insert(1, &probe);
+    run.extend(limits);
+    let id = stdout_json(&factory(state.path(), &run, &[]).await)["runId"].as_str().unwrap().to_string();
+    // `--component` names a component that is not trusted: without a terminal or --yes the
+    // resume is refused before it starts.
+    let edited = common::component("probe").display().to_string();
+    let refused = factory(state.path(), &["resume", &id, "--component", &edited, "--max-total-subagents", "5"], &[]).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--yes"), "{}", stderr(&refused));
+    let shown = stdout_json(&factory(state.path(), &["show", &id, "--json"], &[]).await);
+    assert_eq!(shown["attempts"], 1, "nothing started");
+    let out = factory(state.path(), &["resume", &id, "--component", &edited, "--yes", "--max-total-subagents", "5", "--json", "-q"], &[]).await;
+    assert_eq!(stdout_json(&out)["status"], "completed", "{}", stderr(&out));
 }

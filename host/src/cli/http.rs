@@ -270,7 +270,8 @@ impl Api {
     }
 
     /// `GET /api/events`: `run_updated` for the session's runs, as Server-Sent Events, in
-    /// the order the host announces them (revisions of one run only grow).
+    /// the order the host announces them (revisions of one run only grow), each followed by
+    /// `progress {runId, entry}` events for the entries committed since the last sent.
     fn events(&self) -> Response<Body> {
         let mut updates = self.host.subscribe();
         let host = self.host.clone();
@@ -281,6 +282,8 @@ impl Api {
             if tx.send(Ok(Frame::data(Bytes::from_static(b": factory events\n\n")))).await.is_err() {
                 return;
             }
+            // The last progress seq sent per run (bounded: runs of this session seen here).
+            let mut sent: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
             loop {
                 let update: RunUpdated = match updates.recv().await {
                     Ok(update) => update,
@@ -291,8 +294,20 @@ impl Api {
                     continue; // another session's run
                 }
                 let data = json!({ "runId": update.run_id, "revision": update.revision });
-                let frame = format!("event: run_updated\ndata: {data}\n\n");
-                if tx.send(Ok(Frame::data(Bytes::from(frame)))).await.is_err() {
+                let mut frames = format!("event: run_updated\ndata: {data}\n\n");
+                // Live progress: the entries committed since the last one sent for this run.
+                let after = sent.get(&update.run_id).copied().unwrap_or(0);
+                let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
+                if let Ok(entries) = host.progress(&session, &update.run_id, &query) {
+                    for entry in &entries {
+                        let data = json!({ "runId": update.run_id, "entry": entry });
+                        frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
+                    }
+                    if let Some(last) = entries.last() {
+                        sent.insert(update.run_id.clone(), last.seq);
+                    }
+                }
+                if tx.send(Ok(Frame::data(Bytes::from(frames)))).await.is_err() {
                     return;
                 }
             }
