@@ -1,7 +1,8 @@
 //! JavaScript factories: the built-in JS runner through the library (every `ctx` function,
 //! failure rules, aborts, caps, steps, resume with an edited source, the authoring form,
 //! hostile scripts) and through the real binary (describe, run, add, syntax errors, the
-//! Copilot-SDK specifier, `file.js#name`, kill -9 and resume).
+//! Copilot-SDK specifier, `file.js#name`, kill -9 and resume), and TypeScript factories
+//! (type-stripped in place, recorded as written, errors at the `.ts` file's lines).
 
 mod common;
 
@@ -598,9 +599,140 @@ async fn every_js_example_runs_on_dry_run() {
         ("review-changed.js", json!({"files": ["src/a.rs"]})),
         ("multi-stage-review.js", json!({"diff": "-a\n+b"})),
         ("loop-until-dry.js", json!({"maxRounds": 3})),
+        ("triage.ts", json!({"issues": ["Crash on start", "Typo in README"], "escalate": ["critical"]})),
     ] {
         let factory = host.load_file(Path::new(&example(name))).await.unwrap_or_else(|e| panic!("{name}: {e}"));
         let envelope = run(&host, &factory, args).await;
         assert_eq!(envelope.status, RunStatus::Completed, "{name}: {envelope:#?}");
+        if name == "triage.ts" {
+            // The dry run answers a schema call with the schema's first enum value: both are
+            // critical, so each gets a first step.
+            let result = envelope.result.as_ref().expect("a result");
+            assert_eq!(result["counts"], json!({"critical": 2, "major": 0, "minor": 0}), "{result}");
+            assert_eq!(result["triaged"][1]["issue"], "Typo in README");
+            assert!(result["triaged"][1]["firstStep"].as_str().is_some_and(|s| s.starts_with("[dry-run escalate:1]")), "{result}");
+        }
     }
+}
+
+// ---- TypeScript ----
+
+/// A TypeScript factory whose types span lines: line 9 throws when `args.fail` is set.
+const TS_FACTORY: &str = "import { defineFactory } from \"factory\";
+interface Args {
+    name?: string;
+    fail?: boolean;
+}
+type Greeting = { text: string | null; length: number };
+function check(args: Args): void {
+    if (args.fail) {
+        throw new Error(`asked to fail`);
+    }
+}
+const wrong: number = \"not a number\"; // a type error: not checked, the value runs as it is
+export default defineFactory({
+    meta: { name: \"greet-ts\", description: \"d\" },
+    run: async ({ args, agent }) => {
+        const a = args as Args;
+        check(a);
+        const text = await agent<string>(`Greet ${a.name ?? \"you\"}`, { label: \"greet\" });
+        const g: Greeting = { text, length: text!.length };
+        return { ...g, wrong };
+    },
+});
+";
+
+#[tokio::test]
+async fn typescript_is_stripped_in_place_and_runs_recorded_as_written() {
+    let host = dry_host();
+    let script = Script::from_source("greet.ts", TS_FACTORY, None).expect("stripped");
+    assert_eq!(script.text.as_ref(), TS_FACTORY, "the source as written is the script's text");
+    assert_eq!(script.js.lines().count(), TS_FACTORY.lines().count(), "same lines");
+    let factory = host.load_script(script.clone()).await.expect("loads");
+    assert_eq!(factory.meta.name, "greet-ts");
+
+    let envelope = run(&host, &factory, json!({"name": "Ada"})).await;
+    let value = result(&envelope);
+    assert_eq!(value["text"], "[dry-run greet] reply to: Greet Ada");
+    assert_eq!(value["wrong"], "not a number", "types are not checked");
+    let detail = host.detail(factory_host::DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    let recorded = detail.scripts[0].as_ref().expect("a script");
+    assert_eq!((recorded.file_name.as_str(), recorded.sha256.as_str()), ("greet.ts", script.hash.as_str()));
+
+    // A runtime throw points at the `.ts` file's own lines (9: the throw, 17: the call).
+    let envelope = run(&host, &factory, json!({"fail": true})).await;
+    let message = failure(&envelope, "guest_error", None);
+    assert!(message.starts_with("Error: asked to fail"), "{message}");
+    assert!(message.contains("greet.ts:9:"), "{message}");
+    assert!(message.contains("greet.ts:17:"), "{message}");
+
+    // Resume runs the recorded TypeScript (stripped again), not some stored JavaScript.
+    let resumed = host.resume(&envelope.run_id, ResumeOptions::default()).await.expect("resume");
+    assert!(failure(&resumed, "guest_error", None).contains("greet.ts:9:"));
+}
+
+#[tokio::test]
+async fn typescript_that_cannot_be_stripped_in_place_is_refused_with_a_location() {
+    let refused = |name: &str, text: &str| Script::from_source(name, text, None).expect_err("refused").to_string();
+    let syntax = refused("s.ts", "const a: number = 1;\nconst b: = 2;\n");
+    assert!(syntax.starts_with("s.ts:2:"), "{syntax}");
+    assert!(syntax.contains("SyntaxError"), "{syntax}");
+    for (name, text, at) in [
+        ("e.ts", "const a = 1;\n\nenum Color { Red, Green }\n", "e.ts:3:1:"),
+        ("n.ts", "namespace N {\n  export const x = 1;\n}\n", "n.ts:1:1:"),
+        ("p.ts", "class A {\n  constructor(private x: number) {}\n}\n", "p.ts:2:23:"),
+    ] {
+        let message = refused(name, text);
+        assert!(message.starts_with(at), "{name}: {message}");
+        assert!(message.contains("not supported in strip-only mode"), "{name}: {message}");
+    }
+    // `.mts` is TypeScript too; `.js` is never stripped.
+    assert!(Script::from_source("m.mts", "export const x: number = 1;\n", None).is_ok());
+    let js = Script::from_source("m.js", "export const x: number = 1;\n", None).expect("not examined");
+    assert_eq!(js.js, js.text);
+}
+
+#[test]
+fn cli_typescript_factories_run_describe_add_and_report_ts_locations() {
+    let state = tempfile::tempdir().unwrap();
+    let file = state.path().join("greet.ts");
+    std::fs::write(&file, TS_FACTORY).unwrap();
+    let file = file.to_str().unwrap();
+
+    let out = common::factory_in(state.path(), &["describe", file, "--json"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let described = out_json(&out);
+    assert_eq!(described["meta"]["name"], "greet-ts");
+    assert_eq!(described["script"]["fileName"], "greet.ts");
+
+    let out = common::factory_in(state.path(), &["run", file, "--args", r#"{"name":"Ada"}"#, "--json", "-q"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(out_json(&out)["result"]["text"], "[dry-run greet] reply to: Greet Ada");
+
+    let out = common::factory_in(state.path(), &["run", file, "--args", r#"{"fail":true}"#, "--json", "-q"]);
+    let envelope = out_json(&out);
+    assert_eq!(envelope["status"], "error", "{envelope}");
+    let message = envelope["failure"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("greet.ts:9:"), "{message}");
+
+    let out = common::factory_in(state.path(), &["add", file]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let out = common::factory_in(state.path(), &["run", "greet-ts", "--json", "-q"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(out_json(&out)["result"]["text"], "[dry-run greet] reply to: Greet you");
+
+    // A syntax error in the `.ts` file: exit 2 with its location, before a run exists.
+    let broken = state.path().join("broken.ts");
+    std::fs::write(&broken, "import { defineFactory } from \"factory\";\ninterface A { x: number }\nexport default defineFactory({\n  meta: { name: \"b\", description: \"d\" },\n  run: async (): Promise<A> => { return ) },\n});\n").unwrap();
+    let out = common::factory_in(state.path(), &["run", broken.to_str().unwrap(), "-q"]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("broken.ts:5:"), "{}", common::stderr(&out));
+    // An enum cannot be stripped in place: refused the same way.
+    let with_enum = state.path().join("enum.ts");
+    std::fs::write(&with_enum, "import { defineFactory } from \"factory\";\nenum Mode { Fast }\nexport default defineFactory({ meta: { name: \"e\", description: \"d\" }, run: async () => Mode.Fast });\n").unwrap();
+    let out = common::factory_in(state.path(), &["describe", with_enum.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("enum.ts:2:1: TypeScript: TypeScript enum is not supported"), "{}", common::stderr(&out));
+    let runs = out_json(&common::factory_in(state.path(), &["runs", "--json"]));
+    assert_eq!(runs.as_array().map(Vec::len), Some(3), "the refused files created no run: {runs}");
 }

@@ -327,7 +327,7 @@ impl Host {
                 self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
             }
         };
-        let script = Script::new(script.file_name.clone(), text, script.entry.clone());
+        let script = Script::from_source(script.file_name.clone(), text, script.entry.clone())?;
         self.with_meta(runner.with_script(script)).await
     }
 

@@ -25,10 +25,13 @@ pub const TS_EXTENSIONS: &[&str] = &["ts", "mts"];
 pub struct Script {
     /// The name stack traces and errors show (`review-changed.js`).
     pub file_name: String,
-    /// The JavaScript module text.
+    /// The source text as written (TypeScript for a `.ts`/`.mts` file): what a run records.
     pub text: Arc<str>,
     /// sha256 of `text` (hex): the source's identity and its blob key in the store.
     pub hash: String,
+    /// The JavaScript module the runner runs: `text` itself, or `text` type-stripped in
+    /// place (same lines and columns) for TypeScript.
+    pub js: Arc<str>,
     /// Which factory of the file (`file.js#name`); `None`: its default export or only one.
     pub entry: Option<String>,
 }
@@ -75,11 +78,25 @@ pub enum ScriptError {
 }
 
 impl Script {
-    /// A script from its JavaScript text.
+    /// A script from its JavaScript text (whatever the file name says; see
+    /// [`Script::from_source`] for TypeScript).
     pub fn new(file_name: impl Into<String>, text: impl Into<Arc<str>>, entry: Option<String>) -> Self {
         let text = text.into();
         let hash = hex::encode(Sha256::digest(text.as_bytes()));
-        Script { file_name: file_name.into(), text, hash, entry }
+        Script { file_name: file_name.into(), js: text.clone(), text, hash, entry }
+    }
+
+    /// A script from its source text, by its file name: a `.ts`/`.mts` name is TypeScript,
+    /// type-stripped here ([`ScriptError::TypeScript`] with `file:line:col` when it cannot
+    /// be); anything else is JavaScript. The source as written is what a run records (its
+    /// sha256 is the script's identity), so `resume` and stack traces see the `.ts` file.
+    pub fn from_source(file_name: impl Into<String>, text: impl Into<Arc<str>>, entry: Option<String>) -> Result<Self, ScriptError> {
+        let file_name = file_name.into();
+        let mut script = Script::new(file_name, text, entry);
+        if is_typescript(Path::new(&script.file_name)) {
+            script.js = crate::typescript::strip(&script.file_name, &script.text)?.into();
+        }
+        Ok(script)
     }
 
     /// What a run records of it.
@@ -93,8 +110,7 @@ impl Script {
         let bytes = std::fs::read(path).map_err(|source| ScriptError::Read { path: shown.clone(), source })?;
         let text = String::from_utf8(bytes).map_err(|_| ScriptError::NotText(shown.clone()))?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(shown);
-        let text = if is_typescript(path) { crate::typescript::strip(&file_name, &text)? } else { text };
-        Ok(Script::new(file_name, text, entry))
+        Script::from_source(file_name, text, entry)
     }
 }
 

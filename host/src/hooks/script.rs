@@ -10,6 +10,6 @@ impl script::Host for RunData {
         let Some(s) = &self.script else {
             return Err(wasmtime::Error::msg("this component is not a script factory: it has no source"));
         };
-        Ok(script::ScriptSource { file_name: s.file_name.clone(), text: s.text.to_string(), entry: s.entry.clone() })
+        Ok(script::ScriptSource { file_name: s.file_name.clone(), text: s.js.to_string(), entry: s.entry.clone() })
     }
 }

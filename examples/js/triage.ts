@@ -1,0 +1,80 @@
+// Triage (TypeScript): classify each issue with a schema call, then route the urgent ones to
+// a second agent that proposes a first step. The types are stripped when the file is read
+// (not checked); lines and columns stay the file's own, so errors point here.
+//
+//   factory run examples/js/triage.ts --args '{"issues":["Crash on start","Typo in README"]}'
+import { defineFactory } from "factory";
+
+interface TriageArgs {
+    issues?: string[];
+    /** Severities that get a proposed first step. */
+    escalate?: Severity[];
+}
+
+type Severity = "critical" | "major" | "minor";
+
+interface Classification {
+    severity: Severity;
+    area: string;
+}
+
+interface Triaged extends Classification {
+    issue: string;
+    firstStep: string | null;
+}
+
+const CLASSIFICATION = {
+    type: "object",
+    properties: {
+        severity: { type: "string", enum: ["critical", "major", "minor"] },
+        area: { type: "string" },
+    },
+    required: ["severity", "area"],
+} as const;
+
+function isClassification(value: unknown): value is Classification {
+    const v = value as Partial<Classification> | null;
+    return v !== null && typeof v === "object" && typeof v.severity === "string" && typeof v.area === "string";
+}
+
+export default defineFactory({
+    meta: {
+        name: "triage",
+        description: "Classify issues by severity and propose a first step for the urgent ones. " +
+            "args: { issues?: string[], escalate?: (\"critical\" | \"major\" | \"minor\")[] }",
+        phases: [{ title: "Classify" }, { title: "Escalate" }],
+        limits: { maxConcurrentSubagents: 4, maxTotalSubagents: 50 },
+    },
+    run: async ({ args, agent, parallel, phase, step }) => {
+        const { issues = ["(no issue given)"], escalate = ["critical", "major"] } = args as TriageArgs;
+
+        phase("Classify");
+        const classified = await parallel(
+            issues.map((issue: string, i: number) => async (): Promise<Classification> => {
+                const reply: unknown = await agent(
+                    `Classify this issue. Return JSON {severity, area}.\n\n${issue}`,
+                    { label: `classify:${i}`, schema: CLASSIFICATION },
+                );
+                // A dry run or an unparsable reply: count it as minor rather than dropping it.
+                return isClassification(reply) ? reply : { severity: "minor", area: "unknown" };
+            }),
+        );
+
+        phase("Escalate");
+        const triaged: Triaged[] = await parallel(
+            issues.map((issue, i) => async (): Promise<Triaged> => {
+                const c = classified[i] ?? { severity: "minor" as Severity, area: "unknown" };
+                const firstStep = escalate.includes(c.severity)
+                    ? await agent<string>(`Propose the first step for this ${c.severity} issue:\n\n${issue}`, {
+                        label: `escalate:${i}`,
+                    })
+                    : null;
+                return { issue, ...c, firstStep };
+            }),
+        );
+
+        const counts: Record<Severity, number> = { critical: 0, major: 0, minor: 0 };
+        for (const t of triaged) counts[t!.severity] += 1;
+        return step("report", () => ({ counts, triaged }));
+    },
+});
