@@ -260,8 +260,21 @@ impl RunShared {
         self.stop.is_cancelled()
     }
 
-    /// `ctx.phase`.
+    /// Refuse a guest value of `len` bytes over `limit`: the attempt stops with a
+    /// `sandbox_limit` failure named `kind`. The value itself is never copied into the message.
+    fn cap(&self, kind: &'static str, what: &str, len: usize, limit: usize) -> Result<(), Abort> {
+        if len <= limit {
+            return Ok(());
+        }
+        let message = format!("{what} is {len} bytes, over the {limit} byte limit ({kind})");
+        Err(self.abort(Abort::SandboxLimit { kind, message }))
+    }
+
+    /// `ctx.phase`: a title over `maxPhaseBytes` stops the attempt and is not recorded.
     pub(crate) fn phase(&self, title: String) {
+        if self.cap("maxPhaseBytes", "phase title", title.len(), self.sandbox.max_phase_bytes).is_err() {
+            return;
+        }
         self.state().phase = Some(title.clone());
         self.emit(ProgressEvent::Phase { title });
     }
@@ -295,6 +308,7 @@ impl RunShared {
         if let Some(abort) = self.stopping() {
             return Err(abort);
         }
+        self.cap("maxStepKeyBytes", "step key", key.len(), self.sandbox.max_step_key_bytes)?;
         Ok(self.state().steps.get(key).cloned())
     }
 
@@ -303,6 +317,7 @@ impl RunShared {
         if let Some(abort) = self.stopping() {
             return Err(StepError::Abort(abort));
         }
+        self.cap("maxStepKeyBytes", "step key", key.len(), self.sandbox.max_step_key_bytes).map_err(StepError::Abort)?;
         if value.len() > self.sandbox.max_step_bytes {
             let message = format!(
                 "step `{key}` value is {} bytes, over the {} byte limit",
@@ -352,6 +367,15 @@ impl RunShared {
                 self.sandbox.max_prompt_bytes
             );
             return Err(self.abort(Abort::SandboxLimit { kind: "maxPromptBytes", message }));
+        }
+        if let Some(label) = &label {
+            self.cap("maxLabelBytes", "agent label", label.len(), self.sandbox.max_label_bytes)?;
+        }
+        if let Some(model) = &model {
+            self.cap("maxModelBytes", "agent model name", model.len(), self.sandbox.max_model_bytes)?;
+        }
+        if let Some(schema) = &schema {
+            self.cap("maxSchemaBytes", "agent schema", schema.len(), self.sandbox.max_schema_bytes)?;
         }
         let schema = match schema.as_deref().map(Schema::parse) {
             None => None,
