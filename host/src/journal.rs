@@ -46,7 +46,7 @@ pub struct JournalSnapshot {
 pub trait Journal: Send + Sync + 'static {
     /// The run's journal so far: every step key, the journal bytes recorded with
     /// [`Journal::put_usage`], and values (steps first, then agent outcomes) up to
-    /// `value_bytes` bytes.
+    /// `value_bytes` bytes in all, none over a quarter of that.
     fn load(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, JournalError>;
 
     /// A step value, as last put.

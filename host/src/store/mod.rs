@@ -402,6 +402,8 @@ impl Store {
         let txn = self.db.begin_read()?;
         let mut snapshot = JournalSnapshot::default();
         let mut room = value_bytes;
+        // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
+        let largest = value_bytes / 4;
         let steps = txn.open_table(STEPS)?;
         for row in steps.range((run_id, "")..)? {
             let (key, value) = row?;
@@ -412,7 +414,7 @@ impl Store {
             snapshot.step_keys.insert(crate::journal::fingerprint(step));
             let value = value.value();
             let size = step.len() + value.len();
-            if size <= room {
+            if size <= room && size <= largest {
                 room -= size;
                 snapshot.steps.insert(step.to_string(), value.to_string());
             }
@@ -426,7 +428,7 @@ impl Store {
             }
             let value = value.value();
             let size = agent.len() + value.len();
-            if size <= room {
+            if size <= room && size <= largest {
                 room -= size;
                 let outcome = decode_outcome(value).map_err(|e| corrupt("agent journal", e))?;
                 snapshot.agents.insert(agent.to_string(), outcome);
