@@ -36,16 +36,16 @@ pub struct JournalSnapshot {
     /// Agent key (hex) -> outcome (`Some(json)` for a reply, `None` for an ordinary
     /// failure), for as many agent calls as fit the load budget.
     pub agents: HashMap<String, Option<String>>,
-    /// Bytes the run has journaled so far, all attempts together (see
-    /// [`Journal::put_usage`]).
+    /// Bytes the run has journaled so far, all attempts together (as last recorded with a
+    /// put).
     pub journal_bytes: u64,
 }
 
 /// Where a run's entries go. Puts may return before the entry is durable; [`Journal::flush`]
 /// resolves once everything put so far is.
 pub trait Journal: Send + Sync + 'static {
-    /// The run's journal so far: every step key, the journal bytes recorded with
-    /// [`Journal::put_usage`], and values (steps first, then agent outcomes) up to
+    /// The run's journal so far: every step key, the journal bytes recorded with the last
+    /// put, and values (steps first, then agent outcomes) up to
     /// `value_bytes` bytes in all, none over a quarter of that.
     fn load(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, JournalError>;
 
@@ -55,19 +55,19 @@ pub trait Journal: Send + Sync + 'static {
     /// An agent outcome, as put: `None` when the call was never journaled.
     fn get_agent(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, JournalError>;
 
+    // Each put carries `journal_bytes`: the run's journal total with this entry counted,
+    // recorded together with the entry (so after a crash the total never counts less than
+    // what was kept).
+
     /// Record a step value.
-    fn put_step(&self, run_id: &str, key: &str, value: &str) -> Result<(), JournalError>;
+    fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError>;
 
     /// Record an agent outcome.
-    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>) -> Result<(), JournalError>;
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError>;
 
     /// Record a progress entry: `entry` is its stored JSON form
     /// ([`JournaledProgress`](crate::progress::JournaledProgress)).
-    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>) -> Result<(), JournalError>;
-
-    /// Record the bytes the run has journaled so far (put before the entries it counts, so
-    /// after a crash it never counts less than what was kept).
-    fn put_usage(&self, run_id: &str, journal_bytes: u64) -> Result<(), JournalError>;
+    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError>;
 
     /// Record the running attempt's accounting so far.
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError>;

@@ -192,10 +192,11 @@ impl RunShared {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Charge `cost` journal bytes to the run (state locked by the caller): `Err` with the
-    /// abort when they would pass `maxJournalBytes` (then nothing is charged). `essential`
-    /// entries (an attempt's start and end) are always charged and written.
-    fn charge(&self, state: &mut RunState, cost: u64, essential: bool) -> Result<(), Abort> {
+    /// Charge `cost` journal bytes to the run (state locked by the caller) and return the
+    /// new total, which the put records with its entry: `Err` with the abort when they would
+    /// pass `maxJournalBytes` (then nothing is charged). `essential` entries (an attempt's
+    /// start and end) are always charged and written.
+    fn charge(&self, state: &mut RunState, cost: u64, essential: bool) -> Result<u64, Abort> {
         let total = state.journal_bytes.saturating_add(cost);
         if total > self.sandbox.max_journal_bytes && !essential {
             let message = format!(
@@ -205,10 +206,7 @@ impl RunShared {
             return Err(Abort::SandboxLimit { kind: "maxJournalBytes", message });
         }
         state.journal_bytes = total;
-        if let Err(e) = self.journal.put_usage(&self.run_id, total) {
-            return Err(Abort::Storage(e.to_string()));
-        }
-        Ok(())
+        Ok(total)
     }
 
     /// Record a progress event (journaled, so `progress` pages and revisions survive a
@@ -233,8 +231,8 @@ impl RunShared {
             };
             let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(e.to_string()));
             let written = bytes.and_then(|bytes| {
-                self.charge(&mut state, bytes.len() as u64, essential)?;
-                self.journal.put_progress(&self.run_id, seq, bytes).map_err(|e| Abort::Storage(e.to_string()))
+                let total = self.charge(&mut state, bytes.len() as u64, essential)?;
+                self.journal.put_progress(&self.run_id, seq, bytes, total).map_err(|e| Abort::Storage(e.to_string()))
             });
             match written {
                 Ok(()) => {
@@ -424,7 +422,7 @@ impl RunShared {
         let cost = (key.len() + value.len()) as u64;
         let written = self
             .charge(&mut state, cost, false)
-            .and_then(|()| self.journal.put_step(&self.run_id, &key, &value).map_err(|e| Abort::Storage(e.to_string())));
+            .and_then(|total| self.journal.put_step(&self.run_id, &key, &value, total).map_err(|e| Abort::Storage(e.to_string())));
         if let Err(abort) = written {
             drop(state);
             return Err(StepError::Abort(self.abort(abort)));
@@ -527,8 +525,10 @@ impl RunShared {
                 if let Ok(reply) = &outcome {
                     let cost = (key.0.len() + 1 + reply.as_ref().map_or(0, String::len)) as u64;
                     let mut state = this.state();
-                    let written = this.charge(&mut state, cost, false).and_then(|()| {
-                        this.journal.put_agent(&this.run_id, &key.0, reply.as_deref()).map_err(|e| Abort::Storage(e.to_string()))
+                    let written = this.charge(&mut state, cost, false).and_then(|total| {
+                        this.journal
+                            .put_agent(&this.run_id, &key.0, reply.as_deref(), total)
+                            .map_err(|e| Abort::Storage(e.to_string()))
                     });
                     if let Err(abort) = written {
                         drop(state);

@@ -482,23 +482,19 @@ impl Journal for Store {
         self.get_agent_outcome(run_id, key).map_err(journal_error)
     }
 
-    fn put_step(&self, run_id: &str, key: &str, value: &str) -> Result<(), JournalError> {
-        self.writer
-            .send(Op::Step { run: run_id.to_string(), key: key.to_string(), value: Arc::from(value) })
-            .map_err(journal_error)
+    fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError> {
+        let (run, key, value) = (run_id.to_string(), key.to_string(), Arc::from(value));
+        self.writer.send(Op::Step { run, key, value, usage: journal_bytes }).map_err(journal_error)
     }
 
-    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>) -> Result<(), JournalError> {
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
         let outcome: Arc<[u8]> = encode_outcome(outcome).into();
-        self.writer.send(Op::Agent { run: run_id.to_string(), key: key.to_string(), outcome }).map_err(journal_error)
+        let (run, key) = (run_id.to_string(), key.to_string());
+        self.writer.send(Op::Agent { run, key, outcome, usage: journal_bytes }).map_err(journal_error)
     }
 
-    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>) -> Result<(), JournalError> {
-        self.writer.send(Op::Progress { run: run_id.to_string(), seq, entry }).map_err(journal_error)
-    }
-
-    fn put_usage(&self, run_id: &str, journal_bytes: u64) -> Result<(), JournalError> {
-        self.writer.send(Op::Usage { run: run_id.to_string(), bytes: journal_bytes }).map_err(journal_error)
+    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError> {
+        self.writer.send(Op::Progress { run: run_id.to_string(), seq, entry, usage: journal_bytes }).map_err(journal_error)
     }
 
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {

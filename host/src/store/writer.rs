@@ -20,10 +20,10 @@ use tokio::sync::oneshot;
 
 /// One write.
 pub(crate) enum Op {
-    Step { run: String, key: String, value: Arc<str> },
-    Agent { run: String, key: String, outcome: Arc<[u8]> },
-    Usage { run: String, bytes: u64 },
-    Progress { run: String, seq: u64, entry: Vec<u8> },
+    /// A journal entry carries the run's journal bytes with it counted (`usage`).
+    Step { run: String, key: String, value: Arc<str>, usage: u64 },
+    Agent { run: String, key: String, outcome: Arc<[u8]>, usage: u64 },
+    Progress { run: String, seq: u64, entry: Vec<u8>, usage: u64 },
     Accounting { run: String, accounting: Vec<u8> },
     Run { id: String, order: Option<u64>, record: Vec<u8> },
     Factory { name: String, registration: Vec<u8> },
@@ -87,10 +87,10 @@ impl Writer {
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         // Registered under the sender lock, so the commit that removes it comes after.
         match &op {
-            Op::Step { run, key, value } => {
+            Op::Step { run, key, value, .. } => {
                 self.pending().steps.insert((run.clone(), key.clone()), value.clone());
             }
-            Op::Agent { run, key, outcome } => {
+            Op::Agent { run, key, outcome, .. } => {
                 self.pending().agents.insert((run.clone(), key.clone()), outcome.clone());
             }
             _ => {}
@@ -173,13 +173,13 @@ fn run(
                 let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
                 for op in &batch {
                     match op {
-                        Op::Step { run, key, value } => {
+                        Op::Step { run, key, value, .. } => {
                             let id = (run.clone(), key.clone());
                             if pending.steps.get(&id).is_some_and(|v| Arc::ptr_eq(v, value)) {
                                 pending.steps.remove(&id);
                             }
                         }
-                        Op::Agent { run, key, outcome } => {
+                        Op::Agent { run, key, outcome, .. } => {
                             let id = (run.clone(), key.clone());
                             if pending.agents.get(&id).is_some_and(|v| Arc::ptr_eq(v, outcome)) {
                                 pending.agents.remove(&id);
@@ -228,7 +228,9 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
                 Op::Accounting { run, .. } => {
                     last_accounting.insert(run.as_str(), i);
                 }
-                Op::Usage { run, bytes } => {
+                Op::Step { run, usage: bytes, .. }
+                | Op::Agent { run, usage: bytes, .. }
+                | Op::Progress { run, usage: bytes, .. } => {
                     let most = last_usage.entry(run.as_str()).or_insert(0);
                     *most = (*most).max(*bytes);
                 }
@@ -240,13 +242,13 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
         }
         for (i, op) in batch.iter().enumerate() {
             match op {
-                Op::Step { run, key, value } => {
+                Op::Step { run, key, value, .. } => {
                     steps.insert((run.as_str(), key.as_str()), &**value)?;
                 }
-                Op::Agent { run, key, outcome } => {
+                Op::Agent { run, key, outcome, .. } => {
                     agents.insert((run.as_str(), key.as_str()), &**outcome)?;
                 }
-                Op::Progress { run, seq, entry } => {
+                Op::Progress { run, seq, entry, .. } => {
                     progress.insert((run.as_str(), *seq), entry.as_slice())?;
                 }
                 Op::Accounting { run, accounting: bytes } => {
@@ -269,7 +271,7 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
                         blobs.insert(hash.as_str(), &bytes[..])?;
                     }
                 }
-                Op::Usage { .. } | Op::Flush(_) => {}
+                Op::Flush(_) => {}
             }
         }
     }
