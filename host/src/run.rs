@@ -9,7 +9,7 @@ use crate::component::LoadedComponent;
 use crate::envelope::{Accounting, Failure, RunStatus};
 use crate::journal::Journal;
 use crate::limits::Limits;
-use crate::cache::{CacheKey, Cached, ValueCache};
+use crate::cache::ValueCache;
 use crate::progress::{AgentSummary, JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::sandbox::{self, SandboxLimits};
 use crate::schema::Schema;
@@ -148,10 +148,10 @@ impl RunShared {
             .map_err(|e| Failure::new("storage", None, e.to_string()))?;
         let mut cache = ValueCache::new(setup.sandbox.journal_cache_bytes);
         for (key, value) in snapshot.steps {
-            cache.insert(CacheKey::Step(key), Cached::Step(value));
+            cache.put_step(key, value);
         }
         for (key, outcome) in snapshot.agents {
-            cache.insert(CacheKey::Agent(key), Cached::Agent(outcome));
+            cache.put_agent(key, outcome);
         }
         let slots = setup.limits.concurrency().map(|n| Arc::new(Semaphore::new(n as usize)));
         Ok(Arc::new(RunShared {
@@ -375,7 +375,7 @@ impl RunShared {
         self.cap("maxStepKeyBytes", "step key", key.len(), self.sandbox.max_step_key_bytes)?;
         {
             let state = self.state();
-            if let Some(Cached::Step(value)) = state.cache.get(&CacheKey::Step(key.to_string())) {
+            if let Some(value) = state.cache.step(key) {
                 return Ok(Some(value.clone()));
             }
             // A key never journaled needs no read (every new step asks first).
@@ -385,7 +385,7 @@ impl RunShared {
         }
         let value = self.journal.get_step(&self.run_id, key).map_err(|e| self.abort(Abort::Storage(e.to_string())))?;
         if let Some(value) = &value {
-            self.state().cache.insert(CacheKey::Step(key.to_string()), Cached::Step(value.clone()));
+            self.state().cache.put_step(key.to_string(), value.clone());
         }
         Ok(value)
     }
@@ -428,7 +428,7 @@ impl RunShared {
             return Err(StepError::Abort(self.abort(abort)));
         }
         state.step_keys.insert(fingerprint);
-        state.cache.insert(CacheKey::Step(key), Cached::Step(value));
+        state.cache.put_step(key, value);
         Ok(())
     }
 
@@ -480,10 +480,7 @@ impl RunShared {
         let shown = label.clone().unwrap_or_else(|| "agent".to_string());
 
         // Journaled: replay for free (from the cache, else from the store).
-        let cached = match self.state().cache.get(&CacheKey::Agent(key.0.clone())) {
-            Some(Cached::Agent(outcome)) => Some(outcome.clone()),
-            _ => None,
-        };
+        let cached = self.state().cache.agent(&key.0).cloned();
         let journaled = match cached {
             Some(outcome) => Some(outcome),
             None => self.journal.get_agent(&self.run_id, &key.0).map_err(|e| self.abort(Abort::Storage(e.to_string())))?,
@@ -534,7 +531,7 @@ impl RunShared {
                         drop(state);
                         return Err(this.abort(abort));
                     }
-                    state.cache.insert(CacheKey::Agent(key.0.clone()), Cached::Agent(reply.clone()));
+                    state.cache.put_agent(key.0.clone(), reply.clone());
                 }
                 outcome
             })

@@ -254,3 +254,38 @@ pub(crate) fn new_store(
     store.epoch_deadline_async_yield_and_update(1);
     Ok(store)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SandboxLimits;
+
+    #[test]
+    fn an_older_serialized_form_reads_with_the_new_limits_defaulted() {
+        // What a host before the guest-value caps and the journal budget sent.
+        let old = serde_json::json!({
+            "memoryBytes": 1 << 20, "tableElements": 10, "instances": 1, "tables": 1, "memories": 1,
+            "fuel": 5, "fuelYieldInterval": 1, "maxPromptBytes": 7, "maxStepBytes": 8, "maxResultBytes": 9,
+            "maxOutputBytes": 10, "maxLogLines": 11, "maxLogLineBytes": 12, "maxLogBytes": 13,
+            "maxPendingAgentCalls": 14, "maxJsonDepth": 15
+        });
+        let limits: SandboxLimits = serde_json::from_value(old).expect("an older form parses");
+        let defaults = SandboxLimits::default();
+        assert_eq!(limits.memory_bytes, 1 << 20);
+        assert_eq!(limits.max_prompt_bytes, 7);
+        assert_eq!(limits.max_phase_bytes, defaults.max_phase_bytes);
+        assert_eq!(limits.max_journal_bytes, defaults.max_journal_bytes);
+        assert_eq!(limits.max_steps, defaults.max_steps);
+        // And the current form round-trips.
+        let again: SandboxLimits = serde_json::from_value(serde_json::to_value(&defaults).unwrap()).unwrap();
+        assert_eq!(again, defaults);
+    }
+
+    #[test]
+    fn the_bounds_line_names_every_new_limit_with_its_default() {
+        assert_eq!(
+            SandboxLimits::default().bounds_line(),
+            "phase <= 1 KiB, label <= 1 KiB, model <= 1 KiB, step key <= 4 KiB, schema <= 256 KiB, \
+             journal <= 256 MiB, steps <= 100000"
+        );
+    }
+}
