@@ -220,7 +220,7 @@ fn raw_request(socket: &Path, request: &[u8]) -> String {
 #[ignore = "a helper, run as another user by another test"]
 fn socket_client_helper() {
     let Some(socket) = std::env::var_os("FACTORY_TEST_SOCKET") else { return };
-    let answer = raw_request(Path::new(&socket), b"{\"op\":\"runs\",\"session\":\"default\"}\n");
+    let answer = raw_request(Path::new(&socket), b"{\"wire\":1,\"op\":\"runs\",\"session\":\"default\"}\n");
     println!("ANSWER:{}", answer.trim());
 }
 
@@ -260,11 +260,15 @@ fn another_uid_is_refused_by_the_socket_and_cannot_read_the_state_dir() {
     let refused = out_of(client);
     let shown = String::from_utf8_lossy(&refused.stdout).into_owned();
     assert!(refused.status.success(), "{shown}\n{}", stderr(&refused));
-    assert!(shown.contains("ANSWER:{\"err\":{\"code\":\"forbidden\""), "{shown}");
+    assert!(shown.contains("ANSWER:{\"wire\":1,\"err\":{\"code\":\"forbidden\""), "{shown}");
     assert!(shown.contains("uid 65534 was refused"), "{shown}");
-    // The owner is answered.
-    let answer = raw_request(&socket, b"{\"op\":\"runs\",\"session\":\"default\"}\n");
-    assert!(answer.starts_with("{\"ok\":"), "{answer}");
+    // The owner is answered, in the versioned wire format; another version is refused.
+    let answer = raw_request(&socket, b"{\"wire\":1,\"op\":\"runs\",\"session\":\"default\"}\n");
+    assert!(answer.starts_with("{\"wire\":1,\"ok\":"), "{answer}");
+    for old in [&b"{\"op\":\"runs\",\"session\":\"default\"}\n"[..], b"{\"wire\":2,\"op\":\"runs\",\"session\":\"default\"}\n"] {
+        let answer = raw_request(&socket, old);
+        assert!(answer.contains("unsupported_version"), "{answer}");
+    }
 
     // Requests are bounded in size and in time.
     let mut huge = vec![b' '; 2 << 20];
@@ -372,4 +376,33 @@ fn guest_text_is_printed_with_control_characters_escaped() {
     let show = common::factory_in(state.path(), &["show", run_id]);
     assert!(show.status.success(), "{}", stderr(&show));
     assert!(!show.stdout.contains(&0x1b) && !show.stdout.contains(&0x07), "{}", String::from_utf8_lossy(&show.stdout));
+}
+
+#[test]
+fn the_control_server_checks_consent_itself() {
+    let state = tempfile::tempdir().unwrap();
+    let state = state.path().join("state");
+    let mut serve = factory_cmd(&state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve");
+    let mut first = String::new();
+    BufReader::new(serve.stderr.take().expect("stderr")).read_line(&mut first).expect("serve says it listens");
+    assert!(first.contains("serving"), "{first}");
+    let socket = state.join("control.sock");
+    let probe = std::fs::canonicalize(common::component("probe")).unwrap();
+    let run = |approved: bool| {
+        let request = serde_json::json!({
+            "wire": 1, "op": "run", "session": "default", "component": {"file": probe},
+            "args": {"case": "fanout", "n": 1}, "approved": approved,
+        });
+        raw_request(&socket, format!("{request}\n").as_bytes())
+    };
+    // A client that skips the consent step gets nothing run for an untrusted component.
+    let refused = run(false);
+    assert!(refused.contains("\"code\":\"no_approval_provider\""), "{refused}");
+    let runs = common::factory_in(&state, &["runs", "--json"]);
+    assert_eq!(stdout_json(&runs).as_array().map(Vec::len), Some(0), "no run was created");
+    // With the user's consent in the request, it runs.
+    let started = run(true);
+    assert!(started.contains("\"runId\""), "{started}");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(serve.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = serve.wait();
 }

@@ -609,10 +609,40 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"hello","to
     let failing = AgentCli::new(cli("cli:fail", &["sh", "-c", "echo 'quota exhausted' >&2; exit 3"])).unwrap();
     let err = failing.call(request("hi", None, None, None)).await.unwrap_err();
     assert!(err.message().contains("exit status: 3") && err.message().contains("quota exhausted"), "{err}");
+    assert_eq!(err.outage_kind(), None, "a CLI that ran and failed is an ordinary failure");
 
     let missing = AgentCli::new(cli("cli:missing", &["/nonexistent/agent-cli"])).unwrap();
     let err = missing.call(request("hi", None, None, None)).await.unwrap_err();
     assert!(err.message().contains("cannot start"), "{err}");
+    assert_eq!(err.outage_kind(), Some(OutageKind::NotInstalled), "a missing CLI is a backend failure");
+}
+
+#[tokio::test]
+async fn cli_argv_is_never_chosen_by_the_factory() {
+    // The model goes into argv after `--model`, the prompt into `$1`: a factory's model that
+    // looks like an option (or holds whitespace) is refused before anything runs, and a
+    // prompt that mentions `{model}` is passed as written.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let command = format!("touch {}; printf '%s|%s' \"$1\" \"$3\"", marker.display());
+    let config = AgentCliConfig {
+        model_args: vec!["--model".into(), "{model}".into()],
+        ..cli("cli:argv", &["sh", "-c", &command, "sh", "{prompt}"])
+    };
+    let backend = AgentCli::new(config).unwrap();
+    let reply = backend.call(request("use {model} here", None, None, Some("m-1"))).await.unwrap();
+    assert_eq!(reply.text, "use {model} here|m-1");
+    std::fs::remove_file(&marker).unwrap();
+    for model in ["--dangerously-skip-permissions", "-x", "two words", "bell\u{7}"] {
+        let err = backend.call(request("hi", None, None, Some(model))).await.unwrap_err();
+        assert!(err.message().contains("refused"), "{model:?}: {err}");
+        assert!(!marker.exists(), "{model:?}: the command ran");
+    }
+    // A prompt too long for one argument fails clearly, before anything runs.
+    let huge = "x".repeat(200 * 1024);
+    let err = backend.call(request(&huge, None, None, None)).await.unwrap_err();
+    assert!(err.message().contains("command-line argument") && err.message().contains("stdin"), "{err}");
+    assert!(!marker.exists());
 }
 
 #[tokio::test]

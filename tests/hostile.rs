@@ -21,9 +21,6 @@ use std::time::{Duration, Instant};
 /// Labels of the hostile guest's agent calls start with this; the companion's with `review:`.
 const HOSTILE: &str = "h:";
 
-/// The anti-hang bound: a correctness bound against a run that never ends, not a benchmark.
-const HANG: Duration = Duration::from_secs(5);
-
 /// The files the companion reviews (one subagent each).
 const FILES: [&str; 3] = ["a.rs", "b.rs", "c.rs"];
 
@@ -36,13 +33,14 @@ struct Counting {
     labels: Mutex<Vec<String>>,
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
+    /// Hold hostile calls until this many are in flight at once (0: no gate), so a test
+    /// can tell "the cap was reached" from "the calls happened not to overlap".
+    hold_until: u64,
+    opened: std::sync::atomic::AtomicBool,
+    open: tokio::sync::Notify,
 }
 
 impl Counting {
-    fn with_latency(latency: Duration) -> Arc<Self> {
-        Arc::new(Counting { latency, ..Default::default() })
-    }
-
     /// Calls whose label starts with `prefix`.
     fn calls(&self, prefix: &str) -> usize {
         self.labels.lock().unwrap().iter().filter(|l| l.starts_with(prefix)).count()
@@ -66,8 +64,9 @@ impl AgentBackend for Shared {
             let label = request.label.clone().unwrap_or_default();
             me.labels.lock().unwrap().push(label.clone());
             let hostile = label.starts_with(HOSTILE);
+            let mut now = 0;
             if hostile {
-                let now = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                now = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                 me.max_in_flight.fetch_max(now, Ordering::SeqCst);
             }
             // Decrement on drop too: the host may abandon a call when it stops a run.
@@ -80,6 +79,9 @@ impl AgentBackend for Shared {
                 }
             }
             let _leave = Leave(&me.in_flight, hostile);
+            if hostile {
+                common::counting::wait_at_gate(me.hold_until, now, &me.opened, &me.open).await;
+            }
             if !me.latency.is_zero() {
                 tokio::time::sleep(me.latency).await;
             }
@@ -99,7 +101,13 @@ struct Fixture {
 }
 
 async fn fixture_with(sandbox: SandboxLimits, latency: Duration) -> Fixture {
-    let backend = Counting::with_latency(latency);
+    fixture_gated(sandbox, latency, 0).await
+}
+
+/// Like [`fixture_with`], with the backend holding hostile calls until `hold_until` of them
+/// are in flight at once.
+async fn fixture_gated(sandbox: SandboxLimits, latency: Duration, hold_until: u64) -> Fixture {
+    let backend = Arc::new(Counting { latency, hold_until, ..Default::default() });
     let host = Host::new(HostConfig {
         backend: Arc::new(Shared(backend.clone())),
         cache_dir: Some(common::guest_target_dir().join("cache")),
@@ -183,7 +191,7 @@ async fn a_spinning_guest_stops_at_its_timeout() {
     let limits = Limits { timeout_seconds: Some(0.5), ..Default::default() };
     let (envelope, took) = against_companion(&fx, hostile_options(json!({ "case": "spin" }), limits)).await;
     assert_failure(&envelope, "factory_limit_reached", Some("timeoutSeconds"));
-    assert!(took < HANG, "a spinning guest past its 0.5 s timeout ran for {took:?}");
+    // How soon after its budget it stops is measured by the bench, not asserted here.
     assert!(envelope.accounting.active_seconds >= 0.5, "stopped before its budget: {envelope:#?}");
     eprintln!("a 0.5 s timeout stopped the spinning guest after {took:?}");
 }
@@ -196,7 +204,6 @@ async fn a_spinning_guest_runs_out_of_fuel() {
     let fx = fixture_with(sandbox, Duration::from_millis(20)).await;
     let (envelope, took) = against_companion(&fx, hostile_options(json!({ "case": "spin" }), Limits::default())).await;
     assert_failure(&envelope, "sandbox_limit", Some("fuel"));
-    assert!(took < HANG, "{took:?}");
     eprintln!("2G fuel ran out after {took:?}");
 }
 
@@ -254,9 +261,20 @@ async fn the_log_text_a_run_keeps_is_capped_in_bytes() {
     let n = (32 << 20) / line;
     let args = json!({ "case": "long-logs", "n": n, "bytes": line });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    let kept: usize = log_lines(&fx.host, &envelope).iter().map(String::len).sum();
+    // Over the byte cap, lines are dropped and counted, as over the line cap: the run
+    // completes with everything the guest said it logged.
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result, Some(json!({ "logged": n })));
+    let lines = log_lines(&fx.host, &envelope);
+    let kept: usize = lines.iter().map(String::len).sum();
     let cap = fx.host.sandbox_limits().max_log_bytes;
-    assert!(kept <= cap, "the host keeps {kept} bytes of one run's log (cap {cap})");
+    assert!(lines.iter().all(|l| l.len() == line), "every kept line is whole (no truncation at this size)");
+    // The cap is a multiple of the line size: it is filled exactly, and the rest dropped.
+    assert_eq!(cap % line, 0);
+    assert_eq!(kept, cap, "the host keeps exactly the cap's worth of one run's log");
+    assert_eq!(lines.len(), cap / line);
+    let note = envelope.error.as_deref().unwrap_or_default();
+    assert!(note.contains(&format!("{} log lines over the cap were dropped", n - cap / line)), "{envelope:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -347,7 +365,7 @@ async fn a_4097_item_parallel_is_refused_before_any_agent_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_calls_past_the_sdk_item_cap_still_queue_under_the_concurrency_cap() {
-    let fx = fixture_with(SandboxLimits::default(), Duration::from_millis(1)).await;
+    let fx = fixture_gated(SandboxLimits::default(), Duration::from_millis(1), 8).await;
     let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
     let args = json!({ "case": "raw-fanout", "n": 5000 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
@@ -376,8 +394,6 @@ struct CancelledRun {
     envelope: RunEnvelope,
     /// The envelope `Host::cancel` returned.
     from_cancel: RunEnvelope,
-    /// How long the run went on after `Host::cancel` was called.
-    lingered: Duration,
 }
 
 /// Run `cancel-loop` next to the companion and cancel it with `Host::cancel` from another
@@ -390,14 +406,12 @@ async fn cancel_mid_loop() -> CancelledRun {
     let canceller = {
         let fx = fx.clone();
         let runtime = tokio::runtime::Handle::current();
-        std::thread::spawn(move || -> Option<(Instant, RunEnvelope)> {
+        std::thread::spawn(move || -> Option<RunEnvelope> {
             let run_id = id_rx.recv().ok()?;
             while let Some(entry) = events_rx.blocking_recv() {
                 if matches!(&entry.event, ProgressEvent::Log { message } if message == "looping") {
-                    std::thread::sleep(Duration::from_millis(50));
-                    let cancelled_at = Instant::now();
                     let envelope = runtime.block_on(fx.host.cancel(DEFAULT_SESSION, &run_id)).expect("a known run");
-                    return Some((cancelled_at, envelope));
+                    return Some(envelope);
                 }
             }
             None
@@ -412,30 +426,41 @@ async fn cancel_mid_loop() -> CancelledRun {
         ..Default::default()
     };
     let (envelope, _) = against_companion(&fx, options).await;
-    let ended = Instant::now();
-    let (cancelled_at, from_cancel) =
-        canceller.join().expect("the canceller thread").expect("the guest reached its loop");
-    CancelledRun { fx, envelope, from_cancel, lingered: ended.saturating_duration_since(cancelled_at) }
+    let from_cancel = canceller.join().expect("the canceller thread").expect("the guest reached its loop");
+    CancelledRun { fx, envelope, from_cancel }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_after_cancellation_are_refused_and_the_run_stops_promptly() {
-    let CancelledRun { fx, envelope, from_cancel, lingered } = cancel_mid_loop().await;
-    assert!(lingered < HANG, "the run went on for {lingered:?} after its cancellation");
-    let failure = envelope.failure.as_ref().expect("a failure");
-    assert_eq!(failure.kind_type, "cancelled", "{envelope:#?}");
-    assert!(envelope.result.is_none());
-    assert_eq!(from_cancel.run_id, envelope.run_id);
-    assert_eq!(from_cancel.status, envelope.status, "`cancel` returns the terminal envelope");
-    assert_eq!(fx.backend.calls("h:before"), 1);
-    assert_eq!(fx.backend.calls("h:after:"), 0, "an agent call after cancellation reached the backend");
-    // Whatever the guest managed to call after it saw the cancellation was refused.
-    let after: Vec<String> =
-        log_lines(&fx.host, &envelope).into_iter().filter(|l| l.starts_with("after-cancel agent")).collect();
-    for line in &after {
-        assert!(line.ends_with("refused: run aborted: cancelled"), "{line}");
+    // The guest sees the cancellation only when it runs between the cancel and the host
+    // dropping its store; that is the case under test, so try until it happens (it does
+    // nearly always: the guest spins on `cancelled()`), and fail if it never does.
+    const TRIES: usize = 20;
+    for _ in 0..TRIES {
+        let CancelledRun { fx, envelope, from_cancel } = cancel_mid_loop().await;
+        let failure = envelope.failure.as_ref().expect("a failure");
+        assert_eq!(failure.kind_type, "cancelled", "{envelope:#?}");
+        assert!(envelope.result.is_none());
+        assert_eq!(from_cancel.run_id, envelope.run_id);
+        assert_eq!(from_cancel.status, envelope.status, "`cancel` returns the terminal envelope");
+        assert_eq!(fx.backend.calls("h:before"), 1);
+        let lines = log_lines(&fx.host, &envelope);
+        if !lines.iter().any(|l| l == "saw cancellation; carrying on") {
+            eprintln!("the host stopped the guest before it ran again; trying again");
+            continue;
+        }
+        // The guest ran after the cancellation and went straight on to an agent call:
+        // that call, and every later one it got to make, was refused, and none reached
+        // the backend.
+        assert_eq!(fx.backend.calls("h:after:"), 0, "an agent call after cancellation reached the backend");
+        let after: Vec<&String> = lines.iter().filter(|l| l.starts_with("after-cancel agent")).collect();
+        for line in &after {
+            assert!(line.ends_with("refused: run aborted: cancelled"), "{line}");
+        }
+        eprintln!("the guest made {} agent calls after it saw the cancellation", after.len());
+        return;
     }
-    eprintln!("the guest made {} agent calls after it saw the cancellation", after.len());
+    panic!("in {TRIES} tries the guest never ran after its cancellation: nothing was tested");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,7 +495,7 @@ async fn a_guest_that_ignores_the_abort_still_ends_in_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_concurrency_cap_of_8_holds_exactly_over_4096_agents() {
-    let fx = fixture_with(SandboxLimits::default(), Duration::from_millis(2)).await;
+    let fx = fixture_gated(SandboxLimits::default(), Duration::from_millis(2), 8).await;
     let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
     let envelope = fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
@@ -481,13 +506,33 @@ async fn the_concurrency_cap_of_8_holds_exactly_over_4096_agents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_total_cap_admits_exactly_its_count_of_4096_agents() {
-    let fx = fixture_with(SandboxLimits::default(), Duration::from_millis(2)).await;
+    // The backend holds the calls until 100 are in flight at once: without a concurrency
+    // cap the total cap is the concurrency, reached and never passed.
+    let fx = fixture_gated(SandboxLimits::default(), Duration::from_millis(2), 100).await;
     let limits = Limits { max_total_subagents: Some(100), ..Default::default() };
     let envelope = fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
     assert_failure(&envelope, "factory_limit_reached", Some("maxTotalSubagents"));
     assert_eq!(fx.backend.calls(HOSTILE), 100, "exactly maxTotalSubagents backend calls");
     assert_eq!(envelope.accounting.agents_spawned, 100);
-    assert!(fx.backend.max_in_flight() <= 100, "without a concurrency cap the total cap bounds concurrency");
+    assert_eq!(fx.backend.max_in_flight(), 100, "without a concurrency cap the total cap bounds concurrency, and is reached");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_call_with_a_schema_that_is_not_json_is_an_invalid_call() {
+    let fx = fixture().await;
+    // The guest ignores the abort and returns Ok: the recorded failure still wins.
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "bad-schema" }), Limits::default())).await;
+    let message = assert_failure(&envelope, "invalid_call", None);
+    assert!(message.contains("agent `h:bad-schema`: invalid schema"), "{message}");
+    assert_eq!(fx.backend.calls(HOSTILE), 0, "the invalid call never reached the backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_that_is_not_json_is_an_invalid_result() {
+    let fx = fixture().await;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "invalid-result" }), Limits::default())).await;
+    let message = assert_failure(&envelope, "invalid_result", None);
+    assert!(message.contains("the result is not JSON"), "{message}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -503,7 +548,7 @@ async fn durable_fixture(sandbox: SandboxLimits) -> (Fixture, tempfile::TempDir)
 }
 
 async fn durable_fixture_in(state: &std::path::Path, sandbox: SandboxLimits) -> Fixture {
-    let backend = Counting::with_latency(Duration::from_millis(20));
+    let backend = Arc::new(Counting { latency: Duration::from_millis(20), ..Default::default() });
     let host = Host::new(HostConfig {
         state_dir: Some(state.to_path_buf()),
         backend: Arc::new(Shared(backend.clone())),

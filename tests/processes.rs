@@ -23,10 +23,17 @@ fn json(out: &Output) -> Value {
 
 /// A slow fan-out of `n` agents, 4 at a time, 40 ms each, in the background.
 fn start_fanout(state: &Path, script: &Path, n: usize) -> Child {
+    start_fanout_with(state, script, n, &[])
+}
+
+/// [`start_fanout`] with more options for `factory run`.
+fn start_fanout_with(state: &Path, script: &Path, n: usize, more: &[&str]) -> Child {
     let probe = common::component("probe");
     let args = format!(r#"{{"case":"fanout","n":{n}}}"#);
     let backend = format!("script:{}", script.display());
-    factory(state, &["run", probe.to_str().unwrap(), "--yes", "--args", &args, "--max-concurrent-subagents", "4", "--backend", &backend, "--json", "-q"])
+    let mut argv = vec!["run", probe.to_str().unwrap(), "--yes", "--args", &args, "--max-concurrent-subagents", "4", "--backend", &backend, "--json", "-q"];
+    argv.extend_from_slice(more);
+    factory(state, &argv)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -56,20 +63,78 @@ fn wait_for_spawns(state: &Path, spawned: u64) -> String {
     }
 }
 
+/// The JSON lines of an `--events` file written so far (a partial last line is left out).
+fn event_lines(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("event line {l:?}: {e}"))).collect()
+}
+
+/// Read `--events` until `count` fresh agent results were reported; returns the run id and
+/// the seq of the `count`-th one.
+fn wait_for_results_in_events(events: &Path, count: usize) -> (String, u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let lines = event_lines(events);
+        let finished: Vec<&Value> = lines
+            .iter()
+            .filter(|e| e["event"] == "progress" && e["entry"]["event"] == "agentFinished" && e["entry"]["cached"] == false)
+            .collect();
+        if finished.len() >= count {
+            let run_id = finished[count - 1]["runId"].as_str().expect("the event names the run").to_string();
+            return (run_id, finished[count - 1]["entry"]["seq"].as_u64().expect("a seq"));
+        }
+        assert!(Instant::now() < deadline, "only {} results in the events stream", finished.len());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Ask the process holding the store (through its control socket) for the committed
+/// progress after `seq` until it holds `count` fresh agent results.
+fn wait_for_committed_results_after(state: &Path, run_id: &str, seq: u64, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let after = seq.to_string();
+        let out = output(state, &["progress", run_id, "--after-seq", &after, "--limit", "1000", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let page = json(&out);
+        let entries = page.as_array().expect("a page");
+        assert!(entries.iter().all(|e| e["seq"].as_u64().unwrap_or(0) > seq), "--after-seq {seq}: {page:#}");
+        let finished = entries.iter().filter(|e| e["event"] == "agentFinished" && e["cached"] == false).count();
+        if finished >= count {
+            return;
+        }
+        assert!(Instant::now() < deadline, "only {finished} results committed after seq {seq}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn kill_9_mid_fan_out_then_resume_reruns_only_unjournaled_work() {
     let state = tempfile::tempdir().unwrap();
     let script = slow_script(state.path());
-    let n = 120;
-    let mut child = start_fanout(state.path(), &script, n);
-    let run_id = wait_for_spawns(state.path(), 24);
+    let events = state.path().join("events.jsonl");
+    let n = 400;
+    let mut child = start_fanout_with(state.path(), &script, n, &["--events", events.to_str().unwrap()]);
+    // The known point: 24 results reported on the events stream, and the store (asked
+    // through the control socket) has committed 8 more after them. Each result is journaled
+    // right after it is reported, with no await between, so by the time later results are
+    // committed, these 24 are too.
+    let journaled = 24;
+    let (run_id, seq) = wait_for_results_in_events(&events, journaled);
+    wait_for_committed_results_after(state.path(), &run_id, seq, 8);
     child.kill().expect("SIGKILL"); // std's kill is SIGKILL on Unix
     child.wait().unwrap();
+    let lines = event_lines(&events);
+    assert!(lines.iter().all(|e| e["version"] == 1), "every event line is versioned");
+    assert_eq!(lines.first().map(|e| e["event"].clone()), Some(Value::from("run_started")));
+    assert!(lines.iter().all(|e| e["event"] != "run_finished"), "the run was killed mid-way, not finished");
 
     // The store opens, and the run shows as interrupted, not running forever.
     let runs = json(&output(state.path(), &["runs", "--json"]));
     assert_eq!(runs[0]["runId"], run_id.as_str());
     assert_eq!(runs[0]["status"], "halted", "{runs:#}");
+    assert!(runs[0]["accounting"]["agentsSpawned"].as_u64().unwrap() >= journaled as u64, "spend up to the last commit survives: {runs:#}");
 
     let backend = format!("script:{}", script.display());
     let out = output(state.path(), &["resume", &run_id, "--yes", "--backend", &backend, "--json", "-q"]);
@@ -82,14 +147,22 @@ fn kill_9_mid_fan_out_then_resume_reruns_only_unjournaled_work() {
     // In the second attempt every item was either replayed from the journal or spawned
     // once: nothing journaled before the kill ran again.
     let progress = json(&output(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]));
-    let entries = progress.as_array().unwrap();
+    let mut entries = progress.as_array().unwrap().clone();
+    while entries.len() % 1000 == 0 && !entries.is_empty() {
+        let after = entries.last().unwrap()["seq"].to_string();
+        let more = json(&output(state.path(), &["progress", &run_id, "--after-seq", &after, "--limit", "1000", "--json"]));
+        let more = more.as_array().unwrap().clone();
+        if more.is_empty() {
+            break;
+        }
+        entries.extend(more);
+    }
     let second = entries.iter().position(|e| e["event"] == "attemptStarted" && e["attempt"] == 2).expect("attempt 2 started");
     let attempt2 = &entries[second..];
     let ended = attempt2.iter().find(|e| e["event"] == "attemptEnded").expect("attempt 2 ended");
     let replayed = ended["replayed"].as_u64().unwrap() as usize;
     let spawned = attempt2.iter().filter(|e| e["event"] == "agentStarted").count();
-    // 24 had started at the kill; 4 were in flight, and the last commit window may be lost.
-    assert!(replayed >= 12, "work done before the kill was journaled ({replayed} replayed)");
+    assert!(replayed >= journaled, "every result journaled before the kill replayed ({replayed} replayed)");
     assert_eq!(replayed + spawned, n, "each item replayed or spawned exactly once");
 }
 
@@ -226,4 +299,148 @@ fn ctrl_c_cancels_a_foreground_run_and_says_how_to_resume() {
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("factory resume {run_id}")));
     let runs = json(&output(state.path(), &["runs", "--json"]));
     assert_eq!(runs[0]["status"], "cancelled");
+}
+
+/// `factory_cmd(state, args)`, run through `sh` with descriptor 3 open on `events` (for
+/// `--events fd:3`).
+fn with_fd3(state: &Path, args: &[&str], events: &Path) -> Command {
+    let inner = factory(state, args);
+    let mut sh = Command::new("sh");
+    sh.arg("-c").arg(r#"exec "$0" "$@" 3>"$FACTORY_TEST_EVENTS""#).arg(inner.get_program()).args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => sh.env(key, value),
+            None => sh.env_remove(key),
+        };
+    }
+    sh.env("FACTORY_TEST_EVENTS", events).stdin(Stdio::null());
+    sh
+}
+
+#[test]
+fn events_go_to_a_file_descriptor() {
+    let state = tempfile::tempdir().unwrap();
+    let events = state.path().join("fd3.jsonl");
+    let probe = common::component("probe");
+    let args = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--events", "fd:3", "--json", "-q"];
+    let out = with_fd3(state.path(), &args, &events).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let envelope = json(&out);
+    let lines = event_lines(&events);
+    assert!(lines.len() >= 3, "{lines:#?}");
+    assert!(lines.iter().all(|e| e["version"] == 1), "every line is versioned: {lines:#?}");
+    assert_eq!(lines[0]["event"], "run_started");
+    assert_eq!(lines[0]["runId"], envelope["runId"]);
+    let last = lines.last().unwrap();
+    assert_eq!(last["event"], "run_finished");
+    assert_eq!(last["envelope"]["status"], "completed");
+    assert_eq!(last["envelope"]["result"], envelope["result"]);
+    assert!(lines.iter().any(|e| e["event"] == "progress" && e["entry"]["event"] == "phase" && e["entry"]["title"] == "Probe"), "{lines:#?}");
+
+    // Descriptors 0-2 are taken, and a closed one is refused: both before a run exists.
+    for (fd, says) in [("fd:1", "above 2"), ("fd:9", "not open")] {
+        let args = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--events", fd, "-q"];
+        let out = output(state.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "{fd}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{fd}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(json(&output(state.path(), &["runs", "--json"])).as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn while_the_holder_is_alive_another_session_sees_and_touches_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let mut holder = start_fanout(state.path(), &script, 2000);
+    let run_id = wait_for_spawns(state.path(), 2);
+    let other = |args: &[&str]| {
+        let mut argv = args.to_vec();
+        argv.extend(["--session", "someone-else"]);
+        output(state.path(), &argv)
+    };
+    let not_found = |out: Output, what: &str| {
+        assert!(!out.status.success(), "{what} succeeded for another session");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+
+    assert_eq!(json(&other(&["runs", "--json"])), serde_json::json!([]));
+    not_found(other(&["show", &run_id, "--json"]), "show");
+    not_found(other(&["progress", &run_id, "--json"]), "progress");
+    not_found(other(&["wait", &run_id, "--json"]), "wait");
+    not_found(other(&["cancel", &run_id, "--json"]), "cancel");
+    not_found(other(&["resume", &run_id, "--yes", "--json"]), "resume");
+    // The owner still sees it running, untouched.
+    let show = json(&output(state.path(), &["show", &run_id, "--json"]));
+    assert_eq!(show["status"], "running", "{show:#}");
+    assert_eq!(show["attempts"], 1);
+
+    let out = output(state.path(), &["cancel", &run_id, "--json"]);
+    assert_eq!(json(&out)["status"], "cancelled");
+    let _ = holder.wait();
+}
+
+#[test]
+fn progress_pages_backwards_and_by_phase_through_the_socket() {
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let mut holder = start_fanout(state.path(), &script, 2000);
+    let run_id = wait_for_spawns(state.path(), 12);
+    let page = |args: &[&str]| -> Vec<Value> {
+        let mut argv = vec!["progress", run_id.as_str()];
+        argv.extend_from_slice(args);
+        argv.push("--json");
+        let out = output(state.path(), &argv);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        json(&out).as_array().cloned().expect("a page")
+    };
+    let seqs = |entries: &[Value]| entries.iter().map(|e| e["seq"].as_u64().unwrap()).collect::<Vec<_>>();
+
+    assert_eq!(seqs(&page(&["--after-seq", "2", "--limit", "3"])), vec![3, 4, 5]);
+    assert_eq!(seqs(&page(&["--before-seq", "6", "--limit", "2"])), vec![4, 5], "backwards from --before-seq");
+    assert_eq!(seqs(&page(&["--before-seq", "1"])), Vec::<u64>::new());
+    let tail = seqs(&page(&["--limit", "3"]));
+    assert_eq!(tail.len(), 3);
+    assert!(tail.windows(2).all(|w| w[0] + 1 == w[1]) && tail[0] > 5, "the latest entries, ascending: {tail:?}");
+    let probe_phase = page(&["--phase", "Probe", "--after-seq", "0", "--limit", "1000"]);
+    assert!(probe_phase.len() >= 12, "{probe_phase:#?}");
+    assert!(probe_phase.iter().all(|e| e["phase"] == "Probe"), "{probe_phase:#?}");
+    let before = page(&["--phase", "Probe", "--before-seq", "10", "--limit", "3"]);
+    assert_eq!(seqs(&before), vec![7, 8, 9], "by phase and backwards at once: {before:#?}");
+    assert_eq!(page(&["--phase", "No such phase", "--after-seq", "0"]), Vec::<Value>::new());
+    // Before the guest entered its phase there is the attempt's start, with no phase.
+    let first = page(&["--after-seq", "0", "--limit", "1"]);
+    assert_eq!(first[0]["event"], "attemptStarted", "{first:#?}");
+    assert!(first[0]["phase"].is_null());
+
+    let out = output(state.path(), &["cancel", &run_id, "--json"]);
+    assert_eq!(json(&out)["status"], "cancelled");
+    let _ = holder.wait();
+}
+
+#[test]
+fn the_commit_window_flag_sets_how_much_a_kill_9_can_lose() {
+    // With a 60 s window nothing after the run's start is committed during this test: a
+    // kill -9 after results were reported loses them all, and the resume runs everything.
+    let state = tempfile::tempdir().unwrap();
+    let script = slow_script(state.path());
+    let events = state.path().join("events.jsonl");
+    let n = 40;
+    let mut child =
+        start_fanout_with(state.path(), &script, n, &["--events", events.to_str().unwrap(), "--commit-window-ms", "60000"]);
+    let (run_id, _) = wait_for_results_in_events(&events, 8);
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    let runs = json(&output(state.path(), &["runs", "--json"]));
+    assert_eq!(runs[0]["runId"], run_id.as_str());
+    assert_eq!(runs[0]["status"], "halted", "{runs:#}");
+    assert_eq!(runs[0]["accounting"]["agentsSpawned"], 0, "no spend was committed: {runs:#}");
+
+    let backend = format!("script:{}", script.display());
+    let out = output(state.path(), &["resume", &run_id, "--yes", "--backend", &backend, "--json", "-q"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["status"], "completed");
+    let progress = json(&output(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]));
+    let ended: Vec<&Value> = progress.as_array().unwrap().iter().filter(|e| e["event"] == "attemptEnded").collect();
+    assert_eq!(ended.len(), 1, "the first attempt's end was never committed: {ended:#?}");
+    assert_eq!(ended[0]["replayed"], 0, "nothing of the first attempt was journaled");
 }

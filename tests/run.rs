@@ -7,9 +7,9 @@ mod common;
 use common::counting::{Counting, Shared};
 use factory_host::backend::{AgentBackend, Script};
 use factory_host::component::{CompileOrigin, LoadError};
+use factory_host::sandbox::SandboxLimits;
 use factory_host::{Error, Factory, Host, HostConfig, Limits, RunEnvelope, RunOptions, RunStatus};
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,18 +154,30 @@ async fn more_than_4096_items_are_refused_before_anything_runs() {
 
 #[tokio::test]
 async fn the_concurrency_cap_holds_exactly() {
-    let backend = Counting::with_latency(Duration::from_millis(2));
+    // The backend holds its first calls until 8 are in flight at once: the cap is reached
+    // (not merely never exceeded because the calls happened not to overlap), and with 400
+    // calls behind them never more than 8 run at once.
+    let backend = Counting::gated(Duration::from_millis(2), 8);
     let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
     let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "fanout", "n": 400}), limits).await;
     assert_eq!(result(&envelope)["done"], 400);
-    assert_eq!(backend.max_in_flight.load(Ordering::SeqCst), 8, "queued, never more than 8 at once");
+    assert_eq!(backend.total(), 400);
+    assert_eq!(backend.max_in_flight(), 8, "queued, never more than 8 at once, and 8 reached");
 
-    // Without a concurrency cap, the total cap bounds concurrency.
-    let backend = Counting::with_latency(Duration::from_millis(2));
+    // Without a concurrency cap, the total cap is the concurrency: all 50 run at once
+    // (the backend holds them until they do), and no 51st.
+    let backend = Counting::gated(Duration::from_millis(2), 50);
     let limits = Limits { max_total_subagents: Some(50), ..Default::default() };
     let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "fanout", "n": 50}), limits).await;
     assert_eq!(result(&envelope)["done"], 50);
-    assert!(backend.max_in_flight.load(Ordering::SeqCst) <= 50);
+    assert_eq!(backend.max_in_flight(), 50, "the total cap admits all 50 at once");
+
+    // And a concurrency cap below the total cap wins: 50 agents, total 50, 5 at a time.
+    let backend = Counting::gated(Duration::from_millis(2), 5);
+    let limits = Limits { max_total_subagents: Some(50), max_concurrent_subagents: Some(5), ..Default::default() };
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "fanout", "n": 50}), limits).await;
+    assert_eq!(result(&envelope)["done"], 50);
+    assert_eq!(backend.max_in_flight(), 5);
 }
 
 #[tokio::test]
@@ -224,4 +236,44 @@ async fn bad_args_and_bad_limits_are_refused_before_a_run_exists() {
         other => panic!("expected Limits, got {other:?}"),
     }
     assert!(host.runs(factory_host::DEFAULT_SESSION).unwrap().is_empty(), "no run was created");
+}
+
+#[tokio::test]
+async fn a_component_importing_what_the_host_lacks_is_refused_naming_the_import() {
+    let host = host_with(Arc::new(factory_host::backend::DryRun));
+    let bytes = std::fs::read(common::component("unknown-import")).unwrap();
+    match host.load_bytes(&bytes).await {
+        Err(Error::Load(e @ LoadError::UnknownImport { .. })) => {
+            let LoadError::UnknownImport { import } = &e else { unreachable!() };
+            assert_eq!(import, "test:unknown/outside");
+            assert!(e.to_string().contains("`test:unknown/outside`"), "the message names the import: {e}");
+        }
+        other => panic!("expected UnknownImport, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_meta_that_never_returns_traps_on_fuel_or_times_out_and_the_host_goes_on() {
+    let spin = common::component("meta-spin");
+    let host_under = |sandbox: SandboxLimits| {
+        Host::new(HostConfig { sandbox, cache_dir: Some(common::guest_target_dir().join("cache")), ..HostConfig::default() })
+            .expect("host")
+    };
+    // A small fuel budget: `meta` traps.
+    let host = host_under(SandboxLimits { fuel: 20_000_000, ..Default::default() });
+    match host.load_file(&spin).await {
+        Err(Error::MetaCall(message)) => assert!(message.contains("fuel"), "{message}"),
+        other => panic!("expected MetaCall (fuel), got {other:?}"),
+    }
+    // Fuel to spare, a short bound on `meta`: it times out.
+    let host = host_under(SandboxLimits { meta_timeout_ms: 200, ..Default::default() });
+    match host.load_file(&spin).await {
+        Err(Error::MetaCall(message)) => assert!(message.contains("did not return within 200ms"), "{message}"),
+        other => panic!("expected MetaCall (timeout), got {other:?}"),
+    }
+    // The same host loads and runs a well-behaved factory afterwards.
+    let hello = load(&host, "hello").await;
+    let envelope = host.run(&hello, RunOptions::default()).await.unwrap();
+    assert_eq!(result(&envelope)["name"], "world");
+    assert_eq!(SandboxLimits::default().meta_timeout_ms, 10_000, "the documented default");
 }

@@ -1,16 +1,18 @@
 //! Capabilities (issue 4, item 3): a guest built for `wasm32-wasip2` (`tests/guests/wasi-probe`)
 //! uses std's env, args, files, sockets and stdio, and reports what it saw. By default it
-//! sees no environment, no arguments, no files and no network, and what it prints lands in
-//! the run's progress log as `[guest] ...` lines. `--allow-read DIR` (library:
+//! sees no environment, no arguments, no files, no network (TCP, UDP, name lookups) and
+//! nothing on stdin, and what it prints lands in the run's progress log as `[guest] ...`
+//! lines. `--allow-read DIR` (library:
 //! `RunOptions::grants`) mounts DIR read-only at `/grant/0`: the guest reads it but cannot
 //! write there or reach outside it (`..`, symlinks, host paths), the run records the grant,
-//! `factory show` displays it and a resume mounts it again.
+//! `factory show` displays it and a resume mounts it again. The instance, table and memory
+//! counts and table sizes are enforced where a Rust guest meets them: at instantiation.
 
 mod common;
 
 use common::{factory_in, stdout_json};
 
-use factory_host::sandbox::GrantError;
+use factory_host::sandbox::{GrantError, SandboxLimits};
 use factory_host::store::ProgressQuery;
 use factory_host::{
     Error, Factory, Host, HostConfig, ProgressEvent, ResumeOptions, RunEnvelope, RunOptions, RunStatus, DEFAULT_SESSION,
@@ -232,4 +234,98 @@ fn allow_read_through_the_binary_is_recorded_and_shown() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+}
+
+#[tokio::test]
+async fn a_wasi_guest_cannot_resolve_names_send_udp_or_read_stdin() {
+    let host = host();
+    let probe = probe(&host).await;
+    // A real UDP socket the guest would reach if the sandbox let it.
+    let listener = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("addr").to_string();
+    // `localhost` resolves on any host without a network: only the sandbox can refuse it.
+    let args = json!({ "resolve": "localhost:80", "udp": addr, "stdin": true });
+    let envelope = run(&host, &probe, args, Vec::new()).await;
+    let seen = completed(&envelope);
+    eprintln!("resolve: {}, udp: {}", seen["resolve"], seen["udp"]);
+    denied(&seen["resolve"], "resolving localhost");
+    denied(&seen["udp"], "sending a UDP datagram");
+    let mut buf = [0u8; 64];
+    assert!(listener.recv_from(&mut buf).is_err(), "no datagram reached the listener");
+    // Stdin is closed: the guest reads nothing (end of input at once).
+    assert_eq!(seen["stdin"], json!({ "ok": "" }), "{seen:#}");
+}
+
+#[test]
+fn through_the_cli_the_guest_does_not_see_the_stdin_factory_was_given() {
+    use std::io::Write;
+    let state = tempfile::tempdir().expect("temp dir");
+    let probe = common::wasi_component("wasi-probe");
+    let mut child = common::factory_cmd(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"stdin":true}"#, "--json", "-q"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("factory starts");
+    let mut input = child.stdin.take().expect("stdin");
+    // Whether or not factory reads it, the text must not reach the guest.
+    let _ = input.write_all(b"host secret on stdin\n");
+    drop(input);
+    let out = child.wait_with_output().expect("factory ends");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["result"]["stdin"], json!({ "ok": "" }), "{envelope:#}");
+}
+
+/// The smallest value of a monotonic limit in `1..=max` under which `hello` loads.
+async fn smallest_that_loads(max: usize, set: fn(&mut SandboxLimits, usize)) -> usize {
+    let (mut lo, mut hi) = (1usize, max);
+    assert!(loads(max, set).await.is_ok(), "the default must load");
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if loads(mid, set).await.is_ok() {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
+async fn loads(value: usize, set: fn(&mut SandboxLimits, usize)) -> Result<(Host, Factory), Error> {
+    let mut sandbox = SandboxLimits::default();
+    set(&mut sandbox, value);
+    let host = Host::new(HostConfig { sandbox, cache_dir: Some(common::guest_target_dir().join("cache")), ..HostConfig::default() })
+        .expect("host");
+    let factory = host.load_file(&common::component("hello")).await?;
+    Ok((host, factory))
+}
+
+#[tokio::test]
+async fn instance_table_and_memory_counts_and_table_elements_are_enforced() {
+    // A Rust guest cannot create instances, tables or memories once instantiated, nor grow a
+    // table (stable Rust has no `table.grow`): its counts are fixed when it is instantiated,
+    // and `meta` instantiates it first. So each limit is checked at that boundary: the
+    // smallest value the real component needs loads and runs; one less is refused with a
+    // typed error naming the resource; the default is above it.
+    let defaults = SandboxLimits::default();
+    let cases: [(&str, usize, fn(&mut SandboxLimits, usize), &str); 4] = [
+        ("instances", defaults.instances, |s, v| s.instances = v, "instance count too high"),
+        ("tables", defaults.tables, |s, v| s.tables = v, "table count too high"),
+        ("memories", defaults.memories, |s, v| s.memories = v, "memory count too high"),
+        ("table elements", defaults.table_elements, |s, v| s.table_elements = v, "exceeded its table limit"),
+    ];
+    for (name, default, set, refusal) in cases {
+        let needed = smallest_that_loads(default, set).await;
+        eprintln!("hello needs {name} = {needed} (default {default})");
+        let (host, hello) = loads(needed, set).await.expect("loads at the bound");
+        let envelope = host.run(&hello, RunOptions::default()).await.expect("run");
+        completed(&envelope);
+        match loads(needed - 1, set).await {
+            Err(Error::MetaCall(message)) => assert!(message.contains(refusal), "{name}: {message}"),
+            Err(other) => panic!("{name}: expected a MetaCall error, got {other:?}"),
+            Ok(_) => panic!("{name}: loaded under {} though it needs {needed}", needed - 1),
+        }
+    }
 }

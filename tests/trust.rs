@@ -4,8 +4,8 @@
 //! without asking; trusting a component does not widen its sandbox; a broken trust store
 //! fails closed. The decline path is tested at the library level (`Host::decline`: the run
 //! exists, ends `cancelled` with its run id, shows up in `factory runs`, cannot be resumed)
-//! and, where util-linux `script` can provide a pseudo-terminal, at the real prompt. The
-//! same rules (and `--allow-read`) hold when the run is handed to a `factory serve`.
+//! and, through util-linux `script` (a pseudo-terminal; the test fails without it), at the
+//! real prompt. The same rules (and `--allow-read`) hold when the run is handed to a `factory serve`.
 
 mod common;
 
@@ -154,14 +154,12 @@ async fn a_declined_run_ends_cancelled_with_its_run_id() {
     assert_eq!(listed[0]["failure"]["kind"], "declined");
 }
 
-/// Run `factory ARGS` on a pseudo-terminal (util-linux `script`) typing `answer`; `None`
-/// when `script` is not installed. Returns the exit code and everything the terminal showed.
-fn on_a_terminal(state: &Path, args: &[&str], answer: &str) -> Option<(Option<i32>, String)> {
+/// Run `factory ARGS` on a pseudo-terminal (util-linux `script`, Debian package
+/// `bsdutils`) typing `answer`. Returns the exit code and everything the terminal showed.
+/// Without `script` the test fails: it must never pass without having run.
+fn on_a_terminal(state: &Path, args: &[&str], answer: &str) -> (Option<i32>, String) {
     let available = Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !available {
-        eprintln!("skipping the terminal part: util-linux `script` is not installed");
-        return None;
-    }
+    assert!(available, "util-linux `script` is needed to test the consent prompt on a terminal (apt-get install bsdutils)");
     let mut command = vec![common::factory_bin().display().to_string()];
     command.extend(args.iter().map(|a| a.to_string()));
     let quoted: Vec<String> = command.iter().map(|a| format!("'{}'", a.replace('\'', r"'\''"))).collect();
@@ -178,7 +176,7 @@ fn on_a_terminal(state: &Path, args: &[&str], answer: &str) -> Option<(Option<i3
     use std::io::Write;
     child.stdin.take().expect("stdin").write_all(answer.as_bytes()).expect("type the answer");
     let out = child.wait_with_output().expect("script ends");
-    Some((out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned()))
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[test]
@@ -189,7 +187,7 @@ fn on_a_terminal_the_prompt_shows_the_component_and_a_no_declines_the_run() {
     let probe = probe.to_str().unwrap();
     let granted_dir = std::fs::canonicalize(granted.path()).unwrap();
     let args = ["run", probe, "--allow-read", granted_dir.to_str().unwrap(), "--max-total-subagents", "7", "-q"];
-    let Some((code, shown)) = on_a_terminal(state.path(), &args, "n\n") else { return };
+    let (code, shown) = on_a_terminal(state.path(), &args, "n\n");
     assert_eq!(code, Some(1), "{shown}");
     assert!(shown.contains("name:     wasi-probe"), "{shown}");
     assert!(shown.contains(&format!("sha256:   {}", sha256(Path::new(probe)))), "{shown}");
@@ -204,7 +202,7 @@ fn on_a_terminal_the_prompt_shows_the_component_and_a_no_declines_the_run() {
     assert!(shown.contains(listed[0]["runId"].as_str().unwrap()), "the run id is shown: {shown}");
 
     // "y" runs it and remembers the approval: the next run needs no terminal.
-    let Some((code, shown)) = on_a_terminal(state.path(), &["run", probe, "-q"], "y\n") else { return };
+    let (code, shown) = on_a_terminal(state.path(), &["run", probe, "-q"], "y\n");
     assert_eq!(code, Some(0), "{shown}");
     let listed = stdout_json(&factory_in(state.path(), &["trust", "--json"]));
     assert_eq!(listed[0]["source"], "approved");

@@ -8,14 +8,15 @@
 //! resume of those runs, and (5) 100 concurrent runs on one host. The backend is a small
 //! in-process latency backend (a timer thread, so 1 ms means 1 ms, not a tokio tick): the
 //! boundary, not the thing measured. Correctness checks (results complete, a resume makes no
-//! backend call) fail the bench; timing targets only print PASS or MISS.
+//! backend call, a resume runs no step producer, a memo hit makes no backend call) fail the
+//! bench; timing targets print PASS or MISS, and with `-- --check` a MISS fails it too.
 //! `FACTORY_BENCH_RUNS=N` changes the number of runs per row (default 7; cold start, the
 //! one-second sequential rows and memory per run use at most 5). Without `--bench` (as under
 //! `cargo test --all-targets`) it measures nothing.
 
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
 use factory_host::component::CompileOrigin;
-use factory_host::{Factory, Host, HostConfig, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
+use factory_host::{Factory, Host, HostConfig, Limits, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use futures::future::BoxFuture;
 use serde_json::json;
 use std::collections::{BTreeMap, VecDeque};
@@ -362,6 +363,16 @@ fn check_done(envelope: &RunEnvelope, workload: &str, done: usize, fail_at_end: 
     }
 }
 
+/// The run's step producers ran exactly `expected` times (a resume replays every journaled
+/// step: its producers must not run again).
+fn check_produced(envelope: &RunEnvelope, workload: &str, expected: usize) {
+    let error = envelope.error.as_deref().unwrap_or_default();
+    let produced = error.split("produced=").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse::<usize>().ok());
+    if produced != Some(expected) {
+        fail(format!("`{workload}` ran {produced:?} step producers, expected {expected}: {error}"));
+    }
+}
+
 // ----------------------------------------------------------------------------------------
 // The table.
 
@@ -494,8 +505,14 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
             empty.entry(n).or_default().push(ms(sample.wall));
         }
         for (workload, _, n) in hooks {
+            let calls = backend.calls();
             let (envelope, sample) = measure(&host, run(&host, &factory, workload, n, false)).await;
             check_done(&envelope, workload, n, false);
+            // The first call of `agent-hit` spawns; every other one is a memo hit.
+            let expected = u64::from(workload == "agent-hit");
+            if backend.calls() - calls != expected {
+                fail(format!("`{workload}` made {} backend calls, expected {expected}", backend.calls() - calls));
+            }
             loops.entry(workload).or_default().push(ms(sample.wall));
         }
     }
@@ -503,11 +520,12 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
         let base = median(empty.get(&n).cloned().unwrap_or_default());
         let total = median(loops.get(workload).cloned().unwrap_or_default());
         let per_call = (total - base) * 1e6 / n as f64;
+        let checked = if workload == "agent-hit" { "; 1 backend call per run (checked)" } else { "" };
         table.row(
             "1 hooks",
             name,
             format!("{per_call:.0} ns/call"),
-            format!("{n} calls {} − empty loop {}", fmt_ms(total), fmt_ms(base)),
+            format!("{n} calls {} − empty loop {}{checked}", fmt_ms(total), fmt_ms(base)),
         );
     }
 }
@@ -638,6 +656,7 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
             }
             floors.push(ms(backend.busy() - busy));
             samples.push(sample);
+            check_produced(&envelope, workload, if workload == "sequential-steps" { N } else { 0 });
 
             let calls = backend.calls();
             let (resumed, sample) = measure(&host, host.resume(&envelope.run_id, ResumeOptions::default())).await;
@@ -649,6 +668,7 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
                 ));
             }
             check_done(&resumed, workload, N, true);
+            check_produced(&resumed, workload, 0);
             if resumed.attempts != 2 || resumed.run_id != envelope.run_id {
                 fail(format!("the resume of {} is not its second attempt: {resumed:?}", envelope.run_id));
             }
@@ -663,6 +683,7 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
                 fail(format!("the second resume of a {workload} run made {} backend calls", backend.calls() - calls));
             }
             check_done(&resumed, workload, N, true);
+            check_produced(&resumed, workload, 0);
             if resumed.attempts != 3 {
                 fail(format!("the second resume of {} is not its third attempt: {resumed:?}", envelope.run_id));
             }
@@ -692,8 +713,9 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
             format!("resume of that run ({N} entries replayed)"),
             fmt_ms(resume),
             format!(
-                "0 backend calls (checked); host CPU {}; loads the stored component (compile cache); \
+                "0 backend calls{} (checked); host CPU {}; loads the stored component (compile cache); \
                  with the loaded component handed in: {}",
+                if workload == "sequential-steps" { ", no step producer re-ran" } else { "" },
                 fmt_ms(median(resumes_cpu)),
                 fmt_ms(median(resumes_given))
             ),
@@ -701,6 +723,39 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
             resume < 10.0,
         );
     }
+}
+
+/// (4b) How soon after its `timeoutSeconds` a guest that spins without calling the host is
+/// stopped (the README promises within 100 ms): wall time of the run minus the budget.
+async fn timeout_enforcement(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    eprintln!("bench: (4b) timeout enforcement");
+    const BUDGET: f64 = 0.2;
+    let host = memory_host(Some(cache));
+    let factory = load(&host, component).await;
+    let mut late = Vec::new();
+    for _ in 0..runs {
+        let options = RunOptions {
+            args: Some(json!({ "workload": "spin" })),
+            limits: Limits { timeout_seconds: Some(BUDGET), ..Default::default() },
+            ..Default::default()
+        };
+        let (envelope, sample) = measure(&host, host.run(&factory, options)).await;
+        let envelope = envelope.unwrap_or_else(|e| fail(format!("the spin run was refused: {e}")));
+        let kind = envelope.failure.as_ref().and_then(|f| f.kind.as_deref());
+        if envelope.status != RunStatus::Error || kind != Some("timeoutSeconds") {
+            fail(format!("a spinning guest was not stopped by its timeout: {envelope:?}"));
+        }
+        late.push(ms(sample.wall) - BUDGET * 1e3);
+    }
+    let late = median(late);
+    table.judged(
+        "4 sequential",
+        format!("`timeoutSeconds` {BUDGET} s on a guest spinning without hook calls: stopped after the budget by"),
+        fmt_ms(late),
+        "wall of the run minus the budget (includes instantiation and the record writes); in-memory store",
+        "< 100 ms",
+        late < 100.0,
+    );
 }
 
 /// `count` runs of the `small` workload at once, each on its own task.
@@ -882,6 +937,7 @@ fn main() {
         start_up(&mut table, &component, runs).await;
         fan_out(&mut table, &component, cache.path(), runs).await;
         sequential(&mut table, &component, cache.path(), runs).await;
+        timeout_enforcement(&mut table, &component, cache.path(), runs).await;
         many_runs(&mut table, &component, cache.path(), runs).await;
         hostile(&mut table, &guests, &component, cache.path()).await;
     });
@@ -921,4 +977,9 @@ fn main() {
     let judged = table.0.iter().filter(|r| r.pass.is_some()).count();
     println!();
     println!("{} of {judged} targets met", judged - missed);
+    // `-- --check`: a missed target fails the bench (for CI on a quiet machine).
+    if missed > 0 && std::env::args().any(|a| a == "--check") {
+        eprintln!("bench: --check: {missed} of {judged} targets missed");
+        std::process::exit(1);
+    }
 }

@@ -70,12 +70,26 @@ pub struct LoadedComponent {
     pub origin: CompileOrigin,
     /// The component bytes (stored content-addressed with the runs that use them).
     pub bytes: std::sync::Arc<[u8]>,
+    /// A script factory's source (the component is then the JS runner).
+    pub script: Option<std::sync::Arc<crate::script::Script>>,
     pub(crate) pre: FactoryPre<RunData>,
+}
+
+impl LoadedComponent {
+    /// This (runner) component with `script` as its source.
+    pub fn with_script(mut self, script: crate::script::Script) -> Self {
+        self.script = Some(std::sync::Arc::new(script));
+        self
+    }
 }
 
 impl std::fmt::Debug for LoadedComponent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedComponent").field("hash", &self.hash).field("imports", &self.imports).finish()
+        f.debug_struct("LoadedComponent")
+            .field("hash", &self.hash)
+            .field("imports", &self.imports)
+            .field("script", &self.script.as_ref().map(|s| s.reference()))
+            .finish()
     }
 }
 
@@ -114,6 +128,17 @@ impl ComponentLoader {
 
     /// Load a component from bytes.
     pub fn load_bytes(&self, linker: &Linker<RunData>, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        self.load_bytes_for(linker, bytes, false)
+    }
+
+    /// Load a component from bytes; `script_runner`: `linker` provides `agent:factory/script`
+    /// (only the host's JS runner is loaded so).
+    pub(crate) fn load_bytes_for(
+        &self,
+        linker: &Linker<RunData>,
+        bytes: &[u8],
+        script_runner: bool,
+    ) -> Result<LoadedComponent, LoadError> {
         classify(bytes)?;
         let hash = content_hash(bytes);
         let (component, origin) = self.compile_cached(&hash, bytes)?;
@@ -123,7 +148,8 @@ impl ComponentLoader {
             .map(|(name, _)| name.to_string())
             .collect::<Vec<_>>();
         let exports_run = component.component_type().exports(&self.engine).any(|(name, _)| name == "run");
-        if let Some(import) = imports.iter().find(|i| !host_provides(i)) {
+        let script_import = |i: &String| i.starts_with("agent:factory/script");
+        if let Some(import) = imports.iter().find(|i| !host_provides(i) || (!script_runner && script_import(i))) {
             return Err(LoadError::UnknownImport { import: import.clone() });
         }
         let instance_pre = linker
@@ -133,7 +159,7 @@ impl ComponentLoader {
             let hint = if exports_run { "" } else { " (it has no `run` export)" };
             LoadError::WrongWorld(format!("{e:#}{hint}"))
         })?;
-        Ok(LoadedComponent { hash, imports, origin, bytes: bytes.into(), pre })
+        Ok(LoadedComponent { hash, imports, origin, bytes: bytes.into(), script: None, pre })
     }
 
     fn cache_path(&self, hash: &str) -> Option<PathBuf> {

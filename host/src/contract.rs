@@ -11,3 +11,19 @@ wasmtime::component::bindgen!({
     },
     exports: { default: async },
 });
+
+/// `bindgen!` of world `script-runner` for its one extra import, `agent:factory/script`
+/// (the rest is the `factory` world's, reused through `with`).
+pub(crate) mod script_runner {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "script-runner",
+        imports: { default: trappable },
+        exports: { default: async },
+        with: {
+            "agent:factory/types": crate::contract::agent::factory::types,
+            "agent:factory/ctx": crate::contract::agent::factory::ctx,
+            "agent:factory/agents": crate::contract::agent::factory::agents,
+        },
+    });
+}

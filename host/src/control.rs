@@ -56,7 +56,7 @@ fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
 }
 
 /// Answer one connection: check the peer, read one bounded request, answer it.
-async fn handle(host: Arc<Host>, stream: UnixStream) {
+async fn handle(host: Arc<Host>, stream: UnixStream, trusted: &TrustCheck) {
     let refused = peer_is_us(&stream).err();
     let (read, mut write) = stream.into_split();
     let response = match refused {
@@ -74,20 +74,54 @@ async fn handle(host: Arc<Host>, stream: UnixStream) {
                 code: "bad_request".into(),
                 message: format!("request larger than {MAX_REQUEST_BYTES} bytes"),
             }),
-            Ok(Ok(Some(line))) => match serde_json::from_slice::<Request>(&line) {
-                Err(e) => Response::Err(RemoteError { code: "bad_request".into(), message: e.to_string() }),
-                Ok(request) => match answer(&host, request).await {
+            Ok(Ok(Some(line))) => match parse_request(&line) {
+                Err(e) => Response::Err(e),
+                Ok(request) => match answer(&host, request, trusted).await {
                     Ok(value) => Response::Ok(value),
                     Err(e) => Response::Err(RemoteError::from(&e)),
                 },
             },
         },
     };
-    if let Ok(mut bytes) = serde_json::to_vec(&response) {
+    if let Ok(mut bytes) = serde_json::to_vec(&Frame { wire: WIRE_VERSION, body: response }) {
         bytes.push(b'\n');
         let _ = write.write_all(&bytes).await;
         let _ = write.shutdown().await;
     }
+}
+
+/// The version of the control socket's wire format: every request and response line carries
+/// it as `"wire"`; a peer speaking another version is refused with `unsupported_version`.
+pub const WIRE_VERSION: u32 = 1;
+
+/// One line on the socket: the wire version and the request or response.
+#[derive(Serialize, Deserialize)]
+struct Frame<T> {
+    wire: u32,
+    #[serde(flatten)]
+    body: T,
+}
+
+/// Only the version of a frame, read first so another version gets a clear answer.
+#[derive(Deserialize)]
+struct VersionOnly {
+    #[serde(default)]
+    wire: Option<u32>,
+}
+
+fn parse_request(line: &[u8]) -> Result<Request, RemoteError> {
+    let bad = |message: String| RemoteError { code: "bad_request".into(), message };
+    let version = serde_json::from_slice::<VersionOnly>(line).map_err(|e| bad(e.to_string()))?;
+    if version.wire != Some(WIRE_VERSION) {
+        return Err(RemoteError {
+            code: "unsupported_version".into(),
+            message: format!(
+                "this factory process speaks control wire version {WIRE_VERSION}, the request {}; use the same factory version",
+                version.wire.map_or("names none".to_string(), |v| format!("version {v}"))
+            ),
+        });
+    }
+    serde_json::from_slice::<Frame<Request>>(line).map(|f| f.body).map_err(|e| bad(e.to_string()))
 }
 
 /// The socket path for a state directory.
@@ -111,11 +145,18 @@ pub enum Request {
     Wait { session: String, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
     Cancel { session: String, run_id: String },
-    /// Start a run in the serving process of `component`: an absolute path to a component
-    /// file on this machine, or a registered name; answers `{"runId"}` once the run exists.
+    /// The factories the session can run: its own authored ones and those registered for
+    /// everyone (name, description, phases, limits, args schema, sha256).
+    Factories { session: String },
+    /// One factory, as the session sees it.
+    Inspect { session: String, name: String },
+    /// Register a factory in the authoring form (`meta` JSON and a `run` body, one async
+    /// function expression) in the session's own scope, without running it.
+    Author { session: String, meta: serde_json::Value, run: String },
+    /// Start a run in the serving process; answers `{"runId"}` once the run exists.
     Run {
         session: String,
-        component: String,
+        component: Target,
         #[serde(default)]
         args: Option<serde_json::Value>,
         #[serde(default)]
@@ -130,6 +171,10 @@ pub enum Request {
         /// The user declined to run it: record the run as declined ([`Host::decline`]).
         #[serde(default)]
         declined: bool,
+        /// The user consented to this run on the client (a prompt answered yes, `--yes`).
+        /// Without it the server runs only a component its trust check accepts.
+        #[serde(default)]
+        approved: bool,
     },
     /// Resume a run in the serving process; answers `{"runId"}` once the attempt starts.
     Resume {
@@ -142,6 +187,9 @@ pub enum Request {
         /// Another backend or model than the run recorded (empty: the recorded one).
         #[serde(default)]
         backend: BackendChoice,
+        /// The user consented to the component this resume runs (see `Run`).
+        #[serde(default)]
+        approved: bool,
     },
 }
 
@@ -168,21 +216,51 @@ enum Response {
     Err(RemoteError),
 }
 
+/// What a `Run` request runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Target {
+    /// A component file on this machine (an absolute path).
+    File(PathBuf),
+    /// A registered factory, by name (never a path, whatever files exist).
+    Registered(String),
+}
+
 /// Start a run or a resume in the background; answer once it has an id (or failed early).
-async fn start(host: Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
+/// Whether a component (by sha256) may run without the user's consent in the request: built
+/// on this machine or approved before. The server checks it itself, whatever the client did.
+pub type TrustCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Refuse a component neither `approved` in the request nor accepted by `trusted`.
+fn consented(trusted: &TrustCheck, approved: bool, hash: &str, what: &str) -> Result<(), Error> {
+    if approved || trusted(hash) {
+        return Ok(());
+    }
+    Err(Error::NotApproved(format!(
+        "{what} (sha256 {hash}) is not trusted on this machine and the request carries no consent: \
+         run it with --yes, or approve it with `factory trust`"
+    )))
+}
+
+async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Result<serde_json::Value, Error> {
     let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
     let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
         let _ = started.send(id.to_string());
     });
     let task = match request {
-        Request::Run { session, component, args, limits, backend: choice, grants, declined } => {
+        Request::Run { session, component, args, limits, backend: choice, grants, declined, approved } => {
             // Refuse an unusable backend before the run exists.
             let backend = Some(host.chosen_backend(&choice)?);
-            let factory = if Path::new(&component).is_file() {
-                host.load_file(Path::new(&component)).await?
-            } else {
-                host.load_registered(&component).await?
+            let factory = match &component {
+                Target::File(path) => host.load_file(path).await?,
+                Target::Registered(name) => host.load_registered_for(&session, name).await?,
             };
+            if !declined {
+                // A script factory is trusted by its source (the runner ships in the binary).
+                let key = factory.component.script.as_ref().map_or(&factory.component.hash, |s| &s.hash);
+                let authored = host.authored_in(&session, key)?;
+                consented(trusted, approved || authored, key, &format!("factory `{}`", factory.meta.name))?;
+            }
             let options = RunOptions {
                 args,
                 limits,
@@ -201,11 +279,22 @@ async fn start(host: Arc<Host>, request: Request) -> Result<serde_json::Value, E
                 }
             })
         }
-        Request::Resume { session, run_id, component, limits, backend: choice } => {
+        Request::Resume { session, run_id, component, limits, backend: choice, approved } => {
             let component = match component {
                 Some(path) => Some(host.load_file(&path).await?),
                 None => None,
             };
+            // The component this attempt runs: the edited one, else the run's last.
+            let hash = match &component {
+                Some(factory) => {
+                    Some(factory.component.script.as_ref().map_or(&factory.component.hash, |s| &s.hash).clone())
+                }
+                None => host.trust_key_of_run(&session, &run_id)?,
+            };
+            if let Some(hash) = hash {
+                let authored = host.authored_in(&session, &hash)?;
+                consented(trusted, approved || authored, &hash, &format!("the component of run {run_id}"))?;
+            }
             let options = ResumeOptions {
                 limits,
                 component,
@@ -244,15 +333,27 @@ pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::V
         }
         Request::Wait { session, run_id } => json(serde_json::to_value(host.wait(&session, &run_id).await?)),
         Request::Cancel { session, run_id } => json(serde_json::to_value(host.cancel(&session, &run_id).await?)),
+        Request::Factories { session } => json(serde_json::to_value(host.registered_for(&session)?)),
+        Request::Author { session, meta, run } => json(serde_json::to_value(host.author_in(&session, &meta, &run).await?)),
+        Request::Inspect { session, name } => match host.store().factory_in(&session, &name)? {
+            Some(registration) => json(serde_json::to_value(registration)),
+            None => Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
+        },
         Request::Run { .. } | Request::Resume { .. } => {
             Err(Error::Engine("runs start through the process serving the control socket".into()))
         }
     }
 }
 
-async fn answer(host: &Arc<Host>, request: Request) -> Result<serde_json::Value, Error> {
+/// Answer any request for `host`, in this process: queries as [`answer_query`] does, and
+/// `Run`/`Resume` by starting the attempt in the background and answering `{"runId"}` once
+/// it exists. What the socket server does with each request, and what a front door that
+/// opened the store itself (the MCP server) calls.
+pub async fn answer(host: &Arc<Host>, request: Request, trusted: &TrustCheck) -> Result<serde_json::Value, Error> {
     match request {
-        start_request @ (Request::Run { .. } | Request::Resume { .. }) => start(host.clone(), start_request).await,
+        start_request @ (Request::Run { .. } | Request::Resume { .. }) => {
+            start(host.clone(), start_request, trusted).await
+        }
         query => answer_query(host, query).await,
     }
 }
@@ -293,7 +394,7 @@ impl Drop for InFlight {
 
 /// Serve control requests for `host` on `path` until the returned server is drained or
 /// dropped. A stale socket file (no one listening) is replaced.
-pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<Server> {
+pub fn serve(host: Arc<Host>, path: &Path, trusted: TrustCheck) -> std::io::Result<Server> {
     if path.exists() {
         // We hold the store, so nobody else can be serving it: the file is stale.
         std::fs::remove_file(path)?;
@@ -306,11 +407,12 @@ pub fn serve(host: Arc<Host>, path: &Path) -> std::io::Result<Server> {
     let accept = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let host = host.clone();
+            let trusted = trusted.clone();
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let guard = InFlight(counter.clone());
             tokio::spawn(async move {
                 let _guard = guard;
-                handle(host, stream).await;
+                handle(host, stream, &trusted).await;
             });
         }
     });
@@ -337,14 +439,15 @@ pub async fn request(path: &Path, request: &Request) -> Result<serde_json::Value
         .await
         .map_err(|source| ClientError::Connect { path: path.display().to_string(), source })?;
     let (read, mut write) = stream.into_split();
-    let mut bytes = serde_json::to_vec(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let mut bytes =
+        serde_json::to_vec(&Frame { wire: WIRE_VERSION, body: request }).map_err(|e| ClientError::Protocol(e.to_string()))?;
     bytes.push(b'\n');
     write.write_all(&bytes).await.map_err(|e| ClientError::Protocol(e.to_string()))?;
     let line = read_line_bounded(read, MAX_RESPONSE_BYTES)
         .await
         .map_err(|e| ClientError::Protocol(e.to_string()))?
         .ok_or_else(|| ClientError::Protocol(format!("response larger than {MAX_RESPONSE_BYTES} bytes")))?;
-    let parsed = serde_json::from_slice::<Response>(&line).map_err(|e| {
+    let parsed = serde_json::from_slice::<Frame<Response>>(&line).map(|f| f.body).map_err(|e| {
         let start = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
         ClientError::Protocol(format!("{e}: {start:?}"))
     });

@@ -41,9 +41,16 @@ pub enum Error {
     /// The run has an attempt executing.
     #[error("already_active: run `{0}` is running")]
     AlreadyActive(String),
+    /// A script factory's source cannot be read or does not define a runnable factory
+    /// (a syntax error: `file:line:col`).
+    #[error(transparent)]
+    Script(#[from] crate::script::ScriptError),
     /// A directory to grant read access to is missing or not a directory.
     #[error(transparent)]
     Grant(#[from] crate::sandbox::GrantError),
+    /// A component that is not trusted, with no consent and no way to ask for it.
+    #[error("no_approval_provider: {0}")]
+    NotApproved(String),
     /// The backend a run needs cannot be built (its config entry is gone, its key variable
     /// is unset, the name is unknown): nothing started.
     #[error(transparent)]
@@ -51,13 +58,19 @@ pub enum Error {
 }
 
 impl Error {
-    /// The spec's error code for resume errors (`not_found`, ...), when there is one.
+    /// The error's code (`not_found`, `non_resumable`, `already_active`, `backend_unavailable`,
+    /// `unknown_factory`, `invalid_limits`, `invalid_args`), when it has one.
     pub fn code(&self) -> Option<&'static str> {
         match self {
             Error::NotFound(_) => Some("not_found"),
             Error::NonResumable(_) => Some("non_resumable"),
             Error::AlreadyActive(_) => Some("already_active"),
             Error::BackendUnavailable(_) => Some("backend_unavailable"),
+            Error::NotRegistered(_) => Some("unknown_factory"),
+            Error::NotApproved(_) => Some("no_approval_provider"),
+            Error::Limits(_) => Some("invalid_limits"),
+            Error::InvalidArgs(_) => Some("invalid_args"),
+            Error::Script(_) => Some("invalid_script"),
             _ => None,
         }
     }

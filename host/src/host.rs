@@ -14,6 +14,7 @@ use crate::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::run::{self, AttemptSetup, RunShared};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::schema::Schema;
+use crate::script::{Script, ScriptError, ScriptRef};
 use crate::store::{ProgressQuery, Registration, RunRecord, Store, StoreOptions, DEFAULT_COMMIT_WINDOW};
 use futures::FutureExt;
 use std::collections::HashMap;
@@ -162,6 +163,9 @@ pub struct RunDetail {
     pub progress: Vec<ProgressEntry>,
     /// Component sha256 of each attempt.
     pub component_hashes: Vec<String>,
+    /// The source each attempt ran, for a script factory (index-aligned with
+    /// `component_hashes`; `null` for a component).
+    pub scripts: Vec<Option<ScriptRef>>,
     /// The backend of each attempt.
     pub backends: Vec<BackendRef>,
     /// Read-only directory grants (canonical host paths; the `i`-th is `/grant/<i>`).
@@ -180,6 +184,10 @@ struct ActiveRun {
 pub struct Host {
     engine: Engine,
     linker: Linker<RunData>,
+    /// [`Host::linker`] plus the `script` import: links the JS runner only.
+    script_linker: Linker<RunData>,
+    /// The built-in JS runner, once loaded.
+    runner: Mutex<Option<LoadedComponent>>,
     loader: ComponentLoader,
     config: HostConfig,
     store: Arc<Store>,
@@ -198,13 +206,22 @@ impl Host {
             Some(dir) => Store::open(dir, StoreOptions { commit_window: config.commit_window })?,
             None => Store::in_memory()?,
         };
+        Host::with_store(config, store)
+    }
+
+    /// A host on a store the caller opened (e.g. [`Store::open_with_backend`]);
+    /// `config.state_dir` and `config.commit_window` are not used.
+    pub fn with_store(config: HostConfig, store: Store) -> Result<Self, Error> {
         let engine = sandbox::engine().map_err(|e| Error::Engine(format!("{e:#}")))?;
         let linker = crate::hooks::linker(&engine).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let script_linker = crate::hooks::script_linker(&engine).map_err(|e| Error::Engine(format!("{e:#}")))?;
         let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
         let (updates, _) = broadcast::channel(1024);
         Ok(Host {
             engine,
             linker,
+            script_linker,
+            runner: Mutex::new(None),
             loader,
             config,
             store: Arc::new(store),
@@ -233,10 +250,96 @@ impl Host {
         self.updates.subscribe()
     }
 
-    /// Load a component file and read its metadata.
+    /// Load a component file, or a script factory (`.js`, `.mjs`, `.ts`, `.mts`; a file
+    /// offering several factories as `file.js#name`), and read its metadata.
     pub async fn load_file(&self, path: &Path) -> Result<Factory, Error> {
+        if !path.exists() {
+            if let Some(text) = path.to_str() {
+                if let (file, Some(entry)) = crate::script::split_entry(text) {
+                    let script = Script::read(Path::new(file), Some(entry.to_string()))?;
+                    return self.load_script(script).await;
+                }
+            }
+        }
+        if crate::script::is_script(path) {
+            let script = Script::read(path, None)?;
+            return self.load_script(script).await;
+        }
         let component = self.loader.load_file(&self.linker, path)?;
         self.with_meta(component).await
+    }
+
+    /// Load a script factory: the built-in JS runner with `script` as its source. Fails
+    /// with [`Error::Script`] when the source does not define a runnable factory (a syntax
+    /// error names `file:line:col`).
+    pub async fn load_script(&self, script: Script) -> Result<Factory, Error> {
+        let runner = self.runner()?;
+        self.with_meta(runner.with_script(script)).await
+    }
+
+    /// The built-in JS runner component (compiled once per host; the compile cache keeps
+    /// its artifact across processes).
+    pub fn runner(&self) -> Result<LoadedComponent, Error> {
+        let mut runner = self.runner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(loaded) = runner.as_ref() {
+            return Ok(loaded.clone());
+        }
+        if crate::script::RUNNER.is_empty() {
+            return Err(crate::script::ScriptError::NoRunner.into());
+        }
+        let loaded = self.loader.load_bytes_for(&self.script_linker, crate::script::RUNNER, true)?;
+        *runner = Some(loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Register a factory given in the authoring form — `meta` as JSON and a `run` body that
+    /// is one self-contained async function expression — without running it. The
+    /// registration stores the runner and the generated source; `run <name>` runs it.
+    pub async fn author(&self, meta: &serde_json::Value, run: &str) -> Result<Registration, Error> {
+        let script = crate::script::author(meta, run)?;
+        let factory = self.load_script(script).await?;
+        self.register(&factory).await
+    }
+
+    /// [`Host::author`] in `session`'s own scope: only that session lists and runs it (it
+    /// wins over a factory of the same name registered for everyone).
+    pub async fn author_in(&self, session: &str, meta: &serde_json::Value, run: &str) -> Result<Registration, Error> {
+        let script = crate::script::author(meta, run)?;
+        let factory = self.load_script(script).await?;
+        self.register_as(&factory, Some(session.to_string())).await
+    }
+
+    /// A script factory from a stored runner and a stored source (what a run or a
+    /// registration recorded).
+    pub async fn load_stored_script(&self, runner_hash: &str, script: &ScriptRef) -> Result<Factory, Error> {
+        let text = self
+            .store
+            .blob(&script.sha256)?
+            .ok_or_else(|| Error::NotRegistered(format!("no stored source with sha256 {}", script.sha256)))?;
+        let text = String::from_utf8(text).map_err(|_| ScriptError::NotText(script.file_name.clone()))?;
+        let runner = match self.runner() {
+            Ok(runner) if runner.hash == runner_hash => runner,
+            _ => {
+                let bytes = self
+                    .store
+                    .blob(runner_hash)?
+                    .ok_or_else(|| Error::NotRegistered(format!("no stored runner with sha256 {runner_hash}")))?;
+                self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
+            }
+        };
+        let script = Script::new(script.file_name.clone(), text, script.entry.clone());
+        self.with_meta(runner.with_script(script)).await
+    }
+
+    /// Store what a run or registration of `factory` needs to load it again: the component
+    /// bytes and, for a script factory, the source text.
+    fn put_blobs(&self, factory: &Factory) -> Result<(), Error> {
+        self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
+        if let Some(script) = &factory.component.script {
+            let text: Arc<[u8]> = Arc::from(script.text.as_bytes());
+            self.store.put_blob(&script.hash, &text)?;
+        }
+        Ok(())
     }
 
     /// Load a component from bytes and read its metadata.
@@ -258,23 +361,65 @@ impl Host {
     pub async fn load_registered(&self, name: &str) -> Result<Factory, Error> {
         let registration =
             self.store.factory(name)?.ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
-        self.load_stored(&registration.hash).await
+        self.load_registration(&registration).await
+    }
+
+    /// Load factory `name` as `session` sees it (its own authored one first).
+    pub async fn load_registered_for(&self, session: &str, name: &str) -> Result<Factory, Error> {
+        let registration = self
+            .store
+            .factory_in(session, name)?
+            .ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
+        self.load_registration(&registration).await
+    }
+
+    async fn load_registration(&self, registration: &Registration) -> Result<Factory, Error> {
+        match &registration.script {
+            Some(script) => self.load_stored_script(&registration.hash, script).await,
+            None => self.load_stored(&registration.hash).await,
+        }
     }
 
     /// Register a factory under its meta name (replacing an earlier registration).
     pub async fn register(&self, factory: &Factory) -> Result<Registration, Error> {
+        self.register_as(factory, None).await
+    }
+
+    async fn register_as(&self, factory: &Factory, session: Option<String>) -> Result<Registration, Error> {
         let registration = Registration {
+            session,
             meta: factory.meta.clone(),
             hash: factory.component.hash.clone(),
+            script: factory.component.script.as_ref().map(|s| s.reference()),
             added_at: crate::store::records_timestamp(),
         };
+        self.put_blobs(factory)?;
         self.store.register(&registration, &factory.component.bytes).await?;
         Ok(registration)
     }
 
-    /// Registered factories, by name.
+    /// Factories registered for everyone, by name.
     pub fn registered(&self) -> Result<Vec<Registration>, Error> {
-        Ok(self.store.factories()?)
+        Ok(self.store.factories()?.into_iter().filter(|r| r.session.is_none()).collect())
+    }
+
+    /// Whether the component or script source `key` (a sha256) is a factory `session`
+    /// authored itself: it runs in the sandbox without consent, as the spec's authoring does.
+    pub fn authored_in(&self, session: &str, key: &str) -> Result<bool, Error> {
+        Ok(self.store.factories()?.iter().any(|r| {
+            r.session.as_deref() == Some(session) && r.script.as_ref().is_some_and(|s| s.sha256 == key)
+        }))
+    }
+
+    /// The factories `session` can run: its own authored ones, then those registered for
+    /// everyone that it does not shadow.
+    pub fn registered_for(&self, session: &str) -> Result<Vec<Registration>, Error> {
+        let all = self.store.factories()?;
+        let own: Vec<Registration> = all.iter().filter(|r| r.session.as_deref() == Some(session)).cloned().collect();
+        let shared = all
+            .into_iter()
+            .filter(|r| r.session.is_none() && !own.iter().any(|o| o.meta.name == r.meta.name));
+        Ok(own.iter().cloned().chain(shared).collect())
     }
 
     async fn with_meta(&self, component: LoadedComponent) -> Result<Factory, Error> {
@@ -292,18 +437,38 @@ impl Host {
             stop: CancellationToken::new(),
         };
         let shared = RunShared::new(setup).map_err(|f| Error::MetaCall(f.message))?;
-        let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, &[])
+        let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
             .map_err(|e| Error::MetaCall(format!("{e:#}")))?;
-        let instance = component
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
-        // `meta` must be cheap: a guest that spins in it runs out of time, not forever.
-        let meta = tokio::time::timeout(Duration::from_secs(10), instance.call_meta(&mut store))
-            .await
-            .map_err(|_| Error::MetaCall("`meta` did not return within 10 s".into()))?
-            .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+        let meta = if component.script.is_some() {
+            // A script runner's `describe` is `meta` that can say why the source is no factory.
+            let instance = component
+                .pre
+                .instance_pre()
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+            let describe = instance
+                .get_typed_func::<(), (Result<crate::contract::agent::factory::types::Meta, String>,)>(&mut store, "describe")
+                .map_err(|e| Error::MetaCall(format!("the JS runner has no `describe`: {e:#}")))?;
+            let limit = Duration::from_millis(self.config.sandbox.meta_timeout_ms);
+            let described = tokio::time::timeout(limit, describe.call_async(&mut store, ()))
+                .await
+                .map_err(|_| Error::MetaCall(format!("reading the factory's meta did not finish within {limit:?}")))?
+                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+            described.0.map_err(ScriptError::Invalid)?
+        } else {
+            let instance = component
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+            // `meta` must be cheap: a guest that spins in it runs out of time, not forever.
+            let limit = Duration::from_millis(self.config.sandbox.meta_timeout_ms);
+            tokio::time::timeout(limit, instance.call_meta(&mut store))
+                .await
+                .map_err(|_| Error::MetaCall(format!("`meta` did not return within {limit:?}")))?
+                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?
+        };
         let meta = FactoryMeta::from_wit(meta)?;
         Ok(Factory { component, meta })
     }
@@ -343,6 +508,15 @@ impl Host {
             envelope.failure = None;
             envelope.error = None;
             envelope.result = None;
+        }
+        if envelope.status == RunStatus::Running && !active {
+            // The attempt may have ended between reading the record and looking at `active`:
+            // it writes its end before it leaves `active`, so a fresh read has it.
+            if let Some(fresh) = self.store.run(&envelope.run_id)? {
+                if fresh.envelope.status != RunStatus::Running {
+                    return self.current(fresh);
+                }
+            }
         }
         if envelope.status == RunStatus::Running && !active {
             envelope.status = RunStatus::Halted;
@@ -468,12 +642,13 @@ impl Host {
             overrides: options.limits,
             limits,
             component_hashes: Vec::new(),
+            scripts: Vec::new(),
             backends: Vec::new(),
             grants,
             writes: 0,
             seq: 0,
         };
-        self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
+        self.put_blobs(factory)?;
         self.store.put_run(&mut record, true).await?;
         if let Some(on_start) = options.on_start.take() {
             on_start(&run_id);
@@ -505,9 +680,12 @@ impl Host {
             Some(factory) => factory,
             None => {
                 let hash = record.component_hashes.last().cloned().unwrap_or_default();
-                self.load_stored(&hash).await.map_err(|e| {
-                    Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}"))
-                })?
+                let script = record.scripts.get(record.component_hashes.len().wrapping_sub(1)).cloned().flatten();
+                let loaded = match &script {
+                    Some(script) => self.load_stored_script(&hash, script).await,
+                    None => self.load_stored(&hash).await,
+                };
+                loaded.map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?
             }
         };
         if factory.meta.name != record.envelope.factory {
@@ -525,7 +703,7 @@ impl Host {
             Some(backend) => backend,
             None => self.recorded_backend(&record, &options.choice)?,
         };
-        self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
+        self.put_blobs(&factory)?;
         if let Some(on_start) = options.on_start {
             on_start(run_id);
         }
@@ -629,7 +807,11 @@ impl Host {
         record.envelope.failure = None;
         record.envelope.error = None;
         record.envelope.updated_at = crate::store::records_timestamp();
+        // `scripts` is index-aligned with `component_hashes` (runs recorded before scripts
+        // existed have none: they were all components).
+        record.scripts.resize(record.component_hashes.len(), None);
         record.component_hashes.push(factory.component.hash.clone());
+        record.scripts.push(factory.component.script.as_ref().map(|s| s.reference()));
         let reference = backend.reference();
         record.envelope.backend = Some(reference.clone());
         record.backends.push(reference);
@@ -745,6 +927,17 @@ impl Host {
         self.active().keys().cloned().collect()
     }
 
+    /// What consent for a resume of `run_id` is about: the sha256 of its last attempt's
+    /// script source for a script factory, else of its last component (`None` before any
+    /// attempt).
+    pub fn trust_key_of_run(&self, session: &str, run_id: &str) -> Result<Option<String>, Error> {
+        let record = self.record(session, run_id)?;
+        if let Some(Some(script)) = record.scripts.last() {
+            return Ok(Some(script.sha256.clone()));
+        }
+        Ok(record.component_hashes.last().cloned())
+    }
+
     /// The session's runs in creation order.
     pub fn runs(&self, session: &str) -> Result<Vec<RunEnvelope>, Error> {
         let records = self.store.runs()?;
@@ -787,6 +980,8 @@ impl Host {
         let progress = self.store.progress(run_id, &ProgressQuery::default())?;
         let limits = record.limits;
         let component_hashes = record.component_hashes.clone();
+        let mut scripts = record.scripts.clone();
+        scripts.resize(component_hashes.len(), None);
         let backends = record.backends.clone();
         let grants = record.grants.clone();
         let sandbox = self.config.sandbox.clone();
@@ -797,6 +992,7 @@ impl Host {
             agents,
             progress,
             component_hashes,
+            scripts,
             backends,
             grants,
             sandbox,

@@ -21,11 +21,14 @@ pub mod journal;
 pub mod limits;
 mod meta;
 mod progress;
+pub mod pybuild;
 mod run;
 pub mod sandbox;
 pub mod schema;
+pub mod script;
 pub mod store;
 pub mod trust;
+mod typescript;
 
 pub use agent_key::AgentKey;
 pub use envelope::{Accounting, Failure, RunEnvelope, RunStatus};

@@ -771,7 +771,7 @@ pub(crate) async fn execute(
 ) -> AttemptOutcome {
     let stop = shared.stop.clone();
     let returned = {
-        let mut store = match sandbox::new_store(engine, &shared.sandbox, shared.clone(), grants) {
+        let mut store = match sandbox::new_store(engine, &shared.sandbox, shared.clone(), component.script.clone(), grants) {
             Ok(store) => store,
             Err(e) => return outcome_failed(Failure::new("sandbox", None, format!("{e:#}"))),
         };
@@ -923,11 +923,14 @@ pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
             _ => {}
         }
     }
+    // The root cause alone ("forcing trap when growing memory to N bytes"): the wasm
+    // backtrace around it says nothing to the factory's author.
+    let cause = error.root_cause().to_string();
     if message.contains("forcing trap when growing memory") {
-        return Failure::new("sandbox_limit", Some("memory"), format!("the guest exceeded its memory limit: {message}"));
+        return Failure::new("sandbox_limit", Some("memory"), format!("the guest exceeded its memory limit: {cause}"));
     }
     if message.contains("forcing trap when growing table") {
-        return Failure::new("sandbox_limit", Some("table"), format!("the guest exceeded its table limit: {message}"));
+        return Failure::new("sandbox_limit", Some("table"), format!("the guest exceeded its table limit: {cause}"));
     }
     Failure::new("trap", None, message)
 }

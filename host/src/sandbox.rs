@@ -68,6 +68,9 @@ pub struct SandboxLimits {
     /// Bytes of journaled step values and agent results a run keeps in host memory; the
     /// rest is read from the store when the guest asks for it. Not a guest-visible limit.
     pub journal_cache_bytes: usize,
+    /// How long the factory's `meta` may take, in milliseconds (it must be cheap: the host
+    /// calls it to load, describe and register a component).
+    pub meta_timeout_ms: u64,
 }
 
 impl Default for SandboxLimits {
@@ -97,6 +100,7 @@ impl Default for SandboxLimits {
             max_journal_bytes: 256 << 20,
             max_steps: 100_000,
             journal_cache_bytes: 32 << 20,
+            meta_timeout_ms: 10_000,
         }
     }
 }
@@ -164,6 +168,8 @@ fn start_epoch_ticker(engine: &Engine) {
 /// Per-run store data: the run's shared state plus WASI and resource bookkeeping.
 pub struct RunData {
     pub(crate) run: Arc<RunShared>,
+    /// The source of a script factory (`None` for components).
+    pub(crate) script: Option<Arc<crate::script::Script>>,
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
@@ -228,6 +234,7 @@ pub(crate) fn new_store(
     engine: &Engine,
     limits: &SandboxLimits,
     run: Arc<RunShared>,
+    script: Option<Arc<crate::script::Script>>,
     grants: &[String],
 ) -> wasmtime::Result<Store<RunData>> {
     let output = MemoryOutputPipe::new(limits.max_output_bytes);
@@ -245,7 +252,7 @@ pub(crate) fn new_store(
         .memories(limits.memories)
         .trap_on_grow_failure(true)
         .build();
-    let data = RunData { run, wasi, table: ResourceTable::new(), limits: store_limits, output };
+    let data = RunData { run, script, wasi, table: ResourceTable::new(), limits: store_limits, output };
     let mut store = Store::new(engine, data);
     store.limiter(|d| &mut d.limits);
     store.set_fuel(limits.fuel)?;

@@ -6,6 +6,7 @@
 
 pub mod counting;
 pub mod fake_openai;
+pub mod faulty;
 
 use factory_host::builder::BuildTarget;
 use std::collections::HashMap;
@@ -131,4 +132,14 @@ pub fn stdout_json(out: &std::process::Output) -> serde_json::Value {
 /// A command's stderr as text.
 pub fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Register the `probe` test guest in `state` and trust it (as `factory add` + `factory
+/// trust` would for a user), so front doors that cannot ask for consent may run it.
+pub fn register_trusted_probe(state: &Path) {
+    let probe = component("probe");
+    for args in [["add", probe.to_str().unwrap_or_default()], ["trust", probe.to_str().unwrap_or_default()]] {
+        let out = factory_in(state, &args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
 }

@@ -113,7 +113,7 @@ impl AgentCliConfig {
     }
 
     /// A preset's config: `claude` (`claude -p --output-format json`), `codex` (`codex exec`),
-    /// `copilot` (`copilot -p`), `gemini` (`gemini -p`); `generic` has no command.
+    /// `copilot` (`copilot -p`), `gemini` (`gemini`, prompt on stdin); `generic` has no command.
     pub fn preset(preset: &str) -> Result<Self, CliPresetError> {
         let name = format!("cli:{preset}");
         let config = match preset {
@@ -148,7 +148,8 @@ impl AgentCliConfig {
                     "GOOGLE_APPLICATION_CREDENTIALS",
                     "GOOGLE_GENAI_USE_VERTEXAI",
                 ]),
-                ..AgentCliConfig::generic(name, strings(&["gemini", "-p", "{prompt}"]))
+                // Gemini CLI reads a piped stdin as its prompt (non-interactive mode).
+                ..AgentCliConfig::generic(name, strings(&["gemini"]))
             },
             "generic" => AgentCliConfig::generic(name, Vec::new()),
             other => return Err(CliPresetError::Unknown(other.to_string())),
@@ -327,14 +328,59 @@ async fn read_capped(mut pipe: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, 
     }
 }
 
+/// Substitute `{prompt}` and `{model}` in one pass, so text inside the prompt is never
+/// substituted again (a prompt containing `{model}` stays as it is).
 fn fill(template: &str, prompt: &str, model: Option<&str>) -> String {
-    template.replace("{prompt}", prompt).replace("{model}", model.unwrap_or(""))
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find('{') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        if let Some(after) = tail.strip_prefix("{prompt}") {
+            out.push_str(prompt);
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("{model}") {
+            out.push_str(model.unwrap_or(""));
+            rest = after;
+        } else {
+            out.push('{');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The longest single command-line argument Linux accepts (`MAX_ARG_STRLEN`, 32 pages).
+pub const MAX_ARG_BYTES: usize = 128 * 1024;
+
+/// A model name a factory asked for, checked before it becomes an argument: it must not
+/// look like an option or carry whitespace or control characters (it is guest data).
+fn check_model(who: &str, model: &str) -> Result<(), BackendError> {
+    let bad = model.is_empty() || model.starts_with('-') || model.chars().any(|c| c.is_whitespace() || c.is_control());
+    if bad {
+        let shown: String = model.chars().take(60).flat_map(char::escape_default).collect();
+        return Err(BackendError::ordinary(format!(
+            "{who}: model name \"{shown}\" refused: it is empty, starts with `-`, or holds whitespace or control characters"
+        )));
+    }
+    Ok(())
 }
 
 async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentReply, BackendError> {
     let who = &config.name;
     let prompt = prompt_with_schema(&user_prompt(request), request.schema.as_ref());
     let model = request.model.clone().or_else(|| config.model.clone());
+    if let Some(model) = &model {
+        check_model(who, model)?;
+    }
+    if config.prompt_in_args() && prompt.len() >= MAX_ARG_BYTES {
+        return Err(BackendError::ordinary(format!(
+            "{who}: the prompt is {} bytes, over the {MAX_ARG_BYTES}-byte limit of one command-line argument; \
+             use a command that reads the prompt on stdin (no `{{prompt}}` in its template)",
+            prompt.len()
+        )));
+    }
     let mut argv: Vec<String> = config.command.iter().map(|a| fill(a, &prompt, model.as_deref())).collect();
     if let Some(model) = model.as_deref() {
         argv.extend(config.model_args.iter().map(|a| fill(a, &prompt, Some(model))));
@@ -516,10 +562,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn placeholders_are_filled_once_and_models_cannot_be_options() {
+        assert_eq!(fill("--model={model}", "p", Some("m")), "--model=m");
+        // A prompt that mentions `{model}` is not substituted again.
+        assert_eq!(fill("{prompt}", "say {model} and {prompt}", Some("-rf")), "say {model} and {prompt}");
+        assert_eq!(fill("{x}{prompt}{", "p", None), "{x}p{");
+        for bad in ["-x", "--dangerously-skip-permissions", "a b", "a\nb", "", "m\u{1b}[2J"] {
+            assert!(check_model("c", bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(check_model("c", "claude-opus-4.1").is_ok());
+    }
+
+    #[test]
     fn presets_and_placeholders() {
         let claude = AgentCliConfig::preset("claude").unwrap();
         assert!(!claude.prompt_in_args());
-        assert!(AgentCliConfig::preset("gemini").unwrap().prompt_in_args());
+        assert!(!AgentCliConfig::preset("gemini").unwrap().prompt_in_args(), "gemini reads the prompt on stdin");
         assert_eq!(AgentCliConfig::preset("nope").unwrap_err(), CliPresetError::Unknown("nope".into()));
         assert!(matches!(AgentCli::new(AgentCliConfig::preset("generic").unwrap()), Err(CliPresetError::NoCommand)));
         assert_eq!(fill("--m={model}:{prompt}", "p", Some("m")), "--m=m:p");

@@ -111,7 +111,7 @@ impl AgentBackend for Anthropic {
 
     fn reference(&self) -> BackendRef {
         let config = &self.inner.config;
-        BackendRef { key_env: config.api_key.as_ref().map(|_| config.api_key_var.clone()), ..BackendRef::named(self.name()) }
+        http::keyed_reference(self.name(), &config.api_key, &config.api_key_var)
     }
 
     fn unpriced(&self, model: Option<&str>) -> Option<String> {

@@ -155,6 +155,12 @@ pub(crate) async fn send(
     }
 }
 
+/// What an HTTP backend records about itself: its name, and the *name* of the variable its
+/// key came from when it has a key (never the key).
+pub(crate) fn keyed_reference(name: String, api_key: &Option<String>, api_key_var: &str) -> super::BackendRef {
+    super::BackendRef { key_env: api_key.as_ref().map(|_| api_key_var.to_string()), ..super::BackendRef::named(name) }
+}
+
 /// A transport error's kind: a timeout, or the backend being unreachable.
 fn transport_kind(e: &reqwest::Error) -> OutageKind {
     if e.is_timeout() {

@@ -180,7 +180,7 @@ fn list(g: &GlobalArgs, config: &Config, as_json: bool, explicit: bool) -> Resul
         json!({"name": "cli:claude", "target": "claude -p --output-format json"}),
         json!({"name": "cli:codex", "target": "codex exec -"}),
         json!({"name": "cli:copilot", "target": "copilot -p PROMPT"}),
-        json!({"name": "cli:gemini", "target": "gemini -p PROMPT"}),
+        json!({"name": "cli:gemini", "target": "gemini (prompt on stdin)"}),
     ];
     if as_json {
         let out = json!({"default": default, "backends": configured, "routes": routes, "builtin": builtin});

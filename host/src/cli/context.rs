@@ -95,7 +95,7 @@ impl Serving {
 /// Start serving; a failure only costs other terminals their view, so it is a warning.
 pub fn serve(g: &GlobalArgs, host: &Arc<Host>) -> Option<Serving> {
     let path = control::socket_path(&g.state_dir);
-    match control::serve(host.clone(), &path) {
+    match control::serve(host.clone(), &path, super::trust::trust_check(g)) {
         Ok(server) => Some(Serving { server, path }),
         Err(e) => {
             eprintln!("factory: warning: cannot serve the control socket {}: {e}", path.display());

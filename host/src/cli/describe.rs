@@ -11,7 +11,8 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct DescribeArgs {
-    /// A component file (`.wasm`) or a Rust factory crate directory.
+    /// A component file (`.wasm`), a script factory (`.js`, `.ts`; `file.js#name`) or a Rust
+    /// factory crate directory.
     target: PathBuf,
     /// Print JSON.
     #[arg(long)]
@@ -27,6 +28,7 @@ pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
         let out = serde_json::json!({
             "meta": meta,
             "sha256": factory.component.hash,
+            "script": factory.component.script.as_ref().map(|s| s.reference()),
             "imports": factory.component.imports,
             "sandbox": host.sandbox_limits(),
         });
@@ -37,7 +39,13 @@ pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
     for line in meta.description.lines() {
         println!("  {}", esc(line));
     }
-    println!("sha256:  {}", factory.component.hash);
+    match &factory.component.script {
+        Some(script) => {
+            println!("sha256:  {} (source {})", script.hash, esc(&script.file_name));
+            println!("runner:  {} (the built-in JS runner)", factory.component.hash);
+        }
+        None => println!("sha256:  {}", factory.component.hash),
+    }
     let phases: Vec<_> = meta.phases.iter().map(|p| esc(&p.title)).collect();
     println!("phases:  {}", if phases.is_empty() { "-".into() } else { phases.join(", ") });
     let limits = serde_json::to_value(meta.limits)?;

@@ -6,6 +6,8 @@ mod context;
 mod describe;
 mod escape;
 mod events;
+mod http;
+mod mcp;
 mod observe;
 mod progress_ui;
 mod registry;
@@ -108,13 +110,15 @@ enum Command {
     Describe(describe::DescribeArgs),
     /// List the subagent backends (configured and built-in), or check one with a tiny call.
     Backends(backends::BackendsArgs),
-    /// Build a Rust factory crate into a component and print its path.
+    /// Build a factory (a Rust crate directory, or a Python `.py` file or project) into a component and print its path.
     Build {
-        /// The crate directory.
+        /// The crate directory, `.py` file or Python project directory.
         dir: PathBuf,
     },
     /// Approve a component so runs need no consent (`--revoke` to undo); list trusted ones.
     Trust(trust::TrustArgs),
+    /// Serve MCP on stdin/stdout: the `run_factory` and `factories_manage` tools for agents.
+    Mcp(mcp::McpArgs),
     /// Which config file is used; approve (`allow`) or forget (`deny`) a project-local one.
     Config(config::ConfigArgs),
 }
@@ -214,6 +218,7 @@ pub fn main() -> ExitCode {
             Command::Describe(args) => describe::describe(args).await,
             Command::Backends(args) => backends::backends(&g, args).await,
             Command::Trust(args) => trust::trust(&g, args).await,
+            Command::Mcp(args) => mcp::mcp(&g, args).await,
             Command::Config(args) => config::config(&g, args),
             Command::Build { dir } => {
                 let built = target::build(&dir)?;

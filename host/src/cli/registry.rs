@@ -13,8 +13,17 @@ use std::sync::Arc;
 
 #[derive(Args)]
 pub struct AddArgs {
-    /// A component file or a Rust factory crate directory.
-    target: PathBuf,
+    /// A component file, a script factory (`.js`, `.ts`; `file.js#name`), a Rust factory
+    /// crate directory, or an authoring document (`.json`: `{ "meta": {...}, "run": "async (ctx) => ..." }`).
+    #[arg(required_unless_present_all = ["meta", "run"], conflicts_with_all = ["meta", "run"])]
+    target: Option<PathBuf>,
+    /// Authoring form: the factory's meta as a JSON file (with --run).
+    #[arg(long, value_name = "FILE", requires = "run")]
+    meta: Option<PathBuf>,
+    /// Authoring form: a file holding the `run` body, one self-contained async function
+    /// expression such as `async ({ args, agent, phase }) => { ... }` (with --meta).
+    #[arg(long, value_name = "FILE", requires = "meta")]
+    run: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -33,11 +42,47 @@ fn host(g: &GlobalArgs) -> Result<Arc<factory_host::Host>> {
 
 pub async fn add(g: &GlobalArgs, a: AddArgs) -> Result<ExitCode> {
     let host = host(g)?;
-    let file = target::resolve(&a.target)?;
-    let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
-    let registration = host.register(&factory).await?;
-    println!("registered {} (sha256 {})", registration.meta.name, registration.hash);
+    let read = |p: &PathBuf| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    let registration = match (&a.target, &a.meta, &a.run) {
+        (_, Some(meta), Some(run)) => {
+            let meta: serde_json::Value =
+                serde_json::from_str(&read(meta)?).with_context(|| format!("{} is not JSON", meta.display()))?;
+            let registration = host.author(&meta, &read(run)?).await?;
+            trust_authored(g, &registration);
+            registration
+        }
+        (Some(document), _, _) if document.extension().is_some_and(|e| e == "json") => {
+            let script = factory_host::script::author_document(&read(document)?)?;
+            let factory = host.load_script(script).await?;
+            let registration = host.register(&factory).await?;
+            trust_authored(g, &registration);
+            registration
+        }
+        (Some(target), _, _) => {
+            let file = target::resolve(target)?;
+            let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
+            host.register(&factory).await?
+        }
+        _ => anyhow::bail!("give a factory to add, or --meta FILE --run FILE"),
+    };
+    match &registration.script {
+        Some(script) => println!(
+            "registered {} (source sha256 {}, JS runner sha256 {})",
+            esc(&registration.meta.name),
+            script.sha256,
+            registration.hash
+        ),
+        None => println!("registered {} (sha256 {})", esc(&registration.meta.name), registration.hash),
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A factory authored here is the user's own source, like a crate built here: trusted.
+fn trust_authored(g: &GlobalArgs, registration: &factory_host::store::Registration) {
+    if let Some(script) = &registration.script {
+        target::remember_source(&script.sha256, &script.file_name);
+        super::trust::remember_built(g);
+    }
 }
 
 pub async fn list(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {

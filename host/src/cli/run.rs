@@ -12,7 +12,7 @@ use super::{progress_ui, remote, target, GlobalArgs, LimitArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::config::Config;
-use factory_host::control::Request;
+use factory_host::control::{Request, Target};
 use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use std::future::Future;
 use std::path::PathBuf;
@@ -41,7 +41,7 @@ pub struct OutputArgs {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// A component file (`.wasm`), a Rust factory crate directory, or a registered name.
+    /// A component file (`.wasm`), a Rust factory crate directory, a Python factory (`.py` file or project directory), or a registered name.
     target: String,
     /// Arguments as JSON (default `{}`).
     #[arg(long, value_name = "JSON")]
@@ -72,7 +72,7 @@ pub struct ResumeArgs {
 /// Load what `target` names: a file, a crate directory, or a registered factory.
 async fn load(host: &Host, target: &str) -> Result<Factory> {
     let path = PathBuf::from(target);
-    if path.exists() {
+    if path.exists() || target::is_script_target(target) {
         let file = target::resolve(&path)?;
         return host.load_file(&file).await.with_context(|| format!("loading {}", file.display()));
     }
@@ -87,13 +87,12 @@ async fn load(host: &Host, target: &str) -> Result<Factory> {
 
 /// What another process needs to find the component: an absolute file path (a crate
 /// directory is built here first) or a registered name.
-fn remote_target(target: &str) -> Result<String> {
+fn remote_target(target: &str) -> Result<Target> {
     let path = PathBuf::from(target);
-    if path.exists() {
-        let file = std::path::absolute(target::resolve(&path)?)?;
-        return Ok(file.display().to_string());
+    if path.exists() || target::is_script_target(target) {
+        return Ok(Target::File(std::path::absolute(target::resolve(&path)?)?));
     }
-    Ok(target.to_string())
+    Ok(Target::Registered(target.to_string()))
 }
 
 /// Open the store here with the backend configuration, or `None` when another process
@@ -130,6 +129,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             backend,
             grants,
             declined,
+            // Consent was given here (a prompt, --yes) or the component is trusted.
+            approved: !declined,
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
@@ -179,7 +180,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
         match &component {
             Some(file) => {
                 let source = file.display().to_string();
-                if !trust::consent_remote(g, &a.yes, &source, &source, &limits, None).await? {
+                if !trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None).await? {
                     eprintln!("factory: not resumed: the component was declined");
                     return Ok(ExitCode::from(1));
                 }
@@ -192,6 +193,8 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             component,
             limits,
             backend,
+            // Consent was checked above (trusted, --yes, or a prompt).
+            approved: true,
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) => report(envelope, &a.out),
@@ -246,7 +249,10 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
 async fn reapprove(g: &GlobalArgs, yes: &YesArg, access: &Access, run_id: &str) -> Result<()> {
     let detail = super::observe::ask_with(access, Request::Detail { session: g.session.clone(), run_id: run_id.into() }).await?;
     let factory = detail["factory"].as_str().unwrap_or_default();
-    match detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(|h| h.as_str()) {
+    // A script factory is trusted by its source's sha256 (the runner is this binary's).
+    let script = detail["scripts"].as_array().and_then(|s| s.last()).and_then(|s| s["sha256"].as_str());
+    let component = detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(|h| h.as_str());
+    match script.or(component) {
         Some(hash) => trust::reapprove(g, yes, run_id, factory, hash).await,
         // A run with no attempt yet has nothing to approve again; the resume says why it cannot start.
         None => Ok(()),

@@ -13,11 +13,12 @@ use super::events::EventSink;
 use super::{target, GlobalArgs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use factory_host::control::{Request, Target};
 use factory_host::sandbox;
 use factory_host::trust::{TrustSource, TrustStore, TrustedComponent};
 use factory_host::{Factory, Host, HostConfig, Limits, RunEnvelope, RunOptions};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `--yes`: consent without a prompt.
@@ -96,6 +97,18 @@ pub fn after_build(g: &GlobalArgs, outcome: Result<ExitCode>) -> Result<ExitCode
     outcome
 }
 
+/// Read one line from the terminal: did the user answer "y" or "yes"?
+async fn answered_yes() -> Result<bool> {
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .context("reading the answer")?
+    .context("reading the answer")?;
+    Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+}
+
 fn interactive() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }
@@ -167,7 +180,15 @@ async fn ask(
     if let Some(line) = meta.description.lines().next() {
         text.push_str(&format!("            {}\n", esc(line)));
     }
-    text.push_str(&format!("  sha256:   {}\n", factory.component.hash));
+    match &factory.component.script {
+        Some(script) => text.push_str(&format!(
+            "  sha256:   {} (source {}; JS runner {})\n",
+            script.hash,
+            esc(&script.file_name),
+            factory.component.hash
+        )),
+        None => text.push_str(&format!("  sha256:   {}\n", factory.component.hash)),
+    }
     text.push_str(&format!("  limits:   {} (declared: {})\n", show_limits(&effective), show_limits(&meta.limits)));
     text.push_str(&format!(
         "  imports:  {}\n",
@@ -194,14 +215,8 @@ async fn ask(
     text.push_str("  It runs in the same sandbox either way; approving only lets it start.\n");
     text.push_str("Run it? [y/N] ");
     eprint!("{text}");
-    let answer = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).map(|_| line)
-    })
-    .await
-    .context("reading the answer")?
-    .context("reading the answer")?;
-    let approved = matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+    let yes = answered_yes().await?;
+    let approved = yes;
     if approved {
         let entry = TrustedComponent {
             name: Some(meta.name.clone()),
@@ -213,6 +228,16 @@ async fn ask(
         }
     }
     Ok(approved)
+}
+
+/// The control server's own trust check: a component built by this process or approved in
+/// the trust store runs without consent in the request.
+pub fn trust_check(g: &GlobalArgs) -> factory_host::control::TrustCheck {
+    let store = store(g).ok();
+    std::sync::Arc::new(move |hash: &str| {
+        target::built_here().iter().any(|(built, _)| built == hash)
+            || store.as_ref().is_some_and(|s| s.is_trusted(hash).unwrap_or(false))
+    })
 }
 
 /// Does the user consent to running `factory` (named `source` on the command line) with
@@ -228,7 +253,7 @@ pub async fn consent(
 ) -> Result<bool> {
     // Bad input is reported as such, before any question of trust.
     factory.meta.limits.overridden_by(overrides).validate()?;
-    if settled(g, yes, &factory.component.hash, source, Some(&factory.meta.name))? {
+    if settled(g, yes, &target::trust_key(factory), source, Some(&factory.meta.name))? {
         return Ok(true);
     }
     ask(g, factory, source, overrides, grants).await
@@ -241,21 +266,37 @@ pub async fn consent_remote(
     g: &GlobalArgs,
     yes: &YesArg,
     source: &str,
-    component: &str,
+    component: &Target,
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
 ) -> Result<bool> {
-    let path = Path::new(component);
-    if !path.is_file() {
-        // A registered factory: its bytes are in the store the other process holds.
-        if yes.yes {
-            return Ok(true);
+    let path = match component {
+        Target::File(path) if target::is_script_target(&path.to_string_lossy()) => {
+            // A script factory on the command line is the user's own source (see `target`).
+            target::resolve(path)?;
+            let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
+            let factory = host.load_file(path).await.with_context(|| format!("loading {}", path.display()))?;
+            if settled(g, yes, &target::trust_key(&factory), source, Some(&factory.meta.name))? {
+                return Ok(true);
+            }
+            return ask(g, &factory, source, overrides, grants).await;
         }
-        bail!(
-            "cannot check whether registered factory `{component}` is trusted while another factory process holds the \
-             store: pass --yes to run it"
-        );
-    }
+        Target::File(path) => path.as_path(),
+        Target::Registered(name) => {
+            // Its bytes are in the store the other process holds; its sha256 is asked for.
+            let socket = factory_host::control::socket_path(&g.state_dir);
+            let inspect = Request::Inspect { session: g.session.clone(), name: name.clone() };
+            let registration = factory_host::control::request(&socket, &inspect).await?;
+            let hash = registration["hash"].as_str().unwrap_or_default().to_string();
+            if settled(g, yes, &hash, source, Some(name))? {
+                return Ok(true);
+            }
+            bail!(
+                "registered factory `{name}` (sha256 {hash}) is not trusted on this machine and another factory \
+                 process holds the store, so it cannot be shown here for consent: pass --yes to run it"
+            );
+        }
+    };
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let hash = factory_host::component::content_hash(&bytes);
     if settled(g, yes, &hash, source, None)? {
@@ -290,14 +331,8 @@ pub async fn reapprove(g: &GlobalArgs, yes: &YesArg, run_id: &str, factory: &str
          (its approval was revoked, or it ran with --yes).\n  It runs in the same sandbox either way; approving only \
          lets it start.\nResume it? [y/N] "
     );
-    let answer = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).map(|_| line)
-    })
-    .await
-    .context("reading the answer")?
-    .context("reading the answer")?;
-    if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+    let yes = answered_yes().await?;
+    if !yes {
         bail!("reapproval_declined: run {run_id} was not resumed (its component was declined)");
     }
     let entry = TrustedComponent { name: Some(factory.to_string()), ..TrustedComponent::new(hash.to_string(), TrustSource::Approved) };
@@ -359,7 +394,10 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
     };
     let path = PathBuf::from(&target);
     if a.revoke {
-        let hash = if path.exists() {
+        let hash = if target::is_script_target(&target) {
+            let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
+            target::trust_key(&host.load_file(&path).await.with_context(|| format!("loading {target}"))?)
+        } else if path.exists() {
             let file = target::resolve(&path)?;
             let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             factory_host::component::content_hash(&bytes)
@@ -375,14 +413,14 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if !path.exists() {
-        bail!("`{target}` is neither a component file nor a crate directory");
+    if !path.exists() && !target::is_script_target(&target) {
+        bail!("`{target}` is neither a component file, a script factory, nor a crate directory");
     }
     let file = target::resolve(&path)?;
     // Only a loadable factory is worth trusting: load it (in memory) to check and name it.
     let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
     let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
-    let hash = factory.component.hash.clone();
+    let hash = target::trust_key(&factory);
     let built = target::built_here().iter().any(|(h, _)| *h == hash);
     let entry = TrustedComponent {
         name: Some(factory.meta.name.clone()),

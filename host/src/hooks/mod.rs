@@ -1,9 +1,11 @@
 //! The capabilities a guest gets, one module each (`ctx`: journal, progress, identity;
-//! `agents`: subagents and sleep), and [`linker`], which adds them and deny-by-default WASI
-//! to one linker that serves every run of a host.
+//! `agents`: subagents and sleep; `script`: a script factory's source), and [`linker`],
+//! which adds the first two and deny-by-default WASI to one linker that serves every
+//! component of a host, and [`script_linker`], which adds `script` too, for the JS runner.
 
 mod agents;
 mod ctx;
+mod script;
 
 use crate::contract::agent::factory::types as wit;
 use crate::run::{Abort, LimitKind, StepError};
@@ -16,6 +18,16 @@ pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<RunData>> {
     let mut linker = Linker::new(engine);
     crate::contract::Factory::add_to_linker::<RunData, HasSelf<RunData>>(&mut linker, |data| data)?;
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    Ok(linker)
+}
+
+/// [`linker`] plus `agent:factory/script`: the linker of script factories (the JS runner).
+pub(crate) fn script_linker(engine: &Engine) -> wasmtime::Result<Linker<RunData>> {
+    let mut linker = linker(engine)?;
+    crate::contract::script_runner::agent::factory::script::add_to_linker::<RunData, HasSelf<RunData>>(
+        &mut linker,
+        |data| data,
+    )?;
     Ok(linker)
 }
 

@@ -133,6 +133,13 @@ impl Store {
         Store::with_database(db, options, Some(path))
     }
 
+    /// Open (or create) the store on a redb storage backend of the caller's choosing: other
+    /// media, or a backend that injects faults (tests). The store has no file path.
+    pub fn open_with_backend(backend: impl redb::StorageBackend, options: StoreOptions) -> Result<Store, StoreError> {
+        let db = Database::builder().create_with_backend(backend)?;
+        Store::with_database(db, options, None)
+    }
+
     /// A store that lives in memory for the life of the process (embedding, tests).
     pub fn in_memory() -> Result<Store, StoreError> {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
@@ -318,15 +325,31 @@ impl Store {
     pub async fn register(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         self.put_blob(&registration.hash, bytes)?;
         let json = serde_json::to_vec(registration).map_err(|e| StoreError::Io(e.to_string()))?;
-        self.writer.send(Op::Factory { name: registration.meta.name.clone(), registration: json })?;
+        self.writer.send(Op::Factory { name: registration.key(), registration: json })?;
         self.writer.flush().await
     }
 
-    /// A registered factory.
+    /// A factory registered for everyone.
     pub fn factory(&self, name: &str) -> Result<Option<Registration>, StoreError> {
+        self.factory_by_key(name)
+    }
+
+    /// The factory `name` as `session` sees it: its own authored one, else the one
+    /// registered for everyone.
+    pub fn factory_in(&self, session: &str, name: &str) -> Result<Option<Registration>, StoreError> {
+        match self.factory_by_key(&records::registration_key(Some(session), name))? {
+            Some(registration) => Ok(Some(registration)),
+            None => self.factory_by_key(name),
+        }
+    }
+
+    fn factory_by_key(&self, key: &str) -> Result<Option<Registration>, StoreError> {
+        if key.is_empty() {
+            return Ok(None);
+        }
         let txn = self.db.begin_read()?;
         let table = txn.open_table(FACTORIES)?;
-        match table.get(name)? {
+        match table.get(key)? {
             None => Ok(None),
             Some(b) => serde_json::from_slice(b.value()).map(Some).map_err(|e| corrupt("registration", e)),
         }

@@ -27,6 +27,10 @@ pub struct RunRecord {
     pub limits: Limits,
     /// The component sha256 each attempt ran.
     pub component_hashes: Vec<String>,
+    /// The source each attempt ran, for a script factory (index-aligned with
+    /// `component_hashes`; empty for runs recorded before scripts existed).
+    #[serde(default)]
+    pub scripts: Vec<Option<crate::script::ScriptRef>>,
     /// The backend each attempt used (empty for runs recorded before backends were).
     #[serde(default)]
     pub backends: Vec<crate::backend::BackendRef>,
@@ -47,8 +51,32 @@ pub struct Registration {
     pub meta: FactoryMeta,
     /// The component's sha256 (its bytes are in the store under it).
     pub hash: String,
+    /// For a script factory: its source (the text is stored under its sha256; `hash` is
+    /// then the runner's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<crate::script::ScriptRef>,
     /// When it was registered.
     pub added_at: String,
+    /// The session it was authored in (an MCP connection's), which alone sees and runs it;
+    /// `None`: registered for everyone (`factory add`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+impl Registration {
+    /// Its key in the store: the name, or the name within its session.
+    pub fn key(&self) -> String {
+        registration_key(self.session.as_deref(), &self.meta.name)
+    }
+}
+
+/// The store key of factory `name` registered in `session` (`None`: for everyone). Session
+/// keys start with a NUL, which no global name can, so the two never collide.
+pub fn registration_key(session: Option<&str>, name: &str) -> String {
+    match session {
+        Some(session) => format!("\u{0}{session}\u{0}{name}"),
+        None => name.to_string(),
+    }
 }
 
 /// Which progress entries to read.

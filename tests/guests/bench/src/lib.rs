@@ -1,7 +1,8 @@
 //! `bench`: the factory the host benchmark (`host/benches/factory.rs`) drives. Its `args`
 //! select one workload — a loop of `n` calls to one hook (`log`, `step-get`, `step-put`,
 //! `agent-hit`) or an `empty` loop to subtract, a `fanout` of `n` agents, `n`
-//! `sequential-agents`, `n` `sequential-steps`, a `small` factory for many concurrent runs —
+//! `sequential-agents`, `n` `sequential-steps` (counting the step producers that ran), a
+//! `small` factory for many concurrent runs, a `spin` that only a deadline stops —
 //! and `failAtEnd: true` makes the run end with an error once the work is done, so the
 //! benchmark can resume it (a completed run is final). The hook loops call the raw bindings
 //! so SDK overhead does not blur the per-call number.
@@ -47,6 +48,8 @@ impl Factory for Bench {
     async fn run(ctx: Ctx) -> Result<Value, Error> {
         let args: Args = ctx.args()?;
         let n = args.n;
+        // Step producers that ran (a resume must run none of the journaled ones).
+        let produced = std::cell::Cell::new(0usize);
         // How many units of work completed (checked by the benchmark).
         let done: usize = match args.workload.as_str() {
             "empty" => {
@@ -109,10 +112,23 @@ impl Factory for Bench {
             "sequential-steps" => {
                 let mut sum = 0usize;
                 for i in 0..n {
-                    let v: usize = ctx.step(&format!("step-{i}"), || async move { Ok(i) }).await?;
+                    let produced = &produced;
+                    let v: usize = ctx
+                        .step(&format!("step-{i}"), || async move {
+                            produced.set(produced.get() + 1);
+                            Ok(i)
+                        })
+                        .await?;
                     sum += usize::from(v == i);
                 }
                 sum
+            }
+            // Spin without calling the host: only a deadline stops it (timeout enforcement).
+            "spin" => {
+                let mut x: u64 = 0;
+                loop {
+                    x = black_box(x.wrapping_add(1));
+                }
             }
             "small" => {
                 ctx.phase("Bench");
@@ -126,10 +142,11 @@ impl Factory for Bench {
             }
             other => return Err(Error::msg(format!("unknown workload `{other}`"))),
         };
+        let produced = produced.get();
         if args.fail_at_end {
-            return Err(Error::msg(format!("failAtEnd: done={done}")));
+            return Err(Error::msg(format!("failAtEnd: done={done} produced={produced}")));
         }
-        Ok(json!({ "workload": args.workload, "n": n, "done": done }))
+        Ok(json!({ "workload": args.workload, "n": n, "done": done, "produced": produced }))
     }
 }
 

@@ -3,7 +3,8 @@
 //! journal oversized values, panic, over-fan-out, ignore cancellation and aborts), so
 //! `tests/hostile.rs` can check that the host stops each with a typed failure. Where the
 //! SDK would protect the host (it validates step values, caps `parallel`), the case calls
-//! the raw bindings in `factory_sdk::__bindings` instead.
+//! the raw bindings in `factory_sdk::__bindings` instead (`invalid-result` even exports
+//! `run` itself, to return a result that is not JSON).
 
 use factory_sdk::__bindings::agent::factory::{agents as raw_agents, ctx as raw_ctx, types as wit};
 use factory_sdk::prelude::*;
@@ -204,6 +205,17 @@ impl Factory for Hostile {
                 }
                 Ok(json!({ "answered": answered, "refused": refused }))
             }
+            // A raw agent call whose schema is not JSON: the host refuses the call and ends
+            // the attempt with `invalid_call`; the guest ignores the abort and claims success.
+            "bad-schema" => {
+                let options = wit::AgentOptions {
+                    label: Some("h:bad-schema".into()),
+                    schema: Some("{not json".into()),
+                    model: None,
+                };
+                let outcome = raw_agents::agent("judge this".into(), options).await;
+                Ok(json!({ "ignored": format!("{outcome:?}") }))
+            }
             // One agent, then busy-wait on `cancelled()`; once cancelled, keep calling hooks
             // (agents, logs) as if nothing happened. Only the host can end this.
             "cancel-loop" => {
@@ -312,4 +324,24 @@ impl Factory for Hostile {
     }
 }
 
-factory_sdk::export!(Hostile);
+/// The component's exports: the SDK's, except that `invalid-result` returns text that is not
+/// JSON as the run's result, which the SDK (it always serializes) cannot do.
+struct Export;
+
+impl factory_sdk::__bindings::Guest for Export {
+    fn meta() -> factory_sdk::__bindings::Meta {
+        factory_sdk::__private::meta::<Hostile>()
+    }
+
+    async fn run(args: String) -> Result<Option<String>, String> {
+        let case = factory_sdk::serde_json::from_str::<Value>(&args)
+            .ok()
+            .and_then(|a| a["case"].as_str().map(str::to_owned));
+        if case.as_deref() == Some("invalid-result") {
+            return Ok(Some("{not json".to_string()));
+        }
+        factory_sdk::__private::run::<Hostile>(args).await
+    }
+}
+
+factory_sdk::__bindings::__export_factory_world!(Export with_types_in factory_sdk::__bindings);

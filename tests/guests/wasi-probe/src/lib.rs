@@ -1,8 +1,9 @@
 //! `wasi-probe`: a test factory built for `wasm32-wasip2`, so it imports WASI and uses std
 //! as an ordinary program would. It reports what it observed — environment variables,
 //! arguments, a listing of `/`, file reads and writes at the paths it is given, a TCP
-//! connect — as JSON, and prints to stdout and stderr, so `tests/sandbox.rs` can check that
-//! the host denies all of it by default and grants exactly what `--allow-read` says.
+//! connect, a DNS lookup, a UDP datagram, stdin — as JSON, and prints to stdout and stderr,
+//! so `tests/sandbox.rs` can check that the host denies all of it by default and grants
+//! exactly what `--allow-read` says.
 
 use factory_sdk::prelude::*;
 use std::io::Write;
@@ -21,6 +22,12 @@ struct Args {
     /// Fail (after observing) unless this file can be read: lets a test end an attempt with
     /// an error and resume it once the file exists.
     require: Option<String>,
+    /// A `host:port` to resolve (a DNS lookup).
+    resolve: Option<String>,
+    /// A `host:port` to send a UDP datagram to (after binding a UDP socket).
+    udp: Option<String>,
+    /// Read stdin to its end.
+    stdin: bool,
 }
 
 /// `{"ok": value}` or `{"err": message}`.
@@ -40,6 +47,22 @@ fn list(dir: &str) -> std::io::Result<Vec<String>> {
     Ok(names)
 }
 
+fn resolve(addr: &str) -> std::io::Result<Vec<String>> {
+    use std::net::ToSocketAddrs;
+    Ok(addr.to_socket_addrs()?.map(|a| a.to_string()).collect())
+}
+
+fn udp(addr: &str) -> std::io::Result<usize> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    socket.send_to(b"wasi-probe datagram", addr)
+}
+
+fn stdin() -> std::io::Result<String> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+    Ok(text)
+}
+
 fn write(path: &str) -> std::io::Result<bool> {
     let mut file = std::fs::File::create(path)?;
     file.write_all(b"written by wasi-probe\n")?;
@@ -54,7 +77,7 @@ impl Factory for WasiProbe {
     fn meta() -> Meta {
         Meta::new(
             "wasi-probe",
-            "Reports what a WASI guest can see. args: { read?, write?, list?: string[], connect?, require?: string }",
+            "Reports what a WASI guest can see. args: { read?, write?, list?: string[], connect?, require?, resolve?, udp?: string, stdin?: bool }",
         )
         .phase("Probe")
     }
@@ -80,6 +103,9 @@ impl Factory for WasiProbe {
         }
         let addr = args.connect.unwrap_or_else(|| "127.0.0.1:9".to_string());
         let connect = outcome(std::net::TcpStream::connect(addr.as_str()).map(|_| true));
+        let resolved = args.resolve.as_deref().map(|a| outcome(resolve(a)));
+        let sent = args.udp.as_deref().map(|a| outcome(udp(a)));
+        let read_stdin = args.stdin.then(|| outcome(stdin()));
         if let Some(path) = args.require {
             if let Err(e) = std::fs::read_to_string(&path) {
                 return Err(Error::from(format!("required file `{path}` is not readable: {e}")));
@@ -92,6 +118,9 @@ impl Factory for WasiProbe {
             "read": read,
             "write": written,
             "connect": { "addr": addr, "outcome": connect },
+            "resolve": resolved,
+            "udp": sent,
+            "stdin": read_stdin,
         }))
     }
 }

@@ -1,0 +1,306 @@
+//! The JavaScript runner: a component of world `agent:factory/script-runner` that runs a
+//! factory written in JavaScript on QuickJS (through `rquickjs`).
+//!
+//! The host gives it the source through the `script` import; `describe` and `run` evaluate
+//! it as an ES module whose imports `"factory"` and `"@github/copilot-sdk/extension"`
+//! resolve to the runtime in `prelude.js` (`defineFactory`, `joinSession`, the `ctx` API).
+//! Everything the script does goes through the same contract as a Rust factory: `agent`
+//! Promises are the async `agents.agent` import (thousands may be in flight), steps,
+//! phases and logs are the `ctx` imports. The runner imports nothing else (no WASI).
+//!
+//! Determinism under resume: `Date.now()` is the run's creation time (read from the run id,
+//! a UUID v7) and does not advance; `Math.random()` is a PRNG seeded from the run id. Both
+//! are the same in every attempt, so prompts built from them keep their memo keys.
+
+use rquickjs::function::{Async, Func};
+use rquickjs::loader::{Loader, Resolver};
+use rquickjs::{AsyncContext, AsyncRuntime, Ctx, Error, Function, Module, Object, Promise, Value};
+use std::cell::Cell;
+use std::future::Future;
+
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "script-runner",
+        generate_all,
+    });
+}
+
+use bindings::agent::factory::types::{Abort, AgentOptions, LimitKind, Limits, Meta, PhaseDecl, StepError};
+use bindings::agent::factory::{agents, ctx as hooks, script};
+
+/// The runtime module the factory imports.
+const PRELUDE: &str = include_str!("prelude.js");
+
+/// The module specifiers that resolve to [`PRELUDE`].
+const RUNTIME_SPECIFIERS: &[&str] = &["factory", "@github/copilot-sdk/extension", "@github/copilot-sdk"];
+
+/// The JS stack limit, checked by QuickJS against the shadow stack in linear memory. Each
+/// JS call also uses wasm's native stack (wasmtime's, 512 KiB by default) at a higher rate,
+/// so the limit must be low enough for QuickJS to notice first: then deep recursion is a
+/// catchable `InternalError: stack overflow`, as in a browser.
+const MAX_STACK: usize = 128 * 1024;
+
+thread_local! {
+    /// What `Date.now()` answers, in microseconds since the epoch.
+    static CLOCK_US: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// QuickJS's only host import on this target: the clock.
+#[unsafe(no_mangle)]
+pub extern "C" fn __rquickjs_host_now_us() -> f64 {
+    CLOCK_US.with(|c| c.get())
+}
+
+/// The creation time of a run, from its id (a UUID v7 starts with 48 bits of Unix ms).
+fn run_clock_us(run_id: &str) -> f64 {
+    let hex: String = run_id.chars().filter(|c| *c != '-').take(12).collect();
+    match u64::from_str_radix(&hex, 16) {
+        Ok(ms) if hex.len() == 12 => ms as f64 * 1000.0,
+        _ => 0.0,
+    }
+}
+
+struct Runner;
+
+bindings::export!(Runner with_types_in bindings);
+
+impl bindings::Guest for Runner {
+    fn meta() -> Meta {
+        match describe() {
+            Ok(meta) => meta,
+            // The host calls `describe` for script factories; `meta` cannot say why.
+            Err(message) => panic!("{message}"),
+        }
+    }
+
+    fn describe() -> Result<Meta, String> {
+        describe()
+    }
+
+    async fn run(args: String) -> Result<Option<String>, String> {
+        let source = script::source();
+        let run_id = hooks::run_id();
+        CLOCK_US.with(|c| c.set(run_clock_us(&run_id)));
+        let (rt, context) = new_engine(&source).await.map_err(|e| format!("cannot start the JS engine: {e}"))?;
+        let outcome = context
+            .async_with(async |ctx| {
+                install_natives(&ctx, true)?;
+                let main: Function = ctx.globals().get("__factory_run")?;
+                let promise: Promise = main.call((source.file_name.clone(), source.entry.clone(), args, run_id))?;
+                promise.into_future::<String>().await
+            })
+            .await;
+        drop(context);
+        drop(rt);
+        match outcome {
+            Ok(encoded) => decode_outcome(&encoded),
+            Err(e) => Err(format!("the JS runner failed: {e}")),
+        }
+    }
+}
+
+/// `describe`: evaluate the module and read the chosen factory's meta.
+fn describe() -> Result<Meta, String> {
+    let source = script::source();
+    block_on(async {
+        let (rt, context) = new_engine(&source).await.map_err(|e| format!("cannot start the JS engine: {e}"))?;
+        let outcome = context
+            .async_with(async |ctx| {
+                install_natives(&ctx, false)?;
+                let main: Function = ctx.globals().get("__factory_describe")?;
+                let promise: Promise = main.call((source.file_name.clone(), source.entry.clone()))?;
+                promise.into_future::<String>().await
+            })
+            .await;
+        drop(context);
+        drop(rt);
+        let encoded = outcome.map_err(|e| format!("the JS runner failed: {e}"))?;
+        match encoded.split_at_checked(1) {
+            Some(("m", json)) => meta_from_json(json),
+            Some(("e", message)) => Err(message.to_string()),
+            _ => Err("the JS runner failed: malformed describe outcome".into()),
+        }
+    })
+}
+
+/// Drive a future that waits on nothing outside the JS engine (describe never calls an
+/// async import), polling until it is ready.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+    }
+}
+
+/// `"r" + json` (a result), `"n"` (no result), `"e" + message`.
+fn decode_outcome(encoded: &str) -> Result<Option<String>, String> {
+    match encoded.split_at_checked(1) {
+        Some(("r", json)) => Ok(Some(json.to_string())),
+        Some(("n", _)) => Ok(None),
+        Some(("e", message)) => Err(message.to_string()),
+        _ => Err("the JS runner failed: malformed run outcome".into()),
+    }
+}
+
+/// A runtime and context with the loader for `source` and the prelude evaluated.
+async fn new_engine(source: &script::ScriptSource) -> rquickjs::Result<(AsyncRuntime, AsyncContext)> {
+    let rt = AsyncRuntime::new()?;
+    rt.set_max_stack_size(MAX_STACK).await;
+    let modules = Modules { file_name: source.file_name.clone(), text: source.text.clone() };
+    rt.set_loader(modules.clone(), modules).await;
+    let context = AsyncContext::full(&rt).await?;
+    context
+        .with(|ctx| -> rquickjs::Result<()> {
+            ctx.eval::<(), _>(PRELUDE)?;
+            Ok(())
+        })
+        .await?;
+    Ok((rt, context))
+}
+
+/// Resolves and loads the factory's own module and the runtime module; nothing else.
+#[derive(Clone)]
+struct Modules {
+    file_name: String,
+    text: String,
+}
+
+impl Resolver for Modules {
+    fn resolve<'js>(
+        &mut self,
+        _ctx: &Ctx<'js>,
+        _base: &str,
+        name: &str,
+        _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
+    ) -> rquickjs::Result<String> {
+        if RUNTIME_SPECIFIERS.contains(&name) {
+            Ok("factory".into())
+        } else if name == self.file_name {
+            Ok(name.into())
+        } else {
+            Err(Error::new_resolving_message(
+                _base,
+                name,
+                "a factory can import only \"factory\" or \"@github/copilot-sdk/extension\"",
+            ))
+        }
+    }
+}
+
+impl Loader for Modules {
+    fn load<'js>(
+        &mut self,
+        ctx: &Ctx<'js>,
+        name: &str,
+        _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
+    ) -> rquickjs::Result<Module<'js, rquickjs::module::Declared>> {
+        if name == "factory" {
+            Module::declare(ctx.clone(), "factory", "export const { defineFactory, joinSession } = globalThis.__factory_api;")
+        } else if name == self.file_name {
+            Module::declare(ctx.clone(), name, self.text.clone())
+        } else {
+            Err(Error::new_loading(name))
+        }
+    }
+}
+
+/// The native hooks the prelude builds `ctx` from, on the hidden global `__factory_native`.
+/// Outcomes are encoded as strings: `"o" + json` (a value), `"a" + message` (an abort),
+/// `"i" + message` (an invalid step value), `null` (nothing).
+fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
+    let native = Object::new(ctx.clone())?;
+    native.set("stepGet", Func::from(|key: String| -> Option<String> {
+        match hooks::step_get(&key) {
+            Ok(Some(json)) => Some(format!("o{json}")),
+            Ok(None) => None,
+            Err(abort) => Some(format!("a{}", abort_message(&abort))),
+        }
+    }))?;
+    native.set("stepPut", Func::from(|key: String, json: String| -> Option<String> {
+        match hooks::step_put(&key, &json) {
+            Ok(()) => None,
+            Err(StepError::InvalidJson(m)) => Some(format!("i{m}")),
+            Err(StepError::Abort(abort)) => Some(format!("a{}", abort_message(&abort))),
+        }
+    }))?;
+    native.set("phase", Func::from(|title: String| hooks::phase(&title)))?;
+    native.set("log", Func::from(|message: String| hooks::log(&message)))?;
+    native.set("cancelled", Func::from(hooks::cancelled))?;
+    if with_agents {
+        native.set(
+            "agent",
+            Func::from(Async(
+                |prompt: String, label: Option<String>, schema: Option<String>, model: Option<String>| async move {
+                    let options = AgentOptions { label, schema, model };
+                    let encoded: rquickjs::Result<Option<String>> = Ok(match agents::agent(prompt, options).await {
+                        Ok(Some(json)) => Some(format!("o{json}")),
+                        Ok(None) => None,
+                        Err(abort) => Some(format!("a{}", abort_message(&abort))),
+                    });
+                    encoded
+                },
+            )),
+        )?;
+    }
+    ctx.globals().set("__factory_native", native)?;
+    let _: Value = ctx.globals().get("__factory_native")?;
+    Ok(())
+}
+
+/// How an abort reads in JS (`AbortError.message`); `kind:` prefixes let the prelude tell
+/// a cancellation (which aborts `ctx.signal`) from the rest.
+fn abort_message(abort: &Abort) -> String {
+    match abort {
+        Abort::Cancelled => "cancelled:the run was cancelled".into(),
+        Abort::LimitReached(kind) => {
+            let kind = match kind {
+                LimitKind::MaxTotalSubagents => "maxTotalSubagents",
+                LimitKind::TimeoutSeconds => "timeoutSeconds",
+                LimitKind::MaxAiCredits => "maxAiCredits",
+            };
+            format!("limit:the factory limit `{kind}` was reached")
+        }
+        Abort::Storage(m) => format!("storage:the durable store failed: {m}"),
+        Abort::InvalidCall(m) => format!("invalid:{m}"),
+        Abort::SandboxLimit(m) => format!("sandbox:{m}"),
+    }
+}
+
+/// The wit `meta` from the JSON the prelude produced (its shape checked there).
+fn meta_from_json(json: &str) -> Result<Meta, String> {
+    use serde_json::Value as Json;
+    let value: Json = serde_json::from_str(json).map_err(|e| format!("meta: {e}"))?;
+    let text = |v: Option<&Json>| v.and_then(|v| v.as_str()).map(str::to_string);
+    let name = text(value.get("name")).ok_or("meta.name must be a string")?;
+    let description = text(value.get("description")).ok_or("meta.description must be a string")?;
+    let mut phases = Vec::new();
+    for item in value.get("phases").and_then(|p| p.as_array()).map(Vec::as_slice).unwrap_or_default() {
+        let title = text(item.get("title")).ok_or("meta.phases[].title must be a string")?;
+        phases.push(PhaseDecl { title, detail: text(item.get("detail")) });
+    }
+    let mut limits =
+        Limits { max_concurrent_subagents: None, max_total_subagents: None, timeout_seconds: None, max_ai_credits: None };
+    if let Some(declared) = value.get("limits").and_then(|l| l.as_object()) {
+        for (key, v) in declared {
+            let n = v.as_f64().ok_or_else(|| format!("meta.limits.{key} must be a number"))?;
+            let int = || -> Result<u32, String> {
+                v.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| format!("meta.limits.{key} must be a positive integer"))
+            };
+            match key.as_str() {
+                "maxConcurrentSubagents" => limits.max_concurrent_subagents = Some(int()?),
+                "maxTotalSubagents" => limits.max_total_subagents = Some(int()?),
+                "timeoutSeconds" => limits.timeout_seconds = Some(n),
+                "maxAiCredits" => limits.max_ai_credits = Some(n),
+                other => return Err(format!("meta.limits has an unknown limit `{other}`")),
+            }
+        }
+    }
+    let args_schema = value.get("argsSchema").filter(|s| !s.is_null()).map(|s| s.to_string());
+    Ok(Meta { name, description, phases, limits, args_schema })
+}

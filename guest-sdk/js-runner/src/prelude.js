@@ -1,0 +1,355 @@
+// The factory runtime of the JS runner: `defineFactory`, `joinSession` and the `ctx` API of
+// the Copilot SDK's agent factories, on top of the native hooks in `__factory_native`
+// (installed by lib.rs). Evaluated as a script before the factory's module; the module
+// `"factory"` (alias `"@github/copilot-sdk/extension"`) re-exports `__factory_api`.
+"use strict";
+(() => {
+    const MAX_ITEMS = 4096;
+    const MAX_DEPTH = 128;
+    const FACTORY = Symbol("factory");
+    const defined = [];
+    let joined = null;
+
+    // An abort: the run must stop. `parallel`/`pipeline` let it through instead of turning
+    // it into `null`.
+    class FactoryAbortError extends Error {
+        constructor(kind, message) {
+            super(message);
+            this.name = "AbortError";
+            this.kind = kind;
+        }
+    }
+    const isAbort = (e) => e instanceof FactoryAbortError;
+
+    function abortFrom(encoded) {
+        const colon = encoded.indexOf(":");
+        return new FactoryAbortError(encoded.slice(0, colon), encoded.slice(colon + 1));
+    }
+
+    // Strict JSON: plain objects, arrays, strings, finite numbers, booleans, null.
+    function checkJson(value, path, depth, seen) {
+        if (depth > MAX_DEPTH) throw new TypeError(`${path} is nested deeper than ${MAX_DEPTH} levels`);
+        if (value === null) return;
+        switch (typeof value) {
+            case "string":
+            case "boolean":
+                return;
+            case "number":
+                if (!Number.isFinite(value)) throw new TypeError(`${path} is ${value}, which is not JSON`);
+                return;
+            case "undefined":
+                throw new TypeError(`${path} is undefined, which is not JSON`);
+            case "object":
+                break;
+            default:
+                throw new TypeError(`${path} is a ${typeof value}, which is not JSON`);
+        }
+        if (seen.has(value)) throw new TypeError(`${path} is a circular reference`);
+        seen.add(value);
+        if (Array.isArray(value)) {
+            for (let i = 0; i < value.length; i++) checkJson(value[i], `${path}[${i}]`, depth + 1, seen);
+        } else {
+            const proto = Object.getPrototypeOf(value);
+            if (proto !== Object.prototype && proto !== null) {
+                const kind = value.constructor && value.constructor.name ? value.constructor.name : "non-plain object";
+                throw new TypeError(`${path} is a ${kind}, which is not JSON (convert it to a plain value first)`);
+            }
+            for (const key of Object.keys(value)) checkJson(value[key], `${path}.${key}`, depth + 1, seen);
+        }
+        seen.delete(value);
+    }
+    function toJson(value, path) {
+        checkJson(value, path, 0, new Set());
+        return JSON.stringify(value);
+    }
+
+    function describeError(e) {
+        if (e instanceof SyntaxError && typeof e.stack === "string") {
+            // `file:line:col: SyntaxError: message`, as compilers report it.
+            const at = /^\s*at (?:.*\()?([^()\s]+:\d+:\d+)\)?\s*$/m.exec(e.stack);
+            if (at) return `${at[1]}: ${e.name}: ${e.message}`;
+        }
+        if (e instanceof Error) {
+            const head = `${e.name}: ${e.message}`;
+            const stack = typeof e.stack === "string" ? e.stack.trimEnd() : "";
+            return stack ? `${head}\n${stack}` : head;
+        }
+        let text;
+        try {
+            text = String(e);
+        } catch {
+            text = Object.prototype.toString.call(e);
+        }
+        return `uncaught ${text}`;
+    }
+
+    function checkMeta(meta) {
+        if (meta === null || typeof meta !== "object") throw new TypeError("defineFactory: `meta` must be an object");
+        if (typeof meta.name !== "string" || meta.name === "") throw new TypeError("defineFactory: `meta.name` must be a non-empty string");
+        if (typeof meta.description !== "string") throw new TypeError(`defineFactory: \`meta.description\` of \`${meta.name}\` must be a string`);
+        if (meta.phases !== undefined) {
+            if (!Array.isArray(meta.phases)) throw new TypeError("defineFactory: `meta.phases` must be an array of { title, detail? }");
+            for (const p of meta.phases) {
+                if (p === null || typeof p !== "object" || typeof p.title !== "string")
+                    throw new TypeError("defineFactory: each of `meta.phases` must be { title: string, detail?: string }");
+                if (p.detail !== undefined && typeof p.detail !== "string")
+                    throw new TypeError("defineFactory: `meta.phases[].detail` must be a string");
+            }
+        }
+        if (meta.limits !== undefined && (meta.limits === null || typeof meta.limits !== "object"))
+            throw new TypeError("defineFactory: `meta.limits` must be an object");
+    }
+
+    function defineFactory(definition) {
+        if (definition === null || typeof definition !== "object") throw new TypeError("defineFactory takes { meta, run }");
+        checkMeta(definition.meta);
+        if (typeof definition.run !== "function") throw new TypeError(`defineFactory: \`run\` of \`${definition.meta.name}\` must be a function`);
+        const factory = { meta: definition.meta, run: definition.run, [FACTORY]: true };
+        defined.push(factory);
+        return factory;
+    }
+
+    // The Copilot SDK's session: here it only records which factories the file offers.
+    function joinSession(options) {
+        const factories = options && options.factories;
+        if (factories !== undefined) {
+            if (!Array.isArray(factories) || !factories.every((f) => f && f[FACTORY]))
+                throw new TypeError("joinSession: `factories` must be an array of defineFactory results");
+            joined = (joined || []).concat(factories);
+        }
+        const session = {
+            factories: joined || [],
+            factory: {
+                run: () => Promise.reject(new Error("session.factory.run is not available inside the factory host: run factories with `factory run`")),
+            },
+        };
+        return Promise.resolve(session);
+    }
+
+    globalThis.__factory_api = Object.freeze({ defineFactory, joinSession });
+
+    // Which factory the file offers under `entry` (its meta name), or by default.
+    function pick(ns, fileName, entry) {
+        const offered = [];
+        const add = (f) => {
+            if (f && f[FACTORY] && !offered.includes(f)) offered.push(f);
+        };
+        if (Array.isArray(ns.default)) ns.default.forEach(add);
+        else add(ns.default);
+        (joined || []).forEach(add);
+        for (const key of Object.keys(ns)) if (key !== "default") add(ns[key]);
+        const candidates = offered.length ? offered : defined;
+        const names = candidates.map((f) => f.meta.name);
+        if (entry !== undefined && entry !== null) {
+            const found = candidates.find((f) => f.meta.name === entry);
+            if (!found)
+                throw new Error(`${fileName} has no factory named \`${entry}\`` + (names.length ? ` (it offers: ${names.join(", ")})` : ""));
+            return found;
+        }
+        if (ns.default && ns.default[FACTORY]) return ns.default;
+        if (candidates.length === 1) return candidates[0];
+        if (candidates.length === 0)
+            throw new Error(`${fileName} defines no factory: \`export default defineFactory({ meta, run })\`, or pass it to \`joinSession({ factories: [...] })\``);
+        throw new Error(`${fileName} offers several factories (${names.join(", ")}): run one as \`${fileName}#NAME\``);
+    }
+
+    async function load(fileName, entry) {
+        const ns = await import(fileName);
+        return pick(ns, fileName, entry);
+    }
+
+    globalThis.__factory_describe = async (fileName, entry) => {
+        try {
+            const factory = await load(fileName, entry);
+            const meta = factory.meta;
+            const out = { name: meta.name, description: meta.description, phases: meta.phases || [], limits: meta.limits || {} };
+            const schema = meta.argsSchema !== undefined ? meta.argsSchema : meta.args;
+            if (schema !== undefined && schema !== null) out.argsSchema = schema;
+            return "m" + toJson(out, "meta");
+        } catch (e) {
+            return "e" + describeError(e);
+        }
+    };
+
+    // A seeded PRNG (mulberry32), so `Math.random()` is the same in every attempt of a run.
+    function seededRandom(seedText) {
+        let h = 2166136261 >>> 0;
+        for (let i = 0; i < seedText.length; i++) h = Math.imul(h ^ seedText.charCodeAt(i), 16777619) >>> 0;
+        let a = h;
+        return () => {
+            a = (a + 0x6d2b79f5) >>> 0;
+            let t = a;
+            t = Math.imul(t ^ (t >>> 15), t | 1);
+            t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+            return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+        };
+    }
+
+    function makeSignal(native) {
+        let aborted = false;
+        let reason;
+        const listeners = [];
+        const signal = {
+            get aborted() {
+                if (!aborted && native.cancelled()) fire(new FactoryAbortError("cancelled", "the run was cancelled"));
+                return aborted;
+            },
+            get reason() {
+                return signal.aborted ? reason : undefined;
+            },
+            onabort: null,
+            addEventListener(type, fn) {
+                if (type === "abort" && typeof fn === "function") listeners.push(fn);
+            },
+            removeEventListener(type, fn) {
+                const i = listeners.indexOf(fn);
+                if (type === "abort" && i >= 0) listeners.splice(i, 1);
+            },
+            throwIfAborted() {
+                if (signal.aborted) throw reason;
+            },
+        };
+        function fire(why) {
+            if (aborted) return;
+            aborted = true;
+            reason = why;
+            const event = { type: "abort", target: signal };
+            for (const fn of [signal.onabort, ...listeners]) {
+                if (typeof fn === "function") {
+                    try {
+                        fn.call(signal, event);
+                    } catch {
+                        // A listener's error does not stop the others.
+                    }
+                }
+            }
+        }
+        return { signal, fire };
+    }
+
+    function makeCtx(argsJson, runId) {
+        const native = globalThis.__factory_native;
+        const { signal, fire } = makeSignal(native);
+        const raise = (encoded) => {
+            const e = abortFrom(encoded);
+            if (e.kind === "cancelled") fire(e);
+            throw e;
+        };
+
+        async function agent(prompt, options) {
+            if (typeof prompt !== "string") throw new TypeError("ctx.agent: the prompt must be a string");
+            let label, schema, model;
+            if (options !== undefined && options !== null) {
+                if (typeof options !== "object") throw new TypeError("ctx.agent: options must be { label?, schema?, model? }");
+                for (const key of Object.keys(options)) {
+                    if (key !== "label" && key !== "schema" && key !== "model")
+                        throw new TypeError(`ctx.agent: unknown option \`${key}\` (options are exactly label, schema and model)`);
+                }
+                if (options.label !== undefined && options.label !== null) {
+                    if (typeof options.label !== "string") throw new TypeError("ctx.agent: `label` must be a string");
+                    label = options.label;
+                }
+                if (options.model !== undefined && options.model !== null) {
+                    if (typeof options.model !== "string") throw new TypeError("ctx.agent: `model` must be a string");
+                    model = options.model;
+                }
+                if (options.schema !== undefined && options.schema !== null) schema = toJson(options.schema, "ctx.agent: `schema`");
+            }
+            const reply = await native.agent(prompt, label, schema, model);
+            if (reply === null || reply === undefined) return null;
+            if (reply[0] === "a") raise(reply.slice(1));
+            return JSON.parse(reply.slice(1));
+        }
+
+        async function parallel(thunks) {
+            if (!Array.isArray(thunks)) throw new TypeError("ctx.parallel takes an array of functions");
+            if (thunks.length > MAX_ITEMS) throw new RangeError(`ctx.parallel: ${thunks.length} items is more than the ${MAX_ITEMS} allowed`);
+            thunks.forEach((t, i) => {
+                if (typeof t !== "function") throw new TypeError(`ctx.parallel: item ${i} is not a function (pass thunks: () => ctx.agent(...))`);
+            });
+            return Promise.all(
+                thunks.map(async (thunk) => {
+                    try {
+                        return await thunk();
+                    } catch (e) {
+                        if (isAbort(e)) throw e;
+                        return null;
+                    }
+                })
+            );
+        }
+
+        async function pipeline(items, ...stages) {
+            if (!Array.isArray(items)) throw new TypeError("ctx.pipeline takes an array of items, then stage functions");
+            if (items.length > MAX_ITEMS) throw new RangeError(`ctx.pipeline: ${items.length} items is more than the ${MAX_ITEMS} allowed`);
+            stages.forEach((s, i) => {
+                if (typeof s !== "function") throw new TypeError(`ctx.pipeline: stage ${i} is not a function`);
+            });
+            return Promise.all(
+                items.map(async (item, index) => {
+                    let value = item;
+                    try {
+                        for (const stage of stages) value = await stage(value, item, index);
+                        return value;
+                    } catch (e) {
+                        if (isAbort(e)) throw e;
+                        return null;
+                    }
+                })
+            );
+        }
+
+        async function step(key, producer, options) {
+            if (typeof key !== "string") throw new TypeError("ctx.step: the key must be a string");
+            if (typeof producer !== "function") throw new TypeError("ctx.step: the producer must be a function");
+            if (options && options.volatile) return await producer();
+            const cached = native.stepGet(key);
+            if (cached !== null && cached !== undefined) {
+                if (cached[0] === "a") raise(cached.slice(1));
+                return JSON.parse(cached.slice(1));
+            }
+            const value = await producer();
+            if (value === undefined) throw new TypeError(`ctx.step("${key}"): the producer returned undefined; a journaled step must produce a JSON value`);
+            const text = toJson(value, `ctx.step("${key}") value`);
+            const refused = native.stepPut(key, text);
+            if (refused !== null && refused !== undefined) {
+                if (refused[0] === "a") raise(refused.slice(1));
+                throw new TypeError(`ctx.step("${key}"): ${refused.slice(1)}`);
+            }
+            return JSON.parse(text);
+        }
+
+        const ctx = {
+            args: JSON.parse(argsJson),
+            runId,
+            agent,
+            parallel,
+            pipeline,
+            step,
+            phase: (title) => native.phase(String(title)),
+            log: (message) => native.log(String(message)),
+            signal,
+            session: null,
+            factory: () => Promise.reject(new Error("nested factories are not supported")),
+        };
+        return Object.freeze(ctx);
+    }
+
+    globalThis.__factory_run = async (fileName, entry, argsJson, runId) => {
+        try {
+            Math.random = seededRandom(runId);
+            const factory = await load(fileName, entry);
+            const result = await factory.run(makeCtx(argsJson, runId));
+            if (result === undefined) return "n";
+            let json;
+            try {
+                json = toJson(result, "result");
+            } catch (e) {
+                return `ethe factory's result is not JSON: ${e.message}; a factory returns JSON (objects, arrays, strings, numbers, booleans, null) or undefined`;
+            }
+            return "r" + json;
+        } catch (e) {
+            return "e" + describeError(e);
+        }
+    };
+})();

@@ -1,0 +1,263 @@
+"""The SDK's semantics under CPython, with the host's hooks faked (no component needed):
+``python3 -m unittest discover -s tests -t .`` in ``guest-sdk/python`` (tests/python.rs runs
+it). The real thing, through the `factory` binary, is tested in tests/python.rs."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import unittest
+from typing import Literal, Optional, TypedDict
+
+import factory_sdk
+from factory_sdk import MAX_ITEMS, Abort, Ctx, FactoryError, StepError, schema_of
+from factory_sdk import _schema
+
+
+class Err(Exception):
+    """componentize-py's `Err`: the error case of a WIT result."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class Abort_LimitReached:  # noqa: N801 - the name componentize-py generates
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+class Abort_Cancelled:  # noqa: N801
+    value = None
+
+
+class StepError_InvalidJson:  # noqa: N801
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+
+@dataclasses.dataclass
+class AgentOptions:
+    label: Optional[str]
+    schema: Optional[str]
+    model: Optional[str]
+
+
+class FakeWit:
+    AgentOptions = AgentOptions
+
+
+class FakeHost:
+    """The `ctx` and `agents` imports: replies by label, a journal, a log."""
+
+    def __init__(self, replies: dict[str, object]) -> None:
+        self.replies = replies
+        self.calls: list[tuple[str, AgentOptions]] = []
+        self.journal: dict[str, str] = {}
+        self.lines: list[str] = []
+        self.phases: list[str] = []
+
+    # agents
+    async def agent(self, prompt: str, options: AgentOptions) -> Optional[str]:
+        self.calls.append((prompt, options))
+        await asyncio.sleep(0)
+        reply = self.replies.get(options.label or "", json.dumps(f"reply to {prompt}"))
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply  # type: ignore[return-value]
+
+    async def sleep(self, ms: int) -> None:
+        await asyncio.sleep(0)
+
+    # ctx
+    def step_get(self, key: str) -> Optional[str]:
+        return self.journal.get(key)
+
+    def step_put(self, key: str, value: str) -> None:
+        if key == "refused":
+            raise Err(StepError_InvalidJson("not JSON"))
+        self.journal[key] = value
+
+    def phase(self, title: str) -> None:
+        self.phases.append(title)
+
+    def log(self, message: str) -> None:
+        self.lines.append(message)
+
+    def run_id(self) -> str:
+        return "run-1"
+
+    def cancelled(self) -> bool:
+        return False
+
+
+def with_host(replies: dict[str, object] | None = None) -> FakeHost:
+    host = FakeHost(replies or {})
+    factory_sdk._agents = host  # type: ignore[assignment]
+    factory_sdk._hooks = host  # type: ignore[assignment]
+    factory_sdk._wit = FakeWit  # type: ignore[assignment]
+    factory_sdk._Err = Err  # type: ignore[assignment]
+    return host
+
+
+LIMIT = Err(Abort_LimitReached(0))
+
+
+@dataclasses.dataclass
+class Finding:
+    title: str
+    severity: int = 1
+
+
+class Args(TypedDict, total=False):
+    files: list[str]
+
+
+class AgentTests(unittest.TestCase):
+    def test_text_none_and_abort(self) -> None:
+        host = with_host({"none": None, "stop": LIMIT})
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        self.assertEqual(asyncio.run(ctx.agent("hi", label="a")), "reply to hi")
+        self.assertIsNone(asyncio.run(ctx.agent("hi", label="none")))
+        with self.assertRaises(Abort) as caught:
+            asyncio.run(ctx.agent("hi", label="stop"))
+        self.assertEqual((caught.exception.reason, caught.exception.limit), ("limit-reached", "maxTotalSubagents"))
+        self.assertFalse(isinstance(caught.exception, Exception), "Abort is not an Exception")
+        self.assertEqual(host.calls[0][1], AgentOptions("a", None, None))
+
+    def test_schema_from_a_dataclass_converts_the_reply(self) -> None:
+        host = with_host({"f": json.dumps({"title": "t", "severity": 2}), "bad": json.dumps({"title": 3})})
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        self.assertEqual(asyncio.run(ctx.agent("p", label="f", schema=Finding)), Finding("t", 2))
+        self.assertIsNone(asyncio.run(ctx.agent("p", label="bad", schema=Finding)))
+        sent = json.loads(host.calls[0][1].schema or "")
+        self.assertEqual(sent["required"], ["title"])
+        self.assertEqual(sent["properties"]["severity"], {"type": "integer"})
+        raw = asyncio.run(ctx.agent("p", label="f", schema={"type": "object"}))
+        self.assertEqual(raw, {"title": "t", "severity": 2})
+
+
+class CombinatorTests(unittest.TestCase):
+    def test_parallel_is_none_on_failure_and_an_abort_fails_the_call(self) -> None:
+        host = with_host({"stop": LIMIT})
+        ctx: Ctx[dict] = Ctx({}, "{}")
+
+        def boom() -> None:
+            raise ValueError("x")
+
+        got = asyncio.run(ctx.parallel([lambda: ctx.agent("a", label="a"), boom, ctx.agent("b", label="b")]))
+        self.assertEqual(got, ["reply to a", None, "reply to b"])
+        self.assertIn("parallel: item 1 failed: ValueError: x", host.lines)
+
+        async def swallow() -> str:
+            try:
+                await ctx.parallel([lambda: ctx.agent("a", label="stop")])
+            except Exception:  # noqa: BLE001 - must not catch an Abort
+                return "swallowed"
+            return "no abort"
+
+        with self.assertRaises(Abort):
+            asyncio.run(swallow())
+
+    def test_the_item_cap(self) -> None:
+        with_host()
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        asyncio.run(ctx.parallel([lambda: 1] * MAX_ITEMS))
+        with self.assertRaises(FactoryError):
+            asyncio.run(ctx.parallel([lambda: 1] * (MAX_ITEMS + 1)))
+        with self.assertRaises(FactoryError):
+            asyncio.run(ctx.pipeline(range(MAX_ITEMS + 1), lambda p, i, n: p))
+
+    def test_pipeline_has_no_barrier_and_skips_later_stages_of_a_failed_item(self) -> None:
+        host = with_host({"stop": LIMIT})
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        seen: list[tuple[object, object, int]] = []
+
+        async def first(prev: int, item: int, index: int) -> int:
+            if item == 1:
+                raise RuntimeError("no")
+            return prev * 10
+
+        def second(prev: int, item: int, index: int) -> str:
+            seen.append((prev, item, index))
+            return f"{prev}:{item}:{index}"
+
+        self.assertEqual(asyncio.run(ctx.pipeline([0, 1, 2], first, second)), ["0:0:0", None, "20:2:2"])
+        self.assertEqual(sorted(seen), [(0, 0, 0), (20, 2, 2)])
+        self.assertIn("pipeline stage 1: item 1 failed: RuntimeError: no", host.lines)
+        with self.assertRaises(Abort):
+            asyncio.run(ctx.pipeline([0], lambda p, i, n: ctx.agent("x", label="stop")))
+
+
+class StepTests(unittest.TestCase):
+    def test_steps_journal_json_and_replay(self) -> None:
+        host = with_host()
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        calls: list[int] = []
+
+        def producer() -> dict:
+            calls.append(1)
+            return {"t": (1, 2), "f": Finding("a")}
+
+        first = asyncio.run(ctx.step("k", producer))
+        again = asyncio.run(ctx.step("k", producer))
+        self.assertEqual(first, {"t": [1, 2], "f": {"title": "a", "severity": 1}})
+        self.assertEqual(again, first)
+        self.assertEqual(len(calls), 1, "replayed from the journal")
+
+        async def asynced() -> int:
+            return 5
+
+        self.assertEqual(asyncio.run(ctx.step("a", asynced)), 5)
+        self.assertEqual(asyncio.run(ctx.step("v", lambda: 1, volatile=True)), 1)
+        self.assertNotIn("v", host.journal)
+        with self.assertRaises(StepError):
+            asyncio.run(ctx.step("nan", lambda: float("nan")))
+        with self.assertRaises(StepError):
+            asyncio.run(ctx.step("refused", lambda: 1))
+
+
+class SchemaTests(unittest.TestCase):
+    def test_schemas_from_types(self) -> None:
+        self.assertEqual(schema_of(list[str]), {"type": "array", "items": {"type": "string"}})
+        self.assertEqual(schema_of(Optional[int]), {"anyOf": [{"type": "integer"}, {"type": "null"}]})
+        self.assertEqual(schema_of(Literal["a", "b"]), {"enum": ["a", "b"]})
+        self.assertEqual(
+            schema_of(Args),
+            {"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string"}}}, "required": []},
+        )
+        self.assertEqual(schema_of({"type": "object"}), {"type": "object"})
+        with self.assertRaises(TypeError):
+            schema_of(complex)
+
+    def test_conversion(self) -> None:
+        self.assertEqual(_schema.convert(Finding, {"title": "x"}), Finding("x"))
+        self.assertEqual(_schema.convert(list[Finding], [{"title": "x", "severity": 2}]), [Finding("x", 2)])
+        self.assertEqual(_schema.convert(float, 1), 1.0)
+        with self.assertRaises(TypeError):
+            _schema.convert(int, True)
+        with self.assertRaises(TypeError):
+            _schema.convert(Finding, {"severity": 1})
+
+
+class MetaTests(unittest.TestCase):
+    def test_the_decorator_registers_one_factory(self) -> None:
+        factory_sdk._REGISTERED.clear()
+
+        @factory_sdk.factory(name="n", description="d", phases=["A", ("B", "detail")], max_total_subagents=3, args=Args)
+        async def run(ctx: Ctx[Args]) -> None:
+            return None
+
+        meta, fn = factory_sdk._registered()
+        self.assertIs(fn, run)
+        self.assertEqual([p.title for p in meta.phases], ["A", "B"])
+        self.assertEqual(meta.phases[1].detail, "detail")
+        self.assertEqual(meta.max_total_subagents, 3)
+        self.assertEqual(meta.args_schema, schema_of(Args))
+        with self.assertRaises(TypeError):
+            factory_sdk.factory(name="x", description="y")(lambda ctx: None)  # type: ignore[arg-type]
+        factory_sdk._REGISTERED.clear()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,343 @@
+//! `factory serve --http ADDR`: the JSON API over HTTP, for dashboards and scripts. Every
+//! endpoint is one typed control [`Request`] answered by the `Host` the daemon holds — the
+//! same operations the CLI, the control socket and MCP speak, with the same error codes —
+//! plus a Server-Sent Events stream of `run_updated {runId, revision}`.
+//!
+//! Access: loopback only unless `--http-any-address`; a random bearer token made at start
+//! and written to `<state-dir>/http.token` (0600) is required on every `/api` call (no
+//! cookies, so no cross-site request can carry it); the `Host` header must name the address
+//! served (DNS rebinding); no CORS headers are sent, so other origins cannot read answers.
+//! The API serves the daemon's session (`--session`).
+
+use factory_host::control::{self, Request, Target, TrustCheck};
+use factory_host::store::ProgressQuery;
+use factory_host::{Host, Limits, RunUpdated};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request as HttpRequest, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The token file's name in the state directory.
+pub const TOKEN_FILE: &str = "http.token";
+
+/// The largest request body accepted (a start request with its args).
+const MAX_BODY_BYTES: usize = 4 << 20;
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// What every request handler shares.
+struct Api {
+    host: Arc<Host>,
+    session: String,
+    token: String,
+    /// `Host` header values accepted (the address served, by IP and as `localhost`).
+    hosts: Vec<String>,
+    trusted: TrustCheck,
+}
+
+/// A random bearer token (256 bits from the OS's generator, through UUID v4s).
+fn new_token() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
+
+/// Start serving the API on `addr`: writes the token file and returns the bound address.
+pub async fn serve(
+    host: Arc<Host>,
+    addr: SocketAddr,
+    state_dir: &Path,
+    session: String,
+    trusted: TrustCheck,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let token = new_token();
+    let path = state_dir.join(TOKEN_FILE);
+    {
+        use std::io::Write;
+        let mut file = factory_host::access::create_private_file(&path)?;
+        file.write_all(token.as_bytes())?;
+    }
+    let mut hosts = vec![bound.to_string(), format!("localhost:{}", bound.port())];
+    if bound.ip().is_unspecified() {
+        hosts.push(format!("127.0.0.1:{}", bound.port()));
+    }
+    let api = Arc::new(Api { host, session, token, hosts, trusted });
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let api = api.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    let api = api.clone();
+                    async move { Ok::<_, Infallible>(api.handle(req).await) }
+                });
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    Ok(bound)
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "application/json")
+        .header("cache-control", "no-store")
+        .body(Full::new(Bytes::from(value.to_string())).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response<Body> {
+    json_response(status, &json!({ "code": code, "message": message.into() }))
+}
+
+/// The HTTP status of an error code shared with the other front doors.
+fn status_of(code: &str) -> StatusCode {
+    match code {
+        "not_found" | "unknown_factory" => StatusCode::NOT_FOUND,
+        "already_active" | "non_resumable" => StatusCode::CONFLICT,
+        "no_approval_provider" => StatusCode::FORBIDDEN,
+        "invalid_limits" | "invalid_args" | "invalid_params" | "invalid_script" | "backend_unavailable" => {
+            StatusCode::BAD_REQUEST
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Body of `POST /api/runs`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StartBody {
+    name: String,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    limits: Limits,
+    /// The user consented in the UI to a component that is not trusted.
+    #[serde(default)]
+    approved: bool,
+}
+
+/// Body of `POST /api/runs/{id}/resume`.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ResumeBody {
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    approved: bool,
+}
+
+impl Api {
+    async fn handle(&self, req: HttpRequest<Incoming>) -> Response<Body> {
+        // DNS rebinding: a page on another name that resolves here is refused.
+        let host = req.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        if !self.hosts.iter().any(|h| h == host) {
+            return error(StatusCode::FORBIDDEN, "forbidden_host", format!("Host `{host}` is not served here"));
+        }
+        let path = req.uri().path().to_string();
+        if !path.starts_with("/api/") {
+            return error(StatusCode::NOT_FOUND, "not_found", format!("no route {path}"));
+        }
+        let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        let expected = format!("Bearer {}", self.token);
+        if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+            return error(StatusCode::UNAUTHORIZED, "unauthorized", "an `Authorization: Bearer <token>` header is required");
+        }
+        let query = req.uri().query().unwrap_or_default().to_string();
+        let method = req.method().clone();
+        let segments: Vec<String> = path.trim_start_matches("/api/").split('/').map(str::to_string).collect();
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let body = match read_body(req).await {
+            Ok(body) => body,
+            Err(response) => return *response,
+        };
+        let session = self.session.clone();
+        let request = match (&method, segments.as_slice()) {
+            (&Method::GET, ["events"]) => return self.events(),
+            (&Method::GET, ["session"]) => {
+                return json_response(StatusCode::OK, &json!({ "session": self.session }));
+            }
+            (&Method::GET, ["runs"]) => Request::Runs { session },
+            (&Method::GET, ["factories"]) => Request::Factories { session },
+            (&Method::GET, ["factories", name]) => Request::Inspect { session, name: name.to_string() },
+            (&Method::GET, ["runs", id]) => Request::Detail { session, run_id: id.to_string() },
+            (&Method::GET, ["runs", id, "progress"]) => {
+                let query = match parse_progress_query(&query) {
+                    Ok(query) => query,
+                    Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_params", message),
+                };
+                Request::Progress { session, run_id: id.to_string(), query }
+            }
+            (&Method::GET, ["runs", id, "wait"]) => Request::Wait { session, run_id: id.to_string() },
+            (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { session, run_id: id.to_string() },
+            (&Method::POST, ["runs", id, "resume"]) => {
+                let body: ResumeBody = if body.is_empty() {
+                    ResumeBody::default()
+                } else {
+                    match serde_json::from_slice(&body) {
+                        Ok(body) => body,
+                        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_params", e.to_string()),
+                    }
+                };
+                Request::Resume {
+                    session,
+                    run_id: id.to_string(),
+                    component: None,
+                    limits: body.limits,
+                    backend: Default::default(),
+                    approved: body.approved,
+                }
+            }
+            (&Method::POST, ["runs"]) => {
+                let body: StartBody = match serde_json::from_slice(&body) {
+                    Ok(body) => body,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_params", e.to_string()),
+                };
+                Request::Run {
+                    session,
+                    component: Target::Registered(body.name),
+                    args: body.args,
+                    limits: body.limits,
+                    backend: Default::default(),
+                    grants: Vec::new(),
+                    declined: false,
+                    approved: body.approved,
+                }
+            }
+            _ => return error(StatusCode::NOT_FOUND, "not_found", format!("no route {method} {path}")),
+        };
+        let created = matches!(request, Request::Run { .. } | Request::Resume { .. });
+        match control::answer(&self.host, request, &self.trusted).await {
+            Ok(value) => json_response(if created { StatusCode::ACCEPTED } else { StatusCode::OK }, &value),
+            Err(e) => {
+                let code = e.code().unwrap_or("error");
+                error(status_of(code), code, e.to_string())
+            }
+        }
+    }
+
+    /// `GET /api/events`: `run_updated` for the session's runs, as Server-Sent Events, in
+    /// the order the host announces them (revisions of one run only grow).
+    fn events(&self) -> Response<Body> {
+        let mut updates = self.host.subscribe();
+        let host = self.host.clone();
+        let session = self.session.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(256);
+        tokio::spawn(async move {
+            // A comment line first, so a client sees the stream open at once.
+            if tx.send(Ok(Frame::data(Bytes::from_static(b": factory events\n\n")))).await.is_err() {
+                return;
+            }
+            loop {
+                let update: RunUpdated = match updates.recv().await {
+                    Ok(update) => update,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                if host.envelope(&session, &update.run_id).is_err() {
+                    continue; // another session's run
+                }
+                let data = json!({ "runId": update.run_id, "revision": update.revision });
+                let frame = format!("event: run_updated\ndata: {data}\n\n");
+                if tx.send(Ok(Frame::data(Bytes::from(frame)))).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let stream = tokio_stream_from(rx);
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(CONTENT_TYPE, "text/event-stream")
+            .header("cache-control", "no-store")
+            .body(StreamBody::new(stream).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+    }
+}
+
+/// A receiver as a stream of frames.
+fn tokio_stream_from(
+    rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+) -> impl futures::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + Sync + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+/// The request body, bounded.
+async fn read_body(req: HttpRequest<Incoming>) -> Result<Bytes, Box<Response<Body>>> {
+    let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES);
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, "invalid_params", format!("request body: {e}")))),
+    }
+}
+
+/// `afterSeq`, `beforeSeq`, `phase`, `limit` from a query string.
+fn parse_progress_query(query: &str) -> Result<ProgressQuery, String> {
+    let mut out = ProgressQuery::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value);
+        let number = |v: &str| v.parse::<u64>().map_err(|_| format!("`{key}` must be a non-negative integer"));
+        match key {
+            "afterSeq" => out.after_seq = Some(number(&value)?),
+            "beforeSeq" => out.before_seq = Some(number(&value)?),
+            "limit" => out.limit = Some(number(&value)? as usize),
+            "phase" => out.phase = Some(value),
+            other => return Err(format!("unknown query parameter `{other}`")),
+        }
+    }
+    Ok(out)
+}
+
+/// `%XX` and `+` decoding of one query value (invalid escapes stay as written).
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1).and_then(|b| hex(*b)), bytes.get(i + 2).and_then(|b| hex(*b))) {
+            (b'+', _, _) => out.push(b' '),
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 2;
+            }
+            (b, _, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Compare secrets without stopping at the first difference.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode_and_reject_what_they_do_not_know() {
+        let q = parse_progress_query("afterSeq=3&phase=Verify%20it&limit=5").unwrap();
+        assert_eq!((q.after_seq, q.phase.as_deref(), q.limit), (Some(3), Some("Verify it"), Some(5)));
+        assert!(parse_progress_query("afterSeq=-1").is_err());
+        assert!(parse_progress_query("nope=1").is_err());
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz+b"), "%zz b");
+        assert!(constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"a", b"ab"));
+    }
+}

@@ -1,0 +1,193 @@
+//! The HTTP API (issue 14, its API half): `factory serve --http 127.0.0.1:0` driven by a
+//! real HTTP client. Every call needs the bearer token from `<state-dir>/http.token`; the
+//! `Host` header is checked; no CORS headers; start, wait, resume with raised limits,
+//! detail, progress pages, factories, cancel, errors with the same codes as elsewhere; and
+//! `run_updated` events arrive over Server-Sent Events in revision order.
+
+mod common;
+
+use common::{factory_cmd, factory_in, stderr};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+/// A daemon serving HTTP on a free loopback port; stopped (SIGTERM) when dropped.
+struct Daemon {
+    child: Child,
+    base: String,
+    token: String,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+/// A state dir with `probe` registered and trusted, and a slow script backend as default.
+fn prepared_state() -> tempfile::TempDir {
+    let state = tempfile::tempdir().unwrap();
+    let script = state.path().join("slow.json");
+    std::fs::write(&script, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":30}]}"#).unwrap();
+    let config = format!("default = \"slow\"\n[backends.slow]\nkind = \"script\"\npath = \"{}\"\n", script.display());
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    common::register_trusted_probe(state.path());
+    state
+}
+
+fn start(state: &Path) -> Daemon {
+    let mut child = factory_cmd(state, &["serve", "--http", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("factory serve starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next().expect("serve says where it listens").unwrap();
+        if let Some(rest) = line.split("HTTP API on http://").nth(1) {
+            break format!("http://{}", rest.split("/api/").next().unwrap());
+        }
+    };
+    // Keep reading stderr so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(state.join("http.token")).expect("the token file");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(state.join("http.token")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "the token is readable by its owner only");
+    Daemon { child, base, token }
+}
+
+impl Daemon {
+    fn client(&self) -> reqwest::Client {
+        reqwest::Client::new()
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.client().request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let response = req.send().await.expect("the API answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_needs_the_token_checks_the_host_and_sends_no_cors() {
+    let state = prepared_state();
+    let daemon = start(state.path());
+    let url = format!("{}/api/runs", daemon.base);
+    let client = daemon.client();
+    let none = client.get(&url).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    let wrong = client.get(&url).bearer_auth("not-the-token").send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let body: Value = wrong.json().await.unwrap();
+    assert_eq!(body["code"], "unauthorized");
+    // A rebinding page: right token, wrong Host.
+    let rebound = client.get(&url).bearer_auth(&daemon.token).header("host", "evil.example:80").send().await.unwrap();
+    assert_eq!(rebound.status(), 403);
+    // Another origin gets no permission to read.
+    let cross = client.get(&url).bearer_auth(&daemon.token).header("origin", "http://evil.example").send().await.unwrap();
+    assert_eq!(cross.status(), 200);
+    assert!(cross.headers().get("access-control-allow-origin").is_none(), "no CORS");
+    let (status, session) = daemon.get("/api/session").await;
+    assert_eq!((status, session["session"].as_str()), (200, Some("default")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_over_http_with_events_in_revision_order() {
+    let state = prepared_state();
+    let daemon = start(state.path());
+
+    // Subscribe before anything runs.
+    let mut events = daemon
+        .client()
+        .get(format!("{}/api/events", daemon.base))
+        .bearer_auth(&daemon.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+
+    let (status, factories) = daemon.get("/api/factories").await;
+    assert_eq!(status, 200);
+    assert_eq!(factories[0]["meta"]["name"], "probe", "{factories:#}");
+    let (status, inspected) = daemon.get("/api/factories/probe").await;
+    assert_eq!((status, &inspected["meta"]["name"]), (200, &json!("probe")));
+
+    // Start a run that stops on its total cap, wait for it, resume it with the cap raised.
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 4}, "limits": {"maxTotalSubagents": 2}});
+    let (status, started) = daemon.post("/api/runs", start).await;
+    assert_eq!(status, 202, "{started:#}");
+    let id = started["runId"].as_str().unwrap().to_string();
+    let (_, stopped) = daemon.get(&format!("/api/runs/{id}/wait")).await;
+    assert_eq!(stopped["failure"]["kind"], "maxTotalSubagents", "{stopped:#}");
+    let (status, _) = daemon.post(&format!("/api/runs/{id}/resume"), json!({"limits": {"maxTotalSubagents": 10}})).await;
+    assert_eq!(status, 202);
+    let (_, done) = daemon.get(&format!("/api/runs/{id}/wait")).await;
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"]["done"], 4);
+    assert_eq!(done["accounting"]["agentsSpawned"], 4, "the resume did not pay twice");
+
+    let (_, runs) = daemon.get("/api/runs").await;
+    assert_eq!(runs.as_array().map(Vec::len), Some(1));
+    let (_, detail) = daemon.get(&format!("/api/runs/{id}")).await;
+    assert_eq!(detail["agents"].as_array().map(Vec::len), Some(4), "{detail:#}");
+    assert!(!detail.to_string().contains("task 0"), "no prompts");
+    let (_, page) = daemon.get(&format!("/api/runs/{id}/progress?afterSeq=0&limit=3")).await;
+    let page = page.as_array().unwrap();
+    assert_eq!(page.len(), 3);
+    let last = page[2]["seq"].as_u64().unwrap();
+    let (_, back) = daemon.get(&format!("/api/runs/{id}/progress?beforeSeq={last}&limit=2")).await;
+    assert_eq!(back.as_array().unwrap().last().unwrap()["seq"].as_u64(), Some(last - 1));
+    let (_, by_phase) = daemon.get(&format!("/api/runs/{id}/progress?phase=Probe&limit=1000")).await;
+    assert!(by_phase.as_array().unwrap().iter().all(|e| e["phase"] == "Probe"), "{by_phase:#}");
+
+    // Errors carry the shared codes.
+    let (status, missing) = daemon.get("/api/runs/no-such-run").await;
+    assert_eq!((status, missing["code"].as_str()), (404, Some("not_found")));
+    let (status, again) = daemon.post(&format!("/api/runs/{id}/resume"), json!({})).await;
+    assert_eq!((status, again["code"].as_str()), (409, Some("non_resumable")));
+    let (status, unknown) = daemon.post("/api/runs", json!({"name": "nope"})).await;
+    assert_eq!((status, unknown["code"].as_str()), (404, Some("unknown_factory")));
+    let (status, bad) = daemon.post("/api/runs", json!({"name": "probe", "limits": {"maxTotalSubagents": 0}})).await;
+    assert_eq!((status, bad["code"].as_str()), (400, Some("invalid_limits")));
+
+    // Cancel a slow run: its terminal envelope comes back.
+    let slow = json!({"name": "probe", "args": {"case": "fanout", "n": 200}, "limits": {"maxConcurrentSubagents": 1}});
+    let (_, started) = daemon.post("/api/runs", slow).await;
+    let slow_id = started["runId"].as_str().unwrap().to_string();
+    let (status, cancelled) = daemon.post(&format!("/api/runs/{slow_id}/cancel"), json!({})).await;
+    assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled:#}");
+
+    // The event stream: run_updated for the first run, revisions strictly growing.
+    let mut text = String::new();
+    let mut revisions = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while revisions.last().copied() != Some(done["revision"].as_u64().unwrap()) {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk()).await.expect("events keep coming").unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        revisions = text
+            .split("\n\n")
+            .filter(|e| e.starts_with("event: run_updated"))
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter(|d| d["runId"] == id.as_str())
+            .filter_map(|d| d["revision"].as_u64())
+            .collect();
+    }
+    assert!(revisions.len() > 3, "{revisions:?}");
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]), "in revision order: {revisions:?}");
+}

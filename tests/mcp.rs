@@ -1,0 +1,203 @@
+//! Agents call factories (issue 12): `factory mcp` driven by a real MCP client, the official
+//! Python SDK (`mcp`, installed by `.ci/run`), through `tests/mcp/client.py`: initialize and
+//! list the tools, list and inspect factories, run one into its total cap (progress
+//! notifications arrive), find the run with `runs`, resume it with a raised limit (zero
+//! repeated backend calls, counted at a real HTTP backend on 127.0.0.1), pre-run failures
+//! as tool errors with their codes, a client cancellation that cancels the run, and a second
+//! client (another session) that sees nothing of the first one's runs.
+
+mod common;
+
+use common::fake_openai::{base_url, FakeOpenAi, Mode};
+use common::{factory_cmd, factory_in, stderr};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// A state dir whose default backend is the fake server, with `probe` registered and trusted.
+fn prepared_state(port: u16) -> tempfile::TempDir {
+    let state = tempfile::tempdir().unwrap();
+    let config = format!(
+        "default = \"local\"\n[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\nmax_retries = 1\nretry_base_ms = 5\n",
+        base_url(port)
+    );
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    common::register_trusted_probe(state.path());
+    state
+}
+
+/// Run the Python client's `scenario` against `factory mcp` on `state`; its JSON report.
+async fn client(state: &Path, scenario: &str, client_name: &str, env: &[(&str, &str)]) -> Value {
+    let template = factory_cmd(state, &[]);
+    let mut cmd = Command::new("python3");
+    cmd.arg(common::root().join("tests/mcp/client.py"))
+        .arg(common::factory_bin())
+        .arg(scenario)
+        .arg(client_name)
+        .env_remove("FACTORY_SESSION");
+    for (key, value) in template.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.unwrap();
+    assert!(
+        out.status.success(),
+        "the MCP client failed (is the `mcp` package installed? .ci/run installs it): {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(5) }).await;
+    let state = prepared_state(server.port());
+    let report = client(state.path(), "lifecycle", "pytest-agent", &[]).await;
+
+    // The two tools, with schemas a model can read.
+    let tools = report["tools"].as_object().unwrap();
+    assert_eq!(tools.keys().collect::<Vec<_>>(), ["factories_manage", "run_factory"], "{report:#}");
+    let run_schema = &tools["run_factory"];
+    for field in ["name", "args", "limits", "resumeFromRunId"] {
+        assert!(run_schema["properties"][field].is_object(), "{field}: {run_schema:#}");
+    }
+    assert_eq!(run_schema["oneOf"].as_array().map(Vec::len), Some(2), "exactly two input branches");
+
+    let list = &report["list"]["structured"]["factories"];
+    assert_eq!(list[0]["name"], "probe", "{report:#}");
+    assert!(list[0]["description"].as_str().unwrap().contains("args"), "the description tells the model the args");
+    assert_eq!(report["inspect"]["structured"]["name"], "probe");
+
+    // Stopped by its total cap: an envelope, not a tool error; progress notifications came.
+    let stopped = &report["stopped"];
+    assert_eq!(stopped["isError"], false, "{stopped:#}");
+    assert_eq!(stopped["structured"]["status"], "error");
+    assert_eq!(stopped["structured"]["failure"]["type"], "factory_limit_reached");
+    assert_eq!(stopped["structured"]["failure"]["kind"], "maxTotalSubagents");
+    assert!(stopped["text"].as_str().unwrap().contains("resumeFromRunId"), "the summary says how to go on");
+    assert!(!report["progress"].as_array().unwrap().is_empty(), "progress notifications arrived: {report:#}");
+    let run_id = stopped["structured"]["runId"].as_str().unwrap();
+    let runs = report["runs"]["structured"]["runs"].as_array().unwrap();
+    assert!(runs.iter().any(|r| r["runId"] == run_id), "`runs` recovers the id: {runs:#?}");
+
+    // Resumed with a raised limit: completed, and no call reached the backend twice.
+    let resumed = &report["resumed"]["structured"];
+    assert_eq!(resumed["status"], "completed", "{resumed:#}");
+    assert_eq!(resumed["result"]["done"], 6);
+    assert_eq!(resumed["attempts"], 2);
+    let answered: Vec<String> = server.answered().into_iter().filter(|p| p.starts_with("task ")).collect();
+    assert_eq!(answered.len(), 6, "6 distinct calls, each answered once: {answered:?}");
+    assert_eq!(report["show"]["structured"]["agents"].as_array().unwrap().len(), 6);
+    assert!(!report["show"]["text"].as_str().unwrap().contains("task 0"), "no prompts in `show`");
+    assert_eq!(report["progressPage"]["structured"]["entries"].as_array().unwrap().len(), 5);
+
+    // An authored factory: registered in this session (not run), listed, and run.
+    assert_eq!(report["author"]["isError"], false, "{:#}", report["author"]);
+    let names: Vec<&str> =
+        report["listAfterAuthor"]["structured"]["factories"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
+    assert!(names.contains(&"bug-hunt") && names.contains(&"probe"), "{names:?}");
+    let authored = &report["authoredRun"]["structured"];
+    assert_eq!(authored["status"], "completed", "{authored:#}");
+    assert!(authored["result"]["finding"].as_str().unwrap().starts_with("real answer to: Name one likely bug in src/a.rs"), "{authored:#}");
+    assert_eq!(report["badAuthor"]["isError"], true);
+    assert_eq!(report["badAuthor"]["structured"]["code"], "invalid_script", "{:#}", report["badAuthor"]);
+    assert!(report["badAuthor"]["text"].as_str().unwrap().contains("SyntaxError"), "{:#}", report["badAuthor"]);
+
+    // Pre-run failures: tool errors carrying the codes.
+    for (case, code) in [
+        ("unknown", "unknown_factory"),
+        ("completedAgain", "non_resumable"),
+        ("badLimits", "invalid_limits"),
+        ("bothBranches", "invalid_params"),
+    ] {
+        assert_eq!(report[case]["isError"], true, "{case}: {:#}", report[case]);
+        assert_eq!(report[case]["structured"]["code"], code, "{case}: {:#}", report[case]);
+    }
+
+    // Another client is another session: none of these runs is visible or resumable.
+    let other = client(state.path(), "other", "another-agent", &[("FOREIGN_RUN_ID", run_id)]).await;
+    assert_eq!(other["runs"]["structured"]["runs"].as_array().map(Vec::len), Some(0), "{other:#}");
+    assert_eq!(other["show"]["structured"]["code"], "not_found", "{other:#}");
+    assert_eq!(other["resume"]["structured"]["code"], "not_found", "{other:#}");
+    let names: Vec<&str> =
+        other["list"]["structured"]["factories"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
+    assert_eq!(names, ["probe"], "another session does not see the authored factory");
+    assert_eq!(other["authored"]["structured"]["code"], "unknown_factory", "{other:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cancellation_cancels_the_run() {
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(50) }).await;
+    let state = prepared_state(server.port());
+    let report = client(state.path(), "cancel", "pytest-agent", &[]).await;
+    let waited = &report["waited"]["structured"];
+    assert_eq!(waited["status"], "cancelled", "{report:#}");
+    let answered = server.answered().len();
+    assert!(answered < 50, "the run stopped early ({answered} of 50 answered)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_component_is_refused_without_a_way_to_ask() {
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
+    let state = prepared_state(server.port());
+    let probe = common::component("probe");
+    let out = factory_in(state.path(), &["trust", "--revoke", probe.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = client(state.path(), "lifecycle_untrusted", "pytest-agent", &[]).await;
+    assert_eq!(report["refused"]["isError"], true, "{report:#}");
+    assert_eq!(report["refused"]["structured"]["code"], "no_approval_provider", "{report:#}");
+    assert_eq!(server.requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_streamable_http_needs_the_bearer_token() {
+    use std::io::BufRead;
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
+    let state = prepared_state(server.port());
+    let mut daemon = factory_cmd(state.path(), &["mcp", "--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("factory mcp --http starts");
+    let mut lines = std::io::BufReader::new(daemon.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("it says where it listens").unwrap();
+        if let Some(rest) = line.split("streamable HTTP on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(state.path().join("mcp.token")).unwrap();
+
+    // Without the token: 401, nothing served.
+    let refused = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+
+    // With it, the official client works over HTTP.
+    let mut cmd = Command::new("python3");
+    cmd.arg(common::root().join("tests/mcp/client.py")).args(["--http", &url, &token]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.unwrap();
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = daemon.wait();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["tools"], serde_json::json!(["factories_manage", "run_factory"]), "{report:#}");
+    assert_eq!(report["run"]["structured"]["status"], "completed", "{report:#}");
+    assert_eq!(report["run"]["structured"]["result"]["done"], 3);
+    assert_eq!(server.answered().len(), 3);
+}

@@ -1,0 +1,435 @@
+//! Python factories through the real `factory` binary: `factory build` / `factory run` of
+//! `.py` files with componentize-py (each built once per test binary, then cached by source
+//! hash), every ctx function of the Python SDK, null-on-failure, abort propagation, a
+//! Python exception, build errors, the WASI sandbox, hostile Python (a spin, a memory bomb)
+//! and a resume after `kill -9` that repeats no journaled backend call.
+//!
+//! Needs `componentize-py` on PATH (`.ci/run` installs the pinned version).
+
+mod common;
+
+use common::{factory_cmd, factory_in, root, stderr, stdout_json};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The Python test factory.
+fn probe_py() -> PathBuf {
+    root().join("tests").join("python").join("probe.py")
+}
+
+/// `factory build FILE` once per test binary (the build cache makes later ones lookups);
+/// returns the component's path.
+fn built(source: &Path) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<PathBuf, PathBuf>>> = OnceLock::new();
+    let mut map = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(path) = map.get(source) {
+        return path.clone();
+    }
+    let state = tempfile::tempdir().unwrap();
+    let out = factory_in(state.path(), &["build", source.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "factory build {} failed (is componentize-py installed? .ci/run installs it): {}",
+        source.display(),
+        stderr(&out)
+    );
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(path.is_file(), "build printed the component's path: {path:?}");
+    map.insert(source.to_path_buf(), path.clone());
+    path
+}
+
+fn probe() -> PathBuf {
+    built(&probe_py())
+}
+
+/// `factory run COMPONENT --yes --json -q --args ARGS [more]` in a fresh state directory.
+fn run(component: &Path, args: Value, more: &[&str]) -> (Output, Value, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let args = args.to_string();
+    let mut argv = vec!["run", component.to_str().unwrap(), "--yes", "--json", "-q", "--args", &args];
+    argv.extend_from_slice(more);
+    let out = factory_in(state.path(), &argv);
+    // Refused before a run exists (exit 2): no envelope.
+    let envelope = if out.status.code() == Some(2) { Value::Null } else { stdout_json(&out) };
+    (out, envelope, state)
+}
+
+/// Every progress entry of a run, oldest first.
+fn progress(state: &Path, run_id: &str) -> Vec<Value> {
+    let mut entries: Vec<Value> = Vec::new();
+    loop {
+        let after = entries.last().map(|e| e["seq"].to_string()).unwrap_or_else(|| "0".into());
+        let out = factory_in(state, &["progress", run_id, "--after-seq", &after, "--limit", "1000", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let page = stdout_json(&out).as_array().cloned().unwrap_or_default();
+        if page.is_empty() {
+            return entries;
+        }
+        entries.extend(page);
+    }
+}
+
+fn logs(entries: &[Value]) -> Vec<String> {
+    entries.iter().filter(|e| e["event"] == "log").filter_map(|e| e["message"].as_str().map(str::to_string)).collect()
+}
+
+fn write_script(dir: &Path, script: Value) -> String {
+    let file = dir.join("script.json");
+    std::fs::write(&file, script.to_string()).unwrap();
+    format!("script:{}", file.display())
+}
+
+#[test]
+fn every_ctx_function_of_the_python_sdk() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = write_script(
+        dir.path(),
+        json!({ "rules": [
+            { "label": "fails", "reply": { "error": "scripted failure" } },
+            { "label": "schema", "reply": { "json": { "file": "a.rs", "severity": 3 } } },
+            { "label": "raw", "reply": { "json": { "any": [1, 2] } } }
+        ], "fallback": "dry-run" }),
+    );
+    let (out, envelope, state) = run(&probe(), json!({ "mode": "all" }), &["--backend", &backend]);
+    assert!(out.status.success(), "{}\n{envelope:#}", stderr(&out));
+    let result = &envelope["result"];
+    assert_eq!(result["text"], "[dry-run text] reply to: hello", "{result:#}");
+    // An ordinary agent failure is None, not an exception.
+    assert_eq!(result["failed"], Value::Null, "{result:#}");
+    // A dataclass schema: the reply was checked by the host and converted by the SDK.
+    assert_eq!(result["structured"], json!(["a.rs", 3]), "{result:#}");
+    assert_eq!(result["raw"], json!({ "any": [1, 2] }), "{result:#}");
+    assert_eq!(result["par"].as_array().map(Vec::len), Some(3), "{result:#}");
+    // parallel: a thunk that raises is None; the others keep their values.
+    assert_eq!(result["mixed"][0], "[dry-run ok] reply to: ok", "{result:#}");
+    assert_eq!(result["mixed"][1], Value::Null, "{result:#}");
+    // pipeline: stages see (previous, item, index); a failing item is None.
+    assert_eq!(result["piped"][0], "[dry-run s0] reply to: s0|0|0", "{result:#}");
+    assert_eq!(result["piped"][1], Value::Null, "{result:#}");
+    assert_eq!(result["piped"][2], "[dry-run s2] reply to: s2|2|2", "{result:#}");
+    // step: sync and async producers; the value is the JSON round-trip (a tuple is a list).
+    assert_eq!(result["counted"], json!({ "n": 1, "t": [1, 2] }), "{result:#}");
+    assert_eq!(result["asynced"], json!([1, 2, 3]), "{result:#}");
+    assert_eq!(result["vol"], 7, "{result:#}");
+    assert_eq!(result["cancelled"], false, "{result:#}");
+    assert_eq!(result["runIdLen"], envelope["runId"].as_str().unwrap().len(), "{result:#}");
+
+    let run_id = envelope["runId"].as_str().unwrap();
+    let entries = progress(state.path(), run_id);
+    let phases: Vec<&str> = entries.iter().filter(|e| e["event"] == "phase").filter_map(|e| e["title"].as_str()).collect();
+    assert_eq!(phases, ["One", "Two"], "{entries:#?}");
+    let logs = logs(&entries);
+    assert!(logs.iter().any(|l| l == &format!("run id {run_id}")), "{logs:#?}");
+    assert!(logs.iter().any(|l| l == "failed agent -> None"), "{logs:#?}");
+    assert!(logs.iter().any(|l| l.contains("parallel: item 1 failed: ValueError: item failed")), "{logs:#?}");
+    assert!(logs.iter().any(|l| l.contains("pipeline stage 2: item 1 failed: RuntimeError: stage failed")), "{logs:#?}");
+    // Journaled steps are in the store (the volatile one is not).
+    assert_eq!(envelope["accounting"]["agentsSpawned"], 11, "{envelope:#}");
+}
+
+#[test]
+fn meta_limits_phases_and_an_args_schema_from_a_dataclass() {
+    let component = built(&root().join("examples/python/review_changed.py"));
+    let state = tempfile::tempdir().unwrap();
+    let out = factory_in(state.path(), &["describe", component.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let described = stdout_json(&out);
+    let text = described.to_string();
+    assert!(text.contains("review-changed-py"), "{described:#}");
+    assert!(text.contains("\"Review\"") && text.contains("\"Verify\""), "{described:#}");
+    assert!(text.contains("maxConcurrentSubagents"), "{described:#}");
+    // The dataclass `Args` became a schema the host enforces before the run starts.
+    let (out, envelope, _state) = run(&component, json!({ "files": "not a list" }), &[]);
+    assert_eq!(out.status.code(), Some(2), "{envelope:#}\n{}", stderr(&out));
+    assert!(stderr(&out).contains("invalid args"), "{}", stderr(&out));
+    // Its declared maxTotalSubagents (10) stops an eleventh review.
+    let files: Vec<String> = (0..11).map(|i| format!("f{i}.rs")).collect();
+    let (out, envelope, _state) = run(&component, json!({ "files": files }), &["--max-concurrent-subagents", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{envelope:#}");
+    assert_eq!(envelope["failure"]["type"], "factory_limit_reached", "{envelope:#}");
+    assert_eq!(envelope["failure"]["kind"], "maxTotalSubagents", "{envelope:#}");
+}
+
+#[test]
+fn the_python_examples_run() {
+    let review = built(&root().join("examples/python/review_changed.py"));
+    let (out, envelope, _state) = run(&review, json!({ "files": ["src/a.rs", "src/b.rs"] }), &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reviews = envelope["result"]["reviews"].as_array().expect("reviews");
+    assert_eq!(reviews.len(), 2, "{envelope:#}");
+    assert_eq!(reviews[0]["file"], "src/a.rs");
+    assert!(reviews[1]["review"].as_str().unwrap().starts_with("[dry-run review:src/b.rs]"), "{envelope:#}");
+
+    // multi-stage review: schema replies, a pipeline, adversarial verification.
+    let multi = built(&root().join("examples/python/multi_stage_review.py"));
+    let dir = tempfile::tempdir().unwrap();
+    let backend = write_script(
+        dir.path(),
+        json!({ "rules": [
+            { "label": "review:bugs", "reply": { "json": { "findings": [{ "title": "off by one in a.rs" }, { "title": "maybe a leak" }] } } },
+            { "label": "review:perf", "reply": { "error": "reviewer crashed" } },
+            { "label": "review:security", "reply": { "json": { "findings": [] } } },
+            { "label": "verify:bugs:0", "reply": { "json": { "isReal": true } } },
+            { "label": "verify:bugs:1", "reply": { "json": { "isReal": false } } }
+        ] }),
+    );
+    let (out, envelope, state) = run(&multi, json!({ "diff": "--- a\n+++ b" }), &["--backend", &backend]);
+    assert!(out.status.success(), "{}\n{envelope:#}", stderr(&out));
+    assert_eq!(
+        envelope["result"],
+        json!({ "confirmed": [{ "dimension": "bugs", "title": "off by one in a.rs" }], "dimensions": 3 }),
+        "{envelope:#}"
+    );
+    let logs = logs(&progress(state.path(), envelope["runId"].as_str().unwrap()));
+    assert!(logs.iter().any(|l| l == "review:perf produced nothing"), "{logs:#?}");
+    assert!(logs.iter().any(|l| l == "review:security found no security vulnerabilities"), "{logs:#?}");
+}
+
+#[test]
+fn an_abort_ends_the_python_run_with_the_hosts_typed_cause() {
+    // The probe catches `Exception` around a fan-out past the limit: the host stops the
+    // attempt at the abort and records its cause; nothing the guest does afterwards counts.
+    let (out, envelope, state) = run(&probe(), json!({ "mode": "abort" }), &["--max-total-subagents", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{envelope:#}");
+    assert_eq!(envelope["failure"]["type"], "factory_limit_reached", "{envelope:#}");
+    assert_eq!(envelope["failure"]["kind"], "maxTotalSubagents", "{envelope:#}");
+    assert_eq!(envelope["result"], Value::Null, "{envelope:#}");
+    let logs = logs(&progress(state.path(), envelope["runId"].as_str().unwrap()));
+    assert!(!logs.iter().any(|l| l.contains("swallowed")), "{logs:#?}");
+}
+
+/// The SDK's semantics (abort propagation through `parallel`/`pipeline`/`step` past
+/// `except Exception`, null-on-failure, the 4096 cap, schemas from types, args conversion)
+/// under CPython with the host's hooks faked: `guest-sdk/python/tests`.
+#[test]
+fn the_python_sdk_unit_tests_pass() {
+    let sdk = root().join("guest-sdk").join("python");
+    let out = std::process::Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "tests", "-t", "."])
+        .current_dir(&sdk)
+        .output()
+        .expect("python3 runs (componentize-py needs it too)");
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(stderr(&out).contains("OK"), "{}", stderr(&out));
+}
+
+#[test]
+fn an_exception_in_run_is_an_error_with_the_python_traceback() {
+    let (out, envelope, _state) = run(&probe(), json!({ "mode": "raise" }), &[]);
+    assert_eq!(out.status.code(), Some(1), "{envelope:#}");
+    assert_eq!(envelope["status"], "error");
+    assert_eq!(envelope["failure"]["type"], "guest_error", "{envelope:#}");
+    let message = envelope["failure"]["message"].as_str().unwrap();
+    assert!(message.starts_with("KeyError: 'missing-key'"), "{message}");
+    assert!(message.contains("File \"probe.py\", line"), "the user's frames, by file: {message}");
+    assert!(message.contains("in inner") && message.contains("raise KeyError(\"missing-key\")"), "{message}");
+    assert!(!message.contains("wasm backtrace") && !message.contains("factory_sdk"), "no wasm or SDK frames: {message}");
+
+    let (out, envelope, _state) = run(&probe(), json!({ "mode": "too-many" }), &[]);
+    assert_eq!(out.status.code(), Some(1), "{envelope:#}");
+    let message = envelope["failure"]["message"].as_str().unwrap();
+    assert!(message.starts_with("FactoryError: too many items: 4097 (at most 4096 per call)"), "{message}");
+}
+
+#[test]
+fn wasi_is_denied_by_default_with_clocks_random_and_output_allowed() {
+    let component = probe();
+    let state = tempfile::tempdir().unwrap();
+    let out = factory_in(state.path(), &["describe", component.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let described = stdout_json(&out);
+    let imports: Vec<String> = described["imports"]
+        .as_array()
+        .expect("imports")
+        .iter()
+        .filter_map(|i| i.as_str().map(str::to_string))
+        .collect();
+    assert!(imports.iter().any(|i| i.starts_with("agent:factory/agents")), "{imports:?}");
+    for import in &imports {
+        let allowed = ["agent:factory/", "wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:cli/", "wasi:filesystem/", "wasi:sockets/"];
+        assert!(allowed.iter().any(|a| import.starts_with(a)), "unexpected import {import}");
+    }
+
+    let (out, envelope, state) = run(&component, json!({ "mode": "wasi" }), &[]);
+    assert!(out.status.success(), "{}\n{envelope:#}", stderr(&out));
+    let seen = &envelope["result"];
+    assert_eq!(seen["env"], json!({}), "no environment: {seen:#}");
+    assert_eq!(seen["file"], "FileNotFoundError", "no files: {seen:#}");
+    assert_eq!(seen["listdir"], "FileNotFoundError", "no files: {seen:#}");
+    assert_ne!(seen["socket"], "connected", "no sockets: {seen:#}");
+    assert_eq!(seen["time"], true, "clocks work: {seen:#}");
+    assert_eq!(seen["random"], true, "random works: {seen:#}");
+    let logs = logs(&progress(state.path(), envelope["runId"].as_str().unwrap()));
+    assert!(logs.iter().any(|l| l == "[guest] hello from print"), "stdout goes to the log: {logs:#?}");
+}
+
+#[test]
+fn hostile_python_ends_with_typed_sandbox_failures() {
+    // An infinite loop: stopped by the active-time limit (fuel bounds it too, later).
+    let (out, envelope, _state) = run(&probe(), json!({ "mode": "spin" }), &["--timeout-seconds", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{envelope:#}");
+    assert_eq!(envelope["failure"]["type"], "factory_limit_reached", "{envelope:#}");
+    assert_eq!(envelope["failure"]["kind"], "timeoutSeconds", "{envelope:#}");
+
+    // A memory bomb: the store's memory cap, a typed sandbox failure.
+    let (out, envelope, _state) = run(&probe(), json!({ "mode": "bomb" }), &["--timeout-seconds", "60"]);
+    assert_eq!(out.status.code(), Some(1), "{envelope:#}");
+    assert_eq!(envelope["failure"]["type"], "sandbox_limit", "{envelope:#}");
+    assert_eq!(envelope["failure"]["kind"], "memory", "{envelope:#}");
+}
+
+#[test]
+fn python_build_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("broken.py");
+    std::fs::write(&bad, "from factory_sdk import factory\n\nvalues = (1,\n").unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = factory_in(state.path(), &["build", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("{}:3: SyntaxError", bad.display())), "file:line of the syntax error: {err}");
+
+    let bad_name = dir.path().join("my-factory.py");
+    std::fs::write(&bad_name, "").unwrap();
+    let out = factory_in(state.path(), &["build", bad_name.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("rename it, e.g. to `my_factory.py`"), "{}", stderr(&out));
+
+    // No componentize-py on PATH: exit 2 with the pip command.
+    let empty = tempfile::tempdir().unwrap();
+    let out = factory_cmd(state.path(), &["run", probe_py().to_str().unwrap(), "--yes"])
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("pip install componentize-py=="), "{}", stderr(&out));
+}
+
+#[test]
+fn a_python_project_directory_builds_its_package() {
+    // A pyproject.toml naming a package module; a helper module beside it; an environment
+    // directory that is never bundled.
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("proj");
+    std::fs::create_dir_all(project.join("reviewer")).unwrap();
+    std::fs::create_dir_all(project.join(".venv")).unwrap();
+    std::fs::write(project.join("pyproject.toml"), "[project]\nname = \"proj\"\n\n[tool.factory]\nmodule = \"reviewer.main\"\n").unwrap();
+    std::fs::write(project.join("reviewer/__init__.py"), "").unwrap();
+    std::fs::write(
+        project.join("reviewer/util.py"),
+        "def shout(text: str) -> str:\n    if text == 'fail':\n        raise ValueError('no shouting')\n    return text.upper()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("reviewer/main.py"),
+        "from factory_sdk import Ctx, factory\nfrom .util import shout\n\n\
+         @factory(name='proj', description='args: { text: string }', args={'type': 'object', 'required': ['text']})\n\
+         async def run(ctx: Ctx) -> str:\n    return shout(ctx.args['text'])\n",
+    )
+    .unwrap();
+    std::fs::write(project.join(".venv/broken.py"), "this is not python (\n").unwrap();
+    let component = built(&project);
+    let (out, envelope, _state) = run(&component, json!({ "text": "hi" }), &[]);
+    assert!(out.status.success(), "{}\n{envelope:#}", stderr(&out));
+    assert_eq!(envelope["result"], "HI", "{envelope:#}");
+    let (out, envelope, _state) = run(&component, json!({ "text": "fail" }), &[]);
+    assert_eq!(out.status.code(), Some(1), "{envelope:#}");
+    let message = envelope["failure"]["message"].as_str().unwrap();
+    assert!(message.contains("File \"reviewer/util.py\", line 3, in shout"), "{message}");
+    assert!(message.contains("File \"reviewer/main.py\", line 6, in run"), "{message}");
+}
+
+#[test]
+fn a_python_build_is_cached_and_trusted_like_a_rust_build() {
+    let component = probe();
+    let state = tempfile::tempdir().unwrap();
+    // Built (a cache hit now): no "building" note, the same component.
+    let out = factory_in(state.path(), &["build", probe_py().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()), component);
+    assert!(!stderr(&out).contains("building"), "{}", stderr(&out));
+    // Run by source with no --yes and no terminal: trusted because this machine built it.
+    let out = factory_in(state.path(), &["run", probe_py().to_str().unwrap(), "--json", "-q", "--args", r#"{"mode":"none"}"#]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["status"], "completed");
+}
+
+#[test]
+fn kill_9_mid_fan_out_then_resume_repeats_no_journaled_backend_call() {
+    let component = probe();
+    let state = tempfile::tempdir().unwrap();
+    let backend = write_script(
+        state.path(),
+        json!({ "rules": [{ "labelPrefix": "t:", "reply": { "text": "ok" }, "latencyMs": 40 }] }),
+    );
+    let events = state.path().join("events.jsonl");
+    let n = 120;
+    let args = json!({ "mode": "fanout", "n": n }).to_string();
+    let mut child = factory_cmd(
+        state.path(),
+        &[
+            "run", component.to_str().unwrap(), "--yes", "--json", "-q", "--args", &args, "--backend", &backend,
+            "--max-concurrent-subagents", "4", "--events", events.to_str().unwrap(),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("factory run starts");
+
+    // Kill at a known point: 24 fresh results on the events stream.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let run_id = loop {
+        let text = std::fs::read_to_string(&events).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        let finished: Vec<Value> = complete
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event"] == "progress" && e["entry"]["event"] == "agentFinished")
+            .collect();
+        if finished.len() >= 24 {
+            break finished[0]["runId"].as_str().expect("the event names the run").to_string();
+        }
+        assert!(Instant::now() < deadline, "the run never got going: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+
+    // What the store committed before the kill: those calls must never run again. A result
+    // is journaled right after it is reported, so all but the last few reported ones surely
+    // are (the last 8 are left out: their journal write may have missed the last commit).
+    let before = progress(state.path(), &run_id);
+    let committed: Vec<String> = before
+        .iter()
+        .filter(|e| e["event"] == "agentFinished" && e["cached"] == false)
+        .filter_map(|e| e["label"].as_str().map(str::to_string))
+        .collect();
+    assert!(committed.len() < n, "killed mid fan-out ({} committed)", committed.len());
+    let journaled: HashSet<String> = committed[..committed.len().saturating_sub(8)].iter().cloned().collect();
+    assert!(!journaled.is_empty(), "results were committed before the kill: {committed:?}");
+
+    let out = factory_in(state.path(), &["resume", &run_id, "--yes", "--json", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}");
+    assert_eq!(envelope["result"]["done"], n, "{envelope:#}");
+    assert_eq!(envelope["attempts"], 2);
+
+    let entries = progress(state.path(), &run_id);
+    let second = entries.iter().position(|e| e["event"] == "attemptStarted" && e["attempt"] == 2).expect("attempt 2");
+    let attempt2 = &entries[second..];
+    let spawned: Vec<&str> = attempt2.iter().filter(|e| e["event"] == "agentStarted").filter_map(|e| e["label"].as_str()).collect();
+    let repeated: Vec<&&str> = spawned.iter().filter(|l| journaled.contains(**l)).collect();
+    assert!(repeated.is_empty(), "journaled calls ran again: {repeated:?}");
+    let replayed = attempt2.iter().find(|e| e["event"] == "attemptEnded").expect("attempt 2 ended")["replayed"]
+        .as_u64()
+        .unwrap() as usize;
+    assert!(replayed >= journaled.len(), "every journaled call replayed ({replayed})");
+    assert_eq!(replayed + spawned.len(), n, "each item replayed or spawned exactly once");
+}
