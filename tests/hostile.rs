@@ -534,3 +534,184 @@ async fn a_result_that_is_not_json_is_an_invalid_result() {
     let message = assert_failure(&envelope, "invalid_result", None);
     assert!(message.contains("the result is not JSON"), "{message}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Issue 10: every guest value that crosses is capped, the journal has a budget, and the
+// store and host memory stay bounded. Each case runs beside the companion, on a durable
+// store where its growth is measured (the redb file's size).
+
+/// A fixture whose host keeps its store in a fresh directory (returned, to keep it alive).
+async fn durable_fixture(sandbox: SandboxLimits) -> (Fixture, tempfile::TempDir) {
+    let state = tempfile::tempdir().expect("a state dir");
+    let fx = durable_fixture_in(state.path(), sandbox).await;
+    (fx, state)
+}
+
+async fn durable_fixture_in(state: &std::path::Path, sandbox: SandboxLimits) -> Fixture {
+    let backend = Arc::new(Counting { latency: Duration::from_millis(20), ..Default::default() });
+    let host = Host::new(HostConfig {
+        state_dir: Some(state.to_path_buf()),
+        backend: Arc::new(Shared(backend.clone())),
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        sandbox,
+        ..HostConfig::default()
+    })
+    .expect("host");
+    let hostile = host.load_file(&common::component("hostile")).await.expect("loading hostile");
+    let companion = host.load_file(&common::component("review-changed")).await.expect("loading review-changed");
+    Fixture { host, backend, hostile, companion }
+}
+
+/// The store file's size now.
+fn store_bytes(fx: &Fixture) -> u64 {
+    let path = fx.host.store().path().expect("a durable store");
+    std::fs::metadata(path).expect("the store file").len()
+}
+
+const MIB: u64 = 1 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_phase_title_is_refused_and_the_log_after_it_stays_small() {
+    let (fx, _state) = durable_fixture(SandboxLimits::default()).await;
+    let before = store_bytes(&fx);
+    // Measured before the cap: an 8 MiB title then 200 log lines grew the store by 1.6 GB.
+    let args = json!({ "case": "huge-phase", "n": 8 << 20, "count": 200 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    let message = assert_failure(&envelope, "sandbox_limit", Some("maxPhaseBytes"));
+    assert!(message.contains(&format!("over the {} byte limit", 1 << 10)), "{message}");
+    let grown = store_bytes(&fx).saturating_sub(before);
+    assert!(grown < 4 * MIB, "the store grew by {grown} bytes");
+    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    assert!(detail.phases.iter().all(|p| p.len() <= 1 << 10), "the long title was not recorded: {:?}", detail.phases.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_phase_is_stored_once_not_per_progress_entry() {
+    // A title at a raised cap, then 400 log lines: copied per entry it would be 100 MiB.
+    let title_bytes = 256 << 10;
+    let sandbox = SandboxLimits { max_phase_bytes: title_bytes, ..Default::default() };
+    let (fx, _state) = durable_fixture(sandbox).await;
+    let before = store_bytes(&fx);
+    let args = json!({ "case": "huge-phase", "n": title_bytes, "count": 400 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    let grown = store_bytes(&fx).saturating_sub(before);
+    assert!(grown < 8 * MIB, "the store grew by {grown} bytes");
+    // Clients still see the phase as text on every entry, and can filter by it.
+    let title = "p".repeat(title_bytes);
+    let query = ProgressQuery { phase: Some(title.clone()), limit: Some(1000), after_seq: Some(0), ..Default::default() };
+    let page = fx.host.progress(DEFAULT_SESSION, &envelope.run_id, &query).expect("progress");
+    let logs = page.iter().filter(|e| matches!(e.event, ProgressEvent::Log { .. })).count();
+    assert_eq!(logs, 400, "every log line is in the phase");
+    assert!(page.iter().all(|e| e.phase.as_deref() == Some(title.as_str())));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_label_is_a_sandbox_limit_failure() {
+    let fx = fixture().await;
+    let args = json!({ "case": "huge-label", "n": 4 << 20 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    assert_failure(&envelope, "sandbox_limit", Some("maxLabelBytes"));
+    assert_eq!(fx.backend.calls(HOSTILE), 0, "the call never reached the backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_model_name_is_a_sandbox_limit_failure() {
+    let fx = fixture().await;
+    let args = json!({ "case": "huge-model", "n": 16 << 20 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    assert_failure(&envelope, "sandbox_limit", Some("maxModelBytes"));
+    assert_eq!(fx.backend.calls(HOSTILE), 0, "the call never reached the backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_step_key_is_a_sandbox_limit_failure() {
+    let (fx, _state) = durable_fixture(SandboxLimits::default()).await;
+    let before = store_bytes(&fx);
+    let args = json!({ "case": "huge-key", "n": 16 << 20 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    assert_failure(&envelope, "sandbox_limit", Some("maxStepKeyBytes"));
+    let grown = store_bytes(&fx).saturating_sub(before);
+    assert!(grown < 4 * MIB, "the key was not journaled: the store grew by {grown} bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_large_distinct_steps_stop_at_the_journal_budget() {
+    let budget = 32 * MIB;
+    let sandbox = SandboxLimits { max_journal_bytes: budget, ..Default::default() };
+    let (fx, _state) = durable_fixture(sandbox).await;
+    let before = store_bytes(&fx);
+    // 20 steps of 4 MiB: 80 MiB asked for, 32 MiB allowed.
+    let args = json!({ "case": "many-steps", "n": 4 << 20, "count": 20 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    let message = assert_failure(&envelope, "sandbox_limit", Some("maxJournalBytes"));
+    assert!(message.contains(&format!("{budget} byte journal budget")), "{message}");
+    // The file grows by more than the bytes journaled: redb gives a large value a
+    // power-of-two run of pages and grows its file by doubling (README: at most ~4x).
+    let grown = store_bytes(&fx).saturating_sub(before);
+    assert!(grown <= 4 * budget, "the store grew by {grown} bytes, the budget is {budget}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_distinct_steps_are_a_sandbox_limit() {
+    let sandbox = SandboxLimits { max_steps: 100, ..Default::default() };
+    let fx = fixture_with(sandbox, Duration::from_millis(20)).await;
+    let args = json!({ "case": "many-steps", "n": 10, "count": 500 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    let message = assert_failure(&envelope, "sandbox_limit", Some("maxSteps"));
+    assert!(message.contains("100 distinct steps"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_budget_counts_across_attempts_and_restarts() {
+    let sandbox = SandboxLimits { max_journal_bytes: 8 * MIB, ..Default::default() };
+    let state = tempfile::tempdir().expect("a state dir");
+    // Each attempt journals 3 MiB more, then fails on purpose (so it can be resumed): two
+    // fit, the third passes 8 MiB.
+    let args = json!({ "case": "grow-steps", "n": 1 << 20, "count": 3, "fail": true });
+    let run_id = {
+        let fx = durable_fixture_in(state.path(), sandbox.clone()).await;
+        let (first, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+        let message = assert_failure(&first, "guest_error", None);
+        assert!(message.contains("after round 1"), "{message}");
+        let second = fx.host.resume(&first.run_id, Default::default()).await.expect("resume");
+        let message = assert_failure(&second, "guest_error", None);
+        assert!(message.contains("after round 2"), "{message}");
+        first.run_id
+    };
+    // A new host on the same store: the count survived.
+    let fx = durable_fixture_in(state.path(), sandbox).await;
+    let third = fx.host.resume(&run_id, Default::default()).await.expect("resume");
+    assert_failure(&third, "sandbox_limit", Some("maxJournalBytes"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_any_of_schema_fails_fast_with_a_typed_error() {
+    let fx = fixture().await;
+    // 2^14 - 1 sub-schemas in ~140 KiB (under maxSchemaBytes): refused by the node cap.
+    let args = json!({ "case": "nested-schema", "n": 13 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    let message = assert_failure(&envelope, "invalid_call", None);
+    assert!(message.contains("more than 10000 sub-schemas"), "{message}");
+    // ~17 MB of the same shape (the one measured at 7.2 GB RSS): refused by size first.
+    let args = json!({ "case": "nested-schema", "n": 20 });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    assert_failure(&envelope, "sandbox_limit", Some("maxSchemaBytes"));
+    assert_eq!(fx.backend.calls(HOSTILE), 0, "neither schema reached the backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_values_past_the_memory_cache_are_read_back_from_the_store() {
+    // 40 steps of 64 KiB against a 256 KiB cache: most reads go to the store.
+    let sandbox = SandboxLimits { journal_cache_bytes: 256 << 10, ..Default::default() };
+    let (fx, _state) = durable_fixture(sandbox).await;
+    let args = json!({ "case": "steps-roundtrip", "n": 64 << 10, "count": 40, "fail": true });
+    let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
+    // The guest read every value back intact, then failed on purpose.
+    let message = assert_failure(&envelope, "guest_error", None);
+    assert!(message.contains("after 40 fresh steps"), "{message}");
+    // A resume finds every step journaled (none written again) and reads each back intact.
+    let resumed = fx.host.resume(&envelope.run_id, Default::default()).await.expect("resume");
+    let message = assert_failure(&resumed, "guest_error", None);
+    assert!(message.contains("after 0 fresh steps"), "{message}");
+}

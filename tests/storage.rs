@@ -111,7 +111,7 @@ async fn fault_after(fault: Fault, answered: u64) {
     assert_ne!(run_id, before.run_id);
     // Everything so far is committed; then the disk starts failing and the backend answers.
     host.store().flush().await.unwrap();
-    let committed = host.store().load(&run_id).unwrap().agents.len();
+    let committed = host.store().load(&run_id, usize::MAX).unwrap().agents.len();
     assert!(committed as u64 + 1 >= answered, "{committed} of {answered} outcomes committed");
     faults.arm(fault);
     held.release();
@@ -155,7 +155,7 @@ async fn fault_after(fault: Fault, answered: u64) {
     assert_eq!(again.result, before.result, "a run committed before the fault is intact");
     let halted = host.envelope(S, &run_id).unwrap();
     assert_eq!(halted.status, RunStatus::Halted, "the faulted run is not completed: {halted:#?}");
-    let journaled = host.store().load(&run_id).unwrap().agents.len();
+    let journaled = host.store().load(&run_id, usize::MAX).unwrap().agents.len();
     assert!(journaled >= committed, "committed outcomes survive ({journaled} < {committed})");
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

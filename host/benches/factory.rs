@@ -840,6 +840,78 @@ async fn many_runs(table: &mut Table, component: &Path, cache: &Path, runs: usiz
     );
 }
 
+// ----------------------------------------------------------------------------------------
+// (6) Hostile guests: each attack of issue 10 against its bound.
+
+/// One attack of the hostile guest (`tests/guests/hostile`): its args and the sandbox-limit
+/// kind it must end with (`None`: an `invalid_call`).
+struct Attack {
+    name: &'static str,
+    args: serde_json::Value,
+    kind: Option<&'static str>,
+}
+
+fn attacks() -> Vec<Attack> {
+    vec![
+        Attack { name: "8 MiB phase title, then 200 log lines", args: json!({ "case": "huge-phase", "n": 8 << 20, "count": 200 }), kind: Some("maxPhaseBytes") },
+        Attack { name: "4 MiB agent label", args: json!({ "case": "huge-label", "n": 4 << 20 }), kind: Some("maxLabelBytes") },
+        Attack { name: "16 MiB model name", args: json!({ "case": "huge-model", "n": 16 << 20 }), kind: Some("maxModelBytes") },
+        Attack { name: "16 MiB step key", args: json!({ "case": "huge-key", "n": 16 << 20 }), kind: Some("maxStepKeyBytes") },
+        Attack { name: "100 distinct steps of 15 MiB", args: json!({ "case": "many-steps", "n": 15 << 20, "count": 100 }), kind: Some("maxJournalBytes") },
+        Attack { name: "~30 MB schema: nested anyOf, 20 levels", args: json!({ "case": "nested-schema", "n": 20 }), kind: Some("maxSchemaBytes") },
+        Attack { name: "140 KiB schema: nested anyOf, 16,383 sub-schemas", args: json!({ "case": "nested-schema", "n": 13 }), kind: None },
+    ]
+}
+
+/// (6) Each attack on a fresh durable host beside a well-behaved run (the bench guest's
+/// `small` workload), which must complete. Judged: peak host RSS growth under 2x the guest
+/// memory limit, and store file growth within the journal budget (x4 for redb's allocation:
+/// power-of-two page runs for large values and a file that grows by doubling).
+async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
+    eprintln!("bench: (6) hostile guests");
+    let built = factory_host::builder::build_crate(&workspace_root().join("tests/guests/hostile"), Some(guests), &mut |m| {
+        eprintln!("bench: {m}")
+    })
+    .unwrap_or_else(|e| fail(format!("building the hostile guest: {e}")));
+    let limits = factory_host::sandbox::SandboxLimits::default();
+    let rss_bound = 2 * limits.memory_bytes as u64;
+    let store_bound = 4 * limits.max_journal_bytes;
+    for attack in attacks() {
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        let backend = LatencyBackend::new(Duration::from_millis(1));
+        let host = durable_host(state.path(), cache, &backend);
+        let hostile = load(&host, &built.component).await;
+        let companion = load(&host, bench).await;
+        let store_file = host.store().path().map(Path::to_path_buf).unwrap_or_else(|| fail("no store file"));
+        let size = || std::fs::metadata(&store_file).map_or(0, |m| m.len());
+        let before = size();
+        let options = RunOptions { args: Some(attack.args.clone()), ..Default::default() };
+        let ((envelope, companion), sample) =
+            measure(&host, async { tokio::join!(host.run(&hostile, options), run(&host, &companion, "small", 0, false)) }).await;
+        let envelope = envelope.unwrap_or_else(|e| fail(format!("the `{}` run was refused: {e}", attack.name)));
+        check_done(&companion, "small", 3, false);
+        let failure = envelope.failure.as_ref().unwrap_or_else(|| fail(format!("`{}` did not fail: {envelope:?}", attack.name)));
+        let typed = match attack.kind {
+            Some(kind) => failure.kind_type == "sandbox_limit" && failure.kind.as_deref() == Some(kind),
+            None => failure.kind_type == "invalid_call",
+        };
+        if !typed {
+            fail(format!("`{}` ended with {failure:?}, expected {:?}", attack.name, attack.kind.unwrap_or("invalid_call")));
+        }
+        let rss = sample.peak_rss.saturating_sub(sample.rss_before);
+        let grown = size().saturating_sub(before);
+        let shown = attack.kind.unwrap_or("invalid_call");
+        table.judged(
+            "6 hostile",
+            attack.name,
+            format!("RSS +{}, store +{}", fmt_mib(rss as f64), fmt_mib(grown as f64)),
+            format!("ended `{shown}` in {}; the run beside it completed", fmt_ms(ms(sample.wall))),
+            format!("RSS < {}, store <= {}", fmt_mib(rss_bound as f64), fmt_mib(store_bound as f64)),
+            rss < rss_bound && grown <= store_bound,
+        );
+    }
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench binaries too, without `--bench`: the measurements
     // are for `cargo bench` only.
@@ -867,6 +939,7 @@ fn main() {
         sequential(&mut table, &component, cache.path(), runs).await;
         timeout_enforcement(&mut table, &component, cache.path(), runs).await;
         many_runs(&mut table, &component, cache.path(), runs).await;
+        hostile(&mut table, &guests, &component, cache.path()).await;
     });
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());

@@ -1039,16 +1039,22 @@ struct Claim<'a> {
 struct NoJournal;
 
 impl Journal for NoJournal {
-    fn load(&self, _: &str) -> Result<crate::journal::JournalSnapshot, crate::journal::JournalError> {
+    fn load(&self, _: &str, _: usize) -> Result<crate::journal::JournalSnapshot, crate::journal::JournalError> {
         Ok(Default::default())
     }
-    fn put_step(&self, _: &str, _: &str, _: &str) -> Result<(), crate::journal::JournalError> {
+    fn get_step(&self, _: &str, _: &str) -> Result<Option<String>, crate::journal::JournalError> {
+        Ok(None)
+    }
+    fn get_agent(&self, _: &str, _: &str) -> Result<Option<Option<String>>, crate::journal::JournalError> {
+        Ok(None)
+    }
+    fn put_step(&self, _: &str, _: &str, _: &str, _: u64) -> Result<(), crate::journal::JournalError> {
         Ok(())
     }
-    fn put_agent(&self, _: &str, _: &str, _: Option<&str>) -> Result<(), crate::journal::JournalError> {
+    fn put_agent(&self, _: &str, _: &str, _: Option<&str>, _: u64) -> Result<(), crate::journal::JournalError> {
         Ok(())
     }
-    fn put_progress(&self, _: &str, _: &ProgressEntry) -> Result<(), crate::journal::JournalError> {
+    fn put_progress(&self, _: &str, _: u64, _: Vec<u8>, _: u64) -> Result<(), crate::journal::JournalError> {
         Ok(())
     }
     fn put_accounting(&self, _: &str, _: &Accounting) -> Result<(), crate::journal::JournalError> {

@@ -1,40 +1,73 @@
 //! The journal: what a run writes as it goes — step values, agent outcomes, progress, and
 //! live accounting — keyed by run. A trait, so the run engine does not depend on where the
 //! entries live; the durable [`Store`](crate::store::Store) implements it.
+//!
+//! A run does not hold its journal in memory: an attempt starts from a [`JournalSnapshot`]
+//! (every step key's fingerprint, the bytes journaled so far, and as many values as fit a
+//! byte budget) and reads the other values back on demand ([`Journal::get_step`],
+//! [`Journal::get_agent`]), which see every put at once, committed or not.
 
 use crate::envelope::Accounting;
-use crate::progress::ProgressEntry;
 use futures::future::BoxFuture;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
+
+/// A step key's fingerprint: a 64-bit keyed hash (SipHash with a key random per process, so
+/// a guest cannot aim for collisions). Only compared within one process.
+pub fn fingerprint(key: &str) -> u64 {
+    static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    KEYS.get_or_init(Default::default).hash_one(key)
+}
 
 /// A journal operation that failed. Never a cache miss: the run must stop.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("journal: {0}")]
 pub struct JournalError(pub String);
 
-/// Everything journaled for one run, as loaded at the start of an attempt.
+/// What an attempt starts from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JournalSnapshot {
-    /// Step key -> JSON text.
+    /// The [`fingerprint`] of every journaled step key (all of them, whether or not its
+    /// value is in `steps`): what counts distinct steps without holding their keys.
+    pub step_keys: HashSet<u64>,
+    /// Step key -> JSON text, for as many steps as fit the load budget.
     pub steps: HashMap<String, String>,
-    /// Agent key (hex) -> outcome: `Some(json)` for a reply, `None` for an ordinary failure.
+    /// Agent key (hex) -> outcome (`Some(json)` for a reply, `None` for an ordinary
+    /// failure), for as many agent calls as fit the load budget.
     pub agents: HashMap<String, Option<String>>,
+    /// Bytes the run has journaled so far, all attempts together (as last recorded with a
+    /// put).
+    pub journal_bytes: u64,
 }
 
 /// Where a run's entries go. Puts may return before the entry is durable; [`Journal::flush`]
 /// resolves once everything put so far is.
 pub trait Journal: Send + Sync + 'static {
-    /// Everything journaled for `run_id` so far.
-    fn load(&self, run_id: &str) -> Result<JournalSnapshot, JournalError>;
+    /// The run's journal so far: every step key, the journal bytes recorded with the last
+    /// put, and values (steps first, then agent outcomes) up to
+    /// `value_bytes` bytes in all, none over a quarter of that.
+    fn load(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, JournalError>;
+
+    /// A step value, as last put.
+    fn get_step(&self, run_id: &str, key: &str) -> Result<Option<String>, JournalError>;
+
+    /// An agent outcome, as put: `None` when the call was never journaled.
+    fn get_agent(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, JournalError>;
+
+    // Each put carries `journal_bytes`: the run's journal total with this entry counted,
+    // recorded together with the entry (so after a crash the total never counts less than
+    // what was kept).
 
     /// Record a step value.
-    fn put_step(&self, run_id: &str, key: &str, value: &str) -> Result<(), JournalError>;
+    fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError>;
 
     /// Record an agent outcome.
-    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>) -> Result<(), JournalError>;
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError>;
 
-    /// Record a progress entry.
-    fn put_progress(&self, run_id: &str, entry: &ProgressEntry) -> Result<(), JournalError>;
+    /// Record a progress entry: `entry` is its stored JSON form
+    /// ([`JournaledProgress`](crate::progress::JournaledProgress)).
+    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError>;
 
     /// Record the running attempt's accounting so far.
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError>;

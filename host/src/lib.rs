@@ -6,6 +6,7 @@
 
 pub mod access;
 mod agent_key;
+mod cache;
 pub mod backend;
 pub mod builder;
 pub mod config;

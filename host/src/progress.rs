@@ -94,3 +94,24 @@ pub struct ProgressEntry {
     #[serde(flatten)]
     pub event: ProgressEvent,
 }
+
+/// A progress entry as the journal stores it: the phase is a reference (the seq of the
+/// `Phase` entry that set it), not a copy of its title, so a long title followed by many
+/// entries is stored once. Entries written before this form carry `phase` as text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JournaledProgress {
+    /// 1-based, increasing across attempts.
+    pub seq: u64,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The seq of the `Phase` entry current when it happened.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub phase_seq: Option<u64>,
+    /// The phase as text (entries stored before `phaseSeq`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub phase: Option<String>,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: ProgressEvent,
+}

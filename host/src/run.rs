@@ -9,11 +9,12 @@ use crate::component::LoadedComponent;
 use crate::envelope::{Accounting, Failure, RunStatus};
 use crate::journal::Journal;
 use crate::limits::Limits;
-use crate::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
+use crate::cache::ValueCache;
+use crate::progress::{AgentSummary, JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::sandbox::{self, SandboxLimits};
 use crate::schema::Schema;
 use crate::AgentKey;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -71,12 +72,18 @@ enum StopCause {
     Failed(Failure, Abort),
 }
 
-/// Mutable per-run state behind one lock (never held across an await).
+/// Mutable per-run state behind one lock (never held across an await). Journal values are
+/// not all here: a bounded cache holds some, the store has them all.
 #[derive(Default)]
 struct RunState {
-    steps: HashMap<String, String>,
-    agents: HashMap<String, Option<String>>,
-    phase: Option<String>,
+    /// Step and agent values recently read or written (bounded in bytes).
+    cache: ValueCache,
+    /// Fingerprints of every journaled step key (distinct steps, without their keys).
+    step_keys: HashSet<u64>,
+    /// Bytes journaled so far, all attempts (counted against `maxJournalBytes`).
+    journal_bytes: u64,
+    /// The current phase: the seq of the `Phase` entry that set it, and its title.
+    phase: Option<(u64, String)>,
     next_seq: u64,
     log_lines: usize,
     log_bytes: usize,
@@ -137,8 +144,15 @@ impl RunShared {
     pub(crate) fn new(setup: AttemptSetup) -> Result<Arc<Self>, Failure> {
         let snapshot = setup
             .journal
-            .load(&setup.run_id)
+            .load(&setup.run_id, setup.sandbox.journal_cache_bytes)
             .map_err(|e| Failure::new("storage", None, e.to_string()))?;
+        let mut cache = ValueCache::new(setup.sandbox.journal_cache_bytes);
+        for (key, value) in snapshot.steps {
+            cache.put_step(key, value);
+        }
+        for (key, outcome) in snapshot.agents {
+            cache.put_agent(key, outcome);
+        }
         let slots = setup.limits.concurrency().map(|n| Arc::new(Semaphore::new(n as usize)));
         Ok(Arc::new(RunShared {
             run_id: setup.run_id,
@@ -147,8 +161,9 @@ impl RunShared {
             journal: setup.journal,
             backend: setup.backend,
             state: Mutex::new(RunState {
-                steps: snapshot.steps,
-                agents: snapshot.agents,
+                cache,
+                step_keys: snapshot.step_keys,
+                journal_bytes: snapshot.journal_bytes,
                 next_seq: setup.next_seq,
                 ..Default::default()
             }),
@@ -177,17 +192,67 @@ impl RunShared {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Record a progress event (journaled, so `progress` pages and revisions survive a
-    /// crash), stream it to the subscriber, and announce the new revision.
-    pub(crate) fn emit(&self, event: ProgressEvent) {
-        let entry = {
-            let mut state = self.state();
-            state.next_seq += 1;
-            ProgressEntry { seq: state.next_seq, at_ms: now_ms(), phase: state.phase.clone(), event }
-        };
-        if let Err(e) = self.journal.put_progress(&self.run_id, &entry) {
-            self.abort(Abort::Storage(e.to_string()));
+    /// Charge `cost` journal bytes to the run (state locked by the caller) and return the
+    /// new total, which the put records with its entry: `Err` with the abort when they would
+    /// pass `maxJournalBytes` (then nothing is charged). `essential` entries (an attempt's
+    /// start and end) are always charged and written.
+    fn charge(&self, state: &mut RunState, cost: u64, essential: bool) -> Result<u64, Abort> {
+        let total = state.journal_bytes.saturating_add(cost);
+        if total > self.sandbox.max_journal_bytes && !essential {
+            let message = format!(
+                "the run has journaled {} bytes; {cost} more would pass the {} byte journal budget (maxJournalBytes)",
+                state.journal_bytes, self.sandbox.max_journal_bytes
+            );
+            return Err(Abort::SandboxLimit { kind: "maxJournalBytes", message });
         }
+        state.journal_bytes = total;
+        Ok(total)
+    }
+
+    /// Record a progress event (journaled, so `progress` pages and revisions survive a
+    /// crash), stream it to the subscriber, and announce the new revision. The journal keeps
+    /// a reference to the current phase, not its text. An entry past the journal budget is
+    /// not recorded and stops the attempt (attempt start and end are always recorded).
+    pub(crate) fn emit(&self, event: ProgressEvent) {
+        let essential = matches!(event, ProgressEvent::AttemptStarted { .. } | ProgressEvent::AttemptEnded { .. });
+        let written = {
+            let mut state = self.state();
+            let seq = state.next_seq + 1;
+            let before = state.phase.clone();
+            if let ProgressEvent::Phase { title } = &event {
+                state.phase = Some((seq, title.clone()));
+            }
+            let stored = JournaledProgress {
+                seq,
+                at_ms: now_ms(),
+                phase_seq: state.phase.as_ref().map(|(at, _)| *at),
+                phase: None,
+                event,
+            };
+            let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(e.to_string()));
+            let written = bytes.and_then(|bytes| {
+                let total = self.charge(&mut state, bytes.len() as u64, essential)?;
+                self.journal.put_progress(&self.run_id, seq, bytes, total).map_err(|e| Abort::Storage(e.to_string()))
+            });
+            match written {
+                Ok(()) => {
+                    state.next_seq = seq;
+                    let phase = state.phase.as_ref().map(|(_, title)| title.clone());
+                    Ok(ProgressEntry { seq, at_ms: stored.at_ms, phase, event: stored.event })
+                }
+                Err(abort) => {
+                    state.phase = before;
+                    Err(abort)
+                }
+            }
+        };
+        let entry = match written {
+            Ok(entry) => entry,
+            Err(abort) => {
+                self.abort(abort);
+                return;
+            }
+        };
         let _ = self.updates.send(RunUpdated { run_id: self.run_id.clone(), revision: self.record_writes + entry.seq });
         if let Some(tx) = &self.events {
             let _ = tx.send(entry);
@@ -205,7 +270,7 @@ impl RunShared {
             let entry = ProgressEntry {
                 seq: state.next_seq,
                 at_ms: now_ms(),
-                phase: state.phase.clone(),
+                phase: state.phase.as_ref().map(|(_, title)| title.clone()),
                 event: ProgressEvent::cached(label, ok),
             };
             drop(state);
@@ -260,9 +325,21 @@ impl RunShared {
         self.stop.is_cancelled()
     }
 
-    /// `ctx.phase`.
+    /// Refuse a guest value of `len` bytes over `limit`: the attempt stops with a
+    /// `sandbox_limit` failure named `kind`. The value itself is never copied into the message.
+    fn cap(&self, kind: &'static str, what: &str, len: usize, limit: usize) -> Result<(), Abort> {
+        if len <= limit {
+            return Ok(());
+        }
+        let message = format!("{what} is {len} bytes, over the {limit} byte limit ({kind})");
+        Err(self.abort(Abort::SandboxLimit { kind, message }))
+    }
+
+    /// `ctx.phase`: a title over `maxPhaseBytes` stops the attempt and is not recorded.
     pub(crate) fn phase(&self, title: String) {
-        self.state().phase = Some(title.clone());
+        if self.cap("maxPhaseBytes", "phase title", title.len(), self.sandbox.max_phase_bytes).is_err() {
+            return;
+        }
         self.emit(ProgressEvent::Phase { title });
     }
 
@@ -295,7 +372,22 @@ impl RunShared {
         if let Some(abort) = self.stopping() {
             return Err(abort);
         }
-        Ok(self.state().steps.get(key).cloned())
+        self.cap("maxStepKeyBytes", "step key", key.len(), self.sandbox.max_step_key_bytes)?;
+        {
+            let state = self.state();
+            if let Some(value) = state.cache.step(key) {
+                return Ok(Some(value.clone()));
+            }
+            // A key never journaled needs no read (every new step asks first).
+            if !state.step_keys.contains(&crate::journal::fingerprint(key)) {
+                return Ok(None);
+            }
+        }
+        let value = self.journal.get_step(&self.run_id, key).map_err(|e| self.abort(Abort::Storage(e.to_string())))?;
+        if let Some(value) = &value {
+            self.state().cache.put_step(key.to_string(), value.clone());
+        }
+        Ok(value)
     }
 
     /// `ctx.step-put`: validate, then journal (durable by the next commit).
@@ -303,6 +395,7 @@ impl RunShared {
         if let Some(abort) = self.stopping() {
             return Err(StepError::Abort(abort));
         }
+        self.cap("maxStepKeyBytes", "step key", key.len(), self.sandbox.max_step_key_bytes).map_err(StepError::Abort)?;
         if value.len() > self.sandbox.max_step_bytes {
             let message = format!(
                 "step `{key}` value is {} bytes, over the {} byte limit",
@@ -319,10 +412,23 @@ impl RunShared {
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
             return Err(StepError::InvalidJson(format!("step `{key}`: not JSON: {e}")));
         }
-        if let Err(e) = self.journal.put_step(&self.run_id, &key, &value) {
-            return Err(StepError::Abort(self.abort(Abort::Storage(e.to_string()))));
+        let mut state = self.state();
+        let fingerprint = crate::journal::fingerprint(&key);
+        if !state.step_keys.contains(&fingerprint) && state.step_keys.len() >= self.sandbox.max_steps {
+            drop(state);
+            let message = format!("the run has journaled {} distinct steps, the limit (maxSteps)", self.sandbox.max_steps);
+            return Err(StepError::Abort(self.abort(Abort::SandboxLimit { kind: "maxSteps", message })));
         }
-        self.state().steps.insert(key, value);
+        let cost = (key.len() + value.len()) as u64;
+        let written = self
+            .charge(&mut state, cost, false)
+            .and_then(|total| self.journal.put_step(&self.run_id, &key, &value, total).map_err(|e| Abort::Storage(e.to_string())));
+        if let Err(abort) = written {
+            drop(state);
+            return Err(StepError::Abort(self.abort(abort)));
+        }
+        state.step_keys.insert(fingerprint);
+        state.cache.put_step(key, value);
         Ok(())
     }
 
@@ -353,6 +459,15 @@ impl RunShared {
             );
             return Err(self.abort(Abort::SandboxLimit { kind: "maxPromptBytes", message }));
         }
+        if let Some(label) = &label {
+            self.cap("maxLabelBytes", "agent label", label.len(), self.sandbox.max_label_bytes)?;
+        }
+        if let Some(model) = &model {
+            self.cap("maxModelBytes", "agent model name", model.len(), self.sandbox.max_model_bytes)?;
+        }
+        if let Some(schema) = &schema {
+            self.cap("maxSchemaBytes", "agent schema", schema.len(), self.sandbox.max_schema_bytes)?;
+        }
         let schema = match schema.as_deref().map(Schema::parse) {
             None => None,
             Some(Ok(schema)) => Some(schema),
@@ -364,8 +479,12 @@ impl RunShared {
         let key = AgentKey::new(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref());
         let shown = label.clone().unwrap_or_else(|| "agent".to_string());
 
-        // Journaled: replay for free.
-        let journaled = self.state().agents.get(&key.0).cloned();
+        // Journaled: replay for free (from the cache, else from the store).
+        let cached = self.state().cache.agent(&key.0).cloned();
+        let journaled = match cached {
+            Some(outcome) => Some(outcome),
+            None => self.journal.get_agent(&self.run_id, &key.0).map_err(|e| self.abort(Abort::Storage(e.to_string())))?,
+        };
         if let Some(outcome) = journaled {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
             self.notify_cached(shown, outcome.is_some());
@@ -373,6 +492,7 @@ impl RunShared {
         }
 
         // In flight or done in this attempt: share the one call.
+        let key_hex = key.0.clone();
         let (cell, first) = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
             match inflight.get(&key.0) {
@@ -400,15 +520,28 @@ impl RunShared {
             .get_or_init(|| async move {
                 let outcome = this.spawn_agent(request, schema).await;
                 if let Ok(reply) = &outcome {
-                    if let Err(e) = this.journal.put_agent(&this.run_id, &key.0, reply.as_deref()) {
-                        return Err(this.abort(Abort::Storage(e.to_string())));
+                    let cost = (key.0.len() + 1 + reply.as_ref().map_or(0, String::len)) as u64;
+                    let mut state = this.state();
+                    let written = this.charge(&mut state, cost, false).and_then(|total| {
+                        this.journal
+                            .put_agent(&this.run_id, &key.0, reply.as_deref(), total)
+                            .map_err(|e| Abort::Storage(e.to_string()))
+                    });
+                    if let Err(abort) = written {
+                        drop(state);
+                        return Err(this.abort(abort));
                     }
-                    this.state().agents.insert(key.0.clone(), reply.clone());
+                    state.cache.put_agent(key.0.clone(), reply.clone());
                 }
                 outcome
             })
             .await
             .clone();
+        if first {
+            // Done: later identical calls replay from the journal, so this attempt does not
+            // hold every outcome for its whole life. Calls already waiting share the cell.
+            self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key_hex);
+        }
         if !first {
             if let Ok(reply) = &outcome {
                 self.notify_cached(shown, reply.is_some());

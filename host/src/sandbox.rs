@@ -12,9 +12,10 @@ use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-/// Host-side sandbox limits, the same for every run of a host.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+/// Host-side sandbox limits, the same for every run of a host. Every field has a default,
+/// so a serialized form from an older build (missing newer fields) still parses.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct SandboxLimits {
     /// Linear memory per run, in bytes.
     pub memory_bytes: usize,
@@ -49,6 +50,24 @@ pub struct SandboxLimits {
     pub max_pending_agent_calls: usize,
     /// Nesting depth of any JSON value crossing the boundary.
     pub max_json_depth: usize,
+    /// Bytes of a phase title (`ctx.phase`).
+    pub max_phase_bytes: usize,
+    /// Bytes of an agent call's label.
+    pub max_label_bytes: usize,
+    /// Bytes of an agent call's model name.
+    pub max_model_bytes: usize,
+    /// Bytes of a step key.
+    pub max_step_key_bytes: usize,
+    /// Bytes of an agent call's schema text.
+    pub max_schema_bytes: usize,
+    /// Bytes a run may journal over its whole life, all attempts together: step keys and
+    /// values, agent keys and results, progress entries (as stored).
+    pub max_journal_bytes: u64,
+    /// Distinct step keys a run may journal, all attempts together.
+    pub max_steps: usize,
+    /// Bytes of journaled step values and agent results a run keeps in host memory; the
+    /// rest is read from the store when the guest asks for it. Not a guest-visible limit.
+    pub journal_cache_bytes: usize,
     /// How long the factory's `meta` may take, in milliseconds (it must be cheap: the host
     /// calls it to load, describe and register a component).
     pub meta_timeout_ms: u64,
@@ -73,9 +92,44 @@ impl Default for SandboxLimits {
             max_log_bytes: 16 << 20,
             max_json_depth: 128,
             max_pending_agent_calls: 65_536,
+            max_phase_bytes: 1 << 10,
+            max_label_bytes: 1 << 10,
+            max_model_bytes: 1 << 10,
+            max_step_key_bytes: 4 << 10,
+            max_schema_bytes: 256 << 10,
+            max_journal_bytes: 256 << 20,
+            max_steps: 100_000,
+            journal_cache_bytes: 32 << 20,
             meta_timeout_ms: 10_000,
         }
     }
+}
+
+impl SandboxLimits {
+    /// One line naming the caps on guest values and the journal budget (for `describe` and
+    /// `show`), e.g. `phase/label/model <= 1 KiB, step key <= 4 KiB, ...`.
+    pub fn bounds_line(&self) -> String {
+        format!(
+            "phase <= {}, label <= {}, model <= {}, step key <= {}, schema <= {}, journal <= {}, steps <= {}",
+            human_bytes(self.max_phase_bytes as u64),
+            human_bytes(self.max_label_bytes as u64),
+            human_bytes(self.max_model_bytes as u64),
+            human_bytes(self.max_step_key_bytes as u64),
+            human_bytes(self.max_schema_bytes as u64),
+            human_bytes(self.max_journal_bytes),
+            self.max_steps
+        )
+    }
+}
+
+/// `1 KiB`, `256 MiB`, `1000 bytes`: exact binary units when they divide evenly.
+fn human_bytes(n: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{} {unit}", n >> shift);
+        }
+    }
+    format!("{n} bytes")
 }
 
 /// How often the epoch advances: the granularity of deadlines and forced yields.
@@ -206,4 +260,39 @@ pub(crate) fn new_store(
     store.set_epoch_deadline(1);
     store.epoch_deadline_async_yield_and_update(1);
     Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SandboxLimits;
+
+    #[test]
+    fn an_older_serialized_form_reads_with_the_new_limits_defaulted() {
+        // What a host before the guest-value caps and the journal budget sent.
+        let old = serde_json::json!({
+            "memoryBytes": 1 << 20, "tableElements": 10, "instances": 1, "tables": 1, "memories": 1,
+            "fuel": 5, "fuelYieldInterval": 1, "maxPromptBytes": 7, "maxStepBytes": 8, "maxResultBytes": 9,
+            "maxOutputBytes": 10, "maxLogLines": 11, "maxLogLineBytes": 12, "maxLogBytes": 13,
+            "maxPendingAgentCalls": 14, "maxJsonDepth": 15
+        });
+        let limits: SandboxLimits = serde_json::from_value(old).expect("an older form parses");
+        let defaults = SandboxLimits::default();
+        assert_eq!(limits.memory_bytes, 1 << 20);
+        assert_eq!(limits.max_prompt_bytes, 7);
+        assert_eq!(limits.max_phase_bytes, defaults.max_phase_bytes);
+        assert_eq!(limits.max_journal_bytes, defaults.max_journal_bytes);
+        assert_eq!(limits.max_steps, defaults.max_steps);
+        // And the current form round-trips.
+        let again: SandboxLimits = serde_json::from_value(serde_json::to_value(&defaults).unwrap()).unwrap();
+        assert_eq!(again, defaults);
+    }
+
+    #[test]
+    fn the_bounds_line_names_every_new_limit_with_its_default() {
+        assert_eq!(
+            SandboxLimits::default().bounds_line(),
+            "phase <= 1 KiB, label <= 1 KiB, model <= 1 KiB, step key <= 4 KiB, schema <= 256 KiB, \
+             journal <= 256 MiB, steps <= 100000"
+        );
+    }
 }

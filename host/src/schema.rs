@@ -4,6 +4,13 @@
 //! `required`, `enum`, `const`, recursive `properties`/`items`, `anyOf`, `oneOf` (treated as
 //! anyOf: at least one branch) and `allOf` are honoured; boolean schemas and every other
 //! keyword are accepted without being inspected or enforced.
+//!
+//! Every operation is bounded, because schemas come from guests and replies from models:
+//! a schema has at most [`MAX_NODES`] sub-schemas (else [`SchemaError::TooLarge`]); one
+//! check visits at most [`CHECK_BUDGET`] schema nodes (else a [`Mismatch`] saying so, which
+//! a reply check treats like any mismatch); the minimal-instance search spends at most
+//! [`SOLVE_BUDGET`] steps (else [`SolveExhausted`]); and every message quotes at most a
+//! few hundred bytes of the value or the schema, however many branches failed.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +32,9 @@ pub enum SchemaError {
     /// A `type` names something other than the seven JSON Schema types.
     #[error("{path}: unknown type {}", quote(.name))]
     UnknownType { path: String, name: String },
+    /// The schema has more sub-schemas than [`MAX_NODES`].
+    #[error("the schema has more than {limit} sub-schemas")]
+    TooLarge { limit: usize },
     /// An honoured keyword (or a nested schema) has the wrong shape.
     #[error("{path}: expected {expected}, got {got}")]
     Malformed {
@@ -38,7 +48,7 @@ impl SchemaError {
     /// The path of the offending keyword inside the schema, if the schema was JSON.
     pub fn path(&self) -> Option<&str> {
         match self {
-            SchemaError::InvalidJson(_) => None,
+            SchemaError::InvalidJson(_) | SchemaError::TooLarge { .. } => None,
             SchemaError::UnknownType { path, .. } | SchemaError::Malformed { path, .. } => {
                 Some(path)
             }
@@ -58,6 +68,60 @@ pub struct Mismatch {
     pub got: String,
 }
 
+/// Sub-schemas (objects and booleans, the root included) one schema may have.
+pub const MAX_NODES: usize = 10_000;
+
+/// Schema nodes one check may visit (each visit of a sub-schema for a value, and each
+/// `enum`/`const` comparison weighed by the size of the schema's value).
+pub const CHECK_BUDGET: usize = 1_000_000;
+
+/// Steps the minimal-instance search may spend (each branch choice weighed by the state it
+/// copies, each candidate check as in [`CHECK_BUDGET`]).
+pub const SOLVE_BUDGET: usize = 1_000_000;
+
+/// Bytes of a value or schema text quoted in a message.
+const QUOTE_LIMIT: usize = 80;
+
+/// Bytes of branch explanations one `anyOf`/`oneOf` mismatch carries.
+const REASONS_LIMIT: usize = 512;
+
+/// The minimal-instance search ran out of its [`SOLVE_BUDGET`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the schema is too complex to solve within {limit} search steps")]
+pub struct SolveExhausted {
+    /// The budget that ran out.
+    pub limit: usize,
+}
+
+/// Work left for one operation; once spent, stays spent.
+struct Budget {
+    left: usize,
+}
+
+impl Budget {
+    fn new(left: usize) -> Self {
+        Budget { left }
+    }
+
+    /// Spend `n`; false (and nothing left) when there was not enough.
+    fn spend(&mut self, n: usize) -> bool {
+        match self.left.checked_sub(n) {
+            Some(left) => {
+                self.left = left;
+                true
+            }
+            None => {
+                self.left = 0;
+                false
+            }
+        }
+    }
+
+    fn spent(&self) -> bool {
+        self.left == 0
+    }
+}
+
 impl Schema {
     /// Parses a schema from JSON text.
     pub fn parse(text: &str) -> Result<Schema, SchemaError> {
@@ -66,7 +130,8 @@ impl Schema {
 
     /// Parses a schema from an already-decoded JSON value.
     pub fn from_value(raw: Value) -> Result<Schema, SchemaError> {
-        let root = parse_node(&raw, &mut Vec::new())?;
+        let mut nodes = 0;
+        let root = parse_node(&raw, &mut Vec::new(), &mut nodes)?;
         Ok(Schema { raw, root })
     }
 
@@ -77,7 +142,8 @@ impl Schema {
 
     /// Checks `value` against the honoured keywords.
     pub fn check(&self, value: &Value) -> Result<(), Mismatch> {
-        self.root.check(value, &mut Vec::new())
+        let mut budget = Budget::new(CHECK_BUDGET);
+        self.root.check(value, &mut Vec::new(), &mut budget)
     }
 
     /// Parses a model's reply as JSON (allowing surrounding whitespace and one markdown code
@@ -92,13 +158,25 @@ impl Schema {
         Ok(value)
     }
 
-    /// The smallest value satisfying the schema, or null when no value can satisfy it.
+    /// The smallest value satisfying the schema, or null when no value can satisfy it (or
+    /// the search runs out of its budget: see [`Schema::solve`]).
     pub fn minimal_instance(&self) -> Value {
+        self.solve().unwrap_or(Value::Null)
+    }
+
+    /// The smallest value satisfying the schema (null when none can), or
+    /// [`SolveExhausted`] when the search needs more than [`SOLVE_BUDGET`] steps.
+    pub fn solve(&self) -> Result<Value, SolveExhausted> {
         match &self.root {
-            Node::Any => Value::Null,
+            Node::Any => Ok(Value::Null),
             Node::Rule(rule) => {
-                let mut budget = SEARCH_BUDGET;
-                solve(Vec::new(), vec![rule], Vec::new(), &mut budget).unwrap_or(Value::Null)
+                let mut budget = Budget::new(SOLVE_BUDGET);
+                let found = solve(Vec::new(), vec![rule], Vec::new(), &mut budget);
+                match found {
+                    Some(value) => Ok(value),
+                    None if budget.spent() => Err(SolveExhausted { limit: SOLVE_BUDGET }),
+                    None => Ok(Value::Null),
+                }
             }
         }
     }
@@ -122,10 +200,10 @@ impl Node {
         }
     }
 
-    fn check<'s>(&'s self, value: &Value, path: &mut Vec<Seg<'s>>) -> Result<(), Mismatch> {
+    fn check<'s>(&'s self, value: &Value, path: &mut Vec<Seg<'s>>, budget: &mut Budget) -> Result<(), Mismatch> {
         match self {
             Node::Any => Ok(()),
-            Node::Rule(rule) => rule.check(value, path),
+            Node::Rule(rule) => rule.check(value, path, budget),
         }
     }
 }
@@ -142,6 +220,8 @@ struct Rule {
     all_of: Vec<Node>,
     any_of: Option<Vec<Node>>,
     one_of: Option<Vec<Node>>,
+    /// What comparing a value with `enum` and `const` may cost (their JSON nodes).
+    eq_cost: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +275,7 @@ impl Kind {
     }
 
     /// The smallest value of this kind before nested constraints are applied.
-    fn minimal(self, parts: &[&Rule], budget: &mut usize) -> Value {
+    fn minimal(self, parts: &[&Rule], budget: &mut Budget) -> Value {
         match self {
             Kind::Object => minimal_object(parts, budget),
             Kind::Array => Value::Array(Vec::new()),
@@ -218,10 +298,14 @@ enum Seg<'a> {
     Index(usize),
 }
 
-fn parse_node<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>) -> Result<Node, SchemaError> {
+fn parse_node<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>, nodes: &mut usize) -> Result<Node, SchemaError> {
+    *nodes += 1;
+    if *nodes > MAX_NODES {
+        return Err(SchemaError::TooLarge { limit: MAX_NODES });
+    }
     match value {
         Value::Bool(_) => Ok(Node::Any),
-        Value::Object(map) => Ok(Node::Rule(Box::new(parse_rule(map, path)?))),
+        Value::Object(map) => Ok(Node::Rule(Box::new(parse_rule(map, path, nodes)?))),
         other => Err(malformed(
             path,
             "a schema (object or boolean)",
@@ -233,6 +317,7 @@ fn parse_node<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>) -> Result<Node, Sch
 fn parse_rule<'v>(
     map: &'v Map<String, Value>,
     path: &mut Vec<Seg<'v>>,
+    nodes: &mut usize,
 ) -> Result<Rule, SchemaError> {
     let mut rule = Rule::default();
     // Only honoured keywords are looked at; anything else in `map` is never inspected.
@@ -257,7 +342,7 @@ fn parse_rule<'v>(
                     for (name, schema) in props {
                         path.push(Seg::Key(name));
                         rule.properties
-                            .insert(name.clone(), parse_node(schema, path)?);
+                            .insert(name.clone(), parse_node(schema, path, nodes)?);
                         path.pop();
                     }
                 }
@@ -266,15 +351,17 @@ fn parse_rule<'v>(
             "items" => match value {
                 // The tuple form is outside the subset, so it is ignored rather than enforced.
                 Value::Array(_) => {}
-                other => rule.items = Some(parse_node(other, path)?),
+                other => rule.items = Some(parse_node(other, path, nodes)?),
             },
-            "allOf" => rule.all_of = parse_branches(value, path)?,
-            "anyOf" => rule.any_of = Some(parse_branches(value, path)?),
-            "oneOf" => rule.one_of = Some(parse_branches(value, path)?),
+            "allOf" => rule.all_of = parse_branches(value, path, nodes)?,
+            "anyOf" => rule.any_of = Some(parse_branches(value, path, nodes)?),
+            "oneOf" => rule.one_of = Some(parse_branches(value, path, nodes)?),
             _ => {}
         }
         path.pop();
     }
+    let enum_cost: usize = rule.enumeration.iter().flatten().map(json_nodes).sum();
+    rule.eq_cost = enum_cost.saturating_add(rule.constant.as_ref().map_or(0, json_nodes));
     Ok(rule)
 }
 
@@ -330,7 +417,11 @@ fn parse_required<'v>(
     Ok(required)
 }
 
-fn parse_branches<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>) -> Result<Vec<Node>, SchemaError> {
+fn parse_branches<'v>(
+    value: &'v Value,
+    path: &mut Vec<Seg<'v>>,
+    nodes: &mut usize,
+) -> Result<Vec<Node>, SchemaError> {
     const EXPECTED: &str = "a non-empty array of schemas";
     match value {
         // Empty branch lists are invalid JSON Schema and would make anyOf unsatisfiable.
@@ -338,13 +429,13 @@ fn parse_branches<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>) -> Result<Vec<N
             Err(malformed(path, EXPECTED, "an empty array"))
         }
         Value::Array(branches) => {
-            let mut nodes = Vec::with_capacity(branches.len());
+            let mut parsed = Vec::with_capacity(branches.len());
             for (i, branch) in branches.iter().enumerate() {
                 path.push(Seg::Index(i));
-                nodes.push(parse_node(branch, path)?);
+                parsed.push(parse_node(branch, path, nodes)?);
                 path.pop();
             }
-            Ok(nodes)
+            Ok(parsed)
         }
         other => Err(malformed(path, EXPECTED, kind_of(other))),
     }
@@ -361,8 +452,29 @@ fn malformed(path: &[Seg<'_>], expected: &'static str, got: &str) -> SchemaError
 // ---------------------------------------------------------------------------------------
 // Checking
 
+/// The JSON nodes of a value (itself, and every element and member, recursively).
+fn json_nodes(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(json_nodes).sum::<usize>(),
+        Value::Object(map) => 1 + map.values().map(json_nodes).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+/// The mismatch of a check that ran out of its budget.
+fn too_costly(path: &[Seg<'_>]) -> Mismatch {
+    mismatch(
+        path,
+        format!("a value checkable within {CHECK_BUDGET} schema-node visits"),
+        "one that needs more (the schema or the value is too large)".to_owned(),
+    )
+}
+
 impl Rule {
-    fn check<'s>(&'s self, value: &Value, path: &mut Vec<Seg<'s>>) -> Result<(), Mismatch> {
+    fn check<'s>(&'s self, value: &Value, path: &mut Vec<Seg<'s>>, budget: &mut Budget) -> Result<(), Mismatch> {
+        if !budget.spend(1usize.saturating_add(self.eq_cost)) {
+            return Err(too_costly(path));
+        }
         if let Some(types) = &self.types {
             if !types.iter().any(|kind| kind.matches(value)) {
                 let got = match value {
@@ -380,7 +492,7 @@ impl Rule {
         }
         if let Some(values) = &self.enumeration {
             if !values.iter().any(|allowed| json_eq(allowed, value)) {
-                let expected = format!("one of {}", render(&Value::Array(values.clone())));
+                let expected = format!("one of {}", render_slice(values));
                 return Err(mismatch(path, expected, render(value)));
             }
         }
@@ -397,7 +509,7 @@ impl Rule {
             for (name, node) in &self.properties {
                 if let Some(child) = object.get(name) {
                     path.push(Seg::Key(name));
-                    node.check(child, path)?;
+                    node.check(child, path, budget)?;
                     path.pop();
                 }
             }
@@ -405,54 +517,79 @@ impl Rule {
         if let (Some(node), Value::Array(elements)) = (&self.items, value) {
             for (i, element) in elements.iter().enumerate() {
                 path.push(Seg::Index(i));
-                node.check(element, path)?;
+                node.check(element, path, budget)?;
                 path.pop();
             }
         }
         for branch in &self.all_of {
-            branch.check(value, path)?;
+            branch.check(value, path, budget)?;
         }
         if let Some(branches) = &self.any_of {
-            check_any("anyOf", branches, value, path)?;
+            check_any("anyOf", branches, value, path, budget)?;
         }
         if let Some(branches) = &self.one_of {
-            check_any("oneOf", branches, value, path)?;
+            check_any("oneOf", branches, value, path, budget)?;
         }
         Ok(())
     }
 }
 
-/// At least one branch must match; `oneOf` deliberately goes through here too.
+/// At least one branch must match; `oneOf` deliberately goes through here too. The
+/// explanation quotes branches only up to [`REASONS_LIMIT`] bytes, so nested combinators
+/// cannot multiply message sizes.
 fn check_any<'s>(
     keyword: &str,
     branches: &'s [Node],
     value: &Value,
     path: &mut Vec<Seg<'s>>,
+    budget: &mut Budget,
 ) -> Result<(), Mismatch> {
-    let mut failures = Vec::with_capacity(branches.len());
-    for branch in branches {
-        let mut branch_path = path.clone();
-        match branch.check(value, &mut branch_path) {
+    let depth = path.len();
+    let mut reasons = String::new();
+    let mut only = None;
+    for (i, branch) in branches.iter().enumerate() {
+        let result = branch.check(value, path, budget);
+        path.truncate(depth);
+        let failure = match result {
             Ok(()) => return Ok(()),
-            Err(failure) => failures.push(failure),
-        }
-    }
-    if failures.len() == 1 {
-        // One branch: its own message is the clearest explanation.
-        if let Some(failure) = failures.pop() {
+            Err(failure) => failure,
+        };
+        if budget.spent() {
+            // Out of budget: no other branch can be checked, and this is why.
             return Err(failure);
         }
+        if branches.len() == 1 {
+            // One branch: its own message is the clearest explanation.
+            only = Some(failure);
+        } else if reasons.len() < REASONS_LIMIT {
+            if !reasons.is_empty() {
+                reasons.push_str("; ");
+            }
+            reasons.push_str(&format!("branch {i}: {failure}"));
+            truncate_text(&mut reasons, REASONS_LIMIT);
+        }
     }
-    let reasons: Vec<String> = failures
-        .iter()
-        .enumerate()
-        .map(|(i, failure)| format!("branch {i}: {failure}"))
-        .collect();
+    if let Some(failure) = only {
+        return Err(failure);
+    }
     Err(mismatch(
         path,
         format!("a value matching at least one {keyword} branch"),
-        format!("one matching none ({})", reasons.join("; ")),
+        format!("one matching none ({reasons})"),
     ))
+}
+
+/// Cut `text` to at most `limit` bytes (on a char boundary), marking the cut with `…`.
+fn truncate_text(text: &mut String, limit: usize) {
+    if text.len() <= limit {
+        return;
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push('…');
 }
 
 fn mismatch(path: &[Seg<'_>], expected: String, got: String) -> Mismatch {
@@ -537,9 +674,6 @@ fn is_info_string(line: &str) -> bool {
 // ---------------------------------------------------------------------------------------
 // Minimal instances
 
-/// Bounds the branch search so a pathological schema cannot make the dry run hang.
-const SEARCH_BUDGET: usize = 10_000;
-
 /// Finds the first value satisfying every rule of a conjunction.
 ///
 /// `done` are rules whose `allOf` is already folded in, `todo` rules still to fold, `groups`
@@ -550,12 +684,13 @@ fn solve<'s>(
     mut done: Vec<&'s Rule>,
     mut todo: Vec<&'s Rule>,
     mut groups: Vec<&'s [Node]>,
-    budget: &mut usize,
+    budget: &mut Budget,
 ) -> Option<Value> {
-    if *budget == 0 {
+    // Each call copies its state: charge for it, so deep allOf chains cannot multiply work.
+    let cost = 1usize.saturating_add(done.len()).saturating_add(todo.len()).saturating_add(groups.len());
+    if !budget.spend(cost) {
         return None;
     }
-    *budget -= 1;
     // Folded in listed order, so "first listed type" prefers the outer schema's own list.
     while !todo.is_empty() {
         let rule = todo.remove(0);
@@ -571,23 +706,26 @@ fn solve<'s>(
             if let Some(value) = solve(done.clone(), todo, groups.clone(), budget) {
                 return Some(value);
             }
+            if budget.spent() {
+                return None;
+            }
         }
         return None;
     }
     // Every choice is made: try the candidates of this plain conjunction in preference order.
     // Innermost rules first: they are the cheapest to fail, and the outer ones re-walk every
     // anyOf branch.
-    let satisfies = |value: &Value| {
+    let satisfies = |value: &Value, budget: &mut Budget| {
         done.iter()
             .rev()
-            .all(|rule| rule.check(value, &mut Vec::new()).is_ok())
+            .all(|rule| rule.check(value, &mut Vec::new(), budget).is_ok())
     };
     if let Some(constant) = done.iter().find_map(|rule| rule.constant.as_ref()) {
-        return satisfies(constant).then(|| constant.clone());
+        return satisfies(constant, budget).then(|| constant.clone());
     }
     // A satisfying value must be in every enum, so the first enum's values are enough to try.
     if let Some(values) = done.iter().find_map(|rule| rule.enumeration.as_ref()) {
-        return values.iter().find(|value| satisfies(value)).cloned();
+        return values.iter().find(|value| satisfies(value, budget)).cloned();
     }
     // Likewise its kind is in the first type list; with no type anywhere, null passes every
     // structural keyword.
@@ -597,8 +735,11 @@ fn solve<'s>(
         .unwrap_or(&[Kind::Null]);
     for kind in kinds {
         let value = kind.minimal(&done, budget);
-        if satisfies(&value) {
+        if satisfies(&value, budget) {
             return Some(value);
+        }
+        if budget.spent() {
+            return None;
         }
     }
     None
@@ -606,10 +747,10 @@ fn solve<'s>(
 
 /// An object with only the required properties of every part, each minimal for all the
 /// schemas the parts give that property (null where none does).
-fn minimal_object(parts: &[&Rule], budget: &mut usize) -> Value {
+fn minimal_object(parts: &[&Rule], budget: &mut Budget) -> Value {
     let mut object = Map::new();
     for name in parts.iter().flat_map(|rule| rule.required.iter()) {
-        if object.contains_key(name) {
+        if object.contains_key(name) || !budget.spend(parts.len()) {
             continue;
         }
         let schemas: Vec<&Rule> = parts
@@ -651,13 +792,51 @@ fn join_kinds(kinds: &[Kind]) -> String {
     }
 }
 
-/// Compact JSON, cut short so a huge reply does not flood an error message.
+/// Compact JSON, cut short so a huge reply does not flood an error message. Serializes no
+/// more than it shows: a huge value costs no more than a small one.
 fn render(value: &Value) -> String {
-    const LIMIT: usize = 80;
-    let text = value.to_string();
-    match text.char_indices().nth(LIMIT) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text,
+    render_with(|w| serde_json::to_writer(w, value))
+}
+
+/// [`render`] for an array held as a slice (no copy of it is made).
+fn render_slice(values: &[Value]) -> String {
+    render_with(|w| serde_json::to_writer(w, values))
+}
+
+fn render_with(write: impl FnOnce(&mut Capped) -> serde_json::Result<()>) -> String {
+    let mut out = Capped(Vec::with_capacity(QUOTE_LIMIT + 8));
+    // Stopping early is the point: the error only says the text was cut.
+    let cut = write(&mut out).is_err();
+    let mut text = String::from_utf8_lossy(&out.0).into_owned();
+    let chars = text.char_indices().nth(QUOTE_LIMIT);
+    match chars {
+        Some((at, _)) => {
+            text.truncate(at);
+            text.push('…');
+        }
+        None if cut => text.push('…'),
+        None => {}
+    }
+    text
+}
+
+/// A writer that takes a little more than [`QUOTE_LIMIT`] characters' worth, then refuses.
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Four bytes per char at most, plus one more char to know there was more.
+        let room = (QUOTE_LIMIT + 1) * 4 - self.0.len().min((QUOTE_LIMIT + 1) * 4);
+        if room == 0 {
+            return Err(std::io::Error::other("quote limit"));
+        }
+        let n = buf.len().min(room);
+        self.0.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -1549,6 +1728,94 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(s.minimal_instance(), json!(null));
         assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_exhaustive_search_is_a_typed_error() {
+        let choice = json!({"anyOf": [{"title": "a"}, {"title": "b"}]});
+        let mut parts = vec![json!({"type": "string"}), json!({"type": "number"})];
+        parts.extend(std::iter::repeat_n(choice, 30));
+        let s = schema(json!({"allOf": parts}));
+        assert_eq!(s.solve(), Err(SolveExhausted { limit: SOLVE_BUDGET }));
+        // An unsatisfiable schema the search exhausts within budget is null, not an error.
+        assert_eq!(schema(json!({"type": "string", "const": 1})).solve(), Ok(json!(null)));
+    }
+
+    /// A full binary tree of `anyOf` nodes `depth` levels deep with `leaf` at the bottom, as text.
+    fn any_of_tree(depth: usize, leaf: &str) -> String {
+        let mut text = leaf.to_owned();
+        for _ in 0..depth {
+            text = format!(r#"{{"anyOf":[{text},{text}]}}"#);
+        }
+        text
+    }
+
+    #[test]
+    fn a_schema_with_too_many_sub_schemas_is_refused_at_parse() {
+        // 2^21 - 1 nodes, ~30 MB of text, the shape that took 7 GB to check before.
+        let text = any_of_tree(20, r#"{"type":"string"}"#);
+        assert!(text.len() > 16 << 20);
+        match Schema::parse(&text) {
+            Err(SchemaError::TooLarge { limit }) => assert_eq!(limit, MAX_NODES),
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        // One node over: still refused; at the cap: accepted.
+        let flat = |n: usize| {
+            let props: Vec<String> = (0..n).map(|i| format!(r#""p{i}":{{"type":"string"}}"#)).collect();
+            format!(r#"{{"type":"object","properties":{{{}}}}}"#, props.join(","))
+        };
+        assert!(Schema::parse(&flat(MAX_NODES - 1)).is_ok());
+        assert!(matches!(Schema::parse(&flat(MAX_NODES)), Err(SchemaError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn nested_any_of_mismatches_stay_small() {
+        // 8191 nodes, every branch fails: the explanation does not multiply per level.
+        let s = Schema::parse(&any_of_tree(12, r#"{"type":"string"}"#)).expect("under the cap");
+        let failure = s.check(&json!(1)).expect_err("no branch takes a number");
+        let text = failure.to_string();
+        assert!(text.len() < 4 << 10, "{} bytes: {}", text.len(), &text[..200]);
+        assert!(text.contains("at least one anyOf branch"), "{text}");
+    }
+
+    #[test]
+    fn a_check_past_its_budget_is_a_mismatch_that_says_so() {
+        // 999 failing branches before the one that fits, for each of 2000 elements: ~2M visits.
+        let mut branches = vec![json!({"type": "string"}); 999];
+        branches.push(json!({"type": "number"}));
+        let s = schema(json!({"type": "array", "items": {"anyOf": branches}}));
+        assert!(s.check(&json!([1, 2, 3])).is_ok());
+        let failure = s.check(&Value::Array(vec![json!(1); 2000])).expect_err("over budget");
+        assert!(failure.expected.contains(&format!("checkable within {CHECK_BUDGET}")), "{failure}");
+        // A reply check reports it as a mismatch (the caller retries, then answers null).
+        let reply = Value::Array(vec![json!(1); 2000]).to_string();
+        assert!(s.parse_reply(&reply).is_err());
+    }
+
+    #[test]
+    fn big_enums_and_consts_are_weighed_and_quoted_briefly() {
+        let values: Vec<Value> = (0..5000).map(|i| json!(format!("value-{i}"))).collect();
+        let s = schema(json!({"type": "array", "items": {"enum": values}}));
+        // 5000 comparisons per element: 300 elements is over the budget.
+        let failure = s.check(&Value::Array(vec![json!("value-4999"); 300])).expect_err("over budget");
+        assert!(failure.expected.contains("checkable within"), "{failure}");
+        let failure = s.check(&json!(["nope"])).expect_err("not in the enum");
+        assert!(failure.to_string().len() < 400, "{failure}");
+        let huge = Value::Array(vec![json!("x".repeat(1000)); 10_000]);
+        let failure = schema(json!({"const": 1})).check(&huge).expect_err("not 1");
+        assert!(failure.got.len() < 400, "{}", failure.got.len());
+        assert!(failure.got.ends_with('…'));
+    }
+
+    #[test]
+    fn the_dry_run_solver_is_bounded_on_deep_nests() {
+        // A nest of allOf/anyOf under the node cap: the search answers or fails typed.
+        let text = any_of_tree(11, r#"{"allOf":[{"type":"string"},{"type":"number"}]}"#);
+        let s = Schema::parse(&text).expect("under the cap");
+        match s.solve() {
+            Ok(value) => assert_eq!(value, json!(null)),
+            Err(e) => assert_eq!(e.limit, SOLVE_BUDGET),
+        }
     }
 
     #[test]

@@ -21,7 +21,9 @@ impl DryRun {
             Some(schema) => {
                 let schema = Schema::from_value(schema.clone())
                     .map_err(|e| BackendError::ordinary(format!("dry-run: invalid schema: {e}")))?;
-                Ok(schema.minimal_instance().to_string())
+                // A search past its budget is an ordinary failure: the call answers null.
+                let value = schema.solve().map_err(|e| BackendError::ordinary(format!("dry-run: {e}")))?;
+                Ok(value.to_string())
             }
             None => {
                 let quote: String = request.prompt.chars().take(QUOTE_CHARS).collect();

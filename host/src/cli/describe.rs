@@ -68,5 +68,6 @@ pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
         s.max_result_bytes >> 20,
         s.max_log_lines
     );
+    println!("bounds:  {}", s.bounds_line());
     Ok(ExitCode::SUCCESS)
 }

@@ -149,6 +149,10 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         sb["maxStepBytes"].as_u64().unwrap_or(0) >> 20,
         sb["maxResultBytes"].as_u64().unwrap_or(0) >> 20
     );
+    // An older server's form lacks the newer fields: they read as this build's defaults.
+    if let Ok(limits) = serde_json::from_value::<factory_host::sandbox::SandboxLimits>(sb.clone()) {
+        println!("bounds:    {}", limits.bounds_line());
+    }
     let grants: Vec<String> = d["grants"]
         .as_array()
         .into_iter()

@@ -1,5 +1,6 @@
 //! `agent:factory/ctx`: the synchronous hooks. Each answers from the run's in-memory state
-//! (the journal as loaded plus this attempt's writes) and never waits on the disk.
+//! (a bounded cache of journal values) or, for a journaled value not cached, one read of the
+//! store (which sees every put at once); none waits for a commit.
 
 use crate::contract::agent::factory::{ctx, types as wit};
 use crate::sandbox::RunData;

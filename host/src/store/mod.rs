@@ -14,9 +14,10 @@ pub(crate) use records::timestamp as records_timestamp;
 
 use crate::envelope::{Accounting, Failure, RunStatus};
 use crate::journal::{Journal, JournalError, JournalSnapshot};
-use crate::progress::ProgressEntry;
+use crate::progress::{JournaledProgress, ProgressEntry, ProgressEvent};
 use futures::future::BoxFuture;
 use redb::{Database, ReadableDatabase, ReadableTable};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +27,10 @@ use writer::{Op, Writer};
 
 /// The store file's name inside the state directory.
 pub const STORE_FILE: &str = "factory.redb";
+
+/// Bytes of pages redb keeps cached in memory (its default is 1 GiB): a run's values are
+/// read on demand, and what the cache holds counts against the host's memory.
+pub const READ_CACHE_BYTES: usize = 64 << 20;
 
 /// Default commit window of the group-commit writer.
 pub const DEFAULT_COMMIT_WINDOW: Duration = Duration::from_millis(10);
@@ -121,7 +126,7 @@ impl Store {
             .open(&path)
             .and_then(|file| crate::access::tighten_open(&file))
             .map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?;
-        let db = Database::create(&path).map_err(|e| match StoreError::from(e) {
+        let db = Database::builder().set_cache_size(READ_CACHE_BYTES).create(&path).map_err(|e| match StoreError::from(e) {
             StoreError::Locked(_) => StoreError::Locked(path.display().to_string()),
             other => other,
         })?;
@@ -213,10 +218,42 @@ impl Store {
         let range = table.range((run_id, lo)..=(run_id, hi))?;
         let mut out = Vec::new();
         let keep = |entry: &ProgressEntry| query.phase.as_deref().is_none_or(|p| entry.phase.as_deref() == Some(p));
+        // Phase titles by the seq of the entry that set them, resolved once per read.
+        let mut titles: HashMap<u64, Option<String>> = HashMap::new();
+        let mut resolve = |bytes: &[u8]| -> Result<ProgressEntry, StoreError> {
+            let stored: JournaledProgress = serde_json::from_slice(bytes).map_err(|e| corrupt("progress", e))?;
+            let phase = match (stored.phase, stored.phase_seq) {
+                (Some(text), _) => Some(text),
+                (None, None) => None,
+                (None, Some(at)) if at == stored.seq => match &stored.event {
+                    ProgressEvent::Phase { title } => Some(title.clone()),
+                    _ => None,
+                },
+                (None, Some(at)) => match titles.get(&at) {
+                    Some(title) => title.clone(),
+                    None => {
+                        let title = match table.get((run_id, at))? {
+                            Some(row) => {
+                                let setter: JournaledProgress =
+                                    serde_json::from_slice(row.value()).map_err(|e| corrupt("progress", e))?;
+                                match setter.event {
+                                    ProgressEvent::Phase { title } => Some(title),
+                                    _ => None,
+                                }
+                            }
+                            None => None,
+                        };
+                        titles.insert(at, title.clone());
+                        title
+                    }
+                },
+            };
+            Ok(ProgressEntry { seq: stored.seq, at_ms: stored.at_ms, phase, event: stored.event })
+        };
         // Forward from `after_seq`; otherwise backward from `before_seq` or the tail.
         if query.after_seq.is_some() {
             for row in range {
-                let entry: ProgressEntry = serde_json::from_slice(row?.1.value()).map_err(|e| corrupt("progress", e))?;
+                let entry = resolve(row?.1.value())?;
                 if keep(&entry) {
                     out.push(entry);
                     if out.len() >= limit {
@@ -226,7 +263,7 @@ impl Store {
             }
         } else {
             for row in range.rev() {
-                let entry: ProgressEntry = serde_json::from_slice(row?.1.value()).map_err(|e| corrupt("progress", e))?;
+                let entry = resolve(row?.1.value())?;
                 if keep(&entry) {
                     out.push(entry);
                     if out.len() >= limit {
@@ -248,12 +285,6 @@ impl Store {
             Some(row) => row?.0.value().1,
             None => 0,
         })
-    }
-
-    /// Queue a progress entry.
-    pub(crate) fn put_progress(&self, run_id: &str, entry: &ProgressEntry) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(entry).map_err(|e| StoreError::Io(e.to_string()))?;
-        self.writer.send(Op::Progress { run: run_id.to_string(), seq: entry.seq, entry: bytes })
     }
 
     /// Queue the running attempt's accounting (so a crash loses no recorded spend).
@@ -359,6 +390,7 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
         txn.open_table(PROGRESS)?;
         txn.open_table(FACTORIES)?;
         txn.open_table(BLOBS)?;
+        txn.open_table(JOURNAL_USAGE)?;
         let live = txn.open_table(LIVE_ACCOUNTING)?;
         let mut runs = txn.open_table(RUNS)?;
         let mut interrupted = Vec::new();
@@ -388,56 +420,111 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
     Ok(next_seq)
 }
 
-impl Journal for Store {
-    fn load(&self, run_id: &str) -> Result<JournalSnapshot, JournalError> {
-        let load = || -> Result<JournalSnapshot, StoreError> {
-            let txn = self.db.begin_read()?;
-            let mut snapshot = JournalSnapshot::default();
-            let steps = txn.open_table(STEPS)?;
-            for row in steps.range((run_id, "")..)? {
-                let (key, value) = row?;
-                let (run, step) = key.value();
-                if run != run_id {
-                    break;
-                }
-                snapshot.steps.insert(step.to_string(), value.value().to_string());
+impl Store {
+    fn load_journal(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
+        let txn = self.db.begin_read()?;
+        let mut snapshot = JournalSnapshot::default();
+        let mut room = value_bytes;
+        // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
+        let largest = value_bytes / 4;
+        let steps = txn.open_table(STEPS)?;
+        for row in steps.range((run_id, "")..)? {
+            let (key, value) = row?;
+            let (run, step) = key.value();
+            if run != run_id {
+                break;
             }
-            let agents = txn.open_table(AGENTS)?;
-            for row in agents.range((run_id, "")..)? {
-                let (key, value) = row?;
-                let (run, agent) = key.value();
-                if run != run_id {
-                    break;
-                }
-                let outcome = decode_outcome(value.value()).map_err(|e| corrupt("agent journal", e))?;
+            snapshot.step_keys.insert(crate::journal::fingerprint(step));
+            let value = value.value();
+            let size = step.len() + value.len();
+            if size <= room && size <= largest {
+                room -= size;
+                snapshot.steps.insert(step.to_string(), value.to_string());
+            }
+        }
+        let agents = txn.open_table(AGENTS)?;
+        for row in agents.range((run_id, "")..)? {
+            let (key, value) = row?;
+            let (run, agent) = key.value();
+            if run != run_id {
+                break;
+            }
+            let value = value.value();
+            let size = agent.len() + value.len();
+            if size <= room && size <= largest {
+                room -= size;
+                let outcome = decode_outcome(value).map_err(|e| corrupt("agent journal", e))?;
                 snapshot.agents.insert(agent.to_string(), outcome);
             }
-            Ok(snapshot)
-        };
-        load().map_err(|e| JournalError(e.to_string()))
+        }
+        let usage = txn.open_table(JOURNAL_USAGE)?;
+        snapshot.journal_bytes = usage.get(run_id)?.map_or(0, |v| v.value());
+        Ok(snapshot)
     }
 
-    fn put_step(&self, run_id: &str, key: &str, value: &str) -> Result<(), JournalError> {
-        self.writer
-            .send(Op::Step { run: run_id.to_string(), key: key.to_string(), value: value.to_string() })
-            .map_err(|e| JournalError(e.to_string()))
+    fn get_step_value(&self, run_id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let id = (run_id.to_string(), key.to_string());
+        if let Some(value) = self.writer.pending().steps.get(&id) {
+            return Ok(Some(value.to_string()));
+        }
+        let txn = self.db.begin_read()?;
+        let steps = txn.open_table(STEPS)?;
+        Ok(steps.get((run_id, key))?.map(|v| v.value().to_string()))
     }
 
-    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>) -> Result<(), JournalError> {
-        self.writer
-            .send(Op::Agent { run: run_id.to_string(), key: key.to_string(), outcome: encode_outcome(outcome) })
-            .map_err(|e| JournalError(e.to_string()))
+    fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
+        let id = (run_id.to_string(), key.to_string());
+        let pending = self.writer.pending().agents.get(&id).cloned();
+        let decode = |bytes: &[u8]| decode_outcome(bytes).map_err(|e| corrupt("agent journal", e));
+        if let Some(bytes) = pending {
+            return decode(&bytes).map(Some);
+        }
+        let txn = self.db.begin_read()?;
+        let agents = txn.open_table(AGENTS)?;
+        match agents.get((run_id, key))? {
+            Some(v) => decode(v.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+fn journal_error(e: StoreError) -> JournalError {
+    JournalError(e.to_string())
+}
+
+impl Journal for Store {
+    fn load(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, JournalError> {
+        self.load_journal(run_id, value_bytes).map_err(journal_error)
     }
 
-    fn put_progress(&self, run_id: &str, entry: &ProgressEntry) -> Result<(), JournalError> {
-        Store::put_progress(self, run_id, entry).map_err(|e| JournalError(e.to_string()))
+    fn get_step(&self, run_id: &str, key: &str) -> Result<Option<String>, JournalError> {
+        self.get_step_value(run_id, key).map_err(journal_error)
+    }
+
+    fn get_agent(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, JournalError> {
+        self.get_agent_outcome(run_id, key).map_err(journal_error)
+    }
+
+    fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError> {
+        let (run, key, value) = (run_id.to_string(), key.to_string(), Arc::from(value));
+        self.writer.send(Op::Step { run, key, value, usage: journal_bytes }).map_err(journal_error)
+    }
+
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
+        let outcome: Arc<[u8]> = encode_outcome(outcome).into();
+        let (run, key) = (run_id.to_string(), key.to_string());
+        self.writer.send(Op::Agent { run, key, outcome, usage: journal_bytes }).map_err(journal_error)
+    }
+
+    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError> {
+        self.writer.send(Op::Progress { run: run_id.to_string(), seq, entry, usage: journal_bytes }).map_err(journal_error)
     }
 
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {
-        self.put_live_accounting(run_id, accounting).map_err(|e| JournalError(e.to_string()))
+        self.put_live_accounting(run_id, accounting).map_err(journal_error)
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {
-        Box::pin(async move { self.writer.flush().await.map_err(|e| JournalError(e.to_string())) })
+        Box::pin(async move { self.writer.flush().await.map_err(journal_error) })
     }
 }

@@ -22,6 +22,8 @@ pub const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("a
 pub const PROGRESS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("progress");
 /// Run id -> latest accounting of the running attempt (JSON), so a crash loses no spend.
 pub const LIVE_ACCOUNTING: TableDefinition<&str, &[u8]> = TableDefinition::new("live_accounting");
+/// Run id -> bytes the run has journaled (steps, agent outcomes, progress), all attempts.
+pub const JOURNAL_USAGE: TableDefinition<&str, u64> = TableDefinition::new("journal_usage");
 /// Factory name -> registration (JSON: hash, meta, added at).
 pub const FACTORIES: TableDefinition<&str, &[u8]> = TableDefinition::new("factories");
 /// Component sha256 -> component bytes (content-addressed).

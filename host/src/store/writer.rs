@@ -8,9 +8,10 @@
 //! entries handed over in that time may be lost (their calls re-run on resume); nothing
 //! committed is lost.
 
-use super::tables::{self, AGENTS, BLOBS, FACTORIES, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
+use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
 use super::StoreError;
 use redb::{Database, ReadableTable};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -19,9 +20,10 @@ use tokio::sync::oneshot;
 
 /// One write.
 pub(crate) enum Op {
-    Step { run: String, key: String, value: String },
-    Agent { run: String, key: String, outcome: Vec<u8> },
-    Progress { run: String, seq: u64, entry: Vec<u8> },
+    /// A journal entry carries the run's journal bytes with it counted (`usage`).
+    Step { run: String, key: String, value: Arc<str>, usage: u64 },
+    Agent { run: String, key: String, outcome: Arc<[u8]>, usage: u64 },
+    Progress { run: String, seq: u64, entry: Vec<u8>, usage: u64 },
     Accounting { run: String, accounting: Vec<u8> },
     Run { id: String, order: Option<u64>, record: Vec<u8> },
     Factory { name: String, registration: Vec<u8> },
@@ -38,8 +40,18 @@ pub struct WriterStats {
     pub ops: AtomicU64,
 }
 
+/// Journal values queued but not yet committed, so reads see every put at once. Each entry
+/// shares its bytes with the queued operation (no copy) and leaves once that is committed.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(crate) steps: HashMap<(String, String), Arc<str>>,
+    pub(crate) agents: HashMap<(String, String), Arc<[u8]>>,
+}
+
 /// The handle callers use; the thread stops when every handle is dropped.
 pub(crate) struct Writer {
+    /// Values queued, not yet committed.
+    pub(crate) pending: Arc<Mutex<Pending>>,
     tx: Mutex<Option<mpsc::Sender<Op>>>,
     /// The first commit failure; once set, the store refuses further writes.
     failed: Arc<Mutex<Option<String>>>,
@@ -53,27 +65,44 @@ impl Writer {
         let (tx, rx) = mpsc::channel();
         let failed = Arc::new(Mutex::new(None));
         let stats = Arc::new(WriterStats::default());
+        let pending: Arc<Mutex<Pending>> = Arc::default();
         let thread = {
             let failed = failed.clone();
             let stats = stats.clone();
+            let pending = pending.clone();
             std::thread::Builder::new()
                 .name("factory-store-writer".into())
-                .spawn(move || run(db, rx, window, failed, stats))
+                .spawn(move || run(db, rx, window, failed, stats, pending))
                 .map_err(|e| StoreError::Io(format!("cannot start the store writer: {e}")))?
         };
-        Ok(Writer { tx: Mutex::new(Some(tx)), failed, stats, thread: Mutex::new(Some(thread)) })
+        Ok(Writer { pending, tx: Mutex::new(Some(tx)), failed, stats, thread: Mutex::new(Some(thread)) })
     }
 
-    /// Queue a write; fails only when the store has already failed or is closed.
+    /// Queue a write; fails only when the store has already failed or is closed. A step or
+    /// agent value is readable through [`Writer::pending`] from now until it is committed.
     pub(crate) fn send(&self, op: Op) -> Result<(), StoreError> {
         if let Some(message) = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Err(StoreError::WriteFailed(message));
         }
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        // Registered under the sender lock, so the commit that removes it comes after.
+        match &op {
+            Op::Step { run, key, value, .. } => {
+                self.pending().steps.insert((run.clone(), key.clone()), value.clone());
+            }
+            Op::Agent { run, key, outcome, .. } => {
+                self.pending().agents.insert((run.clone(), key.clone()), outcome.clone());
+            }
+            _ => {}
+        }
         match tx.as_ref() {
             Some(tx) => tx.send(op).map_err(|_| StoreError::Closed),
             None => Err(StoreError::Closed),
         }
+    }
+
+    pub(crate) fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Resolve once everything queued so far is committed.
@@ -104,6 +133,7 @@ fn run(
     window: Duration,
     failed: Arc<Mutex<Option<String>>>,
     stats: Arc<WriterStats>,
+    pending: Arc<Mutex<Pending>>,
 ) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -133,8 +163,32 @@ fn run(
             Some(message) => Err(StoreError::WriteFailed(message)),
             None => commit(&db, &batch, &stats),
         };
-        if let Err(e) = &result {
-            failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+        match &result {
+            Err(e) => {
+                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+            }
+            // Committed: readable from the database now. An entry replaced by a later put
+            // (another Arc) stays until that one is committed.
+            Ok(()) => {
+                let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
+                for op in &batch {
+                    match op {
+                        Op::Step { run, key, value, .. } => {
+                            let id = (run.clone(), key.clone());
+                            if pending.steps.get(&id).is_some_and(|v| Arc::ptr_eq(v, value)) {
+                                pending.steps.remove(&id);
+                            }
+                        }
+                        Op::Agent { run, key, outcome, .. } => {
+                            let id = (run.clone(), key.clone());
+                            if pending.agents.get(&id).is_some_and(|v| Arc::ptr_eq(v, outcome)) {
+                                pending.agents.remove(&id);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
         }
         for op in batch {
             if let Op::Flush(done) = op {
@@ -163,23 +217,38 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
         let mut factories = txn.open_table(FACTORIES)?;
         let mut blobs = txn.open_table(BLOBS)?;
         let mut meta = txn.open_table(tables::META)?;
+        let mut usage = txn.open_table(JOURNAL_USAGE)?;
         // Live accounting is overwritten per agent; within a batch only each run's last one
         // needs writing.
         let mut last_accounting = std::collections::HashMap::new();
+        // Likewise the journal usage: only the largest per run.
+        let mut last_usage: HashMap<&str, u64> = HashMap::new();
         for (i, op) in batch.iter().enumerate() {
-            if let Op::Accounting { run, .. } = op {
-                last_accounting.insert(run.as_str(), i);
+            match op {
+                Op::Accounting { run, .. } => {
+                    last_accounting.insert(run.as_str(), i);
+                }
+                Op::Step { run, usage: bytes, .. }
+                | Op::Agent { run, usage: bytes, .. }
+                | Op::Progress { run, usage: bytes, .. } => {
+                    let most = last_usage.entry(run.as_str()).or_insert(0);
+                    *most = (*most).max(*bytes);
+                }
+                _ => {}
             }
+        }
+        for (run, bytes) in last_usage {
+            usage.insert(run, bytes)?;
         }
         for (i, op) in batch.iter().enumerate() {
             match op {
-                Op::Step { run, key, value } => {
-                    steps.insert((run.as_str(), key.as_str()), value.as_str())?;
+                Op::Step { run, key, value, .. } => {
+                    steps.insert((run.as_str(), key.as_str()), &**value)?;
                 }
-                Op::Agent { run, key, outcome } => {
-                    agents.insert((run.as_str(), key.as_str()), outcome.as_slice())?;
+                Op::Agent { run, key, outcome, .. } => {
+                    agents.insert((run.as_str(), key.as_str()), &**outcome)?;
                 }
-                Op::Progress { run, seq, entry } => {
+                Op::Progress { run, seq, entry, .. } => {
                     progress.insert((run.as_str(), *seq), entry.as_slice())?;
                 }
                 Op::Accounting { run, accounting: bytes } => {

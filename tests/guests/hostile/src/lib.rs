@@ -19,6 +19,34 @@ struct Args {
     /// Bytes per line (`long-logs`).
     #[serde(default)]
     bytes: usize,
+    /// A second count (`huge-phase`: log lines after the phase; `many-steps`,
+    /// `steps-roundtrip`, `grow-steps`: steps).
+    #[serde(default)]
+    count: usize,
+    /// Fail at the end (`steps-roundtrip`, `grow-steps`), so the run can be resumed.
+    #[serde(default)]
+    fail: bool,
+}
+
+/// A JSON string value of `n` bytes (quotes included), distinct per `seed`.
+fn step_value(seed: usize, n: usize) -> String {
+    let head = format!("\"{seed}:");
+    format!("{head}{}\"", "x".repeat(n.saturating_sub(head.len() + 1)))
+}
+
+/// A full binary tree of `anyOf`, `depth` levels deep, with `true` leaves, as JSON text.
+fn any_of_tree(depth: usize) -> String {
+    let mut text = "true".to_string();
+    for _ in 0..depth {
+        text = format!(r#"{{"anyOf":[{text},{text}]}}"#);
+    }
+    text
+}
+
+/// A raw agent call; an abort becomes the factory's error.
+async fn raw_agent(prompt: &str, label: Option<String>, schema: Option<String>, model: Option<String>) -> Result<Option<String>, Error> {
+    let options = wit::AgentOptions { label, schema, model };
+    Ok(raw_agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?)
 }
 
 struct Hostile;
@@ -206,6 +234,90 @@ impl Factory for Hostile {
                 loop {
                     black_box(ctx.cancelled());
                 }
+            }
+            // A phase title of `n` bytes, then `count` short log lines.
+            "huge-phase" => {
+                ctx.phase(&"p".repeat(args.n));
+                for i in 0..args.count {
+                    ctx.log(format!("after the phase {i}"));
+                }
+                Ok(json!({ "logged": args.count }))
+            }
+            // One agent call labelled with `n` bytes.
+            "huge-label" => {
+                let reply = raw_agent("labelled", Some(format!("h:{}", "l".repeat(args.n))), None, None).await?;
+                Ok(json!({ "reply": reply }))
+            }
+            // One agent call asking for a model named with `n` bytes.
+            "huge-model" => {
+                let reply = raw_agent("modelled", Some("h:huge-model".into()), None, Some("m".repeat(args.n))).await?;
+                Ok(json!({ "reply": reply }))
+            }
+            // Raw `step-put` under a key of `n` bytes; the refusal is ignored.
+            "huge-key" => {
+                let outcome = raw_ctx::step_put(&"k".repeat(args.n), "1");
+                Ok(json!({ "ignored": format!("{outcome:?}") }))
+            }
+            // `count` distinct raw steps of `n` bytes each; stops at the first refusal and
+            // claims success anyway.
+            "many-steps" => {
+                let mut written = 0usize;
+                let mut refused = None;
+                for i in 0..args.count {
+                    match raw_ctx::step_put(&format!("s{i}"), &step_value(i, args.n)) {
+                        Ok(()) => written += 1,
+                        Err(e) => {
+                            refused = Some(format!("{e:?}"));
+                            break;
+                        }
+                    }
+                }
+                Ok(json!({ "written": written, "refused": refused }))
+            }
+            // `count` steps of `n` bytes (each written only if not yet journaled), then every
+            // one read back and compared: the host may not hold them all in memory.
+            "steps-roundtrip" => {
+                let mut fresh = 0usize;
+                for i in 0..args.count {
+                    let key = format!("s{i}");
+                    if raw_ctx::step_get(&key).map_err(Abort::from)?.is_none() {
+                        raw_ctx::step_put(&key, &step_value(i, args.n)).map_err(|e| Error::msg(format!("{e:?}")))?;
+                        fresh += 1;
+                    }
+                }
+                for i in 0..args.count {
+                    let got = raw_ctx::step_get(&format!("s{i}")).map_err(Abort::from)?;
+                    if got.as_deref() != Some(step_value(i, args.n).as_str()) {
+                        return Err(Error::msg(format!("step s{i} read back wrong ({} bytes)", got.map_or(0, |g| g.len()))));
+                    }
+                }
+                if args.fail {
+                    return Err(Error::msg(format!("failing on purpose after {fresh} fresh steps")));
+                }
+                Ok(json!({ "fresh": fresh, "checked": args.count }))
+            }
+            // Each attempt journals `count` new steps of `n` bytes (a round counter keeps them
+            // distinct across attempts): only a budget counted across attempts stops it.
+            "grow-steps" => {
+                let round: usize = match raw_ctx::step_get("round").map_err(Abort::from)? {
+                    Some(text) => text.parse().unwrap_or(0),
+                    None => 0,
+                } + 1;
+                raw_ctx::step_put("round", &round.to_string()).map_err(|e| Error::msg(format!("{e:?}")))?;
+                for i in 0..args.count {
+                    raw_ctx::step_put(&format!("r{round}-s{i}"), &step_value(i, args.n))
+                        .map_err(|e| Error::msg(format!("{e:?}")))?;
+                }
+                if args.fail {
+                    return Err(Error::msg(format!("failing on purpose after round {round}")));
+                }
+                Ok(json!({ "round": round }))
+            }
+            // One agent call whose schema is a full binary tree of `anyOf`, `n` levels deep.
+            "nested-schema" => {
+                let schema = any_of_tree(args.n);
+                let reply = raw_agent("nested", Some("h:nested-schema".into()), Some(schema), None).await?;
+                Ok(json!({ "reply": reply }))
             }
             other => Err(Error::msg(format!("unknown case `{other}`"))),
         }
