@@ -203,3 +203,16 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     assert!(seqs.iter().any(|(_, e)| e == "agentFinished"), "{seqs:?}");
     assert_eq!(seqs.last().map(|(_, e)| e.as_str()), Some("attemptEnded"), "{seqs:?}");
 }
+
+#[test]
+fn serve_and_mcp_refuse_a_non_loopback_address_unless_told() {
+    let state = tempfile::tempdir().expect("a state dir");
+    for command in ["serve", "mcp"] {
+        let out = factory_cmd(state.path(), &[command, "--http", "0.0.0.0:0"]).output().expect("factory starts");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        assert!(stderr.contains("--http 0.0.0.0:0 is not a loopback address; add --http-any-address"), "{command}: {stderr}");
+        // Nothing was served: no token was written.
+        assert!(!state.path().join(format!("{}.token", if command == "serve" { "http" } else { "mcp" })).exists());
+    }
+}

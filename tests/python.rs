@@ -300,14 +300,21 @@ fn python_build_errors_are_clear() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("rename it, e.g. to `my_factory.py`"), "{}", stderr(&out));
 
-    // No componentize-py on PATH: exit 2 with the pip command.
+    // No componentize-py on PATH and a factory not built yet: exit 2 with the pip command.
     let empty = tempfile::tempdir().unwrap();
-    let out = factory_cmd(state.path(), &["run", probe_py().to_str().unwrap(), "--yes"])
+    let fresh = dir.path().join("fresh.py");
+    std::fs::write(&fresh, format!("# {}\n{}", uuid_like(), std::fs::read_to_string(probe_py()).unwrap())).unwrap();
+    let out = factory_cmd(state.path(), &["run", fresh.to_str().unwrap(), "--yes"])
         .env("PATH", empty.path())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("pip install componentize-py=="), "{}", stderr(&out));
+}
+
+/// A text no earlier build has seen (so its build is not a cache hit).
+fn uuid_like() -> String {
+    format!("{:?}-{}", std::time::SystemTime::now(), std::process::id())
 }
 
 #[test]
@@ -353,6 +360,16 @@ fn a_python_build_is_cached_and_trusted_like_a_rust_build() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()), component);
     assert!(!stderr(&out).contains("building"), "{}", stderr(&out));
+    // A cache hit runs no Python: it works with componentize-py off PATH (the version that
+    // built it is recorded beside it).
+    let out = factory_cmd(state.path(), &["build", probe_py().to_str().unwrap()])
+        .env("PATH", "/nonexistent")
+        .output()
+        .expect("the factory binary starts");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()), component);
+    let version = std::fs::read_to_string(component.with_extension("version")).expect("the version file");
+    assert!(version.starts_with("componentize-py "), "{version}");
     // Run by source with no --yes and no terminal: trusted because this machine built it.
     let out = factory_in(state.path(), &["run", probe_py().to_str().unwrap(), "--json", "-q", "--args", r#"{"mode":"none"}"#]);
     assert!(out.status.success(), "{}", stderr(&out));

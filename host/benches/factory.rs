@@ -5,7 +5,8 @@
 //! guest (a loop of one hook minus an empty loop), (2) start-up: cold compile vs the on-disk
 //! cache vs a warm `InstancePre`, (3) fan-out of 1,000 and 4,096 agents against a 0 ms and a
 //! 1 ms backend with the durable journal on, (4) sequential agent calls and steps and the
-//! resume of those runs, and (5) 100 concurrent runs on one host. The backend is a small
+//! resume of those runs, (5) 100 concurrent runs on one host, (6) each hostile-guest attack
+//! against its bound and (7) the JS runner and a Python guest against the Rust one. The backend is a small
 //! in-process latency backend (a timer thread, so 1 ms means 1 ms, not a tokio tick): the
 //! boundary, not the thing measured. Correctness checks (results complete, a resume makes no
 //! backend call, a resume runs no step producer, a memo hit makes no backend call) fail the
@@ -535,48 +536,7 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
 /// load + an empty run, on an in-memory store.
 async fn start_up(table: &mut Table, component: &Path, runs: usize) {
     eprintln!("bench: (2) start-up");
-    let cache = tempfile::tempdir().expect("a temporary cache directory");
-    {
-        let host = memory_host(Some(cache.path()));
-        load(&host, component).await; // fills the cache
-    }
-    let mut cold = Vec::new();
-    for _ in 0..runs.min(5) {
-        let started = Instant::now();
-        let host = memory_host(None);
-        let factory = load(&host, component).await;
-        let envelope = run(&host, &factory, "empty", 0, false).await;
-        cold.push(ms(started.elapsed()));
-        check_done(&envelope, "empty", 0, false);
-        if factory.component.origin != CompileOrigin::Compiled {
-            fail("a host without a cache did not compile");
-        }
-    }
-    let (mut cached, mut cached_load) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        let started = Instant::now();
-        let host = memory_host(Some(cache.path()));
-        let factory = load(&host, component).await;
-        let loaded = started.elapsed();
-        let envelope = run(&host, &factory, "empty", 0, false).await;
-        cached.push(ms(started.elapsed()));
-        cached_load.push(ms(loaded));
-        check_done(&envelope, "empty", 0, false);
-        if factory.component.origin != CompileOrigin::Cached {
-            fail("a host with a filled cache compiled instead of deserializing");
-        }
-    }
-    let host = memory_host(Some(cache.path()));
-    let factory = load(&host, component).await;
-    run(&host, &factory, "empty", 0, false).await; // warm-up
-    let mut warm = Vec::new();
-    for _ in 0..runs * 3 {
-        let started = Instant::now();
-        let envelope = run(&host, &factory, "empty", 0, false).await;
-        warm.push(ms(started.elapsed()));
-        check_done(&envelope, "empty", 0, false);
-    }
-    let (cold, cached, cached_load, warm) = (median(cold), median(cached), median(cached_load), median(warm));
+    let StartUp { cold, cached, cached_load, warm } = guest_start_up(&Guest::Rust(component.to_path_buf()), runs).await;
     table.row("2 start-up", "cold: new Host + compile + empty run", fmt_ms(cold), "no cache; in-memory store");
     table.row(
         "2 start-up",
@@ -807,17 +767,52 @@ async fn many_runs(table: &mut Table, component: &Path, cache: &Path, runs: usiz
     let slow = LatencyBackend::new(Duration::from_millis(50));
     let host = Arc::new(durable_host(state.path(), cache, &slow));
     let factory = load(&host, component).await;
-    concurrent_runs(&host, &factory, RUNS).await; // warm-up
+    let live = live_memory(&host, &factory, &slow, runs).await;
+    table.row("5 many runs", "memory per live run", live.steady(), live.detail());
+}
+
+/// What [`live_memory`] measured: KiB per run with every run alive, and at the peak.
+struct LiveMemory {
+    latency: Duration,
+    steady: Option<f64>,
+    peak: f64,
+    in_flight: f64,
+}
+
+impl LiveMemory {
+    fn steady(&self) -> String {
+        self.steady.map_or_else(|| "n/a".to_string(), |kib| format!("{kib:.0} KiB"))
+    }
+
+    fn detail(&self) -> String {
+        format!(
+            "(RSS with all {LIVE_RUNS} runs alive and their {} agents in flight − RSS before) / {LIVE_RUNS}, {} ms backend; \
+             at the peak: {:.0} KiB per run ({:.0} agents in flight at most)",
+            LIVE_RUNS * 3,
+            self.latency.as_millis(),
+            self.peak,
+            self.in_flight,
+        )
+    }
+}
+
+const LIVE_RUNS: usize = 100;
+
+/// Memory per live run: `LIVE_RUNS` runs of the `small` workload at once against `slow` (a
+/// backend slow enough that all of them are alive together), RSS read when all their agents
+/// are in flight.
+async fn live_memory(host: &Arc<Host>, factory: &Factory, slow: &LatencyBackend, runs: usize) -> LiveMemory {
+    concurrent_runs(host, factory, LIVE_RUNS).await; // warm-up
     let (mut peak, mut steady, mut in_flight) = (Vec::new(), Vec::new(), Vec::new());
-    slow.0.full_at.store(RUNS as u64 * 3, Ordering::SeqCst);
+    slow.0.full_at.store(LIVE_RUNS as u64 * 3, Ordering::SeqCst);
     for _ in 0..runs.min(5) {
         slow.0.max_in_flight.store(0, Ordering::SeqCst);
         slow.0.rss_when_full.store(0, Ordering::SeqCst);
-        let (envelopes, sample) = measure(&host, concurrent_runs(&host, &factory, RUNS)).await;
+        let (envelopes, sample) = measure(host, concurrent_runs(host, factory, LIVE_RUNS)).await;
         for envelope in &envelopes {
             check_done(envelope, "small", 3, false);
         }
-        let per_run = |rss: u64| rss.saturating_sub(sample.rss_before) as f64 / RUNS as f64;
+        let per_run = |rss: u64| rss.saturating_sub(sample.rss_before) as f64 / LIVE_RUNS as f64 / 1024.0;
         peak.push(per_run(sample.peak_rss));
         let full = slow.0.rss_when_full.load(Ordering::SeqCst);
         if full > 0 {
@@ -825,19 +820,13 @@ async fn many_runs(table: &mut Table, component: &Path, cache: &Path, runs: usiz
         }
         in_flight.push(slow.0.max_in_flight.load(Ordering::SeqCst) as f64);
     }
-    let steady = if steady.is_empty() { "n/a".to_string() } else { format!("{:.0} KiB", median(steady) / 1024.0) };
-    table.row(
-        "5 many runs",
-        "memory per live run",
-        steady,
-        format!(
-            "(RSS with all {RUNS} runs alive and their {} agents in flight − RSS before) / {RUNS}, 50 ms backend; \
-             at the peak: {:.0} KiB per run ({:.0} agents in flight at most)",
-            RUNS * 3,
-            median(peak) / 1024.0,
-            median(in_flight),
-        ),
-    );
+    slow.0.full_at.store(0, Ordering::SeqCst);
+    LiveMemory {
+        latency: slow.0.latency,
+        steady: (!steady.is_empty()).then(|| median(steady)),
+        peak: median(peak),
+        in_flight: median(in_flight),
+    }
 }
 
 // ----------------------------------------------------------------------------------------
@@ -865,8 +854,8 @@ fn attacks() -> Vec<Attack> {
 
 /// (6) Each attack on a fresh durable host beside a well-behaved run (the bench guest's
 /// `small` workload), which must complete. Judged: peak host RSS growth under 2x the guest
-/// memory limit, and store file growth within the journal budget (x4 for redb's allocation:
-/// power-of-two page runs for large values and a file that grows by doubling).
+/// memory limit, and the disk space of the store file growing by at most the journal budget
+/// (`maxJournalBytes` charges what each entry occupies in the store).
 async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
     eprintln!("bench: (6) hostile guests");
     let built = factory_host::builder::build_crate(&workspace_root().join("tests/guests/hostile"), Some(guests), &mut |m| {
@@ -875,7 +864,7 @@ async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
     .unwrap_or_else(|e| fail(format!("building the hostile guest: {e}")));
     let limits = factory_host::sandbox::SandboxLimits::default();
     let rss_bound = 2 * limits.memory_bytes as u64;
-    let store_bound = 4 * limits.max_journal_bytes;
+    let store_bound = limits.max_journal_bytes;
     for attack in attacks() {
         let state = tempfile::tempdir().expect("a temporary state directory");
         let backend = LatencyBackend::new(Duration::from_millis(1));
@@ -883,7 +872,9 @@ async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
         let hostile = load(&host, &built.component).await;
         let companion = load(&host, bench).await;
         let store_file = host.store().path().map(Path::to_path_buf).unwrap_or_else(|| fail("no store file"));
-        let size = || std::fs::metadata(&store_file).map_or(0, |m| m.len());
+        // Disk space taken (redb extends its file sparsely, by doubling: the length runs
+        // ahead of the space used).
+        let size = || std::fs::metadata(&store_file).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512);
         let before = size();
         let options = RunOptions { args: Some(attack.args.clone()), ..Default::default() };
         let ((envelope, companion), sample) =
@@ -909,6 +900,178 @@ async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
             format!("RSS < {}, store <= {}", fmt_mib(rss_bound as f64), fmt_mib(store_bound as f64)),
             rss < rss_bound && grown <= store_bound,
         );
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// (7) Languages: the JS runner and a componentize-py guest against the Rust guest.
+
+/// A factory in another language, loaded on a host: the JS runner takes the source file,
+/// a Python factory is built first (`pybuild`, cached by source hash).
+enum Guest {
+    Rust(PathBuf),
+    Js(PathBuf),
+    Python(PathBuf),
+}
+
+impl Guest {
+    fn name(&self) -> &'static str {
+        match self {
+            Guest::Rust(_) => "Rust",
+            Guest::Js(_) => "JS",
+            Guest::Python(_) => "Python",
+        }
+    }
+
+    /// The file a host loads: the component, or the JS source itself.
+    fn file(&self) -> &Path {
+        match self {
+            Guest::Rust(path) | Guest::Js(path) | Guest::Python(path) => path,
+        }
+    }
+}
+
+/// Median wall time (and host CPU, peak RSS growth) of a fan-out of `n` agents against a
+/// 1 ms backend with the durable journal on.
+async fn fan_out_1ms(guest: &Guest, cache: &Path, n: usize, runs: usize) -> (f64, f64, f64) {
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let backend = LatencyBackend::new(Duration::from_millis(1));
+    let host = durable_host(state.path(), cache, &backend);
+    let factory = load(&host, guest.file()).await;
+    run(&host, &factory, "fanout", 10, false).await; // warm-up
+    let mut samples = Vec::new();
+    for _ in 0..runs {
+        let calls = backend.calls();
+        let (envelope, sample) = measure(&host, run(&host, &factory, "fanout", n, false)).await;
+        check_done(&envelope, &format!("{} fanout", guest.name()), n, false);
+        if backend.calls() - calls != n as u64 {
+            fail(format!("{} fan-out of {n} made {} backend calls", guest.name(), backend.calls() - calls));
+        }
+        samples.push(sample);
+    }
+    (
+        median(samples.iter().map(|s| ms(s.wall)).collect()),
+        median(samples.iter().map(|s| ms(s.cpu)).collect()),
+        median(samples.iter().map(|s| s.peak_rss.saturating_sub(s.rss_before) as f64).collect()),
+    )
+}
+
+/// Start-up of an empty run, medians in ms.
+struct StartUp {
+    /// A new host without a compile cache: compile, then run.
+    cold: f64,
+    /// A new host with the compile cache filled: deserialize, then run.
+    cached: f64,
+    /// Of `cached`: `Host::new` and the load (read, sha256, deserialize, link, `meta`).
+    cached_load: f64,
+    /// The same host again (`InstancePre` reused).
+    warm: f64,
+}
+
+/// Cold (no compile cache; at most 5 runs, 3 for a JS or Python guest, whose compile takes
+/// seconds), cached and warm start-up of `guest`.
+async fn guest_start_up(guest: &Guest, runs: usize) -> StartUp {
+    let cache = tempfile::tempdir().expect("a temporary cache directory");
+    {
+        let host = memory_host(Some(cache.path()));
+        load(&host, guest.file()).await; // fills the cache
+    }
+    let mut cold = Vec::new();
+    let cold_runs = if matches!(guest, Guest::Rust(_)) { runs.min(5) } else { runs.min(3) };
+    for _ in 0..cold_runs {
+        let started = Instant::now();
+        let host = memory_host(None);
+        let factory = load(&host, guest.file()).await;
+        let envelope = run(&host, &factory, "empty", 0, false).await;
+        cold.push(ms(started.elapsed()));
+        check_done(&envelope, "empty", 0, false);
+        if factory.component.origin != CompileOrigin::Compiled {
+            fail(format!("a {} load without a cache did not compile", guest.name()));
+        }
+    }
+    let (mut cached, mut cached_load) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let started = Instant::now();
+        let host = memory_host(Some(cache.path()));
+        let factory = load(&host, guest.file()).await;
+        let loaded = started.elapsed();
+        let envelope = run(&host, &factory, "empty", 0, false).await;
+        cached.push(ms(started.elapsed()));
+        cached_load.push(ms(loaded));
+        check_done(&envelope, "empty", 0, false);
+        if factory.component.origin != CompileOrigin::Cached {
+            fail(format!("a {} load with a filled cache compiled instead of deserializing", guest.name()));
+        }
+    }
+    let host = memory_host(Some(cache.path()));
+    let factory = load(&host, guest.file()).await;
+    run(&host, &factory, "empty", 0, false).await; // warm-up
+    let mut warm = Vec::new();
+    for _ in 0..runs * 3 {
+        let started = Instant::now();
+        let envelope = run(&host, &factory, "empty", 0, false).await;
+        warm.push(ms(started.elapsed()));
+        check_done(&envelope, "empty", 0, false);
+    }
+    StartUp { cold: median(cold), cached: median(cached), cached_load: median(cached_load), warm: median(warm) }
+}
+
+/// (7) Start-up, a 1,000 x 1 ms fan-out (against the Rust guest, measured in the same run)
+/// and memory per live run of the JS runner and of a Python (componentize-py) guest. The
+/// Python rows need `componentize-py` (as `factory run x.py` does); without it they say so.
+async fn languages(table: &mut Table, rust: &Path, cache: &Path, runs: usize) {
+    eprintln!("bench: (7) languages");
+    const SECTION: &str = "7 languages";
+    const N: usize = 1000;
+    let mut guests = vec![Guest::Rust(rust.to_path_buf()), Guest::Js(workspace_root().join("tests/guests/bench-js/bench.js"))];
+    let python = workspace_root().join("tests/guests/bench-py/bench.py");
+    match factory_host::pybuild::tool_version() {
+        Ok(version) => {
+            let started = Instant::now();
+            let built = factory_host::pybuild::build(&python, cache, &mut |m| eprintln!("bench: {m}"))
+                .unwrap_or_else(|e| fail(format!("building {}: {e}", python.display())));
+            table.row(
+                SECTION,
+                "Python: `factory build` (componentize-py, no build cache)",
+                fmt_ms(ms(started.elapsed())),
+                format!("{version}; {:.1} MiB component; once per source hash", std::fs::metadata(&built.component).map_or(0.0, |m| m.len() as f64 / 1048576.0)),
+            );
+            guests.push(Guest::Python(built.component));
+        }
+        Err(e) => table.row(SECTION, "Python rows", "skipped", format!("{e}")),
+    }
+    let mut rust_fan_out = f64::NAN;
+    for guest in &guests {
+        let name = guest.name();
+        if !matches!(guest, Guest::Rust(_)) {
+            let StartUp { cold, cached, warm, .. } = guest_start_up(guest, runs).await;
+            table.row(SECTION, format!("{name}: cold start-up (new Host + compile + empty run)"), fmt_ms(cold), "no compile cache; in-memory store; median of 3");
+            table.row(SECTION, format!("{name}: cached start-up (new Host + deserialize + empty run)"), fmt_ms(cached), "the compile cache filled");
+            table.row(SECTION, format!("{name}: warm empty run (same Host)"), fmt_ms(warm), "instantiate + run + record writes");
+        }
+        let (wall, cpu, grew) = fan_out_1ms(guest, cache, N, runs).await;
+        let fan_name = format!("{name}: fan-out {N} agents x 1 ms, durable");
+        let detail = format!("host CPU {}; peak RSS +{}", fmt_ms(cpu), fmt_mib(grew));
+        match guest {
+            Guest::Rust(_) => {
+                rust_fan_out = wall;
+                table.row(SECTION, fan_name, fmt_ms(wall), detail);
+            }
+            Guest::Js(_) => {
+                let ratio = wall / rust_fan_out;
+                table.judged(SECTION, fan_name, fmt_ms(wall), format!("{ratio:.2}x Rust; {detail}"), "<= 2x Rust", ratio <= 2.0);
+            }
+            Guest::Python(_) => table.row(SECTION, fan_name, fmt_ms(wall), format!("{:.2}x Rust; {detail}", wall / rust_fan_out)),
+        }
+        // Slow enough that the last of the runs starts before the first one's agents answer
+        // (a JS or Python run takes milliseconds to instantiate).
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        let latency = if matches!(guest, Guest::Rust(_)) { 50 } else { 2000 };
+        let slow = LatencyBackend::new(Duration::from_millis(latency));
+        let host = Arc::new(durable_host(state.path(), cache, &slow));
+        let factory = load(&host, guest.file()).await;
+        let live = live_memory(&host, &factory, &slow, runs).await;
+        table.row(SECTION, format!("{name}: memory per live run"), live.steady(), live.detail());
     }
 }
 
@@ -940,6 +1103,7 @@ fn main() {
         timeout_enforcement(&mut table, &component, cache.path(), runs).await;
         many_runs(&mut table, &component, cache.path(), runs).await;
         hostile(&mut table, &guests, &component, cache.path()).await;
+        languages(&mut table, &component, cache.path(), runs).await;
     });
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());

@@ -203,7 +203,7 @@ impl Host {
     /// A host with `config`: opens (or creates) the store, halting runs a crash left running.
     pub fn new(config: HostConfig) -> Result<Self, Error> {
         let store = match &config.state_dir {
-            Some(dir) => Store::open(dir, StoreOptions { commit_window: config.commit_window })?,
+            Some(dir) => Store::open(dir, StoreOptions { commit_window: config.commit_window, ..StoreOptions::default() })?,
             None => Store::in_memory()?,
         };
         Host::with_store(config, store)
@@ -485,9 +485,16 @@ impl Host {
         }
     }
 
-    /// The envelope of a record, with live accounting and revision while it runs here. A
-    /// record still `running` with no attempt here is one whose attempt could not record its
-    /// end (this process holds the store): it reads as `halted`, like a crash found at reopen.
+    /// The envelope of a record as callers see it: every reader (`envelope`, `runs`,
+    /// `wait`, `detail`) goes through here, so the rules live in one place.
+    ///
+    /// - Live accounting and revision while an attempt runs here.
+    /// - Claimed here for a new attempt that has not recorded its start yet: `running`
+    ///   (its earlier ending is no longer the answer).
+    /// - `running` with no attempt here: first read again (the attempt writes its end before
+    ///   it leaves `active`, so it may have just ended); still `running`, it is an attempt
+    ///   that could not record its end (this process holds the store), and it reads as
+    ///   `halted`, resumable, like a crash found at reopen.
     fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
         let mut envelope = record.envelope;
         let (active, live) = {

@@ -55,6 +55,13 @@ pub trait Journal: Send + Sync + 'static {
     /// An agent outcome, as put: `None` when the call was never journaled.
     fn get_agent(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, JournalError>;
 
+    /// What an entry of `key_bytes` (every part of its key, run id included) and
+    /// `value_bytes` occupies where this journal keeps it: what the run's journal budget is
+    /// charged for it.
+    fn footprint(&self, key_bytes: usize, value_bytes: usize) -> u64 {
+        (key_bytes as u64).saturating_add(value_bytes as u64)
+    }
+
     // Each put carries `journal_bytes`: the run's journal total with this entry counted,
     // recorded together with the entry (so after a crash the total never counts less than
     // what was kept).

@@ -4,6 +4,7 @@
 //! Start with [`Host`]: load a component ([`Host::load_file`]), run it ([`Host::run`]),
 //! read the [`RunEnvelope`].
 
+mod abort;
 pub mod access;
 mod agent_key;
 mod cache;

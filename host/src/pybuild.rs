@@ -212,8 +212,9 @@ fn entry_source(module: &str) -> String {
     )
 }
 
-/// The cache key: everything that goes into the component.
-fn cache_key(project: &PyProject, version: &str) -> Result<String, PyBuildError> {
+/// The cache key: everything of ours that goes into the component (the tool's version is
+/// not part of it, so a cache hit runs no Python at all; it is recorded beside the component).
+fn cache_key(project: &PyProject) -> Result<String, PyBuildError> {
     let mut hash = Sha256::new();
     let mut part = |label: &str, bytes: &[u8]| {
         hash.update((label.len() as u64).to_le_bytes());
@@ -221,8 +222,7 @@ fn cache_key(project: &PyProject, version: &str) -> Result<String, PyBuildError>
         hash.update((bytes.len() as u64).to_le_bytes());
         hash.update(bytes);
     };
-    part("factory-python-build", b"1");
-    part("componentize-py", version.as_bytes());
+    part("factory-python-build", b"2");
     part("wit", WIT.as_bytes());
     for (name, text) in SDK {
         part(name, text.as_bytes());
@@ -261,17 +261,18 @@ fn write(path: &Path, contents: &[u8]) -> Result<(), PyBuildError> {
 }
 
 /// Build the Python factory at `path` (a `.py` file or a project directory) into
-/// `cache_dir/python/<key>.wasm`, or return the cached component. `say` receives one-line
+/// `cache_dir/python/<key>.wasm` (the componentize-py version used in `<key>.version`), or
+/// return the cached component without running componentize-py. `say` receives one-line
 /// notes for the user.
 pub fn build(path: &Path, cache_dir: &Path, say: &mut dyn FnMut(&str)) -> Result<Built, PyBuildError> {
     let project = project(path)?;
-    let version = tool_version()?;
-    let key = cache_key(&project, &version)?;
+    let key = cache_key(&project)?;
     let out_dir = cache_dir.join("python");
     let component = out_dir.join(format!("{key}.wasm"));
     if component.is_file() {
         return Ok(Built { component, encoded: false });
     }
+    let version = tool_version()?;
     say(&format!("building {} with {version} (about 20 s; cached afterwards)", path.display()));
     let tmp = TempDir::new()?;
     let wit_dir = tmp.0.join("wit");
@@ -321,6 +322,7 @@ pub fn build(path: &Path, cache_dir: &Path, say: &mut dyn FnMut(&str)) -> Result
     // Write-then-rename: a concurrent build of the same key never sees half a file.
     let partial = out_dir.join(format!("{key}.wasm.{}.partial", std::process::id()));
     std::fs::copy(&built, &partial).map_err(io(&partial))?;
+    write(&out_dir.join(format!("{key}.version")), version.as_bytes())?;
     std::fs::rename(&partial, &component).map_err(io(&component))?;
     say(&format!(
         "built {}; its first compile takes several seconds (cached afterwards)",

@@ -4,7 +4,8 @@
 //! against cancellation and the deadline, drop the store to stop it, flush the journal,
 //! and classify the outcome.
 
-use crate::backend::{AgentBackend, AgentReply, AgentRequest, OutageKind};
+pub(crate) use crate::abort::{Abort, LimitKind, StepError};
+use crate::backend::{AgentBackend, AgentReply, AgentRequest};
 use crate::component::LoadedComponent;
 use crate::envelope::{Accounting, Failure, RunStatus};
 use crate::journal::Journal;
@@ -21,47 +22,40 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc, OnceCell, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-/// Why a hook tells the guest to stop (mirrors the WIT `abort`).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Abort {
-    Cancelled,
-    /// The host is shutting down; the run ends `halted` (the guest sees `cancelled`).
-    Halted,
-    Limit(LimitKind),
-    Storage(String),
-    InvalidCall(String),
-    /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
-    SandboxLimit { kind: &'static str, message: String },
-    /// The backend could not be used (unreachable, auth, unknown model, ...).
-    Backend { kind: OutageKind, message: String },
-    /// A budgeted run would spawn on a model whose cost is unknown (`maxAiCredits`).
-    Unpriced(String),
-}
-
-/// A factory limit that can stop a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LimitKind {
-    MaxTotalSubagents,
-    TimeoutSeconds,
-    MaxAiCredits,
-}
-
-impl LimitKind {
-    /// The spec's spelling, used as `failure.kind`.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            LimitKind::MaxTotalSubagents => "maxTotalSubagents",
-            LimitKind::TimeoutSeconds => "timeoutSeconds",
-            LimitKind::MaxAiCredits => "maxAiCredits",
-        }
+impl crate::hooks::view::RunView for RunShared {
+    fn step_get(&self, key: &str) -> Result<Option<String>, Abort> {
+        RunShared::step_get(self, key)
     }
-}
 
-/// Why `step-put` refused a value (mirrors the WIT `step-error`).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum StepError {
-    InvalidJson(String),
-    Abort(Abort),
+    fn step_put(&self, key: String, value: String) -> Result<(), StepError> {
+        RunShared::step_put(self, key, value)
+    }
+
+    fn phase(&self, title: String) {
+        RunShared::phase(self, title)
+    }
+
+    fn log(&self, message: String) {
+        RunShared::log(self, message)
+    }
+
+    fn run_id(&self) -> String {
+        self.run_id.clone()
+    }
+
+    fn cancelled(&self) -> bool {
+        RunShared::cancelled(self)
+    }
+
+    fn agent(
+        self: Arc<Self>,
+        prompt: String,
+        label: Option<String>,
+        schema: Option<String>,
+        model: Option<String>,
+    ) -> futures::future::BoxFuture<'static, Result<Option<String>, Abort>> {
+        Box::pin(RunShared::agent(self, prompt, label, schema, model))
+    }
 }
 
 /// How an attempt was told to stop, and the abort every later hook call answers with.
@@ -231,7 +225,8 @@ impl RunShared {
             };
             let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(e.to_string()));
             let written = bytes.and_then(|bytes| {
-                let total = self.charge(&mut state, bytes.len() as u64, essential)?;
+                let cost = self.journal.footprint(self.run_id.len() + 8, bytes.len());
+                let total = self.charge(&mut state, cost, essential)?;
                 self.journal.put_progress(&self.run_id, seq, bytes, total).map_err(|e| Abort::Storage(e.to_string()))
             });
             match written {
@@ -419,7 +414,7 @@ impl RunShared {
             let message = format!("the run has journaled {} distinct steps, the limit (maxSteps)", self.sandbox.max_steps);
             return Err(StepError::Abort(self.abort(Abort::SandboxLimit { kind: "maxSteps", message })));
         }
-        let cost = (key.len() + value.len()) as u64;
+        let cost = self.journal.footprint(self.run_id.len() + key.len(), value.len());
         let written = self
             .charge(&mut state, cost, false)
             .and_then(|total| self.journal.put_step(&self.run_id, &key, &value, total).map_err(|e| Abort::Storage(e.to_string())));
@@ -520,7 +515,7 @@ impl RunShared {
             .get_or_init(|| async move {
                 let outcome = this.spawn_agent(request, schema).await;
                 if let Ok(reply) = &outcome {
-                    let cost = (key.0.len() + 1 + reply.as_ref().map_or(0, String::len)) as u64;
+                    let cost = this.journal.footprint(this.run_id.len() + key.0.len(), 1 + reply.as_ref().map_or(0, String::len));
                     let mut state = this.state();
                     let written = this.charge(&mut state, cost, false).and_then(|total| {
                         this.journal

@@ -4,7 +4,7 @@
 //! only way to widen it is a read-only directory grant ([`check_grants`]), mounted in the
 //! guest at [`grant_mount_point`].
 
-use crate::run::RunShared;
+use crate::hooks::view::RunView;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,8 +60,9 @@ pub struct SandboxLimits {
     pub max_step_key_bytes: usize,
     /// Bytes of an agent call's schema text.
     pub max_schema_bytes: usize,
-    /// Bytes a run may journal over its whole life, all attempts together: step keys and
-    /// values, agent keys and results, progress entries (as stored).
+    /// Store bytes a run may journal over its whole life, all attempts together: step keys
+    /// and values, agent keys and results, progress entries, each charged what it occupies
+    /// in the store ([`crate::store::footprint`]).
     pub max_journal_bytes: u64,
     /// Distinct step keys a run may journal, all attempts together.
     pub max_steps: usize,
@@ -167,7 +168,7 @@ fn start_epoch_ticker(engine: &Engine) {
 
 /// Per-run store data: the run's shared state plus WASI and resource bookkeeping.
 pub struct RunData {
-    pub(crate) run: Arc<RunShared>,
+    pub(crate) run: Arc<dyn RunView>,
     /// The source of a script factory (`None` for components).
     pub(crate) script: Option<Arc<crate::script::Script>>,
     wasi: WasiCtx,
@@ -233,7 +234,7 @@ fn check_grant(path: &Path) -> Result<String, GrantError> {
 pub(crate) fn new_store(
     engine: &Engine,
     limits: &SandboxLimits,
-    run: Arc<RunShared>,
+    run: Arc<dyn RunView>,
     script: Option<Arc<crate::script::Script>>,
     grants: &[String],
 ) -> wasmtime::Result<Store<RunData>> {

@@ -59,8 +59,8 @@ pub enum ScriptError {
     #[error("`{0}` is not UTF-8 text")]
     NotText(String),
     /// TypeScript that could not be type-stripped (`file:line:col: message`).
-    #[error("{0}")]
-    TypeScript(String),
+    #[error(transparent)]
+    TypeScript(#[from] crate::typescript::StripError),
     /// The runner refused the source: a syntax error (`file:line:col`), no factory in the
     /// file, an unknown `#name`, a bad meta.
     #[error("{0}")]

@@ -9,12 +9,17 @@
 //! `import x = require(..)`, `export =`, `<T>expr` assertions) is refused with
 //! `file.ts:line:col` and the reason; it is not transformed (a transform would move lines).
 
-use crate::script::ScriptError;
 use std::sync::{Arc, Mutex};
 use swc_common::errors::{DiagnosticBuilder, Emitter, Handler};
 use swc_common::sync::Lrc;
 use swc_common::{SourceMap, Span, GLOBALS};
 use swc_ts_fast_strip::{ErrorCode, Mode, Options};
+
+/// TypeScript that could not be type-stripped: one `file:line:col: kind: message` line per
+/// problem the stripper reported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
+pub struct StripError(pub Vec<String>);
 
 /// What the stripper reported: (where, message), in order.
 type Reported = Arc<Mutex<Vec<(Option<Span>, String)>>>;
@@ -31,9 +36,9 @@ impl Emitter for Collect {
 
 /// Strip the types of the TypeScript module `text` (from `file_name`): JavaScript with the
 /// same lines and columns. A syntax error or TypeScript that cannot be erased in place is
-/// [`ScriptError::TypeScript`] with `file_name:line:col: message` (1-based, like the
-/// runner's own errors).
-pub fn strip(file_name: &str, text: &str) -> Result<String, ScriptError> {
+/// [`StripError`] with `file_name:line:col: message` (1-based, like the runner's own
+/// errors).
+pub fn strip(file_name: &str, text: &str) -> Result<String, StripError> {
     let reported: Reported = Arc::default();
     let cm: Lrc<SourceMap> = Lrc::default();
     let handler = Handler::with_emitter(true, false, Box::new(Collect(reported.clone())));
@@ -68,7 +73,7 @@ pub fn strip(file_name: &str, text: &str) -> Result<String, ScriptError> {
             if lines.is_empty() {
                 lines.push(format!("{file_name}: {kind}: {}", error.message));
             }
-            Err(ScriptError::TypeScript(lines.join("\n")))
+            Err(StripError(lines))
         }
     }
 }

@@ -18,6 +18,17 @@ pub enum Access {
     Remote(std::path::PathBuf),
 }
 
+impl Access {
+    /// Answer `request`: locally, or through the process holding the store (one client,
+    /// two transports).
+    pub async fn ask(&self, request: control::Request) -> Result<serde_json::Value> {
+        match self {
+            Access::Remote(path) => Ok(control::request(path, &request).await?),
+            Access::Local(host) => Ok(control::answer_query(host, request).await?),
+        }
+    }
+}
+
 /// Open the store in the state directory; `catalog` builds the backends runs choose (and
 /// the ones resumed runs recorded).
 pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Arc<Host>, Error> {

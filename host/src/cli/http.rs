@@ -57,15 +57,11 @@ type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 struct Api {
     host: Arc<Host>,
     session: String,
-    token: String,
+    /// The bearer token every `/api` call must carry.
+    bearer: super::bearer::Bearer,
     /// `Host` header values accepted (the address served, by IP and as `localhost`).
     hosts: Vec<String>,
     trusted: TrustCheck,
-}
-
-/// A random bearer token (256 bits from the OS's generator, through UUID v4s).
-fn new_token() -> String {
-    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 
 /// Start serving the API on `addr`: writes the token file and returns the bound address.
@@ -78,12 +74,9 @@ pub async fn serve(
 ) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let token = new_token();
-    let path = state_dir.join(TOKEN_FILE);
+    let bearer = super::bearer::Bearer::create(&state_dir.join(TOKEN_FILE))?;
     {
         use std::io::Write;
-        let mut file = factory_host::access::create_private_file(&path)?;
-        file.write_all(token.as_bytes())?;
         let mut file = factory_host::access::create_private_file(&state_dir.join(ADDR_FILE))?;
         file.write_all(bound.to_string().as_bytes())?;
     }
@@ -91,7 +84,7 @@ pub async fn serve(
     if bound.ip().is_unspecified() {
         hosts.push(format!("127.0.0.1:{}", bound.port()));
     }
-    let api = Arc::new(Api { host, session, token, hosts, trusted });
+    let api = Arc::new(Api { host, session, bearer, hosts, trusted });
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { continue };
@@ -191,9 +184,7 @@ impl Api {
         if !path.starts_with("/api/") {
             return ui_asset(req.method(), &path);
         }
-        let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok()).unwrap_or_default();
-        let expected = format!("Bearer {}", self.token);
-        if !constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        if !self.bearer.accepts(req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok())) {
             return error(StatusCode::UNAUTHORIZED, "unauthorized", "an `Authorization: Bearer <token>` header is required");
         }
         let query = req.uri().query().unwrap_or_default().to_string();
@@ -290,22 +281,23 @@ impl Api {
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 };
-                if host.envelope(&session, &update.run_id).is_err() {
-                    continue; // another session's run
-                }
-                let data = json!({ "runId": update.run_id, "revision": update.revision });
-                let mut frames = format!("event: run_updated\ndata: {data}\n\n");
                 // Live progress: the entries committed since the last one sent for this run.
+                // One read, which also says whose run it is.
                 let after = sent.get(&update.run_id).copied().unwrap_or(0);
                 let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
-                if let Ok(entries) = host.progress(&session, &update.run_id, &query) {
-                    for entry in &entries {
-                        let data = json!({ "runId": update.run_id, "entry": entry });
-                        frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
-                    }
-                    if let Some(last) = entries.last() {
-                        sent.insert(update.run_id.clone(), last.seq);
-                    }
+                let entries = match host.progress(&session, &update.run_id, &query) {
+                    Ok(entries) => entries,
+                    Err(factory_host::Error::NotFound(_)) => continue, // another session's run
+                    Err(_) => Vec::new(),
+                };
+                let data = json!({ "runId": update.run_id, "revision": update.revision });
+                let mut frames = format!("event: run_updated\ndata: {data}\n\n");
+                for entry in &entries {
+                    let data = json!({ "runId": update.run_id, "entry": entry });
+                    frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
+                }
+                if let Some(last) = entries.last() {
+                    sent.insert(update.run_id.clone(), last.seq);
                 }
                 if tx.send(Ok(Frame::data(Bytes::from(frames)))).await.is_err() {
                     return;
@@ -376,14 +368,6 @@ fn percent_decode(value: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Compare secrets without stopping at the first difference.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,7 +380,6 @@ mod tests {
         assert!(parse_progress_query("nope=1").is_err());
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%zz+b"), "%zz b");
-        assert!(constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"a", b"ab"));
     }
 
     #[test]

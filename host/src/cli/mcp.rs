@@ -38,14 +38,10 @@ pub struct McpArgs {
     /// The backend config file (default: factory.toml in the state directory, if present).
     #[arg(long, env = "FACTORY_CONFIG", value_name = "FILE")]
     config: Option<std::path::PathBuf>,
-    /// Serve MCP's streamable HTTP transport on ADDR (loopback, e.g. 127.0.0.1:8765; port 0
-    /// picks one) at `/mcp` instead of stdio. Every request needs the bearer token written
-    /// to <state-dir>/mcp.token.
-    #[arg(long, value_name = "ADDR")]
-    http: Option<std::net::SocketAddr>,
-    /// Allow --http on an address that is not loopback.
-    #[arg(long, requires = "http")]
-    http_any_address: bool,
+    /// With --http: MCP's streamable HTTP transport at `/mcp` instead of stdio (the bearer
+    /// token is written to <state-dir>/mcp.token).
+    #[command(flatten)]
+    bind: super::http_bind::HttpBindArgs,
 }
 
 /// The token file of `factory mcp --http`, in the state directory.
@@ -63,6 +59,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// Serve MCP on stdin/stdout until the client goes away.
 pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
+    let http = a.bind.address()?;
     let config = Arc::new(backends::load_config(g, a.config.as_ref())?);
     let access = context::open_or_reach(g, config).await?;
     // Holding the store, this process also answers other terminals on the control socket.
@@ -78,12 +75,12 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
         trusted: trusted.clone(),
         tool_router: FactoryMcp::tool_router(),
     };
-    let ended = match a.http {
+    let ended = match http {
         None => match make().serve(rmcp::transport::stdio()).await {
             Ok(service) => service.waiting().await.map(|_| ()).context("the MCP connection failed"),
             Err(e) => Err(anyhow::Error::new(e).context("starting the MCP server on stdio")),
         },
-        Some(addr) => serve_http(g, addr, a.http_any_address, make).await,
+        Some(addr) => serve_http(g, addr, make).await,
     };
     if let Some(serving) = serving {
         serving.drain().await;
@@ -95,31 +92,19 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
 /// MCP over streamable HTTP on `addr` (path `/mcp`), one [`FactoryMcp`] per MCP session,
 /// until SIGINT/SIGTERM. A bearer token (in `<state-dir>/mcp.token`, 0600) is required on
 /// every request; the SDK checks the `Host` header against loopback names.
-async fn serve_http(
-    g: &GlobalArgs,
-    addr: std::net::SocketAddr,
-    any_address: bool,
-    make: impl Fn() -> FactoryMcp + Send + Sync + 'static,
-) -> Result<()> {
+async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() -> FactoryMcp + Send + Sync + 'static) -> Result<()> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-    if !addr.ip().is_loopback() && !any_address {
-        anyhow::bail!("--http {addr} is not a loopback address; add --http-any-address to serve it anyway");
-    }
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     let bound = listener.local_addr()?;
-    let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-    {
-        use std::io::Write;
-        let mut file = factory_host::access::create_private_file(&g.state_dir.join(TOKEN_FILE))?;
-        file.write_all(token.as_bytes())?;
-    }
+    let token_file = g.state_dir.join(TOKEN_FILE);
+    let bearer = super::bearer::Bearer::create(&token_file).with_context(|| format!("writing {}", token_file.display()))?;
     let mut config = StreamableHttpServerConfig::default();
     if !bound.ip().is_loopback() {
         config.allowed_hosts.push(bound.ip().to_string());
     }
     let service = Arc::new(StreamableHttpService::new(move || Ok(make()), Arc::new(LocalSessionManager::default()), config));
-    let expected = Arc::new(format!("Bearer {token}"));
+    let bearer = Arc::new(bearer);
     eprintln!(
         "factory mcp: streamable HTTP on http://{bound}/mcp (bearer token in {})",
         g.state_dir.join(TOKEN_FILE).display()
@@ -127,13 +112,13 @@ async fn serve_http(
     let accept = async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { continue };
-            let (service, expected) = (service.clone(), expected.clone());
+            let (service, bearer) = (service.clone(), bearer.clone());
             tokio::spawn(async move {
                 let handler = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (service, expected) = (service.clone(), expected.clone());
+                    let (service, bearer) = (service.clone(), bearer.clone());
                     async move {
                         let presented = req.headers().get(hyper::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
-                        if presented != Some(expected.as_str()) || req.uri().path() != "/mcp" {
+                        if !bearer.accepts(presented) || req.uri().path() != "/mcp" {
                             let status = if req.uri().path() != "/mcp" { 404 } else { 401 };
                             let body = http_body_util::BodyExt::boxed(http_body_util::Full::new(hyper::body::Bytes::from_static(
                                 b"{\"code\":\"unauthorized\",\"message\":\"an `Authorization: Bearer <token>` header is required at /mcp\"}",
@@ -485,10 +470,7 @@ impl FactoryMcp {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|r| {
-                        let m = &r["meta"];
-                        json!({"name": m["name"], "description": m["description"], "phases": m["phases"], "limits": m["limits"]})
-                    })
+                    .map(|r| factory_summary(&r["meta"]))
                     .collect();
                 let names: Vec<&str> = factories.iter().filter_map(|f| f["name"].as_str()).collect();
                 let summary = if names.is_empty() {
@@ -508,16 +490,17 @@ impl FactoryMcp {
                     m["name"].as_str().unwrap_or_default(),
                     m["name"].as_str().unwrap_or_default()
                 );
-                let value = json!({"name": m["name"], "description": m["description"], "phases": m["phases"],
-                                   "limits": m["limits"], "sha256": registration["script"]["sha256"]});
+                let mut value = factory_summary(m);
+                value["sha256"] = registration["script"]["sha256"].clone();
                 Ok(answer(value, summary))
             }
             "inspect" => {
                 let name = need(p.name, "name")?;
                 let r = self.ask(Request::Inspect { session, name }).await?;
                 let m = &r["meta"];
-                let value = json!({"name": m["name"], "description": m["description"], "phases": m["phases"],
-                                   "limits": m["limits"], "argsSchema": m.get("argsSchema"), "sha256": r["hash"]});
+                let mut value = factory_summary(m);
+                value["argsSchema"] = m.get("argsSchema").cloned().unwrap_or(Value::Null);
+                value["sha256"] = r["hash"].clone();
                 let summary = format!("{}: {}", m["name"].as_str().unwrap_or_default(), m["description"].as_str().unwrap_or_default());
                 Ok(answer(value, summary))
             }
@@ -572,6 +555,11 @@ impl FactoryMcp {
             )),
         }
     }
+}
+
+/// What a model is shown of a factory's meta: name, description, phases, limits.
+fn factory_summary(meta: &Value) -> Value {
+    json!({"name": meta["name"], "description": meta["description"], "phases": meta["phases"], "limits": meta["limits"]})
 }
 
 /// A short text a model can read: what happened and what to do next.

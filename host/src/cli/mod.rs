@@ -1,6 +1,7 @@
 //! The `factory` CLI: argument parsing (clap) and one module per subcommand.
 
 mod backends;
+mod bearer;
 mod config;
 mod context;
 mod dashboard;
@@ -8,6 +9,7 @@ mod describe;
 mod escape;
 mod events;
 mod http;
+mod http_bind;
 mod mcp;
 mod observe;
 mod progress_ui;

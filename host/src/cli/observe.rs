@@ -1,11 +1,11 @@
 //! `factory runs/show/progress/wait/cancel`: observe and control runs, through the store
 //! when this process can open it, or through the control socket of the process holding it.
 
-use super::context::{access, Access};
+use super::context::access;
 use super::GlobalArgs;
 use anyhow::Result;
 use clap::Args;
-use factory_host::control::{self, Request};
+use factory_host::control::Request;
 use factory_host::store::ProgressQuery;
 use serde_json::Value;
 use std::process::ExitCode;
@@ -49,15 +49,7 @@ pub struct ProgressArgs {
 
 /// Answer `request` locally or through the holder of the store.
 async fn ask(g: &GlobalArgs, request: Request) -> Result<Value> {
-    ask_with(&access(g).await?, request).await
-}
-
-/// Answer `request` through `access`.
-pub async fn ask_with(access: &Access, request: Request) -> Result<Value> {
-    match access {
-        Access::Remote(path) => Ok(control::request(path, &request).await?),
-        Access::Local(host) => Ok(control::answer_query(host, request).await?),
-    }
+    access(g).await?.ask(request).await
 }
 
 /// A field for human output; strings (guest-chosen names, labels, messages) escaped.
@@ -222,7 +214,7 @@ pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let access = access(g).await?;
     // Start from the latest page, then follow live until the run ends.
     let tail: Vec<factory_host::ProgressEntry> = serde_json::from_value(
-        ask_with(&access, Request::Progress { session: g.session.clone(), run_id: a.run_id.clone(), query: ProgressQuery::default() }).await?,
+        access.ask(Request::Progress { session: g.session.clone(), run_id: a.run_id.clone(), query: ProgressQuery::default() }).await?,
     )?;
     let after = tail.first().map_or(0, |e| e.seq.saturating_sub(1));
     let envelope = super::remote::follow(g, &access, &a.run_id, false, None, false, after).await?;

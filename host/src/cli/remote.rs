@@ -4,7 +4,6 @@
 
 use super::context::{access, Access};
 use super::events::EventSink;
-use super::observe::ask_with;
 use super::{progress_ui, GlobalArgs};
 use anyhow::{bail, Context, Result};
 use factory_host::control::{self, Request};
@@ -68,12 +67,12 @@ pub async fn follow(
     let mut interrupt = Box::pin(tokio::signal::ctrl_c());
     let envelope = loop {
         let envelope: RunEnvelope =
-            serde_json::from_value(ask_with(access, Request::Envelope { session: session.clone(), run_id: run_id.into() }).await?)?;
+            serde_json::from_value(access.ask(Request::Envelope { session: session.clone(), run_id: run_id.into() }).await?)?;
         // Drain everything recorded so far; a terminal envelope is written after its progress.
         loop {
             let query = ProgressQuery { after_seq: Some(after_seq), limit: Some(1000), ..Default::default() };
             let page: Vec<ProgressEntry> = serde_json::from_value(
-                ask_with(access, Request::Progress { session: session.clone(), run_id: run_id.into(), query }).await?,
+                access.ask(Request::Progress { session: session.clone(), run_id: run_id.into(), query }).await?,
             )?;
             let full = page.len() == 1000;
             for entry in page {
@@ -93,7 +92,7 @@ pub async fn follow(
                 if cancel_on_interrupt {
                     eprintln!("\nfactory: interrupted, cancelling the run...");
                     let cancel = Request::Cancel { session: session.clone(), run_id: run_id.into() };
-                    ask_with(access, cancel).await?;
+                    access.ask(cancel).await?;
                 } else {
                     drop(tx);
                     let _ = ui.await;

@@ -247,7 +247,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
 /// Consent again to the component a resume runs (the run's last one), as
 /// [`trust::reapprove`] says.
 async fn reapprove(g: &GlobalArgs, yes: &YesArg, access: &Access, run_id: &str) -> Result<()> {
-    let detail = super::observe::ask_with(access, Request::Detail { session: g.session.clone(), run_id: run_id.into() }).await?;
+    let detail = access.ask(Request::Detail { session: g.session.clone(), run_id: run_id.into() }).await?;
     let factory = detail["factory"].as_str().unwrap_or_default();
     // A script factory is trusted by its source's sha256 (the runner is this binary's).
     let script = detail["scripts"].as_array().and_then(|s| s.last()).and_then(|s| s["sha256"].as_str());

@@ -20,17 +20,14 @@ pub struct ServeArgs {
     /// The backend config file (default: factory.toml in the state directory, if present).
     #[arg(long, env = "FACTORY_CONFIG", value_name = "FILE")]
     config: Option<std::path::PathBuf>,
-    /// Also serve the JSON API over HTTP on ADDR (loopback, e.g. 127.0.0.1:8080; port 0 picks
-    /// one). Every call needs the bearer token written to <state-dir>/http.token.
-    #[arg(long, value_name = "ADDR")]
-    http: Option<std::net::SocketAddr>,
-    /// Allow --http on an address that is not loopback (anyone who can reach it and has the
-    /// token can drive your runs).
-    #[arg(long, requires = "http")]
-    http_any_address: bool,
+    /// With --http: also the JSON API and the dashboard (the bearer token is written to
+    /// <state-dir>/http.token).
+    #[command(flatten)]
+    bind: super::http_bind::HttpBindArgs,
 }
 
 pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
+    let http = a.bind.address()?;
     let mut config = load_config(g, a.config.as_ref())?;
     if let Some(name) = a.backend {
         // Checked now, so a daemon with an unusable default says so at start.
@@ -41,10 +38,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
-    if let Some(addr) = a.http {
-        if !addr.ip().is_loopback() && !a.http_any_address {
-            anyhow::bail!("--http {addr} is not a loopback address; add --http-any-address to serve it anyway");
-        }
+    if let Some(addr) = http {
         let trusted = super::trust::trust_check(g);
         let bound = super::http::serve(host.clone(), addr, &g.state_dir, g.session.clone(), trusted)
             .await
@@ -61,7 +55,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         _ = term.recv() => {}
     }
     eprintln!("factory serve: shutting down; running runs end as halted");
-    if a.http.is_some() {
+    if http.is_some() {
         // `factory ui` then says no daemon serves HTTP here.
         let _ = std::fs::remove_file(g.state_dir.join(super::http::ADDR_FILE));
     }

@@ -25,7 +25,7 @@ impl ctx::Host for RunData {
     }
 
     fn run_id(&mut self) -> wasmtime::Result<String> {
-        Ok(self.run.run_id.clone())
+        Ok(self.run.run_id())
     }
 
     fn cancelled(&mut self) -> wasmtime::Result<bool> {

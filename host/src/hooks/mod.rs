@@ -1,14 +1,16 @@
 //! The capabilities a guest gets, one module each (`ctx`: journal, progress, identity;
-//! `agents`: subagents and sleep; `script`: a script factory's source), and [`linker`],
+//! `agents`: subagents and sleep; `script`: a script factory's source), written against
+//! [`view::RunView`] (what they need of a run), and [`linker`],
 //! which adds the first two and deny-by-default WASI to one linker that serves every
 //! component of a host, and [`script_linker`], which adds `script` too, for the JS runner.
 
 mod agents;
 mod ctx;
 mod script;
+pub(crate) mod view;
 
 use crate::contract::agent::factory::types as wit;
-use crate::run::{Abort, LimitKind, StepError};
+use crate::abort::{Abort, LimitKind, StepError};
 use crate::sandbox::RunData;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::Engine;

@@ -4,6 +4,7 @@
 //! see what is committed. Opening the store repairs what a crash left: runs that were
 //! `running` become `halted`, with the spend recorded up to the last commit.
 
+pub mod footprint;
 mod records;
 pub(crate) mod tables;
 mod writer;
@@ -84,11 +85,17 @@ impl From<redb::DatabaseError> for StoreError {
 pub struct StoreOptions {
     /// The group-commit window.
     pub commit_window: Duration,
+    /// Bytes handed to the writer and not yet committed before a write waits for the next
+    /// commit (a write larger than this waits for an empty queue).
+    pub queue_bytes: u64,
 }
+
+/// The default [`StoreOptions::queue_bytes`]: 64 MiB.
+pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { commit_window: DEFAULT_COMMIT_WINDOW }
+        StoreOptions { commit_window: DEFAULT_COMMIT_WINDOW, queue_bytes: DEFAULT_QUEUE_BYTES }
     }
 }
 
@@ -143,13 +150,13 @@ impl Store {
     /// A store that lives in memory for the life of the process (embedding, tests).
     pub fn in_memory() -> Result<Store, StoreError> {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
-        Store::with_database(db, StoreOptions { commit_window: Duration::ZERO }, None)
+        Store::with_database(db, StoreOptions { commit_window: Duration::ZERO, ..StoreOptions::default() }, None)
     }
 
     fn with_database(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<Store, StoreError> {
         let next_run_seq = prepare(&db)?;
         let db = Arc::new(db);
-        let writer = Writer::start(db.clone(), options.commit_window)?;
+        let writer = Writer::start(db.clone(), options.commit_window, options.queue_bytes)?;
         Ok(Store { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path, known_blobs: Default::default() })
     }
 
@@ -503,6 +510,10 @@ impl Journal for Store {
 
     fn get_agent(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, JournalError> {
         self.get_agent_outcome(run_id, key).map_err(journal_error)
+    }
+
+    fn footprint(&self, key_bytes: usize, value_bytes: usize) -> u64 {
+        footprint::entry_bytes(key_bytes, value_bytes)
     }
 
     fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError> {

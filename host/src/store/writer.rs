@@ -7,6 +7,10 @@
 //! The loss window after a `kill -9` is bounded by the commit window plus one commit:
 //! entries handed over in that time may be lost (their calls re-run on resume); nothing
 //! committed is lost.
+//!
+//! The queue is bounded in bytes ([`Backlog`]): once `queue_bytes` are handed over and not
+//! yet committed, a caller waits for the next commit before its write joins the queue, so
+//! runs writing faster than the disk can take slow down instead of filling host memory.
 
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
 use super::StoreError;
@@ -14,7 +18,7 @@ use redb::{Database, ReadableTable};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -29,6 +33,59 @@ pub(crate) enum Op {
     Factory { name: String, registration: Vec<u8> },
     Blob { hash: String, bytes: Arc<[u8]> },
     Flush(oneshot::Sender<Result<(), StoreError>>),
+}
+
+impl Op {
+    /// The bytes the operation holds while queued.
+    fn bytes(&self) -> u64 {
+        let bytes = match self {
+            Op::Step { run, key, value, .. } => run.len() + key.len() + value.len(),
+            Op::Agent { run, key, outcome, .. } => run.len() + key.len() + outcome.len(),
+            Op::Progress { run, entry, .. } => run.len() + entry.len(),
+            Op::Accounting { run, accounting } => run.len() + accounting.len(),
+            Op::Run { id, record, .. } => id.len() + record.len(),
+            Op::Factory { name, registration } => name.len() + registration.len(),
+            Op::Blob { hash, bytes } => hash.len() + bytes.len(),
+            Op::Flush(_) => 0,
+        };
+        bytes as u64
+    }
+}
+
+/// Bytes handed to the writer and not yet committed, against a cap.
+pub(crate) struct Backlog {
+    queued: Mutex<u64>,
+    drained: Condvar,
+    cap: u64,
+}
+
+impl Backlog {
+    fn new(cap: u64) -> Self {
+        Backlog { queued: Mutex::new(0), drained: Condvar::new(), cap }
+    }
+
+    /// Wait until `bytes` more fit under the cap (a write larger than the cap waits for an
+    /// empty queue), then count them.
+    fn reserve(&self, bytes: u64) {
+        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        while *queued > 0 && queued.saturating_add(bytes) > self.cap {
+            queued = self.drained.wait(queued).unwrap_or_else(|p| p.into_inner());
+        }
+        *queued = queued.saturating_add(bytes);
+    }
+
+    /// The writer is done with `bytes` (committed, or failed: either way no longer held).
+    fn release(&self, bytes: u64) {
+        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        *queued = queued.saturating_sub(bytes);
+        self.drained.notify_all();
+    }
+
+    /// Bytes queued now.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> u64 {
+        *self.queued.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Counters for measuring the writer.
@@ -56,35 +113,47 @@ pub(crate) struct Writer {
     /// The first commit failure; once set, the store refuses further writes.
     failed: Arc<Mutex<Option<String>>>,
     pub(crate) stats: Arc<WriterStats>,
+    /// Bytes queued, not yet committed.
+    pub(crate) backlog: Arc<Backlog>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Writer {
-    /// Start the writer thread for `db`.
-    pub(crate) fn start(db: Arc<Database>, window: Duration) -> Result<Self, StoreError> {
+    /// Start the writer thread for `db`, committing every `window` and holding at most
+    /// about `queue_bytes` uncommitted.
+    pub(crate) fn start(db: Arc<Database>, window: Duration, queue_bytes: u64) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel();
         let failed = Arc::new(Mutex::new(None));
         let stats = Arc::new(WriterStats::default());
         let pending: Arc<Mutex<Pending>> = Arc::default();
+        let backlog = Arc::new(Backlog::new(queue_bytes));
         let thread = {
             let failed = failed.clone();
             let stats = stats.clone();
             let pending = pending.clone();
+            let backlog = backlog.clone();
             std::thread::Builder::new()
                 .name("factory-store-writer".into())
-                .spawn(move || run(db, rx, window, failed, stats, pending))
+                .spawn(move || run(db, rx, window, failed, stats, pending, backlog))
                 .map_err(|e| StoreError::Io(format!("cannot start the store writer: {e}")))?
         };
-        Ok(Writer { pending, tx: Mutex::new(Some(tx)), failed, stats, thread: Mutex::new(Some(thread)) })
+        Ok(Writer { pending, tx: Mutex::new(Some(tx)), failed, stats, backlog, thread: Mutex::new(Some(thread)) })
     }
 
     /// Queue a write; fails only when the store has already failed or is closed. A step or
     /// agent value is readable through [`Writer::pending`] from now until it is committed.
+    /// When the queue holds its cap in bytes, waits for the next commit first.
     pub(crate) fn send(&self, op: Op) -> Result<(), StoreError> {
         if let Some(message) = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Err(StoreError::WriteFailed(message));
         }
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        if tx.is_none() {
+            return Err(StoreError::Closed);
+        }
+        // Under the sender lock: the thread is running (it stops only once `tx` is taken),
+        // so every byte counted here is released by a commit.
+        self.backlog.reserve(op.bytes());
         // Registered under the sender lock, so the commit that removes it comes after.
         match &op {
             Op::Step { run, key, value, .. } => {
@@ -134,6 +203,7 @@ fn run(
     failed: Arc<Mutex<Option<String>>>,
     stats: Arc<WriterStats>,
     pending: Arc<Mutex<Pending>>,
+    backlog: Arc<Backlog>,
 ) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -190,11 +260,13 @@ fn run(
                 }
             }
         }
+        let bytes = batch.iter().map(Op::bytes).sum();
         for op in batch {
             if let Op::Flush(done) = op {
                 let _ = done.send(result.clone());
             }
         }
+        backlog.release(bytes);
         if !open {
             break;
         }
@@ -279,4 +351,29 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
     stats.commits.fetch_add(1, Ordering::Relaxed);
     stats.ops.fetch_add(writes as u64, Ordering::Relaxed);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(value_bytes: usize) -> Op {
+        Op::Step { run: "r".into(), key: "k".into(), value: "x".repeat(value_bytes).into(), usage: 0 }
+    }
+
+    #[test]
+    fn a_full_queue_makes_the_next_write_wait_for_a_commit() {
+        let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).expect("a database");
+        // A long window: without the cap, both writes would be queued before any commit.
+        let writer = Writer::start(Arc::new(db), Duration::from_millis(300), 1000).expect("the writer");
+        writer.send(step(800)).expect("the first write");
+        assert_eq!(writer.stats.commits.load(Ordering::SeqCst), 0, "the first write was queued, not committed");
+        assert!(writer.backlog.queued() >= 800);
+        writer.send(step(800)).expect("the second write");
+        assert!(writer.stats.commits.load(Ordering::SeqCst) >= 1, "the second write waited for the first commit");
+        // A write larger than the cap is taken once the queue is empty.
+        writer.send(step(5000)).expect("a write over the cap");
+        writer.close();
+        assert_eq!(writer.backlog.queued(), 0, "every queued byte was released");
+    }
 }
