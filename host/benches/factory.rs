@@ -12,7 +12,8 @@
 //! backend call, a resume runs no step producer, a memo hit makes no backend call) fail the
 //! bench; timing targets print PASS or MISS, and with `-- --check` a MISS fails it too.
 //! `FACTORY_BENCH_RUNS=N` changes the number of runs per row (default 7; cold start, the
-//! one-second sequential rows and memory per run use at most 5). Without `--bench` (as under
+//! one-second sequential rows and memory per run use at most 5); `FACTORY_BENCH_SECTIONS=6,7`
+//! measures only those sections. Without `--bench` (as under
 //! `cargo test --all-targets`) it measures nothing.
 
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
@@ -1083,6 +1084,9 @@ fn main() {
         return;
     }
     let runs: usize = std::env::var("FACTORY_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(7).max(1);
+    // `FACTORY_BENCH_SECTIONS=6,7`: only those sections.
+    let sections: Option<Vec<String>> =
+        std::env::var("FACTORY_BENCH_SECTIONS").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
     let guests = target_dir().join("guests");
     eprintln!("bench: building tests/guests/bench into {}", guests.display());
     let built = factory_host::builder::build_crate(&workspace_root().join("tests/guests/bench"), Some(&guests), &mut |m| {
@@ -1096,14 +1100,29 @@ fn main() {
     let mut table = Table::default();
     runtime.block_on(async {
         let cache = tempfile::tempdir().expect("a temporary cache directory");
-        hook_overhead(&mut table, &component, cache.path(), runs).await;
-        start_up(&mut table, &component, runs).await;
-        fan_out(&mut table, &component, cache.path(), runs).await;
-        sequential(&mut table, &component, cache.path(), runs).await;
-        timeout_enforcement(&mut table, &component, cache.path(), runs).await;
-        many_runs(&mut table, &component, cache.path(), runs).await;
-        hostile(&mut table, &guests, &component, cache.path()).await;
-        languages(&mut table, &component, cache.path(), runs).await;
+        let wanted = |section: &str| sections.as_ref().is_none_or(|s| s.iter().any(|w| w == section));
+        if wanted("1") {
+            hook_overhead(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("2") {
+            start_up(&mut table, &component, runs).await;
+        }
+        if wanted("3") {
+            fan_out(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("4") {
+            sequential(&mut table, &component, cache.path(), runs).await;
+            timeout_enforcement(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("5") {
+            many_runs(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("6") {
+            hostile(&mut table, &guests, &component, cache.path()).await;
+        }
+        if wanted("7") {
+            languages(&mut table, &component, cache.path(), runs).await;
+        }
     });
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());

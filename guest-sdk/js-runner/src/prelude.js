@@ -267,13 +267,17 @@
             thunks.forEach((t, i) => {
                 if (typeof t !== "function") throw new TypeError(`ctx.parallel: item ${i} is not a function (pass thunks: () => ctx.agent(...))`);
             });
+            // One promise per item, no async frame: a failure becomes null, an abort rejects.
+            const settle = (e) => {
+                if (isAbort(e)) throw e;
+                return null;
+            };
             return Promise.all(
-                thunks.map(async (thunk) => {
+                thunks.map((thunk) => {
                     try {
-                        return await thunk();
+                        return Promise.resolve(thunk()).then(undefined, settle);
                     } catch (e) {
-                        if (isAbort(e)) throw e;
-                        return null;
+                        return Promise.resolve(e).then(settle);
                     }
                 })
             );
