@@ -101,7 +101,8 @@ enum Command {
     Cancel(observe::RunIdArgs),
     /// Follow a run's progress live until it ends.
     Watch(observe::RunIdArgs),
-    /// Hold the store and run what `factory run --detach` hands over, until stopped.
+    /// Hold the store and run what `factory run --detach` hands over, until stopped; with
+    /// --http, also the JSON API and the dashboard (token in <state-dir>/http.token).
     Serve(serve::ServeArgs),
     /// Register a factory under its meta name.
     Add(registry::AddArgs),
@@ -120,7 +121,8 @@ enum Command {
     },
     /// Approve a component so runs need no consent (`--revoke` to undo); list trusted ones.
     Trust(trust::TrustArgs),
-    /// Serve MCP on stdin/stdout: the `run_factory` and `factories_manage` tools for agents.
+    /// Serve MCP on stdin/stdout, or with --http as streamable HTTP at `/mcp` (token in
+    /// <state-dir>/mcp.token): the `run_factory` and `factories_manage` tools for agents.
     Mcp(mcp::McpArgs),
     /// Print (and on a terminal, open) the web dashboard's URL with its token, for the
     /// daemon serving `--http` from this state directory.
