@@ -220,7 +220,7 @@ fn raw_request(socket: &Path, request: &[u8]) -> String {
 #[ignore = "a helper, run as another user by another test"]
 fn socket_client_helper() {
     let Some(socket) = std::env::var_os("FACTORY_TEST_SOCKET") else { return };
-    let answer = raw_request(Path::new(&socket), b"{\"wire\":1,\"op\":\"runs\",\"session\":\"default\"}\n");
+    let answer = raw_request(Path::new(&socket), b"{\"wire\":2,\"op\":\"runs\",\"session\":\"default\"}\n");
     println!("ANSWER:{}", answer.trim());
 }
 
@@ -260,12 +260,12 @@ fn another_uid_is_refused_by_the_socket_and_cannot_read_the_state_dir() {
     let refused = out_of(client);
     let shown = String::from_utf8_lossy(&refused.stdout).into_owned();
     assert!(refused.status.success(), "{shown}\n{}", stderr(&refused));
-    assert!(shown.contains("ANSWER:{\"wire\":1,\"err\":{\"code\":\"forbidden\""), "{shown}");
+    assert!(shown.contains("ANSWER:{\"wire\":2,\"err\":{\"code\":\"forbidden\""), "{shown}");
     assert!(shown.contains("uid 65534 was refused"), "{shown}");
     // The owner is answered, in the versioned wire format; another version is refused.
-    let answer = raw_request(&socket, b"{\"wire\":1,\"op\":\"runs\",\"session\":\"default\"}\n");
-    assert!(answer.starts_with("{\"wire\":1,\"ok\":"), "{answer}");
-    for old in [&b"{\"op\":\"runs\",\"session\":\"default\"}\n"[..], b"{\"wire\":2,\"op\":\"runs\",\"session\":\"default\"}\n"] {
+    let answer = raw_request(&socket, b"{\"wire\":2,\"op\":\"runs\",\"session\":\"default\"}\n");
+    assert!(answer.starts_with("{\"wire\":2,\"ok\":"), "{answer}");
+    for old in [&b"{\"op\":\"runs\",\"session\":\"default\"}\n"[..], b"{\"wire\":1,\"op\":\"runs\",\"session\":\"default\"}\n"] {
         let answer = raw_request(&socket, old);
         assert!(answer.contains("unsupported_version"), "{answer}");
     }
@@ -387,22 +387,128 @@ fn the_control_server_checks_consent_itself() {
     BufReader::new(serve.stderr.take().expect("stderr")).read_line(&mut first).expect("serve says it listens");
     assert!(first.contains("serving"), "{first}");
     let socket = state.join("control.sock");
-    let probe = std::fs::canonicalize(common::component("probe")).unwrap();
-    let run = |approved: bool| {
+    // The file the client showed for consent, then swapped for another before the server
+    // reads it: the server runs only what was approved.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("factory.wasm");
+    std::fs::copy(common::component("hello"), &file).unwrap();
+    let approved = sha256_of(&file);
+    std::fs::copy(common::component("probe"), &file).unwrap();
+    let run = |consent: Value| {
         let request = serde_json::json!({
-            "wire": 1, "op": "run", "session": "default", "component": {"file": probe},
-            "args": {"case": "fanout", "n": 1}, "approved": approved,
+            "wire": 2, "op": "run", "session": "default", "component": {"file": file},
+            "args": {"case": "fanout", "n": 1}, "consent": consent,
         });
         raw_request(&socket, format!("{request}\n").as_bytes())
     };
+    let no_runs = || {
+        let runs = common::factory_in(&state, &["runs", "--json"]);
+        assert_eq!(stdout_json(&runs).as_array().map(Vec::len), Some(0), "no run was created");
+    };
     // A client that skips the consent step gets nothing run for an untrusted component.
-    let refused = run(false);
+    let refused = run(serde_json::json!("none"));
     assert!(refused.contains("\"code\":\"no_approval_provider\""), "{refused}");
-    let runs = common::factory_in(&state, &["runs", "--json"]);
-    assert_eq!(stdout_json(&runs).as_array().map(Vec::len), Some(0), "no run was created");
-    // With the user's consent in the request, it runs.
-    let started = run(true);
+    no_runs();
+    let swapped = run(serde_json::json!({ "sha256": approved }));
+    assert!(swapped.contains("\"code\":\"no_approval_provider\"") && swapped.contains("is not what was approved"), "{swapped}");
+    no_runs();
+    // With the user's consent to exactly this file in the request, it runs.
+    let started = run(serde_json::json!({ "sha256": sha256_of(&file) }));
     assert!(started.contains("\"runId\""), "{started}");
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(serve.id() as i32), nix::sys::signal::Signal::SIGTERM);
     let _ = serve.wait();
+}
+
+/// `factory runs` against `state`: it must fail, saying `expected`.
+fn refused_with(state: &Path, expected: &str) {
+    let out = common::factory_in(state, &["runs", "--json"]);
+    assert!(!out.status.success(), "a state dir planted by someone else was used: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(stderr(&out).contains(expected), "expected `{expected}` in: {}", stderr(&out));
+}
+
+#[test]
+fn a_state_dir_or_file_planted_by_someone_else_is_refused() {
+    assert!(nix::unistd::geteuid().is_root(), "this test gives files to another user and needs root (as in CI)");
+    let nobody = Some(nix::unistd::Uid::from_raw(65534));
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let out = common::factory_in(&state, &["runs", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The directory: someone else's, or writable by others.
+    nix::unistd::chown(&state, nobody, None).unwrap();
+    refused_with(&state, "is owned by uid 65534");
+    nix::unistd::chown(&state, Some(nix::unistd::geteuid()), None).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    refused_with(&state, "writable by group or others");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    // The store file: a symlink, or someone else's.
+    let store = state.join("factory.redb");
+    let elsewhere = dir.path().join("elsewhere.redb");
+    std::fs::rename(&store, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &store).unwrap();
+    refused_with(&state, "factory.redb");
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(&elsewhere, &store).unwrap();
+    nix::unistd::chown(&store, nobody, None).unwrap();
+    refused_with(&state, "owned by uid 65534");
+    nix::unistd::chown(&store, Some(nix::unistd::geteuid()), None).unwrap();
+
+    // A trust store that approves a component, planted as a symlink or by someone else:
+    // it approves nothing, and the run that needed it is refused, not run.
+    let hello = common::component("hello");
+    let trusted = dir.path().join("planted-trust.json");
+    let entry = serde_json::json!({ "version": 1, "components": [
+        { "sha256": sha256_of(&hello), "source": "approved", "addedAt": "2026-12-01T00:00:00Z" } ] });
+    std::fs::write(&trusted, entry.to_string()).unwrap();
+    std::os::unix::fs::symlink(&trusted, state.join("trusted.json")).unwrap();
+    let out = common::factory_in(&state, &["run", hello.to_str().unwrap(), "-q"]);
+    assert!(!out.status.success() && stderr(&out).contains("trust store"), "{}", stderr(&out));
+    std::fs::remove_file(state.join("trusted.json")).unwrap();
+    std::fs::copy(&trusted, state.join("trusted.json")).unwrap();
+    nix::unistd::chown(&state.join("trusted.json"), nobody, None).unwrap();
+    let out = common::factory_in(&state, &["run", hello.to_str().unwrap(), "-q"]);
+    assert!(!out.status.success() && stderr(&out).contains("owned by uid 65534"), "{}", stderr(&out));
+    std::fs::remove_file(state.join("trusted.json")).unwrap();
+    let runs = stdout_json(&common::factory_in(&state, &["runs", "--json"]));
+    assert_eq!(runs, serde_json::json!([]), "nothing ran");
+}
+
+#[test]
+fn a_control_socket_served_by_another_user_gets_no_request() {
+    assert!(nix::unistd::geteuid().is_root(), "this test runs a server as another user and needs root (as in CI)");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = dir.path().join("state");
+    let out = common::factory_in(&state, &["runs", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Another user listens on a socket (in a directory of theirs), which then appears as
+    // the state dir's control socket while the store is held (here: by this test).
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let socket = theirs.join("control.sock");
+    let listen = "import socket, sys, time\ns = socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen(8)\nprint('listening', flush=True)\nwhile True:\n    c, _ = s.accept()\n    print('GOT', c.recv(4096), flush=True)\n";
+    let mut server = as_nobody(Path::new("/usr/bin/env"), &["python3", "-c", listen, socket.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("setpriv (util-linux) and python3 must be installed for this test");
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "listening");
+    std::fs::rename(&socket, state.join("control.sock")).unwrap();
+    let held = redb::Database::open(state.join("factory.redb")).expect("holding the store");
+
+    let out = common::factory_in(&state, &["runs", "--json"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is served by uid 65534, not by us"), "{}", stderr(&out));
+    drop(held);
+    let _ = server.kill();
+    let _ = server.wait();
+    let mut rest = String::new();
+    let _ = stdout.read_to_string(&mut rest);
+    // It saw a connection (that is how its uid is learnt) and not one byte of request.
+    assert!(rest.lines().all(|l| l == "GOT b''"), "the other user's server received a request: {rest}");
 }

@@ -944,7 +944,7 @@ async fn a_run_retries_a_bad_schema_reply_over_http_and_accounts_both_spawns() {
     let backend = Arc::new(OpenAi::new(OpenAiConfig { pricing, ..openai_config(&server) }).unwrap());
     let envelope = run_probe(backend, json!({"case": "schema"}), Limits::default()).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    assert_eq!(envelope.result.as_ref().unwrap()["verdict"], json!({"ok": true}));
+    assert_eq!(envelope.result_value().as_ref().unwrap()["verdict"], json!({"ok": true}));
     assert_eq!(envelope.accounting.agents_spawned, 2);
     assert_eq!(server.count(), 2);
     assert!(server.seen().iter().all(|s| s.body["response_format"]["type"] == "json_schema"));

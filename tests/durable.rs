@@ -62,7 +62,7 @@ async fn a_resume_with_an_edited_component_still_hits_every_unchanged_call() {
     assert_eq!(backend.calls_for("first question"), 1);
     assert_eq!(backend.calls_for("second question"), 1);
     assert_eq!(backend.calls_for("third question"), 1, "only the new call spawned");
-    let result = done.result.unwrap();
+    let result = done.result_value().unwrap();
     assert_eq!(result["plan"], "plan from v1", "the step replays by key, whatever the producer");
     assert!(result["c"].is_string());
 
@@ -135,7 +135,7 @@ async fn a_run_interrupted_by_a_host_stop_is_halted_and_resumable() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let done = host.resume(&run_id, ResumeOptions { events: Some(tx), ..Default::default() }).await.unwrap();
     assert_eq!(done.status, RunStatus::Completed);
-    assert_eq!(done.result.unwrap()["done"], 40);
+    assert_eq!(done.result_value().unwrap()["done"], 40);
     let respawned = backend.total() - spawned_before;
     assert!(respawned <= 40 - 10, "only unjournaled work re-ran ({respawned} spawns)");
     // Each of the 40 items was either replayed or spawned once in the second attempt.

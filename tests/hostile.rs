@@ -148,7 +148,8 @@ async fn against_companion(fx: &Fixture, options: RunOptions) -> (RunEnvelope, D
 fn assert_unharmed(fx: &Fixture, envelope: &RunEnvelope) {
     assert_eq!(envelope.status, RunStatus::Completed, "the companion run was harmed: {envelope:#?}");
     assert!(envelope.failure.is_none(), "{envelope:#?}");
-    let reviews = envelope.result.as_ref().and_then(|r| r["reviews"].as_array()).expect("reviews");
+    let result = envelope.result_value();
+    let reviews = result.as_ref().and_then(|r| r["reviews"].as_array()).expect("reviews");
     assert_eq!(reviews.len(), FILES.len(), "{reviews:?}");
     for (review, file) in reviews.iter().zip(FILES) {
         assert_eq!(review["file"], file);
@@ -229,7 +230,7 @@ async fn a_log_flood_is_capped_and_counted() {
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": n }), Limits::default())).await;
     // Over the cap, lines are dropped and counted (the documented behaviour), not a failure.
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    assert_eq!(envelope.result, Some(json!({ "logged": n })));
+    assert_eq!(envelope.result_value(), Some(json!({ "logged": n })));
     let lines = log_lines(&fx.host, &envelope);
     assert_eq!(lines.len(), max, "the host kept exactly max_log_lines lines");
     assert_eq!(lines.first().map(String::as_str), Some("flood 0"));
@@ -264,7 +265,7 @@ async fn the_log_text_a_run_keeps_is_capped_in_bytes() {
     // Over the byte cap, lines are dropped and counted, as over the line cap: the run
     // completes with everything the guest said it logged.
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    assert_eq!(envelope.result, Some(json!({ "logged": n })));
+    assert_eq!(envelope.result_value(), Some(json!({ "logged": n })));
     let lines = log_lines(&fx.host, &envelope);
     let kept: usize = lines.iter().map(String::len).sum();
     let cap = fx.host.sandbox_limits().max_log_bytes;
@@ -287,6 +288,30 @@ async fn a_huge_result_is_refused_by_size() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_detail_reads_a_bounded_window_of_a_long_history() {
+    let fx = fixture_with(SandboxLimits::default(), Duration::ZERO).await;
+    // More agent calls than a detail lists, then more log lines than it reads.
+    let agents = factory_host::DETAIL_AGENTS + 500;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "raw-fanout", "n": agents }), Limits::default())).await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    assert_eq!(detail.agents.len(), factory_host::DETAIL_AGENTS, "the newest agent summaries only");
+    assert!(detail.truncated);
+
+    let lines = factory_host::DETAIL_SCAN_ENTRIES * 3;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": lines }), Limits::default())).await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    assert!(detail.truncated, "a history longer than the window is said to be cut");
+    assert!(!detail.progress.is_empty());
+    // A short run's detail is whole.
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": 10 }), Limits::default())).await;
+    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    assert!(!detail.truncated);
+    assert_eq!(detail.phases, vec!["Attack".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_nested_too_deep_is_refused_by_depth() {
     let fx = fixture().await;
     let args = json!({ "case": "deep-result", "n": 200 });
@@ -301,7 +326,7 @@ async fn a_non_json_step_value_is_refused_and_the_run_goes_on() {
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "bad-step" }), Limits::default())).await;
     // The guest itself checks that `step-put` answered `invalid-json` (else it fails).
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    let out = envelope.result.as_ref().expect("a result");
+    let out = envelope.result_value().expect("a result");
     assert!(out["refused"].as_str().is_some_and(|m| m.contains("not JSON")), "{out}");
     assert_eq!(out["badJournaled"], Value::Null, "nothing was journaled under the bad key");
     assert_eq!(out["good"], 7, "a later step still works");
@@ -370,7 +395,7 @@ async fn raw_calls_past_the_sdk_item_cap_still_queue_under_the_concurrency_cap()
     let args = json!({ "case": "raw-fanout", "n": 5000 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    assert_eq!(envelope.result, Some(json!({ "done": 5000 })));
+    assert_eq!(envelope.result_value(), Some(json!({ "done": 5000 })));
     assert_eq!(fx.backend.calls(HOSTILE), 5000);
     assert_eq!(fx.backend.max_in_flight(), 8);
 }
@@ -499,7 +524,7 @@ async fn the_concurrency_cap_of_8_holds_exactly_over_4096_agents() {
     let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
     let envelope = fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    assert_eq!(envelope.result, Some(json!({ "done": 4096 })));
+    assert_eq!(envelope.result_value(), Some(json!({ "done": 4096 })));
     assert_eq!(fx.backend.calls(HOSTILE), 4096);
     assert_eq!(fx.backend.max_in_flight(), 8, "queued, never more than 8 in flight, and 8 reached");
 }
@@ -650,7 +675,7 @@ async fn many_large_distinct_steps_stop_at_the_journal_budget() {
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
     let message = assert_failure(&envelope, "sandbox_limit", Some("maxJournalBytes"));
     assert!(message.contains(&format!("{budget} byte journal budget")), "{message}");
-    let written = envelope.result.as_ref().map(|r| r["written"].clone());
+    let written = envelope.result_value().as_ref().map(|r| r["written"].clone());
     // The budget charges what each entry occupies in the store: the file's disk space grew
     // by at most the budget, and by most of it (the 7 steps that fit).
     let grown = store_bytes(&fx).saturating_sub(before);

@@ -42,9 +42,9 @@ async fn run(host: &Host, factory: &Factory, args: Value) -> RunEnvelope {
     host.run(factory, RunOptions { args: Some(args), ..Default::default() }).await.expect("run")
 }
 
-fn result(envelope: &RunEnvelope) -> &Value {
+fn result(envelope: &RunEnvelope) -> Value {
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    envelope.result.as_ref().expect("a result")
+    envelope.result_value().expect("a result")
 }
 
 fn failure(envelope: &RunEnvelope, kind_type: &str, kind: Option<&str>) -> String {
@@ -309,7 +309,7 @@ async fn resume_with_an_edited_source_replays_unchanged_calls() {
         ..Default::default()
     };
     let resumed = host.resume(&first.run_id, options).await.expect("resume");
-    assert_eq!(result(&resumed), &json!("v2"));
+    assert_eq!(result(&resumed), json!("v2"));
     assert_eq!(counting.calls_for("unchanged"), 1);
     assert_eq!(counting.calls_for("old prompt"), 1);
     assert_eq!(counting.calls_for("new prompt"), 1);
@@ -343,9 +343,9 @@ async fn thrown_errors_and_non_json_results_end_the_attempt_with_the_js_message(
     // `undefined` completes with no result; `null` is a result.
     let none = run(&host, &js(&host, &module(META, "async () => undefined")).await, json!({})).await;
     assert_eq!(none.status, RunStatus::Completed);
-    assert_eq!(none.result, None);
+    assert_eq!(none.result_value(), None);
     let null = run(&host, &js(&host, &module(META, "async () => null")).await, json!({})).await;
-    assert_eq!(null.result, Some(Value::Null));
+    assert_eq!(null.result_value(), Some(Value::Null));
 }
 
 #[tokio::test]
@@ -376,7 +376,7 @@ async fn a_file_with_several_factories_runs_one_by_name() {
     assert!(several.contains("two.js#NAME") && several.contains("a, b"), "{several}");
     let b = host.load_script(Script::new("two.js", text, Some("b".into()))).await.expect("b");
     assert_eq!(b.meta.name, "b");
-    assert_eq!(result(&run(&host, &b, json!({})).await), &json!("B"));
+    assert_eq!(result(&run(&host, &b, json!({})).await), json!("B"));
     let missing = host.load_script(Script::new("two.js", text, Some("c".into()))).await.expect_err("no c").to_string();
     assert!(missing.contains("no factory named `c`"), "{missing}");
 }
@@ -434,7 +434,7 @@ async fn thousands_of_agents_are_in_flight_at_once() {
         "async (ctx) => (await ctx.parallel(Array.from({ length: 2000 }, (_, i) => () => ctx.agent(`q${i}`, { label: `q:${i}` })))).filter((v) => v !== null).length",
     );
     let envelope = run(&host, &js(&host, &source).await, json!({})).await;
-    assert_eq!(result(&envelope), &json!(2000));
+    assert_eq!(result(&envelope), json!(2000));
     // Not one at a time: the Promises are concurrent `agent` calls (a 1 s reply each).
     assert!(counting.max_in_flight.load(std::sync::atomic::Ordering::SeqCst) >= 1000);
 }
@@ -607,7 +607,7 @@ async fn every_js_example_runs_on_dry_run() {
         if name == "triage.ts" {
             // The dry run answers a schema call with the schema's first enum value: both are
             // critical, so each gets a first step.
-            let result = envelope.result.as_ref().expect("a result");
+            let result = envelope.result_value().expect("a result");
             assert_eq!(result["counts"], json!({"critical": 2, "major": 0, "minor": 0}), "{result}");
             assert_eq!(result["triaged"][1]["issue"], "Typo in README");
             assert!(result["triaged"][1]["firstStep"].as_str().is_some_and(|s| s.starts_with("[dry-run escalate:1]")), "{result}");

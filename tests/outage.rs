@@ -402,9 +402,9 @@ async fn a_factory_can_complete_with_the_json_value_null() {
     let options = RunOptions { args: Some(json!({"case": "null"})), ..Default::default() };
     let envelope = host.run(&factory, options).await.unwrap();
     assert_eq!(envelope.status, RunStatus::Completed);
-    assert_eq!(envelope.result, Some(Value::Null), "null is a result, not the absence of one");
+    assert_eq!(envelope.result_value(), Some(Value::Null), "null is a result, not the absence of one");
     // It survives the store (a JSON `null` field is not read back as absent).
-    assert_eq!(host.envelope("default", &envelope.run_id).unwrap().result, Some(Value::Null));
+    assert_eq!(host.envelope("default", &envelope.run_id).unwrap().result_value(), Some(Value::Null));
     drop(host);
     let out = factory_in_json(state.path(), &["show", &envelope.run_id, "--json"]).await;
     assert!(out.as_object().unwrap().contains_key("result") && out["result"].is_null(), "{out:#}");

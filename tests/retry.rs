@@ -80,7 +80,7 @@ async fn a_total_cap_stop_resumes_with_a_raised_cap_and_spawns_count_across_atte
     let raise = ResumeOptions { limits: Limits { max_total_subagents: Some(20), ..Default::default() }, ..Default::default() };
     let done = host.resume(&run_id, raise).await.unwrap();
     assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
-    assert_eq!(done.result.as_ref().unwrap()["done"], 20);
+    assert_eq!(done.result_value().as_ref().unwrap()["done"], 20);
     assert_eq!(done.attempts, 4);
     assert_eq!(done.accounting.agents_spawned, 20, "each of the 20 spawned exactly once over four attempts");
     assert_eq!(backend.total(), 20);

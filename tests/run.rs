@@ -28,9 +28,9 @@ async fn run_probe(backend: Arc<dyn AgentBackend>, args: Value, limits: Limits) 
     host.run(&probe, RunOptions { args: Some(args), limits, ..Default::default() }).await.expect("run")
 }
 
-fn result(envelope: &RunEnvelope) -> &Value {
+fn result(envelope: &RunEnvelope) -> Value {
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    envelope.result.as_ref().expect("a result")
+    envelope.result_value().expect("a result")
 }
 
 #[tokio::test]
@@ -183,7 +183,7 @@ async fn the_concurrency_cap_holds_exactly() {
 #[tokio::test]
 async fn a_step_runs_its_producer_once() {
     let envelope = run_probe(Arc::new(factory_host::backend::DryRun), json!({"case": "steps"}), Limits::default()).await;
-    assert_eq!(result(&envelope), &json!({"a": 42, "b": 42}));
+    assert_eq!(result(&envelope), json!({"a": 42, "b": 42}));
 }
 
 #[tokio::test]

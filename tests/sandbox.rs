@@ -35,9 +35,9 @@ async fn run(host: &Host, factory: &Factory, args: Value, grants: Vec<PathBuf>) 
     host.run(factory, options).await.expect("the run starts")
 }
 
-fn completed(envelope: &RunEnvelope) -> &Value {
+fn completed(envelope: &RunEnvelope) -> Value {
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    envelope.result.as_ref().expect("a result")
+    envelope.result_value().expect("a result")
 }
 
 /// The error text of an `{"err": ...}` outcome; panics on `{"ok": ...}`.
@@ -198,6 +198,15 @@ async fn a_resume_mounts_the_grants_of_the_run_again() {
     std::fs::remove_dir_all(&t.granted).expect("rm");
     let refused = host.resume(&second.run_id, ResumeOptions::default()).await;
     assert!(matches!(refused, Err(Error::Grant(_))), "{refused:?}");
+
+    // A granted directory replaced by a symlink to somewhere else is not followed.
+    let elsewhere = t.outside.parent().unwrap().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    std::fs::write(elsewhere.join("ready"), "planted").expect("write");
+    std::os::unix::fs::symlink(&elsewhere, &t.granted).expect("symlink");
+    let refused = host.resume(&second.run_id, ResumeOptions::default()).await;
+    assert!(matches!(refused, Err(Error::Grant(GrantError::Moved { .. }))), "{refused:?}");
+    assert_eq!(host.envelope(DEFAULT_SESSION, &second.run_id).expect("envelope").attempts, 1, "no attempt ran");
 }
 
 #[test]

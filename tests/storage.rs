@@ -163,7 +163,7 @@ async fn fault_after(fault: Fault, answered: u64) {
     let options = ResumeOptions { events: Some(tx), backend: Some(Arc::new(Shared(backend.clone()))), ..Default::default() };
     let done = host.resume(&run_id, options).await.unwrap();
     assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
-    assert_eq!(done.result.as_ref().unwrap()["done"], N);
+    assert_eq!(done.result_value().as_ref().unwrap()["done"], N);
     let (mut replayed, mut spawned) = (0u64, 0u64);
     while let Ok(entry) = rx.try_recv() {
         match entry.event {

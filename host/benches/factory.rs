@@ -355,7 +355,7 @@ fn check_done(envelope: &RunEnvelope, workload: &str, done: usize, fail_at_end: 
             && envelope.error.as_deref().is_some_and(|e| e.contains(&format!("failAtEnd: done={done}")))
     } else {
         envelope.status == RunStatus::Completed
-            && envelope.result.as_ref().and_then(|r| r["done"].as_u64()) == Some(done as u64)
+            && envelope.result_value().as_ref().and_then(|r| r["done"].as_u64()) == Some(done as u64)
     };
     if !ok {
         fail(format!(
@@ -850,6 +850,12 @@ fn attacks() -> Vec<Attack> {
         Attack { name: "100 distinct steps of 15 MiB", args: json!({ "case": "many-steps", "n": 15 << 20, "count": 100 }), kind: Some("maxJournalBytes") },
         Attack { name: "~30 MB schema: nested anyOf, 20 levels", args: json!({ "case": "nested-schema", "n": 20 }), kind: Some("maxSchemaBytes") },
         Attack { name: "140 KiB schema: nested anyOf, 16,383 sub-schemas", args: json!({ "case": "nested-schema", "n": 13 }), kind: None },
+        Attack { name: "result nested 126 deep (made stores unreadable before)", args: json!({ "case": "deep-result", "n": 126 }), kind: Some("maxJsonDepth") },
+        Attack {
+            name: "10,000 pending calls of 1 MiB behind maxConcurrentSubagents 1",
+            args: json!({ "case": "pending-prompts", "n": 10_000, "bytes": (1 << 20) - 64, "concurrency": 1 }),
+            kind: Some("maxPendingAgentBytes"),
+        },
     ]
 }
 
@@ -877,7 +883,9 @@ async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
         // ahead of the space used).
         let size = || std::fs::metadata(&store_file).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512);
         let before = size();
-        let options = RunOptions { args: Some(attack.args.clone()), ..Default::default() };
+        let concurrency = attack.args["concurrency"].as_u64().map(|n| n as u32);
+        let limits = factory_host::Limits { max_concurrent_subagents: concurrency, ..Default::default() };
+        let options = RunOptions { args: Some(attack.args.clone()), limits, ..Default::default() };
         let ((envelope, companion), sample) =
             measure(&host, async { tokio::join!(host.run(&hostile, options), run(&host, &companion, "small", 0, false)) }).await;
         let envelope = envelope.unwrap_or_else(|e| fail(format!("the `{}` run was refused: {e}", attack.name)));

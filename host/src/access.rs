@@ -8,6 +8,11 @@
 //! - **Private files**: state directories are created `0700` ([`create_private_dir`]) and
 //!   every file the host creates in them `0600` ([`create_private_file`]); a file we own that
 //!   is looser is tightened when we open it ([`tighten`]).
+//! - **Found as it is, refused if not ours**: an existing state directory must be ours and
+//!   not writable by group or others ([`private_state_dir`]); the files in it are opened
+//!   without following symlinks and must be ours ([`private_file_options`],
+//!   [`tighten_open`], [`read_private_file`]), so files planted by someone else are
+//!   refused, never reused.
 //! - **Project-local files** ([`is_project_local`]: at or below the working directory, and
 //!   not inside the user-level state or config directories) never decide what runs on their
 //!   own: a `factory.toml` there is used only when its exact contents (sha256) were approved
@@ -127,11 +132,54 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
-/// Open options that create a file with mode `0600` (write access; add what you need).
+/// Use `dir` as a private state directory: created `0700` (with missing parents) when it
+/// does not exist; an existing one must be a directory of ours that neither group nor others
+/// can write, else [`AccessError::Unsafe`] (someone else could plant or swap its files).
+pub fn private_state_dir(dir: &Path) -> Result<(), AccessError> {
+    let shown = || dir.display().to_string();
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| AccessError::Write { path: shown(), source }),
+        Err(source) => Err(AccessError::Read { path: shown(), source }),
+        Ok(meta) if !meta.is_dir() => Err(AccessError::Unsafe { path: shown(), problem: "is not a directory".into() }),
+        Ok(meta) => check_owned_private(&meta).map_err(|problem| AccessError::Unsafe { path: shown(), problem }),
+    }
+}
+
+/// Open options that create a file with mode `0600` (write access; add what you need) and
+/// never follow a symlink in the last component (opening one fails with `ELOOP`).
 pub fn private_file_options() -> std::fs::OpenOptions {
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).mode(0o600);
+    options.write(true).create(true).mode(0o600).custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
     options
+}
+
+/// Read a file of ours that nobody else can write, without following a symlink: `None`
+/// when it does not exist; an error (`PermissionDenied`, saying why) when it is someone
+/// else's, writable by group or others, or not a regular file.
+pub fn read_private_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path);
+    let mut file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "not a regular file; refusing to use it"));
+    }
+    check_owned_private(&meta)
+        .map_err(|problem| std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("{problem}; refusing to use it")))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
 }
 
 /// Create (truncate) `path` with mode `0600`; an existing file we own is tightened to `0600`.
@@ -141,18 +189,24 @@ pub fn create_private_file(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Make an open file of ours `0600` if it is readable or writable by anyone else.
+/// Make an open file of ours `0600` if it is readable or writable by anyone else; a file
+/// that is not ours is refused (`PermissionDenied`): someone else put it there.
 pub fn tighten_open(file: &std::fs::File) -> std::io::Result<()> {
     let meta = file.metadata()?;
-    if meta.uid() == our_uid() && meta.mode() & 0o077 != 0 {
+    if meta.uid() != our_uid() {
+        let message = format!("is owned by uid {}, not by us (uid {}); refusing to use it", meta.uid(), our_uid());
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, message));
+    }
+    if meta.mode() & 0o077 != 0 {
         file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     }
     Ok(())
 }
 
-/// [`tighten_open`] for a path (a file created by a library that takes a path, e.g. redb).
+/// [`tighten_open`] for a path (a file created by a library that takes a path, e.g. redb),
+/// opened without following a symlink.
 pub fn tighten(path: &Path) -> std::io::Result<()> {
-    tighten_open(&std::fs::File::open(path)?)
+    tighten_open(&std::fs::OpenOptions::new().read(true).custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits()).open(path)?)
 }
 
 /// The sha256 (hex) of `bytes`.
@@ -205,9 +259,9 @@ impl AllowList {
 
     /// Every approved file.
     pub fn list(&self) -> Result<Vec<AllowedFile>, AccessError> {
-        let text = match std::fs::read(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        let text = match read_private_file(&self.path) {
+            Ok(Some(text)) => text,
+            Ok(None) => return Ok(Vec::new()),
             Err(source) => return Err(AccessError::Read { path: self.shown(), source }),
         };
         let file: AllowFile = serde_json::from_slice(&text)

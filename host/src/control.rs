@@ -92,7 +92,7 @@ async fn handle(host: Arc<Host>, stream: UnixStream, trusted: &TrustCheck) {
 
 /// The version of the control socket's wire format: every request and response line carries
 /// it as `"wire"`; a peer speaking another version is refused with `unsupported_version`.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// One line on the socket: the wire version and the request or response.
 #[derive(Serialize, Deserialize)]
@@ -171,10 +171,9 @@ pub enum Request {
         /// The user declined to run it: record the run as declined ([`Host::decline`]).
         #[serde(default)]
         declined: bool,
-        /// The user consented to this run on the client (a prompt answered yes, `--yes`).
-        /// Without it the server runs only a component its trust check accepts.
+        /// What the user consented to on the client (a prompt answered yes, `--yes`).
         #[serde(default)]
-        approved: bool,
+        consent: Consent,
     },
     /// Resume a run in the serving process; answers `{"runId"}` once the attempt starts.
     Resume {
@@ -187,10 +186,26 @@ pub enum Request {
         /// Another backend or model than the run recorded (empty: the recorded one).
         #[serde(default)]
         backend: BackendChoice,
-        /// The user consented to the component this resume runs (see `Run`).
+        /// What the user consented to for the component this resume runs (see `Run`).
         #[serde(default)]
-        approved: bool,
+        consent: Consent,
     },
+}
+
+/// The consent a start request carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Consent {
+    /// None: the server runs only a component its own trust check accepts.
+    #[default]
+    None,
+    /// The user approved exactly this trust key (a component's sha256, or a script
+    /// source's): the server runs the factory only if what it loads has that key, so a file
+    /// swapped after the client read it is refused, not run.
+    Sha256(String),
+    /// The caller consents to whatever the server loads (a front door without files of its
+    /// own to show, e.g. the HTTP API, whose bearer token is the user's).
+    Any,
 }
 
 /// A failed request, with the library error's code when it has one.
@@ -231,15 +246,21 @@ pub enum Target {
 /// on this machine or approved before. The server checks it itself, whatever the client did.
 pub type TrustCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
-/// Refuse a component neither `approved` in the request nor accepted by `trusted`.
-fn consented(trusted: &TrustCheck, approved: bool, hash: &str, what: &str) -> Result<(), Error> {
-    if approved || trusted(hash) {
-        return Ok(());
+/// Refuse a component the request's `consent` does not cover and `trusted` does not accept
+/// (`authored`: the session's own authored factory, which needs no consent).
+fn consented(trusted: &TrustCheck, consent: &Consent, authored: bool, hash: &str, what: &str) -> Result<(), Error> {
+    match consent {
+        Consent::Sha256(approved) if approved != hash => Err(Error::NotApproved(format!(
+            "{what} is not what was approved: the approval was for sha256 {approved}, the file now has sha256 \
+             {hash} (it changed after it was read for consent); nothing ran"
+        ))),
+        Consent::Sha256(_) | Consent::Any => Ok(()),
+        Consent::None if authored || trusted(hash) => Ok(()),
+        Consent::None => Err(Error::NotApproved(format!(
+            "{what} (sha256 {hash}) is not trusted on this machine and the request carries no consent: \
+             run it with --yes, or approve it with `factory trust`"
+        ))),
     }
-    Err(Error::NotApproved(format!(
-        "{what} (sha256 {hash}) is not trusted on this machine and the request carries no consent: \
-         run it with --yes, or approve it with `factory trust`"
-    )))
 }
 
 async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Result<serde_json::Value, Error> {
@@ -248,7 +269,7 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
         let _ = started.send(id.to_string());
     });
     let task = match request {
-        Request::Run { session, component, args, limits, backend: choice, grants, declined, approved } => {
+        Request::Run { session, component, args, limits, backend: choice, grants, declined, consent } => {
             // Refuse an unusable backend before the run exists.
             let backend = Some(host.chosen_backend(&choice)?);
             let factory = match &component {
@@ -259,7 +280,7 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
                 // A script factory is trusted by its source (the runner ships in the binary).
                 let key = factory.component.script.as_ref().map_or(&factory.component.hash, |s| &s.hash);
                 let authored = host.authored_in(&session, key)?;
-                consented(trusted, approved || authored, key, &format!("factory `{}`", factory.meta.name))?;
+                consented(trusted, &consent, authored, key, &format!("factory `{}`", factory.meta.name))?;
             }
             let options = RunOptions {
                 args,
@@ -279,7 +300,7 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
                 }
             })
         }
-        Request::Resume { session, run_id, component, limits, backend: choice, approved } => {
+        Request::Resume { session, run_id, component, limits, backend: choice, consent } => {
             let component = match component {
                 Some(path) => Some(host.load_file(&path).await?),
                 None => None,
@@ -293,7 +314,7 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
             };
             if let Some(hash) = hash {
                 let authored = host.authored_in(&session, &hash)?;
-                consented(trusted, approved || authored, &hash, &format!("the component of run {run_id}"))?;
+                consented(trusted, &consent, authored, &hash, &format!("the component of run {run_id}"))?;
             }
             let options = ResumeOptions {
                 limits,
@@ -425,6 +446,9 @@ pub enum ClientError {
     /// Nobody answers on the socket.
     #[error("cannot reach the factory process holding the store ({path}): {source}")]
     Connect { path: String, source: std::io::Error },
+    /// The process listening on the socket is not this user's: nothing is sent to it.
+    #[error("the control socket {path} is served by uid {uid}, not by us (uid {ours}); refusing to talk to it")]
+    NotOurs { path: String, uid: u32, ours: u32 },
     /// The exchange broke or the answer was not understood.
     #[error("control socket: {0}")]
     Protocol(String),
@@ -438,6 +462,14 @@ pub async fn request(path: &Path, request: &Request) -> Result<serde_json::Value
     let stream = UnixStream::connect(path)
         .await
         .map_err(|source| ClientError::Connect { path: path.display().to_string(), source })?;
+    // The server checks us; we check the server: a socket planted by another user gets
+    // neither our requests nor our consent.
+    let ours = crate::access::our_uid();
+    match stream.peer_cred() {
+        Ok(cred) if cred.uid() == ours => {}
+        Ok(cred) => return Err(ClientError::NotOurs { path: path.display().to_string(), uid: cred.uid(), ours }),
+        Err(source) => return Err(ClientError::Connect { path: path.display().to_string(), source }),
+    }
     let (read, mut write) = stream.into_split();
     let mut bytes =
         serde_json::to_vec(&Frame { wire: WIRE_VERSION, body: request }).map_err(|e| ClientError::Protocol(e.to_string()))?;

@@ -93,9 +93,10 @@ pub struct RunEnvelope {
     /// Current status.
     pub status: RunStatus,
     /// The result; only for `completed` (absent when the factory returned none; the JSON
-    /// value `null` when it returned `null`).
+    /// value `null` when it returned `null`). Kept as the guest's JSON text, so that no
+    /// result can make the record holding it unreadable ([`crate::json`]).
     #[serde(skip_serializing_if = "Option::is_none", default, deserialize_with = "present")]
-    pub result: Option<serde_json::Value>,
+    pub result: Option<crate::json::RawJson>,
     /// A typed failure, for `error` (and `cancelled`: `type = cancelled`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub failure: Option<Failure>,
@@ -116,8 +117,15 @@ pub struct RunEnvelope {
     pub revision: u64,
 }
 
+impl RunEnvelope {
+    /// The result parsed into a tree (`None`: no result).
+    pub fn result_value(&self) -> Option<serde_json::Value> {
+        self.result.as_ref().and_then(|r| r.to_value().ok())
+    }
+}
+
 /// A field that is present is `Some`, even when it is `null` (serde's `Option` would read a
 /// `null` as absent).
-fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<serde_json::Value>, D::Error> {
-    serde_json::Value::deserialize(deserializer).map(Some)
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<crate::json::RawJson>, D::Error> {
+    crate::json::RawJson::deserialize(deserializer).map(Some)
 }

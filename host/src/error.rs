@@ -8,6 +8,9 @@ use crate::meta::MetaError;
 /// A refusal of the host library.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The host's sandbox limits cannot be honoured.
+    #[error(transparent)]
+    SandboxLimits(#[from] crate::sandbox::SandboxLimitsError),
     /// The wasmtime engine or linker could not be set up.
     #[error("engine: {0}")]
     Engine(String),

@@ -172,7 +172,17 @@ pub struct RunDetail {
     pub grants: Vec<String>,
     /// The sandbox limits of the host answering (every run of it gets these).
     pub sandbox: SandboxLimits,
+    /// True when `phases` and `agents` come from the newest [`DETAIL_SCAN_ENTRIES`]
+    /// progress entries only, or `agents` were cut to the newest [`DETAIL_AGENTS`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
+
+/// A run's detail reads at most this many progress entries, the newest.
+pub const DETAIL_SCAN_ENTRIES: usize = 10_000;
+
+/// A run's detail lists at most this many agent summaries, the newest.
+pub const DETAIL_AGENTS: usize = 2_000;
 
 /// A run executing in this process.
 struct ActiveRun {
@@ -193,6 +203,8 @@ pub struct Host {
     store: Arc<Store>,
     active: Mutex<HashMap<String, ActiveRun>>,
     updates: broadcast::Sender<RunUpdated>,
+    /// Bytes the pending agent calls of every run hold.
+    pending_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn session_of(session: &Option<String>) -> String {
@@ -212,6 +224,7 @@ impl Host {
     /// A host on a store the caller opened (e.g. [`Store::open_with_backend`]);
     /// `config.state_dir` and `config.commit_window` are not used.
     pub fn with_store(config: HostConfig, store: Store) -> Result<Self, Error> {
+        config.sandbox.validate()?;
         let engine = sandbox::engine().map_err(|e| Error::Engine(format!("{e:#}")))?;
         let linker = crate::hooks::linker(&engine).map_err(|e| Error::Engine(format!("{e:#}")))?;
         let script_linker = crate::hooks::script_linker(&engine).map_err(|e| Error::Engine(format!("{e:#}")))?;
@@ -227,6 +240,7 @@ impl Host {
             store: Arc::new(store),
             active: Mutex::new(HashMap::new()),
             updates,
+            pending_bytes: Default::default(),
         })
     }
 
@@ -435,6 +449,7 @@ impl Host {
             updates: broadcast::channel(1).0,
             record_writes: 0,
             stop: CancellationToken::new(),
+            host_pending_bytes: self.pending_bytes.clone(),
         };
         let shared = RunShared::new(setup).map_err(|f| Error::MetaCall(f.message))?;
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
@@ -624,7 +639,7 @@ impl Host {
         let grants = sandbox::check_grants(&options.grants)?;
         let args = options.args.clone().unwrap_or_else(|| serde_json::json!({}));
         if let Some(schema) = &factory.meta.args_schema {
-            let schema = Schema::from_value(schema.clone()).map_err(|e| Error::InvalidArgs(e.to_string()))?;
+            let schema = Schema::parse(schema.get()).map_err(|e| Error::InvalidArgs(e.to_string()))?;
             schema.check(&args).map_err(|m| Error::InvalidArgs(m.to_string()))?;
         }
         let run_id = uuid::Uuid::now_v7().to_string();
@@ -681,8 +696,8 @@ impl Host {
         if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
             return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
         }
-        // The run keeps its grants; each must still be a directory.
-        sandbox::check_grants(&record.grants.iter().map(PathBuf::from).collect::<Vec<_>>())?;
+        // The run keeps its grants; each must still be the directory it recorded.
+        sandbox::recheck_grants(&record.grants)?;
         let factory = match options.component {
             Some(factory) => factory,
             None => {
@@ -837,6 +852,7 @@ impl Host {
             updates: self.updates.clone(),
             record_writes: record.writes,
             stop: stop.clone(),
+            host_pending_bytes: self.pending_bytes.clone(),
         };
         let (status, result, failure, accounting) = match RunShared::new(setup) {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
@@ -966,24 +982,40 @@ impl Host {
     /// A run with its phases, agent summaries and latest progress page.
     pub fn detail(&self, session: &str, run_id: &str) -> Result<RunDetail, Error> {
         let record = self.record(session, run_id)?;
-        let mut phases: Vec<String> = Vec::new();
-        let mut agents = Vec::new();
-        let mut after = Some(0);
-        // Walk every entry in pages (the query caps a page at 1000).
-        while let Some(cursor) = after {
-            let page = self.store.progress(run_id, &ProgressQuery { after_seq: Some(cursor), limit: Some(1000), ..Default::default() })?;
-            after = page.last().map(|e| e.seq);
-            for entry in &page {
-                match &entry.event {
-                    ProgressEvent::Phase { title } if phases.last() != Some(title) => phases.push(title.clone()),
-                    ProgressEvent::AgentFinished { summary, cached: false } => agents.push(summary.clone()),
-                    _ => {}
-                }
+        // The newest entries only, in pages backwards from the tail (the query caps a page
+        // at 1000): a run's detail costs the same however long its history is.
+        let mut pages = Vec::new();
+        let (mut before, mut scanned, mut truncated) = (None, 0usize, false);
+        loop {
+            let page = self.store.progress(run_id, &ProgressQuery { before_seq: before, limit: Some(1000), ..Default::default() })?;
+            let full = page.len() == 1000;
+            scanned += page.len();
+            before = page.first().map(|e| e.seq);
+            pages.push(page);
+            if !full || before.is_none_or(|seq| seq <= 1) {
+                break;
             }
-            if page.len() < 1000 {
+            if scanned >= DETAIL_SCAN_ENTRIES {
+                truncated = true;
                 break;
             }
         }
+        let mut phases: Vec<String> = Vec::new();
+        let mut agents = std::collections::VecDeque::new();
+        for entry in pages.iter().rev().flatten() {
+            match &entry.event {
+                ProgressEvent::Phase { title } if phases.last() != Some(title) => phases.push(title.clone()),
+                ProgressEvent::AgentFinished { summary, cached: false } => {
+                    if agents.len() == DETAIL_AGENTS {
+                        agents.pop_front();
+                        truncated = true;
+                    }
+                    agents.push_back(summary.clone());
+                }
+                _ => {}
+            }
+        }
+        let agents = Vec::from(agents);
         let progress = self.store.progress(run_id, &ProgressQuery::default())?;
         let limits = record.limits;
         let component_hashes = record.component_hashes.clone();
@@ -1003,6 +1035,7 @@ impl Host {
             backends,
             grants,
             sandbox,
+            truncated,
         })
     }
 

@@ -19,6 +19,7 @@ mod error;
 mod hooks;
 mod host;
 pub mod journal;
+pub mod json;
 pub mod limits;
 mod meta;
 mod progress;
@@ -35,7 +36,8 @@ pub use agent_key::AgentKey;
 pub use envelope::{Accounting, Failure, RunEnvelope, RunStatus};
 pub use error::Error;
 pub use host::{
-    default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DEFAULT_SESSION,
+    default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DETAIL_AGENTS,
+    DETAIL_SCAN_ENTRIES, DEFAULT_SESSION,
 };
 pub use limits::Limits;
 pub use meta::{FactoryMeta, MetaError, PhaseDecl};

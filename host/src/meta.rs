@@ -30,7 +30,7 @@ pub struct FactoryMeta {
     pub limits: Limits,
     /// Schema the arguments must match, if declared.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub args_schema: Option<serde_json::Value>,
+    pub args_schema: Option<crate::json::RawJson>,
 }
 
 /// Metadata a factory exported that the host cannot accept.
@@ -45,6 +45,9 @@ pub enum MetaError {
     /// The args schema is not a usable schema.
     #[error("the factory's args schema is invalid: {0}")]
     ArgsSchema(crate::schema::SchemaError),
+    /// The args schema is not one JSON value.
+    #[error("the factory's args schema is invalid: {0}")]
+    ArgsSchemaText(#[source] crate::json::NotJson),
 }
 
 impl FactoryMeta {
@@ -65,7 +68,11 @@ impl FactoryMeta {
         limits.validate()?;
         let args_schema = match meta.args_schema {
             None => None,
-            Some(text) => Some(Schema::parse(&text).map_err(MetaError::ArgsSchema)?.as_value().clone()),
+            Some(text) => {
+                Schema::parse(&text).map_err(MetaError::ArgsSchema)?;
+                // Checked above, kept as the factory wrote it.
+                Some(crate::json::RawJson::from_text(text).map_err(|e| MetaError::ArgsSchemaText(e))?)
+            }
         };
         Ok(FactoryMeta {
             name: meta.name,

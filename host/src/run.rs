@@ -109,6 +109,10 @@ pub(crate) struct RunShared {
     attempt_cache_hits: AtomicU64,
     /// Agent hook calls in progress (queued, running, or waiting on an identical call).
     pending_calls: AtomicU64,
+    /// Bytes those calls hold in the host (see [`pending_charge`]).
+    pending_bytes: AtomicU64,
+    /// The same, over every run of the host.
+    host_pending_bytes: Arc<AtomicU64>,
     credits_nano: AtomicU64,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
@@ -127,6 +131,8 @@ pub(crate) struct AttemptSetup {
     pub updates: broadcast::Sender<RunUpdated>,
     pub record_writes: u64,
     pub stop: CancellationToken,
+    /// Bytes pending agent calls hold over every run of the host.
+    pub host_pending_bytes: Arc<AtomicU64>,
 }
 
 fn now_ms() -> u64 {
@@ -174,6 +180,8 @@ impl RunShared {
             cache_hits: AtomicU64::new(setup.prior.agent_cache_hits),
             attempt_cache_hits: AtomicU64::new(0),
             pending_calls: AtomicU64::new(0),
+            pending_bytes: AtomicU64::new(0),
+            host_pending_bytes: setup.host_pending_bytes,
             credits_nano: AtomicU64::new(setup.prior.ai_credits_nano),
             input_tokens: AtomicU64::new(setup.prior.input_tokens),
             output_tokens: AtomicU64::new(setup.prior.output_tokens),
@@ -399,7 +407,7 @@ impl RunShared {
             );
             return Err(StepError::Abort(self.abort(Abort::SandboxLimit { kind: "maxStepBytes", message })));
         }
-        let depth = json_depth(&value);
+        let depth = crate::json::depth(&value);
         if depth > self.sandbox.max_json_depth {
             let limit = self.sandbox.max_json_depth;
             return Err(StepError::InvalidJson(format!("step `{key}`: nested {depth} deep, over the limit of {limit}")));
@@ -438,13 +446,30 @@ impl RunShared {
         if let Some(abort) = self.stopping() {
             return Err(abort);
         }
-        let _pending = PendingCall::enter(&self.pending_calls);
+        // Admission, before anything else is copied or parsed: the call's strings are
+        // already in host memory, and stay there until it ends.
+        let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref());
+        let _pending = PendingCall::enter(&self.pending_calls, &self.pending_bytes, &self.host_pending_bytes, charge);
         if _pending.count > self.sandbox.max_pending_agent_calls as u64 {
             let message = format!(
                 "more than {} agent calls pending at once",
                 self.sandbox.max_pending_agent_calls
             );
             return Err(self.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
+        }
+        if _pending.run_bytes > self.sandbox.max_pending_agent_bytes {
+            let message = format!(
+                "agent calls pending at once would hold {} bytes in the host, over the {} byte limit",
+                _pending.run_bytes, self.sandbox.max_pending_agent_bytes
+            );
+            return Err(self.abort(Abort::SandboxLimit { kind: "maxPendingAgentBytes", message }));
+        }
+        if _pending.host_bytes_now > self.sandbox.max_host_pending_agent_bytes {
+            let message = format!(
+                "agent calls pending at once in every run of this host would hold {} bytes, over the {} byte limit",
+                _pending.host_bytes_now, self.sandbox.max_host_pending_agent_bytes
+            );
+            return Err(self.abort(Abort::SandboxLimit { kind: "maxHostPendingAgentBytes", message }));
         }
         if prompt.len() > self.sandbox.max_prompt_bytes {
             let message = format!(
@@ -709,23 +734,46 @@ fn saturating_add(counter: &AtomicU64, amount: u64) {
     let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_add(amount)));
 }
 
-/// Counts one pending agent call for as long as it lives.
+/// How much a parsed schema may weigh per byte of its text (a tree of small nodes).
+const SCHEMA_TREE_FACTOR: u64 = 16;
+
+/// The bytes an agent call holds in the host while it is pending: its prompt, label and
+/// model, and its schema's text and parsed tree (charged [`SCHEMA_TREE_FACTOR`] times the
+/// text), plus a fixed overhead per call.
+fn pending_charge(prompt: &str, label: Option<&str>, schema: Option<&str>, model: Option<&str>) -> u64 {
+    let text = prompt.len() + label.map_or(0, str::len) + model.map_or(0, str::len);
+    let schema = schema.map_or(0, |s| s.len() as u64).saturating_mul(SCHEMA_TREE_FACTOR + 1);
+    (text as u64).saturating_add(schema).saturating_add(1024)
+}
+
+/// Counts one pending agent call, and the bytes it holds, for as long as it lives.
 struct PendingCall<'a> {
     counter: &'a AtomicU64,
+    bytes: &'a AtomicU64,
+    host_bytes: &'a AtomicU64,
+    charge: u64,
     /// Pending calls including this one, when it entered.
     count: u64,
+    /// Bytes pending calls of the run hold, this one included, when it entered.
+    run_bytes: u64,
+    /// The same over every run of the host.
+    host_bytes_now: u64,
 }
 
 impl<'a> PendingCall<'a> {
-    fn enter(counter: &'a AtomicU64) -> Self {
+    fn enter(counter: &'a AtomicU64, bytes: &'a AtomicU64, host_bytes: &'a AtomicU64, charge: u64) -> Self {
         let count = counter.fetch_add(1, Ordering::SeqCst) + 1;
-        PendingCall { counter, count }
+        let run_bytes = bytes.fetch_add(charge, Ordering::SeqCst).saturating_add(charge);
+        let host_bytes_now = host_bytes.fetch_add(charge, Ordering::SeqCst).saturating_add(charge);
+        PendingCall { counter, bytes, host_bytes, charge, count, run_bytes, host_bytes_now }
     }
 }
 
 impl Drop for PendingCall<'_> {
     fn drop(&mut self) {
         self.counter.fetch_sub(1, Ordering::SeqCst);
+        self.bytes.fetch_sub(self.charge, Ordering::SeqCst);
+        self.host_bytes.fetch_sub(self.charge, Ordering::SeqCst);
     }
 }
 
@@ -750,7 +798,7 @@ fn limit_message(kind: LimitKind, limits: &Limits) -> String {
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptOutcome {
     pub status: RunStatus,
-    pub result: Option<serde_json::Value>,
+    pub result: Option<crate::json::RawJson>,
     pub failure: Option<Failure>,
 }
 
@@ -839,7 +887,7 @@ fn outcome_failed(failure: Failure) -> AttemptOutcome {
 }
 
 /// The run's result must be JSON within the size cap.
-fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Option<serde_json::Value>, Failure> {
+fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Option<crate::json::RawJson>, Failure> {
     let Some(text) = result else { return Ok(None) };
     if text.len() > sandbox.max_result_bytes {
         return Err(Failure::new(
@@ -848,7 +896,7 @@ fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Optio
             format!("result is {} bytes, over the {} byte limit", text.len(), sandbox.max_result_bytes),
         ));
     }
-    let depth = json_depth(&text);
+    let depth = crate::json::depth(&text);
     if depth > sandbox.max_json_depth {
         return Err(Failure::new(
             "sandbox_limit",
@@ -856,49 +904,9 @@ fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Optio
             format!("result is nested {depth} deep, over the limit of {}", sandbox.max_json_depth),
         ));
     }
-    serde_json::from_str(&text)
+    crate::json::RawJson::from_text(text)
         .map(Some)
-        .map_err(|e| Failure::new("invalid_result", None, format!("the result is not JSON: {e}")))
-}
-
-/// The deepest nesting of arrays and objects in JSON text (strings skipped), computed
-/// without parsing so a hostile value costs one linear scan.
-pub(crate) fn json_depth(text: &str) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for b in text.bytes() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
-
-#[cfg(test)]
-mod tests {
-    use super::json_depth;
-
-    #[test]
-    fn json_depth_counts_nesting_outside_strings() {
-        assert_eq!(json_depth("1"), 0);
-        assert_eq!(json_depth(r#"{"a":[1,{"b":[]}]}"#), 4);
-        assert_eq!(json_depth(r#"["[[[[", "\"{{{"]"#), 1);
-        assert_eq!(json_depth(&"[".repeat(500)), 500);
-    }
+        .map_err(|e| Failure::new("invalid_result", None, format!("the result is {e}")))
 }
 
 /// Name what stopped a guest: fuel, memory, stack, or a plain trap (a panic is `unreachable`).

@@ -48,7 +48,14 @@ pub struct SandboxLimits {
     /// Agent calls one run may have pending at once (queued or running): each holds its
     /// prompt in the host, so a guest bypassing its SDK's item cap cannot pile up memory.
     pub max_pending_agent_calls: usize,
-    /// Nesting depth of any JSON value crossing the boundary.
+    /// Bytes one run's pending agent calls may hold in the host at once (prompts, labels,
+    /// models, schemas and their parsed trees); a call past it aborts the run. Admitted
+    /// before anything is copied or parsed.
+    pub max_pending_agent_bytes: u64,
+    /// The same over every run of the host.
+    pub max_host_pending_agent_bytes: u64,
+    /// Nesting depth of any JSON value crossing the boundary (results, step values); at
+    /// most [`crate::json::MAX_DEPTH`], which is also the default.
     pub max_json_depth: usize,
     /// Bytes of a phase title (`ctx.phase`).
     pub max_phase_bytes: usize,
@@ -91,8 +98,10 @@ impl Default for SandboxLimits {
             max_log_lines: 100_000,
             max_log_line_bytes: 8 << 10,
             max_log_bytes: 16 << 20,
-            max_json_depth: 128,
+            max_json_depth: crate::json::MAX_DEPTH,
             max_pending_agent_calls: 65_536,
+            max_pending_agent_bytes: default_pending_agent_bytes(),
+            max_host_pending_agent_bytes: default_host_pending_agent_bytes(),
             max_phase_bytes: 1 << 10,
             max_label_bytes: 1 << 10,
             max_model_bytes: 1 << 10,
@@ -106,7 +115,35 @@ impl Default for SandboxLimits {
     }
 }
 
+/// Default [`SandboxLimits::max_pending_agent_bytes`]: 128 MiB, half the default memory
+/// limit, so a run's guest memory and its pending calls stay under twice that limit.
+fn default_pending_agent_bytes() -> u64 {
+    128 << 20
+}
+
+/// Default [`SandboxLimits::max_host_pending_agent_bytes`]: 1 GiB.
+fn default_host_pending_agent_bytes() -> u64 {
+    1 << 30
+}
+
+/// Sandbox limits a host cannot honour.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxLimitsError {
+    /// `max_json_depth` over [`crate::json::MAX_DEPTH`]: values that deep could not be
+    /// read back inside the records and wire frames that wrap them.
+    #[error("maxJsonDepth {0} is over the ceiling of {ceiling}", ceiling = crate::json::MAX_DEPTH)]
+    JsonDepth(usize),
+}
+
 impl SandboxLimits {
+    /// Check the limits a host can honour.
+    pub fn validate(&self) -> Result<(), SandboxLimitsError> {
+        if self.max_json_depth > crate::json::MAX_DEPTH {
+            return Err(SandboxLimitsError::JsonDepth(self.max_json_depth));
+        }
+        Ok(())
+    }
+
     /// One line naming the caps on guest values and the journal budget (for `describe` and
     /// `show`), e.g. `phase/label/model <= 1 KiB, step key <= 4 KiB, ...`.
     pub fn bounds_line(&self) -> String {
@@ -202,6 +239,23 @@ pub enum GrantError {
     /// Its canonical path is not UTF-8 (runs record grants as text).
     #[error("cannot grant read access to `{0}`: the path is not valid UTF-8")]
     NotUtf8(String),
+    /// A granted directory now resolves elsewhere (a symlink replaced it or one of its
+    /// parents): the run was granted the directory it recorded, not whatever is there now.
+    #[error("the run was granted `{recorded}`, which now leads to `{now}` (replaced by a symlink?); refusing to mount it")]
+    Moved { recorded: String, now: String },
+}
+
+/// Check a run's recorded grants again before an attempt: each must still be a directory
+/// whose canonical path is the recorded one (so a directory replaced by a symlink, or a
+/// parent swapped, is refused rather than followed).
+pub fn recheck_grants(recorded: &[String]) -> Result<(), GrantError> {
+    for dir in recorded {
+        let now = check_grant(Path::new(dir))?;
+        if &now != dir {
+            return Err(GrantError::Moved { recorded: dir.clone(), now });
+        }
+    }
+    Ok(())
 }
 
 /// Where the `index`-th granted directory appears inside the guest: `/grant/<index>`, in

@@ -35,6 +35,9 @@ pub enum SchemaError {
     /// The schema has more sub-schemas than [`MAX_NODES`].
     #[error("the schema has more than {limit} sub-schemas")]
     TooLarge { limit: usize },
+    /// The schema is nested deeper than [`crate::json::MAX_DEPTH`].
+    #[error("the schema is nested {depth} deep, over the limit of {limit}")]
+    TooDeep { depth: usize, limit: usize },
     /// An honoured keyword (or a nested schema) has the wrong shape.
     #[error("{path}: expected {expected}, got {got}")]
     Malformed {
@@ -48,7 +51,7 @@ impl SchemaError {
     /// The path of the offending keyword inside the schema, if the schema was JSON.
     pub fn path(&self) -> Option<&str> {
         match self {
-            SchemaError::InvalidJson(_) | SchemaError::TooLarge { .. } => None,
+            SchemaError::InvalidJson(_) | SchemaError::TooLarge { .. } | SchemaError::TooDeep { .. } => None,
             SchemaError::UnknownType { path, .. } | SchemaError::Malformed { path, .. } => {
                 Some(path)
             }
@@ -125,6 +128,10 @@ impl Budget {
 impl Schema {
     /// Parses a schema from JSON text.
     pub fn parse(text: &str) -> Result<Schema, SchemaError> {
+        let depth = crate::json::depth(text);
+        if depth > crate::json::MAX_DEPTH {
+            return Err(SchemaError::TooDeep { depth, limit: crate::json::MAX_DEPTH });
+        }
         Schema::from_value(serde_json::from_str(text)?)
     }
 

@@ -20,6 +20,10 @@ pub const JS_EXTENSIONS: &[&str] = &["js", "mjs"];
 /// File extensions type-stripped to JavaScript first.
 pub const TS_EXTENSIONS: &[&str] = &["ts", "mts"];
 
+/// The largest script source the host reads (a file, an authored body): 8 MiB. A factory
+/// is one module of source, not a bundle of data.
+pub const MAX_SOURCE_BYTES: u64 = 8 << 20;
+
 /// A script factory's source, as the runner gets it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
@@ -58,6 +62,9 @@ pub enum ScriptError {
     /// The file is not UTF-8 text.
     #[error("`{0}` is not UTF-8 text")]
     NotText(String),
+    /// The source is larger than [`MAX_SOURCE_BYTES`].
+    #[error("`{path}` is {bytes} bytes, over the {limit} byte limit of a script source")]
+    TooLarge { path: String, bytes: u64, limit: u64 },
     /// TypeScript that could not be type-stripped (`file:line:col: message`).
     #[error(transparent)]
     TypeScript(#[from] crate::typescript::StripError),
@@ -92,6 +99,10 @@ impl Script {
     /// sha256 is the script's identity), so `resume` and stack traces see the `.ts` file.
     pub fn from_source(file_name: impl Into<String>, text: impl Into<Arc<str>>, entry: Option<String>) -> Result<Self, ScriptError> {
         let file_name = file_name.into();
+        let text = text.into();
+        if text.len() as u64 > MAX_SOURCE_BYTES {
+            return Err(ScriptError::TooLarge { path: file_name, bytes: text.len() as u64, limit: MAX_SOURCE_BYTES });
+        }
         let mut script = Script::new(file_name, text, entry);
         if is_typescript(Path::new(&script.file_name)) {
             script.js = crate::typescript::strip(&script.file_name, &script.text)?.into();
@@ -107,7 +118,17 @@ impl Script {
     /// Read a `.js`/`.mjs` file (or a `.ts`/`.mts` file, type-stripped).
     pub fn read(path: &Path, entry: Option<String>) -> Result<Self, ScriptError> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| ScriptError::Read { path: shown.clone(), source })?;
+        let read = |source| ScriptError::Read { path: shown.clone(), source };
+        let file = std::fs::File::open(path).map_err(read)?;
+        let size = file.metadata().map_err(read)?.len();
+        if size > MAX_SOURCE_BYTES {
+            return Err(ScriptError::TooLarge { path: shown, bytes: size, limit: MAX_SOURCE_BYTES });
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_SOURCE_BYTES + 1), &mut bytes).map_err(read)?;
+        if bytes.len() as u64 > MAX_SOURCE_BYTES {
+            return Err(ScriptError::TooLarge { path: shown, bytes: bytes.len() as u64, limit: MAX_SOURCE_BYTES });
+        }
         let text = String::from_utf8(bytes).map_err(|_| ScriptError::NotText(shown.clone()))?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(shown);
         Script::from_source(file_name, text, entry)

@@ -82,6 +82,9 @@ pub enum TrustError {
     /// The file could not be written.
     #[error("cannot write the trust store `{path}`: {source}")]
     Write { path: String, source: std::io::Error },
+    /// Its directory is not safely ours.
+    #[error(transparent)]
+    Access(crate::access::AccessError),
 }
 
 /// The trust store of one state directory.
@@ -142,9 +145,11 @@ impl TrustStore {
     }
 
     fn read(&self) -> Result<TrustFile, TrustError> {
-        let text = match std::fs::read(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TrustFile::default()),
+        // Ours and nobody else's to write, never through a symlink: a trust file planted by
+        // someone else would choose what runs without consent.
+        let text = match crate::access::read_private_file(&self.path) {
+            Ok(Some(text)) => text,
+            Ok(None) => return Ok(TrustFile::default()),
             Err(source) => return Err(TrustError::Read { path: self.shown(), source }),
         };
         let file: TrustFile = serde_json::from_slice(&text)
@@ -160,7 +165,7 @@ impl TrustStore {
     fn update(&self, change: impl FnOnce(&mut TrustFile) -> bool) -> Result<bool, TrustError> {
         let write_err = |source| TrustError::Write { path: self.shown(), source };
         if let Some(dir) = self.path.parent() {
-            crate::access::create_private_dir(dir).map_err(write_err)?;
+            crate::access::private_state_dir(dir).map_err(TrustError::Access)?;
         }
         let lock_path = self.path.with_extension("json.lock");
         let lock = crate::access::private_file_options()

@@ -8,6 +8,12 @@
 //! semantics and cannot be erased in place (`enum`, `namespace`, parameter properties,
 //! `import x = require(..)`, `export =`, `<T>expr` assertions) is refused with
 //! `file.ts:line:col` and the reason; it is not transformed (a transform would move lines).
+//!
+//! SWC parses and walks the module recursively, in the host process, so its input is bounded
+//! before it starts: the source is at most [`crate::script::MAX_SOURCE_BYTES`], nested at
+//! most [`MAX_NESTING`] deep by a linear pre-scan (brackets, template substitutions, and runs
+//! of prefix operators), and it runs on a thread of its own with a [`STRIP_STACK_BYTES`]
+//! stack, so no source can overflow the host's stack.
 
 use std::sync::{Arc, Mutex};
 use swc_common::errors::{DiagnosticBuilder, Emitter, Handler};
@@ -34,11 +40,79 @@ impl Emitter for Collect {
     }
 }
 
+/// The deepest nesting the pre-scan lets through to SWC: brackets, `${` substitutions,
+/// `?` and `=>` chains and runs of prefix operators, counted together.
+pub const MAX_NESTING: usize = 1000;
+
+/// The stack of the thread SWC runs on (virtual: only what is touched is committed).
+pub const STRIP_STACK_BYTES: usize = 256 << 20;
+
+/// A conservative upper bound of how deeply `text` nests, without parsing: every opening
+/// bracket, `${`, `?`, `=>` and prefix operator counts one level, closing brackets give one
+/// back (strings and comments are not skipped, so this over-counts, never under-counts).
+fn nesting_bound(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let (mut depth, mut deepest, mut chain) = (0usize, 0usize, 0usize);
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match b {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                chain = 0;
+            }
+            b')' | b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                chain = 0;
+            }
+            // Prefix operators, ternaries, arrows and assignments nest to the right.
+            b'!' | b'~' | b'+' | b'-' | b'?' | b'=' | b':' => chain += 1,
+            b if b.is_ascii_whitespace() => {}
+            _ => {
+                if b.is_ascii_alphanumeric() || b == b'_' || b == b'$' {
+                    // A word resets a run of operators unless it is a prefix keyword.
+                    let start = i;
+                    while i + 1 < bytes.len() && (bytes[i + 1].is_ascii_alphanumeric() || bytes[i + 1] == b'_' || bytes[i + 1] == b'$') {
+                        i += 1;
+                    }
+                    let word = &text[start..=i];
+                    if matches!(word, "typeof" | "void" | "await" | "new" | "delete" | "yield" | "async") {
+                        chain += 1;
+                    }
+                }
+            }
+        }
+        deepest = deepest.max(depth + chain);
+        i += 1;
+    }
+    deepest
+}
+
 /// Strip the types of the TypeScript module `text` (from `file_name`): JavaScript with the
 /// same lines and columns. A syntax error or TypeScript that cannot be erased in place is
 /// [`StripError`] with `file_name:line:col: message` (1-based, like the runner's own
-/// errors).
+/// errors); so is a source nested deeper than [`MAX_NESTING`].
 pub fn strip(file_name: &str, text: &str) -> Result<String, StripError> {
+    let nesting = nesting_bound(text);
+    if nesting > MAX_NESTING {
+        return Err(StripError(vec![format!(
+            "{file_name}: TypeScript: the source nests about {nesting} levels deep (brackets, operators), over the \
+             limit of {MAX_NESTING}"
+        )]));
+    }
+    let (file, source) = (file_name.to_string(), text.to_string());
+    let worker = std::thread::Builder::new()
+        .name("typescript-strip".into())
+        .stack_size(STRIP_STACK_BYTES)
+        .spawn(move || strip_here(&file, &source));
+    match worker.map(|handle| handle.join()) {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) => Err(StripError(vec![format!("{file_name}: TypeScript: the type stripper failed on this source")])),
+        Err(e) => Err(StripError(vec![format!("{file_name}: TypeScript: cannot start the type stripper: {e}")])),
+    }
+}
+
+fn strip_here(file_name: &str, text: &str) -> Result<String, StripError> {
     let reported: Reported = Arc::default();
     let cm: Lrc<SourceMap> = Lrc::default();
     let handler = Handler::with_emitter(true, false, Box::new(Collect(reported.clone())));

@@ -56,8 +56,11 @@ pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> 
             Ok(host) => return Ok(Access::Local(host)),
             Err(Error::Store(StoreError::Locked(path))) => {
                 let ping = control::Request::Runs { session: g.session.clone() };
-                if control::request(&socket, &ping).await.is_ok() {
-                    return Ok(Access::Remote(socket));
+                match control::request(&socket, &ping).await {
+                    Ok(_) => return Ok(Access::Remote(socket)),
+                    // Another user's socket: refused at once, never waited for.
+                    Err(e @ control::ClientError::NotOurs { .. }) => return Err(e.into()),
+                    Err(_) => {}
                 }
                 if std::time::Instant::now() >= deadline {
                     anyhow::bail!(

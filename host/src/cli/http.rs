@@ -13,7 +13,7 @@
 //! they hold no data). The page takes the token from its URL fragment (`#token=...`, which
 //! browsers never send), keeps it in `sessionStorage` and sends it only as a header.
 
-use factory_host::control::{self, Request, Target, TrustCheck};
+use factory_host::control::{self, Consent, Request, Target, TrustCheck};
 use factory_host::store::ProgressQuery;
 use factory_host::{Host, Limits, RunUpdated};
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -229,7 +229,7 @@ impl Api {
                     component: None,
                     limits: body.limits,
                     backend: Default::default(),
-                    approved: body.approved,
+                    consent: if body.approved { Consent::Any } else { Consent::None },
                 }
             }
             (&Method::POST, ["runs"]) => {
@@ -245,7 +245,7 @@ impl Api {
                     backend: Default::default(),
                     grants: Vec::new(),
                     declined: false,
-                    approved: body.approved,
+                    consent: if body.approved { Consent::Any } else { Consent::None },
                 }
             }
             _ => return error(StatusCode::NOT_FOUND, "not_found", format!("no route {method} {path}")),

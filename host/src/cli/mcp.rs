@@ -369,7 +369,7 @@ impl FactoryMcp {
                     grants: Vec::new(),
                     declined: false,
                     // An MCP client cannot be asked: the server's own trust check decides.
-                    approved: false,
+                    consent: factory_host::control::Consent::None,
                 }
             }
             (None, Some(run_id)) => {
@@ -382,7 +382,7 @@ impl FactoryMcp {
                     component: None,
                     limits,
                     backend: Default::default(),
-                    approved: false,
+                    consent: factory_host::control::Consent::None,
                 }
             }
             _ => {

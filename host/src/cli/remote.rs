@@ -118,7 +118,7 @@ async fn ensure_daemon(g: &GlobalArgs) -> Result<()> {
     if let Access::Local(host) = access(g).await? {
         drop(host); // free the store for the daemon
     }
-    factory_host::access::create_private_dir(&g.state_dir)?;
+    factory_host::access::private_state_dir(&g.state_dir)?;
     let state_dir = std::path::absolute(&g.state_dir)?;
     let log_path = state_dir.join("serve.log");
     let log = factory_host::access::private_file_options().append(true).open(&log_path)?;

@@ -12,7 +12,7 @@ use super::{progress_ui, remote, target, GlobalArgs, LimitArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::config::Config;
-use factory_host::control::{Request, Target};
+use factory_host::control::{Consent, Request, Target};
 use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use std::future::Future;
 use std::path::PathBuf;
@@ -120,7 +120,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         let backend = a.out.backend.remote_choice()?;
         let component = remote_target(&a.target)?;
         let yes = &a.consent.yes;
-        let declined = !trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants)).await?;
+        let approved = trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants)).await?;
+        let declined = approved.is_none();
         let request = Request::Run {
             session: g.session.clone(),
             component,
@@ -129,8 +130,9 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             backend,
             grants,
             declined,
-            // Consent was given here (a prompt, --yes) or the component is trusted.
-            approved: !declined,
+            // Consent was given here (a prompt, --yes, or trusted) for exactly what was read
+            // here: the serving process runs it only if it loads the same.
+            consent: approved.map_or(Consent::None, Consent::Sha256),
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
@@ -177,24 +179,27 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             Some(path) => Some(std::path::absolute(target::resolve(path)?)?),
             None => None,
         };
-        match &component {
+        let approved = match &component {
             Some(file) => {
                 let source = file.display().to_string();
-                if !trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None).await? {
-                    eprintln!("factory: not resumed: the component was declined");
-                    return Ok(ExitCode::from(1));
+                match trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None).await? {
+                    Some(key) => Some(key),
+                    None => {
+                        eprintln!("factory: not resumed: the component was declined");
+                        return Ok(ExitCode::from(1));
+                    }
                 }
             }
             None => reapprove(g, &a.yes, &Access::Remote(factory_host::control::socket_path(&g.state_dir)), &a.run_id).await?,
-        }
+        };
         let request = Request::Resume {
             session: g.session.clone(),
             run_id: a.run_id.clone(),
             component,
             limits,
             backend,
-            // Consent was checked above (trusted, --yes, or a prompt).
-            approved: true,
+            // Consent was checked above (trusted, --yes, or a prompt) for this trust key.
+            consent: approved.map_or(Consent::None, Consent::Sha256),
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) => report(envelope, &a.out),
@@ -246,16 +251,17 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
 
 /// Consent again to the component a resume runs (the run's last one), as
 /// [`trust::reapprove`] says.
-async fn reapprove(g: &GlobalArgs, yes: &YesArg, access: &Access, run_id: &str) -> Result<()> {
+/// Returns the trust key consented to (`None`: the run has no attempt yet).
+async fn reapprove(g: &GlobalArgs, yes: &YesArg, access: &Access, run_id: &str) -> Result<Option<String>> {
     let detail = access.ask(Request::Detail { session: g.session.clone(), run_id: run_id.into() }).await?;
     let factory = detail["factory"].as_str().unwrap_or_default();
     // A script factory is trusted by its source's sha256 (the runner is this binary's).
     let script = detail["scripts"].as_array().and_then(|s| s.last()).and_then(|s| s["sha256"].as_str());
     let component = detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(|h| h.as_str());
     match script.or(component) {
-        Some(hash) => trust::reapprove(g, yes, run_id, factory, hash).await,
+        Some(hash) => trust::reapprove(g, yes, run_id, factory, hash).await.map(|()| Some(hash.to_string())),
         // A run with no attempt yet has nothing to approve again; the resume says why it cannot start.
-        None => Ok(()),
+        None => Ok(None),
     }
 }
 
@@ -335,7 +341,10 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
     if out.json {
         println!("{}", serde_json::to_string_pretty(&envelope)?);
     } else if let Some(result) = &envelope.result {
-        println!("{}", serde_json::to_string_pretty(result)?);
+        match result.to_value() {
+            Ok(value) => println!("{}", serde_json::to_string_pretty(&value)?),
+            Err(_) => println!("{result}"),
+        }
     }
     let acc = &envelope.accounting;
     if envelope.status == RunStatus::Completed {

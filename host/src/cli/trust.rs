@@ -221,7 +221,7 @@ async fn ask(
         let entry = TrustedComponent {
             name: Some(meta.name.clone()),
             path: Some(source.to_string()),
-            ..TrustedComponent::new(factory.component.hash.clone(), TrustSource::Approved)
+            ..TrustedComponent::new(target::trust_key(factory), TrustSource::Approved)
         };
         if let Err(e) = store(g).and_then(|s| Ok(s.trust(entry)?)) {
             eprintln!("factory: warning: cannot remember the approval: {e}");
@@ -269,17 +269,19 @@ pub async fn consent_remote(
     component: &Target,
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
-) -> Result<bool> {
+) -> Result<Option<String>> {
+    let consented = |yes: bool, key: String| if yes { Some(key) } else { None };
     let path = match component {
         Target::File(path) if target::is_script_target(&path.to_string_lossy()) => {
             // A script factory on the command line is the user's own source (see `target`).
             target::resolve(path)?;
             let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
             let factory = host.load_file(path).await.with_context(|| format!("loading {}", path.display()))?;
-            if settled(g, yes, &target::trust_key(&factory), source, Some(&factory.meta.name))? {
-                return Ok(true);
+            let key = target::trust_key(&factory);
+            if settled(g, yes, &key, source, Some(&factory.meta.name))? {
+                return Ok(Some(key));
             }
-            return ask(g, &factory, source, overrides, grants).await;
+            return Ok(consented(ask(g, &factory, source, overrides, grants).await?, key));
         }
         Target::File(path) => path.as_path(),
         Target::Registered(name) => {
@@ -287,9 +289,12 @@ pub async fn consent_remote(
             let socket = factory_host::control::socket_path(&g.state_dir);
             let inspect = Request::Inspect { session: g.session.clone(), name: name.clone() };
             let registration = factory_host::control::request(&socket, &inspect).await?;
-            let hash = registration["hash"].as_str().unwrap_or_default().to_string();
+            let registration: factory_host::store::Registration =
+                serde_json::from_value(registration).context("the registration the serving process sent")?;
+            // A script factory is trusted by its source (the runner ships in the binary).
+            let hash = registration.script.as_ref().map_or(registration.hash.clone(), |s| s.sha256.clone());
             if settled(g, yes, &hash, source, Some(name))? {
-                return Ok(true);
+                return Ok(Some(hash));
             }
             bail!(
                 "registered factory `{name}` (sha256 {hash}) is not trusted on this machine and another factory \
@@ -300,11 +305,11 @@ pub async fn consent_remote(
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let hash = factory_host::component::content_hash(&bytes);
     if settled(g, yes, &hash, source, None)? {
-        return Ok(true);
+        return Ok(Some(hash));
     }
     let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
     let factory = host.load_bytes(&bytes).await.with_context(|| format!("loading {}", path.display()))?;
-    ask(g, &factory, source, overrides, grants).await
+    Ok(consented(ask(g, &factory, source, overrides, grants).await?, hash))
 }
 
 /// Consent again before a resume runs a run's recorded component: one built here or trusted

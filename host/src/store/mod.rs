@@ -45,6 +45,10 @@ pub enum StoreError {
     /// Written by a newer (or unknown) layout.
     #[error("the store was written with schema version {found}; this build reads version {expected}")]
     Version { found: u64, expected: u64 },
+    /// The state directory or the store file is not safely ours (someone else's, writable by
+    /// others, a symlink): refused, never used.
+    #[error("{0}")]
+    Unsafe(String),
     /// The file is damaged or holds what this build did not write.
     #[error("the store is corrupt: {0}")]
     Corrupt(String),
@@ -124,7 +128,7 @@ impl Store {
     /// store file `0600` (it holds every prompt, reply and step value); a store file of ours
     /// with a looser mode is tightened.
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Store, StoreError> {
-        crate::access::create_private_dir(dir).map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
+        crate::access::private_state_dir(dir).map_err(|e| StoreError::Unsafe(e.to_string()))?;
         let path = dir.join(STORE_FILE);
         // redb creates the file with the process umask: create it first, owner-only.
         crate::access::private_file_options()
@@ -187,26 +191,34 @@ impl Store {
         self.writer.flush().await
     }
 
-    /// A run record.
+    /// A run record. A record that cannot be read is [`StoreError::Corrupt`] for this run
+    /// only: every other run reads as before.
     pub fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         let txn = self.db.begin_read()?;
         let runs = txn.open_table(RUNS)?;
         match runs.get(run_id)? {
             None => Ok(None),
-            Some(bytes) => serde_json::from_slice(bytes.value()).map(Some).map_err(|e| corrupt("run record", e)),
+            Some(bytes) => serde_json::from_slice(bytes.value())
+                .map(Some)
+                .map_err(|e| corrupt(&format!("the record of run {run_id}"), e)),
         }
     }
 
-    /// Every run record, in creation order.
+    /// Every run record, in creation order. A record that cannot be read is listed as an
+    /// [`unreadable`](records::unreadable_run) stand-in (status `error`, failure `storage` /
+    /// `unreadable_record`) instead of failing the list.
     pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let txn = self.db.begin_read()?;
         let order = txn.open_table(RUN_ORDER)?;
         let runs = txn.open_table(RUNS)?;
         let mut out = Vec::new();
         for row in order.iter()? {
-            let (_, id) = row?;
+            let (seq, id) = row?;
             if let Some(bytes) = runs.get(id.value())? {
-                out.push(serde_json::from_slice(bytes.value()).map_err(|e| corrupt("run record", e))?);
+                out.push(match serde_json::from_slice(bytes.value()) {
+                    Ok(record) => record,
+                    Err(e) => records::unreadable_run(id.value(), seq.value(), bytes.value(), &e),
+                });
             }
         }
         Ok(out)
@@ -358,17 +370,24 @@ impl Store {
         let table = txn.open_table(FACTORIES)?;
         match table.get(key)? {
             None => Ok(None),
-            Some(b) => serde_json::from_slice(b.value()).map(Some).map_err(|e| corrupt("registration", e)),
+            Some(b) => serde_json::from_slice(b.value())
+                .map(Some)
+                .map_err(|e| corrupt(&format!("the registration of {}", records::display_key(key)), e)),
         }
     }
 
-    /// Every registered factory, by name.
+    /// Every registered factory, by name. A registration that cannot be read is left out
+    /// (and logged): it fails only its own name ([`Store::factory`]), never the list.
     pub fn factories(&self) -> Result<Vec<Registration>, StoreError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(FACTORIES)?;
         let mut out = Vec::new();
         for row in table.iter()? {
-            out.push(serde_json::from_slice(row?.1.value()).map_err(|e| corrupt("registration", e))?);
+            let (key, bytes) = row?;
+            match serde_json::from_slice(bytes.value()) {
+                Ok(registration) => out.push(registration),
+                Err(e) => tracing::warn!("the registration of {} cannot be read ({e}); left out", records::display_key(key.value())),
+            }
         }
         Ok(out)
     }
@@ -403,7 +422,15 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
         let mut interrupted = Vec::new();
         for row in runs.iter()? {
             let (id, bytes) = row?;
-            let mut record: RunRecord = serde_json::from_slice(bytes.value()).map_err(|e| corrupt("run record", e))?;
+            // A record that cannot be read stays as it is (listed as unreadable): it must not
+            // keep the store, and every other run, from opening.
+            let mut record: RunRecord = match serde_json::from_slice(bytes.value()) {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::warn!("the record of run {} cannot be read ({e}); left as it is", id.value());
+                    continue;
+                }
+            };
             if matches!(record.envelope.status, RunStatus::Running | RunStatus::Pending) {
                 if let Some(acc) = live.get(id.value())? {
                     let acc: Accounting = serde_json::from_slice(acc.value()).map_err(|e| corrupt("accounting", e))?;

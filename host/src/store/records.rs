@@ -79,6 +79,65 @@ pub fn registration_key(session: Option<&str>, name: &str) -> String {
     }
 }
 
+/// The printable form of a registration key (a session key's NULs shown as `/`).
+pub(crate) fn display_key(key: &str) -> String {
+    key.trim_start_matches('\u{0}').replace('\u{0}', "/")
+}
+
+/// What a damaged run record still tells: read leniently (every field optional, the rest
+/// skipped without being parsed), to list the run instead of failing the list.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct RecordHeader {
+    envelope: EnvelopeHeader,
+    session: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct EnvelopeHeader {
+    factory: Option<String>,
+    attempts: u32,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+}
+
+/// A stand-in for the record of run `id` that cannot be read (`error`): status `error`,
+/// failure `storage`/`unreadable_record`, the factory, session and timestamps when they can
+/// still be read. A record whose session is unreadable is listed in the default session.
+pub(crate) fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Error) -> RunRecord {
+    let header: RecordHeader = serde_json::from_slice(bytes).unwrap_or_default();
+    let message = format!("the record of this run cannot be read ({error}); the rest of the store is intact");
+    let failure = crate::envelope::Failure::new("storage", Some("unreadable_record"), message.clone());
+    let created_at = header.envelope.created_at.unwrap_or_default();
+    RunRecord {
+        envelope: RunEnvelope {
+            run_id: id.to_string(),
+            factory: header.envelope.factory.unwrap_or_else(|| "(unreadable)".into()),
+            status: crate::envelope::RunStatus::Error,
+            result: None,
+            failure: Some(failure),
+            error: Some(message),
+            accounting: Default::default(),
+            attempts: header.envelope.attempts,
+            backend: None,
+            updated_at: header.envelope.updated_at.unwrap_or_else(|| created_at.clone()),
+            created_at,
+            revision: 0,
+        },
+        session: header.session.unwrap_or_else(|| crate::host::DEFAULT_SESSION.to_string()),
+        args: "{}".into(),
+        overrides: Limits::default(),
+        limits: Limits::default(),
+        component_hashes: Vec::new(),
+        scripts: Vec::new(),
+        backends: Vec::new(),
+        grants: Vec::new(),
+        writes: 0,
+        seq,
+    }
+}
+
 /// Which progress entries to read.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -162,6 +162,28 @@ impl Factory for Hostile {
                     .await?;
                 Ok(json!({ "len": out.len() }))
             }
+            // `n` concurrent raw agent calls with a prompt of `bytes` bytes each, all at once:
+            // the guest builds each prompt from one buffer and frees it once the host has
+            // it, so its own memory stays small while the host would hold every copy.
+            "pending-prompts" => {
+                let filler = "p".repeat(args.bytes);
+                let filler = &filler;
+                let calls = (0..args.n).map(|i| async move {
+                    let options = wit::AgentOptions { label: Some(format!("h:pending:{i}")), schema: None, model: None };
+                    let mut prompt = String::with_capacity(filler.len() + 16);
+                    prompt.push_str(&format!("{i} "));
+                    prompt.push_str(filler);
+                    raw_agents::agent(prompt, options).await
+                });
+                let outcomes = futures::future::join_all(calls).await;
+                let mut answered = 0usize;
+                for outcome in outcomes {
+                    if outcome.map_err(Abort::from)?.is_some() {
+                        answered += 1;
+                    }
+                }
+                Ok(json!({ "done": answered }))
+            }
             // `n` concurrent raw agent calls: no SDK cap in the way.
             "raw-fanout" => {
                 let calls = (0..args.n).map(|i| {
