@@ -736,3 +736,20 @@ fn cli_typescript_factories_run_describe_add_and_report_ts_locations() {
     let runs = out_json(&common::factory_in(state.path(), &["runs", "--json"]));
     assert_eq!(runs.as_array().map(Vec::len), Some(3), "the refused files created no run: {runs}");
 }
+
+#[test]
+fn cli_a_pathological_typescript_file_is_refused_not_a_crash() {
+    // 100,000 nested parentheses overflowed the host's stack inside SWC (the process died
+    // with SIGABRT); now the pre-scan refuses them, exit code 2, before SWC starts.
+    let state = tempfile::tempdir().unwrap();
+    let file = state.path().join("deep.ts");
+    std::fs::write(&file, format!("export default {}1{};\n", "(".repeat(100_000), ")".repeat(100_000))).unwrap();
+    let out = common::factory_in(state.path(), &["describe", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("deep.ts: TypeScript: brackets nest 100000 deep"), "{}", common::stderr(&out));
+    let big = state.path().join("big.ts");
+    std::fs::write(&big, format!("export default 1;\n{}", "//\n".repeat(200_000))).unwrap();
+    let out = common::factory_in(state.path(), &["describe", big.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("byte limit of a TypeScript factory"), "{}", common::stderr(&out));
+}

@@ -10,10 +10,10 @@
 //! `file.ts:line:col` and the reason; it is not transformed (a transform would move lines).
 //!
 //! SWC parses and walks the module recursively, in the host process, so its input is bounded
-//! before it starts: the source is at most [`crate::script::MAX_SOURCE_BYTES`], nested at
-//! most [`MAX_NESTING`] deep by a linear pre-scan (brackets, template substitutions, and runs
-//! of prefix operators), and it runs on a thread of its own with a [`STRIP_STACK_BYTES`]
-//! stack, so no source can overflow the host's stack.
+//! before it starts: the source is at most [`MAX_TS_BYTES`], its brackets nest at most
+//! [`MAX_NESTING`] deep (a linear pre-scan), and SWC runs on a thread of its own with a
+//! [`STRIP_STACK_BYTES`] stack, enough for the worst source within those bounds, so no
+//! source can overflow the host's stack.
 
 use std::sync::{Arc, Mutex};
 use swc_common::errors::{DiagnosticBuilder, Emitter, Handler};
@@ -40,50 +40,32 @@ impl Emitter for Collect {
     }
 }
 
-/// The deepest nesting the pre-scan lets through to SWC: brackets, `${` substitutions,
-/// `?` and `=>` chains and runs of prefix operators, counted together.
-pub const MAX_NESTING: usize = 1000;
+/// The deepest bracket nesting (`(`, `[`, `{`, `${`) the pre-scan lets through to SWC.
+pub const MAX_NESTING: usize = 10_000;
+
+/// The largest TypeScript source stripped: 256 KiB (a JavaScript factory may be larger:
+/// the runner parses JavaScript inside the sandbox, SWC parses TypeScript in the host).
+pub const MAX_TS_BYTES: usize = 256 << 10;
 
 /// The stack of the thread SWC runs on (virtual: only what is touched is committed).
-pub const STRIP_STACK_BYTES: usize = 256 << 20;
+/// Measured (2026-12-01): SWC takes at most ~3.3 KiB of stack per bracket level and ~0.9 KiB
+/// per source byte of unbracketed right-nesting chains (`x=>x=>...`, `-+-+...`, `a=a=...`);
+/// at the bounds above that is under 270 MiB, half of this.
+pub const STRIP_STACK_BYTES: usize = 512 << 20;
 
-/// A conservative upper bound of how deeply `text` nests, without parsing: every opening
-/// bracket, `${`, `?`, `=>` and prefix operator counts one level, closing brackets give one
-/// back (strings and comments are not skipped, so this over-counts, never under-counts).
-fn nesting_bound(text: &str) -> usize {
-    let bytes = text.as_bytes();
-    let (mut depth, mut deepest, mut chain) = (0usize, 0usize, 0usize);
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
+/// The deepest bracket nesting of `text`, without parsing (strings and comments are not
+/// skipped, so this over-counts an unbalanced bracket inside a string, never under-counts).
+fn bracket_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in text.bytes() {
         match b {
             b'(' | b'[' | b'{' => {
                 depth += 1;
-                chain = 0;
+                deepest = deepest.max(depth);
             }
-            b')' | b']' | b'}' => {
-                depth = depth.saturating_sub(1);
-                chain = 0;
-            }
-            // Prefix operators, ternaries, arrows and assignments nest to the right.
-            b'!' | b'~' | b'+' | b'-' | b'?' | b'=' | b':' => chain += 1,
-            b if b.is_ascii_whitespace() => {}
-            _ => {
-                if b.is_ascii_alphanumeric() || b == b'_' || b == b'$' {
-                    // A word resets a run of operators unless it is a prefix keyword.
-                    let start = i;
-                    while i + 1 < bytes.len() && (bytes[i + 1].is_ascii_alphanumeric() || bytes[i + 1] == b'_' || bytes[i + 1] == b'$') {
-                        i += 1;
-                    }
-                    let word = &text[start..=i];
-                    if matches!(word, "typeof" | "void" | "await" | "new" | "delete" | "yield" | "async") {
-                        chain += 1;
-                    }
-                }
-            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
         }
-        deepest = deepest.max(depth + chain);
-        i += 1;
     }
     deepest
 }
@@ -91,13 +73,19 @@ fn nesting_bound(text: &str) -> usize {
 /// Strip the types of the TypeScript module `text` (from `file_name`): JavaScript with the
 /// same lines and columns. A syntax error or TypeScript that cannot be erased in place is
 /// [`StripError`] with `file_name:line:col: message` (1-based, like the runner's own
-/// errors); so is a source nested deeper than [`MAX_NESTING`].
+/// errors); so is a source over [`MAX_TS_BYTES`] or nested deeper than [`MAX_NESTING`].
 pub fn strip(file_name: &str, text: &str) -> Result<String, StripError> {
-    let nesting = nesting_bound(text);
+    if text.len() > MAX_TS_BYTES {
+        return Err(StripError(vec![format!(
+            "{file_name}: TypeScript: the source is {} bytes, over the {MAX_TS_BYTES} byte limit of a TypeScript \
+             factory (JavaScript may be larger)",
+            text.len()
+        )]));
+    }
+    let nesting = bracket_depth(text);
     if nesting > MAX_NESTING {
         return Err(StripError(vec![format!(
-            "{file_name}: TypeScript: the source nests about {nesting} levels deep (brackets, operators), over the \
-             limit of {MAX_NESTING}"
+            "{file_name}: TypeScript: brackets nest {nesting} deep, over the limit of {MAX_NESTING}"
         )]));
     }
     let (file, source) = (file_name.to_string(), text.to_string());
@@ -164,6 +152,27 @@ mod tests {
         assert_eq!(js.lines().count(), ts.lines().count());
         assert!(!js.contains("interface") && !js.contains(": number"), "{js}");
         assert!(js.lines().nth(1).is_some_and(|l| l.starts_with("const f = (a")), "{js}");
+    }
+
+    #[test]
+    fn no_source_within_the_bounds_overflows_the_stack_and_the_rest_is_refused() {
+        use super::{MAX_NESTING, MAX_TS_BYTES};
+        // The worst shapes measured, filling the whole size budget: each must come back
+        // (stripped or refused), never crash the process.
+        let fill = |unit: &str| unit.repeat((MAX_TS_BYTES - 64) / unit.len());
+        for unit in ["x=>", "-+", "a=", "!", "a?b:"] {
+            let ts = format!("let a, b;\nexport default {}1;\n", fill(unit));
+            let _ = strip("chain.ts", &ts);
+        }
+        let deepest = |open: &str, close: &str| format!("export default {}1{};\n", open.repeat(MAX_NESTING - 1), close.repeat(MAX_NESTING - 1));
+        for (open, close) in [("(", ")"), ("[", "]"), ("{a:", "}"), ("`${", "}`")] {
+            let _ = strip("deep.ts", &deepest(open, close));
+        }
+        let too_deep = format!("export default {}1{};\n", "(".repeat(MAX_NESTING + 1), ")".repeat(MAX_NESTING + 1));
+        let e = strip("deep.ts", &too_deep).expect_err("too deep").to_string();
+        assert!(e.starts_with("deep.ts: TypeScript: brackets nest 10001 deep"), "{e}");
+        let e = strip("big.ts", &" ".repeat(MAX_TS_BYTES + 1)).expect_err("too big").to_string();
+        assert!(e.contains("over the 262144 byte limit"), "{e}");
     }
 
     #[test]
