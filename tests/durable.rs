@@ -240,7 +240,7 @@ async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
     let garbage = tempfile::tempdir().unwrap();
     std::fs::write(garbage.path().join(STORE_FILE), vec![0x5a; 64 << 10]).unwrap();
     match Host::new(config(garbage.path())) {
-        Err(Error::Store(StoreError::Corrupt(_) | StoreError::Io(_))) => {}
+        Err(Error::Store(StoreError::Corrupt(_) | StoreError::Database(_))) => {}
         Err(other) => panic!("expected a store error, got {other:?}"),
         Ok(_) => panic!("a garbage store must not open"),
     }

@@ -11,7 +11,8 @@ pub(crate) enum Abort {
     /// The host is shutting down; the run ends `halted` (the guest sees `cancelled`).
     Halted,
     Limit(LimitKind),
-    Storage(String),
+    /// The journal failed (its cause kept).
+    Storage(crate::journal::JournalError),
     InvalidCall(String),
     /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
     SandboxLimit { kind: &'static str, message: String },

@@ -327,7 +327,7 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
             };
             tokio::spawn(async move { host.resume(&run_id, options).await })
         }
-        _ => return Err(Error::Engine("not a start request".into())),
+        _ => return Err(Error::Misrouted("not a start request")),
     };
     match started_rx.await {
         Ok(run_id) => Ok(serde_json::json!({ "runId": run_id })),
@@ -335,7 +335,7 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
         Err(_) => match task.await {
             Ok(Err(e)) => Err(e),
             Ok(Ok(envelope)) => Ok(serde_json::json!({ "runId": envelope.run_id })),
-            Err(e) => Err(Error::Engine(format!("the run task failed: {e}"))),
+            Err(e) => Err(Error::Task(e)),
         },
     }
 }
@@ -344,7 +344,7 @@ async fn start(host: Arc<Host>, request: Request, trusted: &TrustCheck) -> Resul
 /// work in the serving process and answer through [`serve`]). Used by the server and by a process
 /// that opened the store itself.
 pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::Value, Error> {
-    let json = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|e| Error::Engine(e.to_string()));
+    let json = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(Error::Encode);
     match request {
         Request::Runs { session } => json(serde_json::to_value(host.runs(&session)?)),
         Request::Envelope { session, run_id } => json(serde_json::to_value(host.envelope(&session, &run_id)?)),
@@ -361,7 +361,7 @@ pub async fn answer_query(host: &Host, request: Request) -> Result<serde_json::V
             None => Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
         },
         Request::Run { .. } | Request::Resume { .. } => {
-            Err(Error::Engine("runs start through the process serving the control socket".into()))
+            Err(Error::Misrouted("runs start through the process serving the control socket"))
         }
     }
 }

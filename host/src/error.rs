@@ -13,7 +13,16 @@ pub enum Error {
     SandboxLimits(#[from] crate::sandbox::SandboxLimitsError),
     /// The wasmtime engine or linker could not be set up.
     #[error("engine: {0}")]
-    Engine(String),
+    Engine(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// An answer could not be encoded.
+    #[error("encoding the answer: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// The task running an attempt failed (a panic the host caught).
+    #[error("the run task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// A request reached a handler that does not answer it (a host bug).
+    #[error("{0}")]
+    Misrouted(&'static str),
     /// The component could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),

@@ -225,9 +225,9 @@ impl Host {
     /// `config.state_dir` and `config.commit_window` are not used.
     pub fn with_store(config: HostConfig, store: Store) -> Result<Self, Error> {
         config.sandbox.validate()?;
-        let engine = sandbox::engine().map_err(|e| Error::Engine(format!("{e:#}")))?;
-        let linker = crate::hooks::linker(&engine).map_err(|e| Error::Engine(format!("{e:#}")))?;
-        let script_linker = crate::hooks::script_linker(&engine).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let engine = sandbox::engine().map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
+        let linker = crate::hooks::linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
+        let script_linker = crate::hooks::script_linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
         let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
         let (updates, _) = broadcast::channel(1024);
         Ok(Host {

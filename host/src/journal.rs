@@ -11,7 +11,7 @@ use crate::envelope::Accounting;
 use futures::future::BoxFuture;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// A step key's fingerprint: a 64-bit keyed hash (SipHash with a key random per process, so
 /// a guest cannot aim for collisions). Only compared within one process.
@@ -20,10 +20,36 @@ pub fn fingerprint(key: &str) -> u64 {
     KEYS.get_or_init(Default::default).hash_one(key)
 }
 
-/// A journal operation that failed. Never a cache miss: the run must stop.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("journal: {0}")]
-pub struct JournalError(pub String);
+/// A journal operation that failed, with the error of whatever keeps the journal (the
+/// store's [`StoreError`](crate::store::StoreError)). Never a cache miss: the run must stop.
+#[derive(Debug, Clone)]
+pub struct JournalError(pub Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl std::fmt::Display for JournalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "journal: {}", self.0)
+    }
+}
+
+impl std::error::Error for JournalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+impl JournalError {
+    /// A journal failure caused by `source`.
+    pub fn new(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        JournalError(Arc::new(source))
+    }
+}
+
+/// The same failure (one shared cause), not merely the same text.
+impl PartialEq for JournalError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
 
 /// What an attempt starts from.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -231,11 +231,11 @@ impl RunShared {
                 phase: None,
                 event,
             };
-            let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(e.to_string()));
+            let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(crate::journal::JournalError::new(e)));
             let written = bytes.and_then(|bytes| {
                 let cost = self.journal.footprint(self.run_id.len() + 8, bytes.len());
                 let total = self.charge(&mut state, cost, essential)?;
-                self.journal.put_progress(&self.run_id, seq, bytes, total).map_err(|e| Abort::Storage(e.to_string()))
+                self.journal.put_progress(&self.run_id, seq, bytes, total).map_err(Abort::Storage)
             });
             match written {
                 Ok(()) => {
@@ -296,7 +296,7 @@ impl RunShared {
         let failure = match &abort {
             Abort::Cancelled | Abort::Halted => None,
             Abort::Limit(kind) => Some(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
-            Abort::Storage(m) => Some(Failure::new("storage", None, m.clone())),
+            Abort::Storage(e) => Some(Failure::new("storage", None, e.to_string())),
             Abort::InvalidCall(m) => Some(Failure::new("invalid_call", None, m.clone())),
             Abort::SandboxLimit { kind, message } => Some(Failure::new("sandbox_limit", Some(kind), message.clone())),
             Abort::Backend { kind, message } => Some(Failure::new("backend", Some(kind.as_str()), message.clone())),
@@ -386,7 +386,7 @@ impl RunShared {
                 return Ok(None);
             }
         }
-        let value = self.journal.get_step(&self.run_id, key).map_err(|e| self.abort(Abort::Storage(e.to_string())))?;
+        let value = self.journal.get_step(&self.run_id, key).map_err(|e| self.abort(Abort::Storage(e)))?;
         if let Some(value) = &value {
             self.state().cache.put_step(key.to_string(), value.clone());
         }
@@ -425,7 +425,7 @@ impl RunShared {
         let cost = self.journal.footprint(self.run_id.len() + key.len(), value.len());
         let written = self
             .charge(&mut state, cost, false)
-            .and_then(|total| self.journal.put_step(&self.run_id, &key, &value, total).map_err(|e| Abort::Storage(e.to_string())));
+            .and_then(|total| self.journal.put_step(&self.run_id, &key, &value, total).map_err(Abort::Storage));
         if let Err(abort) = written {
             drop(state);
             return Err(StepError::Abort(self.abort(abort)));
@@ -503,7 +503,7 @@ impl RunShared {
         let cached = self.state().cache.agent(&key.0).cloned();
         let journaled = match cached {
             Some(outcome) => Some(outcome),
-            None => self.journal.get_agent(&self.run_id, &key.0).map_err(|e| self.abort(Abort::Storage(e.to_string())))?,
+            None => self.journal.get_agent(&self.run_id, &key.0).map_err(|e| self.abort(Abort::Storage(e)))?,
         };
         if let Some(outcome) = journaled {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -545,7 +545,7 @@ impl RunShared {
                     let written = this.charge(&mut state, cost, false).and_then(|total| {
                         this.journal
                             .put_agent(&this.run_id, &key.0, reply.as_deref(), total)
-                            .map_err(|e| Abort::Storage(e.to_string()))
+                            .map_err(Abort::Storage)
                     });
                     if let Err(abort) = written {
                         drop(state);
@@ -705,7 +705,7 @@ impl RunShared {
             self.emit(ProgressEvent::AgentFinished { summary, cached: false });
             let accounting = self.accounting();
             if let Err(e) = self.journal.put_accounting(&self.run_id, &accounting) {
-                return Err(self.abort(Abort::Storage(e.to_string())));
+                return Err(self.abort(Abort::Storage(e)));
             }
         }
         outcome

@@ -64,7 +64,8 @@ pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> 
                 }
                 if std::time::Instant::now() >= deadline {
                     anyhow::bail!(
-                        "the store {path} is held by another process that does not answer on {}",
+                        "the store {} is held by another process that does not answer on {}",
+                        path.display(),
                         socket.display()
                     );
                 }

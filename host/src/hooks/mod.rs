@@ -47,7 +47,7 @@ impl From<Abort> for wit::Abort {
                 LimitKind::TimeoutSeconds => wit::LimitKind::TimeoutSeconds,
                 LimitKind::MaxAiCredits => wit::LimitKind::MaxAiCredits,
             }),
-            Abort::Storage(m) => wit::Abort::Storage(m),
+            Abort::Storage(e) => wit::Abort::Storage(e.to_string()),
             Abort::InvalidCall(m) => wit::Abort::InvalidCall(m),
             Abort::SandboxLimit { message, .. } => wit::Abort::SandboxLimit(message),
         }

@@ -36,38 +36,72 @@ pub const READ_CACHE_BYTES: usize = 64 << 20;
 /// Default commit window of the group-commit writer.
 pub const DEFAULT_COMMIT_WINDOW: Duration = Duration::from_millis(10);
 
-/// A store failure. Never a cache miss.
-#[derive(Debug, Clone, thiserror::Error)]
+/// A store failure, with its cause ([`std::error::Error::source`] is the cause itself, not
+/// a wrapper). Never a cache miss. Cloneable (one failed commit is the answer of every write
+/// waiting on it), so causes are shared.
+#[derive(Debug, Clone)]
 pub enum StoreError {
     /// Another process holds the store (redb allows one).
-    #[error("the store {0} is in use by another factory process")]
-    Locked(String),
+    Locked(PathBuf),
     /// Written by a newer (or unknown) layout.
-    #[error("the store was written with schema version {found}; this build reads version {expected}")]
     Version { found: u64, expected: u64 },
     /// The state directory or the store file is not safely ours (someone else's, writable by
     /// others, a symlink): refused, never used.
-    #[error("{0}")]
-    Unsafe(String),
+    Unsafe(Arc<crate::access::AccessError>),
     /// The file is damaged or holds what this build did not write.
-    #[error("the store is corrupt: {0}")]
     Corrupt(String),
-    /// An I/O or database error.
-    #[error("store I/O: {0}")]
-    Io(String),
-    /// A commit failed earlier; the store refuses further writes.
-    #[error("a store commit failed: {0}")]
-    WriteFailed(String),
+    /// The database failed (I/O underneath, a transaction, a commit).
+    Database(Arc<redb::Error>),
+    /// The store file could not be created or opened.
+    File { path: PathBuf, source: Arc<std::io::Error> },
+    /// A record could not be encoded.
+    Encode(Arc<serde_json::Error>),
+    /// The writer thread could not be started.
+    Writer(Arc<std::io::Error>),
+    /// A commit failed earlier (the first failure is kept); the store refuses further writes.
+    WriteFailed(Arc<StoreError>),
     /// The writer is gone.
-    #[error("the store is closed")]
     Closed,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Locked(path) => write!(f, "the store {} is in use by another factory process", path.display()),
+            StoreError::Version { found, expected } => {
+                write!(f, "the store was written with schema version {found}; this build reads version {expected}")
+            }
+            StoreError::Unsafe(e) => write!(f, "{e}"),
+            StoreError::Corrupt(what) => write!(f, "the store is corrupt: {what}"),
+            StoreError::Database(e) => write!(f, "store database: {e}"),
+            StoreError::File { path, source } => write!(f, "store file {}: {source}", path.display()),
+            StoreError::Encode(e) => write!(f, "encoding a store record: {e}"),
+            StoreError::Writer(e) => write!(f, "cannot start the store writer: {e}"),
+            StoreError::WriteFailed(e) => write!(f, "a store commit failed: {e}"),
+            StoreError::Closed => write!(f, "the store is closed"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Unsafe(e) => Some(&**e),
+            StoreError::Database(e) => Some(&**e),
+            StoreError::File { source, .. } => Some(&**source),
+            StoreError::Encode(e) => Some(&**e),
+            StoreError::Writer(e) => Some(&**e),
+            StoreError::WriteFailed(e) => Some(&**e),
+            StoreError::Locked(_) | StoreError::Version { .. } | StoreError::Corrupt(_) | StoreError::Closed => None,
+        }
+    }
 }
 
 macro_rules! from_redb {
     ($($t:ty),*) => {$(
         impl From<$t> for StoreError {
             fn from(e: $t) -> Self {
-                StoreError::Io(e.to_string())
+                StoreError::Database(Arc::new(e.into()))
             }
         }
     )*};
@@ -77,10 +111,16 @@ from_redb!(redb::Error, redb::StorageError, redb::TableError, redb::TransactionE
 impl From<redb::DatabaseError> for StoreError {
     fn from(e: redb::DatabaseError) -> Self {
         match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked(String::new()),
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked(PathBuf::new()),
             redb::DatabaseError::Storage(redb::StorageError::Corrupted(m)) => StoreError::Corrupt(m),
-            other => StoreError::Io(other.to_string()),
+            other => StoreError::Database(Arc::new(other.into())),
         }
+    }
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError::Encode(Arc::new(e))
     }
 }
 
@@ -128,7 +168,7 @@ impl Store {
     /// store file `0600` (it holds every prompt, reply and step value); a store file of ours
     /// with a looser mode is tightened.
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Store, StoreError> {
-        crate::access::private_state_dir(dir).map_err(|e| StoreError::Unsafe(e.to_string()))?;
+        crate::access::private_state_dir(dir).map_err(|e| StoreError::Unsafe(Arc::new(e)))?;
         let path = dir.join(STORE_FILE);
         // redb creates the file with the process umask: create it first, owner-only.
         crate::access::private_file_options()
@@ -136,9 +176,9 @@ impl Store {
             .truncate(false)
             .open(&path)
             .and_then(|file| crate::access::tighten_open(&file))
-            .map_err(|e| StoreError::Io(format!("{}: {e}", path.display())))?;
+            .map_err(|e| StoreError::File { path: path.clone(), source: Arc::new(e) })?;
         let db = Database::builder().set_cache_size(READ_CACHE_BYTES).create(&path).map_err(|e| match StoreError::from(e) {
-            StoreError::Locked(_) => StoreError::Locked(path.display().to_string()),
+            StoreError::Locked(_) => StoreError::Locked(path.clone()),
             other => other,
         })?;
         Store::with_database(db, options, Some(path))
@@ -186,7 +226,7 @@ impl Store {
             record.seq = self.next_run_seq.fetch_add(1, Ordering::SeqCst);
             record.seq
         });
-        let bytes = serde_json::to_vec(record).map_err(|e| StoreError::Io(e.to_string()))?;
+        let bytes = serde_json::to_vec(record)?;
         self.writer.send(Op::Run { id: record.envelope.run_id.clone(), order, record: bytes })?;
         self.writer.flush().await
     }
@@ -308,7 +348,7 @@ impl Store {
 
     /// Queue the running attempt's accounting (so a crash loses no recorded spend).
     pub(crate) fn put_live_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(accounting).map_err(|e| StoreError::Io(e.to_string()))?;
+        let bytes = serde_json::to_vec(accounting)?;
         self.writer.send(Op::Accounting { run: run_id.to_string(), accounting: bytes })
     }
 
@@ -343,7 +383,7 @@ impl Store {
     /// Register (or re-register) a factory by name.
     pub async fn register(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         self.put_blob(&registration.hash, bytes)?;
-        let json = serde_json::to_vec(registration).map_err(|e| StoreError::Io(e.to_string()))?;
+        let json = serde_json::to_vec(registration)?;
         self.writer.send(Op::Factory { name: registration.key(), registration: json })?;
         self.writer.flush().await
     }
@@ -446,7 +486,7 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
             }
         }
         for record in interrupted {
-            let bytes = serde_json::to_vec(&record).map_err(|e| StoreError::Io(e.to_string()))?;
+            let bytes = serde_json::to_vec(&record)?;
             runs.insert(record.envelope.run_id.as_str(), bytes.as_slice())?;
         }
     }
@@ -523,7 +563,7 @@ impl Store {
 }
 
 fn journal_error(e: StoreError) -> JournalError {
-    JournalError(e.to_string())
+    JournalError::new(e)
 }
 
 impl Journal for Store {
@@ -564,5 +604,25 @@ impl Journal for Store {
 
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {
         Box::pin(async move { self.writer.flush().await.map_err(journal_error) })
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn errors_keep_their_causes() {
+        // A journal failure carries the store error itself, which carries redb's.
+        let redb_error = redb::Error::from(redb::StorageError::Io(std::io::Error::other("disk gone")));
+        let store_error = StoreError::from(redb_error);
+        let journal = journal_error(StoreError::WriteFailed(Arc::new(store_error)));
+        let cause = journal.source().expect("the journal error has a cause");
+        let store = cause.downcast_ref::<StoreError>().expect("the cause is a StoreError");
+        assert!(matches!(store, StoreError::WriteFailed(_)));
+        let first = store.source().and_then(|e| e.downcast_ref::<StoreError>()).expect("the first failure is kept");
+        assert!(matches!(first, StoreError::Database(_)));
+        assert!(first.source().is_some_and(|e| e.to_string().contains("disk gone")), "{first}");
     }
 }

@@ -111,7 +111,7 @@ pub(crate) struct Writer {
     pub(crate) pending: Arc<Mutex<Pending>>,
     tx: Mutex<Option<mpsc::Sender<Op>>>,
     /// The first commit failure; once set, the store refuses further writes.
-    failed: Arc<Mutex<Option<String>>>,
+    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
     pub(crate) stats: Arc<WriterStats>,
     /// Bytes queued, not yet committed.
     pub(crate) backlog: Arc<Backlog>,
@@ -135,7 +135,7 @@ impl Writer {
             std::thread::Builder::new()
                 .name("factory-store-writer".into())
                 .spawn(move || run(db, rx, window, failed, stats, pending, backlog))
-                .map_err(|e| StoreError::Io(format!("cannot start the store writer: {e}")))?
+                .map_err(|e| StoreError::Writer(Arc::new(e)))?
         };
         Ok(Writer { pending, tx: Mutex::new(Some(tx)), failed, stats, backlog, thread: Mutex::new(Some(thread)) })
     }
@@ -200,7 +200,7 @@ fn run(
     db: Arc<Database>,
     rx: mpsc::Receiver<Op>,
     window: Duration,
-    failed: Arc<Mutex<Option<String>>>,
+    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
     stats: Arc<WriterStats>,
     pending: Arc<Mutex<Pending>>,
     backlog: Arc<Backlog>,
@@ -235,7 +235,7 @@ fn run(
         };
         match &result {
             Err(e) => {
-                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| Arc::new(e.clone()));
             }
             // Committed: readable from the database now. An entry replaced by a later put
             // (another Arc) stays until that one is committed.
