@@ -119,7 +119,7 @@ pub enum Confinement<'a> {
 }
 
 /// A bubblewrap sandbox for cargo builds. Inside it: no network (a network namespace of its
-/// own, no interfaces but a downed loopback), its own PID, IPC and UTS namespaces and session
+/// own, with only a loopback of its own: the host's `127.0.0.1` is out of reach), its own PID, IPC and UTS namespaces and session
 /// (no terminal to inject into), dies with its parent; the whole file system read-only, with
 /// empty private `/tmp`, `/var/tmp` and `/run` (so no sockets there, such as the session bus
 /// or an agent's, can be reached) and every [`Sandbox::hide`] directory emptied too; the
