@@ -1,6 +1,7 @@
 //! Building a crate runs its native code (issue 20), through the real binary: `describe`,
 //! `trust` and `trust --revoke` never build a crate directory; without bubblewrap a build
-//! needs consent (`--yes`, or a terminal) and without it nothing is built; with bubblewrap the
+//! (`run`, `build`, `add`, `resume --component`) needs consent (`--yes`, or "y" on a
+//! terminal) and without it nothing is built; with bubblewrap the
 //! build's `build.rs` can write nowhere but its target directory and reach no network (it
 //! reports what it could do through the factory it builds); a `.cargo/config.toml` or
 //! `rust-toolchain.toml` in the working directory is not honoured; a bare name runs the
@@ -85,7 +86,8 @@ fn without_bubblewrap_a_crate_is_built_only_with_consent() {
         run(cmd)
     };
     // No terminal (stdin closed) and no --yes: nothing is built, and the message says why.
-    for args in [vec!["run", "./hello"], vec!["build", "./hello"], vec!["add", "./hello"]] {
+    let resume = vec!["resume", "no-such-run", "--component", "./hello"];
+    for args in [vec!["run", "./hello"], vec!["build", "./hello"], vec!["add", "./hello"], resume] {
         let out = without_bwrap(&args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
