@@ -1,5 +1,6 @@
 //! `factory describe`: a factory's metadata, content hash, imports, and the sandbox limits
-//! it would run under, as text or `--json`.
+//! it would run under, as text or `--json`. It never builds a Rust crate (see
+//! [`target::resolve_built`]).
 
 use super::target;
 use super::escape::esc;
@@ -11,8 +12,8 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct DescribeArgs {
-    /// A component file (`.wasm`), a script factory (`.js`, `.ts`; `file.js#name`) or a Rust
-    /// factory crate directory.
+    /// A component file (`.wasm`), a script factory (`.js`, `.ts`; `file.js#name`) or a Python
+    /// factory (a crate directory is not built here: `factory build DIR` first).
     target: PathBuf,
     /// Print JSON.
     #[arg(long)]
@@ -21,7 +22,7 @@ pub struct DescribeArgs {
 
 pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
     let host = Host::new(HostConfig::default())?;
-    let path = target::resolve(&a.target)?;
+    let path = target::resolve_built(&a.target, "describe")?;
     let factory = host.load_file(&path).await.with_context(|| format!("loading {}", path.display()))?;
     let meta = &factory.meta;
     if a.json {

@@ -118,6 +118,10 @@ enum Command {
     Build {
         /// The crate directory, `.py` file or Python project directory.
         dir: PathBuf,
+        /// Where bubblewrap cannot confine a crate's build, build it natively (its build.rs
+        /// and proc macros run as you) without asking.
+        #[arg(long)]
+        yes: bool,
     },
     /// Approve a component so runs need no consent (`--revoke` to undo); list trusted ones.
     Trust(trust::TrustArgs),
@@ -229,8 +233,8 @@ pub fn main() -> ExitCode {
             Command::Mcp(args) => mcp::mcp(&g, args).await,
             Command::Config(args) => config::config(&g, args),
             Command::Ui(args) => dashboard::ui(&g, args).await,
-            Command::Build { dir } => {
-                let built = target::build(&dir)?;
+            Command::Build { dir, yes } => {
+                let built = target::build(&dir, &target::BuildConsent::new(&g, yes))?;
                 trust::remember_built(&g);
                 println!("{}", built.display());
                 Ok(ExitCode::SUCCESS)

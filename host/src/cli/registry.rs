@@ -24,6 +24,10 @@ pub struct AddArgs {
     /// expression such as `async ({ args, agent, phase }) => { ... }` (with --meta).
     #[arg(long, value_name = "FILE", requires = "meta")]
     run: Option<PathBuf>,
+    /// Where bubblewrap cannot confine the build of a crate directory, build it natively
+    /// (its build.rs and proc macros run as you) without asking.
+    #[arg(long)]
+    yes: bool,
 }
 
 #[derive(Args)]
@@ -59,7 +63,7 @@ pub async fn add(g: &GlobalArgs, a: AddArgs) -> Result<ExitCode> {
             registration
         }
         (Some(target), _, _) => {
-            let file = target::resolve(target)?;
+            let file = target::resolve(target, &target::BuildConsent::new(g, a.yes))?;
             let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
             host.register(&factory).await?
         }

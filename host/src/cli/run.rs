@@ -69,30 +69,26 @@ pub struct ResumeArgs {
     yes: YesArg,
 }
 
-/// Load what `target` names: a file, a crate directory, or a registered factory.
-async fn load(host: &Host, target: &str) -> Result<Factory> {
-    let path = PathBuf::from(target);
+/// Load what `target` names: a file, a crate directory, or (a bare name) a registered factory.
+async fn load(host: &Host, target: &str, build: &target::BuildConsent) -> Result<Factory> {
+    let path = match target::classify(target) {
+        target::Named::Registered(name) => return host.load_registered(&name).await.map_err(|e| target::not_registered(&name, e)),
+        target::Named::Path(path) => path,
+    };
     if path.exists() || target::is_script_target(target) {
-        let file = target::resolve(&path)?;
+        let file = target::resolve(&path, build)?;
         return host.load_file(&file).await.with_context(|| format!("loading {}", file.display()));
-    }
-    let looks_like_name = !target.contains('/') && !target.ends_with(".wasm");
-    if looks_like_name {
-        if let Ok(factory) = host.load_registered(target).await {
-            return Ok(factory);
-        }
     }
     anyhow::bail!("`{target}` is neither a component file, a crate directory, nor a registered factory")
 }
 
 /// What another process needs to find the component: an absolute file path (a crate
 /// directory is built here first) or a registered name.
-fn remote_target(target: &str) -> Result<Target> {
-    let path = PathBuf::from(target);
-    if path.exists() || target::is_script_target(target) {
-        return Ok(Target::File(std::path::absolute(target::resolve(&path)?)?));
+fn remote_target(target: &str, build: &target::BuildConsent) -> Result<Target> {
+    match target::classify(target) {
+        target::Named::Path(path) => Ok(Target::File(std::path::absolute(target::resolve(&path, build)?)?)),
+        target::Named::Registered(name) => Ok(Target::Registered(name)),
     }
-    Ok(Target::Registered(target.to_string()))
 }
 
 /// Open the store here with the backend configuration, or `None` when another process
@@ -118,7 +114,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     let grants = a.consent.grants()?;
     let Some((host, config)) = open_local(g, &a.out).await? else {
         let backend = a.out.backend.remote_choice()?;
-        let component = remote_target(&a.target)?;
+        let component = remote_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
         let yes = &a.consent.yes;
         let approved = trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants)).await?;
         let declined = approved.is_none();
@@ -145,7 +141,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         Some(backend) => backend,
         None => host.chosen_backend(&a.out.backend.choice())?,
     };
-    let factory = load(&host, &a.target).await?;
+    let factory = load(&host, &a.target, &target::BuildConsent::new(g, a.consent.yes.yes)).await?;
     if !trust::consent(g, &a.consent.yes, &a.target, &factory, &limits, Some(&grants)).await? {
         let options = RunOptions { args, limits, session: Some(g.session.clone()), grants, ..Default::default() };
         return trust::decline(&host, &factory, options, a.out.json, events.as_ref()).await;
@@ -176,7 +172,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
     let Some((host, config)) = open_local(g, &a.out).await? else {
         let backend = a.out.backend.remote_choice()?;
         let component = match &a.component {
-            Some(path) => Some(std::path::absolute(target::resolve(path)?)?),
+            Some(path) => Some(std::path::absolute(target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?)?),
             None => None,
         };
         let approved = match &component {
@@ -208,7 +204,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
     };
     let component = match &a.component {
         Some(path) => {
-            let file = target::resolve(path)?;
+            let file = target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?;
             let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
             if !trust::consent(g, &a.yes, &file.display().to_string(), &factory, &limits, None).await? {
                 eprintln!("factory: not resumed: the component was declined");

@@ -25,7 +25,8 @@ use std::process::ExitCode;
 #[derive(Args, Debug, Default, Clone)]
 pub struct YesArg {
     /// Run a component that is not trusted on this machine without asking (this run only;
-    /// nothing is recorded — use `factory trust` for that).
+    /// nothing is recorded — use `factory trust` for that). Where bubblewrap cannot confine
+    /// the build of a crate directory, also build it natively without asking.
     #[arg(long)]
     pub yes: bool,
 }
@@ -52,8 +53,9 @@ impl ConsentArgs {
 /// `factory trust`.
 #[derive(Args)]
 pub struct TrustArgs {
-    /// A component file (`.wasm`) or a crate directory (built first); with `--revoke`, also a
-    /// sha256. Without it, lists the trusted components.
+    /// A component file (`.wasm`) or a script factory (a crate directory is not built here:
+    /// `factory build DIR` first); with `--revoke`, also a sha256. Without it, lists the
+    /// trusted components.
     target: Option<String>,
     /// Stop trusting it.
     #[arg(long)]
@@ -274,7 +276,7 @@ pub async fn consent_remote(
     let path = match component {
         Target::File(path) if target::is_script_target(&path.to_string_lossy()) => {
             // A script factory on the command line is the user's own source (see `target`).
-            target::resolve(path)?;
+            target::resolve_built(path, "run")?;
             let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
             let factory = host.load_file(path).await.with_context(|| format!("loading {}", path.display()))?;
             let key = target::trust_key(&factory);
@@ -403,13 +405,13 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
             let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
             target::trust_key(&host.load_file(&path).await.with_context(|| format!("loading {target}"))?)
         } else if path.exists() {
-            let file = target::resolve(&path)?;
+            let file = target::resolve_built(&path, "trust --revoke")?;
             let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             factory_host::component::content_hash(&bytes)
         } else if target.len() == 64 && target.chars().all(|c| c.is_ascii_hexdigit()) {
             target.to_ascii_lowercase()
         } else {
-            bail!("`{target}` is neither a component file, a crate directory, nor a sha256");
+            bail!("`{target}` is neither a component file nor a sha256");
         };
         if store.revoke(&hash)? {
             println!("no longer trusted: sha256 {hash}");
@@ -419,9 +421,9 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if !path.exists() && !target::is_script_target(&target) {
-        bail!("`{target}` is neither a component file, a script factory, nor a crate directory");
+        bail!("`{target}` is neither a component file nor a script factory");
     }
-    let file = target::resolve(&path)?;
+    let file = target::resolve_built(&path, "trust")?;
     // Only a loadable factory is worth trusting: load it (in memory) to check and name it.
     let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
     let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
