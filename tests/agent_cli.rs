@@ -212,9 +212,12 @@ allowed_tools = ["anything"]
     ];
     // The built-in presets with an empty config: they need none.
     let empty = config_file(&root.path().join("empty.toml"), "");
+    let grant = root.path().join("granted");
+    std::fs::create_dir_all(&grant).unwrap();
+    let granted = grant.canonicalize().unwrap();
     for (backend, flags, mode) in cases {
         let file = if backend.starts_with("cli:") { &empty } else { &config };
-        let mut cmd = run_probe(root.path(), &home, &state, file, backend, &[]);
+        let mut cmd = run_probe(root.path(), &home, &state, file, backend, &["--allow-read", grant.to_str().unwrap()]);
         cmd.env("PATH", &path);
         let (out, envelope) = output(cmd);
         let reply = first_reply(&out, &envelope);
@@ -225,7 +228,12 @@ allowed_tools = ["anything"]
         // Its own config directory is writable, the rest of the home directory is not.
         assert!(reply.contains("state-write=yes home-write=no"), "{backend}: {reply}");
         assert!(!home.join("written").exists());
-        assert!(argv.ends_with(&format!("{flags}]")), "{backend}: tool flags: {reply}");
+        // Claude Code and Copilot CLI are told they may read the grants.
+        let add = match backend.contains("claude") || backend.contains("copilot") {
+            true => format!(" --add-dir={}", granted.display()),
+            false => String::new(),
+        };
+        assert!(argv.ends_with(&format!("{flags}{add}]")), "{backend}: tool and grant flags: {reply}");
     }
     // Codex has no tool-restriction flag: the restriction is refused, never silently dropped.
     let mut cmd = run_probe(root.path(), &home, &state, &config, "codex-tools", &[]);
@@ -463,4 +471,19 @@ async fn a_sandboxed_agent_that_times_out_is_killed_with_everything_it_started()
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the agent's background sleep outlived the call: {:?}", processes_running(&["sleep", &marker]));
+}
+
+#[tokio::test]
+async fn a_sandbox_that_cannot_start_is_a_backend_failure_not_an_answer() {
+    use factory_host::backend::{AgentBackend, AgentCli, AgentCliConfig, AgentRequest, OutageKind};
+    require_bwrap();
+    // bwrap cannot mount a working directory that does not exist, and says so on stderr.
+    let config = AgentCliConfig {
+        cwd: Some(PathBuf::from("/nonexistent/factory-agent-cwd")),
+        ..AgentCliConfig::generic("cli:nowhere", vec!["sh".into(), "-c".into(), "echo ran".into()])
+    };
+    let request = AgentRequest { prompt: "hi".into(), label: None, model: None, schema: None, attempt: 0, feedback: None };
+    let err = AgentCli::new(config).unwrap().call(std::sync::Arc::new(request)).await.unwrap_err();
+    assert_eq!(err.outage_kind(), Some(OutageKind::Misconfigured), "{err}");
+    assert!(err.message().contains("the bubblewrap sandbox could not start: bwrap: "), "{err}");
 }

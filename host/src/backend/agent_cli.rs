@@ -142,6 +142,9 @@ pub struct AgentCliConfig {
     pub disallowed_tools: Vec<String>,
     /// The CLI's tool-restriction flags (the preset's).
     pub tool_flags: ToolFlags,
+    /// The flag that lets the CLI's own file tools reach a directory outside its working
+    /// directory, passed as `FLAG=DIR` for each grant (claude and copilot: `--add-dir`).
+    pub grant_flag: Option<String>,
 }
 
 /// A preset name `cli:` does not know, or a generic preset with no command.
@@ -201,6 +204,7 @@ impl AgentCliConfig {
             allowed_tools: Vec::new(),
             disallowed_tools: Vec::new(),
             tool_flags: ToolFlags::default(),
+            grant_flag: None,
         }
     }
 
@@ -225,6 +229,7 @@ impl AgentCliConfig {
                 }),
                 writable: paths(&[".claude", ".claude.json"]),
                 tool_flags: flags(Some("--allowedTools"), Some("--disallowedTools")),
+                grant_flag: Some("--add-dir".into()),
                 ..AgentCliConfig::generic(name, strings(&["claude", "-p", "--output-format", "json"]))
             },
             "codex" => AgentCliConfig {
@@ -238,6 +243,7 @@ impl AgentCliConfig {
                 env: strings(&["GH_TOKEN", "GITHUB_TOKEN", "COPILOT_GITHUB_TOKEN", "XDG_CONFIG_HOME"]),
                 writable: paths(&[".copilot"]),
                 tool_flags: flags(Some("--allow-tool"), Some("--deny-tool")),
+                grant_flag: Some("--add-dir".into()),
                 // Copilot CLI takes its prompt only as `-p TEXT`; argv is readable by every
                 // local user, so the text only names the private file that holds the prompt.
                 ..AgentCliConfig::generic(name, strings(&["copilot", "-p", COPILOT_PROMPT]))
@@ -763,6 +769,9 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
         argv.extend(config.model_args.iter().map(fill));
     }
     argv.extend(tool_args);
+    if let Some(flag) = &config.grant_flag {
+        argv.extend(config.grants.iter().map(|dir| format!("{flag}={}", dir.display())));
+    }
     let Some((program, args)) = argv.split_first() else {
         return Err(BackendError::outage(OutageKind::Misconfigured, format!("{who}: empty command")));
     };
