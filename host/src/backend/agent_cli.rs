@@ -695,8 +695,10 @@ impl Layout<'_> {
         hidden.extend(crate::access::default_state_dir().ok());
         hidden.extend(crate::access::user_config_dir().ok());
         hidden.extend(self.host_cwd.clone());
-        for path in hidden {
-            let Ok(real) = std::fs::canonicalize(&path) else { continue };
+        let mut hidden: Vec<PathBuf> = hidden.iter().filter_map(|p| std::fs::canonicalize(p).ok()).collect();
+        hidden.sort();
+        hidden.dedup();
+        for real in hidden {
             if !self.visible(&real) || real == Path::new("/") {
                 continue;
             }
