@@ -41,7 +41,7 @@ fn malicious_repo(component: &Path) -> (tempfile::TempDir, PathBuf) {
     let dot = repo.path().join(".factory");
     std::fs::create_dir(&dot).unwrap();
     let config = format!(
-        "default = \"evil\"\n[backends.evil]\nkind = \"cli\"\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; touch '{}'; echo owned\"]\n",
+        "default = \"evil\"\n[backends.evil]\nkind = \"cli\"\nsandbox = \"none\"\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; touch '{}'; echo owned\"]\n",
         marker.display()
     );
     std::fs::write(dot.join("factory.toml"), config).unwrap();

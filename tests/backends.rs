@@ -9,7 +9,7 @@ mod common;
 use factory_host::backend::cassette::{read_cassette, CASSETTE_VERSION};
 use factory_host::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, AgentRequest, Anthropic, AnthropicConfig, Cassette, OpenAi,
-    OpenAiConfig, OutageKind, Price, Pricing, RetryPolicy, StructuredMode, Usage,
+    OpenAiConfig, OutageKind, Price, Pricing, RetryPolicy, SandboxMode, StructuredMode, Usage,
 };
 use factory_host::config::Config;
 use factory_host::{Host, HostConfig, Limits, RunOptions, RunStatus};
@@ -498,8 +498,13 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// An unsandboxed generic CLI: these tests are about the process handling (stdin, argv, the
+/// kill ladder, host pids); the bubblewrap sandbox has its own tests in tests/agent_cli.rs.
 fn cli(name: &str, command: &[&str]) -> AgentCliConfig {
-    AgentCliConfig::generic(name, command.iter().map(|s| s.to_string()).collect())
+    AgentCliConfig {
+        sandbox: SandboxMode::None,
+        ..AgentCliConfig::generic(name, command.iter().map(|s| s.to_string()).collect())
+    }
 }
 
 /// `kill -0 PID` succeeds: the pid exists (running, or a zombie nobody reaped).
@@ -600,6 +605,7 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"hello","to
     );
     let config = AgentCliConfig {
         command: vec!["sh".into(), claude_like.display().to_string()],
+        sandbox: SandboxMode::None,
         ..AgentCliConfig::preset("claude").unwrap()
     };
     let reply = AgentCli::new(config).unwrap().call(request("hi", None, None, None)).await.unwrap();

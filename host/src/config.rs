@@ -33,10 +33,14 @@
 //! [backends.claude]
 //! kind = "cli"
 //! preset = "claude"                     # claude | codex | copilot | gemini | generic
-//! cwd = "."
 //! env = ["ANTHROPIC_API_KEY"]           # passed through besides PATH and HOME
 //! timeout_seconds = 900
 //! grace_seconds = 5
+//! sandbox = "bwrap"                     # the default; "none" runs it as you, unsandboxed
+//! sandbox_writable = [".claude", ".claude.json"]  # home paths it may write (the preset's)
+//! sandbox_hide = [".config/secret-tool"]          # hidden besides the built-in list
+//! allowed_tools = ["Read", "Grep", "Bash(git log:*)"]  # passed as --allowedTools=...
+//! disallowed_tools = ["WebFetch"]                      # passed as --disallowedTools=...
 //!
 //! [backends.claude-json]
 //! kind = "cli"
@@ -52,7 +56,7 @@
 use crate::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendCatalog, BackendRef,
     BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, Pricing,
-    Route, Router, Script, StructuredMode,
+    Route, Router, SandboxMode, Script, StructuredMode,
 };
 use sha2::{Digest, Sha256};
 use serde::{Deserialize, Serialize};
@@ -214,8 +218,27 @@ pub struct BackendConfig {
     pub command: Option<Vec<String>>,
     /// CLI: arguments added when a model is known (`{model}` replaced).
     pub model_args: Option<Vec<String>>,
-    /// CLI: the working directory.
+    /// CLI: the working directory (default: a fresh scratch directory per spawn under the
+    /// sandbox, the host's working directory without it). Under the sandbox it is mounted
+    /// writable: naming one grants the agent write access to it.
     pub cwd: Option<PathBuf>,
+    /// CLI: `bwrap` (the default: bubblewrap) or `none` (unsandboxed: the agent runs as you,
+    /// with your files).
+    pub sandbox: Option<String>,
+    /// CLI: home-relative (or absolute) paths the sandboxed agent may write (default: the
+    /// preset's config directories).
+    pub sandbox_writable: Option<Vec<PathBuf>>,
+    /// CLI: home-relative (or absolute) paths hidden from the sandboxed agent, besides the
+    /// built-in list.
+    pub sandbox_hide: Option<Vec<PathBuf>>,
+    /// CLI: the tools the agent may use (the preset's flag, e.g. claude `--allowedTools`).
+    pub allowed_tools: Option<Vec<String>>,
+    /// CLI: the tools the agent may not use (e.g. claude `--disallowedTools`).
+    pub disallowed_tools: Option<Vec<String>>,
+    /// CLI: the flag `allowed_tools` is passed with (default: the preset's).
+    pub allowed_tools_flag: Option<String>,
+    /// CLI: the flag `disallowed_tools` is passed with (default: the preset's).
+    pub disallowed_tools_flag: Option<String>,
     /// CLI: environment variables passed through besides PATH and HOME.
     pub env: Option<Vec<String>>,
     /// CLI: seconds between SIGTERM and SIGKILL.
@@ -516,7 +539,35 @@ fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<d
             if let Some(args) = &entry.model_args {
                 config.model_args = args.clone();
             }
-            config.cwd = entry.cwd.clone();
+            config.cwd = entry.cwd.as_ref().map(|dir| {
+                // Absolute and canonical, so the sandbox mounts the directory that was meant.
+                std::fs::canonicalize(dir)
+                    .or_else(|_| std::path::absolute(dir))
+                    .map_err(|e| invalid(format!("cwd `{}`: {e}", dir.display())))
+            }).transpose()?;
+            config.sandbox = match entry.sandbox.as_deref() {
+                None | Some("bwrap") | Some("bubblewrap") => SandboxMode::Bubblewrap,
+                Some("none") => SandboxMode::None,
+                Some(other) => return Err(invalid(format!("sandbox `{other}`: expected bwrap or none"))),
+            };
+            if let Some(paths) = &entry.sandbox_writable {
+                config.writable = paths.clone();
+            }
+            if let Some(paths) = &entry.sandbox_hide {
+                config.hidden = paths.clone();
+            }
+            if let Some(tools) = &entry.allowed_tools {
+                config.allowed_tools = tools.clone();
+            }
+            if let Some(tools) = &entry.disallowed_tools {
+                config.disallowed_tools = tools.clone();
+            }
+            if let Some(flag) = &entry.allowed_tools_flag {
+                config.tool_flags.allowed = Some(flag.clone());
+            }
+            if let Some(flag) = &entry.disallowed_tools_flag {
+                config.tool_flags.disallowed = Some(flag.clone());
+            }
             if let Some(env) = &entry.env {
                 config.env = env.clone();
             }

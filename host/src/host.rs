@@ -840,6 +840,8 @@ impl Host {
         self.store.put_run(record, false).await?;
 
         let prior = record.envelope.accounting;
+        // Backends whose spawns see files (agent CLIs) see the run's grants, and only those.
+        let backend = backend.with_grants(&record.grants).unwrap_or(backend);
         let setup = AttemptSetup {
             run_id: run_id.clone(),
             limits: record.limits,

@@ -1,10 +1,13 @@
 //! `cli:<preset>`: a backend that runs an agent CLI (Claude Code, Codex, Copilot CLI, Gemini
 //! CLI, or any command) as a child process per subagent. It owns the command template
-//! (`{prompt}` and `{model}` placeholders; without `{prompt}` the prompt goes on stdin), the
-//! child's environment (only PATH, HOME and an allow-list), parsing the final text (plain
-//! stdout, or a JSON output mode with paths for the text, usage, cost and an error flag), and
-//! the kill ladder: on timeout, on cancellation and when the call's future is dropped, stdin
-//! is closed, the child's process group gets SIGTERM, then SIGKILL after a grace period.
+//! (`{prompt}`, `{prompt_file}` and `{model}` placeholders; without `{prompt}` the prompt goes
+//! on stdin, and no preset puts it in argv, which every local user can read in `ps`), the
+//! child's environment (only PATH, HOME and an allow-list), the OS sandbox it runs in
+//! (bubblewrap by default, see [`SandboxMode`]), the per-spawn tool restriction flags, parsing
+//! the final text (plain stdout, or a JSON output mode with paths for the text, usage, cost
+//! and an error flag), and the kill ladder: on timeout, on cancellation and when the call's
+//! future is dropped, stdin is closed, the child's process group gets SIGTERM, then SIGKILL
+//! after a grace period.
 
 use super::pricing::{float_credits_nano, Pricing};
 use super::prompting::{prompt_with_schema, user_prompt};
@@ -13,7 +16,8 @@ use futures::future::BoxFuture;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +52,49 @@ pub enum OutputMode {
     Json(JsonOutput),
 }
 
+/// Where an agent CLI's child runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// Inside bubblewrap (`bwrap`), the default: a fresh scratch working directory per spawn
+    /// (writable, removed after), the run's grants read-only (at their own paths and at
+    /// `/grant/<i>`), the system directories and the home directory read-only (except the
+    /// CLI's own config, [`AgentCliConfig::writable`], and minus [`AgentCliConfig::hidden`]),
+    /// the host's working directory hidden, `/tmp` private, new pid/ipc/uts namespaces, a new
+    /// session, no capabilities, dying with the host; the network is shared (the CLI must
+    /// reach its model). Without `bwrap` a spawn fails as a `not_installed` backend failure.
+    #[default]
+    Bubblewrap,
+    /// No sandbox (`sandbox = "none"`): the CLI runs as the user, in `cwd` or the host's
+    /// working directory, with everything the user can reach.
+    None,
+}
+
+/// The flags a CLI takes to restrict its tools; each list is passed as one `FLAG=a,b`
+/// argument. `None`: the CLI has no such flag (a list for it is refused).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolFlags {
+    /// The flag that lists the tools the agent may use (claude: `--allowedTools`).
+    pub allowed: Option<String>,
+    /// The flag that lists the tools it may not use (claude: `--disallowedTools`).
+    pub disallowed: Option<String>,
+}
+
+/// Home-relative paths a sandboxed CLI never sees (besides the host's working directory and
+/// the factory's own state and config directories): keys and credentials of other tools.
+pub const DEFAULT_HIDDEN: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".password-store",
+    ".local/state/factory",
+    ".config/factory",
+];
+
 /// How an agent-CLI backend is set up.
 #[derive(Debug, Clone)]
 pub struct AgentCliConfig {
@@ -76,6 +123,28 @@ pub struct AgentCliConfig {
     pub credits_per_cost_nano: u64,
     /// Stdout beyond this many bytes is an error (stderr is cut silently).
     pub max_output_bytes: usize,
+    /// Where the child runs (default: inside bubblewrap).
+    pub sandbox: SandboxMode,
+    /// The bubblewrap program (default `bwrap`, looked up on PATH).
+    pub bwrap: PathBuf,
+    /// Paths (relative to the home directory, or absolute) the sandboxed CLI may write: its
+    /// own config and session state (the preset's, e.g. `.claude` and `.claude.json`).
+    pub writable: Vec<PathBuf>,
+    /// Paths (relative to the home directory, or absolute) hidden from the sandboxed CLI,
+    /// besides [`DEFAULT_HIDDEN`].
+    pub hidden: Vec<PathBuf>,
+    /// Directories the run was granted (read-only): set per run by
+    /// [`AgentBackend::with_grants`].
+    pub grants: Vec<PathBuf>,
+    /// The tools the agent may use (passed with [`ToolFlags::allowed`]); empty: no flag.
+    pub allowed_tools: Vec<String>,
+    /// The tools the agent may not use (passed with [`ToolFlags::disallowed`]).
+    pub disallowed_tools: Vec<String>,
+    /// The CLI's tool-restriction flags (the preset's).
+    pub tool_flags: ToolFlags,
+    /// The flag that lets the CLI's own file tools reach a directory outside its working
+    /// directory, passed as `FLAG=DIR` for each grant (claude and copilot: `--add-dir`).
+    pub grant_flag: Option<String>,
 }
 
 /// A preset name `cli:` does not know, or a generic preset with no command.
@@ -87,11 +156,29 @@ pub enum CliPresetError {
     /// `generic` needs a command from the config file.
     #[error("the `generic` agent CLI needs a `command` in factory.toml")]
     NoCommand,
+    /// A tool restriction the CLI has no flag for (it would be silently ignored).
+    #[error("agent CLI `{name}` has no flag to pass `{field}` (see README, \"Restricting an agent CLI's tools\"); remove it, or set `{field}_flag` for a CLI that has one")]
+    NoToolFlag { name: String, field: &'static str },
+    /// A tool name that is empty, starts with `-`, or holds a comma or a control character.
+    #[error("agent CLI `{name}`: tool name {tool:?} refused (empty, starts with `-`, or holds a comma or a control character)")]
+    BadTool { name: String, tool: String },
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
+
+fn paths(items: &[&str]) -> Vec<PathBuf> {
+    items.iter().map(PathBuf::from).collect()
+}
+
+fn flags(allowed: Option<&str>, disallowed: Option<&str>) -> ToolFlags {
+    ToolFlags { allowed: allowed.map(str::to_string), disallowed: disallowed.map(str::to_string) }
+}
+
+/// The copilot preset's `-p` text: it names the prompt's file, never the prompt.
+const COPILOT_PROMPT: &str =
+    "Your task is in the file {prompt_file}. Read that file and do exactly what it says; your reply is your final answer.";
 
 impl AgentCliConfig {
     /// A config running `command` with plain text output and the defaults.
@@ -109,11 +196,24 @@ impl AgentCliConfig {
             pricing: Pricing::default(),
             credits_per_cost_nano: super::pricing::NANO_PER_CREDIT,
             max_output_bytes: 16 << 20,
+            sandbox: SandboxMode::Bubblewrap,
+            bwrap: PathBuf::from("bwrap"),
+            writable: Vec::new(),
+            hidden: Vec::new(),
+            grants: Vec::new(),
+            allowed_tools: Vec::new(),
+            disallowed_tools: Vec::new(),
+            tool_flags: ToolFlags::default(),
+            grant_flag: None,
         }
     }
 
-    /// A preset's config: `claude` (`claude -p --output-format json`), `codex` (`codex exec`),
-    /// `copilot` (`copilot -p`), `gemini` (`gemini`, prompt on stdin); `generic` has no command.
+    /// A preset's config: `claude` (`claude -p --output-format json`, prompt on stdin, tools
+    /// via `--allowedTools`/`--disallowedTools`, writes `~/.claude` and `~/.claude.json`),
+    /// `codex` (`codex exec -`, prompt on stdin, no tool flags, writes `~/.codex`), `copilot`
+    /// (`copilot -p` naming a 0600 file that holds the prompt, tools via
+    /// `--allow-tool`/`--deny-tool`, writes `~/.copilot`), `gemini` (`gemini`, prompt on stdin,
+    /// `--allowed-tools` only, writes `~/.gemini`); `generic` has no command.
     pub fn preset(preset: &str) -> Result<Self, CliPresetError> {
         let name = format!("cli:{preset}");
         let config = match preset {
@@ -127,17 +227,26 @@ impl AgentCliConfig {
                     cost: Some("total_cost_usd".into()),
                     is_error: Some("is_error".into()),
                 }),
+                writable: paths(&[".claude", ".claude.json"]),
+                tool_flags: flags(Some("--allowedTools"), Some("--disallowedTools")),
+                grant_flag: Some("--add-dir".into()),
                 ..AgentCliConfig::generic(name, strings(&["claude", "-p", "--output-format", "json"]))
             },
             "codex" => AgentCliConfig {
                 model_args: strings(&["-m", "{model}"]),
                 env: strings(&["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"]),
+                writable: paths(&[".codex"]),
                 ..AgentCliConfig::generic(name, strings(&["codex", "exec", "-"]))
             },
             "copilot" => AgentCliConfig {
                 model_args: strings(&["--model", "{model}"]),
                 env: strings(&["GH_TOKEN", "GITHUB_TOKEN", "COPILOT_GITHUB_TOKEN", "XDG_CONFIG_HOME"]),
-                ..AgentCliConfig::generic(name, strings(&["copilot", "-p", "{prompt}"]))
+                writable: paths(&[".copilot"]),
+                tool_flags: flags(Some("--allow-tool"), Some("--deny-tool")),
+                grant_flag: Some("--add-dir".into()),
+                // Copilot CLI takes its prompt only as `-p TEXT`; argv is readable by every
+                // local user, so the text only names the private file that holds the prompt.
+                ..AgentCliConfig::generic(name, strings(&["copilot", "-p", COPILOT_PROMPT]))
             },
             "gemini" => AgentCliConfig {
                 model_args: strings(&["-m", "{model}"]),
@@ -148,6 +257,8 @@ impl AgentCliConfig {
                     "GOOGLE_APPLICATION_CREDENTIALS",
                     "GOOGLE_GENAI_USE_VERTEXAI",
                 ]),
+                writable: paths(&[".gemini"]),
+                tool_flags: flags(Some("--allowed-tools"), None),
                 // Gemini CLI reads a piped stdin as its prompt (non-interactive mode).
                 ..AgentCliConfig::generic(name, strings(&["gemini"]))
             },
@@ -157,9 +268,70 @@ impl AgentCliConfig {
         Ok(config)
     }
 
-    /// Whether the prompt goes into an argument (`{prompt}` in the template) or on stdin.
+    /// Whether the prompt goes into an argument (`{prompt}` in the template: visible to every
+    /// local user in `ps`) rather than on stdin or in a file.
     pub fn prompt_in_args(&self) -> bool {
         self.command.iter().any(|a| a.contains("{prompt}"))
+    }
+
+    /// Whether the prompt goes into a private file whose path is `{prompt_file}` (then, as with
+    /// `{prompt}`, stdin is not used).
+    pub fn prompt_in_file(&self) -> bool {
+        self.command.iter().any(|a| a.contains("{prompt_file}"))
+    }
+
+    /// The tool-restriction arguments (`FLAG=a,b`), checked.
+    pub fn tool_args(&self) -> Result<Vec<String>, CliPresetError> {
+        let mut args = Vec::new();
+        let lists = [
+            ("allowed_tools", &self.allowed_tools, &self.tool_flags.allowed),
+            ("disallowed_tools", &self.disallowed_tools, &self.tool_flags.disallowed),
+        ];
+        for (field, tools, flag) in lists {
+            if tools.is_empty() {
+                continue;
+            }
+            let Some(flag) = flag else { return Err(CliPresetError::NoToolFlag { name: self.name.clone(), field }) };
+            if let Some(bad) = tools
+                .iter()
+                .find(|t| t.trim().is_empty() || t.starts_with('-') || t.contains(',') || t.chars().any(char::is_control))
+            {
+                return Err(CliPresetError::BadTool { name: self.name.clone(), tool: bad.clone() });
+            }
+            args.push(format!("{flag}={}", tools.join(",")));
+        }
+        Ok(args)
+    }
+
+    /// One line for consent prompts: what runs the subagents, and with what reach.
+    pub fn describe(&self) -> String {
+        let mut tools = String::new();
+        if !self.allowed_tools.is_empty() {
+            tools.push_str(&format!("; tools allowed: {}", self.allowed_tools.join(", ")));
+        }
+        if !self.disallowed_tools.is_empty() {
+            tools.push_str(&format!("; tools denied: {}", self.disallowed_tools.join(", ")));
+        }
+        match self.sandbox {
+            SandboxMode::Bubblewrap => {
+                let writable: Vec<String> = self.writable.iter().map(|p| format!("~/{}", p.display())).collect();
+                let workdir = match &self.cwd {
+                    Some(dir) => format!("working directory {} (writable)", dir.display()),
+                    None => "a scratch working directory".to_string(),
+                };
+                format!(
+                    "{} (an agent CLI with tools, sandboxed by bubblewrap: {workdir}, the grants read-only, \
+                     system and home read-only{}, network allowed{tools})",
+                    self.name,
+                    if writable.is_empty() { String::new() } else { format!(" except {}", writable.join(" ")) },
+                )
+            }
+            SandboxMode::None => format!(
+                "{} (an agent CLI with tools, NOT sandboxed: it runs as you in {}, with your files, tools and network{tools})",
+                self.name,
+                self.cwd.as_ref().map_or("the working directory".to_string(), |d| d.display().to_string()),
+            ),
+        }
     }
 }
 
@@ -174,6 +346,7 @@ impl AgentCli {
         if config.command.is_empty() {
             return Err(CliPresetError::NoCommand);
         }
+        config.tool_args()?;
         Ok(AgentCli { config: Arc::new(config) })
     }
 
@@ -190,7 +363,27 @@ impl AgentBackend for AgentCli {
 
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
         let config = self.config.clone();
-        Box::pin(async move { run(&config, &request).await })
+        Box::pin(async move {
+            // A CLI's stderr can echo the keys it was given: mask their values, and the
+            // credential patterns, before the message reaches an envelope or a journal.
+            let secrets: Vec<String> = config
+                .env
+                .iter()
+                .filter(|var| ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|w| var.to_ascii_uppercase().contains(w)))
+                .filter_map(|var| std::env::var(var).ok())
+                .collect();
+            let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+            run(&config, &request).await.map_err(|e| super::redact::redact_error(e, &secrets))
+        })
+    }
+
+    fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
+        let grants = grants.iter().map(PathBuf::from).collect();
+        Some(Arc::new(AgentCli { config: Arc::new(AgentCliConfig { grants, ..(*self.config).clone() }) }))
+    }
+
+    fn describe(&self) -> String {
+        self.config.describe()
     }
 
     fn unpriced(&self, model: Option<&str>) -> Option<String> {
@@ -328,9 +521,15 @@ async fn read_capped(mut pipe: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, 
     }
 }
 
-/// Substitute `{prompt}` and `{model}` in one pass, so text inside the prompt is never
-/// substituted again (a prompt containing `{model}` stays as it is).
+/// [`fill_with`] without a prompt file.
+#[cfg(test)]
 fn fill(template: &str, prompt: &str, model: Option<&str>) -> String {
+    fill_with(template, prompt, None, model)
+}
+
+/// Substitute `{prompt}`, `{prompt_file}` and `{model}` in one pass, so text inside the
+/// prompt is never substituted again (a prompt containing `{model}` stays as it is).
+fn fill_with(template: &str, prompt: &str, prompt_file: Option<&str>, model: Option<&str>) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(at) = rest.find('{') {
@@ -338,6 +537,9 @@ fn fill(template: &str, prompt: &str, model: Option<&str>) -> String {
         let tail = &rest[at..];
         if let Some(after) = tail.strip_prefix("{prompt}") {
             out.push_str(prompt);
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("{prompt_file}") {
+            out.push_str(prompt_file.unwrap_or(""));
             rest = after;
         } else if let Some(after) = tail.strip_prefix("{model}") {
             out.push_str(model.unwrap_or(""));
@@ -367,6 +569,181 @@ fn check_model(who: &str, model: &str) -> Result<(), BackendError> {
     Ok(())
 }
 
+/// A private directory (0700) for one spawn: the sandboxed CLI's working directory and the
+/// home of its prompt file; removed with everything in it when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(who: &str) -> Result<Self, BackendError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let path = base.join(format!("factory-agent-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::DirBuilder::new().mode(0o700).create(&path).map_err(|e| {
+            BackendError::outage(
+                OutageKind::Unavailable,
+                format!("{who}: cannot create a scratch directory in {}: {e}", base.display()),
+            )
+        })?;
+        // Mounted by its real path, so it is the same inside the sandbox and out.
+        let path = std::fs::canonicalize(&path).unwrap_or(path);
+        Ok(Scratch(path))
+    }
+
+    /// Write `prompt` to a new 0600 file in the scratch directory.
+    fn prompt_file(&self, who: &str, prompt: &str) -> Result<PathBuf, BackendError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.0.join("prompt.md");
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut file| file.write_all(prompt.as_bytes()));
+        written.map_err(|e| {
+            BackendError::outage(OutageKind::Unavailable, format!("{who}: cannot write the prompt file: {e}"))
+        })?;
+        Ok(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The system directories a sandboxed CLI sees, read-only (those that exist).
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+    "/snap",
+    "/run/systemd/resolve",
+    "/run/resolvconf",
+];
+
+/// `program` as an absolute path: as given when it holds a `/`, else found on `path`.
+fn resolve_program(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    if program.contains('/') {
+        return std::path::absolute(program).ok().filter(|p| p.is_file());
+    }
+    std::env::split_paths(path?).map(|dir| dir.join(program)).find(|candidate| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// What a sandboxed spawn's mounts depend on.
+struct Layout<'a> {
+    config: &'a AgentCliConfig,
+    /// `$HOME`, when set.
+    home: Option<PathBuf>,
+    /// The host's working directory (canonical), hidden unless granted.
+    host_cwd: Option<PathBuf>,
+    /// The CLI itself, bound read-only when it lies outside what the sandbox shows.
+    program: &'a Path,
+    scratch: &'a Path,
+}
+
+impl Layout<'_> {
+    /// Whether `path` lies in a tree the sandbox mounts (system directories, home).
+    fn visible(&self, path: &Path) -> bool {
+        SYSTEM_DIRS.iter().any(|d| path.starts_with(d)) || self.home.as_ref().is_some_and(|h| path.starts_with(h))
+    }
+
+    fn in_home(&self, path: &Path) -> Option<PathBuf> {
+        if path.is_absolute() {
+            Some(path.to_path_buf())
+        } else {
+            self.home.as_ref().map(|h| h.join(path))
+        }
+    }
+
+    /// The `bwrap` arguments before `--` and the command.
+    fn args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = Vec::new();
+        let mut push = |items: &[&std::ffi::OsStr]| args.extend(items.iter().map(|s| s.to_os_string()));
+        let os = |s: &'static str| std::ffi::OsStr::new(s);
+        push(&[
+            os("--die-with-parent"),
+            os("--new-session"),
+            os("--unshare-pid"),
+            os("--unshare-ipc"),
+            os("--unshare-uts"),
+            os("--unshare-cgroup-try"),
+            os("--cap-drop"),
+            os("ALL"),
+        ]);
+        for &dir in SYSTEM_DIRS {
+            push(&[os("--ro-bind-try"), os(dir), os(dir)]);
+        }
+        push(&[os("--dev"), os("/dev"), os("--proc"), os("/proc"), os("--tmpfs"), os("/tmp")]);
+        if let Some(home) = &self.home {
+            push(&[os("--ro-bind-try"), home.as_os_str(), home.as_os_str()]);
+        }
+        // Hidden: other tools' keys, the factory's own state, and the host's working directory.
+        let mut hidden: Vec<PathBuf> = DEFAULT_HIDDEN.iter().filter_map(|p| self.in_home(Path::new(p))).collect();
+        hidden.extend(self.config.hidden.iter().filter_map(|p| self.in_home(p)));
+        hidden.extend(crate::access::default_state_dir().ok());
+        hidden.extend(crate::access::user_config_dir().ok());
+        hidden.extend(self.host_cwd.clone());
+        let mut hidden: Vec<PathBuf> = hidden.iter().filter_map(|p| std::fs::canonicalize(p).ok()).collect();
+        hidden.sort();
+        hidden.dedup();
+        for real in hidden {
+            if !self.visible(&real) || real == Path::new("/") {
+                continue;
+            }
+            match std::fs::metadata(&real) {
+                // An empty directory nobody in the sandbox can write (it has no capabilities).
+                Ok(m) if m.is_dir() => push(&[os("--perms"), os("0555"), os("--tmpfs"), real.as_os_str()]),
+                Ok(_) => push(&[os("--ro-bind"), os("/dev/null"), real.as_os_str()]),
+                Err(_) => {}
+            }
+        }
+        for path in self.config.writable.iter().filter_map(|p| self.in_home(p)) {
+            push(&[os("--bind-try"), path.as_os_str(), path.as_os_str()]);
+        }
+        let masked = |p: &Path| self.host_cwd.as_ref().is_some_and(|cwd| p.starts_with(cwd));
+        if !self.visible(self.program) || masked(self.program) {
+            push(&[os("--ro-bind"), self.program.as_os_str(), self.program.as_os_str()]);
+        }
+        for (index, grant) in self.config.grants.iter().enumerate() {
+            let inside = OsString::from(crate::sandbox::grant_mount_point(index));
+            push(&[os("--ro-bind"), grant.as_os_str(), grant.as_os_str()]);
+            push(&[os("--ro-bind"), grant.as_os_str(), inside.as_os_str()]);
+        }
+        if let Some(dir) = &self.config.cwd {
+            push(&[os("--bind"), dir.as_os_str(), dir.as_os_str()]);
+        }
+        push(&[os("--bind"), self.scratch.as_os_str(), self.scratch.as_os_str()]);
+        let workdir = self.config.cwd.as_deref().unwrap_or(self.scratch);
+        push(&[os("--chdir"), workdir.as_os_str()]);
+        args
+    }
+}
+
+/// A bubblewrap that is not there: a backend failure naming what to install.
+fn no_bubblewrap(who: &str, bwrap: &Path, why: &str) -> BackendError {
+    BackendError::outage(
+        OutageKind::NotInstalled,
+        format!(
+            "{who}: bubblewrap (`{}`), which sandboxes agent CLIs, {why}: install it (Debian/Ubuntu: \
+             `apt install bubblewrap`), or run this backend unsandboxed with `sandbox = \"none\"` in its \
+             factory.toml entry (see README, \"Security model\")",
+            bwrap.display()
+        ),
+    )
+}
+
 async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentReply, BackendError> {
     let who = &config.name;
     let prompt = prompt_with_schema(&user_prompt(request), request.schema.as_ref());
@@ -381,18 +758,58 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
             prompt.len()
         )));
     }
-    let mut argv: Vec<String> = config.command.iter().map(|a| fill(a, &prompt, model.as_deref())).collect();
-    if let Some(model) = model.as_deref() {
-        argv.extend(config.model_args.iter().map(|a| fill(a, &prompt, Some(model))));
+    let tool_args = config.tool_args().map_err(|e| BackendError::outage(OutageKind::Misconfigured, e.to_string()))?;
+    // Declared before the guard, so it is removed after the child is gone.
+    let scratch = Scratch::new(who)?;
+    let prompt_file = match config.prompt_in_file() {
+        true => Some(scratch.prompt_file(who, &prompt)?.display().to_string()),
+        false => None,
+    };
+    let fill = |a: &String| fill_with(a, &prompt, prompt_file.as_deref(), model.as_deref());
+    let mut argv: Vec<String> = config.command.iter().map(fill).collect();
+    if model.is_some() {
+        argv.extend(config.model_args.iter().map(fill));
+    }
+    argv.extend(tool_args);
+    if let Some(flag) = &config.grant_flag {
+        argv.extend(config.grants.iter().map(|dir| format!("{flag}={}", dir.display())));
     }
     let Some((program, args)) = argv.split_first() else {
         return Err(BackendError::outage(OutageKind::Misconfigured, format!("{who}: empty command")));
     };
-    let on_stdin = !config.prompt_in_args();
+    let on_stdin = !config.prompt_in_args() && !config.prompt_in_file();
+    let host_path = std::env::var_os("PATH");
 
-    let mut command = Command::new(program);
+    let mut command = match config.sandbox {
+        SandboxMode::None => {
+            let mut command = Command::new(program);
+            command.args(args);
+            if let Some(dir) = &config.cwd {
+                command.current_dir(dir);
+            }
+            command
+        }
+        SandboxMode::Bubblewrap => {
+            let bwrap = resolve_program(&config.bwrap.to_string_lossy(), host_path.as_deref())
+                .ok_or_else(|| no_bubblewrap(who, &config.bwrap, "is not installed (not found on PATH)"))?;
+            let resolved = resolve_program(program, host_path.as_deref()).ok_or_else(|| {
+                BackendError::outage(OutageKind::NotInstalled, format!("{who}: cannot start `{program}`: not found"))
+            })?;
+            let layout = Layout {
+                config,
+                home: std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute()),
+                host_cwd: std::env::current_dir().ok().and_then(|d| std::fs::canonicalize(d).ok()),
+                program: &resolved,
+                scratch: &scratch.0,
+            };
+            let mut command = Command::new(&bwrap);
+            command.args(layout.args()).arg("--").arg(&resolved).args(args);
+            // bwrap itself starts in a neutral directory; the CLI's is set with --chdir.
+            command.current_dir("/");
+            command
+        }
+    };
     command
-        .args(args)
         .env_clear()
         .stdin(if on_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
@@ -404,15 +821,13 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
             command.env(var, value);
         }
     }
-    if let Some(dir) = &config.cwd {
-        command.current_dir(dir);
-    }
     let mut child = command.spawn().map_err(|e| {
+        let missing = matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied);
+        if config.sandbox == SandboxMode::Bubblewrap && missing {
+            return no_bubblewrap(who, &config.bwrap, &format!("cannot be started ({e})"));
+        }
         // A CLI that is missing or not executable fails every call alike: a backend failure.
-        let kind = match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => OutageKind::NotInstalled,
-            _ => OutageKind::Unavailable,
-        };
+        let kind = if missing { OutageKind::NotInstalled } else { OutageKind::Unavailable };
         BackendError::outage(kind, format!("{who}: cannot start `{program}`: {e}"))
     })?;
     let pgid = child
@@ -473,6 +888,17 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
     let (stderr, _) = err_task.await.unwrap_or_default();
     let stderr = String::from_utf8_lossy(&stderr);
     if !status.success() {
+        // bwrap reports its own failures (no user namespaces, a mount it cannot make) as
+        // `bwrap: ...` on stderr: the sandbox could not start, so no answer was given.
+        if config.sandbox == SandboxMode::Bubblewrap {
+            if let Some(line) = stderr.trim_start().lines().next().filter(|l| l.starts_with("bwrap: ")) {
+                let line: String = line.chars().take(300).collect();
+                return Err(BackendError::outage(
+                    OutageKind::Misconfigured,
+                    format!("{who}: the bubblewrap sandbox could not start: {line}"),
+                ));
+            }
+        }
         let tail: String = {
             let t = stderr.trim();
             let skip = t.chars().count().saturating_sub(500);
@@ -583,6 +1009,29 @@ mod tests {
         assert_eq!(fill("--m={model}:{prompt}", "p", Some("m")), "--m=m:p");
         assert_eq!(pointer("usage.input_tokens"), "/usage/input_tokens");
         assert_eq!(pointer("/a/0"), "/a/0");
+    }
+
+    #[test]
+    fn no_preset_puts_the_prompt_in_argv_and_tool_lists_need_a_flag() {
+        for preset in PRESETS.iter().filter(|p| **p != "generic") {
+            let config = AgentCliConfig::preset(preset).unwrap();
+            assert!(!config.prompt_in_args(), "{preset} puts the prompt in argv");
+            assert_eq!(config.sandbox, SandboxMode::Bubblewrap, "{preset} is sandboxed by default");
+        }
+        assert!(AgentCliConfig::preset("copilot").unwrap().prompt_in_file());
+        assert_eq!(fill_with("see {prompt_file}.", "p", Some("/s/prompt.md"), None), "see /s/prompt.md.");
+        let claude = AgentCliConfig {
+            allowed_tools: vec!["Read".into(), "Bash(git log:*)".into()],
+            disallowed_tools: vec!["WebFetch".into()],
+            ..AgentCliConfig::preset("claude").unwrap()
+        };
+        assert_eq!(claude.tool_args().unwrap(), ["--allowedTools=Read,Bash(git log:*)", "--disallowedTools=WebFetch"]);
+        let codex = AgentCliConfig { allowed_tools: vec!["x".into()], ..AgentCliConfig::preset("codex").unwrap() };
+        assert!(matches!(AgentCli::new(codex), Err(CliPresetError::NoToolFlag { field: "allowed_tools", .. })));
+        for bad in ["", "-x", "a,b", "a\nb"] {
+            let config = AgentCliConfig { disallowed_tools: vec![bad.into()], ..AgentCliConfig::preset("claude").unwrap() };
+            assert!(matches!(config.tool_args(), Err(CliPresetError::BadTool { .. })), "{bad:?}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `usage.input_tokens/output_tokens`; retries follow the shared [`RetryPolicy`].
 
 use super::http::{self, HttpReply, RetryPolicy};
+use super::redact;
 use super::openai::non_empty_env;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
@@ -24,7 +25,7 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub const RESPOND_TOOL: &str = "respond";
 
 /// How an Anthropic backend is set up.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AnthropicConfig {
     /// The backend's name in progress output and errors.
     pub name: String,
@@ -46,6 +47,24 @@ pub struct AnthropicConfig {
     pub pricing: Pricing,
     /// Retries and timeouts.
     pub retry: RetryPolicy,
+}
+
+/// Never prints the key (`api_key: Some("***")`) or credentials in the base URL.
+impl std::fmt::Debug for AnthropicConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicConfig")
+            .field("name", &self.name)
+            .field("base_url", &redact::redact(&self.base_url, &[]))
+            .field("api_key", &self.api_key.as_ref().map(|_| redact::MASK))
+            .field("api_key_var", &self.api_key_var)
+            .field("model", &self.model)
+            .field("system_prompt", &self.system_prompt)
+            .field("max_tokens", &self.max_tokens)
+            .field("use_tool", &self.use_tool)
+            .field("pricing", &self.pricing)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl AnthropicConfig {
@@ -106,7 +125,12 @@ impl AgentBackend for Anthropic {
 
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
         let inner = self.inner.clone();
-        Box::pin(async move { inner.call(&request).await })
+        Box::pin(async move {
+            // Failure messages reach envelopes and journals: no key, no credentials in URLs
+            // or in what the server echoed.
+            let key = inner.config.api_key.as_deref().unwrap_or("");
+            inner.call(&request).await.map_err(|e| redact::redact_error(e, &[key]))
+        })
     }
 
     fn reference(&self) -> BackendRef {

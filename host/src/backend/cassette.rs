@@ -286,6 +286,19 @@ impl AgentBackend for Cassette {
         self.live.as_ref().and_then(|live| live.unpriced(model))
     }
 
+    fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
+        let live = self.live.as_ref()?.with_grants(grants)?;
+        Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone() }))
+    }
+
+    fn describe(&self) -> String {
+        match &self.live {
+            Some(live) if self.replay.is_some() => format!("replay, then {}", live.describe()),
+            Some(live) => live.describe(),
+            None => self.name(),
+        }
+    }
+
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
         let live = self.live.clone();
         let replay = self.replay.clone();

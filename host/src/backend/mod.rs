@@ -11,11 +11,15 @@ mod openai;
 pub mod pricing;
 mod prompting;
 pub mod recorded;
+pub mod redact;
 mod reference;
 pub mod router;
 mod script;
 
-pub use agent_cli::{group_alive, AgentCli, AgentCliConfig, CliPresetError, JsonOutput, OutputMode, PRESETS};
+pub use agent_cli::{
+    group_alive, AgentCli, AgentCliConfig, CliPresetError, JsonOutput, OutputMode, SandboxMode, ToolFlags,
+    DEFAULT_HIDDEN, PRESETS,
+};
 pub use anthropic::{Anthropic, AnthropicConfig, DEFAULT_ANTHROPIC_BASE_URL};
 pub use cassette::{Cassette, CassetteError};
 pub use dry_run::DryRun;
@@ -181,6 +185,19 @@ pub trait AgentBackend: Send + Sync + 'static {
     /// refuses to spawn on an unpriced model (fail-closed).
     fn unpriced(&self, _model: Option<&str>) -> Option<String> {
         None
+    }
+
+    /// This backend for a run granted `grants` (canonical read-only directories): a backend
+    /// whose spawns see files (an agent CLI) shows them those; `None` (the default): grants
+    /// change nothing for it.
+    fn with_grants(&self, _grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
+        None
+    }
+
+    /// One line for the consent prompt: what runs the subagents and with what reach
+    /// (default: the name).
+    fn describe(&self) -> String {
+        self.name()
     }
 }
 

@@ -6,6 +6,7 @@
 //! the backend's [`Pricing`]. Retries and timeouts follow the backend's [`RetryPolicy`].
 
 use super::http::{self, HttpReply, RetryPolicy};
+use super::redact;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind};
@@ -40,7 +41,7 @@ impl StructuredMode {
 }
 
 /// How an OpenAI-compatible backend is set up.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OpenAiConfig {
     /// The backend's name in progress output and errors.
     pub name: String,
@@ -62,6 +63,24 @@ pub struct OpenAiConfig {
     pub pricing: Pricing,
     /// Retries and timeouts.
     pub retry: RetryPolicy,
+}
+
+/// Never prints the key (`api_key: Some("***")`) or credentials in the base URL.
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("name", &self.name)
+            .field("base_url", &redact::redact(&self.base_url, &[]))
+            .field("api_key", &self.api_key.as_ref().map(|_| redact::MASK))
+            .field("api_key_var", &self.api_key_var)
+            .field("model", &self.model)
+            .field("system_prompt", &self.system_prompt)
+            .field("max_tokens", &self.max_tokens)
+            .field("structured", &self.structured)
+            .field("pricing", &self.pricing)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl OpenAiConfig {
@@ -127,7 +146,12 @@ impl AgentBackend for OpenAi {
 
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
         let inner = self.inner.clone();
-        Box::pin(async move { inner.call(&request).await })
+        Box::pin(async move {
+            // Failure messages reach envelopes and journals: no key, no credentials in URLs
+            // or in what the server echoed.
+            let key = inner.config.api_key.as_deref().unwrap_or("");
+            inner.call(&request).await.map_err(|e| redact::redact_error(e, &[key]))
+        })
     }
 
     fn reference(&self) -> BackendRef {

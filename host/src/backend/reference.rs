@@ -63,4 +63,13 @@ impl AgentBackend for Identified {
     fn unpriced(&self, model: Option<&str>) -> Option<String> {
         self.inner.unpriced(model)
     }
+
+    fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
+        let inner = self.inner.with_grants(grants)?;
+        Some(Arc::new(Identified { inner, reference: self.reference.clone() }))
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
 }

@@ -72,6 +72,20 @@ impl AgentBackend for Router {
         let (backend, model) = self.route(model);
         backend.unpriced(model.as_deref())
     }
+
+    fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
+        let granted = |b: &Arc<dyn AgentBackend>| b.with_grants(grants).unwrap_or_else(|| b.clone());
+        let routes = self.routes.iter().map(|r| Route { backend: granted(&r.backend), ..r.clone() }).collect();
+        Some(Arc::new(Router::new(granted(&self.default), routes)))
+    }
+
+    fn describe(&self) -> String {
+        let mut text = self.default.describe();
+        for route in &self.routes {
+            text.push_str(&format!("; models `{}` go to {}", route.pattern, route.backend.describe()));
+        }
+        text
+    }
 }
 
 #[cfg(test)]

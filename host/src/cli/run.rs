@@ -116,7 +116,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         let backend = a.out.backend.remote_choice()?;
         let component = remote_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
         let yes = &a.consent.yes;
-        let approved = trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants)).await?;
+        let shown = trust::remote_backend(&backend);
+        let approved = trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants), &shown).await?;
         let declined = approved.is_none();
         let request = Request::Run {
             session: g.session.clone(),
@@ -142,7 +143,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         None => host.chosen_backend(&a.out.backend.choice())?,
     };
     let factory = load(&host, &a.target, &target::BuildConsent::new(g, a.consent.yes.yes)).await?;
-    if !trust::consent(g, &a.consent.yes, &a.target, &factory, &limits, Some(&grants)).await? {
+    if !trust::consent(g, &a.consent.yes, &a.target, &factory, &limits, Some(&grants), &backend.describe()).await? {
         let options = RunOptions { args, limits, session: Some(g.session.clone()), grants, ..Default::default() };
         return trust::decline(&host, &factory, options, a.out.json, events.as_ref()).await;
     }
@@ -178,7 +179,8 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
         let approved = match &component {
             Some(file) => {
                 let source = file.display().to_string();
-                match trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None).await? {
+                let shown = trust::remote_backend(&backend);
+                match trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None, &shown).await? {
                     Some(key) => Some(key),
                     None => {
                         eprintln!("factory: not resumed: the component was declined");
@@ -206,7 +208,16 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
         Some(path) => {
             let file = target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?;
             let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
-            if !trust::consent(g, &a.yes, &file.display().to_string(), &factory, &limits, None).await? {
+            // The backend the resume will use: --backend, else the one the run recorded.
+            let name = match &a.out.backend.backend {
+                Some(name) => Some(name.clone()),
+                None => host.envelope(&g.session, &a.run_id).ok().and_then(|e| e.backend).map(|b| b.name),
+            };
+            let shown = match name {
+                Some(name) => config.run_backend(Some(&name), None).map_or(format!("`{name}`"), |b| b.describe()),
+                None => "the backend the run recorded".to_string(),
+            };
+            if !trust::consent(g, &a.yes, &file.display().to_string(), &factory, &limits, None, &shown).await? {
                 eprintln!("factory: not resumed: the component was declined");
                 return Ok(ExitCode::from(1));
             }

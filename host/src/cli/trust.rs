@@ -169,6 +169,7 @@ async fn ask(
     source: &str,
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
+    backend: &str,
 ) -> Result<bool> {
     let meta = &factory.meta;
     let effective = meta.limits.overridden_by(overrides);
@@ -214,6 +215,7 @@ async fn ask(
             }
         }
     }
+    text.push_str(&format!("  backend:  its subagents will run with {}\n", esc(backend)));
     text.push_str("  It runs in the same sandbox either way; approving only lets it start.\n");
     text.push_str("Run it? [y/N] ");
     eprint!("{text}");
@@ -243,7 +245,8 @@ pub fn trust_check(g: &GlobalArgs) -> factory_host::control::TrustCheck {
 }
 
 /// Does the user consent to running `factory` (named `source` on the command line) with
-/// `overrides` and `grants` (`None`: the run's recorded ones)? `Ok(false)`: declined at the
+/// `overrides` and `grants` (`None`: the run's recorded ones), its subagents on `backend`
+/// (a description, shown)? `Ok(false)`: declined at the
 /// prompt; `Err`: consent is needed and cannot be asked for (exit 2).
 pub async fn consent(
     g: &GlobalArgs,
@@ -252,13 +255,14 @@ pub async fn consent(
     factory: &Factory,
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
+    backend: &str,
 ) -> Result<bool> {
     // Bad input is reported as such, before any question of trust.
     factory.meta.limits.overridden_by(overrides).validate()?;
     if settled(g, yes, &target::trust_key(factory), source, Some(&factory.meta.name))? {
         return Ok(true);
     }
-    ask(g, factory, source, overrides, grants).await
+    ask(g, factory, source, overrides, grants, backend).await
 }
 
 /// [`consent`] for a run handed to the process holding the store: `component` is an
@@ -271,6 +275,7 @@ pub async fn consent_remote(
     component: &Target,
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
+    backend: &str,
 ) -> Result<Option<String>> {
     let consented = |yes: bool, key: String| if yes { Some(key) } else { None };
     let path = match component {
@@ -283,7 +288,7 @@ pub async fn consent_remote(
             if settled(g, yes, &key, source, Some(&factory.meta.name))? {
                 return Ok(Some(key));
             }
-            return Ok(consented(ask(g, &factory, source, overrides, grants).await?, key));
+            return Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, key));
         }
         Target::File(path) => path.as_path(),
         Target::Registered(name) => {
@@ -311,7 +316,15 @@ pub async fn consent_remote(
     }
     let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
     let factory = host.load_bytes(&bytes).await.with_context(|| format!("loading {}", path.display()))?;
-    Ok(consented(ask(g, &factory, source, overrides, grants).await?, hash))
+    Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, hash))
+}
+
+/// How the consent prompt names a backend the process holding the store builds.
+pub fn remote_backend(choice: &factory_host::BackendChoice) -> String {
+    match &choice.name {
+        Some(name) => format!("`{name}` as the process holding the store configures it"),
+        None => "the default backend of the process holding the store".to_string(),
+    }
 }
 
 /// Consent again before a resume runs a run's recorded component: one built here or trusted

@@ -1,0 +1,489 @@
+//! Agent-CLI subagents and backend credentials (issue 20), through the real `factory` binary
+//! and real child processes: fake agent CLIs (shell scripts, found by their preset's name on
+//! PATH or named by a `command`) run inside bubblewrap by default, see a scratch working
+//! directory and the run's grants but not the host's working directory, cannot write the
+//! home directory, and never get the prompt in argv; a missing `bwrap` fails the spawn as a
+//! `not_installed` backend failure; the consent prompt names the backend; API keys stay out
+//! of `Debug` output, and a server echoing a key or a URL's credentials puts neither into
+//! the envelope or the store.
+
+mod common;
+
+use factory_host::backend::{AnthropicConfig, OpenAiConfig};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// bubblewrap must be installed: these tests are about it.
+fn require_bwrap() {
+    let found = Command::new("bwrap").arg("--version").output().is_ok_and(|o| o.status.success());
+    assert!(found, "bubblewrap (`bwrap`) is needed for the agent-CLI sandbox tests: install it (apt install bubblewrap)");
+}
+
+/// Write an executable shell script.
+fn script(path: &Path, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_path_buf()
+}
+
+/// A config file of the user's own (0600, as the host requires).
+fn config_file(path: &Path, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.to_path_buf()
+}
+
+/// `factory run probe` (case `memo`: its first spawn's reply is `result.first`) in
+/// `workdir` with `home` as HOME, on `backend` from `config`, plus `extra` arguments.
+fn run_probe(workdir: &Path, home: &Path, state: &Path, config: &Path, backend: &str, extra: &[&str]) -> Command {
+    let probe = common::component("probe");
+    let mut args = vec!["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"memo"}"#, "--json", "--quiet"];
+    args.extend(["--backend", backend, "--config", config.to_str().unwrap()]);
+    args.extend(extra);
+    let mut cmd = common::factory_cmd(state, &args);
+    cmd.current_dir(workdir).env("HOME", home);
+    cmd
+}
+
+fn output(mut cmd: Command) -> (Output, Value) {
+    let out = cmd.output().expect("the factory binary starts");
+    let envelope = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, envelope)
+}
+
+fn first_reply(out: &Output, envelope: &Value) -> String {
+    envelope["result"]["first"].as_str().map(str::to_string).unwrap_or_else(|| {
+        panic!("no reply: {envelope}\nstdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), common::stderr(out))
+    })
+}
+
+#[test]
+fn a_sandboxed_agent_cli_sees_a_scratch_dir_and_its_grants_but_not_the_working_directory() {
+    require_bwrap();
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    // The working directory lies inside the home directory, which the sandbox shows
+    // read-only: the working directory itself must still be hidden.
+    let project = home.join("work/project");
+    let grant = root.path().join("granted");
+    let other = root.path().join("other");
+    let tools = root.path().join("tools");
+    for dir in [&project, &grant, &other, &tools, &home.join(".ssh")] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(project.join("secret.txt"), "project secret").unwrap();
+    std::fs::write(home.join("notes.txt"), "home notes").unwrap();
+    std::fs::write(home.join(".ssh/id_test"), "private key").unwrap();
+    std::fs::write(other.join("secret.txt"), "other secret").unwrap();
+    std::fs::write(grant.join("data.txt"), "granted data").unwrap();
+    let (p, h, o, g) = (project.display(), home.display(), other.display(), grant.display());
+    let agent = script(
+        &tools.join("agent.sh"),
+        &format!(
+            r#"cat > /dev/null
+check() {{ if sh -c "$2" >/dev/null 2>&1; then printf '%s=yes ' "$1"; else printf '%s=no ' "$1"; fi; }}
+check scratch-write 'touch ./scratch-file'
+check cwd-read 'cat {p}/secret.txt'
+check cwd-write 'touch {p}/from-agent'
+check home-read 'cat {h}/notes.txt'
+check home-write 'touch {h}/from-agent'
+check ssh-read 'cat {h}/.ssh/id_test'
+check other-read 'cat {o}/secret.txt'
+check grant-read 'cat {g}/data.txt'
+check grant-alias-read 'cat /grant/0/data.txt'
+check grant-write 'touch {g}/from-agent'
+printf 'pwd=%s' "$(pwd)""#
+        ),
+    );
+    let config = config_file(
+        &root.path().join("factory.toml"),
+        &format!(
+            "[backends.agent]\nkind = \"cli\"\ncommand = [\"{}\"]\n",
+            agent.display()
+        ),
+    );
+    let state = root.path().join("state");
+    let (out, envelope) =
+        output(run_probe(&project, &home, &state, &config, "agent", &["--allow-read", grant.to_str().unwrap()]));
+    let reply = first_reply(&out, &envelope);
+    let (checks, pwd) = reply.rsplit_once("pwd=").unwrap_or_else(|| panic!("{reply}"));
+    assert_eq!(
+        checks.trim(),
+        "scratch-write=yes cwd-read=no cwd-write=no home-read=yes home-write=no ssh-read=no \
+         other-read=no grant-read=yes grant-alias-read=yes grant-write=no",
+        "what the sandboxed agent could do"
+    );
+    let pwd = PathBuf::from(pwd.trim());
+    assert!(pwd.is_absolute() && !pwd.starts_with(&project) && pwd != project, "it ran in {}", pwd.display());
+    assert!(!pwd.exists(), "the scratch directory {} was removed after the spawn", pwd.display());
+    for path in [project.join("from-agent"), home.join("from-agent"), grant.join("from-agent")] {
+        assert!(!path.exists(), "{} was written", path.display());
+    }
+}
+
+#[test]
+fn without_bubblewrap_a_sandboxed_agent_cli_is_a_not_installed_backend_failure() {
+    let root = tempfile::tempdir().unwrap();
+    let marker = root.path().join("ran-unsandboxed");
+    let agent = script(&root.path().join("agent.sh"), &format!("cat > /dev/null; touch {}; echo hi", marker.display()));
+    let config = config_file(
+        &root.path().join("factory.toml"),
+        &format!("[backends.agent]\nkind = \"cli\"\ncommand = [\"{}\"]\n", agent.display()),
+    );
+    let mut cmd = run_probe(root.path(), root.path(), &root.path().join("state"), &config, "agent", &[]);
+    // No directory on PATH holds `bwrap`.
+    cmd.env("PATH", root.path().join("empty-bin"));
+    let (out, envelope) = output(cmd);
+    assert_eq!(out.status.code(), Some(1), "{envelope}\n{}", common::stderr(&out));
+    assert_eq!(envelope["failure"]["type"], "backend", "{envelope}");
+    assert_eq!(envelope["failure"]["kind"], "not_installed", "{envelope}");
+    let message = envelope["failure"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("bubblewrap") && message.contains("sandbox = \"none\""), "{message}");
+    assert!(!marker.exists(), "the agent ran without the sandbox");
+}
+
+/// A fake agent CLI for every preset name: it replies with its argv, the prompt it got (on
+/// stdin, or from the file an argument names) and that file's mode; `claude` in JSON.
+const FAKE_PRESET: &str = r#"name=$(basename "$0")
+args="$*"
+file=$(printf '%s\n' "$@" | grep -o '/[^ ]*/prompt\.md' | head -n 1)
+if [ -n "$file" ]; then prompt=$(cat "$file"); mode=$(stat -c %a "$file"); else prompt=$(cat); mode=none; fi
+if touch "$HOME/.$name/written" 2>/dev/null; then state=yes; else state=no; fi
+if touch "$HOME/written" 2>/dev/null; then home=yes; else home=no; fi
+reply="argv=[$args] state-write=$state home-write=$home prompt=[$prompt] file-mode=$mode"
+if [ "$name" = claude ]; then
+  escaped=$(printf '%s' "$reply" | tr '\n' ' ' | sed 's/\\/\\\\/g; s/"/\\"/g')
+  printf '{"type":"result","is_error":false,"result":"%s"}\n' "$escaped"
+else
+  printf '%s\n' "$reply"
+fi"#;
+
+#[test]
+fn no_preset_puts_the_prompt_in_argv_and_tool_restrictions_become_the_presets_flags() {
+    require_bwrap();
+    let root = tempfile::tempdir().unwrap();
+    let bin = root.path().join("bin");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&bin).unwrap();
+    for name in ["claude", "codex", "copilot", "gemini"] {
+        script(&bin.join(name), FAKE_PRESET);
+        std::fs::create_dir_all(home.join(format!(".{name}"))).unwrap();
+    }
+    let config = config_file(
+        &root.path().join("factory.toml"),
+        r#"
+[backends.claude-tools]
+kind = "cli"
+preset = "claude"
+allowed_tools = ["Read", "Bash(git log:*)"]
+disallowed_tools = ["WebFetch"]
+
+[backends.copilot-tools]
+kind = "cli"
+preset = "copilot"
+allowed_tools = ["shell(git)"]
+disallowed_tools = ["shell(rm)"]
+
+[backends.gemini-tools]
+kind = "cli"
+preset = "gemini"
+allowed_tools = ["read_file"]
+
+[backends.codex-tools]
+kind = "cli"
+preset = "codex"
+allowed_tools = ["anything"]
+"#,
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let state = root.path().join("state");
+    let cases = [
+        ("cli:claude", "", "none"),
+        ("cli:codex", "", "none"),
+        ("cli:copilot", "", "600"),
+        ("cli:gemini", "", "none"),
+        ("claude-tools", "--allowedTools=Read,Bash(git log:*) --disallowedTools=WebFetch", "none"),
+        ("copilot-tools", "--allow-tool=shell(git) --deny-tool=shell(rm)", "600"),
+        ("gemini-tools", "--allowed-tools=read_file", "none"),
+    ];
+    // The built-in presets with an empty config: they need none.
+    let empty = config_file(&root.path().join("empty.toml"), "");
+    let grant = root.path().join("granted");
+    std::fs::create_dir_all(&grant).unwrap();
+    let granted = grant.canonicalize().unwrap();
+    for (backend, flags, mode) in cases {
+        let file = if backend.starts_with("cli:") { &empty } else { &config };
+        let mut cmd = run_probe(root.path(), &home, &state, file, backend, &["--allow-read", grant.to_str().unwrap()]);
+        cmd.env("PATH", &path);
+        let (out, envelope) = output(cmd);
+        let reply = first_reply(&out, &envelope);
+        let argv = reply.split(" state-write=").next().unwrap_or_default();
+        assert!(!argv.contains("find a bug"), "{backend}: the prompt is in argv: {reply}");
+        assert!(reply.contains("prompt=[find a bug]"), "{backend}: the prompt did not arrive: {reply}");
+        assert!(reply.ends_with(&format!("file-mode={mode}")), "{backend}: {reply}");
+        // Its own config directory is writable, the rest of the home directory is not.
+        assert!(reply.contains("state-write=yes home-write=no"), "{backend}: {reply}");
+        assert!(!home.join("written").exists());
+        // Claude Code and Copilot CLI are told they may read the grants.
+        let add = match backend.contains("claude") || backend.contains("copilot") {
+            true => format!(" --add-dir={}", granted.display()),
+            false => String::new(),
+        };
+        assert!(argv.ends_with(&format!("{flags}{add}]")), "{backend}: tool and grant flags: {reply}");
+    }
+    // Codex has no tool-restriction flag: the restriction is refused, never silently dropped.
+    let mut cmd = run_probe(root.path(), &home, &state, &config, "codex-tools", &[]);
+    cmd.env("PATH", &path);
+    let (out, _) = output(cmd);
+    assert!(!out.status.success());
+    assert!(common::stderr(&out).contains("has no flag to pass `allowed_tools`"), "{}", common::stderr(&out));
+}
+
+/// Run `cmd` on a pseudo-terminal (python3's `pty`), answer "n" to the consent question,
+/// and return everything it printed.
+fn on_a_terminal(cmd: &Command) -> String {
+    const DRIVER: &str = r#"
+import os, pty, select, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+out, answered = b"", False
+while True:
+    ready, _, _ = select.select([fd], [], [], 120)
+    if not ready:
+        break
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+    if not answered and b"[y/N]" in out:
+        os.write(fd, b"n\n")
+        answered = True
+os.waitpid(pid, 0)
+sys.stdout.write(out.decode("utf-8", "replace"))
+"#;
+    let mut driver = Command::new("python3");
+    driver.arg("-c").arg(DRIVER).arg(cmd.get_program()).args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => driver.env(key, value),
+            None => driver.env_remove(key),
+        };
+    }
+    let out = driver.output().expect("python3 runs (it drives a pseudo-terminal for the consent prompt)");
+    assert!(out.status.success(), "the pty driver failed: {}", common::stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_consent_prompt_names_the_backend_its_subagents_run_with() {
+    let root = tempfile::tempdir().unwrap();
+    let probe = common::component("probe");
+    let state = root.path().join("state");
+    let args = ["run", probe.to_str().unwrap(), "--args", r#"{"case":"memo"}"#, "--backend", "cli:claude"];
+    let mut cmd = common::factory_cmd(&state, &args);
+    cmd.current_dir(root.path());
+    let shown = on_a_terminal(&cmd);
+    assert!(shown.contains("Run it? [y/N]"), "no consent prompt: {shown}");
+    assert!(
+        shown.contains("its subagents will run with cli:claude (an agent CLI with tools, sandboxed by bubblewrap"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn api_keys_never_appear_in_the_configs_debug_output() {
+    let key = "sk-debug-0123456789";
+    let openai = OpenAiConfig {
+        api_key: Some(key.into()),
+        ..OpenAiConfig::new("o", "https://user:url-secret-42@api.example.com/v1")
+    };
+    let anthropic = AnthropicConfig { api_key: Some(key.into()), ..AnthropicConfig::new("a", "https://api.example.com") };
+    for shown in [format!("{openai:?}"), format!("{anthropic:?}"), format!("{openai:#?}")] {
+        assert!(!shown.contains(key) && !shown.contains("url-secret-42"), "{shown}");
+        assert!(shown.contains("api_key: Some(\"***\")") || shown.contains("api_key: Some(\n"), "{shown}");
+    }
+}
+
+/// An HTTP server on 127.0.0.1 that answers every request with `status` and `body`.
+fn echoing_server(status: u16, body: String) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut request = vec![0u8; length];
+            let _ = reader.read_exact(&mut request);
+            let reply = format!(
+                "HTTP/1.1 {status} Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = reader.get_mut().write_all(reply.as_bytes());
+        }
+    });
+    port
+}
+
+/// Every file under `dir`, as bytes.
+fn all_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                files.push((path, bytes));
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn a_server_echoing_the_key_or_url_credentials_puts_neither_into_the_envelope_or_the_store() {
+    let key = "sk-echo-SECRET-7f3a9c";
+    let url_secret = "pw-URL-SECRET-55e1";
+    let body = format!(
+        r#"{{"error":{{"message":"no such model for key {key}; you sent Authorization: Bearer {key}"}}}}"#
+    );
+    // 404: a backend failure whose message names the base URL; 400: an ordinary failure of
+    // the call, journaled.
+    for status in [404u16, 400] {
+        let port = echoing_server(status, body.clone());
+        let root = tempfile::tempdir().unwrap();
+        let state = root.path().join("state");
+        let probe = common::component("probe");
+        let args = [
+            "run",
+            probe.to_str().unwrap(),
+            "--yes",
+            "--args",
+            r#"{"case":"memo"}"#,
+            "--json",
+            "--quiet",
+            "--backend",
+            "openai",
+            "--model",
+            "m",
+        ];
+        let mut cmd = common::factory_cmd(&state, &args);
+        cmd.current_dir(root.path())
+            .env("OPENAI_API_KEY", key)
+            .env("OPENAI_BASE_URL", format!("http://alice:{url_secret}@127.0.0.1:{port}/v1"));
+        let (out, envelope) = output(cmd);
+        let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), common::stderr(&out));
+        if status == 404 {
+            assert_eq!(envelope["failure"]["kind"], "model_not_found", "{printed}");
+            let message = envelope["failure"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains("HTTP 404") && message.contains("no such model"), "{message}");
+            assert!(message.contains("http://***@127.0.0.1"), "the base URL is shown without its credentials: {message}");
+        } else {
+            assert_eq!(envelope["status"], "completed", "{printed}");
+        }
+        assert!(!printed.contains(key) && !printed.contains(url_secret), "HTTP {status}: printed: {printed}");
+        // Also what `factory progress` shows of the run.
+        let run_id = envelope["runId"].as_str().unwrap_or_default().to_string();
+        let progress = common::factory_in(&state, &["progress", &run_id, "--json"]);
+        let shown = format!("{}{}", String::from_utf8_lossy(&progress.stdout), common::stderr(&progress));
+        assert!(!shown.contains(key) && !shown.contains(url_secret), "HTTP {status}: progress: {shown}");
+        for (path, bytes) in all_bytes(&state) {
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(!text.contains(key) && !text.contains(url_secret), "HTTP {status}: {} holds a credential", path.display());
+        }
+    }
+}
+
+/// Host pids of processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            !matches!(stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z') | None)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_sandboxed_agent_that_times_out_is_killed_with_everything_it_started() {
+    use factory_host::backend::{AgentBackend, AgentCli, AgentCliConfig, AgentRequest};
+    use std::sync::Arc;
+    use std::time::Duration;
+    require_bwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("{}", 900_000 + std::process::id() % 10_000);
+    let agent = script(&dir.path().join("stubborn.sh"), &format!("trap '' TERM\nsleep {marker} &\nwait"));
+    let config = AgentCliConfig {
+        timeout: Some(Duration::from_millis(500)),
+        grace: Duration::from_millis(500),
+        ..AgentCliConfig::generic("cli:stubborn", vec![agent.display().to_string()])
+    };
+    let backend = AgentCli::new(config).unwrap();
+    let request = AgentRequest {
+        prompt: "hi".into(),
+        label: None,
+        model: None,
+        schema: None,
+        attempt: 0,
+        feedback: None,
+    };
+    let started = async {
+        for _ in 0..1000 {
+            if !processes_running(&["sleep", &marker]).is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the sandboxed agent never started its sleep");
+    };
+    let (outcome, ()) = futures::join!(backend.call(Arc::new(request)), started);
+    let err = outcome.unwrap_err();
+    assert!(err.message().contains("timed out"), "{err}");
+    for _ in 0..1000 {
+        if processes_running(&["sleep", &marker]).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the agent's background sleep outlived the call: {:?}", processes_running(&["sleep", &marker]));
+}
+
+#[tokio::test]
+async fn a_sandbox_that_cannot_start_is_a_backend_failure_not_an_answer() {
+    use factory_host::backend::{AgentBackend, AgentCli, AgentCliConfig, AgentRequest, OutageKind};
+    require_bwrap();
+    // bwrap cannot mount a working directory that does not exist, and says so on stderr.
+    let config = AgentCliConfig {
+        cwd: Some(PathBuf::from("/nonexistent/factory-agent-cwd")),
+        ..AgentCliConfig::generic("cli:nowhere", vec!["sh".into(), "-c".into(), "echo ran".into()])
+    };
+    let request = AgentRequest { prompt: "hi".into(), label: None, model: None, schema: None, attempt: 0, feedback: None };
+    let err = AgentCli::new(config).unwrap().call(std::sync::Arc::new(request)).await.unwrap_err();
+    assert_eq!(err.outage_kind(), Some(OutageKind::Misconfigured), "{err}");
+    assert!(err.message().contains("the bubblewrap sandbox could not start: bwrap: "), "{err}");
+}
