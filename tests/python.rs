@@ -2,9 +2,12 @@
 //! `.py` files with componentize-py (each built once per test binary, then cached by source
 //! hash), every ctx function of the Python SDK, null-on-failure, abort propagation, a
 //! Python exception, build errors, the WASI sandbox, hostile Python (a spin, a memory bomb)
-//! and a resume after `kill -9` that repeats no journaled backend call.
+//! and a resume after `kill -9` that repeats no journaled backend call; the build sandbox
+//! (import-time code writes nothing outside the build's output, no build without `bwrap`)
+//! and the private, ownership-checked build cache.
 //!
-//! Needs `componentize-py` on PATH (`.ci/run` installs the pinned version).
+//! Needs `componentize-py` and `bwrap` on PATH (`.ci/run` installs the pinned version and
+//! bubblewrap).
 
 mod common;
 
@@ -449,4 +452,331 @@ fn kill_9_mid_fan_out_then_resume_repeats_no_journaled_backend_call() {
         .unwrap() as usize;
     assert!(replayed >= journaled.len(), "every journaled call replayed ({replayed})");
     assert_eq!(replayed + spawned.len(), n, "each item replayed or spawned exactly once");
+}
+
+/// `factory build SOURCE` with its own (fresh) build cache `cache`, so it surely builds.
+fn build_with_cache(state: &Path, cache: &Path, source: &Path) -> Output {
+    factory_cmd(state, &["build", source.to_str().unwrap()])
+        .env("FACTORY_CACHE_DIR", cache)
+        .output()
+        .expect("the factory binary starts")
+}
+
+/// The host Python's package directories a Python build could reach: `site.getsitepackages()`,
+/// the user site and the directory holding componentize-py's package (those that exist).
+fn host_python_dirs() -> Vec<PathBuf> {
+    let code = "import json, os, site, componentize_py\n\
+                dirs = list(site.getsitepackages()) + [site.getusersitepackages()]\n\
+                dirs.append(os.path.dirname(os.path.dirname(os.path.abspath(componentize_py.__file__))))\n\
+                print(json.dumps(dirs))";
+    let out = std::process::Command::new("python3")
+        .args(["-c", code])
+        .output()
+        .expect("python3 runs (componentize-py needs it too)");
+    assert!(
+        out.status.success(),
+        "finding site-packages and componentize-py's package failed (install it: pip install componentize-py==0.25.1): {}",
+        stderr(&out)
+    );
+    let dirs: Vec<PathBuf> = serde_json::from_slice(&out.stdout).expect("a JSON list of directories");
+    let mut found: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        let Ok(dir) = dir.canonicalize() else { continue };
+        if dir.is_dir() && !found.iter().any(|f| dir.starts_with(f)) {
+            found.retain(|f| !f.starts_with(&dir));
+            found.push(dir);
+        }
+    }
+    assert!(!found.is_empty(), "no site-packages directory found");
+    found
+}
+
+/// Every entry under `dir`, symlinks not followed: relative path → kind, mode and the sha256
+/// of a file's bytes (a symlink's target).
+fn tree_digest(dir: &Path) -> std::collections::BTreeMap<PathBuf, String> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        let entries = match std::fs::read_dir(&current) {
+            Ok(entries) => entries,
+            Err(e) => {
+                out.insert(current.clone(), format!("unreadable: {e}"));
+                continue;
+            }
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(dir).unwrap_or(&path).to_path_buf();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            let mode = meta.permissions().mode();
+            let kind = meta.file_type();
+            let summary = if kind.is_symlink() {
+                format!("link {mode:o} {:?}", std::fs::read_link(&path).ok())
+            } else if kind.is_dir() {
+                stack.push(path.clone());
+                format!("dir {mode:o}")
+            } else if kind.is_file() {
+                match std::fs::read(&path) {
+                    Ok(bytes) => format!("file {mode:o} {}", hex::encode(Sha256::digest(&bytes))),
+                    Err(e) => format!("file {mode:o} unreadable: {e}"),
+                }
+            } else {
+                format!("other {mode:o}")
+            };
+            out.insert(rel, summary);
+        }
+    }
+    out
+}
+
+/// The paths under `dir` (recursively when `deep`) whose name contains `marker`.
+fn marked(dir: &Path, marker: &str, deep: bool) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().contains(marker) {
+            found.push(path.clone());
+        }
+        if deep && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(marked(&path, marker, true));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_python_build_writes_nothing_outside_its_output() {
+    // The factory's module top level runs at build time (componentize-py snapshots it): here it
+    // tries to drop a file (and a directory) into every sys.path entry, the host's
+    // site-packages by their real paths, its working directory, `/`, `/tmp` and $HOME.
+    let sites = host_python_dirs();
+    let before: Vec<_> = sites.iter().map(|d| tree_digest(d)).collect();
+    let marker = format!("zz_factory_probe_{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    let mut named: Vec<String> = sites.iter().map(|d| d.display().to_string()).collect();
+    named.extend([common::test_home(), home.clone(), std::env::temp_dir(), dir.path().to_path_buf()].iter().map(|d| d.display().to_string()));
+    let source = dir.path().join("writer.py");
+    std::fs::write(
+        &source,
+        format!(
+            "# {unique}\nimport os, sys\nfrom factory_sdk import Ctx, factory\n\n\
+             MARKER = {marker:?}\nNAMED = {named}\n\
+             attempted, written = [], []\n\
+             for d in list(sys.path) + ['', '.', '/', '/tmp', os.environ.get('HOME') or '/root', os.path.expanduser('~')] + NAMED:\n\
+             \x20   for path, make in ((os.path.join(d or '.', MARKER + '.txt'), 'file'), (os.path.join(d or '.', MARKER + '_dir'), 'dir')):\n\
+             \x20       attempted.append(path)\n\
+             \x20       try:\n\
+             \x20           if make == 'file':\n\
+             \x20               with open(path, 'w') as f:\n\
+             \x20                   f.write('written at build time\\n')\n\
+             \x20           else:\n\
+             \x20               os.mkdir(path)\n\
+             \x20           written.append(path)\n\
+             \x20       except OSError:\n\
+             \x20           pass\n\n\
+             @factory(name='writer', description='writes at import time')\n\
+             async def run(ctx: Ctx) -> object:\n\
+             \x20   return {{'attempted': len(attempted), 'written': written}}\n",
+            unique = uuid_like(),
+            named = serde_json::to_string(&named).unwrap(),
+        ),
+    )
+    .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let out = build_with_cache(state.path(), cache.path(), &source);
+
+    // Whatever happened, take every probe file away from the host again before judging.
+    let mut leaked: Vec<PathBuf> = sites.iter().flat_map(|d| marked(d, &marker, true)).collect();
+    leaked.extend(marked(dir.path(), &marker, true));
+    leaked.extend(marked(cache.path(), &marker, true));
+    for shallow in [common::test_home(), home, std::env::temp_dir(), PathBuf::from("/tmp"), PathBuf::from("/")] {
+        leaked.extend(marked(&shallow, &marker, false));
+    }
+    let after: Vec<_> = sites.iter().map(|d| tree_digest(d)).collect();
+    for path in &leaked {
+        let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path));
+    }
+    assert!(leaked.is_empty(), "the build's import-time code wrote outside its output: {leaked:#?}");
+    for ((site, before), after) in sites.iter().zip(&before).zip(&after) {
+        let changed: Vec<_> = after.iter().filter(|(path, digest)| before.get(*path) != Some(digest)).map(|(p, _)| p).collect();
+        let gone: Vec<_> = before.keys().filter(|path| !after.contains_key(*path)).collect();
+        assert!(changed.is_empty() && gone.is_empty(), "{} changed: {changed:?}, removed: {gone:?}", site.display());
+    }
+    // The build succeeded (a write refused is an OSError the module caught) and the
+    // import-time code did run: its snapshot counted the attempts.
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("in a sandbox"), "{}", stderr(&out));
+    let component = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(component.starts_with(cache.path()), "{component:?}");
+    let (out, envelope, _state) = run(&component, json!({}), &[]);
+    assert!(out.status.success(), "{}\n{envelope:#}", stderr(&out));
+    let attempted = envelope["result"]["attempted"].as_u64().unwrap_or(0);
+    assert!(attempted as usize >= 2 * (named.len() + 6), "{envelope:#}");
+}
+
+/// The mode bits of `path` (symlinks not followed).
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o7777
+}
+
+#[test]
+fn the_python_build_cache_and_temp_files_are_private_and_a_loose_entry_is_not_trusted() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("private_probe.py");
+    std::fs::write(&source, format!("# {}\n{}", uuid_like(), std::fs::read_to_string(probe_py()).unwrap())).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let cache_root = tempfile::tempdir().unwrap();
+    let cache = cache_root.path().join("cache");
+    let tmp = tempfile::tempdir().unwrap();
+
+    // The build's temporary directory, watched while it exists: the directories `factory`
+    // makes there are 0700 and the files it writes 0600 (componentize-py's own, under `out/`
+    // and `scratch/`, are inside those 0700 directories).
+    let mut child = factory_cmd(state.path(), &["build", source.to_str().unwrap()])
+        .env("FACTORY_CACHE_DIR", &cache)
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the factory binary starts");
+    let mut seen: std::collections::BTreeMap<PathBuf, u32> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the build hangs");
+        for build in marked(tmp.path(), "factory-pybuild-", false) {
+            let mut stack = vec![build.clone()];
+            if let Ok(meta) = std::fs::symlink_metadata(&build) {
+                seen.insert(PathBuf::from("."), meta.permissions().mode() & 0o7777);
+            }
+            while let Some(d) = stack.pop() {
+                for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    let rel = path.strip_prefix(&build).unwrap_or(&path).to_path_buf();
+                    let theirs = rel.starts_with("out") || rel.starts_with("scratch");
+                    let ours = !theirs || rel == Path::new("out") || rel == Path::new("scratch");
+                    let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+                    if ours {
+                        seen.insert(rel, meta.permissions().mode() & 0o7777);
+                    }
+                    if meta.is_dir() && !theirs {
+                        stack.push(path);
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let component = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    for must in [".", "wit", "wit/factory.wit", "sdk", "sdk/factory_sdk/__init__.py", "src/private_probe.py", "out", "scratch"] {
+        assert!(seen.contains_key(Path::new(must)), "{must} seen in the build's temporary directory: {seen:#?}");
+    }
+    for (path, mode) in &seen {
+        let want = if path.extension().is_some() { 0o600 } else { 0o700 };
+        assert_eq!(*mode, want, "{} in the build's temporary directory is {mode:o}: {seen:#?}", path.display());
+    }
+    assert!(marked(tmp.path(), "factory-pybuild-", false).is_empty(), "the temporary directory is removed");
+
+    // The cache: directories 0700, files 0600, no partial file left.
+    let python = cache.join("python");
+    assert_eq!(component.parent(), Some(python.as_path()));
+    assert_eq!(mode(&cache), 0o700);
+    assert_eq!(mode(&python), 0o700);
+    assert_eq!(mode(&component), 0o600);
+    assert_eq!(mode(&component.with_extension("version")), 0o600);
+    let names: Vec<String> = std::fs::read_dir(&python).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 2, "the component and its version only: {names:?}");
+    let good = std::fs::read(&component).unwrap();
+
+    // A cached component someone else could have written (group-writable) is not used: it is
+    // built again and replaced by a private file.
+    std::fs::write(&component, b"planted").unwrap();
+    std::fs::set_permissions(&component, std::fs::Permissions::from_mode(0o620)).unwrap();
+    let out = build_with_cache(state.path(), &cache, &source);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not using the cached") && stderr(&out).contains("writable by group or others"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("building"), "{}", stderr(&out));
+    assert_eq!(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()), component);
+    assert_ne!(std::fs::read(&component).unwrap(), b"planted");
+    assert_eq!(mode(&component), 0o600);
+
+    // Nor is a symlink, nor a file of another owner (which only root can plant).
+    std::fs::remove_file(&component).unwrap();
+    let elsewhere = dir.path().join("elsewhere.wasm");
+    std::fs::write(&elsewhere, &good).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &component).unwrap();
+    let out = build_with_cache(state.path(), &cache, &source);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not using the cached") && stderr(&out).contains("not a regular file"), "{}", stderr(&out));
+    assert!(!std::fs::symlink_metadata(&component).unwrap().file_type().is_symlink());
+    if nix::unistd::geteuid().is_root() {
+        std::fs::write(&component, b"planted by uid 65534").unwrap();
+        std::os::unix::fs::chown(&component, Some(65534), Some(65534)).unwrap();
+        let out = build_with_cache(state.path(), &cache, &source);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stderr(&out).contains("not using the cached") && stderr(&out).contains("owned by uid 65534"), "{}", stderr(&out));
+        assert_ne!(std::fs::read(&component).unwrap(), b"planted by uid 65534");
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&component).unwrap()), 0);
+    } else {
+        eprintln!("note: not root, so no file of another owner can be planted; that case is not exercised here");
+    }
+
+    // A cache directory anyone can write is refused outright: not read, not written.
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = build_with_cache(state.path(), &cache, &source);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("the Python build cache `{}` is writable by group or others", python.display())),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A cache hit still works with nothing but the cache (the mode is fixed).
+    let out = build_with_cache(state.path(), &cache, &source);
+    assert!(out.status.success() && !stderr(&out).contains("building"), "{}", stderr(&out));
+}
+
+/// The componentize-py script itself (its shebang names its Python), not a shim that needs
+/// `PATH`.
+fn componentize_py_script() -> PathBuf {
+    let code = "import sysconfig, os\n\
+                for scheme in (None, os.name + '_user'):\n\
+                \x20   d = sysconfig.get_path('scripts') if scheme is None else sysconfig.get_path('scripts', scheme)\n\
+                \x20   p = os.path.join(d, 'componentize-py')\n\
+                \x20   if os.path.isfile(p):\n\
+                \x20       print(p)\n\
+                \x20       break\n";
+    let out = std::process::Command::new("python3").args(["-c", code]).output().expect("python3 runs");
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(path.is_file(), "componentize-py is not installed for python3: pip install componentize-py==0.25.1 ({})", stderr(&out));
+    path
+}
+
+#[test]
+fn without_bubblewrap_a_python_build_is_refused_naming_the_package() {
+    // componentize-py on PATH, bwrap not: the build is refused, never run unsandboxed.
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(componentize_py_script(), bin.path().join("componentize-py")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("unsandboxed.py");
+    std::fs::write(&source, format!("# {}\n{}", uuid_like(), std::fs::read_to_string(probe_py()).unwrap())).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let out = factory_cmd(state.path(), &["build", source.to_str().unwrap()])
+        .env("FACTORY_CACHE_DIR", cache.path())
+        .env("PATH", bin.path())
+        .output()
+        .expect("the factory binary starts");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("`bwrap` (bubblewrap) is not installed") && err.contains("apt-get install bubblewrap"), "{err}");
+    assert!(std::fs::read_dir(cache.path().join("python")).map_or(0, |d| d.count()) == 0, "nothing built");
 }

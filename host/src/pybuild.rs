@@ -1,27 +1,40 @@
 //! Python factories: `factory build x.py` (or a directory with an `app.py` or a
 //! `pyproject.toml`). The binary carries the Python SDK (`guest-sdk/python`) and the WIT; it
-//! writes them with the user's sources into a temporary directory and runs `componentize-py`
-//! (the one extra tool, installed by the user: `pip install componentize-py`), so nothing
-//! else is needed. The component is cached by a hash of everything that goes into it (the
-//! sources, the SDK, the WIT, the entry module and componentize-py's version): a second build
-//! of an unchanged factory is a file lookup.
+//! writes them with the user's sources into a private temporary directory (`0700`, files
+//! `0600`) and runs `componentize-py` (the one extra tool, installed by the user:
+//! `pip install componentize-py`), so nothing else is needed. The component is cached by a
+//! hash of everything that goes into it (the sources, the SDK, the WIT, the entry module):
+//! a second build of an unchanged factory is a file lookup, and only of a cache directory
+//! and file owned by us and writable by nobody else.
 //!
 //! Running `componentize-py` runs a local tool the user installed (found on `PATH`); it
 //! imports the factory's module at build time, inside its own WebAssembly interpreter, to
-//! snapshot it. No repository file chooses what is run.
+//! snapshot it, with the Python path's directories (ours and the host's `site-packages`)
+//! opened read-write to that code. So it runs inside an OS sandbox, bubblewrap (`bwrap`):
+//! the whole filesystem read-only, only the build's output directory and a scratch
+//! directory (its `TMPDIR`) writable, no network, its own pid/ipc/uts namespaces, a new
+//! session (no terminal), ended with us. Without `bwrap` a build that needs componentize-py
+//! is refused ([`PyBuildError::NoSandbox`]), never run unsandboxed. No repository file
+//! chooses what is run.
 //!
 //! Inside the component the SDK and the entry module live on the Python path at `/0/` and
 //! the user's sources at `/1/`; the SDK shows the latter by their path in the project in
 //! tracebacks.
 
 use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::access::{check_owned_private, create_private_dir};
 use crate::builder::Built;
 
 /// The tool that builds Python components.
 pub const COMPONENTIZE_PY: &str = "componentize-py";
+
+/// The OS sandbox componentize-py runs in (bubblewrap).
+pub const BWRAP: &str = "bwrap";
 
 /// The version of componentize-py the SDK is tested with (what `.ci/run` installs).
 pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
@@ -50,6 +63,17 @@ pub enum PyBuildError {
     /// componentize-py is not installed (or not on `PATH`).
     #[error("`componentize-py` is not installed (or not on PATH): install it with `pip install componentize-py=={COMPONENTIZE_PY_VERSION}`")]
     Missing,
+    /// bubblewrap, the sandbox a build runs componentize-py in, is not installed.
+    #[error("`bwrap` (bubblewrap) is not installed (or not on PATH): a Python build runs the factory's import-time code, and `factory` runs it only inside that sandbox; install the package `bubblewrap` (Debian/Ubuntu: `sudo apt-get install bubblewrap`, Fedora: `sudo dnf install bubblewrap`)")]
+    NoSandbox,
+    /// bubblewrap is installed but could not set up the sandbox (e.g. user namespaces are
+    /// disabled on this machine).
+    #[error("bubblewrap could not set up the build sandbox (are unprivileged user namespaces enabled?):\n{0}")]
+    Sandbox(String),
+    /// The build cache directory is not ours alone: a component found there could be
+    /// anyone's, so it is neither used nor written.
+    #[error("the Python build cache `{path}` {problem}: refusing to use it (remove it, or make it yours with mode 0700)")]
+    UntrustedCache { path: String, problem: String },
     /// The file or directory is not a Python factory.
     #[error("`{0}` is not a Python factory (a `.py` file, or a directory with an `app.py` or a `pyproject.toml`)")]
     NotPython(String),
@@ -236,13 +260,14 @@ fn cache_key(project: &PyProject) -> Result<String, PyBuildError> {
     Ok(hex::encode(hash.finalize()))
 }
 
-/// A temporary directory removed when dropped.
+/// A private temporary directory (`0700`, a fresh name, never an existing one), removed
+/// when dropped.
 struct TempDir(PathBuf);
 
 impl TempDir {
     fn new() -> Result<Self, PyBuildError> {
         let dir = std::env::temp_dir().join(format!("factory-pybuild-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io(&dir))?;
         Ok(TempDir(dir))
     }
 }
@@ -253,44 +278,146 @@ impl Drop for TempDir {
     }
 }
 
-fn write(path: &Path, contents: &[u8]) -> Result<(), PyBuildError> {
+/// Write a new file `path` with mode `0600` (its missing parent directories `0700`); an
+/// existing file (or a symlink planted there) is an error, never written through.
+fn write_new(path: &Path, contents: &[u8]) -> Result<(), PyBuildError> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io(parent))?;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent).map_err(io(parent))?;
     }
-    std::fs::write(path, contents).map_err(io(path))
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io(path))?;
+    file.write_all(contents).map_err(io(path))
+}
+
+/// The build cache directory `dir` (created `0700` if missing): refused unless it is a
+/// directory owned by us that nobody else can write.
+fn private_cache_dir(dir: &Path) -> Result<(), PyBuildError> {
+    create_private_dir(dir).map_err(io(dir))?;
+    let untrusted = |problem: String| PyBuildError::UntrustedCache { path: dir.display().to_string(), problem };
+    let meta = std::fs::symlink_metadata(dir).map_err(io(dir))?;
+    if !meta.file_type().is_dir() {
+        return Err(untrusted("is not a directory (a symlink?)".into()));
+    }
+    check_owned_private(&meta).map_err(untrusted)
+}
+
+/// What the build cache holds for a key.
+enum Cached {
+    /// Nothing.
+    Missing,
+    /// A regular file (not a symlink) owned by us that nobody else can write.
+    Trusted,
+    /// Something else, and what is wrong with it.
+    Untrusted(String),
+}
+
+/// May the cached component at `path` be used (its directory was checked by
+/// [`private_cache_dir`])?
+fn cached(path: &Path) -> Result<Cached, PyBuildError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Cached::Missing),
+        Err(e) => return Err(io(path)(e)),
+    };
+    if !meta.file_type().is_file() {
+        return Ok(Cached::Untrusted("is not a regular file".into()));
+    }
+    Ok(match check_owned_private(&meta) {
+        Ok(()) => Cached::Trusted,
+        Err(problem) => Cached::Untrusted(problem),
+    })
+}
+
+/// Put `bytes` at `path` in the cache: a `0600` file written beside it, then renamed over it
+/// (a concurrent build of the same key never sees half a file; an untrusted file there is
+/// replaced, not written through).
+fn install(path: &Path, bytes: &[u8]) -> Result<(), PyBuildError> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("component");
+    let partial = path.with_file_name(format!("{name}.{}.partial", uuid::Uuid::new_v4()));
+    if let Err(e) = write_new(&partial, bytes) {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    std::fs::rename(&partial, path).map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        io(path)(e)
+    })
+}
+
+/// The arguments that run a command in the build sandbox: everything read-only (`root`, the
+/// build's directory, bound again after `/dev` and `/proc` so a `TMPDIR` there still shows),
+/// `writable` (the output and scratch directories) read-write, `TMPDIR` the scratch
+/// directory, `root` the working directory; no network; its own pid, ipc and uts
+/// namespaces; a new session (no terminal to push input into); ended when we end.
+fn sandbox_args(root: &Path, writable: &[&Path], scratch: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> =
+        ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"].iter().map(Into::into).collect();
+    args.extend(["--ro-bind".into(), root.as_os_str().to_owned(), root.as_os_str().to_owned()]);
+    for dir in writable {
+        args.extend(["--bind".into(), dir.as_os_str().to_owned(), dir.as_os_str().to_owned()]);
+    }
+    args.extend(["--setenv".into(), "TMPDIR".into(), scratch.as_os_str().to_owned()]);
+    args.extend(["--chdir".into(), root.as_os_str().to_owned()]);
+    for flag in ["--unshare-all", "--die-with-parent", "--new-session", "--"] {
+        args.push(flag.into());
+    }
+    args
 }
 
 /// Build the Python factory at `path` (a `.py` file or a project directory) into
-/// `cache_dir/python/<key>.wasm` (the componentize-py version used in `<key>.version`), or
-/// return the cached component without running componentize-py. `say` receives one-line
-/// notes for the user.
+/// `cache_dir/python/<key>.wasm` (the componentize-py version used in `<key>.version`),
+/// running componentize-py in the build sandbox, or return the cached component without
+/// running anything. The cache directories must be ours and writable by nobody else (else
+/// [`PyBuildError::UntrustedCache`]); a cached file that is not (a symlink, another owner,
+/// group- or world-writable) is built again and replaced. `say` receives one-line notes
+/// for the user.
 pub fn build(path: &Path, cache_dir: &Path, say: &mut dyn FnMut(&str)) -> Result<Built, PyBuildError> {
     let project = project(path)?;
     let key = cache_key(&project)?;
+    private_cache_dir(cache_dir)?;
     let out_dir = cache_dir.join("python");
+    private_cache_dir(&out_dir)?;
     let component = out_dir.join(format!("{key}.wasm"));
-    if component.is_file() {
-        return Ok(Built { component, encoded: false });
+    match cached(&component)? {
+        Cached::Trusted => return Ok(Built { component, encoded: false }),
+        Cached::Missing => {}
+        Cached::Untrusted(problem) => {
+            say(&format!("not using the cached {} ({problem}): building it again", component.display()))
+        }
     }
     let version = tool_version()?;
-    say(&format!("building {} with {version} (about 20 s; cached afterwards)", path.display()));
+    say(&format!("building {} with {version} in a sandbox (about 20 s; cached afterwards)", path.display()));
     let tmp = TempDir::new()?;
     let wit_dir = tmp.0.join("wit");
-    write(&wit_dir.join("factory.wit"), WIT.as_bytes())?;
+    write_new(&wit_dir.join("factory.wit"), WIT.as_bytes())?;
     let sdk_dir = tmp.0.join("sdk");
     for (name, text) in SDK {
-        write(&sdk_dir.join(name), text.as_bytes())?;
+        write_new(&sdk_dir.join(name), text.as_bytes())?;
     }
-    write(&sdk_dir.join(format!("{ENTRY_MODULE}.py")), entry_source(&project.module).as_bytes())?;
+    write_new(&sdk_dir.join(format!("{ENTRY_MODULE}.py")), entry_source(&project.module).as_bytes())?;
     let src_dir = tmp.0.join("src");
-    std::fs::create_dir_all(&src_dir).map_err(io(&src_dir))?;
+    std::fs::DirBuilder::new().mode(0o700).create(&src_dir).map_err(io(&src_dir))?;
     for file in &project.files {
         let from = project.root.join(file);
         let bytes = std::fs::read(&from).map_err(io(&from))?;
-        write(&src_dir.join(file), &bytes)?;
+        write_new(&src_dir.join(file), &bytes)?;
     }
-    let built = tmp.0.join("factory.wasm");
-    let output = Command::new(COMPONENTIZE_PY)
+    // The only directories the build may write: its output and a scratch `TMPDIR`
+    // (componentize-py unpacks the standard library there). The sources, the SDK and the
+    // WIT beside them are read-only like everything else.
+    let built_dir = tmp.0.join("out");
+    let scratch = tmp.0.join("scratch");
+    for dir in [&built_dir, &scratch] {
+        std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(io(dir))?;
+    }
+    let built = built_dir.join("factory.wasm");
+    let output = Command::new(BWRAP)
+        .args(sandbox_args(&tmp.0, &[&built_dir, &scratch], &scratch))
+        .arg(COMPONENTIZE_PY)
         .arg("--quiet")
         .arg("-d")
         .arg(&wit_dir)
@@ -308,22 +435,25 @@ pub fn build(path: &Path, cache_dir: &Path, say: &mut dyn FnMut(&str)) -> Result
         .stdin(Stdio::null())
         .output()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => PyBuildError::Missing,
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => PyBuildError::NoSandbox,
             _ => PyBuildError::Tool { path: path.display().to_string(), output: e.to_string() },
         })?;
     if !output.status.success() || !built.is_file() {
-        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // bubblewrap's own failures (before componentize-py starts) are `bwrap: ...` lines.
+        if output.stdout.is_empty() && stderr.starts_with("bwrap:") {
+            return Err(PyBuildError::Sandbox(tail(&stderr, 10)));
+        }
+        let text = format!("{}{stderr}", String::from_utf8_lossy(&output.stdout));
         return Err(diagnose(&text, &display_root(path)).unwrap_or_else(|| PyBuildError::Tool {
             path: path.display().to_string(),
             output: tail(&text, 40),
         }));
     }
-    std::fs::create_dir_all(&out_dir).map_err(io(&out_dir))?;
-    // Write-then-rename: a concurrent build of the same key never sees half a file.
-    let partial = out_dir.join(format!("{key}.wasm.{}.partial", std::process::id()));
-    std::fs::copy(&built, &partial).map_err(io(&partial))?;
-    write(&out_dir.join(format!("{key}.version")), version.as_bytes())?;
-    std::fs::rename(&partial, &component).map_err(io(&component))?;
+    let bytes = std::fs::read(&built).map_err(io(&built))?;
+    // The version first: a component is never found without the version that built it.
+    install(&out_dir.join(format!("{key}.version")), version.as_bytes())?;
+    install(&component, &bytes)?;
     say(&format!(
         "built {}; its first compile takes several seconds (cached afterwards)",
         component.display()
@@ -387,6 +517,21 @@ mod tests {
         assert_eq!(headline, "examples/bad.py:3: SyntaxError: invalid syntax");
         assert!(detail.contains("File \"examples/bad.py\", line 3"), "{detail}");
         assert!(!detail.contains("Caused by"), "{detail}");
+    }
+
+    #[test]
+    fn the_sandbox_is_read_only_but_for_the_given_directories() {
+        let args = sandbox_args(Path::new("/t"), &[Path::new("/t/out"), Path::new("/t/scratch")], Path::new("/t/scratch"));
+        let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let text = args.join(" ");
+        // `/` read-only first; the later binds are mounted over it, the writable ones last.
+        assert!(
+            text.starts_with("--ro-bind / / --dev /dev --proc /proc --ro-bind /t /t --bind /t/out /t/out --bind /t/scratch /t/scratch "),
+            "{text}"
+        );
+        assert_eq!(args.iter().filter(|a| *a == "--bind").count(), 2, "{text}");
+        assert!(text.contains("--setenv TMPDIR /t/scratch --chdir /t"), "{text}");
+        assert!(text.ends_with("--unshare-all --die-with-parent --new-session --"), "{text}");
     }
 
     #[test]
