@@ -1,5 +1,6 @@
 // Drives the factory dashboard in headless Chromium (run by tests/ui.rs, which starts the
-// daemon). Input: FACTORY_UI_URL (http://ADDR/#token=...), FACTORY_UI_BIG_RUN (a finished
+// daemon). Input: FACTORY_UI_URL (http://ADDR/#code=..., a one-time code), FACTORY_UI_TOKEN
+// (the bearer token, for the test's own API calls), FACTORY_UI_BIG_RUN (a finished
 // 4,096-agent run), FACTORY_UI_SCREENSHOTS (a directory). Output: one JSON report on stdout.
 import { chromium } from 'playwright-core';
 import path from 'node:path';
@@ -8,7 +9,8 @@ const url = process.env.FACTORY_UI_URL;
 const bigRun = process.env.FACTORY_UI_BIG_RUN;
 const shots = process.env.FACTORY_UI_SCREENSHOTS;
 const base = url.split('/#')[0];
-const token = url.split('#token=')[1];
+const code = url.split('#code=')[1];
+const token = process.env.FACTORY_UI_TOKEN;
 const report = { ok: false, checks: [] };
 const check = (name, value, detail) => {
   report.checks.push({ name, ok: !!value, detail });
@@ -54,11 +56,15 @@ try {
   const consoleErrors = [];
   page.on('pageerror', (e) => consoleErrors.push(String(e)));
 
-  // The token leaves the URL at once and is kept in sessionStorage.
+  // The code leaves the URL at once and is exchanged, once, for the token, which is kept in
+  // sessionStorage.
+  check('the URL holds a code, not the token', code && !url.includes(token), url);
   await page.goto(url);
   await page.waitForSelector('#runs');
-  check('token removed from the URL', !page.url().includes('token'), page.url());
+  check('code removed from the URL', !page.url().includes(code), page.url());
   check('token kept in sessionStorage', (await page.evaluate(() => sessionStorage.getItem('factory.token'))) === token);
+  const again = await fetch(`${base}/api/ui/exchange`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code }) });
+  check('the code works once only', again.status === 401, again.status);
   await page.waitForFunction(() => document.getElementById('session').textContent === 'default');
   check('session shown', true);
   await page.evaluate(() => { window.__sameDocument = true; });
@@ -194,7 +200,9 @@ try {
 
   // The token went only in headers: never in a URL the page requested.
   check('token never in a request URL', requests.every((r) => !r.url.split('#')[0].includes(token)));
-  check('API requests carry the bearer header', requests.filter((r) => r.url.includes('/api/')).every((r) => r.auth === `Bearer ${token}`));
+  const exchanges = requests.filter((r) => r.url.endsWith('/api/ui/exchange'));
+  check('one code exchange, without the token', exchanges.length === 1 && !exchanges[0].auth, exchanges);
+  check('API requests carry the bearer header', requests.filter((r) => r.url.includes('/api/') && !r.url.endsWith('/api/ui/exchange')).every((r) => r.auth === `Bearer ${token}`));
   check('no page errors', consoleErrors.length === 0, consoleErrors);
   report.ok = true;
 } catch (e) {
