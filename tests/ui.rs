@@ -171,7 +171,8 @@ async fn the_dashboard_in_a_real_browser() {
 
 /// `factory ui --open` hands the browser (`$BROWSER`, here a script that records its argv) a
 /// one-time code and never the bearer token, which every local user could read in `ps`; the
-/// code is exchanged for the token once, and a second exchange fails.
+/// code is exchanged once for a session token that drives the API, a second exchange fails
+/// and ends that session (someone else saw the code).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_browser_gets_a_one_time_code_never_the_token() {
     let state = tempfile::tempdir().unwrap();
@@ -198,7 +199,7 @@ async fn the_browser_gets_a_one_time_code_never_the_token() {
     let (base, code) = printed.split_once("/#code=").expect("a code in the fragment");
     assert!(!code.is_empty() && !printed.contains("token"), "{printed}");
 
-    // The code is exchanged once for the token; never twice, and no guess works.
+    // The code is exchanged once for a session token; never twice, and no guess works.
     let client = reqwest::Client::new();
     let exchange = |code: String| {
         let request = client.post(format!("{base}/api/ui/exchange")).json(&serde_json::json!({ "code": code }));
@@ -208,12 +209,18 @@ async fn the_browser_gets_a_one_time_code_never_the_token() {
         }
     };
     let (status, first) = exchange(code.to_string()).await;
-    assert_eq!((status, first["token"].as_str()), (200, Some(token.trim())), "{first}");
-    let (status, second) = exchange(code.to_string()).await;
-    assert_eq!((status, second["code"].as_str()), (401, Some("invalid_code")), "{second}");
+    assert_eq!(status, 200, "{first}");
+    let session = first["token"].as_str().expect("a session token").to_string();
+    assert!(session.len() == 64 && session != token.trim(), "{first}");
+    let runs = |bearer: String| {
+        let request = client.get(format!("{base}/api/runs")).bearer_auth(bearer);
+        async move { request.send().await.expect("the daemon answers").status().as_u16() }
+    };
+    assert_eq!(runs(session.clone()).await, 200, "the session token drives the API");
     let (status, _) = exchange("0".repeat(32)).await;
     assert_eq!(status, 401);
-    // The exchanged token drives the API.
-    let runs = client.get(format!("{base}/api/runs")).bearer_auth(token.trim()).send().await.unwrap();
-    assert_eq!(runs.status(), 200);
+    let (status, second) = exchange(code.to_string()).await;
+    assert_eq!((status, second["code"].as_str()), (401, Some("invalid_code")), "{second}");
+    assert_eq!(runs(session).await, 401, "a code presented twice ends the session it gave");
+    assert_eq!(runs(token.trim().to_string()).await, 200, "the daemon's own token still works");
 }

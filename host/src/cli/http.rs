@@ -13,8 +13,9 @@
 //! they hold no data). The token never goes into a URL: `factory ui` asks `POST
 //! /api/ui/code` (with the token) for a one-time code and opens `/#code=...`; the page takes
 //! the code off its URL at once and exchanges it, once, at `POST /api/ui/exchange` (no token:
-//! the code is the credential) for the token, which it keeps in `sessionStorage` and sends
-//! only as a header. A code lives [`CODE_TTL`] and is redeemed once.
+//! the code is the credential) for a session token of its own, which it keeps in
+//! `sessionStorage` and sends only as a header. A code lives [`CODE_TTL`] and is redeemed
+//! once; presented again, it ends the session it gave (see [`OneTimeCodes`]).
 //!
 //! Connections: see [`super::http_bind`] (header timeout, connection cap, accept backoff);
 //! a request body must arrive within [`BODY_READ_TIMEOUT`].
@@ -193,7 +194,8 @@ impl Api {
         if req.method() == Method::POST && path == "/api/ui/exchange" {
             return self.exchange(req).await;
         }
-        if !self.bearer.accepts(req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok())) {
+        let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
+        if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
             return error(StatusCode::UNAUTHORIZED, "unauthorized", "an `Authorization: Bearer <token>` header is required");
         }
         let query = req.uri().query().unwrap_or_default().to_string();
@@ -274,7 +276,8 @@ impl Api {
     }
 
     /// `POST /api/ui/exchange {"code"}`: a one-time code from `POST /api/ui/code`, redeemed
-    /// once for the bearer token (`{"token"}`); a used, expired or unknown code gets 401.
+    /// once for a session token (`{"token"}`) the API accepts like the bearer token; a used,
+    /// expired or unknown code gets 401 (and a used one ends the session it gave).
     async fn exchange(&self, req: HttpRequest<Incoming>) -> Response<Body> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -289,14 +292,14 @@ impl Api {
             Ok(exchange) => exchange,
             Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_params", e.to_string()),
         };
-        if !self.codes.redeem(&exchange.code) {
-            return error(
+        match self.codes.redeem(&exchange.code) {
+            Some(token) => json_response(StatusCode::OK, &json!({ "token": token })),
+            None => error(
                 StatusCode::UNAUTHORIZED,
                 "invalid_code",
                 "this sign-in code was already used, has expired or is unknown: run `factory ui` again",
-            );
+            ),
         }
-        json_response(StatusCode::OK, &json!({ "token": self.bearer.token() }))
     }
 
     /// `GET /api/events`: `run_updated` for the session's runs, as Server-Sent Events, in

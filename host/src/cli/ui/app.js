@@ -2,9 +2,9 @@
 // Every string from the server is inserted as text (textContent / text nodes), never as HTML:
 // factory names, labels and log lines are chosen by guest code.
 // The token never rides in a URL: `factory ui` opens `/#code=...` with a one-time code, which
-// the page takes off its URL at once and exchanges, once, for the token (POST
-// /api/ui/exchange); the token is kept in sessionStorage and sent only in the Authorization
-// header.
+// the page takes off its URL at once and exchanges, once, for a session token of its own
+// (POST /api/ui/exchange); that token is kept in sessionStorage and sent only in the
+// Authorization header.
 
 const TOKEN_KEY = 'factory.token';
 const LOG_TAIL = 100; // log entries shown at first
