@@ -1,6 +1,7 @@
 //! The web dashboard (issue 14, its UI half), in headless Chromium: `factory serve --http
 //! 127.0.0.1:0` serves the page; `tests/browser/ui.mjs` (playwright-core driving Debian's
-//! `/usr/bin/chromium`) opens it with the token from `factory ui`, watches a run with a slow
+//! `/usr/bin/chromium`) opens it with the one-time code from `factory ui` (exchanged once for
+//! the token), watches a run with a slow
 //! backend appear and update live, counts its timeline bars, cancels it and resumes it with
 //! the buttons, starts a run from the form, times the timeline of a 4,096-agent run and
 //! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
@@ -21,6 +22,25 @@ impl Drop for Daemon {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let _ = self.0.wait();
     }
+}
+
+/// `factory serve --http 127.0.0.1:0` on `state`, once it says where it listens.
+fn serve_http(state: &std::path::Path) -> Daemon {
+    let mut child = factory_cmd(state, &["serve", "--http", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("factory serve starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let daemon = Daemon(child);
+    loop {
+        let line = lines.next().expect("serve says where it listens").unwrap();
+        if line.contains("HTTP API on http://") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    daemon
 }
 
 const HOSTILE_JS: &str = r#"import { defineFactory } from "factory";
@@ -96,29 +116,16 @@ async fn the_dashboard_in_a_real_browser() {
     let out = factory_in(state.path(), &["ui", "--no-open"]);
     assert!(!out.status.success() && stderr(&out).contains("factory serve --http"), "{}", stderr(&out));
 
-    let mut child = factory_cmd(state.path(), &["serve", "--http", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("factory serve starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let daemon = Daemon(child);
-    loop {
-        let line = lines.next().expect("serve says where it listens").unwrap();
-        if line.contains("HTTP API on http://") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
+    let daemon = serve_http(state.path());
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(state.path().join("http.addr")).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
 
-    // `factory ui` prints the page's URL with the token in the fragment.
+    // `factory ui` prints the page's URL with a one-time code (never the token) in the fragment.
     let out = factory_in(state.path(), &["ui"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
-    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with(&format!("/#token={token}")), "{url}");
+    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/#code=") && !url.contains(&token), "{url}");
 
     // The page's assets need no token, carry a CSP, and the Host check covers them too.
     let base = url.split("/#").next().unwrap().to_string();
@@ -142,6 +149,7 @@ async fn the_dashboard_in_a_real_browser() {
     let out = std::process::Command::new("node")
         .arg(browser_dir.join("ui.mjs"))
         .env("FACTORY_UI_URL", &url)
+        .env("FACTORY_UI_TOKEN", &token)
         .env("FACTORY_UI_BIG_RUN", &big_id)
         .env("FACTORY_UI_SCREENSHOTS", &shots)
         .stdin(Stdio::null())
@@ -159,4 +167,60 @@ async fn the_dashboard_in_a_real_browser() {
     for shot in ["runs.png", "run.png"] {
         assert!(std::fs::metadata(shots.join(shot)).map(|m| m.len() > 1000).unwrap_or(false), "{shot} written");
     }
+}
+
+/// `factory ui --open` hands the browser (`$BROWSER`, here a script that records its argv) a
+/// one-time code and never the bearer token, which every local user could read in `ps`; the
+/// code is exchanged once for a session token that drives the API, a second exchange fails
+/// and ends that session (someone else saw the code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browser_gets_a_one_time_code_never_the_token() {
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = serve_http(state.path());
+    let argv_file = state.path().join("browser-argv");
+    let browser = state.path().join("fake-browser");
+    std::fs::write(&browser, format!("#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > {}.tmp && mv {0}.tmp {0}\n", argv_file.display()))
+        .unwrap();
+    std::fs::set_permissions(&browser, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = factory_cmd(state.path(), &["ui", "--open"]).env("BROWSER", &browser).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !argv_file.exists() {
+        assert!(std::time::Instant::now() < deadline, "the browser command never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let argv = std::fs::read_to_string(&argv_file).unwrap();
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    assert_eq!(token.trim().len(), 64);
+    assert!(!argv.contains(token.trim()), "the browser's argv holds the token: {argv}");
+    let args: Vec<&str> = argv.lines().collect();
+    assert_eq!(args, [browser.to_str().unwrap(), printed.as_str()], "the browser gets the URL printed");
+    let (base, code) = printed.split_once("/#code=").expect("a code in the fragment");
+    assert!(!code.is_empty() && !printed.contains("token"), "{printed}");
+
+    // The code is exchanged once for a session token; never twice, and no guess works.
+    let client = reqwest::Client::new();
+    let exchange = |code: String| {
+        let request = client.post(format!("{base}/api/ui/exchange")).json(&serde_json::json!({ "code": code }));
+        async move {
+            let response = request.send().await.expect("the daemon answers");
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, first) = exchange(code.to_string()).await;
+    assert_eq!(status, 200, "{first}");
+    let session = first["token"].as_str().expect("a session token").to_string();
+    assert!(session.len() == 64 && session != token.trim(), "{first}");
+    let runs = |bearer: String| {
+        let request = client.get(format!("{base}/api/runs")).bearer_auth(bearer);
+        async move { request.send().await.expect("the daemon answers").status().as_u16() }
+    };
+    assert_eq!(runs(session.clone()).await, 200, "the session token drives the API");
+    let (status, _) = exchange("0".repeat(32)).await;
+    assert_eq!(status, 401);
+    let (status, second) = exchange(code.to_string()).await;
+    assert_eq!((status, second["code"].as_str()), (401, Some("invalid_code")), "{second}");
+    assert_eq!(runs(session).await, 401, "a code presented twice ends the session it gave");
+    assert_eq!(runs(token.trim().to_string()).await, 200, "the daemon's own token still works");
 }

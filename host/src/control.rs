@@ -7,7 +7,9 @@
 //! directory, is itself `0600`, and the server checks every peer's uid (`SO_PEERCRED`) and
 //! answers any other uid with a `forbidden` error and nothing else. A request line is at
 //! most [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_READ_TIMEOUT`]; the client
-//! reads at most [`MAX_RESPONSE_BYTES`] of answer.
+//! reads at most [`MAX_RESPONSE_BYTES`] of answer. At most [`MAX_CONNECTIONS`] are served
+//! at once, and a failed accept (out of descriptors, say) is retried after a pause
+//! ([`AcceptBackoff`]): the server never stops answering and never spins.
 
 use crate::error::Error;
 use crate::host::{BackendChoice, Host, ResumeOptions, RunOptions};
@@ -404,6 +406,45 @@ impl Drop for Server {
     }
 }
 
+/// The most connections the control socket serves at once; more wait (in the kernel's
+/// listen queue) until one ends. Each is bounded by [`REQUEST_READ_TIMEOUT`] until its
+/// request arrives.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// What an accept loop does when `accept` fails: the error is about the process (out of
+/// file descriptors, `EMFILE`/`ENFILE`, or memory) or one aborted connection, never about
+/// the listener, so the loop sleeps and tries again, never ends and never spins. The pause
+/// starts at [`AcceptBackoff::FIRST`], doubles up to [`AcceptBackoff::MAX`] while accepts
+/// keep failing, and resets on the first success. Shared by every server of the host.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    /// Failures in a row.
+    failures: u32,
+}
+
+impl AcceptBackoff {
+    /// The first pause after a failed accept.
+    pub const FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+    /// The longest pause.
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// An accept succeeded: the next failure starts over with a short pause.
+    pub fn accepted(&mut self) {
+        self.failures = 0;
+    }
+
+    /// An accept failed with `error` on the server `what`: log the first of a run of
+    /// failures and sleep before the next try.
+    pub async fn failed(&mut self, what: &str, error: &std::io::Error) {
+        if self.failures == 0 {
+            tracing::warn!("{what}: accepting a connection failed ({error}); retrying with backoff");
+        }
+        let pause = Self::FIRST.saturating_mul(1u32 << self.failures.min(16)).min(Self::MAX);
+        self.failures = self.failures.saturating_add(1);
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// Counts a request as in flight while it lives.
 struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
 
@@ -414,7 +455,8 @@ impl Drop for InFlight {
 }
 
 /// Serve control requests for `host` on `path` until the returned server is drained or
-/// dropped. A stale socket file (no one listening) is replaced.
+/// dropped, at most [`MAX_CONNECTIONS`] at once; a failed accept is retried after a pause
+/// ([`AcceptBackoff`]). A stale socket file (no one listening) is replaced.
 pub fn serve(host: Arc<Host>, path: &Path, trusted: TrustCheck) -> std::io::Result<Server> {
     if path.exists() {
         // We hold the store, so nobody else can be serving it: the file is stale.
@@ -425,14 +467,29 @@ pub fn serve(host: Arc<Host>, path: &Path, trusted: TrustCheck) -> std::io::Resu
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = in_flight.clone();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let accept = tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
+        let mut backoff = AcceptBackoff::default();
+        loop {
+            // At the cap, wait for a slot before accepting: new clients queue in the kernel.
+            let Ok(slot) = slots.clone().acquire_owned().await else { return };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => {
+                    backoff.accepted();
+                    stream
+                }
+                Err(e) => {
+                    backoff.failed("control socket", &e).await;
+                    continue;
+                }
+            };
             let host = host.clone();
             let trusted = trusted.clone();
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let guard = InFlight(counter.clone());
             tokio::spawn(async move {
                 let _guard = guard;
+                let _slot = slot;
                 handle(host, stream, &trusted).await;
             });
         }

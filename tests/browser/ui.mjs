@@ -1,5 +1,6 @@
 // Drives the factory dashboard in headless Chromium (run by tests/ui.rs, which starts the
-// daemon). Input: FACTORY_UI_URL (http://ADDR/#token=...), FACTORY_UI_BIG_RUN (a finished
+// daemon). Input: FACTORY_UI_URL (http://ADDR/#code=..., a one-time code), FACTORY_UI_TOKEN
+// (the daemon's bearer token, for the test's own API calls), FACTORY_UI_BIG_RUN (a finished
 // 4,096-agent run), FACTORY_UI_SCREENSHOTS (a directory). Output: one JSON report on stdout.
 import { chromium } from 'playwright-core';
 import path from 'node:path';
@@ -8,7 +9,8 @@ const url = process.env.FACTORY_UI_URL;
 const bigRun = process.env.FACTORY_UI_BIG_RUN;
 const shots = process.env.FACTORY_UI_SCREENSHOTS;
 const base = url.split('/#')[0];
-const token = url.split('#token=')[1];
+const code = url.split('#code=')[1];
+const token = process.env.FACTORY_UI_TOKEN;
 const report = { ok: false, checks: [] };
 const check = (name, value, detail) => {
   report.checks.push({ name, ok: !!value, detail });
@@ -54,11 +56,14 @@ try {
   const consoleErrors = [];
   page.on('pageerror', (e) => consoleErrors.push(String(e)));
 
-  // The token leaves the URL at once and is kept in sessionStorage.
+  // The code leaves the URL at once and is exchanged, once, for a session token of the
+  // page's own (not the daemon's token), kept in sessionStorage.
+  check('the URL holds a code, not the token', code && !url.includes(token), url);
   await page.goto(url);
   await page.waitForSelector('#runs');
-  check('token removed from the URL', !page.url().includes('token'), page.url());
-  check('token kept in sessionStorage', (await page.evaluate(() => sessionStorage.getItem('factory.token'))) === token);
+  check('code removed from the URL', !page.url().includes(code), page.url());
+  const session = await page.evaluate(() => sessionStorage.getItem('factory.token'));
+  check('a session token kept in sessionStorage', /^[0-9a-f]{64}$/.test(session) && session !== token, session);
   await page.waitForFunction(() => document.getElementById('session').textContent === 'default');
   check('session shown', true);
   await page.evaluate(() => { window.__sameDocument = true; });
@@ -192,10 +197,18 @@ try {
   check('4,096 bars', big.bars === 4096, big.bars);
   check('4,096 agents drawn in under a second', big.renderMs < 1000, big.renderMs);
 
-  // The token went only in headers: never in a URL the page requested.
-  check('token never in a request URL', requests.every((r) => !r.url.split('#')[0].includes(token)));
-  check('API requests carry the bearer header', requests.filter((r) => r.url.includes('/api/')).every((r) => r.auth === `Bearer ${token}`));
+  // The tokens went only in headers: never in a URL the page requested.
+  check('tokens never in a request URL', requests.every((r) => !r.url.split('#')[0].includes(token) && !r.url.split('#')[0].includes(session)));
+  const exchanges = requests.filter((r) => r.url.endsWith('/api/ui/exchange'));
+  check('one code exchange, without a token', exchanges.length === 1 && !exchanges[0].auth, exchanges);
+  check('API requests carry the session token', requests.filter((r) => r.url.includes('/api/') && !r.url.endsWith('/api/ui/exchange')).every((r) => r.auth === `Bearer ${session}`));
   check('no page errors', consoleErrors.length === 0, consoleErrors);
+
+  // The code works once only; presented again, it ends the session it gave.
+  const again = await fetch(`${base}/api/ui/exchange`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code }) });
+  check('the code works once only', again.status === 401, again.status);
+  const ended = await fetch(`${base}/api/session`, { headers: { Authorization: `Bearer ${session}` } });
+  check('a code presented twice ends its session', ended.status === 401, ended.status);
   report.ok = true;
 } catch (e) {
   report.error = String(e.stack || e);

@@ -1,11 +1,18 @@
 //! Shared plumbing of the HTTP backends (OpenAI-compatible and Anthropic): the retry policy
 //! (bounded retries with exponential backoff and jitter on 429, 5xx and transport errors,
 //! honouring `Retry-After`), the HTTP client with its timeouts, and the error messages for
-//! statuses that retrying cannot fix (401, 403, 404, other 4xx).
+//! statuses that retrying cannot fix (401, 403, 404, other 4xx). A reply body is read at
+//! most [`MAX_REPLY_BYTES`] into memory (chunk by chunk): a longer one, endless or not, ends
+//! the call as an `invalid_reply` backend failure. Reply headers are bounded by hyper's
+//! HTTP/1 client (at most 100 headers in a read buffer of about 400 KiB).
 
 use super::{BackendError, OutageKind};
 use reqwest::header::HeaderMap;
 use std::time::Duration;
+
+/// The largest reply body a backend call reads (replies are a model's text or JSON; 16 MiB is
+/// far past any model's output limit). A body past it is not read further.
+pub const MAX_REPLY_BYTES: usize = 16 << 20;
 
 /// How an HTTP backend retries and times out.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,12 +120,7 @@ pub(crate) async fn send(
                 let status = response.status().as_u16();
                 let after = retry_after(response.headers());
                 if !retryable(status) || last {
-                    let body = response.text().await.map_err(|e| {
-                        BackendError::outage(
-                            transport_kind(&e),
-                            format!("{who}: reading the HTTP {status} reply failed: {}", chain(&e)),
-                        )
-                    })?;
+                    let body = read_capped(response, who, status).await?;
                     return Ok(HttpReply { status, body });
                 }
                 if let Some(after) = after {
@@ -153,6 +155,36 @@ pub(crate) async fn send(
         tokio::time::sleep(wait).await;
         retry += 1;
     }
+}
+
+/// The body of `response` as text (invalid UTF-8 replaced), read chunk by chunk and never
+/// more than [`MAX_REPLY_BYTES`]: a longer body (or a `Content-Length` saying so) is an
+/// `invalid_reply` failure, and the connection is dropped unread.
+async fn read_capped(mut response: reqwest::Response, who: &str, status: u16) -> Result<String, BackendError> {
+    let too_large = || {
+        BackendError::outage(
+            OutageKind::InvalidReply,
+            format!("{who}: the HTTP {status} reply is larger than {} MiB; not read further", MAX_REPLY_BYTES >> 20),
+        )
+    };
+    if response.content_length().is_some_and(|n| n > MAX_REPLY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    loop {
+        let chunk = response.chunk().await.map_err(|e| {
+            BackendError::outage(transport_kind(&e), format!("{who}: reading the HTTP {status} reply failed: {}", chain(&e)))
+        })?;
+        let Some(chunk) = chunk else { break };
+        if body.len().saturating_add(chunk.len()) > MAX_REPLY_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(match String::from_utf8(body) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// What an HTTP backend records about itself: its name, and the *name* of the variable its

@@ -1,8 +1,11 @@
 //! The bearer token that guards `factory serve --http` and `factory mcp --http`: 256 random
 //! bits made at start, written owner-only (0600) into the state directory for the owner's
-//! clients to read, and checked on every request without stopping at the first difference.
+//! clients to read, and checked on every request without stopping at the first difference;
+//! and the one-time codes `factory ui` hands a browser instead of the token ([`OneTimeCodes`]).
 
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// A server's bearer token.
 pub struct Bearer {
@@ -25,6 +28,97 @@ impl Bearer {
     pub fn accepts(&self, presented: Option<&str>) -> bool {
         constant_time_eq(presented.unwrap_or_default().as_bytes(), self.expected.as_bytes())
     }
+}
+
+/// How long a one-time code stays redeemable.
+pub const CODE_TTL: Duration = Duration::from_secs(120);
+
+/// The most codes outstanding at once (issuing another drops the oldest).
+pub const MAX_CODES: usize = 16;
+
+/// The most dashboard sessions alive at once (another exchange ends the oldest).
+pub const MAX_SESSIONS: usize = 16;
+
+/// Short-lived, single-use codes that stand in for the bearer token where it would be seen
+/// by others: `factory ui` asks for one (with the token) and gives the browser only the code
+/// (a command line every local user can read in `ps`); the page exchanges it once for a
+/// session token of its own, which the API accepts like the bearer token. A code is 128
+/// random bits, redeemable once within its time to live. A code presented again after it
+/// was redeemed was seen by someone else (the browser or whoever raced it): the session it
+/// gave is ended, so a stolen code's session does not outlive the owner's page trying it.
+pub struct OneTimeCodes {
+    ttl: Duration,
+    inner: Mutex<Codes>,
+}
+
+#[derive(Default)]
+struct Codes {
+    /// Outstanding codes and when each expires.
+    pending: Vec<(String, Instant)>,
+    /// Live sessions: the code redeemed and the session token it gave.
+    sessions: Vec<(String, String)>,
+}
+
+impl OneTimeCodes {
+    /// No codes yet; each issued one lives `ttl`.
+    pub fn new(ttl: Duration) -> OneTimeCodes {
+        OneTimeCodes { ttl, inner: Mutex::new(Codes::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Codes> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new code (expired ones are forgotten; past [`MAX_CODES`], the oldest too).
+    pub fn issue(&self) -> String {
+        let code = uuid::Uuid::new_v4().simple().to_string();
+        let now = Instant::now();
+        let mut codes = self.lock();
+        codes.pending.retain(|(_, expires)| *expires > now);
+        if codes.pending.len() >= MAX_CODES {
+            codes.pending.remove(0);
+        }
+        codes.pending.push((code.clone(), now + self.ttl));
+        code
+    }
+
+    /// Redeem `presented`: a new session token, once, for a code issued and not yet expired
+    /// or redeemed. A code redeemed before ends the session it gave and gets `None`.
+    pub fn redeem(&self, presented: &str) -> Option<String> {
+        let now = Instant::now();
+        let mut codes = self.lock();
+        codes.pending.retain(|(_, expires)| *expires > now);
+        if let Some(at) = position(codes.pending.iter().map(|(code, _)| code), presented) {
+            let (code, _) = codes.pending.remove(at);
+            let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+            if codes.sessions.len() >= MAX_SESSIONS {
+                codes.sessions.remove(0);
+            }
+            codes.sessions.push((code, token.clone()));
+            return Some(token);
+        }
+        if let Some(at) = position(codes.sessions.iter().map(|(code, _)| code), presented) {
+            codes.sessions.remove(at);
+        }
+        None
+    }
+
+    /// Does the `Authorization` header value `presented` carry a live session token?
+    pub fn accepts(&self, presented: Option<&str>) -> bool {
+        let Some(token) = presented.and_then(|p| p.strip_prefix("Bearer ")) else { return false };
+        position(self.lock().sessions.iter().map(|(_, session)| session), token).is_some()
+    }
+}
+
+/// Where `presented` is among `secrets`, every one compared in constant time.
+fn position<'a>(secrets: impl Iterator<Item = &'a String>, presented: &str) -> Option<usize> {
+    secrets.enumerate().fold(None, |found, (at, secret)| {
+        if constant_time_eq(secret.as_bytes(), presented.as_bytes()) {
+            Some(at)
+        } else {
+            found
+        }
+    })
 }
 
 /// Compare secrets without stopping at the first difference.
@@ -57,5 +151,35 @@ mod tests {
         // A new server replaces the token: the old one no longer works.
         let again = Bearer::create(&path).expect("a new token");
         assert!(!again.accepts(Some(&format!("Bearer {token}"))));
+    }
+
+    #[test]
+    fn a_code_is_redeemed_once_and_only_before_it_expires() {
+        let codes = OneTimeCodes::new(Duration::from_secs(60));
+        let code = codes.issue();
+        assert_eq!(codes.redeem("not-a-code"), None);
+        assert_eq!(codes.redeem(""), None);
+        let session = codes.redeem(&code).expect("redeemed once");
+        assert_eq!(session.len(), 64);
+        assert!(codes.accepts(Some(&format!("Bearer {session}"))));
+        assert!(!codes.accepts(Some(&session)) && !codes.accepts(None) && !codes.accepts(Some("Bearer ")));
+        // A second redemption fails and ends the session the first one gave.
+        assert_eq!(codes.redeem(&code), None, "never twice");
+        assert!(!codes.accepts(Some(&format!("Bearer {session}"))), "the session is ended");
+        // Past MAX_CODES, the oldest is forgotten.
+        let first = codes.issue();
+        let rest: Vec<String> = (0..MAX_CODES).map(|_| codes.issue()).collect();
+        assert_eq!(codes.redeem(&first), None);
+        let sessions: Vec<String> = rest.iter().map(|c| codes.redeem(c).expect("redeemed")).collect();
+        assert!(sessions.iter().all(|s| codes.accepts(Some(&format!("Bearer {s}")))));
+        // Past MAX_SESSIONS, the oldest session ends.
+        let newest = codes.redeem(&codes.issue()).expect("redeemed");
+        assert!(!codes.accepts(Some(&format!("Bearer {}", sessions[0]))));
+        assert!(codes.accepts(Some(&format!("Bearer {newest}"))));
+
+        let short = OneTimeCodes::new(Duration::from_millis(50));
+        let code = short.issue();
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(short.redeem(&code), None, "an expired code fails");
     }
 }

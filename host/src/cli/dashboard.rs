@@ -1,6 +1,12 @@
-//! `factory ui`: print (and on a terminal, open) the web dashboard's URL for the daemon that
-//! serves HTTP here — `http://ADDR/#token=...`. The token rides in the fragment, which a
-//! browser never sends to a server; the page moves it to `sessionStorage` and off the URL.
+//! `factory ui`: print (and on a terminal, or with `--open`, open) the web dashboard's URL
+//! for the daemon that serves HTTP here — `http://ADDR/#code=...`. The bearer token never
+//! leaves this process: it asks the daemon (`POST /api/ui/code`, with the token from the
+//! owner-only token file) for a one-time code that lives two minutes, and only that code
+//! reaches the browser's command line (which every local user can read in `ps`). The page
+//! exchanges the code once for the token and keeps the token off the URL.
+//!
+//! The browser: the first command in `$BROWSER` (colon-separated, as the convention has it;
+//! `%s` in it stands for the URL, else the URL is appended), else `xdg-open`.
 
 use super::http::{ADDR_FILE, TOKEN_FILE};
 use super::GlobalArgs;
@@ -12,8 +18,11 @@ use std::process::ExitCode;
 #[derive(Args)]
 pub struct UiArgs {
     /// Only print the URL; do not start a browser.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "open")]
     no_open: bool,
+    /// Start the browser even when stdout is not a terminal.
+    #[arg(long)]
+    open: bool,
 }
 
 pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
@@ -26,20 +35,14 @@ pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
     let addr = std::fs::read_to_string(g.state_dir.join(ADDR_FILE)).with_context(not_serving)?;
     let addr: std::net::SocketAddr = addr.trim().parse().with_context(not_serving)?;
     let token = std::fs::read_to_string(g.state_dir.join(TOKEN_FILE)).with_context(not_serving)?;
-    // The files outlive a daemon killed with SIGKILL: check that something listens.
-    let reachable = tokio::time::timeout(std::time::Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await;
-    if !matches!(reachable, Ok(Ok(_))) {
-        anyhow::bail!("{} (nothing listens on {addr})", not_serving());
-    }
     // An unspecified bind address is reached through loopback (and the Host check accepts it).
     let shown = if addr.ip().is_unspecified() { std::net::SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
-    let url = format!("http://{shown}/#token={}", token.trim());
+    // The files outlive a daemon killed with SIGKILL: asking for a code checks that it runs.
+    let code = one_time_code(shown, token.trim()).await.with_context(|| format!("{} (nothing answers on {addr})", not_serving()))?;
+    let url = format!("http://{shown}/#code={code}");
     println!("{url}");
-    if !a.no_open && std::io::stdout().is_terminal() {
-        // xdg-open gets the URL as an argument: visible to local `ps` for a moment, like the
-        // token file is to its owner; it is never sent over the network.
-        let opened = std::process::Command::new("xdg-open")
-            .arg(&url)
+    if a.open || (!a.no_open && std::io::stdout().is_terminal()) {
+        let opened = browser_command(&url)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -49,4 +52,39 @@ pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A one-time code from the daemon on `addr`, asked for with `token`.
+async fn one_time_code(addr: std::net::SocketAddr, token: &str) -> Result<String> {
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(5)).build()?;
+    let response = client.post(format!("http://{addr}/api/ui/code")).bearer_auth(token).send().await?;
+    let status = response.status();
+    anyhow::ensure!(status.is_success(), "the daemon refused a sign-in code (HTTP {status})");
+    let body: serde_json::Value = response.json().await?;
+    body["code"]
+        .as_str()
+        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_alphanumeric()))
+        .map(str::to_string)
+        .context("the daemon's answer holds no sign-in code")
+}
+
+/// The command that opens `url`: `$BROWSER`'s first entry, else `xdg-open`.
+fn browser_command(url: &str) -> std::process::Command {
+    let chosen = std::env::var("BROWSER").ok();
+    let entry = chosen.as_deref().and_then(|b| b.split(':').map(str::trim).find(|e| !e.is_empty()));
+    let words: Vec<&str> = entry.map(|e| e.split_whitespace().collect()).unwrap_or_else(|| vec!["xdg-open"]);
+    let mut command = std::process::Command::new(words[0]);
+    let mut placed = false;
+    for word in &words[1..] {
+        if word.contains("%s") {
+            command.arg(word.replace("%s", url));
+            placed = true;
+        } else {
+            command.arg(word);
+        }
+    }
+    if !placed {
+        command.arg(url);
+    }
+    command
 }

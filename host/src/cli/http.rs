@@ -10,8 +10,15 @@
 //! The API serves the daemon's session (`--session`).
 //!
 //! `GET /` and `/ui/*` serve the web dashboard (assets embedded from `ui/`, no token needed:
-//! they hold no data). The page takes the token from its URL fragment (`#token=...`, which
-//! browsers never send), keeps it in `sessionStorage` and sends it only as a header.
+//! they hold no data). The token never goes into a URL: `factory ui` asks `POST
+//! /api/ui/code` (with the token) for a one-time code and opens `/#code=...`; the page takes
+//! the code off its URL at once and exchanges it, once, at `POST /api/ui/exchange` (no token:
+//! the code is the credential) for a session token of its own, which it keeps in
+//! `sessionStorage` and sends only as a header. A code lives [`CODE_TTL`] and is redeemed
+//! once; presented again, it ends the session it gave (see [`OneTimeCodes`]).
+//!
+//! Connections: see [`super::http_bind`] (header timeout, connection cap, accept backoff);
+//! a request body must arrive within [`BODY_READ_TIMEOUT`].
 
 use factory_host::control::{self, Consent, Request, Target, TrustCheck};
 use factory_host::store::ProgressQuery;
@@ -19,7 +26,6 @@ use factory_host::{Host, Limits, RunUpdated};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request as HttpRequest, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -29,6 +35,8 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use super::bearer::{OneTimeCodes, CODE_TTL};
+use super::http_bind::BODY_READ_TIMEOUT;
 
 /// The token file's name in the state directory.
 pub const TOKEN_FILE: &str = "http.token";
@@ -59,6 +67,8 @@ struct Api {
     session: String,
     /// The bearer token every `/api` call must carry.
     bearer: super::bearer::Bearer,
+    /// One-time codes for `factory ui`, exchanged once for the token.
+    codes: OneTimeCodes,
     /// `Host` header values accepted (the address served, by IP and as `localhost`).
     hosts: Vec<String>,
     trusted: TrustCheck,
@@ -84,20 +94,17 @@ pub async fn serve(
     if bound.ip().is_unspecified() {
         hosts.push(format!("127.0.0.1:{}", bound.port()));
     }
-    let api = Arc::new(Api { host, session, bearer, hosts, trusted });
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let api = api.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req| {
-                    let api = api.clone();
-                    async move { Ok::<_, Infallible>(api.handle(req).await) }
-                });
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+    let api = Arc::new(Api { host, session, bearer, codes: OneTimeCodes::new(CODE_TTL), hosts, trusted });
+    tokio::spawn(super::http_bind::accept_loop(listener, "factory serve --http", move |stream| {
+        let api = api.clone();
+        async move {
+            let service = service_fn(move |req| {
+                let api = api.clone();
+                async move { Ok::<_, Infallible>(api.handle(req).await) }
             });
+            let _ = super::http_bind::http1().serve_connection(TokioIo::new(stream), service).await;
         }
-    });
+    }));
     Ok(bound)
 }
 
@@ -184,7 +191,11 @@ impl Api {
         if !path.starts_with("/api/") {
             return ui_asset(req.method(), &path);
         }
-        if !self.bearer.accepts(req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok())) {
+        if req.method() == Method::POST && path == "/api/ui/exchange" {
+            return self.exchange(req).await;
+        }
+        let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
+        if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
             return error(StatusCode::UNAUTHORIZED, "unauthorized", "an `Authorization: Bearer <token>` header is required");
         }
         let query = req.uri().query().unwrap_or_default().to_string();
@@ -200,6 +211,10 @@ impl Api {
             (&Method::GET, ["events"]) => return self.events(),
             (&Method::GET, ["session"]) => {
                 return json_response(StatusCode::OK, &json!({ "session": self.session }));
+            }
+            (&Method::POST, ["ui", "code"]) => {
+                let code = self.codes.issue();
+                return json_response(StatusCode::OK, &json!({ "code": code, "expiresInSeconds": CODE_TTL.as_secs() }));
             }
             (&Method::GET, ["runs"]) => Request::Runs { session },
             (&Method::GET, ["factories"]) => Request::Factories { session },
@@ -257,6 +272,33 @@ impl Api {
                 let code = e.code().unwrap_or("error");
                 error(status_of(code), code, e.to_string())
             }
+        }
+    }
+
+    /// `POST /api/ui/exchange {"code"}`: a one-time code from `POST /api/ui/code`, redeemed
+    /// once for a session token (`{"token"}`) the API accepts like the bearer token; a used,
+    /// expired or unknown code gets 401 (and a used one ends the session it gave).
+    async fn exchange(&self, req: HttpRequest<Incoming>) -> Response<Body> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Exchange {
+            code: String,
+        }
+        let body = match read_body(req).await {
+            Ok(body) => body,
+            Err(response) => return *response,
+        };
+        let exchange: Exchange = match serde_json::from_slice(&body) {
+            Ok(exchange) => exchange,
+            Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_params", e.to_string()),
+        };
+        match self.codes.redeem(&exchange.code) {
+            Some(token) => json_response(StatusCode::OK, &json!({ "token": token })),
+            None => error(
+                StatusCode::UNAUTHORIZED,
+                "invalid_code",
+                "this sign-in code was already used, has expired or is unknown: run `factory ui` again",
+            ),
         }
     }
 
@@ -321,12 +363,17 @@ fn tokio_stream_from(
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 
-/// The request body, bounded.
+/// The request body, bounded in size and in time.
 async fn read_body(req: HttpRequest<Incoming>) -> Result<Bytes, Box<Response<Body>>> {
     let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES);
-    match limited.collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, "invalid_params", format!("request body: {e}")))),
+    match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) => Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, "invalid_params", format!("request body: {e}")))),
+        Err(_) => Err(Box::new(error(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_params",
+            format!("the request body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
+        ))),
     }
 }
 

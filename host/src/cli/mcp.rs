@@ -91,7 +91,8 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
 
 /// MCP over streamable HTTP on `addr` (path `/mcp`), one [`FactoryMcp`] per MCP session,
 /// until SIGINT/SIGTERM. A bearer token (in `<state-dir>/mcp.token`, 0600) is required on
-/// every request; the SDK checks the `Host` header against loopback names.
+/// every request; the SDK checks the `Host` header against loopback names. Connections are
+/// bounded as [`super::http_bind`] says (header timeout, connection cap, accept backoff).
 async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() -> FactoryMcp + Send + Sync + 'static) -> Result<()> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -103,38 +104,53 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
     if !bound.ip().is_loopback() {
         config.allowed_hosts.push(bound.ip().to_string());
     }
+    let max_body = config.max_request_body_bytes;
     let service = Arc::new(StreamableHttpService::new(move || Ok(make()), Arc::new(LocalSessionManager::default()), config));
     let bearer = Arc::new(bearer);
     eprintln!(
         "factory mcp: streamable HTTP on http://{bound}/mcp (bearer token in {})",
         g.state_dir.join(TOKEN_FILE).display()
     );
-    let accept = async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let (service, bearer) = (service.clone(), bearer.clone());
-            tokio::spawn(async move {
-                let handler = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (service, bearer) = (service.clone(), bearer.clone());
-                    async move {
-                        let presented = req.headers().get(hyper::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
-                        if !bearer.accepts(presented) || req.uri().path() != "/mcp" {
-                            let status = if req.uri().path() != "/mcp" { 404 } else { 401 };
-                            let body = http_body_util::BodyExt::boxed(http_body_util::Full::new(hyper::body::Bytes::from_static(
-                                b"{\"code\":\"unauthorized\",\"message\":\"an `Authorization: Bearer <token>` header is required at /mcp\"}",
-                            )));
-                            let mut response = hyper::Response::new(body);
-                            *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::UNAUTHORIZED);
-                            return Ok::<_, std::convert::Infallible>(response);
-                        }
-                        Ok(service.handle(req).await)
+    let accept = super::http_bind::accept_loop(listener, "factory mcp --http", move |stream| {
+        let (service, bearer) = (service.clone(), bearer.clone());
+        async move {
+            let handler = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let (service, bearer) = (service.clone(), bearer.clone());
+                async move {
+                    let presented = req.headers().get(hyper::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
+                    if !bearer.accepts(presented) || req.uri().path() != "/mcp" {
+                        let status = if req.uri().path() != "/mcp" { 404 } else { 401 };
+                        let body = http_body_util::BodyExt::boxed(http_body_util::Full::new(hyper::body::Bytes::from_static(
+                            b"{\"code\":\"unauthorized\",\"message\":\"an `Authorization: Bearer <token>` header is required at /mcp\"}",
+                        )));
+                        let mut response = hyper::Response::new(body);
+                        *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::UNAUTHORIZED);
+                        return Ok::<_, std::convert::Infallible>(response);
                     }
-                });
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, handler).await;
+                    // The body is read here, bounded in size (the SDK's bound) and in time.
+                    let (parts, body) = req.into_parts();
+                    let limited = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, max_body));
+                    let body = match tokio::time::timeout(super::http_bind::BODY_READ_TIMEOUT, limited).await {
+                        Ok(Ok(collected)) => collected.to_bytes(),
+                        failed => {
+                            let (status, message): (_, &'static [u8]) = match failed {
+                                Err(_) => (hyper::StatusCode::REQUEST_TIMEOUT, b"{\"code\":\"invalid_params\",\"message\":\"the request body did not arrive in time\"}"),
+                                _ => (hyper::StatusCode::PAYLOAD_TOO_LARGE, b"{\"code\":\"invalid_params\",\"message\":\"the request body is too large or broken\"}"),
+                            };
+                            let mut response = hyper::Response::new(http_body_util::BodyExt::boxed(http_body_util::Full::new(
+                                hyper::body::Bytes::from_static(message),
+                            )));
+                            *response.status_mut() = status;
+                            return Ok(response);
+                        }
+                    };
+                    Ok(service.handle(hyper::Request::from_parts(parts, http_body_util::Full::new(body))).await)
+                }
             });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = super::http_bind::http1().serve_connection(io, handler).await;
         }
-    };
+    });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = accept => {}

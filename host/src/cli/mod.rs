@@ -128,8 +128,8 @@ enum Command {
     /// Serve MCP on stdin/stdout, or with --http as streamable HTTP at `/mcp` (token in
     /// <state-dir>/mcp.token): the `run_factory` and `factories_manage` tools for agents.
     Mcp(mcp::McpArgs),
-    /// Print (and on a terminal, open) the web dashboard's URL with its token, for the
-    /// daemon serving `--http` from this state directory.
+    /// Print (and on a terminal, open) the web dashboard's URL with a one-time sign-in
+    /// code (never the token), for the daemon serving `--http` from this state directory.
     Ui(dashboard::UiArgs),
     /// Which config file is used; approve (`allow`) or forget (`deny`) a project-local one.
     Config(config::ConfigArgs),

@@ -1,22 +1,36 @@
 // The factory dashboard: a small ES module over the JSON API (no framework, no build step).
 // Every string from the server is inserted as text (textContent / text nodes), never as HTML:
 // factory names, labels and log lines are chosen by guest code.
-// The token comes from the URL fragment once (`factory ui` opens `/#token=...`), is kept in
-// sessionStorage and is sent only in the Authorization header.
+// The token never rides in a URL: `factory ui` opens `/#code=...` with a one-time code, which
+// the page takes off its URL at once and exchanges, once, for a session token of its own
+// (POST /api/ui/exchange); that token is kept in sessionStorage and sent only in the
+// Authorization header.
 
 const TOKEN_KEY = 'factory.token';
 const LOG_TAIL = 100; // log entries shown at first
 const $ = (id) => document.getElementById(id);
 
-function takeToken() {
-  const match = location.hash.match(/^#token=([0-9A-Za-z_-]+)/);
-  if (match) {
-    sessionStorage.setItem(TOKEN_KEY, match[1]);
-    history.replaceState(null, '', location.pathname + '#/runs');
+/** The token: exchanged for the one-time code in the URL, else the one kept from before. */
+async function takeToken() {
+  const match = location.hash.match(/^#code=([0-9A-Za-z]+)/);
+  if (!match) return sessionStorage.getItem(TOKEN_KEY);
+  history.replaceState(null, '', location.pathname + '#/runs');
+  let response;
+  try {
+    response = await fetch('/api/ui/exchange', {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ code: match[1] }), cache: 'no-store',
+    });
+  } catch (e) {
+    throw new ApiError(0, 'unreachable', `the daemon does not answer (${e.message})`);
   }
-  return sessionStorage.getItem(TOKEN_KEY);
+  const value = await response.json().catch(() => ({}));
+  if (!response.ok || typeof value.token !== 'string') {
+    throw new ApiError(response.status, value.code || 'invalid_code', value.message || 'the sign-in code was refused');
+  }
+  sessionStorage.setItem(TOKEN_KEY, value.token);
+  return value.token;
 }
-const token = takeToken();
+let token = null;
 
 // ---- DOM helpers -------------------------------------------------------------------------
 
@@ -615,8 +629,9 @@ function startView(main, preselected) {
 // ---- Start ---------------------------------------------------------------------------------
 
 async function main() {
+  try { token = await takeToken(); } catch (e) { showError(e); return; }
   if (!token) {
-    showError({ code: 'unauthorized', message: 'no token: open the URL `factory ui` prints (it carries the token in #token=...)' });
+    showError({ code: 'unauthorized', message: 'not signed in: open the URL `factory ui` prints (it carries a one-time code)' });
     return;
   }
   try { $('session').textContent = (await api('GET', '/api/session')).session; } catch (e) { showError(e); }
