@@ -243,43 +243,10 @@ allowed_tools = ["anything"]
     assert!(common::stderr(&out).contains("has no flag to pass `allowed_tools`"), "{}", common::stderr(&out));
 }
 
-/// Run `cmd` on a pseudo-terminal (python3's `pty`), answer "n" to the consent question,
-/// and return everything it printed.
+/// Run `cmd` on a pseudo-terminal, answer "n" to the consent question, and return
+/// everything it printed.
 fn on_a_terminal(cmd: &Command) -> String {
-    const DRIVER: &str = r#"
-import os, pty, select, sys
-pid, fd = pty.fork()
-if pid == 0:
-    os.execv(sys.argv[1], sys.argv[1:])
-out, answered = b"", False
-while True:
-    ready, _, _ = select.select([fd], [], [], 120)
-    if not ready:
-        break
-    try:
-        chunk = os.read(fd, 4096)
-    except OSError:
-        break
-    if not chunk:
-        break
-    out += chunk
-    if not answered and b"[y/N]" in out:
-        os.write(fd, b"n\n")
-        answered = True
-os.waitpid(pid, 0)
-sys.stdout.write(out.decode("utf-8", "replace"))
-"#;
-    let mut driver = Command::new("python3");
-    driver.arg("-c").arg(DRIVER).arg(cmd.get_program()).args(cmd.get_args());
-    for (key, value) in cmd.get_envs() {
-        match value {
-            Some(value) => driver.env(key, value),
-            None => driver.env_remove(key),
-        };
-    }
-    let out = driver.output().expect("python3 runs (it drives a pseudo-terminal for the consent prompt)");
-    assert!(out.status.success(), "the pty driver failed: {}", common::stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::on_a_terminal(cmd, "n\n").1
 }
 
 #[test]

@@ -299,36 +299,12 @@ fn a_bare_name_runs_the_registered_factory_never_a_directory() {
     assert!(!marker.exists());
 }
 
-/// `factory ARGS` on a pseudo-terminal (util-linux `script`) in `cwd` without bubblewrap,
-/// typing `answer`: its exit code and what the terminal showed. Fails without `script`.
+/// `factory ARGS` on a pseudo-terminal in `cwd` without bubblewrap, typing `answer`: its
+/// exit code and what the terminal showed.
 fn on_a_terminal_without_bwrap(cwd: &Path, state: &Path, target_dir: &Path, marker: &Path, args: &[&str], answer: &str) -> (Option<i32>, String) {
-    let available = std::process::Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success());
-    assert!(available, "util-linux `script` is needed to test the prompt on a terminal (apt-get install bsdutils)");
-    let mut command = vec![common::factory_bin().display().to_string()];
-    command.extend(args.iter().map(|a| a.to_string()));
-    let quoted: Vec<String> = command.iter().map(|a| format!("'{}'", a.replace('\'', r"'\''"))).collect();
-    // The same environment as `factory_at` gives the binary itself.
-    let env = factory_at(cwd, state, target_dir, marker, &[]);
-    let mut script = std::process::Command::new("script");
-    for (key, value) in env.get_envs() {
-        match value {
-            Some(value) => script.env(key, value),
-            None => script.env_remove(key),
-        };
-    }
-    let mut child = script
-        .args(["-qfec", &quoted.join(" "), "/dev/null"])
-        .env("FACTORY_BWRAP", cwd.join("no-such-bwrap"))
-        .current_dir(cwd)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("script starts");
-    use std::io::Write;
-    child.stdin.take().expect("stdin").write_all(answer.as_bytes()).expect("type the answer");
-    let out = child.wait_with_output().expect("script ends");
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    let mut cmd = factory_at(cwd, state, target_dir, marker, args);
+    cmd.env("FACTORY_BWRAP", cwd.join("no-such-bwrap")).current_dir(cwd);
+    common::on_a_terminal(&cmd, answer)
 }
 
 #[test]
@@ -348,4 +324,27 @@ fn on_a_terminal_a_native_build_is_asked_for_and_no_builds_nothing() {
     let (code, shown) = on_a_terminal_without_bwrap(work.path(), state.path(), targets.path(), &marker, &build, "y\n");
     assert_eq!(code, Some(0), "{shown}");
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "build.rs ran");
+}
+
+#[test]
+fn a_component_file_left_in_the_target_dir_is_never_reused() {
+    // A `.component.wasm` newer than the module (as a build.rs could leave one) was reused
+    // and trusted as built here; every build now encodes its own.
+    require_bwrap();
+    let work = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let targets = tempfile::tempdir().unwrap();
+    marker_crate(work.path(), "hello");
+    let marker = work.path().join("marker");
+    let build = || run(factory_at(work.path(), state.path(), targets.path(), &marker, &["build", "./hello"]));
+    let out = build();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let component = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let good = std::fs::read(&component).unwrap();
+    std::fs::write(&component, b"planted, not a component").unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    std::fs::File::options().write(true).open(&component).unwrap().set_modified(later).unwrap();
+    let out = build();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&component).unwrap(), good, "the planted file was replaced by the build's own component");
 }

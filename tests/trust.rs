@@ -154,29 +154,14 @@ async fn a_declined_run_ends_cancelled_with_its_run_id() {
     assert_eq!(listed[0]["failure"]["kind"], "declined");
 }
 
-/// Run `factory ARGS` on a pseudo-terminal (util-linux `script`, Debian package
-/// `bsdutils`) typing `answer`. Returns the exit code and everything the terminal showed.
-/// Without `script` the test fails: it must never pass without having run.
+/// Run `factory ARGS` against `state` on a pseudo-terminal typing `answer`.
 fn on_a_terminal(state: &Path, args: &[&str], answer: &str) -> (Option<i32>, String) {
-    let available = Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success());
-    assert!(available, "util-linux `script` is needed to test the consent prompt on a terminal (apt-get install bsdutils)");
-    let mut command = vec![common::factory_bin().display().to_string()];
-    command.extend(args.iter().map(|a| a.to_string()));
-    let quoted: Vec<String> = command.iter().map(|a| format!("'{}'", a.replace('\'', r"'\''"))).collect();
-    let mut child = Command::new("script")
-        .args(["-qfec", &quoted.join(" "), "/dev/null"])
+    let mut cmd = Command::new(common::factory_bin());
+    cmd.args(args)
         .env("FACTORY_STATE_DIR", state)
         .env("CARGO_TARGET_DIR", common::guest_target_dir())
-        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script starts");
-    use std::io::Write;
-    child.stdin.take().expect("stdin").write_all(answer.as_bytes()).expect("type the answer");
-    let out = child.wait_with_output().expect("script ends");
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"));
+    common::on_a_terminal(&cmd, answer)
 }
 
 #[test]

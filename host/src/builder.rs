@@ -1,7 +1,7 @@
 //! `factory build`: build a Rust factory crate for `wasm32-unknown-unknown` with cargo and
 //! componentize the core module in-process with `wit-component`. Cargo's own cache makes a
-//! second build of an unchanged crate a no-op, and the component is re-encoded only when the
-//! core module changed. A crate can also be built for `wasm32-wasip2` ([`BuildTarget`]),
+//! second build of an unchanged crate a no-op; the component is encoded afresh every time (a
+//! `.component.wasm` left in the target directory could be the build's own doing). A crate can also be built for `wasm32-wasip2` ([`BuildTarget`]),
 //! where rustc's linker (wasm-component-ld) emits the component itself.
 //!
 //! Building runs the crate's own native code (its `build.rs`, its proc macros, and those of
@@ -411,8 +411,9 @@ fn find_artifact(messages: &[u8], manifest: &Path) -> Option<PathBuf> {
 }
 
 /// Encode the core module at `core` as a component beside it (`NAME.component.wasm`),
-/// unless an up-to-date one is already there. The directory may have been written by a
-/// sandboxed build: a symlink there is never followed (it is replaced, not written through).
+/// always (one already there is replaced, never reused). The directory may have been
+/// written by a sandboxed build: a symlink there is never followed (it is replaced, not
+/// written through).
 pub fn componentize_file(core: &Path, say: &mut dyn FnMut(&str)) -> Result<Built, BuildError> {
     let io = |path: &Path| {
         let path = path.display().to_string();
@@ -420,14 +421,9 @@ pub fn componentize_file(core: &Path, say: &mut dyn FnMut(&str)) -> Result<Built
     };
     let stem = core.file_stem().and_then(|s| s.to_str()).unwrap_or("factory");
     let component = core.with_file_name(format!("{stem}.component.wasm"));
-    let modified = |p: &Path| {
-        std::fs::symlink_metadata(p).ok().filter(|m| m.file_type().is_file()).and_then(|m| m.modified().ok())
-    };
-    if let (Some(c), Some(m)) = (modified(&component), modified(core)) {
-        if c >= m {
-            return Ok(Built { component, encoded: false });
-        }
-    }
+    // Always encoded afresh (a few milliseconds): a `.component.wasm` already there, even a
+    // newer one, may have been planted by the build's own code, and what is returned here is
+    // trusted as built on this machine.
     let bytes = std::fs::read(core).map_err(io(core))?;
     let encoded = componentize(&bytes).map_err(|message| BuildError::Componentize { path: core.display().to_string(), message })?;
     // Written beside it under a fresh name, then renamed over: a rename replaces a symlink

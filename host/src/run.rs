@@ -447,7 +447,8 @@ impl RunShared {
             return Err(abort);
         }
         // Admission, before anything else is copied or parsed: the call's strings are
-        // already in host memory, and stay there until it ends.
+        // already in host memory, and stay there until it ends (its bytes are charged now
+        // and judged once the per-call caps below have passed).
         let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref());
         let _pending = PendingCall::enter(&self.pending_calls, &self.pending_bytes, &self.host_pending_bytes, charge);
         if _pending.count > self.sandbox.max_pending_agent_calls as u64 {
@@ -456,20 +457,6 @@ impl RunShared {
                 self.sandbox.max_pending_agent_calls
             );
             return Err(self.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
-        }
-        if _pending.run_bytes > self.sandbox.max_pending_agent_bytes {
-            let message = format!(
-                "agent calls pending at once would hold {} bytes in the host, over the {} byte limit",
-                _pending.run_bytes, self.sandbox.max_pending_agent_bytes
-            );
-            return Err(self.abort(Abort::SandboxLimit { kind: "maxPendingAgentBytes", message }));
-        }
-        if _pending.host_bytes_now > self.sandbox.max_host_pending_agent_bytes {
-            let message = format!(
-                "agent calls pending at once in every run of this host would hold {} bytes, over the {} byte limit",
-                _pending.host_bytes_now, self.sandbox.max_host_pending_agent_bytes
-            );
-            return Err(self.abort(Abort::SandboxLimit { kind: "maxHostPendingAgentBytes", message }));
         }
         if prompt.len() > self.sandbox.max_prompt_bytes {
             let message = format!(
@@ -487,6 +474,22 @@ impl RunShared {
         }
         if let Some(schema) = &schema {
             self.cap("maxSchemaBytes", "agent schema", schema.len(), self.sandbox.max_schema_bytes)?;
+        }
+        // Within every per-call cap: now the bytes it holds while pending (checked before the
+        // schema is parsed, the one copy that grows with it).
+        if _pending.run_bytes > self.sandbox.max_pending_agent_bytes {
+            let message = format!(
+                "agent calls pending at once would hold {} bytes in the host, over the {} byte limit",
+                _pending.run_bytes, self.sandbox.max_pending_agent_bytes
+            );
+            return Err(self.abort(Abort::SandboxLimit { kind: "maxPendingAgentBytes", message }));
+        }
+        if _pending.host_bytes_now > self.sandbox.max_host_pending_agent_bytes {
+            let message = format!(
+                "agent calls pending at once in every run of this host would hold {} bytes, over the {} byte limit",
+                _pending.host_bytes_now, self.sandbox.max_host_pending_agent_bytes
+            );
+            return Err(self.abort(Abort::SandboxLimit { kind: "maxHostPendingAgentBytes", message }));
         }
         let schema = match schema.as_deref().map(Schema::parse) {
             None => None,

@@ -143,3 +143,36 @@ pub fn register_trusted_probe(state: &Path) {
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// Run `cmd` (its program, arguments, environment and working directory) on a
+/// pseudo-terminal through util-linux `script`, typing `answer`: its exit code and everything
+/// the terminal showed. Without `script` the test fails: it must never pass without having
+/// run (Debian package `bsdutils`).
+pub fn on_a_terminal(cmd: &std::process::Command, answer: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let available = std::process::Command::new("script").arg("--version").output().is_ok_and(|o| o.status.success());
+    assert!(available, "util-linux `script` is needed to test a prompt on a terminal (apt-get install bsdutils)");
+    let mut command = vec![cmd.get_program().to_string_lossy().into_owned()];
+    command.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    let quoted: Vec<String> = command.iter().map(|a| format!("'{}'", a.replace('\'', r"'\''"))).collect();
+    let mut script = std::process::Command::new("script");
+    script.args(["-qfec", &quoted.join(" "), "/dev/null"]);
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => script.env(key, value),
+            None => script.env_remove(key),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        script.current_dir(dir);
+    }
+    let mut child = script
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script starts");
+    child.stdin.take().expect("stdin").write_all(answer.as_bytes()).expect("type the answer");
+    let out = child.wait_with_output().expect("script ends");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+}

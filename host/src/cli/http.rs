@@ -309,7 +309,7 @@ impl Api {
         let mut updates = self.host.subscribe();
         let host = self.host.clone();
         let session = self.session.clone();
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(256);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(SSE_FRAMES_BUFFERED);
         tokio::spawn(async move {
             // A comment line first, so a client sees the stream open at once.
             if tx.send(Ok(Frame::data(Bytes::from_static(b": factory events\n\n")))).await.is_err() {
@@ -323,26 +323,37 @@ impl Api {
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 };
-                // Live progress: the entries committed since the last one sent for this run.
-                // One read, which also says whose run it is.
-                let after = sent.get(&update.run_id).copied().unwrap_or(0);
-                let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
-                let entries = match host.progress(&session, &update.run_id, &query) {
-                    Ok(entries) => entries,
-                    Err(factory_host::Error::NotFound(_)) => continue, // another session's run
-                    Err(_) => Vec::new(),
+                // Live progress: the entries committed since the last one sent for this run,
+                // a page a frame. Each send waits while the client is behind, so a slow reader
+                // holds at most SSE_FRAMES_BUFFERED frames of SSE_ENTRIES_PER_FRAME entries.
+                let mut after = sent.get(&update.run_id).copied().unwrap_or(0);
+                let mut frames = {
+                    let data = json!({ "runId": update.run_id, "revision": update.revision });
+                    format!("event: run_updated\ndata: {data}\n\n")
                 };
-                let data = json!({ "runId": update.run_id, "revision": update.revision });
-                let mut frames = format!("event: run_updated\ndata: {data}\n\n");
-                for entry in &entries {
-                    let data = json!({ "runId": update.run_id, "entry": entry });
-                    frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
-                }
-                if let Some(last) = entries.last() {
-                    sent.insert(update.run_id.clone(), last.seq);
-                }
-                if tx.send(Ok(Frame::data(Bytes::from(frames)))).await.is_err() {
-                    return;
+                let mut first = true;
+                loop {
+                    let query = ProgressQuery { after_seq: Some(after), limit: Some(SSE_ENTRIES_PER_FRAME), ..Default::default() };
+                    let entries = match host.progress(&session, &update.run_id, &query) {
+                        Ok(entries) => entries,
+                        Err(factory_host::Error::NotFound(_)) if first => break, // another session's run
+                        Err(_) => Vec::new(),
+                    };
+                    for entry in &entries {
+                        let data = json!({ "runId": update.run_id, "entry": entry });
+                        frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
+                    }
+                    if let Some(last) = entries.last() {
+                        after = last.seq;
+                        sent.insert(update.run_id.clone(), last.seq);
+                    }
+                    if !frames.is_empty() && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut frames))))).await.is_err() {
+                        return;
+                    }
+                    first = false;
+                    if entries.len() < SSE_ENTRIES_PER_FRAME {
+                        break;
+                    }
                 }
             }
         });
@@ -355,6 +366,12 @@ impl Api {
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
     }
 }
+
+/// Frames an event stream holds for a client that reads slowly (then it waits for it).
+const SSE_FRAMES_BUFFERED: usize = 4;
+
+/// Progress entries in one frame of an event stream.
+const SSE_ENTRIES_PER_FRAME: usize = 100;
 
 /// A receiver as a stream of frames.
 fn tokio_stream_from(
