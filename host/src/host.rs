@@ -27,8 +27,7 @@ use tokio_util::sync::CancellationToken;
 use wasmtime::component::Linker;
 use wasmtime::Engine;
 
-/// The session runs belong to when the caller names none.
-pub const DEFAULT_SESSION: &str = "default";
+pub use crate::store::DEFAULT_SESSION;
 
 /// How a [`Host`] is set up.
 pub struct HostConfig {

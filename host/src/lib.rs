@@ -16,6 +16,7 @@ pub mod control;
 mod contract;
 mod envelope;
 mod error;
+mod grant;
 mod hooks;
 mod host;
 pub mod journal;

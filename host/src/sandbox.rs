@@ -258,11 +258,7 @@ pub fn recheck_grants(recorded: &[String]) -> Result<(), GrantError> {
     Ok(())
 }
 
-/// Where the `index`-th granted directory appears inside the guest: `/grant/<index>`, in
-/// the order the grants were given (`--allow-read A --allow-read B`: `/grant/0`, `/grant/1`).
-pub fn grant_mount_point(index: usize) -> String {
-    format!("/grant/{index}")
-}
+pub use crate::grant::mount_point as grant_mount_point;
 
 /// Check directories to grant read access to: each must exist and be a directory. Returns
 /// their canonical absolute paths, which is what a run records and mounts (symlinks and

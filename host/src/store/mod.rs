@@ -9,7 +9,7 @@ mod records;
 pub(crate) mod tables;
 mod writer;
 
-pub use records::{ProgressQuery, Registration, RunRecord};
+pub use records::{ProgressQuery, Registration, RunRecord, DEFAULT_SESSION};
 pub use writer::WriterStats;
 pub(crate) use records::timestamp as records_timestamp;
 

@@ -6,6 +6,9 @@ use crate::limits::Limits;
 use crate::meta::FactoryMeta;
 use serde::{Deserialize, Serialize};
 
+/// The session runs belong to when the caller names none.
+pub const DEFAULT_SESSION: &str = "default";
+
 /// RFC 3339 UTC timestamp, milliseconds.
 pub(crate) fn timestamp() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
@@ -125,7 +128,7 @@ pub(crate) fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_jso
             created_at,
             revision: 0,
         },
-        session: header.session.unwrap_or_else(|| crate::host::DEFAULT_SESSION.to_string()),
+        session: header.session.unwrap_or_else(|| DEFAULT_SESSION.to_string()),
         args: "{}".into(),
         overrides: Limits::default(),
         limits: Limits::default(),
