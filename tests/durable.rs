@@ -129,7 +129,7 @@ async fn a_run_interrupted_by_a_host_stop_is_halted_and_resumable() {
     let host = host(state.path(), &backend);
     let halted = host.envelope(S, &run_id).unwrap();
     assert_eq!(halted.status, RunStatus::Halted);
-    assert_eq!(halted.failure.as_ref().unwrap().kind_type, "halted");
+    assert_eq!(halted.failure.as_ref().unwrap().kind_type, factory_host::FailureType::Halted);
     assert!(halted.accounting.agents_spawned >= 10, "spend up to the last commit survives: {halted:#?}");
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

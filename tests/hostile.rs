@@ -160,7 +160,7 @@ fn assert_unharmed(fx: &Fixture, envelope: &RunEnvelope) {
 }
 
 /// The run ended with status `error` and failure `type`/`kind`; returns the message.
-fn assert_failure(envelope: &RunEnvelope, kind_type: &str, kind: Option<&str>) -> String {
+fn assert_failure(envelope: &RunEnvelope, kind_type: factory_host::FailureType, kind: Option<&str>) -> String {
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
     let failure = envelope.failure.as_ref().expect("a failure");
     assert_eq!(failure.kind_type, kind_type, "{failure:#?}");
@@ -191,7 +191,7 @@ async fn a_spinning_guest_stops_at_its_timeout() {
     let fx = fixture().await;
     let limits = Limits { timeout_seconds: Some(0.5), ..Default::default() };
     let (envelope, took) = against_companion(&fx, hostile_options(json!({ "case": "spin" }), limits)).await;
-    assert_failure(&envelope, "factory_limit_reached", Some("timeoutSeconds"));
+    assert_failure(&envelope, factory_host::FailureType::FactoryLimitReached, Some("timeoutSeconds"));
     // How soon after its budget it stops is measured by the bench, not asserted here.
     assert!(envelope.accounting.active_seconds >= 0.5, "stopped before its budget: {envelope:#?}");
     eprintln!("a 0.5 s timeout stopped the spinning guest after {took:?}");
@@ -204,7 +204,7 @@ async fn a_spinning_guest_runs_out_of_fuel() {
     let sandbox = SandboxLimits { fuel: 2_000_000_000, ..Default::default() };
     let fx = fixture_with(sandbox, Duration::from_millis(20)).await;
     let (envelope, took) = against_companion(&fx, hostile_options(json!({ "case": "spin" }), Limits::default())).await;
-    assert_failure(&envelope, "sandbox_limit", Some("fuel"));
+    assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("fuel"));
     eprintln!("2G fuel ran out after {took:?}");
 }
 
@@ -212,14 +212,14 @@ async fn a_spinning_guest_runs_out_of_fuel() {
 async fn a_memory_bomb_hits_the_memory_cap() {
     let fx = fixture().await;
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "memory" }), Limits::default())).await;
-    assert_failure(&envelope, "sandbox_limit", Some("memory"));
+    assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("memory"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_recursion_overflows_the_stack_as_a_typed_failure() {
     let fx = fixture().await;
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "recursion" }), Limits::default())).await;
-    assert_failure(&envelope, "sandbox_limit", Some("stack"));
+    assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("stack"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,7 +283,7 @@ async fn a_huge_result_is_refused_by_size() {
     let fx = fixture().await;
     let args = json!({ "case": "huge-result", "n": 32 << 20 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    let message = assert_failure(&envelope, "sandbox_limit", Some("maxResultBytes"));
+    let message = assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxResultBytes"));
     assert!(message.contains(&format!("over the {} byte limit", 16 << 20)), "{message}");
 }
 
@@ -316,7 +316,7 @@ async fn a_result_nested_too_deep_is_refused_by_depth() {
     let fx = fixture().await;
     let args = json!({ "case": "deep-result", "n": 200 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    let message = assert_failure(&envelope, "sandbox_limit", Some("maxJsonDepth"));
+    let message = assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxJsonDepth"));
     assert!(message.contains("nested 200 deep"), "{message}");
 }
 
@@ -341,7 +341,7 @@ async fn an_oversized_step_value_is_a_sandbox_limit_failure() {
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
     let failure = envelope.failure.as_ref().expect("a failure");
-    assert_eq!(failure.kind_type, "sandbox_limit", "{failure:#?}");
+    assert_eq!(failure.kind_type, factory_host::FailureType::SandboxLimit, "{failure:#?}");
     assert!(failure.message.contains(&format!("over the {} byte limit", 16 << 20)), "{failure:#?}");
     assert!(envelope.result.is_none(), "{envelope:#?}");
 }
@@ -353,7 +353,7 @@ async fn an_oversized_prompt_is_a_sandbox_limit_failure() {
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
     let failure = envelope.failure.as_ref().expect("a failure");
-    assert_eq!(failure.kind_type, "sandbox_limit", "{failure:#?}");
+    assert_eq!(failure.kind_type, factory_host::FailureType::SandboxLimit, "{failure:#?}");
     assert!(failure.message.contains(&format!("over the {} byte limit", 1 << 20)), "{failure:#?}");
     assert_eq!(fx.backend.calls(HOSTILE), 0, "the oversized prompt never reached the backend");
 }
@@ -367,7 +367,7 @@ async fn sandbox_limit_failures_from_hooks_name_their_limit() {
     ];
     for (args, kind) in cases {
         let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-        assert_failure(&envelope, "sandbox_limit", Some(kind));
+        assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some(kind));
     }
 }
 
@@ -375,7 +375,7 @@ async fn sandbox_limit_failures_from_hooks_name_their_limit() {
 async fn a_panic_is_a_trap() {
     let fx = fixture().await;
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "panic" }), Limits::default())).await;
-    assert_failure(&envelope, "trap", Some("unreachable"));
+    assert_failure(&envelope, factory_host::FailureType::Trap, Some("unreachable"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -383,7 +383,7 @@ async fn a_4097_item_parallel_is_refused_before_any_agent_runs() {
     let fx = fixture().await;
     let args = json!({ "case": "too-many", "n": 4097 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    let message = assert_failure(&envelope, "guest_error", None);
+    let message = assert_failure(&envelope, factory_host::FailureType::GuestError, None);
     assert!(message.contains("too many items: 4097"), "{message}");
     assert_eq!(fx.backend.calls(HOSTILE), 0);
 }
@@ -407,7 +407,7 @@ async fn too_many_pending_agent_calls_are_a_sandbox_limit() {
     let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
     let args = json!({ "case": "raw-fanout", "n": 5000 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
-    let message = assert_failure(&envelope, "sandbox_limit", Some("maxPendingAgentCalls"));
+    let message = assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxPendingAgentCalls"));
     assert!(message.contains("more than 100 agent calls pending"), "{message}");
     assert!(fx.backend.calls(HOSTILE) < 5000, "the pile-up was stopped early");
 }
@@ -464,7 +464,7 @@ async fn calls_after_cancellation_are_refused_and_the_run_stops_promptly() {
     for _ in 0..TRIES {
         let CancelledRun { fx, envelope, from_cancel } = cancel_mid_loop().await;
         let failure = envelope.failure.as_ref().expect("a failure");
-        assert_eq!(failure.kind_type, "cancelled", "{envelope:#?}");
+        assert_eq!(failure.kind_type, factory_host::FailureType::Cancelled, "{envelope:#?}");
         assert!(envelope.result.is_none());
         assert_eq!(from_cancel.run_id, envelope.run_id);
         assert_eq!(from_cancel.status, envelope.status, "`cancel` returns the terminal envelope");
@@ -501,7 +501,7 @@ async fn spawning_past_the_total_cap_ends_with_max_total_subagents() {
     let limits = Limits { max_total_subagents: Some(10), ..Default::default() };
     let args = json!({ "case": "spawn-past-cap", "n": 50 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
-    assert_failure(&envelope, "factory_limit_reached", Some("maxTotalSubagents"));
+    assert_failure(&envelope, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
     assert_eq!(fx.backend.calls(HOSTILE), 10);
     assert_eq!(envelope.accounting.agents_spawned, 10);
 }
@@ -513,7 +513,7 @@ async fn a_guest_that_ignores_the_abort_still_ends_in_error() {
     // It swallows every `Err(Abort)`, keeps spawning, and returns Ok.
     let args = json!({ "case": "ignore-abort", "n": 200 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, limits)).await;
-    assert_failure(&envelope, "factory_limit_reached", Some("maxTotalSubagents"));
+    assert_failure(&envelope, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
     assert_eq!(fx.backend.calls(HOSTILE), 10, "no spawn past the cap reached the backend");
     assert_eq!(envelope.accounting.agents_spawned, 10);
 }
@@ -536,7 +536,7 @@ async fn the_total_cap_admits_exactly_its_count_of_4096_agents() {
     let fx = fixture_gated(SandboxLimits::default(), Duration::from_millis(2), 100).await;
     let limits = Limits { max_total_subagents: Some(100), ..Default::default() };
     let envelope = fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
-    assert_failure(&envelope, "factory_limit_reached", Some("maxTotalSubagents"));
+    assert_failure(&envelope, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
     assert_eq!(fx.backend.calls(HOSTILE), 100, "exactly maxTotalSubagents backend calls");
     assert_eq!(envelope.accounting.agents_spawned, 100);
     assert_eq!(fx.backend.max_in_flight(), 100, "without a concurrency cap the total cap bounds concurrency, and is reached");
@@ -547,7 +547,7 @@ async fn an_agent_call_with_a_schema_that_is_not_json_is_an_invalid_call() {
     let fx = fixture().await;
     // The guest ignores the abort and returns Ok: the recorded failure still wins.
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "bad-schema" }), Limits::default())).await;
-    let message = assert_failure(&envelope, "invalid_call", None);
+    let message = assert_failure(&envelope, factory_host::FailureType::InvalidCall, None);
     assert!(message.contains("agent `h:bad-schema`: invalid schema"), "{message}");
     assert_eq!(fx.backend.calls(HOSTILE), 0, "the invalid call never reached the backend");
 }
@@ -556,7 +556,7 @@ async fn an_agent_call_with_a_schema_that_is_not_json_is_an_invalid_call() {
 async fn a_result_that_is_not_json_is_an_invalid_result() {
     let fx = fixture().await;
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "invalid-result" }), Limits::default())).await;
-    let message = assert_failure(&envelope, "invalid_result", None);
+    let message = assert_failure(&envelope, factory_host::FailureType::InvalidResult, None);
     assert!(message.contains("the result is not JSON"), "{message}");
 }
 
@@ -605,7 +605,7 @@ async fn a_huge_phase_title_is_refused_and_the_log_after_it_stays_small() {
     // Measured before the cap: an 8 MiB title then 200 log lines grew the store by 1.6 GB.
     let args = json!({ "case": "huge-phase", "n": 8 << 20, "count": 200 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    let message = assert_failure(&envelope, "sandbox_limit", Some("maxPhaseBytes"));
+    let message = assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxPhaseBytes"));
     assert!(message.contains(&format!("over the {} byte limit", 1 << 10)), "{message}");
     let grown = store_bytes(&fx).saturating_sub(before);
     assert!(grown < 4 * MIB, "the store grew by {grown} bytes");
@@ -639,7 +639,7 @@ async fn a_huge_label_is_a_sandbox_limit_failure() {
     let fx = fixture().await;
     let args = json!({ "case": "huge-label", "n": 4 << 20 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    assert_failure(&envelope, "sandbox_limit", Some("maxLabelBytes"));
+    assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxLabelBytes"));
     assert_eq!(fx.backend.calls(HOSTILE), 0, "the call never reached the backend");
 }
 
@@ -648,7 +648,7 @@ async fn a_huge_model_name_is_a_sandbox_limit_failure() {
     let fx = fixture().await;
     let args = json!({ "case": "huge-model", "n": 16 << 20 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    assert_failure(&envelope, "sandbox_limit", Some("maxModelBytes"));
+    assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxModelBytes"));
     assert_eq!(fx.backend.calls(HOSTILE), 0, "the call never reached the backend");
 }
 
@@ -658,7 +658,7 @@ async fn a_huge_step_key_is_a_sandbox_limit_failure() {
     let before = store_bytes(&fx);
     let args = json!({ "case": "huge-key", "n": 16 << 20 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    assert_failure(&envelope, "sandbox_limit", Some("maxStepKeyBytes"));
+    assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxStepKeyBytes"));
     let grown = store_bytes(&fx).saturating_sub(before);
     assert!(grown < 4 * MIB, "the key was not journaled: the store grew by {grown} bytes");
 }
@@ -673,7 +673,7 @@ async fn many_large_distinct_steps_stop_at_the_journal_budget() {
     // run of pages it takes in the store).
     let args = json!({ "case": "many-steps", "n": 4_000_000, "count": 20 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    let message = assert_failure(&envelope, "sandbox_limit", Some("maxJournalBytes"));
+    let message = assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxJournalBytes"));
     assert!(message.contains(&format!("{budget} byte journal budget")), "{message}");
     let written = envelope.result_value().as_ref().map(|r| r["written"].clone());
     // The budget charges what each entry occupies in the store: the file's disk space grew
@@ -689,7 +689,7 @@ async fn too_many_distinct_steps_are_a_sandbox_limit() {
     let fx = fixture_with(sandbox, Duration::from_millis(20)).await;
     let args = json!({ "case": "many-steps", "n": 10, "count": 500 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    let message = assert_failure(&envelope, "sandbox_limit", Some("maxSteps"));
+    let message = assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxSteps"));
     assert!(message.contains("100 distinct steps"), "{message}");
 }
 
@@ -703,17 +703,17 @@ async fn the_journal_budget_counts_across_attempts_and_restarts() {
     let run_id = {
         let fx = durable_fixture_in(state.path(), sandbox.clone()).await;
         let (first, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-        let message = assert_failure(&first, "guest_error", None);
+        let message = assert_failure(&first, factory_host::FailureType::GuestError, None);
         assert!(message.contains("after round 1"), "{message}");
         let second = fx.host.resume(&first.run_id, Default::default()).await.expect("resume");
-        let message = assert_failure(&second, "guest_error", None);
+        let message = assert_failure(&second, factory_host::FailureType::GuestError, None);
         assert!(message.contains("after round 2"), "{message}");
         first.run_id
     };
     // A new host on the same store: the count survived.
     let fx = durable_fixture_in(state.path(), sandbox).await;
     let third = fx.host.resume(&run_id, Default::default()).await.expect("resume");
-    assert_failure(&third, "sandbox_limit", Some("maxJournalBytes"));
+    assert_failure(&third, factory_host::FailureType::SandboxLimit, Some("maxJournalBytes"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -722,12 +722,12 @@ async fn a_deeply_nested_any_of_schema_fails_fast_with_a_typed_error() {
     // 2^14 - 1 sub-schemas in ~140 KiB (under maxSchemaBytes): refused by the node cap.
     let args = json!({ "case": "nested-schema", "n": 13 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    let message = assert_failure(&envelope, "invalid_call", None);
+    let message = assert_failure(&envelope, factory_host::FailureType::InvalidCall, None);
     assert!(message.contains("more than 10000 sub-schemas"), "{message}");
     // ~17 MB of the same shape (the one measured at 7.2 GB RSS): refused by size first.
     let args = json!({ "case": "nested-schema", "n": 20 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
-    assert_failure(&envelope, "sandbox_limit", Some("maxSchemaBytes"));
+    assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxSchemaBytes"));
     assert_eq!(fx.backend.calls(HOSTILE), 0, "neither schema reached the backend");
 }
 
@@ -739,10 +739,10 @@ async fn step_values_past_the_memory_cache_are_read_back_from_the_store() {
     let args = json!({ "case": "steps-roundtrip", "n": 64 << 10, "count": 40, "fail": true });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
     // The guest read every value back intact, then failed on purpose.
-    let message = assert_failure(&envelope, "guest_error", None);
+    let message = assert_failure(&envelope, factory_host::FailureType::GuestError, None);
     assert!(message.contains("after 40 fresh steps"), "{message}");
     // A resume finds every step journaled (none written again) and reads each back intact.
     let resumed = fx.host.resume(&envelope.run_id, Default::default()).await.expect("resume");
-    let message = assert_failure(&resumed, "guest_error", None);
+    let message = assert_failure(&resumed, factory_host::FailureType::GuestError, None);
     assert!(message.contains("after 0 fresh steps"), "{message}");
 }

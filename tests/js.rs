@@ -47,7 +47,7 @@ fn result(envelope: &RunEnvelope) -> Value {
     envelope.result_value().expect("a result")
 }
 
-fn failure(envelope: &RunEnvelope, kind_type: &str, kind: Option<&str>) -> String {
+fn failure(envelope: &RunEnvelope, kind_type: factory_host::FailureType, kind: Option<&str>) -> String {
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
     let failure = envelope.failure.as_ref().expect("a failure");
     assert_eq!(failure.kind_type, kind_type, "{failure:#?}");
@@ -195,7 +195,7 @@ async fn an_abort_rejects_through_parallel_and_pipeline_and_the_host_records_it(
     let mut seen = Vec::new();
     for _ in 0..20 {
         let envelope = run(&host, &factory, json!({})).await;
-        failure(&envelope, "factory_limit_reached", Some("maxTotalSubagents"));
+        failure(&envelope, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
         seen = logs(&host, &envelope.run_id);
         if !seen.is_empty() {
             break;
@@ -264,7 +264,7 @@ async fn steps_replay_on_resume_and_volatile_steps_run_again() {
     );
     let factory = js(&host, &source).await;
     let first = run(&host, &factory, json!({})).await;
-    failure(&first, "factory_limit_reached", Some("maxTotalSubagents"));
+    failure(&first, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
     let resumed = host
         .resume(&first.run_id, ResumeOptions { limits: Limits { max_total_subagents: Some(5), ..Limits::default() }, ..Default::default() })
         .await
@@ -300,7 +300,7 @@ async fn resume_with_an_edited_source_replays_unchanged_calls() {
     let v2 = v1.replace("old prompt", "new prompt").replace("\"v1\"", "\"v2\"");
     let f1 = js(&host, &v1).await;
     let first = run(&host, &f1, json!({})).await;
-    failure(&first, "factory_limit_reached", Some("maxTotalSubagents"));
+    failure(&first, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
     let f2 = js(&host, &v2).await;
     assert_eq!(f1.component.hash, f2.component.hash, "one runner");
     let options = ResumeOptions {
@@ -324,7 +324,7 @@ async fn thrown_errors_and_non_json_results_end_the_attempt_with_the_js_message(
     let host = dry_host();
     let thrower = "import { defineFactory } from \"factory\";\n\nfunction check(n) {\n  throw new Error(`bad input ${n}`);\n}\nexport default defineFactory({ meta: { name: \"t\", description: \"d\" }, run: async () => {\n  check(42);\n} });\n";
     let envelope = run(&host, &js(&host, thrower).await, json!({})).await;
-    let message = failure(&envelope, "guest_error", None);
+    let message = failure(&envelope, factory_host::FailureType::GuestError, None);
     assert!(message.starts_with("Error: bad input 42"), "{message}");
     assert!(message.contains("t.js:4"), "{message}");
     assert!(message.contains("t.js:7"), "{message}");
@@ -337,7 +337,7 @@ async fn thrown_errors_and_non_json_results_end_the_attempt_with_the_js_message(
         ("async () => { throw \"plain\"; }", "uncaught plain"),
     ] {
         let envelope = run(&host, &js(&host, &module(META, body)).await, json!({})).await;
-        let message = failure(&envelope, "guest_error", None);
+        let message = failure(&envelope, factory_host::FailureType::GuestError, None);
         assert!(message.contains(expected), "{body}: {message}");
     }
     // `undefined` completes with no result; `null` is a result.
@@ -404,16 +404,16 @@ async fn hostile_scripts_end_with_typed_failures() {
     let small = SandboxLimits { fuel: 2_000_000_000, memory_bytes: 64 << 20, ..SandboxLimits::default() };
     let host = host_with(Arc::new(DryRun), small);
     let spin = run(&host, &js(&host, &module(META, "async () => { for (;;) {} }")).await, json!({})).await;
-    failure(&spin, "sandbox_limit", Some("fuel"));
+    failure(&spin, factory_host::FailureType::SandboxLimit, Some("fuel"));
     let bomb = module(META, "async () => { const keep = []; for (;;) keep.push(new Array(1 << 20).fill(1.5)); }");
     let bomb = run(&host, &js(&host, &bomb).await, json!({})).await;
-    failure(&bomb, "sandbox_limit", Some("memory"));
+    failure(&bomb, factory_host::FailureType::SandboxLimit, Some("memory"));
     let deep = module(META, "async () => { const f = (n) => f(n + 1) + 1; return f(0); }");
     let deep = run(&host, &js(&host, &deep).await, json!({})).await;
     // QuickJS's own stack check (a catchable RangeError) or wasm's stack guard: typed either way.
     let typed = deep.failure.as_ref().expect("a failure");
-    let js_error = typed.kind_type == "guest_error" && typed.message.contains("RangeError");
-    let wasm_stack = typed.kind_type == "sandbox_limit" && typed.kind.as_deref() == Some("stack");
+    let js_error = typed.kind_type == factory_host::FailureType::GuestError && typed.message.contains("RangeError");
+    let wasm_stack = typed.kind_type == factory_host::FailureType::SandboxLimit && typed.kind.as_deref() == Some("stack");
     assert!(js_error || wasm_stack, "{typed:#?}");
     // A loop in `meta`'s module code hits the fuel limit at load, not forever.
     let at_load = host.load_script(Script::new("t.js", "for (;;) {}\n", None)).await.expect_err("refused");
@@ -422,7 +422,7 @@ async fn hostile_scripts_end_with_typed_failures() {
     let host = host_with(Arc::new(DryRun), SandboxLimits::default());
     let timed = module(r#"{ name: "t", description: "d", limits: { timeoutSeconds: 0.5 } }"#, "async () => { for (;;) {} }");
     let timed = run(&host, &js(&host, &timed).await, json!({})).await;
-    failure(&timed, "factory_limit_reached", Some("timeoutSeconds"));
+    failure(&timed, factory_host::FailureType::FactoryLimitReached, Some("timeoutSeconds"));
 }
 
 #[tokio::test]
@@ -661,14 +661,14 @@ async fn typescript_is_stripped_in_place_and_runs_recorded_as_written() {
 
     // A runtime throw points at the `.ts` file's own lines (9: the throw, 17: the call).
     let envelope = run(&host, &factory, json!({"fail": true})).await;
-    let message = failure(&envelope, "guest_error", None);
+    let message = failure(&envelope, factory_host::FailureType::GuestError, None);
     assert!(message.starts_with("Error: asked to fail"), "{message}");
     assert!(message.contains("greet.ts:9:"), "{message}");
     assert!(message.contains("greet.ts:17:"), "{message}");
 
     // Resume runs the recorded TypeScript (stripped again), not some stored JavaScript.
     let resumed = host.resume(&envelope.run_id, ResumeOptions::default()).await.expect("resume");
-    assert!(failure(&resumed, "guest_error", None).contains("greet.ts:9:"));
+    assert!(failure(&resumed, factory_host::FailureType::GuestError, None).contains("greet.ts:9:"));
 }
 
 #[tokio::test]

@@ -357,7 +357,7 @@ async fn a_panic_inside_an_attempt_ends_it_and_frees_the_run() {
     let options = RunOptions { args: Some(json!({"case": "fanout", "n": 3})), ..Default::default() };
     let envelope = host.run(&factory, options).await.expect("the run ends with an envelope");
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
-    assert_eq!(envelope.failure.as_ref().unwrap().kind_type, "internal", "{envelope:#?}");
+    assert_eq!(envelope.failure.as_ref().unwrap().kind_type, factory_host::FailureType::Internal, "{envelope:#?}");
     // Not wedged: waiting returns at once, and a resume (another backend) completes.
     let waited = tokio::time::timeout(Duration::from_secs(10), host.wait("default", &envelope.run_id)).await;
     assert_eq!(waited.expect("wait returns").unwrap().status, RunStatus::Error);

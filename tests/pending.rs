@@ -20,7 +20,7 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
 
-fn failure_kind(envelope: &RunEnvelope) -> (String, Option<String>) {
+fn failure_kind(envelope: &RunEnvelope) -> (factory_host::FailureType, Option<String>) {
     let failure = envelope.failure.as_ref().unwrap_or_else(|| panic!("a failure: {envelope:#?}"));
     (failure.kind_type.clone(), failure.kind.clone())
 }
@@ -56,7 +56,7 @@ async fn ten_thousand_pending_megabyte_prompts_keep_host_memory_under_twice_the_
     eprintln!("host RSS grew {} MiB (bound {} MiB)", grown / 1024, 2 * guest_limit_kib / 1024);
 
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
-    assert_eq!(failure_kind(&envelope), ("sandbox_limit".into(), Some("maxPendingAgentBytes".into())));
+    assert_eq!(failure_kind(&envelope), (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into())));
     let message = &envelope.failure.as_ref().unwrap().message;
     assert!(message.contains(&format!("over the {} byte limit", 128 << 20)), "{message}");
     assert!(
@@ -111,7 +111,7 @@ async fn the_per_run_bound_admits_what_fits_and_stops_what_does_not() {
         // The second time too: the first run gave back every byte (else the host's 12 MiB
         // would stop the second one first, with `maxHostPendingAgentBytes`).
         let envelope = host.run(&hostile, megabyte_calls(9)).await.expect("the run exists");
-        assert_eq!(failure_kind(&envelope), ("sandbox_limit".into(), Some("maxPendingAgentBytes".into())));
+        assert_eq!(failure_kind(&envelope), (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into())));
     }
 }
 
@@ -133,12 +133,12 @@ async fn the_host_wide_bound_stops_the_run_that_crosses_it_and_gives_its_bytes_b
     .expect("one run is stopped by the host's bound (hang guard)")
     .expect("the run task")
     .expect("the run exists");
-    assert_eq!(failure_kind(&first), ("sandbox_limit".into(), Some("maxHostPendingAgentBytes".into())));
+    assert_eq!(failure_kind(&first), (factory_host::FailureType::SandboxLimit, Some("maxHostPendingAgentBytes".into())));
     // The other one is still waiting on the backend: cancel it.
     let other = host.runs(factory_host::DEFAULT_SESSION).unwrap().into_iter().find(|e| e.run_id != first.run_id).expect("the other run");
     let cancelled = host.cancel(factory_host::DEFAULT_SESSION, &other.run_id).await.expect("cancel");
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     // Every byte was given back: a run of 9 meets its own bound, not the host's.
     let envelope = host.run(&hostile, megabyte_calls(9)).await.expect("the run exists");
-    assert_eq!(failure_kind(&envelope), ("sandbox_limit".into(), Some("maxPendingAgentBytes".into())));
+    assert_eq!(failure_kind(&envelope), (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into())));
 }

@@ -34,7 +34,7 @@ async fn load(host: &Host, name: &str) -> Factory {
 fn limit_stop(envelope: &RunEnvelope, kind: &str) {
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
     let failure = envelope.failure.as_ref().expect("a failure");
-    assert_eq!(failure.kind_type, "factory_limit_reached", "{failure:#?}");
+    assert_eq!(failure.kind_type, factory_host::FailureType::FactoryLimitReached, "{failure:#?}");
     assert_eq!(failure.kind.as_deref(), Some(kind), "{failure:#?}");
 }
 

@@ -132,7 +132,7 @@ async fn an_abort_fails_the_whole_parallel_call_and_ends_the_attempt() {
     let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "fanout", "n": 5}), limits).await;
     assert_eq!(envelope.status, RunStatus::Error);
     let failure = envelope.failure.as_ref().unwrap();
-    assert_eq!(failure.kind_type, "factory_limit_reached");
+    assert_eq!(failure.kind_type, factory_host::FailureType::FactoryLimitReached);
     assert_eq!(failure.kind.as_deref(), Some("maxTotalSubagents"));
     assert!(envelope.result.is_none());
     assert_eq!(envelope.accounting.agents_spawned, 2);
@@ -145,7 +145,7 @@ async fn more_than_4096_items_are_refused_before_anything_runs() {
     let envelope = run_probe(backend.clone(), json!({"case": "too-many", "n": 4097}), Limits::default()).await;
     assert_eq!(envelope.status, RunStatus::Error);
     let failure = envelope.failure.unwrap();
-    assert_eq!(failure.kind_type, "guest_error");
+    assert_eq!(failure.kind_type, factory_host::FailureType::GuestError);
     assert!(failure.message.contains("too many items: 4097"), "{}", failure.message);
 
     let envelope = run_probe(backend, json!({"case": "too-many", "n": 4096}), Limits::default()).await;

@@ -892,8 +892,8 @@ async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
         check_done(&companion, "small", 3, false);
         let failure = envelope.failure.as_ref().unwrap_or_else(|| fail(format!("`{}` did not fail: {envelope:?}", attack.name)));
         let typed = match attack.kind {
-            Some(kind) => failure.kind_type == "sandbox_limit" && failure.kind.as_deref() == Some(kind),
-            None => failure.kind_type == "invalid_call",
+            Some(kind) => failure.kind_type == factory_host::FailureType::SandboxLimit && failure.kind.as_deref() == Some(kind),
+            None => failure.kind_type == factory_host::FailureType::InvalidCall,
         };
         if !typed {
             fail(format!("`{}` ended with {failure:?}, expected {:?}", attack.name, attack.kind.unwrap_or("invalid_call")));

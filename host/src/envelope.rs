@@ -29,15 +29,72 @@ impl RunStatus {
     }
 }
 
+/// Which family a [`Failure`] is of; serialized as its `type` string (`sandbox_limit`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureType {
+    /// A factory limit stopped the attempt (kind: `maxTotalSubagents`, `timeoutSeconds`,
+    /// `maxAiCredits`).
+    FactoryLimitReached,
+    /// A host sandbox limit stopped it (kind: the limit's name: `fuel`, `memory`, `stack`,
+    /// `maxJsonDepth`, `maxPendingAgentBytes`, ...).
+    SandboxLimit,
+    /// The sandbox for the attempt could not be set up (e.g. a grant cannot be mounted).
+    Sandbox,
+    /// The guest trapped (kind: `unreachable` for a panic, ...).
+    Trap,
+    /// The guest's `run` returned an error (a thrown JS error, a Rust `Err`).
+    GuestError,
+    /// The guest's result is not JSON.
+    InvalidResult,
+    /// The guest called a hook with something it cannot take (an invalid schema, ...).
+    InvalidCall,
+    /// The journal or store failed (kind `unreadable_record`: a record that cannot be read).
+    Storage,
+    /// The backend could not be used (kind: `unavailable`, `timeout`, `auth`,
+    /// `model_not_found`, `rate_limited`, `server_error`, `invalid_reply`, `not_installed`,
+    /// `misconfigured`, `replay_miss`).
+    Backend,
+    /// A host bug (a panic the host caught).
+    Internal,
+    /// Cancelled by a caller (kind `declined`: declined at the consent prompt).
+    Cancelled,
+    /// The host stopped during the attempt.
+    Halted,
+}
+
+impl FailureType {
+    /// Its wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureType::FactoryLimitReached => "factory_limit_reached",
+            FailureType::SandboxLimit => "sandbox_limit",
+            FailureType::Sandbox => "sandbox",
+            FailureType::Trap => "trap",
+            FailureType::GuestError => "guest_error",
+            FailureType::InvalidResult => "invalid_result",
+            FailureType::InvalidCall => "invalid_call",
+            FailureType::Storage => "storage",
+            FailureType::Backend => "backend",
+            FailureType::Internal => "internal",
+            FailureType::Cancelled => "cancelled",
+            FailureType::Halted => "halted",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A typed failure: `type` says which family, `kind` which member.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
-    /// `factory_limit_reached`, `sandbox_limit`, `trap`, `guest_error`, `invalid_args`,
-    /// `invalid_result`, `storage`, `backend` (kind: `unavailable`, `timeout`, `auth`,
-    /// `model_not_found`, `rate_limited`, `server_error`, `invalid_reply`, `not_installed`,
-    /// `misconfigured`, `replay_miss`), `internal` (a host bug: a panic), `cancelled`, `halted`.
+    /// The family.
     #[serde(rename = "type")]
-    pub kind_type: String,
+    pub kind_type: FailureType,
     /// For limits: `maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`, or the sandbox
     /// limit's name.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -48,13 +105,13 @@ pub struct Failure {
 
 impl Failure {
     /// A failure of `kind_type` with an optional `kind`.
-    pub fn new(kind_type: &str, kind: Option<&str>, message: impl Into<String>) -> Self {
-        Failure { kind_type: kind_type.to_string(), kind: kind.map(str::to_string), message: message.into() }
+    pub fn new(kind_type: FailureType, kind: Option<&str>, message: impl Into<String>) -> Self {
+        Failure { kind_type, kind: kind.map(str::to_string), message: message.into() }
     }
 
     /// A factory limit (`maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`) was reached.
     pub fn limit(kind: &str, message: impl Into<String>) -> Self {
-        Failure::new("factory_limit_reached", Some(kind), message)
+        Failure::new(FailureType::FactoryLimitReached, Some(kind), message)
     }
 }
 
@@ -128,4 +185,39 @@ impl RunEnvelope {
 /// `null` as absent).
 fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<crate::json::RawJson>, D::Error> {
     crate::json::RawJson::deserialize(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_types_and_agent_statuses_keep_their_wire_strings() {
+        let all = [
+            (FailureType::FactoryLimitReached, "factory_limit_reached"),
+            (FailureType::SandboxLimit, "sandbox_limit"),
+            (FailureType::Sandbox, "sandbox"),
+            (FailureType::Trap, "trap"),
+            (FailureType::GuestError, "guest_error"),
+            (FailureType::InvalidResult, "invalid_result"),
+            (FailureType::InvalidCall, "invalid_call"),
+            (FailureType::Storage, "storage"),
+            (FailureType::Backend, "backend"),
+            (FailureType::Internal, "internal"),
+            (FailureType::Cancelled, "cancelled"),
+            (FailureType::Halted, "halted"),
+        ];
+        for (kind, text) in all {
+            assert_eq!(serde_json::to_value(kind).unwrap(), serde_json::json!(text));
+            assert_eq!(kind.as_str(), text);
+            assert_eq!(serde_json::from_value::<FailureType>(serde_json::json!(text)).unwrap(), kind);
+        }
+        let failure: Failure = serde_json::from_str(r#"{"type":"sandbox_limit","kind":"fuel","message":"m"}"#).unwrap();
+        assert_eq!(failure.kind_type, FailureType::SandboxLimit);
+        assert!(serde_json::from_str::<Failure>(r#"{"type":"nope","message":"m"}"#).is_err());
+        use crate::progress::AgentStatus;
+        for (status, text) in [(AgentStatus::Ok, "ok"), (AgentStatus::Failed, "failed"), (AgentStatus::Aborted, "aborted")] {
+            assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(text));
+        }
+    }
 }

@@ -541,7 +541,7 @@ impl Host {
         }
         if envelope.status == RunStatus::Running && !active {
             envelope.status = RunStatus::Halted;
-            let failure = Failure::new("halted", None, "the attempt ended without recording its outcome; resume to continue");
+            let failure = Failure::new(crate::envelope::FailureType::Halted, None, "the attempt ended without recording its outcome; resume to continue");
             envelope.error.get_or_insert_with(|| failure.message.clone());
             envelope.failure.get_or_insert(failure);
         }
@@ -619,7 +619,7 @@ impl Host {
         let (mut record, _) = self.create_run(factory, options).await?;
         let envelope = &mut record.envelope;
         envelope.status = RunStatus::Cancelled;
-        let failure = Failure::new("cancelled", Some("declined"), "the run was declined at the consent prompt; nothing ran");
+        let failure = Failure::new(crate::envelope::FailureType::Cancelled, Some("declined"), "the run was declined at the consent prompt; nothing ran");
         envelope.error = Some(failure.message.clone());
         envelope.failure = Some(failure);
         envelope.updated_at = crate::store::records_timestamp();
@@ -773,7 +773,7 @@ impl Host {
             .await;
         let failure = match outcome {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some((Failure::new("storage", None, e.to_string()), Some(e))),
+            Ok(Err(e)) => Some((Failure::new(crate::envelope::FailureType::Storage, None, e.to_string()), Some(e))),
             Err(panic) => {
                 let what = panic
                     .downcast_ref::<&str>()
@@ -781,7 +781,7 @@ impl Host {
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a panic".into());
                 tracing::error!(run = %run_id, panic = %what, "an attempt panicked");
-                Some((Failure::new("internal", None, format!("the host failed during this attempt ({what}); resume to continue")), None))
+                Some((Failure::new(crate::envelope::FailureType::Internal, None, format!("the host failed during this attempt ({what}); resume to continue")), None))
             }
         };
         if let Some((failure, error)) = failure {
@@ -881,13 +881,13 @@ impl Host {
                 let mut failure = outcome.failure;
                 // The last progress entries must be durable before the verdict is.
                 if let Err(e) = self.store.flush().await {
-                    failure = Some(Failure::new("storage", None, e.to_string()));
+                    failure = Some(Failure::new(crate::envelope::FailureType::Storage, None, e.to_string()));
                 }
                 let dropped = shared.dropped_log_lines();
                 if dropped > 0 {
                     record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
                 }
-                let status = if failure.as_ref().is_some_and(|f| f.kind_type == "storage") {
+                let status = if failure.as_ref().is_some_and(|f| f.kind_type == crate::envelope::FailureType::Storage) {
                     RunStatus::Error
                 } else {
                     outcome.status

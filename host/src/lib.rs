@@ -34,7 +34,7 @@ pub mod trust;
 mod typescript;
 
 pub use agent_key::AgentKey;
-pub use envelope::{Accounting, Failure, RunEnvelope, RunStatus};
+pub use envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStatus};
 pub use error::Error;
 pub use host::{
     default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DETAIL_AGENTS,
@@ -42,4 +42,4 @@ pub use host::{
 };
 pub use limits::Limits;
 pub use meta::{FactoryMeta, MetaError, PhaseDecl};
-pub use progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
+pub use progress::{AgentStatus, AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};

@@ -37,10 +37,22 @@ pub enum ProgressEvent {
 impl ProgressEvent {
     /// An agent call answered without a spawn.
     pub(crate) fn cached(label: String, ok: bool) -> Self {
-        let status = if ok { "ok" } else { "failed" };
-        let summary = AgentSummary { label, model: None, status: status.into(), spawns: 0, credits_nano: 0, millis: 0 };
+        let status = if ok { AgentStatus::Ok } else { AgentStatus::Failed };
+        let summary = AgentSummary { label, model: None, status, spawns: 0, credits_nano: 0, millis: 0 };
         ProgressEvent::AgentFinished { summary, cached: true }
     }
+}
+
+/// How a subagent call ended; serialized `ok`, `failed`, `aborted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentStatus {
+    /// It produced a reply.
+    Ok,
+    /// An ordinary failure: no reply, or one that failed its schema twice (`null` to the guest).
+    Failed,
+    /// The run stopped while it was in flight (a limit, a cancel, a backend outage).
+    Aborted,
 }
 
 /// A prompt-free summary of one subagent call.
@@ -52,8 +64,8 @@ pub struct AgentSummary {
     /// The requested model, if any.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub model: Option<String>,
-    /// `ok`, `failed`, or `aborted`.
-    pub status: String,
+    /// How it ended.
+    pub status: AgentStatus,
     /// Spawns it took (2 with a schema retry; 0 when replayed).
     pub spawns: u32,
     /// Credits in nano-credits.
@@ -65,7 +77,7 @@ pub struct AgentSummary {
 impl AgentSummary {
     /// True when the call produced a reply.
     pub fn ok(&self) -> bool {
-        self.status == "ok"
+        self.status == AgentStatus::Ok
     }
 }
 

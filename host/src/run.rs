@@ -145,7 +145,7 @@ impl RunShared {
         let snapshot = setup
             .journal
             .load(&setup.run_id, setup.sandbox.journal_cache_bytes)
-            .map_err(|e| Failure::new("storage", None, e.to_string()))?;
+            .map_err(|e| Failure::new(crate::envelope::FailureType::Storage, None, e.to_string()))?;
         let mut cache = ValueCache::new(setup.sandbox.journal_cache_bytes);
         for (key, value) in snapshot.steps {
             cache.put_step(key, value);
@@ -296,10 +296,10 @@ impl RunShared {
         let failure = match &abort {
             Abort::Cancelled | Abort::Halted => None,
             Abort::Limit(kind) => Some(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
-            Abort::Storage(e) => Some(Failure::new("storage", None, e.to_string())),
-            Abort::InvalidCall(m) => Some(Failure::new("invalid_call", None, m.clone())),
-            Abort::SandboxLimit { kind, message } => Some(Failure::new("sandbox_limit", Some(kind), message.clone())),
-            Abort::Backend { kind, message } => Some(Failure::new("backend", Some(kind.as_str()), message.clone())),
+            Abort::Storage(e) => Some(Failure::new(crate::envelope::FailureType::Storage, None, e.to_string())),
+            Abort::InvalidCall(m) => Some(Failure::new(crate::envelope::FailureType::InvalidCall, None, m.clone())),
+            Abort::SandboxLimit { kind, message } => Some(Failure::new(crate::envelope::FailureType::SandboxLimit, Some(kind), message.clone())),
+            Abort::Backend { kind, message } => Some(Failure::new(crate::envelope::FailureType::Backend, Some(kind.as_str()), message.clone())),
             Abort::Unpriced(message) => Some(Failure::limit(LimitKind::MaxAiCredits.name(), message.clone())),
         };
         let cause = match failure {
@@ -630,7 +630,7 @@ impl RunShared {
         let mut summary = AgentSummary {
             label: label.clone(),
             model: request.model.clone(),
-            status: "failed".into(),
+            status: crate::progress::AgentStatus::Failed,
             spawns: 0,
             credits_nano: 0,
             millis: 0,
@@ -698,11 +698,10 @@ impl RunShared {
             }
         }
         summary.status = match &outcome {
-            Ok(Some(_)) => "ok",
-            Ok(None) => "failed",
-            Err(_) => "aborted",
-        }
-        .into();
+            Ok(Some(_)) => crate::progress::AgentStatus::Ok,
+            Ok(None) => crate::progress::AgentStatus::Failed,
+            Err(_) => crate::progress::AgentStatus::Aborted,
+        };
         summary.millis = started.elapsed().as_millis() as u64;
         if outcome.is_ok() {
             self.emit(ProgressEvent::AgentFinished { summary, cached: false });
@@ -819,7 +818,7 @@ pub(crate) async fn execute(
     let returned = {
         let mut store = match sandbox::new_store(engine, &shared.sandbox, shared.clone(), component.script.clone(), grants) {
             Ok(store) => store,
-            Err(e) => return outcome_failed(Failure::new("sandbox", None, format!("{e:#}"))),
+            Err(e) => return outcome_failed(Failure::new(crate::envelope::FailureType::Sandbox, None, format!("{e:#}"))),
         };
         let pre = component.pre.clone();
         let call = async {
@@ -857,30 +856,30 @@ pub(crate) async fn execute(
         (Some(StopCause::Cancelled), _) => AttemptOutcome {
             status: RunStatus::Cancelled,
             result: None,
-            failure: Some(Failure::new("cancelled", None, "the run was cancelled"))
+            failure: Some(Failure::new(crate::envelope::FailureType::Cancelled, None, "the run was cancelled"))
         },
         // A recorded failure wins over whatever the guest returned after it.
         (Some(StopCause::Failed(failure, _)), _) => outcome_failed(failure),
         (Some(StopCause::Halted), _) => AttemptOutcome {
             status: RunStatus::Halted,
             result: None,
-            failure: Some(Failure::new("halted", None, "the host shut down during this attempt; resume to continue")),
+            failure: Some(Failure::new(crate::envelope::FailureType::Halted, None, "the host shut down during this attempt; resume to continue")),
         },
         // Only a cancel from outside stops an attempt without recording a cause.
         (None, None) => AttemptOutcome {
             status: RunStatus::Cancelled,
             result: None,
-            failure: Some(Failure::new("cancelled", None, "the run was cancelled")),
+            failure: Some(Failure::new(crate::envelope::FailureType::Cancelled, None, "the run was cancelled")),
         },
         (None, Some(Err(trap))) => outcome_failed(classify_trap(&trap)),
-        (None, Some(Ok(Err(message)))) => outcome_failed(Failure::new("guest_error", None, message)),
+        (None, Some(Ok(Err(message)))) => outcome_failed(Failure::new(crate::envelope::FailureType::GuestError, None, message)),
         (None, Some(Ok(Ok(result)))) => match check_result(result, &shared.sandbox) {
             Ok(result) => AttemptOutcome { status: RunStatus::Completed, result, failure: None },
             Err(failure) => outcome_failed(failure),
         },
     };
     if let Err(e) = flushed {
-        outcome = outcome_failed(Failure::new("storage", None, e.to_string()));
+        outcome = outcome_failed(Failure::new(crate::envelope::FailureType::Storage, None, e.to_string()));
     }
     outcome
 }
@@ -894,7 +893,7 @@ fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Optio
     let Some(text) = result else { return Ok(None) };
     if text.len() > sandbox.max_result_bytes {
         return Err(Failure::new(
-            "sandbox_limit",
+            crate::envelope::FailureType::SandboxLimit,
             Some("maxResultBytes"),
             format!("result is {} bytes, over the {} byte limit", text.len(), sandbox.max_result_bytes),
         ));
@@ -902,14 +901,14 @@ fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Optio
     let depth = crate::json::depth(&text);
     if depth > sandbox.max_json_depth {
         return Err(Failure::new(
-            "sandbox_limit",
+            crate::envelope::FailureType::SandboxLimit,
             Some("maxJsonDepth"),
             format!("result is nested {depth} deep, over the limit of {}", sandbox.max_json_depth),
         ));
     }
     crate::json::RawJson::from_text(text)
         .map(Some)
-        .map_err(|e| Failure::new("invalid_result", None, format!("the result is {e}")))
+        .map_err(|e| Failure::new(crate::envelope::FailureType::InvalidResult, None, format!("the result is {e}")))
 }
 
 /// Name what stopped a guest: fuel, memory, stack, or a plain trap (a panic is `unreachable`).
@@ -918,13 +917,13 @@ pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
     if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
         match trap {
             wasmtime::Trap::OutOfFuel => {
-                return Failure::new("sandbox_limit", Some("fuel"), "the guest used up its CPU fuel budget")
+                return Failure::new(crate::envelope::FailureType::SandboxLimit, Some("fuel"), "the guest used up its CPU fuel budget")
             }
             wasmtime::Trap::StackOverflow => {
-                return Failure::new("sandbox_limit", Some("stack"), "the guest overflowed its stack")
+                return Failure::new(crate::envelope::FailureType::SandboxLimit, Some("stack"), "the guest overflowed its stack")
             }
             wasmtime::Trap::UnreachableCodeReached => {
-                return Failure::new("trap", Some("unreachable"), format!("the guest trapped (a panic?): {message}"))
+                return Failure::new(crate::envelope::FailureType::Trap, Some("unreachable"), format!("the guest trapped (a panic?): {message}"))
             }
             _ => {}
         }
@@ -933,10 +932,10 @@ pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
     // backtrace around it says nothing to the factory's author.
     let cause = error.root_cause().to_string();
     if message.contains("forcing trap when growing memory") {
-        return Failure::new("sandbox_limit", Some("memory"), format!("the guest exceeded its memory limit: {cause}"));
+        return Failure::new(crate::envelope::FailureType::SandboxLimit, Some("memory"), format!("the guest exceeded its memory limit: {cause}"));
     }
     if message.contains("forcing trap when growing table") {
-        return Failure::new("sandbox_limit", Some("table"), format!("the guest exceeded its table limit: {cause}"));
+        return Failure::new(crate::envelope::FailureType::SandboxLimit, Some("table"), format!("the guest exceeded its table limit: {cause}"));
     }
-    Failure::new("trap", None, message)
+    Failure::new(crate::envelope::FailureType::Trap, None, message)
 }

@@ -597,7 +597,7 @@ fn summarize(e: &RunEnvelope) -> String {
         text.push_str(&format!(" Failure: {}{kind}: {}", f.kind_type, f.message));
         if e.status != factory_host::RunStatus::Completed {
             text.push_str(&format!(" Resume with run_factory {{\"resumeFromRunId\": \"{}\"}}", e.run_id));
-            if f.kind_type == "factory_limit_reached" {
+            if f.kind_type == factory_host::FailureType::FactoryLimitReached {
                 text.push_str(" and the limit raised in `limits`");
             }
             text.push('.');

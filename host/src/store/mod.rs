@@ -477,7 +477,7 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
                     record.envelope.accounting = acc;
                 }
                 record.envelope.status = RunStatus::Halted;
-                let failure = Failure::new("halted", None, "the host stopped during this attempt; resume to continue");
+                let failure = Failure::new(crate::envelope::FailureType::Halted, None, "the host stopped during this attempt; resume to continue");
                 record.envelope.error = Some(failure.message.clone());
                 record.envelope.failure = Some(failure);
                 record.envelope.updated_at = records::timestamp();

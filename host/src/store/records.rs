@@ -111,7 +111,7 @@ struct EnvelopeHeader {
 pub(crate) fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Error) -> RunRecord {
     let header: RecordHeader = serde_json::from_slice(bytes).unwrap_or_default();
     let message = format!("the record of this run cannot be read ({error}); the rest of the store is intact");
-    let failure = crate::envelope::Failure::new("storage", Some("unreadable_record"), message.clone());
+    let failure = crate::envelope::Failure::new(crate::envelope::FailureType::Storage, Some("unreadable_record"), message.clone());
     let created_at = header.envelope.created_at.unwrap_or_default();
     RunRecord {
         envelope: RunEnvelope {
