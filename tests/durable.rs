@@ -69,7 +69,7 @@ async fn a_resume_with_an_edited_component_still_hits_every_unchanged_call() {
     let detail = host.detail(S, &first.run_id).unwrap();
     assert_eq!(detail.component_hashes, vec![v1.component.hash.clone(), v2.component.hash.clone()]);
     match host.resume(&first.run_id, ResumeOptions::default()).await {
-        Err(e @ Error::NonResumable(_)) => assert_eq!(e.code(), Some("non_resumable")),
+        Err(e @ Error::NonResumable(_)) => assert_eq!(e.code(), factory_host::ErrorCode::NonResumable),
         other => panic!("a completed run is final, got {other:?}"),
     }
     assert!(matches!(host.resume("no-such-run", ResumeOptions::default()).await, Err(Error::NotFound(_))));
@@ -301,7 +301,7 @@ async fn resuming_a_run_that_is_executing_is_already_active() {
     let run_id = host.runs(S).unwrap()[0].run_id.clone();
     match host.resume(&run_id, ResumeOptions::default()).await {
         Err(e @ Error::AlreadyActive(_)) => {
-            assert_eq!(e.code(), Some("already_active"));
+            assert_eq!(e.code(), factory_host::ErrorCode::AlreadyActive);
             assert!(e.to_string().contains(&run_id), "{e}");
         }
         other => panic!("expected already_active, got {other:?}"),
@@ -329,7 +329,7 @@ async fn resuming_with_another_factorys_component_is_non_resumable() {
     let options = ResumeOptions { component: Some(probe), ..Default::default() };
     match host.resume(&first.run_id, options).await {
         Err(e @ Error::NonResumable(_)) => {
-            assert_eq!(e.code(), Some("non_resumable"));
+            assert_eq!(e.code(), factory_host::ErrorCode::NonResumable);
             let message = e.to_string();
             assert!(message.contains("belongs to factory `edit`, not `probe`"), "{message}");
         }

@@ -386,7 +386,7 @@ async fn a_library_resume_never_falls_back_to_the_hosts_default_backend() {
     let refused = host.resume(&id, ResumeOptions { limits: raise(), ..Default::default() }).await;
     let Err(e) = refused else { panic!("resumed on another backend: {refused:?}") };
     assert!(matches!(e, Error::BackendUnavailable(_)), "{e}");
-    assert_eq!(e.code(), Some("backend_unavailable"));
+    assert_eq!(e.code(), factory_host::ErrorCode::BackendUnavailable);
     assert_eq!(host.envelope("default", &id).unwrap().attempts, 1, "no attempt started");
     // Handed the backend again, it continues where it stopped.
     let options = ResumeOptions { limits: raise(), backend: Some(Arc::new(Shared(counting.clone()))), ..Default::default() };

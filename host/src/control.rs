@@ -11,7 +11,7 @@
 //! at once, and a failed accept (out of descriptors, say) is retried after a pause
 //! ([`AcceptBackoff`]): the server never stops answering and never spins.
 
-use crate::error::Error;
+use crate::error::{Error, ErrorCode};
 use crate::host::{BackendChoice, Host, ResumeOptions, RunOptions};
 use crate::limits::Limits;
 use crate::store::ProgressQuery;
@@ -64,16 +64,16 @@ async fn handle(host: Arc<Host>, stream: UnixStream, trusted: &TrustCheck) {
     let response = match refused {
         Some(message) => {
             tracing::warn!("{message}");
-            Response::Err(RemoteError { code: "forbidden".into(), message })
+            Response::Err(RemoteError { code: ErrorCode::Forbidden, message })
         }
         None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(read, MAX_REQUEST_BYTES)).await {
             Err(_) => Response::Err(RemoteError {
-                code: "bad_request".into(),
+                code: ErrorCode::BadRequest,
                 message: format!("no complete request within {} s", REQUEST_READ_TIMEOUT.as_secs()),
             }),
             Ok(Err(_)) => return,
             Ok(Ok(None)) => Response::Err(RemoteError {
-                code: "bad_request".into(),
+                code: ErrorCode::BadRequest,
                 message: format!("request larger than {MAX_REQUEST_BYTES} bytes"),
             }),
             Ok(Ok(Some(line))) => match parse_request(&line) {
@@ -112,11 +112,11 @@ struct VersionOnly {
 }
 
 fn parse_request(line: &[u8]) -> Result<Request, RemoteError> {
-    let bad = |message: String| RemoteError { code: "bad_request".into(), message };
+    let bad = |message: String| RemoteError { code: ErrorCode::BadRequest, message };
     let version = serde_json::from_slice::<VersionOnly>(line).map_err(|e| bad(e.to_string()))?;
     if version.wire != Some(WIRE_VERSION) {
         return Err(RemoteError {
-            code: "unsupported_version".into(),
+            code: ErrorCode::UnsupportedVersion,
             message: format!(
                 "this factory process speaks control wire version {WIRE_VERSION}, the request {}; use the same factory version",
                 version.wire.map_or("names none".to_string(), |v| format!("version {v}"))
@@ -214,15 +214,15 @@ pub enum Consent {
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
 #[error("{message}")]
 pub struct RemoteError {
-    /// `not_found`, `non_resumable`, `already_active`, or `error`.
-    pub code: String,
+    /// What kind of refusal it is.
+    pub code: ErrorCode,
     /// What went wrong.
     pub message: String,
 }
 
 impl From<&Error> for RemoteError {
     fn from(e: &Error) -> Self {
-        RemoteError { code: e.code().unwrap_or("error").to_string(), message: e.to_string() }
+        RemoteError { code: e.code(), message: e.to_string() }
     }
 }
 

@@ -69,21 +69,114 @@ pub enum Error {
     BackendUnavailable(#[from] crate::backend::BackendUnavailable),
 }
 
-impl Error {
-    /// The error's code (`not_found`, `non_resumable`, `already_active`, `backend_unavailable`,
-    /// `unknown_factory`, `invalid_limits`, `invalid_args`), when it has one.
-    pub fn code(&self) -> Option<&'static str> {
+/// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool
+/// errors), serialized as today's strings (`not_found`, ...). A code this build does not
+/// know reads as [`ErrorCode::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// No run (or route) by that id for this caller.
+    NotFound,
+    /// The run cannot be resumed (completed, declined).
+    NonResumable,
+    /// The run has an attempt executing.
+    AlreadyActive,
+    /// The backend the run needs cannot be built.
+    BackendUnavailable,
+    /// No registered factory by that name.
+    UnknownFactory,
+    /// The component is not trusted and the request carries no consent.
+    NoApprovalProvider,
+    /// A limit is out of range.
+    InvalidLimits,
+    /// The arguments are not JSON or do not match the args schema.
+    InvalidArgs,
+    /// A script factory's source is refused.
+    InvalidScript,
+    /// The request's parameters are malformed.
+    InvalidParams,
+    /// A malformed request line (control socket).
+    BadRequest,
+    /// The peer speaks another wire version.
+    UnsupportedVersion,
+    /// The caller is not allowed (another uid on the control socket).
+    Forbidden,
+    /// The HTTP `Host` header names no address served here.
+    ForbiddenHost,
+    /// No or a wrong bearer token.
+    Unauthorized,
+    /// A one-time dashboard code that is used, expired or unknown.
+    InvalidCode,
+    /// The process holding the store cannot be reached.
+    Unavailable,
+    /// The caller cancelled what it was waiting for.
+    Cancelled,
+    /// Anything else.
+    #[serde(other)]
+    Error,
+}
+
+impl ErrorCode {
+    /// Its wire spelling.
+    pub fn as_str(self) -> &'static str {
         match self {
-            Error::NotFound(_) => Some("not_found"),
-            Error::NonResumable(_) => Some("non_resumable"),
-            Error::AlreadyActive(_) => Some("already_active"),
-            Error::BackendUnavailable(_) => Some("backend_unavailable"),
-            Error::NotRegistered(_) => Some("unknown_factory"),
-            Error::NotApproved(_) => Some("no_approval_provider"),
-            Error::Limits(_) => Some("invalid_limits"),
-            Error::InvalidArgs(_) => Some("invalid_args"),
-            Error::Script(_) => Some("invalid_script"),
-            _ => None,
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::NonResumable => "non_resumable",
+            ErrorCode::AlreadyActive => "already_active",
+            ErrorCode::BackendUnavailable => "backend_unavailable",
+            ErrorCode::UnknownFactory => "unknown_factory",
+            ErrorCode::NoApprovalProvider => "no_approval_provider",
+            ErrorCode::InvalidLimits => "invalid_limits",
+            ErrorCode::InvalidArgs => "invalid_args",
+            ErrorCode::InvalidScript => "invalid_script",
+            ErrorCode::InvalidParams => "invalid_params",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::UnsupportedVersion => "unsupported_version",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::ForbiddenHost => "forbidden_host",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::InvalidCode => "invalid_code",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::Error => "error",
         }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Error {
+    /// The error's code ([`ErrorCode::Error`] for those without a code of their own).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::NotFound(_) => ErrorCode::NotFound,
+            Error::NonResumable(_) => ErrorCode::NonResumable,
+            Error::AlreadyActive(_) => ErrorCode::AlreadyActive,
+            Error::BackendUnavailable(_) => ErrorCode::BackendUnavailable,
+            Error::NotRegistered(_) => ErrorCode::UnknownFactory,
+            Error::NotApproved(_) => ErrorCode::NoApprovalProvider,
+            Error::Limits(_) => ErrorCode::InvalidLimits,
+            Error::InvalidArgs(_) => ErrorCode::InvalidArgs,
+            Error::Script(_) => ErrorCode::InvalidScript,
+            _ => ErrorCode::Error,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn codes_keep_their_wire_strings_and_an_unknown_one_reads_as_error() {
+        for code in [ErrorCode::NotFound, ErrorCode::NoApprovalProvider, ErrorCode::ForbiddenHost, ErrorCode::Error] {
+            assert_eq!(serde_json::to_value(code).unwrap(), serde_json::json!(code.as_str()));
+            assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!(code.as_str())).unwrap(), code);
+        }
+        assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!("from_a_newer_peer")).unwrap(), ErrorCode::Error);
     }
 }

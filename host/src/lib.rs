@@ -35,7 +35,7 @@ mod typescript;
 
 pub use agent_key::AgentKey;
 pub use envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStatus};
-pub use error::Error;
+pub use error::{Error, ErrorCode};
 pub use host::{
     default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DETAIL_AGENTS,
     DETAIL_SCAN_ENTRIES, DEFAULT_SESSION,

@@ -22,7 +22,7 @@
 
 use factory_host::control::{self, Consent, Request, Target, TrustCheck};
 use factory_host::store::ProgressQuery;
-use factory_host::{Host, Limits, RunUpdated};
+use factory_host::{ErrorCode, Host, Limits, RunUpdated};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
@@ -121,10 +121,10 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
 /// page asks for the token-protected API itself).
 fn ui_asset(method: &Method, path: &str) -> Response<Body> {
     let Some((_, content_type, text)) = UI_ASSETS.iter().find(|(p, _, _)| *p == path) else {
-        return error(StatusCode::NOT_FOUND, "not_found", format!("no route {path}"));
+        return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {path}"));
     };
     if method != Method::GET && method != Method::HEAD {
-        return error(StatusCode::METHOD_NOT_ALLOWED, "not_found", format!("no route {method} {path}"));
+        return error(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::NotFound, format!("no route {method} {path}"));
     }
     let body = if method == Method::HEAD { Bytes::new() } else { Bytes::from_static(text.as_bytes()) };
     Response::builder()
@@ -139,20 +139,27 @@ fn ui_asset(method: &Method, path: &str) -> Response<Body> {
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
 }
 
-fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response<Body> {
+fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response<Body> {
     json_response(status, &json!({ "code": code, "message": message.into() }))
 }
 
 /// The HTTP status of an error code shared with the other front doors.
-fn status_of(code: &str) -> StatusCode {
+fn status_of(code: ErrorCode) -> StatusCode {
     match code {
-        "not_found" | "unknown_factory" => StatusCode::NOT_FOUND,
-        "already_active" | "non_resumable" => StatusCode::CONFLICT,
-        "no_approval_provider" => StatusCode::FORBIDDEN,
-        "invalid_limits" | "invalid_args" | "invalid_params" | "invalid_script" | "backend_unavailable" => {
-            StatusCode::BAD_REQUEST
-        }
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::NotFound | ErrorCode::UnknownFactory => StatusCode::NOT_FOUND,
+        ErrorCode::AlreadyActive | ErrorCode::NonResumable => StatusCode::CONFLICT,
+        ErrorCode::NoApprovalProvider | ErrorCode::Forbidden | ErrorCode::ForbiddenHost => StatusCode::FORBIDDEN,
+        ErrorCode::InvalidLimits
+        | ErrorCode::InvalidArgs
+        | ErrorCode::InvalidParams
+        | ErrorCode::InvalidScript
+        | ErrorCode::BackendUnavailable
+        | ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+        ErrorCode::Unauthorized | ErrorCode::InvalidCode => StatusCode::UNAUTHORIZED,
+        ErrorCode::UnsupportedVersion
+        | ErrorCode::Unavailable
+        | ErrorCode::Cancelled
+        | ErrorCode::Error => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -185,7 +192,7 @@ impl Api {
         // DNS rebinding: a page on another name that resolves here is refused.
         let host = req.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
         if !self.hosts.iter().any(|h| h == host) {
-            return error(StatusCode::FORBIDDEN, "forbidden_host", format!("Host `{host}` is not served here"));
+            return error(StatusCode::FORBIDDEN, ErrorCode::ForbiddenHost, format!("Host `{host}` is not served here"));
         }
         let path = req.uri().path().to_string();
         if !path.starts_with("/api/") {
@@ -196,7 +203,7 @@ impl Api {
         }
         let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
         if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
-            return error(StatusCode::UNAUTHORIZED, "unauthorized", "an `Authorization: Bearer <token>` header is required");
+            return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "an `Authorization: Bearer <token>` header is required");
         }
         let query = req.uri().query().unwrap_or_default().to_string();
         let method = req.method().clone();
@@ -223,7 +230,7 @@ impl Api {
             (&Method::GET, ["runs", id, "progress"]) => {
                 let query = match parse_progress_query(&query) {
                     Ok(query) => query,
-                    Err(message) => return error(StatusCode::BAD_REQUEST, "invalid_params", message),
+                    Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
                 };
                 Request::Progress { session, run_id: id.to_string(), query }
             }
@@ -235,7 +242,7 @@ impl Api {
                 } else {
                     match serde_json::from_slice(&body) {
                         Ok(body) => body,
-                        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_params", e.to_string()),
+                        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
                     }
                 };
                 Request::Resume {
@@ -250,7 +257,7 @@ impl Api {
             (&Method::POST, ["runs"]) => {
                 let body: StartBody = match serde_json::from_slice(&body) {
                     Ok(body) => body,
-                    Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_params", e.to_string()),
+                    Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
                 };
                 Request::Run {
                     session,
@@ -263,13 +270,13 @@ impl Api {
                     consent: if body.approved { Consent::Any } else { Consent::None },
                 }
             }
-            _ => return error(StatusCode::NOT_FOUND, "not_found", format!("no route {method} {path}")),
+            _ => return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}")),
         };
         let created = matches!(request, Request::Run { .. } | Request::Resume { .. });
         match control::answer(&self.host, request, &self.trusted).await {
             Ok(value) => json_response(if created { StatusCode::ACCEPTED } else { StatusCode::OK }, &value),
             Err(e) => {
-                let code = e.code().unwrap_or("error");
+                let code = e.code();
                 error(status_of(code), code, e.to_string())
             }
         }
@@ -290,13 +297,13 @@ impl Api {
         };
         let exchange: Exchange = match serde_json::from_slice(&body) {
             Ok(exchange) => exchange,
-            Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_params", e.to_string()),
+            Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
         };
         match self.codes.redeem(&exchange.code) {
             Some(token) => json_response(StatusCode::OK, &json!({ "token": token })),
             None => error(
                 StatusCode::UNAUTHORIZED,
-                "invalid_code",
+                ErrorCode::InvalidCode,
                 "this sign-in code was already used, has expired or is unknown: run `factory ui` again",
             ),
         }
@@ -385,10 +392,10 @@ async fn read_body(req: HttpRequest<Incoming>) -> Result<Bytes, Box<Response<Bod
     let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES);
     match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) => Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, "invalid_params", format!("request body: {e}")))),
+        Ok(Err(e)) => Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::InvalidParams, format!("request body: {e}")))),
         Err(_) => Err(Box::new(error(
             StatusCode::REQUEST_TIMEOUT,
-            "invalid_params",
+            ErrorCode::InvalidParams,
             format!("the request body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
         ))),
     }

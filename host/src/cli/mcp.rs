@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::control::{self, Request, Target};
 use factory_host::store::ProgressQuery;
-use factory_host::{Limits, ProgressEntry, ProgressEvent, RunEnvelope};
+use factory_host::{ErrorCode, Limits, ProgressEntry, ProgressEvent, RunEnvelope};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{
     CallToolResult, ContentBlock, ProgressNotificationParam, ServerCapabilities, ServerConfig,
@@ -172,13 +172,13 @@ struct FactoryMcp {
 
 /// A failure before a run exists: a tool error with the spec's code.
 struct ToolError {
-    code: String,
+    code: ErrorCode,
     message: String,
 }
 
 impl ToolError {
-    fn new(code: &str, message: impl Into<String>) -> Self {
-        ToolError { code: code.into(), message: message.into() }
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ToolError { code, message: message.into() }
     }
 
     fn result(self) -> CallToolResult {
@@ -357,10 +357,10 @@ impl FactoryMcp {
         match self.access.as_ref() {
             Access::Local(host) => control::answer(host, request, &self.trusted)
                 .await
-                .map_err(|e| ToolError::new(e.code().unwrap_or("error"), e.to_string())),
+                .map_err(|e| ToolError::new(e.code(), e.to_string())),
             Access::Remote(socket) => control::request(socket, &request).await.map_err(|e| match e {
-                control::ClientError::Remote(remote) => ToolError::new(&remote.code, remote.message),
-                other => ToolError::new("unavailable", other.to_string()),
+                control::ClientError::Remote(remote) => ToolError::new(remote.code, remote.message),
+                other => ToolError::new(ErrorCode::Unavailable, other.to_string()),
             }),
         }
     }
@@ -390,7 +390,7 @@ impl FactoryMcp {
             }
             (None, Some(run_id)) => {
                 if params.args.is_some() {
-                    return Err(ToolError::new("invalid_params", "a resume keeps the run's args: give no `args`"));
+                    return Err(ToolError::new(ErrorCode::InvalidParams, "a resume keeps the run's args: give no `args`"));
                 }
                 Request::Resume {
                     session: session.clone(),
@@ -403,7 +403,7 @@ impl FactoryMcp {
             }
             _ => {
                 return Err(ToolError::new(
-                    "invalid_params",
+                    ErrorCode::InvalidParams,
                     "give either `name` (with optional `args` and `limits`) or `resumeFromRunId` (with optional `limits`)",
                 ))
             }
@@ -417,7 +417,7 @@ impl FactoryMcp {
                 " The client cancelled the call, so the run was cancelled; resume it with run_factory {{\"resumeFromRunId\": \"{run_id}\"}}."
             ));
         }
-        let value = serde_json::to_value(&envelope).map_err(|e| ToolError::new("error", e.to_string()))?;
+        let value = serde_json::to_value(&envelope).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
         Ok(answer(value, summary))
     }
 
@@ -436,7 +436,7 @@ impl FactoryMcp {
         loop {
             let value = self.ask(Request::Envelope { session: session.into(), run_id: run_id.into() }).await?;
             let envelope: RunEnvelope =
-                serde_json::from_value(value).map_err(|e| ToolError::new("error", e.to_string()))?;
+                serde_json::from_value(value).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
             let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
             let page = self.ask(Request::Progress { session: session.into(), run_id: run_id.into(), query }).await?;
             let page: Vec<ProgressEntry> = serde_json::from_value(page).unwrap_or_default();
@@ -477,7 +477,7 @@ impl FactoryMcp {
     async fn manage_inner(&self, p: ManageParams, context: &RequestContext<RoleServer>) -> Result<CallToolResult, ToolError> {
         let session = self.session(context);
         let need = |field: Option<String>, what: &str| {
-            field.ok_or_else(|| ToolError::new("invalid_params", format!("operation `{}` needs `{what}`", p.operation)))
+            field.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, format!("operation `{}` needs `{what}`", p.operation)))
         };
         match p.operation.as_str() {
             "list" => {
@@ -497,7 +497,7 @@ impl FactoryMcp {
                 Ok(answer(json!({ "factories": factories }), summary))
             }
             "author" => {
-                let meta = p.meta.ok_or_else(|| ToolError::new("invalid_params", "operation `author` needs `meta`"))?;
+                let meta = p.meta.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, "operation `author` needs `meta`"))?;
                 let run = need(p.run, "run")?;
                 let registration = self.ask(Request::Author { session, meta, run }).await?;
                 let m = &registration["meta"];
@@ -540,7 +540,7 @@ impl FactoryMcp {
                 let run_id = need(p.run_id, "runId")?;
                 let detail = self.ask(Request::Detail { session, run_id }).await?;
                 let envelope: RunEnvelope =
-                    serde_json::from_value(detail.clone()).map_err(|e| ToolError::new("error", e.to_string()))?;
+                    serde_json::from_value(detail.clone()).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
                 Ok(answer(detail, summarize(&envelope)))
             }
             "progress" => {
@@ -559,14 +559,14 @@ impl FactoryMcp {
                 };
                 let value = tokio::select! {
                     value = self.ask(request) => value?,
-                    _ = context.ct.cancelled() => return Err(ToolError::new("cancelled", "the call was cancelled")),
+                    _ = context.ct.cancelled() => return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
                 };
                 let envelope: RunEnvelope =
-                    serde_json::from_value(value.clone()).map_err(|e| ToolError::new("error", e.to_string()))?;
+                    serde_json::from_value(value.clone()).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
                 Ok(answer(value, summarize(&envelope)))
             }
             other => Err(ToolError::new(
-                "invalid_params",
+                ErrorCode::InvalidParams,
                 format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait or cancel)"),
             )),
         }
