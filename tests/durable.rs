@@ -6,7 +6,7 @@ mod common;
 
 use common::counting::{Counting, Shared};
 use factory_host::store::ProgressQuery;
-use factory_host::{Error, Factory, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunOptions, RunStatus};
+use factory_host::{Error, Factory, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunOptions, RunStatus, DEFAULT_SESSION};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -339,4 +339,30 @@ async fn resuming_with_another_factorys_component_is_non_resumable() {
     assert_eq!(after.attempts, 1, "no attempt started");
     assert_eq!(after.status, RunStatus::Error);
     assert_eq!(host.detail(S, &first.run_id).unwrap().component_hashes, vec![v1.component.hash.clone()]);
+}
+
+#[tokio::test]
+async fn a_record_left_running_with_no_attempt_reads_as_halted_and_resumes() {
+    // A record that says `running` while no attempt of this host executes it (the attempt
+    // ended without recording its outcome) is shown as `halted`, resumable, not `running`
+    // forever.
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let host = host(state.path(), &backend);
+    let v1 = load(&host, "edit-v1").await;
+    let first = host.run(&v1, RunOptions::default()).await.unwrap();
+    let mut record = host.store().run(&first.run_id).unwrap().expect("the record");
+    record.envelope.status = RunStatus::Running;
+    record.envelope.failure = None;
+    record.envelope.error = None;
+    host.store().put_run(&mut record, false).await.unwrap();
+    let seen = host.envelope(DEFAULT_SESSION, &first.run_id).unwrap();
+    assert_eq!(seen.status, RunStatus::Halted, "{seen:#?}");
+    let failure = seen.failure.expect("a failure says why");
+    assert_eq!(failure.kind_type, factory_host::FailureType::Halted);
+    assert!(failure.message.contains("ended without recording its outcome"), "{}", failure.message);
+    let listed = host.runs(DEFAULT_SESSION).unwrap();
+    assert_eq!(listed[0].status, RunStatus::Halted);
+    let resumed = host.resume(&first.run_id, ResumeOptions::default()).await.unwrap();
+    assert_eq!(resumed.attempts, 2, "{resumed:#?}");
 }

@@ -216,3 +216,23 @@ fn serve_and_mcp_refuse_a_non_loopback_address_unless_told() {
         assert!(!state.path().join(format!("{}.token", if command == "serve" { "http" } else { "mcp" })).exists());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_component_is_refused_over_http_unless_approved_in_the_request() {
+    // `hello` registered but never trusted: the API starts it only with `approved`.
+    let state = tempfile::tempdir().unwrap();
+    let hello = common::component("hello");
+    let out = common::factory_in(state.path(), &["add", hello.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let daemon = start(state.path());
+    let (status, refused) = daemon.post("/api/runs", json!({ "name": "hello" })).await;
+    assert_eq!(status, 403, "{refused}");
+    assert_eq!(refused["code"], "no_approval_provider", "{refused}");
+    let (_, runs) = daemon.get("/api/runs").await;
+    assert_eq!(runs, json!([]), "nothing was created");
+    let (status, started) = daemon.post("/api/runs", json!({ "name": "hello", "approved": true })).await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["runId"].as_str().expect("a run id").to_string();
+    let (_, done) = daemon.get(&format!("/api/runs/{id}/wait")).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}

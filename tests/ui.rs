@@ -162,8 +162,8 @@ async fn the_dashboard_in_a_real_browser() {
     eprintln!("browser report: {report:#}");
     assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     assert_eq!(report["bigRun"]["bars"], 4096, "{report:#}");
-    let render_ms = report["bigRun"]["renderMs"].as_f64().unwrap();
-    assert!(render_ms < 1000.0, "4,096 agents drawn in {render_ms} ms");
+    // Reported, not judged (timing targets live in the bench).
+    eprintln!("4,096 agents drawn in {} ms", report["bigRun"]["renderMs"]);
     for shot in ["runs.png", "run.png"] {
         assert!(std::fs::metadata(shots.join(shot)).map(|m| m.len() > 1000).unwrap_or(false), "{shot} written");
     }
