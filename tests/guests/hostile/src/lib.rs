@@ -43,6 +43,17 @@ fn any_of_tree(depth: usize) -> String {
     text
 }
 
+/// How many raw agent calls answered; the first abort among them fails the run.
+fn answered(outcomes: Vec<Result<Option<String>, wit::Abort>>) -> Result<usize, Error> {
+    let mut answered = 0usize;
+    for outcome in outcomes {
+        if outcome.map_err(Abort::from)?.is_some() {
+            answered += 1;
+        }
+    }
+    Ok(answered)
+}
+
 /// A raw agent call; an abort becomes the factory's error.
 async fn raw_agent(prompt: &str, label: Option<String>, schema: Option<String>, model: Option<String>) -> Result<Option<String>, Error> {
     let options = wit::AgentOptions { label, schema, model };
@@ -175,14 +186,7 @@ impl Factory for Hostile {
                     prompt.push_str(filler);
                     raw_agents::agent(prompt, options).await
                 });
-                let outcomes = futures::future::join_all(calls).await;
-                let mut answered = 0usize;
-                for outcome in outcomes {
-                    if outcome.map_err(Abort::from)?.is_some() {
-                        answered += 1;
-                    }
-                }
-                Ok(json!({ "done": answered }))
+                Ok(json!({ "done": answered(futures::future::join_all(calls).await)? }))
             }
             // `n` concurrent raw agent calls: no SDK cap in the way.
             "raw-fanout" => {
@@ -190,14 +194,7 @@ impl Factory for Hostile {
                     let options = wit::AgentOptions { label: Some(format!("h:raw:{i}")), schema: None, model: None };
                     raw_agents::agent(format!("raw {i}"), options)
                 });
-                let outcomes = futures::future::join_all(calls).await;
-                let mut answered = 0usize;
-                for outcome in outcomes {
-                    if outcome.map_err(Abort::from)?.is_some() {
-                        answered += 1;
-                    }
-                }
-                Ok(json!({ "done": answered }))
+                Ok(json!({ "done": answered(futures::future::join_all(calls).await)? }))
             }
             // `n` agents at once through `parallel`, distinct labels.
             "fanout" => {
