@@ -189,10 +189,14 @@ pub fn create_private_file(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Make an open file of ours `0600` if it is readable or writable by anyone else; a file
-/// that is not ours is refused (`PermissionDenied`): someone else put it there.
+/// Make an open file of ours `0600` if it is readable or writable by anyone else; a regular
+/// file that is not ours is refused (`PermissionDenied`): someone else put it there. Devices
+/// and pipes (`/dev/null`, a FIFO the user named) are left as they are.
 pub fn tighten_open(file: &std::fs::File) -> std::io::Result<()> {
     let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(());
+    }
     if meta.uid() != our_uid() {
         let message = format!("is owned by uid {}, not by us (uid {}); refusing to use it", meta.uid(), our_uid());
         return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, message));
@@ -347,6 +351,21 @@ mod tests {
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).expect("chmod");
         let meta = std::fs::metadata(&file).expect("meta");
         assert!(check_owned_private(&meta).unwrap_err().contains("writable by group or others"));
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn devices_are_left_as_they_are_and_symlinks_are_not_followed() {
+        // `--events /dev/null` keeps working whoever owns the device.
+        let null = private_file_options().truncate(false).open("/dev/null").expect("open /dev/null");
+        tighten_open(&null).expect("a device is not tightened or refused");
+        let root = std::env::temp_dir().join(format!("factory-access-link-{}", uuid::Uuid::new_v4()));
+        create_private_dir(&root).expect("create");
+        std::fs::write(root.join("target"), b"x").expect("write");
+        std::os::unix::fs::symlink(root.join("target"), root.join("link")).expect("symlink");
+        assert!(private_file_options().open(root.join("link")).is_err(), "a symlink is not followed");
+        assert!(read_private_file(&root.join("link")).is_err(), "a symlink is not read through");
+        assert_eq!(read_private_file(&root.join("target")).expect("read").as_deref(), Some(&b"x"[..]));
         let _ = std::fs::remove_dir_all(root);
     }
 
