@@ -20,6 +20,19 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
 
+/// A host with `sandbox` on `backend`, and the hostile guest loaded on it.
+async fn hostile_on(backend: Arc<Counting>, sandbox: SandboxLimits) -> (Host, factory_host::Factory) {
+    let host = Host::new(HostConfig {
+        backend: Arc::new(Shared(backend)),
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        sandbox,
+        ..HostConfig::default()
+    })
+    .expect("host");
+    let hostile = host.load_file(&common::component("hostile")).await.expect("loading hostile");
+    (host, hostile)
+}
+
 fn failure_kind(envelope: &RunEnvelope) -> (factory_host::FailureType, Option<String>) {
     let failure = envelope.failure.as_ref().unwrap_or_else(|| panic!("a failure: {envelope:#?}"));
     (failure.kind_type.clone(), failure.kind.clone())
@@ -31,14 +44,7 @@ async fn ten_thousand_pending_megabyte_prompts_keep_host_memory_under_twice_the_
     let guest_limit_kib = sandbox.memory_bytes as u64 / 1024;
     // A backend slow enough that no call ends while the guest piles them up.
     let backend = Counting::with_latency(Duration::from_secs(600));
-    let host = Host::new(HostConfig {
-        backend: Arc::new(Shared(backend.clone())),
-        cache_dir: Some(common::guest_target_dir().join("cache")),
-        sandbox,
-        ..HostConfig::default()
-    })
-    .expect("host");
-    let hostile = host.load_file(&common::component("hostile")).await.expect("loading hostile");
+    let (host, hostile) = hostile_on(backend.clone(), sandbox).await;
     // Start from the steady state after loading: reset the peak, then measure from here.
     std::fs::write("/proc/self/clear_refs", "5").expect("resetting the peak RSS");
     let before = status_kib("VmRSS:");
@@ -77,15 +83,7 @@ async fn small_bounds_host(latency: Duration) -> (Host, factory_host::Factory) {
         max_host_pending_agent_bytes: 12 << 20,
         ..SandboxLimits::default()
     };
-    let host = Host::new(HostConfig {
-        backend: Arc::new(Shared(Counting::with_latency(latency))),
-        cache_dir: Some(common::guest_target_dir().join("cache")),
-        sandbox,
-        ..HostConfig::default()
-    })
-    .expect("host");
-    let hostile = host.load_file(&common::component("hostile")).await.expect("loading hostile");
-    (host, hostile)
+    hostile_on(Counting::with_latency(latency), sandbox).await
 }
 
 /// `n` calls of about 1 MiB each, all pending at once behind one concurrency slot.
