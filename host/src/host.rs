@@ -145,7 +145,8 @@ pub struct ResumeOptions {
     pub choice: BackendChoice,
 }
 
-/// A run with its phases, agent summaries and latest progress page.
+/// A run with its phases, agent summaries and latest progress page. On the wire it is the
+/// envelope's fields and its own side by side (see its `Deserialize`).
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunDetail {
@@ -175,6 +176,45 @@ pub struct RunDetail {
     /// progress entries only, or `agents` were cut to the newest [`DETAIL_AGENTS`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for RunDetail {
+    /// The flat form, read in two passes over one JSON object: the envelope's fields, then
+    /// the detail's own (serde's `flatten` cannot hand a result's raw JSON text through).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Own {
+            limits: Limits,
+            phases: Vec<String>,
+            agents: Vec<AgentSummary>,
+            progress: Vec<ProgressEntry>,
+            component_hashes: Vec<String>,
+            scripts: Vec<Option<ScriptRef>>,
+            backends: Vec<BackendRef>,
+            grants: Vec<String>,
+            sandbox: SandboxLimits,
+            #[serde(default)]
+            truncated: bool,
+        }
+        use serde::de::Error as _;
+        let text = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
+        let envelope: RunEnvelope = serde_json::from_str(text.get()).map_err(D::Error::custom)?;
+        let own: Own = serde_json::from_str(text.get()).map_err(D::Error::custom)?;
+        Ok(RunDetail {
+            envelope,
+            limits: own.limits,
+            phases: own.phases,
+            agents: own.agents,
+            progress: own.progress,
+            component_hashes: own.component_hashes,
+            scripts: own.scripts,
+            backends: own.backends,
+            grants: own.grants,
+            sandbox: own.sandbox,
+            truncated: own.truncated,
+        })
+    }
 }
 
 /// A run's detail reads at most this many progress entries, the newest.
@@ -492,6 +532,11 @@ impl Host {
     }
 
     /// The record of `run_id`, if `session` owns it.
+    /// Whether `run_id` exists and belongs to `session` (false when it cannot be read).
+    pub fn owned_by(&self, session: &str, run_id: &str) -> bool {
+        self.record(session, run_id).is_ok()
+    }
+
     fn record(&self, session: &str, run_id: &str) -> Result<RunRecord, Error> {
         match self.store.run(run_id)? {
             Some(record) if record.session == session => Ok(record),

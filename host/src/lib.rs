@@ -27,6 +27,7 @@ mod progress;
 pub mod pybuild;
 mod run;
 pub mod sandbox;
+pub mod service;
 pub mod schema;
 pub mod script;
 pub mod store;

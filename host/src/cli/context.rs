@@ -1,32 +1,24 @@
-//! Reaching the store from the CLI: open it (and serve the control socket while this
-//! process holds it), or — when another factory process holds it — talk to that process
-//! over the control socket.
+//! Reaching the service from the CLI: one [`Client`], two transports. Open the store here
+//! (and serve the control socket while this process holds it), or — when another factory
+//! process holds it — be a client of that process over the control socket.
 
 use super::GlobalArgs;
 use anyhow::{Context, Result};
 use factory_host::backend::{BackendCatalog, BuiltinCatalog};
 use factory_host::control;
+use factory_host::service::{Client, ClientError, Local, Remote};
 use factory_host::store::StoreError;
 use factory_host::{Error, Host, HostConfig};
 use std::sync::Arc;
 
-/// Where the store is, from this process's point of view.
-pub enum Access {
-    /// This process opened it.
-    Local(Arc<Host>),
-    /// Another process holds it and answers on this socket.
-    Remote(std::path::PathBuf),
+/// The service over `host`, with this user's trust check.
+pub fn local(g: &GlobalArgs, host: &Arc<Host>) -> Local {
+    Local::new(host.clone(), super::trust::trust_check(g))
 }
 
-impl Access {
-    /// Answer `request`: locally, or through the process holding the store (one client,
-    /// two transports).
-    pub async fn ask(&self, request: control::Request) -> Result<serde_json::Value> {
-        match self {
-            Access::Remote(path) => Ok(control::request(path, &request).await?),
-            Access::Local(host) => Ok(control::answer_query(host, request).await?),
-        }
-    }
+/// A client of the service answering on the state directory's control socket.
+pub fn remote(g: &GlobalArgs) -> Remote {
+    Remote::new(control::socket_path(&g.state_dir))
 }
 
 /// Open the store in the state directory; `catalog` builds the backends runs choose (and
@@ -48,18 +40,21 @@ const LOCKED_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Open the store with `catalog`, or find the process that holds it. A holder that does
 /// not answer on the control socket is waited for: it is a short-lived reader, or it is
 /// still starting up.
-pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Access> {
-    let socket = control::socket_path(&g.state_dir);
+pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Client> {
+    let remote = remote(g);
+    let socket = remote.socket().to_path_buf();
     let deadline = std::time::Instant::now() + LOCKED_PATIENCE;
     loop {
         match open_host(g, catalog.clone()) {
-            Ok(host) => return Ok(Access::Local(host)),
+            Ok(host) => return Ok(Client::Local(local(g, &host))),
             Err(Error::Store(StoreError::Locked(path))) => {
-                let ping = control::Request::Runs { session: g.session.clone() };
-                match control::request(&socket, &ping).await {
-                    Ok(_) => return Ok(Access::Remote(socket)),
-                    // Another user's socket: refused at once, never waited for.
-                    Err(e @ control::ClientError::NotOurs { .. }) => return Err(e.into()),
+                let client = Client::Remote(remote.clone());
+                match client.runs(&g.session).await {
+                    Ok(_) => return Ok(client),
+                    // Another user's socket, or another version: refused at once, never waited for.
+                    Err(factory_host::service::ServiceError::Remote(
+                        e @ (ClientError::NotOurs { .. } | ClientError::Protocol { .. }),
+                    )) => return Err(e.into()),
                     Err(_) => {}
                 }
                 if std::time::Instant::now() >= deadline {
@@ -77,7 +72,7 @@ pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> 
 }
 
 /// Open the store, or find the process that holds it (to observe: no backend is built).
-pub async fn access(g: &GlobalArgs) -> Result<Access> {
+pub async fn access(g: &GlobalArgs) -> Result<Client> {
     open_or_reach(g, Arc::new(BuiltinCatalog)).await
 }
 
@@ -110,7 +105,7 @@ impl Serving {
 /// Start serving; a failure only costs other terminals their view, so it is a warning.
 pub fn serve(g: &GlobalArgs, host: &Arc<Host>) -> Option<Serving> {
     let path = control::socket_path(&g.state_dir);
-    match control::serve(host.clone(), &path, super::trust::trust_check(g)) {
+    match control::serve(local(g, host), &path) {
         Ok(server) => Some(Serving { server, path }),
         Err(e) => {
             eprintln!("factory: warning: cannot serve the control socket {}: {e}", path.display());

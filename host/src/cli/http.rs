@@ -1,7 +1,8 @@
 //! `factory serve --http ADDR`: the JSON API over HTTP, for dashboards and scripts. Every
-//! endpoint is one typed control [`Request`] answered by the `Host` the daemon holds — the
+//! endpoint is one typed service [`Request`] answered through a service [`Client`] — the
 //! same operations the CLI, the control socket and MCP speak, with the same error codes —
-//! plus a Server-Sent Events stream of `run_updated {runId, revision}`.
+//! plus a Server-Sent Events stream of `run_updated {runId, revision}` (the client's
+//! [`factory_host::service::Updates`]).
 //!
 //! Access: loopback only unless `--http-any-address`; a random bearer token made at start
 //! and written to `<state-dir>/http.token` (0600) is required on every `/api` call (no
@@ -20,9 +21,9 @@
 //! Connections: see [`super::http_bind`] (header timeout, connection cap, accept backoff);
 //! a request body must arrive within [`BODY_READ_TIMEOUT`].
 
-use factory_host::control::{self, Consent, Request, Target, TrustCheck};
+use factory_host::service::{Client, Consent, Request, Target};
 use factory_host::store::ProgressQuery;
-use factory_host::{ErrorCode, Host, Limits, RunUpdated};
+use factory_host::{ErrorCode, Limits};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
@@ -63,7 +64,8 @@ type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 /// What every request handler shares.
 struct Api {
-    host: Arc<Host>,
+    /// The service every endpoint speaks (in this process, or the one holding the store).
+    client: Client,
     session: String,
     /// The bearer token every `/api` call must carry.
     bearer: super::bearer::Bearer,
@@ -71,17 +73,10 @@ struct Api {
     codes: OneTimeCodes,
     /// `Host` header values accepted (the address served, by IP and as `localhost`).
     hosts: Vec<String>,
-    trusted: TrustCheck,
 }
 
 /// Start serving the API on `addr`: writes the token file and returns the bound address.
-pub async fn serve(
-    host: Arc<Host>,
-    addr: SocketAddr,
-    state_dir: &Path,
-    session: String,
-    trusted: TrustCheck,
-) -> anyhow::Result<SocketAddr> {
+pub async fn serve(client: Client, addr: SocketAddr, state_dir: &Path, session: String) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let bearer = super::bearer::Bearer::create(&state_dir.join(TOKEN_FILE))?;
@@ -94,7 +89,7 @@ pub async fn serve(
     if bound.ip().is_unspecified() {
         hosts.push(format!("127.0.0.1:{}", bound.port()));
     }
-    let api = Arc::new(Api { host, session, bearer, codes: OneTimeCodes::new(CODE_TTL), hosts, trusted });
+    let api = Arc::new(Api { client, session, bearer, codes: OneTimeCodes::new(CODE_TTL), hosts });
     tokio::spawn(super::http_bind::accept_loop(listener, "factory serve --http", move |stream| {
         let api = api.clone();
         async move {
@@ -215,7 +210,7 @@ impl Api {
         };
         let session = self.session.clone();
         let request = match (&method, segments.as_slice()) {
-            (&Method::GET, ["events"]) => return self.events(),
+            (&Method::GET, ["events"]) => return self.events().await,
             (&Method::GET, ["session"]) => {
                 return json_response(StatusCode::OK, &json!({ "session": self.session }));
             }
@@ -273,8 +268,11 @@ impl Api {
             _ => return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}")),
         };
         let created = matches!(request, Request::Run { .. } | Request::Resume { .. });
-        match control::answer(&self.host, request, &self.trusted).await {
-            Ok(value) => json_response(if created { StatusCode::ACCEPTED } else { StatusCode::OK }, &value),
+        match self.client.call(request).await {
+            Ok(response) => match response.body() {
+                Ok(value) => json_response(if created { StatusCode::ACCEPTED } else { StatusCode::OK }, &value),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Error, e.to_string()),
+            },
             Err(e) => {
                 let code = e.code();
                 error(status_of(code), code, e.to_string())
@@ -312,9 +310,12 @@ impl Api {
     /// `GET /api/events`: `run_updated` for the session's runs, as Server-Sent Events, in
     /// the order the host announces them (revisions of one run only grow), each followed by
     /// `progress {runId, entry}` events for the entries committed since the last sent.
-    fn events(&self) -> Response<Body> {
-        let mut updates = self.host.subscribe();
-        let host = self.host.clone();
+    async fn events(&self) -> Response<Body> {
+        let mut updates = match self.client.updates(&self.session).await {
+            Ok(updates) => updates,
+            Err(e) => return error(status_of(e.code()), e.code(), e.to_string()),
+        };
+        let client = self.client.clone();
         let session = self.session.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(SSE_FRAMES_BUFFERED);
         tokio::spawn(async move {
@@ -325,11 +326,8 @@ impl Api {
             // The last progress seq sent per run (bounded: runs of this session seen here).
             let mut sent: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
             loop {
-                let update: RunUpdated = match updates.recv().await {
-                    Ok(update) => update,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                };
+                // Only the session's runs are announced.
+                let Some(update) = updates.next().await else { return };
                 // Live progress: the entries committed since the last one sent for this run,
                 // a page a frame. Each send waits while the client is behind, so a slow reader
                 // holds at most SSE_FRAMES_BUFFERED frames of SSE_ENTRIES_PER_FRAME entries.
@@ -338,14 +336,9 @@ impl Api {
                     let data = json!({ "runId": update.run_id, "revision": update.revision });
                     format!("event: run_updated\ndata: {data}\n\n")
                 };
-                let mut first = true;
                 loop {
                     let query = ProgressQuery { after_seq: Some(after), limit: Some(SSE_ENTRIES_PER_FRAME), ..Default::default() };
-                    let entries = match host.progress(&session, &update.run_id, &query) {
-                        Ok(entries) => entries,
-                        Err(factory_host::Error::NotFound(_)) if first => break, // another session's run
-                        Err(_) => Vec::new(),
-                    };
+                    let entries = client.progress(&session, &update.run_id, query).await.unwrap_or_default();
                     for entry in &entries {
                         let data = json!({ "runId": update.run_id, "entry": entry });
                         frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
@@ -357,7 +350,6 @@ impl Api {
                     if !frames.is_empty() && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut frames))))).await.is_err() {
                         return;
                     }
-                    first = false;
                     if entries.len() < SSE_ENTRIES_PER_FRAME {
                         break;
                     }

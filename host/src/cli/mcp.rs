@@ -11,11 +11,11 @@
 //! `--session NAME`, else `mcp:<client name>` from the client's `initialize`, so a restarted
 //! client sees its runs again and another client does not.
 
-use super::context::{self, serve, Access};
+use super::context::{self, serve};
 use super::{backends, GlobalArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use factory_host::control::{self, Request, Target};
+use factory_host::service::{Client, Request, Target};
 use factory_host::store::ProgressQuery;
 use factory_host::{ErrorCode, Limits, ProgressEntry, ProgressEvent, RunEnvelope};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
@@ -64,15 +64,13 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
     let access = context::open_or_reach(g, config).await?;
     // Holding the store, this process also answers other terminals on the control socket.
     let serving = match &access {
-        Access::Local(host) => serve(g, host),
-        Access::Remote(_) => None,
+        Client::Local(local) => serve(g, local.host()),
+        Client::Remote(_) => None,
     };
     let session = session_pinned().then(|| g.session.clone());
-    let (access, trusted) = (Arc::new(access), super::trust::trust_check(g));
     let make = move || FactoryMcp {
-        access: access.clone(),
+        client: access.clone(),
         session: session.clone(),
-        trusted: trusted.clone(),
         tool_router: FactoryMcp::tool_router(),
     };
     let ended = match http {
@@ -163,9 +161,9 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
 /// The MCP server: the store (or its holder) and the session it serves.
 #[derive(Clone)]
 struct FactoryMcp {
-    access: Arc<Access>,
+    /// The service (in this process, or the one holding the store).
+    client: Client,
     session: Option<String>,
-    trusted: control::TrustCheck,
     #[allow(dead_code)] // read by the `tool_handler` macro
     tool_router: ToolRouter<Self>,
 }
@@ -354,15 +352,8 @@ impl FactoryMcp {
 
     /// One control request, to this process's host or to the holder of the store.
     async fn ask(&self, request: Request) -> Result<Value, ToolError> {
-        match self.access.as_ref() {
-            Access::Local(host) => control::answer(host, request, &self.trusted)
-                .await
-                .map_err(|e| ToolError::new(e.code(), e.to_string())),
-            Access::Remote(socket) => control::request(socket, &request).await.map_err(|e| match e {
-                control::ClientError::Remote(remote) => ToolError::new(remote.code, remote.message),
-                other => ToolError::new(ErrorCode::Unavailable, other.to_string()),
-            }),
-        }
+        let response = self.client.call(request).await.map_err(|e| ToolError::new(e.code(), e.to_string()))?;
+        response.body().map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))
     }
 
     async fn run_factory_inner(
@@ -385,7 +376,7 @@ impl FactoryMcp {
                     grants: Vec::new(),
                     declined: false,
                     // An MCP client cannot be asked: the server's own trust check decides.
-                    consent: factory_host::control::Consent::None,
+                    consent: factory_host::service::Consent::None,
                 }
             }
             (None, Some(run_id)) => {
@@ -398,7 +389,7 @@ impl FactoryMcp {
                     component: None,
                     limits,
                     backend: Default::default(),
-                    consent: factory_host::control::Consent::None,
+                    consent: factory_host::service::Consent::None,
                 }
             }
             _ => {

@@ -5,9 +5,8 @@ use super::context::access;
 use super::GlobalArgs;
 use anyhow::Result;
 use clap::Args;
-use factory_host::control::Request;
 use factory_host::store::ProgressQuery;
-use serde_json::Value;
+use factory_host::{ProgressEntry, RunEnvelope, RunStatus};
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -47,151 +46,148 @@ pub struct ProgressArgs {
     json: bool,
 }
 
-/// Answer `request` locally or through the holder of the store.
-async fn ask(g: &GlobalArgs, request: Request) -> Result<Value> {
-    access(g).await?.ask(request).await
+/// A guest-chosen string (name, label, message) for human output, escaped.
+fn s(text: &str) -> String {
+    super::escape::esc(text).into_owned()
 }
 
-/// A field for human output; strings (guest-chosen names, labels, messages) escaped.
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => super::escape::esc(s).into_owned(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
+fn credits(nano: u64) -> String {
+    format!("{}", nano as f64 / 1e9)
 }
 
-fn credits(v: &Value) -> String {
-    format!("{}", v.as_u64().unwrap_or(0) as f64 / 1e9)
+/// A status as the wire spells it (`completed`, `halted`, ...).
+pub fn status_name(status: RunStatus) -> String {
+    serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
 pub async fn runs(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
-    let runs = ask(g, Request::Runs { session: g.session.clone() }).await?;
+    let runs = access(g).await?.runs(&g.session).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!("{:<36}  {:<20}  {:<9}  {:>8}  {:>6}  {:>9}  CREATED", "RUN", "FACTORY", "STATUS", "ATTEMPTS", "AGENTS", "CREDITS");
-    for r in runs.as_array().into_iter().flatten() {
+    for r in &runs {
         println!(
             "{:<36}  {:<20}  {:<9}  {:>8}  {:>6}  {:>9}  {}",
-            s(&r["runId"]),
-            s(&r["factory"]),
-            s(&r["status"]),
-            s(&r["attempts"]),
-            s(&r["accounting"]["agentsSpawned"]),
-            credits(&r["accounting"]["aiCreditsNano"]),
-            s(&r["createdAt"])
+            s(&r.run_id),
+            s(&r.factory),
+            status_name(r.status),
+            r.attempts,
+            r.accounting.agents_spawned,
+            credits(r.accounting.ai_credits_nano),
+            s(&r.created_at)
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_entry(e: &Value) {
-    let mut detail = e.clone();
+fn print_entry(e: &ProgressEntry) {
+    let mut detail = serde_json::to_value(e).unwrap_or_default();
+    let event = detail.get("event").and_then(|v| v.as_str()).unwrap_or_default().to_string();
     if let Some(obj) = detail.as_object_mut() {
         for k in ["seq", "atMs", "phase", "event"] {
             obj.remove(k);
         }
     }
-    let phase = e["phase"].as_str().map(|p| format!("[{}] ", super::escape::esc(p))).unwrap_or_default();
-    println!("{:>6}  {phase}{} {}", s(&e["seq"]), s(&e["event"]), detail);
+    let phase = e.phase.as_deref().map(|p| format!("[{}] ", s(p))).unwrap_or_default();
+    println!("{:>6}  {phase}{} {}", e.seq, event, detail);
 }
 
 pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let d = ask(g, Request::Detail { session: g.session.clone(), run_id: a.run_id }).await?;
+    let d = access(g).await?.detail(&g.session, &a.run_id).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&d)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("run:       {}", s(&d["runId"]));
-    println!("factory:   {}", s(&d["factory"]));
-    println!("status:    {} (attempt {}, revision {})", s(&d["status"]), s(&d["attempts"]), s(&d["revision"]));
-    if let Some(f) = d.get("failure") {
-        println!("failure:   {} {} {}", s(&f["type"]), f.get("kind").map(s).unwrap_or_default(), s(&f["message"]));
+    let e = &d.envelope;
+    println!("run:       {}", s(&e.run_id));
+    println!("factory:   {}", s(&e.factory));
+    println!("status:    {} (attempt {}, revision {})", status_name(e.status), e.attempts, e.revision);
+    if let Some(f) = &e.failure {
+        println!("failure:   {} {} {}", f.kind_type, f.kind.as_deref().map(s).unwrap_or_default(), s(&f.message));
     }
-    let acc = &d["accounting"];
+    let acc = &e.accounting;
     println!(
         "spent:     {} agents spawned, {} replayed, {:.2}s active, {} AI credits",
-        s(&acc["agentsSpawned"]),
-        s(&acc["agentCacheHits"]),
-        acc["activeSeconds"].as_f64().unwrap_or(0.0),
-        credits(&acc["aiCreditsNano"])
+        acc.agents_spawned,
+        acc.agent_cache_hits,
+        acc.active_seconds,
+        credits(acc.ai_credits_nano)
     );
-    println!("limits:    {}", d["limits"]);
-    let backends: Vec<String> = d["backends"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    println!("limits:    {}", serde_json::to_value(d.limits)?);
+    let backends: Vec<String> = d
+        .backends
+        .iter()
         .enumerate()
         .map(|(i, b)| {
-            let model = b.get("model").map(|m| format!(" model {}", s(m))).unwrap_or_default();
-            let config = b["config"].as_str().map(|c| format!(" config {}", &c[..c.len().min(12)])).unwrap_or_default();
-            let key = b.get("keyEnv").map(|k| format!(" key from ${}", s(k))).unwrap_or_default();
-            format!("attempt {}: {}{model}{config}{key}", i + 1, s(&b["name"]))
+            let model = b.model.as_deref().map(|m| format!(" model {}", s(m))).unwrap_or_default();
+            let config = b.config.as_deref().map(|c| format!(" config {}", &c[..c.len().min(12)])).unwrap_or_default();
+            let key = b.key_env.as_deref().map(|k| format!(" key from ${}", s(k))).unwrap_or_default();
+            format!("attempt {}: {}{model}{config}{key}", i + 1, s(&b.name))
         })
         .collect();
     println!("backend:   {}", if backends.is_empty() { "(not recorded)".to_string() } else { backends.join("; ") });
-    let sb = &d["sandbox"];
+    let sb = &d.sandbox;
     println!(
         "sandbox:   memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB",
-        sb["memoryBytes"].as_u64().unwrap_or(0) >> 20,
-        s(&sb["fuel"]),
-        sb["maxPromptBytes"].as_u64().unwrap_or(0) >> 10,
-        sb["maxStepBytes"].as_u64().unwrap_or(0) >> 20,
-        sb["maxResultBytes"].as_u64().unwrap_or(0) >> 20
+        sb.memory_bytes >> 20,
+        sb.fuel,
+        sb.max_prompt_bytes >> 10,
+        sb.max_step_bytes >> 20,
+        sb.max_result_bytes >> 20
     );
-    // An older server's form lacks the newer fields: they read as this build's defaults.
-    if let Ok(limits) = serde_json::from_value::<factory_host::sandbox::SandboxLimits>(sb.clone()) {
-        println!("bounds:    {}", limits.bounds_line());
-    }
-    let grants: Vec<String> = d["grants"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    println!("bounds:    {}", sb.bounds_line());
+    let grants: Vec<String> = d
+        .grants
+        .iter()
         .enumerate()
         .map(|(i, dir)| format!("{} (read-only, as {})", s(dir), factory_host::sandbox::grant_mount_point(i)))
         .collect();
     println!("grants:    {}", if grants.is_empty() { "none".to_string() } else { grants.join(", ") });
-    let phases: Vec<String> = d["phases"].as_array().into_iter().flatten().map(s).collect();
+    let phases: Vec<String> = d.phases.iter().map(|p| s(p)).collect();
     println!("phases:    {}", phases.join(" > "));
-    if let Some(result) = d.get("result") {
+    if let Some(result) = &e.result {
         println!("result:    {result}");
     }
-    let agents = d["agents"].as_array().cloned().unwrap_or_default();
-    println!("agents:    {}", agents.len());
-    for agent in agents.iter().rev().take(20).rev() {
+    println!("agents:    {}", d.agents.len());
+    for agent in d.agents.iter().rev().take(20).rev() {
         println!(
             "  {:<40} {:<7} spawns {} credits {} {} ms",
-            s(&agent["label"]),
-            s(&agent["status"]),
-            s(&agent["spawns"]),
-            credits(&agent["creditsNano"]),
-            s(&agent["millis"])
+            s(&agent.label),
+            status_name_agent(agent.status),
+            agent.spawns,
+            credits(agent.credits_nano),
+            agent.millis
         );
     }
     println!("progress (latest):");
-    for e in d["progress"].as_array().into_iter().flatten() {
+    for e in &d.progress {
         print_entry(e);
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// An agent status as the wire spells it.
+fn status_name_agent(status: factory_host::AgentStatus) -> String {
+    serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
 pub async fn progress(g: &GlobalArgs, a: ProgressArgs) -> Result<ExitCode> {
     let query = ProgressQuery { after_seq: a.after_seq, before_seq: a.before_seq, phase: a.phase, limit: a.limit };
-    let page = ask(g, Request::Progress { session: g.session.clone(), run_id: a.run_id, query }).await?;
+    let page = access(g).await?.progress(&g.session, &a.run_id, query).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&page)?);
     } else {
-        for e in page.as_array().into_iter().flatten() {
+        for e in &page {
             print_entry(e);
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn envelope_exit(envelope: &Value) -> ExitCode {
-    if envelope["status"] == "completed" {
+fn envelope_exit(envelope: &RunEnvelope) -> ExitCode {
+    if envelope.status == RunStatus::Completed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -199,30 +195,27 @@ fn envelope_exit(envelope: &Value) -> ExitCode {
 }
 
 pub async fn wait(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let envelope = ask(g, Request::Wait { session: g.session.clone(), run_id: a.run_id }).await?;
+    let envelope = access(g).await?.wait(&g.session, &a.run_id).await?;
     println!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(envelope_exit(&envelope))
 }
 
 pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let envelope = ask(g, Request::Cancel { session: g.session.clone(), run_id: a.run_id }).await?;
+    let envelope = access(g).await?.cancel(&g.session, &a.run_id).await?;
     println!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let access = access(g).await?;
+    let client = access(g).await?;
     // Start from the latest page, then follow live until the run ends.
-    let tail: Vec<factory_host::ProgressEntry> = serde_json::from_value(
-        access.ask(Request::Progress { session: g.session.clone(), run_id: a.run_id.clone(), query: ProgressQuery::default() }).await?,
-    )?;
+    let tail = client.progress(&g.session, &a.run_id, ProgressQuery::default()).await?;
     let after = tail.first().map_or(0, |e| e.seq.saturating_sub(1));
-    let envelope = super::remote::follow(g, &access, &a.run_id, false, None, false, after).await?;
-    let envelope = serde_json::to_value(&envelope)?;
+    let envelope = super::remote::follow(g, &client, &a.run_id, false, None, false, after).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&envelope)?);
     } else {
-        eprintln!("factory: run {} is {}", a.run_id, s(&envelope["status"]));
+        eprintln!("factory: run {} is {}", a.run_id, status_name(envelope.status));
     }
     Ok(envelope_exit(&envelope))
 }

@@ -2,18 +2,14 @@
 //! to a background `factory serve`, started on demand for `--detach`) and follow it from
 //! here by polling its progress and envelope over the control socket.
 
-use super::context::{access, Access};
+use super::context::{access, remote};
 use super::events::EventSink;
 use super::{progress_ui, GlobalArgs};
 use anyhow::{bail, Context, Result};
-use factory_host::control::{self, Request};
-use factory_host::store::ProgressQuery;
+use factory_host::service::{Client, Followed, Follower, Request};
 use factory_host::{ProgressEntry, RunEnvelope};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// How often a follower polls.
-const POLL: Duration = Duration::from_millis(200);
 
 /// Send a `Run`/`Resume` request; with `detach`, print the run id and return `None`,
 /// otherwise follow the run to its end.
@@ -24,14 +20,13 @@ pub async fn start(
     quiet: bool,
     events: Option<EventSink>,
 ) -> Result<Option<RunEnvelope>> {
-    let socket = control::socket_path(&g.state_dir);
     if detach {
         ensure_daemon(g).await?;
     } else if !quiet {
         eprintln!("factory: the store is held by another factory process; running the factory there");
     }
-    let answer = control::request(&socket, &request).await?;
-    let run_id = answer["runId"].as_str().context("the serving process answered without a run id")?.to_string();
+    let client = Client::Remote(remote(g));
+    let run_id = client.start(request).await?;
     if let Some(sink) = &events {
         sink.started(&run_id);
     }
@@ -42,8 +37,7 @@ pub async fn start(
         }
         return Ok(None);
     }
-    let access = Access::Remote(socket);
-    let envelope = follow(g, &access, &run_id, quiet, events.clone(), true, 0).await?;
+    let envelope = follow(g, &client, &run_id, quiet, events.clone(), true, 0).await?;
     if let Some(sink) = &events {
         sink.finished(&envelope);
     }
@@ -54,45 +48,31 @@ pub async fn start(
 /// `cancel_on_interrupt`, else only stops following.
 pub async fn follow(
     g: &GlobalArgs,
-    access: &Access,
+    client: &Client,
     run_id: &str,
     quiet: bool,
     events: Option<EventSink>,
     cancel_on_interrupt: bool,
-    mut after_seq: u64,
+    after_seq: u64,
 ) -> Result<RunEnvelope> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ProgressEntry>();
     let ui = tokio::spawn(progress_ui::render(rx, quiet, events));
-    let session = g.session.clone();
+    let mut follower = Follower::new(client.clone(), &g.session, run_id, after_seq).await;
     let mut interrupt = Box::pin(tokio::signal::ctrl_c());
     let envelope = loop {
-        let envelope: RunEnvelope =
-            serde_json::from_value(access.ask(Request::Envelope { session: session.clone(), run_id: run_id.into() }).await?)?;
-        // Drain everything recorded so far; a terminal envelope is written after its progress.
-        loop {
-            let query = ProgressQuery { after_seq: Some(after_seq), limit: Some(1000), ..Default::default() };
-            let page: Vec<ProgressEntry> = serde_json::from_value(
-                access.ask(Request::Progress { session: session.clone(), run_id: run_id.into(), query }).await?,
-            )?;
-            let full = page.len() == 1000;
-            for entry in page {
-                after_seq = entry.seq;
-                let _ = tx.send(entry);
-            }
-            if !full {
-                break;
-            }
-        }
-        if envelope.status.is_terminal() {
-            break envelope;
-        }
         tokio::select! {
-            _ = tokio::time::sleep(POLL) => {}
+            next = follower.next() => match next {
+                Some(Ok(Followed::Progress(entry))) => {
+                    let _ = tx.send(entry);
+                }
+                Some(Ok(Followed::Ended(envelope))) => break envelope,
+                Some(Err(e)) => return Err(e.into()),
+                None => bail!("following run {run_id} ended without its envelope"),
+            },
             _ = &mut interrupt => {
                 if cancel_on_interrupt {
                     eprintln!("\nfactory: interrupted, cancelling the run...");
-                    let cancel = Request::Cancel { session: session.clone(), run_id: run_id.into() };
-                    access.ask(cancel).await?;
+                    client.cancel(&g.session, run_id).await?;
                 } else {
                     drop(tx);
                     let _ = ui.await;
@@ -110,13 +90,12 @@ pub async fn follow(
 /// Make sure a `factory serve` answers on the state directory's socket, starting one in
 /// the background if nobody holds the store.
 async fn ensure_daemon(g: &GlobalArgs) -> Result<()> {
-    let socket = control::socket_path(&g.state_dir);
-    let ping = || Request::Runs { session: g.session.clone() };
-    if control::request(&socket, &ping()).await.is_ok() {
+    let client = Client::Remote(remote(g));
+    if client.runs(&g.session).await.is_ok() {
         return Ok(());
     }
-    if let Access::Local(host) = access(g).await? {
-        drop(host); // free the store for the daemon
+    if let Client::Local(local) = access(g).await? {
+        drop(local); // free the store for the daemon
     }
     factory_host::access::private_state_dir(&g.state_dir)?;
     let state_dir = std::path::absolute(&g.state_dir)?;
@@ -133,7 +112,7 @@ async fn ensure_daemon(g: &GlobalArgs) -> Result<()> {
     cmd.spawn().context("starting `factory serve`")?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if control::request(&socket, &ping()).await.is_ok() {
+        if client.runs(&g.session).await.is_ok() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -5,14 +5,14 @@
 //! a background `factory serve` (started if needed) and prints the run id.
 
 use super::backends::{cassette_backend, load_config, BackendArgs};
-use super::context::{self, serve, Access};
+use super::context::{self, serve};
 use super::events::EventSink;
 use super::trust::{self, ConsentArgs, YesArg};
 use super::{progress_ui, remote, target, GlobalArgs, LimitArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::config::Config;
-use factory_host::control::{Consent, Request, Target};
+use factory_host::service::{Client, Consent, Request, Target};
 use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use std::future::Future;
 use std::path::PathBuf;
@@ -99,8 +99,8 @@ async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Arc<Host
     }
     let config = Arc::new(load_config(g, out.backend.config.as_ref())?);
     match context::open_or_reach(g, config.clone()).await? {
-        Access::Local(host) => Ok(Some((host, config))),
-        Access::Remote(_) => Ok(None),
+        Client::Local(local) => Ok(Some((local.host().clone(), config))),
+        Client::Remote(_) => Ok(None),
     }
 }
 
@@ -188,7 +188,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
                     }
                 }
             }
-            None => reapprove(g, &a.yes, &Access::Remote(factory_host::control::socket_path(&g.state_dir)), &a.run_id).await?,
+            None => reapprove(g, &a.yes, &Client::Remote(context::remote(g)), &a.run_id).await?,
         };
         let request = Request::Resume {
             session: g.session.clone(),
@@ -224,7 +224,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             Some(factory)
         }
         None => {
-            reapprove(g, &a.yes, &Access::Local(host.clone()), &a.run_id).await?;
+            reapprove(g, &a.yes, &Client::Local(context::local(g, &host)), &a.run_id).await?;
             None
         }
     };
@@ -259,14 +259,13 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
 /// Consent again to the component a resume runs (the run's last one), as
 /// [`trust::reapprove`] says.
 /// Returns the trust key consented to (`None`: the run has no attempt yet).
-async fn reapprove(g: &GlobalArgs, yes: &YesArg, access: &Access, run_id: &str) -> Result<Option<String>> {
-    let detail = access.ask(Request::Detail { session: g.session.clone(), run_id: run_id.into() }).await?;
-    let factory = detail["factory"].as_str().unwrap_or_default();
+async fn reapprove(g: &GlobalArgs, yes: &YesArg, client: &Client, run_id: &str) -> Result<Option<String>> {
+    let detail = client.detail(&g.session, run_id).await?;
     // A script factory is trusted by its source's sha256 (the runner is this binary's).
-    let script = detail["scripts"].as_array().and_then(|s| s.last()).and_then(|s| s["sha256"].as_str());
-    let component = detail["componentHashes"].as_array().and_then(|h| h.last()).and_then(|h| h.as_str());
+    let script = detail.scripts.last().and_then(|s| s.as_ref()).map(|s| s.sha256.as_str());
+    let component = detail.component_hashes.last().map(String::as_str);
     match script.or(component) {
-        Some(hash) => trust::reapprove(g, yes, run_id, factory, hash).await.map(|()| Some(hash.to_string())),
+        Some(hash) => trust::reapprove(g, yes, run_id, &detail.envelope.factory, hash).await.map(|()| Some(hash.to_string())),
         // A run with no attempt yet has nothing to approve again; the resume says why it cannot start.
         None => Ok(None),
     }

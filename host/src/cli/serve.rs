@@ -39,8 +39,8 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
-        let trusted = super::trust::trust_check(g);
-        let bound = super::http::serve(host.clone(), addr, &g.state_dir, g.session.clone(), trusted)
+        let client = factory_host::service::Client::Local(super::context::local(g, &host));
+        let bound = super::http::serve(client, addr, &g.state_dir, g.session.clone())
             .await
             .with_context(|| format!("serving HTTP on {addr}"))?;
         eprintln!(

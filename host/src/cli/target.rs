@@ -142,15 +142,6 @@ pub fn remember_source(hash: &str, name: &str) {
     BUILT.lock().unwrap_or_else(|p| p.into_inner()).push((hash.to_string(), PathBuf::from(name)));
 }
 
-/// The trust identity of a loaded factory: its source's sha256 for a script factory (the
-/// runner is part of this binary), else its component's.
-pub fn trust_key(factory: &factory_host::Factory) -> String {
-    match &factory.component.script {
-        Some(script) => script.hash.clone(),
-        None => factory.component.hash.clone(),
-    }
-}
-
 /// The component file for `target`: itself, or the crate built from it (see [`build`]); a
 /// script factory (`.js`, `.mjs`, `.ts`, `.mts`, maybe `file.js#name`) as it is.
 pub fn resolve(target: &Path, consent: &BuildConsent) -> Result<PathBuf> {

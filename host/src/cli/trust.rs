@@ -13,7 +13,7 @@ use super::events::EventSink;
 use super::{target, GlobalArgs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use factory_host::control::{Request, Target};
+use factory_host::service::{trust_key, Client, Target};
 use factory_host::sandbox;
 use factory_host::trust::{TrustSource, TrustStore, TrustedComponent};
 use factory_host::{Factory, Host, HostConfig, Limits, RunEnvelope, RunOptions};
@@ -225,7 +225,7 @@ async fn ask(
         let entry = TrustedComponent {
             name: Some(meta.name.clone()),
             path: Some(source.to_string()),
-            ..TrustedComponent::new(target::trust_key(factory), TrustSource::Approved)
+            ..TrustedComponent::new(trust_key(factory).to_string(), TrustSource::Approved)
         };
         if let Err(e) = store(g).and_then(|s| Ok(s.trust(entry)?)) {
             eprintln!("factory: warning: cannot remember the approval: {e}");
@@ -236,7 +236,7 @@ async fn ask(
 
 /// The control server's own trust check: a component built by this process or approved in
 /// the trust store runs without consent in the request.
-pub fn trust_check(g: &GlobalArgs) -> factory_host::control::TrustCheck {
+pub fn trust_check(g: &GlobalArgs) -> factory_host::service::TrustCheck {
     let store = store(g).ok();
     std::sync::Arc::new(move |hash: &str| {
         target::built_here().iter().any(|(built, _)| built == hash)
@@ -259,7 +259,7 @@ pub async fn consent(
 ) -> Result<bool> {
     // Bad input is reported as such, before any question of trust.
     factory.meta.limits.overridden_by(overrides).validate()?;
-    if settled(g, yes, &target::trust_key(factory), source, Some(&factory.meta.name))? {
+    if settled(g, yes, &trust_key(factory).to_string(), source, Some(&factory.meta.name))? {
         return Ok(true);
     }
     ask(g, factory, source, overrides, grants, backend).await
@@ -284,7 +284,7 @@ pub async fn consent_remote(
             target::resolve_built(path, "run")?;
             let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
             let factory = host.load_file(path).await.with_context(|| format!("loading {}", path.display()))?;
-            let key = target::trust_key(&factory);
+            let key = trust_key(&factory).to_string();
             if settled(g, yes, &key, source, Some(&factory.meta.name))? {
                 return Ok(Some(key));
             }
@@ -293,13 +293,8 @@ pub async fn consent_remote(
         Target::File(path) => path.as_path(),
         Target::Registered(name) => {
             // Its bytes are in the store the other process holds; its sha256 is asked for.
-            let socket = factory_host::control::socket_path(&g.state_dir);
-            let inspect = Request::Inspect { session: g.session.clone(), name: name.clone() };
-            let registration = factory_host::control::request(&socket, &inspect).await?;
-            let registration: factory_host::store::Registration =
-                serde_json::from_value(registration).context("the registration the serving process sent")?;
-            // A script factory is trusted by its source (the runner ships in the binary).
-            let hash = registration.script.as_ref().map_or(registration.hash.clone(), |s| s.sha256.clone());
+            let registration = Client::Remote(super::context::remote(g)).inspect(&g.session, name).await?;
+            let hash = factory_host::service::registration_trust_key(&registration).to_string();
             if settled(g, yes, &hash, source, Some(name))? {
                 return Ok(Some(hash));
             }
@@ -416,7 +411,7 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
     if a.revoke {
         let hash = if target::is_script_target(&target) {
             let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
-            target::trust_key(&host.load_file(&path).await.with_context(|| format!("loading {target}"))?)
+            trust_key(&host.load_file(&path).await.with_context(|| format!("loading {target}"))?).to_string()
         } else if path.exists() {
             let file = target::resolve_built(&path, "trust --revoke")?;
             let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -440,7 +435,7 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
     // Only a loadable factory is worth trusting: load it (in memory) to check and name it.
     let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
     let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
-    let hash = target::trust_key(&factory);
+    let hash = trust_key(&factory).to_string();
     let built = target::built_here().iter().any(|(h, _)| *h == hash);
     let entry = TrustedComponent {
         name: Some(factory.meta.name.clone()),

@@ -1,0 +1,226 @@
+//! [`Client`]: the one way a front door reaches the service, with two transports — the
+//! in-process [`Local`] service (this process holds the store) or the [`Remote`] one (the
+//! control socket of the process that does). Typed methods over [`Request`]/[`Response`],
+//! errors with one [`ErrorCode`], and [`Updates`], the stream of run updates.
+
+use super::local::Local;
+use super::remote::{ClientError, Remote, Subscription};
+use super::wire::{Request, Response, Target};
+use super::Consent;
+use crate::error::{Error, ErrorCode};
+use crate::host::RunDetail;
+use crate::store::{ProgressQuery, Registration};
+use crate::{ProgressEntry, RunEnvelope, RunUpdated};
+use std::collections::HashMap;
+
+/// Why a service call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The in-process service refused or failed.
+    #[error(transparent)]
+    Host(#[from] Error),
+    /// The remote service refused (its error and code), or could not be reached.
+    #[error(transparent)]
+    Remote(#[from] ClientError),
+    /// The service answered with another kind of response than the request calls for.
+    #[error("the service answered a `{asked}` request with `{got}`")]
+    Unexpected {
+        /// The request's operation.
+        asked: &'static str,
+        /// The response's kind.
+        got: &'static str,
+    },
+}
+
+impl ServiceError {
+    /// The error's code, the same whichever transport carried it.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ServiceError::Host(e) => e.code(),
+            ServiceError::Remote(ClientError::Remote(e)) => e.code,
+            ServiceError::Remote(_) => ErrorCode::Unavailable,
+            ServiceError::Unexpected { .. } => ErrorCode::Error,
+        }
+    }
+}
+
+/// A client of the service, in process or over the control socket.
+#[derive(Clone)]
+pub enum Client {
+    /// This process holds the store.
+    Local(Local),
+    /// Another process holds it and answers on its control socket.
+    Remote(Remote),
+}
+
+/// A typed method: send `$request`, take the `$variant` answer apart.
+macro_rules! expect {
+    ($self:ident, $request:expr, $pattern:pat => $value:expr) => {{
+        let request = $request;
+        let asked = request.op();
+        match $self.call(request).await? {
+            $pattern => Ok($value),
+            other => Err(ServiceError::Unexpected { asked, got: other.kind() }),
+        }
+    }};
+}
+
+impl Client {
+    /// Answer one request.
+    pub async fn call(&self, request: Request) -> Result<Response, ServiceError> {
+        match self {
+            Client::Local(local) => Ok(local.answer(request).await?),
+            Client::Remote(remote) => Ok(remote.call(&request).await?),
+        }
+    }
+
+    /// The in-process service, when this process holds the store.
+    pub fn local(&self) -> Option<&Local> {
+        match self {
+            Client::Local(local) => Some(local),
+            Client::Remote(_) => None,
+        }
+    }
+
+    /// The session's runs, in creation order.
+    pub async fn runs(&self, session: &str) -> Result<Vec<RunEnvelope>, ServiceError> {
+        expect!(self, Request::Runs { session: session.into() }, Response::Runs(runs) => runs)
+    }
+
+    /// A run's latest envelope.
+    pub async fn envelope(&self, session: &str, run_id: &str) -> Result<RunEnvelope, ServiceError> {
+        let request = Request::Envelope { session: session.into(), run_id: run_id.into() };
+        expect!(self, request, Response::Envelope(envelope) => *envelope)
+    }
+
+    /// A run's detail.
+    pub async fn detail(&self, session: &str, run_id: &str) -> Result<RunDetail, ServiceError> {
+        let request = Request::Detail { session: session.into(), run_id: run_id.into() };
+        expect!(self, request, Response::Detail(detail) => *detail)
+    }
+
+    /// A page of a run's progress.
+    pub async fn progress(&self, session: &str, run_id: &str, query: ProgressQuery) -> Result<Vec<ProgressEntry>, ServiceError> {
+        let request = Request::Progress { session: session.into(), run_id: run_id.into(), query };
+        expect!(self, request, Response::Progress(page) => page)
+    }
+
+    /// Wait until the run is terminal; its envelope.
+    pub async fn wait(&self, session: &str, run_id: &str) -> Result<RunEnvelope, ServiceError> {
+        let request = Request::Wait { session: session.into(), run_id: run_id.into() };
+        expect!(self, request, Response::Envelope(envelope) => *envelope)
+    }
+
+    /// Cancel a run; its terminal envelope.
+    pub async fn cancel(&self, session: &str, run_id: &str) -> Result<RunEnvelope, ServiceError> {
+        let request = Request::Cancel { session: session.into(), run_id: run_id.into() };
+        expect!(self, request, Response::Envelope(envelope) => *envelope)
+    }
+
+    /// The factories the session can run.
+    pub async fn factories(&self, session: &str) -> Result<Vec<Registration>, ServiceError> {
+        expect!(self, Request::Factories { session: session.into() }, Response::Factories(list) => list)
+    }
+
+    /// One factory as the session sees it.
+    pub async fn inspect(&self, session: &str, name: &str) -> Result<Registration, ServiceError> {
+        let request = Request::Inspect { session: session.into(), name: name.into() };
+        expect!(self, request, Response::Registration(registration) => *registration)
+    }
+
+    /// Register an authored factory in the session's scope.
+    pub async fn author(&self, session: &str, meta: serde_json::Value, run: String) -> Result<Registration, ServiceError> {
+        let request = Request::Author { session: session.into(), meta, run };
+        expect!(self, request, Response::Registration(registration) => *registration)
+    }
+
+    /// Start a run or a resume in the background (`request` is a [`Request::Run`] or
+    /// [`Request::Resume`]); the run's id once it exists.
+    pub async fn start(&self, request: Request) -> Result<String, ServiceError> {
+        expect!(self, request, Response::Started { run_id } => run_id)
+    }
+
+    /// Start the registered factory `name` with `args` in `session` under the service's own
+    /// consent policy (what a front door without files to show does).
+    pub async fn start_registered(
+        &self,
+        session: &str,
+        name: &str,
+        args: Option<serde_json::Value>,
+        limits: crate::Limits,
+        consent: Consent,
+    ) -> Result<String, ServiceError> {
+        self.start(Request::Run {
+            session: session.into(),
+            component: Target::Registered(name.into()),
+            args,
+            limits,
+            backend: Default::default(),
+            grants: Vec::new(),
+            declined: false,
+            consent,
+        })
+        .await
+    }
+
+    /// Every update of the session's runs from now on.
+    pub async fn updates(&self, session: &str) -> Result<Updates, ServiceError> {
+        Ok(match self {
+            Client::Local(local) => Updates::Local {
+                receiver: local.host().subscribe(),
+                local: local.clone(),
+                session: session.to_string(),
+                owned: HashMap::new(),
+            },
+            Client::Remote(remote) => Updates::Remote(remote.subscribe(session).await?),
+        })
+    }
+}
+
+/// The most runs whose owner an in-process [`Updates`] remembers (then it forgets them all
+/// and looks owners up again).
+const OWNERS_REMEMBERED: usize = 4096;
+
+/// A stream of [`RunUpdated`] for one session's runs, in the order the service announces
+/// them (revisions of one run only grow). Updates missed while the reader was slow are
+/// skipped, never queued without bound: a reader re-reads what it shows.
+pub enum Updates {
+    /// From the host in this process.
+    Local {
+        /// The host's broadcast.
+        receiver: tokio::sync::broadcast::Receiver<RunUpdated>,
+        /// The service (to look up each run's owner).
+        local: Local,
+        /// The session whose runs are announced.
+        session: String,
+        /// Whether a run id belongs to the session (looked up once).
+        owned: HashMap<String, bool>,
+    },
+    /// From the service's socket.
+    Remote(Subscription),
+}
+
+impl Updates {
+    /// The next update; `None` once the service has gone away.
+    pub async fn next(&mut self) -> Option<RunUpdated> {
+        match self {
+            Updates::Local { receiver, local, session, owned } => loop {
+                let update = match receiver.recv().await {
+                    Ok(update) => update,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                };
+                if owned.len() >= OWNERS_REMEMBERED {
+                    owned.clear();
+                }
+                let ours = *owned
+                    .entry(update.run_id.clone())
+                    .or_insert_with(|| local.host().owned_by(session, &update.run_id));
+                if ours {
+                    return Some(update);
+                }
+            },
+            Updates::Remote(subscription) => subscription.next().await,
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The service implemented over an in-process [`Host`]: what the process holding the store
+//! answers, to its own front doors and (through the control socket) to every other one.
+//! Queries read the host; `run` and `resume` check consent, start the attempt in the
+//! background and answer once the run has an id.
+
+use super::consent::{consented, trust_key, TrustCheck};
+use super::wire::{Request, Response, Target};
+use crate::error::Error;
+use crate::host::{Host, ResumeOptions, RunOptions};
+use crate::BackendChoice;
+use std::sync::Arc;
+
+/// The service over a [`Host`] this process opened, with its trust check.
+#[derive(Clone)]
+pub struct Local {
+    host: Arc<Host>,
+    trusted: TrustCheck,
+}
+
+impl Local {
+    /// The service over `host`; `trusted` says which trust keys run without consent.
+    pub fn new(host: Arc<Host>, trusted: TrustCheck) -> Self {
+        Local { host, trusted }
+    }
+
+    /// The host answering.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+
+    /// Answer `request` (everything but [`Request::Subscribe`], which [`Local::updates`]
+    /// serves).
+    pub async fn answer(&self, request: Request) -> Result<Response, Error> {
+        let host = &self.host;
+        Ok(match request {
+            Request::Runs { session } => Response::Runs(host.runs(&session)?),
+            Request::Envelope { session, run_id } => Response::Envelope(Box::new(host.envelope(&session, &run_id)?)),
+            Request::Detail { session, run_id } => Response::Detail(Box::new(host.detail(&session, &run_id)?)),
+            Request::Progress { session, run_id, query } => Response::Progress(host.progress(&session, &run_id, &query)?),
+            Request::Wait { session, run_id } => Response::Envelope(Box::new(host.wait(&session, &run_id).await?)),
+            Request::Cancel { session, run_id } => Response::Envelope(Box::new(host.cancel(&session, &run_id).await?)),
+            Request::Factories { session } => Response::Factories(host.registered_for(&session)?),
+            Request::Author { session, meta, run } => {
+                Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))
+            }
+            Request::Inspect { session, name } => match host.store().factory_in(&session, &name)? {
+                Some(registration) => Response::Registration(Box::new(registration)),
+                None => return Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
+            },
+            start @ (Request::Run { .. } | Request::Resume { .. }) => {
+                Response::Started { run_id: self.start(start).await? }
+            }
+            Request::Subscribe { .. } => return Err(Error::Misrouted("a subscription is a stream: use Client::updates")),
+        })
+    }
+
+    /// Start a run or a resume in the background; answer its id once it exists (or the
+    /// error that kept it from existing).
+    async fn start(&self, request: Request) -> Result<String, Error> {
+        let host = self.host.clone();
+        let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
+        let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
+            let _ = started.send(id.to_string());
+        });
+        let task = match request {
+            Request::Run { session, component, args, limits, backend: choice, grants, declined, consent } => {
+                // Refuse an unusable backend before the run exists.
+                let backend = Some(host.chosen_backend(&choice)?);
+                let factory = match &component {
+                    Target::File(path) => host.load_file(path).await?,
+                    Target::Registered(name) => host.load_registered_for(&session, name).await?,
+                };
+                if !declined {
+                    let key = trust_key(&factory);
+                    let authored = host.authored_in(&session, key)?;
+                    consented(&self.trusted, &consent, authored, key, &format!("factory `{}`", factory.meta.name))?;
+                }
+                let options = RunOptions {
+                    args,
+                    limits,
+                    session: Some(session),
+                    events: None,
+                    on_start: Some(on_start),
+                    backend,
+                    choice: BackendChoice::default(),
+                    grants,
+                };
+                tokio::spawn(async move {
+                    if declined {
+                        host.decline(&factory, options).await
+                    } else {
+                        host.run(&factory, options).await
+                    }
+                })
+            }
+            Request::Resume { session, run_id, component, limits, backend: choice, consent } => {
+                let component = match component {
+                    Some(path) => Some(host.load_file(&path).await?),
+                    None => None,
+                };
+                // The component this attempt runs: the edited one, else the run's last.
+                let key = match &component {
+                    Some(factory) => Some(trust_key(factory).to_string()),
+                    None => host.trust_key_of_run(&session, &run_id)?,
+                };
+                if let Some(key) = key {
+                    let authored = host.authored_in(&session, &key)?;
+                    consented(&self.trusted, &consent, authored, &key, &format!("the component of run {run_id}"))?;
+                }
+                let options = ResumeOptions {
+                    limits,
+                    component,
+                    session: Some(session),
+                    events: None,
+                    on_start: Some(on_start),
+                    backend: None,
+                    choice,
+                };
+                tokio::spawn(async move { host.resume(&run_id, options).await })
+            }
+            _ => return Err(Error::Misrouted("not a start request")),
+        };
+        match started_rx.await {
+            Ok(run_id) => Ok(run_id),
+            // The run failed before it existed: its error is the answer.
+            Err(_) => match task.await {
+                Ok(Err(e)) => Err(e),
+                Ok(Ok(envelope)) => Ok(envelope.run_id),
+                Err(e) => Err(Error::Task(e)),
+            },
+        }
+    }
+}

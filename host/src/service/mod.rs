@@ -1,0 +1,29 @@
+//! The service API: one typed API that owns the runs and that every front door speaks. The
+//! CLI, the control socket, the HTTP API and MCP all turn what they are asked into a
+//! [`Request`], hand it to a [`Client`] and turn the typed [`Response`] back into their own
+//! form; none of them reads a run, a store or a backend itself.
+//!
+//! A [`Client`] has two transports: [`Local`], the service implemented over an in-process
+//! [`crate::Host`] (the process that holds the store), and [`Remote`], a client of the
+//! control socket of the process that does. Both answer the same requests with the same
+//! responses and the same [`ErrorCode`]s; one [`Follower`] follows a run through either.
+//! The consent policy ([`Consent`], [`consented`]) and the one trust-key derivation
+//! ([`trust_key`]) live here too, so every front door decides the same way.
+
+mod client;
+mod consent;
+mod follow;
+mod local;
+mod remote;
+mod wire;
+
+pub use crate::error::ErrorCode;
+pub use client::{Client, ServiceError, Updates};
+pub use consent::{consented, registration_trust_key, trust_key, Consent, TrustCheck};
+pub use follow::{Followed, Follower};
+pub use local::Local;
+pub use remote::{ClientError, Remote};
+pub use wire::{
+    parse_request, read_line_bounded, Answer, Event, Frame, RemoteError, Request, Response, Target, MAX_REQUEST_BYTES,
+    MAX_RESPONSE_BYTES, WIRE_VERSION,
+};

@@ -1,0 +1,366 @@
+//! The service's wire form: the typed [`Request`]s and [`Response`]s, framed with a wire
+//! version, as the control socket carries them (one JSON line each way; a subscription
+//! answers with one line per event). Stable camelCase JSON; a frame of another version is
+//! refused with `unsupported_version`, and a request with a field this version does not
+//! know is refused with `bad_request` rather than half understood.
+
+use crate::error::{Error, ErrorCode};
+use crate::host::{BackendChoice, RunDetail};
+use crate::limits::Limits;
+use crate::store::{ProgressQuery, Registration};
+use crate::{ProgressEntry, RunEnvelope, RunUpdated};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+/// The version of the wire form: every frame carries it as `"wire"`.
+pub const WIRE_VERSION: u32 = 3;
+
+/// The longest request line a server reads (requests are small: ids, paths, limits).
+pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
+
+/// The longest response line a client reads (progress pages and details can be large).
+pub const MAX_RESPONSE_BYTES: u64 = 64 << 20;
+
+/// One line on the wire: the version and a request, a response or an event.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frame<T> {
+    /// [`WIRE_VERSION`] of the sender.
+    pub wire: u32,
+    /// What the frame carries.
+    pub body: T,
+}
+
+impl<T> Frame<T> {
+    /// A frame of this build's version.
+    pub fn new(body: T) -> Self {
+        Frame { wire: WIRE_VERSION, body }
+    }
+}
+
+/// Only the version of a frame, read first so another version gets a clear answer.
+#[derive(Deserialize)]
+struct VersionOnly {
+    #[serde(default)]
+    wire: Option<u32>,
+}
+
+/// A request to the service; every one is on behalf of a session (the owner scope of runs
+/// and authored factories).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
+pub enum Request {
+    /// The session's runs, in creation order.
+    Runs { session: String },
+    /// A run's envelope.
+    Envelope { session: String, run_id: String },
+    /// A run's detail.
+    Detail { session: String, run_id: String },
+    /// A page of a run's progress.
+    Progress { session: String, run_id: String, query: ProgressQuery },
+    /// Wait for a terminal envelope.
+    Wait { session: String, run_id: String },
+    /// Cancel a run; answers with its terminal envelope.
+    Cancel { session: String, run_id: String },
+    /// The factories the session can run: its own authored ones and those registered for
+    /// everyone.
+    Factories { session: String },
+    /// One factory, as the session sees it.
+    Inspect { session: String, name: String },
+    /// Register a factory in the authoring form (`meta` JSON and a `run` body, one async
+    /// function expression) in the session's own scope, without running it.
+    Author { session: String, meta: serde_json::Value, run: String },
+    /// Start a run in the background; answers [`Response::Started`] once the run exists.
+    Run {
+        session: String,
+        component: Target,
+        #[serde(default)]
+        args: Option<serde_json::Value>,
+        #[serde(default)]
+        limits: Limits,
+        /// The backend by name and model, built from the service's own configuration
+        /// (empty: the service's default).
+        #[serde(default)]
+        backend: BackendChoice,
+        /// Read-only directories to grant (absolute paths).
+        #[serde(default)]
+        grants: Vec<PathBuf>,
+        /// The user declined to run it: record the run as declined.
+        #[serde(default)]
+        declined: bool,
+        /// What the user consented to on the client (a prompt answered yes, `--yes`).
+        #[serde(default)]
+        consent: super::Consent,
+    },
+    /// Resume a run in the background; answers [`Response::Started`] once the attempt starts.
+    Resume {
+        session: String,
+        run_id: String,
+        #[serde(default)]
+        component: Option<PathBuf>,
+        #[serde(default)]
+        limits: Limits,
+        /// Another backend or model than the run recorded (empty: the recorded one).
+        #[serde(default)]
+        backend: BackendChoice,
+        /// What the user consented to for the component this resume runs.
+        #[serde(default)]
+        consent: super::Consent,
+    },
+    /// Announce every update of the session's runs, one [`Frame`] of [`RunUpdated`] per
+    /// update, until the client goes away (after a first [`Response::Subscribed`]).
+    Subscribe { session: String },
+}
+
+impl Request {
+    /// The request's operation name, as on the wire (for messages).
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Runs { .. } => "runs",
+            Request::Envelope { .. } => "envelope",
+            Request::Detail { .. } => "detail",
+            Request::Progress { .. } => "progress",
+            Request::Wait { .. } => "wait",
+            Request::Cancel { .. } => "cancel",
+            Request::Factories { .. } => "factories",
+            Request::Inspect { .. } => "inspect",
+            Request::Author { .. } => "author",
+            Request::Run { .. } => "run",
+            Request::Resume { .. } => "resume",
+            Request::Subscribe { .. } => "subscribe",
+        }
+    }
+}
+
+/// What a `Run` request runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Target {
+    /// A component or script file on the service's machine (an absolute path).
+    File(PathBuf),
+    /// A registered factory, by name (never a path, whatever files exist).
+    Registered(String),
+}
+
+/// A successful answer, one variant per kind of result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Response {
+    /// Runs, in creation order (`runs`).
+    Runs(Vec<RunEnvelope>),
+    /// One run's envelope (`envelope`, `wait`, `cancel`).
+    Envelope(Box<RunEnvelope>),
+    /// One run's detail (`detail`).
+    Detail(Box<RunDetail>),
+    /// A page of progress (`progress`).
+    Progress(Vec<ProgressEntry>),
+    /// Factories (`factories`).
+    Factories(Vec<Registration>),
+    /// One factory (`inspect`, `author`).
+    Registration(Box<Registration>),
+    /// A run or attempt started in the background (`run`, `resume`).
+    Started { run_id: String },
+    /// A subscription is open: [`RunUpdated`] frames follow (`subscribe`).
+    Subscribed,
+}
+
+impl Response {
+    /// The variant's name, as on the wire (for messages).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Response::Runs(_) => "runs",
+            Response::Envelope(_) => "envelope",
+            Response::Detail(_) => "detail",
+            Response::Progress(_) => "progress",
+            Response::Factories(_) => "factories",
+            Response::Registration(_) => "registration",
+            Response::Started { .. } => "started",
+            Response::Subscribed => "subscribed",
+        }
+    }
+
+    /// The answer as the HTTP API and MCP show it: the result itself, without the variant
+    /// tag (`{"runId"}` for a start).
+    pub fn body(&self) -> Result<serde_json::Value, serde_json::Error> {
+        match self {
+            Response::Runs(runs) => serde_json::to_value(runs),
+            Response::Envelope(envelope) => serde_json::to_value(envelope),
+            Response::Detail(detail) => serde_json::to_value(detail),
+            Response::Progress(page) => serde_json::to_value(page),
+            Response::Factories(factories) => serde_json::to_value(factories),
+            Response::Registration(registration) => serde_json::to_value(registration),
+            Response::Started { run_id } => Ok(serde_json::json!({ "runId": run_id })),
+            Response::Subscribed => Ok(serde_json::json!({})),
+        }
+    }
+}
+
+/// An answer line: the response, or the error with its code.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Answer {
+    /// The request succeeded.
+    Ok(Response),
+    /// The request failed.
+    Err(RemoteError),
+}
+
+/// An event line of a subscription.
+pub type Event = RunUpdated;
+
+/// A failed request, with the library error's code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[serde(deny_unknown_fields)]
+#[error("{message}")]
+pub struct RemoteError {
+    /// What kind of refusal it is.
+    pub code: ErrorCode,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl From<&Error> for RemoteError {
+    fn from(e: &Error) -> Self {
+        RemoteError { code: e.code(), message: e.to_string() }
+    }
+}
+
+impl RemoteError {
+    /// A `bad_request` refusal.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        RemoteError { code: ErrorCode::BadRequest, message: message.into() }
+    }
+}
+
+/// Parse a request line: its version first (another version is `unsupported_version`),
+/// then the request itself (an unknown operation or field is `bad_request`).
+pub fn parse_request(line: &[u8]) -> Result<Request, RemoteError> {
+    let version = serde_json::from_slice::<VersionOnly>(line).map_err(|e| RemoteError::bad_request(e.to_string()))?;
+    if version.wire != Some(WIRE_VERSION) {
+        return Err(RemoteError {
+            code: ErrorCode::UnsupportedVersion,
+            message: format!(
+                "this factory process speaks service wire version {WIRE_VERSION}, the request {}; use the same factory version",
+                version.wire.map_or("names none".to_string(), |v| format!("version {v}"))
+            ),
+        });
+    }
+    serde_json::from_slice::<Frame<Request>>(line).map(|f| f.body).map_err(|e| RemoteError::bad_request(e.to_string()))
+}
+
+/// Parse an answer or event line of this version (`what` names it in errors).
+pub(crate) fn parse_frame<T: serde::de::DeserializeOwned>(line: &[u8]) -> Result<T, String> {
+    let version = serde_json::from_slice::<VersionOnly>(line).map_err(|e| e.to_string())?;
+    if version.wire != Some(WIRE_VERSION) {
+        return Err(format!(
+            "the factory process holding the store speaks service wire version {}, this one {WIRE_VERSION}; \
+             stop it (or let it go idle) and use one factory version",
+            version.wire.map_or("(none)".to_string(), |v| v.to_string())
+        ));
+    }
+    serde_json::from_slice::<Frame<T>>(line).map(|f| f.body).map_err(|e| {
+        let start = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
+        format!("{e}: {start:?}")
+    })
+}
+
+/// Read one `\n`-terminated line of at most `limit` bytes (the newline excluded). `Ok(None)`:
+/// the line is longer than `limit`. At end of stream, whatever was read (possibly empty).
+pub async fn read_line_bounded<R: tokio::io::AsyncRead + Unpin>(read: R, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut line = Vec::new();
+    BufReader::new(read.take(limit + 1)).read_until(b'\n', &mut line).await?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() as u64 > limit {
+        return Ok(None);
+    }
+    Ok(Some(line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<T: Serialize>(frame: &Frame<T>) -> Vec<u8> {
+        serde_json::to_vec(frame).unwrap()
+    }
+
+    #[test]
+    fn requests_round_trip_in_camel_case() {
+        let requests = vec![
+            Request::Runs { session: "s".into() },
+            Request::Detail { session: "s".into(), run_id: "r".into() },
+            Request::Progress {
+                session: "s".into(),
+                run_id: "r".into(),
+                query: ProgressQuery { after_seq: Some(3), ..Default::default() },
+            },
+            Request::Run {
+                session: "s".into(),
+                component: Target::Registered("review".into()),
+                args: Some(serde_json::json!({"files": ["a"]})),
+                limits: Limits { max_total_subagents: Some(4), ..Default::default() },
+                backend: BackendChoice::default(),
+                grants: vec![PathBuf::from("/tmp")],
+                declined: false,
+                consent: super::super::Consent::Sha256("ab".into()),
+            },
+            Request::Resume {
+                session: "s".into(),
+                run_id: "r".into(),
+                component: None,
+                limits: Limits::default(),
+                backend: BackendChoice::default(),
+                consent: super::super::Consent::Any,
+            },
+            Request::Subscribe { session: "s".into() },
+        ];
+        for request in requests {
+            let bytes = line(&Frame::new(request.clone()));
+            assert_eq!(parse_request(&bytes).unwrap(), request, "{}", String::from_utf8_lossy(&bytes));
+        }
+        let text = String::from_utf8(line(&Frame::new(Request::Detail { session: "s".into(), run_id: "r".into() }))).unwrap();
+        assert_eq!(text, r#"{"wire":3,"body":{"op":"detail","session":"s","runId":"r"}}"#);
+    }
+
+    #[test]
+    fn another_version_is_refused_with_its_code() {
+        for text in [r#"{"wire":2,"op":"runs","session":"s"}"#, r#"{"body":{"op":"runs","session":"s"}}"#] {
+            let e = parse_request(text.as_bytes()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
+        }
+        let answer = r#"{"wire":4,"body":{"ok":"subscribed"}}"#;
+        let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
+        assert!(e.contains("version 4"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_and_operations_are_refused() {
+        for text in [
+            r#"{"wire":3,"body":{"op":"runs","session":"s","all":true}}"#,
+            r#"{"wire":3,"body":{"op":"detail","session":"s","run_id":"r"}}"#,
+            r#"{"wire":3,"body":{"op":"drop","session":"s"}}"#,
+            r#"{"wire":3,"body":{"op":"runs","session":"s"},"extra":1}"#,
+        ] {
+            let e = parse_request(text.as_bytes()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
+        let bytes = line(&Frame::new(answer));
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":3,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        match parse_frame::<Answer>(&bytes).unwrap() {
+            Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
+            other => panic!("{other:?}"),
+        }
+        let err = Answer::Err(RemoteError { code: ErrorCode::NotFound, message: "no run".into() });
+        match parse_frame::<Answer>(&line(&Frame::new(err))).unwrap() {
+            Answer::Err(e) => assert_eq!((e.code, e.message.as_str()), (ErrorCode::NotFound, "no run")),
+            other => panic!("{other:?}"),
+        }
+    }
+}
