@@ -195,7 +195,7 @@ fn daemon_pid(state: &Path) -> i32 {
 fn as_nobody(program: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(program).args(args);
-    cmd.stdin(Stdio::null());
+    cmd.stdin(Stdio::null()).env("FACTORY_NO_DAEMON", "1");
     cmd
 }
 

@@ -1007,7 +1007,7 @@ async fn a_recorded_run_replays_offline_to_the_same_result() {
 
 async fn factory(args: &[&str], env: &[(&str, String)]) -> (i32, String, String) {
     let mut command = tokio::process::Command::new(common::factory_bin());
-    command.args(args).env_remove("FACTORY_CONFIG").env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"));
+    command.args(args).env_remove("FACTORY_CONFIG").env("FACTORY_NO_DAEMON", "1").env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"));
     for (k, v) in env {
         command.env(k, v);
     }

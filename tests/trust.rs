@@ -159,6 +159,7 @@ fn on_a_terminal(state: &Path, args: &[&str], answer: &str) -> (Option<i32>, Str
     let mut cmd = Command::new(common::factory_bin());
     cmd.args(args)
         .env("FACTORY_STATE_DIR", state)
+        .env("FACTORY_NO_DAEMON", "1")
         .env("CARGO_TARGET_DIR", common::guest_target_dir())
         .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"));
     common::on_a_terminal(&cmd, answer)

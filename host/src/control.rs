@@ -124,6 +124,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// Connections being answered now (a subscription counts while it is open).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Stop accepting, then wait (at most `patience`) for requests being answered, so a
     /// process that is about to exit does not cut off a client mid-answer (a `cancel`
     /// whose run has just ended, say).

@@ -87,7 +87,8 @@ pub fn test_home() -> PathBuf {
 /// The `factory` binary as a command against the state directory `state`, with guests and
 /// the compile cache under the guest target dir and stdin closed (no terminal to ask on).
 /// The user's config and state locations are cut off: no `FACTORY_CONFIG`,
-/// `XDG_CONFIG_HOME` or `XDG_STATE_HOME`, and `HOME` is [`test_home`].
+/// `XDG_CONFIG_HOME` or `XDG_STATE_HOME`, and `HOME` is [`test_home`]. Single-process mode
+/// (`FACTORY_NO_DAEMON=1`): a test of the service itself removes that variable.
 pub fn factory_cmd(state: &Path, args: &[&str]) -> std::process::Command {
     let mut cmd = std::process::Command::new(factory_bin());
     cmd.args(args)
@@ -96,6 +97,7 @@ pub fn factory_cmd(state: &Path, args: &[&str]) -> std::process::Command {
         .env_remove("XDG_STATE_HOME")
         .env("HOME", test_home())
         .env("FACTORY_STATE_DIR", state)
+        .env("FACTORY_NO_DAEMON", "1")
         .env("CARGO_TARGET_DIR", guest_target_dir())
         .env("FACTORY_CACHE_DIR", guest_target_dir().join("cache"))
         .stdin(std::process::Stdio::null());

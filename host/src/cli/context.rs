@@ -37,10 +37,19 @@ pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Arc
 /// short-lived reader such as `factory runs`, or a holder still starting up).
 const LOCKED_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The service of the state directory: started if none answers (see [`super::daemon`]),
+/// or with `--no-daemon` the store opened here ([`open_here_or_reach`]).
+pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Client> {
+    if g.no_daemon {
+        return open_here_or_reach(g, catalog).await;
+    }
+    Ok(Client::Remote(super::daemon::ensure(g).await?))
+}
+
 /// Open the store with `catalog`, or find the process that holds it. A holder that does
 /// not answer on the control socket is waited for: it is a short-lived reader, or it is
 /// still starting up.
-pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Client> {
+pub async fn open_here_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Client> {
     let remote = remote(g);
     let socket = remote.socket().to_path_buf();
     let deadline = std::time::Instant::now() + LOCKED_PATIENCE;
@@ -71,7 +80,8 @@ pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> 
     }
 }
 
-/// Open the store, or find the process that holds it (to observe: no backend is built).
+/// The service, or with `--no-daemon` the store opened here (to observe: no backend is
+/// built here).
 pub async fn access(g: &GlobalArgs) -> Result<Client> {
     open_or_reach(g, Arc::new(BuiltinCatalog)).await
 }
@@ -90,6 +100,11 @@ impl Drop for Serving {
 }
 
 impl Serving {
+    /// Connections being answered now.
+    pub fn in_flight(&self) -> usize {
+        self.server.in_flight()
+    }
+
     /// The socket's path.
     pub fn path(&self) -> &std::path::Path {
         &self.path

@@ -62,6 +62,10 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
     let http = a.bind.address()?;
     let config = Arc::new(backends::load_config(g, a.config.as_ref())?);
     let access = context::open_or_reach(g, config).await?;
+    if !g.no_daemon {
+        // This server is a client of the service while it lives; its runs live in the service.
+        super::daemon::keep_alive(g);
+    }
     // Holding the store, this process also answers other terminals on the control socket.
     let serving = match &access {
         Client::Local(local) => serve(g, local.host()),

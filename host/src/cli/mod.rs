@@ -4,6 +4,7 @@ mod backends;
 mod bearer;
 mod config;
 mod context;
+mod daemon;
 mod dashboard;
 mod describe;
 mod escape;
@@ -56,6 +57,10 @@ pub struct GlobalArgs {
     /// The owner session: runs are visible only to the session that started them.
     #[arg(long, global = true, env = "FACTORY_SESSION", default_value = factory_host::DEFAULT_SESSION)]
     pub session: String,
+    /// Open the store in this process instead of using (or starting) the state directory's
+    /// service: runs then end with this process (for CI and scripts).
+    #[arg(long, global = true, env = "FACTORY_NO_DAEMON", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_daemon: bool,
 }
 
 impl GlobalArgs {

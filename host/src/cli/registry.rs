@@ -1,15 +1,15 @@
 //! `factory add/list/inspect`: register factories by their meta name (component bytes are
 //! stored content-addressed), list them, and show what one declares.
 
-use super::context::open_host;
+use super::context::access;
 use super::observe::JsonArg;
 use super::escape::esc;
 use super::{target, GlobalArgs};
 use anyhow::{Context, Result};
 use clap::Args;
+use factory_host::service::Source;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(Args)]
 pub struct AddArgs {
@@ -39,36 +39,28 @@ pub struct InspectArgs {
     json: bool,
 }
 
-fn host(g: &GlobalArgs) -> Result<Arc<factory_host::Host>> {
-    open_host(g, Arc::new(factory_host::backend::BuiltinCatalog))
-        .with_context(|| format!("opening the store in {}", g.state_dir.display()))
-}
-
 pub async fn add(g: &GlobalArgs, a: AddArgs) -> Result<ExitCode> {
-    let host = host(g)?;
     let read = |p: &PathBuf| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
-    let registration = match (&a.target, &a.meta, &a.run) {
+    let (source, authored) = match (&a.target, &a.meta, &a.run) {
         (_, Some(meta), Some(run)) => {
             let meta: serde_json::Value =
                 serde_json::from_str(&read(meta)?).with_context(|| format!("{} is not JSON", meta.display()))?;
-            let registration = host.author(&meta, &read(run)?).await?;
-            trust_authored(g, &registration);
-            registration
+            (Source::Authored { meta, run: read(run)? }, true)
         }
         (Some(document), _, _) if document.extension().is_some_and(|e| e == "json") => {
-            let script = factory_host::script::author_document(&read(document)?)?;
-            let factory = host.load_script(script).await?;
-            let registration = host.register(&factory).await?;
-            trust_authored(g, &registration);
-            registration
+            (Source::Document(read(document)?), true)
         }
         (Some(target), _, _) => {
+            // A crate is built here (with consent), then the service loads the component.
             let file = target::resolve(target, &target::BuildConsent::new(g, a.yes))?;
-            let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
-            host.register(&factory).await?
+            (Source::File(std::path::absolute(&file)?), false)
         }
         _ => anyhow::bail!("give a factory to add, or --meta FILE --run FILE"),
     };
+    let registration = access(g).await?.register(source).await?;
+    if authored {
+        trust_authored(g, &registration);
+    }
     match &registration.script {
         Some(script) => println!(
             "registered {} (source sha256 {}, JS runner sha256 {})",
@@ -90,7 +82,7 @@ fn trust_authored(g: &GlobalArgs, registration: &factory_host::store::Registrati
 }
 
 pub async fn list(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
-    let registered = host(g)?.registered()?;
+    let registered = access(g).await?.factories(&g.session).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&registered)?);
         return Ok(ExitCode::SUCCESS);
@@ -103,10 +95,7 @@ pub async fn list(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
 }
 
 pub async fn inspect(g: &GlobalArgs, a: InspectArgs) -> Result<ExitCode> {
-    let registration = host(g)?
-        .store()
-        .factory(&a.name)?
-        .with_context(|| format!("no factory named `{}` is registered", a.name))?;
+    let registration = access(g).await?.inspect(&g.session, &a.name).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&registration)?);
         return Ok(ExitCode::SUCCESS);

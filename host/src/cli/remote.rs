@@ -1,15 +1,12 @@
-//! Runs that execute in another process: hand a run to the process holding the store (or
-//! to a background `factory serve`, started on demand for `--detach`) and follow it from
-//! here by polling its progress and envelope over the control socket.
+//! Runs that execute in the service (or in the process holding the store): hand the run
+//! over and follow it from here with the service's [`Follower`]; Ctrl-C cancels it.
 
-use super::context::{access, remote};
+use super::context::remote;
 use super::events::EventSink;
 use super::{progress_ui, GlobalArgs};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use factory_host::service::{Client, Followed, Follower, Request};
 use factory_host::{ProgressEntry, RunEnvelope};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// Send a `Run`/`Resume` request; with `detach`, print the run id and return `None`,
 /// otherwise follow the run to its end.
@@ -20,12 +17,10 @@ pub async fn start(
     quiet: bool,
     events: Option<EventSink>,
 ) -> Result<Option<RunEnvelope>> {
-    if detach {
-        ensure_daemon(g).await?;
-    } else if !quiet {
+    if !detach && g.no_daemon && !quiet {
         eprintln!("factory: the store is held by another factory process; running the factory there");
     }
-    let client = Client::Remote(remote(g));
+    let client = Client::Remote(if detach { super::daemon::ensure(g).await? } else { remote(g) });
     let run_id = client.start(request).await?;
     if let Some(sink) = &events {
         sink.started(&run_id);
@@ -85,37 +80,4 @@ pub async fn follow(
     drop(tx);
     let _ = ui.await;
     Ok(envelope)
-}
-
-/// Make sure a `factory serve` answers on the state directory's socket, starting one in
-/// the background if nobody holds the store.
-async fn ensure_daemon(g: &GlobalArgs) -> Result<()> {
-    let client = Client::Remote(remote(g));
-    if client.runs(&g.session).await.is_ok() {
-        return Ok(());
-    }
-    if let Client::Local(local) = access(g).await? {
-        drop(local); // free the store for the daemon
-    }
-    factory_host::access::private_state_dir(&g.state_dir)?;
-    let state_dir = std::path::absolute(&g.state_dir)?;
-    let log_path = state_dir.join("serve.log");
-    let log = factory_host::access::private_file_options().append(true).open(&log_path)?;
-    factory_host::access::tighten_open(&log)?;
-    let exe = std::env::current_exe().context("locating the factory binary")?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("serve").arg("--state-dir").arg(&state_dir).arg("--session").arg(&g.session);
-    cmd.arg("--commit-window-ms").arg(g.commit_window_ms.to_string());
-    cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
-    // Its own process group: a Ctrl-C in this terminal must not stop the daemon.
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    cmd.spawn().context("starting `factory serve`")?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if client.runs(&g.session).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("`factory serve` did not come up within 30 s; see {}", log_path.display())
 }

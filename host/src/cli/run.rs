@@ -98,7 +98,14 @@ async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Arc<Host
         return Ok(None);
     }
     let config = Arc::new(load_config(g, out.backend.config.as_ref())?);
-    match context::open_or_reach(g, config.clone()).await? {
+    // A cassette or a config file of this command's own needs this process to run it: it
+    // opens the store itself (unless a service holds it, which is then told no).
+    let reach = if out.backend.cassette() || out.backend.config.is_some() {
+        context::open_here_or_reach(g, config.clone()).await?
+    } else {
+        context::open_or_reach(g, config.clone()).await?
+    };
+    match reach {
         Client::Local(local) => Ok(Some((local.host().clone(), config))),
         Client::Remote(_) => Ok(None),
     }

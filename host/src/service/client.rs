@@ -163,6 +163,11 @@ impl Client {
         .await
     }
 
+    /// Register a factory for everyone.
+    pub async fn register(&self, source: super::Source) -> Result<Registration, ServiceError> {
+        expect!(self, Request::Register { source }, Response::Registration(registration) => *registration)
+    }
+
     /// Every update of the session's runs from now on.
     pub async fn updates(&self, session: &str) -> Result<Updates, ServiceError> {
         Ok(match self {

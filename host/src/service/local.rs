@@ -4,7 +4,7 @@
 //! background and answer once the run has an id.
 
 use super::consent::{consented, trust_key, TrustCheck};
-use super::wire::{Request, Response, Target};
+use super::wire::{Request, Response, Source, Target};
 use crate::error::Error;
 use crate::host::{Host, ResumeOptions, RunOptions};
 use crate::BackendChoice;
@@ -43,6 +43,14 @@ impl Local {
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))
             }
+            Request::Register { source } => Response::Registration(Box::new(match source {
+                Source::File(path) => host.register(&host.load_file(&path).await?).await?,
+                Source::Document(text) => {
+                    let script = crate::script::author_document(&text).map_err(Error::Script)?;
+                    host.register(&host.load_script(script).await?).await?
+                }
+                Source::Authored { meta, run } => host.author(&meta, &run).await?,
+            })),
             Request::Inspect { session, name } => match host.store().factory_in(&session, &name)? {
                 Some(registration) => Response::Registration(Box::new(registration)),
                 None => return Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),

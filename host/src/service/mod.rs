@@ -24,6 +24,6 @@ pub use follow::{Followed, Follower};
 pub use local::Local;
 pub use remote::{ClientError, Remote};
 pub use wire::{
-    parse_request, read_line_bounded, Answer, Event, Frame, RemoteError, Request, Response, Target, MAX_REQUEST_BYTES,
+    parse_request, read_line_bounded, Answer, Event, Frame, RemoteError, Request, Response, Source, Target, MAX_REQUEST_BYTES,
     MAX_RESPONSE_BYTES, WIRE_VERSION,
 };

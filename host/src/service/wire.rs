@@ -108,6 +108,8 @@ pub enum Request {
         #[serde(default)]
         consent: super::Consent,
     },
+    /// Register a factory for everyone under its meta name (what `factory add` does).
+    Register { source: Source },
     /// Announce every update of the session's runs, one [`Frame`] of [`RunUpdated`] per
     /// update, until the client goes away (after a first [`Response::Subscribed`]).
     Subscribe { session: String },
@@ -128,6 +130,7 @@ impl Request {
             Request::Author { .. } => "author",
             Request::Run { .. } => "run",
             Request::Resume { .. } => "resume",
+            Request::Register { .. } => "register",
             Request::Subscribe { .. } => "subscribe",
         }
     }
@@ -141,6 +144,18 @@ pub enum Target {
     File(PathBuf),
     /// A registered factory, by name (never a path, whatever files exist).
     Registered(String),
+}
+
+/// What a `Register` request registers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
+pub enum Source {
+    /// A component or script file on the service's machine (an absolute path).
+    File(PathBuf),
+    /// An authoring document's text (`{ "meta": {...}, "run": "async (ctx) => ..." }`).
+    Document(String),
+    /// The authoring form: `meta` JSON and a `run` body.
+    Authored { meta: serde_json::Value, run: String },
 }
 
 /// A successful answer, one variant per kind of result.

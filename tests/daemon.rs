@@ -1,0 +1,268 @@
+//! The local service of a state directory, through the real binary: a front door that
+//! finds no service starts one and is its client (racing front doors end up with one), it
+//! logs to a 0600 file and exits by itself when idle, a stale socket after a crash is
+//! replaced, `--no-daemon` opens the store in-process, a foreground `factory run` survives
+//! `kill -9` of its terminal while Ctrl-C still cancels, and `factory serve --http` attaches
+//! to the running service instead of failing on the lock.
+
+mod common;
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `factory ARGS` against `state` in the default mode: through the state dir's service.
+fn factory(state: &Path, args: &[&str]) -> Command {
+    let mut cmd = common::factory_cmd(state, args);
+    cmd.env_remove("FACTORY_NO_DAEMON").env("FACTORY_IDLE_SECONDS", "30");
+    cmd
+}
+
+fn output(state: &Path, args: &[&str]) -> Output {
+    factory(state, args).output().expect("factory starts")
+}
+
+fn ok_json(state: &Path, args: &[&str]) -> Value {
+    let out = output(state, args);
+    assert!(out.status.success(), "{args:?}: {}", common::stderr(&out));
+    common::stdout_json(&out)
+}
+
+/// The pids of services that said they serve `state` (from its log).
+fn logged_services(state: &Path) -> Vec<i32> {
+    let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains(", serving "))
+        .filter_map(|l| l.split("pid ").nth(1)?.split(',').next()?.trim().parse().ok())
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie (exited, not yet reaped) counts as gone.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !stat.is_empty() && !stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z'))
+}
+
+fn live_services(state: &Path) -> Vec<i32> {
+    logged_services(state).into_iter().filter(|pid| alive(*pid)).collect()
+}
+
+fn signal(pid: i32, signal: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+}
+
+/// Stops every service of a state dir when a test ends, however it ends.
+struct Services(PathBuf);
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        // Twice: a front door that was still shutting down may have started one more.
+        for _ in 0..2 {
+            for pid in live_services(&self.0) {
+                signal(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path).unwrap().permissions()) & 0o777
+}
+
+#[test]
+fn racing_front_doors_start_one_service_and_share_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let racers: Vec<Child> =
+        (0..4).map(|_| factory(&state, &["runs", "--json"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()).collect();
+    for racer in racers {
+        let out = racer.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        assert_eq!(common::stdout_json(&out), serde_json::json!([]));
+    }
+    let live = live_services(&state);
+    assert_eq!(live.len(), 1, "one service for the state dir: {live:?}\n{}", std::fs::read_to_string(state.join("serve.log")).unwrap());
+    assert_eq!(mode(&state.join("serve.log")), 0o600, "the service's log is the owner's only");
+    // Later front doors use it; none starts another.
+    let started = logged_services(&state).len();
+    ok_json(&state, &["runs", "--json"]);
+    assert_eq!(logged_services(&state).len(), started);
+    assert_eq!(live_services(&state), live);
+}
+
+#[test]
+fn an_idle_service_exits_and_a_stale_socket_after_a_crash_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let out = factory(&state, &["runs"]).env("FACTORY_IDLE_SECONDS", "1").output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let first = live_services(&state);
+    assert_eq!(first.len(), 1);
+    wait_until("the idle service exits", || !alive(first[0]));
+    let log = std::fs::read_to_string(state.join("serve.log")).unwrap();
+    assert!(log.contains("idle for 1 s with no run and no client; exiting"), "{log}");
+    assert!(!state.join("control.sock").exists(), "an idle exit removes its socket");
+
+    // A crash leaves its socket behind: a file nobody listens on.
+    drop(std::os::unix::net::UnixListener::bind(state.join("control.sock")).unwrap());
+    assert!(state.join("control.sock").exists());
+    ok_json(&state, &["runs", "--json"]);
+    let second = live_services(&state);
+    assert_eq!(second.len(), 1);
+    // And a service killed with -9 (socket and all left behind) is replaced the same way.
+    signal(second[0], nix::sys::signal::Signal::SIGKILL);
+    wait_until("the killed service is gone", || !alive(second[0]));
+    ok_json(&state, &["runs", "--json"]);
+    let third = live_services(&state);
+    assert_eq!(third.len(), 1);
+    assert_ne!(third, second);
+}
+
+#[test]
+fn no_daemon_opens_the_store_in_this_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    for (var, flag) in [(Some("1"), None), (None, Some("--no-daemon"))] {
+        let mut cmd = factory(&state, &["runs", "--json"]);
+        if let Some(value) = var {
+            cmd.env("FACTORY_NO_DAEMON", value);
+        }
+        if let Some(flag) = flag {
+            cmd.arg(flag);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        assert!(!state.join("serve.log").exists(), "no service was started");
+        assert!(!state.join("control.sock").exists());
+    }
+}
+
+/// A slow fan-out of `n` agents (40 ms each, 4 at a time) in the foreground, through the
+/// service.
+fn start_fanout(state: &Path, n: usize) -> Child {
+    let script = state.parent().unwrap().join("slow.json");
+    std::fs::write(&script, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":40}]}"#).unwrap();
+    let probe = common::component("probe");
+    let args = format!(r#"{{"case":"fanout","n":{n}}}"#);
+    let backend = format!("script:{}", script.display());
+    factory(state, &["run", probe.to_str().unwrap(), "--yes", "--args", &args, "--max-concurrent-subagents", "4", "--backend", &backend, "--json", "-q"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("factory run starts")
+}
+
+/// The id of the state dir's running run, once it has spawned `spawned` agents.
+fn running(state: &Path, spawned: u64) -> String {
+    let mut id = String::new();
+    wait_until("the run gets going", || {
+        let runs = ok_json(state, &["runs", "--json"]);
+        match runs.as_array().and_then(|r| r.iter().find(|r| r["status"] == "running")) {
+            Some(run) if run["accounting"]["agentsSpawned"].as_u64().unwrap_or(0) >= spawned => {
+                id = run["runId"].as_str().unwrap().to_string();
+                true
+            }
+            _ => false,
+        }
+    });
+    id
+}
+
+#[test]
+fn a_foreground_run_outlives_a_killed_terminal_and_ctrl_c_cancels_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let mut client = start_fanout(&state, 60);
+    let run_id = running(&state, 4);
+    assert_eq!(ok_json(&state, &["show", &run_id, "--json"])["status"], "running");
+    // The terminal goes away; the run is the service's and carries on.
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let done = ok_json(&state, &["wait", &run_id, "--json"]);
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["accounting"]["agentsSpawned"], 60);
+    assert_eq!(done["attempts"], 1, "no second attempt: it never stopped");
+
+    // Ctrl-C in the terminal of a foreground run is a deliberate stop: it cancels the run.
+    let client = start_fanout(&state, 400);
+    let second = running(&state, 4);
+    assert_ne!(second, run_id);
+    signal(client.id() as i32, nix::sys::signal::Signal::SIGINT);
+    let out = client.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["status"], "cancelled");
+    let shown = ok_json(&state, &["show", &second, "--json"]);
+    assert_eq!(shown["status"], "cancelled");
+    assert!(shown["accounting"]["agentsSpawned"].as_u64().unwrap() < 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_http_attaches_to_the_running_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let probe = common::component("probe");
+    let out = output(&state, &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--json"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let run_id = common::stdout_json(&out)["runId"].as_str().unwrap().to_string();
+    let service = live_services(&state);
+    assert_eq!(service.len(), 1);
+
+    let mut http = factory(&state, &["serve", "--http", "127.0.0.1:0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(http.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let base = loop {
+        let line = lines.next().expect("serve says where it listens").unwrap();
+        said.push(line.clone());
+        if let Some(rest) = line.split("HTTP API on http://").nth(1) {
+            break format!("http://{}", rest.split("/api/").next().unwrap());
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    assert!(said.iter().any(|l| l.contains("attached to the service")), "{said:?}");
+    let token = std::fs::read_to_string(state.join("http.token")).unwrap();
+    let get = |path: &str| {
+        let (base, token) = (base.clone(), token.clone());
+        let path = path.to_string();
+        async move {
+            let response = reqwest::Client::new().get(format!("{base}{path}")).bearer_auth(token).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, runs) = get("/api/runs").await;
+    assert_eq!(status, 200, "{runs}");
+    assert!(runs.as_array().unwrap().iter().any(|r| r["runId"] == run_id.as_str()), "{runs:#}");
+    // Still one service: the HTTP front door is its client, not a second owner.
+    assert_eq!(live_services(&state), service);
+
+    // The service dies: the attached front door starts another, which serves the same runs.
+    signal(service[0], nix::sys::signal::Signal::SIGKILL);
+    let mut recovered = false;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !recovered && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (status, detail) = get(&format!("/api/runs/{run_id}")).await;
+        recovered = status == 200 && detail["status"] == "completed";
+    }
+    assert!(recovered, "the attached HTTP server lost the service for good");
+    let now = live_services(&state);
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, service);
+    signal(http.id() as i32, nix::sys::signal::Signal::SIGTERM);
+    let _ = http.wait();
+}
