@@ -61,6 +61,9 @@ pub async fn ensure(g: &GlobalArgs) -> Result<Remote> {
     cmd.arg("--idle-exit").arg(idle_seconds().to_string());
     cmd.arg("--commit-window-ms").arg(g.commit_window_ms.to_string());
     cmd.env_remove("FACTORY_SESSION").env_remove("FACTORY_NO_DAEMON");
+    // From a neutral directory: what it reads never depends on where it was started
+    // (a project's `.factory/factory.toml` is for runs of that project, run in-process).
+    cmd.current_dir("/");
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // Its own process group: a Ctrl-C in this terminal must not stop the service.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);

@@ -98,9 +98,12 @@ async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Arc<Host
         return Ok(None);
     }
     let config = Arc::new(load_config(g, out.backend.config.as_ref())?);
-    // A cassette or a config file of this command's own needs this process to run it: it
-    // opens the store itself (unless a service holds it, which is then told no).
-    let reach = if out.backend.cassette() || out.backend.config.is_some() {
+    // A cassette, or a config file of this command's own or of the project (the service
+    // reads neither), needs this process to run it: it opens the store itself (unless a
+    // service holds it, which is then told no).
+    let project_config = factory_host::config::Config::discover_path(&g.state_dir)
+        .is_some_and(|path| factory_host::access::is_project_local(&path));
+    let reach = if out.backend.cassette() || out.backend.config.is_some() || project_config {
         context::open_here_or_reach(g, config.clone()).await?
     } else {
         context::open_or_reach(g, config.clone()).await?
