@@ -1,6 +1,6 @@
 //! Builds the JS runner (`guest-sdk/js-runner`) for `wasm32-unknown-unknown`, componentizes
 //! it with wit-component and leaves it in `OUT_DIR/js-runner.component.wasm`, which
-//! `src/script.rs` embeds with `include_bytes!` — the runner ships inside the `factory`
+//! `src/guests/script.rs` embeds with `include_bytes!` — the runner ships inside the `factory`
 //! binary, built from source (as wasmtime builds its test programs), never committed.
 //!
 //! The inner cargo uses its own target directory (`<target-dir>/js-runner`): running cargo on

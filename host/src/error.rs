@@ -1,9 +1,9 @@
 //! [`Error`]: everything the host library can refuse, as typed values. A run that started
 //! never becomes an `Error`: its outcome is in the envelope.
 
-use crate::component::LoadError;
-use crate::limits::LimitError;
-use crate::meta::MetaError;
+use crate::sandbox::component::LoadError;
+use crate::model::limits::LimitError;
+use crate::model::meta::MetaError;
 
 /// A refusal of the host library.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ pub enum Error {
     /// A script factory's source cannot be read or does not define a runnable factory
     /// (a syntax error: `file:line:col`).
     #[error(transparent)]
-    Script(#[from] crate::script::ScriptError),
+    Script(#[from] crate::guests::script::ScriptError),
     /// A directory to grant read access to is missing or not a directory.
     #[error(transparent)]
     Grant(#[from] crate::sandbox::GrantError),

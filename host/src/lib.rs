@@ -2,45 +2,40 @@
 //! world — in a sandbox, with memoized and journaled subagent calls and hard limits.
 //!
 //! Start with [`Host`]: load a component ([`Host::load_file`]), run it ([`Host::run`]),
-//! read the [`RunEnvelope`].
+//! read the [`RunEnvelope`]. Front doors speak the typed [`service`] API.
+//!
+//! The tree follows the way data flows: [`service`] (the typed API every front door
+//! speaks) -> [`engine`] (`Host`, the run engine) -> [`sandbox`] | [`store`] | [`backend`],
+//! with [`capabilities`] (what the guest may call), [`guests`] (building and loading each
+//! guest language) and [`model`] (the vocabulary every layer shares: envelopes, progress,
+//! limits, meta, schemas, guest JSON).
 
-mod abort;
 pub mod access;
-mod agent_key;
-mod cache;
 pub mod backend;
-pub mod builder;
-pub mod config;
-pub mod component;
-pub mod control;
-mod contract;
-mod envelope;
+mod capabilities;
+pub mod engine;
 mod error;
-mod grant;
-mod hooks;
-mod host;
-pub mod journal;
-pub mod json;
-pub mod limits;
-mod meta;
-mod progress;
-pub mod pybuild;
-mod run;
+pub mod guests;
+pub mod model;
 pub mod sandbox;
 pub mod service;
-pub mod schema;
-pub mod script;
 pub mod store;
-pub mod trust;
-mod typescript;
 
-pub use agent_key::AgentKey;
-pub use envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStatus};
-pub use error::{Error, ErrorCode};
-pub use host::{
+// The public paths of modules that moved into their layer.
+pub use backend::config;
+pub use engine::journal;
+pub use guests::{python as pybuild, rust as builder, script};
+pub use model::{json, limits, schema};
+pub use sandbox::component;
+pub use store::trust;
+
+pub use engine::host::{
     default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DETAIL_AGENTS,
     DETAIL_SCAN_ENTRIES, DEFAULT_SESSION,
 };
-pub use limits::Limits;
-pub use meta::{FactoryMeta, MetaError, PhaseDecl};
-pub use progress::{AgentStatus, AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
+pub use error::{Error, ErrorCode};
+pub use model::agent_key::AgentKey;
+pub use model::envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStatus};
+pub use model::limits::Limits;
+pub use model::meta::{FactoryMeta, MetaError, PhaseDecl};
+pub use model::progress::{AgentStatus, AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};

@@ -1,7 +1,7 @@
-//! The `factory` command-line tool.
+//! The `factory` command-line tool: its front doors live in [`doors`].
 
-mod cli;
+mod doors;
 
 fn main() -> std::process::ExitCode {
-    cli::main()
+    doors::cli::main()
 }

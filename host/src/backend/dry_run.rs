@@ -3,7 +3,7 @@
 //! smallest instance of the schema, so every factory runs meaningfully with no API key.
 
 use super::{estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
-use crate::schema::Schema;
+use crate::model::schema::Schema;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 

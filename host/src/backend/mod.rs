@@ -4,6 +4,7 @@
 
 mod agent_cli;
 mod anthropic;
+pub mod config;
 pub mod cassette;
 mod dry_run;
 pub mod http;

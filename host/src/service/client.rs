@@ -8,7 +8,7 @@ use super::remote::{ClientError, Remote, Subscription};
 use super::wire::{Request, Response, Target};
 use super::Consent;
 use crate::error::{Error, ErrorCode};
-use crate::host::RunDetail;
+use crate::engine::host::RunDetail;
 use crate::store::{ProgressQuery, Registration};
 use crate::{ProgressEntry, RunEnvelope, RunUpdated};
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 use super::consent::{consented, trust_key, TrustCheck};
 use super::wire::{Request, Response, Source, Target};
 use crate::error::Error;
-use crate::host::{Host, ResumeOptions, RunOptions};
+use crate::engine::host::{Host, ResumeOptions, RunOptions};
 use crate::BackendChoice;
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ impl Local {
             Request::Register { source } => Response::Registration(Box::new(match source {
                 Source::File(path) => host.register(&host.load_file(&path).await?).await?,
                 Source::Document(text) => {
-                    let script = crate::script::author_document(&text).map_err(Error::Script)?;
+                    let script = crate::guests::script::author_document(&text).map_err(Error::Script)?;
                     host.register(&host.load_script(script).await?).await?
                 }
                 Source::Authored { meta, run } => host.author(&meta, &run).await?,

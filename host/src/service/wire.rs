@@ -5,8 +5,8 @@
 //! know is refused with `bad_request` rather than half understood.
 
 use crate::error::{Error, ErrorCode};
-use crate::host::{BackendChoice, RunDetail};
-use crate::limits::Limits;
+use crate::engine::host::{BackendChoice, RunDetail};
+use crate::model::limits::Limits;
 use crate::store::{ProgressQuery, Registration};
 use crate::{ProgressEntry, RunEnvelope, RunUpdated};
 use serde::{Deserialize, Serialize};

@@ -5,6 +5,7 @@
 //! `running` become `halted`, with the spend recorded up to the last commit.
 
 pub mod footprint;
+pub mod trust;
 mod records;
 pub(crate) mod tables;
 mod writer;
@@ -13,9 +14,9 @@ pub use records::{ProgressQuery, Registration, RunRecord, DEFAULT_SESSION};
 pub use writer::WriterStats;
 pub(crate) use records::timestamp as records_timestamp;
 
-use crate::envelope::{Accounting, Failure, RunStatus};
-use crate::journal::{Journal, JournalError, JournalSnapshot};
-use crate::progress::{JournaledProgress, ProgressEntry, ProgressEvent};
+use crate::model::envelope::{Accounting, Failure, RunStatus};
+use crate::engine::journal::{Journal, JournalError, JournalSnapshot};
+use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent};
 use futures::future::BoxFuture;
 use redb::{Database, ReadableDatabase, ReadableTable};
 use std::collections::HashMap;
@@ -477,7 +478,7 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
                     record.envelope.accounting = acc;
                 }
                 record.envelope.status = RunStatus::Halted;
-                let failure = Failure::new(crate::envelope::FailureType::Halted, None, "the host stopped during this attempt; resume to continue");
+                let failure = Failure::new(crate::model::envelope::FailureType::Halted, None, "the host stopped during this attempt; resume to continue");
                 record.envelope.error = Some(failure.message.clone());
                 record.envelope.failure = Some(failure);
                 record.envelope.updated_at = records::timestamp();
@@ -508,7 +509,7 @@ impl Store {
             if run != run_id {
                 break;
             }
-            snapshot.step_keys.insert(crate::journal::fingerprint(step));
+            snapshot.step_keys.insert(crate::engine::journal::fingerprint(step));
             let value = value.value();
             let size = step.len() + value.len();
             if size <= room && size <= largest {

@@ -1,9 +1,9 @@
 //! The records the store keeps, as serde types: a run ([`RunRecord`]), a registered
 //! factory ([`Registration`]), and the query that pages progress ([`ProgressQuery`]).
 
-use crate::envelope::RunEnvelope;
-use crate::limits::Limits;
-use crate::meta::FactoryMeta;
+use crate::model::envelope::RunEnvelope;
+use crate::model::limits::Limits;
+use crate::model::meta::FactoryMeta;
 use serde::{Deserialize, Serialize};
 
 /// The session runs belong to when the caller names none.
@@ -33,7 +33,7 @@ pub struct RunRecord {
     /// The source each attempt ran, for a script factory (index-aligned with
     /// `component_hashes`; empty for runs recorded before scripts existed).
     #[serde(default)]
-    pub scripts: Vec<Option<crate::script::ScriptRef>>,
+    pub scripts: Vec<Option<crate::guests::script::ScriptRef>>,
     /// The backend each attempt used (empty for runs recorded before backends were).
     #[serde(default)]
     pub backends: Vec<crate::backend::recorded::BackendRef>,
@@ -57,7 +57,7 @@ pub struct Registration {
     /// For a script factory: its source (the text is stored under its sha256; `hash` is
     /// then the runner's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub script: Option<crate::script::ScriptRef>,
+    pub script: Option<crate::guests::script::ScriptRef>,
     /// When it was registered.
     pub added_at: String,
     /// The session it was authored in (an MCP connection's), which alone sees and runs it;
@@ -111,13 +111,13 @@ struct EnvelopeHeader {
 pub(crate) fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Error) -> RunRecord {
     let header: RecordHeader = serde_json::from_slice(bytes).unwrap_or_default();
     let message = format!("the record of this run cannot be read ({error}); the rest of the store is intact");
-    let failure = crate::envelope::Failure::new(crate::envelope::FailureType::Storage, Some("unreadable_record"), message.clone());
+    let failure = crate::model::envelope::Failure::new(crate::model::envelope::FailureType::Storage, Some("unreadable_record"), message.clone());
     let created_at = header.envelope.created_at.unwrap_or_default();
     RunRecord {
         envelope: RunEnvelope {
             run_id: id.to_string(),
             factory: header.envelope.factory.unwrap_or_else(|| "(unreadable)".into()),
-            status: crate::envelope::RunStatus::Error,
+            status: crate::model::envelope::RunStatus::Error,
             result: None,
             failure: Some(failure),
             error: Some(message),

@@ -1,0 +1,34 @@
+//! `agent:factory/ctx`: the synchronous hooks. Each answers from the run's in-memory state
+//! (a bounded cache of journal values) or, for a journaled value not cached, one read of the
+//! store (which sees every put at once); none waits for a commit.
+
+use crate::sandbox::contract::agent::factory::{ctx, types as wit};
+use crate::sandbox::RunData;
+
+impl ctx::Host for RunData {
+    fn step_get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
+        Ok(self.run.step_get(&key).map_err(Into::into))
+    }
+
+    fn step_put(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), wit::StepError>> {
+        Ok(self.run.step_put(key, value).map_err(Into::into))
+    }
+
+    fn phase(&mut self, title: String) -> wasmtime::Result<()> {
+        self.run.phase(title);
+        Ok(())
+    }
+
+    fn log(&mut self, message: String) -> wasmtime::Result<()> {
+        self.run.log(message);
+        Ok(())
+    }
+
+    fn run_id(&mut self) -> wasmtime::Result<String> {
+        Ok(self.run.run_id())
+    }
+
+    fn cancelled(&mut self) -> wasmtime::Result<bool> {
+        Ok(self.run.cancelled())
+    }
+}

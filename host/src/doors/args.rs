@@ -1,0 +1,124 @@
+//! The options every front door shares: where the state is, the session, the store's
+//! commit window and whether to use the state directory's service ([`GlobalArgs`]), and
+//! the limit overrides of `run` and `resume` ([`LimitArgs`]), each checked by the
+//! library's own validation while parsing.
+
+use clap::Args;
+use factory_host::Limits;
+use std::path::PathBuf;
+
+/// Options every subcommand shares.
+#[derive(Args, Clone)]
+pub struct GlobalArgs {
+    /// Where runs, journals, trust and registered factories are stored (default:
+    /// $XDG_STATE_HOME/factory, else ~/.local/state/factory; never the working directory).
+    #[arg(long = "state-dir", global = true, env = "FACTORY_STATE_DIR", value_name = "DIR")]
+    pub state_dir_arg: Option<PathBuf>,
+    /// The state directory in use (resolved by [`GlobalArgs::resolve`]).
+    #[arg(skip)]
+    pub state_dir: PathBuf,
+    /// Whether the state directory is project-local (at or below the working directory):
+    /// then trust is kept in the user-level state directory instead.
+    #[arg(skip)]
+    pub state_dir_is_project_local: bool,
+    /// The group-commit window of the store, in milliseconds: journal entries are made
+    /// durable together at most this long after they are written.
+    #[arg(long, global = true, env = "FACTORY_COMMIT_WINDOW_MS", default_value_t = 10, value_name = "MS")]
+    pub commit_window_ms: u64,
+    /// The owner session: runs are visible only to the session that started them.
+    #[arg(long, global = true, env = "FACTORY_SESSION", default_value = factory_host::DEFAULT_SESSION)]
+    pub session: String,
+    /// Open the store in this process instead of using (or starting) the state directory's
+    /// service: runs then end with this process (for CI and scripts).
+    #[arg(long, global = true, env = "FACTORY_NO_DAEMON", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_daemon: bool,
+}
+
+impl GlobalArgs {
+    /// Fill in the state directory: `--state-dir`/`$FACTORY_STATE_DIR`, else the user-level
+    /// default.
+    pub fn resolve(&mut self) -> anyhow::Result<()> {
+        self.state_dir = match &self.state_dir_arg {
+            Some(dir) => dir.clone(),
+            None => factory_host::access::default_state_dir()?,
+        };
+        self.state_dir_is_project_local = factory_host::access::is_project_local(&self.state_dir);
+        Ok(())
+    }
+
+    /// Where trust approvals are kept: the state directory, unless that is project-local
+    /// (a repository's `.factory`), whose approvals are not the user's: then the user-level
+    /// state directory.
+    pub fn trust_dir(&self) -> anyhow::Result<PathBuf> {
+        if self.state_dir_is_project_local {
+            Ok(factory_host::access::default_state_dir()?)
+        } else {
+            Ok(self.state_dir.clone())
+        }
+    }
+}
+
+/// Limit overrides shared by `run` and `resume`. Each value is checked by the library's
+/// [`Limits::validate`] while parsing, so `--timeout-seconds -1` (negative numbers are
+/// accepted as values) reports the limit's own error, exit code 2.
+#[derive(Args, Debug, Default, Clone)]
+pub struct LimitArgs {
+    /// Override maxConcurrentSubagents (positive integer).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_max_concurrent)]
+    pub max_concurrent_subagents: Option<u32>,
+    /// Override maxTotalSubagents (positive integer).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_max_total)]
+    pub max_total_subagents: Option<u32>,
+    /// Override timeoutSeconds (positive, fractions allowed, at most 2147483.647).
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_timeout)]
+    pub timeout_seconds: Option<f64>,
+    /// Override maxAiCredits (positive).
+    #[arg(long, value_name = "CREDITS", allow_negative_numbers = true, value_parser = parse_credits)]
+    pub max_ai_credits: Option<f64>,
+}
+
+/// A count limit: an integer the library accepts, else its [`factory_host::limits::LimitError`] text.
+fn parse_count(field: &'static str, text: &str, set: fn(u32) -> Limits) -> Result<u32, String> {
+    let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
+    let n: i128 = text.trim().parse().map_err(|_| wrong(format!("must be a positive integer, got {text}")))?;
+    let n = u32::try_from(n).map_err(|_| wrong(format!("must be a positive integer of at most {}, got {n}", u32::MAX)))?;
+    set(n).validate().map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+/// A number limit: a number the library accepts, else its error text.
+fn parse_number(field: &'static str, text: &str, set: fn(f64) -> Limits) -> Result<f64, String> {
+    let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
+    let x: f64 = text.trim().parse().map_err(|_| wrong(format!("must be a positive finite number, got {text}")))?;
+    set(x).validate().map_err(|e| e.to_string())?;
+    Ok(x)
+}
+
+fn parse_max_concurrent(text: &str) -> Result<u32, String> {
+    parse_count("maxConcurrentSubagents", text, |n| Limits { max_concurrent_subagents: Some(n), ..Limits::default() })
+}
+
+fn parse_max_total(text: &str) -> Result<u32, String> {
+    parse_count("maxTotalSubagents", text, |n| Limits { max_total_subagents: Some(n), ..Limits::default() })
+}
+
+fn parse_timeout(text: &str) -> Result<f64, String> {
+    parse_number("timeoutSeconds", text, |t| Limits { timeout_seconds: Some(t), ..Limits::default() })
+}
+
+fn parse_credits(text: &str) -> Result<f64, String> {
+    parse_number("maxAiCredits", text, |c| Limits { max_ai_credits: Some(c), ..Limits::default() })
+}
+
+impl LimitArgs {
+    /// The overrides as library limits (validated by the host).
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_concurrent_subagents: self.max_concurrent_subagents,
+            max_total_subagents: self.max_total_subagents,
+            timeout_seconds: self.timeout_seconds,
+            max_ai_credits: self.max_ai_credits,
+        }
+    }
+}
+

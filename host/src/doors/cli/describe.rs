@@ -1,0 +1,74 @@
+//! `factory describe`: a factory's metadata, content hash, imports, and the sandbox limits
+//! it would run under, as text or `--json`. It never builds a Rust crate (see
+//! [`target::resolve_built`]).
+
+use crate::doors::cli::target;
+use crate::doors::cli::escape::esc;
+use anyhow::{Context, Result};
+use clap::Args;
+use factory_host::{Host, HostConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct DescribeArgs {
+    /// A component file (`.wasm`), a script factory (`.js`, `.ts`; `file.js#name`) or a Python
+    /// factory (a crate directory is not built here: `factory build DIR` first).
+    target: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
+    let host = Host::new(HostConfig::default())?;
+    let path = target::resolve_built(&a.target, "describe")?;
+    let factory = host.load_file(&path).await.with_context(|| format!("loading {}", path.display()))?;
+    let meta = &factory.meta;
+    if a.json {
+        let out = serde_json::json!({
+            "meta": meta,
+            "sha256": factory.component.hash,
+            "script": factory.component.script.as_ref().map(|s| s.reference()),
+            "imports": factory.component.imports,
+            "sandbox": host.sandbox_limits(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{}", esc(&meta.name));
+    for line in meta.description.lines() {
+        println!("  {}", esc(line));
+    }
+    match &factory.component.script {
+        Some(script) => {
+            println!("sha256:  {} (source {})", script.hash, esc(&script.file_name));
+            println!("runner:  {} (the built-in JS runner)", factory.component.hash);
+        }
+        None => println!("sha256:  {}", factory.component.hash),
+    }
+    let phases: Vec<_> = meta.phases.iter().map(|p| esc(&p.title)).collect();
+    println!("phases:  {}", if phases.is_empty() { "-".into() } else { phases.join(", ") });
+    let limits = serde_json::to_value(meta.limits)?;
+    let limits = limits.as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+    println!("limits:  {}", limits.filter(|s| !s.is_empty()).unwrap_or_else(|| "none declared".into()));
+    if let Some(schema) = &meta.args_schema {
+        println!("args:    {schema}");
+    }
+    println!("imports:");
+    for import in &factory.component.imports {
+        println!("  {}", esc(import));
+    }
+    let s = host.sandbox_limits();
+    println!(
+        "sandbox: memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB, {} log lines",
+        s.memory_bytes >> 20,
+        s.fuel,
+        s.max_prompt_bytes >> 10,
+        s.max_step_bytes >> 20,
+        s.max_result_bytes >> 20,
+        s.max_log_lines
+    );
+    println!("bounds:  {}", s.bounds_line());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,221 @@
+//! `factory runs/show/progress/wait/cancel`: observe and control runs, through the store
+//! when this process can open it, or through the control socket of the process holding it.
+
+use crate::doors::reach::access;
+use crate::doors::args::GlobalArgs;
+use anyhow::Result;
+use clap::Args;
+use factory_host::store::ProgressQuery;
+use factory_host::{ProgressEntry, RunEnvelope, RunStatus};
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct JsonArg {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct RunIdArgs {
+    /// The run id.
+    run_id: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ProgressArgs {
+    /// The run id.
+    run_id: String,
+    /// Entries after this seq, oldest first.
+    #[arg(long, value_name = "N")]
+    after_seq: Option<u64>,
+    /// Entries before this seq (the page ending just before it).
+    #[arg(long, value_name = "N")]
+    before_seq: Option<u64>,
+    /// Only entries of this phase (its title).
+    #[arg(long, value_name = "TITLE")]
+    phase: Option<String>,
+    /// Page size (default 50, at most 1000).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A guest-chosen string (name, label, message) for human output, escaped.
+fn s(text: &str) -> String {
+    crate::doors::cli::escape::esc(text).into_owned()
+}
+
+fn credits(nano: u64) -> String {
+    format!("{}", nano as f64 / 1e9)
+}
+
+/// A status as the wire spells it (`completed`, `halted`, ...).
+pub fn status_name(status: RunStatus) -> String {
+    serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+pub async fn runs(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
+    let runs = access(g).await?.runs(&g.session).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&runs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<36}  {:<20}  {:<9}  {:>8}  {:>6}  {:>9}  CREATED", "RUN", "FACTORY", "STATUS", "ATTEMPTS", "AGENTS", "CREDITS");
+    for r in &runs {
+        println!(
+            "{:<36}  {:<20}  {:<9}  {:>8}  {:>6}  {:>9}  {}",
+            s(&r.run_id),
+            s(&r.factory),
+            status_name(r.status),
+            r.attempts,
+            r.accounting.agents_spawned,
+            credits(r.accounting.ai_credits_nano),
+            s(&r.created_at)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_entry(e: &ProgressEntry) {
+    let mut detail = serde_json::to_value(e).unwrap_or_default();
+    let event = detail.get("event").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    if let Some(obj) = detail.as_object_mut() {
+        for k in ["seq", "atMs", "phase", "event"] {
+            obj.remove(k);
+        }
+    }
+    let phase = e.phase.as_deref().map(|p| format!("[{}] ", s(p))).unwrap_or_default();
+    println!("{:>6}  {phase}{} {}", e.seq, event, detail);
+}
+
+pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
+    let d = access(g).await?.detail(&g.session, &a.run_id).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&d)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let e = &d.envelope;
+    println!("run:       {}", s(&e.run_id));
+    println!("factory:   {}", s(&e.factory));
+    println!("status:    {} (attempt {}, revision {})", status_name(e.status), e.attempts, e.revision);
+    if let Some(f) = &e.failure {
+        println!("failure:   {} {} {}", f.kind_type, f.kind.as_deref().map(s).unwrap_or_default(), s(&f.message));
+    }
+    let acc = &e.accounting;
+    println!(
+        "spent:     {} agents spawned, {} replayed, {:.2}s active, {} AI credits",
+        acc.agents_spawned,
+        acc.agent_cache_hits,
+        acc.active_seconds,
+        credits(acc.ai_credits_nano)
+    );
+    println!("limits:    {}", serde_json::to_value(d.limits)?);
+    let backends: Vec<String> = d
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let model = b.model.as_deref().map(|m| format!(" model {}", s(m))).unwrap_or_default();
+            let config = b.config.as_deref().map(|c| format!(" config {}", &c[..c.len().min(12)])).unwrap_or_default();
+            let key = b.key_env.as_deref().map(|k| format!(" key from ${}", s(k))).unwrap_or_default();
+            format!("attempt {}: {}{model}{config}{key}", i + 1, s(&b.name))
+        })
+        .collect();
+    println!("backend:   {}", if backends.is_empty() { "(not recorded)".to_string() } else { backends.join("; ") });
+    let sb = &d.sandbox;
+    println!(
+        "sandbox:   memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB",
+        sb.memory_bytes >> 20,
+        sb.fuel,
+        sb.max_prompt_bytes >> 10,
+        sb.max_step_bytes >> 20,
+        sb.max_result_bytes >> 20
+    );
+    println!("bounds:    {}", sb.bounds_line());
+    let grants: Vec<String> = d
+        .grants
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| format!("{} (read-only, as {})", s(dir), factory_host::sandbox::grant_mount_point(i)))
+        .collect();
+    println!("grants:    {}", if grants.is_empty() { "none".to_string() } else { grants.join(", ") });
+    let phases: Vec<String> = d.phases.iter().map(|p| s(p)).collect();
+    println!("phases:    {}", phases.join(" > "));
+    if let Some(result) = &e.result {
+        println!("result:    {result}");
+    }
+    println!("agents:    {}", d.agents.len());
+    for agent in d.agents.iter().rev().take(20).rev() {
+        println!(
+            "  {:<40} {:<7} spawns {} credits {} {} ms",
+            s(&agent.label),
+            status_name_agent(agent.status),
+            agent.spawns,
+            credits(agent.credits_nano),
+            agent.millis
+        );
+    }
+    println!("progress (latest):");
+    for e in &d.progress {
+        print_entry(e);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An agent status as the wire spells it.
+fn status_name_agent(status: factory_host::AgentStatus) -> String {
+    serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+pub async fn progress(g: &GlobalArgs, a: ProgressArgs) -> Result<ExitCode> {
+    let query = ProgressQuery { after_seq: a.after_seq, before_seq: a.before_seq, phase: a.phase, limit: a.limit };
+    let page = access(g).await?.progress(&g.session, &a.run_id, query).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&page)?);
+    } else {
+        for e in &page {
+            print_entry(e);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn envelope_exit(envelope: &RunEnvelope) -> ExitCode {
+    if envelope.status == RunStatus::Completed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+pub async fn wait(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
+    let envelope = access(g).await?.wait(&g.session, &a.run_id).await?;
+    println!("{}", serde_json::to_string_pretty(&envelope)?);
+    Ok(envelope_exit(&envelope))
+}
+
+pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
+    let envelope = access(g).await?.cancel(&g.session, &a.run_id).await?;
+    println!("{}", serde_json::to_string_pretty(&envelope)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
+    let client = access(g).await?;
+    // Start from the latest page, then follow live until the run ends.
+    let tail = client.progress(&g.session, &a.run_id, ProgressQuery::default()).await?;
+    let after = tail.first().map_or(0, |e| e.seq.saturating_sub(1));
+    let envelope = crate::doors::cli::remote::follow(g, &client, &a.run_id, false, None, false, after).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&envelope)?);
+    } else {
+        eprintln!("factory: run {} is {}", a.run_id, status_name(envelope.status));
+    }
+    Ok(envelope_exit(&envelope))
+}

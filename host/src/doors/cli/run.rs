@@ -1,0 +1,391 @@
+//! `factory run` and `factory resume`: drive one attempt with progress on stderr and print
+//! the result (or the envelope with `--json`) on stdout. Ctrl-C cancels the run cleanly and
+//! says how to resume it; exit code 0 only for `completed`. When another factory process
+//! holds the store, the run is handed to it and followed from here; `--detach` hands it to
+//! a background `factory serve` (started if needed) and prints the run id.
+
+use crate::doors::cli::backends::{cassette_backend, load_config, BackendArgs};
+use crate::doors::reach::{self, serve};
+use crate::doors::cli::events::EventSink;
+use crate::doors::cli::trust::{self, ConsentArgs, YesArg};
+use crate::doors::args::{GlobalArgs, LimitArgs};
+use crate::doors::cli::{progress_ui, remote, target};
+use anyhow::{Context, Result};
+use clap::Args;
+use factory_host::config::Config;
+use factory_host::service::{Client, Consent, Request, Target};
+use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// How the run is shown and who answers its subagents.
+#[derive(Args)]
+pub struct OutputArgs {
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// Print the run envelope as JSON instead of the result.
+    #[arg(long)]
+    json: bool,
+    /// No progress output on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Write versioned lifecycle events as JSON lines to FILE or to open descriptor `fd:N`.
+    #[arg(long, value_name = "FILE|fd:N")]
+    events: Option<String>,
+    /// Hand the run to a background `factory serve` (started if needed), print its id, exit.
+    #[arg(long)]
+    detach: bool,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// A component file (`.wasm`), a Rust factory crate directory, a Python factory (`.py` file or project directory), or a registered name.
+    target: String,
+    /// Arguments as JSON (default `{}`).
+    #[arg(long, value_name = "JSON")]
+    args: Option<String>,
+    #[command(flatten)]
+    out: OutputArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    consent: ConsentArgs,
+}
+
+#[derive(Args)]
+pub struct ResumeArgs {
+    /// The run to resume.
+    run_id: String,
+    /// Run this component (file or crate directory) instead of the last attempt's.
+    #[arg(long, value_name = "FILE|DIR")]
+    component: Option<PathBuf>,
+    #[command(flatten)]
+    out: OutputArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    yes: YesArg,
+}
+
+/// Load what `target` names: a file, a crate directory, or (a bare name) a registered factory.
+async fn load(host: &Host, target: &str, build: &target::BuildConsent) -> Result<Factory> {
+    let path = match target::classify(target) {
+        target::Named::Registered(name) => return host.load_registered(&name).await.map_err(|e| target::not_registered(&name, e)),
+        target::Named::Path(path) => path,
+    };
+    if path.exists() || target::is_script_target(target) {
+        let file = target::resolve(&path, build)?;
+        return host.load_file(&file).await.with_context(|| format!("loading {}", file.display()));
+    }
+    anyhow::bail!("`{target}` is neither a component file, a crate directory, nor a registered factory")
+}
+
+/// What another process needs to find the component: an absolute file path (a crate
+/// directory is built here first) or a registered name.
+fn remote_target(target: &str, build: &target::BuildConsent) -> Result<Target> {
+    match target::classify(target) {
+        target::Named::Path(path) => Ok(Target::File(std::path::absolute(target::resolve(&path, build)?)?)),
+        target::Named::Registered(name) => Ok(Target::Registered(name)),
+    }
+}
+
+/// Open the store here with the backend configuration, or `None` when another process
+/// holds it.
+async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Arc<Host>, Arc<Config>)>> {
+    if out.detach {
+        return Ok(None);
+    }
+    let config = Arc::new(load_config(g, out.backend.config.as_ref())?);
+    // A cassette, or a config file of this command's own or of the project (the service
+    // reads neither), needs this process to run it: it opens the store itself (unless a
+    // service holds it, which is then told no).
+    let project_config = factory_host::config::Config::discover_path(&g.state_dir)
+        .is_some_and(|path| factory_host::access::is_project_local(&path));
+    let reach = if out.backend.cassette() || out.backend.config.is_some() || project_config {
+        reach::open_here_or_reach(g, config.clone()).await?
+    } else {
+        reach::open_or_reach(g, config.clone()).await?
+    };
+    match reach {
+        Client::Local(local) => Ok(Some((local.host().clone(), config))),
+        Client::Remote(_) => Ok(None),
+    }
+}
+
+pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
+    let args = match &a.args {
+        Some(text) => Some(serde_json::from_str(text).context("--args is not valid JSON")?),
+        None => None,
+    };
+    let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
+    let limits = a.limits.limits();
+    let grants = a.consent.grants()?;
+    let Some((host, config)) = open_local(g, &a.out).await? else {
+        let backend = a.out.backend.remote_choice()?;
+        let component = remote_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
+        let yes = &a.consent.yes;
+        let shown = trust::remote_backend(&backend);
+        let approved = trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants), &shown).await?;
+        let declined = approved.is_none();
+        let request = Request::Run {
+            session: g.session.clone(),
+            component,
+            args,
+            limits,
+            backend,
+            grants,
+            declined,
+            // Consent was given here (a prompt, --yes, or trusted) for exactly what was read
+            // here: the serving process runs it only if it loads the same.
+            consent: approved.map_or(Consent::None, Consent::Sha256),
+        };
+        return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
+            Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
+            Some(envelope) => report(envelope, &a.out),
+            None => Ok(ExitCode::SUCCESS),
+        };
+    };
+    // An unusable backend is refused before anything is created or asked.
+    let backend = match cassette_backend(&config, &a.out.backend, None)? {
+        Some(backend) => backend,
+        None => host.chosen_backend(&a.out.backend.choice())?,
+    };
+    let factory = load(&host, &a.target, &target::BuildConsent::new(g, a.consent.yes.yes)).await?;
+    if !trust::consent(g, &a.consent.yes, &a.target, &factory, &limits, Some(&grants), &backend.describe()).await? {
+        let options = RunOptions { args, limits, session: Some(g.session.clone()), grants, ..Default::default() };
+        return trust::decline(&host, &factory, options, a.out.json, events.as_ref()).await;
+    }
+    let session = Some(g.session.clone());
+    let started = events.clone();
+    drive(g, &host, &a.out, events, |tx| {
+        let on_start = announce(started);
+        let options = RunOptions {
+            args,
+            limits,
+            session,
+            events: Some(tx),
+            on_start: Some(on_start),
+            backend: Some(backend),
+            choice: Default::default(),
+            grants,
+        };
+        let host = host.clone();
+        async move { host.run(&factory, options).await }
+    })
+    .await
+}
+
+pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
+    let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
+    let limits = a.limits.limits();
+    let Some((host, config)) = open_local(g, &a.out).await? else {
+        let backend = a.out.backend.remote_choice()?;
+        let component = match &a.component {
+            Some(path) => Some(std::path::absolute(target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?)?),
+            None => None,
+        };
+        let approved = match &component {
+            Some(file) => {
+                let source = file.display().to_string();
+                let shown = trust::remote_backend(&backend);
+                match trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None, &shown).await? {
+                    Some(key) => Some(key),
+                    None => {
+                        eprintln!("factory: not resumed: the component was declined");
+                        return Ok(ExitCode::from(1));
+                    }
+                }
+            }
+            None => reapprove(g, &a.yes, &Client::Remote(crate::doors::daemon::remote(g)), &a.run_id).await?,
+        };
+        let request = Request::Resume {
+            session: g.session.clone(),
+            run_id: a.run_id.clone(),
+            component,
+            limits,
+            backend,
+            // Consent was checked above (trusted, --yes, or a prompt) for this trust key.
+            consent: approved.map_or(Consent::None, Consent::Sha256),
+        };
+        return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
+            Some(envelope) => report(envelope, &a.out),
+            None => Ok(ExitCode::SUCCESS),
+        };
+    };
+    let component = match &a.component {
+        Some(path) => {
+            let file = target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?;
+            let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
+            // The backend the resume will use: --backend, else the one the run recorded.
+            let name = match &a.out.backend.backend {
+                Some(name) => Some(name.clone()),
+                None => host.envelope(&g.session, &a.run_id).ok().and_then(|e| e.backend).map(|b| b.name),
+            };
+            let shown = match name {
+                Some(name) => config.run_backend(Some(&name), None).map_or(format!("`{name}`"), |b| b.describe()),
+                None => "the backend the run recorded".to_string(),
+            };
+            if !trust::consent(g, &a.yes, &file.display().to_string(), &factory, &limits, None, &shown).await? {
+                eprintln!("factory: not resumed: the component was declined");
+                return Ok(ExitCode::from(1));
+            }
+            Some(factory)
+        }
+        None => {
+            reapprove(g, &a.yes, &Client::Local(reach::local(g, &host)), &a.run_id).await?;
+            None
+        }
+    };
+    // A cassette wraps the run's recorded backend unless --backend names another.
+    let backend = if a.out.backend.cassette() {
+        let recorded = host.envelope(&g.session, &a.run_id)?.backend;
+        cassette_backend(&config, &a.out.backend, recorded.as_ref())?
+    } else {
+        None
+    };
+    let session = Some(g.session.clone());
+    let run_id = a.run_id.clone();
+    let started = events.clone();
+    let choice = a.out.backend.choice();
+    drive(g, &host, &a.out, events, |tx| {
+        let on_start = announce(started);
+        let options = ResumeOptions {
+            limits,
+            component,
+            session,
+            events: Some(tx),
+            on_start: Some(on_start),
+            backend,
+            choice,
+        };
+        let host = host.clone();
+        async move { host.resume(&run_id, options).await }
+    })
+    .await
+}
+
+/// Consent again to the component a resume runs (the run's last one), as
+/// [`trust::reapprove`] says.
+/// Returns the trust key consented to (`None`: the run has no attempt yet).
+async fn reapprove(g: &GlobalArgs, yes: &YesArg, client: &Client, run_id: &str) -> Result<Option<String>> {
+    let detail = client.detail(&g.session, run_id).await?;
+    // A script factory is trusted by its source's sha256 (the runner is this binary's).
+    let script = detail.scripts.last().and_then(|s| s.as_ref()).map(|s| s.sha256.as_str());
+    let component = detail.component_hashes.last().map(String::as_str);
+    match script.or(component) {
+        Some(hash) => trust::reapprove(g, yes, run_id, &detail.envelope.factory, hash).await.map(|()| Some(hash.to_string())),
+        // A run with no attempt yet has nothing to approve again; the resume says why it cannot start.
+        None => Ok(None),
+    }
+}
+
+/// An `on_start` hook that writes `run_started` to the events sink, if there is one.
+fn announce(events: Option<EventSink>) -> Box<dyn FnOnce(&str) + Send> {
+    Box::new(move |id| {
+        if let Some(sink) = events {
+            sink.started(id);
+        }
+    })
+}
+
+/// Run `start` here with progress, signal handling and the control socket, then report.
+/// Ctrl-C (SIGINT) cancels the run; SIGTERM and SIGHUP (a closed terminal, a supervisor
+/// stopping us) end it as `halted`, resumable, as `factory serve` does.
+async fn drive<F, Fut>(
+    g: &GlobalArgs,
+    host: &Arc<Host>,
+    out: &OutputArgs,
+    events: Option<EventSink>,
+    start: F,
+) -> Result<ExitCode>
+where
+    F: FnOnce(mpsc::UnboundedSender<ProgressEntry>) -> Fut,
+    Fut: Future<Output = Result<RunEnvelope, factory_host::Error>>,
+{
+    let serving = serve(g, host);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let ui = tokio::spawn(progress_ui::render(rx, out.quiet, events.clone()));
+    use tokio::signal::unix::{signal, SignalKind};
+    // Installed before the run starts, so a signal that arrives early is not lost.
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let interrupt = {
+        let host = host.clone();
+        // Not eprintln!: after a hang-up stderr may be gone, and a failed write must not
+        // panic before the run is stopped.
+        let say = |text: &str| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "\nfactory: {text}");
+        };
+        tokio::spawn(async move {
+            let why = tokio::select! {
+                Ok(()) = tokio::signal::ctrl_c() => {
+                    say("interrupted, cancelling the run...");
+                    host.cancel_all();
+                    return;
+                }
+                Some(()) = term.recv() => "terminated",
+                Some(()) = hangup.recv() => "hung up",
+                else => return,
+            };
+            say(&format!("{why}; the run ends as halted (resume it later)"));
+            // Halt until this task is aborted (the run has ended): a signal that came before
+            // the run registered itself still halts it once it has.
+            loop {
+                host.shutdown();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let envelope = start(tx).await;
+    interrupt.abort();
+    let _ = ui.await;
+    if let Some(serving) = serving {
+        serving.drain().await;
+    }
+    let envelope = envelope?;
+    if let Some(sink) = &events {
+        sink.finished(&envelope);
+    }
+    report(envelope, out)
+}
+
+/// Print the outcome and choose the exit code.
+pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
+    if out.json {
+        println!("{}", serde_json::to_string_pretty(&envelope)?);
+    } else if let Some(result) = &envelope.result {
+        match result.to_value() {
+            Ok(value) => println!("{}", serde_json::to_string_pretty(&value)?),
+            Err(_) => println!("{result}"),
+        }
+    }
+    let acc = &envelope.accounting;
+    if envelope.status == RunStatus::Completed {
+        if !out.quiet {
+            eprintln!(
+                "factory: run {} completed: {} agents spawned, {} replayed, {:.2}s active, {} AI credits",
+                envelope.run_id,
+                acc.agents_spawned,
+                acc.agent_cache_hits,
+                acc.active_seconds,
+                acc.ai_credits()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let why = envelope.failure.as_ref().map_or_else(
+        || envelope.error.clone().unwrap_or_default(),
+        |f| match &f.kind {
+            Some(kind) => format!("{} ({}): {}", f.kind_type, kind, f.message),
+            None => format!("{}: {}", f.kind_type, f.message),
+        },
+    );
+    let status = serde_json::to_value(envelope.status)?;
+    eprintln!("factory: run {} ended as {}: {why}", envelope.run_id, status.as_str().unwrap_or("?"));
+    eprintln!("factory: resume it with: factory resume {}", envelope.run_id);
+    Ok(ExitCode::from(if envelope.status == RunStatus::Cancelled { 130 } else { 1 }))
+}

@@ -1,0 +1,162 @@
+//! `factory serve`: the service of a state directory. It holds the store, serves the
+//! control socket every other front door talks to (see [`crate::doors::daemon`]), and with
+//! `--http` the JSON API and the dashboard. Started by hand it runs until stopped; started
+//! by a front door (`--idle-exit`) it exits after that long with no active run and no
+//! client. On SIGINT/SIGTERM it stops its runs as `halted` (resumable) and exits.
+//!
+//! When another service already holds the store, `factory serve --http` attaches to it:
+//! it serves HTTP as that service's client instead of failing on the lock.
+
+use crate::doors::cli::backends::load_config;
+use crate::doors::reach::{open_host, serve as serve_socket};
+use crate::doors::args::GlobalArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use factory_host::service::Client;
+use factory_host::store::StoreError;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The default backend for runs that do not choose one (default: the config's
+    /// `default`, else `dry-run`). Resumed runs use the backend they recorded.
+    #[arg(long, value_name = "SPEC")]
+    backend: Option<String>,
+    /// The backend config file (default: factory.toml in the state directory, if present).
+    #[arg(long, env = "FACTORY_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// With --http: also the JSON API and the dashboard (the bearer token is written to
+    /// <state-dir>/http.token).
+    #[command(flatten)]
+    bind: crate::doors::http::bind::HttpBindArgs,
+    /// Exit after this many seconds with no active run and no client (default: never).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_idle)]
+    idle_exit: Option<f64>,
+    /// Set by a front door that starts the service: losing the store to another service
+    /// that answers is then no error, and a store still held by a process on its way out
+    /// is waited for.
+    #[arg(long, hide = true)]
+    started_by_front_door: bool,
+}
+
+fn parse_idle(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Ok(s),
+        _ => Err(format!("--idle-exit must be a positive number of seconds, got {text}")),
+    }
+}
+
+/// How long a service started by a front door waits for the store's lock.
+const LOCK_PATIENCE: Duration = Duration::from_secs(10);
+
+pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
+    let http = a.bind.address()?;
+    let mut config = load_config(g, a.config.as_ref())?;
+    if let Some(name) = a.backend {
+        // Checked now, so a daemon with an unusable default says so at start.
+        config.run_backend(Some(&name), None).with_context(|| format!("setting up backend `{name}`"))?;
+        config.default = Some(name);
+    }
+    let config = std::sync::Arc::new(config);
+    let deadline = Instant::now() + LOCK_PATIENCE;
+    let host = loop {
+        match open_host(g, config.clone()) {
+            Ok(host) => break host,
+            Err(factory_host::Error::Store(StoreError::Locked(path))) => {
+                let remote = Client::Remote(crate::doors::daemon::remote(g));
+                if remote.runs(&g.session).await.is_ok() {
+                    if let Some(addr) = http {
+                        return attach(g, remote, addr).await;
+                    }
+                    if a.started_by_front_door {
+                        eprintln!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    anyhow::bail!(
+                        "a factory service already holds the store {} and answers on {} (stop it with SIGTERM first)",
+                        path.display(),
+                        crate::doors::daemon::remote(g).socket().display()
+                    );
+                }
+                if !a.started_by_front_door || Instant::now() >= deadline {
+                    return Err(factory_host::Error::Store(StoreError::Locked(path)))
+                        .with_context(|| format!("opening the store in {}", g.state_dir.display()));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening the store in {}", g.state_dir.display())),
+        }
+    };
+    let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
+    eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
+    if let Some(addr) = http {
+        let client = Client::Local(crate::doors::reach::local(g, &host));
+        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone())
+            .await
+            .with_context(|| format!("serving HTTP on {addr}"))?;
+        announce_http(g, bound);
+    }
+    let mut term = signal(SignalKind::terminate())?;
+    let idle = idle_exit(&host, &serving, a.idle_exit);
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => eprintln!("factory serve: shutting down; running runs end as halted"),
+        _ = term.recv() => eprintln!("factory serve: shutting down; running runs end as halted"),
+        _ = idle => eprintln!("factory serve: idle for {} s with no run and no client; exiting", a.idle_exit.unwrap_or_default()),
+    }
+    if http.is_some() {
+        // `factory ui` then says no daemon serves HTTP here.
+        let _ = std::fs::remove_file(g.state_dir.join(crate::doors::http::ADDR_FILE));
+    }
+    host.shutdown();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !host.active_runs().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    serving.drain().await;
+    host.store().flush().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves once the service has had no active run and no client for `after` seconds
+/// (never without `after`).
+async fn idle_exit(host: &factory_host::Host, serving: &crate::doors::reach::Serving, after: Option<f64>) {
+    let Some(after) = after else { return std::future::pending().await };
+    let after = Duration::from_secs_f64(after);
+    let mut since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100).min(after)).await;
+        if !host.active_runs().is_empty() || serving.in_flight() > 0 {
+            since = Instant::now();
+        } else if since.elapsed() >= after {
+            return;
+        }
+    }
+}
+
+fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
+    eprintln!(
+        "factory serve: HTTP API on http://{bound}/api/, dashboard at http://{bound}/ (`factory ui` opens it; session {}; token in {})",
+        g.session,
+        g.state_dir.join(crate::doors::http::TOKEN_FILE).display()
+    );
+}
+
+/// `factory serve --http` next to a running service: the HTTP API as its client, until
+/// SIGINT/SIGTERM. The service stays alive while this process is its client.
+async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr) -> Result<ExitCode> {
+    crate::doors::daemon::keep_alive(g);
+    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone())
+        .await
+        .with_context(|| format!("serving HTTP on {addr}"))?;
+    eprintln!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());
+    announce_http(g, bound);
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    let _ = std::fs::remove_file(g.state_dir.join(crate::doors::http::ADDR_FILE));
+    Ok(ExitCode::SUCCESS)
+}

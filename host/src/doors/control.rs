@@ -1,0 +1,238 @@
+//! The control socket: the service's front door for other local processes. The process
+//! that holds the store (`factory serve`, or a foreground `factory run` in `--no-daemon`
+//! mode) answers [`crate::service`] requests on a Unix socket in the state directory, and
+//! every other front door of the same user (`factory runs/show/run/...`, another MCP
+//! server, `factory serve --http`) is its client ([`factory_host::service::Remote`]). One request
+//! line, one answer line; a subscription then streams one line per run update.
+//!
+//! Only the user who owns the process may talk to it: the socket lives in the `0700` state
+//! directory, is itself `0600`, and the server checks every peer's uid (`SO_PEERCRED`) and
+//! answers any other uid with a `forbidden` error and nothing else. A request line is at
+//! most [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_READ_TIMEOUT`]; the client
+//! reads at most [`factory_host::service::MAX_RESPONSE_BYTES`] of answer. At most
+//! [`MAX_CONNECTIONS`] are served at once, and a failed accept (out of descriptors, say) is
+//! retried after a pause ([`AcceptBackoff`]): the server never stops answering and never
+//! spins.
+
+use factory_host::ErrorCode;
+use factory_host::service::{Answer, Frame};
+use factory_host::service::{parse_request, read_line_bounded, Local, RemoteError, Request, MAX_REQUEST_BYTES};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+
+/// The socket's file name inside the state directory.
+pub const SOCKET_FILE: &str = "control.sock";
+
+/// How long the server waits for a whole request line after a client connects.
+pub const REQUEST_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The socket path for a state directory.
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(SOCKET_FILE)
+}
+
+/// Is the peer of `stream` this process's user? `Err` names the peer's uid (or why it is
+/// unknown).
+fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
+    let ours = factory_host::access::our_uid();
+    match stream.peer_cred() {
+        Ok(cred) if cred.uid() == ours => Ok(()),
+        Ok(cred) => Err(format!("the control socket serves only uid {ours}; uid {} was refused", cred.uid())),
+        Err(e) => Err(format!("the control socket cannot identify its peer ({e}); refused")),
+    }
+}
+
+/// Write one frame as a line.
+async fn write_frame<T: serde::Serialize>(write: &mut tokio::net::unix::OwnedWriteHalf, body: T) -> bool {
+    match serde_json::to_vec(&Frame::new(body)) {
+        Ok(mut bytes) => {
+            bytes.push(b'\n');
+            write.write_all(&bytes).await.is_ok()
+        }
+        Err(e) => {
+            tracing::warn!("control socket: cannot encode an answer: {e}");
+            false
+        }
+    }
+}
+
+/// Answer one connection: check the peer, read one bounded request, answer it (a
+/// subscription: stream updates until either side goes away).
+async fn handle(service: Local, stream: UnixStream) {
+    let refused = peer_is_us(&stream).err();
+    let (mut read, mut write) = stream.into_split();
+    let request = match refused {
+        Some(message) => {
+            tracing::warn!("{message}");
+            Err(RemoteError { code: ErrorCode::Forbidden, message })
+        }
+        None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(&mut read, MAX_REQUEST_BYTES)).await {
+            Err(_) => Err(RemoteError::bad_request(format!(
+                "no complete request within {} s",
+                REQUEST_READ_TIMEOUT.as_secs()
+            ))),
+            Ok(Err(_)) => return,
+            Ok(Ok(None)) => Err(RemoteError::bad_request(format!("request larger than {MAX_REQUEST_BYTES} bytes"))),
+            Ok(Ok(Some(line))) => parse_request(&line),
+        },
+    };
+    let answer = match request {
+        Err(e) => Answer::Err(e),
+        Ok(Request::Subscribe { session }) => return subscription(service, session, read, write).await,
+        Ok(request) => match service.answer(request).await {
+            Ok(response) => Answer::Ok(response),
+            Err(e) => Answer::Err(RemoteError::from(&e)),
+        },
+    };
+    if write_frame(&mut write, answer).await {
+        let _ = write.shutdown().await;
+    }
+}
+
+/// Stream the session's run updates to a subscriber until it hangs up (its write half
+/// ends) or the host goes away.
+async fn subscription(
+    service: Local,
+    session: String,
+    mut read: tokio::net::unix::OwnedReadHalf,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+) {
+    let client = factory_host::service::Client::Local(service);
+    let Ok(mut updates) = client.updates(&session).await else { return };
+    if !write_frame(&mut write, Answer::Ok(factory_host::service::Response::Subscribed)).await {
+        return;
+    }
+    let mut sink = [0u8; 64];
+    loop {
+        tokio::select! {
+            update = updates.next() => match update {
+                Some(update) => if !write_frame(&mut write, update).await { return },
+                None => return,
+            },
+            // The subscriber sends nothing more: anything read (or the end) means it left.
+            _ = read.read(&mut sink) => return,
+        }
+    }
+}
+
+/// A running control server.
+pub struct Server {
+    accept: tokio::task::JoinHandle<()>,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Server {
+    /// Connections being answered now (a subscription counts while it is open).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Stop accepting, then wait (at most `patience`) for requests being answered, so a
+    /// process that is about to exit does not cut off a client mid-answer (a `cancel`
+    /// whose run has just ended, say).
+    pub async fn drain(&self, patience: std::time::Duration) {
+        self.accept.abort();
+        let deadline = std::time::Instant::now() + patience;
+        while self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// The most connections the control socket serves at once; more wait (in the kernel's
+/// listen queue) until one ends. Each is bounded by [`REQUEST_READ_TIMEOUT`] until its
+/// request arrives.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// What an accept loop does when `accept` fails: the error is about the process (out of
+/// file descriptors, `EMFILE`/`ENFILE`, or memory) or one aborted connection, never about
+/// the listener, so the loop sleeps and tries again, never ends and never spins. The pause
+/// starts at [`AcceptBackoff::FIRST`], doubles up to [`AcceptBackoff::MAX`] while accepts
+/// keep failing, and resets on the first success. Shared by every server of the host.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    /// Failures in a row.
+    failures: u32,
+}
+
+impl AcceptBackoff {
+    /// The first pause after a failed accept.
+    pub const FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+    /// The longest pause.
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// An accept succeeded: the next failure starts over with a short pause.
+    pub fn accepted(&mut self) {
+        self.failures = 0;
+    }
+
+    /// An accept failed with `error` on the server `what`: log the first of a run of
+    /// failures and sleep before the next try.
+    pub async fn failed(&mut self, what: &str, error: &std::io::Error) {
+        if self.failures == 0 {
+            tracing::warn!("{what}: accepting a connection failed ({error}); retrying with backoff");
+        }
+        let pause = Self::FIRST.saturating_mul(1u32 << self.failures.min(16)).min(Self::MAX);
+        self.failures = self.failures.saturating_add(1);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Counts a request as in flight while it lives.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Serve `service` on `path` until the returned server is drained or dropped, at most
+/// [`MAX_CONNECTIONS`] at once; a failed accept is retried after a pause
+/// ([`AcceptBackoff`]). A stale socket file (no one listening) is replaced.
+pub fn serve(service: Local, path: &Path) -> std::io::Result<Server> {
+    if path.exists() {
+        // We hold the store, so nobody else can be serving it: the file is stale.
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    // The directory is private already; the socket is too, in case it is not.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = in_flight.clone();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let accept = tokio::spawn(async move {
+        let mut backoff = AcceptBackoff::default();
+        loop {
+            // At the cap, wait for a slot before accepting: new clients queue in the kernel.
+            let Ok(slot) = slots.clone().acquire_owned().await else { return };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => {
+                    backoff.accepted();
+                    stream
+                }
+                Err(e) => {
+                    backoff.failed("control socket", &e).await;
+                    continue;
+                }
+            };
+            let service = service.clone();
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let guard = InFlight(counter.clone());
+            tokio::spawn(async move {
+                let _guard = guard;
+                let _slot = slot;
+                handle(service, stream).await;
+            });
+        }
+    });
+    Ok(Server { accept, in_flight })
+}

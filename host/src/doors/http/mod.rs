@@ -1,0 +1,466 @@
+//! `factory serve --http ADDR`: the JSON API over HTTP, for dashboards and scripts. Every
+//! endpoint is one typed service [`Request`] answered through a service [`Client`] — the
+//! same operations the CLI, the control socket and MCP speak, with the same error codes —
+//! plus a Server-Sent Events stream of `run_updated {runId, revision}` (the client's
+//! [`factory_host::service::Updates`]).
+//!
+//! Access: loopback only unless `--http-any-address`; a random bearer token made at start
+//! and written to `<state-dir>/http.token` (0600) is required on every `/api` call (no
+//! cookies, so no cross-site request can carry it); the `Host` header must name the address
+//! served (DNS rebinding); no CORS headers are sent, so other origins cannot read answers.
+//! The API serves the daemon's session (`--session`).
+//!
+//! `GET /` and `/ui/*` serve the web dashboard (assets embedded from `ui/`, no token needed:
+//! they hold no data). The token never goes into a URL: `factory ui` asks `POST
+//! /api/ui/code` (with the token) for a one-time code and opens `/#code=...`; the page takes
+//! the code off its URL at once and exchanges it, once, at `POST /api/ui/exchange` (no token:
+//! the code is the credential) for a session token of its own, which it keeps in
+//! `sessionStorage` and sends only as a header. A code lives [`CODE_TTL`] and is redeemed
+//! once; presented again, it ends the session it gave (see [`OneTimeCodes`]).
+//!
+//! Connections: see [`crate::doors::http::bind`] (header timeout, connection cap, accept backoff);
+//! a request body must arrive within [`BODY_READ_TIMEOUT`].
+
+
+pub mod bearer;
+pub mod bind;
+
+use factory_host::service::{Client, Consent, Request, Target};
+use factory_host::store::ProgressQuery;
+use factory_host::{ErrorCode, Limits};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::service::service_fn;
+use hyper::{Method, Request as HttpRequest, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use crate::doors::http::bearer::{OneTimeCodes, CODE_TTL};
+use crate::doors::http::bind::BODY_READ_TIMEOUT;
+
+/// The token file's name in the state directory.
+pub const TOKEN_FILE: &str = "http.token";
+
+/// The file in the state directory naming the address served (for `factory ui`).
+pub const ADDR_FILE: &str = "http.addr";
+
+/// The web dashboard's assets, embedded (plain files: no build step, no Node).
+const UI_ASSETS: &[(&str, &str, &str)] = &[
+    ("/", "text/html; charset=utf-8", include_str!("ui/index.html")),
+    ("/ui/app.js", "text/javascript; charset=utf-8", include_str!("ui/app.js")),
+    ("/ui/style.css", "text/css; charset=utf-8", include_str!("ui/style.css")),
+];
+
+/// The page may load only its own scripts and styles and talk only to this server; it may
+/// not be framed; nothing it loads sees a referrer.
+const UI_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The largest request body accepted (a start request with its args).
+const MAX_BODY_BYTES: usize = 4 << 20;
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// What every request handler shares.
+struct Api {
+    /// The service every endpoint speaks (in this process, or the one holding the store).
+    client: Client,
+    session: String,
+    /// The bearer token every `/api` call must carry.
+    bearer: crate::doors::http::bearer::Bearer,
+    /// One-time codes for `factory ui`, exchanged once for the token.
+    codes: OneTimeCodes,
+    /// `Host` header values accepted (the address served, by IP and as `localhost`).
+    hosts: Vec<String>,
+}
+
+/// Start serving the API on `addr`: writes the token file and returns the bound address.
+pub async fn serve(client: Client, addr: SocketAddr, state_dir: &Path, session: String) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let bearer = crate::doors::http::bearer::Bearer::create(&state_dir.join(TOKEN_FILE))?;
+    {
+        use std::io::Write;
+        let mut file = factory_host::access::create_private_file(&state_dir.join(ADDR_FILE))?;
+        file.write_all(bound.to_string().as_bytes())?;
+    }
+    let mut hosts = vec![bound.to_string(), format!("localhost:{}", bound.port())];
+    if bound.ip().is_unspecified() {
+        hosts.push(format!("127.0.0.1:{}", bound.port()));
+    }
+    let api = Arc::new(Api { client, session, bearer, codes: OneTimeCodes::new(CODE_TTL), hosts });
+    tokio::spawn(crate::doors::http::bind::accept_loop(listener, "factory serve --http", move |stream| {
+        let api = api.clone();
+        async move {
+            let service = service_fn(move |req| {
+                let api = api.clone();
+                async move { Ok::<_, Infallible>(api.handle(req).await) }
+            });
+            let _ = crate::doors::http::bind::http1().serve_connection(TokioIo::new(stream), service).await;
+        }
+    }));
+    Ok(bound)
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "application/json")
+        .header("cache-control", "no-store")
+        .body(Full::new(Bytes::from(value.to_string())).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+/// `GET /` and `/ui/*`: the dashboard's embedded assets (no token: they hold no data; the
+/// page asks for the token-protected API itself).
+fn ui_asset(method: &Method, path: &str) -> Response<Body> {
+    let Some((_, content_type, text)) = UI_ASSETS.iter().find(|(p, _, _)| *p == path) else {
+        return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {path}"));
+    };
+    if method != Method::GET && method != Method::HEAD {
+        return error(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::NotFound, format!("no route {method} {path}"));
+    }
+    let body = if method == Method::HEAD { Bytes::new() } else { Bytes::from_static(text.as_bytes()) };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(CONTENT_TYPE, *content_type)
+        .header("cache-control", "no-cache")
+        .header("content-security-policy", UI_CSP)
+        .header("x-content-type-options", "nosniff")
+        .header("referrer-policy", "no-referrer")
+        .header("x-frame-options", "DENY")
+        .body(Full::new(body).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response<Body> {
+    json_response(status, &json!({ "code": code, "message": message.into() }))
+}
+
+/// The HTTP status of an error code shared with the other front doors.
+fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::NotFound | ErrorCode::UnknownFactory => StatusCode::NOT_FOUND,
+        ErrorCode::AlreadyActive | ErrorCode::NonResumable => StatusCode::CONFLICT,
+        ErrorCode::NoApprovalProvider | ErrorCode::Forbidden | ErrorCode::ForbiddenHost => StatusCode::FORBIDDEN,
+        ErrorCode::InvalidLimits
+        | ErrorCode::InvalidArgs
+        | ErrorCode::InvalidParams
+        | ErrorCode::InvalidScript
+        | ErrorCode::BackendUnavailable
+        | ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+        ErrorCode::Unauthorized | ErrorCode::InvalidCode => StatusCode::UNAUTHORIZED,
+        ErrorCode::UnsupportedVersion
+        | ErrorCode::Unavailable
+        | ErrorCode::Cancelled
+        | ErrorCode::Error => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Body of `POST /api/runs`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StartBody {
+    name: String,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    limits: Limits,
+    /// The user consented in the UI to a component that is not trusted.
+    #[serde(default)]
+    approved: bool,
+}
+
+/// Body of `POST /api/runs/{id}/resume`.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ResumeBody {
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    approved: bool,
+}
+
+impl Api {
+    async fn handle(&self, req: HttpRequest<Incoming>) -> Response<Body> {
+        // DNS rebinding: a page on another name that resolves here is refused.
+        let host = req.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        if !self.hosts.iter().any(|h| h == host) {
+            return error(StatusCode::FORBIDDEN, ErrorCode::ForbiddenHost, format!("Host `{host}` is not served here"));
+        }
+        let path = req.uri().path().to_string();
+        if !path.starts_with("/api/") {
+            return ui_asset(req.method(), &path);
+        }
+        if req.method() == Method::POST && path == "/api/ui/exchange" {
+            return self.exchange(req).await;
+        }
+        let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
+        if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
+            return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "an `Authorization: Bearer <token>` header is required");
+        }
+        let query = req.uri().query().unwrap_or_default().to_string();
+        let method = req.method().clone();
+        let segments: Vec<String> = path.trim_start_matches("/api/").split('/').map(str::to_string).collect();
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let body = match read_body(req).await {
+            Ok(body) => body,
+            Err(response) => return *response,
+        };
+        let session = self.session.clone();
+        let request = match (&method, segments.as_slice()) {
+            (&Method::GET, ["events"]) => return self.events().await,
+            (&Method::GET, ["session"]) => {
+                return json_response(StatusCode::OK, &json!({ "session": self.session }));
+            }
+            (&Method::POST, ["ui", "code"]) => {
+                let code = self.codes.issue();
+                return json_response(StatusCode::OK, &json!({ "code": code, "expiresInSeconds": CODE_TTL.as_secs() }));
+            }
+            (&Method::GET, ["runs"]) => Request::Runs { session },
+            (&Method::GET, ["factories"]) => Request::Factories { session },
+            (&Method::GET, ["factories", name]) => Request::Inspect { session, name: name.to_string() },
+            (&Method::GET, ["runs", id]) => Request::Detail { session, run_id: id.to_string() },
+            (&Method::GET, ["runs", id, "progress"]) => {
+                let query = match parse_progress_query(&query) {
+                    Ok(query) => query,
+                    Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
+                };
+                Request::Progress { session, run_id: id.to_string(), query }
+            }
+            (&Method::GET, ["runs", id, "wait"]) => Request::Wait { session, run_id: id.to_string() },
+            (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { session, run_id: id.to_string() },
+            (&Method::POST, ["runs", id, "resume"]) => {
+                let body: ResumeBody = if body.is_empty() {
+                    ResumeBody::default()
+                } else {
+                    match serde_json::from_slice(&body) {
+                        Ok(body) => body,
+                        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
+                    }
+                };
+                Request::Resume {
+                    session,
+                    run_id: id.to_string(),
+                    component: None,
+                    limits: body.limits,
+                    backend: Default::default(),
+                    consent: if body.approved { Consent::Any } else { Consent::None },
+                }
+            }
+            (&Method::POST, ["runs"]) => {
+                let body: StartBody = match serde_json::from_slice(&body) {
+                    Ok(body) => body,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
+                };
+                Request::Run {
+                    session,
+                    component: Target::Registered(body.name),
+                    args: body.args,
+                    limits: body.limits,
+                    backend: Default::default(),
+                    grants: Vec::new(),
+                    declined: false,
+                    consent: if body.approved { Consent::Any } else { Consent::None },
+                }
+            }
+            _ => return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}")),
+        };
+        let created = matches!(request, Request::Run { .. } | Request::Resume { .. });
+        match self.client.call(request).await {
+            Ok(response) => match response.body() {
+                Ok(value) => json_response(if created { StatusCode::ACCEPTED } else { StatusCode::OK }, &value),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Error, e.to_string()),
+            },
+            Err(e) => {
+                let code = e.code();
+                error(status_of(code), code, e.to_string())
+            }
+        }
+    }
+
+    /// `POST /api/ui/exchange {"code"}`: a one-time code from `POST /api/ui/code`, redeemed
+    /// once for a session token (`{"token"}`) the API accepts like the bearer token; a used,
+    /// expired or unknown code gets 401 (and a used one ends the session it gave).
+    async fn exchange(&self, req: HttpRequest<Incoming>) -> Response<Body> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Exchange {
+            code: String,
+        }
+        let body = match read_body(req).await {
+            Ok(body) => body,
+            Err(response) => return *response,
+        };
+        let exchange: Exchange = match serde_json::from_slice(&body) {
+            Ok(exchange) => exchange,
+            Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
+        };
+        match self.codes.redeem(&exchange.code) {
+            Some(token) => json_response(StatusCode::OK, &json!({ "token": token })),
+            None => error(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::InvalidCode,
+                "this sign-in code was already used, has expired or is unknown: run `factory ui` again",
+            ),
+        }
+    }
+
+    /// `GET /api/events`: `run_updated` for the session's runs, as Server-Sent Events, in
+    /// the order the host announces them (revisions of one run only grow), each followed by
+    /// `progress {runId, entry}` events for the entries committed since the last sent.
+    async fn events(&self) -> Response<Body> {
+        let mut updates = match self.client.updates(&self.session).await {
+            Ok(updates) => updates,
+            Err(e) => return error(status_of(e.code()), e.code(), e.to_string()),
+        };
+        let client = self.client.clone();
+        let session = self.session.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(SSE_FRAMES_BUFFERED);
+        tokio::spawn(async move {
+            // A comment line first, so a client sees the stream open at once.
+            if tx.send(Ok(Frame::data(Bytes::from_static(b": factory events\n\n")))).await.is_err() {
+                return;
+            }
+            // The last progress seq sent per run (bounded: runs of this session seen here).
+            let mut sent: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+            loop {
+                // Only the session's runs are announced.
+                let Some(update) = updates.next().await else { return };
+                // Live progress: the entries committed since the last one sent for this run,
+                // a page a frame. Each send waits while the client is behind, so a slow reader
+                // holds at most SSE_FRAMES_BUFFERED frames of SSE_ENTRIES_PER_FRAME entries.
+                let mut after = sent.get(&update.run_id).copied().unwrap_or(0);
+                let mut frames = {
+                    let data = json!({ "runId": update.run_id, "revision": update.revision });
+                    format!("event: run_updated\ndata: {data}\n\n")
+                };
+                loop {
+                    let query = ProgressQuery { after_seq: Some(after), limit: Some(SSE_ENTRIES_PER_FRAME), ..Default::default() };
+                    let entries = client.progress(&session, &update.run_id, query).await.unwrap_or_default();
+                    for entry in &entries {
+                        let data = json!({ "runId": update.run_id, "entry": entry });
+                        frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
+                    }
+                    if let Some(last) = entries.last() {
+                        after = last.seq;
+                        sent.insert(update.run_id.clone(), last.seq);
+                    }
+                    if !frames.is_empty() && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut frames))))).await.is_err() {
+                        return;
+                    }
+                    if entries.len() < SSE_ENTRIES_PER_FRAME {
+                        break;
+                    }
+                }
+            }
+        });
+        let stream = tokio_stream_from(rx);
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(CONTENT_TYPE, "text/event-stream")
+            .header("cache-control", "no-store")
+            .body(StreamBody::new(stream).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+    }
+}
+
+/// Frames an event stream holds for a client that reads slowly (then it waits for it).
+const SSE_FRAMES_BUFFERED: usize = 4;
+
+/// Progress entries in one frame of an event stream.
+const SSE_ENTRIES_PER_FRAME: usize = 100;
+
+/// A receiver as a stream of frames.
+fn tokio_stream_from(
+    rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+) -> impl futures::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + Sync + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+/// The request body, bounded in size and in time.
+async fn read_body(req: HttpRequest<Incoming>) -> Result<Bytes, Box<Response<Body>>> {
+    let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES);
+    match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) => Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::InvalidParams, format!("request body: {e}")))),
+        Err(_) => Err(Box::new(error(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::InvalidParams,
+            format!("the request body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
+        ))),
+    }
+}
+
+/// `afterSeq`, `beforeSeq`, `phase`, `limit` from a query string.
+fn parse_progress_query(query: &str) -> Result<ProgressQuery, String> {
+    let mut out = ProgressQuery::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value);
+        let number = |v: &str| v.parse::<u64>().map_err(|_| format!("`{key}` must be a non-negative integer"));
+        match key {
+            "afterSeq" => out.after_seq = Some(number(&value)?),
+            "beforeSeq" => out.before_seq = Some(number(&value)?),
+            "limit" => out.limit = Some(number(&value)? as usize),
+            "phase" => out.phase = Some(value),
+            other => return Err(format!("unknown query parameter `{other}`")),
+        }
+    }
+    Ok(out)
+}
+
+/// `%XX` and `+` decoding of one query value (invalid escapes stay as written).
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1).and_then(|b| hex(*b)), bytes.get(i + 2).and_then(|b| hex(*b))) {
+            (b'+', _, _) => out.push(b' '),
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 2;
+            }
+            (b, _, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode_and_reject_what_they_do_not_know() {
+        let q = parse_progress_query("afterSeq=3&phase=Verify%20it&limit=5").unwrap();
+        assert_eq!((q.after_seq, q.phase.as_deref(), q.limit), (Some(3), Some("Verify it"), Some(5)));
+        assert!(parse_progress_query("afterSeq=-1").is_err());
+        assert!(parse_progress_query("nope=1").is_err());
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("%zz+b"), "%zz b");
+    }
+
+    #[test]
+    fn the_dashboard_assets_are_embedded_with_a_strict_policy() {
+        let page = ui_asset(&Method::GET, "/");
+        assert_eq!(page.status(), StatusCode::OK);
+        assert_eq!(page.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
+        let csp = page.headers()["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'") && !csp.contains("unsafe"), "{csp}");
+        assert_eq!(ui_asset(&Method::GET, "/ui/app.js").headers()[CONTENT_TYPE], "text/javascript; charset=utf-8");
+        assert_eq!(ui_asset(&Method::GET, "/ui/nope.js").status(), StatusCode::NOT_FOUND);
+        assert_eq!(ui_asset(&Method::POST, "/").status(), StatusCode::METHOD_NOT_ALLOWED);
+        // The page never builds HTML from strings.
+        let app = UI_ASSETS.iter().find(|(p, _, _)| *p == "/ui/app.js").unwrap().2;
+        assert!(!app.contains("innerHTML") && !app.contains("outerHTML") && !app.contains("insertAdjacentHTML"));
+    }
+}

@@ -1,0 +1,608 @@
+//! `factory mcp`: the host behind the Model Context Protocol (stdio), so an agent in any MCP
+//! client can run factories, resume them, and observe its runs. Two tools, as in the spec:
+//! `run_factory` (`{ name, args?, limits? }` or `{ resumeFromRunId, limits? }`; the run
+//! envelope for every outcome, progress notifications while it runs, a client cancellation
+//! cancels the run) and `factories_manage` (`list`, `inspect`, `runs`, `show`, `progress`,
+//! `wait`, `cancel`).
+//!
+//! Every tool call is one or a few typed control [`Request`]s, answered by the `Host` this
+//! process opened, or — when another factory process holds the store — by that process over
+//! the control socket: one service API, two transports. One MCP connection is one session:
+//! `--session NAME`, else `mcp:<client name>` from the client's `initialize`, so a restarted
+//! client sees its runs again and another client does not.
+
+use crate::doors::reach::{self, serve};
+use crate::doors::args::GlobalArgs;
+use crate::doors::cli::backends;
+use anyhow::{Context, Result};
+use clap::Args;
+use factory_host::service::{Client, Request, Target};
+use factory_host::store::ProgressQuery;
+use factory_host::{ErrorCode, Limits, ProgressEntry, ProgressEvent, RunEnvelope};
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::{
+    CallToolResult, ContentBlock, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::borrow::Cow;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `factory mcp` (the session: `--session NAME` or `FACTORY_SESSION` pins it; otherwise
+/// `mcp:<client name>` from the client's `initialize`).
+#[derive(Args)]
+pub struct McpArgs {
+    /// The backend config file (default: factory.toml in the state directory, if present).
+    #[arg(long, env = "FACTORY_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// With --http: MCP's streamable HTTP transport at `/mcp` instead of stdio (the bearer
+    /// token is written to <state-dir>/mcp.token).
+    #[command(flatten)]
+    bind: crate::doors::http::bind::HttpBindArgs,
+}
+
+/// The token file of `factory mcp --http`, in the state directory.
+pub const TOKEN_FILE: &str = "mcp.token";
+
+/// Whether the user named the session (`--session`, or `FACTORY_SESSION`), rather than
+/// leaving the global default.
+fn session_pinned() -> bool {
+    std::env::var_os("FACTORY_SESSION").is_some()
+        || std::env::args().any(|a| a == "--session" || a.starts_with("--session="))
+}
+
+/// How often a running run is polled for progress.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Serve MCP on stdin/stdout until the client goes away.
+pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
+    let http = a.bind.address()?;
+    let config = Arc::new(backends::load_config(g, a.config.as_ref())?);
+    let access = reach::open_or_reach(g, config).await?;
+    if !g.no_daemon {
+        // This server is a client of the service while it lives; its runs live in the service.
+        crate::doors::daemon::keep_alive(g);
+    }
+    // Holding the store, this process also answers other terminals on the control socket.
+    let serving = match &access {
+        Client::Local(local) => serve(g, local.host()),
+        Client::Remote(_) => None,
+    };
+    let session = session_pinned().then(|| g.session.clone());
+    let make = move || FactoryMcp {
+        client: access.clone(),
+        session: session.clone(),
+        tool_router: FactoryMcp::tool_router(),
+    };
+    let ended = match http {
+        None => match make().serve(rmcp::transport::stdio()).await {
+            Ok(service) => service.waiting().await.map(|_| ()).context("the MCP connection failed"),
+            Err(e) => Err(anyhow::Error::new(e).context("starting the MCP server on stdio")),
+        },
+        Some(addr) => serve_http(g, addr, make).await,
+    };
+    if let Some(serving) = serving {
+        serving.drain().await;
+    }
+    ended?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// MCP over streamable HTTP on `addr` (path `/mcp`), one [`FactoryMcp`] per MCP session,
+/// until SIGINT/SIGTERM. A bearer token (in `<state-dir>/mcp.token`, 0600) is required on
+/// every request; the SDK checks the `Host` header against loopback names. Connections are
+/// bounded as [`crate::doors::http::bind`] says (header timeout, connection cap, accept backoff).
+async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() -> FactoryMcp + Send + Sync + 'static) -> Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    let bound = listener.local_addr()?;
+    let token_file = g.state_dir.join(TOKEN_FILE);
+    let bearer = crate::doors::http::bearer::Bearer::create(&token_file).with_context(|| format!("writing {}", token_file.display()))?;
+    let mut config = StreamableHttpServerConfig::default();
+    if !bound.ip().is_loopback() {
+        config.allowed_hosts.push(bound.ip().to_string());
+    }
+    let max_body = config.max_request_body_bytes;
+    let service = Arc::new(StreamableHttpService::new(move || Ok(make()), Arc::new(LocalSessionManager::default()), config));
+    let bearer = Arc::new(bearer);
+    eprintln!(
+        "factory mcp: streamable HTTP on http://{bound}/mcp (bearer token in {})",
+        g.state_dir.join(TOKEN_FILE).display()
+    );
+    let accept = crate::doors::http::bind::accept_loop(listener, "factory mcp --http", move |stream| {
+        let (service, bearer) = (service.clone(), bearer.clone());
+        async move {
+            let handler = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let (service, bearer) = (service.clone(), bearer.clone());
+                async move {
+                    let presented = req.headers().get(hyper::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
+                    if !bearer.accepts(presented) || req.uri().path() != "/mcp" {
+                        let status = if req.uri().path() != "/mcp" { 404 } else { 401 };
+                        let body = http_body_util::BodyExt::boxed(http_body_util::Full::new(hyper::body::Bytes::from_static(
+                            b"{\"code\":\"unauthorized\",\"message\":\"an `Authorization: Bearer <token>` header is required at /mcp\"}",
+                        )));
+                        let mut response = hyper::Response::new(body);
+                        *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::UNAUTHORIZED);
+                        return Ok::<_, std::convert::Infallible>(response);
+                    }
+                    // The body is read here, bounded in size (the SDK's bound) and in time.
+                    let (parts, body) = req.into_parts();
+                    let limited = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, max_body));
+                    let body = match tokio::time::timeout(crate::doors::http::bind::BODY_READ_TIMEOUT, limited).await {
+                        Ok(Ok(collected)) => collected.to_bytes(),
+                        failed => {
+                            let (status, message): (_, &'static [u8]) = match failed {
+                                Err(_) => (hyper::StatusCode::REQUEST_TIMEOUT, b"{\"code\":\"invalid_params\",\"message\":\"the request body did not arrive in time\"}"),
+                                _ => (hyper::StatusCode::PAYLOAD_TOO_LARGE, b"{\"code\":\"invalid_params\",\"message\":\"the request body is too large or broken\"}"),
+                            };
+                            let mut response = hyper::Response::new(http_body_util::BodyExt::boxed(http_body_util::Full::new(
+                                hyper::body::Bytes::from_static(message),
+                            )));
+                            *response.status_mut() = status;
+                            return Ok(response);
+                        }
+                    };
+                    Ok(service.handle(hyper::Request::from_parts(parts, http_body_util::Full::new(body))).await)
+                }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = crate::doors::http::bind::http1().serve_connection(io, handler).await;
+        }
+    });
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = accept => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+/// The MCP server: the store (or its holder) and the session it serves.
+#[derive(Clone)]
+struct FactoryMcp {
+    /// The service (in this process, or the one holding the store).
+    client: Client,
+    session: Option<String>,
+    #[allow(dead_code)] // read by the `tool_handler` macro
+    tool_router: ToolRouter<Self>,
+}
+
+/// A failure before a run exists: a tool error with the spec's code.
+struct ToolError {
+    code: ErrorCode,
+    message: String,
+}
+
+impl ToolError {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ToolError { code, message: message.into() }
+    }
+
+    fn result(self) -> CallToolResult {
+        let mut result = CallToolResult::structured_error(json!({ "code": self.code, "message": self.message }));
+        result.content = vec![ContentBlock::text(format!("{}: {}", self.code, self.message))];
+        result
+    }
+}
+
+/// A success: `value` as structured content, `summary` as the text a model reads.
+fn answer(value: Value, summary: String) -> CallToolResult {
+    let mut result = CallToolResult::structured(value);
+    result.content = vec![ContentBlock::text(summary)];
+    result
+}
+
+/// `run_factory`'s input: exactly one of two branches (checked again at the call).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RunFactoryParams {
+    name: Option<String>,
+    args: Option<Value>,
+    resume_from_run_id: Option<String>,
+    limits: Option<Limits>,
+}
+
+const LIMITS_SCHEMA: &str = r#"{
+  "type": "object",
+  "description": "Limit overrides for this invocation (each must be positive). Omit to use the factory's declared limits; on resume, raise the limit that stopped the run.",
+  "properties": {
+    "maxConcurrentSubagents": {"type": "integer", "minimum": 1, "description": "Subagents running at once; further ones queue."},
+    "maxTotalSubagents": {"type": "integer", "minimum": 1, "description": "Subagent spawns over the whole run, all attempts included."},
+    "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "description": "Active seconds over all attempts."},
+    "maxAiCredits": {"type": "number", "exclusiveMinimum": 0, "description": "AI-credit budget for the whole run (post-paid, fail-closed)."}
+  },
+  "additionalProperties": false
+}"#;
+
+fn limits_schema() -> Value {
+    serde_json::from_str(LIMITS_SCHEMA).unwrap_or_else(|_| json!({"type": "object"}))
+}
+
+impl schemars::JsonSchema for RunFactoryParams {
+    fn schema_name() -> Cow<'static, str> {
+        "RunFactoryParams".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let value = json!({
+            "type": "object",
+            "description": "Either start a factory by name ({ name, args?, limits? }) or resume a run that stopped ({ resumeFromRunId, limits? }).",
+            "properties": {
+                "name": {"type": "string", "description": "The factory to run (see factories_manage operation `list`). Its description says which args it expects."},
+                "args": {"description": "Arguments for the factory, any JSON value, passed verbatim (default {})."},
+                "resumeFromRunId": {"type": "string", "description": "Resume this run (same id and args): journaled work replays for free, so resuming is cheaper than starting again. Find ids with factories_manage operation `runs`."},
+                "limits": limits_schema()
+            },
+            "oneOf": [
+                {"required": ["name"], "not": {"required": ["resumeFromRunId"]}},
+                {"required": ["resumeFromRunId"], "not": {"anyOf": [{"required": ["name"]}, {"required": ["args"]}]}}
+            ],
+            "additionalProperties": false
+        });
+        schemars::Schema::try_from(value).unwrap_or_default()
+    }
+}
+
+/// `factories_manage`'s input.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ManageParams {
+    operation: String,
+    name: Option<String>,
+    meta: Option<Value>,
+    run: Option<String>,
+    run_id: Option<String>,
+    after_seq: Option<u64>,
+    before_seq: Option<u64>,
+    phase: Option<String>,
+    limit: Option<usize>,
+}
+
+impl schemars::JsonSchema for ManageParams {
+    fn schema_name() -> Cow<'static, str> {
+        "ManageParams".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let value = json!({
+            "type": "object",
+            "properties": {
+                "operation": {
+                    "type": "string",
+                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel"],
+                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs: this session's runs, oldest first (ids, factory, status, updated time). show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable)."
+                },
+                "name": {"type": "string", "description": "inspect: the factory's name."},
+                "meta": {
+                    "type": "object",
+                    "description": "author: the factory's metadata: { name, description (say what args it expects), phases?: [{ title }], limits?: { maxConcurrentSubagents, maxTotalSubagents, timeoutSeconds, maxAiCredits }, argsSchema? }."
+                },
+                "run": {
+                    "type": "string",
+                    "description": "author: the factory's body, ONE self-contained JavaScript async function expression, e.g. `async ({ args, agent, parallel, step, phase, log }) => { ... }`. It closes over nothing: define every schema, constant and helper inside it; no import statements. ctx has args, runId, agent(prompt, { label, schema, model }) (text, parsed JSON with a schema, or null on failure), parallel(thunks), pipeline(items, ...stages), step(key, fn), phase(title), log(message), signal."
+                },
+                "runId": {"type": "string", "description": "show, progress, wait, cancel: the run."},
+                "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards)."},
+                "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards)."},
+                "phase": {"type": "string", "description": "progress: only entries of this phase."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "progress: page size (default 50)."}
+            },
+            "required": ["operation"],
+            "additionalProperties": false
+        });
+        schemars::Schema::try_from(value).unwrap_or_default()
+    }
+}
+
+#[tool_router]
+impl FactoryMcp {
+    #[tool(
+        name = "run_factory",
+        description = "Run an agent factory — a sandboxed workflow that coordinates many subagents — and wait for it to end, or resume a run that stopped. Give { name, args?, limits? } to start one (factories_manage `list` shows what exists and what args each expects), or { resumeFromRunId, limits? } to continue a run that hit a limit, was cancelled or was interrupted: its finished work replays for free. Returns the run envelope for every outcome: status (completed, error, halted, cancelled), result (when completed), a typed failure (e.g. factory_limit_reached with the limit's name: resume with that limit raised), accounting, and the runId. Only failures before a run exists are tool errors (unknown name, bad limits, not_found, non_resumable, already_active, no_approval_provider)."
+    )]
+    async fn run_factory(
+        &self,
+        Parameters(params): Parameters<RunFactoryParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        Ok(match self.run_factory_inner(params, &context).await {
+            Ok(result) => result,
+            Err(e) => e.result(),
+        })
+    }
+
+    #[tool(
+        name = "factories_manage",
+        description = "Look at factories and at this session's factory runs, or write a new factory. operation `list` (factories you can run), `inspect` {name}, `author` {meta, run} (register a JavaScript factory in this session without running it), `runs` (your runs with ids and statuses — use it to recover a run id for run_factory's resumeFromRunId), `show` {runId}, `progress` {runId, afterSeq?, beforeSeq?, phase?, limit?}, `wait` {runId}, `cancel` {runId}. Prompts are never shown."
+    )]
+    async fn factories_manage(
+        &self,
+        Parameters(params): Parameters<ManageParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        Ok(match self.manage_inner(params, &context).await {
+            Ok(result) => result,
+            Err(e) => e.result(),
+        })
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for FactoryMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+            "factory runs agent factories: sandboxed, durable workflows of many subagents. Use factories_manage \
+             (operation list) to see what can run, run_factory to run or resume one, and factories_manage (runs, \
+             show, progress) to observe your runs.",
+        )
+    }
+}
+
+impl FactoryMcp {
+    /// The session of this connection.
+    fn session(&self, context: &RequestContext<RoleServer>) -> String {
+        if let Some(session) = &self.session {
+            return session.clone();
+        }
+        let client = context.peer.peer_info().map(|info| info.client_info.name.clone()).unwrap_or_default();
+        let client: String = client.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).take(64).collect();
+        format!("mcp:{}", if client.is_empty() { "client" } else { &client })
+    }
+
+    /// One control request, to this process's host or to the holder of the store.
+    async fn ask(&self, request: Request) -> Result<Value, ToolError> {
+        let response = self.client.call(request).await.map_err(|e| ToolError::new(e.code(), e.to_string()))?;
+        response.body().map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))
+    }
+
+    async fn run_factory_inner(
+        &self,
+        params: RunFactoryParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ToolError> {
+        let session = self.session(context);
+        let limits = params.limits.unwrap_or_default();
+        let start = match (params.name, params.resume_from_run_id) {
+            (Some(name), None) => {
+                // Consent: the server's own trust check decides (an MCP client cannot be asked);
+                // factories authored in this session run without it.
+                Request::Run {
+                    session: session.clone(),
+                    component: Target::Registered(name),
+                    args: params.args,
+                    limits,
+                    backend: Default::default(),
+                    grants: Vec::new(),
+                    declined: false,
+                    // An MCP client cannot be asked: the server's own trust check decides.
+                    consent: factory_host::service::Consent::None,
+                }
+            }
+            (None, Some(run_id)) => {
+                if params.args.is_some() {
+                    return Err(ToolError::new(ErrorCode::InvalidParams, "a resume keeps the run's args: give no `args`"));
+                }
+                Request::Resume {
+                    session: session.clone(),
+                    run_id,
+                    component: None,
+                    limits,
+                    backend: Default::default(),
+                    consent: factory_host::service::Consent::None,
+                }
+            }
+            _ => {
+                return Err(ToolError::new(
+                    ErrorCode::InvalidParams,
+                    "give either `name` (with optional `args` and `limits`) or `resumeFromRunId` (with optional `limits`)",
+                ))
+            }
+        };
+        let started = self.ask(start).await?;
+        let run_id = started["runId"].as_str().unwrap_or_default().to_string();
+        let (envelope, cancelled) = self.follow(&session, &run_id, context).await?;
+        let mut summary = summarize(&envelope);
+        if cancelled {
+            summary.push_str(&format!(
+                " The client cancelled the call, so the run was cancelled; resume it with run_factory {{\"resumeFromRunId\": \"{run_id}\"}}."
+            ));
+        }
+        let value = serde_json::to_value(&envelope).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+        Ok(answer(value, summary))
+    }
+
+    /// Follow a run to its end: progress notifications when the client gave a token, and
+    /// a cancellation of the call cancels the run. Returns the terminal envelope and
+    /// whether the client cancelled.
+    async fn follow(
+        &self,
+        session: &str,
+        run_id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(RunEnvelope, bool), ToolError> {
+        let token = context.meta.get_progress_token();
+        let (mut after, mut done, mut phase) = (0u64, 0u64, None::<String>);
+        let mut cancelled = false;
+        loop {
+            let value = self.ask(Request::Envelope { session: session.into(), run_id: run_id.into() }).await?;
+            let envelope: RunEnvelope =
+                serde_json::from_value(value).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+            let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
+            let page = self.ask(Request::Progress { session: session.into(), run_id: run_id.into(), query }).await?;
+            let page: Vec<ProgressEntry> = serde_json::from_value(page).unwrap_or_default();
+            if let Some(last) = page.last() {
+                after = last.seq;
+                for entry in &page {
+                    match &entry.event {
+                        ProgressEvent::Phase { title } => phase = Some(title.clone()),
+                        ProgressEvent::AgentFinished { .. } => done += 1,
+                        _ => {}
+                    }
+                }
+                if let Some(token) = &token {
+                    let message = match &phase {
+                        Some(phase) => format!("phase {phase}: {done} agents done"),
+                        None => format!("{done} agents done"),
+                    };
+                    let note = ProgressNotificationParam::new(token.clone(), done as f64).with_message(message);
+                    let _ = context.peer.notify_progress(note).await;
+                }
+            }
+            if envelope.status.is_terminal() && page.len() < 1000 {
+                return Ok((envelope, cancelled));
+            }
+            if envelope.status.is_terminal() {
+                continue;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(POLL) => {}
+                _ = context.ct.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    self.ask(Request::Cancel { session: session.into(), run_id: run_id.into() }).await?;
+                }
+            }
+        }
+    }
+
+    async fn manage_inner(&self, p: ManageParams, context: &RequestContext<RoleServer>) -> Result<CallToolResult, ToolError> {
+        let session = self.session(context);
+        let need = |field: Option<String>, what: &str| {
+            field.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, format!("operation `{}` needs `{what}`", p.operation)))
+        };
+        match p.operation.as_str() {
+            "list" => {
+                let registered = self.ask(Request::Factories { session }).await?;
+                let factories: Vec<Value> = registered
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| factory_summary(&r["meta"]))
+                    .collect();
+                let names: Vec<&str> = factories.iter().filter_map(|f| f["name"].as_str()).collect();
+                let summary = if names.is_empty() {
+                    "No factories are registered (a user adds them with `factory add`).".to_string()
+                } else {
+                    format!("{} factories: {}.", names.len(), names.join(", "))
+                };
+                Ok(answer(json!({ "factories": factories }), summary))
+            }
+            "author" => {
+                let meta = p.meta.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, "operation `author` needs `meta`"))?;
+                let run = need(p.run, "run")?;
+                let registration = self.ask(Request::Author { session, meta, run }).await?;
+                let m = &registration["meta"];
+                let summary = format!(
+                    "Registered factory `{}` in this session (not run). Run it with run_factory {{\"name\": \"{}\"}}.",
+                    m["name"].as_str().unwrap_or_default(),
+                    m["name"].as_str().unwrap_or_default()
+                );
+                let mut value = factory_summary(m);
+                value["sha256"] = registration["script"]["sha256"].clone();
+                Ok(answer(value, summary))
+            }
+            "inspect" => {
+                let name = need(p.name, "name")?;
+                let r = self.ask(Request::Inspect { session, name }).await?;
+                let m = &r["meta"];
+                let mut value = factory_summary(m);
+                value["argsSchema"] = m.get("argsSchema").cloned().unwrap_or(Value::Null);
+                value["sha256"] = r["hash"].clone();
+                let summary = format!("{}: {}", m["name"].as_str().unwrap_or_default(), m["description"].as_str().unwrap_or_default());
+                Ok(answer(value, summary))
+            }
+            "runs" => {
+                let runs = self.ask(Request::Runs { session }).await?;
+                let runs: Vec<Value> = runs
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| json!({"runId": r["runId"], "factory": r["factory"], "status": r["status"],
+                                    "attempts": r["attempts"], "createdAt": r["createdAt"], "updatedAt": r["updatedAt"]}))
+                    .collect();
+                let summary = runs
+                    .iter()
+                    .map(|r| format!("{} {} {}", r["runId"].as_str().unwrap_or(""), r["factory"].as_str().unwrap_or(""), r["status"].as_str().unwrap_or("")))
+                    .collect::<Vec<_>>();
+                let summary = if summary.is_empty() { "No runs in this session.".into() } else { summary.join("\n") };
+                Ok(answer(json!({ "runs": runs }), summary))
+            }
+            "show" => {
+                let run_id = need(p.run_id, "runId")?;
+                let detail = self.ask(Request::Detail { session, run_id }).await?;
+                let envelope: RunEnvelope =
+                    serde_json::from_value(detail.clone()).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+                Ok(answer(detail, summarize(&envelope)))
+            }
+            "progress" => {
+                let run_id = need(p.run_id, "runId")?;
+                let query = ProgressQuery { after_seq: p.after_seq, before_seq: p.before_seq, phase: p.phase, limit: p.limit };
+                let page = self.ask(Request::Progress { session, run_id, query }).await?;
+                let n = page.as_array().map_or(0, Vec::len);
+                Ok(answer(json!({ "entries": page }), format!("{n} progress entries.")))
+            }
+            "wait" | "cancel" => {
+                let run_id = need(p.run_id, "runId")?;
+                let request = if p.operation == "wait" {
+                    Request::Wait { session, run_id }
+                } else {
+                    Request::Cancel { session, run_id }
+                };
+                let value = tokio::select! {
+                    value = self.ask(request) => value?,
+                    _ = context.ct.cancelled() => return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
+                };
+                let envelope: RunEnvelope =
+                    serde_json::from_value(value.clone()).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+                Ok(answer(value, summarize(&envelope)))
+            }
+            other => Err(ToolError::new(
+                ErrorCode::InvalidParams,
+                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait or cancel)"),
+            )),
+        }
+    }
+}
+
+/// What a model is shown of a factory's meta: name, description, phases, limits.
+fn factory_summary(meta: &Value) -> Value {
+    json!({"name": meta["name"], "description": meta["description"], "phases": meta["phases"], "limits": meta["limits"]})
+}
+
+/// A short text a model can read: what happened and what to do next.
+fn summarize(e: &RunEnvelope) -> String {
+    let status = serde_json::to_value(e.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let acc = &e.accounting;
+    let mut text = format!(
+        "Run {} of `{}` is {status} after {} attempt(s): {} subagents spawned, {} replayed, {:.1}s active, {} AI credits.",
+        e.run_id,
+        e.factory,
+        e.attempts,
+        acc.agents_spawned,
+        acc.agent_cache_hits,
+        acc.active_seconds,
+        acc.ai_credits()
+    );
+    if let Some(f) = &e.failure {
+        let kind = f.kind.as_deref().map(|k| format!(" ({k})")).unwrap_or_default();
+        text.push_str(&format!(" Failure: {}{kind}: {}", f.kind_type, f.message));
+        if e.status != factory_host::RunStatus::Completed {
+            text.push_str(&format!(" Resume with run_factory {{\"resumeFromRunId\": \"{}\"}}", e.run_id));
+            if f.kind_type == factory_host::FailureType::FactoryLimitReached {
+                text.push_str(" and the limit raised in `limits`");
+            }
+            text.push('.');
+        }
+    }
+    if let Some(result) = &e.result {
+        let shown = result.to_string();
+        let cut: String = shown.chars().take(2000).collect();
+        text.push_str(&format!(" Result: {cut}{}", if cut.len() < shown.len() { "…" } else { "" }));
+    }
+    text
+}

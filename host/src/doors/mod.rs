@@ -1,0 +1,13 @@
+//! The front doors of the `factory` binary, each a thin codec over the typed
+//! [`factory_host::service`] API: the command line ([`cli`]), the [`control`] socket
+//! other local processes talk to, the JSON API and dashboard ([`http`]) and the Model
+//! Context Protocol server ([`mcp`]). [`reach`] and [`daemon`] find (or start) the state
+//! directory's service that every door is a client of; [`args`] are the options they share.
+
+pub mod args;
+pub mod cli;
+pub mod control;
+pub mod daemon;
+pub mod http;
+pub mod mcp;
+pub mod reach;

@@ -1,0 +1,127 @@
+//! Reaching the service from the CLI: one [`Client`], two transports. Open the store here
+//! (and serve the control socket while this process holds it), or — when another factory
+//! process holds it — be a client of that process over the control socket.
+
+use crate::doors::args::GlobalArgs;
+use anyhow::{Context, Result};
+use factory_host::backend::{BackendCatalog, BuiltinCatalog};
+use crate::doors::control;
+use crate::doors::daemon::remote;
+use factory_host::service::{Client, ClientError, Local};
+use factory_host::store::StoreError;
+use factory_host::{Error, Host, HostConfig};
+use std::sync::Arc;
+
+/// The service over `host`, with this user's trust check.
+pub fn local(g: &GlobalArgs, host: &Arc<Host>) -> Local {
+    Local::new(host.clone(), crate::doors::cli::trust::trust_check(g))
+}
+
+
+/// Open the store in the state directory; `catalog` builds the backends runs choose (and
+/// the ones resumed runs recorded).
+pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Arc<Host>, Error> {
+    let config = HostConfig {
+        state_dir: Some(g.state_dir.clone()),
+        catalog,
+        commit_window: std::time::Duration::from_millis(g.commit_window_ms),
+        ..HostConfig::default()
+    };
+    Host::new(config).map(Arc::new)
+}
+
+/// How long to keep trying when the store is locked but nobody answers on the socket (a
+/// short-lived reader such as `factory runs`, or a holder still starting up).
+const LOCKED_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The service of the state directory: started if none answers (see [`crate::doors::daemon`]),
+/// or with `--no-daemon` the store opened here ([`open_here_or_reach`]).
+pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Client> {
+    if g.no_daemon {
+        return open_here_or_reach(g, catalog).await;
+    }
+    Ok(Client::Remote(crate::doors::daemon::ensure(g).await?))
+}
+
+/// Open the store with `catalog`, or find the process that holds it. A holder that does
+/// not answer on the control socket is waited for: it is a short-lived reader, or it is
+/// still starting up.
+pub async fn open_here_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Client> {
+    let remote = remote(g);
+    let socket = remote.socket().to_path_buf();
+    let deadline = std::time::Instant::now() + LOCKED_PATIENCE;
+    loop {
+        match open_host(g, catalog.clone()) {
+            Ok(host) => return Ok(Client::Local(local(g, &host))),
+            Err(Error::Store(StoreError::Locked(path))) => {
+                let client = Client::Remote(remote.clone());
+                match client.runs(&g.session).await {
+                    Ok(_) => return Ok(client),
+                    // Another user's socket, or another version: refused at once, never waited for.
+                    Err(factory_host::service::ServiceError::Remote(
+                        e @ (ClientError::NotOurs { .. } | ClientError::Protocol { .. }),
+                    )) => return Err(e.into()),
+                    Err(_) => {}
+                }
+                if std::time::Instant::now() >= deadline {
+                    anyhow::bail!(
+                        "the store {} is held by another process that does not answer on {}",
+                        path.display(),
+                        socket.display()
+                    );
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening the store in {}", g.state_dir.display())),
+        }
+    }
+}
+
+/// The service, or with `--no-daemon` the store opened here (to observe: no backend is
+/// built here).
+pub async fn access(g: &GlobalArgs) -> Result<Client> {
+    open_or_reach(g, Arc::new(BuiltinCatalog)).await
+}
+
+/// Serve the control socket for `host` while this process holds the store. The socket
+/// file is removed when the guard drops.
+pub struct Serving {
+    server: control::Server,
+    path: std::path::PathBuf,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Serving {
+    /// Connections being answered now.
+    pub fn in_flight(&self) -> usize {
+        self.server.in_flight()
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Stop serving after answering the requests in flight (at most 5 s).
+    pub async fn drain(self) {
+        let _ = std::fs::remove_file(&self.path);
+        self.server.drain(std::time::Duration::from_secs(5)).await;
+    }
+}
+
+/// Start serving; a failure only costs other terminals their view, so it is a warning.
+pub fn serve(g: &GlobalArgs, host: &Arc<Host>) -> Option<Serving> {
+    let path = control::socket_path(&g.state_dir);
+    match control::serve(local(g, host), &path) {
+        Ok(server) => Some(Serving { server, path }),
+        Err(e) => {
+            eprintln!("factory: warning: cannot serve the control socket {}: {e}", path.display());
+            None
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Why a hook refuses a guest's call: [`Abort`] (the WIT `abort`, with the host's real
+//! cause), the factory [`LimitKind`]s, and [`StepError`] (the WIT `step-error`). Shared by
+//! the run engine, which decides them, and the hooks, which hand them to the guest.
+
+use crate::backend::OutageKind;
+
+/// Why a hook tells the guest to stop (mirrors the WIT `abort`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Abort {
+    Cancelled,
+    /// The host is shutting down; the run ends `halted` (the guest sees `cancelled`).
+    Halted,
+    Limit(LimitKind),
+    /// The journal failed (its cause kept).
+    Storage(crate::engine::journal::JournalError),
+    InvalidCall(String),
+    /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
+    SandboxLimit { kind: &'static str, message: String },
+    /// The backend could not be used (unreachable, auth, unknown model, ...).
+    Backend { kind: OutageKind, message: String },
+    /// A budgeted run would spawn on a model whose cost is unknown (`maxAiCredits`).
+    Unpriced(String),
+}
+
+/// A factory limit that can stop a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LimitKind {
+    MaxTotalSubagents,
+    TimeoutSeconds,
+    MaxAiCredits,
+}
+
+impl LimitKind {
+    /// The spec's spelling, used as `failure.kind`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LimitKind::MaxTotalSubagents => "maxTotalSubagents",
+            LimitKind::TimeoutSeconds => "timeoutSeconds",
+            LimitKind::MaxAiCredits => "maxAiCredits",
+        }
+    }
+}
+
+/// Why `step-put` refused a value (mirrors the WIT `step-error`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StepError {
+    InvalidJson(String),
+    Abort(Abort),
+}

@@ -1,0 +1,1152 @@
+//! [`Host`]: the library's front door. It owns the engine, the linker, the component loader,
+//! the durable store and the backend; it loads and registers factories, starts, resumes,
+//! cancels and waits for runs, and answers questions about them — always on behalf of one
+//! owner session, which alone can see its runs.
+
+use crate::backend::{AgentBackend, BackendCatalog, BackendRef, BackendUnavailable, BuiltinCatalog, DryRun};
+use crate::sandbox::component::{ComponentLoader, LoadedComponent};
+use crate::model::envelope::{Accounting, Failure, RunEnvelope, RunStatus};
+use crate::error::Error;
+use crate::engine::journal::Journal;
+use crate::model::limits::Limits;
+use crate::model::meta::FactoryMeta;
+use crate::model::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
+use crate::engine::run::{self, AttemptSetup, RunShared};
+use crate::sandbox::{self, RunData, SandboxLimits};
+use crate::model::schema::Schema;
+use crate::guests::script::{Script, ScriptError, ScriptRef};
+use crate::store::{ProgressQuery, Registration, RunRecord, Store, StoreOptions, DEFAULT_COMMIT_WINDOW};
+use futures::FutureExt;
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+use wasmtime::component::Linker;
+use wasmtime::Engine;
+
+pub use crate::store::DEFAULT_SESSION;
+
+/// How a [`Host`] is set up.
+pub struct HostConfig {
+    /// Where the durable store lives (`None`: in memory, gone with the process).
+    pub state_dir: Option<PathBuf>,
+    /// Group-commit window of the store.
+    pub commit_window: Duration,
+    /// Where compiled components are cached (`None`: no cache).
+    pub cache_dir: Option<PathBuf>,
+    /// Who runs subagents of new runs that name no backend.
+    pub backend: Arc<dyn AgentBackend>,
+    /// Builds backends by name: a [`BackendChoice`], and on resume the backend a run
+    /// recorded (default: the built-in ones; the CLI uses its `factory.toml`).
+    pub catalog: Arc<dyn BackendCatalog>,
+    /// Host-side sandbox limits.
+    pub sandbox: SandboxLimits,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            state_dir: None,
+            commit_window: DEFAULT_COMMIT_WINDOW,
+            cache_dir: default_cache_dir(),
+            backend: Arc::new(DryRun),
+            catalog: Arc::new(BuiltinCatalog),
+            sandbox: SandboxLimits::default(),
+        }
+    }
+}
+
+/// `$FACTORY_CACHE_DIR`, else `$XDG_CACHE_HOME/factory`, else `~/.cache/factory`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("FACTORY_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(dir).join("factory"));
+    }
+    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("factory"))
+}
+
+/// A loaded factory: its compiled component and its checked metadata.
+#[derive(Debug, Clone)]
+pub struct Factory {
+    /// The component (hash, imports, compiled code).
+    pub component: LoadedComponent,
+    /// What it declares.
+    pub meta: FactoryMeta,
+}
+
+/// A backend chosen by name, as every front door (CLI, control socket, MCP) names one: built
+/// by the host's [`BackendCatalog`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendChoice {
+    /// A built-in spec or a configured name (`None`: the host's default for a new run, the
+    /// recorded one for a resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The model for calls that name none (`None`: the backend's, or the recorded one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl BackendChoice {
+    /// True when it names neither a backend nor a model.
+    pub fn is_empty(&self) -> bool {
+        self.name.is_none() && self.model.is_none()
+    }
+}
+
+/// Per-invocation options of [`Host::run`].
+#[derive(Default)]
+pub struct RunOptions {
+    /// Arguments (`{}` when `None`).
+    pub args: Option<serde_json::Value>,
+    /// Limit overrides (each present one replaces the declared one).
+    pub limits: Limits,
+    /// The owner session (default [`DEFAULT_SESSION`]).
+    pub session: Option<String>,
+    /// Receives every progress entry as it happens.
+    pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    /// Called with the run id once the run exists (before it executes).
+    pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
+    /// Who runs this run's subagents (wins over `choice`; default: the host's backend).
+    pub backend: Option<Arc<dyn AgentBackend>>,
+    /// A backend by name, built by the host's catalog (when `backend` is `None`).
+    pub choice: BackendChoice,
+    /// Directories the guest may read (read-only), mounted at `/grant/0`, `/grant/1`, ...
+    /// ([`sandbox::grant_mount_point`]). Each must exist and be a directory; the run records
+    /// them and every resume mounts them again.
+    pub grants: Vec<PathBuf>,
+}
+
+/// Options of [`Host::resume`].
+#[derive(Default)]
+pub struct ResumeOptions {
+    /// Limit overrides, on top of the run's earlier ones (raise a limit that stopped it).
+    pub limits: Limits,
+    /// Run this component instead of the one the last attempt ran (an edited factory);
+    /// journaled calls it repeats still replay, being keyed by content.
+    pub component: Option<Factory>,
+    /// The owner session (default [`DEFAULT_SESSION`]).
+    pub session: Option<String>,
+    /// Receives every progress entry as it happens.
+    pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    /// Called with the run id once the new attempt is accepted (before it executes).
+    pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
+    /// Who runs this attempt's subagents (wins over `choice`). By default a resume uses the
+    /// backend the run recorded, built again by the host's catalog — never another one.
+    pub backend: Option<Arc<dyn AgentBackend>>,
+    /// Another backend or model by name than the recorded one (a name alone keeps no model;
+    /// a model alone keeps the recorded backend).
+    pub choice: BackendChoice,
+}
+
+/// A run with its phases, agent summaries and latest progress page. On the wire it is the
+/// envelope's fields and its own side by side (see its `Deserialize`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunDetail {
+    /// The envelope.
+    #[serde(flatten)]
+    pub envelope: RunEnvelope,
+    /// Effective limits of the latest attempt.
+    pub limits: Limits,
+    /// Phases entered, in order (consecutive repeats folded).
+    pub phases: Vec<String>,
+    /// Agent summaries (no prompts), in completion order.
+    pub agents: Vec<AgentSummary>,
+    /// The latest progress page.
+    pub progress: Vec<ProgressEntry>,
+    /// Component sha256 of each attempt.
+    pub component_hashes: Vec<String>,
+    /// The source each attempt ran, for a script factory (index-aligned with
+    /// `component_hashes`; `null` for a component).
+    pub scripts: Vec<Option<ScriptRef>>,
+    /// The backend of each attempt.
+    pub backends: Vec<BackendRef>,
+    /// Read-only directory grants (canonical host paths; the `i`-th is `/grant/<i>`).
+    pub grants: Vec<String>,
+    /// The sandbox limits of the host answering (every run of it gets these).
+    pub sandbox: SandboxLimits,
+    /// True when `phases` and `agents` come from the newest [`DETAIL_SCAN_ENTRIES`]
+    /// progress entries only, or `agents` were cut to the newest [`DETAIL_AGENTS`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for RunDetail {
+    /// The flat form, read in two passes over one JSON object: the envelope's fields, then
+    /// the detail's own (serde's `flatten` cannot hand a result's raw JSON text through).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Own {
+            limits: Limits,
+            phases: Vec<String>,
+            agents: Vec<AgentSummary>,
+            progress: Vec<ProgressEntry>,
+            component_hashes: Vec<String>,
+            scripts: Vec<Option<ScriptRef>>,
+            backends: Vec<BackendRef>,
+            grants: Vec<String>,
+            sandbox: SandboxLimits,
+            #[serde(default)]
+            truncated: bool,
+        }
+        use serde::de::Error as _;
+        let text = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
+        let envelope: RunEnvelope = serde_json::from_str(text.get()).map_err(D::Error::custom)?;
+        let own: Own = serde_json::from_str(text.get()).map_err(D::Error::custom)?;
+        Ok(RunDetail {
+            envelope,
+            limits: own.limits,
+            phases: own.phases,
+            agents: own.agents,
+            progress: own.progress,
+            component_hashes: own.component_hashes,
+            scripts: own.scripts,
+            backends: own.backends,
+            grants: own.grants,
+            sandbox: own.sandbox,
+            truncated: own.truncated,
+        })
+    }
+}
+
+/// A run's detail reads at most this many progress entries, the newest.
+pub const DETAIL_SCAN_ENTRIES: usize = 10_000;
+
+/// A run's detail lists at most this many agent summaries, the newest.
+pub const DETAIL_AGENTS: usize = 2_000;
+
+/// A run executing in this process.
+struct ActiveRun {
+    stop: CancellationToken,
+    shared: Option<Arc<RunShared>>,
+}
+
+/// The factory host.
+pub struct Host {
+    engine: Engine,
+    linker: Linker<RunData>,
+    /// [`Host::linker`] plus the `script` import: links the JS runner only.
+    script_linker: Linker<RunData>,
+    /// The built-in JS runner, once loaded.
+    runner: Mutex<Option<LoadedComponent>>,
+    loader: ComponentLoader,
+    config: HostConfig,
+    store: Arc<Store>,
+    active: Mutex<HashMap<String, ActiveRun>>,
+    updates: broadcast::Sender<RunUpdated>,
+    /// Bytes the pending agent calls of every run hold.
+    pending_bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+fn session_of(session: &Option<String>) -> String {
+    session.clone().unwrap_or_else(|| DEFAULT_SESSION.to_string())
+}
+
+impl Host {
+    /// A host with `config`: opens (or creates) the store, halting runs a crash left running.
+    pub fn new(config: HostConfig) -> Result<Self, Error> {
+        let store = match &config.state_dir {
+            Some(dir) => Store::open(dir, StoreOptions { commit_window: config.commit_window, ..StoreOptions::default() })?,
+            None => Store::in_memory()?,
+        };
+        Host::with_store(config, store)
+    }
+
+    /// A host on a store the caller opened (e.g. [`Store::open_with_backend`]);
+    /// `config.state_dir` and `config.commit_window` are not used.
+    pub fn with_store(config: HostConfig, store: Store) -> Result<Self, Error> {
+        config.sandbox.validate()?;
+        let engine = sandbox::engine().map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
+        let linker = crate::capabilities::linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
+        let script_linker = crate::capabilities::script_linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
+        let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
+        let (updates, _) = broadcast::channel(1024);
+        Ok(Host {
+            engine,
+            linker,
+            script_linker,
+            runner: Mutex::new(None),
+            loader,
+            config,
+            store: Arc::new(store),
+            active: Mutex::new(HashMap::new()),
+            updates,
+            pending_bytes: Default::default(),
+        })
+    }
+
+    /// The durable store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The sandbox limits every run of this host gets.
+    pub fn sandbox_limits(&self) -> &SandboxLimits {
+        &self.config.sandbox
+    }
+
+    /// The backend's name.
+    pub fn backend_name(&self) -> String {
+        self.config.backend.name()
+    }
+
+    /// `run_updated` events of every run of this host.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunUpdated> {
+        self.updates.subscribe()
+    }
+
+    /// Load a component file, or a script factory (`.js`, `.mjs`, `.ts`, `.mts`; a file
+    /// offering several factories as `file.js#name`), and read its metadata.
+    pub async fn load_file(&self, path: &Path) -> Result<Factory, Error> {
+        if !path.exists() {
+            if let Some(text) = path.to_str() {
+                if let (file, Some(entry)) = crate::guests::script::split_entry(text) {
+                    let script = Script::read(Path::new(file), Some(entry.to_string()))?;
+                    return self.load_script(script).await;
+                }
+            }
+        }
+        if crate::guests::script::is_script(path) {
+            let script = Script::read(path, None)?;
+            return self.load_script(script).await;
+        }
+        let component = self.loader.load_file(&self.linker, path)?;
+        self.with_meta(component).await
+    }
+
+    /// Load a script factory: the built-in JS runner with `script` as its source. Fails
+    /// with [`Error::Script`] when the source does not define a runnable factory (a syntax
+    /// error names `file:line:col`).
+    pub async fn load_script(&self, script: Script) -> Result<Factory, Error> {
+        let runner = self.runner()?;
+        self.with_meta(runner.with_script(script)).await
+    }
+
+    /// The built-in JS runner component (compiled once per host; the compile cache keeps
+    /// its artifact across processes).
+    pub fn runner(&self) -> Result<LoadedComponent, Error> {
+        let mut runner = self.runner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(loaded) = runner.as_ref() {
+            return Ok(loaded.clone());
+        }
+        if crate::guests::script::RUNNER.is_empty() {
+            return Err(crate::guests::script::ScriptError::NoRunner.into());
+        }
+        let loaded = self.loader.load_bytes_for(&self.script_linker, crate::guests::script::RUNNER, true)?;
+        *runner = Some(loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Register a factory given in the authoring form — `meta` as JSON and a `run` body that
+    /// is one self-contained async function expression — without running it. The
+    /// registration stores the runner and the generated source; `run <name>` runs it.
+    pub async fn author(&self, meta: &serde_json::Value, run: &str) -> Result<Registration, Error> {
+        let script = crate::guests::script::author(meta, run)?;
+        let factory = self.load_script(script).await?;
+        self.register(&factory).await
+    }
+
+    /// [`Host::author`] in `session`'s own scope: only that session lists and runs it (it
+    /// wins over a factory of the same name registered for everyone).
+    pub async fn author_in(&self, session: &str, meta: &serde_json::Value, run: &str) -> Result<Registration, Error> {
+        let script = crate::guests::script::author(meta, run)?;
+        let factory = self.load_script(script).await?;
+        self.register_as(&factory, Some(session.to_string())).await
+    }
+
+    /// A script factory from a stored runner and a stored source (what a run or a
+    /// registration recorded).
+    pub async fn load_stored_script(&self, runner_hash: &str, script: &ScriptRef) -> Result<Factory, Error> {
+        let text = self
+            .store
+            .blob(&script.sha256)?
+            .ok_or_else(|| Error::NotRegistered(format!("no stored source with sha256 {}", script.sha256)))?;
+        let text = String::from_utf8(text).map_err(|_| ScriptError::NotText(script.file_name.clone()))?;
+        let runner = match self.runner() {
+            Ok(runner) if runner.hash == runner_hash => runner,
+            _ => {
+                let bytes = self
+                    .store
+                    .blob(runner_hash)?
+                    .ok_or_else(|| Error::NotRegistered(format!("no stored runner with sha256 {runner_hash}")))?;
+                self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
+            }
+        };
+        let script = Script::from_source(script.file_name.clone(), text, script.entry.clone())?;
+        self.with_meta(runner.with_script(script)).await
+    }
+
+    /// Store what a run or registration of `factory` needs to load it again: the component
+    /// bytes and, for a script factory, the source text.
+    fn put_blobs(&self, factory: &Factory) -> Result<(), Error> {
+        self.store.put_blob(&factory.component.hash, &factory.component.bytes)?;
+        if let Some(script) = &factory.component.script {
+            let text: Arc<[u8]> = Arc::from(script.text.as_bytes());
+            self.store.put_blob(&script.hash, &text)?;
+        }
+        Ok(())
+    }
+
+    /// Load a component from bytes and read its metadata.
+    pub async fn load_bytes(&self, bytes: &[u8]) -> Result<Factory, Error> {
+        let component = self.loader.load_bytes(&self.linker, bytes)?;
+        self.with_meta(component).await
+    }
+
+    /// Load a component stored under its sha256.
+    pub async fn load_stored(&self, hash: &str) -> Result<Factory, Error> {
+        let bytes = self
+            .store
+            .blob(hash)?
+            .ok_or_else(|| Error::NotRegistered(format!("no stored component with sha256 {hash}")))?;
+        self.load_bytes(&bytes).await
+    }
+
+    /// Load a registered factory by name.
+    pub async fn load_registered(&self, name: &str) -> Result<Factory, Error> {
+        let registration =
+            self.store.factory(name)?.ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
+        self.load_registration(&registration).await
+    }
+
+    /// Load factory `name` as `session` sees it (its own authored one first).
+    pub async fn load_registered_for(&self, session: &str, name: &str) -> Result<Factory, Error> {
+        let registration = self
+            .store
+            .factory_in(session, name)?
+            .ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
+        self.load_registration(&registration).await
+    }
+
+    async fn load_registration(&self, registration: &Registration) -> Result<Factory, Error> {
+        match &registration.script {
+            Some(script) => self.load_stored_script(&registration.hash, script).await,
+            None => self.load_stored(&registration.hash).await,
+        }
+    }
+
+    /// Register a factory under its meta name (replacing an earlier registration).
+    pub async fn register(&self, factory: &Factory) -> Result<Registration, Error> {
+        self.register_as(factory, None).await
+    }
+
+    async fn register_as(&self, factory: &Factory, session: Option<String>) -> Result<Registration, Error> {
+        let registration = Registration {
+            session,
+            meta: factory.meta.clone(),
+            hash: factory.component.hash.clone(),
+            script: factory.component.script.as_ref().map(|s| s.reference()),
+            added_at: crate::store::records_timestamp(),
+        };
+        self.put_blobs(factory)?;
+        self.store.register(&registration, &factory.component.bytes).await?;
+        Ok(registration)
+    }
+
+    /// Factories registered for everyone, by name.
+    pub fn registered(&self) -> Result<Vec<Registration>, Error> {
+        Ok(self.store.factories()?.into_iter().filter(|r| r.session.is_none()).collect())
+    }
+
+    /// Whether the component or script source `key` (a sha256) is a factory `session`
+    /// authored itself: it runs in the sandbox without consent, as the spec's authoring does.
+    pub fn authored_in(&self, session: &str, key: &str) -> Result<bool, Error> {
+        Ok(self.store.factories()?.iter().any(|r| {
+            r.session.as_deref() == Some(session) && r.script.as_ref().is_some_and(|s| s.sha256 == key)
+        }))
+    }
+
+    /// The factories `session` can run: its own authored ones, then those registered for
+    /// everyone that it does not shadow.
+    pub fn registered_for(&self, session: &str) -> Result<Vec<Registration>, Error> {
+        let all = self.store.factories()?;
+        let own: Vec<Registration> = all.iter().filter(|r| r.session.as_deref() == Some(session)).cloned().collect();
+        let shared = all
+            .into_iter()
+            .filter(|r| r.session.is_none() && !own.iter().any(|o| o.meta.name == r.meta.name));
+        Ok(own.iter().cloned().chain(shared).collect())
+    }
+
+    async fn with_meta(&self, component: LoadedComponent) -> Result<Factory, Error> {
+        let setup = AttemptSetup {
+            run_id: String::new(),
+            limits: Limits::default(),
+            sandbox: self.config.sandbox.clone(),
+            journal: Arc::new(NoJournal),
+            backend: self.config.backend.clone(),
+            prior: Accounting::default(),
+            next_seq: 0,
+            events: None,
+            updates: broadcast::channel(1).0,
+            record_writes: 0,
+            stop: CancellationToken::new(),
+            host_pending_bytes: self.pending_bytes.clone(),
+        };
+        let shared = RunShared::new(setup).map_err(|f| Error::MetaCall(f.message))?;
+        let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
+            .map_err(|e| Error::MetaCall(format!("{e:#}")))?;
+        let meta = if component.script.is_some() {
+            // A script runner's `describe` is `meta` that can say why the source is no factory.
+            let instance = component
+                .pre
+                .instance_pre()
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+            let describe = instance
+                .get_typed_func::<(), (Result<crate::sandbox::contract::agent::factory::types::Meta, String>,)>(&mut store, "describe")
+                .map_err(|e| Error::MetaCall(format!("the JS runner has no `describe`: {e:#}")))?;
+            let limit = Duration::from_millis(self.config.sandbox.meta_timeout_ms);
+            let described = tokio::time::timeout(limit, describe.call_async(&mut store, ()))
+                .await
+                .map_err(|_| Error::MetaCall(format!("reading the factory's meta did not finish within {limit:?}")))?
+                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+            described.0.map_err(ScriptError::Invalid)?
+        } else {
+            let instance = component
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+            // `meta` must be cheap: a guest that spins in it runs out of time, not forever.
+            let limit = Duration::from_millis(self.config.sandbox.meta_timeout_ms);
+            tokio::time::timeout(limit, instance.call_meta(&mut store))
+                .await
+                .map_err(|_| Error::MetaCall(format!("`meta` did not return within {limit:?}")))?
+                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?
+        };
+        let meta = FactoryMeta::from_wit(meta)?;
+        Ok(Factory { component, meta })
+    }
+
+    fn active(&self) -> MutexGuard<'_, HashMap<String, ActiveRun>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The record of `run_id`, if `session` owns it.
+    /// Whether `run_id` exists and belongs to `session` (false when it cannot be read).
+    pub fn owned_by(&self, session: &str, run_id: &str) -> bool {
+        self.record(session, run_id).is_ok()
+    }
+
+    fn record(&self, session: &str, run_id: &str) -> Result<RunRecord, Error> {
+        match self.store.run(run_id)? {
+            Some(record) if record.session == session => Ok(record),
+            _ => Err(Error::NotFound(run_id.to_string())),
+        }
+    }
+
+    /// The envelope of a record as callers see it: every reader (`envelope`, `runs`,
+    /// `wait`, `detail`) goes through here, so the rules live in one place.
+    ///
+    /// - Live accounting and revision while an attempt runs here.
+    /// - Claimed here for a new attempt that has not recorded its start yet: `running`
+    ///   (its earlier ending is no longer the answer).
+    /// - `running` with no attempt here: first read again (the attempt writes its end before
+    ///   it leaves `active`, so it may have just ended); still `running`, it is an attempt
+    ///   that could not record its end (this process holds the store), and it reads as
+    ///   `halted`, resumable, like a crash found at reopen.
+    fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
+        let mut envelope = record.envelope;
+        let (active, live) = {
+            let active = self.active();
+            let run = active.get(&envelope.run_id);
+            (run.is_some(), run.and_then(|a| a.shared.clone()))
+        };
+        match live {
+            Some(shared) => {
+                envelope.accounting = shared.accounting();
+                envelope.revision = record.writes + shared.last_seq();
+            }
+            None => envelope.revision = record.writes + self.store.last_progress_seq(&envelope.run_id)?,
+        }
+        if active && envelope.status.is_terminal() {
+            // Claimed for a new attempt that has not recorded its start yet.
+            envelope.status = RunStatus::Running;
+            envelope.failure = None;
+            envelope.error = None;
+            envelope.result = None;
+        }
+        if envelope.status == RunStatus::Running && !active {
+            // The attempt may have ended between reading the record and looking at `active`:
+            // it writes its end before it leaves `active`, so a fresh read has it.
+            if let Some(fresh) = self.store.run(&envelope.run_id)? {
+                if fresh.envelope.status != RunStatus::Running {
+                    return self.current(fresh);
+                }
+            }
+        }
+        if envelope.status == RunStatus::Running && !active {
+            envelope.status = RunStatus::Halted;
+            let failure = Failure::new(crate::model::envelope::FailureType::Halted, None, "the attempt ended without recording its outcome; resume to continue");
+            envelope.error.get_or_insert_with(|| failure.message.clone());
+            envelope.failure.get_or_insert(failure);
+        }
+        Ok(envelope)
+    }
+
+    /// Start a run of `factory` and drive its first attempt to the end. Returns the envelope
+    /// for every outcome; refuses only what fails before the run exists (bad limits, bad
+    /// args, a store failure).
+    pub async fn run(&self, factory: &Factory, mut options: RunOptions) -> Result<RunEnvelope, Error> {
+        let backend = match options.backend.take() {
+            Some(backend) => backend,
+            None => self.chosen_backend(&options.choice)?,
+        };
+        let (record, options) = self.create_run(factory, options).await?;
+        self.attempt(factory, record, options.events, backend).await
+    }
+
+    /// The backend a new run uses for `choice`: the host's default when it is empty, else
+    /// one the catalog builds (a model alone goes with the default backend's name).
+    pub fn chosen_backend(&self, choice: &BackendChoice) -> Result<Arc<dyn AgentBackend>, Error> {
+        let name = match choice.name.clone().or_else(|| self.config.catalog.default_name()) {
+            Some(name) => name,
+            None if choice.model.is_none() => return Ok(self.config.backend.clone()),
+            None => self.config.backend.reference().name,
+        };
+        let reference = BackendRef { model: choice.model.clone(), ..BackendRef::named(name) };
+        Ok(self.config.catalog.build(&reference)?)
+    }
+
+    /// The backend a resume of `record` uses: the one its last attempt recorded (with the
+    /// model or name `choice` changes), built again — never a silent fallback.
+    fn recorded_backend(&self, record: &RunRecord, choice: &BackendChoice) -> Result<Arc<dyn AgentBackend>, Error> {
+        let recorded = record.backends.last().cloned();
+        let reference = match (&choice.name, recorded) {
+            (Some(name), _) => BackendRef { model: choice.model.clone(), ..BackendRef::named(name.clone()) },
+            (None, Some(recorded)) => BackendRef { model: choice.model.clone().or(recorded.model.clone()), ..recorded },
+            (None, None) => {
+                return Err(BackendUnavailable {
+                    backend: "(not recorded)".into(),
+                    missing: "the run was started before factory recorded backends; resume it with --backend NAME".into(),
+                }
+                .into())
+            }
+        };
+        if let Some(var) = &reference.key_env {
+            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
+                return Err(BackendUnavailable {
+                    backend: reference.display(),
+                    missing: format!("the variable `{var}` that held its API key is not set"),
+                }
+                .into());
+            }
+        }
+        let default = self.config.backend.reference();
+        if default.name == reference.name && default.model == reference.model && default.config == reference.config {
+            return Ok(self.config.backend.clone());
+        }
+        self.config.catalog.build(&reference).map_err(|mut e| {
+            if choice.name.is_none() {
+                e.missing = format!(
+                    "{} — the run recorded it; put its configuration back, or resume on another backend with --backend",
+                    e.missing
+                );
+            }
+            e.into()
+        })
+    }
+
+    /// Record a fresh run of `factory` that its user declined to start (a consent prompt
+    /// answered "no"): created as [`Host::run`] would create it (same checks, a run id,
+    /// `on_start`), then ended at once as `cancelled` (failure kind `declined`) without
+    /// executing anything. It cannot be resumed: it has no attempt to continue.
+    pub async fn decline(&self, factory: &Factory, options: RunOptions) -> Result<RunEnvelope, Error> {
+        let (mut record, _) = self.create_run(factory, options).await?;
+        let envelope = &mut record.envelope;
+        envelope.status = RunStatus::Cancelled;
+        let failure = Failure::new(crate::model::envelope::FailureType::Cancelled, Some("declined"), "the run was declined at the consent prompt; nothing ran");
+        envelope.error = Some(failure.message.clone());
+        envelope.failure = Some(failure);
+        envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(&mut record, false).await?;
+        let run_id = record.envelope.run_id.clone();
+        let revision = record.writes + self.store.last_progress_seq(&run_id)?;
+        let _ = self.updates.send(RunUpdated { run_id, revision });
+        self.current(record)
+    }
+
+    /// Check `options` and store a new pending run of `factory`; hands back what of
+    /// `options` the attempt still needs.
+    async fn create_run(&self, factory: &Factory, mut options: RunOptions) -> Result<(RunRecord, RunOptions), Error> {
+        let limits = factory.meta.limits.overridden_by(&options.limits);
+        limits.validate()?;
+        let grants = sandbox::check_grants(&options.grants)?;
+        let args = options.args.clone().unwrap_or_else(|| serde_json::json!({}));
+        if let Some(schema) = &factory.meta.args_schema {
+            let schema = Schema::parse(schema.get()).map_err(|e| Error::InvalidArgs(e.to_string()))?;
+            schema.check(&args).map_err(|m| Error::InvalidArgs(m.to_string()))?;
+        }
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let now = crate::store::records_timestamp();
+        let mut record = RunRecord {
+            envelope: RunEnvelope {
+                run_id: run_id.clone(),
+                factory: factory.meta.name.clone(),
+                status: RunStatus::Pending,
+                result: None,
+                failure: None,
+                error: None,
+                accounting: Accounting::default(),
+                attempts: 0,
+                created_at: now.clone(),
+                updated_at: now,
+                revision: 0,
+                backend: None,
+            },
+            session: session_of(&options.session),
+            args: args.to_string(),
+            overrides: options.limits,
+            limits,
+            component_hashes: Vec::new(),
+            scripts: Vec::new(),
+            backends: Vec::new(),
+            grants,
+            writes: 0,
+            seq: 0,
+        };
+        self.put_blobs(factory)?;
+        self.store.put_run(&mut record, true).await?;
+        if let Some(on_start) = options.on_start.take() {
+            on_start(&run_id);
+        }
+        Ok((record, options))
+    }
+
+    /// Resume a run that ended without completing: same id, same args, a new attempt in
+    /// which every journaled step and agent call replays for free.
+    pub async fn resume(&self, run_id: &str, options: ResumeOptions) -> Result<RunEnvelope, Error> {
+        let session = session_of(&options.session);
+        let mut record = self.record(&session, run_id)?;
+        match record.envelope.status {
+            RunStatus::Completed => return Err(Error::NonResumable(format!("run `{run_id}` is completed"))),
+            // `running` without an attempt here is an attempt that could not write its end
+            // (this process holds the store, so nobody else runs it): resumable.
+            RunStatus::Pending => return Err(Error::AlreadyActive(run_id.into())),
+            _ => {}
+        }
+        // Claimed before anyone hears of the new attempt (`on_start`), so a `wait` that
+        // follows it cannot mistake the previous attempt's end for this one's.
+        let claim = self.claim(run_id)?;
+        if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
+            return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
+        }
+        // The run keeps its grants; each must still be the directory it recorded.
+        sandbox::recheck_grants(&record.grants)?;
+        let factory = match options.component {
+            Some(factory) => factory,
+            None => {
+                let hash = record.component_hashes.last().cloned().unwrap_or_default();
+                let script = record.scripts.get(record.component_hashes.len().wrapping_sub(1)).cloned().flatten();
+                let loaded = match &script {
+                    Some(script) => self.load_stored_script(&hash, script).await,
+                    None => self.load_stored(&hash).await,
+                };
+                loaded.map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?
+            }
+        };
+        if factory.meta.name != record.envelope.factory {
+            return Err(Error::NonResumable(format!(
+                "run `{run_id}` belongs to factory `{}`, not `{}`",
+                record.envelope.factory, factory.meta.name
+            )));
+        }
+        let overrides = record.overrides.overridden_by(&options.limits);
+        let limits = factory.meta.limits.overridden_by(&overrides);
+        limits.validate()?;
+        record.overrides = overrides;
+        record.limits = limits;
+        let backend = match options.backend {
+            Some(backend) => backend,
+            None => self.recorded_backend(&record, &options.choice)?,
+        };
+        self.put_blobs(&factory)?;
+        if let Some(on_start) = options.on_start {
+            on_start(run_id);
+        }
+        self.attempt_claimed(&factory, record, options.events, backend, claim).await
+    }
+
+    /// Execute one attempt of an existing run.
+    async fn attempt(
+        &self,
+        factory: &Factory,
+        record: RunRecord,
+        events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+        backend: Arc<dyn AgentBackend>,
+    ) -> Result<RunEnvelope, Error> {
+        let claim = self.claim(&record.envelope.run_id)?;
+        self.attempt_claimed(factory, record, events, backend, claim).await
+    }
+
+    /// Mark `run_id` as executing here (refused when it already is). Until the claim is
+    /// dropped, `wait` does not take the run's stored status for its end.
+    fn claim(&self, run_id: &str) -> Result<Claim<'_>, Error> {
+        let stop = CancellationToken::new();
+        let mut active = self.active();
+        if active.contains_key(run_id) {
+            return Err(Error::AlreadyActive(run_id.to_string()));
+        }
+        active.insert(run_id.to_string(), ActiveRun { stop: stop.clone(), shared: None });
+        Ok(Claim { stop, guard: ActiveGuard { host: self, run_id: run_id.to_string() } })
+    }
+
+    /// Execute one attempt of a run this host has claimed.
+    async fn attempt_claimed(
+        &self,
+        factory: &Factory,
+        mut record: RunRecord,
+        events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+        backend: Arc<dyn AgentBackend>,
+        claim: Claim<'_>,
+    ) -> Result<RunEnvelope, Error> {
+        let run_id = record.envelope.run_id.clone();
+        let Claim { stop, guard: _active } = claim;
+        // However the attempt ends (a store error, a panic, its future dropped), the run
+        // leaves `active` and gets a terminal status, so it is never wedged as running.
+        let outcome = AssertUnwindSafe(self.attempt_inner(factory, &mut record, events, backend, stop))
+            .catch_unwind()
+            .await;
+        let failure = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some((Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()), Some(e))),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                tracing::error!(run = %run_id, panic = %what, "an attempt panicked");
+                Some((Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the host failed during this attempt ({what}); resume to continue")), None))
+            }
+        };
+        if let Some((failure, error)) = failure {
+            self.end_broken_attempt(&mut record, failure).await;
+            drop(_active);
+            if let Some(e) = error {
+                return Err(e);
+            }
+        } else {
+            drop(_active);
+        }
+        self.current(record)
+    }
+
+    /// Give an attempt that broke (a store error, a panic) its terminal status, as far as
+    /// the store still allows, and wake everyone waiting on the run.
+    async fn end_broken_attempt(&self, record: &mut RunRecord, failure: Failure) {
+        let envelope = &mut record.envelope;
+        envelope.status = RunStatus::Error;
+        envelope.result = None;
+        envelope.error = Some(failure.message.clone());
+        envelope.failure = Some(failure);
+        envelope.updated_at = crate::store::records_timestamp();
+        if let Err(e) = self.store.put_run(record, false).await {
+            tracing::error!(run = %record.envelope.run_id, error = %e, "cannot record the end of a broken attempt");
+        }
+        let run_id = record.envelope.run_id.clone();
+        let revision = record.writes + self.store.last_progress_seq(&run_id).unwrap_or(0);
+        let _ = self.updates.send(RunUpdated { run_id, revision });
+    }
+
+    async fn attempt_inner(
+        &self,
+        factory: &Factory,
+        record: &mut RunRecord,
+        events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+        backend: Arc<dyn AgentBackend>,
+        stop: CancellationToken,
+    ) -> Result<(), Error> {
+        let run_id = record.envelope.run_id.clone();
+        record.envelope.status = RunStatus::Running;
+        record.envelope.attempts += 1;
+        record.envelope.result = None;
+        record.envelope.failure = None;
+        record.envelope.error = None;
+        record.envelope.updated_at = crate::store::records_timestamp();
+        // `scripts` is index-aligned with `component_hashes` (runs recorded before scripts
+        // existed have none: they were all components).
+        record.scripts.resize(record.component_hashes.len(), None);
+        record.component_hashes.push(factory.component.hash.clone());
+        record.scripts.push(factory.component.script.as_ref().map(|s| s.reference()));
+        let reference = backend.reference();
+        record.envelope.backend = Some(reference.clone());
+        record.backends.push(reference);
+        self.store.put_run(record, false).await?;
+
+        let prior = record.envelope.accounting;
+        // Backends whose spawns see files (agent CLIs) see the run's grants, and only those.
+        let backend = backend.with_grants(&record.grants).unwrap_or(backend);
+        let setup = AttemptSetup {
+            run_id: run_id.clone(),
+            limits: record.limits,
+            sandbox: self.config.sandbox.clone(),
+            journal: self.store.clone() as Arc<dyn Journal>,
+            backend,
+            prior,
+            next_seq: self.store.last_progress_seq(&run_id)?,
+            events,
+            updates: self.updates.clone(),
+            record_writes: record.writes,
+            stop: stop.clone(),
+            host_pending_bytes: self.pending_bytes.clone(),
+        };
+        let (status, result, failure, accounting) = match RunShared::new(setup) {
+            Err(failure) => (RunStatus::Error, None, Some(failure), prior),
+            Ok(shared) => {
+                if let Some(active) = self.active().get_mut(&run_id) {
+                    active.shared = Some(shared.clone());
+                }
+                shared.emit(ProgressEvent::AttemptStarted { attempt: record.envelope.attempts });
+                let prior_active = Duration::from_secs_f64(prior.active_seconds);
+                let budget =
+                    record.limits.timeout_seconds.map(|t| Duration::from_secs_f64(t).saturating_sub(prior_active));
+                if budget == Some(Duration::ZERO) {
+                    shared.abort(run::Abort::Limit(run::LimitKind::TimeoutSeconds));
+                }
+                let outcome = run::execute(
+                    &self.engine,
+                    &factory.component,
+                    shared.clone(),
+                    record.args.clone(),
+                    budget,
+                    &record.grants,
+                )
+                .await;
+                shared.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.attempt_cache_hits() });
+                let mut failure = outcome.failure;
+                // The last progress entries must be durable before the verdict is.
+                if let Err(e) = self.store.flush().await {
+                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
+                }
+                let dropped = shared.dropped_log_lines();
+                if dropped > 0 {
+                    record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
+                }
+                let status = if failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage) {
+                    RunStatus::Error
+                } else {
+                    outcome.status
+                };
+                (status, outcome.result, failure, shared.accounting())
+            }
+        };
+        let envelope = &mut record.envelope;
+        envelope.status = status;
+        envelope.result = if status == RunStatus::Completed { result } else { None };
+        if let Some(f) = &failure {
+            envelope.error = Some(f.message.clone());
+        }
+        envelope.failure = failure;
+        envelope.accounting = accounting;
+        envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(record, false).await?;
+        let revision = record.writes + self.store.last_progress_seq(&run_id)?;
+        let _ = self.updates.send(RunUpdated { run_id, revision });
+        Ok(())
+    }
+
+    /// Cancel a run and return its terminal envelope. A run executing here stops promptly
+    /// (its store is dropped, its backend calls abandoned) and keeps its journal; a run that
+    /// is not executing is returned as it is.
+    pub async fn cancel(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
+        self.record(session, run_id)?;
+        let running = self.active().get(run_id).map(|a| (a.stop.clone(), a.shared.clone()));
+        match running {
+            Some((_, Some(shared))) => {
+                shared.abort(run::Abort::Cancelled);
+            }
+            Some((stop, None)) => stop.cancel(),
+            None => {}
+        }
+        self.wait(session, run_id).await
+    }
+
+    /// Stop every run executing in this process because the host is shutting down: each
+    /// ends as `halted` (resumable), not `cancelled`.
+    pub fn shutdown(&self) {
+        for run in self.active().values() {
+            match &run.shared {
+                Some(shared) => {
+                    shared.abort(run::Abort::Halted);
+                }
+                None => run.stop.cancel(),
+            }
+        }
+    }
+
+    /// Cancel every run executing in this process (for signal handlers).
+    pub fn cancel_all(&self) {
+        for run in self.active().values() {
+            run.stop.cancel();
+        }
+    }
+
+    /// Ids of the runs executing in this process.
+    pub fn active_runs(&self) -> Vec<String> {
+        self.active().keys().cloned().collect()
+    }
+
+    /// What consent for a resume of `run_id` is about: the sha256 of its last attempt's
+    /// script source for a script factory, else of its last component (`None` before any
+    /// attempt).
+    pub fn trust_key_of_run(&self, session: &str, run_id: &str) -> Result<Option<String>, Error> {
+        let record = self.record(session, run_id)?;
+        if let Some(Some(script)) = record.scripts.last() {
+            return Ok(Some(script.sha256.clone()));
+        }
+        Ok(record.component_hashes.last().cloned())
+    }
+
+    /// The session's runs in creation order.
+    pub fn runs(&self, session: &str) -> Result<Vec<RunEnvelope>, Error> {
+        let records = self.store.runs()?;
+        records.into_iter().filter(|r| r.session == session).map(|r| self.current(r)).collect()
+    }
+
+    /// The latest envelope of a run.
+    pub fn envelope(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
+        let record = self.record(session, run_id)?;
+        self.current(record)
+    }
+
+    /// Progress entries of a run, paged.
+    pub fn progress(&self, session: &str, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, Error> {
+        self.record(session, run_id)?;
+        Ok(self.store.progress(run_id, query)?)
+    }
+
+    /// A run with its phases, agent summaries and latest progress page.
+    pub fn detail(&self, session: &str, run_id: &str) -> Result<RunDetail, Error> {
+        let record = self.record(session, run_id)?;
+        // The newest entries only, in pages backwards from the tail (the query caps a page
+        // at 1000): a run's detail costs the same however long its history is.
+        let mut pages = Vec::new();
+        let (mut before, mut scanned, mut truncated) = (None, 0usize, false);
+        loop {
+            let page = self.store.progress(run_id, &ProgressQuery { before_seq: before, limit: Some(1000), ..Default::default() })?;
+            let full = page.len() == 1000;
+            scanned += page.len();
+            before = page.first().map(|e| e.seq);
+            pages.push(page);
+            if !full || before.is_none_or(|seq| seq <= 1) {
+                break;
+            }
+            if scanned >= DETAIL_SCAN_ENTRIES {
+                truncated = true;
+                break;
+            }
+        }
+        let mut phases: Vec<String> = Vec::new();
+        let mut agents = std::collections::VecDeque::new();
+        for entry in pages.iter().rev().flatten() {
+            match &entry.event {
+                ProgressEvent::Phase { title } if phases.last() != Some(title) => phases.push(title.clone()),
+                ProgressEvent::AgentFinished { summary, cached: false } => {
+                    if agents.len() == DETAIL_AGENTS {
+                        agents.pop_front();
+                        truncated = true;
+                    }
+                    agents.push_back(summary.clone());
+                }
+                _ => {}
+            }
+        }
+        let agents = Vec::from(agents);
+        let progress = self.store.progress(run_id, &ProgressQuery::default())?;
+        let limits = record.limits;
+        let component_hashes = record.component_hashes.clone();
+        let mut scripts = record.scripts.clone();
+        scripts.resize(component_hashes.len(), None);
+        let backends = record.backends.clone();
+        let grants = record.grants.clone();
+        let sandbox = self.config.sandbox.clone();
+        Ok(RunDetail {
+            envelope: self.current(record)?,
+            limits,
+            phases,
+            agents,
+            progress,
+            component_hashes,
+            scripts,
+            backends,
+            grants,
+            sandbox,
+            truncated,
+        })
+    }
+
+    /// Wait until the run is in a terminal status and return that envelope. Watches
+    /// `run_updated` and re-reads on a low-frequency timer too, so a missed event only makes
+    /// the answer a little late.
+    pub async fn wait(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
+        let mut updates = self.subscribe();
+        loop {
+            let envelope = self.envelope(session, run_id)?;
+            if envelope.status.is_terminal() && !self.active().contains_key(run_id) {
+                return Ok(envelope);
+            }
+            tokio::select! {
+                _ = updates.recv() => {}
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        }
+    }
+}
+
+/// Removes a run from the host's active runs when its attempt ends, however it ends.
+struct ActiveGuard<'a> {
+    host: &'a Host,
+    run_id: String,
+}
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.host.active().remove(&self.run_id);
+    }
+}
+
+/// A run claimed for an attempt: its stop token, and the guard that releases it.
+struct Claim<'a> {
+    stop: CancellationToken,
+    guard: ActiveGuard<'a>,
+}
+
+/// The journal of `meta` calls, which journal nothing.
+struct NoJournal;
+
+impl Journal for NoJournal {
+    fn load(&self, _: &str, _: usize) -> Result<crate::engine::journal::JournalSnapshot, crate::engine::journal::JournalError> {
+        Ok(Default::default())
+    }
+    fn get_step(&self, _: &str, _: &str) -> Result<Option<String>, crate::engine::journal::JournalError> {
+        Ok(None)
+    }
+    fn get_agent(&self, _: &str, _: &str) -> Result<Option<Option<String>>, crate::engine::journal::JournalError> {
+        Ok(None)
+    }
+    fn put_step(&self, _: &str, _: &str, _: &str, _: u64) -> Result<(), crate::engine::journal::JournalError> {
+        Ok(())
+    }
+    fn put_agent(&self, _: &str, _: &str, _: Option<&str>, _: u64) -> Result<(), crate::engine::journal::JournalError> {
+        Ok(())
+    }
+    fn put_progress(&self, _: &str, _: u64, _: Vec<u8>, _: u64) -> Result<(), crate::engine::journal::JournalError> {
+        Ok(())
+    }
+    fn put_accounting(&self, _: &str, _: &Accounting) -> Result<(), crate::engine::journal::JournalError> {
+        Ok(())
+    }
+    fn flush(&self) -> futures::future::BoxFuture<'_, Result<(), crate::engine::journal::JournalError>> {
+        Box::pin(async { Ok(()) })
+    }
+}

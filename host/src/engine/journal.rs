@@ -1,0 +1,110 @@
+//! The journal: what a run writes as it goes — step values, agent outcomes, progress, and
+//! live accounting — keyed by run. A trait, so the run engine does not depend on where the
+//! entries live; the durable [`Store`](crate::store::Store) implements it.
+//!
+//! A run does not hold its journal in memory: an attempt starts from a [`JournalSnapshot`]
+//! (every step key's fingerprint, the bytes journaled so far, and as many values as fit a
+//! byte budget) and reads the other values back on demand ([`Journal::get_step`],
+//! [`Journal::get_agent`]), which see every put at once, committed or not.
+
+use crate::model::envelope::Accounting;
+use futures::future::BoxFuture;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::{Arc, OnceLock};
+
+/// A step key's fingerprint: a 64-bit keyed hash (SipHash with a key random per process, so
+/// a guest cannot aim for collisions). Only compared within one process.
+pub fn fingerprint(key: &str) -> u64 {
+    static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    KEYS.get_or_init(Default::default).hash_one(key)
+}
+
+/// A journal operation that failed, with the error of whatever keeps the journal (the
+/// store's [`StoreError`](crate::store::StoreError)). Never a cache miss: the run must stop.
+#[derive(Debug, Clone)]
+pub struct JournalError(pub Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl std::fmt::Display for JournalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "journal: {}", self.0)
+    }
+}
+
+impl std::error::Error for JournalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+impl JournalError {
+    /// A journal failure caused by `source`.
+    pub fn new(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        JournalError(Arc::new(source))
+    }
+}
+
+/// The same failure (one shared cause), not merely the same text.
+impl PartialEq for JournalError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// What an attempt starts from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JournalSnapshot {
+    /// The [`fingerprint`] of every journaled step key (all of them, whether or not its
+    /// value is in `steps`): what counts distinct steps without holding their keys.
+    pub step_keys: HashSet<u64>,
+    /// Step key -> JSON text, for as many steps as fit the load budget.
+    pub steps: HashMap<String, String>,
+    /// Agent key (hex) -> outcome (`Some(json)` for a reply, `None` for an ordinary
+    /// failure), for as many agent calls as fit the load budget.
+    pub agents: HashMap<String, Option<String>>,
+    /// Bytes the run has journaled so far, all attempts together (as last recorded with a
+    /// put).
+    pub journal_bytes: u64,
+}
+
+/// Where a run's entries go. Puts may return before the entry is durable; [`Journal::flush`]
+/// resolves once everything put so far is.
+pub trait Journal: Send + Sync + 'static {
+    /// The run's journal so far: every step key, the journal bytes recorded with the last
+    /// put, and values (steps first, then agent outcomes) up to
+    /// `value_bytes` bytes in all, none over a quarter of that.
+    fn load(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, JournalError>;
+
+    /// A step value, as last put.
+    fn get_step(&self, run_id: &str, key: &str) -> Result<Option<String>, JournalError>;
+
+    /// An agent outcome, as put: `None` when the call was never journaled.
+    fn get_agent(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, JournalError>;
+
+    /// What an entry of `key_bytes` (every part of its key, run id included) and
+    /// `value_bytes` occupies where this journal keeps it: what the run's journal budget is
+    /// charged for it.
+    fn footprint(&self, key_bytes: usize, value_bytes: usize) -> u64 {
+        (key_bytes as u64).saturating_add(value_bytes as u64)
+    }
+
+    // Each put carries `journal_bytes`: the run's journal total with this entry counted,
+    // recorded together with the entry (so after a crash the total never counts less than
+    // what was kept).
+
+    /// Record a step value.
+    fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError>;
+
+    /// Record an agent outcome.
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError>;
+
+    /// Record a progress entry: `entry` is its stored JSON form
+    /// ([`JournaledProgress`](crate::model::progress::JournaledProgress)).
+    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError>;
+
+    /// Record the running attempt's accounting so far.
+    fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError>;
+
+    /// Resolve once every entry put so far is durable.
+    fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>>;
+}

@@ -1,0 +1,223 @@
+//! The run envelope: what a caller gets back for every outcome of a run (`completed`,
+//! `error`, `halted`, `cancelled`), with typed failures and accounting.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run is in its lifecycle. Only `Completed` is final; the others ending an
+/// attempt are resumable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Created, not started.
+    Pending,
+    /// An attempt is executing.
+    Running,
+    /// Finished with a verdict of its own; final.
+    Completed,
+    /// The attempt failed (limit, trap, guest error).
+    Error,
+    /// The attempt stopped without a verdict (host shut down or crashed).
+    Halted,
+    /// Cancelled by a caller.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// True for statuses an attempt ends in.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Pending | RunStatus::Running)
+    }
+}
+
+/// Which family a [`Failure`] is of; serialized as its `type` string (`sandbox_limit`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureType {
+    /// A factory limit stopped the attempt (kind: `maxTotalSubagents`, `timeoutSeconds`,
+    /// `maxAiCredits`).
+    FactoryLimitReached,
+    /// A host sandbox limit stopped it (kind: the limit's name: `fuel`, `memory`, `stack`,
+    /// `maxJsonDepth`, `maxPendingAgentBytes`, ...).
+    SandboxLimit,
+    /// The sandbox for the attempt could not be set up (e.g. a grant cannot be mounted).
+    Sandbox,
+    /// The guest trapped (kind: `unreachable` for a panic, ...).
+    Trap,
+    /// The guest's `run` returned an error (a thrown JS error, a Rust `Err`).
+    GuestError,
+    /// The guest's result is not JSON.
+    InvalidResult,
+    /// The guest called a hook with something it cannot take (an invalid schema, ...).
+    InvalidCall,
+    /// The journal or store failed (kind `unreadable_record`: a record that cannot be read).
+    Storage,
+    /// The backend could not be used (kind: `unavailable`, `timeout`, `auth`,
+    /// `model_not_found`, `rate_limited`, `server_error`, `invalid_reply`, `not_installed`,
+    /// `misconfigured`, `replay_miss`).
+    Backend,
+    /// A host bug (a panic the host caught).
+    Internal,
+    /// Cancelled by a caller (kind `declined`: declined at the consent prompt).
+    Cancelled,
+    /// The host stopped during the attempt.
+    Halted,
+}
+
+impl FailureType {
+    /// Its wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureType::FactoryLimitReached => "factory_limit_reached",
+            FailureType::SandboxLimit => "sandbox_limit",
+            FailureType::Sandbox => "sandbox",
+            FailureType::Trap => "trap",
+            FailureType::GuestError => "guest_error",
+            FailureType::InvalidResult => "invalid_result",
+            FailureType::InvalidCall => "invalid_call",
+            FailureType::Storage => "storage",
+            FailureType::Backend => "backend",
+            FailureType::Internal => "internal",
+            FailureType::Cancelled => "cancelled",
+            FailureType::Halted => "halted",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A typed failure: `type` says which family, `kind` which member.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The family.
+    #[serde(rename = "type")]
+    pub kind_type: FailureType,
+    /// For limits: `maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`, or the sandbox
+    /// limit's name.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub kind: Option<String>,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `kind_type` with an optional `kind`.
+    pub fn new(kind_type: FailureType, kind: Option<&str>, message: impl Into<String>) -> Self {
+        Failure { kind_type, kind: kind.map(str::to_string), message: message.into() }
+    }
+
+    /// A factory limit (`maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`) was reached.
+    pub fn limit(kind: &str, message: impl Into<String>) -> Self {
+        Failure::new(FailureType::FactoryLimitReached, Some(kind), message)
+    }
+}
+
+/// What a run consumed, over all its attempts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Accounting {
+    /// Subagents spawned (each schema retry counts).
+    pub agents_spawned: u64,
+    /// Agent calls answered from the memo or journal without a spawn.
+    pub agent_cache_hits: u64,
+    /// Accumulated active seconds.
+    pub active_seconds: f64,
+    /// AI credits in nano-credits (exact integer arithmetic).
+    pub ai_credits_nano: u64,
+    /// Input and output tokens reported by backends.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Accounting {
+    /// AI credits as a decimal number.
+    pub fn ai_credits(&self) -> f64 {
+        self.ai_credits_nano as f64 / 1e9
+    }
+}
+
+/// The run envelope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEnvelope {
+    /// Stable across attempts.
+    pub run_id: String,
+    /// The factory's meta name.
+    pub factory: String,
+    /// Current status.
+    pub status: RunStatus,
+    /// The result; only for `completed` (absent when the factory returned none; the JSON
+    /// value `null` when it returned `null`). Kept as the guest's JSON text, so that no
+    /// result can make the record holding it unreadable ([`crate::model::json`]).
+    #[serde(skip_serializing_if = "Option::is_none", default, deserialize_with = "present")]
+    pub result: Option<crate::model::json::RawJson>,
+    /// A typed failure, for `error` (and `cancelled`: `type = cancelled`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub failure: Option<Failure>,
+    /// A plain error message, when the failure is best read as text.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    /// Consumption over all attempts.
+    pub accounting: Accounting,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// The backend of the latest attempt (what answered its subagents).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub backend: Option<crate::backend::recorded::BackendRef>,
+    /// RFC 3339 timestamps.
+    pub created_at: String,
+    pub updated_at: String,
+    /// Monotonic; bumped on every durable change.
+    pub revision: u64,
+}
+
+impl RunEnvelope {
+    /// The result parsed into a tree (`None`: no result).
+    pub fn result_value(&self) -> Option<serde_json::Value> {
+        self.result.as_ref().and_then(|r| r.to_value().ok())
+    }
+}
+
+/// A field that is present is `Some`, even when it is `null` (serde's `Option` would read a
+/// `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<crate::model::json::RawJson>, D::Error> {
+    crate::model::json::RawJson::deserialize(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_types_and_agent_statuses_keep_their_wire_strings() {
+        let all = [
+            (FailureType::FactoryLimitReached, "factory_limit_reached"),
+            (FailureType::SandboxLimit, "sandbox_limit"),
+            (FailureType::Sandbox, "sandbox"),
+            (FailureType::Trap, "trap"),
+            (FailureType::GuestError, "guest_error"),
+            (FailureType::InvalidResult, "invalid_result"),
+            (FailureType::InvalidCall, "invalid_call"),
+            (FailureType::Storage, "storage"),
+            (FailureType::Backend, "backend"),
+            (FailureType::Internal, "internal"),
+            (FailureType::Cancelled, "cancelled"),
+            (FailureType::Halted, "halted"),
+        ];
+        for (kind, text) in all {
+            assert_eq!(serde_json::to_value(kind).unwrap(), serde_json::json!(text));
+            assert_eq!(kind.as_str(), text);
+            assert_eq!(serde_json::from_value::<FailureType>(serde_json::json!(text)).unwrap(), kind);
+        }
+        let failure: Failure = serde_json::from_str(r#"{"type":"sandbox_limit","kind":"fuel","message":"m"}"#).unwrap();
+        assert_eq!(failure.kind_type, FailureType::SandboxLimit);
+        assert!(serde_json::from_str::<Failure>(r#"{"type":"nope","message":"m"}"#).is_err());
+        use crate::model::progress::AgentStatus;
+        for (status, text) in [(AgentStatus::Ok, "ok"), (AgentStatus::Failed, "failed"), (AgentStatus::Aborted, "aborted")] {
+            assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(text));
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! [`FactoryMeta`]: what a factory declares about itself, read from its `meta` export and
+//! checked (name, limits, args schema) before anything runs.
+
+use crate::sandbox::contract::agent::factory::types as wit;
+use crate::model::limits::Limits;
+use crate::model::schema::Schema;
+use serde::{Deserialize, Serialize};
+
+/// A declared phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseDecl {
+    /// Title, as passed to `ctx.phase`.
+    pub title: String,
+    /// Optional explanation.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub detail: Option<String>,
+}
+
+/// A factory's metadata.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FactoryMeta {
+    /// Stable identifier.
+    pub name: String,
+    /// Human-readable description (states the args shape).
+    pub description: String,
+    /// Declared phases.
+    pub phases: Vec<PhaseDecl>,
+    /// Declared limits.
+    pub limits: Limits,
+    /// Schema the arguments must match, if declared.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub args_schema: Option<crate::model::json::RawJson>,
+}
+
+/// Metadata a factory exported that the host cannot accept.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    /// The name is empty or has characters that do not belong in a name.
+    #[error("invalid factory name `{0}`: use letters, digits, `-`, `_` and `.`")]
+    Name(String),
+    /// A declared limit is out of range.
+    #[error("the factory declares an {0}")]
+    Limits(#[from] crate::model::limits::LimitError),
+    /// The args schema is not a usable schema.
+    #[error("the factory's args schema is invalid: {0}")]
+    ArgsSchema(crate::model::schema::SchemaError),
+    /// The args schema is not one JSON value.
+    #[error("the factory's args schema is invalid: {0}")]
+    ArgsSchemaText(#[source] crate::model::json::NotJson),
+}
+
+impl FactoryMeta {
+    /// Convert and check the `meta` export's value.
+    pub(crate) fn from_wit(meta: wit::Meta) -> Result<Self, MetaError> {
+        let name_ok = !meta.name.is_empty()
+            && meta.name.len() <= 128
+            && meta.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !name_ok {
+            return Err(MetaError::Name(meta.name));
+        }
+        let limits = Limits {
+            max_concurrent_subagents: meta.limits.max_concurrent_subagents,
+            max_total_subagents: meta.limits.max_total_subagents,
+            timeout_seconds: meta.limits.timeout_seconds,
+            max_ai_credits: meta.limits.max_ai_credits,
+        };
+        limits.validate()?;
+        let args_schema = match meta.args_schema {
+            None => None,
+            Some(text) => {
+                Schema::parse(&text).map_err(MetaError::ArgsSchema)?;
+                // Checked above, kept as the factory wrote it.
+                Some(crate::model::json::RawJson::from_text(text).map_err(|e| MetaError::ArgsSchemaText(e))?)
+            }
+        };
+        Ok(FactoryMeta {
+            name: meta.name,
+            description: meta.description,
+            phases: meta.phases.into_iter().map(|p| PhaseDecl { title: p.title, detail: p.detail }).collect(),
+            limits,
+            args_schema,
+        })
+    }
+}

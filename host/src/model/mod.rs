@@ -1,0 +1,12 @@
+//! The vocabulary every layer shares: the run [`envelope`], [`progress`] entries, factory
+//! [`limits`] and [`meta`], agent memo keys ([`agent_key`]), the [`schema`] subset, and
+//! guest JSON kept as text inside host records ([`json`]). Plain data: nothing here runs
+//! a guest, opens a store or calls a backend.
+
+pub mod agent_key;
+pub mod envelope;
+pub mod json;
+pub mod limits;
+pub mod meta;
+pub mod progress;
+pub mod schema;
