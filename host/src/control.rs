@@ -80,7 +80,7 @@ async fn handle(service: Local, stream: UnixStream) {
     };
     let answer = match request {
         Err(e) => Answer::Err(e),
-        Ok(Request::Subscribe { session }) => return subscription(service, session, read, write).await,
+        Ok(Request::Subscribe { scope }) => return subscription(service, scope, read, write).await,
         Ok(request) => match service.answer(request).await {
             Ok(response) => Answer::Ok(response),
             Err(e) => Answer::Err(RemoteError::from(&e)),
@@ -95,12 +95,12 @@ async fn handle(service: Local, stream: UnixStream) {
 /// ends) or the host goes away.
 async fn subscription(
     service: Local,
-    session: String,
+    scope: crate::Scope,
     mut read: tokio::net::unix::OwnedReadHalf,
     mut write: tokio::net::unix::OwnedWriteHalf,
 ) {
     let client = crate::service::Client::Local(service);
-    let Ok(mut updates) = client.updates(&session).await else { return };
+    let Ok(mut updates) = client.updates(scope).await else { return };
     if !write_frame(&mut write, Answer::Ok(crate::service::Response::Subscribed)).await {
         return;
     }

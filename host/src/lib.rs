@@ -29,6 +29,7 @@ mod run;
 pub mod sandbox;
 pub mod service;
 pub mod schema;
+mod scope;
 pub mod script;
 pub mod store;
 pub mod trust;
@@ -42,5 +43,6 @@ pub use host::{
     DETAIL_SCAN_ENTRIES, DEFAULT_SESSION,
 };
 pub use limits::Limits;
+pub use scope::Scope;
 pub use meta::{FactoryMeta, MetaError, PhaseDecl};
 pub use progress::{AgentStatus, AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
