@@ -91,7 +91,7 @@ async fn handle(service: Local, stream: UnixStream) {
     }
 }
 
-/// Stream the session's run updates to a subscriber until it hangs up (its write half
+/// Stream the updates of the runs a scope sees to a subscriber until it hangs up (its write half
 /// ends) or the host goes away.
 async fn subscription(
     service: Local,
