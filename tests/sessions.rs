@@ -169,3 +169,39 @@ fn a_session_lists_its_own_runs_and_the_owner_sees_and_controls_every_session() 
     bs.sort();
     assert_eq!(listed(&own("b")), bs);
 }
+
+/// The library's own rule, without the CLI: `Host` reads and controls on behalf of a
+/// [`Scope`]; a session sees its own runs only, the owner every session's, and a run keeps
+/// its session whoever resumes it.
+#[tokio::test]
+async fn the_host_answers_each_scope_with_what_it_sees() {
+    use factory_host::{Error, Host, HostConfig, ResumeOptions, RunOptions, Scope};
+    let host = Host::new(HostConfig { cache_dir: None, ..HostConfig::default() }).expect("an in-memory host");
+    let probe = host.load_file(&common::component("probe")).await.expect("probe loads");
+    let options = RunOptions {
+        session: Some("alice".into()),
+        args: Some(json!({"case": "fanout", "n": 2})),
+        limits: factory_host::Limits { max_total_subagents: Some(1), ..Default::default() },
+        ..Default::default()
+    };
+    let run = host.run(&probe, options).await.expect("the run ends");
+    assert_eq!((run.status, run.session.as_deref()), (factory_host::RunStatus::Error, Some("alice")), "{run:#?}");
+    let id = run.run_id.clone();
+    assert!(host.runs("bob").unwrap().is_empty());
+    let all = host.runs(Scope::Owner).unwrap();
+    assert_eq!((all.len(), all[0].session.as_deref()), (1, Some("alice")));
+    assert!(matches!(host.envelope("bob", &id), Err(Error::NotFound(_))));
+    assert!(host.owned_by("alice", &id) && host.owned_by(Scope::Owner, &id) && !host.owned_by("bob", &id));
+    assert_eq!(host.detail(Scope::Owner, &id).unwrap().envelope.session.as_deref(), Some("alice"));
+    let as_bob = ResumeOptions { scope: Some("bob".into()), ..Default::default() };
+    assert!(matches!(host.resume(&id, as_bob).await, Err(Error::NotFound(_))));
+    let as_owner = ResumeOptions {
+        scope: Some(Scope::Owner),
+        limits: factory_host::Limits { max_total_subagents: Some(5), ..Default::default() },
+        ..Default::default()
+    };
+    let resumed = host.resume(&id, as_owner).await.expect("the owner resumes alice's run");
+    assert_eq!((resumed.status, resumed.attempts), (factory_host::RunStatus::Completed, 2), "{resumed:#?}");
+    assert_eq!(resumed.session.as_deref(), Some("alice"), "a resumed run stays in its session");
+    assert_eq!(host.runs("alice").unwrap().len(), 1);
+}
