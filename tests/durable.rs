@@ -165,9 +165,9 @@ async fn another_session_can_neither_see_nor_touch_a_run() {
     assert!(matches!(host.envelope("bob", &run.run_id), Err(Error::NotFound(_))));
     assert!(matches!(host.detail("bob", &run.run_id), Err(Error::NotFound(_))));
     assert!(matches!(host.cancel("bob", &run.run_id).await, Err(Error::NotFound(_))));
-    let as_bob = ResumeOptions { session: Some("bob".into()), ..Default::default() };
+    let as_bob = ResumeOptions { scope: Some("bob".into()), ..Default::default() };
     assert!(matches!(host.resume(&run.run_id, as_bob).await, Err(Error::NotFound(_))));
-    let as_alice = ResumeOptions { session: Some("alice".into()), ..Default::default() };
+    let as_alice = ResumeOptions { scope: Some("alice".into()), ..Default::default() };
     assert_eq!(host.resume(&run.run_id, as_alice).await.unwrap().attempts, 2);
 }
 

@@ -236,3 +236,78 @@ async fn an_untrusted_component_is_refused_over_http_unless_approved_in_the_requ
     let (_, done) = daemon.get(&format!("/api/runs/{id}/wait")).await;
     assert_eq!(done["status"], "completed", "{done}");
 }
+
+/// The API's token is the user's: it has the owner's view. `GET /api/runs` lists every
+/// session's runs, each naming its `session`, and `?session=NAME` narrows the list; a run
+/// of another session than the daemon's can be read, cancelled and resumed, and its updates
+/// come on the event stream; a run started over HTTP goes in the daemon's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
+    let state = prepared_state();
+    // Before the daemon: a run in session `cli-a`, in process.
+    let out = common::factory_in(state.path(), &["--session", "cli-a", "run", "probe", "--args", r#"{"case":"fanout","n":2}"#, "--json", "-q"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let a_done = common::stdout_json(&out)["runId"].as_str().expect("a run id").to_string();
+    let daemon = start(state.path());
+    let mut events = daemon.client().get(format!("{}/api/events", daemon.base)).bearer_auth(&daemon.token).send().await.unwrap();
+
+    // One run started over HTTP (the daemon's session), one slow one in `cli-a` through the
+    // daemon's control socket.
+    let (status, started) = daemon.post("/api/runs", json!({"name": "probe", "args": {"case": "fanout", "n": 2}})).await;
+    assert_eq!(status, 202, "{started}");
+    let own = started["runId"].as_str().expect("a run id").to_string();
+    let (_, own_done) = daemon.get(&format!("/api/runs/{own}/wait")).await;
+    assert_eq!((own_done["status"].as_str(), own_done["session"].as_str()), (Some("completed"), Some("default")), "{own_done}");
+    let slow = common::factory_in(
+        state.path(),
+        &["--session", "cli-a", "run", "probe", "--args", r#"{"case":"fanout","n":200}"#, "--max-concurrent-subagents", "1", "--detach", "-q"],
+    );
+    assert!(slow.status.success(), "{}", common::stderr(&slow));
+    let a_slow = String::from_utf8(slow.stdout).unwrap().trim().to_string();
+
+    let sessions = |runs: &Value| {
+        let mut listed: Vec<(String, String)> = runs
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|r| (r["runId"].as_str().unwrap_or_default().to_string(), r["session"].as_str().unwrap_or("(none)").to_string()))
+            .collect();
+        listed.sort();
+        listed
+    };
+    let pairs = |list: &[(&String, &str)]| {
+        let mut list: Vec<(String, String)> = list.iter().map(|(id, s)| (id.to_string(), s.to_string())).collect();
+        list.sort();
+        list
+    };
+    let (status, all) = daemon.get("/api/runs").await;
+    assert_eq!(status, 200, "{all}");
+    assert_eq!(sessions(&all), pairs(&[(&a_done, "cli-a"), (&own, "default"), (&a_slow, "cli-a")]), "{all:#}");
+    let (_, only_a) = daemon.get("/api/runs?session=cli-a").await;
+    assert_eq!(sessions(&only_a), pairs(&[(&a_done, "cli-a"), (&a_slow, "cli-a")]), "{only_a:#}");
+    let (_, only_default) = daemon.get("/api/runs?session=default").await;
+    assert_eq!(sessions(&only_default), pairs(&[(&own, "default")]), "{only_default:#}");
+    let (_, nobody) = daemon.get("/api/runs?session=nobody").await;
+    assert_eq!(nobody, json!([]));
+    let (status, bad) = daemon.get("/api/runs?all=1").await;
+    assert_eq!((status, bad["code"].as_str()), (400, Some("invalid_params")), "{bad}");
+
+    // Another session's run: detail and progress, its updates on the stream, cancel, resume.
+    let (status, detail) = daemon.get(&format!("/api/runs/{a_done}")).await;
+    assert_eq!((status, detail["session"].as_str()), (200, Some("cli-a")), "{detail}");
+    let (status, page) = daemon.get(&format!("/api/runs/{a_done}/progress?afterSeq=0&limit=5")).await;
+    assert!(status == 200 && !page.as_array().expect("entries").is_empty(), "{page}");
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !text.split("\n\n").any(|e| e.starts_with("event: run_updated") && e.contains(&a_slow)) {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk()).await.expect("events of cli-a's run come").unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let (status, cancelled) = daemon.post(&format!("/api/runs/{a_slow}/cancel"), json!({})).await;
+    assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
+    let (status, resumed) = daemon.post(&format!("/api/runs/{a_slow}/resume"), json!({"limits": {"maxConcurrentSubagents": 50}})).await;
+    assert_eq!(status, 202, "{resumed}");
+    let (_, done) = daemon.get(&format!("/api/runs/{a_slow}/wait")).await;
+    assert_eq!((done["status"].as_str(), done["attempts"].as_u64()), (Some("completed"), Some(2)), "{done}");
+    assert_eq!(done["session"], "cli-a", "a resumed run stays in its session");
+}

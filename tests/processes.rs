@@ -189,12 +189,14 @@ fn a_second_process_observes_waits_for_and_cancels_a_running_run() {
     assert_eq!(run.status.code(), Some(130), "the foreground run reports the cancel");
     assert!(String::from_utf8_lossy(&run.stderr).contains(&format!("factory resume {run_id}")));
 
-    // Another session sees nothing, through the store directly now that it is free.
+    // Another session lists none of it, through the store directly now that it is free;
+    // the CLI is the owner, so `--all` and `show` find it there.
     let other = output(state.path(), &["runs", "--json", "--session", "someone-else"]);
     assert_eq!(json(&other), serde_json::json!([]));
-    let other = output(state.path(), &["show", &run_id, "--session", "someone-else"]);
-    assert!(!other.status.success());
-    assert!(String::from_utf8_lossy(&other.stderr).contains("not_found"));
+    let all = json(&output(state.path(), &["runs", "--all", "--json", "--session", "someone-else"]));
+    assert_eq!((all[0]["runId"].as_str(), all[0]["session"].as_str()), (Some(run_id.as_str()), Some("default")), "{all:#}");
+    let other = output(state.path(), &["show", &run_id, "--json", "--session", "someone-else"]);
+    assert_eq!(json(&other)["status"], "cancelled");
 }
 
 /// The pid `factory serve` logged when it started.
@@ -347,6 +349,18 @@ fn events_go_to_a_file_descriptor() {
     assert_eq!(json(&output(state.path(), &["runs", "--json"])).as_array().map(Vec::len), Some(1));
 }
 
+/// One raw request of wire version 4 on the control socket of `state`; the answer, parsed.
+fn raw_request(state: &Path, body: Value) -> Value {
+    use std::io::{BufRead, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(state.join("control.sock")).expect("connect");
+    stream.write_all(format!("{}\n", serde_json::json!({ "wire": 4, "body": body })).as_bytes()).expect("send");
+    let mut answer = String::new();
+    std::io::BufReader::new(stream).read_line(&mut answer).expect("an answer");
+    serde_json::from_str(&answer).expect("a JSON answer")
+}
+
+/// A caller scoped to another session (as an MCP connection is) sees and touches nothing
+/// of the holder's run; the CLI, the state directory's owner, sees it from any session.
 #[test]
 fn while_the_holder_is_alive_another_session_sees_and_touches_nothing() {
     let state = tempfile::tempdir().unwrap();
@@ -364,13 +378,20 @@ fn while_the_holder_is_alive_another_session_sees_and_touches_nothing() {
     };
 
     assert_eq!(json(&other(&["runs", "--json"])), serde_json::json!([]));
-    not_found(other(&["show", &run_id, "--json"]), "show");
-    not_found(other(&["progress", &run_id, "--json"]), "progress");
-    not_found(other(&["wait", &run_id, "--json"]), "wait");
-    not_found(other(&["cancel", &run_id, "--json"]), "cancel");
-    not_found(other(&["resume", &run_id, "--yes", "--json"]), "resume");
-    // The owner still sees it running, untouched.
-    let show = json(&output(state.path(), &["show", &run_id, "--json"]));
+    let scoped = serde_json::json!({"session": "someone-else"});
+    for op in ["envelope", "detail", "wait", "cancel"] {
+        let answer = raw_request(state.path(), serde_json::json!({ "op": op, "scope": scoped, "runId": run_id }));
+        assert_eq!(answer["body"]["err"]["code"], "not_found", "{op}: {answer}");
+    }
+    let answer = raw_request(state.path(), serde_json::json!({ "op": "progress", "scope": scoped, "runId": run_id, "query": {} }));
+    assert_eq!(answer["body"]["err"]["code"], "not_found", "{answer}");
+    let answer = raw_request(state.path(), serde_json::json!({ "op": "resume", "scope": scoped, "runId": run_id, "consent": "any" }));
+    assert_eq!(answer["body"]["err"]["code"], "not_found", "{answer}");
+    let answer = raw_request(state.path(), serde_json::json!({ "op": "runs", "scope": scoped }));
+    assert_eq!(answer["body"]["ok"]["runs"], serde_json::json!([]), "{answer}");
+    not_found(other(&["show", "no-such-run", "--json"]), "show of a run that does not exist");
+    // The owner still sees it running, untouched, from any session.
+    let show = json(&other(&["show", &run_id, "--json"]));
     assert_eq!(show["status"], "running", "{show:#}");
     assert_eq!(show["attempts"], 1);
 

@@ -3,7 +3,8 @@
 //! `/usr/bin/chromium`) opens it with the one-time code from `factory ui` (exchanged once for
 //! the token), watches a run with a slow
 //! backend appear and update live, counts its timeline bars, cancels it and resumes it with
-//! the buttons, starts a run from the form, times the timeline of a 4,096-agent run and
+//! the buttons, lists a run of another session with its session and narrows the list with
+//! the session filter, starts a run from the form, times the timeline of a 4,096-agent run and
 //! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
 //! `tests/browser/node_modules` (`npm ci` there) fail the test: they are not optional.
 
@@ -112,6 +113,16 @@ async fn the_dashboard_in_a_real_browser() {
     assert_eq!(big["status"], "completed", "{big:#}");
     let big_id = big["runId"].as_str().unwrap().to_string();
 
+    // A finished run of another session than the daemon's: the dashboard (the owner's view)
+    // lists it with its session.
+    let out = factory_in(
+        state.path(),
+        &["--session", "other", "run", "probe", "--args", r#"{"case":"fanout","n":2}"#, "--backend", "dry-run", "--json", "-q"],
+    );
+    let other = stdout_json(&out);
+    assert_eq!((other["status"].as_str(), other["session"].as_str()), (Some("completed"), Some("other")), "{other:#}");
+    let other_id = other["runId"].as_str().unwrap().to_string();
+
     // No daemon yet: `factory ui` says so.
     let out = factory_in(state.path(), &["ui", "--no-open"]);
     assert!(!out.status.success() && stderr(&out).contains("factory serve --http"), "{}", stderr(&out));
@@ -151,6 +162,7 @@ async fn the_dashboard_in_a_real_browser() {
         .env("FACTORY_UI_URL", &url)
         .env("FACTORY_UI_TOKEN", &token)
         .env("FACTORY_UI_BIG_RUN", &big_id)
+        .env("FACTORY_UI_OTHER_RUN", &other_id)
         .env("FACTORY_UI_SCREENSHOTS", &shots)
         .stdin(Stdio::null())
         .output()

@@ -39,3 +39,4 @@ pub use model::envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStat
 pub use model::limits::Limits;
 pub use model::meta::{FactoryMeta, MetaError, PhaseDecl};
 pub use model::progress::{AgentStatus, AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
+pub use model::scope::Scope;

@@ -1,12 +1,14 @@
 // Drives the factory dashboard in headless Chromium (run by tests/ui.rs, which starts the
 // daemon). Input: FACTORY_UI_URL (http://ADDR/#code=..., a one-time code), FACTORY_UI_TOKEN
 // (the daemon's bearer token, for the test's own API calls), FACTORY_UI_BIG_RUN (a finished
-// 4,096-agent run), FACTORY_UI_SCREENSHOTS (a directory). Output: one JSON report on stdout.
+// 4,096-agent run), FACTORY_UI_OTHER_RUN (a finished run of session `other`, not the daemon's),
+// FACTORY_UI_SCREENSHOTS (a directory). Output: one JSON report on stdout.
 import { chromium } from 'playwright-core';
 import path from 'node:path';
 
 const url = process.env.FACTORY_UI_URL;
 const bigRun = process.env.FACTORY_UI_BIG_RUN;
+const otherRun = process.env.FACTORY_UI_OTHER_RUN;
 const shots = process.env.FACTORY_UI_SCREENSHOTS;
 const base = url.split('/#')[0];
 const code = url.split('#code=')[1];
@@ -79,7 +81,31 @@ try {
   const firstAgents = Number(await page.textContent(`${row} td.agents`));
   await page.waitForFunction(([sel, n]) => Number(document.querySelector(`${sel} td.agents`)?.textContent) > n + 2, [row, firstAgents], { timeout: 10000 });
   check('runs list updates live without a reload', await page.evaluate(() => window.__sameDocument === true));
-  check('status shown as running', (await page.getAttribute(row, 'data-status')) === 'running');
+  check('status shown as running', (await page.getAttribute(row, 'data-status')) === 'running'
+    && (await page.textContent(`${row} td.status-cell`)) === 'running', await page.textContent(`${row} td.status-cell`));
+
+  // The owner's view: every session's runs, each with its session; the filter narrows the table.
+  const otherRow = `tr[data-run-id="${otherRun}"]`;
+  await page.waitForSelector(otherRow, { timeout: 10000 });
+  const sessionsShown = () => page.$$eval('#runs tbody tr', (rows) => rows.map((r) => [r.dataset.runId, r.querySelector('td.session-cell').textContent]));
+  const all = await sessionsShown();
+  check("a session column with each run's session", all.length === 3
+    && all.find(([runId]) => runId === otherRun)?.[1] === 'other' && all.find(([runId]) => runId === id)?.[1] === 'default'
+    && all.find(([runId]) => runId === bigRun)?.[1] === 'default', all);
+  const offered = await page.$$eval('#session-filter option', (options) => options.map((o) => o.value));
+  check('the filter offers the sessions of the runs', JSON.stringify(offered) === JSON.stringify(['', 'default', 'other']), offered);
+  await page.selectOption('#session-filter', 'other');
+  await page.waitForFunction((sel) => !document.querySelector(sel), row, { timeout: 5000 }).catch(() => {});
+  const onlyOther = await sessionsShown();
+  check('filtered to session other', JSON.stringify(onlyOther) === JSON.stringify([[otherRun, 'other']]), onlyOther);
+  await page.selectOption('#session-filter', 'default');
+  await page.waitForSelector(row, { timeout: 5000 }).catch(() => {});
+  const onlyDefault = await sessionsShown();
+  check('filtered to session default', onlyDefault.length === 2 && onlyDefault.every(([, s]) => s === 'default')
+    && onlyDefault.some(([runId]) => runId === id) && onlyDefault.some(([runId]) => runId === bigRun), onlyDefault);
+  await page.selectOption('#session-filter', '');
+  await page.waitForSelector(otherRow, { timeout: 5000 }).catch(() => {});
+  check('every session again', (await sessionsShown()).length === 3, await sessionsShown());
   await page.screenshot({ path: path.join(shots, 'runs.png') });
 
   // Open it: the timeline fills in while it runs.
@@ -89,14 +115,25 @@ try {
   await page.waitForSelector('#phases li.current', { timeout: 5000 });
   check('current phase marked', (await page.textContent('#phases li.current')) === 'Probe');
 
+  check('the run\'s session shown', (await page.textContent('#run-session')) === 'default', await page.textContent('#run-session'));
+
   // Cancel with the button.
   await page.click('#cancel');
-  await page.waitForFunction(() => document.getElementById('run-status')?.textContent === 'cancelled', null, { timeout: 10000 })
+  const badge = '#main .actions .status[data-status]';
+  await page.waitForFunction((sel) => document.querySelector(sel)?.textContent === 'cancelled', badge, { timeout: 10000 })
     .catch(() => {});
-  // The button really cancelled the run (the host says so), and the page shows it.
+  // The button really cancelled the run (the host says so), the status badge the page shows
+  // says so, and so does the run's status cell in the runs list.
   const afterCancel = await api('GET', `/api/runs/${id}`);
-  check('cancelled (host and page)', afterCancel.status === 'cancelled'
-    && (await page.textContent('#run-status')) === 'cancelled', { host: afterCancel.status, page: await page.textContent('#run-status') });
+  const shownBadge = await page.textContent(badge);
+  check('cancelled (host and the page\'s badge)', afterCancel.status === 'cancelled' && shownBadge === 'cancelled',
+    { host: afterCancel.status, page: shownBadge });
+  await page.goto(`${base}/#/runs`);
+  await page.waitForFunction((sel) => document.querySelector(sel)?.textContent === 'cancelled', `${row} td.status-cell`, { timeout: 10000 })
+    .catch(() => {});
+  const cell = await page.textContent(`${row} td.status-cell`);
+  check('cancelled in the run\'s status cell', cell === 'cancelled' && (await page.getAttribute(row, 'data-status')) === 'cancelled', cell);
+  await page.goto(`${base}/#/run/${encodeURIComponent(id)}`);
   await page.waitForSelector('#resume-command');
   check('resume command shown', (await page.textContent('#resume-command')) === `factory resume ${id}`);
   const expected = await agentsInProgress(id);
@@ -193,6 +230,12 @@ try {
   const hrow = Number(await page.getAttribute('#timeline', 'data-row-height'));
   await page.mouse.move(hbox.x + hbox.width / 2, hbox.y + Number(await page.getAttribute('#timeline', 'data-axis-height')) + hrow / 2);
   check('a label with markup is text on hover', (await page.textContent('.tip')).startsWith('<script>window.__pwned=1</script>\n'));
+
+  // Another session's run opens like any other (the owner's view), naming its session.
+  await page.goto(`${base}/#/run/${otherRun}`);
+  await page.waitForFunction(() => document.getElementById('run-session')?.textContent, null, { timeout: 10000 });
+  check('another session\'s run opens', (await page.textContent('#run-session')) === 'other'
+    && (await page.textContent('#main .actions .status')) === 'completed', await page.textContent('#run-session'));
 
   // 4,096 agents: drawn in under a second (measured in the page).
   const opened = Date.now();

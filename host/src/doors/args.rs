@@ -25,7 +25,7 @@ pub struct GlobalArgs {
     /// durable together at most this long after they are written.
     #[arg(long, global = true, env = "FACTORY_COMMIT_WINDOW_MS", default_value_t = 10, value_name = "MS")]
     pub commit_window_ms: u64,
-    /// The owner session: runs are visible only to the session that started them.
+    /// The session new runs and authored factories go in, and whose runs `runs` lists (the CLI is the owner: a run id may name any session's run).
     #[arg(long, global = true, env = "FACTORY_SESSION", default_value = factory_host::DEFAULT_SESSION)]
     pub session: String,
     /// Open the store in this process instead of using (or starting) the state directory's

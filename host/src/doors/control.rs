@@ -80,7 +80,7 @@ async fn handle(service: Local, stream: UnixStream) {
     };
     let answer = match request {
         Err(e) => Answer::Err(e),
-        Ok(Request::Subscribe { session }) => return subscription(service, session, read, write).await,
+        Ok(Request::Subscribe { scope }) => return subscription(service, scope, read, write).await,
         Ok(request) => match service.answer(request).await {
             Ok(response) => Answer::Ok(response),
             Err(e) => Answer::Err(RemoteError::from(&e)),
@@ -91,16 +91,16 @@ async fn handle(service: Local, stream: UnixStream) {
     }
 }
 
-/// Stream the session's run updates to a subscriber until it hangs up (its write half
+/// Stream the updates of the runs a scope sees to a subscriber until it hangs up (its write half
 /// ends) or the host goes away.
 async fn subscription(
     service: Local,
-    session: String,
+    scope: factory_host::Scope,
     mut read: tokio::net::unix::OwnedReadHalf,
     mut write: tokio::net::unix::OwnedWriteHalf,
 ) {
     let client = factory_host::service::Client::Local(service);
-    let Ok(mut updates) = client.updates(&session).await else { return };
+    let Ok(mut updates) = client.updates(scope).await else { return };
     if !write_frame(&mut write, Answer::Ok(factory_host::service::Response::Subscribed)).await {
         return;
     }

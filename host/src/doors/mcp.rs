@@ -389,7 +389,7 @@ impl FactoryMcp {
                     return Err(ToolError::new(ErrorCode::InvalidParams, "a resume keeps the run's args: give no `args`"));
                 }
                 Request::Resume {
-                    session: session.clone(),
+                    scope: session.clone().into(),
                     run_id,
                     component: None,
                     limits,
@@ -430,11 +430,11 @@ impl FactoryMcp {
         let (mut after, mut done, mut phase) = (0u64, 0u64, None::<String>);
         let mut cancelled = false;
         loop {
-            let value = self.ask(Request::Envelope { session: session.into(), run_id: run_id.into() }).await?;
+            let value = self.ask(Request::Envelope { scope: session.into(), run_id: run_id.into() }).await?;
             let envelope: RunEnvelope =
                 serde_json::from_value(value).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
             let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
-            let page = self.ask(Request::Progress { session: session.into(), run_id: run_id.into(), query }).await?;
+            let page = self.ask(Request::Progress { scope: session.into(), run_id: run_id.into(), query }).await?;
             let page: Vec<ProgressEntry> = serde_json::from_value(page).unwrap_or_default();
             if let Some(last) = page.last() {
                 after = last.seq;
@@ -464,7 +464,7 @@ impl FactoryMcp {
                 _ = tokio::time::sleep(POLL) => {}
                 _ = context.ct.cancelled(), if !cancelled => {
                     cancelled = true;
-                    self.ask(Request::Cancel { session: session.into(), run_id: run_id.into() }).await?;
+                    self.ask(Request::Cancel { scope: session.into(), run_id: run_id.into() }).await?;
                 }
             }
         }
@@ -517,7 +517,7 @@ impl FactoryMcp {
                 Ok(answer(value, summary))
             }
             "runs" => {
-                let runs = self.ask(Request::Runs { session }).await?;
+                let runs = self.ask(Request::Runs { scope: session.into() }).await?;
                 let runs: Vec<Value> = runs
                     .as_array()
                     .into_iter()
@@ -534,7 +534,7 @@ impl FactoryMcp {
             }
             "show" => {
                 let run_id = need(p.run_id, "runId")?;
-                let detail = self.ask(Request::Detail { session, run_id }).await?;
+                let detail = self.ask(Request::Detail { scope: session.into(), run_id }).await?;
                 let envelope: RunEnvelope =
                     serde_json::from_value(detail.clone()).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
                 Ok(answer(detail, summarize(&envelope)))
@@ -542,16 +542,16 @@ impl FactoryMcp {
             "progress" => {
                 let run_id = need(p.run_id, "runId")?;
                 let query = ProgressQuery { after_seq: p.after_seq, before_seq: p.before_seq, phase: p.phase, limit: p.limit };
-                let page = self.ask(Request::Progress { session, run_id, query }).await?;
+                let page = self.ask(Request::Progress { scope: session.into(), run_id, query }).await?;
                 let n = page.as_array().map_or(0, Vec::len);
                 Ok(answer(json!({ "entries": page }), format!("{n} progress entries.")))
             }
             "wait" | "cancel" => {
                 let run_id = need(p.run_id, "runId")?;
                 let request = if p.operation == "wait" {
-                    Request::Wait { session, run_id }
+                    Request::Wait { scope: session.into(), run_id }
                 } else {
-                    Request::Cancel { session, run_id }
+                    Request::Cancel { scope: session.into(), run_id }
                 };
                 let value = tokio::select! {
                     value = self.ask(request) => value?,

@@ -1,7 +1,8 @@
 //! [`Host`]: the library's front door. It owns the engine, the linker, the component loader,
 //! the durable store and the backend; it loads and registers factories, starts, resumes,
-//! cancels and waits for runs, and answers questions about them — always on behalf of one
-//! owner session, which alone can see its runs.
+//! cancels and waits for runs, and answers questions about them — always on behalf of a
+//! [`Scope`]: one owner session, which sees only its own runs, or the owner of the state
+//! directory, who sees every session's.
 
 use crate::backend::{AgentBackend, BackendCatalog, BackendRef, BackendUnavailable, BuiltinCatalog, DryRun};
 use crate::sandbox::component::{ComponentLoader, LoadedComponent};
@@ -15,6 +16,7 @@ use crate::engine::run::{self, AttemptSetup, RunShared};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::model::schema::Schema;
 use crate::guests::script::{Script, ScriptError, ScriptRef};
+use crate::model::scope::Scope;
 use crate::store::{ProgressQuery, Registration, RunRecord, Store, StoreOptions, DEFAULT_COMMIT_WINDOW};
 use futures::FutureExt;
 use std::collections::HashMap;
@@ -131,8 +133,9 @@ pub struct ResumeOptions {
     /// Run this component instead of the one the last attempt ran (an edited factory);
     /// journaled calls it repeats still replay, being keyed by content.
     pub component: Option<Factory>,
-    /// The owner session (default [`DEFAULT_SESSION`]).
-    pub session: Option<String>,
+    /// Who resumes: a session resumes only its own runs, [`Scope::Owner`] any (default: the
+    /// session [`DEFAULT_SESSION`]). The run stays in its own session either way.
+    pub scope: Option<Scope>,
     /// Receives every progress entry as it happens.
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     /// Called with the run id once the new attempt is accepted (before it executes).
@@ -531,15 +534,16 @@ impl Host {
         self.active.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The record of `run_id`, if `session` owns it.
-    /// Whether `run_id` exists and belongs to `session` (false when it cannot be read).
-    pub fn owned_by(&self, session: &str, run_id: &str) -> bool {
-        self.record(session, run_id).is_ok()
+    /// Whether `run_id` exists and `scope` sees it (false when it cannot be read).
+    pub fn owned_by(&self, scope: impl Into<Scope>, run_id: &str) -> bool {
+        self.record(&scope.into(), run_id).is_ok()
     }
 
-    fn record(&self, session: &str, run_id: &str) -> Result<RunRecord, Error> {
+    /// The record of `run_id`, if `scope` sees it (another session's run is `NotFound`,
+    /// as if it did not exist).
+    fn record(&self, scope: &Scope, run_id: &str) -> Result<RunRecord, Error> {
         match self.store.run(run_id)? {
-            Some(record) if record.session == session => Ok(record),
+            Some(record) if scope.sees(&record.session) => Ok(record),
             _ => Err(Error::NotFound(run_id.to_string())),
         }
     }
@@ -556,6 +560,7 @@ impl Host {
     ///   `halted`, resumable, like a crash found at reopen.
     fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
         let mut envelope = record.envelope;
+        envelope.session = Some(record.session.clone());
         let (active, live) = {
             let active = self.active();
             let run = active.get(&envelope.run_id);
@@ -702,6 +707,7 @@ impl Host {
                 updated_at: now,
                 revision: 0,
                 backend: None,
+                session: None,
             },
             session: session_of(&options.session),
             args: args.to_string(),
@@ -725,8 +731,8 @@ impl Host {
     /// Resume a run that ended without completing: same id, same args, a new attempt in
     /// which every journaled step and agent call replays for free.
     pub async fn resume(&self, run_id: &str, options: ResumeOptions) -> Result<RunEnvelope, Error> {
-        let session = session_of(&options.session);
-        let mut record = self.record(&session, run_id)?;
+        let scope = options.scope.clone().unwrap_or_else(|| Scope::from(DEFAULT_SESSION));
+        let mut record = self.record(&scope, run_id)?;
         match record.envelope.status {
             RunStatus::Completed => return Err(Error::NonResumable(format!("run `{run_id}` is completed"))),
             // `running` without an attempt here is an attempt that could not write its end
@@ -958,8 +964,9 @@ impl Host {
     /// Cancel a run and return its terminal envelope. A run executing here stops promptly
     /// (its store is dropped, its backend calls abandoned) and keeps its journal; a run that
     /// is not executing is returned as it is.
-    pub async fn cancel(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
-        self.record(session, run_id)?;
+    pub async fn cancel(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
+        let scope = scope.into();
+        self.record(&scope, run_id)?;
         let running = self.active().get(run_id).map(|a| (a.stop.clone(), a.shared.clone()));
         match running {
             Some((_, Some(shared))) => {
@@ -968,7 +975,7 @@ impl Host {
             Some((stop, None)) => stop.cancel(),
             None => {}
         }
-        self.wait(session, run_id).await
+        self.wait(scope, run_id).await
     }
 
     /// Stop every run executing in this process because the host is shutting down: each
@@ -999,35 +1006,37 @@ impl Host {
     /// What consent for a resume of `run_id` is about: the sha256 of its last attempt's
     /// script source for a script factory, else of its last component (`None` before any
     /// attempt).
-    pub fn trust_key_of_run(&self, session: &str, run_id: &str) -> Result<Option<String>, Error> {
-        let record = self.record(session, run_id)?;
+    pub fn trust_key_of_run(&self, scope: impl Into<Scope>, run_id: &str) -> Result<Option<String>, Error> {
+        let record = self.record(&scope.into(), run_id)?;
         if let Some(Some(script)) = record.scripts.last() {
             return Ok(Some(script.sha256.clone()));
         }
         Ok(record.component_hashes.last().cloned())
     }
 
-    /// The session's runs in creation order.
-    pub fn runs(&self, session: &str) -> Result<Vec<RunEnvelope>, Error> {
+    /// The runs `scope` sees (a session's, or every session's for the owner), in creation
+    /// order.
+    pub fn runs(&self, scope: impl Into<Scope>) -> Result<Vec<RunEnvelope>, Error> {
+        let scope = scope.into();
         let records = self.store.runs()?;
-        records.into_iter().filter(|r| r.session == session).map(|r| self.current(r)).collect()
+        records.into_iter().filter(|r| scope.sees(&r.session)).map(|r| self.current(r)).collect()
     }
 
     /// The latest envelope of a run.
-    pub fn envelope(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
-        let record = self.record(session, run_id)?;
+    pub fn envelope(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
+        let record = self.record(&scope.into(), run_id)?;
         self.current(record)
     }
 
     /// Progress entries of a run, paged.
-    pub fn progress(&self, session: &str, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, Error> {
-        self.record(session, run_id)?;
+    pub fn progress(&self, scope: impl Into<Scope>, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, Error> {
+        self.record(&scope.into(), run_id)?;
         Ok(self.store.progress(run_id, query)?)
     }
 
     /// A run with its phases, agent summaries and latest progress page.
-    pub fn detail(&self, session: &str, run_id: &str) -> Result<RunDetail, Error> {
-        let record = self.record(session, run_id)?;
+    pub fn detail(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunDetail, Error> {
+        let record = self.record(&scope.into(), run_id)?;
         // The newest entries only, in pages backwards from the tail (the query caps a page
         // at 1000): a run's detail costs the same however long its history is.
         let mut pages = Vec::new();
@@ -1088,10 +1097,11 @@ impl Host {
     /// Wait until the run is in a terminal status and return that envelope. Watches
     /// `run_updated` and re-reads on a low-frequency timer too, so a missed event only makes
     /// the answer a little late.
-    pub async fn wait(&self, session: &str, run_id: &str) -> Result<RunEnvelope, Error> {
+    pub async fn wait(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
+        let scope = scope.into();
         let mut updates = self.subscribe();
         loop {
-            let envelope = self.envelope(session, run_id)?;
+            let envelope = self.envelope(&scope, run_id)?;
             if envelope.status.is_terminal() && !self.active().contains_key(run_id) {
                 return Ok(envelope);
             }

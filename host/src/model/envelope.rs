@@ -167,6 +167,10 @@ pub struct RunEnvelope {
     /// The backend of the latest attempt (what answered its subagents).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub backend: Option<crate::backend::recorded::BackendRef>,
+    /// The run's owner session, on envelopes read back from a host (listings show it to
+    /// an owner who sees every session's runs); absent in stored records.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub session: Option<String>,
     /// RFC 3339 timestamps.
     pub created_at: String,
     pub updated_at: String,

@@ -1,5 +1,5 @@
 //! The vocabulary every layer shares: the run [`envelope`], [`progress`] entries, factory
-//! [`limits`] and [`meta`], agent memo keys ([`agent_key`]), the [`schema`] subset, and
+//! [`limits`] and [`meta`], the owner [`scope`] of a request, agent memo keys ([`agent_key`]), the [`schema`] subset, and
 //! guest JSON kept as text inside host records ([`json`]). Plain data: nothing here runs
 //! a guest, opens a store or calls a backend.
 
@@ -10,3 +10,4 @@ pub mod limits;
 pub mod meta;
 pub mod progress;
 pub mod schema;
+pub mod scope;

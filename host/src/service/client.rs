@@ -1,7 +1,8 @@
 //! [`Client`]: the one way a front door reaches the service, with two transports — the
 //! in-process [`Local`] service (this process holds the store) or the [`Remote`] one (the
 //! control socket of the process that does). Typed methods over [`Request`]/[`Response`],
-//! errors with one [`ErrorCode`], and [`Updates`], the stream of run updates.
+//! errors with one [`ErrorCode`], and [`Updates`], the stream of run updates. Methods about
+//! runs take a [`Scope`] (a session name is that session's scope).
 
 use super::local::Local;
 use super::remote::{ClientError, Remote, Subscription};
@@ -9,6 +10,7 @@ use super::wire::{Request, Response, Target};
 use super::Consent;
 use crate::error::{Error, ErrorCode};
 use crate::engine::host::RunDetail;
+use crate::model::scope::Scope;
 use crate::store::{ProgressQuery, Registration};
 use crate::{ProgressEntry, RunEnvelope, RunUpdated};
 use std::collections::HashMap;
@@ -82,38 +84,43 @@ impl Client {
         }
     }
 
-    /// The session's runs, in creation order.
-    pub async fn runs(&self, session: &str) -> Result<Vec<RunEnvelope>, ServiceError> {
-        expect!(self, Request::Runs { session: session.into() }, Response::Runs(runs) => runs)
+    /// The runs `scope` sees, in creation order.
+    pub async fn runs(&self, scope: impl Into<Scope>) -> Result<Vec<RunEnvelope>, ServiceError> {
+        expect!(self, Request::Runs { scope: scope.into() }, Response::Runs(runs) => runs)
     }
 
     /// A run's latest envelope.
-    pub async fn envelope(&self, session: &str, run_id: &str) -> Result<RunEnvelope, ServiceError> {
-        let request = Request::Envelope { session: session.into(), run_id: run_id.into() };
+    pub async fn envelope(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, ServiceError> {
+        let request = Request::Envelope { scope: scope.into(), run_id: run_id.into() };
         expect!(self, request, Response::Envelope(envelope) => *envelope)
     }
 
     /// A run's detail.
-    pub async fn detail(&self, session: &str, run_id: &str) -> Result<RunDetail, ServiceError> {
-        let request = Request::Detail { session: session.into(), run_id: run_id.into() };
+    pub async fn detail(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunDetail, ServiceError> {
+        let request = Request::Detail { scope: scope.into(), run_id: run_id.into() };
         expect!(self, request, Response::Detail(detail) => *detail)
     }
 
     /// A page of a run's progress.
-    pub async fn progress(&self, session: &str, run_id: &str, query: ProgressQuery) -> Result<Vec<ProgressEntry>, ServiceError> {
-        let request = Request::Progress { session: session.into(), run_id: run_id.into(), query };
+    pub async fn progress(
+        &self,
+        scope: impl Into<Scope>,
+        run_id: &str,
+        query: ProgressQuery,
+    ) -> Result<Vec<ProgressEntry>, ServiceError> {
+        let request = Request::Progress { scope: scope.into(), run_id: run_id.into(), query };
         expect!(self, request, Response::Progress(page) => page)
     }
 
     /// Wait until the run is terminal; its envelope.
-    pub async fn wait(&self, session: &str, run_id: &str) -> Result<RunEnvelope, ServiceError> {
-        let request = Request::Wait { session: session.into(), run_id: run_id.into() };
+    pub async fn wait(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, ServiceError> {
+        let request = Request::Wait { scope: scope.into(), run_id: run_id.into() };
         expect!(self, request, Response::Envelope(envelope) => *envelope)
     }
 
     /// Cancel a run; its terminal envelope.
-    pub async fn cancel(&self, session: &str, run_id: &str) -> Result<RunEnvelope, ServiceError> {
-        let request = Request::Cancel { session: session.into(), run_id: run_id.into() };
+    pub async fn cancel(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, ServiceError> {
+        let request = Request::Cancel { scope: scope.into(), run_id: run_id.into() };
         expect!(self, request, Response::Envelope(envelope) => *envelope)
     }
 
@@ -168,16 +175,17 @@ impl Client {
         expect!(self, Request::Register { source }, Response::Registration(registration) => *registration)
     }
 
-    /// Every update of the session's runs from now on.
-    pub async fn updates(&self, session: &str) -> Result<Updates, ServiceError> {
+    /// Every update of the runs `scope` sees, from now on.
+    pub async fn updates(&self, scope: impl Into<Scope>) -> Result<Updates, ServiceError> {
+        let scope = scope.into();
         Ok(match self {
             Client::Local(local) => Updates::Local {
                 receiver: local.host().subscribe(),
                 local: local.clone(),
-                session: session.to_string(),
+                scope,
                 owned: HashMap::new(),
             },
-            Client::Remote(remote) => Updates::Remote(remote.subscribe(session).await?),
+            Client::Remote(remote) => Updates::Remote(remote.subscribe(scope).await?),
         })
     }
 }
@@ -186,7 +194,7 @@ impl Client {
 /// and looks owners up again).
 const OWNERS_REMEMBERED: usize = 4096;
 
-/// A stream of [`RunUpdated`] for one session's runs, in the order the service announces
+/// A stream of [`RunUpdated`] for the runs a scope sees, in the order the service announces
 /// them (revisions of one run only grow). Updates missed while the reader was slow are
 /// skipped, never queued without bound: a reader re-reads what it shows.
 pub enum Updates {
@@ -196,9 +204,9 @@ pub enum Updates {
         receiver: tokio::sync::broadcast::Receiver<RunUpdated>,
         /// The service (to look up each run's owner).
         local: Local,
-        /// The session whose runs are announced.
-        session: String,
-        /// Whether a run id belongs to the session (looked up once).
+        /// Whose runs are announced.
+        scope: Scope,
+        /// Whether the scope sees a run id (looked up once).
         owned: HashMap<String, bool>,
     },
     /// From the service's socket.
@@ -209,7 +217,7 @@ impl Updates {
     /// The next update; `None` once the service has gone away.
     pub async fn next(&mut self) -> Option<RunUpdated> {
         match self {
-            Updates::Local { receiver, local, session, owned } => loop {
+            Updates::Local { receiver, local, scope, owned } => loop {
                 let update = match receiver.recv().await {
                     Ok(update) => update,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
@@ -218,9 +226,8 @@ impl Updates {
                 if owned.len() >= OWNERS_REMEMBERED {
                     owned.clear();
                 }
-                let ours = *owned
-                    .entry(update.run_id.clone())
-                    .or_insert_with(|| local.host().owned_by(session, &update.run_id));
+                let ours = *scope == Scope::Owner
+                    || *owned.entry(update.run_id.clone()).or_insert_with(|| local.host().owned_by(&*scope, &update.run_id));
                 if ours {
                     return Some(update);
                 }

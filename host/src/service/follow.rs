@@ -5,6 +5,7 @@
 //! run's last progress, so everything before it has been handed out when it comes.
 
 use super::client::{Client, ServiceError, Updates};
+use crate::model::scope::Scope;
 use crate::store::ProgressQuery;
 use crate::{ProgressEntry, RunEnvelope};
 use std::collections::VecDeque;
@@ -28,7 +29,7 @@ pub enum Followed {
 /// Follows one run; see the module docs.
 pub struct Follower {
     client: Client,
-    session: String,
+    scope: Scope,
     run_id: String,
     after_seq: u64,
     pending: VecDeque<ProgressEntry>,
@@ -39,13 +40,15 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Follow `run_id` of `session` from the entry after `after_seq` (0: from the start).
-    pub async fn new(client: Client, session: &str, run_id: &str, after_seq: u64) -> Self {
+    /// Follow `run_id`, as `scope` sees it, from the entry after `after_seq` (0: from the
+    /// start).
+    pub async fn new(client: Client, scope: impl Into<Scope>, run_id: &str, after_seq: u64) -> Self {
+        let scope = scope.into();
         // Without updates (an older service, say) the follower polls.
-        let updates = client.updates(session).await.ok();
+        let updates = client.updates(&scope).await.ok();
         Follower {
             client,
-            session: session.to_string(),
+            scope,
             run_id: run_id.to_string(),
             after_seq,
             pending: VecDeque::new(),
@@ -93,11 +96,11 @@ impl Follower {
 
     /// Read the envelope, then every entry after the last handed out.
     async fn read(&mut self) -> Result<(), ServiceError> {
-        let envelope = self.client.envelope(&self.session, &self.run_id).await?;
+        let envelope = self.client.envelope(&self.scope, &self.run_id).await?;
         let mut after = self.pending.back().map_or(self.after_seq, |e| e.seq);
         loop {
             let query = ProgressQuery { after_seq: Some(after), limit: Some(PAGE), ..Default::default() };
-            let page = self.client.progress(&self.session, &self.run_id, query).await?;
+            let page = self.client.progress(&self.scope, &self.run_id, query).await?;
             let full = page.len() == PAGE;
             if let Some(last) = page.last() {
                 after = last.seq;

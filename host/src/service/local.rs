@@ -33,12 +33,12 @@ impl Local {
     pub async fn answer(&self, request: Request) -> Result<Response, Error> {
         let host = &self.host;
         Ok(match request {
-            Request::Runs { session } => Response::Runs(host.runs(&session)?),
-            Request::Envelope { session, run_id } => Response::Envelope(Box::new(host.envelope(&session, &run_id)?)),
-            Request::Detail { session, run_id } => Response::Detail(Box::new(host.detail(&session, &run_id)?)),
-            Request::Progress { session, run_id, query } => Response::Progress(host.progress(&session, &run_id, &query)?),
-            Request::Wait { session, run_id } => Response::Envelope(Box::new(host.wait(&session, &run_id).await?)),
-            Request::Cancel { session, run_id } => Response::Envelope(Box::new(host.cancel(&session, &run_id).await?)),
+            Request::Runs { scope } => Response::Runs(host.runs(scope)?),
+            Request::Envelope { scope, run_id } => Response::Envelope(Box::new(host.envelope(scope, &run_id)?)),
+            Request::Detail { scope, run_id } => Response::Detail(Box::new(host.detail(scope, &run_id)?)),
+            Request::Progress { scope, run_id, query } => Response::Progress(host.progress(scope, &run_id, &query)?),
+            Request::Wait { scope, run_id } => Response::Envelope(Box::new(host.wait(scope, &run_id).await?)),
+            Request::Cancel { scope, run_id } => Response::Envelope(Box::new(host.cancel(scope, &run_id).await?)),
             Request::Factories { session } => Response::Factories(host.registered_for(&session)?),
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))
@@ -101,7 +101,7 @@ impl Local {
                     }
                 })
             }
-            Request::Resume { session, run_id, component, limits, backend: choice, consent } => {
+            Request::Resume { scope, run_id, component, limits, backend: choice, consent } => {
                 let component = match component {
                     Some(path) => Some(host.load_file(&path).await?),
                     None => None,
@@ -109,16 +109,19 @@ impl Local {
                 // The component this attempt runs: the edited one, else the run's last.
                 let key = match &component {
                     Some(factory) => Some(trust_key(factory).to_string()),
-                    None => host.trust_key_of_run(&session, &run_id)?,
+                    None => host.trust_key_of_run(&scope, &run_id)?,
                 };
                 if let Some(key) = key {
-                    let authored = host.authored_in(&session, &key)?;
+                    // Authored in the run's own session: the session could resume it without
+                    // consent itself, so the owner resuming it there gains nothing more.
+                    let run_session = host.envelope(&scope, &run_id)?.session.unwrap_or_default();
+                    let authored = host.authored_in(&run_session, &key)?;
                     consented(&self.trusted, &consent, authored, &key, &format!("the component of run {run_id}"))?;
                 }
                 let options = ResumeOptions {
                     limits,
                     component,
-                    session: Some(session),
+                    scope: Some(scope),
                     events: None,
                     on_start: Some(on_start),
                     backend: None,

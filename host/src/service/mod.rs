@@ -8,7 +8,9 @@
 //! control socket of the process that does. Both answer the same requests with the same
 //! responses and the same [`ErrorCode`]s; one [`Follower`] follows a run through either.
 //! The consent policy ([`Consent`], [`consented`]) and the one trust-key derivation
-//! ([`trust_key`]) live here too, so every front door decides the same way.
+//! ([`trust_key`]) live here too, so every front door decides the same way. Every read or
+//! control of a run carries a [`Scope`]: the front doors of the local user (the CLI, the
+//! HTTP API) ask as [`Scope::Owner`], other callers (an MCP connection) as their session.
 
 mod client;
 mod consent;
@@ -18,6 +20,7 @@ mod remote;
 mod wire;
 
 pub use crate::error::ErrorCode;
+pub use crate::model::scope::Scope;
 pub use client::{Client, ServiceError, Updates};
 pub use consent::{consented, registration_trust_key, trust_key, Consent, TrustCheck};
 pub use follow::{Followed, Follower};

@@ -4,6 +4,7 @@
 //! [`MAX_RESPONSE_BYTES`] of any line.
 
 use super::wire::{parse_frame, read_line_bounded, Answer, Event, Frame, RemoteError, Request, Response, MAX_RESPONSE_BYTES};
+use crate::model::scope::Scope;
 use crate::RunUpdated;
 use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
@@ -115,9 +116,9 @@ impl Remote {
         self.answer(&mut read).await
     }
 
-    /// Open a subscription to the session's run updates.
-    pub async fn subscribe(&self, session: &str) -> Result<Subscription, ClientError> {
-        let (mut read, write) = self.send(&Request::Subscribe { session: session.into() }).await?;
+    /// Open a subscription to the updates of the runs `scope` sees.
+    pub async fn subscribe(&self, scope: Scope) -> Result<Subscription, ClientError> {
+        let (mut read, write) = self.send(&Request::Subscribe { scope }).await?;
         match self.answer(&mut read).await? {
             // The write half stays open while we listen: its end tells the service we left.
             Response::Subscribed => Ok(Subscription { read: tokio::io::BufReader::new(read), _write: write, path: self.path() }),

@@ -3,10 +3,15 @@
 //! answers with one line per event). Stable camelCase JSON; a frame of another version is
 //! refused with `unsupported_version`, and a request with a field this version does not
 //! know is refused with `bad_request` rather than half understood.
+//!
+//! Reading and controlling runs is on behalf of a [`Scope`] (`"scope": {"session": "x"}`
+//! or `"scope": "owner"`); starting a run or authoring a factory names the concrete
+//! `session` it happens in.
 
 use crate::error::{Error, ErrorCode};
 use crate::engine::host::{BackendChoice, RunDetail};
 use crate::model::limits::Limits;
+use crate::model::scope::Scope;
 use crate::store::{ProgressQuery, Registration};
 use crate::{ProgressEntry, RunEnvelope, RunUpdated};
 use serde::{Deserialize, Serialize};
@@ -14,7 +19,7 @@ use std::path::PathBuf;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 /// The version of the wire form: every frame carries it as `"wire"`.
-pub const WIRE_VERSION: u32 = 3;
+pub const WIRE_VERSION: u32 = 4;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -46,23 +51,24 @@ struct VersionOnly {
     wire: Option<u32>,
 }
 
-/// A request to the service; every one is on behalf of a session (the owner scope of runs
-/// and authored factories).
+/// A request to the service. Reads and controls of runs are on behalf of a [`Scope`] (a
+/// session sees its own runs, the owner every session's); factories and new runs belong to
+/// a concrete session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
 pub enum Request {
-    /// The session's runs, in creation order.
-    Runs { session: String },
+    /// The runs the scope sees, in creation order (each envelope names its `session`).
+    Runs { scope: Scope },
     /// A run's envelope.
-    Envelope { session: String, run_id: String },
+    Envelope { scope: Scope, run_id: String },
     /// A run's detail.
-    Detail { session: String, run_id: String },
+    Detail { scope: Scope, run_id: String },
     /// A page of a run's progress.
-    Progress { session: String, run_id: String, query: ProgressQuery },
+    Progress { scope: Scope, run_id: String, query: ProgressQuery },
     /// Wait for a terminal envelope.
-    Wait { session: String, run_id: String },
+    Wait { scope: Scope, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
-    Cancel { session: String, run_id: String },
+    Cancel { scope: Scope, run_id: String },
     /// The factories the session can run: its own authored ones and those registered for
     /// everyone.
     Factories { session: String },
@@ -93,9 +99,10 @@ pub enum Request {
         #[serde(default)]
         consent: super::Consent,
     },
-    /// Resume a run in the background; answers [`Response::Started`] once the attempt starts.
+    /// Resume a run the scope sees in the background (it stays in its own session); answers
+    /// [`Response::Started`] once the attempt starts.
     Resume {
-        session: String,
+        scope: Scope,
         run_id: String,
         #[serde(default)]
         component: Option<PathBuf>,
@@ -110,9 +117,9 @@ pub enum Request {
     },
     /// Register a factory for everyone under its meta name (what `factory add` does).
     Register { source: Source },
-    /// Announce every update of the session's runs, one [`Frame`] of [`RunUpdated`] per
-    /// update, until the client goes away (after a first [`Response::Subscribed`]).
-    Subscribe { session: String },
+    /// Announce every update of the runs the scope sees, one [`Frame`] of [`RunUpdated`]
+    /// per update, until the client goes away (after a first [`Response::Subscribed`]).
+    Subscribe { scope: Scope },
 }
 
 impl Request {
@@ -304,10 +311,12 @@ mod tests {
     #[test]
     fn requests_round_trip_in_camel_case() {
         let requests = vec![
-            Request::Runs { session: "s".into() },
-            Request::Detail { session: "s".into(), run_id: "r".into() },
+            Request::Runs { scope: Scope::from("s") },
+            Request::Runs { scope: Scope::Owner },
+            Request::Detail { scope: Scope::from("s"), run_id: "r".into() },
+            Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
             Request::Progress {
-                session: "s".into(),
+                scope: Scope::from("s"),
                 run_id: "r".into(),
                 query: ProgressQuery { after_seq: Some(3), ..Default::default() },
             },
@@ -322,41 +331,58 @@ mod tests {
                 consent: super::super::Consent::Sha256("ab".into()),
             },
             Request::Resume {
-                session: "s".into(),
+                scope: Scope::Owner,
                 run_id: "r".into(),
                 component: None,
                 limits: Limits::default(),
                 backend: BackendChoice::default(),
                 consent: super::super::Consent::Any,
             },
-            Request::Subscribe { session: "s".into() },
+            Request::Subscribe { scope: Scope::from("s") },
+            Request::Subscribe { scope: Scope::Owner },
         ];
         for request in requests {
             let bytes = line(&Frame::new(request.clone()));
             assert_eq!(parse_request(&bytes).unwrap(), request, "{}", String::from_utf8_lossy(&bytes));
         }
-        let text = String::from_utf8(line(&Frame::new(Request::Detail { session: "s".into(), run_id: "r".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":3,"body":{"op":"detail","session":"s","runId":"r"}}"#);
+        let text = String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() }))).unwrap();
+        assert_eq!(text, r#"{"wire":4,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        let text = String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner }))).unwrap();
+        assert_eq!(text, r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#);
+        // Starting a run names its session, not a scope.
+        let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
+        assert_eq!(text, r#"{"wire":4,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
     fn another_version_is_refused_with_its_code() {
-        for text in [r#"{"wire":2,"op":"runs","session":"s"}"#, r#"{"body":{"op":"runs","session":"s"}}"#] {
+        for text in [
+            r#"{"wire":2,"op":"runs","session":"s"}"#,
+            r#"{"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 3 named a bare session where a scope is now.
+            r#"{"wire":3,"body":{"op":"runs","session":"s"}}"#,
+        ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":4,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":5,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 4"), "{e}");
+        assert!(e.contains("version 5"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":3,"body":{"op":"runs","session":"s","all":true}}"#,
-            r#"{"wire":3,"body":{"op":"detail","session":"s","run_id":"r"}}"#,
-            r#"{"wire":3,"body":{"op":"drop","session":"s"}}"#,
-            r#"{"wire":3,"body":{"op":"runs","session":"s"},"extra":1}"#,
+            r#"{"wire":4,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":4,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":4,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":4,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            // A bare session where a scope goes, a scope that is neither form, a session
+            // with more beside it, and a start request without its concrete session.
+            r#"{"wire":4,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":4,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":4,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":4,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -367,7 +393,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":3,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":4,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),

@@ -124,6 +124,7 @@ pub(crate) fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_jso
             accounting: Default::default(),
             attempts: header.envelope.attempts,
             backend: None,
+            session: None,
             updated_at: header.envelope.updated_at.unwrap_or_else(|| created_at.clone()),
             created_at,
             revision: 0,

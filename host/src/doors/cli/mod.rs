@@ -37,8 +37,8 @@ enum Command {
     Run(run::RunArgs),
     /// Resume a run that stopped (limit, crash, cancel): journaled work replays for free.
     Resume(run::ResumeArgs),
-    /// List the session's runs, oldest first.
-    Runs(observe::JsonArg),
+    /// List the session's runs (every session's with --all), oldest first.
+    Runs(observe::RunsArgs),
     /// Show a run: envelope, phases, agent summaries, latest progress.
     Show(observe::RunIdArgs),
     /// Page through a run's progress.

@@ -1,12 +1,14 @@
-//! `factory runs/show/progress/wait/cancel`: observe and control runs, through the store
-//! when this process can open it, or through the control socket of the process holding it.
+//! `factory runs/show/progress/wait/cancel/watch`: observe and control runs, through the
+//! store when this process can open it, or through the control socket of the process
+//! holding it. The local user is the owner of the state directory: `runs` lists the current
+//! session's runs (every session's with `--all`), and a run id names a run of any session.
 
 use crate::doors::reach::access;
 use crate::doors::args::GlobalArgs;
 use anyhow::Result;
 use clap::Args;
 use factory_host::store::ProgressQuery;
-use factory_host::{ProgressEntry, RunEnvelope, RunStatus};
+use factory_host::{ProgressEntry, RunEnvelope, RunStatus, Scope};
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -14,6 +16,16 @@ pub struct JsonArg {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args)]
+pub struct RunsArgs {
+    /// Every session's runs (with a SESSION column), not only the current session's.
+    #[arg(long)]
+    all: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -60,17 +72,29 @@ pub fn status_name(status: RunStatus) -> String {
     serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
-pub async fn runs(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
-    let runs = access(g).await?.runs(&g.session).await?;
+pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
+    let scope = if a.all { Scope::Owner } else { Scope::from(&g.session) };
+    let runs = access(g).await?.runs(scope).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<36}  {:<20}  {:<9}  {:>8}  {:>6}  {:>9}  CREATED", "RUN", "FACTORY", "STATUS", "ATTEMPTS", "AGENTS", "CREDITS");
+    let session = |text: &str| if a.all { format!("{text:<20}  ") } else { String::new() };
+    println!(
+        "{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  CREATED",
+        "RUN",
+        session("SESSION"),
+        "FACTORY",
+        "STATUS",
+        "ATTEMPTS",
+        "AGENTS",
+        "CREDITS"
+    );
     for r in &runs {
         println!(
-            "{:<36}  {:<20}  {:<9}  {:>8}  {:>6}  {:>9}  {}",
+            "{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  {}",
             s(&r.run_id),
+            session(&s(r.session.as_deref().unwrap_or_default())),
             s(&r.factory),
             status_name(r.status),
             r.attempts,
@@ -95,7 +119,7 @@ fn print_entry(e: &ProgressEntry) {
 }
 
 pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let d = access(g).await?.detail(&g.session, &a.run_id).await?;
+    let d = access(g).await?.detail(Scope::Owner, &a.run_id).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&d)?);
         return Ok(ExitCode::SUCCESS);
@@ -103,6 +127,7 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let e = &d.envelope;
     println!("run:       {}", s(&e.run_id));
     println!("factory:   {}", s(&e.factory));
+    println!("session:   {}", s(e.session.as_deref().unwrap_or_default()));
     println!("status:    {} (attempt {}, revision {})", status_name(e.status), e.attempts, e.revision);
     if let Some(f) = &e.failure {
         println!("failure:   {} {} {}", f.kind_type, f.kind.as_deref().map(s).unwrap_or_default(), s(&f.message));
@@ -175,7 +200,7 @@ fn status_name_agent(status: factory_host::AgentStatus) -> String {
 
 pub async fn progress(g: &GlobalArgs, a: ProgressArgs) -> Result<ExitCode> {
     let query = ProgressQuery { after_seq: a.after_seq, before_seq: a.before_seq, phase: a.phase, limit: a.limit };
-    let page = access(g).await?.progress(&g.session, &a.run_id, query).await?;
+    let page = access(g).await?.progress(Scope::Owner, &a.run_id, query).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&page)?);
     } else {
@@ -195,13 +220,13 @@ fn envelope_exit(envelope: &RunEnvelope) -> ExitCode {
 }
 
 pub async fn wait(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let envelope = access(g).await?.wait(&g.session, &a.run_id).await?;
+    let envelope = access(g).await?.wait(Scope::Owner, &a.run_id).await?;
     println!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(envelope_exit(&envelope))
 }
 
 pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let envelope = access(g).await?.cancel(&g.session, &a.run_id).await?;
+    let envelope = access(g).await?.cancel(Scope::Owner, &a.run_id).await?;
     println!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(ExitCode::SUCCESS)
 }
@@ -209,9 +234,9 @@ pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
 pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let client = access(g).await?;
     // Start from the latest page, then follow live until the run ends.
-    let tail = client.progress(&g.session, &a.run_id, ProgressQuery::default()).await?;
+    let tail = client.progress(Scope::Owner, &a.run_id, ProgressQuery::default()).await?;
     let after = tail.first().map_or(0, |e| e.seq.saturating_sub(1));
-    let envelope = crate::doors::cli::remote::follow(g, &client, &a.run_id, false, None, false, after).await?;
+    let envelope = crate::doors::cli::remote::follow(&client, &a.run_id, false, None, false, after).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&envelope)?);
     } else {

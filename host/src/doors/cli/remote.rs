@@ -33,7 +33,7 @@ pub async fn start(
         }
         return Ok(None);
     }
-    let envelope = follow(g, &client, &run_id, quiet, events.clone(), true, 0).await?;
+    let envelope = follow(&client, &run_id, quiet, events.clone(), true, 0).await?;
     if let Some(sink) = &events {
         sink.finished(&envelope);
     }
@@ -41,9 +41,9 @@ pub async fn start(
 }
 
 /// Show a run's progress after `after_seq` live until it is terminal; Ctrl-C cancels it when
-/// `cancel_on_interrupt`, else only stops following.
+/// `cancel_on_interrupt`, else only stops following. The local user follows and cancels as
+/// the owner: the run may be of any session.
 pub async fn follow(
-    g: &GlobalArgs,
     client: &Client,
     run_id: &str,
     quiet: bool,
@@ -53,7 +53,7 @@ pub async fn follow(
 ) -> Result<RunEnvelope> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ProgressEntry>();
     let ui = tokio::spawn(progress_ui::render(rx, quiet, events));
-    let mut follower = Follower::new(client.clone(), &g.session, run_id, after_seq).await;
+    let mut follower = Follower::new(client.clone(), factory_host::Scope::Owner, run_id, after_seq).await;
     let mut interrupt = Box::pin(tokio::signal::ctrl_c());
     let envelope = loop {
         tokio::select! {
@@ -68,7 +68,7 @@ pub async fn follow(
             _ = &mut interrupt => {
                 if cancel_on_interrupt {
                     eprintln!("\nfactory: interrupted, cancelling the run...");
-                    client.cancel(&g.session, run_id).await?;
+                    client.cancel(factory_host::Scope::Owner, run_id).await?;
                 } else {
                     drop(tx);
                     let _ = ui.await;

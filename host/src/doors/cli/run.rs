@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::config::Config;
 use factory_host::service::{Client, Consent, Request, Target};
-use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
+use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus, Scope};
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -202,7 +202,8 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             None => reapprove(g, &a.yes, &Client::Remote(crate::doors::daemon::remote(g)), &a.run_id).await?,
         };
         let request = Request::Resume {
-            session: g.session.clone(),
+            // The local user resumes a run of any session; it stays in its own.
+            scope: Scope::Owner,
             run_id: a.run_id.clone(),
             component,
             limits,
@@ -222,7 +223,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             // The backend the resume will use: --backend, else the one the run recorded.
             let name = match &a.out.backend.backend {
                 Some(name) => Some(name.clone()),
-                None => host.envelope(&g.session, &a.run_id).ok().and_then(|e| e.backend).map(|b| b.name),
+                None => host.envelope(Scope::Owner, &a.run_id).ok().and_then(|e| e.backend).map(|b| b.name),
             };
             let shown = match name {
                 Some(name) => config.run_backend(Some(&name), None).map_or(format!("`{name}`"), |b| b.describe()),
@@ -241,12 +242,12 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
     };
     // A cassette wraps the run's recorded backend unless --backend names another.
     let backend = if a.out.backend.cassette() {
-        let recorded = host.envelope(&g.session, &a.run_id)?.backend;
+        let recorded = host.envelope(Scope::Owner, &a.run_id)?.backend;
         cassette_backend(&config, &a.out.backend, recorded.as_ref())?
     } else {
         None
     };
-    let session = Some(g.session.clone());
+    let scope = Some(Scope::Owner);
     let run_id = a.run_id.clone();
     let started = events.clone();
     let choice = a.out.backend.choice();
@@ -255,7 +256,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
         let options = ResumeOptions {
             limits,
             component,
-            session,
+            scope,
             events: Some(tx),
             on_start: Some(on_start),
             backend,
@@ -271,7 +272,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
 /// [`trust::reapprove`] says.
 /// Returns the trust key consented to (`None`: the run has no attempt yet).
 async fn reapprove(g: &GlobalArgs, yes: &YesArg, client: &Client, run_id: &str) -> Result<Option<String>> {
-    let detail = client.detail(&g.session, run_id).await?;
+    let detail = client.detail(Scope::Owner, run_id).await?;
     // A script factory is trusted by its source's sha256 (the runner is this binary's).
     let script = detail.scripts.last().and_then(|s| s.as_ref()).map(|s| s.sha256.as_str());
     let component = detail.component_hashes.last().map(String::as_str);

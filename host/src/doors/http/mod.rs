@@ -8,7 +8,10 @@
 //! and written to `<state-dir>/http.token` (0600) is required on every `/api` call (no
 //! cookies, so no cross-site request can carry it); the `Host` header must name the address
 //! served (DNS rebinding); no CORS headers are sent, so other origins cannot read answers.
-//! The API serves the daemon's session (`--session`).
+//! The token is the user's, so the API has the owner's view: it lists, reads, follows,
+//! cancels and resumes the runs of every session (each envelope names its `session`; `GET
+//! /api/runs?session=NAME` lists one session's), and its events cover every run. A run
+//! started over HTTP goes in the daemon's session (`--session`, shown at `/api/session`).
 //!
 //! `GET /` and `/ui/*` serve the web dashboard (assets embedded from `ui/`, no token needed:
 //! they hold no data). The token never goes into a URL: `factory ui` asks `POST
@@ -25,7 +28,7 @@
 pub mod bearer;
 pub mod bind;
 
-use factory_host::service::{Client, Consent, Request, Target};
+use factory_host::service::{Client, Consent, Request, Scope, Target};
 use factory_host::store::ProgressQuery;
 use factory_host::{ErrorCode, Limits};
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -70,6 +73,7 @@ type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 struct Api {
     /// The service every endpoint speaks (in this process, or the one holding the store).
     client: Client,
+    /// The session runs started over HTTP go in.
     session: String,
     /// The bearer token every `/api` call must carry.
     bearer: crate::doors::http::bearer::Bearer,
@@ -222,19 +226,22 @@ impl Api {
                 let code = self.codes.issue();
                 return json_response(StatusCode::OK, &json!({ "code": code, "expiresInSeconds": CODE_TTL.as_secs() }));
             }
-            (&Method::GET, ["runs"]) => Request::Runs { session },
+            (&Method::GET, ["runs"]) => match parse_runs_query(&query) {
+                Ok(scope) => Request::Runs { scope },
+                Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
+            },
             (&Method::GET, ["factories"]) => Request::Factories { session },
             (&Method::GET, ["factories", name]) => Request::Inspect { session, name: name.to_string() },
-            (&Method::GET, ["runs", id]) => Request::Detail { session, run_id: id.to_string() },
+            (&Method::GET, ["runs", id]) => Request::Detail { scope: Scope::Owner, run_id: id.to_string() },
             (&Method::GET, ["runs", id, "progress"]) => {
                 let query = match parse_progress_query(&query) {
                     Ok(query) => query,
                     Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
                 };
-                Request::Progress { session, run_id: id.to_string(), query }
+                Request::Progress { scope: Scope::Owner, run_id: id.to_string(), query }
             }
-            (&Method::GET, ["runs", id, "wait"]) => Request::Wait { session, run_id: id.to_string() },
-            (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { session, run_id: id.to_string() },
+            (&Method::GET, ["runs", id, "wait"]) => Request::Wait { scope: Scope::Owner, run_id: id.to_string() },
+            (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { scope: Scope::Owner, run_id: id.to_string() },
             (&Method::POST, ["runs", id, "resume"]) => {
                 let body: ResumeBody = if body.is_empty() {
                     ResumeBody::default()
@@ -245,7 +252,7 @@ impl Api {
                     }
                 };
                 Request::Resume {
-                    session,
+                    scope: Scope::Owner,
                     run_id: id.to_string(),
                     component: None,
                     limits: body.limits,
@@ -311,26 +318,24 @@ impl Api {
         }
     }
 
-    /// `GET /api/events`: `run_updated` for the session's runs, as Server-Sent Events, in
+    /// `GET /api/events`: `run_updated` for every session's runs, as Server-Sent Events, in
     /// the order the host announces them (revisions of one run only grow), each followed by
     /// `progress {runId, entry}` events for the entries committed since the last sent.
     async fn events(&self) -> Response<Body> {
-        let mut updates = match self.client.updates(&self.session).await {
+        let mut updates = match self.client.updates(Scope::Owner).await {
             Ok(updates) => updates,
             Err(e) => return error(status_of(e.code()), e.code(), e.to_string()),
         };
         let client = self.client.clone();
-        let session = self.session.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(SSE_FRAMES_BUFFERED);
         tokio::spawn(async move {
             // A comment line first, so a client sees the stream open at once.
             if tx.send(Ok(Frame::data(Bytes::from_static(b": factory events\n\n")))).await.is_err() {
                 return;
             }
-            // The last progress seq sent per run (bounded: runs of this session seen here).
+            // The last progress seq sent per run (one per run seen here).
             let mut sent: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
             loop {
-                // Only the session's runs are announced.
                 let Some(update) = updates.next().await else { return };
                 // Live progress: the entries committed since the last one sent for this run,
                 // a page a frame. Each send waits while the client is behind, so a slow reader
@@ -342,7 +347,7 @@ impl Api {
                 };
                 loop {
                     let query = ProgressQuery { after_seq: Some(after), limit: Some(SSE_ENTRIES_PER_FRAME), ..Default::default() };
-                    let entries = client.progress(&session, &update.run_id, query).await.unwrap_or_default();
+                    let entries = client.progress(Scope::Owner, &update.run_id, query).await.unwrap_or_default();
                     for entry in &entries {
                         let data = json!({ "runId": update.run_id, "entry": entry });
                         frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
@@ -397,6 +402,21 @@ async fn read_body(req: HttpRequest<Incoming>) -> Result<Bytes, Box<Response<Bod
     }
 }
 
+/// The scope of `GET /api/runs`: every session's runs, or with `session=NAME` one session's.
+fn parse_runs_query(query: &str) -> Result<Scope, String> {
+    let mut scope = Scope::Owner;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "session" if value.is_empty() => return Err("`session` names a session: give it a value".into()),
+            "session" if scope != Scope::Owner => return Err("give `session` once".into()),
+            "session" => scope = Scope::Session(percent_decode(value)),
+            other => return Err(format!("unknown query parameter `{other}`")),
+        }
+    }
+    Ok(scope)
+}
+
 /// `afterSeq`, `beforeSeq`, `phase`, `limit` from a query string.
 fn parse_progress_query(query: &str) -> Result<ProgressQuery, String> {
     let mut out = ProgressQuery::default();
@@ -447,6 +467,15 @@ mod tests {
         assert!(parse_progress_query("nope=1").is_err());
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%zz+b"), "%zz b");
+    }
+
+    #[test]
+    fn the_runs_list_is_every_session_unless_one_is_named() {
+        assert_eq!(parse_runs_query(""), Ok(Scope::Owner));
+        assert_eq!(parse_runs_query("session=mcp%3Aclaude"), Ok(Scope::Session("mcp:claude".into())));
+        assert!(parse_runs_query("session=").is_err());
+        assert!(parse_runs_query("session=a&session=b").is_err());
+        assert!(parse_runs_query("all=1").is_err());
     }
 
     #[test]

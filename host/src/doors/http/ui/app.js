@@ -5,6 +5,8 @@
 // the page takes off its URL at once and exchanges, once, for a session token of its own
 // (POST /api/ui/exchange); that token is kept in sessionStorage and sent only in the
 // Authorization header.
+// The API's token is the user's: the runs list shows every session's runs, with a session
+// column and a filter; runs started here go in the daemon's session (shown in the header).
 
 const TOKEN_KEY = 'factory.token';
 const LOG_TAIL = 100; // log entries shown at first
@@ -154,6 +156,7 @@ function debounce(fn, ms, maxMs = 1000) {
 // ---- Views ---------------------------------------------------------------------------------
 
 let view = null; // { stop() } of the view shown
+let sessionFilter = ''; // the session the runs list shows ('': every session)
 
 function route() {
   view?.stop?.();
@@ -172,27 +175,44 @@ function route() {
 function runsView(main) {
   const body = h('tbody');
   const table = h('table', { id: 'runs' },
-    h('thead', {}, h('tr', {}, h('th', {}, 'run'), h('th', {}, 'factory'), h('th', {}, 'status'), h('th', {}, 'started'),
-      h('th', { class: 'num' }, 'active'), h('th', { class: 'num' }, 'agents'), h('th', { class: 'num' }, 'credits'))),
+    h('thead', {}, h('tr', {}, h('th', {}, 'run'), h('th', {}, 'session'), h('th', {}, 'factory'), h('th', {}, 'status'),
+      h('th', {}, 'started'), h('th', { class: 'num' }, 'active'), h('th', { class: 'num' }, 'agents'), h('th', { class: 'num' }, 'credits'))),
     body);
-  const empty = h('p', { class: 'muted', hidden: true }, 'No runs in this session yet. ', h('a', { href: '#/start' }, 'Start one.'));
-  main.append(h('h1', {}, 'Runs'), table, empty);
+  const empty = h('p', { class: 'muted', id: 'runs-empty', hidden: true });
+  // The sessions to filter by are those of the runs listed (every session's: the owner's view).
+  const filter = h('select', { id: 'session-filter', name: 'session', onchange: () => { sessionFilter = filter.value; show(); } });
+  main.append(h('h1', {}, 'Runs'), h('div', { class: 'actions' }, h('label', { class: 'check' }, 'session', filter)), table, empty);
   let stopped = false;
+  let runs = [];
+  let offered = null; // the sessions the filter offers, joined (rebuilt only when they change)
+  const show = () => {
+    const sessions = [...new Set(runs.map((run) => run.session ?? ''))].sort();
+    if (sessionFilter && !sessions.includes(sessionFilter)) sessions.push(sessionFilter);
+    if (offered !== sessions.join('\n')) {
+      offered = sessions.join('\n');
+      filter.replaceChildren(h('option', { value: '' }, 'all sessions'), ...sessions.map((s) => h('option', { value: s }, s)));
+    }
+    filter.value = sessionFilter;
+    const shown = runs.filter((run) => !sessionFilter || run.session === sessionFilter);
+    body.replaceChildren(...shown.map((run) => h('tr', {
+      class: 'run-row', dataset: { runId: run.runId, status: run.status, revision: run.revision, session: run.session ?? '' },
+      onclick: () => { location.hash = `#/run/${encodeURIComponent(run.runId)}`; },
+    },
+    h('td', { class: 'mono' }, h('a', { href: `#/run/${encodeURIComponent(run.runId)}`, title: run.runId }, `…${run.runId.slice(-12)}`)),
+    h('td', { class: 'session-cell mono' }, run.session ?? ''), h('td', {}, run.factory), h('td', { class: 'status-cell' }, statusBadge(run.status)),
+    h('td', {}, fmtTime(run.createdAt)),
+    h('td', { class: 'num' }, fmtSecs(run.accounting.activeSeconds)),
+    h('td', { class: 'num agents' }, agentsOf(run)),
+    h('td', { class: 'num' }, fmtCredits(run.accounting.aiCreditsNano)))));
+    empty.hidden = shown.length > 0;
+    empty.replaceChildren(sessionFilter ? `No runs in session ${sessionFilter}. ` : 'No runs yet. ', h('a', { href: '#/start' }, 'Start one.'));
+  };
   const load = async () => {
     try {
-      const runs = await api('GET', '/api/runs');
+      const listed = await api('GET', '/api/runs');
       if (stopped) return;
-      runs.reverse(); // newest first
-      body.replaceChildren(...runs.map((run) => h('tr', {
-        class: 'run-row', dataset: { runId: run.runId, status: run.status, revision: run.revision },
-        onclick: () => { location.hash = `#/run/${encodeURIComponent(run.runId)}`; },
-      },
-      h('td', { class: 'mono' }, h('a', { href: `#/run/${encodeURIComponent(run.runId)}`, title: run.runId }, `…${run.runId.slice(-12)}`)),
-      h('td', {}, run.factory), h('td', {}, statusBadge(run.status)), h('td', {}, fmtTime(run.createdAt)),
-      h('td', { class: 'num' }, fmtSecs(run.accounting.activeSeconds)),
-      h('td', { class: 'num agents' }, agentsOf(run)),
-      h('td', { class: 'num' }, fmtCredits(run.accounting.aiCreditsNano)))));
-      empty.hidden = runs.length > 0;
+      runs = listed.reverse(); // newest first
+      show();
     } catch (e) { showError(e); }
   };
   const refresh = debounce(load, 150);
@@ -469,12 +489,13 @@ function runView(main, runId) {
     h('button', { class: 'primary', id: 'resume', type: 'submit' }, 'Resume'));
     head.replaceChildren(
       h('div', { class: 'actions' }, h('b', {}, env.factory), statusBadge(env.status), h('span', { id: 'run-status', hidden: true }, env.status),
+        h('span', { class: 'muted' }, 'session ', h('span', { id: 'run-session' }, env.session ?? '')),
         h('span', { class: 'muted' }, `attempt ${env.attempts} · started ${fmtTime(env.createdAt)} · updated ${fmtTime(env.updatedAt)}`),
         env.backend ? h('span', { class: 'muted' }, `backend ${env.backend.name ?? JSON.stringify(env.backend)}`) : null, cancel),
       resume);
     if (env.failure || env.error) {
-      const session = $('session').textContent;
-      const cmd = `factory ${session && session !== 'default' ? `--session ${session} ` : ''}resume ${runId}`;
+      // The CLI is the owner: it resumes a run of any session by its id.
+      const cmd = `factory resume ${runId}`;
       failure.hidden = false;
       failure.replaceChildren(
         h('b', {}, env.failure ? `${env.failure.type}${env.failure.kind ? ` (${env.failure.kind})` : ''}` : 'error'),
