@@ -247,3 +247,44 @@ fn consent_and_grants_hold_when_another_process_holds_the_store() {
     let canonical = std::fs::canonicalize(granted.path()).unwrap();
     assert_eq!(detail["grants"], json!([canonical]));
 }
+
+/// The sha256 of a text, as the trust store names a script source.
+fn sha256_text(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn a_script_approved_at_the_prompt_is_trusted_for_that_script_only() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let source = |name: &str| {
+        format!(
+            "import {{ defineFactory }} from \"@github/copilot-sdk/extension\";\n\
+             export default defineFactory({{ meta: {{ name: \"{name}\", description: \"d\" }}, run: async (ctx) => {{ ctx.log(\"{name}\"); return 1; }} }});\n"
+        )
+    };
+    for name in ["first", "second"] {
+        let file = dir.path().join(format!("{name}.js"));
+        std::fs::write(&file, source(name)).unwrap();
+        let out = factory_in(state.path(), &["add", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        // Registered here it is trusted; take that back so the prompt decides.
+        let out = factory_in(state.path(), &["trust", "--revoke", file.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let (code, shown) = on_a_terminal(state.path(), &["run", "first", "-q"], "y\n");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(shown.contains("Run it? [y/N]"), "{shown}");
+    // The approval names the script's source, not the JS runner every script shares.
+    let listed = stdout_json(&factory_in(state.path(), &["trust", "--json"]));
+    let approved: Vec<&str> =
+        listed.as_array().unwrap().iter().filter(|t| t["source"] == "approved").filter_map(|t| t["sha256"].as_str()).collect();
+    assert_eq!(approved, vec![sha256_text(&source("first")).as_str()], "{listed:#}");
+    let out = factory_in(state.path(), &["run", "first", "-q"]);
+    assert!(out.status.success(), "the approved script runs without asking: {}", stderr(&out));
+    // Another script through the same runner is not covered by that approval.
+    let out = factory_in(state.path(), &["run", "second", "-q"]);
+    assert!(!out.status.success(), "another script ran on the first one's approval");
+    assert!(stderr(&out).contains("is not trusted on this machine"), "{}", stderr(&out));
+}
