@@ -60,12 +60,17 @@ async fn one_time_code(addr: std::net::SocketAddr, token: &str) -> Result<String
     let response = client.post(format!("http://{addr}/api/ui/code")).bearer_auth(token).send().await?;
     let status = response.status();
     anyhow::ensure!(status.is_success(), "the daemon refused a sign-in code (HTTP {status})");
-    let body: serde_json::Value = response.json().await?;
-    body["code"]
-        .as_str()
-        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_alphanumeric()))
-        .map(str::to_string)
-        .context("the daemon's answer holds no sign-in code")
+    /// `POST /api/ui/code`'s answer.
+    #[derive(serde::Deserialize)]
+    struct Issued {
+        code: String,
+    }
+    let issued: Issued = response.json().await.context("the daemon's answer holds no sign-in code")?;
+    anyhow::ensure!(
+        !issued.code.is_empty() && issued.code.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "the daemon's sign-in code is malformed"
+    );
+    Ok(issued.code)
 }
 
 /// The command that opens `url`: `$BROWSER`'s first entry, else `xdg-open`.
