@@ -23,7 +23,7 @@ pub mod store;
 
 // The public paths of modules that moved into their layer.
 pub use backend::config;
-pub use engine::journal;
+pub use store::journal;
 pub use guests::{python as pybuild, rust as builder, script};
 pub use model::{json, limits, schema};
 pub use sandbox::component;

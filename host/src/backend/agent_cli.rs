@@ -717,7 +717,7 @@ impl Layout<'_> {
             push(&[os("--ro-bind"), self.program.as_os_str(), self.program.as_os_str()]);
         }
         for (index, grant) in self.config.grants.iter().enumerate() {
-            let inside = OsString::from(crate::engine::grant::mount_point(index));
+            let inside = OsString::from(crate::model::grant::mount_point(index));
             push(&[os("--ro-bind"), grant.as_os_str(), grant.as_os_str()]);
             push(&[os("--ro-bind"), grant.as_os_str(), inside.as_os_str()]);
         }

@@ -11,7 +11,7 @@ pub mod http;
 mod openai;
 pub mod pricing;
 mod prompting;
-pub mod recorded;
+pub use crate::model::recorded;
 pub mod redact;
 mod reference;
 pub mod router;

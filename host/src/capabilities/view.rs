@@ -1,6 +1,6 @@
 //! [`RunView`]: what the hooks need of a run, as `WasiView` is what WASI needs of a store.
 //! The sandbox's store data holds a run through it, so neither the sandbox nor the hooks
-//! depend on the run engine that implements it ([`crate::engine::run::RunShared`]).
+//! depend on the run engine that implements it (`RunShared`).
 
 use crate::engine::abort::{Abort, StepError};
 use futures::future::BoxFuture;

@@ -12,7 +12,7 @@ pub(crate) enum Abort {
     Halted,
     Limit(LimitKind),
     /// The journal failed (its cause kept).
-    Storage(crate::engine::journal::JournalError),
+    Storage(crate::store::journal::JournalError),
     InvalidCall(String),
     /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
     SandboxLimit { kind: &'static str, message: String },

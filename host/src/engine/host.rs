@@ -8,7 +8,7 @@ use crate::backend::{AgentBackend, BackendCatalog, BackendRef, BackendUnavailabl
 use crate::sandbox::component::{ComponentLoader, LoadedComponent};
 use crate::model::envelope::{Accounting, Failure, RunEnvelope, RunStatus};
 use crate::error::Error;
-use crate::engine::journal::Journal;
+use crate::store::journal::Journal;
 use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
 use crate::model::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
@@ -1135,28 +1135,28 @@ struct Claim<'a> {
 struct NoJournal;
 
 impl Journal for NoJournal {
-    fn load(&self, _: &str, _: usize) -> Result<crate::engine::journal::JournalSnapshot, crate::engine::journal::JournalError> {
+    fn load(&self, _: &str, _: usize) -> Result<crate::store::journal::JournalSnapshot, crate::store::journal::JournalError> {
         Ok(Default::default())
     }
-    fn get_step(&self, _: &str, _: &str) -> Result<Option<String>, crate::engine::journal::JournalError> {
+    fn get_step(&self, _: &str, _: &str) -> Result<Option<String>, crate::store::journal::JournalError> {
         Ok(None)
     }
-    fn get_agent(&self, _: &str, _: &str) -> Result<Option<Option<String>>, crate::engine::journal::JournalError> {
+    fn get_agent(&self, _: &str, _: &str) -> Result<Option<Option<String>>, crate::store::journal::JournalError> {
         Ok(None)
     }
-    fn put_step(&self, _: &str, _: &str, _: &str, _: u64) -> Result<(), crate::engine::journal::JournalError> {
+    fn put_step(&self, _: &str, _: &str, _: &str, _: u64) -> Result<(), crate::store::journal::JournalError> {
         Ok(())
     }
-    fn put_agent(&self, _: &str, _: &str, _: Option<&str>, _: u64) -> Result<(), crate::engine::journal::JournalError> {
+    fn put_agent(&self, _: &str, _: &str, _: Option<&str>, _: u64) -> Result<(), crate::store::journal::JournalError> {
         Ok(())
     }
-    fn put_progress(&self, _: &str, _: u64, _: Vec<u8>, _: u64) -> Result<(), crate::engine::journal::JournalError> {
+    fn put_progress(&self, _: &str, _: u64, _: Vec<u8>, _: u64) -> Result<(), crate::store::journal::JournalError> {
         Ok(())
     }
-    fn put_accounting(&self, _: &str, _: &Accounting) -> Result<(), crate::engine::journal::JournalError> {
+    fn put_accounting(&self, _: &str, _: &Accounting) -> Result<(), crate::store::journal::JournalError> {
         Ok(())
     }
-    fn flush(&self) -> futures::future::BoxFuture<'_, Result<(), crate::engine::journal::JournalError>> {
+    fn flush(&self) -> futures::future::BoxFuture<'_, Result<(), crate::store::journal::JournalError>> {
         Box::pin(async { Ok(()) })
     }
 }

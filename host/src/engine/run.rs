@@ -8,7 +8,7 @@ pub(crate) use crate::engine::abort::{Abort, LimitKind, StepError};
 use crate::backend::{AgentBackend, AgentReply, AgentRequest};
 use crate::sandbox::component::LoadedComponent;
 use crate::model::envelope::{Accounting, Failure, RunStatus};
-use crate::engine::journal::Journal;
+use crate::store::journal::Journal;
 use crate::model::limits::Limits;
 use crate::engine::cache::ValueCache;
 use crate::model::progress::{AgentSummary, JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
@@ -231,7 +231,7 @@ impl RunShared {
                 phase: None,
                 event,
             };
-            let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(crate::engine::journal::JournalError::new(e)));
+            let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(crate::store::journal::JournalError::new(e)));
             let written = bytes.and_then(|bytes| {
                 let cost = self.journal.footprint(self.run_id.len() + 8, bytes.len());
                 let total = self.charge(&mut state, cost, essential)?;
@@ -382,7 +382,7 @@ impl RunShared {
                 return Ok(Some(value.clone()));
             }
             // A key never journaled needs no read (every new step asks first).
-            if !state.step_keys.contains(&crate::engine::journal::fingerprint(key)) {
+            if !state.step_keys.contains(&crate::store::journal::fingerprint(key)) {
                 return Ok(None);
             }
         }
@@ -416,7 +416,7 @@ impl RunShared {
             return Err(StepError::InvalidJson(format!("step `{key}`: not JSON: {e}")));
         }
         let mut state = self.state();
-        let fingerprint = crate::engine::journal::fingerprint(&key);
+        let fingerprint = crate::store::journal::fingerprint(&key);
         if !state.step_keys.contains(&fingerprint) && state.step_keys.len() >= self.sandbox.max_steps {
             drop(state);
             let message = format!("the run has journaled {} distinct steps, the limit (maxSteps)", self.sandbox.max_steps);

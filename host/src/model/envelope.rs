@@ -166,7 +166,7 @@ pub struct RunEnvelope {
     pub attempts: u32,
     /// The backend of the latest attempt (what answered its subagents).
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub backend: Option<crate::backend::recorded::BackendRef>,
+    pub backend: Option<crate::model::recorded::BackendRef>,
     /// The run's owner session, on envelopes read back from a host (listings show it to
     /// an owner who sees every session's runs); absent in stored records.
     #[serde(skip_serializing_if = "Option::is_none", default)]

@@ -1,13 +1,16 @@
 //! The vocabulary every layer shares: the run [`envelope`], [`progress`] entries, factory
 //! [`limits`] and [`meta`], the owner [`scope`] of a request, agent memo keys ([`agent_key`]), the [`schema`] subset, and
-//! guest JSON kept as text inside host records ([`json`]). Plain data: nothing here runs
+//! guest JSON kept as text inside host records ([`json`]), what a run records of its
+//! backend ([`recorded`]) and where grants appear in a sandbox ([`grant`]). Plain data: nothing here runs
 //! a guest, opens a store or calls a backend.
 
 pub mod agent_key;
 pub mod envelope;
+pub mod grant;
 pub mod json;
 pub mod limits;
 pub mod meta;
 pub mod progress;
+pub mod recorded;
 pub mod schema;
 pub mod scope;

@@ -262,7 +262,7 @@ pub fn recheck_grants(recorded: &[String]) -> Result<(), GrantError> {
     Ok(())
 }
 
-pub use crate::engine::grant::mount_point as grant_mount_point;
+pub use crate::model::grant::mount_point as grant_mount_point;
 
 /// Check directories to grant read access to: each must exist and be a directory. Returns
 /// their canonical absolute paths, which is what a run records and mounts (symlinks and

@@ -5,6 +5,7 @@
 //! `running` become `halted`, with the spend recorded up to the last commit.
 
 pub mod footprint;
+pub mod journal;
 pub mod trust;
 mod records;
 pub(crate) mod tables;
@@ -15,7 +16,7 @@ pub use writer::WriterStats;
 pub(crate) use records::timestamp as records_timestamp;
 
 use crate::model::envelope::{Accounting, Failure, RunStatus};
-use crate::engine::journal::{Journal, JournalError, JournalSnapshot};
+use crate::store::journal::{Journal, JournalError, JournalSnapshot};
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent};
 use futures::future::BoxFuture;
 use redb::{Database, ReadableDatabase, ReadableTable};
@@ -509,7 +510,7 @@ impl Store {
             if run != run_id {
                 break;
             }
-            snapshot.step_keys.insert(crate::engine::journal::fingerprint(step));
+            snapshot.step_keys.insert(crate::store::journal::fingerprint(step));
             let value = value.value();
             let size = step.len() + value.len();
             if size <= room && size <= largest {

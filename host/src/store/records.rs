@@ -36,7 +36,7 @@ pub struct RunRecord {
     pub scripts: Vec<Option<crate::guests::script::ScriptRef>>,
     /// The backend each attempt used (empty for runs recorded before backends were).
     #[serde(default)]
-    pub backends: Vec<crate::backend::recorded::BackendRef>,
+    pub backends: Vec<crate::model::recorded::BackendRef>,
     /// Read-only directories granted to the run.
     #[serde(default)]
     pub grants: Vec<String>,
