@@ -7,9 +7,9 @@
 //!
 //! Every tool call is one or a few typed control [`Request`]s, answered by the `Host` this
 //! process opened, or — when another factory process holds the store — by that process over
-//! the control socket: one service API, two transports. One MCP connection is one session:
-//! `--session NAME`, else `mcp:<client name>` from the client's `initialize`, so a restarted
-//! client sees its runs again and another client does not.
+//! the control socket: one service API, two transports. One MCP connection (a stdio server
+//! process, or one `Mcp-Session-Id` over HTTP) is one session, `mcp-<random hex>`, unless
+//! `--session NAME` pins it; the client's self-reported name is only logged, never an identity.
 
 use super::context::{self, serve, Access};
 use super::{backends, GlobalArgs};
@@ -31,8 +31,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// `factory mcp` (the session: `--session NAME` or `FACTORY_SESSION` pins it; otherwise
-/// `mcp:<client name>` from the client's `initialize`).
+/// `factory mcp` (the session: `--session NAME` or `FACTORY_SESSION` pins it; otherwise each
+/// MCP connection is a fresh session).
 #[derive(Args)]
 pub struct McpArgs {
     /// The backend config file (default: factory.toml in the state directory, if present).
@@ -69,9 +69,10 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
     };
     let session = session_pinned().then(|| g.session.clone());
     let (access, trusted) = (Arc::new(access), super::trust::trust_check(g));
+    // One call per MCP connection (stdio: once; HTTP: once per `Mcp-Session-Id`).
     let make = move || FactoryMcp {
         access: access.clone(),
-        session: session.clone(),
+        session: session.clone().unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple())),
         trusted: trusted.clone(),
         tool_router: FactoryMcp::tool_router(),
     };
@@ -160,11 +161,12 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
     Ok(())
 }
 
-/// The MCP server: the store (or its holder) and the session it serves.
+/// The MCP server of one connection: the store (or its holder) and the session it serves.
 #[derive(Clone)]
 struct FactoryMcp {
     access: Arc<Access>,
-    session: Option<String>,
+    /// The owner session of this connection (pinned, or fresh per connection).
+    session: String,
     trusted: control::TrustCheck,
     #[allow(dead_code)] // read by the `tool_handler` macro
     tool_router: ToolRouter<Self>,
@@ -339,17 +341,19 @@ impl ServerHandler for FactoryMcp {
              show, progress) to observe your runs.",
         )
     }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        // The client's name is shown, never used as an identity.
+        let name = context.peer.peer_info().map(|info| info.client_info.name.clone()).unwrap_or_default();
+        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+        eprintln!("factory mcp: client `{name}` connected as session {}", self.session);
+    }
 }
 
 impl FactoryMcp {
-    /// The session of this connection.
-    fn session(&self, context: &RequestContext<RoleServer>) -> String {
-        if let Some(session) = &self.session {
-            return session.clone();
-        }
-        let client = context.peer.peer_info().map(|info| info.client_info.name.clone()).unwrap_or_default();
-        let client: String = client.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).take(64).collect();
-        format!("mcp:{}", if client.is_empty() { "client" } else { &client })
+    /// The session of this connection (never derived from what the client says of itself).
+    fn session(&self, _context: &RequestContext<RoleServer>) -> String {
+        self.session.clone()
     }
 
     /// One control request, to this process's host or to the holder of the store.
