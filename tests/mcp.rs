@@ -156,6 +156,23 @@ async fn a_connection_is_a_session_whatever_the_client_calls_itself() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_return_says_running_and_the_run_goes_on() {
+    // 8 agents one at a time, 300 ms each: the run takes at least 2.4 s, the bound is 1 s.
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(300) }).await;
+    let state = prepared_state(server.port());
+    let report = client(state.path(), "bounded", "pytest-agent", &[("FACTORY_MCP_WAIT_SECONDS", "1")]).await;
+    let first = &report["first"];
+    assert_eq!(first["isError"], false, "{report:#}");
+    assert_eq!(first["structured"]["status"], "running", "{report:#}");
+    assert!(first["text"].as_str().unwrap().contains("\"operation\": \"wait\""), "{report:#}");
+    let waits = report["waits"].as_array().unwrap();
+    let last = &waits.last().unwrap()["structured"];
+    assert_eq!(last["status"], "completed", "the bounded return did not cancel the run: {report:#}");
+    assert_eq!(last["result"]["done"], 8);
+    assert_eq!(server.answered().len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_cancellation_cancels_the_run() {
     let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(50) }).await;
     let state = prepared_state(server.port());

@@ -42,6 +42,19 @@ pub struct McpArgs {
     /// token is written to <state-dir>/mcp.token).
     #[command(flatten)]
     bind: super::http_bind::HttpBindArgs,
+    /// The longest `run_factory` and `factories_manage` `wait` wait for a run before they
+    /// answer with its current envelope (`running`); the run keeps going.
+    #[arg(long, env = "FACTORY_MCP_WAIT_SECONDS", default_value = "50", value_parser = wait_seconds, value_name = "S")]
+    wait_seconds: Duration,
+}
+
+/// `--wait-seconds`: a positive, finite number of seconds.
+fn wait_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if !(seconds > 0.0) {
+        return Err("must be more than 0".into());
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
 }
 
 /// The token file of `factory mcp --http`, in the state directory.
@@ -68,12 +81,13 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
         Access::Remote(_) => None,
     };
     let session = session_pinned().then(|| g.session.clone());
-    let (access, trusted) = (Arc::new(access), super::trust::trust_check(g));
+    let (access, trusted, wait) = (Arc::new(access), super::trust::trust_check(g), a.wait_seconds);
     // One call per MCP connection (stdio: once; HTTP: once per `Mcp-Session-Id`).
     let make = move || FactoryMcp {
         access: access.clone(),
         session: session.clone().unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple())),
         trusted: trusted.clone(),
+        wait,
         tool_router: FactoryMcp::tool_router(),
     };
     let ended = match http {
@@ -168,6 +182,8 @@ struct FactoryMcp {
     /// The owner session of this connection (pinned, or fresh per connection).
     session: String,
     trusted: control::TrustCheck,
+    /// The longest a call waits for a run before answering with its current envelope.
+    wait: Duration,
     #[allow(dead_code)] // read by the `tool_handler` macro
     tool_router: ToolRouter<Self>,
 }
@@ -416,6 +432,7 @@ impl FactoryMcp {
         let run_id = started["runId"].as_str().unwrap_or_default().to_string();
         let (envelope, cancelled) = self.follow(&session, &run_id, context).await?;
         let mut summary = summarize(&envelope);
+        self.still_running(&envelope, &mut summary);
         if cancelled {
             summary.push_str(&format!(
                 " The client cancelled the call, so the run was cancelled; resume it with run_factory {{\"resumeFromRunId\": \"{run_id}\"}}."
@@ -425,9 +442,20 @@ impl FactoryMcp {
         Ok(answer(value, summary))
     }
 
-    /// Follow a run to its end: progress notifications when the client gave a token, and
-    /// a cancellation of the call cancels the run. Returns the terminal envelope and
-    /// whether the client cancelled.
+    /// If the bound passed before the run ended: say how to go on.
+    fn still_running(&self, envelope: &RunEnvelope, summary: &mut String) {
+        if !envelope.status.is_terminal() {
+            let id = &envelope.run_id;
+            summary.push_str(&format!(
+                " It is still running after {}s and keeps running: wait for it with factories_manage {{\"operation\": \"wait\", \"runId\": \"{id}\"}} (also bounded), or stop it with factories_manage {{\"operation\": \"cancel\", \"runId\": \"{id}\"}}.",
+                self.wait.as_secs_f64()
+            ));
+        }
+    }
+
+    /// Follow a run to its end, or at most [`FactoryMcp::wait`]: progress notifications when
+    /// the client gave a token, and a cancellation of the call cancels the run. Returns the
+    /// envelope (terminal, or `running` at the bound) and whether the client cancelled.
     async fn follow(
         &self,
         session: &str,
@@ -437,6 +465,7 @@ impl FactoryMcp {
         let token = context.meta.get_progress_token();
         let (mut after, mut done, mut phase) = (0u64, 0u64, None::<String>);
         let mut cancelled = false;
+        let deadline = tokio::time::Instant::now() + self.wait;
         loop {
             let value = self.ask(Request::Envelope { session: session.into(), run_id: run_id.into() }).await?;
             let envelope: RunEnvelope =
@@ -467,6 +496,9 @@ impl FactoryMcp {
             }
             if envelope.status.is_terminal() {
                 continue;
+            }
+            if !cancelled && tokio::time::Instant::now() >= deadline {
+                return Ok((envelope, false));
             }
             tokio::select! {
                 _ = tokio::time::sleep(POLL) => {}
@@ -556,11 +588,14 @@ impl FactoryMcp {
             }
             "wait" | "cancel" => {
                 let run_id = need(p.run_id, "runId")?;
-                let request = if p.operation == "wait" {
-                    Request::Wait { session, run_id }
-                } else {
-                    Request::Cancel { session, run_id }
-                };
+                if p.operation == "wait" {
+                    let (envelope, _) = self.follow(&session, &run_id, context).await?;
+                    let mut summary = summarize(&envelope);
+                    self.still_running(&envelope, &mut summary);
+                    let value = serde_json::to_value(&envelope).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+                    return Ok(answer(value, summary));
+                }
+                let request = Request::Cancel { session, run_id };
                 let value = tokio::select! {
                     value = self.ask(request) => value?,
                     _ = context.ct.cancelled() => return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
