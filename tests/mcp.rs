@@ -134,6 +134,45 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_is_a_session_whatever_the_client_calls_itself() {
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
+    let state = prepared_state(server.port());
+    let first = client(state.path(), "start", "same-agent", &[]).await;
+    assert_eq!(first["run"]["structured"]["status"], "completed", "{first:#}");
+    let run_id = first["run"]["structured"]["runId"].as_str().unwrap();
+    // A second connection with the same self-reported name is another session.
+    let second = client(state.path(), "other", "same-agent", &[("FOREIGN_RUN_ID", run_id)]).await;
+    assert_eq!(second["runs"]["structured"]["runs"].as_array().map(Vec::len), Some(0), "{second:#}");
+    assert_eq!(second["show"]["structured"]["code"], "not_found", "{second:#}");
+    assert_eq!(second["resume"]["structured"]["code"], "not_found", "{second:#}");
+    // A session pinned with `--session` on both connections sees the same runs.
+    let pinned = [("FACTORY_SESSION", "shared")];
+    let first = client(state.path(), "start", "one-agent", &pinned).await;
+    let run_id = first["run"]["structured"]["runId"].as_str().unwrap();
+    let second = client(state.path(), "other", "another-agent", &[("FOREIGN_RUN_ID", run_id), pinned[0]]).await;
+    let runs = second["runs"]["structured"]["runs"].as_array().unwrap();
+    assert!(runs.iter().any(|r| r["runId"] == run_id), "{second:#}");
+    assert_eq!(second["show"]["structured"]["runId"], run_id, "{second:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_return_says_running_and_the_run_goes_on() {
+    // 8 agents one at a time, 300 ms each: the run takes at least 2.4 s, the bound is 1 s.
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(300) }).await;
+    let state = prepared_state(server.port());
+    let report = client(state.path(), "bounded", "pytest-agent", &[("FACTORY_MCP_WAIT_SECONDS", "1")]).await;
+    let first = &report["first"];
+    assert_eq!(first["isError"], false, "{report:#}");
+    assert_eq!(first["structured"]["status"], "running", "{report:#}");
+    assert!(first["text"].as_str().unwrap().contains("\"operation\": \"wait\""), "{report:#}");
+    let waits = report["waits"].as_array().unwrap();
+    let last = &waits.last().unwrap()["structured"];
+    assert_eq!(last["status"], "completed", "the bounded return did not cancel the run: {report:#}");
+    assert_eq!(last["result"]["done"], 8);
+    assert_eq!(server.answered().len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_cancellation_cancels_the_run() {
     let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(50) }).await;
     let state = prepared_state(server.port());

@@ -123,6 +123,25 @@ async def other_session(session, report):
     report["authored"] = structured(await session.call_tool("run_factory", {"name": "bug-hunt"}))
 
 
+async def start(session, report):
+    """Run one small factory to its end: the run another connection must not see."""
+    report["run"] = structured(await session.call_tool("run_factory", {"name": "probe", "args": {"case": "fanout", "n": 1}}))
+
+
+async def bounded(session, report):
+    """A run longer than the server's bound: `running` at the bound, then waited for to its end."""
+    report["first"] = structured(await session.call_tool(
+        "run_factory", {"name": "probe", "args": {"case": "fanout", "n": 8}, "limits": {"maxConcurrentSubagents": 1}}))
+    run_id = report["first"]["structured"]["runId"]
+    waits = []
+    while True:
+        waited = structured(await session.call_tool("factories_manage", {"operation": "wait", "runId": run_id}))
+        waits.append(waited)
+        if waited["structured"]["status"] != "running" or len(waits) > 120:
+            break
+    report["waits"] = waits
+
+
 async def over_http(url, token, report):
     """The same server over MCP's streamable HTTP transport, with the bearer token."""
     from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
@@ -155,7 +174,7 @@ async def main():
         async with ClientSession(read, write, client_info=types.Implementation(name=client_name, version="1")) as session:
             init = await session.initialize()
             report["server"] = init.server_info.name
-            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted}[scenario](session, report)
+            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded}[scenario](session, report)
     print(json.dumps(report))
 
 

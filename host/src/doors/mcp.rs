@@ -7,9 +7,9 @@
 //!
 //! Every tool call is one or a few typed control [`Request`]s, answered by the `Host` this
 //! process opened, or — when another factory process holds the store — by that process over
-//! the control socket: one service API, two transports. One MCP connection is one session:
-//! `--session NAME`, else `mcp:<client name>` from the client's `initialize`, so a restarted
-//! client sees its runs again and another client does not.
+//! the control socket: one service API, two transports. One MCP connection (a stdio server
+//! process, or one `Mcp-Session-Id` over HTTP) is one session, `mcp-<random hex>`, unless
+//! `--session NAME` pins it; the client's self-reported name is only logged, never an identity.
 
 use crate::doors::reach::{self, serve};
 use crate::doors::args::GlobalArgs;
@@ -32,8 +32,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// `factory mcp` (the session: `--session NAME` or `FACTORY_SESSION` pins it; otherwise
-/// `mcp:<client name>` from the client's `initialize`).
+/// `factory mcp` (the session: `--session NAME` or `FACTORY_SESSION` pins it; otherwise each
+/// MCP connection is a fresh session).
 #[derive(Args)]
 pub struct McpArgs {
     /// The backend config file (default: factory.toml in the state directory, if present).
@@ -43,6 +43,19 @@ pub struct McpArgs {
     /// token is written to <state-dir>/mcp.token).
     #[command(flatten)]
     bind: crate::doors::http::bind::HttpBindArgs,
+    /// The longest `run_factory` and `factories_manage` `wait` wait for a run before they
+    /// answer with its current envelope (`running`); the run keeps going.
+    #[arg(long, env = "FACTORY_MCP_WAIT_SECONDS", default_value = "50", value_parser = wait_seconds, value_name = "S")]
+    wait_seconds: Duration,
+}
+
+/// `--wait-seconds`: a positive, finite number of seconds.
+fn wait_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if !(seconds > 0.0) {
+        return Err("must be more than 0".into());
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
 }
 
 /// The token file of `factory mcp --http`, in the state directory.
@@ -73,9 +86,12 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
         Client::Remote(_) => None,
     };
     let session = session_pinned().then(|| g.session.clone());
+    let wait = a.wait_seconds;
+    // One call per MCP connection (stdio: once; HTTP: once per `Mcp-Session-Id`).
     let make = move || FactoryMcp {
         client: access.clone(),
-        session: session.clone(),
+        session: session.clone().unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple())),
+        wait,
         tool_router: FactoryMcp::tool_router(),
     };
     let ended = match http {
@@ -163,12 +179,15 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
     Ok(())
 }
 
-/// The MCP server: the store (or its holder) and the session it serves.
+/// The MCP server of one connection: the store (or its holder) and the session it serves.
 #[derive(Clone)]
 struct FactoryMcp {
     /// The service (in this process, or the one holding the store).
     client: Client,
-    session: Option<String>,
+    /// The owner session of this connection (pinned, or fresh per connection).
+    session: String,
+    /// The longest a call waits for a run before answering with its current envelope.
+    wait: Duration,
     #[allow(dead_code)] // read by the `tool_handler` macro
     tool_router: ToolRouter<Self>,
 }
@@ -342,17 +361,19 @@ impl ServerHandler for FactoryMcp {
              show, progress) to observe your runs.",
         )
     }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        // The client's name is shown, never used as an identity.
+        let name = context.peer.peer_info().map(|info| info.client_info.name.clone()).unwrap_or_default();
+        let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+        eprintln!("factory mcp: client `{name}` connected as session {}", self.session);
+    }
 }
 
 impl FactoryMcp {
-    /// The session of this connection.
-    fn session(&self, context: &RequestContext<RoleServer>) -> String {
-        if let Some(session) = &self.session {
-            return session.clone();
-        }
-        let client = context.peer.peer_info().map(|info| info.client_info.name.clone()).unwrap_or_default();
-        let client: String = client.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).take(64).collect();
-        format!("mcp:{}", if client.is_empty() { "client" } else { &client })
+    /// The session of this connection (never derived from what the client says of itself).
+    fn session(&self, _context: &RequestContext<RoleServer>) -> String {
+        self.session.clone()
     }
 
     /// One control request, to this process's host or to the holder of the store.
@@ -408,6 +429,7 @@ impl FactoryMcp {
         let run_id = started["runId"].as_str().unwrap_or_default().to_string();
         let (envelope, cancelled) = self.follow(&session, &run_id, context).await?;
         let mut summary = summarize(&envelope);
+        self.still_running(&envelope, &mut summary);
         if cancelled {
             summary.push_str(&format!(
                 " The client cancelled the call, so the run was cancelled; resume it with run_factory {{\"resumeFromRunId\": \"{run_id}\"}}."
@@ -417,9 +439,20 @@ impl FactoryMcp {
         Ok(answer(value, summary))
     }
 
-    /// Follow a run to its end: progress notifications when the client gave a token, and
-    /// a cancellation of the call cancels the run. Returns the terminal envelope and
-    /// whether the client cancelled.
+    /// If the bound passed before the run ended: say how to go on.
+    fn still_running(&self, envelope: &RunEnvelope, summary: &mut String) {
+        if !envelope.status.is_terminal() {
+            let id = &envelope.run_id;
+            summary.push_str(&format!(
+                " It is still running after {}s and keeps running: wait for it with factories_manage {{\"operation\": \"wait\", \"runId\": \"{id}\"}} (also bounded), or stop it with factories_manage {{\"operation\": \"cancel\", \"runId\": \"{id}\"}}.",
+                self.wait.as_secs_f64()
+            ));
+        }
+    }
+
+    /// Follow a run to its end, or at most [`FactoryMcp::wait`]: progress notifications when
+    /// the client gave a token, and a cancellation of the call cancels the run. Returns the
+    /// envelope (terminal, or `running` at the bound) and whether the client cancelled.
     async fn follow(
         &self,
         session: &str,
@@ -429,6 +462,7 @@ impl FactoryMcp {
         let token = context.meta.get_progress_token();
         let (mut after, mut done, mut phase) = (0u64, 0u64, None::<String>);
         let mut cancelled = false;
+        let deadline = tokio::time::Instant::now() + self.wait;
         loop {
             let value = self.ask(Request::Envelope { scope: session.into(), run_id: run_id.into() }).await?;
             let envelope: RunEnvelope =
@@ -459,6 +493,9 @@ impl FactoryMcp {
             }
             if envelope.status.is_terminal() {
                 continue;
+            }
+            if !cancelled && tokio::time::Instant::now() >= deadline {
+                return Ok((envelope, false));
             }
             tokio::select! {
                 _ = tokio::time::sleep(POLL) => {}
@@ -548,11 +585,14 @@ impl FactoryMcp {
             }
             "wait" | "cancel" => {
                 let run_id = need(p.run_id, "runId")?;
-                let request = if p.operation == "wait" {
-                    Request::Wait { scope: session.into(), run_id }
-                } else {
-                    Request::Cancel { scope: session.into(), run_id }
-                };
+                if p.operation == "wait" {
+                    let (envelope, _) = self.follow(&session, &run_id, context).await?;
+                    let mut summary = summarize(&envelope);
+                    self.still_running(&envelope, &mut summary);
+                    let value = serde_json::to_value(&envelope).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+                    return Ok(answer(value, summary));
+                }
+                let request = Request::Cancel { scope: session.clone().into(), run_id };
                 let value = tokio::select! {
                     value = self.ask(request) => value?,
                     _ = context.ct.cancelled() => return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
