@@ -240,3 +240,114 @@ async fn mcp_over_streamable_http_needs_the_bearer_token() {
     assert_eq!(report["run"]["structured"]["result"]["done"], 3);
     assert_eq!(server.answered().len(), 3);
 }
+
+/// The pids of the services that said they serve `state` (from its log) and still live.
+fn live_services(state: &Path) -> Vec<i32> {
+    let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains(", serving "))
+        .filter_map(|l| l.split("pid ").nth(1)?.split(',').next()?.trim().parse().ok())
+        .filter(|pid: &i32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            !stat.is_empty() && !stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z'))
+        })
+        .collect()
+}
+
+/// `factory ARGS` in the default mode (through the state dir's service) as the owner.
+fn owner(state: &Path, args: &[&str]) -> Value {
+    let out = factory_cmd(state, args).env("FACTORY_NO_DAEMON", "0").env("FACTORY_IDLE_SECONDS", "30").output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    common::stdout_json(&out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_outlives_its_mcp_client_and_other_front_doors_see_it() {
+    // 30 agents one at a time, 300 ms each: the run outlasts the server's drain of the
+    // dropped call (rmcp's 5 s), so a server that cancels on a disconnect is caught.
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(300) }).await;
+    let state = prepared_state(server.port());
+    let daemon = [("FACTORY_NO_DAEMON", "0"), ("FACTORY_IDLE_SECONDS", "30")];
+    // Client A and its `factory mcp` in a process group of their own, killed together below.
+    let template = factory_cmd(state.path(), &[]);
+    let mut cmd = Command::new("python3");
+    cmd.arg(common::root().join("tests/mcp/client.py")).arg(common::factory_bin()).arg("hang").arg("agent-a");
+    for (key, value) in template.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd.env_remove("FACTORY_SESSION").envs(daemon).stdout(std::process::Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut a = cmd.spawn().expect("python3 runs");
+
+    // The owner sees A's run, in A's session, once it is under way.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let (run_id, session) = loop {
+        let runs = owner(state.path(), &["runs", "--all", "--json"]);
+        let running = runs.as_array().unwrap().iter().find(|r| {
+            r["status"] == "running" && r["accounting"]["agentsSpawned"].as_u64().unwrap_or(0) >= 1
+        });
+        if let Some(run) = running {
+            break (run["runId"].as_str().unwrap().to_string(), run["session"].as_str().unwrap().to_string());
+        }
+        assert!(a.try_wait().unwrap().is_none(), "client A ended before its run got going");
+        assert!(std::time::Instant::now() < deadline, "A's run never got going: {runs:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(session.starts_with("mcp-"), "one MCP connection is one session: {session}");
+    let services = live_services(state.path());
+    assert_eq!(services.len(), 1, "the run lives in the state dir's service");
+
+    // Client A is killed mid-call: its server sees the connection end (which rmcp reports
+    // like a cancellation) and must not cancel; then the server is killed too. The run goes
+    // on in the service, to its end.
+    a.kill().unwrap();
+    let _ = a.wait();
+    let group = nix::unistd::Pid::from_raw(a.id() as i32);
+    // The server ends by itself once it has drained the call (rmcp cancels it on the way).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while nix::sys::signal::killpg(group, None).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "the MCP server outlived its client");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let done = owner(state.path(), &["wait", &run_id, "--json"]);
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"]["done"], 30);
+    assert_eq!(done["attempts"], 1, "never interrupted");
+    assert_eq!(server.answered().len(), 30, "every prompt answered once");
+
+    // Client B (another connection, so another session) sees nothing of it and cannot touch it.
+    let b = client(state.path(), "other", "agent-a", &[daemon[0], daemon[1], ("FOREIGN_RUN_ID", &run_id)]).await;
+    assert_eq!(b["runs"]["structured"]["runs"].as_array().map(Vec::len), Some(0), "{b:#}");
+    assert_eq!(b["show"]["structured"]["code"], "not_found", "{b:#}");
+    assert_eq!(b["resume"]["structured"]["code"], "not_found", "{b:#}");
+
+    // `factory serve --http` attaches to the same service: the owner's view lists the run.
+    let mut http = factory_cmd(state.path(), &["serve", "--http", "127.0.0.1:0"])
+        .envs(daemon)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(http.stderr.take().unwrap()));
+    let base = loop {
+        let line = lines.next().expect("serve says where it listens").unwrap();
+        if let Some(rest) = line.split("HTTP API on http://").nth(1) {
+            break format!("http://{}", rest.split("/api/").next().unwrap());
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let runs: Value = reqwest::Client::new().get(format!("{base}/api/runs")).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+    let listed = runs.as_array().unwrap().iter().find(|r| r["runId"] == run_id.as_str()).cloned();
+    assert_eq!(listed.as_ref().map(|r| r["session"].clone()), Some(Value::from(session.clone())), "{runs:#}");
+    assert_eq!(live_services(state.path()), services, "still the one service");
+
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(http.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = http.wait();
+    for pid in live_services(state.path()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+}

@@ -128,6 +128,12 @@ async def start(session, report):
     report["run"] = structured(await session.call_tool("run_factory", {"name": "probe", "args": {"case": "fanout", "n": 1}}))
 
 
+async def hang(session, report):
+    """Start a long run and wait on it: the test kills this client (and its server) meanwhile."""
+    report["run"] = structured(await session.call_tool(
+        "run_factory", {"name": "probe", "args": {"case": "fanout", "n": 30}, "limits": {"maxConcurrentSubagents": 1}}))
+
+
 async def bounded(session, report):
     """A run longer than the server's bound: `running` at the bound, then waited for to its end."""
     report["first"] = structured(await session.call_tool(
@@ -174,7 +180,7 @@ async def main():
         async with ClientSession(read, write, client_info=types.Implementation(name=client_name, version="1")) as session:
             init = await session.initialize()
             report["server"] = init.server_info.name
-            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded}[scenario](session, report)
+            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded, "hang": hang}[scenario](session, report)
     print(json.dumps(report))
 
 

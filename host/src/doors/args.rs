@@ -21,6 +21,10 @@ pub struct GlobalArgs {
     /// then trust is kept in the user-level state directory instead.
     #[arg(skip)]
     pub state_dir_is_project_local: bool,
+    /// Set by a front door that starts the service for a project-local state directory
+    /// (the service runs elsewhere, so it cannot tell by itself).
+    #[arg(long = "project-local-state-dir", global = true, hide = true)]
+    pub project_local_arg: bool,
     /// The group-commit window of the store, in milliseconds: journal entries are made
     /// durable together at most this long after they are written.
     #[arg(long, global = true, env = "FACTORY_COMMIT_WINDOW_MS", default_value_t = 10, value_name = "MS")]
@@ -42,7 +46,7 @@ impl GlobalArgs {
             Some(dir) => dir.clone(),
             None => factory_host::access::default_state_dir()?,
         };
-        self.state_dir_is_project_local = factory_host::access::is_project_local(&self.state_dir);
+        self.state_dir_is_project_local = self.project_local_arg || factory_host::access::is_project_local(&self.state_dir);
         Ok(())
     }
 

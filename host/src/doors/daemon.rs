@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 /// The service's log file in the state directory.
 pub const LOG_FILE: &str = "serve.log";
 
+/// The service's working directory, inside the state directory.
+pub const SERVICE_DIR: &str = "service";
+
 /// The log is rotated (to `serve.log.1`) when a service starts and finds it larger.
 const LOG_ROTATE_BYTES: u64 = 8 << 20;
 
@@ -65,9 +68,16 @@ pub async fn ensure(g: &GlobalArgs) -> Result<Remote> {
     cmd.arg("--idle-exit").arg(idle_seconds().to_string());
     cmd.arg("--commit-window-ms").arg(g.commit_window_ms.to_string());
     cmd.env_remove("FACTORY_SESSION").env_remove("FACTORY_NO_DAEMON");
-    // From a neutral directory: what it reads never depends on where it was started
-    // (a project's `.factory/factory.toml` is for runs of that project, run in-process).
-    cmd.current_dir("/");
+    // From a neutral directory of its own, below the state dir and above nothing: what it
+    // reads never depends on where it was started (a project's `.factory/factory.toml` is
+    // for runs of that project, run in-process), and nothing it reads counts as a
+    // project's. Whether the state dir itself is a project's is this front door's call.
+    let cwd = state_dir.join(SERVICE_DIR);
+    factory_host::access::private_state_dir(&cwd)?;
+    cmd.current_dir(&cwd);
+    if g.state_dir_is_project_local {
+        cmd.arg("--project-local-state-dir");
+    }
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // Its own process group: a Ctrl-C in this terminal must not stop the service.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);

@@ -5,9 +5,11 @@
 //! cancels the run) and `factories_manage` (`list`, `inspect`, `runs`, `show`, `progress`,
 //! `wait`, `cancel`).
 //!
-//! Every tool call is one or a few typed control [`Request`]s, answered by the `Host` this
-//! process opened, or — when another factory process holds the store — by that process over
-//! the control socket: one service API, two transports. One MCP connection (a stdio server
+//! Every tool call is one or a few typed service [`Request`]s through a service [`Client`]:
+//! the state directory's service (started if none runs), so the runs live there and outlive
+//! this server; with `--no-daemon`, the `Host` this process opened. A client cancellation of
+//! a waiting call (`notifications/cancelled`) cancels its run; a client that goes away does
+//! not. One MCP connection (a stdio server
 //! process, or one `Mcp-Session-Id` over HTTP) is one session, `mcp-<random hex>`, unless
 //! `--session NAME` pins it; the client's self-reported name is only logged, never an identity.
 
@@ -16,9 +18,9 @@ use crate::doors::args::GlobalArgs;
 use crate::doors::cli::backends;
 use anyhow::{Context, Result};
 use clap::Args;
-use factory_host::service::{Client, Request, Target};
+use factory_host::service::{Client, Consent, Followed, Follower, Request, Scope, ServiceError, Target};
 use factory_host::store::ProgressQuery;
-use factory_host::{ErrorCode, Limits, ProgressEntry, ProgressEvent, RunEnvelope};
+use factory_host::{ErrorCode, Limits, ProgressEvent, RunEnvelope};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{
     CallToolResult, ContentBlock, ProgressNotificationParam, ServerCapabilities, ServerConfig,
@@ -68,15 +70,15 @@ fn session_pinned() -> bool {
         || std::env::args().any(|a| a == "--session" || a.starts_with("--session="))
 }
 
-/// How often a running run is polled for progress.
-const POLL: Duration = Duration::from_millis(100);
-
 /// Serve MCP on stdin/stdout until the client goes away.
 pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
     let http = a.bind.address()?;
     let config = Arc::new(backends::load_config(g, a.config.as_ref())?);
     let access = reach::open_or_reach(g, config).await?;
     if !g.no_daemon {
+        if a.config.is_some() {
+            eprintln!("factory mcp: runs execute in the state directory's service, which uses its own backend configuration; --config applies with --no-daemon");
+        }
         // This server is a client of the service while it lives; its runs live in the service.
         crate::doors::daemon::keep_alive(g);
     }
@@ -92,6 +94,7 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
         client: access.clone(),
         session: session.clone().unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple())),
         wait,
+        cancelled_calls: Default::default(),
         tool_router: FactoryMcp::tool_router(),
     };
     let ended = match http {
@@ -188,6 +191,9 @@ struct FactoryMcp {
     session: String,
     /// The longest a call waits for a run before answering with its current envelope.
     wait: Duration,
+    /// Calls of this connection the client cancelled (`notifications/cancelled`), until the
+    /// call sees it.
+    cancelled_calls: Arc<std::sync::Mutex<std::collections::HashSet<rmcp::model::RequestId>>>,
     #[allow(dead_code)] // read by the `tool_handler` macro
     tool_router: ToolRouter<Self>,
 }
@@ -362,6 +368,21 @@ impl ServerHandler for FactoryMcp {
         )
     }
 
+    async fn on_cancelled(
+        &self,
+        notification: rmcp::model::CancelledNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleServer>,
+    ) {
+        if let Some(id) = notification.request_id {
+            let mut calls = self.cancelled_calls.lock().unwrap_or_else(|p| p.into_inner());
+            // Bounded: a client cancelling calls that already ended leaves ids nobody takes.
+            if calls.len() >= 1024 {
+                calls.clear();
+            }
+            calls.insert(id);
+        }
+    }
+
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
         // The client's name is shown, never used as an identity.
         let name = context.peer.peer_info().map(|info| info.client_info.name.clone()).unwrap_or_default();
@@ -376,10 +397,26 @@ impl FactoryMcp {
         self.session.clone()
     }
 
-    /// One control request, to this process's host or to the holder of the store.
-    async fn ask(&self, request: Request) -> Result<Value, ToolError> {
-        let response = self.client.call(request).await.map_err(|e| ToolError::new(e.code(), e.to_string()))?;
-        response.body().map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))
+    /// A service error as a tool error, with its code.
+    fn tool_error(e: ServiceError) -> ToolError {
+        ToolError::new(e.code(), e.to_string())
+    }
+
+    /// Whether the client cancelled the call `id` (`notifications/cancelled`), rather than
+    /// going away: rmcp cancels a call's token for both. The notification reaches
+    /// [`ServerHandler::on_cancelled`] just after the token fires, so it is waited for a
+    /// moment.
+    async fn client_cancelled(&self, id: &rmcp::model::RequestId) -> bool {
+        let deadline = tokio::time::Instant::now() + CANCEL_NOTICE;
+        loop {
+            if self.cancelled_calls.lock().unwrap_or_else(|p| p.into_inner()).remove(id) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     async fn run_factory_inner(
@@ -401,8 +438,7 @@ impl FactoryMcp {
                     backend: Default::default(),
                     grants: Vec::new(),
                     declined: false,
-                    // An MCP client cannot be asked: the server's own trust check decides.
-                    consent: factory_host::service::Consent::None,
+                    consent: Consent::None,
                 }
             }
             (None, Some(run_id)) => {
@@ -415,7 +451,7 @@ impl FactoryMcp {
                     component: None,
                     limits,
                     backend: Default::default(),
-                    consent: factory_host::service::Consent::None,
+                    consent: Consent::None,
                 }
             }
             _ => {
@@ -425,8 +461,7 @@ impl FactoryMcp {
                 ))
             }
         };
-        let started = self.ask(start).await?;
-        let run_id = started["runId"].as_str().unwrap_or_default().to_string();
+        let run_id = self.client.start(start).await.map_err(Self::tool_error)?;
         let (envelope, cancelled) = self.follow(&session, &run_id, context).await?;
         let mut summary = summarize(&envelope);
         self.still_running(&envelope, &mut summary);
@@ -435,8 +470,7 @@ impl FactoryMcp {
                 " The client cancelled the call, so the run was cancelled; resume it with run_factory {{\"resumeFromRunId\": \"{run_id}\"}}."
             ));
         }
-        let value = serde_json::to_value(&envelope).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
-        Ok(answer(value, summary))
+        Ok(answer(to_value(&envelope)?, summary))
     }
 
     /// If the bound passed before the run ended: say how to go on.
@@ -450,9 +484,11 @@ impl FactoryMcp {
         }
     }
 
-    /// Follow a run to its end, or at most [`FactoryMcp::wait`]: progress notifications when
-    /// the client gave a token, and a cancellation of the call cancels the run. Returns the
-    /// envelope (terminal, or `running` at the bound) and whether the client cancelled.
+    /// Follow a run with the service's [`Follower`] to its end, or at most
+    /// [`FactoryMcp::wait`]: progress notifications when the client gave a token. A client
+    /// cancellation of the call cancels the run (a deliberate stop); a client that goes away
+    /// leaves it running. Returns the envelope (terminal, or `running` at the bound) and
+    /// whether the client cancelled.
     async fn follow(
         &self,
         session: &str,
@@ -460,48 +496,44 @@ impl FactoryMcp {
         context: &RequestContext<RoleServer>,
     ) -> Result<(RunEnvelope, bool), ToolError> {
         let token = context.meta.get_progress_token();
-        let (mut after, mut done, mut phase) = (0u64, 0u64, None::<String>);
+        let (mut done, mut phase) = (0u64, None::<String>);
         let mut cancelled = false;
-        let deadline = tokio::time::Instant::now() + self.wait;
+        let bound = tokio::time::sleep(self.wait);
+        tokio::pin!(bound);
+        let mut follower = Follower::new(self.client.clone(), Scope::Session(session.to_string()), run_id, 0).await;
         loop {
-            let value = self.ask(Request::Envelope { scope: session.into(), run_id: run_id.into() }).await?;
-            let envelope: RunEnvelope =
-                serde_json::from_value(value).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
-            let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
-            let page = self.ask(Request::Progress { scope: session.into(), run_id: run_id.into(), query }).await?;
-            let page: Vec<ProgressEntry> = serde_json::from_value(page).unwrap_or_default();
-            if let Some(last) = page.last() {
-                after = last.seq;
-                for entry in &page {
-                    match &entry.event {
-                        ProgressEvent::Phase { title } => phase = Some(title.clone()),
-                        ProgressEvent::AgentFinished { .. } => done += 1,
-                        _ => {}
-                    }
-                }
-                if let Some(token) = &token {
-                    let message = match &phase {
-                        Some(phase) => format!("phase {phase}: {done} agents done"),
-                        None => format!("{done} agents done"),
-                    };
-                    let note = ProgressNotificationParam::new(token.clone(), done as f64).with_message(message);
-                    let _ = context.peer.notify_progress(note).await;
-                }
-            }
-            if envelope.status.is_terminal() && page.len() < 1000 {
-                return Ok((envelope, cancelled));
-            }
-            if envelope.status.is_terminal() {
-                continue;
-            }
-            if !cancelled && tokio::time::Instant::now() >= deadline {
-                return Ok((envelope, false));
-            }
             tokio::select! {
-                _ = tokio::time::sleep(POLL) => {}
+                next = follower.next() => match next {
+                    Some(Ok(Followed::Progress(entry))) => {
+                        match &entry.event {
+                            ProgressEvent::Phase { title } => phase = Some(title.clone()),
+                            ProgressEvent::AgentFinished { .. } => done += 1,
+                            _ => continue,
+                        }
+                        if let Some(token) = &token {
+                            let message = match &phase {
+                                Some(phase) => format!("phase {phase}: {done} agents done"),
+                                None => format!("{done} agents done"),
+                            };
+                            let note = ProgressNotificationParam::new(token.clone(), done as f64).with_message(message);
+                            let _ = context.peer.notify_progress(note).await;
+                        }
+                    }
+                    Some(Ok(Followed::Ended(envelope))) => return Ok((envelope, cancelled)),
+                    Some(Err(e)) => return Err(Self::tool_error(e)),
+                    None => return Err(ToolError::new(ErrorCode::Error, "following the run ended without its envelope")),
+                },
+                _ = &mut bound, if !cancelled => {
+                    let envelope = self.client.envelope(Scope::Session(session.to_string()), run_id).await.map_err(Self::tool_error)?;
+                    return Ok((envelope, false));
+                }
                 _ = context.ct.cancelled(), if !cancelled => {
+                    if !self.client_cancelled(&context.id).await {
+                        // The client went away: nobody reads an answer; the run goes on.
+                        return Err(ToolError::new(ErrorCode::Cancelled, "the client went away; the run keeps running"));
+                    }
                     cancelled = true;
-                    self.ask(Request::Cancel { scope: session.into(), run_id: run_id.into() }).await?;
+                    self.client.cancel(Scope::Session(session.to_string()), run_id).await.map_err(Self::tool_error)?;
                 }
             }
         }
@@ -509,19 +541,15 @@ impl FactoryMcp {
 
     async fn manage_inner(&self, p: ManageParams, context: &RequestContext<RoleServer>) -> Result<CallToolResult, ToolError> {
         let session = self.session(context);
+        let scope = || Scope::Session(session.clone());
         let need = |field: Option<String>, what: &str| {
             field.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, format!("operation `{}` needs `{what}`", p.operation)))
         };
         match p.operation.as_str() {
             "list" => {
-                let registered = self.ask(Request::Factories { session }).await?;
-                let factories: Vec<Value> = registered
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|r| factory_summary(&r["meta"]))
-                    .collect();
-                let names: Vec<&str> = factories.iter().filter_map(|f| f["name"].as_str()).collect();
+                let registered = self.client.factories(&session).await.map_err(Self::tool_error)?;
+                let factories: Vec<Value> = registered.iter().map(|r| factory_summary(&r.meta)).collect();
+                let names: Vec<&str> = registered.iter().map(|r| r.meta.name.as_str()).collect();
                 let summary = if names.is_empty() {
                     "No factories are registered (a user adds them with `factory add`).".to_string()
                 } else {
@@ -532,74 +560,70 @@ impl FactoryMcp {
             "author" => {
                 let meta = p.meta.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, "operation `author` needs `meta`"))?;
                 let run = need(p.run, "run")?;
-                let registration = self.ask(Request::Author { session, meta, run }).await?;
-                let m = &registration["meta"];
+                let registration = self.client.author(&session, meta, run).await.map_err(Self::tool_error)?;
+                let name = &registration.meta.name;
                 let summary = format!(
-                    "Registered factory `{}` in this session (not run). Run it with run_factory {{\"name\": \"{}\"}}.",
-                    m["name"].as_str().unwrap_or_default(),
-                    m["name"].as_str().unwrap_or_default()
+                    "Registered factory `{name}` in this session (not run). Run it with run_factory {{\"name\": \"{name}\"}}."
                 );
-                let mut value = factory_summary(m);
-                value["sha256"] = registration["script"]["sha256"].clone();
+                let mut value = factory_summary(&registration.meta);
+                value["sha256"] = json!(registration.script.as_ref().map(|s| s.sha256.clone()));
                 Ok(answer(value, summary))
             }
             "inspect" => {
                 let name = need(p.name, "name")?;
-                let r = self.ask(Request::Inspect { session, name }).await?;
-                let m = &r["meta"];
+                let registration = self.client.inspect(&session, &name).await.map_err(Self::tool_error)?;
+                let m = &registration.meta;
                 let mut value = factory_summary(m);
-                value["argsSchema"] = m.get("argsSchema").cloned().unwrap_or(Value::Null);
-                value["sha256"] = r["hash"].clone();
-                let summary = format!("{}: {}", m["name"].as_str().unwrap_or_default(), m["description"].as_str().unwrap_or_default());
-                Ok(answer(value, summary))
+                value["argsSchema"] = match &m.args_schema {
+                    Some(schema) => schema.to_value().map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?,
+                    None => Value::Null,
+                };
+                value["sha256"] = json!(registration.hash);
+                Ok(answer(value, format!("{}: {}", m.name, m.description)))
             }
             "runs" => {
-                let runs = self.ask(Request::Runs { scope: session.into() }).await?;
-                let runs: Vec<Value> = runs
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|r| json!({"runId": r["runId"], "factory": r["factory"], "status": r["status"],
-                                    "attempts": r["attempts"], "createdAt": r["createdAt"], "updatedAt": r["updatedAt"]}))
-                    .collect();
-                let summary = runs
+                let runs = self.client.runs(scope()).await.map_err(Self::tool_error)?;
+                let listed: Vec<Value> = runs
                     .iter()
-                    .map(|r| format!("{} {} {}", r["runId"].as_str().unwrap_or(""), r["factory"].as_str().unwrap_or(""), r["status"].as_str().unwrap_or("")))
-                    .collect::<Vec<_>>();
-                let summary = if summary.is_empty() { "No runs in this session.".into() } else { summary.join("\n") };
-                Ok(answer(json!({ "runs": runs }), summary))
+                    .map(|r| {
+                        json!({"runId": r.run_id, "factory": r.factory, "status": r.status,
+                               "attempts": r.attempts, "createdAt": r.created_at, "updatedAt": r.updated_at})
+                    })
+                    .collect();
+                let lines: Vec<String> =
+                    runs.iter().map(|r| format!("{} {} {}", r.run_id, r.factory, status_name(r.status))).collect();
+                let summary = if lines.is_empty() { "No runs in this session.".into() } else { lines.join("\n") };
+                Ok(answer(json!({ "runs": listed }), summary))
             }
             "show" => {
                 let run_id = need(p.run_id, "runId")?;
-                let detail = self.ask(Request::Detail { scope: session.into(), run_id }).await?;
-                let envelope: RunEnvelope =
-                    serde_json::from_value(detail.clone()).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
-                Ok(answer(detail, summarize(&envelope)))
+                let detail = self.client.detail(scope(), &run_id).await.map_err(Self::tool_error)?;
+                Ok(answer(to_value(&detail)?, summarize(&detail.envelope)))
             }
             "progress" => {
                 let run_id = need(p.run_id, "runId")?;
                 let query = ProgressQuery { after_seq: p.after_seq, before_seq: p.before_seq, phase: p.phase, limit: p.limit };
-                let page = self.ask(Request::Progress { scope: session.into(), run_id, query }).await?;
-                let n = page.as_array().map_or(0, Vec::len);
+                let page = self.client.progress(scope(), &run_id, query).await.map_err(Self::tool_error)?;
+                let n = page.len();
                 Ok(answer(json!({ "entries": page }), format!("{n} progress entries.")))
             }
-            "wait" | "cancel" => {
+            "wait" => {
                 let run_id = need(p.run_id, "runId")?;
-                if p.operation == "wait" {
-                    let (envelope, _) = self.follow(&session, &run_id, context).await?;
-                    let mut summary = summarize(&envelope);
-                    self.still_running(&envelope, &mut summary);
-                    let value = serde_json::to_value(&envelope).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
-                    return Ok(answer(value, summary));
+                let (envelope, cancelled) = self.follow(&session, &run_id, context).await?;
+                let mut summary = summarize(&envelope);
+                self.still_running(&envelope, &mut summary);
+                if cancelled {
+                    summary.push_str(" The client cancelled the wait, so the run was cancelled.");
                 }
-                let request = Request::Cancel { scope: session.clone().into(), run_id };
-                let value = tokio::select! {
-                    value = self.ask(request) => value?,
+                Ok(answer(to_value(&envelope)?, summary))
+            }
+            "cancel" => {
+                let run_id = need(p.run_id, "runId")?;
+                let envelope = tokio::select! {
+                    envelope = self.client.cancel(scope(), &run_id) => envelope.map_err(Self::tool_error)?,
                     _ = context.ct.cancelled() => return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
                 };
-                let envelope: RunEnvelope =
-                    serde_json::from_value(value.clone()).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
-                Ok(answer(value, summarize(&envelope)))
+                Ok(answer(to_value(&envelope)?, summarize(&envelope)))
             }
             other => Err(ToolError::new(
                 ErrorCode::InvalidParams,
@@ -609,9 +633,23 @@ impl FactoryMcp {
     }
 }
 
+/// How long a call whose token fired waits for the client's `notifications/cancelled`
+/// before it takes the client for gone.
+const CANCEL_NOTICE: Duration = Duration::from_millis(500);
+
+/// A typed answer as structured content.
+fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, ToolError> {
+    serde_json::to_value(value).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))
+}
+
+/// A status as the wire spells it.
+fn status_name(status: factory_host::RunStatus) -> String {
+    serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
 /// What a model is shown of a factory's meta: name, description, phases, limits.
-fn factory_summary(meta: &Value) -> Value {
-    json!({"name": meta["name"], "description": meta["description"], "phases": meta["phases"], "limits": meta["limits"]})
+fn factory_summary(meta: &factory_host::FactoryMeta) -> Value {
+    json!({"name": meta.name, "description": meta.description, "phases": meta.phases, "limits": meta.limits})
 }
 
 /// A short text a model can read: what happened and what to do next.
