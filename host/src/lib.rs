@@ -25,6 +25,7 @@ pub mod limits;
 mod meta;
 mod progress;
 pub mod pybuild;
+pub mod recover;
 mod run;
 pub mod sandbox;
 pub mod schema;

@@ -1,6 +1,8 @@
 //! `factory serve`: hold the store and serve the control socket — runs handed over by
-//! `factory run --detach` (or by a `factory run` in another terminal) execute here. On
-//! SIGINT/SIGTERM it stops its runs as `halted` (resumable) and exits.
+//! `factory run --detach` (or by a `factory run` in another terminal) execute here. At start
+//! it resumes the runs a crash or a stop of a service left `halted`
+//! ([`factory_host::recover`]). On SIGINT/SIGTERM it stops its runs as `halted` (resumable,
+//! recovered by the next start) and exits.
 
 use super::backends::load_config;
 use super::context::{open_host, serve as serve_socket};
@@ -24,6 +26,15 @@ pub struct ServeArgs {
     /// <state-dir>/http.token).
     #[command(flatten)]
     bind: super::http_bind::HttpBindArgs,
+    /// Leave the runs a crash or a stop of the service interrupted `halted` instead of
+    /// resuming them at start.
+    #[arg(long)]
+    no_recover: bool,
+    /// Automatic recoveries per run (counted since a caller last started or resumed it);
+    /// past them an interrupted run stays `halted` until resumed by hand.
+    #[arg(long, value_name = "N", default_value_t = factory_host::recover::DEFAULT_MAX_RECOVERIES,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_recoveries: u32,
 }
 
 pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
@@ -37,6 +48,15 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     let host = open_host(g, std::sync::Arc::new(config))
         .with_context(|| format!("opening the store in {}", g.state_dir.display()))?;
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
+    if !a.no_recover {
+        // Before the banner: once it is printed, every interrupted run is resumed or left.
+        let recovered = factory_host::recover::recover_interrupted(&host, a.max_recoveries)
+            .await
+            .context("reading the runs to recover")?;
+        for recovery in recovered {
+            eprintln!("factory serve: {recovery}");
+        }
+    }
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let trusted = super::trust::trust_check(g);
