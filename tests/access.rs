@@ -232,9 +232,13 @@ fn another_uid_is_refused_by_the_socket_and_cannot_read_the_state_dir() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let state = dir.path().join("state");
     let mut serve = factory_cmd(&state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve");
+    // It says it holds the store, then (runs to recover resumed) that it serves.
     let mut first = String::new();
-    BufReader::new(serve.stderr.take().expect("stderr")).read_line(&mut first).expect("serve says it listens");
-    assert!(first.contains("serving"), "{first}");
+    let mut said = BufReader::new(serve.stderr.take().expect("stderr"));
+    while !first.contains("serving") {
+        first.clear();
+        assert!(said.read_line(&mut first).expect("serve says it listens") > 0, "serve ended without serving");
+    }
     let socket = state.join("control.sock");
 
     let works = out_of(as_nobody(Path::new("/bin/true"), &[]));
@@ -388,9 +392,13 @@ fn the_control_server_checks_consent_itself() {
     let state = tempfile::tempdir().unwrap();
     let state = state.path().join("state");
     let mut serve = factory_cmd(&state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve");
+    // It says it holds the store, then (runs to recover resumed) that it serves.
     let mut first = String::new();
-    BufReader::new(serve.stderr.take().expect("stderr")).read_line(&mut first).expect("serve says it listens");
-    assert!(first.contains("serving"), "{first}");
+    let mut said = BufReader::new(serve.stderr.take().expect("stderr"));
+    while !first.contains("serving") {
+        first.clear();
+        assert!(said.read_line(&mut first).expect("serve says it listens") > 0, "serve ended without serving");
+    }
     let socket = state.join("control.sock");
     // The file the client showed for consent, then swapped for another before the server
     // reads it: the server runs only what was approved.

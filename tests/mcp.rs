@@ -245,7 +245,7 @@ async fn mcp_over_streamable_http_needs_the_bearer_token() {
 fn live_services(state: &Path) -> Vec<i32> {
     let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
     log.lines()
-        .filter(|l| l.contains(", serving "))
+        .filter(|l| l.contains(", holds the store of "))
         .filter_map(|l| l.split("pid ").nth(1)?.split(',').next()?.trim().parse().ok())
         .filter(|pid: &i32| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

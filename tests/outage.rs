@@ -12,7 +12,7 @@
 mod common;
 
 use common::counting::{Counting, Shared};
-use common::fake_openai::{base_url, FakeOpenAi, Mode};
+use common::fake_openai::{base_url, write_config, FakeOpenAi, Mode};
 use common::{factory_cmd, stderr, stdout_json};
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError};
 use factory_host::{Error, Host, HostConfig, Limits, ResumeOptions, RunOptions, RunStatus};
@@ -22,18 +22,6 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A `factory.toml` in `state` with backend `local` pointing at `port`: fast retries, a
-/// model, and (when `priced`) a price per 1000 tokens.
-fn write_config(state: &Path, port: u16, priced: bool, extra: &str) {
-    let pricing = if priced { "[backends.local.pricing]\ninput = 0.001\noutput = 0.002\n" } else { "" };
-    let text = format!(
-        "[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-test\"\nmax_retries = 1\n\
-         retry_base_ms = 5\n{extra}\n{pricing}",
-        base_url(port)
-    );
-    std::fs::write(state.join("factory.toml"), text).unwrap();
-}
 
 /// Run the binary against `state` (stdin closed) and wait for it, off the async runtime.
 async fn factory(state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::service::{daemon_pid, signal, wait_gone};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -197,31 +198,6 @@ fn a_second_process_observes_waits_for_and_cancels_a_running_run() {
     assert_eq!((all[0]["runId"].as_str(), all[0]["session"].as_str()), (Some(run_id.as_str()), Some("default")), "{all:#}");
     let other = output(state.path(), &["show", &run_id, "--json", "--session", "someone-else"]);
     assert_eq!(json(&other)["status"], "cancelled");
-}
-
-/// The pid `factory serve` logged when it started.
-fn daemon_pid(state: &Path) -> u32 {
-    let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
-    log.lines()
-        .find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in serve.log: {log}"))
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill").args([sig, &pid.to_string()]).status().unwrap();
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
-fn wait_gone(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "));
-        if zombie {
-            return;
-        }
-        assert!(Instant::now() < deadline, "process {pid} did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -27,8 +27,9 @@ impl Drop for Serve {
 fn serve(state: &Path) -> Serve {
     let mut child = factory_cmd(state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve starts");
     let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let first = lines.next().expect("serve says it listens").expect("a line");
-    assert!(first.contains("serving"), "{first}");
+    // It says it holds the store, then (runs to recover resumed) that it serves.
+    let first = lines.by_ref().map(|l| l.expect("a line")).find(|l| l.contains("serving")).expect("serve says it listens");
+    assert!(first.starts_with("factory serve: pid "), "{first}");
     std::thread::spawn(move || for _ in lines {});
     Serve(child)
 }

@@ -29,6 +29,7 @@ pub use model::{json, limits, schema};
 pub use sandbox::component;
 pub use store::trust;
 
+pub use engine::recover;
 pub use engine::host::{
     default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DETAIL_AGENTS,
     DETAIL_SCAN_ENTRIES, DEFAULT_SESSION,

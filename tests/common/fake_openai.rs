@@ -1,7 +1,8 @@
 //! A small OpenAI-compatible chat-completions server on 127.0.0.1 for tests that drive the
 //! real binary: it answers with latency, can be switched to fail (an HTTP status, an absurd
 //! `Retry-After`, usage near `u64::MAX`, a body that is not UTF-8) while the test runs, and
-//! records every prompt it answered, so a test can count what reached the backend.
+//! records every prompt it was asked and every prompt it answered, so a test can count what
+//! reached the backend.
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -34,6 +35,7 @@ pub enum Mode {
 struct State {
     mode: Option<Mode>,
     answered: Vec<String>,
+    asked: Vec<String>,
     requests: usize,
 }
 
@@ -113,6 +115,11 @@ impl FakeOpenAi {
     pub fn requests(&self) -> usize {
         self.state.lock().unwrap().requests
     }
+
+    /// The prompt of every request received (answered or not), in arrival order.
+    pub fn asked(&self) -> Vec<String> {
+        self.state.lock().unwrap().asked.clone()
+    }
 }
 
 impl Drop for FakeOpenAi {
@@ -124,6 +131,18 @@ impl Drop for FakeOpenAi {
 /// `http://127.0.0.1:PORT/v1`.
 pub fn base_url(port: u16) -> String {
     format!("http://127.0.0.1:{port}/v1")
+}
+
+/// A `factory.toml` in `state` with backend `local` pointing at `port`: fast retries, a
+/// model, and (when `priced`) a price per 1000 tokens; `extra` lines go in its table.
+pub fn write_config(state: &std::path::Path, port: u16, priced: bool, extra: &str) {
+    let pricing = if priced { "[backends.local.pricing]\ninput = 0.001\noutput = 0.002\n" } else { "" };
+    let text = format!(
+        "[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-test\"\nmax_retries = 1\n\
+         retry_base_ms = 5\n{extra}\n{pricing}",
+        base_url(port)
+    );
+    std::fs::write(state.join("factory.toml"), text).unwrap();
 }
 
 /// The text the server answers `prompt` with.
@@ -164,6 +183,7 @@ async fn answer(state: &Mutex<State>, body: &Value) -> Response<Full<Bytes>> {
     let mode = {
         let mut state = state.lock().unwrap();
         state.requests += 1;
+        state.asked.push(prompt.clone());
         let mode = state.mode.clone().unwrap_or(Mode::Status(500));
         match mode {
             Mode::AnswerThen { ok: 0, then } => {

@@ -719,6 +719,8 @@ impl Host {
             grants,
             writes: 0,
             seq: 0,
+            interrupted: None,
+            recoveries: 0,
         };
         self.put_blobs(factory)?;
         self.store.put_run(&mut record, true).await?;
@@ -729,8 +731,16 @@ impl Host {
     }
 
     /// Resume a run that ended without completing: same id, same args, a new attempt in
-    /// which every journaled step and agent call replays for free.
+    /// which every journaled step and agent call replays for free. A caller's resume sets
+    /// the run's count of automatic recoveries back to 0.
     pub async fn resume(&self, run_id: &str, options: ResumeOptions) -> Result<RunEnvelope, Error> {
+        self.resume_as(run_id, options, ResumedBy::Caller).await
+    }
+
+    /// [`Host::resume`] on behalf of `by`: automatic recovery resumes only a run that is
+    /// still `halted` by an [`Interruption`](crate::store::Interruption) once it holds the
+    /// claim, and counts itself in the record.
+    pub(crate) async fn resume_as(&self, run_id: &str, options: ResumeOptions, by: ResumedBy) -> Result<RunEnvelope, Error> {
         let scope = options.scope.clone().unwrap_or_else(|| Scope::from(DEFAULT_SESSION));
         let mut record = self.record(&scope, run_id)?;
         match record.envelope.status {
@@ -743,6 +753,13 @@ impl Host {
         // Claimed before anyone hears of the new attempt (`on_start`), so a `wait` that
         // follows it cannot mistake the previous attempt's end for this one's.
         let claim = self.claim(run_id)?;
+        if by == ResumedBy::Recovery {
+            // Read again under the claim: a caller may have resumed it since it was found.
+            record = self.record(&scope, run_id)?;
+            if !(record.envelope.status == RunStatus::Halted && record.interrupted.is_some()) {
+                return Err(Error::NonResumable(format!("run `{run_id}` is no longer halted by an interruption")));
+            }
+        }
         if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
             return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
         }
@@ -776,10 +793,37 @@ impl Host {
             None => self.recorded_backend(&record, &options.choice)?,
         };
         self.put_blobs(&factory)?;
+        // Written with the attempt's start, before the guest runs: a recovery that crashes
+        // the service again has been counted.
+        record.recoveries = match by {
+            ResumedBy::Caller => 0,
+            ResumedBy::Recovery => record.recoveries.saturating_add(1),
+        };
         if let Some(on_start) = options.on_start {
             on_start(run_id);
         }
         self.attempt_claimed(&factory, record, options.events, backend, claim).await
+    }
+
+    /// Leave a run that automatic recovery will not resume to a caller: while it is still
+    /// `halted` by an interruption, its failure becomes `message` and the mark is cleared,
+    /// so no later service start tries it again. Returns false when the run was no longer
+    /// interrupted (a caller resumed it meanwhile).
+    pub(crate) async fn leave_halted(&self, run_id: &str, message: String) -> Result<bool, Error> {
+        let _claim = self.claim(run_id)?;
+        let Some(mut record) = self.store.run(run_id)? else { return Err(Error::NotFound(run_id.to_string())) };
+        if !(record.envelope.status == RunStatus::Halted && record.interrupted.is_some()) {
+            return Ok(false);
+        }
+        record.interrupted = None;
+        let failure = Failure::new(crate::model::envelope::FailureType::Halted, None, message);
+        record.envelope.error = Some(failure.message.clone());
+        record.envelope.failure = Some(failure);
+        record.envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(&mut record, false).await?;
+        let revision = record.writes + self.store.last_progress_seq(run_id)?;
+        let _ = self.updates.send(RunUpdated { run_id: run_id.to_string(), revision });
+        Ok(true)
     }
 
     /// Execute one attempt of an existing run.
@@ -874,6 +918,7 @@ impl Host {
     ) -> Result<(), Error> {
         let run_id = record.envelope.run_id.clone();
         record.envelope.status = RunStatus::Running;
+        record.interrupted = None;
         record.envelope.attempts += 1;
         record.envelope.result = None;
         record.envelope.failure = None;
@@ -946,6 +991,8 @@ impl Host {
                 (status, outcome.result, failure, shared.accounting())
             }
         };
+        // An attempt ends `halted` only when this host shut down during it.
+        record.interrupted = (status == RunStatus::Halted).then_some(crate::store::Interruption::Shutdown);
         let envelope = &mut record.envelope;
         envelope.status = status;
         envelope.result = if status == RunStatus::Completed { result } else { None };
@@ -1111,6 +1158,15 @@ impl Host {
             }
         }
     }
+}
+
+/// Who asks for a resume ([`Host::resume_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResumedBy {
+    /// A caller (`factory resume`, the control socket, MCP, the library).
+    Caller,
+    /// Automatic recovery of an interrupted run ([`crate::engine::recover`]).
+    Recovery,
 }
 
 /// Removes a run from the host's active runs when its attempt ends, however it ends.

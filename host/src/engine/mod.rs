@@ -5,4 +5,5 @@
 pub(crate) mod abort;
 pub(crate) mod cache;
 pub mod host;
+pub mod recover;
 pub(crate) mod run;

@@ -2,7 +2,8 @@
 //! and agent journal, progress, live accounting, registered factories and component bytes.
 //! Writes go through the group-commit [`writer`]; reads open their own read transaction and
 //! see what is committed. Opening the store repairs what a crash left: runs that were
-//! `running` become `halted`, with the spend recorded up to the last commit.
+//! `running` become `halted` (marked [`Interruption::Crash`]), with the spend recorded up to
+//! the last commit.
 
 pub mod footprint;
 pub mod journal;
@@ -11,7 +12,7 @@ mod records;
 pub(crate) mod tables;
 mod writer;
 
-pub use records::{ProgressQuery, Registration, RunRecord, DEFAULT_SESSION};
+pub use records::{Interruption, ProgressQuery, Registration, RunRecord, DEFAULT_SESSION};
 pub use writer::WriterStats;
 pub(crate) use records::timestamp as records_timestamp;
 
@@ -483,6 +484,7 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
                 record.envelope.error = Some(failure.message.clone());
                 record.envelope.failure = Some(failure);
                 record.envelope.updated_at = records::timestamp();
+                record.interrupted = Some(Interruption::Crash);
                 record.writes += 1;
                 interrupted.push(record);
             }

@@ -44,6 +44,26 @@ pub struct RunRecord {
     pub writes: u64,
     /// Creation order.
     pub seq: u64,
+    /// Why the last attempt ended `halted` when its process stopped it (a crash found at
+    /// reopen, or a shutdown): what automatic recovery ([`crate::engine::recover`]) resumes. `None`
+    /// for every other ending; each attempt's start clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interruption>,
+    /// Automatic recoveries since a caller last started or resumed the run (a caller's
+    /// resume sets it back to 0).
+    #[serde(default)]
+    pub recoveries: u32,
+}
+
+/// How a run's process stopped its attempt, leaving it `halted` through no fault or choice of
+/// the run's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Interruption {
+    /// The process holding the store died during the attempt (found at the next open).
+    Crash,
+    /// The host shut down during the attempt (`factory serve` stopped, a terminated `factory run`).
+    Shutdown,
 }
 
 /// A registered factory.
@@ -139,6 +159,8 @@ pub(crate) fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_jso
         grants: Vec::new(),
         writes: 0,
         seq,
+        interrupted: None,
+        recoveries: 0,
     }
 }
 
@@ -164,5 +186,29 @@ impl ProgressQuery {
     /// The effective page size.
     pub fn limit(&self) -> usize {
         self.limit.unwrap_or(50).clamp(1, 1000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_written_before_recovery_existed_reads_as_not_interrupted_and_never_recovered() {
+        let error = serde_json::from_str::<u8>("x").unwrap_err();
+        let mut record = unreadable_run("r1", 0, b"{}", &error);
+        let mut old = serde_json::to_value(&record).unwrap();
+        assert!(old.get("interrupted").is_none(), "not written when absent: {old:#}");
+        old.as_object_mut().unwrap().remove("recoveries");
+        let read: RunRecord = serde_json::from_value(old).unwrap();
+        assert_eq!((read.interrupted, read.recoveries), (None, 0));
+
+        record.interrupted = Some(Interruption::Crash);
+        record.recoveries = 2;
+        let text = serde_json::to_value(&record).unwrap();
+        assert_eq!((&text["interrupted"], &text["recoveries"]), (&serde_json::json!("crash"), &serde_json::json!(2)));
+        assert_eq!(serde_json::from_value::<RunRecord>(text).unwrap(), record);
+        let shutdown = serde_json::to_value(Interruption::Shutdown).unwrap();
+        assert_eq!(shutdown, serde_json::json!("shutdown"));
     }
 }

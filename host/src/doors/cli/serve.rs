@@ -2,7 +2,9 @@
 //! control socket every other front door talks to (see [`crate::doors::daemon`]), and with
 //! `--http` the JSON API and the dashboard. Started by hand it runs until stopped; started
 //! by a front door (`--idle-exit`) it exits after that long with no active run and no
-//! client. On SIGINT/SIGTERM it stops its runs as `halted` (resumable) and exits.
+//! client. At start it resumes the runs a crash or a stop of a service left `halted`
+//! ([`factory_host::recover`]); on SIGINT/SIGTERM it stops its runs as `halted` (resumable,
+//! recovered by the next start) and exits.
 //!
 //! When another service already holds the store, `factory serve --http` attaches to it:
 //! it serves HTTP as that service's client instead of failing on the lock.
@@ -39,6 +41,15 @@ pub struct ServeArgs {
     /// is waited for.
     #[arg(long, hide = true)]
     started_by_front_door: bool,
+    /// Leave the runs a crash or a stop of the service interrupted `halted` instead of
+    /// resuming them at start.
+    #[arg(long)]
+    no_recover: bool,
+    /// Automatic recoveries per run (counted since a caller last started or resumed it);
+    /// past them an interrupted run stays `halted` until resumed by hand.
+    #[arg(long, value_name = "N", default_value_t = factory_host::recover::DEFAULT_MAX_RECOVERIES,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_recoveries: u32,
 }
 
 fn parse_idle(text: &str) -> Result<f64, String> {
@@ -89,7 +100,18 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
             Err(e) => return Err(e).with_context(|| format!("opening the store in {}", g.state_dir.display())),
         }
     };
+    // Said before the socket answers, so a front door that got an answer finds this line.
+    eprintln!("factory serve: pid {}, holds the store of {}", std::process::id(), g.state_dir.display());
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
+    if !a.no_recover {
+        // Before the banner: once it is printed, every interrupted run is resumed or left.
+        let recovered = factory_host::recover::recover_interrupted(&host, a.max_recoveries)
+            .await
+            .context("reading the runs to recover")?;
+        for recovery in recovered {
+            eprintln!("factory serve: {recovery}");
+        }
+    }
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
