@@ -268,3 +268,25 @@ async fn serve_http_attaches_to_the_running_service() {
     signal(http.id() as i32, nix::sys::signal::Signal::SIGTERM);
     let _ = http.wait();
 }
+
+#[test]
+fn after_kill_9_of_the_service_the_next_front_door_brings_its_runs_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let client = start_fanout(&state, 200);
+    let run_id = running(&state, 8);
+    let first = live_services(&state);
+    assert_eq!(first.len(), 1);
+    signal(first[0], nix::sys::signal::Signal::SIGKILL);
+    wait_until("the killed service is gone", || !alive(first[0]));
+    // The terminal that started it sees its service gone; the run's fate is the service's.
+    let _ = client.wait_with_output();
+    // The next front door starts a service, which resumes the run; `wait` sees it complete.
+    let done = ok_json(&state, &["wait", &run_id, "--json"]);
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["attempts"], 2, "one recovery: {done:#}");
+    assert!(done["accounting"]["agentCacheHits"].as_u64().unwrap() >= 1, "journaled calls replayed: {done:#}");
+    let log = std::fs::read_to_string(state.join("serve.log")).unwrap();
+    assert!(log.contains(&format!("recovering run {run_id}")), "{log}");
+}
