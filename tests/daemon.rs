@@ -286,7 +286,7 @@ fn after_kill_9_of_the_service_the_next_front_door_brings_its_runs_back() {
     let done = ok_json(&state, &["wait", &run_id, "--json"]);
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["attempts"], 2, "one recovery: {done:#}");
-    assert!(done["accounting"]["agentCacheHits"].as_u64().unwrap() >= 1, "journaled calls replayed: {done:#}");
+    // (That no journaled call is paid twice is tests/recover.rs's: it kills at a known point.)
     let log = std::fs::read_to_string(state.join("serve.log")).unwrap();
     assert!(log.contains(&format!("recovering run {run_id}")), "{log}");
 }
