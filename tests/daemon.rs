@@ -30,24 +30,7 @@ fn ok_json(state: &Path, args: &[&str]) -> Value {
     common::stdout_json(&out)
 }
 
-/// The pids of services that took the store of `state` (from its log).
-fn logged_services(state: &Path) -> Vec<i32> {
-    let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
-    log.lines()
-        .filter(|l| l.contains(", holds the store of "))
-        .filter_map(|l| l.split("pid ").nth(1)?.split(',').next()?.trim().parse().ok())
-        .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie (exited, not yet reaped) counts as gone.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    !stat.is_empty() && !stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z'))
-}
-
-fn live_services(state: &Path) -> Vec<i32> {
-    logged_services(state).into_iter().filter(|pid| alive(*pid)).collect()
-}
+use common::service::{alive, live_services, logged_services};
 
 fn signal(pid: i32, signal: nix::sys::signal::Signal) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);

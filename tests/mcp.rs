@@ -241,18 +241,7 @@ async fn mcp_over_streamable_http_needs_the_bearer_token() {
     assert_eq!(server.answered().len(), 3);
 }
 
-/// The pids of the services that said they serve `state` (from its log) and still live.
-fn live_services(state: &Path) -> Vec<i32> {
-    let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
-    log.lines()
-        .filter(|l| l.contains(", holds the store of "))
-        .filter_map(|l| l.split("pid ").nth(1)?.split(',').next()?.trim().parse().ok())
-        .filter(|pid: &i32| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            !stat.is_empty() && !stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z'))
-        })
-        .collect()
-}
+use common::service::live_services;
 
 /// `factory ARGS` in the default mode (through the state dir's service) as the owner.
 fn owner(state: &Path, args: &[&str]) -> Value {

@@ -17,6 +17,26 @@ fn pid_in(log: &str) -> Option<u32> {
     log.lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok())
 }
 
+/// Whether `pid` is a live process (a zombie, exited but not yet reaped, is not).
+pub fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !stat.is_empty() && !stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z'))
+}
+
+/// The pids of every service that took the store of `state` (from `<state>/serve.log`).
+pub fn logged_services(state: &Path) -> Vec<i32> {
+    let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains(", holds the store of "))
+        .filter_map(|l| l.split("pid ").nth(1)?.split(',').next()?.trim().parse().ok())
+        .collect()
+}
+
+/// Those of [`logged_services`] still alive.
+pub fn live_services(state: &Path) -> Vec<i32> {
+    logged_services(state).into_iter().filter(|pid| alive(*pid)).collect()
+}
+
 /// Send `sig` (`-TERM`, `-KILL`, ...) to `pid` with kill(1).
 pub fn signal(pid: u32, sig: &str) {
     let status = Command::new("kill").args([sig, &pid.to_string()]).status().unwrap();
