@@ -73,13 +73,7 @@ fn raw(socket: &Path, body: Value) -> Value {
 
 /// A state dir with `probe` registered and trusted, and a slow script backend as default.
 fn prepared_state() -> tempfile::TempDir {
-    let state = tempfile::tempdir().unwrap();
-    let script = state.path().join("slow.json");
-    std::fs::write(&script, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":200}]}"#).unwrap();
-    let config = format!("default = \"slow\"\n[backends.slow]\nkind = \"script\"\npath = \"{}\"\n", script.display());
-    std::fs::write(state.path().join("factory.toml"), config).unwrap();
-    common::register_trusted_probe(state.path());
-    state
+    common::slow_probe_state(200)
 }
 
 #[test]

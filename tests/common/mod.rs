@@ -137,6 +137,19 @@ pub fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A state dir with `probe` registered and trusted, and as its default backend a script
+/// backend answering every `t:` prompt after `latency_ms`.
+pub fn slow_probe_state(latency_ms: u64) -> tempfile::TempDir {
+    let state = tempfile::tempdir().expect("a temporary state dir");
+    let script = state.path().join("slow.json");
+    let rules = format!(r#"{{"rules":[{{"labelPrefix":"t:","reply":{{"text":"ok"}},"latencyMs":{latency_ms}}}]}}"#);
+    std::fs::write(&script, rules).expect("the script backend's rules");
+    let config = format!("default = \"slow\"\n[backends.slow]\nkind = \"script\"\npath = \"{}\"\n", script.display());
+    std::fs::write(state.path().join("factory.toml"), config).expect("factory.toml");
+    register_trusted_probe(state.path());
+    state
+}
+
 /// Register the `probe` test guest in `state` and trust it (as `factory add` + `factory
 /// trust` would for a user), so front doors that cannot ask for consent may run it.
 pub fn register_trusted_probe(state: &Path) {
