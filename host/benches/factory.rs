@@ -1186,6 +1186,27 @@ fn fmt_us(v: f64) -> String {
     }
 }
 
+/// A Unix socket in front of `service`'s control socket that counts the connections made to
+/// it (each request of a [`Remote`] is one; a subscription is one for its whole life).
+async fn counting_proxy(dir: &Path, service: &Remote) -> (Remote, Arc<AtomicU64>) {
+    let path = dir.join("proxy.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap_or_else(|e| fail(format!("binding {}: {e}", path.display())));
+    let count = Arc::new(AtomicU64::new(0));
+    let (counted, upstream) = (count.clone(), service.socket().to_path_buf());
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::UnixStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (Remote::new(path), count)
+}
+
 /// What the service adds to a `factory run`: the same requests and the same followed runs
 /// over the control socket of a real `factory serve` and through an in-process service,
 /// interleaved (both durable, dry-run backend, no group-commit window).
@@ -1251,11 +1272,25 @@ async fn service_hop(table: &mut Table, component: &Path, cache: &Path, runs: us
     }
     let (local_run, remote_run) = (median(local_us), median(remote_us));
     let hop = remote_run - local_run;
+    // Where the hop goes: the requests one followed run makes over the socket.
+    let (proxy, connections) = counting_proxy(service.state.path(), &service.remote).await;
+    let proxied = Client::Remote(proxy);
+    let counted_runs = 20;
+    for _ in 0..counted_runs {
+        let (envelope, _) = start_and_follow(&proxied, start_request(component, &key, "fanout", 1)).await;
+        check_done(&envelope, "fanout", 1, false);
+    }
+    let per_run = connections.load(Ordering::SeqCst) as f64 / counted_runs as f64;
     table.judged(
         SECTION,
         "hop per `factory run` (1 agent, started + followed)",
         fmt_us(hop),
-        format!("socket {} vs in-process {} (median of {followed_runs}; dry-run backend)", fmt_us(remote_run), fmt_us(local_run)),
+        format!(
+            "socket {} vs in-process {} (median of {followed_runs}; dry-run backend); {per_run:.1} requests per run \
+             (start, subscribe, then envelope + progress per read)",
+            fmt_us(remote_run),
+            fmt_us(local_run)
+        ),
         "≤ 100 µs",
         hop <= 100.0,
     );
