@@ -35,8 +35,6 @@ pub struct Follower {
     pending: VecDeque<ProgressEntry>,
     ended: Option<RunEnvelope>,
     updates: Option<Updates>,
-    /// The revision of the envelope last read: an update at or below it says nothing new.
-    revision: u64,
     done: bool,
     first: bool,
 }
@@ -56,7 +54,6 @@ impl Follower {
             pending: VecDeque::new(),
             ended: None,
             updates,
-            revision: 0,
             done: false,
             first: true,
         }
@@ -113,18 +110,15 @@ impl Follower {
                 break;
             }
         }
-        self.revision = self.revision.max(envelope.revision);
         if envelope.status.is_terminal() {
             self.ended = Some(envelope);
         }
         Ok(())
     }
 
-    /// Until an update of this run newer than what was read, or [`POLL`]. Updates that
-    /// queued up while reading (at or below the revision read) cost no request.
+    /// Until an update of this run, or [`POLL`].
     async fn wait(&mut self) {
         let run_id = self.run_id.clone();
-        let read = self.revision;
         match &mut self.updates {
             Some(updates) => {
                 let deadline = tokio::time::sleep(POLL);
@@ -132,7 +126,7 @@ impl Follower {
                 loop {
                     tokio::select! {
                         update = updates.next() => match update {
-                            Some(update) if update.run_id == run_id && update.revision > read => return,
+                            Some(update) if update.run_id == run_id => return,
                             Some(_) => continue,
                             None => {
                                 self.updates = None;
