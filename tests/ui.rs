@@ -4,7 +4,8 @@
 //! the token), watches a run with a slow
 //! backend appear and update live, counts its timeline bars, cancels it and resumes it with
 //! the buttons, lists a run of another session with its session and narrows the list with
-//! the session filter, starts a run from the form, times the timeline of a 4,096-agent run and
+//! the session filter, starts a run from the form, draws every bar of a 4,096-agent run (its
+//! render time is the bench's, section 9) and
 //! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
 //! `tests/browser/node_modules` (`npm ci` there) fail the test: they are not optional.
 
@@ -174,8 +175,6 @@ async fn the_dashboard_in_a_real_browser() {
     eprintln!("browser report: {report:#}");
     assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     assert_eq!(report["bigRun"]["bars"], 4096, "{report:#}");
-    // Reported, not judged (timing targets live in the bench).
-    eprintln!("4,096 agents drawn in {} ms", report["bigRun"]["renderMs"]);
     for shot in ["runs.png", "run.png"] {
         assert!(std::fs::metadata(shots.join(shot)).map(|m| m.len() > 1000).unwrap_or(false), "{shot} written");
     }

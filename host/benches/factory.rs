@@ -6,7 +6,11 @@
 //! cache vs a warm `InstancePre`, (3) fan-out of 1,000 and 4,096 agents against a 0 ms and a
 //! 1 ms backend with the durable journal on, (4) sequential agent calls and steps and the
 //! resume of those runs, (5) 100 concurrent runs on one host, (6) each hostile-guest attack
-//! against its bound and (7) the JS runner and a Python guest against the Rust one. The backend is a small
+//! against its bound, (7) the JS runner and a Python guest against the Rust one, (8) what the
+//! local service adds to a `factory run` (a real `factory serve`'s control socket against an
+//! in-process service: one request, and a tiny run started and followed to its envelope) and
+//! (9) the dashboard drawing a 4,096-agent run in headless Chromium (`tests/browser/render.mjs`;
+//! Node, `npm ci` in tests/browser and /usr/bin/chromium are required). The backend is a small
 //! in-process latency backend (a timer thread, so 1 ms means 1 ms, not a tokio tick): the
 //! boundary, not the thing measured. Correctness checks (results complete, a resume makes no
 //! backend call, a resume runs no step producer, a memo hit makes no backend call) fail the
@@ -18,6 +22,7 @@
 
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
 use factory_host::component::CompileOrigin;
+use factory_host::service::{Client, Consent, Followed, Follower, Local, Remote, Request, Scope, Target};
 use factory_host::{Factory, Host, HostConfig, Limits, ResumeOptions, RunEnvelope, RunOptions, RunStatus};
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -1084,6 +1089,282 @@ async fn languages(table: &mut Table, rust: &Path, cache: &Path, runs: usize) {
     }
 }
 
+// ----------------------------------------------------------------------------------------
+// 8. The service hop; 9. the dashboard.
+
+/// A `factory serve` of the real binary on a state directory of its own, killed on drop.
+struct Service {
+    child: std::process::Child,
+    state: tempfile::TempDir,
+    /// Its control socket.
+    remote: Remote,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `factory ARGS` against `state`, through the state dir's service (no `--no-daemon`), with
+/// the bench's cache dir.
+fn factory_cmd(state: &Path, cache: &Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_factory"));
+    cmd.args(args)
+        .env_remove("FACTORY_NO_DAEMON")
+        .env_remove("FACTORY_CONFIG")
+        .env("FACTORY_STATE_DIR", state)
+        .env("FACTORY_CACHE_DIR", cache)
+        .env("FACTORY_COMMIT_WINDOW_MS", "0")
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Start `factory serve EXTRA` on a fresh state dir and wait until its control socket
+/// answers.
+async fn serve(cache: &Path, extra: &[&str]) -> Service {
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let mut args = vec!["serve", "--backend", "dry-run"];
+    args.extend_from_slice(extra);
+    let child = factory_cmd(state.path(), cache, &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| fail(format!("cannot start `factory serve` ({}): {e}", env!("CARGO_BIN_EXE_factory"))));
+    let remote = Remote::new(state.path().join("control.sock"));
+    let service = Service { child, state, remote };
+    let client = Client::Remote(service.remote.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.runs(Scope::Owner).await.is_err() {
+        if Instant::now() > deadline {
+            fail(format!("`factory serve` did not answer on {} within 60 s", service.remote.socket().display()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    service
+}
+
+/// A start request for the bench guest (`workload`, `n`), consenting to exactly `key`.
+fn start_request(component: &Path, key: &str, workload: &str, n: usize) -> Request {
+    Request::Run {
+        session: "bench".into(),
+        component: Target::File(component.to_path_buf()),
+        args: Some(json!({ "workload": workload, "n": n, "failAtEnd": false })),
+        limits: Limits { max_total_subagents: Some(5000), ..Default::default() },
+        backend: Default::default(),
+        grants: Vec::new(),
+        declined: false,
+        consent: Consent::Sha256(key.to_string()),
+    }
+}
+
+/// What `factory run` does through `client`: start the run, follow it to its terminal
+/// envelope. The envelope and how many progress entries were handed out.
+async fn start_and_follow(client: &Client, request: Request) -> (RunEnvelope, usize) {
+    let run_id = client.start(request).await.unwrap_or_else(|e| fail(format!("a start was refused: {e}")));
+    let mut follower = Follower::new(client.clone(), "bench", &run_id, 0).await;
+    let mut entries = 0;
+    while let Some(next) = follower.next().await {
+        match next.unwrap_or_else(|e| fail(format!("following {run_id} failed: {e}"))) {
+            Followed::Progress(_) => entries += 1,
+            Followed::Ended(envelope) => return (envelope, entries),
+        }
+    }
+    fail(format!("following {run_id} ended without its envelope"))
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn fmt_us(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0} µs")
+    } else {
+        format!("{v:.1} µs")
+    }
+}
+
+/// A Unix socket in front of `service`'s control socket that counts the connections made to
+/// it (each request of a [`Remote`] is one; a subscription is one for its whole life).
+async fn counting_proxy(dir: &Path, service: &Remote) -> (Remote, Arc<AtomicU64>) {
+    let path = dir.join("proxy.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap_or_else(|e| fail(format!("binding {}: {e}", path.display())));
+    let count = Arc::new(AtomicU64::new(0));
+    let (counted, upstream) = (count.clone(), service.socket().to_path_buf());
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::UnixStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (Remote::new(path), count)
+}
+
+/// What the service adds to a `factory run`: the same requests and the same followed runs
+/// over the control socket of a real `factory serve` and through an in-process service,
+/// interleaved (both durable, dry-run backend, no group-commit window).
+async fn service_hop(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    const SECTION: &str = "8 service";
+    let service = serve(cache, &[]).await;
+    let remote = Client::Remote(service.remote.clone());
+    let local_state = tempfile::tempdir().expect("a temporary state directory");
+    let host = Arc::new(
+        Host::new(HostConfig {
+            state_dir: Some(local_state.path().to_path_buf()),
+            cache_dir: Some(cache.to_path_buf()),
+            commit_window: Duration::ZERO,
+            backend: Arc::new(factory_host::backend::DryRun),
+            ..HostConfig::default()
+        })
+        .unwrap_or_else(|e| fail(format!("cannot open a durable host: {e}"))),
+    );
+    let key = factory_host::service::trust_key(&load(&host, component).await).to_string();
+    let local = Client::Local(Local::new(host, Arc::new(|_: &str| false)));
+    let clients = [("in-process", &local), ("socket", &remote)];
+
+    // Warm both (the service compiles the component once), then check a followed run ends
+    // completed with every entry handed out.
+    let mut finished = Vec::new();
+    for (name, client) in clients {
+        let (envelope, entries) = start_and_follow(client, start_request(component, &key, "fanout", 1)).await;
+        check_done(&envelope, "fanout", 1, false);
+        if entries == 0 {
+            fail(format!("following a run {name} handed out no progress"));
+        }
+        finished.push(envelope.run_id.clone());
+    }
+
+    // (a) One request round trip: `envelope` of a finished run, interleaved.
+    let rounds = 200 * runs;
+    let (mut local_us, mut remote_us) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        for ((_, client), (run_id, samples)) in clients.iter().zip([(&finished[0], &mut local_us), (&finished[1], &mut remote_us)]) {
+            let started = Instant::now();
+            client.envelope("bench", run_id).await.unwrap_or_else(|e| fail(format!("envelope of {run_id}: {e}")));
+            samples.push(us(started.elapsed()));
+        }
+    }
+    let (local_rt, remote_rt) = (median(local_us), median(remote_us));
+    table.row(
+        SECTION,
+        "one request (`envelope` of a finished run)",
+        fmt_us(remote_rt - local_rt),
+        format!("socket {} vs in-process {} (median of {rounds})", fmt_us(remote_rt), fmt_us(local_rt)),
+    );
+
+    // (b) A whole tiny run started and followed to its envelope, interleaved.
+    let followed_runs = 30 * runs;
+    let (mut local_us, mut remote_us) = (Vec::with_capacity(followed_runs), Vec::with_capacity(followed_runs));
+    for _ in 0..followed_runs {
+        for ((_, client), samples) in clients.iter().zip([&mut local_us, &mut remote_us]) {
+            let started = Instant::now();
+            let (envelope, _) = start_and_follow(client, start_request(component, &key, "fanout", 1)).await;
+            samples.push(us(started.elapsed()));
+            check_done(&envelope, "fanout", 1, false);
+        }
+    }
+    let (local_run, remote_run) = (median(local_us), median(remote_us));
+    let hop = remote_run - local_run;
+    // Where the hop goes: the requests one followed run makes over the socket.
+    let (proxy, connections) = counting_proxy(service.state.path(), &service.remote).await;
+    let proxied = Client::Remote(proxy);
+    let counted_runs = 20;
+    for _ in 0..counted_runs {
+        let (envelope, _) = start_and_follow(&proxied, start_request(component, &key, "fanout", 1)).await;
+        check_done(&envelope, "fanout", 1, false);
+    }
+    let per_run = connections.load(Ordering::SeqCst) as f64 / counted_runs as f64;
+    table.judged(
+        SECTION,
+        "hop per `factory run` (1 agent, started + followed)",
+        fmt_us(hop),
+        format!(
+            "socket {} vs in-process {} (median of {followed_runs}; dry-run backend); {per_run:.1} requests per run \
+             (start, subscribe, then envelope + progress per read)",
+            fmt_us(remote_run),
+            fmt_us(local_run)
+        ),
+        "≤ 100 µs",
+        hop <= 100.0,
+    );
+    drop(service);
+}
+
+/// The dashboard drawing a finished 4,096-agent run, in headless Chromium.
+async fn dashboard(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    const SECTION: &str = "9 dashboard";
+    let browser = workspace_root().join("tests/browser");
+    if !browser.join("node_modules/playwright-core").is_dir() {
+        fail(format!("{}/node_modules is missing: run `npm ci` in tests/browser", browser.display()));
+    }
+    if !Path::new("/usr/bin/chromium").exists() {
+        fail("/usr/bin/chromium is missing: apt-get install chromium");
+    }
+    let service = serve(cache, &["--http", "127.0.0.1:0"]).await;
+    let client = Client::Remote(service.remote.clone());
+    let key = {
+        let host = memory_host(Some(cache));
+        factory_host::service::trust_key(&load(&host, component).await).to_string()
+    };
+    let run_id = client
+        .start(start_request(component, &key, "fanout", 4096))
+        .await
+        .unwrap_or_else(|e| fail(format!("the 4,096-agent run was refused: {e}")));
+    let envelope = client.wait("bench", &run_id).await.unwrap_or_else(|e| fail(format!("waiting for {run_id}: {e}")));
+    check_done(&envelope, "fanout", 4096, false);
+    // The HTTP API writes its address once it listens; `factory ui` prints the page's URL.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !service.state.path().join("http.addr").exists() {
+        if Instant::now() > deadline {
+            fail("`factory serve --http` wrote no http.addr within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let out = factory_cmd(service.state.path(), cache, &["ui", "--no-open"])
+        .output()
+        .unwrap_or_else(|e| fail(format!("`factory ui`: {e}")));
+    if !out.status.success() {
+        fail(format!("`factory ui` failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = std::process::Command::new("node")
+        .arg(browser.join("render.mjs"))
+        .env("FACTORY_UI_URL", &url)
+        .env("FACTORY_UI_RUN", &run_id)
+        .env("FACTORY_UI_TIMES", runs.to_string())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| fail(format!("node does not start ({e}): install Node.js")));
+    drop(service);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        fail(format!(
+            "tests/browser/render.mjs printed no report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    });
+    if report["bars"] != 4096 {
+        fail(format!("the dashboard drew {} bars of 4,096 agents", report["bars"]));
+    }
+    let series = |field: &str| -> Vec<f64> { report[field].as_array().into_iter().flatten().filter_map(|v| v.as_f64()).collect() };
+    let (render, load) = (median(series("renderMs")), median(series("loadMs")));
+    table.judged(
+        SECTION,
+        "4,096 agents drawn (timeline of a finished run)",
+        fmt_ms(render),
+        format!("render only, as the page measures it; {} with loading its progress; headless Chromium", fmt_ms(load)),
+        "< 1000 ms",
+        render < 1000.0,
+    );
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench binaries too, without `--bench`: the measurements
     // are for `cargo bench` only.
@@ -1130,6 +1411,12 @@ fn main() {
         }
         if wanted("7") {
             languages(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("8") {
+            service_hop(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("9") {
+            dashboard(&mut table, &component, cache.path(), runs).await;
         }
     });
 

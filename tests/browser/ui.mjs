@@ -237,19 +237,15 @@ try {
   check('another session\'s run opens', (await page.textContent('#run-session')) === 'other'
     && (await page.textContent('#main .actions .status')) === 'completed', await page.textContent('#run-session'));
 
-  // 4,096 agents: drawn in under a second (measured in the page).
-  const opened = Date.now();
+  // 4,096 agents: every one drawn (how long that takes is the bench's, section 9).
   await page.goto(`${base}/#/run/${bigRun}`);
   await page.waitForFunction(() => document.getElementById('timeline')?.dataset.loadMs, null, { timeout: 30000 });
   const big = await page.evaluate(() => {
     const c = document.getElementById('timeline');
-    return { bars: Number(c.dataset.bars), entries: Number(c.dataset.entries), renderMs: Number(c.dataset.renderMs), loadMs: Number(c.dataset.loadMs) };
+    return { bars: Number(c.dataset.bars), entries: Number(c.dataset.entries) };
   });
-  big.wallMs = Date.now() - opened;
   report.bigRun = big;
   check('4,096 bars', big.bars === 4096, big.bars);
-  // How long drawing took is reported (tests/ui.rs prints it), not judged: timing targets
-  // belong in the bench, not in tests on a shared machine.
 
   // The tokens went only in headers: never in a URL the page requested.
   check('tokens never in a request URL', requests.every((r) => !r.url.split('#')[0].includes(token) && !r.url.split('#')[0].includes(session)));
