@@ -49,8 +49,9 @@ enum Command {
     Cancel(observe::RunIdArgs),
     /// Follow a run's progress live until it ends.
     Watch(observe::RunIdArgs),
-    /// Hold the store and run what `factory run --detach` hands over, until stopped; with
-    /// --http, also the JSON API and the dashboard (token in <state-dir>/http.token).
+    /// The state directory's service: hold the store and run what every front door hands
+    /// over (they start it on demand); with --http, also the JSON API and the dashboard
+    /// (token in <state-dir>/http.token).
     Serve(serve::ServeArgs),
     /// Register a factory under its meta name.
     Add(registry::AddArgs),
