@@ -305,7 +305,30 @@ fn prepare(dir: &Path, manifest: &Path, target: BuildTarget) -> Result<Layout, B
             }
         }
     }
+    // A path dependency may belong to a workspace of its own (`edition.workspace = true`, a
+    // `wit/` beside it, as the factory SDK does): cargo and its build then read that
+    // workspace's root, outside the directories above. It is shown read-only too.
+    let roots: Vec<PathBuf> = sources
+        .iter()
+        .filter_map(|dir| workspace_manifest_above(dir))
+        .filter_map(|manifest| manifest.parent().map(Path::to_path_buf))
+        .collect();
+    for root in roots {
+        if !sources.iter().any(|s| root.starts_with(s)) {
+            sources.push(root);
+        }
+    }
     Ok(Layout { target_dir: PathBuf::from(target_dir), sources })
+}
+
+/// The nearest `Cargo.toml` above `dir` that declares a `[workspace]`, if any.
+fn workspace_manifest_above(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors().skip(1).map(|d| d.join("Cargo.toml")).find(|manifest| {
+        std::fs::read_to_string(manifest)
+            .ok()
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .is_some_and(|table| table.contains_key("workspace"))
+    })
 }
 
 /// `CARGO_HOME` and `RUSTUP_HOME` as cargo and rustup find them (read-only in the sandbox).
