@@ -591,7 +591,7 @@ impl FactoryMcp {
                     })
                     .collect();
                 let lines: Vec<String> =
-                    runs.iter().map(|r| format!("{} {} {}", r.run_id, r.factory, status_name(r.status))).collect();
+                    runs.iter().map(|r| format!("{} {} {}", r.run_id, r.factory, r.status.as_str())).collect();
                 let summary = if lines.is_empty() { "No runs in this session.".into() } else { lines.join("\n") };
                 Ok(answer(json!({ "runs": listed }), summary))
             }
@@ -642,11 +642,6 @@ fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, ToolError> {
     serde_json::to_value(value).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))
 }
 
-/// A status as the wire spells it.
-fn status_name(status: factory_host::RunStatus) -> String {
-    serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-}
-
 /// What a model is shown of a factory's meta: name, description, phases, limits.
 fn factory_summary(meta: &factory_host::FactoryMeta) -> Value {
     json!({"name": meta.name, "description": meta.description, "phases": meta.phases, "limits": meta.limits})
@@ -654,7 +649,7 @@ fn factory_summary(meta: &factory_host::FactoryMeta) -> Value {
 
 /// A short text a model can read: what happened and what to do next.
 fn summarize(e: &RunEnvelope) -> String {
-    let status = serde_json::to_value(e.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let status = e.status.as_str();
     let acc = &e.accounting;
     let mut text = format!(
         "Run {} of `{}` is {status} after {} attempt(s): {} subagents spawned, {} replayed, {:.1}s active, {} AI credits.",

@@ -27,6 +27,18 @@ impl RunStatus {
     pub fn is_terminal(self) -> bool {
         !matches!(self, RunStatus::Pending | RunStatus::Running)
     }
+
+    /// Its wire spelling (`completed`, `halted`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Error => "error",
+            RunStatus::Halted => "halted",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Which family a [`Failure`] is of; serialized as its `type` string (`sandbox_limit`, ...).
@@ -222,6 +234,10 @@ mod tests {
         use crate::model::progress::AgentStatus;
         for (status, text) in [(AgentStatus::Ok, "ok"), (AgentStatus::Failed, "failed"), (AgentStatus::Aborted, "aborted")] {
             assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(text));
+            assert_eq!(status.as_str(), text);
+        }
+        for status in [RunStatus::Pending, RunStatus::Running, RunStatus::Completed, RunStatus::Error, RunStatus::Halted, RunStatus::Cancelled] {
+            assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(status.as_str()));
         }
     }
 }

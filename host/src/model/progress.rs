@@ -55,6 +55,17 @@ pub enum AgentStatus {
     Aborted,
 }
 
+impl AgentStatus {
+    /// Its wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentStatus::Ok => "ok",
+            AgentStatus::Failed => "failed",
+            AgentStatus::Aborted => "aborted",
+        }
+    }
+}
+
 /// A prompt-free summary of one subagent call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

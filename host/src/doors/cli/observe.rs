@@ -67,11 +67,6 @@ fn credits(nano: u64) -> String {
     format!("{}", nano as f64 / 1e9)
 }
 
-/// A status as the wire spells it (`completed`, `halted`, ...).
-pub fn status_name(status: RunStatus) -> String {
-    serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-}
-
 pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
     let scope = if a.all { Scope::Owner } else { Scope::from(&g.session) };
     let runs = access(g).await?.runs(scope).await?;
@@ -96,7 +91,7 @@ pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
             s(&r.run_id),
             session(&s(r.session.as_deref().unwrap_or_default())),
             s(&r.factory),
-            status_name(r.status),
+            r.status.as_str(),
             r.attempts,
             r.accounting.agents_spawned,
             credits(r.accounting.ai_credits_nano),
@@ -128,7 +123,7 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     println!("run:       {}", s(&e.run_id));
     println!("factory:   {}", s(&e.factory));
     println!("session:   {}", s(e.session.as_deref().unwrap_or_default()));
-    println!("status:    {} (attempt {}, revision {})", status_name(e.status), e.attempts, e.revision);
+    println!("status:    {} (attempt {}, revision {})", e.status.as_str(), e.attempts, e.revision);
     if let Some(f) = &e.failure {
         println!("failure:   {} {} {}", f.kind_type, f.kind.as_deref().map(s).unwrap_or_default(), s(&f.message));
     }
@@ -180,7 +175,7 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         println!(
             "  {:<40} {:<7} spawns {} credits {} {} ms",
             s(&agent.label),
-            status_name_agent(agent.status),
+            agent.status.as_str(),
             agent.spawns,
             credits(agent.credits_nano),
             agent.millis
@@ -191,11 +186,6 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         print_entry(e);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// An agent status as the wire spells it.
-fn status_name_agent(status: factory_host::AgentStatus) -> String {
-    serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
 pub async fn progress(g: &GlobalArgs, a: ProgressArgs) -> Result<ExitCode> {
@@ -240,7 +230,7 @@ pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&envelope)?);
     } else {
-        eprintln!("factory: run {} is {}", a.run_id, status_name(envelope.status));
+        eprintln!("factory: run {} is {}", a.run_id, envelope.status.as_str());
     }
     Ok(envelope_exit(&envelope))
 }

@@ -385,8 +385,7 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
             None => format!("{}: {}", f.kind_type, f.message),
         },
     );
-    let status = serde_json::to_value(envelope.status)?;
-    eprintln!("factory: run {} ended as {}: {why}", envelope.run_id, status.as_str().unwrap_or("?"));
+    eprintln!("factory: run {} ended as {}: {why}", envelope.run_id, envelope.status.as_str());
     eprintln!("factory: resume it with: factory resume {}", envelope.run_id);
     Ok(ExitCode::from(if envelope.status == RunStatus::Cancelled { 130 } else { 1 }))
 }
