@@ -355,9 +355,33 @@ fn cli_runs_a_factory_that_imports_and_names_a_builtin_in_its_error() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     assert_eq!(common::stdout_json(&out)["result"], "[42]");
 
+    let runs = common::stdout_json(&common::factory_in(state.path(), &["runs", "--json"]));
+    assert_eq!(runs.as_array().map(Vec::len), Some(1), "{runs}");
     let net = dir.path().join("net.js");
     let out = common::factory_in(state.path(), &["run", net.to_str().unwrap(), "--json", "-q"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
     let err = common::stderr(&out);
     assert!(err.contains("`net` is a Node.js built-in module"), "{err}");
+    let runs = common::stdout_json(&common::factory_in(state.path(), &["runs", "--json"]));
+    assert_eq!(runs.as_array().map(Vec::len), Some(1), "refused before a run exists: {runs}");
+}
+
+#[tokio::test]
+async fn a_registration_serves_the_modules_it_recorded() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        &[
+            ("main.js", &factory("import { tag } from \"./lib.js\";", r#"{ name: "registered-mod", description: "d" }"#, "async () => tag")),
+            ("lib.js", "export const tag = \"registered\";\n"),
+        ],
+    );
+    let host = host_at(Some(state.path()), Arc::new(factory_host::backend::DryRun));
+    let f = load(&host, &dir.path().join("main.js")).await.expect("load");
+    let registration = host.register(&f).await.expect("register");
+    assert!(registration.script.as_ref().and_then(|s| s.modules.as_ref()).is_some(), "{registration:?}");
+    write(dir.path(), &[("lib.js", "export const tag = \"edited later\";\n")]);
+    let again = host.load_registered("registered-mod").await.expect("load the registration");
+    assert_eq!(run_ok(&host, &again).await, json!("registered"));
 }
