@@ -263,6 +263,36 @@ async fn caps_and_sources_without_a_directory_give_typed_errors() {
     let e = module_error(&host, &dir.path().join("chain.js")).await;
     assert!(matches!(&e, ModuleError::TooDeep { .. }), "{e:?}");
 
+    // One module named in endless ways: the answers are capped (each is recorded).
+    let resolutions = factory_host::guests::modules::MAX_RESOLUTIONS;
+    write(
+        dir.path(),
+        &[
+            ("x.js", "export const x = 1;\n"),
+            (
+                "many.js",
+                &factory(
+                    "",
+                    meta,
+                    &format!(
+                        r#"async () => {{
+                            let loaded = 0;
+                            for (let i = 0; i <= {resolutions}; i++) {{
+                                try {{ await import(`./s${{i}}/../x.js`); loaded++; }}
+                                catch (e) {{ return {{ loaded, error: String(e.message) }}; }}
+                            }}
+                            return {{ loaded }};
+                        }}"#
+                    ),
+                ),
+            ),
+        ],
+    );
+    let f = load(&host, &dir.path().join("many.js")).await.expect("load");
+    let r = run_ok(&host, &f).await;
+    assert_eq!(r["loaded"], resolutions, "{r}");
+    assert!(r["error"].as_str().is_some_and(|e| e.contains("at most 4096 distinct imports")), "{r}");
+
     // A source given as text has no directory to import from.
     let text = factory("import { x } from \"./x.js\";", meta, "async () => x");
     match host.load_script(factory_host::script::Script::new("t.js", text, None)).await {

@@ -1025,6 +1025,10 @@ impl Host {
                 .await;
                 shared.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.attempt_cache_hits() });
                 let mut failure = outcome.failure;
+                // The modules' record, with every import answered (written before the flush).
+                if let Some(Err(e)) = component.script.as_ref().map(|s| s.modules.record_now()) {
+                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
+                }
                 // The last progress entries must be durable before the verdict is.
                 if let Err(e) = self.store.flush().await {
                     failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));

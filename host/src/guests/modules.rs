@@ -17,7 +17,8 @@
 //! A [`ModuleSet`] answers each (referrer, specifier) once and reads each file once: the
 //! first answer is the module for the rest of the set's life. A run gets its own set
 //! ([`ModuleSet::for_run`]) that writes every module it loads to the store as it loads it
-//! (the text as a content-addressed blob, the [`Manifest`] under the run's id), and a
+//! (the text as a content-addressed blob, the [`Manifest`] under the run's id; bounded by
+//! [`MAX_MODULES`], [`MAX_TOTAL_MODULE_BYTES`] and [`MAX_RESOLUTIONS`]), and a
 //! resumed run starts from that record ([`ModuleSet::recorded`]): a recorded module is
 //! served as recorded, never read again; one no attempt loaded yet is read then.
 
@@ -37,6 +38,11 @@ pub const MAX_MODULE_BYTES: u64 = 2 << 20;
 pub const MAX_TOTAL_MODULE_BYTES: u64 = 16 << 20;
 /// The longest chain of imports from the entry (the entry is depth 0).
 pub const MAX_IMPORT_DEPTH: u32 = 64;
+/// Distinct (referrer, specifier) pairs one factory may resolve: `./a.js`, `././a.js`, ...
+/// name one module in endless ways, and every answer is recorded.
+pub const MAX_RESOLUTIONS: usize = 4096;
+/// The longest specifier resolved.
+pub const MAX_SPECIFIER_BYTES: usize = 1024;
 /// The largest `package.json` read.
 pub const MAX_PACKAGE_JSON_BYTES: u64 = 256 << 10;
 
@@ -110,6 +116,10 @@ pub enum ModuleError {
     /// The file could not be read.
     #[error("cannot read `{path}`: {kind}")]
     Read { path: String, kind: std::io::ErrorKind },
+    /// More than [`MAX_RESOLUTIONS`] distinct imports, or a specifier over
+    /// [`MAX_SPECIFIER_BYTES`].
+    #[error("cannot import `{specifier}`: {why}")]
+    TooManyImports { specifier: String, why: String },
     /// The referrer is not a module of this factory.
     #[error("cannot import `{specifier}`: `{referrer}` is not a module of this factory")]
     UnknownReferrer { specifier: String, referrer: String },
@@ -315,6 +325,13 @@ impl ModuleSet {
         Ok(copy)
     }
 
+    /// Write the set's record to its store now (the end of an attempt): the answers given
+    /// since the last module loaded.
+    pub fn record_now(&self) -> Result<(), ModuleError> {
+        let state = self.lock();
+        record_manifest(self, &state, &self.entry)
+    }
+
     /// What the set has loaded and answered.
     pub fn manifest(&self) -> Manifest {
         manifest_of(self, &self.lock())
@@ -347,15 +364,36 @@ impl ModuleSet {
         if let Some(name) = state.resolved.get(&key) {
             return Ok(name.clone());
         }
-        let outcome = self.resolve_new(&mut state, specifier, referrer);
-        match &outcome {
-            Ok(name) => {
+        let outcome = if specifier.len() > MAX_SPECIFIER_BYTES {
+            let shown: String = specifier.chars().take(64).collect();
+            Err(ModuleError::TooManyImports { specifier: shown, why: format!("a specifier is at most {MAX_SPECIFIER_BYTES} bytes") })
+        } else if state.resolved.len() >= MAX_RESOLUTIONS {
+            Err(ModuleError::TooManyImports {
+                specifier: specifier.into(),
+                why: format!("a factory resolves at most {MAX_RESOLUTIONS} distinct imports"),
+            })
+        } else {
+            let modules = state.modules.len();
+            self.resolve_new(&mut state, specifier, referrer).map(|name| (name, state.modules.len() > modules))
+        };
+        let outcome = match outcome {
+            Ok((name, loaded)) => {
                 state.resolved.insert(key, name.clone());
-                if let Err(e) = record_manifest(self, &state, name) {
-                    state.first_error.get_or_insert(e.clone());
-                    return Err(e);
+                // The record is rewritten when a module joins it (at most MAX_MODULES
+                // times) and at the end of the attempt ([`ModuleSet::record_now`]); an
+                // answer naming a module already recorded is cheap to find again.
+                if loaded {
+                    if let Err(e) = record_manifest(self, &state, &name) {
+                        state.first_error.get_or_insert(e.clone());
+                        return Err(e);
+                    }
                 }
+                Ok(name)
             }
+            Err(e) => Err(e),
+        };
+        match &outcome {
+            Ok(_) => {}
             Err(e) => {
                 state.first_error.get_or_insert(e.clone());
             }
