@@ -169,6 +169,10 @@ pub struct RunDetail {
     /// The source each attempt ran, for a script factory (index-aligned with
     /// `component_hashes`; `null` for a component).
     pub scripts: Vec<Option<ScriptRef>>,
+    /// The modules a script run loaded, all attempts together (module name -> sha256, the
+    /// directory, every answered import); absent when it loaded none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modules: Option<crate::guests::modules::Manifest>,
     /// The backend of each attempt.
     pub backends: Vec<BackendRef>,
     /// Read-only directory grants (canonical host paths; the `i`-th is `/grant/<i>`).
@@ -194,6 +198,8 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             progress: Vec<ProgressEntry>,
             component_hashes: Vec<String>,
             scripts: Vec<Option<ScriptRef>>,
+            #[serde(default)]
+            modules: Option<crate::guests::modules::Manifest>,
             backends: Vec<BackendRef>,
             grants: Vec<String>,
             sandbox: SandboxLimits,
@@ -212,6 +218,7 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             progress: own.progress,
             component_hashes: own.component_hashes,
             scripts: own.scripts,
+            modules: own.modules,
             backends: own.backends,
             grants: own.grants,
             sandbox: own.sandbox,
@@ -1180,6 +1187,7 @@ impl Host {
         let backends = record.backends.clone();
         let grants = record.grants.clone();
         let sandbox = self.config.sandbox.clone();
+        let modules = self.store.run_modules(run_id)?;
         Ok(RunDetail {
             envelope: self.current(record)?,
             limits,
@@ -1188,6 +1196,7 @@ impl Host {
             progress,
             component_hashes,
             scripts,
+            modules,
             backends,
             grants,
             sandbox,
