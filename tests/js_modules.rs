@@ -3,7 +3,8 @@
 //! among them, import cycles), the refusal to leave the directory (`..`, a symlink, an
 //! absolute path), bare specifiers from `node_modules` (package.json `exports`, `module`,
 //! `main`, scoped names), a Node built-in named in the error, a CommonJS package refused,
-//! caps as typed errors, resume after an imported file changed (the recorded code runs),
+//! caps as typed errors, resume after an imported file changed (the recorded code runs,
+//! also after kill -9 mid-attempt, for a module imported dynamically),
 //! and `factory run` of a factory that imports through the real binary.
 
 mod common;
@@ -422,4 +423,74 @@ async fn a_registration_serves_the_modules_it_recorded() {
     write(dir.path(), &[("lib.js", "export const tag = \"edited later\";\n")]);
     let again = host.load_registered("registered-mod").await.expect("load the registration");
     assert_eq!(run_ok(&host, &again).await, json!("registered"));
+}
+
+/// Poll `factory progress` until `n` agents have finished durably (progress pages come from
+/// the store, so every write queued before them is committed too).
+fn wait_for_durable_agents(state: &Path, run_id: &str, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let out = common::factory_in(state, &["progress", run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
+        let finished = if out.status.success() {
+            common::stdout_json(&out).as_array().map_or(0, |e| e.iter().filter(|e| e["event"] == "agentFinished").count())
+        } else {
+            0
+        };
+        if finished >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no agent finished durably: {}", common::stderr(&out));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn cli_kill_9_after_a_dynamic_import_then_resume_runs_the_recorded_module() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = state.path().join("slow.json");
+    std::fs::write(&rules, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":40}]}"#).unwrap();
+    let backend = format!("script:{}", rules.display());
+    write(
+        dir.path(),
+        &[
+            (
+                "main.js",
+                &factory(
+                    "",
+                    r#"{ name: "kill-mod", description: "d", limits: { maxConcurrentSubagents: 4 } }"#,
+                    r#"async (ctx) => {
+                        const { tag } = await import("./lib.js");
+                        const r = await ctx.parallel(Array.from({ length: 120 }, (_, i) => () => ctx.agent(`item ${i}`, { label: `t:${i}` })));
+                        return { done: r.filter((v) => v !== null).length, tag };
+                    }"#,
+                ),
+            ),
+            ("lib.js", "export const tag = \"before the kill\";\n"),
+        ],
+    );
+    let main = dir.path().join("main.js");
+    let mut child = common::factory_cmd(state.path(), &["run", main.to_str().unwrap(), "--backend", &backend, "--json", "-q"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("factory run starts");
+    let run_id = loop {
+        let out = common::factory_in(state.path(), &["runs", "--json"]);
+        let first = out.status.success().then(|| common::stdout_json(&out)).and_then(|r| r.as_array().and_then(|r| r.first()).cloned());
+        if let Some(run) = first {
+            break run["runId"].as_str().expect("a run id").to_string();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // The module was imported before any agent started: once agents finished durably, its
+    // record is committed too.
+    wait_for_durable_agents(state.path(), &run_id, 8);
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+
+    write(dir.path(), &[("lib.js", "export const tag = \"edited after the kill\";\n")]);
+    let out = common::factory_in(state.path(), &["resume", &run_id, "--backend", &backend, "--json", "-q"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], json!({ "done": 120, "tag": "before the kill" }));
 }
