@@ -252,6 +252,15 @@ async fn caps_and_sources_without_a_directory_give_typed_errors() {
     let e = module_error(&host, &dir.path().join("main.js")).await;
     assert!(matches!(&e, ModuleError::TooLarge { path, limit, .. } if path == "big.js" && *limit == MAX_MODULE_BYTES), "{e:?}");
 
+    // An imported TypeScript module that cannot be stripped in place names its own lines.
+    write(
+        dir.path(),
+        &[("ts.js", &factory("import { E } from \"./enum.ts\";", meta, "async () => E")), ("enum.ts", "\nexport enum E { A }\n")],
+    );
+    let e = module_error(&host, &dir.path().join("ts.js")).await;
+    assert!(matches!(&e, ModuleError::TypeScript(_)), "{e:?}");
+    assert!(e.to_string().starts_with("enum.ts:2:"), "{e}");
+
     // A chain of imports deeper than the cap.
     let depth = factory_host::guests::modules::MAX_IMPORT_DEPTH as usize + 1;
     let mut files = vec![("chain.js".to_string(), factory("import { v } from \"./c/0.js\";", meta, "async () => v"))];

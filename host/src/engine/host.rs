@@ -407,7 +407,10 @@ impl Host {
                         .blob(hash)?
                         .ok_or_else(|| Error::NotRegistered(format!("no stored module record with sha256 {hash}")))?;
                     let manifest = serde_json::from_slice(&bytes)
-                        .map_err(|e| crate::guests::modules::ModuleError::Record { name: script.file_name.clone(), message: e.to_string() })
+                        .map_err(|e| crate::guests::modules::ModuleError::Record {
+                            name: script.file_name.clone(),
+                            problem: crate::guests::modules::RecordProblem::Manifest(Arc::new(e)),
+                        })
                         .map_err(ScriptError::Module)?;
                     Some(manifest)
                 }
@@ -416,7 +419,7 @@ impl Host {
         };
         if let Some(manifest) = manifest {
             let modules = crate::guests::modules::ModuleSet::recorded(loaded.file_name.clone(), &manifest, |hash| {
-                self.store.blob(hash).map_err(|e| e.to_string())
+                self.store.blob(hash)
             })
             .map_err(ScriptError::Module)?;
             loaded = loaded.with_modules(modules);

@@ -22,7 +22,7 @@
 //! resumed run starts from that record ([`ModuleSet::recorded`]): a recorded module is
 //! served as recorded, never read again; one no attempt loaded yet is read then.
 
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -60,7 +60,7 @@ const NODE_BUILTINS: &[&str] = &[
 ];
 
 /// Why a module cannot be imported.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ModuleError {
     /// The factory has no directory (an authored factory, a source given as text).
     #[error("cannot import `{specifier}`: this factory has no directory to import from (an authored factory is one self-contained module)")]
@@ -111,8 +111,8 @@ pub enum ModuleError {
     #[error("cannot import `{path}`: it is not UTF-8 text")]
     NotText { path: String },
     /// TypeScript that could not be type-stripped.
-    #[error("{0}")]
-    TypeScript(String),
+    #[error(transparent)]
+    TypeScript(crate::guests::typescript::StripError),
     /// The file could not be read.
     #[error("cannot read `{path}`: {kind}")]
     Read { path: String, kind: std::io::ErrorKind },
@@ -123,12 +123,33 @@ pub enum ModuleError {
     /// The referrer is not a module of this factory.
     #[error("cannot import `{specifier}`: `{referrer}` is not a module of this factory")]
     UnknownReferrer { specifier: String, referrer: String },
-    /// A recorded module's text is missing from the store or damaged.
-    #[error("the recorded module `{name}` cannot be read from the store: {message}")]
-    Record { name: String, message: String },
-    /// The store failed while recording a module.
-    #[error("cannot record the module `{name}`: {message}")]
-    Store { name: String, message: String },
+    /// A recorded module (or the record itself) is missing from the store or damaged.
+    #[error("the recorded module `{name}` cannot be used: {problem}")]
+    Record { name: String, problem: RecordProblem },
+    /// The store failed while reading or writing the record of module `name`.
+    #[error("the record of the module `{name}`: {source}")]
+    Store {
+        name: String,
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// What is wrong with a recorded module.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RecordProblem {
+    /// Its text is not in the store.
+    #[error("no stored text with sha256 {0}")]
+    Missing(String),
+    /// Its stored text is not UTF-8.
+    #[error("its stored text is not UTF-8")]
+    NotText,
+    /// Its stored text does not have its recorded sha256.
+    #[error("its stored text does not match its recorded sha256")]
+    HashMismatch,
+    /// The stored manifest is not one this build reads.
+    #[error("the stored module record does not parse: {0}")]
+    Manifest(Arc<serde_json::Error>),
 }
 
 impl ModuleError {
@@ -256,7 +277,7 @@ impl ModuleSet {
     pub fn recorded(
         entry: impl Into<String>,
         manifest: &Manifest,
-        text_of: impl Fn(&str) -> Result<Option<Vec<u8>>, String>,
+        text_of: impl Fn(&str) -> Result<Option<Vec<u8>>, StoreError>,
     ) -> Result<Self, ModuleError> {
         let set = match &manifest.root {
             Some(root) => ModuleSet::in_dir(Path::new(root), entry),
@@ -265,11 +286,13 @@ impl ModuleSet {
         {
             let mut state = set.lock();
             for (name, hash) in &manifest.modules {
-                let record = |message: String| ModuleError::Record { name: name.clone(), message };
-                let bytes = text_of(hash).map_err(record)?.ok_or_else(|| record(format!("no stored text with sha256 {hash}")))?;
-                let text: Arc<str> = String::from_utf8(bytes).map_err(|_| record("not UTF-8".into()))?.into();
+                let record = |problem| ModuleError::Record { name: name.clone(), problem };
+                let bytes = text_of(hash)
+                    .map_err(|source| ModuleError::Store { name: name.clone(), source })?
+                    .ok_or_else(|| record(RecordProblem::Missing(hash.clone())))?;
+                let text: Arc<str> = String::from_utf8(bytes).map_err(|_| record(RecordProblem::NotText))?.into();
                 if &hash_of(&text) != hash {
-                    return Err(record("its text does not match its recorded sha256".into()));
+                    return Err(record(RecordProblem::HashMismatch));
                 }
                 let js = js_of(name, &text)?;
                 state.total_bytes += text.len() as u64;
@@ -519,7 +542,7 @@ fn manifest_of(set: &ModuleSet, state: &State) -> Manifest {
 fn record_module(state: &State, name: &str) -> Result<(), ModuleError> {
     let (Some(sink), Some(loaded)) = (&state.sink, state.modules.get(name)) else { return Ok(()) };
     let bytes: Arc<[u8]> = Arc::from(loaded.text.as_bytes());
-    sink.store.put_blob(&loaded.hash, &bytes).map_err(|e| ModuleError::Store { name: name.into(), message: e.to_string() })
+    sink.store.put_blob(&loaded.hash, &bytes).map_err(|source| ModuleError::Store { name: name.into(), source })
 }
 
 /// Write the set's manifest to its store, if it has one.
@@ -527,13 +550,13 @@ fn record_manifest(set: &ModuleSet, state: &State, name: &str) -> Result<(), Mod
     let Some(sink) = &state.sink else { return Ok(()) };
     sink.store
         .put_run_modules(&sink.run_id, &manifest_of(set, state))
-        .map_err(|e| ModuleError::Store { name: name.into(), message: e.to_string() })
+        .map_err(|source| ModuleError::Store { name: name.into(), source })
 }
 
 /// The JavaScript of a module's text: type-stripped for TypeScript.
 fn js_of(name: &str, text: &Arc<str>) -> Result<Arc<str>, ModuleError> {
     if matches!(Path::new(name).extension().and_then(|e| e.to_str()), Some("ts" | "mts")) {
-        let js = crate::guests::typescript::strip(name, text).map_err(|e| ModuleError::TypeScript(e.to_string()))?;
+        let js = crate::guests::typescript::strip(name, text).map_err(ModuleError::TypeScript)?;
         Ok(js.into())
     } else {
         Ok(text.clone())
