@@ -169,8 +169,9 @@ pub struct RunDetail {
     /// The source each attempt ran, for a script factory (index-aligned with
     /// `component_hashes`; `null` for a component).
     pub scripts: Vec<Option<ScriptRef>>,
-    /// The modules a script run loaded, all attempts together (module name -> sha256, the
-    /// directory, every answered import); absent when it loaded none.
+    /// The modules the run's script loaded (module name -> sha256, the directory, every
+    /// answered import), over the attempts that ran its latest source (`resume --component`
+    /// starts a new record); absent when it loaded none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modules: Option<crate::guests::modules::Manifest>,
     /// The backend of each attempt.

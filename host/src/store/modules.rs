@@ -1,7 +1,8 @@
 //! The modules a script run loaded: one [`Manifest`](crate::guests::modules::Manifest) per
 //! run (JSON under the run's id in [`RUN_MODULES`]), rewritten as the run loads more, so a
 //! resume — even after a crash mid-attempt — serves every module an attempt already ran as
-//! it was then. The modules' texts are content-addressed blobs (the [`BLOBS`](super::tables::BLOBS)
+//! it was then (`resume --component` runs other code: its attempt starts a new record). The
+//! modules' texts are content-addressed blobs (the [`BLOBS`](super::tables::BLOBS)
 //! table components and script sources use).
 
 use super::writer::Op;
