@@ -348,9 +348,6 @@ impl Host {
         if let Some(loaded) = runner.as_ref() {
             return Ok(loaded.clone());
         }
-        if crate::guests::script::RUNNER.is_empty() {
-            return Err(crate::guests::script::ScriptError::NoRunner.into());
-        }
         let loaded = self.loader.load_bytes_for(&self.script_linker, crate::guests::script::RUNNER, true)?;
         *runner = Some(loaded.clone());
         Ok(loaded)

@@ -1,6 +1,7 @@
 //! Script factories: a factory written in JavaScript (or TypeScript, type-stripped here) is
 //! run by the built-in JS runner component ([`RUNNER`], world `agent:factory/script-runner`,
-//! built from `guest-sdk/js-runner` by this crate's build script) with the factory's source
+//! the prebuilt `guest-sdk/js-runner/js-runner.component.wasm` that this crate's build script
+//! embeds; `cargo xtask js-runner` rebuilds it from source) with the factory's source
 //! given to it through the `script` import. A loaded script factory is the runner's
 //! [`LoadedComponent`](crate::sandbox::component::LoadedComponent) plus a [`Script`].
 //!
@@ -14,7 +15,7 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The JS runner component, componentized at build time.
+/// The JS runner component (the committed prebuilt, checked against its sources at build time).
 pub static RUNNER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/js-runner.component.wasm"));
 
 /// File extensions run as JavaScript modules.
@@ -90,13 +91,6 @@ pub enum ScriptError {
     /// The authoring form is malformed.
     #[error("authoring: {0}")]
     Authoring(String),
-    /// This binary was built without the JS runner (no clang for wasm32 at build time).
-    #[error(
-        "this factory binary was built without the JS runner (its build found no clang for wasm32): install \
-         clang (Debian/Ubuntu: apt-get install -y clang-19 lld-19) and `rustup target add wasm32-unknown-unknown`, \
-         then rebuild factory"
-    )]
-    NoRunner,
 }
 
 impl Script {
