@@ -1,5 +1,5 @@
 //! Agents call factories (issue 12): `factory mcp` driven by a real MCP client, the official
-//! Python SDK (`mcp`, installed by `.ci/run`), through `tests/mcp/client.py`: initialize and
+//! Python SDK (`mcp`, installed into `.venv` by `./test`), through `tests/mcp/client.py`: initialize and
 //! list the tools, list and inspect factories, run one into its total cap (progress
 //! notifications arrive), find the run with `runs`, resume it with a raised limit (zero
 //! repeated backend calls, counted at a real HTTP backend on 127.0.0.1), pre-run failures
@@ -48,7 +48,7 @@ async fn client(state: &Path, scenario: &str, client_name: &str, env: &[(&str, &
     let out = tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.unwrap();
     assert!(
         out.status.success(),
-        "the MCP client failed (is the `mcp` package installed? .ci/run installs it): {}\n{}",
+        "the MCP client failed (is the `mcp` package installed? ./test installs it into .venv and puts it first on PATH): {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         stderr(&out)
     );

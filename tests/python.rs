@@ -6,7 +6,7 @@
 //! (import-time code writes nothing outside the build's output, no build without `bwrap`)
 //! and the private, ownership-checked build cache.
 //!
-//! Needs `componentize-py` and `bwrap` on PATH (`.ci/run` installs the pinned version and
+//! Needs `componentize-py` and `bwrap` on PATH (`./test` installs the pinned version into `.venv` and
 //! bubblewrap).
 
 mod common;
@@ -36,7 +36,7 @@ fn built(source: &Path) -> PathBuf {
     let out = factory_in(state.path(), &["build", source.to_str().unwrap()]);
     assert!(
         out.status.success(),
-        "factory build {} failed (is componentize-py installed? .ci/run installs it): {}",
+        "factory build {} failed (is componentize-py installed? ./test installs it into .venv): {}",
         source.display(),
         stderr(&out)
     );

@@ -77,9 +77,9 @@ async fn the_dashboard_in_a_real_browser() {
     let browser_dir = root.join("tests").join("browser");
     assert!(
         browser_dir.join("node_modules").join("playwright-core").is_dir(),
-        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (.ci/run does)"
+        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
     );
-    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium");
+    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)");
 
     // `probe` registered and trusted; a script backend whose agents take 150 ms each.
     let state = tempfile::tempdir().unwrap();

@@ -36,7 +36,7 @@ pub const COMPONENTIZE_PY: &str = "componentize-py";
 /// The OS sandbox componentize-py runs in (bubblewrap).
 pub const BWRAP: &str = "bwrap";
 
-/// The version of componentize-py the SDK is tested with (what `.ci/run` installs).
+/// The version of componentize-py the SDK is tested with (what `./test` installs into `.venv`).
 pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 
 /// The WIT world, as this binary knows it.
