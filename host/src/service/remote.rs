@@ -109,13 +109,34 @@ impl Remote {
             .await
             .map_err(|source| ClientError::Io { path: path.clone(), source })?
             .ok_or_else(|| ClientError::Protocol { path: path.clone(), message: format!("answer larger than {MAX_RESPONSE_BYTES} bytes") })?;
+        self.parse_answer(&line)
+    }
+
+    /// An answer line, parsed.
+    fn parse_answer(&self, line: &[u8]) -> Result<Response, ClientError> {
+        let path = self.path();
         if line.is_empty() {
             return Err(ClientError::Protocol { path, message: "the service closed the connection without answering".into() });
         }
-        match parse_frame::<Answer>(&line).map_err(|message| ClientError::Protocol { path, message })? {
+        match parse_frame::<Answer>(line).map_err(|message| ClientError::Protocol { path, message })? {
             Answer::Ok(response) => Ok(response),
             Answer::Err(e) => Err(ClientError::Remote(e)),
         }
+    }
+
+    /// Send a stream's request and read its first answer through the stream's own buffer
+    /// (events may arrive in the same read as the answer).
+    async fn open_stream(&self, request: &Request, limit: usize) -> Result<(Lines, Response), ClientError> {
+        let (read, write) = self.send(request).await?;
+        let mut lines = Lines::new(read, write, self.path(), limit.max(MAX_ANSWER_LINE));
+        let first = match lines.next().await {
+            Ok(line) => line,
+            Err(LineEnd::Closed) => Vec::new(),
+            Err(LineEnd::Broken(message)) => return Err(ClientError::Protocol { path: self.path(), message }),
+        };
+        let response = self.parse_answer(&first)?;
+        lines.limit = limit;
+        Ok((lines, response))
     }
 
     /// Send one request and read its answer.
@@ -126,11 +147,9 @@ impl Remote {
 
     /// Open a subscription to the updates of the runs `scope` sees.
     pub async fn subscribe(&self, scope: Scope) -> Result<Subscription, ClientError> {
-        let (mut read, write) = self.send(&Request::Subscribe { scope }).await?;
-        match self.answer(&mut read).await? {
-            // The write half stays open while we listen: its end tells the service we left.
-            Response::Subscribed => Ok(Subscription { lines: Lines::new(read, write, self.path(), MAX_EVENT_BYTES) }),
-            other => Err(self.unexpected("subscription", &other)),
+        match self.open_stream(&Request::Subscribe { scope }, MAX_EVENT_BYTES).await? {
+            (lines, Response::Subscribed) => Ok(Subscription { lines }),
+            (_, other) => Err(self.unexpected("subscription", &other)),
         }
     }
 
@@ -138,10 +157,9 @@ impl Remote {
     /// that streams the run's progress and then its terminal envelope.
     pub async fn follow(&self, scope: Scope, run_id: &str, after_seq: u64) -> Result<FollowStream, ClientError> {
         let request = Request::Follow { scope, run_id: run_id.to_string(), after_seq };
-        let (mut read, write) = self.send(&request).await?;
-        match self.answer(&mut read).await? {
-            Response::Following => Ok(FollowStream { lines: Lines::new(read, write, self.path(), MAX_RESPONSE_BYTES as usize) }),
-            other => Err(self.unexpected("follow", &other)),
+        match self.open_stream(&request, MAX_RESPONSE_BYTES as usize).await? {
+            (lines, Response::Following) => Ok(FollowStream { lines }),
+            (_, other) => Err(self.unexpected("follow", &other)),
         }
     }
 
@@ -152,6 +170,9 @@ impl Remote {
 
 /// The longest event line of a subscription.
 const MAX_EVENT_BYTES: usize = 64 << 10;
+
+/// The longest first answer of a stream (an error's message included).
+const MAX_ANSWER_LINE: usize = 1 << 20;
 
 /// The lines of a stream the service sends on one connection, each at most `limit` bytes.
 /// The write half stays open while we read: its end tells the service we left.
@@ -249,5 +270,71 @@ impl FollowStream {
             Err(LineEnd::Broken(message)) => return Err(ClientError::Protocol { path: self.lines.path.clone(), message }),
         };
         parse_frame::<FollowEvent>(&line).map_err(|message| ClientError::Protocol { path: self.lines.path.clone(), message })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::envelope::{Accounting, RunEnvelope, RunStatus};
+    use crate::model::progress::ProgressEvent;
+    use crate::ProgressEntry;
+    use tokio::io::AsyncReadExt;
+
+    fn line<T: serde::Serialize>(body: T) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec(&Frame::new(body)).unwrap();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// A server that answers a stream's request with its answer and every event in one
+    /// write (as a fast service does): the client must lose none of them to the buffer it
+    /// read the answer with.
+    #[tokio::test]
+    async fn a_follow_stream_whose_answer_and_events_arrive_in_one_read_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("control.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let envelope = RunEnvelope {
+            run_id: "r".into(),
+            factory: "f".into(),
+            status: RunStatus::Completed,
+            result: None,
+            failure: None,
+            error: None,
+            accounting: Accounting::default(),
+            attempts: 1,
+            backend: None,
+            session: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+            revision: 3,
+        };
+        let mut all = line(Answer::Ok(Response::Following));
+        for seq in 1..=3 {
+            let entry = ProgressEntry { seq, at_ms: 0, phase: None, event: ProgressEvent::Log { message: format!("line {seq}") } };
+            all.extend(line(FollowEvent::Progress(entry)));
+        }
+        all.extend(line(FollowEvent::Ended(Box::new(envelope.clone()))));
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let n = stream.read(&mut request).await.unwrap();
+            assert!(String::from_utf8_lossy(&request[..n]).contains(r#""op":"follow""#));
+            stream.write_all(&all).await.unwrap();
+        });
+        let mut stream = Remote::new(socket).follow(Scope::Owner, "r", 0).await.unwrap();
+        for seq in 1..=3 {
+            match stream.next().await.unwrap() {
+                FollowEvent::Progress(entry) => assert_eq!(entry.seq, seq),
+                other => panic!("{other:?}"),
+            }
+        }
+        match stream.next().await.unwrap() {
+            FollowEvent::Ended(ended) => assert_eq!(*ended, envelope),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(stream.next().await, Err(ClientError::Disconnected { .. })));
+        server.await.unwrap();
     }
 }
