@@ -4,7 +4,8 @@
 //! identical call in flight is shared), concurrency slots, the total-subagent and credit
 //! limits, schema retries, and accounting (spawns, cache hits, credits, tokens). Each hook
 //! call clones what it needs out of the store and awaits without holding it, so thousands
-//! can be in flight at once. Sleep's semantics are in [`super::sleep`].
+//! can be in flight at once. Sleep's semantics are in [`super::sleep`]; the WIT binding of
+//! both is in [`super::bindings`].
 
 use super::abort::{Abort, LimitKind};
 use super::attempt::{Attempt, AttemptSetup};
@@ -13,35 +14,12 @@ use crate::backend::{AgentBackend, AgentReply, AgentRequest};
 use crate::model::envelope::Accounting;
 use crate::model::progress::{AgentSummary, ProgressEvent};
 use crate::model::schema::Schema;
-use crate::sandbox::contract::agent::factory::{agents, types as wit};
-use crate::sandbox::RunData;
 use crate::AgentKey;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{OnceCell, Semaphore};
-use wasmtime::component::{Accessor, HasSelf};
-
-impl agents::Host for RunData {}
-
-impl agents::HostWithStore<RunData> for HasSelf<RunData> {
-    async fn agent(
-        accessor: &Accessor<RunData, Self>,
-        prompt: String,
-        options: wit::AgentOptions,
-    ) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
-        let agents = accessor.with(|mut access| access.get().run.agents.clone());
-        let outcome = agents.call(prompt, options.label, options.schema, options.model).await;
-        Ok(outcome.map_err(Into::into))
-    }
-
-    async fn sleep(accessor: &Accessor<RunData, Self>, ms: u64) -> wasmtime::Result<()> {
-        let attempt = accessor.with(|mut access| access.get().run.attempt.clone());
-        super::sleep::sleep(&attempt, ms).await;
-        Ok(())
-    }
-}
 
 type Shared = Arc<OnceCell<Result<Option<String>, Abort>>>;
 

@@ -11,7 +11,7 @@ use crate::backend::AgentBackend;
 use crate::model::envelope::{Failure, FailureType};
 use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
-use crate::sandbox::SandboxLimits;
+use crate::model::sandbox_limits::SandboxLimits;
 use crate::store::journal::{Journal, JournalError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -23,7 +23,6 @@
 //! served as recorded, never read again; one no attempt loaded yet is read then.
 
 use crate::store::{Store, StoreError};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -170,29 +169,7 @@ impl ModuleError {
     }
 }
 
-/// What a run records of the modules it loaded (JSON in the store).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Manifest {
-    /// The factory's directory (canonical), where modules not yet loaded are read from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root: Option<String>,
-    /// Module name -> sha256 of its text as written (a blob in the store).
-    pub modules: BTreeMap<String, String>,
-    /// Every answered (referrer, specifier) -> module name.
-    pub resolved: Vec<Resolution>,
-}
-
-/// One answered import.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Resolution {
-    /// The importing module.
-    pub referrer: String,
-    /// What it imported.
-    pub specifier: String,
-    /// The module it got.
-    pub name: String,
-}
+pub use crate::model::script::{Manifest, Resolution};
 
 /// One loaded module.
 #[derive(Debug, Clone)]

@@ -46,24 +46,7 @@ pub struct Script {
     pub modules: Arc<ModuleSet>,
 }
 
-/// What a run or registration records of a script factory (the text is a stored blob).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ScriptRef {
-    /// sha256 of the source text.
-    pub sha256: String,
-    /// The file name shown in stack traces.
-    pub file_name: String,
-    /// The factory of the file that runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entry: Option<String>,
-    /// sha256 of the [`Manifest`](crate::guests::modules::Manifest) (a stored blob) of the
-    /// modules it had loaded when this was recorded (its static imports); `None`: it
-    /// imports nothing. A run's complete record of its modules is the store's
-    /// [`run_modules`](crate::store::Store::run_modules).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub modules: Option<String>,
-}
+pub use crate::model::script::ScriptRef;
 
 /// Why a script cannot be read.
 #[derive(Debug, thiserror::Error)]

@@ -462,7 +462,7 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
         txn.open_table(FACTORIES)?;
         txn.open_table(BLOBS)?;
         txn.open_table(JOURNAL_USAGE)?;
-        txn.open_table(modules::RUN_MODULES)?;
+        txn.open_table(tables::RUN_MODULES)?;
         let live = txn.open_table(LIVE_ACCOUNTING)?;
         let mut runs = txn.open_table(RUNS)?;
         let mut interrupted = Vec::new();

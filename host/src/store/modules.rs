@@ -1,4 +1,4 @@
-//! The modules a script run loaded: one [`Manifest`](crate::guests::modules::Manifest) per
+//! The modules a script run loaded: one [`Manifest`] per
 //! run (JSON under the run's id in [`RUN_MODULES`]), rewritten as the run loads more, so a
 //! resume — even after a crash mid-attempt — serves every module an attempt already ran as
 //! it was then (`resume --component` runs other code: its attempt starts a new record). The
@@ -7,11 +7,10 @@
 
 use super::writer::Op;
 use super::{corrupt, Store, StoreError};
-use crate::guests::modules::Manifest;
-use redb::{ReadableDatabase, TableDefinition};
+use crate::model::script::Manifest;
+use super::tables::RUN_MODULES;
+use redb::ReadableDatabase;
 
-/// Run id -> the run's module manifest (JSON).
-pub const RUN_MODULES: TableDefinition<&str, &[u8]> = TableDefinition::new("run_modules");
 
 impl Store {
     /// Queue `manifest` as run `run_id`'s record of loaded modules (replacing the last).

@@ -33,7 +33,7 @@ pub struct RunRecord {
     /// The source each attempt ran, for a script factory (index-aligned with
     /// `component_hashes`; empty for runs recorded before scripts existed).
     #[serde(default)]
-    pub scripts: Vec<Option<crate::guests::script::ScriptRef>>,
+    pub scripts: Vec<Option<crate::model::script::ScriptRef>>,
     /// The backend each attempt used (empty for runs recorded before backends were).
     #[serde(default)]
     pub backends: Vec<crate::model::recorded::BackendRef>,
@@ -77,7 +77,7 @@ pub struct Registration {
     /// For a script factory: its source (the text is stored under its sha256; `hash` is
     /// then the runner's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub script: Option<crate::guests::script::ScriptRef>,
+    pub script: Option<crate::model::script::ScriptRef>,
     /// When it was registered.
     pub added_at: String,
     /// The session it was authored in (an MCP connection's), which alone sees and runs it;

@@ -28,6 +28,8 @@ pub const JOURNAL_USAGE: TableDefinition<&str, u64> = TableDefinition::new("jour
 pub const FACTORIES: TableDefinition<&str, &[u8]> = TableDefinition::new("factories");
 /// Component sha256 -> component bytes (content-addressed).
 pub const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
+/// Run id -> the run's module manifest (JSON; see `modules.rs`).
+pub const RUN_MODULES: TableDefinition<&str, &[u8]> = TableDefinition::new("run_modules");
 
 /// Encode an agent outcome for [`AGENTS`].
 pub fn encode_outcome(outcome: Option<&str>) -> Vec<u8> {

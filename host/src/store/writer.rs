@@ -292,7 +292,7 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
         let mut blobs = txn.open_table(BLOBS)?;
         let mut meta = txn.open_table(tables::META)?;
         let mut usage = txn.open_table(JOURNAL_USAGE)?;
-        let mut run_modules = txn.open_table(super::modules::RUN_MODULES)?;
+        let mut run_modules = txn.open_table(super::tables::RUN_MODULES)?;
         // Live accounting is overwritten per agent; within a batch only each run's last one
         // needs writing.
         let mut last_accounting = std::collections::HashMap::new();
