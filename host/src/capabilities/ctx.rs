@@ -24,11 +24,27 @@ impl ctx::Host for RunData {
         Ok(())
     }
 
+    fn log_at(&mut self, level: wit::LogLevel, message: String) -> wasmtime::Result<()> {
+        use crate::model::progress::LogLevel;
+        let level = match level {
+            wit::LogLevel::Debug => LogLevel::Debug,
+            wit::LogLevel::Info => LogLevel::Info,
+            wit::LogLevel::Warn => LogLevel::Warn,
+            wit::LogLevel::Error => LogLevel::Error,
+        };
+        self.run.log_at(level, message);
+        Ok(())
+    }
+
     fn run_id(&mut self) -> wasmtime::Result<String> {
         Ok(self.run.run_id())
     }
 
     fn cancelled(&mut self) -> wasmtime::Result<bool> {
         Ok(self.run.cancelled())
+    }
+
+    fn stop_reason(&mut self) -> wasmtime::Result<Option<wit::Abort>> {
+        Ok(self.run.stopping().map(Into::into))
     }
 }

@@ -38,9 +38,9 @@ impl wit::Host for RunData {}
 impl From<Abort> for wit::Abort {
     fn from(abort: Abort) -> Self {
         match abort {
-            // The contract has no backend case: the guest sees `cancelled` (the run is
-            // stopping either way) and the host records the real cause.
-            Abort::Cancelled | Abort::Halted | Abort::Backend { .. } => wit::Abort::Cancelled,
+            Abort::Cancelled => wit::Abort::Cancelled,
+            Abort::Halted => wit::Abort::Halted,
+            Abort::Backend { kind, message } => wit::Abort::Backend(format!("{}: {message}", kind.as_str())),
             Abort::Unpriced(_) => wit::Abort::LimitReached(wit::LimitKind::MaxAiCredits),
             Abort::Limit(kind) => wit::Abort::LimitReached(match kind {
                 LimitKind::MaxTotalSubagents => wit::LimitKind::MaxTotalSubagents,

@@ -16,6 +16,12 @@ pub(crate) trait RunView: Send + Sync + 'static {
     fn phase(&self, title: String);
     /// `ctx.log`: a progress entry.
     fn log(&self, message: String);
+    /// `ctx.log-at`: a progress entry with a level.
+    fn log_at(&self, level: crate::model::progress::LogLevel, message: String);
+    /// Cancelled once the attempt is stopping (sleeps and agent calls then answer at once).
+    fn stop_token(&self) -> tokio_util::sync::CancellationToken;
+    /// The abort every hook answers with once the attempt is stopping.
+    fn stopping(&self) -> Option<Abort>;
     /// `ctx.run-id`.
     fn run_id(&self) -> String;
     /// `ctx.cancelled`: whether the attempt is stopping.

@@ -11,7 +11,7 @@ use crate::model::envelope::{Accounting, Failure, RunStatus};
 use crate::store::journal::Journal;
 use crate::model::limits::Limits;
 use crate::engine::cache::ValueCache;
-use crate::model::progress::{AgentSummary, JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
+use crate::model::progress::{AgentSummary, JournaledProgress, LogLevel, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::sandbox::{self, SandboxLimits};
 use crate::model::schema::Schema;
 use crate::AgentKey;
@@ -37,6 +37,18 @@ impl crate::capabilities::view::RunView for RunShared {
 
     fn log(&self, message: String) {
         RunShared::log(self, message)
+    }
+
+    fn log_at(&self, level: LogLevel, message: String) {
+        RunShared::log_at(self, level, message)
+    }
+
+    fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    fn stopping(&self) -> Option<Abort> {
+        RunShared::stopping(self)
     }
 
     fn run_id(&self) -> String {
@@ -319,6 +331,7 @@ impl RunShared {
         }
         Some(match self.cause.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             Some(StopCause::Failed(_, abort)) => abort.clone(),
+            Some(StopCause::Halted) => Abort::Halted,
             _ => Abort::Cancelled,
         })
     }
@@ -346,9 +359,14 @@ impl RunShared {
         self.emit(ProgressEvent::Phase { title });
     }
 
-    /// `ctx.log`: capped in line count, line length and total bytes; lines over a cap are
-    /// dropped and counted.
-    pub(crate) fn log(&self, mut message: String) {
+    /// `ctx.log`: [`RunShared::log_at`] level `info`.
+    pub(crate) fn log(&self, message: String) {
+        self.log_at(LogLevel::Info, message)
+    }
+
+    /// `ctx.log-at`: capped in line count, line length and total bytes (every level
+    /// together); lines over a cap are dropped and counted.
+    pub(crate) fn log_at(&self, level: LogLevel, mut message: String) {
         let kept = message.len().min(self.sandbox.max_log_line_bytes);
         {
             let mut state = self.state();
@@ -367,7 +385,7 @@ impl RunShared {
             message.truncate(cut);
             message.push_str(" [truncated]");
         }
-        self.emit(ProgressEvent::Log { message });
+        self.emit(ProgressEvent::Log { message, level });
     }
 
     /// `ctx.step-get`: a read of the journal as loaded plus this attempt's writes.
@@ -804,6 +822,10 @@ pub(crate) struct AttemptOutcome {
     pub failure: Option<Failure>,
 }
 
+/// How long a stopped attempt's guest may run on to react to the stop (abort listeners,
+/// a last log line) before its store is dropped.
+pub(crate) const STOP_GRACE: Duration = Duration::from_millis(500);
+
 /// Run one attempt to its end. `args` is JSON text; `budget` the active time left;
 /// `grants` the run's checked read-only directories.
 pub(crate) async fn execute(
@@ -831,14 +853,24 @@ pub(crate) async fn execute(
                 None => std::future::pending().await,
             }
         };
-        let returned = tokio::select! {
-            biased;
-            _ = stop.cancelled() => None,
-            _ = deadline => {
-                shared.abort(Abort::Limit(LimitKind::TimeoutSeconds));
-                None
+        let returned = {
+            let mut call = std::pin::pin!(call);
+            let returned = tokio::select! {
+                biased;
+                _ = stop.cancelled() => None,
+                _ = deadline => {
+                    shared.abort(Abort::Limit(LimitKind::TimeoutSeconds));
+                    None
+                }
+                r = &mut call => Some(r),
+            };
+            // A stop lets the guest run on for [`STOP_GRACE`] (its sleeps and agent calls
+            // answer at once, with the abort) so that `ctx.signal` listeners run; then the
+            // store goes. What the guest returns meanwhile does not count: the cause wins.
+            if returned.is_none() {
+                let _ = tokio::time::timeout(STOP_GRACE, &mut call).await;
             }
-            r = call => Some(r),
+            returned
         };
         // Dropping the store here stops the guest and every host future it spawned.
         let output = store.data().captured_output();
