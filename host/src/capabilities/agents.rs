@@ -1,8 +1,26 @@
-//! `agent:factory/agents`: the concurrent hooks. Each call clones the run's shared state
-//! out of the store and awaits without holding it, so thousands can be in flight at once.
+//! Subagents (`agents.agent`) and sleep (`agents.sleep`): the concurrent hooks. This module
+//! owns the semantics and per-run state of subagent calls: admission (pending-call and
+//! pending-byte caps, per-call caps), the memo (a journaled outcome replays for free, an
+//! identical call in flight is shared), concurrency slots, the total-subagent and credit
+//! limits, schema retries, and accounting (spawns, cache hits, credits, tokens). Each hook
+//! call clones what it needs out of the store and awaits without holding it, so thousands
+//! can be in flight at once. Sleep's semantics are in [`super::sleep`].
 
+use super::abort::{Abort, LimitKind};
+use super::attempt::{Attempt, AttemptSetup};
+use super::progress::Progress;
+use crate::backend::{AgentBackend, AgentReply, AgentRequest};
+use crate::model::envelope::Accounting;
+use crate::model::progress::{AgentSummary, ProgressEvent};
+use crate::model::schema::Schema;
 use crate::sandbox::contract::agent::factory::{agents, types as wit};
 use crate::sandbox::RunData;
+use crate::AgentKey;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{OnceCell, Semaphore};
 use wasmtime::component::{Accessor, HasSelf};
 
 impl agents::Host for RunData {}
@@ -13,27 +31,411 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         prompt: String,
         options: wit::AgentOptions,
     ) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
-        let run = accessor.with(|mut access| access.get().run.clone());
-        let stop = run.stop_token();
+        let (agents, attempt) = accessor.with(|mut access| {
+            let run = &access.get().run;
+            (run.agents.clone(), run.attempt.clone())
+        });
         // Once the attempt is stopping the call answers at once with the abort, so the guest
-        // can react during the stop grace (the call is abandoned as a dropped store would).
+        // can react within the stop grace (the call is abandoned as a dropped store would).
         let outcome = tokio::select! {
             biased;
-            outcome = run.clone().agent(prompt, options.label, options.schema, options.model) => outcome,
-            _ = stop.cancelled() => Err(run.stopping().unwrap_or(crate::engine::abort::Abort::Cancelled)),
+            outcome = agents.call(prompt, options.label, options.schema, options.model) => outcome,
+            _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
         };
         Ok(outcome.map_err(Into::into))
     }
 
     async fn sleep(accessor: &Accessor<RunData, Self>, ms: u64) -> wasmtime::Result<()> {
-        // Sleeping counts as active time: the attempt's clock keeps running meanwhile. Once
-        // the attempt is stopping a sleep ends at once, so the guest sees the stop (its
-        // `ctx.signal` fires) within the stop grace; then the store (and this future) go.
-        let stop = accessor.with(|mut access| access.get().run.stop_token());
-        tokio::select! {
-            _ = tokio::time::sleep(std::time::Duration::from_millis(ms)) => {}
-            _ = stop.cancelled() => {}
-        }
+        let attempt = accessor.with(|mut access| access.get().run.attempt.clone());
+        super::sleep::sleep(&attempt, ms).await;
         Ok(())
     }
 }
+
+type Shared = Arc<OnceCell<Result<Option<String>, Abort>>>;
+
+/// The subagent calls of one attempt.
+pub(crate) struct Agents {
+    attempt: Arc<Attempt>,
+    progress: Arc<Progress>,
+    backend: Arc<dyn AgentBackend>,
+    /// Calls in flight in this attempt, by key: identical calls share one.
+    inflight: Mutex<HashMap<String, Shared>>,
+    /// Concurrency slots (`maxConcurrentSubagents`), if limited.
+    slots: Option<Arc<Semaphore>>,
+    spawned: AtomicU64,
+    cache_hits: AtomicU64,
+    attempt_cache_hits: AtomicU64,
+    /// Agent hook calls in progress (queued, running, or waiting on an identical call).
+    pending_calls: AtomicU64,
+    /// Bytes those calls hold in the host (see [`pending_charge`]).
+    pending_bytes: AtomicU64,
+    /// The same, over every run of the host.
+    host_pending_bytes: Arc<AtomicU64>,
+    credits_nano: AtomicU64,
+    input_tokens: AtomicU64,
+    output_tokens: AtomicU64,
+}
+
+impl Agents {
+    /// Subagent calls over `attempt`, counting on from the run's prior accounting.
+    pub(crate) fn new(attempt: Arc<Attempt>, progress: Arc<Progress>, setup: &AttemptSetup) -> Agents {
+        let slots = setup.limits.concurrency().map(|n| Arc::new(Semaphore::new(n as usize)));
+        Agents {
+            attempt,
+            progress,
+            backend: setup.backend.clone(),
+            inflight: Mutex::new(HashMap::new()),
+            slots,
+            spawned: AtomicU64::new(setup.prior.agents_spawned),
+            cache_hits: AtomicU64::new(setup.prior.agent_cache_hits),
+            attempt_cache_hits: AtomicU64::new(0),
+            pending_calls: AtomicU64::new(0),
+            pending_bytes: AtomicU64::new(0),
+            host_pending_bytes: setup.host_pending_bytes.clone(),
+            credits_nano: AtomicU64::new(setup.prior.ai_credits_nano),
+            input_tokens: AtomicU64::new(setup.prior.input_tokens),
+            output_tokens: AtomicU64::new(setup.prior.output_tokens),
+        }
+    }
+
+    /// Tell live subscribers (not the journal) about a call answered without a spawn. A
+    /// replay changes nothing durable, and journaling one entry per replayed call would make
+    /// every resume pay (and store) again for what it skips; the attempt's `AttemptEnded`
+    /// entry counts them instead.
+    fn notify_cached(&self, label: String, ok: bool) {
+        self.attempt_cache_hits.fetch_add(1, Ordering::Relaxed);
+        self.attempt.announce(ProgressEvent::cached(label, ok));
+    }
+
+    /// Calls this attempt answered from the journal or an identical call.
+    pub(crate) fn attempt_cache_hits(&self) -> u64 {
+        self.attempt_cache_hits.load(Ordering::Relaxed)
+    }
+
+    /// `agents.agent`: memoized, journaled, limited subagent call.
+    pub(crate) async fn call(
+        self: Arc<Self>,
+        prompt: String,
+        label: Option<String>,
+        schema: Option<String>,
+        model: Option<String>,
+    ) -> Result<Option<String>, Abort> {
+        if let Some(abort) = self.attempt.stopping() {
+            return Err(abort);
+        }
+        // Admission, before anything else is copied or parsed: the call's strings are
+        // already in host memory, and stay there until it ends (its bytes are charged now
+        // and judged once the per-call caps below have passed).
+        let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref());
+        let _pending = PendingCall::enter(&self.pending_calls, &self.pending_bytes, &self.host_pending_bytes, charge);
+        if _pending.count > self.attempt.sandbox.max_pending_agent_calls as u64 {
+            let message = format!(
+                "more than {} agent calls pending at once",
+                self.attempt.sandbox.max_pending_agent_calls
+            );
+            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
+        }
+        if prompt.len() > self.attempt.sandbox.max_prompt_bytes {
+            let message = format!(
+                "prompt is {} bytes, over the {} byte limit",
+                prompt.len(),
+                self.attempt.sandbox.max_prompt_bytes
+            );
+            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPromptBytes", message }));
+        }
+        if let Some(label) = &label {
+            self.attempt.cap("maxLabelBytes", "agent label", label.len(), self.attempt.sandbox.max_label_bytes)?;
+        }
+        if let Some(model) = &model {
+            self.attempt.cap("maxModelBytes", "agent model name", model.len(), self.attempt.sandbox.max_model_bytes)?;
+        }
+        if let Some(schema) = &schema {
+            self.attempt.cap("maxSchemaBytes", "agent schema", schema.len(), self.attempt.sandbox.max_schema_bytes)?;
+        }
+        // Within every per-call cap: now the bytes it holds while pending (checked before the
+        // schema is parsed, the one copy that grows with it).
+        if _pending.run_bytes > self.attempt.sandbox.max_pending_agent_bytes {
+            let message = format!(
+                "agent calls pending at once would hold {} bytes in the host, over the {} byte limit",
+                _pending.run_bytes, self.attempt.sandbox.max_pending_agent_bytes
+            );
+            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentBytes", message }));
+        }
+        if _pending.host_bytes_now > self.attempt.sandbox.max_host_pending_agent_bytes {
+            let message = format!(
+                "agent calls pending at once in every run of this host would hold {} bytes, over the {} byte limit",
+                _pending.host_bytes_now, self.attempt.sandbox.max_host_pending_agent_bytes
+            );
+            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxHostPendingAgentBytes", message }));
+        }
+        let schema = match schema.as_deref().map(Schema::parse) {
+            None => None,
+            Some(Ok(schema)) => Some(schema),
+            Some(Err(e)) => {
+                let who = label.as_deref().unwrap_or("agent");
+                return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: invalid schema: {e}"))));
+            }
+        };
+        let key = AgentKey::new(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref());
+        let shown = label.clone().unwrap_or_else(|| "agent".to_string());
+
+        // Journaled: replay for free (from the cache, else from the store).
+        let journaled = self.attempt.journaled_agent(&key.0).map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
+        if let Some(outcome) = journaled {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+            self.notify_cached(shown, outcome.is_some());
+            return Ok(outcome);
+        }
+
+        // In flight or done in this attempt: share the one call.
+        let key_hex = key.0.clone();
+        let (cell, first) = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            match inflight.get(&key.0) {
+                Some(cell) => (cell.clone(), false),
+                None => {
+                    let cell: Shared = Arc::new(OnceCell::new());
+                    inflight.insert(key.0.clone(), cell.clone());
+                    (cell, true)
+                }
+            }
+        };
+        if !first {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+        }
+        let request = AgentRequest {
+            prompt,
+            label,
+            model,
+            schema: schema.as_ref().map(|s| s.as_value().clone()),
+            attempt: 0,
+            feedback: None,
+        };
+        let this = self.clone();
+        let outcome = cell
+            .get_or_init(|| async move {
+                let outcome = this.spawn_agent(request, schema).await;
+                if let Ok(reply) = &outcome {
+                    if let Err(abort) = this.attempt.write_agent(&key.0, reply) {
+                        return Err(this.attempt.abort(abort));
+                    }
+                }
+                outcome
+            })
+            .await
+            .clone();
+        if first {
+            // Done: later identical calls replay from the journal, so this attempt does not
+            // hold every outcome for its whole life. Calls already waiting share the cell.
+            self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key_hex);
+        }
+        if !first {
+            if let Ok(reply) = &outcome {
+                self.notify_cached(shown, reply.is_some());
+            }
+        }
+        outcome
+    }
+
+    /// Admit a spawn for `model`: the total cap and the credit budget (which needs the
+    /// model's cost to be known), checked at the moment it starts.
+    fn admit(&self, model: Option<&str>) -> Result<(), Abort> {
+        if let Some(abort) = self.attempt.stopping() {
+            return Err(abort);
+        }
+        if self.attempt.limits.max_ai_credits.is_some() {
+            if let Some(message) = self.backend.unpriced(model) {
+                return Err(self.attempt.abort(Abort::Unpriced(message)));
+            }
+        }
+        let n = self.spawned.fetch_add(1, Ordering::SeqCst);
+        if self.attempt.limits.max_total_subagents.is_some_and(|max| n >= u64::from(max)) {
+            self.spawned.fetch_sub(1, Ordering::SeqCst);
+            return Err(self.attempt.abort(Abort::Limit(LimitKind::MaxTotalSubagents)));
+        }
+        if let Some(budget) = self.attempt.limits.max_ai_credits {
+            // Compare in exact nano-credits; a budget too large to express is no limit.
+            let budget = crate::backend::pricing::float_credits_nano(budget).unwrap_or(u64::MAX);
+            // A saturated total means the spend is beyond counting: the budget is exhausted.
+            let spent = self.credits_nano.load(Ordering::SeqCst);
+            if spent >= budget || spent == u64::MAX {
+                self.spawned.fetch_sub(1, Ordering::SeqCst);
+                return Err(self.attempt.abort(Abort::Limit(LimitKind::MaxAiCredits)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Account a reply's usage; a budgeted run whose usage is unknown stops (fail-closed).
+    fn account(&self, reply: &AgentReply) -> Result<u64, Abort> {
+        let credits = reply.usage.as_ref().and_then(|u| u.credits_nano);
+        if let Some(usage) = &reply.usage {
+            saturating_add(&self.input_tokens, usage.input_tokens);
+            saturating_add(&self.output_tokens, usage.output_tokens);
+        }
+        match credits {
+            Some(c) => {
+                saturating_add(&self.credits_nano, c);
+                Ok(c)
+            }
+            None if self.attempt.limits.max_ai_credits.is_some() => {
+                self.progress.log(format!("backend `{}` reported no usage on a budgeted run", self.backend.name()));
+                Err(self.attempt.abort(Abort::Limit(LimitKind::MaxAiCredits)))
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// One subagent call: up to two spawns with a schema (one retry on a parse or match
+    /// failure), one without.
+    async fn spawn_agent(&self, mut request: AgentRequest, schema: Option<Schema>) -> Result<Option<String>, Abort> {
+        let label = request.label.clone().unwrap_or_else(|| "agent".to_string());
+        let started = Instant::now();
+        let mut summary = AgentSummary {
+            label: label.clone(),
+            model: request.model.clone(),
+            status: crate::model::progress::AgentStatus::Failed,
+            spawns: 0,
+            credits_nano: 0,
+            millis: 0,
+        };
+        let spawns = if schema.is_some() { 2 } else { 1 };
+        let mut outcome = Ok(None);
+        for attempt in 0..spawns {
+            request.attempt = attempt;
+            let _slot = match &self.slots {
+                Some(slots) => {
+                    if slots.available_permits() == 0 {
+                        self.attempt.emit(ProgressEvent::AgentQueued { label: label.clone() });
+                    }
+                    match slots.clone().acquire_owned().await {
+                        Ok(permit) => Some(permit),
+                        Err(_) => return Err(Abort::Cancelled),
+                    }
+                }
+                None => None,
+            };
+            if let Err(abort) = self.admit(request.model.as_deref()) {
+                outcome = Err(abort);
+                break;
+            }
+            summary.spawns += 1;
+            self.attempt.emit(ProgressEvent::AgentStarted { label: label.clone(), attempt });
+            let reply = self.backend.call(Arc::new(request.clone())).await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(e) => {
+                    if let Some(kind) = e.outage_kind() {
+                        // Not an answer: the attempt stops and the call stays unjournaled.
+                        let message = format!("agent `{label}`: {}", e.message());
+                        outcome = Err(self.attempt.abort(Abort::Backend { kind, message }));
+                    } else {
+                        self.progress.log(format!("agent `{label}` failed: {e}"));
+                    }
+                    break;
+                }
+            };
+            match self.account(&reply) {
+                Ok(c) => summary.credits_nano = summary.credits_nano.saturating_add(c),
+                Err(abort) => {
+                    outcome = Err(abort);
+                    break;
+                }
+            }
+            match &schema {
+                None if reply.text.trim().is_empty() => break,
+                None => {
+                    outcome = Ok(Some(serde_json::Value::String(reply.text).to_string()));
+                    break;
+                }
+                Some(schema) => match schema.parse_reply(&reply.text) {
+                    Ok(value) => {
+                        outcome = Ok(Some(value.to_string()));
+                        break;
+                    }
+                    Err(mismatch) => {
+                        let next = if attempt + 1 < spawns { ", retrying" } else { "" };
+                        self.progress.log(format!("agent `{label}` reply does not match its schema: {mismatch}{next}"));
+                        request.feedback = Some(format!("it does not match the schema ({mismatch})"));
+                    }
+                },
+            }
+        }
+        summary.status = match &outcome {
+            Ok(Some(_)) => crate::model::progress::AgentStatus::Ok,
+            Ok(None) => crate::model::progress::AgentStatus::Failed,
+            Err(_) => crate::model::progress::AgentStatus::Aborted,
+        };
+        summary.millis = started.elapsed().as_millis() as u64;
+        if outcome.is_ok() {
+            self.attempt.emit(ProgressEvent::AgentFinished { summary, cached: false });
+            let accounting = self.accounting();
+            if let Err(e) = self.attempt.journal.put_accounting(&self.attempt.run_id, &accounting) {
+                return Err(self.attempt.abort(Abort::Storage(e)));
+            }
+        }
+        outcome
+    }
+
+    /// Accounting so far, all attempts included; active time counts this attempt so far.
+    pub(crate) fn accounting(&self) -> Accounting {
+        Accounting {
+            agents_spawned: self.spawned.load(Ordering::SeqCst),
+            agent_cache_hits: self.cache_hits.load(Ordering::SeqCst),
+            active_seconds: self.attempt.active_time().as_secs_f64(),
+            ai_credits_nano: self.credits_nano.load(Ordering::SeqCst),
+            input_tokens: self.input_tokens.load(Ordering::SeqCst),
+            output_tokens: self.output_tokens.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Add to a counter without wrapping: a total past `u64::MAX` stays there.
+fn saturating_add(counter: &AtomicU64, amount: u64) {
+    let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_add(amount)));
+}
+
+/// How much a parsed schema may weigh per byte of its text (a tree of small nodes).
+const SCHEMA_TREE_FACTOR: u64 = 16;
+
+/// The bytes an agent call holds in the host while it is pending: its prompt, label and
+/// model, and its schema's text and parsed tree (charged [`SCHEMA_TREE_FACTOR`] times the
+/// text), plus a fixed overhead per call.
+fn pending_charge(prompt: &str, label: Option<&str>, schema: Option<&str>, model: Option<&str>) -> u64 {
+    let text = prompt.len() + label.map_or(0, str::len) + model.map_or(0, str::len);
+    let schema = schema.map_or(0, |s| s.len() as u64).saturating_mul(SCHEMA_TREE_FACTOR + 1);
+    (text as u64).saturating_add(schema).saturating_add(1024)
+}
+
+/// Counts one pending agent call, and the bytes it holds, for as long as it lives.
+struct PendingCall<'a> {
+    counter: &'a AtomicU64,
+    bytes: &'a AtomicU64,
+    host_bytes: &'a AtomicU64,
+    charge: u64,
+    /// Pending calls including this one, when it entered.
+    count: u64,
+    /// Bytes pending calls of the run hold, this one included, when it entered.
+    run_bytes: u64,
+    /// The same over every run of the host.
+    host_bytes_now: u64,
+}
+
+impl<'a> PendingCall<'a> {
+    fn enter(counter: &'a AtomicU64, bytes: &'a AtomicU64, host_bytes: &'a AtomicU64, charge: u64) -> Self {
+        let count = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        let run_bytes = bytes.fetch_add(charge, Ordering::SeqCst).saturating_add(charge);
+        let host_bytes_now = host_bytes.fetch_add(charge, Ordering::SeqCst).saturating_add(charge);
+        PendingCall { counter, bytes, host_bytes, charge, count, run_bytes, host_bytes_now }
+    }
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(1, Ordering::SeqCst);
+        self.bytes.fetch_sub(self.charge, Ordering::SeqCst);
+        self.host_bytes.fetch_sub(self.charge, Ordering::SeqCst);
+    }
+}
+

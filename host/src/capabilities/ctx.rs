@@ -1,26 +1,28 @@
-//! `agent:factory/ctx`: the synchronous hooks. Each answers from the run's in-memory state
-//! (a bounded cache of journal values) or, for a journaled value not cached, one read of the
-//! store (which sees every put at once); none waits for a commit.
+//! `agent:factory/ctx`: the synchronous hooks, bound to the capability that owns each:
+//! steps ([`super::steps`]), phase and log ([`super::progress`]), and the run's identity and
+//! stop signal ([`super::attempt`]). Each answers from in-memory state or, for a journaled
+//! value not cached, one read of the store (which sees every put at once); none waits for a
+//! commit.
 
 use crate::sandbox::contract::agent::factory::{ctx, types as wit};
 use crate::sandbox::RunData;
 
 impl ctx::Host for RunData {
     fn step_get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
-        Ok(self.run.step_get(&key).map_err(Into::into))
+        Ok(self.run.steps.get(&key).map_err(Into::into))
     }
 
     fn step_put(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), wit::StepError>> {
-        Ok(self.run.step_put(key, value).map_err(Into::into))
+        Ok(self.run.steps.put(key, value).map_err(Into::into))
     }
 
     fn phase(&mut self, title: String) -> wasmtime::Result<()> {
-        self.run.phase(title);
+        self.run.progress.phase(title);
         Ok(())
     }
 
     fn log(&mut self, message: String) -> wasmtime::Result<()> {
-        self.run.log(message);
+        self.run.progress.log(message);
         Ok(())
     }
 
@@ -32,19 +34,19 @@ impl ctx::Host for RunData {
             wit::LogLevel::Warn => LogLevel::Warn,
             wit::LogLevel::Error => LogLevel::Error,
         };
-        self.run.log_at(level, message);
+        self.run.progress.log_at(level, message);
         Ok(())
     }
 
     fn run_id(&mut self) -> wasmtime::Result<String> {
-        Ok(self.run.run_id())
+        Ok(self.run.attempt.run_id.clone())
     }
 
     fn cancelled(&mut self) -> wasmtime::Result<bool> {
-        Ok(self.run.cancelled())
+        Ok(self.run.attempt.cancelled())
     }
 
     fn stop_reason(&mut self) -> wasmtime::Result<Option<wit::Abort>> {
-        Ok(self.run.stopping().map(Into::into))
+        Ok(self.run.attempt.stopping().map(Into::into))
     }
 }

@@ -1,19 +1,67 @@
-//! The capabilities a guest gets, one module each (`ctx`: journal, progress, identity;
-//! `agents`: subagents and sleep; `script`: a script factory's source), written against
-//! [`view::RunView`] (what they need of a run), and [`linker`],
-//! which adds the first two and deny-by-default WASI to one linker that serves every
-//! component of a host, and [`script_linker`], which adds `script` too, for the JS runner.
+//! The capabilities a guest gets, each one module that owns its semantics and per-run
+//! state (as Spin's factors do): [`steps`] (`ctx.step-get`/`step-put`), [`agents`]
+//! (`agents.agent`: memo, limits, accounting), [`progress`] (`ctx.phase`/`ctx.log`),
+//! [`sleep`] (`agents.sleep`) and `script` (a script factory's source). What they share of
+//! one attempt (identity, limits, the stop signal, the journal view and the progress
+//! journal) is [`attempt::Attempt`]. [`Capabilities`] is one attempt's set, which the run
+//! engine builds and the sandbox's store data holds; `ctx` binds the WIT interface of that
+//! name to the capability behind each function. [`linker`] adds the factory world and
+//! deny-by-default WASI to one linker that serves every component of a host, and
+//! [`script_linker`] adds `script` too, for the JS runner.
 
-mod agents;
+pub(crate) mod abort;
+pub(crate) mod agents;
+pub(crate) mod attempt;
+pub(crate) mod cache;
 mod ctx;
+pub(crate) mod progress;
 mod script;
-pub(crate) mod view;
+pub(crate) mod sleep;
+pub(crate) mod steps;
 
 use crate::sandbox::contract::agent::factory::types as wit;
-use crate::engine::abort::{Abort, LimitKind, StepError};
+use abort::{Abort, LimitKind, StepError};
+use attempt::{Attempt, AttemptSetup};
+use crate::model::envelope::{Accounting, Failure, FailureType};
 use crate::sandbox::RunData;
+use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::Engine;
+
+/// One attempt's capabilities: the shared core and each capability's own state.
+pub(crate) struct Capabilities {
+    pub(crate) attempt: Arc<Attempt>,
+    pub(crate) steps: steps::Steps,
+    pub(crate) progress: Arc<progress::Progress>,
+    pub(crate) agents: Arc<agents::Agents>,
+}
+
+impl Capabilities {
+    /// Load the run's journal and set up the attempt's capabilities.
+    pub(crate) fn new(setup: AttemptSetup) -> Result<Arc<Self>, Failure> {
+        let snapshot = setup
+            .journal
+            .load(&setup.run_id, setup.sandbox.journal_cache_bytes)
+            .map_err(|e| Failure::new(FailureType::Storage, None, e.to_string()))?;
+        let mut cache = cache::ValueCache::new(setup.sandbox.journal_cache_bytes);
+        for (key, value) in snapshot.steps {
+            cache.put_step(key, value);
+        }
+        for (key, outcome) in snapshot.agents {
+            cache.put_agent(key, outcome);
+        }
+        let attempt = Arc::new(Attempt::new(&setup, cache, snapshot.journal_bytes));
+        let progress = Arc::new(progress::Progress::new(attempt.clone()));
+        let agents = Arc::new(agents::Agents::new(attempt.clone(), progress.clone(), &setup));
+        let steps = steps::Steps::new(attempt.clone(), snapshot.step_keys);
+        Ok(Arc::new(Capabilities { attempt, steps, progress, agents }))
+    }
+
+    /// Accounting so far, all attempts included; active time counts this attempt so far.
+    pub(crate) fn accounting(&self) -> Accounting {
+        self.agents.accounting()
+    }
+}
 
 /// A linker with the factory world's imports and WASI p2.
 pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<RunData>> {

@@ -12,7 +12,7 @@ use crate::store::journal::Journal;
 use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
 use crate::model::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
-use crate::engine::run::{self, AttemptSetup, RunShared};
+use crate::engine::run::{self, AttemptSetup, Capabilities};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::model::schema::Schema;
 use crate::guests::script::{Script, ScriptError, ScriptRef};
@@ -229,7 +229,7 @@ pub const DETAIL_AGENTS: usize = 2_000;
 /// A run executing in this process.
 struct ActiveRun {
     stop: CancellationToken,
-    shared: Option<Arc<RunShared>>,
+    shared: Option<Arc<Capabilities>>,
 }
 
 /// The factory host.
@@ -493,7 +493,7 @@ impl Host {
             stop: CancellationToken::new(),
             host_pending_bytes: self.pending_bytes.clone(),
         };
-        let shared = RunShared::new(setup).map_err(|f| Error::MetaCall(f.message))?;
+        let shared = Capabilities::new(setup).map_err(|f| Error::MetaCall(f.message))?;
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
             .map_err(|e| Error::MetaCall(format!("{e:#}")))?;
         let meta = if component.script.is_some() {
@@ -569,7 +569,7 @@ impl Host {
         match live {
             Some(shared) => {
                 envelope.accounting = shared.accounting();
-                envelope.revision = record.writes + shared.last_seq();
+                envelope.revision = record.writes + shared.attempt.last_seq();
             }
             None => envelope.revision = record.writes + self.store.last_progress_seq(&envelope.run_id)?,
         }
@@ -951,18 +951,18 @@ impl Host {
             stop: stop.clone(),
             host_pending_bytes: self.pending_bytes.clone(),
         };
-        let (status, result, failure, accounting) = match RunShared::new(setup) {
+        let (status, result, failure, accounting) = match Capabilities::new(setup) {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
             Ok(shared) => {
                 if let Some(active) = self.active().get_mut(&run_id) {
                     active.shared = Some(shared.clone());
                 }
-                shared.emit(ProgressEvent::AttemptStarted { attempt: record.envelope.attempts });
+                shared.attempt.emit(ProgressEvent::AttemptStarted { attempt: record.envelope.attempts });
                 let prior_active = Duration::from_secs_f64(prior.active_seconds);
                 let budget =
                     record.limits.timeout_seconds.map(|t| Duration::from_secs_f64(t).saturating_sub(prior_active));
                 if budget == Some(Duration::ZERO) {
-                    shared.abort(run::Abort::Limit(run::LimitKind::TimeoutSeconds));
+                    shared.attempt.abort(run::Abort::Limit(run::LimitKind::TimeoutSeconds));
                 }
                 let outcome = run::execute(
                     &self.engine,
@@ -973,13 +973,13 @@ impl Host {
                     &record.grants,
                 )
                 .await;
-                shared.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.attempt_cache_hits() });
+                shared.attempt.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.agents.attempt_cache_hits() });
                 let mut failure = outcome.failure;
                 // The last progress entries must be durable before the verdict is.
                 if let Err(e) = self.store.flush().await {
                     failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
                 }
-                let dropped = shared.dropped_log_lines();
+                let dropped = shared.progress.dropped_log_lines();
                 if dropped > 0 {
                     record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
                 }
@@ -1017,7 +1017,7 @@ impl Host {
         let running = self.active().get(run_id).map(|a| (a.stop.clone(), a.shared.clone()));
         match running {
             Some((_, Some(shared))) => {
-                shared.abort(run::Abort::Cancelled);
+                shared.attempt.abort(run::Abort::Cancelled);
             }
             Some((stop, None)) => stop.cancel(),
             None => {}
@@ -1031,7 +1031,7 @@ impl Host {
         for run in self.active().values() {
             match &run.shared {
                 Some(shared) => {
-                    shared.abort(run::Abort::Halted);
+                    shared.attempt.abort(run::Abort::Halted);
                 }
                 None => run.stop.cancel(),
             }

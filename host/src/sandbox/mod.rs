@@ -8,7 +8,7 @@
 pub mod component;
 pub(crate) mod contract;
 
-use crate::capabilities::view::RunView;
+use crate::capabilities::Capabilities;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -209,7 +209,7 @@ fn start_epoch_ticker(engine: &Engine) {
 
 /// Per-run store data: the run's shared state plus WASI and resource bookkeeping.
 pub struct RunData {
-    pub(crate) run: Arc<dyn RunView>,
+    pub(crate) run: Arc<Capabilities>,
     /// The source of a script factory (`None` for components).
     pub(crate) script: Option<Arc<crate::guests::script::Script>>,
     wasi: WasiCtx,
@@ -288,7 +288,7 @@ fn check_grant(path: &Path) -> Result<String, GrantError> {
 pub(crate) fn new_store(
     engine: &Engine,
     limits: &SandboxLimits,
-    run: Arc<dyn RunView>,
+    run: Arc<Capabilities>,
     script: Option<Arc<crate::guests::script::Script>>,
     grants: &[String],
 ) -> wasmtime::Result<Store<RunData>> {

@@ -1,0 +1,330 @@
+//! [`Attempt`]: what every capability of one attempt shares, and nothing a single capability
+//! owns. It is the run's identity and limits, the stop signal (the first cause wins), the
+//! attempt's clock, and the journal view: a byte-bounded cache of journal values in front of
+//! the store, with the `maxJournalBytes` budget charged by every write. It also holds the
+//! progress journal (seq, the current phase, revisions announced to subscribers). Steps,
+//! agents, phase/log and sleep each keep their own state in their own module.
+
+use super::abort::{Abort, LimitKind};
+use super::cache::ValueCache;
+use crate::backend::AgentBackend;
+use crate::model::envelope::{Failure, FailureType};
+use crate::model::limits::Limits;
+use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
+use crate::sandbox::SandboxLimits;
+use crate::store::journal::{Journal, JournalError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// How an attempt was told to stop, and the abort every later hook call answers with.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StopCause {
+    /// Cancelled from outside (the caller) or by the guest's own cancel.
+    Cancelled,
+    /// The host is shutting down: the run ends `halted`.
+    Halted,
+    /// A limit, the store, the backend or a bad call: the failure to record.
+    Failed(Failure, Abort),
+}
+
+/// The journal view and the progress journal, behind one lock that is never held across an
+/// await (so a charge and its write are one step, and seqs are written in order).
+struct Book {
+    /// Step and agent values recently read or written (bounded in bytes).
+    cache: ValueCache,
+    /// Bytes journaled so far, all attempts (counted against `maxJournalBytes`).
+    journal_bytes: u64,
+    /// The current phase: the seq of the `Phase` entry that set it, and its title.
+    phase: Option<(u64, String)>,
+    /// The latest progress seq.
+    next_seq: u64,
+}
+
+/// What a new attempt starts from.
+pub(crate) struct AttemptSetup {
+    pub run_id: String,
+    pub limits: Limits,
+    pub sandbox: SandboxLimits,
+    pub journal: Arc<dyn Journal>,
+    pub backend: Arc<dyn AgentBackend>,
+    pub prior: crate::model::envelope::Accounting,
+    pub next_seq: u64,
+    pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    pub updates: broadcast::Sender<RunUpdated>,
+    pub record_writes: u64,
+    pub stop: CancellationToken,
+    /// Bytes pending agent calls hold over every run of the host.
+    pub host_pending_bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The state one attempt's capabilities share (see the module docs).
+pub(crate) struct Attempt {
+    pub(crate) run_id: String,
+    pub(crate) limits: Limits,
+    pub(crate) sandbox: SandboxLimits,
+    pub(crate) journal: Arc<dyn Journal>,
+    book: Mutex<Book>,
+    stop: CancellationToken,
+    cause: Mutex<Option<StopCause>>,
+    events: Option<mpsc::UnboundedSender<ProgressEntry>>,
+    updates: broadcast::Sender<RunUpdated>,
+    /// Record writes of the run so far: the revision is this plus the progress seq.
+    record_writes: u64,
+    prior_active: Duration,
+    started: Instant,
+}
+
+/// Milliseconds since the epoch, for progress entries.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Attempt {
+    /// The shared core of an attempt, its cache filled from the journal's snapshot.
+    pub(crate) fn new(
+        setup: &AttemptSetup,
+        cache: ValueCache,
+        journal_bytes: u64,
+    ) -> Attempt {
+        Attempt {
+            run_id: setup.run_id.clone(),
+            limits: setup.limits,
+            sandbox: setup.sandbox.clone(),
+            journal: setup.journal.clone(),
+            book: Mutex::new(Book { cache, journal_bytes, phase: None, next_seq: setup.next_seq }),
+            stop: setup.stop.clone(),
+            cause: Mutex::new(None),
+            events: setup.events.clone(),
+            updates: setup.updates.clone(),
+            record_writes: setup.record_writes,
+            prior_active: Duration::from_secs_f64(setup.prior.active_seconds),
+            started: Instant::now(),
+        }
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        // A panic while holding the lock cannot leave the book half-updated in a way that
+        // matters more than losing the run, so recover the guard rather than propagate.
+        self.book.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Active time over every attempt, this one so far included.
+    pub(crate) fn active_time(&self) -> Duration {
+        self.prior_active + self.started.elapsed()
+    }
+
+    // ---- the stop signal -------------------------------------------------------------
+
+    /// Stop the attempt: the first cause wins. Returns the abort to hand the guest.
+    pub(crate) fn abort(&self, abort: Abort) -> Abort {
+        let failure = match &abort {
+            Abort::Cancelled | Abort::Halted => None,
+            Abort::Limit(kind) => Some(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
+            Abort::Storage(e) => Some(Failure::new(FailureType::Storage, None, e.to_string())),
+            Abort::InvalidCall(m) => Some(Failure::new(FailureType::InvalidCall, None, m.clone())),
+            Abort::SandboxLimit { kind, message } => Some(Failure::new(FailureType::SandboxLimit, Some(kind), message.clone())),
+            Abort::Backend { kind, message } => Some(Failure::new(FailureType::Backend, Some(kind.as_str()), message.clone())),
+            Abort::Unpriced(message) => Some(Failure::limit(LimitKind::MaxAiCredits.name(), message.clone())),
+        };
+        let cause = match failure {
+            None if abort == Abort::Halted => StopCause::Halted,
+            None => StopCause::Cancelled,
+            Some(failure) => StopCause::Failed(failure, abort.clone()),
+        };
+        self.cause.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(cause);
+        self.stop.cancel();
+        abort
+    }
+
+    /// The abort a hook returns once the attempt is stopping, if it is.
+    pub(crate) fn stopping(&self) -> Option<Abort> {
+        if !self.stop.is_cancelled() {
+            return None;
+        }
+        Some(match self.cause.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(StopCause::Failed(_, abort)) => abort.clone(),
+            Some(StopCause::Halted) => Abort::Halted,
+            _ => Abort::Cancelled,
+        })
+    }
+
+    /// Whether the attempt is stopping (`ctx.cancelled`).
+    pub(crate) fn cancelled(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// The token that fires when the attempt stops.
+    pub(crate) fn stop_token(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    /// Why the attempt stopped, if it did.
+    pub(crate) fn cause(&self) -> Option<StopCause> {
+        self.cause.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Refuse a guest value of `len` bytes over `limit`: the attempt stops with a
+    /// `sandbox_limit` failure named `kind`. The value itself is never copied into the message.
+    pub(crate) fn cap(&self, kind: &'static str, what: &str, len: usize, limit: usize) -> Result<(), Abort> {
+        if len <= limit {
+            return Ok(());
+        }
+        let message = format!("{what} is {len} bytes, over the {limit} byte limit ({kind})");
+        Err(self.abort(Abort::SandboxLimit { kind, message }))
+    }
+
+    // ---- the journal view ------------------------------------------------------------
+
+    /// Charge `cost` journal bytes (book locked by the caller) and return the new total, which
+    /// the put records with its entry: `Err` with the abort when they would pass
+    /// `maxJournalBytes` (then nothing is charged). `essential` entries (an attempt's start
+    /// and end) are always charged and written.
+    fn charge(&self, book: &mut Book, cost: u64, essential: bool) -> Result<u64, Abort> {
+        let total = book.journal_bytes.saturating_add(cost);
+        if total > self.sandbox.max_journal_bytes && !essential {
+            let message = format!(
+                "the run has journaled {} bytes; {cost} more would pass the {} byte journal budget (maxJournalBytes)",
+                book.journal_bytes, self.sandbox.max_journal_bytes
+            );
+            return Err(Abort::SandboxLimit { kind: "maxJournalBytes", message });
+        }
+        book.journal_bytes = total;
+        Ok(total)
+    }
+
+    /// A step value in the cache.
+    pub(crate) fn cached_step(&self, key: &str) -> Option<String> {
+        self.book().cache.step(key).cloned()
+    }
+
+    /// A step value from the store (cached once read).
+    pub(crate) fn read_step(&self, key: &str) -> Result<Option<String>, JournalError> {
+        let value = self.journal.get_step(&self.run_id, key)?;
+        if let Some(value) = &value {
+            self.book().cache.put_step(key.to_string(), value.clone());
+        }
+        Ok(value)
+    }
+
+    /// Charge and journal a step value, and cache it. The abort is not yet raised.
+    pub(crate) fn write_step(&self, key: String, value: String) -> Result<(), Abort> {
+        let cost = self.journal.footprint(self.run_id.len() + key.len(), value.len());
+        let mut book = self.book();
+        let total = self.charge(&mut book, cost, false)?;
+        self.journal.put_step(&self.run_id, &key, &value, total).map_err(Abort::Storage)?;
+        book.cache.put_step(key, value);
+        Ok(())
+    }
+
+    /// An agent outcome, from the cache or else the store.
+    pub(crate) fn journaled_agent(&self, key: &str) -> Result<Option<Option<String>>, JournalError> {
+        if let Some(outcome) = self.book().cache.agent(key) {
+            return Ok(Some(outcome.clone()));
+        }
+        self.journal.get_agent(&self.run_id, key)
+    }
+
+    /// Charge and journal an agent outcome, and cache it. The abort is not yet raised.
+    pub(crate) fn write_agent(&self, key: &str, reply: &Option<String>) -> Result<(), Abort> {
+        let cost = self.journal.footprint(self.run_id.len() + key.len(), 1 + reply.as_ref().map_or(0, String::len));
+        let mut book = self.book();
+        let total = self.charge(&mut book, cost, false)?;
+        self.journal.put_agent(&self.run_id, key, reply.as_deref(), total).map_err(Abort::Storage)?;
+        book.cache.put_agent(key.to_string(), reply.clone());
+        Ok(())
+    }
+
+    // ---- the progress journal --------------------------------------------------------
+
+    /// Record a progress event (journaled, so `progress` pages and revisions survive a
+    /// crash), stream it to the subscriber, and announce the new revision. The journal keeps
+    /// a reference to the current phase, not its text. An entry past the journal budget is
+    /// not recorded and stops the attempt (attempt start and end are always recorded).
+    pub(crate) fn emit(&self, event: ProgressEvent) {
+        let essential = matches!(event, ProgressEvent::AttemptStarted { .. } | ProgressEvent::AttemptEnded { .. });
+        let written = {
+            let mut book = self.book();
+            let seq = book.next_seq + 1;
+            let before = book.phase.clone();
+            if let ProgressEvent::Phase { title } = &event {
+                book.phase = Some((seq, title.clone()));
+            }
+            let stored = JournaledProgress {
+                seq,
+                at_ms: now_ms(),
+                phase_seq: book.phase.as_ref().map(|(at, _)| *at),
+                phase: None,
+                event,
+            };
+            let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(JournalError::new(e)));
+            let written = bytes.and_then(|bytes| {
+                let cost = self.journal.footprint(self.run_id.len() + 8, bytes.len());
+                let total = self.charge(&mut book, cost, essential)?;
+                self.journal.put_progress(&self.run_id, seq, bytes, total).map_err(Abort::Storage)
+            });
+            match written {
+                Ok(()) => {
+                    book.next_seq = seq;
+                    let phase = book.phase.as_ref().map(|(_, title)| title.clone());
+                    Ok(ProgressEntry { seq, at_ms: stored.at_ms, phase, event: stored.event })
+                }
+                Err(abort) => {
+                    book.phase = before;
+                    Err(abort)
+                }
+            }
+        };
+        let entry = match written {
+            Ok(entry) => entry,
+            Err(abort) => {
+                self.abort(abort);
+                return;
+            }
+        };
+        let _ = self.updates.send(RunUpdated { run_id: self.run_id.clone(), revision: self.record_writes + entry.seq });
+        if let Some(tx) = &self.events {
+            let _ = tx.send(entry);
+        }
+    }
+
+    /// Tell live subscribers (not the journal) about an event; the entry carries the latest
+    /// durable seq and phase.
+    pub(crate) fn announce(&self, event: ProgressEvent) {
+        if let Some(tx) = &self.events {
+            let book = self.book();
+            let entry = ProgressEntry {
+                seq: book.next_seq,
+                at_ms: now_ms(),
+                phase: book.phase.as_ref().map(|(_, title)| title.clone()),
+                event,
+            };
+            drop(book);
+            let _ = tx.send(entry);
+        }
+    }
+
+    /// The latest progress seq of this run.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.book().next_seq
+    }
+}
+
+/// What a limit's failure says, with how to go on.
+fn limit_message(kind: LimitKind, limits: &Limits) -> String {
+    match kind {
+        LimitKind::MaxTotalSubagents => format!(
+            "maxTotalSubagents ({}) reached: resume with a higher --max-total-subagents to continue",
+            limits.max_total_subagents.unwrap_or(0)
+        ),
+        LimitKind::TimeoutSeconds => format!(
+            "timeoutSeconds ({}) of active time reached: resume with a higher --timeout-seconds to continue",
+            limits.timeout_seconds.unwrap_or(0.0)
+        ),
+        LimitKind::MaxAiCredits => format!(
+            "maxAiCredits ({}) reached or usage could not be accounted: resume with a higher --max-ai-credits to continue",
+            limits.max_ai_credits.unwrap_or(0.0)
+        ),
+    }
+}

@@ -1,0 +1,79 @@
+//! Steps (`ctx.step-get`, `ctx.step-put`): journaled values under keys the guest chooses.
+//! This module owns their semantics and per-run state: which step keys the run has journaled
+//! (fingerprints, so a key never written needs no store read, and `maxSteps` counts distinct
+//! keys), and the checks a value passes before it is journaled (size, depth, JSON). Values
+//! go through the attempt's journal view ([`super::attempt::Attempt`]).
+
+use super::abort::{Abort, StepError};
+use super::attempt::Attempt;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+/// The steps of one attempt.
+pub(crate) struct Steps {
+    attempt: Arc<Attempt>,
+    /// Fingerprints of every journaled step key, all attempts.
+    keys: Mutex<HashSet<u64>>,
+}
+
+impl Steps {
+    /// Steps over `attempt`, knowing the keys the journal holds.
+    pub(crate) fn new(attempt: Arc<Attempt>, keys: HashSet<u64>) -> Steps {
+        Steps { attempt, keys: Mutex::new(keys) }
+    }
+
+    /// `ctx.step-get`: a read of the journal as loaded plus this attempt's writes.
+    pub(crate) fn get(&self, key: &str) -> Result<Option<String>, Abort> {
+        let attempt = &self.attempt;
+        if let Some(abort) = attempt.stopping() {
+            return Err(abort);
+        }
+        attempt.cap("maxStepKeyBytes", "step key", key.len(), attempt.sandbox.max_step_key_bytes)?;
+        if let Some(value) = attempt.cached_step(key) {
+            return Ok(Some(value));
+        }
+        // A key never journaled needs no read (every new step asks first).
+        let known = self.keys.lock().unwrap_or_else(|p| p.into_inner()).contains(&crate::store::journal::fingerprint(key));
+        if !known {
+            return Ok(None);
+        }
+        attempt.read_step(key).map_err(|e| attempt.abort(Abort::Storage(e)))
+    }
+
+    /// `ctx.step-put`: validate, then journal (durable by the next commit).
+    pub(crate) fn put(&self, key: String, value: String) -> Result<(), StepError> {
+        let attempt = &self.attempt;
+        let sandbox = &attempt.sandbox;
+        if let Some(abort) = attempt.stopping() {
+            return Err(StepError::Abort(abort));
+        }
+        attempt.cap("maxStepKeyBytes", "step key", key.len(), sandbox.max_step_key_bytes).map_err(StepError::Abort)?;
+        if value.len() > sandbox.max_step_bytes {
+            let message =
+                format!("step `{key}` value is {} bytes, over the {} byte limit", value.len(), sandbox.max_step_bytes);
+            return Err(StepError::Abort(attempt.abort(Abort::SandboxLimit { kind: "maxStepBytes", message })));
+        }
+        let depth = crate::model::json::depth(&value);
+        if depth > sandbox.max_json_depth {
+            let limit = sandbox.max_json_depth;
+            return Err(StepError::InvalidJson(format!("step `{key}`: nested {depth} deep, over the limit of {limit}")));
+        }
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
+            return Err(StepError::InvalidJson(format!("step `{key}`: not JSON: {e}")));
+        }
+        // Held across the write, so two puts of new keys cannot both pass `maxSteps`.
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let fingerprint = crate::store::journal::fingerprint(&key);
+        if !keys.contains(&fingerprint) && keys.len() >= sandbox.max_steps {
+            drop(keys);
+            let message = format!("the run has journaled {} distinct steps, the limit (maxSteps)", sandbox.max_steps);
+            return Err(StepError::Abort(attempt.abort(Abort::SandboxLimit { kind: "maxSteps", message })));
+        }
+        if let Err(abort) = attempt.write_step(key, value) {
+            drop(keys);
+            return Err(StepError::Abort(attempt.abort(abort)));
+        }
+        keys.insert(fingerprint);
+        Ok(())
+    }
+}
