@@ -1,137 +1,100 @@
-//! Builds the JS runner (`guest-sdk/js-runner`) for `wasm32-unknown-unknown`, componentizes
-//! it with wit-component and leaves it in `OUT_DIR/js-runner.component.wasm`, which
-//! `src/guests/script.rs` embeds with `include_bytes!` — the runner ships inside the `factory`
-//! binary, built from source (as wasmtime builds its test programs), never committed.
+//! Embeds the prebuilt JS runner: `guest-sdk/js-runner/js-runner.component.wasm`, committed
+//! in the repository, copied to `OUT_DIR/js-runner.component.wasm`, which
+//! `src/guests/script.rs` embeds with `include_bytes!`. Building `factory` therefore needs
+//! no C compiler and no wasm32 target: this script runs no program at all.
 //!
-//! The inner cargo uses its own target directory (`<target-dir>/js-runner`): running cargo on
-//! the outer build's directory would wait forever on its build lock. Cargo's own cache makes
-//! a rebuild of an unchanged runner a no-op. QuickJS is C: the build needs a clang that
-//! targets wasm32 (Debian: `apt-get install clang-19 lld-19`); `CC_wasm32_unknown_unknown`
-//! overrides the search.
+//! The runner is built from its sources (`guest-sdk/js-runner`: QuickJS, which is C, in a
+//! Rust component) by `cargo xtask js-runner`, reproducibly (pinned toolchain and clang,
+//! remapped paths); `cargo xtask js-runner --check` (run by `tests/js_runner.rs`) proves
+//! the committed bytes are what the sources build. Here, cheaply, the manifest beside it
+//! (`js-runner.inputs`: the sha256 of the runner and of every source file it is built from)
+//! must match the files as they are: a source change without regenerating fails the build
+//! naming the changed files and the command, instead of running a stale runner.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const TARGET: &str = "wasm32-unknown-unknown";
+// `RUNNER_PATH`, `INPUTS_PATH`, `REGENERATE`, `INPUT_ROOTS`, `inputs_manifest`: shared with xtask.
+#[allow(dead_code)]
+mod inputs {
+    include!("../guest-sdk/js-runner/inputs.rs");
+}
 
 fn main() {
-    let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
-    let workspace = manifest_dir.parent().expect("host/ has a parent").to_path_buf();
-    let runner = workspace.join("guest-sdk/js-runner");
-    let out_dir = PathBuf::from(env("OUT_DIR"));
-    println!("cargo:rerun-if-changed={}", runner.join("src").display());
-    println!("cargo:rerun-if-changed={}", runner.join("Cargo.toml").display());
-    println!("cargo:rerun-if-changed={}", workspace.join("wit").display());
-    println!("cargo:rerun-if-env-changed=CC_wasm32_unknown_unknown");
-    println!("cargo:rerun-if-env-changed=FACTORY_JS_RUNNER_CC");
-
-    // <target-dir>/<profile>/build/factory-host-HASH/out -> <target-dir>
-    let target_dir = out_dir.ancestors().nth(4).map(Path::to_path_buf).unwrap_or_else(|| out_dir.clone());
-    let inner_target = target_dir.join("js-runner");
-
-    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cargo
-        .args(["build", "--release", "--locked", "--target", TARGET, "-p", "factory-js-runner"])
-        .arg("--manifest-path")
-        .arg(workspace.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &inner_target)
-        // The outer build's flags are for the host, not for wasm.
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_BUILD_RUSTFLAGS")
-        .env_remove("CARGO_PROFILE_RELEASE_DEBUG")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER");
-    match find_clang() {
-        Some(clang) => {
-            if let Some(bin) = clang.parent() {
-                // llvm-ar and friends live beside it.
-                let path = std::env::var_os("PATH").unwrap_or_default();
-                let mut dirs = vec![bin.to_path_buf()];
-                dirs.extend(std::env::split_paths(&path));
-                cargo.env("PATH", std::env::join_paths(dirs).expect("PATH entries"));
-            }
-            cargo.env("CC_wasm32_unknown_unknown", &clang);
-        }
-        None => {
-            return without_runner(
-                &out_dir,
-                "no clang that targets wasm32 was found (the JS runner embeds QuickJS, which is C): \
-                 Debian/Ubuntu: apt-get install -y clang-19 lld-19; elsewhere: install clang (LLVM >= 16) \
-                 and set CC_wasm32_unknown_unknown=/path/to/clang",
-            )
-        }
+    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| fail("CARGO_MANIFEST_DIR is not set")));
+    let workspace = manifest_dir.parent().unwrap_or_else(|| fail("host/ has no parent directory")).to_path_buf();
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_else(|| fail("OUT_DIR is not set")));
+    let runner_path = workspace.join(inputs::RUNNER_PATH);
+    let inputs_path = workspace.join(inputs::INPUTS_PATH);
+    println!("cargo:rerun-if-changed={}", runner_path.display());
+    println!("cargo:rerun-if-changed={}", inputs_path.display());
+    for root in inputs::INPUT_ROOTS {
+        println!("cargo:rerun-if-changed={}", workspace.join(root).display());
     }
-    let status = cargo.status().unwrap_or_else(|e| fail(&format!("cannot run cargo: {e}")));
-    if !status.success() {
-        return without_runner(
-            &out_dir,
-            "cargo build of guest-sdk/js-runner for wasm32-unknown-unknown failed (is the target installed? \
-             rustup target add wasm32-unknown-unknown)",
-        );
+
+    let runner = std::fs::read(&runner_path).unwrap_or_else(|e| {
+        fail(&format!(
+            "cannot read the prebuilt JS runner {}: {e} (it is committed in the repository; regenerate it with `{}`)",
+            runner_path.display(),
+            inputs::REGENERATE
+        ))
+    });
+    // A component (layer 1), not a core module, an empty file or a Git LFS pointer.
+    if !runner.starts_with(b"\0asm\x0d\x00\x01\x00") {
+        fail(&format!(
+            "{} is not a WebAssembly component ({} bytes): regenerate it with `{}`",
+            inputs::RUNNER_PATH,
+            runner.len(),
+            inputs::REGENERATE
+        ));
     }
-    let core = inner_target.join(TARGET).join("release").join("factory_js_runner.wasm");
-    let bytes = std::fs::read(&core).unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", core.display())));
-    let component = wit_component::ComponentEncoder::default()
-        .module(&bytes)
-        .and_then(|encoder| encoder.validate(true).encode())
-        .unwrap_or_else(|e| fail(&format!("componentizing the JS runner failed: {e:#}")));
+    check_inputs(&workspace, &inputs_path, &runner);
+
     let out = out_dir.join("js-runner.component.wasm");
     // Rewrite only on change, so the host crate is not recompiled for nothing.
-    if std::fs::read(&out).ok().as_deref() != Some(component.as_slice()) {
-        std::fs::write(&out, &component).unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", out.display())));
+    if std::fs::read(&out).ok().as_deref() != Some(runner.as_slice()) {
+        std::fs::write(&out, &runner).unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", out.display())));
     }
 }
 
-/// Build the host without a JS runner (an empty one): everything but JavaScript factories
-/// works, and those say how to get a runner. The README's first command must work on a
-/// machine that has only Rust.
-fn without_runner(out_dir: &Path, why: &str) {
-    println!("cargo:warning=the factory binary is built WITHOUT the JS runner: {why}; then rebuild to run .js factories");
-    let out = out_dir.join("js-runner.component.wasm");
-    if std::fs::read(&out).map(|b| !b.is_empty()).unwrap_or(true) {
-        std::fs::write(&out, b"").unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", out.display())));
+/// The recorded manifest equals the one of the files as they are now, else the build fails
+/// naming what changed.
+fn check_inputs(workspace: &Path, inputs_path: &Path, runner: &[u8]) {
+    let current = inputs::inputs_manifest(workspace, runner)
+        .unwrap_or_else(|e| fail(&format!("cannot read the JS runner's sources: {e}")));
+    let recorded = std::fs::read_to_string(inputs_path).unwrap_or_else(|e| {
+        fail(&format!("cannot read {}: {e}; regenerate the runner with `{}`", inputs_path.display(), inputs::REGENERATE))
+    });
+    if current == recorded {
+        return;
     }
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| fail(&format!("{name} is not set")))
+    // `<sha256>  <path>` lines: name each path whose hash differs or that one side lacks.
+    let entries = |text: &str| -> Vec<(String, String)> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once("  ").map(|(h, p)| (p.to_string(), h.to_string())))
+            .collect()
+    };
+    let (now, then) = (entries(&current), entries(&recorded));
+    let mut changed: Vec<String> = now.iter().filter(|e| !then.contains(e)).map(|(p, _)| p.clone()).collect();
+    for (path, _) in &then {
+        if !now.iter().any(|(p, _)| p == path) {
+            changed.push(format!("{path} (removed)"));
+        }
+    }
+    changed.dedup();
+    let what = if changed.is_empty() { "the manifest's form".to_string() } else { changed.join(", ") };
+    fail(&format!(
+        "the prebuilt JS runner ({}) was not regenerated after its inputs changed (changed: {what}): run `{}` \
+         (needs clang 19: Debian/Ubuntu apt-get install -y clang-19 lld-19) and commit {} with {}",
+        inputs::RUNNER_PATH,
+        inputs::REGENERATE,
+        inputs::RUNNER_PATH,
+        inputs::INPUTS_PATH
+    ))
 }
 
 fn fail(message: &str) -> ! {
-    eprintln!("error: building the JS runner: {message}");
-    println!("cargo:warning=building the JS runner: {message}");
+    eprintln!("error: the JS runner: {message}");
+    println!("cargo:warning=the JS runner: {message}");
     std::process::exit(1)
-}
-
-/// A clang for wasm32: `$FACTORY_JS_RUNNER_CC` / `$CC_wasm32_unknown_unknown`, else `clang`
-/// on PATH, else a versioned Debian/Ubuntu one (`/usr/lib/llvm-N/bin/clang`).
-fn find_clang() -> Option<PathBuf> {
-    for var in ["FACTORY_JS_RUNNER_CC", "CC_wasm32_unknown_unknown"] {
-        if let Some(cc) = std::env::var_os(var) {
-            let cc = PathBuf::from(cc);
-            return Some(which(&cc).unwrap_or(cc));
-        }
-    }
-    let mut candidates = Vec::new();
-    for version in (16..=22).rev() {
-        candidates.push(PathBuf::from(format!("/usr/lib/llvm-{version}/bin/clang")));
-    }
-    candidates.push(PathBuf::from("clang"));
-    candidates.into_iter().find_map(|c| which(&c).filter(|c| targets_wasm(c)))
-}
-
-fn which(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 {
-        return program.is_file().then(|| program.to_path_buf());
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| p.is_file())
-}
-
-/// Does `clang` know the wasm32 target?
-fn targets_wasm(clang: &Path) -> bool {
-    Command::new(clang)
-        .args(["--print-targets"])
-        .output()
-        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("wasm32"))
-        .unwrap_or(false)
 }

@@ -253,7 +253,7 @@ async fn serve_http_attaches_to_the_running_service() {
 }
 
 #[test]
-fn after_kill_9_of_the_service_the_next_front_door_brings_its_runs_back() {
+fn after_kill_9_of_the_service_its_foreground_run_restarts_it_and_follows_the_recovered_run() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let _services = Services(state.clone());
@@ -263,9 +263,16 @@ fn after_kill_9_of_the_service_the_next_front_door_brings_its_runs_back() {
     assert_eq!(first.len(), 1);
     signal(first[0], nix::sys::signal::Signal::SIGKILL);
     wait_until("the killed service is gone", || !alive(first[0]));
-    // The terminal that started it sees its service gone; the run's fate is the service's.
-    let _ = client.wait_with_output();
-    // The next front door starts a service, which resumes the run; `wait` sees it complete.
+    // The terminal that started it sees its service gone, starts it again (which resumes
+    // the run) and follows the run on to its end from where it was.
+    let out = client.wait_with_output().unwrap();
+    let stderr = common::stderr(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("the service went away") && stderr.contains("starting it again"), "{stderr}");
+    let shown = common::stdout_json(&out);
+    assert_eq!((shown["runId"].as_str(), &shown["status"]), (Some(run_id.as_str()), &Value::from("completed")), "{shown:#}");
+    assert_eq!(shown["attempts"], 2, "one recovery: {shown:#}");
+    // Another front door sees the same.
     let done = ok_json(&state, &["wait", &run_id, "--json"]);
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["attempts"], 2, "one recovery: {done:#}");

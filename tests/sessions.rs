@@ -71,6 +71,20 @@ fn raw(socket: &Path, body: Value) -> Value {
     serde_json::from_str(&answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer}"))
 }
 
+/// One raw request line on the control socket; every line of the stream it answers with, until
+/// the service closes it, parsed.
+fn raw_stream(socket: &Path, body: Value) -> Vec<Value> {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect to the control socket");
+    stream.write_all(format!("{}\n", json!({ "wire": 4, "body": body })).as_bytes()).expect("send");
+    BufReader::new(stream)
+        .lines()
+        .map(|line| {
+            let line = line.expect("a line");
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+        })
+        .collect()
+}
+
 /// A state dir with `probe` registered and trusted, and a slow script backend as default.
 fn prepared_state() -> tempfile::TempDir {
     common::slow_probe_state(200)
@@ -137,6 +151,9 @@ fn a_session_lists_its_own_runs_and_the_owner_sees_and_controls_every_session() 
     }
     let answer = raw(&socket, json!({ "op": "progress", "scope": {"session": "a"}, "runId": b2, "query": {} }));
     assert_eq!(answer["body"]["err"]["code"], "not_found", "{answer}");
+    let answer = raw_stream(&socket, json!({ "op": "follow", "scope": {"session": "a"}, "runId": b2 }));
+    assert_eq!(answer.len(), 1, "a refused follow is one answer: {answer:?}");
+    assert_eq!(answer[0]["body"]["err"]["code"], "not_found", "{answer:?}");
     let answer = raw(&socket, json!({ "op": "resume", "scope": {"session": "a"}, "runId": b1, "consent": "any" }));
     assert_eq!(answer["body"]["err"]["code"], "not_found", "{answer}");
     let answer = raw(&socket, json!({ "op": "runs", "scope": {"session": "a"} }));
@@ -157,6 +174,19 @@ fn a_session_lists_its_own_runs_and_the_owner_sees_and_controls_every_session() 
     assert_eq!(resumed["session"], "b", "a resumed run stays in its session");
     let waited = json_as(state, "a", &["wait", &b2]);
     assert_eq!(waited["status"], "completed");
+    // Following the finished run on the socket, as its session, from entry 3: one stream of
+    // every later entry in order, then the envelope, then the end.
+    let lines = raw_stream(&socket, json!({ "op": "follow", "scope": {"session": "b"}, "runId": b2, "afterSeq": 3 }));
+    assert_eq!(lines[0]["body"]["ok"], "following", "{:?}", lines[0]);
+    let (last, entries) = lines[1..].split_last().expect("entries and an envelope");
+    assert_eq!(last["body"]["ended"]["status"], "completed", "{last}");
+    assert_eq!(last["body"]["ended"]["runId"], b2.as_str(), "{last}");
+    let seqs: Vec<u64> = entries.iter().map(|e| e["body"]["progress"]["seq"].as_u64().expect("a progress entry")).collect();
+    assert_eq!(seqs.first(), Some(&4), "{seqs:?}");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "in order, none missing: {seqs:?}");
+    let page = raw(&socket, json!({ "op": "progress", "scope": "owner", "runId": b2, "query": {"afterSeq": 3, "limit": 1000} }));
+    let stored: Vec<u64> = page["body"]["ok"]["progress"].as_array().expect("a page").iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, stored, "the stream hands out what the run journaled after entry 3");
     let out = as_session(state, "a", &["watch", &b2, "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out)["status"], "completed");

@@ -3,7 +3,9 @@
 //!
 //! The host gives it the source through the `script` import; `describe` and `run` evaluate
 //! it as an ES module whose imports `"factory"` and `"@github/copilot-sdk/extension"`
-//! resolve to the runtime in `prelude.js` (`defineFactory`, `joinSession`, the `ctx` API).
+//! resolve to the runtime in `prelude.js` (`defineFactory`, `joinSession`, the `ctx` API);
+//! its other imports are modules of the factory's directory, which the host resolves and
+//! reads (`modules.rs`).
 //! Everything the script does goes through the same contract as a Rust factory: `agent`
 //! Promises are the async `agents.agent` import (thousands may be in flight), steps,
 //! phases and logs are the `ctx` imports. The runner imports nothing else (no WASI).
@@ -15,10 +17,11 @@
 //! them keep their memo keys.
 
 use rquickjs::function::{Async, Func};
-use rquickjs::loader::{Loader, Resolver};
-use rquickjs::{AsyncContext, AsyncRuntime, Ctx, Error, Function, Module, Object, Promise, Value};
+use rquickjs::{AsyncContext, AsyncRuntime, Ctx, Function, Object, Promise, Value};
 use std::cell::Cell;
 use std::future::Future;
+
+mod modules;
 
 mod bindings {
     wit_bindgen::generate!({
@@ -36,9 +39,6 @@ const GLOBALS: &str = include_str!("globals.js");
 
 /// The runtime module the factory imports.
 const PRELUDE: &str = include_str!("prelude.js");
-
-/// The module specifiers that resolve to [`PRELUDE`].
-const RUNTIME_SPECIFIERS: &[&str] = &["factory", "@github/copilot-sdk/extension", "@github/copilot-sdk"];
 
 /// The JS stack limit, checked by QuickJS against the shadow stack in linear memory. Each
 /// JS call also uses wasm's native stack (wasmtime's, 512 KiB by default) at a higher rate,
@@ -155,7 +155,7 @@ fn decode_outcome(encoded: &str) -> Result<Option<String>, String> {
 async fn new_engine(source: &script::ScriptSource) -> rquickjs::Result<(AsyncRuntime, AsyncContext)> {
     let rt = AsyncRuntime::new()?;
     rt.set_max_stack_size(MAX_STACK).await;
-    let modules = Modules { file_name: source.file_name.clone(), text: source.text.clone() };
+    let modules = modules::Modules::new(source.file_name.clone(), source.text.clone());
     rt.set_loader(modules.clone(), modules).await;
     let context = AsyncContext::full(&rt).await?;
     context
@@ -166,52 +166,6 @@ async fn new_engine(source: &script::ScriptSource) -> rquickjs::Result<(AsyncRun
         })
         .await?;
     Ok((rt, context))
-}
-
-/// Resolves and loads the factory's own module and the runtime module; nothing else.
-#[derive(Clone)]
-struct Modules {
-    file_name: String,
-    text: String,
-}
-
-impl Resolver for Modules {
-    fn resolve<'js>(
-        &mut self,
-        _ctx: &Ctx<'js>,
-        _base: &str,
-        name: &str,
-        _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
-    ) -> rquickjs::Result<String> {
-        if RUNTIME_SPECIFIERS.contains(&name) {
-            Ok("factory".into())
-        } else if name == self.file_name {
-            Ok(name.into())
-        } else {
-            Err(Error::new_resolving_message(
-                _base,
-                name,
-                "a factory can import only \"factory\" or \"@github/copilot-sdk/extension\"",
-            ))
-        }
-    }
-}
-
-impl Loader for Modules {
-    fn load<'js>(
-        &mut self,
-        ctx: &Ctx<'js>,
-        name: &str,
-        _attributes: Option<rquickjs::loader::ImportAttributes<'js>>,
-    ) -> rquickjs::Result<Module<'js, rquickjs::module::Declared>> {
-        if name == "factory" {
-            Module::declare(ctx.clone(), "factory", "export const { defineFactory, joinSession } = globalThis.__factory_api;")
-        } else if name == self.file_name {
-            Module::declare(ctx.clone(), name, self.text.clone())
-        } else {
-            Err(Error::new_loading(name))
-        }
-    }
 }
 
 /// The native hooks the prelude builds `ctx` from, on the hidden global `__factory_native`.

@@ -81,6 +81,7 @@ async fn handle(service: Local, stream: UnixStream) {
     let answer = match request {
         Err(e) => Answer::Err(e),
         Ok(Request::Subscribe { scope }) => return subscription(service, scope, read, write).await,
+        Ok(Request::Follow { scope, run_id, after_seq }) => return follow(service, scope, run_id, after_seq, read, write).await,
         Ok(request) => match service.answer(request).await {
             Ok(response) => Answer::Ok(response),
             Err(e) => Answer::Err(RemoteError::from(&e)),
@@ -113,6 +114,63 @@ async fn subscription(
             },
             // The subscriber sends nothing more: anything read (or the end) means it left.
             _ = read.read(&mut sink) => return,
+        }
+    }
+}
+
+/// Stream what a [`Follower`](factory_host::service::Follower) in this process hands out of
+/// a run: its progress entries, then its envelope (or the error that ended following), then
+/// close. A client that hangs up ends it.
+async fn follow(
+    service: Local,
+    scope: factory_host::Scope,
+    run_id: String,
+    after_seq: u64,
+    mut read: tokio::net::unix::OwnedReadHalf,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+) {
+    use factory_host::service::{FollowEvent, Followed, Follower};
+    let client = factory_host::service::Client::Local(service);
+    // Refuse a run the scope cannot see as a plain answer, before the stream opens.
+    if let Err(e) = client.envelope(scope.clone(), &run_id).await {
+        let e = match e {
+            factory_host::service::ServiceError::Host(e) => RemoteError::from(&e),
+            other => RemoteError { code: other.code(), message: other.to_string() },
+        };
+        if write_frame(&mut write, Answer::Err(e)).await {
+            let _ = write.shutdown().await;
+        }
+        return;
+    }
+    if !write_frame(&mut write, Answer::Ok(factory_host::service::Response::Following)).await {
+        return;
+    }
+    let mut follower = Follower::new(client, scope, &run_id, after_seq).await;
+    let mut sink = [0u8; 64];
+    loop {
+        let next = tokio::select! {
+            next = follower.next() => next,
+            // The follower sends nothing more: anything read (or the end) means it left.
+            _ = read.read(&mut sink) => return,
+        };
+        let (event, last) = match next {
+            Some(Ok(Followed::Progress(entry))) => (FollowEvent::Progress(entry), false),
+            Some(Ok(Followed::Ended(envelope))) => (FollowEvent::Ended(Box::new(envelope)), true),
+            Some(Err(e)) => {
+                let e = match e {
+                    factory_host::service::ServiceError::Host(e) => RemoteError::from(&e),
+                    other => RemoteError { code: other.code(), message: other.to_string() },
+                };
+                (FollowEvent::Failed(e), true)
+            }
+            None => return,
+        };
+        if !write_frame(&mut write, event).await {
+            return;
+        }
+        if last {
+            let _ = write.shutdown().await;
+            return;
         }
     }
 }

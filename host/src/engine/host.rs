@@ -169,6 +169,11 @@ pub struct RunDetail {
     /// The source each attempt ran, for a script factory (index-aligned with
     /// `component_hashes`; `null` for a component).
     pub scripts: Vec<Option<ScriptRef>>,
+    /// The modules the run's script loaded (module name -> sha256, the directory, every
+    /// answered import), over the attempts that ran its latest source (`resume --component`
+    /// starts a new record); absent when it loaded none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modules: Option<crate::guests::modules::Manifest>,
     /// The backend of each attempt.
     pub backends: Vec<BackendRef>,
     /// Read-only directory grants (canonical host paths; the `i`-th is `/grant/<i>`).
@@ -194,6 +199,8 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             progress: Vec<ProgressEntry>,
             component_hashes: Vec<String>,
             scripts: Vec<Option<ScriptRef>>,
+            #[serde(default)]
+            modules: Option<crate::guests::modules::Manifest>,
             backends: Vec<BackendRef>,
             grants: Vec<String>,
             sandbox: SandboxLimits,
@@ -212,6 +219,7 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             progress: own.progress,
             component_hashes: own.component_hashes,
             scripts: own.scripts,
+            modules: own.modules,
             backends: own.backends,
             grants: own.grants,
             sandbox: own.sandbox,
@@ -340,9 +348,6 @@ impl Host {
         if let Some(loaded) = runner.as_ref() {
             return Ok(loaded.clone());
         }
-        if crate::guests::script::RUNNER.is_empty() {
-            return Err(crate::guests::script::ScriptError::NoRunner.into());
-        }
         let loaded = self.loader.load_bytes_for(&self.script_linker, crate::guests::script::RUNNER, true)?;
         *runner = Some(loaded.clone());
         Ok(loaded)
@@ -368,6 +373,13 @@ impl Host {
     /// A script factory from a stored runner and a stored source (what a run or a
     /// registration recorded).
     pub async fn load_stored_script(&self, runner_hash: &str, script: &ScriptRef) -> Result<Factory, Error> {
+        self.load_recorded_script(runner_hash, script, None).await
+    }
+
+    /// [`Host::load_stored_script`] with the modules `run_id` recorded (when given and it
+    /// recorded any), else those of `script`'s own record: a recorded module is served as
+    /// recorded, whatever its file holds now.
+    async fn load_recorded_script(&self, runner_hash: &str, script: &ScriptRef, run_id: Option<&str>) -> Result<Factory, Error> {
         let text = self
             .store
             .blob(&script.sha256)?
@@ -383,8 +395,34 @@ impl Host {
                 self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
             }
         };
-        let script = Script::from_source(script.file_name.clone(), text, script.entry.clone())?;
-        self.with_meta(runner.with_script(script)).await
+        let mut loaded = Script::from_source(script.file_name.clone(), text, script.entry.clone())?;
+        let manifest = match run_id.map(|id| self.store.run_modules(id)).transpose()?.flatten() {
+            Some(manifest) => Some(manifest),
+            None => match &script.modules {
+                Some(hash) => {
+                    let bytes = self
+                        .store
+                        .blob(hash)?
+                        .ok_or_else(|| Error::NotRegistered(format!("no stored module record with sha256 {hash}")))?;
+                    let manifest = serde_json::from_slice(&bytes)
+                        .map_err(|e| crate::guests::modules::ModuleError::Record {
+                            name: script.file_name.clone(),
+                            problem: crate::guests::modules::RecordProblem::Manifest(Arc::new(e)),
+                        })
+                        .map_err(ScriptError::Module)?;
+                    Some(manifest)
+                }
+                None => None,
+            },
+        };
+        if let Some(manifest) = manifest {
+            let modules = crate::guests::modules::ModuleSet::recorded(loaded.file_name.clone(), &manifest, |hash| {
+                self.store.blob(hash)
+            })
+            .map_err(ScriptError::Module)?;
+            loaded = loaded.with_modules(modules);
+        }
+        self.with_meta(runner.with_script(loaded)).await
     }
 
     /// Store what a run or registration of `factory` needs to load it again: the component
@@ -394,6 +432,14 @@ impl Host {
         if let Some(script) = &factory.component.script {
             let text: Arc<[u8]> = Arc::from(script.text.as_bytes());
             self.store.put_blob(&script.hash, &text)?;
+            if !script.modules.is_empty() {
+                for (_, hash, text) in script.modules.texts() {
+                    self.store.put_blob(&hash, &Arc::from(text.as_bytes()))?;
+                }
+                let manifest = script.modules.manifest();
+                let json: Arc<[u8]> = crate::guests::script::manifest_json(&manifest).into();
+                self.store.put_blob(&crate::guests::script::manifest_hash(&manifest), &json)?;
+            }
         }
         Ok(())
     }
@@ -512,7 +558,11 @@ impl Host {
                 .await
                 .map_err(|_| Error::MetaCall(format!("reading the factory's meta did not finish within {limit:?}")))?
                 .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
-            described.0.map_err(ScriptError::Invalid)?
+            // A module the source imports that could not be loaded is said as itself.
+            let modules = component.script.as_ref().and_then(|s| s.modules.take_error()).filter(|_| {
+                matches!(&described.0, Err(m) if m.contains("Error resolving module") || m.contains("Error loading module"))
+            });
+            described.0.map_err(|message| modules.map_or(ScriptError::Invalid(message), ScriptError::Module))?
         } else {
             let instance = component
                 .pre
@@ -771,7 +821,7 @@ impl Host {
                 let hash = record.component_hashes.last().cloned().unwrap_or_default();
                 let script = record.scripts.get(record.component_hashes.len().wrapping_sub(1)).cloned().flatten();
                 let loaded = match &script {
-                    Some(script) => self.load_stored_script(&hash, script).await,
+                    Some(script) => self.load_recorded_script(&hash, script, Some(run_id)).await,
                     None => self.load_stored(&hash).await,
                 };
                 loaded.map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?
@@ -929,6 +979,14 @@ impl Host {
         record.scripts.resize(record.component_hashes.len(), None);
         record.component_hashes.push(factory.component.hash.clone());
         record.scripts.push(factory.component.script.as_ref().map(|s| s.reference()));
+        // A script's modules: this attempt's own set, recording what it loads under the run.
+        let component = match &factory.component.script {
+            Some(script) => {
+                let modules = script.modules.for_run(self.store.clone(), &run_id).map_err(ScriptError::Module)?;
+                std::borrow::Cow::Owned(factory.component.clone().with_script(script.with_modules(modules)))
+            }
+            None => std::borrow::Cow::Borrowed(&factory.component),
+        };
         let reference = backend.reference();
         record.envelope.backend = Some(reference.clone());
         record.backends.push(reference);
@@ -966,7 +1024,7 @@ impl Host {
                 }
                 let outcome = run::execute(
                     &self.engine,
-                    &factory.component,
+                    &component,
                     shared.clone(),
                     record.args.clone(),
                     budget,
@@ -975,6 +1033,10 @@ impl Host {
                 .await;
                 shared.attempt.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.agents.attempt_cache_hits() });
                 let mut failure = outcome.failure;
+                // The modules' record, with every import answered (written before the flush).
+                if let Some(Err(e)) = component.script.as_ref().map(|s| s.modules.record_now()) {
+                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
+                }
                 // The last progress entries must be durable before the verdict is.
                 if let Err(e) = self.store.flush().await {
                     failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
@@ -1126,6 +1188,7 @@ impl Host {
         let backends = record.backends.clone();
         let grants = record.grants.clone();
         let sandbox = self.config.sandbox.clone();
+        let modules = self.store.run_modules(run_id)?;
         Ok(RunDetail {
             envelope: self.current(record)?,
             limits,
@@ -1134,6 +1197,7 @@ impl Host {
             progress,
             component_hashes,
             scripts,
+            modules,
             backends,
             grants,
             sandbox,

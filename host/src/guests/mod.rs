@@ -3,6 +3,7 @@
 //! script factories — JavaScript and TypeScript run by the embedded JS runner ([`script`],
 //! [`typescript`]).
 
+pub mod modules;
 pub mod python;
 pub mod rust;
 pub mod script;

@@ -1,18 +1,21 @@
 //! Script factories: a factory written in JavaScript (or TypeScript, type-stripped here) is
 //! run by the built-in JS runner component ([`RUNNER`], world `agent:factory/script-runner`,
-//! built from `guest-sdk/js-runner` by this crate's build script) with the factory's source
+//! the prebuilt `guest-sdk/js-runner/js-runner.component.wasm` that this crate's build script
+//! embeds; `cargo xtask js-runner` rebuilds it from source) with the factory's source
 //! given to it through the `script` import. A loaded script factory is the runner's
 //! [`LoadedComponent`](crate::sandbox::component::LoadedComponent) plus a [`Script`].
 //!
 //! The source is part of a run's identity: every attempt records the runner's sha256 and a
 //! [`ScriptRef`] (the source's sha256, its file name and entry); the source text is stored
 //! content-addressed like component bytes, so `resume` runs exactly the recorded source.
+//! The modules it imports are [`crate::guests::modules`]'s: recorded with each run too.
 
+use crate::guests::modules::{Manifest, ModuleError, ModuleSet};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The JS runner component, componentized at build time.
+/// The JS runner component (the committed prebuilt, checked against its sources at build time).
 pub static RUNNER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/js-runner.component.wasm"));
 
 /// File extensions run as JavaScript modules.
@@ -38,6 +41,9 @@ pub struct Script {
     pub js: Arc<str>,
     /// Which factory of the file (`file.js#name`); `None`: its default export or only one.
     pub entry: Option<String>,
+    /// The modules it imports: resolved in its file's directory (none for a source given
+    /// as text), loaded once, and recorded with each run.
+    pub modules: Arc<ModuleSet>,
 }
 
 /// What a run or registration records of a script factory (the text is a stored blob).
@@ -51,6 +57,12 @@ pub struct ScriptRef {
     /// The factory of the file that runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry: Option<String>,
+    /// sha256 of the [`Manifest`](crate::guests::modules::Manifest) (a stored blob) of the
+    /// modules it had loaded when this was recorded (its static imports); `None`: it
+    /// imports nothing. A run's complete record of its modules is the store's
+    /// [`run_modules`](crate::store::Store::run_modules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modules: Option<String>,
 }
 
 /// Why a script cannot be read.
@@ -72,16 +84,13 @@ pub enum ScriptError {
     /// file, an unknown `#name`, a bad meta.
     #[error("{0}")]
     Invalid(String),
+    /// A module it imports cannot be loaded (outside its directory, a Node built-in, a
+    /// CommonJS package, a cap reached, ...).
+    #[error(transparent)]
+    Module(#[from] ModuleError),
     /// The authoring form is malformed.
     #[error("authoring: {0}")]
     Authoring(String),
-    /// This binary was built without the JS runner (no clang for wasm32 at build time).
-    #[error(
-        "this factory binary was built without the JS runner (its build found no clang for wasm32): install \
-         clang (Debian/Ubuntu: apt-get install -y clang-19 lld-19) and `rustup target add wasm32-unknown-unknown`, \
-         then rebuild factory"
-    )]
-    NoRunner,
 }
 
 impl Script {
@@ -90,7 +99,9 @@ impl Script {
     pub fn new(file_name: impl Into<String>, text: impl Into<Arc<str>>, entry: Option<String>) -> Self {
         let text = text.into();
         let hash = hex::encode(Sha256::digest(text.as_bytes()));
-        Script { file_name: file_name.into(), js: text.clone(), text, hash, entry }
+        let file_name = file_name.into();
+        let modules = Arc::new(ModuleSet::none(file_name.clone()));
+        Script { js: text.clone(), file_name, text, hash, entry, modules }
     }
 
     /// A script from its source text, by its file name: a `.ts`/`.mts` name is TypeScript,
@@ -112,7 +123,13 @@ impl Script {
 
     /// What a run records of it.
     pub fn reference(&self) -> ScriptRef {
-        ScriptRef { sha256: self.hash.clone(), file_name: self.file_name.clone(), entry: self.entry.clone() }
+        let modules = (!self.modules.is_empty()).then(|| manifest_hash(&self.modules.manifest()));
+        ScriptRef { sha256: self.hash.clone(), file_name: self.file_name.clone(), entry: self.entry.clone(), modules }
+    }
+
+    /// The same script with `modules` as its module set.
+    pub fn with_modules(&self, modules: ModuleSet) -> Self {
+        Script { modules: Arc::new(modules), ..self.clone() }
     }
 
     /// Read a `.js`/`.mjs` file (or a `.ts`/`.mts` file, type-stripped).
@@ -131,8 +148,24 @@ impl Script {
         }
         let text = String::from_utf8(bytes).map_err(|_| ScriptError::NotText(shown.clone()))?;
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(shown);
-        Script::from_source(file_name, text, entry)
+        let mut script = Script::from_source(file_name, text, entry)?;
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        script.modules = Arc::new(ModuleSet::in_dir(dir, script.file_name.clone()));
+        Ok(script)
     }
+}
+
+/// The blob key of a module manifest: the sha256 of its JSON.
+pub fn manifest_hash(manifest: &Manifest) -> String {
+    hex::encode(Sha256::digest(manifest_json(manifest)))
+}
+
+/// A module manifest as stored (JSON).
+pub fn manifest_json(manifest: &Manifest) -> Vec<u8> {
+    serde_json::to_vec(manifest).unwrap_or_default()
 }
 
 /// Is `path` a script factory (by extension)?

@@ -1,10 +1,16 @@
 //! [`Follower`]: the one way to follow a run live, through either transport. It hands out
 //! the run's progress entries after a given seq, in order, then the terminal envelope.
-//! It wakes on the service's run updates and re-reads on a slow timer too, so a missed
-//! update only makes an entry a little late; a terminal envelope is written after the
-//! run's last progress, so everything before it has been handed out when it comes.
+//! Over the control socket it is one `follow` stream (one connection; the service runs a
+//! follower in process and sends what it hands out). In process, or against a service
+//! that has no `follow`, it wakes on the service's run updates and re-reads on a slow timer
+//! too, so a missed update only makes an entry a little late; a terminal envelope is
+//! written after the run's last progress, so everything before it has been handed out when
+//! it comes.
 
 use super::client::{Client, ServiceError, Updates};
+use super::remote::{ClientError, FollowStream};
+use super::wire::FollowEvent;
+use crate::error::ErrorCode;
 use crate::model::scope::Scope;
 use crate::store::ProgressQuery;
 use crate::{ProgressEntry, RunEnvelope};
@@ -35,6 +41,10 @@ pub struct Follower {
     pending: VecDeque<ProgressEntry>,
     ended: Option<RunEnvelope>,
     updates: Option<Updates>,
+    /// The service's follow stream, when the client is remote and the service has one.
+    stream: Option<FollowStream>,
+    /// Why opening the stream failed, handed out by the first [`Follower::next`].
+    first_error: Option<ServiceError>,
     done: bool,
     first: bool,
 }
@@ -44,19 +54,37 @@ impl Follower {
     /// start).
     pub async fn new(client: Client, scope: impl Into<Scope>, run_id: &str, after_seq: u64) -> Self {
         let scope = scope.into();
-        // Without updates (an older service, say) the follower polls.
-        let updates = client.updates(&scope).await.ok();
-        Follower {
+        let mut follower = Follower {
             client,
             scope,
             run_id: run_id.to_string(),
             after_seq,
             pending: VecDeque::new(),
             ended: None,
-            updates,
+            updates: None,
+            stream: None,
+            first_error: None,
             done: false,
             first: true,
+        };
+        if let Client::Remote(remote) = &follower.client {
+            match remote.follow(follower.scope.clone(), run_id, after_seq).await {
+                Ok(stream) => {
+                    follower.stream = Some(stream);
+                    return follower;
+                }
+                // A service without `follow` (another build of this wire version): poll.
+                Err(ClientError::Remote(e)) if e.code == ErrorCode::BadRequest => {}
+                Err(e) => {
+                    // Reported by the first `next`, as a failed read would be.
+                    follower.first_error = Some(e.into());
+                    return follower;
+                }
+            }
         }
+        // Without updates the follower polls.
+        follower.updates = follower.client.updates(&follower.scope).await.ok();
+        follower
     }
 
     /// The run followed.
@@ -71,6 +99,34 @@ impl Follower {
 
     /// The next entry or the terminal envelope; `None` after the envelope.
     pub async fn next(&mut self) -> Option<Result<Followed, ServiceError>> {
+        if let Some(e) = self.first_error.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
+        if let Some(stream) = &mut self.stream {
+            if self.done {
+                return None;
+            }
+            let event = stream.next().await;
+            return Some(match event {
+                Ok(FollowEvent::Progress(entry)) => {
+                    self.after_seq = entry.seq;
+                    Ok(Followed::Progress(entry))
+                }
+                Ok(FollowEvent::Ended(envelope)) => {
+                    self.done = true;
+                    Ok(Followed::Ended(*envelope))
+                }
+                Ok(FollowEvent::Failed(e)) => {
+                    self.done = true;
+                    Err(ServiceError::Remote(ClientError::Remote(e)))
+                }
+                Err(e) => {
+                    self.done = true;
+                    Err(e.into())
+                }
+            });
+        }
         loop {
             if let Some(entry) = self.pending.pop_front() {
                 self.after_seq = entry.seq;

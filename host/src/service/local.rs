@@ -28,8 +28,8 @@ impl Local {
         &self.host
     }
 
-    /// Answer `request` (everything but [`Request::Subscribe`], which [`Local::updates`]
-    /// serves).
+    /// Answer `request` (everything but the streams [`Request::Subscribe`] and
+    /// [`Request::Follow`], which [`super::Client::updates`] and [`super::Follower`] serve).
     pub async fn answer(&self, request: Request) -> Result<Response, Error> {
         let host = &self.host;
         Ok(match request {
@@ -59,6 +59,7 @@ impl Local {
                 Response::Started { run_id: self.start(start).await? }
             }
             Request::Subscribe { .. } => return Err(Error::Misrouted("a subscription is a stream: use Client::updates")),
+            Request::Follow { .. } => return Err(Error::Misrouted("a follow is a stream: use Follower")),
         })
     }
 

@@ -25,8 +25,8 @@ pub use client::{Client, ServiceError, Updates};
 pub use consent::{consented, registration_trust_key, trust_key, Consent, TrustCheck};
 pub use follow::{Followed, Follower};
 pub use local::Local;
-pub use remote::{ClientError, Remote};
+pub use remote::{ClientError, FollowStream, Remote};
 pub use wire::{
-    parse_request, read_line_bounded, Answer, Event, Frame, RemoteError, Request, Response, Source, Target, MAX_REQUEST_BYTES,
+    parse_request, read_line_bounded, Answer, Event, FollowEvent, Frame, RemoteError, Request, Response, Source, Target, MAX_REQUEST_BYTES,
     MAX_RESPONSE_BYTES, WIRE_VERSION,
 };

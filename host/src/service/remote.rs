@@ -3,7 +3,9 @@
 //! that the socket's server is this user's before it sends anything, and reads at most
 //! [`MAX_RESPONSE_BYTES`] of any line.
 
-use super::wire::{parse_frame, read_line_bounded, Answer, Event, Frame, RemoteError, Request, Response, MAX_RESPONSE_BYTES};
+use super::wire::{
+    parse_frame, read_line_bounded, Answer, Event, FollowEvent, Frame, RemoteError, Request, Response, MAX_RESPONSE_BYTES,
+};
 use crate::model::scope::Scope;
 use crate::RunUpdated;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,12 @@ pub enum ClientError {
         path: String,
         /// What was wrong with it.
         message: String,
+    },
+    /// The service closed a stream before its last event (it stopped or was killed).
+    #[error("control socket {path}: the service went away mid-stream")]
+    Disconnected {
+        /// The socket.
+        path: String,
     },
     /// The service answered with an error.
     #[error(transparent)]
@@ -121,35 +129,60 @@ impl Remote {
         let (mut read, write) = self.send(&Request::Subscribe { scope }).await?;
         match self.answer(&mut read).await? {
             // The write half stays open while we listen: its end tells the service we left.
-            Response::Subscribed => Ok(Subscription { read: tokio::io::BufReader::new(read), _write: write, path: self.path() }),
-            other => Err(ClientError::Protocol {
-                path: self.path(),
-                message: format!("a subscription was answered with `{}`", other.kind()),
-            }),
+            Response::Subscribed => Ok(Subscription { lines: Lines::new(read, write, self.path(), MAX_EVENT_BYTES) }),
+            other => Err(self.unexpected("subscription", &other)),
         }
+    }
+
+    /// Follow `run_id` as `scope` sees it, from the entry after `after_seq`: one connection
+    /// that streams the run's progress and then its terminal envelope.
+    pub async fn follow(&self, scope: Scope, run_id: &str, after_seq: u64) -> Result<FollowStream, ClientError> {
+        let request = Request::Follow { scope, run_id: run_id.to_string(), after_seq };
+        let (mut read, write) = self.send(&request).await?;
+        match self.answer(&mut read).await? {
+            Response::Following => Ok(FollowStream { lines: Lines::new(read, write, self.path(), MAX_RESPONSE_BYTES as usize) }),
+            other => Err(self.unexpected("follow", &other)),
+        }
+    }
+
+    fn unexpected(&self, what: &str, got: &Response) -> ClientError {
+        ClientError::Protocol { path: self.path(), message: format!("a {what} was answered with `{}`", got.kind()) }
     }
 }
 
 /// The longest event line of a subscription.
 const MAX_EVENT_BYTES: usize = 64 << 10;
 
-/// An open subscription over the socket.
-pub struct Subscription {
+/// The lines of a stream the service sends on one connection, each at most `limit` bytes.
+/// The write half stays open while we read: its end tells the service we left.
+struct Lines {
     read: tokio::io::BufReader<OwnedReadHalf>,
     _write: OwnedWriteHalf,
     path: String,
+    limit: usize,
 }
 
-impl Subscription {
-    /// The next update; `None` when the service closed the subscription or sent a line
-    /// that is not an update (logged).
-    pub async fn next(&mut self) -> Option<RunUpdated> {
+/// Why a stream's next line is missing.
+enum LineEnd {
+    /// The service closed the stream.
+    Closed,
+    /// The line is longer than the stream's limit, or the read failed.
+    Broken(String),
+}
+
+impl Lines {
+    fn new(read: OwnedReadHalf, write: OwnedWriteHalf, path: String, limit: usize) -> Self {
+        Lines { read: tokio::io::BufReader::new(read), _write: write, path, limit }
+    }
+
+    /// The next line, without its newline.
+    async fn next(&mut self) -> Result<Vec<u8>, LineEnd> {
         use tokio::io::AsyncBufReadExt;
         let mut line = Vec::new();
         loop {
-            let chunk = self.read.fill_buf().await.ok()?;
+            let chunk = self.read.fill_buf().await.map_err(|e| LineEnd::Broken(e.to_string()))?;
             if chunk.is_empty() {
-                return None;
+                return Err(LineEnd::Closed);
             }
             match chunk.iter().position(|b| *b == b'\n') {
                 Some(at) => {
@@ -163,17 +196,58 @@ impl Subscription {
                     self.read.consume(n);
                 }
             }
-            if line.len() > MAX_EVENT_BYTES {
-                tracing::warn!("control socket {}: an update line longer than {MAX_EVENT_BYTES} bytes; closing", self.path);
-                return None;
+            if line.len() > self.limit {
+                return Err(LineEnd::Broken(format!("a line longer than {} bytes", self.limit)));
             }
         }
+        if line.len() > self.limit {
+            return Err(LineEnd::Broken(format!("a line longer than {} bytes", self.limit)));
+        }
+        Ok(line)
+    }
+}
+
+/// An open subscription over the socket.
+pub struct Subscription {
+    lines: Lines,
+}
+
+impl Subscription {
+    /// The next update; `None` when the service closed the subscription or sent a line
+    /// that is not an update (logged).
+    pub async fn next(&mut self) -> Option<RunUpdated> {
+        let line = match self.lines.next().await {
+            Ok(line) => line,
+            Err(LineEnd::Closed) => return None,
+            Err(LineEnd::Broken(why)) => {
+                tracing::warn!("control socket {}: {why}; closing the subscription", self.lines.path);
+                return None;
+            }
+        };
         match parse_frame::<Event>(&line) {
             Ok(update) => Some(update),
             Err(e) => {
-                tracing::warn!("control socket {}: {e}; closing the subscription", self.path);
+                tracing::warn!("control socket {}: {e}; closing the subscription", self.lines.path);
                 None
             }
         }
+    }
+}
+
+/// An open follow stream over the socket ([`Remote::follow`]).
+pub struct FollowStream {
+    lines: Lines,
+}
+
+impl FollowStream {
+    /// The next event. A stream the service closes before its last event (an envelope or
+    /// a failure) is [`ClientError::Disconnected`].
+    pub async fn next(&mut self) -> Result<FollowEvent, ClientError> {
+        let line = match self.lines.next().await {
+            Ok(line) => line,
+            Err(LineEnd::Closed) => return Err(ClientError::Disconnected { path: self.lines.path.clone() }),
+            Err(LineEnd::Broken(message)) => return Err(ClientError::Protocol { path: self.lines.path.clone(), message }),
+        };
+        parse_frame::<FollowEvent>(&line).map_err(|message| ClientError::Protocol { path: self.lines.path.clone(), message })
     }
 }

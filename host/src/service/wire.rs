@@ -120,6 +120,15 @@ pub enum Request {
     /// Announce every update of the runs the scope sees, one [`Frame`] of [`RunUpdated`]
     /// per update, until the client goes away (after a first [`Response::Subscribed`]).
     Subscribe { scope: Scope },
+    /// Follow a run the scope sees: a first [`Response::Following`], then one [`Frame`] of
+    /// [`FollowEvent`] per progress entry after `after_seq`, in order, and last the terminal
+    /// envelope (or the error that ended the follow); then the service closes the stream.
+    Follow {
+        scope: Scope,
+        run_id: String,
+        #[serde(default)]
+        after_seq: u64,
+    },
 }
 
 impl Request {
@@ -139,6 +148,7 @@ impl Request {
             Request::Resume { .. } => "resume",
             Request::Register { .. } => "register",
             Request::Subscribe { .. } => "subscribe",
+            Request::Follow { .. } => "follow",
         }
     }
 }
@@ -185,6 +195,8 @@ pub enum Response {
     Started { run_id: String },
     /// A subscription is open: [`RunUpdated`] frames follow (`subscribe`).
     Subscribed,
+    /// A follow stream is open: [`FollowEvent`] frames follow (`follow`).
+    Following,
 }
 
 impl Response {
@@ -199,6 +211,7 @@ impl Response {
             Response::Registration(_) => "registration",
             Response::Started { .. } => "started",
             Response::Subscribed => "subscribed",
+            Response::Following => "following",
         }
     }
 
@@ -213,7 +226,7 @@ impl Response {
             Response::Factories(factories) => serde_json::to_value(factories),
             Response::Registration(registration) => serde_json::to_value(registration),
             Response::Started { run_id } => Ok(serde_json::json!({ "runId": run_id })),
-            Response::Subscribed => Ok(serde_json::json!({})),
+            Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
         }
     }
 }
@@ -230,6 +243,18 @@ pub enum Answer {
 
 /// An event line of a subscription.
 pub type Event = RunUpdated;
+
+/// An event line of a follow stream ([`Request::Follow`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FollowEvent {
+    /// The run's next progress entry.
+    Progress(ProgressEntry),
+    /// The run is terminal: its envelope, the stream's last event.
+    Ended(Box<RunEnvelope>),
+    /// Following failed (the run went away, the store failed): the stream's last event.
+    Failed(RemoteError),
+}
 
 /// A failed request, with the library error's code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
@@ -340,6 +365,7 @@ mod tests {
             },
             Request::Subscribe { scope: Scope::from("s") },
             Request::Subscribe { scope: Scope::Owner },
+            Request::Follow { scope: Scope::from("s"), run_id: "r".into(), after_seq: 7 },
         ];
         for request in requests {
             let bytes = line(&Frame::new(request.clone()));
@@ -347,6 +373,8 @@ mod tests {
         }
         let text = String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() }))).unwrap();
         assert_eq!(text, r#"{"wire":4,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        let text = String::from_utf8(line(&Frame::new(Request::Follow { scope: Scope::Owner, run_id: "r".into(), after_seq: 2 }))).unwrap();
+        assert_eq!(text, r#"{"wire":4,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner }))).unwrap();
         assert_eq!(text, r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.

@@ -1,5 +1,6 @@
 //! The durable store: one redb file in the state directory holding run records, the step
-//! and agent journal, progress, live accounting, registered factories and component bytes.
+//! and agent journal, progress, live accounting, registered factories, component bytes and
+//! the modules script runs loaded ([`modules`]).
 //! Writes go through the group-commit [`writer`]; reads open their own read transaction and
 //! see what is committed. Opening the store repairs what a crash left: runs that were
 //! `running` become `halted` (marked [`Interruption::Crash`]), with the spend recorded up to
@@ -7,6 +8,7 @@
 
 pub mod footprint;
 pub mod journal;
+pub mod modules;
 pub mod trust;
 mod records;
 pub(crate) mod tables;
@@ -460,6 +462,7 @@ fn prepare(db: &Database) -> Result<u64, StoreError> {
         txn.open_table(FACTORIES)?;
         txn.open_table(BLOBS)?;
         txn.open_table(JOURNAL_USAGE)?;
+        txn.open_table(modules::RUN_MODULES)?;
         let live = txn.open_table(LIVE_ACCOUNTING)?;
         let mut runs = txn.open_table(RUNS)?;
         let mut interrupted = Vec::new();

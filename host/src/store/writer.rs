@@ -32,6 +32,7 @@ pub(crate) enum Op {
     Run { id: String, order: Option<u64>, record: Vec<u8> },
     Factory { name: String, registration: Vec<u8> },
     Blob { hash: String, bytes: Arc<[u8]> },
+    RunModules { run: String, manifest: Vec<u8> },
     Flush(oneshot::Sender<Result<(), StoreError>>),
 }
 
@@ -46,6 +47,7 @@ impl Op {
             Op::Run { id, record, .. } => id.len() + record.len(),
             Op::Factory { name, registration } => name.len() + registration.len(),
             Op::Blob { hash, bytes } => hash.len() + bytes.len(),
+            Op::RunModules { run, manifest } => run.len() + manifest.len(),
             Op::Flush(_) => 0,
         };
         bytes as u64
@@ -290,6 +292,7 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
         let mut blobs = txn.open_table(BLOBS)?;
         let mut meta = txn.open_table(tables::META)?;
         let mut usage = txn.open_table(JOURNAL_USAGE)?;
+        let mut run_modules = txn.open_table(super::modules::RUN_MODULES)?;
         // Live accounting is overwritten per agent; within a batch only each run's last one
         // needs writing.
         let mut last_accounting = std::collections::HashMap::new();
@@ -342,6 +345,9 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
                     if blobs.get(hash.as_str())?.is_none() {
                         blobs.insert(hash.as_str(), &bytes[..])?;
                     }
+                }
+                Op::RunModules { run, manifest } => {
+                    run_modules.insert(run.as_str(), manifest.as_slice())?;
                 }
                 Op::Flush(_) => {}
             }

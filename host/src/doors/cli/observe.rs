@@ -226,7 +226,7 @@ pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     // Start from the latest page, then follow live until the run ends.
     let tail = client.progress(Scope::Owner, &a.run_id, ProgressQuery::default()).await?;
     let after = tail.first().map_or(0, |e| e.seq.saturating_sub(1));
-    let envelope = crate::doors::cli::remote::follow(&client, &a.run_id, false, None, false, after).await?;
+    let envelope = crate::doors::cli::remote::follow(&client, &a.run_id, false, None, false, after, Some(g)).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&envelope)?);
     } else {

@@ -6,7 +6,7 @@ use crate::doors::cli::events::EventSink;
 use crate::doors::args::GlobalArgs;
 use crate::doors::cli::progress_ui;
 use anyhow::{bail, Result};
-use factory_host::service::{Client, Followed, Follower, Request};
+use factory_host::service::{Client, ClientError, Followed, Follower, Request, ServiceError};
 use factory_host::{ProgressEntry, RunEnvelope};
 
 /// Send a `Run`/`Resume` request; with `detach`, print the run id and return `None`,
@@ -33,16 +33,26 @@ pub async fn start(
         }
         return Ok(None);
     }
-    let envelope = follow(&client, &run_id, quiet, events.clone(), true, 0).await?;
+    let envelope = follow(&client, &run_id, quiet, events.clone(), true, 0, Some(g)).await?;
     if let Some(sink) = &events {
         sink.finished(&envelope);
     }
     Ok(Some(envelope))
 }
 
+/// How many times following a run starts the service again after it went away.
+const RESTARTS: u32 = 3;
+
+/// Did the service go away (killed, crashed, stopped) rather than refuse?
+fn went_away(e: &ServiceError) -> bool {
+    matches!(e, ServiceError::Remote(ClientError::Disconnected { .. } | ClientError::Connect { .. }))
+}
+
 /// Show a run's progress after `after_seq` live until it is terminal; Ctrl-C cancels it when
 /// `cancel_on_interrupt`, else only stops following. The local user follows and cancels as
-/// the owner: the run may be of any session.
+/// the owner: the run may be of any session. With `restart`, a service that goes away
+/// mid-follow is started again (at most [`RESTARTS`] times; the new service recovers the
+/// run it left halted) and following goes on from the last entry shown.
 pub async fn follow(
     client: &Client,
     run_id: &str,
@@ -50,10 +60,13 @@ pub async fn follow(
     events: Option<EventSink>,
     cancel_on_interrupt: bool,
     after_seq: u64,
+    restart: Option<&GlobalArgs>,
 ) -> Result<RunEnvelope> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ProgressEntry>();
     let ui = tokio::spawn(progress_ui::render(rx, quiet, events));
+    let mut client = client.clone();
     let mut follower = Follower::new(client.clone(), factory_host::Scope::Owner, run_id, after_seq).await;
+    let mut restarts = 0;
     let mut interrupt = Box::pin(tokio::signal::ctrl_c());
     let envelope = loop {
         tokio::select! {
@@ -62,6 +75,14 @@ pub async fn follow(
                     let _ = tx.send(entry);
                 }
                 Some(Ok(Followed::Ended(envelope))) => break envelope,
+                Some(Err(e)) if went_away(&e) && restarts < RESTARTS && matches!(client, Client::Remote(_)) => {
+                    // `--no-daemon`: no service is started on our behalf.
+                    let Some(g) = restart.filter(|g| !g.no_daemon) else { return Err(e.into()) };
+                    restarts += 1;
+                    eprintln!("\nfactory: the service went away ({e}); starting it again to follow run {run_id}");
+                    client = Client::Remote(crate::doors::daemon::ensure(g).await?);
+                    follower = Follower::new(client.clone(), factory_host::Scope::Owner, run_id, follower.after_seq()).await;
+                }
                 Some(Err(e)) => return Err(e.into()),
                 None => bail!("following run {run_id} ended without its envelope"),
             },
