@@ -179,7 +179,7 @@ fn log_lines(host: &Host, envelope: &RunEnvelope) -> Vec<String> {
         let Some(last) = page.last() else { break };
         after = last.seq;
         lines.extend(page.into_iter().filter_map(|entry| match entry.event {
-            ProgressEvent::Log { message } => Some(message),
+            ProgressEvent::Log { message, .. } => Some(message),
             _ => None,
         }));
     }
@@ -434,7 +434,7 @@ async fn cancel_mid_loop() -> CancelledRun {
         std::thread::spawn(move || -> Option<RunEnvelope> {
             let run_id = id_rx.recv().ok()?;
             while let Some(entry) = events_rx.blocking_recv() {
-                if matches!(&entry.event, ProgressEvent::Log { message } if message == "looping") {
+                if matches!(&entry.event, ProgressEvent::Log { message, .. } if message == "looping") {
                     let envelope = runtime.block_on(fx.host.cancel(DEFAULT_SESSION, &run_id)).expect("a known run");
                     return Some(envelope);
                 }

@@ -67,7 +67,7 @@ fn logs(host: &Host, run_id: &str) -> Vec<String> {
     events(host, run_id)
         .into_iter()
         .filter_map(|e| match e {
-            ProgressEvent::Log { message } => Some(message),
+            ProgressEvent::Log { message, .. } => Some(message),
             _ => None,
         })
         .collect()
@@ -201,7 +201,7 @@ async fn an_abort_rejects_through_parallel_and_pipeline_and_the_host_records_it(
             break;
         }
     }
-    assert!(seen.contains(&"parallel rejected with AbortError:limit".to_string()), "{seen:?}");
+    assert!(seen.contains(&"parallel rejected with AbortError:factory_limit_reached".to_string()), "{seen:?}");
 }
 
 #[tokio::test]

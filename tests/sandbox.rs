@@ -52,7 +52,7 @@ fn log_lines(host: &Host, run_id: &str) -> Vec<String> {
         .expect("progress")
         .into_iter()
         .filter_map(|e| match e.event {
-            ProgressEvent::Log { message } => Some(message),
+            ProgressEvent::Log { message, .. } => Some(message),
             _ => None,
         })
         .collect()

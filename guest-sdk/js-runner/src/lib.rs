@@ -10,9 +10,11 @@
 //! Promises are the async `agents.agent` import (thousands may be in flight), steps,
 //! phases and logs are the `ctx` imports. The runner imports nothing else (no WASI).
 //!
-//! Determinism under resume: `Date.now()` is the run's creation time (read from the run id,
-//! a UUID v7) and does not advance; `Math.random()` is a PRNG seeded from the run id. Both
-//! are the same in every attempt, so prompts built from them keep their memo keys.
+//! Determinism under resume: `Date.now()` is a logical clock: the run's creation time (read
+//! from the run id, a UUID v7) plus the time its timers and sleeps have waited (it does not
+//! advance with computation or agent calls); `Math.random()` is a PRNG seeded from the run
+//! id. Both are the same in every attempt that takes the same path, so prompts built from
+//! them keep their memo keys.
 
 use rquickjs::function::{Async, Func};
 use rquickjs::{AsyncContext, AsyncRuntime, Ctx, Function, Object, Promise, Value};
@@ -29,8 +31,11 @@ mod bindings {
     });
 }
 
-use bindings::agent::factory::types::{Abort, AgentOptions, LimitKind, Limits, Meta, PhaseDecl, StepError};
+use bindings::agent::factory::types::{Abort, AgentOptions, LimitKind, Limits, LogLevel, Meta, PhaseDecl, StepError};
 use bindings::agent::factory::{agents, ctx as hooks, script};
+
+/// The standard globals (`console`, timers, `AbortController`, `URL`, ...), evaluated first.
+const GLOBALS: &str = include_str!("globals.js");
 
 /// The runtime module the factory imports.
 const PRELUDE: &str = include_str!("prelude.js");
@@ -155,6 +160,7 @@ async fn new_engine(source: &script::ScriptSource) -> rquickjs::Result<(AsyncRun
     let context = AsyncContext::full(&rt).await?;
     context
         .with(|ctx| -> rquickjs::Result<()> {
+            ctx.eval::<(), _>(GLOBALS)?;
             ctx.eval::<(), _>(PRELUDE)?;
             Ok(())
         })
@@ -183,8 +189,32 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
     }))?;
     native.set("phase", Func::from(|title: String| hooks::phase(&title)))?;
     native.set("log", Func::from(|message: String| hooks::log(&message)))?;
+    native.set("logAt", Func::from(|level: String, message: String| {
+        let level = match level.as_str() {
+            "debug" => LogLevel::Debug,
+            "warn" => LogLevel::Warn,
+            "error" => LogLevel::Error,
+            _ => LogLevel::Info,
+        };
+        hooks::log_at(level, &message)
+    }))?;
     native.set("cancelled", Func::from(hooks::cancelled))?;
+    native.set("stopReason", Func::from(|| hooks::stop_reason().map(|abort| abort_message(&abort))))?;
+    // The logical clock (see the module doc): the prelude advances it as timers fire.
+    native.set("setClock", Func::from(|ms: f64| CLOCK_US.with(|c| c.set(ms * 1000.0))))?;
+    native.set("clock", Func::from(|| CLOCK_US.with(|c| c.get()) / 1000.0))?;
+    native.set("urlParse", Func::from(|input: String, base: Option<String>| url_parse(&input, base.as_deref())))?;
+    native.set("urlSet", Func::from(|href: String, part: String, value: String| url_set(&href, &part, &value)))?;
     if with_agents {
+        // `agents.sleep`: timers and `ctx.sleep`. It ends early once the run is stopping.
+        native.set(
+            "sleep",
+            Func::from(Async(|ms: f64| async move {
+                let ms = if ms.is_finite() && ms > 0.0 { ms.min(u64::MAX as f64) as u64 } else { 0 };
+                agents::sleep(ms).await;
+                rquickjs::Result::Ok(())
+            })),
+        )?;
         native.set(
             "agent",
             Func::from(Async(
@@ -205,8 +235,9 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
     Ok(())
 }
 
-/// How an abort reads in JS (`AbortError.message`); `kind:` prefixes let the prelude tell
-/// a cancellation (which aborts `ctx.signal`) from the rest.
+/// How an abort reads in JS: `kind:message` (`kind:limit:message` for a factory limit),
+/// `kind` spelled as the envelope's `failure.type` the run will end with; every abort fires
+/// `ctx.signal`.
 fn abort_message(abort: &Abort) -> String {
     match abort {
         Abort::Cancelled => "cancelled:the run was cancelled".into(),
@@ -216,12 +247,62 @@ fn abort_message(abort: &Abort) -> String {
                 LimitKind::TimeoutSeconds => "timeoutSeconds",
                 LimitKind::MaxAiCredits => "maxAiCredits",
             };
-            format!("limit:the factory limit `{kind}` was reached")
+            format!("factory_limit_reached:{kind}:the factory limit `{kind}` was reached")
         }
         Abort::Storage(m) => format!("storage:the durable store failed: {m}"),
-        Abort::InvalidCall(m) => format!("invalid:{m}"),
-        Abort::SandboxLimit(m) => format!("sandbox:{m}"),
+        Abort::InvalidCall(m) => format!("invalid_call:{m}"),
+        Abort::SandboxLimit(m) => format!("sandbox_limit:{m}"),
+        Abort::Backend(m) => format!("backend:the agent backend could not be used: {m}"),
+        Abort::Halted => "halted:the host is shutting down; resume the run to continue".into(),
     }
+}
+
+/// `new URL(input, base)` by the WHATWG URL Standard (the `url` crate): the parts as JSON,
+/// or `null` when `input` is no valid URL.
+fn url_parse(input: &str, base: Option<&str>) -> Option<String> {
+    let parsed = match base {
+        Some(base) => url::Url::parse(base).ok()?.join(input).ok()?,
+        None => url::Url::parse(input).ok()?,
+    };
+    Some(url_parts(&parsed))
+}
+
+/// Set one part of a URL (`href` is valid: it came from [`url_parse`]) by the Standard's
+/// setter rules, which ignore a value they cannot take (`href` alone fails: `null`).
+fn url_set(href: &str, part: &str, value: &str) -> Option<String> {
+    let mut parsed = url::Url::parse(href).ok()?;
+    match part {
+        "href" => parsed = url::Url::parse(value).ok()?,
+        "protocol" => url::quirks::set_protocol(&mut parsed, value).unwrap_or(()),
+        "username" => url::quirks::set_username(&mut parsed, value).unwrap_or(()),
+        "password" => url::quirks::set_password(&mut parsed, value).unwrap_or(()),
+        "host" => url::quirks::set_host(&mut parsed, value).unwrap_or(()),
+        "hostname" => url::quirks::set_hostname(&mut parsed, value).unwrap_or(()),
+        "port" => url::quirks::set_port(&mut parsed, value).unwrap_or(()),
+        "pathname" => url::quirks::set_pathname(&mut parsed, value),
+        "search" => url::quirks::set_search(&mut parsed, value),
+        "hash" => url::quirks::set_hash(&mut parsed, value),
+        _ => {}
+    }
+    Some(url_parts(&parsed))
+}
+
+fn url_parts(u: &url::Url) -> String {
+    use url::quirks as q;
+    serde_json::json!({
+        "href": q::href(u),
+        "origin": q::origin(u),
+        "protocol": q::protocol(u),
+        "username": q::username(u),
+        "password": q::password(u),
+        "host": q::host(u),
+        "hostname": q::hostname(u),
+        "port": q::port(u),
+        "pathname": q::pathname(u),
+        "search": q::search(u),
+        "hash": q::hash(u),
+    })
+    .to_string()
 }
 
 /// The wit `meta` from the JSON the prelude produced (its shape checked there).

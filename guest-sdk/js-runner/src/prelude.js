@@ -1,7 +1,8 @@
 // The factory runtime of the JS runner: `defineFactory`, `joinSession` and the `ctx` API of
 // the Copilot SDK's agent factories, on top of the native hooks in `__factory_native`
-// (installed by lib.rs). Evaluated as a script before the factory's module; the module
-// `"factory"` (alias `"@github/copilot-sdk/extension"`) re-exports `__factory_api`.
+// (installed by lib.rs) and the standard globals of globals.js (evaluated first). Evaluated
+// as a script before the factory's module; the module `"factory"` (alias
+// `"@github/copilot-sdk/extension"`) re-exports `__factory_api`.
 "use strict";
 (() => {
     const MAX_ITEMS = 4096;
@@ -10,20 +11,32 @@
     const defined = [];
     let joined = null;
 
-    // An abort: the run must stop. `parallel`/`pipeline` let it through instead of turning
-    // it into `null`.
-    class FactoryAbortError extends Error {
-        constructor(kind, message) {
-            super(message);
-            this.name = "AbortError";
+    const G = globalThis.__factory_globals;
+
+    // An abort: the run must stop. A `DOMException` named `AbortError` (as Node's abort
+    // reasons are) whose `kind` is the envelope's `failure.type` the run ends with
+    // (`cancelled`, `halted`, `factory_limit_reached`, `sandbox_limit`, `storage`,
+    // `invalid_call`, `backend`) and, for a factory limit, `limit` its `failure.kind`.
+    // `parallel`/`pipeline` let it through instead of turning it into `null`.
+    class FactoryAbortError extends G.DOMException {
+        constructor(kind, message, limit) {
+            super(message, "AbortError");
             this.kind = kind;
+            if (limit !== undefined) this.limit = limit;
         }
     }
     const isAbort = (e) => e instanceof FactoryAbortError;
 
+    // `kind:message`, or `factory_limit_reached:LIMIT:message` (lib.rs).
     function abortFrom(encoded) {
         const colon = encoded.indexOf(":");
-        return new FactoryAbortError(encoded.slice(0, colon), encoded.slice(colon + 1));
+        const kind = encoded.slice(0, colon);
+        let rest = encoded.slice(colon + 1);
+        if (kind === "factory_limit_reached") {
+            const second = rest.indexOf(":");
+            return new FactoryAbortError(kind, rest.slice(second + 1), rest.slice(0, second));
+        }
+        return new FactoryAbortError(kind, rest);
     }
 
     // Strict JSON: plain objects, arrays, strings, finite numbers, booleans, null.
@@ -185,46 +198,15 @@
         };
     }
 
+    // `ctx.signal`: a real AbortSignal, aborted (its `abort` event fired) as soon as the
+    // runner learns that the run is stopping: a hook answered with an abort, or the host's
+    // stop reason is set (polled when the signal is read, at every host call and timer tick).
     function makeSignal(native) {
-        let aborted = false;
-        let reason;
-        const listeners = [];
-        const signal = {
-            get aborted() {
-                if (!aborted && native.cancelled()) fire(new FactoryAbortError("cancelled", "the run was cancelled"));
-                return aborted;
-            },
-            get reason() {
-                return signal.aborted ? reason : undefined;
-            },
-            onabort: null,
-            addEventListener(type, fn) {
-                if (type === "abort" && typeof fn === "function") listeners.push(fn);
-            },
-            removeEventListener(type, fn) {
-                const i = listeners.indexOf(fn);
-                if (type === "abort" && i >= 0) listeners.splice(i, 1);
-            },
-            throwIfAborted() {
-                if (signal.aborted) throw reason;
-            },
-        };
-        function fire(why) {
-            if (aborted) return;
-            aborted = true;
-            reason = why;
-            const event = { type: "abort", target: signal };
-            for (const fn of [signal.onabort, ...listeners]) {
-                if (typeof fn === "function") {
-                    try {
-                        fn.call(signal, event);
-                    } catch {
-                        // A listener's error does not stop the others.
-                    }
-                }
-            }
-        }
-        return { signal, fire };
+        const { signal, abort } = G.runSignal(() => {
+            const encoded = native.stopReason();
+            return encoded === null || encoded === undefined ? undefined : abortFrom(encoded);
+        });
+        return { signal, fire: abort };
     }
 
     function makeCtx(argsJson, runId) {
@@ -232,9 +214,19 @@
         const { signal, fire } = makeSignal(native);
         const raise = (encoded) => {
             const e = abortFrom(encoded);
-            if (e.kind === "cancelled") fire(e);
+            fire(e);
             throw e;
         };
+
+        // `ctx.sleep(ms)`: the host's sleep (active time); rejects with the abort once the
+        // run is stopping.
+        async function sleep(ms) {
+            const n = Number(ms);
+            if (!Number.isFinite(n) || n < 0) throw new TypeError(`ctx.sleep: the delay must be a non-negative number of milliseconds (got ${String(ms)})`);
+            signal.throwIfAborted();
+            const finished = await G.sleep(Math.trunc(n));
+            if (!finished) signal.throwIfAborted();
+        }
 
         async function agent(prompt, options) {
             if (typeof prompt !== "string") throw new TypeError("ctx.agent: the prompt must be a string");
@@ -330,8 +322,15 @@
             parallel,
             pipeline,
             step,
-            phase: (title) => native.phase(String(title)),
-            log: (message) => native.log(String(message)),
+            phase: (title) => {
+                G.pollStop();
+                native.phase(String(title));
+            },
+            log: (message) => {
+                G.pollStop();
+                native.log(String(message));
+            },
+            sleep,
             signal,
             session: null,
             factory: () => Promise.reject(new Error("nested factories are not supported")),
@@ -342,8 +341,11 @@
     globalThis.__factory_run = async (fileName, entry, argsJson, runId) => {
         try {
             Math.random = seededRandom(runId);
+            // An error no one can catch (a throwing timer callback or listener) ends the run,
+            // as it ends a Node process.
+            const uncaught = new Promise((_, reject) => G.onUncaught(reject));
             const factory = await load(fileName, entry);
-            const result = await factory.run(makeCtx(argsJson, runId));
+            const result = await Promise.race([factory.run(makeCtx(argsJson, runId)), uncaught]);
             if (result === undefined) return "n";
             let json;
             try {

@@ -84,7 +84,7 @@ class Abort(BaseException):
     """The run must stop: propagate it (do not catch it).
 
     ``reason`` is one of ``"cancelled"``, ``"limit-reached"``, ``"storage"``,
-    ``"invalid-call"``, ``"sandbox-limit"``; ``limit`` names the limit for
+    ``"invalid-call"``, ``"sandbox-limit"``, ``"backend"``, ``"halted"``; ``limit`` names the limit for
     ``"limit-reached"`` (``"maxTotalSubagents"``, ``"timeoutSeconds"``, ``"maxAiCredits"``).
     """
 
@@ -128,6 +128,10 @@ def _abort_from_wit(value: Any) -> Abort:
         return Abort("invalid-call", value.value)
     if name == "Abort_SandboxLimit":
         return Abort("sandbox-limit", value.value)
+    if name == "Abort_Backend":
+        return Abort("backend", value.value)
+    if name == "Abort_Halted":
+        return Abort("halted")
     return Abort("unknown", repr(value))
 
 

@@ -30,6 +30,10 @@ pub enum Abort {
     InvalidCall(String),
     /// A host sandbox limit was exceeded.
     SandboxLimit(String),
+    /// The agent backend could not be used (an outage, not an answer).
+    Backend(String),
+    /// The host is shutting down (the run ends `halted`, resumable).
+    Halted,
 }
 
 impl From<wit::Abort> for Abort {
@@ -44,6 +48,8 @@ impl From<wit::Abort> for Abort {
             wit::Abort::Storage(m) => Abort::Storage(m),
             wit::Abort::InvalidCall(m) => Abort::InvalidCall(m),
             wit::Abort::SandboxLimit(m) => Abort::SandboxLimit(m),
+            wit::Abort::Backend(m) => Abort::Backend(m),
+            wit::Abort::Halted => Abort::Halted,
         }
     }
 }
@@ -56,6 +62,8 @@ impl fmt::Display for Abort {
             Abort::Storage(m) => write!(f, "run aborted: storage failure: {m}"),
             Abort::InvalidCall(m) => write!(f, "run aborted: invalid call: {m}"),
             Abort::SandboxLimit(m) => write!(f, "run aborted: sandbox limit: {m}"),
+            Abort::Backend(m) => write!(f, "run aborted: backend outage: {m}"),
+            Abort::Halted => write!(f, "run aborted: the host is shutting down"),
         }
     }
 }

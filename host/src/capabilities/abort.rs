@@ -8,7 +8,7 @@ use crate::backend::OutageKind;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Abort {
     Cancelled,
-    /// The host is shutting down; the run ends `halted` (the guest sees `cancelled`).
+    /// The host is shutting down; the run ends `halted`.
     Halted,
     Limit(LimitKind),
     /// The journal failed (its cause kept).

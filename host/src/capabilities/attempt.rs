@@ -145,6 +145,7 @@ impl Attempt {
         }
         Some(match self.cause.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             Some(StopCause::Failed(_, abort)) => abort.clone(),
+            Some(StopCause::Halted) => Abort::Halted,
             _ => Abort::Cancelled,
         })
     }

@@ -31,12 +31,28 @@ impl ctx::Host for RunData {
         Ok(())
     }
 
+    fn log_at(&mut self, level: wit::LogLevel, message: String) -> wasmtime::Result<()> {
+        use crate::model::progress::LogLevel;
+        let level = match level {
+            wit::LogLevel::Debug => LogLevel::Debug,
+            wit::LogLevel::Info => LogLevel::Info,
+            wit::LogLevel::Warn => LogLevel::Warn,
+            wit::LogLevel::Error => LogLevel::Error,
+        };
+        self.run.progress.log_at(level, message);
+        Ok(())
+    }
+
     fn run_id(&mut self) -> wasmtime::Result<String> {
         Ok(self.run.attempt.run_id.clone())
     }
 
     fn cancelled(&mut self) -> wasmtime::Result<bool> {
         Ok(self.run.attempt.cancelled())
+    }
+
+    fn stop_reason(&mut self) -> wasmtime::Result<Option<wit::Abort>> {
+        Ok(self.run.attempt.stopping().map(Into::into))
     }
 }
 
@@ -48,8 +64,17 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         prompt: String,
         options: wit::AgentOptions,
     ) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
-        let agents = accessor.with(|mut access| access.get().run.agents.clone());
-        let outcome = agents.call(prompt, options.label, options.schema, options.model).await;
+        let (agents, attempt) = accessor.with(|mut access| {
+            let run = &access.get().run;
+            (run.agents.clone(), run.attempt.clone())
+        });
+        // Once the attempt is stopping the call answers at once with the abort, so the guest
+        // can react within the stop grace (the call is abandoned as a dropped store would).
+        let outcome = tokio::select! {
+            biased;
+            outcome = agents.call(prompt, options.label, options.schema, options.model) => outcome,
+            _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
+        };
         Ok(outcome.map_err(Into::into))
     }
 
@@ -65,9 +90,9 @@ impl wit::Host for RunData {}
 impl From<Abort> for wit::Abort {
     fn from(abort: Abort) -> Self {
         match abort {
-            // The contract has no backend case: the guest sees `cancelled` (the run is
-            // stopping either way) and the host records the real cause.
-            Abort::Cancelled | Abort::Halted | Abort::Backend { .. } => wit::Abort::Cancelled,
+            Abort::Cancelled => wit::Abort::Cancelled,
+            Abort::Halted => wit::Abort::Halted,
+            Abort::Backend { kind, message } => wit::Abort::Backend(format!("{}: {message}", kind.as_str())),
             Abort::Unpriced(_) => wit::Abort::LimitReached(wit::LimitKind::MaxAiCredits),
             Abort::Limit(kind) => wit::Abort::LimitReached(match kind {
                 LimitKind::MaxTotalSubagents => wit::LimitKind::MaxTotalSubagents,

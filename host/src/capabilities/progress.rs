@@ -5,7 +5,7 @@
 //! ([`super::attempt::Attempt::emit`]).
 
 use super::attempt::Attempt;
-use crate::model::progress::ProgressEvent;
+use crate::model::progress::{LogLevel, ProgressEvent};
 use std::sync::{Arc, Mutex};
 
 /// Log lines kept and dropped so far in this attempt.
@@ -37,9 +37,14 @@ impl Progress {
         attempt.emit(ProgressEvent::Phase { title });
     }
 
-    /// `ctx.log` (and the host's own lines about the run): capped in line count, line
-    /// length and total bytes; lines over a cap are dropped and counted.
-    pub(crate) fn log(&self, mut message: String) {
+    /// `ctx.log` (and the host's own lines about the run): [`Progress::log_at`] level `info`.
+    pub(crate) fn log(&self, message: String) {
+        self.log_at(LogLevel::Info, message)
+    }
+
+    /// `ctx.log-at` (a JS `console` line): capped in line count, line length and total
+    /// bytes, every level together; lines over a cap are dropped and counted.
+    pub(crate) fn log_at(&self, level: LogLevel, mut message: String) {
         let sandbox = &self.attempt.sandbox;
         let kept = message.len().min(sandbox.max_log_line_bytes);
         {
@@ -59,7 +64,7 @@ impl Progress {
             message.truncate(cut);
             message.push_str(" [truncated]");
         }
-        self.attempt.emit(ProgressEvent::Log { message });
+        self.attempt.emit(ProgressEvent::Log { message, level });
     }
 
     /// Log lines dropped over the cap.

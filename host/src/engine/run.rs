@@ -21,6 +21,10 @@ pub(crate) struct AttemptOutcome {
     pub failure: Option<Failure>,
 }
 
+/// How long a stopped attempt's guest may run on to react to the stop (abort listeners,
+/// a last log line) before its store is dropped.
+pub(crate) const STOP_GRACE: Duration = Duration::from_millis(500);
+
 /// Run one attempt to its end. `args` is JSON text; `budget` the active time left;
 /// `grants` the run's checked read-only directories.
 pub(crate) async fn execute(
@@ -48,14 +52,24 @@ pub(crate) async fn execute(
                 None => std::future::pending().await,
             }
         };
-        let returned = tokio::select! {
-            biased;
-            _ = stop.cancelled() => None,
-            _ = deadline => {
-                shared.attempt.abort(Abort::Limit(LimitKind::TimeoutSeconds));
-                None
+        let returned = {
+            let mut call = std::pin::pin!(call);
+            let returned = tokio::select! {
+                biased;
+                _ = stop.cancelled() => None,
+                _ = deadline => {
+                    shared.attempt.abort(Abort::Limit(LimitKind::TimeoutSeconds));
+                    None
+                }
+                r = &mut call => Some(r),
+            };
+            // A stop lets the guest run on for [`STOP_GRACE`] (its sleeps and agent calls
+            // answer at once, with the abort) so that `ctx.signal` listeners run; then the
+            // store goes. What the guest returns meanwhile does not count: the cause wins.
+            if returned.is_none() {
+                let _ = tokio::time::timeout(STOP_GRACE, &mut call).await;
             }
-            r = call => Some(r),
+            returned
         };
         // Dropping the store here stops the guest and every host future it spawned.
         let output = store.data().captured_output();

@@ -12,8 +12,13 @@ pub enum ProgressEvent {
     AttemptStarted { attempt: u32 },
     /// `ctx.phase(title)`.
     Phase { title: String },
-    /// `ctx.log(message)` (or a line the guest wrote to stdout/stderr).
-    Log { message: String },
+    /// `ctx.log(message)`, a `console` line (or a line the guest wrote to stdout/stderr).
+    Log {
+        message: String,
+        /// `info` (left out of the JSON) for `ctx.log` and guest output.
+        #[serde(default, skip_serializing_if = "LogLevel::is_info")]
+        level: LogLevel,
+    },
     /// A subagent waits for a concurrency slot.
     AgentQueued { label: String },
     /// A subagent spawn started.
@@ -40,6 +45,39 @@ impl ProgressEvent {
         let status = if ok { AgentStatus::Ok } else { AgentStatus::Failed };
         let summary = AgentSummary { label, model: None, status, spawns: 0, credits_nano: 0, millis: 0 };
         ProgressEvent::AgentFinished { summary, cached: true }
+    }
+}
+
+/// The level of a log line: `console.debug`/`info`/`warn`/`error` (`console.log` is
+/// `info`, as is `ctx.log`); serialized lowercase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// `console.debug`.
+    Debug,
+    /// `ctx.log`, `console.log`, `console.info`.
+    #[default]
+    Info,
+    /// `console.warn`.
+    Warn,
+    /// `console.error`.
+    Error,
+}
+
+impl LogLevel {
+    /// Its wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+
+    /// True for the default level (left out of the JSON).
+    pub fn is_info(&self) -> bool {
+        *self == LogLevel::Info
     }
 }
 

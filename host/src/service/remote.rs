@@ -312,7 +312,7 @@ mod tests {
         };
         let mut all = line(Answer::Ok(Response::Following));
         for seq in 1..=3 {
-            let entry = ProgressEntry { seq, at_ms: 0, phase: None, event: ProgressEvent::Log { message: format!("line {seq}") } };
+            let entry = ProgressEntry { seq, at_ms: 0, phase: None, event: ProgressEvent::Log { message: format!("line {seq}"), level: Default::default() } };
             all.extend(line(FollowEvent::Progress(entry)));
         }
         all.extend(line(FollowEvent::Ended(Box::new(envelope.clone()))));

@@ -84,7 +84,8 @@ pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, event
                 phase = esc(title).into_owned();
                 Some(format!("phase: {phase}"))
             }
-            ProgressEvent::Log { message } => Some(format!("log: {}", esc(message))),
+            ProgressEvent::Log { message, level } if level.is_info() => Some(format!("log: {}", esc(message))),
+            ProgressEvent::Log { message, level } => Some(format!("log {}: {}", level.as_str(), esc(message))),
             ProgressEvent::AgentFinished { summary, cached } => {
                 let label = esc(&summary.label);
                 let what = match (cached, summary.ok()) {
