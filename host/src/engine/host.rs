@@ -487,6 +487,12 @@ impl Host {
         self.register_as(factory, None).await
     }
 
+    /// Register a factory under its meta name: for everyone (`None`), or in `session`'s own
+    /// scope only (it shadows one of the same name registered for everyone).
+    pub async fn register_in(&self, factory: &Factory, session: Option<String>) -> Result<Registration, Error> {
+        self.register_as(factory, session).await
+    }
+
     async fn register_as(&self, factory: &Factory, session: Option<String>) -> Result<Registration, Error> {
         let registration = Registration {
             session,

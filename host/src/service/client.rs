@@ -172,7 +172,13 @@ impl Client {
 
     /// Register a factory for everyone.
     pub async fn register(&self, source: super::Source) -> Result<Registration, ServiceError> {
-        expect!(self, Request::Register { source }, Response::Registration(registration) => *registration)
+        expect!(self, Request::Register { source, session: None }, Response::Registration(registration) => *registration)
+    }
+
+    /// Register a factory in `session`'s own scope only.
+    pub async fn register_in(&self, session: &str, source: super::Source) -> Result<Registration, ServiceError> {
+        let request = Request::Register { source, session: Some(session.into()) };
+        expect!(self, request, Response::Registration(registration) => *registration)
     }
 
     /// Every update of the runs `scope` sees, from now on.

@@ -43,13 +43,14 @@ impl Local {
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))
             }
-            Request::Register { source } => Response::Registration(Box::new(match source {
-                Source::File(path) => host.register(&host.load_file(&path).await?).await?,
-                Source::Document(text) => {
+            Request::Register { source, session } => Response::Registration(Box::new(match (source, session) {
+                (Source::File(path), session) => host.register_in(&host.load_file(&path).await?, session).await?,
+                (Source::Document(text), session) => {
                     let script = crate::guests::script::author_document(&text).map_err(Error::Script)?;
-                    host.register(&host.load_script(script).await?).await?
+                    host.register_in(&host.load_script(script).await?, session).await?
                 }
-                Source::Authored { meta, run } => host.author(&meta, &run).await?,
+                (Source::Authored { meta, run }, None) => host.author(&meta, &run).await?,
+                (Source::Authored { meta, run }, Some(session)) => host.author_in(&session, &meta, &run).await?,
             })),
             Request::Inspect { session, name } => match host.store().factory_in(&session, &name)? {
                 Some(registration) => Response::Registration(Box::new(registration)),

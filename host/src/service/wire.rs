@@ -115,8 +115,14 @@ pub enum Request {
         #[serde(default)]
         consent: super::Consent,
     },
-    /// Register a factory for everyone under its meta name (what `factory add` does).
-    Register { source: Source },
+    /// Register a factory under its meta name: for everyone (what `factory add` does), or
+    /// with `session` in that session's own scope only (it shadows one of the same name
+    /// registered for everyone, as an authored factory does).
+    Register {
+        source: Source,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+    },
     /// Announce every update of the runs the scope sees, one [`Frame`] of [`RunUpdated`]
     /// per update, until the client goes away (after a first [`Response::Subscribed`]).
     Subscribe { scope: Scope },

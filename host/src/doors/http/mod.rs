@@ -12,6 +12,9 @@
 //! cancels and resumes the runs of every session (each envelope names its `session`; `GET
 //! /api/runs?session=NAME` lists one session's), and its events cover every run. A run
 //! started over HTTP goes in the daemon's session (`--session`, shown at `/api/session`).
+//! A request with a [`SESSION_HEADER`] instead acts as that session (the Node client's
+//! `joinSession`): it starts runs and registers factories (`POST /api/factories`) there, and
+//! lists, reads, follows and controls only that session's runs, as an MCP connection does.
 //!
 //! `GET /` and `/ui/*` serve the web dashboard (assets embedded from `ui/`, no token needed:
 //! they hold no data). The token never goes into a URL: `factory ui` asks `POST
@@ -28,7 +31,7 @@
 pub mod bearer;
 pub mod bind;
 
-use factory_host::service::{Client, Consent, Request, Scope, Target};
+use factory_host::service::{Client, Consent, Request, Scope, Source, Target};
 use factory_host::store::ProgressQuery;
 use factory_host::{ErrorCode, Limits};
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -41,7 +44,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use crate::doors::http::bearer::{OneTimeCodes, CODE_TTL};
 use crate::doors::http::bind::BODY_READ_TIMEOUT;
@@ -63,6 +66,13 @@ const UI_ASSETS: &[(&str, &str, &str)] = &[
 /// not be framed; nothing it loads sees a referrer.
 const UI_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
     connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The request header naming the session a call acts as (absent: the owner's view, and the
+/// daemon's session for new runs).
+pub const SESSION_HEADER: &str = "factory-session";
+
+/// The longest session name [`SESSION_HEADER`] may carry.
+const MAX_SESSION_NAME: usize = 128;
 
 /// The largest request body accepted (a start request with its args).
 const MAX_BODY_BYTES: usize = 4 << 20;
@@ -190,6 +200,45 @@ struct ResumeBody {
     approved: bool,
 }
 
+/// Body of `POST /api/factories`: a factory file (absolute path on the service's machine),
+/// or the authoring form (`meta` and a `run` body).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RegisterBody {
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    meta: Option<Value>,
+    #[serde(default)]
+    run: Option<String>,
+}
+
+impl RegisterBody {
+    /// What it registers, or why it is not one of the two forms.
+    fn source(self) -> Result<Source, String> {
+        match (self.path, self.meta, self.run) {
+            (Some(path), None, None) if path.is_absolute() => Ok(Source::File(path)),
+            (Some(path), None, None) => Err(format!("`path` must be absolute (the service resolves no relative path): {}", path.display())),
+            (None, Some(meta), Some(run)) => Ok(Source::Authored { meta, run }),
+            _ => Err("give either `path` (a factory file or directory) or both `meta` and `run` (the authoring form)".into()),
+        }
+    }
+}
+
+/// The session a request acts as, from [`SESSION_HEADER`] (`Ok(None)`: no header). A name is
+/// 1 to [`MAX_SESSION_NAME`] characters of letters, digits and `.`, `_`, `-`, `:`, `@`.
+fn session_of(headers: &hyper::HeaderMap) -> Result<Option<String>, String> {
+    let Some(value) = headers.get(SESSION_HEADER) else { return Ok(None) };
+    let name = value.to_str().map_err(|_| format!("`{SESSION_HEADER}` must be plain text"))?;
+    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@');
+    if name.is_empty() || name.len() > MAX_SESSION_NAME || !name.chars().all(valid) {
+        return Err(format!(
+            "`{SESSION_HEADER}` names a session: 1 to {MAX_SESSION_NAME} letters, digits or `._-:@`"
+        ));
+    }
+    Ok(Some(name.to_string()))
+}
+
 impl Api {
     async fn handle(&self, req: HttpRequest<Incoming>) -> Response<Body> {
         // DNS rebinding: a page on another name that resolves here is refused.
@@ -208,6 +257,12 @@ impl Api {
         if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
             return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "an `Authorization: Bearer <token>` header is required");
         }
+        let joined = match session_of(req.headers()) {
+            Ok(joined) => joined,
+            Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
+        };
+        // A joined session sees its own runs; without one, the owner sees every session's.
+        let scope = joined.clone().map_or(Scope::Owner, Scope::Session);
         let query = req.uri().query().unwrap_or_default().to_string();
         let method = req.method().clone();
         let segments: Vec<String> = path.trim_start_matches("/api/").split('/').map(str::to_string).collect();
@@ -216,32 +271,45 @@ impl Api {
             Ok(body) => body,
             Err(response) => return *response,
         };
-        let session = self.session.clone();
+        let session = joined.unwrap_or_else(|| self.session.clone());
         let request = match (&method, segments.as_slice()) {
-            (&Method::GET, ["events"]) => return self.events().await,
+            (&Method::GET, ["events"]) => return self.events(scope).await,
             (&Method::GET, ["session"]) => {
-                return json_response(StatusCode::OK, &json!({ "session": self.session }));
+                return json_response(StatusCode::OK, &json!({ "session": session }));
             }
             (&Method::POST, ["ui", "code"]) => {
                 let code = self.codes.issue();
                 return json_response(StatusCode::OK, &json!({ "code": code, "expiresInSeconds": CODE_TTL.as_secs() }));
             }
             (&Method::GET, ["runs"]) => match parse_runs_query(&query) {
-                Ok(scope) => Request::Runs { scope },
+                Ok(Scope::Owner) => Request::Runs { scope },
+                Ok(asked) if scope == Scope::Owner || asked == scope => Request::Runs { scope: asked },
+                Ok(asked) => {
+                    let message = format!("a call as {scope} cannot list the runs of {asked}");
+                    return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
+                }
                 Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
             },
             (&Method::GET, ["factories"]) => Request::Factories { session },
             (&Method::GET, ["factories", name]) => Request::Inspect { session, name: name.to_string() },
-            (&Method::GET, ["runs", id]) => Request::Detail { scope: Scope::Owner, run_id: id.to_string() },
+            (&Method::POST, ["factories"]) => {
+                let source = serde_json::from_slice::<RegisterBody>(&body).map_err(|e| e.to_string()).and_then(RegisterBody::source);
+                match source {
+                    Ok(source) => Request::Register { source, session: Some(session) },
+                    Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
+                }
+            }
+            (&Method::GET, ["runs", id]) => Request::Detail { scope, run_id: id.to_string() },
+            (&Method::GET, ["runs", id, "envelope"]) => Request::Envelope { scope, run_id: id.to_string() },
             (&Method::GET, ["runs", id, "progress"]) => {
                 let query = match parse_progress_query(&query) {
                     Ok(query) => query,
                     Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
                 };
-                Request::Progress { scope: Scope::Owner, run_id: id.to_string(), query }
+                Request::Progress { scope, run_id: id.to_string(), query }
             }
-            (&Method::GET, ["runs", id, "wait"]) => Request::Wait { scope: Scope::Owner, run_id: id.to_string() },
-            (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { scope: Scope::Owner, run_id: id.to_string() },
+            (&Method::GET, ["runs", id, "wait"]) => Request::Wait { scope, run_id: id.to_string() },
+            (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { scope, run_id: id.to_string() },
             (&Method::POST, ["runs", id, "resume"]) => {
                 let body: ResumeBody = if body.is_empty() {
                     ResumeBody::default()
@@ -252,7 +320,7 @@ impl Api {
                     }
                 };
                 Request::Resume {
-                    scope: Scope::Owner,
+                    scope,
                     run_id: id.to_string(),
                     component: None,
                     limits: body.limits,
@@ -318,11 +386,12 @@ impl Api {
         }
     }
 
-    /// `GET /api/events`: `run_updated` for every session's runs, as Server-Sent Events, in
-    /// the order the host announces them (revisions of one run only grow), each followed by
-    /// `progress {runId, entry}` events for the entries committed since the last sent.
-    async fn events(&self) -> Response<Body> {
-        let mut updates = match self.client.updates(Scope::Owner).await {
+    /// `GET /api/events`: `run_updated` for the runs `scope` sees (the owner: every
+    /// session's), as Server-Sent Events, in the order the host announces them (revisions of
+    /// one run only grow), each followed by `progress {runId, entry}` events for the entries
+    /// committed since the last sent.
+    async fn events(&self, scope: Scope) -> Response<Body> {
+        let mut updates = match self.client.updates(scope.clone()).await {
             Ok(updates) => updates,
             Err(e) => return error(status_of(e.code()), e.code(), e.to_string()),
         };
@@ -347,7 +416,7 @@ impl Api {
                 };
                 loop {
                     let query = ProgressQuery { after_seq: Some(after), limit: Some(SSE_ENTRIES_PER_FRAME), ..Default::default() };
-                    let entries = client.progress(Scope::Owner, &update.run_id, query).await.unwrap_or_default();
+                    let entries = client.progress(scope.clone(), &update.run_id, query).await.unwrap_or_default();
                     for entry in &entries {
                         let data = json!({ "runId": update.run_id, "entry": entry });
                         frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
@@ -467,6 +536,25 @@ mod tests {
         assert!(parse_progress_query("nope=1").is_err());
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%zz+b"), "%zz b");
+    }
+
+    #[test]
+    fn a_session_header_names_a_plain_session_and_a_registration_one_form() {
+        let mut headers = hyper::HeaderMap::new();
+        assert_eq!(session_of(&headers), Ok(None));
+        headers.insert(SESSION_HEADER, "node-3f2a:x@y".parse().unwrap());
+        assert_eq!(session_of(&headers), Ok(Some("node-3f2a:x@y".into())));
+        for bad in ["", "a b", "a/b", &"x".repeat(MAX_SESSION_NAME + 1)] {
+            headers.insert(SESSION_HEADER, bad.parse().unwrap());
+            assert!(session_of(&headers).is_err(), "{bad:?}");
+        }
+        let body = |v: Value| serde_json::from_value::<RegisterBody>(v).unwrap().source();
+        assert_eq!(body(json!({"path": "/a/f.js"})), Ok(Source::File("/a/f.js".into())));
+        assert!(body(json!({"path": "f.js"})).unwrap_err().contains("absolute"));
+        assert!(matches!(body(json!({"meta": {}, "run": "async () => 1"})), Ok(Source::Authored { .. })));
+        assert!(body(json!({"meta": {}})).is_err());
+        assert!(body(json!({"path": "/a", "run": "x"})).is_err());
+        assert!(serde_json::from_value::<RegisterBody>(json!({"paths": "/a"})).is_err());
     }
 
     #[test]

@@ -1,0 +1,564 @@
+// @factory/client: the Copilot SDK's extension-side factory API — `joinSession`,
+// `session.factory.run/resume/listRuns/getRunDetail/getRunProgress/getRun/cancel/waitForRun`,
+// `isFactoryRunTerminal`, `FactoryResumeError` and the `factory.run_updated` event — for a
+// Node program, over the HTTP API of `factory serve --http`. No dependencies beyond Node >= 18
+// (global fetch, AbortSignal, TextDecoder; Server-Sent Events parsed from fetch's body).
+//
+// One `joinSession` is one session of the service: the runs it starts, the factories it
+// registers and the runs it can see, follow and control are that session's only (every call
+// carries the `Factory-Session` header). See README.md ("Node client") for the mapping of the
+// spec's shapes onto the service's.
+
+import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { randomUUID } from "node:crypto";
+
+/** The event a session emits when one of its runs changes durably. */
+export const FACTORY_RUN_UPDATED = "factory.run_updated";
+
+/** The statuses a run never leaves. */
+const TERMINAL_STATUSES = new Set(["completed", "error", "halted", "cancelled"]);
+
+/** The codes a `FactoryResumeError` carries (the spec's pre-execution resume failures). */
+export const FACTORY_RESUME_ERROR_CODES = Object.freeze([
+    "not_found",
+    "non_resumable",
+    "already_active",
+    "reapproval_declined",
+    "no_approval_provider",
+]);
+
+/** The header naming the session a call acts as. */
+const SESSION_HEADER = "factory-session";
+
+/** How often `waitForRun` re-reads the run besides the `run_updated` it follows. */
+const DEFAULT_POLL_INTERVAL_MS = 5_000;
+
+/** The longest line of the event stream accepted (a larger one drops the connection). */
+const MAX_EVENT_LINE_CHARS = 8 << 20;
+
+/** The event stream's reconnect delay: first, and at most (it doubles in between). */
+const RECONNECT_MS = [250, 5_000];
+
+/** Whether `status` is one a run never leaves: `completed`, `error`, `halted`, `cancelled`. */
+export function isFactoryRunTerminal(status) {
+    return TERMINAL_STATUSES.has(status);
+}
+
+/** A refusal or failure of the factory service, with its error code (`unknown_factory`, ...). */
+export class FactoryError extends Error {
+    constructor(code, message, options = {}) {
+        super(message, options.cause === undefined ? undefined : { cause: options.cause });
+        this.name = "FactoryError";
+        /** The service's error code (README "HTTP API"), or `unavailable` when unreachable. */
+        this.code = code;
+        /** The HTTP status of the answer, when there was one. */
+        this.httpStatus = options.httpStatus;
+    }
+}
+
+/** A resume that failed before an attempt started; `code` is one of FACTORY_RESUME_ERROR_CODES. */
+export class FactoryResumeError extends FactoryError {
+    constructor(code, message, options = {}) {
+        super(code, message, options);
+        this.name = "FactoryResumeError";
+    }
+}
+
+/**
+ * A factory in the spec's authoring form, to pass to `joinSession({ factories })`: `meta` and
+ * a `run(ctx)` that is self-contained (its source is sent to the service and runs in the
+ * sandbox, so it closes over nothing of this module). Returns the handle.
+ */
+export function defineFactory(definition) {
+    const meta = definition?.meta;
+    if (typeof meta?.name !== "string" || meta.name === "") {
+        throw new TypeError("defineFactory: `meta.name` must be a non-empty string");
+    }
+    if (typeof definition.run !== "function") {
+        throw new TypeError(`defineFactory: \`run\` of factory \`${meta.name}\` must be a function`);
+    }
+    return Object.freeze({ name: meta.name, meta, run: definition.run });
+}
+
+/** The state directory the service uses by default (as `factory --state-dir` resolves it). */
+function defaultStateDir(env) {
+    if (env.FACTORY_STATE_DIR) return env.FACTORY_STATE_DIR;
+    if (env.XDG_STATE_HOME) return join(env.XDG_STATE_HOME, "factory");
+    return join(homedir(), ".local", "state", "factory");
+}
+
+function readStateFile(dir, name, what) {
+    const path = join(dir, name);
+    try {
+        return readFileSync(path, "utf8").trim();
+    } catch (e) {
+        throw new FactoryError(
+            "unavailable",
+            `no ${what} given and ${path} cannot be read (${e.code ?? e.message}): start \`factory serve --http 127.0.0.1:PORT\`, ` +
+                "or pass `url`/`token` (or set FACTORY_URL/FACTORY_TOKEN, or FACTORY_STATE_DIR)",
+            { cause: e },
+        );
+    }
+}
+
+/**
+ * Where the service is and its token: `url`/`token` options, else FACTORY_URL/FACTORY_TOKEN,
+ * else the `http.addr`/`http.token` files of the state directory (`stateDir`, else
+ * FACTORY_STATE_DIR, else $XDG_STATE_HOME/factory, else ~/.local/state/factory).
+ */
+export function resolveConnection({ url, token, stateDir } = {}, env = process.env) {
+    const dir = stateDir ?? defaultStateDir(env);
+    const base = url ?? env.FACTORY_URL ?? `http://${readStateFile(dir, "http.addr", "url")}`;
+    const bearer = token ?? env.FACTORY_TOKEN ?? readStateFile(dir, "http.token", "token");
+    return { url: new URL(base).origin, token: bearer };
+}
+
+/** The service's HTTP API as one session sees it. */
+class Transport {
+    constructor(url, token, session) {
+        this.url = url;
+        this.headers = { authorization: `Bearer ${token}`, [SESSION_HEADER]: session };
+    }
+
+    async request(method, path, { body, signal } = {}) {
+        const headers = { ...this.headers };
+        if (body !== undefined) headers["content-type"] = "application/json";
+        let response;
+        try {
+            response = await fetch(new URL(path, this.url), {
+                method,
+                headers,
+                body: body === undefined ? undefined : JSON.stringify(body),
+                signal,
+            });
+        } catch (e) {
+            if (signal?.aborted) throw signal.reason;
+            throw new FactoryError("unavailable", `the factory service at ${this.url} cannot be reached: ${e.cause?.message ?? e.message}`, {
+                cause: e,
+            });
+        }
+        const text = await response.text();
+        let value = null;
+        if (text !== "") {
+            try {
+                value = JSON.parse(text);
+            } catch {
+                throw new FactoryError("error", `${method} ${path}: the service answered ${response.status} with no JSON`, {
+                    httpStatus: response.status,
+                });
+            }
+        }
+        if (!response.ok) {
+            const code = typeof value?.code === "string" ? value.code : "error";
+            const message = typeof value?.message === "string" ? value.message : `${method} ${path}: HTTP ${response.status}`;
+            throw new FactoryError(code, message, { httpStatus: response.status });
+        }
+        return value;
+    }
+}
+
+/** Read Server-Sent Events from a fetch body, calling `onEvent(name, data)` per event. */
+async function readEvents(body, onEvent) {
+    const decoder = new TextDecoder();
+    let buffer = "";
+    let name = "message";
+    let data = [];
+    const line = (text) => {
+        if (text === "") {
+            if (data.length > 0) onEvent(name, data.join("\n"));
+            name = "message";
+            data = [];
+            return;
+        }
+        if (text.startsWith(":")) return;
+        const colon = text.indexOf(":");
+        const field = colon < 0 ? text : text.slice(0, colon);
+        let value = colon < 0 ? "" : text.slice(colon + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "event") name = value;
+        else if (field === "data") data.push(value);
+    };
+    for await (const chunk of body) {
+        buffer += decoder.decode(chunk, { stream: true });
+        let end;
+        while ((end = buffer.search(/\r\n|\r|\n/)) >= 0) {
+            const newline = buffer.startsWith("\r\n", end) ? 2 : 1;
+            line(buffer.slice(0, end));
+            buffer = buffer.slice(end + newline);
+        }
+        if (buffer.length > MAX_EVENT_LINE_CHARS) {
+            throw new FactoryError("error", `the event stream sent a line longer than ${MAX_EVENT_LINE_CHARS} characters`);
+        }
+    }
+}
+
+/**
+ * The session's events: one `/api/events` stream, open while anyone listens (so a program
+ * with no listener and no wait exits), reconnected after a drop.
+ */
+class Events {
+    constructor(transport) {
+        this.transport = transport;
+        this.listeners = new Map();
+        this.openListeners = new Set();
+        this.count = 0;
+        this.controller = null;
+        this.running = false;
+        this.closed = false;
+        this.wake = null;
+    }
+
+    on(type, handler) {
+        if (this.closed) throw new FactoryError("error", "this session is closed");
+        let set = this.listeners.get(type);
+        if (!set) this.listeners.set(type, (set = new Set()));
+        // One registration per call, even of the same function twice.
+        const entry = { handler };
+        set.add(entry);
+        this.count += 1;
+        this.start();
+        let removed = false;
+        return () => {
+            if (removed) return;
+            removed = true;
+            set.delete(entry);
+            this.count -= 1;
+            if (this.count === 0) this.stop();
+        };
+    }
+
+    /** Call `handler` each time the stream (re)opens, while registered. */
+    onOpen(handler) {
+        this.openListeners.add(handler);
+        return () => this.openListeners.delete(handler);
+    }
+
+    dispatch(type, event) {
+        for (const key of [type, "*"]) {
+            for (const { handler } of [...(this.listeners.get(key) ?? [])]) {
+                try {
+                    handler(event);
+                } catch (e) {
+                    // As EventTarget does: a throwing listener is reported, the others still run.
+                    queueMicrotask(() => {
+                        throw e;
+                    });
+                }
+            }
+        }
+    }
+
+    start() {
+        if (this.running || this.closed || this.count === 0) return;
+        this.running = true;
+        this.loop().finally(() => {
+            this.running = false;
+            if (this.count > 0 && !this.closed) this.start();
+        });
+    }
+
+    stop() {
+        this.controller?.abort();
+        this.wake?.();
+    }
+
+    close() {
+        this.closed = true;
+        this.listeners.clear();
+        this.count = 0;
+        this.stop();
+    }
+
+    async loop() {
+        let delay = RECONNECT_MS[0];
+        while (this.count > 0 && !this.closed) {
+            const controller = new AbortController();
+            this.controller = controller;
+            try {
+                const response = await fetch(new URL("/api/events", this.transport.url), {
+                    headers: { ...this.transport.headers, accept: "text/event-stream" },
+                    signal: controller.signal,
+                });
+                if (!response.ok || !response.body) {
+                    const text = await response.text().catch(() => "");
+                    throw new FactoryError("error", `GET /api/events: HTTP ${response.status} ${text.slice(0, 200)}`);
+                }
+                delay = RECONNECT_MS[0];
+                for (const handler of [...this.openListeners]) handler();
+                await readEvents(response.body, (name, data) => this.received(name, data));
+            } catch {
+                // Dropped, refused or stopped: reconnect below while someone listens.
+            }
+            if (this.count === 0 || this.closed) return;
+            // Wait before reconnecting; a session closed or left meanwhile wakes it at once.
+            await new Promise((done) => {
+                const timer = setTimeout(done, delay);
+                this.wake = () => {
+                    clearTimeout(timer);
+                    done();
+                };
+            });
+            this.wake = null;
+            delay = Math.min(delay * 2, RECONNECT_MS[1]);
+        }
+    }
+
+    received(name, data) {
+        if (name !== "run_updated") return;
+        let payload;
+        try {
+            payload = JSON.parse(data);
+        } catch {
+            return;
+        }
+        if (typeof payload?.runId !== "string" || !Number.isSafeInteger(payload?.revision)) return;
+        this.dispatch(FACTORY_RUN_UPDATED, {
+            id: randomUUID(),
+            timestamp: new Date().toISOString(),
+            parentId: null,
+            ephemeral: true,
+            type: FACTORY_RUN_UPDATED,
+            data: { runId: payload.runId, revision: payload.revision },
+        });
+    }
+}
+
+function runPath(runId, rest = "") {
+    if (typeof runId !== "string" || runId === "") throw new TypeError("a run id must be a non-empty string");
+    return `/api/runs/${encodeURIComponent(runId)}${rest}`;
+}
+
+/** `session.factory`: the spec's run, resume and observe API for one session. */
+class FactoryApi {
+    #transport;
+    #events;
+    #pollIntervalMs;
+
+    constructor(transport, events, pollIntervalMs) {
+        this.#transport = transport;
+        this.#events = events;
+        this.#pollIntervalMs = pollIntervalMs;
+    }
+
+    /**
+     * Run a factory by registered name or handle (from `joinSession`'s `factories` or
+     * `defineFactory`); resolves with the run's terminal envelope for every outcome. Rejects
+     * (FactoryError) only when no run exists: `unknown_factory`, `invalid_limits`, ...
+     */
+    async run(nameOrHandle, options = {}) {
+        const name = typeof nameOrHandle === "string" ? nameOrHandle : nameOrHandle?.name;
+        if (typeof name !== "string" || name === "") {
+            throw new TypeError("session.factory.run: give a factory name or a handle from joinSession/defineFactory");
+        }
+        const { runId } = await this.#transport.request("POST", "/api/runs", {
+            body: { name, args: options.args, limits: options.limits },
+        });
+        return this.waitForRun(runId);
+    }
+
+    /**
+     * Resume a run by id (same args, journaled work replays), with limits raised; resolves
+     * with the terminal envelope. A failure before the attempt starts throws
+     * FactoryResumeError (`not_found`, `non_resumable`, `already_active`,
+     * `reapproval_declined`, `no_approval_provider`); other refusals (`invalid_limits`,
+     * `backend_unavailable`) throw FactoryError.
+     */
+    async resume(runId, options = {}) {
+        let started;
+        try {
+            started = await this.#transport.request("POST", runPath(runId, "/resume"), { body: { limits: options.limits } });
+        } catch (e) {
+            if (e instanceof FactoryError && FACTORY_RESUME_ERROR_CODES.includes(e.code)) {
+                throw new FactoryResumeError(e.code, e.message, { httpStatus: e.httpStatus, cause: e });
+            }
+            throw e;
+        }
+        return this.waitForRun(started.runId);
+    }
+
+    /** The session's runs (envelopes) in durable creation order. */
+    async listRuns() {
+        return this.#transport.request("GET", "/api/runs");
+    }
+
+    /** The run's envelope with phases, prompt-safe agent summaries and the latest progress. */
+    async getRunDetail(runId) {
+        return this.#transport.request("GET", runPath(runId));
+    }
+
+    /**
+     * A page of the run's progress entries (ascending `seq`): after `afterSeq`, before
+     * `beforeSeq`, in phase `phaseId` (a phase's id is its title), at most `limit`; with
+     * neither seq, the latest tail.
+     */
+    async getRunProgress(runId, options = {}) {
+        const query = new URLSearchParams();
+        const { phaseId, afterSeq, beforeSeq, limit } = options;
+        if (phaseId !== undefined && phaseId !== null) query.set("phase", String(phaseId));
+        if (afterSeq !== undefined && afterSeq !== null) query.set("afterSeq", String(afterSeq));
+        if (beforeSeq !== undefined && beforeSeq !== null) query.set("beforeSeq", String(beforeSeq));
+        if (limit !== undefined && limit !== null) query.set("limit", String(limit));
+        const text = query.toString();
+        return this.#transport.request("GET", runPath(runId, `/progress${text ? `?${text}` : ""}`));
+    }
+
+    /** The run's latest envelope. */
+    async getRun(runId, options = {}) {
+        return this.#transport.request("GET", runPath(runId, "/envelope"), { signal: options.signal });
+    }
+
+    /** Cancel the run; its terminal envelope. */
+    async cancel(runId) {
+        return this.#transport.request("POST", runPath(runId, "/cancel"));
+    }
+
+    /**
+     * Resolve with the run's terminal envelope once it settles (at once if it has). Follows
+     * `factory.run_updated` and re-reads the envelope on each, a burst collapsing into one
+     * read in flight (and one after it), plus a slow periodic re-read so a missed event only
+     * delays the answer. `signal` aborting rejects the wait with its reason; the run goes on.
+     */
+    waitForRun(runId, options = {}) {
+        const { signal } = options;
+        runPath(runId);
+        return new Promise((resolveWait, rejectWait) => {
+            if (signal?.aborted) {
+                rejectWait(signal.reason);
+                return;
+            }
+            const reads = new AbortController();
+            let done = false;
+            let reading = false;
+            let again = false;
+            const cleanups = [];
+            const finish = (settle, value) => {
+                if (done) return;
+                done = true;
+                for (const cleanup of cleanups) cleanup();
+                reads.abort();
+                settle(value);
+            };
+            const read = async () => {
+                if (done) return;
+                if (reading) {
+                    again = true;
+                    return;
+                }
+                reading = true;
+                try {
+                    do {
+                        again = false;
+                        const envelope = await this.getRun(runId, { signal: reads.signal });
+                        if (isFactoryRunTerminal(envelope?.status)) {
+                            finish(resolveWait, envelope);
+                            return;
+                        }
+                    } while (again && !done);
+                } catch (e) {
+                    // Unreachable for now: the next event or periodic read tries again.
+                    if (!done && !(e instanceof FactoryError && e.code === "unavailable")) finish(rejectWait, e);
+                } finally {
+                    reading = false;
+                }
+            };
+            cleanups.push(this.#events.on(FACTORY_RUN_UPDATED, (event) => event.data.runId === runId && read()));
+            cleanups.push(this.#events.onOpen(read));
+            const timer = setInterval(read, this.#pollIntervalMs);
+            cleanups.push(() => clearInterval(timer));
+            if (signal) {
+                const onAbort = () => finish(rejectWait, signal.reason);
+                signal.addEventListener("abort", onAbort, { once: true });
+                cleanups.push(() => signal.removeEventListener("abort", onAbort));
+            }
+            read();
+        });
+    }
+}
+
+/** A session of the service, as `joinSession` returns it. */
+class FactorySession {
+    #events;
+
+    constructor(sessionId, transport, events, factories, pollIntervalMs) {
+        /** The session's name: its runs and registered factories are its own. */
+        this.sessionId = sessionId;
+        /** The service's address. */
+        this.url = transport.url;
+        /** Handles of the factories `joinSession` registered, in the order given. */
+        this.factories = factories;
+        /** The spec's run, resume and observe API. */
+        this.factory = new FactoryApi(transport, events, pollIntervalMs);
+        this.#events = events;
+    }
+
+    /**
+     * Listen for `factory.run_updated` (`{ type, data: { runId, revision }, id, timestamp,
+     * ephemeral: true }`) of this session's runs, or, given only a handler, every event.
+     * Returns the function that stops listening.
+     */
+    on(typeOrHandler, handler) {
+        if (typeof typeOrHandler === "function") return this.#events.on("*", typeOrHandler);
+        if (typeof typeOrHandler !== "string" || typeof handler !== "function") {
+            throw new TypeError("session.on(type, handler) or session.on(handler)");
+        }
+        return this.#events.on(typeOrHandler, handler);
+    }
+
+    /** Stop every listener and the event stream (runs are not affected). */
+    async disconnect() {
+        this.#events.close();
+    }
+
+    async [Symbol.asyncDispose]() {
+        await this.disconnect();
+    }
+}
+
+/** What `factories` entry `entry` registers: a file/directory path or the authoring form. */
+function registration(entry) {
+    if (entry instanceof URL || (typeof entry === "string" && entry.startsWith("file:"))) {
+        const url = new URL(entry);
+        if (url.protocol !== "file:") throw new TypeError(`joinSession: a factory URL must be a file: URL, not ${url.protocol}`);
+        return { path: fileURLToPath(url) };
+    }
+    if (typeof entry === "string") return { path: resolve(entry) };
+    if (entry && typeof entry.run === "function" && entry.meta) {
+        let run = Function.prototype.toString.call(entry.run).trim();
+        // A method (`async run(ctx) { ... }`) is not an expression: name it as a function.
+        run = run.replace(/^async\s+run\s*\(/, "async function run(").replace(/^run\s*\(/, "function run(");
+        return { meta: entry.meta, run };
+    }
+    throw new TypeError("joinSession: each of `factories` is a path, a file: URL or a defineFactory handle");
+}
+
+/**
+ * Join a session of the factory service: `session` (a name; default a fresh
+ * `node-<uuid>`), registering `factories` in it — paths or file: URLs of factory files
+ * (`.js`, `.ts`, `.py`, `.wasm`, a component directory) and `defineFactory` handles — so
+ * `session.factory.run(name)` runs them. Connection: `url`, `token`, `stateDir` (see
+ * resolveConnection); `pollIntervalMs`: waitForRun's periodic re-read (default 5000).
+ */
+export async function joinSession(options = {}) {
+    const { factories = [], session, pollIntervalMs = DEFAULT_POLL_INTERVAL_MS } = options;
+    if (!Array.isArray(factories)) throw new TypeError("joinSession: `factories` must be an array");
+    const { url, token } = resolveConnection(options);
+    const sessionId = session ?? `node-${randomUUID()}`;
+    const transport = new Transport(url, token, sessionId);
+    const handles = [];
+    for (const entry of factories) {
+        const body = registration(entry);
+        const registered = await transport.request("POST", "/api/factories", { body });
+        handles.push(
+            Object.freeze({
+                name: registered.meta.name,
+                meta: registered.meta,
+                sha256: registered.script?.sha256 ?? registered.hash,
+                source: body.path ?? "authored",
+            }),
+        );
+    }
+    return new FactorySession(sessionId, transport, new Events(transport), Object.freeze(handles), pollIntervalMs);
+}

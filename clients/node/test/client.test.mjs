@@ -1,0 +1,295 @@
+// The Node client against a real `factory serve --http` (started here on a temporary state
+// directory, see helpers.mjs): run, resume with a raised limit, listRuns order and session
+// isolation, progress paging, waitForRun with an AbortSignal, cancel, run_updated revisions,
+// FactoryResumeError codes, the authoring form, and where the connection comes from.
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import {
+    joinSession,
+    defineFactory,
+    isFactoryRunTerminal,
+    resolveConnection,
+    FactoryError,
+    FactoryResumeError,
+    FACTORY_RESUME_ERROR_CODES,
+    FACTORY_RUN_UPDATED,
+} from "../index.js";
+import { startService, until, FANOUT } from "./helpers.mjs";
+
+let service;
+before(async () => {
+    service = await startService();
+});
+after(async () => {
+    await service?.stop();
+});
+
+/** A fresh session of the service with the test factory registered in it. */
+function join(extra = {}) {
+    return joinSession({ url: service.url, token: service.token, factories: [FANOUT], ...extra });
+}
+
+/** The id of the session's first run that is `running` (polled until there is one). */
+async function runningRun(session) {
+    const run = await until(async () => (await session.factory.listRuns()).find((r) => r.status === "running"), "a running run");
+    return run.runId;
+}
+
+test("run resolves with the terminal envelope, by handle or by name, in the session", async () => {
+    const session = await join();
+    assert.match(session.sessionId, /^node-[0-9a-f-]{36}$/);
+    assert.deepEqual(session.factories.map((f) => f.name), ["fanout"]);
+    assert.match(session.factories[0].sha256, /^[0-9a-f]{64}$/);
+
+    const byHandle = await session.factory.run(session.factories[0], { args: { n: 3 } });
+    assert.equal(byHandle.status, "completed", JSON.stringify(byHandle));
+    assert.deepEqual(byHandle.result, { done: 3 });
+    assert.equal(byHandle.session, session.sessionId);
+    assert.equal(byHandle.factory, "fanout");
+    assert.ok(isFactoryRunTerminal(byHandle.status));
+
+    const byName = await session.factory.run("fanout", { args: { n: 2 }, limits: { maxConcurrentSubagents: 1 } });
+    assert.deepEqual([byName.status, byName.result], ["completed", { done: 2 }]);
+    assert.notEqual(byName.runId, byHandle.runId);
+    // getRun reads the same durable envelope.
+    assert.deepEqual(await session.factory.getRun(byName.runId), byName);
+
+    // Only a failure before a run exists rejects.
+    await assert.rejects(session.factory.run("no-such-factory"), (e) => e instanceof FactoryError && e.code === "unknown_factory");
+    await assert.rejects(
+        session.factory.run("fanout", { limits: { maxTotalSubagents: 0 } }),
+        (e) => e instanceof FactoryError && e.code === "invalid_limits",
+    );
+    await session.disconnect();
+});
+
+test("resume with a raised limit completes a run that hit maxTotalSubagents", async () => {
+    const session = await join();
+    const stopped = await session.factory.run("fanout", { args: { n: 4 }, limits: { maxTotalSubagents: 2 } });
+    assert.equal(stopped.status, "error", JSON.stringify(stopped));
+    assert.equal(stopped.failure.type, "factory_limit_reached");
+    assert.equal(stopped.failure.kind, "maxTotalSubagents");
+    assert.equal(stopped.result, undefined);
+
+    const resumed = await session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: 10 } });
+    assert.equal(resumed.runId, stopped.runId);
+    assert.equal(resumed.status, "completed", JSON.stringify(resumed));
+    assert.deepEqual(resumed.result, { done: 4 });
+    assert.equal(resumed.attempts, 2);
+    assert.ok(resumed.revision > stopped.revision);
+    // Resuming it again: it completed.
+    await assert.rejects(
+        session.factory.resume(stopped.runId),
+        (e) => e instanceof FactoryResumeError && e.code === "non_resumable" && e instanceof FactoryError,
+    );
+    await session.disconnect();
+});
+
+test("FactoryResumeError carries the spec's codes", async () => {
+    assert.deepEqual(FACTORY_RESUME_ERROR_CODES, ["not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"]);
+    const session = await join();
+    await assert.rejects(session.factory.resume("no-such-run"), (e) => {
+        assert.ok(e instanceof FactoryResumeError, String(e));
+        assert.equal(e.name, "FactoryResumeError");
+        assert.equal(e.code, "not_found");
+        return true;
+    });
+    const pending = session.factory.run("fanout", { args: { n: 1, prefix: "hang:" } });
+    const runId = await runningRun(session);
+    await assert.rejects(session.factory.resume(runId), (e) => e instanceof FactoryResumeError && e.code === "already_active");
+    // Another session cannot see the run at all.
+    const other = await join();
+    await assert.rejects(other.factory.resume(runId), (e) => e instanceof FactoryResumeError && e.code === "not_found");
+    assert.equal((await session.factory.cancel(runId)).status, "cancelled");
+    assert.equal((await pending).status, "cancelled");
+    await session.disconnect();
+    await other.disconnect();
+});
+
+test("listRuns lists the session's runs in creation order; other sessions see none of them", async () => {
+    const session = await join();
+    const ids = [];
+    for (const n of [1, 2, 1]) ids.push((await session.factory.run("fanout", { args: { n } })).runId);
+    const runs = await session.factory.listRuns();
+    assert.deepEqual(runs.map((r) => r.runId), ids);
+    assert.ok(runs.every((r) => r.session === session.sessionId && r.status === "completed"));
+    for (let i = 1; i < runs.length; i++) assert.ok(runs[i - 1].createdAt <= runs[i].createdAt);
+
+    const other = await join({ session: `other-${process.pid}` });
+    assert.equal(other.sessionId, `other-${process.pid}`);
+    assert.deepEqual(await other.factory.listRuns(), []);
+    for (const read of [
+        () => other.factory.getRun(ids[0]),
+        () => other.factory.getRunDetail(ids[0]),
+        () => other.factory.getRunProgress(ids[0]),
+        () => other.factory.cancel(ids[0]),
+        () => other.factory.waitForRun(ids[0]),
+    ]) {
+        await assert.rejects(read(), (e) => e instanceof FactoryError && e.code === "not_found");
+    }
+    // The same name joins the same session.
+    const again = await join({ session: other.sessionId, factories: [] });
+    const own = await again.factory.run("fanout", { args: { n: 1 } });
+    assert.deepEqual((await other.factory.listRuns()).map((r) => r.runId), [own.runId]);
+    await session.disconnect();
+});
+
+test("getRunProgress pages forwards, backwards, by phase and from the tail; getRunDetail", async () => {
+    const session = await join();
+    const run = await session.factory.run("fanout", { args: { n: 2, logs: 12 } });
+    assert.equal(run.status, "completed");
+    const all = await session.factory.getRunProgress(run.runId, { afterSeq: 0, limit: 1000 });
+    assert.ok(all.length > 14, `${all.length} entries`);
+    all.forEach((entry, i) => assert.equal(entry.seq, i + 1));
+    const { getRunProgress } = session.factory;
+
+    const first = await session.factory.getRunProgress(run.runId, { afterSeq: 0, limit: 5 });
+    assert.deepEqual(first, all.slice(0, 5));
+    const second = await session.factory.getRunProgress(run.runId, { afterSeq: first.at(-1).seq, limit: 5 });
+    assert.deepEqual(second, all.slice(5, 10));
+    const back = await session.factory.getRunProgress(run.runId, { beforeSeq: all[5].seq, limit: 3 });
+    assert.deepEqual(back, all.slice(2, 5));
+    const tail = await session.factory.getRunProgress(run.runId, { limit: 4 });
+    assert.deepEqual(tail, all.slice(-4));
+    assert.equal(typeof getRunProgress, "function");
+
+    const logPhase = await session.factory.getRunProgress(run.runId, { phaseId: "Log", afterSeq: 0, limit: 1000 });
+    assert.deepEqual(logPhase, all.filter((e) => e.phase === "Log"));
+    const lines = logPhase.filter((e) => e.event === "log").map((e) => e.message);
+    assert.deepEqual(lines, Array.from({ length: 12 }, (_, i) => `line ${i}`));
+    const logPage = await session.factory.getRunProgress(run.runId, { phaseId: "Log", afterSeq: logPhase[5].seq, limit: 3 });
+    assert.deepEqual(logPage, logPhase.slice(6, 9));
+    assert.ok((await session.factory.getRunProgress(run.runId, { phaseId: "No such phase" })).length === 0);
+    await assert.rejects(
+        session.factory.getRunProgress(run.runId, { afterSeq: -1 }),
+        (e) => e instanceof FactoryError && e.code === "invalid_params",
+    );
+
+    const detail = await session.factory.getRunDetail(run.runId);
+    assert.equal(detail.runId, run.runId);
+    assert.equal(detail.status, "completed");
+    assert.deepEqual(detail.phases, ["Fan out", "Log"]);
+    assert.deepEqual(detail.agents.map((a) => a.label).sort(), ["t:0", "t:1"]);
+    assert.deepEqual(detail.progress, all.slice(-detail.progress.length));
+    assert.ok(!JSON.stringify(detail).includes("item 0"), "no prompt in the detail");
+    await session.disconnect();
+});
+
+test("waitForRun: an abort rejects the wait with its reason and leaves the run going", async () => {
+    const session = await join();
+    const pending = session.factory.run("fanout", { args: { n: 1, prefix: "hang:" } });
+    const runId = await runningRun(session);
+
+    const controller = new AbortController();
+    const wait = session.factory.waitForRun(runId, { signal: controller.signal });
+    controller.abort();
+    await assert.rejects(wait, (e) => e.name === "AbortError");
+    const reason = new Error("stop waiting");
+    const second = new AbortController();
+    const wait2 = session.factory.waitForRun(runId, { signal: second.signal });
+    second.abort(reason);
+    await assert.rejects(wait2, (e) => e === reason);
+    await assert.rejects(session.factory.waitForRun(runId, { signal: AbortSignal.abort() }), (e) => e.name === "AbortError");
+
+    // The run is untouched by all that: still running, and a later wait still sees it end.
+    assert.equal((await session.factory.getRun(runId)).status, "running");
+    const settled = session.factory.waitForRun(runId);
+    const cancelled = await session.factory.cancel(runId);
+    assert.equal(cancelled.status, "cancelled");
+    assert.ok(isFactoryRunTerminal(cancelled.status));
+    assert.equal(cancelled.failure?.type, "cancelled");
+    assert.deepEqual(await settled, cancelled);
+    assert.deepEqual(await pending, cancelled);
+    // A settled run resolves at once, and a terminal envelope never changes.
+    assert.deepEqual(await session.factory.waitForRun(runId), cancelled);
+    await session.disconnect();
+});
+
+test("waitForRun: aborting the wait does not stop a run that then completes", async () => {
+    const session = await join();
+    const pending = session.factory.run("fanout", { args: { n: 2, prefix: "slow:" } });
+    const runId = await runningRun(session);
+    const controller = new AbortController();
+    const wait = session.factory.waitForRun(runId, { signal: controller.signal });
+    controller.abort();
+    await assert.rejects(wait, (e) => e.name === "AbortError");
+    const done = await pending;
+    assert.equal(done.runId, runId);
+    assert.deepEqual([done.status, done.result], ["completed", { done: 2 }]);
+    await session.disconnect();
+});
+
+test("factory.run_updated: the session's runs, with increasing revisions", async () => {
+    const session = await join();
+    const other = await join();
+    const events = [];
+    const everything = [];
+    const leaked = [];
+    const off = session.on(FACTORY_RUN_UPDATED, (event) => events.push(event));
+    const offAll = session.on((event) => everything.push(event));
+    const offOther = other.on("factory.run_updated", (event) => leaked.push(event));
+
+    const run = await session.factory.run("fanout", { args: { n: 2, prefix: "slow:", logs: 3 } });
+    assert.equal(run.status, "completed");
+    await until(() => events.some((e) => e.data.revision >= run.revision), "the run's last revision announced");
+    const mine = events.filter((e) => e.data.runId === run.runId);
+    assert.ok(mine.length >= 2, `${mine.length} events`);
+    for (let i = 1; i < mine.length; i++) {
+        assert.ok(mine[i].data.revision > mine[i - 1].data.revision, `revisions grow: ${mine.map((e) => e.data.revision)}`);
+    }
+    assert.equal(mine.at(-1).data.revision, run.revision);
+    for (const event of mine) {
+        assert.equal(event.type, "factory.run_updated");
+        assert.equal(event.ephemeral, true);
+        assert.deepEqual(Object.keys(event.data).sort(), ["revision", "runId"]);
+    }
+    assert.deepEqual(everything.filter((e) => e.data.runId === run.runId), mine);
+    assert.deepEqual(leaked.filter((e) => e.data.runId === run.runId), [], "another session hears nothing of this run");
+    off();
+    offAll();
+    offOther();
+    await session.disconnect();
+    await other.disconnect();
+});
+
+test("isFactoryRunTerminal is the terminal-status test", () => {
+    for (const status of ["completed", "error", "halted", "cancelled"]) assert.equal(isFactoryRunTerminal(status), true, status);
+    for (const status of ["running", "pending", "", undefined, null, "Completed"]) assert.equal(isFactoryRunTerminal(status), false, String(status));
+});
+
+test("a defineFactory handle registers the authoring form in the session only", async () => {
+    const echo = defineFactory({
+        meta: { name: "node-echo", description: "args: { word: string }", phases: [{ title: "Echo" }] },
+        run: async (ctx) => {
+            ctx.phase("Echo");
+            const reply = await ctx.agent(`echo ${ctx.args.word}`, { label: "t:echo" });
+            return { word: ctx.args.word, reply };
+        },
+    });
+    assert.equal(echo.name, "node-echo");
+    const session = await join({ factories: [echo, FANOUT] });
+    assert.deepEqual(session.factories.map((f) => [f.name, f.source]), [["node-echo", "authored"], ["fanout", new URL(FANOUT).pathname]]);
+    const run = await session.factory.run(echo, { args: { word: "hi" } });
+    assert.deepEqual([run.status, run.result], ["completed", { word: "hi", reply: "ok" }]);
+    const stranger = await joinSession({ url: service.url, token: service.token });
+    await assert.rejects(stranger.factory.run("node-echo"), (e) => e instanceof FactoryError && e.code === "unknown_factory");
+    assert.throws(() => defineFactory({ meta: {}, run: async () => 1 }), TypeError);
+    await assert.rejects(joinSession({ url: service.url, token: service.token, factories: [42] }), TypeError);
+    await session.disconnect();
+});
+
+test("the connection comes from options, FACTORY_URL/FACTORY_TOKEN, or the state directory", async () => {
+    assert.deepEqual(resolveConnection({ stateDir: service.stateDir }, {}), { url: service.url, token: service.token });
+    assert.deepEqual(resolveConnection({}, { FACTORY_STATE_DIR: service.stateDir }), { url: service.url, token: service.token });
+    assert.deepEqual(resolveConnection({}, { FACTORY_URL: service.url, FACTORY_TOKEN: "t" }), { url: service.url, token: "t" });
+    assert.throws(() => resolveConnection({}, { FACTORY_STATE_DIR: "/nonexistent/factory" }), (e) => e.code === "unavailable" && /FACTORY_URL/.test(e.message));
+    const session = await joinSession({ stateDir: service.stateDir, factories: [FANOUT] });
+    assert.equal((await session.factory.run("fanout")).status, "completed");
+    await assert.rejects(
+        joinSession({ url: service.url, token: "not-the-token", factories: [FANOUT] }),
+        (e) => e instanceof FactoryError && e.code === "unauthorized" && e.httpStatus === 401,
+    );
+    const gone = await joinSession({ url: "http://127.0.0.1:9", token: "x" });
+    await assert.rejects(gone.factory.listRuns(), (e) => e instanceof FactoryError && e.code === "unavailable");
+});
