@@ -1,7 +1,8 @@
 // The global scope of a factory in `factory`'s JS runner: ECMAScript 2022 (from TypeScript's
 // `lib: ["ES2022"]`) plus the standard Web/Node globals the runner installs (README "Writing
-// a factory (JavaScript)"). There is no DOM, no `fetch`, no `process`, no `require`: they
-// are not declared, so using them is a type error, as it is a run-time error.
+// a factory (JavaScript)"; they arrive with issue 21's standard globals). There is no DOM,
+// no `fetch`, no `process`, no `require`: they are not declared, so using them is a type
+// error, as it is a run-time error.
 
 export {};
 

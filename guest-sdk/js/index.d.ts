@@ -1,9 +1,11 @@
 // Types of the factory runtime that `factory`'s JS runner provides to a factory module, under
 // the module names `"factory"`, `"@github/copilot-sdk/extension"` and `"@github/copilot-sdk"`
 // (guest-sdk/js-runner/src/prelude.js is the implementation; README "Writing a factory
-// (JavaScript)" the behaviour). Only what the runner really exports is declared here: a
-// name declared in this file exists at run time. The run envelope types at the end describe
-// what `factory run --json`, the HTTP API and the Node client return for a run.
+// (JavaScript)" the behaviour). Only what the runner exports is declared here, together
+// with what issue 21's standard globals add to it (`ctx.sleep`, a real `AbortSignal` as
+// `ctx.signal`, the `backend` abort kind, globals.d.ts), which this file declares ahead of
+// that work landing. The run envelope types at the end describe what `factory run --json`,
+// the HTTP API and the Node client return for a run.
 //
 // The runner's global scope (console, timers, AbortController, ...) is declared in
 // globals.d.ts, referenced below; type-check factories with `"lib": ["ES2022"]` and no DOM.
