@@ -3,6 +3,7 @@
 // fresh finding through three lenses.
 //
 //   factory run examples/js/loop-until-dry.js --args '{"maxRounds":5}'
+// @ts-check
 import { defineFactory } from "@github/copilot-sdk/extension";
 
 export default defineFactory({
@@ -12,8 +13,10 @@ export default defineFactory({
         phases: [{ title: "Find" }],
         limits: { maxConcurrentSubagents: 6, maxTotalSubagents: 400 },
     },
+    /** @param {import("@github/copilot-sdk/extension").FactoryContext<{ maxRounds?: number }>} ctx */
     run: async ({ args, parallel, agent, phase, log }) => {
-        const BUGS = {
+        // `@type {const}` keeps the schemas' literal types: replies are typed from them.
+        const BUGS = /** @type {const} */ ({
             type: "object",
             properties: {
                 bugs: {
@@ -22,13 +25,13 @@ export default defineFactory({
                 },
             },
             required: ["bugs"],
-        };
-        const VERDICT = { type: "object", properties: { real: { type: "boolean" } }, required: ["real"] };
-        const maxRounds = Number.isInteger(args.maxRounds) && args.maxRounds > 0 ? args.maxRounds : 20;
+        });
+        const VERDICT = /** @type {const} */ ({ type: "object", properties: { real: { type: "boolean" } }, required: ["real"] });
+        const maxRounds = typeof args.maxRounds === "number" && Number.isInteger(args.maxRounds) && args.maxRounds > 0 ? args.maxRounds : 20;
 
         const seen = new Set();
         const confirmed = [];
-        const keyOf = (b) => b.title.toLowerCase();
+        const keyOf = (/** @type {{ title: string }} */ b) => b.title.toLowerCase();
         let dry = 0;
         let round = 0;
 
@@ -73,7 +76,7 @@ export default defineFactory({
                     ).then((vs) => ({ b, real: vs.filter((v) => v !== null && v.real).length >= 2 }))
                 )
             );
-            confirmed.push(...judged.filter((v) => v !== null && v.real).map((v) => v.b));
+            confirmed.push(...judged.flatMap((v) => (v !== null && v.real ? [v.b] : [])));
         }
         if (round === maxRounds && dry < 2) log(`stopped after ${maxRounds} rounds without running dry`);
         return { confirmed, rounds: round };

@@ -3,6 +3,7 @@
 // pipeline: no barrier between a slow dimension and a fast one).
 //
 //   factory run examples/js/multi-stage-review.js --args '{"diff":"..."}'
+// @ts-check
 import { defineFactory } from "factory";
 
 export default defineFactory({
@@ -14,8 +15,10 @@ export default defineFactory({
         phases: [{ title: "Review" }, { title: "Summarize" }],
         limits: { maxConcurrentSubagents: 8, maxTotalSubagents: 200 },
     },
+    /** @param {import("factory").FactoryContext<{ diff?: string, skeptics?: number }>} ctx */
     run: async ({ args, pipeline, parallel, agent, phase, log, step }) => {
-        const FINDINGS = {
+        // `@type {const}` keeps the schemas' literal types: replies are typed from them.
+        const FINDINGS = /** @type {const} */ ({
             type: "object",
             properties: {
                 findings: {
@@ -24,15 +27,15 @@ export default defineFactory({
                 },
             },
             required: ["findings"],
-        };
-        const VERDICT = { type: "object", properties: { isReal: { type: "boolean" } }, required: ["isReal"] };
+        });
+        const VERDICT = /** @type {const} */ ({ type: "object", properties: { isReal: { type: "boolean" } }, required: ["isReal"] });
         const DIMENSIONS = [
             { key: "bugs", prompt: "Review the diff for correctness bugs. Return JSON {findings:[{title}]}." },
             { key: "perf", prompt: "Review the diff for performance issues. Return JSON {findings:[{title}]}." },
             { key: "security", prompt: "Review the diff for security issues. Return JSON {findings:[{title}]}." },
         ];
         const diff = typeof args.diff === "string" ? args.diff : "(no diff given)";
-        const skeptics = Number.isInteger(args.skeptics) && args.skeptics > 0 ? args.skeptics : 3;
+        const skeptics = typeof args.skeptics === "number" && Number.isInteger(args.skeptics) && args.skeptics > 0 ? args.skeptics : 3;
 
         phase("Review"); // Run-global: set it before the fan-out, never inside a stage.
         const perDimension = await pipeline(

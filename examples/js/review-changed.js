@@ -1,3 +1,4 @@
+// @ts-check
 import { defineFactory, joinSession } from "@github/copilot-sdk/extension";
 
 const reviewChanged = defineFactory({
@@ -14,6 +15,7 @@ const reviewChanged = defineFactory({
             maxAiCredits: 5,
         },
     },
+    /** @param {import("@github/copilot-sdk/extension").FactoryContext<{ files: string[] }>} ctx */
     run: async (ctx) => {
         ctx.phase("Review");
         const reviews = await ctx.parallel(

@@ -1,6 +1,7 @@
 // Triage (TypeScript): classify each issue with a schema call, then route the urgent ones to
 // a second agent that proposes a first step. The types are stripped when the file is read
-// (not checked); lines and columns stay the file's own, so errors point here.
+// (not checked then; tests/js_types.rs checks them with tsc against guest-sdk/js); lines and
+// columns stay the file's own, so errors point here.
 //
 //   factory run examples/js/triage.ts --args '{"issues":["Crash on start","Typo in README"]}'
 import { defineFactory } from "factory";
@@ -13,15 +14,17 @@ interface TriageArgs {
 
 type Severity = "critical" | "major" | "minor";
 
-interface Classification {
+// Type aliases, not interfaces: a step value and the result must be JSON, and TypeScript
+// proves that only for aliases (an interface may gain non-JSON members by merging).
+type Classification = {
     severity: Severity;
     area: string;
-}
+};
 
-interface Triaged extends Classification {
+type Triaged = Classification & {
     issue: string;
     firstStep: string | null;
-}
+};
 
 const CLASSIFICATION = {
     type: "object",
@@ -37,7 +40,9 @@ function isClassification(value: unknown): value is Classification {
     return v !== null && typeof v === "object" && typeof v.severity === "string" && typeof v.area === "string";
 }
 
-export default defineFactory({
+// `defineFactory<Args>`: the args' type (the host forwards them verbatim, so the defaults
+// below still guard what a caller leaves out).
+export default defineFactory<TriageArgs>({
     meta: {
         name: "triage",
         description: "Classify issues by severity and propose a first step for the urgent ones. " +
@@ -46,7 +51,7 @@ export default defineFactory({
         limits: { maxConcurrentSubagents: 4, maxTotalSubagents: 50 },
     },
     run: async ({ args, agent, parallel, phase, step }) => {
-        const { issues = ["(no issue given)"], escalate = ["critical", "major"] } = args as TriageArgs;
+        const { issues = ["(no issue given)"], escalate = ["critical", "major"] } = args;
 
         phase("Classify");
         const classified = await parallel(
@@ -61,11 +66,11 @@ export default defineFactory({
         );
 
         phase("Escalate");
-        const triaged: Triaged[] = await parallel(
+        const triaged = await parallel(
             issues.map((issue, i) => async (): Promise<Triaged> => {
                 const c = classified[i] ?? { severity: "minor" as Severity, area: "unknown" };
                 const firstStep = escalate.includes(c.severity)
-                    ? await agent<string>(`Propose the first step for this ${c.severity} issue:\n\n${issue}`, {
+                    ? await agent(`Propose the first step for this ${c.severity} issue:\n\n${issue}`, {
                         label: `escalate:${i}`,
                     })
                     : null;
