@@ -6,6 +6,7 @@ pub(crate) mod dashboard;
 pub(crate) mod describe;
 pub(crate) mod escape;
 pub(crate) mod events;
+pub(crate) mod init;
 pub(crate) mod observe;
 pub(crate) mod progress_ui;
 pub(crate) mod registry;
@@ -53,6 +54,9 @@ enum Command {
     /// over (they start it on demand); with --http, also the JSON API and the dashboard
     /// (token in <state-dir>/http.token).
     Serve(serve::ServeArgs),
+    /// Scaffold a new JS/TS factory in a new directory: a factory that runs as it is, its
+    /// type declarations, a strict tsconfig.json and a package.json with `typecheck`.
+    Init(init::InitArgs),
     /// Register a factory under its meta name.
     Add(registry::AddArgs),
     /// List registered factories.
@@ -109,6 +113,7 @@ pub fn main() -> ExitCode {
             Command::Cancel(args) => observe::cancel(&g, args).await,
             Command::Watch(args) => observe::watch(&g, args).await,
             Command::Serve(args) => serve::serve(&g, args).await,
+            Command::Init(args) => init::init(args),
             Command::Add(args) => trust::after_build(&g, registry::add(&g, args).await),
             Command::List(args) => registry::list(&g, args).await,
             Command::Inspect(args) => registry::inspect(&g, args).await,

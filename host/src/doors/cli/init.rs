@@ -1,0 +1,360 @@
+//! `factory init NAME --lang ts|js`: scaffolds a new JavaScript or TypeScript factory in the
+//! directory NAME — a factory file that runs as it is (meta with phases, limits and an args
+//! schema; a `parallel`, `pipeline` and `step` body), the runtime's type declarations
+//! (`guest-sdk/js`, embedded in the binary and written to `types/`), a strict
+//! `tsconfig.json` that maps the runtime's module names to them (so type-checking needs no
+//! network and no package of ours on npm), a `package.json` with a `typecheck` script, and
+//! a README. It never overwrites: an existing non-empty directory or file is refused.
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The TypeScript compiler a scaffold's `package.json` pins: the one `tests/js_types.rs`
+/// type-checks the scaffolds and examples with (`tests/ts/package.json`).
+pub const TYPESCRIPT_VERSION: &str = "7.0.2";
+
+/// The runtime's declarations (`import ... from "factory"` and its aliases).
+const INDEX_D_TS: &str = include_str!("../../../../guest-sdk/js/index.d.ts");
+/// The runner's global scope (console, timers, AbortController, ...), referenced by it.
+const GLOBALS_D_TS: &str = include_str!("../../../../guest-sdk/js/globals.d.ts");
+
+/// The longest factory name `init` takes (meta names may be up to 128 bytes).
+const MAX_NAME_BYTES: usize = 64;
+
+/// `factory init`: where to scaffold, and in which language.
+#[derive(Args)]
+pub struct InitArgs {
+    /// The directory to create (its last component is the factory's name: letters, digits,
+    /// `-`, `_`, `.`, starting with a letter or digit).
+    path: PathBuf,
+    /// The factory's language.
+    #[arg(long, value_enum, default_value_t = Lang::Ts)]
+    lang: Lang,
+}
+
+/// The languages `init` scaffolds.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    /// TypeScript (`NAME.ts`, type-stripped when it runs).
+    Ts,
+    /// JavaScript (`NAME.js`, type-checked through `// @ts-check` and JSDoc).
+    Js,
+}
+
+impl Lang {
+    fn extension(self) -> &'static str {
+        match self {
+            Lang::Ts => "ts",
+            Lang::Js => "js",
+        }
+    }
+}
+
+/// Why `init` refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// The name does not make a factory name, a file name and a package name.
+    #[error(
+        "invalid factory name `{0}`: use at most {max} letters, digits, `-`, `_` and `.`, starting with a letter or digit",
+        max = MAX_NAME_BYTES
+    )]
+    Name(String),
+    /// The target exists and holds something: `init` never overwrites.
+    #[error("{0} already exists and is not empty: choose a new directory (init never overwrites)")]
+    NotEmpty(PathBuf),
+    /// The target exists and is not a directory.
+    #[error("{0} already exists and is not a directory")]
+    NotADirectory(PathBuf),
+}
+
+/// Check `name` as `init` needs it: a valid meta name, file name and npm package name.
+pub fn check_name(name: &str) -> Result<(), InitError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(InitError::Name(name.to_string()))
+    }
+}
+
+/// The files of a new factory `name` in `lang`: (relative path, contents).
+pub fn scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
+    let ext = lang.extension();
+    let file = format!("{name}.{ext}");
+    let source = match lang {
+        Lang::Ts => TS_TEMPLATE,
+        Lang::Js => JS_TEMPLATE,
+    }
+    .replace("{{name}}", name)
+    .replace("{{file}}", &file);
+    let package = serde_json::json!({
+        "name": name.to_ascii_lowercase(),
+        "private": true,
+        "type": "module",
+        "description": format!("The factory `{name}` (run it with `factory run {file}`)"),
+        "scripts": {
+            "typecheck": "tsc -p .",
+            "start": format!("factory run {file}"),
+        },
+        "devDependencies": { "typescript": TYPESCRIPT_VERSION },
+    });
+    let readme = README_TEMPLATE.replace("{{name}}", name).replace("{{file}}", &file);
+    vec![
+        (file, source),
+        ("types/factory.d.ts".into(), INDEX_D_TS.to_string()),
+        ("types/globals.d.ts".into(), GLOBALS_D_TS.to_string()),
+        ("tsconfig.json".into(), TSCONFIG.to_string()),
+        ("package.json".into(), format!("{}\n", serde_json::to_string_pretty(&package).unwrap_or_default())),
+        ("README.md".into(), readme),
+        (".gitignore".into(), "node_modules/\n".into()),
+    ]
+}
+
+/// `factory init`.
+pub fn init(a: InitArgs) -> Result<ExitCode> {
+    let name = a.path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    check_name(&name)?;
+    prepare_dir(&a.path)?;
+    let files = scaffold(&name, a.lang);
+    for (relative, contents) in &files {
+        let path = a.path.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        // `create_new`: a file that appeared meanwhile is never overwritten.
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        out.write_all(contents.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let dir = a.path.display();
+    let file = &files[0].0;
+    println!("created {dir}/ ({} factory `{name}`):", match a.lang {
+        Lang::Ts => "TypeScript",
+        Lang::Js => "JavaScript",
+    });
+    for (relative, _) in &files {
+        println!("  {relative}");
+    }
+    println!();
+    println!("  factory run {dir}/{file} --args '{{\"topic\":\"release notes\"}}'");
+    println!("  cd {dir} && npm install && npm run typecheck   # TypeScript {TYPESCRIPT_VERSION}, types offline");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Create `dir`, or accept it when it is an empty directory.
+fn prepare_dir(dir: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => {
+            let mut entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+            if entries.next().is_some() {
+                return Err(InitError::NotEmpty(dir.to_path_buf()).into());
+            }
+            Ok(())
+        }
+        Ok(_) => Err(InitError::NotADirectory(dir.to_path_buf()).into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", dir.display())),
+    }
+}
+
+/// Strict, no emit, the runner's language level, and the runtime's module names mapped to
+/// the declarations in `types/` (`paths`: no package needed). `verbatimModuleSyntax` and
+/// `erasableSyntaxOnly` reject what the type stripper cannot erase in place (a type imported
+/// without `import type`, `enum`, `namespace`, parameter properties).
+const TSCONFIG: &str = r#"{
+  "compilerOptions": {
+    "strict": true,
+    "noEmit": true,
+    "target": "ES2022",
+    "module": "ES2022",
+    "moduleResolution": "bundler",
+    "lib": ["ES2022"],
+    "types": [],
+    "allowJs": true,
+    "checkJs": true,
+    "verbatimModuleSyntax": true,
+    "erasableSyntaxOnly": true,
+    "skipLibCheck": false,
+    "paths": {
+      "factory": ["./types/factory.d.ts"],
+      "@github/copilot-sdk/extension": ["./types/factory.d.ts"],
+      "@github/copilot-sdk": ["./types/factory.d.ts"]
+    }
+  },
+  "include": ["**/*.ts", "**/*.js"],
+  "exclude": ["node_modules"]
+}
+"#;
+
+const TS_TEMPLATE: &str = r#"// {{name}}: a factory. Brainstorm ideas on a topic in parallel, critique each one as soon
+// as it lands (a pipeline), and journal the report (a step).
+//
+//   factory run {{file}} --args '{"topic":"release notes"}'
+//   npm install && npm run typecheck
+import { defineFactory } from "@github/copilot-sdk/extension";
+import type { FromSchema } from "@github/copilot-sdk/extension";
+
+// The args schema: the host checks every run's args against it before the run exists.
+const ARGS = {
+    type: "object",
+    properties: { topic: { type: "string" }, ideas: { type: "integer" } },
+} as const;
+type Args = FromSchema<typeof ARGS>;
+
+// Reply schemas (`as const`: each reply's type follows from its schema).
+const IDEA = {
+    type: "object",
+    properties: { title: { type: "string" }, why: { type: "string" } },
+    required: ["title", "why"],
+} as const;
+const CRITIQUE = {
+    type: "object",
+    properties: { score: { type: "integer" }, risk: { type: "string" } },
+    required: ["score", "risk"],
+} as const;
+
+export default defineFactory<Args>({
+    meta: {
+        name: "{{name}}",
+        description: "Brainstorm ideas on a topic and critique each one. args: { topic?: string, ideas?: integer (1-8) }",
+        phases: [{ title: "Brainstorm" }, { title: "Critique" }, { title: "Report" }],
+        limits: { maxConcurrentSubagents: 4, maxTotalSubagents: 40, timeoutSeconds: 600 },
+        argsSchema: ARGS,
+    },
+    run: async ({ args, agent, parallel, pipeline, step, phase, log }) => {
+        const topic = args.topic ?? "names for a build tool";
+        const wanted = args.ideas ?? 3;
+        const count = Math.min(Math.max(wanted, 1), 8);
+        if (count !== wanted) log(`asked for ${wanted} ideas: using ${count} (1-8)`);
+
+        phase("Brainstorm");
+        const ideas = await parallel(
+            Array.from({ length: count }, (_, i) => () =>
+                agent(`Propose one idea about ${topic} (idea ${i + 1} of ${count}). Return JSON {title, why}.`, {
+                    label: `idea:${i}`,
+                    schema: IDEA,
+                }),
+            ),
+        );
+        // An ordinary failure is `null`: keep what came back, and say what did not.
+        const found = ideas.flatMap((idea) => (idea !== null ? [idea] : []));
+        log(`${found.length} of ${count} ideas came back`);
+
+        phase("Critique");
+        const critiqued = await pipeline(
+            found,
+            (idea, _item, i) =>
+                agent(`Critique this idea about ${topic}: ${idea.title} (${idea.why}). Return JSON {score (1-10), risk}.`, {
+                    label: `critique:${i}`,
+                    schema: CRITIQUE,
+                }),
+            (critique, idea) => (critique !== null ? { ...idea, ...critique } : null),
+        );
+
+        phase("Report");
+        const ranked = critiqued.flatMap((c) => (c !== null ? [c] : [])).sort((a, b) => b.score - a.score);
+        return step("report-v1", () => ({ topic, ideas: ranked, dropped: count - ranked.length }));
+    },
+});
+"#;
+
+const JS_TEMPLATE: &str = r#"// {{name}}: a factory. Brainstorm ideas on a topic in parallel, critique each one as soon
+// as it lands (a pipeline), and journal the report (a step).
+//
+//   factory run {{file}} --args '{"topic":"release notes"}'
+//   npm install && npm run typecheck
+// @ts-check
+import { defineFactory } from "@github/copilot-sdk/extension";
+
+// The args schema: the host checks every run's args against it before the run exists.
+// `@type {const}` keeps the literal types, so replies and args are typed from schemas.
+const ARGS = /** @type {const} */ ({
+    type: "object",
+    properties: { topic: { type: "string" }, ideas: { type: "integer" } },
+});
+/** @typedef {import("@github/copilot-sdk/extension").FromSchema<typeof ARGS>} Args */
+
+const IDEA = /** @type {const} */ ({
+    type: "object",
+    properties: { title: { type: "string" }, why: { type: "string" } },
+    required: ["title", "why"],
+});
+const CRITIQUE = /** @type {const} */ ({
+    type: "object",
+    properties: { score: { type: "integer" }, risk: { type: "string" } },
+    required: ["score", "risk"],
+});
+
+export default defineFactory({
+    meta: {
+        name: "{{name}}",
+        description: "Brainstorm ideas on a topic and critique each one. args: { topic?: string, ideas?: integer (1-8) }",
+        phases: [{ title: "Brainstorm" }, { title: "Critique" }, { title: "Report" }],
+        limits: { maxConcurrentSubagents: 4, maxTotalSubagents: 40, timeoutSeconds: 600 },
+        argsSchema: ARGS,
+    },
+    /** @param {import("@github/copilot-sdk/extension").FactoryContext<Args>} ctx */
+    run: async ({ args, agent, parallel, pipeline, step, phase, log }) => {
+        const topic = args.topic ?? "names for a build tool";
+        const wanted = args.ideas ?? 3;
+        const count = Math.min(Math.max(wanted, 1), 8);
+        if (count !== wanted) log(`asked for ${wanted} ideas: using ${count} (1-8)`);
+
+        phase("Brainstorm");
+        const ideas = await parallel(
+            Array.from({ length: count }, (_, i) => () =>
+                agent(`Propose one idea about ${topic} (idea ${i + 1} of ${count}). Return JSON {title, why}.`, {
+                    label: `idea:${i}`,
+                    schema: IDEA,
+                }),
+            ),
+        );
+        // An ordinary failure is `null`: keep what came back, and say what did not.
+        const found = ideas.flatMap((idea) => (idea !== null ? [idea] : []));
+        log(`${found.length} of ${count} ideas came back`);
+
+        phase("Critique");
+        const critiqued = await pipeline(
+            found,
+            (idea, _item, i) =>
+                agent(`Critique this idea about ${topic}: ${idea.title} (${idea.why}). Return JSON {score (1-10), risk}.`, {
+                    label: `critique:${i}`,
+                    schema: CRITIQUE,
+                }),
+            (critique, idea) => (critique !== null ? { ...idea, ...critique } : null),
+        );
+
+        phase("Report");
+        const ranked = critiqued.flatMap((c) => (c !== null ? [c] : [])).sort((a, b) => b.score - a.score);
+        return step("report-v1", () => ({ topic, ideas: ranked, dropped: count - ranked.length }));
+    },
+});
+"#;
+
+const README_TEMPLATE: &str = r#"# {{name}}
+
+A factory for `factory` (scaffolded by `factory init`).
+
+```sh
+factory run {{file}} --args '{"topic":"release notes"}'   # the dry-run backend by default
+factory run {{file}} --backend openai --args '{"topic":"release notes"}'
+factory add {{file}} && factory run {{name}}
+npm install && npm run typecheck                          # the pinned TypeScript compiler
+```
+
+`types/` holds the declarations of the runtime the factory imports (`"factory"`,
+`"@github/copilot-sdk/extension"`, `"@github/copilot-sdk"`): `tsconfig.json` maps those names
+to it, so type-checking works offline. The factory's globals are the runner's (console,
+timers, `AbortController`, `TextEncoder`, `URL`, ...): no DOM, no Node built-ins.
+"#;
