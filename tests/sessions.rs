@@ -187,10 +187,23 @@ fn a_session_lists_its_own_runs_and_the_owner_sees_and_controls_every_session() 
     let page = raw(&socket, json!({ "op": "progress", "scope": "owner", "runId": b2, "query": {"afterSeq": 3, "limit": 1000} }));
     let stored: Vec<u64> = page["body"]["ok"]["progress"].as_array().expect("a page").iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, stored, "the stream hands out what the run journaled after entry 3");
+    // Started and followed on one connection: `started`, every entry from the first, the
+    // envelope; a start that is refused is one error answer.
+    let start = json!({ "op": "run", "session": "b", "component": {"registered": "probe"}, "args": {"case": "fanout", "n": 2}, "consent": "any" });
+    let lines = raw_stream(&socket, json!({ "op": "startFollowing", "start": start }));
+    let started = lines[0]["body"]["ok"]["started"]["runId"].as_str().unwrap_or_else(|| panic!("{:?}", lines[0])).to_string();
+    let (last, entries) = lines[1..].split_last().expect("entries and an envelope");
+    assert_eq!((last["body"]["ended"]["runId"].as_str(), &last["body"]["ended"]["status"]), (Some(started.as_str()), &json!("completed")), "{last}");
+    let seqs: Vec<u64> = entries.iter().map(|e| e["body"]["progress"]["seq"].as_u64().expect("a progress entry")).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "every entry from the first, in order");
+    assert_eq!(json_as(state, "b", &["show", &started])["session"], "b");
+    let refused = raw_stream(&socket, json!({ "op": "startFollowing", "start": { "op": "run", "session": "b", "component": {"registered": "nope"} } }));
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["body"]["err"]["code"], "unknown_factory", "{refused:?}");
     let out = as_session(state, "a", &["watch", &b2, "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out)["status"], "completed");
-    let mut bs = vec![(b1.clone(), "b".to_string()), (b2.clone(), "b".to_string())];
+    let mut bs = vec![(b1.clone(), "b".to_string()), (b2.clone(), "b".to_string()), (started.clone(), "b".to_string())];
     bs.sort();
     assert_eq!(listed(&own("b")), bs);
 }

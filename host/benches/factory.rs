@@ -1162,8 +1162,10 @@ fn start_request(component: &Path, key: &str, workload: &str, n: usize) -> Reque
 /// What `factory run` does through `client`: start the run, follow it to its terminal
 /// envelope. The envelope and how many progress entries were handed out.
 async fn start_and_follow(client: &Client, request: Request) -> (RunEnvelope, usize) {
-    let run_id = client.start(request).await.unwrap_or_else(|e| fail(format!("a start was refused: {e}")));
-    let mut follower = Follower::new(client.clone(), "bench", &run_id, 0).await;
+    // As a foreground `factory run` does: started and followed on one connection.
+    let mut follower =
+        Follower::start(client.clone(), "bench", request).await.unwrap_or_else(|e| fail(format!("a start was refused: {e}")));
+    let run_id = follower.run_id().to_string();
     let mut entries = 0;
     while let Some(next) = follower.next().await {
         match next.unwrap_or_else(|e| fail(format!("following {run_id} failed: {e}"))) {
@@ -1286,8 +1288,8 @@ async fn service_hop(table: &mut Table, component: &Path, cache: &Path, runs: us
         "hop per `factory run` (1 agent, started + followed)",
         fmt_us(hop),
         format!(
-            "socket {} vs in-process {} (median of {followed_runs}; dry-run backend); {per_run:.1} requests per run \
-             (start, subscribe, then envelope + progress per read)",
+            "socket {} vs in-process {} (median of {followed_runs}; dry-run backend); {per_run:.1} connections per run \
+             (one `startFollowing` stream)",
             fmt_us(remote_run),
             fmt_us(local_run)
         ),

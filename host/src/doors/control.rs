@@ -82,6 +82,7 @@ async fn handle(service: Local, stream: UnixStream) {
         Err(e) => Answer::Err(e),
         Ok(Request::Subscribe { scope }) => return subscription(service, scope, read, write).await,
         Ok(Request::Follow { scope, run_id, after_seq }) => return follow(service, scope, run_id, after_seq, read, write).await,
+        Ok(Request::StartFollowing { start }) => return start_following(service, *start, read, write).await,
         Ok(request) => match service.answer(request).await {
             Ok(response) => Answer::Ok(response),
             Err(e) => Answer::Err(RemoteError::from(&e)),
@@ -118,11 +119,73 @@ async fn subscription(
     }
 }
 
+/// A service error as the wire carries it.
+fn remote_error(e: factory_host::service::ServiceError) -> RemoteError {
+    match e {
+        factory_host::service::ServiceError::Host(e) => RemoteError::from(&e),
+        other => RemoteError { code: other.code(), message: other.to_string() },
+    }
+}
+
+/// Answer with `error` and close.
+async fn refuse(mut write: tokio::net::unix::OwnedWriteHalf, error: RemoteError) {
+    if write_frame(&mut write, Answer::Err(error)).await {
+        let _ = write.shutdown().await;
+    }
+}
+
+/// `follow`: refuse a run the scope cannot see as a plain answer, else open the stream.
+async fn follow(
+    service: Local,
+    scope: factory_host::Scope,
+    run_id: String,
+    after_seq: u64,
+    read: tokio::net::unix::OwnedReadHalf,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+) {
+    let client = factory_host::service::Client::Local(service);
+    if let Err(e) = client.envelope(scope.clone(), &run_id).await {
+        return refuse(write, remote_error(e)).await;
+    }
+    if !write_frame(&mut write, Answer::Ok(factory_host::service::Response::Following)).await {
+        return;
+    }
+    stream_run(client, scope, run_id, after_seq, read, write).await
+}
+
+/// `startFollowing`: start the run (or refuse as `run`/`resume` would), answer `started`,
+/// then stream it as its session (or the resume's scope) sees it.
+async fn start_following(
+    service: Local,
+    start: Request,
+    read: tokio::net::unix::OwnedReadHalf,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+) {
+    let scope = match &start {
+        Request::Run { session, .. } => factory_host::Scope::Session(session.clone()),
+        Request::Resume { scope, .. } => scope.clone(),
+        other => {
+            let message = format!("startFollowing starts a `run` or a `resume`, not `{}`", other.op());
+            return refuse(write, RemoteError::bad_request(message)).await;
+        }
+    };
+    let client = factory_host::service::Client::Local(service);
+    let run_id = match client.start(start).await {
+        Ok(run_id) => run_id,
+        Err(e) => return refuse(write, remote_error(e)).await,
+    };
+    let started = factory_host::service::Response::Started { run_id: run_id.clone() };
+    if !write_frame(&mut write, Answer::Ok(started)).await {
+        return;
+    }
+    stream_run(client, scope, run_id, 0, read, write).await
+}
+
 /// Stream what a [`Follower`](factory_host::service::Follower) in this process hands out of
 /// a run: its progress entries, then its envelope (or the error that ended following), then
 /// close. A client that hangs up ends it.
-async fn follow(
-    service: Local,
+async fn stream_run(
+    client: factory_host::service::Client,
     scope: factory_host::Scope,
     run_id: String,
     after_seq: u64,
@@ -130,21 +193,6 @@ async fn follow(
     mut write: tokio::net::unix::OwnedWriteHalf,
 ) {
     use factory_host::service::{FollowEvent, Followed, Follower};
-    let client = factory_host::service::Client::Local(service);
-    // Refuse a run the scope cannot see as a plain answer, before the stream opens.
-    if let Err(e) = client.envelope(scope.clone(), &run_id).await {
-        let e = match e {
-            factory_host::service::ServiceError::Host(e) => RemoteError::from(&e),
-            other => RemoteError { code: other.code(), message: other.to_string() },
-        };
-        if write_frame(&mut write, Answer::Err(e)).await {
-            let _ = write.shutdown().await;
-        }
-        return;
-    }
-    if !write_frame(&mut write, Answer::Ok(factory_host::service::Response::Following)).await {
-        return;
-    }
     let mut follower = Follower::new(client, scope, &run_id, after_seq).await;
     let mut sink = [0u8; 64];
     loop {
@@ -156,13 +204,7 @@ async fn follow(
         let (event, last) = match next {
             Some(Ok(Followed::Progress(entry))) => (FollowEvent::Progress(entry), false),
             Some(Ok(Followed::Ended(envelope))) => (FollowEvent::Ended(Box::new(envelope)), true),
-            Some(Err(e)) => {
-                let e = match e {
-                    factory_host::service::ServiceError::Host(e) => RemoteError::from(&e),
-                    other => RemoteError { code: other.code(), message: other.to_string() },
-                };
-                (FollowEvent::Failed(e), true)
-            }
+            Some(Err(e)) => (FollowEvent::Failed(remote_error(e)), true),
             None => return,
         };
         if !write_frame(&mut write, event).await {

@@ -53,20 +53,7 @@ impl Follower {
     /// Follow `run_id`, as `scope` sees it, from the entry after `after_seq` (0: from the
     /// start).
     pub async fn new(client: Client, scope: impl Into<Scope>, run_id: &str, after_seq: u64) -> Self {
-        let scope = scope.into();
-        let mut follower = Follower {
-            client,
-            scope,
-            run_id: run_id.to_string(),
-            after_seq,
-            pending: VecDeque::new(),
-            ended: None,
-            updates: None,
-            stream: None,
-            first_error: None,
-            done: false,
-            first: true,
-        };
+        let mut follower = Follower::bare(client, scope.into(), run_id, after_seq);
         if let Client::Remote(remote) = &follower.client {
             match remote.follow(follower.scope.clone(), run_id, after_seq).await {
                 Ok(stream) => {
@@ -85,6 +72,43 @@ impl Follower {
         // Without updates the follower polls.
         follower.updates = follower.client.updates(&follower.scope).await.ok();
         follower
+    }
+
+    /// Start a run or a resume (`request`: a [`super::Request::Run`] or
+    /// [`super::Request::Resume`]) and follow it from its first entry, as `scope` sees it
+    /// (the run's session, or the resume's scope). Over the control socket this is one
+    /// connection (`startFollowing`); a service without it gets a start and a follow.
+    pub async fn start(client: Client, scope: impl Into<Scope>, request: super::Request) -> Result<Self, ServiceError> {
+        let scope = scope.into();
+        if let Client::Remote(remote) = &client {
+            match remote.start_following(request.clone()).await {
+                Ok((run_id, stream)) => {
+                    let mut follower = Follower::bare(client, scope, &run_id, 0);
+                    follower.stream = Some(stream);
+                    return Ok(follower);
+                }
+                Err(ClientError::Remote(e)) if e.code == ErrorCode::BadRequest && e.message.contains("startFollowing") => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let run_id = client.start(request).await?;
+        Ok(Follower::new(client, scope, &run_id, 0).await)
+    }
+
+    fn bare(client: Client, scope: Scope, run_id: &str, after_seq: u64) -> Self {
+        Follower {
+            client,
+            scope,
+            run_id: run_id.to_string(),
+            after_seq,
+            pending: VecDeque::new(),
+            ended: None,
+            updates: None,
+            stream: None,
+            first_error: None,
+            done: false,
+            first: true,
+        }
     }
 
     /// The run followed.

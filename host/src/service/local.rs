@@ -60,7 +60,9 @@ impl Local {
                 Response::Started { run_id: self.start(start).await? }
             }
             Request::Subscribe { .. } => return Err(Error::Misrouted("a subscription is a stream: use Client::updates")),
-            Request::Follow { .. } => return Err(Error::Misrouted("a follow is a stream: use Follower")),
+            Request::Follow { .. } | Request::StartFollowing { .. } => {
+                return Err(Error::Misrouted("a follow is a stream: use Follower"))
+            }
         })
     }
 

@@ -163,6 +163,16 @@ impl Remote {
         }
     }
 
+    /// Start a run or a resume (`start`) and follow it on one connection: its id, and the
+    /// stream of its progress from the first entry, then its envelope.
+    pub async fn start_following(&self, start: Request) -> Result<(String, FollowStream), ClientError> {
+        let request = Request::StartFollowing { start: Box::new(start) };
+        match self.open_stream(&request, MAX_RESPONSE_BYTES as usize).await? {
+            (lines, Response::Started { run_id }) => Ok((run_id, FollowStream { lines })),
+            (_, other) => Err(self.unexpected("started follow", &other)),
+        }
+    }
+
     fn unexpected(&self, what: &str, got: &Response) -> ClientError {
         ClientError::Protocol { path: self.path(), message: format!("a {what} was answered with `{}`", got.kind()) }
     }

@@ -135,6 +135,11 @@ pub enum Request {
         #[serde(default)]
         after_seq: u64,
     },
+    /// Start a run or a resume (`start`: a [`Request::Run`] or [`Request::Resume`]) and follow
+    /// it on the same connection: a first [`Response::Started`], then the stream of a
+    /// [`Request::Follow`] from the run's first entry of this attempt on (one connection per
+    /// foreground run). The run is followed as its own session (a run) or the resume's scope.
+    StartFollowing { start: Box<Request> },
 }
 
 impl Request {
@@ -155,6 +160,7 @@ impl Request {
             Request::Register { .. } => "register",
             Request::Subscribe { .. } => "subscribe",
             Request::Follow { .. } => "follow",
+            Request::StartFollowing { .. } => "startFollowing",
         }
     }
 }
@@ -372,6 +378,16 @@ mod tests {
             Request::Subscribe { scope: Scope::from("s") },
             Request::Subscribe { scope: Scope::Owner },
             Request::Follow { scope: Scope::from("s"), run_id: "r".into(), after_seq: 7 },
+            Request::StartFollowing {
+                start: Box::new(Request::Resume {
+                    scope: Scope::Owner,
+                    run_id: "r".into(),
+                    component: None,
+                    limits: Limits::default(),
+                    backend: BackendChoice::default(),
+                    consent: super::super::Consent::Any,
+                }),
+            },
         ];
         for request in requests {
             let bytes = line(&Frame::new(request.clone()));

@@ -22,18 +22,23 @@ pub async fn start(
         eprintln!("factory: the store is held by another factory process; running the factory there");
     }
     let client = Client::Remote(if detach { crate::doors::daemon::ensure(g).await? } else { remote(g) });
-    let run_id = client.start(request).await?;
-    if let Some(sink) = &events {
-        sink.started(&run_id);
-    }
     if detach {
+        let run_id = client.start(request).await?;
+        if let Some(sink) = &events {
+            sink.started(&run_id);
+        }
         println!("{run_id}");
         if !quiet {
             eprintln!("factory: run {run_id} started in the background; follow it with: factory watch {run_id}");
         }
         return Ok(None);
     }
-    let envelope = follow(&client, &run_id, quiet, events.clone(), true, 0, Some(g)).await?;
+    // Started and followed on one connection.
+    let follower = Follower::start(client.clone(), factory_host::Scope::Owner, request).await?;
+    if let Some(sink) = &events {
+        sink.started(follower.run_id());
+    }
+    let envelope = follow_with(&client, follower, quiet, events.clone(), true, Some(g)).await?;
     if let Some(sink) = &events {
         sink.finished(&envelope);
     }
@@ -62,10 +67,23 @@ pub async fn follow(
     after_seq: u64,
     restart: Option<&GlobalArgs>,
 ) -> Result<RunEnvelope> {
+    let follower = Follower::new(client.clone(), factory_host::Scope::Owner, run_id, after_seq).await;
+    follow_with(client, follower, quiet, events, cancel_on_interrupt, restart).await
+}
+
+/// [`follow`] with a follower already made (one that started the run, say).
+async fn follow_with(
+    client: &Client,
+    mut follower: Follower,
+    quiet: bool,
+    events: Option<EventSink>,
+    cancel_on_interrupt: bool,
+    restart: Option<&GlobalArgs>,
+) -> Result<RunEnvelope> {
+    let run_id = &follower.run_id().to_string();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ProgressEntry>();
     let ui = tokio::spawn(progress_ui::render(rx, quiet, events));
     let mut client = client.clone();
-    let mut follower = Follower::new(client.clone(), factory_host::Scope::Owner, run_id, after_seq).await;
     let mut restarts = 0;
     let mut interrupt = Box::pin(tokio::signal::ctrl_c());
     let envelope = loop {
