@@ -36,6 +36,9 @@ pub(crate) async fn execute(
     grants: &[String],
 ) -> AttemptOutcome {
     let stop = shared.attempt.stop_token().clone();
+    // An attempt stopped before it began (no active time left, a cancel that came first)
+    // never starts its guest, grace or not.
+    let stopped_before = stop.is_cancelled();
     let returned = {
         let mut store = match sandbox::new_store(engine, &shared.attempt.sandbox, shared.clone(), component.script.clone(), grants) {
             Ok(store) => store,
@@ -66,7 +69,7 @@ pub(crate) async fn execute(
             // A stop lets the guest run on for [`STOP_GRACE`] (its sleeps and agent calls
             // answer at once, with the abort) so that `ctx.signal` listeners run; then the
             // store goes. What the guest returns meanwhile does not count: the cause wins.
-            if returned.is_none() {
+            if returned.is_none() && !stopped_before {
                 let _ = tokio::time::timeout(STOP_GRACE, &mut call).await;
             }
             returned
