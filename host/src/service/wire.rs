@@ -347,6 +347,14 @@ mod tests {
 
     #[test]
     fn requests_round_trip_in_camel_case() {
+        let resume = Request::Resume {
+            scope: Scope::Owner,
+            run_id: "r".into(),
+            component: None,
+            limits: Limits::default(),
+            backend: BackendChoice::default(),
+            consent: super::super::Consent::Any,
+        };
         let requests = vec![
             Request::Runs { scope: Scope::from("s") },
             Request::Runs { scope: Scope::Owner },
@@ -367,27 +375,11 @@ mod tests {
                 declined: false,
                 consent: super::super::Consent::Sha256("ab".into()),
             },
-            Request::Resume {
-                scope: Scope::Owner,
-                run_id: "r".into(),
-                component: None,
-                limits: Limits::default(),
-                backend: BackendChoice::default(),
-                consent: super::super::Consent::Any,
-            },
+            resume.clone(),
             Request::Subscribe { scope: Scope::from("s") },
             Request::Subscribe { scope: Scope::Owner },
             Request::Follow { scope: Scope::from("s"), run_id: "r".into(), after_seq: 7 },
-            Request::StartFollowing {
-                start: Box::new(Request::Resume {
-                    scope: Scope::Owner,
-                    run_id: "r".into(),
-                    component: None,
-                    limits: Limits::default(),
-                    backend: BackendChoice::default(),
-                    consent: super::super::Consent::Any,
-                }),
-            },
+            Request::StartFollowing { start: Box::new(resume) },
         ];
         for request in requests {
             let bytes = line(&Frame::new(request.clone()));
