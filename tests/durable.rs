@@ -279,6 +279,57 @@ async fn run_updated_events_carry_increasing_revisions_up_to_the_final_one() {
     assert_eq!(host.envelope(S, &run.run_id).unwrap().revision, run.revision, "a re-read agrees");
 }
 
+/// A follower wakes on an update and re-reads the run; the update that announces a run's
+/// end must come once a read shows the end (the run has left the host's active set), or
+/// that follower reads "running", and no later update comes to wake it again (it used to
+/// sit out its slow re-read timer). Each update is read at once on a thread of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_on_the_update_that_announces_a_runs_end_shows_the_end() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let host = Arc::new(host(state.path(), &backend));
+    let probe = load(&host, "probe").await;
+    for round in 0..20 {
+        let mut updates = host.subscribe();
+        let (done, finished) = std::sync::mpsc::channel();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        {
+            let host = host.clone();
+            let log = log.clone();
+            std::thread::spawn(move || {
+                // Read the run on every update, until a read shows it terminal.
+                let mut seen = Vec::new();
+                while let Ok(update) = updates.blocking_recv() {
+                    let envelope = host.envelope(S, &update.run_id).unwrap();
+                    seen.push((update.revision, envelope.status));
+                    log.lock().unwrap().push((update.revision, envelope.status, envelope.revision));
+                    if envelope.status.is_terminal() {
+                        let _ = done.send((envelope, seen));
+                        return;
+                    }
+                }
+            });
+        }
+        let run = host.run(&probe, RunOptions { args: Some(json!({"case": "fanout", "n": 2})), ..Default::default() }).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        // A bound against hanging, not a speed check: the reader is woken by the last update.
+        let (envelope, seen) = finished
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                let progress = host.progress(S, &run.run_id, &ProgressQuery::default()).unwrap();
+                let events: Vec<_> = progress.iter().map(|e| (e.seq, format!("{:?}", e.event).chars().take(40).collect::<String>())).collect();
+                panic!(
+                    "round {round}: no update woke a read that shows the end of {} (revision {}); reads: {:?}; progress: {events:?}",
+                    run.run_id,
+                    run.revision,
+                    log.lock().unwrap()
+                )
+            });
+        assert_eq!(envelope.run_id, run.run_id);
+        assert_eq!(envelope.revision, run.revision, "round {round}: {seen:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_a_run_that_is_executing_is_already_active() {
     let state = tempfile::tempdir().unwrap();

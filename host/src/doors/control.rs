@@ -44,18 +44,24 @@ fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
     }
 }
 
-/// Write one frame as a line.
-async fn write_frame<T: serde::Serialize>(write: &mut tokio::net::unix::OwnedWriteHalf, body: T) -> bool {
-    match serde_json::to_vec(&Frame::new(body)) {
-        Ok(mut bytes) => {
-            bytes.push(b'\n');
-            write.write_all(&bytes).await.is_ok()
+/// Append one frame as a line to `out`; false (logged) if it cannot be encoded.
+fn encode_frame<T: serde::Serialize>(out: &mut Vec<u8>, body: T) -> bool {
+    match serde_json::to_writer(&mut *out, &Frame::new(body)) {
+        Ok(()) => {
+            out.push(b'\n');
+            true
         }
         Err(e) => {
             tracing::warn!("control socket: cannot encode an answer: {e}");
             false
         }
     }
+}
+
+/// Write one frame as a line.
+async fn write_frame<T: serde::Serialize>(write: &mut tokio::net::unix::OwnedWriteHalf, body: T) -> bool {
+    let mut bytes = Vec::new();
+    encode_frame(&mut bytes, body) && write.write_all(&bytes).await.is_ok()
 }
 
 /// Answer one connection: check the peer, read one bounded request, answer it (a
@@ -183,7 +189,8 @@ async fn start_following(
 
 /// Stream what a [`Follower`](factory_host::service::Follower) in this process hands out of
 /// a run: its progress entries, then its envelope (or the error that ended following), then
-/// close. A client that hangs up ends it.
+/// close. What the follower has at hand goes out in one write (one wake of the client, not
+/// one per entry). A client that hangs up ends it.
 async fn stream_run(
     client: factory_host::service::Client,
     scope: factory_host::Scope,
@@ -201,13 +208,28 @@ async fn stream_run(
             // The follower sends nothing more: anything read (or the end) means it left.
             _ = read.read(&mut sink) => return,
         };
-        let (event, last) = match next {
-            Some(Ok(Followed::Progress(entry))) => (FollowEvent::Progress(entry), false),
-            Some(Ok(Followed::Ended(envelope))) => (FollowEvent::Ended(Box::new(envelope)), true),
+        let as_event = |followed: Followed| match followed {
+            Followed::Progress(entry) => (FollowEvent::Progress(entry), false),
+            Followed::Ended(envelope) => (FollowEvent::Ended(Box::new(envelope)), true),
+        };
+        let (event, mut last) = match next {
+            Some(Ok(followed)) => as_event(followed),
             Some(Err(e)) => (FollowEvent::Failed(remote_error(e)), true),
             None => return,
         };
-        if !write_frame(&mut write, event).await {
+        let mut batch = Vec::new();
+        if !encode_frame(&mut batch, event) {
+            return;
+        }
+        while !last && batch.len() < STREAM_BATCH_BYTES {
+            let Some(followed) = follower.ready() else { break };
+            let (event, end) = as_event(followed);
+            if !encode_frame(&mut batch, event) {
+                return;
+            }
+            last = end;
+        }
+        if write.write_all(&batch).await.is_err() {
             return;
         }
         if last {
@@ -216,6 +238,10 @@ async fn stream_run(
         }
     }
 }
+
+/// A follow stream writes what its follower has at hand in one write of at most about
+/// this many bytes (one entry more may go over it).
+const STREAM_BATCH_BYTES: usize = 256 << 10;
 
 /// A running control server.
 pub struct Server {

@@ -938,17 +938,28 @@ impl Host {
         if let Some((failure, error)) = failure {
             self.end_broken_attempt(&mut record, failure).await;
             drop(_active);
+            self.announce_end(&record);
             if let Some(e) = error {
                 return Err(e);
             }
         } else {
             drop(_active);
+            self.announce_end(&record);
         }
         self.current(record)
     }
 
+    /// Tell subscribers an attempt has ended, once the run has left `active`: until then a
+    /// read of the run still shows it running, so an update sent earlier could wake a
+    /// follower to a read that does not show the end, and no later update would come.
+    fn announce_end(&self, record: &RunRecord) {
+        let run_id = record.envelope.run_id.clone();
+        let revision = record.writes + self.store.last_progress_seq(&run_id).unwrap_or(0);
+        let _ = self.updates.send(RunUpdated { run_id, revision });
+    }
+
     /// Give an attempt that broke (a store error, a panic) its terminal status, as far as
-    /// the store still allows, and wake everyone waiting on the run.
+    /// the store still allows (the caller announces it).
     async fn end_broken_attempt(&self, record: &mut RunRecord, failure: Failure) {
         let envelope = &mut record.envelope;
         envelope.status = RunStatus::Error;
@@ -959,9 +970,6 @@ impl Host {
         if let Err(e) = self.store.put_run(record, false).await {
             tracing::error!(run = %record.envelope.run_id, error = %e, "cannot record the end of a broken attempt");
         }
-        let run_id = record.envelope.run_id.clone();
-        let revision = record.writes + self.store.last_progress_seq(&run_id).unwrap_or(0);
-        let _ = self.updates.send(RunUpdated { run_id, revision });
     }
 
     async fn attempt_inner(
@@ -1070,9 +1078,8 @@ impl Host {
         envelope.failure = failure;
         envelope.accounting = accounting;
         envelope.updated_at = crate::store::records_timestamp();
+        // Announced by the caller once the run has left `active` (`announce_end`).
         self.store.put_run(record, false).await?;
-        let revision = record.writes + self.store.last_progress_seq(&run_id)?;
-        let _ = self.updates.send(RunUpdated { run_id, revision });
         Ok(())
     }
 

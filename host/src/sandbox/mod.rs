@@ -32,24 +32,139 @@ pub fn engine() -> wasmtime::Result<Engine> {
         .consume_fuel(true)
         .epoch_interruption(true);
     let engine = Engine::new(&config)?;
-    start_epoch_ticker(&engine);
+    ticker::global().register(&engine);
     Ok(engine)
 }
 
-/// Advance the engine's epoch every [`EPOCH_TICK`] until the engine is dropped. Each tick
-/// makes running guests yield to the async executor, where deadlines and cancellation act.
-fn start_epoch_ticker(engine: &Engine) {
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("factory-epoch".into())
-        .spawn(move || loop {
-            std::thread::sleep(EPOCH_TICK);
-            match weak.upgrade() {
-                Some(engine) => engine.increment_epoch(),
-                None => break,
+/// The process's epoch ticker: one thread that advances the epoch of every live engine
+/// every [`EPOCH_TICK`] while some guest store exists, and sleeps (no wake-ups) while none
+/// does, so an idle service or MCP server costs no CPU. Each tick makes running guests
+/// yield to the async executor, where deadlines and cancellation act.
+pub(crate) mod ticker {
+    use super::EPOCH_TICK;
+    use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+    use wasmtime::{Engine, EngineWeak};
+
+    #[derive(Default)]
+    struct State {
+        engines: Vec<EngineWeak>,
+        /// Guest stores alive now ([`Live`] guards).
+        live: usize,
+        /// Ticks made so far.
+        ticks: u64,
+    }
+
+    /// A ticker and its thread (the process has one, [`global`]).
+    #[derive(Default)]
+    pub(crate) struct Ticker {
+        state: Mutex<State>,
+        wake: Condvar,
+    }
+
+    impl Ticker {
+        /// A ticker with a thread of its own (it lives as long as the process).
+        pub(crate) fn start() -> Arc<Ticker> {
+            let ticker = Arc::new(Ticker::default());
+            let ours = ticker.clone();
+            let started = std::thread::Builder::new().name("factory-epoch".into()).spawn(move || ours.run());
+            if let Err(e) = started {
+                tracing::error!("cannot start the epoch ticker thread: {e}; guest deadlines will not be enforced");
             }
-        })
-        .ok();
+            ticker
+        }
+
+        fn lock(&self) -> MutexGuard<'_, State> {
+            self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        }
+
+        fn run(&self) {
+            loop {
+                let engines = {
+                    let mut state = self.lock();
+                    while state.live == 0 {
+                        state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                    }
+                    state.engines.retain(|weak| weak.upgrade().is_some());
+                    state.ticks += 1;
+                    state.engines.iter().filter_map(EngineWeak::upgrade).collect::<Vec<Engine>>()
+                };
+                std::thread::sleep(EPOCH_TICK);
+                for engine in engines {
+                    engine.increment_epoch();
+                }
+            }
+        }
+
+        /// Tick `engine` from now on, while it lives.
+        pub(crate) fn register(&self, engine: &Engine) {
+            self.lock().engines.push(engine.weak());
+        }
+
+        /// A guard that keeps this ticker ticking while it lives.
+        pub(crate) fn live(self: &Arc<Self>) -> Live {
+            self.lock().live += 1;
+            self.wake.notify_one();
+            Live(self.clone())
+        }
+
+        /// Ticks made so far.
+        #[cfg(test)]
+        pub(crate) fn ticks(&self) -> u64 {
+            self.lock().ticks
+        }
+    }
+
+    /// The process's ticker.
+    pub(crate) fn global() -> &'static Arc<Ticker> {
+        static TICKER: OnceLock<Arc<Ticker>> = OnceLock::new();
+        TICKER.get_or_init(Ticker::start)
+    }
+
+    /// Keeps its ticker running while it lives: one per guest store.
+    pub(crate) struct Live(Arc<Ticker>);
+
+    impl Drop for Live {
+        fn drop(&mut self) {
+            let mut state = self.0.lock();
+            state.live = state.live.saturating_sub(1);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Wait (bounded, generously) until `ticker` has made `count` ticks.
+        fn reaches(ticker: &Ticker, count: u64) -> bool {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while std::time::Instant::now() < deadline {
+                if ticker.ticks() >= count {
+                    return true;
+                }
+                std::thread::sleep(EPOCH_TICK);
+            }
+            false
+        }
+
+        #[test]
+        fn a_ticker_ticks_only_while_a_store_lives() {
+            let ticker = Ticker::start();
+            let engine = crate::sandbox::engine().unwrap();
+            ticker.register(&engine);
+            std::thread::sleep(EPOCH_TICK * 4);
+            assert_eq!(ticker.ticks(), 0, "no store yet: no tick");
+            let live = ticker.live();
+            assert!(reaches(&ticker, 3), "a live store makes it tick");
+            drop(live);
+            // A tick is counted under the lock only while a store lives: none after this.
+            let parked = ticker.ticks();
+            std::thread::sleep(EPOCH_TICK * 10);
+            assert_eq!(ticker.ticks(), parked, "no store left: no more ticks");
+            let again = ticker.live();
+            assert!(reaches(&ticker, parked + 2), "a new store wakes it");
+            drop(again);
+        }
+    }
 }
 
 /// Per-run store data: the run's shared state plus WASI and resource bookkeeping.
@@ -61,6 +176,8 @@ pub struct RunData {
     table: ResourceTable,
     limits: StoreLimits,
     output: MemoryOutputPipe,
+    /// Keeps the epoch ticker running while this store lives.
+    _ticking: ticker::Live,
 }
 
 impl RunData {
@@ -152,7 +269,7 @@ pub(crate) fn new_store(
         .memories(limits.memories)
         .trap_on_grow_failure(true)
         .build();
-    let data = RunData { run, script, wasi, table: ResourceTable::new(), limits: store_limits, output };
+    let data = RunData { run, script, wasi, table: ResourceTable::new(), limits: store_limits, output, _ticking: ticker::global().live() };
     let mut store = Store::new(engine, data);
     store.limiter(|d| &mut d.limits);
     store.set_fuel(limits.fuel)?;

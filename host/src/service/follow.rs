@@ -121,6 +121,22 @@ impl Follower {
         self.after_seq
     }
 
+    /// What [`Follower::next`] would hand out at once, without waiting or reading: an entry
+    /// or the envelope already read (over the socket's stream: nothing, it is read by
+    /// `next`). Lets a caller batch what is at hand.
+    pub fn ready(&mut self) -> Option<Followed> {
+        if self.stream.is_some() || self.first_error.is_some() || self.done {
+            return None;
+        }
+        if let Some(entry) = self.pending.pop_front() {
+            self.after_seq = entry.seq;
+            return Some(Followed::Progress(entry));
+        }
+        let envelope = self.ended.take()?;
+        self.done = true;
+        Some(Followed::Ended(envelope))
+    }
+
     /// The next entry or the terminal envelope; `None` after the envelope.
     pub async fn next(&mut self) -> Option<Result<Followed, ServiceError>> {
         if let Some(e) = self.first_error.take() {
