@@ -345,6 +345,53 @@ fn what_the_runner_does_not_do_is_refused_plainly() {
     );
 }
 
+/// The globals parsed on first use (`TextEncoder` .. `URLSearchParams`, and the formatting
+/// behind `console`) behave as plain globals: present before any use, not enumerable, one
+/// identity, a plain writable property once read, and an assignment before any read wins
+/// (the others still load).
+#[test]
+fn the_globals_parsed_on_first_use_behave_as_plain_globals() {
+    let state = tempfile::tempdir().unwrap();
+    let file = factory_file(
+        state.path(),
+        "lazy",
+        r#"{ name: "lazy", description: "d" }"#,
+        r#"async () => {
+            const names = ["TextEncoder", "TextDecoder", "structuredClone", "atob", "btoa", "URL", "URLSearchParams"];
+            const present = names.every((n) => n in globalThis);
+            const enumerable = Object.keys(globalThis).filter((k) => names.includes(k));
+            TextEncoder = "replaced";
+            const replaced = TextEncoder;
+            const same = URL === URL && URLSearchParams === globalThis.URLSearchParams;
+            const d = Object.getOwnPropertyDescriptor(globalThis, "URL");
+            const shape = [typeof d.value, d.writable, d.enumerable, d.configurable, "get" in d];
+            const decoded = new TextDecoder().decode(new Uint8Array([104, 105]));
+            const text = `${new URL("https://example.com/a?b=1").searchParams.get("b")} ${btoa("hi")} ${atob("aGk=")}`;
+            console.log("%s %o", "url", new URL("https://example.com/x"));
+            return { present, enumerable, replaced, same, shape, decoded, text, clone: structuredClone({ a: [1] }) };
+        }"#,
+    );
+    let envelope = run(state.path(), &file, &[]);
+    assert_eq!(
+        assert_completed(&envelope),
+        &json!({
+            "present": true,
+            "enumerable": [],
+            "replaced": "replaced",
+            "same": true,
+            "shape": ["function", true, false, true, false],
+            "decoded": "hi",
+            "text": "1 aGk= hi",
+            "clone": { "a": [1] },
+        })
+    );
+    let lines = logs(state.path(), &run_id(&envelope));
+    assert!(
+        lines.iter().any(|(level, m)| level == "info" && m.starts_with("url URL {") && m.contains("href: 'https://example.com/x'")),
+        "{lines:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_outage_reaches_js_as_an_abort_error_of_kind_backend() {
     let state = tempfile::tempdir().unwrap();

@@ -31,6 +31,11 @@ pub fn engine() -> wasmtime::Result<Engine> {
         .concurrency_support(true)
         .consume_fuel(true)
         .epoch_interruption(true);
+    // For profiling only: `FACTORY_PERF_MAP=1` makes wasmtime write `/tmp/perf-PID.map`,
+    // so `perf report` names the guest's compiled functions.
+    if std::env::var_os("FACTORY_PERF_MAP").is_some_and(|v| v == "1") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     let engine = Engine::new(&config)?;
     ticker::global().register(&engine);
     Ok(engine)
