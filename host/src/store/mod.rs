@@ -69,8 +69,9 @@ pub trait Store: Journal + std::fmt::Debug {
     /// The highest committed progress seq of a run (0 when it has none).
     fn last_progress_seq<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<u64, StoreError>>;
 
-    /// Queue component (or source, or manifest) bytes under their sha256; nothing is copied
-    /// or written when the store already has them.
+    /// Queue component (or source, or manifest) bytes under their sha256. Content-addressed:
+    /// a hash already stored keeps its bytes (a store may skip the copy when it knows it has
+    /// them; it need not read to find out).
     fn put_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError>;
 
     /// Bytes by hash.
