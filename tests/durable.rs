@@ -66,7 +66,7 @@ async fn a_resume_with_an_edited_component_still_hits_every_unchanged_call() {
     assert_eq!(result["plan"], "plan from v1", "the step replays by key, whatever the producer");
     assert!(result["c"].is_string());
 
-    let detail = host.detail(S, &first.run_id).unwrap();
+    let detail = host.detail(S, &first.run_id).await.unwrap();
     assert_eq!(detail.component_hashes, vec![v1.component.hash.clone(), v2.component.hash.clone()]);
     match host.resume(&first.run_id, ResumeOptions::default()).await {
         Err(e @ Error::NonResumable(_)) => assert_eq!(e.code(), factory_host::ErrorCode::NonResumable),
@@ -86,7 +86,7 @@ async fn the_store_reopens_after_a_restart_with_runs_journal_and_components() {
     };
     // A new host on the same directory: the run, its journal and its component are there.
     let host = host(state.path(), &backend);
-    let runs = host.runs(S).unwrap();
+    let runs = host.runs(S).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].run_id, run_id);
     assert_eq!(runs[0].status, RunStatus::Error);
@@ -118,7 +118,7 @@ async fn a_run_interrupted_by_a_host_stop_is_halted_and_resumable() {
                 done += 1;
             }
             if done == 10 {
-                run_id = host.runs(S).unwrap()[0].run_id.clone();
+                run_id = host.runs(S).await.unwrap()[0].run_id.clone();
                 task.abort();
                 break;
             }
@@ -127,7 +127,7 @@ async fn a_run_interrupted_by_a_host_stop_is_halted_and_resumable() {
         (run_id, backend.total())
     };
     let host = host(state.path(), &backend);
-    let halted = host.envelope(S, &run_id).unwrap();
+    let halted = host.envelope(S, &run_id).await.unwrap();
     assert_eq!(halted.status, RunStatus::Halted);
     assert_eq!(halted.failure.as_ref().unwrap().kind_type, factory_host::FailureType::Halted);
     assert!(halted.accounting.agents_spawned >= 10, "spend up to the last commit survives: {halted:#?}");
@@ -160,10 +160,10 @@ async fn another_session_can_neither_see_nor_touch_a_run() {
     let v1 = load(&host, "edit-v1").await;
     let options = RunOptions { session: Some("alice".into()), ..Default::default() };
     let run = host.run(&v1, options).await.unwrap();
-    assert_eq!(host.runs("alice").unwrap().len(), 1);
-    assert!(host.runs("bob").unwrap().is_empty());
-    assert!(matches!(host.envelope("bob", &run.run_id), Err(Error::NotFound(_))));
-    assert!(matches!(host.detail("bob", &run.run_id), Err(Error::NotFound(_))));
+    assert_eq!(host.runs("alice").await.unwrap().len(), 1);
+    assert!(host.runs("bob").await.unwrap().is_empty());
+    assert!(matches!(host.envelope("bob", &run.run_id).await, Err(Error::NotFound(_))));
+    assert!(matches!(host.detail("bob", &run.run_id).await, Err(Error::NotFound(_))));
     assert!(matches!(host.cancel("bob", &run.run_id).await, Err(Error::NotFound(_))));
     let as_bob = ResumeOptions { scope: Some("bob".into()), ..Default::default() };
     assert!(matches!(host.resume(&run.run_id, as_bob).await, Err(Error::NotFound(_))));
@@ -181,26 +181,26 @@ async fn progress_pages_forwards_backwards_and_by_phase() {
     let run = host.run(&review, RunOptions { args: Some(json!({ "files": files })), ..Default::default() }).await.unwrap();
     assert_eq!(run.status, RunStatus::Completed);
     let id = &run.run_id;
-    let all = host.progress(S, id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).unwrap();
+    let all = host.progress(S, id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await.unwrap();
     let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "seqs are 1.. without gaps");
     assert!(all.len() > 10);
 
-    let forward = host.progress(S, id, &ProgressQuery { after_seq: Some(2), limit: Some(3), ..Default::default() }).unwrap();
+    let forward = host.progress(S, id, &ProgressQuery { after_seq: Some(2), limit: Some(3), ..Default::default() }).await.unwrap();
     assert_eq!(forward.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
-    let backward = host.progress(S, id, &ProgressQuery { before_seq: Some(6), limit: Some(2), ..Default::default() }).unwrap();
+    let backward = host.progress(S, id, &ProgressQuery { before_seq: Some(6), limit: Some(2), ..Default::default() }).await.unwrap();
     assert_eq!(backward.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
-    let tail = host.progress(S, id, &ProgressQuery { limit: Some(4), ..Default::default() }).unwrap();
+    let tail = host.progress(S, id, &ProgressQuery { limit: Some(4), ..Default::default() }).await.unwrap();
     assert_eq!(tail.last().map(|e| e.seq), all.last().map(|e| e.seq));
     assert_eq!(tail.len(), 4);
 
-    let verify = host.progress(S, id, &ProgressQuery { phase: Some("Verify".into()), limit: Some(1000), ..Default::default() }).unwrap();
+    let verify = host.progress(S, id, &ProgressQuery { phase: Some("Verify".into()), limit: Some(1000), ..Default::default() }).await.unwrap();
     assert!(!verify.is_empty());
     assert!(verify.iter().all(|e| e.phase.as_deref() == Some("Verify")));
-    let review_phase = host.progress(S, id, &ProgressQuery { phase: Some("Review".into()), limit: Some(1000), ..Default::default() }).unwrap();
+    let review_phase = host.progress(S, id, &ProgressQuery { phase: Some("Review".into()), limit: Some(1000), ..Default::default() }).await.unwrap();
     assert_eq!(review_phase.iter().filter(|e| matches!(e.event, ProgressEvent::AgentFinished { .. })).count(), 8);
 
-    let detail = host.detail(S, id).unwrap();
+    let detail = host.detail(S, id).await.unwrap();
     assert_eq!(detail.phases, vec!["Review", "Verify"]);
     assert_eq!(detail.agents.len(), 8);
     assert!(detail.envelope.revision >= all.len() as u64, "revision moves with every durable change");
@@ -220,7 +220,7 @@ async fn group_commit_batches_a_fan_out_into_few_commits() {
     let ops = stats.ops.load(std::sync::atomic::Ordering::SeqCst) - ops0;
     // Count the agent outcomes in the journal itself, not the writer's operations (which
     // include progress entries and accounting snapshots).
-    let journaled = factory_host::journal::Journal::load(host.store(), &run.run_id, usize::MAX).unwrap();
+    let journaled = factory_host::journal::Journal::load(&**host.store(), &run.run_id, usize::MAX).await.unwrap();
     assert_eq!(journaled.agents.len(), 1000, "every agent outcome was journaled");
     assert!(ops >= 1000, "{ops} writer operations");
     // One commit per agent outcome would be 1000; grouped, each commit carries many.
@@ -276,7 +276,7 @@ async fn run_updated_events_carry_increasing_revisions_up_to_the_final_one() {
     assert!(revisions.len() > 5, "{revisions:?}");
     assert!(revisions.windows(2).all(|w| w[0] < w[1]), "monotonic: {revisions:?}");
     assert_eq!(revisions.last().copied(), Some(run.revision), "the last event names the final revision");
-    assert_eq!(host.envelope(S, &run.run_id).unwrap().revision, run.revision, "a re-read agrees");
+    assert_eq!(host.envelope(S, &run.run_id).await.unwrap().revision, run.revision, "a re-read agrees");
 }
 
 /// A follower wakes on an update and re-reads the run; the update that announces a run's
@@ -296,11 +296,12 @@ async fn a_read_on_the_update_that_announces_a_runs_end_shows_the_end() {
         {
             let host = host.clone();
             let log = log.clone();
+            let runtime = tokio::runtime::Handle::current();
             std::thread::spawn(move || {
                 // Read the run on every update, until a read shows it terminal.
                 let mut seen = Vec::new();
                 while let Ok(update) = updates.blocking_recv() {
-                    let envelope = host.envelope(S, &update.run_id).unwrap();
+                    let envelope = runtime.block_on(host.envelope(S, &update.run_id)).unwrap();
                     seen.push((update.revision, envelope.status));
                     log.lock().unwrap().push((update.revision, envelope.status, envelope.revision));
                     if envelope.status.is_terminal() {
@@ -316,7 +317,7 @@ async fn a_read_on_the_update_that_announces_a_runs_end_shows_the_end() {
         let (envelope, seen) = finished
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| {
-                let progress = host.progress(S, &run.run_id, &ProgressQuery::default()).unwrap();
+                let progress = futures::executor::block_on(host.progress(S, &run.run_id, &ProgressQuery::default())).unwrap();
                 let events: Vec<_> = progress.iter().map(|e| (e.seq, format!("{:?}", e.event).chars().take(40).collect::<String>())).collect();
                 panic!(
                     "round {round}: no update woke a read that shows the end of {} (revision {}); reads: {:?}; progress: {events:?}",
@@ -349,7 +350,7 @@ async fn resuming_a_run_that_is_executing_is_already_active() {
             break;
         }
     }
-    let run_id = host.runs(S).unwrap()[0].run_id.clone();
+    let run_id = host.runs(S).await.unwrap()[0].run_id.clone();
     match host.resume(&run_id, ResumeOptions::default()).await {
         Err(e @ Error::AlreadyActive(_)) => {
             assert_eq!(e.code(), factory_host::ErrorCode::AlreadyActive);
@@ -386,10 +387,10 @@ async fn resuming_with_another_factorys_component_is_non_resumable() {
         }
         other => panic!("expected non_resumable, got {other:?}"),
     }
-    let after = host.envelope(S, &first.run_id).unwrap();
+    let after = host.envelope(S, &first.run_id).await.unwrap();
     assert_eq!(after.attempts, 1, "no attempt started");
     assert_eq!(after.status, RunStatus::Error);
-    assert_eq!(host.detail(S, &first.run_id).unwrap().component_hashes, vec![v1.component.hash.clone()]);
+    assert_eq!(host.detail(S, &first.run_id).await.unwrap().component_hashes, vec![v1.component.hash.clone()]);
 }
 
 #[tokio::test]
@@ -402,17 +403,17 @@ async fn a_record_left_running_with_no_attempt_reads_as_halted_and_resumes() {
     let host = host(state.path(), &backend);
     let v1 = load(&host, "edit-v1").await;
     let first = host.run(&v1, RunOptions::default()).await.unwrap();
-    let mut record = host.store().run(&first.run_id).unwrap().expect("the record");
+    let mut record = host.store().run(&first.run_id).await.unwrap().expect("the record");
     record.envelope.status = RunStatus::Running;
     record.envelope.failure = None;
     record.envelope.error = None;
     host.store().put_run(&mut record, false).await.unwrap();
-    let seen = host.envelope(DEFAULT_SESSION, &first.run_id).unwrap();
+    let seen = host.envelope(DEFAULT_SESSION, &first.run_id).await.unwrap();
     assert_eq!(seen.status, RunStatus::Halted, "{seen:#?}");
     let failure = seen.failure.expect("a failure says why");
     assert_eq!(failure.kind_type, factory_host::FailureType::Halted);
     assert!(failure.message.contains("ended without recording its outcome"), "{}", failure.message);
-    let listed = host.runs(DEFAULT_SESSION).unwrap();
+    let listed = host.runs(DEFAULT_SESSION).await.unwrap();
     assert_eq!(listed[0].status, RunStatus::Halted);
     let resumed = host.resume(&first.run_id, ResumeOptions::default()).await.unwrap();
     assert_eq!(resumed.attempts, 2, "{resumed:#?}");

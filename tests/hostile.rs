@@ -170,12 +170,12 @@ fn assert_failure(envelope: &RunEnvelope, kind_type: factory_host::FailureType, 
 }
 
 /// The run's `ctx.log` lines, read page by page.
-fn log_lines(host: &Host, envelope: &RunEnvelope) -> Vec<String> {
+async fn log_lines(host: &Host, envelope: &RunEnvelope) -> Vec<String> {
     let mut lines = Vec::new();
     let mut after = 0;
     loop {
         let query = ProgressQuery { after_seq: Some(after), limit: Some(1000), ..Default::default() };
-        let page = host.progress(DEFAULT_SESSION, &envelope.run_id, &query).expect("progress");
+        let page = host.progress(DEFAULT_SESSION, &envelope.run_id, &query).await.expect("progress");
         let Some(last) = page.last() else { break };
         after = last.seq;
         lines.extend(page.into_iter().filter_map(|entry| match entry.event {
@@ -231,7 +231,7 @@ async fn a_log_flood_is_capped_and_counted() {
     // Over the cap, lines are dropped and counted (the documented behaviour), not a failure.
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
     assert_eq!(envelope.result_value(), Some(json!({ "logged": n })));
-    let lines = log_lines(&fx.host, &envelope);
+    let lines = log_lines(&fx.host, &envelope).await;
     assert_eq!(lines.len(), max, "the host kept exactly max_log_lines lines");
     assert_eq!(lines.first().map(String::as_str), Some("flood 0"));
     assert_eq!(lines.last().cloned(), Some(format!("flood {}", max - 1)), "the first lines are kept");
@@ -246,7 +246,7 @@ async fn long_log_lines_are_truncated() {
     let args = json!({ "case": "long-logs", "n": 20, "bytes": 1 << 20 });
     let (envelope, _) = against_companion(&fx, hostile_options(args, Limits::default())).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    let lines = log_lines(&fx.host, &envelope);
+    let lines = log_lines(&fx.host, &envelope).await;
     assert_eq!(lines.len(), 20);
     for line in lines {
         assert!(line.ends_with(" [truncated]"), "{}", &line[line.len().saturating_sub(40)..]);
@@ -266,7 +266,7 @@ async fn the_log_text_a_run_keeps_is_capped_in_bytes() {
     // completes with everything the guest said it logged.
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
     assert_eq!(envelope.result_value(), Some(json!({ "logged": n })));
-    let lines = log_lines(&fx.host, &envelope);
+    let lines = log_lines(&fx.host, &envelope).await;
     let kept: usize = lines.iter().map(String::len).sum();
     let cap = fx.host.sandbox_limits().max_log_bytes;
     assert!(lines.iter().all(|l| l.len() == line), "every kept line is whole (no truncation at this size)");
@@ -294,19 +294,19 @@ async fn a_run_detail_reads_a_bounded_window_of_a_long_history() {
     let agents = factory_host::DETAIL_AGENTS + 500;
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "raw-fanout", "n": agents }), Limits::default())).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
     assert_eq!(detail.agents.len(), factory_host::DETAIL_AGENTS, "the newest agent summaries only");
     assert!(detail.truncated);
 
     let lines = factory_host::DETAIL_SCAN_ENTRIES * 3;
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": lines }), Limits::default())).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
-    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
     assert!(detail.truncated, "a history longer than the window is said to be cut");
     assert!(!detail.progress.is_empty());
     // A short run's detail is whole.
     let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": 10 }), Limits::default())).await;
-    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
     assert!(!detail.truncated);
     assert_eq!(detail.phases, vec!["Attack".to_string()]);
 }
@@ -469,7 +469,7 @@ async fn calls_after_cancellation_are_refused_and_the_run_stops_promptly() {
         assert_eq!(from_cancel.run_id, envelope.run_id);
         assert_eq!(from_cancel.status, envelope.status, "`cancel` returns the terminal envelope");
         assert_eq!(fx.backend.calls("h:before"), 1);
-        let lines = log_lines(&fx.host, &envelope);
+        let lines = log_lines(&fx.host, &envelope).await;
         if !lines.iter().any(|l| l == "saw cancellation; carrying on") {
             eprintln!("the host stopped the guest before it ran again; trying again");
             continue;
@@ -609,7 +609,7 @@ async fn a_huge_phase_title_is_refused_and_the_log_after_it_stays_small() {
     assert!(message.contains(&format!("over the {} byte limit", 1 << 10)), "{message}");
     let grown = store_bytes(&fx).saturating_sub(before);
     assert!(grown < 4 * MIB, "the store grew by {grown} bytes");
-    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
     assert!(detail.phases.iter().all(|p| p.len() <= 1 << 10), "the long title was not recorded: {:?}", detail.phases.len());
 }
 
@@ -628,7 +628,7 @@ async fn a_long_phase_is_stored_once_not_per_progress_entry() {
     // Clients still see the phase as text on every entry, and can filter by it.
     let title = "p".repeat(title_bytes);
     let query = ProgressQuery { phase: Some(title.clone()), limit: Some(1000), after_seq: Some(0), ..Default::default() };
-    let page = fx.host.progress(DEFAULT_SESSION, &envelope.run_id, &query).expect("progress");
+    let page = fx.host.progress(DEFAULT_SESSION, &envelope.run_id, &query).await.expect("progress");
     let logs = page.iter().filter(|e| matches!(e.event, ProgressEvent::Log { .. })).count();
     assert_eq!(logs, 400, "every log line is in the phase");
     assert!(page.iter().all(|e| e.phase.as_deref() == Some(title.as_str())));

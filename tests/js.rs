@@ -55,16 +55,16 @@ fn failure(envelope: &RunEnvelope, kind_type: factory_host::FailureType, kind: O
     failure.message.clone()
 }
 
-fn events(host: &Host, run_id: &str) -> Vec<ProgressEvent> {
-    host.progress(factory_host::DEFAULT_SESSION, run_id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() })
+async fn events(host: &Host, run_id: &str) -> Vec<ProgressEvent> {
+    host.progress(factory_host::DEFAULT_SESSION, run_id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await
         .expect("progress")
         .into_iter()
         .map(|e| e.event)
         .collect()
 }
 
-fn logs(host: &Host, run_id: &str) -> Vec<String> {
-    events(host, run_id)
+async fn logs(host: &Host, run_id: &str) -> Vec<String> {
+    events(host, run_id).await
         .into_iter()
         .filter_map(|e| match e {
             ProgressEvent::Log { message, .. } => Some(message),
@@ -126,8 +126,8 @@ async fn every_ctx_function_works() {
     assert_eq!(r["aborted"], false);
     assert!(r["unknown"].as_str().unwrap().contains("unknown option `lable`"), "{r}");
     assert!(r["nested"].as_str().unwrap().contains("nested factories"), "{r}");
-    assert_eq!(logs(&host, &envelope.run_id), vec!["hello Ada".to_string()]);
-    let phases: Vec<_> = events(&host, &envelope.run_id)
+    assert_eq!(logs(&host, &envelope.run_id).await, vec!["hello Ada".to_string()]);
+    let phases: Vec<_> = events(&host, &envelope.run_id).await
         .into_iter()
         .filter_map(|e| if let ProgressEvent::Phase { title } = e { Some(title) } else { None })
         .collect();
@@ -196,7 +196,7 @@ async fn an_abort_rejects_through_parallel_and_pipeline_and_the_host_records_it(
     for _ in 0..20 {
         let envelope = run(&host, &factory, json!({})).await;
         failure(&envelope, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
-        seen = logs(&host, &envelope.run_id);
+        seen = logs(&host, &envelope.run_id).await;
         if !seen.is_empty() {
             break;
         }
@@ -275,7 +275,7 @@ async fn steps_replay_on_resume_and_volatile_steps_run_again() {
     // Date.now() is the run's creation time (from its UUID v7 id), in every attempt.
     let created_ms = i64::from_str_radix(&first.run_id.replace('-', "")[..12], 16).unwrap();
     assert_eq!(r["s"]["at"].as_i64(), Some(created_ms));
-    let logs = logs(&host, &first.run_id);
+    let logs = logs(&host, &first.run_id).await;
     assert_eq!(logs.iter().filter(|l| *l == "producer ran").count(), 1, "{logs:?}");
     assert_eq!(logs.iter().filter(|l| *l == "volatile ran").count(), 2, "{logs:?}");
     assert_eq!(counting.calls_for("first"), 1, "the journaled call replayed");
@@ -313,7 +313,7 @@ async fn resume_with_an_edited_source_replays_unchanged_calls() {
     assert_eq!(counting.calls_for("unchanged"), 1);
     assert_eq!(counting.calls_for("old prompt"), 1);
     assert_eq!(counting.calls_for("new prompt"), 1);
-    let detail = host.detail(factory_host::DEFAULT_SESSION, &first.run_id).expect("detail");
+    let detail = host.detail(factory_host::DEFAULT_SESSION, &first.run_id).await.expect("detail");
     let scripts: Vec<_> = detail.scripts.iter().map(|s| s.as_ref().expect("a script").sha256.clone()).collect();
     assert_eq!(scripts.len(), 2);
     assert_ne!(scripts[0], scripts[1], "each attempt records the source it ran");
@@ -656,7 +656,7 @@ async fn typescript_is_stripped_in_place_and_runs_recorded_as_written() {
     let value = result(&envelope);
     assert_eq!(value["text"], "[dry-run greet] reply to: Greet Ada");
     assert_eq!(value["wrong"], "not a number", "types are not checked");
-    let detail = host.detail(factory_host::DEFAULT_SESSION, &envelope.run_id).expect("detail");
+    let detail = host.detail(factory_host::DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
     let recorded = detail.scripts[0].as_ref().expect("a script");
     assert_eq!((recorded.file_name.as_str(), recorded.sha256.as_str()), ("greet.ts", script.hash.as_str()));
 

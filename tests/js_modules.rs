@@ -364,15 +364,15 @@ async fn resume_after_an_imported_file_changed_runs_the_recorded_code() {
     assert_eq!(counting.calls_for("first (old code)"), 1, "replayed, not called again");
     assert_eq!(counting.calls_for("second (old code)"), 1);
     assert_eq!(counting.calls_for("second (NEW code)"), 0);
-    let manifest = host.store().run_modules(&run_id).expect("store").expect("a module record");
+    let manifest = host.store().run_modules(&run_id).await.expect("store").expect("a module record");
     assert_eq!(manifest.modules.keys().collect::<Vec<_>>(), ["late.js", "lib.js"]);
     // The run's detail shows it, and it survives the detail's JSON round trip.
-    let detail = host.detail(factory_host::DEFAULT_SESSION, &run_id).expect("detail");
+    let detail = host.detail(factory_host::DEFAULT_SESSION, &run_id).await.expect("detail");
     assert_eq!(detail.modules.as_ref(), Some(&manifest));
     let wire: factory_host::RunDetail = serde_json::from_value(serde_json::to_value(&detail).unwrap()).expect("round trip");
     assert_eq!(wire.modules, Some(manifest.clone()));
     let old_lib = manifest.modules["lib.js"].clone();
-    let stored = host.store().blob(&old_lib).expect("store").expect("the recorded text");
+    let stored = host.store().blob(&old_lib).await.expect("store").expect("the recorded text");
     assert!(String::from_utf8(stored).unwrap().contains("(old code)"));
 
     // A fresh run of the changed directory runs the new code.

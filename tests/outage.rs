@@ -375,7 +375,7 @@ async fn a_library_resume_never_falls_back_to_the_hosts_default_backend() {
     let Err(e) = refused else { panic!("resumed on another backend: {refused:?}") };
     assert!(matches!(e, Error::BackendUnavailable(_)), "{e}");
     assert_eq!(e.code(), factory_host::ErrorCode::BackendUnavailable);
-    assert_eq!(host.envelope("default", &id).unwrap().attempts, 1, "no attempt started");
+    assert_eq!(host.envelope("default", &id).await.unwrap().attempts, 1, "no attempt started");
     // Handed the backend again, it continues where it stopped.
     let options = ResumeOptions { limits: raise(), backend: Some(Arc::new(Shared(counting.clone()))), ..Default::default() };
     assert_eq!(host.resume(&id, options).await.unwrap().status, RunStatus::Completed);
@@ -392,7 +392,7 @@ async fn a_factory_can_complete_with_the_json_value_null() {
     assert_eq!(envelope.status, RunStatus::Completed);
     assert_eq!(envelope.result_value(), Some(Value::Null), "null is a result, not the absence of one");
     // It survives the store (a JSON `null` field is not read back as absent).
-    assert_eq!(host.envelope("default", &envelope.run_id).unwrap().result_value(), Some(Value::Null));
+    assert_eq!(host.envelope("default", &envelope.run_id).await.unwrap().result_value(), Some(Value::Null));
     drop(host);
     let out = factory_in_json(state.path(), &["show", &envelope.run_id, "--json"]).await;
     assert!(out.as_object().unwrap().contains_key("result") && out["result"].is_null(), "{out:#}");

@@ -133,7 +133,7 @@ async fn the_host_wide_bound_stops_the_run_that_crosses_it_and_gives_its_bytes_b
     .expect("the run exists");
     assert_eq!(failure_kind(&first), (factory_host::FailureType::SandboxLimit, Some("maxHostPendingAgentBytes".into())));
     // The other one is still waiting on the backend: cancel it.
-    let other = host.runs(factory_host::DEFAULT_SESSION).unwrap().into_iter().find(|e| e.run_id != first.run_id).expect("the other run");
+    let other = host.runs(factory_host::DEFAULT_SESSION).await.unwrap().into_iter().find(|e| e.run_id != first.run_id).expect("the other run");
     let cancelled = host.cancel(factory_host::DEFAULT_SESSION, &other.run_id).await.expect("cancel");
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     // Every byte was given back: a run of 9 meets its own bound, not the host's.

@@ -60,7 +60,7 @@ async fn a_total_cap_stop_resumes_with_a_raised_cap_and_spawns_count_across_atte
         assert_eq!(second.accounting.agents_spawned, 12, "5 spawns of the first attempt + 7 of the second");
         assert_eq!(second.accounting.agent_cache_hits, 5, "the first five replayed");
         assert_eq!(backend.total(), 12);
-        let detail = host.detail(S, &first.run_id).unwrap();
+        let detail = host.detail(S, &first.run_id).await.unwrap();
         assert_eq!(detail.limits.max_total_subagents, Some(12));
         assert_eq!(detail.limits.max_concurrent_subagents, Some(1), "the earlier override is kept");
         first.run_id
@@ -69,7 +69,7 @@ async fn a_total_cap_stop_resumes_with_a_raised_cap_and_spawns_count_across_atte
     // A new host on the same store: the overrides were persisted. A resume without any
     // override is still capped at 12 spawns in all, and there are no spawns left.
     let host = host(state.path(), &backend);
-    let record = host.store().run(&run_id).unwrap().expect("the run record");
+    let record = host.store().run(&run_id).await.unwrap().expect("the run record");
     assert_eq!(record.overrides.max_total_subagents, Some(12));
     assert_eq!(record.overrides.max_concurrent_subagents, Some(1));
     let third = host.resume(&run_id, ResumeOptions::default()).await.unwrap();
@@ -133,11 +133,11 @@ async fn timeout_counts_active_time_of_every_attempt_not_the_time_between() {
     assert_eq!(third.attempts, 3);
 
     let query = factory_host::store::ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() };
-    let entries = host.progress(S, &first.run_id, &query).unwrap();
+    let entries = host.progress(S, &first.run_id, &query).await.unwrap();
     assert!(guest_ran(&attempt_events(&entries, 1)));
     assert!(guest_ran(&attempt_events(&entries, 2)), "the time between attempts was not charged");
     assert!(!guest_ran(&attempt_events(&entries, 3)), "a resume with no time left stops at once");
-    assert_eq!(host.detail(S, &first.run_id).unwrap().limits.timeout_seconds, Some(t2), "the raised limit persisted");
+    assert_eq!(host.detail(S, &first.run_id).await.unwrap().limits.timeout_seconds, Some(t2), "the raised limit persisted");
 }
 
 fn cli_json(state: &Path, args: &[&str], code: i32) -> Value {

@@ -235,7 +235,7 @@ async fn bad_args_and_bad_limits_are_refused_before_a_run_exists() {
         Err(Error::Limits(e)) => assert_eq!(e.field, "timeoutSeconds"),
         other => panic!("expected Limits, got {other:?}"),
     }
-    assert!(host.runs(factory_host::DEFAULT_SESSION).unwrap().is_empty(), "no run was created");
+    assert!(host.runs(factory_host::DEFAULT_SESSION).await.unwrap().is_empty(), "no run was created");
 }
 
 #[tokio::test]

@@ -46,9 +46,9 @@ fn denied<'a>(outcome: &'a Value, what: &str) -> &'a str {
 }
 
 /// Every log line of a run.
-fn log_lines(host: &Host, run_id: &str) -> Vec<String> {
+async fn log_lines(host: &Host, run_id: &str) -> Vec<String> {
     let query = ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() };
-    host.progress(DEFAULT_SESSION, run_id, &query)
+    host.progress(DEFAULT_SESSION, run_id, &query).await
         .expect("progress")
         .into_iter()
         .filter_map(|e| match e.event {
@@ -115,10 +115,10 @@ async fn a_wasi_guest_sees_no_env_args_files_or_network_and_its_output_is_logged
     denied(&seen["connect"]["outcome"], "connecting to a listening local port");
     assert!(listener.accept().is_err(), "no connection reached the listener");
 
-    let lines = log_lines(&host, &envelope.run_id);
+    let lines = log_lines(&host, &envelope.run_id).await;
     assert!(lines.iter().any(|l| l == "[guest] wasi-probe: hello on stdout"), "{lines:?}");
     assert!(lines.iter().any(|l| l == "[guest] wasi-probe: hello on stderr"), "{lines:?}");
-    assert_eq!(host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail").grants, Vec::<String>::new());
+    assert_eq!(host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail").grants, Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -152,7 +152,7 @@ async fn a_read_grant_is_read_only_and_confined_to_its_directory() {
     assert!(!t.granted.join("new.txt").exists());
     assert_eq!(std::fs::read_to_string(t.granted.join("hello.txt")).unwrap(), "granted text");
     let canonical = std::fs::canonicalize(&t.granted).unwrap().to_str().unwrap().to_string();
-    assert_eq!(host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail").grants, vec![canonical]);
+    assert_eq!(host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail").grants, vec![canonical]);
 
     // The same run without the grant reads nothing.
     let envelope = run(&host, &probe, args, Vec::new()).await;
@@ -173,7 +173,7 @@ async fn grants_must_be_existing_directories() {
     let options = RunOptions { grants: vec![t.outside.clone()], ..Default::default() };
     let refused = host.run(&probe, options).await;
     assert!(matches!(refused, Err(Error::Grant(GrantError::NotADirectory(_)))), "{refused:?}");
-    assert!(host.runs(DEFAULT_SESSION).expect("runs").is_empty(), "a refused grant creates no run");
+    assert!(host.runs(DEFAULT_SESSION).await.expect("runs").is_empty(), "a refused grant creates no run");
 }
 
 #[tokio::test]
@@ -206,7 +206,7 @@ async fn a_resume_mounts_the_grants_of_the_run_again() {
     std::os::unix::fs::symlink(&elsewhere, &t.granted).expect("symlink");
     let refused = host.resume(&second.run_id, ResumeOptions::default()).await;
     assert!(matches!(refused, Err(Error::Grant(GrantError::Moved { .. }))), "{refused:?}");
-    assert_eq!(host.envelope(DEFAULT_SESSION, &second.run_id).expect("envelope").attempts, 1, "no attempt ran");
+    assert_eq!(host.envelope(DEFAULT_SESSION, &second.run_id).await.expect("envelope").attempts, 1, "no attempt ran");
 }
 
 #[test]

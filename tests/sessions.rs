@@ -225,12 +225,12 @@ async fn the_host_answers_each_scope_with_what_it_sees() {
     let run = host.run(&probe, options).await.expect("the run ends");
     assert_eq!((run.status, run.session.as_deref()), (factory_host::RunStatus::Error, Some("alice")), "{run:#?}");
     let id = run.run_id.clone();
-    assert!(host.runs("bob").unwrap().is_empty());
-    let all = host.runs(Scope::Owner).unwrap();
+    assert!(host.runs("bob").await.unwrap().is_empty());
+    let all = host.runs(Scope::Owner).await.unwrap();
     assert_eq!((all.len(), all[0].session.as_deref()), (1, Some("alice")));
-    assert!(matches!(host.envelope("bob", &id), Err(Error::NotFound(_))));
-    assert!(host.owned_by("alice", &id) && host.owned_by(Scope::Owner, &id) && !host.owned_by("bob", &id));
-    assert_eq!(host.detail(Scope::Owner, &id).unwrap().envelope.session.as_deref(), Some("alice"));
+    assert!(matches!(host.envelope("bob", &id).await, Err(Error::NotFound(_))));
+    assert!(host.owned_by("alice", &id).await && host.owned_by(Scope::Owner, &id).await && !host.owned_by("bob", &id).await);
+    assert_eq!(host.detail(Scope::Owner, &id).await.unwrap().envelope.session.as_deref(), Some("alice"));
     let as_bob = ResumeOptions { scope: Some("bob".into()), ..Default::default() };
     assert!(matches!(host.resume(&id, as_bob).await, Err(Error::NotFound(_))));
     let as_owner = ResumeOptions {
@@ -241,5 +241,5 @@ async fn the_host_answers_each_scope_with_what_it_sees() {
     let resumed = host.resume(&id, as_owner).await.expect("the owner resumes alice's run");
     assert_eq!((resumed.status, resumed.attempts), (factory_host::RunStatus::Completed, 2), "{resumed:#?}");
     assert_eq!(resumed.session.as_deref(), Some("alice"), "a resumed run stays in its session");
-    assert_eq!(host.runs("alice").unwrap().len(), 1);
+    assert_eq!(host.runs("alice").await.unwrap().len(), 1);
 }

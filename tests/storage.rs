@@ -11,8 +11,7 @@ mod common;
 use common::counting::{Counting, Shared};
 use common::faulty::{Fault, Faults, Faulty};
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
-use factory_host::journal::Journal;
-use factory_host::store::{Store, StoreOptions, STORE_FILE};
+use factory_host::store::{RedbStore, Store, StoreOptions, STORE_FILE};
 use factory_host::{
     Error, Factory, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunOptions, RunStatus, DEFAULT_SESSION as S,
 };
@@ -83,10 +82,10 @@ async fn fault_after(fault: Fault, answered: u64) {
     let state = tempfile::tempdir().unwrap();
     let faults = Arc::new(Faults::default());
     let held = Held::new(answered);
-    let store = Store::open_with_backend(Faulty::open(&state.path().join(STORE_FILE), faults.clone()), StoreOptions::default())
+    let store = RedbStore::open_with_backend(Faulty::open(&state.path().join(STORE_FILE), faults.clone()), StoreOptions::default())
         .expect("the store opens on the faulty backend");
     let config = HostConfig { backend: Arc::new(HeldShared(held.clone())), cache_dir: cache(), ..HostConfig::default() };
-    let host = Arc::new(Host::with_store(config, store).expect("host"));
+    let host = Arc::new(Host::with_store(config, Arc::new(store)).expect("host"));
     let probe = load(&host, "probe").await;
 
     // Committed before the fault: a completed run.
@@ -107,11 +106,11 @@ async fn fault_after(fault: Fault, answered: u64) {
             finished += 1;
         }
     }
-    let run_id = host.runs(S).unwrap().last().expect("the faulted run").run_id.clone();
+    let run_id = host.runs(S).await.unwrap().last().expect("the faulted run").run_id.clone();
     assert_ne!(run_id, before.run_id);
     // Everything so far is committed; then the disk starts failing and the backend answers.
     host.store().flush().await.unwrap();
-    let committed = host.store().load(&run_id, usize::MAX).unwrap().agents.len();
+    let committed = host.store().load(&run_id, usize::MAX).await.unwrap().agents.len();
     assert!(committed as u64 + 1 >= answered, "{committed} of {answered} outcomes committed");
     faults.arm(fault);
     held.release();
@@ -150,12 +149,12 @@ async fn fault_after(fault: Fault, answered: u64) {
         ..HostConfig::default()
     })
     .expect("the store reopens after the fault");
-    let again = host.envelope(S, &before.run_id).unwrap();
+    let again = host.envelope(S, &before.run_id).await.unwrap();
     assert_eq!(again.status, RunStatus::Completed);
     assert_eq!(again.result, before.result, "a run committed before the fault is intact");
-    let halted = host.envelope(S, &run_id).unwrap();
+    let halted = host.envelope(S, &run_id).await.unwrap();
     assert_eq!(halted.status, RunStatus::Halted, "the faulted run is not completed: {halted:#?}");
-    let journaled = host.store().load(&run_id, usize::MAX).unwrap().agents.len();
+    let journaled = host.store().load(&run_id, usize::MAX).await.unwrap().agents.len();
     assert!(journaled >= committed, "committed outcomes survive ({journaled} < {committed})");
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -202,15 +201,15 @@ async fn a_run_whose_last_writes_cannot_be_made_durable_is_never_completed() {
     fault_after(Fault::Sync, N - 1).await;
 }
 
-#[test]
-fn the_faulty_backend_passes_through_when_not_armed() {
+#[tokio::test]
+async fn the_faulty_backend_passes_through_when_not_armed() {
     // The harness itself: unarmed, the backend is a plain file store that reopens.
     let state = tempfile::tempdir().unwrap();
     let path = state.path().join(STORE_FILE);
     let faults = Arc::new(Faults::default());
-    drop(Store::open_with_backend(Faulty::open(&path, faults.clone()), StoreOptions::default()).unwrap());
+    drop(RedbStore::open_with_backend(Faulty::open(&path, faults.clone()), StoreOptions::default()).unwrap());
     assert_eq!(faults.injected(), 0);
-    let reopened = Store::open(state.path(), StoreOptions::default()).unwrap();
-    assert!(reopened.runs().unwrap().is_empty());
+    let reopened = RedbStore::open(state.path(), StoreOptions::default()).unwrap();
+    assert!(reopened.runs().await.unwrap().is_empty());
     assert!(Path::new(&path).is_file());
 }

@@ -142,7 +142,7 @@ async fn a_declined_run_ends_cancelled_with_its_run_id() {
         assert_eq!(envelope.attempts, 0, "nothing ran");
         let failure = envelope.failure.as_ref().expect("a failure");
         assert_eq!((failure.kind_type.as_str(), failure.kind.as_deref()), ("cancelled", Some("declined")));
-        assert!(host.detail(DEFAULT_SESSION, &envelope.run_id).expect("detail").progress.is_empty(), "no progress");
+        assert!(host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail").progress.is_empty(), "no progress");
         let refused = host.resume(&envelope.run_id, ResumeOptions::default()).await;
         assert!(matches!(refused, Err(Error::NonResumable(_))), "{refused:?}");
         envelope.run_id

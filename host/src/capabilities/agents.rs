@@ -150,7 +150,7 @@ impl Agents {
         let shown = label.clone().unwrap_or_else(|| "agent".to_string());
 
         // Journaled: replay for free (from the cache, else from the store).
-        let journaled = self.attempt.journaled_agent(&key.0).map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
+        let journaled = self.attempt.journaled_agent(&key.0).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
         if let Some(outcome) = journaled {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
             self.notify_cached(shown, outcome.is_some());

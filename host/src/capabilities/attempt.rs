@@ -13,6 +13,7 @@ use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::model::sandbox_limits::SandboxLimits;
 use crate::store::journal::{Journal, JournalError};
+use futures::future::{BoxFuture, FutureExt as _};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc};
@@ -199,9 +200,10 @@ impl Attempt {
         self.book().cache.step(key).cloned()
     }
 
-    /// A step value from the store (cached once read).
+    /// A step value from the store (cached once read). Asked from a synchronous hook, so
+    /// the journal's read is waited for here ([`wait_for_read`]).
     pub(crate) fn read_step(&self, key: &str) -> Result<Option<String>, JournalError> {
-        let value = self.journal.get_step(&self.run_id, key)?;
+        let value = wait_for_read(self.journal.get_step(&self.run_id, key))?;
         if let Some(value) = &value {
             self.book().cache.put_step(key.to_string(), value.clone());
         }
@@ -219,11 +221,11 @@ impl Attempt {
     }
 
     /// An agent outcome, from the cache or else the store.
-    pub(crate) fn journaled_agent(&self, key: &str) -> Result<Option<Option<String>>, JournalError> {
-        if let Some(outcome) = self.book().cache.agent(key) {
-            return Ok(Some(outcome.clone()));
+    pub(crate) async fn journaled_agent(&self, key: &str) -> Result<Option<Option<String>>, JournalError> {
+        if let Some(outcome) = self.book().cache.agent(key).cloned() {
+            return Ok(Some(outcome));
         }
-        self.journal.get_agent(&self.run_id, key)
+        self.journal.get_agent(&self.run_id, key).await
     }
 
     /// Charge and journal an agent outcome, and cache it. The abort is not yet raised.
@@ -326,5 +328,27 @@ fn limit_message(kind: LimitKind, limits: &Limits) -> String {
             "maxAiCredits ({}) reached or usage could not be accounted: resume with a higher --max-ai-credits to continue",
             limits.max_ai_credits.unwrap_or(0.0)
         ),
+    }
+}
+
+/// A journal read a synchronous hook (`ctx.step-get`) could not wait for: the read was not
+/// ready at once, and this thread cannot block on it (no multi-threaded tokio runtime).
+#[derive(Debug, thiserror::Error)]
+#[error("a journal read that is not ready at once needs a multi-threaded tokio runtime to wait on")]
+pub struct CannotWaitForRead;
+
+/// The answer of a journal read asked from a synchronous hook. A read that is ready at once
+/// (the redb store's always are) is taken as it is; one that is not blocks this worker
+/// thread until it is ([`tokio::task::block_in_place`]: the runtime's other work moves to
+/// other threads), which needs a multi-threaded runtime: on any other, [`CannotWaitForRead`].
+fn wait_for_read<T>(mut read: BoxFuture<'_, Result<T, JournalError>>) -> Result<T, JournalError> {
+    if let Some(answer) = (&mut read).now_or_never() {
+        return answer;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| handle.block_on(read))
+        }
+        _ => Err(JournalError::new(CannotWaitForRead)),
     }
 }

@@ -17,10 +17,11 @@ pub(crate) struct Capabilities {
 
 impl Capabilities {
     /// Load the run's journal and set up the attempt's capabilities.
-    pub(crate) fn new(setup: AttemptSetup) -> Result<Arc<Self>, Failure> {
+    pub(crate) async fn new(setup: AttemptSetup) -> Result<Arc<Self>, Failure> {
         let snapshot = setup
             .journal
             .load(&setup.run_id, setup.sandbox.journal_cache_bytes)
+            .await
             .map_err(|e| Failure::new(FailureType::Storage, None, e.to_string()))?;
         let mut cache = cache::ValueCache::new(setup.sandbox.journal_cache_bytes);
         for (key, value) in snapshot.steps {

@@ -17,7 +17,7 @@ use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::model::schema::Schema;
 use crate::guests::script::{Script, ScriptError, ScriptRef};
 use crate::model::scope::Scope;
-use crate::store::{ProgressQuery, Registration, RunRecord, Store, StoreOptions, DEFAULT_COMMIT_WINDOW};
+use crate::store::{ProgressQuery, RedbStore, Registration, RunRecord, Store, StoreOptions, DEFAULT_COMMIT_WINDOW};
 use futures::FutureExt;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -250,7 +250,7 @@ pub struct Host {
     runner: Mutex<Option<LoadedComponent>>,
     loader: ComponentLoader,
     config: HostConfig,
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     active: Mutex<HashMap<String, ActiveRun>>,
     updates: broadcast::Sender<RunUpdated>,
     /// Bytes the pending agent calls of every run hold.
@@ -265,15 +265,15 @@ impl Host {
     /// A host with `config`: opens (or creates) the store, halting runs a crash left running.
     pub fn new(config: HostConfig) -> Result<Self, Error> {
         let store = match &config.state_dir {
-            Some(dir) => Store::open(dir, StoreOptions { commit_window: config.commit_window, ..StoreOptions::default() })?,
-            None => Store::in_memory()?,
+            Some(dir) => RedbStore::open(dir, StoreOptions { commit_window: config.commit_window, ..StoreOptions::default() })?,
+            None => RedbStore::in_memory()?,
         };
-        Host::with_store(config, store)
+        Host::with_store(config, Arc::new(store))
     }
 
-    /// A host on a store the caller opened (e.g. [`Store::open_with_backend`]);
+    /// A host on a store the caller opened (e.g. [`RedbStore::open_with_backend`]);
     /// `config.state_dir` and `config.commit_window` are not used.
-    pub fn with_store(config: HostConfig, store: Store) -> Result<Self, Error> {
+    pub fn with_store(config: HostConfig, store: Arc<dyn Store>) -> Result<Self, Error> {
         config.sandbox.validate()?;
         let engine = sandbox::engine().map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
         let linker = crate::capabilities::linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
@@ -287,7 +287,7 @@ impl Host {
             runner: Mutex::new(None),
             loader,
             config,
-            store: Arc::new(store),
+            store,
             active: Mutex::new(HashMap::new()),
             updates,
             pending_bytes: Default::default(),
@@ -295,7 +295,7 @@ impl Host {
     }
 
     /// The durable store.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -382,7 +382,8 @@ impl Host {
     async fn load_recorded_script(&self, runner_hash: &str, script: &ScriptRef, run_id: Option<&str>) -> Result<Factory, Error> {
         let text = self
             .store
-            .blob(&script.sha256)?
+            .blob(&script.sha256)
+            .await?
             .ok_or_else(|| Error::NotRegistered(format!("no stored source with sha256 {}", script.sha256)))?;
         let text = String::from_utf8(text).map_err(|_| ScriptError::NotText(script.file_name.clone()))?;
         let runner = match self.runner() {
@@ -390,19 +391,25 @@ impl Host {
             _ => {
                 let bytes = self
                     .store
-                    .blob(runner_hash)?
+                    .blob(runner_hash)
+                    .await?
                     .ok_or_else(|| Error::NotRegistered(format!("no stored runner with sha256 {runner_hash}")))?;
                 self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
             }
         };
         let mut loaded = Script::from_source(script.file_name.clone(), text, script.entry.clone())?;
-        let manifest = match run_id.map(|id| self.store.run_modules(id)).transpose()?.flatten() {
+        let recorded = match run_id {
+            Some(id) => self.store.run_modules(id).await?,
+            None => None,
+        };
+        let manifest = match recorded {
             Some(manifest) => Some(manifest),
             None => match &script.modules {
                 Some(hash) => {
                     let bytes = self
                         .store
-                        .blob(hash)?
+                        .blob(hash)
+                        .await?
                         .ok_or_else(|| Error::NotRegistered(format!("no stored module record with sha256 {hash}")))?;
                     let manifest = serde_json::from_slice(&bytes)
                         .map_err(|e| crate::guests::modules::ModuleError::Record {
@@ -416,8 +423,15 @@ impl Host {
             },
         };
         if let Some(manifest) = manifest {
+            // The recorded texts, read first (the set is built synchronously).
+            let mut texts = HashMap::new();
+            for hash in manifest.modules.values() {
+                if !texts.contains_key(hash) {
+                    texts.insert(hash.clone(), self.store.blob(hash).await);
+                }
+            }
             let modules = crate::guests::modules::ModuleSet::recorded(loaded.file_name.clone(), &manifest, |hash| {
-                self.store.blob(hash)
+                texts.remove(hash).unwrap_or(Ok(None))
             })
             .map_err(ScriptError::Module)?;
             loaded = loaded.with_modules(modules);
@@ -454,7 +468,8 @@ impl Host {
     pub async fn load_stored(&self, hash: &str) -> Result<Factory, Error> {
         let bytes = self
             .store
-            .blob(hash)?
+            .blob(hash)
+                        .await?
             .ok_or_else(|| Error::NotRegistered(format!("no stored component with sha256 {hash}")))?;
         self.load_bytes(&bytes).await
     }
@@ -462,7 +477,7 @@ impl Host {
     /// Load a registered factory by name.
     pub async fn load_registered(&self, name: &str) -> Result<Factory, Error> {
         let registration =
-            self.store.factory(name)?.ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
+            self.store.factory(name).await?.ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
         self.load_registration(&registration).await
     }
 
@@ -470,7 +485,8 @@ impl Host {
     pub async fn load_registered_for(&self, session: &str, name: &str) -> Result<Factory, Error> {
         let registration = self
             .store
-            .factory_in(session, name)?
+            .factory_in(session, name)
+            .await?
             .ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
         self.load_registration(&registration).await
     }
@@ -507,22 +523,22 @@ impl Host {
     }
 
     /// Factories registered for everyone, by name.
-    pub fn registered(&self) -> Result<Vec<Registration>, Error> {
-        Ok(self.store.factories()?.into_iter().filter(|r| r.session.is_none()).collect())
+    pub async fn registered(&self) -> Result<Vec<Registration>, Error> {
+        Ok(self.store.factories().await?.into_iter().filter(|r| r.session.is_none()).collect())
     }
 
     /// Whether the component or script source `key` (a sha256) is a factory `session`
     /// authored itself: it runs in the sandbox without consent, as the spec's authoring does.
-    pub fn authored_in(&self, session: &str, key: &str) -> Result<bool, Error> {
-        Ok(self.store.factories()?.iter().any(|r| {
+    pub async fn authored_in(&self, session: &str, key: &str) -> Result<bool, Error> {
+        Ok(self.store.factories().await?.iter().any(|r| {
             r.session.as_deref() == Some(session) && r.script.as_ref().is_some_and(|s| s.sha256 == key)
         }))
     }
 
     /// The factories `session` can run: its own authored ones, then those registered for
     /// everyone that it does not shadow.
-    pub fn registered_for(&self, session: &str) -> Result<Vec<Registration>, Error> {
-        let all = self.store.factories()?;
+    pub async fn registered_for(&self, session: &str) -> Result<Vec<Registration>, Error> {
+        let all = self.store.factories().await?;
         let own: Vec<Registration> = all.iter().filter(|r| r.session.as_deref() == Some(session)).cloned().collect();
         let shared = all
             .into_iter()
@@ -545,7 +561,7 @@ impl Host {
             stop: CancellationToken::new(),
             host_pending_bytes: self.pending_bytes.clone(),
         };
-        let shared = Capabilities::new(setup).map_err(|f| Error::MetaCall(f.message))?;
+        let shared = Capabilities::new(setup).await.map_err(|f| Error::MetaCall(f.message))?;
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
             .map_err(|e| Error::MetaCall(format!("{e:#}")))?;
         let meta = if component.script.is_some() {
@@ -591,14 +607,14 @@ impl Host {
     }
 
     /// Whether `run_id` exists and `scope` sees it (false when it cannot be read).
-    pub fn owned_by(&self, scope: impl Into<Scope>, run_id: &str) -> bool {
-        self.record(&scope.into(), run_id).is_ok()
+    pub async fn owned_by(&self, scope: impl Into<Scope>, run_id: &str) -> bool {
+        self.record(&scope.into(), run_id).await.is_ok()
     }
 
     /// The record of `run_id`, if `scope` sees it (another session's run is `NotFound`,
     /// as if it did not exist).
-    fn record(&self, scope: &Scope, run_id: &str) -> Result<RunRecord, Error> {
-        match self.store.run(run_id)? {
+    async fn record(&self, scope: &Scope, run_id: &str) -> Result<RunRecord, Error> {
+        match self.store.run(run_id).await? {
             Some(record) if scope.sees(&record.session) => Ok(record),
             _ => Err(Error::NotFound(run_id.to_string())),
         }
@@ -614,7 +630,7 @@ impl Host {
     ///   it leaves `active`, so it may have just ended); still `running`, it is an attempt
     ///   that could not record its end (this process holds the store), and it reads as
     ///   `halted`, resumable, like a crash found at reopen.
-    fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
+    async fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
         let mut envelope = record.envelope;
         envelope.session = Some(record.session.clone());
         let (active, live) = {
@@ -627,7 +643,7 @@ impl Host {
                 envelope.accounting = shared.accounting();
                 envelope.revision = record.writes + shared.attempt.last_seq();
             }
-            None => envelope.revision = record.writes + self.store.last_progress_seq(&envelope.run_id)?,
+            None => envelope.revision = record.writes + self.store.last_progress_seq(&envelope.run_id).await?,
         }
         if active && envelope.status.is_terminal() {
             // Claimed for a new attempt that has not recorded its start yet.
@@ -639,9 +655,9 @@ impl Host {
         if envelope.status == RunStatus::Running && !active {
             // The attempt may have ended between reading the record and looking at `active`:
             // it writes its end before it leaves `active`, so a fresh read has it.
-            if let Some(fresh) = self.store.run(&envelope.run_id)? {
+            if let Some(fresh) = self.store.run(&envelope.run_id).await? {
                 if fresh.envelope.status != RunStatus::Running {
-                    return self.current(fresh);
+                    return Box::pin(self.current(fresh)).await;
                 }
             }
         }
@@ -731,9 +747,9 @@ impl Host {
         envelope.updated_at = crate::store::records_timestamp();
         self.store.put_run(&mut record, false).await?;
         let run_id = record.envelope.run_id.clone();
-        let revision = record.writes + self.store.last_progress_seq(&run_id)?;
+        let revision = record.writes + self.store.last_progress_seq(&run_id).await?;
         let _ = self.updates.send(RunUpdated { run_id, revision });
-        self.current(record)
+        self.current(record).await
     }
 
     /// Check `options` and store a new pending run of `factory`; hands back what of
@@ -798,7 +814,7 @@ impl Host {
     /// claim, and counts itself in the record.
     pub(crate) async fn resume_as(&self, run_id: &str, options: ResumeOptions, by: ResumedBy) -> Result<RunEnvelope, Error> {
         let scope = options.scope.clone().unwrap_or_else(|| Scope::from(DEFAULT_SESSION));
-        let mut record = self.record(&scope, run_id)?;
+        let mut record = self.record(&scope, run_id).await?;
         match record.envelope.status {
             RunStatus::Completed => return Err(Error::NonResumable(format!("run `{run_id}` is completed"))),
             // `running` without an attempt here is an attempt that could not write its end
@@ -811,7 +827,7 @@ impl Host {
         let claim = self.claim(run_id)?;
         if by == ResumedBy::Recovery {
             // Read again under the claim: a caller may have resumed it since it was found.
-            record = self.record(&scope, run_id)?;
+            record = self.record(&scope, run_id).await?;
             if !(record.envelope.status == RunStatus::Halted && record.interrupted.is_some()) {
                 return Err(Error::NonResumable(format!("run `{run_id}` is no longer halted by an interruption")));
             }
@@ -867,7 +883,7 @@ impl Host {
     /// interrupted (a caller resumed it meanwhile).
     pub(crate) async fn leave_halted(&self, run_id: &str, message: String) -> Result<bool, Error> {
         let _claim = self.claim(run_id)?;
-        let Some(mut record) = self.store.run(run_id)? else { return Err(Error::NotFound(run_id.to_string())) };
+        let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };
         if !(record.envelope.status == RunStatus::Halted && record.interrupted.is_some()) {
             return Ok(false);
         }
@@ -877,7 +893,7 @@ impl Host {
         record.envelope.failure = Some(failure);
         record.envelope.updated_at = crate::store::records_timestamp();
         self.store.put_run(&mut record, false).await?;
-        let revision = record.writes + self.store.last_progress_seq(run_id)?;
+        let revision = record.writes + self.store.last_progress_seq(run_id).await?;
         let _ = self.updates.send(RunUpdated { run_id: run_id.to_string(), revision });
         Ok(true)
     }
@@ -938,23 +954,23 @@ impl Host {
         if let Some((failure, error)) = failure {
             self.end_broken_attempt(&mut record, failure).await;
             drop(_active);
-            self.announce_end(&record);
+            self.announce_end(&record).await;
             if let Some(e) = error {
                 return Err(e);
             }
         } else {
             drop(_active);
-            self.announce_end(&record);
+            self.announce_end(&record).await;
         }
-        self.current(record)
+        self.current(record).await
     }
 
     /// Tell subscribers an attempt has ended, once the run has left `active`: until then a
     /// read of the run still shows it running, so an update sent earlier could wake a
     /// follower to a read that does not show the end, and no later update would come.
-    fn announce_end(&self, record: &RunRecord) {
+    async fn announce_end(&self, record: &RunRecord) {
         let run_id = record.envelope.run_id.clone();
-        let revision = record.writes + self.store.last_progress_seq(&run_id).unwrap_or(0);
+        let revision = record.writes + self.store.last_progress_seq(&run_id).await.unwrap_or(0);
         let _ = self.updates.send(RunUpdated { run_id, revision });
     }
 
@@ -1016,14 +1032,14 @@ impl Host {
             journal: self.store.clone() as Arc<dyn Journal>,
             backend,
             prior,
-            next_seq: self.store.last_progress_seq(&run_id)?,
+            next_seq: self.store.last_progress_seq(&run_id).await?,
             events,
             updates: self.updates.clone(),
             record_writes: record.writes,
             stop: stop.clone(),
             host_pending_bytes: self.pending_bytes.clone(),
         };
-        let (status, result, failure, accounting) = match Capabilities::new(setup) {
+        let (status, result, failure, accounting) = match Capabilities::new(setup).await {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
             Ok(shared) => {
                 if let Some(active) = self.active().get_mut(&run_id) {
@@ -1053,7 +1069,8 @@ impl Host {
                 }
                 // The last progress entries must be durable before the verdict is.
                 if let Err(e) = self.store.flush().await {
-                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
+                    // Said as the store's own error (the journal's names the journal).
+                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.0.to_string()));
                 }
                 let dropped = shared.progress.dropped_log_lines();
                 if dropped > 0 {
@@ -1088,7 +1105,7 @@ impl Host {
     /// is not executing is returned as it is.
     pub async fn cancel(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
         let scope = scope.into();
-        self.record(&scope, run_id)?;
+        self.record(&scope, run_id).await?;
         let running = self.active().get(run_id).map(|a| (a.stop.clone(), a.shared.clone()));
         match running {
             Some((_, Some(shared))) => {
@@ -1128,8 +1145,8 @@ impl Host {
     /// What consent for a resume of `run_id` is about: the sha256 of its last attempt's
     /// script source for a script factory, else of its last component (`None` before any
     /// attempt).
-    pub fn trust_key_of_run(&self, scope: impl Into<Scope>, run_id: &str) -> Result<Option<String>, Error> {
-        let record = self.record(&scope.into(), run_id)?;
+    pub async fn trust_key_of_run(&self, scope: impl Into<Scope>, run_id: &str) -> Result<Option<String>, Error> {
+        let record = self.record(&scope.into(), run_id).await?;
         if let Some(Some(script)) = record.scripts.last() {
             return Ok(Some(script.sha256.clone()));
         }
@@ -1138,33 +1155,38 @@ impl Host {
 
     /// The runs `scope` sees (a session's, or every session's for the owner), in creation
     /// order.
-    pub fn runs(&self, scope: impl Into<Scope>) -> Result<Vec<RunEnvelope>, Error> {
+    pub async fn runs(&self, scope: impl Into<Scope>) -> Result<Vec<RunEnvelope>, Error> {
         let scope = scope.into();
-        let records = self.store.runs()?;
-        records.into_iter().filter(|r| scope.sees(&r.session)).map(|r| self.current(r)).collect()
+        let records = self.store.runs().await?;
+        let mut out = Vec::with_capacity(records.len());
+        for record in records.into_iter().filter(|r| scope.sees(&r.session)) {
+            out.push(self.current(record).await?);
+        }
+        Ok(out)
     }
 
     /// The latest envelope of a run.
-    pub fn envelope(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
-        let record = self.record(&scope.into(), run_id)?;
-        self.current(record)
+    pub async fn envelope(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
+        let record = self.record(&scope.into(), run_id).await?;
+        self.current(record).await
     }
 
     /// Progress entries of a run, paged.
-    pub fn progress(&self, scope: impl Into<Scope>, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, Error> {
-        self.record(&scope.into(), run_id)?;
-        Ok(self.store.progress(run_id, query)?)
+    pub async fn progress(&self, scope: impl Into<Scope>, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, Error> {
+        self.record(&scope.into(), run_id).await?;
+        Ok(self.store.progress(run_id, query).await?)
     }
 
     /// A run with its phases, agent summaries and latest progress page.
-    pub fn detail(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunDetail, Error> {
-        let record = self.record(&scope.into(), run_id)?;
+    pub async fn detail(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunDetail, Error> {
+        let record = self.record(&scope.into(), run_id).await?;
         // The newest entries only, in pages backwards from the tail (the query caps a page
         // at 1000): a run's detail costs the same however long its history is.
         let mut pages = Vec::new();
         let (mut before, mut scanned, mut truncated) = (None, 0usize, false);
         loop {
-            let page = self.store.progress(run_id, &ProgressQuery { before_seq: before, limit: Some(1000), ..Default::default() })?;
+            let query = ProgressQuery { before_seq: before, limit: Some(1000), ..Default::default() };
+            let page = self.store.progress(run_id, &query).await?;
             let full = page.len() == 1000;
             scanned += page.len();
             before = page.first().map(|e| e.seq);
@@ -1193,7 +1215,7 @@ impl Host {
             }
         }
         let agents = Vec::from(agents);
-        let progress = self.store.progress(run_id, &ProgressQuery::default())?;
+        let progress = self.store.progress(run_id, &ProgressQuery::default()).await?;
         let limits = record.limits;
         let component_hashes = record.component_hashes.clone();
         let mut scripts = record.scripts.clone();
@@ -1201,9 +1223,9 @@ impl Host {
         let backends = record.backends.clone();
         let grants = record.grants.clone();
         let sandbox = self.config.sandbox.clone();
-        let modules = self.store.run_modules(run_id)?;
+        let modules = self.store.run_modules(run_id).await?;
         Ok(RunDetail {
-            envelope: self.current(record)?,
+            envelope: self.current(record).await?,
             limits,
             phases,
             agents,
@@ -1225,7 +1247,7 @@ impl Host {
         let scope = scope.into();
         let mut updates = self.subscribe();
         loop {
-            let envelope = self.envelope(&scope, run_id)?;
+            let envelope = self.envelope(&scope, run_id).await?;
             if envelope.status.is_terminal() && !self.active().contains_key(run_id) {
                 return Ok(envelope);
             }
@@ -1268,14 +1290,14 @@ struct Claim<'a> {
 struct NoJournal;
 
 impl Journal for NoJournal {
-    fn load(&self, _: &str, _: usize) -> Result<crate::store::journal::JournalSnapshot, crate::store::journal::JournalError> {
-        Ok(Default::default())
+    fn load<'a>(&'a self, _: &'a str, _: usize) -> futures::future::BoxFuture<'a, Result<crate::store::journal::JournalSnapshot, crate::store::journal::JournalError>> {
+        futures::future::ready(Ok(Default::default())).boxed()
     }
-    fn get_step(&self, _: &str, _: &str) -> Result<Option<String>, crate::store::journal::JournalError> {
-        Ok(None)
+    fn get_step<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<Option<String>, crate::store::journal::JournalError>> {
+        futures::future::ready(Ok(None)).boxed()
     }
-    fn get_agent(&self, _: &str, _: &str) -> Result<Option<Option<String>>, crate::store::journal::JournalError> {
-        Ok(None)
+    fn get_agent<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<Option<Option<String>>, crate::store::journal::JournalError>> {
+        futures::future::ready(Ok(None)).boxed()
     }
     fn put_step(&self, _: &str, _: &str, _: &str, _: u64) -> Result<(), crate::store::journal::JournalError> {
         Ok(())

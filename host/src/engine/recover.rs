@@ -80,7 +80,7 @@ pub fn is_interrupted(record: &RunRecord) -> bool {
 /// each recovered run's new attempt has started (it then runs in the background) or the
 /// run was left `halted`; one [`Recovery`] per interrupted run, in creation order.
 pub async fn recover_interrupted(host: &Arc<Host>, max: u32) -> Result<Vec<Recovery>, Error> {
-    let interrupted: Vec<RunRecord> = host.store().runs()?.into_iter().filter(is_interrupted).collect();
+    let interrupted: Vec<RunRecord> = host.store().runs().await?.into_iter().filter(is_interrupted).collect();
     Ok(futures::future::join_all(interrupted.into_iter().map(|record| recover_one(host, record, max))).await)
 }
 

@@ -194,7 +194,7 @@ struct Root {
 /// Where a set writes what it loads.
 #[derive(Clone)]
 struct Sink {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     run_id: String,
 }
 
@@ -254,7 +254,7 @@ impl ModuleSet {
     pub fn recorded(
         entry: impl Into<String>,
         manifest: &Manifest,
-        text_of: impl Fn(&str) -> Result<Option<Vec<u8>>, StoreError>,
+        mut text_of: impl FnMut(&str) -> Result<Option<Vec<u8>>, StoreError>,
     ) -> Result<Self, ModuleError> {
         let set = match &manifest.root {
             Some(root) => ModuleSet::in_dir(Path::new(root), entry),
@@ -300,7 +300,7 @@ impl ModuleSet {
 
     /// A set for one attempt of run `run_id`: what this set has loaded so far, writing it
     /// and everything it loads later to `store` under the run.
-    pub fn for_run(&self, store: Arc<Store>, run_id: &str) -> Result<Self, ModuleError> {
+    pub fn for_run(&self, store: Arc<dyn Store>, run_id: &str) -> Result<Self, ModuleError> {
         let state = self.lock();
         let copy = ModuleSet {
             entry: self.entry.clone(),

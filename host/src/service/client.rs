@@ -233,7 +233,14 @@ impl Updates {
                     owned.clear();
                 }
                 let ours = *scope == Scope::Owner
-                    || *owned.entry(update.run_id.clone()).or_insert_with(|| local.host().owned_by(&*scope, &update.run_id));
+                    || match owned.get(&update.run_id) {
+                        Some(known) => *known,
+                        None => {
+                            let known = local.host().owned_by(&*scope, &update.run_id).await;
+                            owned.insert(update.run_id.clone(), known);
+                            known
+                        }
+                    };
                 if ours {
                     return Some(update);
                 }

@@ -33,13 +33,13 @@ impl Local {
     pub async fn answer(&self, request: Request) -> Result<Response, Error> {
         let host = &self.host;
         Ok(match request {
-            Request::Runs { scope } => Response::Runs(host.runs(scope)?),
-            Request::Envelope { scope, run_id } => Response::Envelope(Box::new(host.envelope(scope, &run_id)?)),
-            Request::Detail { scope, run_id } => Response::Detail(Box::new(host.detail(scope, &run_id)?)),
-            Request::Progress { scope, run_id, query } => Response::Progress(host.progress(scope, &run_id, &query)?),
+            Request::Runs { scope } => Response::Runs(host.runs(scope).await?),
+            Request::Envelope { scope, run_id } => Response::Envelope(Box::new(host.envelope(scope, &run_id).await?)),
+            Request::Detail { scope, run_id } => Response::Detail(Box::new(host.detail(scope, &run_id).await?)),
+            Request::Progress { scope, run_id, query } => Response::Progress(host.progress(scope, &run_id, &query).await?),
             Request::Wait { scope, run_id } => Response::Envelope(Box::new(host.wait(scope, &run_id).await?)),
             Request::Cancel { scope, run_id } => Response::Envelope(Box::new(host.cancel(scope, &run_id).await?)),
-            Request::Factories { session } => Response::Factories(host.registered_for(&session)?),
+            Request::Factories { session } => Response::Factories(host.registered_for(&session).await?),
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))
             }
@@ -52,7 +52,7 @@ impl Local {
                 (Source::Authored { meta, run }, None) => host.author(&meta, &run).await?,
                 (Source::Authored { meta, run }, Some(session)) => host.author_in(&session, &meta, &run).await?,
             })),
-            Request::Inspect { session, name } => match host.store().factory_in(&session, &name)? {
+            Request::Inspect { session, name } => match host.store().factory_in(&session, &name).await? {
                 Some(registration) => Response::Registration(Box::new(registration)),
                 None => return Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
             },
@@ -84,7 +84,7 @@ impl Local {
                 };
                 if !declined {
                     let key = trust_key(&factory);
-                    let authored = host.authored_in(&session, key)?;
+                    let authored = host.authored_in(&session, key).await?;
                     consented(&self.trusted, &consent, authored, key, &format!("factory `{}`", factory.meta.name))?;
                 }
                 let options = RunOptions {
@@ -113,13 +113,13 @@ impl Local {
                 // The component this attempt runs: the edited one, else the run's last.
                 let key = match &component {
                     Some(factory) => Some(trust_key(factory).to_string()),
-                    None => host.trust_key_of_run(&scope, &run_id)?,
+                    None => host.trust_key_of_run(&scope, &run_id).await?,
                 };
                 if let Some(key) = key {
                     // Authored in the run's own session: the session could resume it without
                     // consent itself, so the owner resuming it there gains nothing more.
-                    let run_session = host.envelope(&scope, &run_id)?.session.unwrap_or_default();
-                    let authored = host.authored_in(&run_session, &key)?;
+                    let run_session = host.envelope(&scope, &run_id).await?.session.unwrap_or_default();
+                    let authored = host.authored_in(&run_session, &key).await?;
                     consented(&self.trusted, &consent, authored, &key, &format!("the component of run {run_id}"))?;
                 }
                 let options = ResumeOptions {

@@ -1,11 +1,13 @@
 //! The journal: what a run writes as it goes — step values, agent outcomes, progress, and
 //! live accounting — keyed by run. A trait, so the run engine does not depend on where the
-//! entries live; the durable [`Store`](crate::store::Store) implements it.
+//! entries live; every durable [`Store`](crate::store::Store) is one.
 //!
 //! A run does not hold its journal in memory: an attempt starts from a [`JournalSnapshot`]
 //! (every step key's fingerprint, the bytes journaled so far, and as many values as fit a
 //! byte budget) and reads the other values back on demand ([`Journal::get_step`],
-//! [`Journal::get_agent`]), which see every put at once, committed or not.
+//! [`Journal::get_agent`]), which see every put at once, committed or not. Reads are futures
+//! (a store across a network cannot answer at once); puts are not: they hand the entry to
+//! the store's writer and return, so the hot paths never wait for a store.
 
 use crate::model::envelope::Accounting;
 use futures::future::BoxFuture;
@@ -71,15 +73,16 @@ pub struct JournalSnapshot {
 /// resolves once everything put so far is.
 pub trait Journal: Send + Sync + 'static {
     /// The run's journal so far: every step key, the journal bytes recorded with the last
-    /// put, and values (steps first, then agent outcomes) up to
-    /// `value_bytes` bytes in all, none over a quarter of that.
-    fn load(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, JournalError>;
+    /// put, and values (steps first, then agent outcomes) up to `value_bytes` bytes in all,
+    /// none over a quarter of that. A value's bytes are its key's plus, for a step, its JSON
+    /// text's, for an agent outcome, 1 plus its reply's (0 for an ordinary failure).
+    fn load<'a>(&'a self, run_id: &'a str, value_bytes: usize) -> BoxFuture<'a, Result<JournalSnapshot, JournalError>>;
 
-    /// A step value, as last put.
-    fn get_step(&self, run_id: &str, key: &str) -> Result<Option<String>, JournalError>;
+    /// A step value, as last put (committed or not).
+    fn get_step<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<String>, JournalError>>;
 
-    /// An agent outcome, as put: `None` when the call was never journaled.
-    fn get_agent(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, JournalError>;
+    /// An agent outcome, as put (committed or not): `None` when the call was never journaled.
+    fn get_agent<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>>;
 
     /// What an entry of `key_bytes` (every part of its key, run id included) and
     /// `value_bytes` occupies where this journal keeps it: what the run's journal budget is

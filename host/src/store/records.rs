@@ -1,5 +1,6 @@
 //! The records the store keeps, as serde types: a run ([`RunRecord`]), a registered
-//! factory ([`Registration`]), and the query that pages progress ([`ProgressQuery`]).
+//! factory ([`Registration`]), and the query that pages progress ([`ProgressQuery`]), with
+//! what every store does to them alike (crash repair, the stand-in for an unreadable record).
 
 use crate::model::envelope::RunEnvelope;
 use crate::model::limits::Limits;
@@ -10,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_SESSION: &str = "default";
 
 /// RFC 3339 UTC timestamp, milliseconds.
-pub(crate) fn timestamp() -> String {
+pub fn timestamp() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
@@ -103,8 +104,29 @@ pub fn registration_key(session: Option<&str>, name: &str) -> String {
 }
 
 /// The printable form of a registration key (a session key's NULs shown as `/`).
-pub(crate) fn display_key(key: &str) -> String {
+pub fn display_key(key: &str) -> String {
     key.trim_start_matches('\u{0}').replace('\u{0}', "/")
+}
+
+/// Crash repair of one run record, as every store does at open: a run the crash left
+/// `running` (or `pending`) becomes `halted` with [`Interruption::Crash`], its accounting the
+/// last recorded by the attempt (`live`, when there is one). Returns whether it changed.
+pub fn halt_interrupted(record: &mut RunRecord, live: Option<crate::model::envelope::Accounting>) -> bool {
+    use crate::model::envelope::{Failure, FailureType, RunStatus};
+    if !matches!(record.envelope.status, RunStatus::Running | RunStatus::Pending) {
+        return false;
+    }
+    if let Some(accounting) = live {
+        record.envelope.accounting = accounting;
+    }
+    record.envelope.status = RunStatus::Halted;
+    let failure = Failure::new(FailureType::Halted, None, "the host stopped during this attempt; resume to continue");
+    record.envelope.error = Some(failure.message.clone());
+    record.envelope.failure = Some(failure);
+    record.envelope.updated_at = timestamp();
+    record.interrupted = Some(Interruption::Crash);
+    record.writes += 1;
+    true
 }
 
 /// What a damaged run record still tells: read leniently (every field optional, the rest
@@ -128,7 +150,7 @@ struct EnvelopeHeader {
 /// A stand-in for the record of run `id` that cannot be read (`error`): status `error`,
 /// failure `storage`/`unreadable_record`, the factory, session and timestamps when they can
 /// still be read. A record whose session is unreadable is listed in the default session.
-pub(crate) fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Error) -> RunRecord {
+pub fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Error) -> RunRecord {
     let header: RecordHeader = serde_json::from_slice(bytes).unwrap_or_default();
     let message = format!("the record of this run cannot be read ({error}); the rest of the store is intact");
     let failure = crate::model::envelope::Failure::new(crate::model::envelope::FailureType::Storage, Some("unreadable_record"), message.clone());

@@ -223,7 +223,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             // The backend the resume will use: --backend, else the one the run recorded.
             let name = match &a.out.backend.backend {
                 Some(name) => Some(name.clone()),
-                None => host.envelope(Scope::Owner, &a.run_id).ok().and_then(|e| e.backend).map(|b| b.name),
+                None => host.envelope(Scope::Owner, &a.run_id).await.ok().and_then(|e| e.backend).map(|b| b.name),
             };
             let shown = match name {
                 Some(name) => config.run_backend(Some(&name), None).map_or(format!("`{name}`"), |b| b.describe()),
@@ -242,7 +242,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
     };
     // A cassette wraps the run's recorded backend unless --backend names another.
     let backend = if a.out.backend.cassette() {
-        let recorded = host.envelope(Scope::Owner, &a.run_id)?.backend;
+        let recorded = host.envelope(Scope::Owner, &a.run_id).await?.backend;
         cassette_backend(&config, &a.out.backend, recorded.as_ref())?
     } else {
         None

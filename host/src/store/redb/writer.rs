@@ -13,10 +13,10 @@
 //! runs writing faster than the disk can take slow down instead of filling host memory.
 
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
-use super::StoreError;
+use crate::store::{StoreError, WriterStats};
 use redb::{Database, ReadableTable};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -88,15 +88,6 @@ impl Backlog {
     pub(crate) fn queued(&self) -> u64 {
         *self.queued.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-/// Counters for measuring the writer.
-#[derive(Debug, Default)]
-pub struct WriterStats {
-    /// Write transactions committed (each one fsync).
-    pub commits: AtomicU64,
-    /// Operations applied (flushes excluded).
-    pub ops: AtomicU64,
 }
 
 /// Journal values queued but not yet committed, so reads see every put at once. Each entry

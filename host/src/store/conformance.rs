@@ -1,0 +1,459 @@
+//! The conformance suite of the [`Store`] contract, written against the trait only, so every
+//! implementation runs the same checks: run records (put, get, list in creation order, seq
+//! kept across a reopen), progress paging (after / before / limit / phase, phase titles,
+//! last seq), blobs, registrations by session, run modules, the journal (puts readable at
+//! once, [`Journal::load`]'s budget rules), flush durability across a reopen, writer
+//! counters, and crash repair at open.
+//!
+//! A store passes by running [`run_all`] with a function that opens *the same* stored data
+//! each time it is called (the suite drops its handle before calling it again, and expects
+//! everything flushed before to be there). Every case writes under fresh ids (UUIDv7), so a
+//! store shared with other data, or with other cases, serves as it is. The redb store runs
+//! it on a file in a temporary directory (this module's tests); another store runs it from
+//! its own test, e.g. for a PostgreSQL database:
+//!
+//! ```ignore
+//! let open = || async { Ok(Arc::new(PgStore::connect(&url).await?) as Arc<dyn Store>) }.boxed();
+//! factory_host::store::conformance::run_all(open).await;
+//! ```
+//!
+//! A failed check panics, saying what the store did (this is test support).
+
+use super::journal::{fingerprint, Journal, JournalSnapshot};
+use super::records::registration_key;
+use super::{Interruption, ProgressQuery, Registration, RunRecord, Store, StoreError};
+use crate::model::envelope::{Accounting, RunEnvelope, RunStatus};
+use crate::model::limits::Limits;
+use crate::model::meta::FactoryMeta;
+use crate::model::progress::{JournaledProgress, LogLevel, ProgressEvent};
+use crate::model::script::{Manifest, Resolution};
+use futures::future::BoxFuture;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Opens the store under test: the same stored data at every call.
+pub trait Open: Fn() -> BoxFuture<'static, Result<Arc<dyn Store>, StoreError>> {}
+impl<F: Fn() -> BoxFuture<'static, Result<Arc<dyn Store>, StoreError>>> Open for F {}
+
+/// Run every case on the store `open` opens.
+pub async fn run_all(open: impl Open) {
+    run_records(&open).await;
+    progress_paging(&open).await;
+    blobs(&open).await;
+    registrations(&open).await;
+    run_modules(&open).await;
+    journal_reads_and_puts(&open).await;
+    journal_load_budget(&open).await;
+    flushed_writes_survive_a_reopen(&open).await;
+    crash_repair_at_open(&open).await;
+}
+
+async fn opened(open: &impl Open) -> Arc<dyn Store> {
+    open().await.unwrap_or_else(|e| panic!("the store does not open: {e}"))
+}
+
+fn fresh_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// A run record of `session` in `status`, as the host writes one at creation.
+pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
+    let now = super::records::timestamp();
+    RunRecord {
+        envelope: RunEnvelope {
+            run_id: run_id.to_string(),
+            factory: "conformance".into(),
+            status,
+            result: None,
+            failure: None,
+            error: None,
+            accounting: Accounting::default(),
+            attempts: 1,
+            backend: None,
+            session: None,
+            created_at: now.clone(),
+            updated_at: now,
+            revision: 0,
+        },
+        session: session.to_string(),
+        args: "{\"n\":1}".into(),
+        overrides: Limits::default(),
+        limits: Limits::default(),
+        component_hashes: vec!["c0ffee".into()],
+        scripts: Vec::new(),
+        backends: Vec::new(),
+        grants: Vec::new(),
+        writes: 0,
+        seq: 0,
+        interrupted: None,
+        recoveries: 0,
+    }
+}
+
+async fn flush(store: &Arc<dyn Store>) {
+    Journal::flush(&**store).await.unwrap_or_else(|e| panic!("flush: {e}"));
+}
+
+/// Run records: put (new and again), get, list in creation order; the creation seq goes on
+/// after a reopen.
+pub async fn run_records(open: &impl Open) {
+    let store = opened(open).await;
+    let ids: Vec<String> = (0..3).map(|_| fresh_id()).collect();
+    let mut records = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        // Ended runs: one left running would be repaired at the reopen below.
+        let status = [RunStatus::Halted, RunStatus::Error, RunStatus::Cancelled][i];
+        let mut r = record(id, if i == 1 { "alice" } else { "default" }, status);
+        store.put_run(&mut r, true).await.expect("put_run (new)");
+        assert_eq!(r.writes, 1, "a first put counts one write");
+        records.push(r);
+    }
+    assert!(records.windows(2).all(|w| w[0].seq < w[1].seq), "creation seqs increase: {:?}", records.iter().map(|r| r.seq).collect::<Vec<_>>());
+    for r in &records {
+        assert_eq!(store.run(&r.envelope.run_id).await.expect("run").as_ref(), Some(r), "a run reads as put");
+    }
+    assert_eq!(store.run(&fresh_id()).await.expect("run of an unknown id"), None);
+
+    // A later put replaces the record, keeps its place.
+    let mut first = records[0].clone();
+    first.envelope.status = RunStatus::Completed;
+    first.envelope.result = Some(crate::model::json::RawJson::from_value(&serde_json::json!({"ok": true})));
+    store.put_run(&mut first, false).await.expect("put_run (again)");
+    assert_eq!((first.writes, first.seq), (2, records[0].seq), "a second put counts a write and keeps the seq");
+    records[0] = first;
+    let listed = ours(&store.runs().await.expect("runs"), &ids);
+    assert_eq!(listed, records, "runs lists every record, in creation order, as last put");
+
+    drop(store);
+    let store = opened(open).await;
+    assert_eq!(ours(&store.runs().await.expect("runs after a reopen"), &ids), records, "records survive a reopen");
+    let mut later = record(&fresh_id(), "default", RunStatus::Completed);
+    store.put_run(&mut later, true).await.expect("put_run after a reopen");
+    assert!(later.seq > records[2].seq, "the creation seq goes on after a reopen ({} after {})", later.seq, records[2].seq);
+    let all = store.runs().await.expect("runs");
+    assert_eq!(all.last().map(|r| &r.envelope.run_id), Some(&later.envelope.run_id), "the newest run is listed last");
+}
+
+fn ours(all: &[RunRecord], ids: &[String]) -> Vec<RunRecord> {
+    all.iter().filter(|r| ids.contains(&r.envelope.run_id)).cloned().collect()
+}
+
+fn entry(seq: u64, phase_seq: Option<u64>, event: ProgressEvent) -> Vec<u8> {
+    serde_json::to_vec(&JournaledProgress { seq, at_ms: 1_000 + seq, phase_seq, phase: None, event }).expect("encode")
+}
+
+fn log(message: &str) -> ProgressEvent {
+    ProgressEvent::Log { message: message.into(), level: LogLevel::Info }
+}
+
+fn seqs(entries: &[crate::model::progress::ProgressEntry]) -> Vec<u64> {
+    entries.iter().map(|e| e.seq).collect()
+}
+
+/// Progress: pages forwards, backwards and from the tail, by phase, each entry with its
+/// phase's title; the last seq; runs do not mix.
+pub async fn progress_paging(open: &impl Open) {
+    let store = opened(open).await;
+    let (run, other) = (fresh_id(), fresh_id());
+    // 1 attempt start, 2 phase A, 3-5 logs in A, 6 phase B, 7-10 logs in B.
+    let mut entries = vec![entry(1, None, ProgressEvent::AttemptStarted { attempt: 1 })];
+    entries.push(entry(2, Some(2), ProgressEvent::Phase { title: "A".into() }));
+    for seq in 3..=5 {
+        entries.push(entry(seq, Some(2), log(&format!("a{seq}"))));
+    }
+    entries.push(entry(6, Some(6), ProgressEvent::Phase { title: "B".into() }));
+    for seq in 7..=10 {
+        entries.push(entry(seq, Some(6), log(&format!("b{seq}"))));
+    }
+    for (i, bytes) in entries.into_iter().enumerate() {
+        store.put_progress(&run, i as u64 + 1, bytes, 100 * (i as u64 + 1)).expect("put_progress");
+    }
+    // Another run's entries, one stored with its phase as text (before phase seqs).
+    let legacy = serde_json::to_vec(&JournaledProgress { seq: 1, at_ms: 5, phase_seq: None, phase: Some("Old".into()), event: log("x") }).expect("encode");
+    store.put_progress(&other, 1, legacy, 10).expect("put_progress");
+    flush(&store).await;
+
+    let page = |query: ProgressQuery| {
+        let (store, run) = (store.clone(), run.clone());
+        async move { store.progress(&run, &query).await.expect("progress") }
+    };
+    let all = page(ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await;
+    assert_eq!(seqs(&all), (1..=10).collect::<Vec<_>>(), "every entry, forwards");
+    let phases: Vec<Option<&str>> = all.iter().map(|e| e.phase.as_deref()).collect();
+    let mut expected = vec![None];
+    expected.extend([Some("A"); 4]);
+    expected.extend([Some("B"); 5]);
+    assert_eq!(phases, expected, "each entry has its phase's title (a phase entry its own)");
+    assert_eq!(all[3].event, log("a4"));
+    assert_eq!(all[3].at_ms, 1_004);
+
+    let q = |after: Option<u64>, before: Option<u64>, limit: Option<usize>, phase: Option<&str>| ProgressQuery {
+        after_seq: after,
+        before_seq: before,
+        limit,
+        phase: phase.map(str::to_string),
+    };
+    assert_eq!(seqs(&page(q(Some(2), None, Some(3), None)).await), vec![3, 4, 5], "after 2, 3 of them");
+    assert_eq!(seqs(&page(q(None, Some(6), Some(2), None)).await), vec![4, 5], "before 6, 2 of them, ascending");
+    assert_eq!(seqs(&page(q(None, None, Some(4), None)).await), vec![7, 8, 9, 10], "the tail");
+    assert_eq!(page(q(None, None, None, None)).await.len(), 10, "the default page holds 50");
+    assert_eq!(seqs(&page(q(Some(0), None, Some(0), None)).await), vec![1], "a page holds at least one");
+    assert_eq!(seqs(&page(q(Some(0), None, None, Some("A"))).await), vec![2, 3, 4, 5], "phase A");
+    assert_eq!(seqs(&page(q(Some(0), None, Some(2), Some("B"))).await), vec![6, 7], "phase B, forwards, 2");
+    assert_eq!(seqs(&page(q(None, Some(9), Some(2), Some("B"))).await), vec![7, 8], "phase B, backwards from 9, 2");
+    assert_eq!(seqs(&page(q(None, None, Some(2), Some("A"))).await), vec![4, 5], "phase A's tail");
+    assert!(page(q(Some(0), None, None, Some("C"))).await.is_empty(), "no entry in an unknown phase");
+    assert!(page(q(Some(10), None, None, None)).await.is_empty(), "nothing after the last");
+    assert!(page(q(None, Some(1), None, None)).await.is_empty(), "nothing before the first");
+    assert!(page(q(None, Some(0), None, None)).await.is_empty(), "nothing before 0");
+    assert!(page(q(Some(5), Some(6), None, None)).await.is_empty(), "nothing between 5 and 6");
+    assert_eq!(seqs(&page(q(Some(3), Some(6), None, None)).await), vec![4, 5], "between 3 and 6");
+
+    let theirs = store.progress(&other, &ProgressQuery::default()).await.expect("progress");
+    assert_eq!(seqs(&theirs), vec![1], "runs do not mix");
+    assert_eq!(theirs[0].phase.as_deref(), Some("Old"), "a phase stored as text reads as it");
+    assert_eq!(store.last_progress_seq(&run).await.expect("last seq"), 10);
+    assert_eq!(store.last_progress_seq(&other).await.expect("last seq"), 1);
+    assert_eq!(store.last_progress_seq(&fresh_id()).await.expect("last seq"), 0, "a run without progress");
+    assert!(store.progress(&fresh_id(), &ProgressQuery::default()).await.expect("progress").is_empty());
+}
+
+/// Blobs: put, read back, put again; unknown hashes read as none.
+pub async fn blobs(open: &impl Open) {
+    let store = opened(open).await;
+    let hash = format!("blob-{}", fresh_id());
+    let bytes: Arc<[u8]> = (0..=255u8).cycle().take(70_000).collect::<Vec<u8>>().into();
+    store.put_blob(&hash, &bytes).expect("put_blob");
+    store.put_blob(&hash, &bytes).expect("put_blob again");
+    flush(&store).await;
+    assert_eq!(store.blob(&hash).await.expect("blob").as_deref(), Some(&bytes[..]), "a blob reads as put");
+    assert_eq!(store.blob(&format!("blob-{}", fresh_id())).await.expect("blob"), None);
+}
+
+fn registration(name: &str, session: Option<&str>, hash: &str) -> Registration {
+    Registration {
+        meta: FactoryMeta { name: name.into(), description: format!("{name} for {session:?}"), phases: Vec::new(), limits: Limits::default(), args_schema: None },
+        hash: hash.into(),
+        script: None,
+        added_at: super::records::timestamp(),
+        session: session.map(str::to_string),
+    }
+}
+
+/// Registrations: for everyone and within a session (which shadows the other for that
+/// session only), replaced by a later one, listed; their component bytes are stored.
+pub async fn registrations(open: &impl Open) {
+    let store = opened(open).await;
+    let name = format!("fx-{}", fresh_id());
+    let hash = format!("component-{}", fresh_id());
+    let bytes: Arc<[u8]> = Arc::from(&b"\0asm component"[..]);
+    let global = registration(&name, None, &hash);
+    let alices = registration(&name, Some("alice"), &hash);
+    store.register(&global, &bytes).await.expect("register");
+    store.register(&alices, &bytes).await.expect("register in a session");
+    assert_eq!(store.blob(&hash).await.expect("blob").as_deref(), Some(&bytes[..]), "registering stores the component");
+    assert_eq!(store.factory(&name).await.expect("factory").as_ref(), Some(&global));
+    assert_eq!(store.factory_in("alice", &name).await.expect("factory_in").as_ref(), Some(&alices), "a session sees its own");
+    assert_eq!(store.factory_in("bob", &name).await.expect("factory_in").as_ref(), Some(&global), "another session sees everyone's");
+    assert_eq!(store.registration(&registration_key(Some("alice"), &name)).await.expect("registration").as_ref(), Some(&alices));
+    assert_eq!(store.registration("").await.expect("registration of the empty key"), None);
+    assert_eq!(store.factory(&format!("fx-{}", fresh_id())).await.expect("factory"), None);
+
+    let mut again = global.clone();
+    again.meta.description = "replaced".into();
+    store.register(&again, &bytes).await.expect("register again");
+    assert_eq!(store.factory(&name).await.expect("factory").map(|r| r.meta.description), Some("replaced".into()));
+    let listed: Vec<Registration> = store.factories().await.expect("factories").into_iter().filter(|r| r.meta.name == name).collect();
+    assert_eq!(listed.len(), 2, "one per key: {listed:?}");
+    assert!(listed.contains(&again) && listed.contains(&alices), "{listed:?}");
+
+    drop(store);
+    let store = opened(open).await;
+    assert_eq!(store.factory_in("alice", &name).await.expect("factory_in").as_ref(), Some(&alices), "registrations survive a reopen");
+}
+
+/// Run modules: a manifest reads back as last put.
+pub async fn run_modules(open: &impl Open) {
+    let store = opened(open).await;
+    let run = fresh_id();
+    assert_eq!(store.run_modules(&run).await.expect("run_modules"), None);
+    let mut manifest = Manifest {
+        root: Some("/factories/demo".into()),
+        modules: BTreeMap::from([("lib.js".to_string(), "h1".to_string())]),
+        resolved: vec![Resolution { referrer: "main.js".into(), specifier: "./lib.js".into(), name: "lib.js".into() }],
+    };
+    store.put_run_modules(&run, &manifest).expect("put_run_modules");
+    flush(&store).await;
+    assert_eq!(store.run_modules(&run).await.expect("run_modules").as_ref(), Some(&manifest));
+    manifest.modules.insert("util.ts".into(), "h2".into());
+    store.put_run_modules(&run, &manifest).expect("put_run_modules again");
+    flush(&store).await;
+    assert_eq!(store.run_modules(&run).await.expect("run_modules").as_ref(), Some(&manifest), "the last manifest wins");
+}
+
+/// The journal: step values and agent outcomes read back at once (before any flush), as
+/// last put; runs do not mix; a load lists every step key and the journal bytes.
+pub async fn journal_reads_and_puts(open: &impl Open) {
+    let store = opened(open).await;
+    let (run, other) = (fresh_id(), fresh_id());
+    store.put_step(&run, "plan", "\"v1\"", 10).expect("put_step");
+    assert_eq!(store.get_step(&run, "plan").await.expect("get_step").as_deref(), Some("\"v1\""), "a put reads back at once");
+    store.put_step(&run, "plan", "\"v2\"", 20).expect("put_step again");
+    assert_eq!(store.get_step(&run, "plan").await.expect("get_step").as_deref(), Some("\"v2\""), "the last put wins");
+    store.put_agent(&run, "a1", Some("{\"text\":\"hi\"}"), 30).expect("put_agent");
+    store.put_agent(&run, "a2", None, 40).expect("put_agent (a failure)");
+    assert_eq!(store.get_agent(&run, "a1").await.expect("get_agent"), Some(Some("{\"text\":\"hi\"}".into())));
+    assert_eq!(store.get_agent(&run, "a2").await.expect("get_agent"), Some(None), "an ordinary failure is journaled as such");
+    assert_eq!(store.get_agent(&run, "a3").await.expect("get_agent"), None, "a call never journaled");
+    assert_eq!(store.get_step(&other, "plan").await.expect("get_step"), None, "runs do not mix");
+    flush(&store).await;
+    assert_eq!(store.get_step(&run, "plan").await.expect("get_step").as_deref(), Some("\"v2\""), "and once committed");
+    assert_eq!(store.get_agent(&run, "a2").await.expect("get_agent"), Some(None));
+
+    let snapshot = store.load(&run, 1 << 20).await.expect("load");
+    let expected = JournalSnapshot {
+        step_keys: [fingerprint("plan")].into(),
+        steps: [("plan".to_string(), "\"v2\"".to_string())].into(),
+        agents: [("a1".to_string(), Some("{\"text\":\"hi\"}".to_string())), ("a2".to_string(), None)].into(),
+        journal_bytes: 40,
+    };
+    assert_eq!(snapshot, expected, "a load with room holds every value and the last journal bytes");
+    assert_eq!(store.load(&other, 1 << 20).await.expect("load"), JournalSnapshot::default(), "an empty journal");
+    assert_eq!(store.footprint(0, 0), store.footprint(0, 0), "a footprint is a figure");
+    assert!(store.footprint(10, 100) >= 110, "a footprint counts at least the entry's bytes");
+}
+
+/// [`Journal::load`]'s budget: steps first, then agent outcomes, up to the budget in all,
+/// none over a quarter of it; every step key listed whether its value is loaded or not.
+pub async fn journal_load_budget(open: &impl Open) {
+    let store = opened(open).await;
+    let run = fresh_id();
+    // A budget of 200: a quarter is 50. Four steps of 46 bytes (key 1 + value 45) fill 184;
+    // one of 61 is over the quarter; an agent outcome of 40 (key 2 + 1 + 37) would fit the
+    // quarter but not what the steps left.
+    let value = |n: usize| format!("\"{}\"", "x".repeat(n - 2));
+    for key in ["a", "b", "c", "d"] {
+        store.put_step(&run, key, &value(45), 1).expect("put_step");
+    }
+    store.put_step(&run, "e", &value(60), 2).expect("put_step");
+    store.put_agent(&run, "k1", Some(&value(37)), 3).expect("put_agent");
+    flush(&store).await;
+
+    let snapshot = store.load(&run, 200).await.expect("load");
+    assert_eq!(snapshot.step_keys, ["a", "b", "c", "d", "e"].map(fingerprint).into(), "every step key, loaded or not");
+    let mut loaded: Vec<&str> = snapshot.steps.keys().map(String::as_str).collect();
+    loaded.sort();
+    assert_eq!(loaded, vec!["a", "b", "c", "d"], "the steps that fit, none over a quarter of the budget");
+    assert!(snapshot.steps.values().all(|v| *v == value(45)));
+    assert!(snapshot.agents.is_empty(), "steps come first: the agent outcome did not fit what they left");
+    assert_eq!(snapshot.journal_bytes, 3);
+
+    // With room, the agent outcome is loaded; the big step still is not (over a quarter).
+    let roomy = store.load(&run, 240).await.expect("load");
+    assert_eq!(roomy.steps.len(), 4, "{:?}", roomy.steps.keys());
+    assert_eq!(roomy.agents.get("k1"), Some(&Some(value(37))), "the outcome fits now");
+    let whole = store.load(&run, 1000).await.expect("load");
+    assert_eq!((whole.steps.len(), whole.agents.len()), (5, 1), "a budget for everything loads everything");
+    // Over a quarter of the budget is never loaded, however much room is left.
+    let big = fresh_id();
+    store.put_step(&big, "s", &value(60), 1).expect("put_step");
+    store.put_agent(&big, "k", Some(&value(59)), 2).expect("put_agent");
+    store.put_step(&big, "t", &value(45), 3).expect("put_step");
+    flush(&store).await;
+    let capped = store.load(&big, 200).await.expect("load");
+    assert_eq!(capped.steps.keys().collect::<Vec<_>>(), vec!["t"], "a step of 61 bytes is over a quarter of 200");
+    assert!(capped.agents.is_empty(), "so is an agent outcome of 2 + 1 + 59");
+    let none = store.load(&run, 0).await.expect("load");
+    assert!(none.steps.is_empty() && none.agents.is_empty(), "no budget, no values");
+    assert_eq!(none.step_keys.len(), 5, "but every key");
+}
+
+/// What was flushed is there after a reopen: records, journal, progress, accounting's
+/// writer counters moving with commits.
+pub async fn flushed_writes_survive_a_reopen(open: &impl Open) {
+    let store = opened(open).await;
+    let run = fresh_id();
+    let commits = store.writer_stats().commits.load(Ordering::SeqCst);
+    let mut r = record(&run, "default", RunStatus::Completed);
+    store.put_run(&mut r, true).await.expect("put_run");
+    store.put_step(&run, "s", "1", 5).expect("put_step");
+    store.put_agent(&run, "k", Some("\"reply\""), 9).expect("put_agent");
+    store.put_progress(&run, 1, entry(1, None, log("hello")), 12).expect("put_progress");
+    let blob = format!("blob-{}", fresh_id());
+    store.put_blob(&blob, &Arc::from(&b"text"[..])).expect("put_blob");
+    flush(&store).await;
+    assert!(store.writer_stats().commits.load(Ordering::SeqCst) > commits, "the writer counts its commits");
+    assert!(store.writer_stats().ops.load(Ordering::SeqCst) >= 5, "and its operations");
+    drop(store);
+
+    let store = opened(open).await;
+    assert_eq!(store.run(&run).await.expect("run"), Some(r));
+    assert_eq!(store.get_step(&run, "s").await.expect("get_step").as_deref(), Some("1"));
+    assert_eq!(store.get_agent(&run, "k").await.expect("get_agent"), Some(Some("\"reply\"".into())));
+    assert_eq!(seqs(&store.progress(&run, &ProgressQuery::default()).await.expect("progress")), vec![1]);
+    assert_eq!(store.last_progress_seq(&run).await.expect("last seq"), 1);
+    assert_eq!(store.load(&run, 1 << 20).await.expect("load").journal_bytes, 12, "the journal bytes of the last put");
+    assert_eq!(store.blob(&blob).await.expect("blob").as_deref(), Some(&b"text"[..]));
+}
+
+/// Crash repair: a run the store held `running` when it was last open (its process gone)
+/// is `halted` at the next open, marked a crash, with the accounting its attempt last
+/// recorded; a run that had ended is left as it was.
+pub async fn crash_repair_at_open(open: &impl Open) {
+    let store = opened(open).await;
+    let (running, ended) = (fresh_id(), fresh_id());
+    let mut live = record(&running, "default", RunStatus::Running);
+    store.put_run(&mut live, true).await.expect("put_run");
+    let mut done = record(&ended, "default", RunStatus::Completed);
+    store.put_run(&mut done, true).await.expect("put_run");
+    let spent = Accounting { agents_spawned: 7, input_tokens: 70, ..Accounting::default() };
+    store.put_accounting(&running, &spent).expect("put_accounting");
+    store.put_accounting(&ended, &Accounting { agents_spawned: 99, ..Accounting::default() }).expect("put_accounting");
+    flush(&store).await;
+    drop(store);
+
+    let store = opened(open).await;
+    let repaired = store.run(&running).await.expect("run").expect("the running run");
+    assert_eq!(repaired.envelope.status, RunStatus::Halted, "{repaired:#?}");
+    assert_eq!(repaired.interrupted, Some(Interruption::Crash));
+    assert_eq!(repaired.envelope.accounting, spent, "the spend recorded up to the last commit");
+    let failure = repaired.envelope.failure.as_ref().expect("a failure says why");
+    assert_eq!(failure.kind_type, crate::model::envelope::FailureType::Halted);
+    assert_eq!(repaired.writes, live.writes + 1, "the repair is a write of the record");
+    assert_eq!(store.run(&ended).await.expect("run"), Some(done), "an ended run is left as it was");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{RedbStore, StoreOptions};
+    use futures::FutureExt;
+
+    #[tokio::test]
+    async fn the_redb_store_conforms_on_a_file_reopened() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().to_path_buf();
+        let open = move || {
+            let path = path.clone();
+            async move { Ok(Arc::new(RedbStore::open(&path, StoreOptions::default())?) as Arc<dyn Store>) }.boxed()
+        };
+        run_all(open).await;
+        assert!(dir.path().join(crate::store::STORE_FILE).is_file());
+    }
+
+    #[tokio::test]
+    async fn the_in_memory_redb_store_conforms_while_open() {
+        // Memory does not survive a reopen: the cases that reopen run on the file above.
+        let store: Arc<dyn Store> = Arc::new(RedbStore::in_memory().expect("an in-memory store"));
+        let open = move || {
+            let store = store.clone();
+            async move { Ok(store) }.boxed()
+        };
+        progress_paging(&open).await;
+        blobs(&open).await;
+        run_modules(&open).await;
+        journal_reads_and_puts(&open).await;
+        journal_load_budget(&open).await;
+    }
+}

@@ -1,0 +1,132 @@
+//! The redb store as a [`Journal`]: puts go to the group-commit [`writer`](super::writer)
+//! (step and agent values readable from its pending map at once), reads look there first and
+//! then in one read transaction; [`Journal::load`] reads a run's contiguous key ranges.
+
+use super::tables::*;
+use super::writer::Op;
+use super::RedbStore;
+use crate::model::envelope::Accounting;
+use crate::store::journal::{fingerprint, Journal, JournalError, JournalSnapshot};
+use crate::store::{corrupt, StoreError};
+use futures::future::{ready, BoxFuture, FutureExt};
+use redb::ReadableDatabase;
+use std::sync::Arc;
+
+impl RedbStore {
+    /// Queue the running attempt's accounting (so a crash loses no recorded spend).
+    fn put_live_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(accounting)?;
+        self.writer.send(Op::Accounting { run: run_id.to_string(), accounting: bytes })
+    }
+
+    fn load_journal(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
+        let txn = self.db.begin_read()?;
+        let mut snapshot = JournalSnapshot::default();
+        let mut room = value_bytes;
+        // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
+        let largest = value_bytes / 4;
+        let steps = txn.open_table(STEPS)?;
+        for row in steps.range((run_id, "")..)? {
+            let (key, value) = row?;
+            let (run, step) = key.value();
+            if run != run_id {
+                break;
+            }
+            snapshot.step_keys.insert(fingerprint(step));
+            let value = value.value();
+            let size = step.len() + value.len();
+            if size <= room && size <= largest {
+                room -= size;
+                snapshot.steps.insert(step.to_string(), value.to_string());
+            }
+        }
+        let agents = txn.open_table(AGENTS)?;
+        for row in agents.range((run_id, "")..)? {
+            let (key, value) = row?;
+            let (run, agent) = key.value();
+            if run != run_id {
+                break;
+            }
+            let value = value.value();
+            let size = agent.len() + value.len();
+            if size <= room && size <= largest {
+                room -= size;
+                let outcome = decode_outcome(value).map_err(|e| corrupt("agent journal", e))?;
+                snapshot.agents.insert(agent.to_string(), outcome);
+            }
+        }
+        let usage = txn.open_table(JOURNAL_USAGE)?;
+        snapshot.journal_bytes = usage.get(run_id)?.map_or(0, |v| v.value());
+        Ok(snapshot)
+    }
+
+    fn get_step_value(&self, run_id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let id = (run_id.to_string(), key.to_string());
+        if let Some(value) = self.writer.pending().steps.get(&id) {
+            return Ok(Some(value.to_string()));
+        }
+        let txn = self.db.begin_read()?;
+        let steps = txn.open_table(STEPS)?;
+        Ok(steps.get((run_id, key))?.map(|v| v.value().to_string()))
+    }
+
+    fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
+        let id = (run_id.to_string(), key.to_string());
+        let pending = self.writer.pending().agents.get(&id).cloned();
+        let decode = |bytes: &[u8]| decode_outcome(bytes).map_err(|e| corrupt("agent journal", e));
+        if let Some(bytes) = pending {
+            return decode(&bytes).map(Some);
+        }
+        let txn = self.db.begin_read()?;
+        let agents = txn.open_table(AGENTS)?;
+        match agents.get((run_id, key))? {
+            Some(v) => decode(v.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+fn journal_error(e: StoreError) -> JournalError {
+    JournalError::new(e)
+}
+
+impl Journal for RedbStore {
+    fn load<'a>(&'a self, run_id: &'a str, value_bytes: usize) -> BoxFuture<'a, Result<JournalSnapshot, JournalError>> {
+        ready(self.load_journal(run_id, value_bytes).map_err(journal_error)).boxed()
+    }
+
+    fn get_step<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<String>, JournalError>> {
+        ready(self.get_step_value(run_id, key).map_err(journal_error)).boxed()
+    }
+
+    fn get_agent<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>> {
+        ready(self.get_agent_outcome(run_id, key).map_err(journal_error)).boxed()
+    }
+
+    fn footprint(&self, key_bytes: usize, value_bytes: usize) -> u64 {
+        crate::store::footprint::entry_bytes(key_bytes, value_bytes)
+    }
+
+    fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError> {
+        let (run, key, value) = (run_id.to_string(), key.to_string(), Arc::from(value));
+        self.writer.send(Op::Step { run, key, value, usage: journal_bytes }).map_err(journal_error)
+    }
+
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
+        let outcome: Arc<[u8]> = encode_outcome(outcome).into();
+        let (run, key) = (run_id.to_string(), key.to_string());
+        self.writer.send(Op::Agent { run, key, outcome, usage: journal_bytes }).map_err(journal_error)
+    }
+
+    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError> {
+        self.writer.send(Op::Progress { run: run_id.to_string(), seq, entry, usage: journal_bytes }).map_err(journal_error)
+    }
+
+    fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {
+        self.put_live_accounting(run_id, accounting).map_err(journal_error)
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {
+        Box::pin(async move { self.writer.flush().await.map_err(journal_error) })
+    }
+}

@@ -1,0 +1,281 @@
+//! The embedded store: one redb file in the state directory (or a redb backend of the
+//! caller's, or memory) holding run records, the step and agent journal, progress, live
+//! accounting, registered factories, component bytes and the modules script runs loaded.
+//! Writes go through the group-commit [`writer`]; reads open their own read transaction and
+//! see what is committed, so each of its [`Store`] futures is ready at once. Opening it
+//! repairs what a crash left ([`open`]).
+
+mod error;
+mod journal;
+mod modules;
+mod open;
+mod progress;
+pub(crate) mod tables;
+mod writer;
+
+use crate::model::progress::ProgressEntry;
+use crate::model::script::Manifest;
+use crate::store::records::{display_key, unreadable_run};
+use crate::store::{corrupt, ProgressQuery, Registration, RunRecord, Store, StoreError, WriterStats};
+use futures::future::{ready, BoxFuture, FutureExt};
+use redb::{Database, ReadableDatabase, ReadableTable};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tables::*;
+use writer::{Op, Writer};
+
+/// The store file's name inside the state directory.
+pub const STORE_FILE: &str = "factory.redb";
+
+/// Bytes of pages redb keeps cached in memory (its default is 1 GiB): a run's values are
+/// read on demand, and what the cache holds counts against the host's memory.
+pub const READ_CACHE_BYTES: usize = 64 << 20;
+
+/// Default commit window of the group-commit writer.
+pub const DEFAULT_COMMIT_WINDOW: Duration = Duration::from_millis(10);
+
+/// How to open a redb store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The group-commit window.
+    pub commit_window: Duration,
+    /// Bytes handed to the writer and not yet committed before a write waits for the next
+    /// commit (a write larger than this waits for an empty queue).
+    pub queue_bytes: u64,
+}
+
+/// The default [`StoreOptions::queue_bytes`]: 64 MiB.
+pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { commit_window: DEFAULT_COMMIT_WINDOW, queue_bytes: DEFAULT_QUEUE_BYTES }
+    }
+}
+
+/// The redb store.
+pub struct RedbStore {
+    db: Arc<Database>,
+    writer: Writer,
+    next_run_seq: AtomicU64,
+    path: Option<PathBuf>,
+    /// Component hashes known to be stored (saves a copy and a lookup per attempt).
+    known_blobs: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl std::fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStore").field("path", &self.path).finish()
+    }
+}
+
+impl RedbStore {
+    /// Open (or create) the store in `dir`. A missing `dir` is created `0700` and the
+    /// store file `0600` (it holds every prompt, reply and step value); a store file of ours
+    /// with a looser mode is tightened.
+    pub fn open(dir: &Path, options: StoreOptions) -> Result<RedbStore, StoreError> {
+        crate::access::private_state_dir(dir).map_err(|e| StoreError::Unsafe(Arc::new(e)))?;
+        let path = dir.join(STORE_FILE);
+        // redb creates the file with the process umask: create it first, owner-only.
+        crate::access::private_file_options()
+            .read(true)
+            .truncate(false)
+            .open(&path)
+            .and_then(|file| crate::access::tighten_open(&file))
+            .map_err(|e| StoreError::File { path: path.clone(), source: Arc::new(e) })?;
+        let db = Database::builder().set_cache_size(READ_CACHE_BYTES).create(&path).map_err(|e| match StoreError::from(e) {
+            StoreError::Locked(_) => StoreError::Locked(path.clone()),
+            other => other,
+        })?;
+        RedbStore::with_database(db, options, Some(path))
+    }
+
+    /// Open (or create) the store on a redb storage backend of the caller's choosing: other
+    /// media, or a backend that injects faults (tests). The store has no file path.
+    pub fn open_with_backend(backend: impl redb::StorageBackend, options: StoreOptions) -> Result<RedbStore, StoreError> {
+        let db = Database::builder().create_with_backend(backend)?;
+        RedbStore::with_database(db, options, None)
+    }
+
+    /// A store that lives in memory for the life of the process (embedding, tests).
+    pub fn in_memory() -> Result<RedbStore, StoreError> {
+        let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
+        RedbStore::with_database(db, StoreOptions { commit_window: Duration::ZERO, ..StoreOptions::default() }, None)
+    }
+
+    fn with_database(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<RedbStore, StoreError> {
+        let next_run_seq = open::prepare(&db)?;
+        let db = Arc::new(db);
+        let writer = Writer::start(db.clone(), options.commit_window, options.queue_bytes)?;
+        Ok(RedbStore { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path, known_blobs: Default::default() })
+    }
+
+    async fn write_run(&self, record: &mut RunRecord, new: bool) -> Result<(), StoreError> {
+        record.writes += 1;
+        let order = new.then(|| {
+            record.seq = self.next_run_seq.fetch_add(1, Ordering::SeqCst);
+            record.seq
+        });
+        let bytes = serde_json::to_vec(record)?;
+        self.writer.send(Op::Run { id: record.envelope.run_id.clone(), order, record: bytes })?;
+        self.writer.flush().await
+    }
+
+    /// A run record. A record that cannot be read is [`StoreError::Corrupt`] for this run
+    /// only: every other run reads as before.
+    fn read_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let runs = txn.open_table(RUNS)?;
+        match runs.get(run_id)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(bytes.value())
+                .map(Some)
+                .map_err(|e| corrupt(&format!("the record of run {run_id}"), e)),
+        }
+    }
+
+    /// Every run record, in creation order. A record that cannot be read is listed as an
+    /// [`unreadable`](unreadable_run) stand-in (status `error`, failure `storage` /
+    /// `unreadable_record`) instead of failing the list.
+    fn read_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let order = txn.open_table(RUN_ORDER)?;
+        let runs = txn.open_table(RUNS)?;
+        let mut out = Vec::new();
+        for row in order.iter()? {
+            let (seq, id) = row?;
+            if let Some(bytes) = runs.get(id.value())? {
+                out.push(match serde_json::from_slice(bytes.value()) {
+                    Ok(record) => record,
+                    Err(e) => unreadable_run(id.value(), seq.value(), bytes.value(), &e),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Store component bytes under their hash; nothing is copied or written when the store
+    /// already has them.
+    fn queue_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
+        if self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).contains(hash) {
+            return Ok(());
+        }
+        if self.blob_exists(hash)? {
+            self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).insert(hash.to_string());
+            return Ok(());
+        }
+        self.writer.send(Op::Blob { hash: hash.to_string(), bytes: bytes.clone() })?;
+        self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).insert(hash.to_string());
+        Ok(())
+    }
+
+    fn blob_exists(&self, hash: &str) -> Result<bool, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(BLOBS)?;
+        Ok(table.get(hash)?.is_some())
+    }
+
+    /// Component bytes by hash.
+    fn read_blob(&self, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(BLOBS)?;
+        Ok(table.get(hash)?.map(|b| b.value().to_vec()))
+    }
+
+    async fn write_registration(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
+        self.queue_blob(&registration.hash, bytes)?;
+        let json = serde_json::to_vec(registration)?;
+        self.writer.send(Op::Factory { name: registration.key(), registration: json })?;
+        self.writer.flush().await
+    }
+
+    fn read_registration(&self, key: &str) -> Result<Option<Registration>, StoreError> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(FACTORIES)?;
+        match table.get(key)? {
+            None => Ok(None),
+            Some(b) => serde_json::from_slice(b.value())
+                .map(Some)
+                .map_err(|e| corrupt(&format!("the registration of {}", display_key(key)), e)),
+        }
+    }
+
+    /// Every registered factory, by name. A registration that cannot be read is left out
+    /// (and logged): it fails only its own name ([`Store::registration`]), never the list.
+    fn read_factories(&self) -> Result<Vec<Registration>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(FACTORIES)?;
+        let mut out = Vec::new();
+        for row in table.iter()? {
+            let (key, bytes) = row?;
+            match serde_json::from_slice(bytes.value()) {
+                Ok(registration) => out.push(registration),
+                Err(e) => tracing::warn!("the registration of {} cannot be read ({e}); left out", display_key(key.value())),
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Store for RedbStore {
+    fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn writer_stats(&self) -> &WriterStats {
+        &self.writer.stats
+    }
+
+    fn put_run<'a>(&'a self, record: &'a mut RunRecord, new: bool) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.write_run(record, new).boxed()
+    }
+
+    fn run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<RunRecord>, StoreError>> {
+        ready(self.read_run(run_id)).boxed()
+    }
+
+    fn runs(&self) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        ready(self.read_runs()).boxed()
+    }
+
+    fn progress<'a>(&'a self, run_id: &'a str, query: &'a ProgressQuery) -> BoxFuture<'a, Result<Vec<ProgressEntry>, StoreError>> {
+        ready(self.read_progress(run_id, query)).boxed()
+    }
+
+    fn last_progress_seq<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+        ready(self.read_last_progress_seq(run_id)).boxed()
+    }
+
+    fn put_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
+        self.queue_blob(hash, bytes)
+    }
+
+    fn blob<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        ready(self.read_blob(hash)).boxed()
+    }
+
+    fn register<'a>(&'a self, registration: &'a Registration, bytes: &'a Arc<[u8]>) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.write_registration(registration, bytes).boxed()
+    }
+
+    fn registration<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Registration>, StoreError>> {
+        ready(self.read_registration(key)).boxed()
+    }
+
+    fn factories(&self) -> BoxFuture<'_, Result<Vec<Registration>, StoreError>> {
+        ready(self.read_factories()).boxed()
+    }
+
+    fn put_run_modules(&self, run_id: &str, manifest: &Manifest) -> Result<(), StoreError> {
+        self.queue_run_modules(run_id, manifest)
+    }
+
+    fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>> {
+        ready(self.read_run_modules(run_id)).boxed()
+    }
+}

@@ -1,0 +1,68 @@
+//! What opening a redb store does before anything reads it: create every table, check the
+//! schema version, and repair what a crash left — runs that were `running` become `halted`
+//! ([`halt_interrupted`]), with the spend recorded up to the last commit.
+
+use super::tables::*;
+use crate::model::envelope::{Accounting, RunStatus};
+use crate::store::records::halt_interrupted;
+use crate::store::{corrupt, RunRecord, StoreError};
+use redb::{Database, ReadableTable};
+
+/// Create the tables, check the schema version, and halt the runs a crash left running.
+/// Returns the next run creation seq.
+pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
+    let txn = db.begin_write()?;
+    let next_seq;
+    {
+        let mut meta = txn.open_table(META)?;
+        let version = meta.get("schema_version")?.map(|v| v.value());
+        match version {
+            None => {
+                meta.insert("schema_version", SCHEMA_VERSION)?;
+            }
+            Some(v) if v == SCHEMA_VERSION => {}
+            Some(found) => return Err(StoreError::Version { found, expected: SCHEMA_VERSION }),
+        }
+        next_seq = meta.get("next_run_seq")?.map_or(0, |v| v.value());
+        // Make sure every table exists, so readers never meet a missing one.
+        txn.open_table(RUN_ORDER)?;
+        txn.open_table(STEPS)?;
+        txn.open_table(AGENTS)?;
+        txn.open_table(PROGRESS)?;
+        txn.open_table(FACTORIES)?;
+        txn.open_table(BLOBS)?;
+        txn.open_table(JOURNAL_USAGE)?;
+        txn.open_table(RUN_MODULES)?;
+        let live = txn.open_table(LIVE_ACCOUNTING)?;
+        let mut runs = txn.open_table(RUNS)?;
+        let mut interrupted = Vec::new();
+        for row in runs.iter()? {
+            let (id, bytes) = row?;
+            // A record that cannot be read stays as it is (listed as unreadable): it must not
+            // keep the store, and every other run, from opening.
+            let mut record: RunRecord = match serde_json::from_slice(bytes.value()) {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::warn!("the record of run {} cannot be read ({e}); left as it is", id.value());
+                    continue;
+                }
+            };
+            if !matches!(record.envelope.status, RunStatus::Running | RunStatus::Pending) {
+                continue;
+            }
+            let accounting = match live.get(id.value())? {
+                Some(acc) => Some(serde_json::from_slice::<Accounting>(acc.value()).map_err(|e| corrupt("accounting", e))?),
+                None => None,
+            };
+            if halt_interrupted(&mut record, accounting) {
+                interrupted.push(record);
+            }
+        }
+        for record in interrupted {
+            let bytes = serde_json::to_vec(&record)?;
+            runs.insert(record.envelope.run_id.as_str(), bytes.as_slice())?;
+        }
+    }
+    txn.commit()?;
+    Ok(next_seq)
+}
