@@ -75,6 +75,9 @@ pub(crate) struct Attempt {
     record_writes: u64,
     prior_active: Duration,
     started: Instant,
+    /// Whether the guest has asked if the attempt is stopping (`ctx.cancelled`,
+    /// `ctx.stop-reason`): only such a guest gets the stop grace.
+    watched: std::sync::atomic::AtomicBool,
 }
 
 /// Milliseconds since the epoch, for progress entries.
@@ -102,6 +105,7 @@ impl Attempt {
             record_writes: setup.record_writes,
             prior_active: Duration::from_secs_f64(setup.prior.active_seconds),
             started: Instant::now(),
+            watched: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -140,6 +144,16 @@ impl Attempt {
     }
 
     /// The abort a hook returns once the attempt is stopping, if it is.
+    /// The guest asks whether the attempt is stopping: it watches the stop.
+    pub(crate) fn watch(&self) {
+        self.watched.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Has the guest ever asked whether the attempt is stopping?
+    pub(crate) fn watched(&self) -> bool {
+        self.watched.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn stopping(&self) -> Option<Abort> {
         if !self.stop.is_cancelled() {
             return None;

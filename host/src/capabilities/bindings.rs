@@ -48,10 +48,12 @@ impl ctx::Host for RunData {
     }
 
     fn cancelled(&mut self) -> wasmtime::Result<bool> {
+        self.run.attempt.watch();
         Ok(self.run.attempt.cancelled())
     }
 
     fn stop_reason(&mut self) -> wasmtime::Result<Option<wit::Abort>> {
+        self.run.attempt.watch();
         Ok(self.run.attempt.stopping().map(Into::into))
     }
 }

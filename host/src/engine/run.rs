@@ -66,10 +66,14 @@ pub(crate) async fn execute(
                 }
                 r = &mut call => Some(r),
             };
-            // A stop lets the guest run on for [`STOP_GRACE`] (its sleeps and agent calls
-            // answer at once, with the abort) so that `ctx.signal` listeners run; then the
-            // store goes. What the guest returns meanwhile does not count: the cause wins.
-            if returned.is_none() && !stopped_before {
+            // A stop lets a guest that can react to it (a script, whose runner fires
+            // `ctx.signal`; a component that has asked `ctx.cancelled` or `ctx.stop-reason`)
+            // run on for [`STOP_GRACE`] (its sleeps and agent calls answer at once, with the
+            // abort) so that its listeners run; then the store goes. A component that never
+            // asked has nothing to run: it stops at once. What the guest returns meanwhile
+            // does not count: the cause wins.
+            let reacts = component.script.is_some() || shared.attempt.watched();
+            if returned.is_none() && !stopped_before && reacts {
                 let _ = tokio::time::timeout(STOP_GRACE, &mut call).await;
             }
             returned
