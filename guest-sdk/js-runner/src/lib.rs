@@ -7,8 +7,9 @@
 //! its other imports are modules of the factory's directory, which the host resolves and
 //! reads (`modules.rs`).
 //! Everything the script does goes through the same contract as a Rust factory: `agent`
-//! Promises are the async `agents.agent` import (thousands may be in flight), steps,
-//! phases and logs are the `ctx` imports. The runner imports nothing else (no WASI).
+//! Promises are the async `agents.agent` import (thousands may be in flight; `calls.rs`
+//! runs them and hands their outcomes to JS in batches), steps, phases and logs are the
+//! `ctx` imports. The runner imports nothing else (no WASI).
 //!
 //! Determinism under resume: `Date.now()` is a logical clock: the run's creation time (read
 //! from the run id, a UUID v7) plus the time its timers and sleeps have waited (it does not
@@ -21,6 +22,7 @@ use rquickjs::{AsyncContext, AsyncRuntime, Ctx, Function, Object, Promise, Value
 use std::cell::Cell;
 use std::future::Future;
 
+mod calls;
 mod modules;
 
 mod bindings {
@@ -102,14 +104,23 @@ impl bindings::Guest for Runner {
         let run_id = hooks::run_id();
         CLOCK_US.with(|c| c.set(run_clock_us(&run_id)));
         let (rt, context) = new_engine(&source).await.map_err(|e| format!("cannot start the JS engine: {e}"))?;
-        let outcome = context
-            .async_with(async |ctx| {
-                install_natives(&ctx, true)?;
-                let main: Function = ctx.globals().get("__factory_run")?;
-                let promise: Promise = main.call((source.file_name.clone(), source.entry.clone(), args, run_id))?;
-                promise.into_future::<String>().await
+        let outcome = calls::Driven(Box::pin(context.async_with(async |ctx| {
+            install_natives(&ctx, true)?;
+            let main: Function = ctx.globals().get("__factory_run")?;
+            let settle: Function = ctx.globals().get("__factory_settle")?;
+            let promise: Promise = main.call((source.file_name.clone(), source.entry.clone(), args, run_id))?;
+            let mut result = std::pin::pin!(promise.into_future::<String>());
+            // Before each look at the run's promise, the agent calls that came back settle.
+            std::future::poll_fn(|cx| {
+                if let Err(e) = settle_calls(&settle) {
+                    return std::task::Poll::Ready(Err(e));
+                }
+                result.as_mut().poll(cx)
             })
-            .await;
+            .await
+        })))
+        .await;
+        calls::clear();
         drop(context);
         drop(rt);
         match outcome {
@@ -117,6 +128,31 @@ impl bindings::Guest for Runner {
             Err(e) => Err(format!("the JS runner failed: {e}")),
         }
     }
+}
+
+/// Hand the agent calls that came back to `__factory_settle(ids, kinds, texts)` (prelude.js):
+/// kind 0 a JSON reply, 1 no reply (`null`), 2 an abort (`kind:message`).
+fn settle_calls(settle: &Function<'_>) -> rquickjs::Result<()> {
+    let done = calls::take_done();
+    if done.is_empty() {
+        return Ok(());
+    }
+    let mut ids = Vec::with_capacity(done.len());
+    let mut kinds = Vec::with_capacity(done.len());
+    let mut texts = Vec::with_capacity(done.len());
+    for (id, outcome) in done {
+        ids.push(id);
+        let (kind, text) = match outcome {
+            Ok(Some(json)) => (0, json),
+            Ok(None) => (1, String::new()),
+            Err(abort) => (2, abort_message(&abort)),
+        };
+        kinds.push(kind);
+        texts.push(text);
+    }
+    let settled = settle.call::<_, ()>((ids.clone(), kinds, texts));
+    calls::release(ids);
+    settled
 }
 
 /// `describe`: evaluate the module and read the chosen factory's meta.
@@ -241,19 +277,13 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
                 rquickjs::Result::Ok(())
             })),
         )?;
+        // `agents.agent`, run by calls.rs: the id the JS side keeps the call's promise under
+        // until `__factory_settle` hands it the outcome.
         native.set(
-            "agent",
-            Func::from(Async(
-                |prompt: String, label: Option<String>, schema: Option<String>, model: Option<String>| async move {
-                    let options = AgentOptions { label, schema, model };
-                    let encoded: rquickjs::Result<Option<String>> = Ok(match agents::agent(prompt, options).await {
-                        Ok(Some(json)) => Some(format!("o{json}")),
-                        Ok(None) => None,
-                        Err(abort) => Some(format!("a{}", abort_message(&abort))),
-                    });
-                    encoded
-                },
-            )),
+            "agentStart",
+            Func::from(|prompt: String, label: Option<String>, schema: Option<String>, model: Option<String>| {
+                calls::start(prompt, AgentOptions { label, schema, model })
+            }),
         )?;
     }
     ctx.globals().set("__factory_native", native)?;

@@ -184,6 +184,69 @@
         }
     };
 
+    // Agent calls in flight, by the id `native.agentStart` gave (calls.rs): how each
+    // settles. lib.rs hands the outcomes that came back to `__factory_settle` in batches.
+    const resolvers = [];
+    const rejecters = [];
+    // A call whose promise a `ctx.parallel` thunk returned: its group and place in it.
+    const groups = [];
+    const places = [];
+    // The promise of the latest call, until a thunk returns it or any call settles.
+    let lastCall = null;
+    let lastId = -1;
+    // How the run learns of an abort (its signal fires); set by makeCtx.
+    let fireAbort = () => {};
+    let capturedResolve, capturedReject;
+    const capture = (resolve, reject) => {
+        capturedResolve = resolve;
+        capturedReject = reject;
+    };
+
+    function startAgent(native, prompt, label, schema, model) {
+        const id = native.agentStart(prompt, label, schema, model);
+        const promise = new Promise(capture);
+        resolvers[id] = capturedResolve;
+        rejecters[id] = capturedReject;
+        lastCall = promise;
+        lastId = id;
+        return promise;
+    }
+
+    // `kinds[i]`: 0 `texts[i]` is the reply's JSON, 1 no reply (null), 2 an abort.
+    function settleAgents(ids, kinds, texts) {
+        lastCall = null;
+        for (let i = 0; i < ids.length; i++) {
+            const id = ids[i];
+            const resolve = resolvers[id];
+            const reject = rejecters[id];
+            const group = groups[id];
+            const place = places[id];
+            resolvers[id] = rejecters[id] = groups[id] = undefined;
+            if (resolve === undefined) continue;
+            const kind = kinds[i];
+            if (kind === 2) {
+                const e = abortFrom(texts[i]);
+                fireAbort(e);
+                if (group !== undefined) group.fail(e);
+                reject(e);
+                continue;
+            }
+            let value = null;
+            if (kind === 0) {
+                try {
+                    value = JSON.parse(texts[i]);
+                } catch (e) {
+                    if (group !== undefined) group.put(place, null);
+                    reject(e);
+                    continue;
+                }
+            }
+            resolve(value);
+            if (group !== undefined) group.put(place, value);
+        }
+    }
+    Object.defineProperty(globalThis, "__factory_settle", { value: settleAgents });
+
     // A seeded PRNG (mulberry32), so `Math.random()` is the same in every attempt of a run.
     function seededRandom(seedText) {
         let h = 2166136261 >>> 0;
@@ -212,6 +275,7 @@
     function makeCtx(argsJson, runId) {
         const native = globalThis.__factory_native;
         const { signal, fire } = makeSignal(native);
+        fireAbort = fire;
         const raise = (encoded) => {
             const e = abortFrom(encoded);
             fire(e);
@@ -228,51 +292,90 @@
             if (!finished) signal.throwIfAborted();
         }
 
-        async function agent(prompt, options) {
-            if (typeof prompt !== "string") throw new TypeError("ctx.agent: the prompt must be a string");
+        // Not an async function (one promise per call, settled with the reply itself); a
+        // bad argument rejects as it would from one.
+        function agent(prompt, options) {
             let label, schema, model;
-            if (options !== undefined && options !== null) {
-                if (typeof options !== "object") throw new TypeError("ctx.agent: options must be { label?, schema?, model? }");
-                for (const key of Object.keys(options)) {
-                    if (key !== "label" && key !== "schema" && key !== "model")
-                        throw new TypeError(`ctx.agent: unknown option \`${key}\` (options are exactly label, schema and model)`);
+            try {
+                if (typeof prompt !== "string") throw new TypeError("ctx.agent: the prompt must be a string");
+                if (options !== undefined && options !== null) {
+                    if (typeof options !== "object") throw new TypeError("ctx.agent: options must be { label?, schema?, model? }");
+                    for (const key of Object.keys(options)) {
+                        if (key !== "label" && key !== "schema" && key !== "model")
+                            throw new TypeError(`ctx.agent: unknown option \`${key}\` (options are exactly label, schema and model)`);
+                    }
+                    if (options.label !== undefined && options.label !== null) {
+                        if (typeof options.label !== "string") throw new TypeError("ctx.agent: `label` must be a string");
+                        label = options.label;
+                    }
+                    if (options.model !== undefined && options.model !== null) {
+                        if (typeof options.model !== "string") throw new TypeError("ctx.agent: `model` must be a string");
+                        model = options.model;
+                    }
+                    if (options.schema !== undefined && options.schema !== null) schema = toJson(options.schema, "ctx.agent: `schema`");
                 }
-                if (options.label !== undefined && options.label !== null) {
-                    if (typeof options.label !== "string") throw new TypeError("ctx.agent: `label` must be a string");
-                    label = options.label;
-                }
-                if (options.model !== undefined && options.model !== null) {
-                    if (typeof options.model !== "string") throw new TypeError("ctx.agent: `model` must be a string");
-                    model = options.model;
-                }
-                if (options.schema !== undefined && options.schema !== null) schema = toJson(options.schema, "ctx.agent: `schema`");
+            } catch (e) {
+                return Promise.reject(e);
             }
-            const reply = await native.agent(prompt, label, schema, model);
-            if (reply === null || reply === undefined) return null;
-            if (reply[0] === "a") raise(reply.slice(1));
-            return JSON.parse(reply.slice(1));
+            return startAgent(native, prompt, label, schema, model);
         }
 
-        async function parallel(thunks) {
-            if (!Array.isArray(thunks)) throw new TypeError("ctx.parallel takes an array of functions");
-            if (thunks.length > MAX_ITEMS) throw new RangeError(`ctx.parallel: ${thunks.length} items is more than the ${MAX_ITEMS} allowed`);
-            thunks.forEach((t, i) => {
-                if (typeof t !== "function") throw new TypeError(`ctx.parallel: item ${i} is not a function (pass thunks: () => ctx.agent(...))`);
-            });
-            // One promise per item, no async frame: a failure becomes null, an abort rejects.
-            const settle = (e) => {
-                if (isAbort(e)) throw e;
-                return null;
-            };
-            return Promise.all(
-                thunks.map((thunk) => {
+        function parallel(thunks) {
+            try {
+                if (!Array.isArray(thunks)) throw new TypeError("ctx.parallel takes an array of functions");
+                if (thunks.length > MAX_ITEMS) throw new RangeError(`ctx.parallel: ${thunks.length} items is more than the ${MAX_ITEMS} allowed`);
+                thunks.forEach((t, i) => {
+                    if (typeof t !== "function") throw new TypeError(`ctx.parallel: item ${i} is not a function (pass thunks: () => ctx.agent(...))`);
+                });
+            } catch (e) {
+                return Promise.reject(e);
+            }
+            // Each item's value in place, null for a failure; the first abort rejects. A
+            // thunk that returns its `ctx.agent` promise as it is gets the reply put in place
+            // when the call settles (no promise reaction per item).
+            return new Promise((resolve, reject) => {
+                const n = thunks.length;
+                const out = new Array(n);
+                let left = n;
+                let over = false;
+                const group = {
+                    put(i, value) {
+                        if (over) return;
+                        out[i] = value;
+                        if (--left === 0) {
+                            over = true;
+                            resolve(out);
+                        }
+                    },
+                    fail(e) {
+                        if (over) return;
+                        over = true;
+                        reject(e);
+                    },
+                };
+                const failed = (i, e) => (isAbort(e) ? group.fail(e) : group.put(i, null));
+                if (n === 0) resolve(out);
+                for (let i = 0; i < n; i++) {
+                    let value;
                     try {
-                        return Promise.resolve(thunk()).then(undefined, settle);
+                        lastCall = null;
+                        value = thunks[i]();
                     } catch (e) {
-                        return Promise.resolve(e).then(settle);
+                        failed(i, e);
+                        continue;
                     }
-                })
-            );
+                    if (value !== null && value === lastCall) {
+                        lastCall = null;
+                        groups[lastId] = group;
+                        places[lastId] = i;
+                        continue;
+                    }
+                    Promise.resolve(value).then(
+                        (v) => group.put(i, v),
+                        (e) => failed(i, e)
+                    );
+                }
+            });
         }
 
         async function pipeline(items, ...stages) {
