@@ -16,6 +16,11 @@ pub const REGENERATE: &str = "cargo xtask js-runner";
 /// changing it means regenerating.
 pub const CLANG_MAJOR: u32 = 19;
 
+/// The scripts of `guest-sdk/js-runner/src` the runner evaluates at every run's start: the
+/// xtask compiles each `NAME` to QuickJS bytecode beside it (`NAME.qbc`, an input too), which
+/// the runner embeds instead of the source.
+pub const PRECOMPILED: &[&str] = &["globals.js", "prelude.js"];
+
 /// What the runner is built from: its crate's manifest and sources, the contract it
 /// implements, and the pinned Rust toolchain. (`Cargo.lock` and the workspace's profile
 /// also reach it; the full rebuild check, `cargo xtask js-runner --check`, covers those.)

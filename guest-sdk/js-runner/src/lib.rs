@@ -37,8 +37,9 @@ use bindings::agent::factory::types::{Abort, AgentOptions, LimitKind, Limits, Lo
 use bindings::agent::factory::{agents, ctx as hooks, script};
 
 /// The standard globals (`console`, timers, `AbortController`, `URL`, ...), evaluated first
-/// (the parts below on demand).
-const GLOBALS: &str = include_str!("globals.js");
+/// (the parts below on demand): globals.js as QuickJS bytecode, compiled by `cargo xtask
+/// js-runner` (reading it is cheaper than parsing the source at every run's start).
+const GLOBALS: &[u8] = include_bytes!("globals.js.qbc");
 
 /// The parts of the globals a run evaluates only when it first uses them (see globals.js):
 /// parsing is most of a run's start-up. `URL`, `TextEncoder`, `structuredClone`, ...:
@@ -46,8 +47,8 @@ const GLOBALS_WEB: &str = include_str!("globals-web.js");
 /// `inspect`/`format`, for `console` and error messages.
 const GLOBALS_INSPECT: &str = include_str!("globals-inspect.js");
 
-/// The runtime module the factory imports.
-const PRELUDE: &str = include_str!("prelude.js");
+/// The runtime module the factory imports: prelude.js as bytecode, like [`GLOBALS`].
+const PRELUDE: &[u8] = include_bytes!("prelude.js.qbc");
 
 /// The JS stack limit, checked by QuickJS against the shadow stack in linear memory. Each
 /// JS call also uses wasm's native stack (wasmtime's, 512 KiB by default) at a higher rate,
@@ -213,12 +214,33 @@ async fn new_engine(source: &script::ScriptSource) -> rquickjs::Result<(AsyncRun
         .with(|ctx| -> rquickjs::Result<()> {
             // What globals.js evaluates on demand (it takes this hidden global away).
             ctx.globals().set("__factory_parts", Func::from(globals_part))?;
-            ctx.eval::<(), _>(GLOBALS)?;
-            ctx.eval::<(), _>(PRELUDE)?;
+            eval_bytecode(&ctx, GLOBALS)?;
+            eval_bytecode(&ctx, PRELUDE)?;
             Ok(())
         })
         .await?;
     Ok((rt, context))
+}
+
+/// Evaluate a script the xtask compiled to bytecode with this QuickJS release.
+fn eval_bytecode(ctx: &Ctx<'_>, bytecode: &[u8]) -> rquickjs::Result<()> {
+    use rquickjs::qjs;
+    let raw = ctx.as_raw().as_ptr();
+    // SAFETY: the bytes are the runner's own (embedded at build time, written by the same
+    // QuickJS release), `raw` is the live context of `ctx`, and each value is freed once
+    // (`JS_EvalFunction` takes the function).
+    unsafe {
+        let function = qjs::JS_ReadObject(raw, bytecode.as_ptr(), bytecode.len() as _, qjs::JS_READ_OBJ_BYTECODE as i32);
+        if qjs::JS_IsException(function) {
+            return Err(rquickjs::Error::Exception);
+        }
+        let value = qjs::JS_EvalFunction(raw, function);
+        if qjs::JS_IsException(value) {
+            return Err(rquickjs::Error::Exception);
+        }
+        qjs::JS_FreeValue(raw, value);
+    }
+    Ok(())
 }
 
 /// `__factory_parts(name)`: evaluate a part of the globals (its value is a function).
