@@ -226,13 +226,13 @@ async fn openai_schema_call_asks_for_json_schema_and_prices_usage_exactly() {
     let server = Server::start(|_, _| openai_ok(r#"{"ok":true}"#, 1234, 567)).await;
     let mut pricing = Pricing::default();
     // 0.002 credits per 1k input tokens, 0.006 per 1k output tokens.
-    pricing.models.insert("priced".into(), Price { input_nano_per_1k: 2_000_000, output_nano_per_1k: 6_000_000 });
+    pricing.models.insert("priced".into(), Price::new(2_000_000, 6_000_000));
     let backend = OpenAi::new(OpenAiConfig { pricing, ..openai_config(&server) }).unwrap();
 
     let reply = backend.call(request("judge it", Some("judge"), Some(verdict_schema()), Some("priced"))).await.unwrap();
     assert_eq!(reply.text, r#"{"ok":true}"#);
     // 1234 * 2_000_000 / 1000 + 567 * 6_000_000 / 1000 = 2_468_000 + 3_402_000
-    assert_eq!(reply.usage, Some(Usage { input_tokens: 1234, output_tokens: 567, credits_nano: Some(5_870_000) }));
+    assert_eq!(reply.usage, Some(Usage::tokens(1234, 567, Some(5_870_000))));
 
     let seen = server.seen();
     assert_eq!(seen.len(), 1);
@@ -407,7 +407,7 @@ async fn anthropic_schema_call_forces_the_respond_tool() {
     })
     .await;
     let pricing = Pricing {
-        default: Some(Price { input_nano_per_1k: 3_000_000, output_nano_per_1k: 15_000_000 }),
+        default: Some(Price::new(3_000_000, 15_000_000)),
         ..Pricing::default()
     };
     let backend = Anthropic::new(AnthropicConfig {
@@ -420,7 +420,7 @@ async fn anthropic_schema_call_forces_the_respond_tool() {
     let reply = backend.call(request("judge it", Some("judge"), Some(verdict_schema()), None)).await.unwrap();
     assert_eq!(serde_json::from_str::<Value>(&reply.text).unwrap(), json!({"ok": true}));
     // 321 * 3_000_000 / 1000 + 45 * 15_000_000 / 1000 = 963_000 + 675_000
-    assert_eq!(reply.usage, Some(Usage { input_tokens: 321, output_tokens: 45, credits_nano: Some(1_638_000) }));
+    assert_eq!(reply.usage, Some(Usage::tokens(321, 45, Some(1_638_000))));
 
     let call = &server.seen()[0];
     assert_eq!(call.path, "/v1/messages");
@@ -610,7 +610,8 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"hello","to
     };
     let reply = AgentCli::new(config).unwrap().call(request("hi", None, None, None)).await.unwrap();
     assert_eq!(reply.text, "hello");
-    assert_eq!(reply.usage, Some(Usage { input_tokens: 12, output_tokens: 3, credits_nano: Some(250_000_000) }));
+    // US$0.25 at 100 credits per dollar (one credit is US$0.01): 25 credits.
+    assert_eq!(reply.usage, Some(Usage::tokens(12, 3, Some(25_000_000_000))));
 
     let failing = AgentCli::new(cli("cli:fail", &["sh", "-c", "echo 'quota exhausted' >&2; exit 3"])).unwrap();
     let err = failing.call(request("hi", None, None, None)).await.unwrap_err();
@@ -768,7 +769,7 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
     })
     .await;
     let pricing = Pricing {
-        default: Some(Price { input_nano_per_1k: 1_000_000, output_nano_per_1k: 2_000_000 }),
+        default: Some(Price::new(1_000_000, 2_000_000)),
         ..Pricing::default()
     };
     let live: Arc<dyn AgentBackend> =
@@ -944,7 +945,7 @@ async fn a_run_retries_a_bad_schema_reply_over_http_and_accounts_both_spawns() {
     })
     .await;
     let pricing = Pricing {
-        default: Some(Price { input_nano_per_1k: 1_500_000, output_nano_per_1k: 7_000_000 }),
+        default: Some(Price::new(1_500_000, 7_000_000)),
         ..Pricing::default()
     };
     let backend = Arc::new(OpenAi::new(OpenAiConfig { pricing, ..openai_config(&server) }).unwrap());

@@ -86,7 +86,7 @@ impl AgentBackend for Shared {
                 tokio::time::sleep(me.latency).await;
             }
             // The companion declares a credit budget: report (zero-cost) usage.
-            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
+            let usage = Usage::tokens(1, 1, Some(0));
             Ok(AgentReply { text: format!("[{label}] reviewed"), usage: Some(usage) })
         })
     }

@@ -57,7 +57,7 @@ impl AgentBackend for HeldShared {
                     permit.forget();
                 }
             }
-            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
+            let usage = Usage::tokens(1, 1, Some(0));
             Ok(AgentReply { text: format!("answer to {}", request.prompt), usage: Some(usage) })
         })
     }

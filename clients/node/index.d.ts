@@ -33,9 +33,16 @@ export interface FactoryRunResult {
         agentsSpawned: number;
         agentCacheHits: number;
         activeSeconds: number;
+        /** AI credits in nano-credits (one credit is US$0.01); a lower bound when `aiCreditsAtLeast`. */
         aiCreditsNano: number;
+        /** True when `aiCreditsNano` is a lower bound: some spend has no known cost. */
+        aiCreditsAtLeast: boolean;
+        /** Uncached prompt tokens. */
         inputTokens: number;
         outputTokens: number;
+        /** Prompt tokens read from / written to the provider's prompt cache (not part of `inputTokens`). */
+        cacheReadTokens: number;
+        cacheWriteTokens: number;
     };
     attempts: number;
     session?: string;
@@ -61,7 +68,12 @@ export interface FactoryRunDetail extends FactoryRunResult {
     limits: FactoryLimits;
     /** Phase titles entered, in order (a title is the phase's id for getRunProgress). */
     phases: string[];
-    agents: Array<{ label: string; model?: string; status: "ok" | "failed" | "aborted"; spawns: number; creditsNano: number; millis: number }>;
+    agents: Array<{
+        label: string; model?: string; status: "ok" | "failed" | "aborted"; spawns: number; creditsNano: number;
+        /** Present (true) when `creditsNano` is a lower bound. */
+        creditsAtLeast?: boolean;
+        inputTokens: number; outputTokens: number; cacheReadTokens?: number; cacheWriteTokens?: number; millis: number;
+    }>;
     progress: FactoryProgressEntry[];
 }
 

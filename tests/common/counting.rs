@@ -98,7 +98,7 @@ impl AgentBackend for Shared {
             if request.label.as_deref().is_some_and(|l| l.starts_with("fail")) {
                 return Err(BackendError::ordinary("injected failure"));
             }
-            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
+            let usage = Usage::tokens(1, 1, Some(0));
             Ok(AgentReply { text: format!("reply #{} to {}", me.total(), request.prompt), usage: Some(usage) })
         })
     }

@@ -29,6 +29,10 @@ pub enum Mode {
     HugeUsage,
     /// 200 with a body that is not UTF-8.
     NotUtf8,
+    /// An answer whose `usage` object is exactly this value (cache fields, hostile numbers).
+    /// A request to `.../v1/messages` gets an Anthropic Messages reply, any other a chat
+    /// completion.
+    Usage(Value),
 }
 
 #[derive(Default)]
@@ -72,9 +76,10 @@ impl FakeOpenAi {
                 let service = service_fn(move |req: Request<Incoming>| {
                     let state = state.clone();
                     async move {
+                        let anthropic = req.uri().path().ends_with("/v1/messages");
                         let bytes = req.into_body().collect().await?.to_bytes();
                         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                        Ok::<_, hyper::Error>(answer(&state, &body).await)
+                        Ok::<_, hyper::Error>(answer(&state, &body, anthropic).await)
                     }
                 });
                 tokio::spawn(async move {
@@ -178,7 +183,17 @@ fn respond(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Res
     response.body(Full::new(body.into())).expect("a valid response")
 }
 
-async fn answer(state: &Mutex<State>, body: &Value) -> Response<Full<Bytes>> {
+/// An Anthropic Messages reply with `usage`.
+fn message(content: &str, usage: &Value) -> String {
+    json!({
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": "fake",
+        "content": [{"type": "text", "text": content}],
+        "stop_reason": "end_turn", "stop_sequence": null, "usage": usage
+    })
+    .to_string()
+}
+
+async fn answer(state: &Mutex<State>, body: &Value, anthropic: bool) -> Response<Full<Bytes>> {
     let prompt = user_prompt(body);
     let mode = {
         let mut state = state.lock().unwrap();
@@ -217,5 +232,16 @@ async fn answer(state: &Mutex<State>, body: &Value) -> Response<Full<Bytes>> {
             respond(200, &[], completion(&answer_text(&prompt), u64::MAX, u64::MAX))
         }
         Mode::NotUtf8 => respond(200, &[], Bytes::from_static(b"{\"choices\": [\xff\xfe\xc3\x28]}")),
+        Mode::Usage(usage) => {
+            state.lock().unwrap().answered.push(prompt.clone());
+            let text = answer_text(&prompt);
+            if anthropic {
+                respond(200, &[], message(&text, &usage))
+            } else {
+                let mut reply: Value = serde_json::from_str(&completion(&text, 0, 0)).expect("a completion");
+                reply["usage"] = usage;
+                respond(200, &[], reply.to_string())
+            }
+        }
     }
 }

@@ -37,7 +37,12 @@ pub struct JsonOutput {
     pub input_tokens: Option<String>,
     /// Completion tokens.
     pub output_tokens: Option<String>,
-    /// A cost the CLI reports, taken as credits (wins over token pricing).
+    /// Prompt tokens read from the provider's cache.
+    pub cache_read_tokens: Option<String>,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_write_tokens: Option<String>,
+    /// A cost the CLI reports, in units of [`AgentCliConfig::credits_per_cost_nano`] (wins
+    /// over token pricing).
     pub cost: Option<String>,
     /// A boolean that, when true, makes the call a failure with the text as its message.
     pub is_error: Option<String>,
@@ -118,8 +123,8 @@ pub struct AgentCliConfig {
     pub output: OutputMode,
     /// Prices that turn token usage into credits when the CLI reports no cost.
     pub pricing: Pricing,
-    /// Nano-credits per unit of the cost the CLI reports (default one credit per unit: a
-    /// `total_cost_usd` of 0.5 is 0.5 credits).
+    /// Nano-credits per unit of the cost the CLI reports (default one credit per unit; the
+    /// `claude` preset's `total_cost_usd` is in US dollars: 100 credits per unit).
     pub credits_per_cost_nano: u64,
     /// Stdout beyond this many bytes is an error (stderr is cut silently).
     pub max_output_bytes: usize,
@@ -224,9 +229,13 @@ impl AgentCliConfig {
                     text: "result".into(),
                     input_tokens: Some("usage.input_tokens".into()),
                     output_tokens: Some("usage.output_tokens".into()),
+                    cache_read_tokens: Some("usage.cache_read_input_tokens".into()),
+                    cache_write_tokens: Some("usage.cache_creation_input_tokens".into()),
                     cost: Some("total_cost_usd".into()),
                     is_error: Some("is_error".into()),
                 }),
+                // `total_cost_usd` is in US dollars: 100 credits each.
+                credits_per_cost_nano: super::pricing::CREDITS_PER_USD * super::pricing::NANO_PER_CREDIT,
                 writable: paths(&[".claude", ".claude.json"]),
                 tool_flags: flags(Some("--allowedTools"), Some("--disallowedTools")),
                 grant_flag: Some("--add-dir".into()),
@@ -971,14 +980,23 @@ pub fn parse_json_output(
     }
     let input = get(&paths.input_tokens).and_then(|v| v.as_u64());
     let output = get(&paths.output_tokens).and_then(|v| v.as_u64());
+    let cache_read = get(&paths.cache_read_tokens).and_then(|v| v.as_u64()).unwrap_or(0);
+    let cache_write = get(&paths.cache_write_tokens).and_then(|v| v.as_u64()).unwrap_or(0);
     let cost = get(&paths.cost).and_then(|v| v.as_f64());
+    let tokens = |i: Option<u64>, o: Option<u64>| Usage {
+        input_tokens: i.unwrap_or(0),
+        output_tokens: o.unwrap_or(0),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
+        ..Usage::default()
+    };
     let usage = match (input, output, cost) {
         (None, None, None) => None,
         (i, o, Some(cost)) => {
             let credits = float_credits_nano(cost).map_err(|e| BackendError::ordinary(format!("{who}: reported cost: {e}")))?;
-            Some(Usage { input_tokens: i.unwrap_or(0), output_tokens: o.unwrap_or(0), credits_nano: Some(credits) })
+            Some(Usage { credits_nano: Some(credits), ..tokens(i, o) })
         }
-        (i, o, None) => Some(pricing.usage(model.unwrap_or(""), i.unwrap_or(0), o.unwrap_or(0))),
+        (i, o, None) => Some(pricing.priced(model.unwrap_or(""), tokens(i, o))),
     };
     Ok(AgentReply { text, usage })
 }
@@ -1041,7 +1059,7 @@ mod tests {
                      "usage":{"input_tokens":10,"output_tokens":5}}"#;
         let reply = parse_json_output("c", out, &paths, &Pricing::default(), None).unwrap();
         assert_eq!(reply.text, "hi");
-        assert_eq!(reply.usage, Some(Usage { input_tokens: 10, output_tokens: 5, credits_nano: Some(12_300_000) }));
+        assert_eq!(reply.usage, Some(Usage::tokens(10, 5, Some(12_300_000))));
         let err = r#"{"is_error":true,"result":"quota"}"#;
         assert!(parse_json_output("c", err, &paths, &Pricing::default(), None).unwrap_err().message().contains("quota"));
         let lines = "progress\n{\"result\":\"last\"}\n";

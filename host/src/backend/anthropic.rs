@@ -3,14 +3,15 @@
 //! system one. A schema call forces a tool (`respond`, whose `input_schema` is the call's
 //! schema, wrapped in an object when its root is not one) and replies with the tool's input;
 //! a server that answers 400 about tools gets plain prompting from then on. Usage comes from
-//! `usage.input_tokens/output_tokens`; retries follow the shared [`RetryPolicy`].
+//! `usage` (input, output, cache-read and cache-write tokens apart); retries follow the
+//! shared [`RetryPolicy`].
 
 use super::http::{self, HttpReply, RetryPolicy};
 use super::redact;
 use super::openai::non_empty_env;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -148,8 +149,9 @@ impl AgentBackend for Anthropic {
 struct MessagesResponse {
     #[serde(default)]
     content: Vec<Block>,
+    /// Read field by field ([`super::Counts`]): a hostile value cannot fail the reply.
     #[serde(default)]
-    usage: Option<MessagesUsage>,
+    usage: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -164,16 +166,18 @@ struct Block {
     input: Option<serde_json::Value>,
 }
 
-#[derive(Deserialize)]
-struct MessagesUsage {
-    #[serde(default)]
-    input_tokens: u64,
-    #[serde(default)]
-    output_tokens: u64,
-    #[serde(default)]
-    cache_creation_input_tokens: Option<u64>,
-    #[serde(default)]
-    cache_read_input_tokens: Option<u64>,
+/// The token counts of a Messages `usage`: Anthropic reports cache reads and writes
+/// (`cache_read_input_tokens`, `cache_creation_input_tokens`) apart from `input_tokens`.
+fn usage_of(usage: &serde_json::Value) -> Usage {
+    let mut counts = super::Counts::of(usage);
+    let usage = Usage {
+        input_tokens: counts.get(usage, "/input_tokens"),
+        output_tokens: counts.get(usage, "/output_tokens"),
+        cache_read_tokens: counts.get(usage, "/cache_read_input_tokens"),
+        cache_write_tokens: counts.get(usage, "/cache_creation_input_tokens"),
+        ..Usage::default()
+    };
+    Usage { credits_at_least: counts.unreadable, ..usage }
 }
 
 /// The tool's input schema for a call's schema, and whether it was wrapped in `{value: ..}`
@@ -267,11 +271,7 @@ impl Inner {
                 .collect::<Vec<_>>()
                 .join(""),
         };
-        let usage = parsed.usage.map(|u| {
-            let input =
-                u.input_tokens + u.cache_creation_input_tokens.unwrap_or(0) + u.cache_read_input_tokens.unwrap_or(0);
-            self.config.pricing.usage(model, input, u.output_tokens)
-        });
+        let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.config.pricing.priced(model, usage_of(&u)));
         Ok(AgentReply { text, usage })
     }
 }

@@ -65,9 +65,22 @@ pub struct RecordedUsage {
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Prompt tokens read from the provider's cache (absent: none; older cassettes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's cache (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     /// Credits in nano-credits, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credits_nano: Option<u64>,
+    /// The credits are a lower bound (absent: exact).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub credits_at_least: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A recorded reply.
@@ -107,7 +120,10 @@ impl Exchange {
                     usage: r.usage.as_ref().map(|u| RecordedUsage {
                         input_tokens: u.input_tokens,
                         output_tokens: u.output_tokens,
+                        cache_read_tokens: u.cache_read_tokens,
+                        cache_write_tokens: u.cache_write_tokens,
                         credits_nano: u.credits_nano,
+                        credits_at_least: u.credits_at_least,
                     }),
                 }),
                 None,
@@ -136,7 +152,10 @@ impl Exchange {
                 usage: r.usage.as_ref().map(|u| Usage {
                     input_tokens: u.input_tokens,
                     output_tokens: u.output_tokens,
+                    cache_read_tokens: u.cache_read_tokens,
+                    cache_write_tokens: u.cache_write_tokens,
                     credits_nano: u.credits_nano,
+                    credits_at_least: u.credits_at_least,
                 }),
             }),
             (None, Some(e)) => Err(BackendError::ordinary(e.clone())),

@@ -25,10 +25,15 @@
 //! timeout_seconds = 300
 //! max_retries = 4
 //! structured_output = "json_schema"     # or json_object, plain (anthropic: tool, plain)
-//! [backends.local.pricing]              # credits per 1000 tokens; without it the model is unpriced (a run with maxAiCredits refuses it)
+//! [backends.local.pricing]              # credits (1 credit = US$0.01) per 1000 tokens; without it the model is unpriced (a run with maxAiCredits refuses it)
 //! input = 0.0
 //! output = 0.0
-//! models = { "big-model" = { input = 0.003, output = "0.015" } }
+//! models = { "big-model" = { input = 0.3, output = "1.5", cache_read = 0.03, cache_write = 0.375 } }
+//!
+//! [prices.openai]                       # over the built-in table (`factory backends --prices`)
+//! "gpt-4o" = { input = 0.25, output = 1, cache_read = 0.125, cache_write = 0 }
+//! [prices.anthropic]
+//! "claude-next" = { input = 0.3, output = 1.5, cache_read = 0.03, cache_write = 0.375 }
 //!
 //! [backends.claude]
 //! kind = "cli"
@@ -45,7 +50,7 @@
 //! [backends.claude-json]
 //! kind = "cli"
 //! preset = "claude"                     # its JSON output reports `total_cost_usd`
-//! cost_credits = 100                    # credits per unit of reported cost (default 1)
+//! cost_credits = 100                    # credits per unit of reported cost (claude's USD: 100; default 1)
 //!
 //! [[routes]]                            # options.model -> backend (+ model name)
 //! model = "fast"                        # exact name, or a prefix ending in `*`
@@ -55,8 +60,8 @@
 
 use crate::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendCatalog, BackendRef,
-    BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, Pricing,
-    Route, Router, SandboxMode, Script, StructuredMode,
+    BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, PriceTables,
+    Pricing, Provider, Route, Router, SandboxMode, Script, StructuredMode,
 };
 use sha2::{Digest, Sha256};
 use serde::{Deserialize, Serialize};
@@ -121,21 +126,48 @@ impl Amount {
     }
 }
 
-/// A price in credits per 1000 input and output tokens.
+/// A price in credits (one credit is US$0.01) per 1000 input, output, cache-read and
+/// cache-write tokens.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
-    /// Credits per 1000 prompt tokens.
+    /// Credits per 1000 uncached prompt tokens (default 0).
     pub input: Option<Amount>,
-    /// Credits per 1000 completion tokens.
+    /// Credits per 1000 completion tokens (default 0).
     pub output: Option<Amount>,
+    /// Credits per 1000 prompt tokens read from the cache (unset: unknown, and a spend with
+    /// such tokens is "at least").
+    pub cache_read: Option<Amount>,
+    /// Credits per 1000 prompt tokens written to the cache (unset: unknown, likewise).
+    pub cache_write: Option<Amount>,
 }
 
 impl PriceConfig {
-    fn price(&self) -> Result<Price, String> {
+    /// The price in nano-credits per 1000 tokens.
+    pub fn price(&self) -> Result<Price, String> {
         let nano = |a: &Option<Amount>| a.as_ref().map_or(Ok(0), Amount::nano);
-        Ok(Price { input_nano_per_1k: nano(&self.input)?, output_nano_per_1k: nano(&self.output)? })
+        let known = |a: &Option<Amount>| a.as_ref().map(Amount::nano).transpose();
+        Ok(Price {
+            input_nano_per_1k: nano(&self.input)?,
+            output_nano_per_1k: nano(&self.output)?,
+            cache_read_nano_per_1k: known(&self.cache_read)?,
+            cache_write_nano_per_1k: known(&self.cache_write)?,
+        })
     }
+}
+
+/// `[prices]`: per-model prices that override and extend the built-in price table of each
+/// provider (used by the built-in `openai`/`anthropic` backends and by configured backends
+/// of those kinds for models their own `pricing` leaves unpriced).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PricesConfig {
+    /// OpenAI models.
+    #[serde(default)]
+    pub openai: BTreeMap<String, PriceConfig>,
+    /// Anthropic models.
+    #[serde(default)]
+    pub anthropic: BTreeMap<String, PriceConfig>,
 }
 
 /// A backend's pricing: a default price and per-model prices.
@@ -146,6 +178,10 @@ pub struct PricingConfig {
     pub input: Option<Amount>,
     /// Credits per 1000 completion tokens for models without their own entry.
     pub output: Option<Amount>,
+    /// Credits per 1000 cache-read tokens for models without their own entry.
+    pub cache_read: Option<Amount>,
+    /// Credits per 1000 cache-write tokens for models without their own entry.
+    pub cache_write: Option<Amount>,
     /// Per-model prices.
     #[serde(default)]
     pub models: BTreeMap<String, PriceConfig>,
@@ -156,7 +192,13 @@ impl PricingConfig {
     pub fn pricing(&self) -> Result<Pricing, String> {
         // A default price exists only when one of its halves is written down.
         let default = if self.input.is_some() || self.output.is_some() {
-            Some(PriceConfig { input: self.input.clone(), output: self.output.clone() }.price()?)
+            let price = PriceConfig {
+                input: self.input.clone(),
+                output: self.output.clone(),
+                cache_read: self.cache_read.clone(),
+                cache_write: self.cache_write.clone(),
+            };
+            Some(price.price()?)
         } else {
             None
         };
@@ -179,6 +221,10 @@ pub struct JsonPaths {
     pub input_tokens: Option<String>,
     /// Path of the completion token count.
     pub output_tokens: Option<String>,
+    /// Path of the count of prompt tokens read from the cache.
+    pub cache_read_tokens: Option<String>,
+    /// Path of the count of prompt tokens written to the cache.
+    pub cache_write_tokens: Option<String>,
     /// Path of a reported cost, taken as credits.
     pub cost: Option<String>,
     /// Path of a boolean error flag.
@@ -279,6 +325,9 @@ pub struct Config {
     /// Model routes, tried in order.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Prices that override and extend the built-in price table.
+    #[serde(default)]
+    pub prices: PricesConfig,
 }
 
 /// The config file's name in the state directory.
@@ -369,12 +418,29 @@ impl Config {
         Config::parse(&text, &shown)
     }
 
+    /// The price tables: the built-in one of each provider with this config's `[prices]`
+    /// entries over it (an entry of the same model replaces the built-in price).
+    pub fn price_tables(&self) -> Result<PriceTables, ConfigError> {
+        let mut tables = PriceTables::builtin();
+        for (provider, entries) in [(Provider::OpenAi, &self.prices.openai), (Provider::Anthropic, &self.prices.anthropic)] {
+            for (model, price) in entries {
+                let price = price.price().map_err(|message| ConfigError::Invalid {
+                    name: format!("[prices.{}] model `{model}`", provider.as_str()),
+                    message,
+                })?;
+                tables.get_mut(provider).insert(model.clone(), price);
+            }
+        }
+        Ok(tables)
+    }
+
     /// Build the backend called `name`: a configured one, else a built-in spelling. `model`
     /// (e.g. `--model`) replaces its default model.
     pub fn backend(&self, name: &str, model: Option<&str>) -> Result<Arc<dyn AgentBackend>, ConfigError> {
+        let tables = self.price_tables()?;
         match self.backends.get(name) {
-            Some(entry) => build(name, entry, model),
-            None => Ok(backend::from_spec_with_model(name, model)?),
+            Some(entry) => build(name, entry, model, &tables),
+            None => Ok(backend::from_spec_priced(name, model, &tables)?),
         }
     }
 
@@ -450,7 +516,12 @@ impl BackendCatalog for Config {
 }
 
 /// Build one configured backend.
-fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<dyn AgentBackend>, ConfigError> {
+fn build(
+    name: &str,
+    entry: &BackendConfig,
+    model: Option<&str>,
+    tables: &PriceTables,
+) -> Result<Arc<dyn AgentBackend>, ConfigError> {
     let invalid = |message: String| ConfigError::Invalid { name: name.into(), message };
     let pricing = entry.pricing.as_ref().map(PricingConfig::pricing).transpose().map_err(invalid)?.unwrap_or_default();
     let model = model.map(str::to_string).or_else(|| entry.model.clone());
@@ -497,7 +568,7 @@ fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<d
                 system_prompt: entry.system_prompt.clone(),
                 max_tokens: entry.max_tokens,
                 structured,
-                pricing,
+                pricing: pricing.with_table(tables.get(Provider::OpenAi)),
                 retry,
             };
             Arc::new(OpenAi::new(config).map_err(|e| invalid(e.message().to_string()))?)
@@ -519,7 +590,7 @@ fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<d
                 system_prompt: entry.system_prompt.clone(),
                 max_tokens: entry.max_tokens.unwrap_or(from_env.max_tokens),
                 use_tool,
-                pricing,
+                pricing: pricing.with_table(tables.get(Provider::Anthropic)),
                 retry,
             };
             Arc::new(Anthropic::new(config).map_err(|e| invalid(e.message().to_string()))?)
@@ -582,6 +653,8 @@ fn build(name: &str, entry: &BackendConfig, model: Option<&str>) -> Result<Arc<d
                     text: p.text.clone(),
                     input_tokens: p.input_tokens.clone(),
                     output_tokens: p.output_tokens.clone(),
+                    cache_read_tokens: p.cache_read_tokens.clone(),
+                    cache_write_tokens: p.cache_write_tokens.clone(),
                     cost: p.cost.clone(),
                     is_error: p.is_error.clone(),
                 });
@@ -631,8 +704,8 @@ mod tests {
     fn parses_prices_exactly_and_builds_named_backends() {
         let config = Config::parse(SAMPLE, "t").unwrap();
         let pricing = config.backends["local"].pricing.as_ref().unwrap().pricing().unwrap();
-        assert_eq!(pricing.default, Some(Price { input_nano_per_1k: 500_000_000, output_nano_per_1k: 1 }));
-        assert_eq!(pricing.price("big"), Some(Price { input_nano_per_1k: 2_000_000_000, output_nano_per_1k: 3_000_000_000 }));
+        assert_eq!(pricing.default, Some(Price::new(500_000_000, 1)));
+        assert_eq!(pricing.price("big"), Some(Price::new(2_000_000_000, 3_000_000_000)));
         assert_eq!(config.backend("local", None).unwrap().name(), "local");
         assert_eq!(config.backend("agent", None).unwrap().name(), "agent");
         // Built-in spellings still work next to configured names.

@@ -43,11 +43,7 @@ impl AgentBackend for DryRun {
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
         Box::pin(async move {
             let text = DryRun::reply_text(&request)?;
-            let usage = Usage {
-                input_tokens: estimate_tokens(&request.prompt),
-                output_tokens: estimate_tokens(&text),
-                credits_nano: Some(0),
-            };
+            let usage = Usage::tokens(estimate_tokens(&request.prompt), estimate_tokens(&text), Some(0));
             Ok(AgentReply { text, usage: Some(usage) })
         })
     }

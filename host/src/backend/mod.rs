@@ -26,7 +26,7 @@ pub use cassette::{Cassette, CassetteError};
 pub use dry_run::DryRun;
 pub use http::RetryPolicy;
 pub use openai::{OpenAi, OpenAiConfig, StructuredMode, DEFAULT_OPENAI_BASE_URL};
-pub use pricing::{Price, Pricing};
+pub use pricing::{Price, PriceTables, Pricing, Provider};
 pub use recorded::{BackendRef, BackendUnavailable};
 pub use reference::{BackendCatalog, BuiltinCatalog, Identified};
 pub use router::{Route, Router};
@@ -52,15 +52,31 @@ pub struct AgentRequest {
     pub feedback: Option<String>,
 }
 
-/// What a backend reports for one spawn.
+/// What a backend reports for one spawn. The four token counts are disjoint: input tokens
+/// are the prompt tokens that were neither read from nor written to the provider's prompt
+/// cache (OpenAI counts cached tokens inside `prompt_tokens`; they are moved out).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Uncached prompt tokens.
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Prompt tokens read from the provider's prompt cache.
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache.
+    pub cache_write_tokens: u64,
     /// Cost of the call in nano-credits, when the backend knows it.
     pub credits_nano: Option<u64>,
+    /// True when `credits_nano` is a lower bound (e.g. cache tokens without a price).
+    pub credits_at_least: bool,
+}
+
+impl Usage {
+    /// Usage of `input_tokens` uncached and `output_tokens` completion tokens, no cache,
+    /// costing `credits_nano` exactly.
+    pub fn tokens(input_tokens: u64, output_tokens: u64, credits_nano: Option<u64>) -> Usage {
+        Usage { input_tokens, output_tokens, credits_nano, ..Usage::default() }
+    }
 }
 
 /// A subagent's reply.
@@ -233,18 +249,32 @@ pub fn from_spec(spec: &str) -> Result<Arc<dyn AgentBackend>, BackendSpecError> 
 /// Build a built-in backend from its CLI spelling — `dry-run`, `script:FILE`, `openai`
 /// (`OPENAI_BASE_URL`, `OPENAI_API_KEY`), `anthropic` (`ANTHROPIC_BASE_URL`,
 /// `ANTHROPIC_API_KEY`), `cli:PRESET` or `replay:CASSETTE` — with `model` as its default
-/// model. The backend's [`AgentBackend::reference`] is the spec (file paths made absolute)
-/// and `model`.
+/// model; `openai` and `anthropic` are priced by the built-in price table. The backend's
+/// [`AgentBackend::reference`] is the spec (file paths made absolute) and `model`.
 pub fn from_spec_with_model(spec: &str, model: Option<&str>) -> Result<Arc<dyn AgentBackend>, BackendSpecError> {
+    from_spec_priced(spec, model, &PriceTables::builtin())
+}
+
+/// [`from_spec_with_model`] with the price tables `prices` for the built-in `openai` and
+/// `anthropic` backends (e.g. the built-in table with `factory.toml`'s `[prices]`).
+pub fn from_spec_priced(
+    spec: &str,
+    model: Option<&str>,
+    prices: &PriceTables,
+) -> Result<Arc<dyn AgentBackend>, BackendSpecError> {
     let owned = model.map(str::to_string);
     let absolute = |path: &str| {
         std::path::absolute(path).map_err(|e| BackendSpecError::Unknown(format!("{spec} ({e})")))
     };
     let (backend, name): (Arc<dyn AgentBackend>, String) = match spec {
         "dry-run" | "dry" => (Arc::new(DryRun), "dry-run".into()),
-        "openai" => (Arc::new(OpenAi::new(OpenAiConfig { model: owned, ..OpenAiConfig::from_env() })?), spec.into()),
+        "openai" => {
+            let pricing = Pricing::default().with_table(prices.get(Provider::OpenAi));
+            (Arc::new(OpenAi::new(OpenAiConfig { model: owned, pricing, ..OpenAiConfig::from_env() })?), spec.into())
+        }
         "anthropic" => {
-            (Arc::new(Anthropic::new(AnthropicConfig { model: owned, ..AnthropicConfig::from_env() })?), spec.into())
+            let pricing = Pricing::default().with_table(prices.get(Provider::Anthropic));
+            (Arc::new(Anthropic::new(AnthropicConfig { model: owned, pricing, ..AnthropicConfig::from_env() })?), spec.into())
         }
         _ => {
             if let Some(path) = spec.strip_prefix("script:") {
@@ -271,6 +301,41 @@ pub fn is_builtin_spec(spec: &str) -> bool {
         || spec.starts_with("script:")
         || spec.starts_with("replay:")
         || spec.strip_prefix("cli:").is_some_and(|p| PRESETS.contains(&p) && p != "generic")
+}
+
+/// Token counts read from a server's usage object: each field a count, zero when absent;
+/// a field that is present but no count (negative, a string, an object) reads as zero and
+/// sets `unreadable`, so the cost built from them is flagged as a lower bound. A number
+/// beyond `u64::MAX` (or a huge float) saturates at `u64::MAX`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Whether some field present was not a count.
+    pub unreadable: bool,
+}
+
+impl Counts {
+    /// Counts to be read from `usage`; a usage that is not an object is unreadable.
+    pub(crate) fn of(usage: &serde_json::Value) -> Counts {
+        Counts { unreadable: !usage.is_object() }
+    }
+
+    /// The count at `pointer` (a JSON pointer) in `usage`.
+    pub(crate) fn get(&mut self, usage: &serde_json::Value, pointer: &str) -> u64 {
+        match usage.pointer(pointer) {
+            None | Some(serde_json::Value::Null) => 0,
+            Some(value) => match value.as_u64() {
+                Some(n) => n,
+                // `as` saturates: 1e300 is u64::MAX; fractions round down.
+                None => match value.as_f64().filter(|f| f.is_finite() && *f >= 0.0) {
+                    Some(f) => f as u64,
+                    None => {
+                        self.unreadable = true;
+                        0
+                    }
+                },
+            },
+        }
+    }
 }
 
 /// A rough token count for backends that have no tokenizer: ~4 bytes per token.

@@ -2,14 +2,15 @@
 //! (OpenAI itself, llama.cpp's server, Ollama, vLLM, LM Studio). A schema call asks for
 //! structured output (`response_format` json_schema), and falls back to `json_object`, then
 //! to plain prompting, when the server answers 400 about `response_format`; the fallback is
-//! remembered for the life of the backend. Usage comes from the reply's `usage`, credits from
-//! the backend's [`Pricing`]. Retries and timeouts follow the backend's [`RetryPolicy`].
+//! remembered for the life of the backend. Usage comes from the reply's `usage` (cached prompt
+//! tokens split from the uncached ones), credits from the backend's [`Pricing`]. Retries and
+//! timeouts follow the backend's [`RetryPolicy`].
 
 use super::http::{self, HttpReply, RetryPolicy};
 use super::redact;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -169,8 +170,9 @@ impl AgentBackend for OpenAi {
 struct ChatResponse {
     #[serde(default)]
     choices: Vec<Choice>,
+    /// Read field by field ([`super::Counts`]): a hostile value cannot fail the reply.
     #[serde(default)]
-    usage: Option<ChatUsage>,
+    usage: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -184,14 +186,6 @@ struct Message {
     content: Option<String>,
     #[serde(default)]
     refusal: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct ChatUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
 }
 
 impl Inner {
@@ -267,9 +261,27 @@ impl Inner {
             (None, Some(refusal)) => return Err(BackendError::ordinary(format!("{who}: the model refused: {refusal}"))),
             (None, None) => String::new(),
         };
-        let usage = parsed.usage.map(|u| self.config.pricing.usage(model, u.prompt_tokens, u.completion_tokens));
+        let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.config.pricing.priced(model, usage_of(&u)));
         Ok(AgentReply { text, usage })
     }
+}
+
+/// The token counts of a chat completion's `usage`. OpenAI counts cached prompt tokens
+/// (`prompt_tokens_details.cached_tokens`) inside `prompt_tokens`: they are moved out, so
+/// `input_tokens` is the uncached part. Writing the cache is not reported (nor billed).
+fn usage_of(usage: &serde_json::Value) -> Usage {
+    let mut counts = super::Counts::of(usage);
+    let prompt = counts.get(usage, "/prompt_tokens");
+    let output = counts.get(usage, "/completion_tokens");
+    let cached = counts.get(usage, "/prompt_tokens_details/cached_tokens");
+    // More cached than prompt tokens (a hostile server): all of them are cache reads.
+    let usage = Usage {
+        input_tokens: prompt.saturating_sub(cached),
+        output_tokens: output,
+        cache_read_tokens: cached,
+        ..Usage::default()
+    };
+    Usage { credits_at_least: counts.unreadable, ..usage }
 }
 
 /// A 400 (or 422) whose message is about `response_format`.

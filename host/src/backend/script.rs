@@ -5,7 +5,7 @@
 //! ```json
 //! { "rules": [
 //!     { "labelPrefix": "verify:", "reply": { "json": { "isReal": true } },
-//!       "latencyMs": 5, "usage": { "inputTokens": 100, "outputTokens": 20, "credits": 0.25 } },
+//!       "latencyMs": 5, "usage": { "inputTokens": 100, "outputTokens": 20, "cacheReadTokens": 50, "credits": 0.25 } },
 //!     { "promptContains": "flaky", "replies": [ { "error": "boom" }, { "text": "ok" } ] },
 //!     { "label": "silent", "reply": { "text": "hi" }, "noUsage": true }
 //!   ],
@@ -55,7 +55,14 @@ struct UsageSpec {
     #[serde(default)]
     output_tokens: u64,
     #[serde(default)]
+    cache_read_tokens: u64,
+    #[serde(default)]
+    cache_write_tokens: u64,
+    #[serde(default)]
     credits: Option<f64>,
+    /// The credits are a lower bound.
+    #[serde(default)]
+    credits_at_least: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -181,13 +188,12 @@ impl AgentBackend for Script {
                 Some(u) => Usage {
                     input_tokens: u.input_tokens,
                     output_tokens: u.output_tokens,
+                    cache_read_tokens: u.cache_read_tokens,
+                    cache_write_tokens: u.cache_write_tokens,
                     credits_nano: Some(u.credits.map_or(0, |c| (c * 1e9).round() as u64)),
+                    credits_at_least: u.credits_at_least,
                 },
-                None => Usage {
-                    input_tokens: estimate_tokens(&request.prompt),
-                    output_tokens: estimate_tokens(&text),
-                    credits_nano: Some(0),
-                },
+                None => Usage::tokens(estimate_tokens(&request.prompt), estimate_tokens(&text), Some(0)),
             });
             Ok(AgentReply { text, usage })
         })

@@ -16,7 +16,7 @@ use crate::model::progress::{AgentSummary, ProgressEvent};
 use crate::model::schema::Schema;
 use crate::AgentKey;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{OnceCell, Semaphore};
@@ -42,8 +42,12 @@ pub(crate) struct Agents {
     /// The same, over every run of the host.
     host_pending_bytes: Arc<AtomicU64>,
     credits_nano: AtomicU64,
+    /// Some spend counted in `credits_nano` is a lower bound (see [`Accounting`]).
+    credits_at_least: AtomicBool,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
+    cache_read_tokens: AtomicU64,
+    cache_write_tokens: AtomicU64,
 }
 
 impl Agents {
@@ -63,8 +67,11 @@ impl Agents {
             pending_bytes: AtomicU64::new(0),
             host_pending_bytes: setup.host_pending_bytes.clone(),
             credits_nano: AtomicU64::new(setup.prior.ai_credits_nano),
+            credits_at_least: AtomicBool::new(setup.prior.ai_credits_at_least),
             input_tokens: AtomicU64::new(setup.prior.input_tokens),
             output_tokens: AtomicU64::new(setup.prior.output_tokens),
+            cache_read_tokens: AtomicU64::new(setup.prior.cache_read_tokens),
+            cache_write_tokens: AtomicU64::new(setup.prior.cache_write_tokens),
         }
     }
 
@@ -236,24 +243,46 @@ impl Agents {
         Ok(())
     }
 
-    /// Account a reply's usage; a budgeted run whose usage is unknown stops (fail-closed).
-    fn account(&self, reply: &AgentReply) -> Result<u64, Abort> {
+    /// Account a reply's usage into the run's totals and the call's `summary`; a budgeted
+    /// run whose cost is unknown stops (fail-closed). A cost that is unknown (no budget) or
+    /// a lower bound marks the spend "at least".
+    fn account(&self, reply: &AgentReply, summary: &mut AgentSummary) -> Result<(), Abort> {
         let credits = reply.usage.as_ref().and_then(|u| u.credits_nano);
         if let Some(usage) = &reply.usage {
             saturating_add(&self.input_tokens, usage.input_tokens);
             saturating_add(&self.output_tokens, usage.output_tokens);
+            saturating_add(&self.cache_read_tokens, usage.cache_read_tokens);
+            saturating_add(&self.cache_write_tokens, usage.cache_write_tokens);
+            summary.input_tokens = summary.input_tokens.saturating_add(usage.input_tokens);
+            summary.output_tokens = summary.output_tokens.saturating_add(usage.output_tokens);
+            summary.cache_read_tokens = summary.cache_read_tokens.saturating_add(usage.cache_read_tokens);
+            summary.cache_write_tokens = summary.cache_write_tokens.saturating_add(usage.cache_write_tokens);
+            if usage.credits_at_least && credits.is_some() {
+                self.at_least(summary);
+            }
         }
         match credits {
             Some(c) => {
                 saturating_add(&self.credits_nano, c);
-                Ok(c)
+                summary.credits_nano = summary.credits_nano.saturating_add(c);
+                Ok(())
             }
             None if self.attempt.limits.max_ai_credits.is_some() => {
                 self.progress.log(format!("backend `{}` reported no usage on a budgeted run", self.backend.name()));
+                self.at_least(summary);
                 Err(self.attempt.abort(Abort::Limit(LimitKind::MaxAiCredits)))
             }
-            None => Ok(0),
+            None => {
+                self.at_least(summary);
+                Ok(())
+            }
         }
+    }
+
+    /// Mark the run's spend and the call's as a lower bound.
+    fn at_least(&self, summary: &mut AgentSummary) {
+        summary.credits_at_least = true;
+        self.credits_at_least.store(true, Ordering::SeqCst);
     }
 
     /// One subagent call: up to two spawns with a schema (one retry on a parse or match
@@ -265,9 +294,7 @@ impl Agents {
             label: label.clone(),
             model: request.model.clone(),
             status: crate::model::progress::AgentStatus::Failed,
-            spawns: 0,
-            credits_nano: 0,
-            millis: 0,
+            ..AgentSummary::default()
         };
         let spawns = if schema.is_some() { 2 } else { 1 };
         let mut outcome = Ok(None);
@@ -291,10 +318,17 @@ impl Agents {
             }
             summary.spawns += 1;
             self.attempt.emit(ProgressEvent::AgentStarted { label: label.clone(), attempt });
+            // A spawn cut off mid-way (the attempt stopped and dropped this future) may have
+            // been billed for what it had done: the spend becomes a lower bound.
+            let cut_off = CutOff(Some(&self.credits_at_least));
             let reply = self.backend.call(Arc::new(request.clone())).await;
+            cut_off.finished();
             let reply = match reply {
                 Ok(reply) => reply,
                 Err(e) => {
+                    if may_have_billed(&e) {
+                        self.at_least(&mut summary);
+                    }
                     if let Some(kind) = e.outage_kind() {
                         // Not an answer: the attempt stops and the call stays unjournaled.
                         let message = format!("agent `{label}`: {}", e.message());
@@ -305,12 +339,9 @@ impl Agents {
                     break;
                 }
             };
-            match self.account(&reply) {
-                Ok(c) => summary.credits_nano = summary.credits_nano.saturating_add(c),
-                Err(abort) => {
-                    outcome = Err(abort);
-                    break;
-                }
+            if let Err(abort) = self.account(&reply, &mut summary) {
+                outcome = Err(abort);
+                break;
             }
             match &schema {
                 None if reply.text.trim().is_empty() => break,
@@ -354,9 +385,43 @@ impl Agents {
             agent_cache_hits: self.cache_hits.load(Ordering::SeqCst),
             active_seconds: self.attempt.active_time().as_secs_f64(),
             ai_credits_nano: self.credits_nano.load(Ordering::SeqCst),
+            ai_credits_at_least: self.credits_at_least.load(Ordering::SeqCst),
             input_tokens: self.input_tokens.load(Ordering::SeqCst),
             output_tokens: self.output_tokens.load(Ordering::SeqCst),
+            cache_read_tokens: self.cache_read_tokens.load(Ordering::SeqCst),
+            cache_write_tokens: self.cache_write_tokens.load(Ordering::SeqCst),
         }
+    }
+}
+
+/// Marks the run's spend "at least" when dropped before [`CutOff::finished`]: the spawn it
+/// guards was abandoned mid-way.
+struct CutOff<'a>(Option<&'a AtomicBool>);
+
+impl CutOff<'_> {
+    /// The spawn ended (with a reply or an error): nothing was cut off.
+    fn finished(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CutOff<'_> {
+    fn drop(&mut self) {
+        if let Some(flag) = self.0 {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Whether a spawn that failed with `error` may have been billed without reporting usage:
+/// an ordinary failure (a model's refusal, an agent CLI's non-zero exit) or a call that
+/// timed out or got an unreadable reply; not a backend that refused the request outright
+/// (unreachable, unauthorised, rate limited, a server error, not installed, misconfigured).
+fn may_have_billed(error: &crate::backend::BackendError) -> bool {
+    use crate::backend::OutageKind;
+    match error.outage_kind() {
+        None => true,
+        Some(kind) => matches!(kind, OutageKind::Timeout | OutageKind::InvalidReply),
     }
 }
 

@@ -652,13 +652,14 @@ fn summarize(e: &RunEnvelope) -> String {
     let status = e.status.as_str();
     let acc = &e.accounting;
     let mut text = format!(
-        "Run {} of `{}` is {status} after {} attempt(s): {} subagents spawned, {} replayed, {:.1}s active, {} AI credits.",
+        "Run {} of `{}` is {status} after {} attempt(s): {} subagents spawned, {} replayed, {:.1}s active, {}{} AI credits.",
         e.run_id,
         e.factory,
         e.attempts,
         acc.agents_spawned,
         acc.agent_cache_hits,
         acc.active_seconds,
+        if acc.ai_credits_at_least { "at least " } else { "" },
         acc.ai_credits()
     );
     if let Some(f) = &e.failure {

@@ -137,11 +137,28 @@ pub struct Accounting {
     pub agent_cache_hits: u64,
     /// Accumulated active seconds.
     pub active_seconds: f64,
-    /// AI credits in nano-credits (exact integer arithmetic).
+    /// AI credits in nano-credits (exact integer arithmetic; one credit is US$0.01, so a
+    /// nano-credit is US$10^-11). A lower bound when `ai_credits_at_least` is set.
     pub ai_credits_nano: u64,
-    /// Input and output tokens reported by backends.
+    /// True when `ai_credits_nano` is a lower bound ("at least"): some spend has no known
+    /// cost — a call whose usage came without a price (an unpriced model, cache tokens
+    /// without a cache price, counts the server sent unreadable), a backend (e.g. an agent
+    /// CLI) that reported no cost, or a call that failed or was cut off mid-way. Absent in
+    /// records written before it: exact.
+    #[serde(default)]
+    pub ai_credits_at_least: bool,
+    /// Uncached prompt tokens reported by backends.
+    #[serde(default)]
     pub input_tokens: u64,
+    /// Completion tokens reported by backends.
+    #[serde(default)]
     pub output_tokens: u64,
+    /// Prompt tokens read from providers' prompt caches (not part of `input_tokens`).
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to providers' prompt caches (not part of `input_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 impl Accounting {
@@ -206,6 +223,18 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<c
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accounting_written_before_cache_tokens_still_reads() {
+        let old = r#"{"agentsSpawned":2,"agentCacheHits":1,"activeSeconds":0.5,"aiCreditsNano":7,"inputTokens":3,"outputTokens":4}"#;
+        let read: Accounting = serde_json::from_str(old).unwrap();
+        assert_eq!((read.ai_credits_nano, read.input_tokens, read.output_tokens), (7, 3, 4));
+        assert_eq!((read.cache_read_tokens, read.cache_write_tokens, read.ai_credits_at_least), (0, 0, false));
+        let written = serde_json::to_value(Accounting { cache_read_tokens: 9, ai_credits_at_least: true, ..read }).unwrap();
+        assert_eq!(written["cacheReadTokens"], 9);
+        assert_eq!(written["cacheWriteTokens"], 0);
+        assert_eq!(written["aiCreditsAtLeast"], true);
+    }
 
     #[test]
     fn failure_types_and_agent_statuses_keep_their_wire_strings() {

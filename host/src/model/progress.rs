@@ -43,7 +43,7 @@ impl ProgressEvent {
     /// An agent call answered without a spawn.
     pub(crate) fn cached(label: String, ok: bool) -> Self {
         let status = if ok { AgentStatus::Ok } else { AgentStatus::Failed };
-        let summary = AgentSummary { label, model: None, status, spawns: 0, credits_nano: 0, millis: 0 };
+        let summary = AgentSummary { label, model: None, status, ..AgentSummary::default() };
         ProgressEvent::AgentFinished { summary, cached: true }
     }
 }
@@ -82,11 +82,12 @@ impl LogLevel {
 }
 
 /// How a subagent call ended; serialized `ok`, `failed`, `aborted`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentStatus {
     /// It produced a reply.
     Ok,
+    #[default]
     /// An ordinary failure: no reply, or one that failed its schema twice (`null` to the guest).
     Failed,
     /// The run stopped while it was in flight (a limit, a cancel, a backend outage).
@@ -105,7 +106,7 @@ impl AgentStatus {
 }
 
 /// A prompt-free summary of one subagent call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentSummary {
     /// The call's label (or `agent`).
@@ -117,10 +118,30 @@ pub struct AgentSummary {
     pub status: AgentStatus,
     /// Spawns it took (2 with a schema retry; 0 when replayed).
     pub spawns: u32,
-    /// Credits in nano-credits.
+    /// Credits in nano-credits (a lower bound when `credits_at_least`).
     pub credits_nano: u64,
+    /// `creditsNano` is a lower bound (see [`crate::Accounting::ai_credits_at_least`]);
+    /// absent when exact.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub credits_at_least: bool,
+    /// Uncached prompt tokens its spawns reported.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Completion tokens its spawns reported.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Prompt tokens read from the provider's cache (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's cache (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     /// Wall time of the call, queue wait included.
     pub millis: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl AgentSummary {

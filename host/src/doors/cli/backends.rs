@@ -127,6 +127,10 @@ pub struct BackendsArgs {
     /// Print JSON.
     #[arg(long, global = true)]
     json: bool,
+    /// Print the price table of the `openai` and `anthropic` backends instead: the built-in
+    /// list prices (and the date they were taken) with factory.toml's `[prices]` over them.
+    #[arg(long)]
+    prices: bool,
 }
 
 #[derive(Subcommand)]
@@ -143,6 +147,12 @@ enum BackendsCommand {
 
 pub async fn backends(g: &GlobalArgs, a: BackendsArgs) -> Result<ExitCode> {
     let config = load_config(g, a.config.as_ref())?;
+    if a.prices {
+        if a.command.is_some() {
+            anyhow::bail!("--prices prints the price table; it takes no subcommand");
+        }
+        return prices(&config, a.json);
+    }
     match a.command {
         None => list(g, &config, a.json, a.config.is_some()),
         Some(BackendsCommand::Check { name, model }) => check(&config, &name, model, a.json).await,
@@ -212,6 +222,58 @@ fn list(g: &GlobalArgs, config: &Config, as_json: bool, explicit: bool) -> Resul
     Ok(ExitCode::SUCCESS)
 }
 
+/// `factory backends --prices`: the price tables, in credits per 1000 tokens (exact
+/// decimals; JSON adds the nano-credit integers).
+fn prices(config: &Config, as_json: bool) -> Result<ExitCode> {
+    use factory_host::backend::pricing::{builtin_prices, format_credits, BUILTIN_PRICES_TAKEN, CREDITS_PER_USD};
+    use factory_host::backend::Provider;
+    let tables = config.price_tables()?;
+    let mut rows = Vec::new();
+    for provider in Provider::ALL {
+        let builtin = builtin_prices(provider);
+        for (model, price) in tables.get(provider) {
+            let source = match builtin.get(model) {
+                Some(p) if p == price => "built-in",
+                Some(_) => "config (overrides built-in)",
+                None => "config",
+            };
+            rows.push((provider, model.clone(), *price, source));
+        }
+    }
+    if as_json {
+        let prices: Vec<_> = rows
+            .iter()
+            .map(|(provider, model, p, source)| {
+                json!({"provider": provider.as_str(), "model": model, "source": source,
+                       "inputNanoPer1k": p.input_nano_per_1k, "outputNanoPer1k": p.output_nano_per_1k,
+                       "cacheReadNanoPer1k": p.cache_read_nano_per_1k, "cacheWriteNanoPer1k": p.cache_write_nano_per_1k})
+            })
+            .collect();
+        let out = json!({"taken": BUILTIN_PRICES_TAKEN, "creditsPerUsd": CREDITS_PER_USD,
+                         "unit": "nano-credits per 1000 tokens", "prices": prices});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "credits per 1000 tokens (1 credit = US$0.01; built-in list prices taken {BUILTIN_PRICES_TAKEN}; \
+         factory.toml [prices.openai] / [prices.anthropic] override and extend them)"
+    );
+    println!("{:<10} {:<28} {:>12} {:>12} {:>12} {:>12}  SOURCE", "PROVIDER", "MODEL", "INPUT", "OUTPUT", "CACHE-READ", "CACHE-WRITE");
+    let known = |p: Option<u64>| p.map_or_else(|| "unknown".to_string(), format_credits);
+    for (provider, model, p, source) in &rows {
+        println!(
+            "{:<10} {:<28} {:>12} {:>12} {:>12} {:>12}  {source}",
+            provider.as_str(),
+            crate::doors::cli::escape::esc(model),
+            format_credits(p.input_nano_per_1k),
+            format_credits(p.output_nano_per_1k),
+            known(p.cache_read_nano_per_1k),
+            known(p.cache_write_nano_per_1k),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn str_of(v: &serde_json::Value) -> &str {
     v.as_str().unwrap_or("")
 }
@@ -236,7 +298,9 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
     match outcome {
         Ok(reply) => {
             let usage = reply.usage.as_ref().map(|u| {
-                json!({"inputTokens": u.input_tokens, "outputTokens": u.output_tokens, "creditsNano": u.credits_nano})
+                json!({"inputTokens": u.input_tokens, "outputTokens": u.output_tokens,
+                       "cacheReadTokens": u.cache_read_tokens, "cacheWriteTokens": u.cache_write_tokens,
+                       "creditsNano": u.credits_nano, "creditsAtLeast": u.credits_at_least})
             });
             if as_json {
                 let out = json!({"backend": name, "ok": true, "millis": millis, "model": shown_model,
@@ -249,9 +313,12 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
                 println!("  reply: {short}");
                 match &reply.usage {
                     Some(u) => println!(
-                        "  usage: {} input + {} output tokens, {} nano-credits",
+                        "  usage: {} input + {} output + {} cache-read + {} cache-write tokens, {}{} nano-credits",
                         u.input_tokens,
                         u.output_tokens,
+                        u.cache_read_tokens,
+                        u.cache_write_tokens,
+                        if u.credits_at_least && u.credits_nano.is_some() { "at least " } else { "" },
                         u.credits_nano.map_or("unknown".to_string(), |c| c.to_string())
                     ),
                     None => println!("  usage: not reported (a budgeted run would stop: fail-closed)"),

@@ -67,6 +67,15 @@ fn credits(nano: u64) -> String {
     format!("{}", nano as f64 / 1e9)
 }
 
+/// Credits, prefixed `>=` when the amount is a lower bound ("at least").
+fn credits_at_least(nano: u64, at_least: bool) -> String {
+    if at_least {
+        format!(">={}", credits(nano))
+    } else {
+        credits(nano)
+    }
+}
+
 pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
     let scope = if a.all { Scope::Owner } else { Scope::from(&g.session) };
     let runs = access(g).await?.runs(scope).await?;
@@ -94,7 +103,7 @@ pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
             r.status.as_str(),
             r.attempts,
             r.accounting.agents_spawned,
-            credits(r.accounting.ai_credits_nano),
+            credits_at_least(r.accounting.ai_credits_nano, r.accounting.ai_credits_at_least),
             s(&r.created_at)
         );
     }
@@ -129,11 +138,16 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     }
     let acc = &e.accounting;
     println!(
-        "spent:     {} agents spawned, {} replayed, {:.2}s active, {} AI credits",
+        "spent:     {} agents spawned, {} replayed, {:.2}s active, {}{} AI credits (1 credit = US$0.01)",
         acc.agents_spawned,
         acc.agent_cache_hits,
         acc.active_seconds,
+        if acc.ai_credits_at_least { "at least " } else { "" },
         credits(acc.ai_credits_nano)
+    );
+    println!(
+        "tokens:    {} input, {} output, {} cache read, {} cache write",
+        acc.input_tokens, acc.output_tokens, acc.cache_read_tokens, acc.cache_write_tokens
     );
     println!("limits:    {}", serde_json::to_value(d.limits)?);
     let backends: Vec<String> = d
@@ -170,14 +184,18 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     if let Some(result) = &e.result {
         println!("result:    {result}");
     }
-    println!("agents:    {}", d.agents.len());
+    println!("agents:    {} (tokens: input/output/cache read/cache write)", d.agents.len());
     for agent in d.agents.iter().rev().take(20).rev() {
         println!(
-            "  {:<40} {:<7} spawns {} credits {} {} ms",
+            "  {:<40} {:<7} spawns {} credits {} tokens {}/{}/{}/{} {} ms",
             s(&agent.label),
             agent.status.as_str(),
             agent.spawns,
-            credits(agent.credits_nano),
+            credits_at_least(agent.credits_nano, agent.credits_at_least),
+            agent.input_tokens,
+            agent.output_tokens,
+            agent.cache_read_tokens,
+            agent.cache_write_tokens,
             agent.millis
         );
     }

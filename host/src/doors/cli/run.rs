@@ -368,11 +368,12 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
     if envelope.status == RunStatus::Completed {
         if !out.quiet {
             eprintln!(
-                "factory: run {} completed: {} agents spawned, {} replayed, {:.2}s active, {} AI credits",
+                "factory: run {} completed: {} agents spawned, {} replayed, {:.2}s active, {}{} AI credits",
                 envelope.run_id,
                 acc.agents_spawned,
                 acc.agent_cache_hits,
                 acc.active_seconds,
+                if acc.ai_credits_at_least { "at least " } else { "" },
                 acc.ai_credits()
             );
         }

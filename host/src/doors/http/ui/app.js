@@ -59,6 +59,8 @@ const statusBadge = (status) => h('span', { class: `status status-${status}`, da
 const fmtTime = (rfc) => (rfc ? new Date(rfc).toLocaleString() : '');
 const fmtSecs = (s) => (s >= 60 ? `${Math.floor(s / 60)}m ${Math.round(s % 60)}s` : `${(s || 0).toFixed(1)}s`);
 const fmtCredits = (nano) => ((nano || 0) / 1e9).toFixed(4);
+// A spend whose cost is a lower bound reads "≥ 0.1234" (one credit is US$0.01).
+const fmtSpend = (nano, atLeast) => (atLeast ? `≥ ${fmtCredits(nano)}` : fmtCredits(nano));
 const agentsOf = (env) => (env.accounting?.agentsSpawned || 0);
 
 function showError(err) {
@@ -203,7 +205,8 @@ function runsView(main) {
     h('td', {}, fmtTime(run.createdAt)),
     h('td', { class: 'num' }, fmtSecs(run.accounting.activeSeconds)),
     h('td', { class: 'num agents' }, agentsOf(run)),
-    h('td', { class: 'num' }, fmtCredits(run.accounting.aiCreditsNano)))));
+    h('td', { class: 'num credits', dataset: { atLeast: String(!!run.accounting.aiCreditsAtLeast) } },
+      fmtSpend(run.accounting.aiCreditsNano, run.accounting.aiCreditsAtLeast)))));
     empty.hidden = shown.length > 0;
     empty.replaceChildren(sessionFilter ? `No runs in session ${sessionFilter}. ` : 'No runs yet. ', h('a', { href: '#/start' }, 'Start one.'));
   };
@@ -418,7 +421,11 @@ function runView(main, runId) {
       case 'phase': text = e.title; break;
       case 'agentQueued': text = e.label; break;
       case 'agentStarted': text = e.attempt ? `${e.label} (retry ${e.attempt})` : e.label; break;
-      case 'agentFinished': text = `${e.label}: ${e.cached ? 'replayed' : e.status} in ${e.millis} ms`; break;
+      case 'agentFinished': {
+        const spent = e.cached ? '' : `, ${fmtSpend(e.creditsNano, e.creditsAtLeast)} credits, tokens ${e.inputTokens ?? 0} in / ${e.outputTokens ?? 0} out / ${e.cacheReadTokens ?? 0} cache read / ${e.cacheWriteTokens ?? 0} cache write`;
+        text = `${e.label}: ${e.cached ? 'replayed' : e.status} in ${e.millis} ms${spent}`;
+        break;
+      }
       case 'attemptStarted': text = `attempt ${e.attempt}`; break;
       case 'attemptEnded': text = `${e.status}${e.replayed ? `, ${e.replayed} replayed` : ''}`; break;
       default: text = '';
@@ -505,8 +512,13 @@ function runView(main, runId) {
     const a = env.accounting;
     const cell = (k, v) => h('div', {}, h('span', {}, k), v);
     accounting.replaceChildren(cell('agents spawned', a.agentsSpawned), cell('replayed (cache hits)', a.agentCacheHits),
-      cell('active time', fmtSecs(a.activeSeconds)), cell('AI credits', fmtCredits(a.aiCreditsNano)),
-      cell('tokens in / out', `${a.inputTokens} / ${a.outputTokens}`), cell('attempts', env.attempts), cell('revision', env.revision));
+      cell('active time', fmtSecs(a.activeSeconds)),
+      h('div', { id: 'ai-credits', dataset: { atLeast: String(!!a.aiCreditsAtLeast) },
+        title: a.aiCreditsAtLeast ? 'a lower bound: some spend has no known cost' : 'one credit is US$0.01' },
+        h('span', {}, a.aiCreditsAtLeast ? 'AI credits (at least)' : 'AI credits'), fmtSpend(a.aiCreditsNano, a.aiCreditsAtLeast)),
+      cell('tokens in / out', `${a.inputTokens} / ${a.outputTokens}`),
+      cell('cache read / write', `${a.cacheReadTokens ?? 0} / ${a.cacheWriteTokens ?? 0}`),
+      cell('attempts', env.attempts), cell('revision', env.revision));
     const entered = env.phases || [];
     const current = running ? entered[entered.length - 1] : null;
     const names = declared ? declared.map((p) => p.title) : [];
