@@ -313,3 +313,65 @@ async fn backends_prices_prints_the_dated_table_with_config_overrides() {
     assert!(text.contains("1 credit = US$0.01") && text.contains("claude-next"), "{text}");
     assert!(text.lines().any(|l| l.starts_with("openai") && l.contains("gpt-4.1-mini") && l.contains("0.04")), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_off_mid_way_makes_the_spend_at_least() {
+    let state = tempfile::tempdir().unwrap();
+    // The server takes 5 s to answer; the run's time limit stops it after 1 s, with both
+    // calls in flight: whatever they had cost is unknown.
+    let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::from_secs(5) }).await;
+    let base = base_url(server.port());
+    let run = [
+        "run", &probe(), "--yes", "--backend", "openai", "--model", "gpt-4o", "--args", &fanout(2),
+        "--timeout-seconds", "1", "--json", "-q",
+    ];
+    let out = factory(state.path(), &run, &[("OPENAI_BASE_URL", base.as_str())]).await;
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["failure"]["kind"], "timeoutSeconds", "{envelope:#}\n{}", stderr(&out));
+    assert_eq!(server.requests(), 2, "both calls were sent: {envelope:#}");
+    assert_eq!(envelope["accounting"]["aiCreditsNano"], 0, "{envelope:#}");
+    assert_eq!(envelope["accounting"]["aiCreditsAtLeast"], true, "cut off mid-way: {envelope:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cassette_records_and_replays_the_cache_breakdown() {
+    let state = tempfile::tempdir().unwrap();
+    let usage = json!({"input_tokens": 100, "output_tokens": 50, "cache_read_input_tokens": 10_000,
+                       "cache_creation_input_tokens": 2000});
+    let server = FakeOpenAi::start(Mode::Usage(usage)).await;
+    let base = format!("http://127.0.0.1:{}", server.port());
+    let cassette = state.path().join("run.cassette");
+    let cassette = cassette.to_str().unwrap();
+    let run = |extra: &[&'static str]| {
+        let mut args: Vec<String> = ["run", &probe(), "--yes", "--args", &fanout(2), "--json", "-q"].map(String::from).to_vec();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let mut record = run(&["--backend", "anthropic", "--model", "claude-sonnet-4-5", "--record"]);
+    record.push(cassette.to_string());
+    let args: Vec<&str> = record.iter().map(String::as_str).collect();
+    let out = factory(state.path(), &args, &[("ANTHROPIC_BASE_URL", &base), ("ANTHROPIC_API_KEY", "ak-test")]).await;
+    let recorded = stdout_json(&out);
+    assert_eq!(recorded["status"], "completed", "{recorded:#}\n{}", stderr(&out));
+    let text = std::fs::read_to_string(cassette).unwrap();
+    assert!(text.contains("\"cacheReadTokens\":10000") && text.contains("\"cacheWriteTokens\":2000"), "{text}");
+
+    // Replayed in a fresh state with no server: the same breakdown and credits.
+    let other = tempfile::tempdir().unwrap();
+    let requests = server.requests();
+    let mut replay = run(&["--replay"]);
+    replay.push(cassette.to_string());
+    let args: Vec<&str> = replay.iter().map(String::as_str).collect();
+    let out = factory(other.path(), &args, &[]).await;
+    let replayed = stdout_json(&out);
+    assert_eq!(replayed["status"], "completed", "{replayed:#}\n{}", stderr(&out));
+    assert_eq!(server.requests(), requests, "the replay sent nothing");
+    let mut expected = recorded["accounting"].clone();
+    let mut got = replayed["accounting"].clone();
+    for a in [&mut expected, &mut got] {
+        a.as_object_mut().unwrap().remove("activeSeconds");
+    }
+    assert_eq!(got, expected, "{replayed:#}");
+    assert_eq!(got["cacheReadTokens"], 20_000);
+    assert_eq!(got["aiCreditsNano"], 2 * 1_155_000_000u64);
+}
