@@ -155,6 +155,15 @@ try {
   check('timeline bars == agents (whole run)', bars === expectedAll, { bars, expectedAll });
   check('40 ok bars', okBars === 40, okBars);
   check('no resume form on a completed run', !(await page.isVisible('#resume-form')));
+  // The spend as the host accounts it: "at least" (≥) exactly when the host says it is a
+  // lower bound (calls cut off by the cancel make it one), and the cache breakdown.
+  const atLeast = done.accounting.aiCreditsAtLeast;
+  const creditsText = await page.textContent('#ai-credits');
+  check('AI credits flagged as the host says', typeof atLeast === 'boolean'
+    && (await page.getAttribute('#ai-credits', 'data-at-least')) === String(atLeast)
+    && creditsText.includes('≥') === atLeast && creditsText.includes('at least') === atLeast, { creditsText, accounting: done.accounting });
+  check('cache tokens shown', (await page.textContent('#accounting')).includes(`cache read / write${done.accounting.cacheReadTokens} / ${done.accounting.cacheWriteTokens}`),
+    await page.textContent('#accounting'));
   await page.evaluate(() => window.scrollTo(0, 0));
   await page.screenshot({ path: path.join(shots, 'run.png'), fullPage: true, clip: { x: 0, y: 0, width: 1100, height: 1000 } });
   report.liveRun = { runId: id, bars, okBars, barsAtCancel };
