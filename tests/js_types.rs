@@ -352,3 +352,32 @@ fn init_never_overwrites() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(empty.join("empty.js").is_file());
 }
+
+/// The fields of the `interface NAME {` block of `d_ts` (`readonly x: T;` or `x: T;` lines).
+fn interface_fields(d_ts: &str, head: &str) -> BTreeSet<String> {
+    let start = d_ts.find(head).unwrap_or_else(|| panic!("`{head}` in the declarations"));
+    let body = &d_ts[start + head.len()..];
+    // The block ends at the first closing brace at the start of a line (any indentation).
+    let end = body.lines().take_while(|l| !l.trim_start().starts_with('}')).map(|l| l.len() + 1).sum::<usize>();
+    let body = &body[..end.min(body.len())];
+    body.lines()
+        .map(|l| l.trim().trim_start_matches("readonly "))
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim_end_matches('?').to_string()))
+        .filter(|name| name.chars().all(|c| c.is_ascii_alphanumeric()))
+        .collect()
+}
+
+#[test]
+fn the_accounting_fields_are_the_hosts() {
+    // Every field the host writes in an envelope's accounting is declared, in the runtime's
+    // declarations and in the Node client's.
+    let host: BTreeSet<String> = match serde_json::to_value(factory_host::Accounting::default()).unwrap() {
+        Value::Object(fields) => fields.keys().cloned().collect(),
+        other => panic!("accounting is an object: {other}"),
+    };
+    assert!(host.contains("cacheReadTokens") && host.contains("aiCreditsAtLeast"), "{host:?}");
+    let sdk = std::fs::read_to_string(index_d_ts()).expect("index.d.ts");
+    assert_eq!(interface_fields(&sdk, "export interface FactoryAccounting {"), host);
+    let node = std::fs::read_to_string(common::root().join("clients/node/index.d.ts")).expect("clients/node/index.d.ts");
+    assert_eq!(interface_fields(&node, "    accounting: {"), host);
+}

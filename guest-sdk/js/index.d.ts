@@ -393,10 +393,16 @@ export interface FactoryAccounting {
     readonly agentsSpawned: number;
     readonly agentCacheHits: number;
     readonly activeSeconds: number;
-    /** AI credits in nano-credits (exact integers). */
+    /** AI credits in nano-credits (exact integers; one credit is US$0.01). */
     readonly aiCreditsNano: number;
+    /** True when `aiCreditsNano` is a lower bound: some spend has no known cost. */
+    readonly aiCreditsAtLeast: boolean;
+    /** Uncached prompt tokens. */
     readonly inputTokens: number;
     readonly outputTokens: number;
+    /** Prompt tokens read from / written to the provider's prompt cache (not part of `inputTokens`). */
+    readonly cacheReadTokens: number;
+    readonly cacheWriteTokens: number;
 }
 
 /** The backend that answered the latest attempt's subagents. */
