@@ -168,8 +168,12 @@ struct Block {
 
 /// The token counts of a Messages `usage`: Anthropic reports cache reads and writes
 /// (`cache_read_input_tokens`, `cache_creation_input_tokens`) apart from `input_tokens`.
+/// Cache writes are priced at the 5-minute rate; writes to the 1-hour cache
+/// (`cache_creation.ephemeral_1h_input_tokens`) cost more, so with any of them the cost is
+/// a lower bound.
 fn usage_of(usage: &serde_json::Value) -> Usage {
     let mut counts = super::Counts::of(usage);
+    let one_hour = counts.get(usage, "/cache_creation/ephemeral_1h_input_tokens");
     let usage = Usage {
         input_tokens: counts.get(usage, "/input_tokens"),
         output_tokens: counts.get(usage, "/output_tokens"),
@@ -177,7 +181,7 @@ fn usage_of(usage: &serde_json::Value) -> Usage {
         cache_write_tokens: counts.get(usage, "/cache_creation_input_tokens"),
         ..Usage::default()
     };
-    Usage { credits_at_least: counts.unreadable, ..usage }
+    Usage { credits_at_least: counts.unreadable || one_hour > 0, ..usage }
 }
 
 /// The tool's input schema for a call's schema, and whether it was wrapped in `{value: ..}`
@@ -281,5 +285,28 @@ fn refuses_tools(reply: &HttpReply) -> bool {
     reply.status == 400 && {
         let body = reply.body.to_ascii_lowercase();
         body.contains("tool")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_keeps_cache_reads_and_writes_apart_and_flags_what_it_cannot_price() {
+        let usage = json!({"input_tokens": 12, "output_tokens": 3, "cache_read_input_tokens": 400,
+                           "cache_creation_input_tokens": 50});
+        let expected = Usage { input_tokens: 12, output_tokens: 3, cache_read_tokens: 400, cache_write_tokens: 50, ..Usage::default() };
+        assert_eq!(usage_of(&usage), expected);
+        // Writes to the 1-hour cache cost more than the 5-minute rate they are priced at.
+        let one_hour = json!({"input_tokens": 1, "cache_creation_input_tokens": 50,
+                              "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 50}});
+        assert!(usage_of(&one_hour).credits_at_least);
+        // No count, a negative, a string: read as 0 and flagged; never a failed reply.
+        for hostile in [json!("many"), json!({"input_tokens": -1}), json!({"output_tokens": "3"})] {
+            let read = usage_of(&hostile);
+            assert!(read.credits_at_least && read.input_tokens == 0 && read.output_tokens == 0, "{hostile}: {read:?}");
+        }
+        assert_eq!(usage_of(&json!({"input_tokens": 1e300})).input_tokens, u64::MAX);
     }
 }

@@ -292,3 +292,23 @@ fn refuses_response_format(reply: &HttpReply) -> bool {
     let body = reply.body.to_ascii_lowercase();
     ["response_format", "json_schema", "json_object"].iter().any(|w| body.contains(w))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_prompt_tokens_are_moved_out_of_input() {
+        let usage = json!({"prompt_tokens": 1000, "completion_tokens": 7,
+                           "prompt_tokens_details": {"cached_tokens": 800}});
+        let read = usage_of(&usage);
+        assert_eq!((read.input_tokens, read.cache_read_tokens, read.output_tokens, read.cache_write_tokens), (200, 800, 7, 0));
+        assert!(!read.credits_at_least);
+        // More cached than prompt tokens: no underflow.
+        let odd = usage_of(&json!({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": u64::MAX}}));
+        assert_eq!((odd.input_tokens, odd.cache_read_tokens), (0, u64::MAX));
+        // A details object that is null is no cache at all; one that is no count is flagged.
+        assert!(!usage_of(&json!({"prompt_tokens": 3, "prompt_tokens_details": null})).credits_at_least);
+        assert!(usage_of(&json!({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": [1]}})).credits_at_least);
+    }
+}
