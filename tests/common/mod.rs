@@ -7,6 +7,7 @@
 pub mod counting;
 pub mod fake_openai;
 pub mod faulty;
+pub mod postgres;
 pub mod service;
 
 use factory_host::builder::BuildTarget;

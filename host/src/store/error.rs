@@ -1,6 +1,7 @@
 //! The error every store answers with: [`StoreError`], typed by what failed (the store is
 //! busy, of another layout, unsafe, damaged, its database or file failed, a record could not
-//! be encoded, its writer failed or is gone), each variant keeping its cause as
+//! be encoded, its writer failed or is gone, PostgreSQL failed, the worker was fenced), each
+//! variant keeping its cause as
 //! [`std::error::Error::source`]. Shared by every store implementation.
 
 use std::path::PathBuf;
@@ -32,6 +33,15 @@ pub enum StoreError {
     WriteFailed(Arc<StoreError>),
     /// The writer is gone.
     Closed,
+    /// PostgreSQL failed (connecting, a query, a commit); the URL in the message is redacted.
+    Postgres { url: String, source: Arc<tokio_postgres::Error> },
+    /// No connection could be taken from the pool of the PostgreSQL store.
+    Pool { url: String, source: Arc<deadpool_postgres::PoolError> },
+    /// The store URL cannot be used (shown redacted).
+    Url { url: String, reason: String },
+    /// This worker's lease on the shared store was lost (it expired, or another worker
+    /// fenced it by raising its generation): its writes are refused.
+    Fenced { worker: String, generation: i64 },
 }
 
 impl std::fmt::Display for StoreError {
@@ -49,6 +59,12 @@ impl std::fmt::Display for StoreError {
             StoreError::Writer(e) => write!(f, "cannot start the store writer: {e}"),
             StoreError::WriteFailed(e) => write!(f, "a store commit failed: {e}"),
             StoreError::Closed => write!(f, "the store is closed"),
+            StoreError::Postgres { url, source } => write!(f, "PostgreSQL store {url}: {source}"),
+            StoreError::Pool { url, source } => write!(f, "PostgreSQL store {url}: no connection: {source}"),
+            StoreError::Url { url, reason } => write!(f, "store URL {url}: {reason}"),
+            StoreError::Fenced { worker, generation } => {
+                write!(f, "worker {worker} (generation {generation}) lost its lease on the store: its writes are refused")
+            }
         }
     }
 }
@@ -62,7 +78,14 @@ impl std::error::Error for StoreError {
             StoreError::Encode(e) => Some(&**e),
             StoreError::Writer(e) => Some(&**e),
             StoreError::WriteFailed(e) => Some(&**e),
-            StoreError::Locked(_) | StoreError::Version { .. } | StoreError::Corrupt(_) | StoreError::Closed => None,
+            StoreError::Postgres { source, .. } => Some(&**source),
+            StoreError::Pool { source, .. } => Some(&**source),
+            StoreError::Locked(_)
+            | StoreError::Version { .. }
+            | StoreError::Corrupt(_)
+            | StoreError::Closed
+            | StoreError::Url { .. }
+            | StoreError::Fenced { .. } => None,
         }
     }
 }

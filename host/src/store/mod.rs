@@ -3,7 +3,8 @@
 //! modules script runs loaded — as one object-safe trait, [`Store`], used as
 //! `Arc<dyn Store>`. This module holds what every store shares (the trait, [`StoreError`],
 //! the records, the journal types, the footprint figure, the trust file); each
-//! implementation lives in its own folder: [`redb`] (one embedded file, the default).
+//! implementation lives in its own folder: [`redb`] (one embedded file, the default) and
+//! [`postgres`] (a PostgreSQL database that several workers share).
 //!
 //! Reads are futures (a store across a network cannot answer at once); writes hand their
 //! entry to the store's group-commit writer and return (they wait only when the writer's
@@ -15,11 +16,13 @@ pub mod conformance;
 mod error;
 pub mod footprint;
 pub mod journal;
+pub mod postgres;
 pub mod records;
 pub mod redb;
 mod stats;
 pub mod trust;
 
+pub use self::postgres::{PgOptions, PgStore};
 pub use self::redb::{RedbStore, StoreOptions, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES, READ_CACHE_BYTES, STORE_FILE};
 pub use error::StoreError;
 pub(crate) use error::corrupt;

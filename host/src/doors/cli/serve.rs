@@ -8,6 +8,10 @@
 //!
 //! When another service already holds the store, `factory serve --http` attaches to it:
 //! it serves HTTP as that service's client instead of failing on the lock.
+//!
+//! With `--store postgres://...` the runs live in that database instead (a
+//! [`PgStore`](factory_host::store::PgStore) worker); the state directory keeps the socket
+//! and the token, and the URL is only ever shown redacted.
 
 use crate::doors::cli::backends::load_config;
 use crate::doors::reach::{open_host, serve as serve_socket};
@@ -50,6 +54,23 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = factory_host::recover::DEFAULT_MAX_RECOVERIES,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_recoveries: u32,
+    /// Keep runs in this PostgreSQL database instead of the state directory's redb file
+    /// (postgres://USER[:PASSWORD]@HOST:PORT/DB; the password is never printed). The state
+    /// directory still holds the control socket and the HTTP token.
+    #[arg(long, env = "FACTORY_STORE", value_name = "URL", value_parser = parse_store)]
+    store: Option<String>,
+    /// With --store: this worker's id (default: the host name and a hash of the state
+    /// directory, so a restarted service takes its own runs back at once).
+    #[arg(long, env = "FACTORY_WORKER_ID", value_name = "ID", requires = "store")]
+    worker_id: Option<String>,
+}
+
+fn parse_store(text: &str) -> Result<String, String> {
+    if factory_host::store::postgres::is_postgres_url(text) {
+        Ok(text.to_string())
+    } else {
+        Err("--store takes a postgres:// URL (the default store is the state directory's redb file)".into())
+    }
 }
 
 fn parse_idle(text: &str) -> Result<f64, String> {
@@ -72,36 +93,51 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     let config = std::sync::Arc::new(config);
     let deadline = Instant::now() + LOCK_PATIENCE;
-    let host = loop {
-        match open_host(g, config.clone()) {
-            Ok(host) => break host,
-            Err(factory_host::Error::Store(StoreError::Locked(path))) => {
-                let remote = Client::Remote(crate::doors::daemon::remote(g));
-                if remote.runs(&g.session).await.is_ok() {
-                    if let Some(addr) = http {
-                        return attach(g, remote, addr).await;
+    let host = if let Some(url) = &a.store {
+        // The store's errors name its URL, redacted.
+        crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref())
+            .await
+            .context("opening the shared store")?
+    } else {
+        loop {
+            match open_host(g, config.clone()) {
+                Ok(host) => break host,
+                Err(factory_host::Error::Store(StoreError::Locked(path))) => {
+                    let remote = Client::Remote(crate::doors::daemon::remote(g));
+                    if remote.runs(&g.session).await.is_ok() {
+                        if let Some(addr) = http {
+                            return attach(g, remote, addr).await;
+                        }
+                        if a.started_by_front_door {
+                            eprintln!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                        anyhow::bail!(
+                            "a factory service already holds the store {} and answers on {} (stop it with SIGTERM first)",
+                            path.display(),
+                            crate::doors::daemon::remote(g).socket().display()
+                        );
                     }
-                    if a.started_by_front_door {
-                        eprintln!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
-                        return Ok(ExitCode::SUCCESS);
+                    if !a.started_by_front_door || Instant::now() >= deadline {
+                        return Err(factory_host::Error::Store(StoreError::Locked(path)))
+                            .with_context(|| format!("opening the store in {}", g.state_dir.display()));
                     }
-                    anyhow::bail!(
-                        "a factory service already holds the store {} and answers on {} (stop it with SIGTERM first)",
-                        path.display(),
-                        crate::doors::daemon::remote(g).socket().display()
-                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                if !a.started_by_front_door || Instant::now() >= deadline {
-                    return Err(factory_host::Error::Store(StoreError::Locked(path)))
-                        .with_context(|| format!("opening the store in {}", g.state_dir.display()));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(e) => return Err(e).with_context(|| format!("opening the store in {}", g.state_dir.display())),
             }
-            Err(e) => return Err(e).with_context(|| format!("opening the store in {}", g.state_dir.display())),
         }
     };
     // Said before the socket answers, so a front door that got an answer finds this line.
-    eprintln!("factory serve: pid {}, holds the store of {}", std::process::id(), g.state_dir.display());
+    match &a.store {
+        Some(url) => eprintln!(
+            "factory serve: pid {}, worker of the store {} (state directory {})",
+            std::process::id(),
+            factory_host::store::postgres::redact(url),
+            g.state_dir.display()
+        ),
+        None => eprintln!("factory serve: pid {}, holds the store of {}", std::process::id(), g.state_dir.display()),
+    }
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
     if !a.no_recover {
         // Before the banner: once it is printed, every interrupted run is resumed or left.

@@ -25,6 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tables::*;
 use writer::{Op, Writer};
+/// The byte-bounded write queue, shared with the PostgreSQL store's writer.
+pub(crate) use writer::Backlog;
 
 /// The store file's name inside the state directory.
 pub const STORE_FILE: &str = "factory.redb";

@@ -62,13 +62,13 @@ pub(crate) struct Backlog {
 }
 
 impl Backlog {
-    fn new(cap: u64) -> Self {
+    pub(crate) fn new(cap: u64) -> Self {
         Backlog { queued: Mutex::new(0), drained: Condvar::new(), cap }
     }
 
     /// Wait until `bytes` more fit under the cap (a write larger than the cap waits for an
     /// empty queue), then count them.
-    fn reserve(&self, bytes: u64) {
+    pub(crate) fn reserve(&self, bytes: u64) {
         let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
         while *queued > 0 && queued.saturating_add(bytes) > self.cap {
             queued = self.drained.wait(queued).unwrap_or_else(|p| p.into_inner());
@@ -77,7 +77,7 @@ impl Backlog {
     }
 
     /// The writer is done with `bytes` (committed, or failed: either way no longer held).
-    fn release(&self, bytes: u64) {
+    pub(crate) fn release(&self, bytes: u64) {
         let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
         *queued = queued.saturating_sub(bytes);
         self.drained.notify_all();

@@ -1,0 +1,138 @@
+//! The PostgreSQL store as a [`Journal`]: puts go to the group-commit [`writer`](super::writer)
+//! (step and agent values readable from its pending map at once); reads look there first,
+//! then in the database. [`Journal::load`] reads a run's step and agent rows in key order,
+//! fetching only the values that could fit the budget.
+
+use super::writer::Op;
+use super::{pg, PgStore};
+use crate::model::envelope::Accounting;
+use crate::store::journal::{fingerprint, Journal, JournalError, JournalSnapshot};
+use crate::store::redb::tables::{decode_outcome, encode_outcome};
+use crate::store::{corrupt, StoreError};
+use futures::future::{BoxFuture, FutureExt};
+use std::sync::Arc;
+
+fn journal_error(e: StoreError) -> JournalError {
+    JournalError::new(e)
+}
+
+/// A stored key as text.
+fn key_text(bytes: Vec<u8>) -> Result<String, StoreError> {
+    String::from_utf8(bytes).map_err(|e| corrupt("a journal key", e))
+}
+
+/// Bytes a row takes beside its key and value: the tuple header and line pointer (28), the
+/// values' length words, and the primary-key index entry's header (16). Rounded up.
+const ROW_OVERHEAD: u64 = 64;
+
+impl PgStore {
+    fn load_journal(&self, run_id: &str, value_bytes: usize) -> BoxFuture<'static, Result<JournalSnapshot, StoreError>> {
+        let (pool, run_id) = (self.pool.clone(), run_id.to_string());
+        // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
+        let largest = i64::try_from(value_bytes / 4).unwrap_or(i64::MAX);
+        self.spawn(async move {
+            let client = pool.get().await?;
+            let e = |e| pg(&pool.url, e);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&run_id, &largest];
+            let steps = client.query(
+                "SELECT key, octet_length(key)::int8 + octet_length(value), CASE WHEN octet_length(key)::int8 + octet_length(value) <= $2::int8 THEN value END
+                 FROM steps WHERE run_id = $1 ORDER BY key",
+                &params,
+            );
+            let agents = client.query(
+                "SELECT key, octet_length(key)::int8 + octet_length(outcome), CASE WHEN octet_length(key)::int8 + octet_length(outcome) <= $2::int8 THEN outcome END
+                 FROM agents WHERE run_id = $1 ORDER BY key",
+                &params,
+            );
+            let usage = client.query_opt("SELECT bytes FROM journal_usage WHERE run_id = $1", &params[..1]);
+            let (steps, agents, usage) = futures::join!(steps, agents, usage);
+            let mut snapshot = JournalSnapshot::default();
+            let mut room = value_bytes;
+            for row in steps.map_err(e)? {
+                let key = key_text(row.get(0))?;
+                snapshot.step_keys.insert(fingerprint(&key));
+                let size = usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX);
+                if let Some(value) = row.get::<_, Option<Vec<u8>>>(2).filter(|_| size <= room) {
+                    room -= size;
+                    let value = String::from_utf8(value).map_err(|e| corrupt("a step value", e))?;
+                    snapshot.steps.insert(key, value);
+                }
+            }
+            for row in agents.map_err(e)? {
+                let size = usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX);
+                if let Some(outcome) = row.get::<_, Option<Vec<u8>>>(2).filter(|_| size <= room) {
+                    room -= size;
+                    let outcome = decode_outcome(&outcome).map_err(|e| corrupt("agent journal", e))?;
+                    snapshot.agents.insert(key_text(row.get(0))?, outcome);
+                }
+            }
+            snapshot.journal_bytes = usage.map_err(e)?.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64);
+            Ok(snapshot)
+        })
+    }
+}
+
+impl Journal for PgStore {
+    fn load<'a>(&'a self, run_id: &'a str, value_bytes: usize) -> BoxFuture<'a, Result<JournalSnapshot, JournalError>> {
+        self.load_journal(run_id, value_bytes).map(|r| r.map_err(journal_error)).boxed()
+    }
+
+    fn get_step<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<String>, JournalError>> {
+        if let Some(value) = self.writer.pending().steps.get(&(run_id.to_string(), key.to_string())) {
+            return futures::future::ready(Ok(Some(value.to_string()))).boxed();
+        }
+        let (pool, run_id, key) = (self.pool.clone(), run_id.to_string(), key.to_string());
+        self.spawn(async move {
+            let client = pool.get().await?;
+            let row = client.query_opt("SELECT value FROM steps WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()]).await.map_err(|e| pg(&pool.url, e))?;
+            row.map(|row| String::from_utf8(row.get(0)).map_err(|e| corrupt("a step value", e))).transpose()
+        })
+        .map(|r| r.map_err(journal_error))
+        .boxed()
+    }
+
+    fn get_agent<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>> {
+        let decode = |bytes: &[u8]| decode_outcome(bytes).map_err(|e| corrupt("agent journal", e));
+        let pending = self.writer.pending().agents.get(&(run_id.to_string(), key.to_string())).cloned();
+        if let Some(bytes) = pending {
+            return futures::future::ready(decode(&bytes).map(Some).map_err(journal_error)).boxed();
+        }
+        let (pool, run_id, key) = (self.pool.clone(), run_id.to_string(), key.to_string());
+        self.spawn(async move {
+            let client = pool.get().await?;
+            let row = client.query_opt("SELECT outcome FROM agents WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()]).await.map_err(|e| pg(&pool.url, e))?;
+            row.map(|row| decode(row.get::<_, &[u8]>(0))).transpose()
+        })
+        .map(|r| r.map_err(journal_error))
+        .boxed()
+    }
+
+    /// A row's bytes in its heap page and its primary-key index entry (the key twice).
+    fn footprint(&self, key_bytes: usize, value_bytes: usize) -> u64 {
+        (key_bytes as u64).saturating_mul(2).saturating_add(value_bytes as u64).saturating_add(ROW_OVERHEAD)
+    }
+
+    fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError> {
+        let (run, key, value) = (run_id.to_string(), key.to_string(), Arc::from(value));
+        self.writer.send(Op::Step { run, key, value, usage: journal_bytes }).map_err(journal_error)
+    }
+
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
+        let outcome: Arc<[u8]> = encode_outcome(outcome).into();
+        let (run, key) = (run_id.to_string(), key.to_string());
+        self.writer.send(Op::Agent { run, key, outcome, usage: journal_bytes }).map_err(journal_error)
+    }
+
+    fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError> {
+        self.writer.send(Op::Progress { run: run_id.to_string(), seq, entry, usage: journal_bytes }).map_err(journal_error)
+    }
+
+    fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {
+        let bytes = serde_json::to_vec(accounting).map_err(|e| journal_error(e.into()))?;
+        self.writer.send(Op::Accounting { run: run_id.to_string(), accounting: bytes }).map_err(journal_error)
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {
+        Box::pin(async move { self.writer.flush().await.map_err(journal_error) })
+    }
+}

@@ -1,0 +1,76 @@
+//! The PostgreSQL store's schema and its versioned migrations. Every worker migrates at
+//! connect, inside one transaction holding a transaction-level advisory lock, so workers
+//! starting together apply each migration once and in order; a database whose schema is
+//! newer than this build knows is refused ([`StoreError::Version`]), never written.
+//!
+//! Keys a guest or a session chooses (step keys, registration keys, which hold NULs) are
+//! `bytea`: PostgreSQL `text` cannot hold a NUL.
+
+use super::pg;
+use crate::store::StoreError;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The advisory lock migrations hold (`"factory"` in ASCII, then 1).
+const MIGRATION_LOCK: i64 = 0x6661_6374_6f72_7901;
+
+/// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the tables of the redb store, plus the workers and their leases.
+    "CREATE TABLE workers (
+        id text PRIMARY KEY,
+        generation bigint NOT NULL,
+        lease_until timestamptz NOT NULL,
+        host text NOT NULL,
+        pid integer NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE SEQUENCE run_seq MINVALUE 0 START 0;
+    CREATE TABLE runs (
+        id text PRIMARY KEY,
+        seq bigint NOT NULL UNIQUE,
+        status text NOT NULL,
+        owner text,
+        cancel_requested boolean NOT NULL DEFAULT false,
+        record bytea NOT NULL
+    );
+    CREATE INDEX runs_unfinished ON runs (owner) WHERE status IN ('running', 'pending');
+    CREATE TABLE steps (run_id text NOT NULL, key bytea NOT NULL, value bytea NOT NULL, PRIMARY KEY (run_id, key));
+    CREATE TABLE agents (run_id text NOT NULL, key bytea NOT NULL, outcome bytea NOT NULL, PRIMARY KEY (run_id, key));
+    CREATE TABLE progress (run_id text NOT NULL, seq bigint NOT NULL, entry bytea NOT NULL, PRIMARY KEY (run_id, seq));
+    CREATE TABLE live_accounting (run_id text PRIMARY KEY, accounting bytea NOT NULL);
+    CREATE TABLE journal_usage (run_id text PRIMARY KEY, bytes bigint NOT NULL);
+    CREATE TABLE factories (key bytea PRIMARY KEY, registration bytea NOT NULL);
+    CREATE TABLE blobs (hash text PRIMARY KEY, bytes bytea NOT NULL);
+    CREATE TABLE run_modules (run_id text PRIMARY KEY, manifest bytea NOT NULL);",
+];
+
+/// Bring the database to [`SCHEMA_VERSION`], serialized across workers by an advisory lock;
+/// refuse a newer schema. Returns the version found before migrating (0: an empty database).
+pub(super) async fn migrate(client: &mut tokio_postgres::Client, url: &str) -> Result<i64, StoreError> {
+    let e = |e| pg(url, e);
+    let tx = client.transaction().await.map_err(e)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(e)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS factory_schema (version bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+        .await
+        .map_err(e)?;
+    let found: i64 = tx.query_one("SELECT coalesce(max(version), 0) FROM factory_schema", &[]).await.map_err(e)?.get(0);
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::Version { found: found as u64, expected: SCHEMA_VERSION as u64 });
+    }
+    for version in found + 1..=SCHEMA_VERSION {
+        tx.batch_execute(MIGRATIONS[(version - 1) as usize]).await.map_err(e)?;
+        tx.execute("INSERT INTO factory_schema (version) VALUES ($1)", &[&version]).await.map_err(e)?;
+    }
+    tx.commit().await.map_err(e)?;
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn there_is_one_migration_per_version() {
+        assert_eq!(super::MIGRATIONS.len() as i64, super::SCHEMA_VERSION);
+    }
+}

@@ -1,0 +1,165 @@
+//! This process as a worker of the shared store: its row in `workers` (id, generation,
+//! lease expiry), registered at connect with a new generation, renewed by a task every third
+//! of the lease, released at close. Every group commit read-locks the row (`FOR KEY SHARE`)
+//! and checks generation and expiry inside its own transaction ([`check`]): once the lease
+//! has run out or another worker raised the generation (fencing), the worker writes nothing
+//! more ([`StoreError::Fenced`]).
+//!
+//! Registering also repairs what a crash left, as every store does at open: the runs this
+//! worker (by id) or a worker whose lease has run out left `running` become `halted`, and
+//! those dead workers are fenced, in the same transaction.
+
+use super::pg;
+use crate::model::envelope::Accounting;
+use crate::store::records::halt_interrupted;
+use crate::store::{RunRecord, StoreError};
+use std::time::{Duration, Instant};
+
+/// Who this worker is on the shared store.
+#[derive(Debug, Clone)]
+pub(crate) struct Lease {
+    /// The worker's id.
+    pub(crate) worker: String,
+    /// The generation it registered with.
+    pub(crate) generation: i64,
+    /// How long a renewal holds.
+    pub(crate) duration: Duration,
+}
+
+impl Lease {
+    /// The refusal every write meets once this lease is lost.
+    pub(crate) fn fenced(&self) -> StoreError {
+        StoreError::Fenced { worker: self.worker.clone(), generation: self.generation }
+    }
+}
+
+/// Register `worker` (a new generation, a fresh lease) and repair the runs a crash left
+/// running, in one transaction. Returns the lease and the ids of the runs halted.
+pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, worker: &str, duration: Duration) -> Result<(Lease, Vec<String>), StoreError> {
+    let e = |e| pg(url, e);
+    let host = hostname();
+    let pid = std::process::id() as i32;
+    let secs = duration.as_secs_f64();
+    let tx = client.transaction().await.map_err(e)?;
+    // `FOR UPDATE` waits for any commit of an earlier self (holding `FOR KEY SHARE`) to end,
+    // and makes every later one see the new generation.
+    tx.execute("SELECT 1 FROM workers WHERE id = $1 FOR UPDATE", &[&worker]).await.map_err(e)?;
+    let generation: i64 = tx
+        .query_one(
+            "INSERT INTO workers (id, generation, lease_until, host, pid) VALUES ($1, 1, now() + make_interval(secs => $2), $3, $4)
+             ON CONFLICT (id) DO UPDATE SET generation = workers.generation + 1, lease_until = EXCLUDED.lease_until,
+                 host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = now()
+             RETURNING generation",
+            &[&worker, &secs, &host, &pid],
+        )
+        .await
+        .map_err(e)?
+        .get(0);
+    let rows = tx
+        .query(
+            "SELECT r.id, r.record, a.accounting, r.owner FROM runs r
+               LEFT JOIN workers w ON w.id = r.owner
+               LEFT JOIN live_accounting a ON a.run_id = r.id
+             WHERE r.status IN ('running', 'pending')
+               AND (r.owner IS NULL OR r.owner = $1 OR w.id IS NULL OR w.lease_until < now())
+             FOR UPDATE OF r SKIP LOCKED",
+            &[&worker],
+        )
+        .await
+        .map_err(e)?;
+    let (mut ids, mut records, mut dead) = (Vec::new(), Vec::new(), Vec::new());
+    for row in rows {
+        let id: String = row.get(0);
+        let bytes: Vec<u8> = row.get(1);
+        // A record that cannot be read stays as it is (listed as unreadable).
+        let mut record: RunRecord = match serde_json::from_slice(&bytes) {
+            Ok(record) => record,
+            Err(error) => {
+                tracing::warn!("the record of run {id} cannot be read ({error}); left as it is");
+                continue;
+            }
+        };
+        let live = match row.get::<_, Option<Vec<u8>>>(2) {
+            Some(bytes) => Some(serde_json::from_slice::<Accounting>(&bytes).map_err(|e| crate::store::corrupt("accounting", e))?),
+            None => None,
+        };
+        if let Some(owner) = row.get::<_, Option<String>>(3).filter(|owner| owner != worker) {
+            dead.push(owner);
+        }
+        if halt_interrupted(&mut record, live) {
+            records.push(serde_json::to_vec(&record)?);
+            ids.push(id);
+        }
+    }
+    if !dead.is_empty() {
+        dead.sort();
+        dead.dedup();
+        // The reaper's fence: the dead workers' rows taken `FOR UPDATE` (waiting out any commit
+        // of theirs in flight), their generation raised, in the transaction that takes their runs.
+        tx.execute(
+            "WITH dead AS (SELECT id FROM workers WHERE id = ANY($1) AND lease_until < now() FOR UPDATE)
+             UPDATE workers SET generation = generation + 1 FROM dead WHERE workers.id = dead.id",
+            &[&dead],
+        )
+        .await
+        .map_err(e)?;
+    }
+    if !ids.is_empty() {
+        tx.execute(
+            "UPDATE runs SET record = u.record, status = 'halted', owner = NULL
+               FROM unnest($1::text[], $2::bytea[]) AS u(id, record) WHERE runs.id = u.id",
+            &[&ids, &records],
+        )
+        .await
+        .map_err(e)?;
+    }
+    tx.commit().await.map_err(e)?;
+    Ok((Lease { worker: worker.to_string(), generation, duration }, ids))
+}
+
+/// Inside a commit's transaction: read-lock the worker's row and check it still holds its
+/// generation and an unexpired lease.
+pub(super) async fn check(tx: &tokio_postgres::Transaction<'_>, url: &str, lease: &Lease) -> Result<(), StoreError> {
+    let row = tx
+        .query_opt("SELECT generation, lease_until > now() FROM workers WHERE id = $1 FOR KEY SHARE", &[&lease.worker])
+        .await
+        .map_err(|e| pg(url, e))?;
+    match row {
+        Some(row) if row.get::<_, i64>(0) == lease.generation && row.get::<_, bool>(1) => Ok(()),
+        _ => Err(lease.fenced()),
+    }
+}
+
+/// Extend the lease; [`StoreError::Fenced`] when it had run out or the generation moved.
+/// Returns when the renewal was sent (the local clock's start of the new lease).
+pub(super) async fn renew(client: &tokio_postgres::Client, url: &str, lease: &Lease) -> Result<Instant, StoreError> {
+    let sent = Instant::now();
+    let renewed = client
+        .execute(
+            "UPDATE workers SET lease_until = now() + make_interval(secs => $3)
+             WHERE id = $1 AND generation = $2 AND lease_until > now()",
+            &[&lease.worker, &lease.generation, &lease.duration.as_secs_f64()],
+        )
+        .await
+        .map_err(|e| pg(url, e))?;
+    if renewed == 1 {
+        Ok(sent)
+    } else {
+        Err(lease.fenced())
+    }
+}
+
+/// Give the lease up at a clean close: the next start of this worker, or any other
+/// worker, may take its runs at once.
+pub(super) async fn release(client: &tokio_postgres::Client, url: &str, lease: &Lease) -> Result<(), StoreError> {
+    client
+        .execute("UPDATE workers SET lease_until = now() WHERE id = $1 AND generation = $2", &[&lease.worker, &lease.generation])
+        .await
+        .map_err(|e| pg(url, e))?;
+    Ok(())
+}
+
+/// This machine's name (for `workers.host`).
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+}

@@ -1,0 +1,504 @@
+//! Group commit on PostgreSQL: one writer task owns every write of this worker. Callers hand
+//! it operations and go on at once; it gathers whatever arrives within the commit window (or
+//! until a flush is asked for) into ONE transaction: first the worker's fencing check
+//! ([`worker::check`]), then one batched upsert per table (`INSERT ... SELECT FROM unnest(...)
+//! ON CONFLICT DO UPDATE`), the entries deduplicated per batch (an upsert cannot touch a row
+//! twice), all statements pipelined on one connection. Every batch is idempotent, so a
+//! commit whose outcome is unknown (the connection dropped) is retried on a new connection
+//! within [`RETRY_FOR`]; a refused commit (fenced, a database error) fails the store, which
+//! then refuses further writes, as the redb store does.
+
+use super::worker::{self, Lease};
+use super::{pg, PoolHandle};
+use crate::store::redb::Backlog;
+use crate::store::{StoreError, WriterStats};
+use futures::future::{BoxFuture, FutureExt};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a commit whose connection failed is retried before the store fails.
+pub(crate) const RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// One write.
+pub(crate) enum Op {
+    Step { run: String, key: String, value: Arc<str>, usage: u64 },
+    Agent { run: String, key: String, outcome: Arc<[u8]>, usage: u64 },
+    Progress { run: String, seq: u64, entry: Vec<u8>, usage: u64 },
+    Accounting { run: String, accounting: Vec<u8> },
+    Run { id: String, seq: u64, status: String, record: Vec<u8> },
+    Factory { key: String, registration: Vec<u8> },
+    Blob { hash: String, bytes: Arc<[u8]> },
+    RunModules { run: String, manifest: Vec<u8> },
+    Flush(oneshot::Sender<Result<(), StoreError>>),
+}
+
+impl Op {
+    /// The bytes the operation holds while queued.
+    fn bytes(&self) -> u64 {
+        let bytes = match self {
+            Op::Step { run, key, value, .. } => run.len() + key.len() + value.len(),
+            Op::Agent { run, key, outcome, .. } => run.len() + key.len() + outcome.len(),
+            Op::Progress { run, entry, .. } => run.len() + entry.len(),
+            Op::Accounting { run, accounting } => run.len() + accounting.len(),
+            Op::Run { id, record, status, .. } => id.len() + record.len() + status.len(),
+            Op::Factory { key, registration } => key.len() + registration.len(),
+            Op::Blob { hash, bytes } => hash.len() + bytes.len(),
+            Op::RunModules { run, manifest } => run.len() + manifest.len(),
+            Op::Flush(_) => 0,
+        };
+        bytes as u64
+    }
+}
+
+/// Journal values queued but not yet committed, so reads see every put at once.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(crate) steps: HashMap<(String, String), Arc<str>>,
+    pub(crate) agents: HashMap<(String, String), Arc<[u8]>>,
+}
+
+/// The handle callers use.
+pub(crate) struct Writer {
+    pub(crate) pending: Arc<Mutex<Pending>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Op>>>,
+    /// The first failure (a refused commit, a lost lease); once set, writes are refused.
+    pub(crate) failed: Arc<Mutex<Option<Arc<StoreError>>>>,
+    pub(crate) stats: Arc<WriterStats>,
+    backlog: Arc<Backlog>,
+    /// Told when the task has committed what was queued and stopped.
+    done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+/// What the writer task needs.
+pub(super) struct Setup {
+    pub(super) pool: PoolHandle,
+    pub(super) lease: Lease,
+    pub(super) window: Duration,
+    pub(super) queue_bytes: u64,
+}
+
+impl Writer {
+    /// Start the writer task on `runtime`.
+    pub(super) fn start(runtime: &tokio::runtime::Handle, setup: Setup) -> Writer {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let writer = Writer {
+            pending: Arc::default(),
+            tx: Mutex::new(Some(tx)),
+            failed: Arc::default(),
+            stats: Arc::default(),
+            backlog: Arc::new(Backlog::new(setup.queue_bytes)),
+            done: Mutex::new(Some(done)),
+        };
+        let task = Task {
+            pool: setup.pool,
+            lease: setup.lease,
+            window: setup.window,
+            failed: writer.failed.clone(),
+            stats: writer.stats.clone(),
+            pending: writer.pending.clone(),
+            backlog: writer.backlog.clone(),
+        };
+        runtime.spawn(async move {
+            task.run(rx).await;
+            let _ = done_tx.send(());
+        });
+        writer
+    }
+
+    /// Queue a write; fails only when the store has failed or is closed. When the queue
+    /// holds its cap in bytes, waits for the next commit first.
+    pub(crate) fn send(&self, op: Op) -> Result<(), StoreError> {
+        if let Some(failure) = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(StoreError::WriteFailed(failure));
+        }
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(sender) = tx.as_ref() else { return Err(StoreError::Closed) };
+        self.backlog.reserve(op.bytes());
+        match &op {
+            Op::Step { run, key, value, .. } => {
+                self.pending().steps.insert((run.clone(), key.clone()), value.clone());
+            }
+            Op::Agent { run, key, outcome, .. } => {
+                self.pending().agents.insert((run.clone(), key.clone()), outcome.clone());
+            }
+            _ => {}
+        }
+        sender.send(op).map_err(|_| StoreError::Closed)
+    }
+
+    pub(crate) fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Resolve once everything queued so far is committed.
+    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        let (done, wait) = oneshot::channel();
+        self.send(Op::Flush(done))?;
+        wait.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Stop the task after it commits what is queued and releases the lease; waits for it
+    /// (at most `patience`).
+    pub(crate) fn close(&self, patience: Duration) {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(done) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = done.recv_timeout(patience);
+        }
+    }
+}
+
+struct Task {
+    pool: PoolHandle,
+    lease: Lease,
+    window: Duration,
+    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
+    stats: Arc<WriterStats>,
+    pending: Arc<Mutex<Pending>>,
+    backlog: Arc<Backlog>,
+}
+
+impl Task {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Op>) {
+        while let Some(first) = rx.recv().await {
+            let mut flush = matches!(first, Op::Flush(_));
+            let mut batch = vec![first];
+            let deadline = tokio::time::Instant::now() + self.window;
+            let mut open = true;
+            while !flush {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(op)) => {
+                        flush = matches!(op, Op::Flush(_));
+                        batch.push(op);
+                    }
+                    Ok(None) => {
+                        open = false;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            while let Ok(op) = rx.try_recv() {
+                batch.push(op);
+            }
+            let already = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let result = match already {
+                Some(failure) => Err(StoreError::WriteFailed(failure)),
+                None => self.commit_retrying(&batch).await,
+            };
+            match &result {
+                Err(e) => {
+                    self.failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| Arc::new(e.clone()));
+                }
+                Ok(()) => self.forget_committed(&batch),
+            }
+            let bytes = batch.iter().map(Op::bytes).sum();
+            for op in batch {
+                if let Op::Flush(done) = op {
+                    let _ = done.send(result.clone());
+                }
+            }
+            self.backlog.release(bytes);
+            if !open {
+                break;
+            }
+        }
+        // Closed cleanly: give the lease up, unless it was lost.
+        if self.failed.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            if let Ok(client) = self.pool.get().await {
+                if let Err(e) = worker::release(&client, &self.pool.url, &self.lease).await {
+                    tracing::warn!("releasing the worker lease: {e}");
+                }
+            }
+        }
+    }
+
+    /// Committed values are readable from the database now; an entry replaced by a later put
+    /// (another Arc) stays until that one is committed.
+    fn forget_committed(&self, batch: &[Op]) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        for op in batch {
+            match op {
+                Op::Step { run, key, value, .. } => {
+                    let id = (run.clone(), key.clone());
+                    if pending.steps.get(&id).is_some_and(|v| Arc::ptr_eq(v, value)) {
+                        pending.steps.remove(&id);
+                    }
+                }
+                Op::Agent { run, key, outcome, .. } => {
+                    let id = (run.clone(), key.clone());
+                    if pending.agents.get(&id).is_some_and(|v| Arc::ptr_eq(v, outcome)) {
+                        pending.agents.remove(&id);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Commit `batch`, retrying on a new connection while the failure is the connection's
+    /// (the outcome unknown: the batch is idempotent), for at most [`RETRY_FOR`].
+    async fn commit_retrying(&self, batch: &[Op]) -> Result<(), StoreError> {
+        let writes = batch.iter().filter(|op| !matches!(op, Op::Flush(_))).count();
+        if writes == 0 {
+            return Ok(());
+        }
+        let rows = Rows::of(batch);
+        let started = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.commit(&rows).await {
+                Ok(()) => break,
+                Err(e) if retryable(&e) && started.elapsed() < RETRY_FOR => {
+                    tracing::warn!("a store commit failed ({e}); retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        self.stats.ops.fetch_add(writes as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn commit(&self, rows: &Rows<'_>) -> Result<(), StoreError> {
+        let url = &self.pool.url;
+        let e = |e| pg(url, e);
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await.map_err(e)?;
+        let worker = &self.lease.worker;
+        // Pipelined: the fencing check goes first on the wire, the upserts right after it.
+        let check = worker::check(&tx, url, &self.lease);
+        let upserts = rows.upserts(&tx, worker);
+        let (checked, written) = futures::join!(check, upserts);
+        checked?;
+        written.map_err(e)?;
+        tx.commit().await.map_err(e)
+    }
+}
+
+/// Whether a failed commit may be retried: the connection failed (the outcome is unknown),
+/// not the database's answer.
+fn retryable(error: &StoreError) -> bool {
+    match error {
+        StoreError::Pool { .. } => true,
+        StoreError::Postgres { source, .. } => source.as_db_error().is_none() || source.is_closed(),
+        _ => false,
+    }
+}
+
+type Param<'s> = &'s (dyn tokio_postgres::types::ToSql + Sync);
+
+/// One statement of a batch, its parameters owned by the future (pipelined with the others).
+fn exec<'s>(tx: &'s tokio_postgres::Transaction<'_>, sql: &'static str, params: Vec<Param<'s>>) -> BoxFuture<'s, Result<u64, tokio_postgres::Error>> {
+    tx.execute_raw(sql, params).boxed()
+}
+
+/// A batch as one column array per table field, deduplicated (the last put of a key wins;
+/// the journal usage is the largest per run).
+struct Rows<'a> {
+    steps: Columns3<'a>,
+    agents: Columns3<'a>,
+    progress: (Vec<&'a str>, Vec<i64>, Vec<&'a [u8]>),
+    accounting: (Vec<&'a str>, Vec<&'a [u8]>),
+    usage: (Vec<&'a str>, Vec<i64>),
+    runs: (Vec<&'a str>, Vec<i64>, Vec<&'a str>, Vec<&'a [u8]>),
+    factories: (Vec<&'a [u8]>, Vec<&'a [u8]>),
+    blobs: (Vec<&'a str>, Vec<&'a [u8]>),
+    modules: (Vec<&'a str>, Vec<&'a [u8]>),
+}
+
+type Columns3<'a> = (Vec<&'a str>, Vec<&'a [u8]>, Vec<&'a [u8]>);
+
+fn last_wins<K: std::hash::Hash + Eq, V>(items: impl Iterator<Item = (K, V)>) -> Vec<V> {
+    let mut index: HashMap<K, usize> = HashMap::new();
+    let mut out: Vec<V> = Vec::new();
+    for (key, value) in items {
+        match index.get(&key) {
+            Some(&at) => out[at] = value,
+            None => {
+                index.insert(key, out.len());
+                out.push(value);
+            }
+        }
+    }
+    out
+}
+
+fn unzip3<A, B, C>(items: Vec<(A, B, C)>) -> (Vec<A>, Vec<B>, Vec<C>) {
+    let mut out = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
+    for (a, b, c) in items {
+        out.0.push(a);
+        out.1.push(b);
+        out.2.push(c);
+    }
+    out
+}
+
+fn db_int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl<'a> Rows<'a> {
+    fn of(batch: &'a [Op]) -> Rows<'a> {
+        let steps = last_wins(batch.iter().filter_map(|op| match op {
+            Op::Step { run, key, value, .. } => Some(((run, key), (run.as_str(), key.as_bytes(), value.as_bytes()))),
+            _ => None,
+        }));
+        let agents = last_wins(batch.iter().filter_map(|op| match op {
+            Op::Agent { run, key, outcome, .. } => Some(((run, key), (run.as_str(), key.as_bytes(), &outcome[..]))),
+            _ => None,
+        }));
+        let progress = last_wins(batch.iter().filter_map(|op| match op {
+            Op::Progress { run, seq, entry, .. } => Some(((run, *seq), (run.as_str(), db_int(*seq), entry.as_slice()))),
+            _ => None,
+        }));
+        let accounting = last_wins(batch.iter().filter_map(|op| match op {
+            Op::Accounting { run, accounting } => Some((run, (run.as_str(), accounting.as_slice()))),
+            _ => None,
+        }));
+        let mut usage: HashMap<&str, u64> = HashMap::new();
+        for op in batch {
+            if let Op::Step { run, usage: bytes, .. } | Op::Agent { run, usage: bytes, .. } | Op::Progress { run, usage: bytes, .. } = op {
+                let most = usage.entry(run.as_str()).or_insert(0);
+                *most = (*most).max(*bytes);
+            }
+        }
+        let runs = last_wins(batch.iter().filter_map(|op| match op {
+            Op::Run { id, seq, status, record } => Some((id, (id.as_str(), db_int(*seq), status.as_str(), record.as_slice()))),
+            _ => None,
+        }));
+        let factories = last_wins(batch.iter().filter_map(|op| match op {
+            Op::Factory { key, registration } => Some((key, (key.as_bytes(), registration.as_slice()))),
+            _ => None,
+        }));
+        // Content-addressed: the first copy of a hash is as good as any.
+        let mut blobs: Vec<(&str, &[u8])> = Vec::new();
+        for op in batch {
+            if let Op::Blob { hash, bytes } = op {
+                if !blobs.iter().any(|(h, _)| *h == hash.as_str()) {
+                    blobs.push((hash.as_str(), &bytes[..]));
+                }
+            }
+        }
+        let modules = last_wins(batch.iter().filter_map(|op| match op {
+            Op::RunModules { run, manifest } => Some((run, (run.as_str(), manifest.as_slice()))),
+            _ => None,
+        }));
+        let mut run_columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (id, seq, status, record) in runs {
+            run_columns.0.push(id);
+            run_columns.1.push(seq);
+            run_columns.2.push(status);
+            run_columns.3.push(record);
+        }
+        Rows {
+            steps: unzip3(steps),
+            agents: unzip3(agents),
+            progress: unzip3(progress),
+            accounting: accounting.into_iter().unzip(),
+            usage: usage.into_iter().map(|(run, bytes)| (run, db_int(bytes))).unzip(),
+            runs: run_columns,
+            factories: factories.into_iter().unzip(),
+            blobs: blobs.into_iter().unzip(),
+            modules: modules.into_iter().unzip(),
+        }
+    }
+
+    /// Every upsert of the batch, pipelined on `tx`.
+    async fn upserts(&self, tx: &tokio_postgres::Transaction<'_>, worker: &str) -> Result<(), tokio_postgres::Error> {
+        let mut statements: Vec<BoxFuture<'_, Result<u64, tokio_postgres::Error>>> = Vec::new();
+        if !self.steps.0.is_empty() {
+            let (a, b, c) = &self.steps;
+            statements.push(
+                exec(tx, 
+                    "INSERT INTO steps (run_id, key, value) SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
+                     ON CONFLICT (run_id, key) DO UPDATE SET value = EXCLUDED.value",
+                    vec![a as Param<'_>, b, c],
+                ),
+            );
+        }
+        if !self.agents.0.is_empty() {
+            let (a, b, c) = &self.agents;
+            statements.push(
+                exec(tx, 
+                    "INSERT INTO agents (run_id, key, outcome) SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
+                     ON CONFLICT (run_id, key) DO UPDATE SET outcome = EXCLUDED.outcome",
+                    vec![a as Param<'_>, b, c],
+                ),
+            );
+        }
+        if !self.progress.0.is_empty() {
+            let (a, b, c) = &self.progress;
+            statements.push(
+                exec(tx, 
+                    "INSERT INTO progress (run_id, seq, entry) SELECT * FROM unnest($1::text[], $2::int8[], $3::bytea[])
+                     ON CONFLICT (run_id, seq) DO UPDATE SET entry = EXCLUDED.entry",
+                    vec![a as Param<'_>, b, c],
+                ),
+            );
+        }
+        if !self.accounting.0.is_empty() {
+            let (a, b) = &self.accounting;
+            statements.push(
+                exec(tx, 
+                    "INSERT INTO live_accounting (run_id, accounting) SELECT * FROM unnest($1::text[], $2::bytea[])
+                     ON CONFLICT (run_id) DO UPDATE SET accounting = EXCLUDED.accounting",
+                    vec![a as Param<'_>, b],
+                ),
+            );
+        }
+        if !self.usage.0.is_empty() {
+            let (a, b) = &self.usage;
+            statements.push(
+                exec(tx, 
+                    "INSERT INTO journal_usage (run_id, bytes) SELECT * FROM unnest($1::text[], $2::int8[])
+                     ON CONFLICT (run_id) DO UPDATE SET bytes = EXCLUDED.bytes",
+                    vec![a as Param<'_>, b],
+                ),
+            );
+        }
+        if !self.runs.0.is_empty() {
+            let (a, b, c, d) = &self.runs;
+            statements.push(
+                exec(tx, 
+                    "INSERT INTO runs (id, seq, status, owner, record)
+                       SELECT u.id, u.seq, u.status, $5, u.record FROM unnest($1::text[], $2::int8[], $3::text[], $4::bytea[]) AS u(id, seq, status, record)
+                     ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, owner = EXCLUDED.owner, record = EXCLUDED.record",
+                    vec![a as Param<'_>, b, c, d, &worker],
+                ),
+            );
+        }
+        if !self.factories.0.is_empty() {
+            let (a, b) = &self.factories;
+            statements.push(
+                exec(tx, 
+                    "INSERT INTO factories (key, registration) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+                     ON CONFLICT (key) DO UPDATE SET registration = EXCLUDED.registration",
+                    vec![a as Param<'_>, b],
+                ),
+            );
+        }
+        if !self.blobs.0.is_empty() {
+            let (a, b) = &self.blobs;
+            statements.push(
+                exec(tx, "INSERT INTO blobs (hash, bytes) SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT (hash) DO NOTHING", vec![a as Param<'_>, b]),
+            );
+        }
+        if !self.modules.0.is_empty() {
+            let (a, b) = &self.modules;
+            statements.push(
+                exec(tx, 
+                    "INSERT INTO run_modules (run_id, manifest) SELECT * FROM unnest($1::text[], $2::bytea[])
+                     ON CONFLICT (run_id) DO UPDATE SET manifest = EXCLUDED.manifest",
+                    vec![a as Param<'_>, b],
+                ),
+            );
+        }
+        futures::future::try_join_all(statements).await.map(|_| ())
+    }
+}

@@ -1,0 +1,244 @@
+//! The PostgreSQL store against a real PostgreSQL 15 started by the test ([`common::postgres`]):
+//! the store conformance suite, schema migrations (refusing a newer schema), fencing of a
+//! worker whose lease was taken, and group commit batching.
+
+mod common;
+
+use common::postgres::Postgres;
+use factory_host::model::envelope::RunStatus;
+use factory_host::store::conformance;
+use factory_host::store::journal::Journal;
+use factory_host::store::{PgOptions, PgStore, Store, StoreError};
+use futures::FutureExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn options(worker: &str) -> PgOptions {
+    PgOptions { commit_window: Duration::from_millis(5), ..PgOptions::new(worker) }
+}
+
+#[tokio::test]
+async fn the_postgres_store_conforms() {
+    let server = Postgres::start();
+    let url = server.database("conformance");
+    let open = move || {
+        let url = url.clone();
+        async move { Ok(Arc::new(PgStore::connect(&url, options("conformance-worker")).await?) as Arc<dyn Store>) }.boxed()
+    };
+    conformance::run_all(open).await;
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_migrations_run_once() {
+    let server = Postgres::start();
+    let url = server.database("schema");
+    // Two workers connecting at once: the advisory lock serializes the migration.
+    let (a, b) = futures::join!(PgStore::connect(&url, options("w1")), PgStore::connect(&url, options("w2")));
+    let (a, b) = (a.expect("worker 1 connects"), b.expect("worker 2 connects"));
+    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',') FROM factory_schema"), "1", "migration 1 applied once");
+    assert_eq!(server.psql("schema", "SELECT count(*) FROM workers"), "2", "both registered");
+    drop((a, b));
+    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (2)");
+    match PgStore::connect(&url, options("w3")).await {
+        Err(StoreError::Version { found: 2, expected: 1 }) => {}
+        other => panic!("a newer schema must be refused with a version error, got {other:?}"),
+    }
+    assert_eq!(server.psql("schema", "SELECT count(*) FROM workers WHERE id = 'w3'"), "0", "a refused worker registers nothing");
+}
+
+#[tokio::test]
+async fn a_fenced_worker_commits_nothing() {
+    let server = Postgres::start();
+    let url = server.database("fencing");
+    let store = PgStore::connect(&url, options("zombie")).await.expect("connects");
+    let run = "run-of-the-zombie";
+    store.put_step(run, "before", "1", 1).expect("put");
+    Journal::flush(&store).await.expect("a commit while the lease is held");
+    // Another worker takes over: the generation moves (as the reaper does).
+    server.psql("fencing", "UPDATE workers SET generation = generation + 1 WHERE id = 'zombie'");
+    store.put_step(run, "after", "2", 2).expect("a put is queued");
+    let error = Journal::flush(&store).await.expect_err("the commit of a fenced worker is refused");
+    let cause = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<StoreError>()).expect("a store error");
+    assert!(matches!(cause, StoreError::Fenced { worker, .. } if worker == "zombie"), "{cause:?}");
+    assert!(store.put_step(run, "later", "3", 3).is_err(), "once fenced, writes are refused at once");
+    assert_eq!(server.psql("fencing", "SELECT string_agg(convert_from(key, 'UTF8'), ',') FROM steps"), "before", "nothing after the fence");
+
+    // An expired lease fences too, even before anyone raises the generation.
+    let url = server.database("expiry");
+    let store = PgStore::connect(&url, options("late")).await.expect("connects");
+    server.psql("expiry", "UPDATE workers SET lease_until = now() - interval '1 second'");
+    store.put_step(run, "s", "1", 1).expect("queued");
+    assert!(Journal::flush(&store).await.is_err(), "an expired lease commits nothing");
+    assert_eq!(server.psql("expiry", "SELECT count(*) FROM steps"), "0");
+}
+
+#[tokio::test]
+async fn a_window_of_puts_is_one_transaction_and_the_worker_renews_its_lease() {
+    let server = Postgres::start();
+    let url = server.database("group");
+    let opts = PgOptions { commit_window: Duration::from_secs(2), lease: Duration::from_millis(900), ..PgOptions::new("grouper") };
+    let store = PgStore::connect(&url, opts).await.expect("connects");
+    let commits = store.writer_stats().commits.load(std::sync::atomic::Ordering::SeqCst);
+    for i in 0..500 {
+        // The same key twice in one batch: deduplicated (an upsert cannot touch a row twice).
+        store.put_step("r", &format!("k{}", i % 250), &i.to_string(), i).expect("put");
+        store.put_agent("r", &format!("{i:08x}"), Some("\"ok\""), i).expect("put");
+    }
+    Journal::flush(&store).await.expect("flush");
+    assert_eq!(store.writer_stats().commits.load(std::sync::atomic::Ordering::SeqCst) - commits, 1, "one commit for the window");
+    assert_eq!(server.psql("group", "SELECT count(*) FROM steps"), "250");
+    assert_eq!(server.psql("group", "SELECT convert_from(value, 'UTF8') FROM steps WHERE key = 'k7'::bytea"), "257", "the last put wins");
+    assert_eq!(server.psql("group", "SELECT count(*) FROM agents"), "500");
+    assert_eq!(server.psql("group", "SELECT bytes FROM journal_usage WHERE run_id = 'r'"), "499");
+    // Past several lease lengths, the renewal task kept the lease: commits still land.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut record = conformance::record("renewed", "default", RunStatus::Completed);
+    store.put_run(&mut record, true).await.expect("a commit after several lease lengths");
+    assert!(store.lease_held(), "the lease is held by the local clock too");
+}
+
+/// `factory serve --store postgres://...` with `--http`: a run of the probe's fan-out on a
+/// real OpenAI-compatible server on 127.0.0.1 (answers 4 calls, then holds every request), the
+/// service killed with -9 mid-run and started again: the run is recovered from the database
+/// and completes, and no call whose answer was journaled is asked again. The URL's password
+/// never shows in the service's log.
+#[test]
+fn serve_on_postgres_recovers_a_run_after_kill_9_paying_no_journaled_call_twice() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::{json, Value};
+    use std::collections::BTreeSet;
+
+    let server = Postgres::start();
+    server.database("serve");
+    // Trust authentication ignores the password: it is here to be kept out of every log.
+    let url = format!("postgres://postgres:s3cret-pw@127.0.0.1:{}/serve", server.port());
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 4, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let state = tempfile::tempdir().expect("a state dir");
+    write_config(state.path(), fake.port(), false, "");
+    let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+    std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let service = Service::start(state.path(), &args);
+    let api = Api::of(state.path(), &service.log());
+    let probe = common::component("probe");
+    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201, "{status} {registered:#}");
+    assert_eq!(server.psql("serve", "SELECT count(*) FROM factories"), "1", "registered in the database");
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 10}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
+    let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+
+    // Four answers journaled, two calls held open: kill the service there.
+    let labels = |entries: &[Value], pred: &dyn Fn(&Value) -> bool| -> BTreeSet<String> {
+        entries.iter().filter(|e| pred(e)).filter_map(|e| e["label"].as_str()).map(|l| format!("task {}", l.trim_start_matches("t:"))).collect()
+    };
+    let progress = |api: &Api| -> Vec<Value> {
+        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+        assert_eq!(status, 200, "{page:#}");
+        page.as_array().cloned().expect("a page of progress")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let entries = progress(&api);
+        let started = labels(&entries, &|e| e["event"] == "agentStarted");
+        let answered = labels(&entries, &|e| e["event"] == "agentFinished" && e["status"] == "ok");
+        if started.len() >= 6 && answered.len() >= 4 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the fan-out did not get going: {entries:#?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = service.kill();
+    assert_eq!(server.psql("serve", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "running", "killed mid-run");
+    let journaled = server.psql("serve", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"));
+    assert_eq!(journaled, "4", "the four answers are in the database");
+
+    // Started again on the same state directory: the same worker, which takes its run back.
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+    let service = Service::start(state.path(), &args);
+    let api = Api::of(state.path(), &service.log());
+    let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(status, 200, "{done:#}");
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", service.log());
+    assert_eq!(done["result"]["done"], 10, "{done:#}");
+    assert_eq!(done["attempts"], 2, "{done:#}");
+    assert!(service.log().contains(&format!("recovering run {run_id}")), "{}", service.log());
+    let entries = progress(&api);
+    let ended: Vec<&Value> = entries.iter().filter(|e| e["event"] == "attemptEnded").collect();
+    assert_eq!(ended.last().map(|e| e["replayed"].clone()), Some(Value::from(4)), "{ended:#?}");
+    let log = log + &service.stop();
+
+    // Only the two calls in flight at the kill were asked twice.
+    let asked = fake.asked();
+    let twice: Vec<String> = (0..10).map(|i| format!("task {i}")).filter(|p| asked.iter().filter(|a| *a == p).count() == 2).collect();
+    assert_eq!(twice.len(), 2, "asked: {asked:?}");
+    for i in 0..10 {
+        let prompt = format!("task {i}");
+        let times = asked.iter().filter(|a| **a == prompt).count();
+        assert!(times == 1 || twice.contains(&prompt), "`{prompt}` asked {times} times: {asked:?}");
+    }
+    assert_eq!(asked.len(), 12, "ten calls and the two in flight at the kill: {asked:?}");
+    assert!(log.contains("postgres://postgres:***@127.0.0.1"), "the URL is shown redacted: {log}");
+    assert!(!log.contains("s3cret-pw"), "the password never shows: {log}");
+}
+
+/// The HTTP API of a service, found in its log, with the token from the state directory.
+struct Api {
+    base: String,
+    token: String,
+}
+
+impl Api {
+    fn of(state: &std::path::Path, log: &str) -> Api {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut log = log.to_string();
+        let base = loop {
+            if let Some(rest) = log.lines().find_map(|l| l.split("HTTP API on http://").nth(1)) {
+                break format!("http://{}", rest.split("/api/").next().unwrap_or_default());
+            }
+            assert!(std::time::Instant::now() < deadline, "the service does not serve HTTP: {log}");
+            std::thread::sleep(Duration::from_millis(20));
+            log = std::fs::read_dir(state)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("serve-"))
+                .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+                .and_then(|e| std::fs::read_to_string(e.path()).ok())
+                .unwrap_or_default();
+        };
+        let token = std::fs::read_to_string(state.join("http.token")).expect("the token file").trim().to_string();
+        Api { base, token }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("the API answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(serde_json::Value::Null))
+    }
+}
+
+/// A database that cannot be reached stops `factory serve --store` at start with an error
+/// naming the URL redacted; a `--store` that is not a postgres:// URL is a usage error.
+#[test]
+fn serve_refuses_an_unreachable_store_without_printing_its_password() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+    let state = tempfile::tempdir().expect("a state dir");
+    let url = format!("postgres://ann:pw-never-shown@127.0.0.1:{port}/db");
+    let out = common::factory_in(state.path(), &["serve", "--store", &url]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("postgres://ann:***@127.0.0.1:{port}/db")), "{stderr}");
+    assert!(!stderr.contains("pw-never-shown"), "{stderr}");
+    let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
