@@ -86,11 +86,13 @@ enum Command {
   factory serve
   factory serve --http 127.0.0.1:8080 --idle-exit 600")]
     Serve(serve::ServeArgs),
-    /// Scaffold a new JS/TS factory in a new directory: a factory that runs as it is, its
-    /// type declarations, a strict tsconfig.json and a package.json with `typecheck`.
+    /// Scaffold a new factory (TypeScript, JavaScript, Rust or Python) in a new directory:
+    /// a factory that runs as it is and a README (for TS/JS also its type declarations, a
+    /// strict tsconfig.json and a package.json with `typecheck`).
     #[command(after_help = "Examples:
   factory init ideas                   # TypeScript (the default)
-  factory init ideas --lang js && factory run ideas/ideas.js")]
+  factory init ideas --lang python
+  factory init ideas --lang rust && factory run ./ideas")]
     Init(init::InitArgs),
     /// Register a factory under its meta name.
     #[command(after_help = "Examples:
