@@ -1,10 +1,16 @@
-//! `factory init NAME --lang ts|js`: scaffolds a new JavaScript or TypeScript factory in the
-//! directory NAME — a factory file that runs as it is (meta with phases, limits and an args
-//! schema; a `parallel`, `pipeline` and `step` body), the runtime's type declarations
-//! (`guest-sdk/js`, embedded in the binary and written to `types/`), a strict
-//! `tsconfig.json` that maps the runtime's module names to them (so type-checking needs no
-//! network and no package of ours on npm), a `package.json` with a `typecheck` script, and
-//! a README. It never overwrites: an existing non-empty directory or file is refused.
+//! `factory init NAME --lang ts|js|rust|python`: scaffolds a new factory in the directory
+//! NAME — a factory that runs as it is (meta with phases, limits and an args schema; a
+//! `parallel`, `pipeline` and `step` body) and a README, in the language's own layout:
+//! - TypeScript / JavaScript: `NAME.ts` or `NAME.js`, the runtime's type declarations
+//!   (`guest-sdk/js`, embedded in the binary and written to `types/`), a strict
+//!   `tsconfig.json` that maps the runtime's module names to them (so type-checking needs no
+//!   network and no package of ours on npm) and a `package.json` with a `typecheck` script;
+//! - Rust: a crate (`Cargo.toml`, `src/lib.rs`, a workspace of its own) whose `factory-sdk`
+//!   is a path dependency on the SDK of the checkout this binary was built from (or `--sdk
+//!   DIR`);
+//! - Python: a project directory with an `app.py` (the SDK ships inside the binary).
+//!
+//! It never overwrites: an existing non-empty directory or file is refused.
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -24,15 +30,28 @@ const GLOBALS_D_TS: &str = include_str!("../../../../guest-sdk/js/globals.d.ts")
 /// The longest factory name `init` takes (meta names may be up to 128 bytes).
 const MAX_NAME_BYTES: usize = 64;
 
+/// The Rust SDK of the checkout this binary was built from: a Rust scaffold's default
+/// `factory-sdk` path dependency.
+const BUILT_SDK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-sdk/rust");
+
+/// A Rust factory's source (`src/lib.rs`).
+const RUST_TEMPLATE: &str = include_str!("../../../templates/init/lib.rs.tmpl");
+/// A Python factory's source (`app.py`).
+const PYTHON_TEMPLATE: &str = include_str!("../../../templates/init/app.py.tmpl");
+
 /// `factory init`: where to scaffold, and in which language.
 #[derive(Args)]
 pub struct InitArgs {
     /// The directory to create (its last component is the factory's name: letters, digits,
-    /// `-`, `_`, `.`, starting with a letter or digit).
+    /// `-`, `_`, `.`, starting with a letter or digit; for Rust, a letter first and no `.`).
     path: PathBuf,
     /// The factory's language.
     #[arg(long, value_enum, default_value_t = Lang::Ts)]
     lang: Lang,
+    /// Rust only: the `factory-sdk` crate directory the scaffold depends on (default: the
+    /// `guest-sdk/rust` of the checkout this binary was built from).
+    #[arg(long, value_name = "DIR")]
+    sdk: Option<PathBuf>,
 }
 
 /// The languages `init` scaffolds.
@@ -42,13 +61,19 @@ pub enum Lang {
     Ts,
     /// JavaScript (`NAME.js`, type-checked through `// @ts-check` and JSDoc).
     Js,
+    /// Rust (a crate: `Cargo.toml` and `src/lib.rs`, built by `factory run DIR`).
+    Rust,
+    /// Python (a project directory with an `app.py`, built with componentize-py).
+    Python,
 }
 
 impl Lang {
-    fn extension(self) -> &'static str {
+    fn title(self) -> &'static str {
         match self {
-            Lang::Ts => "ts",
-            Lang::Js => "js",
+            Lang::Ts => "TypeScript",
+            Lang::Js => "JavaScript",
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
         }
     }
 }
@@ -68,6 +93,12 @@ pub enum InitError {
     /// The target exists and is not a directory.
     #[error("{0} already exists and is not a directory")]
     NotADirectory(PathBuf),
+    /// The name is not a Cargo package name.
+    #[error("invalid Rust factory name `{0}`: a Cargo package name starts with a letter and has no `.`")]
+    RustName(String),
+    /// The Rust SDK is not where the scaffold would point.
+    #[error("the Rust SDK (factory-sdk) is not at {0}: pass --sdk DIR (a checkout's guest-sdk/rust)")]
+    NoSdk(PathBuf, #[source] std::io::Error),
 }
 
 /// Check `name` as `init` needs it: a valid meta name, file name and npm package name.
@@ -83,13 +114,37 @@ pub fn check_name(name: &str) -> Result<(), InitError> {
     }
 }
 
-/// The files of a new factory `name` in `lang`: (relative path, contents).
-pub fn scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
-    let ext = lang.extension();
+/// The files of a new factory `name` in `lang`: (relative path, contents). `sdk` is the
+/// `factory-sdk` directory a Rust scaffold depends on.
+pub fn scaffold(name: &str, lang: Lang, sdk: &Path) -> Vec<(String, String)> {
+    let readme = |template: &str, file: &str| template.replace("{{name}}", name).replace("{{file}}", file);
+    match lang {
+        Lang::Ts | Lang::Js => script_scaffold(name, lang),
+        Lang::Rust => {
+            let package = name.to_ascii_lowercase();
+            let sdk = toml::Value::String(sdk.display().to_string());
+            let manifest = RUST_MANIFEST.replace("{{package}}", &package).replace("{{sdk}}", &sdk.to_string());
+            vec![
+                ("src/lib.rs".into(), RUST_TEMPLATE.replace("{{name}}", name)),
+                ("Cargo.toml".into(), manifest),
+                ("README.md".into(), readme(RUST_README, "src/lib.rs")),
+                (".gitignore".into(), "target/\n".into()),
+            ]
+        }
+        Lang::Python => vec![
+            ("app.py".into(), PYTHON_TEMPLATE.replace("{{name}}", name)),
+            ("README.md".into(), readme(PYTHON_README, "app.py")),
+        ],
+    }
+}
+
+/// A JavaScript or TypeScript scaffold.
+fn script_scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
+    let ext = if lang == Lang::Ts { "ts" } else { "js" };
     let file = format!("{name}.{ext}");
     let source = match lang {
         Lang::Ts => TS_TEMPLATE,
-        Lang::Js => JS_TEMPLATE,
+        _ => JS_TEMPLATE,
     }
     .replace("{{name}}", name)
     .replace("{{file}}", &file);
@@ -116,12 +171,31 @@ pub fn scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
     ]
 }
 
+/// The SDK directory a Rust scaffold depends on: `--sdk`, else the built-in checkout's,
+/// made absolute (the scaffold may live anywhere).
+fn sdk_dir(chosen: Option<&Path>) -> Result<PathBuf, InitError> {
+    let dir = chosen.map_or_else(|| PathBuf::from(BUILT_SDK_DIR), Path::to_path_buf);
+    let dir = std::fs::canonicalize(&dir).map_err(|e| InitError::NoSdk(dir.clone(), e))?;
+    match std::fs::metadata(dir.join("Cargo.toml")) {
+        Ok(_) => Ok(dir),
+        Err(e) => Err(InitError::NoSdk(dir, e)),
+    }
+}
+
 /// `factory init`.
 pub fn init(a: InitArgs) -> Result<ExitCode> {
     let name = a.path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     check_name(&name)?;
+    let sdk = if a.lang == Lang::Rust {
+        if !name.starts_with(|c: char| c.is_ascii_alphabetic()) || name.contains('.') {
+            return Err(InitError::RustName(name).into());
+        }
+        sdk_dir(a.sdk.as_deref())?
+    } else {
+        PathBuf::new()
+    };
     prepare_dir(&a.path)?;
-    let files = scaffold(&name, a.lang);
+    let files = scaffold(&name, a.lang, &sdk);
     for (relative, contents) in &files {
         let path = a.path.join(relative);
         if let Some(parent) = path.parent() {
@@ -136,17 +210,25 @@ pub fn init(a: InitArgs) -> Result<ExitCode> {
         out.write_all(contents.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
     let dir = a.path.display();
-    let file = &files[0].0;
-    println!("created {dir}/ ({} factory `{name}`):", match a.lang {
-        Lang::Ts => "TypeScript",
-        Lang::Js => "JavaScript",
-    });
+    println!("created {dir}/ ({} factory `{name}`):", a.lang.title());
     for (relative, _) in &files {
         println!("  {relative}");
     }
     println!();
-    println!("  factory run {dir}/{file} --args '{{\"topic\":\"release notes\"}}'");
-    println!("  cd {dir} && npm install && npm run typecheck   # TypeScript {TYPESCRIPT_VERSION}, types offline");
+    let target = match a.lang {
+        Lang::Ts | Lang::Js => format!("{dir}/{}", files[0].0),
+        Lang::Rust | Lang::Python => dir.to_string(),
+    };
+    // A bare name is a registered factory: a relative path needs `./`.
+    let target = if target.starts_with('/') || target.starts_with('.') { target } else { format!("./{target}") };
+    println!("  factory run {target} --args '{{\"topic\":\"release notes\"}}'");
+    match a.lang {
+        Lang::Ts | Lang::Js => {
+            println!("  cd {dir} && npm install && npm run typecheck   # TypeScript {TYPESCRIPT_VERSION}, types offline")
+        }
+        Lang::Rust => println!("  # factory-sdk: {}", sdk.display()),
+        Lang::Python => println!("  # needs componentize-py {} and bwrap to build", factory_host::guests::python::COMPONENTIZE_PY_VERSION),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -357,4 +439,55 @@ npm install && npm run typecheck                          # the pinned TypeScrip
 `"@github/copilot-sdk/extension"`, `"@github/copilot-sdk"`): `tsconfig.json` maps those names
 to it, so type-checking works offline. The factory's globals are the runner's (console,
 timers, `AbortController`, `TextEncoder`, `URL`, ...): no DOM, no Node built-ins.
+"#;
+
+/// A Rust scaffold's manifest: a `cdylib` with a workspace of its own (so a scaffold inside
+/// another workspace's tree is not taken for a member of it).
+const RUST_MANIFEST: &str = r#"[package]
+name = "{{package}}"
+version = "0.1.0"
+edition = "2021"
+publish = false
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+# The Rust guest SDK, from the checkout `factory` was built from (`factory init --sdk DIR`
+# chooses another; a git dependency on the repository works too).
+factory-sdk = { path = {{sdk}} }
+serde = { version = "1", features = ["derive"] }
+
+# A workspace of its own: never a member of an enclosing one.
+[workspace]
+"#;
+
+const RUST_README: &str = r#"# {{name}}
+
+A Rust factory for `factory` (scaffolded by `factory init --lang rust`): `{{file}}`.
+
+```sh
+factory run ./{{name}} --args '{"topic":"release notes"}'   # builds the crate, then runs it (dry-run backend)
+factory run ./{{name}} --backend openai --args '{"topic":"release notes"}'
+factory build ./{{name}}                                    # just the component
+factory add ./{{name}} && factory run {{name}}
+```
+
+`Cargo.toml` depends on `factory-sdk` by path (the SDK of the checkout `factory` was built
+from, or the one given to `factory init --sdk DIR`). The crate is built for
+`wasm32-unknown-unknown` (`rustup target add wasm32-unknown-unknown`).
+"#;
+
+const PYTHON_README: &str = r#"# {{name}}
+
+A Python factory for `factory` (scaffolded by `factory init --lang python`): `{{file}}`.
+
+```sh
+factory run ./{{name}} --args '{"topic":"release notes"}'   # builds with componentize-py, then runs it (dry-run backend)
+factory run ./{{name}} --backend openai --args '{"topic":"release notes"}'
+factory add ./{{name}} && factory run {{name}}
+```
+
+The `factory_sdk` module ships inside `factory`; building needs `componentize-py` on PATH
+(`pip install componentize-py`) and bubblewrap (`bwrap`).
 "#;

@@ -2,6 +2,7 @@
 
 pub(crate) mod backends;
 pub(crate) mod config;
+pub(crate) mod conventions;
 pub(crate) mod dashboard;
 pub(crate) mod describe;
 pub(crate) mod escape;
@@ -16,7 +17,7 @@ pub(crate) mod serve;
 pub(crate) mod target;
 pub(crate) mod trust;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 pub use crate::doors::args::GlobalArgs;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +28,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
+    /// When to colour output: `auto` colours a terminal unless `NO_COLOR` is set;
+    /// `always` and `never` win over the environment.
+    #[arg(long, global = true, value_enum, default_value_t = conventions::ColorWhen::Auto, value_name = "WHEN")]
+    color: conventions::ColorWhen,
     #[command(subcommand)]
     command: Command,
 }
@@ -35,39 +40,85 @@ struct Cli {
 enum Command {
     /// Run a factory: a component file, a Rust crate directory (built first), or a
     /// registered name.
+    #[command(after_help = "Examples:
+  factory run examples/hello --args '{\"name\":\"Ada\"}'
+  factory run ideas/ideas.ts --backend openai --model gpt-4o-mini
+  factory run examples/review-changed --record review.cassette
+  factory run examples/review-changed --replay review.cassette --json")]
     Run(run::RunArgs),
     /// Resume a run that stopped (limit, crash, cancel): journaled work replays for free.
+    #[command(after_help = "Examples:
+  factory resume 0192f3c4-...                         # journaled work replays for free
+  factory resume 0192f3c4-... --max-total-subagents 200
+  factory resume 0192f3c4-... --component ./edited.wasm")]
     Resume(run::ResumeArgs),
     /// List the session's runs (every session's with --all), oldest first.
+    #[command(after_help = "Examples:
+  factory runs
+  factory runs --all --json")]
     Runs(observe::RunsArgs),
     /// Show a run: envelope, phases, agent summaries, latest progress.
+    #[command(after_help = "Examples:
+  factory show 0192f3c4-...
+  factory show 0192f3c4-... --json")]
     Show(observe::RunIdArgs),
     /// Page through a run's progress.
+    #[command(after_help = "Examples:
+  factory progress 0192f3c4-... --after-seq 100 --limit 50
+  factory progress 0192f3c4-... --phase Review --json")]
     Progress(observe::ProgressArgs),
     /// Wait until a run ends and print its envelope.
+    #[command(after_help = "Examples:
+  factory wait 0192f3c4-... --json")]
     Wait(observe::RunIdArgs),
     /// Cancel a run and print its terminal envelope.
+    #[command(after_help = "Examples:
+  factory cancel 0192f3c4-...")]
     Cancel(observe::RunIdArgs),
     /// Follow a run's progress live until it ends.
+    #[command(after_help = "Examples:
+  factory watch 0192f3c4-...")]
     Watch(observe::RunIdArgs),
     /// The state directory's service: hold the store and run what every front door hands
     /// over (they start it on demand); with --http, also the JSON API and the dashboard
     /// (token in <state-dir>/http.token).
+    #[command(after_help = "Examples:
+  factory serve
+  factory serve --http 127.0.0.1:8080 --idle-exit 600")]
     Serve(serve::ServeArgs),
-    /// Scaffold a new JS/TS factory in a new directory: a factory that runs as it is, its
-    /// type declarations, a strict tsconfig.json and a package.json with `typecheck`.
+    /// Scaffold a new factory (TypeScript, JavaScript, Rust or Python) in a new directory:
+    /// a factory that runs as it is and a README (for TS/JS also its type declarations, a
+    /// strict tsconfig.json and a package.json with `typecheck`).
+    #[command(after_help = "Examples:
+  factory init ideas                   # TypeScript (the default)
+  factory init ideas --lang python
+  factory init ideas --lang rust && factory run ./ideas")]
     Init(init::InitArgs),
     /// Register a factory under its meta name.
+    #[command(after_help = "Examples:
+  factory add examples/hello && factory run hello
+  factory add ideas/ideas.ts")]
     Add(registry::AddArgs),
     /// List registered factories.
+    #[command(after_help = "Examples:
+  factory list --json")]
     List(observe::JsonArg),
     /// Show a registered factory's description, phases, limits and args schema.
+    #[command(after_help = "Examples:
+  factory inspect hello")]
     Inspect(registry::InspectArgs),
     /// Print a factory's metadata, imports and the sandbox limits it would run under.
+    #[command(after_help = "Examples:
+  factory describe ideas/ideas.ts
+  factory describe target/wasm32-unknown-unknown/debug/hello.component.wasm")]
     Describe(describe::DescribeArgs),
     /// List the subagent backends (configured and built-in), or check one with a tiny call.
+    #[command(after_help = "Examples:
+  factory backends
+  factory backends check openai")]
     Backends(backends::BackendsArgs),
     /// Build a factory (a Rust crate directory, or a Python `.py` file or project) into a component and print its path.
+    #[command(after_help = "Examples:\n  factory build examples/hello\n  factory build examples/python/review_changed.py")]
     Build {
         /// The crate directory, `.py` file or Python project directory.
         dir: PathBuf,
@@ -77,19 +128,45 @@ enum Command {
         yes: bool,
     },
     /// Approve a component so runs need no consent (`--revoke` to undo); list trusted ones.
+    #[command(after_help = "Examples:
+  factory trust ./hello.component.wasm
+  factory trust --revoke ./hello.component.wasm
+  factory trust")]
     Trust(trust::TrustArgs),
     /// Serve MCP on stdin/stdout, or with --http as streamable HTTP at `/mcp` (token in
     /// <state-dir>/mcp.token): the `run_factory` and `factories_manage` tools for agents.
+    #[command(after_help = "Examples:
+  factory mcp                          # stdio, for an agent that starts it
+  factory mcp --http 127.0.0.1:8765")]
     Mcp(crate::doors::mcp::McpArgs),
     /// Print (and on a terminal, open) the web dashboard's URL with a one-time sign-in
     /// code (never the token), for the daemon serving `--http` from this state directory.
+    #[command(after_help = "Examples:
+  factory ui
+  factory ui --no-open")]
     Ui(dashboard::UiArgs),
     /// Which config file is used; approve (`allow`) or forget (`deny`) a project-local one.
+    #[command(after_help = "Examples:
+  factory config
+  factory config allow ./factory.toml")]
     Config(config::ConfigArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    #[command(after_help = "Examples:\n  source <(factory completions bash)\n  factory completions zsh > ~/.zfunc/_factory\n  factory completions fish > ~/.config/fish/completions/factory.fish")]
+    Completions(conventions::CompletionsArgs),
+    /// Print the man page (roff) on stdout.
+    #[command(after_help = "Examples:\n  factory man | man -l -\n  factory man > ~/.local/share/man/man1/factory.1")]
+    Man,
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The colour choice comes first, so clap's own help and errors follow it too.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    conventions::apply_color(conventions::color_from_args(&argv));
+    let cli = match Cli::command().try_get_matches_from(&argv).and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    conventions::apply_color(cli.color);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -123,6 +200,8 @@ pub fn main() -> ExitCode {
             Command::Mcp(args) => crate::doors::mcp::mcp(&g, args).await,
             Command::Config(args) => config::config(&g, args),
             Command::Ui(args) => dashboard::ui(&g, args).await,
+            Command::Completions(args) => conventions::completions(Cli::command(), args),
+            Command::Man => conventions::man(Cli::command()),
             Command::Build { dir, yes } => {
                 let built = target::build(&dir, &target::BuildConsent::new(&g, yes))?;
                 trust::remember_built(&g);
@@ -134,7 +213,8 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            let error = conventions::paint(conventions::stderr_colored(), anstyle::AnsiColor::Red.on_default().bold(), "error:");
+            eprintln!("{error} {e:#}");
             ExitCode::from(2)
         }
     }

@@ -1,8 +1,12 @@
 //! Progress on stderr: an indicatif spinner line (phase, agents queued/running/done,
 //! elapsed) on a terminal; plain timestamped lines otherwise, so logs stay readable.
 //! Guest-chosen text (phases, log lines, labels) is shown escaped ([`crate::doors::cli::escape::esc`]).
+//! Phases, agent outcomes and warnings are coloured when `--color`/`NO_COLOR` allow it
+//! ([`crate::doors::cli::conventions::stderr_colored`]); the text is the same either way.
 
+use crate::doors::cli::conventions::{paint, stderr_colored};
 use crate::doors::cli::escape::esc;
+use anstyle::{AnsiColor, Style};
 use crate::doors::cli::events::EventSink;
 use factory_host::{ProgressEntry, ProgressEvent};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -65,6 +69,14 @@ pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, event
     let started = Instant::now();
     let mut counts = Counts::default();
     let mut phase = String::from("-");
+    let colored = stderr_colored();
+    let bold = Style::new().bold();
+    let (green, red, yellow, cyan) = (
+        AnsiColor::Green.on_default(),
+        AnsiColor::Red.on_default(),
+        AnsiColor::Yellow.on_default(),
+        AnsiColor::Cyan.on_default(),
+    );
     let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
@@ -82,16 +94,18 @@ pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, event
         let line = match &entry.event {
             ProgressEvent::Phase { title } => {
                 phase = esc(title).into_owned();
-                Some(format!("phase: {phase}"))
+                Some(format!("phase: {}", paint(colored, bold, &phase)))
             }
             ProgressEvent::Log { message, level } if level.is_info() => Some(format!("log: {}", esc(message))),
-            ProgressEvent::Log { message, level } => Some(format!("log {}: {}", level.as_str(), esc(message))),
+            ProgressEvent::Log { message, level } => {
+                Some(format!("log {}: {}", paint(colored, yellow, level.as_str()), esc(message)))
+            }
             ProgressEvent::AgentFinished { summary, cached } => {
                 let label = esc(&summary.label);
                 let what = match (cached, summary.ok()) {
-                    (true, _) => "replayed",
-                    (false, true) => "done",
-                    (false, false) => "failed",
+                    (true, _) => paint(colored, cyan, "replayed"),
+                    (false, true) => paint(colored, green, "done"),
+                    (false, false) => paint(colored, red, "failed"),
                 };
                 Some(format!("agent {label}: {what}"))
             }

@@ -9,7 +9,9 @@ use crate::doors::reach::{self, serve};
 use crate::doors::cli::events::EventSink;
 use crate::doors::cli::trust::{self, ConsentArgs, YesArg};
 use crate::doors::args::{GlobalArgs, LimitArgs};
+use crate::doors::cli::conventions::{paint, stderr_colored};
 use crate::doors::cli::{progress_ui, remote, target};
+use anstyle::AnsiColor;
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::config::Config;
@@ -367,8 +369,9 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
     let acc = &envelope.accounting;
     if envelope.status == RunStatus::Completed {
         if !out.quiet {
+            let completed = paint(stderr_colored(), AnsiColor::Green.on_default(), "completed");
             eprintln!(
-                "factory: run {} completed: {} agents spawned, {} replayed, {:.2}s active, {}{} AI credits",
+                "factory: run {} {completed}: {} agents spawned, {} replayed, {:.2}s active, {}{} AI credits",
                 envelope.run_id,
                 acc.agents_spawned,
                 acc.agent_cache_hits,
@@ -386,7 +389,8 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
             None => format!("{}: {}", f.kind_type, f.message),
         },
     );
-    eprintln!("factory: run {} ended as {}: {why}", envelope.run_id, envelope.status.as_str());
+    let status = paint(stderr_colored(), AnsiColor::Red.on_default().bold(), envelope.status.as_str());
+    eprintln!("factory: run {} ended as {status}: {why}", envelope.run_id);
     eprintln!("factory: resume it with: factory resume {}", envelope.run_id);
     Ok(ExitCode::from(if envelope.status == RunStatus::Cancelled { 130 } else { 1 }))
 }

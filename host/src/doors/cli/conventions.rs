@@ -1,0 +1,130 @@
+//! The CLI's conventions: `factory completions SHELL` (shell completion scripts generated
+//! from the clap definition by `clap_complete`), `factory man` (the man page, roff, generated
+//! by `clap_mangen`), and colour: `--color auto|always|never`, where `auto` honours
+//! `NO_COLOR`, `CLICOLOR`/`CLICOLOR_FORCE`, `TERM=dumb` and whether the stream is a
+//! terminal (anstream's rules); `always` and `never` win over the environment. The choice is
+//! made once, before the arguments are parsed (so clap's own help and errors follow it), and
+//! everything that colours its output asks [`stderr_colored`].
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+/// `--color`: when to colour output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub enum ColorWhen {
+    /// Colour a terminal, unless `NO_COLOR` is set (or `TERM=dumb`); `CLICOLOR_FORCE` forces it.
+    #[default]
+    Auto,
+    /// Always colour, whatever the stream and the environment.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+impl ColorWhen {
+    fn choice(self) -> anstream::ColorChoice {
+        match self {
+            ColorWhen::Auto => anstream::ColorChoice::Auto,
+            ColorWhen::Always => anstream::ColorChoice::Always,
+            ColorWhen::Never => anstream::ColorChoice::Never,
+        }
+    }
+}
+
+/// The `--color` value among `args` (`--color X` or `--color=X`, before a `--`), read before
+/// clap parses them so clap's own help and errors are coloured (or not) accordingly. An
+/// invalid value is left for clap to report.
+pub fn color_from_args(args: &[OsString]) -> ColorWhen {
+    let mut found = ColorWhen::Auto;
+    let mut iter = args.iter().skip(1);
+    while let Some(arg) = iter.next() {
+        let Some(arg) = arg.to_str() else { continue };
+        if arg == "--" {
+            break;
+        }
+        let value = if arg == "--color" {
+            iter.next().and_then(|v| v.to_str())
+        } else {
+            arg.strip_prefix("--color=")
+        };
+        if let Some(when) = value.and_then(|v| ColorWhen::from_str(v, false).ok()) {
+            found = when;
+        }
+    }
+    found
+}
+
+/// Make `when` the process-wide colour choice (read by clap and by [`stderr_colored`]).
+pub fn apply_color(when: ColorWhen) {
+    when.choice().write_global();
+}
+
+/// Whether output written to stderr is coloured, after `--color` and the environment.
+pub fn stderr_colored() -> bool {
+    anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
+}
+
+/// `text` in `style` when `colored`, else as it is.
+pub fn paint(colored: bool, style: anstyle::Style, text: &str) -> String {
+    if colored {
+        format!("{style}{text}{style:#}")
+    } else {
+        text.to_string()
+    }
+}
+
+/// `factory completions`: which shell.
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell to print a completion script for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+/// `factory completions SHELL`: print the completion script for the whole command line.
+pub fn completions(mut command: clap::Command, a: CompletionsArgs) -> Result<ExitCode> {
+    // Generated into memory first: clap_complete panics when its writer fails (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(a.shell, &mut command, "factory", &mut script);
+    let mut out = std::io::stdout().lock();
+    out.write_all(&script).and_then(|()| out.flush()).context("writing the completion script")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `factory man`: print the man page (roff) of the whole command line.
+pub fn man(command: clap::Command) -> Result<ExitCode> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command).render(&mut page).context("rendering the man page")?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&page).and_then(|()| out.flush()).context("writing the man page")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn color_is_read_before_parsing() {
+        assert_eq!(color_from_args(&args(&["factory", "run", "x"])), ColorWhen::Auto);
+        assert_eq!(color_from_args(&args(&["factory", "--color", "never", "run"])), ColorWhen::Never);
+        assert_eq!(color_from_args(&args(&["factory", "run", "--color=always"])), ColorWhen::Always);
+        // After `--` it is an argument, not the option; an invalid value is clap's to report.
+        assert_eq!(color_from_args(&args(&["factory", "run", "--", "--color=always"])), ColorWhen::Auto);
+        assert_eq!(color_from_args(&args(&["factory", "--color", "pink"])), ColorWhen::Auto);
+    }
+
+    #[test]
+    fn paint_only_when_colored() {
+        let red = anstyle::AnsiColor::Red.on_default();
+        assert_eq!(paint(false, red, "x"), "x");
+        assert_eq!(paint(true, red, "x"), "\x1b[31mx\x1b[0m");
+    }
+}
