@@ -978,23 +978,30 @@ pub fn parse_json_output(
     if get(&paths.is_error).and_then(|v| v.as_bool()) == Some(true) {
         return Err(BackendError::ordinary(format!("{who}: the agent reported an error: {text}")));
     }
-    let input = get(&paths.input_tokens).and_then(|v| v.as_u64());
-    let output = get(&paths.output_tokens).and_then(|v| v.as_u64());
-    let cache_read = get(&paths.cache_read_tokens).and_then(|v| v.as_u64()).unwrap_or(0);
-    let cache_write = get(&paths.cache_write_tokens).and_then(|v| v.as_u64()).unwrap_or(0);
+    // Counts read as the HTTP backends read a server's: saturating, and a value present
+    // that is no count (negative, a string) reads as 0 and makes a priced cost "at least".
+    let mut counts = super::Counts::default();
+    let mut count = |path: &Option<String>| get(path).map(|v| counts.get(v, ""));
+    let input = count(&paths.input_tokens);
+    let output = count(&paths.output_tokens);
+    let cache_read = count(&paths.cache_read_tokens).unwrap_or(0);
+    let cache_write = count(&paths.cache_write_tokens).unwrap_or(0);
+    let unreadable = counts.unreadable;
     let cost = get(&paths.cost).and_then(|v| v.as_f64());
     let tokens = |i: Option<u64>, o: Option<u64>| Usage {
         input_tokens: i.unwrap_or(0),
         output_tokens: o.unwrap_or(0),
         cache_read_tokens: cache_read,
         cache_write_tokens: cache_write,
+        credits_at_least: unreadable,
         ..Usage::default()
     };
     let usage = match (input, output, cost) {
         (None, None, None) => None,
         (i, o, Some(cost)) => {
             let credits = float_credits_nano(cost).map_err(|e| BackendError::ordinary(format!("{who}: reported cost: {e}")))?;
-            Some(Usage { credits_nano: Some(credits), ..tokens(i, o) })
+            // The reported cost is the bill: exact whatever the token counts said.
+            Some(Usage { credits_nano: Some(credits), credits_at_least: false, ..tokens(i, o) })
         }
         (i, o, None) => Some(pricing.priced(model.unwrap_or(""), tokens(i, o))),
     };
@@ -1065,6 +1072,13 @@ mod tests {
         let lines = "progress\n{\"result\":\"last\"}\n";
         let reply = parse_json_output("c", lines, &paths, &Pricing::default(), None).unwrap();
         assert_eq!((reply.text.as_str(), reply.usage), ("last", None));
+        // Cache counts kept apart; hostile counts neither fail nor wrap, and make a priced
+        // cost (no reported cost) a lower bound.
+        let priced = Pricing { default: Some(super::super::Price::new(1_000_000, 0)), ..Pricing::default() };
+        let out = r#"{"result":"x","usage":{"input_tokens":-4,"output_tokens":1e300,"cache_read_input_tokens":9}}"#;
+        let usage = parse_json_output("c", out, &paths, &priced, None).unwrap().usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.output_tokens, usage.cache_read_tokens), (0, u64::MAX, 9));
+        assert_eq!((usage.credits_nano, usage.credits_at_least), (Some(0), true));
         assert!(parse_json_output("c", "plain", &paths, &Pricing::default(), None).is_err());
     }
 }

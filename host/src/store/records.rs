@@ -110,7 +110,9 @@ pub fn display_key(key: &str) -> String {
 
 /// Crash repair of one run record, as every store does at open: a run the crash left
 /// `running` (or `pending`) becomes `halted` with [`Interruption::Crash`], its accounting the
-/// last recorded by the attempt (`live`, when there is one). Returns whether it changed.
+/// last recorded by the attempt (`live`, when there is one) — a lower bound once it has
+/// spawned a subagent (calls in flight or not yet committed at the crash may have been
+/// billed), so its AI credits are marked "at least". Returns whether it changed.
 pub fn halt_interrupted(record: &mut RunRecord, live: Option<crate::model::envelope::Accounting>) -> bool {
     use crate::model::envelope::{Failure, FailureType, RunStatus};
     if !matches!(record.envelope.status, RunStatus::Running | RunStatus::Pending) {
@@ -118,6 +120,9 @@ pub fn halt_interrupted(record: &mut RunRecord, live: Option<crate::model::envel
     }
     if let Some(accounting) = live {
         record.envelope.accounting = accounting;
+    }
+    if record.envelope.accounting.agents_spawned > 0 {
+        record.envelope.accounting.ai_credits_at_least = true;
     }
     record.envelope.status = RunStatus::Halted;
     let failure = Failure::new(FailureType::Halted, None, "the host stopped during this attempt; resume to continue");
