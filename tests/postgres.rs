@@ -242,3 +242,67 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
     let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Two `factory serve --store` workers (each with its own state directory, so its own worker
+/// id) on one database: a run started through worker 1 is listed, detailed and followed
+/// through worker 2, and cancelled through worker 2 (a flag on the run and a notify to
+/// worker 1, which stops it); both then see it `cancelled`.
+#[test]
+fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::json;
+
+    let server = Postgres::start();
+    let url = server.database("two");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Every request held open: the run stays running until it is cancelled.
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let two = Service::start(states[1].path(), &args);
+    let api2 = Api::of(states[1].path(), &two.log());
+    assert_eq!(server.psql("two", "SELECT count(DISTINCT id) FROM workers"), "2", "two workers");
+
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 4}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fake.asked().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the run never called its backend");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Worker 2 lists it and shows its detail, from the shared store.
+    let (status, runs) = runtime.block_on(api2.call(reqwest::Method::GET, "/api/runs", None));
+    assert_eq!(status, 200, "{runs:#}");
+    let listed = runs.as_array().expect("a list").iter().find(|r| r["runId"] == run_id.as_str()).cloned().expect("worker 2 lists the run");
+    assert_eq!(listed["status"], "running", "{listed:#}");
+    let (status, detail) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+    assert_eq!(status, 200, "{detail:#}");
+    assert_eq!(detail["factory"], "probe", "{detail:#}");
+
+    // Cancelled through worker 2: worker 1 stops it; the cancel answers with the end.
+    let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
+    assert_eq!(status, 200, "{cancelled:#}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}\n{}\n{}", one.log(), two.log());
+    let (_, seen) = runtime.block_on(api1.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(seen["status"], "cancelled", "worker 1 sees it ended: {seen:#}");
+    let (_, waited) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(waited["status"], "cancelled", "{waited:#}");
+    assert_eq!(server.psql("two", &format!("SELECT status || ' ' || cancel_requested FROM runs WHERE id = '{run_id}'")), "cancelled false", "the flag is cleared once the run ended");
+    assert_eq!(fake.asked().len(), 2, "no call after the cancel: {:?}", fake.asked());
+    two.stop();
+    one.stop();
+}
