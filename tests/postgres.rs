@@ -284,6 +284,23 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    // `factory workers`: both workers, live, worker 1 executing the run.
+    let pid_of = |log: String| -> i64 {
+        log.lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok()).expect("the pid in the log")
+    };
+    let out = common::factory_in(states[1].path(), &["workers", "--store", &url, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let workers = workers.as_array().expect("a list").clone();
+    assert_eq!(workers.len(), 2, "{workers:#?}");
+    assert!(workers.iter().all(|w| w["live"] == true && w["leaseSeconds"].as_f64().is_some_and(|s| s > 0.0)), "{workers:#?}");
+    let by_pid = |pid: i64| workers.iter().find(|w| w["pid"] == pid).cloned().unwrap_or_else(|| panic!("no worker with pid {pid}: {workers:#?}"));
+    assert_eq!(by_pid(pid_of(one.log()))["runs"], 1, "worker 1 executes the run: {workers:#?}");
+    assert_eq!(by_pid(pid_of(two.log()))["runs"], 0, "{workers:#?}");
+    let table = common::factory_in(states[1].path(), &["workers", "--store", &url]);
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.starts_with("WORKER") && table.lines().count() == 3, "{table}");
+
     // Worker 2 lists it and shows its detail, from the shared store.
     let (status, runs) = runtime.block_on(api2.call(reqwest::Method::GET, "/api/runs", None));
     assert_eq!(status, 200, "{runs:#}");
@@ -305,4 +322,8 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     assert_eq!(fake.asked().len(), 2, "no call after the cancel: {:?}", fake.asked());
     two.stop();
     one.stop();
+    // Stopped cleanly: both gave their lease up.
+    let out = common::factory_in(states[0].path(), &["workers", "--store", &url, "--json"]);
+    let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(workers.as_array().is_some_and(|w| w.len() == 2 && w.iter().all(|w| w["live"] == false && w["runs"] == 0)), "{workers:#}");
 }

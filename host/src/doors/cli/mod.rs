@@ -15,6 +15,7 @@ pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod target;
 pub(crate) mod trust;
+pub(crate) mod workers;
 
 use clap::{Parser, Subcommand};
 pub use crate::doors::args::GlobalArgs;
@@ -54,6 +55,9 @@ enum Command {
     /// over (they start it on demand); with --http, also the JSON API and the dashboard
     /// (token in <state-dir>/http.token).
     Serve(serve::ServeArgs),
+    /// The workers of a shared PostgreSQL store (--store or FACTORY_STORE): id, host, pid,
+    /// generation, lease, and the runs each executes.
+    Workers(workers::WorkersArgs),
     /// Scaffold a new JS/TS factory in a new directory: a factory that runs as it is, its
     /// type declarations, a strict tsconfig.json and a package.json with `typecheck`.
     Init(init::InitArgs),
@@ -113,6 +117,7 @@ pub fn main() -> ExitCode {
             Command::Cancel(args) => observe::cancel(&g, args).await,
             Command::Watch(args) => observe::watch(&g, args).await,
             Command::Serve(args) => serve::serve(&g, args).await,
+            Command::Workers(args) => workers::workers(args).await,
             Command::Init(args) => init::init(args),
             Command::Add(args) => trust::after_build(&g, registry::add(&g, args).await),
             Command::List(args) => registry::list(&g, args).await,

@@ -12,6 +12,7 @@ mod progress;
 pub mod schema;
 pub mod url;
 mod worker;
+pub mod workers;
 mod writer;
 
 use crate::model::progress::ProgressEntry;
