@@ -327,3 +327,23 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(workers.as_array().is_some_and(|w| w.len() == 2 && w.iter().all(|w| w["live"] == false && w["runs"] == 0)), "{workers:#}");
 }
+
+/// PostgreSQL restarted under a connected worker: the connections the restart closed are
+/// replaced (a commit that meets one is retried: every batch is idempotent), nothing
+/// committed is lost, later commits and reads work, and the worker keeps its lease.
+#[tokio::test]
+async fn a_postgres_restart_loses_nothing_and_the_worker_goes_on() {
+    let server = Postgres::start();
+    let url = server.database("restart");
+    let store = PgStore::connect(&url, options("survivor")).await.expect("connects");
+    store.put_step("r", "before", "1", 1).expect("put");
+    Journal::flush(&store).await.expect("a commit before the restart");
+    server.restart();
+    store.put_step("r", "after", "2", 2).expect("put");
+    let mut record = conformance::record("after-restart", "default", RunStatus::Completed);
+    store.put_run(&mut record, true).await.expect("a commit after the restart, on a new connection");
+    Journal::flush(&store).await.expect("flush");
+    assert_eq!(server.psql("restart", "SELECT string_agg(convert_from(key, 'UTF8'), ',' ORDER BY key) FROM steps"), "after,before");
+    assert_eq!(store.run("after-restart").await.expect("a read after the restart"), Some(record));
+    assert!(store.lease_held(), "the lease survived");
+}
