@@ -347,3 +347,24 @@ async fn a_postgres_restart_loses_nothing_and_the_worker_goes_on() {
     assert_eq!(store.run("after-restart").await.expect("a read after the restart"), Some(record));
     assert!(store.lease_held(), "the lease survived");
 }
+
+/// With the database away, a worker's lease runs out by its own monotonic clock (renewals
+/// failing): from then on its journal says it is not writable, so the run engine starts no
+/// further paid call (the engine checks before every spawn), before any other worker could
+/// have fenced it through the database.
+#[tokio::test]
+async fn a_worker_whose_lease_ran_out_by_its_own_clock_refuses_new_work() {
+    let server = Postgres::start();
+    let url = server.database("clock");
+    let store = PgStore::connect(&url, PgOptions { lease: Duration::from_millis(600), ..options("clock") }).await.expect("connects");
+    assert!(store.writable().is_ok() && store.lease_held(), "a fresh lease");
+    server.stop();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.lease_held() {
+        assert!(std::time::Instant::now() < deadline, "the lease never ran out with the database away");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let error = store.writable().expect_err("no new work once the lease ran out");
+    let cause = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<StoreError>()).expect("a store error");
+    assert!(matches!(cause, StoreError::Fenced { worker, .. } if worker == "clock"), "{cause:?}");
+}

@@ -107,6 +107,12 @@ impl Postgres {
         cmd.output().unwrap_or_else(|e| panic!("{INSTALL_HINT}: cannot run {}: {e}", path.display()))
     }
 
+    /// Stop the server (fast shutdown: clients are disconnected); it stays down.
+    pub fn stop(&self) {
+        let out = self.run("pg_ctl", &["stop", "-w", "-t", "60", "-m", "fast", "-D", &self.data_arg()]);
+        assert!(out.status.success(), "pg_ctl stop failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+
     /// Stop the server (fast shutdown: clients are disconnected) and start it again on the
     /// same port with the same data.
     pub fn restart(&self) {
