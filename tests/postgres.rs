@@ -368,3 +368,32 @@ async fn a_worker_whose_lease_ran_out_by_its_own_clock_refuses_new_work() {
     let cause = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<StoreError>()).expect("a store error");
     assert!(matches!(cause, StoreError::Fenced { worker, .. } if worker == "clock"), "{cause:?}");
 }
+
+/// A front door that finds no service starts one with its own environment: with
+/// `FACTORY_STORE` set, that service is a worker of the database (no redb file is made).
+#[test]
+fn a_service_a_front_door_starts_with_factory_store_set_uses_the_database() {
+    struct Stop(Option<u32>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            if let Some(pid) = self.0 {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+                common::service::wait_gone(pid);
+            }
+        }
+    }
+    let server = Postgres::start();
+    let url = server.database("auto");
+    let state = tempfile::tempdir().expect("a state dir");
+    let out = common::factory_cmd(state.path(), &["runs", "--json"])
+        .env_remove("FACTORY_NO_DAEMON")
+        .env("FACTORY_IDLE_SECONDS", "30")
+        .env("FACTORY_STORE", &url)
+        .output()
+        .expect("factory runs");
+    let _stop = Stop(Some(common::service::daemon_pid(state.path())));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "no runs yet");
+    assert_eq!(server.psql("auto", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1", "the service is a worker of the database");
+    assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
+}
