@@ -242,3 +242,158 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
     let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Two `factory serve --store` workers (each with its own state directory, so its own worker
+/// id) on one database: a run started through worker 1 is listed, detailed and followed
+/// through worker 2, and cancelled through worker 2 (a flag on the run and a notify to
+/// worker 1, which stops it); both then see it `cancelled`.
+#[test]
+fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::json;
+
+    let server = Postgres::start();
+    let url = server.database("two");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Every request held open: the run stays running until it is cancelled.
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let two = Service::start(states[1].path(), &args);
+    let api2 = Api::of(states[1].path(), &two.log());
+    assert_eq!(server.psql("two", "SELECT count(DISTINCT id) FROM workers"), "2", "two workers");
+
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 4}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fake.asked().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the run never called its backend");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // `factory workers`: both workers, live, worker 1 executing the run.
+    let pid_of = |log: String| -> i64 {
+        log.lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok()).expect("the pid in the log")
+    };
+    let out = common::factory_in(states[1].path(), &["workers", "--store", &url, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let workers = workers.as_array().expect("a list").clone();
+    assert_eq!(workers.len(), 2, "{workers:#?}");
+    assert!(workers.iter().all(|w| w["live"] == true && w["leaseSeconds"].as_f64().is_some_and(|s| s > 0.0)), "{workers:#?}");
+    let by_pid = |pid: i64| workers.iter().find(|w| w["pid"] == pid).cloned().unwrap_or_else(|| panic!("no worker with pid {pid}: {workers:#?}"));
+    assert_eq!(by_pid(pid_of(one.log()))["runs"], 1, "worker 1 executes the run: {workers:#?}");
+    assert_eq!(by_pid(pid_of(two.log()))["runs"], 0, "{workers:#?}");
+    let table = common::factory_in(states[1].path(), &["workers", "--store", &url]);
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.starts_with("WORKER") && table.lines().count() == 3, "{table}");
+
+    // Worker 2 lists it and shows its detail, from the shared store.
+    let (status, runs) = runtime.block_on(api2.call(reqwest::Method::GET, "/api/runs", None));
+    assert_eq!(status, 200, "{runs:#}");
+    let listed = runs.as_array().expect("a list").iter().find(|r| r["runId"] == run_id.as_str()).cloned().expect("worker 2 lists the run");
+    assert_eq!(listed["status"], "running", "{listed:#}");
+    let (status, detail) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+    assert_eq!(status, 200, "{detail:#}");
+    assert_eq!(detail["factory"], "probe", "{detail:#}");
+
+    // Cancelled through worker 2: worker 1 stops it; the cancel answers with the end.
+    let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
+    assert_eq!(status, 200, "{cancelled:#}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}\n{}\n{}", one.log(), two.log());
+    let (_, seen) = runtime.block_on(api1.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(seen["status"], "cancelled", "worker 1 sees it ended: {seen:#}");
+    let (_, waited) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(waited["status"], "cancelled", "{waited:#}");
+    assert_eq!(server.psql("two", &format!("SELECT status || ' ' || cancel_requested FROM runs WHERE id = '{run_id}'")), "cancelled false", "the flag is cleared once the run ended");
+    assert_eq!(fake.asked().len(), 2, "no call after the cancel: {:?}", fake.asked());
+    two.stop();
+    one.stop();
+    // Stopped cleanly: both gave their lease up.
+    let out = common::factory_in(states[0].path(), &["workers", "--store", &url, "--json"]);
+    let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(workers.as_array().is_some_and(|w| w.len() == 2 && w.iter().all(|w| w["live"] == false && w["runs"] == 0)), "{workers:#}");
+}
+
+/// PostgreSQL restarted under a connected worker: the connections the restart closed are
+/// replaced (a commit that meets one is retried: every batch is idempotent), nothing
+/// committed is lost, later commits and reads work, and the worker keeps its lease.
+#[tokio::test]
+async fn a_postgres_restart_loses_nothing_and_the_worker_goes_on() {
+    let server = Postgres::start();
+    let url = server.database("restart");
+    let store = PgStore::connect(&url, options("survivor")).await.expect("connects");
+    store.put_step("r", "before", "1", 1).expect("put");
+    Journal::flush(&store).await.expect("a commit before the restart");
+    server.restart();
+    store.put_step("r", "after", "2", 2).expect("put");
+    let mut record = conformance::record("after-restart", "default", RunStatus::Completed);
+    store.put_run(&mut record, true).await.expect("a commit after the restart, on a new connection");
+    Journal::flush(&store).await.expect("flush");
+    assert_eq!(server.psql("restart", "SELECT string_agg(convert_from(key, 'UTF8'), ',' ORDER BY key) FROM steps"), "after,before");
+    assert_eq!(store.run("after-restart").await.expect("a read after the restart"), Some(record));
+    assert!(store.lease_held(), "the lease survived");
+}
+
+/// With the database away, a worker's lease runs out by its own monotonic clock (renewals
+/// failing): from then on its journal says it is not writable, so the run engine starts no
+/// further paid call (the engine checks before every spawn), before any other worker could
+/// have fenced it through the database.
+#[tokio::test]
+async fn a_worker_whose_lease_ran_out_by_its_own_clock_refuses_new_work() {
+    let server = Postgres::start();
+    let url = server.database("clock");
+    let store = PgStore::connect(&url, PgOptions { lease: Duration::from_millis(600), ..options("clock") }).await.expect("connects");
+    assert!(store.writable().is_ok() && store.lease_held(), "a fresh lease");
+    server.stop();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.lease_held() {
+        assert!(std::time::Instant::now() < deadline, "the lease never ran out with the database away");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let error = store.writable().expect_err("no new work once the lease ran out");
+    let cause = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<StoreError>()).expect("a store error");
+    assert!(matches!(cause, StoreError::Fenced { worker, .. } if worker == "clock"), "{cause:?}");
+}
+
+/// A front door that finds no service starts one with its own environment: with
+/// `FACTORY_STORE` set, that service is a worker of the database (no redb file is made).
+#[test]
+fn a_service_a_front_door_starts_with_factory_store_set_uses_the_database() {
+    struct Stop(Option<u32>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            if let Some(pid) = self.0 {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+                common::service::wait_gone(pid);
+            }
+        }
+    }
+    let server = Postgres::start();
+    let url = server.database("auto");
+    let state = tempfile::tempdir().expect("a state dir");
+    let out = common::factory_cmd(state.path(), &["runs", "--json"])
+        .env_remove("FACTORY_NO_DAEMON")
+        .env("FACTORY_IDLE_SECONDS", "30")
+        .env("FACTORY_STORE", &url)
+        .output()
+        .expect("factory runs");
+    let _stop = Stop(Some(common::service::daemon_pid(state.path())));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "no runs yet");
+    assert_eq!(server.psql("auto", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1", "the service is a worker of the database");
+    assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
+}

@@ -107,6 +107,20 @@ impl Postgres {
         cmd.output().unwrap_or_else(|e| panic!("{INSTALL_HINT}: cannot run {}: {e}", path.display()))
     }
 
+    /// Stop the server (fast shutdown: clients are disconnected); it stays down.
+    pub fn stop(&self) {
+        let out = self.run("pg_ctl", &["stop", "-w", "-t", "60", "-m", "fast", "-D", &self.data_arg()]);
+        assert!(out.status.success(), "pg_ctl stop failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Stop the server (fast shutdown: clients are disconnected) and start it again on the
+    /// same port with the same data.
+    pub fn restart(&self) {
+        let log = format!("{}/server.log", self.data_arg());
+        let out = self.run("pg_ctl", &["restart", "-w", "-t", "60", "-m", "fast", "-D", &self.data_arg(), "-l", &log]);
+        assert!(out.status.success(), "pg_ctl restart failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+
     /// The URL of database `db` as the `postgres` user.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)

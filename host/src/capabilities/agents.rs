@@ -214,11 +214,16 @@ impl Agents {
         outcome
     }
 
-    /// Admit a spawn for `model`: the total cap and the credit budget (which needs the
-    /// model's cost to be known), checked at the moment it starts.
+    /// Admit a spawn for `model`: the journal still writable, the total cap and the credit
+    /// budget (which needs the model's cost to be known), checked at the moment it starts.
     fn admit(&self, model: Option<&str>) -> Result<(), Abort> {
         if let Some(abort) = self.attempt.stopping() {
             return Err(abort);
+        }
+        // A journal that would refuse the outcome (a worker whose lease ran out) pays for no
+        // call whose answer it could not keep.
+        if let Err(e) = self.attempt.journal.writable() {
+            return Err(self.attempt.abort(Abort::Storage(e)));
         }
         if self.attempt.limits.max_ai_credits.is_some() {
             if let Some(message) = self.backend.unpriced(model) {

@@ -629,7 +629,8 @@ impl Host {
     /// - `running` with no attempt here: first read again (the attempt writes its end before
     ///   it leaves `active`, so it may have just ended); still `running`, it is an attempt
     ///   that could not record its end (this process holds the store), and it reads as
-    ///   `halted`, resumable, like a crash found at reopen.
+    ///   `halted`, resumable, like a crash found at reopen. On a [shared](Store::shared)
+    ///   store it reads as `running`: another worker may be executing it.
     async fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
         let mut envelope = record.envelope;
         envelope.session = Some(record.session.clone());
@@ -661,7 +662,8 @@ impl Host {
                 }
             }
         }
-        if envelope.status == RunStatus::Running && !active {
+        // On a shared store, another process may be executing it: it reads as it is.
+        if envelope.status == RunStatus::Running && !active && !self.store.shared() {
             envelope.status = RunStatus::Halted;
             let failure = Failure::new(crate::model::envelope::FailureType::Halted, None, "the attempt ended without recording its outcome; resume to continue");
             envelope.error.get_or_insert_with(|| failure.message.clone());
@@ -820,6 +822,10 @@ impl Host {
             // `running` without an attempt here is an attempt that could not write its end
             // (this process holds the store, so nobody else runs it): resumable.
             RunStatus::Pending => return Err(Error::AlreadyActive(run_id.into())),
+            // On a store other processes share, another worker may be executing it.
+            RunStatus::Running if self.store.shared() && !self.active().contains_key(run_id) => {
+                return Err(Error::AlreadyActive(run_id.into()))
+            }
             _ => {}
         }
         // Claimed before anyone hears of the new attempt (`on_start`), so a `wait` that
@@ -1102,19 +1108,33 @@ impl Host {
 
     /// Cancel a run and return its terminal envelope. A run executing here stops promptly
     /// (its store is dropped, its backend calls abandoned) and keeps its journal; a run that
-    /// is not executing is returned as it is.
+    /// another process sharing the store executes is asked to stop through the store
+    /// ([`Store::request_cancel`]) and waited for; a run that is not executing is returned as
+    /// it is.
     pub async fn cancel(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
         let scope = scope.into();
         self.record(&scope, run_id).await?;
+        if !self.cancel_here(run_id) {
+            // Executed by another process sharing the store (or not running): ask it.
+            self.store.request_cancel(run_id).await?;
+        }
+        self.wait(scope, run_id).await
+    }
+
+    /// Cancel run `run_id` if it executes in this process; whether it does.
+    pub fn cancel_here(&self, run_id: &str) -> bool {
         let running = self.active().get(run_id).map(|a| (a.stop.clone(), a.shared.clone()));
         match running {
             Some((_, Some(shared))) => {
                 shared.attempt.abort(run::Abort::Cancelled);
+                true
             }
-            Some((stop, None)) => stop.cancel(),
-            None => {}
+            Some((stop, None)) => {
+                stop.cancel();
+                true
+            }
+            None => false,
         }
-        self.wait(scope, run_id).await
     }
 
     /// Stop every run executing in this process because the host is shutting down: each

@@ -110,4 +110,11 @@ pub trait Journal: Send + Sync + 'static {
 
     /// Resolve once every entry put so far is durable.
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>>;
+
+    /// Whether this process may still start work whose outcome the journal must record (a
+    /// paid subagent call): a journal that already knows its writes would be refused says
+    /// why (a worker whose lease ran out by its own clock, or was fenced). `Ok` by default.
+    fn writable(&self) -> Result<(), JournalError> {
+        Ok(())
+    }
 }

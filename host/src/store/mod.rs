@@ -97,6 +97,26 @@ pub trait Store: Journal + std::fmt::Debug {
 
     /// The modules run `run_id` recorded (`None`: it loaded none, or ran before modules).
     fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>>;
+
+    /// Whether other processes execute runs of this store at the same time (a shared
+    /// database): a `running` run that does not execute here may then be executing elsewhere,
+    /// not a run whose process died. `false` (the default) for a store one process holds.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Ask whichever process executes run `run_id` to cancel it, for a store several
+    /// processes share: `Ok(true)` when the request was recorded for a run still running.
+    /// A store of one process has no one else to ask (`Ok(false)`, the default).
+    fn request_cancel<'a>(&'a self, _run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
+    /// The ids of runs whose cancel other processes requested ([`Store::request_cancel`]),
+    /// as they arrive; `None` for a store of one process (the default).
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        None
+    }
 }
 
 impl dyn Store {

@@ -16,6 +16,7 @@ pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod target;
 pub(crate) mod trust;
+pub(crate) mod workers;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 pub use crate::doors::args::GlobalArgs;
@@ -86,6 +87,12 @@ enum Command {
   factory serve
   factory serve --http 127.0.0.1:8080 --idle-exit 600")]
     Serve(serve::ServeArgs),
+    /// The workers of a shared PostgreSQL store (--store or FACTORY_STORE): id, host, pid,
+    /// generation, lease, and the runs each executes.
+    #[command(after_help = "Examples:
+  factory workers --store postgres://factory@127.0.0.1:5432/factory
+  FACTORY_STORE=postgres://factory@db:5432/factory factory workers --json")]
+    Workers(workers::WorkersArgs),
     /// Scaffold a new factory (TypeScript, JavaScript, Rust or Python) in a new directory:
     /// a factory that runs as it is and a README (for TS/JS also its type declarations, a
     /// strict tsconfig.json and a package.json with `typecheck`).
@@ -190,6 +197,7 @@ pub fn main() -> ExitCode {
             Command::Cancel(args) => observe::cancel(&g, args).await,
             Command::Watch(args) => observe::watch(&g, args).await,
             Command::Serve(args) => serve::serve(&g, args).await,
+            Command::Workers(args) => workers::workers(args).await,
             Command::Init(args) => init::init(args),
             Command::Add(args) => trust::after_build(&g, registry::add(&g, args).await),
             Command::List(args) => registry::list(&g, args).await,

@@ -139,6 +139,9 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         None => eprintln!("factory serve: pid {}, holds the store of {}", std::process::id(), g.state_dir.display()),
     }
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
+    if let Some(requests) = host.store().cancel_requests() {
+        tokio::spawn(cancel_when_asked(host.clone(), requests));
+    }
     if !a.no_recover {
         // Before the banner: once it is printed, every interrupted run is resumed or left.
         let recovered = factory_host::recover::recover_interrupted(&host, a.max_recoveries)
@@ -175,6 +178,23 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     serving.drain().await;
     host.store().flush().await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Cancel the runs executing here whose cancel was asked through another worker sharing the
+/// store.
+async fn cancel_when_asked(host: std::sync::Arc<factory_host::Host>, mut requests: tokio::sync::broadcast::Receiver<String>) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match requests.recv().await {
+            Ok(run_id) => {
+                if host.cancel_here(&run_id) {
+                    tracing::info!("cancelling run {run_id}: asked through another worker");
+                }
+            }
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
 }
 
 /// Resolves once the service has had no active run and no client for `after` seconds

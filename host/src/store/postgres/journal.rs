@@ -135,4 +135,17 @@ impl Journal for PgStore {
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {
         Box::pin(async move { self.writer.flush().await.map_err(journal_error) })
     }
+
+    /// Refused once the store failed (fenced, a refused commit) or this worker's lease ran out
+    /// by its own monotonic clock (renewals failing, the database away): a worker that may
+    /// have been replaced starts no paid call, even before the database can say so.
+    fn writable(&self) -> Result<(), JournalError> {
+        if let Some(failure) = self.writer.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(journal_error(StoreError::WriteFailed(failure)));
+        }
+        if !self.lease_held() {
+            return Err(journal_error(self.lease.fenced()));
+        }
+        Ok(())
+    }
 }

@@ -2,15 +2,17 @@
 //! (`factory serve --store postgres://...`). The same tables as the redb store, plus the
 //! workers and their leases ([`worker`]); versioned migrations serialized across workers
 //! ([`schema`]); group commit in one fenced transaction per window ([`writer`]); reads on a
-//! small connection pool (deadpool-postgres). Everything that talks to the database runs on
-//! the store's own small tokio runtime, so a caller on any runtime (or a blocked thread)
-//! never stalls it. Connecting repairs what a crash left, as opening the redb store does.
+//! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]).
+//! Everything that talks to the database runs on the store's own small tokio runtime, so a
+//! caller on any runtime (or a blocked thread) never stalls it. Connecting repairs what a crash left, as opening the redb store does.
 
+mod cancel;
 mod journal;
 mod progress;
 pub mod schema;
 pub mod url;
 mod worker;
+pub mod workers;
 mod writer;
 
 use crate::model::progress::ProgressEntry;
@@ -120,6 +122,8 @@ pub struct PgStore {
     known_blobs: Mutex<std::collections::HashSet<String>>,
     /// The runs connecting halted (a crash, or a dead worker, left them running).
     repaired: Vec<String>,
+    /// Cancel requests for runs, from other workers ([`cancel`]).
+    cancels: tokio::sync::broadcast::Sender<String>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -134,6 +138,7 @@ impl PgStore {
     /// left running, and start the writer and the lease renewal.
     pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
         let config = url::config(url)?;
+        let listen_config = config.clone();
         let shown = redact(url);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -172,7 +177,9 @@ impl PgStore {
         );
         let local_lease = Arc::new(Mutex::new(registered + lease.duration));
         handle.spawn(renew(pool.clone(), lease.clone(), writer.failed.clone(), local_lease.clone()));
-        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired })
+        let (cancels, _) = tokio::sync::broadcast::channel(256);
+        handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), cancels.clone()));
+        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels })
     }
 
     /// This worker's id.
@@ -387,6 +394,19 @@ impl Store for PgStore {
     fn put_run_modules(&self, run_id: &str, manifest: &Manifest) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(manifest)?;
         self.writer.send(Op::RunModules { run: run_id.to_string(), manifest: bytes })
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn request_cancel<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (pool, run_id) = (self.pool.clone(), run_id.to_string());
+        self.spawn(async move { cancel::request(&pool, &run_id).await })
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        Some(self.cancels.subscribe())
     }
 
     fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>> {

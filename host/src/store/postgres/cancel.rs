@@ -1,0 +1,92 @@
+//! Cancelling a run another worker executes: the request is a flag on the run's row
+//! (`cancel_requested`, cleared when the run ends) and one `pg_notify('factory_cancel', id)`
+//! sent with it. Every worker LISTENs on its own connection and hands the ids to the host
+//! ([`Store::cancel_requests`](crate::store::Store::cancel_requests)), which cancels the run
+//! if it executes there; a slow poll of the flags for this worker's runs covers a lost
+//! notification or a listener that is reconnecting.
+
+use super::{pg, PoolHandle};
+use crate::store::StoreError;
+use futures::StreamExt;
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// The channel cancel requests are notified on.
+pub(crate) const CHANNEL: &str = "factory_cancel";
+
+/// How often the flags of this worker's runs are read, whatever the notifications do.
+pub(crate) const POLL: Duration = Duration::from_secs(2);
+
+/// Record the request and notify the workers (delivered when the statement commits).
+pub(super) async fn request(pool: &PoolHandle, run_id: &str) -> Result<bool, StoreError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "WITH asked AS (UPDATE runs SET cancel_requested = true WHERE id = $1 AND status IN ('running', 'pending') RETURNING id)
+             SELECT pg_notify('factory_cancel', id) FROM asked",
+            &[&run_id],
+        )
+        .await
+        .map_err(|e| pg(&pool.url, e))?;
+    Ok(!rows.is_empty())
+}
+
+/// Forward cancel requests to `requests`: notifications on a connection of its own
+/// (reconnected after a failure), and every [`POLL`] the flagged runs `worker` owns.
+pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, worker: String, requests: broadcast::Sender<String>) {
+    let poll = {
+        let (pool, requests) = (pool.clone(), requests.clone());
+        async move {
+            loop {
+                tokio::time::sleep(POLL).await;
+                let flagged = async {
+                    let client = pool.get().await?;
+                    client
+                        .query("SELECT id FROM runs WHERE owner = $1 AND cancel_requested AND status IN ('running', 'pending')", &[&worker])
+                        .await
+                        .map_err(|e| pg(&pool.url, e))
+                };
+                match flagged.await {
+                    Ok(rows) => {
+                        for row in rows {
+                            let _ = requests.send(row.get(0));
+                        }
+                    }
+                    Err(e) => tracing::warn!("reading cancel requests: {e}"),
+                }
+            }
+        }
+    };
+    let notified = async move {
+        loop {
+            if let Err(e) = notifications(&config, &requests).await {
+                tracing::warn!("listening for cancel requests on {}: {e}", pool.url);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    futures::join!(poll, notified);
+}
+
+/// One LISTEN connection, until it fails.
+async fn notifications(config: &tokio_postgres::Config, requests: &broadcast::Sender<String>) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+    let (tx, mut rx) = futures::channel::mpsc::unbounded();
+    let driver = futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx);
+    let driver = tokio::spawn(driver);
+    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    while let Some(message) = rx.next().await {
+        match message {
+            Ok(tokio_postgres::AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
+                let _ = requests.send(note.payload().to_string());
+            }
+            Ok(_) => {}
+            Err(e) => {
+                driver.abort();
+                return Err(e);
+            }
+        }
+    }
+    driver.abort();
+    Ok(())
+}
