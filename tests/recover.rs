@@ -275,7 +275,9 @@ fn runs_that_ended_for_a_reason_of_their_own_are_never_recovered() {
     server.set(Mode::Answer { latency: Duration::ZERO });
     let service = Service::start(state.path(), &[]);
     let log = service.log();
-    let recoveries: Vec<&str> = log.lines().filter(|l| l.contains("recover")).collect();
+    // The service's own lines (the structured `recovery` event says the same, once).
+    let recoveries: Vec<&str> = log.lines().filter(|l| l.starts_with("factory serve: ") && l.contains("recover")).collect();
+    assert_eq!(log.lines().filter(|l| l.contains("event=\"recovery\"")).count(), 1, "one recovery event: {log}");
     assert_eq!(recoveries, vec![recovering(&crashed, 1, 3).as_str()], "only the interrupted run: {log}");
     for (run_id, status) in [(&limited, "error"), (&failed, "error"), (&cancelled, "cancelled")] {
         let shown = json(state.path(), &["show", run_id, "--json"]);

@@ -8,7 +8,8 @@
 //! speaks) -> [`engine`] (`Host`, the run engine) -> [`sandbox`] | [`store`] | [`backend`],
 //! with [`capabilities`] (what the guest may call), [`guests`] (building and loading each
 //! guest language) and [`model`] (the vocabulary every layer shares: envelopes, progress,
-//! limits, meta, schemas, guest JSON).
+//! limits, meta, schemas, guest JSON). [`trace`] names the spans every layer opens;
+//! [`metrics`] counts what they do.
 
 pub mod access;
 pub mod backend;
@@ -19,7 +20,9 @@ pub mod guests;
 pub mod model;
 pub mod sandbox;
 pub mod service;
+pub mod metrics;
 pub mod store;
+pub mod trace;
 
 // The public paths of modules that moved into their layer.
 pub use backend::config;

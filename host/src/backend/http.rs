@@ -132,8 +132,9 @@ pub(crate) async fn send(
                         )));
                     }
                 }
-                tracing::debug!(who, status, retry, "retryable HTTP status");
-                after.unwrap_or_else(|| policy.backoff(retry))
+                let wait = after.unwrap_or_else(|| policy.backoff(retry));
+                tracing::info!(event = "retry", backend = who, status, retry = retry + 1, wait_ms = wait.as_millis() as u64, "retrying after a retryable HTTP status");
+                wait
             }
             Err(e) if e.is_builder() => {
                 return Err(BackendError::outage(
@@ -148,8 +149,9 @@ pub(crate) async fn send(
                 ))
             }
             Err(e) => {
-                tracing::debug!(who, retry, error = %chain(&e), "retryable transport error");
-                policy.backoff(retry)
+                let wait = policy.backoff(retry);
+                tracing::info!(event = "retry", backend = who, retry = retry + 1, wait_ms = wait.as_millis() as u64, error = %chain(&e), "retrying after a transport error");
+                wait
             }
         };
         tokio::time::sleep(wait).await;

@@ -48,6 +48,8 @@ pub(crate) struct Agents {
     output_tokens: AtomicU64,
     cache_read_tokens: AtomicU64,
     cache_write_tokens: AtomicU64,
+    /// The backend's metrics handles.
+    metrics: crate::metrics::BackendMetrics,
 }
 
 impl Agents {
@@ -72,6 +74,7 @@ impl Agents {
             output_tokens: AtomicU64::new(setup.prior.output_tokens),
             cache_read_tokens: AtomicU64::new(setup.prior.cache_read_tokens),
             cache_write_tokens: AtomicU64::new(setup.prior.cache_write_tokens),
+            metrics: crate::metrics::metrics().backend(&setup.backend.name()),
         }
     }
 
@@ -81,6 +84,7 @@ impl Agents {
     /// entry counts them instead.
     fn notify_cached(&self, label: String, ok: bool) {
         self.attempt_cache_hits.fetch_add(1, Ordering::Relaxed);
+        self.metrics.call(crate::metrics::CallOutcome::Cached);
         self.attempt.announce(ProgressEvent::cached(label, ok));
     }
 
@@ -160,6 +164,8 @@ impl Agents {
         let journaled = self.attempt.journaled_agent(&key.0).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
         if let Some(outcome) = journaled {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
+            let span = self.span(model.as_deref(), &shown, crate::trace::Memo::Hit);
+            crate::trace::agent_ended(&span, if outcome.is_some() { "ok" } else { "failed" }, 0);
             self.notify_cached(shown, outcome.is_some());
             return Ok(outcome);
         }
@@ -180,6 +186,7 @@ impl Agents {
         if !first {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
         }
+        let span = self.span(model.as_deref(), &shown, if first { crate::trace::Memo::Miss } else { crate::trace::Memo::Shared });
         let request = AgentRequest {
             prompt,
             label,
@@ -189,9 +196,10 @@ impl Agents {
             feedback: None,
         };
         let this = self.clone();
+        let call_span = span.clone();
         let outcome = cell
             .get_or_init(|| async move {
-                let outcome = this.spawn_agent(request, schema).await;
+                let outcome = this.spawn_agent(request, schema, &call_span).await;
                 if let Ok(reply) = &outcome {
                     if let Err(abort) = this.attempt.write_agent(&key.0, reply) {
                         return Err(this.attempt.abort(abort));
@@ -207,11 +215,21 @@ impl Agents {
             self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key_hex);
         }
         if !first {
+            crate::trace::agent_ended(&span, status_name(&outcome), 0);
             if let Ok(reply) = &outcome {
                 self.notify_cached(shown, reply.is_some());
             }
         }
         outcome
+    }
+
+    /// The span of one agent call under the attempt's current phase (none when traces are off).
+    fn span(&self, model: Option<&str>, label: &str, memo: crate::trace::Memo) -> tracing::Span {
+        let parent = self.attempt.parent_span();
+        if parent.is_disabled() {
+            return parent;
+        }
+        crate::trace::agent_call(&parent, || self.backend.name(), model, Some(label), memo)
     }
 
     /// Admit a spawn for `model`: the journal still writable, the total cap and the credit
@@ -292,7 +310,7 @@ impl Agents {
 
     /// One subagent call: up to two spawns with a schema (one retry on a parse or match
     /// failure), one without.
-    async fn spawn_agent(&self, mut request: AgentRequest, schema: Option<Schema>) -> Result<Option<String>, Abort> {
+    async fn spawn_agent(&self, mut request: AgentRequest, schema: Option<Schema>, span: &tracing::Span) -> Result<Option<String>, Abort> {
         let label = request.label.clone().unwrap_or_else(|| "agent".to_string());
         let started = Instant::now();
         let mut summary = AgentSummary {
@@ -310,8 +328,12 @@ impl Agents {
                     if slots.available_permits() == 0 {
                         self.attempt.emit(ProgressEvent::AgentQueued { label: label.clone() });
                     }
+                    let waiting = Instant::now();
                     match slots.clone().acquire_owned().await {
-                        Ok(permit) => Some(permit),
+                        Ok(permit) => {
+                            self.metrics.queued(waiting.elapsed());
+                            Some(permit)
+                        }
                         Err(_) => return Err(Abort::Cancelled),
                     }
                 }
@@ -326,14 +348,22 @@ impl Agents {
             // A spawn cut off mid-way (the attempt stopped and dropped this future) may have
             // been billed for what it had done: the spend becomes a lower bound.
             let cut_off = CutOff(Some(&self.credits_at_least));
+            let calling = Instant::now();
             let reply = self.backend.call(Arc::new(request.clone())).await;
             cut_off.finished();
             let reply = match reply {
-                Ok(reply) => reply,
+                Ok(reply) => {
+                    let usage = reply.usage.as_ref();
+                    let (input, output) = usage.map_or((0, 0), |u| (u.input_tokens, u.output_tokens));
+                    self.metrics.spawned(calling.elapsed(), input, output, usage.and_then(|u| u.credits_nano));
+                    reply
+                }
                 Err(e) => {
                     if may_have_billed(&e) {
                         self.at_least(&mut summary);
                     }
+                    self.metrics.spawned(calling.elapsed(), 0, 0, None);
+                    tracing::warn!(event = "backend_failure", run = %self.attempt.run_id, backend = %self.backend.name(), label = %label, outage = ?e.outage_kind(), error = %e, "agent call failed");
                     if let Some(kind) = e.outage_kind() {
                         // Not an answer: the attempt stops and the call stays unjournaled.
                         let message = format!("agent `{label}`: {}", e.message());
@@ -344,6 +374,7 @@ impl Agents {
                     break;
                 }
             };
+            crate::trace::agent_usage(span, reply.usage.as_ref());
             if let Err(abort) = self.account(&reply, &mut summary) {
                 outcome = Err(abort);
                 break;
@@ -373,6 +404,12 @@ impl Agents {
             Err(_) => crate::model::progress::AgentStatus::Aborted,
         };
         summary.millis = started.elapsed().as_millis() as u64;
+        crate::trace::agent_ended(span, status_name(&outcome), summary.spawns);
+        self.metrics.call(match &outcome {
+            Ok(Some(_)) => crate::metrics::CallOutcome::Ok,
+            Ok(None) => crate::metrics::CallOutcome::Failed,
+            Err(_) => crate::metrics::CallOutcome::Aborted,
+        });
         if outcome.is_ok() {
             self.attempt.emit(ProgressEvent::AgentFinished { summary, cached: false });
             let accounting = self.accounting();
@@ -427,6 +464,15 @@ fn may_have_billed(error: &crate::backend::BackendError) -> bool {
     match error.outage_kind() {
         None => true,
         Some(kind) => matches!(kind, OutageKind::Timeout | OutageKind::InvalidReply),
+    }
+}
+
+/// How an agent call ended, as its span says.
+fn status_name(outcome: &Result<Option<String>, Abort>) -> &'static str {
+    match outcome {
+        Ok(Some(_)) => "ok",
+        Ok(None) => "failed",
+        Err(_) => "aborted",
     }
 }
 

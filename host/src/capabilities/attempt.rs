@@ -58,6 +58,8 @@ pub(crate) struct AttemptSetup {
     pub stop: CancellationToken,
     /// Bytes pending agent calls hold over every run of the host.
     pub host_pending_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// The attempt's span ([`crate::trace::attempt`]; `Span::none()` when traces are off).
+    pub span: tracing::Span,
 }
 
 /// The state one attempt's capabilities share (see the module docs).
@@ -78,6 +80,9 @@ pub(crate) struct Attempt {
     /// Whether the guest has asked if the attempt is stopping (`ctx.cancelled`,
     /// `ctx.stop-reason`): only such a guest gets the stop grace.
     watched: std::sync::atomic::AtomicBool,
+    /// The attempt's span, and the current phase's under it (the parent of calls' spans).
+    span: tracing::Span,
+    phase_span: Mutex<Option<tracing::Span>>,
 }
 
 /// Milliseconds since the epoch, for progress entries.
@@ -106,7 +111,32 @@ impl Attempt {
             prior_active: Duration::from_secs_f64(setup.prior.active_seconds),
             started: Instant::now(),
             watched: std::sync::atomic::AtomicBool::new(false),
+            span: setup.span.clone(),
+            phase_span: Mutex::new(None),
         }
+    }
+
+    /// The span calls of the attempt go under: the current phase's, else the attempt's.
+    pub(crate) fn parent_span(&self) -> tracing::Span {
+        if self.span.is_disabled() {
+            return tracing::Span::none();
+        }
+        let phase = self.phase_span.lock().unwrap_or_else(|p| p.into_inner());
+        phase.clone().unwrap_or_else(|| self.span.clone())
+    }
+
+    /// A new phase: its span replaces (ends) the previous phase's.
+    pub(crate) fn enter_phase(&self, title: &str) {
+        if self.span.is_disabled() {
+            return;
+        }
+        let span = crate::trace::phase(&self.span, title);
+        *self.phase_span.lock().unwrap_or_else(|p| p.into_inner()) = Some(span);
+    }
+
+    /// End the current phase's span (the attempt is over).
+    pub(crate) fn end_phase(&self) {
+        self.phase_span.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
@@ -206,6 +236,7 @@ impl Attempt {
             return Err(Abort::SandboxLimit { kind: "maxJournalBytes", message });
         }
         book.journal_bytes = total;
+        crate::metrics::metrics().journaled(cost);
         Ok(total)
     }
 

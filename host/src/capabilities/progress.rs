@@ -34,6 +34,7 @@ impl Progress {
         if attempt.cap("maxPhaseBytes", "phase title", title.len(), attempt.sandbox.max_phase_bytes).is_err() {
             return;
         }
+        attempt.enter_phase(&title);
         attempt.emit(ProgressEvent::Phase { title });
     }
 

@@ -29,6 +29,17 @@ impl Steps {
             return Err(abort);
         }
         attempt.cap("maxStepKeyBytes", "step key", key.len(), attempt.sandbox.max_step_key_bytes)?;
+        let span = crate::trace::step(&attempt.parent_span(), key);
+        let found = self.lookup(key);
+        if !span.is_disabled() {
+            span.record("factory.step.hit", matches!(found, Ok(Some(_))));
+        }
+        found
+    }
+
+    /// The journaled value of `key`, if any.
+    fn lookup(&self, key: &str) -> Result<Option<String>, Abort> {
+        let attempt = &self.attempt;
         if let Some(value) = attempt.cached_step(key) {
             return Ok(Some(value));
         }

@@ -36,6 +36,11 @@ pub struct GlobalArgs {
     /// service: runs then end with this process (for CI and scripts).
     #[arg(long, global = true, env = "FACTORY_NO_DAEMON", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_daemon: bool,
+    /// How log lines on stderr (and in the service's `serve.log`) are written: `human`, or
+    /// `json` (one object per line) for machines. Which lines: `RUST_LOG` (default
+    /// `warn,factory_host=info,factory=info`).
+    #[arg(long, global = true, env = "FACTORY_LOG_FORMAT", value_enum, default_value_t = crate::doors::telemetry::LogFormat::Human, value_name = "FORMAT")]
+    pub log_format: crate::doors::telemetry::LogFormat,
 }
 
 impl GlobalArgs {

@@ -71,7 +71,7 @@ async fn handle(service: Local, stream: UnixStream) {
     let (mut read, mut write) = stream.into_split();
     let request = match refused {
         Some(message) => {
-            tracing::warn!("{message}");
+            tracing::warn!(event = "refused", door = "control", reason = %message, "control socket refused a peer");
             Err(RemoteError { code: ErrorCode::Forbidden, message })
         }
         None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(&mut read, MAX_REQUEST_BYTES)).await {

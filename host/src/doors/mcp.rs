@@ -426,6 +426,7 @@ impl FactoryMcp {
     ) -> Result<CallToolResult, ToolError> {
         let session = self.session(context);
         let limits = params.limits.unwrap_or_default();
+        let trace_parent = trace_parent_of(context)?;
         let start = match (params.name, params.resume_from_run_id) {
             (Some(name), None) => {
                 // Consent: the server's own trust check decides (an MCP client cannot be asked);
@@ -439,6 +440,7 @@ impl FactoryMcp {
                     grants: Vec::new(),
                     declined: false,
                     consent: Consent::None,
+                    trace_parent: trace_parent.clone(),
                 }
             }
             (None, Some(run_id)) => {
@@ -452,6 +454,7 @@ impl FactoryMcp {
                     limits,
                     backend: Default::default(),
                     consent: Consent::None,
+                    trace_parent: trace_parent.clone(),
                 }
             }
             _ => {
@@ -640,6 +643,26 @@ const CANCEL_NOTICE: Duration = Duration::from_millis(500);
 /// A typed answer as structured content.
 fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, ToolError> {
     serde_json::to_value(value).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))
+}
+
+/// The caller's trace for a run this call starts: the request's `_meta.traceparent`, else
+/// (streamable HTTP) its `traceparent` header; one that is not W3C trace context is refused.
+fn trace_parent_of(context: &RequestContext<RoleServer>) -> Result<Option<factory_host::trace::TraceParent>, ToolError> {
+    let from_meta = match context.meta.get("traceparent") {
+        None => None,
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(_) => return Err(ToolError::new(ErrorCode::InvalidParams, "`_meta.traceparent` must be a string")),
+    };
+    let from_header = || {
+        let parts = context.extensions.get::<hyper::http::request::Parts>()?;
+        Some(parts.headers.get("traceparent")?.to_str().unwrap_or_default().to_string())
+    };
+    match from_meta.or_else(from_header) {
+        None => Ok(None),
+        Some(text) => factory_host::trace::TraceParent::parse(&text)
+            .map(Some)
+            .map_err(|e| ToolError::new(ErrorCode::InvalidParams, e.to_string())),
+    }
 }
 
 /// What a model is shown of a factory's meta: name, description, phases, limits.

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use wasmtime::component::Linker;
 use wasmtime::Engine;
 
@@ -123,6 +124,8 @@ pub struct RunOptions {
     /// ([`sandbox::grant_mount_point`]). Each must exist and be a directory; the run records
     /// them and every resume mounts them again.
     pub grants: Vec<PathBuf>,
+    /// The caller's trace (W3C `traceparent`): the attempt's span continues it.
+    pub trace_parent: Option<crate::trace::TraceParent>,
 }
 
 /// Options of [`Host::resume`].
@@ -146,6 +149,8 @@ pub struct ResumeOptions {
     /// Another backend or model by name than the recorded one (a name alone keeps no model;
     /// a model alone keeps the recorded backend).
     pub choice: BackendChoice,
+    /// The caller's trace (W3C `traceparent`): the attempt's span continues it.
+    pub trace_parent: Option<crate::trace::TraceParent>,
 }
 
 /// A run with its phases, agent summaries and latest progress page. On the wire it is the
@@ -560,6 +565,7 @@ impl Host {
             record_writes: 0,
             stop: CancellationToken::new(),
             host_pending_bytes: self.pending_bytes.clone(),
+            span: tracing::Span::none(),
         };
         let shared = Capabilities::new(setup).await.map_err(|f| Error::MetaCall(f.message))?;
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
@@ -681,7 +687,7 @@ impl Host {
             None => self.chosen_backend(&options.choice)?,
         };
         let (record, options) = self.create_run(factory, options).await?;
-        self.attempt(factory, record, options.events, backend).await
+        self.attempt(factory, record, options.events, backend, options.trace_parent).await
     }
 
     /// The backend a new run uses for `choice`: the host's default when it is empty, else
@@ -880,7 +886,7 @@ impl Host {
         if let Some(on_start) = options.on_start {
             on_start(run_id);
         }
-        self.attempt_claimed(&factory, record, options.events, backend, claim).await
+        self.attempt_claimed(&factory, record, options.events, backend, claim, options.trace_parent).await
     }
 
     /// Leave a run that automatic recovery will not resume to a caller: while it is still
@@ -911,9 +917,10 @@ impl Host {
         record: RunRecord,
         events: Option<mpsc::UnboundedSender<ProgressEntry>>,
         backend: Arc<dyn AgentBackend>,
+        trace_parent: Option<crate::trace::TraceParent>,
     ) -> Result<RunEnvelope, Error> {
         let claim = self.claim(&record.envelope.run_id)?;
-        self.attempt_claimed(factory, record, events, backend, claim).await
+        self.attempt_claimed(factory, record, events, backend, claim, trace_parent).await
     }
 
     /// Mark `run_id` as executing here (refused when it already is). Until the claim is
@@ -936,13 +943,19 @@ impl Host {
         events: Option<mpsc::UnboundedSender<ProgressEntry>>,
         backend: Arc<dyn AgentBackend>,
         claim: Claim<'_>,
+        trace_parent: Option<crate::trace::TraceParent>,
     ) -> Result<RunEnvelope, Error> {
         let run_id = record.envelope.run_id.clone();
         let Claim { stop, guard: _active } = claim;
+        let span = crate::trace::attempt(&record.envelope.factory, &run_id, &record.session, record.envelope.attempts.saturating_add(1));
+        if let Some(parent) = &trace_parent {
+            crate::trace::continue_trace(&span, parent);
+        }
         // However the attempt ends (a store error, a panic, its future dropped), the run
         // leaves `active` and gets a terminal status, so it is never wedged as running.
-        let outcome = AssertUnwindSafe(self.attempt_inner(factory, &mut record, events, backend, stop))
+        let outcome = AssertUnwindSafe(self.attempt_inner(factory, &mut record, events, backend, stop, span.clone()))
             .catch_unwind()
+            .instrument(span.clone())
             .await;
         let failure = match outcome {
             Ok(Ok(())) => None,
@@ -968,6 +981,8 @@ impl Host {
             drop(_active);
             self.announce_end(&record).await;
         }
+        crate::trace::attempt_ended(&span, record.envelope.status, record.envelope.failure.as_ref());
+        crate::metrics::metrics().attempt_ended(record.envelope.status);
         self.current(record).await
     }
 
@@ -1001,6 +1016,7 @@ impl Host {
         events: Option<mpsc::UnboundedSender<ProgressEntry>>,
         backend: Arc<dyn AgentBackend>,
         stop: CancellationToken,
+        span: tracing::Span,
     ) -> Result<(), Error> {
         let run_id = record.envelope.run_id.clone();
         record.envelope.status = RunStatus::Running;
@@ -1044,6 +1060,7 @@ impl Host {
             record_writes: record.writes,
             stop: stop.clone(),
             host_pending_bytes: self.pending_bytes.clone(),
+            span,
         };
         let (status, result, failure, accounting) = match Capabilities::new(setup).await {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
@@ -1068,6 +1085,7 @@ impl Host {
                 )
                 .await;
                 shared.attempt.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.agents.attempt_cache_hits() });
+                shared.attempt.end_phase();
                 let mut failure = outcome.failure;
                 // The modules' record, with every import answered (written before the flush).
                 if let Some(Err(e)) = component.script.as_ref().map(|s| s.modules.record_now()) {
@@ -1097,6 +1115,14 @@ impl Host {
         envelope.result = if status == RunStatus::Completed { result } else { None };
         if let Some(f) = &failure {
             envelope.error = Some(f.message.clone());
+        }
+        match &failure {
+            Some(f) => tracing::info!(
+                event = "attempt_ended", run = %run_id, factory = %envelope.factory, attempt = envelope.attempts,
+                status = status.as_str(), failure_type = f.kind_type.as_str(), failure_kind = f.kind.as_deref().unwrap_or(""),
+                "attempt ended"
+            ),
+            None => tracing::debug!(event = "attempt_ended", run = %run_id, factory = %envelope.factory, attempt = envelope.attempts, status = status.as_str(), "attempt ended"),
         }
         envelope.failure = failure;
         envelope.accounting = accounting;

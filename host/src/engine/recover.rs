@@ -81,7 +81,21 @@ pub fn is_interrupted(record: &RunRecord) -> bool {
 /// run was left `halted`; one [`Recovery`] per interrupted run, in creation order.
 pub async fn recover_interrupted(host: &Arc<Host>, max: u32) -> Result<Vec<Recovery>, Error> {
     let interrupted: Vec<RunRecord> = host.store().runs().await?.into_iter().filter(is_interrupted).collect();
-    Ok(futures::future::join_all(interrupted.into_iter().map(|record| recover_one(host, record, max))).await)
+    let recovered = futures::future::join_all(interrupted.into_iter().map(|record| recover_one(host, record, max))).await;
+    for r in &recovered {
+        match &r.outcome {
+            RecoveryOutcome::Resumed { attempt, max } => {
+                tracing::info!(event = "recovery", run = %r.run_id, factory = %r.factory, session = %r.session, outcome = "resumed", attempt, max, "recovering an interrupted run")
+            }
+            RecoveryOutcome::Exhausted { recoveries, max } => {
+                tracing::warn!(event = "recovery", run = %r.run_id, factory = %r.factory, session = %r.session, outcome = "exhausted", recoveries, max, "an interrupted run was left halted: automatic recoveries exhausted")
+            }
+            RecoveryOutcome::Failed { error } => {
+                tracing::warn!(event = "recovery", run = %r.run_id, factory = %r.factory, session = %r.session, outcome = "failed", error = %error, "an interrupted run could not be recovered")
+            }
+        }
+    }
+    Ok(recovered)
 }
 
 async fn recover_one(host: &Arc<Host>, record: RunRecord, max: u32) -> Recovery {

@@ -141,6 +141,11 @@ impl Client {
         expect!(self, request, Response::Registration(registration) => *registration)
     }
 
+    /// The service's metrics, in the Prometheus text format.
+    pub async fn metrics(&self) -> Result<String, ServiceError> {
+        expect!(self, Request::Metrics, Response::Metrics { text } => text)
+    }
+
     /// Start a run or a resume in the background (`request` is a [`Request::Run`] or
     /// [`Request::Resume`]); the run's id once it exists.
     pub async fn start(&self, request: Request) -> Result<String, ServiceError> {
@@ -166,6 +171,7 @@ impl Client {
             grants: Vec::new(),
             declined: false,
             consent,
+            trace_parent: None,
         })
         .await
     }

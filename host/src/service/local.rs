@@ -56,6 +56,7 @@ impl Local {
                 Some(registration) => Response::Registration(Box::new(registration)),
                 None => return Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
             },
+            Request::Metrics => Response::Metrics { text: crate::metrics::metrics().render(host.active_runs().len()) },
             start @ (Request::Run { .. } | Request::Resume { .. }) => {
                 Response::Started { run_id: self.start(start).await? }
             }
@@ -75,7 +76,7 @@ impl Local {
             let _ = started.send(id.to_string());
         });
         let task = match request {
-            Request::Run { session, component, args, limits, backend: choice, grants, declined, consent } => {
+            Request::Run { session, component, args, limits, backend: choice, grants, declined, consent, trace_parent } => {
                 // Refuse an unusable backend before the run exists.
                 let backend = Some(host.chosen_backend(&choice)?);
                 let factory = match &component {
@@ -96,6 +97,7 @@ impl Local {
                     backend,
                     choice: BackendChoice::default(),
                     grants,
+                    trace_parent,
                 };
                 tokio::spawn(async move {
                     if declined {
@@ -105,7 +107,7 @@ impl Local {
                     }
                 })
             }
-            Request::Resume { scope, run_id, component, limits, backend: choice, consent } => {
+            Request::Resume { scope, run_id, component, limits, backend: choice, consent, trace_parent } => {
                 let component = match component {
                     Some(path) => Some(host.load_file(&path).await?),
                     None => None,
@@ -130,6 +132,7 @@ impl Local {
                     on_start: Some(on_start),
                     backend: None,
                     choice,
+                    trace_parent,
                 };
                 tokio::spawn(async move { host.resume(&run_id, options).await })
             }

@@ -98,6 +98,9 @@ pub enum Request {
         /// What the user consented to on the client (a prompt answered yes, `--yes`).
         #[serde(default)]
         consent: super::Consent,
+        /// The caller's trace (W3C `traceparent`), which the run's spans continue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace_parent: Option<crate::trace::TraceParent>,
     },
     /// Resume a run the scope sees in the background (it stays in its own session); answers
     /// [`Response::Started`] once the attempt starts.
@@ -114,6 +117,9 @@ pub enum Request {
         /// What the user consented to for the component this resume runs.
         #[serde(default)]
         consent: super::Consent,
+        /// The caller's trace (W3C `traceparent`), which the attempt's spans continue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace_parent: Option<crate::trace::TraceParent>,
     },
     /// Register a factory under its meta name: for everyone (what `factory add` does), or
     /// with `session` in that session's own scope only (it shadows one of the same name
@@ -140,6 +146,8 @@ pub enum Request {
     /// [`Request::Follow`] from the run's first entry of this attempt on (one connection per
     /// foreground run). The run is followed as its own session (a run) or the resume's scope.
     StartFollowing { start: Box<Request> },
+    /// The service's metrics in the Prometheus text format ([`crate::metrics`]).
+    Metrics,
 }
 
 impl Request {
@@ -161,6 +169,7 @@ impl Request {
             Request::Subscribe { .. } => "subscribe",
             Request::Follow { .. } => "follow",
             Request::StartFollowing { .. } => "startFollowing",
+            Request::Metrics => "metrics",
         }
     }
 }
@@ -209,6 +218,8 @@ pub enum Response {
     Subscribed,
     /// A follow stream is open: [`FollowEvent`] frames follow (`follow`).
     Following,
+    /// The Prometheus text exposition (`metrics`).
+    Metrics { text: String },
 }
 
 impl Response {
@@ -224,6 +235,7 @@ impl Response {
             Response::Started { .. } => "started",
             Response::Subscribed => "subscribed",
             Response::Following => "following",
+            Response::Metrics { .. } => "metrics",
         }
     }
 
@@ -239,6 +251,7 @@ impl Response {
             Response::Registration(registration) => serde_json::to_value(registration),
             Response::Started { run_id } => Ok(serde_json::json!({ "runId": run_id })),
             Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
+            Response::Metrics { text } => Ok(serde_json::json!({ "text": text })),
         }
     }
 }
@@ -354,6 +367,7 @@ mod tests {
             limits: Limits::default(),
             backend: BackendChoice::default(),
             consent: super::super::Consent::Any,
+            trace_parent: None,
         };
         let requests = vec![
             Request::Runs { scope: Scope::from("s") },
@@ -374,6 +388,7 @@ mod tests {
                 grants: vec![PathBuf::from("/tmp")],
                 declined: false,
                 consent: super::super::Consent::Sha256("ab".into()),
+                trace_parent: Some(crate::trace::TraceParent::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap()),
             },
             resume.clone(),
             Request::Subscribe { scope: Scope::from("s") },

@@ -186,6 +186,26 @@ pub fn main() -> ExitCode {
         eprintln!("error: {e:#}");
         return ExitCode::from(2);
     }
+    // The service logs to its state directory too; one started by a front door has that
+    // file for its stderr already.
+    let service_log = match &cli.command {
+        Command::Serve(args) => Some(!args.started_by_front_door()),
+        _ => None,
+    };
+    let logging = || -> anyhow::Result<()> {
+        match service_log {
+            Some(stderr) => {
+                factory_host::access::private_state_dir(&g.state_dir)?;
+                crate::doors::telemetry::init(g.log_format, Some(&g.state_dir), stderr)?;
+            }
+            None => crate::doors::telemetry::init(g.log_format, None, true)?,
+        }
+        Ok(())
+    };
+    if let Err(e) = logging() {
+        eprintln!("error: cannot open the service log in {}: {e:#}", g.state_dir.display());
+        return ExitCode::from(2);
+    }
     let outcome = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(&g, args).await,
@@ -218,6 +238,7 @@ pub fn main() -> ExitCode {
             }
         }
     });
+    crate::doors::telemetry::shutdown();
     match outcome {
         Ok(code) => code,
         Err(e) => {

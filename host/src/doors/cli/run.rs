@@ -143,6 +143,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             // Consent was given here (a prompt, --yes, or trusted) for exactly what was read
             // here: the serving process runs it only if it loads the same.
             consent: approved.map_or(Consent::None, Consent::Sha256),
+            trace_parent: None,
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
@@ -173,6 +174,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             backend: Some(backend),
             choice: Default::default(),
             grants,
+            trace_parent: None,
         };
         let host = host.clone();
         async move { host.run(&factory, options).await }
@@ -212,6 +214,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             backend,
             // Consent was checked above (trusted, --yes, or a prompt) for this trust key.
             consent: approved.map_or(Consent::None, Consent::Sha256),
+            trace_parent: None,
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) => report(envelope, &a.out),
@@ -263,6 +266,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             on_start: Some(on_start),
             backend,
             choice,
+            trace_parent: None,
         };
         let host = host.clone();
         async move { host.resume(&run_id, options).await }

@@ -73,6 +73,13 @@ fn parse_store(text: &str) -> Result<String, String> {
     }
 }
 
+impl ServeArgs {
+    /// Whether a front door started this service (its stderr is then the service log).
+    pub fn started_by_front_door(&self) -> bool {
+        self.started_by_front_door
+    }
+}
+
 fn parse_idle(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Ok(s),

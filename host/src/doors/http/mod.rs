@@ -33,6 +33,7 @@ pub mod bind;
 
 use factory_host::service::{Client, Consent, Request, Scope, Source, Target};
 use factory_host::store::ProgressQuery;
+use factory_host::trace::TraceParent;
 use factory_host::{ErrorCode, Limits};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
@@ -244,9 +245,13 @@ impl Api {
         // DNS rebinding: a page on another name that resolves here is refused.
         let host = req.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
         if !self.hosts.iter().any(|h| h == host) {
+            tracing::warn!(event = "refused", door = "http", host = %host.chars().take(256).collect::<String>(), "HTTP request for another Host refused");
             return error(StatusCode::FORBIDDEN, ErrorCode::ForbiddenHost, format!("Host `{host}` is not served here"));
         }
         let path = req.uri().path().to_string();
+        if path == "/metrics" {
+            return self.metrics(&req).await;
+        }
         if !path.starts_with("/api/") {
             return ui_asset(req.method(), &path);
         }
@@ -255,11 +260,21 @@ impl Api {
         }
         let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
         if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
+            tracing::warn!(event = "refused", door = "http", path = %path.chars().take(256).collect::<String>(), "HTTP request without a valid bearer token refused");
             return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "an `Authorization: Bearer <token>` header is required");
         }
         let joined = match session_of(req.headers()) {
             Ok(joined) => joined,
             Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
+        };
+        // The caller's trace, continued by a run this request starts.
+        let trace_parent = match req.headers().get("traceparent").map(|v| v.to_str().map_err(|_| ()).and_then(|t| TraceParent::parse(t).map_err(|_| ()))) {
+            None => None,
+            Some(Ok(parent)) => Some(parent),
+            Some(Err(())) => {
+                let message = "`traceparent` must be a W3C trace context: 00-<32 hex>-<16 hex>-<2 hex>";
+                return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
+            }
         };
         // A joined session sees its own runs; without one, the owner sees every session's.
         let scope = joined.clone().map_or(Scope::Owner, Scope::Session);
@@ -326,6 +341,7 @@ impl Api {
                     limits: body.limits,
                     backend: Default::default(),
                     consent: if body.approved { Consent::Any } else { Consent::None },
+                    trace_parent,
                 }
             }
             (&Method::POST, ["runs"]) => {
@@ -342,6 +358,7 @@ impl Api {
                     grants: Vec::new(),
                     declined: false,
                     consent: if body.approved { Consent::Any } else { Consent::None },
+                    trace_parent,
                 }
             }
             _ => return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}")),
@@ -352,6 +369,31 @@ impl Api {
                 Ok(value) => json_response(if created { StatusCode::ACCEPTED } else { StatusCode::OK }, &value),
                 Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Error, e.to_string()),
             },
+            Err(e) => {
+                let code = e.code();
+                error(status_of(code), code, e.to_string())
+            }
+        }
+    }
+
+    /// `GET /metrics`: the service's metrics in the Prometheus (OpenMetrics) text format, behind the same
+    /// bearer token as the API.
+    async fn metrics(&self, req: &HttpRequest<Incoming>) -> Response<Body> {
+        let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
+        if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
+            tracing::warn!(event = "refused", door = "http", path = "/metrics", "HTTP request without a valid bearer token refused");
+            return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "an `Authorization: Bearer <token>` header is required");
+        }
+        if req.method() != Method::GET {
+            return error(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::NotFound, "`/metrics` answers GET");
+        }
+        match self.client.metrics().await {
+            Ok(text) => Response::builder()
+                .status(StatusCode::OK)
+                .header(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")
+                .header("cache-control", "no-store")
+                .body(Full::new(Bytes::from(text)).boxed())
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
             Err(e) => {
                 let code = e.code();
                 error(status_of(code), code, e.to_string())

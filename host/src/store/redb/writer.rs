@@ -271,6 +271,9 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
     if writes == 0 {
         return Ok(());
     }
+    let span = crate::trace::store_commit(writes);
+    let _entered = span.enter();
+    let started = Instant::now();
     let txn = db.begin_write()?;
     {
         let mut steps = txn.open_table(STEPS)?;
@@ -345,6 +348,7 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
         }
     }
     txn.commit()?;
+    crate::metrics::metrics().committed(started.elapsed());
     stats.commits.fetch_add(1, Ordering::Relaxed);
     stats.ops.fetch_add(writes as u64, Ordering::Relaxed);
     Ok(())

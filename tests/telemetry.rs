@@ -1,0 +1,474 @@
+//! Logs, traces and metrics (issue 23), through the real `factory` binary.
+//!
+//! Logs: `RUST_LOG` filters what is written, `--log-format json` writes one JSON object per
+//! line, and `factory serve` writes its log to `<state-dir>/serve.log` (owner-only, rotated
+//! past its bound) with every refusal as one structured event.
+
+mod common;
+
+use common::factory_cmd;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+
+/// A `factory serve --http` on a free loopback port; SIGTERM when dropped.
+struct Served {
+    child: Child,
+    base: String,
+    token: String,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// Its stderr lines so far.
+    fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+/// Start `factory serve --http 127.0.0.1:0 EXTRA` on `state` with `env` set.
+fn serve(state: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut args = vec!["serve", "--http", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let mut cmd = factory_cmd(state, &args);
+    cmd.env_remove("RUST_LOG").env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("factory serve starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let base = loop {
+        let line = lines.next().expect("serve says where it listens").unwrap();
+        seen.lock().unwrap().push(line.clone());
+        if let Some(rest) = line.split("HTTP API on http://").nth(1) {
+            break format!("http://{}", rest.split("/api/").next().unwrap());
+        }
+    };
+    let keep = seen.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            keep.lock().unwrap().push(line);
+        }
+    });
+    let token = std::fs::read_to_string(state.join("http.token")).expect("the token file");
+    Served { child, base, token, stderr: seen }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path).unwrap().permissions()) & 0o777
+}
+
+/// The JSON objects among `lines` (plain banner lines are not log events).
+fn json_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<Value> {
+    lines
+        .into_iter()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("a log line that is not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// Ask the API without a token: refused (401), which the service logs.
+async fn refused_call(served: &Served) {
+    let status = reqwest::Client::new().get(format!("{}/api/runs", served.base)).send().await.unwrap().status();
+    assert_eq!(status.as_u16(), 401);
+}
+
+fn refusals(events: &[Value]) -> Vec<&Value> {
+    events.iter().filter(|e| e["fields"]["event"] == "refused").collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_logs_refusals_as_json_lines_to_stderr_and_its_owner_only_log_file() {
+    let state = tempfile::tempdir().unwrap();
+    let served = serve(state.path(), &["--log-format", "json"], &[]);
+    refused_call(&served).await;
+    let log_path = state.path().join("serve.log");
+    assert_eq!(mode(&log_path), 0o600, "the service log is its owner's only");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let events = json_lines(log.lines());
+    let refused = refusals(&events);
+    assert_eq!(refused.len(), 1, "one event per refusal: {log}");
+    let event = refused[0];
+    assert_eq!(event["level"], "WARN");
+    assert_eq!(event["fields"]["door"], "http");
+    assert_eq!(event["fields"]["path"], "/api/runs");
+    assert!(event["timestamp"].is_string() && event["target"].as_str().is_some_and(|t| t.starts_with("factory")), "{event}");
+    assert!(!log.contains(&served.token), "the token is never logged");
+    // The same event on stderr, as JSON.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let lines = served.stderr();
+        let events = json_lines(lines.iter().map(String::as_str));
+        if refusals(&events).len() == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no refusal on stderr: {lines:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_log_filters_what_the_service_logs() {
+    // `error` hides the warning; the default (warn for dependencies, info for ours) shows it,
+    // in the human format by default.
+    let quiet = tempfile::tempdir().unwrap();
+    let served = serve(quiet.path(), &[], &[("RUST_LOG", "error")]);
+    refused_call(&served).await;
+    let log = std::fs::read_to_string(quiet.path().join("serve.log")).unwrap();
+    assert!(!log.contains("refused"), "RUST_LOG=error hides warnings: {log}");
+    drop(served);
+
+    let loud = tempfile::tempdir().unwrap();
+    let served = serve(loud.path(), &[], &[]);
+    refused_call(&served).await;
+    let log = std::fs::read_to_string(loud.path().join("serve.log")).unwrap();
+    let line = log.lines().find(|l| l.contains("without a valid bearer token")).unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains("WARN") && line.contains("event=\"refused\"") && line.contains("door=\"http\""), "{line}");
+    assert!(!line.starts_with('{'), "human format by default: {line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_log_is_rotated_past_its_bound() {
+    let state = tempfile::tempdir().unwrap();
+    let log_path = state.path().join("serve.log");
+    // A log already past the bound (8 MiB) from earlier services.
+    std::fs::write(&log_path, vec![b'x'; (8 << 20) + 1]).unwrap();
+    std::fs::set_permissions(&log_path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let served = serve(state.path(), &[], &[]);
+    refused_call(&served).await;
+    let old = state.path().join("serve.log.1");
+    assert_eq!(std::fs::metadata(&old).unwrap().len(), (8 << 20) + 1, "the full log moved aside whole");
+    let now = std::fs::read_to_string(&log_path).unwrap();
+    assert!(now.len() < 64 << 10 && now.contains("refused"), "a fresh log: {now}");
+    assert_eq!(mode(&log_path), 0o600);
+}
+
+#[test]
+fn an_unparseable_rust_log_is_said_and_the_default_used() {
+    let state = tempfile::tempdir().unwrap();
+    let out = factory_cmd(state.path(), &["runs"]).env("RUST_LOG", "factory=notalevel").output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let stderr = common::stderr(&out);
+    assert!(stderr.contains("is not a filter"), "{stderr}");
+}
+
+// ---- traces ----------------------------------------------------------------------------
+
+/// The OTLP receiver of `tests/otlp/receiver.py` (official `opentelemetry-proto` decoder).
+struct Receiver {
+    child: Child,
+    port: u16,
+    out: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("spans.jsonl");
+        let script = common::root().join("tests/otlp/receiver.py");
+        let mut child = std::process::Command::new("python3")
+            .arg(&script)
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 runs (apt-get install python3)");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        let port = first.trim().parse().unwrap_or_else(|_| {
+            let _ = child.kill();
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
+            panic!("the OTLP receiver did not start (pip install opentelemetry-proto==1.45.2, as ./test does): {err}")
+        });
+        Receiver { child, port, out, _dir: dir }
+    }
+
+    /// Every request received so far: (path, content type, spans).
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    fn spans(&self) -> Vec<Value> {
+        self.requests().into_iter().flat_map(|r| r["spans"].as_array().cloned().unwrap_or_default()).collect()
+    }
+
+    fn raw(&self) -> Vec<u8> {
+        let mut raw = self.out.clone().into_os_string();
+        raw.push(".raw");
+        std::fs::read(raw).unwrap_or_default()
+    }
+}
+
+/// A JS factory: phase `Fan` with `n` agent calls whose prompts carry a marker, then phase
+/// `Steps` with one step.
+const TRACED: &str = r#"
+import { defineFactory } from "factory";
+export default defineFactory({
+    meta: { name: "traced", description: "a fan-out for traces", phases: [{ title: "Fan" }, { title: "Steps" }] },
+    run: async (ctx) => {
+        ctx.phase("Fan");
+        const out = await ctx.parallel(Array.from({ length: ctx.args.n }, (_, i) => () => ctx.agent(`SECRET-PROMPT-${i} summarise`, { label: `t:${i}` })));
+        ctx.phase("Steps");
+        const counted = await ctx.step("count", () => out.length);
+        return { done: out.filter((x) => x !== null).length, counted };
+    },
+});
+"#;
+
+/// A state dir with `traced` registered and trusted, and a script backend `scripted` that
+/// answers every `t:` call with usage.
+fn traced_state() -> tempfile::TempDir {
+    let state = tempfile::tempdir().unwrap();
+    let rules = state.path().join("rules.json");
+    std::fs::write(&rules, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"usage":{"inputTokens":12,"outputTokens":3,"credits":0.25}}]}"#).unwrap();
+    let config = format!("default = \"scripted\"\n[backends.scripted]\nkind = \"script\"\npath = \"{}\"\n", rules.display());
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    let file = state.path().join("traced.js");
+    std::fs::write(&file, TRACED).unwrap();
+    for args in [["add", file.to_str().unwrap()], ["trust", file.to_str().unwrap()]] {
+        let out = common::factory_in(state.path(), &args);
+        assert!(out.status.success(), "{args:?}: {}", common::stderr(&out));
+    }
+    state
+}
+
+fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
+    &span["attributes"][key]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_run_exports_its_span_tree_over_otlp_continuing_the_callers_trace() {
+    const N: usize = 6;
+    let receiver = Receiver::start();
+    let state = traced_state();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let served = serve(
+        state.path(),
+        &[],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_SERVICE_NAME", "factory-under-test"), ("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let client = reqwest::Client::new();
+    let started: Value = client
+        .post(format!("{}/api/runs", served.base))
+        .bearer_auth(&served.token)
+        .header("traceparent", format!("00-{caller_trace}-{caller_span}-01"))
+        .json(&serde_json::json!({"name": "traced", "args": {"n": N}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = started["runId"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
+    let envelope: Value = client
+        .get(format!("{}/api/runs/{run_id}/wait", served.base))
+        .bearer_auth(&served.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(envelope["status"], "completed", "{envelope}");
+    // A bad traceparent is refused, not ignored.
+    let bad = client
+        .post(format!("{}/api/runs", served.base))
+        .bearer_auth(&served.token)
+        .header("traceparent", "00-nothex-00f067aa0ba902b7-01")
+        .json(&serde_json::json!({"name": "traced", "args": {"n": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    // Stopping the service exports what is queued.
+    drop(served);
+
+    let requests = receiver.requests();
+    assert!(!requests.is_empty(), "the receiver got the export");
+    for r in &requests {
+        assert_eq!(r["path"], "/v1/traces");
+        assert_eq!(r["contentType"], "application/x-protobuf");
+    }
+    let spans = receiver.spans();
+    let named = |name: &str| spans.iter().filter(|s| s["name"] == name).collect::<Vec<_>>();
+    assert!(spans.iter().all(|s| s["resource"]["service.name"] == "factory-under-test"), "OTEL_SERVICE_NAME names the service");
+
+    // The run attempt continues the caller's trace.
+    let runs = named("run traced");
+    assert_eq!(runs.len(), 1, "one span per attempt: {spans:#?}");
+    let run = runs[0];
+    assert_eq!(run["traceId"], caller_trace, "the caller's trace continues");
+    assert_eq!(run["parentSpanId"], caller_span, "under the caller's span");
+    assert_eq!(attr(run, "factory.name"), "traced");
+    assert_eq!(attr(run, "factory.run_id"), run_id.as_str());
+    assert_eq!(attr(run, "factory.session"), "default");
+    assert_eq!(attr(run, "factory.attempt"), 1);
+    assert_eq!(attr(run, "factory.status"), "completed");
+    let run_id_hex = run["spanId"].as_str().unwrap();
+
+    // Its phases, in it.
+    let fan = named("phase Fan");
+    let steps = named("phase Steps");
+    assert_eq!((fan.len(), steps.len()), (1, 1), "one span per phase");
+    for phase in [fan[0], steps[0]] {
+        assert_eq!(phase["traceId"], caller_trace);
+        assert_eq!(phase["parentSpanId"], run_id_hex, "a phase is a child of its attempt");
+    }
+
+    // One span per agent call, in the phase that made it, after the GenAI conventions.
+    let agents: Vec<&Value> = spans.iter().filter(|s| attr(s, "gen_ai.operation.name") == "chat").collect();
+    assert_eq!(agents.len(), N, "one span per agent call");
+    let mut labels: Vec<&str> = agents.iter().map(|a| attr(a, "factory.agent.label").as_str().unwrap()).collect();
+    labels.sort();
+    let mut expected: Vec<String> = (0..N).map(|i| format!("t:{i}")).collect();
+    expected.sort();
+    assert_eq!(labels, expected.iter().map(String::as_str).collect::<Vec<_>>());
+    for agent in &agents {
+        assert_eq!(agent["name"], "chat");
+        assert_eq!(agent["parentSpanId"], fan[0]["spanId"], "a call is a child of its phase");
+        assert_eq!(agent["traceId"], caller_trace);
+        assert_eq!(agent["kind"], 3, "SPAN_KIND_CLIENT");
+        assert_eq!(attr(agent, "gen_ai.provider.name"), "script");
+        assert_eq!(attr(agent, "gen_ai.usage.input_tokens"), 12);
+        assert_eq!(attr(agent, "gen_ai.usage.output_tokens"), 3);
+        assert_eq!(attr(agent, "factory.agent.memo"), "miss");
+        assert_eq!(attr(agent, "factory.agent.status"), "ok");
+        assert!(agent["start"].as_u64() >= run["start"].as_u64() && agent["end"].as_u64() <= run["end"].as_u64());
+    }
+
+    // The step, by its key's hash.
+    let step_spans = named("step");
+    assert_eq!(step_spans.len(), 1, "one span per step lookup");
+    assert_eq!(step_spans[0]["parentSpanId"], steps[0]["spanId"]);
+    assert_eq!(attr(step_spans[0], "factory.step.hit"), false);
+    assert_eq!(attr(step_spans[0], "factory.step.key_hash").as_str().map(str::len), Some(16));
+
+    // Store commits, each a trace of its own.
+    let commits = named("store.commit");
+    assert!(!commits.is_empty(), "commit spans");
+    assert!(commits.iter().all(|c| c["parentSpanId"] == "" && attr(c, "factory.store.ops").as_i64() > Some(0)));
+
+    // Never the prompt.
+    let raw = receiver.raw();
+    assert!(!raw.is_empty());
+    assert!(!raw.windows(b"SECRET-PROMPT".len()).any(|w| w == b"SECRET-PROMPT"), "no prompt text in the export");
+    assert!(!raw.windows(b"summarise".len()).any(|w| w == b"summarise"), "no prompt text in the export");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_collector_fails_no_run() {
+    // An endpoint where nothing listens: the run completes all the same.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let state = traced_state();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let out = factory_cmd(state.path(), &["run", "traced", "--args", r#"{"n": 3}"#, "--json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["status"], "completed");
+}
+
+// ---- metrics ---------------------------------------------------------------------------
+
+/// `GET /metrics` with the token, parsed by the official Python client's parser
+/// (`prometheus_client.parser.text_string_to_metric_families`): each sample as
+/// `name{label="value",...}` (labels sorted) -> value.
+async fn scrape(served: &Served) -> std::collections::BTreeMap<String, f64> {
+    let response = reqwest::Client::new().get(format!("{}/metrics", served.base)).bearer_auth(&served.token).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let kind = response.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    let text = response.text().await.unwrap();
+    const PARSE: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        out[f"{s.name}{{{labels}}}"] = s.value
+print(json.dumps(out))
+"#;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", PARSE])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the official parser reads /metrics (pip install prometheus_client==0.26.0, as ./test does): {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn sample(samples: &std::collections::BTreeMap<String, f64>, key: &str) -> f64 {
+    samples.get(key).copied().unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_with_a_run_and_need_the_token() {
+    const N: f64 = 4.0;
+    let state = traced_state();
+    let served = serve(state.path(), &[], &[]);
+    let client = reqwest::Client::new();
+    let anonymous = client.get(format!("{}/metrics", served.base)).send().await.unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401, "the same bearer token as the API");
+    let before = scrape(&served).await;
+    let started: Value = client
+        .post(format!("{}/api/runs", served.base))
+        .bearer_auth(&served.token)
+        .json(&serde_json::json!({"name": "traced", "args": {"n": N as u32}, "limits": {"maxConcurrentSubagents": 2}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = started["runId"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
+    let envelope: Value =
+        client.get(format!("{}/api/runs/{run_id}/wait", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(envelope["status"], "completed", "{envelope}");
+    let after = scrape(&served).await;
+    let moved = |key: &str| sample(&after, key) - sample(&before, key);
+    assert_eq!(moved(r#"factory_run_attempts_ended_total{status="completed"}"#), 1.0, "{after:#?}");
+    assert!(after.contains_key(r#"factory_agent_calls_total{backend="script",outcome="ok"}"#), "{after:#?}");
+    assert_eq!(moved(r#"factory_agent_calls_total{backend="script",outcome="ok"}"#), N);
+    assert_eq!(moved(r#"factory_agent_call_seconds_count{backend="script"}"#), N);
+    assert_eq!(moved(r#"factory_agent_queue_wait_seconds_count{backend="script"}"#), N, "every call took a slot");
+    assert_eq!(moved(r#"factory_agent_tokens_total{backend="script",direction="input"}"#), 12.0 * N);
+    assert_eq!(moved(r#"factory_agent_tokens_total{backend="script",direction="output"}"#), 3.0 * N);
+    assert!((moved(r#"factory_ai_credits_total{backend="script"}"#) - 0.25 * N).abs() < 1e-9);
+    assert!(moved("factory_store_commit_seconds_count{}") >= 1.0);
+    assert!(moved("factory_journal_bytes_total{}") > 0.0);
+    assert_eq!(sample(&after, "factory_active_runs{}"), 0.0);
+}
