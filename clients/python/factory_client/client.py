@@ -226,6 +226,13 @@ def _read_bounded(response: Any, limit: int) -> bytes:
     return data
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: its answer becomes an `HTTPError` (the API never redirects)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
+
+
 class _Transport:
     """The service's HTTP API as one session sees it."""
 
@@ -233,8 +240,9 @@ class _Transport:
         self.url = url
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {token}", SESSION_HEADER: session}
-        # Straight to the service: an HTTP proxy from the environment never sees the token.
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # Straight to the service: an HTTP proxy from the environment never sees the token,
+        # and a redirect is an error (it would carry the token elsewhere).
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """Send one call and return its JSON answer; a refusal raises `FactoryError`."""

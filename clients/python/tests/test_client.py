@@ -307,7 +307,43 @@ class Hostile(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class Redirecting(http.server.BaseHTTPRequestHandler):
+    """A server that redirects every call to a path of its own, counting the calls there."""
+
+    followed: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.startswith("/elsewhere"):
+            Redirecting.followed.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"[]")
+            return
+        self.send_response(302)
+        self.send_header("Location", "/elsewhere")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 class BoundedReadTest(unittest.TestCase):
+    def test_a_redirect_is_an_error_and_never_followed(self) -> None:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            session = join_session(url=f"http://127.0.0.1:{server.server_address[1]}", token="secret")
+            with self.assertRaises(FactoryError) as redirect:
+                session.factory.list_runs()
+            self.assertEqual((redirect.exception.code, redirect.exception.http_status), ("error", 302))
+            self.assertEqual(Redirecting.followed, [], "the token went nowhere else")
+        finally:
+            server.shutdown()
+            server.server_close()
+
     def test_a_hostile_server_cannot_make_it_read_without_limit(self) -> None:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
         server.daemon_threads = True
