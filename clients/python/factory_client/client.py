@@ -482,13 +482,14 @@ class FactoryApi:
                 time.sleep(delay if remaining is None else min(delay, remaining))
                 delay = min(delay * 2, RECONNECT_DELAY[1])
                 continue
-            delay = RECONNECT_DELAY[0]
+            dropped = False
             with stream:
                 try:
                     # Read after the stream opened, so no change between the two is missed.
                     envelope = self.get_run(run_id)
                     if is_factory_run_terminal(envelope.get("status")):
                         return envelope
+                    delay = RECONNECT_DELAY[0]
                     for event in _read_events(stream):
                         if isinstance(event, RunUpdated) and event.run_id == run_id:
                             envelope = self.get_run(run_id)
@@ -496,13 +497,21 @@ class FactoryApi:
                                 return envelope
                         if deadline is not None and time.monotonic() >= deadline:
                             break
+                    else:
+                        dropped = True
                 except FactoryError as e:
                     if e.code != "unavailable":
                         raise
-                    # Unreachable for now: the next round reads again.
+                    dropped = True  # Unreachable for now: the next round reads again.
+                except TimeoutError:
+                    dropped = False  # The poll interval passed quietly: re-read at once.
                 except (OSError, HTTPException):
-                    # The poll interval passed quietly, or the stream dropped: re-read.
-                    pass
+                    dropped = True
+            if dropped:
+                # The stream ended or the service is away: pause before reopening.
+                left = None if deadline is None else deadline - time.monotonic()
+                time.sleep(delay if left is None else max(0.0, min(delay, left)))
+                delay = min(delay * 2, RECONNECT_DELAY[1])
 
     @staticmethod
     def _started(answer: Any) -> str:
@@ -542,16 +551,19 @@ class FactorySession:
                 time.sleep(delay)
                 delay = min(delay * 2, RECONNECT_DELAY[1])
                 continue
-            delay = RECONNECT_DELAY[0]
             with stream:
                 try:
-                    yield from _read_events(stream)
+                    for event in _read_events(stream):
+                        delay = RECONNECT_DELAY[0]
+                        yield event
                 except TimeoutError:
                     raise
                 except (OSError, HTTPException):
                     pass  # Dropped: reopen below.
             if not reconnect:
                 return
+            time.sleep(delay)
+            delay = min(delay * 2, RECONNECT_DELAY[1])
 
     def close(self) -> None:
         """Nothing stays open between calls; kept so a session is a context manager."""
