@@ -2,7 +2,8 @@
 (FACTORY_URL, FACTORY_TOKEN; its default backend is a script backend: `t:` agents answer at
 once, `slow:` ones after 1.5 s, `hang:` ones after minutes) with the Node client's test factory
 (FACTORY_TEST_FANOUT: clients/node/test/factories/fanout.js). Run, wait, list, detail, progress
-pages, cancel, resume errors, session scoping, the event stream, typed errors, bounded reads.
+pages, cancel, resume errors, session scoping, the event stream, typed errors; and against
+small broken servers: bounded reads, no redirect followed, the event stream reopened after a drop.
 Without those variables every test fails (never skips): run it through
 `cargo test -p factory-host --test python_client`."""
 
@@ -329,7 +330,41 @@ class Redirecting(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class BoundedReadTest(unittest.TestCase):
+class Dropping(http.server.BaseHTTPRequestHandler):
+    """An event stream that sends one `run_updated` per connection, then drops it."""
+
+    connections = 0
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        Dropping.connections += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        data = f'{{"runId": "r", "revision": {Dropping.connections}}}'.encode()
+        self.wfile.write(b": hello\n\nevent: run_updated\ndata: " + data + b"\n\nevent: other\ndata: {}\n\n")
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class BrokenServerTest(unittest.TestCase):
+    """The client against small servers on 127.0.0.1 that misbehave as the service never does."""
+
+    def test_the_event_stream_reopens_after_a_drop_unless_told_not_to(self) -> None:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dropping)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            session = join_session(url=f"http://127.0.0.1:{server.server_address[1]}", token="t")
+            events = session.events(timeout=30)
+            self.assertEqual([next(events), next(events)], [RunUpdated("r", 1), RunUpdated("r", 2)])
+            events.close()
+            self.assertEqual(list(session.events(timeout=30, reconnect=False)), [RunUpdated("r", 3)])
+        finally:
+            server.shutdown()
+            server.server_close()
+
     def test_a_redirect_is_an_error_and_never_followed(self) -> None:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
         server.daemon_threads = True
