@@ -4,7 +4,7 @@ once, `slow:` ones after 1.5 s, `hang:` ones after minutes) with the Node client
 (FACTORY_TEST_FANOUT: clients/node/test/factories/fanout.js). Run, wait, list, detail, progress
 pages, cancel, resume errors, session scoping, the event stream, typed errors; and against
 small broken servers: bounded reads, no redirect followed, the event stream reopened after a drop.
-Without those variables every test fails (never skips): run it through
+Without those variables the service's tests fail (never skip): run them through
 `cargo test -p factory-host --test python_client`."""
 
 from __future__ import annotations
