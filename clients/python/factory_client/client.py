@@ -1,0 +1,608 @@
+"""The factory service's run, resume and observe API for Python programs, over the HTTP API of
+`factory serve --http`: the same calls as the Node client (`clients/node`) with Python names
+(`join_session`, `session.factory.run/resume/list_runs/get_run_detail/get_run_progress/
+get_run/cancel/wait_for_run`, `session.events()`, `is_factory_run_terminal`,
+`FactoryResumeError`). Standard library only (`urllib.request`, `json`); every read of a server
+reply is bounded (`MAX_BODY_BYTES` for a JSON answer, `MAX_EVENT_LINE_BYTES` for a line and
+for an event of the event stream).
+
+One `join_session` is one session of the service: the runs it starts, the factories it
+registers and the runs it can see, follow and control are that session's only (every call
+carries the `Factory-Session` header).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from http.client import HTTPException, HTTPResponse
+from pathlib import Path
+from typing import Any, Final, NotRequired, TypedDict
+
+__all__ = [
+    "FACTORY_RESUME_ERROR_CODES",
+    "MAX_BODY_BYTES",
+    "MAX_EVENT_LINE_BYTES",
+    "FactoryApi",
+    "FactoryError",
+    "FactoryHandle",
+    "FactoryResumeError",
+    "FactorySession",
+    "ProgressEvent",
+    "RunUpdated",
+    "is_factory_run_terminal",
+    "join_session",
+    "resolve_connection",
+]
+
+#: The statuses a run never leaves.
+TERMINAL_STATUSES: Final = frozenset({"completed", "error", "halted", "cancelled"})
+
+#: The codes a `FactoryResumeError` carries (the spec's pre-execution resume failures).
+FACTORY_RESUME_ERROR_CODES: Final = (
+    "not_found",
+    "non_resumable",
+    "already_active",
+    "reapproval_declined",
+    "no_approval_provider",
+)
+
+#: The header naming the session a call acts as.
+SESSION_HEADER: Final = "Factory-Session"
+
+#: The largest JSON answer read (a larger one fails with `FactoryError`, code `error`).
+MAX_BODY_BYTES: Final = 32 << 20
+
+#: The longest line of the event stream, and the largest event, read (larger drops the stream).
+MAX_EVENT_LINE_BYTES: Final = 8 << 20
+
+#: How long `wait_for_run` follows the event stream before it re-reads the run anyway (seconds).
+DEFAULT_POLL_INTERVAL: Final = 5.0
+
+#: How long one request may wait for the service's answer (seconds).
+DEFAULT_REQUEST_TIMEOUT: Final = 60.0
+
+#: The event stream's reconnect delay: first, and at most (it doubles in between), in seconds.
+RECONNECT_DELAY: Final = (0.25, 5.0)
+
+#: The error message's longest excerpt of a non-JSON answer.
+_EXCERPT: Final = 200
+
+
+def is_factory_run_terminal(status: str | None) -> bool:
+    """Whether `status` is one a run never leaves: `completed`, `error`, `halted`, `cancelled`."""
+    return status in TERMINAL_STATUSES
+
+
+class FactoryError(Exception):
+    """A refusal or failure of the factory service, with its error code and HTTP status."""
+
+    def __init__(self, code: str, message: str, http_status: int | None = None) -> None:
+        super().__init__(message)
+        #: The service's error code (README "HTTP API"), `unavailable` when it cannot be
+        #: reached, `error` when its answer is not one the API gives.
+        self.code = code
+        #: The HTTP status of the answer, when there was one.
+        self.http_status = http_status
+        #: The message (as `str(error)`).
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, http_status={self.http_status!r}, message={self.message!r})"
+
+
+class FactoryResumeError(FactoryError):
+    """A resume that failed before an attempt started; `code` is one of FACTORY_RESUME_ERROR_CODES."""
+
+
+class FactoryLimits(TypedDict, total=False):
+    """Per-invocation limit overrides (each positive when present), in the service's names."""
+
+    maxConcurrentSubagents: int
+    maxTotalSubagents: int
+    timeoutSeconds: int
+    maxAiCredits: float
+
+
+class FactoryRunResult(TypedDict):
+    """The run envelope (README "The CLI"): `runId`, `status`, `result`, `failure`, ..."""
+
+    runId: str
+    factory: str
+    status: str
+    result: NotRequired[Any]
+    failure: NotRequired[dict[str, Any]]
+    error: NotRequired[str]
+    accounting: dict[str, Any]
+    attempts: int
+    session: NotRequired[str]
+    createdAt: str
+    updatedAt: str
+    revision: int
+
+
+class FactoryRunDetail(FactoryRunResult):
+    """A run's detail: its envelope's fields plus limits, phases, agent summaries and progress."""
+
+    limits: FactoryLimits
+    phases: list[str]
+    agents: list[dict[str, Any]]
+    progress: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class FactoryHandle:
+    """A factory `join_session` registered in the session."""
+
+    name: str
+    meta: dict[str, Any]
+    sha256: str | None
+    #: The file's absolute path.
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdated:
+    """A run of the session changed durably (`run_updated`); a run's revisions only grow."""
+
+    run_id: str
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    """A progress entry a run committed (`progress`): `{seq, atMs, phase, event, ...}`."""
+
+    run_id: str
+    entry: dict[str, Any]
+
+
+#: What `FactorySession.events` yields.
+FactoryEvent = RunUpdated | ProgressEvent
+
+
+def _default_state_dir(env: Mapping[str, str]) -> Path:
+    """The state directory the service uses by default (as `factory --state-dir` resolves it)."""
+    if env.get("FACTORY_STATE_DIR"):
+        return Path(env["FACTORY_STATE_DIR"])
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]) / "factory"
+    return Path.home() / ".local" / "state" / "factory"
+
+
+def _read_state_file(directory: Path, name: str, what: str) -> str:
+    path = directory / name
+    try:
+        with path.open("r", encoding="utf-8") as file:
+            return file.read(4096).strip()
+    except OSError as e:
+        raise FactoryError(
+            "unavailable",
+            f"no {what} given and {path} cannot be read ({e.strerror or e}): start "
+            "`factory serve --http 127.0.0.1:PORT`, or pass `url`/`token` (or set "
+            "FACTORY_URL/FACTORY_TOKEN, or FACTORY_STATE_DIR)",
+        ) from e
+
+
+def resolve_connection(
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, str]:
+    """Where the service is and its token, as `(origin, token)`: `url`/`token`, else
+    FACTORY_URL/FACTORY_TOKEN, else the `http.addr`/`http.token` files of the state directory
+    (`state_dir`, else FACTORY_STATE_DIR, else $XDG_STATE_HOME/factory, else
+    ~/.local/state/factory)."""
+    env = os.environ if env is None else env
+    directory = Path(state_dir) if state_dir is not None else _default_state_dir(env)
+    base = url or env.get("FACTORY_URL") or f"http://{_read_state_file(directory, 'http.addr', 'url')}"
+    bearer = token or env.get("FACTORY_TOKEN") or _read_state_file(directory, "http.token", "token")
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"the factory service's URL must be http(s)://HOST:PORT, not {base!r}")
+    return f"{parts.scheme}://{parts.netloc}", bearer
+
+
+def _run_path(run_id: str, rest: str = "") -> str:
+    if not isinstance(run_id, str) or run_id == "":
+        raise TypeError("a run id must be a non-empty string")
+    return f"/api/runs/{urllib.parse.quote(run_id, safe='')}{rest}"
+
+
+def _read_bounded(response: Any, limit: int) -> bytes:
+    """At most `limit` bytes of `response`'s body; more fails rather than being read."""
+    data = response.read(limit + 1)
+    if len(data) > limit:
+        raise FactoryError("error", f"the service's answer is larger than {limit} bytes")
+    return data
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: its answer becomes an `HTTPError` (the API never redirects)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
+
+
+class _Transport:
+    """The service's HTTP API as one session sees it."""
+
+    def __init__(self, url: str, token: str, session: str, timeout: float) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {token}", SESSION_HEADER: session}
+        # Straight to the service: an HTTP proxy from the environment never sees the token,
+        # and a redirect is an error (it would carry the token elsewhere).
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """Send one call and return its JSON answer; a refusal raises `FactoryError`."""
+        headers = dict(self.headers, Accept="application/json")
+        data = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        try:
+            with self.opener.open(request, timeout=self.timeout) as response:
+                status, text = response.status, _read_bounded(response, MAX_BODY_BYTES)
+        except urllib.error.HTTPError as e:
+            with e:
+                status, text = e.code, _read_bounded(e, MAX_BODY_BYTES)
+        except (urllib.error.URLError, OSError, HTTPException) as e:
+            reason = getattr(e, "reason", e)
+            raise FactoryError("unavailable", f"the factory service at {self.url} cannot be reached: {reason}") from e
+        value: Any = None
+        if text:
+            try:
+                value = json.loads(text)
+            except ValueError:
+                raise FactoryError(
+                    "error",
+                    f"{method} {path}: the service answered {status} with no JSON: {text[:_EXCERPT]!r}",
+                    status,
+                ) from None
+        if not 200 <= status < 300:
+            code = value.get("code") if isinstance(value, dict) else None
+            message = value.get("message") if isinstance(value, dict) else None
+            raise FactoryError(
+                code if isinstance(code, str) else "error",
+                message if isinstance(message, str) else f"{method} {path}: HTTP {status}",
+                status,
+            )
+        return value
+
+    def open_events(self, timeout: float | None) -> HTTPResponse:
+        """Open `GET /api/events`; `timeout` bounds each read of it (None: none)."""
+        headers = dict(self.headers, Accept="text/event-stream")
+        request = urllib.request.Request(self.url + "/api/events", headers=headers, method="GET")
+        try:
+            return self.opener.open(request, timeout=timeout if timeout is not None else socket.getdefaulttimeout())
+        except urllib.error.HTTPError as e:
+            with e:
+                text = _read_bounded(e, MAX_BODY_BYTES)
+            try:
+                value = json.loads(text)
+            except ValueError:
+                value = None
+            code = value.get("code") if isinstance(value, dict) else None
+            message = value.get("message") if isinstance(value, dict) else None
+            raise FactoryError(
+                code if isinstance(code, str) else "error",
+                message if isinstance(message, str) else f"GET /api/events: HTTP {e.code}",
+                e.code,
+            ) from None
+        except (urllib.error.URLError, OSError, HTTPException) as e:
+            reason = getattr(e, "reason", e)
+            raise FactoryError("unavailable", f"the factory service at {self.url} cannot be reached: {reason}") from e
+
+
+def _read_events(response: Any) -> Iterator[FactoryEvent]:
+    """The typed events of one Server-Sent Events stream, each line and event bounded."""
+    name = "message"
+    data: list[bytes] = []
+    size = 0
+    while True:
+        line = response.readline(MAX_EVENT_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_EVENT_LINE_BYTES:
+            raise FactoryError("error", f"the event stream sent a line longer than {MAX_EVENT_LINE_BYTES} bytes")
+        line = line.rstrip(b"\r\n")
+        if line == b"":
+            if data:
+                event = _typed_event(name, b"\n".join(data))
+                if event is not None:
+                    yield event
+            name, data, size = "message", [], 0
+            continue
+        if line.startswith(b":"):
+            continue
+        field, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if field == b"event":
+            name = value.decode("utf-8", "replace")
+        elif field == b"data":
+            size += len(value) + 1
+            if size > MAX_EVENT_LINE_BYTES:
+                raise FactoryError("error", f"the event stream sent an event larger than {MAX_EVENT_LINE_BYTES} bytes")
+            data.append(value)
+
+
+def _typed_event(name: str, data: bytes) -> FactoryEvent | None:
+    """The event `name` with JSON `data`, or None for one this client does not know."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get("runId"), str):
+        return None
+    run_id = payload["runId"]
+    if name == "run_updated":
+        revision = payload.get("revision")
+        if isinstance(revision, int) and not isinstance(revision, bool):
+            return RunUpdated(run_id, revision)
+    elif name == "progress":
+        entry = payload.get("entry")
+        if isinstance(entry, dict):
+            return ProgressEvent(run_id, entry)
+    return None
+
+
+class FactoryApi:
+    """`session.factory`: the spec's run, resume and observe API for one session."""
+
+    def __init__(self, transport: _Transport, poll_interval: float) -> None:
+        self._transport = transport
+        self._poll_interval = poll_interval
+
+    def start(
+        self,
+        name: str | FactoryHandle,
+        args: Any = None,
+        limits: FactoryLimits | None = None,
+        approved: bool | None = None,
+    ) -> str:
+        """Start a factory by registered name or handle and return its run id at once;
+        raises `FactoryError` (`unknown_factory`, `invalid_limits`, ...) when no run starts."""
+        factory = name.name if isinstance(name, FactoryHandle) else name
+        if not isinstance(factory, str) or factory == "":
+            raise TypeError("give a factory name or a handle from join_session")
+        body: dict[str, Any] = {"name": factory}
+        if args is not None:
+            body["args"] = args
+        if limits is not None:
+            body["limits"] = limits
+        if approved is not None:
+            body["approved"] = approved
+        return self._started(self._transport.request("POST", "/api/runs", body))
+
+    def run(
+        self,
+        name: str | FactoryHandle,
+        args: Any = None,
+        limits: FactoryLimits | None = None,
+        approved: bool | None = None,
+        timeout: float | None = None,
+    ) -> FactoryRunResult:
+        """Run a factory by registered name or handle and return its terminal envelope for
+        every outcome; raises `FactoryError` (`unknown_factory`, `invalid_limits`, ...) only
+        when no run exists. `timeout`: as for `wait_for_run`."""
+        return self.wait_for_run(self.start(name, args, limits, approved), timeout=timeout)
+
+    def resume(
+        self,
+        run_id: str,
+        limits: FactoryLimits | None = None,
+        approved: bool | None = None,
+        timeout: float | None = None,
+    ) -> FactoryRunResult:
+        """Resume a run by id (same args, journaled work replays) with limits raised, and
+        return its terminal envelope. A failure before the attempt starts raises
+        `FactoryResumeError` (`not_found`, `non_resumable`, `already_active`,
+        `no_approval_provider`); other refusals (`invalid_limits`, `backend_unavailable`)
+        raise `FactoryError`."""
+        body: dict[str, Any] = {}
+        if limits is not None:
+            body["limits"] = limits
+        if approved is not None:
+            body["approved"] = approved
+        try:
+            started = self._transport.request("POST", _run_path(run_id, "/resume"), body)
+        except FactoryError as e:
+            if e.code in FACTORY_RESUME_ERROR_CODES:
+                raise FactoryResumeError(e.code, e.message, e.http_status) from e
+            raise
+        return self.wait_for_run(self._started(started), timeout=timeout)
+
+    def list_runs(self) -> list[FactoryRunResult]:
+        """The session's runs (envelopes) in durable creation order."""
+        return self._transport.request("GET", "/api/runs")
+
+    def get_run_detail(self, run_id: str) -> FactoryRunDetail:
+        """The run's envelope with phases, prompt-safe agent summaries and the latest progress."""
+        return self._transport.request("GET", _run_path(run_id))
+
+    def get_run_progress(
+        self,
+        run_id: str,
+        phase_id: str | None = None,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """A page of the run's progress entries (ascending `seq`): after `after_seq`, before
+        `before_seq`, in phase `phase_id` (a phase's id is its title), at most `limit`; with
+        neither seq, the latest tail."""
+        query = {
+            key: str(value)
+            for key, value in (("phase", phase_id), ("afterSeq", after_seq), ("beforeSeq", before_seq), ("limit", limit))
+            if value is not None
+        }
+        text = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+        return self._transport.request("GET", _run_path(run_id, "/progress" + (f"?{text}" if text else "")))
+
+    def get_run(self, run_id: str) -> FactoryRunResult:
+        """The run's latest envelope."""
+        return self._transport.request("GET", _run_path(run_id, "/envelope"))
+
+    def cancel(self, run_id: str) -> FactoryRunResult:
+        """Cancel the run; its terminal envelope."""
+        return self._transport.request("POST", _run_path(run_id, "/cancel"))
+
+    def wait_for_run(self, run_id: str, timeout: float | None = None) -> FactoryRunResult:
+        """The run's terminal envelope once it settles (at once if it has). Follows the
+        session's event stream and re-reads the envelope on each `run_updated` of the run,
+        and every `poll_interval` seconds besides, so a missed event only delays the answer.
+        `timeout` (seconds, None: no limit) raises `TimeoutError`; the run goes on."""
+        _run_path(run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = RECONNECT_DELAY[0]
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"run {run_id} did not settle within {timeout} s")
+            read_timeout = self._poll_interval if remaining is None else max(0.01, min(self._poll_interval, remaining))
+            try:
+                stream = self._transport.open_events(read_timeout)
+            except FactoryError as e:
+                if e.code != "unavailable":
+                    raise
+                # Unreachable for now: read again after a pause.
+                time.sleep(delay if remaining is None else min(delay, remaining))
+                delay = min(delay * 2, RECONNECT_DELAY[1])
+                continue
+            dropped = False
+            with stream:
+                try:
+                    # Read after the stream opened, so no change between the two is missed.
+                    envelope = self.get_run(run_id)
+                    if is_factory_run_terminal(envelope.get("status")):
+                        return envelope
+                    delay = RECONNECT_DELAY[0]
+                    for event in _read_events(stream):
+                        if isinstance(event, RunUpdated) and event.run_id == run_id:
+                            envelope = self.get_run(run_id)
+                            if is_factory_run_terminal(envelope.get("status")):
+                                return envelope
+                        if deadline is not None and time.monotonic() >= deadline:
+                            break
+                    else:
+                        dropped = True
+                except FactoryError as e:
+                    if e.code != "unavailable":
+                        raise
+                    dropped = True  # Unreachable for now: the next round reads again.
+                except TimeoutError:
+                    dropped = False  # The poll interval passed quietly: re-read at once.
+                except (OSError, HTTPException):
+                    dropped = True
+            if dropped:
+                # The stream ended or the service is away: pause before reopening.
+                left = None if deadline is None else deadline - time.monotonic()
+                time.sleep(delay if left is None else max(0.0, min(delay, left)))
+                delay = min(delay * 2, RECONNECT_DELAY[1])
+
+    @staticmethod
+    def _started(answer: Any) -> str:
+        run_id = answer.get("runId") if isinstance(answer, dict) else None
+        if not isinstance(run_id, str) or run_id == "":
+            raise FactoryError("error", f"the service's start answer has no runId: {str(answer)[:_EXCERPT]}")
+        return run_id
+
+
+class FactorySession:
+    """A session of the service, as `join_session` returns it (a context manager)."""
+
+    def __init__(self, session_id: str, transport: _Transport, factories: tuple[FactoryHandle, ...], poll_interval: float) -> None:
+        #: The session's name: its runs and registered factories are its own.
+        self.session_id = session_id
+        #: The service's address.
+        self.url = transport.url
+        #: Handles of the factories `join_session` registered, in the order given.
+        self.factories = factories
+        #: The spec's run, resume and observe API.
+        self.factory = FactoryApi(transport, poll_interval)
+        self._transport = transport
+
+    def events(self, timeout: float | None = None, reconnect: bool = True) -> Iterator[FactoryEvent]:
+        """The session's events, as they happen: `RunUpdated(run_id, revision)` for each
+        durable change of one of its runs, each followed by `ProgressEvent(run_id, entry)`
+        for the progress entries committed since. `timeout` bounds the wait for each read
+        (`TimeoutError`); a dropped stream is reopened (after 0.25 s, doubling to 5 s) unless
+        `reconnect` is false, when the iterator ends. Closing the generator closes the stream."""
+        delay = RECONNECT_DELAY[0]
+        while True:
+            try:
+                stream = self._transport.open_events(timeout)
+            except FactoryError as e:
+                if e.code != "unavailable" or not reconnect:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, RECONNECT_DELAY[1])
+                continue
+            with stream:
+                try:
+                    for event in _read_events(stream):
+                        delay = RECONNECT_DELAY[0]
+                        yield event
+                except TimeoutError:
+                    raise
+                except (OSError, HTTPException):
+                    pass  # Dropped: reopen below.
+            if not reconnect:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, RECONNECT_DELAY[1])
+
+    def close(self) -> None:
+        """Nothing stays open between calls; kept so a session is a context manager."""
+
+    def __enter__(self) -> FactorySession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def join_session(
+    factories: list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...] = (),
+    session: str | None = None,
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    poll_interval: float = DEFAULT_POLL_INTERVAL,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+) -> FactorySession:
+    """Join a session of the factory service: `session` (a name; default a fresh
+    `python-<uuid>`), registering `factories` in it (paths of `.js`, `.ts`, `.py` or `.wasm`
+    factories or component directories, relative to the working directory) so
+    `session.factory.run(name)` runs them. Connection: `url`, `token`, `state_dir` (see
+    `resolve_connection`); `poll_interval`: `wait_for_run`'s periodic re-read (seconds);
+    `request_timeout`: how long one call waits for its answer (seconds)."""
+    if isinstance(factories, (str, os.PathLike)):
+        raise TypeError("join_session: `factories` is a list of paths")
+    origin, bearer = resolve_connection(url, token, state_dir)
+    session_id = session if session is not None else f"python-{uuid.uuid4()}"
+    transport = _Transport(origin, bearer, session_id, request_timeout)
+    handles = []
+    for entry in factories:
+        path = str(Path(entry).resolve())
+        registered = transport.request("POST", "/api/factories", {"path": path})
+        meta = registered.get("meta") if isinstance(registered, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            raise FactoryError("error", f"the service's registration of {path} has no meta.name")
+        script = registered.get("script")
+        sha256 = script.get("sha256") if isinstance(script, dict) else registered.get("hash")
+        handles.append(FactoryHandle(meta["name"], meta, sha256 if isinstance(sha256, str) else None, path))
+    return FactorySession(session_id, transport, tuple(handles), poll_interval)

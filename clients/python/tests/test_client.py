@@ -1,0 +1,402 @@
+"""The Python client against a real `factory serve --http` that tests/python_client.rs starts
+(FACTORY_URL, FACTORY_TOKEN; its default backend is a script backend: `t:` agents answer at
+once, `slow:` ones after 1.5 s, `hang:` ones after minutes) with the Node client's test factory
+(FACTORY_TEST_FANOUT: clients/node/test/factories/fanout.js). Run, wait, list, detail, progress
+pages, cancel, resume errors, session scoping, the event stream, typed errors; and against
+small broken servers: bounded reads, no redirect followed, the event stream reopened after a drop.
+Without those variables the service's tests fail (never skip): run them through
+`cargo test -p factory-host --test python_client`."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import threading
+import time
+import unittest
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from factory_client import (
+    FACTORY_RESUME_ERROR_CODES,
+    MAX_BODY_BYTES,
+    MAX_EVENT_LINE_BYTES,
+    FactoryError,
+    FactoryResumeError,
+    FactorySession,
+    ProgressEvent,
+    RunUpdated,
+    is_factory_run_terminal,
+    join_session,
+    resolve_connection,
+)
+
+T = TypeVar("T")
+
+
+def service() -> tuple[str, str, str]:
+    """The service under test and the test factory: (url, token, fanout path)."""
+    missing = [name for name in ("FACTORY_URL", "FACTORY_TOKEN", "FACTORY_TEST_FANOUT") if not os.environ.get(name)]
+    if missing:
+        raise AssertionError(f"{', '.join(missing)} not set: run `cargo test -p factory-host --test python_client`")
+    return os.environ["FACTORY_URL"], os.environ["FACTORY_TOKEN"], os.environ["FACTORY_TEST_FANOUT"]
+
+
+def join(**extra: Any) -> FactorySession:
+    """A fresh session of the service with the test factory registered in it."""
+    url, token, fanout = service()
+    options: dict[str, Any] = {"url": url, "token": token, "factories": [fanout], "poll_interval": 1.0}
+    options.update(extra)
+    return join_session(**options)
+
+
+def until(check: Callable[[], T | None], what: str, seconds: float = 60.0) -> T:
+    """Poll `check` until it returns a truthy value; fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def running_run(session: FactorySession) -> str:
+    """The id of the session's first `running` run (polled until there is one)."""
+    run = until(lambda: next((r for r in session.factory.list_runs() if r["status"] == "running"), None), "a running run")
+    return run["runId"]
+
+
+class Collector:
+    """A session's event stream read on a thread of its own until `stop()`."""
+
+    def __init__(self, session: FactorySession) -> None:
+        self.events: list[RunUpdated | ProgressEvent] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(session,), daemon=True)
+        self._thread.start()
+
+    def _read(self, session: FactorySession) -> None:
+        while not self._stop.is_set():
+            try:
+                for event in session.events(timeout=0.5):
+                    self.events.append(event)
+                    if self._stop.is_set():
+                        return
+            except TimeoutError:
+                continue
+            except BaseException as e:  # reported by stop()
+                self.errors.append(e)
+                return
+
+    def stop(self) -> list[RunUpdated | ProgressEvent]:
+        self._stop.set()
+        self._thread.join(10)
+        if self.errors:
+            raise self.errors[0]
+        return list(self.events)
+
+
+class ClientTest(unittest.TestCase):
+    def test_run_waits_for_the_completed_envelope_by_handle_or_name(self) -> None:
+        with join() as session:
+            self.assertRegex(session.session_id, r"^python-[0-9a-f-]{36}$")
+            self.assertEqual([f.name for f in session.factories], ["fanout"])
+            self.assertRegex(session.factories[0].sha256 or "", r"^[0-9a-f]{64}$")
+
+            by_handle = session.factory.run(session.factories[0], args={"n": 3})
+            self.assertEqual(by_handle["status"], "completed", by_handle)
+            self.assertEqual(by_handle["result"], {"done": 3})
+            self.assertEqual(by_handle["session"], session.session_id)
+            self.assertEqual(by_handle["factory"], "fanout")
+            self.assertTrue(is_factory_run_terminal(by_handle["status"]))
+
+            by_name = session.factory.run("fanout", args={"n": 2}, limits={"maxConcurrentSubagents": 1})
+            self.assertEqual((by_name["status"], by_name["result"]), ("completed", {"done": 2}))
+            self.assertNotEqual(by_name["runId"], by_handle["runId"])
+            self.assertEqual(session.factory.get_run(by_name["runId"]), by_name)
+            self.assertEqual(session.factory.wait_for_run(by_name["runId"]), by_name)
+
+            with self.assertRaises(FactoryError) as unknown:
+                session.factory.run("no-such-factory")
+            self.assertEqual((unknown.exception.code, unknown.exception.http_status), ("unknown_factory", 404))
+            self.assertNotIsInstance(unknown.exception, FactoryResumeError)
+            with self.assertRaises(FactoryError) as limits:
+                session.factory.run("fanout", limits={"maxTotalSubagents": 0})
+            self.assertEqual((limits.exception.code, limits.exception.http_status), ("invalid_limits", 400))
+
+    def test_list_runs_in_creation_order(self) -> None:
+        with join() as session:
+            ids = [session.factory.run("fanout", args={"n": n})["runId"] for n in (1, 2, 1)]
+            runs = session.factory.list_runs()
+            self.assertEqual([r["runId"] for r in runs], ids)
+            self.assertTrue(all(r["session"] == session.session_id and r["status"] == "completed" for r in runs))
+            self.assertEqual([r["createdAt"] for r in runs], sorted(r["createdAt"] for r in runs))
+
+    def test_detail_and_progress_pages(self) -> None:
+        with join() as session:
+            run = session.factory.run("fanout", args={"n": 2, "logs": 12})
+            self.assertEqual(run["status"], "completed")
+            runs = session.factory.get_run_progress
+            every = runs(run["runId"], after_seq=0, limit=1000)
+            self.assertGreater(len(every), 14)
+            self.assertEqual([e["seq"] for e in every], list(range(1, len(every) + 1)))
+
+            first = runs(run["runId"], after_seq=0, limit=5)
+            self.assertEqual(first, every[0:5])
+            self.assertEqual(runs(run["runId"], after_seq=first[-1]["seq"], limit=5), every[5:10])
+            self.assertEqual(runs(run["runId"], before_seq=every[5]["seq"], limit=3), every[2:5])
+            self.assertEqual(runs(run["runId"], limit=4), every[-4:])
+
+            log_phase = runs(run["runId"], phase_id="Log", after_seq=0, limit=1000)
+            self.assertEqual(log_phase, [e for e in every if e.get("phase") == "Log"])
+            self.assertEqual([e["message"] for e in log_phase if e["event"] == "log"], [f"line {i}" for i in range(12)])
+            self.assertEqual(runs(run["runId"], phase_id="Log", after_seq=log_phase[5]["seq"], limit=3), log_phase[6:9])
+            self.assertEqual(runs(run["runId"], phase_id="No such phase"), [])
+            with self.assertRaises(FactoryError) as bad:
+                runs(run["runId"], after_seq=-1)
+            self.assertEqual((bad.exception.code, bad.exception.http_status), ("invalid_params", 400))
+
+            detail = session.factory.get_run_detail(run["runId"])
+            self.assertEqual((detail["runId"], detail["status"]), (run["runId"], "completed"))
+            self.assertEqual(detail["phases"], ["Fan out", "Log"])
+            self.assertEqual(sorted(a["label"] for a in detail["agents"]), ["t:0", "t:1"])
+            self.assertEqual(detail["progress"], every[-len(detail["progress"]) :])
+            self.assertNotIn("item 0", repr(detail), "no prompt in the detail")
+
+    def test_cancel_a_long_run_and_a_wait_that_times_out(self) -> None:
+        with join() as session:
+            run_id = session.factory.start("fanout", args={"n": 1, "prefix": "hang:"})
+            self.assertEqual(running_run(session), run_id)
+            with self.assertRaises(TimeoutError):
+                session.factory.wait_for_run(run_id, timeout=0.3)
+            self.assertEqual(session.factory.get_run(run_id)["status"], "running")
+            with self.assertRaises(FactoryResumeError) as active:
+                session.factory.resume(run_id)
+            self.assertEqual((active.exception.code, active.exception.http_status), ("already_active", 409))
+
+            settled: list[Any] = []
+            waiter = threading.Thread(target=lambda: settled.append(session.factory.wait_for_run(run_id, timeout=60)))
+            waiter.start()
+            cancelled = session.factory.cancel(run_id)
+            self.assertEqual(cancelled["status"], "cancelled")
+            self.assertEqual(cancelled["failure"]["type"], "cancelled")
+            waiter.join(90)
+            self.assertEqual(settled, [cancelled])
+            self.assertEqual(session.factory.wait_for_run(run_id), cancelled)
+
+    def test_resume_with_a_raised_limit_and_its_errors(self) -> None:
+        self.assertEqual(
+            FACTORY_RESUME_ERROR_CODES,
+            ("not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"),
+        )
+        with join() as session:
+            stopped = session.factory.run("fanout", args={"n": 4}, limits={"maxTotalSubagents": 2})
+            self.assertEqual(stopped["status"], "error", stopped)
+            self.assertEqual((stopped["failure"]["type"], stopped["failure"]["kind"]), ("factory_limit_reached", "maxTotalSubagents"))
+            resumed = session.factory.resume(stopped["runId"], limits={"maxTotalSubagents": 10})
+            self.assertEqual((resumed["runId"], resumed["status"]), (stopped["runId"], "completed"))
+            self.assertEqual((resumed["result"], resumed["attempts"]), ({"done": 4}, 2))
+            self.assertGreater(resumed["revision"], stopped["revision"])
+
+            with self.assertRaises(FactoryResumeError) as done:
+                session.factory.resume(stopped["runId"])
+            self.assertEqual((done.exception.code, done.exception.http_status), ("non_resumable", 409))
+            self.assertIsInstance(done.exception, FactoryError)
+            with self.assertRaises(FactoryResumeError) as missing:
+                session.factory.resume("no-such-run")
+            self.assertEqual((missing.exception.code, missing.exception.http_status), ("not_found", 404))
+
+    def test_another_sessions_run_is_not_found(self) -> None:
+        with join() as session, join(session=f"other-{os.getpid()}") as other:
+            self.assertEqual(other.session_id, f"other-{os.getpid()}")
+            run_id = session.factory.run("fanout", args={"n": 1})["runId"]
+            self.assertNotIn(run_id, [r["runId"] for r in other.factory.list_runs()])
+            for read in (
+                other.factory.get_run,
+                other.factory.get_run_detail,
+                other.factory.get_run_progress,
+                other.factory.cancel,
+                other.factory.wait_for_run,
+            ):
+                with self.assertRaises(FactoryError, msg=read.__name__) as hidden:
+                    read(run_id)
+                self.assertEqual(hidden.exception.code, "not_found", read.__name__)
+            with self.assertRaises(FactoryResumeError) as resume:
+                other.factory.resume(run_id)
+            self.assertEqual(resume.exception.code, "not_found")
+            # The same name joins the same session.
+            own = join(session=other.session_id, factories=[]).factory.run("fanout", args={"n": 1})
+            self.assertIn(own["runId"], [r["runId"] for r in other.factory.list_runs()])
+            self.assertNotIn(own["runId"], [r["runId"] for r in session.factory.list_runs()])
+
+    def test_the_event_stream_delivers_the_runs_updates_and_progress(self) -> None:
+        with join() as session, join() as other:
+            mine, theirs = Collector(session), Collector(other)
+            run = session.factory.run("fanout", args={"n": 2, "prefix": "slow:", "logs": 3})
+            self.assertEqual(run["status"], "completed")
+            every = session.factory.get_run_progress(run["runId"], after_seq=0, limit=1000)
+
+            def delivered() -> bool:
+                updates = [e for e in mine.events if isinstance(e, RunUpdated) and e.run_id == run["runId"]]
+                entries = [e for e in mine.events if isinstance(e, ProgressEvent) and e.run_id == run["runId"]]
+                return bool(updates) and updates[-1].revision == run["revision"] and len(entries) >= len(every)
+
+            until(delivered, "the run's last revision and every progress entry")
+            events, leaked = mine.stop(), theirs.stop()
+            updates = [e.revision for e in events if isinstance(e, RunUpdated) and e.run_id == run["runId"]]
+            self.assertGreaterEqual(len(updates), 2, updates)
+            self.assertEqual(updates, sorted(set(updates)), "revisions only grow")
+            self.assertEqual(updates[-1], run["revision"])
+            entries = [e.entry for e in events if isinstance(e, ProgressEvent) and e.run_id == run["runId"]]
+            self.assertEqual(entries, every)
+            self.assertEqual([e for e in leaked if e.run_id == run["runId"]], [], "another session hears nothing of it")
+
+    def test_a_bad_token_and_an_unreachable_service_are_typed_errors(self) -> None:
+        url, _, fanout = service()
+        with self.assertRaises(FactoryError) as bad:
+            join_session(url=url, token="not-the-token", factories=[fanout])
+        self.assertEqual((bad.exception.code, bad.exception.http_status), ("unauthorized", 401))
+        session = join_session(url=url, token="not-the-token")
+        for call in (session.factory.list_runs, lambda: next(session.events())):
+            with self.assertRaises(FactoryError) as refused:
+                call()
+            self.assertEqual((refused.exception.code, refused.exception.http_status), ("unauthorized", 401))
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with self.assertRaises(FactoryError) as down:
+            join_session(url=f"http://127.0.0.1:{port}", token="t").factory.list_runs()
+        self.assertEqual((down.exception.code, down.exception.http_status), ("unavailable", None))
+
+    def test_is_factory_run_terminal_and_the_connection_settings(self) -> None:
+        for status in ("completed", "error", "halted", "cancelled"):
+            self.assertTrue(is_factory_run_terminal(status), status)
+        for status in ("running", "pending", "", None, "Completed"):
+            self.assertFalse(is_factory_run_terminal(status), status)
+        self.assertEqual(resolve_connection("http://127.0.0.1:9/x", "t", env={}), ("http://127.0.0.1:9", "t"))
+        self.assertEqual(
+            resolve_connection(env={"FACTORY_URL": "http://127.0.0.1:8/", "FACTORY_TOKEN": "e"}), ("http://127.0.0.1:8", "e")
+        )
+        with self.assertRaises(FactoryError) as none:
+            resolve_connection(env={"FACTORY_STATE_DIR": "/nonexistent/factory"})
+        self.assertEqual(none.exception.code, "unavailable")
+        self.assertIn("FACTORY_URL", str(none.exception))
+
+
+class Hostile(http.server.BaseHTTPRequestHandler):
+    """A broken server: an endless JSON body, or an event stream of one endless line."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        events = self.path == "/api/events"
+        self.send_header("Content-Type", "text/event-stream" if events else "application/json")
+        self.end_headers()
+        chunk = (b"data: " if events else b"[") + b"0" * 65536
+        try:
+            for _ in range(2 * max(MAX_BODY_BYTES, MAX_EVENT_LINE_BYTES) // 65536):
+                self.wfile.write(chunk)
+                chunk = b"0" * 65536
+        except OSError:
+            pass  # The client stopped reading, as it should.
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class Redirecting(http.server.BaseHTTPRequestHandler):
+    """A server that redirects every call to a path of its own, counting the calls there."""
+
+    followed: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.startswith("/elsewhere"):
+            Redirecting.followed.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"[]")
+            return
+        self.send_response(302)
+        self.send_header("Location", "/elsewhere")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class Dropping(http.server.BaseHTTPRequestHandler):
+    """An event stream that sends one `run_updated` per connection, then drops it."""
+
+    connections = 0
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        Dropping.connections += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        data = f'{{"runId": "r", "revision": {Dropping.connections}}}'.encode()
+        self.wfile.write(b": hello\n\nevent: run_updated\ndata: " + data + b"\n\nevent: other\ndata: {}\n\n")
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class BrokenServerTest(unittest.TestCase):
+    """The client against small servers on 127.0.0.1 that misbehave as the service never does."""
+
+    def test_the_event_stream_reopens_after_a_drop_unless_told_not_to(self) -> None:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dropping)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            session = join_session(url=f"http://127.0.0.1:{server.server_address[1]}", token="t")
+            events = session.events(timeout=30)
+            self.assertEqual([next(events), next(events)], [RunUpdated("r", 1), RunUpdated("r", 2)])
+            events.close()
+            self.assertEqual(list(session.events(timeout=30, reconnect=False)), [RunUpdated("r", 3)])
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def test_a_redirect_is_an_error_and_never_followed(self) -> None:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            session = join_session(url=f"http://127.0.0.1:{server.server_address[1]}", token="secret")
+            with self.assertRaises(FactoryError) as redirect:
+                session.factory.list_runs()
+            self.assertEqual((redirect.exception.code, redirect.exception.http_status), ("error", 302))
+            self.assertEqual(Redirecting.followed, [], "the token went nowhere else")
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def test_a_hostile_server_cannot_make_it_read_without_limit(self) -> None:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            session = join_session(url=f"http://127.0.0.1:{server.server_address[1]}", token="t", request_timeout=30)
+            with self.assertRaises(FactoryError) as body:
+                session.factory.list_runs()
+            self.assertEqual(body.exception.code, "error")
+            self.assertIn(f"larger than {MAX_BODY_BYTES} bytes", str(body.exception))
+            with self.assertRaises(FactoryError) as line:
+                next(session.events(timeout=30))
+            self.assertEqual(line.exception.code, "error")
+            self.assertIn(f"longer than {MAX_EVENT_LINE_BYTES} bytes", str(line.exception))
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+if __name__ == "__main__":
+    unittest.main()
