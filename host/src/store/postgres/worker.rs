@@ -1,7 +1,7 @@
 //! This process as a worker of the shared store: its row in `workers` (id, generation,
 //! lease expiry), registered at connect with a new generation, renewed by a task every third
 //! of the lease, released at close. Every group commit read-locks the row (`FOR KEY SHARE`)
-//! and checks generation and expiry inside its own transaction ([`check`]): once the lease
+//! and checks generation and expiry inside its own transaction ([`CHECK`]): once the lease
 //! has run out or another worker raised the generation (fencing), the worker writes nothing
 //! more ([`StoreError::Fenced`]).
 //!
@@ -117,13 +117,11 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
     Ok((Lease { worker: worker.to_string(), generation, duration }, ids))
 }
 
-/// Inside a commit's transaction: read-lock the worker's row and check it still holds its
-/// generation and an unexpired lease.
-pub(super) async fn check(tx: &tokio_postgres::Transaction<'_>, url: &str, lease: &Lease) -> Result<(), StoreError> {
-    let row = tx
-        .query_opt("SELECT generation, lease_until > now() FROM workers WHERE id = $1 FOR KEY SHARE", &[&lease.worker])
-        .await
-        .map_err(|e| pg(url, e))?;
+/// Inside a commit's transaction: read-lock the worker's row (its id the one parameter).
+pub(super) const CHECK: &str = "SELECT generation, lease_until > now() FROM workers WHERE id = $1 FOR KEY SHARE";
+
+/// What [`CHECK`] answered: the worker still holds its generation and an unexpired lease.
+pub(super) fn checked(row: Option<tokio_postgres::Row>, lease: &Lease) -> Result<(), StoreError> {
     match row {
         Some(row) if row.get::<_, i64>(0) == lease.generation && row.get::<_, bool>(1) => Ok(()),
         _ => Err(lease.fenced()),

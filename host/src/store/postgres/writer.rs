@@ -1,9 +1,9 @@
 //! Group commit on PostgreSQL: one writer task owns every write of this worker. Callers hand
 //! it operations and go on at once; it gathers whatever arrives within the commit window (or
 //! until a flush is asked for) into ONE transaction: first the worker's fencing check
-//! ([`worker::check`]), then one batched upsert per table (`INSERT ... SELECT FROM unnest(...)
-//! ON CONFLICT DO UPDATE`), the entries deduplicated per batch (an upsert cannot touch a row
-//! twice), all statements pipelined on one connection. Every batch is idempotent, so a
+//! ([`worker::CHECK`]), then one batched upsert per table (`INSERT ... SELECT FROM
+//! unnest(...) ON CONFLICT DO UPDATE`), the entries deduplicated per batch (an upsert cannot
+//! touch a row twice), all statements prepared once per connection and pipelined on it. Every batch is idempotent, so a
 //! commit whose outcome is unknown (the connection dropped) is retried on a new connection
 //! within [`RETRY_FOR`]; a refused commit (fenced, a database error) fails the store, which
 //! then refuses further writes, as the redb store does.
@@ -12,7 +12,6 @@ use super::worker::{self, Lease};
 use super::{pg, PoolHandle};
 use crate::store::redb::Backlog;
 use crate::store::{StoreError, WriterStats};
-use futures::future::{BoxFuture, FutureExt};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -270,12 +269,17 @@ impl Task {
         let e = |e| pg(url, e);
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await.map_err(e)?;
-        let worker = &self.lease.worker;
+        let upserts = rows.upserts(&self.lease.worker);
+        // Prepared once per connection (cached), all at once.
+        let sqls = std::iter::once(worker::CHECK).chain(upserts.iter().map(|u| u.sql));
+        let prepared = futures::future::try_join_all(sqls.map(|sql| tx.prepare_cached(sql))).await.map_err(e)?;
+        let Some((check, statements)) = prepared.split_first() else { return Ok(()) };
         // Pipelined: the fencing check goes first on the wire, the upserts right after it.
-        let check = worker::check(&tx, url, &self.lease);
-        let upserts = rows.upserts(&tx, worker);
-        let (checked, written) = futures::join!(check, upserts);
-        checked?;
+        let worker: [Param<'_>; 1] = [&self.lease.worker];
+        let check = tx.query_opt(check, &worker);
+        let writes = futures::future::try_join_all(upserts.iter().zip(statements).map(|(u, statement)| tx.execute_raw(statement, u.params.iter().copied())));
+        let (checked, written) = futures::join!(check, writes);
+        worker::checked(checked.map_err(e)?, &self.lease)?;
         written.map_err(e)?;
         tx.commit().await.map_err(e)
     }
@@ -293,9 +297,14 @@ fn retryable(error: &StoreError) -> bool {
 
 type Param<'s> = &'s (dyn tokio_postgres::types::ToSql + Sync);
 
-/// One statement of a batch, its parameters owned by the future (pipelined with the others).
-fn exec<'s>(tx: &'s tokio_postgres::Transaction<'_>, sql: &'static str, params: Vec<Param<'s>>) -> BoxFuture<'s, Result<u64, tokio_postgres::Error>> {
-    tx.execute_raw(sql, params).boxed()
+/// One statement of a batch and its parameters.
+struct Upsert<'s> {
+    sql: &'static str,
+    params: Vec<Param<'s>>,
+}
+
+fn upsert<'s>(sql: &'static str, params: Vec<Param<'s>>) -> Upsert<'s> {
+    Upsert { sql, params }
 }
 
 /// A batch as one column array per table field, deduplicated (the last put of a key wins;
@@ -409,13 +418,13 @@ impl<'a> Rows<'a> {
         }
     }
 
-    /// Every upsert of the batch, pipelined on `tx`.
-    async fn upserts(&self, tx: &tokio_postgres::Transaction<'_>, worker: &str) -> Result<(), tokio_postgres::Error> {
-        let mut statements: Vec<BoxFuture<'_, Result<u64, tokio_postgres::Error>>> = Vec::new();
+    /// Every upsert of the batch (only the tables it touches), as `worker` writes them.
+    fn upserts<'s>(&'s self, worker: &'s String) -> Vec<Upsert<'s>> {
+        let mut statements = Vec::new();
         if !self.steps.0.is_empty() {
             let (a, b, c) = &self.steps;
             statements.push(
-                exec(tx, 
+                upsert(
                     "INSERT INTO steps (run_id, key, value) SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
                      ON CONFLICT (run_id, key) DO UPDATE SET value = EXCLUDED.value",
                     vec![a as Param<'_>, b, c],
@@ -425,7 +434,7 @@ impl<'a> Rows<'a> {
         if !self.agents.0.is_empty() {
             let (a, b, c) = &self.agents;
             statements.push(
-                exec(tx, 
+                upsert(
                     "INSERT INTO agents (run_id, key, outcome) SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
                      ON CONFLICT (run_id, key) DO UPDATE SET outcome = EXCLUDED.outcome",
                     vec![a as Param<'_>, b, c],
@@ -435,7 +444,7 @@ impl<'a> Rows<'a> {
         if !self.progress.0.is_empty() {
             let (a, b, c) = &self.progress;
             statements.push(
-                exec(tx, 
+                upsert(
                     "INSERT INTO progress (run_id, seq, entry) SELECT * FROM unnest($1::text[], $2::int8[], $3::bytea[])
                      ON CONFLICT (run_id, seq) DO UPDATE SET entry = EXCLUDED.entry",
                     vec![a as Param<'_>, b, c],
@@ -445,7 +454,7 @@ impl<'a> Rows<'a> {
         if !self.accounting.0.is_empty() {
             let (a, b) = &self.accounting;
             statements.push(
-                exec(tx, 
+                upsert(
                     "INSERT INTO live_accounting (run_id, accounting) SELECT * FROM unnest($1::text[], $2::bytea[])
                      ON CONFLICT (run_id) DO UPDATE SET accounting = EXCLUDED.accounting",
                     vec![a as Param<'_>, b],
@@ -455,7 +464,7 @@ impl<'a> Rows<'a> {
         if !self.usage.0.is_empty() {
             let (a, b) = &self.usage;
             statements.push(
-                exec(tx, 
+                upsert(
                     "INSERT INTO journal_usage (run_id, bytes) SELECT * FROM unnest($1::text[], $2::int8[])
                      ON CONFLICT (run_id) DO UPDATE SET bytes = EXCLUDED.bytes",
                     vec![a as Param<'_>, b],
@@ -465,19 +474,19 @@ impl<'a> Rows<'a> {
         if !self.runs.0.is_empty() {
             let (a, b, c, d) = &self.runs;
             statements.push(
-                exec(tx, 
+                upsert(
                     "INSERT INTO runs (id, seq, status, owner, record)
                        SELECT u.id, u.seq, u.status, $5, u.record FROM unnest($1::text[], $2::int8[], $3::text[], $4::bytea[]) AS u(id, seq, status, record)
                      ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, owner = EXCLUDED.owner, record = EXCLUDED.record,
                          cancel_requested = runs.cancel_requested AND EXCLUDED.status IN ('running', 'pending')",
-                    vec![a as Param<'_>, b, c, d, &worker],
+                    vec![a as Param<'_>, b, c, d, worker],
                 ),
             );
         }
         if !self.factories.0.is_empty() {
             let (a, b) = &self.factories;
             statements.push(
-                exec(tx, 
+                upsert(
                     "INSERT INTO factories (key, registration) SELECT * FROM unnest($1::bytea[], $2::bytea[])
                      ON CONFLICT (key) DO UPDATE SET registration = EXCLUDED.registration",
                     vec![a as Param<'_>, b],
@@ -487,19 +496,19 @@ impl<'a> Rows<'a> {
         if !self.blobs.0.is_empty() {
             let (a, b) = &self.blobs;
             statements.push(
-                exec(tx, "INSERT INTO blobs (hash, bytes) SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT (hash) DO NOTHING", vec![a as Param<'_>, b]),
+                upsert("INSERT INTO blobs (hash, bytes) SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT (hash) DO NOTHING", vec![a as Param<'_>, b]),
             );
         }
         if !self.modules.0.is_empty() {
             let (a, b) = &self.modules;
             statements.push(
-                exec(tx, 
+                upsert(
                     "INSERT INTO run_modules (run_id, manifest) SELECT * FROM unnest($1::text[], $2::bytea[])
                      ON CONFLICT (run_id) DO UPDATE SET manifest = EXCLUDED.manifest",
                     vec![a as Param<'_>, b],
                 ),
             );
         }
-        futures::future::try_join_all(statements).await.map(|_| ())
+        statements
     }
 }
