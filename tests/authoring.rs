@@ -168,6 +168,28 @@ fn init_then_test_passes(lang: &str) {
     assert!(shown.contains("ok   two ideas on release notes"), "{shown}");
     assert!(shown.contains("replay safety: every call matches the cassette"), "{shown}");
     assert_eq!(junit(&report), (1, 0, 0, vec![]), "{shown}");
+
+    // The language's own runner: `npm test` is `factory test .`.
+    let package: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("package.json")).unwrap()).unwrap();
+    assert_eq!(package["scripts"]["test"], "factory test .");
+    let bin_dir = common::factory_bin().parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let npm = std::process::Command::new("npm")
+        .args(["test", "--silent"])
+        .current_dir(&dir)
+        .env("PATH", path)
+        .env("HOME", common::test_home())
+        .env("FACTORY_STATE_DIR", state.path())
+        .env("FACTORY_NO_DAEMON", "1")
+        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
+        .env_remove("FACTORY_CONFIG")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("npm runs (apt-get install npm)");
+    assert!(npm.status.success(), "npm test: {}", text(&npm));
+    assert!(String::from_utf8_lossy(&npm.stdout).contains("ok   two ideas on release notes"), "{}", text(&npm));
 }
 
 #[test]

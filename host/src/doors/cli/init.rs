@@ -177,6 +177,7 @@ fn script_scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
         "scripts": {
             "typecheck": "tsc -p .",
             "start": format!("factory run {file}"),
+            "test": "factory test .",
         },
         "devDependencies": { "typescript": TYPESCRIPT_VERSION },
     });
