@@ -2,6 +2,11 @@
 //! scaffolds into a temporary directory (outside this repository) that run at once with
 //! `factory run DIR` on the dry-run backend (the Rust crate depends on this checkout's SDK by
 //! path, the Python project is built by componentize-py), and `init` refuses to overwrite.
+//! `factory test`: right after `init` it passes for every language (its JUnit report parsed
+//! by python3's xml.etree); a changed prompt fails naming the label, with the prompt diff
+//! and the replay-safety report of the changed memo keys; `--update` against an
+//! OpenAI-compatible server on 127.0.0.1 records only the changed calls, after which the
+//! test replays with no backend call; failed assertions exit 1, unusable files 2.
 //!
 //! Needs `componentize-py` on PATH for the Python scaffold (`./test` installs it into
 //! `.venv`) and bubblewrap for both builds.
@@ -63,6 +68,13 @@ fn scaffold_runs(lang: &str, name: &str, files: &[&str]) -> (tempfile::TempDir, 
     assert_eq!(out.status.code(), Some(2), "wrong args never start a run: {}", text(&out));
     assert!(stderr(&out).contains("ideas"), "{}", text(&out));
 
+    // `init` recorded the test's cassette: `factory test` passes at once, with no backend.
+    assert!(dir.join(format!("{name}.test.json")).is_file(), "the test file");
+    assert!(dir.join(format!("{name}.cassette.jsonl")).is_file(), "the cassette: {}", text(&out));
+    let out = factory_in(state.path(), &["test", path]);
+    assert_eq!(out.status.code(), Some(0), "factory test right after init: {}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok   two ideas on release notes"), "{}", text(&out));
+
     // A second init into the same directory is refused, and writes nothing.
     let before = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
     let out = init(state.path(), &dir, lang);
@@ -112,4 +124,203 @@ fn init_rust_refuses_names_cargo_refuses_and_a_missing_sdk() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(stderr(&out).contains("the Rust SDK (factory-sdk) is not at"), "{}", text(&out));
     assert!(!dir.exists(), "nothing created without an SDK");
+}
+
+/// `factory test ARGS...` against `state`.
+fn factory_test(state: &Path, args: &[&str]) -> Output {
+    let mut argv = vec!["test"];
+    argv.extend_from_slice(args);
+    factory_in(state, &argv)
+}
+
+/// The JUnit report at `path`, parsed by python3's xml.etree: (tests, failures, errors, the
+/// failure messages).
+fn junit(path: &Path) -> (u64, u64, u64, Vec<String>) {
+    let program = r#"
+import json, sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites", root.tag
+cases = root.findall("./testsuite/testcase")
+print(json.dumps([int(root.get("tests")), int(root.get("failures")), int(root.get("errors")),
+                  [f.get("message") + "\n" + (f.text or "") for f in root.iter("failure")], len(cases)]))
+"#;
+    let out = std::process::Command::new("python3").args(["-c", program]).arg(path).output().expect("python3 runs (apt-get install python3)");
+    assert!(out.status.success(), "the JUnit report does not parse: {}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let failures = v[3].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+    assert_eq!(v[0], v[4], "tests= counts the testcase elements");
+    (v[0].as_u64().unwrap(), v[1].as_u64().unwrap(), v[2].as_u64().unwrap(), failures)
+}
+
+/// `factory init` then `factory test` passes, with a JUnit report of one passing case.
+fn init_then_test_passes(lang: &str) {
+    let state = tempfile::tempdir().expect("a state dir");
+    let work = tempfile::tempdir().expect("a work dir");
+    let name = format!("checked-{lang}");
+    let dir = work.path().join(&name);
+    let out = init(state.path(), &dir, lang);
+    assert!(out.status.success(), "init --lang {lang}: {}", text(&out));
+    assert!(dir.join(format!("{name}.test.json")).is_file() && dir.join(format!("{name}.cassette.jsonl")).is_file(), "{}", text(&out));
+    let report = work.path().join("junit.xml");
+    let out = factory_test(state.path(), &[dir.to_str().unwrap(), "--junit", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "factory test right after init ({lang}): {}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("ok   two ideas on release notes"), "{shown}");
+    assert!(shown.contains("replay safety: every call matches the cassette"), "{shown}");
+    assert_eq!(junit(&report), (1, 0, 0, vec![]), "{shown}");
+
+    // The language's own runner: `npm test` is `factory test .`.
+    let package: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("package.json")).unwrap()).unwrap();
+    assert_eq!(package["scripts"]["test"], "factory test .");
+    let bin_dir = common::factory_bin().parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let npm = std::process::Command::new("npm")
+        .args(["test", "--silent"])
+        .current_dir(&dir)
+        .env("PATH", path)
+        .env("HOME", common::test_home())
+        .env("FACTORY_STATE_DIR", state.path())
+        .env("FACTORY_NO_DAEMON", "1")
+        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
+        .env_remove("FACTORY_CONFIG")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("npm runs (apt-get install npm)");
+    assert!(npm.status.success(), "npm test: {}", text(&npm));
+    assert!(String::from_utf8_lossy(&npm.stdout).contains("ok   two ideas on release notes"), "{}", text(&npm));
+}
+
+#[test]
+fn init_ts_then_test_passes() {
+    init_then_test_passes("ts");
+}
+
+#[test]
+fn init_js_then_test_passes() {
+    init_then_test_passes("js");
+}
+
+/// The recorded calls of a cassette: (label, key).
+fn cassette_calls(path: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(path)
+        .expect("the cassette")
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a cassette line"))
+        .map(|e| (e["request"]["label"].as_str().unwrap_or_default().to_string(), e["key"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_prompt_fails_naming_its_label_and_update_records_it() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    let state = tempfile::tempdir().expect("a state dir");
+    let work = tempfile::tempdir().expect("a work dir");
+    let dir = work.path().join("edited");
+    let out = init(state.path(), &dir, "ts");
+    assert!(out.status.success(), "{}", text(&out));
+    let cassette = dir.join("edited.cassette.jsonl");
+    let before = cassette_calls(&cassette);
+    assert_eq!(before.iter().filter(|(l, _)| l.starts_with("critique:")).count(), 2, "{before:?}");
+
+    // Edit the critique prompt: the critique calls' memo keys change.
+    let source = dir.join("edited.ts");
+    let original = std::fs::read_to_string(&source).unwrap();
+    let edited = original.replace("Critique this idea about", "Critique, harshly, this idea about");
+    assert_ne!(edited, original);
+    std::fs::write(&source, edited).unwrap();
+
+    let report = work.path().join("junit.xml");
+    let out = factory_test(state.path(), &[dir.to_str().unwrap(), "--junit", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "a miss fails the test: {}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.contains("FAIL two ideas on release notes"), "{shown}");
+    assert!(shown.contains("cassette miss: agent `critique:0`"), "the miss names the label: {shown}");
+    assert!(shown.contains("recorded: ") && shown.contains("Critique this idea") && shown.contains("Critique, harshly,"), "the hint shows both prompts: {shown}");
+    assert!(shown.contains("factory test --update"), "{shown}");
+    // Replay safety: the old critique keys are no longer made, new ones are.
+    for (label, key) in &before {
+        let line = format!("- {label} key {}", &key[..12]);
+        assert_eq!(shown.contains(&line), label.starts_with("critique:"), "`{line}` in the report: {shown}");
+    }
+    let new_lines = shown.lines().filter(|l| l.trim_start().starts_with("+ critique:")).count();
+    assert_eq!(new_lines, 2, "two new calls: {shown}");
+    let (tests, failures, errors, messages) = junit(&report);
+    assert_eq!((tests, failures, errors), (1, 1, 0));
+    assert!(messages[0].contains("critique:"), "{messages:?}");
+
+    // --update against an OpenAI-compatible server on 127.0.0.1 records the new calls. Its
+    // replies are text, not the critique's JSON, so the author expects less of them.
+    let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::from_millis(1) }).await;
+    write_config(state.path(), server.port(), true, "");
+    let test_file = dir.join("edited.test.json");
+    let mut expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&test_file).unwrap()).unwrap();
+    let case = &mut expected["cases"][0];
+    case["result"] = serde_json::json!([{ "pointer": "/topic", "equals": "release notes" }, { "pointer": "/dropped", "equals": 2 }]);
+    case["accounting"] = serde_json::json!({ "maxAgentsSpawned": 6, "maxAiCredits": 1 });
+    std::fs::write(&test_file, serde_json::to_string_pretty(&expected).unwrap()).unwrap();
+    let state_path = state.path().to_path_buf();
+    let dir_arg = dir.to_str().unwrap().to_string();
+    let out = tokio::task::spawn_blocking(move || factory_test(&state_path, &[&dir_arg, "--update", "--backend", "local"])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "--update: {}", text(&out));
+    let asked = server.asked();
+    assert!(!asked.is_empty() && asked.iter().all(|p| p.contains("Critique, harshly,")), "only the changed calls went live: {asked:?}");
+    let after = cassette_calls(&cassette);
+    assert!(after.iter().all(|(l, k)| !l.starts_with("critique:") || !before.iter().any(|(_, old)| old == k)), "the old critique calls are gone: {after:?}");
+    assert_eq!(
+        after.iter().filter(|(l, _)| l.starts_with("idea:")).collect::<Vec<_>>(),
+        before.iter().filter(|(l, _)| l.starts_with("idea:")).collect::<Vec<_>>(),
+        "the unchanged calls are kept"
+    );
+    // Now it replays with no backend call.
+    let requests = server.requests();
+    let state_path = state.path().to_path_buf();
+    let dir_arg = dir.to_str().unwrap().to_string();
+    let out = tokio::task::spawn_blocking(move || factory_test(&state_path, &[&dir_arg])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "after --update: {}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("every call matches the cassette"), "{}", text(&out));
+    assert_eq!(server.requests(), requests, "a replay calls no backend");
+}
+
+#[test]
+fn failed_assertions_and_unusable_files_have_their_exit_codes() {
+    let state = tempfile::tempdir().expect("a state dir");
+    let work = tempfile::tempdir().expect("a work dir");
+    let dir = work.path().join("strict");
+    assert!(init(state.path(), &dir, "js").status.success());
+    let test_file = dir.join("strict.test.json");
+    let mut expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&test_file).unwrap()).unwrap();
+    let case = &mut expected["cases"][0];
+    case["result"] = serde_json::json!([
+        { "pointer": "/topic", "contains": "notes" },
+        { "pointer": "/topic", "equals": "something else" },
+        { "pointer": "/ideas/0", "schema": { "type": "object", "required": ["verdict"] } },
+        { "pointer": "/missing", "equals": 1 }
+    ]);
+    case["accounting"] = serde_json::json!({ "agentsSpawned": 3 });
+    case["journal"] = serde_json::json!({ "steps": ["report-v1", "report-v2"] });
+    std::fs::write(&test_file, serde_json::to_string(&expected).unwrap()).unwrap();
+    let out = factory_test(state.path(), &[test_file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "result at `/topic`: expected \"something else\", got \"release notes\"",
+        "result at `/ideas/0`: does not match the schema",
+        "result at `/missing`: nothing there",
+        "accounting: expected 3 agents spawned, got 4",
+        "journal: no step `report-v2`",
+    ] {
+        assert!(shown.contains(expected), "`{expected}` in: {shown}");
+    }
+    assert!(!shown.contains("`/topic`: \"release notes\" does not contain"), "contains held: {shown}");
+    assert!(!shown.contains("no step `report-v1`"), "{shown}");
+
+    std::fs::write(&test_file, r#"{"cases":[{"name":"x","status":"finished"}]}"#).unwrap();
+    let out = factory_test(state.path(), &[test_file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "an unusable test file: {}", text(&out));
+    assert!(stderr(&out).contains("unknown status `finished`"), "{}", text(&out));
+    let out = factory_test(state.path(), &[work.path().join("nothing-here").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 
 /// Every subcommand of `factory` (its `--help` must have examples).
 const COMMANDS: &[&str] = &[
-    "run", "resume", "runs", "show", "progress", "wait", "cancel", "watch", "serve", "init", "add", "list", "inspect",
+    "run", "resume", "runs", "show", "progress", "wait", "cancel", "watch", "serve", "init", "test", "add", "list", "inspect",
     "describe", "backends", "build", "trust", "mcp", "ui", "config", "completions", "man",
 ];
 

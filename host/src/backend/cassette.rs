@@ -225,25 +225,79 @@ impl Recorder {
     }
 }
 
-/// Recorded exchanges by (key, attempt), served in order (the last one repeats).
+/// Recorded exchanges by (key, attempt), served in order (the last one repeats), and the
+/// calls asked for that the cassette does not hold.
 struct Replay {
     path: PathBuf,
+    /// Every exchange in file order (for [`CassetteUsage::unused`]).
+    order: Vec<Exchange>,
     exchanges: HashMap<(String, u32), Vec<Exchange>>,
     served: Mutex<HashMap<(String, u32), usize>>,
+    /// Calls the cassette held no exchange for, in the order they were asked (bounded).
+    missed: Mutex<Vec<RecordedCall>>,
+}
+
+/// The most misses a replay remembers (a runaway factory cannot grow the list for ever).
+const MAX_MISSES_KEPT: usize = 1000;
+
+/// A call identified by its memo key: what a cassette holds or was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedCall {
+    /// The call's canonical key ([`AgentKey`]).
+    pub key: String,
+    /// The spawn's attempt number.
+    pub attempt: u32,
+    /// The label, if any.
+    pub label: Option<String>,
+    /// The prompt.
+    pub prompt: String,
+}
+
+impl RecordedCall {
+    fn of(exchange: &Exchange) -> Self {
+        RecordedCall {
+            key: exchange.key.clone(),
+            attempt: exchange.attempt,
+            label: exchange.request.label.clone(),
+            prompt: exchange.request.prompt.clone(),
+        }
+    }
+}
+
+/// What a replay used of its cassette: the recorded calls nobody asked for, and the calls
+/// asked for that it did not hold (served live, or failed as misses).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CassetteUsage {
+    /// Recorded calls never served, in file order (each (key, attempt) once).
+    pub unused: Vec<RecordedCall>,
+    /// Calls the cassette held nothing for, in the order asked (each (key, attempt) once).
+    pub missed: Vec<RecordedCall>,
 }
 
 impl Replay {
     fn load(path: &Path) -> Result<Self, CassetteError> {
+        let order = read_cassette(path)?;
         let mut exchanges: HashMap<(String, u32), Vec<Exchange>> = HashMap::new();
-        for exchange in read_cassette(path)? {
-            exchanges.entry((exchange.key.clone(), exchange.attempt)).or_default().push(exchange);
+        for exchange in &order {
+            exchanges.entry((exchange.key.clone(), exchange.attempt)).or_default().push(exchange.clone());
         }
-        Ok(Replay { path: path.to_path_buf(), exchanges, served: Mutex::new(HashMap::new()) })
+        Ok(Replay { path: path.to_path_buf(), order, exchanges, served: Mutex::new(HashMap::new()), missed: Mutex::new(Vec::new()) })
     }
 
     fn find(&self, request: &AgentRequest) -> Option<Exchange> {
         let id = (key_of(request).0, request.attempt);
-        let list = self.exchanges.get(&id)?;
+        let Some(list) = self.exchanges.get(&id) else {
+            let mut missed = self.missed.lock().unwrap_or_else(|p| p.into_inner());
+            if missed.len() < MAX_MISSES_KEPT && !missed.iter().any(|m| m.key == id.0 && m.attempt == id.1) {
+                missed.push(RecordedCall {
+                    key: id.0,
+                    attempt: id.1,
+                    label: request.label.clone(),
+                    prompt: request.prompt.clone(),
+                });
+            }
+            return None;
+        };
         let mut served = self.served.lock().unwrap_or_else(|p| p.into_inner());
         let n = served.entry(id).or_insert(0);
         let exchange = list.get(*n).or_else(|| list.last()).cloned();
@@ -257,22 +311,56 @@ pub struct Cassette {
     live: Option<Arc<dyn AgentBackend>>,
     replay: Option<Arc<Replay>>,
     recorder: Option<Arc<Recorder>>,
+    /// A replay miss fails only its call (an ordinary failure), not the attempt.
+    lenient: bool,
+}
+
+impl Replay {
+    fn usage(&self) -> CassetteUsage {
+        let served = self.served.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = std::collections::HashSet::new();
+        let unused = self
+            .order
+            .iter()
+            .filter(|e| !served.contains_key(&(e.key.clone(), e.attempt)) && seen.insert((e.key.clone(), e.attempt)))
+            .map(RecordedCall::of)
+            .collect();
+        CassetteUsage { unused, missed: self.missed.lock().unwrap_or_else(|p| p.into_inner()).clone() }
+    }
 }
 
 impl Cassette {
+    /// What the replay used of its cassette so far (`None` when not replaying).
+    pub fn usage(&self) -> Option<CassetteUsage> {
+        self.replay.as_ref().map(|r| r.usage())
+    }
+
+    /// The recorded calls of the cassette, in file order (empty when not replaying).
+    pub fn recorded(&self) -> Vec<RecordedCall> {
+        self.replay.as_ref().map(|r| r.order.iter().map(RecordedCall::of).collect()).unwrap_or_default()
+    }
+
     /// Record every exchange with `live` to a new cassette at `path` (truncated).
     pub fn record(live: Arc<dyn AgentBackend>, path: impl AsRef<Path>) -> Result<Self, CassetteError> {
-        Ok(Cassette { live: Some(live), replay: None, recorder: Some(Arc::new(Recorder::create(path.as_ref())?)) })
+        Ok(Cassette { live: Some(live), replay: None, recorder: Some(Arc::new(Recorder::create(path.as_ref())?)), lenient: false })
     }
 
     /// Serve every call from the cassette at `path`; a miss is a [`BackendError`].
     pub fn replay(path: impl AsRef<Path>) -> Result<Self, CassetteError> {
-        Ok(Cassette { live: None, replay: Some(Arc::new(Replay::load(path.as_ref())?)), recorder: None })
+        Ok(Cassette { live: None, replay: Some(Arc::new(Replay::load(path.as_ref())?)), recorder: None, lenient: false })
     }
 
     /// Serve calls from the cassette at `path`; a call it does not hold goes to `live`.
     pub fn replay_then_live(path: impl AsRef<Path>, live: Arc<dyn AgentBackend>) -> Result<Self, CassetteError> {
-        Ok(Cassette { live: Some(live), replay: Some(Arc::new(Replay::load(path.as_ref())?)), recorder: None })
+        Ok(Cassette { live: Some(live), replay: Some(Arc::new(Replay::load(path.as_ref())?)), recorder: None, lenient: false })
+    }
+
+    /// Make a replay miss an ordinary failure of its call (the factory sees `null` and goes
+    /// on) instead of an outage that stops the attempt: `factory test` then finds every call
+    /// an edited factory makes anew, not only the first.
+    pub fn misses_fail_calls(mut self) -> Self {
+        self.lenient = true;
+        self
     }
 
     /// Also record every exchange served (replayed or live) to a new cassette at `path`.
@@ -307,7 +395,7 @@ impl AgentBackend for Cassette {
 
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let live = self.live.as_ref()?.with_grants(grants)?;
-        Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone() }))
+        Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))
     }
 
     fn describe(&self) -> String {
@@ -322,6 +410,7 @@ impl AgentBackend for Cassette {
         let live = self.live.clone();
         let replay = self.replay.clone();
         let recorder = self.recorder.clone();
+        let lenient = self.lenient;
         Box::pin(async move {
             let recorded = replay.as_ref().and_then(|r| r.find(&request));
             let outcome = match (recorded, live, &replay) {
@@ -330,13 +419,18 @@ impl AgentBackend for Cassette {
                 (None, None, Some(replay)) => {
                     let who = request.label.as_deref().unwrap_or("agent");
                     let key = key_of(&request).0;
-                    return Err(BackendError::outage(OutageKind::ReplayMiss, format!(
+                    let message = format!(
                         "cassette miss: `{}` holds no exchange for agent `{who}` (attempt {}, key {}); \
                          record one with --record, or use --replay-then-live",
                         replay.path.display(),
                         request.attempt,
                         &key[..12.min(key.len())]
-                    )));
+                    );
+                    return Err(if lenient {
+                        BackendError::ordinary(message)
+                    } else {
+                        BackendError::outage(OutageKind::ReplayMiss, message)
+                    });
                 }
                 (None, None, None) => {
                     return Err(BackendError::outage(OutageKind::Misconfigured, "cassette: nothing to serve the call"))

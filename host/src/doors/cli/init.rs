@@ -12,6 +12,8 @@
 //!
 //! It never overwrites: an existing non-empty directory or file is refused.
 
+use crate::doors::args::GlobalArgs;
+use crate::doors::cli::testing;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use std::io::Write;
@@ -38,6 +40,8 @@ const BUILT_SDK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-sdk/r
 const RUST_TEMPLATE: &str = include_str!("../../../templates/init/lib.rs.tmpl");
 /// A Python factory's source (`app.py`).
 const PYTHON_TEMPLATE: &str = include_str!("../../../templates/init/app.py.tmpl");
+/// The scaffold's test file (`NAME.test.json`, run by `factory test`).
+const TEST_TEMPLATE: &str = include_str!("../../../templates/init/test.json.tmpl");
 
 /// `factory init`: where to scaffold, and in which language.
 #[derive(Args)]
@@ -117,6 +121,23 @@ pub fn check_name(name: &str) -> Result<(), InitError> {
 /// The files of a new factory `name` in `lang`: (relative path, contents). `sdk` is the
 /// `factory-sdk` directory a Rust scaffold depends on.
 pub fn scaffold(name: &str, lang: Lang, sdk: &Path) -> Vec<(String, String)> {
+    let mut files = language_files(name, lang, sdk);
+    let factory = match lang {
+        Lang::Ts | Lang::Js => files[0].0.clone(),
+        Lang::Rust | Lang::Python => ".".to_string(),
+    };
+    let test = TEST_TEMPLATE.replace("{{name}}", name).replace("{{factory}}", &factory);
+    files.push((test_file_name(name), test));
+    files
+}
+
+/// The scaffold's test file.
+fn test_file_name(name: &str) -> String {
+    format!("{name}.test.json")
+}
+
+/// The files of the language's own layout.
+fn language_files(name: &str, lang: Lang, sdk: &Path) -> Vec<(String, String)> {
     let readme = |template: &str, file: &str| template.replace("{{name}}", name).replace("{{file}}", file);
     match lang {
         Lang::Ts | Lang::Js => script_scaffold(name, lang),
@@ -156,6 +177,7 @@ fn script_scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
         "scripts": {
             "typecheck": "tsc -p .",
             "start": format!("factory run {file}"),
+            "test": "factory test .",
         },
         "devDependencies": { "typescript": TYPESCRIPT_VERSION },
     });
@@ -182,8 +204,9 @@ fn sdk_dir(chosen: Option<&Path>) -> Result<PathBuf, InitError> {
     }
 }
 
-/// `factory init`.
-pub fn init(a: InitArgs) -> Result<ExitCode> {
+/// `factory init`: write the files, then record the test's cassette on the dry-run backend
+/// (building a Rust or Python factory first), so `factory test DIR` passes at once.
+pub async fn init(g: &GlobalArgs, a: InitArgs) -> Result<ExitCode> {
     let name = a.path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     check_name(&name)?;
     let sdk = if a.lang == Lang::Rust {
@@ -214,6 +237,13 @@ pub fn init(a: InitArgs) -> Result<ExitCode> {
     for (relative, _) in &files {
         println!("  {relative}");
     }
+    let cassette = format!("{name}.cassette.jsonl");
+    println!("recording {dir}/{cassette} for {dir}/{} on the dry-run backend:", test_file_name(&name));
+    if let Err(e) = testing::record_scaffold(g, &a.path.join(test_file_name(&name))).await {
+        eprintln!(
+            "factory: no cassette recorded ({e:#}); once the factory builds, record it with: factory test --update --backend dry-run {dir}"
+        );
+    }
     println!();
     let target = match a.lang {
         Lang::Ts | Lang::Js => format!("{dir}/{}", files[0].0),
@@ -229,6 +259,8 @@ pub fn init(a: InitArgs) -> Result<ExitCode> {
         Lang::Rust => println!("  # factory-sdk: {}", sdk.display()),
         Lang::Python => println!("  # needs componentize-py {} and bwrap to build", factory_host::guests::python::COMPONENTIZE_PY_VERSION),
     }
+    let test_dir = if dir.to_string().starts_with(['/', '.']) { dir.to_string() } else { format!("./{dir}") };
+    println!("  factory test {test_dir}                  # replays {cassette}; --update re-records what changed");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -433,7 +465,14 @@ factory run {{file}} --args '{"topic":"release notes"}'   # the dry-run backend 
 factory run {{file}} --backend openai --args '{"topic":"release notes"}'
 factory add {{file}} && factory run {{name}}
 npm install && npm run typecheck                          # the pinned TypeScript compiler
+factory test .                                            # {{name}}.test.json against {{name}}.cassette.jsonl
+factory test . --update --backend openai                  # after an edit: record the calls that changed
 ```
+
+`{{name}}.test.json` is the factory's test: args, the expected status, assertions on the
+result, accounting and journal; `factory test` runs it with every agent call replayed from
+`{{name}}.cassette.jsonl` (recorded by `factory init` on the dry-run backend: delete it and
+run `factory test --update --backend SPEC` to record it against a real model).
 
 `types/` holds the declarations of the runtime the factory imports (`"factory"`,
 `"@github/copilot-sdk/extension"`, `"@github/copilot-sdk"`): `tsconfig.json` maps those names
@@ -471,7 +510,12 @@ factory run ./{{name}} --args '{"topic":"release notes"}'   # builds the crate, 
 factory run ./{{name}} --backend openai --args '{"topic":"release notes"}'
 factory build ./{{name}}                                    # just the component
 factory add ./{{name}} && factory run {{name}}
+factory test ./{{name}}                                     # {{name}}.test.json against {{name}}.cassette.jsonl
 ```
+
+`{{name}}.test.json` is the factory's test (see `factory test --help`); its cassette was
+recorded by `factory init` on the dry-run backend (`factory test --update --backend SPEC`
+records what an edit changed).
 
 `Cargo.toml` depends on `factory-sdk` by path (the SDK of the checkout `factory` was built
 from, or the one given to `factory init --sdk DIR`). The crate is built for
@@ -486,7 +530,12 @@ A Python factory for `factory` (scaffolded by `factory init --lang python`): `{{
 factory run ./{{name}} --args '{"topic":"release notes"}'   # builds with componentize-py, then runs it (dry-run backend)
 factory run ./{{name}} --backend openai --args '{"topic":"release notes"}'
 factory add ./{{name}} && factory run {{name}}
+factory test ./{{name}}                                     # {{name}}.test.json against {{name}}.cassette.jsonl
 ```
+
+`{{name}}.test.json` is the factory's test (see `factory test --help`); its cassette was
+recorded by `factory init` on the dry-run backend (`factory test --update --backend SPEC`
+records what an edit changed).
 
 The `factory_sdk` module ships inside `factory`; building needs `componentize-py` on PATH
 (`pip install componentize-py`) and bubblewrap (`bwrap`).

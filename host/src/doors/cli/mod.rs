@@ -15,6 +15,7 @@ pub(crate) mod remote;
 pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod target;
+pub(crate) mod testing;
 pub(crate) mod trust;
 pub(crate) mod workers;
 
@@ -101,6 +102,14 @@ enum Command {
   factory init ideas --lang python
   factory init ideas --lang rust && factory run ./ideas")]
     Init(init::InitArgs),
+    /// Test factories against their cassettes: run each case of `NAME.test.json` with every
+    /// agent call replayed, check its status, result, accounting and journal, and report
+    /// the recorded calls an edit stopped making and the new ones.
+    #[command(after_help = "Examples:
+  factory test                                  # every *.test.json here
+  factory test ideas/ideas.test.json --junit report.xml
+  factory test ideas --update --backend openai  # record the calls the cassette lacks")]
+    Test(testing::TestArgs),
     /// Register a factory under its meta name.
     #[command(after_help = "Examples:
   factory add examples/hello && factory run hello
@@ -218,7 +227,8 @@ pub fn main() -> ExitCode {
             Command::Watch(args) => observe::watch(&g, args).await,
             Command::Serve(args) => serve::serve(&g, args).await,
             Command::Workers(args) => workers::workers(args).await,
-            Command::Init(args) => init::init(args),
+            Command::Init(args) => init::init(&g, args).await,
+            Command::Test(args) => testing::test(&g, args).await,
             Command::Add(args) => trust::after_build(&g, registry::add(&g, args).await),
             Command::List(args) => registry::list(&g, args).await,
             Command::Inspect(args) => registry::inspect(&g, args).await,
