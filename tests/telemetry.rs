@@ -472,3 +472,52 @@ async fn metrics_move_with_a_run_and_need_the_token() {
     assert!(moved("factory_journal_bytes_total{}") > 0.0);
     assert_eq!(sample(&after, "factory_active_runs{}"), 0.0);
 }
+
+#[test]
+fn an_mcp_call_continues_the_trace_in_its_meta_traceparent() {
+    let receiver = Receiver::start();
+    let state = traced_state();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let mut mcp = factory_cmd(state.path(), &["mcp"])
+        .env_remove("RUST_LOG")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("factory mcp starts");
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let parent = "b7ad6b7169203331";
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut stdout = BufReader::new(mcp.stdout.take().unwrap()).lines();
+    let mut send = move |message: Value| {
+        std::io::Write::write_all(&mut stdin, format!("{message}\n").as_bytes()).unwrap();
+    };
+    let mut answer = |id: u64| loop {
+        let line = stdout.next().expect("an answer").unwrap();
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == id {
+            break message;
+        }
+    };
+    send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "traced-client", "version": "1"}}}));
+    answer(1);
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run_factory", "arguments": {"name": "traced", "args": {"n": 2}},
+                   "_meta": {"traceparent": format!("00-{trace}-{parent}-01")}}}));
+    let called = answer(2);
+    assert_ne!(called["result"]["isError"], true, "{called}");
+    send(serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "run_factory", "arguments": {"name": "traced", "args": {"n": 1}}, "_meta": {"traceparent": "00-bad"}}}));
+    let refused = answer(3);
+    assert!(refused.to_string().contains("traceparent"), "a bad traceparent is refused: {refused}");
+    drop(send);
+    assert!(mcp.wait().unwrap().success());
+    let spans = receiver.spans();
+    let run = spans.iter().find(|s| s["name"] == "run traced").unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!((run["traceId"].as_str(), run["parentSpanId"].as_str()), (Some(trace), Some(parent)));
+    let calls = spans.iter().filter(|s| s["traceId"] == trace && attr(s, "gen_ai.operation.name") == "chat").count();
+    assert_eq!(calls, 2);
+}
