@@ -10,13 +10,11 @@
 //! the store, and the other `factory serve` sees the winner answer and exits quietly.
 
 use crate::doors::args::GlobalArgs;
+use crate::doors::telemetry::LOG_FILE;
 use anyhow::{bail, Context, Result};
 use factory_host::service::{Client, ClientError, Remote, ServiceError};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The service's log file in the state directory.
-pub const LOG_FILE: &str = "serve.log";
 
 /// The service's working directory, inside the state directory.
 pub const SERVICE_DIR: &str = "service";

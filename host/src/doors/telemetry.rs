@@ -23,6 +23,9 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
+/// The service's log file in the state directory.
+pub const LOG_FILE: &str = "serve.log";
+
 /// What `RUST_LOG` is when unset (or unparseable): dependencies' warnings, factory's info.
 pub const DEFAULT_FILTER: &str = "warn,factory_host=info,factory=info";
 
@@ -79,7 +82,7 @@ pub fn init(format: LogFormat, service_log: Option<&Path>, stderr: bool) -> std:
         layers.push(fmt_layer(format, std::io::stderr, ansi));
     }
     if let Some(state_dir) = service_log {
-        let log = ServiceLog::open(state_dir.join(crate::doors::daemon::LOG_FILE), SERVICE_LOG_MAX_BYTES)?;
+        let log = ServiceLog::open(state_dir.join(LOG_FILE), SERVICE_LOG_MAX_BYTES)?;
         layers.push(fmt_layer(format, log, false));
     }
     let traces = if traces_wanted() { Some(otel_layer()) } else { None };
