@@ -1,6 +1,8 @@
 //! The PostgreSQL store against a real PostgreSQL 15 started by the test ([`common::postgres`]):
 //! the store conformance suite, schema migrations (refusing a newer schema), fencing of a
-//! worker whose lease was taken, and group commit batching.
+//! worker whose lease was taken, group commit batching, and `factory serve --store` workers
+//! (recovery after kill -9, by exactly one of two workers starting together; cancel through
+//! another worker).
 
 mod common;
 
@@ -184,6 +186,97 @@ fn serve_on_postgres_recovers_a_run_after_kill_9_paying_no_journaled_call_twice(
     assert_eq!(asked.len(), 12, "ten calls and the two in flight at the kill: {asked:?}");
     assert!(log.contains("postgres://postgres:***@127.0.0.1"), "the URL is shown redacted: {log}");
     assert!(!log.contains("s3cret-pw"), "the password never shows: {log}");
+}
+
+/// A run of the probe's fan-out on worker 1 (a fake OpenAI server on 127.0.0.1 answers 4
+/// calls, then holds every request), worker 1 killed with -9 mid-run, and once its lease has
+/// run out two `factory serve --store` workers (their own state directories, so two worker
+/// ids) started at the same moment: each claims the interrupted run in the database before
+/// resuming it, so exactly one resumes it; the run completes once (two attempts in all), and
+/// no prompt whose answer was journaled before the kill reaches the backend again.
+#[test]
+fn two_workers_starting_together_recover_an_interrupted_run_once() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::{json, Value};
+    use std::collections::BTreeSet;
+
+    let server = Postgres::start();
+    let url = server.database("race");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 4, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let probe = common::component("probe");
+    let (status, registered) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201, "{status} {registered:#}");
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 10}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+
+    // Four answers journaled, two calls held open: kill worker 1 there.
+    let progress = |api: &Api| -> Vec<Value> {
+        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+        assert_eq!(status, 200, "{page:#}");
+        page.as_array().cloned().expect("a page of progress")
+    };
+    let count = |entries: &[Value], event: &str| entries.iter().filter(|e| e["event"] == event && (event != "agentFinished" || e["status"] == "ok")).count();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let entries = progress(&api1);
+        if count(&entries, "agentStarted") >= 6 && count(&entries, "agentFinished") >= 4 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the fan-out did not get going: {entries:#?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    one.kill();
+    assert_eq!(server.psql("race", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "running", "killed mid-run");
+    assert_eq!(server.psql("race", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")), "4", "four answers journaled");
+    let journaled: BTreeSet<String> = fake.answered().into_iter().collect();
+    assert_eq!(journaled.len(), 4, "the answered prompts are the journaled ones: {journaled:?}");
+
+    // Worker 1's lease runs out (it renews no more), then two workers start together.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.psql("race", "SELECT bool_and(lease_until < now()) FROM workers") != "t" {
+        assert!(std::time::Instant::now() < deadline, "the lease of the killed worker never ran out");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+    let (two, three) = std::thread::scope(|s| {
+        let two = s.spawn(|| Service::start(states[1].path(), &args));
+        let three = s.spawn(|| Service::start(states[2].path(), &args));
+        (two.join().expect("worker 2 starts"), three.join().expect("worker 3 starts"))
+    });
+    let api2 = Api::of(states[1].path(), &two.log());
+    let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(status, 200, "{done:#}");
+    assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", two.log(), three.log());
+    assert_eq!(done["result"]["done"], 10, "{done:#}");
+    assert_eq!(done["attempts"], 2, "resumed once: {done:#}\n{}\n{}", two.log(), three.log());
+    let logs = [two.stop(), three.stop()];
+    let resumed = format!("factory serve: recovering run {run_id}");
+    assert_eq!(logs.iter().filter(|log| log.contains(&resumed)).count(), 1, "exactly one worker resumes the run: {logs:#?}");
+    assert_eq!(server.psql("race", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{run_id}'")), "completed -", "ended, owned by no worker");
+
+    // Every prompt reached the backend; only the two in flight at the kill twice, and no
+    // journaled one again.
+    let asked = fake.asked();
+    for i in 0..10 {
+        let prompt = format!("task {i}");
+        let times = asked.iter().filter(|a| **a == prompt).count();
+        let most = if journaled.contains(&prompt) { 1 } else { 2 };
+        assert!((1..=most).contains(&times), "`{prompt}` asked {times} times (journaled: {}): {asked:?}", journaled.contains(&prompt));
+    }
+    assert_eq!(asked.len(), 12, "ten calls and the two in flight at the kill: {asked:?}");
 }
 
 /// The HTTP API of a service, found in its log, with the token from the state directory.

@@ -11,10 +11,15 @@
 //! it). Past the bound, or when its resume cannot start, the run stays `halted` with a
 //! failure that says so and how to resume it by hand, and later starts leave it alone.
 //! Journaled agent calls and steps replay for free, as on every resume.
+//!
+//! On a store several workers share, each run is recovered by one of them: a worker first
+//! claims the run through the store ([`Store::claim_interrupted`], an atomic update in the
+//! database), and a run another live worker claimed first is left to it
+//! ([`RecoveryOutcome::TakenElsewhere`]).
 
 use crate::error::Error;
 use crate::engine::host::{Host, ResumeOptions, ResumedBy};
-use crate::store::{RunRecord, DEFAULT_SESSION};
+use crate::store::{RunRecord, Store, DEFAULT_SESSION};
 use crate::RunStatus;
 use std::sync::Arc;
 
@@ -43,6 +48,9 @@ pub enum RecoveryOutcome {
     Exhausted { recoveries: u32, max: u32 },
     /// Its resume could not start: left `halted`.
     Failed { error: Error },
+    /// Another worker sharing the store claimed it first (or it is no longer `halted`): left
+    /// to that worker.
+    TakenElsewhere,
 }
 
 impl Recovery {
@@ -67,6 +75,7 @@ impl std::fmt::Display for Recovery {
             RecoveryOutcome::Failed { error } => {
                 write!(f, "cannot recover {run}: {error}; resume it with: {}", self.resume_command())
             }
+            RecoveryOutcome::TakenElsewhere => write!(f, "not recovering {run}: another worker of the store recovers it"),
         }
     }
 }
@@ -93,6 +102,9 @@ pub async fn recover_interrupted(host: &Arc<Host>, max: u32) -> Result<Vec<Recov
             RecoveryOutcome::Failed { error } => {
                 tracing::warn!(event = "recovery", run = %r.run_id, factory = %r.factory, session = %r.session, outcome = "failed", error = %error, "an interrupted run could not be recovered")
             }
+            RecoveryOutcome::TakenElsewhere => {
+                tracing::info!(event = "recovery", run = %r.run_id, factory = %r.factory, session = %r.session, outcome = "taken_elsewhere", "an interrupted run is recovered by another worker")
+            }
         }
     }
     Ok(recovered)
@@ -104,8 +116,27 @@ async fn recover_one(host: &Arc<Host>, record: RunRecord, max: u32) -> Recovery 
         run_id: run_id.clone(),
         factory: record.envelope.factory.clone(),
         session: record.session.clone(),
-        outcome: RecoveryOutcome::Resumed { attempt: record.recoveries.saturating_add(1), max },
+        outcome: RecoveryOutcome::TakenElsewhere,
     };
+    // Claimed first, so no other worker sharing the store resumes it too; read again under
+    // the claim (the list may be older than another worker's recovery of it). A run no
+    // longer interrupted goes on with the listed record: its resume refuses it, as before.
+    let claimed = async {
+        let store: &dyn Store = &**host.store();
+        if !store.claim_interrupted(&run_id).await? {
+            return Ok(None);
+        }
+        Ok::<_, crate::store::StoreError>(Some(store.run(&run_id).await?.filter(is_interrupted).unwrap_or(record)))
+    };
+    let record = match claimed.await {
+        Ok(Some(record)) => record,
+        Ok(None) => return recovery,
+        Err(error) => {
+            recovery.outcome = RecoveryOutcome::Failed { error: error.into() };
+            return recovery;
+        }
+    };
+    recovery.outcome = RecoveryOutcome::Resumed { attempt: record.recoveries.saturating_add(1), max };
     let by_hand = recovery.resume_command();
     if record.recoveries >= max {
         let n = record.recoveries;

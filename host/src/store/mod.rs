@@ -112,6 +112,15 @@ pub trait Store: Journal + std::fmt::Debug {
         Box::pin(std::future::ready(Ok(false)))
     }
 
+    /// Take run `run_id`, found `halted` by an interruption, for this process to recover:
+    /// `Ok(true)` when this process may resume it, `Ok(false)` when it is no longer `halted`
+    /// or another live process sharing the store took it first (each interrupted run is
+    /// recovered by one process). A store one process holds has no one to race: it claims
+    /// every run (the default).
+    fn claim_interrupted<'a>(&'a self, _run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
+
     /// The ids of runs whose cancel other processes requested ([`Store::request_cancel`]),
     /// as they arrive; `None` for a store of one process (the default).
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {

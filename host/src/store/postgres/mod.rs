@@ -409,6 +409,14 @@ impl Store for PgStore {
         Some(self.cancels.subscribe())
     }
 
+    fn claim_interrupted<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (pool, lease, run_id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
+        self.spawn(async move {
+            let mut client = pool.get().await?;
+            worker::claim(&mut client, &pool.url, &lease, &run_id).await
+        })
+    }
+
     fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>> {
         let (pool, run_id) = (self.pool.clone(), run_id.to_string());
         self.spawn(async move {

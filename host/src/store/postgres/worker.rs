@@ -117,6 +117,34 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
     Ok((Lease { worker: worker.to_string(), generation, duration }, ids))
 }
 
+/// Take run `run_id` for this worker to recover, in one transaction that also checks this
+/// worker's lease ([`CHECK`]): the run's row is locked `FOR UPDATE` (a worker claiming it at
+/// the same moment waits, then reads the owner this one wrote) and becomes this worker's
+/// while it is still `halted` and owned by nobody, by this worker's id, or by a worker whose
+/// lease has run out (such a worker commits nothing more). `Ok(false)`: another live worker
+/// took it, or it is no longer `halted`. The owner stays set until the resumed attempt
+/// writes the run `running` (and the writer clears it once the run is no longer executing).
+pub(super) async fn claim(client: &mut tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
+    let e = |e| pg(url, e);
+    let tx = client.transaction().await.map_err(e)?;
+    checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, lease)?;
+    let Some(row) = tx.query_opt("SELECT status, owner FROM runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.map_err(e)? else {
+        return Ok(false);
+    };
+    if row.get::<_, &str>(0) != "halted" {
+        return Ok(false);
+    }
+    if let Some(owner) = row.get::<_, Option<String>>(1).filter(|owner| *owner != lease.worker) {
+        let live = tx.query_opt("SELECT lease_until > now() FROM workers WHERE id = $1", &[&owner]).await.map_err(e)?;
+        if live.is_some_and(|row| row.get::<_, bool>(0)) {
+            return Ok(false);
+        }
+    }
+    tx.execute("UPDATE runs SET owner = $2 WHERE id = $1", &[&run_id, &lease.worker]).await.map_err(e)?;
+    tx.commit().await.map_err(e)?;
+    Ok(true)
+}
+
 /// Inside a commit's transaction: read-lock the worker's row (its id the one parameter).
 pub(super) const CHECK: &str = "SELECT generation, lease_until > now() FROM workers WHERE id = $1 FOR KEY SHARE";
 

@@ -472,11 +472,13 @@ impl<'a> Rows<'a> {
             );
         }
         if !self.runs.0.is_empty() {
+            // A run's owner is the worker executing it: set while it is running or pending,
+            // cleared once it ends, so a halted run is free for recovery to claim.
             let (a, b, c, d) = &self.runs;
             statements.push(
                 upsert(
                     "INSERT INTO runs (id, seq, status, owner, record)
-                       SELECT u.id, u.seq, u.status, $5, u.record FROM unnest($1::text[], $2::int8[], $3::text[], $4::bytea[]) AS u(id, seq, status, record)
+                       SELECT u.id, u.seq, u.status, CASE WHEN u.status IN ('running', 'pending') THEN $5::text END, u.record FROM unnest($1::text[], $2::int8[], $3::text[], $4::bytea[]) AS u(id, seq, status, record)
                      ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, owner = EXCLUDED.owner, record = EXCLUDED.record,
                          cancel_requested = runs.cancel_requested AND EXCLUDED.status IN ('running', 'pending')",
                     vec![a as Param<'_>, b, c, d, worker],
