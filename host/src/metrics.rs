@@ -148,7 +148,7 @@ impl Metrics {
     }
 
     /// An attempt ended with `status`.
-    pub fn attempt_ended(&self, status: crate::RunStatus) {
+    pub fn attempt_ended(&self, status: crate::model::envelope::RunStatus) {
         self.runs_ended.get_or_create(&StatusLabel { status: status.as_str().into() }).inc();
     }
 

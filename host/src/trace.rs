@@ -111,7 +111,7 @@ pub(crate) fn attempt(factory: &str, run_id: &str, session: &str, attempt: u32) 
 }
 
 /// Record how the attempt of `span` ended.
-pub(crate) fn attempt_ended(span: &Span, status: crate::RunStatus, failure: Option<&crate::Failure>) {
+pub(crate) fn attempt_ended(span: &Span, status: crate::model::envelope::RunStatus, failure: Option<&crate::model::envelope::Failure>) {
     if span.is_disabled() {
         return;
     }
@@ -122,7 +122,7 @@ pub(crate) fn attempt_ended(span: &Span, status: crate::RunStatus, failure: Opti
             span.record("factory.failure.kind", kind.as_str());
         }
     }
-    span.record("otel.status_code", if status == crate::RunStatus::Completed { "OK" } else { "ERROR" });
+    span.record("otel.status_code", if status == crate::model::envelope::RunStatus::Completed { "OK" } else { "ERROR" });
 }
 
 /// The span of one phase (`ctx.phase`), under the attempt's.

@@ -20,7 +20,7 @@
 use crate::error::Error;
 use crate::engine::host::{Host, ResumeOptions, ResumedBy};
 use crate::store::{RunRecord, Store, DEFAULT_SESSION};
-use crate::RunStatus;
+use crate::model::envelope::RunStatus;
 use std::sync::Arc;
 
 /// Automatic recoveries a run gets by default.

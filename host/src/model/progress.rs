@@ -32,7 +32,7 @@ pub enum ProgressEvent {
     },
     /// The attempt ended with this status.
     AttemptEnded {
-        status: crate::RunStatus,
+        status: crate::model::envelope::RunStatus,
         /// Agent calls this attempt answered from the journal or an identical call.
         #[serde(default)]
         replayed: u64,
