@@ -239,3 +239,38 @@ mod tests {
         assert_eq!(shutdown, serde_json::json!("shutdown"));
     }
 }
+
+/// Where a stored progress entry's phase title comes from, as every store resolves it.
+pub(crate) enum PhaseTitle {
+    /// Known from the entry itself (its text, the title it set, or no phase).
+    Known(Option<String>),
+    /// The title the entry at this seq set: the store reads it (once per read).
+    SetAt(u64),
+}
+
+/// A stored progress entry, or [`StoreError::Corrupt`].
+pub(crate) fn decode_progress(bytes: &[u8]) -> Result<crate::model::progress::JournaledProgress, crate::store::StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| crate::store::corrupt("progress", e))
+}
+
+/// Where `stored`'s phase title comes from (its stored text is moved out).
+pub(crate) fn phase_title(stored: &mut crate::model::progress::JournaledProgress) -> PhaseTitle {
+    use crate::model::progress::ProgressEvent;
+    match (stored.phase.take(), stored.phase_seq) {
+        (Some(text), _) => PhaseTitle::Known(Some(text)),
+        (None, None) => PhaseTitle::Known(None),
+        (None, Some(at)) if at == stored.seq => PhaseTitle::Known(match &stored.event {
+            ProgressEvent::Phase { title } => Some(title.clone()),
+            _ => None,
+        }),
+        (None, Some(at)) => PhaseTitle::SetAt(at),
+    }
+}
+
+/// The title the stored progress entry `bytes` set (`None` for an entry of another kind).
+pub(crate) fn title_set_by(bytes: &[u8]) -> Result<Option<String>, crate::store::StoreError> {
+    Ok(match decode_progress(bytes)?.event {
+        crate::model::progress::ProgressEvent::Phase { title } => Some(title),
+        _ => None,
+    })
+}

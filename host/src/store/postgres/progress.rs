@@ -4,8 +4,9 @@
 //! entry that set it, resolved once per read), and the run's last seq.
 
 use super::{pg, PoolHandle};
-use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent};
-use crate::store::{corrupt, ProgressQuery, StoreError};
+use crate::model::progress::ProgressEntry;
+use crate::store::records::{decode_progress, phase_title, title_set_by, PhaseTitle};
+use crate::store::{ProgressQuery, StoreError};
 use std::collections::HashMap;
 
 /// Rows fetched at a time when a phase filter may skip some.
@@ -39,18 +40,13 @@ pub(super) async fn read(pool: &PoolHandle, run_id: &str, query: &ProgressQuery)
         let fetched = rows.len() as i64;
         for row in rows {
             let seq = row.get::<_, i64>(0).max(0) as u64;
-            let stored: JournaledProgress = serde_json::from_slice(row.get::<_, &[u8]>(1)).map_err(|e| corrupt("progress", e))?;
-            let phase = match (stored.phase, stored.phase_seq) {
-                (Some(text), _) => Some(text),
-                (None, None) => None,
-                (None, Some(at)) if at == stored.seq => match &stored.event {
-                    ProgressEvent::Phase { title } => Some(title.clone()),
-                    _ => None,
-                },
-                (None, Some(at)) => match titles.get(&at) {
+            let mut stored = decode_progress(row.get::<_, &[u8]>(1))?;
+            let phase = match phase_title(&mut stored) {
+                PhaseTitle::Known(title) => title,
+                PhaseTitle::SetAt(at) => match titles.get(&at) {
                     Some(title) => title.clone(),
                     None => {
-                        let title = phase_title(&client, &pool.url, run_id, at).await?;
+                        let title = title_at(&client, &pool.url, run_id, at).await?;
                         titles.insert(at, title.clone());
                         title
                     }
@@ -82,17 +78,15 @@ pub(super) async fn read(pool: &PoolHandle, run_id: &str, query: &ProgressQuery)
 }
 
 /// The title the phase entry at `seq` set.
-async fn phase_title(client: &tokio_postgres::Client, url: &str, run_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
+async fn title_at(client: &tokio_postgres::Client, url: &str, run_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
     let row = client
         .query_opt("SELECT entry FROM progress WHERE run_id = $1 AND seq = $2", &[&run_id, &db_seq(seq)])
         .await
         .map_err(|e| pg(url, e))?;
-    let Some(row) = row else { return Ok(None) };
-    let setter: JournaledProgress = serde_json::from_slice(row.get::<_, &[u8]>(0)).map_err(|e| corrupt("progress", e))?;
-    Ok(match setter.event {
-        ProgressEvent::Phase { title } => Some(title),
-        _ => None,
-    })
+    match row {
+        Some(row) => title_set_by(row.get::<_, &[u8]>(0)),
+        None => Ok(None),
+    }
 }
 
 /// The highest progress seq of a run (0 when it has none).

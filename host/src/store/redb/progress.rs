@@ -5,8 +5,9 @@
 
 use super::tables::PROGRESS;
 use super::RedbStore;
-use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent};
-use crate::store::{corrupt, ProgressQuery, StoreError};
+use crate::model::progress::ProgressEntry;
+use crate::store::records::{decode_progress, phase_title, title_set_by, PhaseTitle};
+use crate::store::{ProgressQuery, StoreError};
 use redb::ReadableDatabase;
 use std::collections::HashMap;
 
@@ -27,26 +28,14 @@ impl RedbStore {
         // Phase titles by the seq of the entry that set them, resolved once per read.
         let mut titles: HashMap<u64, Option<String>> = HashMap::new();
         let mut resolve = |bytes: &[u8]| -> Result<ProgressEntry, StoreError> {
-            let stored: JournaledProgress = serde_json::from_slice(bytes).map_err(|e| corrupt("progress", e))?;
-            let phase = match (stored.phase, stored.phase_seq) {
-                (Some(text), _) => Some(text),
-                (None, None) => None,
-                (None, Some(at)) if at == stored.seq => match &stored.event {
-                    ProgressEvent::Phase { title } => Some(title.clone()),
-                    _ => None,
-                },
-                (None, Some(at)) => match titles.get(&at) {
+            let mut stored = decode_progress(bytes)?;
+            let phase = match phase_title(&mut stored) {
+                PhaseTitle::Known(title) => title,
+                PhaseTitle::SetAt(at) => match titles.get(&at) {
                     Some(title) => title.clone(),
                     None => {
                         let title = match table.get((run_id, at))? {
-                            Some(row) => {
-                                let setter: JournaledProgress =
-                                    serde_json::from_slice(row.value()).map_err(|e| corrupt("progress", e))?;
-                                match setter.event {
-                                    ProgressEvent::Phase { title } => Some(title),
-                                    _ => None,
-                                }
-                            }
+                            Some(row) => title_set_by(row.value())?,
                             None => None,
                         };
                         titles.insert(at, title.clone());
