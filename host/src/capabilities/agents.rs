@@ -199,9 +199,11 @@ impl Agents {
         let call_span = span.clone();
         let outcome = cell
             .get_or_init(|| async move {
-                let outcome = this.spawn_agent(request, schema, &call_span).await;
+                let (outcome, summary) = this.spawn_agent(request, schema, &call_span).await;
                 if let Ok(reply) = &outcome {
-                    if let Err(abort) = this.attempt.write_agent(&key.0, reply) {
+                    // Its progress entry, the accounting and the outcome: one journal write.
+                    let finished = ProgressEvent::AgentFinished { summary, cached: false };
+                    if let Err(abort) = this.attempt.finish_agent(&key.0, reply, finished, &this.accounting()) {
                         return Err(this.attempt.abort(abort));
                     }
                 }
@@ -309,8 +311,8 @@ impl Agents {
     }
 
     /// One subagent call: up to two spawns with a schema (one retry on a parse or match
-    /// failure), one without.
-    async fn spawn_agent(&self, mut request: AgentRequest, schema: Option<Schema>, span: &tracing::Span) -> Result<Option<String>, Abort> {
+    /// failure), one without. Its outcome and summary; the caller journals an answer.
+    async fn spawn_agent(&self, mut request: AgentRequest, schema: Option<Schema>, span: &tracing::Span) -> (Result<Option<String>, Abort>, AgentSummary) {
         let label = request.label.clone().unwrap_or_else(|| "agent".to_string());
         let started = Instant::now();
         let mut summary = AgentSummary {
@@ -334,7 +336,7 @@ impl Agents {
                             self.metrics.queued(waiting.elapsed());
                             Some(permit)
                         }
-                        Err(_) => return Err(Abort::Cancelled),
+                        Err(_) => return (Err(Abort::Cancelled), summary),
                     }
                 }
                 None => None,
@@ -410,14 +412,7 @@ impl Agents {
             Ok(None) => crate::metrics::CallOutcome::Failed,
             Err(_) => crate::metrics::CallOutcome::Aborted,
         });
-        if outcome.is_ok() {
-            self.attempt.emit(ProgressEvent::AgentFinished { summary, cached: false });
-            let accounting = self.accounting();
-            if let Err(e) = self.attempt.journal.put_accounting(&self.attempt.run_id, &accounting) {
-                return Err(self.attempt.abort(Abort::Storage(e)));
-            }
-        }
-        outcome
+        (outcome, summary)
     }
 
     /// Accounting so far, all attempts included; active time counts this attempt so far.

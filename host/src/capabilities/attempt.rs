@@ -12,7 +12,8 @@ use crate::model::envelope::{Failure, FailureType};
 use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::model::sandbox_limits::SandboxLimits;
-use crate::store::journal::{Journal, JournalError};
+use crate::model::envelope::Accounting;
+use crate::store::journal::{fingerprint, AgentOutcome, Journal, JournalError};
 use futures::future::{BoxFuture, FutureExt as _};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -37,6 +38,9 @@ struct Book {
     cache: ValueCache,
     /// Bytes journaled so far, all attempts (counted against `maxJournalBytes`).
     journal_bytes: u64,
+    /// The fingerprint of every journaled agent key, when the journal listed them at load
+    /// (a key not among them needs no store read); `None`: ask the store.
+    agent_keys: Option<std::collections::HashSet<u64>>,
     /// The current phase: the seq of the `Phase` entry that set it, and its title.
     phase: Option<(u64, String)>,
     /// The latest progress seq.
@@ -96,13 +100,14 @@ impl Attempt {
         setup: &AttemptSetup,
         cache: ValueCache,
         journal_bytes: u64,
+        agent_keys: Option<std::collections::HashSet<u64>>,
     ) -> Attempt {
         Attempt {
             run_id: setup.run_id.clone(),
             limits: setup.limits,
             sandbox: setup.sandbox.clone(),
             journal: setup.journal.clone(),
-            book: Mutex::new(Book { cache, journal_bytes, phase: None, next_seq: setup.next_seq }),
+            book: Mutex::new(Book { cache, journal_bytes, agent_keys, phase: None, next_seq: setup.next_seq }),
             stop: setup.stop.clone(),
             cause: Mutex::new(None),
             events: setup.events.clone(),
@@ -267,20 +272,16 @@ impl Attempt {
 
     /// An agent outcome, from the cache or else the store.
     pub(crate) async fn journaled_agent(&self, key: &str) -> Result<Option<Option<String>>, JournalError> {
-        if let Some(outcome) = self.book().cache.agent(key).cloned() {
-            return Ok(Some(outcome));
+        {
+            let book = self.book();
+            if let Some(outcome) = book.cache.agent(key) {
+                return Ok(Some(outcome.clone()));
+            }
+            if book.agent_keys.as_ref().is_some_and(|keys| !keys.contains(&fingerprint(key))) {
+                return Ok(None);
+            }
         }
         self.journal.get_agent(&self.run_id, key).await
-    }
-
-    /// Charge and journal an agent outcome, and cache it. The abort is not yet raised.
-    pub(crate) fn write_agent(&self, key: &str, reply: &Option<String>) -> Result<(), Abort> {
-        let cost = self.journal.footprint(self.run_id.len() + key.len(), 1 + reply.as_ref().map_or(0, String::len));
-        let mut book = self.book();
-        let total = self.charge(&mut book, cost, false)?;
-        self.journal.put_agent(&self.run_id, key, reply.as_deref(), total).map_err(Abort::Storage)?;
-        book.cache.put_agent(key.to_string(), reply.clone());
-        Ok(())
     }
 
     // ---- the progress journal --------------------------------------------------------
@@ -293,47 +294,88 @@ impl Attempt {
         let essential = matches!(event, ProgressEvent::AttemptStarted { .. } | ProgressEvent::AttemptEnded { .. });
         let written = {
             let mut book = self.book();
-            let seq = book.next_seq + 1;
-            let before = book.phase.clone();
-            if let ProgressEvent::Phase { title } = &event {
-                book.phase = Some((seq, title.clone()));
-            }
-            let stored = JournaledProgress {
-                seq,
-                at_ms: now_ms(),
-                phase_seq: book.phase.as_ref().map(|(at, _)| *at),
-                phase: None,
-                event,
-            };
-            let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(JournalError::new(e)));
-            let written = bytes.and_then(|bytes| {
-                let cost = self.journal.footprint(self.run_id.len() + 8, bytes.len());
-                let total = self.charge(&mut book, cost, essential)?;
-                self.journal.put_progress(&self.run_id, seq, bytes, total).map_err(Abort::Storage)
-            });
-            match written {
-                Ok(()) => {
-                    book.next_seq = seq;
-                    let phase = book.phase.as_ref().map(|(_, title)| title.clone());
-                    Ok(ProgressEntry { seq, at_ms: stored.at_ms, phase, event: stored.event })
-                }
-                Err(abort) => {
-                    book.phase = before;
-                    Err(abort)
-                }
-            }
+            self.prepare_progress(&mut book, event, essential).and_then(|(stored, bytes, total)| {
+                self.journal.put_progress(&self.run_id, stored.seq, bytes, total).map_err(Abort::Storage)?;
+                Ok(self.progressed(&mut book, stored))
+            })
         };
-        let entry = match written {
-            Ok(entry) => entry,
+        match written {
+            Ok(entry) => self.publish(entry),
             Err(abort) => {
                 self.abort(abort);
-                return;
             }
+        }
+    }
+
+    /// Number, encode and charge a progress entry (book locked by the caller): the entry,
+    /// its stored form and the journal total with it counted. Not yet put: once it is,
+    /// [`Attempt::progressed`] makes it the latest.
+    fn prepare_progress(&self, book: &mut Book, event: ProgressEvent, essential: bool) -> Result<(JournaledProgress, Vec<u8>, u64), Abort> {
+        let seq = book.next_seq + 1;
+        let phase_seq = match &event {
+            ProgressEvent::Phase { .. } => Some(seq),
+            _ => book.phase.as_ref().map(|(at, _)| *at),
         };
+        let stored = JournaledProgress { seq, at_ms: now_ms(), phase_seq, phase: None, event };
+        let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(JournalError::new(e)))?;
+        let cost = self.journal.footprint(self.run_id.len() + 8, bytes.len());
+        let total = self.charge(book, cost, essential)?;
+        Ok((stored, bytes, total))
+    }
+
+    /// A prepared entry was put: it is the latest (and a phase entry sets the phase).
+    fn progressed(&self, book: &mut Book, stored: JournaledProgress) -> ProgressEntry {
+        if let ProgressEvent::Phase { title } = &stored.event {
+            book.phase = Some((stored.seq, title.clone()));
+        }
+        book.next_seq = stored.seq;
+        let phase = book.phase.as_ref().map(|(_, title)| title.clone());
+        ProgressEntry { seq: stored.seq, at_ms: stored.at_ms, phase, event: stored.event }
+    }
+
+    /// Announce a recorded entry: the new revision, and the entry to the subscriber.
+    fn publish(&self, entry: ProgressEntry) {
         let _ = self.updates.send(RunUpdated { run_id: self.run_id.clone(), revision: self.record_writes + entry.seq });
         if let Some(tx) = &self.events {
             let _ = tx.send(entry);
         }
+    }
+
+    /// An answered agent call: its `finished` progress entry (as [`Attempt::emit`] records
+    /// one), the attempt's `accounting` and its outcome (then cached), charged in that order
+    /// and handed to the journal as one write. An entry past the journal budget stops the
+    /// attempt as `emit` does; the outcome's own abort (the budget, the store) is returned,
+    /// not yet raised.
+    pub(crate) fn finish_agent(&self, key: &str, reply: &Option<String>, finished: ProgressEvent, accounting: &Accounting) -> Result<(), Abort> {
+        let agent_cost = self.journal.footprint(self.run_id.len() + key.len(), 1 + reply.as_ref().map_or(0, String::len));
+        let (entry, progress_refused, agent_charged) = {
+            let mut book = self.book();
+            let (stored, progress, progress_refused) = match self.prepare_progress(&mut book, finished, false) {
+                Ok((stored, bytes, total)) => {
+                    let progress = Some((stored.seq, bytes, total));
+                    (Some(stored), progress, None)
+                }
+                Err(abort) => (None, None, Some(abort)),
+            };
+            let agent_charged = self.charge(&mut book, agent_cost, false);
+            let agent = agent_charged.as_ref().ok().map(|total| (key, reply.as_deref(), *total));
+            self.journal.put_agent_outcome(&self.run_id, AgentOutcome { progress, accounting, agent }).map_err(Abort::Storage)?;
+            let entry = stored.map(|stored| self.progressed(&mut book, stored));
+            if agent_charged.is_ok() {
+                if let Some(keys) = &mut book.agent_keys {
+                    keys.insert(fingerprint(key));
+                }
+                book.cache.put_agent(key.to_string(), reply.clone());
+            }
+            (entry, progress_refused, agent_charged)
+        };
+        if let Some(entry) = entry {
+            self.publish(entry);
+        }
+        if let Some(abort) = progress_refused {
+            self.abort(abort);
+        }
+        agent_charged.map(|_| ())
     }
 
     /// Tell live subscribers (not the journal) about an event; the entry carries the latest

@@ -30,7 +30,7 @@ impl Capabilities {
         for (key, outcome) in snapshot.agents {
             cache.put_agent(key, outcome);
         }
-        let attempt = Arc::new(Attempt::new(&setup, cache, snapshot.journal_bytes));
+        let attempt = Arc::new(Attempt::new(&setup, cache, snapshot.journal_bytes, snapshot.agent_keys));
         let progress = Arc::new(progress::Progress::new(attempt.clone()));
         let agents = Arc::new(agents::Agents::new(attempt.clone(), progress.clone(), &setup));
         let steps = steps::Steps::new(attempt.clone(), snapshot.step_keys);

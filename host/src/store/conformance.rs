@@ -311,15 +311,21 @@ pub async fn journal_reads_and_puts(open: &impl Open) {
     assert_eq!(store.get_step(&run, "plan").await.expect("get_step").as_deref(), Some("\"v2\""), "and once committed");
     assert_eq!(store.get_agent(&run, "a2").await.expect("get_agent"), Some(None));
 
-    let snapshot = store.load(&run, 1 << 20).await.expect("load");
+    let mut snapshot = store.load(&run, 1 << 20).await.expect("load");
+    // A store that lists agent keys lists every one.
+    let agent_keys = snapshot.agent_keys.take();
+    assert!(agent_keys.is_none_or(|keys| keys == [fingerprint("a1"), fingerprint("a2")].into()), "every agent key listed");
     let expected = JournalSnapshot {
         step_keys: [fingerprint("plan")].into(),
         steps: [("plan".to_string(), "\"v2\"".to_string())].into(),
         agents: [("a1".to_string(), Some("{\"text\":\"hi\"}".to_string())), ("a2".to_string(), None)].into(),
+        agent_keys: None,
         journal_bytes: 40,
     };
     assert_eq!(snapshot, expected, "a load with room holds every value and the last journal bytes");
-    assert_eq!(store.load(&other, 1 << 20).await.expect("load"), JournalSnapshot::default(), "an empty journal");
+    let mut empty = store.load(&other, 1 << 20).await.expect("load");
+    assert!(empty.agent_keys.take().is_none_or(|keys| keys.is_empty()), "an empty journal lists no agent key");
+    assert_eq!(empty, JournalSnapshot::default(), "an empty journal");
     assert_eq!(store.footprint(0, 0), store.footprint(0, 0), "a footprint is a figure");
     assert!(store.footprint(10, 100) >= 110, "a footprint counts at least the entry's bytes");
 }

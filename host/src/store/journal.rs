@@ -59,6 +59,10 @@ pub struct JournalSnapshot {
     /// The [`fingerprint`] of every journaled step key (all of them, whether or not its
     /// value is in `steps`): what counts distinct steps without holding their keys.
     pub step_keys: HashSet<u64>,
+    /// The [`fingerprint`] of every journaled agent key, when the journal lists them (then a
+    /// call whose key is not among them was never journaled, without a read); `None`: ask
+    /// [`Journal::get_agent`].
+    pub agent_keys: Option<HashSet<u64>>,
     /// Step key -> JSON text, for as many steps as fit the load budget.
     pub steps: HashMap<String, String>,
     /// Agent key (hex) -> outcome (`Some(json)` for a reply, `None` for an ordinary
@@ -67,6 +71,18 @@ pub struct JournalSnapshot {
     /// Bytes the run has journaled so far, all attempts together (as last recorded with a
     /// put).
     pub journal_bytes: u64,
+}
+
+/// What an answered agent call journals at once ([`Journal::put_agent_outcome`]); each
+/// entry with the run's journal total as counted with it (an entry the journal budget had no
+/// room for is left out).
+pub struct AgentOutcome<'a> {
+    /// Its progress entry: seq, stored JSON form, journal total.
+    pub progress: Option<(u64, Vec<u8>, u64)>,
+    /// The attempt's accounting with the call counted.
+    pub accounting: &'a Accounting,
+    /// The outcome: the call's key, its reply (`None`: an ordinary failure), journal total.
+    pub agent: Option<(&'a str, Option<&'a str>, u64)>,
 }
 
 /// Where a run's entries go. Puts may return before the entry is durable; [`Journal::flush`]
@@ -107,6 +123,20 @@ pub trait Journal: Send + Sync + 'static {
 
     /// Record the running attempt's accounting so far.
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError>;
+
+    /// Record what an answered agent call journals, in this order: its progress entry, the
+    /// attempt's accounting, its outcome. A store queues them as one write (so they share a
+    /// commit); by default they are put one after the other.
+    fn put_agent_outcome(&self, run_id: &str, outcome: AgentOutcome<'_>) -> Result<(), JournalError> {
+        if let Some((seq, entry, journal_bytes)) = outcome.progress {
+            self.put_progress(run_id, seq, entry, journal_bytes)?;
+        }
+        self.put_accounting(run_id, outcome.accounting)?;
+        match outcome.agent {
+            Some((key, reply, journal_bytes)) => self.put_agent(run_id, key, reply, journal_bytes),
+            None => Ok(()),
+        }
+    }
 
     /// Resolve once every entry put so far is durable.
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>>;

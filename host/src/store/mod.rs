@@ -16,6 +16,7 @@ pub mod conformance;
 mod error;
 pub mod footprint;
 pub mod journal;
+pub(crate) mod op;
 pub mod postgres;
 pub mod records;
 pub mod redb;

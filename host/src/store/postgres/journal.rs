@@ -3,14 +3,13 @@
 //! then in the database. [`Journal::load`] reads a run's step and agent rows in key order,
 //! fetching only the values that could fit the budget.
 
-use super::writer::Op;
 use super::{pg, PgStore};
 use crate::model::envelope::Accounting;
 use crate::store::journal::{fingerprint, Journal, JournalError, JournalSnapshot};
-use crate::store::redb::tables::{decode_outcome, encode_outcome};
+use crate::store::op::Op;
+use crate::store::redb::tables::decode_outcome;
 use crate::store::{corrupt, StoreError};
 use futures::future::{BoxFuture, FutureExt};
-use std::sync::Arc;
 
 fn journal_error(e: StoreError) -> JournalError {
     JournalError::new(e)
@@ -113,23 +112,19 @@ impl Journal for PgStore {
     }
 
     fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError> {
-        let (run, key, value) = (run_id.to_string(), key.to_string(), Arc::from(value));
-        self.writer.send(Op::Step { run, key, value, usage: journal_bytes }).map_err(journal_error)
+        self.writer.send(Op::step(run_id, key, value, journal_bytes)).map_err(journal_error)
     }
 
     fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
-        let outcome: Arc<[u8]> = encode_outcome(outcome).into();
-        let (run, key) = (run_id.to_string(), key.to_string());
-        self.writer.send(Op::Agent { run, key, outcome, usage: journal_bytes }).map_err(journal_error)
+        self.writer.send(Op::agent(run_id, key, outcome, journal_bytes)).map_err(journal_error)
     }
 
     fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError> {
-        self.writer.send(Op::Progress { run: run_id.to_string(), seq, entry, usage: journal_bytes }).map_err(journal_error)
+        self.writer.send(Op::progress(run_id, seq, entry, journal_bytes)).map_err(journal_error)
     }
 
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {
-        let bytes = serde_json::to_vec(accounting).map_err(|e| journal_error(e.into()))?;
-        self.writer.send(Op::Accounting { run: run_id.to_string(), accounting: bytes }).map_err(journal_error)
+        self.writer.send(Op::accounting(run_id, accounting).map_err(journal_error)?).map_err(journal_error)
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {

@@ -24,7 +24,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use worker::Lease;
-use writer::{Op, Writer};
+use crate::store::op::Op;
+use writer::Writer;
 
 pub use url::{is_postgres_url, redact};
 
@@ -241,7 +242,7 @@ impl PgStore {
         record.writes += 1;
         let status = serde_json::to_value(record.envelope.status)?.as_str().unwrap_or("unknown").to_string();
         let bytes = serde_json::to_vec(record)?;
-        self.writer.send(Op::Run { id: record.envelope.run_id.clone(), seq: record.seq, status, record: bytes })?;
+        self.writer.send(Op::Run { id: record.envelope.run_id.clone(), seq: record.seq, new, status, record: bytes })?;
         self.writer.flush().await
     }
 

@@ -10,7 +10,7 @@
 
 use super::worker::{self, Lease};
 use super::{pg, PoolHandle};
-use crate::store::redb::Backlog;
+use crate::store::op::{Backlog, Op, Pending, Queued};
 use crate::store::{StoreError, WriterStats};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -21,48 +21,10 @@ use tokio::sync::{mpsc, oneshot};
 /// How long a commit whose connection failed is retried before the store fails.
 pub(crate) const RETRY_FOR: Duration = Duration::from_secs(30);
 
-/// One write.
-pub(crate) enum Op {
-    Step { run: String, key: String, value: Arc<str>, usage: u64 },
-    Agent { run: String, key: String, outcome: Arc<[u8]>, usage: u64 },
-    Progress { run: String, seq: u64, entry: Vec<u8>, usage: u64 },
-    Accounting { run: String, accounting: Vec<u8> },
-    Run { id: String, seq: u64, status: String, record: Vec<u8> },
-    Factory { key: String, registration: Vec<u8> },
-    Blob { hash: String, bytes: Arc<[u8]> },
-    RunModules { run: String, manifest: Vec<u8> },
-    Flush(oneshot::Sender<Result<(), StoreError>>),
-}
-
-impl Op {
-    /// The bytes the operation holds while queued.
-    fn bytes(&self) -> u64 {
-        let bytes = match self {
-            Op::Step { run, key, value, .. } => run.len() + key.len() + value.len(),
-            Op::Agent { run, key, outcome, .. } => run.len() + key.len() + outcome.len(),
-            Op::Progress { run, entry, .. } => run.len() + entry.len(),
-            Op::Accounting { run, accounting } => run.len() + accounting.len(),
-            Op::Run { id, record, status, .. } => id.len() + record.len() + status.len(),
-            Op::Factory { key, registration } => key.len() + registration.len(),
-            Op::Blob { hash, bytes } => hash.len() + bytes.len(),
-            Op::RunModules { run, manifest } => run.len() + manifest.len(),
-            Op::Flush(_) => 0,
-        };
-        bytes as u64
-    }
-}
-
-/// Journal values queued but not yet committed, so reads see every put at once.
-#[derive(Default)]
-pub(crate) struct Pending {
-    pub(crate) steps: HashMap<(String, String), Arc<str>>,
-    pub(crate) agents: HashMap<(String, String), Arc<[u8]>>,
-}
-
 /// The handle callers use.
 pub(crate) struct Writer {
     pub(crate) pending: Arc<Mutex<Pending>>,
-    tx: Mutex<Option<mpsc::UnboundedSender<Op>>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Queued>>>,
     /// The first failure (a refused commit, a lost lease); once set, writes are refused.
     pub(crate) failed: Arc<Mutex<Option<Arc<StoreError>>>>,
     pub(crate) stats: Arc<WriterStats>,
@@ -116,17 +78,10 @@ impl Writer {
         }
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         let Some(sender) = tx.as_ref() else { return Err(StoreError::Closed) };
-        self.backlog.reserve(op.bytes());
-        match &op {
-            Op::Step { run, key, value, .. } => {
-                self.pending().steps.insert((run.clone(), key.clone()), value.clone());
-            }
-            Op::Agent { run, key, outcome, .. } => {
-                self.pending().agents.insert((run.clone(), key.clone()), outcome.clone());
-            }
-            _ => {}
-        }
-        sender.send(op).map_err(|_| StoreError::Closed)
+        let queued = Queued::new(op);
+        self.backlog.reserve(queued.bytes);
+        self.pending().queued(&queued.op);
+        sender.send(queued).map_err(|_| StoreError::Closed)
     }
 
     pub(crate) fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
@@ -161,17 +116,19 @@ struct Task {
 }
 
 impl Task {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<Op>) {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Queued>) {
         while let Some(first) = rx.recv().await {
-            let mut flush = matches!(first, Op::Flush(_));
-            let mut batch = vec![first];
+            let mut flush = first.op.is_flush();
+            let mut bytes = first.bytes;
+            let mut batch = vec![first.op];
             let deadline = tokio::time::Instant::now() + self.window;
             let mut open = true;
             while !flush {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(op)) => {
-                        flush = matches!(op, Op::Flush(_));
-                        batch.push(op);
+                    Ok(Some(queued)) => {
+                        flush = queued.op.is_flush();
+                        bytes += queued.bytes;
+                        batch.push(queued.op);
                     }
                     Ok(None) => {
                         open = false;
@@ -180,8 +137,9 @@ impl Task {
                     Err(_) => break,
                 }
             }
-            while let Ok(op) = rx.try_recv() {
-                batch.push(op);
+            while let Ok(queued) = rx.try_recv() {
+                bytes += queued.bytes;
+                batch.push(queued.op);
             }
             let already = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let result = match already {
@@ -194,7 +152,6 @@ impl Task {
                 }
                 Ok(()) => self.forget_committed(&batch),
             }
-            let bytes = batch.iter().map(Op::bytes).sum();
             for op in batch {
                 if let Op::Flush(done) = op {
                     let _ = done.send(result.clone());
@@ -218,24 +175,7 @@ impl Task {
     /// Committed values are readable from the database now; an entry replaced by a later put
     /// (another Arc) stays until that one is committed.
     fn forget_committed(&self, batch: &[Op]) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        for op in batch {
-            match op {
-                Op::Step { run, key, value, .. } => {
-                    let id = (run.clone(), key.clone());
-                    if pending.steps.get(&id).is_some_and(|v| Arc::ptr_eq(v, value)) {
-                        pending.steps.remove(&id);
-                    }
-                }
-                Op::Agent { run, key, outcome, .. } => {
-                    let id = (run.clone(), key.clone());
-                    if pending.agents.get(&id).is_some_and(|v| Arc::ptr_eq(v, outcome)) {
-                        pending.agents.remove(&id);
-                    }
-                }
-                _ => {}
-            }
-        }
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).committed(batch.iter());
     }
 
     /// Commit `batch`, retrying on a new connection while the failure is the connection's
@@ -378,7 +318,7 @@ impl<'a> Rows<'a> {
             }
         }
         let runs = last_wins(batch.iter().filter_map(|op| match op {
-            Op::Run { id, seq, status, record } => Some((id, (id.as_str(), db_int(*seq), status.as_str(), record.as_slice()))),
+            Op::Run { id, seq, status, record, .. } => Some((id, (id.as_str(), db_int(*seq), status.as_str(), record.as_slice()))),
             _ => None,
         }));
         let factories = last_wins(batch.iter().filter_map(|op| match op {

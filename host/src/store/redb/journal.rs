@@ -3,20 +3,18 @@
 //! then in one read transaction; [`Journal::load`] reads a run's contiguous key ranges.
 
 use super::tables::*;
-use super::writer::Op;
+use crate::store::op::Op;
 use super::RedbStore;
 use crate::model::envelope::Accounting;
-use crate::store::journal::{fingerprint, Journal, JournalError, JournalSnapshot};
+use crate::store::journal::{fingerprint, AgentOutcome, Journal, JournalError, JournalSnapshot};
 use crate::store::{corrupt, StoreError};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::ReadableDatabase;
-use std::sync::Arc;
 
 impl RedbStore {
     /// Queue the running attempt's accounting (so a crash loses no recorded spend).
     fn put_live_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(accounting)?;
-        self.writer.send(Op::Accounting { run: run_id.to_string(), accounting: bytes })
+        self.writer.send(Op::accounting(run_id, accounting)?)
     }
 
     fn load_journal(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
@@ -41,12 +39,14 @@ impl RedbStore {
             }
         }
         let agents = txn.open_table(AGENTS)?;
+        let mut agent_keys = std::collections::HashSet::new();
         for row in agents.range((run_id, "")..)? {
             let (key, value) = row?;
             let (run, agent) = key.value();
             if run != run_id {
                 break;
             }
+            agent_keys.insert(fingerprint(agent));
             let value = value.value();
             let size = agent.len() + value.len();
             if size <= room && size <= largest {
@@ -55,6 +55,7 @@ impl RedbStore {
                 snapshot.agents.insert(agent.to_string(), outcome);
             }
         }
+        snapshot.agent_keys = Some(agent_keys);
         let usage = txn.open_table(JOURNAL_USAGE)?;
         snapshot.journal_bytes = usage.get(run_id)?.map_or(0, |v| v.value());
         Ok(snapshot)
@@ -108,22 +109,26 @@ impl Journal for RedbStore {
     }
 
     fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError> {
-        let (run, key, value) = (run_id.to_string(), key.to_string(), Arc::from(value));
-        self.writer.send(Op::Step { run, key, value, usage: journal_bytes }).map_err(journal_error)
+        self.writer.send(Op::step(run_id, key, value, journal_bytes)).map_err(journal_error)
     }
 
     fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
-        let outcome: Arc<[u8]> = encode_outcome(outcome).into();
-        let (run, key) = (run_id.to_string(), key.to_string());
-        self.writer.send(Op::Agent { run, key, outcome, usage: journal_bytes }).map_err(journal_error)
+        self.writer.send(Op::agent(run_id, key, outcome, journal_bytes)).map_err(journal_error)
     }
 
     fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError> {
-        self.writer.send(Op::Progress { run: run_id.to_string(), seq, entry, usage: journal_bytes }).map_err(journal_error)
+        self.writer.send(Op::progress(run_id, seq, entry, journal_bytes)).map_err(journal_error)
     }
 
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {
         self.put_live_accounting(run_id, accounting).map_err(journal_error)
+    }
+
+    fn put_agent_outcome(&self, run_id: &str, outcome: AgentOutcome<'_>) -> Result<(), JournalError> {
+        let progress = outcome.progress.map(|(seq, entry, usage)| Op::progress(run_id, seq, entry, usage));
+        let accounting = Op::accounting(run_id, outcome.accounting).map_err(journal_error)?;
+        let agent = outcome.agent.map(|(key, reply, usage)| Op::agent(run_id, key, reply, usage));
+        self.writer.send_all([progress, Some(accounting), agent]).map_err(journal_error)
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {

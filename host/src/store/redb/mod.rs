@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tables::*;
-use writer::{Op, Writer};
+use crate::store::op::Op;
+use writer::Writer;
 /// The byte-bounded write queue, shared with the PostgreSQL store's writer.
-pub(crate) use writer::Backlog;
 
 /// The store file's name inside the state directory.
 pub const STORE_FILE: &str = "factory.redb";
@@ -116,12 +116,12 @@ impl RedbStore {
 
     async fn write_run(&self, record: &mut RunRecord, new: bool) -> Result<(), StoreError> {
         record.writes += 1;
-        let order = new.then(|| {
+        if new {
             record.seq = self.next_run_seq.fetch_add(1, Ordering::SeqCst);
-            record.seq
-        });
+        }
         let bytes = serde_json::to_vec(record)?;
-        self.writer.send(Op::Run { id: record.envelope.run_id.clone(), order, record: bytes })?;
+        let (id, seq, status) = (record.envelope.run_id.clone(), record.seq, String::new());
+        self.writer.send(Op::Run { id, seq, new, status, record: bytes })?;
         self.writer.flush().await
     }
 
@@ -189,7 +189,7 @@ impl RedbStore {
     async fn write_registration(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         self.queue_blob(&registration.hash, bytes)?;
         let json = serde_json::to_vec(registration)?;
-        self.writer.send(Op::Factory { name: registration.key(), registration: json })?;
+        self.writer.send(Op::Factory { key: registration.key(), registration: json })?;
         self.writer.flush().await
     }
 

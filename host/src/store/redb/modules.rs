@@ -6,7 +6,7 @@
 //! and script sources use).
 
 use super::tables::RUN_MODULES;
-use super::writer::Op;
+use crate::store::op::Op;
 use super::RedbStore;
 use crate::model::script::Manifest;
 use crate::store::{corrupt, StoreError};

@@ -11,100 +11,55 @@
 //! The queue is bounded in bytes ([`Backlog`]): once `queue_bytes` are handed over and not
 //! yet committed, a caller waits for the next commit before its write joins the queue, so
 //! runs writing faster than the disk can take slow down instead of filling host memory.
+//!
+//! A write is a push under one lock: the thread sleeps until the first write of a batch and
+//! then until the window closes (or a flush is asked for), so the writes that join a batch
+//! cost no thread wake-up each.
 
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
+use crate::store::op::{Backlog, Op, Pending, Queued};
 use crate::store::{StoreError, WriterStats};
 use redb::{Database, ReadableTable};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// One write.
-pub(crate) enum Op {
-    /// A journal entry carries the run's journal bytes with it counted (`usage`).
-    Step { run: String, key: String, value: Arc<str>, usage: u64 },
-    Agent { run: String, key: String, outcome: Arc<[u8]>, usage: u64 },
-    Progress { run: String, seq: u64, entry: Vec<u8>, usage: u64 },
-    Accounting { run: String, accounting: Vec<u8> },
-    Run { id: String, order: Option<u64>, record: Vec<u8> },
-    Factory { name: String, registration: Vec<u8> },
-    Blob { hash: String, bytes: Arc<[u8]> },
-    RunModules { run: String, manifest: Vec<u8> },
-    Flush(oneshot::Sender<Result<(), StoreError>>),
-}
-
-impl Op {
-    /// The bytes the operation holds while queued.
-    fn bytes(&self) -> u64 {
-        let bytes = match self {
-            Op::Step { run, key, value, .. } => run.len() + key.len() + value.len(),
-            Op::Agent { run, key, outcome, .. } => run.len() + key.len() + outcome.len(),
-            Op::Progress { run, entry, .. } => run.len() + entry.len(),
-            Op::Accounting { run, accounting } => run.len() + accounting.len(),
-            Op::Run { id, record, .. } => id.len() + record.len(),
-            Op::Factory { name, registration } => name.len() + registration.len(),
-            Op::Blob { hash, bytes } => hash.len() + bytes.len(),
-            Op::RunModules { run, manifest } => run.len() + manifest.len(),
-            Op::Flush(_) => 0,
-        };
-        bytes as u64
-    }
-}
-
-/// Bytes handed to the writer and not yet committed, against a cap.
-pub(crate) struct Backlog {
-    queued: Mutex<u64>,
-    drained: Condvar,
-    cap: u64,
-}
-
-impl Backlog {
-    pub(crate) fn new(cap: u64) -> Self {
-        Backlog { queued: Mutex::new(0), drained: Condvar::new(), cap }
-    }
-
-    /// Wait until `bytes` more fit under the cap (a write larger than the cap waits for an
-    /// empty queue), then count them.
-    pub(crate) fn reserve(&self, bytes: u64) {
-        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
-        while *queued > 0 && queued.saturating_add(bytes) > self.cap {
-            queued = self.drained.wait(queued).unwrap_or_else(|p| p.into_inner());
-        }
-        *queued = queued.saturating_add(bytes);
-    }
-
-    /// The writer is done with `bytes` (committed, or failed: either way no longer held).
-    pub(crate) fn release(&self, bytes: u64) {
-        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
-        *queued = queued.saturating_sub(bytes);
-        self.drained.notify_all();
-    }
-
-    /// Bytes queued now.
-    #[cfg(test)]
-    pub(crate) fn queued(&self) -> u64 {
-        *self.queued.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Journal values queued but not yet committed, so reads see every put at once. Each entry
-/// shares its bytes with the queued operation (no copy) and leaves once that is committed.
+/// What callers hand the writer thread, behind one lock. A write only takes the lock and
+/// pushes: the thread is woken for the first write of a batch (it sleeps until then), for a
+/// flush, and to stop; writes that arrive while it gathers a batch do not wake it.
 #[derive(Default)]
-pub(crate) struct Pending {
-    pub(crate) steps: HashMap<(String, String), Arc<str>>,
-    pub(crate) agents: HashMap<(String, String), Arc<[u8]>>,
+struct Queue {
+    ops: Vec<Queued>,
+    /// A flush is queued: commit now.
+    flush: bool,
+    /// Every handle is gone, or [`Writer::close`]: commit what is queued and stop.
+    closed: bool,
+    /// The thread waits for a first write (a write must wake it).
+    idle: bool,
+    /// The first commit failure; once set, the store refuses further writes.
+    failed: Option<Arc<StoreError>>,
 }
 
-/// The handle callers use; the thread stops when every handle is dropped.
+/// The queue and the signal the thread waits on.
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    arrived: Condvar,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The handle callers use; the thread stops when it is closed or dropped.
 pub(crate) struct Writer {
     /// Values queued, not yet committed.
     pub(crate) pending: Arc<Mutex<Pending>>,
-    tx: Mutex<Option<mpsc::Sender<Op>>>,
-    /// The first commit failure; once set, the store refuses further writes.
-    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
+    shared: Arc<Shared>,
     pub(crate) stats: Arc<WriterStats>,
     /// Bytes queued, not yet committed.
     pub(crate) backlog: Arc<Backlog>,
@@ -115,52 +70,70 @@ impl Writer {
     /// Start the writer thread for `db`, committing every `window` and holding at most
     /// about `queue_bytes` uncommitted.
     pub(crate) fn start(db: Arc<Database>, window: Duration, queue_bytes: u64) -> Result<Self, StoreError> {
-        let (tx, rx) = mpsc::channel();
-        let failed = Arc::new(Mutex::new(None));
+        let shared = Arc::new(Shared::default());
         let stats = Arc::new(WriterStats::default());
         let pending: Arc<Mutex<Pending>> = Arc::default();
         let backlog = Arc::new(Backlog::new(queue_bytes));
         let thread = {
-            let failed = failed.clone();
+            let shared = shared.clone();
             let stats = stats.clone();
             let pending = pending.clone();
             let backlog = backlog.clone();
             std::thread::Builder::new()
                 .name("factory-store-writer".into())
-                .spawn(move || run(db, rx, window, failed, stats, pending, backlog))
+                .spawn(move || run(db, shared, window, stats, pending, backlog))
                 .map_err(|e| StoreError::Writer(Arc::new(e)))?
         };
-        Ok(Writer { pending, tx: Mutex::new(Some(tx)), failed, stats, backlog, thread: Mutex::new(Some(thread)) })
+        Ok(Writer { pending, shared, stats, backlog, thread: Mutex::new(Some(thread)) })
     }
 
     /// Queue a write; fails only when the store has already failed or is closed. A step or
     /// agent value is readable through [`Writer::pending`] from now until it is committed.
     /// When the queue holds its cap in bytes, waits for the next commit first.
     pub(crate) fn send(&self, op: Op) -> Result<(), StoreError> {
-        if let Some(message) = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Err(StoreError::WriteFailed(message));
+        self.send_all([Some(op)])
+    }
+
+    /// Queue several writes (the `Some`s) at once, in order and in the same commit, as
+    /// [`Writer::send`] does one.
+    pub(crate) fn send_all<const N: usize>(&self, ops: [Option<Op>; N]) -> Result<(), StoreError> {
+        let ops = ops.map(|op| op.map(Queued::new));
+        let bytes = ops.iter().flatten().map(|q| q.bytes).sum();
+        {
+            let queue = self.shared.queue();
+            if let Some(failure) = &queue.failed {
+                return Err(StoreError::WriteFailed(failure.clone()));
+            }
+            if queue.closed {
+                return Err(StoreError::Closed);
+            }
         }
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        if tx.is_none() {
+        // Outside the queue's lock: a full backlog waits here for the next commit.
+        self.backlog.reserve(bytes);
+        let mut queue = self.shared.queue();
+        if queue.closed {
+            // Closed while this write waited: its bytes will not be committed.
+            self.backlog.release(bytes);
             return Err(StoreError::Closed);
         }
-        // Under the sender lock: the thread is running (it stops only once `tx` is taken),
-        // so every byte counted here is released by a commit.
-        self.backlog.reserve(op.bytes());
-        // Registered under the sender lock, so the commit that removes it comes after.
-        match &op {
-            Op::Step { run, key, value, .. } => {
-                self.pending().steps.insert((run.clone(), key.clone()), value.clone());
+        // Registered under the queue's lock, so the commit that removes it comes after.
+        if ops.iter().flatten().any(|q| q.op.is_value()) {
+            let mut pending = self.pending();
+            for queued in ops.iter().flatten() {
+                pending.queued(&queued.op);
             }
-            Op::Agent { run, key, outcome, .. } => {
-                self.pending().agents.insert((run.clone(), key.clone()), outcome.clone());
-            }
-            _ => {}
         }
-        match tx.as_ref() {
-            Some(tx) => tx.send(op).map_err(|_| StoreError::Closed),
-            None => Err(StoreError::Closed),
+        let mut wake = queue.idle;
+        for queued in ops.into_iter().flatten() {
+            wake |= queued.op.is_flush();
+            queue.flush |= queued.op.is_flush();
+            queue.ops.push(queued);
         }
+        if wake {
+            queue.idle = false;
+            self.shared.arrived.notify_one();
+        }
+        Ok(())
     }
 
     pub(crate) fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
@@ -176,7 +149,8 @@ impl Writer {
 
     /// Stop the thread after it commits what is queued.
     pub(crate) fn close(&self) {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.shared.queue().closed = true;
+        self.shared.arrived.notify_one();
         if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = thread.join();
         }
@@ -189,85 +163,57 @@ impl Drop for Writer {
     }
 }
 
-fn run(
-    db: Arc<Database>,
-    rx: mpsc::Receiver<Op>,
-    window: Duration,
-    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
-    stats: Arc<WriterStats>,
-    pending: Arc<Mutex<Pending>>,
-    backlog: Arc<Backlog>,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        let deadline = Instant::now() + window;
-        let mut flush = matches!(batch[0], Op::Flush(_));
-        let mut open = true;
-        // Gather until the window closes or a flush is asked for.
-        while !flush {
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(op) => {
-                    flush = matches!(op, Op::Flush(_));
-                    batch.push(op);
-                }
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => {
-                    open = false;
+fn run(db: Arc<Database>, shared: Arc<Shared>, window: Duration, stats: Arc<WriterStats>, pending: Arc<Mutex<Pending>>, backlog: Arc<Backlog>) {
+    // The batch buffer, reused from commit to commit.
+    let mut batch: Vec<Queued> = Vec::new();
+    loop {
+        let (already_failed, closing) = {
+            let mut queue = shared.queue();
+            // Sleep until the first write of a batch.
+            while queue.ops.is_empty() && !queue.closed {
+                queue.idle = true;
+                queue = shared.arrived.wait(queue).unwrap_or_else(|p| p.into_inner());
+            }
+            queue.idle = false;
+            // Gather until the window closes, a flush is asked for or the writer is closed.
+            let deadline = Instant::now() + window;
+            while !queue.flush && !queue.closed {
+                let now = Instant::now();
+                if now >= deadline {
                     break;
                 }
+                queue = shared.arrived.wait_timeout(queue, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
             }
+            std::mem::swap(&mut batch, &mut queue.ops);
+            queue.flush = false;
+            (queue.failed.clone(), queue.closed)
+        };
+        if batch.is_empty() && closing {
+            break;
         }
-        // Whatever is already waiting rides along for free.
-        while let Ok(op) = rx.try_recv() {
-            batch.push(op);
-        }
-        let already_failed = failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let result = match already_failed {
             Some(message) => Err(StoreError::WriteFailed(message)),
             None => commit(&db, &batch, &stats),
         };
         match &result {
             Err(e) => {
-                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| Arc::new(e.clone()));
+                shared.queue().failed.get_or_insert_with(|| Arc::new(e.clone()));
             }
-            // Committed: readable from the database now. An entry replaced by a later put
-            // (another Arc) stays until that one is committed.
-            Ok(()) => {
-                let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
-                for op in &batch {
-                    match op {
-                        Op::Step { run, key, value, .. } => {
-                            let id = (run.clone(), key.clone());
-                            if pending.steps.get(&id).is_some_and(|v| Arc::ptr_eq(v, value)) {
-                                pending.steps.remove(&id);
-                            }
-                        }
-                        Op::Agent { run, key, outcome, .. } => {
-                            let id = (run.clone(), key.clone());
-                            if pending.agents.get(&id).is_some_and(|v| Arc::ptr_eq(v, outcome)) {
-                                pending.agents.remove(&id);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
+            // Committed: readable from the database now.
+            Ok(()) => pending.lock().unwrap_or_else(|p| p.into_inner()).committed(batch.iter().map(|q| &q.op)),
         }
-        let bytes = batch.iter().map(Op::bytes).sum();
-        for op in batch {
-            if let Op::Flush(done) = op {
+        let bytes = batch.iter().map(|q| q.bytes).sum();
+        for queued in batch.drain(..) {
+            if let Op::Flush(done) = queued.op {
                 let _ = done.send(result.clone());
             }
         }
         backlog.release(bytes);
-        if !open {
-            break;
-        }
     }
 }
 
-fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreError> {
-    let writes = batch.iter().filter(|op| !matches!(op, Op::Flush(_))).count();
+fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), StoreError> {
+    let writes = batch.iter().filter(|q| !q.op.is_flush()).count();
     if writes == 0 {
         return Ok(());
     }
@@ -292,7 +238,7 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
         let mut last_accounting = std::collections::HashMap::new();
         // Likewise the journal usage: only the largest per run.
         let mut last_usage: HashMap<&str, u64> = HashMap::new();
-        for (i, op) in batch.iter().enumerate() {
+        for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
             match op {
                 Op::Accounting { run, .. } => {
                     last_accounting.insert(run.as_str(), i);
@@ -309,7 +255,7 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
         for (run, bytes) in last_usage {
             usage.insert(run, bytes)?;
         }
-        for (i, op) in batch.iter().enumerate() {
+        for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
             match op {
                 Op::Step { run, key, value, .. } => {
                     steps.insert((run.as_str(), key.as_str()), &**value)?;
@@ -325,15 +271,15 @@ fn commit(db: &Database, batch: &[Op], stats: &WriterStats) -> Result<(), StoreE
                         accounting.insert(run.as_str(), bytes.as_slice())?;
                     }
                 }
-                Op::Run { id, order: seq, record } => {
+                Op::Run { id, seq, new, record, .. } => {
                     runs.insert(id.as_str(), record.as_slice())?;
-                    if let Some(seq) = seq {
+                    if *new {
                         order.insert(*seq, id.as_str())?;
                         meta.insert("next_run_seq", *seq + 1)?;
                     }
                 }
-                Op::Factory { name, registration } => {
-                    factories.insert(name.as_str(), registration.as_slice())?;
+                Op::Factory { key, registration } => {
+                    factories.insert(key.as_str(), registration.as_slice())?;
                 }
                 Op::Blob { hash, bytes } => {
                     if blobs.get(hash.as_str())?.is_none() {

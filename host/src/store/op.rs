@@ -1,0 +1,173 @@
+//! What a store's group-commit writer is handed, shared by the redb and PostgreSQL writers
+//! (which differ only in how they commit a batch): one [`Op`] per write, made by the same
+//! constructors for every store; the [`Queued`] form that carries the op's size in bytes,
+//! computed once when it is queued and released with it at its commit; the [`Backlog`] that
+//! caps those bytes; and the [`Pending`] values that journal reads see until they are
+//! committed.
+
+use crate::model::envelope::Accounting;
+use crate::store::redb::tables::encode_outcome;
+use crate::store::StoreError;
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use tokio::sync::oneshot;
+
+/// One write.
+pub(crate) enum Op {
+    /// A journal entry carries the run's journal bytes with it counted (`usage`).
+    Step { run: String, key: String, value: Arc<str>, usage: u64 },
+    Agent { run: String, key: String, outcome: Arc<[u8]>, usage: u64 },
+    Progress { run: String, seq: u64, entry: Vec<u8>, usage: u64 },
+    Accounting { run: String, accounting: Vec<u8> },
+    /// A run record: `seq` is its creation seq, `new` when this write creates it, `status`
+    /// its status's name for a store that keeps it beside the record (else empty).
+    Run { id: String, seq: u64, new: bool, status: String, record: Vec<u8> },
+    Factory { key: String, registration: Vec<u8> },
+    Blob { hash: String, bytes: Arc<[u8]> },
+    RunModules { run: String, manifest: Vec<u8> },
+    Flush(oneshot::Sender<Result<(), StoreError>>),
+}
+
+impl Op {
+    /// A step value.
+    pub(crate) fn step(run_id: &str, key: &str, value: &str, usage: u64) -> Op {
+        Op::Step { run: run_id.to_string(), key: key.to_string(), value: Arc::from(value), usage }
+    }
+
+    /// An agent outcome (`None`: an ordinary failure), in its stored form.
+    pub(crate) fn agent(run_id: &str, key: &str, outcome: Option<&str>, usage: u64) -> Op {
+        Op::Agent { run: run_id.to_string(), key: key.to_string(), outcome: encode_outcome(outcome).into(), usage }
+    }
+
+    /// A progress entry in its stored JSON form.
+    pub(crate) fn progress(run_id: &str, seq: u64, entry: Vec<u8>, usage: u64) -> Op {
+        Op::Progress { run: run_id.to_string(), seq, entry, usage }
+    }
+
+    /// The running attempt's accounting so far.
+    pub(crate) fn accounting(run_id: &str, accounting: &Accounting) -> Result<Op, StoreError> {
+        Ok(Op::Accounting { run: run_id.to_string(), accounting: serde_json::to_vec(accounting)? })
+    }
+
+    /// The bytes the operation holds while queued.
+    fn size(&self) -> u64 {
+        let bytes = match self {
+            Op::Step { run, key, value, .. } => run.len() + key.len() + value.len(),
+            Op::Agent { run, key, outcome, .. } => run.len() + key.len() + outcome.len(),
+            Op::Progress { run, entry, .. } => run.len() + entry.len(),
+            Op::Accounting { run, accounting } => run.len() + accounting.len(),
+            Op::Run { id, record, status, .. } => id.len() + record.len() + status.len(),
+            Op::Factory { key, registration } => key.len() + registration.len(),
+            Op::Blob { hash, bytes } => hash.len() + bytes.len(),
+            Op::RunModules { run, manifest } => run.len() + manifest.len(),
+            Op::Flush(_) => 0,
+        };
+        bytes as u64
+    }
+
+    /// Whether this is a step or agent value (which [`Pending`] keeps until committed).
+    pub(crate) fn is_value(&self) -> bool {
+        matches!(self, Op::Step { .. } | Op::Agent { .. })
+    }
+
+    /// Whether this is a flush request.
+    pub(crate) fn is_flush(&self) -> bool {
+        matches!(self, Op::Flush(_))
+    }
+}
+
+/// An op as a writer queues it: with its size, computed once here and released with it.
+pub(crate) struct Queued {
+    pub(crate) op: Op,
+    pub(crate) bytes: u64,
+}
+
+impl Queued {
+    /// `op`, sized.
+    pub(crate) fn new(op: Op) -> Queued {
+        let bytes = op.size();
+        Queued { op, bytes }
+    }
+}
+
+/// Bytes handed to the writer and not yet committed, against a cap.
+pub(crate) struct Backlog {
+    queued: Mutex<u64>,
+    drained: Condvar,
+    cap: u64,
+}
+
+impl Backlog {
+    /// A backlog holding at most about `cap` bytes.
+    pub(crate) fn new(cap: u64) -> Self {
+        Backlog { queued: Mutex::new(0), drained: Condvar::new(), cap }
+    }
+
+    /// Wait until `bytes` more fit under the cap (a write larger than the cap waits for an
+    /// empty queue), then count them.
+    pub(crate) fn reserve(&self, bytes: u64) {
+        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        while *queued > 0 && queued.saturating_add(bytes) > self.cap {
+            queued = self.drained.wait(queued).unwrap_or_else(|p| p.into_inner());
+        }
+        *queued = queued.saturating_add(bytes);
+    }
+
+    /// The writer is done with `bytes` (committed, or failed: either way no longer held).
+    pub(crate) fn release(&self, bytes: u64) {
+        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        *queued = queued.saturating_sub(bytes);
+        self.drained.notify_all();
+    }
+
+    /// Bytes queued now.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> u64 {
+        *self.queued.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Journal values queued but not yet committed, so reads see every put at once. Each entry
+/// shares its bytes with the queued operation (no copy) and leaves once that is committed.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(crate) steps: HashMap<(String, String), Arc<str>>,
+    pub(crate) agents: HashMap<(String, String), Arc<[u8]>>,
+}
+
+impl Pending {
+    /// `op` is queued: a step or agent value is readable from now on.
+    pub(crate) fn queued(&mut self, op: &Op) {
+        match op {
+            Op::Step { run, key, value, .. } => {
+                self.steps.insert((run.clone(), key.clone()), value.clone());
+            }
+            Op::Agent { run, key, outcome, .. } => {
+                self.agents.insert((run.clone(), key.clone()), outcome.clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// `ops` are committed, so readable from the store: their values leave. An entry
+    /// replaced by a later put (another Arc) stays until that one is committed.
+    pub(crate) fn committed<'a>(&mut self, ops: impl Iterator<Item = &'a Op>) {
+        for op in ops {
+            match op {
+                Op::Step { run, key, value, .. } => {
+                    let id = (run.clone(), key.clone());
+                    if self.steps.get(&id).is_some_and(|v| Arc::ptr_eq(v, value)) {
+                        self.steps.remove(&id);
+                    }
+                }
+                Op::Agent { run, key, outcome, .. } => {
+                    let id = (run.clone(), key.clone());
+                    if self.agents.get(&id).is_some_and(|v| Arc::ptr_eq(v, outcome)) {
+                        self.agents.remove(&id);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
