@@ -154,7 +154,7 @@ impl AgentBackend for LatencyBackend {
                 }
             }
             me.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
-            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0) };
+            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0), ..Usage::default() };
             Ok(AgentReply { text: "ok".into(), usage: Some(usage) })
         })
     }
@@ -421,6 +421,61 @@ impl Table {
     }
 }
 
+/// The rows of sections 1-5 as measured on 2026-12-01 (README's Benchmarks table): each
+/// row of a run is printed with its ratio to its figure here (a row named twice is matched
+/// by its place among the rows of that name).
+const FIGURES_2026_12_01: &[(&str, &str)] = &[
+    ("`log` (a progress entry, journaled)", "3019 ns/call"),
+    ("`step-get` hit", "793 ns/call"),
+    ("`step-put` (journaled)", "2485 ns/call"),
+    ("memoized `agent` hit (async call)", "2601 ns/call"),
+    ("cold: new Host + compile + empty run", "325 ms"),
+    ("cached: new Host + deserialize + empty run", "3.01 ms"),
+    ("warm: same Host, `InstancePre` reuse, empty run", "0.72 ms"),
+    ("fan-out 1000 agents x 0 ms, durable", "31.1 ms"),
+    ("fan-out 4096 agents x 0 ms, durable", "111 ms"),
+    ("fan-out 1000 agents x 1 ms, durable", "39.1 ms"),
+    ("fan-out 4096 agents x 1 ms, durable", "154 ms"),
+    ("1000 sequential agent calls of 1 ms", "1.139 s"),
+    ("resume of that run (1000 entries replayed)", "9.49 ms"),
+    ("1000 sequential journaled steps, no agent", "10.8 ms"),
+    ("resume of that run (1000 entries replayed)", "7.37 ms"),
+    ("`timeoutSeconds` 0.2 s on a guest spinning without hook calls: stopped after the budget by", "2.70 ms"),
+    ("100 concurrent runs (3 agents x 0 ms, a step, a log line), durable", "2222 runs/s"),
+    ("memory per live run", "98 KiB"),
+];
+
+/// A table value as one number in its unit's base (seconds, bytes, a plain count).
+fn figure(value: &str) -> Option<f64> {
+    let mut parts = value.split_whitespace();
+    let number: f64 = parts.next()?.trim_end_matches('x').parse().ok()?;
+    let scale = match parts.next().unwrap_or("") {
+        "ns/call" | "ns" => 1e-9,
+        "µs" => 1e-6,
+        "ms" => 1e-3,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        _ => 1.0,
+    };
+    Some(number * scale)
+}
+
+/// Each row's ratio to its 2026-12-01 figure ("" for a row measured since).
+fn ratios_to_2026_12_01(rows: &[Row]) -> Vec<String> {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    rows.iter()
+        .map(|row| {
+            let nth = seen.entry(row.name.as_str()).or_insert(0);
+            *nth += 1;
+            let then = FIGURES_2026_12_01.iter().filter(|(name, _)| *name == row.name).nth(*nth - 1);
+            match (then.and_then(|(_, v)| figure(v)), figure(&row.value)) {
+                (Some(then), Some(now)) if then > 0.0 => format!("{:.2}x", now / then),
+                _ => String::new(),
+            }
+        })
+        .collect()
+}
+
 // ----------------------------------------------------------------------------------------
 // Environment.
 
@@ -602,7 +657,9 @@ async fn fan_out(table: &mut Table, component: &Path, cache: &Path, runs: usize)
 }
 
 /// (4) Sequential agent calls and steps, each journaled, then the resume of each run.
-async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+/// Returns the median resume of the 1,000 agent calls (ms), which the large resume is judged
+/// against.
+async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usize) -> f64 {
     eprintln!("bench: (4) sequential");
     const N: usize = 1000;
     let state = tempfile::tempdir().expect("a temporary state directory");
@@ -610,6 +667,7 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
     let host = durable_host(state.path(), cache, &backend);
     let factory = load(&host, component).await;
     run(&host, &factory, "sequential-agents", 10, false).await; // warm-up
+    let mut agents_replay = f64::NAN;
     for (workload, what) in [("sequential-agents", "agent calls of 1 ms"), ("sequential-steps", "journaled steps, no agent")] {
         let (mut samples, mut floors) = (Vec::new(), Vec::new());
         let (mut resumes, mut resumes_cpu, mut resumes_given) = (Vec::new(), Vec::new(), Vec::new());
@@ -675,6 +733,9 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
             table.row("4 sequential", name, fmt_ms(wall), detail);
         }
         let resume = median(resumes);
+        if workload == "sequential-agents" {
+            agents_replay = resume;
+        }
         table.judged(
             "4 sequential",
             format!("resume of that run ({N} entries replayed)"),
@@ -690,6 +751,61 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
             resume < 10.0,
         );
     }
+    agents_replay
+}
+
+/// (4c) The resume of a finished run whose journal holds 100,000 entries (50,000 steps and
+/// 50,000 agent calls, besides their progress entries): judged against the resume of 1,000
+/// agent calls (`replay_1000`, ms) of the same bench, and its peak RSS.
+async fn large_resume(table: &mut Table, component: &Path, cache: &Path, runs: usize, replay_1000: f64) {
+    eprintln!("bench: (4c) resume of a 100,000-entry journal");
+    const UNITS: usize = 50_000;
+    const PEAK_MIB: f64 = 64.0;
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let backend = LatencyBackend::new(Duration::ZERO);
+    let host = durable_host(state.path(), cache, &backend);
+    let factory = load(&host, component).await;
+    let started = Instant::now();
+    let envelope = run(&host, &factory, "mixed", UNITS, true).await;
+    check_done(&envelope, "mixed", UNITS, true);
+    check_produced(&envelope, "mixed", UNITS);
+    let made = started.elapsed();
+    let (mut walls, mut cpus, mut peaks) = (Vec::new(), Vec::new(), Vec::new());
+    for attempt in 0..runs.min(5) {
+        let calls = backend.calls();
+        let (resumed, sample) = measure(&host, host.resume(&envelope.run_id, ResumeOptions::default())).await;
+        let resumed = resumed.unwrap_or_else(|e| fail(format!("resuming the 100,000-entry run: {e}")));
+        if backend.calls() != calls {
+            fail(format!("the resume of the 100,000-entry run made {} backend calls; it must make 0", backend.calls() - calls));
+        }
+        check_done(&resumed, "mixed", UNITS, true);
+        check_produced(&resumed, "mixed", 0);
+        if resumed.attempts != attempt as u32 + 2 {
+            fail(format!("the resume of {} is not attempt {}: {resumed:?}", envelope.run_id, attempt + 2));
+        }
+        walls.push(ms(sample.wall));
+        cpus.push(ms(sample.cpu));
+        peaks.push(sample.peak_rss as f64);
+    }
+    let wall = median(walls);
+    let peak = median(peaks);
+    let ratio = wall / replay_1000;
+    let peak_mib = peak / (1024.0 * 1024.0);
+    table.judged(
+        "4 sequential",
+        "resume of a run with 100,000 journaled entries (50,000 steps, 50,000 agent calls)",
+        fmt_ms(wall),
+        format!(
+            "{ratio:.1}x the 1,000-entry replay ({}); peak RSS {}; host CPU {}; 0 backend calls, no step producer re-ran \
+             (checked); the run itself took {}",
+            fmt_ms(replay_1000),
+            fmt_mib(peak),
+            fmt_ms(median(cpus)),
+            fmt_ms(ms(made))
+        ),
+        format!("< 40x the 1,000-entry replay, peak RSS <= {PEAK_MIB:.0} MiB"),
+        ratio < 40.0 && peak_mib <= PEAK_MIB,
+    );
 }
 
 /// (4b) How soon after its `timeoutSeconds` a guest that spins without calling the host is
@@ -1171,6 +1287,7 @@ fn start_request(component: &Path, key: &str, workload: &str, n: usize) -> Reque
         grants: Vec::new(),
         declined: false,
         consent: Consent::Sha256(key.to_string()),
+        trace_parent: None,
     }
 }
 
@@ -1463,7 +1580,8 @@ fn main() {
             fan_out(&mut table, &component, cache.path(), runs).await;
         }
         if wanted("4") {
-            sequential(&mut table, &component, cache.path(), runs).await;
+            let replay_1000 = sequential(&mut table, &component, cache.path(), runs).await;
+            large_resume(&mut table, &component, cache.path(), runs, replay_1000).await;
             timeout_enforcement(&mut table, &component, cache.path(), runs).await;
         }
         if wanted("5") {
@@ -1504,15 +1622,15 @@ fn main() {
         if peak_resets { ", reset before each run" } else { " (not resettable here: peak since start)" }
     );
     println!();
-    println!("| section | measurement | value | detail | target | result |");
-    println!("| --- | --- | --- | --- | --- | --- |");
-    for row in &table.0 {
+    println!("| section | measurement | value | detail | target | result | vs 2026-12-01 |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for (row, ratio) in table.0.iter().zip(ratios_to_2026_12_01(&table.0)) {
         let verdict = match row.pass {
             Some(true) => "PASS",
             Some(false) => "MISS",
             None => "",
         };
-        println!("| {} | {} | {} | {} | {} | {verdict} |", row.section, row.name, row.value, row.detail, row.target);
+        println!("| {} | {} | {} | {} | {} | {verdict} | {ratio} |", row.section, row.name, row.value, row.detail, row.target);
     }
     let missed = table.0.iter().filter(|r| r.pass == Some(false)).count();
     let judged = table.0.iter().filter(|r| r.pass.is_some()).count();

@@ -359,7 +359,13 @@ impl Attempt {
             };
             let agent_charged = self.charge(&mut book, agent_cost, false);
             let agent = agent_charged.as_ref().ok().map(|total| (key, reply.as_deref(), *total));
-            self.journal.put_agent_outcome(&self.run_id, AgentOutcome { progress, accounting, agent }).map_err(Abort::Storage)?;
+            if let Err(e) = self.journal.put_agent_outcome(&self.run_id, AgentOutcome { progress, accounting, agent }) {
+                drop(book);
+                if let Some(abort) = progress_refused {
+                    self.abort(abort);
+                }
+                return Err(Abort::Storage(e));
+            }
             let entry = stored.map(|stored| self.progressed(&mut book, stored));
             if agent_charged.is_ok() {
                 if let Some(keys) = &mut book.agent_keys {

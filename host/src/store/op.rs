@@ -127,24 +127,55 @@ impl Backlog {
     }
 }
 
-/// Journal values queued but not yet committed, so reads see every put at once. Each entry
-/// shares its bytes with the queued operation (no copy) and leaves once that is committed.
+/// Journal values queued but not yet committed, so reads see every put at once: by run,
+/// then key. Each entry shares its bytes with the queued operation (no copy) and leaves once
+/// that is committed.
 #[derive(Default)]
 pub(crate) struct Pending {
-    pub(crate) steps: HashMap<(String, String), Arc<str>>,
-    pub(crate) agents: HashMap<(String, String), Arc<[u8]>>,
+    steps: HashMap<String, HashMap<String, Arc<str>>>,
+    agents: HashMap<String, HashMap<String, Arc<[u8]>>>,
+}
+
+/// Keep `value` under run, key.
+fn keep<V>(map: &mut HashMap<String, HashMap<String, V>>, run: &str, key: &str, value: V) {
+    match map.get_mut(run) {
+        Some(keys) => {
+            keys.insert(key.to_string(), value);
+        }
+        None => {
+            map.insert(run.to_string(), HashMap::from([(key.to_string(), value)]));
+        }
+    }
+}
+
+/// Drop run, key if it still holds `value` (a later put of the key stays).
+fn forget<V: ?Sized>(map: &mut HashMap<String, HashMap<String, Arc<V>>>, run: &str, key: &str, value: &Arc<V>) {
+    if let Some(keys) = map.get_mut(run) {
+        if keys.get(key).is_some_and(|v| Arc::ptr_eq(v, value)) {
+            keys.remove(key);
+            if keys.is_empty() {
+                map.remove(run);
+            }
+        }
+    }
 }
 
 impl Pending {
+    /// A step value queued and not yet committed.
+    pub(crate) fn step(&self, run: &str, key: &str) -> Option<&Arc<str>> {
+        self.steps.get(run)?.get(key)
+    }
+
+    /// An agent outcome (stored form) queued and not yet committed.
+    pub(crate) fn agent(&self, run: &str, key: &str) -> Option<&Arc<[u8]>> {
+        self.agents.get(run)?.get(key)
+    }
+
     /// `op` is queued: a step or agent value is readable from now on.
     pub(crate) fn queued(&mut self, op: &Op) {
         match op {
-            Op::Step { run, key, value, .. } => {
-                self.steps.insert((run.clone(), key.clone()), value.clone());
-            }
-            Op::Agent { run, key, outcome, .. } => {
-                self.agents.insert((run.clone(), key.clone()), outcome.clone());
-            }
+            Op::Step { run, key, value, .. } => keep(&mut self.steps, run, key, value.clone()),
+            Op::Agent { run, key, outcome, .. } => keep(&mut self.agents, run, key, outcome.clone()),
             _ => {}
         }
     }
@@ -154,18 +185,8 @@ impl Pending {
     pub(crate) fn committed<'a>(&mut self, ops: impl Iterator<Item = &'a Op>) {
         for op in ops {
             match op {
-                Op::Step { run, key, value, .. } => {
-                    let id = (run.clone(), key.clone());
-                    if self.steps.get(&id).is_some_and(|v| Arc::ptr_eq(v, value)) {
-                        self.steps.remove(&id);
-                    }
-                }
-                Op::Agent { run, key, outcome, .. } => {
-                    let id = (run.clone(), key.clone());
-                    if self.agents.get(&id).is_some_and(|v| Arc::ptr_eq(v, outcome)) {
-                        self.agents.remove(&id);
-                    }
-                }
+                Op::Step { run, key, value, .. } => forget(&mut self.steps, run, key, value),
+                Op::Agent { run, key, outcome, .. } => forget(&mut self.agents, run, key, outcome),
                 _ => {}
             }
         }

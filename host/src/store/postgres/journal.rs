@@ -77,7 +77,7 @@ impl Journal for PgStore {
     }
 
     fn get_step<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<String>, JournalError>> {
-        if let Some(value) = self.writer.pending().steps.get(&(run_id.to_string(), key.to_string())) {
+        if let Some(value) = self.writer.pending().step(run_id, key) {
             return futures::future::ready(Ok(Some(value.to_string()))).boxed();
         }
         let (pool, run_id, key) = (self.pool.clone(), run_id.to_string(), key.to_string());
@@ -92,7 +92,7 @@ impl Journal for PgStore {
 
     fn get_agent<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>> {
         let decode = |bytes: &[u8]| decode_outcome(bytes).map_err(|e| corrupt("agent journal", e));
-        let pending = self.writer.pending().agents.get(&(run_id.to_string(), key.to_string())).cloned();
+        let pending = self.writer.pending().agent(run_id, key).cloned();
         if let Some(bytes) = pending {
             return futures::future::ready(decode(&bytes).map(Some).map_err(journal_error)).boxed();
         }

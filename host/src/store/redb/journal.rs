@@ -62,8 +62,7 @@ impl RedbStore {
     }
 
     fn get_step_value(&self, run_id: &str, key: &str) -> Result<Option<String>, StoreError> {
-        let id = (run_id.to_string(), key.to_string());
-        if let Some(value) = self.writer.pending().steps.get(&id) {
+        if let Some(value) = self.writer.pending().step(run_id, key) {
             return Ok(Some(value.to_string()));
         }
         let txn = self.db.begin_read()?;
@@ -72,8 +71,7 @@ impl RedbStore {
     }
 
     fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
-        let id = (run_id.to_string(), key.to_string());
-        let pending = self.writer.pending().agents.get(&id).cloned();
+        let pending = self.writer.pending().agent(run_id, key).cloned();
         let decode = |bytes: &[u8]| decode_outcome(bytes).map_err(|e| corrupt("agent journal", e));
         if let Some(bytes) = pending {
             return decode(&bytes).map(Some);

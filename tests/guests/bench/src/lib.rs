@@ -123,6 +123,22 @@ impl Factory for Bench {
                 }
                 sum
             }
+            // A step and an agent call per unit: a journal of 2n entries (the large resume).
+            "mixed" => {
+                let mut ok = 0;
+                for i in 0..n {
+                    let produced = &produced;
+                    let v: usize = ctx
+                        .step(&format!("step-{i}"), || async move {
+                            produced.set(produced.get() + 1);
+                            Ok(i)
+                        })
+                        .await?;
+                    let reply = ctx.agent(format!("mixed task {i}")).label(format!("x:{i}")).await?;
+                    ok += usize::from(v == i && reply.is_some());
+                }
+                ok
+            }
             // Spin without calling the host: only a deadline stops it (timeout enforcement).
             "spin" => {
                 let mut x: u64 = 0;
