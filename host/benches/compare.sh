@@ -11,8 +11,11 @@
 # rounds and the ratio working tree / base (below 1: the working tree is faster).
 #
 # Environment: FACTORY_BENCH_SECTIONS (default 1,3,4: the rows the host's own cost shows in),
-# FACTORY_BENCH_RUNS (passed on), FACTORY_COMPARE_ROUNDS, FACTORY_COMPARE_DIR. The raw
-# tables of every round are kept in $FACTORY_COMPARE_DIR/runs-<rev>/.
+# FACTORY_BENCH_RUNS (passed on), FACTORY_COMPARE_ROUNDS, FACTORY_COMPARE_DIR, and
+# FACTORY_COMPARE_PROFILE=dev to build both benches in the dev profile (`cargo test --bench`:
+# dependencies at opt-level 2, the host crate unoptimized) where a release build of wasmtime
+# is out of reach; its figures overstate the host crate's own code. The raw tables of every
+# round are kept in $FACTORY_COMPARE_DIR/runs-<rev>-<profile>/.
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -23,11 +26,17 @@ repo=$(git rev-parse --show-toplevel)
 rev=$(git -C "$repo" rev-parse --short=7 "$1^{commit}")
 dir=${FACTORY_COMPARE_DIR:-${TMPDIR:-/tmp}/factory-compare}
 rounds=${FACTORY_COMPARE_ROUNDS:-3}
+profile=${FACTORY_COMPARE_PROFILE:-release}
+case $profile in
+    release) profile_dir=release; build_cmd=(cargo bench) ;;
+    dev) profile_dir=debug; build_cmd=(cargo test) ;;
+    *) echo "compare: FACTORY_COMPARE_PROFILE is release or dev, not $profile" >&2; exit 2 ;;
+esac
 export FACTORY_BENCH_SECTIONS=${FACTORY_BENCH_SECTIONS:-1,3,4}
 base_tree=$dir/wt-$rev
 base_target=$dir/target-$rev
 head_target=${CARGO_TARGET_DIR:-$repo/target}
-runs=$dir/runs-$rev
+runs=$dir/runs-$rev-$profile
 mkdir -p "$dir" "$runs"
 
 if [[ ! -d $base_tree ]]; then
@@ -56,14 +65,14 @@ seed() {
     done
 }
 for part in deps .fingerprint build; do
-    seed "$head_target/release/$part" "$base_target/release/$part"
-    seed "$base_target/release/$part" "$head_target/release/$part"
+    seed "$head_target/$profile_dir/$part" "$base_target/$profile_dir/$part"
+    seed "$base_target/$profile_dir/$part" "$head_target/$profile_dir/$part"
 done
 
 # Build both benches; `cargo bench --no-run` names the executable it built.
 build() {
     local tree=$1 target=$2
-    (cd "$tree" && CARGO_TARGET_DIR=$target cargo bench -p factory-host --bench factory --no-run 2>&1) |
+    (cd "$tree" && CARGO_TARGET_DIR=$target "${build_cmd[@]}" -p factory-host --bench factory --no-run 2>&1) |
         tee /dev/stderr | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1
 }
 echo "compare: building the bench of $rev in $base_tree" >&2
