@@ -450,14 +450,14 @@ async fn a_worker_whose_lease_ran_out_by_its_own_clock_refuses_new_work() {
     let server = Postgres::start();
     let url = server.database("clock");
     let store = PgStore::connect(&url, PgOptions { lease: Duration::from_millis(600), ..options("clock") }).await.expect("connects");
-    assert!(store.writable().is_ok() && store.lease_held(), "a fresh lease");
+    assert!(store.writable("r").is_ok() && store.lease_held(), "a fresh lease");
     server.stop();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while store.lease_held() {
         assert!(std::time::Instant::now() < deadline, "the lease never ran out with the database away");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let error = store.writable().expect_err("no new work once the lease ran out");
+    let error = store.writable("r").expect_err("no new work once the lease ran out");
     let cause = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<StoreError>()).expect("a store error");
     assert!(matches!(cause, StoreError::Fenced { worker, .. } if worker == "clock"), "{cause:?}");
 }
@@ -489,4 +489,87 @@ fn a_service_a_front_door_starts_with_factory_store_set_uses_the_database() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "no runs yet");
     assert_eq!(server.psql("auto", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1", "the service is a worker of the database");
     assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
+}
+
+/// PostgreSQL stopped under a worker mid-run for longer than the worker's lease (the bound on
+/// how long its writes wait and retry): the attempt stops, and once PostgreSQL is back the
+/// worker rejoins the store with a new generation and the run reads `halted` with a storage
+/// failure (nothing left `running`); `factory resume` completes it, and no prompt whose
+/// answer was committed before the outage reaches the backend again.
+#[test]
+fn a_postgres_outage_past_the_lease_halts_the_run_and_resume_completes_it() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::{json, Value};
+    use std::collections::BTreeSet;
+
+    let server = Postgres::start();
+    let url = server.database("outage");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(400) }));
+    let state = tempfile::tempdir().expect("a state dir");
+    write_config(state.path(), fake.port(), false, "");
+    let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+    std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    let service = Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0"]);
+    let api = Api::of(state.path(), &service.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let n = 60;
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": n}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
+    let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    let answered = |api: &Api| -> BTreeSet<String> {
+        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+        assert_eq!(status, 200, "{page:#}");
+        page.as_array()
+            .expect("a page")
+            .iter()
+            .filter(|e| e["event"] == "agentFinished" && e["status"] == "ok")
+            .filter_map(|e| e["label"].as_str())
+            .map(|l| format!("task {}", l.trim_start_matches("t:")))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while answered(&api).len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "the fan-out did not get going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Away for longer than the worker's lease (10 s): its writes wait, then give up.
+    server.stop();
+    std::thread::sleep(Duration::from_secs(14));
+    server.start_again();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let halted = loop {
+        let (status, run) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+        if status == 200 && run["status"] != "running" {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run stayed running after the outage: {run:#}\n{}", service.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(halted["status"], "halted", "{halted:#}\n{}", service.log());
+    assert_eq!(halted["failure"]["type"], "storage", "{halted:#}");
+    assert_eq!(halted["failure"]["kind"], "unavailable", "{halted:#}");
+    assert!(service.log().contains("rejoined the store"), "{}", service.log());
+    let journaled = answered(&api);
+    assert!(journaled.len() >= 4 && journaled.len() < n, "{journaled:?}");
+    let asked_before = fake.asked().len();
+
+    let out = common::factory_cmd(state.path(), &["resume", &run_id, "--yes", "--json"]).env_remove("FACTORY_NO_DAEMON").output().expect("factory resume");
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), service.log());
+    let done: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", service.log());
+    assert_eq!(done["result"]["done"], n, "{done:#}");
+    let asked = fake.asked();
+    let again: Vec<&String> = asked[asked_before..].iter().filter(|p| journaled.contains(*p)).collect();
+    assert!(again.is_empty(), "prompts committed before the outage asked again: {again:?}");
+    for i in 0..n {
+        assert!(asked.contains(&format!("task {i}")), "task {i} never asked");
+    }
+    assert_eq!(server.psql("outage", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "completed");
+    service.stop();
 }

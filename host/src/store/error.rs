@@ -39,6 +39,9 @@ pub enum StoreError {
     Pool { url: String, source: Arc<deadpool_postgres::PoolError> },
     /// The store URL cannot be used (shown redacted).
     Url { url: String, reason: String },
+    /// The shared store could not be written for `seconds` (its connections failing), past
+    /// this worker's lease: the commit is abandoned and the worker's attempts stop.
+    Unavailable { url: String, seconds: f64, source: Arc<StoreError> },
     /// This worker's lease on the shared store was lost (it expired, or another worker
     /// fenced it by raising its generation): its writes are refused.
     Fenced { worker: String, generation: i64 },
@@ -65,6 +68,9 @@ impl std::fmt::Display for StoreError {
             StoreError::Fenced { worker, generation } => {
                 write!(f, "worker {worker} (generation {generation}) lost its lease on the store: its writes are refused")
             }
+            StoreError::Unavailable { url, seconds, .. } => {
+                write!(f, "PostgreSQL store {url} could not be written for {seconds:.1} s, past this worker's lease")
+            }
         }
     }
 }
@@ -80,12 +86,26 @@ impl std::error::Error for StoreError {
             StoreError::WriteFailed(e) => Some(&**e),
             StoreError::Postgres { source, .. } => Some(&**source),
             StoreError::Pool { source, .. } => Some(&**source),
+            StoreError::Unavailable { source, .. } => Some(&**source),
             StoreError::Locked(_)
             | StoreError::Version { .. }
             | StoreError::Corrupt(_)
             | StoreError::Closed
             | StoreError::Url { .. }
             | StoreError::Fenced { .. } => None,
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether this failure is the shared store being out of reach for this worker (the
+    /// database away past its lease, or the lease lost): the attempts it stops end `halted`,
+    /// resumable, not `error`.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            StoreError::Unavailable { .. } | StoreError::Fenced { .. } => true,
+            StoreError::WriteFailed(inner) => inner.is_outage(),
+            _ => false,
         }
     }
 }
