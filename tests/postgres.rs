@@ -573,3 +573,81 @@ fn a_postgres_outage_past_the_lease_halts_the_run_and_resume_completes_it() {
     assert_eq!(server.psql("outage", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "completed");
     service.stop();
 }
+
+/// A poison run (one that keeps killing its worker) ends `halted` after a bounded number of
+/// automatic recoveries, counted in the run's record in the database, so across workers: the
+/// run's worker is killed with -9 mid-run three times; worker A recovers it once (restarted
+/// on its own state directory), worker B (another id, once A's lease ran out) a second time,
+/// and B's next start leaves it `halted` (`--max-recoveries 2`), saying how to resume it.
+#[test]
+fn a_run_that_keeps_killing_its_worker_ends_halted_after_bounded_recoveries_across_workers() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::json;
+
+    let server = Postgres::start();
+    let url = server.database("poison");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Every request held open: each attempt stays running until its worker is killed.
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-recoveries", "2"];
+    let field = |run_id: &str, path: &str| server.psql("poison", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{{path}}}' FROM runs WHERE id = '{run_id}'"));
+    // Wait until attempt `n` of the run is running (and has asked its backend).
+    let running = |run_id: &str, n: u32, log: &dyn Fn() -> String| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while !(field(run_id, "envelope,status") == "running" && field(run_id, "envelope,attempts") == n.to_string() && fake.requests() >= n as usize) {
+            assert!(std::time::Instant::now() < deadline, "attempt {n} did not start: {}", log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let a = Service::start(states[0].path(), &args);
+    let api = Api::of(states[0].path(), &a.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 2}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    running(&run_id, 1, &|| a.log());
+    a.kill();
+
+    // Worker A again (its own id: it takes its run back at once): recovery 1 of 2.
+    let a = Service::start(states[0].path(), &args);
+    running(&run_id, 2, &|| a.log());
+    assert_eq!(field(&run_id, "recoveries"), "1");
+    a.kill();
+
+    // Worker B, once A's lease has run out: recovery 2 of 2, counted from the database.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.psql("poison", "SELECT count(*) FROM workers WHERE lease_until > now()") != "0" {
+        assert!(std::time::Instant::now() < deadline, "worker A's lease never ran out");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let b = Service::start(states[1].path(), &args);
+    running(&run_id, 3, &|| b.log());
+    assert_eq!(field(&run_id, "recoveries"), "2");
+    let log_b = b.kill();
+    assert!(log_b.contains(&format!("recovering run {run_id}")), "{log_b}");
+
+    // B's next start: the bound is reached, the run stays halted and says how to resume it.
+    let b = Service::start(states[1].path(), &args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b.log().contains(&format!("not recovering run {run_id}")) {
+        assert!(std::time::Instant::now() < deadline, "{}", b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(field(&run_id, "envelope,status"), "halted");
+    assert_eq!(field(&run_id, "envelope,attempts"), "3", "no fourth attempt");
+    let message = field(&run_id, "envelope,failure,message");
+    assert!(message.contains("recovered automatically 2 times") && message.contains(&format!("factory resume {run_id}")), "{message}");
+    assert_eq!(fake.requests(), 3, "one call per attempt, none after the bound");
+    b.stop();
+}
