@@ -651,3 +651,81 @@ fn a_run_that_keeps_killing_its_worker_ends_halted_after_bounded_recoveries_acro
     assert_eq!(fake.requests(), 3, "one call per attempt, none after the bound");
     b.stop();
 }
+
+/// The cluster's bearer token: two `factory serve --store ... --http` workers given the same
+/// `--token-file` (and a `factory mcp --http` given it through `FACTORY_TOKEN_FILE`) each
+/// accept that token, not a random one of their own, and refuse any other; a token file
+/// others can read is refused at start, naming the file and never the token.
+#[test]
+fn workers_given_one_token_file_accept_the_cluster_token() {
+    use common::service::Service;
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+
+    let server = Postgres::start();
+    let url = server.database("token");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let secrets = tempfile::tempdir().expect("a directory");
+    let token_file = secrets.path().join("cluster.token");
+    let token = "c1uster-t0ken-0123456789abcdef0123456789abcdef";
+    std::fs::write(&token_file, format!("{token}\n")).expect("the token file");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    let file_arg = token_file.to_string_lossy().into_owned();
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--token-file", file_arg.as_str()];
+    let one = Service::start(states[0].path(), &args);
+    let two = Service::start(states[1].path(), &args);
+    for (state, service) in [(&states[0], &one), (&states[1], &two)] {
+        let mut api = Api::of(state.path(), &service.log());
+        assert_eq!(api.token, token, "the state directory's token file holds the cluster's");
+        let (status, runs) = runtime.block_on(api.call(reqwest::Method::GET, "/api/runs", None));
+        assert_eq!(status, 200, "{runs:#}");
+        api.token = "not-the-cluster-token-0123456789abcdef".into();
+        let (status, _) = runtime.block_on(api.call(reqwest::Method::GET, "/api/runs", None));
+        assert_eq!(status, 401, "another token is refused");
+    }
+
+    // MCP over HTTP takes the same token (here from the environment).
+    let mcp_state = tempfile::tempdir().expect("a state dir");
+    let mut mcp = common::factory_cmd(mcp_state.path(), &["mcp", "--http", "127.0.0.1:0"])
+        .env("FACTORY_TOKEN_FILE", &token_file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("factory mcp --http starts");
+    let mut lines = std::io::BufReader::new(mcp.stderr.take().expect("its stderr")).lines();
+    let mcp_url = loop {
+        let line = lines.next().expect("it says where it listens").expect("a line");
+        if let Some(rest) = line.split("streamable HTTP on ").nth(1) {
+            break rest.split_whitespace().next().expect("a URL").to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let initialize = |bearer: &str| {
+        runtime.block_on(
+            reqwest::Client::new()
+                .post(&mcp_url)
+                .bearer_auth(bearer)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+                .send(),
+        )
+        .expect("MCP answers")
+        .status()
+        .as_u16()
+    };
+    assert_eq!(initialize(token), 200, "the cluster token opens an MCP session");
+    assert_eq!(initialize("not-the-cluster-token-0123456789abcdef"), 401);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(mcp.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = mcp.wait();
+    two.stop();
+    one.stop();
+
+    // A token file others can read is refused at start.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).expect("chmod 644");
+    let out = common::factory_cmd(states[0].path(), &["serve", "--store", &url, "--http", "127.0.0.1:0", "--token-file", &file_arg]).output().expect("factory serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("readable by others") && stderr.contains("cluster.token"), "{stderr}");
+    assert!(!stderr.contains(token), "{stderr}");
+}

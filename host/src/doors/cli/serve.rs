@@ -161,7 +161,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
-        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone())
+        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
             .await
             .with_context(|| format!("serving HTTP on {addr}"))?;
         announce_http(g, bound);
@@ -232,7 +232,7 @@ fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
 /// SIGINT/SIGTERM. The service stays alive while this process is its client.
 async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr) -> Result<ExitCode> {
     crate::doors::daemon::keep_alive(g);
-    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone())
+    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
         .await
         .with_context(|| format!("serving HTTP on {addr}"))?;
     eprintln!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());
