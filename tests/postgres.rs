@@ -332,6 +332,9 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains(&format!("postgres://ann:***@127.0.0.1:{port}/db")), "{stderr}");
     assert!(!stderr.contains("pw-never-shown"), "{stderr}");
+    // Each cause said once: the pool's and the driver's messages repeat their cause.
+    assert_eq!(stderr.matches("Connection refused").count(), 1, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -728,4 +731,61 @@ fn workers_given_one_token_file_accept_the_cluster_token() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("readable by others") && stderr.contains("cluster.token"), "{stderr}");
     assert!(!stderr.contains(token), "{stderr}");
+}
+
+/// Where a worker finds its store: `--store`, else `FACTORY_STORE`, else the config file's
+/// `store` key. `factory workers` names the database it could not reach (each source points
+/// to a database that does not exist, so the error tells which was used), once, with the
+/// password redacted; `factory serve` with only the config key is a worker of that database.
+#[test]
+fn the_store_comes_from_the_flag_then_the_environment_then_the_config_file() {
+    use common::service::Service;
+    use std::os::unix::fs::PermissionsExt;
+
+    let server = Postgres::start();
+    let url = server.database("configured");
+    let state = tempfile::tempdir().expect("a state dir");
+    let db = |name: &str| format!("postgres://postgres:pw-{name}@127.0.0.1:{}/{name}", server.port());
+    let config = state.path().join("factory.toml");
+    let write_config = |store: &str| {
+        std::fs::write(&config, format!("store = \"{store}\"\n")).expect("the config");
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    };
+    write_config(&db("from-config"));
+    let used = |cmd: &mut std::process::Command| -> String {
+        let out = cmd.output().expect("factory workers");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{stderr}");
+        assert!(!stderr.contains("pw-"), "the password never shows: {stderr}");
+        assert_eq!(stderr.matches("does not exist").count(), 1, "the cause once: {stderr}");
+        ["from-flag", "from-env", "from-config"].into_iter().find(|name| stderr.contains(&format!("postgres://postgres:***@127.0.0.1:{}/{name}", server.port()))).unwrap_or_else(|| panic!("{stderr}")).to_string()
+    };
+    let workers = |extra: &[&str]| {
+        let mut args = vec!["workers", "--json"];
+        args.extend_from_slice(extra);
+        let mut cmd = common::factory_cmd(state.path(), &args);
+        cmd.env_remove("FACTORY_STORE");
+        cmd
+    };
+    assert_eq!(used(&mut workers(&[])), "from-config");
+    assert_eq!(used(workers(&[]).env("FACTORY_STORE", db("from-env"))), "from-env");
+    let flag = db("from-flag");
+    assert_eq!(used(workers(&["--store", &flag]).env("FACTORY_STORE", db("from-env"))), "from-flag");
+
+    // `store` in the config file: `factory serve` alone is a worker of that database.
+    write_config(&url);
+    let service = Service::start(state.path(), &[]);
+    assert!(service.log().contains("worker of the store postgres://postgres@127.0.0.1"), "{}", service.log());
+    assert_eq!(server.psql("configured", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1");
+    assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
+    let out = common::factory_cmd(state.path(), &["workers", "--json"]).env_remove("FACTORY_STORE").output().expect("factory workers");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#}");
+    service.stop();
+    // A config `store` that is not a postgres:// URL is refused, shown redacted.
+    write_config("mysql://ann:pw-x@db/x");
+    let out = common::factory_cmd(state.path(), &["workers"]).env_remove("FACTORY_STORE").output().expect("factory workers");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("postgres://") && !stderr.contains("pw-x"), "{stderr}");
 }

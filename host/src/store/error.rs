@@ -62,8 +62,10 @@ impl std::fmt::Display for StoreError {
             StoreError::Writer(e) => write!(f, "cannot start the store writer: {e}"),
             StoreError::WriteFailed(e) => write!(f, "a store commit failed: {e}"),
             StoreError::Closed => write!(f, "the store is closed"),
-            StoreError::Postgres { url, source } => write!(f, "PostgreSQL store {url}: {source}"),
-            StoreError::Pool { url, source } => write!(f, "PostgreSQL store {url}: no connection: {source}"),
+            // The root cause only: the layers between (the pool's, the driver's) each repeat
+            // their own cause in their message.
+            StoreError::Postgres { url, source } => write!(f, "PostgreSQL store {url}: {}", root(&**source)),
+            StoreError::Pool { url, source } => write!(f, "PostgreSQL store {url}: no connection: {}", root(&**source)),
             StoreError::Url { url, reason } => write!(f, "store URL {url}: {reason}"),
             StoreError::Fenced { worker, generation } => {
                 write!(f, "worker {worker} (generation {generation}) lost its lease on the store: its writes are refused")
@@ -114,6 +116,15 @@ impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {
         StoreError::Encode(Arc::new(e))
     }
+}
+
+/// The innermost cause of `error` (itself when it has none).
+fn root<'e>(error: &'e (dyn std::error::Error + 'static)) -> &'e (dyn std::error::Error + 'static) {
+    let mut at = error;
+    while let Some(next) = at.source() {
+        at = next;
+    }
+    at
 }
 
 /// A record or value of the store that cannot be read: [`StoreError::Corrupt`], saying what.
