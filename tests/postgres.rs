@@ -789,3 +789,67 @@ fn the_store_comes_from_the_flag_then_the_environment_then_the_config_file() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("postgres://") && !stderr.contains("pw-x"), "{stderr}");
 }
+
+/// Two callers resuming one run at the same moment through two workers: the resume claims
+/// the run in the database first, so exactly one resumes it and the other is refused with
+/// `already_active` (409) — three rounds, the run cancelled between them.
+#[test]
+fn two_resumes_at_once_through_two_workers_start_one_attempt() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::json;
+
+    let server = Postgres::start();
+    let url = server.database("resumes");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Every request held open: a resumed attempt stays running until it is cancelled.
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let two = Service::start(states[1].path(), &args);
+    let api2 = Api::of(states[1].path(), &two.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 2}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    let attempts = || server.psql("resumes", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{envelope,attempts}}' FROM runs WHERE id = '{run_id}'"));
+    let status_of = || server.psql("resumes", &format!("SELECT status FROM runs WHERE id = '{run_id}'"));
+    let cancel = |expected_attempts: u32| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !(status_of() == "running" && attempts() == expected_attempts.to_string() && fake.requests() >= expected_attempts as usize) {
+            assert!(std::time::Instant::now() < deadline, "attempt {expected_attempts} did not start\n{}\n{}", one.log(), two.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
+        assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled:#}");
+    };
+    cancel(1);
+    for round in 0..3u32 {
+        let path = format!("/api/runs/{run_id}/resume");
+        let ((s1, b1), (s2, b2)) = runtime.block_on(async {
+            futures::join!(
+                api1.call(reqwest::Method::POST, &path, Some(json!({"approved": true}))),
+                api2.call(reqwest::Method::POST, &path, Some(json!({"approved": true})))
+            )
+        });
+        let won = [s1, s2].iter().filter(|s| (200..300).contains(*s)).count();
+        assert_eq!(won, 1, "round {round}: exactly one resume starts: {s1} {b1:#} / {s2} {b2:#}");
+        let lost = if (200..300).contains(&s1) { &b2 } else { &b1 };
+        assert_eq!([s1, s2].iter().filter(|s| **s == 409).count(), 1, "{s1} {s2}");
+        assert_eq!(lost["code"], "already_active", "{lost:#}");
+        cancel(round + 2);
+    }
+    assert_eq!(attempts(), "4", "one attempt per round, and the first");
+    two.stop();
+    one.stop();
+}

@@ -822,7 +822,7 @@ impl Host {
     /// claim, and counts itself in the record.
     pub(crate) async fn resume_as(&self, run_id: &str, options: ResumeOptions, by: ResumedBy) -> Result<RunEnvelope, Error> {
         let scope = options.scope.clone().unwrap_or_else(|| Scope::from(DEFAULT_SESSION));
-        let mut record = self.record(&scope, run_id).await?;
+        let record = self.record(&scope, run_id).await?;
         match record.envelope.status {
             RunStatus::Completed => return Err(Error::NonResumable(format!("run `{run_id}` is completed"))),
             // `running` without an attempt here is an attempt that could not write its end
@@ -837,9 +837,40 @@ impl Host {
         // Claimed before anyone hears of the new attempt (`on_start`), so a `wait` that
         // follows it cannot mistake the previous attempt's end for this one's.
         let claim = self.claim(run_id)?;
+        // On a store other processes share, a caller's resume also claims the run there
+        // (recovery claimed it already): two callers resuming it at once through two workers,
+        // one resumes it and the other is told it is active.
+        if by == ResumedBy::Caller && self.store.shared() {
+            if !self.store.claim_resume(run_id).await? {
+                return Err(Error::AlreadyActive(run_id.into()));
+            }
+            let resumed = self.resume_claimed(run_id, &scope, options, by, claim).await;
+            if resumed.is_err() {
+                // Not started (or ended at once): free for another worker's resume.
+                if let Err(e) = self.store.release_claim(run_id).await {
+                    tracing::warn!(run = %run_id, error = %e, "cannot release the claim of a resume that did not start");
+                }
+            }
+            return resumed;
+        }
+        self.resume_with(run_id, &scope, record, options, by, claim).await
+    }
+
+    /// [`Host::resume_as`] once the run is claimed in the store: read again (another
+    /// worker may have resumed it to its end meanwhile), then resumed.
+    async fn resume_claimed(&self, run_id: &str, scope: &Scope, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
+        let record = self.record(scope, run_id).await?;
+        if record.envelope.status == RunStatus::Completed {
+            return Err(Error::NonResumable(format!("run `{run_id}` is completed")));
+        }
+        self.resume_with(run_id, scope, record, options, by, claim).await
+    }
+
+    /// The rest of [`Host::resume_as`]: load what the run recorded and start its attempt.
+    async fn resume_with(&self, run_id: &str, scope: &Scope, mut record: RunRecord, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
         if by == ResumedBy::Recovery {
             // Read again under the claim: a caller may have resumed it since it was found.
-            record = self.record(&scope, run_id).await?;
+            record = self.record(scope, run_id).await?;
             if !(record.envelope.status == RunStatus::Halted && record.interrupted.is_some()) {
                 return Err(Error::NonResumable(format!("run `{run_id}` is no longer halted by an interruption")));
             }

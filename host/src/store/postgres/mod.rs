@@ -516,6 +516,22 @@ impl Store for PgStore {
         })
     }
 
+    fn claim_resume<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (pool, lease, run_id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
+        self.spawn(async move {
+            let mut client = pool.get().await?;
+            worker::claim_for_resume(&mut client, &pool.url, &lease, &run_id).await
+        })
+    }
+
+    fn release_claim<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (pool, lease, run_id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
+        self.spawn(async move {
+            let client = pool.get().await?;
+            worker::release_claim(&client, &pool.url, &lease, &run_id).await
+        })
+    }
+
     fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>> {
         let (pool, run_id) = (self.pool.clone(), run_id.to_string());
         self.spawn(async move {

@@ -191,6 +191,43 @@ pub(super) async fn claim(client: &mut tokio_postgres::Client, url: &str, lease:
     Ok(true)
 }
 
+/// Take run `run_id` for a caller's resume on this worker, in one transaction that also
+/// checks this worker's lease ([`CHECK`]): the run's row is locked `FOR UPDATE` (a worker
+/// resuming it at the same moment waits, then reads the owner this one wrote) and becomes
+/// this worker's while it is not executing (`running`, `pending`) and is owned by nobody, by
+/// this worker, or by a worker whose lease has run out. `Ok(false)`: another live worker
+/// holds it, or it is executing.
+pub(super) async fn claim_for_resume(client: &mut tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
+    let e = |e| pg(url, e);
+    let tx = client.transaction().await.map_err(e)?;
+    checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, lease)?;
+    let taken = tx
+        .query_opt(
+            "WITH run AS (SELECT r.id FROM runs r LEFT JOIN workers w ON w.id = r.owner
+                          WHERE r.id = $1 AND r.status NOT IN ('running', 'pending')
+                            AND (r.owner IS NULL OR r.owner = $2 OR w.id IS NULL OR w.lease_until < now())
+                          FOR UPDATE OF r)
+             UPDATE runs SET owner = $2 FROM run WHERE runs.id = run.id RETURNING runs.id",
+            &[&run_id, &lease.worker],
+        )
+        .await
+        .map_err(e)?;
+    tx.commit().await.map_err(e)?;
+    Ok(taken.is_some())
+}
+
+/// Give up this worker's claim of run `run_id` while the run is not executing.
+pub(super) async fn release_claim(client: &tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<(), StoreError> {
+    client
+        .execute(
+            "UPDATE runs SET owner = NULL WHERE id = $1 AND owner = $2 AND status NOT IN ('running', 'pending')",
+            &[&run_id, &lease.worker],
+        )
+        .await
+        .map_err(|e| pg(url, e))?;
+    Ok(())
+}
+
 /// Inside a commit's transaction: read-lock the worker's row (its id the one parameter).
 pub(super) const CHECK: &str = "SELECT generation, lease_until > now() FROM workers WHERE id = $1 FOR KEY SHARE";
 
