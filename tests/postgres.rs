@@ -853,3 +853,114 @@ fn two_resumes_at_once_through_two_workers_start_one_attempt() {
     two.stop();
     one.stop();
 }
+
+/// A worker's commits are announced with ONE `pg_notify` per commit window (after the
+/// commit), naming the runs the window touched, never one per entry: 60 puts for two runs in
+/// one window make one notification (heard on a LISTEN connection of the test's own); a
+/// flush with nothing written makes none.
+#[tokio::test]
+async fn one_notification_per_commit_window_names_its_runs() {
+    use futures::StreamExt;
+    let server = Postgres::start();
+    let url = server.database("notify");
+    let store = PgStore::connect(&url, PgOptions { commit_window: Duration::from_millis(200), ..options("notifier") }).await.expect("connects");
+    let (client, mut connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a listening connection");
+    let (tx, mut notes) = futures::channel::mpsc::unbounded();
+    tokio::spawn(futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx));
+    client.batch_execute("LISTEN factory_runs").await.expect("LISTEN");
+
+    for i in 0..50 {
+        store.put_step("run-a", &format!("k{i}"), "1", i).expect("put");
+    }
+    for i in 0..10 {
+        store.put_step("run-b", &format!("k{i}"), "1", i).expect("put");
+    }
+    Journal::flush(&store).await.expect("one commit");
+    Journal::flush(&store).await.expect("nothing to commit");
+    store.put_step("run-b", "late", "2", 11).expect("put");
+    Journal::flush(&store).await.expect("a second commit");
+    let mut heard = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, notes.next()).await {
+        if let Ok(tokio_postgres::AsyncMessage::Notification(note)) = message {
+            heard.push(serde_json::from_str::<serde_json::Value>(note.payload()).expect("a JSON payload"));
+        }
+    }
+    assert_eq!(heard.len(), 2, "one notification per commit: {heard:#?}");
+    assert_eq!(heard[0], serde_json::json!({"worker": "notifier", "runs": ["run-a", "run-b"], "many": false}));
+    assert_eq!(heard[1]["runs"], serde_json::json!(["run-b"]));
+    assert_eq!(store.writer_stats().notifies.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(store.writer_stats().commits.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
+/// A run executing on worker 1 is live on worker 2: worker 2's event stream (`/api/events`)
+/// gets a `run_updated` for each of worker 1's commits of the run as it runs (driven by the
+/// commit notifications; a poll every 2 s is only the fallback) with the progress entries,
+/// and `wait` on worker 2 answers with the end.
+#[test]
+fn a_run_executing_on_one_worker_is_followed_live_on_another() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::{json, Value};
+
+    let server = Postgres::start();
+    let url = server.database("live");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(500) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let two = Service::start(states[1].path(), &args);
+    let api2 = Api::of(states[1].path(), &two.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+
+    // Worker 2's event stream, open before the run starts.
+    let mut events = runtime
+        .block_on(reqwest::Client::new().get(format!("{}/api/events", api2.base)).bearer_auth(&api2.token).send())
+        .expect("the event stream");
+    assert_eq!(events.status(), 200);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 6}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+
+    let (mut updates, mut finished, mut text) = (Vec::new(), 0, String::new());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    'read: while std::time::Instant::now() < deadline {
+        let chunk = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), events.chunk()).await });
+        let Ok(Ok(Some(chunk))) = chunk else { break };
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            let (Some(kind), Some(data)) = (event.lines().find_map(|l| l.strip_prefix("event: ")), event.lines().find_map(|l| l.strip_prefix("data: "))) else { continue };
+            let data: Value = serde_json::from_str(data).expect("JSON data");
+            if data["runId"] != run_id.as_str() {
+                continue;
+            }
+            match kind {
+                "run_updated" => updates.push(data["revision"].as_u64().expect("a revision")),
+                "progress" if data["entry"]["event"] == "agentFinished" => finished += 1,
+                "progress" if data["entry"]["event"] == "attemptEnded" => break 'read,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(finished, 6, "every call's end reached worker 2's stream: {updates:?}\n{}", two.log());
+    assert!(updates.windows(2).all(|w| w[0] < w[1]), "revisions only grow: {updates:?}");
+    // Six calls 500 ms apart over about 3 s: a 2 s poll alone would announce it two or three
+    // times; the commit notifications announce each commit.
+    assert!(updates.len() >= 6, "announced live, commit by commit: {updates:?}");
+    let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!((status, done["status"].as_str()), (200, Some("completed")), "{done:#}");
+    drop(events);
+    two.stop();
+    one.stop();
+}

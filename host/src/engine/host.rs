@@ -1184,6 +1184,28 @@ impl Host {
         self.wait(scope, run_id).await
     }
 
+    /// Tell this host's subscribers (`wait`, followers, event streams) that run `run_id`,
+    /// which another process sharing the store executes, changed: its revision read from the
+    /// store is announced, once per revision (`last` holds what was announced per run, and
+    /// forgets runs that ended). A run executing here announces itself.
+    pub async fn announce_elsewhere(&self, run_id: &str, last: &mut HashMap<String, u64>) -> Result<(), Error> {
+        if self.active().contains_key(run_id) {
+            return Ok(());
+        }
+        let Some(record) = self.store.run(run_id).await? else { return Ok(()) };
+        let revision = record.writes + self.store.last_progress_seq(run_id).await?;
+        if last.get(run_id) == Some(&revision) {
+            return Ok(());
+        }
+        if record.envelope.status.is_terminal() {
+            last.remove(run_id);
+        } else {
+            last.insert(run_id.to_string(), revision);
+        }
+        let _ = self.updates.send(RunUpdated { run_id: run_id.to_string(), revision });
+        Ok(())
+    }
+
     /// Cancel run `run_id` if it executes in this process; whether it does.
     pub fn cancel_here(&self, run_id: &str) -> bool {
         let running = self.active().get(run_id).map(|a| (a.stop.clone(), a.shared.clone()));

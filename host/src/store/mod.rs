@@ -137,6 +137,13 @@ pub trait Store: Journal + std::fmt::Debug {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    /// The ids of runs other processes sharing the store committed changes to (as they
+    /// are notified, and from a slow poll of the runs executing elsewhere), for this
+    /// process's followers; `None` for a store of one process (the default).
+    fn run_changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        None
+    }
+
     /// The ids of runs whose cancel other processes requested ([`Store::request_cancel`]),
     /// as they arrive; `None` for a store of one process (the default).
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {

@@ -155,6 +155,9 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     if let Some(requests) = host.store().cancel_requests() {
         tokio::spawn(cancel_when_asked(host.clone(), requests));
     }
+    if let Some(changes) = host.store().run_changes() {
+        tokio::spawn(announce_changes(host.clone(), changes));
+    }
     if !a.no_recover {
         // Before the banner: once it is printed, every interrupted run is resumed or left.
         let recovered = factory_host::recover::recover_interrupted(&host, a.max_recoveries)
@@ -191,6 +194,24 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     serving.drain().await;
     host.store().flush().await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Announce to this service's followers the runs other workers sharing the store commit
+/// to, so `wait`, `follow`/`watch` and the event streams see them live here too.
+async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes: tokio::sync::broadcast::Receiver<String>) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut last = std::collections::HashMap::new();
+    loop {
+        match changes.recv().await {
+            Ok(run_id) => {
+                if let Err(e) = host.announce_elsewhere(&run_id, &mut last).await {
+                    tracing::debug!("reading run {run_id} changed by another worker: {e}");
+                }
+            }
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
 }
 
 /// Cancel the runs executing here whose cancel was asked through another worker sharing the

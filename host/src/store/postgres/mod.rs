@@ -2,11 +2,13 @@
 //! (`factory serve --store postgres://...`). The same tables as the redb store, plus the
 //! workers and their leases ([`worker`]); versioned migrations serialized across workers
 //! ([`schema`]); group commit in one fenced transaction per window ([`writer`]); reads on a
-//! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]).
+//! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]);
+//! one notification per commit so other workers follow runs live ([`changes`]).
 //! Everything that talks to the database runs on the store's own small tokio runtime, so a
 //! caller on any runtime (or a blocked thread) never stalls it. Connecting repairs what a crash left, as opening the redb store does.
 
 mod cancel;
+mod changes;
 mod journal;
 mod progress;
 pub mod schema;
@@ -125,6 +127,8 @@ pub struct PgStore {
     repaired: Vec<String>,
     /// Cancel requests for runs, from other workers ([`cancel`]).
     cancels: tokio::sync::broadcast::Sender<String>,
+    /// Runs other workers committed ([`changes`]).
+    changes: tokio::sync::broadcast::Sender<String>,
     /// The runs whose attempt this process started, with the generation it held then. A
     /// write for a run whose attempt began under an earlier generation (before this worker
     /// lost its lease and rejoined) is refused: that attempt's run may be another worker's
@@ -193,8 +197,10 @@ impl PgStore {
             Renewal { pool: pool.clone(), lease: lease.clone(), writer: writer.handle(), local: local_lease.clone(), executing: Arc::clone(&executing) }.run(),
         );
         let (cancels, _) = tokio::sync::broadcast::channel(256);
-        handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), cancels.clone()));
-        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, executing })
+        let (changes, _) = tokio::sync::broadcast::channel(1024);
+        let heard = cancel::Heard { cancels: cancels.clone(), changes: changes.clone() };
+        handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), heard));
+        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, changes, executing })
     }
 
     /// This worker's id.
@@ -506,6 +512,10 @@ impl Store for PgStore {
 
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
         Some(self.cancels.subscribe())
+    }
+
+    fn run_changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        Some(self.changes.subscribe())
     }
 
     fn claim_interrupted<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {

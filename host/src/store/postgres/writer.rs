@@ -231,6 +231,9 @@ impl Task {
                 }
                 Ok(()) => self.forget_committed(&batch),
             }
+            if result.is_ok() {
+                self.announce(&batch).await;
+            }
             let bytes = batch.iter().map(Op::bytes).sum();
             for op in batch {
                 if let Op::Flush(done) = op {
@@ -249,6 +252,33 @@ impl Task {
                     tracing::warn!("releasing the worker lease: {e}");
                 }
             }
+        }
+    }
+
+    /// After a commit: ONE notification naming the runs it touched, for the other workers'
+    /// followers ([`super::changes`]); a failure to send it is only logged (they poll too).
+    async fn announce(&self, batch: &[Op]) {
+        let mut runs: Vec<String> = batch
+            .iter()
+            .filter_map(|op| match op {
+                Op::Step { run, .. } | Op::Agent { run, .. } | Op::Progress { run, .. } | Op::Accounting { run, .. } | Op::RunModules { run, .. } => {
+                    Some(run.clone())
+                }
+                Op::Run { id, .. } => Some(id.clone()),
+                Op::Factory { .. } | Op::Blob { .. } | Op::Flush(_) => None,
+            })
+            .collect();
+        if runs.is_empty() {
+            return;
+        }
+        runs.sort();
+        runs.dedup();
+        let payload = super::changes::payload(&self.lease.worker, runs);
+        match super::changes::notify(&self.pool, &payload).await {
+            Ok(()) => {
+                self.stats.notifies.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!("notifying the other workers of a commit: {e}"),
         }
     }
 
