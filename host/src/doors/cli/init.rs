@@ -233,34 +233,34 @@ pub async fn init(g: &GlobalArgs, a: InitArgs) -> Result<ExitCode> {
         out.write_all(contents.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
     let dir = a.path.display();
-    println!("created {dir}/ ({} factory `{name}`):", a.lang.title());
+    outln!("created {dir}/ ({} factory `{name}`):", a.lang.title());
     for (relative, _) in &files {
-        println!("  {relative}");
+        outln!("  {relative}");
     }
     let cassette = format!("{name}.cassette.jsonl");
-    println!("recording {dir}/{cassette} for {dir}/{} on the dry-run backend:", test_file_name(&name));
+    outln!("recording {dir}/{cassette} for {dir}/{} on the dry-run backend:", test_file_name(&name));
     if let Err(e) = testing::record_scaffold(g, &a.path.join(test_file_name(&name))).await {
         eprintln!(
             "factory: no cassette recorded ({e:#}); once the factory builds, record it with: factory test --update --backend dry-run {dir}"
         );
     }
-    println!();
+    outln!();
     let target = match a.lang {
         Lang::Ts | Lang::Js => format!("{dir}/{}", files[0].0),
         Lang::Rust | Lang::Python => dir.to_string(),
     };
     // A bare name is a registered factory: a relative path needs `./`.
     let target = if target.starts_with('/') || target.starts_with('.') { target } else { format!("./{target}") };
-    println!("  factory run {target} --args '{{\"topic\":\"release notes\"}}'");
+    outln!("  factory run {target} --args '{{\"topic\":\"release notes\"}}'");
     match a.lang {
         Lang::Ts | Lang::Js => {
-            println!("  cd {dir} && npm install && npm run typecheck   # TypeScript {TYPESCRIPT_VERSION}, types offline")
+            outln!("  cd {dir} && npm install && npm run typecheck   # TypeScript {TYPESCRIPT_VERSION}, types offline")
         }
-        Lang::Rust => println!("  # factory-sdk: {}", sdk.display()),
-        Lang::Python => println!("  # needs componentize-py {} and bwrap to build", factory_host::guests::python::COMPONENTIZE_PY_VERSION),
+        Lang::Rust => outln!("  # factory-sdk: {}", sdk.display()),
+        Lang::Python => outln!("  # needs componentize-py {} and bwrap to build", factory_host::guests::python::COMPONENTIZE_PY_VERSION),
     }
     let test_dir = if dir.to_string().starts_with(['/', '.']) { dir.to_string() } else { format!("./{dir}") };
-    println!("  factory test {test_dir}                  # replays {cassette}; --update re-records what changed");
+    outln!("  factory test {test_dir}                  # replays {cassette}; --update re-records what changed");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -18,17 +18,17 @@ pub struct WorkersArgs {
 pub async fn workers(a: WorkersArgs) -> Result<ExitCode> {
     let workers = factory_host::store::postgres::workers::list(&a.store).await.context("listing the workers")?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&workers)?);
+        outln!("{}", serde_json::to_string_pretty(&workers)?);
         return Ok(ExitCode::SUCCESS);
     }
     if workers.is_empty() {
-        println!("no workers on {}", factory_host::store::postgres::redact(&a.store));
+        outln!("no workers on {}", factory_host::store::postgres::redact(&a.store));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<28} {:<20} {:>8} {:>5} {:>14} {:>5}", "WORKER", "HOST", "PID", "GEN", "LEASE", "RUNS");
+    outln!("{:<28} {:<20} {:>8} {:>5} {:>14} {:>5}", "WORKER", "HOST", "PID", "GEN", "LEASE", "RUNS");
     for w in workers {
         let lease = if w.live { format!("{:.1}s left", w.lease_seconds) } else { "expired".to_string() };
-        println!("{:<28} {:<20} {:>8} {:>5} {:>14} {:>5}", w.id, w.host, w.pid, w.generation, lease, w.runs);
+        outln!("{:<28} {:<20} {:>8} {:>5} {:>14} {:>5}", w.id, w.host, w.pid, w.generation, lease, w.runs);
     }
     Ok(ExitCode::SUCCESS)
 }
