@@ -9,7 +9,6 @@
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use std::ffi::OsString;
-use std::io::Write;
 use std::process::ExitCode;
 
 /// `--color`: when to colour output.
@@ -89,8 +88,7 @@ pub fn completions(mut command: clap::Command, a: CompletionsArgs) -> Result<Exi
     // Generated into memory first: clap_complete panics when its writer fails (a closed pipe).
     let mut script = Vec::new();
     clap_complete::generate(a.shell, &mut command, "factory", &mut script);
-    let mut out = std::io::stdout().lock();
-    out.write_all(&script).and_then(|()| out.flush()).context("writing the completion script")?;
+    crate::doors::cli::out::write_all(&script);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -98,8 +96,7 @@ pub fn completions(mut command: clap::Command, a: CompletionsArgs) -> Result<Exi
 pub fn man(command: clap::Command) -> Result<ExitCode> {
     let mut page = Vec::new();
     clap_mangen::Man::new(command).render(&mut page).context("rendering the man page")?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(&page).and_then(|()| out.flush()).context("writing the man page")?;
+    crate::doors::cli::out::write_all(&page);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,8 @@
 //! The `factory` CLI: argument parsing (clap) and one module per subcommand.
 
+// First: its `outln!`/`out!` macros are used by the modules below.
+#[macro_use]
+pub(crate) mod out;
 pub(crate) mod backends;
 pub(crate) mod config;
 pub(crate) mod conventions;
@@ -243,7 +246,7 @@ pub fn main() -> ExitCode {
             Command::Build { dir, yes } => {
                 let built = target::build(&dir, &target::BuildConsent::new(&g, yes))?;
                 trust::remember_built(&g);
-                println!("{}", built.display());
+                outln!("{}", built.display());
                 Ok(ExitCode::SUCCESS)
             }
         }

@@ -25,17 +25,17 @@ pub async fn workers(g: &crate::doors::args::GlobalArgs, a: WorkersArgs) -> Resu
     };
     let workers = factory_host::store::postgres::workers::list(&store).await.context("listing the workers")?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&workers)?);
+        outln!("{}", serde_json::to_string_pretty(&workers)?);
         return Ok(ExitCode::SUCCESS);
     }
     if workers.is_empty() {
-        println!("no workers on {}", factory_host::store::postgres::redact(&store));
+        outln!("no workers on {}", factory_host::store::postgres::redact(&store));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<28} {:<20} {:>8} {:>5} {:>14} {:>5}", "WORKER", "HOST", "PID", "GEN", "LEASE", "RUNS");
+    outln!("{:<28} {:<20} {:>8} {:>5} {:>14} {:>5}", "WORKER", "HOST", "PID", "GEN", "LEASE", "RUNS");
     for w in workers {
         let lease = if w.live { format!("{:.1}s left", w.lease_seconds) } else { "expired".to_string() };
-        println!("{:<28} {:<20} {:>8} {:>5} {:>14} {:>5}", w.id, w.host, w.pid, w.generation, lease, w.runs);
+        outln!("{:<28} {:<20} {:>8} {:>5} {:>14} {:>5}", w.id, w.host, w.pid, w.generation, lease, w.runs);
     }
     Ok(ExitCode::SUCCESS)
 }
