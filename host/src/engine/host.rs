@@ -1092,24 +1092,30 @@ impl Host {
                     failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
                 }
                 // The last progress entries must be durable before the verdict is.
+                // A store out of reach (the database away past the worker's lease) halts the
+                // attempt, resumable: no verdict of its own.
+                let mut outage = matches!(shared.attempt.cause(), Some(crate::capabilities::attempt::StopCause::Failed(_, run::Abort::Storage(e))) if e.is_outage());
                 if let Err(e) = self.store.flush().await {
+                    outage |= e.is_outage();
                     // Said as the store's own error (the journal's names the journal).
-                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.0.to_string()));
+                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, outage.then_some("unavailable"), e.0.to_string()));
                 }
                 let dropped = shared.progress.dropped_log_lines();
                 if dropped > 0 {
                     record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
                 }
                 let status = if failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage) {
-                    RunStatus::Error
+                    if outage { RunStatus::Halted } else { RunStatus::Error }
                 } else {
                     outcome.status
                 };
                 (status, outcome.result, failure, shared.accounting())
             }
         };
-        // An attempt ends `halted` only when this host shut down during it.
-        record.interrupted = (status == RunStatus::Halted).then_some(crate::store::Interruption::Shutdown);
+        // An attempt ends `halted` by an interruption only when this host shut down during it
+        // (a store outage halts it too, for a caller to resume).
+        let by_storage = failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage);
+        record.interrupted = (status == RunStatus::Halted && !by_storage).then_some(crate::store::Interruption::Shutdown);
         let envelope = &mut record.envelope;
         envelope.status = status;
         envelope.result = if status == RunStatus::Completed { result } else { None };
