@@ -37,12 +37,12 @@ async fn a_newer_schema_is_refused_and_migrations_run_once() {
     // Two workers connecting at once: the advisory lock serializes the migration.
     let (a, b) = futures::join!(PgStore::connect(&url, options("w1")), PgStore::connect(&url, options("w2")));
     let (a, b) = (a.expect("worker 1 connects"), b.expect("worker 2 connects"));
-    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',') FROM factory_schema"), "1", "migration 1 applied once");
+    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"), "1,2", "each migration applied once");
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers"), "2", "both registered");
     drop((a, b));
-    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (2)");
+    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (3)");
     match PgStore::connect(&url, options("w3")).await {
-        Err(StoreError::Version { found: 2, expected: 1 }) => {}
+        Err(StoreError::Version { found: 3, expected: 2 }) => {}
         other => panic!("a newer schema must be refused with a version error, got {other:?}"),
     }
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers WHERE id = 'w3'"), "0", "a refused worker registers nothing");
@@ -489,4 +489,181 @@ fn a_service_a_front_door_starts_with_factory_store_set_uses_the_database() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "no runs yet");
     assert_eq!(server.psql("auto", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1", "the service is a worker of the database");
     assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
+}
+
+/// `count` state directories, each with a `factory.toml` whose default backend `local` is the
+/// fake OpenAI server on `port`.
+fn worker_states(count: usize, port: u16) -> Vec<tempfile::TempDir> {
+    (0..count)
+        .map(|_| {
+            let state = tempfile::tempdir().expect("a state dir");
+            common::fake_openai::write_config(state.path(), port, false, "");
+            let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+            std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+            state
+        })
+        .collect()
+}
+
+/// Register the probe through `api` and start `runs` fan-outs of `n` calls through it; the
+/// run ids.
+fn start_fanouts(runtime: &tokio::runtime::Runtime, api: &Api, runs: usize, n: u32, concurrent: u32) -> Vec<String> {
+    use serde_json::json;
+    let probe = common::component("probe");
+    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201, "{status} {registered:#}");
+    (0..runs)
+        .map(|_| {
+            let start = json!({"name": "probe", "args": {"case": "fanout", "n": n}, "limits": {"maxConcurrentSubagents": concurrent}, "approved": true});
+            let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+            assert_eq!(status, 202, "{started:#}");
+            started["runId"].as_str().expect("a run id").to_string()
+        })
+        .collect()
+}
+
+/// Wait (at most `limit`) through `api` until run `run_id` is no longer running nor halted
+/// (a requeued run is halted until a worker resumes it); its envelope.
+fn wait_until_completed(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &str, limit: Duration) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        if done["status"] != "halted" || std::time::Instant::now() >= deadline {
+            return done;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Wait (at most `limit`) until `sql` on `db` answers `want`.
+fn wait_for_sql(server: &Postgres, db: &str, sql: &str, want: &str, limit: Duration, context: &dyn Fn() -> String) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let got = server.psql(db, sql);
+        if got == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "`{sql}` answers {got:?}, not {want:?}\n{}", context());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Three `factory serve --store` workers; worker A (`--max-runs 0`) executes nothing, so the
+/// runs started through it wait in the queue and workers B and C claim them (`FOR UPDATE
+/// SKIP LOCKED`, woken by one notification per enqueue). Each run is claimed and started
+/// once, by B or C, every run completes, and every call reached the backend once.
+#[test]
+fn runs_started_through_one_worker_are_claimed_once_by_the_others() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("queue");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(100) }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let runs = start_fanouts(&runtime, &api, 6, 2, 2);
+    for run_id in &runs {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}\n{}", a.log(), b.log(), c.log());
+        assert_eq!(done["result"]["done"], 2, "{done:#}");
+        assert_eq!(done["attempts"], 1, "{done:#}");
+    }
+    let logs = [a.stop(), b.stop(), c.stop()];
+    for run_id in &runs {
+        let started: Vec<usize> = (0..3).filter(|&i| logs[i].contains(&format!("run={run_id}")) && logs[i].lines().any(|l| l.contains("starting a queued run") && l.contains(run_id.as_str()))).collect();
+        assert_eq!(started.len(), 1, "run {run_id} started by exactly one worker: {logs:#?}");
+        assert_ne!(started[0], 0, "worker A (--max-runs 0) executes nothing: {logs:#?}");
+    }
+    assert_eq!(fake.asked().len(), 12, "each call once: {:?}", fake.asked());
+    assert_eq!(server.psql("queue", "SELECT count(*) FROM run_queue"), "0", "every entry dropped once its run ended");
+    assert_eq!(server.psql("queue", "SELECT count(*) FROM runs WHERE owner IS NOT NULL"), "0");
+}
+
+/// Three workers; a run's fan-out executes on B or C (A takes none). Once four answers are
+/// journaled and two calls are in flight, the executing worker is stopped with SIGSTOP. Past
+/// its lease the reaper on a live worker fences it (generation + 1) and requeues the run; the
+/// other worker claims it and resumes it from the journal: it completes, no journaled prompt
+/// is asked again. The stopped worker, continued afterwards, gets the answers to its two
+/// held calls but sends no further request and writes nothing (its commits are refused).
+#[test]
+fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::{signal, Service};
+
+    let server = Postgres::start();
+    let url = server.database("reap");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Four answers at once, then the next requests are held 40 s (the stopped worker's).
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 4, then: Box::new(Mode::Answer { latency: Duration::from_secs(40) }) }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let run_id = start_fanouts(&runtime, &api, 1, 10, 2).remove(0);
+    let context = || format!("{}\n{}\n{}", a.log(), b.log(), c.log());
+    wait_for_sql(&server, "reap", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "4", Duration::from_secs(120), &context);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fake.asked().len() < 6 {
+        assert!(std::time::Instant::now() < deadline, "two calls never got in flight: {:?}", fake.asked());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let owner = server.psql("reap", &format!("SELECT w.id || ' ' || w.pid || ' ' || w.generation FROM runs r JOIN workers w ON w.id = r.owner WHERE r.id = '{run_id}'"));
+    let parts: Vec<&str> = owner.split(' ').collect();
+    assert_eq!(parts.len(), 3, "the run is owned by a worker: {owner:?}");
+    let (worker, pid, generation) = (parts[0].to_string(), parts[1].parse::<u32>().expect("a pid"), parts[2].parse::<i64>().expect("a generation"));
+    let logs = context();
+    let (stopped, live) = if b.log().contains(&format!("pid {pid},")) { (b, c) } else { (c, b) };
+    assert!(stopped.log().contains(&format!("pid {pid},")), "the owner is B or C: {owner}\n{logs}");
+    // The first four prompts were answered and journaled before the stop.
+    let mut journaled: Vec<String> = fake.asked()[..4].to_vec();
+    let mut answered = fake.answered();
+    journaled.sort();
+    answered.sort();
+    assert_eq!(answered, journaled, "the first four asked were the four answered");
+    signal(pid, "-STOP");
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+
+    // The reaper on A or the live worker fences it and requeues the run (halted, until the
+    // live worker, as A takes nothing, resumes it).
+    let done = wait_until_completed(&runtime, &api, &run_id, Duration::from_secs(120));
+    assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", a.log(), live.log());
+    assert_eq!(done["result"]["done"], 10, "{done:#}");
+    assert_eq!(done["attempts"], 2, "{done:#}");
+    assert_eq!(server.psql("reap", &format!("SELECT generation FROM workers WHERE id = '{worker}'")), (generation + 1).to_string(), "fenced once");
+    assert!(a.log().contains("fenced workers") || live.log().contains("fenced workers"), "a reaper says so:\n{}\n{}", a.log(), live.log());
+    let asked = fake.asked();
+    assert_eq!(asked.len(), 12, "ten calls and the two in flight at the stop: {asked:?}");
+    for prompt in &journaled {
+        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "journaled `{prompt}` was not asked again: {asked:?}");
+    }
+    let once = asked.iter().filter(|p| asked.iter().filter(|q| q == p).count() == 1).count();
+    assert_eq!(once, 8, "only the two calls in flight at the stop were asked twice: {asked:?}");
+    let record = server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'"));
+    let steps = server.psql("reap", &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'"));
+
+    // Continued: its held calls are answered (40 s after they were asked; the first answer
+    // it cannot journal ends its attempt, dropping the other), and it writes nothing and asks
+    // nothing more.
+    signal(pid, "-CONT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while fake.answered().len() < 11 {
+        assert!(std::time::Instant::now() < deadline, "the held calls were never answered: {:?}", fake.answered());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(fake.asked().len(), 12, "the continued worker sends no further request: {:?}", fake.asked());
+    assert_eq!(server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'")), record, "the run's record is untouched");
+    assert_eq!(server.psql("reap", &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'")), steps, "the journal is untouched");
+    assert!(stopped.log().contains("lost its lease"), "the continued worker knows it was fenced: {}", stopped.log());
+    stopped.kill();
+    live.stop();
+    a.stop();
 }

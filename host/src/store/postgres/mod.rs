@@ -2,13 +2,15 @@
 //! (`factory serve --store postgres://...`). The same tables as the redb store, plus the
 //! workers and their leases ([`worker`]); versioned migrations serialized across workers
 //! ([`schema`]); group commit in one fenced transaction per window ([`writer`]); reads on a
-//! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]).
+//! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]); the
+//! run queue workers claim from, the reaper and the per-backend call slots ([`queue`]).
 //! Everything that talks to the database runs on the store's own small tokio runtime, so a
 //! caller on any runtime (or a blocked thread) never stalls it. Connecting repairs what a crash left, as opening the redb store does.
 
 mod cancel;
 mod journal;
 mod progress;
+mod queue;
 pub mod schema;
 pub mod url;
 mod worker;
@@ -124,6 +126,8 @@ pub struct PgStore {
     repaired: Vec<String>,
     /// Cancel requests for runs, from other workers ([`cancel`]).
     cancels: tokio::sync::broadcast::Sender<String>,
+    /// Wakes the claimers of the run queue ([`queue`]).
+    queue_wakeups: tokio::sync::broadcast::Sender<()>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -139,6 +143,7 @@ impl PgStore {
     pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
         let config = url::config(url)?;
         let listen_config = config.clone();
+        let queue_config = config.clone();
         let shown = redact(url);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -179,7 +184,9 @@ impl PgStore {
         handle.spawn(renew(pool.clone(), lease.clone(), writer.failed.clone(), local_lease.clone()));
         let (cancels, _) = tokio::sync::broadcast::channel(256);
         handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), cancels.clone()));
-        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels })
+        let (queue_wakeups, _) = tokio::sync::broadcast::channel(16);
+        handle.spawn(queue::listen(queue_config, pool.url.clone(), queue_wakeups.clone()));
+        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, queue_wakeups })
     }
 
     /// This worker's id.
@@ -407,6 +414,10 @@ impl Store for PgStore {
 
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
         Some(self.cancels.subscribe())
+    }
+
+    fn run_queue(&self) -> Option<&dyn crate::store::queue::RunQueue> {
+        Some(self)
     }
 
     fn claim_interrupted<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
