@@ -667,3 +667,110 @@ fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
     live.stop();
     a.stop();
 }
+
+/// Three workers, each `--max-runs 2 --cluster-max-runs 4 --backend-max-calls local=3`, and
+/// 20 fan-outs (2 calls each, both at once) started through worker A: while they run, a
+/// sampler reads the runs each worker owns; at most 2 per worker and 4 in all, and the fake
+/// server never has more than 3 calls in flight (without the backend cap, 4 runs would make
+/// 8). Every run completes, each call asked once.
+#[test]
+fn cluster_caps_hold_under_twenty_runs() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("caps");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(300) }));
+    let states = worker_states(3, fake.port());
+    let caps = ["--max-runs", "2", "--cluster-max-runs", "4", "--backend-max-calls", "local=3"];
+    let mut args = vec!["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    args.extend(caps);
+    let a = Service::start(states[0].path(), &args);
+    let api = Api::of(states[0].path(), &a.log());
+    let mut args = vec!["--store", url.as_str()];
+    args.extend(caps);
+    let b = Service::start(states[1].path(), &args);
+    let c = Service::start(states[2].path(), &args);
+
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (sampling, port) = (sampling.clone(), server.port());
+        std::thread::spawn(move || {
+            let (mut most_one, mut most_all) = (0i64, 0i64);
+            while sampling.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = std::process::Command::new(std::path::Path::new(common::postgres::PG_BIN).join("psql"))
+                    .args(["-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "caps", "-c"])
+                    .arg("SELECT coalesce(max(n), 0) || ' ' || coalesce(sum(n), 0) FROM (SELECT count(*) AS n FROM runs WHERE owner IS NOT NULL GROUP BY owner) o")
+                    .output()
+                    .expect("psql");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let mut parts = text.split_whitespace().map(|n| n.parse::<i64>().unwrap_or(0));
+                most_one = most_one.max(parts.next().unwrap_or(0));
+                most_all = most_all.max(parts.next().unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            (most_one, most_all)
+        })
+    };
+    let runs = start_fanouts(&runtime, &api, 20, 2, 2);
+    for run_id in &runs {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}\n{}", a.log(), b.log(), c.log());
+    }
+    sampling.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (most_one, most_all) = sampler.join().expect("the sampler");
+    assert!(most_one <= 2, "a worker owned {most_one} runs at once (cap 2)");
+    assert!((1..=4).contains(&most_all), "the workers owned {most_all} runs at once (cluster cap 4)");
+    let calls = fake.max_in_flight();
+    assert!((1..=3).contains(&calls), "{calls} calls in flight at once (backend cap 3)");
+    assert_eq!(fake.asked().len(), 40, "each call once");
+    assert_eq!(server.psql("caps", "SELECT count(*) FROM call_slots WHERE holder IS NOT NULL"), "0", "every slot given back");
+    a.stop();
+    b.stop();
+    c.stop();
+}
+
+/// Two workers; a run executes on worker A (it accepted it and had room) with its calls held
+/// by the backend. SIGTERM to A (`--drain-seconds 1`): A stops claiming, waits 1 s, halts the
+/// run and hands it back to the queue, gives its lease up and exits 0; worker B claims the
+/// run and resumes it from its journal, and no answered call is asked again.
+#[test]
+fn sigterm_drains_a_worker_and_hands_its_runs_back() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("drain");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let states = worker_states(2, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--drain-seconds", "1"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url, "--http", "127.0.0.1:0"]);
+    let api_b = Api::of(states[1].path(), &b.log());
+    let run_id = start_fanouts(&runtime, &api, 1, 6, 2).remove(0);
+    let context = || format!("{}\n{}", a.log(), b.log());
+    wait_for_sql(&server, "drain", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "2", Duration::from_secs(120), &context);
+    let a_id = server.psql("drain", &format!("SELECT owner FROM runs WHERE id = '{run_id}'"));
+    assert_eq!(server.psql("drain", &format!("SELECT pid FROM workers WHERE id = '{a_id}'")), a.log().lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next().map(str::to_string)).unwrap_or_default(), "A executes it");
+    let mut answered = fake.answered();
+    answered.sort();
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+
+    let log = a.stop();
+    assert!(log.contains("factory serve: draining: claiming no more runs"), "{log}");
+    assert!(log.contains(&format!("handed 1 run back to the queue: {run_id}")), "{log}");
+    assert_eq!(server.psql("drain", &format!("SELECT lease_until <= now() FROM workers WHERE id = '{a_id}'")), "t", "A gave its lease up");
+    let done = wait_until_completed(&runtime, &api_b, &run_id, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done:#}\n{log}\n{}", b.log());
+    assert_eq!(done["result"]["done"], 6, "{done:#}");
+    assert_eq!(done["attempts"], 2, "{done:#}");
+    let asked = fake.asked();
+    for prompt in &answered {
+        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "answered `{prompt}` was not asked again: {asked:?}");
+    }
+    assert_eq!(asked.len(), 8, "six calls and the two in flight at the drain's end: {asked:?}");
+    b.stop();
+}

@@ -297,14 +297,16 @@ impl RunQueue for PgStore {
                 .await
                 .map_err(e)?;
             // A slot is free when nobody holds it, or its holder's lease ran out (such a
-            // worker starts no call) or it registered again since (a new generation).
+            // worker starts no call) or it registered again since (a new generation). The
+            // holder's liveness is a subquery, not a join: a slot taken meanwhile by another
+            // worker is checked again on its new row (a join would keep the old holder's).
             let row = client
                 .query_opt(
                     "UPDATE call_slots s SET holder = $3, holder_generation = $4 FROM (
                        SELECT c.backend, c.slot FROM call_slots c
-                         LEFT JOIN workers w ON w.id = c.holder
                        WHERE c.backend = $1 AND c.slot < $2
-                         AND (c.holder IS NULL OR w.id IS NULL OR w.lease_until < now() OR w.generation <> c.holder_generation)
+                         AND (c.holder IS NULL OR NOT EXISTS (
+                               SELECT 1 FROM workers w WHERE w.id = c.holder AND w.generation = c.holder_generation AND w.lease_until > now()))
                        ORDER BY c.slot LIMIT 1 FOR UPDATE OF c SKIP LOCKED) free
                      WHERE s.backend = free.backend AND s.slot = free.slot
                        AND EXISTS (SELECT 1 FROM workers me WHERE me.id = $3 AND me.generation = $4 AND me.lease_until > now())
