@@ -389,6 +389,7 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     assert!(workers.iter().all(|w| w["live"] == true && w["leaseSeconds"].as_f64().is_some_and(|s| s > 0.0)), "{workers:#?}");
     let by_pid = |pid: i64| workers.iter().find(|w| w["pid"] == pid).cloned().unwrap_or_else(|| panic!("no worker with pid {pid}: {workers:#?}"));
     assert_eq!(by_pid(pid_of(one.log()))["runs"], 1, "worker 1 executes the run: {workers:#?}");
+    assert_eq!(by_pid(pid_of(one.log()))["runIds"], json!([run_id]), "{workers:#?}");
     assert_eq!(by_pid(pid_of(two.log()))["runs"], 0, "{workers:#?}");
     let table = common::factory_in(states[1].path(), &["workers", "--store", &url]);
     let table = String::from_utf8_lossy(&table.stdout).into_owned();
@@ -773,4 +774,57 @@ fn sigterm_drains_a_worker_and_hands_its_runs_back() {
     }
     assert_eq!(asked.len(), 8, "six calls and the two in flight at the drain's end: {asked:?}");
     b.stop();
+}
+
+/// A run waits in the queue while no worker can serve it: worker A accepts runs only
+/// (`--max-runs 0`); a run cancelled while queued ends `cancelled` at once, having called
+/// nothing. Worker B has no backend `local` in its `factory.toml`: it claims the next run,
+/// finds it cannot build its backend, and puts it back (the run stays `pending`, unowned).
+/// Worker C, which has `local`, claims it and completes it.
+#[test]
+fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_queued() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("serveable");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+
+    let first = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
+    assert_eq!(server.psql("serveable", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{first}'")), "pending -", "queued, owned by nobody");
+    let (status, cancelled) = runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{first}/cancel"), Some(serde_json::json!({}))));
+    assert_eq!(status, 200, "{cancelled:#}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}\n{}", a.log());
+    assert_eq!(cancelled["attempts"], 0, "{cancelled:#}");
+    assert_eq!(server.psql("serveable", "SELECT count(*) FROM run_queue"), "0", "taken out of the queue");
+
+    // B's config has no backend `local`.
+    std::fs::write(states[1].path().join("factory.toml"), "").expect("an empty config");
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let second = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b.log().contains("a queued run this worker cannot serve goes back to the queue") {
+        assert!(std::time::Instant::now() < deadline, "B never tried the run: {}", b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        server.psql("serveable", &format!("SELECT r.status || ' ' || coalesce(r.owner, '-') || ' ' || coalesce(q.claimed_by, '-') FROM runs r JOIN run_queue q ON q.run_id = r.id WHERE r.id = '{second}'")),
+        "pending - -",
+        "put back: {}",
+        b.log()
+    );
+    assert!(fake.asked().is_empty(), "nothing called yet: {:?}", fake.asked());
+
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let done = wait_until_completed(&runtime, &api, &second, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", b.log(), c.log());
+    let logs = [a.stop(), b.stop(), c.stop()];
+    assert!(logs[2].contains("starting a queued run"), "C ran it: {logs:#?}");
+    assert!(!logs[1].contains("starting a queued run"), "B did not: {logs:#?}");
+    assert_eq!(fake.asked().len(), 2, "{:?}", fake.asked());
 }

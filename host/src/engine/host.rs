@@ -1267,8 +1267,36 @@ impl Host {
         if !self.cancel_here(run_id) {
             // Executed by another process sharing the store (or not running): ask it.
             self.store.request_cancel(run_id).await?;
+            if let Some(queue) = self.store.run_queue() {
+                // Still waiting in a shared store's queue, nobody executes it: it ends here.
+                // A worker may hold it for a moment (claiming it, or putting it back): tried
+                // again each second until it ends one way or the other.
+                loop {
+                    if queue.dequeue(run_id.to_string()).await? {
+                        self.cancel_queued(run_id).await?;
+                        break;
+                    }
+                    if let Ok(ended) = tokio::time::timeout(Duration::from_secs(1), self.wait(scope.clone(), run_id)).await {
+                        return ended;
+                    }
+                }
+            }
         }
         self.wait(scope, run_id).await
+    }
+
+    /// End a run taken out of the queue before any attempt: `cancelled`, nothing ran.
+    async fn cancel_queued(&self, run_id: &str) -> Result<(), Error> {
+        let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };
+        let envelope = &mut record.envelope;
+        envelope.status = RunStatus::Cancelled;
+        let failure = Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled while it waited in the queue; nothing ran");
+        envelope.error = Some(failure.message.clone());
+        envelope.failure = Some(failure);
+        envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(&mut record, false).await?;
+        self.announce_end(&record).await;
+        Ok(())
     }
 
     /// Cancel run `run_id` if it executes in this process; whether it does.

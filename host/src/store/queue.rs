@@ -65,8 +65,13 @@ pub trait RunQueue: Send + Sync {
     /// Put a claimed entry back unclaimed (this worker cannot serve it).
     fn release(&self, run_id: String) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Drop a run's entry: its attempt ended, or it needs none.
+    /// Drop a run's entry this worker claimed: its attempt ended, or it needs none (an entry
+    /// handed back or claimed by another worker meanwhile stays).
     fn finish(&self, run_id: String) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Take a run that waits in the queue, unclaimed and never started, out of it (it is
+    /// being cancelled); `Ok(false)` when a worker claimed it already.
+    fn dequeue(&self, run_id: String) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// Put back in the queue the runs of `run_ids` that are `halted` (a draining worker's),
     /// for any worker to resume; notify the workers once. Returns the ones queued.

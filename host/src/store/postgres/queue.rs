@@ -157,11 +157,31 @@ impl RunQueue for PgStore {
     }
 
     fn finish(&self, run_id: String) -> BoxFuture<'_, Result<(), StoreError>> {
+        let (pool, lease) = (self.pool.clone(), self.lease.clone());
+        self.spawn(async move {
+            let client = pool.get().await?;
+            // Only this worker's claim: an entry handed back meanwhile stays queued.
+            client
+                .execute("DELETE FROM run_queue WHERE run_id = $1 AND claimed_by = $2", &[&run_id, &lease.worker])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
+            Ok(())
+        })
+    }
+
+    fn dequeue(&self, run_id: String) -> BoxFuture<'_, Result<bool, StoreError>> {
         let pool = self.pool.clone();
         self.spawn(async move {
             let client = pool.get().await?;
-            client.execute("DELETE FROM run_queue WHERE run_id = $1", &[&run_id]).await.map_err(|e| pg(&pool.url, e))?;
-            Ok(())
+            let removed = client
+                .execute(
+                    "DELETE FROM run_queue q USING runs r
+                     WHERE q.run_id = $1 AND q.claimed_by IS NULL AND r.id = q.run_id AND r.status = 'pending' AND r.owner IS NULL",
+                    &[&run_id],
+                )
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
+            Ok(removed == 1)
         })
     }
 
