@@ -219,9 +219,13 @@ pub(super) async fn claim_for_resume(client: &mut tokio_postgres::Client, url: &
     checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, lease)?;
     let taken = tx
         .query_opt(
-            "WITH run AS (SELECT r.id FROM runs r LEFT JOIN workers w ON w.id = r.owner
+            // The owner's liveness is a subquery, not a join: when this statement waits for
+            // another resume's lock, PostgreSQL re-checks the row's new owner, and a join would
+            // keep the worker row it had joined before (none), letting both resumes through.
+            "WITH run AS (SELECT r.id FROM runs r
                           WHERE r.id = $1 AND r.status NOT IN ('running', 'pending')
-                            AND (r.owner IS NULL OR r.owner = $2 OR w.id IS NULL OR w.lease_until < now())
+                            AND (r.owner IS NULL OR r.owner = $2 OR NOT EXISTS (
+                                  SELECT 1 FROM workers w WHERE w.id = r.owner AND w.lease_until >= now()))
                           FOR UPDATE OF r)
              UPDATE runs SET owner = $2 FROM run WHERE runs.id = run.id RETURNING runs.id",
             &[&run_id, &lease.worker],
