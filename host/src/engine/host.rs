@@ -566,6 +566,7 @@ impl Host {
             stop: CancellationToken::new(),
             host_pending_bytes: self.pending_bytes.clone(),
             span: tracing::Span::none(),
+            agent_limits: Default::default(),
         };
         let shared = Capabilities::new(setup).await.map_err(|f| Error::MetaCall(f.message))?;
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
@@ -1061,6 +1062,7 @@ impl Host {
             stop: stop.clone(),
             host_pending_bytes: self.pending_bytes.clone(),
             span,
+            agent_limits: factory.meta.agent_limits.clone(),
         };
         let (status, result, failure, accounting) = match Capabilities::new(setup).await {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
