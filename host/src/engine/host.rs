@@ -933,6 +933,7 @@ impl Host {
             return Err(Error::AlreadyActive(run_id.to_string()));
         }
         active.insert(run_id.to_string(), ActiveRun { stop: stop.clone(), shared: None });
+        crate::metrics::metrics().run_active(true);
         Ok(Claim { stop, guard: ActiveGuard { host: self, run_id: run_id.to_string() } })
     }
 
@@ -1325,6 +1326,7 @@ struct ActiveGuard<'a> {
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.host.active().remove(&self.run_id);
+        crate::metrics::metrics().run_active(false);
     }
 }
 
