@@ -389,6 +389,46 @@ async fn a_fan_out_run_exports_its_span_tree_over_otlp_continuing_the_callers_tr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_to_a_postgresql_store_are_traced_as_redb_commits_are() {
+    let receiver = Receiver::start();
+    let postgres = common::postgres::Postgres::start();
+    postgres.database("traced");
+    let url = postgres.url("traced");
+    let state = traced_state();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let served = serve(state.path(), &["--store", &url], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")]);
+    let client = reqwest::Client::new();
+    let file = state.path().join("traced.js");
+    let registered = client
+        .post(format!("{}/api/factories", served.base))
+        .bearer_auth(&served.token)
+        .json(&serde_json::json!({"path": file}))
+        .send()
+        .await
+        .unwrap();
+    assert!(registered.status().is_success(), "{}", registered.text().await.unwrap());
+    let started: Value = client
+        .post(format!("{}/api/runs", served.base))
+        .bearer_auth(&served.token)
+        .json(&serde_json::json!({"name": "traced", "args": {"n": 2}, "approved": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = started["runId"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
+    let envelope: Value =
+        client.get(format!("{}/api/runs/{run_id}/wait", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(envelope["status"], "completed", "{envelope}");
+    drop(served);
+    let spans = receiver.spans();
+    let commits: Vec<&Value> = spans.iter().filter(|s| s["name"] == "store.commit").collect();
+    assert!(!commits.is_empty(), "no store.commit span: {:?}", spans.iter().map(|s| &s["name"]).collect::<Vec<_>>());
+    assert!(commits.iter().all(|c| attr(c, "factory.store.ops").as_i64().is_some_and(|n| n >= 1)), "{commits:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_collector_fails_no_run() {
     // An endpoint where nothing listens: the run completes all the same.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
