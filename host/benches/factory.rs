@@ -157,7 +157,7 @@ impl AgentBackend for LatencyBackend {
             }
             me.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
             let usage = Usage::tokens(1, 1, Some(0));
-            Ok(AgentReply { text: "ok".into(), usage: Some(usage) })
+            Ok(AgentReply::new("ok", Some(usage)))
         })
     }
 }

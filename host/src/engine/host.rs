@@ -599,6 +599,7 @@ impl Host {
             stop: CancellationToken::new(),
             host_pending_bytes: self.pending_bytes.clone(),
             span: tracing::Span::none(),
+            agent_limits: Default::default(),
         };
         let shared = Capabilities::new(setup).await.map_err(|f| Error::MetaCall(f.message))?;
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
@@ -1085,6 +1086,7 @@ impl Host {
             return Err(Error::AlreadyActive(run_id.to_string()));
         }
         active.insert(run_id.to_string(), ActiveRun { stop: stop.clone(), shared: None });
+        crate::metrics::metrics().run_active(true);
         Ok(Claim { stop, guard: ActiveGuard { host: self, run_id: run_id.to_string() } })
     }
 
@@ -1216,6 +1218,7 @@ impl Host {
             stop: stop.clone(),
             host_pending_bytes: self.pending_bytes.clone(),
             span,
+            agent_limits: factory.meta.agent_limits.clone(),
         };
         let (status, result, failure, accounting) = match Capabilities::new(setup).await {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
@@ -1534,6 +1537,7 @@ struct ActiveGuard<'a> {
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.host.active().remove(&self.run_id);
+        crate::metrics::metrics().run_active(false);
     }
 }
 

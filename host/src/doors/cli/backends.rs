@@ -291,6 +291,7 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
         schema: None,
         attempt: 0,
         feedback: None,
+        limits: Default::default(),
     };
     let started = Instant::now();
     let outcome = backend.call(Arc::new(request)).await;

@@ -187,7 +187,7 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     outln!("agents:    {} (tokens: input/output/cache read/cache write)", d.agents.len());
     for agent in d.agents.iter().rev().take(20).rev() {
         outln!(
-            "  {:<40} {:<7} spawns {} credits {} tokens {}/{}/{}/{} {} ms",
+            "  {:<40} {:<7} spawns {} credits {} tokens {}/{}/{}/{} {} ms{}",
             s(&agent.label),
             agent.status.as_str(),
             agent.spawns,
@@ -196,7 +196,8 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
             agent.output_tokens,
             agent.cache_read_tokens,
             agent.cache_write_tokens,
-            agent.millis
+            agent.millis,
+            agent.ended_by.map(|l| format!(" (ended by {l})")).unwrap_or_default()
         );
     }
     outln!("progress (latest):");

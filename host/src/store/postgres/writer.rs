@@ -223,7 +223,7 @@ impl Task {
             let already = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let result = match already {
                 Some(failure) => Err(StoreError::WriteFailed(failure)),
-                None => self.commit_retrying(&batch).await,
+                None => self.traced_commit(&batch).await,
             };
             match &result {
                 Err(e) => {
@@ -253,6 +253,22 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// [`Task::commit_retrying`] inside a `store.commit` span, its latency counted as
+    /// redb's is (a batch of flushes alone writes nothing and is neither).
+    async fn traced_commit(&self, batch: &[Op]) -> Result<(), StoreError> {
+        use tracing::Instrument as _;
+        let writes = batch.iter().filter(|op| !matches!(op, Op::Flush(_))).count();
+        if writes == 0 {
+            return self.commit_retrying(batch).await;
+        }
+        let started = std::time::Instant::now();
+        let result = self.commit_retrying(batch).instrument(crate::trace::store_commit(writes)).await;
+        if result.is_ok() {
+            crate::metrics::metrics().committed(started.elapsed());
+        }
+        result
     }
 
     /// After a commit: ONE notification naming the runs it touched, for the other workers'
