@@ -778,17 +778,30 @@ impl Host {
 
     /// Execute the first attempt of a queued run this worker claimed, as its start recorded
     /// it (no consent asked again: it was given when the run was started).
-    pub(crate) async fn start_queued(&self, record: RunRecord, start: &crate::store::queue::QueuedStart) -> Result<RunEnvelope, Error> {
+    /// A run whose start cannot be prepared here (its component cannot be loaded, ...) ends
+    /// `error` with the reason instead of waiting forever.
+    pub(crate) async fn start_queued(&self, mut record: RunRecord, start: &crate::store::queue::QueuedStart) -> Result<RunEnvelope, Error> {
         let run_id = record.envelope.run_id.clone();
         let claim = self.claim(&run_id)?;
-        sandbox::recheck_grants(&record.grants)?;
-        let factory = match &start.script {
-            Some(script) => self.load_recorded_script(&start.component, script, Some(&run_id)).await,
-            None => self.load_stored(&start.component).await,
+        let prepared = async {
+            sandbox::recheck_grants(&record.grants)?;
+            let factory = match &start.script {
+                Some(script) => self.load_recorded_script(&start.component, script, Some(&run_id)).await,
+                None => self.load_stored(&start.component).await,
+            }
+            .map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?;
+            Ok::<_, Error>((factory, self.backend_of(&start.backend)?))
+        };
+        match prepared.await {
+            Ok((factory, backend)) => self.attempt_claimed(&factory, record, None, backend, claim, None).await,
+            Err(error) => {
+                let failure = Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the queued run could not start: {error}"));
+                self.end_broken_attempt(&mut record, failure).await;
+                drop(claim);
+                self.announce_end(&record).await;
+                Err(error)
+            }
         }
-        .map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?;
-        let backend = self.backend_of(&start.backend)?;
-        self.attempt_claimed(&factory, record, None, backend, claim, None).await
     }
 
     /// The backend `reference` names, built here (its key variable must be set).
