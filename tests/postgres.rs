@@ -332,6 +332,9 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains(&format!("postgres://ann:***@127.0.0.1:{port}/db")), "{stderr}");
     assert!(!stderr.contains("pw-never-shown"), "{stderr}");
+    // Each cause said once: the pool's and the driver's messages repeat their cause.
+    assert_eq!(stderr.matches("Connection refused").count(), 1, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -451,14 +454,14 @@ async fn a_worker_whose_lease_ran_out_by_its_own_clock_refuses_new_work() {
     let server = Postgres::start();
     let url = server.database("clock");
     let store = PgStore::connect(&url, PgOptions { lease: Duration::from_millis(600), ..options("clock") }).await.expect("connects");
-    assert!(store.writable().is_ok() && store.lease_held(), "a fresh lease");
+    assert!(store.writable("r").is_ok() && store.lease_held(), "a fresh lease");
     server.stop();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while store.lease_held() {
         assert!(std::time::Instant::now() < deadline, "the lease never ran out with the database away");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let error = store.writable().expect_err("no new work once the lease ran out");
+    let error = store.writable("r").expect_err("no new work once the lease ran out");
     let cause = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<StoreError>()).expect("a store error");
     assert!(matches!(cause, StoreError::Fenced { worker, .. } if worker == "clock"), "{cause:?}");
 }
@@ -827,4 +830,475 @@ fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_
     assert!(logs[2].contains("starting a queued run"), "C ran it: {logs:#?}");
     assert!(!logs[1].contains("starting a queued run"), "B did not: {logs:#?}");
     assert_eq!(fake.asked().len(), 2, "{:?}", fake.asked());
+}
+
+/// PostgreSQL stopped under a worker mid-run for longer than the worker's lease (the bound on
+/// how long its writes wait and retry): the attempt stops, and once PostgreSQL is back the
+/// worker rejoins the store with a new generation and the run reads `halted` with a storage
+/// failure (nothing left `running`); `factory resume` completes it, and no prompt whose
+/// answer was committed before the outage reaches the backend again.
+#[test]
+fn a_postgres_outage_past_the_lease_halts_the_run_and_resume_completes_it() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::{json, Value};
+    use std::collections::BTreeSet;
+
+    let server = Postgres::start();
+    let url = server.database("outage");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(400) }));
+    let state = tempfile::tempdir().expect("a state dir");
+    write_config(state.path(), fake.port(), false, "");
+    let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+    std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    let service = Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0"]);
+    let api = Api::of(state.path(), &service.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let n = 60;
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": n}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
+    let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    let answered = |api: &Api| -> BTreeSet<String> {
+        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+        assert_eq!(status, 200, "{page:#}");
+        page.as_array()
+            .expect("a page")
+            .iter()
+            .filter(|e| e["event"] == "agentFinished" && e["status"] == "ok")
+            .filter_map(|e| e["label"].as_str())
+            .map(|l| format!("task {}", l.trim_start_matches("t:")))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while answered(&api).len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "the fan-out did not get going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Away for longer than the worker's lease (10 s): its writes wait, then give up.
+    server.stop();
+    std::thread::sleep(Duration::from_secs(14));
+    server.start_again();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let halted = loop {
+        let (status, run) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+        if status == 200 && run["status"] != "running" {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run stayed running after the outage: {run:#}\n{}", service.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(halted["status"], "halted", "{halted:#}\n{}", service.log());
+    assert_eq!(halted["failure"]["type"], "storage", "{halted:#}");
+    assert_eq!(halted["failure"]["kind"], "unavailable", "{halted:#}");
+    assert!(service.log().contains("rejoined the store"), "{}", service.log());
+    let journaled = answered(&api);
+    assert!(journaled.len() >= 4 && journaled.len() < n, "{journaled:?}");
+    let asked_before = fake.asked().len();
+
+    let out = common::factory_cmd(state.path(), &["resume", &run_id, "--yes", "--json"]).env_remove("FACTORY_NO_DAEMON").output().expect("factory resume");
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), service.log());
+    let done: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", service.log());
+    assert_eq!(done["result"]["done"], n, "{done:#}");
+    let asked = fake.asked();
+    let again: Vec<&String> = asked[asked_before..].iter().filter(|p| journaled.contains(*p)).collect();
+    assert!(again.is_empty(), "prompts committed before the outage asked again: {again:?}");
+    for i in 0..n {
+        assert!(asked.contains(&format!("task {i}")), "task {i} never asked");
+    }
+    assert_eq!(server.psql("outage", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "completed");
+    service.stop();
+}
+
+/// A poison run (one that keeps killing its worker) ends `halted` after a bounded number of
+/// automatic recoveries, counted in the run's record in the database, so across workers: the
+/// run's worker is killed with -9 mid-run three times; worker A recovers it once (restarted
+/// on its own state directory), worker B (another id, once A's lease ran out) a second time,
+/// and B's next start leaves it `halted` (`--max-recoveries 2`), saying how to resume it.
+#[test]
+fn a_run_that_keeps_killing_its_worker_ends_halted_after_bounded_recoveries_across_workers() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::json;
+
+    let server = Postgres::start();
+    let url = server.database("poison");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Every request held open: each attempt stays running until its worker is killed.
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-recoveries", "2"];
+    let field = |run_id: &str, path: &str| server.psql("poison", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{{path}}}' FROM runs WHERE id = '{run_id}'"));
+    // Wait until attempt `n` of the run is running (and has asked its backend).
+    let running = |run_id: &str, n: u32, log: &dyn Fn() -> String| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while !(field(run_id, "envelope,status") == "running" && field(run_id, "envelope,attempts") == n.to_string() && fake.requests() >= n as usize) {
+            assert!(std::time::Instant::now() < deadline, "attempt {n} did not start: {}", log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let a = Service::start(states[0].path(), &args);
+    let api = Api::of(states[0].path(), &a.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 2}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    running(&run_id, 1, &|| a.log());
+    a.kill();
+
+    // Worker A again (its own id: it takes its run back at once): recovery 1 of 2.
+    let a = Service::start(states[0].path(), &args);
+    running(&run_id, 2, &|| a.log());
+    assert_eq!(field(&run_id, "recoveries"), "1");
+    a.kill();
+
+    // Worker B, once A's lease has run out: recovery 2 of 2, counted from the database.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.psql("poison", "SELECT count(*) FROM workers WHERE lease_until > now()") != "0" {
+        assert!(std::time::Instant::now() < deadline, "worker A's lease never ran out");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let b = Service::start(states[1].path(), &args);
+    running(&run_id, 3, &|| b.log());
+    assert_eq!(field(&run_id, "recoveries"), "2");
+    let log_b = b.kill();
+    assert!(log_b.contains(&format!("recovering run {run_id}")), "{log_b}");
+
+    // B's next start: the bound is reached, the run stays halted and says how to resume it.
+    let b = Service::start(states[1].path(), &args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b.log().contains(&format!("not recovering run {run_id}")) {
+        assert!(std::time::Instant::now() < deadline, "{}", b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(field(&run_id, "envelope,status"), "halted");
+    assert_eq!(field(&run_id, "envelope,attempts"), "3", "no fourth attempt");
+    let message = field(&run_id, "envelope,failure,message");
+    assert!(message.contains("recovered automatically 2 times") && message.contains(&format!("factory resume {run_id}")), "{message}");
+    assert_eq!(fake.requests(), 3, "one call per attempt, none after the bound");
+    b.stop();
+}
+
+/// The cluster's bearer token: two `factory serve --store ... --http` workers given the same
+/// `--token-file` (and a `factory mcp --http` given it through `FACTORY_TOKEN_FILE`) each
+/// accept that token, not a random one of their own, and refuse any other; a token file
+/// others can read is refused at start, naming the file and never the token.
+#[test]
+fn workers_given_one_token_file_accept_the_cluster_token() {
+    use common::service::Service;
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+
+    let server = Postgres::start();
+    let url = server.database("token");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let secrets = tempfile::tempdir().expect("a directory");
+    let token_file = secrets.path().join("cluster.token");
+    let token = "c1uster-t0ken-0123456789abcdef0123456789abcdef";
+    std::fs::write(&token_file, format!("{token}\n")).expect("the token file");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    let file_arg = token_file.to_string_lossy().into_owned();
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--token-file", file_arg.as_str()];
+    let one = Service::start(states[0].path(), &args);
+    let two = Service::start(states[1].path(), &args);
+    for (state, service) in [(&states[0], &one), (&states[1], &two)] {
+        let mut api = Api::of(state.path(), &service.log());
+        assert_eq!(api.token, token, "the state directory's token file holds the cluster's");
+        let (status, runs) = runtime.block_on(api.call(reqwest::Method::GET, "/api/runs", None));
+        assert_eq!(status, 200, "{runs:#}");
+        api.token = "not-the-cluster-token-0123456789abcdef".into();
+        let (status, _) = runtime.block_on(api.call(reqwest::Method::GET, "/api/runs", None));
+        assert_eq!(status, 401, "another token is refused");
+    }
+
+    // MCP over HTTP takes the same token (here from the environment).
+    let mcp_state = tempfile::tempdir().expect("a state dir");
+    let mut mcp = common::factory_cmd(mcp_state.path(), &["mcp", "--http", "127.0.0.1:0"])
+        .env("FACTORY_TOKEN_FILE", &token_file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("factory mcp --http starts");
+    let mut lines = std::io::BufReader::new(mcp.stderr.take().expect("its stderr")).lines();
+    let mcp_url = loop {
+        let line = lines.next().expect("it says where it listens").expect("a line");
+        if let Some(rest) = line.split("streamable HTTP on ").nth(1) {
+            break rest.split_whitespace().next().expect("a URL").to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let initialize = |bearer: &str| {
+        runtime.block_on(
+            reqwest::Client::new()
+                .post(&mcp_url)
+                .bearer_auth(bearer)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+                .send(),
+        )
+        .expect("MCP answers")
+        .status()
+        .as_u16()
+    };
+    assert_eq!(initialize(token), 200, "the cluster token opens an MCP session");
+    assert_eq!(initialize("not-the-cluster-token-0123456789abcdef"), 401);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(mcp.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = mcp.wait();
+    two.stop();
+    one.stop();
+
+    // A token file others can read is refused at start.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).expect("chmod 644");
+    let out = common::factory_cmd(states[0].path(), &["serve", "--store", &url, "--http", "127.0.0.1:0", "--token-file", &file_arg]).output().expect("factory serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("readable by others") && stderr.contains("cluster.token"), "{stderr}");
+    assert!(!stderr.contains(token), "{stderr}");
+}
+
+/// Where a worker finds its store: `--store`, else `FACTORY_STORE`, else the config file's
+/// `store` key. `factory workers` names the database it could not reach (each source points
+/// to a database that does not exist, so the error tells which was used), once, with the
+/// password redacted; `factory serve` with only the config key is a worker of that database.
+#[test]
+fn the_store_comes_from_the_flag_then_the_environment_then_the_config_file() {
+    use common::service::Service;
+    use std::os::unix::fs::PermissionsExt;
+
+    let server = Postgres::start();
+    let url = server.database("configured");
+    let state = tempfile::tempdir().expect("a state dir");
+    let db = |name: &str| format!("postgres://postgres:pw-{name}@127.0.0.1:{}/{name}", server.port());
+    let config = state.path().join("factory.toml");
+    let write_config = |store: &str| {
+        std::fs::write(&config, format!("store = \"{store}\"\n")).expect("the config");
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    };
+    write_config(&db("from-config"));
+    let used = |cmd: &mut std::process::Command| -> String {
+        let out = cmd.output().expect("factory workers");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{stderr}");
+        assert!(!stderr.contains("pw-"), "the password never shows: {stderr}");
+        assert_eq!(stderr.matches("does not exist").count(), 1, "the cause once: {stderr}");
+        ["from-flag", "from-env", "from-config"].into_iter().find(|name| stderr.contains(&format!("postgres://postgres:***@127.0.0.1:{}/{name}", server.port()))).unwrap_or_else(|| panic!("{stderr}")).to_string()
+    };
+    let workers = |extra: &[&str]| {
+        let mut args = vec!["workers", "--json"];
+        args.extend_from_slice(extra);
+        let mut cmd = common::factory_cmd(state.path(), &args);
+        cmd.env_remove("FACTORY_STORE");
+        cmd
+    };
+    assert_eq!(used(&mut workers(&[])), "from-config");
+    assert_eq!(used(workers(&[]).env("FACTORY_STORE", db("from-env"))), "from-env");
+    let flag = db("from-flag");
+    assert_eq!(used(workers(&["--store", &flag]).env("FACTORY_STORE", db("from-env"))), "from-flag");
+
+    // `store` in the config file: `factory serve` alone is a worker of that database.
+    write_config(&url);
+    let service = Service::start(state.path(), &[]);
+    assert!(service.log().contains("worker of the store postgres://postgres@127.0.0.1"), "{}", service.log());
+    assert_eq!(server.psql("configured", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1");
+    assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
+    let out = common::factory_cmd(state.path(), &["workers", "--json"]).env_remove("FACTORY_STORE").output().expect("factory workers");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#}");
+    service.stop();
+    // A config `store` that is not a postgres:// URL is refused, shown redacted.
+    write_config("mysql://ann:pw-x@db/x");
+    let out = common::factory_cmd(state.path(), &["workers"]).env_remove("FACTORY_STORE").output().expect("factory workers");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("postgres://") && !stderr.contains("pw-x"), "{stderr}");
+}
+
+/// Two callers resuming one run at the same moment through two workers: the resume claims
+/// the run in the database first, so exactly one resumes it and the other is refused with
+/// `already_active` (409) — three rounds, the run cancelled between them.
+#[test]
+fn two_resumes_at_once_through_two_workers_start_one_attempt() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::json;
+
+    let server = Postgres::start();
+    let url = server.database("resumes");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Every request held open: a resumed attempt stays running until it is cancelled.
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let two = Service::start(states[1].path(), &args);
+    let api2 = Api::of(states[1].path(), &two.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 2}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    let attempts = || server.psql("resumes", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{envelope,attempts}}' FROM runs WHERE id = '{run_id}'"));
+    let status_of = || server.psql("resumes", &format!("SELECT status FROM runs WHERE id = '{run_id}'"));
+    let cancel = |expected_attempts: u32| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !(status_of() == "running" && attempts() == expected_attempts.to_string() && fake.requests() >= expected_attempts as usize) {
+            assert!(std::time::Instant::now() < deadline, "attempt {expected_attempts} did not start\n{}\n{}", one.log(), two.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
+        assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled:#}");
+    };
+    cancel(1);
+    for round in 0..3u32 {
+        let path = format!("/api/runs/{run_id}/resume");
+        let ((s1, b1), (s2, b2)) = runtime.block_on(async {
+            futures::join!(
+                api1.call(reqwest::Method::POST, &path, Some(json!({"approved": true}))),
+                api2.call(reqwest::Method::POST, &path, Some(json!({"approved": true})))
+            )
+        });
+        let won = [s1, s2].iter().filter(|s| (200..300).contains(*s)).count();
+        assert_eq!(won, 1, "round {round}: exactly one resume starts: {s1} {b1:#} / {s2} {b2:#}");
+        let lost = if (200..300).contains(&s1) { &b2 } else { &b1 };
+        assert_eq!([s1, s2].iter().filter(|s| **s == 409).count(), 1, "{s1} {s2}");
+        assert_eq!(lost["code"], "already_active", "{lost:#}");
+        cancel(round + 2);
+    }
+    assert_eq!(attempts(), "4", "one attempt per round, and the first");
+    two.stop();
+    one.stop();
+}
+
+/// A worker's commits are announced with ONE `pg_notify` per commit window (after the
+/// commit), naming the runs the window touched, never one per entry: 60 puts for two runs in
+/// one window make one notification (heard on a LISTEN connection of the test's own); a
+/// flush with nothing written makes none.
+#[tokio::test]
+async fn one_notification_per_commit_window_names_its_runs() {
+    use futures::StreamExt;
+    let server = Postgres::start();
+    let url = server.database("notify");
+    let store = PgStore::connect(&url, PgOptions { commit_window: Duration::from_millis(200), ..options("notifier") }).await.expect("connects");
+    let (client, mut connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a listening connection");
+    let (tx, mut notes) = futures::channel::mpsc::unbounded();
+    tokio::spawn(futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx));
+    client.batch_execute("LISTEN factory_runs").await.expect("LISTEN");
+
+    for i in 0..50 {
+        store.put_step("run-a", &format!("k{i}"), "1", i).expect("put");
+    }
+    for i in 0..10 {
+        store.put_step("run-b", &format!("k{i}"), "1", i).expect("put");
+    }
+    Journal::flush(&store).await.expect("one commit");
+    Journal::flush(&store).await.expect("nothing to commit");
+    store.put_step("run-b", "late", "2", 11).expect("put");
+    Journal::flush(&store).await.expect("a second commit");
+    let mut heard = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, notes.next()).await {
+        if let Ok(tokio_postgres::AsyncMessage::Notification(note)) = message {
+            heard.push(serde_json::from_str::<serde_json::Value>(note.payload()).expect("a JSON payload"));
+        }
+    }
+    assert_eq!(heard.len(), 2, "one notification per commit: {heard:#?}");
+    assert_eq!(heard[0], serde_json::json!({"worker": "notifier", "runs": ["run-a", "run-b"], "many": false}));
+    assert_eq!(heard[1]["runs"], serde_json::json!(["run-b"]));
+    assert_eq!(store.writer_stats().notifies.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(store.writer_stats().commits.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
+/// A run executing on worker 1 is live on worker 2: worker 2's event stream (`/api/events`)
+/// gets a `run_updated` for each of worker 1's commits of the run as it runs (driven by the
+/// commit notifications; a poll every 2 s is only the fallback) with the progress entries,
+/// and `wait` on worker 2 answers with the end.
+#[test]
+fn a_run_executing_on_one_worker_is_followed_live_on_another() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::{json, Value};
+
+    let server = Postgres::start();
+    let url = server.database("live");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(500) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let two = Service::start(states[1].path(), &args);
+    let api2 = Api::of(states[1].path(), &two.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+
+    // Worker 2's event stream, open before the run starts.
+    let mut events = runtime
+        .block_on(reqwest::Client::new().get(format!("{}/api/events", api2.base)).bearer_auth(&api2.token).send())
+        .expect("the event stream");
+    assert_eq!(events.status(), 200);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 6}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+
+    let (mut updates, mut finished, mut text) = (Vec::new(), 0, String::new());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    'read: while std::time::Instant::now() < deadline {
+        let chunk = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), events.chunk()).await });
+        let Ok(Ok(Some(chunk))) = chunk else { break };
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            let (Some(kind), Some(data)) = (event.lines().find_map(|l| l.strip_prefix("event: ")), event.lines().find_map(|l| l.strip_prefix("data: "))) else { continue };
+            let data: Value = serde_json::from_str(data).expect("JSON data");
+            if data["runId"] != run_id.as_str() {
+                continue;
+            }
+            match kind {
+                "run_updated" => updates.push(data["revision"].as_u64().expect("a revision")),
+                "progress" if data["entry"]["event"] == "agentFinished" => finished += 1,
+                "progress" if data["entry"]["event"] == "attemptEnded" => break 'read,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(finished, 6, "every call's end reached worker 2's stream: {updates:?}\n{}", two.log());
+    assert!(updates.windows(2).all(|w| w[0] < w[1]), "revisions only grow: {updates:?}");
+    // Six calls 500 ms apart over about 3 s: a 2 s poll alone would announce it two or three
+    // times; the commit notifications announce each commit.
+    assert!(updates.len() >= 6, "announced live, commit by commit: {updates:?}");
+    let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!((status, done["status"].as_str()), (200, Some("completed")), "{done:#}");
+    drop(events);
+    two.stop();
+    one.stop();
 }

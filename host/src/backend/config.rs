@@ -328,6 +328,9 @@ pub struct Config {
     /// Prices that override and extend the built-in price table.
     #[serde(default)]
     pub prices: PricesConfig,
+    /// The shared store `factory serve` and `factory workers` use when neither `--store`
+    /// nor `FACTORY_STORE` names one (a postgres:// URL; any password in it is never shown).
+    pub store: Option<String>,
 }
 
 /// The config file's name in the state directory.
@@ -351,6 +354,14 @@ impl Config {
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         if let Some(name) = config.backends.keys().find(|name| is_reserved_name(name)) {
             return Err(ConfigError::Reserved { path: path.into(), name: name.clone() });
+        }
+        if let Some(store) = &config.store {
+            if !crate::store::postgres::is_postgres_url(store) {
+                return Err(ConfigError::Parse {
+                    path: path.into(),
+                    message: format!("`store` must be a postgres:// URL, not {}", crate::store::postgres::redact(store)),
+                });
+            }
         }
         for route in &config.routes {
             if !config.backends.contains_key(&route.backend) && !backend::is_builtin_spec(&route.backend) {

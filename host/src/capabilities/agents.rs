@@ -240,7 +240,7 @@ impl Agents {
         }
         // A journal that would refuse the outcome (a worker whose lease ran out) pays for no
         // call whose answer it could not keep.
-        if let Err(e) = self.attempt.journal.writable() {
+        if let Err(e) = self.attempt.journal.writable(&self.attempt.run_id) {
             return Err(self.attempt.abort(Abort::Storage(e)));
         }
         if self.attempt.limits.max_ai_credits.is_some() {

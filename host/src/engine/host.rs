@@ -957,7 +957,7 @@ impl Host {
     /// claim, and counts itself in the record.
     pub(crate) async fn resume_as(&self, run_id: &str, options: ResumeOptions, by: ResumedBy) -> Result<RunEnvelope, Error> {
         let scope = options.scope.clone().unwrap_or_else(|| Scope::from(DEFAULT_SESSION));
-        let mut record = self.record(&scope, run_id).await?;
+        let record = self.record(&scope, run_id).await?;
         match record.envelope.status {
             RunStatus::Completed => return Err(Error::NonResumable(format!("run `{run_id}` is completed"))),
             // `running` without an attempt here is an attempt that could not write its end
@@ -972,9 +972,40 @@ impl Host {
         // Claimed before anyone hears of the new attempt (`on_start`), so a `wait` that
         // follows it cannot mistake the previous attempt's end for this one's.
         let claim = self.claim(run_id)?;
+        // On a store other processes share, a caller's resume also claims the run there
+        // (recovery claimed it already): two callers resuming it at once through two workers,
+        // one resumes it and the other is told it is active.
+        if by == ResumedBy::Caller && self.store.shared() {
+            if !self.store.claim_resume(run_id).await? {
+                return Err(Error::AlreadyActive(run_id.into()));
+            }
+            let resumed = self.resume_claimed(run_id, &scope, options, by, claim).await;
+            if resumed.is_err() {
+                // Not started (or ended at once): free for another worker's resume.
+                if let Err(e) = self.store.release_claim(run_id).await {
+                    tracing::warn!(run = %run_id, error = %e, "cannot release the claim of a resume that did not start");
+                }
+            }
+            return resumed;
+        }
+        self.resume_with(run_id, &scope, record, options, by, claim).await
+    }
+
+    /// [`Host::resume_as`] once the run is claimed in the store: read again (another
+    /// worker may have resumed it to its end meanwhile), then resumed.
+    async fn resume_claimed(&self, run_id: &str, scope: &Scope, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
+        let record = self.record(scope, run_id).await?;
+        if record.envelope.status == RunStatus::Completed {
+            return Err(Error::NonResumable(format!("run `{run_id}` is completed")));
+        }
+        self.resume_with(run_id, scope, record, options, by, claim).await
+    }
+
+    /// The rest of [`Host::resume_as`]: load what the run recorded and start its attempt.
+    async fn resume_with(&self, run_id: &str, scope: &Scope, mut record: RunRecord, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
         if by == ResumedBy::Recovery {
             // Read again under the claim: a caller may have resumed it since it was found.
-            record = self.record(&scope, run_id).await?;
+            record = self.record(scope, run_id).await?;
             if !(record.envelope.status == RunStatus::Halted && record.interrupted.is_some()) {
                 return Err(Error::NonResumable(format!("run `{run_id}` is no longer halted by an interruption")));
             }
@@ -1229,24 +1260,30 @@ impl Host {
                     failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
                 }
                 // The last progress entries must be durable before the verdict is.
+                // A store out of reach (the database away past the worker's lease) halts the
+                // attempt, resumable: no verdict of its own.
+                let mut outage = matches!(shared.attempt.cause(), Some(crate::capabilities::attempt::StopCause::Failed(_, run::Abort::Storage(e))) if e.is_outage());
                 if let Err(e) = self.store.flush().await {
+                    outage |= e.is_outage();
                     // Said as the store's own error (the journal's names the journal).
-                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.0.to_string()));
+                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, outage.then_some("unavailable"), e.0.to_string()));
                 }
                 let dropped = shared.progress.dropped_log_lines();
                 if dropped > 0 {
                     record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
                 }
                 let status = if failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage) {
-                    RunStatus::Error
+                    if outage { RunStatus::Halted } else { RunStatus::Error }
                 } else {
                     outcome.status
                 };
                 (status, outcome.result, failure, shared.accounting())
             }
         };
-        // An attempt ends `halted` only when this host shut down during it.
-        record.interrupted = (status == RunStatus::Halted).then_some(crate::store::Interruption::Shutdown);
+        // An attempt ends `halted` by an interruption only when this host shut down during it
+        // (a store outage halts it too, for a caller to resume).
+        let by_storage = failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage);
+        record.interrupted = (status == RunStatus::Halted && !by_storage).then_some(crate::store::Interruption::Shutdown);
         let envelope = &mut record.envelope;
         envelope.status = status;
         envelope.result = if status == RunStatus::Completed { result } else { None };
@@ -1309,6 +1346,28 @@ impl Host {
         envelope.updated_at = crate::store::records_timestamp();
         self.store.put_run(&mut record, false).await?;
         self.announce_end(&record).await;
+        Ok(())
+    }
+
+    /// Tell this host's subscribers (`wait`, followers, event streams) that run `run_id`,
+    /// which another process sharing the store executes, changed: its revision read from the
+    /// store is announced, once per revision (`last` holds what was announced per run, and
+    /// forgets runs that ended). A run executing here announces itself.
+    pub async fn announce_elsewhere(&self, run_id: &str, last: &mut HashMap<String, u64>) -> Result<(), Error> {
+        if self.active().contains_key(run_id) {
+            return Ok(());
+        }
+        let Some(record) = self.store.run(run_id).await? else { return Ok(()) };
+        let revision = record.writes + self.store.last_progress_seq(run_id).await?;
+        if last.get(run_id) == Some(&revision) {
+            return Ok(());
+        }
+        if record.envelope.status.is_terminal() {
+            last.remove(run_id);
+        } else {
+            last.insert(run_id.to_string(), revision);
+        }
+        let _ = self.updates.send(RunUpdated { run_id: run_id.to_string(), revision });
         Ok(())
     }
 

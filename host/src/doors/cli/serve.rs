@@ -59,12 +59,13 @@ pub struct ServeArgs {
     max_recoveries: u32,
     /// Keep runs in this PostgreSQL database instead of the state directory's redb file
     /// (postgres://USER[:PASSWORD]@HOST:PORT/DB; the password is never printed). The state
-    /// directory still holds the control socket and the HTTP token.
+    /// directory still holds the control socket and the HTTP token. Else `FACTORY_STORE`,
+    /// else the config file's `store` key.
     #[arg(long, env = "FACTORY_STORE", value_name = "URL", value_parser = parse_store)]
     store: Option<String>,
-    /// With --store: this worker's id (default: the host name and a hash of the state
+    /// With a shared store: this worker's id (default: the host name and a hash of the state
     /// directory, so a restarted service takes its own runs back at once).
-    #[arg(long, env = "FACTORY_WORKER_ID", value_name = "ID", requires = "store")]
+    #[arg(long, env = "FACTORY_WORKER_ID", value_name = "ID")]
     worker_id: Option<String>,
     /// With --store: runs this worker executes at once (0: it executes none and only queues
     /// the runs started through it for the other workers). Default: no cap.
@@ -135,7 +136,12 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     let config = std::sync::Arc::new(config);
     let deadline = Instant::now() + LOCK_PATIENCE;
-    let host = if let Some(url) = &a.store {
+    // --store, else FACTORY_STORE (both through clap), else the config file's `store`.
+    let store = a.store.clone().or_else(|| config.store.clone());
+    if store.is_none() && a.worker_id.is_some() {
+        anyhow::bail!("--worker-id needs a shared store (--store, FACTORY_STORE or the config file's `store`)");
+    }
+    let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
         let caps = factory_host::engine::queue::Caps {
             worker_runs: a.max_runs,
@@ -176,7 +182,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         }
     };
     // Said before the socket answers, so a front door that got an answer finds this line.
-    match &a.store {
+    match &store {
         Some(url) => eprintln!(
             "factory serve: pid {}, worker of the store {} (state directory {})",
             std::process::id(),
@@ -188,6 +194,9 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
     if let Some(requests) = host.store().cancel_requests() {
         tokio::spawn(cancel_when_asked(host.clone(), requests));
+    }
+    if let Some(changes) = host.store().run_changes() {
+        tokio::spawn(announce_changes(host.clone(), changes));
     }
     if !a.no_recover {
         // Before the banner: once it is printed, every interrupted run is resumed or left.
@@ -207,7 +216,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
-        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone())
+        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
             .await
             .with_context(|| format!("serving HTTP on {addr}"))?;
         announce_http(g, bound);
@@ -269,6 +278,24 @@ async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::Cancellat
     }
 }
 
+/// Announce to this service's followers the runs other workers sharing the store commit
+/// to, so `wait`, `follow`/`watch` and the event streams see them live here too.
+async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes: tokio::sync::broadcast::Receiver<String>) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut last = std::collections::HashMap::new();
+    loop {
+        match changes.recv().await {
+            Ok(run_id) => {
+                if let Err(e) = host.announce_elsewhere(&run_id, &mut last).await {
+                    tracing::debug!("reading run {run_id} changed by another worker: {e}");
+                }
+            }
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
 /// Cancel the runs executing here whose cancel was asked through another worker sharing the
 /// store.
 async fn cancel_when_asked(host: std::sync::Arc<factory_host::Host>, mut requests: tokio::sync::broadcast::Receiver<String>) {
@@ -314,7 +341,7 @@ fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
 /// SIGINT/SIGTERM. The service stays alive while this process is its client.
 async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr) -> Result<ExitCode> {
     crate::doors::daemon::keep_alive(g);
-    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone())
+    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
         .await
         .with_context(|| format!("serving HTTP on {addr}"))?;
     eprintln!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());

@@ -338,7 +338,7 @@ impl RunQueue for PgStore {
                      WHERE s.backend = free.backend AND s.slot = free.slot
                        AND EXISTS (SELECT 1 FROM workers me WHERE me.id = $3 AND me.generation = $4 AND me.lease_until > now())
                      RETURNING s.slot",
-                    &[&backend, &cap, &lease.worker, &lease.generation],
+                    &[&backend, &cap, &lease.worker, &lease.generation()],
                 )
                 .await
                 .map_err(e)?;
@@ -353,7 +353,7 @@ impl RunQueue for PgStore {
             client
                 .execute(
                     "UPDATE call_slots SET holder = NULL, holder_generation = NULL WHERE backend = $1 AND slot = $2 AND holder = $3 AND holder_generation = $4",
-                    &[&backend, &slot, &lease.worker, &lease.generation],
+                    &[&backend, &slot, &lease.worker, &lease.generation()],
                 )
                 .await
                 .map_err(|e| pg(&pool.url, e))?;
