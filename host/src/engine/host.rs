@@ -779,17 +779,30 @@ impl Host {
 
     /// Execute the first attempt of a queued run this worker claimed, as its start recorded
     /// it (no consent asked again: it was given when the run was started).
-    pub(crate) async fn start_queued(&self, record: RunRecord, start: &crate::store::queue::QueuedStart) -> Result<RunEnvelope, Error> {
+    /// A run whose start cannot be prepared here (its component cannot be loaded, ...) ends
+    /// `error` with the reason instead of waiting forever.
+    pub(crate) async fn start_queued(&self, mut record: RunRecord, start: &crate::store::queue::QueuedStart) -> Result<RunEnvelope, Error> {
         let run_id = record.envelope.run_id.clone();
         let claim = self.claim(&run_id)?;
-        sandbox::recheck_grants(&record.grants)?;
-        let factory = match &start.script {
-            Some(script) => self.load_recorded_script(&start.component, script, Some(&run_id)).await,
-            None => self.load_stored(&start.component).await,
+        let prepared = async {
+            sandbox::recheck_grants(&record.grants)?;
+            let factory = match &start.script {
+                Some(script) => self.load_recorded_script(&start.component, script, Some(&run_id)).await,
+                None => self.load_stored(&start.component).await,
+            }
+            .map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?;
+            Ok::<_, Error>((factory, self.backend_of(&start.backend)?))
+        };
+        match prepared.await {
+            Ok((factory, backend)) => self.attempt_claimed(&factory, record, None, backend, claim, None).await,
+            Err(error) => {
+                let failure = Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the queued run could not start: {error}"));
+                self.end_broken_attempt(&mut record, failure).await;
+                drop(claim);
+                self.announce_end(&record).await;
+                Err(error)
+            }
         }
-        .map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?;
-        let backend = self.backend_of(&start.backend)?;
-        self.attempt_claimed(&factory, record, None, backend, claim, None).await
     }
 
     /// The backend `reference` names, built here (its key variable must be set).
@@ -1325,6 +1338,20 @@ impl Host {
         self.wait(scope, run_id).await
     }
 
+    /// End a run taken out of the queue before any attempt: `cancelled`, nothing ran.
+    async fn cancel_queued(&self, run_id: &str) -> Result<(), Error> {
+        let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };
+        let envelope = &mut record.envelope;
+        envelope.status = RunStatus::Cancelled;
+        let failure = Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled while it waited in the queue; nothing ran");
+        envelope.error = Some(failure.message.clone());
+        envelope.failure = Some(failure);
+        envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(&mut record, false).await?;
+        self.announce_end(&record).await;
+        Ok(())
+    }
+
     /// Tell this host's subscribers (`wait`, followers, event streams) that run `run_id`,
     /// which another process sharing the store executes, changed: its revision read from the
     /// store is announced, once per revision (`last` holds what was announced per run, and
@@ -1344,20 +1371,6 @@ impl Host {
             last.insert(run_id.to_string(), revision);
         }
         let _ = self.updates.send(RunUpdated { run_id: run_id.to_string(), revision });
-        Ok(())
-    }
-
-    /// End a run taken out of the queue before any attempt: `cancelled`, nothing ran.
-    async fn cancel_queued(&self, run_id: &str) -> Result<(), Error> {
-        let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };
-        let envelope = &mut record.envelope;
-        envelope.status = RunStatus::Cancelled;
-        let failure = Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled while it waited in the queue; nothing ran");
-        envelope.error = Some(failure.message.clone());
-        envelope.failure = Some(failure);
-        envelope.updated_at = crate::store::records_timestamp();
-        self.store.put_run(&mut record, false).await?;
-        self.announce_end(&record).await;
         Ok(())
     }
 

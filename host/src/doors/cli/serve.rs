@@ -67,22 +67,22 @@ pub struct ServeArgs {
     /// directory, so a restarted service takes its own runs back at once).
     #[arg(long, env = "FACTORY_WORKER_ID", value_name = "ID")]
     worker_id: Option<String>,
-    /// With --store: runs this worker executes at once (0: it executes none and only queues
+    /// With a shared store: runs this worker executes at once (0: it executes none and only queues
     /// the runs started through it for the other workers). Default: no cap.
-    #[arg(long, value_name = "N", requires = "store")]
+    #[arg(long, value_name = "N")]
     max_runs: Option<usize>,
-    /// With --store: runs executing at once across all the workers; a worker claims a
+    /// With a shared store: runs executing at once across all the workers; a worker claims a
     /// queued run only while fewer are (give every worker the same value). Default: no cap.
-    #[arg(long, value_name = "N", requires = "store")]
+    #[arg(long, value_name = "N")]
     cluster_max_runs: Option<usize>,
-    /// With --store: agent calls in flight at once across all the workers on backend NAME
+    /// With a shared store: agent calls in flight at once across all the workers on backend NAME
     /// (exact: each call holds one of N slot rows in the database while it runs; give every
     /// worker the same value). Repeatable, one per backend.
-    #[arg(long, value_name = "NAME=N", requires = "store", value_parser = parse_backend_cap)]
+    #[arg(long, value_name = "NAME=N", value_parser = parse_backend_cap)]
     backend_max_calls: Vec<(String, u32)>,
-    /// With --store: on SIGTERM, how long the worker lets its runs go on before it halts the
+    /// With a shared store: on SIGTERM, how long the worker lets its runs go on before it halts the
     /// rest and hands them back to the queue for another worker.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, requires = "store", value_parser = parse_drain)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_drain)]
     drain_seconds: f64,
 }
 
@@ -140,6 +140,9 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     let store = a.store.clone().or_else(|| config.store.clone());
     if store.is_none() && a.worker_id.is_some() {
         anyhow::bail!("--worker-id needs a shared store (--store, FACTORY_STORE or the config file's `store`)");
+    }
+    if store.is_none() && (a.max_runs.is_some() || a.cluster_max_runs.is_some() || !a.backend_max_calls.is_empty()) {
+        anyhow::bail!("--max-runs, --cluster-max-runs and --backend-max-calls need a shared store (--store, FACTORY_STORE or the config file's `store`)");
     }
     let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
@@ -262,6 +265,22 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Stop claiming (new runs started here go to the queue for the other workers), then let the
+/// runs executing here go on for at most `bound`.
+async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::CancellationToken, bound: Duration) {
+    claiming.cancel();
+    host.stop_claiming();
+    let running = host.active_runs().len();
+    if running == 0 {
+        return;
+    }
+    eprintln!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
+    let deadline = Instant::now() + bound;
+    while !host.active_runs().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Announce to this service's followers the runs other workers sharing the store commit
 /// to, so `wait`, `follow`/`watch` and the event streams see them live here too.
 async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes: tokio::sync::broadcast::Receiver<String>) {
@@ -277,22 +296,6 @@ async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes:
             Err(RecvError::Lagged(_)) => {}
             Err(RecvError::Closed) => return,
         }
-    }
-}
-
-/// Stop claiming (new runs started here go to the queue for the other workers), then let the
-/// runs executing here go on for at most `bound`.
-async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::CancellationToken, bound: Duration) {
-    claiming.cancel();
-    host.stop_claiming();
-    let running = host.active_runs().len();
-    if running == 0 {
-        return;
-    }
-    eprintln!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
-    let deadline = Instant::now() + bound;
-    while !host.active_runs().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

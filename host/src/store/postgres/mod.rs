@@ -3,8 +3,8 @@
 //! workers and their leases ([`worker`]); versioned migrations serialized across workers
 //! ([`schema`]); group commit in one fenced transaction per window ([`writer`]); reads on a
 //! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]);
-//! one notification per commit so other workers follow runs live ([`changes`]); the run queue
-//! workers claim from, the reaper and the per-backend call slots ([`queue`]).
+//! one notification per commit so other workers follow runs live ([`changes`]); the run
+//! queue workers claim from, the reaper and the per-backend call slots ([`queue`]).
 //! Everything that talks to the database runs on the store's own small tokio runtime, so a
 //! caller on any runtime (or a blocked thread) never stalls it. Connecting repairs what a crash left, as opening the redb store does.
 
@@ -521,12 +521,12 @@ impl Store for PgStore {
         Some(self.cancels.subscribe())
     }
 
-    fn run_changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
-        Some(self.changes.subscribe())
-    }
-
     fn run_queue(&self) -> Option<&dyn crate::store::queue::RunQueue> {
         Some(self)
+    }
+
+    fn run_changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        Some(self.changes.subscribe())
     }
 
     fn claim_interrupted<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {

@@ -1,7 +1,8 @@
 //! The run queue on PostgreSQL ([`RunQueue`] for [`PgStore`]): table `run_queue` (one row per
 //! run waiting for, or held by, a worker: its [`QueuedStart`] and the worker that claimed it),
 //! claimed with `FOR UPDATE SKIP LOCKED`; one `pg_notify('factory_queue', '')` per
-//! transaction that enqueues or requeues (never one per row), heard on a LISTEN connection of
+//! transaction that enqueues or requeues (never one per row), and one when a claimed run
+//! ends while others wait (room under a cap may have opened), heard on a LISTEN connection of
 //! each worker's own, with a slow poll by the caller as the fallback. The cluster-wide cap on
 //! runs is counted under a transaction-level advisory lock (so two workers claiming at once
 //! cannot both take the last room); without that cap claims never wait on each other. The
@@ -160,9 +161,15 @@ impl RunQueue for PgStore {
         let (pool, lease) = (self.pool.clone(), self.lease.clone());
         self.spawn(async move {
             let client = pool.get().await?;
-            // Only this worker's claim: an entry handed back meanwhile stays queued.
+            // Only this worker's claim: an entry handed back meanwhile stays queued. When runs
+            // wait (held back by a cap), one notification says there may be room now.
             client
-                .execute("DELETE FROM run_queue WHERE run_id = $1 AND claimed_by = $2", &[&run_id, &lease.worker])
+                .execute(
+                    "WITH done AS (DELETE FROM run_queue WHERE run_id = $1 AND claimed_by = $2 RETURNING run_id)
+                     SELECT pg_notify($3, '') WHERE EXISTS (SELECT 1 FROM done)
+                       AND EXISTS (SELECT 1 FROM run_queue WHERE claimed_by IS NULL)",
+                    &[&run_id, &lease.worker, &CHANNEL],
+                )
                 .await
                 .map_err(|e| pg(&pool.url, e))?;
             Ok(())

@@ -148,7 +148,10 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         .await
         .map_err(e)?;
     }
-    // What an earlier self or a dead worker had claimed from the queue goes back to it.
+    // The runs halted here are recovered when the worker starts (`factory serve`), not
+    // through the queue; what an earlier self or a dead worker had claimed from the queue
+    // and not started goes back to it.
+    tx.execute("DELETE FROM run_queue WHERE run_id = ANY($1)", &[&ids]).await.map_err(e)?;
     tx.execute("UPDATE runs SET owner = NULL WHERE id = ANY($1)", &[&fresh]).await.map_err(e)?;
     let released = tx
         .execute("UPDATE run_queue SET claimed_by = NULL WHERE claimed_by = $1 OR claimed_by = ANY($2) OR run_id = ANY($3)", &[&worker, &dead, &fresh])
