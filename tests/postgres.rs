@@ -37,12 +37,12 @@ async fn a_newer_schema_is_refused_and_migrations_run_once() {
     // Two workers connecting at once: the advisory lock serializes the migration.
     let (a, b) = futures::join!(PgStore::connect(&url, options("w1")), PgStore::connect(&url, options("w2")));
     let (a, b) = (a.expect("worker 1 connects"), b.expect("worker 2 connects"));
-    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',') FROM factory_schema"), "1", "migration 1 applied once");
+    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"), "1,2", "each migration applied once");
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers"), "2", "both registered");
     drop((a, b));
-    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (2)");
+    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (3)");
     match PgStore::connect(&url, options("w3")).await {
-        Err(StoreError::Version { found: 2, expected: 1 }) => {}
+        Err(StoreError::Version { found: 3, expected: 2 }) => {}
         other => panic!("a newer schema must be refused with a version error, got {other:?}"),
     }
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers WHERE id = 'w3'"), "0", "a refused worker registers nothing");
@@ -392,6 +392,7 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     assert!(workers.iter().all(|w| w["live"] == true && w["leaseSeconds"].as_f64().is_some_and(|s| s > 0.0)), "{workers:#?}");
     let by_pid = |pid: i64| workers.iter().find(|w| w["pid"] == pid).cloned().unwrap_or_else(|| panic!("no worker with pid {pid}: {workers:#?}"));
     assert_eq!(by_pid(pid_of(one.log()))["runs"], 1, "worker 1 executes the run: {workers:#?}");
+    assert_eq!(by_pid(pid_of(one.log()))["runIds"], json!([run_id]), "{workers:#?}");
     assert_eq!(by_pid(pid_of(two.log()))["runs"], 0, "{workers:#?}");
     let table = common::factory_in(states[1].path(), &["workers", "--store", &url]);
     let table = String::from_utf8_lossy(&table.stdout).into_owned();
@@ -963,4 +964,341 @@ fn a_run_executing_on_one_worker_is_followed_live_on_another() {
     drop(events);
     two.stop();
     one.stop();
+}
+
+/// `count` state directories, each with a `factory.toml` whose default backend `local` is the
+/// fake OpenAI server on `port`.
+fn worker_states(count: usize, port: u16) -> Vec<tempfile::TempDir> {
+    (0..count)
+        .map(|_| {
+            let state = tempfile::tempdir().expect("a state dir");
+            common::fake_openai::write_config(state.path(), port, false, "");
+            let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+            std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+            state
+        })
+        .collect()
+}
+
+/// Register the probe through `api` and start `runs` fan-outs of `n` calls through it; the
+/// run ids.
+fn start_fanouts(runtime: &tokio::runtime::Runtime, api: &Api, runs: usize, n: u32, concurrent: u32) -> Vec<String> {
+    use serde_json::json;
+    let probe = common::component("probe");
+    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201, "{status} {registered:#}");
+    (0..runs)
+        .map(|_| {
+            let start = json!({"name": "probe", "args": {"case": "fanout", "n": n}, "limits": {"maxConcurrentSubagents": concurrent}, "approved": true});
+            let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+            assert_eq!(status, 202, "{started:#}");
+            started["runId"].as_str().expect("a run id").to_string()
+        })
+        .collect()
+}
+
+/// Wait (at most `limit`) through `api` until run `run_id` is no longer running nor halted
+/// (a requeued run is halted until a worker resumes it); its envelope.
+fn wait_until_completed(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &str, limit: Duration) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        if done["status"] != "halted" || std::time::Instant::now() >= deadline {
+            return done;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Wait (at most `limit`) until `sql` on `db` answers `want`.
+fn wait_for_sql(server: &Postgres, db: &str, sql: &str, want: &str, limit: Duration, context: &dyn Fn() -> String) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let got = server.psql(db, sql);
+        if got == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "`{sql}` answers {got:?}, not {want:?}\n{}", context());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Three `factory serve --store` workers; worker A (`--max-runs 0`) executes nothing, so the
+/// runs started through it wait in the queue and workers B and C claim them (`FOR UPDATE
+/// SKIP LOCKED`, woken by one notification per enqueue). Each run is claimed and started
+/// once, by B or C, every run completes, and every call reached the backend once.
+#[test]
+fn runs_started_through_one_worker_are_claimed_once_by_the_others() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("queue");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(100) }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let runs = start_fanouts(&runtime, &api, 6, 2, 2);
+    for run_id in &runs {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}\n{}", a.log(), b.log(), c.log());
+        assert_eq!(done["result"]["done"], 2, "{done:#}");
+        assert_eq!(done["attempts"], 1, "{done:#}");
+    }
+    let logs = [a.stop(), b.stop(), c.stop()];
+    for run_id in &runs {
+        let started: Vec<usize> = (0..3).filter(|&i| logs[i].contains(&format!("run={run_id}")) && logs[i].lines().any(|l| l.contains("starting a queued run") && l.contains(run_id.as_str()))).collect();
+        assert_eq!(started.len(), 1, "run {run_id} started by exactly one worker: {logs:#?}");
+        assert_ne!(started[0], 0, "worker A (--max-runs 0) executes nothing: {logs:#?}");
+    }
+    assert_eq!(fake.asked().len(), 12, "each call once: {:?}", fake.asked());
+    assert_eq!(server.psql("queue", "SELECT count(*) FROM run_queue"), "0", "every entry dropped once its run ended");
+    assert_eq!(server.psql("queue", "SELECT count(*) FROM runs WHERE owner IS NOT NULL"), "0");
+}
+
+/// Three workers; a run's fan-out executes on B or C (A takes none). Once four answers are
+/// journaled and two calls are in flight, the executing worker is stopped with SIGSTOP. Past
+/// its lease the reaper on a live worker fences it (generation + 1) and requeues the run; the
+/// other worker claims it and resumes it from the journal: it completes, no journaled prompt
+/// is asked again. The stopped worker, continued afterwards, gets the answers to its two
+/// held calls but sends no further request and writes nothing (its commits are refused).
+#[test]
+fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::{signal, Service};
+
+    let server = Postgres::start();
+    let url = server.database("reap");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Four answers at once, then the next requests are held 40 s (the stopped worker's).
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 4, then: Box::new(Mode::Answer { latency: Duration::from_secs(40) }) }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let run_id = start_fanouts(&runtime, &api, 1, 10, 2).remove(0);
+    let context = || format!("{}\n{}\n{}", a.log(), b.log(), c.log());
+    wait_for_sql(&server, "reap", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "4", Duration::from_secs(120), &context);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fake.asked().len() < 6 {
+        assert!(std::time::Instant::now() < deadline, "two calls never got in flight: {:?}", fake.asked());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let owner = server.psql("reap", &format!("SELECT w.id || ' ' || w.pid || ' ' || w.generation FROM runs r JOIN workers w ON w.id = r.owner WHERE r.id = '{run_id}'"));
+    let parts: Vec<&str> = owner.split(' ').collect();
+    assert_eq!(parts.len(), 3, "the run is owned by a worker: {owner:?}");
+    let (worker, pid, generation) = (parts[0].to_string(), parts[1].parse::<u32>().expect("a pid"), parts[2].parse::<i64>().expect("a generation"));
+    let logs = context();
+    let (stopped, live) = if b.log().contains(&format!("pid {pid},")) { (b, c) } else { (c, b) };
+    assert!(stopped.log().contains(&format!("pid {pid},")), "the owner is B or C: {owner}\n{logs}");
+    // The first four prompts were answered and journaled before the stop.
+    let mut journaled: Vec<String> = fake.asked()[..4].to_vec();
+    let mut answered = fake.answered();
+    journaled.sort();
+    answered.sort();
+    assert_eq!(answered, journaled, "the first four asked were the four answered");
+    signal(pid, "-STOP");
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+
+    // The reaper on A or the live worker fences it and requeues the run (halted, until the
+    // live worker, as A takes nothing, resumes it).
+    let done = wait_until_completed(&runtime, &api, &run_id, Duration::from_secs(120));
+    assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", a.log(), live.log());
+    assert_eq!(done["result"]["done"], 10, "{done:#}");
+    assert_eq!(done["attempts"], 2, "{done:#}");
+    assert_eq!(server.psql("reap", &format!("SELECT generation FROM workers WHERE id = '{worker}'")), (generation + 1).to_string(), "fenced once");
+    assert!(a.log().contains("fenced workers") || live.log().contains("fenced workers"), "a reaper says so:\n{}\n{}", a.log(), live.log());
+    let asked = fake.asked();
+    assert_eq!(asked.len(), 12, "ten calls and the two in flight at the stop: {asked:?}");
+    for prompt in &journaled {
+        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "journaled `{prompt}` was not asked again: {asked:?}");
+    }
+    let once = asked.iter().filter(|p| asked.iter().filter(|q| q == p).count() == 1).count();
+    assert_eq!(once, 8, "only the two calls in flight at the stop were asked twice: {asked:?}");
+    let record = server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'"));
+    let steps = server.psql("reap", &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'"));
+
+    // Continued: its held calls are answered (40 s after they were asked; the first answer
+    // it cannot journal ends its attempt, dropping the other), and it writes nothing and asks
+    // nothing more.
+    signal(pid, "-CONT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while fake.answered().len() < 11 {
+        assert!(std::time::Instant::now() < deadline, "the held calls were never answered: {:?}", fake.answered());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(fake.asked().len(), 12, "the continued worker sends no further request: {:?}", fake.asked());
+    assert_eq!(server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'")), record, "the run's record is untouched");
+    assert_eq!(server.psql("reap", &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'")), steps, "the journal is untouched");
+    assert!(stopped.log().contains("lost its lease"), "the continued worker knows it was fenced: {}", stopped.log());
+    stopped.kill();
+    live.stop();
+    a.stop();
+}
+
+/// Three workers, each `--max-runs 2 --cluster-max-runs 4 --backend-max-calls local=3`, and
+/// 20 fan-outs (2 calls each, both at once) started through worker A: while they run, a
+/// sampler reads the runs each worker owns; at most 2 per worker and 4 in all, and the fake
+/// server never has more than 3 calls in flight (without the backend cap, 4 runs would make
+/// 8). Every run completes, each call asked once.
+#[test]
+fn cluster_caps_hold_under_twenty_runs() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("caps");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(300) }));
+    let states = worker_states(3, fake.port());
+    let caps = ["--max-runs", "2", "--cluster-max-runs", "4", "--backend-max-calls", "local=3"];
+    let mut args = vec!["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    args.extend(caps);
+    let a = Service::start(states[0].path(), &args);
+    let api = Api::of(states[0].path(), &a.log());
+    let mut args = vec!["--store", url.as_str()];
+    args.extend(caps);
+    let b = Service::start(states[1].path(), &args);
+    let c = Service::start(states[2].path(), &args);
+
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (sampling, port) = (sampling.clone(), server.port());
+        std::thread::spawn(move || {
+            let (mut most_one, mut most_all) = (0i64, 0i64);
+            while sampling.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = std::process::Command::new(std::path::Path::new(common::postgres::PG_BIN).join("psql"))
+                    .args(["-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "caps", "-c"])
+                    .arg("SELECT coalesce(max(n), 0) || ' ' || coalesce(sum(n), 0) FROM (SELECT count(*) AS n FROM runs WHERE owner IS NOT NULL GROUP BY owner) o")
+                    .output()
+                    .expect("psql");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let mut parts = text.split_whitespace().map(|n| n.parse::<i64>().unwrap_or(0));
+                most_one = most_one.max(parts.next().unwrap_or(0));
+                most_all = most_all.max(parts.next().unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            (most_one, most_all)
+        })
+    };
+    let runs = start_fanouts(&runtime, &api, 20, 2, 2);
+    for run_id in &runs {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}\n{}", a.log(), b.log(), c.log());
+    }
+    sampling.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (most_one, most_all) = sampler.join().expect("the sampler");
+    assert!(most_one <= 2, "a worker owned {most_one} runs at once (cap 2)");
+    assert!((1..=4).contains(&most_all), "the workers owned {most_all} runs at once (cluster cap 4)");
+    let calls = fake.max_in_flight();
+    assert!((1..=3).contains(&calls), "{calls} calls in flight at once (backend cap 3)");
+    assert_eq!(fake.asked().len(), 40, "each call once");
+    assert_eq!(server.psql("caps", "SELECT count(*) FROM call_slots WHERE holder IS NOT NULL"), "0", "every slot given back");
+    a.stop();
+    b.stop();
+    c.stop();
+}
+
+/// Two workers; a run executes on worker A (it accepted it and had room) with its calls held
+/// by the backend. SIGTERM to A (`--drain-seconds 1`): A stops claiming, waits 1 s, halts the
+/// run and hands it back to the queue, gives its lease up and exits 0; worker B claims the
+/// run and resumes it from its journal, and no answered call is asked again.
+#[test]
+fn sigterm_drains_a_worker_and_hands_its_runs_back() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("drain");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let states = worker_states(2, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--drain-seconds", "1"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url, "--http", "127.0.0.1:0"]);
+    let api_b = Api::of(states[1].path(), &b.log());
+    let run_id = start_fanouts(&runtime, &api, 1, 6, 2).remove(0);
+    let context = || format!("{}\n{}", a.log(), b.log());
+    wait_for_sql(&server, "drain", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "2", Duration::from_secs(120), &context);
+    let a_id = server.psql("drain", &format!("SELECT owner FROM runs WHERE id = '{run_id}'"));
+    assert_eq!(server.psql("drain", &format!("SELECT pid FROM workers WHERE id = '{a_id}'")), a.log().lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next().map(str::to_string)).unwrap_or_default(), "A executes it");
+    let mut answered = fake.answered();
+    answered.sort();
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+
+    let log = a.stop();
+    assert!(log.contains("factory serve: draining: claiming no more runs"), "{log}");
+    assert!(log.contains(&format!("handed 1 run back to the queue: {run_id}")), "{log}");
+    assert_eq!(server.psql("drain", &format!("SELECT lease_until <= now() FROM workers WHERE id = '{a_id}'")), "t", "A gave its lease up");
+    let done = wait_until_completed(&runtime, &api_b, &run_id, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done:#}\n{log}\n{}", b.log());
+    assert_eq!(done["result"]["done"], 6, "{done:#}");
+    assert_eq!(done["attempts"], 2, "{done:#}");
+    let asked = fake.asked();
+    for prompt in &answered {
+        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "answered `{prompt}` was not asked again: {asked:?}");
+    }
+    assert_eq!(asked.len(), 8, "six calls and the two in flight at the drain's end: {asked:?}");
+    b.stop();
+}
+
+/// A run waits in the queue while no worker can serve it: worker A accepts runs only
+/// (`--max-runs 0`); a run cancelled while queued ends `cancelled` at once, having called
+/// nothing. Worker B has no backend `local` in its `factory.toml`: it claims the next run,
+/// finds it cannot build its backend, and puts it back (the run stays `pending`, unowned).
+/// Worker C, which has `local`, claims it and completes it.
+#[test]
+fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_queued() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("serveable");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+
+    let first = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
+    assert_eq!(server.psql("serveable", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{first}'")), "pending -", "queued, owned by nobody");
+    let (status, cancelled) = runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{first}/cancel"), Some(serde_json::json!({}))));
+    assert_eq!(status, 200, "{cancelled:#}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}\n{}", a.log());
+    assert_eq!(cancelled["attempts"], 0, "{cancelled:#}");
+    assert_eq!(server.psql("serveable", "SELECT count(*) FROM run_queue"), "0", "taken out of the queue");
+
+    // B's config has no backend `local`.
+    std::fs::write(states[1].path().join("factory.toml"), "").expect("an empty config");
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let second = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b.log().contains("a queued run this worker cannot serve goes back to the queue") {
+        assert!(std::time::Instant::now() < deadline, "B never tried the run: {}", b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        server.psql("serveable", &format!("SELECT r.status || ' ' || coalesce(r.owner, '-') || ' ' || coalesce(q.claimed_by, '-') FROM runs r JOIN run_queue q ON q.run_id = r.id WHERE r.id = '{second}'")),
+        "pending - -",
+        "put back: {}",
+        b.log()
+    );
+    assert!(fake.asked().is_empty(), "nothing called yet: {:?}", fake.asked());
+
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let done = wait_until_completed(&runtime, &api, &second, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", b.log(), c.log());
+    let logs = [a.stop(), b.stop(), c.stop()];
+    assert!(logs[2].contains("starting a queued run"), "C ran it: {logs:#?}");
+    assert!(!logs[1].contains("starting a queued run"), "B did not: {logs:#?}");
+    assert_eq!(fake.asked().len(), 2, "{:?}", fake.asked());
 }

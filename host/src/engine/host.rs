@@ -47,6 +47,9 @@ pub struct HostConfig {
     pub catalog: Arc<dyn BackendCatalog>,
     /// Host-side sandbox limits.
     pub sandbox: SandboxLimits,
+    /// The caps of a worker of a shared store (its run queue and call slots; unused with a
+    /// store of one process).
+    pub caps: crate::engine::queue::Caps,
 }
 
 impl Default for HostConfig {
@@ -58,6 +61,7 @@ impl Default for HostConfig {
             backend: Arc::new(DryRun),
             catalog: Arc::new(BuiltinCatalog),
             sandbox: SandboxLimits::default(),
+            caps: Default::default(),
         }
     }
 }
@@ -260,6 +264,10 @@ pub struct Host {
     updates: broadcast::Sender<RunUpdated>,
     /// Bytes the pending agent calls of every run hold.
     pending_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// Room for runs from a shared store's queue ([`crate::engine::queue::Caps::worker_runs`]).
+    queue_room: Arc<tokio::sync::Semaphore>,
+    /// Told when a queued run this host executed ended (room to claim again).
+    queue_freed: Arc<tokio::sync::Notify>,
 }
 
 fn session_of(session: &Option<String>) -> String {
@@ -285,7 +293,10 @@ impl Host {
         let script_linker = crate::capabilities::script_linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
         let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
         let (updates, _) = broadcast::channel(1024);
+        let room = config.caps.worker_runs.unwrap_or(tokio::sync::Semaphore::MAX_PERMITS).min(tokio::sync::Semaphore::MAX_PERMITS);
         Ok(Host {
+            queue_room: Arc::new(tokio::sync::Semaphore::new(room)),
+            queue_freed: Arc::default(),
             engine,
             linker,
             script_linker,
@@ -302,6 +313,28 @@ impl Host {
     /// The durable store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// The caps this host runs under as a worker of a shared store.
+    pub fn caps(&self) -> &crate::engine::queue::Caps {
+        &self.config.caps
+    }
+
+    /// Room for runs from the queue: one permit per run executing.
+    pub(crate) fn queue_room(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.queue_room
+    }
+
+    /// Take no more runs from the queue, nor claim new runs started here (a draining worker):
+    /// they wait in the queue for another worker.
+    pub fn stop_claiming(&self) {
+        self.queue_room.close();
+        self.queue_freed.notify_waiters();
+    }
+
+    /// Notified when a queued run executed here ended.
+    pub(crate) fn queue_freed(&self) -> &tokio::sync::Notify {
+        &self.queue_freed
     }
 
     /// The sandbox limits every run of this host gets.
@@ -686,8 +719,90 @@ impl Host {
             Some(backend) => backend,
             None => self.chosen_backend(&options.choice)?,
         };
+        if self.store.run_queue().is_some() {
+            return self.run_queued(factory, options, backend).await;
+        }
         let (record, options) = self.create_run(factory, options).await?;
         self.attempt(factory, record, options.events, backend, options.trace_parent).await
+    }
+
+    /// [`Host::run`] on a store with a run queue: the run is stored with its queue entry
+    /// (what its first attempt needs: component, script, backend; its grants are in the
+    /// record). When this worker has room it claims the entry in the same transaction and
+    /// executes the run at once; otherwise any worker with room claims it, and this waits for
+    /// its end.
+    async fn run_queued(&self, factory: &Factory, mut options: RunOptions, backend: Arc<dyn AgentBackend>) -> Result<RunEnvelope, Error> {
+        let Some(queue) = self.store.run_queue() else { return Err(Error::Misrouted("a queued run on a store without a queue")) };
+        let permit = self.queue_room.clone().try_acquire_owned().ok();
+        let on_start = options.on_start.take();
+        let (mut record, options) = self.new_record(factory, options)?;
+        self.put_blobs(factory)?;
+        // The component and script bytes are durable before any worker can claim the run.
+        if let Err(e) = self.store.flush().await {
+            return Err(e.0.downcast_ref::<crate::store::StoreError>().cloned().unwrap_or(crate::store::StoreError::Closed).into());
+        }
+        let start = crate::store::queue::QueuedStart {
+            component: factory.component.hash.clone(),
+            script: factory.component.script.as_ref().map(|s| s.reference()),
+            backend: backend.reference(),
+        };
+        let here = queue.enqueue(&mut record, &start, permit.is_some(), self.config.caps.cluster_runs).await?;
+        let run_id = record.envelope.run_id.clone();
+        if let Some(on_start) = on_start {
+            on_start(&run_id);
+        }
+        if !here {
+            drop(permit);
+            return self.wait(Scope::Owner, &run_id).await;
+        }
+        let ended = self.attempt(factory, record, options.events, backend, options.trace_parent).await;
+        if let Err(e) = queue.finish(run_id.clone()).await {
+            tracing::warn!(run = %run_id, error = %e, "dropping a finished run's queue entry");
+        }
+        drop(permit);
+        self.queue_freed.notify_one();
+        ended
+    }
+
+    /// Whether this worker can execute a run it claimed from the queue: the backend the run
+    /// was started with (or last recorded) can be built here, its key variable is set, and
+    /// every granted directory is still the one recorded.
+    pub(crate) async fn can_serve(&self, claimed: &crate::store::queue::Claimed) -> Result<(), Error> {
+        let Some(record) = self.store.run(&claimed.run_id).await? else { return Ok(()) };
+        sandbox::recheck_grants(&record.grants)?;
+        match &claimed.start {
+            Some(start) if record.envelope.attempts == 0 => self.backend_of(&start.backend).map(drop),
+            _ => self.recorded_backend(&record, &BackendChoice::default()).map(drop),
+        }
+    }
+
+    /// Execute the first attempt of a queued run this worker claimed, as its start recorded
+    /// it (no consent asked again: it was given when the run was started).
+    pub(crate) async fn start_queued(&self, record: RunRecord, start: &crate::store::queue::QueuedStart) -> Result<RunEnvelope, Error> {
+        let run_id = record.envelope.run_id.clone();
+        let claim = self.claim(&run_id)?;
+        sandbox::recheck_grants(&record.grants)?;
+        let factory = match &start.script {
+            Some(script) => self.load_recorded_script(&start.component, script, Some(&run_id)).await,
+            None => self.load_stored(&start.component).await,
+        }
+        .map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?;
+        let backend = self.backend_of(&start.backend)?;
+        self.attempt_claimed(&factory, record, None, backend, claim, None).await
+    }
+
+    /// The backend `reference` names, built here (its key variable must be set).
+    fn backend_of(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, Error> {
+        if let Some(var) = &reference.key_env {
+            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
+                return Err(BackendUnavailable { backend: reference.display(), missing: format!("the variable `{var}` that held its API key is not set") }.into());
+            }
+        }
+        let default = self.config.backend.reference();
+        if default.name == reference.name && default.model == reference.model && default.config == reference.config {
+            return Ok(self.config.backend.clone());
+        }
+        Ok(self.config.catalog.build(reference)?)
     }
 
     /// The backend a new run uses for `choice`: the host's default when it is empty, else
@@ -763,6 +878,18 @@ impl Host {
     /// Check `options` and store a new pending run of `factory`; hands back what of
     /// `options` the attempt still needs.
     async fn create_run(&self, factory: &Factory, mut options: RunOptions) -> Result<(RunRecord, RunOptions), Error> {
+        let on_start = options.on_start.take();
+        let (mut record, options) = self.new_record(factory, options)?;
+        self.put_blobs(factory)?;
+        self.store.put_run(&mut record, true).await?;
+        if let Some(on_start) = on_start {
+            on_start(&record.envelope.run_id);
+        }
+        Ok((record, options))
+    }
+
+    /// Check `options` and build the record of a new pending run of `factory` (not stored).
+    fn new_record(&self, factory: &Factory, options: RunOptions) -> Result<(RunRecord, RunOptions), Error> {
         let limits = factory.meta.limits.overridden_by(&options.limits);
         limits.validate()?;
         let grants = sandbox::check_grants(&options.grants)?;
@@ -773,7 +900,7 @@ impl Host {
         }
         let run_id = uuid::Uuid::now_v7().to_string();
         let now = crate::store::records_timestamp();
-        let mut record = RunRecord {
+        let record = RunRecord {
             envelope: RunEnvelope {
                 run_id: run_id.clone(),
                 factory: factory.meta.name.clone(),
@@ -802,11 +929,6 @@ impl Host {
             interrupted: None,
             recoveries: 0,
         };
-        self.put_blobs(factory)?;
-        self.store.put_run(&mut record, true).await?;
-        if let Some(on_start) = options.on_start.take() {
-            on_start(&run_id);
-        }
         Ok((record, options))
     }
 
@@ -1078,6 +1200,8 @@ impl Host {
         let prior = record.envelope.accounting;
         // Backends whose spawns see files (agent CLIs) see the run's grants, and only those.
         let backend = backend.with_grants(&record.grants).unwrap_or(backend);
+        // Under the cluster-wide cap of its backend, on a shared store that sets one.
+        let backend = crate::engine::queue::capped(&self.store, &self.config.caps, backend);
         let setup = AttemptSetup {
             run_id: run_id.clone(),
             limits: record.limits,
@@ -1180,6 +1304,20 @@ impl Host {
         if !self.cancel_here(run_id) {
             // Executed by another process sharing the store (or not running): ask it.
             self.store.request_cancel(run_id).await?;
+            if let Some(queue) = self.store.run_queue() {
+                // Still waiting in a shared store's queue, nobody executes it: it ends here.
+                // A worker may hold it for a moment (claiming it, or putting it back): tried
+                // again each second until it ends one way or the other.
+                loop {
+                    if queue.dequeue(run_id.to_string()).await? {
+                        self.cancel_queued(run_id).await?;
+                        break;
+                    }
+                    if let Ok(ended) = tokio::time::timeout(Duration::from_secs(1), self.wait(scope.clone(), run_id)).await {
+                        return ended;
+                    }
+                }
+            }
         }
         self.wait(scope, run_id).await
     }
@@ -1203,6 +1341,20 @@ impl Host {
             last.insert(run_id.to_string(), revision);
         }
         let _ = self.updates.send(RunUpdated { run_id: run_id.to_string(), revision });
+        Ok(())
+    }
+
+    /// End a run taken out of the queue before any attempt: `cancelled`, nothing ran.
+    async fn cancel_queued(&self, run_id: &str) -> Result<(), Error> {
+        let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };
+        let envelope = &mut record.envelope;
+        envelope.status = RunStatus::Cancelled;
+        let failure = Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled while it waited in the queue; nothing ran");
+        envelope.error = Some(failure.message.clone());
+        envelope.failure = Some(failure);
+        envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(&mut record, false).await?;
+        self.announce_end(&record).await;
         Ok(())
     }
 

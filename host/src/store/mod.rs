@@ -17,6 +17,7 @@ mod error;
 pub mod footprint;
 pub mod journal;
 pub mod postgres;
+pub mod queue;
 pub mod records;
 pub mod redb;
 mod stats;
@@ -147,6 +148,13 @@ pub trait Store: Journal + std::fmt::Debug {
     /// The ids of runs whose cancel other processes requested ([`Store::request_cancel`]),
     /// as they arrive; `None` for a store of one process (the default).
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        None
+    }
+
+    /// The run queue, for a store several workers share: new runs are enqueued there and
+    /// claimed by whichever worker has room ([`queue::RunQueue`]). `None` (the default): runs
+    /// execute in the process that starts them.
+    fn run_queue(&self) -> Option<&dyn queue::RunQueue> {
         None
     }
 }

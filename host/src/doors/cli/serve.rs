@@ -11,7 +11,10 @@
 //!
 //! With `--store postgres://...` the runs live in that database instead (a
 //! [`PgStore`](factory_host::store::PgStore) worker); the state directory keeps the socket
-//! and the token, and the URL is only ever shown redacted.
+//! and the token, and the URL is only ever shown redacted. Such a worker claims queued runs
+//! under its caps and reaps dead workers ([`factory_host::engine::queue`]); on SIGTERM it
+//! drains: it stops claiming, lets its runs go on for `--drain-seconds`, then halts the rest
+//! and hands them back to the queue.
 
 use crate::doors::cli::backends::load_config;
 use crate::doors::reach::{open_host, serve as serve_socket};
@@ -64,6 +67,38 @@ pub struct ServeArgs {
     /// directory, so a restarted service takes its own runs back at once).
     #[arg(long, env = "FACTORY_WORKER_ID", value_name = "ID")]
     worker_id: Option<String>,
+    /// With --store: runs this worker executes at once (0: it executes none and only queues
+    /// the runs started through it for the other workers). Default: no cap.
+    #[arg(long, value_name = "N", requires = "store")]
+    max_runs: Option<usize>,
+    /// With --store: runs executing at once across all the workers; a worker claims a
+    /// queued run only while fewer are (give every worker the same value). Default: no cap.
+    #[arg(long, value_name = "N", requires = "store")]
+    cluster_max_runs: Option<usize>,
+    /// With --store: agent calls in flight at once across all the workers on backend NAME
+    /// (exact: each call holds one of N slot rows in the database while it runs; give every
+    /// worker the same value). Repeatable, one per backend.
+    #[arg(long, value_name = "NAME=N", requires = "store", value_parser = parse_backend_cap)]
+    backend_max_calls: Vec<(String, u32)>,
+    /// With --store: on SIGTERM, how long the worker lets its runs go on before it halts the
+    /// rest and hands them back to the queue for another worker.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, requires = "store", value_parser = parse_drain)]
+    drain_seconds: f64,
+}
+
+fn parse_backend_cap(text: &str) -> Result<(String, u32), String> {
+    let (name, n) = text.split_once('=').ok_or_else(|| format!("--backend-max-calls takes NAME=N, got {text}"))?;
+    match n.trim().parse::<u32>() {
+        Ok(n) if n > 0 && !name.trim().is_empty() => Ok((name.trim().to_string(), n)),
+        _ => Err(format!("--backend-max-calls takes NAME=N with N a positive whole number, got {text}")),
+    }
+}
+
+fn parse_drain(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=1e6).contains(&s) => Ok(s),
+        _ => Err(format!("--drain-seconds must be a number of seconds, got {text}")),
+    }
 }
 
 fn parse_store(text: &str) -> Result<String, String> {
@@ -108,7 +143,12 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
-        crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref())
+        let caps = factory_host::engine::queue::Caps {
+            worker_runs: a.max_runs,
+            cluster_runs: a.cluster_max_runs,
+            backend_calls: a.backend_max_calls.iter().cloned().collect(),
+        };
+        crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps)
             .await
             .context("opening the shared store")?
     } else {
@@ -167,6 +207,12 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
             eprintln!("factory serve: {recovery}");
         }
     }
+    // A worker of a shared store claims queued runs and reaps dead workers until it drains.
+    let claiming = tokio_util::sync::CancellationToken::new();
+    if host.store().run_queue().is_some() {
+        tokio::spawn(factory_host::engine::queue::claim_loop(host.clone(), a.max_recoveries, claiming.clone()));
+        tokio::spawn(factory_host::engine::queue::reap_loop(host.store().clone(), claiming.clone()));
+    }
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
@@ -177,15 +223,25 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     let mut term = signal(SignalKind::terminate())?;
     let idle = idle_exit(&host, &serving, a.idle_exit);
+    let queued = host.store().run_queue().is_some();
+    let stopping = if queued {
+        "factory serve: draining: claiming no more runs"
+    } else {
+        "factory serve: shutting down; running runs end as halted"
+    };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => eprintln!("factory serve: shutting down; running runs end as halted"),
-        _ = term.recv() => eprintln!("factory serve: shutting down; running runs end as halted"),
+        _ = tokio::signal::ctrl_c() => eprintln!("{stopping}"),
+        _ = term.recv() => eprintln!("{stopping}"),
         _ = idle => eprintln!("factory serve: idle for {} s with no run and no client; exiting", a.idle_exit.unwrap_or_default()),
+    }
+    if queued {
+        drain(&host, &claiming, Duration::from_secs_f64(a.drain_seconds)).await;
     }
     if http.is_some() {
         // `factory ui` then says no daemon serves HTTP here.
         let _ = std::fs::remove_file(g.state_dir.join(crate::doors::http::ADDR_FILE));
     }
+    let halting = host.active_runs();
     host.shutdown();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !host.active_runs().is_empty() && Instant::now() < deadline {
@@ -193,6 +249,16 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     serving.drain().await;
     host.store().flush().await?;
+    if let Some(queue) = host.store().run_queue() {
+        // What the drain could not finish goes back to the queue: another worker resumes it
+        // from its journal.
+        if !halting.is_empty() {
+            match queue.hand_back(halting).await {
+                Ok(ids) => eprintln!("factory serve: handed {} run{} back to the queue: {}", ids.len(), if ids.len() == 1 { "" } else { "s" }, ids.join(" ")),
+                Err(e) => eprintln!("factory serve: warning: cannot hand the halted runs back to the queue ({e}); a worker resumes them when it starts"),
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -219,6 +285,22 @@ async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes:
                 tracing::debug!("reading run {run_id} changed by another worker: {e}");
             }
         }
+    }
+}
+
+/// Stop claiming (new runs started here go to the queue for the other workers), then let the
+/// runs executing here go on for at most `bound`.
+async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::CancellationToken, bound: Duration) {
+    claiming.cancel();
+    host.stop_claiming();
+    let running = host.active_runs().len();
+    if running == 0 {
+        return;
+    }
+    eprintln!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
+    let deadline = Instant::now() + bound;
+    while !host.active_runs().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -1,5 +1,5 @@
 //! `factory workers --store postgres://...`: the workers of a shared store, their leases and
-//! the runs each executes (read without registering as a worker). The URL is shown redacted.
+//! the runs each owns (read without registering as a worker). The URL is shown redacted.
 
 use anyhow::{Context, Result};
 use clap::Args;

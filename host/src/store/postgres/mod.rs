@@ -3,7 +3,8 @@
 //! workers and their leases ([`worker`]); versioned migrations serialized across workers
 //! ([`schema`]); group commit in one fenced transaction per window ([`writer`]); reads on a
 //! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]);
-//! one notification per commit so other workers follow runs live ([`changes`]).
+//! one notification per commit so other workers follow runs live ([`changes`]); the run queue
+//! workers claim from, the reaper and the per-backend call slots ([`queue`]).
 //! Everything that talks to the database runs on the store's own small tokio runtime, so a
 //! caller on any runtime (or a blocked thread) never stalls it. Connecting repairs what a crash left, as opening the redb store does.
 
@@ -11,6 +12,7 @@ mod cancel;
 mod changes;
 mod journal;
 mod progress;
+mod queue;
 pub mod schema;
 pub mod url;
 mod worker;
@@ -134,6 +136,8 @@ pub struct PgStore {
     /// lost its lease and rejoined) is refused: that attempt's run may be another worker's
     /// now. Held while a run's write is queued, and while rejoining.
     executing: Arc<Mutex<std::collections::HashMap<String, i64>>>,
+    /// Wakes the claimers of the run queue ([`queue`]).
+    queue_wakeups: tokio::sync::broadcast::Sender<()>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -149,6 +153,7 @@ impl PgStore {
     pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
         let config = url::config(url)?;
         let listen_config = config.clone();
+        let queue_config = config.clone();
         let shown = redact(url);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -200,7 +205,9 @@ impl PgStore {
         let (changes, _) = tokio::sync::broadcast::channel(1024);
         let heard = cancel::Heard { cancels: cancels.clone(), changes: changes.clone() };
         handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), heard));
-        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, changes, executing })
+        let (queue_wakeups, _) = tokio::sync::broadcast::channel(16);
+        handle.spawn(queue::listen(queue_config, pool.url.clone(), queue_wakeups.clone()));
+        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, changes, executing, queue_wakeups })
     }
 
     /// This worker's id.
@@ -516,6 +523,10 @@ impl Store for PgStore {
 
     fn run_changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
         Some(self.changes.subscribe())
+    }
+
+    fn run_queue(&self) -> Option<&dyn crate::store::queue::RunQueue> {
+        Some(self)
     }
 
     fn claim_interrupted<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {

@@ -10,7 +10,7 @@
 //! those dead workers are fenced, in the same transaction.
 
 use super::pg;
-use crate::model::envelope::Accounting;
+use crate::model::envelope::{Accounting, RunStatus};
 use crate::store::records::halt_interrupted;
 use crate::store::{RunRecord, StoreError};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -80,17 +80,19 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         .get(0);
     let rows = tx
         .query(
-            "SELECT r.id, r.record, a.accounting, r.owner FROM runs r
+            "SELECT r.id, r.record, a.accounting, r.owner, q.run_id IS NOT NULL FROM runs r
                LEFT JOIN workers w ON w.id = r.owner
                LEFT JOIN live_accounting a ON a.run_id = r.id
+               LEFT JOIN run_queue q ON q.run_id = r.id
              WHERE r.status IN ('running', 'pending')
                AND (r.owner IS NULL OR r.owner = $1 OR w.id IS NULL OR w.lease_until < now())
+               AND NOT (r.owner IS NULL AND q.run_id IS NOT NULL)
              FOR UPDATE OF r SKIP LOCKED",
             &[&worker],
         )
         .await
         .map_err(e)?;
-    let (mut ids, mut records, mut dead) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ids, mut records, mut dead, mut fresh) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for row in rows {
         let id: String = row.get(0);
         let bytes: Vec<u8> = row.get(1);
@@ -110,6 +112,11 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         let ours = owner.as_deref() == Some(worker);
         if let Some(owner) = owner.filter(|owner| owner != worker) {
             dead.push(owner);
+        }
+        // Claimed from the queue but never started: back in the queue as it was.
+        if row.get::<_, bool>(4) && record.envelope.status == RunStatus::Pending && record.envelope.attempts == 0 {
+            fresh.push(id);
+            continue;
         }
         if halt_interrupted(&mut record, live) {
             if let (true, Left::Outage(away)) = (ours, left) {
@@ -140,6 +147,15 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         )
         .await
         .map_err(e)?;
+    }
+    // What an earlier self or a dead worker had claimed from the queue goes back to it.
+    tx.execute("UPDATE runs SET owner = NULL WHERE id = ANY($1)", &[&fresh]).await.map_err(e)?;
+    let released = tx
+        .execute("UPDATE run_queue SET claimed_by = NULL WHERE claimed_by = $1 OR claimed_by = ANY($2) OR run_id = ANY($3)", &[&worker, &dead, &fresh])
+        .await
+        .map_err(e)?;
+    if released > 0 {
+        tx.execute("SELECT pg_notify($1, '')", &[&super::queue::CHANNEL]).await.map_err(e)?;
     }
     tx.commit().await.map_err(e)?;
     Ok((Lease { worker: worker.to_string(), generation: Arc::new(AtomicI64::new(generation)), duration }, ids))
