@@ -257,8 +257,17 @@ fn two_workers_starting_together_recover_an_interrupted_run_once() {
         (two.join().expect("worker 2 starts"), three.join().expect("worker 3 starts"))
     });
     let api2 = Api::of(states[1].path(), &two.log());
-    let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
-    assert_eq!(status, 200, "{done:#}");
+    // Until the worker that claimed it writes its new attempt's start, the run reads as the
+    // repair left it (`halted`, interrupted): waited again past that.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        if done["status"] != "halted" || std::time::Instant::now() >= deadline {
+            break done;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", two.log(), three.log());
     assert_eq!(done["result"]["done"], 10, "{done:#}");
     assert_eq!(done["attempts"], 2, "resumed once: {done:#}\n{}\n{}", two.log(), three.log());

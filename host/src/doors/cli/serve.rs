@@ -286,15 +286,23 @@ async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::Cancellat
 async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes: tokio::sync::broadcast::Receiver<String>) {
     use tokio::sync::broadcast::error::RecvError;
     let mut last = std::collections::HashMap::new();
+    // The runs announced and not yet seen ending are read again this often, so a run whose
+    // last notification was lost still shows its end (the store's poll names only the runs
+    // still executing).
+    let mut again = tokio::time::interval(Duration::from_secs(2));
     loop {
-        match changes.recv().await {
-            Ok(run_id) => {
-                if let Err(e) = host.announce_elsewhere(&run_id, &mut last).await {
-                    tracing::debug!("reading run {run_id} changed by another worker: {e}");
-                }
+        let run_ids = tokio::select! {
+            changed = changes.recv() => match changed {
+                Ok(run_id) => vec![run_id],
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return,
+            },
+            _ = again.tick() => last.keys().cloned().collect(),
+        };
+        for run_id in run_ids {
+            if let Err(e) = host.announce_elsewhere(&run_id, &mut last).await {
+                tracing::debug!("reading run {run_id} changed by another worker: {e}");
             }
-            Err(RecvError::Lagged(_)) => {}
-            Err(RecvError::Closed) => return,
         }
     }
 }

@@ -231,9 +231,7 @@ impl Task {
                 }
                 Ok(()) => self.forget_committed(&batch),
             }
-            if result.is_ok() {
-                self.announce(&batch).await;
-            }
+            let touched = if result.is_ok() { touched_runs(&batch) } else { Vec::new() };
             let bytes = batch.iter().map(Op::bytes).sum();
             for op in batch {
                 if let Op::Flush(done) = op {
@@ -241,6 +239,8 @@ impl Task {
                 }
             }
             self.backlog.release(bytes);
+            // Told after the waiters: the notification adds nothing to a put's way to durable.
+            self.announce(touched).await;
             if !open {
                 break;
             }
@@ -271,24 +271,13 @@ impl Task {
         result
     }
 
-    /// After a commit: ONE notification naming the runs it touched, for the other workers'
-    /// followers ([`super::changes`]); a failure to send it is only logged (they poll too).
-    async fn announce(&self, batch: &[Op]) {
-        let mut runs: Vec<String> = batch
-            .iter()
-            .filter_map(|op| match op {
-                Op::Step { run, .. } | Op::Agent { run, .. } | Op::Progress { run, .. } | Op::Accounting { run, .. } | Op::RunModules { run, .. } => {
-                    Some(run.clone())
-                }
-                Op::Run { id, .. } => Some(id.clone()),
-                Op::Factory { .. } | Op::Blob { .. } | Op::Flush(_) => None,
-            })
-            .collect();
+    /// After a commit: ONE notification naming the runs it touched (`runs`, from
+    /// [`touched_runs`]), for the other workers' followers ([`super::changes`]); none when it
+    /// touched no run; a failure to send it is only logged (they poll too).
+    async fn announce(&self, runs: Vec<String>) {
         if runs.is_empty() {
             return;
         }
-        runs.sort();
-        runs.dedup();
         let payload = super::changes::payload(&self.lease.worker, runs);
         match super::changes::notify(&self.pool, &payload).await {
             Ok(()) => {
@@ -372,6 +361,21 @@ impl Task {
         written.map_err(e)?;
         tx.commit().await.map_err(e)
     }
+}
+
+/// The runs a batch touched, each once.
+fn touched_runs(batch: &[Op]) -> Vec<String> {
+    let mut runs: Vec<String> = batch
+        .iter()
+        .filter_map(|op| match op {
+            Op::Step { run, .. } | Op::Agent { run, .. } | Op::Progress { run, .. } | Op::Accounting { run, .. } | Op::RunModules { run, .. } => Some(run.clone()),
+            Op::Run { id, .. } => Some(id.clone()),
+            Op::Factory { .. } | Op::Blob { .. } | Op::Flush(_) => None,
+        })
+        .collect();
+    runs.sort();
+    runs.dedup();
+    runs
 }
 
 /// Whether a failed commit may be retried: the connection failed (the outcome is unknown),
