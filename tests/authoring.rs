@@ -7,9 +7,12 @@
 //! and the replay-safety report of the changed memo keys; `--update` against an
 //! OpenAI-compatible server on 127.0.0.1 records only the changed calls, after which the
 //! test replays with no backend call; failed assertions exit 1, unusable files 2.
+//! Each scaffold's test in the language's own runner (`cargo test`, `python3 -m unittest`,
+//! `npm test` = `node --test`) runs `factory test` and passes, and fails naming the label
+//! once a prompt is edited.
 //!
 //! Needs `componentize-py` on PATH for the Python scaffold (`./test` installs it into
-//! `.venv`) and bubblewrap for both builds.
+//! `.venv`), bubblewrap for both builds, and `node`/`npm` for the TS/JS runners.
 
 mod common;
 
@@ -81,7 +84,65 @@ fn scaffold_runs(lang: &str, name: &str, files: &[&str]) -> (tempfile::TempDir, 
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(stderr(&out).contains("already exists and is not empty"), "{}", text(&out));
     assert_eq!(std::fs::read_to_string(dir.join("README.md")).expect("README.md"), before);
+    own_runner_passes_then_fails_on_an_edit(lang, &dir, state.path());
     (state, work)
+}
+
+/// The scaffold's test in the language's own runner, in `dir`: `cargo test --offline`,
+/// `python3 -m unittest` or `npm test` (`node --test`), with this `factory` first on PATH.
+fn own_runner(lang: &str, dir: &Path, state: &Path) -> Output {
+    let (program, args): (&str, &[&str]) = match lang {
+        "rust" => ("cargo", &["test", "--offline"]),
+        "python" => ("python3", &["-m", "unittest"]),
+        _ => ("npm", &["test"]),
+    };
+    // factory_cmd's environment (state, no daemon, caches, the test home, the real cargo
+    // and rustup homes), for another program.
+    let template = common::factory_cmd(state, &[]);
+    let mut cmd = std::process::Command::new(program);
+    for (var, value) in template.get_envs() {
+        match value {
+            Some(value) => cmd.env(var, value),
+            None => cmd.env_remove(var),
+        };
+    }
+    let bin_dir = common::factory_bin().parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    cmd.args(args)
+        .current_dir(dir)
+        .env("PATH", path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{program} runs ({e}; apt-get install cargo/python3/npm as needed)"))
+}
+
+/// The own runner passes right after `init` (its output shows the one test passing); after
+/// an edit of the critique prompt it fails, and shows `factory test`'s miss with the label.
+fn own_runner_passes_then_fails_on_an_edit(lang: &str, dir: &Path, state: &Path) {
+    let out = own_runner(lang, dir, state);
+    assert!(out.status.success(), "the {lang} scaffold's own test runner: {}", text(&out));
+    let shown = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let passed = match lang {
+        "rust" => "test factory_test_passes ... ok",
+        "python" => "Ran 1 test",
+        _ => "# pass 1",
+    };
+    assert!(shown.contains(passed), "`{passed}` in: {shown}");
+
+    let source = match lang {
+        "rust" => dir.join("src/lib.rs"),
+        "python" => dir.join("app.py"),
+        _ => dir.join(format!("{}.{lang}", dir.file_name().unwrap().to_str().unwrap())),
+    };
+    let original = std::fs::read_to_string(&source).expect("the factory's source");
+    let edited = original.replace("Critique this idea about", "Critique, harshly, this idea about");
+    assert_ne!(edited, original, "{} holds the critique prompt", source.display());
+    std::fs::write(&source, &edited).unwrap();
+    let out = own_runner(lang, dir, state);
+    assert!(!out.status.success(), "an edited prompt fails the {lang} runner: {}", text(&out));
+    let shown = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(shown.contains("cassette miss: agent `critique:0`"), "the runner shows factory test's miss: {shown}");
+    std::fs::write(&source, original).unwrap();
 }
 
 /// The component `factory build DIR` makes of a scaffold (the run built it already: a cache hit).
@@ -169,27 +230,11 @@ fn init_then_test_passes(lang: &str) {
     assert!(shown.contains("replay safety: every call matches the cassette"), "{shown}");
     assert_eq!(junit(&report), (1, 0, 0, vec![]), "{shown}");
 
-    // The language's own runner: `npm test` is `factory test .`.
+    // The language's own runner: `npm test` is `node --test`, which runs NAME.test.mjs.
     let package: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("package.json")).unwrap()).unwrap();
-    assert_eq!(package["scripts"]["test"], "factory test .");
-    let bin_dir = common::factory_bin().parent().unwrap().to_path_buf();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
-    let npm = std::process::Command::new("npm")
-        .args(["test", "--silent"])
-        .current_dir(&dir)
-        .env("PATH", path)
-        .env("HOME", common::test_home())
-        .env("FACTORY_STATE_DIR", state.path())
-        .env("FACTORY_NO_DAEMON", "1")
-        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"))
-        .env_remove("FACTORY_CONFIG")
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("XDG_STATE_HOME")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("npm runs (apt-get install npm)");
-    assert!(npm.status.success(), "npm test: {}", text(&npm));
-    assert!(String::from_utf8_lossy(&npm.stdout).contains("ok   two ideas on release notes"), "{}", text(&npm));
+    assert_eq!(package["scripts"]["test"], "node --test");
+    assert!(dir.join(format!("{name}.test.mjs")).is_file());
+    own_runner_passes_then_fails_on_an_edit(lang, &dir, state.path());
 }
 
 #[test]

@@ -211,6 +211,7 @@ fn request(prompt: &str, label: Option<&str>, schema: Option<Value>, model: Opti
         schema,
         attempt: 0,
         feedback: None,
+        limits: Default::default(),
     })
 }
 
@@ -784,6 +785,7 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
         Arc::new(AgentRequest {
             attempt: 1,
             feedback: None,
+            limits: Default::default(),
             ..(*request("second", Some("b"), Some(verdict_schema()), Some("m2"))).clone()
         }),
         request("please fail", None, None, None),

@@ -3,7 +3,8 @@
 //! zsh and fish scripts generated, `factory man` rendered by `man -l` (man-db), an
 //! `Examples:` section in every command's `--help`, and colour: `--color always` puts ANSI
 //! escapes in progress and help output, `--color never`, `NO_COLOR=1` and a non-terminal
-//! stderr (auto) put none, and `--color always` wins over `NO_COLOR`.
+//! stderr (auto) put none, and `--color always` wins over `NO_COLOR`. Output into a closed
+//! pipe (`factory backends --prices | head -1`) ends the command quietly with exit code 0.
 
 mod common;
 
@@ -178,4 +179,24 @@ fn color_follows_the_flag_and_no_color() {
     assert!(!text(&out.stdout).contains('\x1b'), "--color never wins over CLICOLOR_FORCE");
     let bad = factory_in(state.path(), &["runs", "--color", "pink"]);
     assert_eq!(bad.status.code(), Some(2), "an invalid --color is a usage error: {}", stderr(&bad));
+}
+
+/// Output into a pipe whose reader has gone (`factory backends --prices | head -1`, once
+/// `head` exited) ends the command quietly, as other Unix tools do: exit code 0 and no panic
+/// message (`println!` would panic on the closed pipe). The reader is closed before the
+/// command starts, so every write fails (no race with a real `head`).
+#[test]
+fn output_into_a_closed_pipe_exits_quietly() {
+    let state = tempfile::tempdir().unwrap();
+    for args in [&["backends", "--prices"][..], &["backends"], &["completions", "bash"], &["man"], &["list", "--json"]] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = factory_cmd(state.path(), args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("the factory binary starts");
+        assert_eq!(out.status.code(), Some(0), "factory {args:?} into a closed pipe: {}\nstderr: {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stderr), "", "factory {args:?} into a closed pipe says nothing");
+    }
 }

@@ -87,7 +87,7 @@ impl AgentBackend for Shared {
             }
             // The companion declares a credit budget: report (zero-cost) usage.
             let usage = Usage::tokens(1, 1, Some(0));
-            Ok(AgentReply { text: format!("[{label}] reviewed"), usage: Some(usage) })
+            Ok(AgentReply::new(format!("[{label}] reviewed"), Some(usage)))
         })
     }
 }

@@ -37,12 +37,12 @@ async fn a_newer_schema_is_refused_and_migrations_run_once() {
     // Two workers connecting at once: the advisory lock serializes the migration.
     let (a, b) = futures::join!(PgStore::connect(&url, options("w1")), PgStore::connect(&url, options("w2")));
     let (a, b) = (a.expect("worker 1 connects"), b.expect("worker 2 connects"));
-    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',') FROM factory_schema"), "1", "migration 1 applied once");
+    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"), "1,2", "each migration applied once");
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers"), "2", "both registered");
     drop((a, b));
-    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (2)");
+    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (3)");
     match PgStore::connect(&url, options("w3")).await {
-        Err(StoreError::Version { found: 2, expected: 1 }) => {}
+        Err(StoreError::Version { found: 3, expected: 2 }) => {}
         other => panic!("a newer schema must be refused with a version error, got {other:?}"),
     }
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers WHERE id = 'w3'"), "0", "a refused worker registers nothing");
@@ -257,8 +257,17 @@ fn two_workers_starting_together_recover_an_interrupted_run_once() {
         (two.join().expect("worker 2 starts"), three.join().expect("worker 3 starts"))
     });
     let api2 = Api::of(states[1].path(), &two.log());
-    let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
-    assert_eq!(status, 200, "{done:#}");
+    // Until the worker that claimed it writes its new attempt's start, the run reads as the
+    // repair left it (`halted`, interrupted): waited again past that.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        if done["status"] != "halted" || std::time::Instant::now() >= deadline {
+            break done;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", two.log(), three.log());
     assert_eq!(done["result"]["done"], 10, "{done:#}");
     assert_eq!(done["attempts"], 2, "resumed once: {done:#}\n{}\n{}", two.log(), three.log());
@@ -332,6 +341,9 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains(&format!("postgres://ann:***@127.0.0.1:{port}/db")), "{stderr}");
     assert!(!stderr.contains("pw-never-shown"), "{stderr}");
+    // Each cause said once: the pool's and the driver's messages repeat their cause.
+    assert_eq!(stderr.matches("Connection refused").count(), 1, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -389,6 +401,7 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     assert!(workers.iter().all(|w| w["live"] == true && w["leaseSeconds"].as_f64().is_some_and(|s| s > 0.0)), "{workers:#?}");
     let by_pid = |pid: i64| workers.iter().find(|w| w["pid"] == pid).cloned().unwrap_or_else(|| panic!("no worker with pid {pid}: {workers:#?}"));
     assert_eq!(by_pid(pid_of(one.log()))["runs"], 1, "worker 1 executes the run: {workers:#?}");
+    assert_eq!(by_pid(pid_of(one.log()))["runIds"], json!([run_id]), "{workers:#?}");
     assert_eq!(by_pid(pid_of(two.log()))["runs"], 0, "{workers:#?}");
     let table = common::factory_in(states[1].path(), &["workers", "--store", &url]);
     let table = String::from_utf8_lossy(&table.stdout).into_owned();
@@ -450,14 +463,14 @@ async fn a_worker_whose_lease_ran_out_by_its_own_clock_refuses_new_work() {
     let server = Postgres::start();
     let url = server.database("clock");
     let store = PgStore::connect(&url, PgOptions { lease: Duration::from_millis(600), ..options("clock") }).await.expect("connects");
-    assert!(store.writable().is_ok() && store.lease_held(), "a fresh lease");
+    assert!(store.writable("r").is_ok() && store.lease_held(), "a fresh lease");
     server.stop();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while store.lease_held() {
         assert!(std::time::Instant::now() < deadline, "the lease never ran out with the database away");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let error = store.writable().expect_err("no new work once the lease ran out");
+    let error = store.writable("r").expect_err("no new work once the lease ran out");
     let cause = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<StoreError>()).expect("a store error");
     assert!(matches!(cause, StoreError::Fenced { worker, .. } if worker == "clock"), "{cause:?}");
 }
@@ -489,4 +502,812 @@ fn a_service_a_front_door_starts_with_factory_store_set_uses_the_database() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "no runs yet");
     assert_eq!(server.psql("auto", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1", "the service is a worker of the database");
     assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
+}
+
+/// `count` state directories, each with a `factory.toml` whose default backend `local` is the
+/// fake OpenAI server on `port`.
+fn worker_states(count: usize, port: u16) -> Vec<tempfile::TempDir> {
+    (0..count)
+        .map(|_| {
+            let state = tempfile::tempdir().expect("a state dir");
+            common::fake_openai::write_config(state.path(), port, false, "");
+            let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+            std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+            state
+        })
+        .collect()
+}
+
+/// Register the probe through `api` and start `runs` fan-outs of `n` calls through it; the
+/// run ids.
+fn start_fanouts(runtime: &tokio::runtime::Runtime, api: &Api, runs: usize, n: u32, concurrent: u32) -> Vec<String> {
+    use serde_json::json;
+    let probe = common::component("probe");
+    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201, "{status} {registered:#}");
+    (0..runs)
+        .map(|_| {
+            let start = json!({"name": "probe", "args": {"case": "fanout", "n": n}, "limits": {"maxConcurrentSubagents": concurrent}, "approved": true});
+            let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+            assert_eq!(status, 202, "{started:#}");
+            started["runId"].as_str().expect("a run id").to_string()
+        })
+        .collect()
+}
+
+/// Wait (at most `limit`) through `api` until run `run_id` is no longer running nor halted
+/// (a requeued run is halted until a worker resumes it); its envelope.
+fn wait_until_completed(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &str, limit: Duration) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        if done["status"] != "halted" || std::time::Instant::now() >= deadline {
+            return done;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Wait (at most `limit`) until `sql` on `db` answers `want`.
+fn wait_for_sql(server: &Postgres, db: &str, sql: &str, want: &str, limit: Duration, context: &dyn Fn() -> String) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let got = server.psql(db, sql);
+        if got == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "`{sql}` answers {got:?}, not {want:?}\n{}", context());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Three `factory serve --store` workers; worker A (`--max-runs 0`) executes nothing, so the
+/// runs started through it wait in the queue and workers B and C claim them (`FOR UPDATE
+/// SKIP LOCKED`, woken by one notification per enqueue). Each run is claimed and started
+/// once, by B or C, every run completes, and every call reached the backend once.
+#[test]
+fn runs_started_through_one_worker_are_claimed_once_by_the_others() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("queue");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(100) }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let runs = start_fanouts(&runtime, &api, 6, 2, 2);
+    for run_id in &runs {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}\n{}", a.log(), b.log(), c.log());
+        assert_eq!(done["result"]["done"], 2, "{done:#}");
+        assert_eq!(done["attempts"], 1, "{done:#}");
+    }
+    let logs = [a.stop(), b.stop(), c.stop()];
+    for run_id in &runs {
+        let started: Vec<usize> = (0..3).filter(|&i| logs[i].contains(&format!("run={run_id}")) && logs[i].lines().any(|l| l.contains("starting a queued run") && l.contains(run_id.as_str()))).collect();
+        assert_eq!(started.len(), 1, "run {run_id} started by exactly one worker: {logs:#?}");
+        assert_ne!(started[0], 0, "worker A (--max-runs 0) executes nothing: {logs:#?}");
+    }
+    assert_eq!(fake.asked().len(), 12, "each call once: {:?}", fake.asked());
+    assert_eq!(server.psql("queue", "SELECT count(*) FROM run_queue"), "0", "every entry dropped once its run ended");
+    assert_eq!(server.psql("queue", "SELECT count(*) FROM runs WHERE owner IS NOT NULL"), "0");
+}
+
+/// Three workers; a run's fan-out executes on B or C (A takes none). Once four answers are
+/// journaled and two calls are in flight, the executing worker is stopped with SIGSTOP. Past
+/// its lease the reaper on a live worker fences it (generation + 1) and requeues the run; the
+/// other worker claims it and resumes it from the journal: it completes, no journaled prompt
+/// is asked again. The stopped worker, continued afterwards, gets the answers to its two
+/// held calls but sends no further request and writes nothing (its commits are refused).
+#[test]
+fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::{signal, Service};
+
+    let server = Postgres::start();
+    let url = server.database("reap");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Four answers at once, then the next requests are held 40 s (the stopped worker's).
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 4, then: Box::new(Mode::Answer { latency: Duration::from_secs(40) }) }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let run_id = start_fanouts(&runtime, &api, 1, 10, 2).remove(0);
+    let context = || format!("{}\n{}\n{}", a.log(), b.log(), c.log());
+    wait_for_sql(&server, "reap", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "4", Duration::from_secs(120), &context);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fake.asked().len() < 6 {
+        assert!(std::time::Instant::now() < deadline, "two calls never got in flight: {:?}", fake.asked());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let owner = server.psql("reap", &format!("SELECT w.id || ' ' || w.pid || ' ' || w.generation FROM runs r JOIN workers w ON w.id = r.owner WHERE r.id = '{run_id}'"));
+    let parts: Vec<&str> = owner.split(' ').collect();
+    assert_eq!(parts.len(), 3, "the run is owned by a worker: {owner:?}");
+    let (worker, pid, generation) = (parts[0].to_string(), parts[1].parse::<u32>().expect("a pid"), parts[2].parse::<i64>().expect("a generation"));
+    let logs = context();
+    let (stopped, live) = if b.log().contains(&format!("pid {pid},")) { (b, c) } else { (c, b) };
+    assert!(stopped.log().contains(&format!("pid {pid},")), "the owner is B or C: {owner}\n{logs}");
+    // The first four prompts were answered and journaled before the stop.
+    let mut journaled: Vec<String> = fake.asked()[..4].to_vec();
+    let mut answered = fake.answered();
+    journaled.sort();
+    answered.sort();
+    assert_eq!(answered, journaled, "the first four asked were the four answered");
+    signal(pid, "-STOP");
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+
+    // The reaper on A or the live worker fences it and requeues the run (halted, until the
+    // live worker, as A takes nothing, resumes it).
+    let done = wait_until_completed(&runtime, &api, &run_id, Duration::from_secs(120));
+    assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", a.log(), live.log());
+    assert_eq!(done["result"]["done"], 10, "{done:#}");
+    assert_eq!(done["attempts"], 2, "{done:#}");
+    assert_eq!(server.psql("reap", &format!("SELECT generation FROM workers WHERE id = '{worker}'")), (generation + 1).to_string(), "fenced once");
+    assert!(a.log().contains("fenced workers") || live.log().contains("fenced workers"), "a reaper says so:\n{}\n{}", a.log(), live.log());
+    let asked = fake.asked();
+    assert_eq!(asked.len(), 12, "ten calls and the two in flight at the stop: {asked:?}");
+    for prompt in &journaled {
+        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "journaled `{prompt}` was not asked again: {asked:?}");
+    }
+    let once = asked.iter().filter(|p| asked.iter().filter(|q| q == p).count() == 1).count();
+    assert_eq!(once, 8, "only the two calls in flight at the stop were asked twice: {asked:?}");
+    let record = server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'"));
+    let steps = server.psql("reap", &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'"));
+
+    // Continued: its held calls are answered (40 s after they were asked; the first answer
+    // it cannot journal ends its attempt, dropping the other), and it writes nothing and asks
+    // nothing more.
+    signal(pid, "-CONT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while fake.answered().len() < 11 {
+        assert!(std::time::Instant::now() < deadline, "the held calls were never answered: {:?}", fake.answered());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(fake.asked().len(), 12, "the continued worker sends no further request: {:?}", fake.asked());
+    assert_eq!(server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'")), record, "the run's record is untouched");
+    assert_eq!(server.psql("reap", &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'")), steps, "the journal is untouched");
+    assert!(stopped.log().contains("lost its lease"), "the continued worker knows it was fenced: {}", stopped.log());
+    stopped.kill();
+    live.stop();
+    a.stop();
+}
+
+/// Three workers, each `--max-runs 2 --cluster-max-runs 4 --backend-max-calls local=3`, and
+/// 20 fan-outs (2 calls each, both at once) started through worker A: while they run, a
+/// sampler reads the runs each worker owns; at most 2 per worker and 4 in all, and the fake
+/// server never has more than 3 calls in flight (without the backend cap, 4 runs would make
+/// 8). Every run completes, each call asked once.
+#[test]
+fn cluster_caps_hold_under_twenty_runs() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("caps");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(300) }));
+    let states = worker_states(3, fake.port());
+    let caps = ["--max-runs", "2", "--cluster-max-runs", "4", "--backend-max-calls", "local=3"];
+    let mut args = vec!["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    args.extend(caps);
+    let a = Service::start(states[0].path(), &args);
+    let api = Api::of(states[0].path(), &a.log());
+    let mut args = vec!["--store", url.as_str()];
+    args.extend(caps);
+    let b = Service::start(states[1].path(), &args);
+    let c = Service::start(states[2].path(), &args);
+
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (sampling, port) = (sampling.clone(), server.port());
+        std::thread::spawn(move || {
+            let (mut most_one, mut most_all) = (0i64, 0i64);
+            while sampling.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = std::process::Command::new(std::path::Path::new(common::postgres::PG_BIN).join("psql"))
+                    .args(["-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "caps", "-c"])
+                    .arg("SELECT coalesce(max(n), 0) || ' ' || coalesce(sum(n), 0) FROM (SELECT count(*) AS n FROM runs WHERE owner IS NOT NULL GROUP BY owner) o")
+                    .output()
+                    .expect("psql");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let mut parts = text.split_whitespace().map(|n| n.parse::<i64>().unwrap_or(0));
+                most_one = most_one.max(parts.next().unwrap_or(0));
+                most_all = most_all.max(parts.next().unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            (most_one, most_all)
+        })
+    };
+    let runs = start_fanouts(&runtime, &api, 20, 2, 2);
+    for run_id in &runs {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}\n{}", a.log(), b.log(), c.log());
+    }
+    sampling.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (most_one, most_all) = sampler.join().expect("the sampler");
+    assert!(most_one <= 2, "a worker owned {most_one} runs at once (cap 2)");
+    assert!((1..=4).contains(&most_all), "the workers owned {most_all} runs at once (cluster cap 4)");
+    let calls = fake.max_in_flight();
+    assert!((1..=3).contains(&calls), "{calls} calls in flight at once (backend cap 3)");
+    assert_eq!(fake.asked().len(), 40, "each call once");
+    assert_eq!(server.psql("caps", "SELECT count(*) FROM call_slots WHERE holder IS NOT NULL"), "0", "every slot given back");
+    a.stop();
+    b.stop();
+    c.stop();
+}
+
+/// Two workers; a run executes on worker A (it accepted it and had room) with its calls held
+/// by the backend. SIGTERM to A (`--drain-seconds 1`): A stops claiming, waits 1 s, halts the
+/// run and hands it back to the queue, gives its lease up and exits 0; worker B claims the
+/// run and resumes it from its journal, and no answered call is asked again.
+#[test]
+fn sigterm_drains_a_worker_and_hands_its_runs_back() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("drain");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let states = worker_states(2, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--drain-seconds", "1"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url, "--http", "127.0.0.1:0"]);
+    let api_b = Api::of(states[1].path(), &b.log());
+    let run_id = start_fanouts(&runtime, &api, 1, 6, 2).remove(0);
+    let context = || format!("{}\n{}", a.log(), b.log());
+    wait_for_sql(&server, "drain", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "2", Duration::from_secs(120), &context);
+    let a_id = server.psql("drain", &format!("SELECT owner FROM runs WHERE id = '{run_id}'"));
+    assert_eq!(server.psql("drain", &format!("SELECT pid FROM workers WHERE id = '{a_id}'")), a.log().lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next().map(str::to_string)).unwrap_or_default(), "A executes it");
+    let mut answered = fake.answered();
+    answered.sort();
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+
+    let log = a.stop();
+    assert!(log.contains("factory serve: draining: claiming no more runs"), "{log}");
+    assert!(log.contains(&format!("handed 1 run back to the queue: {run_id}")), "{log}");
+    assert_eq!(server.psql("drain", &format!("SELECT lease_until <= now() FROM workers WHERE id = '{a_id}'")), "t", "A gave its lease up");
+    let done = wait_until_completed(&runtime, &api_b, &run_id, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done:#}\n{log}\n{}", b.log());
+    assert_eq!(done["result"]["done"], 6, "{done:#}");
+    assert_eq!(done["attempts"], 2, "{done:#}");
+    let asked = fake.asked();
+    for prompt in &answered {
+        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "answered `{prompt}` was not asked again: {asked:?}");
+    }
+    assert_eq!(asked.len(), 8, "six calls and the two in flight at the drain's end: {asked:?}");
+    b.stop();
+}
+
+/// A run waits in the queue while no worker can serve it: worker A accepts runs only
+/// (`--max-runs 0`); a run cancelled while queued ends `cancelled` at once, having called
+/// nothing. Worker B has no backend `local` in its `factory.toml`: it claims the next run,
+/// finds it cannot build its backend, and puts it back (the run stays `pending`, unowned).
+/// Worker C, which has `local`, claims it and completes it.
+#[test]
+fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_queued() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("serveable");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+
+    let first = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
+    assert_eq!(server.psql("serveable", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{first}'")), "pending -", "queued, owned by nobody");
+    let (status, cancelled) = runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{first}/cancel"), Some(serde_json::json!({}))));
+    assert_eq!(status, 200, "{cancelled:#}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}\n{}", a.log());
+    assert_eq!(cancelled["attempts"], 0, "{cancelled:#}");
+    assert_eq!(server.psql("serveable", "SELECT count(*) FROM run_queue"), "0", "taken out of the queue");
+
+    // B's config has no backend `local`.
+    std::fs::write(states[1].path().join("factory.toml"), "").expect("an empty config");
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let second = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b.log().contains("a queued run this worker cannot serve goes back to the queue") {
+        assert!(std::time::Instant::now() < deadline, "B never tried the run: {}", b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        server.psql("serveable", &format!("SELECT r.status || ' ' || coalesce(r.owner, '-') || ' ' || coalesce(q.claimed_by, '-') FROM runs r JOIN run_queue q ON q.run_id = r.id WHERE r.id = '{second}'")),
+        "pending - -",
+        "put back: {}",
+        b.log()
+    );
+    assert!(fake.asked().is_empty(), "nothing called yet: {:?}", fake.asked());
+
+    let c = Service::start(states[2].path(), &["--store", &url]);
+    let done = wait_until_completed(&runtime, &api, &second, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", b.log(), c.log());
+    let logs = [a.stop(), b.stop(), c.stop()];
+    assert!(logs[2].contains("starting a queued run"), "C ran it: {logs:#?}");
+    assert!(!logs[1].contains("starting a queued run"), "B did not: {logs:#?}");
+    assert_eq!(fake.asked().len(), 2, "{:?}", fake.asked());
+}
+
+/// PostgreSQL stopped under a worker mid-run for longer than the worker's lease (the bound on
+/// how long its writes wait and retry): the attempt stops, and once PostgreSQL is back the
+/// worker rejoins the store with a new generation and the run reads `halted` with a storage
+/// failure (nothing left `running`); `factory resume` completes it, and no prompt whose
+/// answer was committed before the outage reaches the backend again.
+#[test]
+fn a_postgres_outage_past_the_lease_halts_the_run_and_resume_completes_it() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::{json, Value};
+    use std::collections::BTreeSet;
+
+    let server = Postgres::start();
+    let url = server.database("outage");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(400) }));
+    let state = tempfile::tempdir().expect("a state dir");
+    write_config(state.path(), fake.port(), false, "");
+    let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+    std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    let service = Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0"]);
+    let api = Api::of(state.path(), &service.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let n = 60;
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": n}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
+    let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    let answered = |api: &Api| -> BTreeSet<String> {
+        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+        assert_eq!(status, 200, "{page:#}");
+        page.as_array()
+            .expect("a page")
+            .iter()
+            .filter(|e| e["event"] == "agentFinished" && e["status"] == "ok")
+            .filter_map(|e| e["label"].as_str())
+            .map(|l| format!("task {}", l.trim_start_matches("t:")))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while answered(&api).len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "the fan-out did not get going");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Away for longer than the worker's lease (10 s): its writes wait, then give up.
+    server.stop();
+    std::thread::sleep(Duration::from_secs(14));
+    server.start_again();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let halted = loop {
+        let (status, run) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+        if status == 200 && run["status"] != "running" {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run stayed running after the outage: {run:#}\n{}", service.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(halted["status"], "halted", "{halted:#}\n{}", service.log());
+    assert_eq!(halted["failure"]["type"], "storage", "{halted:#}");
+    assert_eq!(halted["failure"]["kind"], "unavailable", "{halted:#}");
+    assert!(service.log().contains("rejoined the store"), "{}", service.log());
+    let journaled = answered(&api);
+    assert!(journaled.len() >= 4 && journaled.len() < n, "{journaled:?}");
+    let asked_before = fake.asked().len();
+
+    let out = common::factory_cmd(state.path(), &["resume", &run_id, "--yes", "--json"]).env_remove("FACTORY_NO_DAEMON").output().expect("factory resume");
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), service.log());
+    let done: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", service.log());
+    assert_eq!(done["result"]["done"], n, "{done:#}");
+    let asked = fake.asked();
+    let again: Vec<&String> = asked[asked_before..].iter().filter(|p| journaled.contains(*p)).collect();
+    assert!(again.is_empty(), "prompts committed before the outage asked again: {again:?}");
+    for i in 0..n {
+        assert!(asked.contains(&format!("task {i}")), "task {i} never asked");
+    }
+    assert_eq!(server.psql("outage", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "completed");
+    service.stop();
+}
+
+/// A poison run (one that keeps killing its worker) ends `halted` after a bounded number of
+/// automatic recoveries, counted in the run's record in the database, so across workers: the
+/// run's worker is killed with -9 mid-run three times; worker A recovers it once (restarted
+/// on its own state directory), worker B (another id, once A's lease ran out) a second time,
+/// and B's next start leaves it `halted` (`--max-recoveries 2`), saying how to resume it.
+#[test]
+fn a_run_that_keeps_killing_its_worker_ends_halted_after_bounded_recoveries_across_workers() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::json;
+
+    let server = Postgres::start();
+    let url = server.database("poison");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Every request held open: each attempt stays running until its worker is killed.
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-recoveries", "2"];
+    let field = |run_id: &str, path: &str| server.psql("poison", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{{path}}}' FROM runs WHERE id = '{run_id}'"));
+    // Wait until attempt `n` of the run is running (and has asked its backend).
+    let running = |run_id: &str, n: u32, log: &dyn Fn() -> String| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while !(field(run_id, "envelope,status") == "running" && field(run_id, "envelope,attempts") == n.to_string() && fake.requests() >= n as usize) {
+            assert!(std::time::Instant::now() < deadline, "attempt {n} did not start: {}", log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let a = Service::start(states[0].path(), &args);
+    let api = Api::of(states[0].path(), &a.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 2}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    running(&run_id, 1, &|| a.log());
+    a.kill();
+
+    // Worker A again (its own id: it takes its run back at once): recovery 1 of 2.
+    let a = Service::start(states[0].path(), &args);
+    running(&run_id, 2, &|| a.log());
+    assert_eq!(field(&run_id, "recoveries"), "1");
+    a.kill();
+
+    // Worker B, once A's lease has run out: recovery 2 of 2, counted from the database.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.psql("poison", "SELECT count(*) FROM workers WHERE lease_until > now()") != "0" {
+        assert!(std::time::Instant::now() < deadline, "worker A's lease never ran out");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let b = Service::start(states[1].path(), &args);
+    running(&run_id, 3, &|| b.log());
+    assert_eq!(field(&run_id, "recoveries"), "2");
+    let log_b = b.kill();
+    assert!(log_b.contains(&format!("recovering run {run_id}")), "{log_b}");
+
+    // B's next start: the bound is reached, the run stays halted and says how to resume it.
+    let b = Service::start(states[1].path(), &args);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b.log().contains(&format!("not recovering run {run_id}")) {
+        assert!(std::time::Instant::now() < deadline, "{}", b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(field(&run_id, "envelope,status"), "halted");
+    assert_eq!(field(&run_id, "envelope,attempts"), "3", "no fourth attempt");
+    let message = field(&run_id, "envelope,failure,message");
+    assert!(message.contains("recovered automatically 2 times") && message.contains(&format!("factory resume {run_id}")), "{message}");
+    assert_eq!(fake.requests(), 3, "one call per attempt, none after the bound");
+    b.stop();
+}
+
+/// The cluster's bearer token: two `factory serve --store ... --http` workers given the same
+/// `--token-file` (and a `factory mcp --http` given it through `FACTORY_TOKEN_FILE`) each
+/// accept that token, not a random one of their own, and refuse any other; a token file
+/// others can read is refused at start, naming the file and never the token.
+#[test]
+fn workers_given_one_token_file_accept_the_cluster_token() {
+    use common::service::Service;
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+
+    let server = Postgres::start();
+    let url = server.database("token");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let secrets = tempfile::tempdir().expect("a directory");
+    let token_file = secrets.path().join("cluster.token");
+    let token = "c1uster-t0ken-0123456789abcdef0123456789abcdef";
+    std::fs::write(&token_file, format!("{token}\n")).expect("the token file");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    let file_arg = token_file.to_string_lossy().into_owned();
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--token-file", file_arg.as_str()];
+    let one = Service::start(states[0].path(), &args);
+    let two = Service::start(states[1].path(), &args);
+    for (state, service) in [(&states[0], &one), (&states[1], &two)] {
+        let mut api = Api::of(state.path(), &service.log());
+        assert_eq!(api.token, token, "the state directory's token file holds the cluster's");
+        let (status, runs) = runtime.block_on(api.call(reqwest::Method::GET, "/api/runs", None));
+        assert_eq!(status, 200, "{runs:#}");
+        api.token = "not-the-cluster-token-0123456789abcdef".into();
+        let (status, _) = runtime.block_on(api.call(reqwest::Method::GET, "/api/runs", None));
+        assert_eq!(status, 401, "another token is refused");
+    }
+
+    // MCP over HTTP takes the same token (here from the environment).
+    let mcp_state = tempfile::tempdir().expect("a state dir");
+    let mut mcp = common::factory_cmd(mcp_state.path(), &["mcp", "--http", "127.0.0.1:0"])
+        .env("FACTORY_TOKEN_FILE", &token_file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("factory mcp --http starts");
+    let mut lines = std::io::BufReader::new(mcp.stderr.take().expect("its stderr")).lines();
+    let mcp_url = loop {
+        let line = lines.next().expect("it says where it listens").expect("a line");
+        if let Some(rest) = line.split("streamable HTTP on ").nth(1) {
+            break rest.split_whitespace().next().expect("a URL").to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let initialize = |bearer: &str| {
+        runtime.block_on(
+            reqwest::Client::new()
+                .post(&mcp_url)
+                .bearer_auth(bearer)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+                .send(),
+        )
+        .expect("MCP answers")
+        .status()
+        .as_u16()
+    };
+    assert_eq!(initialize(token), 200, "the cluster token opens an MCP session");
+    assert_eq!(initialize("not-the-cluster-token-0123456789abcdef"), 401);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(mcp.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = mcp.wait();
+    two.stop();
+    one.stop();
+
+    // A token file others can read is refused at start.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).expect("chmod 644");
+    let out = common::factory_cmd(states[0].path(), &["serve", "--store", &url, "--http", "127.0.0.1:0", "--token-file", &file_arg]).output().expect("factory serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("readable by others") && stderr.contains("cluster.token"), "{stderr}");
+    assert!(!stderr.contains(token), "{stderr}");
+}
+
+/// Where a worker finds its store: `--store`, else `FACTORY_STORE`, else the config file's
+/// `store` key. `factory workers` names the database it could not reach (each source points
+/// to a database that does not exist, so the error tells which was used), once, with the
+/// password redacted; `factory serve` with only the config key is a worker of that database.
+#[test]
+fn the_store_comes_from_the_flag_then_the_environment_then_the_config_file() {
+    use common::service::Service;
+    use std::os::unix::fs::PermissionsExt;
+
+    let server = Postgres::start();
+    let url = server.database("configured");
+    let state = tempfile::tempdir().expect("a state dir");
+    let db = |name: &str| format!("postgres://postgres:pw-{name}@127.0.0.1:{}/{name}", server.port());
+    let config = state.path().join("factory.toml");
+    let write_config = |store: &str| {
+        std::fs::write(&config, format!("store = \"{store}\"\n")).expect("the config");
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    };
+    write_config(&db("from-config"));
+    let used = |cmd: &mut std::process::Command| -> String {
+        let out = cmd.output().expect("factory workers");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{stderr}");
+        assert!(!stderr.contains("pw-"), "the password never shows: {stderr}");
+        assert_eq!(stderr.matches("does not exist").count(), 1, "the cause once: {stderr}");
+        ["from-flag", "from-env", "from-config"].into_iter().find(|name| stderr.contains(&format!("postgres://postgres:***@127.0.0.1:{}/{name}", server.port()))).unwrap_or_else(|| panic!("{stderr}")).to_string()
+    };
+    let workers = |extra: &[&str]| {
+        let mut args = vec!["workers", "--json"];
+        args.extend_from_slice(extra);
+        let mut cmd = common::factory_cmd(state.path(), &args);
+        cmd.env_remove("FACTORY_STORE");
+        cmd
+    };
+    assert_eq!(used(&mut workers(&[])), "from-config");
+    assert_eq!(used(workers(&[]).env("FACTORY_STORE", db("from-env"))), "from-env");
+    let flag = db("from-flag");
+    assert_eq!(used(workers(&["--store", &flag]).env("FACTORY_STORE", db("from-env"))), "from-flag");
+
+    // `store` in the config file: `factory serve` alone is a worker of that database.
+    write_config(&url);
+    let service = Service::start(state.path(), &[]);
+    assert!(service.log().contains("worker of the store postgres://postgres@127.0.0.1"), "{}", service.log());
+    assert_eq!(server.psql("configured", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1");
+    assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
+    let out = common::factory_cmd(state.path(), &["workers", "--json"]).env_remove("FACTORY_STORE").output().expect("factory workers");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#}");
+    service.stop();
+    // A config `store` that is not a postgres:// URL is refused, shown redacted.
+    write_config("mysql://ann:pw-x@db/x");
+    let out = common::factory_cmd(state.path(), &["workers"]).env_remove("FACTORY_STORE").output().expect("factory workers");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("postgres://") && !stderr.contains("pw-x"), "{stderr}");
+}
+
+/// Two callers resuming one run at the same moment through two workers: the resume claims
+/// the run in the database first, so exactly one resumes it and the other is refused with
+/// `already_active` (409) — three rounds, the run cancelled between them.
+#[test]
+fn two_resumes_at_once_through_two_workers_start_one_attempt() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::json;
+
+    let server = Postgres::start();
+    let url = server.database("resumes");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Every request held open: a resumed attempt stays running until it is cancelled.
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let two = Service::start(states[1].path(), &args);
+    let api2 = Api::of(states[1].path(), &two.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 2}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+    let attempts = || server.psql("resumes", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{envelope,attempts}}' FROM runs WHERE id = '{run_id}'"));
+    let status_of = || server.psql("resumes", &format!("SELECT status FROM runs WHERE id = '{run_id}'"));
+    let cancel = |expected_attempts: u32| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !(status_of() == "running" && attempts() == expected_attempts.to_string() && fake.requests() >= expected_attempts as usize) {
+            assert!(std::time::Instant::now() < deadline, "attempt {expected_attempts} did not start\n{}\n{}", one.log(), two.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
+        assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled:#}");
+    };
+    cancel(1);
+    for round in 0..3u32 {
+        let path = format!("/api/runs/{run_id}/resume");
+        let ((s1, b1), (s2, b2)) = runtime.block_on(async {
+            futures::join!(
+                api1.call(reqwest::Method::POST, &path, Some(json!({"approved": true}))),
+                api2.call(reqwest::Method::POST, &path, Some(json!({"approved": true})))
+            )
+        });
+        let won = [s1, s2].iter().filter(|s| (200..300).contains(*s)).count();
+        assert_eq!(won, 1, "round {round}: exactly one resume starts: {s1} {b1:#} / {s2} {b2:#}");
+        let lost = if (200..300).contains(&s1) { &b2 } else { &b1 };
+        assert_eq!([s1, s2].iter().filter(|s| **s == 409).count(), 1, "{s1} {s2}");
+        assert_eq!(lost["code"], "already_active", "{lost:#}");
+        cancel(round + 2);
+    }
+    assert_eq!(attempts(), "4", "one attempt per round, and the first");
+    two.stop();
+    one.stop();
+}
+
+/// A worker's commits are announced with ONE `pg_notify` per commit window (after the
+/// commit), naming the runs the window touched, never one per entry: 60 puts for two runs in
+/// one window make one notification (heard on a LISTEN connection of the test's own); a
+/// flush with nothing written makes none.
+#[tokio::test]
+async fn one_notification_per_commit_window_names_its_runs() {
+    use futures::StreamExt;
+    let server = Postgres::start();
+    let url = server.database("notify");
+    let store = PgStore::connect(&url, PgOptions { commit_window: Duration::from_millis(200), ..options("notifier") }).await.expect("connects");
+    let (client, mut connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a listening connection");
+    let (tx, mut notes) = futures::channel::mpsc::unbounded();
+    tokio::spawn(futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx));
+    client.batch_execute("LISTEN factory_runs").await.expect("LISTEN");
+
+    for i in 0..50 {
+        store.put_step("run-a", &format!("k{i}"), "1", i).expect("put");
+    }
+    for i in 0..10 {
+        store.put_step("run-b", &format!("k{i}"), "1", i).expect("put");
+    }
+    Journal::flush(&store).await.expect("one commit");
+    Journal::flush(&store).await.expect("nothing to commit");
+    store.put_step("run-b", "late", "2", 11).expect("put");
+    Journal::flush(&store).await.expect("a second commit");
+    let mut heard = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(message)) = tokio::time::timeout_at(deadline, notes.next()).await {
+        if let Ok(tokio_postgres::AsyncMessage::Notification(note)) = message {
+            heard.push(serde_json::from_str::<serde_json::Value>(note.payload()).expect("a JSON payload"));
+        }
+    }
+    assert_eq!(heard.len(), 2, "one notification per commit: {heard:#?}");
+    assert_eq!(heard[0], serde_json::json!({"worker": "notifier", "runs": ["run-a", "run-b"], "many": false}));
+    assert_eq!(heard[1]["runs"], serde_json::json!(["run-b"]));
+    assert_eq!(store.writer_stats().notifies.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(store.writer_stats().commits.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
+/// A run executing on worker 1 is live on worker 2: worker 2's event stream (`/api/events`)
+/// gets a `run_updated` for each of worker 1's commits of the run as it runs (driven by the
+/// commit notifications; a poll every 2 s is only the fallback) with the progress entries,
+/// and `wait` on worker 2 answers with the end.
+#[test]
+fn a_run_executing_on_one_worker_is_followed_live_on_another() {
+    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+    use common::service::Service;
+    use serde_json::{json, Value};
+
+    let server = Postgres::start();
+    let url = server.database("live");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(500) }));
+    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    for state in &states {
+        write_config(state.path(), fake.port(), false, "");
+        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+    }
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    let one = Service::start(states[0].path(), &args);
+    let api1 = Api::of(states[0].path(), &one.log());
+    let two = Service::start(states[1].path(), &args);
+    let api2 = Api::of(states[1].path(), &two.log());
+    let probe = common::component("probe");
+    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    assert!(status == 200 || status == 201);
+
+    // Worker 2's event stream, open before the run starts.
+    let mut events = runtime
+        .block_on(reqwest::Client::new().get(format!("{}/api/events", api2.base)).bearer_auth(&api2.token).send())
+        .expect("the event stream");
+    assert_eq!(events.status(), 200);
+    let start = json!({"name": "probe", "args": {"case": "fanout", "n": 6}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
+    let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let run_id = started["runId"].as_str().expect("a run id").to_string();
+
+    let (mut updates, mut finished, mut text) = (Vec::new(), 0, String::new());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    'read: while std::time::Instant::now() < deadline {
+        let chunk = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), events.chunk()).await });
+        let Ok(Ok(Some(chunk))) = chunk else { break };
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            let (Some(kind), Some(data)) = (event.lines().find_map(|l| l.strip_prefix("event: ")), event.lines().find_map(|l| l.strip_prefix("data: "))) else { continue };
+            let data: Value = serde_json::from_str(data).expect("JSON data");
+            if data["runId"] != run_id.as_str() {
+                continue;
+            }
+            match kind {
+                "run_updated" => updates.push(data["revision"].as_u64().expect("a revision")),
+                "progress" if data["entry"]["event"] == "agentFinished" => finished += 1,
+                "progress" if data["entry"]["event"] == "attemptEnded" => break 'read,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(finished, 6, "every call's end reached worker 2's stream: {updates:?}\n{}", two.log());
+    assert!(updates.windows(2).all(|w| w[0] < w[1]), "revisions only grow: {updates:?}");
+    // Six calls 500 ms apart over about 3 s: a 2 s poll alone would announce it two or three
+    // times; the commit notifications announce each commit.
+    assert!(updates.len() >= 6, "announced live, commit by commit: {updates:?}");
+    let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!((status, done["status"].as_str()), (200, Some("completed")), "{done:#}");
+    drop(events);
+    two.stop();
+    one.stop();
 }

@@ -58,7 +58,7 @@ impl AgentBackend for HeldShared {
                 }
             }
             let usage = Usage::tokens(1, 1, Some(0));
-            Ok(AgentReply { text: format!("answer to {}", request.prompt), usage: Some(usage) })
+            Ok(AgentReply::new(format!("answer to {}", request.prompt), Some(usage)))
         })
     }
 }

@@ -40,6 +40,7 @@ fn serve(state: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
     args.extend_from_slice(extra);
     let mut cmd = factory_cmd(state, &args);
     cmd.env_remove("RUST_LOG").env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    cmd.env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -210,6 +211,18 @@ impl Receiver {
         self.requests().into_iter().flat_map(|r| r["spans"].as_array().cloned().unwrap_or_default()).collect()
     }
 
+    /// Every metric of every `/v1/metrics` request so far, in the order received.
+    fn metrics(&self) -> Vec<Value> {
+        let mut path = self.out.clone().into_os_string();
+        path.push(".metrics");
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let requests: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        for r in &requests {
+            assert_eq!(r["contentType"], "application/x-protobuf");
+        }
+        requests.into_iter().flat_map(|r| r["metrics"].as_array().cloned().unwrap_or_default()).collect()
+    }
+
     fn raw(&self) -> Vec<u8> {
         let mut raw = self.out.clone().into_os_string();
         raw.push(".raw");
@@ -376,6 +389,46 @@ async fn a_fan_out_run_exports_its_span_tree_over_otlp_continuing_the_callers_tr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_to_a_postgresql_store_are_traced_as_redb_commits_are() {
+    let receiver = Receiver::start();
+    let postgres = common::postgres::Postgres::start();
+    postgres.database("traced");
+    let url = postgres.url("traced");
+    let state = traced_state();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let served = serve(state.path(), &["--store", &url], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")]);
+    let client = reqwest::Client::new();
+    let file = state.path().join("traced.js");
+    let registered = client
+        .post(format!("{}/api/factories", served.base))
+        .bearer_auth(&served.token)
+        .json(&serde_json::json!({"path": file}))
+        .send()
+        .await
+        .unwrap();
+    assert!(registered.status().is_success(), "{}", registered.text().await.unwrap());
+    let started: Value = client
+        .post(format!("{}/api/runs", served.base))
+        .bearer_auth(&served.token)
+        .json(&serde_json::json!({"name": "traced", "args": {"n": 2}, "approved": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = started["runId"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
+    let envelope: Value =
+        client.get(format!("{}/api/runs/{run_id}/wait", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(envelope["status"], "completed", "{envelope}");
+    drop(served);
+    let spans = receiver.spans();
+    let commits: Vec<&Value> = spans.iter().filter(|s| s["name"] == "store.commit").collect();
+    assert!(!commits.is_empty(), "no store.commit span: {:?}", spans.iter().map(|s| &s["name"]).collect::<Vec<_>>());
+    assert!(commits.iter().all(|c| attr(c, "factory.store.ops").as_i64().is_some_and(|n| n >= 1)), "{commits:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_collector_fails_no_run() {
     // An endpoint where nothing listens: the run completes all the same.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -471,6 +524,91 @@ async fn metrics_move_with_a_run_and_need_the_token() {
     assert!(moved("factory_store_commit_seconds_count{}") >= 1.0);
     assert!(moved("factory_journal_bytes_total{}") > 0.0);
     assert_eq!(sample(&after, "factory_active_runs{}"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_exported_over_otlp_under_the_names_metrics_serves() {
+    const N: u32 = 3;
+    let receiver = Receiver::start();
+    let state = traced_state();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let served = serve(
+        state.path(),
+        &[],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_TRACES_EXPORTER", "none"), ("OTEL_METRIC_EXPORT_INTERVAL", "200")],
+    );
+    let client = reqwest::Client::new();
+    let started: Value = client
+        .post(format!("{}/api/runs", served.base))
+        .bearer_auth(&served.token)
+        .json(&serde_json::json!({"name": "traced", "args": {"n": N}, "limits": {"maxConcurrentSubagents": 2}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = started["runId"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
+    let envelope: Value =
+        client.get(format!("{}/api/runs/{run_id}/wait", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(envelope["status"], "completed", "{envelope}");
+    let scraped = scrape(&served).await;
+    // Stopping the service exports the final values.
+    drop(served);
+    let exported = receiver.metrics();
+    assert!(receiver.spans().is_empty(), "OTEL_TRACES_EXPORTER=none: metrics only");
+    // The last export of each metric (cumulative: it holds the totals).
+    let mut last = std::collections::BTreeMap::new();
+    for metric in &exported {
+        last.insert(metric["name"].as_str().unwrap().to_string(), metric.clone());
+    }
+    let names: Vec<&str> = last.keys().map(String::as_str).collect();
+    for expected in [
+        "factory_active_runs",
+        "factory_agent_call_seconds",
+        "factory_agent_calls",
+        "factory_agent_queue_wait_seconds",
+        "factory_agent_tokens",
+        "factory_ai_credits",
+        "factory_journal_bytes",
+        "factory_run_attempts_ended",
+        "factory_store_commit_seconds",
+    ] {
+        assert!(names.contains(&expected), "{expected} not exported: {names:?}");
+        // The same family on /metrics (counters there carry Prometheus's `_total`).
+        assert!(scraped.keys().any(|k| k.starts_with(&format!("{expected}{{")) || k.starts_with(&format!("{expected}_"))), "{expected} not on /metrics");
+    }
+    let point = |name: &str, attrs: Value| -> Value {
+        let metric = &last[name];
+        metric["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["attributes"] == attrs)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} has no point {attrs}: {metric:#}"))
+    };
+    let calls = &last["factory_agent_calls"];
+    assert_eq!((calls["kind"].as_str(), calls["monotonic"].as_bool()), (Some("sum"), Some(true)), "{calls}");
+    assert_eq!(calls["temporality"], 2, "cumulative");
+    let ok = serde_json::json!({"backend": "script", "outcome": "ok"});
+    assert_eq!(point("factory_agent_calls", ok)["value"], N);
+    assert_eq!(scraped[r#"factory_agent_calls_total{backend="script",outcome="ok"}"#], f64::from(N), "the same value on /metrics");
+    assert_eq!(point("factory_run_attempts_ended", serde_json::json!({"status": "completed"}))["value"], 1);
+    assert_eq!(point("factory_agent_tokens", serde_json::json!({"backend": "script", "direction": "input"}))["value"], 12 * N);
+    let credits = point("factory_ai_credits", serde_json::json!({"backend": "script"}))["value"].as_f64().unwrap();
+    assert!((credits - 0.25 * f64::from(N)).abs() < 1e-9, "{credits}");
+    // Histograms: the spawns counted, with /metrics' bucket bounds.
+    let latency = point("factory_agent_call_seconds", serde_json::json!({"backend": "script"}));
+    assert_eq!(last["factory_agent_call_seconds"]["kind"], "histogram");
+    assert_eq!(latency["count"], N);
+    let bounds: Vec<f64> = latency["bounds"].as_array().unwrap().iter().map(|b| b.as_f64().unwrap()).collect();
+    let expected: Vec<f64> = (0..18).map(|i| 0.001 * 2f64.powi(i)).collect();
+    assert_eq!(bounds.len(), expected.len());
+    assert!(bounds.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-12), "{bounds:?}");
+    assert!(scraped.contains_key(r#"factory_agent_call_seconds_bucket{backend="script",le="0.001"}"#), "the same bounds on /metrics");
+    assert_eq!(last["factory_active_runs"]["kind"], "gauge");
+    assert_eq!(point("factory_active_runs", serde_json::json!({}))["value"], 0);
 }
 
 #[test]

@@ -73,6 +73,8 @@ export interface FactoryRunDetail extends FactoryRunResult {
         /** Present (true) when `creditsNano` is a lower bound. */
         creditsAtLeast?: boolean;
         inputTokens: number; outputTokens: number; cacheReadTokens?: number; cacheWriteTokens?: number; millis: number;
+        /** The per-agent soft limit that ended the call, when one did. */
+        endedBy?: "maxTurns" | "maxDurationSeconds";
     }>;
     progress: FactoryProgressEntry[];
 }

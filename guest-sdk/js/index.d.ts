@@ -136,13 +136,31 @@ export interface FactoryMeta {
     readonly limits?: FactoryLimits;
     /** When present, the host checks every run's args against it before the run exists. */
     readonly argsSchema?: JsonSchema;
+    /** Default soft limits of every `ctx.agent` call (a call's own options win, key by key). */
+    readonly agentLimits?: AgentSoftLimits;
+}
+
+/**
+ * Per-agent soft limits: reaching one ends that call (with what the subagent answered by
+ * then, else `null`), never the run; the run's detail says which one ended it. They are part
+ * of the call's identity (memo key). Backends honour what applies to them: an agent CLI
+ * passes `maxTurns` with its turn flag (one without a flag refuses it) and sends `wrapUp`
+ * when `maxDurationSeconds` is up if it takes one; an HTTP backend ends its request.
+ */
+export interface AgentSoftLimits {
+    /** Positive integer: model turns the subagent may take. */
+    readonly maxTurns?: number | null;
+    /** Positive seconds of wall time for the call, at most 2_147_483.647. */
+    readonly maxDurationSeconds?: number | null;
+    /** The prompt that asks the subagent to finish when `maxDurationSeconds` is up. */
+    readonly wrapUp?: string | null;
 }
 
 // ---------------------------------------------------------------------------------------
 // The run context
 
 /** Options of a `ctx.agent` call that replies with text. */
-export interface AgentTextOptions {
+export interface AgentTextOptions extends AgentSoftLimits {
     /** Distinguishes otherwise identical calls (they memoize into one subagent). */
     readonly label?: string | null;
     /** A model name, resolved by the host's backend configuration. */
@@ -151,7 +169,7 @@ export interface AgentTextOptions {
 }
 
 /** Options of a `ctx.agent` call whose reply must match `schema`. */
-export interface AgentSchemaOptions<S extends JsonSchema = JsonSchema> {
+export interface AgentSchemaOptions<S extends JsonSchema = JsonSchema> extends AgentSoftLimits {
     /** Distinguishes otherwise identical calls (they memoize into one subagent). */
     readonly label?: string | null;
     /** A model name, resolved by the host's backend configuration. */
@@ -160,7 +178,7 @@ export interface AgentSchemaOptions<S extends JsonSchema = JsonSchema> {
     readonly schema: S;
 }
 
-/** Options of a `ctx.agent` call: exactly `label`, `schema` and `model`. */
+/** Options of a `ctx.agent` call: exactly `label`, `schema`, `model` and the soft limits. */
 export type AgentOptions = AgentTextOptions | AgentSchemaOptions;
 
 /** Options of `ctx.step`. */

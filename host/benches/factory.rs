@@ -10,7 +10,9 @@
 //! local service adds to a `factory run` (a real `factory serve`'s control socket against an
 //! in-process service: one request, and a tiny run started and followed to its envelope) and
 //! (9) the dashboard drawing a 4,096-agent run in headless Chromium (`tests/browser/render.mjs`;
-//! Node, `npm ci` in tests/browser and /usr/bin/chromium are required). The backend is a small
+//! Node, `npm ci` in tests/browser and /usr/bin/chromium are required) and (10) the PostgreSQL
+//! store against a server it starts (Debian's PostgreSQL 15 is required; a missing one fails
+//! the bench with the install hint). The backend is a small
 //! in-process latency backend (a timer thread, so 1 ms means 1 ms, not a tokio tick): the
 //! boundary, not the thing measured. Correctness checks (results complete, a resume makes no
 //! backend call, a resume runs no step producer, a memo hit makes no backend call) fail the
@@ -154,8 +156,8 @@ impl AgentBackend for LatencyBackend {
                 }
             }
             me.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
-            let usage = Usage { input_tokens: 1, output_tokens: 1, credits_nano: Some(0), ..Usage::default() };
-            Ok(AgentReply { text: "ok".into(), usage: Some(usage) })
+            let usage = Usage::tokens(1, 1, Some(0));
+            Ok(AgentReply::new("ok", Some(usage)))
         })
     }
 }
@@ -1477,6 +1479,168 @@ async fn service_hop(table: &mut Table, component: &Path, cache: &Path, runs: us
     drop(service);
 }
 
+/// A real PostgreSQL 15 for section (10), started as the tests start theirs.
+#[allow(dead_code)]
+#[path = "../../tests/common/postgres.rs"]
+mod postgres;
+
+/// A host on worker `worker` of the PostgreSQL store at `url` (10 ms commit window).
+async fn pg_host(url: &str, worker: &str, state: &Path, cache: &Path, backend: &LatencyBackend) -> Host {
+    let store = factory_host::store::PgStore::connect(url, factory_host::store::PgOptions::new(worker))
+        .await
+        .unwrap_or_else(|e| fail(format!("cannot connect to PostgreSQL at {url}: {e}")));
+    let config = HostConfig { state_dir: Some(state.to_path_buf()), cache_dir: Some(cache.to_path_buf()), backend: Arc::new(backend.clone()), ..HostConfig::default() };
+    Host::with_store(config, Arc::new(store)).unwrap_or_else(|e| fail(format!("cannot open a host on PostgreSQL: {e}")))
+}
+
+/// The value at `percent` of sorted `values`.
+fn percentile(values: &[f64], percent: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let at = ((values.len() - 1) as f64 * percent / 100.0).round() as usize;
+    values[at.min(values.len() - 1)]
+}
+
+/// (10) The PostgreSQL store (a server this bench starts, fsync on): a 1,000-agent fan-out
+/// on one worker against the same on redb; runs per second with one worker (100 concurrent
+/// small runs) and CPU per agent call; journal write latency from put to durable with 4
+/// workers (each with 4 writers putting and flushing); WAL bytes and dead tuples per agent
+/// call (from `pg_current_wal_lsn` and `pg_stat_user_tables` around the fan-outs).
+async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    eprintln!("bench: (10) PostgreSQL");
+    let server = postgres::Postgres::start_durable();
+    let url = server.database("bench");
+    let backend = LatencyBackend::new(Duration::ZERO);
+    const N: usize = 1000;
+
+    // The same fan-out on redb, for the ratio.
+    let redb_state = tempfile::tempdir().expect("a temporary state directory");
+    let redb = durable_host(redb_state.path(), cache, &backend);
+    let factory = load(&redb, component).await;
+    run(&redb, &factory, "fanout", 10, false).await;
+    let mut redb_walls = Vec::new();
+    for _ in 0..runs {
+        let (envelope, sample) = measure(&redb, run(&redb, &factory, "fanout", N, false)).await;
+        check_done(&envelope, "fanout", N, false);
+        redb_walls.push(ms(sample.wall));
+    }
+    drop(redb);
+    let redb_wall = median(redb_walls);
+
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let host = Arc::new(pg_host(&url, "bench-1", state.path(), cache, &backend).await);
+    let factory = load(&host, component).await;
+    run(&host, &factory, "fanout", 10, false).await; // warm-up
+    let stats = |sql: &str| server.psql("bench", sql);
+    let wal = || stats("SELECT pg_current_wal_lsn()");
+    let dead = || {
+        // Other backends report their counts at most once a second.
+        std::thread::sleep(Duration::from_millis(1200));
+        stats("SELECT pg_stat_clear_snapshot(); SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables").lines().last().unwrap_or("0").trim().parse::<f64>().unwrap_or(f64::NAN)
+    };
+    let (mut walls, mut cpus, mut wal_bytes) = (Vec::new(), Vec::new(), Vec::new());
+    let dead_before = dead();
+    for _ in 0..runs {
+        let lsn = wal();
+        let calls = backend.calls();
+        let (envelope, sample) = measure(&host, run(&host, &factory, "fanout", N, false)).await;
+        check_done(&envelope, "fanout", N, false);
+        if backend.calls() - calls != N as u64 {
+            fail(format!("fan-out of {N} on PostgreSQL made {} backend calls", backend.calls() - calls));
+        }
+        let bytes = stats(&format!("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn}')")).parse::<f64>().unwrap_or(f64::NAN);
+        wal_bytes.push(bytes / N as f64);
+        walls.push(ms(sample.wall));
+        cpus.push(ms(sample.cpu) * 1000.0 / N as f64);
+    }
+    let dead_per_call = (dead() - dead_before) / (runs * N) as f64;
+    let wall = median(walls);
+    let ratio = wall / redb_wall;
+    table.judged(
+        "10 PostgreSQL",
+        "fan-out 1000 agents x 0 ms, one PostgreSQL worker",
+        fmt_ms(wall),
+        format!("redb {}; {ratio:.1}x redb; host CPU {:.0} us per call", fmt_ms(redb_wall), median(cpus)),
+        "<= 3x redb",
+        ratio <= 3.0,
+    );
+    table.row(
+        "10 PostgreSQL",
+        "WAL and dead tuples per agent call",
+        format!("{:.0} B WAL", median(wal_bytes)),
+        format!("{dead_per_call:.2} dead tuples per call (pg_stat_user_tables, autovacuum on)"),
+    );
+
+    // Runs per second: 100 concurrent small runs (3 agents, a step, a log line) on one worker.
+    const RUNS: usize = 100;
+    concurrent_runs(&host, &factory, 10).await;
+    let mut per_second = Vec::new();
+    let mut cpu_per_call = Vec::new();
+    for _ in 0..runs {
+        let calls = backend.calls();
+        let (envelopes, sample) = measure(&host, concurrent_runs(&host, &factory, RUNS)).await;
+        for envelope in &envelopes {
+            check_done(envelope, "small", 3, false);
+        }
+        per_second.push(RUNS as f64 / sample.wall.as_secs_f64());
+        cpu_per_call.push(ms(sample.cpu) * 1000.0 / (backend.calls() - calls).max(1) as f64);
+    }
+    table.row(
+        "10 PostgreSQL",
+        "runs per second, one PostgreSQL worker (100 concurrent small runs)",
+        format!("{:.0} runs/s", median(per_second)),
+        format!("host CPU {:.0} us per agent call (2 cores: CPU per call, not scaling)", median(cpu_per_call)),
+    );
+    drop(host);
+
+    // Journal write latency, put to durable, 4 workers x 4 writers.
+    const WORKERS: usize = 4;
+    const WRITERS: usize = 4;
+    let mut stores = Vec::new();
+    for w in 0..WORKERS {
+        let store = factory_host::store::PgStore::connect(&url, factory_host::store::PgOptions::new(format!("latency-{w}")))
+            .await
+            .unwrap_or_else(|e| fail(format!("cannot connect worker {w}: {e}")));
+        stores.push(Arc::new(store));
+    }
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for (w, store) in stores.iter().enumerate() {
+        for writer in 0..WRITERS {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                use factory_host::store::journal::Journal;
+                let mut latencies = Vec::new();
+                let mut i = 0u64;
+                while Instant::now() < until {
+                    let started = Instant::now();
+                    store.put_step(&format!("latency-{w}-{writer}"), &format!("k{i}"), "{\"v\":1}", i).unwrap_or_else(|e| fail(format!("put: {e}")));
+                    Journal::flush(&*store).await.unwrap_or_else(|e| fail(format!("flush: {e}")));
+                    latencies.push(ms(started.elapsed()));
+                    i += 1;
+                }
+                latencies
+            }));
+        }
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap_or_else(|e| fail(format!("a writer panicked: {e}"))));
+    }
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    let commits: u64 = stores.iter().map(|s| factory_host::store::Store::writer_stats(&**s).commits.load(Ordering::SeqCst)).sum();
+    let p99 = percentile(&latencies, 99.0);
+    table.judged(
+        "10 PostgreSQL",
+        "journal write put -> durable, 4 workers x 4 writers",
+        format!("p50 {}", fmt_ms(percentile(&latencies, 50.0))),
+        format!("p99 {}; {} writes, {commits} commits in 3 s (fsync on)", fmt_ms(p99), latencies.len()),
+        "p99 < 20 ms",
+        p99 < 20.0,
+    );
+}
+
 /// The dashboard drawing a finished 4,096-agent run, in headless Chromium.
 async fn dashboard(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
     const SECTION: &str = "9 dashboard";
@@ -1598,6 +1762,9 @@ fn main() {
         }
         if wanted("9") {
             dashboard(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("10") {
+            postgres_store(&mut table, &component, cache.path(), runs).await;
         }
     });
 

@@ -4,6 +4,12 @@
 //! concurrency slot and the call latency, tokens and credits by backend, store commit
 //! latency and journal bytes. Every update is an atomic add; the per-backend handles of an
 //! attempt are looked up once ([`Metrics::backend`]), not per call.
+//!
+//! When the binary exports over OTLP ([`export_to`], before the first use) every update is
+//! also recorded on OpenTelemetry instruments of the same names and labels (counters as
+//! monotonic sums without Prometheus's `_total` suffix, the histograms with the same bucket
+//! bounds, `factory_active_runs` as an observed gauge), which the SDK's periodic reader
+//! exports on a thread of its own.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -36,6 +42,85 @@ struct TokenLabels {
     direction: String,
 }
 
+/// The OpenTelemetry meter the metrics are also recorded on ([`export_to`]).
+static EXPORT: OnceLock<opentelemetry::metrics::Meter> = OnceLock::new();
+
+/// Also record every metric on `meter` (for OTLP export), under the same names. Takes effect
+/// only before the first use of [`metrics`]: `false` when it came too late (or twice).
+pub fn export_to(meter: opentelemetry::metrics::Meter) -> bool {
+    if METRICS.get().is_some() {
+        return false;
+    }
+    EXPORT.set(meter).is_ok()
+}
+
+/// The histogram bucket bounds, in seconds (the same for Prometheus and OTLP).
+fn second_bounds() -> Vec<f64> {
+    exponential_buckets(0.001, 2.0, 18).collect()
+}
+
+/// The OpenTelemetry instruments mirroring the Prometheus ones.
+struct Otel {
+    runs_ended: opentelemetry::metrics::Counter<u64>,
+    agent_calls: opentelemetry::metrics::Counter<u64>,
+    queue_wait: opentelemetry::metrics::Histogram<f64>,
+    call_latency: opentelemetry::metrics::Histogram<f64>,
+    tokens: opentelemetry::metrics::Counter<u64>,
+    credits: opentelemetry::metrics::Counter<f64>,
+    commit_latency: opentelemetry::metrics::Histogram<f64>,
+    journal_bytes: opentelemetry::metrics::Counter<u64>,
+    /// Kept so its callback stays registered.
+    _active_runs: opentelemetry::metrics::ObservableGauge<i64>,
+}
+
+impl Otel {
+    fn new(meter: &opentelemetry::metrics::Meter, active_runs: Gauge) -> Otel {
+        let seconds = |name: &'static str, help: &'static str| {
+            meter.f64_histogram(name).with_description(help).with_boundaries(second_bounds()).build()
+        };
+        Otel {
+            runs_ended: meter.u64_counter("factory_run_attempts_ended").with_description(RUNS_ENDED).build(),
+            agent_calls: meter.u64_counter("factory_agent_calls").with_description(AGENT_CALLS).build(),
+            queue_wait: seconds("factory_agent_queue_wait_seconds", QUEUE_WAIT),
+            call_latency: seconds("factory_agent_call_seconds", CALL_SECONDS),
+            tokens: meter.u64_counter("factory_agent_tokens").with_description(TOKENS).build(),
+            credits: meter.f64_counter("factory_ai_credits").with_description(CREDITS).build(),
+            commit_latency: seconds("factory_store_commit_seconds", COMMIT_SECONDS),
+            journal_bytes: meter.u64_counter("factory_journal_bytes").with_description(JOURNAL_BYTES).build(),
+            _active_runs: meter
+                .i64_observable_gauge("factory_active_runs")
+                .with_description(ACTIVE_RUNS)
+                .with_callback(move |observer| observer.observe(active_runs.get(), &[]))
+                .build(),
+        }
+    }
+}
+
+/// One backend's OpenTelemetry instruments and labels.
+#[derive(Clone)]
+struct BackendOtel {
+    calls: opentelemetry::metrics::Counter<u64>,
+    /// Labels of each [`CallOutcome`], in its order.
+    call_labels: [Vec<opentelemetry::KeyValue>; 4],
+    queue_wait: opentelemetry::metrics::Histogram<f64>,
+    latency: opentelemetry::metrics::Histogram<f64>,
+    backend: Vec<opentelemetry::KeyValue>,
+    tokens: opentelemetry::metrics::Counter<u64>,
+    input: Vec<opentelemetry::KeyValue>,
+    output: Vec<opentelemetry::KeyValue>,
+    credits: opentelemetry::metrics::Counter<f64>,
+}
+
+const RUNS_ENDED: &str = "Run attempts ended, by the status they ended with";
+const ACTIVE_RUNS: &str = "Runs executing now";
+const AGENT_CALLS: &str = "Agent calls ended, by backend and outcome (ok, failed, aborted, cached)";
+const QUEUE_WAIT: &str = "Time agent calls waited for a concurrency slot (maxConcurrentSubagents)";
+const CALL_SECONDS: &str = "Latency of one agent spawn (a backend call)";
+const TOKENS: &str = "Tokens agent calls used, by backend and direction (input, output)";
+const CREDITS: &str = "AI credits agent calls cost, by backend";
+const COMMIT_SECONDS: &str = "Latency of one store commit (a group of journal writes made durable)";
+const JOURNAL_BYTES: &str = "Bytes runs journaled (steps, agent outcomes, progress)";
+
 /// The process's metrics ([`metrics`]).
 pub struct Metrics {
     registry: Registry,
@@ -48,6 +133,7 @@ pub struct Metrics {
     credits: Family<BackendLabel, Counter<f64, AtomicU64>>,
     commit_latency: Histogram,
     journal_bytes: Counter,
+    otel: Option<Otel>,
 }
 
 /// How an agent call ended, as `factory_agent_calls_total{outcome}` counts it.
@@ -72,17 +158,24 @@ pub struct BackendMetrics {
     input_tokens: Counter,
     output_tokens: Counter,
     credits: Counter<f64, AtomicU64>,
+    otel: Option<BackendOtel>,
 }
 
 impl BackendMetrics {
     /// Count a call that ended with `outcome`.
     pub fn call(&self, outcome: CallOutcome) {
         self.calls[outcome as usize].inc();
+        if let Some(o) = &self.otel {
+            o.calls.add(1, &o.call_labels[outcome as usize]);
+        }
     }
 
     /// A wait for a concurrency slot.
     pub fn queued(&self, wait: std::time::Duration) {
         self.queue_wait.observe(wait.as_secs_f64());
+        if let Some(o) = &self.otel {
+            o.queue_wait.record(wait.as_secs_f64(), &o.backend);
+        }
     }
 
     /// One spawn's latency, its tokens and credits.
@@ -90,41 +183,64 @@ impl BackendMetrics {
         self.latency.observe(latency.as_secs_f64());
         self.input_tokens.inc_by(input_tokens);
         self.output_tokens.inc_by(output_tokens);
-        if let Some(nano) = credits_nano {
-            self.credits.inc_by(nano as f64 / 1e9);
+        let credits = credits_nano.map(|nano| nano as f64 / 1e9);
+        if let Some(credits) = credits {
+            self.credits.inc_by(credits);
+        }
+        if let Some(o) = &self.otel {
+            o.latency.record(latency.as_secs_f64(), &o.backend);
+            o.tokens.add(input_tokens, &o.input);
+            o.tokens.add(output_tokens, &o.output);
+            if let Some(credits) = credits {
+                o.credits.add(credits, &o.backend);
+            }
         }
     }
 }
 
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
 /// The process's metrics, registered on first use.
 pub fn metrics() -> &'static Metrics {
-    static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(Metrics::new)
 }
 
 impl Metrics {
     fn new() -> Metrics {
-        let seconds = || Histogram::new(exponential_buckets(0.001, 2.0, 18));
+        let seconds = || Histogram::new(second_bounds().into_iter());
         let mut registry = Registry::with_prefix("factory");
         let runs_ended = Family::<StatusLabel, Counter>::default();
-        registry.register("run_attempts_ended", "Run attempts ended, by the status they ended with", runs_ended.clone());
+        registry.register("run_attempts_ended", RUNS_ENDED, runs_ended.clone());
         let active_runs = Gauge::default();
-        registry.register("active_runs", "Runs executing now", active_runs.clone());
+        registry.register("active_runs", ACTIVE_RUNS, active_runs.clone());
         let agent_calls = Family::<CallLabels, Counter>::default();
-        registry.register("agent_calls", "Agent calls ended, by backend and outcome (ok, failed, aborted, cached)", agent_calls.clone());
+        registry.register("agent_calls", AGENT_CALLS, agent_calls.clone());
         let queue_wait = Family::<BackendLabel, Histogram>::new_with_constructor(seconds as fn() -> Histogram);
-        registry.register("agent_queue_wait_seconds", "Time agent calls waited for a concurrency slot (maxConcurrentSubagents)", queue_wait.clone());
+        registry.register("agent_queue_wait_seconds", QUEUE_WAIT, queue_wait.clone());
         let call_latency = Family::<BackendLabel, Histogram>::new_with_constructor(seconds as fn() -> Histogram);
-        registry.register("agent_call_seconds", "Latency of one agent spawn (a backend call)", call_latency.clone());
+        registry.register("agent_call_seconds", CALL_SECONDS, call_latency.clone());
         let tokens = Family::<TokenLabels, Counter>::default();
-        registry.register("agent_tokens", "Tokens agent calls used, by backend and direction (input, output)", tokens.clone());
+        registry.register("agent_tokens", TOKENS, tokens.clone());
         let credits = Family::<BackendLabel, Counter<f64, AtomicU64>>::default();
-        registry.register("ai_credits", "AI credits agent calls cost, by backend", credits.clone());
+        registry.register("ai_credits", CREDITS, credits.clone());
         let commit_latency = seconds();
-        registry.register("store_commit_seconds", "Latency of one store commit (a group of journal writes made durable)", commit_latency.clone());
+        registry.register("store_commit_seconds", COMMIT_SECONDS, commit_latency.clone());
         let journal_bytes = Counter::default();
-        registry.register("journal_bytes", "Bytes runs journaled (steps, agent outcomes, progress)", journal_bytes.clone());
-        Metrics { registry, runs_ended, active_runs, agent_calls, queue_wait, call_latency, tokens, credits, commit_latency, journal_bytes }
+        registry.register("journal_bytes", JOURNAL_BYTES, journal_bytes.clone());
+        let otel = EXPORT.get().map(|meter| Otel::new(meter, active_runs.clone()));
+        Metrics {
+            registry,
+            runs_ended,
+            active_runs,
+            agent_calls,
+            queue_wait,
+            call_latency,
+            tokens,
+            credits,
+            commit_latency,
+            journal_bytes,
+            otel,
+        }
     }
 
     /// The handles of `backend`'s calls.
@@ -144,22 +260,56 @@ impl Metrics {
             input_tokens: tokens("input"),
             output_tokens: tokens("output"),
             credits: self.credits.get_or_create(&label).clone(),
+            otel: self.otel.as_ref().map(|o| {
+                use opentelemetry::KeyValue;
+                let backend = || KeyValue::new("backend", backend.to_string());
+                let call = |outcome: &'static str| vec![backend(), KeyValue::new("outcome", outcome)];
+                let direction = |d: &'static str| vec![backend(), KeyValue::new("direction", d)];
+                BackendOtel {
+                    calls: o.agent_calls.clone(),
+                    call_labels: [call("ok"), call("failed"), call("aborted"), call("cached")],
+                    queue_wait: o.queue_wait.clone(),
+                    latency: o.call_latency.clone(),
+                    backend: vec![backend()],
+                    tokens: o.tokens.clone(),
+                    input: direction("input"),
+                    output: direction("output"),
+                    credits: o.credits.clone(),
+                }
+            }),
         }
     }
 
     /// An attempt ended with `status`.
     pub fn attempt_ended(&self, status: crate::model::envelope::RunStatus) {
         self.runs_ended.get_or_create(&StatusLabel { status: status.as_str().into() }).inc();
+        if let Some(o) = &self.otel {
+            o.runs_ended.add(1, &[opentelemetry::KeyValue::new("status", status.as_str())]);
+        }
+    }
+
+    /// A run started (`true`) or stopped executing in this process.
+    pub fn run_active(&self, started: bool) {
+        match started {
+            true => self.active_runs.inc(),
+            false => self.active_runs.dec(),
+        };
     }
 
     /// A store commit took `latency`.
     pub fn committed(&self, latency: std::time::Duration) {
         self.commit_latency.observe(latency.as_secs_f64());
+        if let Some(o) = &self.otel {
+            o.commit_latency.record(latency.as_secs_f64(), &[]);
+        }
     }
 
     /// A run journaled `bytes` more.
     pub fn journaled(&self, bytes: u64) {
         self.journal_bytes.inc_by(bytes);
+        if let Some(o) = &self.otel {
+            o.journal_bytes.add(bytes, &[]);
+        }
     }
 
     /// Everything, in the Prometheus text format, with `active_runs` as the gauge's value.

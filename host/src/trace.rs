@@ -169,6 +169,7 @@ pub(crate) fn agent_call(parent: &Span, provider: impl FnOnce() -> String, model
         factory.agent.memo = memo.as_str(),
         factory.agent.status = Empty,
         factory.agent.spawns = Empty,
+        factory.agent.ended_by = Empty,
         factory.credits_nano = Empty,
         otel.status_code = Empty,
     );
@@ -209,6 +210,13 @@ pub(crate) fn agent_ended(span: &Span, status: &'static str, spawns: u32) {
     span.record("factory.agent.status", status);
     span.record("factory.agent.spawns", i64::from(spawns));
     span.record("otel.status_code", if status == "ok" { "OK" } else { "ERROR" });
+}
+
+/// Record the soft limit that ended an agent call (`maxTurns`, `maxDurationSeconds`), if any.
+pub(crate) fn agent_soft_limit(span: &Span, limit: Option<crate::model::limits::SoftLimit>) {
+    if let (false, Some(limit)) = (span.is_disabled(), limit) {
+        span.record("factory.agent.ended_by", limit.as_str());
+    }
 }
 
 /// The span of one step lookup (`ctx.step-get`): the key's hash, never the key; whether it

@@ -99,7 +99,7 @@ impl AgentBackend for Shared {
                 return Err(BackendError::ordinary("injected failure"));
             }
             let usage = Usage::tokens(1, 1, Some(0));
-            Ok(AgentReply { text: format!("reply #{} to {}", me.total(), request.prompt), usage: Some(usage) })
+            Ok(AgentReply::new(format!("reply #{} to {}", me.total(), request.prompt), Some(usage)))
         })
     }
 }

@@ -41,6 +41,28 @@ struct State {
     answered: Vec<String>,
     asked: Vec<String>,
     requests: usize,
+    /// Answers being prepared now (`Mode::Answer`), and the most there were at once.
+    in_flight: usize,
+    max_in_flight: usize,
+}
+
+/// Counts an answer in flight until it is sent or its request is dropped.
+struct InFlight<'a>(&'a Mutex<State>);
+
+impl<'a> InFlight<'a> {
+    fn enter(state: &'a Mutex<State>) -> Self {
+        let mut s = state.lock().unwrap();
+        s.in_flight += 1;
+        s.max_in_flight = s.max_in_flight.max(s.in_flight);
+        InFlight(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        s.in_flight -= 1;
+    }
 }
 
 /// The running server (stopped when dropped).
@@ -119,6 +141,11 @@ impl FakeOpenAi {
     /// Requests received, answered or not.
     pub fn requests(&self) -> usize {
         self.state.lock().unwrap().requests
+    }
+
+    /// The most requests answered with `Mode::Answer` that were in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.lock().unwrap().max_in_flight
     }
 
     /// The prompt of every request received (answered or not), in arrival order.
@@ -214,6 +241,7 @@ async fn answer(state: &Mutex<State>, body: &Value, anthropic: bool) -> Response
     };
     match mode {
         Mode::Answer { latency } => {
+            let _counted = InFlight::enter(state);
             tokio::time::sleep(latency).await;
             state.lock().unwrap().answered.push(prompt.clone());
             respond(200, &[], completion(&answer_text(&prompt), 10, 5))

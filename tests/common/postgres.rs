@@ -113,6 +113,14 @@ impl Postgres {
         assert!(out.status.success(), "pg_ctl stop failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     }
 
+    /// Start the server again after [`Postgres::stop`], on the same port with the same data.
+    pub fn start_again(&self) {
+        let log = format!("{}/server.log", self.data_arg());
+        let options = format!("-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=200", self.port, self.data_arg());
+        let out = self.run("pg_ctl", &["start", "-w", "-t", "60", "-D", &self.data_arg(), "-l", &log, "-o", &options]);
+        assert!(out.status.success(), "pg_ctl start failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+
     /// Stop the server (fast shutdown: clients are disconnected) and start it again on the
     /// same port with the same data.
     pub fn restart(&self) {

@@ -33,7 +33,9 @@ mod bindings {
     });
 }
 
-use bindings::agent::factory::types::{Abort, AgentOptions, LimitKind, Limits, LogLevel, Meta, PhaseDecl, StepError};
+use bindings::agent::factory::types::{
+    Abort, AgentLimits, AgentOptions, LimitKind, Limits, LogLevel, Meta, PhaseDecl, StepError,
+};
 use bindings::agent::factory::{agents, ctx as hooks, script};
 
 /// The standard globals (`console`, timers, `AbortController`, `URL`, ...), evaluated first
@@ -303,9 +305,12 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
         // until `__factory_settle` hands it the outcome.
         native.set(
             "agentStart",
-            Func::from(|prompt: String, label: Option<String>, schema: Option<String>, model: Option<String>| {
-                calls::start(prompt, AgentOptions { label, schema, model })
-            }),
+            Func::from(
+                |prompt: String, label: Option<String>, schema: Option<String>, model: Option<String>, limits: Option<String>| {
+                    let limits = agent_limits(limits.as_deref().and_then(|l| serde_json::from_str(l).ok()).as_ref());
+                    calls::start(prompt, AgentOptions { label, schema, model, limits })
+                },
+            ),
         )?;
     }
     ctx.globals().set("__factory_native", native)?;
@@ -383,6 +388,17 @@ fn url_parts(u: &url::Url) -> String {
     .to_string()
 }
 
+/// Soft limits from the JSON the prelude produced (`{maxTurns?, maxDurationSeconds?,
+/// wrapUp?}`, checked there; the host checks them again).
+fn agent_limits(value: Option<&serde_json::Value>) -> AgentLimits {
+    let get = |key: &str| value.and_then(|v| v.get(key));
+    AgentLimits {
+        max_turns: get("maxTurns").and_then(|n| n.as_u64()).and_then(|n| u32::try_from(n).ok()),
+        max_duration_seconds: get("maxDurationSeconds").and_then(|d| d.as_f64()),
+        wrap_up: get("wrapUp").and_then(|w| w.as_str()).map(str::to_string),
+    }
+}
+
 /// The wit `meta` from the JSON the prelude produced (its shape checked there).
 fn meta_from_json(json: &str) -> Result<Meta, String> {
     use serde_json::Value as Json;
@@ -415,5 +431,6 @@ fn meta_from_json(json: &str) -> Result<Meta, String> {
         }
     }
     let args_schema = value.get("argsSchema").filter(|s| !s.is_null()).map(|s| s.to_string());
-    Ok(Meta { name, description, phases, limits, args_schema })
+    let agent_limits = agent_limits(value.get("agentLimits"));
+    Ok(Meta { name, description, phases, limits, args_schema, agent_limits })
 }

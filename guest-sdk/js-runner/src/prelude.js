@@ -96,6 +96,8 @@
         return `uncaught ${text}`;
     }
 
+    const AGENT_OPTIONS = ["label", "schema", "model", "maxTurns", "maxDurationSeconds", "wrapUp"];
+
     function checkMeta(meta) {
         if (meta === null || typeof meta !== "object") throw new TypeError("defineFactory: `meta` must be an object");
         if (typeof meta.name !== "string" || meta.name === "") throw new TypeError("defineFactory: `meta.name` must be a non-empty string");
@@ -111,6 +113,43 @@
         }
         if (meta.limits !== undefined && (meta.limits === null || typeof meta.limits !== "object"))
             throw new TypeError("defineFactory: `meta.limits` must be an object");
+        if (meta.agentLimits !== undefined && meta.agentLimits !== null) softLimits(meta.agentLimits, "defineFactory: `meta.agentLimits`", false);
+    }
+
+    // Per-agent soft limits `{ maxTurns?, maxDurationSeconds?, wrapUp? }` (from `source`,
+    // which may hold other keys when `only` is false) checked, as the JSON the runner passes
+    // on; null when none is set.
+    function softLimits(source, where, only) {
+        if (typeof source !== "object") throw new TypeError(`${where} must be an object`);
+        const out = {};
+        let any = false;
+        if (source.maxTurns !== undefined && source.maxTurns !== null) {
+            const n = source.maxTurns;
+            if (typeof n !== "number" || !Number.isInteger(n) || n < 1 || n > 4294967295)
+                throw new RangeError(`${where}: \`maxTurns\` must be a positive integer (got ${String(n)})`);
+            out.maxTurns = n;
+            any = true;
+        }
+        if (source.maxDurationSeconds !== undefined && source.maxDurationSeconds !== null) {
+            const d = source.maxDurationSeconds;
+            if (typeof d !== "number" || !Number.isFinite(d) || d <= 0 || d > 2147483.647)
+                throw new RangeError(`${where}: \`maxDurationSeconds\` must be a positive number of seconds, at most 2147483.647 (got ${String(d)})`);
+            out.maxDurationSeconds = d;
+            any = true;
+        }
+        if (source.wrapUp !== undefined && source.wrapUp !== null) {
+            if (typeof source.wrapUp !== "string" || source.wrapUp.trim() === "")
+                throw new TypeError(`${where}: \`wrapUp\` must be a non-empty string`);
+            out.wrapUp = source.wrapUp;
+            any = true;
+        }
+        if (only) {
+            for (const key of Object.keys(source)) {
+                if (key !== "maxTurns" && key !== "maxDurationSeconds" && key !== "wrapUp")
+                    throw new TypeError(`${where} has an unknown key \`${key}\` (expected maxTurns, maxDurationSeconds, wrapUp)`);
+            }
+        }
+        return any ? JSON.stringify(out) : null;
     }
 
     function defineFactory(definition) {
@@ -176,6 +215,10 @@
             const factory = await load(fileName, entry);
             const meta = factory.meta;
             const out = { name: meta.name, description: meta.description, phases: meta.phases || [], limits: meta.limits || {} };
+            if (meta.agentLimits !== undefined && meta.agentLimits !== null) {
+                const soft = softLimits(meta.agentLimits, "meta.agentLimits", true);
+                if (soft !== null) out.agentLimits = JSON.parse(soft);
+            }
             const schema = meta.argsSchema !== undefined ? meta.argsSchema : meta.args;
             if (schema !== undefined && schema !== null) out.argsSchema = schema;
             return "m" + toJson(out, "meta");
@@ -202,8 +245,8 @@
         capturedReject = reject;
     };
 
-    function startAgent(native, prompt, label, schema, model) {
-        const id = native.agentStart(prompt, label, schema, model);
+    function startAgent(native, prompt, label, schema, model, limits) {
+        const id = native.agentStart(prompt, label, schema, model, limits);
         const promise = new Promise(capture);
         resolvers[id] = capturedResolve;
         rejecters[id] = capturedReject;
@@ -295,15 +338,17 @@
         // Not an async function (one promise per call, settled with the reply itself); a
         // bad argument rejects as it would from one.
         function agent(prompt, options) {
-            let label, schema, model;
+            let label, schema, model, limits = null;
             try {
                 if (typeof prompt !== "string") throw new TypeError("ctx.agent: the prompt must be a string");
                 if (options !== undefined && options !== null) {
-                    if (typeof options !== "object") throw new TypeError("ctx.agent: options must be { label?, schema?, model? }");
+                    if (typeof options !== "object")
+                        throw new TypeError("ctx.agent: options must be { label?, schema?, model?, maxTurns?, maxDurationSeconds?, wrapUp? }");
                     for (const key of Object.keys(options)) {
-                        if (key !== "label" && key !== "schema" && key !== "model")
-                            throw new TypeError(`ctx.agent: unknown option \`${key}\` (options are exactly label, schema and model)`);
+                        if (!AGENT_OPTIONS.includes(key))
+                            throw new TypeError(`ctx.agent: unknown option \`${key}\` (options are exactly ${AGENT_OPTIONS.join(", ")})`);
                     }
+                    limits = softLimits(options, "ctx.agent", false);
                     if (options.label !== undefined && options.label !== null) {
                         if (typeof options.label !== "string") throw new TypeError("ctx.agent: `label` must be a string");
                         label = options.label;
@@ -317,7 +362,7 @@
             } catch (e) {
                 return Promise.reject(e);
             }
-            return startAgent(native, prompt, label, schema, model);
+            return startAgent(native, prompt, label, schema, model, limits);
         }
 
         function parallel(thunks) {

@@ -164,6 +164,35 @@ class Meta:
     max_ai_credits: float | None = None
     args_schema: dict[str, Any] | None = None
     args_type: Any = None
+    agent_max_turns: int | None = None
+    agent_max_duration_seconds: float | None = None
+    agent_wrap_up: str | None = None
+
+
+def _soft_limits(where: str, max_turns: Any, max_duration_seconds: Any, wrap_up: Any) -> None:
+    """Check per-agent soft limits (the host checks them again): raises ``ValueError`` or
+    ``TypeError`` naming the bad one."""
+    if max_turns is not None:
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int):
+            raise TypeError(f"{where}: max_turns must be an int, got {max_turns!r}")
+        if not 1 <= max_turns <= 0xFFFFFFFF:
+            raise ValueError(f"{where}: max_turns must be a positive integer, got {max_turns}")
+    if max_duration_seconds is not None:
+        if isinstance(max_duration_seconds, bool) or not isinstance(max_duration_seconds, (int, float)):
+            raise TypeError(f"{where}: max_duration_seconds must be a number, got {max_duration_seconds!r}")
+        d = float(max_duration_seconds)
+        if not (d > 0 and d <= 2147483.647):
+            raise ValueError(f"{where}: max_duration_seconds must be positive seconds, at most 2147483.647, got {d}")
+    if wrap_up is not None and (not isinstance(wrap_up, str) or not wrap_up.strip()):
+        raise ValueError(f"{where}: wrap_up must be a non-empty string, got {wrap_up!r}")
+
+
+def _wit_limits(max_turns: int | None, max_duration_seconds: float | None, wrap_up: str | None) -> Any:
+    return _wit.AgentLimits(
+        max_turns=max_turns,
+        max_duration_seconds=None if max_duration_seconds is None else float(max_duration_seconds),
+        wrap_up=wrap_up,
+    )
 
 
 def schema_of(tp: Any) -> dict[str, Any]:
@@ -185,12 +214,18 @@ def factory(
     timeout_seconds: float | None = None,
     max_ai_credits: float | None = None,
     args: Any = None,
+    agent_max_turns: int | None = None,
+    agent_max_duration_seconds: float | None = None,
+    agent_wrap_up: str | None = None,
 ) -> Callable[[Callable[[Ctx[Any]], Awaitable[T]]], Callable[[Ctx[Any]], Awaitable[T]]]:
     """Declare the factory: decorate its ``async def run(ctx)``.
 
     ``name`` is its stable identifier; ``description`` should state the shape of ``args``.
     ``phases`` are titles (or :class:`Phase`, or ``(title, detail)`` pairs) in order. The
     limits may each be overridden per invocation; absent means no limit of that kind.
+
+    ``agent_max_turns``, ``agent_max_duration_seconds`` and ``agent_wrap_up`` are the default
+    soft limits of every :meth:`Ctx.agent` call (a call's own win, one by one).
 
     ``args`` declares the arguments: a JSON Schema dict (the host checks the arguments
     against it before the run starts; ``ctx.args`` is the parsed JSON), or a dataclass /
@@ -200,6 +235,7 @@ def factory(
     the run with no result. An exception ends the attempt with status ``error`` and the last
     frames of its traceback.
     """
+    _soft_limits("@factory", agent_max_turns, agent_max_duration_seconds, agent_wrap_up)
     decls: list[Phase] = []
     for p in phases:
         if isinstance(p, Phase):
@@ -227,6 +263,9 @@ def factory(
         max_ai_credits=max_ai_credits,
         args_schema=schema,
         args_type=args_type,
+        agent_max_turns=agent_max_turns,
+        agent_max_duration_seconds=agent_max_duration_seconds,
+        agent_wrap_up=agent_wrap_up,
     )
 
     def register(run: Callable[[Ctx[Any]], Awaitable[T]]) -> Callable[[Ctx[Any]], Awaitable[T]]:
@@ -308,17 +347,41 @@ class Ctx(Generic[A]):
 
     @overload
     async def agent(
-        self, prompt: str, *, label: str | None = None, schema: None = None, model: str | None = None
+        self,
+        prompt: str,
+        *,
+        label: str | None = None,
+        schema: None = None,
+        model: str | None = None,
+        max_turns: int | None = None,
+        max_duration_seconds: float | None = None,
+        wrap_up: str | None = None,
     ) -> str | None: ...
 
     @overload
     async def agent(
-        self, prompt: str, *, label: str | None = None, schema: type[T], model: str | None = None
+        self,
+        prompt: str,
+        *,
+        label: str | None = None,
+        schema: type[T],
+        model: str | None = None,
+        max_turns: int | None = None,
+        max_duration_seconds: float | None = None,
+        wrap_up: str | None = None,
     ) -> T | None: ...
 
     @overload
     async def agent(
-        self, prompt: str, *, label: str | None = None, schema: dict[str, Any], model: str | None = None
+        self,
+        prompt: str,
+        *,
+        label: str | None = None,
+        schema: dict[str, Any],
+        model: str | None = None,
+        max_turns: int | None = None,
+        max_duration_seconds: float | None = None,
+        wrap_up: str | None = None,
     ) -> Json | None: ...
 
     async def agent(
@@ -328,6 +391,9 @@ class Ctx(Generic[A]):
         label: str | None = None,
         schema: Any = None,
         model: str | None = None,
+        max_turns: int | None = None,
+        max_duration_seconds: float | None = None,
+        wrap_up: str | None = None,
     ) -> Any:
         """Run one subagent and return its reply.
 
@@ -338,16 +404,27 @@ class Ctx(Generic[A]):
 
         Returns ``None`` on an ordinary failure (the subagent errored, replied nothing, or
         still failed the schema after its retry). Raises :class:`Abort` when the run must
-        stop. Identical calls (prompt, label, schema, model) are one subagent, even when
-        concurrent: give independent subagents distinct labels.
+        stop. Identical calls (prompt, label, schema, model, soft limits) are one subagent,
+        even when concurrent: give independent subagents distinct labels.
+
+        Soft limits (each falls back to the factory's ``agent_*`` default): ``max_turns``
+        model turns, ``max_duration_seconds`` of wall time, and the ``wrap_up`` prompt sent
+        when that time is up. Reaching one ends this call (with what the subagent answered by
+        then, else ``None``), never the run.
         """
         _require_host()
+        _soft_limits("ctx.agent", max_turns, max_duration_seconds, wrap_up)
         schema_json: str | None = None
         target: Any = None
         if schema is not None:
             schema_json = json.dumps(_schema.schema_of(schema), sort_keys=True)
             target = None if isinstance(schema, dict) else schema
-        options = _wit.AgentOptions(label=label, schema=schema_json, model=model)
+        options = _wit.AgentOptions(
+            label=label,
+            schema=schema_json,
+            model=model,
+            limits=_wit_limits(max_turns, max_duration_seconds, wrap_up),
+        )
         try:
             reply = await _agents.agent(str(prompt), options)
         except _Err as e:

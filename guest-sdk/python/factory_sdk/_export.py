@@ -14,7 +14,7 @@ import wit_world
 from componentize_py_types import Err
 from wit_world.imports import types as _wit
 
-from . import Abort, Ctx, FactoryError, _describe, _registered, _schema
+from . import Abort, Ctx, FactoryError, _describe, _registered, _schema, _wit_limits
 
 #: Where ``factory build`` puts the user's sources inside the component (``-p`` index 1);
 #: shown relative to their project in tracebacks.
@@ -89,6 +89,7 @@ class WitWorld(wit_world.WitWorld):
                 max_ai_credits=None if meta.max_ai_credits is None else float(meta.max_ai_credits),
             ),
             args_schema=None if meta.args_schema is None else json.dumps(meta.args_schema, sort_keys=True),
+            agent_limits=_wit_limits(meta.agent_max_turns, meta.agent_max_duration_seconds, meta.agent_wrap_up),
         )
 
     async def run(self, args: str) -> str | None:

@@ -37,14 +37,23 @@ class StepError_InvalidJson:  # noqa: N801
 
 
 @dataclasses.dataclass
+class AgentLimits:
+    max_turns: Optional[int]
+    max_duration_seconds: Optional[float]
+    wrap_up: Optional[str]
+
+
+@dataclasses.dataclass
 class AgentOptions:
     label: Optional[str]
     schema: Optional[str]
     model: Optional[str]
+    limits: AgentLimits = dataclasses.field(default_factory=lambda: AgentLimits(None, None, None))
 
 
 class FakeWit:
     AgentOptions = AgentOptions
+    AgentLimits = AgentLimits
 
 
 class FakeHost:
@@ -124,6 +133,16 @@ class AgentTests(unittest.TestCase):
         self.assertEqual((caught.exception.reason, caught.exception.limit), ("limit-reached", "maxTotalSubagents"))
         self.assertFalse(isinstance(caught.exception, Exception), "Abort is not an Exception")
         self.assertEqual(host.calls[0][1], AgentOptions("a", None, None))
+
+    def test_soft_limits_are_passed_on_and_bad_ones_refused(self) -> None:
+        host = with_host({})
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        asyncio.run(ctx.agent("hi", label="s", max_turns=3, max_duration_seconds=1.5, wrap_up="now"))
+        self.assertEqual(host.calls[0][1].limits, AgentLimits(3, 1.5, "now"))
+        for bad in [dict(max_turns=0), dict(max_turns=True), dict(max_duration_seconds=-1), dict(wrap_up=" ")]:
+            with self.assertRaises((ValueError, TypeError), msg=str(bad)):
+                asyncio.run(ctx.agent("hi", **bad))  # type: ignore[arg-type]
+        self.assertEqual(len(host.calls), 1, "a refused call reaches no host")
 
     def test_schema_from_a_dataclass_converts_the_reply(self) -> None:
         host = with_host({"f": json.dumps({"title": "t", "severity": 2}), "bad": json.dumps({"title": 3})})

@@ -6,8 +6,9 @@ use core::future::{Future, IntoFuture};
 use core::pin::Pin;
 use serde::de::DeserializeOwned;
 
-/// One subagent call: set `label`, `model`, `schema`, then `.await` it for the text reply,
-/// or call [`AgentCall::json`] / [`AgentCall::value`] for a structured one.
+/// One subagent call: set `label`, `model`, `schema` and soft limits (`max_turns`,
+/// `max_duration_seconds`, `wrap_up`), then `.await` it for the text reply, or call
+/// [`AgentCall::json`] / [`AgentCall::value`] for a structured one.
 ///
 /// `Ok(None)` is an ordinary failure (guard it); `Err(Abort)` means the run must stop.
 #[derive(Debug, Clone)]
@@ -17,6 +18,12 @@ pub struct AgentCall {
     label: Option<String>,
     model: Option<String>,
     schema: Option<serde_json::Value>,
+    limits: wit::AgentLimits,
+}
+
+/// No soft limits (the factory's defaults apply).
+pub(crate) fn no_limits() -> wit::AgentLimits {
+    wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }
 }
 
 /// The JSON Schema of a serde type, inlined (the host's schema subset has no `$ref`).
@@ -28,7 +35,7 @@ pub(crate) fn schema_for<T: schemars::JsonSchema>() -> serde_json::Value {
 
 impl AgentCall {
     pub(crate) fn new(prompt: String) -> Self {
-        AgentCall { prompt, label: None, model: None, schema: None }
+        AgentCall { prompt, label: None, model: None, schema: None, limits: no_limits() }
     }
 
     /// Label: distinguishes otherwise identical calls and names the agent in progress.
@@ -40,6 +47,27 @@ impl AgentCall {
     /// Model name, resolved by the host's backend configuration.
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
+        self
+    }
+
+    /// Soft limit: the subagent may take at most `turns` model turns (an agent CLI's turn
+    /// flag). Reaching it ends this call, not the run; part of the call's identity.
+    pub fn max_turns(mut self, turns: u32) -> Self {
+        self.limits.max_turns = Some(turns);
+        self
+    }
+
+    /// Soft limit: the call may take at most `seconds` of wall time; then the subagent gets
+    /// the wrap-up prompt (when its backend takes one) and is stopped. Ends this call, not
+    /// the run; part of the call's identity.
+    pub fn max_duration_seconds(mut self, seconds: f64) -> Self {
+        self.limits.max_duration_seconds = Some(seconds);
+        self
+    }
+
+    /// The prompt sent when `max_duration_seconds` is up (default: the host's).
+    pub fn wrap_up(mut self, prompt: impl Into<String>) -> Self {
+        self.limits.wrap_up = Some(prompt.into());
         self
     }
 
@@ -75,6 +103,7 @@ impl AgentCall {
             label: self.label,
             schema: self.schema.map(|s| s.to_string()),
             model: self.model,
+            limits: self.limits,
         };
         agents::agent(self.prompt, options).await.map_err(Abort::from)
     }

@@ -10,6 +10,7 @@ pub struct Meta {
     phases: Vec<(String, Option<String>)>,
     limits: wit::Limits,
     args_schema: Option<serde_json::Value>,
+    agent_limits: wit::AgentLimits,
 }
 
 impl Meta {
@@ -26,6 +27,7 @@ impl Meta {
             },
             phases: Vec::new(),
             args_schema: None,
+            agent_limits: crate::agent::no_limits(),
         }
     }
 
@@ -65,6 +67,25 @@ impl Meta {
         self
     }
 
+    /// Default soft limit of every agent call: at most `turns` model turns (a call's own
+    /// [`crate::AgentCall::max_turns`] wins).
+    pub fn agent_max_turns(mut self, turns: u32) -> Self {
+        self.agent_limits.max_turns = Some(turns);
+        self
+    }
+
+    /// Default soft limit of every agent call: at most `seconds` of wall time.
+    pub fn agent_max_duration_seconds(mut self, seconds: f64) -> Self {
+        self.agent_limits.max_duration_seconds = Some(seconds);
+        self
+    }
+
+    /// Default wrap-up prompt of every agent call.
+    pub fn agent_wrap_up(mut self, prompt: impl Into<String>) -> Self {
+        self.agent_limits.wrap_up = Some(prompt.into());
+        self
+    }
+
     /// A JSON Schema the host checks `args` against before the run starts.
     pub fn args_schema(mut self, schema: serde_json::Value) -> Self {
         self.args_schema = Some(schema);
@@ -87,6 +108,7 @@ impl Meta {
                 .collect(),
             limits: self.limits,
             args_schema: self.args_schema.map(|s| s.to_string()),
+            agent_limits: self.agent_limits,
         }
     }
 }

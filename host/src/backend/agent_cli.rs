@@ -5,13 +5,14 @@
 //! child's environment (only PATH, HOME and an allow-list), the OS sandbox it runs in
 //! (bubblewrap by default, see [`SandboxMode`]), the per-spawn tool restriction flags, parsing
 //! the final text (plain stdout, or a JSON output mode with paths for the text, usage, cost
-//! and an error flag), and the kill ladder: on timeout, on cancellation and when the call's
-//! future is dropped, stdin is closed, the child's process group gets SIGTERM, then SIGKILL
-//! after a grace period.
+//! and an error flag), the call's soft limits (`maxTurns` through the CLI's turn flag;
+//! `maxDurationSeconds` by the wrap-up prompt, when the CLI takes one, then the kill ladder),
+//! and the kill ladder: on timeout, on cancellation and when the call's future is dropped,
+//! stdin is closed, the child's process group gets SIGTERM, then SIGKILL after a grace period.
 
 use super::pricing::{float_credits_nano, Pricing};
 use super::prompting::{prompt_with_schema, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError, OutageKind, Usage};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, OutageKind, SoftLimit, Usage};
 use futures::future::BoxFuture;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
@@ -46,6 +47,26 @@ pub struct JsonOutput {
     pub cost: Option<String>,
     /// A boolean that, when true, makes the call a failure with the text as its message.
     pub is_error: Option<String>,
+    /// A string saying why the CLI stopped; [`MAX_TURNS_REASON`] there means its turn limit
+    /// ended the call (claude: `subtype`).
+    pub stop_reason: Option<String>,
+}
+
+/// The `stop_reason` value that means the CLI's turn limit ended the call (Claude Code's
+/// `subtype` spelling).
+pub const MAX_TURNS_REASON: &str = "error_max_turns";
+
+/// Whether (and how) a CLI takes a wrap-up prompt while it works.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WrapUp {
+    /// It does not: at `maxDurationSeconds` the kill ladder starts at once.
+    #[default]
+    None,
+    /// Its stdin carries messages, one JSON string per line: the prompt is the first line
+    /// (when the prompt goes on stdin); stdin stays open while a `maxDurationSeconds` runs,
+    /// and when it is up the wrap-up prompt is the next line and stdin closes. The CLI then
+    /// has [`AgentCliConfig::wrap_up_grace`] to print its answer and exit before the ladder.
+    Stdin,
 }
 
 /// How the child's stdout is read.
@@ -150,6 +171,13 @@ pub struct AgentCliConfig {
     /// The flag that lets the CLI's own file tools reach a directory outside its working
     /// directory, passed as `FLAG=DIR` for each grant (claude and copilot: `--add-dir`).
     pub grant_flag: Option<String>,
+    /// The flag that caps the agent's turns, passed as `FLAG=N` for a call with `maxTurns`
+    /// (claude: `--max-turns`); `None`: a call with `maxTurns` is refused (a backend failure).
+    pub turns_flag: Option<String>,
+    /// Whether the CLI takes a wrap-up prompt (no preset does today).
+    pub wrap_up: WrapUp,
+    /// How long a CLI has to answer after the wrap-up prompt, before the kill ladder.
+    pub wrap_up_grace: Duration,
 }
 
 /// A preset name `cli:` does not know, or a generic preset with no command.
@@ -210,6 +238,9 @@ impl AgentCliConfig {
             disallowed_tools: Vec::new(),
             tool_flags: ToolFlags::default(),
             grant_flag: None,
+            turns_flag: None,
+            wrap_up: WrapUp::None,
+            wrap_up_grace: Duration::from_secs(30),
         }
     }
 
@@ -233,12 +264,14 @@ impl AgentCliConfig {
                     cache_write_tokens: Some("usage.cache_creation_input_tokens".into()),
                     cost: Some("total_cost_usd".into()),
                     is_error: Some("is_error".into()),
+                    stop_reason: Some("subtype".into()),
                 }),
                 // `total_cost_usd` is in US dollars: 100 credits each.
                 credits_per_cost_nano: super::pricing::CREDITS_PER_USD * super::pricing::NANO_PER_CREDIT,
                 writable: paths(&[".claude", ".claude.json"]),
                 tool_flags: flags(Some("--allowedTools"), Some("--disallowedTools")),
                 grant_flag: Some("--add-dir".into()),
+                turns_flag: Some("--max-turns".into()),
                 ..AgentCliConfig::generic(name, strings(&["claude", "-p", "--output-format", "json"]))
             },
             "codex" => AgentCliConfig {
@@ -780,6 +813,18 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
         argv.extend(config.model_args.iter().map(fill));
     }
     argv.extend(tool_args);
+    if let Some(turns) = request.limits.max_turns {
+        let Some(flag) = &config.turns_flag else {
+            return Err(BackendError::outage(
+                OutageKind::Misconfigured,
+                format!(
+                    "{who}: the call sets maxTurns ({turns}) but this agent CLI has no turn-limit flag, so it cannot be \
+                     honoured; set `turns_flag` in its factory.toml entry, or drop maxTurns (see README, \"Per-agent soft limits\")"
+                ),
+            ));
+        };
+        argv.push(format!("{flag}={turns}"));
+    }
     if let Some(flag) = &config.grant_flag {
         argv.extend(config.grants.iter().map(|dir| format!("{flag}={}", dir.display())));
     }
@@ -787,6 +832,10 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
         return Err(BackendError::outage(OutageKind::Misconfigured, format!("{who}: empty command")));
     };
     let on_stdin = !config.prompt_in_args() && !config.prompt_in_file();
+    let soft = request.limits.max_duration();
+    // Stdin stays open for the wrap-up while a duration limit runs.
+    let keep_open = config.wrap_up == WrapUp::Stdin && soft.is_some();
+    let piped = on_stdin || keep_open;
     let host_path = std::env::var_os("PATH");
 
     let mut command = match config.sandbox {
@@ -820,7 +869,7 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
     };
     command
         .env_clear()
-        .stdin(if on_stdin { Stdio::piped() } else { Stdio::null() })
+        .stdin(if piped { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -862,25 +911,76 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
         }
     });
 
-    let feed = async move {
+    // In wrap-up mode the prompt is one JSON string line; the pipe is kept for the wrap-up.
+    let first = match (on_stdin, config.wrap_up) {
+        (false, _) => String::new(),
+        (true, WrapUp::None) => prompt,
+        (true, WrapUp::Stdin) => message_line(&prompt),
+    };
+    let mut kept = None;
+    let feed = async {
         if let Some(mut pipe) = stdin {
             // A child that exits without reading its stdin is not an error here.
-            let _ = pipe.write_all(prompt.as_bytes()).await;
-            let _ = pipe.shutdown().await;
+            let _ = pipe.write_all(first.as_bytes()).await;
+            match keep_open {
+                true => kept = Some(pipe),
+                false => {
+                    let _ = pipe.shutdown().await;
+                }
+            }
         }
     };
+    let started = Instant::now();
+    // The call ends at the first of its soft duration and the backend's own timeout.
+    let hard = config.timeout;
+    let first_stop = match (soft, hard) {
+        (Some(s), Some(h)) => Some(s.min(h)),
+        (s, h) => s.or(h),
+    };
+    let soft_first = soft.is_some_and(|s| hard.is_none_or(|h| s <= h));
     let waited = {
         let child = guard.child()?;
         let work = async {
             let (_, status) = futures::join!(feed, child.wait());
             status
         };
-        match config.timeout {
+        match first_stop {
             Some(limit) => tokio::time::timeout(limit, work).await.ok(),
             None => Some(work.await),
         }
     };
+    let mut ended_by = None;
+    let waited = match waited {
+        None if soft_first => {
+            ended_by = Some(SoftLimit::MaxDurationSeconds);
+            match kept.take() {
+                // The CLI takes a wrap-up: ask it to finish, and give it its grace (within
+                // the backend's own timeout) to answer.
+                Some(mut pipe) => {
+                    let line = message_line(request.limits.wrap_up_prompt());
+                    let _ = pipe.write_all(line.as_bytes()).await;
+                    let _ = pipe.shutdown().await;
+                    drop(pipe);
+                    let mut grace = config.wrap_up_grace;
+                    if let Some(h) = hard {
+                        grace = grace.min(h.saturating_sub(started.elapsed()));
+                    }
+                    let child = guard.child()?;
+                    tokio::time::timeout(grace, child.wait()).await.ok()
+                }
+                None => None,
+            }
+        }
+        other => other,
+    };
+    drop(kept);
     let status = match waited {
+        None if ended_by.is_some() => {
+            // The duration ran out (and the wrap-up, if any, went unanswered): stopped, with
+            // no answer, and the run goes on.
+            guard.ladder().await;
+            return Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds));
+        }
         None => {
             guard.ladder().await;
             let limit = config.timeout.unwrap_or_default();
@@ -908,6 +1008,10 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
                 ));
             }
         }
+        if let Some(limit) = ended_by {
+            // It stopped on the wrap-up without an answer: the soft limit ended it.
+            return Ok(AgentReply::cut_off(limit));
+        }
         let tail: String = {
             let t = stderr.trim();
             let skip = t.chars().count().saturating_sub(500);
@@ -919,16 +1023,27 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
         return Err(BackendError::ordinary(format!("{who}: output over {} bytes", config.max_output_bytes)));
     }
     let stdout = String::from_utf8_lossy(&stdout);
-    match &config.output {
-        OutputMode::Text => Ok(AgentReply { text: stdout.trim().to_string(), usage: None }),
+    let mut reply = match &config.output {
+        OutputMode::Text => AgentReply::new(stdout.trim(), None),
         OutputMode::Json(paths) => {
             let mut reply = parse_json_output(who, &stdout, paths, &config.pricing, model.as_deref())?;
             if let (Some(usage), true) = (&mut reply.usage, get_cost_path(paths)) {
                 usage.credits_nano = usage.credits_nano.map(|c| scale_cost(c, config.credits_per_cost_nano));
             }
-            Ok(reply)
+            reply
         }
-    }
+    };
+    // Answered after the wrap-up: the duration limit ended it (a turn limit it reports too
+    // came first).
+    reply.ended_by = reply.ended_by.or(ended_by);
+    Ok(reply)
+}
+
+/// One stdin message of a CLI that takes a wrap-up: `text` as a JSON string, one line.
+fn message_line(text: &str) -> String {
+    let mut line = serde_json::Value::String(text.to_string()).to_string();
+    line.push('\n');
+    line
 }
 
 /// Whether credits in a parsed reply came from a reported cost (and so need scaling).
@@ -970,14 +1085,21 @@ pub fn parse_json_output(
         })
         .ok_or_else(|| BackendError::ordinary(format!("{who}: the output is not JSON")))?;
     let get = |path: &Option<String>| path.as_deref().and_then(|p| doc.pointer(&pointer(p)));
+    // The CLI's turn limit ended the call: what it answered (if anything) is the reply, its
+    // usage still counts, and the error flag it sets for this is no failure of the call.
+    let turns_out = get(&paths.stop_reason).and_then(|v| v.as_str()) == Some(MAX_TURNS_REASON);
     let text = match doc.pointer(&pointer(&paths.text)) {
         Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Null) | None if turns_out => String::new(),
         Some(other) => other.to_string(),
         None => return Err(BackendError::ordinary(format!("{who}: the JSON output has no `{}`", paths.text))),
     };
-    if get(&paths.is_error).and_then(|v| v.as_bool()) == Some(true) {
+    let is_error = get(&paths.is_error).and_then(|v| v.as_bool()) == Some(true);
+    if is_error && !turns_out {
         return Err(BackendError::ordinary(format!("{who}: the agent reported an error: {text}")));
     }
+    // A reply flagged as an error is no answer, even at the turn limit.
+    let text = if is_error { String::new() } else { text };
     // Counts read as the HTTP backends read a server's: saturating, and a value present
     // that is no count (negative, a string) reads as 0 and makes a priced cost "at least".
     let mut counts = super::Counts::default();
@@ -1005,7 +1127,8 @@ pub fn parse_json_output(
         }
         (i, o, None) => Some(pricing.priced(model.unwrap_or(""), tokens(i, o))),
     };
-    Ok(AgentReply { text, usage })
+    let ended_by = turns_out.then_some(SoftLimit::MaxTurns);
+    Ok(AgentReply { text, usage, ended_by })
 }
 
 #[cfg(test)]

@@ -157,6 +157,7 @@ impl Exchange {
                     credits_nano: u.credits_nano,
                     credits_at_least: u.credits_at_least,
                 }),
+                ..AgentReply::default()
             }),
             (None, Some(e)) => Err(BackendError::ordinary(e.clone())),
             (None, None) => Err(BackendError::ordinary("cassette: the exchange has neither reply nor error")),
@@ -166,7 +167,13 @@ impl Exchange {
 
 /// The canonical key of a request, as the run engine computes it.
 pub fn key_of(request: &AgentRequest) -> AgentKey {
-    AgentKey::new(&request.prompt, request.label.as_deref(), request.schema.as_ref(), request.model.as_deref())
+    AgentKey::with_limits(
+        &request.prompt,
+        request.label.as_deref(),
+        request.schema.as_ref(),
+        request.model.as_deref(),
+        &request.limits,
+    )
 }
 
 /// Read every exchange of a cassette file.

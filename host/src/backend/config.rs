@@ -46,6 +46,9 @@
 //! sandbox_hide = [".config/secret-tool"]          # hidden besides the built-in list
 //! allowed_tools = ["Read", "Grep", "Bash(git log:*)"]  # passed as --allowedTools=...
 //! disallowed_tools = ["WebFetch"]                      # passed as --disallowedTools=...
+//! turns_flag = "--max-turns"            # a call's maxTurns, as --max-turns=N (the preset's)
+//! wrap_up = "none"                      # or "stdin": JSON-string lines, wrap-up at maxDurationSeconds
+//! wrap_up_seconds = 30                  # time to answer after the wrap-up prompt
 //!
 //! [backends.claude-json]
 //! kind = "cli"
@@ -60,7 +63,7 @@
 
 use crate::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendCatalog, BackendRef,
-    BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, PriceTables,
+    BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, PriceTables, WrapUp,
     Pricing, Provider, Route, Router, SandboxMode, Script, StructuredMode,
 };
 use sha2::{Digest, Sha256};
@@ -229,6 +232,8 @@ pub struct JsonPaths {
     pub cost: Option<String>,
     /// Path of a boolean error flag.
     pub is_error: Option<String>,
+    /// Path of the reason the CLI stopped (`error_max_turns`: its turn limit ended the call).
+    pub stop_reason: Option<String>,
 }
 
 /// One `[backends.NAME]` entry.
@@ -289,6 +294,14 @@ pub struct BackendConfig {
     pub env: Option<Vec<String>>,
     /// CLI: seconds between SIGTERM and SIGKILL.
     pub grace_seconds: Option<f64>,
+    /// CLI: the flag a call's `maxTurns` is passed with as `FLAG=N` (default: the preset's;
+    /// claude `--max-turns`).
+    pub turns_flag: Option<String>,
+    /// CLI: `none` (the default) or `stdin`: the CLI reads one JSON string per stdin line and
+    /// takes a wrap-up prompt there when a call's `maxDurationSeconds` is up.
+    pub wrap_up: Option<String>,
+    /// CLI: seconds the CLI has to answer after the wrap-up prompt (default 30).
+    pub wrap_up_seconds: Option<f64>,
     /// CLI: `text` or `json` (with `json` paths, or the preset's).
     pub output: Option<String>,
     /// CLI: JSON output paths.
@@ -328,6 +341,9 @@ pub struct Config {
     /// Prices that override and extend the built-in price table.
     #[serde(default)]
     pub prices: PricesConfig,
+    /// The shared store `factory serve` and `factory workers` use when neither `--store`
+    /// nor `FACTORY_STORE` names one (a postgres:// URL; any password in it is never shown).
+    pub store: Option<String>,
 }
 
 /// The config file's name in the state directory.
@@ -351,6 +367,14 @@ impl Config {
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         if let Some(name) = config.backends.keys().find(|name| is_reserved_name(name)) {
             return Err(ConfigError::Reserved { path: path.into(), name: name.clone() });
+        }
+        if let Some(store) = &config.store {
+            if !crate::store::postgres::is_postgres_url(store) {
+                return Err(ConfigError::Parse {
+                    path: path.into(),
+                    message: format!("`store` must be a postgres:// URL, not {}", crate::store::postgres::redact(store)),
+                });
+            }
         }
         for route in &config.routes {
             if !config.backends.contains_key(&route.backend) && !backend::is_builtin_spec(&route.backend) {
@@ -648,6 +672,17 @@ fn build(
             if let Some(g) = entry.grace_seconds {
                 config.grace = secs(name, "grace_seconds", g)?;
             }
+            if let Some(flag) = &entry.turns_flag {
+                config.turns_flag = Some(flag.clone());
+            }
+            config.wrap_up = match entry.wrap_up.as_deref() {
+                None | Some("none") => WrapUp::None,
+                Some("stdin") => WrapUp::Stdin,
+                Some(other) => return Err(invalid(format!("wrap_up `{other}`: expected none or stdin"))),
+            };
+            if let Some(g) = entry.wrap_up_seconds {
+                config.wrap_up_grace = secs(name, "wrap_up_seconds", g)?;
+            }
             if let Some(p) = &entry.json {
                 config.output = OutputMode::Json(JsonOutput {
                     text: p.text.clone(),
@@ -657,6 +692,7 @@ fn build(
                     cache_write_tokens: p.cache_write_tokens.clone(),
                     cost: p.cost.clone(),
                     is_error: p.is_error.clone(),
+                    stop_reason: p.stop_reason.clone(),
                 });
             }
             match entry.output.as_deref() {

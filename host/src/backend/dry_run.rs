@@ -44,7 +44,7 @@ impl AgentBackend for DryRun {
         Box::pin(async move {
             let text = DryRun::reply_text(&request)?;
             let usage = Usage::tokens(estimate_tokens(&request.prompt), estimate_tokens(&text), Some(0));
-            Ok(AgentReply { text, usage: Some(usage) })
+            Ok(AgentReply::new(text, Some(usage)))
         })
     }
 }

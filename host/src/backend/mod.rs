@@ -18,8 +18,8 @@ pub mod router;
 mod script;
 
 pub use agent_cli::{
-    group_alive, AgentCli, AgentCliConfig, CliPresetError, JsonOutput, OutputMode, SandboxMode, ToolFlags,
-    DEFAULT_HIDDEN, PRESETS,
+    group_alive, AgentCli, AgentCliConfig, CliPresetError, JsonOutput, OutputMode, SandboxMode, ToolFlags, WrapUp,
+    DEFAULT_HIDDEN, MAX_TURNS_REASON, PRESETS,
 };
 pub use anthropic::{Anthropic, AnthropicConfig, DEFAULT_ANTHROPIC_BASE_URL};
 pub use cassette::{Cassette, CassetteError};
@@ -32,6 +32,7 @@ pub use reference::{BackendCatalog, BuiltinCatalog, Identified};
 pub use router::{Route, Router};
 pub use script::{Script, ScriptError};
 
+pub use crate::model::limits::{AgentLimits, SoftLimit};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
@@ -50,6 +51,9 @@ pub struct AgentRequest {
     pub attempt: u32,
     /// On the schema retry: why the previous reply was rejected, so the model can fix it.
     pub feedback: Option<String>,
+    /// The call's soft limits (its own over the factory's defaults), checked; each backend
+    /// honours what applies to it (README, "Per-agent soft limits").
+    pub limits: AgentLimits,
 }
 
 /// What a backend reports for one spawn. The four token counts are disjoint: input tokens
@@ -86,6 +90,37 @@ pub struct AgentReply {
     pub text: String,
     /// Usage; `None` when the backend could not account the call.
     pub usage: Option<Usage>,
+    /// The soft limit that ended the call, if one did (the text is what the subagent gave
+    /// by then, empty when nothing).
+    pub ended_by: Option<SoftLimit>,
+}
+
+impl AgentReply {
+    /// A reply of `text` with `usage`, not ended by a soft limit.
+    pub fn new(text: impl Into<String>, usage: Option<Usage>) -> AgentReply {
+        AgentReply { text: text.into(), usage, ended_by: None }
+    }
+
+    /// A call a soft limit ended before the subagent replied (no text, no usage known).
+    pub fn cut_off(limit: SoftLimit) -> AgentReply {
+        AgentReply { text: String::new(), usage: None, ended_by: Some(limit) }
+    }
+}
+
+/// Run `call` within the request's `maxDurationSeconds` (the whole call, retries included):
+/// past it the call is dropped (cancelled) and the reply is [`AgentReply::cut_off`]. For
+/// backends that cannot steer a call mid-way (an HTTP request), so no wrap-up is sent.
+pub(crate) async fn within_duration(
+    request: &AgentRequest,
+    call: impl std::future::Future<Output = Result<AgentReply, BackendError>>,
+) -> Result<AgentReply, BackendError> {
+    match request.limits.max_duration() {
+        None => call.await,
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(reply) => reply,
+            Err(_) => Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds)),
+        },
+    }
 }
 
 /// Which way a backend could not be used at all (a backend failure, not an answer).

@@ -151,7 +151,9 @@ impl AgentBackend for OpenAi {
             // Failure messages reach envelopes and journals: no key, no credentials in URLs
             // or in what the server echoed.
             let key = inner.config.api_key.as_deref().unwrap_or("");
-            inner.call(&request).await.map_err(|e| redact::redact_error(e, &[key]))
+            // maxDurationSeconds bounds the request (retries included); maxTurns always holds
+            // (one request is one turn) and a request cannot take a wrap-up.
+            super::within_duration(&request, inner.call(&request)).await.map_err(|e| redact::redact_error(e, &[key]))
         })
     }
 
@@ -262,7 +264,7 @@ impl Inner {
             (None, None) => String::new(),
         };
         let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.config.pricing.priced(model, usage_of(&u)));
-        Ok(AgentReply { text, usage })
+        Ok(AgentReply::new(text, usage))
     }
 }
 

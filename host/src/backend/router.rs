@@ -100,7 +100,7 @@ mod tests {
         }
         fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
             let text = format!("{}:{}", self.0, request.model.clone().unwrap_or_default());
-            Box::pin(async move { Ok(AgentReply { text, usage: None }) })
+            Box::pin(async move { Ok(AgentReply::new(text, None)) })
         }
     }
 
@@ -122,6 +122,7 @@ mod tests {
                 schema: None,
                 attempt: 0,
                 feedback: None,
+                limits: Default::default(),
             })
         };
         assert_eq!(router.call(call(Some("fast"))).await.unwrap().text, "local:qwen");

@@ -195,7 +195,7 @@ impl AgentBackend for Script {
                 },
                 None => Usage::tokens(estimate_tokens(&request.prompt), estimate_tokens(&text), Some(0)),
             });
-            Ok(AgentReply { text, usage })
+            Ok(AgentReply::new(text, usage))
         })
     }
 }
@@ -212,6 +212,7 @@ mod tests {
             schema: None,
             attempt: 0,
             feedback: None,
+            limits: Default::default(),
         })
     }
 

@@ -2,7 +2,9 @@
 //! owns the semantics and per-run state of subagent calls: admission (pending-call and
 //! pending-byte caps, per-call caps), the memo (a journaled outcome replays for free, an
 //! identical call in flight is shared), concurrency slots, the total-subagent and credit
-//! limits, schema retries, and accounting (spawns, cache hits, credits, tokens). Each hook
+//! limits, the per-agent soft limits (checked, the factory's defaults filled in, part of the
+//! memo key, handed to the backend), schema retries, and accounting (spawns, cache hits,
+//! credits, tokens). Each hook
 //! call clones what it needs out of the store and awaits without holding it, so thousands
 //! can be in flight at once. Sleep's semantics are in [`super::sleep`]; the WIT binding of
 //! both is in [`super::bindings`].
@@ -13,6 +15,7 @@ use super::progress::Progress;
 use crate::backend::{AgentBackend, AgentReply, AgentRequest};
 use crate::model::envelope::Accounting;
 use crate::model::progress::{AgentSummary, ProgressEvent};
+use crate::model::limits::AgentLimits;
 use crate::model::schema::Schema;
 use crate::AgentKey;
 use std::collections::HashMap;
@@ -50,6 +53,8 @@ pub(crate) struct Agents {
     cache_write_tokens: AtomicU64,
     /// The backend's metrics handles.
     metrics: crate::metrics::BackendMetrics,
+    /// The factory's default soft limits (`meta.agentLimits`).
+    agent_limits: AgentLimits,
 }
 
 impl Agents {
@@ -75,6 +80,7 @@ impl Agents {
             cache_read_tokens: AtomicU64::new(setup.prior.cache_read_tokens),
             cache_write_tokens: AtomicU64::new(setup.prior.cache_write_tokens),
             metrics: crate::metrics::metrics().backend(&setup.backend.name()),
+            agent_limits: setup.agent_limits.clone(),
         }
     }
 
@@ -100,6 +106,7 @@ impl Agents {
         label: Option<String>,
         schema: Option<String>,
         model: Option<String>,
+        limits: AgentLimits,
     ) -> Result<Option<String>, Abort> {
         if let Some(abort) = self.attempt.stopping() {
             return Err(abort);
@@ -107,7 +114,8 @@ impl Agents {
         // Admission, before anything else is copied or parsed: the call's strings are
         // already in host memory, and stay there until it ends (its bytes are charged now
         // and judged once the per-call caps below have passed).
-        let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref());
+        let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref())
+            .saturating_add(limits.wrap_up.as_ref().map_or(0, |w| w.len() as u64));
         let _pending = PendingCall::enter(&self.pending_calls, &self.pending_bytes, &self.host_pending_bytes, charge);
         if _pending.count > self.attempt.sandbox.max_pending_agent_calls as u64 {
             let message = format!(
@@ -133,6 +141,16 @@ impl Agents {
         if let Some(schema) = &schema {
             self.attempt.cap("maxSchemaBytes", "agent schema", schema.len(), self.attempt.sandbox.max_schema_bytes)?;
         }
+        if let Some(wrap_up) = &limits.wrap_up {
+            // A wrap-up is a prompt: bounded like one.
+            self.attempt.cap("maxPromptBytes", "agent wrap-up prompt", wrap_up.len(), self.attempt.sandbox.max_prompt_bytes)?;
+        }
+        if let Err(e) = limits.validate() {
+            let who = label.as_deref().unwrap_or("agent");
+            return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: {e}"))));
+        }
+        // The effective limits (the call's over the factory's) are the call's identity.
+        let limits = limits.or(&self.agent_limits);
         // Within every per-call cap: now the bytes it holds while pending (checked before the
         // schema is parsed, the one copy that grows with it).
         if _pending.run_bytes > self.attempt.sandbox.max_pending_agent_bytes {
@@ -157,7 +175,8 @@ impl Agents {
                 return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: invalid schema: {e}"))));
             }
         };
-        let key = AgentKey::new(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref());
+        let key =
+            AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
         let shown = label.clone().unwrap_or_else(|| "agent".to_string());
 
         // Journaled: replay for free (from the cache, else from the store).
@@ -194,6 +213,7 @@ impl Agents {
             schema: schema.as_ref().map(|s| s.as_value().clone()),
             attempt: 0,
             feedback: None,
+            limits,
         };
         let this = self.clone();
         let call_span = span.clone();
@@ -242,7 +262,7 @@ impl Agents {
         }
         // A journal that would refuse the outcome (a worker whose lease ran out) pays for no
         // call whose answer it could not keep.
-        if let Err(e) = self.attempt.journal.writable() {
+        if let Err(e) = self.attempt.journal.writable(&self.attempt.run_id) {
             return Err(self.attempt.abort(Abort::Storage(e)));
         }
         if self.attempt.limits.max_ai_credits.is_some() {
@@ -292,7 +312,9 @@ impl Agents {
                 summary.credits_nano = summary.credits_nano.saturating_add(c);
                 Ok(())
             }
-            None if self.attempt.limits.max_ai_credits.is_some() => {
+            // A call a soft limit cut off (killed, or a request dropped) reports nothing: its
+            // spend is a lower bound, as for a spawn that failed.
+            None if self.attempt.limits.max_ai_credits.is_some() && reply.ended_by.is_none() => {
                 self.progress.log(format!("backend `{}` reported no usage on a budgeted run", self.backend.name()));
                 self.at_least(summary);
                 Err(self.attempt.abort(Abort::Limit(LimitKind::MaxAiCredits)))
@@ -381,6 +403,10 @@ impl Agents {
                 outcome = Err(abort);
                 break;
             }
+            if let Some(limit) = reply.ended_by {
+                summary.ended_by = Some(limit);
+                self.progress.log(format!("agent `{label}` was ended by its soft limit `{limit}`"));
+            }
             match &schema {
                 None if reply.text.trim().is_empty() => break,
                 None => {
@@ -392,6 +418,8 @@ impl Agents {
                         outcome = Ok(Some(value.to_string()));
                         break;
                     }
+                    // A soft limit ended the call: what it gave is its answer, no retry.
+                    Err(_) if reply.ended_by.is_some() => break,
                     Err(mismatch) => {
                         let next = if attempt + 1 < spawns { ", retrying" } else { "" };
                         self.progress.log(format!("agent `{label}` reply does not match its schema: {mismatch}{next}"));
@@ -407,6 +435,7 @@ impl Agents {
         };
         summary.millis = started.elapsed().as_millis() as u64;
         crate::trace::agent_ended(span, status_name(&outcome), summary.spawns);
+        crate::trace::agent_soft_limit(span, summary.ended_by);
         self.metrics.call(match &outcome {
             Ok(Some(_)) => crate::metrics::CallOutcome::Ok,
             Ok(None) => crate::metrics::CallOutcome::Failed,

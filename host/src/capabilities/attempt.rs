@@ -64,6 +64,8 @@ pub(crate) struct AttemptSetup {
     pub host_pending_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// The attempt's span ([`crate::trace::attempt`]; `Span::none()` when traces are off).
     pub span: tracing::Span,
+    /// The factory's default agent soft limits (`meta.agentLimits`).
+    pub agent_limits: crate::model::limits::AgentLimits,
 }
 
 /// The state one attempt's capabilities share (see the module docs).

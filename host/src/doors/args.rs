@@ -41,6 +41,12 @@ pub struct GlobalArgs {
     /// `warn,factory_host=info,factory=info`).
     #[arg(long, global = true, env = "FACTORY_LOG_FORMAT", value_enum, default_value_t = crate::doors::telemetry::LogFormat::Human, value_name = "FORMAT")]
     pub log_format: crate::doors::telemetry::LogFormat,
+    /// The bearer token `--http` servers (`serve`, `mcp`) require, read from this file
+    /// (owner-only, at least 32 characters) instead of a random one per process: give every
+    /// worker of a cluster the same file and each accepts the same token. `FACTORY_TOKEN`,
+    /// when set, holds the token itself and wins.
+    #[arg(long, global = true, env = "FACTORY_TOKEN_FILE", value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
 impl GlobalArgs {
@@ -53,6 +59,11 @@ impl GlobalArgs {
         };
         self.state_dir_is_project_local = self.project_local_arg || factory_host::access::is_project_local(&self.state_dir);
         Ok(())
+    }
+
+    /// The cluster's bearer token (`FACTORY_TOKEN`, else `--token-file`), if one is given.
+    pub fn cluster_token(&self) -> anyhow::Result<Option<String>> {
+        crate::doors::http::bearer::cluster_token(self.token_file.as_deref())
     }
 
     /// Where trust approvals are kept: the state directory, unless that is project-local

@@ -65,6 +65,9 @@ pub async fn ensure(g: &GlobalArgs) -> Result<Remote> {
     cmd.arg("serve").arg("--state-dir").arg(&state_dir).arg("--started-by-front-door");
     cmd.arg("--idle-exit").arg(idle_seconds().to_string());
     cmd.arg("--commit-window-ms").arg(g.commit_window_ms.to_string());
+    if let Some(file) = &g.token_file {
+        cmd.arg("--token-file").arg(std::path::absolute(file).unwrap_or_else(|_| file.clone()));
+    }
     cmd.env_remove("FACTORY_SESSION").env_remove("FACTORY_NO_DAEMON");
     // From a neutral directory of its own, below the state dir and above nothing: what it
     // reads never depends on where it was started (a project's `.factory/factory.toml` is

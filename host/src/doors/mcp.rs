@@ -121,7 +121,8 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     let bound = listener.local_addr()?;
     let token_file = g.state_dir.join(TOKEN_FILE);
-    let bearer = crate::doors::http::bearer::Bearer::create(&token_file).with_context(|| format!("writing {}", token_file.display()))?;
+    let shared = g.cluster_token()?;
+    let bearer = crate::doors::http::bearer::Bearer::create(&token_file, shared.as_deref()).with_context(|| format!("writing {}", token_file.display()))?;
     let mut config = StreamableHttpServerConfig::default();
     if !bound.ip().is_loopback() {
         config.allowed_hosts.push(bound.ip().to_string());

@@ -33,12 +33,18 @@ pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Arc
 /// Open a host on the shared PostgreSQL store at `url` as worker `worker` (default: this
 /// host and state directory's [`default_worker_id`](factory_host::store::postgres::default_worker_id)).
 /// The state directory still holds the control socket, the HTTP token and the cache.
-pub async fn open_shared_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>, url: &str, worker: Option<&str>) -> Result<Arc<Host>, Error> {
+pub async fn open_shared_host(
+    g: &GlobalArgs,
+    catalog: Arc<dyn BackendCatalog>,
+    url: &str,
+    worker: Option<&str>,
+    caps: factory_host::engine::queue::Caps,
+) -> Result<Arc<Host>, Error> {
     use factory_host::store::postgres::{default_worker_id, PgOptions, PgStore};
     let commit_window = std::time::Duration::from_millis(g.commit_window_ms);
     let worker = worker.map_or_else(|| default_worker_id(&g.state_dir), str::to_string);
     let store = PgStore::connect(url, PgOptions { commit_window, ..PgOptions::new(worker) }).await?;
-    let config = HostConfig { state_dir: Some(g.state_dir.clone()), catalog, commit_window, ..HostConfig::default() };
+    let config = HostConfig { state_dir: Some(g.state_dir.clone()), catalog, commit_window, caps, ..HostConfig::default() };
     Host::with_store(config, Arc::new(store)).map(Arc::new)
 }
 

@@ -14,6 +14,13 @@
 //! queue (`OTEL_BSP_MAX_QUEUE_SIZE`, default 2048) on a thread of its own, so export never
 //! blocks or fails a run; spans that do not fit are dropped and counted by the SDK, which
 //! says so when it shuts down. `OTEL_SERVICE_NAME` names the service (default `factory`).
+//!
+//! Metrics: exported over OTLP HTTP/protobuf too when `OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is set (and neither `OTEL_SDK_DISABLED=true` nor
+//! `OTEL_METRICS_EXPORTER=none`): the metrics `/metrics` serves, under the same names
+//! ([`factory_host::metrics::export_to`]), cumulative, read every
+//! `OTEL_METRIC_EXPORT_INTERVAL` milliseconds (default 60000) by the SDK's periodic reader on
+//! a thread of its own, and once more when the process stops.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -85,7 +92,11 @@ pub fn init(format: LogFormat, service_log: Option<&Path>, stderr: bool) -> std:
         let log = ServiceLog::open(state_dir.join(LOG_FILE), SERVICE_LOG_MAX_BYTES)?;
         layers.push(fmt_layer(format, log, false));
     }
-    let traces = if traces_wanted() { Some(otel_layer()) } else { None };
+    let traces = if wanted("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") { Some(otel_layer()) } else { None };
+    let metrics_failed = match wanted("OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
+        true => otel_metrics().err(),
+        false => None,
+    };
     let traces_failed = match traces {
         Some(Ok(layer)) => {
             layers.push(layer);
@@ -102,6 +113,9 @@ pub fn init(format: LogFormat, service_log: Option<&Path>, stderr: bool) -> std:
     if let Some(e) = traces_failed {
         tracing::warn!(error = %e, "cannot export traces over OTLP; running without them");
     }
+    if let Some(e) = metrics_failed {
+        tracing::warn!(error = %e, "cannot export metrics over OTLP; running without them");
+    }
     install_panic_hook();
     Ok(())
 }
@@ -109,12 +123,42 @@ pub fn init(format: LogFormat, service_log: Option<&Path>, stderr: bool) -> std:
 /// The trace pipeline, once set up: flushed by [`shutdown`].
 static TRACES: OnceLock<opentelemetry_sdk::trace::SdkTracerProvider> = OnceLock::new();
 
-/// Whether the standard variables ask for trace export.
-fn traces_wanted() -> bool {
+/// The metric pipeline, once set up: flushed by [`shutdown`].
+static METRICS: OnceLock<opentelemetry_sdk::metrics::SdkMeterProvider> = OnceLock::new();
+
+/// Whether the standard variables ask for one signal's export: an endpoint (the common one
+/// or the signal's own `endpoint_var`), the SDK not disabled, its `exporter_var` not `none`.
+fn wanted(exporter_var: &str, endpoint_var: &str) -> bool {
     let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
     let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let none = var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"));
-    !disabled && !none && (var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() || var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some())
+    let none = var(exporter_var).is_some_and(|v| v.eq_ignore_ascii_case("none"));
+    !disabled && !none && (var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() || var(endpoint_var).is_some())
+}
+
+/// The resource both signals carry: `service.name` from `OTEL_SERVICE_NAME`, else `factory`.
+fn resource() -> opentelemetry_sdk::Resource {
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if std::env::var("OTEL_SERVICE_NAME").map_or(true, |v| v.trim().is_empty()) {
+        resource = resource.with_service_name("factory");
+    }
+    resource.build()
+}
+
+/// The metric pipeline: the host's metrics recorded on a meter whose periodic reader exports
+/// over OTLP (endpoint, headers, timeout and interval from the standard variables).
+fn otel_metrics() -> Result<(), opentelemetry_otlp::ExporterBuildError> {
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_otlp::WithExportConfig as _;
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .build()?;
+    let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter).build();
+    let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().with_reader(reader).with_resource(resource()).build();
+    if factory_host::metrics::export_to(provider.meter("factory")) {
+        let _ = METRICS.set(provider);
+    }
+    Ok(())
 }
 
 /// The layer that hands the host's spans to the OTLP exporter (endpoint, headers and
@@ -126,13 +170,9 @@ fn otel_layer() -> Result<Box<dyn Layer<tracing_subscriber::Registry> + Send + S
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .build()?;
-    let mut resource = opentelemetry_sdk::Resource::builder();
-    if std::env::var("OTEL_SERVICE_NAME").map_or(true, |v| v.trim().is_empty()) {
-        resource = resource.with_service_name("factory");
-    }
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_resource(resource.build())
+        .with_resource(resource())
         .build();
     let tracer = provider.tracer("factory");
     let _ = TRACES.set(provider);
@@ -149,11 +189,17 @@ fn otel_layer() -> Result<Box<dyn Layer<tracing_subscriber::Registry> + Send + S
         .boxed())
 }
 
-/// Export what spans are still queued (waiting a bounded time) and stop the trace pipeline.
+/// Export what spans are still queued and the metrics once more (each waiting a bounded
+/// time), and stop both pipelines.
 pub fn shutdown() {
     if let Some(provider) = TRACES.get() {
         if let Err(e) = provider.shutdown_with_timeout(std::time::Duration::from_secs(5)) {
             tracing::warn!(error = %e, "traces: the last spans could not be exported");
+        }
+    }
+    if let Some(provider) = METRICS.get() {
+        if let Err(e) = provider.shutdown_with_timeout(std::time::Duration::from_secs(5)) {
+            tracing::warn!(error = %e, "metrics: the last values could not be exported");
         }
     }
 }

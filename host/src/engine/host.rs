@@ -47,6 +47,9 @@ pub struct HostConfig {
     pub catalog: Arc<dyn BackendCatalog>,
     /// Host-side sandbox limits.
     pub sandbox: SandboxLimits,
+    /// The caps of a worker of a shared store (its run queue and call slots; unused with a
+    /// store of one process).
+    pub caps: crate::engine::queue::Caps,
 }
 
 impl Default for HostConfig {
@@ -58,6 +61,7 @@ impl Default for HostConfig {
             backend: Arc::new(DryRun),
             catalog: Arc::new(BuiltinCatalog),
             sandbox: SandboxLimits::default(),
+            caps: Default::default(),
         }
     }
 }
@@ -260,6 +264,10 @@ pub struct Host {
     updates: broadcast::Sender<RunUpdated>,
     /// Bytes the pending agent calls of every run hold.
     pending_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// Room for runs from a shared store's queue ([`crate::engine::queue::Caps::worker_runs`]).
+    queue_room: Arc<tokio::sync::Semaphore>,
+    /// Told when a queued run this host executed ended (room to claim again).
+    queue_freed: Arc<tokio::sync::Notify>,
 }
 
 fn session_of(session: &Option<String>) -> String {
@@ -285,7 +293,10 @@ impl Host {
         let script_linker = crate::capabilities::script_linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
         let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
         let (updates, _) = broadcast::channel(1024);
+        let room = config.caps.worker_runs.unwrap_or(tokio::sync::Semaphore::MAX_PERMITS).min(tokio::sync::Semaphore::MAX_PERMITS);
         Ok(Host {
+            queue_room: Arc::new(tokio::sync::Semaphore::new(room)),
+            queue_freed: Arc::default(),
             engine,
             linker,
             script_linker,
@@ -302,6 +313,28 @@ impl Host {
     /// The durable store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// The caps this host runs under as a worker of a shared store.
+    pub fn caps(&self) -> &crate::engine::queue::Caps {
+        &self.config.caps
+    }
+
+    /// Room for runs from the queue: one permit per run executing.
+    pub(crate) fn queue_room(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.queue_room
+    }
+
+    /// Take no more runs from the queue, nor claim new runs started here (a draining worker):
+    /// they wait in the queue for another worker.
+    pub fn stop_claiming(&self) {
+        self.queue_room.close();
+        self.queue_freed.notify_waiters();
+    }
+
+    /// Notified when a queued run executed here ended.
+    pub(crate) fn queue_freed(&self) -> &tokio::sync::Notify {
+        &self.queue_freed
     }
 
     /// The sandbox limits every run of this host gets.
@@ -566,6 +599,7 @@ impl Host {
             stop: CancellationToken::new(),
             host_pending_bytes: self.pending_bytes.clone(),
             span: tracing::Span::none(),
+            agent_limits: Default::default(),
         };
         let shared = Capabilities::new(setup).await.map_err(|f| Error::MetaCall(f.message))?;
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
@@ -686,8 +720,103 @@ impl Host {
             Some(backend) => backend,
             None => self.chosen_backend(&options.choice)?,
         };
+        if self.store.run_queue().is_some() {
+            return self.run_queued(factory, options, backend).await;
+        }
         let (record, options) = self.create_run(factory, options).await?;
         self.attempt(factory, record, options.events, backend, options.trace_parent).await
+    }
+
+    /// [`Host::run`] on a store with a run queue: the run is stored with its queue entry
+    /// (what its first attempt needs: component, script, backend; its grants are in the
+    /// record). When this worker has room it claims the entry in the same transaction and
+    /// executes the run at once; otherwise any worker with room claims it, and this waits for
+    /// its end.
+    async fn run_queued(&self, factory: &Factory, mut options: RunOptions, backend: Arc<dyn AgentBackend>) -> Result<RunEnvelope, Error> {
+        let Some(queue) = self.store.run_queue() else { return Err(Error::Misrouted("a queued run on a store without a queue")) };
+        let permit = self.queue_room.clone().try_acquire_owned().ok();
+        let on_start = options.on_start.take();
+        let (mut record, options) = self.new_record(factory, options)?;
+        self.put_blobs(factory)?;
+        // The component and script bytes are durable before any worker can claim the run.
+        if let Err(e) = self.store.flush().await {
+            return Err(e.0.downcast_ref::<crate::store::StoreError>().cloned().unwrap_or(crate::store::StoreError::Closed).into());
+        }
+        let start = crate::store::queue::QueuedStart {
+            component: factory.component.hash.clone(),
+            script: factory.component.script.as_ref().map(|s| s.reference()),
+            backend: backend.reference(),
+        };
+        let here = queue.enqueue(&mut record, &start, permit.is_some(), self.config.caps.cluster_runs).await?;
+        let run_id = record.envelope.run_id.clone();
+        if let Some(on_start) = on_start {
+            on_start(&run_id);
+        }
+        if !here {
+            drop(permit);
+            return self.wait(Scope::Owner, &run_id).await;
+        }
+        let ended = self.attempt(factory, record, options.events, backend, options.trace_parent).await;
+        if let Err(e) = queue.finish(run_id.clone()).await {
+            tracing::warn!(run = %run_id, error = %e, "dropping a finished run's queue entry");
+        }
+        drop(permit);
+        self.queue_freed.notify_one();
+        ended
+    }
+
+    /// Whether this worker can execute a run it claimed from the queue: the backend the run
+    /// was started with (or last recorded) can be built here, its key variable is set, and
+    /// every granted directory is still the one recorded.
+    pub(crate) async fn can_serve(&self, claimed: &crate::store::queue::Claimed) -> Result<(), Error> {
+        let Some(record) = self.store.run(&claimed.run_id).await? else { return Ok(()) };
+        sandbox::recheck_grants(&record.grants)?;
+        match &claimed.start {
+            Some(start) if record.envelope.attempts == 0 => self.backend_of(&start.backend).map(drop),
+            _ => self.recorded_backend(&record, &BackendChoice::default()).map(drop),
+        }
+    }
+
+    /// Execute the first attempt of a queued run this worker claimed, as its start recorded
+    /// it (no consent asked again: it was given when the run was started).
+    /// A run whose start cannot be prepared here (its component cannot be loaded, ...) ends
+    /// `error` with the reason instead of waiting forever.
+    pub(crate) async fn start_queued(&self, mut record: RunRecord, start: &crate::store::queue::QueuedStart) -> Result<RunEnvelope, Error> {
+        let run_id = record.envelope.run_id.clone();
+        let claim = self.claim(&run_id)?;
+        let prepared = async {
+            sandbox::recheck_grants(&record.grants)?;
+            let factory = match &start.script {
+                Some(script) => self.load_recorded_script(&start.component, script, Some(&run_id)).await,
+                None => self.load_stored(&start.component).await,
+            }
+            .map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?;
+            Ok::<_, Error>((factory, self.backend_of(&start.backend)?))
+        };
+        match prepared.await {
+            Ok((factory, backend)) => self.attempt_claimed(&factory, record, None, backend, claim, None).await,
+            Err(error) => {
+                let failure = Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the queued run could not start: {error}"));
+                self.end_broken_attempt(&mut record, failure).await;
+                drop(claim);
+                self.announce_end(&record).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// The backend `reference` names, built here (its key variable must be set).
+    fn backend_of(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, Error> {
+        if let Some(var) = &reference.key_env {
+            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
+                return Err(BackendUnavailable { backend: reference.display(), missing: format!("the variable `{var}` that held its API key is not set") }.into());
+            }
+        }
+        let default = self.config.backend.reference();
+        if default.name == reference.name && default.model == reference.model && default.config == reference.config {
+            return Ok(self.config.backend.clone());
+        }
+        Ok(self.config.catalog.build(reference)?)
     }
 
     /// The backend a new run uses for `choice`: the host's default when it is empty, else
@@ -763,6 +892,18 @@ impl Host {
     /// Check `options` and store a new pending run of `factory`; hands back what of
     /// `options` the attempt still needs.
     async fn create_run(&self, factory: &Factory, mut options: RunOptions) -> Result<(RunRecord, RunOptions), Error> {
+        let on_start = options.on_start.take();
+        let (mut record, options) = self.new_record(factory, options)?;
+        self.put_blobs(factory)?;
+        self.store.put_run(&mut record, true).await?;
+        if let Some(on_start) = on_start {
+            on_start(&record.envelope.run_id);
+        }
+        Ok((record, options))
+    }
+
+    /// Check `options` and build the record of a new pending run of `factory` (not stored).
+    fn new_record(&self, factory: &Factory, options: RunOptions) -> Result<(RunRecord, RunOptions), Error> {
         let limits = factory.meta.limits.overridden_by(&options.limits);
         limits.validate()?;
         let grants = sandbox::check_grants(&options.grants)?;
@@ -773,7 +914,7 @@ impl Host {
         }
         let run_id = uuid::Uuid::now_v7().to_string();
         let now = crate::store::records_timestamp();
-        let mut record = RunRecord {
+        let record = RunRecord {
             envelope: RunEnvelope {
                 run_id: run_id.clone(),
                 factory: factory.meta.name.clone(),
@@ -802,11 +943,6 @@ impl Host {
             interrupted: None,
             recoveries: 0,
         };
-        self.put_blobs(factory)?;
-        self.store.put_run(&mut record, true).await?;
-        if let Some(on_start) = options.on_start.take() {
-            on_start(&run_id);
-        }
         Ok((record, options))
     }
 
@@ -822,7 +958,7 @@ impl Host {
     /// claim, and counts itself in the record.
     pub(crate) async fn resume_as(&self, run_id: &str, options: ResumeOptions, by: ResumedBy) -> Result<RunEnvelope, Error> {
         let scope = options.scope.clone().unwrap_or_else(|| Scope::from(DEFAULT_SESSION));
-        let mut record = self.record(&scope, run_id).await?;
+        let record = self.record(&scope, run_id).await?;
         match record.envelope.status {
             RunStatus::Completed => return Err(Error::NonResumable(format!("run `{run_id}` is completed"))),
             // `running` without an attempt here is an attempt that could not write its end
@@ -837,9 +973,40 @@ impl Host {
         // Claimed before anyone hears of the new attempt (`on_start`), so a `wait` that
         // follows it cannot mistake the previous attempt's end for this one's.
         let claim = self.claim(run_id)?;
+        // On a store other processes share, a caller's resume also claims the run there
+        // (recovery claimed it already): two callers resuming it at once through two workers,
+        // one resumes it and the other is told it is active.
+        if by == ResumedBy::Caller && self.store.shared() {
+            if !self.store.claim_resume(run_id).await? {
+                return Err(Error::AlreadyActive(run_id.into()));
+            }
+            let resumed = self.resume_claimed(run_id, &scope, options, by, claim).await;
+            if resumed.is_err() {
+                // Not started (or ended at once): free for another worker's resume.
+                if let Err(e) = self.store.release_claim(run_id).await {
+                    tracing::warn!(run = %run_id, error = %e, "cannot release the claim of a resume that did not start");
+                }
+            }
+            return resumed;
+        }
+        self.resume_with(run_id, &scope, record, options, by, claim).await
+    }
+
+    /// [`Host::resume_as`] once the run is claimed in the store: read again (another
+    /// worker may have resumed it to its end meanwhile), then resumed.
+    async fn resume_claimed(&self, run_id: &str, scope: &Scope, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
+        let record = self.record(scope, run_id).await?;
+        if record.envelope.status == RunStatus::Completed {
+            return Err(Error::NonResumable(format!("run `{run_id}` is completed")));
+        }
+        self.resume_with(run_id, scope, record, options, by, claim).await
+    }
+
+    /// The rest of [`Host::resume_as`]: load what the run recorded and start its attempt.
+    async fn resume_with(&self, run_id: &str, scope: &Scope, mut record: RunRecord, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
         if by == ResumedBy::Recovery {
             // Read again under the claim: a caller may have resumed it since it was found.
-            record = self.record(&scope, run_id).await?;
+            record = self.record(scope, run_id).await?;
             if !(record.envelope.status == RunStatus::Halted && record.interrupted.is_some()) {
                 return Err(Error::NonResumable(format!("run `{run_id}` is no longer halted by an interruption")));
             }
@@ -932,6 +1099,7 @@ impl Host {
             return Err(Error::AlreadyActive(run_id.to_string()));
         }
         active.insert(run_id.to_string(), ActiveRun { stop: stop.clone(), shared: None });
+        crate::metrics::metrics().run_active(true);
         Ok(Claim { stop, guard: ActiveGuard { host: self, run_id: run_id.to_string() } })
     }
 
@@ -1047,6 +1215,8 @@ impl Host {
         let prior = record.envelope.accounting;
         // Backends whose spawns see files (agent CLIs) see the run's grants, and only those.
         let backend = backend.with_grants(&record.grants).unwrap_or(backend);
+        // Under the cluster-wide cap of its backend, on a shared store that sets one.
+        let backend = crate::engine::queue::capped(&self.store, &self.config.caps, backend);
         let setup = AttemptSetup {
             run_id: run_id.clone(),
             limits: record.limits,
@@ -1061,6 +1231,7 @@ impl Host {
             stop: stop.clone(),
             host_pending_bytes: self.pending_bytes.clone(),
             span,
+            agent_limits: factory.meta.agent_limits.clone(),
         };
         let (status, result, failure, accounting) = match Capabilities::new(setup).await {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
@@ -1092,24 +1263,30 @@ impl Host {
                     failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
                 }
                 // The last progress entries must be durable before the verdict is.
+                // A store out of reach (the database away past the worker's lease) halts the
+                // attempt, resumable: no verdict of its own.
+                let mut outage = matches!(shared.attempt.cause(), Some(crate::capabilities::attempt::StopCause::Failed(_, run::Abort::Storage(e))) if e.is_outage());
                 if let Err(e) = self.store.flush().await {
+                    outage |= e.is_outage();
                     // Said as the store's own error (the journal's names the journal).
-                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.0.to_string()));
+                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, outage.then_some("unavailable"), e.0.to_string()));
                 }
                 let dropped = shared.progress.dropped_log_lines();
                 if dropped > 0 {
                     record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
                 }
                 let status = if failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage) {
-                    RunStatus::Error
+                    if outage { RunStatus::Halted } else { RunStatus::Error }
                 } else {
                     outcome.status
                 };
                 (status, outcome.result, failure, shared.accounting())
             }
         };
-        // An attempt ends `halted` only when this host shut down during it.
-        record.interrupted = (status == RunStatus::Halted).then_some(crate::store::Interruption::Shutdown);
+        // An attempt ends `halted` by an interruption only when this host shut down during it
+        // (a store outage halts it too, for a caller to resume).
+        let by_storage = failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage);
+        record.interrupted = (status == RunStatus::Halted && !by_storage).then_some(crate::store::Interruption::Shutdown);
         let envelope = &mut record.envelope;
         envelope.status = status;
         envelope.result = if status == RunStatus::Completed { result } else { None };
@@ -1143,8 +1320,58 @@ impl Host {
         if !self.cancel_here(run_id) {
             // Executed by another process sharing the store (or not running): ask it.
             self.store.request_cancel(run_id).await?;
+            if let Some(queue) = self.store.run_queue() {
+                // Still waiting in a shared store's queue, nobody executes it: it ends here.
+                // A worker may hold it for a moment (claiming it, or putting it back): tried
+                // again each second until it ends one way or the other.
+                loop {
+                    if queue.dequeue(run_id.to_string()).await? {
+                        self.cancel_queued(run_id).await?;
+                        break;
+                    }
+                    if let Ok(ended) = tokio::time::timeout(Duration::from_secs(1), self.wait(scope.clone(), run_id)).await {
+                        return ended;
+                    }
+                }
+            }
         }
         self.wait(scope, run_id).await
+    }
+
+    /// End a run taken out of the queue before any attempt: `cancelled`, nothing ran.
+    async fn cancel_queued(&self, run_id: &str) -> Result<(), Error> {
+        let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };
+        let envelope = &mut record.envelope;
+        envelope.status = RunStatus::Cancelled;
+        let failure = Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled while it waited in the queue; nothing ran");
+        envelope.error = Some(failure.message.clone());
+        envelope.failure = Some(failure);
+        envelope.updated_at = crate::store::records_timestamp();
+        self.store.put_run(&mut record, false).await?;
+        self.announce_end(&record).await;
+        Ok(())
+    }
+
+    /// Tell this host's subscribers (`wait`, followers, event streams) that run `run_id`,
+    /// which another process sharing the store executes, changed: its revision read from the
+    /// store is announced, once per revision (`last` holds what was announced per run, and
+    /// forgets runs that ended). A run executing here announces itself.
+    pub async fn announce_elsewhere(&self, run_id: &str, last: &mut HashMap<String, u64>) -> Result<(), Error> {
+        if self.active().contains_key(run_id) {
+            return Ok(());
+        }
+        let Some(record) = self.store.run(run_id).await? else { return Ok(()) };
+        let revision = record.writes + self.store.last_progress_seq(run_id).await?;
+        if last.get(run_id) == Some(&revision) {
+            return Ok(());
+        }
+        if record.envelope.status.is_terminal() {
+            last.remove(run_id);
+        } else {
+            last.insert(run_id.to_string(), revision);
+        }
+        let _ = self.updates.send(RunUpdated { run_id: run_id.to_string(), revision });
+        Ok(())
     }
 
     /// Cancel run `run_id` if it executes in this process; whether it does.
@@ -1323,6 +1550,7 @@ struct ActiveGuard<'a> {
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.host.active().remove(&self.run_id);
+        crate::metrics::metrics().run_active(false);
     }
 }
 

@@ -110,7 +110,7 @@ pub async fn recover_interrupted(host: &Arc<Host>, max: u32) -> Result<Vec<Recov
     Ok(recovered)
 }
 
-async fn recover_one(host: &Arc<Host>, record: RunRecord, max: u32) -> Recovery {
+pub(crate) async fn recover_one(host: &Arc<Host>, record: RunRecord, max: u32) -> Recovery {
     let run_id = record.envelope.run_id.clone();
     let mut recovery = Recovery {
         run_id: run_id.clone(),

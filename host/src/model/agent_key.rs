@@ -1,7 +1,10 @@
 //! The canonical identity of a subagent call: a sha256 over (prompt, label, schema, model)
-//! with the schema in canonical JSON (sorted keys, no whitespace). Keyed by content, never by
-//! position, so a resume after the factory's code changed still hits every unchanged call.
+//! with the schema in canonical JSON (sorted keys, no whitespace), and the call's soft limits
+//! when it has any (a call without them keeps the key it had before soft limits existed, so
+//! older journals and cassettes still replay). Keyed by content, never by position, so a
+//! resume after the factory's code changed still hits every unchanged call.
 
+use crate::model::limits::AgentLimits;
 use sha2::{Digest, Sha256};
 
 /// A hex sha256 naming one subagent call.
@@ -23,18 +26,51 @@ impl AgentKey {
     /// assert_ne!(a, c);
     /// ```
     pub fn new(prompt: &str, label: Option<&str>, schema: Option<&serde_json::Value>, model: Option<&str>) -> Self {
+        Self::with_limits(prompt, label, schema, model, &AgentLimits::default())
+    }
+
+    /// The key of a call with soft limits `limits` (the effective ones: the call's own over
+    /// the factory's defaults). Without any, the key is [`AgentKey::new`]'s.
+    ///
+    /// ```
+    /// use factory_host::AgentKey;
+    /// use factory_host::limits::AgentLimits;
+    ///
+    /// let plain = AgentKey::new("Review", Some("r"), None, None);
+    /// assert_eq!(plain, AgentKey::with_limits("Review", Some("r"), None, None, &AgentLimits::default()));
+    /// let bounded = AgentLimits { max_turns: Some(3), ..AgentLimits::default() };
+    /// assert_ne!(plain, AgentKey::with_limits("Review", Some("r"), None, None, &bounded));
+    /// ```
+    pub fn with_limits(
+        prompt: &str,
+        label: Option<&str>,
+        schema: Option<&serde_json::Value>,
+        model: Option<&str>,
+        limits: &AgentLimits,
+    ) -> Self {
         // serde_json's default map is a BTreeMap, so `to_string` emits sorted keys: that is
         // the canonical form. Each field is length-prefixed so no two tuples collide.
         let schema = schema.map(|s| s.to_string());
         let mut hash = Sha256::new();
-        for field in [Some(prompt), label, schema.as_deref(), model] {
-            match field {
-                None => hash.update(b"-"),
-                Some(text) => {
-                    hash.update(b"+");
-                    hash.update((text.len() as u64).to_le_bytes());
-                    hash.update(text.as_bytes());
-                }
+        let mut field = |field: Option<&str>| match field {
+            None => hash.update(b"-"),
+            Some(text) => {
+                hash.update(b"+");
+                hash.update((text.len() as u64).to_le_bytes());
+                hash.update(text.as_bytes());
+            }
+        };
+        for part in [Some(prompt), label, schema.as_deref(), model] {
+            field(part);
+        }
+        if !limits.is_empty() {
+            // Appended only when present: a call without soft limits keeps its old key. The
+            // duration is hashed by its exact bits (1.5 and 1.50 are the same f64).
+            let turns = limits.max_turns.map(|n| n.to_string());
+            let duration = limits.max_duration_seconds.map(|d| format!("{:016x}", d.to_bits()));
+            field(Some("soft-limits/1"));
+            for part in [turns.as_deref(), duration.as_deref(), limits.wrap_up.as_deref()] {
+                field(part);
             }
         }
         AgentKey(hex::encode(hash.finalize()))
@@ -67,5 +103,24 @@ mod tests {
         assert_ne!(AgentKey::new("ab", Some("c"), None, None), AgentKey::new("a", Some("bc"), None, None));
         assert_eq!(base.0.len(), 64);
         let _ = json!(null);
+    }
+
+    #[test]
+    fn soft_limits_split_the_key_and_their_absence_keeps_the_old_one() {
+        // The key of ("p", label "l", no schema, no model) as computed before soft limits
+        // existed: journals and cassettes recorded then must still replay.
+        assert_eq!(AgentKey::new("p", Some("l"), None, None).0, "4ab5a2f523eae875a139f0cd9bdd1e3a71f80ea7f335e124c32a1d1cdc3bc9cc");
+        let key = |limits: AgentLimits| AgentKey::with_limits("p", Some("l"), None, None, &limits);
+        let turns = AgentLimits { max_turns: Some(3), ..AgentLimits::default() };
+        let more_turns = AgentLimits { max_turns: Some(4), ..AgentLimits::default() };
+        let duration = AgentLimits { max_duration_seconds: Some(3.0), ..AgentLimits::default() };
+        let wrap = AgentLimits { wrap_up: Some("3".into()), ..AgentLimits::default() };
+        let all = [key(AgentLimits::default()), key(turns.clone()), key(more_turns), key(duration), key(wrap)];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(key(turns.clone()), key(turns));
     }
 }

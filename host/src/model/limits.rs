@@ -1,5 +1,6 @@
 //! The four factory limits: declared in `meta`, overridden per invocation, validated before a
-//! run starts.
+//! run starts; and the per-agent soft limits ([`AgentLimits`]: a call's own, falling back to
+//! the factory's defaults in `meta`) with the [`SoftLimit`] that ended a call.
 
 use serde::{Deserialize, Serialize};
 
@@ -86,9 +87,151 @@ impl Limits {
     }
 }
 
+/// The wrap-up prompt sent when a call's `maxDurationSeconds` is up and it set none.
+pub const DEFAULT_WRAP_UP: &str =
+    "Your time for this task is up. Stop working now and give your final answer, in the format you were asked for.";
+
+/// Soft limits of one agent call (the factory's defaults, or a call's own). `None`: no limit
+/// of this kind. Part of the call's memo key when any is present.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentLimits {
+    /// Model turns the subagent may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Wall-clock seconds the call may take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_seconds: Option<f64>,
+    /// The prompt sent when `max_duration_seconds` is up ([`DEFAULT_WRAP_UP`] when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrap_up: Option<String>,
+}
+
+/// A soft limit value that is not allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AgentLimitError {
+    /// `maxTurns` is 0.
+    #[error("invalid agent limit `maxTurns`: must be a positive integer, got 0")]
+    MaxTurns,
+    /// `maxDurationSeconds` is not a positive finite number within the cap.
+    #[error("invalid agent limit `maxDurationSeconds`: must be a positive finite number of at most {MAX_TIMEOUT_SECONDS}, got {0}")]
+    MaxDurationSeconds(f64),
+    /// `wrapUp` is empty (whitespace only).
+    #[error("invalid agent limit `wrapUp`: must not be empty")]
+    EmptyWrapUp,
+}
+
+impl AgentLimitError {
+    /// The limit's name as the SDKs spell it.
+    pub fn field(&self) -> &'static str {
+        match self {
+            AgentLimitError::MaxTurns => "maxTurns",
+            AgentLimitError::MaxDurationSeconds(_) => "maxDurationSeconds",
+            AgentLimitError::EmptyWrapUp => "wrapUp",
+        }
+    }
+}
+
+impl AgentLimits {
+    /// Whether no soft limit is set.
+    pub fn is_empty(&self) -> bool {
+        self.max_turns.is_none() && self.max_duration_seconds.is_none() && self.wrap_up.is_none()
+    }
+
+    /// Check every present value: `maxTurns` positive, `maxDurationSeconds` positive, finite
+    /// and at most [`MAX_TIMEOUT_SECONDS`], `wrapUp` not blank.
+    ///
+    /// ```
+    /// use factory_host::limits::{AgentLimits, AgentLimitError};
+    ///
+    /// assert!(AgentLimits { max_turns: Some(3), max_duration_seconds: Some(0.5), ..Default::default() }.validate().is_ok());
+    /// let zero = AgentLimits { max_turns: Some(0), ..Default::default() };
+    /// assert_eq!(zero.validate(), Err(AgentLimitError::MaxTurns));
+    /// ```
+    pub fn validate(&self) -> Result<(), AgentLimitError> {
+        if self.max_turns == Some(0) {
+            return Err(AgentLimitError::MaxTurns);
+        }
+        if let Some(d) = self.max_duration_seconds {
+            if !d.is_finite() || d <= 0.0 || d > MAX_TIMEOUT_SECONDS {
+                return Err(AgentLimitError::MaxDurationSeconds(d));
+            }
+        }
+        if self.wrap_up.as_deref().is_some_and(|w| w.trim().is_empty()) {
+            return Err(AgentLimitError::EmptyWrapUp);
+        }
+        Ok(())
+    }
+
+    /// These limits with each absent one taken from `defaults` (the factory's).
+    pub fn or(self, defaults: &AgentLimits) -> AgentLimits {
+        AgentLimits {
+            max_turns: self.max_turns.or(defaults.max_turns),
+            max_duration_seconds: self.max_duration_seconds.or(defaults.max_duration_seconds),
+            wrap_up: self.wrap_up.or_else(|| defaults.wrap_up.clone()),
+        }
+    }
+
+    /// `max_duration_seconds` as a duration.
+    pub fn max_duration(&self) -> Option<std::time::Duration> {
+        self.max_duration_seconds.and_then(|d| std::time::Duration::try_from_secs_f64(d).ok())
+    }
+
+    /// The wrap-up prompt to send: the call's, else [`DEFAULT_WRAP_UP`].
+    pub fn wrap_up_prompt(&self) -> &str {
+        self.wrap_up.as_deref().unwrap_or(DEFAULT_WRAP_UP)
+    }
+}
+
+/// The soft limit that ended an agent call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SoftLimit {
+    /// The subagent used its `maxTurns`.
+    MaxTurns,
+    /// The call's `maxDurationSeconds` ran out.
+    MaxDurationSeconds,
+}
+
+impl SoftLimit {
+    /// The spelling used in run detail, progress and traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SoftLimit::MaxTurns => "maxTurns",
+            SoftLimit::MaxDurationSeconds => "maxDurationSeconds",
+        }
+    }
+}
+
+impl std::fmt::Display for SoftLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agent_limits_reject_bad_values_and_fall_back_field_by_field() {
+        let bad = [
+            (AgentLimits { max_turns: Some(0), ..Default::default() }, "maxTurns"),
+            (AgentLimits { max_duration_seconds: Some(0.0), ..Default::default() }, "maxDurationSeconds"),
+            (AgentLimits { max_duration_seconds: Some(f64::NAN), ..Default::default() }, "maxDurationSeconds"),
+            (AgentLimits { max_duration_seconds: Some(-2.0), ..Default::default() }, "maxDurationSeconds"),
+            (AgentLimits { max_duration_seconds: Some(2_147_483.648), ..Default::default() }, "maxDurationSeconds"),
+            (AgentLimits { wrap_up: Some(" \n".into()), ..Default::default() }, "wrapUp"),
+        ];
+        for (limits, field) in bad {
+            assert_eq!(limits.validate().unwrap_err().field(), field, "{limits:?}");
+        }
+        let defaults = AgentLimits { max_turns: Some(8), max_duration_seconds: Some(60.0), wrap_up: Some("now".into()) };
+        let merged = AgentLimits { max_turns: Some(2), ..Default::default() }.or(&defaults);
+        assert_eq!(merged, AgentLimits { max_turns: Some(2), max_duration_seconds: Some(60.0), wrap_up: Some("now".into()) });
+        assert_eq!(AgentLimits::default().wrap_up_prompt(), DEFAULT_WRAP_UP);
+        assert!(AgentLimits::default().is_empty() && !merged.is_empty());
+    }
 
     #[test]
     fn rejects_each_bad_value_by_name() {

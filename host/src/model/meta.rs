@@ -2,7 +2,7 @@
 //! checked (name, limits, args schema) before anything runs.
 
 use crate::sandbox::contract::agent::factory::types as wit;
-use crate::model::limits::Limits;
+use crate::model::limits::{AgentLimits, Limits};
 use crate::model::schema::Schema;
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +31,9 @@ pub struct FactoryMeta {
     /// Schema the arguments must match, if declared.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub args_schema: Option<crate::model::json::RawJson>,
+    /// Default soft limits of every agent call (absent: none).
+    #[serde(skip_serializing_if = "AgentLimits::is_empty", default)]
+    pub agent_limits: AgentLimits,
 }
 
 /// Metadata a factory exported that the host cannot accept.
@@ -45,6 +48,9 @@ pub enum MetaError {
     /// The args schema is not a usable schema.
     #[error("the factory's args schema is invalid: {0}")]
     ArgsSchema(crate::model::schema::SchemaError),
+    /// A default agent soft limit is out of range.
+    #[error("the factory declares an {0} in meta.agentLimits")]
+    AgentLimits(#[from] crate::model::limits::AgentLimitError),
     /// The args schema is not one JSON value.
     #[error("the factory's args schema is invalid: {0}")]
     ArgsSchemaText(#[source] crate::model::json::NotJson),
@@ -66,6 +72,8 @@ impl FactoryMeta {
             max_ai_credits: meta.limits.max_ai_credits,
         };
         limits.validate()?;
+        let agent_limits = agent_limits_from_wit(meta.agent_limits);
+        agent_limits.validate()?;
         let args_schema = match meta.args_schema {
             None => None,
             Some(text) => {
@@ -80,6 +88,16 @@ impl FactoryMeta {
             phases: meta.phases.into_iter().map(|p| PhaseDecl { title: p.title, detail: p.detail }).collect(),
             limits,
             args_schema,
+            agent_limits,
         })
+    }
+}
+
+/// The host's form of a WIT `agent-limits` record (unchecked).
+pub(crate) fn agent_limits_from_wit(limits: wit::AgentLimits) -> AgentLimits {
+    AgentLimits {
+        max_turns: limits.max_turns,
+        max_duration_seconds: limits.max_duration_seconds,
+        wrap_up: limits.wrap_up,
     }
 }

@@ -138,6 +138,10 @@ pub struct AgentSummary {
     pub cache_write_tokens: u64,
     /// Wall time of the call, queue wait included.
     pub millis: u64,
+    /// The soft limit that ended the call (`maxTurns`, `maxDurationSeconds`); absent when
+    /// none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<crate::model::limits::SoftLimit>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -233,7 +233,7 @@ pub async fn blobs(open: &impl Open) {
 
 fn registration(name: &str, session: Option<&str>, hash: &str) -> Registration {
     Registration {
-        meta: FactoryMeta { name: name.into(), description: format!("{name} for {session:?}"), phases: Vec::new(), limits: Limits::default(), args_schema: None },
+        meta: FactoryMeta { name: name.into(), description: format!("{name} for {session:?}"), phases: Vec::new(), limits: Limits::default(), args_schema: None, agent_limits: Default::default() },
         hash: hash.into(),
         script: None,
         added_at: super::records::timestamp(),

@@ -39,6 +39,9 @@ pub enum StoreError {
     Pool { url: String, source: Arc<deadpool_postgres::PoolError> },
     /// The store URL cannot be used (shown redacted).
     Url { url: String, reason: String },
+    /// The shared store could not be written for `seconds` (its connections failing), past
+    /// this worker's lease: the commit is abandoned and the worker's attempts stop.
+    Unavailable { url: String, seconds: f64, source: Arc<StoreError> },
     /// This worker's lease on the shared store was lost (it expired, or another worker
     /// fenced it by raising its generation): its writes are refused.
     Fenced { worker: String, generation: i64 },
@@ -59,11 +62,16 @@ impl std::fmt::Display for StoreError {
             StoreError::Writer(e) => write!(f, "cannot start the store writer: {e}"),
             StoreError::WriteFailed(e) => write!(f, "a store commit failed: {e}"),
             StoreError::Closed => write!(f, "the store is closed"),
-            StoreError::Postgres { url, source } => write!(f, "PostgreSQL store {url}: {source}"),
-            StoreError::Pool { url, source } => write!(f, "PostgreSQL store {url}: no connection: {source}"),
+            // The root cause only: the layers between (the pool's, the driver's) each repeat
+            // their own cause in their message.
+            StoreError::Postgres { url, source } => write!(f, "PostgreSQL store {url}: {}", root(&**source)),
+            StoreError::Pool { url, source } => write!(f, "PostgreSQL store {url}: no connection: {}", root(&**source)),
             StoreError::Url { url, reason } => write!(f, "store URL {url}: {reason}"),
             StoreError::Fenced { worker, generation } => {
                 write!(f, "worker {worker} (generation {generation}) lost its lease on the store: its writes are refused")
+            }
+            StoreError::Unavailable { url, seconds, .. } => {
+                write!(f, "PostgreSQL store {url} could not be written for {seconds:.1} s, past this worker's lease")
             }
         }
     }
@@ -80,6 +88,7 @@ impl std::error::Error for StoreError {
             StoreError::WriteFailed(e) => Some(&**e),
             StoreError::Postgres { source, .. } => Some(&**source),
             StoreError::Pool { source, .. } => Some(&**source),
+            StoreError::Unavailable { source, .. } => Some(&**source),
             StoreError::Locked(_)
             | StoreError::Version { .. }
             | StoreError::Corrupt(_)
@@ -90,10 +99,32 @@ impl std::error::Error for StoreError {
     }
 }
 
+impl StoreError {
+    /// Whether this failure is the shared store being out of reach for this worker (the
+    /// database away past its lease, or the lease lost): the attempts it stops end `halted`,
+    /// resumable, not `error`.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            StoreError::Unavailable { .. } | StoreError::Fenced { .. } => true,
+            StoreError::WriteFailed(inner) => inner.is_outage(),
+            _ => false,
+        }
+    }
+}
+
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {
         StoreError::Encode(Arc::new(e))
     }
+}
+
+/// The innermost cause of `error` (itself when it has none).
+fn root<'e>(error: &'e (dyn std::error::Error + 'static)) -> &'e (dyn std::error::Error + 'static) {
+    let mut at = error;
+    while let Some(next) = at.source() {
+        at = next;
+    }
+    at
 }
 
 /// A record or value of the store that cannot be read: [`StoreError::Corrupt`], saying what.

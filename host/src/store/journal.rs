@@ -44,6 +44,12 @@ impl JournalError {
     pub fn new(source: impl std::error::Error + Send + Sync + 'static) -> Self {
         JournalError(Arc::new(source))
     }
+
+    /// Whether the cause is the shared store out of reach for this worker
+    /// ([`StoreError::is_outage`](crate::store::StoreError::is_outage)).
+    pub fn is_outage(&self) -> bool {
+        self.0.downcast_ref::<crate::store::StoreError>().is_some_and(|e| e.is_outage())
+    }
 }
 
 /// The same failure (one shared cause), not merely the same text.
@@ -143,8 +149,9 @@ pub trait Journal: Send + Sync + 'static {
 
     /// Whether this process may still start work whose outcome the journal must record (a
     /// paid subagent call): a journal that already knows its writes would be refused says
-    /// why (a worker whose lease ran out by its own clock, or was fenced). `Ok` by default.
-    fn writable(&self) -> Result<(), JournalError> {
+    /// why (a worker whose lease ran out by its own clock, or was fenced, or whose attempt of
+    /// run `run_id` began under a generation it lost). `Ok` by default.
+    fn writable(&self, _run_id: &str) -> Result<(), JournalError> {
         Ok(())
     }
 }

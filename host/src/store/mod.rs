@@ -18,6 +18,7 @@ pub mod footprint;
 pub mod journal;
 pub(crate) mod op;
 pub mod postgres;
+pub mod queue;
 pub mod records;
 pub mod redb;
 mod stats;
@@ -122,9 +123,39 @@ pub trait Store: Journal + std::fmt::Debug {
         Box::pin(std::future::ready(Ok(true)))
     }
 
+    /// Take run `run_id`, not executing (not `running` or `pending`), for a caller's resume
+    /// in this process: `Ok(false)` when another live process sharing the store took it
+    /// first or it is executing (two callers resuming it at once through two workers: one
+    /// resumes it). Released by the resumed attempt's first write, or by
+    /// [`Store::release_claim`] when the resume does not start. A store one process holds has
+    /// no one to race (the default: `Ok(true)`).
+    fn claim_resume<'a>(&'a self, _run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
+
+    /// Give up a claim of [`Store::claim_resume`] (or [`Store::claim_interrupted`]) whose
+    /// resume did not start, so that another process may resume the run at once.
+    fn release_claim<'a>(&'a self, _run_id: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The ids of runs other processes sharing the store committed changes to (as they
+    /// are notified, and from a slow poll of the runs executing elsewhere), for this
+    /// process's followers; `None` for a store of one process (the default).
+    fn run_changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        None
+    }
+
     /// The ids of runs whose cancel other processes requested ([`Store::request_cancel`]),
     /// as they arrive; `None` for a store of one process (the default).
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        None
+    }
+
+    /// The run queue, for a store several workers share: new runs are enqueued there and
+    /// claimed by whichever worker has room ([`queue::RunQueue`]). `None` (the default): runs
+    /// execute in the process that starts them.
+    fn run_queue(&self) -> Option<&dyn queue::RunQueue> {
         None
     }
 }

@@ -11,4 +11,7 @@ pub struct WriterStats {
     pub commits: AtomicU64,
     /// Operations applied (flushes excluded).
     pub ops: AtomicU64,
+    /// Notifications sent to the other processes sharing the store (one per commit that
+    /// touched a run; a store of one process sends none).
+    pub notifies: AtomicU64,
 }

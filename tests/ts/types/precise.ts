@@ -34,6 +34,7 @@ export const checked = defineFactory<{ files: string[] }>({
         phases: [{ title: "One", detail: "first" }],
         limits: { maxConcurrentSubagents: 2, maxTotalSubagents: 3, timeoutSeconds: 1.5, maxAiCredits: 1 },
         argsSchema: { type: "object", required: ["files"], additionalProperties: false },
+        agentLimits: { maxTurns: 8, maxDurationSeconds: 600, wrapUp: "Give your answer now." },
     },
     run: async (ctx) => {
         expectType<Equal<typeof ctx.args, { files: string[] }>>();
@@ -48,8 +49,13 @@ export const checked = defineFactory<{ files: string[] }>({
 
         // @ts-expect-error the prompt is a string
         await ctx.agent(123);
-        // @ts-expect-error options are exactly label, schema and model
+        // @ts-expect-error options are exactly label, schema, model and the soft limits
         await ctx.agent("x", { labels: "typo" });
+        // Per-agent soft limits, with a schema or without.
+        const bounded = await ctx.agent("x", { label: "b", maxTurns: 3, maxDurationSeconds: 1.5, wrapUp: "Finish now." });
+        expectType<Equal<typeof bounded, string | null>>();
+        // @ts-expect-error maxTurns is a number
+        await ctx.agent("x", { maxTurns: "3" });
         // @ts-expect-error a schema type the host does not know
         await ctx.agent("x", { schema: { type: "strin" } });
 

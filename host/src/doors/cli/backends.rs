@@ -194,22 +194,22 @@ fn list(g: &GlobalArgs, config: &Config, as_json: bool, explicit: bool) -> Resul
     ];
     if as_json {
         let out = json!({"default": default, "backends": configured, "routes": routes, "builtin": builtin});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
     if configured.is_empty() && !explicit {
-        println!("no {} in {} (built-in backends only)", CONFIG_FILE, g.state_dir.display());
+        outln!("no {} in {} (built-in backends only)", CONFIG_FILE, g.state_dir.display());
     }
     for b in &configured {
         let mark = if b["default"] == true { "*" } else { " " };
         let model = b["model"].as_str().map(|m| format!(" model={m}")).unwrap_or_default();
-        println!("{mark} {:<16} {:<10} {}{model}", str_of(&b["name"]), str_of(&b["kind"]), str_of(&b["target"]));
+        outln!("{mark} {:<16} {:<10} {}{model}", str_of(&b["name"]), str_of(&b["kind"]), str_of(&b["target"]));
     }
     for r in &routes {
         let to = r["as"].as_str().map(|m| format!(" as {m}")).unwrap_or_default();
-        println!("  route {} -> {}{to}", str_of(&r["model"]), str_of(&r["backend"]));
+        outln!("  route {} -> {}{to}", str_of(&r["model"]), str_of(&r["backend"]));
     }
-    println!("built-in:");
+    outln!("built-in:");
     for b in &builtin {
         let mark = if b["name"] == default { "*" } else { " " };
         let key = match b.get("key").and_then(|k| k.as_bool()) {
@@ -217,7 +217,7 @@ fn list(g: &GlobalArgs, config: &Config, as_json: bool, explicit: bool) -> Resul
             Some(false) => " (no key)",
             None => "",
         };
-        println!("{mark} {:<16} {}{key}", str_of(&b["name"]), str_of(&b["target"]));
+        outln!("{mark} {:<16} {}{key}", str_of(&b["name"]), str_of(&b["target"]));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -251,17 +251,17 @@ fn prices(config: &Config, as_json: bool) -> Result<ExitCode> {
             .collect();
         let out = json!({"taken": BUILTIN_PRICES_TAKEN, "creditsPerUsd": CREDITS_PER_USD,
                          "unit": "nano-credits per 1000 tokens", "prices": prices});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "credits per 1000 tokens (1 credit = US$0.01; built-in list prices taken {BUILTIN_PRICES_TAKEN}; \
          factory.toml [prices.openai] / [prices.anthropic] override and extend them)"
     );
-    println!("{:<10} {:<28} {:>12} {:>12} {:>12} {:>12}  SOURCE", "PROVIDER", "MODEL", "INPUT", "OUTPUT", "CACHE-READ", "CACHE-WRITE");
+    outln!("{:<10} {:<28} {:>12} {:>12} {:>12} {:>12}  SOURCE", "PROVIDER", "MODEL", "INPUT", "OUTPUT", "CACHE-READ", "CACHE-WRITE");
     let known = |p: Option<u64>| p.map_or_else(|| "unknown".to_string(), format_credits);
     for (provider, model, p, source) in &rows {
-        println!(
+        outln!(
             "{:<10} {:<28} {:>12} {:>12} {:>12} {:>12}  {source}",
             provider.as_str(),
             crate::doors::cli::escape::esc(model),
@@ -291,6 +291,7 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
         schema: None,
         attempt: 0,
         feedback: None,
+        limits: Default::default(),
     };
     let started = Instant::now();
     let outcome = backend.call(Arc::new(request)).await;
@@ -305,14 +306,14 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
             if as_json {
                 let out = json!({"backend": name, "ok": true, "millis": millis, "model": shown_model,
                                  "reply": reply.text, "usage": usage});
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                outln!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 let short: String = reply.text.trim().chars().take(80).collect();
-                println!("backend {name}: ok in {millis} ms");
-                println!("  model: {shown_model}");
-                println!("  reply: {short}");
+                outln!("backend {name}: ok in {millis} ms");
+                outln!("  model: {shown_model}");
+                outln!("  reply: {short}");
                 match &reply.usage {
-                    Some(u) => println!(
+                    Some(u) => outln!(
                         "  usage: {} input + {} output + {} cache-read + {} cache-write tokens, {}{} nano-credits",
                         u.input_tokens,
                         u.output_tokens,
@@ -321,7 +322,7 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
                         if u.credits_at_least && u.credits_nano.is_some() { "at least " } else { "" },
                         u.credits_nano.map_or("unknown".to_string(), |c| c.to_string())
                     ),
-                    None => println!("  usage: not reported (a budgeted run would stop: fail-closed)"),
+                    None => outln!("  usage: not reported (a budgeted run would stop: fail-closed)"),
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -330,7 +331,7 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
             if as_json {
                 let out = json!({"backend": name, "ok": false, "millis": millis, "model": shown_model, "error": e.message(),
                                  "outage": e.outage_kind()});
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                outln!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 eprintln!("backend {name}: failed after {millis} ms: {e}");
             }

@@ -51,15 +51,15 @@ pub fn config(g: &GlobalArgs, a: ConfigArgs) -> Result<ExitCode> {
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             Config::parse(&text, &file.display().to_string())?;
             let entry = allow_list.allow(&file)?;
-            println!("allowed {} (sha256 {}); an edited file needs allowing again", entry.path, entry.sha256);
+            outln!("allowed {} (sha256 {}); an edited file needs allowing again", entry.path, entry.sha256);
             Ok(ExitCode::SUCCESS)
         }
         Some(ConfigCommand::Deny { file }) => {
             let file = file.unwrap_or_else(default_file);
             if allow_list.revoke(&file)? {
-                println!("no longer allowed: {}", file.display());
+                outln!("no longer allowed: {}", file.display());
             } else {
-                println!("was not allowed: {}", file.display());
+                outln!("was not allowed: {}", file.display());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -75,18 +75,18 @@ pub fn config(g: &GlobalArgs, a: ConfigArgs) -> Result<ExitCode> {
                     "allowList": allow_list.path(),
                     "allowed": allowed,
                 });
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                outln!("{}", serde_json::to_string_pretty(&out)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("state dir:  {}", g.state_dir.display());
+            outln!("state dir:  {}", g.state_dir.display());
             match &found {
-                Some(path) if local => println!("config:     {} (project-local: used only when allowed)", path.display()),
-                Some(path) => println!("config:     {}", path.display()),
-                None => println!("config:     none (built-in backends only)"),
+                Some(path) if local => outln!("config:     {} (project-local: used only when allowed)", path.display()),
+                Some(path) => outln!("config:     {}", path.display()),
+                None => outln!("config:     none (built-in backends only)"),
             }
-            println!("allow list: {}", allow_list.path().display());
+            outln!("allow list: {}", allow_list.path().display());
             for f in allowed {
-                println!("  {}  {}  {}", f.sha256, f.allowed_at, f.path);
+                outln!("  {}  {}  {}", f.sha256, f.allowed_at, f.path);
             }
             Ok(ExitCode::SUCCESS)
         }

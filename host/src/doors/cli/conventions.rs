@@ -9,7 +9,6 @@
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use std::ffi::OsString;
-use std::io::Write;
 use std::process::ExitCode;
 
 /// `--color`: when to colour output.
@@ -89,8 +88,7 @@ pub fn completions(mut command: clap::Command, a: CompletionsArgs) -> Result<Exi
     // Generated into memory first: clap_complete panics when its writer fails (a closed pipe).
     let mut script = Vec::new();
     clap_complete::generate(a.shell, &mut command, "factory", &mut script);
-    let mut out = std::io::stdout().lock();
-    out.write_all(&script).and_then(|()| out.flush()).context("writing the completion script")?;
+    crate::doors::cli::out::write_all(&script);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -98,8 +96,7 @@ pub fn completions(mut command: clap::Command, a: CompletionsArgs) -> Result<Exi
 pub fn man(command: clap::Command) -> Result<ExitCode> {
     let mut page = Vec::new();
     clap_mangen::Man::new(command).render(&mut page).context("rendering the man page")?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(&page).and_then(|()| out.flush()).context("writing the man page")?;
+    crate::doors::cli::out::write_all(&page);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -126,5 +123,52 @@ mod tests {
         let red = anstyle::AnsiColor::Red.on_default();
         assert_eq!(paint(false, red, "x"), "x");
         assert_eq!(paint(true, red, "x"), "\x1b[31mx\x1b[0m");
+    }
+}
+
+/// An error and its causes on one line, `: `-separated, each cause said once: a cause whose
+/// text an earlier part of the line already holds (many errors repeat their source in their
+/// own message) is left out, and once the root cause's text is on the line nothing more is
+/// added.
+pub fn error_chain(error: &anyhow::Error) -> String {
+    let root = error.root_cause().to_string();
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+        if line.contains(&root) {
+            break;
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod chain_tests {
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        #[derive(Debug)]
+        struct Wraps(std::io::Error);
+        impl std::fmt::Display for Wraps {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "error connecting to server: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wraps {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let error = anyhow::Error::new(Wraps(io)).context("opening the shared store");
+        assert_eq!(super::error_chain(&error), "opening the shared store: error connecting to server: Connection refused");
+        let plain = anyhow::anyhow!("root").context("middle").context("top");
+        assert_eq!(super::error_chain(&plain), "top: middle: root");
     }
 }

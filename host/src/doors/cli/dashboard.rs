@@ -40,7 +40,7 @@ pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
     // The files outlive a daemon killed with SIGKILL: asking for a code checks that it runs.
     let code = one_time_code(shown, token.trim()).await.with_context(|| format!("{} (nothing answers on {addr})", not_serving()))?;
     let url = format!("http://{shown}/#code={code}");
-    println!("{url}");
+    outln!("{url}");
     if a.open || (!a.no_open && std::io::stdout().is_terminal()) {
         let opened = browser_command(&url)
             .stdin(std::process::Stdio::null())

@@ -33,34 +33,34 @@ pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
             "imports": factory.component.imports,
             "sandbox": host.sandbox_limits(),
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}", esc(&meta.name));
+    outln!("{}", esc(&meta.name));
     for line in meta.description.lines() {
-        println!("  {}", esc(line));
+        outln!("  {}", esc(line));
     }
     match &factory.component.script {
         Some(script) => {
-            println!("sha256:  {} (source {})", script.hash, esc(&script.file_name));
-            println!("runner:  {} (the built-in JS runner)", factory.component.hash);
+            outln!("sha256:  {} (source {})", script.hash, esc(&script.file_name));
+            outln!("runner:  {} (the built-in JS runner)", factory.component.hash);
         }
-        None => println!("sha256:  {}", factory.component.hash),
+        None => outln!("sha256:  {}", factory.component.hash),
     }
     let phases: Vec<_> = meta.phases.iter().map(|p| esc(&p.title)).collect();
-    println!("phases:  {}", if phases.is_empty() { "-".into() } else { phases.join(", ") });
+    outln!("phases:  {}", if phases.is_empty() { "-".into() } else { phases.join(", ") });
     let limits = serde_json::to_value(meta.limits)?;
     let limits = limits.as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
-    println!("limits:  {}", limits.filter(|s| !s.is_empty()).unwrap_or_else(|| "none declared".into()));
+    outln!("limits:  {}", limits.filter(|s| !s.is_empty()).unwrap_or_else(|| "none declared".into()));
     if let Some(schema) = &meta.args_schema {
-        println!("args:    {schema}");
+        outln!("args:    {schema}");
     }
-    println!("imports:");
+    outln!("imports:");
     for import in &factory.component.imports {
-        println!("  {}", esc(import));
+        outln!("  {}", esc(import));
     }
     let s = host.sandbox_limits();
-    println!(
+    outln!(
         "sandbox: memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB, {} log lines",
         s.memory_bytes >> 20,
         s.fuel,
@@ -69,6 +69,6 @@ pub async fn describe(a: DescribeArgs) -> Result<ExitCode> {
         s.max_result_bytes >> 20,
         s.max_log_lines
     );
-    println!("bounds:  {}", s.bounds_line());
+    outln!("bounds:  {}", s.bounds_line());
     Ok(ExitCode::SUCCESS)
 }

@@ -4,11 +4,17 @@
 //! - TypeScript / JavaScript: `NAME.ts` or `NAME.js`, the runtime's type declarations
 //!   (`guest-sdk/js`, embedded in the binary and written to `types/`), a strict
 //!   `tsconfig.json` that maps the runtime's module names to them (so type-checking needs no
-//!   network and no package of ours on npm) and a `package.json` with a `typecheck` script;
+//!   network and no package of ours on npm), a `package.json` with a `typecheck` script,
+//!   and `NAME.test.mjs` (`npm test`: `node --test`);
 //! - Rust: a crate (`Cargo.toml`, `src/lib.rs`, a workspace of its own) whose `factory-sdk`
 //!   is a path dependency on the SDK of the checkout this binary was built from (or `--sdk
-//!   DIR`);
-//! - Python: a project directory with an `app.py` (the SDK ships inside the binary).
+//!   DIR`), and `tests/factory.rs` (`cargo test`);
+//! - Python: a project directory with an `app.py` (the SDK ships inside the binary) and
+//!   `test_factory.py` (`python3 -m unittest`).
+//!
+//! Every scaffold has a test, `NAME.test.json`, whose cassette `init` records on the
+//! dry-run backend, and that test in the language's own runner: it runs `factory test` on
+//! the directory.
 //!
 //! It never overwrites: an existing non-empty directory or file is refused.
 
@@ -42,6 +48,12 @@ const RUST_TEMPLATE: &str = include_str!("../../../templates/init/lib.rs.tmpl");
 const PYTHON_TEMPLATE: &str = include_str!("../../../templates/init/app.py.tmpl");
 /// The scaffold's test file (`NAME.test.json`, run by `factory test`).
 const TEST_TEMPLATE: &str = include_str!("../../../templates/init/test.json.tmpl");
+/// The test in Node's own runner (`NAME.test.mjs`, `node --test`) that runs `factory test`.
+const NODE_TEST_TEMPLATE: &str = include_str!("../../../templates/init/node.test.mjs.tmpl");
+/// The test in Python's own runner (`test_factory.py`, `python3 -m unittest`).
+const PYTHON_TEST_TEMPLATE: &str = include_str!("../../../templates/init/test_factory.py.tmpl");
+/// The test in Cargo's own runner (`tests/factory.rs`, `cargo test`).
+const RUST_TEST_TEMPLATE: &str = include_str!("../../../templates/init/factory_test.rs.tmpl");
 
 /// `factory init`: where to scaffold, and in which language.
 #[derive(Args)]
@@ -148,12 +160,14 @@ fn language_files(name: &str, lang: Lang, sdk: &Path) -> Vec<(String, String)> {
             vec![
                 ("src/lib.rs".into(), RUST_TEMPLATE.replace("{{name}}", name)),
                 ("Cargo.toml".into(), manifest),
+                ("tests/factory.rs".into(), RUST_TEST_TEMPLATE.replace("{{name}}", name)),
                 ("README.md".into(), readme(RUST_README, "src/lib.rs")),
                 (".gitignore".into(), "target/\n".into()),
             ]
         }
         Lang::Python => vec![
             ("app.py".into(), PYTHON_TEMPLATE.replace("{{name}}", name)),
+            ("test_factory.py".into(), PYTHON_TEST_TEMPLATE.replace("{{name}}", name)),
             ("README.md".into(), readme(PYTHON_README, "app.py")),
         ],
     }
@@ -177,7 +191,7 @@ fn script_scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
         "scripts": {
             "typecheck": "tsc -p .",
             "start": format!("factory run {file}"),
-            "test": "factory test .",
+            "test": "node --test",
         },
         "devDependencies": { "typescript": TYPESCRIPT_VERSION },
     });
@@ -187,6 +201,7 @@ fn script_scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
         ("types/factory.d.ts".into(), INDEX_D_TS.to_string()),
         ("types/globals.d.ts".into(), GLOBALS_D_TS.to_string()),
         ("tsconfig.json".into(), TSCONFIG.to_string()),
+        (format!("{name}.test.mjs"), NODE_TEST_TEMPLATE.replace("{{name}}", name)),
         ("package.json".into(), format!("{}\n", serde_json::to_string_pretty(&package).unwrap_or_default())),
         ("README.md".into(), readme),
         (".gitignore".into(), "node_modules/\n".into()),
@@ -233,34 +248,34 @@ pub async fn init(g: &GlobalArgs, a: InitArgs) -> Result<ExitCode> {
         out.write_all(contents.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     }
     let dir = a.path.display();
-    println!("created {dir}/ ({} factory `{name}`):", a.lang.title());
+    outln!("created {dir}/ ({} factory `{name}`):", a.lang.title());
     for (relative, _) in &files {
-        println!("  {relative}");
+        outln!("  {relative}");
     }
     let cassette = format!("{name}.cassette.jsonl");
-    println!("recording {dir}/{cassette} for {dir}/{} on the dry-run backend:", test_file_name(&name));
+    outln!("recording {dir}/{cassette} for {dir}/{} on the dry-run backend:", test_file_name(&name));
     if let Err(e) = testing::record_scaffold(g, &a.path.join(test_file_name(&name))).await {
         eprintln!(
             "factory: no cassette recorded ({e:#}); once the factory builds, record it with: factory test --update --backend dry-run {dir}"
         );
     }
-    println!();
+    outln!();
     let target = match a.lang {
         Lang::Ts | Lang::Js => format!("{dir}/{}", files[0].0),
         Lang::Rust | Lang::Python => dir.to_string(),
     };
     // A bare name is a registered factory: a relative path needs `./`.
     let target = if target.starts_with('/') || target.starts_with('.') { target } else { format!("./{target}") };
-    println!("  factory run {target} --args '{{\"topic\":\"release notes\"}}'");
+    outln!("  factory run {target} --args '{{\"topic\":\"release notes\"}}'");
     match a.lang {
         Lang::Ts | Lang::Js => {
-            println!("  cd {dir} && npm install && npm run typecheck   # TypeScript {TYPESCRIPT_VERSION}, types offline")
+            outln!("  cd {dir} && npm install && npm run typecheck   # TypeScript {TYPESCRIPT_VERSION}, types offline")
         }
-        Lang::Rust => println!("  # factory-sdk: {}", sdk.display()),
-        Lang::Python => println!("  # needs componentize-py {} and bwrap to build", factory_host::guests::python::COMPONENTIZE_PY_VERSION),
+        Lang::Rust => outln!("  # factory-sdk: {}", sdk.display()),
+        Lang::Python => outln!("  # needs componentize-py {} and bwrap to build", factory_host::guests::python::COMPONENTIZE_PY_VERSION),
     }
     let test_dir = if dir.to_string().starts_with(['/', '.']) { dir.to_string() } else { format!("./{dir}") };
-    println!("  factory test {test_dir}                  # replays {cassette}; --update re-records what changed");
+    outln!("  factory test {test_dir}                  # replays {cassette}; --update re-records what changed");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -467,6 +482,7 @@ factory add {{file}} && factory run {{name}}
 npm install && npm run typecheck                          # the pinned TypeScript compiler
 factory test .                                            # {{name}}.test.json against {{name}}.cassette.jsonl
 factory test . --update --backend openai                  # after an edit: record the calls that changed
+npm test                                                  # {{name}}.test.mjs: `factory test .` in node --test
 ```
 
 `{{name}}.test.json` is the factory's test: args, the expected status, assertions on the
@@ -490,6 +506,8 @@ publish = false
 
 [lib]
 crate-type = ["cdylib"]
+# `cargo test` runs tests/factory.rs (`factory test` on this crate), not the guest's code natively.
+test = false
 
 [dependencies]
 # The Rust guest SDK, from the checkout `factory` was built from (`factory init --sdk DIR`
@@ -511,6 +529,7 @@ factory run ./{{name}} --backend openai --args '{"topic":"release notes"}'
 factory build ./{{name}}                                    # just the component
 factory add ./{{name}} && factory run {{name}}
 factory test ./{{name}}                                     # {{name}}.test.json against {{name}}.cassette.jsonl
+cd {{name}} && cargo test                                   # tests/factory.rs: `factory test` in Cargo's runner
 ```
 
 `{{name}}.test.json` is the factory's test (see `factory test --help`); its cassette was
@@ -531,6 +550,7 @@ factory run ./{{name}} --args '{"topic":"release notes"}'   # builds with compon
 factory run ./{{name}} --backend openai --args '{"topic":"release notes"}'
 factory add ./{{name}} && factory run {{name}}
 factory test ./{{name}}                                     # {{name}}.test.json against {{name}}.cassette.jsonl
+cd {{name}} && python3 -m unittest                          # test_factory.py: `factory test` in unittest
 ```
 
 `{{name}}.test.json` is the factory's test (see `factory test --help`); its cassette was

@@ -1,5 +1,8 @@
 //! The `factory` CLI: argument parsing (clap) and one module per subcommand.
 
+// First: its `outln!`/`out!` macros are used by the modules below.
+#[macro_use]
+pub(crate) mod out;
 pub(crate) mod backends;
 pub(crate) mod config;
 pub(crate) mod conventions;
@@ -226,7 +229,7 @@ pub fn main() -> ExitCode {
             Command::Cancel(args) => observe::cancel(&g, args).await,
             Command::Watch(args) => observe::watch(&g, args).await,
             Command::Serve(args) => serve::serve(&g, args).await,
-            Command::Workers(args) => workers::workers(args).await,
+            Command::Workers(args) => workers::workers(&g, args).await,
             Command::Init(args) => init::init(&g, args).await,
             Command::Test(args) => testing::test(&g, args).await,
             Command::Add(args) => trust::after_build(&g, registry::add(&g, args).await),
@@ -243,7 +246,7 @@ pub fn main() -> ExitCode {
             Command::Build { dir, yes } => {
                 let built = target::build(&dir, &target::BuildConsent::new(&g, yes))?;
                 trust::remember_built(&g);
-                println!("{}", built.display());
+                outln!("{}", built.display());
                 Ok(ExitCode::SUCCESS)
             }
         }
@@ -253,7 +256,7 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let error = conventions::paint(conventions::stderr_colored(), anstyle::AnsiColor::Red.on_default().bold(), "error:");
-            eprintln!("{error} {e:#}");
+            eprintln!("{error} {}", conventions::error_chain(&e));
             ExitCode::from(2)
         }
     }

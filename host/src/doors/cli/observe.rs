@@ -80,11 +80,11 @@ pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
     let scope = if a.all { Scope::Owner } else { Scope::from(&g.session) };
     let runs = access(g).await?.runs(scope).await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&runs)?);
+        outln!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(ExitCode::SUCCESS);
     }
     let session = |text: &str| if a.all { format!("{text:<20}  ") } else { String::new() };
-    println!(
+    outln!(
         "{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  CREATED",
         "RUN",
         session("SESSION"),
@@ -95,7 +95,7 @@ pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
         "CREDITS"
     );
     for r in &runs {
-        println!(
+        outln!(
             "{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  {}",
             s(&r.run_id),
             session(&s(r.session.as_deref().unwrap_or_default())),
@@ -119,25 +119,25 @@ fn print_entry(e: &ProgressEntry) {
         }
     }
     let phase = e.phase.as_deref().map(|p| format!("[{}] ", s(p))).unwrap_or_default();
-    println!("{:>6}  {phase}{} {}", e.seq, event, detail);
+    outln!("{:>6}  {phase}{} {}", e.seq, event, detail);
 }
 
 pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let d = access(g).await?.detail(Scope::Owner, &a.run_id).await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&d)?);
+        outln!("{}", serde_json::to_string_pretty(&d)?);
         return Ok(ExitCode::SUCCESS);
     }
     let e = &d.envelope;
-    println!("run:       {}", s(&e.run_id));
-    println!("factory:   {}", s(&e.factory));
-    println!("session:   {}", s(e.session.as_deref().unwrap_or_default()));
-    println!("status:    {} (attempt {}, revision {})", e.status.as_str(), e.attempts, e.revision);
+    outln!("run:       {}", s(&e.run_id));
+    outln!("factory:   {}", s(&e.factory));
+    outln!("session:   {}", s(e.session.as_deref().unwrap_or_default()));
+    outln!("status:    {} (attempt {}, revision {})", e.status.as_str(), e.attempts, e.revision);
     if let Some(f) = &e.failure {
-        println!("failure:   {} {} {}", f.kind_type, f.kind.as_deref().map(s).unwrap_or_default(), s(&f.message));
+        outln!("failure:   {} {} {}", f.kind_type, f.kind.as_deref().map(s).unwrap_or_default(), s(&f.message));
     }
     let acc = &e.accounting;
-    println!(
+    outln!(
         "spent:     {} agents spawned, {} replayed, {:.2}s active, {}{} AI credits (1 credit = US$0.01)",
         acc.agents_spawned,
         acc.agent_cache_hits,
@@ -145,11 +145,11 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         if acc.ai_credits_at_least { "at least " } else { "" },
         credits(acc.ai_credits_nano)
     );
-    println!(
+    outln!(
         "tokens:    {} input, {} output, {} cache read, {} cache write",
         acc.input_tokens, acc.output_tokens, acc.cache_read_tokens, acc.cache_write_tokens
     );
-    println!("limits:    {}", serde_json::to_value(d.limits)?);
+    outln!("limits:    {}", serde_json::to_value(d.limits)?);
     let backends: Vec<String> = d
         .backends
         .iter()
@@ -161,9 +161,9 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
             format!("attempt {}: {}{model}{config}{key}", i + 1, s(&b.name))
         })
         .collect();
-    println!("backend:   {}", if backends.is_empty() { "(not recorded)".to_string() } else { backends.join("; ") });
+    outln!("backend:   {}", if backends.is_empty() { "(not recorded)".to_string() } else { backends.join("; ") });
     let sb = &d.sandbox;
-    println!(
+    outln!(
         "sandbox:   memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB",
         sb.memory_bytes >> 20,
         sb.fuel,
@@ -171,23 +171,23 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         sb.max_step_bytes >> 20,
         sb.max_result_bytes >> 20
     );
-    println!("bounds:    {}", sb.bounds_line());
+    outln!("bounds:    {}", sb.bounds_line());
     let grants: Vec<String> = d
         .grants
         .iter()
         .enumerate()
         .map(|(i, dir)| format!("{} (read-only, as {})", s(dir), factory_host::sandbox::grant_mount_point(i)))
         .collect();
-    println!("grants:    {}", if grants.is_empty() { "none".to_string() } else { grants.join(", ") });
+    outln!("grants:    {}", if grants.is_empty() { "none".to_string() } else { grants.join(", ") });
     let phases: Vec<String> = d.phases.iter().map(|p| s(p)).collect();
-    println!("phases:    {}", phases.join(" > "));
+    outln!("phases:    {}", phases.join(" > "));
     if let Some(result) = &e.result {
-        println!("result:    {result}");
+        outln!("result:    {result}");
     }
-    println!("agents:    {} (tokens: input/output/cache read/cache write)", d.agents.len());
+    outln!("agents:    {} (tokens: input/output/cache read/cache write)", d.agents.len());
     for agent in d.agents.iter().rev().take(20).rev() {
-        println!(
-            "  {:<40} {:<7} spawns {} credits {} tokens {}/{}/{}/{} {} ms",
+        outln!(
+            "  {:<40} {:<7} spawns {} credits {} tokens {}/{}/{}/{} {} ms{}",
             s(&agent.label),
             agent.status.as_str(),
             agent.spawns,
@@ -196,10 +196,11 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
             agent.output_tokens,
             agent.cache_read_tokens,
             agent.cache_write_tokens,
-            agent.millis
+            agent.millis,
+            agent.ended_by.map(|l| format!(" (ended by {l})")).unwrap_or_default()
         );
     }
-    println!("progress (latest):");
+    outln!("progress (latest):");
     for e in &d.progress {
         print_entry(e);
     }
@@ -210,7 +211,7 @@ pub async fn progress(g: &GlobalArgs, a: ProgressArgs) -> Result<ExitCode> {
     let query = ProgressQuery { after_seq: a.after_seq, before_seq: a.before_seq, phase: a.phase, limit: a.limit };
     let page = access(g).await?.progress(Scope::Owner, &a.run_id, query).await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&page)?);
+        outln!("{}", serde_json::to_string_pretty(&page)?);
     } else {
         for e in &page {
             print_entry(e);
@@ -229,13 +230,13 @@ fn envelope_exit(envelope: &RunEnvelope) -> ExitCode {
 
 pub async fn wait(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let envelope = access(g).await?.wait(Scope::Owner, &a.run_id).await?;
-    println!("{}", serde_json::to_string_pretty(&envelope)?);
+    outln!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(envelope_exit(&envelope))
 }
 
 pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let envelope = access(g).await?.cancel(Scope::Owner, &a.run_id).await?;
-    println!("{}", serde_json::to_string_pretty(&envelope)?);
+    outln!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -246,7 +247,7 @@ pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let after = tail.first().map_or(0, |e| e.seq.saturating_sub(1));
     let envelope = crate::doors::cli::remote::follow(&client, &a.run_id, false, None, false, after, Some(g)).await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&envelope)?);
+        outln!("{}", serde_json::to_string_pretty(&envelope)?);
     } else {
         eprintln!("factory: run {} is {}", a.run_id, envelope.status.as_str());
     }

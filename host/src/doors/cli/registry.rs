@@ -63,13 +63,13 @@ pub async fn add(g: &GlobalArgs, a: AddArgs) -> Result<ExitCode> {
         trust_authored(g, &registration);
     }
     match &registration.script {
-        Some(script) => println!(
+        Some(script) => outln!(
             "registered {} (source sha256 {}, JS runner sha256 {})",
             esc(&registration.meta.name),
             script.sha256,
             registration.hash
         ),
-        None => println!("registered {} (sha256 {})", esc(&registration.meta.name), registration.hash),
+        None => outln!("registered {} (sha256 {})", esc(&registration.meta.name), registration.hash),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -85,12 +85,12 @@ fn trust_authored(g: &GlobalArgs, registration: &factory_host::store::Registrati
 pub async fn list(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
     let registered = access(g).await?.factories(&g.session).await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&registered)?);
+        outln!("{}", serde_json::to_string_pretty(&registered)?);
         return Ok(ExitCode::SUCCESS);
     }
     for r in registered {
         let first_line = r.meta.description.lines().next().unwrap_or_default();
-        println!("{:<24} {}  {}", esc(&r.meta.name), &r.hash[..12.min(r.hash.len())], esc(first_line));
+        outln!("{:<24} {}  {}", esc(&r.meta.name), &r.hash[..12.min(r.hash.len())], esc(first_line));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -98,21 +98,21 @@ pub async fn list(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
 pub async fn inspect(g: &GlobalArgs, a: InspectArgs) -> Result<ExitCode> {
     let registration = access(g).await?.inspect(&g.session, &a.name).await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&registration)?);
+        outln!("{}", serde_json::to_string_pretty(&registration)?);
         return Ok(ExitCode::SUCCESS);
     }
     let m = &registration.meta;
-    println!("{}  (sha256 {}, added {})", esc(&m.name), registration.hash, registration.added_at);
+    outln!("{}  (sha256 {}, added {})", esc(&m.name), registration.hash, registration.added_at);
     for line in m.description.lines() {
-        println!("  {}", esc(line));
+        outln!("  {}", esc(line));
     }
     for p in &m.phases {
         let detail = p.detail.as_deref().map(|d| format!(" — {}", esc(d))).unwrap_or_default();
-        println!("phase: {}{detail}", esc(&p.title));
+        outln!("phase: {}{detail}", esc(&p.title));
     }
-    println!("limits: {}", serde_json::to_string(&m.limits)?);
+    outln!("limits: {}", serde_json::to_string(&m.limits)?);
     if let Some(schema) = &m.args_schema {
-        println!("args schema: {schema}");
+        outln!("args schema: {schema}");
     }
     Ok(ExitCode::SUCCESS)
 }

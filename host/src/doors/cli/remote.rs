@@ -27,7 +27,7 @@ pub async fn start(
         if let Some(sink) = &events {
             sink.started(&run_id);
         }
-        println!("{run_id}");
+        outln!("{run_id}");
         if !quiet {
             eprintln!("factory: run {run_id} started in the background; follow it with: factory watch {run_id}");
         }

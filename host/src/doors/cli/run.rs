@@ -363,11 +363,11 @@ where
 /// Print the outcome and choose the exit code.
 pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
     if out.json {
-        println!("{}", serde_json::to_string_pretty(&envelope)?);
+        outln!("{}", serde_json::to_string_pretty(&envelope)?);
     } else if let Some(result) = &envelope.result {
         match result.to_value() {
-            Ok(value) => println!("{}", serde_json::to_string_pretty(&value)?),
-            Err(_) => println!("{result}"),
+            Ok(value) => outln!("{}", serde_json::to_string_pretty(&value)?),
+            Err(_) => outln!("{result}"),
         }
     }
     let acc = &envelope.accounting;

@@ -11,7 +11,10 @@
 //!
 //! With `--store postgres://...` the runs live in that database instead (a
 //! [`PgStore`](factory_host::store::PgStore) worker); the state directory keeps the socket
-//! and the token, and the URL is only ever shown redacted.
+//! and the token, and the URL is only ever shown redacted. Such a worker claims queued runs
+//! under its caps and reaps dead workers ([`factory_host::engine::queue`]); on SIGTERM it
+//! drains: it stops claiming, lets its runs go on for `--drain-seconds`, then halts the rest
+//! and hands them back to the queue.
 
 use crate::doors::cli::backends::load_config;
 use crate::doors::reach::{open_host, serve as serve_socket};
@@ -56,13 +59,46 @@ pub struct ServeArgs {
     max_recoveries: u32,
     /// Keep runs in this PostgreSQL database instead of the state directory's redb file
     /// (postgres://USER[:PASSWORD]@HOST:PORT/DB; the password is never printed). The state
-    /// directory still holds the control socket and the HTTP token.
+    /// directory still holds the control socket and the HTTP token. Else `FACTORY_STORE`,
+    /// else the config file's `store` key.
     #[arg(long, env = "FACTORY_STORE", value_name = "URL", value_parser = parse_store)]
     store: Option<String>,
-    /// With --store: this worker's id (default: the host name and a hash of the state
+    /// With a shared store: this worker's id (default: the host name and a hash of the state
     /// directory, so a restarted service takes its own runs back at once).
-    #[arg(long, env = "FACTORY_WORKER_ID", value_name = "ID", requires = "store")]
+    #[arg(long, env = "FACTORY_WORKER_ID", value_name = "ID")]
     worker_id: Option<String>,
+    /// With a shared store: runs this worker executes at once (0: it executes none and only queues
+    /// the runs started through it for the other workers). Default: no cap.
+    #[arg(long, value_name = "N")]
+    max_runs: Option<usize>,
+    /// With a shared store: runs executing at once across all the workers; a worker claims a
+    /// queued run only while fewer are (give every worker the same value). Default: no cap.
+    #[arg(long, value_name = "N")]
+    cluster_max_runs: Option<usize>,
+    /// With a shared store: agent calls in flight at once across all the workers on backend NAME
+    /// (exact: each call holds one of N slot rows in the database while it runs; give every
+    /// worker the same value). Repeatable, one per backend.
+    #[arg(long, value_name = "NAME=N", value_parser = parse_backend_cap)]
+    backend_max_calls: Vec<(String, u32)>,
+    /// With a shared store: on SIGTERM, how long the worker lets its runs go on before it halts the
+    /// rest and hands them back to the queue for another worker.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_drain)]
+    drain_seconds: f64,
+}
+
+fn parse_backend_cap(text: &str) -> Result<(String, u32), String> {
+    let (name, n) = text.split_once('=').ok_or_else(|| format!("--backend-max-calls takes NAME=N, got {text}"))?;
+    match n.trim().parse::<u32>() {
+        Ok(n) if n > 0 && !name.trim().is_empty() => Ok((name.trim().to_string(), n)),
+        _ => Err(format!("--backend-max-calls takes NAME=N with N a positive whole number, got {text}")),
+    }
+}
+
+fn parse_drain(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=1e6).contains(&s) => Ok(s),
+        _ => Err(format!("--drain-seconds must be a number of seconds, got {text}")),
+    }
 }
 
 fn parse_store(text: &str) -> Result<String, String> {
@@ -100,9 +136,22 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     let config = std::sync::Arc::new(config);
     let deadline = Instant::now() + LOCK_PATIENCE;
-    let host = if let Some(url) = &a.store {
+    // --store, else FACTORY_STORE (both through clap), else the config file's `store`.
+    let store = a.store.clone().or_else(|| config.store.clone());
+    if store.is_none() && a.worker_id.is_some() {
+        anyhow::bail!("--worker-id needs a shared store (--store, FACTORY_STORE or the config file's `store`)");
+    }
+    if store.is_none() && (a.max_runs.is_some() || a.cluster_max_runs.is_some() || !a.backend_max_calls.is_empty()) {
+        anyhow::bail!("--max-runs, --cluster-max-runs and --backend-max-calls need a shared store (--store, FACTORY_STORE or the config file's `store`)");
+    }
+    let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
-        crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref())
+        let caps = factory_host::engine::queue::Caps {
+            worker_runs: a.max_runs,
+            cluster_runs: a.cluster_max_runs,
+            backend_calls: a.backend_max_calls.iter().cloned().collect(),
+        };
+        crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps)
             .await
             .context("opening the shared store")?
     } else {
@@ -136,7 +185,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         }
     };
     // Said before the socket answers, so a front door that got an answer finds this line.
-    match &a.store {
+    match &store {
         Some(url) => eprintln!(
             "factory serve: pid {}, worker of the store {} (state directory {})",
             std::process::id(),
@@ -149,6 +198,9 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     if let Some(requests) = host.store().cancel_requests() {
         tokio::spawn(cancel_when_asked(host.clone(), requests));
     }
+    if let Some(changes) = host.store().run_changes() {
+        tokio::spawn(announce_changes(host.clone(), changes));
+    }
     if !a.no_recover {
         // Before the banner: once it is printed, every interrupted run is resumed or left.
         let recovered = factory_host::recover::recover_interrupted(&host, a.max_recoveries)
@@ -158,25 +210,41 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
             eprintln!("factory serve: {recovery}");
         }
     }
+    // A worker of a shared store claims queued runs and reaps dead workers until it drains.
+    let claiming = tokio_util::sync::CancellationToken::new();
+    if host.store().run_queue().is_some() {
+        tokio::spawn(factory_host::engine::queue::claim_loop(host.clone(), a.max_recoveries, claiming.clone()));
+        tokio::spawn(factory_host::engine::queue::reap_loop(host.store().clone(), claiming.clone()));
+    }
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
-        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone())
+        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
             .await
             .with_context(|| format!("serving HTTP on {addr}"))?;
         announce_http(g, bound);
     }
     let mut term = signal(SignalKind::terminate())?;
     let idle = idle_exit(&host, &serving, a.idle_exit);
+    let queued = host.store().run_queue().is_some();
+    let stopping = if queued {
+        "factory serve: draining: claiming no more runs"
+    } else {
+        "factory serve: shutting down; running runs end as halted"
+    };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => eprintln!("factory serve: shutting down; running runs end as halted"),
-        _ = term.recv() => eprintln!("factory serve: shutting down; running runs end as halted"),
+        _ = tokio::signal::ctrl_c() => eprintln!("{stopping}"),
+        _ = term.recv() => eprintln!("{stopping}"),
         _ = idle => eprintln!("factory serve: idle for {} s with no run and no client; exiting", a.idle_exit.unwrap_or_default()),
+    }
+    if queued {
+        drain(&host, &claiming, Duration::from_secs_f64(a.drain_seconds)).await;
     }
     if http.is_some() {
         // `factory ui` then says no daemon serves HTTP here.
         let _ = std::fs::remove_file(g.state_dir.join(crate::doors::http::ADDR_FILE));
     }
+    let halting = host.active_runs();
     host.shutdown();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !host.active_runs().is_empty() && Instant::now() < deadline {
@@ -184,7 +252,59 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     serving.drain().await;
     host.store().flush().await?;
+    if let Some(queue) = host.store().run_queue() {
+        // What the drain could not finish goes back to the queue: another worker resumes it
+        // from its journal.
+        if !halting.is_empty() {
+            match queue.hand_back(halting).await {
+                Ok(ids) => eprintln!("factory serve: handed {} run{} back to the queue: {}", ids.len(), if ids.len() == 1 { "" } else { "s" }, ids.join(" ")),
+                Err(e) => eprintln!("factory serve: warning: cannot hand the halted runs back to the queue ({e}); a worker resumes them when it starts"),
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Stop claiming (new runs started here go to the queue for the other workers), then let the
+/// runs executing here go on for at most `bound`.
+async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::CancellationToken, bound: Duration) {
+    claiming.cancel();
+    host.stop_claiming();
+    let running = host.active_runs().len();
+    if running == 0 {
+        return;
+    }
+    eprintln!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
+    let deadline = Instant::now() + bound;
+    while !host.active_runs().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Announce to this service's followers the runs other workers sharing the store commit
+/// to, so `wait`, `follow`/`watch` and the event streams see them live here too.
+async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes: tokio::sync::broadcast::Receiver<String>) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut last = std::collections::HashMap::new();
+    // The runs announced and not yet seen ending are read again this often, so a run whose
+    // last notification was lost still shows its end (the store's poll names only the runs
+    // still executing).
+    let mut again = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        let run_ids = tokio::select! {
+            changed = changes.recv() => match changed {
+                Ok(run_id) => vec![run_id],
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return,
+            },
+            _ = again.tick() => last.keys().cloned().collect(),
+        };
+        for run_id in run_ids {
+            if let Err(e) = host.announce_elsewhere(&run_id, &mut last).await {
+                tracing::debug!("reading run {run_id} changed by another worker: {e}");
+            }
+        }
+    }
 }
 
 /// Cancel the runs executing here whose cancel was asked through another worker sharing the
@@ -232,7 +352,7 @@ fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
 /// SIGINT/SIGTERM. The service stays alive while this process is its client.
 async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr) -> Result<ExitCode> {
     crate::doors::daemon::keep_alive(g);
-    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone())
+    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
         .await
         .with_context(|| format!("serving HTTP on {addr}"))?;
     eprintln!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());

@@ -203,7 +203,7 @@ async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<d
         bail!("{shown}: not approved (run it once with --yes, or `factory trust` it)");
     }
     let name = file.display().to_string();
-    println!("{name} ({} cases, {})", test.cases.len(), factory_path.display());
+    outln!("{name} ({} cases, {})", test.cases.len(), factory_path.display());
     let scratch = scratch_dir(&cassette)?;
     let mut cases = Vec::new();
     let mut recorded_paths = Vec::new();
@@ -243,7 +243,7 @@ async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<d
     print_safety(&usage);
     if live.is_some() {
         write_cassette(&cassette, &recorded_paths)?;
-        println!("  cassette {} rewritten ({})", cassette.display(), if exists { "misses recorded live" } else { "recorded whole" });
+        outln!("  cassette {} rewritten ({})", cassette.display(), if exists { "misses recorded live" } else { "recorded whole" });
     }
     drop(scratch);
     Ok(FileReport { name, cases, error: None })
@@ -344,11 +344,11 @@ fn short(key: &str) -> &str {
 fn print_case(report: &CaseReport) {
     let colored = stderr_colored();
     if report.failures.is_empty() {
-        println!("  {} {} ({:.2}s)", paint(colored, AnsiColor::Green.on_default(), "ok  "), esc(&report.name), report.seconds);
+        outln!("  {} {} ({:.2}s)", paint(colored, AnsiColor::Green.on_default(), "ok  "), esc(&report.name), report.seconds);
     } else {
-        println!("  {} {} ({:.2}s)", paint(colored, AnsiColor::Red.on_default(), "FAIL"), esc(&report.name), report.seconds);
+        outln!("  {} {} ({:.2}s)", paint(colored, AnsiColor::Red.on_default(), "FAIL"), esc(&report.name), report.seconds);
         for failure in &report.failures {
-            println!("    - {failure}");
+            outln!("    - {failure}");
         }
     }
 }
@@ -356,23 +356,23 @@ fn print_case(report: &CaseReport) {
 /// The replay-safety report: recorded calls no longer made, new calls made.
 fn print_safety(usage: &CassetteUsage) {
     if usage.unused.is_empty() && usage.missed.is_empty() {
-        println!("  replay safety: every call matches the cassette");
+        outln!("  replay safety: every call matches the cassette");
         return;
     }
     let label = |c: &RecordedCall| esc(c.label.as_deref().unwrap_or("(no label)")).into_owned();
     if !usage.unused.is_empty() {
-        println!(
+        outln!(
             "  replay safety: {} recorded call(s) no longer made (a resume of an older run replays nothing for them):",
             usage.unused.len()
         );
         for c in &usage.unused {
-            println!("    - {} key {} attempt {}", label(c), short(&c.key), c.attempt);
+            outln!("    - {} key {} attempt {}", label(c), short(&c.key), c.attempt);
         }
     }
     if !usage.missed.is_empty() {
-        println!("  replay safety: {} new call(s) (a resume of an older run pays for them again):", usage.missed.len());
+        outln!("  replay safety: {} new call(s) (a resume of an older run pays for them again):", usage.missed.len());
         for c in &usage.missed {
-            println!("    + {} key {} attempt {}", label(c), short(&c.key), c.attempt);
+            outln!("    + {} key {} attempt {}", label(c), short(&c.key), c.attempt);
         }
     }
 }

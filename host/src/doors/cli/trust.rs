@@ -361,7 +361,7 @@ pub async fn reapprove(g: &GlobalArgs, yes: &YesArg, run_id: &str, factory: &str
 /// Say that the run was declined; `--json` prints its envelope. Exit code 1.
 pub fn report_declined(envelope: &RunEnvelope, json: bool) -> Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string_pretty(envelope)?);
+        outln!("{}", serde_json::to_string_pretty(envelope)?);
     }
     eprintln!("factory: run {} declined: nothing ran; it ends as cancelled", envelope.run_id);
     Ok(ExitCode::from(1))
@@ -392,11 +392,11 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         }
         let list = store.list()?;
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            outln!("{}", serde_json::to_string_pretty(&list)?);
         } else {
             for c in list {
                 let source = serde_json::to_value(c.source)?;
-                println!(
+                outln!(
                     "{}  {:<8}  {:<20}  {}  {}",
                     c.sha256,
                     source.as_str().unwrap_or("?"),
@@ -423,9 +423,9 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
             bail!("`{target}` is neither a component file nor a sha256");
         };
         if store.revoke(&hash)? {
-            println!("no longer trusted: sha256 {hash}");
+            outln!("no longer trusted: sha256 {hash}");
         } else {
-            println!("was not trusted: sha256 {hash}");
+            outln!("was not trusted: sha256 {hash}");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -444,9 +444,9 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         ..TrustedComponent::new(hash.clone(), if built { TrustSource::Built } else { TrustSource::Approved })
     };
     if store.trust(entry)? {
-        println!("trusted {} (sha256 {hash})", esc(&factory.meta.name));
+        outln!("trusted {} (sha256 {hash})", esc(&factory.meta.name));
     } else {
-        println!("already trusted: {} (sha256 {hash})", esc(&factory.meta.name));
+        outln!("already trusted: {} (sha256 {hash})", esc(&factory.meta.name));
     }
     Ok(ExitCode::SUCCESS)
 }

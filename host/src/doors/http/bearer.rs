@@ -1,8 +1,11 @@
 //! The bearer token that guards `factory serve --http` and `factory mcp --http`: 256 random
-//! bits made at start, written owner-only (0600) into the state directory for the owner's
-//! clients to read, and checked on every request without stopping at the first difference;
-//! and the one-time codes `factory ui` hands a browser instead of the token ([`OneTimeCodes`]).
+//! bits made at start, or the cluster's token shared by every worker of a PostgreSQL store
+//! ([`cluster_token`]: `FACTORY_TOKEN`, or `--token-file`), written owner-only (0600) into
+//! the state directory for the owner's clients to read, and checked on every request without
+//! stopping at the first difference; and the one-time codes `factory ui` hands a browser
+//! instead of the token ([`OneTimeCodes`]).
 
+use anyhow::{bail, Context};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -13,12 +16,57 @@ pub struct Bearer {
     expected: String,
 }
 
+/// The environment variable that holds the cluster's token.
+pub const TOKEN_ENV: &str = "FACTORY_TOKEN";
+
+/// The shortest cluster token accepted (a random one is 64 characters).
+pub const MIN_TOKEN_CHARS: usize = 32;
+
+/// The longest token file read.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// The cluster's token, when one is given: `FACTORY_TOKEN` (non-empty) wins, else the
+/// file `file` (`--token-file` / `FACTORY_TOKEN_FILE`), which must be readable by its owner
+/// only; `None`: each server makes a random token of its own. A token is at least
+/// [`MIN_TOKEN_CHARS`] visible ASCII characters (surrounding whitespace is dropped).
+pub fn cluster_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    if let Some(value) = std::env::var_os(TOKEN_ENV).filter(|v| !v.is_empty()) {
+        let Some(text) = value.to_str() else { bail!("{TOKEN_ENV} is not UTF-8") };
+        return checked_token(text, TOKEN_ENV).map(Some);
+    }
+    let Some(path) = file else { return Ok(None) };
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let opened = std::fs::File::open(path).with_context(|| format!("reading the token file {}", path.display()))?;
+    let mode = opened.metadata().with_context(|| format!("reading the token file {}", path.display()))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        bail!("the token file {} is readable by others (mode {:o}): chmod 600 it", path.display(), mode & 0o777);
+    }
+    let mut text = String::new();
+    opened.take(MAX_TOKEN_FILE_BYTES + 1).read_to_string(&mut text).with_context(|| format!("reading the token file {}", path.display()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        bail!("the token file {} is over {MAX_TOKEN_FILE_BYTES} bytes", path.display());
+    }
+    checked_token(&text, &format!("the token file {}", path.display())).map(Some)
+}
+
+fn checked_token(text: &str, from: &str) -> anyhow::Result<String> {
+    let token = text.trim();
+    if token.len() < MIN_TOKEN_CHARS || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!("the token in {from} must be at least {MIN_TOKEN_CHARS} visible ASCII characters (no spaces)");
+    }
+    Ok(token.to_string())
+}
+
 impl Bearer {
-    /// Make a new token (two UUID v4s: 244 bits from the OS's generator) and write it to
-    /// `path`, owner-only, replacing an earlier one.
-    pub fn create(path: &Path) -> std::io::Result<Bearer> {
+    /// Make a new token (two UUID v4s: 244 bits from the OS's generator), or take the
+    /// cluster's `shared` one, and write it to `path`, owner-only, replacing an earlier one.
+    pub fn create(path: &Path, shared: Option<&str>) -> std::io::Result<Bearer> {
         use std::io::Write;
-        let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+        let token = match shared {
+            Some(token) => token.to_string(),
+            None => format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+        };
         let mut file = factory_host::access::create_private_file(path)?;
         file.write_all(token.as_bytes())?;
         Ok(Bearer { expected: format!("Bearer {token}") })
@@ -137,7 +185,7 @@ mod tests {
     fn only_the_written_token_is_accepted() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let path = dir.path().join("t.token");
-        let bearer = Bearer::create(&path).expect("the token file");
+        let bearer = Bearer::create(&path, None).expect("the token file");
         let token = std::fs::read_to_string(&path).expect("written");
         assert_eq!(token.len(), 64);
         assert!(bearer.accepts(Some(&format!("Bearer {token}"))));
@@ -149,7 +197,7 @@ mod tests {
         let mode = std::fs::metadata(&path).expect("metadata").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         // A new server replaces the token: the old one no longer works.
-        let again = Bearer::create(&path).expect("a new token");
+        let again = Bearer::create(&path, None).expect("a new token");
         assert!(!again.accepts(Some(&format!("Bearer {token}"))));
     }
 

@@ -94,11 +94,12 @@ struct Api {
     hosts: Vec<String>,
 }
 
-/// Start serving the API on `addr`: writes the token file and returns the bound address.
-pub async fn serve(client: Client, addr: SocketAddr, state_dir: &Path, session: String) -> anyhow::Result<SocketAddr> {
+/// Start serving the API on `addr`: writes the token file (the cluster's `token` when given,
+/// else a random one) and returns the bound address.
+pub async fn serve(client: Client, addr: SocketAddr, state_dir: &Path, session: String, token: Option<&str>) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let bearer = crate::doors::http::bearer::Bearer::create(&state_dir.join(TOKEN_FILE))?;
+    let bearer = crate::doors::http::bearer::Bearer::create(&state_dir.join(TOKEN_FILE), token)?;
     {
         use std::io::Write;
         let mut file = factory_host::access::create_private_file(&state_dir.join(ADDR_FILE))?;

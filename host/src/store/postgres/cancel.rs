@@ -3,7 +3,8 @@
 //! sent with it. Every worker LISTENs on its own connection and hands the ids to the host
 //! ([`Store::cancel_requests`](crate::store::Store::cancel_requests)), which cancels the run
 //! if it executes there; a slow poll of the flags for this worker's runs covers a lost
-//! notification or a listener that is reconnecting.
+//! notification or a listener that is reconnecting. The same connection LISTENs for the runs
+//! other workers committed ([`super::changes`]), polled as slowly.
 
 use super::{pg, PoolHandle};
 use crate::store::StoreError;
@@ -31,14 +32,35 @@ pub(super) async fn request(pool: &PoolHandle, run_id: &str) -> Result<bool, Sto
     Ok(!rows.is_empty())
 }
 
-/// Forward cancel requests to `requests`: notifications on a connection of its own
-/// (reconnected after a failure), and every [`POLL`] the flagged runs `worker` owns.
-pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, worker: String, requests: broadcast::Sender<String>) {
+/// Where the listener hands what it hears.
+#[derive(Clone)]
+pub(super) struct Heard {
+    /// Cancel requests for runs (any worker's: the host cancels those it executes).
+    pub(super) cancels: broadcast::Sender<String>,
+    /// Runs other workers committed.
+    pub(super) changes: broadcast::Sender<String>,
+}
+
+/// Forward cancel requests and other workers' run changes: notifications on a connection of
+/// its own (reconnected after a failure), and every [`POLL`] the flagged runs `worker` owns
+/// and the runs executing elsewhere.
+pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, worker: String, heard: Heard) {
+    let requests = heard.cancels.clone();
     let poll = {
-        let (pool, requests) = (pool.clone(), requests.clone());
+        let (pool, requests, changes, worker) = (pool.clone(), requests.clone(), heard.changes.clone(), worker.clone());
         async move {
             loop {
                 tokio::time::sleep(POLL).await;
+                if changes.receiver_count() > 0 {
+                    match super::changes::executing_elsewhere(&pool, &worker).await {
+                        Ok(ids) => {
+                            for id in ids {
+                                let _ = changes.send(id);
+                            }
+                        }
+                        Err(e) => tracing::warn!("reading the runs other workers execute: {e}"),
+                    }
+                }
                 let flagged = async {
                     let client = pool.get().await?;
                     client
@@ -59,7 +81,7 @@ pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, wor
     };
     let notified = async move {
         loop {
-            if let Err(e) = notifications(&config, &requests).await {
+            if let Err(e) = notifications(&config, &worker, &heard).await {
                 tracing::warn!("listening for cancel requests on {}: {e}", pool.url);
             }
             tokio::time::sleep(POLL).await;
@@ -69,16 +91,26 @@ pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, wor
 }
 
 /// One LISTEN connection, until it fails.
-async fn notifications(config: &tokio_postgres::Config, requests: &broadcast::Sender<String>) -> Result<(), tokio_postgres::Error> {
+async fn notifications(config: &tokio_postgres::Config, worker: &str, heard: &Heard) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
     let (tx, mut rx) = futures::channel::mpsc::unbounded();
     let driver = futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx);
     let driver = tokio::spawn(driver);
-    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    client.batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {}", super::changes::CHANNEL)).await?;
     while let Some(message) = rx.next().await {
         match message {
             Ok(tokio_postgres::AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
-                let _ = requests.send(note.payload().to_string());
+                let _ = heard.cancels.send(note.payload().to_string());
+            }
+            Ok(tokio_postgres::AsyncMessage::Notification(note)) if note.channel() == super::changes::CHANNEL => {
+                let Ok(changed) = serde_json::from_str::<super::changes::Changed>(note.payload()) else { continue };
+                if changed.worker == worker || heard.changes.receiver_count() == 0 {
+                    continue;
+                }
+                // `many` names no run: the poll of what executes elsewhere covers it.
+                for run in changed.runs {
+                    let _ = heard.changes.send(run);
+                }
             }
             Ok(_) => {}
             Err(e) => {

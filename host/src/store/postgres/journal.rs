@@ -112,19 +112,19 @@ impl Journal for PgStore {
     }
 
     fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError> {
-        self.writer.send(Op::step(run_id, key, value, journal_bytes)).map_err(journal_error)
+        self.send_for(run_id, Op::step(run_id, key, value, journal_bytes)).map_err(journal_error)
     }
 
     fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
-        self.writer.send(Op::agent(run_id, key, outcome, journal_bytes)).map_err(journal_error)
+        self.send_for(run_id, Op::agent(run_id, key, outcome, journal_bytes)).map_err(journal_error)
     }
 
     fn put_progress(&self, run_id: &str, seq: u64, entry: Vec<u8>, journal_bytes: u64) -> Result<(), JournalError> {
-        self.writer.send(Op::progress(run_id, seq, entry, journal_bytes)).map_err(journal_error)
+        self.send_for(run_id, Op::progress(run_id, seq, entry, journal_bytes)).map_err(journal_error)
     }
 
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {
-        self.writer.send(Op::accounting(run_id, accounting).map_err(journal_error)?).map_err(journal_error)
+        self.send_for(run_id, Op::accounting(run_id, accounting).map_err(journal_error)?).map_err(journal_error)
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {
@@ -133,12 +133,13 @@ impl Journal for PgStore {
 
     /// Refused once the store failed (fenced, a refused commit) or this worker's lease ran out
     /// by its own monotonic clock (renewals failing, the database away): a worker that may
-    /// have been replaced starts no paid call, even before the database can say so.
-    fn writable(&self) -> Result<(), JournalError> {
+    /// have been replaced starts no paid call, even before the database can say so. Refused
+    /// too for a run whose attempt began under a generation this worker no longer holds.
+    fn writable(&self, run_id: &str) -> Result<(), JournalError> {
         if let Some(failure) = self.writer.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Err(journal_error(StoreError::WriteFailed(failure)));
         }
-        if !self.lease_held() {
+        if !self.lease_held() || !self.holds(run_id) {
             return Err(journal_error(self.lease.fenced()));
         }
         Ok(())

@@ -2,13 +2,17 @@
 //! (`factory serve --store postgres://...`). The same tables as the redb store, plus the
 //! workers and their leases ([`worker`]); versioned migrations serialized across workers
 //! ([`schema`]); group commit in one fenced transaction per window ([`writer`]); reads on a
-//! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]).
+//! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]);
+//! one notification per commit so other workers follow runs live ([`changes`]); the run
+//! queue workers claim from, the reaper and the per-backend call slots ([`queue`]).
 //! Everything that talks to the database runs on the store's own small tokio runtime, so a
 //! caller on any runtime (or a blocked thread) never stalls it. Connecting repairs what a crash left, as opening the redb store does.
 
 mod cancel;
+mod changes;
 mod journal;
 mod progress;
+mod queue;
 pub mod schema;
 pub mod url;
 mod worker;
@@ -18,6 +22,7 @@ mod writer;
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
 use crate::store::records::{display_key, unreadable_run};
+use crate::model::envelope::RunStatus;
 use crate::store::{corrupt, ProgressQuery, Registration, RunRecord, Store, StoreError, WriterStats};
 use futures::future::{BoxFuture, FutureExt};
 use std::path::Path;
@@ -125,11 +130,20 @@ pub struct PgStore {
     repaired: Vec<String>,
     /// Cancel requests for runs, from other workers ([`cancel`]).
     cancels: tokio::sync::broadcast::Sender<String>,
+    /// Runs other workers committed ([`changes`]).
+    changes: tokio::sync::broadcast::Sender<String>,
+    /// The runs whose attempt this process started, with the generation it held then. A
+    /// write for a run whose attempt began under an earlier generation (before this worker
+    /// lost its lease and rejoined) is refused: that attempt's run may be another worker's
+    /// now. Held while a run's write is queued, and while rejoining.
+    executing: Arc<Mutex<std::collections::HashMap<String, i64>>>,
+    /// Wakes the claimers of the run queue ([`queue`]).
+    queue_wakeups: tokio::sync::broadcast::Sender<()>,
 }
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore").field("url", &self.pool.url).field("worker", &self.lease.worker).field("generation", &self.lease.generation).finish()
+        f.debug_struct("PgStore").field("url", &self.pool.url).field("worker", &self.lease.worker).field("generation", &self.lease.generation()).finish()
     }
 }
 
@@ -140,6 +154,7 @@ impl PgStore {
     pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
         let config = url::config(url)?;
         let listen_config = config.clone();
+        let queue_config = config.clone();
         let shown = redact(url);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -154,7 +169,7 @@ impl PgStore {
                 let pool = PoolHandle::new(config, shown.clone(), options.pool_size)?;
                 let mut client = pool.get().await?;
                 schema::migrate(&mut client, &shown).await?;
-                let (lease, repaired) = worker::register(&mut client, &shown, &options.worker, options.lease).await?;
+                let (lease, repaired) = worker::register(&mut client, &shown, &options.worker, options.lease, worker::Left::Crash).await?;
                 Ok::<_, StoreError>((pool, lease, repaired, Instant::now()))
             })
         };
@@ -172,15 +187,28 @@ impl PgStore {
         for id in &repaired {
             tracing::info!("run {id} was left running by a crash; halted");
         }
+        let local_lease = Arc::new(Mutex::new(registered + lease.duration));
         let writer = Writer::start(
             &handle,
-            writer::Setup { pool: pool.clone(), lease: lease.clone(), window: options.commit_window, queue_bytes: options.queue_bytes },
+            writer::Setup {
+                pool: pool.clone(),
+                lease: lease.clone(),
+                window: options.commit_window,
+                queue_bytes: options.queue_bytes,
+                local_lease: local_lease.clone(),
+            },
         );
-        let local_lease = Arc::new(Mutex::new(registered + lease.duration));
-        handle.spawn(renew(pool.clone(), lease.clone(), writer.failed.clone(), local_lease.clone()));
+        let executing = Arc::default();
+        handle.spawn(
+            Renewal { pool: pool.clone(), lease: lease.clone(), writer: writer.handle(), local: local_lease.clone(), executing: Arc::clone(&executing) }.run(),
+        );
         let (cancels, _) = tokio::sync::broadcast::channel(256);
-        handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), cancels.clone()));
-        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels })
+        let (changes, _) = tokio::sync::broadcast::channel(1024);
+        let heard = cancel::Heard { cancels: cancels.clone(), changes: changes.clone() };
+        handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), heard));
+        let (queue_wakeups, _) = tokio::sync::broadcast::channel(16);
+        handle.spawn(queue::listen(queue_config, pool.url.clone(), queue_wakeups.clone()));
+        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, changes, executing, queue_wakeups })
     }
 
     /// This worker's id.
@@ -188,9 +216,9 @@ impl PgStore {
         &self.lease.worker
     }
 
-    /// The generation this worker registered with.
+    /// The generation this worker holds (raised each time it rejoins after losing its lease).
     pub fn generation(&self) -> i64 {
-        self.lease.generation
+        self.lease.generation()
     }
 
     /// The store's URL, redacted.
@@ -214,6 +242,23 @@ impl PgStore {
     fn spawn<T: Send + 'static>(&self, work: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static) -> BoxFuture<'static, Result<T, StoreError>> {
         let join = self.handle.spawn(work);
         async move { join.await.map_err(|_| StoreError::Closed)? }.boxed()
+    }
+
+    /// Queue `op`, a write of run `run`'s: refused when the run's attempt began under a
+    /// generation this worker no longer holds (it lost its lease since and rejoined).
+    pub(crate) fn send_for(&self, run: &str, op: Op) -> Result<(), StoreError> {
+        let executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
+        if executing.get(run).is_some_and(|&generation| generation != self.lease.generation()) {
+            return Err(self.lease.fenced());
+        }
+        self.writer.send(op)
+    }
+
+    /// Whether run `run`'s attempt (if one executes here) began under the generation this
+    /// worker holds now.
+    fn holds(&self, run: &str) -> bool {
+        let executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
+        executing.get(run).is_none_or(|&generation| generation == self.lease.generation())
     }
 
     fn queue_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
@@ -242,8 +287,28 @@ impl PgStore {
         record.writes += 1;
         let status = serde_json::to_value(record.envelope.status)?.as_str().unwrap_or("unknown").to_string();
         let bytes = serde_json::to_vec(record)?;
-        self.writer.send(Op::Run { id: record.envelope.run_id.clone(), seq: record.seq, new, status, record: bytes })?;
-        self.writer.flush().await
+        let id = record.envelope.run_id.clone();
+        let starts = matches!(record.envelope.status, RunStatus::Running | RunStatus::Pending);
+        {
+            // An attempt starts under the generation held now; any other write of the run is
+            // its attempt's, refused once that generation is gone.
+            let mut executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
+            if !starts && executing.get(&id).is_some_and(|&generation| generation != self.lease.generation()) {
+                return Err(self.lease.fenced());
+            }
+            self.writer.send(Op::Run { id: id.clone(), seq: record.seq, new, status, record: bytes })?;
+            if starts {
+                executing.insert(id.clone(), self.lease.generation());
+            }
+        }
+        self.writer.flush().await?;
+        if !starts {
+            let mut executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
+            if executing.get(&id).is_some_and(|&generation| generation == self.lease.generation()) {
+                executing.remove(&id);
+            }
+        }
+        Ok(())
     }
 
     async fn write_registration(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
@@ -254,25 +319,72 @@ impl PgStore {
     }
 }
 
-/// Renew the lease every third of it; once it is lost, the writer refuses every write.
-async fn renew(pool: PoolHandle, lease: Lease, failed: Arc<Mutex<Option<Arc<StoreError>>>>, local: Arc<Mutex<Instant>>) {
-    let every = lease.duration / 3;
-    loop {
-        tokio::time::sleep(every).await;
-        let renewed = match pool.get().await {
-            Ok(client) => worker::renew(&client, &pool.url, &lease).await,
-            Err(e) => Err(e),
-        };
-        match renewed {
-            Ok(sent) => *local.lock().unwrap_or_else(|p| p.into_inner()) = sent + lease.duration,
-            Err(StoreError::Fenced { worker, generation }) => {
-                tracing::error!("worker {worker} (generation {generation}) lost its lease; it writes nothing more");
-                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| Arc::new(StoreError::Fenced { worker, generation }));
-                return;
+/// The lease renewal task: renews every third of the lease; when the lease is found lost
+/// (the database was away past it, or another worker fenced this one), the worker rejoins.
+struct Renewal {
+    pool: PoolHandle,
+    lease: Lease,
+    writer: writer::Handle,
+    local: Arc<Mutex<Instant>>,
+    executing: Arc<Mutex<std::collections::HashMap<String, i64>>>,
+}
+
+impl Renewal {
+    async fn run(self) {
+        let every = self.lease.duration / 3;
+        // Since when renewals have failed (the database away), for the halted runs' message.
+        let mut away_since: Option<Instant> = None;
+        loop {
+            tokio::time::sleep(every).await;
+            let renewed = match self.pool.get().await {
+                Ok(client) => worker::renew(&client, &self.pool.url, &self.lease).await,
+                Err(e) => Err(e),
+            };
+            match renewed {
+                Ok(sent) => {
+                    away_since = None;
+                    *self.local.lock().unwrap_or_else(|p| p.into_inner()) = sent + self.lease.duration;
+                }
+                Err(StoreError::Fenced { worker, generation }) => {
+                    tracing::error!("worker {worker} (generation {generation}) lost its lease; its attempts stop, and it rejoins the store");
+                    let away = away_since.map_or(self.lease.duration, |since| since.elapsed());
+                    match self.rejoin(away).await {
+                        Ok(halted) => {
+                            away_since = None;
+                            tracing::warn!(
+                                "worker {worker} rejoined the store as generation {}; the runs it was executing are halted (resume them): {}",
+                                self.lease.generation(),
+                                if halted.is_empty() { "none".to_string() } else { halted.join(", ") }
+                            );
+                        }
+                        Err(e) => tracing::warn!("rejoining the store: {e}"),
+                    }
+                }
+                // The database is away: the lease runs out by itself if it stays away.
+                Err(e) => {
+                    away_since.get_or_insert_with(Instant::now);
+                    tracing::warn!("renewing the worker lease: {e}");
+                }
             }
-            // The database is away: the lease runs out by itself if it stays away.
-            Err(e) => tracing::warn!("renewing the worker lease: {e}"),
         }
+    }
+
+    /// Register again with a new generation: every write is refused first and what was
+    /// queued is handled (failed), so nothing of the lost generation is committed under the
+    /// new one; the runs this worker left `running` become `halted` with a storage failure
+    /// (those another worker took meanwhile are its own); then writes are accepted again,
+    /// except those of attempts begun under the lost generation ([`PgStore::send_for`]).
+    async fn rejoin(&self, away: Duration) -> Result<Vec<String>, StoreError> {
+        self.writer.fail(self.lease.fenced());
+        self.writer.drain().await;
+        let mut client = self.pool.get().await?;
+        let (fresh, halted) = worker::register(&mut client, &self.pool.url, &self.lease.worker, self.lease.duration, worker::Left::Outage(away)).await?;
+        let registered = Instant::now();
+        let _executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
+        self.lease.set_generation(fresh.generation());
+        *self.local.lock().unwrap_or_else(|p| p.into_inner()) = registered + self.lease.duration;
+        self.writer.recover();
+        Ok(halted)
     }
 }
 
@@ -394,7 +506,7 @@ impl Store for PgStore {
 
     fn put_run_modules(&self, run_id: &str, manifest: &Manifest) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(manifest)?;
-        self.writer.send(Op::RunModules { run: run_id.to_string(), manifest: bytes })
+        self.send_for(run_id, Op::RunModules { run: run_id.to_string(), manifest: bytes })
     }
 
     fn shared(&self) -> bool {
@@ -410,11 +522,35 @@ impl Store for PgStore {
         Some(self.cancels.subscribe())
     }
 
+    fn run_queue(&self) -> Option<&dyn crate::store::queue::RunQueue> {
+        Some(self)
+    }
+
+    fn run_changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        Some(self.changes.subscribe())
+    }
+
     fn claim_interrupted<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         let (pool, lease, run_id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
         self.spawn(async move {
             let mut client = pool.get().await?;
             worker::claim(&mut client, &pool.url, &lease, &run_id).await
+        })
+    }
+
+    fn claim_resume<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (pool, lease, run_id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
+        self.spawn(async move {
+            let mut client = pool.get().await?;
+            worker::claim_for_resume(&mut client, &pool.url, &lease, &run_id).await
+        })
+    }
+
+    fn release_claim<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (pool, lease, run_id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
+        self.spawn(async move {
+            let client = pool.get().await?;
+            worker::release_claim(&client, &pool.url, &lease, &run_id).await
         })
     }
 

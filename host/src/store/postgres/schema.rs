@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The advisory lock migrations hold (`"factory"` in ASCII, then 1).
 const MIGRATION_LOCK: i64 = 0x6661_6374_6f72_7901;
@@ -44,6 +44,22 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE factories (key bytea PRIMARY KEY, registration bytea NOT NULL);
     CREATE TABLE blobs (hash text PRIMARY KEY, bytes bytea NOT NULL);
     CREATE TABLE run_modules (run_id text PRIMARY KEY, manifest bytea NOT NULL);",
+    // 2: the run queue workers claim from, and the per-backend call slots.
+    "CREATE TABLE run_queue (
+        run_id text PRIMARY KEY,
+        enqueued_at timestamptz NOT NULL DEFAULT now(),
+        start bytea,
+        claimed_by text
+    );
+    CREATE INDEX run_queue_free ON run_queue (enqueued_at) WHERE claimed_by IS NULL;
+    CREATE INDEX runs_owned ON runs (owner) WHERE owner IS NOT NULL;
+    CREATE TABLE call_slots (
+        backend text NOT NULL,
+        slot integer NOT NULL,
+        holder text,
+        holder_generation bigint,
+        PRIMARY KEY (backend, slot)
+    );",
 ];
 
 /// Bring the database to [`SCHEMA_VERSION`], serialized across workers by an advisory lock;

@@ -10,9 +10,11 @@
 //! those dead workers are fenced, in the same transaction.
 
 use super::pg;
-use crate::model::envelope::Accounting;
+use crate::model::envelope::{Accounting, RunStatus};
 use crate::store::records::halt_interrupted;
 use crate::store::{RunRecord, StoreError};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Who this worker is on the shared store.
@@ -20,22 +22,43 @@ use std::time::{Duration, Instant};
 pub(crate) struct Lease {
     /// The worker's id.
     pub(crate) worker: String,
-    /// The generation it registered with.
-    pub(crate) generation: i64,
+    /// The generation it holds: the one it registered with, raised when it rejoins after
+    /// losing its lease ([`register`] again). Shared by every clone.
+    generation: Arc<AtomicI64>,
     /// How long a renewal holds.
     pub(crate) duration: Duration,
 }
 
 impl Lease {
+    /// The generation this worker holds now.
+    pub(crate) fn generation(&self) -> i64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Hold `generation` from now on (a rejoin).
+    pub(crate) fn set_generation(&self, generation: i64) {
+        self.generation.store(generation, Ordering::SeqCst);
+    }
+
     /// The refusal every write meets once this lease is lost.
     pub(crate) fn fenced(&self) -> StoreError {
-        StoreError::Fenced { worker: self.worker.clone(), generation: self.generation }
+        StoreError::Fenced { worker: self.worker.clone(), generation: self.generation() }
     }
+}
+
+/// Why [`register`] halts the runs this worker (by id) left `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Left {
+    /// A process of this id stopped or crashed: the runs are interrupted (recovery resumes them).
+    Crash,
+    /// This process lost its lease while the database was away for `0`: the runs end
+    /// `halted` with a storage failure, for a caller to resume.
+    Outage(Duration),
 }
 
 /// Register `worker` (a new generation, a fresh lease) and repair the runs a crash left
 /// running, in one transaction. Returns the lease and the ids of the runs halted.
-pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, worker: &str, duration: Duration) -> Result<(Lease, Vec<String>), StoreError> {
+pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, worker: &str, duration: Duration, left: Left) -> Result<(Lease, Vec<String>), StoreError> {
     let e = |e| pg(url, e);
     let host = hostname();
     let pid = std::process::id() as i32;
@@ -57,17 +80,19 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         .get(0);
     let rows = tx
         .query(
-            "SELECT r.id, r.record, a.accounting, r.owner FROM runs r
+            "SELECT r.id, r.record, a.accounting, r.owner, q.run_id IS NOT NULL FROM runs r
                LEFT JOIN workers w ON w.id = r.owner
                LEFT JOIN live_accounting a ON a.run_id = r.id
+               LEFT JOIN run_queue q ON q.run_id = r.id
              WHERE r.status IN ('running', 'pending')
                AND (r.owner IS NULL OR r.owner = $1 OR w.id IS NULL OR w.lease_until < now())
+               AND NOT (r.owner IS NULL AND q.run_id IS NOT NULL)
              FOR UPDATE OF r SKIP LOCKED",
             &[&worker],
         )
         .await
         .map_err(e)?;
-    let (mut ids, mut records, mut dead) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ids, mut records, mut dead, mut fresh) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for row in rows {
         let id: String = row.get(0);
         let bytes: Vec<u8> = row.get(1);
@@ -83,10 +108,20 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
             Some(bytes) => Some(serde_json::from_slice::<Accounting>(&bytes).map_err(|e| crate::store::corrupt("accounting", e))?),
             None => None,
         };
-        if let Some(owner) = row.get::<_, Option<String>>(3).filter(|owner| owner != worker) {
+        let owner = row.get::<_, Option<String>>(3);
+        let ours = owner.as_deref() == Some(worker);
+        if let Some(owner) = owner.filter(|owner| owner != worker) {
             dead.push(owner);
         }
+        // Claimed from the queue but never started: back in the queue as it was.
+        if row.get::<_, bool>(4) && record.envelope.status == RunStatus::Pending && record.envelope.attempts == 0 {
+            fresh.push(id);
+            continue;
+        }
         if halt_interrupted(&mut record, live) {
+            if let (true, Left::Outage(away)) = (ours, left) {
+                outage_failure(&mut record, away);
+            }
             records.push(serde_json::to_vec(&record)?);
             ids.push(id);
         }
@@ -113,8 +148,38 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         .await
         .map_err(e)?;
     }
+    // The runs halted here are recovered when the worker starts (`factory serve`), not
+    // through the queue; what an earlier self or a dead worker had claimed from the queue
+    // and not started goes back to it.
+    tx.execute("DELETE FROM run_queue WHERE run_id = ANY($1)", &[&ids]).await.map_err(e)?;
+    tx.execute("UPDATE runs SET owner = NULL WHERE id = ANY($1)", &[&fresh]).await.map_err(e)?;
+    let released = tx
+        .execute("UPDATE run_queue SET claimed_by = NULL WHERE claimed_by = $1 OR claimed_by = ANY($2) OR run_id = ANY($3)", &[&worker, &dead, &fresh])
+        .await
+        .map_err(e)?;
+    if released > 0 {
+        tx.execute("SELECT pg_notify($1, '')", &[&super::queue::CHANNEL]).await.map_err(e)?;
+    }
     tx.commit().await.map_err(e)?;
-    Ok((Lease { worker: worker.to_string(), generation, duration }, ids))
+    Ok((Lease { worker: worker.to_string(), generation: Arc::new(AtomicI64::new(generation)), duration }, ids))
+}
+
+/// A run this worker was executing when it lost its lease to a database outage: `halted`
+/// with a storage failure saying so, and no interruption mark (automatic recovery leaves it:
+/// a caller resumes it, every journaled call replaying for free).
+fn outage_failure(record: &mut RunRecord, away: Duration) {
+    use crate::model::envelope::{Failure, FailureType};
+    let failure = Failure::new(
+        FailureType::Storage,
+        Some("unavailable"),
+        format!(
+            "the store could not be written for {:.1} s, longer than this worker's lease; the attempt stopped with the journal as last committed: resume to continue",
+            away.as_secs_f64()
+        ),
+    );
+    record.envelope.error = Some(failure.message.clone());
+    record.envelope.failure = Some(failure);
+    record.interrupted = None;
 }
 
 /// Take run `run_id` for this worker to recover, in one transaction that also checks this
@@ -145,13 +210,54 @@ pub(super) async fn claim(client: &mut tokio_postgres::Client, url: &str, lease:
     Ok(true)
 }
 
+/// Take run `run_id` for a caller's resume on this worker, in one transaction that also
+/// checks this worker's lease ([`CHECK`]): the run's row is locked `FOR UPDATE` (a worker
+/// resuming it at the same moment waits, then reads the owner this one wrote) and becomes
+/// this worker's while it is not executing (`running`, `pending`) and is owned by nobody, by
+/// this worker, or by a worker whose lease has run out. `Ok(false)`: another live worker
+/// holds it, or it is executing.
+pub(super) async fn claim_for_resume(client: &mut tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
+    let e = |e| pg(url, e);
+    let tx = client.transaction().await.map_err(e)?;
+    checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, lease)?;
+    let taken = tx
+        .query_opt(
+            // The owner's liveness is a subquery, not a join: when this statement waits for
+            // another resume's lock, PostgreSQL re-checks the row's new owner, and a join would
+            // keep the worker row it had joined before (none), letting both resumes through.
+            "WITH run AS (SELECT r.id FROM runs r
+                          WHERE r.id = $1 AND r.status NOT IN ('running', 'pending')
+                            AND (r.owner IS NULL OR r.owner = $2 OR NOT EXISTS (
+                                  SELECT 1 FROM workers w WHERE w.id = r.owner AND w.lease_until >= now()))
+                          FOR UPDATE OF r)
+             UPDATE runs SET owner = $2 FROM run WHERE runs.id = run.id RETURNING runs.id",
+            &[&run_id, &lease.worker],
+        )
+        .await
+        .map_err(e)?;
+    tx.commit().await.map_err(e)?;
+    Ok(taken.is_some())
+}
+
+/// Give up this worker's claim of run `run_id` while the run is not executing.
+pub(super) async fn release_claim(client: &tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<(), StoreError> {
+    client
+        .execute(
+            "UPDATE runs SET owner = NULL WHERE id = $1 AND owner = $2 AND status NOT IN ('running', 'pending')",
+            &[&run_id, &lease.worker],
+        )
+        .await
+        .map_err(|e| pg(url, e))?;
+    Ok(())
+}
+
 /// Inside a commit's transaction: read-lock the worker's row (its id the one parameter).
 pub(super) const CHECK: &str = "SELECT generation, lease_until > now() FROM workers WHERE id = $1 FOR KEY SHARE";
 
 /// What [`CHECK`] answered: the worker still holds its generation and an unexpired lease.
 pub(super) fn checked(row: Option<tokio_postgres::Row>, lease: &Lease) -> Result<(), StoreError> {
     match row {
-        Some(row) if row.get::<_, i64>(0) == lease.generation && row.get::<_, bool>(1) => Ok(()),
+        Some(row) if row.get::<_, i64>(0) == lease.generation() && row.get::<_, bool>(1) => Ok(()),
         _ => Err(lease.fenced()),
     }
 }
@@ -164,7 +270,7 @@ pub(super) async fn renew(client: &tokio_postgres::Client, url: &str, lease: &Le
         .execute(
             "UPDATE workers SET lease_until = now() + make_interval(secs => $3)
              WHERE id = $1 AND generation = $2 AND lease_until > now()",
-            &[&lease.worker, &lease.generation, &lease.duration.as_secs_f64()],
+            &[&lease.worker, &lease.generation(), &lease.duration.as_secs_f64()],
         )
         .await
         .map_err(|e| pg(url, e))?;
@@ -179,7 +285,7 @@ pub(super) async fn renew(client: &tokio_postgres::Client, url: &str, lease: &Le
 /// worker, may take its runs at once.
 pub(super) async fn release(client: &tokio_postgres::Client, url: &str, lease: &Lease) -> Result<(), StoreError> {
     client
-        .execute("UPDATE workers SET lease_until = now() WHERE id = $1 AND generation = $2", &[&lease.worker, &lease.generation])
+        .execute("UPDATE workers SET lease_until = now() WHERE id = $1 AND generation = $2", &[&lease.worker, &lease.generation()])
         .await
         .map_err(|e| pg(url, e))?;
     Ok(())

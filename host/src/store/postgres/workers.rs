@@ -1,5 +1,5 @@
 //! What an operator sees of the workers of a shared store (`factory workers`): each worker's
-//! row (id, host, pid, generation, lease) with the runs it executes, read on a connection of
+//! row (id, host, pid, generation, lease) with the runs it owns, read on a connection of
 //! its own, without registering as a worker or migrating anything.
 
 use super::{pg, redact, schema::SCHEMA_VERSION, url};
@@ -24,8 +24,10 @@ pub struct WorkerInfo {
     pub live: bool,
     /// When it registered (RFC 3339, UTC).
     pub started_at: String,
-    /// Runs it executes (`running` or `pending`, recorded by it).
+    /// Runs it owns: executing, or claimed from the queue and about to.
     pub runs: i64,
+    /// Their ids, oldest first.
+    pub run_ids: Vec<String>,
 }
 
 /// Every worker of the store at `url`, by id. An empty database has none; a schema newer than
@@ -56,7 +58,8 @@ pub async fn list(url: &str) -> Result<Vec<WorkerInfo>, StoreError> {
                     greatest(extract(epoch FROM w.lease_until - now()), 0)::float8,
                     w.lease_until > now(),
                     to_char(w.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
-                    (SELECT count(*) FROM runs r WHERE r.owner = w.id AND r.status IN ('running', 'pending'))
+                    (SELECT count(*) FROM runs r WHERE r.owner = w.id),
+                    coalesce((SELECT array_agg(r.id ORDER BY r.seq) FROM runs r WHERE r.owner = w.id), '{}')
              FROM workers w ORDER BY w.id",
             &[],
         )
@@ -74,6 +77,7 @@ pub async fn list(url: &str) -> Result<Vec<WorkerInfo>, StoreError> {
             live: row.get(5),
             started_at: row.get(6),
             runs: row.get(7),
+            run_ids: row.get(8),
         })
         .collect())
 }

@@ -4,9 +4,11 @@
 //! ([`worker::CHECK`]), then one batched upsert per table (`INSERT ... SELECT FROM
 //! unnest(...) ON CONFLICT DO UPDATE`), the entries deduplicated per batch (an upsert cannot
 //! touch a row twice), all statements prepared once per connection and pipelined on it. Every batch is idempotent, so a
-//! commit whose outcome is unknown (the connection dropped) is retried on a new connection
-//! within [`RETRY_FOR`]; a refused commit (fenced, a database error) fails the store, which
-//! then refuses further writes, as the redb store does.
+//! commit whose outcome is unknown (the connection dropped, the database away) is retried on
+//! a new connection for as long as this worker's lease holds by its own clock (the bound: a
+//! commit after it would be refused anyway); then it fails with
+//! [`StoreError::Unavailable`]. A failed commit (that one, fenced, a database error) fails the
+//! store, which then refuses further writes until the worker rejoins (see `super::renew`).
 
 use super::worker::{self, Lease};
 use super::{pg, PoolHandle};
@@ -18,13 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// How long a commit whose connection failed is retried before the store fails.
-pub(crate) const RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// The handle callers use.
 pub(crate) struct Writer {
     pub(crate) pending: Arc<Mutex<Pending>>,
-    tx: Mutex<Option<mpsc::UnboundedSender<Queued>>>,
+    tx: Arc<Mutex<Option<mpsc::UnboundedSender<Queued>>>>,
     /// The first failure (a refused commit, a lost lease); once set, writes are refused.
     pub(crate) failed: Arc<Mutex<Option<Arc<StoreError>>>>,
     pub(crate) stats: Arc<WriterStats>,
@@ -39,6 +39,8 @@ pub(super) struct Setup {
     pub(super) lease: Lease,
     pub(super) window: Duration,
     pub(super) queue_bytes: u64,
+    /// When this worker's lease runs out by its own clock: commits are retried until then.
+    pub(super) local_lease: Arc<Mutex<std::time::Instant>>,
 }
 
 impl Writer {
@@ -48,7 +50,7 @@ impl Writer {
         let (done_tx, done) = std::sync::mpsc::channel();
         let writer = Writer {
             pending: Arc::default(),
-            tx: Mutex::new(Some(tx)),
+            tx: Arc::new(Mutex::new(Some(tx))),
             failed: Arc::default(),
             stats: Arc::default(),
             backlog: Arc::new(Backlog::new(setup.queue_bytes)),
@@ -58,6 +60,7 @@ impl Writer {
             pool: setup.pool,
             lease: setup.lease,
             window: setup.window,
+            local_lease: setup.local_lease,
             failed: writer.failed.clone(),
             stats: writer.stats.clone(),
             pending: writer.pending.clone(),
@@ -95,6 +98,11 @@ impl Writer {
         wait.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// What the lease renewal needs of the writer to rejoin.
+    pub(super) fn handle(&self) -> Handle {
+        Handle { tx: self.tx.clone(), failed: self.failed.clone() }
+    }
+
     /// Stop the task after it commits what is queued and releases the lease; waits for it
     /// (at most `patience`).
     pub(crate) fn close(&self, patience: Duration) {
@@ -105,10 +113,40 @@ impl Writer {
     }
 }
 
+/// The writer as the lease renewal sees it, to rejoin: refuse writes, drain, accept again.
+pub(super) struct Handle {
+    tx: Arc<Mutex<Option<mpsc::UnboundedSender<Queued>>>>,
+    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
+}
+
+impl Handle {
+    /// Refuse every write from now on with `error` (unless one failure is already kept).
+    pub(super) fn fail(&self, error: StoreError) {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| Arc::new(error));
+    }
+
+    /// Resolve once every write queued so far has been handled (committed or failed), even
+    /// while writes are refused: a worker rejoining waits here, so no write queued under its
+    /// lost generation is committed under the new one.
+    pub(super) async fn drain(&self) {
+        let (done, wait) = oneshot::channel();
+        let sent = self.tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|tx| tx.send(Queued::new(Op::Flush(done))).is_ok());
+        if sent == Some(true) {
+            let _ = wait.await;
+        }
+    }
+
+    /// Accept writes again (the worker rejoined with a new generation).
+    pub(super) fn recover(&self) {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
 struct Task {
     pool: PoolHandle,
     lease: Lease,
     window: Duration,
+    local_lease: Arc<Mutex<std::time::Instant>>,
     failed: Arc<Mutex<Option<Arc<StoreError>>>>,
     stats: Arc<WriterStats>,
     pending: Arc<Mutex<Pending>>,
@@ -144,7 +182,7 @@ impl Task {
             let already = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let result = match already {
                 Some(failure) => Err(StoreError::WriteFailed(failure)),
-                None => self.commit_retrying(&batch).await,
+                None => self.traced_commit(&batch).await,
             };
             match &result {
                 Err(e) => {
@@ -152,12 +190,15 @@ impl Task {
                 }
                 Ok(()) => self.forget_committed(&batch),
             }
+            let touched = if result.is_ok() { touched_runs(&batch) } else { Vec::new() };
             for op in batch {
                 if let Op::Flush(done) = op {
                     let _ = done.send(result.clone());
                 }
             }
             self.backlog.release(bytes);
+            // Told after the waiters: the notification adds nothing to a put's way to durable.
+            self.announce(touched).await;
             if !open {
                 break;
             }
@@ -172,6 +213,38 @@ impl Task {
         }
     }
 
+    /// [`Task::commit_retrying`] inside a `store.commit` span, its latency counted as
+    /// redb's is (a batch of flushes alone writes nothing and is neither).
+    async fn traced_commit(&self, batch: &[Op]) -> Result<(), StoreError> {
+        use tracing::Instrument as _;
+        let writes = batch.iter().filter(|op| !matches!(op, Op::Flush(_))).count();
+        if writes == 0 {
+            return self.commit_retrying(batch).await;
+        }
+        let started = std::time::Instant::now();
+        let result = self.commit_retrying(batch).instrument(crate::trace::store_commit(writes)).await;
+        if result.is_ok() {
+            crate::metrics::metrics().committed(started.elapsed());
+        }
+        result
+    }
+
+    /// After a commit: ONE notification naming the runs it touched (`runs`, from
+    /// [`touched_runs`]), for the other workers' followers ([`super::changes`]); none when it
+    /// touched no run; a failure to send it is only logged (they poll too).
+    async fn announce(&self, runs: Vec<String>) {
+        if runs.is_empty() {
+            return;
+        }
+        let payload = super::changes::payload(&self.lease.worker, runs);
+        match super::changes::notify(&self.pool, &payload).await {
+            Ok(()) => {
+                self.stats.notifies.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!("notifying the other workers of a commit: {e}"),
+        }
+    }
+
     /// Committed values are readable from the database now; an entry replaced by a later put
     /// (another Arc) stays until that one is committed.
     fn forget_committed(&self, batch: &[Op]) {
@@ -179,7 +252,8 @@ impl Task {
     }
 
     /// Commit `batch`, retrying on a new connection while the failure is the connection's
-    /// (the outcome unknown: the batch is idempotent), for at most [`RETRY_FOR`].
+    /// (the outcome unknown: the batch is idempotent), while this worker's lease holds by its
+    /// own clock; past it, [`StoreError::Unavailable`].
     async fn commit_retrying(&self, batch: &[Op]) -> Result<(), StoreError> {
         let writes = batch.iter().filter(|op| !matches!(op, Op::Flush(_))).count();
         if writes == 0 {
@@ -191,10 +265,15 @@ impl Task {
         loop {
             match self.commit(&rows).await {
                 Ok(()) => break,
-                Err(e) if retryable(&e) && started.elapsed() < RETRY_FOR => {
+                Err(e) if retryable(&e) => {
+                    let lease_until = *self.local_lease.lock().unwrap_or_else(|p| p.into_inner());
+                    if std::time::Instant::now() >= lease_until {
+                        tracing::error!("the store could not be written for {:.1} s, past this worker's lease: {e}", started.elapsed().as_secs_f64());
+                        return Err(StoreError::Unavailable { url: self.pool.url.clone(), seconds: started.elapsed().as_secs_f64(), source: Arc::new(e) });
+                    }
                     tracing::warn!("a store commit failed ({e}); retrying");
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
+                    pause = (pause * 2).min(Duration::from_secs(1));
                 }
                 Err(e) => return Err(e),
             }
@@ -223,6 +302,21 @@ impl Task {
         written.map_err(e)?;
         tx.commit().await.map_err(e)
     }
+}
+
+/// The runs a batch touched, each once.
+fn touched_runs(batch: &[Op]) -> Vec<String> {
+    let mut runs: Vec<String> = batch
+        .iter()
+        .filter_map(|op| match op {
+            Op::Step { run, .. } | Op::Agent { run, .. } | Op::Progress { run, .. } | Op::Accounting { run, .. } | Op::RunModules { run, .. } => Some(run.clone()),
+            Op::Run { id, .. } => Some(id.clone()),
+            Op::Factory { .. } | Op::Blob { .. } | Op::Flush(_) => None,
+        })
+        .collect();
+    runs.sort();
+    runs.dedup();
+    runs
 }
 
 /// Whether a failed commit may be retried: the connection failed (the outcome is unknown),

@@ -31,7 +31,7 @@ fn step_error(e: wit::StepError) -> Error {
 }
 
 fn options(label: &str) -> wit::AgentOptions {
-    wit::AgentOptions { label: Some(label.to_string()), schema: None, model: None }
+    wit::AgentOptions { label: Some(label.to_string()), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None } }
 }
 
 impl Factory for Bench {

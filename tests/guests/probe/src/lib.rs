@@ -103,6 +103,21 @@ impl Factory for Probe {
                 Ok(json!({ "a": a, "b": b }))
             }
             // The JSON value `null` is a result (distinct from "no result", which is `()`).
+            // Per-agent soft limits from a Rust guest: a turn cap, then the same call with
+            // other limits (another memo key).
+            "soft" => {
+                let capped = ctx.agent("a task of five turns").label("rust").max_turns(3).await?;
+                let wide = ctx
+                    .agent("a task of five turns")
+                    .label("rust")
+                    .max_turns(9)
+                    .max_duration_seconds(60.0)
+                    .wrap_up("Finish now.")
+                    .await?;
+                Ok(json!({ "capped": capped, "wide": wide }))
+            }
+            // A soft limit the host refuses (`invalid_call`).
+            "soft-bad" => Ok(json!(ctx.agent("x").max_turns(0).await?)),
             "null" => Ok(Value::Null),
             other => Err(Error::msg(format!("unknown case `{other}`"))),
         }

@@ -1,0 +1,59 @@
+//! Runs changed by other workers, so every worker's followers see a run live wherever it
+//! executes. After each commit a worker's writer sends ONE `pg_notify('factory_runs', ...)`
+//! naming the runs that commit touched (never one per entry, and never inside the commit's
+//! transaction, where NOTIFY takes a global lock); every worker LISTENs on its own
+//! connection (see [`super::cancel::listen`]) and hands the ids it did not write itself to
+//! the host ([`Store::run_changes`](crate::store::Store::run_changes)), which announces them
+//! to its subscribers. A slow poll of the runs executing on other workers covers a lost
+//! notification.
+
+use super::{pg, PoolHandle};
+use crate::store::StoreError;
+use serde::{Deserialize, Serialize};
+
+/// The channel commits are notified on.
+pub(crate) const CHANNEL: &str = "factory_runs";
+
+/// PostgreSQL's limit on a notification's payload is 8000 bytes: a list longer than this
+/// is sent as "many runs" (`runs` empty, `many` set), and receivers re-read what executes.
+const MAX_PAYLOAD: usize = 7900;
+
+/// One notification: who committed, and which runs.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Changed {
+    /// The worker that committed (its own listener skips it).
+    pub(crate) worker: String,
+    /// The runs the commit touched.
+    #[serde(default)]
+    pub(crate) runs: Vec<String>,
+    /// Too many runs to name: every run executing elsewhere may have changed.
+    #[serde(default)]
+    pub(crate) many: bool,
+}
+
+/// The payload naming `runs` as committed by `worker`.
+pub(crate) fn payload(worker: &str, runs: Vec<String>) -> String {
+    let named = serde_json::to_string(&Changed { worker: worker.to_string(), runs, many: false }).unwrap_or_default();
+    if named.len() <= MAX_PAYLOAD && !named.is_empty() {
+        return named;
+    }
+    let many = Changed { worker: worker.chars().take(1000).collect(), runs: Vec::new(), many: true };
+    serde_json::to_string(&many).unwrap_or_default()
+}
+
+/// Send the one notification of a commit (outside its transaction).
+pub(super) async fn notify(pool: &PoolHandle, payload: &str) -> Result<(), StoreError> {
+    let client = pool.get().await?;
+    client.execute("SELECT pg_notify('factory_runs', $1)", &[&payload]).await.map_err(|e| pg(&pool.url, e))?;
+    Ok(())
+}
+
+/// The runs executing (`running`, `pending`) on workers other than `worker`.
+pub(super) async fn executing_elsewhere(pool: &PoolHandle, worker: &str) -> Result<Vec<String>, StoreError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query("SELECT id FROM runs WHERE status IN ('running', 'pending') AND owner IS DISTINCT FROM $1", &[&worker])
+        .await
+        .map_err(|e| pg(&pool.url, e))?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
