@@ -38,7 +38,7 @@ pub async fn open_shared_host(
     catalog: Arc<dyn BackendCatalog>,
     url: &str,
     worker: Option<&str>,
-    caps: factory_host::engine::queue::Caps,
+    caps: factory_host::engine::caps::Caps,
 ) -> Result<Arc<Host>, Error> {
     use factory_host::store::postgres::{default_worker_id, PgOptions, PgStore};
     let commit_window = std::time::Duration::from_millis(g.commit_window_ms);

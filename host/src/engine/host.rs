@@ -49,7 +49,7 @@ pub struct HostConfig {
     pub sandbox: SandboxLimits,
     /// The caps of a worker of a shared store (its run queue and call slots; unused with a
     /// store of one process).
-    pub caps: crate::engine::queue::Caps,
+    pub caps: crate::engine::caps::Caps,
 }
 
 impl Default for HostConfig {
@@ -264,7 +264,7 @@ pub struct Host {
     updates: broadcast::Sender<RunUpdated>,
     /// Bytes the pending agent calls of every run hold.
     pending_bytes: Arc<std::sync::atomic::AtomicU64>,
-    /// Room for runs from a shared store's queue ([`crate::engine::queue::Caps::worker_runs`]).
+    /// Room for runs from a shared store's queue ([`crate::engine::caps::Caps::worker_runs`]).
     queue_room: Arc<tokio::sync::Semaphore>,
     /// Told when a queued run this host executed ended (room to claim again).
     queue_freed: Arc<tokio::sync::Notify>,
@@ -316,7 +316,7 @@ impl Host {
     }
 
     /// The caps this host runs under as a worker of a shared store.
-    pub fn caps(&self) -> &crate::engine::queue::Caps {
+    pub fn caps(&self) -> &crate::engine::caps::Caps {
         &self.config.caps
     }
 
@@ -1216,7 +1216,7 @@ impl Host {
         // Backends whose spawns see files (agent CLIs) see the run's grants, and only those.
         let backend = backend.with_grants(&record.grants).unwrap_or(backend);
         // Under the cluster-wide cap of its backend, on a shared store that sets one.
-        let backend = crate::engine::queue::capped(&self.store, &self.config.caps, backend);
+        let backend = crate::engine::caps::capped(&self.store, &self.config.caps, backend);
         let setup = AttemptSetup {
             run_id: run_id.clone(),
             limits: record.limits,

@@ -1,7 +1,8 @@
 //! The run engine: [`host::Host`] loads factories, runs, resumes, cancels and observes
 //! them, and recovers halted runs ([`recover`]); [`run`] drives one attempt to its end and
-//! classifies its outcome; [`queue`] is a worker's side of a shared store's run queue. The hooks an attempt serves are [`crate::capabilities`].
+//! classifies its outcome; [`queue`] is a worker's side of a shared store's run queue, under the [`caps`] it is given. The hooks an attempt serves are [`crate::capabilities`].
 
+pub mod caps;
 pub mod host;
 pub mod queue;
 pub mod recover;

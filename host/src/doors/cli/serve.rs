@@ -146,7 +146,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
-        let caps = factory_host::engine::queue::Caps {
+        let caps = factory_host::engine::caps::Caps {
             worker_runs: a.max_runs,
             cluster_runs: a.cluster_max_runs,
             backend_calls: a.backend_max_calls.iter().cloned().collect(),

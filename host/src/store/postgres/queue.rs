@@ -19,8 +19,7 @@ use futures::StreamExt;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
-/// The channel enqueues and requeues are notified on.
-pub(crate) const CHANNEL: &str = "factory_queue";
+use super::schema::QUEUE_CHANNEL as CHANNEL;
 
 /// The advisory lock claims take when a cluster-wide cap on runs is set.
 const CLAIM_LOCK: i64 = 0x6661_6374_6f72_7902;

@@ -12,6 +12,9 @@ use crate::store::StoreError;
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = 2;
 
+/// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
+pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
+
 /// The advisory lock migrations hold (`"factory"` in ASCII, then 1).
 const MIGRATION_LOCK: i64 = 0x6661_6374_6f72_7901;
 

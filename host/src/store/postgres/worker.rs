@@ -158,7 +158,7 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         .await
         .map_err(e)?;
     if released > 0 {
-        tx.execute("SELECT pg_notify($1, '')", &[&super::queue::CHANNEL]).await.map_err(e)?;
+        tx.execute("SELECT pg_notify($1, '')", &[&super::schema::QUEUE_CHANNEL]).await.map_err(e)?;
     }
     tx.commit().await.map_err(e)?;
     Ok((Lease { worker: worker.to_string(), generation: Arc::new(AtomicI64::new(generation)), duration }, ids))
