@@ -1464,3 +1464,60 @@ fn wait_follows_a_requeued_run_to_its_real_end() {
     c.stop();
     a.stop();
 }
+
+/// The caps and the other settings of `factory serve` as config-file keys: `max_runs = 0` in
+/// `factory.toml` makes a worker only accept runs (one started through it waits in the
+/// queue), and `--max-runs 1` on the command line wins over the file (the same worker
+/// restarted with it executes the run). A bad value of each key stops `factory serve` with
+/// an error naming the file and the key.
+#[test]
+fn serve_takes_its_caps_from_the_config_file_and_the_flag_wins() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("settings");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let state = worker_states(1, fake.port()).remove(0);
+    let config = state.path().join("factory.toml");
+    let backends = std::fs::read_to_string(&config).expect("the config");
+    let with = |keys: &str| std::fs::write(&config, format!("{keys}\n{backends}")).expect("the config");
+
+    for (keys, key, expected) in [
+        ("max_runs = -1", "`max_runs`", "0 or more"),
+        ("cluster_max_runs = \"four\"", "`cluster_max_runs`", "whole number"),
+        ("backend_max_calls = { local = 0 }", "`backend_max_calls.local`", "positive whole number"),
+        ("backend_max_calls = 3", "`backend_max_calls`", "table of backend names"),
+        ("drain_seconds = \"soon\"", "`drain_seconds`", "number of seconds"),
+        ("max_recoveries = 0", "`max_recoveries`", "1 or more"),
+    ] {
+        with(keys);
+        let out = common::factory_cmd(state.path(), &["serve", "--store", &url]).output().expect("factory serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{keys}: {stderr}");
+        assert!(stderr.contains(key) && stderr.contains(expected) && stderr.contains("factory.toml"), "{keys}: {stderr}");
+    }
+
+    with("max_runs = 0\ncluster_max_runs = 4\nbackend_max_calls = { local = 2 }\ndrain_seconds = 1\nmax_recoveries = 2");
+    let service = Service::start(state.path(), &["--store", &url, "--http", "127.0.0.1:0"]);
+    let api = Api::of(state.path(), &service.log());
+    let run_id = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        server.psql("settings", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{run_id}'")),
+        "pending -",
+        "`max_runs = 0`: queued, not executed here: {}",
+        service.log()
+    );
+    assert!(fake.asked().is_empty());
+    service.stop();
+
+    let service = Service::start(state.path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "1"]);
+    let api = Api::of(state.path(), &service.log());
+    let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!((status, done["status"].as_str()), (200, Some("completed")), "--max-runs 1 wins over the file: {done:#}\n{}", service.log());
+    assert_eq!(fake.asked().len(), 2);
+    assert_eq!(server.psql("settings", "SELECT count(*) FROM call_slots WHERE backend = 'local'"), "2", "`backend_max_calls` from the file: two slots");
+    service.stop();
+}
