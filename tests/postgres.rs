@@ -37,12 +37,12 @@ async fn a_newer_schema_is_refused_and_migrations_run_once() {
     // Two workers connecting at once: the advisory lock serializes the migration.
     let (a, b) = futures::join!(PgStore::connect(&url, options("w1")), PgStore::connect(&url, options("w2")));
     let (a, b) = (a.expect("worker 1 connects"), b.expect("worker 2 connects"));
-    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"), "1,2", "each migration applied once");
+    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"), "1,2,3", "each migration applied once");
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers"), "2", "both registered");
     drop((a, b));
-    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (3)");
+    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (4)");
     match PgStore::connect(&url, options("w3")).await {
-        Err(StoreError::Version { found: 3, expected: 2 }) => {}
+        Err(StoreError::Version { found: 4, expected: 3 }) => {}
         other => panic!("a newer schema must be refused with a version error, got {other:?}"),
     }
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers WHERE id = 'w3'"), "0", "a refused worker registers nothing");
@@ -807,7 +807,7 @@ fn sigterm_drains_a_worker_and_hands_its_runs_back() {
 /// (`--max-runs 0`); a run cancelled while queued ends `cancelled` at once, having called
 /// nothing. Worker B has no backend `local` in its `factory.toml`: it claims the next run,
 /// finds it cannot build its backend, and puts it back (the run stays `pending`, unowned).
-/// Worker C, which has `local`, claims it and completes it.
+/// skipping it for good. Worker C, which has `local`, claims it and completes it.
 #[test]
 fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_queued() {
     use common::fake_openai::{FakeOpenAi, Mode};
@@ -846,6 +846,17 @@ fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_
         b.log()
     );
     assert!(fake.asked().is_empty(), "nothing called yet: {:?}", fake.asked());
+    let (status, waiting) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{second}"), None));
+    assert_eq!(status, 200, "{waiting:#}");
+    let b_id = server.psql("serveable", &format!("SELECT id FROM workers WHERE pid = {}", b.log().lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next().map(str::to_string)).expect("B's pid")));
+    let error = waiting["error"].as_str().unwrap_or_default();
+    assert!(error.contains("waiting in the queue") && error.contains(&format!("worker {b_id}")) && error.contains("local"), "the run says why it waits: {waiting:#}");
+    // Tried again on B's slow poll (every 5 s), not skipped until B restarts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while b.log().matches("a queued run this worker cannot serve goes back to the queue").count() < 2 {
+        assert!(std::time::Instant::now() < deadline, "B never tried the run again: {}", b.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     let c = Service::start(states[2].path(), &["--store", &url]);
     let done = wait_until_completed(&runtime, &api, &second, Duration::from_secs(60));

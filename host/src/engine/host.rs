@@ -666,6 +666,8 @@ impl Host {
     /// - Live accounting and revision while an attempt runs here.
     /// - Claimed here for a new attempt that has not recorded its start yet: `running`
     ///   (its earlier ending is no longer the answer).
+    /// - `pending` in a shared store's queue, tried by workers that could not serve it: its
+    ///   `error` says which and why.
     /// - `running` with no attempt here: first read again (the attempt writes its end before
     ///   it leaves `active`, so it may have just ended); still `running`, it is an attempt
     ///   that could not record its end (this process holds the store), and it reads as
@@ -699,6 +701,16 @@ impl Host {
             if let Some(fresh) = self.store.run(&envelope.run_id).await? {
                 if fresh.envelope.status != RunStatus::Running {
                     return Box::pin(self.current(fresh)).await;
+                }
+            }
+        }
+        // Waiting in a shared store's queue: why the workers that tried it could not serve it.
+        if envelope.status == RunStatus::Pending && !active {
+            if let Some(queue) = self.store.run_queue() {
+                let refusals = queue.refusals(envelope.run_id.clone()).await?;
+                if !refusals.is_empty() {
+                    let why: Vec<String> = refusals.iter().map(|(worker, reason)| format!("worker {worker}: {reason}")).collect();
+                    envelope.error = Some(format!("waiting in the queue for a worker that can serve it; tried and could not: {}", why.join("; ")));
                 }
             }
         }

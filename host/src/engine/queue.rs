@@ -21,7 +21,8 @@ pub const REAP_EVERY: Duration = Duration::from_secs(2);
 /// Runs a worker claims in one transaction at most.
 const CLAIM_BATCH: usize = 16;
 
-/// Runs this worker could not serve, remembered so it does not claim them again (at most).
+/// Runs this worker could not serve, remembered so it does not claim them again (at most);
+/// forgotten every [`POLL`], so each is tried again (what it needs may be here by then).
 const SKIP_AT_MOST: usize = 1024;
 
 
@@ -32,9 +33,15 @@ pub async fn claim_loop(host: Arc<Host>, max_recoveries: u32, stop: Cancellation
     let Some(queue) = store.run_queue() else { return };
     let mut wakeups = queue.wakeups();
     let mut skip: Vec<String> = Vec::new();
+    let mut skipping_since = tokio::time::Instant::now();
     loop {
         if stop.is_cancelled() {
             return;
+        }
+        if skipping_since.elapsed() >= POLL {
+            // Tried again: a granted directory back in place, a transient failure gone.
+            skip.clear();
+            skipping_since = tokio::time::Instant::now();
         }
         let mut permits = Vec::new();
         while permits.len() < CLAIM_BATCH {
@@ -68,7 +75,7 @@ pub async fn claim_loop(host: Arc<Host>, max_recoveries: u32, stop: Cancellation
                             }
                             Err(why) => {
                                 tracing::info!(run = %run.run_id, reason = %why, "a queued run this worker cannot serve goes back to the queue");
-                                if let Err(e) = queue.release(run.run_id.clone()).await {
+                                if let Err(e) = queue.release(run.run_id.clone(), why.to_string()).await {
                                     tracing::warn!(run = %run.run_id, error = %e, "handing a queued run back");
                                 }
                                 if skip.len() == SKIP_AT_MOST {

@@ -62,8 +62,13 @@ pub trait RunQueue: Send + Sync {
     /// and no more than `cluster_runs` leaves room for.
     fn claim(&self, max: usize, skip: Vec<String>, cluster_runs: Option<usize>) -> BoxFuture<'_, Result<Vec<Claimed>, StoreError>>;
 
-    /// Put a claimed entry back unclaimed (this worker cannot serve it).
-    fn release(&self, run_id: String) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Put a claimed entry back unclaimed: this worker cannot serve it, for `reason` (kept
+    /// with the entry, one per worker, for [`RunQueue::refusals`]).
+    fn release(&self, run_id: String, reason: String) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Why the workers that claimed queued run `run_id` could not serve it: (worker, reason)
+    /// pairs, empty when none refused it or it is not queued.
+    fn refusals(&self, run_id: String) -> BoxFuture<'_, Result<Vec<(String, String)>, StoreError>>;
 
     /// Drop a run's entry this worker claimed: its attempt ended, or it needs none (an entry
     /// handed back or claimed by another worker meanwhile stays).

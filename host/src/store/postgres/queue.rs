@@ -142,17 +142,37 @@ impl RunQueue for PgStore {
         })
     }
 
-    fn release(&self, run_id: String) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn release(&self, run_id: String, reason: String) -> BoxFuture<'_, Result<(), StoreError>> {
         let (pool, lease) = (self.pool.clone(), self.lease.clone());
+        // Bounded: a reason is one error message.
+        let reason: String = reason.chars().take(1000).collect();
         self.spawn(async move {
             let url = pool.url.clone();
             let e = |e| pg(&url, e);
             let mut client = pool.get().await?;
             let tx = client.transaction().await.map_err(e)?;
-            tx.execute("UPDATE run_queue SET claimed_by = NULL WHERE run_id = $1 AND claimed_by = $2", &[&run_id, &lease.worker]).await.map_err(e)?;
+            tx.execute(
+                "UPDATE run_queue SET claimed_by = NULL, refused = refused || jsonb_build_object($2::text, $3::text)
+                 WHERE run_id = $1 AND claimed_by = $2",
+                &[&run_id, &lease.worker, &reason],
+            )
+            .await
+            .map_err(e)?;
             tx.execute("UPDATE runs SET owner = NULL WHERE id = $1 AND owner = $2", &[&run_id, &lease.worker]).await.map_err(e)?;
             tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL]).await.map_err(e)?;
             tx.commit().await.map_err(e)
+        })
+    }
+
+    fn refusals(&self, run_id: String) -> BoxFuture<'_, Result<Vec<(String, String)>, StoreError>> {
+        let pool = self.pool.clone();
+        self.spawn(async move {
+            let client = pool.get().await?;
+            let rows = client
+                .query("SELECT r.key, r.value FROM run_queue q, jsonb_each_text(q.refused) r WHERE q.run_id = $1 ORDER BY r.key", &[&run_id])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
+            Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
         })
     }
 

@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
 pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
@@ -63,6 +63,8 @@ const MIGRATIONS: &[&str] = &[
         holder_generation bigint,
         PRIMARY KEY (backend, slot)
     );",
+    // 3: why workers that claimed a queued run could not serve it (worker id -> reason).
+    "ALTER TABLE run_queue ADD COLUMN refused jsonb NOT NULL DEFAULT '{}'::jsonb;",
 ];
 
 /// Bring the database to [`SCHEMA_VERSION`], serialized across workers by an advisory lock;
