@@ -355,8 +355,7 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
 /// worker 1, which stops it); both then see it `cancelled`.
 #[test]
 fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
-    use common::fake_openai::{write_config, FakeOpenAi, Mode};
-    use common::service::Service;
+    use common::fake_openai::{FakeOpenAi, Mode};
     use serde_json::json;
 
     let server = Postgres::start();
@@ -364,17 +363,7 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     // Every request held open: the run stays running until it is cancelled.
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
-    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
-    for state in &states {
-        write_config(state.path(), fake.port(), false, "");
-        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
-        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
-    }
-    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
-    let one = Service::start(states[0].path(), &args);
-    let api1 = Api::of(states[0].path(), &one.log());
-    let two = Service::start(states[1].path(), &args);
-    let api2 = Api::of(states[1].path(), &two.log());
+    let (states, [one, two], [api1, api2]) = workers::<2>(&server, "two", fake.port(), &[]);
     assert_eq!(server.psql("two", "SELECT count(DISTINCT id) FROM workers"), "2", "two workers");
 
     let probe = common::component("probe");
@@ -519,17 +508,17 @@ fn worker_states(count: usize, port: u16) -> Vec<tempfile::TempDir> {
         .collect()
 }
 
-/// `count` `factory serve --store URL --http 127.0.0.1:0 EXTRA...` workers on database `db`
-/// of `server`, each with its own state directory (so its own worker id) whose default
-/// backend `local` is the fake OpenAI server on `port`: their state directories, the
-/// services and their HTTP APIs.
-fn workers(server: &Postgres, db: &str, count: usize, port: u16, extra: &[&str]) -> (Vec<tempfile::TempDir>, Vec<common::service::Service>, Vec<Api>) {
+/// `N` `factory serve --store URL --http 127.0.0.1:0 EXTRA...` workers on database `db` of
+/// `server`, started one after the other, each with its own state directory (so its own
+/// worker id) whose default backend `local` is the fake OpenAI server on `port`: their state
+/// directories, the services and their HTTP APIs.
+fn workers<const N: usize>(server: &Postgres, db: &str, port: u16, extra: &[&str]) -> ([tempfile::TempDir; N], [common::service::Service; N], [Api; N]) {
     let url = server.url(db);
-    let states = worker_states(count, port);
+    let states: [tempfile::TempDir; N] = std::array::from_fn(|_| worker_states(1, port).remove(0));
     let mut args = vec!["--store", url.as_str(), "--http", "127.0.0.1:0"];
     args.extend_from_slice(extra);
-    let services: Vec<common::service::Service> = states.iter().map(|state| common::service::Service::start(state.path(), &args)).collect();
-    let apis = states.iter().zip(&services).map(|(state, service)| Api::of(state.path(), &service.log())).collect();
+    let services: [common::service::Service; N] = std::array::from_fn(|i| common::service::Service::start(states[i].path(), &args));
+    let apis = std::array::from_fn(|i| Api::of(states[i].path(), &services[i].log()));
     (states, services, apis)
 }
 
@@ -806,7 +795,8 @@ fn sigterm_drains_a_worker_and_hands_its_runs_back() {
 /// A run waits in the queue while no worker can serve it: worker A accepts runs only
 /// (`--max-runs 0`); a run cancelled while queued ends `cancelled` at once, having called
 /// nothing. Worker B has no backend `local` in its `factory.toml`: it claims the next run,
-/// finds it cannot build its backend, and puts it back (the run stays `pending`, unowned).
+/// finds it cannot build its backend, and puts it back (the run stays `pending`, unowned,
+/// and its `error` names B and why); B tries it again on its slow poll rather than
 /// skipping it for good. Worker C, which has `local`, claims it and completes it.
 #[test]
 fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_queued() {
@@ -994,7 +984,7 @@ fn two_workers_losing_their_leases_in_one_outage_each_run_is_resumed_once() {
     server.database("outage2");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(400) }));
-    let (states, services, apis) = workers(&server, "outage2", 2, fake.port(), &[]);
+    let (states, services, apis) = workers::<2>(&server, "outage2", fake.port(), &[]);
     let n = 40;
     let runs: Vec<String> = apis.iter().map(|api| start_fanouts(&runtime, api, 1, n, 2).remove(0)).collect();
     let context = || services.iter().map(Service::log).collect::<Vec<_>>().join("\n");
@@ -1251,26 +1241,15 @@ fn the_store_comes_from_the_flag_then_the_environment_then_the_config_file() {
 /// `already_active` (409) — three rounds, the run cancelled between them.
 #[test]
 fn two_resumes_at_once_through_two_workers_start_one_attempt() {
-    use common::fake_openai::{write_config, FakeOpenAi, Mode};
-    use common::service::Service;
+    use common::fake_openai::{FakeOpenAi, Mode};
     use serde_json::json;
 
     let server = Postgres::start();
-    let url = server.database("resumes");
+    server.database("resumes");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     // Every request held open: a resumed attempt stays running until it is cancelled.
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
-    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
-    for state in &states {
-        write_config(state.path(), fake.port(), false, "");
-        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
-        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
-    }
-    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
-    let one = Service::start(states[0].path(), &args);
-    let api1 = Api::of(states[0].path(), &one.log());
-    let two = Service::start(states[1].path(), &args);
-    let api2 = Api::of(states[1].path(), &two.log());
+    let (_states, [one, two], [api1, api2]) = workers::<2>(&server, "resumes", fake.port(), &[]);
     let probe = common::component("probe");
     let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
     assert!(status == 200 || status == 201);
@@ -1355,25 +1334,14 @@ async fn one_notification_per_commit_window_names_its_runs() {
 /// and `wait` on worker 2 answers with the end.
 #[test]
 fn a_run_executing_on_one_worker_is_followed_live_on_another() {
-    use common::fake_openai::{write_config, FakeOpenAi, Mode};
-    use common::service::Service;
+    use common::fake_openai::{FakeOpenAi, Mode};
     use serde_json::{json, Value};
 
     let server = Postgres::start();
-    let url = server.database("live");
+    server.database("live");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(500) }));
-    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
-    for state in &states {
-        write_config(state.path(), fake.port(), false, "");
-        let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
-        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
-    }
-    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
-    let one = Service::start(states[0].path(), &args);
-    let api1 = Api::of(states[0].path(), &one.log());
-    let two = Service::start(states[1].path(), &args);
-    let api2 = Api::of(states[1].path(), &two.log());
+    let (_states, [one, two], [api1, api2]) = workers::<2>(&server, "live", fake.port(), &[]);
     let probe = common::component("probe");
     let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
     assert!(status == 200 || status == 201);
