@@ -8,11 +8,9 @@
 //! cannot both take the last room); without that cap claims never wait on each other. The
 //! reaper and the per-backend call slots (`call_slots`, one row per slot) live here too.
 
-use super::worker::{checked, CHECK};
+use super::worker::{fenced, take_over, TakeOver};
 use super::{pg, PgStore};
-use crate::model::envelope::{Accounting, RunStatus};
 use crate::store::queue::{Claimed, QueuedStart, Reaped, RunQueue};
-use crate::store::records::halt_interrupted;
 use crate::store::{corrupt, RunRecord, StoreError};
 use futures::future::{BoxFuture, FutureExt};
 use futures::StreamExt;
@@ -59,8 +57,7 @@ impl RunQueue for PgStore {
                     let url = pool.url.clone();
                     let e = |e| pg(&url, e);
                     let mut client = pool.get().await?;
-                    let tx = client.transaction().await.map_err(e)?;
-                    checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, &lease)?;
+                    let tx = fenced(&mut client, &url, &lease).await?;
                     let seq: i64 = tx.query_one("SELECT nextval('run_seq')", &[]).await.map_err(e)?.get(0);
                     let here = here && cluster_room(&tx, &url, cluster_runs).await? > 0;
                     staged.seq = u64::try_from(seq).map_err(|e| corrupt("the run sequence", e))?;
@@ -96,8 +93,7 @@ impl RunQueue for PgStore {
             let url = pool.url.clone();
             let e = |e| pg(&url, e);
             let mut client = pool.get().await?;
-            let tx = client.transaction().await.map_err(e)?;
-            checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, &lease)?;
+            let tx = fenced(&mut client, &url, &lease).await?;
             let max = max.min(cluster_room(&tx, &url, cluster_runs).await?);
             if max == 0 {
                 return Ok(Vec::new());
@@ -244,8 +240,7 @@ impl RunQueue for PgStore {
             let url = pool.url.clone();
             let e = |e| pg(&url, e);
             let mut client = pool.get().await?;
-            let tx = client.transaction().await.map_err(e)?;
-            checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, &lease)?;
+            let tx = fenced(&mut client, &url, &lease).await?;
             // `FOR UPDATE` conflicts with the `FOR KEY SHARE` of a commit of theirs in flight:
             // such a worker is skipped now and fenced at the next pass.
             let dead = super::worker::fence_dead(&tx, &url, &lease.worker).await?;
@@ -266,28 +261,19 @@ impl RunQueue for PgStore {
             let mut orphans = Vec::new();
             for row in rows {
                 let id: String = row.get(0);
-                let bytes: Vec<u8> = row.get(1);
-                let mut record: RunRecord = match serde_json::from_slice(&bytes) {
-                    Ok(record) => record,
-                    Err(error) => {
+                let record = match take_over(row.get(1), row.get(2), row.get(3))? {
+                    TakeOver::Unreadable(error) => {
                         tracing::warn!("the record of run {id} cannot be read ({error}); only released");
                         orphans.push(id);
                         continue;
                     }
-                };
-                let queued: bool = row.get(3);
-                let fresh = queued && record.envelope.status == RunStatus::Pending && record.envelope.attempts == 0;
-                if !fresh {
-                    let live = match row.get::<_, Option<Vec<u8>>>(2) {
-                        Some(bytes) => Some(serde_json::from_slice::<Accounting>(&bytes).map_err(|e| corrupt("accounting", e))?),
-                        None => None,
-                    };
-                    if !halt_interrupted(&mut record, live) {
-                        // Ended, but its owner was not cleared: only released.
+                    TakeOver::Fresh(record) | TakeOver::Halted(record) => record,
+                    // Ended, but its owner was not cleared: only released.
+                    TakeOver::Ended => {
                         orphans.push(id);
                         continue;
                     }
-                }
+                };
                 let status = serde_json::to_value(record.envelope.status)?.as_str().unwrap_or("halted").to_string();
                 records.push(serde_json::to_vec(&record)?);
                 statuses.push(status);

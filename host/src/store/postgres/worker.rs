@@ -84,6 +84,44 @@ pub(super) async fn fence_dead(tx: &tokio_postgres::Transaction<'_>, url: &str, 
     Ok(dead)
 }
 
+/// What a worker taking over a run (its own after a crash or an outage, a dead worker's)
+/// does with it ([`take_over`]).
+pub(super) enum TakeOver {
+    /// Its record cannot be read: left as it is.
+    Unreadable(serde_json::Error),
+    /// Claimed from the queue and never started: back in the queue as it was.
+    Fresh(RunRecord),
+    /// Halted as interrupted, with its spend up to the last commit: to be resumed.
+    Halted(RunRecord),
+    /// It had ended (only its owner was not cleared).
+    Ended,
+}
+
+/// Decide what becomes of a run taken over, from its row: its `record`, its live
+/// `accounting`, and whether it has a queue entry (`queued`).
+pub(super) fn take_over(record: &[u8], accounting: Option<&[u8]>, queued: bool) -> Result<TakeOver, StoreError> {
+    let mut record: RunRecord = match serde_json::from_slice(record) {
+        Ok(record) => record,
+        Err(error) => return Ok(TakeOver::Unreadable(error)),
+    };
+    if queued && record.envelope.status == RunStatus::Pending && record.envelope.attempts == 0 {
+        return Ok(TakeOver::Fresh(record));
+    }
+    let live = match accounting {
+        Some(bytes) => Some(serde_json::from_slice::<Accounting>(bytes).map_err(|e| crate::store::corrupt("accounting", e))?),
+        None => None,
+    };
+    Ok(if halt_interrupted(&mut record, live) { TakeOver::Halted(record) } else { TakeOver::Ended })
+}
+
+/// Open a transaction on `client` that first read-locks this worker's row and checks its
+/// lease ([`CHECK`]): what it then writes is written only while the worker holds its lease.
+pub(super) async fn fenced<'c>(client: &'c mut tokio_postgres::Client, url: &str, lease: &Lease) -> Result<tokio_postgres::Transaction<'c>, StoreError> {
+    let tx = client.transaction().await.map_err(|e| pg(url, e))?;
+    checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(|e| pg(url, e))?, lease)?;
+    Ok(tx)
+}
+
 /// Register `worker` (a new generation, a fresh lease) and repair the runs a crash left
 /// running, in one transaction. Returns the lease and the ids of the runs halted.
 ///
@@ -130,30 +168,18 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
     let (mut ids, mut records, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
     for row in rows {
         let id: String = row.get(0);
-        let bytes: Vec<u8> = row.get(1);
-        // A record that cannot be read stays as it is (listed as unreadable).
-        let mut record: RunRecord = match serde_json::from_slice(&bytes) {
-            Ok(record) => record,
-            Err(error) => {
-                tracing::warn!("the record of run {id} cannot be read ({error}); left as it is");
-                continue;
+        match take_over(row.get(1), row.get(2), row.get(3))? {
+            // A record that cannot be read stays as it is (listed as unreadable).
+            TakeOver::Unreadable(error) => tracing::warn!("the record of run {id} cannot be read ({error}); left as it is"),
+            TakeOver::Fresh(_) => fresh.push(id),
+            TakeOver::Halted(mut record) => {
+                if let Left::Outage(away) = left {
+                    outage_failure(&mut record, away);
+                }
+                records.push(serde_json::to_vec(&record)?);
+                ids.push(id);
             }
-        };
-        let live = match row.get::<_, Option<Vec<u8>>>(2) {
-            Some(bytes) => Some(serde_json::from_slice::<Accounting>(&bytes).map_err(|e| crate::store::corrupt("accounting", e))?),
-            None => None,
-        };
-        // Claimed from the queue but never started: back in the queue as it was.
-        if row.get::<_, bool>(3) && record.envelope.status == RunStatus::Pending && record.envelope.attempts == 0 {
-            fresh.push(id);
-            continue;
-        }
-        if halt_interrupted(&mut record, live) {
-            if let Left::Outage(away) = left {
-                outage_failure(&mut record, away);
-            }
-            records.push(serde_json::to_vec(&record)?);
-            ids.push(id);
+            TakeOver::Ended => {}
         }
     }
     if !ids.is_empty() {
@@ -220,8 +246,7 @@ fn outage_failure(record: &mut RunRecord, away: Duration) {
 /// writes the run `running` (and the writer clears it once the run is no longer executing).
 pub(super) async fn claim(client: &mut tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
     let e = |e| pg(url, e);
-    let tx = client.transaction().await.map_err(e)?;
-    checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, lease)?;
+    let tx = fenced(client, url, lease).await?;
     let Some(row) = tx.query_opt("SELECT status, owner FROM runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.map_err(e)? else {
         return Ok(false);
     };
@@ -247,8 +272,7 @@ pub(super) async fn claim(client: &mut tokio_postgres::Client, url: &str, lease:
 /// holds it, or it is executing.
 pub(super) async fn claim_for_resume(client: &mut tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
     let e = |e| pg(url, e);
-    let tx = client.transaction().await.map_err(e)?;
-    checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, lease)?;
+    let tx = fenced(client, url, lease).await?;
     let taken = tx
         .query_opt(
             // The owner's liveness is a subquery, not a join: when this statement waits for
