@@ -752,7 +752,8 @@ fn cluster_caps_hold_under_twenty_runs() {
 /// Two workers; a run executes on worker A (it accepted it and had room) with its calls held
 /// by the backend. SIGTERM to A (`--drain-seconds 1`): A stops claiming, waits 1 s, halts the
 /// run and hands it back to the queue, gives its lease up and exits 0; worker B claims the
-/// run and resumes it from its journal, and no answered call is asked again.
+/// run and resumes it from its journal, and no answered call is asked again. A `wait`
+/// through B open across the drain answers with that end, not A's `halted`.
 #[test]
 fn sigterm_drains_a_worker_and_hands_its_runs_back() {
     use common::fake_openai::{FakeOpenAi, Mode};
@@ -776,11 +777,16 @@ fn sigterm_drains_a_worker_and_hands_its_runs_back() {
     answered.sort();
     fake.set(Mode::Answer { latency: Duration::ZERO });
 
-    let log = a.stop();
+    // A `wait` through B, open across the drain: the attempt A halts is not its answer.
+    let (log, (status, done)) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| runtime.block_on(api_b.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None)));
+        std::thread::sleep(Duration::from_millis(500));
+        (a.stop(), waiter.join().expect("the waiter"))
+    });
+    assert_eq!(status, 200, "{done:#}");
     assert!(log.contains("factory serve: draining: claiming no more runs"), "{log}");
     assert!(log.contains(&format!("handed 1 run back to the queue: {run_id}")), "{log}");
     assert_eq!(server.psql("drain", &format!("SELECT lease_until <= now() FROM workers WHERE id = '{a_id}'")), "t", "A gave its lease up");
-    let done = wait_until_completed(&runtime, &api_b, &run_id, Duration::from_secs(60));
     assert_eq!(done["status"], "completed", "{done:#}\n{log}\n{}", b.log());
     assert_eq!(done["result"]["done"], 6, "{done:#}");
     assert_eq!(done["attempts"], 2, "{done:#}");

@@ -332,6 +332,11 @@ impl Host {
         self.queue_freed.notify_waiters();
     }
 
+    /// Whether this worker stopped claiming ([`Host::stop_claiming`]: it drains).
+    pub(crate) fn draining(&self) -> bool {
+        self.queue_room.is_closed()
+    }
+
     /// Notified when a queued run executed here ended.
     pub(crate) fn queue_freed(&self) -> &tokio::sync::Notify {
         &self.queue_freed
@@ -769,8 +774,12 @@ impl Host {
             return self.wait(Scope::Owner, &run_id).await;
         }
         let ended = self.attempt(factory, record, options.events, backend, options.trace_parent).await;
-        if let Err(e) = queue.finish(run_id.clone()).await {
-            tracing::warn!(run = %run_id, error = %e, "dropping a finished run's queue entry");
+        // A draining worker keeps the entry of a run it stopped: it hands it back.
+        let handed_back = self.draining() && ended.as_ref().is_ok_and(|envelope| envelope.status == RunStatus::Halted);
+        if !handed_back {
+            if let Err(e) = queue.finish(run_id.clone()).await {
+                tracing::warn!(run = %run_id, error = %e, "dropping a finished run's queue entry");
+            }
         }
         drop(permit);
         self.queue_freed.notify_one();
@@ -1399,6 +1408,17 @@ impl Host {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Resolves once no attempt of `run_id` executes in this process.
+    pub(crate) async fn attempt_gone(&self, run_id: &str) {
+        let mut updates = self.subscribe();
+        while self.active().contains_key(run_id) {
+            tokio::select! {
+                _ = updates.recv() => {}
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
         }
     }
 

@@ -133,14 +133,17 @@ async fn execute(host: &Arc<Host>, run: Claimed, max_recoveries: u32) {
             let recovery = crate::recover::recover_one(host, record, max_recoveries).await;
             tracing::info!(run = %run.run_id, "{recovery} (requeued)");
             if matches!(recovery.outcome, crate::recover::RecoveryOutcome::Resumed { .. }) {
-                // The permit is held until the attempt ends.
-                if let Err(e) = host.wait(crate::Scope::Owner, &run.run_id).await {
-                    tracing::warn!(run = %run.run_id, error = %e, "waiting for a recovered run");
-                }
+                // The permit is held until the attempt ends here (not the run: a `halted`
+                // end may be continued elsewhere).
+                host.attempt_gone(&run.run_id).await;
             }
         }
         // Ended, or started elsewhere: nothing to do.
         _ => {}
+    }
+    // A draining worker keeps the entry of a run it stopped: it hands it back.
+    if host.draining() && store.run(&run.run_id).await.ok().flatten().is_some_and(|r| r.envelope.status == crate::RunStatus::Halted) {
+        return;
     }
     if let Err(e) = queue.finish(run.run_id.clone()).await {
         tracing::warn!(run = %run.run_id, error = %e, "dropping a finished run's queue entry");

@@ -78,8 +78,15 @@ pub trait RunQueue: Send + Sync {
     /// being cancelled); `Ok(false)` when a worker claimed it already.
     fn dequeue(&self, run_id: String) -> BoxFuture<'_, Result<bool, StoreError>>;
 
+    /// Put the runs of `run_ids`, executing here, in the queue held by this worker (a
+    /// draining worker about to stop them): from the moment their attempts end `halted` until
+    /// [`RunQueue::hand_back`], they read as runs the cluster continues
+    /// ([`crate::store::Store::continues`]).
+    fn hold(&self, run_ids: Vec<String>) -> BoxFuture<'_, Result<(), StoreError>>;
+
     /// Put back in the queue the runs of `run_ids` that are `halted` (a draining worker's),
-    /// for any worker to resume; notify the workers once. Returns the ones queued.
+    /// for any worker to resume, and drop this worker's held entries of the others (they
+    /// ended); notify the workers once. Returns the ones queued.
     fn hand_back(&self, run_ids: Vec<String>) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
 
     /// Fence every other worker whose lease ran out and that still owns runs or entries

@@ -256,6 +256,13 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         let _ = std::fs::remove_file(g.state_dir.join(crate::doors::http::ADDR_FILE));
     }
     let halting = host.active_runs();
+    if let (Some(queue), false) = (host.store().run_queue(), halting.is_empty()) {
+        // Held in the queue before they stop, so a `wait` elsewhere follows them to the
+        // worker that resumes them instead of answering `halted`.
+        if let Err(e) = queue.hold(halting.clone()).await {
+            eprintln!("factory serve: warning: cannot hold the runs in the queue before halting them ({e})");
+        }
+    }
     host.shutdown();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !host.active_runs().is_empty() && Instant::now() < deadline {

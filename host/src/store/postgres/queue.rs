@@ -207,13 +207,35 @@ impl RunQueue for PgStore {
         })
     }
 
+    fn hold(&self, run_ids: Vec<String>) -> BoxFuture<'_, Result<(), StoreError>> {
+        let (pool, lease) = (self.pool.clone(), self.lease.clone());
+        self.spawn(async move {
+            let client = pool.get().await?;
+            client
+                .execute(
+                    "INSERT INTO run_queue (run_id, claimed_by) SELECT id, $2 FROM runs WHERE id = ANY($1)
+                     ON CONFLICT (run_id) DO UPDATE SET claimed_by = EXCLUDED.claimed_by",
+                    &[&run_ids, &lease.worker],
+                )
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
+            Ok(())
+        })
+    }
+
     fn hand_back(&self, run_ids: Vec<String>) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
-        let pool = self.pool.clone();
+        let (pool, lease) = (self.pool.clone(), self.lease.clone());
         self.spawn(async move {
             let url = pool.url.clone();
             let e = |e| pg(&url, e);
             let mut client = pool.get().await?;
             let tx = client.transaction().await.map_err(e)?;
+            tx.execute(
+                "DELETE FROM run_queue q USING runs r WHERE q.run_id = ANY($1) AND q.claimed_by = $2 AND r.id = q.run_id AND r.status <> 'halted'",
+                &[&run_ids, &lease.worker],
+            )
+            .await
+            .map_err(e)?;
             let queued: Vec<String> = tx
                 .query(
                     "INSERT INTO run_queue (run_id) SELECT id FROM runs WHERE id = ANY($1) AND status = 'halted'
