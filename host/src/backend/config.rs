@@ -214,28 +214,6 @@ impl PricingConfig {
     }
 }
 
-/// JSON output paths of an agent CLI (see [`JsonOutput`]).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JsonPaths {
-    /// Path of the final text.
-    pub text: String,
-    /// Path of the prompt token count.
-    pub input_tokens: Option<String>,
-    /// Path of the completion token count.
-    pub output_tokens: Option<String>,
-    /// Path of the count of prompt tokens read from the cache.
-    pub cache_read_tokens: Option<String>,
-    /// Path of the count of prompt tokens written to the cache.
-    pub cache_write_tokens: Option<String>,
-    /// Path of a reported cost, taken as credits.
-    pub cost: Option<String>,
-    /// Path of a boolean error flag.
-    pub is_error: Option<String>,
-    /// Path of the reason the CLI stopped (`error_max_turns`: its turn limit ended the call).
-    pub stop_reason: Option<String>,
-}
-
 /// One `[backends.NAME]` entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -305,7 +283,7 @@ pub struct BackendConfig {
     /// CLI: `text` or `json` (with `json` paths, or the preset's).
     pub output: Option<String>,
     /// CLI: JSON output paths.
-    pub json: Option<JsonPaths>,
+    pub json: Option<JsonOutput>,
     /// CLI: credits per unit of the cost the CLI reports (`json.cost`), e.g. credits per USD
     /// for Claude Code's `total_cost_usd` (default 1).
     pub cost_credits: Option<Amount>,
@@ -684,16 +662,7 @@ fn build(
                 config.wrap_up_grace = secs(name, "wrap_up_seconds", g)?;
             }
             if let Some(p) = &entry.json {
-                config.output = OutputMode::Json(JsonOutput {
-                    text: p.text.clone(),
-                    input_tokens: p.input_tokens.clone(),
-                    output_tokens: p.output_tokens.clone(),
-                    cache_read_tokens: p.cache_read_tokens.clone(),
-                    cache_write_tokens: p.cache_write_tokens.clone(),
-                    cost: p.cost.clone(),
-                    is_error: p.is_error.clone(),
-                    stop_reason: p.stop_reason.clone(),
-                });
+                config.output = OutputMode::Json(p.clone());
             }
             match entry.output.as_deref() {
                 None => {}
