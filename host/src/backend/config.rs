@@ -735,4 +735,20 @@ mod tests {
         let bad_price = Config::parse("[backends.a]\nkind = \"openai\"\npricing = { input = -1.0 }", "t").unwrap();
         assert!(bad_price.backend("a", None).is_err());
     }
+
+    #[test]
+    fn a_json_table_gives_the_cli_its_output_paths_and_refuses_unknown_keys() {
+        let text = "[backends.a]\nkind = \"cli\"\ncommand = [\"sh\"]\noutput = \"json\"\n\
+                    [backends.a.json]\ntext = \"result\"\ninput_tokens = \"/usage/in\"\nstop_reason = \"subtype\"";
+        let config = Config::parse(text, "t").unwrap();
+        let json = config.backends["a"].json.as_ref().unwrap();
+        assert_eq!(json.text, "result");
+        assert_eq!(json.input_tokens.as_deref(), Some("/usage/in"));
+        assert_eq!(json.stop_reason.as_deref(), Some("subtype"));
+        assert_eq!(json.output_tokens, None);
+        assert!(config.backend("a", None).is_ok());
+        let typo = text.replace("input_tokens", "input_tokenz");
+        let e = Config::parse(&typo, "t").unwrap_err();
+        assert!(e.to_string().contains("input_tokenz"), "{e}");
+    }
 }
