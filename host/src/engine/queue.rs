@@ -120,6 +120,9 @@ async fn execute(host: &Arc<Host>, run: Claimed, max_recoveries: u32) {
             }
         }
         _ if crate::engine::recover::is_interrupted(&record) => {
+            // Requeued while an attempt of it still winds down here (this worker lost its
+            // lease, rejoined, and claimed its own run back): that attempt goes first.
+            host.end_stale_attempt(&run.run_id).await;
             let recovery = crate::engine::recover::recover_one(host, record, max_recoveries).await;
             tracing::info!(run = %run.run_id, "{recovery} (requeued)");
             if matches!(recovery.outcome, crate::engine::recover::RecoveryOutcome::Resumed { .. }) {
