@@ -56,7 +56,10 @@ impl Writer {
             backlog: Arc::new(Backlog::new(setup.queue_bytes)),
             done: Mutex::new(Some(done)),
         };
+        let (notes, notifier) = mpsc::unbounded_channel();
+        let notifier = runtime.spawn(notify(setup.pool.clone(), setup.lease.worker.clone(), writer.stats.clone(), notifier));
         let task = Task {
+            notes,
             pool: setup.pool,
             lease: setup.lease,
             window: setup.window,
@@ -68,6 +71,8 @@ impl Writer {
         };
         runtime.spawn(async move {
             task.run(rx).await;
+            // The notifications of the last commits go out before the writer reports done.
+            let _ = notifier.await;
             let _ = done_tx.send(());
         });
         writer
@@ -143,6 +148,8 @@ impl Handle {
 }
 
 struct Task {
+    /// The runs each commit touched, for the notifier task ([`notify`]).
+    notes: mpsc::UnboundedSender<Vec<String>>,
     pool: PoolHandle,
     lease: Lease,
     window: Duration,
@@ -197,8 +204,11 @@ impl Task {
                 }
             }
             self.backlog.release(bytes);
-            // Told after the waiters: the notification adds nothing to a put's way to durable.
-            self.announce(touched).await;
+            // Told after the waiters, and sent by a task of its own: the notification adds
+            // nothing to a put's way to durable, nor to the next window's.
+            if !touched.is_empty() {
+                let _ = self.notes.send(touched);
+            }
             if !open {
                 break;
             }
@@ -227,22 +237,6 @@ impl Task {
             crate::metrics::metrics().committed(started.elapsed());
         }
         result
-    }
-
-    /// After a commit: ONE notification naming the runs it touched (`runs`, from
-    /// [`touched_runs`]), for the other workers' followers ([`super::changes`]); none when it
-    /// touched no run; a failure to send it is only logged (they poll too).
-    async fn announce(&self, runs: Vec<String>) {
-        if runs.is_empty() {
-            return;
-        }
-        let payload = super::changes::payload(&self.lease.worker, runs);
-        match super::changes::notify(&self.pool, &payload).await {
-            Ok(()) => {
-                self.stats.notifies.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => tracing::warn!("notifying the other workers of a commit: {e}"),
-        }
     }
 
     /// Committed values are readable from the database now; an entry replaced by a later put
@@ -283,24 +277,59 @@ impl Task {
         Ok(())
     }
 
+    /// One round trip for `BEGIN`, the fencing check and every upsert (pipelined on one
+    /// connection, in that order), then `COMMIT` once the check has passed.
     async fn commit(&self, rows: &Rows<'_>) -> Result<(), StoreError> {
         let url = &self.pool.url;
         let e = |e| pg(url, e);
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await.map_err(e)?;
+        let client = self.pool.get().await?;
         let upserts = rows.upserts(&self.lease.worker);
         // Prepared once per connection (cached), all at once.
         let sqls = std::iter::once(worker::CHECK).chain(upserts.iter().map(|u| u.sql));
-        let prepared = futures::future::try_join_all(sqls.map(|sql| tx.prepare_cached(sql))).await.map_err(e)?;
+        let prepared = futures::future::try_join_all(sqls.map(|sql| client.prepare_cached(sql))).await.map_err(e)?;
         let Some((check, statements)) = prepared.split_first() else { return Ok(()) };
-        // Pipelined: the fencing check goes first on the wire, the upserts right after it.
+        // Pipelined: each request goes on the wire when its future is first polled, and
+        // `join!` polls them in order: BEGIN, the fencing check, the upserts.
         let worker: [Param<'_>; 1] = [&self.lease.worker];
-        let check = tx.query_opt(check, &worker);
-        let writes = futures::future::try_join_all(upserts.iter().zip(statements).map(|(u, statement)| tx.execute_raw(statement, u.params.iter().copied())));
-        let (checked, written) = futures::join!(check, writes);
-        worker::checked(checked.map_err(e)?, &self.lease)?;
-        written.map_err(e)?;
-        tx.commit().await.map_err(e)
+        let begin = client.batch_execute("BEGIN");
+        let check = client.query_opt(check, &worker);
+        let writes = futures::future::try_join_all(upserts.iter().zip(statements).map(|(u, statement)| client.execute_raw(statement, u.params.iter().copied())));
+        let (begun, checked, written) = futures::join!(begin, check, writes);
+        let outcome = match (begun, checked, written) {
+            (Ok(()), Ok(row), Ok(_)) => match worker::checked(row, &self.lease) {
+                Ok(()) => client.batch_execute("COMMIT").await.map_err(e),
+                Err(fenced) => Err(fenced),
+            },
+            (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => Err(e(error)),
+        };
+        if outcome.is_err() && !client.is_closed() {
+            // Nothing of a refused batch is committed, and no transaction stays open on a
+            // connection going back to the pool.
+            if client.batch_execute("ROLLBACK").await.is_err() {
+                drop(deadpool_postgres::Object::take(client));
+            }
+        }
+        outcome
+    }
+}
+
+/// The notifier task: for each commit, ONE notification naming the runs it touched (from
+/// [`touched_runs`]), for the other workers' followers ([`super::changes`]), in commit
+/// order; the notifications of commits made while it was sending go out together, one
+/// round trip ([`super::changes::notify`]). A failure to send is only logged (the other
+/// workers poll too).
+async fn notify(pool: PoolHandle, worker: String, stats: Arc<WriterStats>, mut notes: mpsc::UnboundedReceiver<Vec<String>>) {
+    while let Some(runs) = notes.recv().await {
+        let mut payloads = vec![super::changes::payload(&worker, runs)];
+        while let Ok(runs) = notes.try_recv() {
+            payloads.push(super::changes::payload(&worker, runs));
+        }
+        match super::changes::notify(&pool, &payloads).await {
+            Ok(()) => {
+                stats.notifies.fetch_add(payloads.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!("notifying the other workers of a commit: {e}"),
+        }
     }
 }
 
