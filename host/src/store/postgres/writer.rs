@@ -1,9 +1,10 @@
 //! Group commit on PostgreSQL: one writer task owns every write of this worker. Callers hand
 //! it operations and go on at once; it gathers whatever arrives within the commit window (or
 //! until a flush is asked for) into ONE transaction: first the worker's fencing check
-//! ([`worker::CHECK`]), then one batched upsert per table (`INSERT ... SELECT FROM
+//! ([`worker::FENCE`]), then one batched upsert per table (`INSERT ... SELECT FROM
 //! unnest(...) ON CONFLICT DO UPDATE`), the entries deduplicated per batch (an upsert cannot
-//! touch a row twice), all statements prepared once per connection and pipelined on it. Every batch is idempotent, so a
+//! touch a row twice), all statements prepared once per connection and pipelined on it with
+//! `BEGIN` and `COMMIT` (one round trip per window). Every batch is idempotent, so a
 //! commit whose outcome is unknown (the connection dropped, the database away) is retried on
 //! a new connection for as long as this worker's lease holds by its own clock (the bound: a
 //! commit after it would be refused anyway); then it fails with
@@ -162,16 +163,35 @@ struct Task {
 
 impl Task {
     async fn run(self, mut rx: mpsc::UnboundedReceiver<Queued>) {
+        // Writers waiting on the last commit (its flushes) and how long it took: once a flush
+        // asks for a commit, the window stays open a little longer (at most half the last
+        // commit, at most the window) while fewer flushes than that have come. Writers who
+        // were told "durable" together usually write again together; committing for the
+        // first of them alone would make the others wait for that commit and then their own.
+        let (mut waiters, mut grace) = (0usize, Duration::ZERO);
         while let Some(first) = rx.recv().await {
-            let mut flush = first.op.is_flush();
+            let mut flushes = usize::from(first.op.is_flush());
+            let mut writes = usize::from(!first.op.is_flush());
             let mut bytes = first.bytes;
             let mut batch = vec![first.op];
-            let deadline = tokio::time::Instant::now() + self.window;
+            let now = tokio::time::Instant::now();
+            let window_end = now + self.window;
+            let mut grace_end = (flushes > 0).then(|| now + grace);
             let mut open = true;
-            while !flush {
+            loop {
+                let deadline = match grace_end {
+                    Some(_) if writes == 0 || flushes >= waiters => break,
+                    Some(end) => end.min(window_end),
+                    None => window_end,
+                };
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
                     Ok(Some(queued)) => {
-                        flush = queued.op.is_flush();
+                        if queued.op.is_flush() {
+                            flushes += 1;
+                            grace_end.get_or_insert_with(|| tokio::time::Instant::now() + grace);
+                        } else {
+                            writes += 1;
+                        }
                         bytes += queued.bytes;
                         batch.push(queued.op);
                     }
@@ -183,14 +203,21 @@ impl Task {
                 }
             }
             while let Ok(queued) = rx.try_recv() {
+                flushes += usize::from(queued.op.is_flush());
+                writes += usize::from(!queued.op.is_flush());
                 bytes += queued.bytes;
                 batch.push(queued.op);
             }
+            let started = std::time::Instant::now();
             let already = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let result = match already {
                 Some(failure) => Err(StoreError::WriteFailed(failure)),
                 None => self.traced_commit(&batch).await,
             };
+            if writes > 0 && result.is_ok() {
+                waiters = flushes;
+                grace = (started.elapsed() / 2).min(self.window);
+            }
             match &result {
                 Err(e) => {
                     self.failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| Arc::new(e.clone()));
@@ -277,34 +304,36 @@ impl Task {
         Ok(())
     }
 
-    /// One round trip for `BEGIN`, the fencing check and every upsert (pipelined on one
-    /// connection, in that order), then `COMMIT` once the check has passed.
+    /// One round trip: `BEGIN`, the fencing check ([`worker::FENCE`]), every upsert and
+    /// `COMMIT`, pipelined on one connection in that order. A refused check (or any failed
+    /// statement) aborts the transaction, so its `COMMIT` commits nothing; the outcome is
+    /// read from each statement's answer.
     async fn commit(&self, rows: &Rows<'_>) -> Result<(), StoreError> {
         let url = &self.pool.url;
         let e = |e| pg(url, e);
         let client = self.pool.get().await?;
         let upserts = rows.upserts(&self.lease.worker);
         // Prepared once per connection (cached), all at once.
-        let sqls = std::iter::once(worker::CHECK).chain(upserts.iter().map(|u| u.sql));
+        let sqls = std::iter::once(worker::FENCE).chain(upserts.iter().map(|u| u.sql));
         let prepared = futures::future::try_join_all(sqls.map(|sql| client.prepare_cached(sql))).await.map_err(e)?;
-        let Some((check, statements)) = prepared.split_first() else { return Ok(()) };
-        // Pipelined: each request goes on the wire when its future is first polled, and
-        // `join!` polls them in order: BEGIN, the fencing check, the upserts.
-        let worker: [Param<'_>; 1] = [&self.lease.worker];
+        let Some((fence, statements)) = prepared.split_first() else { return Ok(()) };
+        // Each request goes on the wire when its future is first polled, and `join!` polls
+        // them in order.
+        let generation = self.lease.generation();
+        let held: [Param<'_>; 2] = [&self.lease.worker, &generation];
         let begin = client.batch_execute("BEGIN");
-        let check = client.query_opt(check, &worker);
+        let check = client.execute_raw(fence, held.iter().copied());
         let writes = futures::future::try_join_all(upserts.iter().zip(statements).map(|(u, statement)| client.execute_raw(statement, u.params.iter().copied())));
-        let (begun, checked, written) = futures::join!(begin, check, writes);
-        let outcome = match (begun, checked, written) {
-            (Ok(()), Ok(row), Ok(_)) => match worker::checked(row, &self.lease) {
-                Ok(()) => client.batch_execute("COMMIT").await.map_err(e),
-                Err(fenced) => Err(fenced),
-            },
-            (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => Err(e(error)),
+        let commit = client.batch_execute("COMMIT");
+        let (begun, checked, written, committed) = futures::join!(begin, check, writes, commit);
+        let outcome = match (begun, checked, written, committed) {
+            (Ok(()), Ok(_), Ok(_), Ok(())) => Ok(()),
+            (Ok(()), Err(refused), _, _) if worker::is_fence_refusal(&refused) => Err(self.lease.fenced()),
+            (Err(error), ..) | (_, Err(error), ..) | (_, _, Err(error), _) | (.., Err(error)) => Err(e(error)),
         };
         if outcome.is_err() && !client.is_closed() {
-            // Nothing of a refused batch is committed, and no transaction stays open on a
-            // connection going back to the pool.
+            // Leave no transaction open on a connection going back to the pool (an aborted
+            // one was ended by its `COMMIT`; this is for a `BEGIN` that went wrong).
             if client.batch_execute("ROLLBACK").await.is_err() {
                 drop(deadpool_postgres::Object::take(client));
             }
