@@ -37,12 +37,14 @@ async fn a_newer_schema_is_refused_and_migrations_run_once() {
     // Two workers connecting at once: the advisory lock serializes the migration.
     let (a, b) = futures::join!(PgStore::connect(&url, options("w1")), PgStore::connect(&url, options("w2")));
     let (a, b) = (a.expect("worker 1 connects"), b.expect("worker 2 connects"));
-    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"), "1,2,3", "each migration applied once");
+    use factory_host::store::postgres::schema::SCHEMA_VERSION;
+    let applied = (1..=SCHEMA_VERSION).map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"), applied, "each migration applied once");
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers"), "2", "both registered");
     drop((a, b));
-    server.psql("schema", "INSERT INTO factory_schema (version) VALUES (4)");
+    server.psql("schema", &format!("INSERT INTO factory_schema (version) VALUES ({})", SCHEMA_VERSION + 1));
     match PgStore::connect(&url, options("w3")).await {
-        Err(StoreError::Version { found: 4, expected: 3 }) => {}
+        Err(StoreError::Version { found, expected }) if found == SCHEMA_VERSION as u64 + 1 && expected == SCHEMA_VERSION as u64 => {}
         other => panic!("a newer schema must be refused with a version error, got {other:?}"),
     }
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers WHERE id = 'w3'"), "0", "a refused worker registers nothing");

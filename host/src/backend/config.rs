@@ -217,28 +217,6 @@ impl PricingConfig {
     }
 }
 
-/// JSON output paths of an agent CLI (see [`JsonOutput`]).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JsonPaths {
-    /// Path of the final text.
-    pub text: String,
-    /// Path of the prompt token count.
-    pub input_tokens: Option<String>,
-    /// Path of the completion token count.
-    pub output_tokens: Option<String>,
-    /// Path of the count of prompt tokens read from the cache.
-    pub cache_read_tokens: Option<String>,
-    /// Path of the count of prompt tokens written to the cache.
-    pub cache_write_tokens: Option<String>,
-    /// Path of a reported cost, taken as credits.
-    pub cost: Option<String>,
-    /// Path of a boolean error flag.
-    pub is_error: Option<String>,
-    /// Path of the reason the CLI stopped (`error_max_turns`: its turn limit ended the call).
-    pub stop_reason: Option<String>,
-}
-
 /// One `[backends.NAME]` entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -308,7 +286,7 @@ pub struct BackendConfig {
     /// CLI: `text` or `json` (with `json` paths, or the preset's).
     pub output: Option<String>,
     /// CLI: JSON output paths.
-    pub json: Option<JsonPaths>,
+    pub json: Option<JsonOutput>,
     /// CLI: credits per unit of the cost the CLI reports (`json.cost`), e.g. credits per USD
     /// for Claude Code's `total_cost_usd` (default 1).
     pub cost_credits: Option<Amount>,
@@ -777,16 +755,7 @@ fn build(
                 config.wrap_up_grace = secs(name, "wrap_up_seconds", g)?;
             }
             if let Some(p) = &entry.json {
-                config.output = OutputMode::Json(JsonOutput {
-                    text: p.text.clone(),
-                    input_tokens: p.input_tokens.clone(),
-                    output_tokens: p.output_tokens.clone(),
-                    cache_read_tokens: p.cache_read_tokens.clone(),
-                    cache_write_tokens: p.cache_write_tokens.clone(),
-                    cost: p.cost.clone(),
-                    is_error: p.is_error.clone(),
-                    stop_reason: p.stop_reason.clone(),
-                });
+                config.output = OutputMode::Json(p.clone());
             }
             match entry.output.as_deref() {
                 None => {}
@@ -858,5 +827,21 @@ mod tests {
         assert!(Config::parse(dangling, "t").unwrap_err().to_string().contains("ghost"));
         let bad_price = Config::parse("[backends.a]\nkind = \"openai\"\npricing = { input = -1.0 }", "t").unwrap();
         assert!(bad_price.backend("a", None).is_err());
+    }
+
+    #[test]
+    fn a_json_table_gives_the_cli_its_output_paths_and_refuses_unknown_keys() {
+        let text = "[backends.a]\nkind = \"cli\"\ncommand = [\"sh\"]\noutput = \"json\"\n\
+                    [backends.a.json]\ntext = \"result\"\ninput_tokens = \"/usage/in\"\nstop_reason = \"subtype\"";
+        let config = Config::parse(text, "t").unwrap();
+        let json = config.backends["a"].json.as_ref().unwrap();
+        assert_eq!(json.text, "result");
+        assert_eq!(json.input_tokens.as_deref(), Some("/usage/in"));
+        assert_eq!(json.stop_reason.as_deref(), Some("subtype"));
+        assert_eq!(json.output_tokens, None);
+        assert!(config.backend("a", None).is_ok());
+        let typo = text.replace("input_tokens", "input_tokenz");
+        let e = Config::parse(&typo, "t").unwrap_err();
+        assert!(e.to_string().contains("input_tokenz"), "{e}");
     }
 }

@@ -643,7 +643,7 @@ impl Host {
                 .map_err(|_| Error::MetaCall(format!("`meta` did not return within {limit:?}")))?
                 .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?
         };
-        let meta = FactoryMeta::from_wit(meta)?;
+        let meta = crate::sandbox::contract::meta_from_wit(meta)?;
         Ok(Factory { component, meta })
     }
 

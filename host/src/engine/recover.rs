@@ -161,7 +161,7 @@ pub(crate) async fn recover_one(host: &Arc<Host>, record: RunRecord, max: u32) -
     }
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let options = ResumeOptions {
-        scope: Some(crate::Scope::Session(record.session.clone())),
+        scope: Some(crate::model::scope::Scope::Session(record.session.clone())),
         on_start: Some(Box::new(move |_| {
             let _ = started_tx.send(());
         })),

@@ -1,7 +1,8 @@
 //! Runs changed by other workers, so every worker's followers see a run live wherever it
 //! executes. After each commit a worker's writer sends ONE `pg_notify('factory_runs', ...)`
 //! naming the runs that commit touched (never one per entry, and never inside the commit's
-//! transaction, where NOTIFY takes a global lock); every worker LISTENs on its own
+//! transaction, where NOTIFY takes a global lock; sent by a task of its own, so the next
+//! commit does not wait for it); every worker LISTENs on its own
 //! connection (see [`super::cancel::listen`]) and hands the ids it did not write itself to
 //! the host ([`Store::run_changes`](crate::store::Store::run_changes)), which announces them
 //! to its subscribers. A slow poll of the runs executing on other workers covers a lost
@@ -41,11 +42,27 @@ pub(crate) fn payload(worker: &str, runs: Vec<String>) -> String {
     serde_json::to_string(&many).unwrap_or_default()
 }
 
-/// Send the one notification of a commit (outside its transaction).
-pub(super) async fn notify(pool: &PoolHandle, payload: &str) -> Result<(), StoreError> {
+/// Send the notifications of one or more commits (`payloads`, in commit order, each one
+/// notification), outside those commits' transactions, in ONE transaction of their own
+/// pipelined on one connection (a single round trip). That transaction commits
+/// asynchronously (`synchronous_commit` off for it alone): a notification is a hint, the
+/// journal it announces is already durable, and a NOTIFY holds PostgreSQL's global notify
+/// lock until its transaction's commit record is flushed; waiting for that flush would
+/// serialize every worker's notifications behind the disk.
+pub(super) async fn notify(pool: &PoolHandle, payloads: &[String]) -> Result<(), StoreError> {
+    let e = |e| pg(&pool.url, e);
     let client = pool.get().await?;
-    client.execute("SELECT pg_notify('factory_runs', $1)", &[&payload]).await.map_err(|e| pg(&pool.url, e))?;
-    Ok(())
+    let statement = client.prepare_cached("SELECT pg_notify('factory_runs', $1)").await.map_err(e)?;
+    let begin = client.batch_execute("BEGIN; SET LOCAL synchronous_commit TO off");
+    let sends = futures::future::try_join_all(payloads.iter().map(|payload| client.execute_raw(&statement, std::iter::once(payload as &(dyn tokio_postgres::types::ToSql + Sync)))));
+    let commit = client.batch_execute("COMMIT");
+    let (begun, sent, committed) = futures::join!(begin, sends, commit);
+    let outcome = begun.and(sent.map(drop)).and(committed);
+    if outcome.is_err() && !client.is_closed() {
+        // Leave no transaction open on a connection going back to the pool.
+        let _ = client.batch_execute("ROLLBACK").await;
+    }
+    outcome.map_err(e)
 }
 
 /// The runs executing (`running`, `pending`) on workers other than `worker`.

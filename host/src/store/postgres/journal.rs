@@ -1,7 +1,8 @@
 //! The PostgreSQL store as a [`Journal`]: puts go to the group-commit [`writer`](super::writer)
 //! (step and agent values readable from its pending map at once); reads look there first,
 //! then in the database. [`Journal::load`] reads a run's step and agent rows in key order,
-//! fetching only the values that could fit the budget.
+//! fetching only the values that could fit the budget, and lists every agent key, so an
+//! attempt asks the database only for a call that was journaled and did not fit.
 
 use super::{pg, PgStore};
 use crate::model::envelope::Accounting;
@@ -57,14 +58,19 @@ impl PgStore {
                     snapshot.steps.insert(key, value);
                 }
             }
+            // Every agent key is listed, so a call never journaled needs no read.
+            let mut agent_keys = std::collections::HashSet::new();
             for row in agents.map_err(e)? {
+                let key = key_text(row.get(0))?;
+                agent_keys.insert(fingerprint(&key));
                 let size = usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX);
                 if let Some(outcome) = row.get::<_, Option<Vec<u8>>>(2).filter(|_| size <= room) {
                     room -= size;
                     let outcome = decode_outcome(&outcome).map_err(|e| corrupt("agent journal", e))?;
-                    snapshot.agents.insert(key_text(row.get(0))?, outcome);
+                    snapshot.agents.insert(key, outcome);
                 }
             }
+            snapshot.agent_keys = Some(agent_keys);
             snapshot.journal_bytes = usage.map_err(e)?.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64);
             Ok(snapshot)
         })

@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
 pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
@@ -63,9 +63,25 @@ const MIGRATIONS: &[&str] = &[
         holder_generation bigint,
         PRIMARY KEY (backend, slot)
     );",
-    // 3: why workers that claimed a queued run could not serve it (worker id -> reason).
+    // 3: the fencing check a commit makes inside its transaction, as a statement that fails
+    // (SQLSTATE [`FENCE_SQLSTATE`]) when the worker no longer holds its generation and an
+    // unexpired lease: the check, the upserts and `COMMIT` can then be pipelined in one round
+    // trip, a refused check aborting the transaction so its `COMMIT` commits nothing. The row
+    // is read-locked (`FOR KEY SHARE`): a reaper fencing the worker waits for the commit.
+    "CREATE FUNCTION factory_fence(worker_id text, held_generation bigint) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM 1 FROM workers WHERE id = worker_id AND generation = held_generation AND lease_until > now() FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'worker % (generation %) no longer holds its lease', worker_id, held_generation USING ERRCODE = 'FA001';
+        END IF;
+    END
+    $$;",
+    // 4: why workers that claimed a queued run could not serve it (worker id -> reason).
     "ALTER TABLE run_queue ADD COLUMN refused jsonb NOT NULL DEFAULT '{}'::jsonb;",
 ];
+
+/// The SQLSTATE of `factory_fence` (migration 3) refusing a commit: the worker is fenced.
+pub(crate) const FENCE_SQLSTATE: &str = "FA001";
 
 /// Bring the database to [`SCHEMA_VERSION`], serialized across workers by an advisory lock;
 /// refuse a newer schema. Returns the version found before migrating (0: an empty database).

@@ -307,6 +307,16 @@ pub(super) async fn release_claim(client: &tokio_postgres::Client, url: &str, le
 /// Inside a commit's transaction: read-lock the worker's row (its id the one parameter).
 pub(super) const CHECK: &str = "SELECT generation, lease_until > now() FROM workers WHERE id = $1 FOR KEY SHARE";
 
+/// The fencing check of a group commit, pipelined with its upserts and `COMMIT`: fails with
+/// [`super::schema::FENCE_SQLSTATE`] (aborting the transaction) unless the worker (`$1`)
+/// still holds generation `$2` and an unexpired lease; read-locks the row as [`CHECK`] does.
+pub(super) const FENCE: &str = "SELECT factory_fence($1, $2)";
+
+/// Whether `error` is [`FENCE`] refusing the commit.
+pub(super) fn is_fence_refusal(error: &tokio_postgres::Error) -> bool {
+    error.as_db_error().is_some_and(|db| db.code().code() == super::schema::FENCE_SQLSTATE)
+}
+
 /// What [`CHECK`] answered: the worker still holds its generation and an unexpired lease.
 pub(super) fn checked(row: Option<tokio_postgres::Row>, lease: &Lease) -> Result<(), StoreError> {
     match row {

@@ -1,9 +1,10 @@
 //! Group commit on PostgreSQL: one writer task owns every write of this worker. Callers hand
 //! it operations and go on at once; it gathers whatever arrives within the commit window (or
 //! until a flush is asked for) into ONE transaction: first the worker's fencing check
-//! ([`worker::CHECK`]), then one batched upsert per table (`INSERT ... SELECT FROM
+//! ([`worker::FENCE`]), then one batched upsert per table (`INSERT ... SELECT FROM
 //! unnest(...) ON CONFLICT DO UPDATE`), the entries deduplicated per batch (an upsert cannot
-//! touch a row twice), all statements prepared once per connection and pipelined on it. Every batch is idempotent, so a
+//! touch a row twice), all statements prepared once per connection and pipelined on it with
+//! `BEGIN` and `COMMIT` (one round trip per window). Every batch is idempotent, so a
 //! commit whose outcome is unknown (the connection dropped, the database away) is retried on
 //! a new connection for as long as this worker's lease holds by its own clock (the bound: a
 //! commit after it would be refused anyway); then it fails with
@@ -56,7 +57,10 @@ impl Writer {
             backlog: Arc::new(Backlog::new(setup.queue_bytes)),
             done: Mutex::new(Some(done)),
         };
+        let (notes, notifier) = mpsc::unbounded_channel();
+        let notifier = runtime.spawn(notify(setup.pool.clone(), setup.lease.worker.clone(), writer.stats.clone(), notifier));
         let task = Task {
+            notes,
             pool: setup.pool,
             lease: setup.lease,
             window: setup.window,
@@ -68,6 +72,8 @@ impl Writer {
         };
         runtime.spawn(async move {
             task.run(rx).await;
+            // The notifications of the last commits go out before the writer reports done.
+            let _ = notifier.await;
             let _ = done_tx.send(());
         });
         writer
@@ -143,6 +149,8 @@ impl Handle {
 }
 
 struct Task {
+    /// The runs each commit touched, for the notifier task ([`notify`]).
+    notes: mpsc::UnboundedSender<Vec<String>>,
     pool: PoolHandle,
     lease: Lease,
     window: Duration,
@@ -155,16 +163,35 @@ struct Task {
 
 impl Task {
     async fn run(self, mut rx: mpsc::UnboundedReceiver<Queued>) {
+        // Writers waiting on the last commit (its flushes) and how long it took: once a flush
+        // asks for a commit, the window stays open a little longer (at most half the last
+        // commit, at most the window) while fewer flushes than that have come. Writers who
+        // were told "durable" together usually write again together; committing for the
+        // first of them alone would make the others wait for that commit and then their own.
+        let (mut waiters, mut grace) = (0usize, Duration::ZERO);
         while let Some(first) = rx.recv().await {
-            let mut flush = first.op.is_flush();
+            let mut flushes = usize::from(first.op.is_flush());
+            let mut writes = usize::from(!first.op.is_flush());
             let mut bytes = first.bytes;
             let mut batch = vec![first.op];
-            let deadline = tokio::time::Instant::now() + self.window;
+            let now = tokio::time::Instant::now();
+            let window_end = now + self.window;
+            let mut grace_end = (flushes > 0).then(|| now + grace);
             let mut open = true;
-            while !flush {
+            loop {
+                let deadline = match grace_end {
+                    Some(_) if writes == 0 || flushes >= waiters => break,
+                    Some(end) => end.min(window_end),
+                    None => window_end,
+                };
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
                     Ok(Some(queued)) => {
-                        flush = queued.op.is_flush();
+                        if queued.op.is_flush() {
+                            flushes += 1;
+                            grace_end.get_or_insert_with(|| tokio::time::Instant::now() + grace);
+                        } else {
+                            writes += 1;
+                        }
                         bytes += queued.bytes;
                         batch.push(queued.op);
                     }
@@ -176,14 +203,21 @@ impl Task {
                 }
             }
             while let Ok(queued) = rx.try_recv() {
+                flushes += usize::from(queued.op.is_flush());
+                writes += usize::from(!queued.op.is_flush());
                 bytes += queued.bytes;
                 batch.push(queued.op);
             }
+            let started = std::time::Instant::now();
             let already = self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let result = match already {
                 Some(failure) => Err(StoreError::WriteFailed(failure)),
                 None => self.traced_commit(&batch).await,
             };
+            if writes > 0 && result.is_ok() {
+                waiters = flushes;
+                grace = (started.elapsed() / 2).min(self.window);
+            }
             match &result {
                 Err(e) => {
                     self.failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| Arc::new(e.clone()));
@@ -197,8 +231,11 @@ impl Task {
                 }
             }
             self.backlog.release(bytes);
-            // Told after the waiters: the notification adds nothing to a put's way to durable.
-            self.announce(touched).await;
+            // Told after the waiters, and sent by a task of its own: the notification adds
+            // nothing to a put's way to durable, nor to the next window's.
+            if !touched.is_empty() {
+                let _ = self.notes.send(touched);
+            }
             if !open {
                 break;
             }
@@ -227,22 +264,6 @@ impl Task {
             crate::metrics::metrics().committed(started.elapsed());
         }
         result
-    }
-
-    /// After a commit: ONE notification naming the runs it touched (`runs`, from
-    /// [`touched_runs`]), for the other workers' followers ([`super::changes`]); none when it
-    /// touched no run; a failure to send it is only logged (they poll too).
-    async fn announce(&self, runs: Vec<String>) {
-        if runs.is_empty() {
-            return;
-        }
-        let payload = super::changes::payload(&self.lease.worker, runs);
-        match super::changes::notify(&self.pool, &payload).await {
-            Ok(()) => {
-                self.stats.notifies.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => tracing::warn!("notifying the other workers of a commit: {e}"),
-        }
     }
 
     /// Committed values are readable from the database now; an entry replaced by a later put
@@ -283,24 +304,61 @@ impl Task {
         Ok(())
     }
 
+    /// One round trip: `BEGIN`, the fencing check ([`worker::FENCE`]), every upsert and
+    /// `COMMIT`, pipelined on one connection in that order. A refused check (or any failed
+    /// statement) aborts the transaction, so its `COMMIT` commits nothing; the outcome is
+    /// read from each statement's answer.
     async fn commit(&self, rows: &Rows<'_>) -> Result<(), StoreError> {
         let url = &self.pool.url;
         let e = |e| pg(url, e);
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await.map_err(e)?;
+        let client = self.pool.get().await?;
         let upserts = rows.upserts(&self.lease.worker);
         // Prepared once per connection (cached), all at once.
-        let sqls = std::iter::once(worker::CHECK).chain(upserts.iter().map(|u| u.sql));
-        let prepared = futures::future::try_join_all(sqls.map(|sql| tx.prepare_cached(sql))).await.map_err(e)?;
-        let Some((check, statements)) = prepared.split_first() else { return Ok(()) };
-        // Pipelined: the fencing check goes first on the wire, the upserts right after it.
-        let worker: [Param<'_>; 1] = [&self.lease.worker];
-        let check = tx.query_opt(check, &worker);
-        let writes = futures::future::try_join_all(upserts.iter().zip(statements).map(|(u, statement)| tx.execute_raw(statement, u.params.iter().copied())));
-        let (checked, written) = futures::join!(check, writes);
-        worker::checked(checked.map_err(e)?, &self.lease)?;
-        written.map_err(e)?;
-        tx.commit().await.map_err(e)
+        let sqls = std::iter::once(worker::FENCE).chain(upserts.iter().map(|u| u.sql));
+        let prepared = futures::future::try_join_all(sqls.map(|sql| client.prepare_cached(sql))).await.map_err(e)?;
+        let Some((fence, statements)) = prepared.split_first() else { return Ok(()) };
+        // Each request goes on the wire when its future is first polled, and `join!` polls
+        // them in order.
+        let generation = self.lease.generation();
+        let held: [Param<'_>; 2] = [&self.lease.worker, &generation];
+        let begin = client.batch_execute("BEGIN");
+        let check = client.execute_raw(fence, held.iter().copied());
+        let writes = futures::future::try_join_all(upserts.iter().zip(statements).map(|(u, statement)| client.execute_raw(statement, u.params.iter().copied())));
+        let commit = client.batch_execute("COMMIT");
+        let (begun, checked, written, committed) = futures::join!(begin, check, writes, commit);
+        let outcome = match (begun, checked, written, committed) {
+            (Ok(()), Ok(_), Ok(_), Ok(())) => Ok(()),
+            (Ok(()), Err(refused), _, _) if worker::is_fence_refusal(&refused) => Err(self.lease.fenced()),
+            (Err(error), ..) | (_, Err(error), ..) | (_, _, Err(error), _) | (.., Err(error)) => Err(e(error)),
+        };
+        if outcome.is_err() && !client.is_closed() {
+            // Leave no transaction open on a connection going back to the pool (an aborted
+            // one was ended by its `COMMIT`; this is for a `BEGIN` that went wrong).
+            if client.batch_execute("ROLLBACK").await.is_err() {
+                drop(deadpool_postgres::Object::take(client));
+            }
+        }
+        outcome
+    }
+}
+
+/// The notifier task: for each commit, ONE notification naming the runs it touched (from
+/// [`touched_runs`]), for the other workers' followers ([`super::changes`]), in commit
+/// order; the notifications of commits made while it was sending go out together, one
+/// round trip ([`super::changes::notify`]). A failure to send is only logged (the other
+/// workers poll too).
+async fn notify(pool: PoolHandle, worker: String, stats: Arc<WriterStats>, mut notes: mpsc::UnboundedReceiver<Vec<String>>) {
+    while let Some(runs) = notes.recv().await {
+        let mut payloads = vec![super::changes::payload(&worker, runs)];
+        while let Ok(runs) = notes.try_recv() {
+            payloads.push(super::changes::payload(&worker, runs));
+        }
+        match super::changes::notify(&pool, &payloads).await {
+            Ok(()) => {
+                stats.notifies.fetch_add(payloads.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!("notifying the other workers of a commit: {e}"),
+        }
     }
 }
 
