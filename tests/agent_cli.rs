@@ -23,19 +23,10 @@ fn require_bwrap() {
 
 /// Write an executable shell script.
 fn script(path: &Path, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_path_buf()
+    common::script_file(path, "/bin/sh", body)
 }
 
-/// A config file of the user's own (0600, as the host requires).
-fn config_file(path: &Path, text: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path.to_path_buf()
-}
+use common::config_file;
 
 /// `factory run probe` (case `memo`: its first spawn's reply is `result.first`) in
 /// `workdir` with `home` as HOME, on `backend` from `config`, plus `extra` arguments.

@@ -11,30 +11,17 @@
 mod common;
 
 use common::fake_openai::{base_url, FakeOpenAi, Mode};
-use common::{factory_cmd, stderr, stdout_json};
+use common::{stderr, stdout_json};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Output;
 
 /// Run the binary against `state` with `env` (no inherited backend variables).
 async fn factory(state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = factory_cmd(state, args);
-    for var in ["FACTORY_CONFIG", "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"] {
-        cmd.env_remove(var);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    tokio::task::spawn_blocking(move || cmd.output().expect("the factory binary starts")).await.unwrap()
+    common::factory_clean(state, args, env).await
 }
 
-fn probe() -> String {
-    common::component("probe").display().to_string()
-}
-
-fn fanout(n: usize) -> String {
-    json!({"case": "fanout", "n": n}).to_string()
-}
+use common::{fanout_args as fanout, probe_arg as probe};
 
 /// `factory show RUN --json`.
 async fn show(state: &Path, run_id: &str) -> Value {
@@ -214,10 +201,7 @@ async fn hostile_usage_numbers_neither_panic_nor_wrap_the_accounting() {
 
 /// Write an executable shell script.
 fn script(path: &Path, body: &str) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_path_buf()
+    common::script_file(path, "/bin/sh", body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

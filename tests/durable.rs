@@ -6,7 +6,7 @@ mod common;
 
 use common::counting::{Counting, Shared};
 use factory_host::store::ProgressQuery;
-use factory_host::{Error, Factory, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunOptions, RunStatus, DEFAULT_SESSION};
+use factory_host::{Error, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunOptions, RunStatus, DEFAULT_SESSION};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,19 +14,7 @@ use std::time::Duration;
 
 const S: &str = factory_host::DEFAULT_SESSION;
 
-fn host(state: &Path, backend: &Arc<Counting>) -> Host {
-    Host::new(HostConfig {
-        state_dir: Some(state.to_path_buf()),
-        backend: Arc::new(Shared(backend.clone())),
-        cache_dir: Some(common::guest_target_dir().join("cache")),
-        ..HostConfig::default()
-    })
-    .expect("host")
-}
-
-async fn load(host: &Host, name: &str) -> Factory {
-    host.load_file(&common::component(name)).await.unwrap_or_else(|e| panic!("loading {name}: {e}"))
-}
+use common::counting::{durable_host as host, load};
 
 #[tokio::test]
 async fn a_resume_replays_the_journal_with_zero_backend_calls() {

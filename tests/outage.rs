@@ -25,21 +25,10 @@ use std::time::{Duration, Instant};
 
 /// Run the binary against `state` (stdin closed) and wait for it, off the async runtime.
 async fn factory(state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = factory_cmd(state, args);
-    cmd.env_remove("FACTORY_CONFIG").env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    tokio::task::spawn_blocking(move || cmd.output().expect("the factory binary starts")).await.unwrap()
+    common::factory_clean(state, args, env).await
 }
 
-fn probe() -> String {
-    common::component("probe").display().to_string()
-}
-
-fn fanout(n: usize) -> String {
-    json!({"case": "fanout", "n": n}).to_string()
-}
+use common::{fanout_args as fanout, probe_arg as probe};
 
 /// Each of the probe's `n` fan-out prompts was answered by the server exactly once.
 fn each_answered_once(server: &FakeOpenAi, n: usize) {

@@ -320,7 +320,8 @@ impl Api {
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
-        let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
+        // Bounded: a call that never answers (a `wait` that never ends) fails the test.
+        let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.base)).bearer_auth(&self.token).timeout(Duration::from_secs(300));
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -518,6 +519,20 @@ fn worker_states(count: usize, port: u16) -> Vec<tempfile::TempDir> {
             state
         })
         .collect()
+}
+
+/// `count` `factory serve --store URL --http 127.0.0.1:0 EXTRA...` workers on database `db`
+/// of `server`, each with its own state directory (so its own worker id) whose default
+/// backend `local` is the fake OpenAI server on `port`: their state directories, the
+/// services and their HTTP APIs.
+fn workers(server: &Postgres, db: &str, count: usize, port: u16, extra: &[&str]) -> (Vec<tempfile::TempDir>, Vec<common::service::Service>, Vec<Api>) {
+    let url = server.url(db);
+    let states = worker_states(count, port);
+    let mut args = vec!["--store", url.as_str(), "--http", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let services: Vec<common::service::Service> = states.iter().map(|state| common::service::Service::start(state.path(), &args)).collect();
+    let apis = states.iter().zip(&services).map(|(state, service)| Api::of(state.path(), &service.log())).collect();
+    (states, services, apis)
 }
 
 /// Register the probe through `api` and start `runs` fan-outs of `n` calls through it; the
@@ -843,72 +858,95 @@ fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_
     assert_eq!(fake.asked().len(), 2, "{:?}", fake.asked());
 }
 
+/// The prompts answered (`agentFinished` ok, not replayed) in each attempt of a run, read
+/// through `api`: index 0 is attempt 1. An answer journaled in attempt `k` was committed
+/// before that attempt ended.
+fn answered_per_attempt(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &str) -> Vec<std::collections::BTreeSet<String>> {
+    let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+    assert_eq!(status, 200, "{page:#}");
+    let mut attempts: Vec<std::collections::BTreeSet<String>> = Vec::new();
+    for entry in page.as_array().expect("a page of progress") {
+        if entry["event"] == "attemptStarted" {
+            attempts.push(Default::default());
+        } else if entry["event"] == "agentFinished" && entry["status"] == "ok" && entry["cached"] != true {
+            if let (Some(label), Some(current)) = (entry["label"].as_str(), attempts.last_mut()) {
+                current.insert(format!("task {}", label.trim_start_matches("t:")));
+            }
+        }
+    }
+    attempts
+}
+
+/// A field of run `run_id`'s record in database `db` (a `#>>` path such as `envelope,status`).
+fn record_field(server: &Postgres, db: &str, run_id: &str, path: &str) -> String {
+    server.psql(db, &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{{path}}}' FROM runs WHERE id = '{run_id}'"))
+}
+
 /// PostgreSQL stopped under a worker mid-run for longer than the worker's lease (the bound on
-/// how long its writes wait and retry): the attempt stops, and once PostgreSQL is back the
-/// worker rejoins the store with a new generation and the run reads `halted` with a storage
-/// failure (nothing left `running`); `factory resume` completes it, and no prompt whose
-/// answer was committed before the outage reaches the backend again.
+/// how long its writes wait and retry): the attempt stops; once PostgreSQL is back the worker
+/// rejoins the store with a new generation, writes the run `halted` with a storage failure
+/// and puts it back in the queue, and claims it again: the run is resumed from its journal
+/// with no caller (automatic recovery 1 of `--max-recoveries 1`), and no prompt committed
+/// before the outage reaches the backend again. A second outage finds the bound reached: the
+/// run stays `halted`, naming `factory resume`, which completes it.
 #[test]
-fn a_postgres_outage_past_the_lease_halts_the_run_and_resume_completes_it() {
-    use common::fake_openai::{write_config, FakeOpenAi, Mode};
+fn a_postgres_outage_past_the_lease_requeues_the_run_and_a_second_one_needs_resume() {
+    use common::fake_openai::{FakeOpenAi, Mode};
     use common::service::Service;
-    use serde_json::{json, Value};
-    use std::collections::BTreeSet;
+    use serde_json::Value;
 
     let server = Postgres::start();
     let url = server.database("outage");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(400) }));
-    let state = tempfile::tempdir().expect("a state dir");
-    write_config(state.path(), fake.port(), false, "");
-    let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
-    std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
-    let service = Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0"]);
+    let state = worker_states(1, fake.port()).remove(0);
+    let service = Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-recoveries", "1"]);
     let api = Api::of(state.path(), &service.log());
-    let probe = common::component("probe");
-    let (status, _) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
-    assert!(status == 200 || status == 201);
-    let n = 60;
-    let start = json!({"name": "probe", "args": {"case": "fanout", "n": n}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
-    let (status, started) = runtime.block_on(api.call(reqwest::Method::POST, "/api/runs", Some(start)));
-    assert_eq!(status, 202, "{started:#}");
-    let run_id = started["runId"].as_str().expect("a run id").to_string();
-    let answered = |api: &Api| -> BTreeSet<String> {
-        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
-        assert_eq!(status, 200, "{page:#}");
-        page.as_array()
-            .expect("a page")
-            .iter()
-            .filter(|e| e["event"] == "agentFinished" && e["status"] == "ok")
-            .filter_map(|e| e["label"].as_str())
-            .map(|l| format!("task {}", l.trim_start_matches("t:")))
-            .collect()
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while answered(&api).len() < 4 {
-        assert!(std::time::Instant::now() < deadline, "the fan-out did not get going");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-
-    // Away for longer than the worker's lease (10 s): its writes wait, then give up.
-    server.stop();
-    std::thread::sleep(Duration::from_secs(14));
-    server.start_again();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let halted = loop {
-        let (status, run) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
-        if status == 200 && run["status"] != "running" {
-            break run;
+    let n = 120;
+    let run_id = start_fanouts(&runtime, &api, 1, n, 2).remove(0);
+    let journaled = |least: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while record_field(&server, "outage", &run_id, "envelope,status") != "running"
+            || server.psql("outage", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")).parse::<usize>().unwrap_or(0) < least
+        {
+            assert!(std::time::Instant::now() < deadline, "the fan-out did not get to {least} answers: {}", service.log());
+            std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(std::time::Instant::now() < deadline, "the run stayed running after the outage: {run:#}\n{}", service.log());
-        std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(halted["status"], "halted", "{halted:#}\n{}", service.log());
-    assert_eq!(halted["failure"]["type"], "storage", "{halted:#}");
-    assert_eq!(halted["failure"]["kind"], "unavailable", "{halted:#}");
-    assert!(service.log().contains("rejoined the store"), "{}", service.log());
-    let journaled = answered(&api);
-    assert!(journaled.len() >= 4 && journaled.len() < n, "{journaled:?}");
+    let outage = || {
+        // Away for longer than the worker's lease (10 s): its writes wait, then give up.
+        server.stop();
+        std::thread::sleep(Duration::from_secs(14));
+        server.start_again();
+    };
+    journaled(4);
+    outage();
+
+    // Rejoined, requeued, claimed again and resumed from the journal by the worker itself.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(record_field(&server, "outage", &run_id, "envelope,attempts") == "2" && record_field(&server, "outage", &run_id, "envelope,status") == "running") {
+        assert!(std::time::Instant::now() < deadline, "the run was not resumed after the outage: {}\n{}", record_field(&server, "outage", &run_id, "envelope"), service.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(record_field(&server, "outage", &run_id, "recoveries"), "1", "an automatic recovery, counted");
+    assert!(service.log().contains("rejoined the store") && service.log().contains("back in the queue"), "{}", service.log());
+
+    // The second outage: the bound is reached, the run waits for a caller.
+    let before_second = server.psql("outage", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")).parse::<usize>().unwrap_or(0);
+    journaled(before_second + 4);
+    outage();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(record_field(&server, "outage", &run_id, "envelope,status") == "halted" && server.psql("outage", "SELECT count(*) FROM run_queue") == "0") {
+        assert!(std::time::Instant::now() < deadline, "the run did not end halted: {}\n{}", record_field(&server, "outage", &run_id, "envelope"), service.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, halted) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(status, 200, "{halted:#}");
+    assert_eq!(halted["status"], "halted", "{halted:#}");
+    assert_eq!(halted["attempts"], 2, "no third attempt past the bound: {halted:#}");
+    let message = halted["failure"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("recovered automatically 1 time") && message.contains(&format!("factory resume {run_id}")), "{halted:#}");
+    let attempts = answered_per_attempt(&runtime, &api, &run_id);
     let asked_before = fake.asked().len();
 
     let out = common::factory_cmd(state.path(), &["resume", &run_id, "--yes", "--json"]).env_remove("FACTORY_NO_DAEMON").output().expect("factory resume");
@@ -916,14 +954,74 @@ fn a_postgres_outage_past_the_lease_halts_the_run_and_resume_completes_it() {
     let done: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(done["status"], "completed", "{done:#}\n{}", service.log());
     assert_eq!(done["result"]["done"], n, "{done:#}");
+    assert_eq!(done["attempts"], 3, "{done:#}");
+    // No prompt committed before an outage was asked again after it.
     let asked = fake.asked();
-    let again: Vec<&String> = asked[asked_before..].iter().filter(|p| journaled.contains(*p)).collect();
-    assert!(again.is_empty(), "prompts committed before the outage asked again: {again:?}");
+    let committed: std::collections::BTreeSet<String> = attempts.iter().flatten().cloned().collect();
+    let again: Vec<&String> = asked[asked_before..].iter().filter(|p| committed.contains(*p)).collect();
+    assert!(again.is_empty(), "prompts committed before the second outage asked again: {again:?}");
+    for prompt in &attempts[0] {
+        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "`{prompt}`, committed before the first outage, asked again: {asked:?}");
+    }
     for i in 0..n {
         assert!(asked.contains(&format!("task {i}")), "task {i} never asked");
     }
     assert_eq!(server.psql("outage", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "completed");
     service.stop();
+}
+
+/// Two workers, each executing a run of its own, lose their leases together: PostgreSQL is
+/// stopped for longer than the lease and started again. Neither worker, rejoining, takes the
+/// other's run for a crashed one: each run goes back to the queue once (by its own worker's
+/// rejoin, or by a reaper that fenced a worker not yet rejoined) and is resumed once, from
+/// its journal. Both complete with two attempts, none is left `halted`, and no prompt a run
+/// committed before the outage reaches the backend again for that run.
+#[test]
+fn two_workers_losing_their_leases_in_one_outage_each_run_is_resumed_once() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    server.database("outage2");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(400) }));
+    let (states, services, apis) = workers(&server, "outage2", 2, fake.port(), &[]);
+    let n = 40;
+    let runs: Vec<String> = apis.iter().map(|api| start_fanouts(&runtime, api, 1, n, 2).remove(0)).collect();
+    let context = || services.iter().map(Service::log).collect::<Vec<_>>().join("\n");
+    let owners: Vec<String> = runs.iter().map(|run| server.psql("outage2", &format!("SELECT coalesce(owner, '-') FROM runs WHERE id = '{run}'"))).collect();
+    assert_ne!(owners[0], owners[1], "each worker executes the run started through it: {owners:?}");
+    for run in &runs {
+        wait_for_sql(&server, "outage2", &format!("SELECT count(*) >= 4 FROM agents WHERE run_id = '{run}'"), "t", Duration::from_secs(120), &context);
+    }
+    server.stop();
+    std::thread::sleep(Duration::from_secs(14));
+    server.start_again();
+
+    for (run, api) in runs.iter().zip(&apis) {
+        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run}/wait"), None));
+        assert_eq!(status, 200, "{done:#}");
+        assert_eq!(done["status"], "completed", "{done:#}\n{}", context());
+        assert_eq!(done["result"]["done"], n, "{done:#}");
+        assert_eq!(done["attempts"], 2, "resumed once: {done:#}\n{}", context());
+        assert_eq!(record_field(&server, "outage2", run, "recoveries"), "1", "{}", context());
+    }
+    // Each prompt: once for a run that committed it before the outage, at most twice for one
+    // that did not (asked during the outage, its answer never committed).
+    let asked = fake.asked();
+    let committed: Vec<std::collections::BTreeSet<String>> = runs.iter().map(|run| answered_per_attempt(&runtime, &apis[0], run).remove(0)).collect();
+    for i in 0..n {
+        let prompt = format!("task {i}");
+        let most: usize = committed.iter().map(|c| if c.contains(&prompt) { 1 } else { 2 }).sum();
+        let times = asked.iter().filter(|p| **p == prompt).count();
+        assert!((2..=most).contains(&times), "`{prompt}` asked {times} times (at most {most}): {committed:?}\n{asked:?}");
+    }
+    assert_eq!(server.psql("outage2", "SELECT count(*) FROM runs WHERE status <> 'completed' OR owner IS NOT NULL"), "0");
+    assert_eq!(server.psql("outage2", "SELECT count(*) FROM run_queue"), "0");
+    for service in services {
+        service.stop();
+    }
+    drop(states);
 }
 
 /// A poison run (one that keeps killing its worker) ends `halted` after a bounded number of
@@ -1312,4 +1410,116 @@ fn a_run_executing_on_one_worker_is_followed_live_on_another() {
     drop(events);
     two.stop();
     one.stop();
+}
+
+/// `wait` answers with a run's real end, not with an attempt the cluster continues: a run
+/// executes on worker B, which is stopped (SIGSTOP) with calls in flight; a `wait` through
+/// worker A (`--max-runs 0`: it executes nothing) is under way. Past B's lease the reaper
+/// fences B and requeues the run: it reads `halted`, back in the queue, and nobody can take
+/// it yet, and the `wait` does not answer. Once worker C starts, it claims the run and
+/// resumes it from its journal, and the same `wait` answers `completed` (two attempts).
+#[test]
+fn wait_follows_a_requeued_run_to_its_real_end() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::{signal, Service};
+
+    let server = Postgres::start();
+    let url = server.database("follow");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Two answers at once, then every request held (B's, once it is stopped).
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let states = worker_states(3, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let run_id = start_fanouts(&runtime, &api, 1, 6, 2).remove(0);
+    let context = || format!("{}\n{}", a.log(), b.log());
+    wait_for_sql(&server, "follow", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "2", Duration::from_secs(120), &context);
+    let pid = b.log().lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse::<u32>().ok()).expect("B's pid");
+    signal(pid, "-STOP");
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+
+    let waiting = std::thread::scope(|s| {
+        let waiter = s.spawn(|| runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None)));
+        // Requeued by the reaper: `halted`, in the queue, owned by nobody.
+        wait_for_sql(
+            &server,
+            "follow",
+            &format!("SELECT r.status || ' ' || coalesce(r.owner, '-') || ' ' || coalesce(q.claimed_by, '-') FROM runs r JOIN run_queue q ON q.run_id = r.id WHERE r.id = '{run_id}'"),
+            "halted - -",
+            Duration::from_secs(60),
+            &context,
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(!waiter.is_finished(), "`wait` answered while the run waits in the queue for its next attempt");
+        let c = Service::start(states[2].path(), &["--store", &url]);
+        let answer = waiter.join().expect("the waiter");
+        (answer, c)
+    });
+    let ((status, done), c) = waiting;
+    assert_eq!(status, 200, "{done:#}");
+    assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", context(), c.log());
+    assert_eq!(done["result"]["done"], 6, "{done:#}");
+    assert_eq!(done["attempts"], 2, "{done:#}");
+    assert!(c.log().contains(&format!("recovering run {run_id}")), "C resumed it: {}", c.log());
+    b.kill();
+    c.stop();
+    a.stop();
+}
+
+/// The caps and the other settings of `factory serve` as config-file keys: `max_runs = 0` in
+/// `factory.toml` makes a worker only accept runs (one started through it waits in the
+/// queue), and `--max-runs 1` on the command line wins over the file (the same worker
+/// restarted with it executes the run). A bad value of each key stops `factory serve` with
+/// an error naming the file and the key.
+#[test]
+fn serve_takes_its_caps_from_the_config_file_and_the_flag_wins() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let url = server.database("settings");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let state = worker_states(1, fake.port()).remove(0);
+    let config = state.path().join("factory.toml");
+    let backends = std::fs::read_to_string(&config).expect("the config");
+    let with = |keys: &str| std::fs::write(&config, format!("{keys}\n{backends}")).expect("the config");
+
+    for (keys, key, expected) in [
+        ("max_runs = -1", "`max_runs`", "0 or more"),
+        ("cluster_max_runs = \"four\"", "`cluster_max_runs`", "whole number"),
+        ("backend_max_calls = { local = 0 }", "`backend_max_calls.local`", "positive whole number"),
+        ("backend_max_calls = 3", "`backend_max_calls`", "table of backend names"),
+        ("drain_seconds = \"soon\"", "`drain_seconds`", "number of seconds"),
+        ("max_recoveries = 0", "`max_recoveries`", "1 or more"),
+    ] {
+        with(keys);
+        let out = common::factory_cmd(state.path(), &["serve", "--store", &url]).output().expect("factory serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{keys}: {stderr}");
+        assert!(stderr.contains(key) && stderr.contains(expected) && stderr.contains("factory.toml"), "{keys}: {stderr}");
+    }
+
+    with("max_runs = 0\ncluster_max_runs = 4\nbackend_max_calls = { local = 2 }\ndrain_seconds = 1\nmax_recoveries = 2");
+    let service = Service::start(state.path(), &["--store", &url, "--http", "127.0.0.1:0"]);
+    let api = Api::of(state.path(), &service.log());
+    let run_id = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        server.psql("settings", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{run_id}'")),
+        "pending -",
+        "`max_runs = 0`: queued, not executed here: {}",
+        service.log()
+    );
+    assert!(fake.asked().is_empty());
+    service.stop();
+
+    let service = Service::start(state.path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "1"]);
+    let api = Api::of(state.path(), &service.log());
+    let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!((status, done["status"].as_str()), (200, Some("completed")), "--max-runs 1 wins over the file: {done:#}\n{}", service.log());
+    assert_eq!(fake.asked().len(), 2);
+    assert_eq!(server.psql("settings", "SELECT count(*) FROM call_slots WHERE backend = 'local'"), "2", "`backend_max_calls` from the file: two slots");
+    service.stop();
 }

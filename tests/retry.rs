@@ -6,30 +6,17 @@
 
 mod common;
 
-use common::counting::{Counting, Shared};
+use common::counting::Counting;
 use common::{factory_in, stderr, stdout_json};
 use factory_host::{
-    Factory, Host, HostConfig, Limits, ProgressEntry, ProgressEvent, ResumeOptions, RunEnvelope, RunOptions, RunStatus,
+    Limits, ProgressEntry, ProgressEvent, ResumeOptions, RunEnvelope, RunOptions, RunStatus,
     DEFAULT_SESSION as S,
 };
 use serde_json::{json, Value};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-fn host(state: &Path, backend: &Arc<Counting>) -> Host {
-    Host::new(HostConfig {
-        state_dir: Some(state.to_path_buf()),
-        backend: Arc::new(Shared(backend.clone())),
-        cache_dir: Some(common::guest_target_dir().join("cache")),
-        ..HostConfig::default()
-    })
-    .expect("host")
-}
-
-async fn load(host: &Host, name: &str) -> Factory {
-    host.load_file(&common::component(name)).await.unwrap_or_else(|e| panic!("loading {name}: {e}"))
-}
+use common::counting::{durable_host as host, load};
 
 fn limit_stop(envelope: &RunEnvelope, kind: &str) {
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");

@@ -11,7 +11,7 @@
 mod common;
 
 use common::fake_openai::{base_url, FakeOpenAi, Mode};
-use common::{factory_cmd, stderr, stdout_json};
+use common::{stderr, stdout_json};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -19,30 +19,14 @@ use std::time::Duration;
 
 /// Write an executable bash script.
 fn script(path: &Path, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/bash\n{body}\n")).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path.to_path_buf()
+    common::script_file(path, "/bin/bash", body)
 }
 
-/// A config file of the user's own (0600, as the host requires).
-fn config_file(path: &Path, text: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path.to_path_buf()
-}
+use common::config_file;
 
 /// Run the binary against `state` (no inherited backend variables).
 async fn factory(state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = factory_cmd(state, args);
-    for var in ["FACTORY_CONFIG", "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"] {
-        cmd.env_remove(var);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    tokio::task::spawn_blocking(move || cmd.output().expect("the factory binary starts")).await.unwrap()
+    common::factory_clean(state, args, env).await
 }
 
 /// `factory run FILE --args ARGS` on `backend` from `config`: the envelope, and the run's

@@ -188,17 +188,16 @@ pub(crate) fn agent_call(parent: &Span, provider: impl FnOnce() -> String, model
     span
 }
 
-/// Record an agent call's usage on its span.
-pub(crate) fn agent_usage(span: &Span, usage: Option<&crate::backend::Usage>) {
+/// Record an agent call's usage on its span: uncached input and output tokens, and its cost
+/// in nano-credits when the backend knows it.
+pub(crate) fn agent_usage(span: &Span, input_tokens: u64, output_tokens: u64, credits_nano: Option<u64>) {
     if span.is_disabled() {
         return;
     }
-    if let Some(u) = usage {
-        span.record("gen_ai.usage.input_tokens", i64::try_from(u.input_tokens).unwrap_or(i64::MAX));
-        span.record("gen_ai.usage.output_tokens", i64::try_from(u.output_tokens).unwrap_or(i64::MAX));
-        if let Some(c) = u.credits_nano {
-            span.record("factory.credits_nano", i64::try_from(c).unwrap_or(i64::MAX));
-        }
+    span.record("gen_ai.usage.input_tokens", i64::try_from(input_tokens).unwrap_or(i64::MAX));
+    span.record("gen_ai.usage.output_tokens", i64::try_from(output_tokens).unwrap_or(i64::MAX));
+    if let Some(c) = credits_nano {
+        span.record("factory.credits_nano", i64::try_from(c).unwrap_or(i64::MAX));
     }
 }
 
@@ -219,14 +218,15 @@ pub(crate) fn agent_soft_limit(span: &Span, limit: Option<crate::model::limits::
     }
 }
 
-/// The span of one step lookup (`ctx.step-get`): the key's hash, never the key; whether it
-/// was journaled is recorded by the caller as `factory.step.hit`.
-pub(crate) fn step(parent: &Span, key: &str) -> Span {
+/// The span of one step lookup (`ctx.step-get`): the key's hash (`key_hash`, called only when
+/// the span is recorded), never the key; whether it was journaled is recorded by the caller
+/// as `factory.step.hit`.
+pub(crate) fn step(parent: &Span, key_hash: impl FnOnce() -> u64) -> Span {
     tracing::info_span!(
         target: TARGET,
         parent: parent,
         "step",
-        factory.step.key_hash = %format_args!("{:016x}", crate::store::journal::fingerprint(key)),
+        factory.step.key_hash = %format_args!("{:016x}", key_hash()),
         factory.step.hit = Empty,
     )
 }

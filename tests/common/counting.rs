@@ -103,3 +103,20 @@ impl AgentBackend for Shared {
         })
     }
 }
+
+/// A durable host on `state` whose backend is `backend` (shared, so the test keeps counting),
+/// with the guests' compile cache.
+pub fn durable_host(state: &std::path::Path, backend: &Arc<Counting>) -> factory_host::Host {
+    factory_host::Host::new(factory_host::HostConfig {
+        state_dir: Some(state.to_path_buf()),
+        backend: Arc::new(Shared(backend.clone())),
+        cache_dir: Some(super::guest_target_dir().join("cache")),
+        ..factory_host::HostConfig::default()
+    })
+    .expect("host")
+}
+
+/// Load the test component `name` into `host`.
+pub async fn load(host: &factory_host::Host, name: &str) -> factory_host::Factory {
+    host.load_file(&super::component(name)).await.unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}

@@ -116,6 +116,45 @@ pub fn factory_cmd(state: &Path, args: &[&str]) -> std::process::Command {
     cmd
 }
 
+/// Write an executable script: `interpreter` (e.g. `/bin/sh`) on its `#!` line, then `body`.
+pub fn script_file(path: &Path, interpreter: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!{interpreter}\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_path_buf()
+}
+
+/// A config file of the user's own (0600, as the host requires).
+pub fn config_file(path: &Path, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.to_path_buf()
+}
+
+/// Run the binary against `state` with `env` and no inherited backend variables
+/// (`FACTORY_CONFIG`, the OpenAI and Anthropic keys and base URLs), off the async runtime.
+pub async fn factory_clean(state: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = factory_cmd(state, args);
+    for var in ["FACTORY_CONFIG", "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::task::spawn_blocking(move || cmd.output().expect("the factory binary starts")).await.unwrap()
+}
+
+/// The probe test component's path, as an argument.
+pub fn probe_arg() -> String {
+    component("probe").display().to_string()
+}
+
+/// The probe's `fanout` case with `n` agents, as `--args`.
+pub fn fanout_args(n: usize) -> String {
+    serde_json::json!({"case": "fanout", "n": n}).to_string()
+}
+
 /// Run the binary against `state` and collect its output.
 pub fn factory_in(state: &Path, args: &[&str]) -> std::process::Output {
     factory_cmd(state, args).output().expect("the factory binary starts")

@@ -29,8 +29,10 @@ use tokio::process::{Child, Command};
 pub const PRESETS: &[&str] = &["claude", "codex", "copilot", "gemini", "generic"];
 
 /// Where in a JSON output the reply's parts are (dotted paths like `usage.input_tokens`, or
-/// JSON pointers like `/usage/input_tokens`).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// JSON pointers like `/usage/input_tokens`); also a `[backends.NAME.json]` table of the
+/// config file.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct JsonOutput {
     /// The final text (a string; any other value is serialized).
     pub text: String,

@@ -12,7 +12,7 @@
 //! ```
 
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
-use crate::AgentKey;
+use crate::model::agent_key::AgentKey;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -94,6 +94,9 @@ pub enum ConfigError {
     /// A project-local config whose contents the user has not approved.
     #[error("config `{path}` came with this directory (it is at or below the working directory) and these contents (sha256 {sha256}) were not approved: review it, then run `factory config allow {path}`, or name a config of your own with --config")]
     NotAllowed { path: String, sha256: String },
+    /// A `factory serve` setting with a bad value.
+    #[error(transparent)]
+    Setting(#[from] SettingError),
     /// A config file someone else could have written, or the allow list is unusable.
     #[error(transparent)]
     Access(#[from] crate::access::AccessError),
@@ -214,28 +217,6 @@ impl PricingConfig {
     }
 }
 
-/// JSON output paths of an agent CLI (see [`JsonOutput`]).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JsonPaths {
-    /// Path of the final text.
-    pub text: String,
-    /// Path of the prompt token count.
-    pub input_tokens: Option<String>,
-    /// Path of the completion token count.
-    pub output_tokens: Option<String>,
-    /// Path of the count of prompt tokens read from the cache.
-    pub cache_read_tokens: Option<String>,
-    /// Path of the count of prompt tokens written to the cache.
-    pub cache_write_tokens: Option<String>,
-    /// Path of a reported cost, taken as credits.
-    pub cost: Option<String>,
-    /// Path of a boolean error flag.
-    pub is_error: Option<String>,
-    /// Path of the reason the CLI stopped (`error_max_turns`: its turn limit ended the call).
-    pub stop_reason: Option<String>,
-}
-
 /// One `[backends.NAME]` entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -305,7 +286,7 @@ pub struct BackendConfig {
     /// CLI: `text` or `json` (with `json` paths, or the preset's).
     pub output: Option<String>,
     /// CLI: JSON output paths.
-    pub json: Option<JsonPaths>,
+    pub json: Option<JsonOutput>,
     /// CLI: credits per unit of the cost the CLI reports (`json.cost`), e.g. credits per USD
     /// for Claude Code's `total_cost_usd` (default 1).
     pub cost_credits: Option<Amount>,
@@ -344,6 +325,95 @@ pub struct Config {
     /// The shared store `factory serve` and `factory workers` use when neither `--store`
     /// nor `FACTORY_STORE` names one (a postgres:// URL; any password in it is never shown).
     pub store: Option<String>,
+    /// `factory serve --max-runs` when the flag is not given (read by [`Config::serve`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<toml::Value>,
+    /// `factory serve --cluster-max-runs` when the flag is not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_max_runs: Option<toml::Value>,
+    /// `factory serve --backend-max-calls`, a table of backend name to cap, for the backends
+    /// no flag names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_max_calls: Option<toml::Value>,
+    /// `factory serve --drain-seconds` when the flag is not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_seconds: Option<toml::Value>,
+    /// `factory serve --max-recoveries` when the flag is not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_recoveries: Option<toml::Value>,
+    /// The five keys above, checked when the file was parsed.
+    #[serde(skip)]
+    pub serve: ServeSettings,
+}
+
+/// The settings of `factory serve` a config file may hold (its top-level keys `max_runs`,
+/// `cluster_max_runs`, `backend_max_calls`, `drain_seconds`, `max_recoveries`), checked
+/// ([`Config::serve`]); a flag given on the command line wins over each.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServeSettings {
+    /// `max_runs`: runs this worker executes at once from the queue.
+    pub max_runs: Option<usize>,
+    /// `cluster_max_runs`: runs owned across the cluster.
+    pub cluster_max_runs: Option<usize>,
+    /// `backend_max_calls`: agent calls in flight at once across the cluster, per backend.
+    pub backend_max_calls: BTreeMap<String, u32>,
+    /// `drain_seconds`: how long a draining worker lets its runs go on.
+    pub drain_seconds: Option<f64>,
+    /// `max_recoveries`: automatic recoveries per run.
+    pub max_recoveries: Option<u32>,
+}
+
+/// A `factory serve` setting of the config file that has a bad value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid config `{path}`: `{key}` {expected}, not {found}")]
+pub struct SettingError {
+    /// The config file.
+    pub path: String,
+    /// The key (`backend_max_calls.NAME` for one backend's cap).
+    pub key: String,
+    /// What the key takes.
+    pub expected: &'static str,
+    /// What the file holds there, as TOML.
+    pub found: String,
+}
+
+fn whole(path: &str, key: &str, value: &toml::Value, least: i64, expected: &'static str) -> Result<i64, SettingError> {
+    match value.as_integer() {
+        Some(n) if n >= least && n <= i64::from(u32::MAX) => Ok(n),
+        _ => Err(SettingError { path: path.into(), key: key.into(), expected, found: value.to_string() }),
+    }
+}
+
+impl Config {
+    /// The `factory serve` settings of this file (`path` names it in errors), checked.
+    fn serve_settings(&self, path: &str) -> Result<ServeSettings, SettingError> {
+        let mut settings = ServeSettings::default();
+        if let Some(value) = &self.max_runs {
+            settings.max_runs = Some(whole(path, "max_runs", value, 0, "takes a whole number, 0 or more")? as usize);
+        }
+        if let Some(value) = &self.cluster_max_runs {
+            settings.cluster_max_runs = Some(whole(path, "cluster_max_runs", value, 0, "takes a whole number, 0 or more")? as usize);
+        }
+        if let Some(value) = &self.backend_max_calls {
+            let expected = "takes a table of backend names to positive whole numbers (backend_max_calls = { openai = 8 })";
+            let table = value.as_table().ok_or_else(|| SettingError { path: path.into(), key: "backend_max_calls".into(), expected, found: value.to_string() })?;
+            for (name, cap) in table {
+                let key = format!("backend_max_calls.{name}");
+                settings.backend_max_calls.insert(name.clone(), whole(path, &key, cap, 1, "takes a positive whole number")? as u32);
+            }
+        }
+        if let Some(value) = &self.drain_seconds {
+            let seconds = value.as_float().or_else(|| value.as_integer().map(|n| n as f64));
+            match seconds {
+                Some(s) if s.is_finite() && (0.0..=1e6).contains(&s) => settings.drain_seconds = Some(s),
+                _ => return Err(SettingError { path: path.into(), key: "drain_seconds".into(), expected: "takes a number of seconds from 0 to 1000000", found: value.to_string() }),
+            }
+        }
+        if let Some(value) = &self.max_recoveries {
+            settings.max_recoveries = Some(whole(path, "max_recoveries", value, 1, "takes a whole number, 1 or more")? as u32);
+        }
+        Ok(settings)
+    }
 }
 
 /// The config file's name in the state directory.
@@ -363,7 +433,7 @@ fn secs(name: &str, what: &str, value: f64) -> Result<Duration, ConfigError> {
 impl Config {
     /// Parse TOML text; `path` names it in errors.
     pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
-        let config: Config =
+        let mut config: Config =
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         if let Some(name) = config.backends.keys().find(|name| is_reserved_name(name)) {
             return Err(ConfigError::Reserved { path: path.into(), name: name.clone() });
@@ -376,6 +446,7 @@ impl Config {
                 });
             }
         }
+        config.serve = config.serve_settings(path)?;
         for route in &config.routes {
             if !config.backends.contains_key(&route.backend) && !backend::is_builtin_spec(&route.backend) {
                 return Err(ConfigError::Parse {
@@ -684,16 +755,7 @@ fn build(
                 config.wrap_up_grace = secs(name, "wrap_up_seconds", g)?;
             }
             if let Some(p) = &entry.json {
-                config.output = OutputMode::Json(JsonOutput {
-                    text: p.text.clone(),
-                    input_tokens: p.input_tokens.clone(),
-                    output_tokens: p.output_tokens.clone(),
-                    cache_read_tokens: p.cache_read_tokens.clone(),
-                    cache_write_tokens: p.cache_write_tokens.clone(),
-                    cost: p.cost.clone(),
-                    is_error: p.is_error.clone(),
-                    stop_reason: p.stop_reason.clone(),
-                });
+                config.output = OutputMode::Json(p.clone());
             }
             match entry.output.as_deref() {
                 None => {}
@@ -765,5 +827,21 @@ mod tests {
         assert!(Config::parse(dangling, "t").unwrap_err().to_string().contains("ghost"));
         let bad_price = Config::parse("[backends.a]\nkind = \"openai\"\npricing = { input = -1.0 }", "t").unwrap();
         assert!(bad_price.backend("a", None).is_err());
+    }
+
+    #[test]
+    fn a_json_table_gives_the_cli_its_output_paths_and_refuses_unknown_keys() {
+        let text = "[backends.a]\nkind = \"cli\"\ncommand = [\"sh\"]\noutput = \"json\"\n\
+                    [backends.a.json]\ntext = \"result\"\ninput_tokens = \"/usage/in\"\nstop_reason = \"subtype\"";
+        let config = Config::parse(text, "t").unwrap();
+        let json = config.backends["a"].json.as_ref().unwrap();
+        assert_eq!(json.text, "result");
+        assert_eq!(json.input_tokens.as_deref(), Some("/usage/in"));
+        assert_eq!(json.stop_reason.as_deref(), Some("subtype"));
+        assert_eq!(json.output_tokens, None);
+        assert!(config.backend("a", None).is_ok());
+        let typo = text.replace("input_tokens", "input_tokenz");
+        let e = Config::parse(&typo, "t").unwrap_err();
+        assert!(e.to_string().contains("input_tokenz"), "{e}");
     }
 }

@@ -17,7 +17,7 @@ use crate::model::envelope::Accounting;
 use crate::model::progress::{AgentSummary, ProgressEvent};
 use crate::model::limits::AgentLimits;
 use crate::model::schema::Schema;
-use crate::AgentKey;
+use crate::model::agent_key::AgentKey;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -398,7 +398,9 @@ impl Agents {
                     break;
                 }
             };
-            crate::trace::agent_usage(span, reply.usage.as_ref());
+            if let Some(u) = &reply.usage {
+                crate::trace::agent_usage(span, u.input_tokens, u.output_tokens, u.credits_nano);
+            }
             if let Err(abort) = self.account(&reply, &mut summary) {
                 outcome = Err(abort);
                 break;

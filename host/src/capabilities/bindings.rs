@@ -74,7 +74,7 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         // can react within the stop grace (the call is abandoned as a dropped store would).
         let outcome = tokio::select! {
             biased;
-            outcome = agents.call(prompt, options.label, options.schema, options.model, crate::model::meta::agent_limits_from_wit(options.limits)) => outcome,
+            outcome = agents.call(prompt, options.label, options.schema, options.model, crate::sandbox::contract::agent_limits_from_wit(options.limits)) => outcome,
             _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
         };
         Ok(outcome.map_err(Into::into))

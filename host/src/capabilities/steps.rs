@@ -29,7 +29,7 @@ impl Steps {
             return Err(abort);
         }
         attempt.cap("maxStepKeyBytes", "step key", key.len(), attempt.sandbox.max_step_key_bytes)?;
-        let span = crate::trace::step(&attempt.parent_span(), key);
+        let span = crate::trace::step(&attempt.parent_span(), || crate::store::journal::fingerprint(key));
         let found = self.lookup(key);
         if !span.is_disabled() {
             span.record("factory.step.hit", matches!(found, Ok(Some(_))));

@@ -638,7 +638,7 @@ impl Host {
                 .map_err(|_| Error::MetaCall(format!("`meta` did not return within {limit:?}")))?
                 .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?
         };
-        let meta = FactoryMeta::from_wit(meta)?;
+        let meta = crate::sandbox::contract::meta_from_wit(meta)?;
         Ok(Factory { component, meta })
     }
 
@@ -1390,6 +1390,26 @@ impl Host {
         }
     }
 
+    /// Stop an attempt of `run_id` still executing in this process although the run went
+    /// back to a shared store's queue (it began under a generation this worker lost, so it
+    /// writes nothing more and starts no call), and wait until it has left (at most 30 s):
+    /// the worker that claimed the run again can then resume it.
+    pub(crate) async fn end_stale_attempt(&self, run_id: &str) {
+        let running = self.active().get(run_id).map(|a| (a.stop.clone(), a.shared.clone()));
+        match running {
+            Some((_, Some(shared))) => {
+                shared.attempt.abort(run::Abort::Halted);
+            }
+            Some((stop, None)) => stop.cancel(),
+            None => return,
+        }
+        tracing::info!(run = %run_id, "stopping a stale attempt of a requeued run");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.active().contains_key(run_id) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Stop every run executing in this process because the host is shutting down: each
     /// ends as `halted` (resumable), not `cancelled`.
     pub fn shutdown(&self) {
@@ -1513,7 +1533,9 @@ impl Host {
         })
     }
 
-    /// Wait until the run is in a terminal status and return that envelope. Watches
+    /// Wait until the run is in a terminal status and return that envelope (on a shared
+    /// store, a `halted` run that is back in the queue or claimed by a live worker is waited
+    /// for further: its next attempt's end is the answer). Watches
     /// `run_updated` and re-reads on a low-frequency timer too, so a missed event only makes
     /// the answer a little late.
     pub async fn wait(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
@@ -1521,7 +1543,12 @@ impl Host {
         let mut updates = self.subscribe();
         loop {
             let envelope = self.envelope(&scope, run_id).await?;
-            if envelope.status.is_terminal() && !self.active().contains_key(run_id) {
+            // On a shared store, a `halted` attempt the cluster continues (the run is back in
+            // the queue, or a live worker claimed it for its next attempt) is not the run's end.
+            if envelope.status.is_terminal()
+                && !self.active().contains_key(run_id)
+                && !(envelope.status == RunStatus::Halted && self.store.continues(run_id).await?)
+            {
                 return Ok(envelope);
             }
             tokio::select! {

@@ -113,18 +113,21 @@ async fn execute(host: &Arc<Host>, run: Claimed, max_recoveries: u32) {
         }
     };
     match &run.start {
-        Some(start) if record.envelope.status == crate::RunStatus::Pending && record.envelope.attempts == 0 => {
+        Some(start) if record.envelope.status == crate::model::envelope::RunStatus::Pending && record.envelope.attempts == 0 => {
             tracing::info!(run = %run.run_id, factory = %record.envelope.factory, "starting a queued run");
             if let Err(e) = host.start_queued(record, start).await {
                 tracing::warn!(run = %run.run_id, error = %e, "a queued run could not start");
             }
         }
-        _ if crate::recover::is_interrupted(&record) => {
-            let recovery = crate::recover::recover_one(host, record, max_recoveries).await;
+        _ if crate::engine::recover::is_interrupted(&record) => {
+            // Requeued while an attempt of it still winds down here (this worker lost its
+            // lease, rejoined, and claimed its own run back): that attempt goes first.
+            host.end_stale_attempt(&run.run_id).await;
+            let recovery = crate::engine::recover::recover_one(host, record, max_recoveries).await;
             tracing::info!(run = %run.run_id, "{recovery} (requeued)");
-            if matches!(recovery.outcome, crate::recover::RecoveryOutcome::Resumed { .. }) {
+            if matches!(recovery.outcome, crate::engine::recover::RecoveryOutcome::Resumed { .. }) {
                 // The permit is held until the attempt ends.
-                if let Err(e) = host.wait(crate::Scope::Owner, &run.run_id).await {
+                if let Err(e) = host.wait(crate::model::scope::Scope::Owner, &run.run_id).await {
                     tracing::warn!(run = %run.run_id, error = %e, "waiting for a recovered run");
                 }
             }

@@ -146,14 +146,22 @@ pub(crate) async fn recover_one(host: &Arc<Host>, record: RunRecord, max: u32) -
             plural(n)
         );
         recovery.outcome = match host.leave_halted(&run_id, message).await {
-            Ok(_) => RecoveryOutcome::Exhausted { recoveries: n, max },
-            Err(error) => RecoveryOutcome::Failed { error },
+            Ok(written) => {
+                if !written {
+                    release(host, &run_id).await;
+                }
+                RecoveryOutcome::Exhausted { recoveries: n, max }
+            }
+            Err(error) => {
+                release(host, &run_id).await;
+                RecoveryOutcome::Failed { error }
+            }
         };
         return recovery;
     }
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let options = ResumeOptions {
-        scope: Some(crate::Scope::Session(record.session.clone())),
+        scope: Some(crate::model::scope::Scope::Session(record.session.clone())),
         on_start: Some(Box::new(move |_| {
             let _ = started_tx.send(());
         })),
@@ -176,8 +184,17 @@ pub(crate) async fn recover_one(host: &Arc<Host>, record: RunRecord, max: u32) -
     if let Err(e) = host.leave_halted(&run_id, message).await {
         tracing::warn!(run = %run_id, error = %e, "cannot record why the run was not recovered");
     }
+    release(host, &run_id).await;
     recovery.outcome = RecoveryOutcome::Failed { error };
     recovery
+}
+
+/// Give up the store's claim of a run whose recovery did not start (on a shared store, a
+/// claim left behind would read as a recovery under way).
+async fn release(host: &Arc<Host>, run_id: &str) {
+    if let Err(e) = host.store().release_claim(run_id).await {
+        tracing::warn!(run = %run_id, error = %e, "cannot release the claim of a recovery that did not start");
+    }
 }
 
 fn plural(n: u32) -> &'static str {

@@ -15,7 +15,7 @@
 //! ```
 
 use crate::model::schema::Schema;
-use crate::{RunEnvelope, RunStatus};
+use crate::model::envelope::{RunEnvelope, RunStatus};
 use serde::Deserialize;
 use serde_json::Value;
 

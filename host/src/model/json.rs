@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 /// The deepest nesting of arrays and objects a guest value may have when it crosses into
 /// the host (results, step values, schemas), and the ceiling of
-/// [`crate::sandbox::SandboxLimits::max_json_depth`]. Well under serde_json's recursion
+/// `SandboxLimits::max_json_depth`. Well under serde_json's recursion
 /// limit of 128, so a value nested this deep still parses inside every envelope, record and
 /// wire frame the host (or a client in any language) wraps around it.
 pub const MAX_DEPTH: usize = 64;

@@ -1,7 +1,6 @@
 //! [`FactoryMeta`]: what a factory declares about itself, read from its `meta` export and
 //! checked (name, limits, args schema) before anything runs.
 
-use crate::sandbox::contract::agent::factory::types as wit;
 use crate::model::limits::{AgentLimits, Limits};
 use crate::model::schema::Schema;
 use serde::{Deserialize, Serialize};
@@ -57,24 +56,24 @@ pub enum MetaError {
 }
 
 impl FactoryMeta {
-    /// Convert and check the `meta` export's value.
-    pub(crate) fn from_wit(meta: wit::Meta) -> Result<Self, MetaError> {
-        let name_ok = !meta.name.is_empty()
-            && meta.name.len() <= 128
-            && meta.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    /// Check what a factory's `meta` export declared (its args schema as the factory wrote it).
+    pub(crate) fn checked(
+        name: String,
+        description: String,
+        phases: Vec<PhaseDecl>,
+        limits: Limits,
+        args_schema: Option<String>,
+        agent_limits: AgentLimits,
+    ) -> Result<Self, MetaError> {
+        let name_ok = !name.is_empty()
+            && name.len() <= 128
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !name_ok {
-            return Err(MetaError::Name(meta.name));
+            return Err(MetaError::Name(name));
         }
-        let limits = Limits {
-            max_concurrent_subagents: meta.limits.max_concurrent_subagents,
-            max_total_subagents: meta.limits.max_total_subagents,
-            timeout_seconds: meta.limits.timeout_seconds,
-            max_ai_credits: meta.limits.max_ai_credits,
-        };
         limits.validate()?;
-        let agent_limits = agent_limits_from_wit(meta.agent_limits);
         agent_limits.validate()?;
-        let args_schema = match meta.args_schema {
+        let args_schema = match args_schema {
             None => None,
             Some(text) => {
                 Schema::parse(&text).map_err(MetaError::ArgsSchema)?;
@@ -82,22 +81,6 @@ impl FactoryMeta {
                 Some(crate::model::json::RawJson::from_text(text).map_err(|e| MetaError::ArgsSchemaText(e))?)
             }
         };
-        Ok(FactoryMeta {
-            name: meta.name,
-            description: meta.description,
-            phases: meta.phases.into_iter().map(|p| PhaseDecl { title: p.title, detail: p.detail }).collect(),
-            limits,
-            args_schema,
-            agent_limits,
-        })
-    }
-}
-
-/// The host's form of a WIT `agent-limits` record (unchecked).
-pub(crate) fn agent_limits_from_wit(limits: wit::AgentLimits) -> AgentLimits {
-    AgentLimits {
-        max_turns: limits.max_turns,
-        max_duration_seconds: limits.max_duration_seconds,
-        wrap_up: limits.wrap_up,
+        Ok(FactoryMeta { name, description, phases, limits, args_schema, agent_limits })
     }
 }

@@ -120,7 +120,7 @@ pub struct AgentSummary {
     pub spawns: u32,
     /// Credits in nano-credits (a lower bound when `credits_at_least`).
     pub credits_nano: u64,
-    /// `creditsNano` is a lower bound (see [`crate::Accounting::ai_credits_at_least`]);
+    /// `creditsNano` is a lower bound (see [`crate::model::envelope::Accounting::ai_credits_at_least`]);
     /// absent when exact.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub credits_at_least: bool,

@@ -139,6 +139,13 @@ pub trait Store: Journal + std::fmt::Debug {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    /// Whether run `run_id`, `halted`, goes on in another attempt without a caller: on a
+    /// store several processes share, it is back in the run queue or a live worker claimed
+    /// it to resume it. `false` for a store of one process (the default).
+    fn continues<'a>(&'a self, _run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
     /// The ids of runs other processes sharing the store committed changes to (as they
     /// are notified, and from a slow poll of the runs executing elsewhere), for this
     /// process's followers; `None` for a store of one process (the default).

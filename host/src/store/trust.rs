@@ -1,7 +1,7 @@
 //! The trust store: which components (by sha256) the user has agreed to run on this
 //! machine. Trust is consent, not privilege — it only decides whether the CLI asks before a
 //! run starts; the sandbox enforces the same limits and grants on a trusted component as on
-//! any other, and nothing in [`crate::Host`] reads this store.
+//! any other, and nothing in [`crate::engine::host::Host`] reads this store.
 //!
 //! The store is a small JSON file, `<state-dir>/trusted.json`, rather than a table in the
 //! redb store: it must be readable and writable while another process holds the redb lock

@@ -54,6 +54,15 @@ const NODE_TEST_TEMPLATE: &str = include_str!("../../../templates/init/node.test
 const PYTHON_TEST_TEMPLATE: &str = include_str!("../../../templates/init/test_factory.py.tmpl");
 /// The test in Cargo's own runner (`tests/factory.rs`, `cargo test`).
 const RUST_TEST_TEMPLATE: &str = include_str!("../../../templates/init/factory_test.rs.tmpl");
+/// A TypeScript factory's head (comment, imports, schemas), before [`SCRIPT_BODY_TEMPLATE`].
+const TS_TEMPLATE: &str = include_str!("../../../templates/init/factory.ts.tmpl");
+/// A JavaScript factory's head (JSDoc types), before [`SCRIPT_BODY_TEMPLATE`].
+const JS_TEMPLATE: &str = include_str!("../../../templates/init/factory.js.tmpl");
+/// What a TypeScript and a JavaScript factory share: `meta` and `run` (`{{generic}}` and
+/// `{{run_doc}}` are the two places their typing differs).
+const SCRIPT_BODY_TEMPLATE: &str = include_str!("../../../templates/init/factory-body.js.tmpl");
+/// The JSDoc that types a JavaScript factory's `run` parameter.
+const JS_RUN_DOC: &str = "    /** @param {import(\"@github/copilot-sdk/extension\").FactoryContext<Args>} ctx */\n";
 
 /// `factory init`: where to scaffold, and in which language.
 #[derive(Args)]
@@ -177,12 +186,12 @@ fn language_files(name: &str, lang: Lang, sdk: &Path) -> Vec<(String, String)> {
 fn script_scaffold(name: &str, lang: Lang) -> Vec<(String, String)> {
     let ext = if lang == Lang::Ts { "ts" } else { "js" };
     let file = format!("{name}.{ext}");
-    let source = match lang {
-        Lang::Ts => TS_TEMPLATE,
-        _ => JS_TEMPLATE,
-    }
-    .replace("{{name}}", name)
-    .replace("{{file}}", &file);
+    let (head, generic, run_doc) = match lang {
+        Lang::Ts => (TS_TEMPLATE, "<Args>", ""),
+        _ => (JS_TEMPLATE, "", JS_RUN_DOC),
+    };
+    let body = SCRIPT_BODY_TEMPLATE.replace("{{generic}}", generic).replace("{{run_doc}}", run_doc);
+    let source = format!("{head}{body}").replace("{{name}}", name).replace("{{file}}", &file);
     let package = serde_json::json!({
         "name": name.to_ascii_lowercase(),
         "private": true,
@@ -324,151 +333,6 @@ const TSCONFIG: &str = r#"{
   "include": ["**/*.ts", "**/*.js"],
   "exclude": ["node_modules"]
 }
-"#;
-
-const TS_TEMPLATE: &str = r#"// {{name}}: a factory. Brainstorm ideas on a topic in parallel, critique each one as soon
-// as it lands (a pipeline), and journal the report (a step).
-//
-//   factory run {{file}} --args '{"topic":"release notes"}'
-//   npm install && npm run typecheck
-import { defineFactory } from "@github/copilot-sdk/extension";
-import type { FromSchema } from "@github/copilot-sdk/extension";
-
-// The args schema: the host checks every run's args against it before the run exists.
-const ARGS = {
-    type: "object",
-    properties: { topic: { type: "string" }, ideas: { type: "integer" } },
-} as const;
-type Args = FromSchema<typeof ARGS>;
-
-// Reply schemas (`as const`: each reply's type follows from its schema).
-const IDEA = {
-    type: "object",
-    properties: { title: { type: "string" }, why: { type: "string" } },
-    required: ["title", "why"],
-} as const;
-const CRITIQUE = {
-    type: "object",
-    properties: { score: { type: "integer" }, risk: { type: "string" } },
-    required: ["score", "risk"],
-} as const;
-
-export default defineFactory<Args>({
-    meta: {
-        name: "{{name}}",
-        description: "Brainstorm ideas on a topic and critique each one. args: { topic?: string, ideas?: integer (1-8) }",
-        phases: [{ title: "Brainstorm" }, { title: "Critique" }, { title: "Report" }],
-        limits: { maxConcurrentSubagents: 4, maxTotalSubagents: 40, timeoutSeconds: 600 },
-        argsSchema: ARGS,
-    },
-    run: async ({ args, agent, parallel, pipeline, step, phase, log }) => {
-        const topic = args.topic ?? "names for a build tool";
-        const wanted = args.ideas ?? 3;
-        const count = Math.min(Math.max(wanted, 1), 8);
-        if (count !== wanted) log(`asked for ${wanted} ideas: using ${count} (1-8)`);
-
-        phase("Brainstorm");
-        const ideas = await parallel(
-            Array.from({ length: count }, (_, i) => () =>
-                agent(`Propose one idea about ${topic} (idea ${i + 1} of ${count}). Return JSON {title, why}.`, {
-                    label: `idea:${i}`,
-                    schema: IDEA,
-                }),
-            ),
-        );
-        // An ordinary failure is `null`: keep what came back, and say what did not.
-        const found = ideas.flatMap((idea) => (idea !== null ? [idea] : []));
-        log(`${found.length} of ${count} ideas came back`);
-
-        phase("Critique");
-        const critiqued = await pipeline(
-            found,
-            (idea, _item, i) =>
-                agent(`Critique this idea about ${topic}: ${idea.title} (${idea.why}). Return JSON {score (1-10), risk}.`, {
-                    label: `critique:${i}`,
-                    schema: CRITIQUE,
-                }),
-            (critique, idea) => (critique !== null ? { ...idea, ...critique } : null),
-        );
-
-        phase("Report");
-        const ranked = critiqued.flatMap((c) => (c !== null ? [c] : [])).sort((a, b) => b.score - a.score);
-        return step("report-v1", () => ({ topic, ideas: ranked, dropped: count - ranked.length }));
-    },
-});
-"#;
-
-const JS_TEMPLATE: &str = r#"// {{name}}: a factory. Brainstorm ideas on a topic in parallel, critique each one as soon
-// as it lands (a pipeline), and journal the report (a step).
-//
-//   factory run {{file}} --args '{"topic":"release notes"}'
-//   npm install && npm run typecheck
-// @ts-check
-import { defineFactory } from "@github/copilot-sdk/extension";
-
-// The args schema: the host checks every run's args against it before the run exists.
-// `@type {const}` keeps the literal types, so replies and args are typed from schemas.
-const ARGS = /** @type {const} */ ({
-    type: "object",
-    properties: { topic: { type: "string" }, ideas: { type: "integer" } },
-});
-/** @typedef {import("@github/copilot-sdk/extension").FromSchema<typeof ARGS>} Args */
-
-const IDEA = /** @type {const} */ ({
-    type: "object",
-    properties: { title: { type: "string" }, why: { type: "string" } },
-    required: ["title", "why"],
-});
-const CRITIQUE = /** @type {const} */ ({
-    type: "object",
-    properties: { score: { type: "integer" }, risk: { type: "string" } },
-    required: ["score", "risk"],
-});
-
-export default defineFactory({
-    meta: {
-        name: "{{name}}",
-        description: "Brainstorm ideas on a topic and critique each one. args: { topic?: string, ideas?: integer (1-8) }",
-        phases: [{ title: "Brainstorm" }, { title: "Critique" }, { title: "Report" }],
-        limits: { maxConcurrentSubagents: 4, maxTotalSubagents: 40, timeoutSeconds: 600 },
-        argsSchema: ARGS,
-    },
-    /** @param {import("@github/copilot-sdk/extension").FactoryContext<Args>} ctx */
-    run: async ({ args, agent, parallel, pipeline, step, phase, log }) => {
-        const topic = args.topic ?? "names for a build tool";
-        const wanted = args.ideas ?? 3;
-        const count = Math.min(Math.max(wanted, 1), 8);
-        if (count !== wanted) log(`asked for ${wanted} ideas: using ${count} (1-8)`);
-
-        phase("Brainstorm");
-        const ideas = await parallel(
-            Array.from({ length: count }, (_, i) => () =>
-                agent(`Propose one idea about ${topic} (idea ${i + 1} of ${count}). Return JSON {title, why}.`, {
-                    label: `idea:${i}`,
-                    schema: IDEA,
-                }),
-            ),
-        );
-        // An ordinary failure is `null`: keep what came back, and say what did not.
-        const found = ideas.flatMap((idea) => (idea !== null ? [idea] : []));
-        log(`${found.length} of ${count} ideas came back`);
-
-        phase("Critique");
-        const critiqued = await pipeline(
-            found,
-            (idea, _item, i) =>
-                agent(`Critique this idea about ${topic}: ${idea.title} (${idea.why}). Return JSON {score (1-10), risk}.`, {
-                    label: `critique:${i}`,
-                    schema: CRITIQUE,
-                }),
-            (critique, idea) => (critique !== null ? { ...idea, ...critique } : null),
-        );
-
-        phase("Report");
-        const ranked = critiqued.flatMap((c) => (c !== null ? [c] : [])).sort((a, b) => b.score - a.score);
-        return step("report-v1", () => ({ topic, ideas: ranked, dropped: count - ranked.length }));
-    },
-});
 "#;
 
 const README_TEMPLATE: &str = r#"# {{name}}

@@ -53,10 +53,10 @@ pub struct ServeArgs {
     #[arg(long)]
     no_recover: bool,
     /// Automatic recoveries per run (counted since a caller last started or resumed it);
-    /// past them an interrupted run stays `halted` until resumed by hand.
-    #[arg(long, value_name = "N", default_value_t = factory_host::recover::DEFAULT_MAX_RECOVERIES,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    max_recoveries: u32,
+    /// past them an interrupted run stays `halted` until resumed by hand. Else the config
+    /// file's `max_recoveries`, else 3.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_recoveries: Option<u32>,
     /// Keep runs in this PostgreSQL database instead of the state directory's redb file
     /// (postgres://USER[:PASSWORD]@HOST:PORT/DB; the password is never printed). The state
     /// directory still holds the control socket and the HTTP token. Else `FACTORY_STORE`,
@@ -68,23 +68,30 @@ pub struct ServeArgs {
     #[arg(long, env = "FACTORY_WORKER_ID", value_name = "ID")]
     worker_id: Option<String>,
     /// With a shared store: runs this worker executes at once (0: it executes none and only queues
-    /// the runs started through it for the other workers). Default: no cap.
+    /// the runs started through it for the other workers). Else the config file's `max_runs`,
+    /// else no cap.
     #[arg(long, value_name = "N")]
     max_runs: Option<usize>,
     /// With a shared store: runs executing at once across all the workers; a worker claims a
-    /// queued run only while fewer are (give every worker the same value). Default: no cap.
+    /// queued run only while fewer are (give every worker the same value). Else the config
+    /// file's `cluster_max_runs`, else no cap.
     #[arg(long, value_name = "N")]
     cluster_max_runs: Option<usize>,
     /// With a shared store: agent calls in flight at once across all the workers on backend NAME
     /// (exact: each call holds one of N slot rows in the database while it runs; give every
-    /// worker the same value). Repeatable, one per backend.
+    /// worker the same value). Repeatable, one per backend; wins over the config file's
+    /// `backend_max_calls = { NAME = N }` for that backend.
     #[arg(long, value_name = "NAME=N", value_parser = parse_backend_cap)]
     backend_max_calls: Vec<(String, u32)>,
     /// With a shared store: on SIGTERM, how long the worker lets its runs go on before it halts the
-    /// rest and hands them back to the queue for another worker.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_drain)]
-    drain_seconds: f64,
+    /// rest and hands them back to the queue for another worker. Else the config file's
+    /// `drain_seconds`, else 10.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_drain)]
+    drain_seconds: Option<f64>,
 }
+
+/// Default of `--drain-seconds`.
+const DEFAULT_DRAIN_SECONDS: f64 = 10.0;
 
 fn parse_backend_cap(text: &str) -> Result<(String, u32), String> {
     let (name, n) = text.split_once('=').ok_or_else(|| format!("--backend-max-calls takes NAME=N, got {text}"))?;
@@ -141,16 +148,20 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     if store.is_none() && a.worker_id.is_some() {
         anyhow::bail!("--worker-id needs a shared store (--store, FACTORY_STORE or the config file's `store`)");
     }
-    if store.is_none() && (a.max_runs.is_some() || a.cluster_max_runs.is_some() || !a.backend_max_calls.is_empty()) {
-        anyhow::bail!("--max-runs, --cluster-max-runs and --backend-max-calls need a shared store (--store, FACTORY_STORE or the config file's `store`)");
+    // Each setting: its flag, else the config file's key, else its default.
+    let file = &config.serve;
+    let max_runs = a.max_runs.or(file.max_runs);
+    let cluster_max_runs = a.cluster_max_runs.or(file.cluster_max_runs);
+    let mut backend_max_calls = file.backend_max_calls.clone();
+    backend_max_calls.extend(a.backend_max_calls.iter().cloned());
+    let max_recoveries = a.max_recoveries.or(file.max_recoveries).unwrap_or(factory_host::recover::DEFAULT_MAX_RECOVERIES);
+    let drain_seconds = a.drain_seconds.or(file.drain_seconds).unwrap_or(DEFAULT_DRAIN_SECONDS);
+    if store.is_none() && (max_runs.is_some() || cluster_max_runs.is_some() || !backend_max_calls.is_empty()) {
+        anyhow::bail!("--max-runs, --cluster-max-runs and --backend-max-calls (or the config file's max_runs, cluster_max_runs and backend_max_calls) need a shared store (--store, FACTORY_STORE or the config file's `store`)");
     }
     let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
-        let caps = factory_host::engine::caps::Caps {
-            worker_runs: a.max_runs,
-            cluster_runs: a.cluster_max_runs,
-            backend_calls: a.backend_max_calls.iter().cloned().collect(),
-        };
+        let caps = factory_host::engine::caps::Caps { worker_runs: max_runs, cluster_runs: cluster_max_runs, backend_calls: backend_max_calls };
         crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps)
             .await
             .context("opening the shared store")?
@@ -203,7 +214,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     if !a.no_recover {
         // Before the banner: once it is printed, every interrupted run is resumed or left.
-        let recovered = factory_host::recover::recover_interrupted(&host, a.max_recoveries)
+        let recovered = factory_host::recover::recover_interrupted(&host, max_recoveries)
             .await
             .context("reading the runs to recover")?;
         for recovery in recovered {
@@ -213,7 +224,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     // A worker of a shared store claims queued runs and reaps dead workers until it drains.
     let claiming = tokio_util::sync::CancellationToken::new();
     if host.store().run_queue().is_some() {
-        tokio::spawn(factory_host::engine::queue::claim_loop(host.clone(), a.max_recoveries, claiming.clone()));
+        tokio::spawn(factory_host::engine::queue::claim_loop(host.clone(), max_recoveries, claiming.clone()));
         tokio::spawn(factory_host::engine::queue::reap_loop(host.store().clone(), claiming.clone()));
     }
     eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
@@ -238,7 +249,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         _ = idle => eprintln!("factory serve: idle for {} s with no run and no client; exiting", a.idle_exit.unwrap_or_default()),
     }
     if queued {
-        drain(&host, &claiming, Duration::from_secs_f64(a.drain_seconds)).await;
+        drain(&host, &claiming, Duration::from_secs_f64(drain_seconds)).await;
     }
     if http.is_some() {
         // `factory ui` then says no daemon serves HTTP here.

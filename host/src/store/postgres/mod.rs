@@ -261,6 +261,19 @@ impl PgStore {
         executing.get(run).is_none_or(|&generation| generation == self.lease.generation())
     }
 
+    /// After a claim of run `run` for a new attempt here (`taken`): an attempt of it begun
+    /// under a generation this worker lost has ended by then (the caller stopped it first), so
+    /// its entry in `executing` no longer refuses the run's writes. Returns `taken`.
+    fn claimed(&self, run: &str, taken: bool) -> bool {
+        if taken {
+            let mut executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
+            if executing.get(run).is_some_and(|&generation| generation != self.lease.generation()) {
+                executing.remove(run);
+            }
+        }
+        taken
+    }
+
     fn queue_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         let mut known = self.known_blobs.lock().unwrap_or_else(|p| p.into_inner());
         if known.contains(hash) {
@@ -352,7 +365,7 @@ impl Renewal {
                         Ok(halted) => {
                             away_since = None;
                             tracing::warn!(
-                                "worker {worker} rejoined the store as generation {}; the runs it was executing are halted (resume them): {}",
+                                "worker {worker} rejoined the store as generation {}; the runs it was executing are halted and back in the queue: {}",
                                 self.lease.generation(),
                                 if halted.is_empty() { "none".to_string() } else { halted.join(", ") }
                             );
@@ -372,7 +385,8 @@ impl Renewal {
     /// Register again with a new generation: every write is refused first and what was
     /// queued is handled (failed), so nothing of the lost generation is committed under the
     /// new one; the runs this worker left `running` become `halted` with a storage failure
-    /// (those another worker took meanwhile are its own); then writes are accepted again,
+    /// and go back to the queue (those another worker took meanwhile are its own; other
+    /// workers' runs are the reaper's); then writes are accepted again,
     /// except those of attempts begun under the lost generation ([`PgStore::send_for`]).
     async fn rejoin(&self, away: Duration) -> Result<Vec<String>, StoreError> {
         self.writer.fail(self.lease.fenced());
@@ -531,19 +545,37 @@ impl Store for PgStore {
     }
 
     fn claim_interrupted<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let (pool, lease, run_id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
-        self.spawn(async move {
+        let (pool, lease, id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
+        let claimed = self.spawn(async move {
             let mut client = pool.get().await?;
-            worker::claim(&mut client, &pool.url, &lease, &run_id).await
+            worker::claim(&mut client, &pool.url, &lease, &id).await
+        });
+        async move { Ok(self.claimed(run_id, claimed.await?)) }.boxed()
+    }
+
+    fn continues<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (pool, run_id) = (self.pool.clone(), run_id.to_string());
+        self.spawn(async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM run_queue WHERE run_id = $1)
+                         OR EXISTS (SELECT 1 FROM runs r JOIN workers w ON w.id = r.owner WHERE r.id = $1 AND w.lease_until > now())",
+                    &[&run_id],
+                )
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
+            Ok(row.get(0))
         })
     }
 
     fn claim_resume<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        let (pool, lease, run_id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
-        self.spawn(async move {
+        let (pool, lease, id) = (self.pool.clone(), self.lease.clone(), run_id.to_string());
+        let claimed = self.spawn(async move {
             let mut client = pool.get().await?;
-            worker::claim_for_resume(&mut client, &pool.url, &lease, &run_id).await
-        })
+            worker::claim_for_resume(&mut client, &pool.url, &lease, &id).await
+        });
+        async move { Ok(self.claimed(run_id, claimed.await?)) }.boxed()
     }
 
     fn release_claim<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {

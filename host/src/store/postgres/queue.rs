@@ -228,22 +228,10 @@ impl RunQueue for PgStore {
             checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(e)?, &lease)?;
             // `FOR UPDATE` conflicts with the `FOR KEY SHARE` of a commit of theirs in flight:
             // such a worker is skipped now and fenced at the next pass.
-            let dead: Vec<String> = tx
-                .query(
-                    "SELECT w.id FROM workers w WHERE w.lease_until < now() AND w.id <> $1
-                       AND (EXISTS (SELECT 1 FROM runs r WHERE r.owner = w.id) OR EXISTS (SELECT 1 FROM run_queue q WHERE q.claimed_by = w.id))
-                     FOR UPDATE SKIP LOCKED",
-                    &[&lease.worker],
-                )
-                .await
-                .map_err(e)?
-                .iter()
-                .map(|row| row.get(0))
-                .collect();
+            let dead = super::worker::fence_dead(&tx, &url, &lease.worker).await?;
             if dead.is_empty() {
                 return Ok(Reaped::default());
             }
-            tx.execute("UPDATE workers SET generation = generation + 1 WHERE id = ANY($1)", &[&dead]).await.map_err(e)?;
             let rows = tx
                 .query(
                     "SELECT r.id, r.record, a.accounting, q.run_id IS NOT NULL FROM runs r

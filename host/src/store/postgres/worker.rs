@@ -49,15 +49,48 @@ impl Lease {
 /// Why [`register`] halts the runs this worker (by id) left `running`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Left {
-    /// A process of this id stopped or crashed: the runs are interrupted (recovery resumes them).
+    /// A process of this id stopped or crashed: the runs are interrupted (recovery resumes
+    /// them when the worker starts), and so are those of workers really dead (fenced here).
     Crash,
-    /// This process lost its lease while the database was away for `0`: the runs end
-    /// `halted` with a storage failure, for a caller to resume.
+    /// This process lost its lease while the database was away for `0`: its own runs end
+    /// `halted` with a storage failure, still interrupted, and go back to the queue (a worker
+    /// resumes them, counted against `--max-recoveries`). Other workers' runs are left to
+    /// the reaper: a worker whose lease lapsed in the same outage is rejoining too.
     Outage(Duration),
+}
+
+/// Fence, by the reaper's rule, every worker other than `worker` whose lease ran out and
+/// that still owns runs or queue entries: its row taken `FOR UPDATE` (`SKIP LOCKED`: one
+/// that a commit of its own or its own rejoin holds is not dead, and is passed over), its
+/// generation raised, inside the caller's transaction that then takes its runs. Returns the
+/// workers fenced.
+pub(super) async fn fence_dead(tx: &tokio_postgres::Transaction<'_>, url: &str, worker: &str) -> Result<Vec<String>, StoreError> {
+    let e = |e| pg(url, e);
+    let dead: Vec<String> = tx
+        .query(
+            "SELECT w.id FROM workers w WHERE w.lease_until < now() AND w.id <> $1
+               AND (EXISTS (SELECT 1 FROM runs r WHERE r.owner = w.id) OR EXISTS (SELECT 1 FROM run_queue q WHERE q.claimed_by = w.id))
+             FOR UPDATE SKIP LOCKED",
+            &[&worker],
+        )
+        .await
+        .map_err(e)?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    if !dead.is_empty() {
+        tx.execute("UPDATE workers SET generation = generation + 1 WHERE id = ANY($1)", &[&dead]).await.map_err(e)?;
+    }
+    Ok(dead)
 }
 
 /// Register `worker` (a new generation, a fresh lease) and repair the runs a crash left
 /// running, in one transaction. Returns the lease and the ids of the runs halted.
+///
+/// Only runs whose worker cannot continue them are taken: this worker's own (by id), and at
+/// connect ([`Left::Crash`]) those of workers found really dead and fenced in this same
+/// transaction ([`fence_dead`]), and runs no worker row owns. A worker that is alive, or
+/// rejoining at this moment, keeps its runs.
 pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, worker: &str, duration: Duration, left: Left) -> Result<(Lease, Vec<String>), StoreError> {
     let e = |e| pg(url, e);
     let host = hostname();
@@ -78,21 +111,23 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         .await
         .map_err(e)?
         .get(0);
+    let crash = left == Left::Crash;
+    let dead = if crash { fence_dead(&tx, url, worker).await? } else { Vec::new() };
     let rows = tx
         .query(
-            "SELECT r.id, r.record, a.accounting, r.owner, q.run_id IS NOT NULL FROM runs r
-               LEFT JOIN workers w ON w.id = r.owner
+            "SELECT r.id, r.record, a.accounting, q.run_id IS NOT NULL FROM runs r
                LEFT JOIN live_accounting a ON a.run_id = r.id
                LEFT JOIN run_queue q ON q.run_id = r.id
              WHERE r.status IN ('running', 'pending')
-               AND (r.owner IS NULL OR r.owner = $1 OR w.id IS NULL OR w.lease_until < now())
-               AND NOT (r.owner IS NULL AND q.run_id IS NOT NULL)
+               AND (r.owner = $1 OR r.owner = ANY($2)
+                    OR ($3 AND ((r.owner IS NULL AND q.run_id IS NULL)
+                                OR (r.owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = r.owner)))))
              FOR UPDATE OF r SKIP LOCKED",
-            &[&worker],
+            &[&worker, &dead, &crash],
         )
         .await
         .map_err(e)?;
-    let (mut ids, mut records, mut dead, mut fresh) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ids, mut records, mut fresh) = (Vec::new(), Vec::new(), Vec::new());
     for row in rows {
         let id: String = row.get(0);
         let bytes: Vec<u8> = row.get(1);
@@ -108,36 +143,18 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
             Some(bytes) => Some(serde_json::from_slice::<Accounting>(&bytes).map_err(|e| crate::store::corrupt("accounting", e))?),
             None => None,
         };
-        let owner = row.get::<_, Option<String>>(3);
-        let ours = owner.as_deref() == Some(worker);
-        if let Some(owner) = owner.filter(|owner| owner != worker) {
-            dead.push(owner);
-        }
         // Claimed from the queue but never started: back in the queue as it was.
-        if row.get::<_, bool>(4) && record.envelope.status == RunStatus::Pending && record.envelope.attempts == 0 {
+        if row.get::<_, bool>(3) && record.envelope.status == RunStatus::Pending && record.envelope.attempts == 0 {
             fresh.push(id);
             continue;
         }
         if halt_interrupted(&mut record, live) {
-            if let (true, Left::Outage(away)) = (ours, left) {
+            if let Left::Outage(away) = left {
                 outage_failure(&mut record, away);
             }
             records.push(serde_json::to_vec(&record)?);
             ids.push(id);
         }
-    }
-    if !dead.is_empty() {
-        dead.sort();
-        dead.dedup();
-        // The reaper's fence: the dead workers' rows taken `FOR UPDATE` (waiting out any commit
-        // of theirs in flight), their generation raised, in the transaction that takes their runs.
-        tx.execute(
-            "WITH dead AS (SELECT id FROM workers WHERE id = ANY($1) AND lease_until < now() FOR UPDATE)
-             UPDATE workers SET generation = generation + 1 FROM dead WHERE workers.id = dead.id",
-            &[&dead],
-        )
-        .await
-        .map_err(e)?;
     }
     if !ids.is_empty() {
         tx.execute(
@@ -148,16 +165,28 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         .await
         .map_err(e)?;
     }
-    // The runs halted here are recovered when the worker starts (`factory serve`), not
-    // through the queue; what an earlier self or a dead worker had claimed from the queue
-    // and not started goes back to it.
-    tx.execute("DELETE FROM run_queue WHERE run_id = ANY($1)", &[&ids]).await.map_err(e)?;
+    // At connect, the runs halted here are recovered when the worker starts (`factory
+    // serve`), not through the queue. At a rejoin they go back to the queue, for whichever
+    // worker claims them first (this one included). What an earlier self or a dead worker had
+    // claimed from the queue and not started goes back to it.
+    let requeued = if crash {
+        tx.execute("DELETE FROM run_queue WHERE run_id = ANY($1)", &[&ids]).await.map_err(e)?;
+        0
+    } else {
+        tx.execute(
+            "INSERT INTO run_queue (run_id) SELECT unnest($1::text[])
+             ON CONFLICT (run_id) DO UPDATE SET claimed_by = NULL, enqueued_at = now()",
+            &[&ids],
+        )
+        .await
+        .map_err(e)?
+    };
     tx.execute("UPDATE runs SET owner = NULL WHERE id = ANY($1)", &[&fresh]).await.map_err(e)?;
     let released = tx
         .execute("UPDATE run_queue SET claimed_by = NULL WHERE claimed_by = $1 OR claimed_by = ANY($2) OR run_id = ANY($3)", &[&worker, &dead, &fresh])
         .await
         .map_err(e)?;
-    if released > 0 {
+    if released + requeued > 0 {
         tx.execute("SELECT pg_notify($1, '')", &[&super::schema::QUEUE_CHANNEL]).await.map_err(e)?;
     }
     tx.commit().await.map_err(e)?;
@@ -165,21 +194,21 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
 }
 
 /// A run this worker was executing when it lost its lease to a database outage: `halted`
-/// with a storage failure saying so, and no interruption mark (automatic recovery leaves it:
-/// a caller resumes it, every journaled call replaying for free).
+/// with a storage failure saying so; it keeps its interruption mark, so the worker that
+/// claims it from the queue resumes it as automatic recovery does (counted against
+/// `--max-recoveries`), every journaled call replaying for free.
 fn outage_failure(record: &mut RunRecord, away: Duration) {
     use crate::model::envelope::{Failure, FailureType};
     let failure = Failure::new(
         FailureType::Storage,
         Some("unavailable"),
         format!(
-            "the store could not be written for {:.1} s, longer than this worker's lease; the attempt stopped with the journal as last committed: resume to continue",
+            "the store could not be written for {:.1} s, longer than this worker's lease; the attempt stopped with the journal as last committed, and the run went back to the queue for a worker to resume",
             away.as_secs_f64()
         ),
     );
     record.envelope.error = Some(failure.message.clone());
     record.envelope.failure = Some(failure);
-    record.interrupted = None;
 }
 
 /// Take run `run_id` for this worker to recover, in one transaction that also checks this
