@@ -2,7 +2,8 @@
 //! executes. After each commit a worker's writer sends ONE `pg_notify('factory_runs', ...)`
 //! naming the runs that commit touched (never one per entry, and never inside the commit's
 //! transaction, where NOTIFY takes a global lock; sent by a task of its own, so the next
-//! commit does not wait for it); every worker LISTENs on its own
+//! commit does not wait for it, at most one per commit window, the runs of the commits
+//! made meanwhile together); every worker LISTENs on its own
 //! connection (see [`super::cancel::listen`]) and hands the ids it did not write itself to
 //! the host ([`Store::run_changes`](crate::store::Store::run_changes)), which announces them
 //! to its subscribers. A slow poll of the runs executing on other workers covers a lost
@@ -42,21 +43,20 @@ pub(crate) fn payload(worker: &str, runs: Vec<String>) -> String {
     serde_json::to_string(&many).unwrap_or_default()
 }
 
-/// Send the notifications of one or more commits (`payloads`, in commit order, each one
-/// notification), outside those commits' transactions, in ONE transaction of their own
-/// pipelined on one connection (a single round trip). That transaction commits
-/// asynchronously (`synchronous_commit` off for it alone): a notification is a hint, the
-/// journal it announces is already durable, and a NOTIFY holds PostgreSQL's global notify
-/// lock until its transaction's commit record is flushed; waiting for that flush would
-/// serialize every worker's notifications behind the disk.
-pub(super) async fn notify(pool: &PoolHandle, payloads: &[String]) -> Result<(), StoreError> {
+/// Send one notification (`payload`) of one or more commits, outside those commits'
+/// transactions, in a transaction of its own pipelined on one connection (one round trip).
+/// That transaction commits asynchronously (`synchronous_commit` off for it alone): a
+/// notification is a hint, the journal it announces is already durable, and a NOTIFY holds
+/// PostgreSQL's global notify lock until its transaction's commit record is flushed; waiting
+/// for that flush would serialize every worker's notifications behind the disk.
+pub(super) async fn notify(pool: &PoolHandle, payload: &str) -> Result<(), StoreError> {
     let e = |e| pg(&pool.url, e);
     let client = pool.get().await?;
     let statement = client.prepare_cached("SELECT pg_notify('factory_runs', $1)").await.map_err(e)?;
     let begin = client.batch_execute("BEGIN; SET LOCAL synchronous_commit TO off");
-    let sends = futures::future::try_join_all(payloads.iter().map(|payload| client.execute_raw(&statement, std::iter::once(payload as &(dyn tokio_postgres::types::ToSql + Sync)))));
+    let send = client.execute_raw(&statement, std::iter::once(&payload as &(dyn tokio_postgres::types::ToSql + Sync)));
     let commit = client.batch_execute("COMMIT");
-    let (begun, sent, committed) = futures::join!(begin, sends, commit);
+    let (begun, sent, committed) = futures::join!(begin, send, commit);
     let outcome = begun.and(sent.map(drop)).and(committed);
     if outcome.is_err() && !client.is_closed() {
         // Leave no transaction open on a connection going back to the pool.

@@ -58,7 +58,7 @@ impl Writer {
             done: Mutex::new(Some(done)),
         };
         let (notes, notifier) = mpsc::unbounded_channel();
-        let notifier = runtime.spawn(notify(setup.pool.clone(), setup.lease.worker.clone(), writer.stats.clone(), notifier));
+        let notifier = runtime.spawn(notify(setup.pool.clone(), setup.lease.worker.clone(), writer.stats.clone(), setup.window, notifier));
         let task = Task {
             notes,
             pool: setup.pool,
@@ -342,20 +342,25 @@ impl Task {
     }
 }
 
-/// The notifier task: for each commit, ONE notification naming the runs it touched (from
-/// [`touched_runs`]), for the other workers' followers ([`super::changes`]), in commit
-/// order; the notifications of commits made while it was sending go out together, one
-/// round trip ([`super::changes::notify`]). A failure to send is only logged (the other
-/// workers poll too).
-async fn notify(pool: PoolHandle, worker: String, stats: Arc<WriterStats>, mut notes: mpsc::UnboundedReceiver<Vec<String>>) {
-    while let Some(runs) = notes.recv().await {
-        let mut payloads = vec![super::changes::payload(&worker, runs)];
-        while let Ok(runs) = notes.try_recv() {
-            payloads.push(super::changes::payload(&worker, runs));
+/// The notifier task: after a commit, ONE notification naming the runs it touched (from
+/// [`touched_runs`]), for the other workers' followers ([`super::changes`]). At most one per
+/// commit window (`window`): the runs of commits made meanwhile go out together in the next
+/// one, each named once, so a busy worker does not wake every listening worker once per
+/// commit; a follower is at most about one window later. A failure to send is only logged
+/// (the other workers poll too).
+async fn notify(pool: PoolHandle, worker: String, stats: Arc<WriterStats>, window: Duration, mut notes: mpsc::UnboundedReceiver<Vec<String>>) {
+    let mut next = tokio::time::Instant::now();
+    while let Some(mut runs) = notes.recv().await {
+        tokio::time::sleep_until(next).await;
+        while let Ok(more) = notes.try_recv() {
+            runs.extend(more);
         }
-        match super::changes::notify(&pool, &payloads).await {
+        runs.sort();
+        runs.dedup();
+        next = tokio::time::Instant::now() + window;
+        match super::changes::notify(&pool, &super::changes::payload(&worker, runs)).await {
             Ok(()) => {
-                stats.notifies.fetch_add(payloads.len() as u64, Ordering::Relaxed);
+                stats.notifies.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => tracing::warn!("notifying the other workers of a commit: {e}"),
         }
