@@ -8,6 +8,7 @@
 //! needs out of the store and awaits without holding it.
 
 use super::abort::{Abort, LimitKind, StepError};
+use super::agents::Start;
 use crate::sandbox::contract::agent::factory::{agents, ctx, types as wit};
 use crate::sandbox::RunData;
 use wasmtime::component::{Accessor, HasSelf};
@@ -66,17 +67,31 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         prompt: String,
         options: wit::AgentOptions,
     ) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
-        let (agents, attempt) = accessor.with(|mut access| {
+        // Admission, the memo key and a memo hit need no wait: answered here, in the hook call.
+        let started = accessor.with(|mut access| {
             let run = &access.get().run;
-            (run.agents.clone(), run.attempt.clone())
+            let agents = &run.agents;
+            let limits = crate::model::meta::agent_limits_from_wit(options.limits);
+            match agents.start(prompt, options.label, options.schema, options.model, limits) {
+                Start::Answered(outcome) => Err(outcome),
+                Start::Call(call) => Ok((agents.clone(), run.attempt.clone(), call)),
+            }
         });
+        let (agents, attempt, call) = match started {
+            Ok(waiting) => waiting,
+            Err(outcome) => return Ok(outcome.map_err(Into::into)),
+        };
         // Once the attempt is stopping the call answers at once with the abort, so the guest
         // can react within the stop grace (the call is abandoned as a dropped store would).
-        let outcome = tokio::select! {
-            biased;
-            outcome = agents.call(prompt, options.label, options.schema, options.model, crate::model::meta::agent_limits_from_wit(options.limits)) => outcome,
-            _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
-        };
+        // Boxed: the future of a call that waits stays out of the hook's own.
+        let outcome = Box::pin(async move {
+            tokio::select! {
+                biased;
+                outcome = agents.finish(call) => outcome,
+                _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
+            }
+        })
+        .await;
         Ok(outcome.map_err(Into::into))
     }
 
