@@ -389,7 +389,10 @@ impl Agents {
 
     /// One subagent call: up to two spawns with a schema (one retry on a parse or match
     /// failure), one without. Its outcome and summary; the caller journals an answer.
-    async fn spawn_agent(&self, mut request: AgentRequest, schema: Option<Schema>, span: &tracing::Span) -> (Result<Option<String>, Abort>, AgentSummary) {
+    async fn spawn_agent(&self, request: AgentRequest, schema: Option<Schema>, span: &tracing::Span) -> (Result<Option<String>, Abort>, AgentSummary) {
+        // Shared with the backend, not copied per spawn: a retry changes its own copy only
+        // while the backend still holds the first.
+        let mut request = Arc::new(request);
         let label = request.label.clone().unwrap_or_else(|| "agent".to_string());
         let started = Instant::now();
         let mut summary = AgentSummary {
@@ -401,7 +404,9 @@ impl Agents {
         let spawns = if schema.is_some() { 2 } else { 1 };
         let mut outcome = Ok(None);
         for attempt in 0..spawns {
-            request.attempt = attempt;
+            if request.attempt != attempt {
+                Arc::make_mut(&mut request).attempt = attempt;
+            }
             let _slot = match &self.slots {
                 Some(slots) => {
                     if slots.available_permits() == 0 {
@@ -428,7 +433,7 @@ impl Agents {
             // been billed for what it had done: the spend becomes a lower bound.
             let cut_off = CutOff(Some(&self.credits_at_least));
             let calling = Instant::now();
-            let reply = self.backend.call(Arc::new(request.clone())).await;
+            let reply = self.backend.call(request.clone()).await;
             cut_off.finished();
             let reply = match reply {
                 Ok(reply) => {
@@ -478,7 +483,7 @@ impl Agents {
                     Err(mismatch) => {
                         let next = if attempt + 1 < spawns { ", retrying" } else { "" };
                         self.progress.log(format!("agent `{label}` reply does not match its schema: {mismatch}{next}"));
-                        request.feedback = Some(format!("it does not match the schema ({mismatch})"));
+                        Arc::make_mut(&mut request).feedback = Some(format!("it does not match the schema ({mismatch})"));
                     }
                 },
             }
