@@ -4,8 +4,9 @@
 //! [`Abort`] and [`StepError`] to their WIT forms. Bindings take the sandbox's store data;
 //! the capabilities' semantics never see it, so they do not depend on the sandbox that holds
 //! them. The synchronous hooks answer from in-memory state or, for a journaled value not
-//! cached, one read of the store; none waits for a commit. Each agent call clones what it
-//! needs out of the store and awaits without holding it.
+//! cached, one read of the store; none waits for a commit. An agent call is checked, keyed
+//! and, when the journal view holds its answer, answered inside the hook call; one that
+//! must wait clones what it needs out of the store and awaits without holding it.
 
 use super::abort::{Abort, LimitKind, StepError};
 use super::agents::Start;
