@@ -20,7 +20,8 @@
 //! `FACTORY_BENCH_RUNS=N` changes the number of runs per row (default 7; cold start, the
 //! one-second sequential rows and memory per run use at most 5); `FACTORY_BENCH_SECTIONS=6,7`
 //! measures only those sections (in section 7, `FACTORY_BENCH_LANGUAGES=js` skips Python and
-//! `FACTORY_BENCH_FAN_OUT_ONLY=1` keeps the fan-out rows only). Without `--bench` (as under
+//! `FACTORY_BENCH_FAN_OUT_ONLY=1` keeps the fan-out rows only; in section 1,
+//! `FACTORY_BENCH_HOOKS=agent-hit,log` measures only those hooks, for profiling one). Without `--bench` (as under
 //! `cargo test --all-targets`) it measures nothing.
 
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
@@ -551,12 +552,17 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
     let backend = LatencyBackend::new(Duration::ZERO);
     let host = durable_host(state.path(), cache, &backend);
     let factory = load(&host, component).await;
-    let hooks: [(&str, &str, usize); 4] = [
+    let only: Option<Vec<String>> =
+        std::env::var("FACTORY_BENCH_HOOKS").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let hooks: Vec<(&str, &str, usize)> = [
         ("log", "`log` (a progress entry, journaled)", 20_000),
         ("step-get", "`step-get` hit", 100_000),
         ("step-put", "`step-put` (journaled)", 20_000),
         ("agent-hit", "memoized `agent` hit (async call)", 20_000),
-    ];
+    ]
+    .into_iter()
+    .filter(|(workload, ..)| only.as_ref().is_none_or(|o| o.iter().any(|w| w == workload)))
+    .collect();
     let mut empty: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     let mut loops: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     run(&host, &factory, "empty", 1, false).await; // warm-up
@@ -569,7 +575,7 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
             check_done(&envelope, "empty", n, false);
             empty.entry(n).or_default().push(ms(sample.wall));
         }
-        for (workload, _, n) in hooks {
+        for &(workload, _, n) in &hooks {
             let calls = backend.calls();
             let (envelope, sample) = measure(&host, run(&host, &factory, workload, n, false)).await;
             check_done(&envelope, workload, n, false);
@@ -581,7 +587,7 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
             loops.entry(workload).or_default().push(ms(sample.wall));
         }
     }
-    for (workload, name, n) in hooks {
+    for &(workload, name, n) in &hooks {
         let base = median(empty.get(&n).cloned().unwrap_or_default());
         let total = median(loops.get(workload).cloned().unwrap_or_default());
         let per_call = (total - base) * 1e6 / n as f64;

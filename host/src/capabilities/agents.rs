@@ -10,7 +10,7 @@
 //! both is in [`super::bindings`].
 
 use super::abort::{Abort, LimitKind};
-use super::attempt::{Attempt, AttemptSetup};
+use super::attempt::{Attempt, AttemptSetup, Memo};
 use super::progress::Progress;
 use crate::backend::{AgentBackend, AgentReply, AgentRequest};
 use crate::model::envelope::Accounting;
@@ -25,6 +25,28 @@ use std::time::Instant;
 use tokio::sync::{OnceCell, Semaphore};
 
 type Shared = Arc<OnceCell<Result<Option<String>, Abort>>>;
+
+/// What [`Agents::start`] made of an agent call.
+pub(crate) enum Start {
+    /// Answered without a wait: a memo hit, or a refusal.
+    Answered(Result<Option<String>, Abort>),
+    /// Admitted, not yet answered: [`Agents::finish`] it.
+    Call(Box<Call>),
+}
+
+/// An admitted agent call [`Agents::start`] could not answer at once.
+pub(crate) struct Call {
+    /// Counts the call as pending until it ends.
+    pending: PendingCall,
+    prompt: String,
+    label: Option<String>,
+    schema: Option<Schema>,
+    model: Option<String>,
+    limits: AgentLimits,
+    key: AgentKey,
+    /// The journal view knows the key was never journaled (no store read needed).
+    known: bool,
+}
 
 /// The subagent calls of one attempt.
 pub(crate) struct Agents {
@@ -88,10 +110,10 @@ impl Agents {
     /// replay changes nothing durable, and journaling one entry per replayed call would make
     /// every resume pay (and store) again for what it skips; the attempt's `AttemptEnded`
     /// entry counts them instead.
-    fn notify_cached(&self, label: String, ok: bool) {
+    fn notify_cached(&self, label: &str, ok: bool) {
         self.attempt_cache_hits.fetch_add(1, Ordering::Relaxed);
         self.metrics.call(crate::metrics::CallOutcome::Cached);
-        self.attempt.announce(ProgressEvent::cached(label, ok));
+        self.attempt.announce(|| ProgressEvent::cached(label.to_string(), ok));
     }
 
     /// Calls this attempt answered from the journal or an identical call.
@@ -99,98 +121,130 @@ impl Agents {
         self.attempt_cache_hits.load(Ordering::Relaxed)
     }
 
-    /// `agents.agent`: memoized, journaled, limited subagent call.
-    pub(crate) async fn call(
-        self: Arc<Self>,
+    /// `agents.agent` (memoized, journaled, limited), the part that needs no wait: admission and the per-call caps, the memo key,
+    /// and the answer when the attempt's journal view has it (a memo hit answers here, with
+    /// no await). A call it cannot answer is handed to [`Agents::finish`].
+    pub(crate) fn start(
+        self: &Arc<Self>,
         prompt: String,
         label: Option<String>,
         schema: Option<String>,
         model: Option<String>,
         limits: AgentLimits,
-    ) -> Result<Option<String>, Abort> {
+    ) -> Start {
         if let Some(abort) = self.attempt.stopping() {
-            return Err(abort);
+            return Start::Answered(Err(abort));
         }
         // Admission, before anything else is copied or parsed: the call's strings are
         // already in host memory, and stay there until it ends (its bytes are charged now
         // and judged once the per-call caps below have passed).
         let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref())
             .saturating_add(limits.wrap_up.as_ref().map_or(0, |w| w.len() as u64));
-        let _pending = PendingCall::enter(&self.pending_calls, &self.pending_bytes, &self.host_pending_bytes, charge);
-        if _pending.count > self.attempt.sandbox.max_pending_agent_calls as u64 {
-            let message = format!(
-                "more than {} agent calls pending at once",
-                self.attempt.sandbox.max_pending_agent_calls
-            );
+        let pending = PendingCall::enter(self.clone(), charge);
+        match self.admit_call(&pending, &prompt, label.as_deref(), schema.as_deref(), model.as_deref(), limits) {
+            Err(abort) => Start::Answered(Err(abort)),
+            Ok((limits, schema)) => {
+                let key =
+                    AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
+                // Journaled: replay for free, here when the journal view knows the answer.
+                let known = match self.attempt.cached_agent(&key.0) {
+                    Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
+                    Memo::Absent => true,
+                    Memo::Unknown => false,
+                };
+                Start::Call(Box::new(Call { pending, prompt, label, schema, model, limits, key, known }))
+            }
+        }
+    }
+
+    /// The per-call caps and the limits' validity: the effective limits (the call's over the
+    /// factory's) and the parsed schema.
+    fn admit_call(
+        &self,
+        pending: &PendingCall,
+        prompt: &str,
+        label: Option<&str>,
+        schema: Option<&str>,
+        model: Option<&str>,
+        limits: AgentLimits,
+    ) -> Result<(AgentLimits, Option<Schema>), Abort> {
+        let sandbox = &self.attempt.sandbox;
+        if pending.count > sandbox.max_pending_agent_calls as u64 {
+            let message = format!("more than {} agent calls pending at once", sandbox.max_pending_agent_calls);
             return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
         }
-        if prompt.len() > self.attempt.sandbox.max_prompt_bytes {
-            let message = format!(
-                "prompt is {} bytes, over the {} byte limit",
-                prompt.len(),
-                self.attempt.sandbox.max_prompt_bytes
-            );
+        if prompt.len() > sandbox.max_prompt_bytes {
+            let message = format!("prompt is {} bytes, over the {} byte limit", prompt.len(), sandbox.max_prompt_bytes);
             return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPromptBytes", message }));
         }
-        if let Some(label) = &label {
-            self.attempt.cap("maxLabelBytes", "agent label", label.len(), self.attempt.sandbox.max_label_bytes)?;
+        if let Some(label) = label {
+            self.attempt.cap("maxLabelBytes", "agent label", label.len(), sandbox.max_label_bytes)?;
         }
-        if let Some(model) = &model {
-            self.attempt.cap("maxModelBytes", "agent model name", model.len(), self.attempt.sandbox.max_model_bytes)?;
+        if let Some(model) = model {
+            self.attempt.cap("maxModelBytes", "agent model name", model.len(), sandbox.max_model_bytes)?;
         }
-        if let Some(schema) = &schema {
-            self.attempt.cap("maxSchemaBytes", "agent schema", schema.len(), self.attempt.sandbox.max_schema_bytes)?;
+        if let Some(schema) = schema {
+            self.attempt.cap("maxSchemaBytes", "agent schema", schema.len(), sandbox.max_schema_bytes)?;
         }
         if let Some(wrap_up) = &limits.wrap_up {
             // A wrap-up is a prompt: bounded like one.
-            self.attempt.cap("maxPromptBytes", "agent wrap-up prompt", wrap_up.len(), self.attempt.sandbox.max_prompt_bytes)?;
+            self.attempt.cap("maxPromptBytes", "agent wrap-up prompt", wrap_up.len(), sandbox.max_prompt_bytes)?;
         }
         if let Err(e) = limits.validate() {
-            let who = label.as_deref().unwrap_or("agent");
+            let who = label.unwrap_or("agent");
             return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: {e}"))));
         }
         // The effective limits (the call's over the factory's) are the call's identity.
         let limits = limits.or(&self.agent_limits);
         // Within every per-call cap: now the bytes it holds while pending (checked before the
         // schema is parsed, the one copy that grows with it).
-        if _pending.run_bytes > self.attempt.sandbox.max_pending_agent_bytes {
+        if pending.run_bytes > sandbox.max_pending_agent_bytes {
             let message = format!(
                 "agent calls pending at once would hold {} bytes in the host, over the {} byte limit",
-                _pending.run_bytes, self.attempt.sandbox.max_pending_agent_bytes
+                pending.run_bytes, sandbox.max_pending_agent_bytes
             );
             return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentBytes", message }));
         }
-        if _pending.host_bytes_now > self.attempt.sandbox.max_host_pending_agent_bytes {
+        if pending.host_bytes_now > sandbox.max_host_pending_agent_bytes {
             let message = format!(
                 "agent calls pending at once in every run of this host would hold {} bytes, over the {} byte limit",
-                _pending.host_bytes_now, self.attempt.sandbox.max_host_pending_agent_bytes
+                pending.host_bytes_now, sandbox.max_host_pending_agent_bytes
             );
             return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxHostPendingAgentBytes", message }));
         }
-        let schema = match schema.as_deref().map(Schema::parse) {
+        let schema = match schema.map(Schema::parse) {
             None => None,
             Some(Ok(schema)) => Some(schema),
             Some(Err(e)) => {
-                let who = label.as_deref().unwrap_or("agent");
+                let who = label.unwrap_or("agent");
                 return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: invalid schema: {e}"))));
             }
         };
-        let key =
-            AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
-        let shown = label.clone().unwrap_or_else(|| "agent".to_string());
+        Ok((limits, schema))
+    }
 
-        // Journaled: replay for free (from the cache, else from the store).
-        let journaled = self.attempt.journaled_agent(&key.0).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
-        if let Some(outcome) = journaled {
-            self.cache_hits.fetch_add(1, Ordering::Relaxed);
-            let span = self.span(model.as_deref(), &shown, crate::trace::Memo::Hit);
-            crate::trace::agent_ended(&span, if outcome.is_some() { "ok" } else { "failed" }, 0);
-            self.notify_cached(shown, outcome.is_some());
-            return Ok(outcome);
+    /// A call answered from the journal: counted, traced and told to live subscribers.
+    fn hit(&self, outcome: Option<String>, label: Option<&str>, model: Option<&str>) -> Option<String> {
+        self.cache_hits.fetch_add(1, Ordering::Relaxed);
+        let shown = label.unwrap_or("agent");
+        let span = self.span(model, shown, crate::trace::Memo::Hit);
+        crate::trace::agent_ended(&span, if outcome.is_some() { "ok" } else { "failed" }, 0);
+        self.notify_cached(shown, outcome.is_some());
+        outcome
+    }
+
+    /// The part of `agents.agent` that may wait: the store's answer for a key the journal
+    /// view does not know, an identical call in flight, or the spawn itself.
+    pub(crate) async fn finish(self: Arc<Self>, call: Box<Call>) -> Result<Option<String>, Abort> {
+        let Call { pending: _pending, prompt, label, schema, model, limits, key, known } = *call;
+        if !known {
+            let journaled = self.attempt.read_agent(&key.0).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
+            if let Some(outcome) = journaled {
+                return Ok(self.hit(outcome, label.as_deref(), model.as_deref()));
+            }
         }
 
         // In flight or done in this attempt: share the one call.
-        let key_hex = key.0.clone();
         let (cell, first) = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
             match inflight.get(&key.0) {
@@ -205,7 +259,8 @@ impl Agents {
         if !first {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
         }
-        let span = self.span(model.as_deref(), &shown, if first { crate::trace::Memo::Miss } else { crate::trace::Memo::Shared });
+        let shown = if first { String::new() } else { label.clone().unwrap_or_else(|| "agent".to_string()) };
+        let span = self.span(model.as_deref(), label.as_deref().unwrap_or("agent"), if first { crate::trace::Memo::Miss } else { crate::trace::Memo::Shared });
         let request = AgentRequest {
             prompt,
             label,
@@ -215,15 +270,16 @@ impl Agents {
             feedback: None,
             limits,
         };
-        let this = self.clone();
-        let call_span = span.clone();
+        let this = &self;
+        let call_span = &span;
+        let key = &key.0;
         let outcome = cell
             .get_or_init(|| async move {
-                let (outcome, summary) = this.spawn_agent(request, schema, &call_span).await;
+                let (outcome, summary) = this.spawn_agent(request, schema, call_span).await;
                 if let Ok(reply) = &outcome {
                     // Its progress entry, the accounting and the outcome: one journal write.
                     let finished = ProgressEvent::AgentFinished { summary, cached: false };
-                    if let Err(abort) = this.attempt.finish_agent(&key.0, reply, finished, &this.accounting()) {
+                    if let Err(abort) = this.attempt.finish_agent(key, reply, finished, &this.accounting()) {
                         return Err(this.attempt.abort(abort));
                     }
                 }
@@ -234,12 +290,11 @@ impl Agents {
         if first {
             // Done: later identical calls replay from the journal, so this attempt does not
             // hold every outcome for its whole life. Calls already waiting share the cell.
-            self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key_hex);
-        }
-        if !first {
+            self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        } else {
             crate::trace::agent_ended(&span, status_name(&outcome), 0);
             if let Ok(reply) = &outcome {
-                self.notify_cached(shown, reply.is_some());
+                self.notify_cached(&shown, reply.is_some());
             }
         }
         outcome
@@ -334,7 +389,10 @@ impl Agents {
 
     /// One subagent call: up to two spawns with a schema (one retry on a parse or match
     /// failure), one without. Its outcome and summary; the caller journals an answer.
-    async fn spawn_agent(&self, mut request: AgentRequest, schema: Option<Schema>, span: &tracing::Span) -> (Result<Option<String>, Abort>, AgentSummary) {
+    async fn spawn_agent(&self, request: AgentRequest, schema: Option<Schema>, span: &tracing::Span) -> (Result<Option<String>, Abort>, AgentSummary) {
+        // Shared with the backend, not copied per spawn: a retry changes its own copy only
+        // while the backend still holds the first.
+        let mut request = Arc::new(request);
         let label = request.label.clone().unwrap_or_else(|| "agent".to_string());
         let started = Instant::now();
         let mut summary = AgentSummary {
@@ -346,7 +404,9 @@ impl Agents {
         let spawns = if schema.is_some() { 2 } else { 1 };
         let mut outcome = Ok(None);
         for attempt in 0..spawns {
-            request.attempt = attempt;
+            if request.attempt != attempt {
+                Arc::make_mut(&mut request).attempt = attempt;
+            }
             let _slot = match &self.slots {
                 Some(slots) => {
                     if slots.available_permits() == 0 {
@@ -373,7 +433,7 @@ impl Agents {
             // been billed for what it had done: the spend becomes a lower bound.
             let cut_off = CutOff(Some(&self.credits_at_least));
             let calling = Instant::now();
-            let reply = self.backend.call(Arc::new(request.clone())).await;
+            let reply = self.backend.call(request.clone()).await;
             cut_off.finished();
             let reply = match reply {
                 Ok(reply) => {
@@ -425,7 +485,7 @@ impl Agents {
                     Err(mismatch) => {
                         let next = if attempt + 1 < spawns { ", retrying" } else { "" };
                         self.progress.log(format!("agent `{label}` reply does not match its schema: {mismatch}{next}"));
-                        request.feedback = Some(format!("it does not match the schema ({mismatch})"));
+                        Arc::make_mut(&mut request).feedback = Some(format!("it does not match the schema ({mismatch})"));
                     }
                 },
             }
@@ -520,10 +580,8 @@ fn pending_charge(prompt: &str, label: Option<&str>, schema: Option<&str>, model
 }
 
 /// Counts one pending agent call, and the bytes it holds, for as long as it lives.
-struct PendingCall<'a> {
-    counter: &'a AtomicU64,
-    bytes: &'a AtomicU64,
-    host_bytes: &'a AtomicU64,
+pub(crate) struct PendingCall {
+    agents: Arc<Agents>,
     charge: u64,
     /// Pending calls including this one, when it entered.
     count: u64,
@@ -533,20 +591,19 @@ struct PendingCall<'a> {
     host_bytes_now: u64,
 }
 
-impl<'a> PendingCall<'a> {
-    fn enter(counter: &'a AtomicU64, bytes: &'a AtomicU64, host_bytes: &'a AtomicU64, charge: u64) -> Self {
-        let count = counter.fetch_add(1, Ordering::SeqCst) + 1;
-        let run_bytes = bytes.fetch_add(charge, Ordering::SeqCst).saturating_add(charge);
-        let host_bytes_now = host_bytes.fetch_add(charge, Ordering::SeqCst).saturating_add(charge);
-        PendingCall { counter, bytes, host_bytes, charge, count, run_bytes, host_bytes_now }
+impl PendingCall {
+    fn enter(agents: Arc<Agents>, charge: u64) -> Self {
+        let count = agents.pending_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let run_bytes = agents.pending_bytes.fetch_add(charge, Ordering::SeqCst).saturating_add(charge);
+        let host_bytes_now = agents.host_pending_bytes.fetch_add(charge, Ordering::SeqCst).saturating_add(charge);
+        PendingCall { agents, charge, count, run_bytes, host_bytes_now }
     }
 }
 
-impl Drop for PendingCall<'_> {
+impl Drop for PendingCall {
     fn drop(&mut self) {
-        self.counter.fetch_sub(1, Ordering::SeqCst);
-        self.bytes.fetch_sub(self.charge, Ordering::SeqCst);
-        self.host_bytes.fetch_sub(self.charge, Ordering::SeqCst);
+        self.agents.pending_calls.fetch_sub(1, Ordering::SeqCst);
+        self.agents.pending_bytes.fetch_sub(self.charge, Ordering::SeqCst);
+        self.agents.host_pending_bytes.fetch_sub(self.charge, Ordering::SeqCst);
     }
 }
-

@@ -68,6 +68,16 @@ pub(crate) struct AttemptSetup {
     pub agent_limits: crate::model::limits::AgentLimits,
 }
 
+/// What the journal view knows of an agent call's key ([`Attempt::cached_agent`]).
+pub(crate) enum Memo {
+    /// Journaled: its outcome.
+    Hit(Option<String>),
+    /// Never journaled.
+    Absent,
+    /// Not in the cache: ask the store.
+    Unknown,
+}
+
 /// The state one attempt's capabilities share (see the module docs).
 pub(crate) struct Attempt {
     pub(crate) run_id: String,
@@ -272,17 +282,21 @@ impl Attempt {
         Ok(())
     }
 
-    /// An agent outcome, from the cache or else the store.
-    pub(crate) async fn journaled_agent(&self, key: &str) -> Result<Option<Option<String>>, JournalError> {
-        {
-            let book = self.book();
-            if let Some(outcome) = book.cache.agent(key) {
-                return Ok(Some(outcome.clone()));
-            }
-            if book.agent_keys.as_ref().is_some_and(|keys| !keys.contains(&fingerprint(key))) {
-                return Ok(None);
-            }
+    /// An agent outcome as the journal view knows it, without a wait: from the cache, or
+    /// known never journaled (the journal listed the run's agent keys), else unknown.
+    pub(crate) fn cached_agent(&self, key: &str) -> Memo {
+        let book = self.book();
+        if let Some(outcome) = book.cache.agent(key) {
+            return Memo::Hit(outcome.clone());
         }
+        match &book.agent_keys {
+            Some(keys) if !keys.contains(&fingerprint(key)) => Memo::Absent,
+            _ => Memo::Unknown,
+        }
+    }
+
+    /// An agent outcome from the store (for a key [`Attempt::cached_agent`] did not know).
+    pub(crate) async fn read_agent(&self, key: &str) -> Result<Option<Option<String>>, JournalError> {
         self.journal.get_agent(&self.run_id, key).await
     }
 
@@ -298,11 +312,12 @@ impl Attempt {
             let mut book = self.book();
             self.prepare_progress(&mut book, event, essential).and_then(|(stored, bytes, total)| {
                 self.journal.put_progress(&self.run_id, stored.seq, bytes, total).map_err(Abort::Storage)?;
-                Ok(self.progressed(&mut book, stored))
+                let seq = stored.seq;
+                Ok((seq, self.progressed(&mut book, stored)))
             })
         };
         match written {
-            Ok(entry) => self.publish(entry),
+            Ok((seq, entry)) => self.publish(seq, entry),
             Err(abort) => {
                 self.abort(abort);
             }
@@ -325,20 +340,25 @@ impl Attempt {
         Ok((stored, bytes, total))
     }
 
-    /// A prepared entry was put: it is the latest (and a phase entry sets the phase).
-    fn progressed(&self, book: &mut Book, stored: JournaledProgress) -> ProgressEntry {
+    /// A prepared entry was put: it is the latest (and a phase entry sets the phase). The
+    /// entry as the subscriber gets it, when there is one (none is made for nobody).
+    fn progressed(&self, book: &mut Book, stored: JournaledProgress) -> Option<ProgressEntry> {
         if let ProgressEvent::Phase { title } = &stored.event {
             book.phase = Some((stored.seq, title.clone()));
         }
         book.next_seq = stored.seq;
+        self.events.as_ref()?;
         let phase = book.phase.as_ref().map(|(_, title)| title.clone());
-        ProgressEntry { seq: stored.seq, at_ms: stored.at_ms, phase, event: stored.event }
+        Some(ProgressEntry { seq: stored.seq, at_ms: stored.at_ms, phase, event: stored.event })
     }
 
-    /// Announce a recorded entry: the new revision, and the entry to the subscriber.
-    fn publish(&self, entry: ProgressEntry) {
-        let _ = self.updates.send(RunUpdated { run_id: self.run_id.clone(), revision: self.record_writes + entry.seq });
-        if let Some(tx) = &self.events {
+    /// Announce a recorded entry: the new revision (to whoever listens), and the entry to
+    /// the subscriber.
+    fn publish(&self, seq: u64, entry: Option<ProgressEntry>) {
+        if self.updates.receiver_count() > 0 {
+            let _ = self.updates.send(RunUpdated { run_id: self.run_id.clone(), revision: self.record_writes + seq });
+        }
+        if let (Some(tx), Some(entry)) = (&self.events, entry) {
             let _ = tx.send(entry);
         }
     }
@@ -368,7 +388,7 @@ impl Attempt {
                 }
                 return Err(Abort::Storage(e));
             }
-            let entry = stored.map(|stored| self.progressed(&mut book, stored));
+            let entry = stored.map(|stored| (stored.seq, self.progressed(&mut book, stored)));
             if agent_charged.is_ok() {
                 if let Some(keys) = &mut book.agent_keys {
                     keys.insert(fingerprint(key));
@@ -377,8 +397,8 @@ impl Attempt {
             }
             (entry, progress_refused, agent_charged)
         };
-        if let Some(entry) = entry {
-            self.publish(entry);
+        if let Some((seq, entry)) = entry {
+            self.publish(seq, entry);
         }
         if let Some(abort) = progress_refused {
             self.abort(abort);
@@ -386,16 +406,16 @@ impl Attempt {
         agent_charged.map(|_| ())
     }
 
-    /// Tell live subscribers (not the journal) about an event; the entry carries the latest
-    /// durable seq and phase.
-    pub(crate) fn announce(&self, event: ProgressEvent) {
+    /// Tell live subscribers (not the journal) about an event, made only when someone
+    /// listens; the entry carries the latest durable seq and phase.
+    pub(crate) fn announce(&self, event: impl FnOnce() -> ProgressEvent) {
         if let Some(tx) = &self.events {
             let book = self.book();
             let entry = ProgressEntry {
                 seq: book.next_seq,
                 at_ms: now_ms(),
                 phase: book.phase.as_ref().map(|(_, title)| title.clone()),
-                event,
+                event: event(),
             };
             drop(book);
             let _ = tx.send(entry);

@@ -4,10 +4,12 @@
 //! [`Abort`] and [`StepError`] to their WIT forms. Bindings take the sandbox's store data;
 //! the capabilities' semantics never see it, so they do not depend on the sandbox that holds
 //! them. The synchronous hooks answer from in-memory state or, for a journaled value not
-//! cached, one read of the store; none waits for a commit. Each agent call clones what it
-//! needs out of the store and awaits without holding it.
+//! cached, one read of the store; none waits for a commit. An agent call is checked, keyed
+//! and, when the journal view holds its answer, answered inside the hook call; one that
+//! must wait clones what it needs out of the store and awaits without holding it.
 
 use super::abort::{Abort, LimitKind, StepError};
+use super::agents::Start;
 use crate::sandbox::contract::agent::factory::{agents, ctx, types as wit};
 use crate::sandbox::RunData;
 use wasmtime::component::{Accessor, HasSelf};
@@ -66,17 +68,31 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         prompt: String,
         options: wit::AgentOptions,
     ) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
-        let (agents, attempt) = accessor.with(|mut access| {
+        // Admission, the memo key and a memo hit need no wait: answered here, in the hook call.
+        let started = accessor.with(|mut access| {
             let run = &access.get().run;
-            (run.agents.clone(), run.attempt.clone())
+            let agents = &run.agents;
+            let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
+            match agents.start(prompt, options.label, options.schema, options.model, limits) {
+                Start::Answered(outcome) => Err(outcome),
+                Start::Call(call) => Ok((agents.clone(), run.attempt.clone(), call)),
+            }
         });
+        let (agents, attempt, call) = match started {
+            Ok(waiting) => waiting,
+            Err(outcome) => return Ok(outcome.map_err(Into::into)),
+        };
         // Once the attempt is stopping the call answers at once with the abort, so the guest
         // can react within the stop grace (the call is abandoned as a dropped store would).
-        let outcome = tokio::select! {
-            biased;
-            outcome = agents.call(prompt, options.label, options.schema, options.model, crate::sandbox::contract::agent_limits_from_wit(options.limits)) => outcome,
-            _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
-        };
+        // Boxed: the future of a call that waits stays out of the hook's own.
+        let outcome = Box::pin(async move {
+            tokio::select! {
+                biased;
+                outcome = agents.finish(call) => outcome,
+                _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
+            }
+        })
+        .await;
         Ok(outcome.map_err(Into::into))
     }
 

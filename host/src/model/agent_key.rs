@@ -5,7 +5,7 @@
 //! resume after the factory's code changed still hits every unchanged call.
 
 use crate::model::limits::AgentLimits;
-use sha2::{Digest, Sha256};
+use ring::digest::{Context, SHA256};
 
 /// A hex sha256 naming one subagent call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -50,13 +50,16 @@ impl AgentKey {
     ) -> Self {
         // serde_json's default map is a BTreeMap, so `to_string` emits sorted keys: that is
         // the canonical form. Each field is length-prefixed so no two tuples collide.
+        // SHA-256 through `ring` and hex through `data-encoding`, whose code is not generic:
+        // the same optimized code in every build profile.
         let schema = schema.map(|s| s.to_string());
-        let mut hash = Sha256::new();
+        let mut hash = Context::new(&SHA256);
         let mut field = |field: Option<&str>| match field {
             None => hash.update(b"-"),
             Some(text) => {
-                hash.update(b"+");
-                hash.update((text.len() as u64).to_le_bytes());
+                let mut head = [b'+'; 9];
+                head[1..].copy_from_slice(&(text.len() as u64).to_le_bytes());
+                hash.update(&head);
                 hash.update(text.as_bytes());
             }
         };
@@ -73,7 +76,7 @@ impl AgentKey {
                 field(part);
             }
         }
-        AgentKey(hex::encode(hash.finalize()))
+        AgentKey(data_encoding::HEXLOWER.encode(hash.finish().as_ref()))
     }
 }
 

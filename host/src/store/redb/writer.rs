@@ -234,26 +234,24 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
         let mut usage = txn.open_table(JOURNAL_USAGE)?;
         let mut run_modules = txn.open_table(super::tables::RUN_MODULES)?;
         // Live accounting is overwritten per agent; within a batch only each run's last one
-        // needs writing.
-        let mut last_accounting = std::collections::HashMap::new();
-        // Likewise the journal usage: only the largest per run.
-        let mut last_usage: HashMap<&str, u64> = HashMap::new();
+        // needs writing. Likewise the journal usage: only the largest per run.
+        let mut last = PerRun::default();
         for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
             match op {
-                Op::Accounting { run, .. } => {
-                    last_accounting.insert(run.as_str(), i);
-                }
+                Op::Accounting { run, .. } => last.at(run).accounting = Some(i),
                 Op::Step { run, usage: bytes, .. }
                 | Op::Agent { run, usage: bytes, .. }
                 | Op::Progress { run, usage: bytes, .. } => {
-                    let most = last_usage.entry(run.as_str()).or_insert(0);
-                    *most = (*most).max(*bytes);
+                    let most = &mut last.at(run).usage;
+                    *most = Some(most.map_or(*bytes, |most| most.max(*bytes)));
                 }
                 _ => {}
             }
         }
-        for (run, bytes) in last_usage {
-            usage.insert(run, bytes)?;
+        for (run, of_run) in &last.runs {
+            if let Some(bytes) = of_run.usage {
+                usage.insert(*run, bytes)?;
+            }
         }
         for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
             match op {
@@ -267,7 +265,7 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                     progress.insert((run.as_str(), *seq), entry.as_slice())?;
                 }
                 Op::Accounting { run, accounting: bytes } => {
-                    if last_accounting.get(run.as_str()) == Some(&i) {
+                    if last.at(run).accounting == Some(i) {
                         accounting.insert(run.as_str(), bytes.as_slice())?;
                     }
                 }
@@ -298,6 +296,40 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
     stats.commits.fetch_add(1, Ordering::Relaxed);
     stats.ops.fetch_add(writes as u64, Ordering::Relaxed);
     Ok(())
+}
+
+/// What a batch writes once per run: the index of its last accounting op and its largest
+/// journal usage.
+#[derive(Default)]
+struct OfRun {
+    accounting: Option<usize>,
+    usage: Option<u64>,
+}
+
+/// [`OfRun`] by run, in the order runs first appear in the batch. A batch's ops mostly come
+/// in runs of one run's, so the run of the last lookup is tried before the index.
+#[derive(Default)]
+struct PerRun<'a> {
+    runs: Vec<(&'a str, OfRun)>,
+    index: HashMap<&'a str, usize>,
+    last: usize,
+}
+
+impl<'a> PerRun<'a> {
+    fn at(&mut self, run: &'a str) -> &mut OfRun {
+        let hit = self.runs.get(self.last).is_some_and(|(r, _)| *r == run);
+        if !hit {
+            self.last = match self.index.get(run) {
+                Some(&at) => at,
+                None => {
+                    self.index.insert(run, self.runs.len());
+                    self.runs.push((run, OfRun::default()));
+                    self.runs.len() - 1
+                }
+            };
+        }
+        &mut self.runs[self.last].1
+    }
 }
 
 #[cfg(test)]
