@@ -13,7 +13,7 @@ use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::model::sandbox_limits::SandboxLimits;
 use crate::model::envelope::Accounting;
-use crate::store::journal::{fingerprint, AgentOutcome, Journal, JournalError};
+use crate::store::journal::{decode_outcome, fingerprint, AgentOutcome, Fingerprints, Journal, JournalError, Loaded, LoadedEntries};
 use futures::future::{BoxFuture, FutureExt as _};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -38,13 +38,23 @@ struct Book {
     cache: ValueCache,
     /// Bytes journaled so far, all attempts (counted against `maxJournalBytes`).
     journal_bytes: u64,
-    /// The fingerprint of every journaled agent key, when the journal listed them at load
-    /// (a key not among them needs no store read); `None`: ask the store.
-    agent_keys: Option<std::collections::HashSet<u64>>,
+    /// The agent outcomes the journal held at load.
+    loaded_agents: LoadedAgents,
+    /// The fingerprints of agent keys this attempt journaled.
+    added_agents: Fingerprints,
     /// The current phase: the seq of the `Phase` entry that set it, and its title.
     phase: Option<(u64, String)>,
     /// The latest progress seq.
     next_seq: u64,
+}
+
+/// The agent outcomes an attempt's load found ([`crate::store::journal::JournalSnapshot`]).
+pub(crate) struct LoadedAgents {
+    /// The keys, and the outcomes that fit the load budget.
+    pub entries: LoadedEntries,
+    /// Whether `entries` lists every journaled key (then a key neither there nor journaled
+    /// by this attempt needs no store read).
+    pub listed: bool,
 }
 
 /// What a new attempt starts from.
@@ -102,14 +112,21 @@ impl Attempt {
         setup: &AttemptSetup,
         cache: ValueCache,
         journal_bytes: u64,
-        agent_keys: Option<std::collections::HashSet<u64>>,
+        loaded_agents: LoadedAgents,
     ) -> Attempt {
         Attempt {
             run_id: setup.run_id.clone(),
             limits: setup.limits,
             sandbox: setup.sandbox.clone(),
             journal: setup.journal.clone(),
-            book: Mutex::new(Book { cache, journal_bytes, agent_keys, phase: None, next_seq: setup.next_seq }),
+            book: Mutex::new(Book {
+                cache,
+                journal_bytes,
+                loaded_agents,
+                added_agents: Fingerprints::default(),
+                phase: None,
+                next_seq: setup.next_seq,
+            }),
             stop: setup.stop.clone(),
             cause: Mutex::new(None),
             events: setup.events.clone(),
@@ -272,15 +289,27 @@ impl Attempt {
         Ok(())
     }
 
-    /// An agent outcome, from the cache or else the store.
+    /// An agent outcome, from what the load found, the cache, or else the store.
     pub(crate) async fn journaled_agent(&self, key: &str) -> Result<Option<Option<String>>, JournalError> {
         {
             let book = self.book();
+            // A fresh run loaded nothing: its key is hashed only if the cache misses.
+            let mut hashed = None;
+            if !book.loaded_agents.entries.is_empty() {
+                let fingerprint = *hashed.insert(fingerprint(key));
+                if let Loaded::Value(bytes) = book.loaded_agents.entries.get(fingerprint, key) {
+                    let outcome = decode_outcome(bytes).map_err(JournalError::new)?;
+                    return Ok(Some(outcome.map(str::to_string)));
+                }
+            }
             if let Some(outcome) = book.cache.agent(key) {
                 return Ok(Some(outcome.clone()));
             }
-            if book.agent_keys.as_ref().is_some_and(|keys| !keys.contains(&fingerprint(key))) {
-                return Ok(None);
+            if book.loaded_agents.listed {
+                let fingerprint = hashed.unwrap_or_else(|| fingerprint(key));
+                if !book.loaded_agents.entries.knows(fingerprint) && !book.added_agents.contains(&fingerprint) {
+                    return Ok(None);
+                }
             }
         }
         self.journal.get_agent(&self.run_id, key).await
@@ -370,8 +399,8 @@ impl Attempt {
             }
             let entry = stored.map(|stored| self.progressed(&mut book, stored));
             if agent_charged.is_ok() {
-                if let Some(keys) = &mut book.agent_keys {
-                    keys.insert(fingerprint(key));
+                if book.loaded_agents.listed {
+                    book.added_agents.insert(fingerprint(key));
                 }
                 book.cache.put_agent(key.to_string(), reply.clone());
             }
