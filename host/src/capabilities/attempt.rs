@@ -13,7 +13,7 @@ use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::model::sandbox_limits::SandboxLimits;
 use crate::model::envelope::Accounting;
-use crate::store::journal::{decode_outcome, fingerprint, AgentOutcome, Fingerprints, Journal, JournalError, Loaded, LoadedEntries};
+use crate::store::journal::{decode_outcome, AgentOutcome, Fingerprints, Journal, JournalError, Loaded, LoadedEntries};
 use futures::future::{BoxFuture, FutureExt as _};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -296,7 +296,7 @@ impl Attempt {
             // A fresh run loaded nothing: its key is hashed only if the cache misses.
             let mut hashed = None;
             if !book.loaded_agents.entries.is_empty() {
-                let fingerprint = *hashed.insert(fingerprint(key));
+                let fingerprint = *hashed.insert(book.loaded_agents.entries.fingerprint(key));
                 if let Loaded::Value(bytes) = book.loaded_agents.entries.get(fingerprint, key) {
                     let outcome = decode_outcome(bytes).map_err(JournalError::new)?;
                     return Ok(Some(outcome.map(str::to_string)));
@@ -306,7 +306,7 @@ impl Attempt {
                 return Ok(Some(outcome.clone()));
             }
             if book.loaded_agents.listed {
-                let fingerprint = hashed.unwrap_or_else(|| fingerprint(key));
+                let fingerprint = hashed.unwrap_or_else(|| book.loaded_agents.entries.fingerprint(key));
                 if !book.loaded_agents.entries.knows(fingerprint) && !book.added_agents.contains(&fingerprint) {
                     return Ok(None);
                 }
@@ -400,7 +400,8 @@ impl Attempt {
             let entry = stored.map(|stored| self.progressed(&mut book, stored));
             if agent_charged.is_ok() {
                 if book.loaded_agents.listed {
-                    book.added_agents.insert(fingerprint(key));
+                    let fingerprint = book.loaded_agents.entries.fingerprint(key);
+                    book.added_agents.insert(fingerprint);
                 }
                 book.cache.put_agent(key.to_string(), reply.clone());
             }

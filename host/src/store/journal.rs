@@ -23,6 +23,17 @@ pub fn fingerprint(key: &str) -> u64 {
     KEYS.get_or_init(Default::default).hash_one(key)
 }
 
+/// An agent key's fingerprint: an agent key is the hex of a sha256 ([`crate::AgentKey`]),
+/// so its first 64 bits already are one (no second hash of its 64 characters). Any other key
+/// gets its [`fingerprint`]. A guest cannot choose a call's sha256, so it cannot aim these
+/// at each other either; two that meet are told apart by their full key where it matters.
+pub fn agent_fingerprint(key: &str) -> u64 {
+    match key.get(..16) {
+        Some(prefix) if key.len() == 64 => u64::from_str_radix(prefix, 16).unwrap_or_else(|_| fingerprint(key)),
+        _ => fingerprint(key),
+    }
+}
+
 /// Hashes a [`fingerprint`] as itself: it is already a keyed hash, so maps keyed by one need
 /// not hash it again.
 #[derive(Debug, Default, Clone, Copy)]
@@ -82,28 +93,48 @@ pub enum Loaded<'a> {
 /// after the other in one buffer. No allocation and no hash of the key text per entry beyond
 /// its fingerprint; a value is returned only for its exact key (two keys sharing a
 /// fingerprint are both [`Loaded::Unloaded`]).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct LoadedEntries {
     bytes: Vec<u8>,
     index: HashMap<u64, Slot, Fingerprinted>,
     values: usize,
+    /// How its keys are fingerprinted ([`fingerprint`] for steps, [`agent_fingerprint`] for
+    /// agent keys).
+    hash: fn(&str) -> u64,
+}
+
+/// Step entries.
+impl Default for LoadedEntries {
+    fn default() -> Self {
+        LoadedEntries::steps(0)
+    }
 }
 
 impl LoadedEntries {
-    /// Room for `keys` keys.
-    pub fn with_capacity(keys: usize) -> Self {
-        LoadedEntries { index: HashMap::with_capacity_and_hasher(keys, Fingerprinted::default()), ..Default::default() }
+    /// Step entries, with room for `keys` keys.
+    pub fn steps(keys: usize) -> Self {
+        LoadedEntries { bytes: Vec::new(), index: HashMap::with_capacity_and_hasher(keys, Fingerprinted::default()), values: 0, hash: fingerprint }
+    }
+
+    /// Agent entries, with room for `keys` keys.
+    pub fn agents(keys: usize) -> Self {
+        LoadedEntries { hash: agent_fingerprint, ..LoadedEntries::steps(keys) }
+    }
+
+    /// The fingerprint of `key` here (what [`LoadedEntries::get`] and the others take).
+    pub fn fingerprint(&self, key: &str) -> u64 {
+        (self.hash)(key)
     }
 
     /// A journaled key whose value is not loaded. Each key is given once.
     pub fn key(&mut self, key: &str) {
-        self.insert(fingerprint(key), key, None);
+        self.insert(self.fingerprint(key), key, None);
     }
 
     /// A journaled key with its value (its bytes as the journal keeps them). Each key is
     /// given once.
     pub fn value(&mut self, key: &str, value: &[u8]) {
-        self.insert(fingerprint(key), key, Some(value));
+        self.insert(self.fingerprint(key), key, Some(value));
     }
 
     fn insert(&mut self, fingerprint: u64, key: &str, value: Option<&[u8]>) {
@@ -133,7 +164,7 @@ impl LoadedEntries {
         }
     }
 
-    /// What the load knew of `key`, whose [`fingerprint`] is `fingerprint`.
+    /// What the load knew of `key`, whose [`LoadedEntries::fingerprint`] is `fingerprint`.
     pub fn get(&self, fingerprint: u64, key: &str) -> Loaded<'_> {
         let Some(slot) = self.index.get(&fingerprint) else { return Loaded::Absent };
         if slot.value_len == UNLOADED {
@@ -264,7 +295,7 @@ impl PartialEq for JournalError {
 }
 
 /// What an attempt starts from.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct JournalSnapshot {
     /// Every journaled step key (all of them, whether or not its value is loaded: what counts
     /// distinct steps), with its JSON text for as many steps as fit the load budget.
@@ -278,6 +309,13 @@ pub struct JournalSnapshot {
     /// Bytes the run has journaled so far, all attempts together (as last recorded with a
     /// put).
     pub journal_bytes: u64,
+}
+
+/// An empty journal.
+impl Default for JournalSnapshot {
+    fn default() -> Self {
+        JournalSnapshot { steps: LoadedEntries::steps(0), agents: LoadedEntries::agents(0), agents_listed: false, journal_bytes: 0 }
+    }
 }
 
 /// What an answered agent call journals at once ([`Journal::put_agent_outcome`]); each
@@ -363,7 +401,7 @@ mod tests {
 
     #[test]
     fn loaded_entries_answer_by_exact_key_and_forget_replaced_values() {
-        let mut entries = LoadedEntries::default();
+        let mut entries = LoadedEntries::steps(0);
         entries.value("plan", b"\"v1\"");
         entries.key("big");
         assert_eq!((entries.len(), entries.values()), (2, 1));
@@ -381,12 +419,24 @@ mod tests {
 
     #[test]
     fn two_keys_sharing_a_fingerprint_are_left_to_the_journal() {
-        let mut entries = LoadedEntries::default();
+        let mut entries = LoadedEntries::agents(0);
         entries.insert(7, "a", Some(b"1"));
         entries.insert(7, "b", Some(b"2"));
         assert_eq!(entries.get(7, "a"), Loaded::Unloaded);
         assert_eq!(entries.get(7, "b"), Loaded::Unloaded);
         assert_eq!((entries.len(), entries.values()), (1, 0));
+    }
+
+    #[test]
+    fn an_agent_keys_fingerprint_is_its_sha256_prefix() {
+        let key = crate::AgentKey::new("p", Some("l"), None, None).0;
+        assert_eq!(agent_fingerprint(&key), u64::from_str_radix(&key[..16], 16).unwrap());
+        assert_eq!(agent_fingerprint("a1"), fingerprint("a1"), "a key that is no sha256 is hashed");
+        let not_hex = "z".repeat(64);
+        assert_eq!(agent_fingerprint(&not_hex), fingerprint(&not_hex));
+        let mut entries = LoadedEntries::agents(1);
+        entries.value(&key, b"\x01\"ok\"");
+        assert_eq!(entries.get(entries.fingerprint(&key), &key), Loaded::Value(&b"\x01\"ok\""[..]));
     }
 
     #[test]

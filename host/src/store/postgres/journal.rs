@@ -46,8 +46,8 @@ impl PgStore {
             let (steps, agents, usage) = futures::join!(steps, agents, usage);
             let (steps, agents) = (steps.map_err(e)?, agents.map_err(e)?);
             let mut snapshot = JournalSnapshot {
-                steps: LoadedEntries::with_capacity(steps.len()),
-                agents: LoadedEntries::with_capacity(agents.len()),
+                steps: LoadedEntries::steps(steps.len()),
+                agents: LoadedEntries::agents(agents.len()),
                 ..JournalSnapshot::default()
             };
             let mut room = value_bytes;
