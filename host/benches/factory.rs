@@ -267,16 +267,50 @@ struct Sample {
     rss_before: u64,
 }
 
+/// With `FACTORY_BENCH_PERF_CTL=FIFO` (and `FACTORY_BENCH_PERF_ACK=FIFO`), tell a
+/// `perf record --control fifo:FIFO,ACK --delay=-1` to `enable` or `disable` sampling, so a
+/// profile holds the measured work only (not the runs made to be resumed), and wait for its
+/// acknowledgement.
+fn perf_control(command: &str) {
+    use std::io::{Read, Write};
+    let Some(control) = std::env::var_os("FACTORY_BENCH_PERF_CTL") else { return };
+    let written = std::fs::OpenOptions::new().write(true).open(&control).and_then(|mut f| f.write_all(format!("{command}\n").as_bytes()));
+    if let Err(e) = written {
+        fail(format!("cannot tell perf to {command} through {}: {e}", control.to_string_lossy()));
+    }
+    if let Some(ack) = std::env::var_os("FACTORY_BENCH_PERF_ACK") {
+        let mut answer = [0u8; 5];
+        let _ = std::fs::File::open(ack).and_then(|mut f| f.read(&mut answer));
+    }
+}
+
+/// An instant as seconds of CLOCK_MONOTONIC (what `perf record -k mono` stamps samples
+/// with), read from its `Debug` form (std's `Instant` is a `timespec` of that clock on Linux
+/// and has no accessor).
+fn monotonic(at: Instant) -> String {
+    let text = format!("{at:?}");
+    let field = |name: &str| -> u64 {
+        let digits = text.split(name).nth(1).unwrap_or("").trim_start_matches(|c: char| !c.is_ascii_digit());
+        digits.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    format!("{}.{:09}", field("tv_sec"), field("tv_nsec"))
+}
+
 async fn measure<T>(host: &Host, work: impl Future<Output = T>) -> (T, Sample) {
     // Hand free heap pages back first, so "RSS before" is not padded with earlier peaks.
     sys::trim_heap();
     reset_peak_rss();
     let rss_before = vm("VmRSS");
     let commits = host.store().writer_stats().commits.load(Ordering::SeqCst);
+    perf_control("enable");
     let cpu = cpu_time();
     let started = Instant::now();
     let out = work.await;
     let wall = started.elapsed();
+    perf_control("disable");
+    if std::env::var_os("FACTORY_BENCH_MARKS").is_some() {
+        eprintln!("bench: mark {} {}", monotonic(started), monotonic(started + wall));
+    }
     let sample = Sample {
         wall,
         cpu: cpu_time().saturating_sub(cpu),
@@ -778,7 +812,7 @@ async fn large_resume(table: &mut Table, component: &Path, cache: &Path, runs: u
     check_done(&envelope, "mixed", UNITS, true);
     check_produced(&envelope, "mixed", UNITS);
     let made = started.elapsed();
-    let (mut walls, mut cpus, mut peaks) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut walls, mut cpus, mut peaks, mut grew) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for attempt in 0..runs.min(5) {
         let calls = backend.calls();
         let (resumed, sample) = measure(&host, host.resume(&envelope.run_id, ResumeOptions::default())).await;
@@ -794,6 +828,7 @@ async fn large_resume(table: &mut Table, component: &Path, cache: &Path, runs: u
         walls.push(ms(sample.wall));
         cpus.push(ms(sample.cpu));
         peaks.push(sample.peak_rss as f64);
+        grew.push(sample.peak_rss.saturating_sub(sample.rss_before) as f64);
     }
     let wall = median(walls);
     let peak = median(peaks);
@@ -804,10 +839,11 @@ async fn large_resume(table: &mut Table, component: &Path, cache: &Path, runs: u
         "resume of a run with 100,000 journaled entries (50,000 steps, 50,000 agent calls)",
         fmt_ms(wall),
         format!(
-            "{ratio:.1}x the 1,000-entry replay ({}); peak RSS {}; host CPU {}; 0 backend calls, no step producer re-ran \
-             (checked); the run itself took {}",
+            "{ratio:.1}x the 1,000-entry replay ({}); peak RSS {} (+{}); host CPU {}; 0 backend calls, no step producer \
+             re-ran (checked); the run itself took {}",
             fmt_ms(replay_1000),
             fmt_mib(peak),
+            fmt_mib(median(grew)),
             fmt_ms(median(cpus)),
             fmt_ms(ms(made))
         ),

@@ -13,7 +13,7 @@ use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::model::sandbox_limits::SandboxLimits;
 use crate::model::envelope::Accounting;
-use crate::store::journal::{fingerprint, AgentOutcome, Journal, JournalError};
+use crate::store::journal::{decode_outcome, AgentOutcome, Fingerprints, Journal, JournalError, Loaded, LoadedEntries};
 use futures::future::{BoxFuture, FutureExt as _};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -38,13 +38,23 @@ struct Book {
     cache: ValueCache,
     /// Bytes journaled so far, all attempts (counted against `maxJournalBytes`).
     journal_bytes: u64,
-    /// The fingerprint of every journaled agent key, when the journal listed them at load
-    /// (a key not among them needs no store read); `None`: ask the store.
-    agent_keys: Option<std::collections::HashSet<u64>>,
+    /// The agent outcomes the journal held at load.
+    loaded_agents: LoadedAgents,
+    /// The fingerprints of agent keys this attempt journaled.
+    added_agents: Fingerprints,
     /// The current phase: the seq of the `Phase` entry that set it, and its title.
     phase: Option<(u64, String)>,
     /// The latest progress seq.
     next_seq: u64,
+}
+
+/// The agent outcomes an attempt's load found ([`crate::store::journal::JournalSnapshot`]).
+pub(crate) struct LoadedAgents {
+    /// The keys, and the outcomes that fit the load budget.
+    pub entries: LoadedEntries,
+    /// Whether `entries` lists every journaled key (then a key neither there nor journaled
+    /// by this attempt needs no store read).
+    pub listed: bool,
 }
 
 /// What a new attempt starts from.
@@ -112,14 +122,21 @@ impl Attempt {
         setup: &AttemptSetup,
         cache: ValueCache,
         journal_bytes: u64,
-        agent_keys: Option<std::collections::HashSet<u64>>,
+        loaded_agents: LoadedAgents,
     ) -> Attempt {
         Attempt {
             run_id: setup.run_id.clone(),
             limits: setup.limits,
             sandbox: setup.sandbox.clone(),
             journal: setup.journal.clone(),
-            book: Mutex::new(Book { cache, journal_bytes, agent_keys, phase: None, next_seq: setup.next_seq }),
+            book: Mutex::new(Book {
+                cache,
+                journal_bytes,
+                loaded_agents,
+                added_agents: Fingerprints::default(),
+                phase: None,
+                next_seq: setup.next_seq,
+            }),
             stop: setup.stop.clone(),
             cause: Mutex::new(None),
             events: setup.events.clone(),
@@ -282,17 +299,33 @@ impl Attempt {
         Ok(())
     }
 
-    /// An agent outcome as the journal view knows it, without a wait: from the cache, or
-    /// known never journaled (the journal listed the run's agent keys), else unknown.
+    /// An agent outcome as the journal view knows it, without a wait: from what the load
+    /// found or the cache, or known never journaled (the journal listed the run's agent keys),
+    /// else unknown.
     pub(crate) fn cached_agent(&self, key: &str) -> Memo {
         let book = self.book();
+        // A fresh run loaded nothing: its key is hashed only if the cache misses.
+        let mut hashed = None;
+        if !book.loaded_agents.entries.is_empty() {
+            let fingerprint = *hashed.insert(book.loaded_agents.entries.fingerprint(key));
+            if let Loaded::Value(bytes) = book.loaded_agents.entries.get(fingerprint, key) {
+                // Bytes that do not decode are read again from the store, which says why.
+                return match decode_outcome(bytes) {
+                    Ok(outcome) => Memo::Hit(outcome.map(str::to_string)),
+                    Err(_) => Memo::Unknown,
+                };
+            }
+        }
         if let Some(outcome) = book.cache.agent(key) {
             return Memo::Hit(outcome.clone());
         }
-        match &book.agent_keys {
-            Some(keys) if !keys.contains(&fingerprint(key)) => Memo::Absent,
-            _ => Memo::Unknown,
+        if book.loaded_agents.listed {
+            let fingerprint = hashed.unwrap_or_else(|| book.loaded_agents.entries.fingerprint(key));
+            if !book.loaded_agents.entries.knows(fingerprint) && !book.added_agents.contains(&fingerprint) {
+                return Memo::Absent;
+            }
         }
+        Memo::Unknown
     }
 
     /// An agent outcome from the store (for a key [`Attempt::cached_agent`] did not know).
@@ -390,8 +423,9 @@ impl Attempt {
             }
             let entry = stored.map(|stored| (stored.seq, self.progressed(&mut book, stored)));
             if agent_charged.is_ok() {
-                if let Some(keys) = &mut book.agent_keys {
-                    keys.insert(fingerprint(key));
+                if book.loaded_agents.listed {
+                    let fingerprint = book.loaded_agents.entries.fingerprint(key);
+                    book.added_agents.insert(fingerprint);
                 }
                 book.cache.put_agent(key.to_string(), reply.clone());
             }

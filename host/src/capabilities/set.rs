@@ -2,7 +2,7 @@
 //! sandbox's store data holds: the shared core ([`super::attempt::Attempt`]) and each
 //! capability's own state.
 
-use super::attempt::{Attempt, AttemptSetup};
+use super::attempt::{Attempt, AttemptSetup, LoadedAgents};
 use super::{agents, cache, progress, steps};
 use crate::model::envelope::{Accounting, Failure, FailureType};
 use std::sync::Arc;
@@ -23,17 +23,14 @@ impl Capabilities {
             .load(&setup.run_id, setup.sandbox.journal_cache_bytes)
             .await
             .map_err(|e| Failure::new(FailureType::Storage, None, e.to_string()))?;
-        let mut cache = cache::ValueCache::new(setup.sandbox.journal_cache_bytes);
-        for (key, value) in snapshot.steps {
-            cache.put_step(key, value);
-        }
-        for (key, outcome) in snapshot.agents {
-            cache.put_agent(key, outcome);
-        }
-        let attempt = Arc::new(Attempt::new(&setup, cache, snapshot.journal_bytes, snapshot.agent_keys));
+        // The loaded values and the cache of this attempt's own share the budget.
+        let loaded = snapshot.steps.memory().saturating_add(snapshot.agents.memory());
+        let cache = cache::ValueCache::new(setup.sandbox.journal_cache_bytes.saturating_sub(loaded));
+        let agents_loaded = LoadedAgents { entries: snapshot.agents, listed: snapshot.agents_listed };
+        let attempt = Arc::new(Attempt::new(&setup, cache, snapshot.journal_bytes, agents_loaded));
         let progress = Arc::new(progress::Progress::new(attempt.clone()));
         let agents = Arc::new(agents::Agents::new(attempt.clone(), progress.clone(), &setup));
-        let steps = steps::Steps::new(attempt.clone(), snapshot.step_keys);
+        let steps = steps::Steps::new(attempt.clone(), snapshot.steps);
         Ok(Arc::new(Capabilities { attempt, steps, progress, agents }))
     }
 

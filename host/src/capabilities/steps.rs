@@ -1,25 +1,40 @@
 //! Steps (`ctx.step-get`, `ctx.step-put`): journaled values under keys the guest chooses.
 //! This module owns their semantics and per-run state: which step keys the run has journaled
 //! (fingerprints, so a key never written needs no store read, and `maxSteps` counts distinct
-//! keys), and the checks a value passes before it is journaled (size, depth, JSON). Values
-//! go through the attempt's journal view ([`super::attempt::Attempt`]).
+//! keys) with the values the attempt's load found, and the checks a value passes before it
+//! is journaled (size, depth, JSON). Other values go through the attempt's journal view
+//! ([`super::attempt::Attempt`]).
 
 use super::abort::{Abort, StepError};
 use super::attempt::Attempt;
-use std::collections::HashSet;
+use crate::store::journal::{fingerprint, Fingerprints, Loaded, LoadedEntries};
 use std::sync::{Arc, Mutex};
 
 /// The steps of one attempt.
 pub(crate) struct Steps {
     attempt: Arc<Attempt>,
-    /// Fingerprints of every journaled step key, all attempts.
-    keys: Mutex<HashSet<u64>>,
+    keys: Mutex<Keys>,
+}
+
+/// Every journaled step key, all attempts.
+struct Keys {
+    /// The keys the journal held at load, with the values that fit its budget (a value this
+    /// attempt replaced is forgotten there).
+    loaded: LoadedEntries,
+    /// Fingerprints of the keys this attempt journaled first.
+    added: Fingerprints,
+}
+
+impl Keys {
+    fn knows(&self, fingerprint: u64) -> bool {
+        self.loaded.knows(fingerprint) || self.added.contains(&fingerprint)
+    }
 }
 
 impl Steps {
-    /// Steps over `attempt`, knowing the keys the journal holds.
-    pub(crate) fn new(attempt: Arc<Attempt>, keys: HashSet<u64>) -> Steps {
-        Steps { attempt, keys: Mutex::new(keys) }
+    /// Steps over `attempt`, knowing the keys (and values) the journal's load found.
+    pub(crate) fn new(attempt: Arc<Attempt>, loaded: LoadedEntries) -> Steps {
+        Steps { attempt, keys: Mutex::new(Keys { loaded, added: Fingerprints::default() }) }
     }
 
     /// `ctx.step-get`: a read of the journal as loaded plus this attempt's writes.
@@ -40,11 +55,20 @@ impl Steps {
     /// The journaled value of `key`, if any.
     fn lookup(&self, key: &str) -> Result<Option<String>, Abort> {
         let attempt = &self.attempt;
+        let fingerprint = fingerprint(key);
+        let known = {
+            let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            match keys.loaded.get(fingerprint, key) {
+                // Checked as UTF-8 by the load.
+                Loaded::Value(value) => return Ok(Some(String::from_utf8_lossy(value).into_owned())),
+                Loaded::Unloaded => true,
+                Loaded::Absent => keys.added.contains(&fingerprint),
+            }
+        };
         if let Some(value) = attempt.cached_step(key) {
             return Ok(Some(value));
         }
         // A key never journaled needs no read (every new step asks first).
-        let known = self.keys.lock().unwrap_or_else(|p| p.into_inner()).contains(&crate::store::journal::fingerprint(key));
         if !known {
             return Ok(None);
         }
@@ -74,8 +98,9 @@ impl Steps {
         }
         // Held across the write, so two puts of new keys cannot both pass `maxSteps`.
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        let fingerprint = crate::store::journal::fingerprint(&key);
-        if !keys.contains(&fingerprint) && keys.len() >= sandbox.max_steps {
+        let fingerprint = fingerprint(&key);
+        let known = keys.knows(fingerprint);
+        if !known && keys.loaded.len() + keys.added.len() >= sandbox.max_steps {
             drop(keys);
             let message = format!("the run has journaled {} distinct steps, the limit (maxSteps)", sandbox.max_steps);
             return Err(StepError::Abort(attempt.abort(Abort::SandboxLimit { kind: "maxSteps", message })));
@@ -84,7 +109,11 @@ impl Steps {
             drop(keys);
             return Err(StepError::Abort(attempt.abort(abort)));
         }
-        keys.insert(fingerprint);
+        // The loaded value (if any) is the old one now.
+        keys.loaded.forget(fingerprint);
+        if !known {
+            keys.added.insert(fingerprint);
+        }
         Ok(())
     }
 }

@@ -19,7 +19,7 @@
 //!
 //! A failed check panics, saying what the store did (this is test support).
 
-use super::journal::{fingerprint, Journal, JournalSnapshot};
+use super::journal::{decode_outcome, fingerprint, Journal, JournalSnapshot, Loaded};
 use super::records::registration_key;
 use super::{Interruption, ProgressQuery, Registration, RunRecord, Store, StoreError};
 use crate::model::envelope::{Accounting, RunEnvelope, RunStatus};
@@ -311,21 +311,25 @@ pub async fn journal_reads_and_puts(open: &impl Open) {
     assert_eq!(store.get_step(&run, "plan").await.expect("get_step").as_deref(), Some("\"v2\""), "and once committed");
     assert_eq!(store.get_agent(&run, "a2").await.expect("get_agent"), Some(None));
 
-    let mut snapshot = store.load(&run, 1 << 20).await.expect("load");
+    let snapshot = store.load(&run, 1 << 20).await.expect("load");
+    assert_eq!(snapshot.steps.len(), 1, "every step key");
+    assert_eq!(steps(&snapshot), BTreeMap::from([("plan".to_string(), "\"v2\"".to_string())]), "a load with room holds every value");
+    let expected = BTreeMap::from([("a1".to_string(), Some("{\"text\":\"hi\"}".to_string())), ("a2".to_string(), None)]);
+    assert_eq!(outcomes(&snapshot), expected, "and every agent outcome");
     // A store that lists agent keys lists every one.
-    let agent_keys = snapshot.agent_keys.take();
-    assert!(agent_keys.is_none_or(|keys| keys == [fingerprint("a1"), fingerprint("a2")].into()), "every agent key listed");
-    let expected = JournalSnapshot {
-        step_keys: [fingerprint("plan")].into(),
-        steps: [("plan".to_string(), "\"v2\"".to_string())].into(),
-        agents: [("a1".to_string(), Some("{\"text\":\"hi\"}".to_string())), ("a2".to_string(), None)].into(),
-        agent_keys: None,
-        journal_bytes: 40,
-    };
-    assert_eq!(snapshot, expected, "a load with room holds every value and the last journal bytes");
-    let mut empty = store.load(&other, 1 << 20).await.expect("load");
-    assert!(empty.agent_keys.take().is_none_or(|keys| keys.is_empty()), "an empty journal lists no agent key");
-    assert_eq!(empty, JournalSnapshot::default(), "an empty journal");
+    if snapshot.agents_listed {
+        assert_eq!(snapshot.agents.len(), 2, "every agent key listed");
+    }
+    for key in ["a1", "a2"] {
+        assert!(snapshot.agents.knows(snapshot.agents.fingerprint(key)), "agent key {key} known");
+    }
+    assert!(!snapshot.agents.knows(snapshot.agents.fingerprint("a3")), "a call never journaled is not known");
+    assert_eq!(snapshot.steps.get(fingerprint("plan"), "plan"), Loaded::Value(&b"\"v2\""[..]), "a value is found by its key");
+    assert_eq!(snapshot.steps.get(fingerprint("other"), "other"), Loaded::Absent);
+    assert_eq!(snapshot.journal_bytes, 40, "the last journal bytes");
+    let empty = store.load(&other, 1 << 20).await.expect("load");
+    assert!(empty.steps.is_empty() && empty.agents.is_empty(), "an empty journal lists no key");
+    assert_eq!(empty.journal_bytes, 0, "an empty journal");
     assert_eq!(store.footprint(0, 0), store.footprint(0, 0), "a footprint is a figure");
     assert!(store.footprint(10, 100) >= 110, "a footprint counts at least the entry's bytes");
 }
@@ -347,20 +351,23 @@ pub async fn journal_load_budget(open: &impl Open) {
     flush(&store).await;
 
     let snapshot = store.load(&run, 200).await.expect("load");
-    assert_eq!(snapshot.step_keys, ["a", "b", "c", "d", "e"].map(fingerprint).into(), "every step key, loaded or not");
-    let mut loaded: Vec<&str> = snapshot.steps.keys().map(String::as_str).collect();
-    loaded.sort();
-    assert_eq!(loaded, vec!["a", "b", "c", "d"], "the steps that fit, none over a quarter of the budget");
-    assert!(snapshot.steps.values().all(|v| *v == value(45)));
-    assert!(snapshot.agents.is_empty(), "steps come first: the agent outcome did not fit what they left");
+    assert_eq!(snapshot.steps.len(), 5, "every step key, loaded or not");
+    for key in ["a", "b", "c", "d", "e"] {
+        assert!(snapshot.steps.knows(fingerprint(key)), "step key {key} known");
+    }
+    let loaded = steps(&snapshot);
+    assert_eq!(loaded.keys().collect::<Vec<_>>(), vec!["a", "b", "c", "d"], "the steps that fit, none over a quarter of the budget");
+    assert!(loaded.values().all(|v| *v == value(45)));
+    assert_eq!(snapshot.steps.get(fingerprint("e"), "e"), Loaded::Unloaded, "a key whose value was not loaded");
+    assert_eq!(snapshot.agents.values(), 0, "steps come first: the agent outcome did not fit what they left");
     assert_eq!(snapshot.journal_bytes, 3);
 
     // With room, the agent outcome is loaded; the big step still is not (over a quarter).
     let roomy = store.load(&run, 240).await.expect("load");
-    assert_eq!(roomy.steps.len(), 4, "{:?}", roomy.steps.keys());
-    assert_eq!(roomy.agents.get("k1"), Some(&Some(value(37))), "the outcome fits now");
+    assert_eq!(roomy.steps.values(), 4, "{:?}", steps(&roomy));
+    assert_eq!(outcomes(&roomy).get("k1"), Some(&Some(value(37))), "the outcome fits now");
     let whole = store.load(&run, 1000).await.expect("load");
-    assert_eq!((whole.steps.len(), whole.agents.len()), (5, 1), "a budget for everything loads everything");
+    assert_eq!((whole.steps.values(), whole.agents.values()), (5, 1), "a budget for everything loads everything");
     // Over a quarter of the budget is never loaded, however much room is left.
     let big = fresh_id();
     store.put_step(&big, "s", &value(60), 1).expect("put_step");
@@ -368,11 +375,23 @@ pub async fn journal_load_budget(open: &impl Open) {
     store.put_step(&big, "t", &value(45), 3).expect("put_step");
     flush(&store).await;
     let capped = store.load(&big, 200).await.expect("load");
-    assert_eq!(capped.steps.keys().collect::<Vec<_>>(), vec!["t"], "a step of 61 bytes is over a quarter of 200");
-    assert!(capped.agents.is_empty(), "so is an agent outcome of 2 + 1 + 59");
+    assert_eq!(steps(&capped).keys().collect::<Vec<_>>(), vec!["t"], "a step of 61 bytes is over a quarter of 200");
+    assert_eq!(capped.agents.values(), 0, "so is an agent outcome of 2 + 1 + 59");
     let none = store.load(&run, 0).await.expect("load");
-    assert!(none.steps.is_empty() && none.agents.is_empty(), "no budget, no values");
-    assert_eq!(none.step_keys.len(), 5, "but every key");
+    assert_eq!((none.steps.values(), none.agents.values()), (0, 0), "no budget, no values");
+    assert_eq!(none.steps.len(), 5, "but every key");
+}
+
+/// A snapshot's loaded step values, by key.
+fn steps(snapshot: &JournalSnapshot) -> BTreeMap<String, String> {
+    let text = |v: &[u8]| String::from_utf8(v.to_vec()).expect("a step value is UTF-8");
+    snapshot.steps.iter().map(|(k, v)| (k.to_string(), text(v))).collect()
+}
+
+/// A snapshot's loaded agent outcomes, by key.
+fn outcomes(snapshot: &JournalSnapshot) -> BTreeMap<String, Option<String>> {
+    let outcome = |v: &[u8]| decode_outcome(v).expect("an outcome the journal wrote").map(str::to_string);
+    snapshot.agents.iter().map(|(k, v)| (k.to_string(), outcome(v))).collect()
 }
 
 /// What was flushed is there after a reopen: records, journal, progress, accounting's

@@ -4,7 +4,8 @@
 //!
 //! A run does not hold its journal in memory: an attempt starts from a [`JournalSnapshot`]
 //! (every step key's fingerprint, the bytes journaled so far, and as many values as fit a
-//! byte budget) and reads the other values back on demand ([`Journal::get_step`],
+//! byte budget, kept compact in [`LoadedEntries`]: one buffer and one index, nothing
+//! allocated per entry) and reads the other values back on demand ([`Journal::get_step`],
 //! [`Journal::get_agent`]), which see every put at once, committed or not. Reads are futures
 //! (a store across a network cannot answer at once); puts are not: they hand the entry to
 //! the store's writer and return, so the hot paths never wait for a store.
@@ -12,7 +13,7 @@
 use crate::model::envelope::Accounting;
 use futures::future::BoxFuture;
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::{Arc, OnceLock};
 
 /// A step key's fingerprint: a 64-bit keyed hash (SipHash with a key random per process, so
@@ -20,6 +21,240 @@ use std::sync::{Arc, OnceLock};
 pub fn fingerprint(key: &str) -> u64 {
     static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
     KEYS.get_or_init(Default::default).hash_one(key)
+}
+
+/// An agent key's fingerprint: an agent key is the hex of a sha256 ([`crate::AgentKey`]),
+/// so its first 64 bits already are one (no second hash of its 64 characters). Any other key
+/// gets its [`fingerprint`]. A guest cannot choose a call's sha256, so it cannot aim these
+/// at each other either; two that meet are told apart by their full key where it matters.
+pub fn agent_fingerprint(key: &str) -> u64 {
+    match key.get(..16) {
+        Some(prefix) if key.len() == 64 => u64::from_str_radix(prefix, 16).unwrap_or_else(|_| fingerprint(key)),
+        _ => fingerprint(key),
+    }
+}
+
+/// Hashes a [`fingerprint`] as itself: it is already a keyed hash, so maps keyed by one need
+/// not hash it again.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FingerprintHasher(u64);
+
+impl Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64`s are hashed with it; anything else is folded in, not lost.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Builds [`FingerprintHasher`]s.
+pub type Fingerprinted = BuildHasherDefault<FingerprintHasher>;
+
+/// A set of [`fingerprint`]s.
+pub type Fingerprints = HashSet<u64, Fingerprinted>;
+
+/// Where a loaded entry's key and value are in [`LoadedEntries::bytes`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Slot {
+    at: usize,
+    key_len: u32,
+    /// [`UNLOADED`]: the key is journaled, its value was not loaded (or no longer holds).
+    value_len: u32,
+}
+
+const UNLOADED: u32 = u32::MAX;
+
+impl Slot {
+    const KEY_ONLY: Slot = Slot { at: 0, key_len: 0, value_len: UNLOADED };
+}
+
+/// What [`LoadedEntries::get`] knows of a key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Loaded<'a> {
+    /// Not journaled when the load was made.
+    Absent,
+    /// Journaled, its value not in memory: ask the journal.
+    Unloaded,
+    /// Journaled with this value.
+    Value(&'a [u8]),
+}
+
+/// The entries of one kind (steps, agent outcomes) a [`Journal::load`] found: every key, as
+/// its [`fingerprint`], and the values that fit the load's budget, each key and value one
+/// after the other in one buffer. No allocation and no hash of the key text per entry beyond
+/// its fingerprint; a value is returned only for its exact key (two keys sharing a
+/// fingerprint are both [`Loaded::Unloaded`]).
+#[derive(Clone)]
+pub struct LoadedEntries {
+    bytes: Vec<u8>,
+    index: HashMap<u64, Slot, Fingerprinted>,
+    values: usize,
+    /// How its keys are fingerprinted ([`fingerprint`] for steps, [`agent_fingerprint`] for
+    /// agent keys).
+    hash: fn(&str) -> u64,
+}
+
+/// Step entries.
+impl Default for LoadedEntries {
+    fn default() -> Self {
+        LoadedEntries::steps(0)
+    }
+}
+
+impl LoadedEntries {
+    /// Step entries, with room for `keys` keys.
+    pub fn steps(keys: usize) -> Self {
+        LoadedEntries { bytes: Vec::new(), index: HashMap::with_capacity_and_hasher(keys, Fingerprinted::default()), values: 0, hash: fingerprint }
+    }
+
+    /// Agent entries, with room for `keys` keys.
+    pub fn agents(keys: usize) -> Self {
+        LoadedEntries { hash: agent_fingerprint, ..LoadedEntries::steps(keys) }
+    }
+
+    /// The fingerprint of `key` here (what [`LoadedEntries::get`] and the others take).
+    pub fn fingerprint(&self, key: &str) -> u64 {
+        (self.hash)(key)
+    }
+
+    /// A journaled key whose value is not loaded. Each key is given once.
+    pub fn key(&mut self, key: &str) {
+        self.insert(self.fingerprint(key), key, None);
+    }
+
+    /// A journaled key with its value (its bytes as the journal keeps them). Each key is
+    /// given once.
+    pub fn value(&mut self, key: &str, value: &[u8]) {
+        self.insert(self.fingerprint(key), key, Some(value));
+    }
+
+    fn insert(&mut self, fingerprint: u64, key: &str, value: Option<&[u8]>) {
+        let slot = match self.index.entry(fingerprint) {
+            std::collections::hash_map::Entry::Occupied(mut taken) => {
+                // A second key with this fingerprint: neither is answered from memory.
+                if taken.get().value_len != UNLOADED {
+                    self.values -= 1;
+                }
+                taken.insert(Slot::KEY_ONLY);
+                return;
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => slot,
+        };
+        let sizes = value.and_then(|value| Some((value, u32::try_from(key.len()).ok()?, u32::try_from(value.len()).ok()?)));
+        match sizes {
+            Some((value, key_len, value_len)) if value_len != UNLOADED => {
+                let at = self.bytes.len();
+                self.bytes.extend_from_slice(key.as_bytes());
+                self.bytes.extend_from_slice(value);
+                slot.insert(Slot { at, key_len, value_len });
+                self.values += 1;
+            }
+            _ => {
+                slot.insert(Slot::KEY_ONLY);
+            }
+        }
+    }
+
+    /// What the load knew of `key`, whose [`LoadedEntries::fingerprint`] is `fingerprint`.
+    pub fn get(&self, fingerprint: u64, key: &str) -> Loaded<'_> {
+        let Some(slot) = self.index.get(&fingerprint) else { return Loaded::Absent };
+        if slot.value_len == UNLOADED {
+            return Loaded::Unloaded;
+        }
+        let value_at = slot.at + slot.key_len as usize;
+        if self.bytes.get(slot.at..value_at) != Some(key.as_bytes()) {
+            return Loaded::Unloaded;
+        }
+        self.bytes.get(value_at..value_at + slot.value_len as usize).map_or(Loaded::Unloaded, Loaded::Value)
+    }
+
+    /// Whether the key of `fingerprint` was journaled.
+    pub fn knows(&self, fingerprint: u64) -> bool {
+        self.index.contains_key(&fingerprint)
+    }
+
+    /// The value of the key of `fingerprint` no longer holds (a newer one was journaled
+    /// since): the key stays known, its value is asked of the journal.
+    pub fn forget(&mut self, fingerprint: u64) {
+        if let Some(slot) = self.index.get_mut(&fingerprint) {
+            if slot.value_len != UNLOADED {
+                *slot = Slot::KEY_ONLY;
+                self.values -= 1;
+            }
+        }
+    }
+
+    /// Keys known.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether no key is known.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Values held.
+    pub fn values(&self) -> usize {
+        self.values
+    }
+
+    /// Bytes this holds in memory: its buffer and its index.
+    pub fn memory(&self) -> usize {
+        self.bytes.capacity() + self.index.capacity() * (std::mem::size_of::<(u64, Slot)>() + 1)
+    }
+
+    /// Every loaded (key, value), in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
+        self.index.values().filter(|slot| slot.value_len != UNLOADED).filter_map(|slot| {
+            let value_at = slot.at + slot.key_len as usize;
+            let key = std::str::from_utf8(self.bytes.get(slot.at..value_at)?).ok()?;
+            Some((key, self.bytes.get(value_at..value_at + slot.value_len as usize)?))
+        })
+    }
+}
+
+impl std::fmt::Debug for LoadedEntries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedEntries").field("keys", &self.len()).field("values", &self.values).field("bytes", &self.bytes.len()).finish()
+    }
+}
+
+/// An agent outcome as journals keep it: `0` for an ordinary failure, `1` + the reply's
+/// JSON text for a reply.
+pub fn encode_outcome(outcome: Option<&str>) -> Vec<u8> {
+    match outcome {
+        None => vec![0],
+        Some(json) => {
+            let mut bytes = Vec::with_capacity(json.len() + 1);
+            bytes.push(1);
+            bytes.extend_from_slice(json.as_bytes());
+            bytes
+        }
+    }
+}
+
+/// Bytes that are not an agent outcome [`encode_outcome`] wrote.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown agent outcome encoding")]
+pub struct UnknownOutcome;
+
+/// An agent outcome [`encode_outcome`] wrote, read in place.
+pub fn decode_outcome(bytes: &[u8]) -> Result<Option<&str>, UnknownOutcome> {
+    match bytes.split_first() {
+        Some((0, [])) => Ok(None),
+        Some((1, json)) => std::str::from_utf8(json).map(Some).map_err(|_| UnknownOutcome),
+        _ => Err(UnknownOutcome),
+    }
 }
 
 /// A journal operation that failed, with the error of whatever keeps the journal (the
@@ -60,23 +295,27 @@ impl PartialEq for JournalError {
 }
 
 /// What an attempt starts from.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct JournalSnapshot {
-    /// The [`fingerprint`] of every journaled step key (all of them, whether or not its
-    /// value is in `steps`): what counts distinct steps without holding their keys.
-    pub step_keys: HashSet<u64>,
-    /// The [`fingerprint`] of every journaled agent key, when the journal lists them (then a
-    /// call whose key is not among them was never journaled, without a read); `None`: ask
-    /// [`Journal::get_agent`].
-    pub agent_keys: Option<HashSet<u64>>,
-    /// Step key -> JSON text, for as many steps as fit the load budget.
-    pub steps: HashMap<String, String>,
-    /// Agent key (hex) -> outcome (`Some(json)` for a reply, `None` for an ordinary
-    /// failure), for as many agent calls as fit the load budget.
-    pub agents: HashMap<String, Option<String>>,
+    /// Every journaled step key (all of them, whether or not its value is loaded: what counts
+    /// distinct steps), with its JSON text for as many steps as fit the load budget.
+    pub steps: LoadedEntries,
+    /// Journaled agent keys (hex), with their outcome ([`encode_outcome`]'s form) for as many
+    /// calls as fit the load budget.
+    pub agents: LoadedEntries,
+    /// Whether `agents` lists every journaled agent key (then a call whose key is not among
+    /// them was never journaled, without a read); otherwise ask [`Journal::get_agent`].
+    pub agents_listed: bool,
     /// Bytes the run has journaled so far, all attempts together (as last recorded with a
     /// put).
     pub journal_bytes: u64,
+}
+
+/// An empty journal.
+impl Default for JournalSnapshot {
+    fn default() -> Self {
+        JournalSnapshot { steps: LoadedEntries::steps(0), agents: LoadedEntries::agents(0), agents_listed: false, journal_bytes: 0 }
+    }
 }
 
 /// What an answered agent call journals at once ([`Journal::put_agent_outcome`]); each
@@ -153,5 +392,60 @@ pub trait Journal: Send + Sync + 'static {
     /// run `run_id` began under a generation it lost). `Ok` by default.
     fn writable(&self, _run_id: &str) -> Result<(), JournalError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loaded_entries_answer_by_exact_key_and_forget_replaced_values() {
+        let mut entries = LoadedEntries::steps(0);
+        entries.value("plan", b"\"v1\"");
+        entries.key("big");
+        assert_eq!((entries.len(), entries.values()), (2, 1));
+        assert_eq!(entries.get(fingerprint("plan"), "plan"), Loaded::Value(&b"\"v1\""[..]));
+        assert_eq!(entries.get(fingerprint("big"), "big"), Loaded::Unloaded, "known, its value not loaded");
+        assert_eq!(entries.get(fingerprint("none"), "none"), Loaded::Absent);
+        // A key text that does not match the entry under its fingerprint gets no value.
+        assert_eq!(entries.get(fingerprint("plan"), "other"), Loaded::Unloaded);
+        entries.forget(fingerprint("plan"));
+        assert_eq!(entries.get(fingerprint("plan"), "plan"), Loaded::Unloaded, "replaced: ask the journal");
+        assert!(entries.knows(fingerprint("plan")), "still journaled");
+        assert_eq!(entries.values(), 0);
+        assert_eq!(entries.iter().count(), 0);
+    }
+
+    #[test]
+    fn two_keys_sharing_a_fingerprint_are_left_to_the_journal() {
+        let mut entries = LoadedEntries::agents(0);
+        entries.insert(7, "a", Some(b"1"));
+        entries.insert(7, "b", Some(b"2"));
+        assert_eq!(entries.get(7, "a"), Loaded::Unloaded);
+        assert_eq!(entries.get(7, "b"), Loaded::Unloaded);
+        assert_eq!((entries.len(), entries.values()), (1, 0));
+    }
+
+    #[test]
+    fn an_agent_keys_fingerprint_is_its_sha256_prefix() {
+        let key = crate::AgentKey::new("p", Some("l"), None, None).0;
+        assert_eq!(agent_fingerprint(&key), u64::from_str_radix(&key[..16], 16).unwrap());
+        assert_eq!(agent_fingerprint("a1"), fingerprint("a1"), "a key that is no sha256 is hashed");
+        let not_hex = "z".repeat(64);
+        assert_eq!(agent_fingerprint(&not_hex), fingerprint(&not_hex));
+        let mut entries = LoadedEntries::agents(1);
+        entries.value(&key, b"\x01\"ok\"");
+        assert_eq!(entries.get(entries.fingerprint(&key), &key), Loaded::Value(&b"\x01\"ok\""[..]));
+    }
+
+    #[test]
+    fn outcomes_round_trip_and_foreign_bytes_are_refused() {
+        assert_eq!(decode_outcome(&encode_outcome(Some("\"ok\""))).unwrap(), Some("\"ok\""));
+        assert_eq!(decode_outcome(&encode_outcome(None)).unwrap(), None);
+        assert!(decode_outcome(b"").is_err());
+        assert!(decode_outcome(&[0, 1]).is_err());
+        assert!(decode_outcome(&[2]).is_err());
+        assert!(decode_outcome(&[1, 0xff]).is_err(), "not UTF-8");
     }
 }

@@ -6,9 +6,8 @@
 
 use super::{pg, PgStore};
 use crate::model::envelope::Accounting;
-use crate::store::journal::{fingerprint, Journal, JournalError, JournalSnapshot};
+use crate::store::journal::{decode_outcome, Journal, JournalError, JournalSnapshot, LoadedEntries};
 use crate::store::op::Op;
-use crate::store::redb::tables::decode_outcome;
 use crate::store::{corrupt, StoreError};
 use futures::future::{BoxFuture, FutureExt};
 
@@ -17,8 +16,8 @@ fn journal_error(e: StoreError) -> JournalError {
 }
 
 /// A stored key as text.
-fn key_text(bytes: Vec<u8>) -> Result<String, StoreError> {
-    String::from_utf8(bytes).map_err(|e| corrupt("a journal key", e))
+fn key_text(bytes: &[u8]) -> Result<&str, StoreError> {
+    std::str::from_utf8(bytes).map_err(|e| corrupt("a journal key", e))
 }
 
 /// Bytes a row takes beside its key and value: the tuple header and line pointer (28), the
@@ -46,31 +45,39 @@ impl PgStore {
             );
             let usage = client.query_opt("SELECT bytes FROM journal_usage WHERE run_id = $1", &params[..1]);
             let (steps, agents, usage) = futures::join!(steps, agents, usage);
-            let mut snapshot = JournalSnapshot::default();
+            let (steps, agents) = (steps.map_err(e)?, agents.map_err(e)?);
+            let mut snapshot = JournalSnapshot {
+                steps: LoadedEntries::steps(steps.len()),
+                agents: LoadedEntries::agents(agents.len()),
+                ..JournalSnapshot::default()
+            };
             let mut room = value_bytes;
-            for row in steps.map_err(e)? {
+            for row in &steps {
                 let key = key_text(row.get(0))?;
-                snapshot.step_keys.insert(fingerprint(&key));
                 let size = usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX);
-                if let Some(value) = row.get::<_, Option<Vec<u8>>>(2).filter(|_| size <= room) {
-                    room -= size;
-                    let value = String::from_utf8(value).map_err(|e| corrupt("a step value", e))?;
-                    snapshot.steps.insert(key, value);
+                match row.get::<_, Option<&[u8]>>(2).filter(|_| size <= room) {
+                    Some(value) => {
+                        room -= size;
+                        std::str::from_utf8(value).map_err(|e| corrupt("a step value", e))?;
+                        snapshot.steps.value(key, value);
+                    }
+                    None => snapshot.steps.key(key),
+                }
+            }
+            for row in &agents {
+                let key = key_text(row.get(0))?;
+                let size = usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX);
+                match row.get::<_, Option<&[u8]>>(2).filter(|_| size <= room) {
+                    Some(outcome) => {
+                        room -= size;
+                        decode_outcome(outcome).map_err(|e| corrupt("agent journal", e))?;
+                        snapshot.agents.value(key, outcome);
+                    }
+                    None => snapshot.agents.key(key),
                 }
             }
             // Every agent key is listed, so a call never journaled needs no read.
-            let mut agent_keys = std::collections::HashSet::new();
-            for row in agents.map_err(e)? {
-                let key = key_text(row.get(0))?;
-                agent_keys.insert(fingerprint(&key));
-                let size = usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX);
-                if let Some(outcome) = row.get::<_, Option<Vec<u8>>>(2).filter(|_| size <= room) {
-                    room -= size;
-                    let outcome = decode_outcome(&outcome).map_err(|e| corrupt("agent journal", e))?;
-                    snapshot.agents.insert(key, outcome);
-                }
-            }
-            snapshot.agent_keys = Some(agent_keys);
+            snapshot.agents_listed = true;
             snapshot.journal_bytes = usage.map_err(e)?.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64);
             Ok(snapshot)
         })
@@ -97,7 +104,7 @@ impl Journal for PgStore {
     }
 
     fn get_agent<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>> {
-        let decode = |bytes: &[u8]| decode_outcome(bytes).map_err(|e| corrupt("agent journal", e));
+        let decode = |bytes: &[u8]| decode_outcome(bytes).map(|outcome| outcome.map(str::to_string)).map_err(|e| corrupt("agent journal", e));
         let pending = self.writer.pending().agent(run_id, key).cloned();
         if let Some(bytes) = pending {
             return futures::future::ready(decode(&bytes).map(Some).map_err(journal_error)).boxed();

@@ -6,7 +6,7 @@ use super::tables::*;
 use crate::store::op::Op;
 use super::RedbStore;
 use crate::model::envelope::Accounting;
-use crate::store::journal::{fingerprint, AgentOutcome, Journal, JournalError, JournalSnapshot};
+use crate::store::journal::{decode_outcome, AgentOutcome, Journal, JournalError, JournalSnapshot};
 use crate::store::{corrupt, StoreError};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::ReadableDatabase;
@@ -19,7 +19,7 @@ impl RedbStore {
 
     fn load_journal(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
         let txn = self.db.begin_read()?;
-        let mut snapshot = JournalSnapshot::default();
+        let mut snapshot = JournalSnapshot { agents_listed: true, ..JournalSnapshot::default() };
         let mut room = value_bytes;
         // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
         let largest = value_bytes / 4;
@@ -30,32 +30,32 @@ impl RedbStore {
             if run != run_id {
                 break;
             }
-            snapshot.step_keys.insert(fingerprint(step));
             let value = value.value();
             let size = step.len() + value.len();
             if size <= room && size <= largest {
                 room -= size;
-                snapshot.steps.insert(step.to_string(), value.to_string());
+                snapshot.steps.value(step, value.as_bytes());
+            } else {
+                snapshot.steps.key(step);
             }
         }
         let agents = txn.open_table(AGENTS)?;
-        let mut agent_keys = std::collections::HashSet::new();
         for row in agents.range((run_id, "")..)? {
             let (key, value) = row?;
             let (run, agent) = key.value();
             if run != run_id {
                 break;
             }
-            agent_keys.insert(fingerprint(agent));
             let value = value.value();
             let size = agent.len() + value.len();
             if size <= room && size <= largest {
                 room -= size;
-                let outcome = decode_outcome(value).map_err(|e| corrupt("agent journal", e))?;
-                snapshot.agents.insert(agent.to_string(), outcome);
+                decode_outcome(value).map_err(|e| corrupt("agent journal", e))?;
+                snapshot.agents.value(agent, value);
+            } else {
+                snapshot.agents.key(agent);
             }
         }
-        snapshot.agent_keys = Some(agent_keys);
         let usage = txn.open_table(JOURNAL_USAGE)?;
         snapshot.journal_bytes = usage.get(run_id)?.map_or(0, |v| v.value());
         Ok(snapshot)
@@ -72,7 +72,7 @@ impl RedbStore {
 
     fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
         let pending = self.writer.pending().agent(run_id, key).cloned();
-        let decode = |bytes: &[u8]| decode_outcome(bytes).map_err(|e| corrupt("agent journal", e));
+        let decode = |bytes: &[u8]| decode_outcome(bytes).map(|outcome| outcome.map(str::to_string)).map_err(|e| corrupt("agent journal", e));
         if let Some(bytes) = pending {
             return decode(&bytes).map(Some);
         }

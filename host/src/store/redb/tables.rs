@@ -31,24 +31,5 @@ pub const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
 /// Run id -> the run's module manifest (JSON; see `modules.rs`).
 pub const RUN_MODULES: TableDefinition<&str, &[u8]> = TableDefinition::new("run_modules");
 
-/// Encode an agent outcome for [`AGENTS`].
-pub fn encode_outcome(outcome: Option<&str>) -> Vec<u8> {
-    match outcome {
-        None => vec![0],
-        Some(json) => {
-            let mut bytes = Vec::with_capacity(json.len() + 1);
-            bytes.push(1);
-            bytes.extend_from_slice(json.as_bytes());
-            bytes
-        }
-    }
-}
-
-/// Decode an [`AGENTS`] value; `Err` for bytes this build did not write.
-pub fn decode_outcome(bytes: &[u8]) -> Result<Option<String>, String> {
-    match bytes.split_first() {
-        Some((0, [])) => Ok(None),
-        Some((1, json)) => String::from_utf8(json.to_vec()).map(Some).map_err(|e| e.to_string()),
-        _ => Err("unknown agent outcome encoding".into()),
-    }
-}
+/// Encode an agent outcome for [`AGENTS`] (decoded by [`crate::store::journal::decode_outcome`]).
+pub use crate::store::journal::encode_outcome;
