@@ -1411,6 +1411,11 @@ impl Host {
         }
     }
 
+    /// Whether an attempt of `run_id` executes in this process.
+    pub(crate) fn runs_here(&self, run_id: &str) -> bool {
+        self.active().contains_key(run_id)
+    }
+
     /// Resolves once no attempt of `run_id` executes in this process.
     pub(crate) async fn attempt_gone(&self, run_id: &str) {
         let mut updates = self.subscribe();

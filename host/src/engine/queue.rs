@@ -126,6 +126,12 @@ async fn execute(host: &Arc<Host>, run: Claimed, max_recoveries: u32) {
                 tracing::warn!(run = %run.run_id, error = %e, "a queued run could not start");
             }
         }
+        _ if crate::engine::recover::is_interrupted(&record) && host.runs_here(&run.run_id) && !store.attempt_fenced(&run.run_id) => {
+            // Already resumed here, under the lease held now (this worker's start-up recovery
+            // took it before the claim, which read the record from before that attempt's
+            // start): that attempt is the run's, not a stale one. Held until it ends.
+            host.attempt_gone(&run.run_id).await;
+        }
         _ if crate::engine::recover::is_interrupted(&record) => {
             // Requeued while an attempt of it still winds down here (this worker lost its
             // lease, rejoined, and claimed its own run back): that attempt goes first.

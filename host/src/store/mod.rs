@@ -123,6 +123,14 @@ pub trait Store: Journal + std::fmt::Debug {
         Box::pin(std::future::ready(Ok(true)))
     }
 
+    /// Whether an attempt of run `run_id` executing in this process began under a worker
+    /// generation this process no longer holds (it lost its lease and rejoined since): such
+    /// an attempt writes nothing more and is to be stopped. A store one process holds is never
+    /// fenced (`false`, the default).
+    fn attempt_fenced(&self, _run_id: &str) -> bool {
+        false
+    }
+
     /// Take run `run_id`, not executing (not `running` or `pending`), for a caller's resume
     /// in this process: `Ok(false)` when another live process sharing the store took it
     /// first or it is executing (two callers resuming it at once through two workers: one

@@ -152,7 +152,7 @@ impl Journal for PgStore {
         if let Some(failure) = self.writer.failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Err(journal_error(StoreError::WriteFailed(failure)));
         }
-        if !self.lease_held() || !self.holds(run_id) {
+        if !self.lease_held() || crate::store::Store::attempt_fenced(self, run_id) {
             return Err(journal_error(self.lease.fenced()));
         }
         Ok(())

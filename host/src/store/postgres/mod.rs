@@ -254,13 +254,6 @@ impl PgStore {
         self.writer.send(op)
     }
 
-    /// Whether run `run`'s attempt (if one executes here) began under the generation this
-    /// worker holds now.
-    fn holds(&self, run: &str) -> bool {
-        let executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
-        executing.get(run).is_none_or(|&generation| generation == self.lease.generation())
-    }
-
     /// After a claim of run `run` for a new attempt here (`taken`): an attempt of it begun
     /// under a generation this worker lost has ended by then (the caller stopped it first), so
     /// its entry in `executing` no longer refuses the run's writes. Returns `taken`.
@@ -542,6 +535,11 @@ impl Store for PgStore {
 
     fn run_changes(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
         Some(self.changes.subscribe())
+    }
+
+    fn attempt_fenced(&self, run_id: &str) -> bool {
+        let executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
+        executing.get(run_id).is_some_and(|&generation| generation != self.lease.generation())
     }
 
     fn claim_interrupted<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
