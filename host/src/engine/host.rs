@@ -266,6 +266,8 @@ pub struct Host {
     pending_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Room for runs from a shared store's queue ([`crate::engine::caps::Caps::worker_runs`]).
     queue_room: Arc<tokio::sync::Semaphore>,
+    /// [`Host::queue_room`]'s permits when no queued run executes here.
+    queue_capacity: usize,
     /// Told when a queued run this host executed ended (room to claim again).
     queue_freed: Arc<tokio::sync::Notify>,
 }
@@ -296,6 +298,7 @@ impl Host {
         let room = config.caps.worker_runs.unwrap_or(tokio::sync::Semaphore::MAX_PERMITS).min(tokio::sync::Semaphore::MAX_PERMITS);
         Ok(Host {
             queue_room: Arc::new(tokio::sync::Semaphore::new(room)),
+            queue_capacity: room,
             queue_freed: Arc::default(),
             engine,
             linker,
@@ -335,6 +338,12 @@ impl Host {
     /// Whether this worker stopped claiming ([`Host::stop_claiming`]: it drains).
     pub(crate) fn draining(&self) -> bool {
         self.queue_room.is_closed()
+    }
+
+    /// Whether no run claimed from the queue is being executed here, its queue entry included
+    /// (an attempt that ended is followed by the drop of its entry: a drain waits for both).
+    pub fn queue_idle(&self) -> bool {
+        self.queue_room.available_permits() >= self.queue_capacity
     }
 
     /// Notified when a queued run executed here ended.

@@ -289,12 +289,15 @@ async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::Cancellat
     claiming.cancel();
     host.stop_claiming();
     let running = host.active_runs().len();
-    if running == 0 {
+    if running == 0 && host.queue_idle() {
         return;
     }
-    eprintln!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
+    if running > 0 {
+        eprintln!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
+    }
+    // Until the runs executing here ended and the queue entries of those that did are dropped.
     let deadline = Instant::now() + bound;
-    while !host.active_runs().is_empty() && Instant::now() < deadline {
+    while (!host.active_runs().is_empty() || !host.queue_idle()) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
