@@ -1544,11 +1544,45 @@ fn percentile(values: &[f64], percent: f64) -> f64 {
     values[at.min(values.len() - 1)]
 }
 
+/// `writers` tasks per store of `stores` putting a step and waiting until it is durable, for
+/// 3 s: every write's latency in ms (sorted), and the commits the stores made.
+async fn put_to_durable(stores: Vec<Arc<dyn factory_host::store::Store>>, writers: usize) -> (Vec<f64>, u64) {
+    use factory_host::store::journal::Journal;
+    let commits_before: u64 = stores.iter().map(|s| s.writer_stats().commits.load(Ordering::SeqCst)).sum();
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for (w, store) in stores.iter().enumerate() {
+        for writer in 0..writers {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut i = 0u64;
+                while Instant::now() < until {
+                    let started = Instant::now();
+                    store.put_step(&format!("latency-{w}-{writer}"), &format!("k{i}"), "{\"v\":1}", i).unwrap_or_else(|e| fail(format!("put: {e}")));
+                    Journal::flush(&*store).await.unwrap_or_else(|e| fail(format!("flush: {e}")));
+                    latencies.push(ms(started.elapsed()));
+                    i += 1;
+                }
+                latencies
+            }));
+        }
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap_or_else(|e| fail(format!("a writer panicked: {e}"))));
+    }
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    let commits: u64 = stores.iter().map(|s| s.writer_stats().commits.load(Ordering::SeqCst)).sum();
+    (latencies, commits - commits_before)
+}
+
 /// (10) The PostgreSQL store (a server this bench starts, fsync on): a 1,000-agent fan-out
-/// on one worker against the same on redb; runs per second with one worker (100 concurrent
-/// small runs) and CPU per agent call; journal write latency from put to durable with 4
-/// workers (each with 4 writers putting and flushing); WAL bytes and dead tuples per agent
-/// call (from `pg_current_wal_lsn` and `pg_stat_user_tables` around the fan-outs).
+/// on one worker against the same on redb; runs and agent calls per second with 1, 2 and 4
+/// workers (100 concurrent small runs) and CPU per agent call; journal write latency from
+/// put to durable on redb (16 writers) and with 4 PostgreSQL workers (each with 4 writers
+/// putting and flushing); WAL bytes and dead tuples per agent call (from
+/// `pg_current_wal_lsn` and `pg_stat_user_tables` around the fan-outs).
 async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
     eprintln!("bench: (10) PostgreSQL");
     let server = postgres::Postgres::start_durable();
@@ -1614,64 +1648,86 @@ async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs:
         format!("{dead_per_call:.2} dead tuples per call (pg_stat_user_tables, autovacuum on)"),
     );
 
-    // Runs per second: 100 concurrent small runs (3 agents, a step, a log line) on one worker.
+    // Runs and agent calls per second: 100 concurrent small runs (3 agents, a step, a log
+    // line) through 1, 2 and 4 workers of the one database, each started on a worker in turn
+    // (claimed there at once: each worker has room). On 2 cores this shows the cost per call
+    // of more workers, not their scaling.
     const RUNS: usize = 100;
-    concurrent_runs(&host, &factory, 10).await;
-    let mut per_second = Vec::new();
-    let mut cpu_per_call = Vec::new();
-    for _ in 0..runs {
-        let calls = backend.calls();
-        let (envelopes, sample) = measure(&host, concurrent_runs(&host, &factory, RUNS)).await;
-        for envelope in &envelopes {
-            check_done(envelope, "small", 3, false);
-        }
-        per_second.push(RUNS as f64 / sample.wall.as_secs_f64());
-        cpu_per_call.push(ms(sample.cpu) * 1000.0 / (backend.calls() - calls).max(1) as f64);
-    }
-    table.row(
-        "10 PostgreSQL",
-        "runs per second, one PostgreSQL worker (100 concurrent small runs)",
-        format!("{:.0} runs/s", median(per_second)),
-        format!("host CPU {:.0} us per agent call (2 cores: CPU per call, not scaling)", median(cpu_per_call)),
-    );
     drop(host);
+    let mut workers = Vec::new();
+    let mut states = Vec::new();
+    for count in [1usize, 2, 4] {
+        while workers.len() < count {
+            let state = tempfile::tempdir().expect("a temporary state directory");
+            let worker = Arc::new(pg_host(&url, &format!("bench-{}", workers.len() + 1), state.path(), cache, &backend).await);
+            let factory = load(&worker, component).await;
+            concurrent_runs(&worker, &factory, 10).await; // warm-up
+            workers.push((worker, factory));
+            states.push(state);
+        }
+        let (mut per_second, mut calls_per_second, mut cpu_per_call) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let calls = backend.calls();
+            let spread = async {
+                let tasks: Vec<_> = (0..RUNS)
+                    .map(|i| {
+                        let (host, factory) = workers[i % count].clone();
+                        tokio::spawn(async move { run(&host, &factory, "small", 0, false).await })
+                    })
+                    .collect();
+                let mut out = Vec::new();
+                for task in tasks {
+                    out.push(task.await.unwrap_or_else(|e| fail(format!("a concurrent run panicked: {e}"))));
+                }
+                out
+            };
+            let (envelopes, sample) = measure(&workers[0].0, spread).await;
+            for envelope in &envelopes {
+                check_done(envelope, "small", 3, false);
+            }
+            let made = (backend.calls() - calls).max(1);
+            per_second.push(RUNS as f64 / sample.wall.as_secs_f64());
+            calls_per_second.push(made as f64 / sample.wall.as_secs_f64());
+            cpu_per_call.push(ms(sample.cpu) * 1000.0 / made as f64);
+        }
+        table.row(
+            "10 PostgreSQL",
+            format!("runs per second, {count} PostgreSQL worker{} (100 concurrent small runs)", if count == 1 { "" } else { "s" }),
+            format!("{:.0} runs/s", median(per_second)),
+            format!(
+                "{:.0} agent calls/s; host CPU {:.0} us per agent call, all workers (2 cores: CPU per call, not scaling)",
+                median(calls_per_second),
+                median(cpu_per_call)
+            ),
+        );
+    }
+    drop(workers);
+    drop(states);
+
+    // Journal write latency, put to durable: the same 4 x 4 writers on one redb store first.
+    {
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        let redb = durable_host(state.path(), cache, &backend);
+        let store = redb.store().clone();
+        let (latencies, commits) = put_to_durable(vec![store; 1], 16).await;
+        table.row(
+            "10 PostgreSQL",
+            "journal write put -> durable, redb, 16 writers in one process",
+            format!("p50 {}", fmt_ms(percentile(&latencies, 50.0))),
+            format!("p99 {}; {} writes, {commits} commits in 3 s (fsync on)", fmt_ms(percentile(&latencies, 99.0)), latencies.len()),
+        );
+    }
 
     // Journal write latency, put to durable, 4 workers x 4 writers.
     const WORKERS: usize = 4;
-    const WRITERS: usize = 4;
-    let mut stores = Vec::new();
+    let mut stores: Vec<Arc<dyn factory_host::store::Store>> = Vec::new();
     for w in 0..WORKERS {
         let store = factory_host::store::PgStore::connect(&url, factory_host::store::PgOptions::new(format!("latency-{w}")))
             .await
             .unwrap_or_else(|e| fail(format!("cannot connect worker {w}: {e}")));
         stores.push(Arc::new(store));
     }
-    let until = Instant::now() + Duration::from_secs(3);
-    let mut tasks = Vec::new();
-    for (w, store) in stores.iter().enumerate() {
-        for writer in 0..WRITERS {
-            let store = store.clone();
-            tasks.push(tokio::spawn(async move {
-                use factory_host::store::journal::Journal;
-                let mut latencies = Vec::new();
-                let mut i = 0u64;
-                while Instant::now() < until {
-                    let started = Instant::now();
-                    store.put_step(&format!("latency-{w}-{writer}"), &format!("k{i}"), "{\"v\":1}", i).unwrap_or_else(|e| fail(format!("put: {e}")));
-                    Journal::flush(&*store).await.unwrap_or_else(|e| fail(format!("flush: {e}")));
-                    latencies.push(ms(started.elapsed()));
-                    i += 1;
-                }
-                latencies
-            }));
-        }
-    }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.unwrap_or_else(|e| fail(format!("a writer panicked: {e}"))));
-    }
-    latencies.sort_by(|a, b| a.total_cmp(b));
-    let commits: u64 = stores.iter().map(|s| factory_host::store::Store::writer_stats(&**s).commits.load(Ordering::SeqCst)).sum();
+    let (latencies, commits) = put_to_durable(stores, 4).await;
     let p99 = percentile(&latencies, 99.0);
     table.judged(
         "10 PostgreSQL",
