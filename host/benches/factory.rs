@@ -894,9 +894,14 @@ async fn timeout_enforcement(table: &mut Table, component: &Path, cache: &Path, 
 
 /// `count` runs of the `small` workload at once, each on its own task.
 async fn concurrent_runs(host: &Arc<Host>, factory: &Factory, count: usize) -> Vec<RunEnvelope> {
+    spread_runs(&[(host.clone(), factory.clone())], count).await
+}
+
+/// `count` concurrent small runs started on the hosts of `hosts` in turn.
+async fn spread_runs(hosts: &[(Arc<Host>, Factory)], count: usize) -> Vec<RunEnvelope> {
     let tasks: Vec<_> = (0..count)
-        .map(|_| {
-            let (host, factory) = (host.clone(), factory.clone());
+        .map(|i| {
+            let (host, factory) = hosts[i % hosts.len()].clone();
             tokio::spawn(async move { run(&host, &factory, "small", 0, false).await })
         })
         .collect();
@@ -1675,20 +1680,7 @@ async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs:
         let (mut per_second, mut calls_per_second, mut cpu_per_call) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
             let calls = backend.calls();
-            let spread = async {
-                let tasks: Vec<_> = (0..RUNS)
-                    .map(|i| {
-                        let (host, factory) = workers[i % count].clone();
-                        tokio::spawn(async move { run(&host, &factory, "small", 0, false).await })
-                    })
-                    .collect();
-                let mut out = Vec::new();
-                for task in tasks {
-                    out.push(task.await.unwrap_or_else(|e| fail(format!("a concurrent run panicked: {e}"))));
-                }
-                out
-            };
-            let (envelopes, sample) = measure(&workers[0].0, spread).await;
+            let (envelopes, sample) = measure(&workers[0].0, spread_runs(&workers[..count], RUNS)).await;
             for envelope in &envelopes {
                 check_done(envelope, "small", 3, false);
             }
