@@ -148,7 +148,7 @@ async fn execute(host: &Arc<Host>, run: Claimed, max_recoveries: u32) {
         _ => {}
     }
     // A draining worker keeps the entry of a run it stopped: it hands it back.
-    if host.draining() && store.run(&run.run_id).await.ok().flatten().is_some_and(|r| r.envelope.status == crate::RunStatus::Halted) {
+    if host.draining() && store.run(&run.run_id).await.ok().flatten().is_some_and(|r| r.envelope.status == crate::model::envelope::RunStatus::Halted) {
         return;
     }
     if let Err(e) = queue.finish(run.run_id.clone()).await {
