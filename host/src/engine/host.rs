@@ -1292,15 +1292,9 @@ impl Host {
                 if let Some(Err(e)) = component.script.as_ref().map(|s| s.modules.record_now()) {
                     failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
                 }
-                // The last progress entries must be durable before the verdict is.
                 // A store out of reach (the database away past the worker's lease) halts the
                 // attempt, resumable: no verdict of its own.
-                let mut outage = matches!(shared.attempt.cause(), Some(crate::capabilities::attempt::StopCause::Failed(_, run::Abort::Storage(e))) if e.is_outage());
-                if let Err(e) = self.store.flush().await {
-                    outage |= e.is_outage();
-                    // Said as the store's own error (the journal's names the journal).
-                    failure = Some(Failure::new(crate::model::envelope::FailureType::Storage, outage.then_some("unavailable"), e.0.to_string()));
-                }
+                let outage = matches!(shared.attempt.cause(), Some(crate::capabilities::attempt::StopCause::Failed(_, run::Abort::Storage(e))) if e.is_outage());
                 let dropped = shared.progress.dropped_log_lines();
                 if dropped > 0 {
                     record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
@@ -1313,28 +1307,21 @@ impl Host {
                 (status, outcome.result, failure, shared.accounting())
             }
         };
-        // An attempt ends `halted` by an interruption only when this host shut down during it
-        // (a store outage halts it too, for a caller to resume).
-        let by_storage = failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage);
-        record.interrupted = (status == RunStatus::Halted && !by_storage).then_some(crate::store::Interruption::Shutdown);
-        let envelope = &mut record.envelope;
-        envelope.status = status;
-        envelope.result = if status == RunStatus::Completed { result } else { None };
-        if let Some(f) = &failure {
-            envelope.error = Some(f.message.clone());
-        }
-        match &failure {
-            Some(f) => tracing::info!(
-                event = "attempt_ended", run = %run_id, factory = %envelope.factory, attempt = envelope.attempts,
-                status = status.as_str(), failure_type = f.kind_type.as_str(), failure_kind = f.kind.as_deref().unwrap_or(""),
-                "attempt ended"
-            ),
-            None => tracing::debug!(event = "attempt_ended", run = %run_id, factory = %envelope.factory, attempt = envelope.attempts, status = status.as_str(), "attempt ended"),
-        }
-        envelope.failure = failure;
-        envelope.accounting = accounting;
-        envelope.updated_at = crate::store::records_timestamp();
-        // Announced by the caller once the run has left `active` (`announce_end`).
+        let accounting_at_end = accounting;
+        ended(record, status, result, failure, accounting);
+        // Announced by the caller once the run has left `active` (`announce_end`). The
+        // attempt's last progress entries are still being written: they and the verdict are
+        // made durable by this one flush (in order: the entries are never behind the verdict).
+        let Err(e) = self.store.put_run(record, false).await else { return Ok(()) };
+        // That write failed, the entries with it: the attempt ends as a storage failure,
+        // `halted` (resumable) when the store is out of reach, and that is written instead.
+        // Said as the store's own error.
+        // (An attempt already halted by the store out of reach stays so.)
+        let halted_by_storage = record.envelope.status == RunStatus::Halted && record.interrupted.is_none();
+        let outage = e.is_outage() || halted_by_storage;
+        let failure = Failure::new(crate::model::envelope::FailureType::Storage, outage.then_some("unavailable"), e.to_string());
+        let status = if outage { RunStatus::Halted } else { RunStatus::Error };
+        ended(record, status, None, Some(failure), accounting_at_end);
         self.store.put_run(record, false).await?;
         Ok(())
     }
@@ -1661,4 +1648,30 @@ impl Journal for NoJournal {
     fn flush(&self) -> futures::future::BoxFuture<'_, Result<(), crate::store::journal::JournalError>> {
         Box::pin(async { Ok(()) })
     }
+}
+
+/// Write an attempt's end into its run's record: `status`, the result of a completed run,
+/// the failure (its message as the run's error) and the accounting. An attempt ends `halted`
+/// by an interruption only when its host shut down during it (a store outage halts it too,
+/// for a caller to resume).
+fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model::json::RawJson>, failure: Option<Failure>, accounting: Accounting) {
+    let by_storage = failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage);
+    record.interrupted = (status == RunStatus::Halted && !by_storage).then_some(crate::store::Interruption::Shutdown);
+    let envelope = &mut record.envelope;
+    envelope.status = status;
+    envelope.result = if status == RunStatus::Completed { result } else { None };
+    if let Some(f) = &failure {
+        envelope.error = Some(f.message.clone());
+    }
+    match &failure {
+        Some(f) => tracing::info!(
+            event = "attempt_ended", run = %envelope.run_id, factory = %envelope.factory, attempt = envelope.attempts,
+            status = status.as_str(), failure_type = f.kind_type.as_str(), failure_kind = f.kind.as_deref().unwrap_or(""),
+            "attempt ended"
+        ),
+        None => tracing::debug!(event = "attempt_ended", run = %envelope.run_id, factory = %envelope.factory, attempt = envelope.attempts, status = status.as_str(), "attempt ended"),
+    }
+    envelope.failure = failure;
+    envelope.accounting = accounting;
+    envelope.updated_at = crate::store::records_timestamp();
 }
