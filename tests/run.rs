@@ -81,6 +81,29 @@ async fn identical_calls_share_one_subagent_and_labels_split_them() {
 }
 
 #[tokio::test]
+async fn agent_ready_answers_a_memo_hit_and_starts_nothing_for_a_call_that_must_wait() {
+    let backend = Counting::with_latency(Duration::ZERO);
+    // One subagent in all: asking `agent-ready` about a call spends none of the cap.
+    let capped = Limits { max_total_subagents: Some(1), ..Default::default() };
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "ready"}), capped).await;
+    let out = result(&envelope);
+    assert_eq!(out["before"], json!(["must-wait", "must-wait", "must-wait"]), "{out}");
+    assert!(out["answered"].is_string(), "{out}");
+    assert_eq!(out["after"], json!({ "reply": out["answered"] }), "the answered call is a memo hit");
+    assert_eq!(out["other"], json!("must-wait"), "another label is another call: {out}");
+    assert_eq!(backend.total(), 1, "asking made no backend call");
+    assert_eq!((envelope.accounting.agents_spawned, envelope.accounting.agent_cache_hits), (1, 1));
+
+    // A label over maxLabelBytes is refused by `agent-ready` as by `agent`: the attempt stops.
+    let n = SandboxLimits::default().max_label_bytes + 1;
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "ready", "n": n}), Limits::default()).await;
+    assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
+    let failure = envelope.failure.as_ref().expect("a failure");
+    assert_eq!((failure.kind_type, failure.kind.as_deref()), (factory_host::FailureType::SandboxLimit, Some("maxLabelBytes")), "{failure:#?}");
+    assert_eq!(backend.total(), 2, "only the one call that had to wait reached the backend");
+}
+
+#[tokio::test]
 async fn a_schema_reply_is_retried_once_and_both_spawns_count() {
     let retry_then_ok = Script::from_json(
         r#"{"rules":[{"label":"judge","replies":[{"json":{"ok":"yes"}},{"text":"```json\n{\"ok\": true}\n```"}]}]}"#,

@@ -13,7 +13,7 @@
 //! are settled in a few passes instead of one pass (an engine entry, its promise jobs) each.
 
 use crate::bindings::agent::factory::agents;
-use crate::bindings::agent::factory::types::{Abort, AgentOptions};
+use crate::bindings::agent::factory::types::{Abort, AgentOptions, ReadyReply};
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::cell::RefCell;
 use std::future::Future;
@@ -42,8 +42,15 @@ thread_local! {
     static CALLS: RefCell<Calls> = RefCell::new(Calls::default());
 }
 
-/// Queue one `agents.agent` call; its id.
+/// Queue one `agents.agent` call; its id. A call the synchronous `agents.agent-ready`
+/// answers (a memo hit: a replayed or repeated call) is done at once, without the async
+/// call; its outcome is settled with the others.
 pub fn start(prompt: String, options: AgentOptions) -> u32 {
+    let ready = match agents::agent_ready(&prompt, &options) {
+        Ok(ReadyReply::MustWait) => None,
+        Ok(ReadyReply::Reply(reply)) => Some(Ok(reply)),
+        Err(abort) => Some(Err(abort)),
+    };
     CALLS.with(|calls| {
         let mut calls = calls.borrow_mut();
         let id = match calls.free.pop() {
@@ -53,7 +60,10 @@ pub fn start(prompt: String, options: AgentOptions) -> u32 {
                 calls.next - 1
             }
         };
-        calls.running.push(Box::pin(async move { (id, agents::agent(prompt, options).await) }));
+        match ready {
+            Some(outcome) => calls.done.push((id, outcome)),
+            None => calls.running.push(Box::pin(async move { (id, agents::agent(prompt, options).await) })),
+        }
         id
     })
 }
@@ -105,8 +115,9 @@ impl<F: Future> Future for Driven<F> {
         if let Poll::Ready(output) = self.0.as_mut().poll(cx) {
             return Poll::Ready(output);
         }
-        // Start the calls that turn made (and keep any that answered at once for the next).
-        if collect(cx) > 0 {
+        // Start the calls that turn made (and keep any that answered at once for the next,
+        // as the ones `agent-ready` answered).
+        if collect(cx) > 0 || CALLS.with(|calls| !calls.borrow().done.is_empty()) {
             cx.waker().wake_by_ref();
         }
         Poll::Pending

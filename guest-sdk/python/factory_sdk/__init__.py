@@ -426,7 +426,13 @@ class Ctx(Generic[A]):
             limits=_wit_limits(max_turns, max_duration_seconds, wrap_up),
         )
         try:
-            reply = await _agents.agent(str(prompt), options)
+            # A memo hit (a replayed or repeated call) is answered by the synchronous hook,
+            # at a fraction of the async call's cost; a call that must wait is made by `agent`.
+            ready = _agents.agent_ready(str(prompt), options)
+            if type(ready).__name__ == "ReadyReply_Reply":
+                reply = ready.value
+            else:
+                reply = await _agents.agent(str(prompt), options)
         except _Err as e:
             raise _abort_from_wit(e.value) from None
         if reply is None:

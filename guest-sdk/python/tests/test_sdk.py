@@ -31,6 +31,15 @@ class Abort_Cancelled:  # noqa: N801
     value = None
 
 
+class ReadyReply_MustWait:  # noqa: N801
+    value = None
+
+
+class ReadyReply_Reply:  # noqa: N801
+    def __init__(self, value: Optional[str]) -> None:
+        self.value = value
+
+
 class StepError_InvalidJson:  # noqa: N801
     def __init__(self, value: str) -> None:
         self.value = value
@@ -62,6 +71,8 @@ class FakeHost:
     def __init__(self, replies: dict[str, object]) -> None:
         self.replies = replies
         self.calls: list[tuple[str, AgentOptions]] = []
+        self.ready_calls = 0
+        self.answered: dict[tuple[str, Optional[str]], Optional[str]] = {}
         self.journal: dict[str, str] = {}
         self.lines: list[str] = []
         self.phases: list[str] = []
@@ -73,7 +84,17 @@ class FakeHost:
         reply = self.replies.get(options.label or "", json.dumps(f"reply to {prompt}"))
         if isinstance(reply, BaseException):
             raise reply
+        self.answered[(prompt, options.label)] = reply  # type: ignore[assignment]
         return reply  # type: ignore[return-value]
+
+    def agent_ready(self, prompt: str, options: AgentOptions) -> object:
+        """The host's memo: a call answered before is answered here, synchronously."""
+        self.ready_calls += 1
+        if options.label == "refused-now":
+            raise Err(Abort_Cancelled())
+        if (prompt, options.label) in self.answered:
+            return ReadyReply_Reply(self.answered[(prompt, options.label)])
+        return ReadyReply_MustWait()
 
     async def sleep(self, ms: int) -> None:
         await asyncio.sleep(0)
@@ -133,6 +154,19 @@ class AgentTests(unittest.TestCase):
         self.assertEqual((caught.exception.reason, caught.exception.limit), ("limit-reached", "maxTotalSubagents"))
         self.assertFalse(isinstance(caught.exception, Exception), "Abort is not an Exception")
         self.assertEqual(host.calls[0][1], AgentOptions("a", None, None))
+
+    def test_a_memo_hit_is_answered_by_agent_ready_without_the_async_call(self) -> None:
+        host = with_host({"none": None})
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        self.assertEqual(asyncio.run(ctx.agent("hi", label="m")), "reply to hi")
+        self.assertEqual(asyncio.run(ctx.agent("hi", label="m")), "reply to hi")
+        self.assertIsNone(asyncio.run(ctx.agent("hi", label="none")))
+        self.assertIsNone(asyncio.run(ctx.agent("hi", label="none")))
+        self.assertEqual((host.ready_calls, len(host.calls)), (4, 2), "each call asks agent_ready; two must wait")
+        with self.assertRaises(Abort) as caught:
+            asyncio.run(ctx.agent("hi", label="refused-now"))
+        self.assertEqual(caught.exception.reason, "cancelled")
+        self.assertEqual(len(host.calls), 2, "an abort from agent_ready makes no async call")
 
     def test_soft_limits_are_passed_on_and_bad_ones_refused(self) -> None:
         host = with_host({})

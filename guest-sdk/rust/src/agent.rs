@@ -105,6 +105,13 @@ impl AgentCall {
             model: self.model,
             limits: self.limits,
         };
+        // A memo hit (a replayed or repeated call) is answered by the synchronous hook, at a
+        // fraction of the async call's cost; a call that must wait is made by `agent`.
+        match agents::agent_ready(&self.prompt, &options) {
+            Ok(wit::ReadyReply::Reply(reply)) => return Ok(reply),
+            Ok(wit::ReadyReply::MustWait) => {}
+            Err(abort) => return Err(Abort::from(abort)),
+        }
         agents::agent(self.prompt, options).await.map_err(Abort::from)
     }
 

@@ -1,4 +1,5 @@
-//! Subagents (`agents.agent`) and sleep (`agents.sleep`): the concurrent hooks. This module
+//! Subagents (`agents.agent`, and `agents.agent-ready`, its synchronous memo-hit path) and
+//! sleep (`agents.sleep`): the concurrent hooks. This module
 //! owns the semantics and per-run state of subagent calls: admission (pending-call and
 //! pending-byte caps, per-call caps), the memo (a journaled outcome replays for free, an
 //! identical call in flight is shared), concurrency slots, the total-subagent and credit
@@ -123,7 +124,8 @@ impl Agents {
 
     /// `agents.agent` (memoized, journaled, limited), the part that needs no wait: admission and the per-call caps, the memo key,
     /// and the answer when the attempt's journal view has it (a memo hit answers here, with
-    /// no await). A call it cannot answer is handed to [`Agents::finish`].
+    /// no await). A call it cannot answer is handed to [`Agents::finish`]; dropping it
+    /// instead (as `agents.agent-ready` does) undoes its admission.
     pub(crate) fn start(
         self: &Arc<Self>,
         prompt: String,

@@ -5,8 +5,10 @@
 //! the capabilities' semantics never see it, so they do not depend on the sandbox that holds
 //! them. The synchronous hooks answer from in-memory state or, for a journaled value not
 //! cached, one read of the store; none waits for a commit. An agent call is checked, keyed
-//! and, when the journal view holds its answer, answered inside the hook call; one that
-//! must wait clones what it needs out of the store and awaits without holding it.
+//! and, when the journal view holds its answer, answered inside the hook call (or by the
+//! synchronous `agents.agent-ready`, which the SDKs try first: it spares a memo hit the
+//! async call's machinery); one that must wait clones what it needs out of the store and
+//! awaits without holding it.
 
 use super::abort::{Abort, LimitKind, StepError};
 use super::agents::Start;
@@ -60,7 +62,17 @@ impl ctx::Host for RunData {
     }
 }
 
-impl agents::Host for RunData {}
+impl agents::Host for RunData {
+    fn agent_ready(&mut self, prompt: String, options: wit::AgentOptions) -> wasmtime::Result<Result<wit::ReadyReply, wit::Abort>> {
+        // What `agent` answers inside its hook call, by a synchronous call; a call that
+        // must wait is dropped here (its admission undone) and made by `agent`.
+        let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
+        Ok(match self.run.agents.start(prompt, options.label, options.schema, options.model, limits) {
+            Start::Answered(outcome) => outcome.map(wit::ReadyReply::Reply).map_err(Into::into),
+            Start::Call(_) => Ok(wit::ReadyReply::MustWait),
+        })
+    }
+}
 
 impl agents::HostWithStore<RunData> for HasSelf<RunData> {
     async fn agent(

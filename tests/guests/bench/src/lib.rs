@@ -1,6 +1,7 @@
 //! `bench`: the factory the host benchmark (`host/benches/factory.rs`) drives. Its `args`
 //! select one workload — a loop of `n` calls to one hook (`log`, `step-get`, `step-put`,
-//! `agent-hit`) or an `empty` loop to subtract, a `fanout` of `n` agents, `n`
+//! `agent-hit` through the async call, `agent-ready` as the SDK makes a call: the synchronous
+//! hook first) or an `empty` loop to subtract, a `fanout` of `n` agents, `n`
 //! `sequential-agents`, `n` `sequential-steps` (counting the step producers that ran), a
 //! `small` factory for many concurrent runs, a `spin` that only a deadline stops —
 //! and `failAtEnd: true` makes the run end with an error once the work is done, so the
@@ -93,6 +94,23 @@ impl Factory for Bench {
                     }
                 }
                 hits
+            }
+            "agent-ready" => {
+                // The SDK's path: the synchronous `agent-ready` answers a memo hit; `agent`
+                // is called only when it says the call must wait (the first one here).
+                let mut hits: usize = 0;
+                for _ in 0..=n {
+                    let prompt = black_box("memoized question");
+                    let options = options("memo");
+                    let reply = match agents::agent_ready(prompt, &options).map_err(Abort::from)? {
+                        wit::ReadyReply::Reply(reply) => reply,
+                        wit::ReadyReply::MustWait => agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?,
+                    };
+                    if black_box(reply).is_some() {
+                        hits += 1;
+                    }
+                }
+                hits.saturating_sub(1)
             }
             "fanout" => {
                 let replies = ctx

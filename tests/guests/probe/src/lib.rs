@@ -39,6 +39,34 @@ impl Factory for Probe {
                 let labelled = ctx.agent("find a bug").label("finder:2").await?;
                 Ok(json!({ "first": first, "again": again, "concurrent": concurrent, "labelled": labelled }))
             }
+            // The synchronous `agent-ready` through the raw bindings: a call not answered
+            // yet must wait (and is not started by asking), one answered is a memo hit, and
+            // a call over a per-call cap (a label of `n` bytes) is refused as `agent` would
+            // refuse it.
+            "ready" => {
+                use factory_sdk::__bindings::agent::factory::{agents, types as wit};
+                let options = |label: &str| wit::AgentOptions {
+                    label: Some(label.to_string()),
+                    schema: None,
+                    model: None,
+                    limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+                };
+                let shown = |ready: Result<wit::ReadyReply, wit::Abort>| match ready {
+                    Ok(wit::ReadyReply::MustWait) => json!("must-wait"),
+                    Ok(wit::ReadyReply::Reply(reply)) => json!({ "reply": reply }),
+                    Err(abort) => json!({ "abort": Abort::from(abort).to_string() }),
+                };
+                let before: Vec<Value> = (0..3).map(|_| shown(agents::agent_ready("ask once", &options("r")))).collect();
+                let answered = agents::agent("ask once".to_string(), options("r")).await.map_err(Abort::from)?;
+                let after = shown(agents::agent_ready("ask once", &options("r")));
+                let other = shown(agents::agent_ready("ask once", &options("r:2")));
+                if args.n > 0 {
+                    // Over `maxLabelBytes`: the attempt stops (the run's failure says so).
+                    let refused = shown(agents::agent_ready("ask once", &options(&"l".repeat(args.n))));
+                    ctx.log(format!("refused: {refused}"));
+                }
+                Ok(json!({ "before": before, "answered": answered, "after": after, "other": other }))
+            }
             // A schema call whose reply is checked (and retried once) by the host.
             "schema" => {
                 let verdict = ctx.agent("judge it").label("judge").schema(verdict_schema()).value().await?;
