@@ -215,6 +215,77 @@ async fn group_commit_batches_a_fan_out_into_few_commits() {
     assert!(commits * 10 <= 1000, "{commits} commits for 1000 agent outcomes: writes are grouped");
 }
 
+/// A store of schema 1 (every progress entry a row of its own, keyed by its seq) opens, reads
+/// its progress as it did, is marked schema 2, and takes new runs.
+#[tokio::test]
+async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
+    use factory_host::store::STORE_FILE;
+    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+    const PROGRESS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("progress");
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let (id, before) = {
+        let host = host(state.path(), &backend);
+        let review = load(&host, "review-changed").await;
+        let files: Vec<String> = (0..8).map(|i| format!("f{i}.rs")).collect();
+        let run = host.run(&review, RunOptions { args: Some(json!({ "files": files })), ..Default::default() }).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        let all = host.progress(S, &run.run_id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await.unwrap();
+        (run.run_id, all)
+    };
+    assert!(before.len() > 10);
+    // Rewrite the run's progress as schema 1 wrote it: each entry's JSON under its own seq.
+    // Rows of several entries (tag 0, then seq u64 LE, length u32 LE and the JSON per entry)
+    // are what schema 2 adds.
+    let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
+    let rows: Vec<(u64, Vec<u8>)> = {
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(PROGRESS).unwrap();
+        table.range((id.as_str(), 0)..=(id.as_str(), u64::MAX)).unwrap().map(|row| {
+            let (key, value) = row.unwrap();
+            (key.value().1, value.value().to_vec())
+        }).collect()
+    };
+    assert!(rows.iter().any(|(_, row)| row[0] == 0), "the run's entries share rows");
+    assert!(rows.len() < before.len(), "{} rows for {} entries", rows.len(), before.len());
+    let txn = db.begin_write().unwrap();
+    {
+        let mut table = txn.open_table(PROGRESS).unwrap();
+        for (key, row) in &rows {
+            table.remove((id.as_str(), *key)).unwrap();
+            let mut rest = &row[..];
+            if rest[0] != 0 {
+                table.insert((id.as_str(), *key), rest).unwrap();
+                continue;
+            }
+            rest = &rest[1..];
+            while !rest.is_empty() {
+                let seq = u64::from_le_bytes(rest[..8].try_into().unwrap());
+                let len = u32::from_le_bytes(rest[8..12].try_into().unwrap()) as usize;
+                table.insert((id.as_str(), seq), &rest[12..12 + len]).unwrap();
+                rest = &rest[12 + len..];
+            }
+        }
+        txn.open_table(META).unwrap().insert("schema_version", 1).unwrap();
+    }
+    txn.commit().unwrap();
+    drop(db);
+
+    let host = host(state.path(), &backend);
+    let after = host.progress(S, &id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await.unwrap();
+    assert_eq!(after, before, "schema 1's rows read as the same entries, titles included");
+    let tail = host.progress(S, &id, &ProgressQuery { limit: Some(3), ..Default::default() }).await.unwrap();
+    assert_eq!(tail, before[before.len() - 3..].to_vec());
+    let review = load(&host, "review-changed").await;
+    let next = host.run(&review, RunOptions { args: Some(json!({ "files": ["a.rs"] })), ..Default::default() }).await.unwrap();
+    assert_eq!(next.status, RunStatus::Completed);
+    drop(host);
+    let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
+    let version = db.begin_read().unwrap().open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value());
+    assert_eq!(version, Some(2), "the store is marked schema 2");
+}
+
 #[tokio::test]
 async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
     use factory_host::store::{StoreError, STORE_FILE};
@@ -242,7 +313,7 @@ async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
         txn.commit().unwrap();
     }
     match Host::new(config(newer.path())) {
-        Err(Error::Store(StoreError::Version { found: 99, expected })) => assert_eq!(expected, 1),
+        Err(Error::Store(StoreError::Version { found: 99, expected })) => assert_eq!(expected, 2),
         Err(other) => panic!("expected a version error, got {other:?}"),
         Ok(_) => panic!("a store of another layout must not open"),
     }

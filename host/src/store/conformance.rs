@@ -217,6 +217,36 @@ pub async fn progress_paging(open: &impl Open) {
     assert_eq!(store.last_progress_seq(&other).await.expect("last seq"), 1);
     assert_eq!(store.last_progress_seq(&fresh_id()).await.expect("last seq"), 0, "a run without progress");
     assert!(store.progress(&fresh_id(), &ProgressQuery::default()).await.expect("progress").is_empty());
+
+    // A long run written in two flushes (a store may group a flush's entries into rows): pages
+    // across every boundary read as entries one by one would.
+    let long = fresh_id();
+    let mut entries = vec![entry(1, Some(1), ProgressEvent::Phase { title: "P".into() })];
+    entries.extend((2..=300).map(|seq| entry(seq, Some(1), log(&"x".repeat(seq as usize % 7 * 40)))));
+    for (i, bytes) in entries.into_iter().enumerate() {
+        store.put_progress(&long, i as u64 + 1, bytes, 0).expect("put_progress");
+        if i == 130 {
+            flush(&store).await;
+        }
+    }
+    flush(&store).await;
+    let page = |query: ProgressQuery| {
+        let (store, long) = (store.clone(), long.clone());
+        async move { store.progress(&long, &query).await.expect("progress") }
+    };
+    let all = page(q(Some(0), None, Some(1000), None)).await;
+    assert_eq!(seqs(&all), (1..=300).collect::<Vec<_>>(), "every entry of the long run, forwards");
+    assert!(all.iter().all(|e| e.phase.as_deref() == Some("P")), "each with the title set by entry 1");
+    assert_eq!(all[200].event, log(&"x".repeat(201 % 7 * 40)));
+    for at in [0u64, 1, 63, 64, 65, 127, 128, 129, 130, 131, 132, 200, 298, 299] {
+        let after = page(q(Some(at), None, Some(5), None)).await;
+        assert_eq!(seqs(&after), (at + 1..=(at + 5).min(300)).collect::<Vec<_>>(), "5 after {at}");
+        let before = page(q(None, Some(at + 2), Some(5), None)).await;
+        assert_eq!(seqs(&before), (at.saturating_sub(3).max(1)..=at + 1).collect::<Vec<_>>(), "5 before {}", at + 2);
+    }
+    assert_eq!(seqs(&page(q(Some(60), Some(140), Some(1000), None)).await), (61..=139).collect::<Vec<_>>(), "between 60 and 140");
+    assert_eq!(seqs(&page(q(None, None, Some(3), None)).await), vec![298, 299, 300], "the long run's tail");
+    assert_eq!(store.last_progress_seq(&long).await.expect("last seq"), 300);
 }
 
 /// Blobs: put, read back, put again; unknown hashes read as none.

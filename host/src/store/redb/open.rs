@@ -1,6 +1,7 @@
 //! What opening a redb store does before anything reads it: create every table, check the
-//! schema version, and repair what a crash left — runs that were `running` become `halted`
-//! ([`halt_interrupted`]), with the spend recorded up to the last commit.
+//! schema version (a schema 1 store is marked 2: it reads as it is), and repair what a crash
+//! left — runs that were `running` become `halted` ([`halt_interrupted`]), with the spend
+//! recorded up to the last commit.
 
 use super::tables::*;
 use crate::model::envelope::{Accounting, RunStatus};
@@ -21,6 +22,10 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
                 meta.insert("schema_version", SCHEMA_VERSION)?;
             }
             Some(v) if v == SCHEMA_VERSION => {}
+            // Schema 1's rows (one progress entry each) are rows of schema 2 as they are.
+            Some(1) => {
+                meta.insert("schema_version", SCHEMA_VERSION)?;
+            }
             Some(found) => return Err(StoreError::Version { found, expected: SCHEMA_VERSION }),
         }
         next_seq = meta.get("next_run_seq")?.map_or(0, |v| v.value());

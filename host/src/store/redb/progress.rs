@@ -1,15 +1,105 @@
-//! Reading a run's progress from the redb store: a page of entries (forwards after a seq,
-//! backwards before one or from the tail, optionally one phase's), each given the title of
-//! its phase (entries store the seq of the entry that set it, resolved once per read), and
-//! the run's last seq.
+//! A run's progress in the redb store: how entries are grouped into rows, and reading a page
+//! of them (forwards after a seq, backwards before one or from the tail, optionally one
+//! phase's), each given the title of its phase (entries store the seq of the entry that set
+//! it, resolved once per read), and the run's last seq.
+//!
+//! A row holds the entries of one run that one commit wrote, up to [`CHUNK_ENTRIES`] entries
+//! or [`CHUNK_BYTES`] bytes, and is keyed by the seq of its last entry, so the row holding a
+//! seq is the first at or after it. A row of one entry is that entry's JSON (as schema 1 wrote
+//! every entry); a row of several is a chunk: the byte [`CHUNK_TAG`] (JSON starts with `{`),
+//! then per entry its seq (u64, little-endian), its length (u32, little-endian) and its JSON.
+//! One B-tree insert per chunk instead of per entry is most of what a journaled `log` costs the
+//! writer thread.
 
 use super::tables::PROGRESS;
 use super::RedbStore;
 use crate::model::progress::ProgressEntry;
 use crate::store::records::{decode_progress, phase_title, title_set_by, PhaseTitle};
-use crate::store::{ProgressQuery, StoreError};
-use redb::ReadableDatabase;
+use crate::store::{corrupt, ProgressQuery, StoreError};
+use redb::{ReadOnlyTable, ReadableDatabase};
 use std::collections::HashMap;
+
+/// At most this many entries share a row.
+pub(super) const CHUNK_ENTRIES: usize = 64;
+/// A row takes no further entry once it holds this many bytes (one entry may be larger).
+pub(super) const CHUNK_BYTES: usize = 16 << 10;
+/// The first byte of a row of several entries.
+const CHUNK_TAG: u8 = 0;
+/// Bytes before each entry of a chunk: its seq and its length.
+const ENTRY_HEADER: usize = 12;
+
+/// The entries of one run that one commit writes, gathered into rows ([`Chunk::push`] says
+/// when the gathered row must be written first).
+#[derive(Default)]
+pub(super) struct Chunk {
+    bytes: Vec<u8>,
+    entries: usize,
+    last: u64,
+}
+
+impl Chunk {
+    /// Whether the entry `seq` of `len` bytes starts a new row: this one is full, or `seq`
+    /// does not follow its last entry.
+    pub(super) fn must_close(&self, seq: u64, len: usize) -> bool {
+        self.entries > 0 && (self.entries >= CHUNK_ENTRIES || self.bytes.len() + len > CHUNK_BYTES || seq <= self.last)
+    }
+
+    /// Add the entry `seq`.
+    pub(super) fn push(&mut self, seq: u64, entry: &[u8]) {
+        if self.entries == 0 {
+            self.bytes.clear();
+            self.bytes.push(CHUNK_TAG);
+        }
+        self.bytes.extend_from_slice(&seq.to_le_bytes());
+        // An entry is bounded far below 4 GiB (`maxLogBytes` and the op's own cap).
+        self.bytes.extend_from_slice(&u32::try_from(entry.len()).unwrap_or(u32::MAX).to_le_bytes());
+        self.bytes.extend_from_slice(entry);
+        self.entries += 1;
+        self.last = seq;
+    }
+
+    /// The row gathered so far (its key seq and its value), and empty the chunk; `None` when it
+    /// holds no entry.
+    pub(super) fn take(&mut self) -> Option<(u64, &[u8])> {
+        let entries = std::mem::take(&mut self.entries);
+        match entries {
+            0 => None,
+            // A lone entry is stored as its JSON, as schema 1 stored every entry.
+            1 => Some((self.last, &self.bytes[1 + ENTRY_HEADER..])),
+            _ => Some((self.last, &self.bytes)),
+        }
+    }
+}
+
+/// The entries of the progress row keyed `key`, in seq order: `(seq, JSON)`.
+fn entries(key: u64, row: &[u8]) -> Result<Vec<(u64, &[u8])>, StoreError> {
+    let Some((&CHUNK_TAG, mut rest)) = row.split_first() else {
+        return Ok(vec![(key, row)]);
+    };
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let (header, tail) = rest.split_at_checked(ENTRY_HEADER).ok_or_else(|| corrupt("progress", "a chunk entry's header is cut short"))?;
+        let (seq, len) = header.split_at(8);
+        let seq = u64::from_le_bytes(seq.try_into().map_err(|_| corrupt("progress", "a chunk entry's seq"))?);
+        let len = u32::from_le_bytes(len.try_into().map_err(|_| corrupt("progress", "a chunk entry's length"))?) as usize;
+        let (entry, tail) = tail.split_at_checked(len).ok_or_else(|| corrupt("progress", "a chunk entry is cut short"))?;
+        out.push((seq, entry));
+        rest = tail;
+    }
+    if out.last().map(|(seq, _)| *seq) != Some(key) {
+        return Err(corrupt("progress", format!("the chunk keyed {key} does not end with that seq")));
+    }
+    Ok(out)
+}
+
+/// The JSON of entry `seq` of `run_id`, if it is stored.
+fn entry_at(table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>, run_id: &str, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+    let Some(row) = table.range((run_id, seq)..=(run_id, u64::MAX))?.next() else {
+        return Ok(None);
+    };
+    let (key, value) = row?;
+    Ok(entries(key.value().1, value.value())?.into_iter().find(|(s, _)| *s == seq).map(|(_, bytes)| bytes.to_vec()))
+}
 
 impl RedbStore {
     /// Progress entries of a run, paged (see [`ProgressQuery`]), in ascending seq order.
@@ -22,7 +112,6 @@ impl RedbStore {
         if lo > hi || query.before_seq == Some(0) {
             return Ok(Vec::new());
         }
-        let range = table.range((run_id, lo)..=(run_id, hi))?;
         let mut out = Vec::new();
         let keep = |entry: &ProgressEntry| query.phase.as_deref().is_none_or(|p| entry.phase.as_deref() == Some(p));
         // Phase titles by the seq of the entry that set them, resolved once per read.
@@ -34,8 +123,8 @@ impl RedbStore {
                 PhaseTitle::SetAt(at) => match titles.get(&at) {
                     Some(title) => title.clone(),
                     None => {
-                        let title = match table.get((run_id, at))? {
-                            Some(row) => title_set_by(row.value())?,
+                        let title = match entry_at(&table, run_id, at)? {
+                            Some(bytes) => title_set_by(&bytes)?,
                             None => None,
                         };
                         titles.insert(at, title.clone());
@@ -45,24 +134,48 @@ impl RedbStore {
             };
             Ok(ProgressEntry { seq: stored.seq, at_ms: stored.at_ms, phase, event: stored.event })
         };
-        // Forward from `after_seq`; otherwise backward from `before_seq` or the tail.
+        // Forward from `after_seq`; otherwise backward from `before_seq` or the tail. Rows are
+        // keyed by their last seq: the first row holding `lo` is the first keyed at or after it,
+        // the last holding `hi` the first keyed at or after `hi`.
         if query.after_seq.is_some() {
-            for row in range {
-                let entry = resolve(row?.1.value())?;
-                if keep(&entry) {
-                    out.push(entry);
-                    if out.len() >= limit {
-                        break;
+            'rows: for row in table.range((run_id, lo)..=(run_id, u64::MAX))? {
+                let (key, value) = row?;
+                for (seq, bytes) in entries(key.value().1, value.value())? {
+                    if seq < lo {
+                        continue;
+                    }
+                    if seq > hi {
+                        break 'rows;
+                    }
+                    let entry = resolve(bytes)?;
+                    if keep(&entry) {
+                        out.push(entry);
+                        if out.len() >= limit {
+                            break 'rows;
+                        }
                     }
                 }
             }
         } else {
-            for row in range.rev() {
-                let entry = resolve(row?.1.value())?;
-                if keep(&entry) {
-                    out.push(entry);
-                    if out.len() >= limit {
-                        break;
+            let end = match table.range((run_id, hi)..=(run_id, u64::MAX))?.next() {
+                Some(row) => row?.0.value().1,
+                None => hi,
+            };
+            'rows: for row in table.range((run_id, lo)..=(run_id, end))?.rev() {
+                let (key, value) = row?;
+                for (seq, bytes) in entries(key.value().1, value.value())?.into_iter().rev() {
+                    if seq > hi {
+                        continue;
+                    }
+                    if seq < lo {
+                        break 'rows;
+                    }
+                    let entry = resolve(bytes)?;
+                    if keep(&entry) {
+                        out.push(entry);
+                        if out.len() >= limit {
+                            break 'rows;
+                        }
                     }
                 }
             }
@@ -71,7 +184,7 @@ impl RedbStore {
         Ok(out)
     }
 
-    /// The highest progress seq of a run (0 when it has none).
+    /// The highest progress seq of a run (0 when it has none): the key of its last row.
     pub(super) fn read_last_progress_seq(&self, run_id: &str) -> Result<u64, StoreError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(PROGRESS)?;

@@ -4,9 +4,9 @@
 
 use redb::TableDefinition;
 
-/// The layout version this build writes. A store with another version is refused (or
-/// migrated, once there is a migration).
-pub const SCHEMA_VERSION: u64 = 1;
+/// The layout version this build writes. Version 1 (every progress entry a row of its own)
+/// is read as it is and marked 2 on open; a store of any other version is refused.
+pub const SCHEMA_VERSION: u64 = 2;
 
 /// `"schema_version"` -> version; `"next_run_seq"` -> creation counter.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -18,7 +18,8 @@ pub const RUN_ORDER: TableDefinition<u64, &str> = TableDefinition::new("run_orde
 pub const STEPS: TableDefinition<(&str, &str), &str> = TableDefinition::new("steps");
 /// (run id, agent key) -> outcome: `0` for an ordinary failure, `1` + JSON for a reply.
 pub const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("agents");
-/// (run id, seq) -> progress entry (JSON).
+/// (run id, seq of the row's last entry) -> progress entries: one entry's JSON, or a chunk of
+/// several (see `progress.rs`).
 pub const PROGRESS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("progress");
 /// Run id -> latest accounting of the running attempt (JSON), so a crash loses no spend.
 pub const LIVE_ACCOUNTING: TableDefinition<&str, &[u8]> = TableDefinition::new("live_accounting");

@@ -16,6 +16,7 @@
 //! then until the window closes (or a flush is asked for), so the writes that join a batch
 //! cost no thread wake-up each.
 
+use super::progress::Chunk;
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
 use crate::store::op::{Backlog, Op, Pending, Queued};
 use crate::store::{StoreError, WriterStats};
@@ -261,8 +262,15 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                 Op::Agent { run, key, outcome, .. } => {
                     agents.insert((run.as_str(), key.as_str()), &**outcome)?;
                 }
+                // A run's entries in this batch share rows (see `progress.rs`).
                 Op::Progress { run, seq, entry, .. } => {
-                    progress.insert((run.as_str(), *seq), entry.as_slice())?;
+                    let chunk = &mut last.at(run).progress;
+                    if chunk.must_close(*seq, entry.len()) {
+                        if let Some((key, row)) = chunk.take() {
+                            progress.insert((run.as_str(), key), row)?;
+                        }
+                    }
+                    chunk.push(*seq, entry);
                 }
                 Op::Accounting { run, accounting: bytes } => {
                     if last.at(run).accounting == Some(i) {
@@ -290,6 +298,11 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                 Op::Flush(_) => {}
             }
         }
+        for (run, of_run) in &mut last.runs {
+            if let Some((key, row)) = of_run.progress.take() {
+                progress.insert((*run, key), row)?;
+            }
+        }
     }
     txn.commit()?;
     crate::metrics::metrics().committed(started.elapsed());
@@ -298,12 +311,13 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
     Ok(())
 }
 
-/// What a batch writes once per run: the index of its last accounting op and its largest
-/// journal usage.
+/// What a batch writes once per run: the index of its last accounting op, its largest
+/// journal usage, and the row of progress entries it is gathering.
 #[derive(Default)]
 struct OfRun {
     accounting: Option<usize>,
     usage: Option<u64>,
+    progress: Chunk,
 }
 
 /// [`OfRun`] by run, in the order runs first appear in the batch. A batch's ops mostly come
