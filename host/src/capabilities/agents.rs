@@ -55,7 +55,7 @@ pub(crate) struct Agents {
     progress: Arc<Progress>,
     backend: Arc<dyn AgentBackend>,
     /// Calls in flight in this attempt, by key: identical calls share one.
-    inflight: Mutex<HashMap<String, Shared>>,
+    inflight: Mutex<HashMap<String, Shared, foldhash::fast::RandomState>>,
     /// Concurrency slots (`maxConcurrentSubagents`), if limited.
     slots: Option<Arc<Semaphore>>,
     spawned: AtomicU64,
@@ -88,7 +88,7 @@ impl Agents {
             attempt,
             progress,
             backend: setup.backend.clone(),
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(HashMap::default()),
             slots,
             spawned: AtomicU64::new(setup.prior.agents_spawned),
             cache_hits: AtomicU64::new(setup.prior.agent_cache_hits),

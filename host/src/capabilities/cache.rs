@@ -23,7 +23,9 @@ fn outcome_len(outcome: &Option<String>) -> usize {
 #[derive(Debug, Default)]
 pub(crate) struct ValueCache {
     steps: HashMap<String, String>,
-    agents: HashMap<String, Option<String>>,
+    /// By memo key: hex of a SHA-256 the host computed, which no guest chooses, so hashed by
+    /// a fast hasher (a step key is the guest's: SipHash).
+    agents: HashMap<String, Option<String>, foldhash::fast::RandomState>,
     /// Insertion order, oldest first (may hold keys since replaced or removed).
     order: VecDeque<(Kind, String)>,
     bytes: usize,

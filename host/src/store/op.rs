@@ -9,6 +9,7 @@ use crate::model::envelope::Accounting;
 use crate::store::redb::tables::encode_outcome;
 use crate::store::StoreError;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::oneshot;
 
@@ -133,23 +134,27 @@ impl Backlog {
 #[derive(Default)]
 pub(crate) struct Pending {
     steps: HashMap<String, HashMap<String, Arc<str>>>,
-    agents: HashMap<String, HashMap<String, Arc<[u8]>>>,
+    /// Agent outcomes by memo key (hex of a SHA-256 the host computed, no guest's choice: a
+    /// fast hasher).
+    agents: HashMap<String, HashMap<String, Arc<[u8]>, foldhash::fast::RandomState>>,
 }
 
 /// Keep `value` under run, key.
-fn keep<V>(map: &mut HashMap<String, HashMap<String, V>>, run: &str, key: &str, value: V) {
+fn keep<V, S: BuildHasher + Default>(map: &mut HashMap<String, HashMap<String, V, S>>, run: &str, key: &str, value: V) {
     match map.get_mut(run) {
         Some(keys) => {
             keys.insert(key.to_string(), value);
         }
         None => {
-            map.insert(run.to_string(), HashMap::from([(key.to_string(), value)]));
+            let mut keys = HashMap::default();
+            keys.insert(key.to_string(), value);
+            map.insert(run.to_string(), keys);
         }
     }
 }
 
 /// Drop run, key if it still holds `value` (a later put of the key stays).
-fn forget<V: ?Sized>(map: &mut HashMap<String, HashMap<String, Arc<V>>>, run: &str, key: &str, value: &Arc<V>) {
+fn forget<V: ?Sized, S: BuildHasher>(map: &mut HashMap<String, HashMap<String, Arc<V>, S>>, run: &str, key: &str, value: &Arc<V>) {
     if let Some(keys) = map.get_mut(run) {
         if keys.get(key).is_some_and(|v| Arc::ptr_eq(v, value)) {
             keys.remove(key);
