@@ -784,8 +784,8 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
             format!("resume of that run ({N} entries replayed)"),
             fmt_ms(resume),
             format!(
-                "0 backend calls{} (checked); host CPU {}; loads the stored component (compile cache); \
-                 with the loaded component handed in: {}",
+                "0 backend calls{} (checked); host CPU {}; the stored component is the one this host \
+                 loaded (kept by hash, as a service resuming a run it ran); with it handed in: {}",
                 if workload == "sequential-steps" { ", no step producer re-ran" } else { "" },
                 fmt_ms(median(resumes_cpu)),
                 fmt_ms(median(resumes_given))

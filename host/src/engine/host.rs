@@ -12,6 +12,7 @@ use crate::store::journal::Journal;
 use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
 use crate::model::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
+use crate::engine::loaded::Kept;
 use crate::engine::run::{self, AttemptSetup, Capabilities};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::model::schema::Schema;
@@ -258,6 +259,8 @@ pub struct Host {
     /// The built-in JS runner, once loaded.
     runner: Mutex<Option<LoadedComponent>>,
     loader: ComponentLoader,
+    /// Factories of plain components this host loaded, by component hash.
+    loaded: Kept<Factory>,
     config: HostConfig,
     store: Arc<dyn Store>,
     active: Mutex<HashMap<String, ActiveRun>>,
@@ -305,6 +308,7 @@ impl Host {
             script_linker,
             runner: Mutex::new(None),
             loader,
+            loaded: Kept::new(crate::engine::loaded::KEPT),
             config,
             store,
             active: Mutex::new(HashMap::new()),
@@ -513,11 +517,17 @@ impl Host {
     /// Load a component from bytes and read its metadata.
     pub async fn load_bytes(&self, bytes: &[u8]) -> Result<Factory, Error> {
         let component = self.loader.load_bytes(&self.linker, bytes)?;
-        self.with_meta(component).await
+        let factory = self.with_meta(component).await?;
+        self.loaded.keep(&factory.component.hash, factory.clone());
+        Ok(factory)
     }
 
-    /// Load a component stored under its sha256.
+    /// Load a component stored under its sha256: the factory this host loaded from it, if it
+    /// keeps one (see [`crate::engine::loaded`]), else read from the store and loaded.
     pub async fn load_stored(&self, hash: &str) -> Result<Factory, Error> {
+        if let Some(factory) = self.loaded.get(hash) {
+            return Ok(factory);
+        }
         let bytes = self
             .store
             .blob(hash)

@@ -4,6 +4,7 @@
 
 pub mod caps;
 pub mod host;
+pub(crate) mod loaded;
 pub mod queue;
 pub mod recover;
 pub(crate) mod run;
