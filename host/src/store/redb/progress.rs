@@ -134,25 +134,29 @@ impl RedbStore {
             };
             Ok(ProgressEntry { seq: stored.seq, at_ms: stored.at_ms, phase, event: stored.event })
         };
-        // Forward from `after_seq`; otherwise backward from `before_seq` or the tail. Rows are
-        // keyed by their last seq: the first row holding `lo` is the first keyed at or after it,
-        // the last holding `hi` the first keyed at or after `hi`.
-        if query.after_seq.is_some() {
+        // Forward from `after_seq`; otherwise backward from `before_seq` or the tail. An
+        // entry before the window (in the direction read) is skipped, one past it ends the
+        // page, as does a full page (`true`: stop).
+        let forward = query.after_seq.is_some();
+        let mut page = |seq: u64, bytes: &[u8]| -> Result<bool, StoreError> {
+            let (before, past) = if forward { (seq < lo, seq > hi) } else { (seq > hi, seq < lo) };
+            if past || before {
+                return Ok(past);
+            }
+            let entry = resolve(bytes)?;
+            if keep(&entry) {
+                out.push(entry);
+            }
+            Ok(out.len() >= limit)
+        };
+        // Rows are keyed by their last seq: the first row holding `lo` is the first keyed at or
+        // after it, the last holding `hi` the first keyed at or after `hi`.
+        if forward {
             'rows: for row in table.range((run_id, lo)..=(run_id, u64::MAX))? {
                 let (key, value) = row?;
                 for (seq, bytes) in entries(key.value().1, value.value())? {
-                    if seq < lo {
-                        continue;
-                    }
-                    if seq > hi {
+                    if page(seq, bytes)? {
                         break 'rows;
-                    }
-                    let entry = resolve(bytes)?;
-                    if keep(&entry) {
-                        out.push(entry);
-                        if out.len() >= limit {
-                            break 'rows;
-                        }
                     }
                 }
             }
@@ -164,18 +168,8 @@ impl RedbStore {
             'rows: for row in table.range((run_id, lo)..=(run_id, end))?.rev() {
                 let (key, value) = row?;
                 for (seq, bytes) in entries(key.value().1, value.value())?.into_iter().rev() {
-                    if seq > hi {
-                        continue;
-                    }
-                    if seq < lo {
+                    if page(seq, bytes)? {
                         break 'rows;
-                    }
-                    let entry = resolve(bytes)?;
-                    if keep(&entry) {
-                        out.push(entry);
-                        if out.len() >= limit {
-                            break 'rows;
-                        }
                     }
                 }
             }
