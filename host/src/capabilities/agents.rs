@@ -122,11 +122,10 @@ impl Agents {
         self.attempt_cache_hits.load(Ordering::Relaxed)
     }
 
-    /// `agents.agent` (memoized, journaled, limited), the part that needs no wait: the per-call
-    /// caps, the memo key, the answer when the attempt's journal view has it (a memo hit
-    /// answers here, with no await, and is never pending), and admission of a call that must
-    /// wait. A call it cannot answer is handed to [`Agents::finish`]; dropping it instead (as
-    /// `agents.agent-ready` does) undoes its admission.
+    /// `agents.agent` (memoized, journaled, limited), the part that needs no wait: admission and the per-call caps, the memo key,
+    /// and the answer when the attempt's journal view has it (a memo hit answers here, with
+    /// no await). A call it cannot answer is handed to [`Agents::finish`]; dropping it
+    /// instead (as `agents.agent-ready` does) undoes its admission.
     pub(crate) fn start(
         self: &Arc<Self>,
         prompt: String,
@@ -138,34 +137,33 @@ impl Agents {
         if let Some(abort) = self.attempt.stopping() {
             return Start::Answered(Err(abort));
         }
-        let (limits, parsed) = match self.check_call(&prompt, label.as_deref(), schema.as_deref(), model.as_deref(), limits) {
-            Ok(checked) => checked,
-            Err(abort) => return Start::Answered(Err(abort)),
-        };
-        let key = AgentKey::with_limits(&prompt, label.as_deref(), parsed.as_ref().map(Schema::as_value), model.as_deref(), &limits);
-        // Journaled: replay for free, here when the journal view knows the answer.
-        let known = match self.attempt.cached_agent(&key.0) {
-            Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
-            Memo::Absent => true,
-            Memo::Unknown => false,
-        };
-        // Admission of a call that must wait: its strings stay in host memory until it ends,
-        // charged now (the parsed schema counted as its tree will grow) and judged against the
-        // pending caps at once. Until here the call held only what one synchronous hook call
-        // holds, each part within its per-call cap.
+        // Admission, before anything else is copied or parsed: the call's strings are
+        // already in host memory, and stay there until it ends (its bytes are charged now
+        // and judged once the per-call caps below have passed).
         let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref())
             .saturating_add(limits.wrap_up.as_ref().map_or(0, |w| w.len() as u64));
         let pending = PendingCall::enter(self.clone(), charge);
-        if let Err(abort) = self.admit_pending(&pending) {
-            return Start::Answered(Err(abort));
+        match self.admit_call(&pending, &prompt, label.as_deref(), schema.as_deref(), model.as_deref(), limits) {
+            Err(abort) => Start::Answered(Err(abort)),
+            Ok((limits, schema)) => {
+                let key =
+                    AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
+                // Journaled: replay for free, here when the journal view knows the answer.
+                let known = match self.attempt.cached_agent(&key.0) {
+                    Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
+                    Memo::Absent => true,
+                    Memo::Unknown => false,
+                };
+                Start::Call(Box::new(Call { pending, prompt, label, schema, model, limits, key, known }))
+            }
         }
-        Start::Call(Box::new(Call { pending, prompt, label, schema: parsed, model, limits, key, known }))
     }
 
     /// The per-call caps and the limits' validity: the effective limits (the call's over the
     /// factory's) and the parsed schema.
-    fn check_call(
+    fn admit_call(
         &self,
+        pending: &PendingCall,
         prompt: &str,
         label: Option<&str>,
         schema: Option<&str>,
@@ -173,6 +171,10 @@ impl Agents {
         limits: AgentLimits,
     ) -> Result<(AgentLimits, Option<Schema>), Abort> {
         let sandbox = &self.attempt.sandbox;
+        if pending.count > sandbox.max_pending_agent_calls as u64 {
+            let message = format!("more than {} agent calls pending at once", sandbox.max_pending_agent_calls);
+            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
+        }
         if prompt.len() > sandbox.max_prompt_bytes {
             let message = format!("prompt is {} bytes, over the {} byte limit", prompt.len(), sandbox.max_prompt_bytes);
             return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPromptBytes", message }));
@@ -196,25 +198,8 @@ impl Agents {
         }
         // The effective limits (the call's over the factory's) are the call's identity.
         let limits = limits.or(&self.agent_limits);
-        let schema = match schema.map(Schema::parse) {
-            None => None,
-            Some(Ok(schema)) => Some(schema),
-            Some(Err(e)) => {
-                let who = label.unwrap_or("agent");
-                return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: invalid schema: {e}"))));
-            }
-        };
-        Ok((limits, schema))
-    }
-
-    /// The pending caps, judged for a call that must wait once it has entered: calls pending
-    /// at once, and the bytes they hold in the run and in every run of the host.
-    fn admit_pending(&self, pending: &PendingCall) -> Result<(), Abort> {
-        let sandbox = &self.attempt.sandbox;
-        if pending.count > sandbox.max_pending_agent_calls as u64 {
-            let message = format!("more than {} agent calls pending at once", sandbox.max_pending_agent_calls);
-            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
-        }
+        // Within every per-call cap: now the bytes it holds while pending (checked before the
+        // schema is parsed, the one copy that grows with it).
         if pending.run_bytes > sandbox.max_pending_agent_bytes {
             let message = format!(
                 "agent calls pending at once would hold {} bytes in the host, over the {} byte limit",
@@ -229,7 +214,15 @@ impl Agents {
             );
             return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxHostPendingAgentBytes", message }));
         }
-        Ok(())
+        let schema = match schema.map(Schema::parse) {
+            None => None,
+            Some(Ok(schema)) => Some(schema),
+            Some(Err(e)) => {
+                let who = label.unwrap_or("agent");
+                return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: invalid schema: {e}"))));
+            }
+        };
+        Ok((limits, schema))
     }
 
     /// A call answered from the journal: counted, traced and told to live subscribers.
