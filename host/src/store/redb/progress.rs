@@ -51,7 +51,8 @@ impl Chunk {
             self.bytes.push(CHUNK_TAG);
         }
         self.bytes.extend_from_slice(&seq.to_le_bytes());
-        // An entry is bounded far below 4 GiB (`maxLogBytes` and the op's own cap).
+        // An entry is bounded far below 4 GiB; one over `CHUNK_BYTES` is alone in its row, which
+        // is then its JSON alone (see `take`), its length never read.
         self.bytes.extend_from_slice(&u32::try_from(entry.len()).unwrap_or(u32::MAX).to_le_bytes());
         self.bytes.extend_from_slice(entry);
         self.entries += 1;
