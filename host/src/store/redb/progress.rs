@@ -28,8 +28,8 @@ const CHUNK_TAG: u8 = 0;
 /// Bytes before each entry of a chunk: its seq and its length.
 const ENTRY_HEADER: usize = 12;
 
-/// The entries of one run that one commit writes, gathered into rows ([`Chunk::push`] says
-/// when the gathered row must be written first).
+/// The entries of one run that one commit writes, gathered into rows ([`Chunk::must_close`]
+/// says when the gathered row must be written before the next entry joins).
 #[derive(Default)]
 pub(super) struct Chunk {
     bytes: Vec<u8>,
