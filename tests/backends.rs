@@ -806,7 +806,7 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
     assert_eq!(header, json!({"cassette": "factory", "version": CASSETTE_VERSION}));
     let exchanges = read_cassette(&file).unwrap();
     assert_eq!(exchanges.len(), 4);
-    assert_eq!(exchanges[0].key, factory_host::AgentKey::new("first", Some("a"), None, None).0);
+    assert_eq!(exchanges[0].key, factory_host::AgentKey::new("first", Some("a"), None, None).to_string());
     assert_eq!((exchanges[1].attempt, exchanges[2].attempt), (0, 1));
     assert_eq!(exchanges[1].key, exchanges[2].key);
     assert_eq!(exchanges[1].request.model.as_deref(), Some("m2"));

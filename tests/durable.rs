@@ -220,7 +220,7 @@ async fn group_commit_batches_a_fan_out_into_few_commits() {
 #[tokio::test]
 async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
     use factory_host::store::STORE_FILE;
-    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    use redb::{ReadableDatabase, TableDefinition};
     const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
     const PROGRESS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("progress");
     let state = tempfile::tempdir().unwrap();

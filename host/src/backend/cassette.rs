@@ -131,7 +131,7 @@ impl Exchange {
             Err(e) => (None, Some(e.message().to_string())),
         };
         Exchange {
-            key: key_of(request).0,
+            key: key_of(request).to_string(),
             attempt: request.attempt,
             request: RecordedRequest {
                 prompt: request.prompt.clone(),
@@ -292,7 +292,7 @@ impl Replay {
     }
 
     fn find(&self, request: &AgentRequest) -> Option<Exchange> {
-        let id = (key_of(request).0, request.attempt);
+        let id = (key_of(request).to_string(), request.attempt);
         let Some(list) = self.exchanges.get(&id) else {
             let mut missed = self.missed.lock().unwrap_or_else(|p| p.into_inner());
             if missed.len() < MAX_MISSES_KEPT && !missed.iter().any(|m| m.key == id.0 && m.attempt == id.1) {
@@ -425,7 +425,7 @@ impl AgentBackend for Cassette {
                 (None, Some(live), _) => live.call(request.clone()).await,
                 (None, None, Some(replay)) => {
                     let who = request.label.as_deref().unwrap_or("agent");
-                    let key = key_of(&request).0;
+                    let key = key_of(&request).to_string();
                     let message = format!(
                         "cassette miss: `{}` holds no exchange for agent `{who}` (attempt {}, key {}); \
                          record one with --record, or use --replay-then-live",

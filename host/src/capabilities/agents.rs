@@ -149,7 +149,7 @@ impl Agents {
                 let key =
                     AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
                 // Journaled: replay for free, here when the journal view knows the answer.
-                let known = match self.attempt.cached_agent(&key.0) {
+                let known = match self.attempt.cached_agent(key.as_str()) {
                     Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
                     Memo::Absent => true,
                     Memo::Unknown => false,
@@ -240,7 +240,7 @@ impl Agents {
     pub(crate) async fn finish(self: Arc<Self>, call: Box<Call>) -> Result<Option<String>, Abort> {
         let Call { pending: _pending, prompt, label, schema, model, limits, key, known } = *call;
         if !known {
-            let journaled = self.attempt.read_agent(&key.0).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
+            let journaled = self.attempt.read_agent(key.as_str()).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
             if let Some(outcome) = journaled {
                 return Ok(self.hit(outcome, label.as_deref(), model.as_deref()));
             }
@@ -249,11 +249,11 @@ impl Agents {
         // In flight or done in this attempt: share the one call.
         let (cell, first) = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            match inflight.get(&key.0) {
+            match inflight.get(key.as_str()) {
                 Some(cell) => (cell.clone(), false),
                 None => {
                     let cell: Shared = Arc::new(OnceCell::new());
-                    inflight.insert(key.0.clone(), cell.clone());
+                    inflight.insert(key.to_string(), cell.clone());
                     (cell, true)
                 }
             }
@@ -274,7 +274,7 @@ impl Agents {
         };
         let this = &self;
         let call_span = &span;
-        let key = &key.0;
+        let key = key.as_str();
         let outcome = cell
             .get_or_init(|| async move {
                 let (outcome, summary) = this.spawn_agent(request, schema, call_span).await;

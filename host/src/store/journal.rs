@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn an_agent_keys_fingerprint_is_its_sha256_prefix() {
-        let key = crate::AgentKey::new("p", Some("l"), None, None).0;
+        let key = crate::AgentKey::new("p", Some("l"), None, None).to_string();
         assert_eq!(agent_fingerprint(&key), u64::from_str_radix(&key[..16], 16).unwrap());
         assert_eq!(agent_fingerprint("a1"), fingerprint("a1"), "a key that is no sha256 is hashed");
         let not_hex = "z".repeat(64);
