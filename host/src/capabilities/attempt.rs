@@ -46,7 +46,13 @@ struct Book {
     phase: Option<(u64, String)>,
     /// The latest progress seq.
     next_seq: u64,
+    /// Where progress entries are encoded, reused from entry to entry: each entry is then
+    /// copied out at its exact size, not grown into `serde_json::to_vec`'s doubling buffer.
+    encoded: Vec<u8>,
 }
+
+/// The largest encoding buffer a [`Book`] keeps between progress entries.
+const MAX_KEPT_ENCODING: usize = 64 << 10;
 
 /// The agent outcomes an attempt's load found ([`crate::store::journal::JournalSnapshot`]).
 pub(crate) struct LoadedAgents {
@@ -136,6 +142,7 @@ impl Attempt {
                 added_agents: Fingerprints::default(),
                 phase: None,
                 next_seq: setup.next_seq,
+                encoded: Vec::new(),
             }),
             stop: setup.stop.clone(),
             cause: Mutex::new(None),
@@ -367,7 +374,13 @@ impl Attempt {
             _ => book.phase.as_ref().map(|(at, _)| *at),
         };
         let stored = JournaledProgress { seq, at_ms: now_ms(), phase_seq, phase: None, event };
-        let bytes = serde_json::to_vec(&stored).map_err(|e| Abort::Storage(JournalError::new(e)))?;
+        book.encoded.clear();
+        serde_json::to_writer(&mut book.encoded, &stored).map_err(|e| Abort::Storage(JournalError::new(e)))?;
+        let bytes = book.encoded.clone();
+        if book.encoded.capacity() > MAX_KEPT_ENCODING {
+            // One large entry does not keep its buffer for the rest of the attempt.
+            book.encoded = Vec::new();
+        }
         let cost = self.journal.footprint(self.run_id.len() + 8, bytes.len());
         let total = self.charge(book, cost, essential)?;
         Ok((stored, bytes, total))

@@ -10,6 +10,7 @@ use crate::store::redb::tables::encode_outcome;
 use crate::store::StoreError;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::oneshot;
 
@@ -91,9 +92,12 @@ impl Queued {
     }
 }
 
-/// Bytes handed to the writer and not yet committed, against a cap.
+/// Bytes handed to the writer and not yet committed, against a cap. The count is an atomic,
+/// so a write that fits takes no lock; the lock and the condition are only for a write that
+/// must wait for a commit.
 pub(crate) struct Backlog {
-    queued: Mutex<u64>,
+    queued: AtomicU64,
+    lock: Mutex<()>,
     drained: Condvar,
     cap: u64,
 }
@@ -101,30 +105,44 @@ pub(crate) struct Backlog {
 impl Backlog {
     /// A backlog holding at most about `cap` bytes.
     pub(crate) fn new(cap: u64) -> Self {
-        Backlog { queued: Mutex::new(0), drained: Condvar::new(), cap }
+        Backlog { queued: AtomicU64::new(0), lock: Mutex::new(()), drained: Condvar::new(), cap }
+    }
+
+    /// Count `bytes` if they fit under the cap now (or the backlog is empty: a write larger
+    /// than the cap is taken alone); false, counting nothing, if they do not.
+    pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued == 0 || queued.saturating_add(bytes) <= self.cap).then(|| queued.saturating_add(bytes))
+            })
+            .is_ok()
     }
 
     /// Wait until `bytes` more fit under the cap (a write larger than the cap waits for an
     /// empty queue), then count them.
     pub(crate) fn reserve(&self, bytes: u64) {
-        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
-        while *queued > 0 && queued.saturating_add(bytes) > self.cap {
-            queued = self.drained.wait(queued).unwrap_or_else(|p| p.into_inner());
+        if self.try_reserve(bytes) {
+            return;
         }
-        *queued = queued.saturating_add(bytes);
+        // Checked again under the lock [`Backlog::release`] notifies under, so a release
+        // between the check and the wait is not missed.
+        let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while !self.try_reserve(bytes) {
+            guard = self.drained.wait(guard).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// The writer is done with `bytes` (committed, or failed: either way no longer held).
     pub(crate) fn release(&self, bytes: u64) {
-        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
-        *queued = queued.saturating_sub(bytes);
+        let _ = self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| Some(queued.saturating_sub(bytes)));
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.drained.notify_all();
     }
 
     /// Bytes queued now.
     #[cfg(test)]
     pub(crate) fn queued(&self) -> u64 {
-        *self.queued.lock().unwrap_or_else(|p| p.into_inner())
+        self.queued.load(Ordering::Acquire)
     }
 }
 

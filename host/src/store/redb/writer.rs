@@ -100,22 +100,30 @@ impl Writer {
     pub(crate) fn send_all<const N: usize>(&self, ops: [Option<Op>; N]) -> Result<(), StoreError> {
         let ops = ops.map(|op| op.map(Queued::new));
         let bytes = ops.iter().flatten().map(|q| q.bytes).sum();
-        {
-            let queue = self.shared.queue();
-            if let Some(failure) = &queue.failed {
-                return Err(StoreError::WriteFailed(failure.clone()));
+        // A write that fits the backlog takes one lock, the queue's; one that does not waits
+        // for the next commit outside it (after the queue says the store still takes writes).
+        let reserved = self.backlog.try_reserve(bytes);
+        let mut queue = self.shared.queue();
+        let refused = match &queue.failed {
+            Some(failure) => Some(StoreError::WriteFailed(failure.clone())),
+            None if queue.closed => Some(StoreError::Closed),
+            None => None,
+        };
+        if let Some(error) = refused {
+            if reserved {
+                self.backlog.release(bytes);
             }
+            return Err(error);
+        }
+        if !reserved {
+            drop(queue);
+            self.backlog.reserve(bytes);
+            queue = self.shared.queue();
             if queue.closed {
+                // Closed while this write waited: its bytes will not be committed.
+                self.backlog.release(bytes);
                 return Err(StoreError::Closed);
             }
-        }
-        // Outside the queue's lock: a full backlog waits here for the next commit.
-        self.backlog.reserve(bytes);
-        let mut queue = self.shared.queue();
-        if queue.closed {
-            // Closed while this write waited: its bytes will not be committed.
-            self.backlog.release(bytes);
-            return Err(StoreError::Closed);
         }
         // Registered under the queue's lock, so the commit that removes it comes after.
         if ops.iter().flatten().any(|q| q.op.is_value()) {
