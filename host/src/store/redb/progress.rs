@@ -20,9 +20,11 @@ use redb::{ReadOnlyTable, ReadableDatabase};
 use std::collections::HashMap;
 
 /// At most this many entries share a row.
-pub(super) const CHUNK_ENTRIES: usize = 64;
-/// A row takes no further entry once it holds this many bytes (one entry may be larger).
-pub(super) const CHUNK_BYTES: usize = 16 << 10;
+pub(super) const CHUNK_ENTRIES: usize = 1024;
+/// A row takes no further entry once it holds this many bytes (one entry may be larger): a
+/// row and its key fit one 16 KiB redb page. A leaf of one value over a page takes the next
+/// size up, so a row just over 4 KiB (64 log lines) took 8 KiB and one of 16 KiB took 32.
+pub(super) const CHUNK_BYTES: usize = (16 << 10) - 512;
 /// The first byte of a row of several entries.
 const CHUNK_TAG: u8 = 0;
 /// Bytes before each entry of a chunk: its seq and its length.
