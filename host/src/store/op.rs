@@ -20,7 +20,9 @@ pub(crate) enum Op {
     Step { run: String, key: String, value: Arc<str>, usage: u64 },
     Agent { run: String, key: String, outcome: Arc<[u8]>, usage: u64 },
     Progress { run: String, seq: u64, entry: Vec<u8>, usage: u64 },
-    Accounting { run: String, accounting: Vec<u8> },
+    /// The running attempt's accounting: encoded by the writer, for the last one of each run
+    /// in a commit only (a fan-out's agents each hand one over; a commit keeps one per run).
+    Accounting { run: String, accounting: Accounting },
     /// A run record: `seq` is its creation seq, `new` when this write creates it, `status`
     /// its status's name for a store that keeps it beside the record (else empty).
     Run { id: String, seq: u64, new: bool, status: String, record: Vec<u8> },
@@ -47,8 +49,8 @@ impl Op {
     }
 
     /// The running attempt's accounting so far.
-    pub(crate) fn accounting(run_id: &str, accounting: &Accounting) -> Result<Op, StoreError> {
-        Ok(Op::Accounting { run: run_id.to_string(), accounting: serde_json::to_vec(accounting)? })
+    pub(crate) fn accounting(run_id: &str, accounting: &Accounting) -> Op {
+        Op::Accounting { run: run_id.to_string(), accounting: *accounting }
     }
 
     /// The bytes the operation holds while queued.
@@ -57,7 +59,8 @@ impl Op {
             Op::Step { run, key, value, .. } => run.len() + key.len() + value.len(),
             Op::Agent { run, key, outcome, .. } => run.len() + key.len() + outcome.len(),
             Op::Progress { run, entry, .. } => run.len() + entry.len(),
-            Op::Accounting { run, accounting } => run.len() + accounting.len(),
+            // Its encoding's size, about: ten numbers and their names.
+            Op::Accounting { run, .. } => run.len() + ACCOUNTING_BYTES,
             Op::Run { id, record, status, .. } => id.len() + record.len() + status.len(),
             Op::Factory { key, registration } => key.len() + registration.len(),
             Op::Blob { hash, bytes } => hash.len() + bytes.len(),
@@ -77,6 +80,9 @@ impl Op {
         matches!(self, Op::Flush(_))
     }
 }
+
+/// About the size of an encoded [`Accounting`], as a queued op's bytes count it.
+const ACCOUNTING_BYTES: usize = 256;
 
 /// An op as a writer queues it: with its size, computed once here and released with it.
 pub(crate) struct Queued {

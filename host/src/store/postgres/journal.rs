@@ -137,7 +137,7 @@ impl Journal for PgStore {
     }
 
     fn put_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), JournalError> {
-        self.send_for(run_id, Op::accounting(run_id, accounting).map_err(journal_error)?).map_err(journal_error)
+        self.send_for(run_id, Op::accounting(run_id, accounting)).map_err(journal_error)
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {

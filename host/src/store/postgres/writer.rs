@@ -280,7 +280,7 @@ impl Task {
         if writes == 0 {
             return Ok(());
         }
-        let rows = Rows::of(batch);
+        let rows = Rows::of(batch)?;
         let started = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(50);
         loop {
@@ -410,7 +410,8 @@ struct Rows<'a> {
     steps: Columns3<'a>,
     agents: Columns3<'a>,
     progress: (Vec<&'a str>, Vec<i64>, Vec<&'a [u8]>),
-    accounting: (Vec<&'a str>, Vec<&'a [u8]>),
+    /// Each run's last accounting, encoded here (the ops carry it as numbers).
+    accounting: (Vec<&'a str>, Vec<Vec<u8>>),
     usage: (Vec<&'a str>, Vec<i64>),
     runs: (Vec<&'a str>, Vec<i64>, Vec<&'a str>, Vec<&'a [u8]>),
     factories: (Vec<&'a [u8]>, Vec<&'a [u8]>),
@@ -450,7 +451,7 @@ fn db_int(n: u64) -> i64 {
 }
 
 impl<'a> Rows<'a> {
-    fn of(batch: &'a [Op]) -> Rows<'a> {
+    fn of(batch: &'a [Op]) -> Result<Rows<'a>, StoreError> {
         let steps = last_wins(batch.iter().filter_map(|op| match op {
             Op::Step { run, key, value, .. } => Some(((run, key), (run.as_str(), key.as_bytes(), value.as_bytes()))),
             _ => None,
@@ -464,9 +465,13 @@ impl<'a> Rows<'a> {
             _ => None,
         }));
         let accounting = last_wins(batch.iter().filter_map(|op| match op {
-            Op::Accounting { run, accounting } => Some((run, (run.as_str(), accounting.as_slice()))),
+            Op::Accounting { run, accounting } => Some((run, (run.as_str(), accounting))),
             _ => None,
         }));
+        let accounting = accounting
+            .into_iter()
+            .map(|(run, spent)| Ok((run, serde_json::to_vec(spent)?)))
+            .collect::<Result<Vec<_>, serde_json::Error>>()?;
         let mut usage: HashMap<&str, u64> = HashMap::new();
         for op in batch {
             if let Op::Step { run, usage: bytes, .. } | Op::Agent { run, usage: bytes, .. } | Op::Progress { run, usage: bytes, .. } = op {
@@ -502,7 +507,7 @@ impl<'a> Rows<'a> {
             run_columns.2.push(status);
             run_columns.3.push(record);
         }
-        Rows {
+        Ok(Rows {
             steps: unzip3(steps),
             agents: unzip3(agents),
             progress: unzip3(progress),
@@ -512,7 +517,7 @@ impl<'a> Rows<'a> {
             factories: factories.into_iter().unzip(),
             blobs: blobs.into_iter().unzip(),
             modules: modules.into_iter().unzip(),
-        }
+        })
     }
 
     /// Every upsert of the batch (only the tables it touches), as `worker` writes them.

@@ -14,7 +14,7 @@ use redb::ReadableDatabase;
 impl RedbStore {
     /// Queue the running attempt's accounting (so a crash loses no recorded spend).
     fn put_live_accounting(&self, run_id: &str, accounting: &Accounting) -> Result<(), StoreError> {
-        self.writer.send(Op::accounting(run_id, accounting)?)
+        self.writer.send(Op::accounting(run_id, accounting))
     }
 
     fn load_journal(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
@@ -124,7 +124,7 @@ impl Journal for RedbStore {
 
     fn put_agent_outcome(&self, run_id: &str, outcome: AgentOutcome<'_>) -> Result<(), JournalError> {
         let progress = outcome.progress.map(|(seq, entry, usage)| Op::progress(run_id, seq, entry, usage));
-        let accounting = Op::accounting(run_id, outcome.accounting).map_err(journal_error)?;
+        let accounting = Op::accounting(run_id, outcome.accounting);
         let agent = outcome.agent.map(|(key, reply, usage)| Op::agent(run_id, key, reply, usage));
         self.writer.send_all([progress, Some(accounting), agent]).map_err(journal_error)
     }

@@ -245,6 +245,8 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
         // Live accounting is overwritten per agent; within a batch only each run's last one
         // needs writing. Likewise the journal usage: only the largest per run.
         let mut last = PerRun::default();
+        // Where each run's last accounting is encoded.
+        let mut encoded = Vec::new();
         for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
             match op {
                 Op::Accounting { run, .. } => last.at(run).accounting = Some(i),
@@ -280,9 +282,11 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                     }
                     chunk.push(*seq, entry);
                 }
-                Op::Accounting { run, accounting: bytes } => {
+                Op::Accounting { run, accounting: spent } => {
                     if last.at(run).accounting == Some(i) {
-                        accounting.insert(run.as_str(), bytes.as_slice())?;
+                        encoded.clear();
+                        serde_json::to_writer(&mut encoded, spent)?;
+                        accounting.insert(run.as_str(), encoded.as_slice())?;
                     }
                 }
                 Op::Run { id, seq, new, record, .. } => {
