@@ -386,7 +386,9 @@ impl Host {
             return self.load_script(script).await;
         }
         let component = self.loader.load_file(&self.linker, path)?;
-        self.with_meta(component).await
+        let factory = self.with_meta(component).await?;
+        self.loaded.keep(&factory.component.hash, factory.clone());
+        Ok(factory)
     }
 
     /// Load a script factory: the built-in JS runner with `script` as its source. Fails
