@@ -55,7 +55,7 @@ pub(crate) struct Agents {
     progress: Arc<Progress>,
     backend: Arc<dyn AgentBackend>,
     /// Calls in flight in this attempt, by key: identical calls share one.
-    inflight: Mutex<HashMap<String, Shared, foldhash::fast::RandomState>>,
+    inflight: Mutex<HashMap<AgentKey, Shared, foldhash::fast::RandomState>>,
     /// Concurrency slots (`maxConcurrentSubagents`), if limited.
     slots: Option<Arc<Semaphore>>,
     spawned: AtomicU64,
@@ -149,7 +149,7 @@ impl Agents {
                 let key =
                     AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
                 // Journaled: replay for free, here when the journal view knows the answer.
-                let known = match self.attempt.cached_agent(key.as_str()) {
+                let known = match self.attempt.cached_agent(&key) {
                     Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
                     Memo::Absent => true,
                     Memo::Unknown => false,
@@ -249,11 +249,11 @@ impl Agents {
         // In flight or done in this attempt: share the one call.
         let (cell, first) = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            match inflight.get(key.as_str()) {
+            match inflight.get(&key) {
                 Some(cell) => (cell.clone(), false),
                 None => {
                     let cell: Shared = Arc::new(OnceCell::new());
-                    inflight.insert(key.to_string(), cell.clone());
+                    inflight.insert(key, cell.clone());
                     (cell, true)
                 }
             }
@@ -274,7 +274,7 @@ impl Agents {
         };
         let this = &self;
         let call_span = &span;
-        let key = key.as_str();
+        let key = &key;
         let outcome = cell
             .get_or_init(|| async move {
                 let (outcome, summary) = this.spawn_agent(request, schema, call_span).await;

@@ -12,6 +12,7 @@ use crate::model::envelope::{Failure, FailureType};
 use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::model::sandbox_limits::SandboxLimits;
+use crate::model::agent_key::AgentKey;
 use crate::model::envelope::Accounting;
 use crate::store::journal::{decode_outcome, AgentOutcome, Fingerprints, Journal, JournalError, Loaded, LoadedEntries};
 use futures::future::{BoxFuture, FutureExt as _};
@@ -309,7 +310,8 @@ impl Attempt {
     /// An agent outcome as the journal view knows it, without a wait: from what the load
     /// found or the cache, or known never journaled (the journal listed the run's agent keys),
     /// else unknown.
-    pub(crate) fn cached_agent(&self, key: &str) -> Memo {
+    pub(crate) fn cached_agent(&self, memo_key: &AgentKey) -> Memo {
+        let key = memo_key.as_str();
         let book = self.book();
         // A fresh run loaded nothing: its key is hashed only if the cache misses.
         let mut hashed = None;
@@ -323,7 +325,7 @@ impl Attempt {
                 };
             }
         }
-        if let Some(outcome) = book.cache.agent(key) {
+        if let Some(outcome) = book.cache.agent(memo_key) {
             return Memo::Hit(outcome.clone());
         }
         if book.loaded_agents.listed {
@@ -414,7 +416,8 @@ impl Attempt {
     /// and handed to the journal as one write. An entry past the journal budget stops the
     /// attempt as `emit` does; the outcome's own abort (the budget, the store) is returned,
     /// not yet raised.
-    pub(crate) fn finish_agent(&self, key: &str, reply: &Option<String>, finished: ProgressEvent, accounting: &Accounting) -> Result<(), Abort> {
+    pub(crate) fn finish_agent(&self, memo_key: &AgentKey, reply: &Option<String>, finished: ProgressEvent, accounting: &Accounting) -> Result<(), Abort> {
+        let key = memo_key.as_str();
         let agent_cost = self.journal.footprint(self.run_id.len() + key.len(), 1 + reply.as_ref().map_or(0, String::len));
         let (entry, progress_refused, agent_charged) = {
             let mut book = self.book();
@@ -440,7 +443,7 @@ impl Attempt {
                     let fingerprint = book.loaded_agents.entries.fingerprint(key);
                     book.added_agents.insert(fingerprint);
                 }
-                book.cache.put_agent(key.to_string(), reply.clone());
+                book.cache.put_agent(*memo_key, reply.clone());
             }
             (entry, progress_refused, agent_charged)
         };

@@ -3,16 +3,18 @@
 //! first; a value larger than a quarter of the budget is never kept (it is read back from
 //! the store when asked for).
 
+use crate::model::agent_key::AgentKey;
 use std::collections::{HashMap, VecDeque};
 
 /// Bookkeeping bytes counted per entry on top of its key and value.
 const ENTRY_OVERHEAD: usize = 64;
 
-/// Which map an entry of the eviction order is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Kind {
-    Step,
-    Agent,
+/// An entry of the eviction order: which map it is in, under which key. An agent's memo
+/// key is held inline (no allocation of its own).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Step(String),
+    Agent(AgentKey),
 }
 
 fn outcome_len(outcome: &Option<String>) -> usize {
@@ -23,11 +25,11 @@ fn outcome_len(outcome: &Option<String>) -> usize {
 #[derive(Debug, Default)]
 pub(crate) struct ValueCache {
     steps: HashMap<String, String>,
-    /// By memo key: hex of a SHA-256 the host computed, which no guest chooses, so hashed by
-    /// a fast hasher (a step key is the guest's: SipHash).
-    agents: HashMap<String, Option<String>, foldhash::fast::RandomState>,
+    /// By memo key: a SHA-256 the host computed, which no guest chooses, so hashed by a fast
+    /// hasher (a step key is the guest's: SipHash).
+    agents: HashMap<AgentKey, Option<String>, foldhash::fast::RandomState>,
     /// Insertion order, oldest first (may hold keys since replaced or removed).
-    order: VecDeque<(Kind, String)>,
+    order: VecDeque<Key>,
     bytes: usize,
     limit: usize,
 }
@@ -41,7 +43,7 @@ impl ValueCache {
         self.steps.get(key)
     }
 
-    pub(crate) fn agent(&self, key: &str) -> Option<&Option<String>> {
+    pub(crate) fn agent(&self, key: &AgentKey) -> Option<&Option<String>> {
         self.agents.get(key)
     }
 
@@ -53,10 +55,10 @@ impl ValueCache {
 
     /// Keep a step value (replacing what was there).
     pub(crate) fn put_step(&mut self, key: String, value: String) {
-        self.remove(Kind::Step, &key);
+        self.remove_step(&key);
         let size = key.len() + value.len() + ENTRY_OVERHEAD;
         if self.make_room(size) {
-            self.order.push_back((Kind::Step, key.clone()));
+            self.order.push_back(Key::Step(key.clone()));
             self.steps.insert(key, value);
             self.bytes += size;
             self.compact();
@@ -64,11 +66,11 @@ impl ValueCache {
     }
 
     /// Keep an agent outcome (replacing what was there).
-    pub(crate) fn put_agent(&mut self, key: String, outcome: Option<String>) {
-        self.remove(Kind::Agent, &key);
-        let size = key.len() + outcome_len(&outcome) + ENTRY_OVERHEAD;
+    pub(crate) fn put_agent(&mut self, key: AgentKey, outcome: Option<String>) {
+        self.remove_agent(&key);
+        let size = key.as_str().len() + outcome_len(&outcome) + ENTRY_OVERHEAD;
         if self.make_room(size) {
-            self.order.push_back((Kind::Agent, key.clone()));
+            self.order.push_back(Key::Agent(key));
             self.agents.insert(key, outcome);
             self.bytes += size;
             self.compact();
@@ -82,19 +84,24 @@ impl ValueCache {
             return false;
         }
         while self.bytes + size > self.limit {
-            let Some((kind, key)) = self.order.pop_front() else { break };
-            self.remove(kind, &key);
+            match self.order.pop_front() {
+                Some(Key::Step(key)) => self.remove_step(&key),
+                Some(Key::Agent(key)) => self.remove_agent(&key),
+                None => break,
+            }
         }
         true
     }
 
-    fn remove(&mut self, kind: Kind, key: &str) {
-        let freed = match kind {
-            Kind::Step => self.steps.remove(key).map(|v| v.len()),
-            Kind::Agent => self.agents.remove(key).map(|o| outcome_len(&o)),
-        };
-        if let Some(len) = freed {
-            self.bytes -= key.len() + len + ENTRY_OVERHEAD;
+    fn remove_step(&mut self, key: &str) {
+        if let Some(value) = self.steps.remove(key) {
+            self.bytes -= key.len() + value.len() + ENTRY_OVERHEAD;
+        }
+    }
+
+    fn remove_agent(&mut self, key: &AgentKey) {
+        if let Some(outcome) = self.agents.remove(key) {
+            self.bytes -= key.as_str().len() + outcome_len(&outcome) + ENTRY_OVERHEAD;
         }
     }
 
@@ -106,16 +113,16 @@ impl ValueCache {
             return;
         }
         let mut seen = std::collections::HashSet::new();
-        let mut order: Vec<(Kind, String)> = self
+        let mut order: Vec<Key> = self
             .order
             .drain(..)
             .rev()
-            .filter(|(kind, key)| {
-                let present = match kind {
-                    Kind::Step => self.steps.contains_key(key),
-                    Kind::Agent => self.agents.contains_key(key),
+            .filter(|key| {
+                let present = match key {
+                    Key::Step(key) => self.steps.contains_key(key),
+                    Key::Agent(key) => self.agents.contains_key(key),
                 };
-                present && seen.insert((*kind, key.clone()))
+                present && seen.insert(key.clone())
             })
             .collect();
         order.reverse();
@@ -141,10 +148,11 @@ mod tests {
         cache.put_step("k999".into(), "y".repeat(5000));
         assert!(cache.step("k999").is_none());
         // Rewriting one key many times keeps the order compact.
+        let a = AgentKey::new("a", None, None, None);
         for _ in 0..10_000 {
-            cache.put_agent("a".into(), None);
+            cache.put_agent(a, None);
         }
-        assert_eq!(cache.agent("a"), Some(&None));
+        assert_eq!(cache.agent(&a), Some(&None));
         assert!(cache.order.len() <= 2 * (cache.steps.len() + cache.agents.len()) + 16);
         assert!(cache.bytes() <= 10_000);
     }
