@@ -243,6 +243,18 @@ pub fn encode_outcome(outcome: Option<&str>) -> Vec<u8> {
     }
 }
 
+/// A running attempt's live accounting as every store keeps it (JSON), written into `out`
+/// (cleared first), so the redb and PostgreSQL forms cannot drift apart.
+pub(crate) fn encode_live_accounting(accounting: &Accounting, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    out.clear();
+    serde_json::to_writer(out, accounting)
+}
+
+/// Live accounting [`encode_live_accounting`] wrote.
+pub(crate) fn decode_live_accounting(bytes: &[u8]) -> Result<Accounting, serde_json::Error> {
+    serde_json::from_slice(bytes)
+}
+
 /// Bytes that are not an agent outcome [`encode_outcome`] wrote.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("unknown agent outcome encoding")]

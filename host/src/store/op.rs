@@ -127,11 +127,16 @@ impl Backlog {
     /// Wait until `bytes` more fit under the cap (a write larger than the cap waits for an
     /// empty queue), then count them.
     pub(crate) fn reserve(&self, bytes: u64) {
-        if self.try_reserve(bytes) {
-            return;
+        if !self.try_reserve(bytes) {
+            self.reserve_after_refusal(bytes);
         }
+    }
+
+    /// [`Backlog::reserve`] for a caller whose [`Backlog::try_reserve`] of `bytes` was just
+    /// refused: wait for a commit, then count them.
+    pub(crate) fn reserve_after_refusal(&self, bytes: u64) {
         // Checked again under the lock [`Backlog::release`] notifies under, so a release
-        // between the check and the wait is not missed.
+        // between the refusal and the wait is not missed.
         let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         while !self.try_reserve(bytes) {
             guard = self.drained.wait(guard).unwrap_or_else(|p| p.into_inner());

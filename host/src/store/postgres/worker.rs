@@ -10,7 +10,7 @@
 //! those dead workers are fenced, in the same transaction.
 
 use super::pg;
-use crate::model::envelope::{Accounting, RunStatus};
+use crate::model::envelope::RunStatus;
 use crate::store::records::halt_interrupted;
 use crate::store::{RunRecord, StoreError};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -108,7 +108,7 @@ pub(super) fn take_over(record: &[u8], accounting: Option<&[u8]>, queued: bool) 
         return Ok(TakeOver::Fresh(record));
     }
     let live = match accounting {
-        Some(bytes) => Some(serde_json::from_slice::<Accounting>(bytes).map_err(|e| crate::store::corrupt("accounting", e))?),
+        Some(bytes) => Some(crate::store::journal::decode_live_accounting(bytes).map_err(|e| crate::store::corrupt("accounting", e))?),
         None => None,
     };
     Ok(if halt_interrupted(&mut record, live) { TakeOver::Halted(record) } else { TakeOver::Ended })

@@ -470,7 +470,11 @@ impl<'a> Rows<'a> {
         }));
         let accounting = accounting
             .into_iter()
-            .map(|(run, spent)| Ok((run, serde_json::to_vec(spent)?)))
+            .map(|(run, spent)| {
+                let mut encoded = Vec::new();
+                crate::store::journal::encode_live_accounting(spent, &mut encoded)?;
+                Ok((run, encoded))
+            })
             .collect::<Result<Vec<_>, serde_json::Error>>()?;
         let mut usage: HashMap<&str, u64> = HashMap::new();
         for op in batch {

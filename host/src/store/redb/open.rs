@@ -4,7 +4,7 @@
 //! recorded up to the last commit.
 
 use super::tables::*;
-use crate::model::envelope::{Accounting, RunStatus};
+use crate::model::envelope::RunStatus;
 use crate::store::records::halt_interrupted;
 use crate::store::{corrupt, RunRecord, StoreError};
 use redb::{Database, ReadableTable};
@@ -56,7 +56,7 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
                 continue;
             }
             let accounting = match live.get(id.value())? {
-                Some(acc) => Some(serde_json::from_slice::<Accounting>(acc.value()).map_err(|e| corrupt("accounting", e))?),
+                Some(acc) => Some(crate::store::journal::decode_live_accounting(acc.value()).map_err(|e| corrupt("accounting", e))?),
                 None => None,
             };
             if halt_interrupted(&mut record, accounting) {

@@ -117,7 +117,7 @@ impl Writer {
         }
         if !reserved {
             drop(queue);
-            self.backlog.reserve(bytes);
+            self.backlog.reserve_after_refusal(bytes);
             queue = self.shared.queue();
             if queue.closed {
                 // Closed while this write waited: its bytes will not be committed.
@@ -284,8 +284,7 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                 }
                 Op::Accounting { run, accounting: spent } => {
                     if last.at(run).accounting == Some(i) {
-                        encoded.clear();
-                        serde_json::to_writer(&mut encoded, spent)?;
+                        crate::store::journal::encode_live_accounting(spent, &mut encoded)?;
                         accounting.insert(run.as_str(), encoded.as_slice())?;
                     }
                 }
