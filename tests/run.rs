@@ -104,6 +104,63 @@ async fn agent_ready_answers_a_memo_hit_and_starts_nothing_for_a_call_that_must_
 }
 
 #[tokio::test]
+async fn agent_start_answers_at_once_or_by_id_from_agent_wait() {
+    // A backend that waits: every new call is pending, and comes back from `agent-wait`.
+    let backend = Counting::with_latency(Duration::from_millis(20));
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "start"}), Limits::default()).await;
+    let out = result(&envelope);
+    assert_eq!(out["idle"], 0, "nothing pending: an empty list at once: {out}");
+    assert_eq!(out["distinct"], 3, "each pending call has an id of its own: {out}");
+    assert!(out["a"].as_str().is_some_and(|r| r.contains("start a")), "{out}");
+    assert!(out["b"].as_str().is_some_and(|r| r.contains("start b")), "{out}");
+    assert_eq!(out["a2"], out["a"], "the identical call shares the first one's answer: {out}");
+    assert_eq!(out["again"], json!({ "reply": out["a"] }), "a finished call is a memo hit at once: {out}");
+    assert_eq!(out["after"], 0, "{out}");
+    assert_eq!(out["orphan-pending"], true, "a call the run ends without waiting for: {out}");
+    assert_eq!((backend.calls_for("start a"), backend.calls_for("start b"), backend.calls_for("start c")), (1, 1, 1));
+    assert_eq!((envelope.accounting.agents_spawned, envelope.accounting.agent_cache_hits), (3, 2));
+
+    // A backend that answers at once: `agent-start` replies in the call itself.
+    let instant = Counting::with_latency(Duration::ZERO);
+    let envelope = run_probe(Arc::new(Shared(instant.clone())), json!({"case": "start"}), Limits::default()).await;
+    assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
+    assert!(format!("{envelope:?}").contains("was answered at once"), "{envelope:#?}");
+}
+
+#[tokio::test]
+async fn an_agent_call_dropped_while_pending_runs_to_its_end_and_the_run_goes_on() {
+    let backend = Counting::with_latency(Duration::from_millis(20));
+    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "abandon"}), Limits::default()).await;
+    let out = result(&envelope);
+    assert_eq!(out["first-ready"], false, "{out}");
+    assert!(out["after"].as_str().is_some_and(|r| r.contains("after")), "{out}");
+    assert_eq!((backend.calls_for("abandoned"), backend.calls_for("after")), (1, 1));
+    // The dropped call was not cancelled: it reached the backend and counts as a spawn.
+    assert_eq!(envelope.accounting.agents_spawned, 2, "{envelope:#?}");
+}
+
+#[tokio::test]
+async fn a_panic_traps_the_run_and_its_message_is_in_the_log() {
+    let host = host_with(Arc::new(factory_host::backend::DryRun));
+    let probe = load(&host, "probe").await;
+    let envelope = host.run(&probe, RunOptions { args: Some(json!({"case": "panic"})), ..Default::default() }).await.expect("run");
+    assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
+    assert_eq!(envelope.failure.as_ref().map(|f| f.kind_type), Some(factory_host::FailureType::Trap), "{envelope:#?}");
+    let entries = host.store().progress(&envelope.run_id, &Default::default()).await.expect("the run's progress");
+    let logged: Vec<String> = entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            factory_host::ProgressEvent::Log { message, level } => Some(format!("{level:?}: {message}")),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        logged.iter().any(|l| l.starts_with("Error: the factory panicked") && l.contains("the probe panics on purpose") && l.contains("lib.rs")),
+        "{logged:#?}"
+    );
+}
+
+#[tokio::test]
 async fn a_schema_reply_is_retried_once_and_both_spawns_count() {
     let retry_then_ok = Script::from_json(
         r#"{"rules":[{"label":"judge","replies":[{"json":{"ok":"yes"}},{"text":"```json\n{\"ok\": true}\n```"}]}]}"#,

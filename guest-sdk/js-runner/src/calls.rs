@@ -1,21 +1,21 @@
 //! The agent calls of a run in flight, owned by the runner rather than by QuickJS: this
-//! module holds the `agents.agent` import futures (one set for the run, polled only when
-//! woken), the outcomes that came back and not yet handed to JS, and the [`Driven`] future
-//! that wraps a run to collect outcomes in batches.
+//! module holds the calls `agents.agent-start` left pending (by the host's id), the one
+//! `agents.agent-wait` in flight that reports them, the outcomes that came back and not yet
+//! handed to JS, and the [`Driven`] future that wraps a run to collect outcomes in batches.
 //!
-//! `ctx.agent` calls `__factory_native.agentStart`, which starts nothing itself: it pushes
-//! the import's future here and answers an id (the JS side keeps the call's promise under
-//! it). The futures are first polled — the import called — right after the JS turn that
-//! made them, and every outcome is kept until the next time JS runs, when
-//! `__factory_settle` gets all of them in one call. [`Driven`] collects outcomes without
-//! entering JS while the host has more of them ready (it asks the async runtime to poll
-//! again, which first delivers the host's pending events), so a fan-out's thousand replies
-//! are settled in a few passes instead of one pass (an engine entry, its promise jobs) each.
+//! `ctx.agent` calls `__factory_native.agentStart`, which starts the call with the
+//! synchronous `agent-start` and answers an id (the JS side keeps the call's promise under
+//! it); a memo hit or a reply the host had at once is done then. Every outcome is kept until
+//! the next time JS runs, when `__factory_settle` gets all of them in one call. [`Driven`]
+//! collects outcomes without entering JS while the host has more of them ready (it asks the
+//! async runtime to poll again, which first delivers the host's pending events), so a
+//! fan-out's thousand replies are settled in a few passes instead of one pass (an engine
+//! entry, its promise jobs) each.
 
 use crate::bindings::agent::factory::agents;
-use crate::bindings::agent::factory::types::{Abort, AgentOptions, ReadyReply};
-use futures::stream::{FuturesUnordered, StreamExt};
+use crate::bindings::agent::factory::types::{Abort, AgentOptions, Finished, Started};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -23,14 +23,17 @@ use std::task::{Context, Poll};
 /// What one call came back with.
 pub type Outcome = Result<Option<String>, Abort>;
 
-type CallFuture = Pin<Box<dyn Future<Output = (u32, Outcome)>>>;
+type Wait = Pin<Box<dyn Future<Output = Vec<Finished>>>>;
 
 /// How many outcomes wait for JS at most before the run enters it anyway.
 const MAX_BATCH: usize = 1024;
 
 #[derive(Default)]
 struct Calls {
-    running: FuturesUnordered<CallFuture>,
+    /// The pending calls: the host's id to the JS id.
+    running: HashMap<u32, u32>,
+    /// The `agent-wait` in flight, if any.
+    wait: Option<Wait>,
     /// Outcomes not yet handed to JS, with their call ids.
     done: Vec<(u32, Outcome)>,
     /// Ids free for reuse (JS indexes arrays by them, so they stay dense).
@@ -42,15 +45,10 @@ thread_local! {
     static CALLS: RefCell<Calls> = RefCell::new(Calls::default());
 }
 
-/// Queue one `agents.agent` call; its id. A call the synchronous `agents.agent-ready`
-/// answers (a memo hit: a replayed or repeated call) is done at once, without the async
-/// call; its outcome is settled with the others.
+/// Start one agent call; its id. A call `agent-start` answers at once (a memo hit: a
+/// replayed or repeated call) is done at once; its outcome is settled with the others.
 pub fn start(prompt: String, options: AgentOptions) -> u32 {
-    let ready = match agents::agent_ready(&prompt, &options) {
-        Ok(ReadyReply::MustWait) => None,
-        Ok(ReadyReply::Reply(reply)) => Some(Ok(reply)),
-        Err(abort) => Some(Err(abort)),
-    };
+    let started = agents::agent_start(&prompt, &options);
     CALLS.with(|calls| {
         let mut calls = calls.borrow_mut();
         let id = match calls.free.pop() {
@@ -60,25 +58,57 @@ pub fn start(prompt: String, options: AgentOptions) -> u32 {
                 calls.next - 1
             }
         };
-        match ready {
-            Some(outcome) => calls.done.push((id, outcome)),
-            None => calls.running.push(Box::pin(async move { (id, agents::agent(prompt, options).await) })),
+        match started {
+            Ok(Started::Pending(host_id)) => {
+                calls.running.insert(host_id, id);
+            }
+            Ok(Started::Reply(reply)) => calls.done.push((id, Ok(reply))),
+            Err(abort) => calls.done.push((id, Err(abort))),
         }
         id
     })
 }
 
-/// Poll the calls that are new or woken; how many outcomes that collected.
+/// Poll the `agent-wait` in flight (made when calls are pending and none is); how many
+/// outcomes that collected.
 fn collect(cx: &mut Context<'_>) -> usize {
-    CALLS.with(|calls| {
-        let mut calls = calls.borrow_mut();
-        let mut collected = 0;
-        while let Poll::Ready(Some(outcome)) = calls.running.poll_next_unpin(cx) {
-            calls.done.push(outcome);
-            collected += 1;
-        }
-        collected
-    })
+    let mut collected = 0;
+    loop {
+        let wait = CALLS.with(|calls| {
+            let mut calls = calls.borrow_mut();
+            if calls.running.is_empty() {
+                return None;
+            }
+            Some(calls.wait.take().unwrap_or_else(|| Box::pin(agents::agent_wait())))
+        });
+        let Some(mut wait) = wait else { return collected };
+        // Polled outside the borrow: the import's future does not call back into this.
+        let finished = match wait.as_mut().poll(cx) {
+            Poll::Pending => {
+                CALLS.with(|calls| calls.borrow_mut().wait = Some(wait));
+                return collected;
+            }
+            Poll::Ready(finished) => finished,
+        };
+        CALLS.with(|calls| {
+            let mut calls = calls.borrow_mut();
+            if finished.is_empty() {
+                // The host has no call pending: the ones kept here will never be answered.
+                let lost: Vec<u32> = calls.running.drain().map(|(_, id)| id).collect();
+                for id in lost {
+                    let message = "the agent call was started but the host reports no pending call".to_string();
+                    calls.done.push((id, Err(Abort::InvalidCall(message))));
+                    collected += 1;
+                }
+            }
+            for f in finished {
+                if let Some(id) = calls.running.remove(&f.call) {
+                    calls.done.push((id, f.outcome));
+                    collected += 1;
+                }
+            }
+        });
+    }
 }
 
 /// The outcomes waiting for JS (their ids stay taken until [`release`]).
@@ -91,7 +121,8 @@ pub fn release(ids: impl IntoIterator<Item = u32>) {
     CALLS.with(|calls| calls.borrow_mut().free.extend(ids));
 }
 
-/// Drop every call of the run (each pending import is cancelled).
+/// Forget every call of the run (the `agent-wait` in flight is cancelled; the host ends the
+/// calls with the run).
 pub fn clear() {
     let calls = CALLS.with(|calls| std::mem::take(&mut *calls.borrow_mut()));
     drop(calls);

@@ -105,14 +105,14 @@ impl AgentCall {
             model: self.model,
             limits: self.limits,
         };
-        // A memo hit (a replayed or repeated call) is answered by the synchronous hook, at a
-        // fraction of the async call's cost; a call that must wait is made by `agent`.
-        match agents::agent_ready(&self.prompt, &options) {
-            Ok(wit::ReadyReply::Reply(reply)) => return Ok(reply),
-            Ok(wit::ReadyReply::MustWait) => {}
-            Err(abort) => return Err(Abort::from(abort)),
+        // One synchronous call starts it: a memo hit (a replayed or repeated call) or a reply
+        // the host had at once comes back here; any other call's outcome comes from the one
+        // `agent-wait` the run's pending calls share.
+        match agents::agent_start(&self.prompt, &options) {
+            Ok(wit::Started::Reply(reply)) => Ok(reply),
+            Ok(wit::Started::Pending(id)) => crate::waiting::Pending::new(id).await.map_err(Abort::from),
+            Err(abort) => Err(Abort::from(abort)),
         }
-        agents::agent(self.prompt, options).await.map_err(Abort::from)
     }
 
     /// The text reply (for a schema call: the JSON text). Same as `.await`ing the call.

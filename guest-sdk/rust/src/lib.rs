@@ -36,6 +36,7 @@ mod combinators;
 mod ctx;
 mod error;
 mod meta;
+mod waiting;
 
 pub use agent::AgentCall;
 pub use combinators::{Pipeline, MAX_ITEMS};
@@ -88,6 +89,12 @@ pub mod __private {
     }
 
     pub async fn run<F: crate::Factory>(args: String) -> Result<Option<String>, String> {
+        // A panic traps the guest; its message goes to the run's log first (a wasm32 guest
+        // has no stderr), so the trap has a reason to read.
+        std::panic::set_hook(Box::new(|info| {
+            use crate::__bindings::agent::factory::{ctx as hooks, types::LogLevel};
+            hooks::log_at(LogLevel::Error, &format!("the factory panicked: {info}"));
+        }));
         let ctx = crate::Ctx::new(args);
         match F::run(ctx).await {
             // `()` is "completed with no result"; a `null` of any other type is a result.

@@ -1,5 +1,6 @@
-//! Subagents (`agents.agent`, and `agents.agent-ready`, its synchronous memo-hit path) and
-//! sleep (`agents.sleep`): the concurrent hooks. This module
+//! Subagents (`agents.agent`; `agents.agent-ready`, its synchronous memo-hit path; and
+//! `agents.agent-start`, which [`super::started`] drives) and sleep (`agents.sleep`): the
+//! concurrent hooks. This module
 //! owns the semantics and per-run state of subagent calls: admission (pending-call and
 //! pending-byte caps, per-call caps), the memo (a journaled outcome replays for free, an
 //! identical call in flight is shared), concurrency slots, the total-subagent and credit

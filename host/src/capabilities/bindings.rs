@@ -6,12 +6,15 @@
 //! them. The synchronous hooks answer from in-memory state or, for a journaled value not
 //! cached, one read of the store; none waits for a commit. An agent call is checked, keyed
 //! and, when the journal view holds its answer, answered inside the hook call (or by the
-//! synchronous `agents.agent-ready`, which the SDKs try first: it spares a memo hit the
+//! synchronous `agents.agent-ready` or `agents.agent-start`: they spare a memo hit the
 //! async call's machinery); one that must wait clones what it needs out of the store and
-//! awaits without holding it.
+//! awaits without holding it, in the async `agents.agent`'s own future or, started by
+//! `agents.agent-start`, in the store data's set of started calls
+//! ([`super::started`]), which `agents.agent-wait` polls and reports in batches.
 
 use super::abort::{Abort, LimitKind, StepError};
 use super::agents::Start;
+use super::started::{settle, Launch};
 use crate::sandbox::contract::agent::factory::{agents, ctx, types as wit};
 use crate::sandbox::RunData;
 use wasmtime::component::{Accessor, HasSelf};
@@ -72,6 +75,20 @@ impl agents::Host for RunData {
             Start::Call(_) => Ok(wit::ReadyReply::MustWait),
         })
     }
+
+    fn agent_start(&mut self, prompt: String, options: wit::AgentOptions) -> wasmtime::Result<Result<wit::Started, wit::Abort>> {
+        // Admission, the memo key and a memo hit as in `agent`; a call that must wait is
+        // polled once and, unless that answered it, kept for `agent-wait`.
+        let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
+        let run = &self.run;
+        Ok(match run.agents.start(prompt, options.label, options.schema, options.model, limits) {
+            Start::Answered(outcome) => outcome.map(wit::Started::Reply).map_err(Into::into),
+            Start::Call(call) => match self.started.launch(run.agents.clone(), run.attempt.clone(), call) {
+                Launch::Answered(outcome) => outcome.map(wit::Started::Reply).map_err(Into::into),
+                Launch::Pending(id) => Ok(wit::Started::Pending(id)),
+            },
+        })
+    }
 }
 
 impl agents::HostWithStore<RunData> for HasSelf<RunData> {
@@ -97,15 +114,14 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         // Once the attempt is stopping the call answers at once with the abort, so the guest
         // can react within the stop grace (the call is abandoned as a dropped store would).
         // Boxed: the future of a call that waits stays out of the hook's own.
-        let outcome = Box::pin(async move {
-            tokio::select! {
-                biased;
-                outcome = agents.finish(call) => outcome,
-                _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
-            }
-        })
-        .await;
+        let outcome = Box::pin(settle(agents, attempt, call)).await;
         Ok(outcome.map_err(Into::into))
+    }
+
+    async fn agent_wait(accessor: &Accessor<RunData, Self>) -> wasmtime::Result<Vec<wit::Finished>> {
+        // Polled through the store data each time: the calls live there, not in this future.
+        let done = std::future::poll_fn(|cx| accessor.with(|mut access| access.get().started.poll_done(cx))).await;
+        Ok(done.into_iter().map(|(call, outcome)| wit::Finished { call, outcome: outcome.map_err(Into::into) }).collect())
     }
 
     async fn sleep(accessor: &Accessor<RunData, Self>, ms: u64) -> wasmtime::Result<()> {

@@ -1,6 +1,7 @@
 //! The capabilities a guest gets, each one module that owns its semantics and per-run
 //! state (as Spin's factors do): [`steps`] (`ctx.step-get`/`step-put`), [`agents`]
-//! (`agents.agent`: memo, limits, accounting), [`progress`] (`ctx.phase`/`ctx.log`),
+//! (`agents.agent`: memo, limits, accounting), [`started`] (the calls `agents.agent-start`
+//! started and `agents.agent-wait` reports), [`progress`] (`ctx.phase`/`ctx.log`),
 //! [`sleep`] (`agents.sleep`) and `script` (a script factory's source). What they share of
 //! one attempt (identity, limits, the stop signal, the journal view and the progress
 //! journal) is [`attempt::Attempt`]. [`Capabilities`] is one attempt's set, which the run
@@ -18,6 +19,7 @@ pub(crate) mod progress;
 pub(crate) mod set;
 mod script;
 pub(crate) mod sleep;
+pub(crate) mod started;
 pub(crate) mod steps;
 
 use crate::sandbox::RunData;

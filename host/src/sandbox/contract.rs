@@ -6,6 +6,7 @@ wasmtime::component::bindgen!({
     world: "factory",
     imports: {
         "agent:factory/agents.agent": async | store | trappable,
+        "agent:factory/agents.agent-wait": async | store | trappable,
         "agent:factory/agents.sleep": async | store | trappable,
         default: trappable,
     },

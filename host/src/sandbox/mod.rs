@@ -175,6 +175,8 @@ pub(crate) mod ticker {
 /// Per-run store data: the run's shared state plus WASI and resource bookkeeping.
 pub struct RunData {
     pub(crate) run: Arc<Capabilities>,
+    /// The agent calls `agents.agent-start` started: they end with the store.
+    pub(crate) started: crate::capabilities::started::Started,
     /// The source of a script factory (`None` for components).
     pub(crate) script: Option<Arc<crate::guests::script::Script>>,
     wasi: WasiCtx,
@@ -274,7 +276,7 @@ pub(crate) fn new_store(
         .memories(limits.memories)
         .trap_on_grow_failure(true)
         .build();
-    let data = RunData { run, script, wasi, table: ResourceTable::new(), limits: store_limits, output, _ticking: ticker::global().live() };
+    let data = RunData { run, started: Default::default(), script, wasi, table: ResourceTable::new(), limits: store_limits, output, _ticking: ticker::global().live() };
     let mut store = Store::new(engine, data);
     store.limiter(|d| &mut d.limits);
     store.set_fuel(limits.fuel)?;

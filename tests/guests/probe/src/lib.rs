@@ -67,6 +67,65 @@ impl Factory for Probe {
                 }
                 Ok(json!({ "before": before, "answered": answered, "after": after, "other": other }))
             }
+            // `agent-start` and `agent-wait` through the raw bindings: nothing pending waits
+            // for nothing; started calls (an identical one among them) come back from the
+            // waits each once, by id; a finished call is then a memo hit of `agent-start`.
+            "start" => {
+                use factory_sdk::__bindings::agent::factory::{agents, types as wit};
+                let options = |label: &str| wit::AgentOptions {
+                    label: Some(label.to_string()),
+                    schema: None,
+                    model: None,
+                    limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+                };
+                let idle = agents::agent_wait().await.len();
+                let mut ids = Vec::new();
+                for (prompt, label) in [("start a", "s:a"), ("start b", "s:b"), ("start a", "s:a")] {
+                    match agents::agent_start(prompt, &options(label)).map_err(Abort::from)? {
+                        wit::Started::Pending(id) => ids.push(id),
+                        wit::Started::Reply(_) => return Err(Error::msg(format!("`{prompt}` was answered at once"))),
+                    }
+                }
+                let mut replies = factory_sdk::serde_json::Map::new();
+                let mut waits = 0;
+                while replies.len() < ids.len() {
+                    let finished = agents::agent_wait().await;
+                    waits += 1;
+                    if finished.is_empty() {
+                        return Err(Error::msg(format!("the host reports nothing pending; got {replies:?}")));
+                    }
+                    for f in finished {
+                        let reply = f.outcome.map_err(Abort::from)?;
+                        if replies.insert(f.call.to_string(), json!(reply)).is_some() {
+                            return Err(Error::msg(format!("call {} was reported twice", f.call)));
+                        }
+                    }
+                }
+                let by_id = |i: usize| replies[&ids[i].to_string()].clone();
+                let again = match agents::agent_start("start a", &options("s:a")).map_err(Abort::from)? {
+                    wit::Started::Reply(reply) => json!({ "reply": reply }),
+                    wit::Started::Pending(id) => json!({ "pending": id }),
+                };
+                let after = agents::agent_wait().await.len();
+                // Started and never waited for: the run still ends (the call ends with it).
+                let orphan = matches!(agents::agent_start("start c", &options("s:c")), Ok(wit::Started::Pending(_)));
+                Ok(json!({ "orphan-pending": orphan,
+                    "idle": idle, "distinct": ids.iter().collect::<std::collections::HashSet<_>>().len(),
+                    "a": by_id(0), "b": by_id(1), "a2": by_id(2), "again": again, "after": after, "waits": waits,
+                }))
+            }
+            // An SDK agent call dropped while pending (the wait in flight is cancelled), then
+            // another call made and awaited: the run goes on and ends normally.
+            "abandon" => {
+                use std::future::Future;
+                let mut call = Box::pin(ctx.agent("abandoned").label("ab").text());
+                let ready = std::future::poll_fn(|cx| std::task::Poll::Ready(call.as_mut().poll(cx).is_ready())).await;
+                drop(call);
+                let after = ctx.agent("after").label("after").await?;
+                Ok(json!({ "first-ready": ready, "after": after }))
+            }
+            // A panic: the run traps, and the SDK logs the message first.
+            "panic" => panic!("the probe panics on purpose"),
             // A schema call whose reply is checked (and retried once) by the host.
             "schema" => {
                 let verdict = ctx.agent("judge it").label("judge").schema(verdict_schema()).value().await?;
