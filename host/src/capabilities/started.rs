@@ -12,16 +12,15 @@ use super::abort::Abort;
 use super::agents::{Agents, Call};
 use super::attempt::Attempt;
 use futures::stream::{FuturesUnordered, StreamExt};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+use tokio_util::sync::ReusableBoxFuture;
 
 /// What a call came back with, as `agents.agent` answers it.
 pub(crate) type Outcome = Result<Option<String>, Abort>;
 
 /// A started call, tagged with its id.
-type Running = Pin<Box<dyn Future<Output = (u32, Outcome)> + Send>>;
+type Running = ReusableBoxFuture<'static, (u32, Outcome)>;
 
 /// What [`Started::launch`] made of an admitted call.
 pub(crate) enum Launch {
@@ -34,6 +33,8 @@ pub(crate) enum Launch {
 /// The calls `agents.agent-start` started in one attempt and not yet reported.
 pub(crate) struct Started {
     running: FuturesUnordered<Running>,
+    /// The box of the last call answered in its first poll, for the next call.
+    spare: Option<Running>,
     /// The next call's id: never reused within the attempt, so an outcome a guest holds
     /// cannot be mistaken for a later call's.
     next: u32,
@@ -47,7 +48,7 @@ impl Default for Started {
     fn default() -> Self {
         let wakeup = Arc::new(Wakeup::default());
         let waker = Waker::from(wakeup.clone());
-        Started { running: FuturesUnordered::new(), next: 0, wakeup, waker }
+        Started { running: FuturesUnordered::new(), spare: None, next: 0, wakeup, waker }
     }
 }
 
@@ -57,11 +58,23 @@ impl Started {
     pub(crate) fn launch(&mut self, agents: Arc<Agents>, attempt: Arc<Attempt>, call: Box<Call>) -> Launch {
         let id = self.next;
         self.next = self.next.wrapping_add(1);
-        let mut running: Running = Box::pin(async move { (id, settle(agents, attempt, call).await) });
+        let future = async move { (id, settle(agents, attempt, call).await) };
+        // The box a call answered in its first poll left behind, reused: a backend that
+        // answers at once costs no allocation of the call's future (some 2 KB) per call.
+        let mut running = match self.spare.take() {
+            Some(mut spare) => {
+                spare.set(future);
+                spare
+            }
+            None => Running::new(future),
+        };
         // The first poll's waker is the `agent-wait` in flight's (through `wakeup`): the call
         // enters the set only after it, and the set is polled only from `agent-wait`.
-        match running.as_mut().poll(&mut Context::from_waker(&self.waker)) {
-            Poll::Ready((_, outcome)) => Launch::Answered(outcome),
+        match running.poll(&mut Context::from_waker(&self.waker)) {
+            Poll::Ready((_, outcome)) => {
+                self.spare = Some(running);
+                Launch::Answered(outcome)
+            }
             Poll::Pending => {
                 self.running.push(running);
                 Launch::Pending(id)
