@@ -114,6 +114,27 @@ async fn the_per_run_bound_admits_what_fits_and_stops_what_does_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_started_and_never_waited_for_stay_pending_under_the_same_bound() {
+    // `agent-start` leaves each call pending in the host until an `agent-wait` reports it:
+    // a guest that starts 9 calls of ~1 MiB and never waits crosses the run's 8 MiB.
+    let (host, hostile) = small_bounds_host(SLOW).await;
+    let started = |n: u64| RunOptions {
+        args: Some(json!({ "case": "started-prompts", "n": n, "bytes": (1 << 20) - 64 })),
+        limits: Limits { max_concurrent_subagents: Some(1), ..Limits::default() },
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        // Twice: the run that stopped gave its bytes back with its store.
+        let envelope = host.run(&hostile, started(9)).await.expect("the run exists");
+        assert_eq!(failure_kind(&envelope), (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into())));
+    }
+    // Within the bound, the run ends with its started calls still pending (ended with it).
+    let envelope = host.run(&hostile, started(7)).await.expect("the run exists");
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result_value().unwrap()["started"], 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_wide_bound_stops_the_run_that_crosses_it_and_gives_its_bytes_back() {
     // Two runs of 7 calls of ~1 MiB on a backend that answers none of them: each is within
     // its own 8 MiB, together they cross the host's 12 MiB.

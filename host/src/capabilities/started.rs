@@ -58,7 +58,10 @@ impl Started {
     pub(crate) fn launch(&mut self, agents: Arc<Agents>, attempt: Arc<Attempt>, call: Box<Call>) -> Launch {
         let id = self.next;
         self.next = self.next.wrapping_add(1);
-        let future = async move { (id, settle(agents, attempt, call).await) };
+        // Out of tokio's cooperative budget: a fan-out's thousands of calls come through this
+        // one hook of one task, and a budget spent after the first 128 would leave every later
+        // call pending (through the set and `agent-wait`) even when its answer is at hand.
+        let future = tokio::task::unconstrained(async move { (id, settle(agents, attempt, call).await) });
         // The box a call answered in its first poll left behind, reused: a backend that
         // answers at once costs no allocation of the call's future (some 2 KB) per call.
         let mut running = match self.spare.take() {

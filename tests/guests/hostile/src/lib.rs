@@ -188,6 +188,24 @@ impl Factory for Hostile {
                 });
                 Ok(json!({ "done": answered(futures::future::join_all(calls).await)? }))
             }
+            // The same through `agent-start`, never waiting: each started call stays
+            // pending in the host (a prompt of `bytes` bytes), none is ever reported.
+            "started-prompts" => {
+                let filler = "p".repeat(args.bytes);
+                let mut started = 0;
+                for i in 0..args.n {
+                    let options = wit::AgentOptions { label: Some(format!("h:started:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None } };
+                    let mut prompt = String::with_capacity(filler.len() + 16);
+                    prompt.push_str(&format!("{i} "));
+                    prompt.push_str(&filler);
+                    match raw_agents::agent_start(&prompt, &options) {
+                        Ok(wit::Started::Pending(_)) => started += 1,
+                        Ok(wit::Started::Reply(_)) => {}
+                        Err(abort) => return Err(Abort::from(abort).into()),
+                    }
+                }
+                Ok(json!({ "started": started }))
+            }
             // `n` concurrent raw agent calls: no SDK cap in the way.
             "raw-fanout" => {
                 let calls = (0..args.n).map(|i| {
