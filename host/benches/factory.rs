@@ -593,7 +593,8 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
         ("step-get", "`step-get` hit", 100_000),
         ("step-put", "`step-put` (journaled)", 20_000),
         ("agent-hit", "memoized `agent` hit (async call)", 20_000),
-        ("agent-ready", "memoized `agent` hit (the SDKs' path: `agent-ready`)", 20_000),
+        ("agent-ready", "memoized `agent` hit (the Python SDK's path: `agent-ready`)", 20_000),
+        ("agent-start", "memoized `agent` hit (the Rust SDK's and the JS runner's path: `agent-start`)", 20_000),
     ]
     .into_iter()
     .filter(|(workload, ..)| only.as_ref().is_none_or(|o| o.iter().any(|w| w == workload)))
@@ -615,7 +616,7 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
             let (envelope, sample) = measure(&host, run(&host, &factory, workload, n, false)).await;
             check_done(&envelope, workload, n, false);
             // The first call of `agent-hit` (`agent-ready`) spawns; every other one is a memo hit.
-            let expected = u64::from(matches!(workload, "agent-hit" | "agent-ready"));
+            let expected = u64::from(matches!(workload, "agent-hit" | "agent-ready" | "agent-start"));
             if backend.calls() - calls != expected {
                 fail(format!("`{workload}` made {} backend calls, expected {expected}", backend.calls() - calls));
             }
@@ -626,7 +627,7 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
         let base = median(empty.get(&n).cloned().unwrap_or_default());
         let total = median(loops.get(workload).cloned().unwrap_or_default());
         let per_call = (total - base) * 1e6 / n as f64;
-        let checked = if matches!(workload, "agent-hit" | "agent-ready") { "; 1 backend call per run (checked)" } else { "" };
+        let checked = if matches!(workload, "agent-hit" | "agent-ready" | "agent-start") { "; 1 backend call per run (checked)" } else { "" };
         table.row(
             "1 hooks",
             name,

@@ -1,6 +1,7 @@
 //! `bench`: the factory the host benchmark (`host/benches/factory.rs`) drives. Its `args`
 //! select one workload — a loop of `n` calls to one hook (`log`, `step-get`, `step-put`,
-//! `agent-hit` through the async call, `agent-ready` as the SDK makes a call: the synchronous
+//! `agent-hit` through the async call, `agent-start` as the Rust SDK makes a call and
+//! `agent-ready` as the Python SDK does: the synchronous
 //! hook first) or an `empty` loop to subtract, a `fanout` of `n` agents, `n`
 //! `sequential-agents`, `n` `sequential-steps` (counting the step producers that ran), a
 //! `small` factory for many concurrent runs, a `spin` that only a deadline stops —
@@ -105,6 +106,31 @@ impl Factory for Bench {
                     let reply = match agents::agent_ready(prompt, &options).map_err(Abort::from)? {
                         wit::ReadyReply::Reply(reply) => reply,
                         wit::ReadyReply::MustWait => agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?,
+                    };
+                    if black_box(reply).is_some() {
+                        hits += 1;
+                    }
+                }
+                hits.saturating_sub(1)
+            }
+            "agent-start" => {
+                // The Rust SDK's and the JS runner's path: the synchronous `agent-start`
+                // answers a memo hit; a pending call (the first one here) comes back from
+                // `agent-wait`.
+                let mut hits: usize = 0;
+                for _ in 0..=n {
+                    let prompt = black_box("memoized question");
+                    let reply = match agents::agent_start(prompt, &options("memo")).map_err(Abort::from)? {
+                        wit::Started::Reply(reply) => reply,
+                        wit::Started::Pending(id) => loop {
+                            let finished = agents::agent_wait().await;
+                            if finished.is_empty() {
+                                return Err(Error::msg("agent-wait reported nothing pending"));
+                            }
+                            if let Some(f) = finished.into_iter().find(|f| f.call == id) {
+                                break f.outcome.map_err(Abort::from)?;
+                            }
+                        },
                     };
                     if black_box(reply).is_some() {
                         hits += 1;
