@@ -35,8 +35,8 @@ pub(crate) struct Started {
     running: FuturesUnordered<Running>,
     /// The box of the last call answered in its first poll, for the next call.
     spare: Option<Running>,
-    /// The next call's id: never reused within the attempt, so an outcome a guest holds
-    /// cannot be mistaken for a later call's.
+    /// The next call's id: ids count up (wrapping only after 2^32 calls of one attempt), so
+    /// an outcome a guest holds is not mistaken for a later call's.
     next: u32,
     /// Wakes the `agent-wait` in flight, if any.
     wakeup: Arc<Wakeup>,
