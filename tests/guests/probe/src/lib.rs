@@ -13,6 +13,17 @@ struct Args {
 
 struct Probe;
 
+/// The raw bindings' options of a call with `label` and nothing else.
+fn raw_options(label: &str) -> factory_sdk::__bindings::agent::factory::types::AgentOptions {
+    use factory_sdk::__bindings::agent::factory::types as wit;
+    wit::AgentOptions {
+        label: Some(label.to_string()),
+        schema: None,
+        model: None,
+        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+    }
+}
+
 fn verdict_schema() -> Value {
     json!({ "type": "object", "properties": { "ok": { "type": "boolean" } }, "required": ["ok"] })
 }
@@ -45,12 +56,7 @@ impl Factory for Probe {
             // refuse it.
             "ready" => {
                 use factory_sdk::__bindings::agent::factory::{agents, types as wit};
-                let options = |label: &str| wit::AgentOptions {
-                    label: Some(label.to_string()),
-                    schema: None,
-                    model: None,
-                    limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
-                };
+                let options = raw_options;
                 let shown = |ready: Result<wit::ReadyReply, wit::Abort>| match ready {
                     Ok(wit::ReadyReply::MustWait) => json!("must-wait"),
                     Ok(wit::ReadyReply::Reply(reply)) => json!({ "reply": reply }),
@@ -72,12 +78,7 @@ impl Factory for Probe {
             // waits each once, by id; a finished call is then a memo hit of `agent-start`.
             "start" => {
                 use factory_sdk::__bindings::agent::factory::{agents, types as wit};
-                let options = |label: &str| wit::AgentOptions {
-                    label: Some(label.to_string()),
-                    schema: None,
-                    model: None,
-                    limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
-                };
+                let options = raw_options;
                 let idle = agents::agent_wait().await.len();
                 let mut ids = Vec::new();
                 for (prompt, label) in [("start a", "s:a"), ("start b", "s:b"), ("start a", "s:a")] {
