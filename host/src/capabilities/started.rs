@@ -58,10 +58,7 @@ impl Started {
     pub(crate) fn launch(&mut self, agents: Arc<Agents>, attempt: Arc<Attempt>, call: Box<Call>) -> Launch {
         let id = self.next;
         self.next = self.next.wrapping_add(1);
-        // Out of tokio's cooperative budget: a fan-out's thousands of calls come through this
-        // one hook of one task, and a budget spent after the first 128 would leave every later
-        // call pending (through the set and `agent-wait`) even when its answer is at hand.
-        let future = tokio::task::unconstrained(async move { (id, settle(agents, attempt, call).await) });
+        let future = async move { (id, settle(agents, attempt, call).await) };
         // The box a call answered in its first poll left behind, reused: a backend that
         // answers at once costs no allocation of the call's future (some 2 KB) per call.
         let mut running = match self.spare.take() {
@@ -102,13 +99,18 @@ impl Started {
 }
 
 /// One agent call that waits: its answer, or the abort at once when the attempt stops first
-/// (the call is then abandoned as a dropped store would abandon it).
-pub(crate) async fn settle(agents: Arc<Agents>, attempt: Arc<Attempt>, call: Box<Call>) -> Outcome {
-    tokio::select! {
-        biased;
-        outcome = agents.finish(call) => outcome,
-        _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
-    }
+/// (the call is then abandoned as a dropped store would abandon it). Polled out of tokio's
+/// cooperative budget: a fan-out's thousands of calls are polled by the one task that drives
+/// the guest, and a budget spent after the first 128 would leave every later call pending
+/// (another pass through the set, or the async call's machinery) though its answer is at hand.
+pub(crate) fn settle(agents: Arc<Agents>, attempt: Arc<Attempt>, call: Box<Call>) -> impl std::future::Future<Output = Outcome> {
+    tokio::task::unconstrained(async move {
+        tokio::select! {
+            biased;
+            outcome = agents.finish(call) => outcome,
+            _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
+        }
+    })
 }
 
 /// Forwards a wake-up of the started calls to the `agent-wait`s in flight (one, from the
