@@ -13,10 +13,11 @@
 //! ([`super::started`]), which `agents.agent-wait` polls and reports in batches.
 
 use super::abort::{Abort, LimitKind, StepError};
-use super::agents::Start;
+use super::agents::{Agents, Start};
 use super::started::{settle, Launch};
 use crate::sandbox::contract::agent::factory::{agents, ctx, types as wit};
 use crate::sandbox::RunData;
+use std::sync::Arc;
 use wasmtime::component::{Accessor, HasSelf};
 
 impl ctx::Host for RunData {
@@ -65,12 +66,17 @@ impl ctx::Host for RunData {
     }
 }
 
+/// [`Agents::start`] of a call as the three agent hooks receive it.
+fn start(agents: &Arc<Agents>, prompt: String, options: wit::AgentOptions) -> Start {
+    let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
+    agents.start(prompt, options.label, options.schema, options.model, limits)
+}
+
 impl agents::Host for RunData {
     fn agent_ready(&mut self, prompt: String, options: wit::AgentOptions) -> wasmtime::Result<Result<wit::ReadyReply, wit::Abort>> {
         // What `agent` answers inside its hook call, by a synchronous call; a call that
         // must wait is dropped here (its admission undone) and made by `agent`.
-        let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
-        Ok(match self.run.agents.start(prompt, options.label, options.schema, options.model, limits) {
+        Ok(match start(&self.run.agents, prompt, options) {
             Start::Answered(outcome) => outcome.map(wit::ReadyReply::Reply).map_err(Into::into),
             Start::Call(_) => Ok(wit::ReadyReply::MustWait),
         })
@@ -79,9 +85,8 @@ impl agents::Host for RunData {
     fn agent_start(&mut self, prompt: String, options: wit::AgentOptions) -> wasmtime::Result<Result<wit::Started, wit::Abort>> {
         // Admission, the memo key and a memo hit as in `agent`; a call that must wait is
         // polled once and, unless that answered it, kept for `agent-wait`.
-        let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
         let run = &self.run;
-        Ok(match run.agents.start(prompt, options.label, options.schema, options.model, limits) {
+        Ok(match start(&run.agents, prompt, options) {
             Start::Answered(outcome) => outcome.map(wit::Started::Reply).map_err(Into::into),
             Start::Call(call) => match self.started.launch(run.agents.clone(), run.attempt.clone(), call) {
                 Launch::Answered(outcome) => outcome.map(wit::Started::Reply).map_err(Into::into),
@@ -100,11 +105,9 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         // Admission, the memo key and a memo hit need no wait: answered here, in the hook call.
         let started = accessor.with(|mut access| {
             let run = &access.get().run;
-            let agents = &run.agents;
-            let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
-            match agents.start(prompt, options.label, options.schema, options.model, limits) {
+            match start(&run.agents, prompt, options) {
                 Start::Answered(outcome) => Err(outcome),
-                Start::Call(call) => Ok((agents.clone(), run.attempt.clone(), call)),
+                Start::Call(call) => Ok((run.agents.clone(), run.attempt.clone(), call)),
             }
         });
         let (agents, attempt, call) = match started {
