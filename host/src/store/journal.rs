@@ -121,6 +121,18 @@ impl LoadedEntries {
         LoadedEntries { hash: agent_fingerprint, ..LoadedEntries::steps(keys) }
     }
 
+    /// Room for `bytes` bytes of keys and values, set aside before a load (a bound, not an
+    /// exact figure: [`LoadedEntries::fit`] hands back what the load did not use). Without
+    /// the memory at hand, the buffer grows as entries come instead.
+    pub fn reserve(&mut self, bytes: usize) {
+        let _ = self.bytes.try_reserve_exact(bytes);
+    }
+
+    /// The buffer cut down to the entries loaded, once the load is done.
+    pub fn fit(&mut self) {
+        self.bytes.shrink_to_fit();
+    }
+
     /// The fingerprint of `key` here (what [`LoadedEntries::get`] and the others take).
     pub fn fingerprint(&self, key: &str) -> u64 {
         (self.hash)(key)

@@ -19,10 +19,16 @@ impl RedbStore {
 
     fn load_journal(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
         let txn = self.db.begin_read()?;
-        let mut snapshot = JournalSnapshot { agents_listed: true, ..JournalSnapshot::default() };
+        let journal_bytes = txn.open_table(JOURNAL_USAGE)?.get(run_id)?.map_or(0, |v| v.value());
+        let mut snapshot = JournalSnapshot { agents_listed: true, journal_bytes, ..JournalSnapshot::default() };
+        // What the run journaled bounds the bytes of its keys and values (each entry is
+        // counted at least at its size): the buffers are set aside once, not grown by
+        // doubling and copied, and cut down to what was loaded.
+        let bound = usize::try_from(journal_bytes).unwrap_or(usize::MAX).min(value_bytes);
         let mut room = value_bytes;
         // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
         let largest = value_bytes / 4;
+        snapshot.steps.reserve(bound);
         let steps = txn.open_table(STEPS)?;
         for row in steps.range((run_id, "")..)? {
             let (key, value) = row?;
@@ -39,6 +45,8 @@ impl RedbStore {
                 snapshot.steps.key(step);
             }
         }
+        snapshot.steps.fit();
+        snapshot.agents.reserve(bound.min(room));
         let agents = txn.open_table(AGENTS)?;
         for row in agents.range((run_id, "")..)? {
             let (key, value) = row?;
@@ -56,8 +64,7 @@ impl RedbStore {
                 snapshot.agents.key(agent);
             }
         }
-        let usage = txn.open_table(JOURNAL_USAGE)?;
-        snapshot.journal_bytes = usage.get(run_id)?.map_or(0, |v| v.value());
+        snapshot.agents.fit();
         Ok(snapshot)
     }
 
