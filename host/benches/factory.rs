@@ -593,8 +593,8 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
         ("step-get", "`step-get` hit", 100_000),
         ("step-put", "`step-put` (journaled)", 20_000),
         ("agent-hit", "memoized `agent` hit (async call)", 20_000),
-        ("agent-ready", "memoized `agent` hit (the Python SDK's path: `agent-ready`)", 20_000),
-        ("agent-start", "memoized `agent` hit (the Rust SDK's and the JS runner's path: `agent-start`)", 20_000),
+        ("agent-ready", "memoized `agent` hit (`agent-ready`, the path of components built before `agent-start`)", 20_000),
+        ("agent-start", "memoized `agent` hit (the SDKs' and the JS runner's path: `agent-start`)", 20_000),
     ]
     .into_iter()
     .filter(|(workload, ..)| only.as_ref().is_none_or(|o| o.iter().any(|w| w == workload)))

@@ -55,6 +55,11 @@ except ImportError:  # pragma: no cover - outside a component
     _agents = _hooks = _wit = None  # type: ignore[assignment]
     _Err = None  # type: ignore[assignment,misc]
 
+try:  # componentize-py's: work that keeps the component's task alive until it is done.
+    from componentize_py_async_support import spawn as _spawn
+except ImportError:  # outside a component (the unit tests): an asyncio task
+    _spawn = None
+
 __all__ = [
     "MAX_ITEMS",
     "Abort",
@@ -426,15 +431,16 @@ class Ctx(Generic[A]):
             limits=_wit_limits(max_turns, max_duration_seconds, wrap_up),
         )
         try:
-            # A memo hit (a replayed or repeated call) is answered by the synchronous hook,
-            # at a fraction of the async call's cost; a call that must wait is made by `agent`.
-            ready = _agents.agent_ready(str(prompt), options)
-            if type(ready).__name__ == "ReadyReply_Reply":
-                reply = ready.value
-            else:
-                reply = await _agents.agent(str(prompt), options)
+            # One synchronous hook call: a memo hit (a replayed or repeated call), or a call
+            # the host answered at once, comes back with its reply; any other call is started
+            # and its outcome comes from the one `agent-wait` in flight (`_WAITING`).
+            started = _agents.agent_start(str(prompt), options)
         except _Err as e:
             raise _abort_from_wit(e.value) from None
+        if type(started).__name__ == "Started_Reply":
+            reply = started.value
+        else:
+            reply = await _WAITING.outcome(started.value)
         if reply is None:
             return None
         try:
@@ -544,6 +550,64 @@ class Ctx(Generic[A]):
     def _item_failed(self, where: str, index: int, error: BaseException) -> None:
         if _hooks is not None:
             _hooks.log(f"{where}: item {index} failed: {_describe(error)}")
+
+
+class _Waiting:
+    """The calls ``agents.agent-start`` left pending, each an asyncio future by the host's id,
+    and the one ``agents.agent-wait`` in flight that reports them: a pump that runs while any
+    started call is unreported (kept alive with the component's task, so the task never ends
+    with a wait in flight) and hands each outcome to its future, many per wait. A caller that
+    stopped waiting (its future cancelled) leaves its call to run to its end; its outcome is
+    dropped."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, Any] = {}
+        self.pumping = False
+
+    async def outcome(self, call: int) -> str | None:
+        """The reply of started call ``call`` (``None``: an ordinary failure), or its
+        :class:`Abort`."""
+        import asyncio
+
+        future = asyncio.get_running_loop().create_future()
+        self.calls[call] = future
+        if not self.pumping:
+            self.pumping = True
+            if _spawn is not None:
+                _spawn(self._pump())
+            else:
+                asyncio.get_running_loop().create_task(self._pump())
+        return cast("str | None", await future)
+
+    async def _pump(self) -> None:
+        try:
+            while self.calls:
+                finished = await _agents.agent_wait()
+                if not finished:
+                    # Only a broken host reports nothing pending while calls are: they fail.
+                    error = FactoryError(f"agent-wait: the host reports no pending call, {len(self.calls)} are waiting")
+                    for future in self.calls.values():
+                        if not future.done():
+                            future.set_exception(error)
+                    self.calls.clear()
+                    return
+                for done in finished:
+                    future = self.calls.pop(done.call, None)
+                    if future is None or future.done():
+                        continue
+                    if isinstance(done.outcome, _Err):
+                        future.set_exception(_abort_from_wit(done.outcome.value))
+                    else:
+                        future.set_result(done.outcome.value)
+        except BaseException:
+            # Torn down with its event loop: the futures went with it.
+            self.calls.clear()
+            raise
+        finally:
+            self.pumping = False
+
+
+_WAITING = _Waiting()
 
 
 def _close(items: list[Any]) -> None:

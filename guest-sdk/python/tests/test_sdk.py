@@ -31,13 +31,27 @@ class Abort_Cancelled:  # noqa: N801
     value = None
 
 
-class ReadyReply_MustWait:  # noqa: N801
-    value = None
-
-
-class ReadyReply_Reply:  # noqa: N801
+class Started_Reply:  # noqa: N801
     def __init__(self, value: Optional[str]) -> None:
         self.value = value
+
+
+class Started_Pending:  # noqa: N801
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+class Ok:
+    """componentize-py's `Ok`: the success case of a WIT result in a record."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+@dataclasses.dataclass
+class Finished:
+    call: int
+    outcome: object
 
 
 class StepError_InvalidJson:  # noqa: N801
@@ -71,30 +85,46 @@ class FakeHost:
     def __init__(self, replies: dict[str, object]) -> None:
         self.replies = replies
         self.calls: list[tuple[str, AgentOptions]] = []
-        self.ready_calls = 0
+        self.start_calls = 0
+        self.waits = 0
+        self.next_id = 0
+        self.pending: dict[int, tuple[str, AgentOptions]] = {}
+        self.lose_calls = False
         self.answered: dict[tuple[str, Optional[str]], Optional[str]] = {}
         self.journal: dict[str, str] = {}
         self.lines: list[str] = []
         self.phases: list[str] = []
 
     # agents
-    async def agent(self, prompt: str, options: AgentOptions) -> Optional[str]:
-        self.calls.append((prompt, options))
-        await asyncio.sleep(0)
-        reply = self.replies.get(options.label or "", json.dumps(f"reply to {prompt}"))
-        if isinstance(reply, BaseException):
-            raise reply
-        self.answered[(prompt, options.label)] = reply  # type: ignore[assignment]
-        return reply  # type: ignore[return-value]
-
-    def agent_ready(self, prompt: str, options: AgentOptions) -> object:
-        """The host's memo: a call answered before is answered here, synchronously."""
-        self.ready_calls += 1
+    def agent_start(self, prompt: str, options: AgentOptions) -> object:
+        """The host's memo answers a call answered before at once; any other call is
+        started and reported by `agent_wait`."""
+        self.start_calls += 1
         if options.label == "refused-now":
             raise Err(Abort_Cancelled())
         if (prompt, options.label) in self.answered:
-            return ReadyReply_Reply(self.answered[(prompt, options.label)])
-        return ReadyReply_MustWait()
+            return Started_Reply(self.answered[(prompt, options.label)])
+        self.calls.append((prompt, options))
+        self.next_id += 1
+        self.pending[self.next_id] = (prompt, options)
+        return Started_Pending(self.next_id)
+
+    async def agent_wait(self) -> list[Finished]:
+        """Every started call is done by the next wait: reported together."""
+        self.waits += 1
+        await asyncio.sleep(0)
+        if self.lose_calls:
+            return []
+        done = []
+        for call, (prompt, options) in sorted(self.pending.items()):
+            reply = self.replies.get(options.label or "", json.dumps(f"reply to {prompt}"))
+            if isinstance(reply, Err):
+                done.append(Finished(call, reply))
+                continue
+            self.answered[(prompt, options.label)] = reply  # type: ignore[assignment]
+            done.append(Finished(call, Ok(reply)))
+        self.pending.clear()
+        return done
 
     async def sleep(self, ms: int) -> None:
         await asyncio.sleep(0)
@@ -155,18 +185,45 @@ class AgentTests(unittest.TestCase):
         self.assertFalse(isinstance(caught.exception, Exception), "Abort is not an Exception")
         self.assertEqual(host.calls[0][1], AgentOptions("a", None, None))
 
-    def test_a_memo_hit_is_answered_by_agent_ready_without_the_async_call(self) -> None:
+    def test_a_memo_hit_is_answered_by_agent_start_without_a_wait(self) -> None:
         host = with_host({"none": None})
         ctx: Ctx[dict] = Ctx({}, "{}")
         self.assertEqual(asyncio.run(ctx.agent("hi", label="m")), "reply to hi")
         self.assertEqual(asyncio.run(ctx.agent("hi", label="m")), "reply to hi")
         self.assertIsNone(asyncio.run(ctx.agent("hi", label="none")))
         self.assertIsNone(asyncio.run(ctx.agent("hi", label="none")))
-        self.assertEqual((host.ready_calls, len(host.calls)), (4, 2), "each call asks agent_ready; two must wait")
+        self.assertEqual((host.start_calls, len(host.calls), host.waits), (4, 2, 2), "each call is started; two wait")
         with self.assertRaises(Abort) as caught:
             asyncio.run(ctx.agent("hi", label="refused-now"))
         self.assertEqual(caught.exception.reason, "cancelled")
-        self.assertEqual(len(host.calls), 2, "an abort from agent_ready makes no async call")
+        self.assertEqual((len(host.calls), host.waits), (2, 2), "an abort from agent_start starts nothing")
+
+    def test_started_calls_share_one_wait_and_each_gets_its_own_outcome(self) -> None:
+        host = with_host({"stop": LIMIT, "none": None})
+        ctx: Ctx[dict] = Ctx({}, "{}")
+
+        async def three() -> list[object]:
+            return list(await asyncio.gather(
+                ctx.agent("a", label="a"), ctx.agent("b", label="none"), ctx.agent("c", label="stop"), return_exceptions=True))
+
+        got = asyncio.run(three())
+        self.assertEqual(got[:2], ["reply to a", None])
+        self.assertIsInstance(got[2], Abort)
+        self.assertEqual(got[2].limit, "maxTotalSubagents")  # type: ignore[union-attr]
+        self.assertEqual(host.waits, 1, "three pending calls, one wait reports them all")
+        # A call started after the pump ended starts it again.
+        self.assertEqual(asyncio.run(ctx.agent("d", label="d")), "reply to d")
+        self.assertEqual(host.waits, 2)
+
+    def test_a_host_that_reports_nothing_pending_fails_the_waiting_calls(self) -> None:
+        host = with_host({})
+        host.lose_calls = True
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        with self.assertRaises(FactoryError) as caught:
+            asyncio.run(ctx.agent("a", label="a"))
+        self.assertIn("no pending call", str(caught.exception))
+        host.lose_calls = False
+        self.assertEqual(asyncio.run(ctx.agent("b", label="b")), "reply to b", "the next call waits afresh")
 
     def test_soft_limits_are_passed_on_and_bad_ones_refused(self) -> None:
         host = with_host({})

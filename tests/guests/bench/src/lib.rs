@@ -97,8 +97,9 @@ impl Factory for Bench {
                 hits
             }
             "agent-ready" => {
-                // The SDK's path: the synchronous `agent-ready` answers a memo hit; `agent`
-                // is called only when it says the call must wait (the first one here).
+                // The older path (components built before `agent-start`): the synchronous
+                // `agent-ready` answers a memo hit; `agent` is called only when it says the
+                // call must wait (the first one here).
                 let mut hits: usize = 0;
                 for _ in 0..=n {
                     let prompt = black_box("memoized question");
@@ -114,7 +115,7 @@ impl Factory for Bench {
                 hits.saturating_sub(1)
             }
             "agent-start" => {
-                // The Rust SDK's and the JS runner's path: the synchronous `agent-start`
+                // The SDKs' and the JS runner's path: the synchronous `agent-start`
                 // answers a memo hit; a pending call (the first one here) comes back from
                 // `agent-wait`.
                 let mut hits: usize = 0;
