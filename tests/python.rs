@@ -206,6 +206,26 @@ fn an_abort_ends_the_python_run_with_the_hosts_typed_cause() {
     assert!(!logs.iter().any(|l| l.contains("swallowed")), "{logs:#?}");
 }
 
+#[test]
+fn a_python_run_that_leaves_a_started_call_behind_returns_without_waiting_for_it() {
+    // The SDK keeps its one `agent-wait` alive with the component's task while a started
+    // call is unreported; the run still ends at its result: the call left behind (ten
+    // minutes long) would otherwise hold it until the 60-second timeout stopped it.
+    let state = tempfile::tempdir().unwrap();
+    let backend = write_script(
+        state.path(),
+        json!({ "rules": [
+            { "label": "slow", "reply": { "text": "late" }, "latencyMs": 600_000 },
+            { "label": "fast", "reply": { "text": "soon" } }
+        ] }),
+    );
+    let (out, envelope, _state) =
+        run(&probe(), json!({ "mode": "abandon" }), &["--backend", &backend, "--timeout-seconds", "60"]);
+    assert!(out.status.success(), "{}\n{envelope:#}", stderr(&out));
+    assert_eq!(envelope["status"], "completed", "{envelope:#}");
+    assert_eq!(envelope["result"], "soon", "{envelope:#}");
+}
+
 /// The SDK's semantics (abort propagation through `parallel`/`pipeline`/`step` past
 /// `except Exception`, null-on-failure, the 4096 cap, schemas from types, args conversion)
 /// under CPython with the host's hooks faked: `guest-sdk/python/tests`.

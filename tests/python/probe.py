@@ -1,6 +1,7 @@
 """The Python test factory of tests/python.rs: every ctx function, failures, aborts, the
 sandbox and hostile behaviour, selected by `args.mode`."""
 
+import asyncio
 import os
 import random
 import socket
@@ -71,6 +72,10 @@ async def run(ctx: Ctx) -> object:
         n = int(ctx.args.get("n", 10))
         replies = await ctx.parallel(ctx.agent(f"item {i}", label=f"t:{i}") for i in range(n))
         return {"done": sum(1 for r in replies if r is not None)}
+    if mode == "abandon":
+        # A call started and never awaited: the run returns without waiting for it.
+        asyncio.get_running_loop().create_task(ctx.agent("left behind", label="slow"))
+        return await ctx.agent("waited for", label="fast")
     if mode == "wasi":
         print("hello from print")
         seen = {"env": dict(os.environ), "time": time.time() > 1_600_000_000, "random": random.random() < 1.0}
