@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use factory_host::backend::{BackendCatalog, BuiltinCatalog};
 use crate::doors::control;
 use crate::doors::daemon::remote;
-use factory_host::service::{Client, ClientError, Local};
+use factory_host::service::{Client, ClientError, Local, ServiceError};
 use factory_host::store::StoreError;
 use factory_host::{Error, Host, HostConfig};
 use std::sync::Arc;
@@ -101,6 +101,21 @@ pub async fn access(g: &GlobalArgs) -> Result<Client> {
     open_or_reach(g, Arc::new(BuiltinCatalog)).await
 }
 
+/// One request through [`access`], asked again once through a fresh [`access`] when nobody
+/// answered on the socket: the process that held the store ended between being found and
+/// being asked (a foreground run that was just cancelled, say), so the store is free now or
+/// another process holds it. Nothing reached the first one, so any request may be asked
+/// again.
+pub async fn ask<T, Asked>(g: &GlobalArgs, request: impl Fn(Client) -> Asked) -> Result<T>
+where
+    Asked: std::future::Future<Output = Result<T, ServiceError>>,
+{
+    match request(access(g).await?).await {
+        Err(ServiceError::Remote(ClientError::Connect { .. })) => Ok(request(access(g).await?).await?),
+        answered => Ok(answered?),
+    }
+}
+
 /// Serve the control socket for `host` while this process holds the store. The socket
 /// file is removed when the guard drops.
 pub struct Serving {
@@ -141,5 +156,60 @@ pub fn serve(g: &GlobalArgs, host: &Arc<Host>) -> Option<Serving> {
             eprintln!("factory: warning: cannot serve the control socket {}: {e}", path.display());
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        g: GlobalArgs,
+    }
+
+    fn gone() -> ServiceError {
+        let source = std::io::Error::from(std::io::ErrorKind::NotFound);
+        ServiceError::Remote(ClientError::Connect { path: "control.sock".into(), source })
+    }
+
+    #[tokio::test]
+    async fn a_request_nobody_answered_is_asked_again_through_a_fresh_access() {
+        let state = tempfile::tempdir().expect("a state directory");
+        let dir = state.path().join("state");
+        let mut g = Cli::try_parse_from(["factory", "--state-dir", dir.to_str().expect("UTF-8"), "--no-daemon"]).expect("args").g;
+        g.resolve().expect("the state directory");
+        // The first answer is the one of a holder that ended before it was asked; the second
+        // access finds the store free and opens it here.
+        let asked = AtomicUsize::new(0);
+        let runs = ask(&g, |client| {
+            let first = asked.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    drop(client);
+                    return Err(gone());
+                }
+                assert!(client.local().is_some(), "asked again of the store opened here");
+                client.runs(factory_host::Scope::Owner).await
+            }
+        })
+        .await
+        .expect("answered the second time");
+        assert_eq!((runs.len(), asked.load(Ordering::SeqCst)), (0, 2));
+        // Any other failure is the answer: not asked again.
+        let asked = AtomicUsize::new(0);
+        let refused = ask(&g, |client| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            async move {
+                drop(client);
+                Err::<(), _>(ServiceError::Remote(ClientError::Disconnected { path: "control.sock".into() }))
+            }
+        })
+        .await;
+        assert!(refused.is_err_and(|e| e.to_string().contains("went away mid-stream")));
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
     }
 }

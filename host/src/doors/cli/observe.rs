@@ -1,9 +1,10 @@
 //! `factory runs/show/progress/wait/cancel/watch`: observe and control runs, through the
 //! store when this process can open it, or through the control socket of the process
-//! holding it. The local user is the owner of the state directory: `runs` lists the current
+//! holding it (asked again, through the store or the next holder, when that process ended
+//! between being found and being asked). The local user is the owner of the state directory: `runs` lists the current
 //! session's runs (every session's with `--all`), and a run id names a run of any session.
 
-use crate::doors::reach::access;
+use crate::doors::reach::{access, ask};
 use crate::doors::args::GlobalArgs;
 use anyhow::Result;
 use clap::Args;
@@ -78,7 +79,8 @@ fn credits_at_least(nano: u64, at_least: bool) -> String {
 
 pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
     let scope = if a.all { Scope::Owner } else { Scope::from(&g.session) };
-    let runs = access(g).await?.runs(scope).await?;
+    let scope = &scope;
+    let runs = ask(g, |client| async move { client.runs(scope.clone()).await }).await?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(ExitCode::SUCCESS);
@@ -123,7 +125,8 @@ fn print_entry(e: &ProgressEntry) {
 }
 
 pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let d = access(g).await?.detail(Scope::Owner, &a.run_id).await?;
+    let run_id = a.run_id.as_str();
+    let d = ask(g, |client| async move { client.detail(Scope::Owner, run_id).await }).await?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&d)?);
         return Ok(ExitCode::SUCCESS);
@@ -209,7 +212,8 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
 
 pub async fn progress(g: &GlobalArgs, a: ProgressArgs) -> Result<ExitCode> {
     let query = ProgressQuery { after_seq: a.after_seq, before_seq: a.before_seq, phase: a.phase, limit: a.limit };
-    let page = access(g).await?.progress(Scope::Owner, &a.run_id, query).await?;
+    let (run_id, query) = (a.run_id.as_str(), &query);
+    let page = ask(g, |client| async move { client.progress(Scope::Owner, run_id, query.clone()).await }).await?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&page)?);
     } else {
@@ -229,13 +233,15 @@ fn envelope_exit(envelope: &RunEnvelope) -> ExitCode {
 }
 
 pub async fn wait(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let envelope = access(g).await?.wait(Scope::Owner, &a.run_id).await?;
+    let run_id = a.run_id.as_str();
+    let envelope = ask(g, |client| async move { client.wait(Scope::Owner, run_id).await }).await?;
     outln!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(envelope_exit(&envelope))
 }
 
 pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
-    let envelope = access(g).await?.cancel(Scope::Owner, &a.run_id).await?;
+    let run_id = a.run_id.as_str();
+    let envelope = ask(g, |client| async move { client.cancel(Scope::Owner, run_id).await }).await?;
     outln!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(ExitCode::SUCCESS)
 }
