@@ -101,11 +101,12 @@ pub async fn access(g: &GlobalArgs) -> Result<Client> {
     open_or_reach(g, Arc::new(BuiltinCatalog)).await
 }
 
-/// One request through [`access`], asked again once through a fresh [`access`] when nobody
-/// answered on the socket: the process that held the store ended between being found and
-/// being asked (a foreground run that was just cancelled, say), so the store is free now or
-/// another process holds it. Nothing reached the first one, so any request may be asked
-/// again.
+/// One request through [`access`] (every one-shot command of the CLI: `runs`, `show`,
+/// `progress`, `wait`, `cancel`, `add`, `list`, `inspect`), asked again once through a fresh
+/// [`access`] when nobody answered on the socket: the process that held the store ended
+/// between being found and being asked (a foreground run that was just cancelled, say), so
+/// the store is free now or another process holds it. Nothing reached the first one, so any
+/// request may be asked again.
 pub async fn ask<T, Asked>(g: &GlobalArgs, request: impl Fn(Client) -> Asked) -> Result<T>
 where
     Asked: std::future::Future<Output = Result<T, ServiceError>>,

@@ -1,8 +1,9 @@
 //! `factory runs/show/progress/wait/cancel/watch`: observe and control runs, through the
 //! store when this process can open it, or through the control socket of the process
 //! holding it (asked again, through the store or the next holder, when that process ended
-//! between being found and being asked). The local user is the owner of the state directory: `runs` lists the current
-//! session's runs (every session's with `--all`), and a run id names a run of any session.
+//! between being found and being asked: [`ask`]). The local user is the owner of the state
+//! directory: `runs` lists the current session's runs (every session's with `--all`), and a
+//! run id names a run of any session.
 
 use crate::doors::reach::{access, ask};
 use crate::doors::args::GlobalArgs;

@@ -1,7 +1,7 @@
 //! `factory add/list/inspect`: register factories by their meta name (component bytes are
 //! stored content-addressed), list them, and show what one declares.
 
-use crate::doors::reach::access;
+use crate::doors::reach::ask;
 use crate::doors::cli::observe::JsonArg;
 use crate::doors::cli::escape::esc;
 use crate::doors::args::GlobalArgs;
@@ -58,7 +58,8 @@ pub async fn add(g: &GlobalArgs, a: AddArgs) -> Result<ExitCode> {
         }
         _ => anyhow::bail!("give a factory to add, or --meta FILE --run FILE"),
     };
-    let registration = access(g).await?.register(source).await?;
+    let source = &source;
+    let registration = ask(g, |client| async move { client.register(source.clone()).await }).await?;
     if authored {
         trust_authored(g, &registration);
     }
@@ -83,7 +84,7 @@ fn trust_authored(g: &GlobalArgs, registration: &factory_host::store::Registrati
 }
 
 pub async fn list(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
-    let registered = access(g).await?.factories(&g.session).await?;
+    let registered = ask(g, |client| async move { client.factories(&g.session).await }).await?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&registered)?);
         return Ok(ExitCode::SUCCESS);
@@ -96,7 +97,8 @@ pub async fn list(g: &GlobalArgs, a: JsonArg) -> Result<ExitCode> {
 }
 
 pub async fn inspect(g: &GlobalArgs, a: InspectArgs) -> Result<ExitCode> {
-    let registration = access(g).await?.inspect(&g.session, &a.name).await?;
+    let name = a.name.as_str();
+    let registration = ask(g, |client| async move { client.inspect(&g.session, name).await }).await?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&registration)?);
         return Ok(ExitCode::SUCCESS);
