@@ -12,7 +12,7 @@
 
 use crate::model::envelope::Accounting;
 use futures::future::BoxFuture;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::{Arc, OnceLock};
 
@@ -62,19 +62,36 @@ pub type Fingerprinted = BuildHasherDefault<FingerprintHasher>;
 /// A set of [`fingerprint`]s.
 pub type Fingerprints = HashSet<u64, Fingerprinted>;
 
-/// Where a loaded entry's key and value are in [`LoadedEntries::bytes`].
+/// A key the load found, under its fingerprint, in [`LoadedEntries`]' open-addressed table:
+/// 16 bytes, four to a cache line, so a lookup reads one line of the table and then the
+/// entry's key and value, which sit one after the other in the buffer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Slot {
-    at: usize,
+    fingerprint: u64,
+    /// Where the entry is in the buffer (its value's length, then its key, then its value),
+    /// or [`UNLOADED`]: the key is journaled, its value was not loaded (or no longer holds).
+    at: u32,
+    /// The key's length, or [`EMPTY`]: no key in this slot.
     key_len: u32,
-    /// [`UNLOADED`]: the key is journaled, its value was not loaded (or no longer holds).
-    value_len: u32,
 }
 
 const UNLOADED: u32 = u32::MAX;
+const EMPTY: u32 = u32::MAX;
 
 impl Slot {
-    const KEY_ONLY: Slot = Slot { at: 0, key_len: 0, value_len: UNLOADED };
+    const EMPTY: Slot = Slot { fingerprint: 0, at: UNLOADED, key_len: EMPTY };
+
+    fn key_only(fingerprint: u64) -> Slot {
+        Slot { fingerprint, at: UNLOADED, key_len: 0 }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.key_len == EMPTY
+    }
+
+    fn has_value(&self) -> bool {
+        self.at != UNLOADED && !self.is_empty()
+    }
 }
 
 /// What [`LoadedEntries::get`] knows of a key.
@@ -88,131 +105,188 @@ pub enum Loaded<'a> {
     Value(&'a [u8]),
 }
 
-/// The entries of one kind (steps, agent outcomes) a [`Journal::load`] found: every key, as
-/// its [`fingerprint`], and the values that fit the load's budget, each key and value one
-/// after the other in one buffer. No allocation and no hash of the key text per entry beyond
-/// its fingerprint; a value is returned only for its exact key (two keys sharing a
-/// fingerprint are both [`Loaded::Unloaded`]).
-#[derive(Clone)]
-pub struct LoadedEntries {
+/// The entries of one kind (steps, agent outcomes) a [`Journal::load`] is reading, in the
+/// order the journal hands them over: each key and value appended to one buffer, each key's
+/// slot to a list. [`LoadingEntries::finish`] makes the table they are looked up by, sized
+/// once for the keys it holds (no growth, no rehash while the journal is read).
+pub struct LoadingEntries {
     bytes: Vec<u8>,
-    index: HashMap<u64, Slot, Fingerprinted>,
-    values: usize,
+    slots: Vec<Slot>,
     /// How its keys are fingerprinted ([`fingerprint`] for steps, [`agent_fingerprint`] for
     /// agent keys).
     hash: fn(&str) -> u64,
 }
 
-/// Step entries.
-impl Default for LoadedEntries {
-    fn default() -> Self {
-        LoadedEntries::steps(0)
-    }
-}
-
-impl LoadedEntries {
-    /// Step entries, with room for `keys` keys.
-    pub fn steps(keys: usize) -> Self {
-        LoadedEntries { bytes: Vec::new(), index: HashMap::with_capacity_and_hasher(keys, Fingerprinted::default()), values: 0, hash: fingerprint }
+impl LoadingEntries {
+    /// Step entries.
+    pub fn steps() -> Self {
+        LoadingEntries { bytes: Vec::new(), slots: Vec::new(), hash: fingerprint }
     }
 
-    /// Agent entries, with room for `keys` keys.
-    pub fn agents(keys: usize) -> Self {
-        LoadedEntries { hash: agent_fingerprint, ..LoadedEntries::steps(keys) }
+    /// Agent entries.
+    pub fn agents() -> Self {
+        LoadingEntries { hash: agent_fingerprint, ..LoadingEntries::steps() }
     }
 
-    /// Room for `bytes` bytes of keys and values, set aside before a load (a bound, not an
-    /// exact figure: [`LoadedEntries::fit`] hands back what the load did not use). Without
-    /// the memory at hand, the buffer grows as entries come instead.
-    pub fn reserve(&mut self, bytes: usize) {
+    /// Room for `keys` keys and `bytes` bytes of keys and values, set aside before a load (a
+    /// bound, not an exact figure: [`LoadingEntries::finish`] hands back what the load did
+    /// not use). Without the memory at hand, the buffers grow as entries come instead.
+    pub fn reserve(&mut self, keys: usize, bytes: usize) {
+        let _ = self.slots.try_reserve_exact(keys);
         let _ = self.bytes.try_reserve_exact(bytes);
-    }
-
-    /// The buffer cut down to the entries loaded, once the load is done.
-    pub fn fit(&mut self) {
-        self.bytes.shrink_to_fit();
-    }
-
-    /// The fingerprint of `key` here (what [`LoadedEntries::get`] and the others take).
-    pub fn fingerprint(&self, key: &str) -> u64 {
-        (self.hash)(key)
     }
 
     /// A journaled key whose value is not loaded. Each key is given once.
     pub fn key(&mut self, key: &str) {
-        self.insert(self.fingerprint(key), key, None);
+        self.slots.push(Slot::key_only((self.hash)(key)));
     }
 
     /// A journaled key with its value (its bytes as the journal keeps them). Each key is
     /// given once.
     pub fn value(&mut self, key: &str, value: &[u8]) {
-        self.insert(self.fingerprint(key), key, Some(value));
+        let fingerprint = (self.hash)(key);
+        // Lengths and places that do not fit 32 bits leave the key known, its value unloaded.
+        let placed = (|| {
+            let key_len = u32::try_from(key.len()).ok().filter(|&n| n != EMPTY)?;
+            let value_len = u32::try_from(value.len()).ok()?;
+            let at = u32::try_from(self.bytes.len()).ok().filter(|&at| at != UNLOADED)?;
+            u32::try_from(self.bytes.len() + 4 + key.len() + value.len()).ok()?;
+            Some((at, key_len, value_len))
+        })();
+        let Some((at, key_len, value_len)) = placed else {
+            self.slots.push(Slot::key_only(fingerprint));
+            return;
+        };
+        self.bytes.extend_from_slice(&value_len.to_le_bytes());
+        self.bytes.extend_from_slice(key.as_bytes());
+        self.bytes.extend_from_slice(value);
+        self.slots.push(Slot { fingerprint, at, key_len });
     }
 
-    fn insert(&mut self, fingerprint: u64, key: &str, value: Option<&[u8]>) {
-        let slot = match self.index.entry(fingerprint) {
-            std::collections::hash_map::Entry::Occupied(mut taken) => {
-                // A second key with this fingerprint: neither is answered from memory.
-                if taken.get().value_len != UNLOADED {
-                    self.values -= 1;
-                }
-                taken.insert(Slot::KEY_ONLY);
-                return;
+    /// The entries, looked up by fingerprint. Two keys sharing a fingerprint are both
+    /// [`Loaded::Unloaded`] (the journal tells them apart).
+    pub fn finish(mut self) -> LoadedEntries {
+        self.bytes.shrink_to_fit();
+        // At most two thirds full: a lookup of a key not there stops at an empty slot soon.
+        let capacity = (self.slots.len() + self.slots.len() / 2 + 1).next_power_of_two();
+        let mut loaded = LoadedEntries { bytes: self.bytes, table: Vec::new(), keys: 0, values: 0, hash: self.hash };
+        if self.slots.is_empty() {
+            return loaded;
+        }
+        loaded.table = vec![Slot::EMPTY; capacity];
+        for slot in self.slots {
+            loaded.insert(slot);
+        }
+        loaded
+    }
+}
+
+/// The entries of one kind (steps, agent outcomes) a [`Journal::load`] found: every key, as
+/// its [`fingerprint`], and the values that fit the load's budget, each key and value one
+/// after the other in one buffer, looked up through an open-addressed table of fingerprints
+/// (linear probing; a fingerprint is already a uniform keyed hash, so its low bits place
+/// it). No allocation and no hash of the key text per entry beyond its fingerprint; a value
+/// is returned only for its exact key. Made by [`LoadingEntries::finish`].
+#[derive(Clone)]
+pub struct LoadedEntries {
+    bytes: Vec<u8>,
+    /// Empty, or a power of two long and never full.
+    table: Vec<Slot>,
+    keys: usize,
+    values: usize,
+    hash: fn(&str) -> u64,
+}
+
+/// Step entries, none.
+impl Default for LoadedEntries {
+    fn default() -> Self {
+        LoadingEntries::steps().finish()
+    }
+}
+
+impl LoadedEntries {
+    /// The fingerprint of `key` here (what [`LoadedEntries::get`] and the others take).
+    pub fn fingerprint(&self, key: &str) -> u64 {
+        (self.hash)(key)
+    }
+
+    /// The slot of `fingerprint`, or the empty one its probe ends at (`None`: no table).
+    fn probe(&self, fingerprint: u64) -> Option<usize> {
+        let mask = self.table.len().checked_sub(1)?;
+        let mut i = fingerprint as usize & mask;
+        loop {
+            let slot = &self.table[i];
+            if slot.is_empty() || slot.fingerprint == fingerprint {
+                return Some(i);
             }
-            std::collections::hash_map::Entry::Vacant(slot) => slot,
-        };
-        let sizes = value.and_then(|value| Some((value, u32::try_from(key.len()).ok()?, u32::try_from(value.len()).ok()?)));
-        match sizes {
-            Some((value, key_len, value_len)) if value_len != UNLOADED => {
-                let at = self.bytes.len();
-                self.bytes.extend_from_slice(key.as_bytes());
-                self.bytes.extend_from_slice(value);
-                slot.insert(Slot { at, key_len, value_len });
-                self.values += 1;
-            }
-            _ => {
-                slot.insert(Slot::KEY_ONLY);
-            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn insert(&mut self, slot: Slot) {
+        let Some(i) = self.probe(slot.fingerprint) else { return };
+        let taken = &mut self.table[i];
+        if taken.is_empty() {
+            *taken = slot;
+            self.keys += 1;
+            self.values += usize::from(slot.has_value());
+        } else {
+            // A second key with this fingerprint: neither is answered from memory.
+            self.values -= usize::from(taken.has_value());
+            *taken = Slot::key_only(slot.fingerprint);
         }
     }
 
     /// What the load knew of `key`, whose [`LoadedEntries::fingerprint`] is `fingerprint`.
     pub fn get(&self, fingerprint: u64, key: &str) -> Loaded<'_> {
-        let Some(slot) = self.index.get(&fingerprint) else { return Loaded::Absent };
-        if slot.value_len == UNLOADED {
+        let Some(slot) = self.probe(fingerprint).map(|i| &self.table[i]) else { return Loaded::Absent };
+        if slot.is_empty() {
+            return Loaded::Absent;
+        }
+        if !slot.has_value() || slot.key_len as usize != key.len() {
             return Loaded::Unloaded;
         }
-        let value_at = slot.at + slot.key_len as usize;
-        if self.bytes.get(slot.at..value_at) != Some(key.as_bytes()) {
-            return Loaded::Unloaded;
+        self.value_of(slot, Some(key)).map_or(Loaded::Unloaded, |(_, value)| Loaded::Value(value))
+    }
+
+    /// The key and value of a slot that has one (its key checked against `key` if given).
+    fn value_of(&self, slot: &Slot, key: Option<&str>) -> Option<(&[u8], &[u8])> {
+        let at = slot.at as usize;
+        let value_len = u32::from_le_bytes(self.bytes.get(at..at + 4)?.try_into().ok()?) as usize;
+        let key_at = at + 4;
+        let value_at = key_at + slot.key_len as usize;
+        let stored = self.bytes.get(key_at..value_at)?;
+        if key.is_some_and(|key| stored != key.as_bytes()) {
+            return None;
         }
-        self.bytes.get(value_at..value_at + slot.value_len as usize).map_or(Loaded::Unloaded, Loaded::Value)
+        Some((stored, self.bytes.get(value_at..value_at + value_len)?))
     }
 
     /// Whether the key of `fingerprint` was journaled.
     pub fn knows(&self, fingerprint: u64) -> bool {
-        self.index.contains_key(&fingerprint)
+        self.probe(fingerprint).is_some_and(|i| !self.table[i].is_empty())
     }
 
     /// The value of the key of `fingerprint` no longer holds (a newer one was journaled
     /// since): the key stays known, its value is asked of the journal.
     pub fn forget(&mut self, fingerprint: u64) {
-        if let Some(slot) = self.index.get_mut(&fingerprint) {
-            if slot.value_len != UNLOADED {
-                *slot = Slot::KEY_ONLY;
+        if let Some(i) = self.probe(fingerprint) {
+            let slot = &mut self.table[i];
+            if slot.has_value() {
+                *slot = Slot::key_only(fingerprint);
                 self.values -= 1;
             }
         }
     }
 
-    /// Keys known.
+    /// Keys known (two sharing a fingerprint count once).
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.keys
     }
 
     /// Whether no key is known.
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.keys == 0
     }
 
     /// Values held.
@@ -220,17 +294,16 @@ impl LoadedEntries {
         self.values
     }
 
-    /// Bytes this holds in memory: its buffer and its index.
+    /// Bytes this holds in memory: its buffer and its table.
     pub fn memory(&self) -> usize {
-        self.bytes.capacity() + self.index.capacity() * (std::mem::size_of::<(u64, Slot)>() + 1)
+        self.bytes.capacity() + self.table.capacity() * std::mem::size_of::<Slot>()
     }
 
     /// Every loaded (key, value), in no order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
-        self.index.values().filter(|slot| slot.value_len != UNLOADED).filter_map(|slot| {
-            let value_at = slot.at + slot.key_len as usize;
-            let key = std::str::from_utf8(self.bytes.get(slot.at..value_at)?).ok()?;
-            Some((key, self.bytes.get(value_at..value_at + slot.value_len as usize)?))
+        self.table.iter().filter(|slot| slot.has_value()).filter_map(|slot| {
+            let (key, value) = self.value_of(slot, None)?;
+            Some((std::str::from_utf8(key).ok()?, value))
         })
     }
 }
@@ -338,7 +411,7 @@ pub struct JournalSnapshot {
 /// An empty journal.
 impl Default for JournalSnapshot {
     fn default() -> Self {
-        JournalSnapshot { steps: LoadedEntries::steps(0), agents: LoadedEntries::agents(0), agents_listed: false, journal_bytes: 0 }
+        JournalSnapshot { steps: LoadedEntries::default(), agents: LoadingEntries::agents().finish(), agents_listed: false, journal_bytes: 0 }
     }
 }
 
@@ -425,9 +498,10 @@ mod tests {
 
     #[test]
     fn loaded_entries_answer_by_exact_key_and_forget_replaced_values() {
-        let mut entries = LoadedEntries::steps(0);
-        entries.value("plan", b"\"v1\"");
-        entries.key("big");
+        let mut loading = LoadingEntries::steps();
+        loading.value("plan", b"\"v1\"");
+        loading.key("big");
+        let mut entries = loading.finish();
         assert_eq!((entries.len(), entries.values()), (2, 1));
         assert_eq!(entries.get(fingerprint("plan"), "plan"), Loaded::Value(&b"\"v1\""[..]));
         assert_eq!(entries.get(fingerprint("big"), "big"), Loaded::Unloaded, "known, its value not loaded");
@@ -443,12 +517,61 @@ mod tests {
 
     #[test]
     fn two_keys_sharing_a_fingerprint_are_left_to_the_journal() {
-        let mut entries = LoadedEntries::agents(0);
-        entries.insert(7, "a", Some(b"1"));
-        entries.insert(7, "b", Some(b"2"));
+        let mut loading = LoadingEntries { hash: |key| if key.len() == 1 { 7 } else { 8 }, ..LoadingEntries::agents() };
+        loading.value("a", b"1");
+        loading.value("cc", b"3");
+        loading.value("b", b"2");
+        let entries = loading.finish();
         assert_eq!(entries.get(7, "a"), Loaded::Unloaded);
         assert_eq!(entries.get(7, "b"), Loaded::Unloaded);
-        assert_eq!((entries.len(), entries.values()), (1, 0));
+        assert_eq!(entries.get(8, "cc"), Loaded::Value(&b"3"[..]));
+        assert_eq!((entries.len(), entries.values()), (2, 1));
+    }
+
+    #[test]
+    fn thousands_of_keys_are_found_and_keys_never_loaded_are_absent() {
+        let mut loading = LoadingEntries::steps();
+        for i in 0..5000 {
+            match i % 3 {
+                0 => loading.key(&format!("k{i}")),
+                _ => loading.value(&format!("k{i}"), format!("{i}").as_bytes()),
+            }
+        }
+        let mut entries = loading.finish();
+        assert_eq!((entries.len(), entries.values()), (5000, 3333));
+        for i in 0..5000 {
+            let key = format!("k{i}");
+            let found = entries.get(fingerprint(&key), &key);
+            match i % 3 {
+                0 => assert_eq!(found, Loaded::Unloaded, "{key}"),
+                _ => assert_eq!(found, Loaded::Value(format!("{i}").as_bytes()), "{key}"),
+            }
+            let never = format!("n{i}");
+            assert_eq!(entries.get(fingerprint(&never), &never), Loaded::Absent);
+            assert!(!entries.knows(fingerprint(&never)));
+        }
+        let mut all: Vec<_> = entries.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect();
+        all.sort();
+        assert_eq!(all.len(), 3333);
+        assert_eq!(all[0], ("k1".to_string(), b"1".to_vec()));
+        entries.forget(fingerprint("k1"));
+        assert_eq!((entries.len(), entries.values()), (5000, 3332));
+        assert!(entries.memory() < 5000 * 64, "{} bytes", entries.memory());
+    }
+
+    #[test]
+    fn a_probe_that_runs_off_the_tables_end_goes_on_at_its_start() {
+        // Three keys: a table of eight slots; 7 and 15 both start at the last one.
+        let mut loading = LoadingEntries { hash: |key| key.parse().unwrap_or(0), ..LoadingEntries::steps() };
+        for key in ["7", "15", "3"] {
+            loading.value(key, key.as_bytes());
+        }
+        let entries = loading.finish();
+        for key in ["7", "15", "3"] {
+            assert_eq!(entries.get(entries.fingerprint(key), key), Loaded::Value(key.as_bytes()));
+        }
+        assert_eq!(entries.get(23, "23"), Loaded::Absent, "past both, to the empty slot after them");
+        assert_eq!(LoadedEntries::default().get(7, "7"), Loaded::Absent, "no table at all");
     }
 
     #[test]
@@ -458,8 +581,9 @@ mod tests {
         assert_eq!(agent_fingerprint("a1"), fingerprint("a1"), "a key that is no sha256 is hashed");
         let not_hex = "z".repeat(64);
         assert_eq!(agent_fingerprint(&not_hex), fingerprint(&not_hex));
-        let mut entries = LoadedEntries::agents(1);
-        entries.value(&key, b"\x01\"ok\"");
+        let mut loading = LoadingEntries::agents();
+        loading.value(&key, b"\x01\"ok\"");
+        let entries = loading.finish();
         assert_eq!(entries.get(entries.fingerprint(&key), &key), Loaded::Value(&b"\x01\"ok\""[..]));
     }
 

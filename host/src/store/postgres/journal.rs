@@ -6,7 +6,7 @@
 
 use super::{pg, PgStore};
 use crate::model::envelope::Accounting;
-use crate::store::journal::{decode_outcome, Journal, JournalError, JournalSnapshot, LoadedEntries};
+use crate::store::journal::{decode_outcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
 use crate::store::op::Op;
 use crate::store::{corrupt, StoreError};
 use futures::future::{BoxFuture, FutureExt};
@@ -46,11 +46,9 @@ impl PgStore {
             let usage = client.query_opt("SELECT bytes FROM journal_usage WHERE run_id = $1", &params[..1]);
             let (steps, agents, usage) = futures::join!(steps, agents, usage);
             let (steps, agents) = (steps.map_err(e)?, agents.map_err(e)?);
-            let mut snapshot = JournalSnapshot {
-                steps: LoadedEntries::steps(steps.len()),
-                agents: LoadedEntries::agents(agents.len()),
-                ..JournalSnapshot::default()
-            };
+            let (mut loading_steps, mut loading_agents) = (LoadingEntries::steps(), LoadingEntries::agents());
+            loading_steps.reserve(steps.len(), 0);
+            loading_agents.reserve(agents.len(), 0);
             let mut room = value_bytes;
             for row in &steps {
                 let key = key_text(row.get(0))?;
@@ -59,9 +57,9 @@ impl PgStore {
                     Some(value) => {
                         room -= size;
                         std::str::from_utf8(value).map_err(|e| corrupt("a step value", e))?;
-                        snapshot.steps.value(key, value);
+                        loading_steps.value(key, value);
                     }
-                    None => snapshot.steps.key(key),
+                    None => loading_steps.key(key),
                 }
             }
             for row in &agents {
@@ -71,15 +69,18 @@ impl PgStore {
                     Some(outcome) => {
                         room -= size;
                         decode_outcome(outcome).map_err(|e| corrupt("agent journal", e))?;
-                        snapshot.agents.value(key, outcome);
+                        loading_agents.value(key, outcome);
                     }
-                    None => snapshot.agents.key(key),
+                    None => loading_agents.key(key),
                 }
             }
-            // Every agent key is listed, so a call never journaled needs no read.
-            snapshot.agents_listed = true;
-            snapshot.journal_bytes = usage.map_err(e)?.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64);
-            Ok(snapshot)
+            Ok(JournalSnapshot {
+                steps: loading_steps.finish(),
+                agents: loading_agents.finish(),
+                // Every agent key is listed, so a call never journaled needs no read.
+                agents_listed: true,
+                journal_bytes: usage.map_err(e)?.map_or(0, |row| row.get::<_, i64>(0).max(0) as u64),
+            })
         })
     }
 }

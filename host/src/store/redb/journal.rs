@@ -6,7 +6,7 @@ use super::tables::*;
 use crate::store::op::Op;
 use super::RedbStore;
 use crate::model::envelope::Accounting;
-use crate::store::journal::{decode_outcome, AgentOutcome, Journal, JournalError, JournalSnapshot};
+use crate::store::journal::{decode_outcome, AgentOutcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
 use crate::store::{corrupt, StoreError};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::ReadableDatabase;
@@ -20,7 +20,6 @@ impl RedbStore {
     fn load_journal(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
         let txn = self.db.begin_read()?;
         let journal_bytes = txn.open_table(JOURNAL_USAGE)?.get(run_id)?.map_or(0, |v| v.value());
-        let mut snapshot = JournalSnapshot { agents_listed: true, journal_bytes, ..JournalSnapshot::default() };
         // What the run journaled bounds the bytes of its keys and values (each entry is
         // counted at least at its size): the buffers are set aside once, not grown by
         // doubling and copied, and cut down to what was loaded.
@@ -28,7 +27,8 @@ impl RedbStore {
         let mut room = value_bytes;
         // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
         let largest = value_bytes / 4;
-        snapshot.steps.reserve(bound);
+        let mut loading = LoadingEntries::steps();
+        loading.reserve(0, bound);
         let steps = txn.open_table(STEPS)?;
         for row in steps.range((run_id, "")..)? {
             let (key, value) = row?;
@@ -40,13 +40,14 @@ impl RedbStore {
             let size = step.len() + value.len();
             if size <= room && size <= largest {
                 room -= size;
-                snapshot.steps.value(step, value.as_bytes());
+                loading.value(step, value.as_bytes());
             } else {
-                snapshot.steps.key(step);
+                loading.key(step);
             }
         }
-        snapshot.steps.fit();
-        snapshot.agents.reserve(bound.min(room));
+        let steps = loading.finish();
+        let mut loading = LoadingEntries::agents();
+        loading.reserve(0, bound.min(room));
         let agents = txn.open_table(AGENTS)?;
         for row in agents.range((run_id, "")..)? {
             let (key, value) = row?;
@@ -59,12 +60,12 @@ impl RedbStore {
             if size <= room && size <= largest {
                 room -= size;
                 decode_outcome(value).map_err(|e| corrupt("agent journal", e))?;
-                snapshot.agents.value(agent, value);
+                loading.value(agent, value);
             } else {
-                snapshot.agents.key(agent);
+                loading.key(agent);
             }
         }
-        snapshot.agents.fit();
+        let snapshot = JournalSnapshot { steps, agents: loading.finish(), agents_listed: true, journal_bytes };
         Ok(snapshot)
     }
 
