@@ -168,11 +168,14 @@ async fn a_schema_reply_is_retried_once_and_both_spawns_count() {
     .unwrap();
     let envelope = run_probe(Arc::new(retry_then_ok), json!({"case": "schema"}), Limits::default()).await;
     assert_eq!(result(&envelope)["verdict"], json!({"ok": true}));
+    let text = result(&envelope)["text"].as_str().map(serde_json::from_str::<Value>);
+    assert_eq!(text.and_then(Result::ok), Some(json!({"ok": true})), "an awaited schema call is its reply's JSON text");
     assert_eq!(envelope.accounting.agents_spawned, 2);
 
     let never_ok = Script::from_json(r#"{"rules":[{"label":"judge","reply":{"text":"not json at all"}}]}"#).unwrap();
     let envelope = run_probe(Arc::new(never_ok), json!({"case": "schema"}), Limits::default()).await;
     assert_eq!(result(&envelope)["verdict"], Value::Null, "two failed matches are an ordinary failure");
+    assert_eq!(result(&envelope)["text"], Value::Null);
     assert_eq!(envelope.accounting.agents_spawned, 2);
 
     // Both spawns count toward the total cap: with a cap of 1 the retry is refused.

@@ -4,6 +4,7 @@ use crate::__bindings::agent::factory::{agents, types as wit};
 use crate::Abort;
 use core::future::{Future, IntoFuture};
 use core::pin::Pin;
+use core::task::{Context, Poll};
 use serde::de::DeserializeOwned;
 
 /// One subagent call: set `label`, `model`, `schema` and soft limits (`max_turns`,
@@ -99,37 +100,97 @@ impl AgentCall {
 
     /// The raw JSON text of the reply.
     async fn call(self) -> Result<Option<String>, Abort> {
+        match self.start() {
+            Begun::Answered(reply) => reply,
+            Begun::Pending(pending) => pending.await.map_err(Abort::from),
+        }
+    }
+
+    /// One synchronous call starts it: a memo hit (a replayed or repeated call) or a reply
+    /// the host had at once comes back here; any other call's outcome comes from the one
+    /// `agent-wait` the run's pending calls share.
+    fn start(self) -> Begun {
         let options = wit::AgentOptions {
             label: self.label,
             schema: self.schema.map(|s| s.to_string()),
             model: self.model,
             limits: self.limits,
         };
-        // One synchronous call starts it: a memo hit (a replayed or repeated call) or a reply
-        // the host had at once comes back here; any other call's outcome comes from the one
-        // `agent-wait` the run's pending calls share.
         match agents::agent_start(&self.prompt, &options) {
-            Ok(wit::Started::Reply(reply)) => Ok(reply),
-            Ok(wit::Started::Pending(id)) => crate::waiting::Pending::new(id).await.map_err(Abort::from),
-            Err(abort) => Err(Abort::from(abort)),
+            Ok(wit::Started::Reply(reply)) => Begun::Answered(Ok(reply)),
+            Ok(wit::Started::Pending(id)) => Begun::Pending(crate::waiting::Pending::new(id)),
+            Err(abort) => Begun::Answered(Err(Abort::from(abort))),
         }
     }
 
     /// The text reply (for a schema call: the JSON text). Same as `.await`ing the call.
     pub async fn text(self) -> Result<Option<String>, Abort> {
-        let reply = self.call().await?;
-        Ok(reply.map(|json| match serde_json::from_str::<serde_json::Value>(&json) {
-            Ok(serde_json::Value::String(text)) => text,
-            _ => json,
-        }))
+        self.await
+    }
+}
+
+/// A call [`AgentCall::start`] made.
+enum Begun {
+    /// Its outcome, had at once.
+    Answered(Result<Option<String>, Abort>),
+    /// Its outcome comes from `agent-wait`.
+    Pending(crate::waiting::Pending),
+}
+
+/// A reply as text: a JSON string's text, any other JSON as it is.
+fn text_of(json: String) -> String {
+    match json.trim_start().starts_with('"') {
+        true => serde_json::from_str::<String>(&json).unwrap_or(json),
+        false => json,
+    }
+}
+
+/// An awaited [`AgentCall`]: its text reply (a JSON string's text, any other reply's JSON).
+/// It starts the call when first polled.
+#[must_use = "an agent call does nothing until awaited"]
+pub struct AgentFuture {
+    state: State,
+}
+
+enum State {
+    Unstarted(AgentCall),
+    Waiting(crate::waiting::Pending),
+    Done,
+}
+
+impl Future for AgentFuture {
+    type Output = Result<Option<String>, Abort>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match core::mem::replace(&mut this.state, State::Done) {
+                State::Unstarted(call) => match call.start() {
+                    Begun::Answered(reply) => return Poll::Ready(reply.map(|r| r.map(text_of))),
+                    Begun::Pending(pending) => this.state = State::Waiting(pending),
+                },
+                State::Waiting(mut pending) => {
+                    return match Pin::new(&mut pending).poll(cx) {
+                        Poll::Ready(outcome) => Poll::Ready(outcome.map(|r| r.map(text_of)).map_err(Abort::from)),
+                        Poll::Pending => {
+                            this.state = State::Waiting(pending);
+                            Poll::Pending
+                        }
+                    };
+                }
+                State::Done => panic!("an agent call's future was polled after it completed"),
+            }
+        }
     }
 }
 
 impl IntoFuture for AgentCall {
     type Output = Result<Option<String>, Abort>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output>>>;
+    type IntoFuture = AgentFuture;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.text())
+    /// Lazy, like an `async fn`: the call starts when the future is first polled. No
+    /// allocation of its own (a memo hit is answered in that first poll).
+    fn into_future(self) -> AgentFuture {
+        AgentFuture { state: State::Unstarted(self) }
     }
 }

@@ -38,7 +38,7 @@ mod error;
 mod meta;
 mod waiting;
 
-pub use agent::AgentCall;
+pub use agent::{AgentCall, AgentFuture};
 pub use combinators::{Pipeline, MAX_ITEMS};
 pub use ctx::Ctx;
 pub use error::{Abort, Error, LimitKind};

@@ -130,7 +130,9 @@ impl Factory for Probe {
             // A schema call whose reply is checked (and retried once) by the host.
             "schema" => {
                 let verdict = ctx.agent("judge it").label("judge").schema(verdict_schema()).value().await?;
-                Ok(json!({ "verdict": verdict }))
+                // The same call again (a memo hit), awaited: the checked reply's JSON text.
+                let text = ctx.agent("judge it").label("judge").schema(verdict_schema()).await?;
+                Ok(json!({ "verdict": verdict, "text": text }))
             }
             // Items whose agent fails ordinarily become null; the rest survive.
             "parallel" => {
