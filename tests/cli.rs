@@ -64,7 +64,7 @@ fn run_uses_a_script_backend() {
     let backend = format!("script:{}", script.display());
     let out = factory(&["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"schema"}"#, "--backend", &backend, "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout_json(&out), serde_json::json!({"verdict": {"ok": true}}));
+    assert_eq!(stdout_json(&out), serde_json::json!({"verdict": {"ok": true}, "text": "{\"ok\":true}"}));
 }
 
 #[test]
