@@ -145,15 +145,13 @@ impl LoadingEntries {
     /// given once.
     pub fn value(&mut self, key: &str, value: &[u8]) {
         let fingerprint = (self.hash)(key);
-        // Lengths and places that do not fit 32 bits leave the key known, its value unloaded.
-        let placed = (|| {
-            let key_len = u32::try_from(key.len()).ok().filter(|&n| n != EMPTY)?;
-            let value_len = u32::try_from(value.len()).ok()?;
-            let at = u32::try_from(self.bytes.len()).ok().filter(|&at| at != UNLOADED)?;
-            u32::try_from(self.bytes.len() + 4 + key.len() + value.len()).ok()?;
-            Some((at, key_len, value_len))
-        })();
-        let Some((at, key_len, value_len)) = placed else {
+        // An entry that would end past 32 bits leaves its key known, its value unloaded. One
+        // that ends within them has its place and both lengths under u32::MAX (so none is
+        // taken for UNLOADED or EMPTY).
+        let end = self.bytes.len().saturating_add(4).saturating_add(key.len()).saturating_add(value.len());
+        let (Ok(_), Ok(at), Ok(key_len), Ok(value_len)) =
+            (u32::try_from(end), u32::try_from(self.bytes.len()), u32::try_from(key.len()), u32::try_from(value.len()))
+        else {
             self.slots.push(Slot::key_only(fingerprint));
             return;
         };
@@ -243,7 +241,7 @@ impl LoadedEntries {
         if slot.is_empty() {
             return Loaded::Absent;
         }
-        if !slot.has_value() || slot.key_len as usize != key.len() {
+        if !slot.has_value() {
             return Loaded::Unloaded;
         }
         self.value_of(slot, Some(key)).map_or(Loaded::Unloaded, |(_, value)| Loaded::Value(value))
