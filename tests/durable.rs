@@ -283,7 +283,73 @@ async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
     drop(host);
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
     let version = db.begin_read().unwrap().open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value());
-    assert_eq!(version, Some(2), "the store is marked schema 2");
+    assert_eq!(version, Some(3), "the store is marked schema 3");
+}
+
+#[tokio::test]
+async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
+    use factory_host::store::STORE_FILE;
+    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+    const STEPS_V2: TableDefinition<(&str, &str), &str> = TableDefinition::new("steps");
+    const STEPS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("step_rows");
+    const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("agents");
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let first = {
+        let host = host(state.path(), &backend);
+        let v1 = load(&host, "edit-v1").await;
+        let first = host.run(&v1, RunOptions::default()).await.unwrap();
+        assert_eq!(first.status, RunStatus::Error);
+        first
+    };
+    // Rewrite the journal as schema 2 wrote it: step values as text in `steps`, agent
+    // outcomes as `0`, or `1` and the reply's JSON, with no place.
+    let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut steps = txn.open_table(STEPS).unwrap();
+        let mut old = txn.open_table(STEPS_V2).unwrap();
+        let rows: Vec<(String, String, Vec<u8>)> = steps.iter().unwrap().map(|row| {
+            let (key, value) = row.unwrap();
+            (key.value().0.to_string(), key.value().1.to_string(), value.value().to_vec())
+        }).collect();
+        assert_eq!(rows.len(), 1, "the run's one step");
+        for (run, key, row) in &rows {
+            old.insert((run.as_str(), key.as_str()), std::str::from_utf8(&row[8..]).unwrap()).unwrap();
+            steps.remove((run.as_str(), key.as_str())).unwrap();
+        }
+        let mut agents = txn.open_table(AGENTS).unwrap();
+        let rows: Vec<(String, String, Vec<u8>)> = agents.iter().unwrap().map(|row| {
+            let (key, value) = row.unwrap();
+            (key.value().0.to_string(), key.value().1.to_string(), value.value().to_vec())
+        }).collect();
+        assert_eq!(rows.len(), 2, "the run's two agent calls");
+        for (run, key, row) in &rows {
+            assert_eq!(row[0], 3, "a reply with its place");
+            let old_form = [&[1u8][..], &row[9..]].concat();
+            agents.insert((run.as_str(), key.as_str()), old_form.as_slice()).unwrap();
+        }
+    }
+    txn.open_table(META).unwrap().insert("schema_version", 2).unwrap();
+    txn.commit().unwrap();
+    drop(db);
+
+    let host = host(state.path(), &backend);
+    let v2 = load(&host, "edit-v2").await;
+    let done = host.resume(&first.run_id, ResumeOptions { component: Some(v2), ..Default::default() }).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
+    assert_eq!(backend.calls_for("first question"), 1, "schema 2's agent rows replay");
+    assert_eq!(backend.calls_for("second question"), 1);
+    assert_eq!(done.result_value().unwrap()["plan"], "plan from v1", "schema 2's step row replays");
+    drop(host);
+    let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
+    let txn = db.begin_read().unwrap();
+    assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value()), Some(3));
+    assert!(txn.open_table(STEPS_V2).is_err(), "schema 2's step table is gone");
+    let steps = txn.open_table(STEPS).unwrap();
+    let plan = steps.get((first.run_id.as_str(), "plan")).unwrap().expect("the step moved").value().to_vec();
+    assert_eq!((&plan[..8], &plan[8..]), (&[0u8; 8][..], &b"\"plan from v1\""[..]), "moved with place 0");
 }
 
 #[tokio::test]
@@ -313,7 +379,7 @@ async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
         txn.commit().unwrap();
     }
     match Host::new(config(newer.path())) {
-        Err(Error::Store(StoreError::Version { found: 99, expected })) => assert_eq!(expected, 2),
+        Err(Error::Store(StoreError::Version { found: 99, expected })) => assert_eq!(expected, 3),
         Err(other) => panic!("expected a version error, got {other:?}"),
         Ok(_) => panic!("a store of another layout must not open"),
     }

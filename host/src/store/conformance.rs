@@ -45,6 +45,7 @@ pub async fn run_all(open: impl Open) {
     run_modules(&open).await;
     journal_reads_and_puts(&open).await;
     journal_load_budget(&open).await;
+    journal_load_order(&open).await;
     flushed_writes_survive_a_reopen(&open).await;
     crash_repair_at_open(&open).await;
 }
@@ -410,6 +411,41 @@ pub async fn journal_load_budget(open: &impl Open) {
     let none = store.load(&run, 0).await.expect("load");
     assert_eq!((none.steps.values(), none.agents.values()), (0, 0), "no budget, no values");
     assert_eq!(none.steps.len(), 5, "but every key");
+}
+
+/// [`Journal::load`] lays a run's loaded entries out in journal order (the order of their
+/// puts; a step put again takes its new place), whatever the order of their keys, in this
+/// commit and the ones before.
+pub async fn journal_load_order(open: &impl Open) {
+    let store = opened(open).await;
+    let run = fresh_id();
+    let mut bytes = 0;
+    let mut place = || {
+        bytes += 10;
+        bytes
+    };
+    for key in ["m", "c", "x", "a"] {
+        store.put_step(&run, key, &format!("\"{key}\""), place()).expect("put_step");
+    }
+    for key in ["k9", "k1", "k5"] {
+        store.put_agent(&run, key, Some(&format!("\"{key}\"")), place()).expect("put_agent");
+    }
+    flush(&store).await;
+    store.put_step(&run, "c", "\"c again\"", place()).expect("put_step again");
+    store.put_agent(&run, "k0", None, place()).expect("put_agent");
+    store.put_step(&run, "b", "\"b\"", place()).expect("put_step");
+    flush(&store).await;
+    let snapshot = store.load(&run, 1 << 20).await.expect("load");
+    let steps: Vec<_> = snapshot.steps.iter().map(|(k, v)| format!("{k}={}", String::from_utf8_lossy(v))).collect();
+    assert_eq!(steps, ["m=\"m\"", "x=\"x\"", "a=\"a\"", "c=\"c again\"", "b=\"b\""], "steps in the order of their last puts");
+    let outcome = |v: &[u8]| decode_outcome(v).expect("an outcome the journal wrote").map(str::to_string);
+    let agents: Vec<_> = snapshot.agents.iter().map(|(k, v)| (k.to_string(), outcome(v))).collect();
+    let expected = [("k9", Some("\"k9\"")), ("k1", Some("\"k1\"")), ("k5", Some("\"k5\"")), ("k0", None)];
+    assert_eq!(agents, expected.map(|(k, v)| (k.to_string(), v.map(str::to_string))), "agent outcomes in the order of their puts");
+    // A replay asks in that order and finds each one.
+    for key in ["m", "x", "a", "c", "b"] {
+        assert!(matches!(snapshot.steps.get(fingerprint(key), key), Loaded::Value(_)), "{key}");
+    }
 }
 
 /// A snapshot's loaded step values, by key.

@@ -14,6 +14,7 @@ use crate::model::envelope::Accounting;
 use futures::future::BoxFuture;
 use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 
 /// A step key's fingerprint: a 64-bit keyed hash (SipHash with a key random per process, so
@@ -63,35 +64,45 @@ pub type Fingerprinted = BuildHasherDefault<FingerprintHasher>;
 pub type Fingerprints = HashSet<u64, Fingerprinted>;
 
 /// A key the load found, under its fingerprint, in [`LoadedEntries`]' open-addressed table:
-/// 16 bytes, four to a cache line, so a lookup reads one line of the table and then the
-/// entry's key and value, which sit one after the other in the buffer.
+/// 16 bytes, four to a cache line.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Slot {
     fingerprint: u64,
-    /// Where the entry is in the buffer (its value's length, then its key, then its value),
-    /// or [`UNLOADED`]: the key is journaled, its value was not loaded (or no longer holds).
+    /// Where the entry is in the buffer, or [`UNLOADED`] (the key is journaled, its value
+    /// was not loaded or no longer holds), or [`EMPTY`] (no key in this slot). An entry ends
+    /// within 32 bits, so it never starts at either.
     at: u32,
-    /// The key's length, or [`EMPTY`]: no key in this slot.
-    key_len: u32,
 }
 
-const UNLOADED: u32 = u32::MAX;
+const UNLOADED: u32 = u32::MAX - 1;
 const EMPTY: u32 = u32::MAX;
 
 impl Slot {
-    const EMPTY: Slot = Slot { fingerprint: 0, at: UNLOADED, key_len: EMPTY };
+    const EMPTY: Slot = Slot { fingerprint: 0, at: EMPTY };
 
     fn key_only(fingerprint: u64) -> Slot {
-        Slot { fingerprint, at: UNLOADED, key_len: 0 }
+        Slot { fingerprint, at: UNLOADED }
     }
 
     fn is_empty(&self) -> bool {
-        self.key_len == EMPTY
+        self.at == EMPTY
     }
 
     fn has_value(&self) -> bool {
-        self.at != UNLOADED && !self.is_empty()
+        self.at < UNLOADED
     }
+}
+
+/// An entry's header in the buffer: its key's fingerprint (flipped once its value no longer
+/// holds), its key's length and its value's length; the key and the value follow.
+const HEADER: usize = 16;
+
+/// An entry's header, read at `at`: (fingerprint, key length, value length).
+fn header(bytes: &[u8], at: usize) -> Option<(u64, usize, usize)> {
+    let header: &[u8; HEADER] = bytes.get(at..at.checked_add(HEADER)?)?.try_into().ok()?;
+    let [f0, f1, f2, f3, f4, f5, f6, f7, k0, k1, k2, k3, v0, v1, v2, v3] = *header;
+    let fingerprint = u64::from_le_bytes([f0, f1, f2, f3, f4, f5, f6, f7]);
+    Some((fingerprint, u32::from_le_bytes([k0, k1, k2, k3]) as usize, u32::from_le_bytes([v0, v1, v2, v3]) as usize))
 }
 
 /// What [`LoadedEntries::get`] knows of a key.
@@ -106,12 +117,18 @@ pub enum Loaded<'a> {
 }
 
 /// The entries of one kind (steps, agent outcomes) a [`Journal::load`] is reading, in the
-/// order the journal hands them over: each key and value appended to one buffer, each key's
-/// slot to a list. [`LoadingEntries::finish`] makes the table they are looked up by, sized
-/// once for the keys it holds (no growth, no rehash while the journal is read).
+/// order the journal hands them over: each key and value appended to one buffer, with its
+/// place in the journal. [`LoadingEntries::finish`] lays them out in journal order and makes
+/// the table they are looked up by, sized once for the keys it holds (no growth, no rehash
+/// while the journal is read).
 pub struct LoadingEntries {
     bytes: Vec<u8>,
-    slots: Vec<Slot>,
+    /// Each loaded value's place in the journal and where its entry starts in `bytes`.
+    placed: Vec<(u64, u32)>,
+    /// Whether `placed` came in journal order (then nothing moves).
+    in_order: bool,
+    /// The fingerprints of the keys whose value is not loaded.
+    keys_only: Vec<u64>,
     /// How its keys are fingerprinted ([`fingerprint`] for steps, [`agent_fingerprint`] for
     /// agent keys).
     hash: fn(&str) -> u64,
@@ -120,7 +137,7 @@ pub struct LoadingEntries {
 impl LoadingEntries {
     /// Step entries.
     pub fn steps() -> Self {
-        LoadingEntries { bytes: Vec::new(), slots: Vec::new(), hash: fingerprint }
+        LoadingEntries { bytes: Vec::new(), placed: Vec::new(), in_order: true, keys_only: Vec::new(), hash: fingerprint }
     }
 
     /// Agent entries.
@@ -132,59 +149,92 @@ impl LoadingEntries {
     /// bound, not an exact figure: [`LoadingEntries::finish`] hands back what the load did
     /// not use). Without the memory at hand, the buffers grow as entries come instead.
     pub fn reserve(&mut self, keys: usize, bytes: usize) {
-        let _ = self.slots.try_reserve_exact(keys);
+        let _ = self.placed.try_reserve_exact(keys);
         let _ = self.bytes.try_reserve_exact(bytes);
     }
 
     /// A journaled key whose value is not loaded. Each key is given once.
     pub fn key(&mut self, key: &str) {
-        self.slots.push(Slot::key_only((self.hash)(key)));
+        self.keys_only.push((self.hash)(key));
     }
 
-    /// A journaled key with its value (its bytes as the journal keeps them). Each key is
-    /// given once.
-    pub fn value(&mut self, key: &str, value: &[u8]) {
+    /// A journaled key with its value (its bytes as the journal keeps them: the parts one
+    /// after the other) and its place in the journal (any figure that grows with each put of
+    /// the run, such as the run's journal bytes counted with it; ties keep the order given).
+    /// Each key is given once.
+    pub fn value(&mut self, key: &str, value: &[&[u8]], place: u64) {
         let fingerprint = (self.hash)(key);
+        let value_len = value.iter().fold(0usize, |sum, part| sum.saturating_add(part.len()));
         // An entry that would end past 32 bits leaves its key known, its value unloaded. One
-        // that ends within them has its place and both lengths under u32::MAX (so none is
-        // taken for UNLOADED or EMPTY).
-        let end = self.bytes.len().saturating_add(4).saturating_add(key.len()).saturating_add(value.len());
-        let (Ok(_), Ok(at), Ok(key_len), Ok(value_len)) =
-            (u32::try_from(end), u32::try_from(self.bytes.len()), u32::try_from(key.len()), u32::try_from(value.len()))
-        else {
-            self.slots.push(Slot::key_only(fingerprint));
+        // that ends within them has its place and both lengths under 32 bits, and starts
+        // below the slots' sentinels.
+        let at = self.bytes.len();
+        let end = at.saturating_add(HEADER).saturating_add(key.len()).saturating_add(value_len);
+        if u32::try_from(end).is_err() {
+            self.keys_only.push(fingerprint);
             return;
-        };
-        self.bytes.extend_from_slice(&value_len.to_le_bytes());
+        }
+        self.bytes.extend_from_slice(&fingerprint.to_le_bytes());
+        self.bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(&(value_len as u32).to_le_bytes());
         self.bytes.extend_from_slice(key.as_bytes());
-        self.bytes.extend_from_slice(value);
-        self.slots.push(Slot { fingerprint, at, key_len });
+        for part in value {
+            self.bytes.extend_from_slice(part);
+        }
+        if self.placed.last().is_some_and(|&(last, _)| last > place) {
+            self.in_order = false;
+        }
+        self.placed.push((place, at as u32));
     }
 
-    /// The entries, looked up by fingerprint. Two keys sharing a fingerprint are both
-    /// [`Loaded::Unloaded`] (the journal tells them apart).
-    pub fn finish(mut self) -> LoadedEntries {
-        self.bytes.shrink_to_fit();
-        // At most two thirds full: a lookup of a key not there stops at an empty slot soon.
-        let capacity = (self.slots.len() + self.slots.len() / 2 + 1).next_power_of_two();
-        let mut loaded = LoadedEntries { bytes: self.bytes, table: Vec::new(), keys: 0, values: 0, hash: self.hash };
-        if self.slots.is_empty() {
+    /// The entries, laid out in journal order and looked up by fingerprint. Two keys sharing
+    /// a fingerprint are both [`Loaded::Unloaded`] (the journal tells them apart).
+    pub fn finish(self) -> LoadedEntries {
+        let LoadingEntries { mut bytes, mut placed, in_order, keys_only, hash } = self;
+        // Journal order is the order a replay asks in: its lookups then read the buffer from
+        // start to end. Without the memory for a second buffer, the load's order stays.
+        let mut ordered = Vec::new();
+        if !in_order && ordered.try_reserve_exact(bytes.len()).is_ok() {
+            placed.sort_unstable();
+            for &(_, at) in &placed {
+                let at = at as usize;
+                if let Some((_, key_len, value_len)) = header(&bytes, at) {
+                    ordered.extend_from_slice(&bytes[at..at + HEADER + key_len + value_len]);
+                }
+            }
+            bytes = ordered;
+        } else {
+            bytes.shrink_to_fit();
+        }
+        let keys = placed.len() + keys_only.len();
+        drop(placed);
+        let mut loaded = LoadedEntries { bytes, table: Vec::new(), keys: 0, values: 0, next: Cell::new(0), hash };
+        if keys == 0 {
             return loaded;
         }
-        loaded.table = vec![Slot::EMPTY; capacity];
-        for slot in self.slots {
-            loaded.insert(slot);
+        // At most two thirds full: a lookup of a key not there stops at an empty slot soon.
+        loaded.table = vec![Slot::EMPTY; (keys + keys / 2 + 1).next_power_of_two()];
+        let mut at = 0;
+        while let Some((fingerprint, key_len, value_len)) = header(&loaded.bytes, at) {
+            loaded.insert(Slot { fingerprint, at: at as u32 });
+            at += HEADER + key_len + value_len;
+        }
+        for fingerprint in keys_only {
+            loaded.insert(Slot::key_only(fingerprint));
         }
         loaded
     }
 }
 
 /// The entries of one kind (steps, agent outcomes) a [`Journal::load`] found: every key, as
-/// its [`fingerprint`], and the values that fit the load's budget, each key and value one
-/// after the other in one buffer, looked up through an open-addressed table of fingerprints
-/// (linear probing; a fingerprint is already a uniform keyed hash, so its low bits place
-/// it). No allocation and no hash of the key text per entry beyond its fingerprint; a value
-/// is returned only for its exact key. Made by [`LoadingEntries::finish`].
+/// its [`fingerprint`], and the values that fit the load's budget, each entry (a header, its
+/// key, its value) one after the other in one buffer in journal order, looked up through an
+/// open-addressed table of fingerprints (linear probing; a fingerprint is already a uniform
+/// keyed hash, so its low bits place it). A lookup first tries the entry after the last one
+/// found, so a replay, which asks in journal order, reads the buffer front to back and
+/// rarely the table. No allocation and no hash of the key text per entry beyond its
+/// fingerprint; a value is returned only for its exact key. Made by
+/// [`LoadingEntries::finish`].
 #[derive(Clone)]
 pub struct LoadedEntries {
     bytes: Vec<u8>,
@@ -192,6 +242,8 @@ pub struct LoadedEntries {
     table: Vec<Slot>,
     keys: usize,
     values: usize,
+    /// Where the entry after the last one found starts.
+    next: Cell<u32>,
     hash: fn(&str) -> u64,
 }
 
@@ -223,41 +275,74 @@ impl LoadedEntries {
 
     fn insert(&mut self, slot: Slot) {
         let Some(i) = self.probe(slot.fingerprint) else { return };
-        let taken = &mut self.table[i];
+        let taken = self.table[i];
         if taken.is_empty() {
-            *taken = slot;
+            self.table[i] = slot;
             self.keys += 1;
             self.values += usize::from(slot.has_value());
         } else {
             // A second key with this fingerprint: neither is answered from memory.
-            self.values -= usize::from(taken.has_value());
-            *taken = Slot::key_only(slot.fingerprint);
+            self.unload(i);
+            self.kill(slot);
         }
+    }
+
+    /// The value in slot `i` no longer answers: the key stays known.
+    fn unload(&mut self, i: usize) {
+        let slot = self.table[i];
+        if slot.has_value() {
+            self.kill(slot);
+            self.table[i] = Slot::key_only(slot.fingerprint);
+            self.values -= 1;
+        }
+    }
+
+    /// Flip the fingerprint in the header of `slot`'s entry, so no lookup finds it there.
+    fn kill(&mut self, slot: Slot) {
+        if slot.has_value() {
+            let at = slot.at as usize;
+            if let Some(stored) = self.bytes.get_mut(at..at + 8) {
+                stored.copy_from_slice(&(!slot.fingerprint).to_le_bytes());
+            }
+        }
+    }
+
+    /// The value of the entry at `at` if it is `key`'s (of `fingerprint`), and where the
+    /// entry ends.
+    fn entry(&self, at: usize, fingerprint: u64, key: &str) -> Option<(&[u8], usize)> {
+        let (stored, key_len, value_len) = header(&self.bytes, at)?;
+        if stored != fingerprint || key_len != key.len() {
+            return None;
+        }
+        let key_at = at + HEADER;
+        let value_at = key_at + key_len;
+        let end = value_at + value_len;
+        if self.bytes.get(key_at..value_at)? != key.as_bytes() {
+            return None;
+        }
+        Some((self.bytes.get(value_at..end)?, end))
     }
 
     /// What the load knew of `key`, whose [`LoadedEntries::fingerprint`] is `fingerprint`.
     pub fn get(&self, fingerprint: u64, key: &str) -> Loaded<'_> {
-        let Some(slot) = self.probe(fingerprint).map(|i| &self.table[i]) else { return Loaded::Absent };
+        if let Some((value, end)) = self.entry(self.next.get() as usize, fingerprint, key) {
+            self.next.set(end as u32);
+            return Loaded::Value(value);
+        }
+        let Some(slot) = self.probe(fingerprint).map(|i| self.table[i]) else { return Loaded::Absent };
         if slot.is_empty() {
             return Loaded::Absent;
         }
         if !slot.has_value() {
             return Loaded::Unloaded;
         }
-        self.value_of(slot, Some(key)).map_or(Loaded::Unloaded, |(_, value)| Loaded::Value(value))
-    }
-
-    /// The key and value of a slot that has one (its key checked against `key` if given).
-    fn value_of(&self, slot: &Slot, key: Option<&str>) -> Option<(&[u8], &[u8])> {
-        let at = slot.at as usize;
-        let value_len = u32::from_le_bytes(self.bytes.get(at..at + 4)?.try_into().ok()?) as usize;
-        let key_at = at + 4;
-        let value_at = key_at + slot.key_len as usize;
-        let stored = self.bytes.get(key_at..value_at)?;
-        if key.is_some_and(|key| stored != key.as_bytes()) {
-            return None;
+        match self.entry(slot.at as usize, fingerprint, key) {
+            Some((value, end)) => {
+                self.next.set(end as u32);
+                Loaded::Value(value)
+            }
+            None => Loaded::Unloaded,
         }
-        Some((stored, self.bytes.get(value_at..value_at + value_len)?))
     }
 
     /// Whether the key of `fingerprint` was journaled.
@@ -269,11 +354,7 @@ impl LoadedEntries {
     /// since): the key stays known, its value is asked of the journal.
     pub fn forget(&mut self, fingerprint: u64) {
         if let Some(i) = self.probe(fingerprint) {
-            let slot = &mut self.table[i];
-            if slot.has_value() {
-                *slot = Slot::key_only(fingerprint);
-                self.values -= 1;
-            }
+            self.unload(i);
         }
     }
 
@@ -297,11 +378,17 @@ impl LoadedEntries {
         self.bytes.capacity() + self.table.capacity() * std::mem::size_of::<Slot>()
     }
 
-    /// Every loaded (key, value), in no order.
+    /// Every loaded (key, value) that still holds, in journal order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
-        self.table.iter().filter(|slot| slot.has_value()).filter_map(|slot| {
-            let (key, value) = self.value_of(slot, None)?;
-            Some((std::str::from_utf8(key).ok()?, value))
+        let mut at = 0;
+        std::iter::from_fn(move || loop {
+            let (stored, key_len, value_len) = header(&self.bytes, at)?;
+            let key_at = at + HEADER;
+            at = key_at + key_len + value_len;
+            let key = std::str::from_utf8(self.bytes.get(key_at..key_at + key_len)?).ok()?;
+            if stored == (self.hash)(key) {
+                return Some((key, self.bytes.get(key_at + key_len..at)?));
+            }
         })
     }
 }
@@ -497,7 +584,7 @@ mod tests {
     #[test]
     fn loaded_entries_answer_by_exact_key_and_forget_replaced_values() {
         let mut loading = LoadingEntries::steps();
-        loading.value("plan", b"\"v1\"");
+        loading.value("plan", &[b"\"v1\""], 1);
         loading.key("big");
         let mut entries = loading.finish();
         assert_eq!((entries.len(), entries.values()), (2, 1));
@@ -516,9 +603,9 @@ mod tests {
     #[test]
     fn two_keys_sharing_a_fingerprint_are_left_to_the_journal() {
         let mut loading = LoadingEntries { hash: |key| if key.len() == 1 { 7 } else { 8 }, ..LoadingEntries::agents() };
-        loading.value("a", b"1");
-        loading.value("cc", b"3");
-        loading.value("b", b"2");
+        loading.value("a", &[b"1"], 1);
+        loading.value("cc", &[b"3"], 2);
+        loading.value("b", &[b"2"], 3);
         let entries = loading.finish();
         assert_eq!(entries.get(7, "a"), Loaded::Unloaded);
         assert_eq!(entries.get(7, "b"), Loaded::Unloaded);
@@ -532,7 +619,7 @@ mod tests {
         for i in 0..5000 {
             match i % 3 {
                 0 => loading.key(&format!("k{i}")),
-                _ => loading.value(&format!("k{i}"), format!("{i}").as_bytes()),
+                _ => loading.value(&format!("k{i}"), &[format!("{i}").as_bytes()], i),
             }
         }
         let mut entries = loading.finish();
@@ -558,11 +645,52 @@ mod tests {
     }
 
     #[test]
+    fn entries_are_laid_out_in_journal_order_and_found_from_the_last_one() {
+        // Given in key order (as a store's table hands them over), placed otherwise.
+        let mut loading = LoadingEntries::steps();
+        for (key, place) in [("a", 30), ("b", 10), ("c", 40), ("d", 20), ("e", 20)] {
+            loading.value(key, &[key.as_bytes(), b"!"], place);
+        }
+        loading.key("f");
+        let mut entries = loading.finish();
+        let order: Vec<_> = entries.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect();
+        let expected = ["b", "d", "e", "a", "c"].map(|k| (k.to_string(), format!("{k}!").into_bytes()));
+        assert_eq!(order, expected, "journal order, ties in the order given");
+        // A replay in journal order walks the buffer: each lookup starts where the last ended.
+        let mut ends = Vec::new();
+        for key in ["b", "d", "e", "a", "c"] {
+            assert_eq!(entries.get(fingerprint(key), key), Loaded::Value(format!("{key}!").as_bytes()), "{key}");
+            ends.push(entries.next.get() as usize);
+        }
+        assert_eq!(ends, [19, 38, 57, 76, 95], "each entry right after the one before (16 + 1 + 2 bytes)");
+        // Out of order, the table finds it and the walk goes on from there.
+        assert_eq!(entries.get(fingerprint("d"), "d"), Loaded::Value(b"d!"));
+        assert_eq!(entries.next.get(), 38);
+        assert_eq!(entries.get(fingerprint("f"), "f"), Loaded::Unloaded);
+        assert_eq!(entries.get(fingerprint("g"), "g"), Loaded::Absent);
+        // A value forgotten is not found by the walk either, though its bytes are still there.
+        entries.forget(fingerprint("e"));
+        assert_eq!(entries.get(fingerprint("e"), "e"), Loaded::Unloaded, "the entry after the last one found, forgotten");
+        assert_eq!(entries.get(fingerprint("a"), "a"), Loaded::Value(b"a!"));
+        assert_eq!(entries.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["b", "d", "a", "c"]);
+        // Keys sharing a fingerprint are not found by the walk.
+        let mut loading = LoadingEntries { hash: |key| if key.len() == 1 { 7 } else { 8 }, ..LoadingEntries::steps() };
+        loading.value("x", &[b"1"], 1);
+        loading.value("yy", &[b"2"], 2);
+        loading.value("z", &[b"3"], 3);
+        let entries = loading.finish();
+        assert_eq!(entries.get(7, "x"), Loaded::Unloaded, "the first entry, shared");
+        assert_eq!(entries.get(8, "yy"), Loaded::Value(b"2"));
+        assert_eq!(entries.get(7, "z"), Loaded::Unloaded, "the entry after the last one found, shared");
+        assert_eq!(entries.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["yy"]);
+    }
+
+    #[test]
     fn a_probe_that_runs_off_the_tables_end_goes_on_at_its_start() {
         // Three keys: a table of eight slots; 7 and 15 both start at the last one.
         let mut loading = LoadingEntries { hash: |key| key.parse().unwrap_or(0), ..LoadingEntries::steps() };
         for key in ["7", "15", "3"] {
-            loading.value(key, key.as_bytes());
+            loading.value(key, &[key.as_bytes()], 0);
         }
         let entries = loading.finish();
         for key in ["7", "15", "3"] {
@@ -580,7 +708,7 @@ mod tests {
         let not_hex = "z".repeat(64);
         assert_eq!(agent_fingerprint(&not_hex), fingerprint(&not_hex));
         let mut loading = LoadingEntries::agents();
-        loading.value(&key, b"\x01\"ok\"");
+        loading.value(&key, &[b"\x01", b"\"ok\""], 0);
         let entries = loading.finish();
         assert_eq!(entries.get(entries.fingerprint(&key), &key), Loaded::Value(&b"\x01\"ok\""[..]));
     }

@@ -6,7 +6,7 @@
 //! committed.
 
 use crate::model::envelope::Accounting;
-use crate::store::redb::tables::encode_outcome;
+use crate::store::journal::encode_outcome;
 use crate::store::StoreError;
 use std::collections::HashMap;
 use std::hash::BuildHasher;

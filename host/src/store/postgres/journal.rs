@@ -1,6 +1,7 @@
 //! The PostgreSQL store as a [`Journal`]: puts go to the group-commit [`writer`](super::writer)
 //! (step and agent values readable from its pending map at once); reads look there first,
-//! then in the database. [`Journal::load`] reads a run's step and agent rows in key order,
+//! then in the database. [`Journal::load`] reads a run's step and agent rows in key order (laid
+//! out in journal order by their places),
 //! fetching only the values that could fit the budget, and lists every agent key, so an
 //! attempt asks the database only for a call that was journaled and did not fit.
 
@@ -20,6 +21,11 @@ fn key_text(bytes: &[u8]) -> Result<&str, StoreError> {
     std::str::from_utf8(bytes).map_err(|e| corrupt("a journal key", e))
 }
 
+/// A step or agent row's place in its run's journal (its fourth column).
+fn place(row: &tokio_postgres::Row) -> u64 {
+    row.get::<_, i64>(3).max(0) as u64
+}
+
 /// Bytes a row takes beside its key and value: the tuple header and line pointer (28), the
 /// values' length words, and the primary-key index entry's header (16). Rounded up.
 const ROW_OVERHEAD: u64 = 64;
@@ -34,12 +40,12 @@ impl PgStore {
             let e = |e| pg(&pool.url, e);
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&run_id, &largest];
             let steps = client.query(
-                "SELECT key, octet_length(key)::int8 + octet_length(value), CASE WHEN octet_length(key)::int8 + octet_length(value) <= $2::int8 THEN value END
+                "SELECT key, octet_length(key)::int8 + octet_length(value), CASE WHEN octet_length(key)::int8 + octet_length(value) <= $2::int8 THEN value END, place
                  FROM steps WHERE run_id = $1 ORDER BY key",
                 &params,
             );
             let agents = client.query(
-                "SELECT key, octet_length(key)::int8 + octet_length(outcome), CASE WHEN octet_length(key)::int8 + octet_length(outcome) <= $2::int8 THEN outcome END
+                "SELECT key, octet_length(key)::int8 + octet_length(outcome), CASE WHEN octet_length(key)::int8 + octet_length(outcome) <= $2::int8 THEN outcome END, place
                  FROM agents WHERE run_id = $1 ORDER BY key",
                 &params,
             );
@@ -57,7 +63,7 @@ impl PgStore {
                     Some(value) => {
                         room -= size;
                         std::str::from_utf8(value).map_err(|e| corrupt("a step value", e))?;
-                        loading_steps.value(key, value);
+                        loading_steps.value(key, &[value], place(row));
                     }
                     None => loading_steps.key(key),
                 }
@@ -69,7 +75,7 @@ impl PgStore {
                     Some(outcome) => {
                         room -= size;
                         decode_outcome(outcome).map_err(|e| corrupt("agent journal", e))?;
-                        loading_agents.value(key, outcome);
+                        loading_agents.value(key, &[outcome], place(row));
                     }
                     None => loading_agents.key(key),
                 }

@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
 pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
@@ -78,6 +78,11 @@ const MIGRATIONS: &[&str] = &[
     $$;",
     // 4: why workers that claimed a queued run could not serve it (worker id -> reason).
     "ALTER TABLE run_queue ADD COLUMN refused jsonb NOT NULL DEFAULT '{}'::jsonb;",
+    // 5: each step value's and agent outcome's place in its run's journal (the run's journal
+    // bytes counted with it), so a load lays the entries out in the order a replay asks for
+    // them; rows journaled before have place 0 (before every newer one).
+    "ALTER TABLE steps ADD COLUMN place bigint NOT NULL DEFAULT 0;
+    ALTER TABLE agents ADD COLUMN place bigint NOT NULL DEFAULT 0;",
 ];
 
 /// The SQLSTATE of `factory_fence` (migration 3) refusing a commit: the worker is fenced.

@@ -407,8 +407,8 @@ fn upsert<'s>(sql: &'static str, params: Vec<Param<'s>>) -> Upsert<'s> {
 /// A batch as one column array per table field, deduplicated (the last put of a key wins;
 /// the journal usage is the largest per run).
 struct Rows<'a> {
-    steps: Columns3<'a>,
-    agents: Columns3<'a>,
+    steps: Journaled<'a>,
+    agents: Journaled<'a>,
     progress: (Vec<&'a str>, Vec<i64>, Vec<&'a [u8]>),
     /// Each run's last accounting, encoded here (the ops carry it as numbers).
     accounting: (Vec<&'a str>, Vec<Vec<u8>>),
@@ -419,7 +419,8 @@ struct Rows<'a> {
     modules: (Vec<&'a str>, Vec<&'a [u8]>),
 }
 
-type Columns3<'a> = (Vec<&'a str>, Vec<&'a [u8]>, Vec<&'a [u8]>);
+/// Step or agent rows: run ids, keys, values and places in the run's journal.
+type Journaled<'a> = (Vec<&'a str>, Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<i64>);
 
 fn last_wins<K: std::hash::Hash + Eq, V>(items: impl Iterator<Item = (K, V)>) -> Vec<V> {
     let mut index: HashMap<K, usize> = HashMap::new();
@@ -446,6 +447,17 @@ fn unzip3<A, B, C>(items: Vec<(A, B, C)>) -> (Vec<A>, Vec<B>, Vec<C>) {
     out
 }
 
+fn unzip4<A, B, C, D>(items: Vec<(A, B, C, D)>) -> (Vec<A>, Vec<B>, Vec<C>, Vec<D>) {
+    let mut out = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()), Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
+    for (a, b, c, d) in items {
+        out.0.push(a);
+        out.1.push(b);
+        out.2.push(c);
+        out.3.push(d);
+    }
+    out
+}
+
 fn db_int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -453,11 +465,12 @@ fn db_int(n: u64) -> i64 {
 impl<'a> Rows<'a> {
     fn of(batch: &'a [Op]) -> Result<Rows<'a>, StoreError> {
         let steps = last_wins(batch.iter().filter_map(|op| match op {
-            Op::Step { run, key, value, .. } => Some(((run, key), (run.as_str(), key.as_bytes(), value.as_bytes()))),
+            // Each with its place in the run's journal: the journal bytes counted with it.
+            Op::Step { run, key, value, usage } => Some(((run, key), (run.as_str(), key.as_bytes(), value.as_bytes(), db_int(*usage)))),
             _ => None,
         }));
         let agents = last_wins(batch.iter().filter_map(|op| match op {
-            Op::Agent { run, key, outcome, .. } => Some(((run, key), (run.as_str(), key.as_bytes(), &outcome[..]))),
+            Op::Agent { run, key, outcome, usage } => Some(((run, key), (run.as_str(), key.as_bytes(), &outcome[..], db_int(*usage)))),
             _ => None,
         }));
         let progress = last_wins(batch.iter().filter_map(|op| match op {
@@ -512,8 +525,8 @@ impl<'a> Rows<'a> {
             run_columns.3.push(record);
         }
         Ok(Rows {
-            steps: unzip3(steps),
-            agents: unzip3(agents),
+            steps: unzip4(steps),
+            agents: unzip4(agents),
             progress: unzip3(progress),
             accounting: accounting.into_iter().unzip(),
             usage: usage.into_iter().map(|(run, bytes)| (run, db_int(bytes))).unzip(),
@@ -528,22 +541,22 @@ impl<'a> Rows<'a> {
     fn upserts<'s>(&'s self, worker: &'s String) -> Vec<Upsert<'s>> {
         let mut statements = Vec::new();
         if !self.steps.0.is_empty() {
-            let (a, b, c) = &self.steps;
+            let (a, b, c, d) = &self.steps;
             statements.push(
                 upsert(
-                    "INSERT INTO steps (run_id, key, value) SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
-                     ON CONFLICT (run_id, key) DO UPDATE SET value = EXCLUDED.value",
-                    vec![a as Param<'_>, b, c],
+                    "INSERT INTO steps (run_id, key, value, place) SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::int8[])
+                     ON CONFLICT (run_id, key) DO UPDATE SET value = EXCLUDED.value, place = EXCLUDED.place",
+                    vec![a as Param<'_>, b, c, d],
                 ),
             );
         }
         if !self.agents.0.is_empty() {
-            let (a, b, c) = &self.agents;
+            let (a, b, c, d) = &self.agents;
             statements.push(
                 upsert(
-                    "INSERT INTO agents (run_id, key, outcome) SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
-                     ON CONFLICT (run_id, key) DO UPDATE SET outcome = EXCLUDED.outcome",
-                    vec![a as Param<'_>, b, c],
+                    "INSERT INTO agents (run_id, key, outcome, place) SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::int8[])
+                     ON CONFLICT (run_id, key) DO UPDATE SET outcome = EXCLUDED.outcome, place = EXCLUDED.place",
+                    vec![a as Param<'_>, b, c, d],
                 ),
             );
         }

@@ -2,6 +2,7 @@
 //! (step and agent values readable from its pending map at once), reads look there first and
 //! then in one read transaction; [`Journal::load`] reads a run's contiguous key ranges.
 
+use super::rows::{decode_agent, decode_step, place_bytes, PLACE};
 use super::tables::*;
 use crate::store::op::Op;
 use super::RedbStore;
@@ -30,6 +31,7 @@ impl RedbStore {
         let mut loading = LoadingEntries::steps();
         loading.reserve(0, bound);
         let steps = txn.open_table(STEPS)?;
+        let bad = |e| corrupt("step journal", e);
         for row in steps.range((run_id, "")..)? {
             let (key, value) = row?;
             let (run, step) = key.value();
@@ -37,10 +39,12 @@ impl RedbStore {
                 break;
             }
             let value = value.value();
-            let size = step.len() + value.len();
+            // A value's bytes are its key's and its JSON text's, not its place's.
+            let size = (step.len() + value.len()).saturating_sub(PLACE);
             if size <= room && size <= largest {
                 room -= size;
-                loading.value(step, value.as_bytes());
+                let (place, json) = decode_step(value).map_err(bad)?;
+                loading.value(step, &[json.as_bytes()], place);
             } else {
                 loading.key(step);
             }
@@ -49,6 +53,7 @@ impl RedbStore {
         let mut loading = LoadingEntries::agents();
         loading.reserve(0, bound.min(room));
         let agents = txn.open_table(AGENTS)?;
+        let bad = |e| corrupt("agent journal", e);
         for row in agents.range((run_id, "")..)? {
             let (key, value) = row?;
             let (run, agent) = key.value();
@@ -56,11 +61,16 @@ impl RedbStore {
                 break;
             }
             let value = value.value();
-            let size = agent.len() + value.len();
+            // An outcome's bytes are its key's, 1 and its reply's (none for a failure), not
+            // its place's.
+            let size = (agent.len() + value.len()).saturating_sub(place_bytes(value));
             if size <= room && size <= largest {
                 room -= size;
-                decode_outcome(value).map_err(|e| corrupt("agent journal", e))?;
-                loading.value(agent, value);
+                let (place, outcome) = decode_agent(value).map_err(bad)?;
+                match outcome {
+                    Some(json) => loading.value(agent, &[&[1], json.as_bytes()], place),
+                    None => loading.value(agent, &[&[0]], place),
+                }
             } else {
                 loading.key(agent);
             }
@@ -75,7 +85,9 @@ impl RedbStore {
         }
         let txn = self.db.begin_read()?;
         let steps = txn.open_table(STEPS)?;
-        Ok(steps.get((run_id, key))?.map(|v| v.value().to_string()))
+        let Some(row) = steps.get((run_id, key))? else { return Ok(None) };
+        let (_, json) = decode_step(row.value()).map_err(|e| corrupt("step journal", e))?;
+        Ok(Some(json.to_string()))
     }
 
     fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
@@ -87,7 +99,10 @@ impl RedbStore {
         let txn = self.db.begin_read()?;
         let agents = txn.open_table(AGENTS)?;
         match agents.get((run_id, key))? {
-            Some(v) => decode(v.value()).map(Some),
+            Some(row) => match decode_agent(row.value()) {
+                Ok((_, outcome)) => Ok(Some(outcome.map(str::to_string))),
+                Err(e) => Err(corrupt("agent journal", e)),
+            },
             None => Ok(None),
         }
     }

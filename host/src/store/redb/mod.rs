@@ -10,6 +10,7 @@ mod journal;
 mod modules;
 mod open;
 mod progress;
+mod rows;
 pub(crate) mod tables;
 mod writer;
 

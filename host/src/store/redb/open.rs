@@ -1,5 +1,6 @@
 //! What opening a redb store does before anything reads it: create every table, check the
-//! schema version (a schema 1 store is marked 2: it reads as it is), and repair what a crash
+//! schema version (a schema 1 or 2 store has its step rows moved to schema 3's table, each
+//! with no place, and is marked 3; the rest reads as it is), and repair what a crash
 //! left — runs that were `running` become `halted` ([`halt_interrupted`]), with the spend
 //! recorded up to the last commit.
 
@@ -7,7 +8,7 @@ use super::tables::*;
 use crate::model::envelope::RunStatus;
 use crate::store::records::halt_interrupted;
 use crate::store::{corrupt, RunRecord, StoreError};
-use redb::{Database, ReadableTable};
+use redb::{Database, ReadableTable, WriteTransaction};
 
 /// Create the tables, check the schema version, and halt the runs a crash left running.
 /// Returns the next run creation seq.
@@ -22,8 +23,10 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
                 meta.insert("schema_version", SCHEMA_VERSION)?;
             }
             Some(v) if v == SCHEMA_VERSION => {}
-            // Schema 1's rows (one progress entry each) are rows of schema 2 as they are.
-            Some(1) => {
+            // Schema 1's progress rows (one entry each) and schema 2's agent rows (no place)
+            // read as they are; their step rows move, in the same transaction.
+            Some(1 | 2) => {
+                move_steps_v2(&txn)?;
                 meta.insert("schema_version", SCHEMA_VERSION)?;
             }
             Some(found) => return Err(StoreError::Version { found, expected: SCHEMA_VERSION }),
@@ -70,4 +73,22 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
     }
     txn.commit()?;
     Ok(next_seq)
+}
+
+/// Move schema 2's step rows into [`STEPS`], each with place 0 (journaled before anything
+/// this build writes), and delete their table.
+fn move_steps_v2(txn: &WriteTransaction) -> Result<(), StoreError> {
+    {
+        let old = txn.open_table(STEPS_V2)?;
+        let mut new = txn.open_table(STEPS)?;
+        let mut row = Vec::new();
+        for entry in old.iter()? {
+            let (key, value) = entry?;
+            let (run, step) = key.value();
+            super::rows::encode_step(0, value.value(), &mut row);
+            new.insert((run, step), row.as_slice())?;
+        }
+    }
+    txn.delete_table(STEPS_V2)?;
+    Ok(())
 }

@@ -4,9 +4,11 @@
 
 use redb::TableDefinition;
 
-/// The layout version this build writes. Version 1 (every progress entry a row of its own)
-/// is read as it is and marked 2 on open; a store of any other version is refused.
-pub const SCHEMA_VERSION: u64 = 2;
+/// The layout version this build writes. On open, a store of version 1 (every progress entry
+/// a row of its own, read as it is) or 2 (step values in [`STEPS_V2`], agent rows with no
+/// place) has its step rows moved to [`STEPS`] and is marked 3; a store of any other
+/// version is refused.
+pub const SCHEMA_VERSION: u64 = 3;
 
 /// `"schema_version"` -> version; `"next_run_seq"` -> creation counter.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -14,9 +16,14 @@ pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
 /// Creation seq -> run id: runs in creation order.
 pub const RUN_ORDER: TableDefinition<u64, &str> = TableDefinition::new("run_order");
-/// (run id, step key) -> JSON value.
-pub const STEPS: TableDefinition<(&str, &str), &str> = TableDefinition::new("steps");
-/// (run id, agent key) -> outcome: `0` for an ordinary failure, `1` + JSON for a reply.
+/// (run id, step key) -> the value's place in the journal, then its JSON text (see `rows.rs`).
+pub const STEPS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("step_rows");
+/// Schema 2's step table: (run id, step key) -> JSON value. Emptied into [`STEPS`] and
+/// deleted on open.
+pub const STEPS_V2: TableDefinition<(&str, &str), &str> = TableDefinition::new("steps");
+/// (run id, agent key) -> outcome: `2` for an ordinary failure, `3` for a reply, then its
+/// place in the journal and the reply's JSON (see `rows.rs`); schema 2 wrote `0` and `1` +
+/// JSON, with no place.
 pub const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("agents");
 /// (run id, seq of the row's last entry) -> progress entries: one entry's JSON, or a chunk of
 /// several (see `progress.rs`).
@@ -31,6 +38,3 @@ pub const FACTORIES: TableDefinition<&str, &[u8]> = TableDefinition::new("factor
 pub const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
 /// Run id -> the run's module manifest (JSON; see `modules.rs`).
 pub const RUN_MODULES: TableDefinition<&str, &[u8]> = TableDefinition::new("run_modules");
-
-/// Encode an agent outcome for [`AGENTS`] (decoded by [`crate::store::journal::decode_outcome`]).
-pub use crate::store::journal::encode_outcome;

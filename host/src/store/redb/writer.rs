@@ -247,6 +247,8 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
         let mut last = PerRun::default();
         // Where each run's last accounting is encoded.
         let mut encoded = Vec::new();
+        // Where each step or agent row is encoded.
+        let mut row = Vec::new();
         for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
             match op {
                 Op::Accounting { run, .. } => last.at(run).accounting = Some(i),
@@ -266,11 +268,14 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
         }
         for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
             match op {
-                Op::Step { run, key, value, .. } => {
-                    steps.insert((run.as_str(), key.as_str()), &**value)?;
+                // Each with its place in the run's journal: the journal bytes counted with it.
+                Op::Step { run, key, value, usage: place } => {
+                    super::rows::encode_step(*place, value, &mut row);
+                    steps.insert((run.as_str(), key.as_str()), row.as_slice())?;
                 }
-                Op::Agent { run, key, outcome, .. } => {
-                    agents.insert((run.as_str(), key.as_str()), &**outcome)?;
+                Op::Agent { run, key, outcome, usage: place } => {
+                    super::rows::encode_agent(*place, outcome, &mut row);
+                    agents.insert((run.as_str(), key.as_str()), row.as_slice())?;
                 }
                 // A run's entries in this batch share rows (see `progress.rs`).
                 Op::Progress { run, seq, entry, .. } => {
