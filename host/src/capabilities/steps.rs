@@ -59,8 +59,12 @@ impl Steps {
         let known = {
             let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
             match keys.loaded.get(fingerprint, key) {
-                // Checked as UTF-8 by the load.
-                Loaded::Value(value) => return Ok(Some(String::from_utf8_lossy(value).into_owned())),
+                Loaded::Value(value) => match std::str::from_utf8(value) {
+                    Ok(value) => return Ok(Some(value.to_string())),
+                    // Not as the journal writes it: read again from the journal, which says
+                    // why.
+                    Err(_) => true,
+                },
                 Loaded::Unloaded => true,
                 Loaded::Absent => keys.added.contains(&fingerprint),
             }

@@ -2,7 +2,7 @@
 //! (step and agent values readable from its pending map at once), reads look there first and
 //! then in one read transaction; [`Journal::load`] reads a run's contiguous key ranges.
 
-use super::rows::{decode_agent, decode_step, place_bytes, PLACE};
+use super::rows::{agent_parts, decode_agent, decode_step, place_bytes, step_parts, PLACE};
 use super::tables::*;
 use crate::store::op::Op;
 use super::RedbStore;
@@ -43,8 +43,9 @@ impl RedbStore {
             let size = (step.len() + value.len()).saturating_sub(PLACE);
             if size <= room && size <= largest {
                 room -= size;
-                let (place, json) = decode_step(value).map_err(bad)?;
-                loading.value(step, &[json.as_bytes()], place);
+                // Its text is checked as UTF-8 where a replay reads it.
+                let (place, json) = step_parts(value).map_err(bad)?;
+                loading.value(step, &[json], place);
             } else {
                 loading.key(step);
             }
@@ -66,11 +67,10 @@ impl RedbStore {
             let size = (agent.len() + value.len()).saturating_sub(place_bytes(value));
             if size <= room && size <= largest {
                 room -= size;
-                let (place, outcome) = decode_agent(value).map_err(bad)?;
-                match outcome {
-                    Some(json) => loading.value(agent, &[&[1], json.as_bytes()], place),
-                    None => loading.value(agent, &[&[0]], place),
-                }
+                // Kept in `encode_outcome`'s form, its reply checked as UTF-8 where a replay
+                // decodes it.
+                let (place, tag, json) = agent_parts(value).map_err(bad)?;
+                loading.value(agent, &[&[tag], json], place);
             } else {
                 loading.key(agent);
             }

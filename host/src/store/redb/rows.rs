@@ -28,6 +28,12 @@ pub(super) fn decode_step(bytes: &[u8]) -> Result<(u64, &str), BadRow> {
     Ok((place, std::str::from_utf8(json).map_err(|_| BadRow::NotUtf8)?))
 }
 
+/// A step row's place and JSON text's bytes, not checked as UTF-8 (whoever reads the text
+/// checks it).
+pub(super) fn step_parts(bytes: &[u8]) -> Result<(u64, &[u8]), BadRow> {
+    split_place(bytes)
+}
+
 /// An agent row (the [`AGENTS`](super::tables::AGENTS) table) of an outcome in
 /// [`encode_outcome`](crate::store::journal::encode_outcome)'s form, with its place,
 /// written into `out` (cleared first).
@@ -42,6 +48,17 @@ pub(super) fn encode_agent(place: u64, outcome: &[u8], out: &mut Vec<u8>) {
 /// An agent row's place (0 for a row of schema 2) and outcome: `None` for an ordinary
 /// failure, else the reply's JSON text.
 pub(super) fn decode_agent(bytes: &[u8]) -> Result<(u64, Option<&str>), BadRow> {
+    match agent_parts(bytes)? {
+        (place, 0, _) => Ok((place, None)),
+        (place, _, json) => Ok((place, Some(std::str::from_utf8(json).map_err(|_| BadRow::NotUtf8)?))),
+    }
+}
+
+/// An agent row's place (0 for a row of schema 2), its tag in
+/// [`encode_outcome`](crate::store::journal::encode_outcome)'s form (`0` alone, or `1`
+/// before the reply) and its reply's bytes, not checked as UTF-8 (whoever reads the reply
+/// checks it).
+pub(super) fn agent_parts(bytes: &[u8]) -> Result<(u64, u8, &[u8]), BadRow> {
     let (place, tag, json) = match bytes.split_first() {
         Some((&tag, rest)) if tag >= PLACED => {
             let (place, json) = split_place(rest)?;
@@ -51,8 +68,7 @@ pub(super) fn decode_agent(bytes: &[u8]) -> Result<(u64, Option<&str>), BadRow> 
         None => return Err(BadRow::Outcome(UnknownOutcome)),
     };
     match (tag, json) {
-        (0, []) => Ok((place, None)),
-        (1, json) => Ok((place, Some(std::str::from_utf8(json).map_err(|_| BadRow::NotUtf8)?))),
+        (0, []) | (1, _) => Ok((place, tag, json)),
         _ => Err(BadRow::Outcome(UnknownOutcome)),
     }
 }
@@ -105,5 +121,10 @@ mod tests {
             assert!(decode_agent(bad).is_err(), "{bad:?}");
         }
         assert!(decode_agent(&[2, 0, 0, 0, 0, 0, 0, 0, 0]).is_ok(), "a failure with its place");
+        // The parts a load keeps, their text not yet checked.
+        assert_eq!(step_parts(&[5, 0, 0, 0, 0, 0, 0, 0, 0xff]).unwrap(), (5, &[0xff][..]));
+        assert_eq!(agent_parts(&[3, 5, 0, 0, 0, 0, 0, 0, 0, 0xff]).unwrap(), (5, 1, &[0xff][..]));
+        assert_eq!(agent_parts(&[0]).unwrap(), (0, 0, &[][..]));
+        assert!(agent_parts(&[2, 0, 0, 0, 0, 0, 0, 0, 0, b'x']).is_err(), "a failure with a reply");
     }
 }
