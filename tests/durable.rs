@@ -294,6 +294,13 @@ async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
     const STEPS_V2: TableDefinition<(&str, &str), &str> = TableDefinition::new("steps");
     const STEPS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("step_rows");
     const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("agents");
+    fn journal_rows(table: &redb::Table<(&str, &str), &[u8]>) -> Vec<(String, String, Vec<u8>)> {
+        let row = |row: Result<_, redb::StorageError>| {
+            let (key, value): (redb::AccessGuard<(&str, &str)>, redb::AccessGuard<&[u8]>) = row.unwrap();
+            (key.value().0.to_string(), key.value().1.to_string(), value.value().to_vec())
+        };
+        table.iter().unwrap().map(row).collect()
+    }
     let state = tempfile::tempdir().unwrap();
     let backend = Counting::with_latency(Duration::ZERO);
     let first = {
@@ -310,20 +317,14 @@ async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
     {
         let mut steps = txn.open_table(STEPS).unwrap();
         let mut old = txn.open_table(STEPS_V2).unwrap();
-        let rows: Vec<(String, String, Vec<u8>)> = steps.iter().unwrap().map(|row| {
-            let (key, value) = row.unwrap();
-            (key.value().0.to_string(), key.value().1.to_string(), value.value().to_vec())
-        }).collect();
+        let rows = journal_rows(&steps);
         assert_eq!(rows.len(), 1, "the run's one step");
         for (run, key, row) in &rows {
             old.insert((run.as_str(), key.as_str()), std::str::from_utf8(&row[8..]).unwrap()).unwrap();
             steps.remove((run.as_str(), key.as_str())).unwrap();
         }
         let mut agents = txn.open_table(AGENTS).unwrap();
-        let rows: Vec<(String, String, Vec<u8>)> = agents.iter().unwrap().map(|row| {
-            let (key, value) = row.unwrap();
-            (key.value().0.to_string(), key.value().1.to_string(), value.value().to_vec())
-        }).collect();
+        let rows = journal_rows(&agents);
         assert_eq!(rows.len(), 2, "the run's two agent calls");
         for (run, key, row) in &rows {
             assert_eq!(row[0], 3, "a reply with its place");
