@@ -29,10 +29,22 @@ pub fn fingerprint(key: &str) -> u64 {
 /// gets its [`fingerprint`]. A guest cannot choose a call's sha256, so it cannot aim these
 /// at each other either; two that meet are told apart by their full key where it matters.
 pub fn agent_fingerprint(key: &str) -> u64 {
-    match key.get(..16) {
-        Some(prefix) if key.len() == 64 => u64::from_str_radix(prefix, 16).unwrap_or_else(|_| fingerprint(key)),
-        _ => fingerprint(key),
+    let bytes = key.as_bytes();
+    if bytes.len() != 64 {
+        return fingerprint(key);
     }
+    // The lowercase hex [`crate::AgentKey`] writes, read by hand: this runs for every agent
+    // key a load reads and every call a replay answers.
+    let mut prefix = 0u64;
+    for &b in &bytes[..16] {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return fingerprint(key),
+        };
+        prefix = prefix << 4 | u64::from(digit);
+    }
+    prefix
 }
 
 /// Hashes a [`fingerprint`] as itself: it is already a keyed hash, so maps keyed by one need
@@ -123,8 +135,9 @@ pub enum Loaded<'a> {
 /// while the journal is read).
 pub struct LoadingEntries {
     bytes: Vec<u8>,
-    /// Each loaded value's place in the journal and where its entry starts in `bytes`.
-    placed: Vec<(u64, u32)>,
+    /// Each loaded value's place in the journal, and where its entry starts in `bytes` and
+    /// how long it is (so the move to journal order need not read its header first).
+    placed: Vec<(u64, u32, u32)>,
     /// Whether `placed` came in journal order (then nothing moves).
     in_order: bool,
     /// The fingerprints of the keys whose value is not loaded.
@@ -181,10 +194,10 @@ impl LoadingEntries {
         for part in value {
             self.bytes.extend_from_slice(part);
         }
-        if self.placed.last().is_some_and(|&(last, _)| last > place) {
+        if self.placed.last().is_some_and(|&(last, ..)| last > place) {
             self.in_order = false;
         }
-        self.placed.push((place, at as u32));
+        self.placed.push((place, at as u32, (end - at) as u32));
     }
 
     /// The entries, laid out in journal order and looked up by fingerprint. Two keys sharing
@@ -196,10 +209,10 @@ impl LoadingEntries {
         let mut ordered = Vec::new();
         if !in_order && ordered.try_reserve_exact(bytes.len()).is_ok() {
             placed.sort_unstable();
-            for &(_, at) in &placed {
+            for &(_, at, len) in &placed {
                 let at = at as usize;
-                if let Some((_, key_len, value_len)) = header(&bytes, at) {
-                    ordered.extend_from_slice(&bytes[at..at + HEADER + key_len + value_len]);
+                if let Some(entry) = bytes.get(at..at + len as usize) {
+                    ordered.extend_from_slice(entry);
                 }
             }
             bytes = ordered;
@@ -705,6 +718,10 @@ mod tests {
         let key = crate::AgentKey::new("p", Some("l"), None, None).to_string();
         assert_eq!(agent_fingerprint(&key), u64::from_str_radix(&key[..16], 16).unwrap());
         assert_eq!(agent_fingerprint("a1"), fingerprint("a1"), "a key that is no sha256 is hashed");
+        let upper = key.to_uppercase();
+        assert_eq!(agent_fingerprint(&upper), fingerprint(&upper), "nor is uppercase hex, which AgentKey never writes");
+        let max = "f".repeat(64);
+        assert_eq!(agent_fingerprint(&max), u64::MAX);
         let not_hex = "z".repeat(64);
         assert_eq!(agent_fingerprint(&not_hex), fingerprint(&not_hex));
         let mut loading = LoadingEntries::agents();
