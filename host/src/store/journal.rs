@@ -33,18 +33,21 @@ pub fn agent_fingerprint(key: &str) -> u64 {
     if bytes.len() != 64 {
         return fingerprint(key);
     }
-    // The lowercase hex [`crate::AgentKey`] writes, read by hand: this runs for every agent
-    // key a load reads and every call a replay answers.
-    let mut prefix = 0u64;
+    // The lowercase hex [`crate::AgentKey`] writes, read by hand and without a branch per
+    // digit (they are random: each branch would be a coin toss for the predictor): this runs
+    // for every agent key a load reads and every call a replay answers.
+    let (mut prefix, mut hex) = (0u64, true);
     for &b in &bytes[..16] {
-        let digit = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            _ => return fingerprint(key),
-        };
+        hex &= b.is_ascii_digit() | (b'a'..=b'f').contains(&b);
+        // '0'..='9' are 0x30..=0x39, 'a'..='f' 0x61..=0x66: bit 6 tells letters from digits.
+        let digit = (b & 0x0f) + 9 * (b >> 6);
         prefix = prefix << 4 | u64::from(digit);
     }
-    prefix
+    if hex {
+        prefix
+    } else {
+        fingerprint(key)
+    }
 }
 
 /// Hashes a [`fingerprint`] as itself: it is already a keyed hash, so maps keyed by one need

@@ -20,7 +20,7 @@ use super::progress::Chunk;
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
 use crate::store::op::{Backlog, Op, Pending, Queued};
 use crate::store::{StoreError, WriterStats};
-use redb::{Database, ReadableTable};
+use redb::{Database, ReadableTable, Table, TableDefinition, WriteTransaction};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -231,17 +231,19 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
     let started = Instant::now();
     let txn = db.begin_write()?;
     {
-        let mut steps = txn.open_table(STEPS)?;
-        let mut agents = txn.open_table(AGENTS)?;
-        let mut progress = txn.open_table(PROGRESS)?;
-        let mut accounting = txn.open_table(LIVE_ACCOUNTING)?;
-        let mut runs = txn.open_table(RUNS)?;
-        let mut order = txn.open_table(RUN_ORDER)?;
-        let mut factories = txn.open_table(FACTORIES)?;
-        let mut blobs = txn.open_table(BLOBS)?;
-        let mut meta = txn.open_table(tables::META)?;
-        let mut usage = txn.open_table(JOURNAL_USAGE)?;
-        let mut run_modules = txn.open_table(super::tables::RUN_MODULES)?;
+        // Each table is opened when the batch first writes to it: a commit of a run record
+        // alone (an attempt's start or end) opens one table, not eleven, and flushes one root.
+        let mut steps = Lazy::new(&txn, STEPS);
+        let mut agents = Lazy::new(&txn, AGENTS);
+        let mut progress = Lazy::new(&txn, PROGRESS);
+        let mut accounting = Lazy::new(&txn, LIVE_ACCOUNTING);
+        let mut runs = Lazy::new(&txn, RUNS);
+        let mut order = Lazy::new(&txn, RUN_ORDER);
+        let mut factories = Lazy::new(&txn, FACTORIES);
+        let mut blobs = Lazy::new(&txn, BLOBS);
+        let mut meta = Lazy::new(&txn, tables::META);
+        let mut usage = Lazy::new(&txn, JOURNAL_USAGE);
+        let mut run_modules = Lazy::new(&txn, tables::RUN_MODULES);
         // Live accounting is overwritten per agent; within a batch only each run's last one
         // needs writing. Likewise the journal usage: only the largest per run.
         let mut last = PerRun::default();
@@ -263,7 +265,7 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
         }
         for (run, of_run) in &last.runs {
             if let Some(bytes) = of_run.usage {
-                usage.insert(*run, bytes)?;
+                usage.table()?.insert(*run, bytes)?;
             }
         }
         for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
@@ -271,18 +273,18 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                 // Each with its place in the run's journal: the journal bytes counted with it.
                 Op::Step { run, key, value, usage: place } => {
                     super::rows::encode_step(*place, value, &mut row);
-                    steps.insert((run.as_str(), key.as_str()), row.as_slice())?;
+                    steps.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
                 }
                 Op::Agent { run, key, outcome, usage: place } => {
                     super::rows::encode_agent(*place, outcome, &mut row);
-                    agents.insert((run.as_str(), key.as_str()), row.as_slice())?;
+                    agents.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
                 }
                 // A run's entries in this batch share rows (see `progress.rs`).
                 Op::Progress { run, seq, entry, .. } => {
                     let chunk = &mut last.at(run).progress;
                     if chunk.must_close(*seq, entry.len()) {
                         if let Some((key, row)) = chunk.take() {
-                            progress.insert((run.as_str(), key), row)?;
+                            progress.table()?.insert((run.as_str(), key), row)?;
                         }
                     }
                     chunk.push(*seq, entry);
@@ -290,33 +292,33 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                 Op::Accounting { run, accounting: spent } => {
                     if last.at(run).accounting == Some(i) {
                         crate::store::journal::encode_live_accounting(spent, &mut encoded)?;
-                        accounting.insert(run.as_str(), encoded.as_slice())?;
+                        accounting.table()?.insert(run.as_str(), encoded.as_slice())?;
                     }
                 }
                 Op::Run { id, seq, new, record, .. } => {
-                    runs.insert(id.as_str(), record.as_slice())?;
+                    runs.table()?.insert(id.as_str(), record.as_slice())?;
                     if *new {
-                        order.insert(*seq, id.as_str())?;
-                        meta.insert("next_run_seq", *seq + 1)?;
+                        order.table()?.insert(*seq, id.as_str())?;
+                        meta.table()?.insert("next_run_seq", *seq + 1)?;
                     }
                 }
                 Op::Factory { key, registration } => {
-                    factories.insert(key.as_str(), registration.as_slice())?;
+                    factories.table()?.insert(key.as_str(), registration.as_slice())?;
                 }
                 Op::Blob { hash, bytes } => {
-                    if blobs.get(hash.as_str())?.is_none() {
-                        blobs.insert(hash.as_str(), &bytes[..])?;
+                    if blobs.table()?.get(hash.as_str())?.is_none() {
+                        blobs.table()?.insert(hash.as_str(), &bytes[..])?;
                     }
                 }
                 Op::RunModules { run, manifest } => {
-                    run_modules.insert(run.as_str(), manifest.as_slice())?;
+                    run_modules.table()?.insert(run.as_str(), manifest.as_slice())?;
                 }
                 Op::Flush(_) => {}
             }
         }
         for (run, of_run) in &mut last.runs {
             if let Some((key, row)) = of_run.progress.take() {
-                progress.insert((*run, key), row)?;
+                progress.table()?.insert((*run, key), row)?;
             }
         }
     }
@@ -325,6 +327,28 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
     stats.commits.fetch_add(1, Ordering::Relaxed);
     stats.ops.fetch_add(writes as u64, Ordering::Relaxed);
     Ok(())
+}
+
+/// A table of a write transaction, opened on first use.
+struct Lazy<'txn, K: redb::Key + 'static, V: redb::Value + 'static> {
+    txn: &'txn WriteTransaction,
+    definition: TableDefinition<'static, K, V>,
+    table: Option<Table<'txn, K, V>>,
+}
+
+impl<'txn, K: redb::Key + 'static, V: redb::Value + 'static> Lazy<'txn, K, V> {
+    fn new(txn: &'txn WriteTransaction, definition: TableDefinition<'static, K, V>) -> Self {
+        Lazy { txn, definition, table: None }
+    }
+
+    /// The table, opened now if it was not yet.
+    fn table(&mut self) -> Result<&mut Table<'txn, K, V>, StoreError> {
+        let table = match self.table.take() {
+            Some(table) => table,
+            None => self.txn.open_table(self.definition)?,
+        };
+        Ok(self.table.insert(table))
+    }
 }
 
 /// What a batch writes once per run: the index of its last accounting op, its largest
