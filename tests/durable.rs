@@ -354,6 +354,42 @@ async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
 }
 
 #[tokio::test]
+async fn a_step_row_whose_text_is_not_utf8_fails_its_replay_as_a_typed_store_error() {
+    use factory_host::store::STORE_FILE;
+    use redb::{ReadableTable, TableDefinition};
+    const STEPS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("step_rows");
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let first = {
+        let host = host(state.path(), &backend);
+        let v1 = load(&host, "edit-v1").await;
+        host.run(&v1, RunOptions::default()).await.unwrap()
+    };
+    // The step's row keeps its place; its text is no longer UTF-8. The load does not read
+    // the text: the replay does, where it asks for the step.
+    let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut steps = txn.open_table(STEPS).unwrap();
+        let mut row = steps.get((first.run_id.as_str(), "plan")).unwrap().expect("the run's step").value().to_vec();
+        row.truncate(8);
+        row.extend_from_slice(b"\"\xff\"");
+        steps.insert((first.run_id.as_str(), "plan"), row.as_slice()).unwrap();
+    }
+    txn.commit().unwrap();
+    drop(db);
+
+    let host = host(state.path(), &backend);
+    let v2 = load(&host, "edit-v2").await;
+    let done = host.resume(&first.run_id, ResumeOptions { component: Some(v2), ..Default::default() }).await.unwrap();
+    assert_eq!(done.status, RunStatus::Error, "{done:#?}");
+    let failure = done.failure.expect("a failure says why");
+    assert_eq!(failure.kind_type, factory_host::FailureType::Storage);
+    assert!(failure.message.contains("not UTF-8"), "{}", failure.message);
+    assert_eq!(backend.calls_for("third question"), 0, "the run stopped at the step, before the new call");
+}
+
+#[tokio::test]
 async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
     use factory_host::store::{StoreError, STORE_FILE};
     let backend = Counting::with_latency(Duration::ZERO);
