@@ -70,11 +70,15 @@ def running_run(session: FactorySession) -> str:
 
 
 class Collector:
-    """A session's event stream read on a thread of its own until `stop()`."""
+    """A session's event stream read on a thread of its own until `stop()`. A read that
+    waits 0.5 s for an event ends the stream (so `stop()` is seen) and the next one is a new
+    stream, which sends each run's progress from its start again: an entry already collected
+    is not collected twice, as any reader that reopens the stream must do."""
 
     def __init__(self, session: FactorySession) -> None:
         self.events: list[RunUpdated | ProgressEvent] = []
         self.errors: list[BaseException] = []
+        self._seen: set[tuple[str, int]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, args=(session,), daemon=True)
         self._thread.start()
@@ -83,6 +87,11 @@ class Collector:
         while not self._stop.is_set():
             try:
                 for event in session.events(timeout=0.5):
+                    if isinstance(event, ProgressEvent):
+                        seen = (event.run_id, event.entry["seq"])
+                        if seen in self._seen:
+                            continue
+                        self._seen.add(seen)
                     self.events.append(event)
                     if self._stop.is_set():
                         return
