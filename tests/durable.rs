@@ -286,6 +286,23 @@ async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
     assert_eq!(version, Some(3), "the store is marked schema 3");
 }
 
+/// `edit-v1`'s run (it stops with an error after its two calls and its step), by a host that
+/// is dropped before it returns, so the store file can be opened and rewritten.
+async fn edit_v1_run(state: &Path, backend: &Arc<Counting>) -> factory_host::RunEnvelope {
+    let host = host(state, backend);
+    let v1 = load(&host, "edit-v1").await;
+    let first = host.run(&v1, RunOptions::default()).await.unwrap();
+    assert_eq!(first.status, RunStatus::Error);
+    first
+}
+
+/// The resume of `run_id` with `edit-v2` by a host that opens the store afresh.
+async fn resumed_with_edit_v2(state: &Path, backend: &Arc<Counting>, run_id: &str) -> factory_host::RunEnvelope {
+    let host = host(state, backend);
+    let v2 = load(&host, "edit-v2").await;
+    host.resume(run_id, ResumeOptions { component: Some(v2), ..Default::default() }).await.unwrap()
+}
+
 #[tokio::test]
 async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
     use factory_host::store::STORE_FILE;
@@ -303,13 +320,7 @@ async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
     }
     let state = tempfile::tempdir().unwrap();
     let backend = Counting::with_latency(Duration::ZERO);
-    let first = {
-        let host = host(state.path(), &backend);
-        let v1 = load(&host, "edit-v1").await;
-        let first = host.run(&v1, RunOptions::default()).await.unwrap();
-        assert_eq!(first.status, RunStatus::Error);
-        first
-    };
+    let first = edit_v1_run(state.path(), &backend).await;
     // Rewrite the journal as schema 2 wrote it: step values as text in `steps`, agent
     // outcomes as `0`, or `1` and the reply's JSON, with no place.
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
@@ -336,14 +347,11 @@ async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
     txn.commit().unwrap();
     drop(db);
 
-    let host = host(state.path(), &backend);
-    let v2 = load(&host, "edit-v2").await;
-    let done = host.resume(&first.run_id, ResumeOptions { component: Some(v2), ..Default::default() }).await.unwrap();
+    let done = resumed_with_edit_v2(state.path(), &backend, &first.run_id).await;
     assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
     assert_eq!(backend.calls_for("first question"), 1, "schema 2's agent rows replay");
     assert_eq!(backend.calls_for("second question"), 1);
     assert_eq!(done.result_value().unwrap()["plan"], "plan from v1", "schema 2's step row replays");
-    drop(host);
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
     let txn = db.begin_read().unwrap();
     assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value()), Some(3));
@@ -360,11 +368,7 @@ async fn a_step_row_whose_text_is_not_utf8_fails_its_replay_as_a_typed_store_err
     const STEPS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("step_rows");
     let state = tempfile::tempdir().unwrap();
     let backend = Counting::with_latency(Duration::ZERO);
-    let first = {
-        let host = host(state.path(), &backend);
-        let v1 = load(&host, "edit-v1").await;
-        host.run(&v1, RunOptions::default()).await.unwrap()
-    };
+    let first = edit_v1_run(state.path(), &backend).await;
     // The step's row keeps its place; its text is no longer UTF-8. The load does not read
     // the text: the replay does, where it asks for the step.
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
@@ -379,9 +383,7 @@ async fn a_step_row_whose_text_is_not_utf8_fails_its_replay_as_a_typed_store_err
     txn.commit().unwrap();
     drop(db);
 
-    let host = host(state.path(), &backend);
-    let v2 = load(&host, "edit-v2").await;
-    let done = host.resume(&first.run_id, ResumeOptions { component: Some(v2), ..Default::default() }).await.unwrap();
+    let done = resumed_with_edit_v2(state.path(), &backend, &first.run_id).await;
     assert_eq!(done.status, RunStatus::Error, "{done:#?}");
     let failure = done.failure.expect("a failure says why");
     assert_eq!(failure.kind_type, factory_host::FailureType::Storage);

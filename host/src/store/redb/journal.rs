@@ -7,7 +7,7 @@ use super::tables::*;
 use crate::store::op::Op;
 use super::RedbStore;
 use crate::model::envelope::Accounting;
-use crate::store::journal::{decode_outcome, AgentOutcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
+use crate::store::journal::{AgentOutcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
 use crate::store::{corrupt, StoreError};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::ReadableDatabase;
@@ -92,17 +92,18 @@ impl RedbStore {
 
     fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
         let pending = self.writer.pending().agent(run_id, key).cloned();
-        let decode = |bytes: &[u8]| decode_outcome(bytes).map(|outcome| outcome.map(str::to_string)).map_err(|e| corrupt("agent journal", e));
+        // A queued outcome is in `encode_outcome`'s form, which is also a row of schema 2.
+        let decode = |bytes: &[u8]| match decode_agent(bytes) {
+            Ok((_, outcome)) => Ok(outcome.map(str::to_string)),
+            Err(e) => Err(corrupt("agent journal", e)),
+        };
         if let Some(bytes) = pending {
             return decode(&bytes).map(Some);
         }
         let txn = self.db.begin_read()?;
         let agents = txn.open_table(AGENTS)?;
         match agents.get((run_id, key))? {
-            Some(row) => match decode_agent(row.value()) {
-                Ok((_, outcome)) => Ok(Some(outcome.map(str::to_string))),
-                Err(e) => Err(corrupt("agent journal", e)),
-            },
+            Some(row) => decode(row.value()).map(Some),
             None => Ok(None),
         }
     }
