@@ -5,6 +5,7 @@
 use super::attempt::{Attempt, AttemptSetup, LoadedAgents};
 use super::{agents, cache, progress, steps};
 use crate::model::envelope::{Accounting, Failure, FailureType};
+use crate::store::journal::{Journal, JournalSnapshot};
 use std::sync::Arc;
 
 /// One attempt's capabilities: the shared core and each capability's own state.
@@ -16,13 +17,14 @@ pub(crate) struct Capabilities {
 }
 
 impl Capabilities {
-    /// Load the run's journal and set up the attempt's capabilities.
-    pub(crate) async fn new(setup: AttemptSetup) -> Result<Arc<Self>, Failure> {
-        let snapshot = setup
-            .journal
-            .load(&setup.run_id, setup.sandbox.journal_cache_bytes)
-            .await
-            .map_err(|e| Failure::new(FailureType::Storage, None, e.to_string()))?;
+    /// Load the run's journal (what [`Capabilities::new`] sets the attempt up on); a load
+    /// that fails is the attempt's `storage` failure.
+    pub(crate) async fn load(journal: &dyn Journal, run_id: &str, cache_bytes: usize) -> Result<JournalSnapshot, Failure> {
+        journal.load(run_id, cache_bytes).await.map_err(|e| Failure::new(FailureType::Storage, None, e.to_string()))
+    }
+
+    /// Set up the attempt's capabilities on its loaded journal.
+    pub(crate) fn new(setup: AttemptSetup, snapshot: JournalSnapshot) -> Arc<Self> {
         // The loaded values and the cache of this attempt's own share the budget.
         let loaded = snapshot.steps.memory().saturating_add(snapshot.agents.memory());
         let cache = cache::ValueCache::new(setup.sandbox.journal_cache_bytes.saturating_sub(loaded));
@@ -31,7 +33,7 @@ impl Capabilities {
         let progress = Arc::new(progress::Progress::new(attempt.clone()));
         let agents = Arc::new(agents::Agents::new(attempt.clone(), progress.clone(), &setup));
         let steps = steps::Steps::new(attempt.clone(), snapshot.steps);
-        Ok(Arc::new(Capabilities { attempt, steps, progress, agents }))
+        Arc::new(Capabilities { attempt, steps, progress, agents })
     }
 
     /// Accounting so far, all attempts included; active time counts this attempt so far.

@@ -627,7 +627,7 @@ impl Host {
             span: tracing::Span::none(),
             agent_limits: Default::default(),
         };
-        let shared = Capabilities::new(setup).await.map_err(|f| Error::MetaCall(f.message))?;
+        let shared = Capabilities::new(setup, Default::default());
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
             .map_err(|e| Error::MetaCall(format!("{e:#}")))?;
         let meta = if component.script.is_some() {
@@ -1252,7 +1252,17 @@ impl Host {
         let reference = backend.reference();
         record.envelope.backend = Some(reference.clone());
         record.backends.push(reference);
-        self.store.put_run(record, false).await?;
+        // The attempt's start is written while its journal loads (neither reads what the
+        // other writes); the guest runs once both are done, so a start the store refuses (a
+        // worker fenced off) runs no guest code.
+        let cache_bytes = self.config.sandbox.journal_cache_bytes;
+        let loading = async {
+            let next_seq = self.store.last_progress_seq(&run_id).await;
+            (next_seq, Capabilities::load(&*self.store, &run_id, cache_bytes).await)
+        };
+        let (started, (next_seq, snapshot)) = futures::future::join(self.store.put_run(record, false), loading).await;
+        started?;
+        let next_seq = next_seq?;
 
         let prior = record.envelope.accounting;
         // Backends whose spawns see files (agent CLIs) see the run's grants, and only those.
@@ -1266,7 +1276,7 @@ impl Host {
             journal: self.store.clone() as Arc<dyn Journal>,
             backend,
             prior,
-            next_seq: self.store.last_progress_seq(&run_id).await?,
+            next_seq,
             events,
             updates: self.updates.clone(),
             record_writes: record.writes,
@@ -1275,13 +1285,16 @@ impl Host {
             span,
             agent_limits: factory.meta.agent_limits.clone(),
         };
-        let (status, result, failure, accounting) = match Capabilities::new(setup).await {
+        let (status, result, failure, accounting) = match snapshot.map(|snapshot| Capabilities::new(setup, snapshot)) {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
             Ok(shared) => {
                 if let Some(active) = self.active().get_mut(&run_id) {
                     active.shared = Some(shared.clone());
                 }
                 shared.attempt.emit(ProgressEvent::AttemptStarted { attempt: record.envelope.attempts });
+                // Seen by the run's followers now, not a commit window later; and committed
+                // while the guest runs, not at its end, where the verdict waits for it.
+                shared.attempt.journal.commit_soon();
                 let prior_active = Duration::from_secs_f64(prior.active_seconds);
                 let budget =
                     record.limits.timeout_seconds.map(|t| Duration::from_secs_f64(t).saturating_sub(prior_active));

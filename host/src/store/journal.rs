@@ -584,6 +584,11 @@ pub trait Journal: Send + Sync + 'static {
     /// Resolve once every entry put so far is durable.
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>>;
 
+    /// Have every entry put so far committed now rather than at the end of the commit
+    /// window, without waiting for it (an attempt's start, which its followers wait to see).
+    /// Nothing by default: a journal without a window commits at once.
+    fn commit_soon(&self) {}
+
     /// Whether this process may still start work whose outcome the journal must record (a
     /// paid subagent call): a journal that already knows its writes would be refused says
     /// why (a worker whose lease ran out by its own clock, or was fenced, or whose attempt of

@@ -154,6 +154,10 @@ impl Journal for PgStore {
         Box::pin(async move { self.writer.flush().await.map_err(journal_error) })
     }
 
+    fn commit_soon(&self) {
+        self.writer.commit_soon();
+    }
+
     /// Refused once the store failed (fenced, a refused commit) or this worker's lease ran out
     /// by its own monotonic clock (renewals failing, the database away): a worker that may
     /// have been replaced starts no paid call, even before the database can say so. Refused

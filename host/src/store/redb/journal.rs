@@ -1,6 +1,7 @@
 //! The redb store as a [`Journal`]: puts go to the group-commit [`writer`](super::writer)
 //! (step and agent values readable from its pending map at once), reads look there first and
-//! then in one read transaction; [`Journal::load`] reads a run's contiguous key ranges.
+//! then in one read transaction; [`Journal::load`] reads a run's contiguous key ranges, on a
+//! blocking thread.
 
 use super::rows::{agent_parts, decode_agent, decode_step, place_bytes, step_parts, PLACE};
 use super::tables::*;
@@ -10,7 +11,7 @@ use crate::model::envelope::Accounting;
 use crate::store::journal::{AgentOutcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
 use crate::store::{corrupt, StoreError};
 use futures::future::{ready, BoxFuture, FutureExt};
-use redb::ReadableDatabase;
+use redb::{Database, ReadableDatabase};
 
 impl RedbStore {
     /// Queue the running attempt's accounting (so a crash loses no recorded spend).
@@ -18,8 +19,9 @@ impl RedbStore {
         self.writer.send(Op::accounting(run_id, accounting))
     }
 
-    fn load_journal(&self, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
-        let txn = self.db.begin_read()?;
+    /// The journal of `run_id` as an attempt starts from it (see [`Journal::load`]).
+    fn load_journal(db: &Database, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
+        let txn = db.begin_read()?;
         let journal_bytes = txn.open_table(JOURNAL_USAGE)?.get(run_id)?.map_or(0, |v| v.value());
         // What the run journaled bounds the bytes of its keys and values (each entry is
         // counted at least at its size): the buffers are set aside once, not grown by
@@ -115,7 +117,22 @@ fn journal_error(e: StoreError) -> JournalError {
 
 impl Journal for RedbStore {
     fn load<'a>(&'a self, run_id: &'a str, value_bytes: usize) -> BoxFuture<'a, Result<JournalSnapshot, JournalError>> {
-        ready(self.load_journal(run_id, value_bytes).map_err(journal_error)).boxed()
+        // On a thread of tokio's blocking pool: a large journal takes a while to read, and the
+        // runtime's worker meanwhile serves others (and the attempt's start record is being
+        // committed by the writer thread at the same time).
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return ready(Self::load_journal(&self.db, run_id, value_bytes).map_err(journal_error)).boxed();
+        };
+        let (db, run_id) = (self.db.clone(), run_id.to_string());
+        let loading = runtime.spawn_blocking(move || Self::load_journal(&db, &run_id, value_bytes));
+        async move {
+            match loading.await {
+                Ok(loaded) => loaded.map_err(journal_error),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => Err(journal_error(StoreError::Closed)),
+            }
+        }
+        .boxed()
     }
 
     fn get_step<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<String>, JournalError>> {
@@ -155,5 +172,9 @@ impl Journal for RedbStore {
 
     fn flush(&self) -> BoxFuture<'_, Result<(), JournalError>> {
         Box::pin(async move { self.writer.flush().await.map_err(journal_error) })
+    }
+
+    fn commit_soon(&self) {
+        self.writer.commit_soon();
     }
 }

@@ -149,6 +149,14 @@ impl Writer {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Have what is queued so far committed now rather than when the commit window closes,
+    /// without waiting for it. A writer that cannot take it has failed or closed, which the
+    /// next write or flush reports.
+    pub(crate) fn commit_soon(&self) {
+        let (done, _) = oneshot::channel();
+        let _ = self.send(Op::Flush(done));
+    }
+
     /// Resolve once everything queued so far is committed.
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {
         let (done, wait) = oneshot::channel();
