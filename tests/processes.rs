@@ -438,8 +438,9 @@ fn an_attempt_s_start_is_committed_at_once_whatever_the_commit_window() {
 
 #[test]
 fn the_commit_window_flag_sets_how_much_a_kill_9_can_lose() {
-    // With a 60 s window nothing after the run's start is committed during this test: a
-    // kill -9 after results were reported loses them all, and the resume runs everything.
+    // With a 60 s window only the attempt's start (committed at once) and whatever rides
+    // with it is committed during this test: a kill -9 after results were reported loses
+    // every answer, and the resume runs everything again.
     let state = tempfile::tempdir().unwrap();
     let script = slow_script(state.path());
     let events = state.path().join("events.jsonl");
