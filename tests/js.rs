@@ -166,6 +166,34 @@ async fn ordinary_failures_are_null_and_skip_later_pipeline_stages() {
 }
 
 #[tokio::test]
+async fn at_the_pending_call_cap_a_memo_hit_is_answered_and_a_call_that_must_wait_is_refused() {
+    // A call the run already has the answer of holds nothing while it is answered: it is
+    // never pending, so the cap of pending calls does not refuse it. A call that must wait
+    // past the cap is refused as before.
+    let counting = Counting::with_latency(Duration::from_millis(100));
+    let sandbox = SandboxLimits { max_pending_agent_calls: 1, ..SandboxLimits::default() };
+    let host = host_with(Arc::new(Shared(counting.clone())), sandbox);
+    let source = module(
+        META,
+        r#"async (ctx) => {
+            const first = await ctx.agent("known", { label: "k" });
+            const waiting = ctx.agent("slow", { label: "s" });
+            const again = await ctx.agent("known", { label: "k" });
+            ctx.log(`answered again: ${again === first && first !== null}`);
+            await ctx.agent("another", { label: "a" });
+            return await waiting;
+        }"#,
+    );
+    let factory = js(&host, &source).await;
+    let envelope = run(&host, &factory, json!({})).await;
+    assert_eq!(counting.calls_for("known"), 1, "the repeated call was answered from memory");
+    assert!(logs(&host, &envelope.run_id).await.contains(&"answered again: true".to_string()), "{envelope:#?}");
+    let message = failure(&envelope, factory_host::FailureType::SandboxLimit, Some("maxPendingAgentCalls"));
+    assert!(message.contains("more than 1 agent calls pending"), "{message}");
+    assert_eq!(counting.calls_for("another"), 0, "the call past the cap never reached the backend");
+}
+
+#[tokio::test]
 async fn an_abort_rejects_through_parallel_and_pipeline_and_the_host_records_it() {
     let counting = Arc::new(Counting::default());
     let host = host_with(Arc::new(Shared(counting.clone())), SandboxLimits::default());

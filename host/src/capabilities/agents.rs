@@ -123,10 +123,11 @@ impl Agents {
         self.attempt_cache_hits.load(Ordering::Relaxed)
     }
 
-    /// `agents.agent` (memoized, journaled, limited), the part that needs no wait: admission and the per-call caps, the memo key,
-    /// and the answer when the attempt's journal view has it (a memo hit answers here, with
-    /// no await). A call it cannot answer is handed to [`Agents::finish`]; dropping it
-    /// instead (as `agents.agent-ready` does) undoes its admission.
+    /// `agents.agent` (memoized, journaled, limited), the part that needs no wait: the
+    /// per-call caps, admission as a pending call, the memo key, and the answer when the
+    /// attempt's journal view has it (a memo hit answers here, with no await, and is never
+    /// counted as pending). A call it cannot answer is handed to [`Agents::finish`];
+    /// dropping it instead (as `agents.agent-ready` does) undoes its admission.
     pub(crate) fn start(
         self: &Arc<Self>,
         prompt: String,
@@ -138,44 +139,51 @@ impl Agents {
         if let Some(abort) = self.attempt.stopping() {
             return Start::Answered(Err(abort));
         }
-        // Admission, before anything else is copied or parsed: the call's strings are
-        // already in host memory, and stay there until it ends (its bytes are charged now
-        // and judged once the per-call caps below have passed).
+        let limits = match self.check_call(&prompt, label.as_deref(), schema.as_deref(), model.as_deref(), limits) {
+            Ok(limits) => limits,
+            Err(abort) => return Start::Answered(Err(abort)),
+        };
+        // The call's strings are already in host memory, and stay there while it is pending
+        // (their bytes are charged as it enters). A call with a schema enters before its
+        // schema is parsed, the one copy that grows with it; one without is keyed at once,
+        // and enters only if it must wait: a memo hit is never pending.
         let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref())
             .saturating_add(limits.wrap_up.as_ref().map_or(0, |w| w.len() as u64));
-        let pending = PendingCall::enter(self.clone(), charge);
-        match self.admit_call(&pending, &prompt, label.as_deref(), schema.as_deref(), model.as_deref(), limits) {
-            Err(abort) => Start::Answered(Err(abort)),
-            Ok((limits, schema)) => {
-                let key =
-                    AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
-                // Journaled: replay for free, here when the journal view knows the answer.
-                let known = match self.attempt.cached_agent(&key) {
-                    Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
-                    Memo::Absent => true,
-                    Memo::Unknown => false,
-                };
-                Start::Call(Box::new(Call { pending, prompt, label, schema, model, limits, key, known }))
+        let (pending, schema) = match schema {
+            None => (None, None),
+            Some(text) => {
+                let admitted = self.enter(charge).and_then(|pending| Ok((pending, self.parse_schema(&text, label.as_deref())?)));
+                match admitted {
+                    Ok((pending, schema)) => (Some(pending), Some(schema)),
+                    Err(abort) => return Start::Answered(Err(abort)),
+                }
             }
-        }
+        };
+        let key = AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
+        // Journaled: replay for free, here when the journal view knows the answer.
+        let known = match self.attempt.cached_agent(&key) {
+            Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
+            Memo::Absent => true,
+            Memo::Unknown => false,
+        };
+        let pending = match pending.map_or_else(|| self.enter(charge), Ok) {
+            Ok(pending) => pending,
+            Err(abort) => return Start::Answered(Err(abort)),
+        };
+        Start::Call(Box::new(Call { pending, prompt, label, schema, model, limits, key, known }))
     }
 
     /// The per-call caps and the limits' validity: the effective limits (the call's over the
-    /// factory's) and the parsed schema.
-    fn admit_call(
+    /// factory's).
+    fn check_call(
         &self,
-        pending: &PendingCall,
         prompt: &str,
         label: Option<&str>,
         schema: Option<&str>,
         model: Option<&str>,
         limits: AgentLimits,
-    ) -> Result<(AgentLimits, Option<Schema>), Abort> {
+    ) -> Result<AgentLimits, Abort> {
         let sandbox = &self.attempt.sandbox;
-        if pending.count > sandbox.max_pending_agent_calls as u64 {
-            let message = format!("more than {} agent calls pending at once", sandbox.max_pending_agent_calls);
-            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
-        }
         if prompt.len() > sandbox.max_prompt_bytes {
             let message = format!("prompt is {} bytes, over the {} byte limit", prompt.len(), sandbox.max_prompt_bytes);
             return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPromptBytes", message }));
@@ -198,9 +206,18 @@ impl Agents {
             return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: {e}"))));
         }
         // The effective limits (the call's over the factory's) are the call's identity.
-        let limits = limits.or(&self.agent_limits);
-        // Within every per-call cap: now the bytes it holds while pending (checked before the
-        // schema is parsed, the one copy that grows with it).
+        Ok(limits.or(&self.agent_limits))
+    }
+
+    /// Count a call holding `charge` bytes as pending, within the pending-call and
+    /// pending-byte caps of its run and of the host (refused, and not counted, past one).
+    fn enter(self: &Arc<Self>, charge: u64) -> Result<PendingCall, Abort> {
+        let pending = PendingCall::enter(self.clone(), charge);
+        let sandbox = &self.attempt.sandbox;
+        if pending.count > sandbox.max_pending_agent_calls as u64 {
+            let message = format!("more than {} agent calls pending at once", sandbox.max_pending_agent_calls);
+            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
+        }
         if pending.run_bytes > sandbox.max_pending_agent_bytes {
             let message = format!(
                 "agent calls pending at once would hold {} bytes in the host, over the {} byte limit",
@@ -215,15 +232,15 @@ impl Agents {
             );
             return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxHostPendingAgentBytes", message }));
         }
-        let schema = match schema.map(Schema::parse) {
-            None => None,
-            Some(Ok(schema)) => Some(schema),
-            Some(Err(e)) => {
-                let who = label.unwrap_or("agent");
-                return Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: invalid schema: {e}"))));
-            }
-        };
-        Ok((limits, schema))
+        Ok(pending)
+    }
+
+    /// A call's schema, parsed (a schema that is not one fails the call as invalid).
+    fn parse_schema(&self, text: &str, label: Option<&str>) -> Result<Schema, Abort> {
+        Schema::parse(text).map_err(|e| {
+            let who = label.unwrap_or("agent");
+            self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: invalid schema: {e}")))
+        })
     }
 
     /// A call answered from the journal: counted, traced and told to live subscribers.

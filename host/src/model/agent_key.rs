@@ -62,32 +62,12 @@ impl AgentKey {
         let turns = limits.max_turns.map(|n| n.to_string());
         // The duration is hashed by its exact bits (1.5 and 1.50 are the same f64).
         let duration = limits.max_duration_seconds.map(|d| format!("{:016x}", d.to_bits()));
-        let preimage = |out: &mut dyn FnMut(&[u8])| {
-            let mut field = |field: Option<&str>| match field {
-                None => out(b"-"),
-                Some(text) => {
-                    let mut head = [b'+'; 9];
-                    head[1..].copy_from_slice(&(text.len() as u64).to_le_bytes());
-                    out(&head);
-                    out(text.as_bytes());
-                }
-            };
-            for part in [Some(prompt), label, schema.as_deref(), model] {
-                field(part);
-            }
-            if !limits.is_empty() {
-                // Appended only when present: a call without soft limits keeps its old key.
-                field(Some("soft-limits/1"));
-                for part in [turns.as_deref(), duration.as_deref(), limits.wrap_up.as_deref()] {
-                    field(part);
-                }
-            }
-        };
+        let fields = Fields { prompt, label, schema: schema.as_deref(), model, limits, turns: turns.as_deref(), duration: duration.as_deref() };
         // A short call's fields are gathered on the stack and hashed at once (a fifth
         // faster than a hasher update per field); a longer one is streamed through.
         let mut short = [0u8; SHORT_PREIMAGE];
         let mut len = 0;
-        preimage(&mut |bytes| {
+        fields.feed(&mut |bytes: &[u8]| {
             if let Some(room) = short.get_mut(len..len + bytes.len()) {
                 room.copy_from_slice(bytes);
             }
@@ -97,7 +77,7 @@ impl AgentKey {
             Some(whole) => Sha256::digest(whole),
             None => {
                 let mut hash = Sha256::new();
-                preimage(&mut |bytes| hash.update(bytes));
+                fields.feed(&mut |bytes: &[u8]| hash.update(bytes));
                 hash.finalize()
             }
         };
@@ -110,6 +90,44 @@ impl AgentKey {
     pub fn as_str(&self) -> &str {
         // Written only by `HEXLOWER`, so ASCII; the fallback is never taken.
         std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// The parts of a call's key, in the order they are hashed.
+struct Fields<'a> {
+    prompt: &'a str,
+    label: Option<&'a str>,
+    schema: Option<&'a str>,
+    model: Option<&'a str>,
+    limits: &'a AgentLimits,
+    turns: Option<&'a str>,
+    duration: Option<&'a str>,
+}
+
+impl Fields<'_> {
+    /// Hand the preimage to `out` piece by piece: each field length-prefixed (`+` and its
+    /// length as 8 little-endian bytes, then its bytes) or `-` when absent, so no two tuples
+    /// collide. Generic over `out`, so each gathering is compiled with it inlined.
+    fn feed<F: FnMut(&[u8])>(&self, out: &mut F) {
+        let mut field = |field: Option<&str>| match field {
+            None => out(b"-"),
+            Some(text) => {
+                let mut head = [b'+'; 9];
+                head[1..].copy_from_slice(&(text.len() as u64).to_le_bytes());
+                out(&head);
+                out(text.as_bytes());
+            }
+        };
+        for part in [Some(self.prompt), self.label, self.schema, self.model] {
+            field(part);
+        }
+        if !self.limits.is_empty() {
+            // Appended only when present: a call without soft limits keeps its old key.
+            field(Some("soft-limits/1"));
+            for part in [self.turns, self.duration, self.limits.wrap_up.as_deref()] {
+                field(part);
+            }
+        }
     }
 }
 
