@@ -159,6 +159,19 @@ impl Writer {
 
     /// Resolve once everything queued so far is committed.
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        {
+            // The thread waits for a first write only once it has committed (or failed)
+            // everything handed to it: then there is nothing to wait for, and no wake-up of
+            // the thread to pay (the end of an attempt that journaled nothing new).
+            let queue = self.shared.queue();
+            if queue.idle && queue.ops.is_empty() {
+                return match &queue.failed {
+                    Some(failure) => Err(StoreError::WriteFailed(failure.clone())),
+                    None if queue.closed => Err(StoreError::Closed),
+                    None => Ok(()),
+                };
+            }
+        }
         let (done, wait) = oneshot::channel();
         self.send(Op::Flush(done))?;
         wait.await.map_err(|_| StoreError::Closed)?
