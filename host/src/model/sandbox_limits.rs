@@ -38,10 +38,11 @@ pub struct SandboxLimits {
     pub max_log_bytes: usize,
     /// Agent calls one run may have pending at once (queued or running): each holds its
     /// prompt in the host, so a guest bypassing its SDK's item cap cannot pile up memory.
+    /// A memo hit, answered at once from the journal, is never pending.
     pub max_pending_agent_calls: usize,
     /// Bytes one run's pending agent calls may hold in the host at once (prompts, labels,
     /// models, schemas and their parsed trees); a call past it aborts the run. Admitted
-    /// before anything is copied or parsed.
+    /// after the per-call caps, before a schema is parsed.
     pub max_pending_agent_bytes: u64,
     /// The same over every run of the host.
     pub max_host_pending_agent_bytes: u64,
