@@ -13,8 +13,19 @@ const SHORT_PREIMAGE: usize = 256;
 
 /// A hex sha256 naming one subagent call: its 64 characters held inline, so making one
 /// allocates nothing ([`AgentKey::as_str`] borrows them).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AgentKey([u8; 64]);
+
+/// Hashed by its first 16 hex digits only (64 bits of a sha256, which no guest chooses):
+/// a map keyed by agent keys hashes 16 bytes per lookup, not 64. Equal keys hash equal;
+/// keys that share those digits are still told apart by `Eq`.
+impl std::hash::Hash for AgentKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, ..] = self.0;
+        state.write_u64(u64::from_le_bytes([a, b, c, d, e, f, g, h]));
+        state.write_u64(u64::from_le_bytes([i, j, k, l, m, n, o, p]));
+    }
+}
 
 impl AgentKey {
     /// The key of a call. `schema` must already be parsed: its canonical form is hashed, so
