@@ -6,7 +6,7 @@ mod common;
 
 use common::counting::{Counting, Shared};
 use factory_host::sandbox::SandboxLimits;
-use factory_host::{Host, HostConfig, Limits, RunEnvelope, RunOptions, RunStatus};
+use factory_host::{Host, HostConfig, Limits, ProgressEvent, RunEnvelope, RunOptions, RunStatus};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,26 +137,43 @@ async fn calls_started_and_never_waited_for_stay_pending_under_the_same_bound() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_wide_bound_stops_the_run_that_crosses_it_and_gives_its_bytes_back() {
     // Two runs of 7 calls of ~1 MiB on a backend that answers none of them: each is within
-    // its own 8 MiB, together they cross the host's 12 MiB.
+    // its own 8 MiB, together they cross the host's 12 MiB. The second starts once the first
+    // holds all 7 (one started, six queued for the slot), so the second is the one that
+    // crosses it (at its fifth call), whatever the timing.
     let (host, hostile) = small_bounds_host(SLOW).await;
     let host = Arc::new(host);
-    let start = |host: Arc<Host>, hostile: factory_host::Factory| tokio::spawn(async move { host.run(&hostile, megabyte_calls(7)).await });
-    let (a, b) = (start(host.clone(), hostile.clone()), start(host.clone(), hostile.clone()));
-    let first = tokio::time::timeout(Duration::from_secs(120), async {
-        tokio::select! {
-            a = a => a,
-            b = b => b,
+    let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let first = {
+        let (host, hostile) = (host.clone(), hostile.clone());
+        tokio::spawn(async move { host.run(&hostile, RunOptions { events: Some(events), ..megabyte_calls(7) }).await })
+    };
+    let piled = tokio::time::timeout(Duration::from_secs(120), async {
+        let mut entered = 0;
+        while entered < 7 {
+            match seen.recv().await.map(|entry| entry.event) {
+                Some(ProgressEvent::AgentStarted { .. } | ProgressEvent::AgentQueued { .. }) => entered += 1,
+                Some(_) => {}
+                None => break,
+            }
         }
+        entered
     })
     .await
-    .expect("one run is stopped by the host's bound (hang guard)")
-    .expect("the run task")
-    .expect("the run exists");
-    assert_eq!(failure_kind(&first), (factory_host::FailureType::SandboxLimit, Some("maxHostPendingAgentBytes".into())));
-    // The other one is still waiting on the backend: cancel it.
-    let other = host.runs(factory_host::DEFAULT_SESSION).await.unwrap().into_iter().find(|e| e.run_id != first.run_id).expect("the other run");
-    let cancelled = host.cancel(factory_host::DEFAULT_SESSION, &other.run_id).await.expect("cancel");
+    .expect("the first run piles its calls up (hang guard)");
+    assert_eq!(piled, 7, "the first run holds its 7 calls");
+    let second = tokio::time::timeout(Duration::from_secs(120), host.run(&hostile, megabyte_calls(7)))
+        .await
+        .expect("the second run is stopped by the host's bound (hang guard)")
+        .expect("the run exists");
+    assert_eq!(failure_kind(&second), (factory_host::FailureType::SandboxLimit, Some("maxHostPendingAgentBytes".into())));
+    // The first is still waiting on the backend: cancel it.
+    assert!(!first.is_finished(), "the first run still waits");
+    let runs = host.runs(factory_host::DEFAULT_SESSION).await.unwrap();
+    let waiting = runs.into_iter().find(|e| e.run_id != second.run_id).expect("the first run");
+    let cancelled = host.cancel(factory_host::DEFAULT_SESSION, &waiting.run_id).await.expect("cancel");
     assert_eq!(cancelled.status, RunStatus::Cancelled);
+    let ended = first.await.expect("the run task").expect("the run exists");
+    assert_eq!(ended.status, RunStatus::Cancelled, "{ended:#?}");
     // Every byte was given back: a run of 9 meets its own bound, not the host's.
     let envelope = host.run(&hostile, megabyte_calls(9)).await.expect("the run exists");
     assert_eq!(failure_kind(&envelope), (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into())));

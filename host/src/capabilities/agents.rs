@@ -144,20 +144,24 @@ impl Agents {
             Err(abort) => return Start::Answered(Err(abort)),
         };
         // The call's strings are already in host memory, and stay there while it is pending
-        // (their bytes are charged as it enters). A call with a schema enters before its
-        // schema is parsed, the one copy that grows with it; one without is keyed at once,
-        // and enters only if it must wait: a memo hit is never pending.
+        // (their bytes are charged as it enters). A small call without a schema is keyed at
+        // once and enters only if it must wait: a memo hit is never pending. A call with a
+        // schema enters before the schema is parsed (the one copy that grows with it), and a
+        // large one before its key is hashed: the bytes that are not yet counted are never
+        // more than a small call's, for longer than it takes to hash them.
         let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref())
             .saturating_add(limits.wrap_up.as_ref().map_or(0, |w| w.len() as u64));
-        let (pending, schema) = match schema {
-            None => (None, None),
-            Some(text) => {
-                let admitted = self.enter(charge).and_then(|pending| Ok((pending, self.parse_schema(&text, label.as_deref())?)));
-                match admitted {
-                    Ok((pending, schema)) => (Some(pending), Some(schema)),
-                    Err(abort) => return Start::Answered(Err(abort)),
-                }
+        let pending = if schema.is_some() || charge > KEYED_BEFORE_ENTRY_BYTES {
+            match self.enter(charge) {
+                Ok(pending) => Some(pending),
+                Err(abort) => return Start::Answered(Err(abort)),
             }
+        } else {
+            None
+        };
+        let schema = match schema.map(|text| self.parse_schema(&text, label.as_deref())).transpose() {
+            Ok(schema) => schema,
+            Err(abort) => return Start::Answered(Err(abort)),
         };
         let key = AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
         // Journaled: replay for free, here when the journal view knows the answer.
@@ -586,6 +590,10 @@ fn status_name(outcome: &Result<Option<String>, Abort>) -> &'static str {
 fn saturating_add(counter: &AtomicU64, amount: u64) {
     let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_add(amount)));
 }
+
+/// The most a call without a schema may charge and still be keyed (and answered, when it is
+/// a memo hit) before it enters as pending: its key is hashed in microseconds.
+const KEYED_BEFORE_ENTRY_BYTES: u64 = 64 << 10;
 
 /// How much a parsed schema may weigh per byte of its text (a tree of small nodes).
 const SCHEMA_TREE_FACTOR: u64 = 16;
