@@ -42,7 +42,8 @@ pub struct SandboxLimits {
     pub max_pending_agent_calls: usize,
     /// Bytes one run's pending agent calls may hold in the host at once (prompts, labels,
     /// models, schemas and their parsed trees); a call past it aborts the run. Admitted
-    /// after the per-call caps, before a schema is parsed.
+    /// after the per-call caps: a call with a schema or over 64 KiB before it is keyed, any
+    /// other before it waits.
     pub max_pending_agent_bytes: u64,
     /// The same over every run of the host.
     pub max_host_pending_agent_bytes: u64,
