@@ -244,8 +244,9 @@ impl LoadingEntries {
 
 /// Sort loaded entries by place, keeping the order given among equal places: a radix sort,
 /// one byte of the place per pass, skipping the bytes in which no two places differ (a
-/// run's places fit in a few bytes). A tenth of a comparison sort's time on the 50,000
-/// entries of a large resume; without the memory for its second buffer, a comparison sort.
+/// run's places fit in a few bytes). About two thirds of a comparison sort's time on the
+/// 50,000 shuffled places of a large resume (0.69 against 1.07 ms, release); without the
+/// memory for its second buffer, a comparison sort.
 fn sort_by_place(placed: &mut Vec<(u64, u32, u32)>) {
     let n = placed.len();
     let mut other = Vec::new();
