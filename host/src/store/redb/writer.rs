@@ -43,6 +43,18 @@ struct Queue {
     failed: Option<Arc<StoreError>>,
 }
 
+impl Queue {
+    /// Why the store takes no more writes (its first commit failure, or it is closed), if
+    /// it does not.
+    fn refusal(&self) -> Option<StoreError> {
+        match &self.failed {
+            Some(failure) => Some(StoreError::WriteFailed(failure.clone())),
+            None if self.closed => Some(StoreError::Closed),
+            None => None,
+        }
+    }
+}
+
 /// The queue and the signal the thread waits on.
 #[derive(Default)]
 struct Shared {
@@ -104,12 +116,7 @@ impl Writer {
         // for the next commit outside it (after the queue says the store still takes writes).
         let reserved = self.backlog.try_reserve(bytes);
         let mut queue = self.shared.queue();
-        let refused = match &queue.failed {
-            Some(failure) => Some(StoreError::WriteFailed(failure.clone())),
-            None if queue.closed => Some(StoreError::Closed),
-            None => None,
-        };
-        if let Some(error) = refused {
+        if let Some(error) = queue.refusal() {
             if reserved {
                 self.backlog.release(bytes);
             }
@@ -165,11 +172,7 @@ impl Writer {
             // the thread to pay (the end of an attempt that journaled nothing new).
             let queue = self.shared.queue();
             if queue.idle && queue.ops.is_empty() {
-                return match &queue.failed {
-                    Some(failure) => Err(StoreError::WriteFailed(failure.clone())),
-                    None if queue.closed => Err(StoreError::Closed),
-                    None => Ok(()),
-                };
+                return queue.refusal().map_or(Ok(()), Err);
             }
         }
         let (done, wait) = oneshot::channel();
