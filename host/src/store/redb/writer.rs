@@ -1,7 +1,7 @@
 //! Group commit: one writer thread owns every write to the store. Callers hand it
 //! operations and go on at once; it gathers whatever arrives within the commit window
 //! (default 10 ms) — or until someone asks for a flush — into one write transaction and one
-//! fsync. A fan-out of a thousand journaled results costs a handful of commits, and a
+//! fsync. A fan-out of a thousand journaled results costs about ten commits, and a
 //! sequential loop of fast calls overlaps its commits with its work.
 //!
 //! The loss window after a `kill -9` is bounded by the commit window plus one commit:
