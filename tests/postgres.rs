@@ -83,22 +83,48 @@ async fn a_window_of_puts_is_one_transaction_and_the_worker_renews_its_lease() {
     let opts = PgOptions { commit_window: Duration::from_secs(2), lease: Duration::from_millis(900), ..PgOptions::new("grouper") };
     let store = PgStore::connect(&url, opts).await.expect("connects");
     let commits = store.writer_stats().commits.load(std::sync::atomic::Ordering::SeqCst);
-    for i in 0..500 {
+    // 200 writes: fewer than a batch that is committed without waiting out the window.
+    for i in 0..100 {
         // The same key twice in one batch: deduplicated (an upsert cannot touch a row twice).
-        store.put_step("r", &format!("k{}", i % 250), &i.to_string(), i).expect("put");
+        store.put_step("r", &format!("k{}", i % 50), &i.to_string(), i).expect("put");
         store.put_agent("r", &format!("{i:08x}"), Some("\"ok\""), i).expect("put");
     }
     Journal::flush(&store).await.expect("flush");
     assert_eq!(store.writer_stats().commits.load(std::sync::atomic::Ordering::SeqCst) - commits, 1, "one commit for the window");
-    assert_eq!(server.psql("group", "SELECT count(*) FROM steps"), "250");
-    assert_eq!(server.psql("group", "SELECT convert_from(value, 'UTF8') FROM steps WHERE key = 'k7'::bytea"), "257", "the last put wins");
-    assert_eq!(server.psql("group", "SELECT count(*) FROM agents"), "500");
-    assert_eq!(server.psql("group", "SELECT bytes FROM journal_usage WHERE run_id = 'r'"), "499");
+    assert_eq!(server.psql("group", "SELECT count(*) FROM steps"), "50");
+    assert_eq!(server.psql("group", "SELECT convert_from(value, 'UTF8') FROM steps WHERE key = 'k7'::bytea"), "57", "the last put wins");
+    assert_eq!(server.psql("group", "SELECT count(*) FROM agents"), "100");
+    assert_eq!(server.psql("group", "SELECT bytes FROM journal_usage WHERE run_id = 'r'"), "99");
     // Past several lease lengths, the renewal task kept the lease: commits still land.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let mut record = conformance::record("renewed", "default", RunStatus::Completed);
     store.put_run(&mut record, true).await.expect("a commit after several lease lengths");
     assert!(store.lease_held(), "the lease is held by the local clock too");
+}
+
+/// A burst of writes is committed in pieces while it goes on: a batch of 256 writes is
+/// committed without waiting out the window (here a minute long, and nobody flushes); a
+/// batch one write short waits for its window.
+#[tokio::test]
+async fn a_batch_of_256_writes_is_committed_without_waiting_out_the_window() {
+    let server = Postgres::start();
+    let url = server.database("burst");
+    let opts = PgOptions { commit_window: Duration::from_secs(60), ..PgOptions::new("burster") };
+    let store = PgStore::connect(&url, opts).await.expect("connects");
+    let commits = || store.writer_stats().commits.load(std::sync::atomic::Ordering::SeqCst);
+    let before = commits();
+    for i in 0..255 {
+        store.put_step("r", &format!("k{i}"), "1", i).expect("put");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(commits(), before, "255 writes wait for their window");
+    store.put_step("r", "k255", "1", 255).expect("the 256th put");
+    let waited = std::time::Instant::now();
+    while commits() == before && waited.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(commits() - before, 1, "the batch was committed in one transaction, the window still open");
+    assert_eq!(server.psql("burst", "SELECT count(*) FROM steps"), "256");
 }
 
 /// `factory serve --store postgres://...` with `--http`: a run of the probe's fan-out on a

@@ -1,6 +1,7 @@
 //! Group commit on PostgreSQL: one writer task owns every write of this worker. Callers hand
 //! it operations and go on at once; it gathers whatever arrives within the commit window (or
-//! until a flush is asked for) into ONE transaction: first the worker's fencing check
+//! until a flush is asked for, or [`EARLY_COMMIT_OPS`] writes wait) into ONE transaction:
+//! first the worker's fencing check
 //! ([`worker::FENCE`]), then one batched upsert per table (`INSERT ... SELECT FROM
 //! unnest(...) ON CONFLICT DO UPDATE`), the entries deduplicated per batch (an upsert cannot
 //! touch a row twice), all statements prepared once per connection and pipelined on it with
@@ -13,7 +14,7 @@
 
 use super::worker::{self, Lease};
 use super::{pg, PoolHandle};
-use crate::store::op::{Backlog, Op, Pending, Queued};
+use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
 use crate::store::{StoreError, WriterStats};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -202,6 +203,10 @@ impl Task {
                         }
                         bytes += queued.bytes;
                         batch.push(queued.op);
+                        if writes >= EARLY_COMMIT_OPS {
+                            // A batch this large is committed now, not at the window's end.
+                            break;
+                        }
                     }
                     Ok(None) => {
                         open = false;

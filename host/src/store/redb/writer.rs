@@ -21,7 +21,7 @@
 
 use super::progress::Chunk;
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
-use crate::store::op::{Backlog, Op, Pending, Queued};
+use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
 use crate::store::{StoreError, WriterStats};
 use redb::{Database, ReadableTable, Table, TableDefinition, WriteTransaction};
 use std::collections::HashMap;
@@ -29,13 +29,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-/// Writes in a batch that make the thread commit it without waiting out the window. Each
-/// commit still carries at least this many writes (or a window's worth), so its fixed cost
-/// (the fsync, the tables' roots) is shared by them; a bigger batch would only lengthen the
-/// wait of the flush that comes after it. Measured on the fan-out and `log` rows of the
-/// bench (README, Benchmarks).
-pub(crate) const EARLY_COMMIT_OPS: usize = 256;
 
 /// What callers hand the writer thread, behind one lock. A write only takes the lock and
 /// pushes: the thread is woken for the first write of a batch (it sleeps until then), for a
