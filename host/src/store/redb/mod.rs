@@ -27,7 +27,6 @@ use std::time::Duration;
 use tables::*;
 use crate::store::op::Op;
 use writer::Writer;
-/// The byte-bounded write queue, shared with the PostgreSQL store's writer.
 
 /// The store file's name inside the state directory.
 pub const STORE_FILE: &str = "factory.redb";
