@@ -36,7 +36,7 @@ use tokio::sync::oneshot;
 #[derive(Default)]
 struct Queue {
     ops: Vec<Queued>,
-    /// A flush is queued: commit now.
+    /// Commit now: a flush is queued, or the batch holds [`EARLY_COMMIT_OPS`] writes.
     flush: bool,
     /// Every handle is gone, or [`Writer::close`]: commit what is queued and stop.
     closed: bool,
