@@ -466,3 +466,49 @@ fn the_commit_window_flag_sets_how_much_a_kill_9_can_lose() {
     assert_eq!(ended.len(), 1, "the first attempt's end was never committed: {ended:#?}");
     assert_eq!(ended[0]["replayed"], 0, "nothing of the first attempt was journaled");
 }
+
+/// A resume shows its own attempt's progress, the calls it replays from the journal as one
+/// line per burst rather than one each: in the process itself (`--no-daemon`), and through
+/// the service holding the store, which follows it from its own first entry, not from the
+/// run's first (the attempts before it are history).
+#[test]
+fn a_resume_shows_its_replayed_calls_as_one_line_and_not_the_attempts_before_it() {
+    let state = tempfile::tempdir().unwrap();
+    let bench = common::component("bench");
+    let (bench, n) = (bench.to_str().unwrap(), 40);
+    // A fan-out that fails at its end, after every call was answered: resumable.
+    let args = format!(r#"{{"workload":"fanout","n":{n},"failAtEnd":true}}"#);
+    let ends_failing = |out: &Output, what: &str| {
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{what}: {said}");
+        assert!(said.contains(&format!("failAtEnd: done={n}")), "{what}: {said}");
+        said
+    };
+    let out = output(state.path(), &["run", bench, "--yes", "--args", &args, "--backend", "dry-run"]);
+    let first = ends_failing(&out, "the run");
+    assert_eq!(first.lines().filter(|l| l.contains("agent f:") && l.ends_with(": done")).count(), n, "{first}");
+    let run_id = json(&output(state.path(), &["runs", "--json"]))[0]["runId"].as_str().unwrap().to_string();
+
+    // In this process: every call replayed, shown as one line (the 40 are answered in well
+    // under the second a line gathers).
+    let out = output(state.path(), &["resume", &run_id, "--yes", "--backend", "dry-run"]);
+    let said = ends_failing(&out, "the resume");
+    assert!(said.contains("attempt 2"), "{said}");
+    let replayed: Vec<&str> = said.lines().filter(|l| l.contains("replayed") && !l.contains("queued")).collect();
+    assert_eq!(replayed.len(), 1, "one line for the burst of replayed calls: {said}");
+    assert!(replayed[0].ends_with(&format!("agents f:0 … f:{}: {n} replayed", n - 1)), "{said}");
+    assert!(!said.lines().any(|l| l.ends_with(": done")), "nothing ran again: {said}");
+    assert!(said.contains(&format!("0 done (0 failed), {n} replayed")), "the summary counts them: {said}");
+
+    // Through the service holding the store: only attempt 3's entries, none of the run's
+    // earlier 40 `done` lines; its replayed calls (told to live subscribers only) are
+    // counted from its `attemptEnded` entry.
+    let service = common::service::Service::start(state.path(), &[]);
+    let out = output(state.path(), &["resume", &run_id, "--yes", "--backend", "dry-run"]);
+    let said = ends_failing(&out, "the resume in the service");
+    assert!(said.contains("held by another factory process"), "run in the service: {said}");
+    assert!(said.contains("attempt 3") && !said.contains("attempt 2"), "followed from attempt 3's first entry: {said}");
+    assert!(!said.contains("agent f:"), "no line of the earlier attempts: {said}");
+    assert!(said.contains(&format!("0 done (0 failed), {n} replayed")), "{said}");
+    service.stop();
+}

@@ -847,33 +847,40 @@ async fn large_resume(table: &mut Table, component: &Path, cache: &Path, runs: u
     // What a user's `factory resume` of it holds at most: the CLI as its own process, on the
     // store this host had open (closed first), with nothing of this bench's other rows in it.
     drop(host);
-    let cli_peak = {
+    let (cli_peak, cli_wall) = {
         let stderr = state.path().join("resume.stderr");
         let file = std::fs::File::create(&stderr).expect("a file for the resume's stderr");
+        let cli_started = Instant::now();
         let child = factory_cmd(state.path(), cache, &["resume", &envelope.run_id, "--yes", "--no-daemon", "--backend", "dry-run"])
             .stdout(std::process::Stdio::null())
             .stderr(file)
             .spawn()
             .unwrap_or_else(|e| fail(format!("cannot start `factory resume` ({}): {e}", env!("CARGO_BIN_EXE_factory"))));
         let (status, peak) = wait_with_peak_rss(child);
+        let wall = cli_started.elapsed();
         let said = std::fs::read_to_string(&stderr).unwrap_or_default();
         // The guest fails at its end on purpose (`failAtEnd`), naming what it did: all 50,000
         // units replayed, none produced again.
         if status.code() != Some(1) || !said.contains(&format!("failAtEnd: done={UNITS} produced=0")) {
             fail(format!("`factory resume` of the 100,000-entry run ended {status} without replaying it: {}", said.lines().rev().take(5).collect::<Vec<_>>().join(" | ")));
         }
-        peak.map(|bytes| bytes as f64 / (1024.0 * 1024.0))
+        // Its progress (stderr, a file here) is the replayed calls' one line.
+        if said.lines().filter(|l| l.contains(" replayed") && !l.contains("queued")).count() > UNITS / 1000 {
+            fail(format!("`factory resume` of the 100,000-entry run showed its replayed calls a line each: {}", said.lines().take(5).collect::<Vec<_>>().join(" | ")));
+        }
+        (peak.map(|bytes| bytes as f64 / (1024.0 * 1024.0)), ms(wall))
     };
     table.judged(
         "4 sequential",
         "resume of a run with 100,000 journaled entries (50,000 steps, 50,000 agent calls)",
         fmt_ms(wall),
         format!(
-            "{ratio:.1}x the 1,000-entry replay ({}); peak RSS of `factory resume` of it (a process of its own) {}; \
-             in this process {} (+{}, with what earlier rows left); host CPU {}; 0 backend calls, no step producer \
-             re-ran (checked); the run itself took {}",
+            "{ratio:.1}x the 1,000-entry replay ({}); peak RSS of `factory resume` of it (a process of its own) {}, \
+             its wall {} (start, store, component and progress included); in this process {} (+{}, with what \
+             earlier rows left); host CPU {}; 0 backend calls, no step producer re-ran (checked); the run itself took {}",
             fmt_ms(replay_1000),
             cli_peak.map_or("not measured (no /proc here)".to_string(), |mib| format!("{mib:.1} MiB")),
+            fmt_ms(cli_wall),
             fmt_mib(peak),
             fmt_mib(median(grew)),
             fmt_ms(median(cpus)),

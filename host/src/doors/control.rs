@@ -176,6 +176,10 @@ async fn start_following(
         }
     };
     let client = factory_host::service::Client::Local(service);
+    let after_seq = match factory_host::service::Follower::start_after_seq(&client, &scope, &start).await {
+        Ok(seq) => seq,
+        Err(e) => return refuse(write, remote_error(e)).await,
+    };
     let run_id = match client.start(start).await {
         Ok(run_id) => run_id,
         Err(e) => return refuse(write, remote_error(e)).await,
@@ -184,7 +188,7 @@ async fn start_following(
     if !write_frame(&mut write, Answer::Ok(started)).await {
         return;
     }
-    stream_run(client, scope, run_id, 0, read, write).await
+    stream_run(client, scope, run_id, after_seq, read, write).await
 }
 
 /// Stream what a [`Follower`](factory_host::service::Follower) in this process hands out of

@@ -75,7 +75,8 @@ impl Follower {
     }
 
     /// Start a run or a resume (`request`: a [`super::Request::Run`] or
-    /// [`super::Request::Resume`]) and follow it from its first entry, as `scope` sees it
+    /// [`super::Request::Resume`]) and follow it from its first entry of this attempt (see
+    /// [`Follower::start_after_seq`]), as `scope` sees it
     /// (the run's session, or the resume's scope). Over the control socket this is one
     /// connection (`startFollowing`); a service without it gets a start and a follow.
     pub async fn start(client: Client, scope: impl Into<Scope>, request: super::Request) -> Result<Self, ServiceError> {
@@ -91,8 +92,19 @@ impl Follower {
                 Err(e) => return Err(e.into()),
             }
         }
+        let after_seq = Follower::start_after_seq(&client, &scope, &request).await?;
         let run_id = client.start(request).await?;
-        Ok(Follower::new(client, scope, &run_id, 0).await)
+        Ok(Follower::new(client, scope, &run_id, after_seq).await)
+    }
+
+    /// Where following a start begins, asked before it starts: a new run from its first
+    /// entry (0), a resume after the run's last entry so far (the attempts before it are
+    /// history, not this attempt's progress: a resume of a long run would show them all).
+    pub async fn start_after_seq(client: &Client, scope: &Scope, request: &super::Request) -> Result<u64, ServiceError> {
+        let super::Request::Resume { run_id, .. } = request else { return Ok(0) };
+        // A page backwards from the tail: the last entry alone.
+        let last = client.progress(scope.clone(), run_id, ProgressQuery { limit: Some(1), ..Default::default() }).await?;
+        Ok(last.last().map_or(0, |entry| entry.seq))
     }
 
     fn bare(client: Client, scope: Scope, run_id: &str, after_seq: u64) -> Self {

@@ -1,5 +1,7 @@
 //! Progress on stderr: an indicatif spinner line (phase, agents queued/running/done,
-//! elapsed) on a terminal; plain timestamped lines otherwise, so logs stay readable.
+//! elapsed) on a terminal; plain timestamped lines otherwise, so logs stay readable, written
+//! a batch at a time, with the calls a resume replays from the journal shown as one line per
+//! burst (`agents FIRST … LAST: N replayed`, at least once a second) rather than one each.
 //! Guest-chosen text (phases, log lines, labels) is shown escaped ([`crate::doors::cli::escape::esc`]).
 //! Phases, agent outcomes and warnings are coloured when `--color`/`NO_COLOR` allow it
 //! ([`crate::doors::cli::conventions::stderr_colored`]); the text is the same either way.
@@ -22,6 +24,9 @@ struct Counts {
     done: u64,
     failed: u64,
     replayed: u64,
+    /// Replayed calls seen live in the attempt going on (a follower through the service
+    /// sees none: they are told to live subscribers only, and counted by `AttemptEnded`).
+    replayed_live: u64,
 }
 
 impl Counts {
@@ -47,7 +52,14 @@ impl Counts {
                     self.failed += 1;
                 }
             }
-            ProgressEvent::AgentFinished { cached: true, .. } => self.replayed += 1,
+            ProgressEvent::AgentFinished { cached: true, .. } => {
+                self.replayed += 1;
+                self.replayed_live += 1;
+            }
+            ProgressEvent::AttemptEnded { replayed, .. } => {
+                self.replayed += replayed.saturating_sub(self.replayed_live);
+                self.replayed_live = 0;
+            }
             _ => {}
         }
     }
@@ -64,20 +76,127 @@ impl Counts {
     }
 }
 
+/// Entries rendered before their lines are written out: the lines of a batch go to stderr in
+/// one write (stderr is unbuffered, and a line written piece by piece is a syscall a piece).
+const BATCH: usize = 1024;
+
+/// How long consecutive replayed calls are gathered into one line: a resume replays
+/// thousands of journaled calls in moments, and a line each would bury the rest.
+const REPLAYS_SHOWN_EVERY: Duration = Duration::from_secs(1);
+
+/// Consecutive replayed agent calls, not shown yet.
+struct Replays {
+    count: u64,
+    first: String,
+    last: String,
+    /// When the first of them was replayed.
+    since: Instant,
+}
+
+/// The plain form of progress (stderr is not a terminal): timestamped lines, gathered into
+/// one write per batch of entries, with each burst of replayed calls shown as one line.
+struct Plain {
+    started: Instant,
+    colored: bool,
+    out: String,
+    replays: Option<Replays>,
+}
+
+impl Plain {
+    fn new(started: Instant, colored: bool) -> Self {
+        Plain { started, colored, out: String::new(), replays: None }
+    }
+
+    /// Add `line`, after the replayed calls gathered before it.
+    fn line(&mut self, line: &str) {
+        self.show_replays();
+        self.stamped(line);
+    }
+
+    fn stamped(&mut self, line: &str) {
+        use std::fmt::Write as _;
+        let _ = writeln!(self.out, "[{:>7.2}s] {line}", self.started.elapsed().as_secs_f64());
+    }
+
+    /// A call answered from the journal: gathered with the ones replayed just before it.
+    fn replayed(&mut self, label: &str) {
+        if self.replays.as_ref().is_some_and(|r| r.since.elapsed() >= REPLAYS_SHOWN_EVERY) {
+            self.show_replays();
+        }
+        match &mut self.replays {
+            Some(replays) => {
+                replays.count += 1;
+                replays.last.clear();
+                replays.last.push_str(label);
+            }
+            None => {
+                let since = Instant::now();
+                self.replays = Some(Replays { count: 1, first: label.to_string(), last: label.to_string(), since });
+            }
+        }
+    }
+
+    /// Add the line of the replayed calls gathered so far, if any.
+    fn show_replays(&mut self) {
+        let Some(replays) = self.replays.take() else { return };
+        let what = paint(self.colored, AnsiColor::Cyan.on_default(), "replayed");
+        let line = match replays.count {
+            1 => format!("agent {}: {what}", esc(&replays.first)),
+            n => format!("agents {} … {}: {n} {what}", esc(&replays.first), esc(&replays.last)),
+        };
+        self.stamped(&line);
+    }
+
+    /// When the replayed calls gathered so far are due to be shown.
+    fn replays_due(&self) -> Option<tokio::time::Instant> {
+        self.replays.as_ref().map(|r| tokio::time::Instant::from_std(r.since + REPLAYS_SHOWN_EVERY))
+    }
+
+    /// Write the lines added so far to stderr, in one write.
+    fn write_out(&mut self) {
+        use std::io::Write as _;
+        if !self.out.is_empty() {
+            // Progress is best effort: a closed stderr must not stop the run.
+            let _ = std::io::stderr().lock().write_all(self.out.as_bytes());
+            self.out.clear();
+        }
+    }
+}
+
+/// The line an entry shows as (a replayed call's is [`Plain::replayed`]'s), and the phase it
+/// makes current.
+fn line_of(event: &ProgressEvent, colored: bool, phase: &mut String) -> Option<String> {
+    let (bold, green, red, yellow) =
+        (Style::new().bold(), AnsiColor::Green.on_default(), AnsiColor::Red.on_default(), AnsiColor::Yellow.on_default());
+    match event {
+        ProgressEvent::Phase { title } => {
+            *phase = esc(title).into_owned();
+            Some(format!("phase: {}", paint(colored, bold, phase)))
+        }
+        ProgressEvent::Log { message, level } if level.is_info() => Some(format!("log: {}", esc(message))),
+        ProgressEvent::Log { message, level } => Some(format!("log {}: {}", paint(colored, yellow, level.as_str()), esc(message))),
+        ProgressEvent::AgentFinished { summary, cached } => {
+            let label = esc(&summary.label);
+            let what = match (cached, summary.ok()) {
+                (true, _) => paint(colored, AnsiColor::Cyan.on_default(), "replayed"),
+                (false, true) => paint(colored, green, "done"),
+                (false, false) => paint(colored, red, "failed"),
+            };
+            Some(format!("agent {label}: {what}"))
+        }
+        ProgressEvent::AttemptStarted { attempt } if *attempt > 1 => Some(format!("attempt {attempt}")),
+        _ => None,
+    }
+}
+
 /// Render progress (and write it to `events`) until the run drops its sender.
 pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, events: Option<EventSink>) {
     let started = Instant::now();
     let mut counts = Counts::default();
     let mut phase = String::from("-");
     let colored = stderr_colored();
-    let bold = Style::new().bold();
-    let (green, red, yellow, cyan) = (
-        AnsiColor::Green.on_default(),
-        AnsiColor::Red.on_default(),
-        AnsiColor::Yellow.on_default(),
-        AnsiColor::Cyan.on_default(),
-    );
-    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+    let terminal = std::io::stderr().is_terminal();
+    let bar = (!quiet && terminal).then(|| {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed}] {msg}")
@@ -86,51 +205,100 @@ pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, event
         bar.enable_steady_tick(Duration::from_millis(100));
         bar
     });
-    while let Some(entry) = rx.recv().await {
-        if let Some(sink) = &events {
-            sink.progress(&entry);
-        }
-        counts.apply(&entry.event);
-        let line = match &entry.event {
-            ProgressEvent::Phase { title } => {
-                phase = esc(title).into_owned();
-                Some(format!("phase: {}", paint(colored, bold, &phase)))
-            }
-            ProgressEvent::Log { message, level } if level.is_info() => Some(format!("log: {}", esc(message))),
-            ProgressEvent::Log { message, level } => {
-                Some(format!("log {}: {}", paint(colored, yellow, level.as_str()), esc(message)))
-            }
-            ProgressEvent::AgentFinished { summary, cached } => {
-                let label = esc(&summary.label);
-                let what = match (cached, summary.ok()) {
-                    (true, _) => paint(colored, cyan, "replayed"),
-                    (false, true) => paint(colored, green, "done"),
-                    (false, false) => paint(colored, red, "failed"),
-                };
-                Some(format!("agent {label}: {what}"))
-            }
-            ProgressEvent::AttemptStarted { attempt } if *attempt > 1 => Some(format!("attempt {attempt}")),
-            _ => None,
+    let mut plain = (!quiet && !terminal).then(|| Plain::new(started, colored));
+    loop {
+        let first = match plain.as_ref().and_then(Plain::replays_due) {
+            Some(due) => match tokio::time::timeout_at(due, rx.recv()).await {
+                Ok(entry) => entry,
+                Err(_) => {
+                    if let Some(plain) = &mut plain {
+                        plain.show_replays();
+                        plain.write_out();
+                    }
+                    continue;
+                }
+            },
+            None => rx.recv().await,
         };
-        match &bar {
-            Some(bar) => {
-                if let (Some(line), false) = (&line, matches!(entry.event, ProgressEvent::AgentFinished { .. })) {
-                    bar.println(line);
-                }
-                bar.set_message(format!("{phase} | {}", counts.summary()));
+        let Some(first) = first else { break };
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(entry) = next {
+            if let Some(sink) = &events {
+                sink.progress(&entry);
             }
-            None if !quiet => {
-                if let Some(line) = line {
-                    eprintln!("[{:>7.2}s] {line}", started.elapsed().as_secs_f64());
+            counts.apply(&entry.event);
+            match (&mut plain, &entry.event) {
+                (Some(plain), ProgressEvent::AgentFinished { summary, cached: true }) => plain.replayed(&summary.label),
+                (Some(plain), event) => {
+                    if let Some(line) = line_of(event, colored, &mut phase) {
+                        plain.line(&line);
+                    }
+                }
+                // The bar counts agents; it shows every other line above itself.
+                (None, ProgressEvent::AgentFinished { .. }) => {}
+                (None, event) => {
+                    if let (Some(line), Some(bar)) = (line_of(event, colored, &mut phase), &bar) {
+                        bar.println(line);
+                    }
                 }
             }
-            None => {}
+            taken += 1;
+            next = if taken < BATCH { rx.try_recv().ok() } else { None };
+        }
+        if let Some(bar) = &bar {
+            bar.set_message(format!("{phase} | {}", counts.summary()));
+        }
+        if let Some(plain) = &mut plain {
+            plain.write_out();
         }
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
-    }
-    if !quiet {
         eprintln!("[{:>7.2}s] {}", started.elapsed().as_secs_f64(), counts.summary());
+    }
+    if let Some(plain) = &mut plain {
+        plain.line(&counts.summary());
+        plain.write_out();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(plain: &Plain) -> Vec<&str> {
+        plain.out.lines().map(|l| l.split_once("] ").map_or(l, |(_, line)| line)).collect()
+    }
+
+    #[test]
+    fn consecutive_replayed_calls_are_one_line_and_another_line_ends_their_burst() {
+        let mut plain = Plain::new(Instant::now(), false);
+        for i in 0..3 {
+            plain.replayed(&format!("r:{i}"));
+        }
+        plain.line("agent new: done");
+        plain.replayed("r:\u{1b}[2J");
+        plain.show_replays();
+        plain.show_replays();
+        assert_eq!(lines(&plain), ["agents r:0 … r:2: 3 replayed", "agent new: done", "agent r:\\x1b[2J: replayed"]);
+    }
+
+    #[test]
+    fn a_burst_of_replayed_calls_is_shown_once_a_second_has_passed() {
+        let mut plain = Plain::new(Instant::now(), false);
+        plain.replayed("a");
+        plain.replayed("b");
+        assert!(plain.out.is_empty(), "gathered, not shown yet");
+        let due = plain.replays_due().expect("a burst is due to be shown");
+        assert!(due > tokio::time::Instant::now(), "within the second");
+        if let Some(replays) = &mut plain.replays {
+            replays.since -= REPLAYS_SHOWN_EVERY;
+        }
+        plain.replayed("c");
+        assert_eq!(lines(&plain), ["agents a … b: 2 replayed"]);
+        plain.show_replays();
+        assert_eq!(lines(&plain), ["agents a … b: 2 replayed", "agent c: replayed"]);
+        assert!(plain.replays_due().is_none());
     }
 }
