@@ -74,7 +74,7 @@ fn session_pinned() -> bool {
 pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
     let http = a.bind.address()?;
     let config = Arc::new(backends::load_config(g, a.config.as_ref())?);
-    let access = reach::open_or_reach(g, config).await?;
+    let access = reach::open_or_reach(g, config, reach::Holder::Service).await?;
     if !g.no_daemon {
         if a.config.is_some() {
             eprintln!("factory mcp: runs execute in the state directory's service, which uses its own backend configuration; --config applies with --no-daemon");

@@ -18,13 +18,38 @@ pub fn local(g: &GlobalArgs, host: &Arc<Host>) -> Local {
 }
 
 
-/// Open the store in the state directory; `catalog` builds the backends runs choose (and
-/// the ones resumed runs recorded).
-pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Arc<Host>, Error> {
+/// What a process that opens the store holds it for: the store's page cache is sized by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// A command that ends with its run or its request (`run`, `resume`, `runs`, ...): a
+    /// resumed run's journal is read once, so it keeps few pages ([`COMMAND_CACHE_BYTES`]).
+    Command,
+    /// A service (`serve`, `mcp`): pages are kept for the readers to come
+    /// ([`READ_CACHE_BYTES`](factory_host::store::redb::READ_CACHE_BYTES)).
+    Service,
+}
+
+/// The page cache of a store a [`Holder::Command`] opens: the pages the writer's commits
+/// read again (the tables' upper levels) and little more.
+pub const COMMAND_CACHE_BYTES: usize = 8 << 20;
+
+impl Holder {
+    fn cache_bytes(self) -> usize {
+        match self {
+            Holder::Command => COMMAND_CACHE_BYTES,
+            Holder::Service => factory_host::store::redb::READ_CACHE_BYTES,
+        }
+    }
+}
+
+/// Open the store in the state directory for `holder`; `catalog` builds the backends runs
+/// choose (and the ones resumed runs recorded).
+pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>, holder: Holder) -> Result<Arc<Host>, Error> {
     let config = HostConfig {
         state_dir: Some(g.state_dir.clone()),
         catalog,
         commit_window: std::time::Duration::from_millis(g.commit_window_ms),
+        read_cache_bytes: holder.cache_bytes(),
         ..HostConfig::default()
     };
     Host::new(config).map(Arc::new)
@@ -54,9 +79,9 @@ const LOCKED_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The service of the state directory: started if none answers (see [`crate::doors::daemon`]),
 /// or with `--no-daemon` the store opened here ([`open_here_or_reach`]).
-pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Client> {
+pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>, holder: Holder) -> Result<Client> {
     if g.no_daemon {
-        return open_here_or_reach(g, catalog).await;
+        return open_here_or_reach(g, catalog, holder).await;
     }
     Ok(Client::Remote(crate::doors::daemon::ensure(g).await?))
 }
@@ -64,12 +89,12 @@ pub async fn open_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> 
 /// Open the store with `catalog`, or find the process that holds it. A holder that does
 /// not answer on the control socket is waited for: it is a short-lived reader, or it is
 /// still starting up.
-pub async fn open_here_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>) -> Result<Client> {
+pub async fn open_here_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>, holder: Holder) -> Result<Client> {
     let remote = remote(g);
     let socket = remote.socket().to_path_buf();
     let deadline = std::time::Instant::now() + LOCKED_PATIENCE;
     loop {
-        match open_host(g, catalog.clone()) {
+        match open_host(g, catalog.clone(), holder) {
             Ok(host) => return Ok(Client::Local(local(g, &host))),
             Err(Error::Store(StoreError::Locked(path))) => {
                 let client = Client::Remote(remote.clone());
@@ -98,7 +123,7 @@ pub async fn open_here_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>
 /// The service, or with `--no-daemon` the store opened here (to observe: no backend is
 /// built here).
 pub async fn access(g: &GlobalArgs) -> Result<Client> {
-    open_or_reach(g, Arc::new(BuiltinCatalog)).await
+    open_or_reach(g, Arc::new(BuiltinCatalog), Holder::Command).await
 }
 
 /// One request through [`access`] (every one-shot command of the CLI: `runs`, `show`,

@@ -51,6 +51,9 @@ pub struct HostConfig {
     /// The caps of a worker of a shared store (its run queue and call slots; unused with a
     /// store of one process).
     pub caps: crate::engine::caps::Caps,
+    /// Bytes of store pages the store in `state_dir` keeps cached in memory (see
+    /// [`StoreOptions::read_cache_bytes`]).
+    pub read_cache_bytes: usize,
 }
 
 impl Default for HostConfig {
@@ -63,6 +66,7 @@ impl Default for HostConfig {
             catalog: Arc::new(BuiltinCatalog),
             sandbox: SandboxLimits::default(),
             caps: Default::default(),
+            read_cache_bytes: crate::store::redb::READ_CACHE_BYTES,
         }
     }
 }
@@ -283,7 +287,10 @@ impl Host {
     /// A host with `config`: opens (or creates) the store, halting runs a crash left running.
     pub fn new(config: HostConfig) -> Result<Self, Error> {
         let store = match &config.state_dir {
-            Some(dir) => RedbStore::open(dir, StoreOptions { commit_window: config.commit_window, ..StoreOptions::default() })?,
+            Some(dir) => {
+                let options = StoreOptions { commit_window: config.commit_window, read_cache_bytes: config.read_cache_bytes, ..StoreOptions::default() };
+                RedbStore::open(dir, options)?
+            }
             None => RedbStore::in_memory()?,
         };
         Host::with_store(config, Arc::new(store))

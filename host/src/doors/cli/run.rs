@@ -107,9 +107,9 @@ async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Arc<Host
     let project_config = factory_host::config::Config::discover_path(&g.state_dir)
         .is_some_and(|path| factory_host::access::is_project_local(&path));
     let reach = if out.backend.cassette() || out.backend.config.is_some() || project_config {
-        reach::open_here_or_reach(g, config.clone()).await?
+        reach::open_here_or_reach(g, config.clone(), reach::Holder::Command).await?
     } else {
-        reach::open_or_reach(g, config.clone()).await?
+        reach::open_or_reach(g, config.clone(), reach::Holder::Command).await?
     };
     match reach {
         Client::Local(local) => Ok(Some((local.host().clone(), config))),

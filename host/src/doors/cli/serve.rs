@@ -167,7 +167,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
             .context("opening the shared store")?
     } else {
         loop {
-            match open_host(g, config.clone()) {
+            match open_host(g, config.clone(), crate::doors::reach::Holder::Service) {
                 Ok(host) => break host,
                 Err(factory_host::Error::Store(StoreError::Locked(path))) => {
                     let remote = Client::Remote(crate::doors::daemon::remote(g));

@@ -31,8 +31,8 @@ use writer::Writer;
 /// The store file's name inside the state directory.
 pub const STORE_FILE: &str = "factory.redb";
 
-/// Bytes of pages redb keeps cached in memory (its default is 1 GiB): a run's values are
-/// read on demand, and what the cache holds counts against the host's memory.
+/// Bytes of pages redb keeps cached in memory by default (its own default is 1 GiB): a run's
+/// values are read on demand, and what the cache holds counts against the host's memory.
 pub const READ_CACHE_BYTES: usize = 64 << 20;
 
 /// Default commit window of the group-commit writer.
@@ -46,6 +46,10 @@ pub struct StoreOptions {
     /// Bytes handed to the writer and not yet committed before a write waits for the next
     /// commit (a write larger than this waits for an empty queue).
     pub queue_bytes: u64,
+    /// Bytes of store pages kept cached in memory ([`READ_CACHE_BYTES`] by default). A
+    /// process that runs one run and exits reads a resumed run's journal once: pages it
+    /// keeps are memory no later read uses.
+    pub read_cache_bytes: usize,
 }
 
 /// The default [`StoreOptions::queue_bytes`]: 64 MiB.
@@ -53,7 +57,7 @@ pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { commit_window: DEFAULT_COMMIT_WINDOW, queue_bytes: DEFAULT_QUEUE_BYTES }
+        StoreOptions { commit_window: DEFAULT_COMMIT_WINDOW, queue_bytes: DEFAULT_QUEUE_BYTES, read_cache_bytes: READ_CACHE_BYTES }
     }
 }
 
@@ -87,7 +91,7 @@ impl RedbStore {
             .open(&path)
             .and_then(|file| crate::access::tighten_open(&file))
             .map_err(|e| StoreError::File { path: path.clone(), source: Arc::new(e) })?;
-        let db = Database::builder().set_cache_size(READ_CACHE_BYTES).create(&path).map_err(|e| match StoreError::from(e) {
+        let db = Database::builder().set_cache_size(options.read_cache_bytes).create(&path).map_err(|e| match StoreError::from(e) {
             StoreError::Locked(_) => StoreError::Locked(path.clone()),
             other => other,
         })?;
