@@ -82,9 +82,9 @@ impl Counts {
 const WRITE_AT: usize = 64 << 10;
 
 /// The pause after a batch (every entry at hand) before the next is taken: entries sent
-/// meanwhile wait in the channel instead of waking this task (and a parked runtime thread) one by one, which cost a
-/// resume replaying 50,000 calls a quarter of its CPU. Progress is for people: 100 batches a
-/// second is live.
+/// meanwhile wait in the channel instead of waking this task (and a parked runtime thread)
+/// one by one, which cost a resume replaying 50,000 calls a quarter of its CPU. Progress is
+/// for people: 100 batches a second is live.
 const PACE: Duration = Duration::from_millis(10);
 
 /// How long consecutive replayed calls are gathered into one line: a resume replays
@@ -170,8 +170,8 @@ impl Plain {
     }
 }
 
-/// The line an entry shows as (a replayed call's is [`Plain::replayed`]'s), and the phase it
-/// makes current.
+/// The line an entry shows as (none for a replayed call: [`Plain::replayed`] gathers those),
+/// and the phase it makes current.
 fn line_of(event: &ProgressEvent, colored: bool, phase: &mut String) -> Option<String> {
     let (bold, green, red, yellow) =
         (Style::new().bold(), AnsiColor::Green.on_default(), AnsiColor::Red.on_default(), AnsiColor::Yellow.on_default());
@@ -182,14 +182,9 @@ fn line_of(event: &ProgressEvent, colored: bool, phase: &mut String) -> Option<S
         }
         ProgressEvent::Log { message, level } if level.is_info() => Some(format!("log: {}", esc(message))),
         ProgressEvent::Log { message, level } => Some(format!("log {}: {}", paint(colored, yellow, level.as_str()), esc(message))),
-        ProgressEvent::AgentFinished { summary, cached } => {
-            let label = esc(&summary.label);
-            let what = match (cached, summary.ok()) {
-                (true, _) => paint(colored, AnsiColor::Cyan.on_default(), "replayed"),
-                (false, true) => paint(colored, green, "done"),
-                (false, false) => paint(colored, red, "failed"),
-            };
-            Some(format!("agent {label}: {what}"))
+        ProgressEvent::AgentFinished { summary, cached: false } => {
+            let what = if summary.ok() { paint(colored, green, "done") } else { paint(colored, red, "failed") };
+            Some(format!("agent {}: {what}", esc(&summary.label)))
         }
         ProgressEvent::AttemptStarted { attempt } if *attempt > 1 => Some(format!("attempt {attempt}")),
         _ => None,
