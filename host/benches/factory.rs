@@ -3,7 +3,8 @@
 //! machine, the versions and the command. It builds the `bench` test guest
 //! (`tests/guests/bench`) into `<target>/guests`, then measures (1) hook overhead inside the
 //! guest (a loop of one hook minus an empty loop), (2) start-up: cold compile vs the on-disk
-//! cache vs a warm `InstancePre`, (3) fan-out of 1,000 and 4,096 agents against a 0 ms and a
+//! cache vs a warm `InstancePre`, and a whole `factory run --no-daemon` of an empty run as a
+//! process of its own beside `factory --version`, (3) fan-out of 1,000 and 4,096 agents against a 0 ms and a
 //! 1 ms backend with the durable journal on, (4) sequential agent calls and steps and the
 //! resume of those runs, (5) 100 concurrent runs on one host, (6) each hostile-guest attack
 //! against its bound, (7) the JS runner and a Python guest against the Rust one, (8) what the
@@ -654,6 +655,48 @@ async fn start_up(table: &mut Table, component: &Path, runs: usize) {
     let ratio = cold / cached;
     table.judged("2 start-up", "cold / cached", format!("{ratio:.0}x"), "", ">= 50x", ratio >= 50.0);
     table.row("2 start-up", "cold / warm", format!("{:.0}x", cold / warm), "");
+}
+
+/// (2b) What a user's command costs: `factory run --no-daemon` of an empty run as a process
+/// of its own (the store opened, the component's compile cached, progress on stderr, the
+/// group-commit window left at its default), beside the process alone (`factory --version`),
+/// interleaved.
+fn command_start_up(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    eprintln!("bench: (2b) `factory run` as a command");
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let path = component.to_string_lossy().into_owned();
+    let args = json!({ "workload": "empty", "n": 0, "failAtEnd": false }).to_string();
+    let timed = |argv: &[&str]| {
+        let mut cmd = factory_cmd(state.path(), cache, argv);
+        cmd.env_remove("FACTORY_COMMIT_WINDOW_MS").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+        let started = Instant::now();
+        let out = cmd.output().unwrap_or_else(|e| fail(format!("cannot run `factory {}`: {e}", argv.join(" "))));
+        let took = ms(started.elapsed());
+        if !out.status.success() {
+            fail(format!("`factory {}` failed: {}", argv.join(" "), String::from_utf8_lossy(&out.stderr)));
+        }
+        took
+    };
+    let run = ["run", path.as_str(), "--yes", "--no-daemon", "--backend", "dry-run", "--args", args.as_str()];
+    timed(&run); // fills the compile cache and makes the store
+    let commands = 10 * runs;
+    let (mut alone, mut runs_ms) = (Vec::with_capacity(commands), Vec::with_capacity(commands));
+    for _ in 0..commands {
+        alone.push(timed(&["--version"]));
+        runs_ms.push(timed(&run));
+    }
+    let (alone, run_ms) = (median(alone), median(runs_ms));
+    table.row(
+        "2 start-up",
+        "`factory run --no-daemon` of an empty run (a process of its own)",
+        fmt_ms(run_ms),
+        format!(
+            "whole process, wall, median of {commands}: the process alone (`factory --version`) {}; the store, the cached \
+             component, the run's commits and its progress on stderr {}; dry-run backend, default group-commit window",
+            fmt_ms(alone),
+            fmt_ms(run_ms - alone)
+        ),
+    );
 }
 
 /// (3) Fan-out of `n` agents with the durable journal on.
@@ -1889,6 +1932,7 @@ fn main() {
         }
         if wanted("2") {
             start_up(&mut table, &component, runs).await;
+            command_start_up(&mut table, &component, cache.path(), runs);
         }
         if wanted("3") {
             fan_out(&mut table, &component, cache.path(), runs).await;

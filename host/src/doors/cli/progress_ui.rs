@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Default)]
 struct Counts {
@@ -191,8 +192,44 @@ fn line_of(event: &ProgressEvent, colored: bool, phase: &mut String) -> Option<S
     }
 }
 
-/// Render progress (and write it to `events`) until the run drops its sender.
-pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, events: Option<EventSink>) {
+/// The progress renderer of one run, rendering on a task of its own.
+pub struct Renderer {
+    task: tokio::task::JoinHandle<()>,
+    ended: CancellationToken,
+}
+
+/// Render the entries `rx` receives (and write them to `events`) on a task of its own, until
+/// the sender is dropped and [`Renderer::finish`] is called.
+pub fn spawn(rx: UnboundedReceiver<ProgressEntry>, quiet: bool, events: Option<EventSink>) -> Renderer {
+    spawn_paced(rx, quiet, events, PACE)
+}
+
+/// [`spawn`] with `pace` as the pause between batches.
+fn spawn_paced(rx: UnboundedReceiver<ProgressEntry>, quiet: bool, events: Option<EventSink>, pace: Duration) -> Renderer {
+    let ended = CancellationToken::new();
+    let task = tokio::spawn(render(rx, quiet, events, ended.clone(), pace));
+    Renderer { task, ended }
+}
+
+impl Renderer {
+    /// Show what is left and the summary, and return once they are written. Call it once the
+    /// sender is dropped (the run has ended): the renderer's pause between batches ends then,
+    /// so a command does not wait out a pause before it exits.
+    pub async fn finish(self) {
+        self.ended.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Render progress (and write it to `events`) until the run drops its sender, pausing
+/// `pace` after each batch; `ended` (cancelled once the run has ended) cuts a pause short.
+async fn render(
+    mut rx: UnboundedReceiver<ProgressEntry>,
+    quiet: bool,
+    events: Option<EventSink>,
+    ended: CancellationToken,
+    pace: Duration,
+) {
     let started = Instant::now();
     let mut counts = Counts::default();
     let mut phase = String::from("-");
@@ -255,7 +292,11 @@ pub async fn render(mut rx: UnboundedReceiver<ProgressEntry>, quiet: bool, event
         if let Some(plain) = &mut plain {
             plain.write_out();
         }
-        tokio::time::sleep(PACE).await;
+        // The pause; once the run has ended, what is left is taken at once.
+        tokio::select! {
+            () = tokio::time::sleep(pace) => {}
+            () = ended.cancelled() => {}
+        }
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -304,5 +345,23 @@ mod tests {
         plain.show_replays();
         assert_eq!(lines(&plain), ["agents a … b: 2 replayed", "agent c: replayed"]);
         assert!(plain.replays_due().is_none());
+    }
+
+    /// With a pause of an hour, a renderer that waited its pause out after the run ended
+    /// would not finish within the minute this test gives it.
+    #[tokio::test]
+    async fn a_renderer_whose_run_has_ended_does_not_wait_out_its_pause() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let ui = spawn_paced(rx, true, None, Duration::from_secs(3600));
+        let entry = |seq| ProgressEntry { seq, at_ms: 0, phase: None, event: ProgressEvent::AttemptStarted { attempt: 1 } };
+        tx.send(entry(1)).expect("the renderer is receiving");
+        // The renderer takes the entry and begins its pause.
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        tx.send(entry(2)).expect("the renderer is receiving");
+        drop(tx);
+        let finished = tokio::time::timeout(Duration::from_secs(60), ui.finish()).await;
+        assert!(finished.is_ok(), "the renderer waited out its pause after the run ended");
     }
 }

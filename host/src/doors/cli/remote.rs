@@ -82,7 +82,7 @@ async fn follow_with(
 ) -> Result<RunEnvelope> {
     let run_id = &follower.run_id().to_string();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ProgressEntry>();
-    let ui = tokio::spawn(progress_ui::render(rx, quiet, events));
+    let ui = progress_ui::spawn(rx, quiet, events);
     let mut client = client.clone();
     let mut restarts = 0;
     let mut interrupt = Box::pin(tokio::signal::ctrl_c());
@@ -110,7 +110,7 @@ async fn follow_with(
                     client.cancel(factory_host::Scope::Owner, run_id).await?;
                 } else {
                     drop(tx);
-                    let _ = ui.await;
+                    ui.finish().await;
                     bail!("stopped following run {run_id}; it keeps running (factory watch {run_id})");
                 }
                 interrupt = Box::pin(tokio::signal::ctrl_c());
@@ -118,6 +118,6 @@ async fn follow_with(
         }
     };
     drop(tx);
-    let _ = ui.await;
+    ui.finish().await;
     Ok(envelope)
 }

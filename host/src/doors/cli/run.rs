@@ -314,7 +314,7 @@ where
 {
     let serving = serve(g, host);
     let (tx, rx) = mpsc::unbounded_channel();
-    let ui = tokio::spawn(progress_ui::render(rx, out.quiet, events.clone()));
+    let ui = progress_ui::spawn(rx, out.quiet, events.clone());
     use tokio::signal::unix::{signal, SignalKind};
     // Installed before the run starts, so a signal that arrives early is not lost.
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -349,7 +349,7 @@ where
     };
     let envelope = start(tx).await;
     interrupt.abort();
-    let _ = ui.await;
+    ui.finish().await;
     if let Some(serving) = serving {
         serving.drain().await;
     }
