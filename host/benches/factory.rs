@@ -669,13 +669,7 @@ fn command_start_up(table: &mut Table, component: &Path, cache: &Path, runs: usi
     let timed = |argv: &[&str]| {
         let mut cmd = factory_cmd(state.path(), cache, argv);
         cmd.env_remove("FACTORY_COMMIT_WINDOW_MS").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-        let started = Instant::now();
-        let out = cmd.output().unwrap_or_else(|e| fail(format!("cannot run `factory {}`: {e}", argv.join(" "))));
-        let took = ms(started.elapsed());
-        if !out.status.success() {
-            fail(format!("`factory {}` failed: {}", argv.join(" "), String::from_utf8_lossy(&out.stderr)));
-        }
-        took
+        ms(time_command(cmd, &format!("factory {}", argv.join(" "))))
     };
     let run = ["run", path.as_str(), "--yes", "--no-daemon", "--backend", "dry-run", "--args", args.as_str()];
     timed(&run); // fills the compile cache and makes the store
@@ -697,6 +691,17 @@ fn command_start_up(table: &mut Table, component: &Path, cache: &Path, runs: usi
             fmt_ms(run_ms - alone)
         ),
     );
+}
+
+/// The wall of `cmd` (`what` names it), run to its exit; a command that fails, fails the bench.
+fn time_command(mut cmd: std::process::Command, what: &str) -> Duration {
+    let started = Instant::now();
+    let out = cmd.output().unwrap_or_else(|e| fail(format!("cannot run `{what}`: {e}")));
+    let took = started.elapsed();
+    if !out.status.success() {
+        fail(format!("`{what}` failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    took
 }
 
 /// (3) Fan-out of `n` agents with the durable journal on.
@@ -1593,15 +1598,7 @@ async fn service_hop(table: &mut Table, component: &Path, cache: &Path, runs: us
         cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
         cmd
     };
-    let timed = |mut cmd: std::process::Command, what: &str| {
-        let started = Instant::now();
-        let out = cmd.output().unwrap_or_else(|e| fail(format!("cannot run `factory run` ({what}): {e}")));
-        let took = us(started.elapsed());
-        if !out.status.success() {
-            fail(format!("`factory run` ({what}) failed: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        took
-    };
+    let timed = |cmd: std::process::Command, what: &str| us(time_command(cmd, &format!("factory run ({what})")));
     // Warm both: the service has the component compiled; the `--no-daemon` one fills the cache.
     timed(command(service.state.path(), &[]), "through the service");
     timed(command(alone.path(), &["--no-daemon"]), "--no-daemon");
