@@ -208,7 +208,7 @@ async fn group_commit_batches_a_fan_out_into_few_commits() {
     let ops = stats.ops.load(std::sync::atomic::Ordering::SeqCst) - ops0;
     // Count the agent outcomes in the journal itself, not the writer's operations (which
     // include progress entries and accounting snapshots).
-    let journaled = factory_host::journal::Journal::load(&**host.store(), &run.run_id, usize::MAX).await.unwrap();
+    let mut journaled = factory_host::journal::Journal::load(&**host.store(), &run.run_id, usize::MAX).await.unwrap();
     assert_eq!(journaled.agents.len(), 1000, "every agent outcome was journaled");
     assert!(ops >= 1000, "{ops} writer operations");
     // One commit per agent outcome would be 1000; grouped, each commit carries many.

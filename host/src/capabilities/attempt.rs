@@ -19,7 +19,7 @@ use futures::future::{BoxFuture, FutureExt as _};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc};
-use tokio_util::sync::CancellationToken;
+use super::stop::StopSignal;
 
 /// How an attempt was told to stop, and the abort every later hook call answers with.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +76,7 @@ pub(crate) struct AttemptSetup {
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     pub updates: broadcast::Sender<RunUpdated>,
     pub record_writes: u64,
-    pub stop: CancellationToken,
+    pub stop: StopSignal,
     /// Bytes pending agent calls hold over every run of the host.
     pub host_pending_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// The attempt's span ([`crate::trace::attempt`]; `Span::none()` when traces are off).
@@ -102,7 +102,7 @@ pub(crate) struct Attempt {
     pub(crate) sandbox: SandboxLimits,
     pub(crate) journal: Arc<dyn Journal>,
     book: Mutex<Book>,
-    stop: CancellationToken,
+    stop: StopSignal,
     cause: Mutex<Option<StopCause>>,
     events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     updates: broadcast::Sender<RunUpdated>,
@@ -242,8 +242,8 @@ impl Attempt {
         self.stop.is_cancelled()
     }
 
-    /// The token that fires when the attempt stops.
-    pub(crate) fn stop_token(&self) -> &CancellationToken {
+    /// The signal that fires when the attempt stops.
+    pub(crate) fn stop_token(&self) -> &StopSignal {
         &self.stop
     }
 
@@ -312,12 +312,13 @@ impl Attempt {
     /// else unknown.
     pub(crate) fn cached_agent(&self, memo_key: &AgentKey) -> Memo {
         let key = memo_key.as_str();
-        let book = self.book();
-        // A fresh run loaded nothing: its key is hashed only if the cache misses.
+        let mut guard = self.book();
+        let book = &mut *guard;
+        // Hashed only if a lookup needs it: a fresh run loaded nothing, and a replay in
+        // journal order finds each key as the entry after the last one found.
         let mut hashed = None;
         if !book.loaded_agents.entries.is_empty() {
-            let fingerprint = *hashed.insert(book.loaded_agents.entries.fingerprint(key));
-            if let Loaded::Value(bytes) = book.loaded_agents.entries.get(fingerprint, key) {
+            if let Loaded::Value(bytes) = book.loaded_agents.entries.find(key, &mut hashed) {
                 // Bytes that do not decode are read again from the store, which says why.
                 return match decode_outcome(bytes) {
                     Ok(outcome) => Memo::Hit(outcome.map(str::to_string)),

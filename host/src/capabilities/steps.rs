@@ -26,7 +26,7 @@ struct Keys {
 }
 
 impl Keys {
-    fn knows(&self, fingerprint: u64) -> bool {
+    fn knows(&mut self, fingerprint: u64) -> bool {
         self.loaded.knows(fingerprint) || self.added.contains(&fingerprint)
     }
 }
@@ -55,10 +55,13 @@ impl Steps {
     /// The journaled value of `key`, if any.
     fn lookup(&self, key: &str) -> Result<Option<String>, Abort> {
         let attempt = &self.attempt;
-        let fingerprint = fingerprint(key);
+        // Hashed only if the lookup needs it: a replay in journal order finds each key as
+        // the entry after the last one found.
+        let mut hashed = None;
         let known = {
-            let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-            match keys.loaded.get(fingerprint, key) {
+            let mut guard = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            let keys = &mut *guard;
+            match keys.loaded.find(key, &mut hashed) {
                 Loaded::Value(value) => match std::str::from_utf8(value) {
                     Ok(value) => return Ok(Some(value.to_string())),
                     // Not as the journal writes it: read again from the journal, which says
@@ -66,7 +69,7 @@ impl Steps {
                     Err(_) => true,
                 },
                 Loaded::Unloaded => true,
-                Loaded::Absent => keys.added.contains(&fingerprint),
+                Loaded::Absent => keys.added.contains(hashed.get_or_insert_with(|| fingerprint(key))),
             }
         };
         if let Some(value) = attempt.cached_step(key) {

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
-use tokio_util::sync::CancellationToken;
+use crate::capabilities::stop::StopSignal;
 use tracing::Instrument;
 use wasmtime::component::Linker;
 use wasmtime::Engine;
@@ -250,7 +250,7 @@ pub const DETAIL_AGENTS: usize = 2_000;
 
 /// A run executing in this process.
 struct ActiveRun {
-    stop: CancellationToken,
+    stop: StopSignal,
     shared: Option<Arc<Capabilities>>,
 }
 
@@ -629,7 +629,7 @@ impl Host {
             events: None,
             updates: broadcast::channel(1).0,
             record_writes: 0,
-            stop: CancellationToken::new(),
+            stop: StopSignal::new(),
             host_pending_bytes: self.pending_bytes.clone(),
             span: tracing::Span::none(),
             agent_limits: Default::default(),
@@ -1142,7 +1142,7 @@ impl Host {
     /// Mark `run_id` as executing here (refused when it already is). Until the claim is
     /// dropped, `wait` does not take the run's stored status for its end.
     fn claim(&self, run_id: &str) -> Result<Claim<'_>, Error> {
-        let stop = CancellationToken::new();
+        let stop = StopSignal::new();
         let mut active = self.active();
         if active.contains_key(run_id) {
             return Err(Error::AlreadyActive(run_id.to_string()));
@@ -1232,7 +1232,7 @@ impl Host {
         record: &mut RunRecord,
         events: Option<mpsc::UnboundedSender<ProgressEntry>>,
         backend: Arc<dyn AgentBackend>,
-        stop: CancellationToken,
+        stop: StopSignal,
         span: tracing::Span,
     ) -> Result<(), Error> {
         let run_id = record.envelope.run_id.clone();
@@ -1648,7 +1648,7 @@ impl Drop for ActiveGuard<'_> {
 
 /// A run claimed for an attempt: its stop token, and the guard that releases it.
 struct Claim<'a> {
-    stop: CancellationToken,
+    stop: StopSignal,
     guard: ActiveGuard<'a>,
 }
 

@@ -342,7 +342,7 @@ pub async fn journal_reads_and_puts(open: &impl Open) {
     assert_eq!(store.get_step(&run, "plan").await.expect("get_step").as_deref(), Some("\"v2\""), "and once committed");
     assert_eq!(store.get_agent(&run, "a2").await.expect("get_agent"), Some(None));
 
-    let snapshot = store.load(&run, 1 << 20).await.expect("load");
+    let mut snapshot = store.load(&run, 1 << 20).await.expect("load");
     assert_eq!(snapshot.steps.len(), 1, "every step key");
     assert_eq!(steps(&snapshot), BTreeMap::from([("plan".to_string(), "\"v2\"".to_string())]), "a load with room holds every value");
     let expected = BTreeMap::from([("a1".to_string(), Some("{\"text\":\"hi\"}".to_string())), ("a2".to_string(), None)]);
@@ -355,8 +355,8 @@ pub async fn journal_reads_and_puts(open: &impl Open) {
         assert!(snapshot.agents.knows(snapshot.agents.fingerprint(key)), "agent key {key} known");
     }
     assert!(!snapshot.agents.knows(snapshot.agents.fingerprint("a3")), "a call never journaled is not known");
-    assert_eq!(snapshot.steps.get(fingerprint("plan"), "plan"), Loaded::Value(&b"\"v2\""[..]), "a value is found by its key");
-    assert_eq!(snapshot.steps.get(fingerprint("other"), "other"), Loaded::Absent);
+    assert_eq!(snapshot.steps.get("plan"), Loaded::Value(&b"\"v2\""[..]), "a value is found by its key");
+    assert_eq!(snapshot.steps.get("other"), Loaded::Absent);
     assert_eq!(snapshot.journal_bytes, 40, "the last journal bytes");
     let empty = store.load(&other, 1 << 20).await.expect("load");
     assert!(empty.steps.is_empty() && empty.agents.is_empty(), "an empty journal lists no key");
@@ -381,7 +381,7 @@ pub async fn journal_load_budget(open: &impl Open) {
     store.put_agent(&run, "k1", Some(&value(37)), 3).expect("put_agent");
     flush(&store).await;
 
-    let snapshot = store.load(&run, 200).await.expect("load");
+    let mut snapshot = store.load(&run, 200).await.expect("load");
     assert_eq!(snapshot.steps.len(), 5, "every step key, loaded or not");
     for key in ["a", "b", "c", "d", "e"] {
         assert!(snapshot.steps.knows(fingerprint(key)), "step key {key} known");
@@ -389,15 +389,15 @@ pub async fn journal_load_budget(open: &impl Open) {
     let loaded = steps(&snapshot);
     assert_eq!(loaded.keys().collect::<Vec<_>>(), vec!["a", "b", "c", "d"], "the steps that fit, none over a quarter of the budget");
     assert!(loaded.values().all(|v| *v == value(45)));
-    assert_eq!(snapshot.steps.get(fingerprint("e"), "e"), Loaded::Unloaded, "a key whose value was not loaded");
+    assert_eq!(snapshot.steps.get("e"), Loaded::Unloaded, "a key whose value was not loaded");
     assert_eq!(snapshot.agents.values(), 0, "steps come first: the agent outcome did not fit what they left");
     assert_eq!(snapshot.journal_bytes, 3);
 
     // With room, the agent outcome is loaded; the big step still is not (over a quarter).
-    let roomy = store.load(&run, 240).await.expect("load");
+    let mut roomy = store.load(&run, 240).await.expect("load");
     assert_eq!(roomy.steps.values(), 4, "{:?}", steps(&roomy));
     assert_eq!(outcomes(&roomy).get("k1"), Some(&Some(value(37))), "the outcome fits now");
-    let whole = store.load(&run, 1000).await.expect("load");
+    let mut whole = store.load(&run, 1000).await.expect("load");
     assert_eq!((whole.steps.values(), whole.agents.values()), (5, 1), "a budget for everything loads everything");
     // Over a quarter of the budget is never loaded, however much room is left.
     let big = fresh_id();
@@ -405,10 +405,10 @@ pub async fn journal_load_budget(open: &impl Open) {
     store.put_agent(&big, "k", Some(&value(59)), 2).expect("put_agent");
     store.put_step(&big, "t", &value(45), 3).expect("put_step");
     flush(&store).await;
-    let capped = store.load(&big, 200).await.expect("load");
+    let mut capped = store.load(&big, 200).await.expect("load");
     assert_eq!(steps(&capped).keys().collect::<Vec<_>>(), vec!["t"], "a step of 61 bytes is over a quarter of 200");
     assert_eq!(capped.agents.values(), 0, "so is an agent outcome of 2 + 1 + 59");
-    let none = store.load(&run, 0).await.expect("load");
+    let mut none = store.load(&run, 0).await.expect("load");
     assert_eq!((none.steps.values(), none.agents.values()), (0, 0), "no budget, no values");
     assert_eq!(none.steps.len(), 5, "but every key");
 }
@@ -435,7 +435,7 @@ pub async fn journal_load_order(open: &impl Open) {
     store.put_agent(&run, "k0", None, place()).expect("put_agent");
     store.put_step(&run, "b", "\"b\"", place()).expect("put_step");
     flush(&store).await;
-    let snapshot = store.load(&run, 1 << 20).await.expect("load");
+    let mut snapshot = store.load(&run, 1 << 20).await.expect("load");
     let steps: Vec<_> = snapshot.steps.iter().map(|(k, v)| format!("{k}={}", String::from_utf8_lossy(v))).collect();
     assert_eq!(steps, ["m=\"m\"", "x=\"x\"", "a=\"a\"", "c=\"c again\"", "b=\"b\""], "steps in the order of their last puts");
     let outcome = |v: &[u8]| decode_outcome(v).expect("an outcome the journal wrote").map(str::to_string);
@@ -444,7 +444,7 @@ pub async fn journal_load_order(open: &impl Open) {
     assert_eq!(agents, expected.map(|(k, v)| (k.to_string(), v.map(str::to_string))), "agent outcomes in the order of their puts");
     // A replay asks in that order and finds each one.
     for key in ["m", "x", "a", "c", "b"] {
-        assert!(matches!(snapshot.steps.get(fingerprint(key), key), Loaded::Value(_)), "{key}");
+        assert!(matches!(snapshot.steps.get(key), Loaded::Value(_)), "{key}");
     }
 }
 

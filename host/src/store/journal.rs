@@ -14,7 +14,6 @@ use crate::model::envelope::Accounting;
 use futures::future::BoxFuture;
 use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
 
 /// A step key's fingerprint: a 64-bit keyed hash (SipHash with a key random per process, so
@@ -108,16 +107,41 @@ impl Slot {
     }
 }
 
-/// An entry's header in the buffer: its key's fingerprint (flipped once its value no longer
-/// holds), its key's length and its value's length; the key and the value follow.
-const HEADER: usize = 16;
+/// An entry's header in the buffer: its key's length (with [`DEAD`] set once its value no
+/// longer holds) and its value's length; the key and the value follow. No fingerprint: a
+/// lookup by the walk needs none, and the table hashes the key when it is made.
+const HEADER: usize = 8;
 
-/// An entry's header, read at `at`: (fingerprint, key length, value length).
-fn header(bytes: &[u8], at: usize) -> Option<(u64, usize, usize)> {
+/// The bit of an entry's key length that says its value no longer holds: a newer one was
+/// journaled, or another key shares its fingerprint. An entry ends within 32 bits, so its
+/// key is shorter than this.
+const DEAD: u32 = 1 << 31;
+
+/// An entry's header, read at `at`.
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    key_len: usize,
+    value_len: usize,
+    live: bool,
+}
+
+impl Header {
+    /// Where the entry that starts at `at` ends.
+    fn end(&self, at: usize) -> usize {
+        at + HEADER + self.key_len + self.value_len
+    }
+}
+
+/// The header of the entry at `at`, if one starts there.
+fn header(bytes: &[u8], at: usize) -> Option<Header> {
     let header: &[u8; HEADER] = bytes.get(at..at.checked_add(HEADER)?)?.try_into().ok()?;
-    let [f0, f1, f2, f3, f4, f5, f6, f7, k0, k1, k2, k3, v0, v1, v2, v3] = *header;
-    let fingerprint = u64::from_le_bytes([f0, f1, f2, f3, f4, f5, f6, f7]);
-    Some((fingerprint, u32::from_le_bytes([k0, k1, k2, k3]) as usize, u32::from_le_bytes([v0, v1, v2, v3]) as usize))
+    let [k0, k1, k2, k3, v0, v1, v2, v3] = *header;
+    let key_len = u32::from_le_bytes([k0, k1, k2, k3]);
+    Some(Header {
+        key_len: (key_len & !DEAD) as usize,
+        value_len: u32::from_le_bytes([v0, v1, v2, v3]) as usize,
+        live: key_len & DEAD == 0,
+    })
 }
 
 /// What [`LoadedEntries::get`] knows of a key.
@@ -133,9 +157,9 @@ pub enum Loaded<'a> {
 
 /// The entries of one kind (steps, agent outcomes) a [`Journal::load`] is reading, in the
 /// order the journal hands them over: each key and value appended to one buffer, with its
-/// place in the journal. [`LoadingEntries::finish`] lays them out in journal order and makes
-/// the table they are looked up by, sized once for the keys it holds (no growth, no rehash
-/// while the journal is read).
+/// place in the journal (no key is hashed but those whose value is not loaded).
+/// [`LoadingEntries::finish`] lays them out in journal order and sizes, once, the table they
+/// are looked up by off the walk (no growth, no rehash when it is made).
 pub struct LoadingEntries {
     bytes: Vec<u8>,
     /// Each loaded value's place in the journal, and where its entry starts in `bytes` and
@@ -179,7 +203,6 @@ impl LoadingEntries {
     /// the run, such as the run's journal bytes counted with it; ties keep the order given).
     /// Each key is given once.
     pub fn value(&mut self, key: &str, value: &[&[u8]], place: u64) {
-        let fingerprint = (self.hash)(key);
         let value_len = value.iter().fold(0usize, |sum, part| sum.saturating_add(part.len()));
         // An entry that would end past 32 bits leaves its key known, its value unloaded. One
         // that ends within them has its place and both lengths under 32 bits, and starts
@@ -187,10 +210,9 @@ impl LoadingEntries {
         let at = self.bytes.len();
         let end = at.saturating_add(HEADER).saturating_add(key.len()).saturating_add(value_len);
         if u32::try_from(end).is_err() {
-            self.keys_only.push(fingerprint);
+            self.keys_only.push((self.hash)(key));
             return;
         }
-        self.bytes.extend_from_slice(&fingerprint.to_le_bytes());
         self.bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
         self.bytes.extend_from_slice(&(value_len as u32).to_le_bytes());
         self.bytes.extend_from_slice(key.as_bytes());
@@ -203,8 +225,7 @@ impl LoadingEntries {
         self.placed.push((place, at as u32, (end - at) as u32));
     }
 
-    /// The entries, laid out in journal order and looked up by fingerprint. Two keys sharing
-    /// a fingerprint are both [`Loaded::Unloaded`] (the journal tells them apart).
+    /// The entries, laid out in journal order (see [`LoadedEntries`]).
     pub fn finish(self) -> LoadedEntries {
         let LoadingEntries { mut bytes, mut placed, in_order, keys_only, hash } = self;
         // Journal order is the order a replay asks in: its lookups then read the buffer from
@@ -223,22 +244,11 @@ impl LoadingEntries {
             bytes.shrink_to_fit();
         }
         let keys = placed.len() + keys_only.len();
+        let values = placed.len();
         drop(placed);
-        let mut loaded = LoadedEntries { bytes, table: Vec::new(), keys: 0, values: 0, next: Cell::new(0), hash };
-        if keys == 0 {
-            return loaded;
-        }
         // At most two thirds full: a lookup of a key not there stops at an empty slot soon.
-        loaded.table = vec![Slot::EMPTY; (keys + keys / 2 + 1).next_power_of_two()];
-        let mut at = 0;
-        while let Some((fingerprint, key_len, value_len)) = header(&loaded.bytes, at) {
-            loaded.insert(Slot { fingerprint, at: at as u32 });
-            at += HEADER + key_len + value_len;
-        }
-        for fingerprint in keys_only {
-            loaded.insert(Slot::key_only(fingerprint));
-        }
-        loaded
+        let slots = if keys == 0 { 0 } else { (keys + keys / 2 + 1).next_power_of_two() };
+        LoadedEntries { bytes, table: Vec::new(), slots, keys_only, keys, values, next: 0, hash }
     }
 }
 
@@ -285,22 +295,27 @@ fn sort_by_place(placed: &mut Vec<(u64, u32, u32)>) {
 
 /// The entries of one kind (steps, agent outcomes) a [`Journal::load`] found: every key, as
 /// its [`fingerprint`], and the values that fit the load's budget, each entry (a header, its
-/// key, its value) one after the other in one buffer in journal order, looked up through an
+/// key, its value) one after the other in one buffer in journal order. A lookup first tries
+/// the entry after the last one found, by its key text: a replay, which asks in journal
+/// order, reads the buffer front to back, and hashes no key. Other lookups go through an
 /// open-addressed table of fingerprints (linear probing; a fingerprint is already a uniform
-/// keyed hash, so its low bits place it). A lookup first tries the entry after the last one
-/// found, so a replay, which asks in journal order, reads the buffer front to back and
-/// rarely the table. No allocation and no hash of the key text per entry beyond its
-/// fingerprint; a value is returned only for its exact key. Made by
-/// [`LoadingEntries::finish`].
+/// keyed hash, so its low bits place it), made at the first of them: a replay that only
+/// asks in journal order never makes it. No allocation per entry; a value is returned only
+/// for its exact key. Made by [`LoadingEntries::finish`].
 #[derive(Clone)]
 pub struct LoadedEntries {
     bytes: Vec<u8>,
-    /// Empty, or a power of two long and never full.
+    /// Empty until made ([`LoadedEntries::index`]), then `slots` long and never full.
     table: Vec<Slot>,
+    /// The table's length once made: a power of two, or 0 when no key is known.
+    slots: usize,
+    /// The fingerprints of the keys whose value is not loaded, until the table holds them.
+    keys_only: Vec<u64>,
+    /// Keys known; until the table is made, keys sharing a fingerprint count twice.
     keys: usize,
     values: usize,
     /// Where the entry after the last one found starts.
-    next: Cell<u32>,
+    next: u32,
     hash: fn(&str) -> u64,
 }
 
@@ -312,9 +327,32 @@ impl Default for LoadedEntries {
 }
 
 impl LoadedEntries {
-    /// The fingerprint of `key` here (what [`LoadedEntries::get`] and the others take).
+    /// The fingerprint of `key` here (what [`LoadedEntries::knows`] and the others take).
     pub fn fingerprint(&self, key: &str) -> u64 {
         (self.hash)(key)
+    }
+
+    /// Make the table, if it is not made yet. Two keys sharing a fingerprint are both
+    /// [`Loaded::Unloaded`] from then on (the journal tells them apart).
+    fn index(&mut self) {
+        if !self.table.is_empty() || self.slots == 0 {
+            return;
+        }
+        self.table = vec![Slot::EMPTY; self.slots];
+        (self.keys, self.values) = (0, 0);
+        let mut at = 0;
+        while let Some(header) = header(&self.bytes, at) {
+            let key_at = at + HEADER;
+            // Every key was a `&str` when it was loaded.
+            if let Some(key) = self.bytes.get(key_at..key_at + header.key_len).and_then(|k| std::str::from_utf8(k).ok()) {
+                let fingerprint = (self.hash)(key);
+                self.insert(if header.live { Slot { fingerprint, at: at as u32 } } else { Slot::key_only(fingerprint) });
+            }
+            at = header.end(at);
+        }
+        for fingerprint in std::mem::take(&mut self.keys_only) {
+            self.insert(Slot::key_only(fingerprint));
+        }
     }
 
     /// The slot of `fingerprint`, or the empty one its probe ends at (`None`: no table).
@@ -354,38 +392,57 @@ impl LoadedEntries {
         }
     }
 
-    /// Flip the fingerprint in the header of `slot`'s entry, so no lookup finds it there.
+    /// Mark `slot`'s entry dead in its header, so no lookup finds it there.
     fn kill(&mut self, slot: Slot) {
         if slot.has_value() {
             let at = slot.at as usize;
-            if let Some(stored) = self.bytes.get_mut(at..at + 8) {
-                stored.copy_from_slice(&(!slot.fingerprint).to_le_bytes());
+            if let Some(key_len) = self.bytes.get_mut(at..at + 4) {
+                let marked = u32::from_le_bytes([key_len[0], key_len[1], key_len[2], key_len[3]]) | DEAD;
+                key_len.copy_from_slice(&marked.to_le_bytes());
             }
         }
     }
 
-    /// The value of the entry at `at` if it is `key`'s (of `fingerprint`), and where the
-    /// entry ends.
-    fn entry(&self, at: usize, fingerprint: u64, key: &str) -> Option<(&[u8], usize)> {
-        let (stored, key_len, value_len) = header(&self.bytes, at)?;
-        if stored != fingerprint || key_len != key.len() {
+    /// Where the value of the entry at `at` is, if the entry is `key`'s and holds, and where
+    /// the entry ends.
+    fn entry(&self, at: usize, key: &str) -> Option<(std::ops::Range<usize>, usize)> {
+        let header = header(&self.bytes, at)?;
+        if !header.live || header.key_len != key.len() {
             return None;
         }
         let key_at = at + HEADER;
-        let value_at = key_at + key_len;
-        let end = value_at + value_len;
-        if self.bytes.get(key_at..value_at)? != key.as_bytes() {
+        let value_at = key_at + header.key_len;
+        let end = header.end(at);
+        if self.bytes.get(key_at..value_at)? != key.as_bytes() || end > self.bytes.len() {
             return None;
         }
-        Some((self.bytes.get(value_at..end)?, end))
+        Some((value_at..end, end))
     }
 
-    /// What the load knew of `key`, whose [`LoadedEntries::fingerprint`] is `fingerprint`.
-    pub fn get(&self, fingerprint: u64, key: &str) -> Loaded<'_> {
-        if let Some((value, end)) = self.entry(self.next.get() as usize, fingerprint, key) {
-            self.next.set(end as u32);
-            return Loaded::Value(value);
+    /// The entry at `at`'s value, if the entry is `key`'s and holds; the next lookup starts
+    /// after it.
+    fn found(&mut self, at: usize, key: &str) -> Option<&[u8]> {
+        let (value, end) = self.entry(at, key)?;
+        self.next = end as u32;
+        self.bytes.get(value)
+    }
+
+    /// What the load knew of `key`.
+    pub fn get(&mut self, key: &str) -> Loaded<'_> {
+        self.find(key, &mut None)
+    }
+
+    /// [`LoadedEntries::get`], with `fingerprint` the key's [`LoadedEntries::fingerprint`] if
+    /// the caller has it; a lookup that needs it fills it in.
+    pub fn find(&mut self, key: &str, fingerprint: &mut Option<u64>) -> Loaded<'_> {
+        if self.slots == 0 {
+            return Loaded::Absent;
         }
+        if self.entry(self.next as usize, key).is_some() {
+            return self.found(self.next as usize, key).map_or(Loaded::Unloaded, Loaded::Value);
+        }
+        let fingerprint = *fingerprint.get_or_insert_with(|| (self.hash)(key));
+        self.index();
         let Some(slot) = self.probe(fingerprint).map(|i| self.table[i]) else { return Loaded::Absent };
         if slot.is_empty() {
             return Loaded::Absent;
@@ -393,30 +450,27 @@ impl LoadedEntries {
         if !slot.has_value() {
             return Loaded::Unloaded;
         }
-        match self.entry(slot.at as usize, fingerprint, key) {
-            Some((value, end)) => {
-                self.next.set(end as u32);
-                Loaded::Value(value)
-            }
-            None => Loaded::Unloaded,
-        }
+        self.found(slot.at as usize, key).map_or(Loaded::Unloaded, Loaded::Value)
     }
 
     /// Whether the key of `fingerprint` was journaled.
-    pub fn knows(&self, fingerprint: u64) -> bool {
+    pub fn knows(&mut self, fingerprint: u64) -> bool {
+        self.index();
         self.probe(fingerprint).is_some_and(|i| !self.table[i].is_empty())
     }
 
     /// The value of the key of `fingerprint` no longer holds (a newer one was journaled
     /// since): the key stays known, its value is asked of the journal.
     pub fn forget(&mut self, fingerprint: u64) {
+        self.index();
         if let Some(i) = self.probe(fingerprint) {
             self.unload(i);
         }
     }
 
     /// Keys known (two sharing a fingerprint count once).
-    pub fn len(&self) -> usize {
+    pub fn len(&mut self) -> usize {
+        self.index();
         self.keys
     }
 
@@ -426,25 +480,26 @@ impl LoadedEntries {
     }
 
     /// Values held.
-    pub fn values(&self) -> usize {
+    pub fn values(&mut self) -> usize {
+        self.index();
         self.values
     }
 
-    /// Bytes this holds in memory: its buffer and its table.
+    /// Bytes this holds in memory, or will once its table is made: its buffer and its table.
     pub fn memory(&self) -> usize {
-        self.bytes.capacity() + self.table.capacity() * std::mem::size_of::<Slot>()
+        self.bytes.capacity() + self.slots.max(self.table.capacity()) * std::mem::size_of::<Slot>() + self.keys_only.capacity() * 8
     }
 
     /// Every loaded (key, value) that still holds, in journal order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
         let mut at = 0;
         std::iter::from_fn(move || loop {
-            let (stored, key_len, value_len) = header(&self.bytes, at)?;
+            let header = header(&self.bytes, at)?;
             let key_at = at + HEADER;
-            at = key_at + key_len + value_len;
-            let key = std::str::from_utf8(self.bytes.get(key_at..key_at + key_len)?).ok()?;
-            if stored == (self.hash)(key) {
-                return Some((key, self.bytes.get(key_at + key_len..at)?));
+            at = header.end(at);
+            if header.live {
+                let key = std::str::from_utf8(self.bytes.get(key_at..key_at + header.key_len)?).ok()?;
+                return Some((key, self.bytes.get(key_at + header.key_len..at)?));
             }
         })
     }
@@ -452,7 +507,7 @@ impl LoadedEntries {
 
 impl std::fmt::Debug for LoadedEntries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedEntries").field("keys", &self.len()).field("values", &self.values).field("bytes", &self.bytes.len()).finish()
+        f.debug_struct("LoadedEntries").field("keys", &self.keys).field("values", &self.values).field("bytes", &self.bytes.len()).finish()
     }
 }
 
@@ -650,13 +705,13 @@ mod tests {
         loading.key("big");
         let mut entries = loading.finish();
         assert_eq!((entries.len(), entries.values()), (2, 1));
-        assert_eq!(entries.get(fingerprint("plan"), "plan"), Loaded::Value(&b"\"v1\""[..]));
-        assert_eq!(entries.get(fingerprint("big"), "big"), Loaded::Unloaded, "known, its value not loaded");
-        assert_eq!(entries.get(fingerprint("none"), "none"), Loaded::Absent);
+        assert_eq!(entries.get("plan"), Loaded::Value(&b"\"v1\""[..]));
+        assert_eq!(entries.get("big"), Loaded::Unloaded, "known, its value not loaded");
+        assert_eq!(entries.get("none"), Loaded::Absent);
         // A key text that does not match the entry under its fingerprint gets no value.
-        assert_eq!(entries.get(fingerprint("plan"), "other"), Loaded::Unloaded);
+        assert_eq!(entries.find("other", &mut Some(fingerprint("plan"))), Loaded::Unloaded);
         entries.forget(fingerprint("plan"));
-        assert_eq!(entries.get(fingerprint("plan"), "plan"), Loaded::Unloaded, "replaced: ask the journal");
+        assert_eq!(entries.get("plan"), Loaded::Unloaded, "replaced: ask the journal");
         assert!(entries.knows(fingerprint("plan")), "still journaled");
         assert_eq!(entries.values(), 0);
         assert_eq!(entries.iter().count(), 0);
@@ -668,10 +723,14 @@ mod tests {
         loading.value("a", &[b"1"], 1);
         loading.value("cc", &[b"3"], 2);
         loading.value("b", &[b"2"], 3);
-        let entries = loading.finish();
-        assert_eq!(entries.get(7, "a"), Loaded::Unloaded);
-        assert_eq!(entries.get(7, "b"), Loaded::Unloaded);
-        assert_eq!(entries.get(8, "cc"), Loaded::Value(&b"3"[..]));
+        let mut entries = loading.finish();
+        // The walk finds an entry by its key's text, fingerprints aside.
+        assert_eq!(entries.get("a"), Loaded::Value(&b"1"[..]), "the walk, before any table");
+        // Off the walk, the table is made: from then on, keys sharing a fingerprint are left
+        // to the journal.
+        assert_eq!(entries.get("b"), Loaded::Unloaded);
+        assert_eq!(entries.get("a"), Loaded::Unloaded);
+        assert_eq!(entries.get("cc"), Loaded::Value(&b"3"[..]));
         assert_eq!((entries.len(), entries.values()), (2, 1));
     }
 
@@ -688,13 +747,13 @@ mod tests {
         assert_eq!((entries.len(), entries.values()), (5000, 3333));
         for i in 0..5000 {
             let key = format!("k{i}");
-            let found = entries.get(fingerprint(&key), &key);
+            let found = entries.get(&key);
             match i % 3 {
                 0 => assert_eq!(found, Loaded::Unloaded, "{key}"),
                 _ => assert_eq!(found, Loaded::Value(format!("{i}").as_bytes()), "{key}"),
             }
             let never = format!("n{i}");
-            assert_eq!(entries.get(fingerprint(&never), &never), Loaded::Absent);
+            assert_eq!(entries.get(&never), Loaded::Absent);
             assert!(!entries.knows(fingerprint(&never)));
         }
         let mut all: Vec<_> = entries.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect();
@@ -721,29 +780,34 @@ mod tests {
         // A replay in journal order walks the buffer: each lookup starts where the last ended.
         let mut ends = Vec::new();
         for key in ["b", "d", "e", "a", "c"] {
-            assert_eq!(entries.get(fingerprint(key), key), Loaded::Value(format!("{key}!").as_bytes()), "{key}");
-            ends.push(entries.next.get() as usize);
+            assert_eq!(entries.get(key), Loaded::Value(format!("{key}!").as_bytes()), "{key}");
+            ends.push(entries.next as usize);
         }
-        assert_eq!(ends, [19, 38, 57, 76, 95], "each entry right after the one before (16 + 1 + 2 bytes)");
-        // Out of order, the table finds it and the walk goes on from there.
-        assert_eq!(entries.get(fingerprint("d"), "d"), Loaded::Value(b"d!"));
-        assert_eq!(entries.next.get(), 38);
-        assert_eq!(entries.get(fingerprint("f"), "f"), Loaded::Unloaded);
-        assert_eq!(entries.get(fingerprint("g"), "g"), Loaded::Absent);
+        assert_eq!(ends, [11, 22, 33, 44, 55], "each entry right after the one before (8 + 1 + 2 bytes)");
+        assert!(entries.table.is_empty(), "a replay in journal order makes no table");
+        let memory = entries.memory();
+        // Out of order, the table (made now) finds it and the walk goes on from there.
+        assert_eq!(entries.get("d"), Loaded::Value(b"d!"));
+        assert_eq!(entries.next, 22);
+        assert_eq!(entries.table.len(), 16, "6 keys, at most two thirds full");
+        assert!(entries.memory() <= memory, "the table was counted before it was made: {} > {memory}", entries.memory());
+        assert_eq!(entries.get("f"), Loaded::Unloaded);
+        assert_eq!(entries.get("g"), Loaded::Absent);
         // A value forgotten is not found by the walk either, though its bytes are still there.
         entries.forget(fingerprint("e"));
-        assert_eq!(entries.get(fingerprint("e"), "e"), Loaded::Unloaded, "the entry after the last one found, forgotten");
-        assert_eq!(entries.get(fingerprint("a"), "a"), Loaded::Value(b"a!"));
+        assert_eq!(entries.get("e"), Loaded::Unloaded, "the entry after the last one found, forgotten");
+        assert_eq!(entries.get("a"), Loaded::Value(b"a!"));
         assert_eq!(entries.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["b", "d", "a", "c"]);
-        // Keys sharing a fingerprint are not found by the walk.
+        // Keys sharing a fingerprint are not found by the walk once the table is made.
         let mut loading = LoadingEntries { hash: |key| if key.len() == 1 { 7 } else { 8 }, ..LoadingEntries::steps() };
         loading.value("x", &[b"1"], 1);
         loading.value("yy", &[b"2"], 2);
         loading.value("z", &[b"3"], 3);
-        let entries = loading.finish();
-        assert_eq!(entries.get(7, "x"), Loaded::Unloaded, "the first entry, shared");
-        assert_eq!(entries.get(8, "yy"), Loaded::Value(b"2"));
-        assert_eq!(entries.get(7, "z"), Loaded::Unloaded, "the entry after the last one found, shared");
+        let mut entries = loading.finish();
+        assert_eq!(entries.get("x"), Loaded::Value(b"1"), "the walk, by the key's text, before any table");
+        assert_eq!(entries.get("z"), Loaded::Unloaded, "off the walk: the table, where x and z share a fingerprint");
+        assert_eq!(entries.get("yy"), Loaded::Value(b"2"), "the walk goes on after x");
+        assert_eq!(entries.get("z"), Loaded::Unloaded, "the entry after the last one found, shared");
         assert_eq!(entries.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["yy"]);
     }
 
@@ -785,12 +849,14 @@ mod tests {
         for key in ["7", "15", "3"] {
             loading.value(key, &[key.as_bytes()], 0);
         }
-        let entries = loading.finish();
-        for key in ["7", "15", "3"] {
-            assert_eq!(entries.get(entries.fingerprint(key), key), Loaded::Value(key.as_bytes()));
+        let mut entries = loading.finish();
+        // Asked off the walk (each key's entry is not the one after the last found): by the table.
+        for key in ["3", "15", "7"] {
+            assert_eq!(entries.get(key), Loaded::Value(key.as_bytes()));
         }
-        assert_eq!(entries.get(23, "23"), Loaded::Absent, "past both, to the empty slot after them");
-        assert_eq!(LoadedEntries::default().get(7, "7"), Loaded::Absent, "no table at all");
+        assert_eq!(entries.table.len(), 8);
+        assert_eq!(entries.get("23"), Loaded::Absent, "past both, to the empty slot after them");
+        assert_eq!(LoadedEntries::default().get("7"), Loaded::Absent, "no table at all");
     }
 
     #[test]
@@ -806,8 +872,9 @@ mod tests {
         assert_eq!(agent_fingerprint(&not_hex), fingerprint(&not_hex));
         let mut loading = LoadingEntries::agents();
         loading.value(&key, &[b"\x01", b"\"ok\""], 0);
-        let entries = loading.finish();
-        assert_eq!(entries.get(entries.fingerprint(&key), &key), Loaded::Value(&b"\x01\"ok\""[..]));
+        let mut entries = loading.finish();
+        assert!(entries.knows(agent_fingerprint(&key)));
+        assert_eq!(entries.get(&key), Loaded::Value(&b"\x01\"ok\""[..]));
     }
 
     #[test]
