@@ -419,12 +419,12 @@ impl LoadedEntries {
         Some((value_at..end, end))
     }
 
-    /// The entry at `at`'s value, if the entry is `key`'s and holds; the next lookup starts
-    /// after it.
-    fn found(&mut self, at: usize, key: &str) -> Option<&[u8]> {
-        let (value, end) = self.entry(at, key)?;
+    /// The value of the entry at `at` if it is `key`'s and holds, the next lookup starting
+    /// after it; [`Loaded::Unloaded`] if not.
+    fn found(&mut self, at: usize, key: &str) -> Loaded<'_> {
+        let Some((value, end)) = self.entry(at, key) else { return Loaded::Unloaded };
         self.next = end as u32;
-        self.bytes.get(value)
+        self.bytes.get(value).map_or(Loaded::Unloaded, Loaded::Value)
     }
 
     /// What the load knew of `key`.
@@ -438,8 +438,10 @@ impl LoadedEntries {
         if self.slots == 0 {
             return Loaded::Absent;
         }
-        if self.entry(self.next as usize, key).is_some() {
-            return self.found(self.next as usize, key).map_or(Loaded::Unloaded, Loaded::Value);
+        // The walk: the entry after the last one found.
+        if let Some((value, end)) = self.entry(self.next as usize, key) {
+            self.next = end as u32;
+            return self.bytes.get(value).map_or(Loaded::Unloaded, Loaded::Value);
         }
         let fingerprint = *fingerprint.get_or_insert_with(|| (self.hash)(key));
         self.index();
@@ -450,7 +452,7 @@ impl LoadedEntries {
         if !slot.has_value() {
             return Loaded::Unloaded;
         }
-        self.found(slot.at as usize, key).map_or(Loaded::Unloaded, Loaded::Value)
+        self.found(slot.at as usize, key)
     }
 
     /// Whether the key of `fingerprint` was journaled.
