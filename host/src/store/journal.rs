@@ -113,8 +113,8 @@ impl Slot {
 const HEADER: usize = 8;
 
 /// The bit of an entry's key length that says its value no longer holds: a newer one was
-/// journaled, or another key shares its fingerprint. An entry ends within 32 bits, so its
-/// key is shorter than this.
+/// journaled, or another key shares its fingerprint. A key this long or longer keeps no
+/// value ([`LoadingEntries::value`]).
 const DEAD: u32 = 1 << 31;
 
 /// An entry's header, read at `at`.
@@ -204,12 +204,12 @@ impl LoadingEntries {
     /// Each key is given once.
     pub fn value(&mut self, key: &str, value: &[&[u8]], place: u64) {
         let value_len = value.iter().fold(0usize, |sum, part| sum.saturating_add(part.len()));
-        // An entry that would end past 32 bits leaves its key known, its value unloaded. One
-        // that ends within them has its place and both lengths under 32 bits, and starts
-        // below the slots' sentinels.
+        // An entry that would end past 32 bits, or whose key's length reaches the dead bit,
+        // leaves its key known, its value unloaded. One that ends within them has its place
+        // and both lengths under 32 bits, and starts below the slots' sentinels.
         let at = self.bytes.len();
         let end = at.saturating_add(HEADER).saturating_add(key.len()).saturating_add(value_len);
-        if u32::try_from(end).is_err() {
+        if u32::try_from(end).is_err() || key.len() >= DEAD as usize {
             self.keys_only.push((self.hash)(key));
             return;
         }
