@@ -243,7 +243,7 @@ impl Attempt {
     }
 
     /// The signal that fires when the attempt stops.
-    pub(crate) fn stop_token(&self) -> &StopSignal {
+    pub(crate) fn stop_signal(&self) -> &StopSignal {
         &self.stop
     }
 

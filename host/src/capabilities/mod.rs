@@ -2,9 +2,9 @@
 //! state (as Spin's factors do): [`steps`] (`ctx.step-get`/`step-put`), [`agents`]
 //! (`agents.agent`: memo, limits, accounting), [`started`] (the calls `agents.agent-start`
 //! started and `agents.agent-wait` reports), [`progress`] (`ctx.phase`/`ctx.log`),
-//! [`sleep`] (`agents.sleep`), [`stop`] (the attempt's stop signal) and `script` (a script factory's source). What they share of
-//! one attempt (identity, limits, the stop signal, the journal view and the progress
-//! journal) is [`attempt::Attempt`]. [`Capabilities`] is one attempt's set, which the run
+//! [`sleep`] (`agents.sleep`) and `script` (a script factory's source). What they share of
+//! one attempt (identity, limits, the stop signal of [`stop`], the journal view and the
+//! progress journal) is [`attempt::Attempt`]. [`Capabilities`] is one attempt's set, which the run
 //! engine builds and the sandbox's store data holds; `bindings` binds the WIT interfaces
 //! to the capability behind each function. [`linker`] adds the factory world and
 //! deny-by-default WASI to one linker that serves every component of a host, and

@@ -12,6 +12,6 @@ use std::time::Duration;
 pub(crate) async fn sleep(attempt: &Attempt, ms: u64) {
     tokio::select! {
         _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
-        _ = attempt.stop_token().cancelled() => {}
+        _ = attempt.stop_signal().cancelled() => {}
     }
 }

@@ -108,7 +108,7 @@ pub(crate) fn settle(agents: Arc<Agents>, attempt: Arc<Attempt>, call: Box<Call>
         tokio::select! {
             biased;
             outcome = agents.finish(call) => outcome,
-            _ = attempt.stop_token().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
+            _ = attempt.stop_signal().cancelled() => Err(attempt.stopping().unwrap_or(Abort::Cancelled)),
         }
     })
 }

@@ -1646,7 +1646,7 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
-/// A run claimed for an attempt: its stop token, and the guard that releases it.
+/// A run claimed for an attempt: its stop signal, and the guard that releases it.
 struct Claim<'a> {
     stop: StopSignal,
     guard: ActiveGuard<'a>,

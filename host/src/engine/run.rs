@@ -35,7 +35,7 @@ pub(crate) async fn execute(
     budget: Option<Duration>,
     grants: &[String],
 ) -> AttemptOutcome {
-    let stop = shared.attempt.stop_token().clone();
+    let stop = shared.attempt.stop_signal().clone();
     // An attempt stopped before it began (no active time left, a cancel that came first)
     // never starts its guest, grace or not.
     let stopped_before = stop.is_cancelled();
