@@ -317,14 +317,12 @@ impl Attempt {
         // Hashed only if a lookup needs it: a fresh run loaded nothing, and a replay in
         // journal order finds each key as the entry after the last one found.
         let mut hashed = None;
-        if !book.loaded_agents.entries.is_empty() {
-            if let Loaded::Value(bytes) = book.loaded_agents.entries.find(key, &mut hashed) {
-                // Bytes that do not decode are read again from the store, which says why.
-                return match decode_outcome(bytes) {
-                    Ok(outcome) => Memo::Hit(outcome.map(str::to_string)),
-                    Err(_) => Memo::Unknown,
-                };
-            }
+        if let Loaded::Value(bytes) = book.loaded_agents.entries.find(key, &mut hashed) {
+            // Bytes that do not decode are read again from the store, which says why.
+            return match decode_outcome(bytes) {
+                Ok(outcome) => Memo::Hit(outcome.map(str::to_string)),
+                Err(_) => Memo::Unknown,
+            };
         }
         if let Some(outcome) = book.cache.agent(memo_key) {
             return Memo::Hit(outcome.clone());
