@@ -746,3 +746,24 @@ async fn step_values_past_the_memory_cache_are_read_back_from_the_store() {
     let message = assert_failure(&resumed, factory_host::FailureType::GuestError, None);
     assert!(message.contains("after 0 fresh steps"), "{message}");
 }
+
+/// `agent-start` reads its call's strings where the guest put them: a well-formed call made
+/// through the canonical ABI by hand is answered, and a prompt past the end of memory or a
+/// prompt or label that is not UTF-8 ends the run with a typed failure, the host and the
+/// companion run unharmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_start_reads_only_well_formed_strings_inside_guest_memory() {
+    let fx = fixture().await;
+    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "abi-agent-start", "n": 0 }), Limits::default())).await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result_value(), Some(json!({ "started": "pending" })), "{envelope:#?}");
+    for (n, expect) in [(1, "out of bounds"), (2, "utf-8"), (3, "utf-8")] {
+        let (envelope, _) =
+            against_companion(&fx, hostile_options(json!({ "case": "abi-agent-start", "n": n }), Limits::default())).await;
+        assert_eq!(envelope.status, RunStatus::Error, "case {n}: {envelope:#?}");
+        let failure = envelope.failure.as_ref().expect("a failure");
+        assert_eq!(failure.kind_type, factory_host::FailureType::Trap, "case {n}: {failure:#?}");
+        assert!(failure.message.to_lowercase().contains(expect), "case {n}: {failure:#?}");
+        assert!(envelope.result.is_none(), "{envelope:#?}");
+    }
+}

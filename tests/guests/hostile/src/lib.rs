@@ -60,6 +60,47 @@ async fn raw_agent(prompt: &str, label: Option<String>, schema: Option<String>, 
     Ok(raw_agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?)
 }
 
+/// `agents.agent-start` as the canonical ABI calls it: its 18 flat parameters are more than
+/// 16, so they go in memory (a `(string, agent-options)` tuple) and the import takes that
+/// tuple's address and the address of its result. Declared here so a case can hand the
+/// host bytes the generated bindings never would.
+#[link(wasm_import_module = "agent:factory/agents@0.1.0")]
+extern "C" {
+    #[link_name = "agent-start"]
+    fn agent_start_abi(params: *mut u8, result: *mut u8);
+}
+
+/// The tuple `agent_start_abi` reads: the prompt's pointer and length at 0 and 4, then
+/// `agent-options` at 8 (label, schema and model as `option<string>` at 8, 20 and 32, the
+/// soft limits at 48; all absent when zero).
+#[repr(C, align(8))]
+struct StartParams([u8; 88]);
+
+/// What `agent_start_abi` writes: the `result`'s case at 0, `started`'s at 4 (0: `reply`,
+/// 1: `pending`).
+#[repr(C, align(8))]
+struct StartResult([u8; 32]);
+
+/// `agent-start` of a prompt at `prompt` (`len` bytes) with a label at `label` (`label_len`
+/// bytes), both as raw addresses; which of `started`'s cases came back (`reply` or
+/// `pending`), or the abort.
+fn agent_start_raw(prompt: u32, len: u32, label: u32, label_len: u32) -> Result<&'static str, Error> {
+    let mut params = StartParams([0; 88]);
+    params.0[0..4].copy_from_slice(&prompt.to_le_bytes());
+    params.0[4..8].copy_from_slice(&len.to_le_bytes());
+    params.0[8] = 1;
+    params.0[12..16].copy_from_slice(&label.to_le_bytes());
+    params.0[16..20].copy_from_slice(&label_len.to_le_bytes());
+    let mut result = StartResult([0; 32]);
+    // SAFETY: both point at buffers of the sizes the canonical ABI reads and writes.
+    unsafe { agent_start_abi(params.0.as_mut_ptr(), result.0.as_mut_ptr()) };
+    match (result.0[0], result.0[4]) {
+        (0, 0) => Ok("reply"),
+        (0, 1) => Ok("pending"),
+        _ => Err(Error::msg("agent-start answered with an abort")),
+    }
+}
+
 struct Hostile;
 
 /// Recurse without end. The combination after the call keeps it from being a tail call
@@ -163,6 +204,20 @@ impl Factory for Hostile {
                 Ok(json!({ "reply": reply }))
             }
             "panic" => panic!("the hostile guest panics on purpose"),
+            // `agent-start` called through the canonical ABI with hand-made parameters:
+            // `n` = 0 a well-formed call (the layout is right), 1 a prompt that runs past
+            // the end of memory, 2 a prompt that is not UTF-8, 3 a label that is not UTF-8.
+            "abi-agent-start" => {
+                let text = "a prompt made by hand";
+                let bad: &[u8] = &[0x66, 0x6f, 0xff, 0xfe];
+                let (prompt, len, label, label_len) = match args.n {
+                    0 => (text.as_ptr() as u32, text.len() as u32, "h:abi".as_ptr() as u32, 5),
+                    1 => (u32::MAX - 8, 64, "h:abi".as_ptr() as u32, 5),
+                    2 => (bad.as_ptr() as u32, bad.len() as u32, "h:abi".as_ptr() as u32, 5),
+                    _ => (text.as_ptr() as u32, text.len() as u32, bad.as_ptr() as u32, bad.len() as u32),
+                };
+                Ok(json!({ "started": agent_start_raw(prompt, len, label, label_len)? }))
+            }
             // `n` items through the SDK's `parallel` (it refuses more than 4096).
             "too-many" => {
                 let out = ctx
