@@ -747,10 +747,10 @@ async fn step_values_past_the_memory_cache_are_read_back_from_the_store() {
     assert!(message.contains("after 0 fresh steps"), "{message}");
 }
 
-/// `agent-start` reads its call's strings where the guest put them: a well-formed call made
-/// through the canonical ABI by hand is answered, and a prompt past the end of memory or a
-/// prompt or label that is not UTF-8 ends the run with a typed failure, the host and the
-/// companion run unharmed.
+/// `agent-start` called through the canonical ABI with parameters made by hand: a
+/// well-formed call is answered (so the hand-made layout is right), and a prompt past the
+/// end of memory or a prompt or label that is not UTF-8 ends the run as a trap that says
+/// which, the host and the companion run unharmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_start_reads_only_well_formed_strings_inside_guest_memory() {
     let fx = fixture().await;

@@ -20,7 +20,6 @@ use crate::model::progress::{AgentSummary, ProgressEvent};
 use crate::model::limits::AgentLimits;
 use crate::model::schema::Schema;
 use crate::model::agent_key::AgentKey;
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,10 +30,8 @@ type Shared = Arc<OnceCell<Result<Option<String>, Abort>>>;
 
 /// What [`Agents::start`] made of an agent call.
 pub(crate) enum Start {
-    /// A memo hit: the journaled outcome, shared with the journal view that holds it.
-    Hit(Option<Arc<str>>),
-    /// Refused without a wait (the run is stopping, the call is malformed or over a cap).
-    Refused(Abort),
+    /// Answered without a wait: a memo hit, or a refusal.
+    Answered(Result<Option<String>, Abort>),
     /// Admitted, not yet answered: [`Agents::finish`] it.
     Call(Box<Call>),
 }
@@ -133,22 +130,21 @@ impl Agents {
     /// dropping it instead (as `agents.agent-ready` does) undoes its admission.
     pub(crate) fn start(
         self: &Arc<Self>,
-        prompt: Cow<'_, str>,
-        label: Option<Cow<'_, str>>,
-        schema: Option<Cow<'_, str>>,
-        model: Option<Cow<'_, str>>,
+        prompt: String,
+        label: Option<String>,
+        schema: Option<String>,
+        model: Option<String>,
         limits: AgentLimits,
     ) -> Start {
         if let Some(abort) = self.attempt.stopping() {
-            return Start::Refused(abort);
+            return Start::Answered(Err(abort));
         }
         let limits = match self.check_call(&prompt, label.as_deref(), schema.as_deref(), model.as_deref(), limits) {
             Ok(limits) => limits,
-            Err(abort) => return Start::Refused(abort),
+            Err(abort) => return Start::Answered(Err(abort)),
         };
-        // The call's strings are in host memory (or, from `agent-start`, still in the guest's,
-        // copied only once the call must wait), and stay there while it is pending (their
-        // bytes are charged as it enters). A small call without a schema is keyed at
+        // The call's strings are already in host memory, and stay there while it is pending
+        // (their bytes are charged as it enters). A small call without a schema is keyed at
         // once and enters only if it must wait: a memo hit is never pending. A call with a
         // schema enters before the schema is parsed (the one copy that grows with it), and a
         // large one before its key is hashed: the bytes that are not yet counted are never
@@ -158,27 +154,26 @@ impl Agents {
         let pending = if schema.is_some() || charge > KEYED_BEFORE_ENTRY_BYTES {
             match self.enter(charge) {
                 Ok(pending) => Some(pending),
-                Err(abort) => return Start::Refused(abort),
+                Err(abort) => return Start::Answered(Err(abort)),
             }
         } else {
             None
         };
         let schema = match schema.map(|text| self.parse_schema(&text, label.as_deref())).transpose() {
             Ok(schema) => schema,
-            Err(abort) => return Start::Refused(abort),
+            Err(abort) => return Start::Answered(Err(abort)),
         };
         let key = AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
         // Journaled: replay for free, here when the journal view knows the answer.
         let known = match self.attempt.cached_agent(&key) {
-            Memo::Hit(outcome) => return Start::Hit(self.hit(outcome, label.as_deref(), model.as_deref())),
+            Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
             Memo::Absent => true,
             Memo::Unknown => false,
         };
         let pending = match pending.map_or_else(|| self.enter(charge), Ok) {
             Ok(pending) => pending,
-            Err(abort) => return Start::Refused(abort),
+            Err(abort) => return Start::Answered(Err(abort)),
         };
-        let (prompt, label, model) = (prompt.into_owned(), label.map(Cow::into_owned), model.map(Cow::into_owned));
         Start::Call(Box::new(Call { pending, prompt, label, schema, model, limits, key, known }))
     }
 
@@ -253,7 +248,7 @@ impl Agents {
     }
 
     /// A call answered from the journal: counted, traced and told to live subscribers.
-    fn hit<T>(&self, outcome: Option<T>, label: Option<&str>, model: Option<&str>) -> Option<T> {
+    fn hit(&self, outcome: Option<String>, label: Option<&str>, model: Option<&str>) -> Option<String> {
         self.cache_hits.fetch_add(1, Ordering::Relaxed);
         let shown = label.unwrap_or("agent");
         let span = self.span(model, shown, crate::trace::Memo::Hit);

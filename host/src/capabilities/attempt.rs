@@ -87,8 +87,8 @@ pub(crate) struct AttemptSetup {
 
 /// What the journal view knows of an agent call's key ([`Attempt::cached_agent`]).
 pub(crate) enum Memo {
-    /// Journaled: its outcome (shared with the cache that holds it).
-    Hit(Option<Arc<str>>),
+    /// Journaled: its outcome.
+    Hit(Option<String>),
     /// Never journaled.
     Absent,
     /// Not in the cache: ask the store.
@@ -320,7 +320,7 @@ impl Attempt {
         if let Loaded::Value(bytes) = book.loaded_agents.entries.find(key, &mut hashed) {
             // Bytes that do not decode are read again from the store, which says why.
             return match decode_outcome(bytes) {
-                Ok(outcome) => Memo::Hit(outcome.map(Arc::from)),
+                Ok(outcome) => Memo::Hit(outcome.map(str::to_string)),
                 Err(_) => Memo::Unknown,
             };
         }
@@ -442,7 +442,7 @@ impl Attempt {
                     let fingerprint = book.loaded_agents.entries.fingerprint(key);
                     book.added_agents.insert(fingerprint);
                 }
-                book.cache.put_agent(*memo_key, reply.as_deref().map(Arc::from));
+                book.cache.put_agent(*memo_key, reply.clone());
             }
             (entry, progress_refused, agent_charged)
         };

@@ -11,21 +11,14 @@
 //! awaits without holding it, in the async `agents.agent`'s own future or, started by
 //! `agents.agent-start`, in the store data's set of started calls
 //! ([`super::started`]), which `agents.agent-wait` polls and reports in batches.
-//! `agents.agent-start`, the path every SDK takes, is defined over the generated binding
-//! ([`shadow_agent_start`]): it reads the call's strings in the guest's memory (a memo hit
-//! copies none of them) and hands a memo hit's reply to the guest from the journal view
-//! that shares it.
 
 use super::abort::{Abort, LimitKind, StepError};
 use super::agents::{Agents, Start};
 use super::started::{settle, Launch};
 use crate::sandbox::contract::agent::factory::{agents, ctx, types as wit};
 use crate::sandbox::RunData;
-use crate::model::limits::AgentLimits;
-use std::borrow::Cow;
 use std::sync::Arc;
-use wasmtime::component::{Accessor, ComponentType, HasSelf, Lift, Linker, Lower, WasmStr};
-use wasmtime::StoreContextMut;
+use wasmtime::component::{Accessor, HasSelf};
 
 impl ctx::Host for RunData {
     fn step_get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
@@ -76,87 +69,7 @@ impl ctx::Host for RunData {
 /// [`Agents::start`] of a call as the three agent hooks receive it.
 fn start(agents: &Arc<Agents>, prompt: String, options: wit::AgentOptions) -> Start {
     let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
-    agents.start(prompt.into(), options.label.map(Into::into), options.schema.map(Into::into), options.model.map(Into::into), limits)
-}
-
-/// A memo hit's reply as the generated bindings take it: a copy of the shared text.
-fn owned(reply: Option<Arc<str>>) -> Option<String> {
-    reply.map(|text| String::from(&*text))
-}
-
-/// WIT `started` as `agent-start` lowers it: a memo hit's reply straight from the journal
-/// view that shares it (the generated type would take a copy).
-#[derive(ComponentType, Lower)]
-#[component(variant)]
-enum Started {
-    #[component(name = "reply")]
-    Reply(Option<Arc<str>>),
-    #[component(name = "pending")]
-    Pending(u32),
-}
-
-/// What `agent-start` answers for `start`: a call that must wait is launched into the
-/// store data's started calls.
-fn started(data: &mut RunData, start: Start) -> Result<Started, Abort> {
-    match start {
-        Start::Hit(reply) => Ok(Started::Reply(reply)),
-        Start::Refused(abort) => Err(abort),
-        Start::Call(call) => {
-            let run = &data.run;
-            match data.started.launch(run.agents.clone(), run.attempt.clone(), call) {
-                Launch::Answered(outcome) => outcome.map(|reply| Started::Reply(reply.map(Arc::from))),
-                Launch::Pending(id) => Ok(Started::Pending(id)),
-            }
-        }
-    }
-}
-
-/// `agent-options` as `agent-start` lifts it: its strings left in the guest's memory until
-/// a call that must wait takes copies (a memo hit takes none).
-#[derive(ComponentType, Lift)]
-#[component(record)]
-struct BorrowedOptions {
-    label: Option<WasmStr>,
-    schema: Option<WasmStr>,
-    model: Option<WasmStr>,
-    limits: BorrowedLimits,
-}
-
-/// `agent-limits` as `agent-start` lifts it.
-#[derive(ComponentType, Lift)]
-#[component(record)]
-struct BorrowedLimits {
-    #[component(name = "max-turns")]
-    max_turns: Option<u32>,
-    #[component(name = "max-duration-seconds")]
-    max_duration_seconds: Option<f64>,
-    #[component(name = "wrap-up")]
-    wrap_up: Option<WasmStr>,
-}
-
-/// Define `agents.agent-start` over the generated one: the same semantics, its strings
-/// read in place.
-pub(super) fn shadow_agent_start(linker: &mut Linker<RunData>) -> wasmtime::Result<()> {
-    linker.allow_shadowing(true);
-    let defined = linker.instance("agent:factory/agents@0.1.0")?.func_wrap(
-        "agent-start",
-        |mut store: StoreContextMut<'_, RunData>, (prompt, options): (WasmStr, BorrowedOptions)| {
-            let start = {
-                let view = &store;
-                let text = |s: &Option<WasmStr>| s.as_ref().map(|s| s.to_str(view)).transpose();
-                let limits = AgentLimits {
-                    max_turns: options.limits.max_turns,
-                    max_duration_seconds: options.limits.max_duration_seconds,
-                    wrap_up: text(&options.limits.wrap_up)?.map(Cow::into_owned),
-                };
-                let (label, schema, model) = (text(&options.label)?, text(&options.schema)?, text(&options.model)?);
-                view.data().run.agents.start(prompt.to_str(view)?, label, schema, model, limits)
-            };
-            Ok((started(store.data_mut(), start).map_err(wit::Abort::from),))
-        },
-    );
-    linker.allow_shadowing(false);
-    defined
+    agents.start(prompt, options.label, options.schema, options.model, limits)
 }
 
 impl agents::Host for RunData {
@@ -164,8 +77,7 @@ impl agents::Host for RunData {
         // What `agent` answers inside its hook call, by a synchronous call; a call that
         // must wait is dropped here (its admission undone) and made by `agent`.
         Ok(match start(&self.run.agents, prompt, options) {
-            Start::Hit(reply) => Ok(wit::ReadyReply::Reply(owned(reply))),
-            Start::Refused(abort) => Err(abort.into()),
+            Start::Answered(outcome) => outcome.map(wit::ReadyReply::Reply).map_err(Into::into),
             Start::Call(_) => Ok(wit::ReadyReply::MustWait),
         })
     }
@@ -173,12 +85,13 @@ impl agents::Host for RunData {
     fn agent_start(&mut self, prompt: String, options: wit::AgentOptions) -> wasmtime::Result<Result<wit::Started, wit::Abort>> {
         // Admission, the memo key and a memo hit as in `agent`; a call that must wait is
         // polled once and, unless that answered it, kept for `agent-wait`.
-        // Shadowed by [`shadow_agent_start`]'s definition, which reads the same call in place.
-        let call = start(&self.run.agents, prompt, options);
-        Ok(match started(self, call) {
-            Ok(Started::Reply(reply)) => Ok(wit::Started::Reply(owned(reply))),
-            Ok(Started::Pending(id)) => Ok(wit::Started::Pending(id)),
-            Err(abort) => Err(abort.into()),
+        let run = &self.run;
+        Ok(match start(&run.agents, prompt, options) {
+            Start::Answered(outcome) => outcome.map(wit::Started::Reply).map_err(Into::into),
+            Start::Call(call) => match self.started.launch(run.agents.clone(), run.attempt.clone(), call) {
+                Launch::Answered(outcome) => outcome.map(wit::Started::Reply).map_err(Into::into),
+                Launch::Pending(id) => Ok(wit::Started::Pending(id)),
+            },
         })
     }
 }
@@ -193,8 +106,7 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         let started = accessor.with(|mut access| {
             let run = &access.get().run;
             match start(&run.agents, prompt, options) {
-                Start::Hit(reply) => Err(Ok(owned(reply))),
-                Start::Refused(abort) => Err(Err(abort)),
+                Start::Answered(outcome) => Err(outcome),
                 Start::Call(call) => Ok((run.agents.clone(), run.attempt.clone(), call)),
             }
         });

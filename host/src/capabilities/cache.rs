@@ -5,7 +5,6 @@
 
 use crate::model::agent_key::AgentKey;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 /// Bookkeeping bytes counted per entry on top of its key and value.
 const ENTRY_OVERHEAD: usize = 64;
@@ -18,8 +17,8 @@ enum Key {
     Agent(AgentKey),
 }
 
-fn outcome_len(outcome: &Option<Arc<str>>) -> usize {
-    outcome.as_ref().map_or(0, |reply| reply.len())
+fn outcome_len(outcome: &Option<String>) -> usize {
+    outcome.as_ref().map_or(0, String::len)
 }
 
 /// The cache; `limit` bytes at most (keys, values and [`ENTRY_OVERHEAD`] counted).
@@ -27,9 +26,8 @@ fn outcome_len(outcome: &Option<Arc<str>>) -> usize {
 pub(crate) struct ValueCache {
     steps: HashMap<String, String>,
     /// By memo key: a SHA-256 the host computed, which no guest chooses, so hashed by a fast
-    /// hasher (a step key is the guest's: SipHash). Replies are shared, so a memo hit hands
-    /// one out without a copy.
-    agents: HashMap<AgentKey, Option<Arc<str>>, foldhash::fast::RandomState>,
+    /// hasher (a step key is the guest's: SipHash).
+    agents: HashMap<AgentKey, Option<String>, foldhash::fast::RandomState>,
     /// Insertion order, oldest first (may hold keys since replaced or removed).
     order: VecDeque<Key>,
     bytes: usize,
@@ -45,7 +43,7 @@ impl ValueCache {
         self.steps.get(key)
     }
 
-    pub(crate) fn agent(&self, key: &AgentKey) -> Option<&Option<Arc<str>>> {
+    pub(crate) fn agent(&self, key: &AgentKey) -> Option<&Option<String>> {
         self.agents.get(key)
     }
 
@@ -68,7 +66,7 @@ impl ValueCache {
     }
 
     /// Keep an agent outcome (replacing what was there).
-    pub(crate) fn put_agent(&mut self, key: AgentKey, outcome: Option<Arc<str>>) {
+    pub(crate) fn put_agent(&mut self, key: AgentKey, outcome: Option<String>) {
         self.remove_agent(&key);
         let size = key.as_str().len() + outcome_len(&outcome) + ENTRY_OVERHEAD;
         if self.make_room(size) {

@@ -32,7 +32,6 @@ use wasmtime::Engine;
 pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<RunData>> {
     let mut linker = Linker::new(engine);
     crate::sandbox::contract::Factory::add_to_linker::<RunData, HasSelf<RunData>>(&mut linker, |data| data)?;
-    bindings::shadow_agent_start(&mut linker)?;
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     Ok(linker)
 }
