@@ -60,14 +60,21 @@ async fn raw_agent(prompt: &str, label: Option<String>, schema: Option<String>, 
     Ok(raw_agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?)
 }
 
-/// `agents.agent-start` as the canonical ABI calls it: its 18 flat parameters are more than
-/// 16, so they go in memory (a `(string, agent-options)` tuple) and the import takes that
-/// tuple's address and the address of its result. Declared here so a case can hand the
-/// host bytes the generated bindings never would.
+#[cfg(target_arch = "wasm32")]
 #[link(wasm_import_module = "agent:factory/agents@0.1.0")]
 extern "C" {
+    /// `agents.agent-start` as the canonical ABI calls it: its 18 flat parameters are more
+    /// than 16, so they go in memory (a `(string, agent-options)` tuple) and the import takes
+    /// that tuple's address and the address of its result. Declared here so a case can hand
+    /// the host bytes the generated bindings never would.
     #[link_name = "agent-start"]
     fn agent_start_abi(params: *mut u8, result: *mut u8);
+}
+
+/// Outside wasm32 there is no host to import from (as in the generated bindings).
+#[cfg(not(target_arch = "wasm32"))]
+unsafe fn agent_start_abi(_params: *mut u8, _result: *mut u8) {
+    unreachable!("agent-start is imported from the host: build for wasm32")
 }
 
 /// The tuple `agent_start_abi` reads: the prompt's pointer and length at 0 and 4, then
