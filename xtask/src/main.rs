@@ -8,8 +8,10 @@
 //! The build is reproducible: the Rust toolchain is the one `rust-toolchain.toml` pins, the
 //! C compiler is clang of a pinned major version ([`inputs::CLANG_MAJOR`]), the dependency
 //! versions are `Cargo.lock`'s (`--locked`), no flag from the environment reaches the
-//! build, and the paths of this checkout, of the cargo home and of the target directory are
-//! remapped (`--remap-path-prefix`, `-ffile-prefix-map`) so they do not enter the bytes.
+//! build, the release settings are pinned here rather than taken from the workspace's
+//! profile (which is tuned for the host), and the paths of this checkout, of the cargo home
+//! and of the target directory are remapped (`--remap-path-prefix`, `-ffile-prefix-map`) so
+//! they do not enter the bytes.
 
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
@@ -23,6 +25,10 @@ mod inputs {
 
 /// The runner's target: no WASI, so the component imports only the factory contract.
 const TARGET: &str = "wasm32-unknown-unknown";
+
+/// The release-profile settings the runner is built with, whatever the workspace's
+/// `[profile.release]` says (as `CARGO_PROFILE_RELEASE_<SETTING>`).
+const RUNNER_PROFILE: &[(&str, &str)] = &[("OPT_LEVEL", "3"), ("DEBUG", "false"), ("LTO", "false")];
 
 const USAGE: &str = "usage: cargo xtask js-runner [--check] [--target-dir DIR]
 
@@ -403,6 +409,13 @@ fn build_core(workspace: &Path, target_dir: &Path, toolchain: &str, clang: &Clan
     }
     if let Some(jobs) = std::env::var_os("CARGO_BUILD_JOBS") {
         cargo.env("CARGO_BUILD_JOBS", jobs);
+    }
+    // The workspace's `[profile.release]` is tuned for the host (cross-crate ThinLTO); the
+    // runner's bytes are committed and checked, so its settings are pinned here and a change
+    // made for the host does not reach them. These are the values the committed runner was
+    // built with (cargo's release defaults, and `debug = false`).
+    for (setting, value) in RUNNER_PROFILE {
+        cargo.env(format!("CARGO_PROFILE_RELEASE_{setting}"), value);
     }
     cargo
         .env("RUSTUP_TOOLCHAIN", toolchain)
