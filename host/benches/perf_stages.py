@@ -49,6 +49,19 @@ NEUTRAL = ("core::", "alloc::", "std::", "hashbrown::", "<alloc::", "<core::", "
 HARNESS = ("malloc_trim", "factory::vm", "factory::rss", "peak_rss")
 
 
+# The host's own frames (`factory_host::...`) by the stage their name says, first match wins;
+# a host frame that matches none is the agent call's own code.
+HOST_STAGES = [
+    (("add_to_linker_instance", "FactoryPre"), "wasmtime crossing (lift, lower, task)"),
+    (("writer::commit", "writer::run", "redb::progress", "PerRun", "RedbStore", "store::records", "Chunk::"), "commit (store writer)"),
+    (("Writer::send", "op::Pending", "op::forget", "store::op", "writer::Op", "Writer::"), "writer sends"),
+    (("rogress", "::emit", "publish", "Journaled", "::log"), "progress entries"),
+    (("ValueCache", "cache::", "LoadedEntries", "agent_fingerprint", "Journal", "journal", "put_agent", "get_agent", "::hit", "cached"), "memo lookup, journal write, value cache"),
+    (("Agents::enter", "account", "Accounting", "metrics", "admit", "stopping", "Stop", "span", "trace", "notify", "usage"), "admission, accounting, tracing"),
+    (("ComponentLoader", "instantiate", "Host::attempt", "Host::run", "StoreInner", "Host::new", "componentize", "build_crate", "Store::open", "Host::claim", "new_store", "sandbox::engine"), "run start and end"),
+]
+
+
 def samples(path):
     """(comm, pid, tid, time, period, [(symbol, dso)] leaf first) per sample."""
     head, frames = None, []
@@ -88,16 +101,7 @@ def frame_stage(sym, dso):
     if sym.startswith(("redb", "<redb")):
         return "commit (store writer)"
     if "factory_host" in sym:
-        table = [
-            (("add_to_linker_instance", "FactoryPre"), "wasmtime crossing (lift, lower, task)"),
-            (("writer::commit", "writer::run", "redb::progress", "PerRun", "RedbStore", "store::records", "Chunk::"), "commit (store writer)"),
-            (("Writer::send", "op::Pending", "op::forget", "store::op", "writer::Op", "Writer::"), "writer sends"),
-            (("rogress", "::emit", "publish", "Journaled", "::log"), "progress entries"),
-            (("ValueCache", "cache::", "LoadedEntries", "agent_fingerprint", "Journal", "journal", "put_agent", "get_agent", "::hit", "cached"), "memo lookup, journal write, value cache"),
-            (("Agents::enter", "account", "Accounting", "metrics", "admit", "stopping", "Stop", "span", "trace", "notify", "usage"), "admission, accounting, tracing"),
-            (("ComponentLoader", "instantiate", "Host::attempt", "Host::run", "StoreInner", "Host::new", "componentize", "build_crate", "Store::open", "Host::claim", "new_store", "sandbox::engine"), "run start and end"),
-        ]
-        for keys, stage in table:
+        for keys, stage in HOST_STAGES:
             if any(k in sym for k in keys):
                 return stage
         return "agent call's own code (start, spawn, poll, finish)"
