@@ -216,11 +216,12 @@ impl Factory for Hostile {
             // the end of memory, 2 a prompt that is not UTF-8, 3 a label that is not UTF-8.
             "abi-agent-start" => {
                 let text = "a prompt made by hand";
+                let (label, label_len) = ("h:abi".as_ptr() as u32, "h:abi".len() as u32);
                 let bad: &[u8] = &[0x66, 0x6f, 0xff, 0xfe];
                 let (prompt, len, label, label_len) = match args.n {
-                    0 => (text.as_ptr() as u32, text.len() as u32, "h:abi".as_ptr() as u32, 5),
-                    1 => (u32::MAX - 8, 64, "h:abi".as_ptr() as u32, 5),
-                    2 => (bad.as_ptr() as u32, bad.len() as u32, "h:abi".as_ptr() as u32, 5),
+                    0 => (text.as_ptr() as u32, text.len() as u32, label, label_len),
+                    1 => (u32::MAX - 8, 64, label, label_len),
+                    2 => (bad.as_ptr() as u32, bad.len() as u32, label, label_len),
                     _ => (text.as_ptr() as u32, text.len() as u32, bad.as_ptr() as u32, bad.len() as u32),
                 };
                 Ok(json!({ "started": agent_start_raw(prompt, len, label, label_len)? }))
