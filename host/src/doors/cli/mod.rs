@@ -107,7 +107,8 @@ enum Command {
     Init(init::InitArgs),
     /// Test factories against their cassettes: run each case of `NAME.test.json` with every
     /// agent call replayed, check its status, result, accounting and journal, and report
-    /// the recorded calls an edit stopped making and the new ones.
+    /// the recorded calls an edit stopped making and the new ones. The paths a test file
+    /// names (`factory`, `cassette`) must stay inside the directory holding it.
     #[command(after_help = "Examples:
   factory test                                  # every *.test.json here
   factory test ideas/ideas.test.json --junit report.xml
