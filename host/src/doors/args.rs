@@ -36,9 +36,9 @@ pub struct GlobalArgs {
     /// service: runs then end with this process (for CI and scripts).
     #[arg(long, global = true, env = "FACTORY_NO_DAEMON", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_daemon: bool,
-    /// How log lines on stderr (and in the service's `serve.log`) are written: `human`, or
-    /// `json` (one object per line) for machines. Which lines: `RUST_LOG` (default
-    /// `warn,factory_host=info,factory=info`).
+    /// How log lines on stderr are written: `human`, or `json` (one object per line) for
+    /// machines (the service's `serve.log` is always JSON lines). Which lines: `RUST_LOG`
+    /// (default `warn,factory_host=info,factory=info`).
     #[arg(long, global = true, env = "FACTORY_LOG_FORMAT", value_enum, default_value_t = crate::doors::telemetry::LogFormat::Human, value_name = "FORMAT")]
     pub log_format: crate::doors::telemetry::LogFormat,
     /// The bearer token `--http` servers (`serve`, `mcp`) require, read from this file

@@ -196,7 +196,7 @@ pub fn main() -> ExitCode {
     };
     let mut g = cli.global;
     if let Err(e) = g.resolve() {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", escape::esc_lines(&format!("{e:#}")));
         return ExitCode::from(2);
     }
     // The service logs to its state directory too; one started by a front door has that
@@ -257,7 +257,12 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let error = conventions::paint(conventions::stderr_colored(), anstyle::AnsiColor::Red.on_default().bold(), "error:");
-            eprintln!("{error} {}", conventions::error_chain(&e));
+            // An error may quote guest or server text (a load error, a backend's message).
+            if crate::doors::telemetry::says_to_log() {
+                crate::doors::telemetry::say(&format!("error: {}", conventions::error_chain(&e)));
+            } else {
+                eprintln!("{error} {}", escape::esc_lines(&conventions::error_chain(&e)));
+            }
             ExitCode::from(2)
         }
     }

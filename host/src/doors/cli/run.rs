@@ -10,6 +10,7 @@ use crate::doors::cli::events::EventSink;
 use crate::doors::cli::trust::{self, ConsentArgs, YesArg};
 use crate::doors::args::{GlobalArgs, LimitArgs};
 use crate::doors::cli::conventions::{paint, stderr_colored};
+use crate::doors::cli::escape::esc;
 use crate::doors::cli::{progress_ui, remote, target};
 use anstyle::AnsiColor;
 use anyhow::{Context, Result};
@@ -367,7 +368,7 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
     } else if let Some(result) = &envelope.result {
         match result.to_value() {
             Ok(value) => outln!("{}", serde_json::to_string_pretty(&value)?),
-            Err(_) => outln!("{result}"),
+            Err(_) => outln!("{}", esc(&result.to_string())),
         }
     }
     let acc = &envelope.accounting;
@@ -394,7 +395,8 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
         },
     );
     let status = paint(stderr_colored(), AnsiColor::Red.on_default().bold(), envelope.status.as_str());
-    eprintln!("factory: run {} ended as {status}: {why}", envelope.run_id);
+    // The failure's message is the guest's (or a backend's) text: escaped, on one line.
+    eprintln!("factory: run {} ended as {status}: {}", envelope.run_id, esc(&why));
     eprintln!("factory: resume it with: factory resume {}", envelope.run_id);
     Ok(ExitCode::from(if envelope.status == RunStatus::Cancelled { 130 } else { 1 }))
 }

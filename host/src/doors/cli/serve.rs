@@ -17,6 +17,14 @@
 //! and hands them back to the queue.
 
 use crate::doors::cli::backends::load_config;
+
+/// Say a line like `eprintln!` does, through [`crate::doors::telemetry::say`]: a JSON
+/// record of `serve.log` in a service started by a front door, whose stderr is that file.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        crate::doors::telemetry::say(&format!($($arg)*))
+    };
+}
 use crate::doors::reach::{open_host, serve as serve_socket};
 use crate::doors::args::GlobalArgs;
 use anyhow::{Context, Result};
@@ -176,7 +184,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
                             return attach(g, remote, addr).await;
                         }
                         if a.started_by_front_door {
-                            eprintln!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
+                            say!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
                             return Ok(ExitCode::SUCCESS);
                         }
                         anyhow::bail!(
@@ -197,13 +205,13 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     };
     // Said before the socket answers, so a front door that got an answer finds this line.
     match &store {
-        Some(url) => eprintln!(
+        Some(url) => say!(
             "factory serve: pid {}, worker of the store {} (state directory {})",
             std::process::id(),
             factory_host::store::postgres::redact(url),
             g.state_dir.display()
         ),
-        None => eprintln!("factory serve: pid {}, holds the store of {}", std::process::id(), g.state_dir.display()),
+        None => say!("factory serve: pid {}, holds the store of {}", std::process::id(), g.state_dir.display()),
     }
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
     if let Some(requests) = host.store().cancel_requests() {
@@ -218,7 +226,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
             .await
             .context("reading the runs to recover")?;
         for recovery in recovered {
-            eprintln!("factory serve: {recovery}");
+            say!("factory serve: {recovery}");
         }
     }
     // A worker of a shared store claims queued runs and reaps dead workers until it drains.
@@ -227,7 +235,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         tokio::spawn(factory_host::engine::queue::claim_loop(host.clone(), max_recoveries, claiming.clone()));
         tokio::spawn(factory_host::engine::queue::reap_loop(host.store().clone(), claiming.clone()));
     }
-    eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
+    say!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
         let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
@@ -244,9 +252,9 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         "factory serve: shutting down; running runs end as halted"
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => eprintln!("{stopping}"),
-        _ = term.recv() => eprintln!("{stopping}"),
-        _ = idle => eprintln!("factory serve: idle for {} s with no run and no client; exiting", a.idle_exit.unwrap_or_default()),
+        _ = tokio::signal::ctrl_c() => say!("{stopping}"),
+        _ = term.recv() => say!("{stopping}"),
+        _ = idle => say!("factory serve: idle for {} s with no run and no client; exiting", a.idle_exit.unwrap_or_default()),
     }
     if queued {
         drain(&host, &claiming, Duration::from_secs_f64(drain_seconds)).await;
@@ -260,7 +268,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         // Held in the queue before they stop, so a `wait` elsewhere follows them to the
         // worker that resumes them instead of answering `halted`.
         if let Err(e) = queue.hold(halting.clone()).await {
-            eprintln!("factory serve: warning: cannot hold the runs in the queue before halting them ({e})");
+            say!("factory serve: warning: cannot hold the runs in the queue before halting them ({e})");
         }
     }
     host.shutdown();
@@ -275,8 +283,8 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         // from its journal.
         if !halting.is_empty() {
             match queue.hand_back(halting).await {
-                Ok(ids) => eprintln!("factory serve: handed {} run{} back to the queue: {}", ids.len(), if ids.len() == 1 { "" } else { "s" }, ids.join(" ")),
-                Err(e) => eprintln!("factory serve: warning: cannot hand the halted runs back to the queue ({e}); a worker resumes them when it starts"),
+                Ok(ids) => say!("factory serve: handed {} run{} back to the queue: {}", ids.len(), if ids.len() == 1 { "" } else { "s" }, ids.join(" ")),
+                Err(e) => say!("factory serve: warning: cannot hand the halted runs back to the queue ({e}); a worker resumes them when it starts"),
             }
         }
     }
@@ -293,7 +301,7 @@ async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::Cancellat
         return;
     }
     if running > 0 {
-        eprintln!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
+        say!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
     }
     // Until the runs executing here ended and the queue entries of those that did are dropped.
     let deadline = Instant::now() + bound;
@@ -362,7 +370,7 @@ async fn idle_exit(host: &factory_host::Host, serving: &crate::doors::reach::Ser
 }
 
 fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
-    eprintln!(
+    say!(
         "factory serve: HTTP API on http://{bound}/api/, dashboard at http://{bound}/ (`factory ui` opens it; session {}; token in {})",
         g.session,
         g.state_dir.join(crate::doors::http::TOKEN_FILE).display()
@@ -376,7 +384,7 @@ async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr) -> R
     let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
         .await
         .with_context(|| format!("serving HTTP on {addr}"))?;
-    eprintln!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());
+    say!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());
     announce_http(g, bound);
     let mut term = signal(SignalKind::terminate())?;
     tokio::select! {
