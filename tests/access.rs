@@ -409,6 +409,7 @@ fn hostile_text_is_escaped_on_the_terminal_and_cannot_forge_a_line_of_serve_log(
     assert!(shown.contains(r"\x1b]0;owned\x07\x1b[2Jbroken\nfactory: run 1 completed: forged"), "the failure, escaped: {shown}");
     assert!(shown.contains(r"phase: \x1b[2JAttack\nphase"), "the phase, escaped: {shown}");
     assert!(shown.contains(r"\x1b]0;owned\x07logged\nfactory: forged log line"), "the log line, escaped: {shown}");
+    assert!(shown.contains(r"agent h:\nfactory serve: pid 1, forged\x1b[31m: done"), "the label, escaped: {shown}");
     assert!(!shown.lines().any(|l| l.starts_with("factory: run 1 completed") || l.starts_with("factory: forged")), "{shown}");
     let runs = stdout_json(&factory(&["runs", "--json"]));
     let run_id = runs[0]["runId"].as_str().expect("run id").to_string();
