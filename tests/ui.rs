@@ -206,6 +206,24 @@ fn sign_in_url(file: &std::path::Path) -> String {
     url.to_string()
 }
 
+/// What an event stream sends until it holds `until` (`false`) or ends (`true`); 60 s at most.
+async fn read_events(mut response: reqwest::Response, until: &str) -> (String, bool) {
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+                if text.contains(until) {
+                    return (text, false);
+                }
+            }
+            Ok(Ok(None)) | Ok(Err(_)) => return (text, true),
+            Err(_) => panic!("the event stream neither sent `{until}` nor ended in 60 s: {text}"),
+        }
+    }
+}
+
 /// `cmd` run as uid/gid 65534 (`nobody`) with no supplementary groups, as another local
 /// user. setpriv must exist: a missing tool fails the test rather than skipping it.
 fn as_nobody(program: &str, args: &[&str]) -> std::process::Output {
@@ -224,7 +242,8 @@ fn as_nobody(program: &str, args: &[&str]) -> std::process::Output {
 /// file's path, and cannot read the file. A code that is stolen anyway (here: exchanged by
 /// the test as the thief) opens a dashboard session that cannot mint codes or list or revoke
 /// sessions; the owner lists it (`factory ui --sessions`) and revokes it (`--revoke ID`,
-/// `--revoke all`), after which it is refused, while the owner's token keeps working. A code
+/// `--revoke all`), after which it is refused and its open event stream ends without telling
+/// of a new run (the live session's stream does), while the owner's token keeps working. A code
 /// is 64 hex characters (244 random bits) and works once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_user_cannot_take_the_dashboard_sign_in_and_a_stolen_session_is_revocable() {
@@ -332,11 +351,32 @@ async fn another_user_cannot_take_the_dashboard_sign_in_and_a_stolen_session_is_
     assert!(out.status.success(), "{}", stderr(&out));
     let shown = String::from_utf8(out.stdout).unwrap();
     assert!(ids.iter().all(|id| shown.contains(id.as_str())) && shown.lines().count() == 2, "{shown}");
+    // Both sessions follow the event stream; the stolen one is revoked (by the id listed
+    // first: sessions are listed oldest first).
+    let events = |bearer: &str| client.get(format!("{base}/api/events")).bearer_auth(bearer).send();
+    let stolen_events = events(&stolen).await.expect("the daemon answers");
+    let own_events = events(&own).await.expect("the daemon answers");
+    assert_eq!((stolen_events.status().as_u16(), own_events.status().as_u16()), (200, 200));
     let out = factory_in(&state, &["ui", "--revoke", &ids[0]]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "revoked 1 dashboard session");
     let (status, refused) = call(reqwest::Method::GET, "/api/runs", &stolen).await;
     assert_eq!((status, refused["code"].as_str()), (401, Some("unauthorized")), "a revoked session is refused: {refused}");
+    // A run starts: the live session's stream tells of it, the revoked one's ends untold.
+    let registered = client
+        .post(format!("{base}/api/factories"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({ "meta": { "name": "tiny", "description": "returns 1" }, "run": "async (ctx) => 1" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 200);
+    let started = client.post(format!("{base}/api/runs")).bearer_auth(&token).json(&serde_json::json!({ "name": "tiny" })).send();
+    assert_eq!(started.await.unwrap().status(), 202);
+    let (own_text, _) = read_events(own_events, "run_updated").await;
+    assert!(own_text.contains("run_updated"), "{own_text}");
+    let (stolen_text, ended) = read_events(stolen_events, "run_updated").await;
+    assert!(ended && !stolen_text.contains("run_updated"), "a revoked session's stream goes on: {stolen_text}");
     assert_eq!(call(reqwest::Method::GET, "/api/runs", &own).await.0, 200, "the other session lives on");
     let out = factory_in(&state, &["ui", "--revoke", &ids[0]]);
     assert!(!out.status.success() && stderr(&out).contains("no dashboard session"), "{}", stderr(&out));
