@@ -1,10 +1,11 @@
 //! The web dashboard (issue 14, its UI half), in headless Chromium: `factory serve --http
 //! 127.0.0.1:0` serves the page; `tests/browser/ui.mjs` (playwright-core driving Debian's
-//! `/usr/bin/chromium`) opens it with the one-time code from `factory ui` (exchanged once for
-//! the token), watches a run with a slow
+//! `/usr/bin/chromium`) opens the private sign-in file `factory ui` writes, which leads it to
+//! the page with a one-time code (exchanged once for a dashboard session), watches a run with a slow
 //! backend appear and update live, counts its timeline bars, cancels it and resumes it with
 //! the buttons, lists a run of another session with its session and narrows the list with
-//! the session filter, starts a run from the form, draws every bar of a 4,096-agent run (its
+//! the session filter, starts a run from the form (its approval checkbox naming the sha256),
+//! signs a second page out (its session then refused), draws every bar of a 4,096-agent run (its
 //! render time is the bench's, section 9) and
 //! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
 //! `tests/browser/node_modules` (`npm ci` there) fail the test: they are not optional.
