@@ -86,7 +86,8 @@ pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
     }
     let file = write_sign_in_file(&g.state_dir, &url)?;
     outln!("{}", file.display());
-    let file_url = format!("file://{}", file.display());
+    // Percent-encoded, so a state directory with spaces or `#` in its path still opens.
+    let file_url = reqwest::Url::from_file_path(&file).map(String::from).unwrap_or_else(|()| format!("file://{}", file.display()));
     if a.open || (!a.no_open && std::io::stdout().is_terminal()) {
         let opened = browser_command(&file_url)
             .stdin(std::process::Stdio::null())
