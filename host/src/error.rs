@@ -162,6 +162,7 @@ impl Error {
             Error::Limits(_) => ErrorCode::InvalidLimits,
             Error::InvalidArgs(_) => ErrorCode::InvalidArgs,
             Error::Script(_) => ErrorCode::InvalidScript,
+            Error::Load(LoadError::TooLarge { .. } | LoadError::NotAFile { .. }) => ErrorCode::InvalidParams,
             _ => ErrorCode::Error,
         }
     }

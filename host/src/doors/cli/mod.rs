@@ -159,11 +159,15 @@ enum Command {
   factory mcp                          # stdio, for an agent that starts it
   factory mcp --http 127.0.0.1:8765")]
     Mcp(crate::doors::mcp::McpArgs),
-    /// Print (and on a terminal, open) the web dashboard's URL with a one-time sign-in
-    /// code (never the token), for the daemon serving `--http` from this state directory.
+    /// Open the web dashboard of the daemon serving `--http` from this state directory: a
+    /// one-time sign-in code goes into a private (0600) file that the browser opens (never
+    /// the token, never a command line); list and revoke dashboard sessions.
     #[command(after_help = "Examples:
   factory ui
-  factory ui --no-open")]
+  factory ui --no-open              # print the sign-in file's path
+  factory ui --url                  # print a sign-in URL (for a browser elsewhere)
+  factory ui --sessions
+  factory ui --revoke all")]
     Ui(dashboard::UiArgs),
     /// Which config file is used; approve (`allow`) or forget (`deny`) a project-local one.
     #[command(after_help = "Examples:

@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// <state-dir>/http.token).
     #[command(flatten)]
     bind: crate::doors::http::bind::HttpBindArgs,
+    /// With --http: how long a dashboard session (opened by `factory ui`) lasts before the
+    /// page must sign in again, e.g. `12h`, `30m` (default 12h). `factory ui --revoke`
+    /// ends sessions sooner.
+    #[arg(long, value_name = "DURATION", value_parser = parse_session_ttl, requires = "http")]
+    ui_session_ttl: Option<Duration>,
     /// Exit after this many seconds with no active run and no client (default: never).
     #[arg(long, value_name = "SECONDS", value_parser = parse_idle)]
     idle_exit: Option<f64>,
@@ -131,6 +136,13 @@ impl ServeArgs {
     }
 }
 
+fn parse_session_ttl(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text.trim()) {
+        Ok(ttl) if ttl >= Duration::from_secs(1) && ttl <= Duration::from_secs(366 * 86400) => Ok(ttl),
+        _ => Err(format!("--ui-session-ttl must be a duration from 1s to 366d (e.g. 12h, 30m), got {text}")),
+    }
+}
+
 fn parse_idle(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Ok(s),
@@ -143,6 +155,7 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 
 pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     let http = a.bind.address()?;
+    let ui_ttl = a.ui_session_ttl.unwrap_or(crate::doors::http::bearer::SESSION_TTL);
     let mut config = load_config(g, a.config.as_ref())?;
     if let Some(name) = a.backend {
         // Checked now, so a daemon with an unusable default says so at start.
@@ -181,7 +194,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
                     let remote = Client::Remote(crate::doors::daemon::remote(g));
                     if remote.runs(&g.session).await.is_ok() {
                         if let Some(addr) = http {
-                            return attach(g, remote, addr).await;
+                            return attach(g, remote, addr, ui_ttl).await;
                         }
                         if a.started_by_front_door {
                             say!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
@@ -238,7 +251,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     say!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
-        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
+        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref(), ui_ttl)
             .await
             .with_context(|| format!("serving HTTP on {addr}"))?;
         announce_http(g, bound);
@@ -379,9 +392,9 @@ fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
 
 /// `factory serve --http` next to a running service: the HTTP API as its client, until
 /// SIGINT/SIGTERM. The service stays alive while this process is its client.
-async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr) -> Result<ExitCode> {
+async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr, ui_ttl: Duration) -> Result<ExitCode> {
     crate::doors::daemon::keep_alive(g);
-    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
+    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref(), ui_ttl)
         .await
         .with_context(|| format!("serving HTTP on {addr}"))?;
     say!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());
