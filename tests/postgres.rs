@@ -1534,3 +1534,157 @@ fn serve_takes_its_caps_from_the_config_file_and_the_flag_wins() {
     assert_eq!(server.psql("settings", "SELECT count(*) FROM call_slots WHERE backend = 'local'"), "2", "`backend_max_calls` from the file: two slots");
     service.stop();
 }
+
+/// A cluster token file (0600) in a directory of its own: the directory (kept alive) and the
+/// file's path.
+fn token_file() -> (tempfile::TempDir, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let secrets = tempfile::tempdir().expect("a directory");
+    let file = secrets.path().join("cluster.token");
+    std::fs::write(&file, "7a3f0c9e1b2d4c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6\n").expect("the token file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let path = file.to_string_lossy().into_owned();
+    (secrets, path)
+}
+
+/// Wait through `api` for run `run_id` to end; its envelope.
+fn wait_run(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &str) -> serde_json::Value {
+    let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(status, 200, "{done:#}");
+    done
+}
+
+/// Someone who can write the database (and not the workers' token file) edits the rows of
+/// runs queued through worker A (`--max-runs 0`) before worker B claims them: the probe's
+/// stored component bytes swapped for another component's, and, run by run, the record's
+/// grants, its limits, the queued start's backend and component, the record's consent seal
+/// removed. B refuses each with a typed failure (`failure.type` `sandbox`, kind
+/// `component_mismatch` or `consent_mismatch`), no attempt starts and nothing reaches the
+/// backend; the untouched runs complete, and the store lists every run.
+#[test]
+fn a_worker_refuses_queued_runs_whose_rows_were_tampered_with() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+    use sha2::Digest;
+
+    let server = Postgres::start();
+    let db = "tamper";
+    let url = server.database(db);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let states = worker_states(2, fake.port());
+    let (_secrets, token) = token_file();
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0", "--token-file", &token]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b_args = ["--store", url.as_str(), "--token-file", token.as_str()];
+    let sha256 = |path: &std::path::Path| hex::encode(sha2::Sha256::digest(std::fs::read(path).expect("the component")));
+    let (probe, hello) = (sha256(&common::component("probe")), sha256(&common::component("hello")));
+    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(serde_json::json!({"path": common::component("hello")}))));
+    assert!(status == 200 || status == 201, "{status} {registered:#}");
+
+    // The stored bytes of the probe swapped for hello's (a valid component, the wrong hash).
+    let swapped = start_fanouts(&runtime, &api, 1, 1, 1).remove(0);
+    server.psql(db, &format!("CREATE TABLE kept AS SELECT bytes FROM blobs WHERE hash = '{probe}'"));
+    server.psql(db, &format!("UPDATE blobs SET bytes = (SELECT bytes FROM blobs WHERE hash = '{hello}') WHERE hash = '{probe}'"));
+    let b = Service::start(states[1].path(), &b_args);
+    let done = wait_run(&runtime, &api, &swapped);
+    assert_eq!(done["status"], "error", "{done:#}\n{}", b.log());
+    assert_eq!((done["failure"]["type"].as_str(), done["failure"]["kind"].as_str()), (Some("sandbox"), Some("component_mismatch")), "{done:#}");
+    assert!(done["error"].as_str().unwrap_or_default().contains(&probe), "names the hash asked for: {done:#}");
+    assert_eq!(done["attempts"], 0, "nothing of it ran: {done:#}");
+    assert!(fake.asked().is_empty(), "{:?}", fake.asked());
+    // Put back, the store serves the next run of the probe.
+    server.psql(db, &format!("UPDATE blobs SET bytes = (SELECT bytes FROM kept) WHERE hash = '{probe}'"));
+    let restored = start_fanouts(&runtime, &api, 1, 1, 1).remove(0);
+    let done = wait_run(&runtime, &api, &restored);
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
+    b.stop();
+
+    // Each field of a queued run's rows edited by hand, one run each; the last is untouched.
+    let runs = start_fanouts(&runtime, &api, 6, 1, 1);
+    let edit_record = |run: &str, path: &str, value: &str| {
+        server.psql(db, &format!("UPDATE runs SET record = convert_to(jsonb_set(convert_from(record, 'UTF8')::jsonb, '{{{path}}}', '{value}')::text, 'UTF8') WHERE id = '{run}'"));
+    };
+    let edit_start = |run: &str, path: &str, value: &str| {
+        server.psql(db, &format!("UPDATE run_queue SET start = convert_to(jsonb_set(convert_from(start, 'UTF8')::jsonb, '{{{path}}}', '{value}')::text, 'UTF8') WHERE run_id = '{run}'"));
+    };
+    edit_record(&runs[0], "grants", r#"["/tmp"]"#);
+    edit_record(&runs[1], "limits,maxTotalSubagents", "1000000");
+    edit_start(&runs[2], "backend,name", r#""dry-run""#);
+    edit_start(&runs[3], "component", &format!(r#""{hello}""#));
+    server.psql(db, &format!("UPDATE runs SET record = convert_to((convert_from(record, 'UTF8')::jsonb - 'seal')::text, 'UTF8') WHERE id = '{}'", runs[4]));
+    let b = Service::start(states[1].path(), &b_args);
+    for (run_id, what) in runs[..5].iter().zip(["grants", "limits", "backend", "component", "seal removed"]) {
+        let done = wait_run(&runtime, &api, run_id);
+        assert_eq!(done["status"], "error", "{what}: {done:#}\n{}", b.log());
+        assert_eq!((done["failure"]["type"].as_str(), done["failure"]["kind"].as_str()), (Some("sandbox"), Some("consent_mismatch")), "{what}: {done:#}");
+        assert!(done["error"].as_str().unwrap_or_default().contains("consent"), "{what}: {done:#}");
+        assert_eq!(done["attempts"], 0, "{what}: nothing of it ran: {done:#}");
+    }
+    let done = wait_run(&runtime, &api, &runs[5]);
+    assert_eq!(done["status"], "completed", "the untouched run: {done:#}\n{}", b.log());
+    assert_eq!(fake.asked().len(), 2, "only the untouched runs called the backend: {:?}", fake.asked());
+    let (status, listed) = runtime.block_on(api.call(reqwest::Method::GET, "/api/runs", None));
+    assert_eq!(status, 200, "{listed:#}");
+    let listed = listed.as_array().map_or(0, Vec::len);
+    assert_eq!(listed, 8, "every run is listed");
+    b.stop();
+    a.stop();
+}
+
+/// A run started with a grant (`factory run --allow-read DIR` through worker A, which only
+/// queues) is mounted by no worker that does not allow it: worker B, started without
+/// `--allow-grant-root`, puts it back in the queue with the typed reason
+/// (`grant_not_allowed`, which the waiting run reads), calls nothing; restarted with
+/// `--allow-grant-root` on the grant's parent, B runs it to completion.
+#[test]
+fn a_worker_mounts_only_grants_under_the_roots_it_allows() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let db = "roots";
+    let url = server.database(db);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let states = worker_states(2, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let root = tempfile::tempdir().expect("a directory");
+    let granted = root.path().join("data");
+    std::fs::create_dir(&granted).expect("the granted directory");
+    let probe = common::component("probe");
+    let out = common::factory_cmd(
+        states[0].path(),
+        &["run", probe.to_str().expect("a UTF-8 path"), "--yes", "--args", r#"{"case":"fanout","n":1}"#, "--allow-read", granted.to_str().expect("a UTF-8 path"), "--detach", "-q"],
+    )
+    .env_remove("FACTORY_NO_DAEMON")
+    .env("FACTORY_STORE", &url)
+    .output()
+    .expect("factory run");
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), a.log());
+    let run_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(run_id.len(), 36, "the run id is printed: {run_id:?}");
+
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b.log().contains("a queued run this worker cannot serve goes back to the queue") {
+        assert!(std::time::Instant::now() < deadline, "B never tried the run: {}", b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, waiting) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+    assert_eq!(status, 200, "{waiting:#}");
+    assert_eq!(waiting["status"], "pending", "{waiting:#}");
+    let error = waiting["error"].as_str().unwrap_or_default();
+    assert!(error.contains("grant_not_allowed") && error.contains("--allow-grant-root"), "the run says why it waits: {waiting:#}");
+    assert!(fake.asked().is_empty(), "nothing called: {:?}", fake.asked());
+    b.stop();
+
+    let root_arg = root.path().to_str().expect("a UTF-8 path");
+    let b = Service::start(states[1].path(), &["--store", &url, "--allow-grant-root", root_arg]);
+    let done = wait_until_completed(&runtime, &api, &run_id, Duration::from_secs(60));
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
+    assert_eq!(fake.asked().len(), 1, "{:?}", fake.asked());
+    b.stop();
+    a.stop();
+}
