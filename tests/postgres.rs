@@ -372,7 +372,10 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
     assert!(!stderr.contains("pw-never-shown"), "{stderr}");
     // Each cause said once: the pool's and the driver's messages repeat their cause.
     assert_eq!(stderr.matches("Connection refused").count(), 1, "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    // And a warning: a password in a URL on the command line is readable by other users.
+    let (warning, error) = stderr.trim().split_once('\n').expect("a warning, then the error");
+    assert!(warning.contains("warning: the --store URL holds a password") && warning.contains("--store-password-file"), "{stderr}");
+    assert_eq!(error.lines().count(), 1, "{stderr}");
     let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -1687,4 +1690,127 @@ fn a_worker_mounts_only_grants_under_the_roots_it_allows() {
     assert_eq!(fake.asked().len(), 1, "{:?}", fake.asked());
     b.stop();
     a.stop();
+}
+
+/// The store's password kept out of argv: a role that must give a password
+/// (`scram-sha-256`), reached by `factory workers` and `factory serve` with a URL without
+/// one, the password taken from `--store-password-file` (owner-only; one others can read is
+/// refused), `PGPASSWORD`, or `~/.pgpass` (ignored when others can read it, as libpq does);
+/// without any the connection is refused. A password in a `--store` URL on the command line
+/// works and is warned about; no output shows it.
+#[test]
+fn the_store_password_comes_from_a_file_the_environment_or_pgpass() {
+    use common::service::Service;
+    use std::os::unix::fs::PermissionsExt;
+
+    let server = Postgres::start();
+    server.database("secret");
+    let password = "s3cret-pw-0f9e8d";
+    server.psql("postgres", &format!("CREATE ROLE ann LOGIN PASSWORD '{password}'"));
+    let hba = server.data_dir().join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+    std::fs::write(&hba, format!("host all ann 127.0.0.1/32 scram-sha-256\n{rules}")).expect("pg_hba.conf");
+    server.psql("postgres", "SELECT pg_reload_conf()");
+    server.psql("secret", "GRANT ALL ON SCHEMA public TO ann");
+    let url = format!("postgres://ann@127.0.0.1:{}/secret", server.port());
+    let state = tempfile::tempdir().expect("a state dir");
+    let home = tempfile::tempdir().expect("a home");
+    let private = |path: &std::path::Path, text: &str, mode: u32| {
+        std::fs::write(path, text).expect("a file");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let workers = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["workers"];
+        args.extend_from_slice(extra);
+        let mut cmd = common::factory_cmd(state.path(), &args);
+        cmd.env_remove("FACTORY_STORE").env_remove("PGPASSWORD").env_remove("PGPASSFILE").env("HOME", home.path());
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        let out = cmd.output().expect("factory workers");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        assert!(!stdout.contains(password) && !stderr.contains(password), "the password never shows: {stdout}{stderr}");
+        (out.status.success(), stdout, stderr)
+    };
+
+    let (ok, _, stderr) = workers(&["--store", &url], &[]);
+    assert!(!ok && stderr.contains("password"), "no password, refused: {stderr}");
+    let file = home.path().join("store.password");
+    private(&file, &format!("{password}\n"), 0o600);
+    let file_arg = file.to_str().expect("a UTF-8 path");
+    let (ok, stdout, stderr) = workers(&["--store", &url, "--store-password-file", file_arg], &[]);
+    assert!(ok && stdout.contains("no workers on postgres://ann@127.0.0.1"), "{stdout}{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod 644");
+    let (ok, _, stderr) = workers(&["--store", &url, "--store-password-file", file_arg], &[]);
+    assert!(!ok && stderr.contains("readable by others"), "{stderr}");
+    let (ok, _, stderr) = workers(&["--store", &url], &[("PGPASSWORD", password)]);
+    assert!(ok, "PGPASSWORD: {stderr}");
+    let pgpass = home.path().join(".pgpass");
+    private(&pgpass, &format!("# the cluster\nother:5432:*:ann:wrong\n127.0.0.1:{}:*:ann:{password}\n", server.port()), 0o644);
+    let (ok, _, stderr) = workers(&["--store", &url], &[]);
+    assert!(!ok, "a ~/.pgpass others can read is ignored: {stderr}");
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let (ok, _, stderr) = workers(&["--store", &url], &[]);
+    assert!(ok, "~/.pgpass: {stderr}");
+    std::fs::remove_file(&pgpass).expect("rm ~/.pgpass");
+    let in_argv = format!("postgres://ann:{password}@127.0.0.1:{}/secret", server.port());
+    let (ok, _, stderr) = workers(&["--store", &in_argv], &[]);
+    assert!(ok && stderr.contains("warning: the --store URL holds a password"), "{stderr}");
+    let (ok, _, stderr) = workers(&[], &[("FACTORY_STORE", &in_argv)]);
+    assert!(ok && !stderr.contains("warning"), "from the environment, not argv: {stderr}");
+
+    // A worker too: its password from the file, the database written as ann.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let service = Service::start(state.path(), &["--store", &url, "--store-password-file", file_arg]);
+    assert!(service.log().contains("worker of the store postgres://ann@127.0.0.1"), "{}", service.log());
+    assert_eq!(server.psql("secret", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1");
+    assert!(!service.stop().contains(password));
+}
+
+/// A run worker A halted and handed back to the queue (a drain), its record then edited by
+/// hand (its grants): worker B, which claims it, does not recover it: the run stays `halted`
+/// with the typed reason (`consent_mismatch`) and no new attempt, nothing more reaches the
+/// backend, and B goes on serving other runs.
+#[test]
+fn a_worker_does_not_recover_a_run_whose_record_was_tampered_with() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let db = "recovery";
+    let url = server.database(db);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 1, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let states = worker_states(2, fake.port());
+    let (_secrets, token) = token_file();
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--drain-seconds", "0", "--token-file", &token]);
+    let api = Api::of(states[0].path(), &a.log());
+    let run_id = start_fanouts(&runtime, &api, 1, 4, 1).remove(0);
+    wait_for_sql(&server, db, &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "1", Duration::from_secs(120), &|| a.log());
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+    let log = a.stop();
+    assert!(log.contains(&format!("handed 1 run back to the queue: {run_id}")), "{log}");
+    let asked = fake.asked().len();
+    server.psql(db, &format!("UPDATE runs SET record = convert_to(jsonb_set(convert_from(record, 'UTF8')::jsonb, '{{grants}}', '[\"/tmp\"]')::text, 'UTF8') WHERE id = '{run_id}'"));
+
+    let b = Service::start(states[1].path(), &["--store", &url, "--http", "127.0.0.1:0", "--token-file", &token]);
+    let api_b = Api::of(states[1].path(), &b.log());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let refused = loop {
+        let (status, run) = runtime.block_on(api_b.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+        assert_eq!(status, 200, "{run:#}");
+        if run["error"].as_str().unwrap_or_default().contains("consent_mismatch") {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "B never refused the run: {run:#}\n{}", b.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(refused["status"], "halted", "{refused:#}");
+    assert_eq!(refused["attempts"], 1, "no new attempt: {refused:#}");
+    assert_eq!(fake.asked().len(), asked, "nothing more reached the backend: {:?}", fake.asked());
+    let other = start_fanouts(&runtime, &api_b, 1, 1, 1).remove(0);
+    let done = wait_run(&runtime, &api_b, &other);
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
+    b.stop();
 }

@@ -176,17 +176,19 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         // The store's errors name its URL, redacted.
         let caps = factory_host::engine::caps::Caps { worker_runs: max_runs, cluster_runs: cluster_max_runs, backend_calls: backend_max_calls };
         let trust = cluster_trust(g, &a.allow_grant_root)?;
-        if !trust.keyed() {
+        let keyed = trust.keyed();
+        let password = crate::doors::cli::workers::store_password(url, a.store_password_file.as_deref(), a.store.is_some())?;
+        let host = crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps, trust, password)
+            .await
+            .context("opening the shared store")?;
+        if !keyed {
             eprintln!(
                 "factory serve: warning: no cluster token (--token-file or FACTORY_TOKEN): the consent of a queued run is \
                  sealed with a plain digest, which anyone who can write the database can recompute; give every worker \
                  the same --token-file"
             );
         }
-        let password = crate::doors::cli::workers::store_password(url, a.store_password_file.as_deref(), a.store.is_some())?;
-        crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps, trust, password)
-            .await
-            .context("opening the shared store")?
+        host
     } else {
         loop {
             match open_host(g, config.clone(), crate::doors::reach::Holder::Service) {
