@@ -1507,6 +1507,8 @@ fn serve_takes_its_caps_from_the_config_file_and_the_flag_wins() {
         ("backend_max_calls = 3", "`backend_max_calls`", "table of backend names"),
         ("drain_seconds = \"soon\"", "`drain_seconds`", "number of seconds"),
         ("max_recoveries = 0", "`max_recoveries`", "1 or more"),
+        ("allow_grant_roots = \"/srv\"", "`allow_grant_roots`", "list of absolute directory paths"),
+        ("allow_grant_roots = [\"data\"]", "`allow_grant_roots`", "list of absolute directory paths"),
     ] {
         with(keys);
         let out = common::factory_cmd(state.path(), &["serve", "--store", &url]).output().expect("factory serve");
@@ -1635,11 +1637,12 @@ fn a_worker_refuses_queued_runs_whose_rows_were_tampered_with() {
     a.stop();
 }
 
-/// A run started with a grant (`factory run --allow-read DIR` through worker A, which only
-/// queues) is mounted by no worker that does not allow it: worker B, started without
-/// `--allow-grant-root`, puts it back in the queue with the typed reason
-/// (`grant_not_allowed`, which the waiting run reads), calls nothing; restarted with
-/// `--allow-grant-root` on the grant's parent, B runs it to completion.
+/// Runs started with a grant (`factory run --allow-read DIR` through worker A, which only
+/// queues) are mounted by no worker that does not allow them: worker B, started without
+/// roots, puts the first back in the queue with the typed reason (`grant_not_allowed`, which
+/// the waiting run reads) and calls nothing. Restarted with `--allow-grant-root R1` and
+/// `allow_grant_roots = ["R2"]` in its config file, B runs the runs granted under R1 and R2
+/// to completion; the one granted under R3 keeps waiting, saying why.
 #[test]
 fn a_worker_mounts_only_grants_under_the_roots_it_allows() {
     use common::fake_openai::{FakeOpenAi, Mode};
@@ -1653,41 +1656,61 @@ fn a_worker_mounts_only_grants_under_the_roots_it_allows() {
     let states = worker_states(2, fake.port());
     let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
     let api = Api::of(states[0].path(), &a.log());
-    let root = tempfile::tempdir().expect("a directory");
-    let granted = root.path().join("data");
-    std::fs::create_dir(&granted).expect("the granted directory");
+    let roots: [tempfile::TempDir; 3] = std::array::from_fn(|_| tempfile::tempdir().expect("a directory"));
     let probe = common::component("probe");
-    let out = common::factory_cmd(
-        states[0].path(),
-        &["run", probe.to_str().expect("a UTF-8 path"), "--yes", "--args", r#"{"case":"fanout","n":1}"#, "--allow-read", granted.to_str().expect("a UTF-8 path"), "--detach", "-q"],
-    )
-    .env_remove("FACTORY_NO_DAEMON")
-    .env("FACTORY_STORE", &url)
-    .output()
-    .expect("factory run");
-    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), a.log());
-    let run_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert_eq!(run_id.len(), 36, "the run id is printed: {run_id:?}");
+    let runs: Vec<String> = roots
+        .iter()
+        .map(|root| {
+            let granted = root.path().join("data");
+            std::fs::create_dir(&granted).expect("the granted directory");
+            let out = common::factory_cmd(
+                states[0].path(),
+                &["run", probe.to_str().expect("a UTF-8 path"), "--yes", "--args", r#"{"case":"fanout","n":1}"#, "--allow-read", granted.to_str().expect("a UTF-8 path"), "--detach", "-q"],
+            )
+            .env_remove("FACTORY_NO_DAEMON")
+            .env("FACTORY_STORE", &url)
+            .output()
+            .expect("factory run");
+            assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), a.log());
+            let run_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            assert_eq!(run_id.len(), 36, "the run id is printed: {run_id:?}");
+            run_id
+        })
+        .collect();
+    // Until the run reads `pending` with the reason (the refusal is written just after B logs it).
+    let says_why = |run_id: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, waiting) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+            assert_eq!(status, 200, "{waiting:#}");
+            assert_eq!(waiting["status"], "pending", "{waiting:#}");
+            let error = waiting["error"].as_str().unwrap_or_default();
+            if error.contains("grant_not_allowed") && error.contains("--allow-grant-root") {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "the run says why it waits: {waiting:#}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
 
     let b = Service::start(states[1].path(), &["--store", &url]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !b.log().contains("a queued run this worker cannot serve goes back to the queue") {
-        assert!(std::time::Instant::now() < deadline, "B never tried the run: {}", b.log());
-        std::thread::sleep(Duration::from_millis(50));
+    for run_id in &runs {
+        says_why(run_id);
     }
-    let (status, waiting) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
-    assert_eq!(status, 200, "{waiting:#}");
-    assert_eq!(waiting["status"], "pending", "{waiting:#}");
-    let error = waiting["error"].as_str().unwrap_or_default();
-    assert!(error.contains("grant_not_allowed") && error.contains("--allow-grant-root"), "the run says why it waits: {waiting:#}");
     assert!(fake.asked().is_empty(), "nothing called: {:?}", fake.asked());
     b.stop();
 
-    let root_arg = root.path().to_str().expect("a UTF-8 path");
-    let b = Service::start(states[1].path(), &["--store", &url, "--allow-grant-root", root_arg]);
-    let done = wait_until_completed(&runtime, &api, &run_id, Duration::from_secs(60));
-    assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
-    assert_eq!(fake.asked().len(), 1, "{:?}", fake.asked());
+    let config = states[1].path().join("factory.toml");
+    let backends = std::fs::read_to_string(&config).expect("the config");
+    let second = roots[1].path().to_str().expect("a UTF-8 path");
+    std::fs::write(&config, format!("allow_grant_roots = [\"{second}\"]\n{backends}")).expect("the config");
+    let b = Service::start(states[1].path(), &["--store", &url, "--allow-grant-root", roots[0].path().to_str().expect("a UTF-8 path")]);
+    for run_id in &runs[..2] {
+        let done = wait_until_completed(&runtime, &api, run_id, Duration::from_secs(60));
+        assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
+    }
+    assert_eq!(fake.asked().len(), 2, "{:?}", fake.asked());
+    says_why(&runs[2]);
     b.stop();
     a.stop();
 }

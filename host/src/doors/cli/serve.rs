@@ -95,7 +95,8 @@ pub struct ServeArgs {
     store_password_file: Option<std::path::PathBuf>,
     /// With a shared store: a directory under which this worker mounts the grants (--allow-read)
     /// of runs it executes without a caller of its own (claimed from the queue, recovered).
-    /// Repeatable; default none: such a run with a grant is refused here (`grant_not_allowed`).
+    /// Repeatable, added to the config file's `allow_grant_roots`; default none: such a run with
+    /// a grant is refused here (`grant_not_allowed`).
     #[arg(long, value_name = "DIR")]
     allow_grant_root: Vec<std::path::PathBuf>,
 }
@@ -166,8 +167,11 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     backend_max_calls.extend(a.backend_max_calls.iter().cloned());
     let max_recoveries = a.max_recoveries.or(file.max_recoveries).unwrap_or(factory_host::recover::DEFAULT_MAX_RECOVERIES);
     let drain_seconds = a.drain_seconds.or(file.drain_seconds).unwrap_or(DEFAULT_DRAIN_SECONDS);
-    if store.is_none() && (!a.allow_grant_root.is_empty() || a.store_password_file.is_some()) {
-        anyhow::bail!("--allow-grant-root and --store-password-file need a shared store (--store, FACTORY_STORE or the config file's `store`)");
+    if store.is_none() && (!a.allow_grant_root.is_empty() || !file.allow_grant_roots.is_empty() || a.store_password_file.is_some()) {
+        anyhow::bail!(
+            "--allow-grant-root (or the config file's allow_grant_roots) and --store-password-file need a shared store \
+             (--store, FACTORY_STORE or the config file's `store`)"
+        );
     }
     if store.is_none() && (max_runs.is_some() || cluster_max_runs.is_some() || !backend_max_calls.is_empty()) {
         anyhow::bail!("--max-runs, --cluster-max-runs and --backend-max-calls (or the config file's max_runs, cluster_max_runs and backend_max_calls) need a shared store (--store, FACTORY_STORE or the config file's `store`)");
@@ -175,7 +179,8 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
         let caps = factory_host::engine::caps::Caps { worker_runs: max_runs, cluster_runs: cluster_max_runs, backend_calls: backend_max_calls };
-        let trust = cluster_trust(g, &a.allow_grant_root)?;
+        let roots: Vec<std::path::PathBuf> = file.allow_grant_roots.iter().chain(&a.allow_grant_root).cloned().collect();
+        let trust = cluster_trust(g, &roots)?;
         let keyed = trust.keyed();
         let password = crate::doors::cli::workers::store_password(url, a.store_password_file.as_deref(), a.store.is_some())?;
         let host = crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps, trust, password)
