@@ -54,8 +54,9 @@ pub struct RunRecord {
     /// resume sets it back to 0).
     #[serde(default)]
     pub recoveries: u32,
-    /// On a shared store: the seal binding the consent given to this run to what its latest
-    /// attempt runs ([`crate::engine::trust::ClusterTrust::seal`]).
+    /// On a shared store: the seal (hex) binding the consent given to this run to what its
+    /// latest attempt runs (component, backend, grants, limits, args), made by the worker that
+    /// started or resumed it and checked by one that executes it without a caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal: Option<String>,
 }
