@@ -67,6 +67,10 @@ pub enum Error {
     /// is unset, the name is unknown): nothing started.
     #[error(transparent)]
     BackendUnavailable(#[from] crate::backend::BackendUnavailable),
+    /// What a shared store says to run is refused: bytes that do not hash to their sha256,
+    /// a record that does not match its consent seal, a grant outside the allowed roots.
+    #[error(transparent)]
+    Trust(#[from] crate::engine::trust::TrustError),
 }
 
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool

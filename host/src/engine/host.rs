@@ -13,6 +13,7 @@ use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
 use crate::model::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::engine::loaded::Kept;
+use crate::engine::trust::{Bound, TrustError};
 use crate::engine::run::{self, AttemptSetup, Capabilities};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::model::schema::Schema;
@@ -54,6 +55,9 @@ pub struct HostConfig {
     /// Bytes of store pages the store in `state_dir` keeps cached in memory (see
     /// [`StoreOptions::read_cache_bytes`]).
     pub read_cache_bytes: usize,
+    /// What a worker of a shared store checks before it runs what the store says (its
+    /// consent seal key, the roots it mounts grants under); unused with a store of one process.
+    pub trust: crate::engine::trust::ClusterTrust,
 }
 
 impl Default for HostConfig {
@@ -67,6 +71,7 @@ impl Default for HostConfig {
             sandbox: SandboxLimits::default(),
             caps: Default::default(),
             read_cache_bytes: crate::store::redb::READ_CACHE_BYTES,
+            trust: Default::default(),
         }
     }
 }
@@ -450,6 +455,7 @@ impl Host {
             .blob(&script.sha256)
             .await?
             .ok_or_else(|| Error::NotRegistered(format!("no stored source with sha256 {}", script.sha256)))?;
+        crate::engine::trust::check_bytes("script source", &script.sha256, &text)?;
         let text = String::from_utf8(text).map_err(|_| ScriptError::NotText(script.file_name.clone()))?;
         let runner = match self.runner() {
             Ok(runner) if runner.hash == runner_hash => runner,
@@ -459,6 +465,7 @@ impl Host {
                     .blob(runner_hash)
                     .await?
                     .ok_or_else(|| Error::NotRegistered(format!("no stored runner with sha256 {runner_hash}")))?;
+                crate::engine::trust::check_bytes("JS runner", runner_hash, &bytes)?;
                 self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
             }
         };
@@ -540,8 +547,11 @@ impl Host {
         let bytes = self
             .store
             .blob(hash)
-                        .await?
+            .await?
             .ok_or_else(|| Error::NotRegistered(format!("no stored component with sha256 {hash}")))?;
+        // Hashed again before anything of it is compiled or run: the store may have been
+        // written by someone else (a shared database).
+        crate::engine::trust::check_bytes("component", hash, &bytes)?;
         self.load_bytes(&bytes).await
     }
 
@@ -792,6 +802,9 @@ impl Host {
             script: factory.component.script.as_ref().map(|s| s.reference()),
             backend: backend.reference(),
         };
+        // The consent given to this start, bound to what it runs: checked by the worker that
+        // claims it.
+        record.seal = Some(self.config.trust.seal(&start_bound(&record, &start)));
         let here = queue.enqueue(&mut record, &start, permit.is_some(), self.config.caps.cluster_runs).await?;
         let run_id = record.envelope.run_id.clone();
         if let Some(on_start) = on_start {
@@ -816,9 +829,18 @@ impl Host {
 
     /// Whether this worker can execute a run it claimed from the queue: the backend the run
     /// was started with (or last recorded) can be built here, its key variable is set, and
-    /// every granted directory is still the one recorded.
+    /// every granted directory is under a root this worker allows and still the one recorded.
     pub(crate) async fn can_serve(&self, claimed: &crate::store::queue::Claimed) -> Result<(), Error> {
         let Some(record) = self.store.run(&claimed.run_id).await? else { return Ok(()) };
+        if let Some(start) = claimed.start.as_ref().filter(|_| record.envelope.attempts == 0) {
+            if self.config.trust.verify(record.seal.as_deref(), &start_bound(&record, start)).is_err() {
+                // Not a run another worker could serve: a record that does not match its
+                // consent; its start ends it with that failure ([`Host::start_queued`]).
+                return Ok(());
+            }
+        }
+        // A run this worker did not start mounts only grants under the roots it allows.
+        self.config.trust.check_grants(&claimed.run_id, &record.grants)?;
         sandbox::recheck_grants(&record.grants)?;
         match &claimed.start {
             Some(start) if record.envelope.attempts == 0 => self.backend_of(&start.backend).map(drop),
@@ -834,18 +856,32 @@ impl Host {
         let run_id = record.envelope.run_id.clone();
         let claim = self.claim(&run_id)?;
         let prepared = async {
+            // Before anything of the run is loaded: what the database says to run must be
+            // what its consent was given for.
+            self.config.trust.verify(record.seal.as_deref(), &start_bound(&record, start))?;
+            self.config.trust.check_grants(&run_id, &record.grants)?;
             sandbox::recheck_grants(&record.grants)?;
             let factory = match &start.script {
                 Some(script) => self.load_recorded_script(&start.component, script, Some(&run_id)).await,
                 None => self.load_stored(&start.component).await,
             }
-            .map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?;
+            .map_err(|e| match e {
+                Error::Trust(refused) => Error::Trust(refused),
+                e => Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")),
+            })?;
             Ok::<_, Error>((factory, self.backend_of(&start.backend)?))
         };
         match prepared.await {
             Ok((factory, backend)) => self.attempt_claimed(&factory, record, None, backend, claim, None).await,
             Err(error) => {
-                let failure = Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the queued run could not start: {error}"));
+                let failure = match &error {
+                    Error::Trust(refused) => Failure::new(
+                        crate::model::envelope::FailureType::Sandbox,
+                        Some(refused.kind()),
+                        format!("the queued run was refused: {refused}; nothing ran"),
+                    ),
+                    _ => Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the queued run could not start: {error}")),
+                };
                 self.end_broken_attempt(&mut record, failure).await;
                 drop(claim);
                 self.announce_end(&record).await;
@@ -991,6 +1027,7 @@ impl Host {
             seq: 0,
             interrupted: None,
             recoveries: 0,
+            seal: None,
         };
         Ok((record, options))
     }
@@ -1063,6 +1100,12 @@ impl Host {
         if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
             return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
         }
+        if by == ResumedBy::Recovery && self.store.shared() {
+            // Resumed with no caller on a store others write: only what its consent was for.
+            let Some(bound) = attempt_bound(&record) else { return Err(TrustError::ConsentMissing(run_id.to_string()).into()) };
+            self.config.trust.verify(record.seal.as_deref(), &bound)?;
+            self.config.trust.check_grants(run_id, &record.grants)?;
+        }
         // The run keeps its grants; each must still be the directory it recorded.
         sandbox::recheck_grants(&record.grants)?;
         let factory = match options.component {
@@ -1074,7 +1117,10 @@ impl Host {
                     Some(script) => self.load_recorded_script(&hash, script, Some(run_id)).await,
                     None => self.load_stored(&hash).await,
                 };
-                loaded.map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?
+                loaded.map_err(|e| match e {
+                    Error::Trust(refused) => Error::Trust(refused),
+                    e => Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")),
+                })?
             }
         };
         if factory.meta.name != record.envelope.factory {
@@ -1259,6 +1305,11 @@ impl Host {
         let reference = backend.reference();
         record.envelope.backend = Some(reference.clone());
         record.backends.push(reference);
+        if self.store.shared() {
+            // The consent this attempt runs under, bound to what it runs (a worker that
+            // recovers the run checks it).
+            record.seal = attempt_bound(record).map(|bound| self.config.trust.seal(&bound));
+        }
         // The attempt's start is written while its journal loads (neither reads what the
         // other writes); the guest runs once both are done, so a start the store refuses (a
         // worker fenced off) runs no guest code.
@@ -1706,4 +1757,37 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
     envelope.failure = failure;
     envelope.accounting = accounting;
     envelope.updated_at = crate::store::records_timestamp();
+}
+
+/// What the consent of a queued start (`record` enqueued with `start`) is bound to.
+fn start_bound<'a>(record: &'a RunRecord, start: &'a crate::store::queue::QueuedStart) -> Bound<'a> {
+    Bound {
+        run_id: &record.envelope.run_id,
+        session: &record.session,
+        args: &record.args,
+        component: &start.component,
+        script: start.script.as_ref(),
+        backend: &start.backend,
+        grants: &record.grants,
+        limits: &record.limits,
+        overrides: &record.overrides,
+    }
+}
+
+/// What the consent of the latest attempt `record` recorded is bound to (`None`: none
+/// recorded).
+fn attempt_bound(record: &RunRecord) -> Option<Bound<'_>> {
+    let component = record.component_hashes.last()?;
+    let script = record.scripts.get(record.component_hashes.len() - 1).and_then(Option::as_ref);
+    Some(Bound {
+        run_id: &record.envelope.run_id,
+        session: &record.session,
+        args: &record.args,
+        component,
+        script,
+        backend: record.backends.last()?,
+        grants: &record.grants,
+        limits: &record.limits,
+        overrides: &record.overrides,
+    })
 }

@@ -101,6 +101,17 @@ pub struct ServeArgs {
     /// `drain_seconds`, else 10.
     #[arg(long, value_name = "SECONDS", value_parser = parse_drain)]
     drain_seconds: Option<f64>,
+    /// With a shared store: read the database password from this file (readable by its
+    /// owner only) instead of the URL, which other local users can read in the process list.
+    /// Else `PGPASSWORD`, else `~/.pgpass` (or `PGPASSFILE`), as libpq reads them.
+    #[arg(long, env = "FACTORY_STORE_PASSWORD_FILE", value_name = "FILE")]
+    store_password_file: Option<std::path::PathBuf>,
+    /// With a shared store: a directory under which this worker mounts the grants (--allow-read)
+    /// of runs it executes without a caller of its own (claimed from the queue, recovered).
+    /// Repeatable, added to the config file's `allow_grant_roots`; default none: such a run with
+    /// a grant is refused here (`grant_not_allowed`).
+    #[arg(long, value_name = "DIR")]
+    allow_grant_root: Vec<std::path::PathBuf>,
 }
 
 /// Default of `--drain-seconds`.
@@ -177,15 +188,33 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     backend_max_calls.extend(a.backend_max_calls.iter().cloned());
     let max_recoveries = a.max_recoveries.or(file.max_recoveries).unwrap_or(factory_host::recover::DEFAULT_MAX_RECOVERIES);
     let drain_seconds = a.drain_seconds.or(file.drain_seconds).unwrap_or(DEFAULT_DRAIN_SECONDS);
+    if store.is_none() && (!a.allow_grant_root.is_empty() || !file.allow_grant_roots.is_empty() || a.store_password_file.is_some()) {
+        anyhow::bail!(
+            "--allow-grant-root (or the config file's allow_grant_roots) and --store-password-file need a shared store \
+             (--store, FACTORY_STORE or the config file's `store`)"
+        );
+    }
     if store.is_none() && (max_runs.is_some() || cluster_max_runs.is_some() || !backend_max_calls.is_empty()) {
         anyhow::bail!("--max-runs, --cluster-max-runs and --backend-max-calls (or the config file's max_runs, cluster_max_runs and backend_max_calls) need a shared store (--store, FACTORY_STORE or the config file's `store`)");
     }
     let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
         let caps = factory_host::engine::caps::Caps { worker_runs: max_runs, cluster_runs: cluster_max_runs, backend_calls: backend_max_calls };
-        crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps)
+        let roots: Vec<std::path::PathBuf> = file.allow_grant_roots.iter().chain(&a.allow_grant_root).cloned().collect();
+        let trust = cluster_trust(g, &roots)?;
+        let keyed = trust.keyed();
+        let password = crate::doors::cli::workers::store_password(url, a.store_password_file.as_deref(), a.store.is_some())?;
+        let host = crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps, trust, password)
             .await
-            .context("opening the shared store")?
+            .context("opening the shared store")?;
+        if !keyed {
+            eprintln!(
+                "factory serve: warning: no cluster token (--token-file or FACTORY_TOKEN): the consent of a queued run is \
+                 sealed with a plain digest, which anyone who can write the database can recompute; give every worker \
+                 the same --token-file"
+            );
+        }
+        host
     } else {
         loop {
             match open_host(g, config.clone(), crate::doors::reach::Holder::Service) {
@@ -302,6 +331,21 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What this worker checks before it runs what the shared store says: consent seals keyed
+/// by the cluster token (when one is given), grants mounted only under `roots` (each must be
+/// a directory; kept canonical).
+fn cluster_trust(g: &GlobalArgs, roots: &[std::path::PathBuf]) -> Result<factory_host::engine::trust::ClusterTrust> {
+    let roots = roots
+        .iter()
+        .map(|root| {
+            let canonical = std::fs::canonicalize(root).with_context(|| format!("--allow-grant-root {}", root.display()))?;
+            anyhow::ensure!(canonical.is_dir(), "--allow-grant-root {}: not a directory", root.display());
+            Ok(canonical)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(factory_host::engine::trust::ClusterTrust::new(g.cluster_token()?.as_deref(), roots))
 }
 
 /// Stop claiming (new runs started here go to the queue for the other workers), then let the
