@@ -67,6 +67,9 @@ pub enum Error {
     /// is unset, the name is unknown): nothing started.
     #[error(transparent)]
     BackendUnavailable(#[from] crate::backend::BackendUnavailable),
+    /// A request field that is well-formed JSON but unusable (a relative `callerCwd`).
+    #[error("bad_request: {0}")]
+    BadRequest(String),
 }
 
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool
@@ -162,6 +165,7 @@ impl Error {
             Error::Limits(_) => ErrorCode::InvalidLimits,
             Error::InvalidArgs(_) => ErrorCode::InvalidArgs,
             Error::Script(_) => ErrorCode::InvalidScript,
+            Error::BadRequest(_) => ErrorCode::BadRequest,
             _ => ErrorCode::Error,
         }
     }
