@@ -5,7 +5,11 @@
 //! home directory, and never get the prompt in argv; a missing `bwrap` fails the spawn as a
 //! `not_installed` backend failure; the consent prompt names the backend; API keys stay out
 //! of `Debug` output, and a server echoing a key or a URL's credentials puts neither into
-//! the envelope or the store.
+//! the envelope or the store. Under a service (issue 49), a fake agent CLI sees nothing of
+//! the state directory in use (`FACTORY_STATE_DIR` or `--state-dir`), the user-level state
+//! and config directories, the token files or the caller's working directory, and a start
+//! request it sends on the control socket (reached through a hard link in a grant) is
+//! refused as `forbidden` for its mount namespace, logged, and starts no run.
 
 mod common;
 
