@@ -698,4 +698,14 @@ fn an_agent_cli_under_the_daemon_of_a_state_dir_flag_cannot_drive_it() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     paths.link_socket();
     paths.attack(&|| std::fs::read_to_string(paths.state.join("serve.log")).unwrap_or_default());
+    // A caller's directory that is not absolute would hide nothing: refused as a bad request.
+    let mut stream = std::os::unix::net::UnixStream::connect(paths.state.join("control.sock")).unwrap();
+    let request = serde_json::json!({ "wire": factory_host::service::WIRE_VERSION, "body": {
+        "op": "run", "session": "default", "component": { "file": common::component("probe") },
+        "consent": "any", "backend": { "name": "dry-run" }, "callerCwd": "work/project",
+    }});
+    stream.write_all(format!("{request}\n").as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer).unwrap();
+    assert!(answer.contains(r#""code":"bad_request""#) && answer.contains("not an absolute path"), "{answer}");
 }
