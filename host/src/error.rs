@@ -71,6 +71,9 @@ pub enum Error {
     /// a record that does not match its consent seal, a grant outside the allowed roots.
     #[error(transparent)]
     Trust(#[from] crate::engine::trust::TrustError),
+    /// A request field that is well-formed JSON but unusable (a relative `callerCwd`).
+    #[error("bad_request: {0}")]
+    BadRequest(String),
 }
 
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool
@@ -167,6 +170,7 @@ impl Error {
             Error::InvalidArgs(_) => ErrorCode::InvalidArgs,
             Error::Script(_) => ErrorCode::InvalidScript,
             Error::Load(LoadError::TooLarge { .. } | LoadError::NotAFile { .. }) => ErrorCode::InvalidParams,
+            Error::BadRequest(_) => ErrorCode::BadRequest,
             _ => ErrorCode::Error,
         }
     }

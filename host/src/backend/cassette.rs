@@ -512,6 +512,11 @@ impl AgentBackend for Cassette {
         Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))
     }
 
+    fn hiding(&self, hidden: &super::Hidden) -> Option<Arc<dyn AgentBackend>> {
+        let live = self.live.as_ref()?.hiding(hidden)?;
+        Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))
+    }
+
     fn describe(&self) -> String {
         match &self.live {
             Some(live) if self.replay.is_some() => format!("replay, then {}", live.describe()),

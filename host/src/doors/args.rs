@@ -61,6 +61,26 @@ impl GlobalArgs {
         Ok(())
     }
 
+    /// What no agent-CLI sandbox of a run served from here may see, even inside a grant: the
+    /// state directory in use (its store, `control.sock`, `http.token`, `mcp.token`, logs),
+    /// the user-level state and config directories, the cluster's `--token-file` and a
+    /// `$FACTORY_CONFIG` file. Absolute; handed to the host as data
+    /// ([`factory_host::HostConfig::sandbox_hidden`]).
+    pub fn sandbox_hidden(&self) -> Vec<PathBuf> {
+        let state = std::path::absolute(&self.state_dir).unwrap_or_else(|_| self.state_dir.clone());
+        let mut hidden = vec![
+            crate::doors::control::socket_path(&state),
+            state.join(crate::doors::http::TOKEN_FILE),
+            state.join(crate::doors::mcp::TOKEN_FILE),
+            state,
+        ];
+        hidden.extend(factory_host::access::default_state_dir().ok());
+        hidden.extend(factory_host::access::user_config_dir().ok());
+        let files = [self.token_file.clone(), std::env::var_os("FACTORY_CONFIG").map(PathBuf::from)];
+        hidden.extend(files.into_iter().flatten().filter_map(|f| std::path::absolute(f).ok()));
+        hidden
+    }
+
     /// The cluster's bearer token (`FACTORY_TOKEN`, else `--token-file`), if one is given.
     pub fn cluster_token(&self) -> anyhow::Result<Option<String>> {
         crate::doors::http::bearer::cluster_token(self.token_file.as_deref())

@@ -467,6 +467,8 @@ impl FactoryMcp {
                     declined: false,
                     consent: Consent::None,
                     trace_parent: trace_parent.clone(),
+                    // This server's working directory (the project its client works in).
+                    caller_cwd: factory_host::service::caller_cwd(),
                 }
             }
             (None, Some(run_id)) => {
@@ -481,6 +483,8 @@ impl FactoryMcp {
                     backend: Default::default(),
                     consent: Consent::None,
                     trace_parent: trace_parent.clone(),
+                    // This server's working directory (the project its client works in).
+                    caller_cwd: factory_host::service::caller_cwd(),
                 }
             }
             _ => {

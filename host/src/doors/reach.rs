@@ -50,6 +50,7 @@ pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>, holder: Holde
         catalog,
         commit_window: std::time::Duration::from_millis(g.commit_window_ms),
         read_cache_bytes: holder.cache_bytes(),
+        sandbox_hidden: g.sandbox_hidden(),
         ..HostConfig::default()
     };
     Host::new(config).map(Arc::new)
@@ -73,7 +74,9 @@ pub async fn open_shared_host(
     let commit_window = std::time::Duration::from_millis(g.commit_window_ms);
     let worker = worker.map_or_else(|| default_worker_id(&g.state_dir), str::to_string);
     let store = PgStore::connect(url, PgOptions { commit_window, password, ..PgOptions::new(worker) }).await?;
-    let config = HostConfig { state_dir: Some(g.state_dir.clone()), catalog, commit_window, caps, trust, ..HostConfig::default() };
+    let sandbox_hidden = g.sandbox_hidden();
+    let state_dir = Some(g.state_dir.clone());
+    let config = HostConfig { state_dir, catalog, commit_window, caps, trust, sandbox_hidden, ..HostConfig::default() };
     Host::with_store(config, Arc::new(store)).map(Arc::new)
 }
 

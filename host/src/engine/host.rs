@@ -58,6 +58,9 @@ pub struct HostConfig {
     /// What a worker of a shared store checks before it runs what the store says (its
     /// consent seal key, the roots it mounts grants under); unused with a store of one process.
     pub trust: crate::engine::trust::ClusterTrust,
+    /// Paths no run's subagent sandbox may see, even inside a grant: what the front door
+    /// serving this host keeps there (its state directories, token files, control socket).
+    pub sandbox_hidden: Vec<PathBuf>,
 }
 
 impl Default for HostConfig {
@@ -72,6 +75,7 @@ impl Default for HostConfig {
             caps: Default::default(),
             read_cache_bytes: crate::store::redb::READ_CACHE_BYTES,
             trust: Default::default(),
+            sandbox_hidden: Vec::new(),
         }
     }
 }
@@ -140,6 +144,10 @@ pub struct RunOptions {
     pub grants: Vec<PathBuf>,
     /// The caller's trace (W3C `traceparent`): the attempt's span continues it.
     pub trace_parent: Option<crate::trace::TraceParent>,
+    /// The caller's working directory (canonical), when the caller is another process than
+    /// this host's: hidden from the run's subagent sandboxes unless granted (this process's
+    /// own working directory always is).
+    pub caller_cwd: Option<PathBuf>,
 }
 
 /// Options of [`Host::resume`].
@@ -165,6 +173,8 @@ pub struct ResumeOptions {
     pub choice: BackendChoice,
     /// The caller's trace (W3C `traceparent`): the attempt's span continues it.
     pub trace_parent: Option<crate::trace::TraceParent>,
+    /// The caller's working directory, as [`RunOptions::caller_cwd`].
+    pub caller_cwd: Option<PathBuf>,
 }
 
 /// A run with its phases, agent summaries and latest progress page. On the wire it is the
@@ -252,6 +262,18 @@ pub const DETAIL_SCAN_ENTRIES: usize = 10_000;
 
 /// A run's detail lists at most this many agent summaries, the newest.
 pub const DETAIL_AGENTS: usize = 2_000;
+
+/// `backend` with the caller's working directory (if another process's) hidden from its
+/// spawns unless granted.
+fn caller_hidden(backend: Arc<dyn AgentBackend>, caller_cwd: Option<PathBuf>) -> Arc<dyn AgentBackend> {
+    match caller_cwd {
+        Some(cwd) => {
+            let hidden = crate::backend::Hidden { sealed: Vec::new(), unless_granted: vec![cwd] };
+            backend.hiding(&hidden).unwrap_or(backend)
+        }
+        None => backend,
+    }
+}
 
 /// A run executing in this process.
 struct ActiveRun {
@@ -775,6 +797,7 @@ impl Host {
             Some(backend) => backend,
             None => self.chosen_backend(&options.choice)?,
         };
+        let backend = caller_hidden(backend, options.caller_cwd.take());
         if self.store.run_queue().is_some() {
             return self.run_queued(factory, options, backend).await;
         }
@@ -1138,6 +1161,7 @@ impl Host {
             Some(backend) => backend,
             None => self.recorded_backend(&record, &options.choice)?,
         };
+        let backend = caller_hidden(backend, options.caller_cwd);
         self.put_blobs(&factory)?;
         // Written with the attempt's start, before the guest runs: a recovery that crashes
         // the service again has been counted.
@@ -1323,8 +1347,14 @@ impl Host {
         let next_seq = next_seq?;
 
         let prior = record.envelope.accounting;
-        // Backends whose spawns see files (agent CLIs) see the run's grants, and only those.
+        // Backends whose spawns see files (agent CLIs) see the run's grants, and only those,
+        // and never what the serving front door keeps (its state, tokens, socket).
         let backend = backend.with_grants(&record.grants).unwrap_or(backend);
+        let sealed = crate::backend::Hidden { sealed: self.config.sandbox_hidden.clone(), unless_granted: Vec::new() };
+        let backend = match sealed.is_empty() {
+            true => backend,
+            false => backend.hiding(&sealed).unwrap_or(backend),
+        };
         // Under the cluster-wide cap of its backend, on a shared store that sets one.
         let backend = crate::engine::caps::capped(&self.store, &self.config.caps, backend);
         let setup = AttemptSetup {

@@ -172,6 +172,7 @@ impl Client {
             declined: false,
             consent,
             trace_parent: None,
+            caller_cwd: None,
         })
         .await
     }

@@ -145,6 +145,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             // here: the serving process runs it only if it loads the same.
             consent: approved.map_or(Consent::None, Consent::Sha256),
             trace_parent: None,
+            // The service runs elsewhere: it hides this directory from agent sandboxes.
+            caller_cwd: factory_host::service::caller_cwd(),
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
@@ -176,6 +178,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             choice: Default::default(),
             grants,
             trace_parent: None,
+            caller_cwd: None,
         };
         let host = host.clone();
         async move { host.run(&factory, options).await }
@@ -216,6 +219,8 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             // Consent was checked above (trusted, --yes, or a prompt) for this trust key.
             consent: approved.map_or(Consent::None, Consent::Sha256),
             trace_parent: None,
+            // The service runs elsewhere: it hides this directory from agent sandboxes.
+            caller_cwd: factory_host::service::caller_cwd(),
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) => report(envelope, &a.out),
@@ -268,6 +273,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             backend,
             choice,
             trace_parent: None,
+            caller_cwd: None,
         };
         let host = host.clone();
         async move { host.resume(&run_id, options).await }

@@ -292,7 +292,7 @@ async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<d
             file.display()
         );
     }
-    let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
+    let host = Host::new(HostConfig { state_dir: None, sandbox_hidden: g.sandbox_hidden(), ..HostConfig::default() })?;
     let built = target::resolve(&factory_path, &target::BuildConsent::new(g, yes.yes))?;
     let factory = host.load_file(&built).await.with_context(|| format!("loading {}", built.display()))?;
     let shown = factory_path.display().to_string();

@@ -377,6 +377,7 @@ impl Api {
                     backend: Default::default(),
                     consent: if body.approved { Consent::Any } else { Consent::None },
                     trace_parent,
+                    caller_cwd: None,
                 }
             }
             (&Method::POST, ["runs"]) => {
@@ -394,6 +395,7 @@ impl Api {
                     declined: false,
                     consent: if body.approved { Consent::Any } else { Consent::None },
                     trace_parent,
+                    caller_cwd: None,
                 }
             }
             _ => return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}")),
