@@ -21,6 +21,7 @@
 use crate::model::limits::Limits;
 use crate::model::recorded::BackendRef;
 use crate::model::script::ScriptRef;
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -127,11 +128,9 @@ impl ClusterTrust {
 
     /// The seal of `bound`: hex HMAC-SHA256 under the key, else hex SHA-256.
     pub fn seal(&self, bound: &Bound<'_>) -> String {
-        // Serializing plain strings, options and numbers cannot fail.
-        let mut message = SEAL_CONTEXT.to_vec();
-        message.extend(serde_json::to_vec(bound).unwrap_or_default());
+        let message = sealed_message(bound);
         match &self.key {
-            Some(key) => hex::encode(hmac_sha256(key, &message)),
+            Some(key) => hex::encode(mac_of(key, &message).finalize().into_bytes()),
             None => hex::encode(Sha256::digest(&message)),
         }
     }
@@ -139,9 +138,13 @@ impl ClusterTrust {
     /// Refuse a run whose recorded `seal` is missing or is not the seal of `bound`.
     pub fn verify(&self, seal: Option<&str>, bound: &Bound<'_>) -> Result<(), TrustError> {
         let Some(seal) = seal else { return Err(TrustError::ConsentMissing(bound.run_id.to_string())) };
-        let expected = self.seal(bound);
-        // Compared in constant time: the seal is a MAC.
-        let same = seal.len() == expected.len() && seal.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        let message = sealed_message(bound);
+        let same = match (hex::decode(seal), &self.key) {
+            // A MAC is compared in constant time (`Mac::verify_slice`).
+            (Ok(tag), Some(key)) => mac_of(key, &message).verify_slice(&tag).is_ok(),
+            (Ok(digest), None) => digest[..] == Sha256::digest(&message)[..],
+            (Err(_), _) => false,
+        };
         if same {
             Ok(())
         } else {
@@ -161,18 +164,20 @@ impl ClusterTrust {
     }
 }
 
-/// HMAC-SHA256 (RFC 2104) of `message` under `key`.
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut block = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let pad = |byte: u8| block.map(|b| b ^ byte);
-    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(message).finalize();
-    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().into()
+/// The bytes a seal covers: a version tag, then `bound` as JSON.
+fn sealed_message(bound: &Bound<'_>) -> Vec<u8> {
+    let mut message = SEAL_CONTEXT.to_vec();
+    // Serializing plain strings, options and numbers into a Vec cannot fail.
+    message.extend(serde_json::to_vec(bound).unwrap_or_default());
+    message
+}
+
+/// HMAC-SHA256 (RFC 2104, RustCrypto's `hmac`) of `message` under `key`, not yet finalized.
+fn mac_of(key: &[u8], message: &[u8]) -> Hmac<sha2_11::Sha256> {
+    // HMAC takes a key of any length (a longer one than a block is hashed first).
+    let mut mac = <Hmac<sha2_11::Sha256> as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    mac.update(message);
+    mac
 }
 
 #[cfg(test)]
@@ -182,10 +187,10 @@ mod tests {
     #[test]
     fn hmac_matches_rfc_4231() {
         // Test case 2 of RFC 4231.
-        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        let mac = mac_of(b"Jefe", b"what do ya want for nothing?").finalize().into_bytes();
         assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
         // Test case 6: a key longer than the block.
-        let mac = hmac_sha256(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First");
+        let mac = mac_of(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First").finalize().into_bytes();
         assert_eq!(hex::encode(mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
     }
 
