@@ -709,3 +709,82 @@ fn an_agent_cli_under_the_daemon_of_a_state_dir_flag_cannot_drive_it() {
     BufReader::new(stream).read_line(&mut answer).unwrap();
     assert!(answer.contains(r#""code":"bad_request""#) && answer.contains("not an absolute path"), "{answer}");
 }
+
+/// `POST PATH` with `body` to the HTTP API of the service in `state` (its address and
+/// bearer token from the files it leaves there); the status line and the body.
+fn http_post(state: &Path, path: &str, body: &str) -> (String, String) {
+    let addr = std::fs::read_to_string(state.join("http.addr")).unwrap();
+    let token = std::fs::read_to_string(state.join("http.token")).unwrap();
+    let mut stream = std::net::TcpStream::connect(addr.trim()).unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        addr.trim(),
+        token.trim(),
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
+#[test]
+fn a_resume_that_names_no_caller_still_hides_the_directories_of_the_runs_callers() {
+    require_bwrap();
+    let root = tempfile::tempdir().unwrap();
+    let paths = service_paths(root.path(), ".factory-resume");
+    // The first spawn fails as a sandbox that could not start (a backend failure: the run
+    // ends `error`, resumable); the next says whether the caller's project is readable.
+    std::fs::create_dir_all(paths.home.join("agent-state")).unwrap();
+    script(
+        &paths.agent,
+        &format!(
+            r#"cat > /dev/null
+if [ ! -e "$HOME/agent-state/failed-once" ]; then
+  touch "$HOME/agent-state/failed-once"; echo "bwrap: a sandbox that did not start" >&2; exit 1
+fi
+if cat {}/secret.txt >/dev/null 2>&1; then echo cwd-read=yes; else echo cwd-read=no; fi"#,
+            paths.project.display()
+        ),
+    );
+    std::fs::write(
+        &paths.config,
+        format!(
+            "[backends.agent]\nkind = \"cli\"\ncommand = [\"{}\"]\nsandbox_writable = [\"agent-state\"]\n",
+            paths.agent.display()
+        ),
+    )
+    .unwrap();
+    let log_path = root.path().join("serve.log");
+    let elsewhere = root.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut serve = paths.factory(&["serve", "--http", "127.0.0.1:0"]);
+    serve.current_dir(&elsewhere).stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log_path).unwrap());
+    let mut child = serve.spawn().expect("factory serve starts");
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !(log().contains("HTTP API on") && paths.state.join("http.addr").exists()) {
+        assert!(child.try_wait().unwrap().is_none(), "factory serve exited: {}", log());
+        assert!(std::time::Instant::now() < deadline, "factory serve did not come up: {}", log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _serve = Killed(child);
+
+    // Started by the user from the project, through the service: the first attempt fails.
+    let probe = common::component("probe");
+    let run = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"memo"}"#, "--json", "--quiet", "--backend", "agent"];
+    let (out, envelope) = output(paths.factory(&run));
+    assert_eq!(envelope["status"], "error", "{envelope}\n{}", common::stderr(&out));
+    assert_eq!(envelope["failure"]["type"], "backend", "{envelope}");
+    let run_id = envelope["runId"].as_str().unwrap().to_string();
+
+    // Resumed over HTTP, which names no caller's directory (as a recovery after a restart
+    // does not): the run still hides the directory it was started from.
+    let (status, body) = http_post(&paths.state, &format!("/api/runs/{run_id}/resume"), r#"{"approved":true}"#);
+    assert!(status.contains(" 20"), "{status}: {body}");
+    let (out, envelope) = output(paths.factory(&["wait", &run_id, "--json"]));
+    assert_eq!(envelope["status"], "completed", "{envelope}\n{}", common::stderr(&out));
+    assert_eq!(first_reply(&out, &envelope).trim(), "cwd-read=no", "the caller's project stays hidden on a resume without a caller");
+}

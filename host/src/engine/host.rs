@@ -263,16 +263,15 @@ pub const DETAIL_SCAN_ENTRIES: usize = 10_000;
 /// A run's detail lists at most this many agent summaries, the newest.
 pub const DETAIL_AGENTS: usize = 2_000;
 
-/// `backend` with the caller's working directory (if another process's) hidden from its
-/// spawns unless granted.
-fn caller_hidden(backend: Arc<dyn AgentBackend>, caller_cwd: Option<PathBuf>) -> Arc<dyn AgentBackend> {
-    match caller_cwd {
-        Some(cwd) => {
-            let hidden = crate::backend::Hidden { sealed: Vec::new(), unless_granted: vec![cwd] };
-            backend.hiding(&hidden).unwrap_or(backend)
-        }
-        None => backend,
+/// `backend` with the working directories of the run's callers in other processes
+/// ([`RunRecord::caller_dirs`]) hidden from its spawns unless granted.
+fn caller_hidden(backend: Arc<dyn AgentBackend>, record: &RunRecord) -> Arc<dyn AgentBackend> {
+    if record.caller_dirs.is_empty() {
+        return backend;
     }
+    let unless_granted = record.caller_dirs.iter().map(PathBuf::from).collect();
+    let hidden = crate::backend::Hidden { sealed: Vec::new(), unless_granted };
+    backend.hiding(&hidden).unwrap_or(backend)
 }
 
 /// A run executing in this process.
@@ -797,11 +796,11 @@ impl Host {
             Some(backend) => backend,
             None => self.chosen_backend(&options.choice)?,
         };
-        let backend = caller_hidden(backend, options.caller_cwd.take());
         if self.store.run_queue().is_some() {
             return self.run_queued(factory, options, backend).await;
         }
         let (record, options) = self.create_run(factory, options).await?;
+        let backend = caller_hidden(backend, &record);
         self.attempt(factory, record, options.events, backend, options.trace_parent).await
     }
 
@@ -815,6 +814,7 @@ impl Host {
         let permit = self.queue_room.clone().try_acquire_owned().ok();
         let on_start = options.on_start.take();
         let (mut record, options) = self.new_record(factory, options)?;
+        let backend = caller_hidden(backend, &record);
         self.put_blobs(factory)?;
         // The component and script bytes are durable before any worker can claim the run.
         if let Err(e) = self.store.flush().await {
@@ -892,7 +892,7 @@ impl Host {
                 Error::Trust(refused) => Error::Trust(refused),
                 e => Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")),
             })?;
-            Ok::<_, Error>((factory, self.backend_of(&start.backend)?))
+            Ok::<_, Error>((factory, caller_hidden(self.backend_of(&start.backend)?, &record)))
         };
         match prepared.await {
             Ok((factory, backend)) => self.attempt_claimed(&factory, record, None, backend, claim, None).await,
@@ -1022,7 +1022,7 @@ impl Host {
         }
         let run_id = uuid::Uuid::now_v7().to_string();
         let now = crate::store::records_timestamp();
-        let record = RunRecord {
+        let mut record = RunRecord {
             envelope: RunEnvelope {
                 run_id: run_id.clone(),
                 factory: factory.meta.name.clone(),
@@ -1051,7 +1051,11 @@ impl Host {
             interrupted: None,
             recoveries: 0,
             seal: None,
+            caller_dirs: Vec::new(),
         };
+        if let Some(dir) = &options.caller_cwd {
+            record.add_caller_dir(dir);
+        }
         Ok((record, options))
     }
 
@@ -1161,7 +1165,10 @@ impl Host {
             Some(backend) => backend,
             None => self.recorded_backend(&record, &options.choice)?,
         };
-        let backend = caller_hidden(backend, options.caller_cwd);
+        if let Some(dir) = &options.caller_cwd {
+            record.add_caller_dir(dir);
+        }
+        let backend = caller_hidden(backend, &record);
         self.put_blobs(&factory)?;
         // Written with the attempt's start, before the guest runs: a recovery that crashes
         // the service again has been counted.
@@ -1799,6 +1806,7 @@ fn start_bound<'a>(record: &'a RunRecord, start: &'a crate::store::queue::Queued
         script: start.script.as_ref(),
         backend: &start.backend,
         grants: &record.grants,
+        caller_dirs: &record.caller_dirs,
         limits: &record.limits,
         overrides: &record.overrides,
     }
@@ -1817,6 +1825,7 @@ fn attempt_bound(record: &RunRecord) -> Option<Bound<'_>> {
         script,
         backend: record.backends.last()?,
         grants: &record.grants,
+        caller_dirs: &record.caller_dirs,
         limits: &record.limits,
         overrides: &record.overrides,
     })

@@ -7,11 +7,11 @@
 //!   have the sha256 it was asked for ([`check_bytes`]);
 //! - consent is bound to what it was given for: when a run is started (or resumed by a
 //!   caller) its record gets a seal over its run id, session, args, component (or script)
-//!   hash, backend, grants and limits ([`ClusterTrust::seal`]); a worker executing a run it
-//!   did not start itself (a queued start, an automatic recovery) refuses a record whose seal
-//!   does not match ([`ClusterTrust::verify`]). The seal is an HMAC-SHA256 keyed by the
-//!   cluster's shared token (`--token-file` / `FACTORY_TOKEN`), which the database does not
-//!   hold, so a row edited by hand cannot be sealed again; without a token it is a plain
+//!   hash, backend, grants, callers' working directories and limits ([`ClusterTrust::seal`]);
+//!   a worker executing a run it did not start itself (a queued start, an automatic
+//!   recovery) refuses a record whose seal does not match ([`ClusterTrust::verify`]). The
+//!   seal is an HMAC-SHA256 keyed by the cluster's shared token (`--token-file` /
+//!   `FACTORY_TOKEN`), which the database does not hold, so a row edited by hand cannot be sealed again; without a token it is a plain
 //!   SHA-256 of the same encoding, which catches an edit of one field but not a writer who
 //!   recomputes it (documented in README's security model);
 //! - a run's grants are mounted only when each lies under a root this worker allows
@@ -95,6 +95,8 @@ pub struct Bound<'a> {
     pub backend: &'a BackendRef,
     /// The granted directories.
     pub grants: &'a [String],
+    /// The callers' working directories its subagents must not see.
+    pub caller_dirs: &'a [String],
     /// The effective limits.
     pub limits: &'a Limits,
     /// The limit overrides given so far.
@@ -199,7 +201,19 @@ mod tests {
         let backend = BackendRef::named("local");
         let limits = Limits::default();
         let grants = vec!["/srv/data".to_string()];
-        let bound = Bound { run_id: "r", session: "s", args: "{}", component: "aa", script: None, backend: &backend, grants: &grants, limits: &limits, overrides: &limits };
+        let callers = vec!["/home/me/project".to_string()];
+        let bound = Bound {
+            run_id: "r",
+            session: "s",
+            args: "{}",
+            component: "aa",
+            script: None,
+            backend: &backend,
+            grants: &grants,
+            caller_dirs: &callers,
+            limits: &limits,
+            overrides: &limits,
+        };
         let keyed = ClusterTrust::new(Some("k".repeat(32).as_str()), Vec::new());
         let seal = keyed.seal(&bound);
         assert!(keyed.verify(Some(&seal), &bound).is_ok());
@@ -209,6 +223,8 @@ mod tests {
         let other_backend = BackendRef::named("openai");
         assert!(keyed.verify(Some(&seal), &Bound { backend: &other_backend, ..bound }).is_err());
         assert!(keyed.verify(Some(&seal), &Bound { component: "bb", ..bound }).is_err());
+        // A caller's directory taken off the record would show it to the run's subagents.
+        assert!(keyed.verify(Some(&seal), &Bound { caller_dirs: &[], ..bound }).is_err());
         let raised = Limits { max_total_subagents: Some(1_000_000), ..Limits::default() };
         assert!(keyed.verify(Some(&seal), &Bound { limits: &raised, ..bound }).is_err());
         assert_eq!(keyed.verify(None, &bound), Err(TrustError::ConsentMissing("r".into())));

@@ -90,6 +90,7 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
         interrupted: None,
         recoveries: 0,
         seal: None,
+        caller_dirs: Vec::new(),
     }
 }
 

@@ -59,6 +59,27 @@ pub struct RunRecord {
     /// started or resumed it and checked by one that executes it without a caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal: Option<String>,
+    /// The working directories (canonical) of the callers in other processes that started or
+    /// resumed the run, the latest [`MAX_CALLER_DIRS`]: hidden from its subagent sandboxes
+    /// unless granted on every attempt, also one that a recovery or another worker runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caller_dirs: Vec<String>,
+}
+
+/// A run remembers at most this many callers' working directories ([`RunRecord::caller_dirs`]).
+pub const MAX_CALLER_DIRS: usize = 16;
+
+impl RunRecord {
+    /// Remember `dir` as a caller's working directory (once; the oldest is forgotten past
+    /// [`MAX_CALLER_DIRS`]).
+    pub fn add_caller_dir(&mut self, dir: &std::path::Path) {
+        let dir = dir.to_string_lossy().into_owned();
+        self.caller_dirs.retain(|d| *d != dir);
+        self.caller_dirs.push(dir);
+        if self.caller_dirs.len() > MAX_CALLER_DIRS {
+            self.caller_dirs.remove(0);
+        }
+    }
 }
 
 /// How a run's process stopped its attempt, leaving it `halted` through no fault or choice of
@@ -194,6 +215,7 @@ pub fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Erro
         interrupted: None,
         recoveries: 0,
         seal: None,
+        caller_dirs: Vec::new(),
     }
 }
 
