@@ -298,9 +298,11 @@ impl Api {
                 return json_response(StatusCode::OK, &json!({ "code": code, "expiresInSeconds": CODE_TTL.as_secs() }));
             }
             (&Method::GET, ["runs"]) => match parse_runs_query(&query) {
-                Ok(Scope::Owner) => Request::Runs { scope },
-                Ok(asked) if scope == Scope::Owner || asked == scope => Request::Runs { scope: asked },
-                Ok(asked) => {
+                Ok(RunsQuery { scope: Scope::Owner, after, limit }) => Request::Runs { scope, after, limit },
+                Ok(RunsQuery { scope: asked, after, limit }) if scope == Scope::Owner || asked == scope => {
+                    Request::Runs { scope: asked, after, limit }
+                }
+                Ok(RunsQuery { scope: asked, .. }) => {
                     let message = format!("a call as {scope} cannot list the runs of {asked}");
                     return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
                 }
@@ -514,19 +516,31 @@ async fn read_body(req: HttpRequest<Incoming>) -> Result<Bytes, Box<Response<Bod
     }
 }
 
-/// The scope of `GET /api/runs`: every session's runs, or with `session=NAME` one session's.
-fn parse_runs_query(query: &str) -> Result<Scope, String> {
-    let mut scope = Scope::Owner;
+/// What `GET /api/runs` asks for: every session's runs, or with `session=NAME` one
+/// session's; a page of them after run `after`, at most `limit`.
+#[derive(Debug, PartialEq)]
+struct RunsQuery {
+    scope: Scope,
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `session`, `after` and `limit` from the query string of `GET /api/runs`.
+fn parse_runs_query(query: &str) -> Result<RunsQuery, String> {
+    let mut out = RunsQuery { scope: Scope::Owner, after: None, limit: None };
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "session" if value.is_empty() => return Err("`session` names a session: give it a value".into()),
-            "session" if scope != Scope::Owner => return Err("give `session` once".into()),
-            "session" => scope = Scope::Session(percent_decode(value)),
+            "session" if out.scope != Scope::Owner => return Err("give `session` once".into()),
+            "session" => out.scope = Scope::Session(percent_decode(value)),
+            "after" if value.is_empty() => return Err("`after` names a run id: give it a value".into()),
+            "after" => out.after = Some(percent_decode(value)),
+            "limit" => out.limit = Some(value.parse().map_err(|_| "`limit` must be a positive integer".to_string())?),
             other => return Err(format!("unknown query parameter `{other}`")),
         }
     }
-    Ok(scope)
+    Ok(out)
 }
 
 /// `afterSeq`, `beforeSeq`, `phase`, `limit` from a query string.
@@ -602,8 +616,17 @@ mod tests {
 
     #[test]
     fn the_runs_list_is_every_session_unless_one_is_named() {
-        assert_eq!(parse_runs_query(""), Ok(Scope::Owner));
-        assert_eq!(parse_runs_query("session=mcp%3Aclaude"), Ok(Scope::Session("mcp:claude".into())));
+        assert_eq!(parse_runs_query(""), Ok(RunsQuery { scope: Scope::Owner, after: None, limit: None }));
+        assert_eq!(
+            parse_runs_query("session=mcp%3Aclaude"),
+            Ok(RunsQuery { scope: Scope::Session("mcp:claude".into()), after: None, limit: None })
+        );
+        assert_eq!(
+            parse_runs_query("after=r%2D1&limit=20"),
+            Ok(RunsQuery { scope: Scope::Owner, after: Some("r-1".into()), limit: Some(20) })
+        );
+        assert!(parse_runs_query("limit=many").is_err());
+        assert!(parse_runs_query("after=").is_err());
         assert!(parse_runs_query("session=").is_err());
         assert!(parse_runs_query("session=a&session=b").is_err());
         assert!(parse_runs_query("all=1").is_err());
