@@ -3,7 +3,8 @@
 //! and five runs that return 15 MiB results leave `factory runs`, `factory show` and the
 //! control socket's `runs` answering; the error is stored cut to 64 KiB with a visible
 //! marker, listings carry summaries (no results) a page at a time, a result over
-//! `maxResultBytes` is a typed failure, and a new run still works.
+//! `maxResultBytes` is a typed failure, and a new run still works. `factory rm` deletes runs
+//! and their journals, refusing a running one, so a session can always be repaired.
 
 mod common;
 
@@ -134,4 +135,78 @@ fn a_huge_error_and_big_results_leave_the_session_usable() {
     let fresh = hostile(state, json!({ "case": "log-flood", "n": 3 }), 0);
     assert_eq!(fresh["status"], "completed", "{fresh:#}");
     assert_eq!(json_of(state, &["runs"], 0).as_array().map(Vec::len), Some(8));
+}
+
+/// `factory rm ID` as the local user (the owner): the exit code and both streams.
+fn rm(state: &Path, ids: &[&str], json: bool) -> (Option<i32>, String, String) {
+    let mut args = vec!["rm"];
+    args.extend_from_slice(ids);
+    if json {
+        args.push("--json");
+    }
+    let out = factory_in(state, &args);
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), stderr(&out))
+}
+
+#[test]
+fn factory_rm_deletes_runs_and_their_journals_and_refuses_a_running_one() {
+    let state = tempfile::tempdir().expect("a state dir");
+    let state = state.path();
+    let _serve = serve(state);
+    let ids: Vec<String> = (0..3)
+        .map(|_| {
+            let done = hostile(state, json!({ "case": "log-flood", "n": 5 }), 0);
+            assert_eq!(done["status"], "completed", "{done:#}");
+            done["runId"].as_str().expect("a run id").to_string()
+        })
+        .collect();
+    let progress = json_of(state, &["progress", &ids[0]], 0);
+    assert!(!progress.as_array().expect("entries").is_empty(), "the run has a journal to delete");
+
+    // One run: gone from the listing, its detail and its progress; the others stay whole.
+    let (code, out, err) = rm(state, &[&ids[0]], false);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), format!("removed {}", ids[0]));
+    for args in [vec!["show", ids[0].as_str()], vec!["progress", ids[0].as_str()]] {
+        let out = factory_in(state, &args);
+        assert!(!out.status.success() && stderr(&out).contains("not_found"), "{args:?}: {}", stderr(&out));
+    }
+    let listed: Vec<String> = json_of(state, &["runs"], 0).as_array().expect("a list").iter().map(|r| r["runId"].as_str().unwrap().to_string()).collect();
+    assert_eq!(listed, ids[1..].to_vec());
+    assert_eq!(json_of(state, &["show", &ids[1]], 0)["status"], "completed");
+
+    // An unknown id is `not_found`; the others in the same command are removed all the same.
+    let (code, out, err) = rm(state, &["no-such-run", &ids[1]], true);
+    assert_eq!(code, Some(1), "{err}");
+    let answers: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(answers[0]["error"]["code"], "not_found", "{answers:#}");
+    assert_eq!(answers[1], json!({ "runId": ids[1], "removed": true }));
+
+    // A session sees only its own runs: a request scoped to another session cannot remove one.
+    let socket = state.join("control.sock");
+    let refused = raw(&socket, json!({ "op": "remove", "scope": {"session": "other"}, "runId": ids[2] }));
+    assert_eq!(refused["body"]["err"]["code"], "not_found", "{refused}");
+    assert_eq!(json_of(state, &["show", &ids[2]], 0)["status"], "completed");
+    let removed = raw(&socket, json!({ "op": "remove", "scope": {"session": "default"}, "runId": ids[2] }));
+    assert_eq!(removed["body"]["ok"]["removed"]["runId"], ids[2].as_str(), "{removed}");
+
+    // A running run is refused with `already_active` and keeps running; cancelled, it goes.
+    let component = common::component("hostile");
+    let args = json!({ "case": "spin" }).to_string();
+    let out = factory_in(state, &["run", component.to_str().unwrap(), "--yes", "-q", "--detach", "--args", &args]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let spinning = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (code, _, err) = rm(state, &[&spinning], false);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("already_active"), "{err}");
+    assert_eq!(json_of(state, &["show", &spinning], 0)["status"], "running");
+    assert_eq!(json_of(state, &["cancel", &spinning], 0)["status"], "cancelled");
+    let (code, _, err) = rm(state, &[&spinning], false);
+    assert_eq!(code, Some(0), "{err}");
+
+    // The session goes on: nothing is listed, a new run works.
+    assert_eq!(json_of(state, &["runs"], 0), json!([]));
+    let fresh = hostile(state, json!({ "case": "log-flood", "n": 2 }), 0);
+    assert_eq!(fresh["status"], "completed", "{fresh:#}");
+    assert_eq!(json_of(state, &["runs"], 0).as_array().map(Vec::len), Some(1));
 }

@@ -302,8 +302,8 @@ impl schemars::JsonSchema for ManageParams {
             "properties": {
                 "operation": {
                     "type": "string",
-                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel"],
-                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs {after?, limit?}: a page of this session's runs, oldest first (ids, factory, status, updated time); `next`, when present, is the `after` of the next page. show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable)."
+                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel", "remove"],
+                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs {after?, limit?}: a page of this session's runs, oldest first (ids, factory, status, updated time); `next`, when present, is the `after` of the next page. show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable). remove {runId}: delete an ended run and its journal for good (cancel a running one first)."
                 },
                 "name": {"type": "string", "description": "inspect: the factory's name."},
                 "meta": {
@@ -314,7 +314,7 @@ impl schemars::JsonSchema for ManageParams {
                     "type": "string",
                     "description": "author: the factory's body, ONE self-contained JavaScript async function expression, e.g. `async ({ args, agent, parallel, step, phase, log }) => { ... }`. It closes over nothing: define every schema, constant and helper inside it; no import statements. ctx has args, runId, agent(prompt, { label, schema, model }) (text, parsed JSON with a schema, or null on failure), parallel(thunks), pipeline(items, ...stages), step(key, fn), phase(title), log(message), signal."
                 },
-                "runId": {"type": "string", "description": "show, progress, wait, cancel: the run."},
+                "runId": {"type": "string", "description": "show, progress, wait, cancel, remove: the run."},
                 "after": {"type": "string", "description": "runs: the runs created after this run id (the `next` of the previous page)."},
                 "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards)."},
                 "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards)."},
@@ -633,9 +633,14 @@ impl FactoryMcp {
                 };
                 Ok(answer(to_value(&envelope)?, summarize(&envelope)))
             }
+            "remove" => {
+                let run_id = need(p.run_id, "runId")?;
+                self.client.remove(scope(), &run_id).await.map_err(Self::tool_error)?;
+                Ok(answer(json!({ "runId": run_id, "removed": true }), format!("Run {run_id} and its journal were deleted.")))
+            }
             other => Err(ToolError::new(
                 ErrorCode::InvalidParams,
-                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait or cancel)"),
+                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait, cancel or remove)"),
             )),
         }
     }

@@ -1395,6 +1395,31 @@ impl Host {
         self.wait(scope, run_id).await
     }
 
+    /// Delete a run `scope` sees and its journal from the store (`factory rm`), so a user can
+    /// always repair a session. A run with an attempt executing (here, or by its record
+    /// elsewhere on a shared store) is refused with [`Error::AlreadyActive`]: cancel it
+    /// first. Held as this host's active run meanwhile, so no resume starts under it.
+    pub async fn remove(&self, scope: impl Into<Scope>, run_id: &str) -> Result<(), Error> {
+        let scope = scope.into();
+        match self.store.run(run_id).await {
+            Ok(Some(record)) if scope.sees(&record.session) => {}
+            // A record that cannot be read names no session: only the owner, who sees every
+            // session's runs, may remove it.
+            Err(crate::store::StoreError::Corrupt(_)) if scope == Scope::Owner => {}
+            Ok(_) => return Err(Error::NotFound(run_id.to_string())),
+            Err(e) => return Err(e.into()),
+        }
+        let _claim = self.claim(run_id)?;
+        match self.store.remove_run(run_id).await? {
+            crate::store::Removed::Removed => {
+                tracing::info!(event = "run_removed", run = %run_id, "run removed");
+                Ok(())
+            }
+            crate::store::Removed::NotFound => Err(Error::NotFound(run_id.to_string())),
+            crate::store::Removed::Active => Err(Error::AlreadyActive(run_id.to_string())),
+        }
+    }
+
     /// End a run taken out of the queue before any attempt: `cancelled`, nothing ran.
     async fn cancel_queued(&self, run_id: &str) -> Result<(), Error> {
         let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };

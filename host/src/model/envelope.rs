@@ -327,6 +327,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn long_messages_are_cut_on_a_character_boundary_with_the_marker() {
+        assert_eq!(bounded_text("short".into(), 64), "short");
+        let exact = "x".repeat(64);
+        assert_eq!(bounded_text(exact.clone(), 64), exact, "a message at the bound is kept whole");
+        // `é` is two bytes: a cut at the bound's byte would split it.
+        let long = "é".repeat(100);
+        let cut = bounded_text(long, 64);
+        assert!(cut.len() <= 64 && cut.len() >= 64 - 1, "{}", cut.len());
+        assert!(cut.ends_with(TRUNCATED_MARKER), "{cut}");
+        assert!(cut.trim_end_matches(TRUNCATED_MARKER).chars().all(|c| c == 'é'));
+        let failure = Failure::new(FailureType::GuestError, None, "e".repeat(MAX_MESSAGE_BYTES * 3));
+        assert!(failure.message.len() <= MAX_MESSAGE_BYTES && failure.message.ends_with(TRUNCATED_MARKER));
+    }
+
+    #[test]
+    fn a_summary_has_no_result_and_short_messages() {
+        let text = r#"{"runId":"r","factory":"f","status":"error","result":{"big": "x"},"accounting":{"agentsSpawned":0,
+            "agentCacheHits":0,"activeSeconds":0,"aiCreditsNano":0},"attempts":1,"createdAt":"","updatedAt":"","revision":1}"#;
+        let mut envelope: RunEnvelope = serde_json::from_str(text).unwrap();
+        // As read from a record stored before messages were bounded.
+        envelope.failure = Some(Failure { kind_type: FailureType::GuestError, kind: None, message: "m".repeat(1 << 20) });
+        envelope.error = Some("m".repeat(1 << 20));
+        let summary = serde_json::to_value(envelope.summary()).unwrap();
+        assert!(summary.get("result").is_none());
+        assert_eq!(summary["resultBytes"], r#"{"big": "x"}"#.len());
+        assert_eq!(summary["failure"]["message"].as_str().map(str::len), Some(SUMMARY_MESSAGE_BYTES));
+        assert_eq!(summary["error"].as_str().map(str::len), Some(SUMMARY_MESSAGE_BYTES));
+        envelope.bound_messages();
+        assert_eq!(envelope.failure.map(|f| f.message.len()), Some(MAX_MESSAGE_BYTES));
+        assert_eq!(envelope.error.map(|e| e.len()), Some(MAX_MESSAGE_BYTES));
+    }
+
+    #[test]
     fn accounting_written_before_cache_tokens_still_reads() {
         let old = r#"{"agentsSpawned":2,"agentCacheHits":1,"activeSeconds":0.5,"aiCreditsNano":7,"inputTokens":3,"outputTokens":4}"#;
         let read: Accounting = serde_json::from_str(old).unwrap();

@@ -146,6 +146,12 @@ impl Client {
         expect!(self, request, Response::Envelope(envelope) => *envelope)
     }
 
+    /// Delete a run that is not executing, and its journal.
+    pub async fn remove(&self, scope: impl Into<Scope>, run_id: &str) -> Result<(), ServiceError> {
+        let request = Request::Remove { scope: scope.into(), run_id: run_id.into() };
+        expect!(self, request, Response::Removed { .. } => ())
+    }
+
     /// The factories the session can run.
     pub async fn factories(&self, session: &str) -> Result<Vec<Registration>, ServiceError> {
         expect!(self, Request::Factories { session: session.into() }, Response::Factories(list) => list)

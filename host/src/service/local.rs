@@ -41,6 +41,10 @@ impl Local {
             Request::Progress { scope, run_id, query } => Response::Progress(host.progress(scope, &run_id, &query).await?),
             Request::Wait { scope, run_id } => Response::Envelope(Box::new(host.wait(scope, &run_id).await?)),
             Request::Cancel { scope, run_id } => Response::Envelope(Box::new(host.cancel(scope, &run_id).await?)),
+            Request::Remove { scope, run_id } => {
+                host.remove(scope, &run_id).await?;
+                Response::Removed { run_id }
+            }
             Request::Factories { session } => Response::Factories(host.registered_for(&session).await?),
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))

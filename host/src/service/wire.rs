@@ -25,7 +25,8 @@ use std::path::PathBuf;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 /// The version of the wire form: every frame carries it as `"wire"`.
-/// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`.
+/// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`
+/// deletes a run.
 pub const WIRE_VERSION: u32 = 5;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
@@ -84,6 +85,8 @@ pub enum Request {
     Wait { scope: Scope, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
     Cancel { scope: Scope, run_id: String },
+    /// Delete a run that is not executing, and its journal; answers [`Response::Removed`].
+    Remove { scope: Scope, run_id: String },
     /// The factories the session can run: its own authored ones and those registered for
     /// everyone.
     Factories { session: String },
@@ -175,6 +178,7 @@ impl Request {
             Request::Progress { .. } => "progress",
             Request::Wait { .. } => "wait",
             Request::Cancel { .. } => "cancel",
+            Request::Remove { .. } => "remove",
             Request::Factories { .. } => "factories",
             Request::Inspect { .. } => "inspect",
             Request::Author { .. } => "author",
@@ -229,6 +233,8 @@ pub enum Response {
     Registration(Box<Registration>),
     /// A run or attempt started in the background (`run`, `resume`).
     Started { run_id: String },
+    /// A run and its journal were deleted (`remove`).
+    Removed { run_id: String },
     /// A subscription is open: [`RunUpdated`] frames follow (`subscribe`).
     Subscribed,
     /// A follow stream is open: [`FollowEvent`] frames follow (`follow`).
@@ -248,6 +254,7 @@ impl Response {
             Response::Factories(_) => "factories",
             Response::Registration(_) => "registration",
             Response::Started { .. } => "started",
+            Response::Removed { .. } => "removed",
             Response::Subscribed => "subscribed",
             Response::Following => "following",
             Response::Metrics { .. } => "metrics",
@@ -265,6 +272,7 @@ impl Response {
             Response::Factories(factories) => serde_json::to_value(factories),
             Response::Registration(registration) => serde_json::to_value(registration),
             Response::Started { run_id } => Ok(serde_json::json!({ "runId": run_id })),
+            Response::Removed { run_id } => Ok(serde_json::json!({ "runId": run_id, "removed": true })),
             Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
             Response::Metrics { text } => Ok(serde_json::json!({ "text": text })),
         }
@@ -389,6 +397,7 @@ mod tests {
             Request::Runs { scope: Scope::Owner, after: Some("r".into()), limit: Some(10) },
             Request::Detail { scope: Scope::from("s"), run_id: "r".into() },
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
+            Request::Remove { scope: Scope::from("s"), run_id: "r".into() },
             Request::Progress {
                 scope: Scope::from("s"),
                 run_id: "r".into(),

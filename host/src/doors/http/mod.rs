@@ -9,8 +9,9 @@
 //! cookies, so no cross-site request can carry it); the `Host` header must name the address
 //! served (DNS rebinding); no CORS headers are sent, so other origins cannot read answers.
 //! The token is the user's, so the API has the owner's view: it lists, reads, follows,
-//! cancels and resumes the runs of every session (each envelope names its `session`; `GET
-//! /api/runs?session=NAME` lists one session's), and its events cover every run. A run
+//! cancels, resumes and deletes (`DELETE /api/runs/ID`) the runs of every session (each
+//! envelope names its `session`; `GET /api/runs?session=NAME` lists one session's, a page of
+//! summaries at a time: `after=RUN&limit=N`), and its events cover every run. A run
 //! started over HTTP goes in the daemon's session (`--session`, shown at `/api/session`).
 //! A request with a [`SESSION_HEADER`] instead acts as that session (the Node client's
 //! `joinSession`): it starts runs and registers factories (`POST /api/factories`) there, and
@@ -328,6 +329,7 @@ impl Api {
             }
             (&Method::GET, ["runs", id, "wait"]) => Request::Wait { scope, run_id: id.to_string() },
             (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { scope, run_id: id.to_string() },
+            (&Method::DELETE, ["runs", id]) => Request::Remove { scope, run_id: id.to_string() },
             (&Method::POST, ["runs", id, "resume"]) => {
                 let body: ResumeBody = if body.is_empty() {
                     ResumeBody::default()

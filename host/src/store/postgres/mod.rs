@@ -23,7 +23,7 @@ use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
 use crate::store::records::{display_key, unreadable_run};
 use crate::model::envelope::RunStatus;
-use crate::store::{corrupt, ProgressQuery, Registration, RunRecord, Store, StoreError, WriterStats};
+use crate::store::{corrupt, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
 use futures::future::{BoxFuture, FutureExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -582,6 +582,34 @@ impl Store for PgStore {
             let client = pool.get().await?;
             worker::release_claim(&client, &pool.url, &lease, &run_id).await
         })
+    }
+
+    fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>> {
+        let (pool, run_id) = (self.pool.clone(), run_id.to_string());
+        async move {
+            // Every write queued before is committed first: none lands after the delete.
+            self.writer.flush().await?;
+            self.spawn(async move {
+                let e = |e| pg(&pool.url, e);
+                let mut client = pool.get().await?;
+                let tx = client.transaction().await.map_err(e)?;
+                // The row is locked: a worker claiming the run meanwhile waits, then finds it gone.
+                let status = tx.query_opt("SELECT status FROM runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.map_err(e)?;
+                match status.map(|row| row.get::<_, String>(0)) {
+                    None => return Ok(Removed::NotFound),
+                    Some(status) if status == "running" || status == "pending" => return Ok(Removed::Active),
+                    Some(_) => {}
+                }
+                for table in ["steps", "agents", "progress", "live_accounting", "journal_usage", "run_modules", "run_queue"] {
+                    tx.execute(&format!("DELETE FROM {table} WHERE run_id = $1"), &[&run_id]).await.map_err(e)?;
+                }
+                tx.execute("DELETE FROM runs WHERE id = $1", &[&run_id]).await.map_err(e)?;
+                tx.commit().await.map_err(e)?;
+                Ok(Removed::Removed)
+            })
+            .await
+        }
+        .boxed()
     }
 
     fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>> {
