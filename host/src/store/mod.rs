@@ -102,7 +102,8 @@ pub trait Store: Journal + std::fmt::Debug {
 
     /// Delete run `run_id` and its journal (step values, agent outcomes, progress, live
     /// accounting, journal usage, module record) durably, after every write queued before
-    /// it. A run whose record says it executes (`running` or `pending`) is kept and answered
+    /// it. A run whose record says it executes (`running` or `pending`), or on a shared store
+    /// that another live worker has claimed to resume, is kept and answered
     /// [`Removed::Active`]; a record that cannot be read is deleted all the same. Component
     /// bytes stay: they are content-addressed, shared with other runs and registrations.
     fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>>;

@@ -585,7 +585,7 @@ impl Store for PgStore {
     }
 
     fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>> {
-        let (pool, run_id) = (self.pool.clone(), run_id.to_string());
+        let (pool, run_id, worker) = (self.pool.clone(), run_id.to_string(), self.lease.worker.clone());
         async move {
             // Every write queued before is committed first: none lands after the delete.
             self.writer.flush().await?;
@@ -593,11 +593,20 @@ impl Store for PgStore {
                 let e = |e| pg(&pool.url, e);
                 let mut client = pool.get().await?;
                 let tx = client.transaction().await.map_err(e)?;
-                // The row is locked: a worker claiming the run meanwhile waits, then finds it gone.
-                let status = tx.query_opt("SELECT status FROM runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.map_err(e)?;
-                match status.map(|row| row.get::<_, String>(0)) {
+                // The row is locked: a worker claiming the run meanwhile waits, then finds it
+                // gone. An ended run another live worker has claimed (to resume it) is active.
+                let row = tx
+                    .query_opt(
+                        "SELECT r.status, r.owner IS NOT NULL AND r.owner <> $2 AND EXISTS (
+                             SELECT 1 FROM workers w WHERE w.id = r.owner AND w.lease_until >= now())
+                         FROM runs r WHERE r.id = $1 FOR UPDATE OF r",
+                        &[&run_id, &worker],
+                    )
+                    .await
+                    .map_err(e)?;
+                match row.map(|row| (row.get::<_, String>(0), row.get::<_, bool>(1))) {
                     None => return Ok(Removed::NotFound),
-                    Some(status) if status == "running" || status == "pending" => return Ok(Removed::Active),
+                    Some((status, claimed)) if claimed || status == "running" || status == "pending" => return Ok(Removed::Active),
                     Some(_) => {}
                 }
                 for table in ["steps", "agents", "progress", "live_accounting", "journal_usage", "run_modules", "run_queue"] {
