@@ -57,7 +57,8 @@ enum Command {
   factory resume 0192f3c4-... --max-total-subagents 200
   factory resume 0192f3c4-... --component ./edited.wasm")]
     Resume(run::ResumeArgs),
-    /// List the session's runs (every session's with --all), oldest first.
+    /// List the session's runs (every session's with --all), oldest first: summaries,
+    /// without results (`show ID` prints one).
     #[command(after_help = "Examples:
   factory runs
   factory runs --all --json")]
