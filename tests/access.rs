@@ -3,7 +3,9 @@
 //! user allows its config), built-in backend names cannot be redefined, the state directory
 //! and its files are owner-only, another uid is refused by the control socket and cannot
 //! read the state, SIGTERM/SIGHUP halt a foreground run resumably, negative limits report
-//! the limit's own error, and guest text reaches the terminal escaped.
+//! the limit's own error, and guest text reaches the terminal escaped (a hostile guest's
+//! failure, phase, log line and label through the service: no raw ESC or BEL on stdout or
+//! stderr, and `serve.log` one JSON record a line, none forged).
 
 mod common;
 
@@ -185,7 +187,8 @@ fn wait_gone(pid: i32) {
 /// The pid `factory serve` logged when it started.
 fn daemon_pid(state: &Path) -> i32 {
     let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
-    log.lines()
+    common::service::log_messages(&log)
+        .iter()
         .find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no pid in serve.log: {log}"))
 }
@@ -386,6 +389,55 @@ fn guest_text_is_printed_with_control_characters_escaped() {
     let show = common::factory_in(state.path(), &["show", run_id]);
     assert!(show.status.success(), "{}", stderr(&show));
     assert!(!show.stdout.contains(&0x1b) && !show.stdout.contains(&0x07), "{}", String::from_utf8_lossy(&show.stdout));
+}
+
+#[test]
+fn hostile_text_is_escaped_on_the_terminal_and_cannot_forge_a_line_of_serve_log() {
+    let state = tempfile::tempdir().unwrap();
+    let hostile = common::component("hostile");
+    let args = serde_json::json!({"case": "terminal-text"}).to_string();
+    // Through the service a front door starts (it writes serve.log).
+    let factory = |args: &[&str]| {
+        let mut cmd = factory_cmd(state.path(), args);
+        cmd.env_remove("FACTORY_NO_DAEMON").env("FACTORY_IDLE_SECONDS", "600");
+        cmd.output().expect("the factory binary starts")
+    };
+    let raw = |bytes: &[u8]| bytes.iter().any(|b| *b == 0x1b || *b == 0x07);
+    let out = factory(&["run", hostile.to_str().unwrap(), "--yes", "--backend", "dry-run", "--args", &args]);
+    let shown = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "the run fails: {shown}");
+    assert!(!raw(&out.stdout) && !raw(&out.stderr), "a raw ESC or BEL reached the terminal: {shown:?}");
+    assert!(shown.contains(r"\x1b]0;owned\x07\x1b[2Jbroken\nfactory: run 1 completed: forged"), "the failure, escaped: {shown}");
+    assert!(shown.contains(r"phase: \x1b[2JAttack\nphase"), "the phase, escaped: {shown}");
+    assert!(shown.contains(r"\x1b]0;owned\x07logged\nfactory: forged log line"), "the log line, escaped: {shown}");
+    assert!(shown.contains(r"agent h:\nfactory serve: pid 1, forged\x1b[31m: done"), "the label, escaped: {shown}");
+    assert!(!shown.lines().any(|l| l.starts_with("factory: run 1 completed") || l.starts_with("factory: forged")), "{shown}");
+    let runs = stdout_json(&factory(&["runs", "--json"]));
+    let run_id = runs[0]["runId"].as_str().expect("run id").to_string();
+    for args in [vec!["show", &run_id], vec!["runs"], vec!["runs", "--all"], vec!["progress", &run_id]] {
+        let out = factory(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert!(!raw(&out.stdout) && !raw(&out.stderr), "{args:?}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+    let shown = String::from_utf8_lossy(&factory(&["show", &run_id]).stdout).into_owned();
+    assert!(shown.contains(r"broken\nfactory: run 1 completed: forged"), "{shown}");
+
+    // serve.log: one JSON record a line; no line is a record the guest wrote.
+    let log = std::fs::read_to_string(state.path().join("serve.log")).unwrap();
+    for line in log.lines() {
+        let record: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("a line of serve.log is not a record ({e}): {line:?}\n{log}"));
+        assert!(record.is_object() && record["level"].is_string() && record["timestamp"].is_string(), "{line}");
+    }
+    assert!(!raw(log.as_bytes()), "no raw ESC or BEL in serve.log: {log}");
+    let messages = common::service::log_messages(&log);
+    assert!(messages.iter().any(|m| m.contains(", holds the store of ")), "the service's banner is a record: {log}");
+    assert!(!messages.iter().any(|m| m.starts_with("factory serve: pid 1,")), "a forged banner: {log}");
+    let pid = common::service::daemon_pid(state.path());
+    common::service::signal(pid, "-TERM");
+    common::service::wait_gone(pid);
+    // The service's exit is recorded as a record too.
+    let log = std::fs::read_to_string(state.path().join("serve.log")).unwrap();
+    assert!(log.lines().all(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v.is_object())), "{log}");
 }
 
 #[test]

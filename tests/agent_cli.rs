@@ -5,7 +5,11 @@
 //! home directory, and never get the prompt in argv; a missing `bwrap` fails the spawn as a
 //! `not_installed` backend failure; the consent prompt names the backend; API keys stay out
 //! of `Debug` output, and a server echoing a key or a URL's credentials puts neither into
-//! the envelope or the store.
+//! the envelope or the store. Under a service (issue 49), a fake agent CLI sees nothing of
+//! the state directory in use (`FACTORY_STATE_DIR` or `--state-dir`), the user-level state
+//! and config directories, the token files or the caller's working directory, and a start
+//! request it sends on the control socket (reached through a hard link in a grant) is
+//! refused as `forbidden` for its mount namespace, logged, and starts no run.
 
 mod common;
 
@@ -445,4 +449,263 @@ async fn a_sandbox_that_cannot_start_is_a_backend_failure_not_an_answer() {
     let err = AgentCli::new(config).unwrap().call(std::sync::Arc::new(request)).await.unwrap_err();
     assert_eq!(err.outage_kind(), Some(OutageKind::Misconfigured), "{err}");
     assert!(err.message().contains("the bubblewrap sandbox could not start: bwrap: "), "{err}");
+}
+
+/// The paths an attack on the service from inside the sandbox goes for (issue 49, item 3).
+struct ServicePaths {
+    home: PathBuf,
+    /// The caller's working directory (in the home directory, which the sandbox shows).
+    project: PathBuf,
+    /// A non-default state directory in the home directory.
+    state: PathBuf,
+    /// `$XDG_STATE_HOME` and `$XDG_CONFIG_HOME`: the user-level directories, not the default ones.
+    xdg_state: PathBuf,
+    xdg_config: PathBuf,
+    /// The cluster's `--token-file` (`FACTORY_TOKEN_FILE`).
+    token_file: PathBuf,
+    /// A granted directory holding a hard link to the control socket, so the socket is
+    /// reachable from the sandbox whatever hides it: the mount-namespace check must refuse.
+    grant: PathBuf,
+    agent: PathBuf,
+    config: PathBuf,
+    /// `--state-dir DIR` when the state directory is given by flag (then `FACTORY_STATE_DIR`
+    /// names a decoy that must stay unused), else empty (it comes from `FACTORY_STATE_DIR`).
+    state_flag: bool,
+}
+
+const CLUSTER_TOKEN: &str = "cluster-token-0123456789abcdef0123456789";
+
+/// Lay out a home directory with a project, a non-default state directory, user-level
+/// state and config directories, a token file, a grant, and a fake agent CLI that tries to
+/// reach each and to start a run over the control socket (directly, and through the link
+/// in the grant at both of its paths), and replies with what it observed.
+fn service_paths(root: &Path, state_name: &str) -> ServicePaths {
+    let python = Path::new("/usr/bin/python3");
+    assert!(python.is_file(), "the fake agent talks to the control socket with /usr/bin/python3: apt-get install python3");
+    let home = root.join("home");
+    let paths = ServicePaths {
+        project: home.join("work/project"),
+        state: home.join(state_name),
+        xdg_state: home.join("xdg-state"),
+        xdg_config: home.join("xdg-config"),
+        token_file: home.join("keys/cluster.token"),
+        grant: home.join("granted"),
+        agent: root.join("tools/agent.sh"),
+        config: home.join(state_name).join("factory.toml"),
+        home,
+        state_flag: false,
+    };
+    for dir in [&paths.project, &paths.xdg_state.join("factory"), &paths.xdg_config.join("factory"), &paths.grant, &root.join("tools")] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    factory_host::access::private_state_dir(&paths.state).unwrap();
+    factory_host::access::private_state_dir(paths.token_file.parent().unwrap()).unwrap();
+    std::fs::write(paths.project.join("secret.txt"), "project secret").unwrap();
+    std::fs::write(paths.home.join("notes.txt"), "home notes").unwrap();
+    std::fs::write(paths.xdg_state.join("factory/marker.txt"), "user-level state").unwrap();
+    std::fs::write(paths.xdg_config.join("factory/factory.toml"), "").unwrap();
+    std::fs::write(paths.grant.join("data.txt"), "granted data").unwrap();
+    std::io::Write::write_all(&mut factory_host::access::create_private_file(&paths.token_file).unwrap(), CLUSTER_TOKEN.as_bytes())
+        .unwrap();
+    // The MCP server's token file, as `factory mcp --http` leaves it.
+    std::io::Write::write_all(&mut factory_host::access::create_private_file(&paths.state.join("mcp.token")).unwrap(), b"mcp-token")
+        .unwrap();
+    let connect = paths.home.join("bin/connect.py");
+    std::fs::create_dir_all(connect.parent().unwrap()).unwrap();
+    std::fs::write(
+        &connect,
+        r#"import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except OSError:
+    print("unreachable")
+    sys.exit(0)
+try:
+    s.sendall(sys.argv[2].encode() + b"\n")
+except OSError:
+    pass  # a refused peer's request is never read: the answer is waiting all the same
+data = b""
+while True:
+    try:
+        chunk = s.recv(65536)
+    except OSError:
+        break  # reset after the answer: the request was left unread
+    if not chunk:
+        break
+    data += chunk
+print("forbidden" if b'"code":"forbidden"' in data else "answered")
+"#,
+    )
+    .unwrap();
+    // What a hijacked agent sends: a run of any factory, consented to, on a backend of its choice.
+    let start = serde_json::json!({ "wire": factory_host::service::WIRE_VERSION, "body": {
+        "op": "run", "session": "default", "component": { "file": common::component("probe") },
+        "args": { "case": "memo" }, "consent": "any", "backend": { "name": "dry-run" },
+    }})
+    .to_string();
+    let (h, p, s, g) = (paths.home.display(), paths.project.display(), paths.state.display(), paths.grant.display());
+    let (xs, xc, t, c) = (paths.xdg_state.display(), paths.xdg_config.display(), paths.token_file.display(), connect.display());
+    script(
+        &paths.agent,
+        &format!(
+            r#"cat > /dev/null
+check() {{ if sh -c "$2" >/dev/null 2>&1; then printf '%s=yes ' "$1"; else printf '%s=no ' "$1"; fi; }}
+check state-list 'ls -A {s} | grep -q .'
+check socket-stat 'test -e {s}/control.sock'
+check store-stat 'test -e {s}/factory.redb'
+check http-token 'grep -q . {s}/http.token'
+check mcp-token 'grep -q . {s}/mcp.token'
+check cluster-token 'grep -q . {t}'
+check xdg-state 'ls -A {xs}/factory | grep -q .'
+check xdg-config 'ls -A {xc}/factory | grep -q .'
+check cwd-read 'cat {p}/secret.txt'
+check cwd-list 'ls -A {p} | grep -q .'
+check home-read 'cat {h}/notes.txt'
+check grant-read 'cat {g}/data.txt'
+for sock in {s}/control.sock {g}/control-link /grant/0/control-link; do
+  printf 'connect=%s ' "$(/usr/bin/python3 {c} "$sock" '{start}' 2>&1)"
+done"#
+        ),
+    );
+    std::fs::write(
+        &paths.config,
+        format!("[backends.agent]\nkind = \"cli\"\ncommand = [\"{}\"]\n", paths.agent.display()),
+    )
+    .unwrap();
+    paths
+}
+
+/// What the fake agent must observe: nothing of the service's files or the caller's
+/// directory, the home directory and the grant as usual, and a control socket that is
+/// hidden where it lives and refuses a start through a link the sandbox can reach.
+const NOTHING_OF_THE_SERVICE: &str = "state-list=no socket-stat=no store-stat=no http-token=no mcp-token=no \
+    cluster-token=no xdg-state=no xdg-config=no cwd-read=no cwd-list=no home-read=yes grant-read=yes \
+    connect=unreachable connect=forbidden connect=forbidden";
+
+impl ServicePaths {
+    /// The directory `FACTORY_STATE_DIR` names when the flag gives the state directory.
+    fn decoy(&self) -> PathBuf {
+        self.home.join("decoy-state")
+    }
+
+    /// `factory ARGS` as the user runs it in the project, through the service (not
+    /// `--no-daemon`), with this home, user-level directories and token file.
+    fn factory(&self, args: &[&str]) -> Command {
+        let mut argv: Vec<&str> = Vec::new();
+        if self.state_flag {
+            argv.extend(["--state-dir", self.state.to_str().unwrap()]);
+        }
+        argv.extend_from_slice(args);
+        let env_state = if self.state_flag { self.decoy() } else { self.state.clone() };
+        let mut cmd = common::factory_cmd(&env_state, &argv);
+        cmd.env_remove("FACTORY_NO_DAEMON")
+            .env("FACTORY_IDLE_SECONDS", "30")
+            .env("HOME", &self.home)
+            .env("XDG_STATE_HOME", &self.xdg_state)
+            .env("XDG_CONFIG_HOME", &self.xdg_config)
+            .env("FACTORY_TOKEN_FILE", &self.token_file)
+            .current_dir(&self.project);
+        cmd
+    }
+
+    /// Link the control socket into the grant, so only the mount-namespace check stands
+    /// between the sandbox and the service.
+    fn link_socket(&self) {
+        let socket = self.state.join("control.sock");
+        assert!(socket.exists(), "the service serves {}", socket.display());
+        std::fs::hard_link(&socket, self.grant.join("control-link")).unwrap();
+    }
+
+    /// Run the probe on the fake agent through the service, granted the directory with the
+    /// link; assert what the agent observed, that its start request started nothing and was
+    /// logged, and that the user's own front door still reaches the service.
+    fn attack(&self, service_log: &dyn Fn() -> String) {
+        let probe = common::component("probe");
+        let grant = self.grant.to_str().unwrap();
+        let run = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"memo"}"#, "--json", "--quiet"];
+        let (out, envelope) = output(self.factory(&[&run[..], &["--backend", "agent", "--allow-read", grant]].concat()));
+        let reply = first_reply(&out, &envelope);
+        assert_eq!(reply.trim(), NOTHING_OF_THE_SERVICE, "what the sandboxed agent reached");
+        let runs = self.factory(&["runs", "--all", "--json"]).output().unwrap();
+        assert!(runs.status.success(), "{}", common::stderr(&runs));
+        let runs = common::stdout_json(&runs);
+        assert_eq!(runs.as_array().map(Vec::len), Some(1), "one run, the user's: {runs}");
+        let log = service_log();
+        assert!(log.contains("refuses peers in another mount namespace"), "the refusal is logged: {log}");
+        let run_id = envelope["runId"].as_str().unwrap_or_default();
+        let shown = self.factory(&["show", run_id, "--json"]).output().unwrap();
+        assert!(shown.status.success(), "{}", common::stderr(&shown));
+        assert!(!self.decoy().exists(), "FACTORY_STATE_DIR was not used over --state-dir");
+    }
+}
+
+/// Kills a process this test started when the test ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Kills the daemons of a state directory when the test ends.
+struct Daemons(PathBuf);
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        for pid in common::service::live_services(&self.0) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+#[test]
+fn an_agent_cli_under_a_service_reaches_neither_its_state_nor_its_tokens_nor_the_callers_directory() {
+    require_bwrap();
+    let root = tempfile::tempdir().unwrap();
+    // The state directory from FACTORY_STATE_DIR, served by `factory serve --http` (which
+    // writes http.token there) started in a directory of its own; the run comes from the
+    // project as a client.
+    let paths = service_paths(root.path(), ".factory-alt");
+    let log_path = root.path().join("serve.log");
+    let elsewhere = root.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut serve = paths.factory(&["serve", "--http", "127.0.0.1:0"]);
+    serve.current_dir(&elsewhere).stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log_path).unwrap());
+    let mut child = serve.spawn().expect("factory serve starts");
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !(log().contains("HTTP API on") && paths.state.join("http.token").exists()) {
+        assert!(child.try_wait().unwrap().is_none(), "factory serve exited: {}", log());
+        assert!(std::time::Instant::now() < deadline, "factory serve did not come up: {}", log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _serve = Killed(child);
+    paths.link_socket();
+    paths.attack(&log);
+}
+
+#[test]
+fn an_agent_cli_under_the_daemon_of_a_state_dir_flag_cannot_drive_it() {
+    require_bwrap();
+    let root = tempfile::tempdir().unwrap();
+    let paths = ServicePaths { state_flag: true, ..service_paths(root.path(), ".state-flag") };
+    let _daemons = Daemons(paths.state.clone());
+    // The first front door starts the state directory's daemon.
+    let out = paths.factory(&["runs", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    paths.link_socket();
+    paths.attack(&|| std::fs::read_to_string(paths.state.join("serve.log")).unwrap_or_default());
+    // A caller's directory that is not absolute would hide nothing: refused as a bad request.
+    let mut stream = std::os::unix::net::UnixStream::connect(paths.state.join("control.sock")).unwrap();
+    let request = serde_json::json!({ "wire": factory_host::service::WIRE_VERSION, "body": {
+        "op": "run", "session": "default", "component": { "file": common::component("probe") },
+        "consent": "any", "backend": { "name": "dry-run" }, "callerCwd": "work/project",
+    }});
+    stream.write_all(format!("{request}\n").as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer).unwrap();
+    assert!(answer.contains(r#""code":"bad_request""#) && answer.contains("not an absolute path"), "{answer}");
 }

@@ -7,6 +7,11 @@
 //! and the replay-safety report of the changed memo keys; `--update` against an
 //! OpenAI-compatible server on 127.0.0.1 records only the changed calls, after which the
 //! test replays with no backend call; failed assertions exit 1, unusable files 2.
+//! A hostile project cannot make `factory test --update` write outside it: a cassette or
+//! factory named through `..`, an absolute path, a symlinked directory or a symlink planted
+//! at the cassette's path is refused naming the path, and nothing appears outside; an
+//! oversized cassette (file or line) is refused, and an entry whose request does not hash to
+//! its key is never replayed.
 //! Each scaffold's test in the language's own runner (`cargo test`, `python3 -m unittest`,
 //! `npm test` = `node --test`) runs `factory test` and passes, and fails naming the label
 //! once a prompt is edited.
@@ -368,4 +373,144 @@ fn failed_assertions_and_unusable_files_have_their_exit_codes() {
     assert!(stderr(&out).contains("unknown status `finished`"), "{}", text(&out));
     let out = factory_test(state.path(), &[work.path().join("nothing-here").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+/// Every file and directory under `dir` (symlinks not followed) with its contents.
+fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("a readable directory") {
+            let path = entry.expect("an entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            if meta.is_dir() {
+                stack.push(path.clone());
+                out.push((path, Vec::new()));
+            } else if meta.is_symlink() {
+                out.push((path.clone(), std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes()));
+            } else {
+                out.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A project directory holding the `probe` test guest as `probe.wasm` and `case.test.json`
+/// naming `factory` and `cassette` (its `soft` case: two agent calls with soft limits).
+fn probe_project(dir: &Path, factory: &str, cassette: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    if !dir.join("probe.wasm").exists() {
+        std::fs::copy(common::component("probe"), dir.join("probe.wasm")).unwrap();
+    }
+    let test = serde_json::json!({
+        "factory": factory,
+        "cassette": cassette,
+        "cases": [{ "name": "soft limits", "args": { "case": "soft" }, "status": "completed" }]
+    });
+    let file = dir.join("case.test.json");
+    std::fs::write(&file, test.to_string()).unwrap();
+    file
+}
+
+#[test]
+fn a_hostile_test_file_cannot_write_outside_its_project() {
+    use std::os::unix::fs::symlink;
+    let state = tempfile::tempdir().expect("a state dir");
+    let work = tempfile::tempdir().expect("a work dir");
+    let project = work.path().join("project");
+    let outside = work.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join(".bash_aliases"), "alias ls='ls --color'\n").unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    symlink(&outside, project.join("linked")).unwrap();
+    symlink(outside.join(".bash_aliases"), project.join("planted.cassette.jsonl")).unwrap();
+    symlink(outside.join("not-yet"), project.join("dangling.cassette.jsonl")).unwrap();
+    std::fs::copy(common::component("probe"), outside.join("probe.wasm")).unwrap();
+    let before = snapshot(&outside);
+    let absolute = outside.join("absolute.jsonl").display().to_string();
+    let attacks: [(&str, &str, &str); 8] = [
+        ("probe.wasm", "../outside/.bash_aliases", "outside the project directory"),
+        ("probe.wasm", "../outside/new/dirs/evil.jsonl", "outside the project directory"),
+        ("probe.wasm", "missing/../../outside/evil.jsonl", "goes up (`..`) through a missing directory"),
+        ("probe.wasm", &absolute, "outside the project directory"),
+        ("probe.wasm", "linked/evil.jsonl", "outside the project directory"),
+        ("probe.wasm", "planted.cassette.jsonl", "outside the project directory"),
+        ("probe.wasm", "dangling.cassette.jsonl", "a symlink to a missing file"),
+        ("../outside/probe.wasm", "ok.cassette.jsonl", "outside the project directory"),
+    ];
+    for (factory, cassette, refusal) in attacks {
+        let file = probe_project(&project, factory, cassette);
+        let out = factory_test(state.path(), &[file.to_str().unwrap(), "--update", "--backend", "dry-run", "--yes"]);
+        let field = if factory == "probe.wasm" { "cassette" } else { "factory" };
+        assert_eq!(out.status.code(), Some(2), "`{field}` {cassette}: refused as unusable: {}", text(&out));
+        let shown = stderr(&out);
+        assert!(shown.contains(refusal) && shown.contains(&format!("`{field}` names `")), "{cassette}: {}", text(&out));
+        assert_eq!(snapshot(&outside), before, "{cassette}: nothing created or changed outside the project");
+        let scratch = snapshot(&project).into_iter().filter(|(p, _)| p.to_string_lossy().contains(".factory-test-")).count();
+        assert_eq!(scratch, 0, "no scratch left behind");
+    }
+    assert_eq!(std::fs::read_link(project.join("planted.cassette.jsonl")).unwrap(), outside.join(".bash_aliases"), "the planted link is left");
+
+    // The same project with a cassette of its own in missing directories inside it: recorded
+    // (the directories created inside), then replayed with no backend.
+    let file = probe_project(&project, "probe.wasm", "cassettes/new/case.cassette.jsonl");
+    let out = factory_test(state.path(), &[file.to_str().unwrap(), "--update", "--backend", "dry-run", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(project.join("cassettes/new/case.cassette.jsonl").is_file());
+    let out = factory_test(state.path(), &[file.to_str().unwrap(), "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "replayed (each entry's request hashes to its key): {}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("every call matches the cassette"), "{}", text(&out));
+    assert_eq!(snapshot(&outside), before, "nothing created or changed outside the project");
+}
+
+#[test]
+fn a_tampered_or_oversized_cassette_is_refused() {
+    let state = tempfile::tempdir().expect("a state dir");
+    let work = tempfile::tempdir().expect("a work dir");
+    let project = work.path().join("project");
+    let file = probe_project(&project, "probe.wasm", "case.cassette.jsonl");
+    let cassette = project.join("case.cassette.jsonl");
+    let out = factory_test(state.path(), &[file.to_str().unwrap(), "--update", "--backend", "dry-run", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let recorded = std::fs::read_to_string(&cassette).unwrap();
+    let run = |args: &[&str]| {
+        let mut argv = vec![file.to_str().unwrap(), "--yes"];
+        argv.extend_from_slice(args);
+        factory_test(state.path(), &argv)
+    };
+
+    // Tampered: the first entry's recorded request no longer hashes to its key (its reply
+    // would answer a call the file does not show). It is not replayed: the call misses.
+    let mut lines: Vec<serde_json::Value> = recorded.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.len() >= 3, "a header and two exchanges: {recorded}");
+    assert!(lines[1]["request"]["limits"]["maxTurns"].is_u64(), "the soft limits are recorded: {recorded}");
+    lines[1]["request"]["prompt"] = serde_json::json!("a prompt the reviewer is shown");
+    let tampered: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&cassette, &tampered).unwrap();
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("line 2 (key") && shown.contains("is not replayed: its recorded request hashes to key"), "{}", text(&out));
+    assert!(shown.contains("cassette miss: agent `rust`"), "the call it claimed misses: {}", text(&out));
+
+    // Oversized: a file past 128 MiB (sparse), a line past 32 MiB.
+    let huge = std::fs::File::create(&cassette).unwrap();
+    huge.set_len((128 << 20) + 1).unwrap();
+    drop(huge);
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(stderr(&out).contains("is 134217729 bytes, over the limit of 134217728: refusing to read it"), "{}", text(&out));
+    let long = format!("{}\n{{\"pad\":\"{}\"}}\n", lines[0], "x".repeat(32 << 20));
+    std::fs::write(&cassette, long).unwrap();
+    let out = run(&["--update", "--backend", "dry-run"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let refusal = format!("line 2 is {} bytes, over the limit of 33554432 a line", (32 << 20) + 10);
+    assert!(stderr(&out).contains(&refusal), "{}", text(&out));
+
+    // The project is still usable: the recorded cassette replays.
+    std::fs::write(&cassette, &recorded).unwrap();
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }

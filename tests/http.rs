@@ -320,3 +320,108 @@ async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
     let (_, all) = daemon.get("/api/runs").await;
     assert_eq!(sessions(&all), pairs(&[(&own, "default"), (&a_slow, "cli-a")]), "{all:#}");
 }
+
+/// A field of `/proc/PID/status` in bytes (`VmRSS`, `VmHWM`: given in kB).
+fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the daemon's /proc status");
+    let line = status.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap_or_else(|| panic!("no {field} in {status}"));
+    let kb: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{line}"));
+    kb * 1024
+}
+
+/// Issue 49, item 5: unauthenticated clients that send headers (a sign-in exchange claiming a
+/// 4 MiB body, a token-less start, a header line that never ends) and part of a body, then
+/// stall, cost the real `factory serve --http` under 64 MiB of memory, 256 of them at once
+/// (its peak RSS, `VmHWM` reset just before, against its RSS before; `main` before this
+/// change grew by about 137 MiB here): the exchange's `Content-Length` is
+/// checked before any body is read, a small one must arrive in time, a request without the
+/// token is answered before its body is read, and a connection's read buffer is capped.
+/// Afterwards the service answers as before, and the refusals are typed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_unauthenticated_connections_cost_the_service_little_memory() {
+    use tokio::io::AsyncWriteExt;
+    let state = tempfile::tempdir().unwrap();
+    let daemon = start(state.path());
+    let pid = daemon.child.id();
+    let addr = daemon.base.trim_start_matches("http://").to_string();
+    // Warm up what a first request allocates, then take the baseline.
+    assert_eq!(daemon.get("/api/runs").await.0, 200);
+    let before = proc_status_bytes(pid, "VmRSS");
+    // Reset the peak (VmHWM) to the current RSS, so the peak read below is the attack's.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), b"5").expect("resetting the daemon's peak RSS (/proc/PID/clear_refs)");
+
+    const STALLED: usize = 256;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..STALLED {
+        let addr = addr.clone();
+        tasks.spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+            let host = format!("Host: {addr}\r\n");
+            let (head, body) = match i % 8 {
+                // A sign-in exchange claiming 4 MiB, then 1 MiB of it.
+                0..=3 => (format!("POST /api/ui/exchange HTTP/1.1\r\n{host}Content-Type: application/json\r\nContent-Length: 4194304\r\n\r\n"), 1 << 20),
+                // One within the cap that never finishes.
+                4 | 5 => (format!("POST /api/ui/exchange HTTP/1.1\r\n{host}Content-Type: application/json\r\nContent-Length: 4000\r\n\r\n"), 3000),
+                // A start without the token, claiming 4 MiB, then 1 MiB of it.
+                6 => (format!("POST /api/runs HTTP/1.1\r\n{host}Content-Type: application/json\r\nContent-Length: 4194304\r\n\r\n"), 1 << 20),
+                // Headers that never end.
+                _ => (format!("POST /api/ui/exchange HTTP/1.1\r\n{host}X-Pad: {}", "a".repeat(1 << 20)), 0),
+            };
+            // The server may stop reading or close: what it refuses is not an error here.
+            let sent = async {
+                stream.write_all(head.as_bytes()).await?;
+                stream.write_all(&vec![b'x'; body]).await
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(20), sent).await;
+            stream
+        });
+    }
+    let mut held = Vec::new();
+    while let Some(stream) = tasks.join_next().await {
+        held.push(stream.expect("a stalled client"));
+    }
+    // Let the server read whatever it is going to read of what was sent.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let peak = proc_status_bytes(pid, "VmHWM");
+    let grown = peak.saturating_sub(before);
+    eprintln!("RSS before {} KiB, peak with {STALLED} stalled connections {} KiB", before / 1024, peak / 1024);
+    assert!(grown < 64 << 20, "{STALLED} stalled unauthenticated connections grew the service by {} MiB", grown >> 20);
+    drop(held);
+
+    // The service still answers, and the refusals are typed.
+    let (status, runs) = daemon.get("/api/runs").await;
+    assert_eq!(status, 200, "{runs}");
+    let client = daemon.client();
+    let exchange = |body: Vec<u8>| {
+        let request = client.post(format!("{}/api/ui/exchange", daemon.base)).header("content-type", "application/json").body(body);
+        async move {
+            let response = request.send().await.expect("the daemon answers");
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, big) = exchange(vec![b' '; 8192]).await;
+    assert_eq!((status, big["code"].as_str()), (413, Some("invalid_params")), "{big}");
+    let (status, odd) = exchange(br#"{"code":"not-a-code"}"#.to_vec()).await;
+    assert_eq!((status, odd["code"].as_str()), (401, Some("invalid_code")), "{odd}");
+    let (status, unknown) = exchange(format!(r#"{{"code":"{}"}}"#, "0".repeat(64)).into_bytes()).await;
+    assert_eq!((status, unknown["code"].as_str()), (401, Some("invalid_code")), "{unknown}");
+}
+
+/// Issue 49: `POST /api/factories {path}` reads no unbounded file: a device that never ends
+/// (`/dev/zero`) or a file over the component cap is refused (400 `invalid_params`, saying
+/// why) before it is read, and the service goes on answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registering_a_path_reads_no_unbounded_file() {
+    let state = tempfile::tempdir().unwrap();
+    let daemon = start(state.path());
+    let (status, refused) = daemon.post("/api/factories", json!({ "path": "/dev/zero" })).await;
+    assert_eq!((status, refused["code"].as_str()), (400, Some("invalid_params")), "{refused}");
+    assert!(refused["message"].as_str().unwrap_or_default().contains("not a regular file"), "{refused}");
+    // A sparse file just over 256 MiB: its size alone refuses it.
+    let big = state.path().join("big.wasm");
+    std::fs::File::create(&big).unwrap().set_len((256 << 20) + 1).unwrap();
+    let (status, refused) = daemon.post("/api/factories", json!({ "path": big })).await;
+    assert_eq!((status, refused["code"].as_str()), (400, Some("invalid_params")), "{refused}");
+    assert!(refused["message"].as_str().unwrap_or_default().contains("is over 268435456 bytes"), "{refused}");
+    assert_eq!(daemon.get("/api/runs").await.0, 200);
+}

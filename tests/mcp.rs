@@ -351,3 +351,68 @@ async fn a_run_outlives_its_mcp_client_and_other_front_doors_see_it() {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
     }
 }
+
+/// Issue 49: `factory mcp --http` keeps at most 64 MCP sessions: past them a new session is
+/// refused (503 `unavailable`) while the open ones keep working, and closing one (`DELETE
+/// /mcp`) makes room again. (Idle sessions are also closed after 5 minutes: the SDK's
+/// keep-alive, not waited for here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_http_caps_its_sessions() {
+    use std::io::BufRead;
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
+    let state = prepared_state(server.port());
+    let mut daemon = factory_cmd(state.path(), &["mcp", "--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("factory mcp --http starts");
+    let mut lines = std::io::BufReader::new(daemon.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("it says where it listens").unwrap();
+        if let Some(rest) = line.split("streamable HTTP on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(state.path().join("mcp.token")).unwrap();
+    let client = reqwest::Client::new();
+    let initialize = || {
+        client
+            .post(&url)
+            .bearer_auth(token.trim())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"cap-test","version":"1"}}}"#)
+            .send()
+    };
+    let mut sessions = Vec::new();
+    for _ in 0..64 {
+        let response = initialize().await.expect("the server answers");
+        assert_eq!(response.status(), 200);
+        let id = response.headers().get("mcp-session-id").expect("a session id").to_str().unwrap().to_string();
+        let _ = response.bytes().await;
+        sessions.push(id);
+    }
+    let refused = initialize().await.expect("the server answers");
+    assert_eq!(refused.status(), 503);
+    let body: Value = refused.json().await.expect("a JSON refusal");
+    assert_eq!(body["code"], "unavailable", "{body}");
+    // An open session still answers; closing one makes room for a new one.
+    let ping = client
+        .post(&url)
+        .bearer_auth(token.trim())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sessions[1])
+        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert!(ping.status().is_success(), "{}", ping.status());
+    let closed = client.delete(&url).bearer_auth(token.trim()).header("mcp-session-id", &sessions[0]).send().await.unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    let again = initialize().await.expect("the server answers");
+    assert_eq!(again.status(), 200);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = daemon.wait();
+}

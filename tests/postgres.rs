@@ -390,7 +390,10 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
     assert!(!stderr.contains("pw-never-shown"), "{stderr}");
     // Each cause said once: the pool's and the driver's messages repeat their cause.
     assert_eq!(stderr.matches("Connection refused").count(), 1, "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    // And a warning: a password in a URL on the command line is readable by other users.
+    let (warning, error) = stderr.trim().split_once('\n').expect("a warning, then the error");
+    assert!(warning.contains("warning: the --store URL holds a password") && warning.contains("--store-password-file"), "{stderr}");
+    assert_eq!(error.lines().count(), 1, "{stderr}");
     let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -1522,6 +1525,8 @@ fn serve_takes_its_caps_from_the_config_file_and_the_flag_wins() {
         ("backend_max_calls = 3", "`backend_max_calls`", "table of backend names"),
         ("drain_seconds = \"soon\"", "`drain_seconds`", "number of seconds"),
         ("max_recoveries = 0", "`max_recoveries`", "1 or more"),
+        ("allow_grant_roots = \"/srv\"", "`allow_grant_roots`", "list of absolute directory paths"),
+        ("allow_grant_roots = [\"data\"]", "`allow_grant_roots`", "list of absolute directory paths"),
     ] {
         with(keys);
         let out = common::factory_cmd(state.path(), &["serve", "--store", &url]).output().expect("factory serve");
@@ -1551,4 +1556,302 @@ fn serve_takes_its_caps_from_the_config_file_and_the_flag_wins() {
     assert_eq!(fake.asked().len(), 2);
     assert_eq!(server.psql("settings", "SELECT count(*) FROM call_slots WHERE backend = 'local'"), "2", "`backend_max_calls` from the file: two slots");
     service.stop();
+}
+
+/// A cluster token file (0600) in a directory of its own: the directory (kept alive) and the
+/// file's path.
+fn token_file() -> (tempfile::TempDir, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let secrets = tempfile::tempdir().expect("a directory");
+    let file = secrets.path().join("cluster.token");
+    std::fs::write(&file, "7a3f0c9e1b2d4c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6\n").expect("the token file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let path = file.to_string_lossy().into_owned();
+    (secrets, path)
+}
+
+/// Wait through `api` for run `run_id` to end; its envelope.
+fn wait_run(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &str) -> serde_json::Value {
+    let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+    assert_eq!(status, 200, "{done:#}");
+    done
+}
+
+/// Someone who can write the database (and not the workers' token file) edits the rows of
+/// runs queued through worker A (`--max-runs 0`) before worker B claims them: the probe's
+/// stored component bytes swapped for another component's, and, run by run, the record's
+/// grants, its limits, the queued start's backend and component, the record's consent seal
+/// removed. B refuses each with a typed failure (`failure.type` `sandbox`, kind
+/// `component_mismatch` or `consent_mismatch`), no attempt starts and nothing reaches the
+/// backend; the untouched runs complete, and the store lists every run.
+#[test]
+fn a_worker_refuses_queued_runs_whose_rows_were_tampered_with() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+    use sha2::Digest;
+
+    let server = Postgres::start();
+    let db = "tamper";
+    let url = server.database(db);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let states = worker_states(2, fake.port());
+    let (_secrets, token) = token_file();
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0", "--token-file", &token]);
+    let api = Api::of(states[0].path(), &a.log());
+    let b_args = ["--store", url.as_str(), "--token-file", token.as_str()];
+    let sha256 = |path: &std::path::Path| hex::encode(sha2::Sha256::digest(std::fs::read(path).expect("the component")));
+    let (probe, hello) = (sha256(&common::component("probe")), sha256(&common::component("hello")));
+    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(serde_json::json!({"path": common::component("hello")}))));
+    assert!(status == 200 || status == 201, "{status} {registered:#}");
+
+    // The stored bytes of the probe swapped for hello's (a valid component, the wrong hash).
+    let swapped = start_fanouts(&runtime, &api, 1, 1, 1).remove(0);
+    server.psql(db, &format!("CREATE TABLE kept AS SELECT bytes FROM blobs WHERE hash = '{probe}'"));
+    server.psql(db, &format!("UPDATE blobs SET bytes = (SELECT bytes FROM blobs WHERE hash = '{hello}') WHERE hash = '{probe}'"));
+    let b = Service::start(states[1].path(), &b_args);
+    let done = wait_run(&runtime, &api, &swapped);
+    assert_eq!(done["status"], "error", "{done:#}\n{}", b.log());
+    assert_eq!((done["failure"]["type"].as_str(), done["failure"]["kind"].as_str()), (Some("sandbox"), Some("component_mismatch")), "{done:#}");
+    assert!(done["error"].as_str().unwrap_or_default().contains(&probe), "names the hash asked for: {done:#}");
+    assert_eq!(done["attempts"], 0, "nothing of it ran: {done:#}");
+    assert!(fake.asked().is_empty(), "{:?}", fake.asked());
+    // Put back, the store serves the next run of the probe.
+    server.psql(db, &format!("UPDATE blobs SET bytes = (SELECT bytes FROM kept) WHERE hash = '{probe}'"));
+    let restored = start_fanouts(&runtime, &api, 1, 1, 1).remove(0);
+    let done = wait_run(&runtime, &api, &restored);
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
+    b.stop();
+
+    // Each field of a queued run's rows edited by hand, one run each; the last is untouched.
+    let runs = start_fanouts(&runtime, &api, 6, 1, 1);
+    let edit_record = |run: &str, path: &str, value: &str| {
+        server.psql(db, &format!("UPDATE runs SET record = convert_to(jsonb_set(convert_from(record, 'UTF8')::jsonb, '{{{path}}}', '{value}')::text, 'UTF8') WHERE id = '{run}'"));
+    };
+    let edit_start = |run: &str, path: &str, value: &str| {
+        server.psql(db, &format!("UPDATE run_queue SET start = convert_to(jsonb_set(convert_from(start, 'UTF8')::jsonb, '{{{path}}}', '{value}')::text, 'UTF8') WHERE run_id = '{run}'"));
+    };
+    edit_record(&runs[0], "grants", r#"["/tmp"]"#);
+    edit_record(&runs[1], "limits,maxTotalSubagents", "1000000");
+    edit_start(&runs[2], "backend,name", r#""dry-run""#);
+    edit_start(&runs[3], "component", &format!(r#""{hello}""#));
+    server.psql(db, &format!("UPDATE runs SET record = convert_to((convert_from(record, 'UTF8')::jsonb - 'seal')::text, 'UTF8') WHERE id = '{}'", runs[4]));
+    let b = Service::start(states[1].path(), &b_args);
+    for (run_id, what) in runs[..5].iter().zip(["grants", "limits", "backend", "component", "seal removed"]) {
+        let done = wait_run(&runtime, &api, run_id);
+        assert_eq!(done["status"], "error", "{what}: {done:#}\n{}", b.log());
+        assert_eq!((done["failure"]["type"].as_str(), done["failure"]["kind"].as_str()), (Some("sandbox"), Some("consent_mismatch")), "{what}: {done:#}");
+        assert!(done["error"].as_str().unwrap_or_default().contains("consent"), "{what}: {done:#}");
+        assert_eq!(done["attempts"], 0, "{what}: nothing of it ran: {done:#}");
+    }
+    let done = wait_run(&runtime, &api, &runs[5]);
+    assert_eq!(done["status"], "completed", "the untouched run: {done:#}\n{}", b.log());
+    assert_eq!(fake.asked().len(), 2, "only the untouched runs called the backend: {:?}", fake.asked());
+    let (status, listed) = runtime.block_on(api.call(reqwest::Method::GET, "/api/runs", None));
+    assert_eq!(status, 200, "{listed:#}");
+    let listed = listed.as_array().map_or(0, Vec::len);
+    assert_eq!(listed, 8, "every run is listed");
+    b.stop();
+    a.stop();
+}
+
+/// Runs started with a grant (`factory run --allow-read DIR` through worker A, which only
+/// queues) are mounted by no worker that does not allow them: worker B, started without
+/// roots, puts the first back in the queue with the typed reason (`grant_not_allowed`, which
+/// the waiting run reads) and calls nothing. Restarted with `--allow-grant-root R1` and
+/// `allow_grant_roots = ["R2"]` in its config file, B runs the runs granted under R1 and R2
+/// to completion; the one granted under R3 keeps waiting, saying why.
+#[test]
+fn a_worker_mounts_only_grants_under_the_roots_it_allows() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let db = "roots";
+    let url = server.database(db);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
+    let states = worker_states(2, fake.port());
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
+    let api = Api::of(states[0].path(), &a.log());
+    let roots: [tempfile::TempDir; 3] = std::array::from_fn(|_| tempfile::tempdir().expect("a directory"));
+    let probe = common::component("probe");
+    let runs: Vec<String> = roots
+        .iter()
+        .map(|root| {
+            let granted = root.path().join("data");
+            std::fs::create_dir(&granted).expect("the granted directory");
+            let out = common::factory_cmd(
+                states[0].path(),
+                &["run", probe.to_str().expect("a UTF-8 path"), "--yes", "--args", r#"{"case":"fanout","n":1}"#, "--allow-read", granted.to_str().expect("a UTF-8 path"), "--detach", "-q"],
+            )
+            .env_remove("FACTORY_NO_DAEMON")
+            .env("FACTORY_STORE", &url)
+            .output()
+            .expect("factory run");
+            assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), a.log());
+            let run_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            assert_eq!(run_id.len(), 36, "the run id is printed: {run_id:?}");
+            run_id
+        })
+        .collect();
+    // Until the run reads `pending` with the reason (the refusal is written just after B logs it).
+    let says_why = |run_id: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, waiting) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+            assert_eq!(status, 200, "{waiting:#}");
+            assert_eq!(waiting["status"], "pending", "{waiting:#}");
+            let error = waiting["error"].as_str().unwrap_or_default();
+            if error.contains("grant_not_allowed") && error.contains("--allow-grant-root") {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "the run says why it waits: {waiting:#}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    let b = Service::start(states[1].path(), &["--store", &url]);
+    for run_id in &runs {
+        says_why(run_id);
+    }
+    assert!(fake.asked().is_empty(), "nothing called: {:?}", fake.asked());
+    b.stop();
+
+    let config = states[1].path().join("factory.toml");
+    let backends = std::fs::read_to_string(&config).expect("the config");
+    let second = roots[1].path().to_str().expect("a UTF-8 path");
+    std::fs::write(&config, format!("allow_grant_roots = [\"{second}\"]\n{backends}")).expect("the config");
+    let b = Service::start(states[1].path(), &["--store", &url, "--allow-grant-root", roots[0].path().to_str().expect("a UTF-8 path")]);
+    for run_id in &runs[..2] {
+        let done = wait_until_completed(&runtime, &api, run_id, Duration::from_secs(60));
+        assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
+    }
+    assert_eq!(fake.asked().len(), 2, "{:?}", fake.asked());
+    says_why(&runs[2]);
+    b.stop();
+    a.stop();
+}
+
+/// The store's password kept out of argv: a role that must give a password
+/// (`scram-sha-256`), reached by `factory workers` and `factory serve` with a URL without
+/// one, the password taken from `--store-password-file` (owner-only; one others can read is
+/// refused), `PGPASSWORD`, or `~/.pgpass` (ignored when others can read it, as libpq does);
+/// without any the connection is refused. A password in a `--store` URL on the command line
+/// works and is warned about; no output shows it.
+#[test]
+fn the_store_password_comes_from_a_file_the_environment_or_pgpass() {
+    use common::service::Service;
+    use std::os::unix::fs::PermissionsExt;
+
+    let server = Postgres::start();
+    server.database("secret");
+    let password = "s3cret-pw-0f9e8d";
+    server.psql("postgres", &format!("CREATE ROLE ann LOGIN PASSWORD '{password}'"));
+    let hba = server.data_dir().join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+    std::fs::write(&hba, format!("host all ann 127.0.0.1/32 scram-sha-256\n{rules}")).expect("pg_hba.conf");
+    server.psql("postgres", "SELECT pg_reload_conf()");
+    server.psql("secret", "GRANT ALL ON SCHEMA public TO ann");
+    let url = format!("postgres://ann@127.0.0.1:{}/secret", server.port());
+    let state = tempfile::tempdir().expect("a state dir");
+    let home = tempfile::tempdir().expect("a home");
+    let private = |path: &std::path::Path, text: &str, mode: u32| {
+        std::fs::write(path, text).expect("a file");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let workers = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["workers"];
+        args.extend_from_slice(extra);
+        let mut cmd = common::factory_cmd(state.path(), &args);
+        cmd.env_remove("FACTORY_STORE").env_remove("PGPASSWORD").env_remove("PGPASSFILE").env("HOME", home.path());
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        let out = cmd.output().expect("factory workers");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        assert!(!stdout.contains(password) && !stderr.contains(password), "the password never shows: {stdout}{stderr}");
+        (out.status.success(), stdout, stderr)
+    };
+
+    let (ok, _, stderr) = workers(&["--store", &url], &[]);
+    assert!(!ok && stderr.contains("password"), "no password, refused: {stderr}");
+    let file = home.path().join("store.password");
+    private(&file, &format!("{password}\n"), 0o600);
+    let file_arg = file.to_str().expect("a UTF-8 path");
+    let (ok, stdout, stderr) = workers(&["--store", &url, "--store-password-file", file_arg], &[]);
+    assert!(ok && stdout.contains("no workers on postgres://ann@127.0.0.1"), "{stdout}{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod 644");
+    let (ok, _, stderr) = workers(&["--store", &url, "--store-password-file", file_arg], &[]);
+    assert!(!ok && stderr.contains("readable by others"), "{stderr}");
+    let (ok, _, stderr) = workers(&["--store", &url], &[("PGPASSWORD", password)]);
+    assert!(ok, "PGPASSWORD: {stderr}");
+    let pgpass = home.path().join(".pgpass");
+    private(&pgpass, &format!("# the cluster\nother:5432:*:ann:wrong\n127.0.0.1:{}:*:ann:{password}\n", server.port()), 0o644);
+    let (ok, _, stderr) = workers(&["--store", &url], &[]);
+    assert!(!ok, "a ~/.pgpass others can read is ignored: {stderr}");
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let (ok, _, stderr) = workers(&["--store", &url], &[]);
+    assert!(ok, "~/.pgpass: {stderr}");
+    std::fs::remove_file(&pgpass).expect("rm ~/.pgpass");
+    let in_argv = format!("postgres://ann:{password}@127.0.0.1:{}/secret", server.port());
+    let (ok, _, stderr) = workers(&["--store", &in_argv], &[]);
+    assert!(ok && stderr.contains("warning: the --store URL holds a password"), "{stderr}");
+    let (ok, _, stderr) = workers(&[], &[("FACTORY_STORE", &in_argv)]);
+    assert!(ok && !stderr.contains("warning"), "from the environment, not argv: {stderr}");
+
+    // A worker too: its password from the file, the database written as ann.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let service = Service::start(state.path(), &["--store", &url, "--store-password-file", file_arg]);
+    assert!(service.log().contains("worker of the store postgres://ann@127.0.0.1"), "{}", service.log());
+    assert_eq!(server.psql("secret", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1");
+    assert!(!service.stop().contains(password));
+}
+
+/// A run worker A halted and handed back to the queue (a drain), its record then edited by
+/// hand (its grants): worker B, which claims it, does not recover it: the run stays `halted`
+/// with the typed reason (`consent_mismatch`) and no new attempt, nothing more reaches the
+/// backend, and B goes on serving other runs.
+#[test]
+fn a_worker_does_not_recover_a_run_whose_record_was_tampered_with() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use common::service::Service;
+
+    let server = Postgres::start();
+    let db = "recovery";
+    let url = server.database(db);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 1, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let states = worker_states(2, fake.port());
+    let (_secrets, token) = token_file();
+    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--drain-seconds", "0", "--token-file", &token]);
+    let api = Api::of(states[0].path(), &a.log());
+    let run_id = start_fanouts(&runtime, &api, 1, 4, 1).remove(0);
+    wait_for_sql(&server, db, &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "1", Duration::from_secs(120), &|| a.log());
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+    let log = a.stop();
+    assert!(log.contains(&format!("handed 1 run back to the queue: {run_id}")), "{log}");
+    let asked = fake.asked().len();
+    server.psql(db, &format!("UPDATE runs SET record = convert_to(jsonb_set(convert_from(record, 'UTF8')::jsonb, '{{grants}}', '[\"/tmp\"]')::text, 'UTF8') WHERE id = '{run_id}'"));
+
+    let b = Service::start(states[1].path(), &["--store", &url, "--http", "127.0.0.1:0", "--token-file", &token]);
+    let api_b = Api::of(states[1].path(), &b.log());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let refused = loop {
+        let (status, run) = runtime.block_on(api_b.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+        assert_eq!(status, 200, "{run:#}");
+        if run["error"].as_str().unwrap_or_default().contains("consent_mismatch") {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "B never refused the run: {run:#}\n{}", b.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(refused["status"], "halted", "{refused:#}");
+    assert_eq!(refused["attempts"], 1, "no new attempt: {refused:#}");
+    assert_eq!(fake.asked().len(), asked, "nothing more reached the backend: {:?}", fake.asked());
+    let other = start_fanouts(&runtime, &api_b, 1, 1, 1).remove(0);
+    let done = wait_run(&runtime, &api_b, &other);
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
+    b.stop();
 }

@@ -132,9 +132,21 @@ async fn rust_log_filters_what_the_service_logs() {
     let served = serve(loud.path(), &[], &[]);
     refused_call(&served).await;
     let log = std::fs::read_to_string(loud.path().join("serve.log")).unwrap();
-    let line = log.lines().find(|l| l.contains("without a valid bearer token")).unwrap_or_else(|| panic!("{log}"));
+    // serve.log is JSON lines whatever the format; stderr is human by default.
+    let events = json_lines(log.lines());
+    assert_eq!(log.lines().count(), events.len(), "every line of serve.log is a record: {log}");
+    let refused = refusals(&events);
+    assert_eq!((refused.len(), &refused[0]["level"], &refused[0]["fields"]["door"]), (1, &Value::from("WARN"), &Value::from("http")), "{log}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let line = loop {
+        if let Some(line) = served.stderr().into_iter().find(|l| l.contains("without a valid bearer token")) {
+            break line;
+        }
+        assert!(std::time::Instant::now() < deadline, "no refusal on stderr: {:?}", served.stderr());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     assert!(line.contains("WARN") && line.contains("event=\"refused\"") && line.contains("door=\"http\""), "{line}");
-    assert!(!line.starts_with('{'), "human format by default: {line}");
+    assert!(!line.starts_with('{'), "human format by default on stderr: {line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

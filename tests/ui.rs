@@ -1,10 +1,11 @@
 //! The web dashboard (issue 14, its UI half), in headless Chromium: `factory serve --http
 //! 127.0.0.1:0` serves the page; `tests/browser/ui.mjs` (playwright-core driving Debian's
-//! `/usr/bin/chromium`) opens it with the one-time code from `factory ui` (exchanged once for
-//! the token), watches a run with a slow
+//! `/usr/bin/chromium`) opens the private sign-in file `factory ui` writes, which leads it to
+//! the page with a one-time code (exchanged once for a dashboard session), watches a run with a slow
 //! backend appear and update live, counts its timeline bars, cancels it and resumes it with
 //! the buttons, lists a run of another session with its session and narrows the list with
-//! the session filter, starts a run from the form, draws every bar of a 4,096-agent run (its
+//! the session filter, starts a run from the form (its approval checkbox naming the sha256),
+//! signs a second page out (its session then refused), draws every bar of a 4,096-agent run (its
 //! render time is the bench's, section 9) and
 //! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
 //! `tests/browser/node_modules` (`npm ci` there) fail the test: they are not optional.
@@ -28,7 +29,12 @@ impl Drop for Daemon {
 
 /// `factory serve --http 127.0.0.1:0` on `state`, once it says where it listens.
 fn serve_http(state: &std::path::Path) -> Daemon {
-    let mut child = factory_cmd(state, &["serve", "--http", "127.0.0.1:0"])
+    serve_http_with(state, &[])
+}
+
+/// [`serve_http`] with more arguments.
+fn serve_http_with(state: &std::path::Path, more: &[&str]) -> Daemon {
+    let mut child = factory_cmd(state, &[&["serve", "--http", "127.0.0.1:0"][..], more].concat())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -132,12 +138,20 @@ async fn the_dashboard_in_a_real_browser() {
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(state.path().join("http.addr")).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
 
-    // `factory ui` prints the page's URL with a one-time code (never the token) in the fragment.
+    // `factory ui` writes a private sign-in file that sends the browser to the page's URL
+    // with a one-time code (never the token) in the fragment, and prints the file's path.
     let out = factory_in(state.path(), &["ui"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let file = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    assert!(file.is_absolute() && file.ends_with("dashboard.html"), "{}", file.display());
+    let url = sign_in_url(&file);
     let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
     assert!(url.starts_with("http://127.0.0.1:") && url.contains("/#code=") && !url.contains(&token), "{url}");
+    // `--url` prints a URL of its own (another code), for a browser elsewhere.
+    let out = factory_in(state.path(), &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url2 = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let code2 = url2.split_once("/#code=").map(|(_, c)| c.to_string()).unwrap_or_else(|| panic!("{url2}"));
 
     // The page's assets need no token, carry a CSP, and the Host check covers them too.
     let base = url.split("/#").next().unwrap().to_string();
@@ -161,6 +175,8 @@ async fn the_dashboard_in_a_real_browser() {
     let out = std::process::Command::new("node")
         .arg(browser_dir.join("ui.mjs"))
         .env("FACTORY_UI_URL", &url)
+        .env("FACTORY_UI_FILE", &file)
+        .env("FACTORY_UI_CODE2", &code2)
         .env("FACTORY_UI_TOKEN", &token)
         .env("FACTORY_UI_BIG_RUN", &big_id)
         .env("FACTORY_UI_OTHER_RUN", &other_id)
@@ -180,37 +196,114 @@ async fn the_dashboard_in_a_real_browser() {
     }
 }
 
-/// `factory ui --open` hands the browser (`$BROWSER`, here a script that records its argv) a
-/// one-time code and never the bearer token, which every local user could read in `ps`; the
-/// code is exchanged once for a session token that drives the API, a second exchange fails
-/// and ends that session (someone else saw the code).
+/// The URL the sign-in file `factory ui` wrote sends the browser to (its meta refresh),
+/// after checking the file is the owner's alone.
+fn sign_in_url(file: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, nix::unistd::geteuid().as_raw()), "the sign-in file is private");
+    let page = std::fs::read_to_string(file).unwrap();
+    let url = page.split("content=\"0;url=").nth(1).and_then(|rest| rest.split('"').next()).unwrap_or_else(|| panic!("{page}"));
+    url.to_string()
+}
+
+/// What an event stream sends until it holds `until` (`false`) or ends (`true`); 60 s at most.
+async fn read_events(mut response: reqwest::Response, until: &str) -> (String, bool) {
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+                if text.contains(until) {
+                    return (text, false);
+                }
+            }
+            Ok(Ok(None)) | Ok(Err(_)) => return (text, true),
+            Err(_) => panic!("the event stream neither sent `{until}` nor ended in 60 s: {text}"),
+        }
+    }
+}
+
+/// `cmd` run as uid/gid 65534 (`nobody`) with no supplementary groups, as another local
+/// user. setpriv must exist: a missing tool fails the test rather than skipping it.
+fn as_nobody(program: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv (util-linux) must be installed for this test")
+}
+
+/// Issue 49, item 4: another local user cannot take the dashboard sign-in. `factory ui
+/// --open` starts the browser (`$BROWSER`, here a script that records its argv and stays
+/// running) on the private sign-in file, so neither the token nor the one-time code is in
+/// any command line: `nobody` reads the browser's `/proc/PID/cmdline` and finds only the
+/// file's path, and cannot read the file. A code that is stolen anyway (here: exchanged by
+/// the test as the thief) opens a dashboard session that cannot mint codes or list or revoke
+/// sessions; the owner lists it (`factory ui --sessions`) and revokes it (`--revoke ID`,
+/// `--revoke all`), after which it is refused and its open event stream ends without telling
+/// of a new run (the live session's stream does), while the owner's token keeps working. A code
+/// is 64 hex characters (244 random bits) and works once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_browser_gets_a_one_time_code_never_the_token() {
-    let state = tempfile::tempdir().unwrap();
-    let _daemon = serve_http(state.path());
-    let argv_file = state.path().join("browser-argv");
-    let browser = state.path().join("fake-browser");
-    std::fs::write(&browser, format!("#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > {}.tmp && mv {0}.tmp {0}\n", argv_file.display()))
-        .unwrap();
+async fn another_user_cannot_take_the_dashboard_sign_in_and_a_stolen_session_is_revocable() {
+    assert!(nix::unistd::geteuid().is_root(), "this test switches to another user and needs root (as in CI)");
+    let works = as_nobody("/bin/true", &[]);
+    assert!(works.status.success(), "setpriv cannot switch users: {}", stderr(&works));
+    let dir = tempfile::tempdir().unwrap();
+    // Only the state dir itself may stand in the other user's way; here even it is opened up
+    // (by mistake): the sign-in file must stay private on its own.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let state = dir.path().join("state");
+    let _daemon = serve_http(&state);
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let token = std::fs::read_to_string(state.join("http.token")).unwrap().trim().to_string();
+
+    let argv_file = dir.path().join("browser-argv");
+    let stop = dir.path().join("browser-stop");
+    let browser = dir.path().join("fake-browser");
+    std::fs::write(
+        &browser,
+        format!(
+            "#!/bin/sh\n{{ echo $$; printf '%s\\n' \"$0\" \"$@\"; }} > {argv}.tmp && mv {argv}.tmp {argv}\n\
+             while [ ! -e {stop} ]; do sleep 0.05; done\n",
+            argv = argv_file.display(),
+            stop = stop.display()
+        ),
+    )
+    .unwrap();
     std::fs::set_permissions(&browser, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = factory_cmd(state.path(), &["ui", "--open"]).env("BROWSER", &browser).output().unwrap();
+    let out = factory_cmd(&state, &["ui", "--open"]).env("BROWSER", &browser).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    let printed = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let file = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !argv_file.exists() {
         assert!(std::time::Instant::now() < deadline, "the browser command never ran");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let argv = std::fs::read_to_string(&argv_file).unwrap();
-    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
-    assert_eq!(token.trim().len(), 64);
-    assert!(!argv.contains(token.trim()), "the browser's argv holds the token: {argv}");
-    let args: Vec<&str> = argv.lines().collect();
-    assert_eq!(args, [browser.to_str().unwrap(), printed.as_str()], "the browser gets the URL printed");
-    let (base, code) = printed.split_once("/#code=").expect("a code in the fragment");
-    assert!(!code.is_empty() && !printed.contains("token"), "{printed}");
+    let recorded = std::fs::read_to_string(&argv_file).unwrap();
+    let mut lines = recorded.lines();
+    let browser_pid = lines.next().unwrap().to_string();
+    let args: Vec<&str> = lines.collect();
+    let file_url = format!("file://{}", file.display());
+    assert_eq!(args, [browser.to_str().unwrap(), file_url.as_str()], "the browser gets the sign-in file");
+    let url = sign_in_url(&file);
+    let (base, code) = url.split_once("/#code=").expect("a code in the fragment");
+    assert!(code.len() == 64 && code.bytes().all(|b| b.is_ascii_hexdigit()), "{code}");
 
-    // The code is exchanged once for a session token; never twice, and no guess works.
+    // What another user sees: the running browser's command line (the file's path only),
+    // and no way into the file.
+    let cmdline = as_nobody("/bin/cat", &[&format!("/proc/{browser_pid}/cmdline")]);
+    assert!(cmdline.status.success(), "{}", stderr(&cmdline));
+    let seen = String::from_utf8_lossy(&cmdline.stdout).replace('\0', " ");
+    assert!(seen.contains("dashboard.html"), "the browser's argv as another user sees it: {seen}");
+    assert!(!seen.contains(code) && !seen.contains(&token), "another user reads the code in argv: {seen}");
+    let read = as_nobody("/bin/cat", &[file.to_str().unwrap()]);
+    assert!(!read.status.success() && stderr(&read).contains("Permission denied"), "another user read the sign-in file");
+    std::fs::write(&stop, b"").unwrap();
+
+    // A stolen code: its session drives the API but mints nothing and manages nothing.
     let client = reqwest::Client::new();
     let exchange = |code: String| {
         let request = client.post(format!("{base}/api/ui/exchange")).json(&serde_json::json!({ "code": code }));
@@ -219,19 +312,113 @@ async fn the_browser_gets_a_one_time_code_never_the_token() {
             (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
         }
     };
+    let call = |method: reqwest::Method, path: &str, bearer: &str| {
+        let request = client.request(method, format!("{base}{path}")).bearer_auth(bearer);
+        async move {
+            let response = request.send().await.expect("the daemon answers");
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
     let (status, first) = exchange(code.to_string()).await;
     assert_eq!(status, 200, "{first}");
-    let session = first["token"].as_str().expect("a session token").to_string();
-    assert!(session.len() == 64 && session != token.trim(), "{first}");
+    let stolen = first["token"].as_str().expect("a session token").to_string();
+    assert!(stolen.len() == 64 && stolen != token, "{first}");
+    assert_eq!(call(reqwest::Method::GET, "/api/runs", &stolen).await.0, 200, "the session drives the API");
+    for (method, path) in [
+        (reqwest::Method::POST, "/api/ui/code"),
+        (reqwest::Method::GET, "/api/ui/sessions"),
+        (reqwest::Method::DELETE, "/api/ui/sessions/all"),
+    ] {
+        let (status, refused) = call(method.clone(), path, &stolen).await;
+        assert_eq!((status, refused["code"].as_str()), (403, Some("forbidden")), "{method} {path}: {refused}");
+    }
+    let (status, _) = exchange("0".repeat(64)).await;
+    assert_eq!(status, 401, "no guess works");
+
+    // A second session (the owner's own page, from `--url`), then the owner lists both and
+    // revokes the stolen one by its id.
+    let out = factory_in(&state, &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let (_, code2) = printed.split_once("/#code=").expect("a code in the URL");
+    let (status, second) = exchange(code2.to_string()).await;
+    assert_eq!(status, 200, "{second}");
+    let own = second["token"].as_str().expect("a session token").to_string();
+    let (status, listed) = call(reqwest::Method::GET, "/api/ui/sessions", &token).await;
+    assert_eq!(status, 200, "{listed}");
+    let ids: Vec<String> = listed["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids.len(), 2, "{listed}");
+    let out = factory_in(&state, &["ui", "--sessions"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(ids.iter().all(|id| shown.contains(id.as_str())) && shown.lines().count() == 2, "{shown}");
+    // Both sessions follow the event stream; the stolen one is revoked (by the id listed
+    // first: sessions are listed oldest first).
+    let events = |bearer: &str| client.get(format!("{base}/api/events")).bearer_auth(bearer).send();
+    let stolen_events = events(&stolen).await.expect("the daemon answers");
+    let own_events = events(&own).await.expect("the daemon answers");
+    assert_eq!((stolen_events.status().as_u16(), own_events.status().as_u16()), (200, 200));
+    let out = factory_in(&state, &["ui", "--revoke", &ids[0]]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "revoked 1 dashboard session");
+    let (status, refused) = call(reqwest::Method::GET, "/api/runs", &stolen).await;
+    assert_eq!((status, refused["code"].as_str()), (401, Some("unauthorized")), "a revoked session is refused: {refused}");
+    // A run starts: the live session's stream tells of it, the revoked one's ends untold.
+    let registered = client
+        .post(format!("{base}/api/factories"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({ "meta": { "name": "tiny", "description": "returns 1" }, "run": "async (ctx) => 1" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 200);
+    let started = client.post(format!("{base}/api/runs")).bearer_auth(&token).json(&serde_json::json!({ "name": "tiny" })).send();
+    assert_eq!(started.await.unwrap().status(), 202);
+    let (own_text, _) = read_events(own_events, "run_updated").await;
+    assert!(own_text.contains("run_updated"), "{own_text}");
+    let (stolen_text, ended) = read_events(stolen_events, "run_updated").await;
+    assert!(ended && !stolen_text.contains("run_updated"), "a revoked session's stream goes on: {stolen_text}");
+    assert_eq!(call(reqwest::Method::GET, "/api/runs", &own).await.0, 200, "the other session lives on");
+    let out = factory_in(&state, &["ui", "--revoke", &ids[0]]);
+    assert!(!out.status.success() && stderr(&out).contains("no dashboard session"), "{}", stderr(&out));
+    let out = factory_in(&state, &["ui", "--revoke", "all"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(call(reqwest::Method::GET, "/api/runs", &own).await.0, 401, "`--revoke all` ends every session");
+    assert_eq!(call(reqwest::Method::GET, "/api/runs", &token).await.0, 200, "the owner's token still works");
+
+    // Signing out ends a session; the owner's token is none.
+    let out = factory_in(&state, &["ui", "--url"]);
+    let printed = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let (_, code3) = printed.split_once("/#code=").expect("a code in the URL");
+    let third = exchange(code3.to_string()).await.1["token"].as_str().expect("a session token").to_string();
+    assert_eq!(call(reqwest::Method::POST, "/api/ui/signout", &third).await.0, 200);
+    assert_eq!(call(reqwest::Method::GET, "/api/runs", &third).await.0, 401, "signed out");
+    assert_eq!(call(reqwest::Method::POST, "/api/ui/signout", &token).await.0, 400);
+    let (status, again) = exchange(code.to_string()).await;
+    assert_eq!((status, again["code"].as_str()), (401, Some("invalid_code")), "a code works once: {again}");
+}
+
+/// A dashboard session ends by itself after `--ui-session-ttl` (12 h by default): here 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_session_expires() {
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = serve_http_with(state.path(), &["--ui-session-ttl", "2s"]);
+    let out = factory_in(state.path(), &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let (base, code) = printed.split_once("/#code=").expect("a code in the URL");
+    let client = reqwest::Client::new();
+    let answer = client.post(format!("{base}/api/ui/exchange")).json(&serde_json::json!({ "code": code })).send().await.unwrap();
+    let session = answer.json::<Value>().await.unwrap()["token"].as_str().expect("a session token").to_string();
     let runs = |bearer: String| {
         let request = client.get(format!("{base}/api/runs")).bearer_auth(bearer);
         async move { request.send().await.expect("the daemon answers").status().as_u16() }
     };
-    assert_eq!(runs(session.clone()).await, 200, "the session token drives the API");
-    let (status, _) = exchange("0".repeat(32)).await;
-    assert_eq!(status, 401);
-    let (status, second) = exchange(code.to_string()).await;
-    assert_eq!((status, second["code"].as_str()), (401, Some("invalid_code")), "{second}");
-    assert_eq!(runs(session).await, 401, "a code presented twice ends the session it gave");
-    assert_eq!(runs(token.trim().to_string()).await, 200, "the daemon's own token still works");
+    assert_eq!(runs(session.clone()).await, 200);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(runs(session).await, 401, "an expired session is refused");
+    let out = factory_in(state.path(), &["ui", "--sessions"]);
+    assert!(out.status.success() && out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    assert_eq!(runs(token.trim().to_string()).await, 200, "the owner's token still works");
 }

@@ -1861,7 +1861,7 @@ async fn dashboard(table: &mut Table, component: &Path, cache: &Path, runs: usiz
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let out = factory_cmd(service.state.path(), cache, &["ui", "--no-open"])
+    let out = factory_cmd(service.state.path(), cache, &["ui", "--url"])
         .output()
         .unwrap_or_else(|e| fail(format!("`factory ui`: {e}")));
     if !out.status.success() {

@@ -67,6 +67,13 @@ pub enum Error {
     /// is unset, the name is unknown): nothing started.
     #[error(transparent)]
     BackendUnavailable(#[from] crate::backend::BackendUnavailable),
+    /// What a shared store says to run is refused: bytes that do not hash to their sha256,
+    /// a record that does not match its consent seal, a grant outside the allowed roots.
+    #[error(transparent)]
+    Trust(#[from] crate::engine::trust::TrustError),
+    /// A request field that is well-formed JSON but unusable (a relative `callerCwd`).
+    #[error("bad_request: {0}")]
+    BadRequest(String),
 }
 
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool
@@ -162,6 +169,8 @@ impl Error {
             Error::Limits(_) => ErrorCode::InvalidLimits,
             Error::InvalidArgs(_) => ErrorCode::InvalidArgs,
             Error::Script(_) => ErrorCode::InvalidScript,
+            Error::Load(LoadError::TooLarge { .. } | LoadError::NotAFile { .. }) => ErrorCode::InvalidParams,
+            Error::BadRequest(_) => ErrorCode::BadRequest,
             _ => ErrorCode::Error,
         }
     }

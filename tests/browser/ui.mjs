@@ -1,5 +1,6 @@
 // Drives the factory dashboard in headless Chromium (run by tests/ui.rs, which starts the
-// daemon). Input: FACTORY_UI_URL (http://ADDR/#code=..., a one-time code), FACTORY_UI_TOKEN
+// daemon). Input: FACTORY_UI_FILE (the private sign-in file `factory ui` wrote, which the page
+// is opened on), FACTORY_UI_URL (http://ADDR/#code=..., the URL in it), FACTORY_UI_TOKEN
 // (the daemon's bearer token, for the test's own API calls), FACTORY_UI_BIG_RUN (a finished
 // 4,096-agent run), FACTORY_UI_OTHER_RUN (a finished run of session `other`, not the daemon's),
 // FACTORY_UI_SCREENSHOTS (a directory). Output: one JSON report on stdout.
@@ -61,8 +62,10 @@ try {
   // The code leaves the URL at once and is exchanged, once, for a session token of the
   // page's own (not the daemon's token), kept in sessionStorage.
   check('the URL holds a code, not the token', code && !url.includes(token), url);
-  await page.goto(url);
+  // The browser is opened on the private file, which sends it on to the dashboard with the code.
+  await page.goto(`file://${process.env.FACTORY_UI_FILE}`);
   await page.waitForSelector('#runs');
+  check('the sign-in file led to the dashboard', page.url().startsWith(base), page.url());
   check('code removed from the URL', !page.url().includes(code), page.url());
   const session = await page.evaluate(() => sessionStorage.getItem('factory.token'));
   check('a session token kept in sessionStorage', /^[0-9a-f]{64}$/.test(session) && session !== token, session);
@@ -210,11 +213,17 @@ try {
   await page.waitForSelector('#error:not([hidden])');
   check('errors show their code', (await page.textContent('#error')).startsWith('invalid_limits:'), await page.textContent('#error'));
 
+  // The approval checkbox names what it approves by sha256.
+  const registered = await api('GET', '/api/factories/hostile-ui');
+
   // A form built from an args schema; guest text (description, phase, log line, label) is
   // shown as text, never as markup.
   await page.goto(`${base}/#/start`);
   await page.selectOption('#factory', 'hostile-ui');
   await page.waitForSelector('#start-form');
+  const approvalText = await page.textContent('#start-approval');
+  check('the approval names the sha256 approved', approvalText.includes(registered.hash)
+    && (!registered.script || approvalText.includes(registered.script.sha256)), { approvalText, hash: registered.hash });
   check('schema form: a text input (required)', await page.getAttribute('input[name=topic]', 'required') !== null);
   check('schema form: a number input', (await page.getAttribute('input[name=count]', 'type')) === 'number');
   check('schema form: a checkbox', (await page.getAttribute('input[name=loud]', 'type')) === 'checkbox');
@@ -268,6 +277,18 @@ try {
   check('the code works once only', again.status === 401, again.status);
   const ended = await fetch(`${base}/api/session`, { headers: { Authorization: `Bearer ${session}` } });
   check('a code presented twice ends its session', ended.status === 401, ended.status);
+
+  // Signing out ends the page's dashboard session on the server too.
+  const page2 = await browser.newPage();
+  const code2 = process.env.FACTORY_UI_CODE2;
+  await page2.goto(`${base}/#code=${code2}`);
+  await page2.waitForSelector('#runs');
+  const session2 = await page2.evaluate(() => sessionStorage.getItem('factory.token'));
+  await page2.click('#signout');
+  await page2.waitForFunction(() => document.getElementById('error').textContent.startsWith('signed_out:'));
+  const afterSignout = await fetch(`${base}/api/session`, { headers: { Authorization: `Bearer ${session2}` } });
+  check('signing out ends the session on the server', afterSignout.status === 401, afterSignout.status);
+  check('signed out: the token is forgotten', (await page2.evaluate(() => sessionStorage.getItem('factory.token'))) === null);
   report.ok = true;
 } catch (e) {
   report.error = String(e.stack || e);

@@ -14,7 +14,18 @@ pub fn daemon_pid(state: &Path) -> u32 {
 }
 
 fn pid_in(log: &str) -> Option<u32> {
-    log.lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok())
+    log_messages(log).iter().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok())
+}
+
+/// The messages of a `serve.log`: one JSON record a line, its `fields.message` (a line that
+/// is not a record, such as an error printed before logging started, as it is).
+pub fn log_messages(log: &str) -> Vec<String> {
+    log.lines()
+        .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
+            Ok(record) => record["fields"]["message"].as_str().unwrap_or_default().to_string(),
+            Err(_) => l.to_string(),
+        })
+        .collect()
 }
 
 /// Whether `pid` is a live process (a zombie, exited but not yet reaped, is not).
@@ -26,7 +37,8 @@ pub fn alive(pid: i32) -> bool {
 /// The pids of every service that took the store of `state` (from `<state>/serve.log`).
 pub fn logged_services(state: &Path) -> Vec<i32> {
     let log = std::fs::read_to_string(state.join("serve.log")).unwrap_or_default();
-    log.lines()
+    log_messages(&log)
+        .iter()
         .filter(|l| l.contains(", holds the store of "))
         .filter_map(|l| l.split("pid ").nth(1)?.split(',').next()?.trim().parse().ok())
         .collect()

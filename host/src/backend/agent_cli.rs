@@ -12,7 +12,7 @@
 
 use super::pricing::{float_credits_nano, Pricing};
 use super::prompting::{prompt_with_schema, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError, OutageKind, SoftLimit, Usage};
+use super::{AgentBackend, AgentReply, AgentRequest, BackendError, Hidden, OutageKind, SoftLimit, Usage};
 use futures::future::BoxFuture;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
@@ -87,9 +87,10 @@ pub enum SandboxMode {
     /// (writable, removed after), the run's grants read-only (at their own paths and at
     /// `/grant/<i>`), the system directories and the home directory read-only (except the
     /// CLI's own config, [`AgentCliConfig::writable`], and minus [`AgentCliConfig::hidden`]),
-    /// the host's working directory hidden, `/tmp` private, new pid/ipc/uts namespaces, a new
-    /// session, no capabilities, dying with the host; the network is shared (the CLI must
-    /// reach its model). Without `bwrap` a spawn fails as a `not_installed` backend failure.
+    /// the host's working directory hidden, [`AgentCliConfig::sealed`] hidden everywhere,
+    /// `/tmp` private, new pid/ipc/uts namespaces, a new session, no capabilities, dying with
+    /// the host; the network is shared (the CLI must reach its model). Without `bwrap` a
+    /// spawn fails as a `not_installed` backend failure.
     #[default]
     Bubblewrap,
     /// No sandbox (`sandbox = "none"`): the CLI runs as the user, in `cwd` or the host's
@@ -108,7 +109,8 @@ pub struct ToolFlags {
 }
 
 /// Home-relative paths a sandboxed CLI never sees (besides the host's working directory and
-/// the factory's own state and config directories): keys and credentials of other tools.
+/// what [`AgentCliConfig::hidden`] and [`AgentCliConfig::sealed`] add): keys and credentials
+/// of other tools, and the factory's own default state and config directories.
 pub const DEFAULT_HIDDEN: &[&str] = &[
     ".ssh",
     ".gnupg",
@@ -159,8 +161,13 @@ pub struct AgentCliConfig {
     /// own config and session state (the preset's, e.g. `.claude` and `.claude.json`).
     pub writable: Vec<PathBuf>,
     /// Paths (relative to the home directory, or absolute) hidden from the sandboxed CLI,
-    /// besides [`DEFAULT_HIDDEN`].
+    /// besides [`DEFAULT_HIDDEN`], unless a grant shows them (a run's [`Hidden::unless_granted`],
+    /// the caller's working directory, is added here).
     pub hidden: Vec<PathBuf>,
+    /// Absolute paths hidden from the sandboxed CLI wherever they appear, inside a grant,
+    /// `cwd` or a writable path too: the serving process's state directories, token files and
+    /// control socket, set per run by [`AgentBackend::hiding`] ([`Hidden::sealed`]).
+    pub sealed: Vec<PathBuf>,
     /// Directories the run was granted (read-only): set per run by
     /// [`AgentBackend::with_grants`].
     pub grants: Vec<PathBuf>,
@@ -235,6 +242,7 @@ impl AgentCliConfig {
             bwrap: PathBuf::from("bwrap"),
             writable: Vec::new(),
             hidden: Vec::new(),
+            sealed: Vec::new(),
             grants: Vec::new(),
             allowed_tools: Vec::new(),
             disallowed_tools: Vec::new(),
@@ -347,6 +355,15 @@ impl AgentCliConfig {
         Ok(args)
     }
 
+    /// This config with `hidden` added: [`Hidden::unless_granted`] to [`AgentCliConfig::hidden`],
+    /// [`Hidden::sealed`] to [`AgentCliConfig::sealed`].
+    pub fn hiding(&self, hidden: &Hidden) -> Self {
+        let mut config = self.clone();
+        config.hidden.extend(hidden.unless_granted.iter().cloned());
+        config.sealed.extend(hidden.sealed.iter().cloned());
+        config
+    }
+
     /// One line for consent prompts: what runs the subagents, and with what reach.
     pub fn describe(&self) -> String {
         let mut tools = String::new();
@@ -424,6 +441,10 @@ impl AgentBackend for AgentCli {
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let grants = grants.iter().map(PathBuf::from).collect();
         Some(Arc::new(AgentCli { config: Arc::new(AgentCliConfig { grants, ..(*self.config).clone() }) }))
+    }
+
+    fn hiding(&self, hidden: &Hidden) -> Option<Arc<dyn AgentBackend>> {
+        Some(Arc::new(AgentCli { config: Arc::new(self.config.hiding(hidden)) }))
     }
 
     fn describe(&self) -> String {
@@ -703,6 +724,34 @@ impl Layout<'_> {
         SYSTEM_DIRS.iter().any(|d| path.starts_with(d)) || self.home.as_ref().is_some_and(|h| path.starts_with(h))
     }
 
+    /// The paths hidden unless granted ([`DEFAULT_HIDDEN`], [`AgentCliConfig::hidden`], the
+    /// host's working directory), canonical, those that exist.
+    fn hidden(&self) -> Vec<PathBuf> {
+        let mut hidden: Vec<PathBuf> = DEFAULT_HIDDEN.iter().filter_map(|p| self.in_home(Path::new(p))).collect();
+        hidden.extend(self.config.hidden.iter().filter_map(|p| self.in_home(p)));
+        hidden.extend(self.host_cwd.clone());
+        canonical_set(&hidden)
+    }
+
+    /// Where `real` appears inside the sandbox once everything is mounted: at its own path
+    /// when a mounted tree holds it (system directories, home, a grant, `cwd`), and below
+    /// `/grant/<i>` when grant `i` holds it.
+    fn appearances(&self, real: &Path) -> Vec<PathBuf> {
+        let mut at = Vec::new();
+        let own = self.visible(real)
+            || self.config.grants.iter().any(|g| real.starts_with(g))
+            || self.config.cwd.as_ref().is_some_and(|c| real.starts_with(c));
+        if own {
+            at.push(real.to_path_buf());
+        }
+        for (index, grant) in self.config.grants.iter().enumerate() {
+            if let Ok(rest) = real.strip_prefix(grant) {
+                at.push(PathBuf::from(crate::model::grant::mount_point(index)).join(rest));
+            }
+        }
+        at
+    }
+
     fn in_home(&self, path: &Path) -> Option<PathBuf> {
         if path.is_absolute() {
             Some(path.to_path_buf())
@@ -733,30 +782,18 @@ impl Layout<'_> {
         if let Some(home) = &self.home {
             push(&[os("--ro-bind-try"), home.as_os_str(), home.as_os_str()]);
         }
-        // Hidden: other tools' keys, the factory's own state, and the host's working directory.
-        let mut hidden: Vec<PathBuf> = DEFAULT_HIDDEN.iter().filter_map(|p| self.in_home(Path::new(p))).collect();
-        hidden.extend(self.config.hidden.iter().filter_map(|p| self.in_home(p)));
-        hidden.extend(crate::access::default_state_dir().ok());
-        hidden.extend(crate::access::user_config_dir().ok());
-        hidden.extend(self.host_cwd.clone());
-        let mut hidden: Vec<PathBuf> = hidden.iter().filter_map(|p| std::fs::canonicalize(p).ok()).collect();
-        hidden.sort();
-        hidden.dedup();
-        for real in hidden {
-            if !self.visible(&real) || real == Path::new("/") {
-                continue;
-            }
-            match std::fs::metadata(&real) {
-                // An empty directory nobody in the sandbox can write (it has no capabilities).
-                Ok(m) if m.is_dir() => push(&[os("--perms"), os("0555"), os("--tmpfs"), real.as_os_str()]),
-                Ok(_) => push(&[os("--ro-bind"), os("/dev/null"), real.as_os_str()]),
-                Err(_) => {}
+        // Hidden unless granted: other tools' keys, the factory's default state, the host's
+        // (and the caller's) working directory.
+        let hidden = self.hidden();
+        for real in &hidden {
+            if self.visible(real) {
+                push(&refs(&mask(real, real)));
             }
         }
         for path in self.config.writable.iter().filter_map(|p| self.in_home(p)) {
             push(&[os("--bind-try"), path.as_os_str(), path.as_os_str()]);
         }
-        let masked = |p: &Path| self.host_cwd.as_ref().is_some_and(|cwd| p.starts_with(cwd));
+        let masked = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
         if !self.visible(self.program) || masked(self.program) {
             push(&[os("--ro-bind"), self.program.as_os_str(), self.program.as_os_str()]);
         }
@@ -768,11 +805,49 @@ impl Layout<'_> {
         if let Some(dir) = &self.config.cwd {
             push(&[os("--bind"), dir.as_os_str(), dir.as_os_str()]);
         }
+        // Sealed, last, so no grant, `cwd` or writable path shows them again: the serving
+        // process's state directories, token files and control socket.
+        for real in canonical_set(&self.config.sealed) {
+            for at in self.appearances(&real) {
+                push(&refs(&mask(&real, &at)));
+            }
+        }
         push(&[os("--bind"), self.scratch.as_os_str(), self.scratch.as_os_str()]);
         let workdir = self.config.cwd.as_deref().unwrap_or(self.scratch);
         push(&[os("--chdir"), workdir.as_os_str()]);
         args
     }
+}
+
+/// `paths` canonical (those that exist), sorted, without `/` and without those inside another
+/// (a mask over a path inside a masked directory would create it there again, empty).
+fn canonical_set(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut real: Vec<PathBuf> =
+        paths.iter().filter_map(|p| std::fs::canonicalize(p).ok()).filter(|p| p != Path::new("/")).collect();
+    real.sort();
+    let mut kept: Vec<PathBuf> = Vec::with_capacity(real.len());
+    for path in real {
+        if !kept.iter().any(|outer| path.starts_with(outer)) {
+            kept.push(path);
+        }
+    }
+    kept
+}
+
+/// The `bwrap` arguments that hide `real` (an existing path) where it appears as `at`: an
+/// empty directory nobody in the sandbox can write (it has no capabilities) over a
+/// directory, `/dev/null` over anything else (a file, a socket).
+fn mask(real: &Path, at: &Path) -> Vec<OsString> {
+    let at = at.as_os_str().to_os_string();
+    match std::fs::metadata(real) {
+        Ok(m) if m.is_dir() => vec!["--perms".into(), "0555".into(), "--tmpfs".into(), at],
+        _ => vec!["--ro-bind".into(), "/dev/null".into(), at],
+    }
+}
+
+/// Borrowed views of `args`, for the layout's `push`.
+fn refs(args: &[OsString]) -> Vec<&std::ffi::OsStr> {
+    args.iter().map(OsString::as_os_str).collect()
 }
 
 /// A bubblewrap that is not there: a backend failure naming what to install.
@@ -1182,6 +1257,45 @@ mod tests {
             let config = AgentCliConfig { disallowed_tools: vec![bad.into()], ..AgentCliConfig::preset("claude").unwrap() };
             assert!(matches!(config.tool_args(), Err(CliPresetError::BadTool { .. })), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn sealed_paths_are_masked_last_wherever_they_appear_and_the_callers_dir_unless_granted() {
+        let root = std::env::temp_dir().join(format!("factory-layout-{}", uuid::Uuid::new_v4().simple()));
+        let grant = root.join("granted");
+        let state = grant.join("state");
+        let caller = root.join("project");
+        for dir in [&state, &caller, &root.join("scratch")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(grant.join("cluster.token"), "t").unwrap();
+        let root = root.canonicalize().unwrap();
+        let (grant, state, caller) = (root.join("granted"), root.join("granted/state"), root.join("project"));
+        let token = grant.join("cluster.token");
+        let config = AgentCliConfig { grants: vec![grant.clone()], ..AgentCliConfig::generic("cli:t", vec!["true".into()]) };
+        std::fs::write(state.join("control.sock"), "").unwrap();
+        let sealed = vec![state.join("control.sock"), state.clone(), token.clone(), root.join("missing")];
+        let config = config.hiding(&Hidden { sealed, unless_granted: vec![caller.clone()] });
+        let scratch = root.join("scratch");
+        let program = Path::new("/usr/bin/true");
+        let layout = Layout { config: &config, home: Some(root.clone()), host_cwd: None, program, scratch: &scratch };
+        let args: Vec<String> = layout.args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let at = |window: &[&str]| {
+            args.windows(window.len()).position(|w| w == window).unwrap_or_else(|| panic!("no {window:?} in {args:?}"))
+        };
+        let path = |p: &Path| p.display().to_string();
+        let granted = at(&["--ro-bind", &path(&grant), "/grant/0"]);
+        // The caller's directory is hidden before the grants (a grant of it shows it again)...
+        assert!(at(&["--tmpfs", &path(&caller)]) < granted);
+        // ...the service's files after them, at their own path and at the grant's alias.
+        assert!(at(&["--tmpfs", &path(&state)]) > granted);
+        assert!(at(&["--tmpfs", "/grant/0/state"]) > granted);
+        assert!(at(&["--ro-bind", "/dev/null", &path(&token)]) > granted);
+        assert!(at(&["--ro-bind", "/dev/null", "/grant/0/cluster.token"]) > granted);
+        assert!(!args.iter().any(|a| a.contains("missing")), "a path that does not exist is skipped: {args:?}");
+        // A path inside a masked directory is not masked again (that would create it there).
+        assert!(!args.iter().any(|a| a.contains("control.sock")), "{args:?}");
+        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]

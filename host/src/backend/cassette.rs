@@ -5,6 +5,12 @@
 //! (prompt, label, schema, model) plus the spawn's attempt number (0, or 1 for the schema
 //! retry). The file's first line is a header naming the format and its version.
 //!
+//! A cassette is untrusted input (a third-party project ships its own): reading one is
+//! bounded ([`MAX_CASSETTE_BYTES`] a file, [`MAX_CASSETTE_LINE_BYTES`] a line), and an entry
+//! is replayed only when its recorded request hashes to its recorded key: one that does not
+//! (edited by hand, or tampered to answer another call than it shows) is never served, and a
+//! call it would have answered is a miss that says so ([`Cassette::rejected`]).
+//!
 //! ```text
 //! {"cassette":"factory","version":1}
 //! {"key":"…","attempt":0,"request":{"prompt":"…","label":"a"},"reply":{"text":"…","usage":{…}}}
@@ -13,6 +19,7 @@
 
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use crate::model::agent_key::AgentKey;
+use crate::model::limits::AgentLimits;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -23,6 +30,10 @@ use std::sync::{Arc, Mutex};
 /// The cassette format this build reads and writes.
 pub const CASSETTE_VERSION: u32 = 1;
 const FORMAT: &str = "factory";
+/// The most bytes of a cassette file read.
+pub const MAX_CASSETTE_BYTES: u64 = 128 << 20;
+/// The most bytes of one cassette line (one exchange).
+pub const MAX_CASSETTE_LINE_BYTES: usize = 32 << 20;
 
 /// A cassette file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +44,12 @@ pub enum CassetteError {
     /// The file is not a cassette of a version this build reads.
     #[error("cassette `{path}` line {line}: {message}")]
     Invalid { path: String, line: usize, message: String },
+    /// The file is larger than [`MAX_CASSETTE_BYTES`].
+    #[error("cassette `{path}` is {bytes} bytes, over the limit of {limit}: refusing to read it")]
+    TooLarge { path: String, bytes: u64, limit: u64 },
+    /// A line is longer than [`MAX_CASSETTE_LINE_BYTES`].
+    #[error("cassette `{path}` line {line} is {bytes} bytes, over the limit of {limit} a line: refusing to read it")]
+    LineTooLong { path: String, line: usize, bytes: usize, limit: usize },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -55,6 +72,20 @@ pub struct RecordedRequest {
     /// The schema, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<serde_json::Value>,
+    /// The call's soft limits, if any (part of its key).
+    #[serde(default, skip_serializing_if = "no_limits")]
+    pub limits: AgentLimits,
+}
+
+fn no_limits(limits: &AgentLimits) -> bool {
+    *limits == AgentLimits::default()
+}
+
+impl RecordedRequest {
+    /// The canonical key this request hashes to (what its exchange's `key` must be).
+    pub fn key(&self) -> AgentKey {
+        AgentKey::with_limits(&self.prompt, self.label.as_deref(), self.schema.as_ref(), self.model.as_deref(), &self.limits)
+    }
 }
 
 /// Recorded usage.
@@ -138,6 +169,7 @@ impl Exchange {
                 label: request.label.clone(),
                 model: request.model.clone(),
                 schema: request.schema.clone(),
+                limits: request.limits.clone(),
             },
             reply,
             error,
@@ -176,11 +208,35 @@ pub fn key_of(request: &AgentRequest) -> AgentKey {
     )
 }
 
-/// Read every exchange of a cassette file.
+/// Read every exchange of a cassette file (bounded: [`MAX_CASSETTE_BYTES`] a file,
+/// [`MAX_CASSETTE_LINE_BYTES`] a line). Each exchange's line number is [`read_cassette_lines`]'.
 pub fn read_cassette(path: &Path) -> Result<Vec<Exchange>, CassetteError> {
+    Ok(read_cassette_lines(path)?.into_iter().map(|(_, exchange)| exchange).collect())
+}
+
+/// Every exchange of a cassette file with its line number (1-based), bounded as [`read_cassette`].
+pub fn read_cassette_lines(path: &Path) -> Result<Vec<(usize, Exchange)>, CassetteError> {
+    use std::io::Read;
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| CassetteError::Io { path: shown.clone(), source })?;
+    let io = |source| CassetteError::Io { path: shown.clone(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > MAX_CASSETTE_BYTES {
+        return Err(CassetteError::TooLarge { path: shown, bytes: size, limit: MAX_CASSETTE_BYTES });
+    }
+    // The file may grow after the size was read (or not be a regular file): read one byte
+    // past the limit at most.
+    let mut bytes = Vec::new();
+    file.take(MAX_CASSETTE_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > MAX_CASSETTE_BYTES {
+        return Err(CassetteError::TooLarge { path: shown, bytes: bytes.len() as u64, limit: MAX_CASSETTE_BYTES });
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text: {e}"))))?;
     let invalid = |line: usize, message: String| CassetteError::Invalid { path: shown.clone(), line, message };
+    if let Some((i, line)) = text.lines().enumerate().find(|(_, l)| l.len() > MAX_CASSETTE_LINE_BYTES) {
+        return Err(CassetteError::LineTooLong { path: shown, line: i + 1, bytes: line.len(), limit: MAX_CASSETTE_LINE_BYTES });
+    }
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let Some((_, first)) = lines.next() else {
         return Err(invalid(1, "empty file, expected a cassette header".into()));
@@ -198,7 +254,9 @@ pub fn read_cassette(path: &Path) -> Result<Vec<Exchange>, CassetteError> {
             ),
         ));
     }
-    lines.map(|(i, line)| serde_json::from_str(line).map_err(|e| invalid(i + 1, e.to_string()))).collect()
+    lines
+        .map(|(i, line)| serde_json::from_str(line).map(|e| (i + 1, e)).map_err(|e| invalid(i + 1, e.to_string())))
+        .collect()
 }
 
 /// Appends exchanges to a new cassette file, one flushed line each.
@@ -242,6 +300,38 @@ struct Replay {
     served: Mutex<HashMap<(String, u32), usize>>,
     /// Calls the cassette held no exchange for, in the order they were asked (bounded).
     missed: Mutex<Vec<RecordedCall>>,
+    /// Entries never served: their recorded request does not hash to their key.
+    rejected: Vec<RejectedEntry>,
+}
+
+/// A cassette entry that is never replayed: its recorded request does not hash to its
+/// recorded key (the file was edited, or tampered to answer another call than it shows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedEntry {
+    /// Its line in the cassette file (1-based).
+    pub line: usize,
+    /// The key it claims.
+    pub key: String,
+    /// The key its recorded request hashes to.
+    pub actual: String,
+    /// Its attempt number.
+    pub attempt: u32,
+    /// Its recorded label, if any.
+    pub label: Option<String>,
+}
+
+impl std::fmt::Display for RejectedEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {} (key {}, attempt {}) is not replayed: its recorded request hashes to key {}, not to its key \
+             (the entry was edited or tampered with; re-record it)",
+            self.line,
+            self.key.chars().take(12).collect::<String>(),
+            self.attempt,
+            self.actual.chars().take(12).collect::<String>()
+        )
+    }
 }
 
 /// The most misses a replay remembers (a runaway factory cannot grow the list for ever).
@@ -283,12 +373,23 @@ pub struct CassetteUsage {
 
 impl Replay {
     fn load(path: &Path) -> Result<Self, CassetteError> {
-        let order = read_cassette(path)?;
+        let mut order = Vec::new();
+        let mut rejected = Vec::new();
+        for (line, exchange) in read_cassette_lines(path)? {
+            let actual = exchange.request.key().to_string();
+            if actual == exchange.key {
+                order.push(exchange);
+            } else {
+                let (key, attempt, label) = (exchange.key, exchange.attempt, exchange.request.label);
+                rejected.push(RejectedEntry { line, key, actual, attempt, label });
+            }
+        }
         let mut exchanges: HashMap<(String, u32), Vec<Exchange>> = HashMap::new();
         for exchange in &order {
             exchanges.entry((exchange.key.clone(), exchange.attempt)).or_default().push(exchange.clone());
         }
-        Ok(Replay { path: path.to_path_buf(), order, exchanges, served: Mutex::new(HashMap::new()), missed: Mutex::new(Vec::new()) })
+        let (served, missed) = (Mutex::new(HashMap::new()), Mutex::new(Vec::new()));
+        Ok(Replay { path: path.to_path_buf(), order, exchanges, served, missed, rejected })
     }
 
     fn find(&self, request: &AgentRequest) -> Option<Exchange> {
@@ -340,6 +441,12 @@ impl Cassette {
     /// What the replay used of its cassette so far (`None` when not replaying).
     pub fn usage(&self) -> Option<CassetteUsage> {
         self.replay.as_ref().map(|r| r.usage())
+    }
+
+    /// The cassette's entries that are never replayed because their request does not hash
+    /// to their key (empty when not replaying).
+    pub fn rejected(&self) -> &[RejectedEntry] {
+        self.replay.as_ref().map(|r| r.rejected.as_slice()).unwrap_or_default()
     }
 
     /// The recorded calls of the cassette, in file order (empty when not replaying).
@@ -405,6 +512,11 @@ impl AgentBackend for Cassette {
         Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))
     }
 
+    fn hiding(&self, hidden: &super::Hidden) -> Option<Arc<dyn AgentBackend>> {
+        let live = self.live.as_ref()?.hiding(hidden)?;
+        Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))
+    }
+
     fn describe(&self) -> String {
         match &self.live {
             Some(live) if self.replay.is_some() => format!("replay, then {}", live.describe()),
@@ -426,13 +538,16 @@ impl AgentBackend for Cassette {
                 (None, None, Some(replay)) => {
                     let who = request.label.as_deref().unwrap_or("agent");
                     let key = key_of(&request).to_string();
-                    let message = format!(
+                    let mut message = format!(
                         "cassette miss: `{}` holds no exchange for agent `{who}` (attempt {}, key {}); \
                          record one with --record, or use --replay-then-live",
                         replay.path.display(),
                         request.attempt,
                         &key[..12.min(key.len())]
                     );
+                    if let Some(entry) = replay.rejected.iter().find(|r| r.key == key && r.attempt == request.attempt) {
+                        message.push_str(&format!(" (its entry at {entry})"));
+                    }
                     return Err(if lenient {
                         BackendError::ordinary(message)
                     } else {

@@ -341,13 +341,17 @@ pub struct Config {
     /// `factory serve --max-recoveries` when the flag is not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_recoveries: Option<toml::Value>,
-    /// The five keys above, checked when the file was parsed.
+    /// `factory serve --allow-grant-root`, a list of directories, added to the flags'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_grant_roots: Option<toml::Value>,
+    /// The six keys above, checked when the file was parsed.
     #[serde(skip)]
     pub serve: ServeSettings,
 }
 
 /// The settings of `factory serve` a config file may hold (its top-level keys `max_runs`,
-/// `cluster_max_runs`, `backend_max_calls`, `drain_seconds`, `max_recoveries`), checked
+/// `cluster_max_runs`, `backend_max_calls`, `drain_seconds`, `max_recoveries`,
+/// `allow_grant_roots`), checked
 /// ([`Config::serve`]); a flag given on the command line wins over each.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServeSettings {
@@ -361,6 +365,9 @@ pub struct ServeSettings {
     pub drain_seconds: Option<f64>,
     /// `max_recoveries`: automatic recoveries per run.
     pub max_recoveries: Option<u32>,
+    /// `allow_grant_roots`: directories under which the worker mounts the grants of runs it
+    /// executes without a caller of its own (absolute paths).
+    pub allow_grant_roots: Vec<std::path::PathBuf>,
 }
 
 /// A `factory serve` setting of the config file that has a bad value.
@@ -411,6 +418,20 @@ impl Config {
         }
         if let Some(value) = &self.max_recoveries {
             settings.max_recoveries = Some(whole(path, "max_recoveries", value, 1, "takes a whole number, 1 or more")? as u32);
+        }
+        if let Some(value) = &self.allow_grant_roots {
+            let refused = || SettingError {
+                path: path.into(),
+                key: "allow_grant_roots".into(),
+                expected: "takes a list of absolute directory paths (allow_grant_roots = [\"/srv/data\"])",
+                found: value.to_string(),
+            };
+            for root in value.as_array().ok_or_else(refused)? {
+                match root.as_str().map(std::path::PathBuf::from) {
+                    Some(root) if root.is_absolute() => settings.allow_grant_roots.push(root),
+                    _ => return Err(refused()),
+                }
+            }
         }
         Ok(settings)
     }

@@ -246,10 +246,37 @@ pub trait AgentBackend: Send + Sync + 'static {
         None
     }
 
+    /// This backend with `hidden` kept from its spawns as well (a backend whose spawns see
+    /// files, an agent CLI, adds them to what its sandbox hides; a wrapper passes them on);
+    /// `None` (the default): its spawns see no files, so there is nothing to hide.
+    fn hiding(&self, _hidden: &Hidden) -> Option<Arc<dyn AgentBackend>> {
+        None
+    }
+
     /// One line for the consent prompt: what runs the subagents and with what reach
     /// (default: the name).
     fn describe(&self) -> String {
         self.name()
+    }
+}
+
+/// Paths a run's spawns must not see, handed down as data by the layer that knows them (the
+/// front door serving the store knows its state directories, token files and socket; the
+/// caller of a run knows its working directory). Absolute paths; those that do not exist
+/// are skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hidden {
+    /// Never shown, not even inside a grant or a backend's own working directory: the
+    /// serving process's state directories, token files and control socket.
+    pub sealed: Vec<std::path::PathBuf>,
+    /// Hidden unless a grant shows them: the caller's working directory.
+    pub unless_granted: Vec<std::path::PathBuf>,
+}
+
+impl Hidden {
+    /// Whether it hides nothing.
+    pub fn is_empty(&self) -> bool {
+        self.sealed.is_empty() && self.unless_granted.is_empty()
     }
 }
 

@@ -69,6 +69,11 @@ impl AgentBackend for Identified {
         Some(Arc::new(Identified { inner, reference: self.reference.clone() }))
     }
 
+    fn hiding(&self, hidden: &super::Hidden) -> Option<Arc<dyn AgentBackend>> {
+        let inner = self.inner.hiding(hidden)?;
+        Some(Arc::new(Identified { inner, reference: self.reference.clone() }))
+    }
+
     fn describe(&self) -> String {
         self.inner.describe()
     }

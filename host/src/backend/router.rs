@@ -79,6 +79,12 @@ impl AgentBackend for Router {
         Some(Arc::new(Router::new(granted(&self.default), routes)))
     }
 
+    fn hiding(&self, hidden: &super::Hidden) -> Option<Arc<dyn AgentBackend>> {
+        let hid = |b: &Arc<dyn AgentBackend>| b.hiding(hidden).unwrap_or_else(|| b.clone());
+        let routes = self.routes.iter().map(|r| Route { backend: hid(&r.backend), ..r.clone() }).collect();
+        Some(Arc::new(Router::new(hid(&self.default), routes)))
+    }
+
     fn describe(&self) -> String {
         let mut text = self.default.describe();
         for route in &self.routes {

@@ -36,9 +36,9 @@ pub struct GlobalArgs {
     /// service: runs then end with this process (for CI and scripts).
     #[arg(long, global = true, env = "FACTORY_NO_DAEMON", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_daemon: bool,
-    /// How log lines on stderr (and in the service's `serve.log`) are written: `human`, or
-    /// `json` (one object per line) for machines. Which lines: `RUST_LOG` (default
-    /// `warn,factory_host=info,factory=info`).
+    /// How log lines on stderr are written: `human`, or `json` (one object per line) for
+    /// machines (the service's `serve.log` is always JSON lines). Which lines: `RUST_LOG`
+    /// (default `warn,factory_host=info,factory=info`).
     #[arg(long, global = true, env = "FACTORY_LOG_FORMAT", value_enum, default_value_t = crate::doors::telemetry::LogFormat::Human, value_name = "FORMAT")]
     pub log_format: crate::doors::telemetry::LogFormat,
     /// The bearer token `--http` servers (`serve`, `mcp`) require, read from this file
@@ -59,6 +59,26 @@ impl GlobalArgs {
         };
         self.state_dir_is_project_local = self.project_local_arg || factory_host::access::is_project_local(&self.state_dir);
         Ok(())
+    }
+
+    /// What no agent-CLI sandbox of a run served from here may see, even inside a grant: the
+    /// state directory in use (its store, `control.sock`, `http.token`, `mcp.token`, logs),
+    /// the user-level state and config directories, the cluster's `--token-file` and a
+    /// `$FACTORY_CONFIG` file. Absolute; handed to the host as data
+    /// ([`factory_host::HostConfig::sandbox_hidden`]).
+    pub fn sandbox_hidden(&self) -> Vec<PathBuf> {
+        let state = std::path::absolute(&self.state_dir).unwrap_or_else(|_| self.state_dir.clone());
+        let mut hidden = vec![
+            crate::doors::control::socket_path(&state),
+            state.join(crate::doors::http::TOKEN_FILE),
+            state.join(crate::doors::mcp::TOKEN_FILE),
+            state,
+        ];
+        hidden.extend(factory_host::access::default_state_dir().ok());
+        hidden.extend(factory_host::access::user_config_dir().ok());
+        let files = [self.token_file.clone(), std::env::var_os("FACTORY_CONFIG").map(PathBuf::from)];
+        hidden.extend(files.into_iter().flatten().filter_map(|f| std::path::absolute(f).ok()));
+        hidden
     }
 
     /// The cluster's bearer token (`FACTORY_TOKEN`, else `--token-file`), if one is given.

@@ -7,7 +7,11 @@
 //!
 //! Only the user who owns the process may talk to it: the socket lives in the `0700` state
 //! directory, is itself `0600`, and the server checks every peer's uid (`SO_PEERCRED`) and
-//! answers any other uid with a `forbidden` error and nothing else. A request line is at
+//! answers any other uid with a `forbidden` error and nothing else. A peer of our uid in
+//! another mount namespace than the service's (an agent CLI inside its bubblewrap sandbox,
+//! which has one of its own: the uid alone cannot tell it from the user) is refused the same
+//! way, and the reason is logged; [`ANY_MOUNT_NS_ENV`] set on the serving process lifts that
+//! rule for a service deliberately run in a namespace of its own. A request line is at
 //! most [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_READ_TIMEOUT`]; the client
 //! reads at most [`factory_host::service::MAX_RESPONSE_BYTES`] of answer. At most
 //! [`MAX_CONNECTIONS`] are served at once, and a failed accept (out of descriptors, say) is
@@ -33,15 +37,62 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SOCKET_FILE)
 }
 
-/// Is the peer of `stream` this process's user? `Err` names the peer's uid (or why it is
-/// unknown).
-fn peer_is_us(stream: &UnixStream) -> Result<(), String> {
+/// Set (to anything but empty or `0`) on the serving process, it answers peers in another
+/// mount namespace too: for a service run in a namespace of its own (a systemd unit with
+/// `PrivateTmp=`, say), whose clients are all elsewhere. Agent sandboxes then rely on the
+/// socket being hidden from them alone.
+pub const ANY_MOUNT_NS_ENV: &str = "FACTORY_CONTROL_ANY_MOUNT_NS";
+
+/// Why a peer of the control socket was refused (its message is the `forbidden` answer).
+#[derive(Debug, thiserror::Error)]
+enum PeerRefused {
+    /// Another user.
+    #[error("the control socket serves only uid {ours}; uid {theirs} was refused")]
+    OtherUid { ours: u32, theirs: u32 },
+    /// No credentials, no pid, or a pid outside this process's pid namespace.
+    #[error("the control socket cannot identify its peer ({0}); refused")]
+    Unidentified(String),
+    /// Our uid, from another mount namespace: an agent sandbox, or a namespace of the user's own.
+    #[error(
+        "the control socket refuses peers in another mount namespace (pid {pid} is in {theirs}, the service in \
+         {ours}): an agent sandbox may not drive the service; a service run in a namespace of its own needs \
+         {ANY_MOUNT_NS_ENV}=1 in its environment"
+    )]
+    OtherMountNs { pid: i32, theirs: String, ours: String },
+}
+
+/// The mount namespace of process `pid` (`mnt:[N]`), as `/proc` links it.
+fn mount_ns(pid: &str) -> std::io::Result<String> {
+    Ok(std::fs::read_link(format!("/proc/{pid}/ns/mnt"))?.to_string_lossy().into_owned())
+}
+
+/// Whether the serving process answers peers in any mount namespace ([`ANY_MOUNT_NS_ENV`]).
+fn any_mount_ns() -> bool {
+    std::env::var_os(ANY_MOUNT_NS_ENV).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Is the peer of `stream` this process's user, in this process's mount namespace (unless
+/// `any_ns`)? `Err` says who was refused and why.
+fn peer_is_us(stream: &UnixStream, any_ns: bool) -> Result<(), PeerRefused> {
     let ours = factory_host::access::our_uid();
-    match stream.peer_cred() {
-        Ok(cred) if cred.uid() == ours => Ok(()),
-        Ok(cred) => Err(format!("the control socket serves only uid {ours}; uid {} was refused", cred.uid())),
-        Err(e) => Err(format!("the control socket cannot identify its peer ({e}); refused")),
+    let cred = stream.peer_cred().map_err(|e| PeerRefused::Unidentified(e.to_string()))?;
+    if cred.uid() != ours {
+        return Err(PeerRefused::OtherUid { ours, theirs: cred.uid() });
     }
+    if any_ns {
+        return Ok(());
+    }
+    // The pid the peer had when it connected, as this process's pid namespace numbers it
+    // (0 when the peer's namespace is not below ours).
+    let pid = cred.pid().filter(|pid| *pid > 0).ok_or_else(|| PeerRefused::Unidentified("no pid".into()))?;
+    let ns = |pid: &str| {
+        mount_ns(pid).map_err(|e| PeerRefused::Unidentified(format!("the mount namespace of pid {pid}: {e}")))
+    };
+    let (theirs, ours) = (ns(&pid.to_string())?, ns("self")?);
+    if theirs != ours {
+        return Err(PeerRefused::OtherMountNs { pid, theirs, ours });
+    }
+    Ok(())
 }
 
 /// Append one frame as a line to `out`; false (logged) if it cannot be encoded.
@@ -66,11 +117,12 @@ async fn write_frame<T: serde::Serialize>(write: &mut tokio::net::unix::OwnedWri
 
 /// Answer one connection: check the peer, read one bounded request, answer it (a
 /// subscription: stream updates until either side goes away).
-async fn handle(service: Local, stream: UnixStream) {
-    let refused = peer_is_us(&stream).err();
+async fn handle(service: Local, stream: UnixStream, any_ns: bool) {
+    let refused = peer_is_us(&stream, any_ns).err();
     let (mut read, mut write) = stream.into_split();
     let request = match refused {
-        Some(message) => {
+        Some(refused) => {
+            let message = refused.to_string();
             tracing::warn!(event = "refused", door = "control", reason = %message, "control socket refused a peer");
             Err(RemoteError { code: ErrorCode::Forbidden, message })
         }
@@ -339,6 +391,7 @@ pub fn serve(service: Local, path: &Path) -> std::io::Result<Server> {
     let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = in_flight.clone();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let any_ns = any_mount_ns();
     let accept = tokio::spawn(async move {
         let mut backoff = AcceptBackoff::default();
         loop {
@@ -360,7 +413,7 @@ pub fn serve(service: Local, path: &Path) -> std::io::Result<Server> {
             tokio::spawn(async move {
                 let _guard = guard;
                 let _slot = slot;
-                handle(service, stream).await;
+                handle(service, stream, any_ns).await;
             });
         }
     });

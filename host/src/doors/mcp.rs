@@ -111,10 +111,18 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The most MCP sessions `factory mcp --http` keeps at once: a new one past them is refused
+/// (503, `unavailable`) until one ends (closed by its client, or idle [`MCP_SESSION_IDLE`]).
+pub const MAX_MCP_SESSIONS: usize = 64;
+
+/// An MCP-over-HTTP session with no request for this long is closed.
+pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(300);
+
 /// MCP over streamable HTTP on `addr` (path `/mcp`), one [`FactoryMcp`] per MCP session,
 /// until SIGINT/SIGTERM. A bearer token (in `<state-dir>/mcp.token`, 0600) is required on
 /// every request; the SDK checks the `Host` header against loopback names. Connections are
-/// bounded as [`crate::doors::http::bind`] says (header timeout, connection cap, accept backoff).
+/// bounded as [`crate::doors::http::bind`] says (header timeout, connection cap, accept
+/// backoff); sessions by [`MAX_MCP_SESSIONS`] and [`MCP_SESSION_IDLE`].
 async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() -> FactoryMcp + Send + Sync + 'static) -> Result<()> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -128,17 +136,20 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
         config.allowed_hosts.push(bound.ip().to_string());
     }
     let max_body = config.max_request_body_bytes;
-    let service = Arc::new(StreamableHttpService::new(move || Ok(make()), Arc::new(LocalSessionManager::default()), config));
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(MCP_SESSION_IDLE);
+    let sessions = Arc::new(sessions);
+    let service = Arc::new(StreamableHttpService::new(move || Ok(make()), sessions.clone(), config));
     let bearer = Arc::new(bearer);
     eprintln!(
         "factory mcp: streamable HTTP on http://{bound}/mcp (bearer token in {})",
         g.state_dir.join(TOKEN_FILE).display()
     );
     let accept = crate::doors::http::bind::accept_loop(listener, "factory mcp --http", move |stream| {
-        let (service, bearer) = (service.clone(), bearer.clone());
+        let (service, bearer, sessions) = (service.clone(), bearer.clone(), sessions.clone());
         async move {
             let handler = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let (service, bearer) = (service.clone(), bearer.clone());
+                let (service, bearer, sessions) = (service.clone(), bearer.clone(), sessions.clone());
                 async move {
                     let presented = req.headers().get(hyper::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
                     if !bearer.accepts(presented) || req.uri().path() != "/mcp" {
@@ -149,6 +160,20 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
                         let mut response = hyper::Response::new(body);
                         *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::UNAUTHORIZED);
                         return Ok::<_, std::convert::Infallible>(response);
+                    }
+                    // A request without a session id opens one: refused past the cap.
+                    let opens = req.method() == hyper::Method::POST && !req.headers().contains_key("mcp-session-id");
+                    if opens && sessions.sessions.read().await.len() >= MAX_MCP_SESSIONS {
+                        tracing::warn!(event = "refused", door = "mcp", "MCP session refused: {MAX_MCP_SESSIONS} sessions open");
+                        let message = format!(
+                            "{{\"code\":\"unavailable\",\"message\":\"{MAX_MCP_SESSIONS} MCP sessions are open: close one (DELETE /mcp) or wait {} s for an idle one to expire\"}}",
+                            MCP_SESSION_IDLE.as_secs()
+                        );
+                        let mut response = hyper::Response::new(http_body_util::BodyExt::boxed(http_body_util::Full::new(
+                            hyper::body::Bytes::from(message),
+                        )));
+                        *response.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+                        return Ok(response);
                     }
                     // The body is read here, bounded in size (the SDK's bound) and in time.
                     let (parts, body) = req.into_parts();
@@ -444,6 +469,8 @@ impl FactoryMcp {
                     declined: false,
                     consent: Consent::None,
                     trace_parent: trace_parent.clone(),
+                    // This server's working directory (the project its client works in).
+                    caller_cwd: factory_host::service::caller_cwd(),
                 }
             }
             (None, Some(run_id)) => {
@@ -458,6 +485,8 @@ impl FactoryMcp {
                     backend: Default::default(),
                     consent: Consent::None,
                     trace_parent: trace_parent.clone(),
+                    // This server's working directory (the project its client works in).
+                    caller_cwd: factory_host::service::caller_cwd(),
                 }
             }
             _ => {

@@ -50,6 +50,7 @@ pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>, holder: Holde
         catalog,
         commit_window: std::time::Duration::from_millis(g.commit_window_ms),
         read_cache_bytes: holder.cache_bytes(),
+        sandbox_hidden: g.sandbox_hidden(),
         ..HostConfig::default()
     };
     Host::new(config).map(Arc::new)
@@ -58,18 +59,24 @@ pub fn open_host(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>, holder: Holde
 /// Open a host on the shared PostgreSQL store at `url` as worker `worker` (default: this
 /// host and state directory's [`default_worker_id`](factory_host::store::postgres::default_worker_id)).
 /// The state directory still holds the control socket, the HTTP token and the cache.
+/// `trust`: what the worker checks before it runs what the database says; `password`: the
+/// database password when the URL has none (see [`PgOptions::password`](factory_host::store::postgres::PgOptions)).
 pub async fn open_shared_host(
     g: &GlobalArgs,
     catalog: Arc<dyn BackendCatalog>,
     url: &str,
     worker: Option<&str>,
     caps: factory_host::engine::caps::Caps,
+    trust: factory_host::engine::trust::ClusterTrust,
+    password: Option<String>,
 ) -> Result<Arc<Host>, Error> {
     use factory_host::store::postgres::{default_worker_id, PgOptions, PgStore};
     let commit_window = std::time::Duration::from_millis(g.commit_window_ms);
     let worker = worker.map_or_else(|| default_worker_id(&g.state_dir), str::to_string);
-    let store = PgStore::connect(url, PgOptions { commit_window, ..PgOptions::new(worker) }).await?;
-    let config = HostConfig { state_dir: Some(g.state_dir.clone()), catalog, commit_window, caps, ..HostConfig::default() };
+    let store = PgStore::connect(url, PgOptions { commit_window, password, ..PgOptions::new(worker) }).await?;
+    let sandbox_hidden = g.sandbox_hidden();
+    let state_dir = Some(g.state_dir.clone());
+    let config = HostConfig { state_dir, catalog, commit_window, caps, trust, sandbox_hidden, ..HostConfig::default() };
     Host::with_store(config, Arc::new(store)).map(Arc::new)
 }
 

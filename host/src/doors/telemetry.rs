@@ -4,8 +4,12 @@
 //! object per line) on stderr. The service (`factory serve`, by hand or started by a front
 //! door) also writes its log to `<state-dir>/serve.log` ([`ServiceLog`]): owner-only
 //! (0600), never through a symlink, and rotated to `serve.log.1` when it would pass
-//! [`SERVICE_LOG_MAX_BYTES`], so the two files never hold more than twice that. A panic
-//! anywhere is logged as one `error` event before Rust's own report.
+//! [`SERVICE_LOG_MAX_BYTES`], so the two files never hold more than twice that. That file
+//! is always JSON lines, whatever `--log-format` says, so one record is one line: a guest's
+//! label or a server's message holding a line break cannot forge a record there. A service
+//! started by a front door has that file for its stderr too, so what it says ([`say`]: its
+//! banners) is written there as JSON records as well. A panic anywhere is logged as one
+//! `error` event before Rust's own report (left out when stderr is the service log).
 //!
 //! Traces: off unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
 //! is set (and neither `OTEL_SDK_DISABLED=true` nor `OTEL_TRACES_EXPORTER=none`); then the
@@ -90,7 +94,11 @@ pub fn init(format: LogFormat, service_log: Option<&Path>, stderr: bool) -> std:
     }
     if let Some(state_dir) = service_log {
         let log = ServiceLog::open(state_dir.join(LOG_FILE), SERVICE_LOG_MAX_BYTES)?;
-        layers.push(fmt_layer(format, log, false));
+        if !stderr {
+            // stderr is this file (a service started by a front door): say it there.
+            let _ = SAY_TO.set(log.clone());
+        }
+        layers.push(fmt_layer(LogFormat::Json, log, false));
     }
     let traces = if wanted("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") { Some(otel_layer()) } else { None };
     let metrics_failed = match wanted("OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
@@ -118,6 +126,34 @@ pub fn init(format: LogFormat, service_log: Option<&Path>, stderr: bool) -> std:
     }
     install_panic_hook();
     Ok(())
+}
+
+/// Where [`say`] writes when stderr is the service log.
+static SAY_TO: OnceLock<ServiceLog> = OnceLock::new();
+
+/// Whether [`say`] writes to the service log (this process's stderr is that file).
+pub fn says_to_log() -> bool {
+    SAY_TO.get().is_some()
+}
+
+/// Say `text` to the person running the command: a line on stderr, or, in a service whose
+/// stderr is its log file, an `INFO` record of that log (JSON, whatever `RUST_LOG` says:
+/// the banners a front door and the tests read).
+pub fn say(text: &str) {
+    match SAY_TO.get() {
+        Some(log) => {
+            let record = serde_json::json!({
+                "timestamp": humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+                "level": "INFO",
+                "fields": { "message": text },
+                "target": "factory::serve",
+            });
+            let mut log = log.clone();
+            let _ = log.write_all(format!("{record}\n").as_bytes());
+        }
+        // It may quote a factory's name or a session's (recovered runs): escaped.
+        None => eprintln!("{}", crate::doors::cli::escape::esc(text)),
+    }
 }
 
 /// The trace pipeline, once set up: flushed by [`shutdown`].
@@ -216,7 +252,10 @@ fn install_panic_hook() {
             .unwrap_or_else(|| "a panic".into());
         let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
         tracing::error!(panic = %what, location = %location, "panicked");
-        previous(info);
+        // Rust's report is free text: not into a log of JSON lines.
+        if SAY_TO.get().is_none() {
+            previous(info);
+        }
     }));
 }
 
@@ -273,11 +312,19 @@ impl Write for ServiceLog {
             // A log that cannot rotate keeps writing where it is rather than lose lines.
             let _ = open.rotate();
         }
-        // One line longer than the bound is cut, so the file stays bounded.
-        let room = usize::try_from(open.max).unwrap_or(usize::MAX);
-        let n = open.file.write(&buf[..buf.len().min(room)])?;
+        // One line longer than the bound is cut (and ended), so the file stays bounded and
+        // the next record starts a line of its own.
+        let room = usize::try_from(open.max).unwrap_or(usize::MAX).max(1);
+        if buf.len() > room {
+            let mut cut = buf[..room - 1].to_vec();
+            cut.push(b'\n');
+            open.file.write_all(&cut)?;
+            open.len = open.len.saturating_add(cut.len() as u64);
+            return Ok(buf.len());
+        }
+        let n = open.file.write(buf)?;
         open.len = open.len.saturating_add(n as u64);
-        Ok(if n == buf.len().min(room) { buf.len() } else { n })
+        Ok(n)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -312,5 +359,38 @@ mod tests {
         assert_eq!((now + old) % 11, 0, "whole lines only");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_record_whose_fields_hold_line_breaks_is_one_line_of_the_service_log() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.log");
+        let log = ServiceLog::open(path.clone(), 1 << 20).unwrap();
+        let subscriber = tracing_subscriber::registry().with(super::fmt_layer(super::LogFormat::Json, log, false));
+        let label = "h:\nfactory serve: pid 1, forged\u{1b}[31m";
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(target: "factory_host", "agent", label);
+            let _in = span.enter();
+            tracing::warn!(target: "factory", error = "broken\n{\"forged\":true}\u{7}", "an agent failed");
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1, "one record, one line: {text}");
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text}");
+        let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(record["spans"][0]["label"], label, "{text}");
+        assert_eq!(record["fields"]["error"], "broken\n{\"forged\":true}\u{7}", "{text}");
+    }
+
+    #[test]
+    fn a_line_past_the_bound_is_cut_and_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("serve.log");
+        let mut log = ServiceLog::open(path.clone(), 10).unwrap();
+        log.write_all(b"0123456789abcdef\n").unwrap();
+        log.write_all(b"next\n").unwrap();
+        let now = std::fs::read_to_string(&path).unwrap();
+        let old = std::fs::read_to_string(dir.path().join("serve.log.1")).unwrap();
+        assert_eq!((old.as_str(), now.as_str()), ("012345678\n", "next\n"));
     }
 }

@@ -110,6 +110,11 @@ impl AgentBackend for Capped {
         Some(Arc::new(Capped { inner, store: self.store.clone(), name: self.name.clone(), cap: self.cap }))
     }
 
+    fn hiding(&self, hidden: &crate::backend::Hidden) -> Option<Arc<dyn AgentBackend>> {
+        let inner = self.inner.hiding(hidden)?;
+        Some(Arc::new(Capped { inner, store: self.store.clone(), name: self.name.clone(), cap: self.cap }))
+    }
+
     fn describe(&self) -> String {
         self.inner.describe()
     }

@@ -13,6 +13,7 @@ use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
 use crate::model::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::engine::loaded::Kept;
+use crate::engine::trust::{Bound, TrustError};
 use crate::engine::run::{self, AttemptSetup, Capabilities};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::model::schema::Schema;
@@ -54,6 +55,12 @@ pub struct HostConfig {
     /// Bytes of store pages the store in `state_dir` keeps cached in memory (see
     /// [`StoreOptions::read_cache_bytes`]).
     pub read_cache_bytes: usize,
+    /// What a worker of a shared store checks before it runs what the store says (its
+    /// consent seal key, the roots it mounts grants under); unused with a store of one process.
+    pub trust: crate::engine::trust::ClusterTrust,
+    /// Paths no run's subagent sandbox may see, even inside a grant: what the front door
+    /// serving this host keeps there (its state directories, token files, control socket).
+    pub sandbox_hidden: Vec<PathBuf>,
 }
 
 impl Default for HostConfig {
@@ -67,6 +74,8 @@ impl Default for HostConfig {
             sandbox: SandboxLimits::default(),
             caps: Default::default(),
             read_cache_bytes: crate::store::redb::READ_CACHE_BYTES,
+            trust: Default::default(),
+            sandbox_hidden: Vec::new(),
         }
     }
 }
@@ -135,6 +144,10 @@ pub struct RunOptions {
     pub grants: Vec<PathBuf>,
     /// The caller's trace (W3C `traceparent`): the attempt's span continues it.
     pub trace_parent: Option<crate::trace::TraceParent>,
+    /// The caller's working directory (canonical), when the caller is another process than
+    /// this host's: hidden from the run's subagent sandboxes unless granted (this process's
+    /// own working directory always is).
+    pub caller_cwd: Option<PathBuf>,
 }
 
 /// Options of [`Host::resume`].
@@ -160,6 +173,8 @@ pub struct ResumeOptions {
     pub choice: BackendChoice,
     /// The caller's trace (W3C `traceparent`): the attempt's span continues it.
     pub trace_parent: Option<crate::trace::TraceParent>,
+    /// The caller's working directory, as [`RunOptions::caller_cwd`].
+    pub caller_cwd: Option<PathBuf>,
 }
 
 /// A run with its phases, agent summaries and latest progress page. On the wire it is the
@@ -252,6 +267,18 @@ pub const DETAIL_AGENTS: usize = 2_000;
 /// messages of at most [`crate::model::envelope::SUMMARY_MESSAGE_BYTES`], a page stays a few
 /// MiB, well under what a client of the control socket reads of one answer.
 pub const MAX_RUNS_PAGE: usize = 1_000;
+
+/// `backend` with the caller's working directory (if another process's) hidden from its
+/// spawns unless granted.
+fn caller_hidden(backend: Arc<dyn AgentBackend>, caller_cwd: Option<PathBuf>) -> Arc<dyn AgentBackend> {
+    match caller_cwd {
+        Some(cwd) => {
+            let hidden = crate::backend::Hidden { sealed: Vec::new(), unless_granted: vec![cwd] };
+            backend.hiding(&hidden).unwrap_or(backend)
+        }
+        None => backend,
+    }
+}
 
 /// A run executing in this process.
 struct ActiveRun {
@@ -455,6 +482,7 @@ impl Host {
             .blob(&script.sha256)
             .await?
             .ok_or_else(|| Error::NotRegistered(format!("no stored source with sha256 {}", script.sha256)))?;
+        crate::engine::trust::check_bytes("script source", &script.sha256, &text)?;
         let text = String::from_utf8(text).map_err(|_| ScriptError::NotText(script.file_name.clone()))?;
         let runner = match self.runner() {
             Ok(runner) if runner.hash == runner_hash => runner,
@@ -464,6 +492,7 @@ impl Host {
                     .blob(runner_hash)
                     .await?
                     .ok_or_else(|| Error::NotRegistered(format!("no stored runner with sha256 {runner_hash}")))?;
+                crate::engine::trust::check_bytes("JS runner", runner_hash, &bytes)?;
                 self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
             }
         };
@@ -545,8 +574,11 @@ impl Host {
         let bytes = self
             .store
             .blob(hash)
-                        .await?
+            .await?
             .ok_or_else(|| Error::NotRegistered(format!("no stored component with sha256 {hash}")))?;
+        // Hashed again before anything of it is compiled or run: the store may have been
+        // written by someone else (a shared database).
+        crate::engine::trust::check_bytes("component", hash, &bytes)?;
         self.load_bytes(&bytes).await
     }
 
@@ -773,6 +805,7 @@ impl Host {
             Some(backend) => backend,
             None => self.chosen_backend(&options.choice)?,
         };
+        let backend = caller_hidden(backend, options.caller_cwd.take());
         if self.store.run_queue().is_some() {
             return self.run_queued(factory, options, backend).await;
         }
@@ -800,6 +833,9 @@ impl Host {
             script: factory.component.script.as_ref().map(|s| s.reference()),
             backend: backend.reference(),
         };
+        // The consent given to this start, bound to what it runs: checked by the worker that
+        // claims it.
+        record.seal = Some(self.config.trust.seal(&start_bound(&record, &start)));
         let here = queue.enqueue(&mut record, &start, permit.is_some(), self.config.caps.cluster_runs).await?;
         let run_id = record.envelope.run_id.clone();
         if let Some(on_start) = on_start {
@@ -824,9 +860,18 @@ impl Host {
 
     /// Whether this worker can execute a run it claimed from the queue: the backend the run
     /// was started with (or last recorded) can be built here, its key variable is set, and
-    /// every granted directory is still the one recorded.
+    /// every granted directory is under a root this worker allows and still the one recorded.
     pub(crate) async fn can_serve(&self, claimed: &crate::store::queue::Claimed) -> Result<(), Error> {
         let Some(record) = self.store.run(&claimed.run_id).await? else { return Ok(()) };
+        if let Some(start) = claimed.start.as_ref().filter(|_| record.envelope.attempts == 0) {
+            if self.config.trust.verify(record.seal.as_deref(), &start_bound(&record, start)).is_err() {
+                // Not a run another worker could serve: a record that does not match its
+                // consent; its start ends it with that failure ([`Host::start_queued`]).
+                return Ok(());
+            }
+        }
+        // A run this worker did not start mounts only grants under the roots it allows.
+        self.config.trust.check_grants(&claimed.run_id, &record.grants)?;
         sandbox::recheck_grants(&record.grants)?;
         match &claimed.start {
             Some(start) if record.envelope.attempts == 0 => self.backend_of(&start.backend).map(drop),
@@ -842,18 +887,32 @@ impl Host {
         let run_id = record.envelope.run_id.clone();
         let claim = self.claim(&run_id)?;
         let prepared = async {
+            // Before anything of the run is loaded: what the database says to run must be
+            // what its consent was given for.
+            self.config.trust.verify(record.seal.as_deref(), &start_bound(&record, start))?;
+            self.config.trust.check_grants(&run_id, &record.grants)?;
             sandbox::recheck_grants(&record.grants)?;
             let factory = match &start.script {
                 Some(script) => self.load_recorded_script(&start.component, script, Some(&run_id)).await,
                 None => self.load_stored(&start.component).await,
             }
-            .map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?;
+            .map_err(|e| match e {
+                Error::Trust(refused) => Error::Trust(refused),
+                e => Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")),
+            })?;
             Ok::<_, Error>((factory, self.backend_of(&start.backend)?))
         };
         match prepared.await {
             Ok((factory, backend)) => self.attempt_claimed(&factory, record, None, backend, claim, None).await,
             Err(error) => {
-                let failure = Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the queued run could not start: {error}"));
+                let failure = match &error {
+                    Error::Trust(refused) => Failure::new(
+                        crate::model::envelope::FailureType::Sandbox,
+                        Some(refused.kind()),
+                        format!("the queued run was refused: {refused}; nothing ran"),
+                    ),
+                    _ => Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the queued run could not start: {error}")),
+                };
                 self.end_broken_attempt(&mut record, failure).await;
                 drop(claim);
                 self.announce_end(&record).await;
@@ -999,6 +1058,7 @@ impl Host {
             seq: 0,
             interrupted: None,
             recoveries: 0,
+            seal: None,
         };
         Ok((record, options))
     }
@@ -1071,6 +1131,12 @@ impl Host {
         if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
             return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
         }
+        if by == ResumedBy::Recovery && self.store.shared() {
+            // Resumed with no caller on a store others write: only what its consent was for.
+            let Some(bound) = attempt_bound(&record) else { return Err(TrustError::ConsentMissing(run_id.to_string()).into()) };
+            self.config.trust.verify(record.seal.as_deref(), &bound)?;
+            self.config.trust.check_grants(run_id, &record.grants)?;
+        }
         // The run keeps its grants; each must still be the directory it recorded.
         sandbox::recheck_grants(&record.grants)?;
         let factory = match options.component {
@@ -1082,7 +1148,10 @@ impl Host {
                     Some(script) => self.load_recorded_script(&hash, script, Some(run_id)).await,
                     None => self.load_stored(&hash).await,
                 };
-                loaded.map_err(|e| Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")))?
+                loaded.map_err(|e| match e {
+                    Error::Trust(refused) => Error::Trust(refused),
+                    e => Error::NonResumable(format!("the component of run `{run_id}` cannot be loaded: {e}")),
+                })?
             }
         };
         if factory.meta.name != record.envelope.factory {
@@ -1100,6 +1169,7 @@ impl Host {
             Some(backend) => backend,
             None => self.recorded_backend(&record, &options.choice)?,
         };
+        let backend = caller_hidden(backend, options.caller_cwd);
         self.put_blobs(&factory)?;
         // Written with the attempt's start, before the guest runs: a recovery that crashes
         // the service again has been counted.
@@ -1267,6 +1337,11 @@ impl Host {
         let reference = backend.reference();
         record.envelope.backend = Some(reference.clone());
         record.backends.push(reference);
+        if self.store.shared() {
+            // The consent this attempt runs under, bound to what it runs (a worker that
+            // recovers the run checks it).
+            record.seal = attempt_bound(record).map(|bound| self.config.trust.seal(&bound));
+        }
         // The attempt's start is written while its journal loads (neither reads what the
         // other writes); the guest runs once both are done, so a start the store refuses (a
         // worker fenced off) runs no guest code.
@@ -1280,8 +1355,14 @@ impl Host {
         let next_seq = next_seq?;
 
         let prior = record.envelope.accounting;
-        // Backends whose spawns see files (agent CLIs) see the run's grants, and only those.
+        // Backends whose spawns see files (agent CLIs) see the run's grants, and only those,
+        // and never what the serving front door keeps (its state, tokens, socket).
         let backend = backend.with_grants(&record.grants).unwrap_or(backend);
+        let sealed = crate::backend::Hidden { sealed: self.config.sandbox_hidden.clone(), unless_granted: Vec::new() };
+        let backend = match sealed.is_empty() {
+            true => backend,
+            false => backend.hiding(&sealed).unwrap_or(backend),
+        };
         // Under the cluster-wide cap of its backend, on a shared store that sets one.
         let backend = crate::engine::caps::capped(&self.store, &self.config.caps, backend);
         let setup = AttemptSetup {
@@ -1767,4 +1848,37 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
     envelope.failure = failure;
     envelope.accounting = accounting;
     envelope.updated_at = crate::store::records_timestamp();
+}
+
+/// What the consent of a queued start (`record` enqueued with `start`) is bound to.
+fn start_bound<'a>(record: &'a RunRecord, start: &'a crate::store::queue::QueuedStart) -> Bound<'a> {
+    Bound {
+        run_id: &record.envelope.run_id,
+        session: &record.session,
+        args: &record.args,
+        component: &start.component,
+        script: start.script.as_ref(),
+        backend: &start.backend,
+        grants: &record.grants,
+        limits: &record.limits,
+        overrides: &record.overrides,
+    }
+}
+
+/// What the consent of the latest attempt `record` recorded is bound to (`None`: none
+/// recorded).
+fn attempt_bound(record: &RunRecord) -> Option<Bound<'_>> {
+    let component = record.component_hashes.last()?;
+    let script = record.scripts.get(record.component_hashes.len() - 1).and_then(Option::as_ref);
+    Some(Bound {
+        run_id: &record.envelope.run_id,
+        session: &record.session,
+        args: &record.args,
+        component,
+        script,
+        backend: record.backends.last()?,
+        grants: &record.grants,
+        limits: &record.limits,
+        overrides: &record.overrides,
+    })
 }

@@ -21,6 +21,12 @@ pub enum LoadError {
     /// The file could not be read.
     #[error("cannot read `{path}`: {source}")]
     Read { path: String, source: std::io::Error },
+    /// Larger than [`MAX_COMPONENT_BYTES`].
+    #[error("`{path}` is over {limit} bytes: not loaded as a component")]
+    TooLarge { path: String, limit: u64 },
+    /// Not a regular file (a device, a pipe, a directory).
+    #[error("`{path}` is not a regular file: not loaded as a component")]
+    NotAFile { path: String },
     /// Not WebAssembly at all.
     #[error("not a WebAssembly component: the bytes do not start with the wasm magic number")]
     NotWasm,
@@ -36,6 +42,30 @@ pub enum LoadError {
     /// A component whose exports do not match world `factory`.
     #[error("component does not export the `agent:factory/factory` world: {0}")]
     WrongWorld(String),
+}
+
+/// The largest component file read (the JS runner, the biggest the host ships, is about 2 MiB).
+pub const MAX_COMPONENT_BYTES: u64 = 256 << 20;
+
+/// A component file's bytes: a regular file of at most [`MAX_COMPONENT_BYTES`] (a device
+/// such as `/dev/zero`, a pipe or a huge file is refused before it is read).
+pub fn read_component_file(path: &Path) -> Result<Vec<u8>, LoadError> {
+    use std::io::Read;
+    let shown = || path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| LoadError::Read { path: shown(), source })?;
+    let meta = file.metadata().map_err(|source| LoadError::Read { path: shown(), source })?;
+    if !meta.is_file() {
+        return Err(LoadError::NotAFile { path: shown() });
+    }
+    if meta.len() > MAX_COMPONENT_BYTES {
+        return Err(LoadError::TooLarge { path: shown(), limit: MAX_COMPONENT_BYTES });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_COMPONENT_BYTES + 1).read_to_end(&mut bytes).map_err(|source| LoadError::Read { path: shown(), source })?;
+    if bytes.len() as u64 > MAX_COMPONENT_BYTES {
+        return Err(LoadError::TooLarge { path: shown(), limit: MAX_COMPONENT_BYTES });
+    }
+    Ok(bytes)
 }
 
 /// The first bytes of every wasm binary.
@@ -122,7 +152,7 @@ impl ComponentLoader {
 
     /// Load a component file.
     pub fn load_file(&self, linker: &Linker<RunData>, path: &Path) -> Result<LoadedComponent, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.display().to_string(), source })?;
+        let bytes = read_component_file(path)?;
         self.load_bytes(linker, &bytes)
     }
 

@@ -200,6 +200,7 @@ impl Client {
             declined: false,
             consent,
             trace_parent: None,
+            caller_cwd: None,
         })
         .await
     }

@@ -10,6 +10,18 @@ use crate::engine::host::{Host, ResumeOptions, RunOptions};
 use crate::BackendChoice;
 use std::sync::Arc;
 
+/// A caller's working directory as a request names it: absolute, and resolved here (so a
+/// symlinked spelling hides the directory itself); one that no longer exists hides nothing.
+fn checked_cwd(cwd: Option<std::path::PathBuf>) -> Result<Option<std::path::PathBuf>, Error> {
+    match cwd {
+        Some(dir) if !dir.is_absolute() => {
+            Err(Error::BadRequest(format!("callerCwd `{}` is not an absolute path", dir.display())))
+        }
+        Some(dir) => Ok(std::fs::canonicalize(&dir).ok()),
+        None => Ok(None),
+    }
+}
+
 /// The service over a [`Host`] this process opened, with its trust check.
 #[derive(Clone)]
 pub struct Local {
@@ -82,7 +94,9 @@ impl Local {
             let _ = started.send(id.to_string());
         });
         let task = match request {
-            Request::Run { session, component, args, limits, backend: choice, grants, declined, consent, trace_parent } => {
+            Request::Run {
+                session, component, args, limits, backend: choice, grants, declined, consent, trace_parent, caller_cwd,
+            } => {
                 // Refuse an unusable backend before the run exists.
                 let backend = Some(host.chosen_backend(&choice)?);
                 let factory = match &component {
@@ -104,6 +118,7 @@ impl Local {
                     choice: BackendChoice::default(),
                     grants,
                     trace_parent,
+                    caller_cwd: checked_cwd(caller_cwd)?,
                 };
                 tokio::spawn(async move {
                     if declined {
@@ -113,7 +128,7 @@ impl Local {
                     }
                 })
             }
-            Request::Resume { scope, run_id, component, limits, backend: choice, consent, trace_parent } => {
+            Request::Resume { scope, run_id, component, limits, backend: choice, consent, trace_parent, caller_cwd } => {
                 let component = match component {
                     Some(path) => Some(host.load_file(&path).await?),
                     None => None,
@@ -139,6 +154,7 @@ impl Local {
                     backend: None,
                     choice,
                     trace_parent,
+                    caller_cwd: checked_cwd(caller_cwd)?,
                 };
                 tokio::spawn(async move { host.resume(&run_id, options).await })
             }

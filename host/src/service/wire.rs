@@ -119,6 +119,12 @@ pub enum Request {
         /// The caller's trace (W3C `traceparent`), which the run's spans continue.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace_parent: Option<crate::trace::TraceParent>,
+        /// The caller's working directory (absolute, canonical): hidden from the run's
+        /// agent-CLI sandboxes unless granted, as the serving process's own is. Optional
+        /// within wire 4, as `traceParent` is: an older service refuses the unknown field
+        /// (`bad_request`) rather than running without hiding it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        caller_cwd: Option<PathBuf>,
     },
     /// Resume a run the scope sees in the background (it stays in its own session); answers
     /// [`Response::Started`] once the attempt starts.
@@ -138,6 +144,9 @@ pub enum Request {
         /// The caller's trace (W3C `traceparent`), which the attempt's spans continue.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace_parent: Option<crate::trace::TraceParent>,
+        /// The caller's working directory, as [`Request::Run`]'s `callerCwd`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        caller_cwd: Option<PathBuf>,
     },
     /// Register a factory under its meta name: for everyone (what `factory add` does), or
     /// with `session` in that session's own scope only (it shadows one of the same name
@@ -191,6 +200,12 @@ impl Request {
             Request::Metrics => "metrics",
         }
     }
+}
+
+/// This process's working directory, canonical, as a `Run` or `Resume` request carries it
+/// for the serving process to hide (`None` when it cannot be read).
+pub fn caller_cwd() -> Option<PathBuf> {
+    std::env::current_dir().and_then(std::fs::canonicalize).ok()
 }
 
 /// What a `Run` request runs.
@@ -391,6 +406,7 @@ mod tests {
             backend: BackendChoice::default(),
             consent: super::super::Consent::Any,
             trace_parent: None,
+            caller_cwd: Some(PathBuf::from("/home/me/project")),
         };
         let requests = vec![
             Request::Runs { scope: Scope::from("s"), after: None, limit: None },
@@ -413,6 +429,7 @@ mod tests {
                 declined: false,
                 consent: super::super::Consent::Sha256("ab".into()),
                 trace_parent: Some(crate::trace::TraceParent::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap()),
+                caller_cwd: None,
             },
             resume.clone(),
             Request::Subscribe { scope: Scope::from("s") },

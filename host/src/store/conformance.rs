@@ -90,6 +90,7 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
         seq: 0,
         interrupted: None,
         recoveries: 0,
+        seal: None,
     }
 }
 

@@ -54,6 +54,11 @@ pub struct RunRecord {
     /// resume sets it back to 0).
     #[serde(default)]
     pub recoveries: u32,
+    /// On a shared store: the seal (hex) binding the consent given to this run to what its
+    /// latest attempt runs (component, backend, grants, limits, args), made by the worker that
+    /// started or resumed it and checked by one that executes it without a caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
 }
 
 /// How a run's process stopped its attempt, leaving it `halted` through no fault or choice of
@@ -214,6 +219,7 @@ pub fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Erro
         seq,
         interrupted: None,
         recoveries: 0,
+        seal: None,
     }
 }
 

@@ -4,6 +4,7 @@
 //! subcommand that lists the configured and built-in backends or checks one with a tiny call.
 
 use crate::doors::args::GlobalArgs;
+use crate::doors::cli::escape::esc;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use factory_host::backend::{self, AgentBackend, AgentRequest, BackendRef, Cassette};
@@ -311,7 +312,7 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
                 let short: String = reply.text.trim().chars().take(80).collect();
                 outln!("backend {name}: ok in {millis} ms");
                 outln!("  model: {shown_model}");
-                outln!("  reply: {short}");
+                outln!("  reply: {}", esc(&short));
                 match &reply.usage {
                     Some(u) => outln!(
                         "  usage: {} input + {} output + {} cache-read + {} cache-write tokens, {}{} nano-credits",
@@ -333,7 +334,8 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
                                  "outage": e.outage_kind()});
                 outln!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                eprintln!("backend {name}: failed after {millis} ms: {e}");
+                // The server's own words: escaped.
+                eprintln!("backend {name}: failed after {millis} ms: {}", esc(&e.to_string()));
             }
             Ok(ExitCode::from(1))
         }

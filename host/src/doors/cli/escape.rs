@@ -38,9 +38,21 @@ pub fn esc(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` with every control character but line breaks and tabs shown as an escape: for
+/// messages of several lines (an error chain with a build's output) that may quote guest
+/// or server text.
+pub fn esc_lines(text: &str) -> String {
+    text.split('\n').map(|line| line.split('\t').map(|part| esc(part)).collect::<Vec<_>>().join("\t")).collect::<Vec<_>>().join("\n")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::esc;
+    use super::{esc, esc_lines};
+
+    #[test]
+    fn lines_keep_their_breaks() {
+        assert_eq!(esc_lines("a\x1b]0;title\x07\nb\tc\r"), "a\\x1b]0;title\\x07\nb\tc\\r");
+    }
 
     #[test]
     fn control_characters_become_visible() {

@@ -114,7 +114,8 @@ enum Command {
     Init(init::InitArgs),
     /// Test factories against their cassettes: run each case of `NAME.test.json` with every
     /// agent call replayed, check its status, result, accounting and journal, and report
-    /// the recorded calls an edit stopped making and the new ones.
+    /// the recorded calls an edit stopped making and the new ones. The paths a test file
+    /// names (`factory`, `cassette`) must stay inside the directory holding it.
     #[command(after_help = "Examples:
   factory test                                  # every *.test.json here
   factory test ideas/ideas.test.json --junit report.xml
@@ -165,11 +166,15 @@ enum Command {
   factory mcp                          # stdio, for an agent that starts it
   factory mcp --http 127.0.0.1:8765")]
     Mcp(crate::doors::mcp::McpArgs),
-    /// Print (and on a terminal, open) the web dashboard's URL with a one-time sign-in
-    /// code (never the token), for the daemon serving `--http` from this state directory.
+    /// Open the web dashboard of the daemon serving `--http` from this state directory: a
+    /// one-time sign-in code goes into a private (0600) file that the browser opens (never
+    /// the token, never a command line); list and revoke dashboard sessions.
     #[command(after_help = "Examples:
   factory ui
-  factory ui --no-open")]
+  factory ui --no-open              # print the sign-in file's path
+  factory ui --url                  # print a sign-in URL (for a browser elsewhere)
+  factory ui --sessions
+  factory ui --revoke all")]
     Ui(dashboard::UiArgs),
     /// Which config file is used; approve (`allow`) or forget (`deny`) a project-local one.
     #[command(after_help = "Examples:
@@ -202,7 +207,7 @@ pub fn main() -> ExitCode {
     };
     let mut g = cli.global;
     if let Err(e) = g.resolve() {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", escape::esc_lines(&format!("{e:#}")));
         return ExitCode::from(2);
     }
     // The service logs to its state directory too; one started by a front door has that
@@ -264,7 +269,12 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let error = conventions::paint(conventions::stderr_colored(), anstyle::AnsiColor::Red.on_default().bold(), "error:");
-            eprintln!("{error} {}", conventions::error_chain(&e));
+            // An error may quote guest or server text (a load error, a backend's message).
+            if crate::doors::telemetry::says_to_log() {
+                crate::doors::telemetry::say(&format!("error: {}", conventions::error_chain(&e)));
+            } else {
+                eprintln!("{error} {}", escape::esc_lines(&conventions::error_chain(&e)));
+            }
             ExitCode::from(2)
         }
     }

@@ -196,7 +196,7 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let phases: Vec<String> = d.phases.iter().map(|p| s(p)).collect();
     outln!("phases:    {}", phases.join(" > "));
     if let Some(result) = &e.result {
-        outln!("result:    {result}");
+        outln!("result:    {}", crate::doors::cli::escape::esc_lines(&result.to_string()));
     }
     outln!("agents:    {} (tokens: input/output/cache read/cache write)", d.agents.len());
     for agent in d.agents.iter().rev().take(20).rev() {

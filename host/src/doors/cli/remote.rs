@@ -97,7 +97,7 @@ async fn follow_with(
                     // `--no-daemon`: no service is started on our behalf.
                     let Some(g) = restart.filter(|g| !g.no_daemon) else { return Err(e.into()) };
                     restarts += 1;
-                    eprintln!("\nfactory: the service went away ({e}); starting it again to follow run {run_id}");
+                    eprintln!("\nfactory: the service went away ({e}); starting it again to follow run {run_id}", e = crate::doors::cli::escape::esc(&e.to_string()));
                     client = Client::Remote(crate::doors::daemon::ensure(g).await?);
                     follower = Follower::new(client.clone(), factory_host::Scope::Owner, run_id, follower.after_seq()).await;
                 }

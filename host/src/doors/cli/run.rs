@@ -10,6 +10,7 @@ use crate::doors::cli::events::EventSink;
 use crate::doors::cli::trust::{self, ConsentArgs, YesArg};
 use crate::doors::args::{GlobalArgs, LimitArgs};
 use crate::doors::cli::conventions::{paint, stderr_colored};
+use crate::doors::cli::escape::esc;
 use crate::doors::cli::{progress_ui, remote, target};
 use anstyle::AnsiColor;
 use anyhow::{Context, Result};
@@ -144,6 +145,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             // here: the serving process runs it only if it loads the same.
             consent: approved.map_or(Consent::None, Consent::Sha256),
             trace_parent: None,
+            // The service runs elsewhere: it hides this directory from agent sandboxes.
+            caller_cwd: factory_host::service::caller_cwd(),
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
@@ -175,6 +178,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             choice: Default::default(),
             grants,
             trace_parent: None,
+            caller_cwd: None,
         };
         let host = host.clone();
         async move { host.run(&factory, options).await }
@@ -215,6 +219,8 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             // Consent was checked above (trusted, --yes, or a prompt) for this trust key.
             consent: approved.map_or(Consent::None, Consent::Sha256),
             trace_parent: None,
+            // The service runs elsewhere: it hides this directory from agent sandboxes.
+            caller_cwd: factory_host::service::caller_cwd(),
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) => report(envelope, &a.out),
@@ -267,6 +273,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             backend,
             choice,
             trace_parent: None,
+            caller_cwd: None,
         };
         let host = host.clone();
         async move { host.resume(&run_id, options).await }
@@ -367,7 +374,7 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
     } else if let Some(result) = &envelope.result {
         match result.to_value() {
             Ok(value) => outln!("{}", serde_json::to_string_pretty(&value)?),
-            Err(_) => outln!("{result}"),
+            Err(_) => outln!("{}", esc(&result.to_string())),
         }
     }
     let acc = &envelope.accounting;
@@ -394,7 +401,8 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
         },
     );
     let status = paint(stderr_colored(), AnsiColor::Red.on_default().bold(), envelope.status.as_str());
-    eprintln!("factory: run {} ended as {status}: {why}", envelope.run_id);
+    // The failure's message is the guest's (or a backend's) text: escaped, on one line.
+    eprintln!("factory: run {} ended as {status}: {}", envelope.run_id, esc(&why));
     eprintln!("factory: resume it with: factory resume {}", envelope.run_id);
     Ok(ExitCode::from(if envelope.status == RunStatus::Cancelled { 130 } else { 1 }))
 }

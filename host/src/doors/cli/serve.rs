@@ -17,6 +17,14 @@
 //! and hands them back to the queue.
 
 use crate::doors::cli::backends::load_config;
+
+/// Say a line like `eprintln!` does, through [`crate::doors::telemetry::say`]: a JSON
+/// record of `serve.log` in a service started by a front door, whose stderr is that file.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        crate::doors::telemetry::say(&format!($($arg)*))
+    };
+}
 use crate::doors::reach::{open_host, serve as serve_socket};
 use crate::doors::args::GlobalArgs;
 use anyhow::{Context, Result};
@@ -40,6 +48,11 @@ pub struct ServeArgs {
     /// <state-dir>/http.token).
     #[command(flatten)]
     bind: crate::doors::http::bind::HttpBindArgs,
+    /// With --http: how long a dashboard session (opened by `factory ui`) lasts before the
+    /// page must sign in again, e.g. `12h`, `30m` (default 12h). `factory ui --revoke`
+    /// ends sessions sooner.
+    #[arg(long, value_name = "DURATION", value_parser = parse_session_ttl, requires = "http")]
+    ui_session_ttl: Option<Duration>,
     /// Exit after this many seconds with no active run and no client (default: never).
     #[arg(long, value_name = "SECONDS", value_parser = parse_idle)]
     idle_exit: Option<f64>,
@@ -88,6 +101,17 @@ pub struct ServeArgs {
     /// `drain_seconds`, else 10.
     #[arg(long, value_name = "SECONDS", value_parser = parse_drain)]
     drain_seconds: Option<f64>,
+    /// With a shared store: read the database password from this file (readable by its
+    /// owner only) instead of the URL, which other local users can read in the process list.
+    /// Else `PGPASSWORD`, else `~/.pgpass` (or `PGPASSFILE`), as libpq reads them.
+    #[arg(long, env = "FACTORY_STORE_PASSWORD_FILE", value_name = "FILE")]
+    store_password_file: Option<std::path::PathBuf>,
+    /// With a shared store: a directory under which this worker mounts the grants (--allow-read)
+    /// of runs it executes without a caller of its own (claimed from the queue, recovered).
+    /// Repeatable, added to the config file's `allow_grant_roots`; default none: such a run with
+    /// a grant is refused here (`grant_not_allowed`).
+    #[arg(long, value_name = "DIR")]
+    allow_grant_root: Vec<std::path::PathBuf>,
 }
 
 /// Default of `--drain-seconds`.
@@ -123,6 +147,13 @@ impl ServeArgs {
     }
 }
 
+fn parse_session_ttl(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text.trim()) {
+        Ok(ttl) if ttl >= Duration::from_secs(1) && ttl <= Duration::from_secs(366 * 86400) => Ok(ttl),
+        _ => Err(format!("--ui-session-ttl must be a duration from 1s to 366d (e.g. 12h, 30m), got {text}")),
+    }
+}
+
 fn parse_idle(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Ok(s),
@@ -135,6 +166,7 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(10);
 
 pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     let http = a.bind.address()?;
+    let ui_ttl = a.ui_session_ttl.unwrap_or(crate::doors::http::bearer::SESSION_TTL);
     let mut config = load_config(g, a.config.as_ref())?;
     if let Some(name) = a.backend {
         // Checked now, so a daemon with an unusable default says so at start.
@@ -156,15 +188,33 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     backend_max_calls.extend(a.backend_max_calls.iter().cloned());
     let max_recoveries = a.max_recoveries.or(file.max_recoveries).unwrap_or(factory_host::recover::DEFAULT_MAX_RECOVERIES);
     let drain_seconds = a.drain_seconds.or(file.drain_seconds).unwrap_or(DEFAULT_DRAIN_SECONDS);
+    if store.is_none() && (!a.allow_grant_root.is_empty() || !file.allow_grant_roots.is_empty() || a.store_password_file.is_some()) {
+        anyhow::bail!(
+            "--allow-grant-root (or the config file's allow_grant_roots) and --store-password-file need a shared store \
+             (--store, FACTORY_STORE or the config file's `store`)"
+        );
+    }
     if store.is_none() && (max_runs.is_some() || cluster_max_runs.is_some() || !backend_max_calls.is_empty()) {
         anyhow::bail!("--max-runs, --cluster-max-runs and --backend-max-calls (or the config file's max_runs, cluster_max_runs and backend_max_calls) need a shared store (--store, FACTORY_STORE or the config file's `store`)");
     }
     let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
         let caps = factory_host::engine::caps::Caps { worker_runs: max_runs, cluster_runs: cluster_max_runs, backend_calls: backend_max_calls };
-        crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps)
+        let roots: Vec<std::path::PathBuf> = file.allow_grant_roots.iter().chain(&a.allow_grant_root).cloned().collect();
+        let trust = cluster_trust(g, &roots)?;
+        let keyed = trust.keyed();
+        let password = crate::doors::cli::workers::store_password(url, a.store_password_file.as_deref(), a.store.is_some())?;
+        let host = crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps, trust, password)
             .await
-            .context("opening the shared store")?
+            .context("opening the shared store")?;
+        if !keyed {
+            eprintln!(
+                "factory serve: warning: no cluster token (--token-file or FACTORY_TOKEN): the consent of a queued run is \
+                 sealed with a plain digest, which anyone who can write the database can recompute; give every worker \
+                 the same --token-file"
+            );
+        }
+        host
     } else {
         loop {
             match open_host(g, config.clone(), crate::doors::reach::Holder::Service) {
@@ -173,10 +223,10 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
                     let remote = Client::Remote(crate::doors::daemon::remote(g));
                     if remote.runs_page(&g.session, None, Some(1)).await.is_ok() {
                         if let Some(addr) = http {
-                            return attach(g, remote, addr).await;
+                            return attach(g, remote, addr, ui_ttl).await;
                         }
                         if a.started_by_front_door {
-                            eprintln!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
+                            say!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
                             return Ok(ExitCode::SUCCESS);
                         }
                         anyhow::bail!(
@@ -197,13 +247,13 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     };
     // Said before the socket answers, so a front door that got an answer finds this line.
     match &store {
-        Some(url) => eprintln!(
+        Some(url) => say!(
             "factory serve: pid {}, worker of the store {} (state directory {})",
             std::process::id(),
             factory_host::store::postgres::redact(url),
             g.state_dir.display()
         ),
-        None => eprintln!("factory serve: pid {}, holds the store of {}", std::process::id(), g.state_dir.display()),
+        None => say!("factory serve: pid {}, holds the store of {}", std::process::id(), g.state_dir.display()),
     }
     let serving = serve_socket(g, &host).context("cannot serve the control socket")?;
     if let Some(requests) = host.store().cancel_requests() {
@@ -218,7 +268,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
             .await
             .context("reading the runs to recover")?;
         for recovery in recovered {
-            eprintln!("factory serve: {recovery}");
+            say!("factory serve: {recovery}");
         }
     }
     // A worker of a shared store claims queued runs and reaps dead workers until it drains.
@@ -227,10 +277,10 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         tokio::spawn(factory_host::engine::queue::claim_loop(host.clone(), max_recoveries, claiming.clone()));
         tokio::spawn(factory_host::engine::queue::reap_loop(host.store().clone(), claiming.clone()));
     }
-    eprintln!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
+    say!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
-        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
+        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref(), ui_ttl)
             .await
             .with_context(|| format!("serving HTTP on {addr}"))?;
         announce_http(g, bound);
@@ -244,9 +294,9 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         "factory serve: shutting down; running runs end as halted"
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => eprintln!("{stopping}"),
-        _ = term.recv() => eprintln!("{stopping}"),
-        _ = idle => eprintln!("factory serve: idle for {} s with no run and no client; exiting", a.idle_exit.unwrap_or_default()),
+        _ = tokio::signal::ctrl_c() => say!("{stopping}"),
+        _ = term.recv() => say!("{stopping}"),
+        _ = idle => say!("factory serve: idle for {} s with no run and no client; exiting", a.idle_exit.unwrap_or_default()),
     }
     if queued {
         drain(&host, &claiming, Duration::from_secs_f64(drain_seconds)).await;
@@ -260,7 +310,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         // Held in the queue before they stop, so a `wait` elsewhere follows them to the
         // worker that resumes them instead of answering `halted`.
         if let Err(e) = queue.hold(halting.clone()).await {
-            eprintln!("factory serve: warning: cannot hold the runs in the queue before halting them ({e})");
+            say!("factory serve: warning: cannot hold the runs in the queue before halting them ({e})");
         }
     }
     host.shutdown();
@@ -275,12 +325,27 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         // from its journal.
         if !halting.is_empty() {
             match queue.hand_back(halting).await {
-                Ok(ids) => eprintln!("factory serve: handed {} run{} back to the queue: {}", ids.len(), if ids.len() == 1 { "" } else { "s" }, ids.join(" ")),
-                Err(e) => eprintln!("factory serve: warning: cannot hand the halted runs back to the queue ({e}); a worker resumes them when it starts"),
+                Ok(ids) => say!("factory serve: handed {} run{} back to the queue: {}", ids.len(), if ids.len() == 1 { "" } else { "s" }, ids.join(" ")),
+                Err(e) => say!("factory serve: warning: cannot hand the halted runs back to the queue ({e}); a worker resumes them when it starts"),
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What this worker checks before it runs what the shared store says: consent seals keyed
+/// by the cluster token (when one is given), grants mounted only under `roots` (each must be
+/// a directory; kept canonical).
+fn cluster_trust(g: &GlobalArgs, roots: &[std::path::PathBuf]) -> Result<factory_host::engine::trust::ClusterTrust> {
+    let roots = roots
+        .iter()
+        .map(|root| {
+            let canonical = std::fs::canonicalize(root).with_context(|| format!("--allow-grant-root {}", root.display()))?;
+            anyhow::ensure!(canonical.is_dir(), "--allow-grant-root {}: not a directory", root.display());
+            Ok(canonical)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(factory_host::engine::trust::ClusterTrust::new(g.cluster_token()?.as_deref(), roots))
 }
 
 /// Stop claiming (new runs started here go to the queue for the other workers), then let the
@@ -293,7 +358,7 @@ async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::Cancellat
         return;
     }
     if running > 0 {
-        eprintln!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
+        say!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
     }
     // Until the runs executing here ended and the queue entries of those that did are dropped.
     let deadline = Instant::now() + bound;
@@ -362,7 +427,7 @@ async fn idle_exit(host: &factory_host::Host, serving: &crate::doors::reach::Ser
 }
 
 fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
-    eprintln!(
+    say!(
         "factory serve: HTTP API on http://{bound}/api/, dashboard at http://{bound}/ (`factory ui` opens it; session {}; token in {})",
         g.session,
         g.state_dir.join(crate::doors::http::TOKEN_FILE).display()
@@ -371,12 +436,12 @@ fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
 
 /// `factory serve --http` next to a running service: the HTTP API as its client, until
 /// SIGINT/SIGTERM. The service stays alive while this process is its client.
-async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr) -> Result<ExitCode> {
+async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr, ui_ttl: Duration) -> Result<ExitCode> {
     crate::doors::daemon::keep_alive(g);
-    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref())
+    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref(), ui_ttl)
         .await
         .with_context(|| format!("serving HTTP on {addr}"))?;
-    eprintln!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());
+    say!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());
     announce_http(g, bound);
     let mut term = signal(SignalKind::terminate())?;
     tokio::select! {

@@ -11,11 +11,19 @@
 //! resume of a run recorded with the old factory would replay for nothing and pay again.
 //! Exit code 0 when every case passes, 1 when one fails, 2 for unusable input; `--junit
 //! FILE` writes a JUnit XML report.
+//!
+//! A test file comes with a project that may not be the user's own, so every path it names
+//! (`factory`, `cassette`) is confined to its project directory: the directory holding the
+//! test file, symlinks resolved ([`confine`]). `..` out of it, an absolute path elsewhere, a
+//! symlinked directory or a symlink at the cassette's path leading out are refused
+//! ([`ProjectPathError`]); the scratch files and a rewritten cassette are created only in
+//! there, the cassette replaced by renaming a fresh file (created exclusively) over it, so a
+//! symlink planted at its path is replaced, never followed.
 
 use crate::doors::args::GlobalArgs;
 use crate::doors::cli::backends::load_config;
 use crate::doors::cli::conventions::{paint, stderr_colored};
-use crate::doors::cli::escape::esc;
+use crate::doors::cli::escape::{esc, esc_lines};
 use crate::doors::cli::target;
 use crate::doors::cli::trust::{self, YesArg};
 use anstyle::AnsiColor;
@@ -33,6 +41,26 @@ use std::time::Instant;
 
 /// The most bytes of a test file `factory test` reads.
 const MAX_TEST_FILE_BYTES: u64 = 1 << 20;
+
+/// A path a test file names that `factory test` refuses to use.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectPathError {
+    /// It resolves (symlinks followed) outside the project directory.
+    #[error(
+        "{file}: `{field}` names `{named}`, which resolves to {resolved}, outside the project directory {project} \
+         (paths a test file names must stay inside the directory holding it)"
+    )]
+    Outside { file: String, field: &'static str, named: String, resolved: String, project: String },
+    /// It goes up (`..`) through a directory that does not exist.
+    #[error("{file}: `{field}` names `{named}`, which goes up (`..`) through a missing directory")]
+    UpThroughMissing { file: String, field: &'static str, named: String },
+    /// It is a symlink whose target does not exist.
+    #[error("{file}: `{field}` names `{named}`, a symlink to a missing file ({target}): refusing to follow or replace it")]
+    DanglingSymlink { file: String, field: &'static str, named: String, target: String },
+    /// The project directory or a path in it could not be resolved.
+    #[error("{file}: resolving {path}: {source}")]
+    Resolve { file: String, path: String, source: std::io::Error },
+}
 
 /// `factory test`: what to test and how.
 #[derive(Args)]
@@ -93,7 +121,8 @@ pub async fn test(g: &GlobalArgs, a: TestArgs) -> Result<ExitCode> {
             Err(e) => FileReport { name: file.display().to_string(), cases: Vec::new(), error: Some(format!("{e:#}")) },
         };
         if let Some(error) = &report.error {
-            eprintln!("{} {}: {error}", paint(stderr_colored(), AnsiColor::Red.on_default().bold(), "error"), report.name);
+            let (name, error) = (esc(&report.name), esc_lines(error));
+            eprintln!("{} {name}: {error}", paint(stderr_colored(), AnsiColor::Red.on_default().bold(), "error"));
         }
         reports.push(report);
     }
@@ -139,21 +168,89 @@ fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// The factory a test file names (`factory`, relative to it), or the one beside it: the
-/// directory itself when it is a crate or a Python project, else `NAME.ts|js|py`.
-fn factory_of(file: &Path, test: &TestFile) -> Result<PathBuf> {
+/// The project directory of a test file: the directory holding it, resolved.
+fn project_of(file: &Path) -> Result<PathBuf, ProjectPathError> {
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if let Some(named) = &test.factory {
-        return Ok(dir.join(named));
+    dir.canonicalize().map_err(|source| ProjectPathError::Resolve {
+        file: esc(&file.display().to_string()).into_owned(),
+        path: esc(&dir.display().to_string()).into_owned(),
+        source,
+    })
+}
+
+/// `named` (a test file's `field`, relative to `project`) resolved with symlinks followed,
+/// when it stays inside `project` (itself resolved). A part that does not exist yet (a
+/// cassette to record, its directories) must be plain names below the longest existing
+/// ancestor, which must be inside; a symlink at the end leading nowhere is refused.
+fn confine(project: &Path, file: &Path, field: &'static str, named: &str) -> Result<PathBuf, ProjectPathError> {
+    use std::path::Component;
+    let shown_file = || esc(&file.display().to_string()).into_owned();
+    let shown_named = || esc(named).into_owned();
+    let joined = project.join(named);
+    // Split into the longest ancestor that resolves and the missing names after it.
+    let mut existing = joined.as_path();
+    let mut missing = Vec::new();
+    let resolved = loop {
+        match existing.canonicalize() {
+            Ok(resolved) => break resolved,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if std::fs::symlink_metadata(existing).is_ok_and(|m| m.file_type().is_symlink()) {
+                    let target = std::fs::read_link(existing).map(|t| t.display().to_string()).unwrap_or_default();
+                    return Err(ProjectPathError::DanglingSymlink {
+                        file: shown_file(),
+                        field,
+                        named: shown_named(),
+                        target: esc(&target).into_owned(),
+                    });
+                }
+                match (existing.parent(), existing.components().next_back()) {
+                    (Some(parent), Some(Component::Normal(name))) => {
+                        missing.push(name.to_os_string());
+                        existing = parent;
+                    }
+                    (_, Some(Component::ParentDir)) => {
+                        return Err(ProjectPathError::UpThroughMissing { file: shown_file(), field, named: shown_named() })
+                    }
+                    _ => {
+                        return Err(ProjectPathError::Resolve { file: shown_file(), path: shown_named(), source: e });
+                    }
+                }
+            }
+            Err(source) => {
+                return Err(ProjectPathError::Resolve { file: shown_file(), path: esc(&existing.display().to_string()).into_owned(), source })
+            }
+        }
+    };
+    let resolved = missing.iter().rev().fold(resolved, |path, name| path.join(name));
+    if !resolved.starts_with(project) {
+        return Err(ProjectPathError::Outside {
+            file: shown_file(),
+            field,
+            named: shown_named(),
+            resolved: esc(&resolved.display().to_string()).into_owned(),
+            project: esc(&project.display().to_string()).into_owned(),
+        });
     }
-    if dir.join("Cargo.toml").is_file() || dir.join("app.py").is_file() {
-        return Ok(dir.to_path_buf());
+    Ok(resolved)
+}
+
+/// The factory a test file names (`factory`, relative to its project directory), or the one
+/// beside it: the directory itself when it is a crate or a Python project, else
+/// `NAME.ts|js|py`.
+fn factory_of(project: &Path, file: &Path, test: &TestFile) -> Result<PathBuf> {
+    if let Some(named) = &test.factory {
+        return Ok(confine(project, file, "factory", named)?);
+    }
+    if project.join("Cargo.toml").is_file() || project.join("app.py").is_file() {
+        return Ok(project.to_path_buf());
     }
     let stem = stem(file);
     ["ts", "js", "py"]
         .iter()
-        .map(|ext| dir.join(format!("{stem}.{ext}")))
+        .map(|ext| project.join(format!("{stem}.{ext}")))
         .find(|p| p.is_file())
+        .map(|p| confine(project, file, "factory", &p.to_string_lossy()))
+        .transpose()?
         .with_context(|| format!("{}: name the factory with `\"factory\"` (no {stem}.ts, .js or .py beside it)", file.display()))
 }
 
@@ -163,12 +260,11 @@ fn stem(file: &Path) -> String {
     name.strip_suffix(".test.json").unwrap_or(name).to_string()
 }
 
-/// The cassette a test file uses.
-fn cassette_of(file: &Path, test: &TestFile) -> PathBuf {
-    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+/// The cassette a test file uses, inside its project directory.
+fn cassette_of(project: &Path, file: &Path, test: &TestFile) -> Result<PathBuf, ProjectPathError> {
     match &test.cassette {
-        Some(named) => dir.join(named),
-        None => dir.join(format!("{}.cassette.jsonl", stem(file))),
+        Some(named) => confine(project, file, "cassette", named),
+        None => confine(project, file, "cassette", &format!("{}.cassette.jsonl", stem(file))),
     }
 }
 
@@ -185,8 +281,9 @@ fn read_test_file(file: &Path) -> Result<TestFile> {
 /// Run every case of one test file.
 async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<dyn AgentBackend>>) -> Result<FileReport> {
     let test = read_test_file(file)?;
-    let factory_path = factory_of(file, &test)?;
-    let cassette = cassette_of(file, &test);
+    let project = project_of(file)?;
+    let factory_path = factory_of(&project, file, &test)?;
+    let cassette = cassette_of(&project, file, &test)?;
     let exists = cassette.is_file();
     if !exists && live.is_none() {
         bail!(
@@ -195,7 +292,7 @@ async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<d
             file.display()
         );
     }
-    let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
+    let host = Host::new(HostConfig { state_dir: None, sandbox_hidden: g.sandbox_hidden(), ..HostConfig::default() })?;
     let built = target::resolve(&factory_path, &target::BuildConsent::new(g, yes.yes))?;
     let factory = host.load_file(&built).await.with_context(|| format!("loading {}", built.display()))?;
     let shown = factory_path.display().to_string();
@@ -203,7 +300,7 @@ async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<d
         bail!("{shown}: not approved (run it once with --yes, or `factory trust` it)");
     }
     let name = file.display().to_string();
-    outln!("{name} ({} cases, {})", test.cases.len(), factory_path.display());
+    outln!("{} ({} cases, {})", esc(&name), test.cases.len(), esc(&factory_path.display().to_string()));
     let scratch = scratch_dir(&cassette)?;
     let mut cases = Vec::new();
     let mut recorded_paths = Vec::new();
@@ -218,6 +315,9 @@ async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<d
         };
         if recorded_calls.is_none() {
             recorded_calls = Some(backend.recorded());
+            for entry in backend.rejected() {
+                outln!("  cassette {}: {}", esc(&cassette.display().to_string()), esc(&entry.to_string()));
+            }
         }
         let backend = Arc::new(backend);
         let started = Instant::now();
@@ -243,7 +343,7 @@ async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<d
     print_safety(&usage);
     if live.is_some() {
         write_cassette(&cassette, &recorded_paths)?;
-        outln!("  cassette {} rewritten ({})", cassette.display(), if exists { "misses recorded live" } else { "recorded whole" });
+        outln!("  cassette {} rewritten ({})", esc(&cassette.display().to_string()), if exists { "misses recorded live" } else { "recorded whole" });
     }
     drop(scratch);
     Ok(FileReport { name, cases, error: None })
@@ -337,8 +437,8 @@ fn excerpt(text: &str, at: usize) -> String {
     format!("{}{}", if start > 0 { "..." } else { "" }, esc(&tail))
 }
 
-fn short(key: &str) -> &str {
-    &key[..12.min(key.len())]
+fn short(key: &str) -> String {
+    esc(&key.chars().take(12).collect::<String>()).into_owned()
 }
 
 fn print_case(report: &CaseReport) {
@@ -348,7 +448,8 @@ fn print_case(report: &CaseReport) {
     } else {
         outln!("  {} {} ({:.2}s)", paint(colored, AnsiColor::Red.on_default(), "FAIL"), esc(&report.name), report.seconds);
         for failure in &report.failures {
-            outln!("    - {failure}");
+            // A failure may quote the run's error (guest text): each of its lines escaped.
+            outln!("    - {}", esc_lines(failure));
         }
     }
 }
@@ -412,10 +513,20 @@ fn write_cassette(cassette: &Path, recordings: &[PathBuf]) -> Result<()> {
         text.push_str(&serde_json::to_string(exchange)?);
         text.push('\n');
     }
+    // A fresh file of our own in the cassette's directory (`O_EXCL`: never one planted
+    // there, nor a symlink), renamed over the cassette: a symlink at its path is replaced,
+    // not followed.
     let temp = cassette.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
-    let mut out = factory_host::access::create_private_file(&temp).with_context(|| format!("creating {}", temp.display()))?;
-    out.write_all(text.as_bytes()).and_then(|()| out.sync_all()).with_context(|| format!("writing {}", temp.display()))?;
-    std::fs::rename(&temp, cassette).with_context(|| format!("replacing {}", cassette.display()))
+    let mut out = factory_host::access::private_file_options()
+        .create_new(true)
+        .open(&temp)
+        .with_context(|| format!("creating {}", temp.display()))?;
+    let written = out.write_all(text.as_bytes()).and_then(|()| out.sync_all());
+    let renamed = written.and_then(|()| std::fs::rename(&temp, cassette));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    renamed.with_context(|| format!("writing {}", cassette.display()))
 }
 
 /// XML text with `&`, `<`, `>`, `"`, `'` escaped and characters XML 1.0 cannot hold shown

@@ -3,12 +3,12 @@
 //! ([`cluster_token`]: `FACTORY_TOKEN`, or `--token-file`), written owner-only (0600) into
 //! the state directory for the owner's clients to read, and checked on every request without
 //! stopping at the first difference; and the one-time codes `factory ui` hands a browser
-//! instead of the token ([`OneTimeCodes`]).
+//! instead of the token, with the dashboard sessions they open ([`OneTimeCodes`]).
 
 use anyhow::{bail, Context};
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// A server's bearer token.
 pub struct Bearer {
@@ -65,7 +65,7 @@ impl Bearer {
         use std::io::Write;
         let token = match shared {
             Some(token) => token.to_string(),
-            None => format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+            None => random_secret(),
         };
         let mut file = factory_host::access::create_private_file(path)?;
         file.write_all(token.as_bytes())?;
@@ -81,36 +81,89 @@ impl Bearer {
 /// How long a one-time code stays redeemable.
 pub const CODE_TTL: Duration = Duration::from_secs(120);
 
+/// How long a dashboard session lasts by default (`factory serve --ui-session-ttl`).
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
 /// The most codes outstanding at once (issuing another drops the oldest).
 pub const MAX_CODES: usize = 16;
 
 /// The most dashboard sessions alive at once (another exchange ends the oldest).
 pub const MAX_SESSIONS: usize = 16;
 
+/// Characters in a one-time code (hex; 244 random bits from the OS's generator).
+pub const CODE_CHARS: usize = 64;
+
+/// 244 random bits (two UUID v4s) from the OS's generator, as 64 hex characters.
+fn random_secret() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
+
+/// Is `code` shaped like a code [`OneTimeCodes::issue`] makes ([`CODE_CHARS`] hex digits)?
+pub fn is_code_shaped(code: &str) -> bool {
+    code.len() == CODE_CHARS && code.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Short-lived, single-use codes that stand in for the bearer token where it would be seen
-/// by others: `factory ui` asks for one (with the token) and gives the browser only the code
-/// (a command line every local user can read in `ps`); the page exchanges it once for a
-/// session token of its own, which the API accepts like the bearer token. A code is 128
-/// random bits, redeemable once within its time to live. A code presented again after it
-/// was redeemed was seen by someone else (the browser or whoever raced it): the session it
-/// gave is ended, so a stolen code's session does not outlive the owner's page trying it.
+/// by others, and the dashboard sessions they open: `factory ui` asks for a code (with the
+/// owner's token; a dashboard session cannot) and hands it to the browser in a private file;
+/// the page exchanges it once for a session token of its own, which the API accepts like the
+/// bearer token except for minting codes and managing sessions. A code is 244 random bits,
+/// redeemable once within its time to live; a session lasts its time to live (12 h by
+/// default) unless revoked first, by the owner ([`OneTimeCodes::revoke`]) or by its own
+/// page signing out. A code presented again after it was redeemed was seen by someone else
+/// (the browser or whoever raced it): the session it gave is ended.
 pub struct OneTimeCodes {
     ttl: Duration,
+    session_ttl: Duration,
     inner: Mutex<Codes>,
+}
+
+/// A live dashboard session.
+struct Session {
+    /// Its public id (shown by `factory ui --sessions`; not a credential).
+    id: String,
+    /// The code redeemed for it.
+    code: String,
+    /// Its token, the credential.
+    token: String,
+    /// When it was opened (wall clock, shown).
+    created_at: SystemTime,
+    /// When it ends.
+    expires: Instant,
+}
+
+/// One dashboard session as the owner sees it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    /// Its id, for `factory ui --revoke ID`.
+    pub id: String,
+    /// When it was opened (RFC 3339).
+    pub created_at: String,
+    /// When it ends unless revoked first (RFC 3339).
+    pub expires_at: String,
 }
 
 #[derive(Default)]
 struct Codes {
     /// Outstanding codes and when each expires.
     pending: Vec<(String, Instant)>,
-    /// Live sessions: the code redeemed and the session token it gave.
-    sessions: Vec<(String, String)>,
+    /// Live sessions, oldest first.
+    sessions: Vec<Session>,
+}
+
+impl Codes {
+    /// Forget expired codes and sessions.
+    fn expire(&mut self, now: Instant) {
+        self.pending.retain(|(_, expires)| *expires > now);
+        self.sessions.retain(|s| s.expires > now);
+    }
 }
 
 impl OneTimeCodes {
-    /// No codes yet; each issued one lives `ttl`.
-    pub fn new(ttl: Duration) -> OneTimeCodes {
-        OneTimeCodes { ttl, inner: Mutex::new(Codes::default()) }
+    /// No codes yet; each issued one lives `ttl`, each session `session_ttl`.
+    pub fn new(ttl: Duration, session_ttl: Duration) -> OneTimeCodes {
+        OneTimeCodes { ttl, session_ttl, inner: Mutex::new(Codes::default()) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Codes> {
@@ -119,10 +172,10 @@ impl OneTimeCodes {
 
     /// A new code (expired ones are forgotten; past [`MAX_CODES`], the oldest too).
     pub fn issue(&self) -> String {
-        let code = uuid::Uuid::new_v4().simple().to_string();
+        let code = random_secret();
         let now = Instant::now();
         let mut codes = self.lock();
-        codes.pending.retain(|(_, expires)| *expires > now);
+        codes.expire(now);
         if codes.pending.len() >= MAX_CODES {
             codes.pending.remove(0);
         }
@@ -135,26 +188,69 @@ impl OneTimeCodes {
     pub fn redeem(&self, presented: &str) -> Option<String> {
         let now = Instant::now();
         let mut codes = self.lock();
-        codes.pending.retain(|(_, expires)| *expires > now);
+        codes.expire(now);
         if let Some(at) = position(codes.pending.iter().map(|(code, _)| code), presented) {
             let (code, _) = codes.pending.remove(at);
-            let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+            let token = random_secret();
             if codes.sessions.len() >= MAX_SESSIONS {
                 codes.sessions.remove(0);
             }
-            codes.sessions.push((code, token.clone()));
+            let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+            let session = Session { id, code, token: token.clone(), created_at: SystemTime::now(), expires: now + self.session_ttl };
+            codes.sessions.push(session);
             return Some(token);
         }
-        if let Some(at) = position(codes.sessions.iter().map(|(code, _)| code), presented) {
+        if let Some(at) = position(codes.sessions.iter().map(|s| &s.code), presented) {
             codes.sessions.remove(at);
         }
         None
     }
 
+    /// The id of the live session whose token the `Authorization` header value `presented`
+    /// carries.
+    pub fn session_of(&self, presented: Option<&str>) -> Option<String> {
+        let token = presented.and_then(|p| p.strip_prefix("Bearer "))?;
+        let mut codes = self.lock();
+        codes.expire(Instant::now());
+        position(codes.sessions.iter().map(|s| &s.token), token).map(|at| codes.sessions[at].id.clone())
+    }
+
+    /// Is the session `id` still live (not revoked, not expired)?
+    pub fn is_live(&self, id: &str) -> bool {
+        let mut codes = self.lock();
+        codes.expire(Instant::now());
+        codes.sessions.iter().any(|s| s.id == id)
+    }
+
     /// Does the `Authorization` header value `presented` carry a live session token?
     pub fn accepts(&self, presented: Option<&str>) -> bool {
-        let Some(token) = presented.and_then(|p| p.strip_prefix("Bearer ")) else { return false };
-        position(self.lock().sessions.iter().map(|(_, session)| session), token).is_some()
+        self.session_of(presented).is_some()
+    }
+
+    /// The live sessions, oldest first.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let mut codes = self.lock();
+        codes.expire(now);
+        let shown = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+        codes
+            .sessions
+            .iter()
+            .map(|s| SessionInfo {
+                id: s.id.clone(),
+                created_at: shown(s.created_at),
+                expires_at: shown(wall + s.expires.saturating_duration_since(now)),
+            })
+            .collect()
+    }
+
+    /// End the session `id` (`None`: every session); how many ended.
+    pub fn revoke(&self, id: Option<&str>) -> usize {
+        let mut codes = self.lock();
+        let before = codes.sessions.len();
+        codes.sessions.retain(|s| id.is_some_and(|id| s.id != id));
+        before - codes.sessions.len()
     }
 }
 
@@ -203,7 +299,8 @@ mod tests {
 
     #[test]
     fn a_code_is_redeemed_once_and_only_before_it_expires() {
-        let codes = OneTimeCodes::new(Duration::from_secs(60));
+        let codes = OneTimeCodes::new(Duration::from_secs(60), SESSION_TTL);
+        assert!(is_code_shaped(&codes.issue()) && !is_code_shaped("0123") && !is_code_shaped(&"g".repeat(CODE_CHARS)));
         let code = codes.issue();
         assert_eq!(codes.redeem("not-a-code"), None);
         assert_eq!(codes.redeem(""), None);
@@ -225,9 +322,33 @@ mod tests {
         assert!(!codes.accepts(Some(&format!("Bearer {}", sessions[0]))));
         assert!(codes.accepts(Some(&format!("Bearer {newest}"))));
 
-        let short = OneTimeCodes::new(Duration::from_millis(50));
+        let short = OneTimeCodes::new(Duration::from_millis(50), SESSION_TTL);
         let code = short.issue();
         std::thread::sleep(Duration::from_millis(120));
         assert_eq!(short.redeem(&code), None, "an expired code fails");
+    }
+
+    #[test]
+    fn sessions_are_listed_revoked_and_expire() {
+        let codes = OneTimeCodes::new(Duration::from_secs(60), SESSION_TTL);
+        let a = codes.redeem(&codes.issue()).expect("a");
+        let b = codes.redeem(&codes.issue()).expect("b");
+        let listed = codes.sessions();
+        assert_eq!(listed.len(), 2);
+        let id_a = codes.session_of(Some(&format!("Bearer {a}"))).expect("a is live");
+        assert_eq!(listed[0].id, id_a);
+        assert!(listed[0].expires_at > listed[0].created_at, "{listed:?}");
+        assert_eq!(codes.revoke(Some("nope")), 0);
+        assert_eq!(codes.revoke(Some(&id_a)), 1);
+        assert!(!codes.accepts(Some(&format!("Bearer {a}"))) && codes.accepts(Some(&format!("Bearer {b}"))));
+        assert_eq!(codes.revoke(None), 1);
+        assert!(!codes.accepts(Some(&format!("Bearer {b}"))) && codes.sessions().is_empty());
+
+        let short = OneTimeCodes::new(Duration::from_secs(60), Duration::from_millis(50));
+        let c = short.redeem(&short.issue()).expect("c");
+        assert!(short.accepts(Some(&format!("Bearer {c}"))));
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(!short.accepts(Some(&format!("Bearer {c}"))), "an expired session is refused");
+        assert!(short.sessions().is_empty());
     }
 }

@@ -3,7 +3,8 @@
 //! against clients that connect and then stall: every connection must finish its request
 //! headers within [`HEADER_READ_TIMEOUT`] (which also bounds an idle keep-alive connection)
 //! and its body within [`BODY_READ_TIMEOUT`], at most [`MAX_CONNECTIONS`] are served at once (more wait in the kernel's listen queue
-//! until one ends), and a failed accept (out of descriptors) is retried after a pause.
+//! until one ends), each reading into at most [`MAX_READ_BUFFER`] bytes, and a failed accept
+//! (out of descriptors) is retried after a pause.
 
 use clap::Args;
 use std::future::Future;
@@ -25,10 +26,18 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// refused), and a stalled one frees its slot after [`HEADER_READ_TIMEOUT`] at the latest.
 pub const MAX_CONNECTIONS: usize = 256;
 
-/// An HTTP/1 connection builder with the timeouts above.
+/// The most bytes a connection's read buffer holds (request headers must fit in it): with
+/// [`MAX_CONNECTIONS`], it bounds what clients that send and stall can make the server hold.
+pub const MAX_READ_BUFFER: usize = 64 << 10;
+
+/// An HTTP/1 connection builder with the timeouts and the buffer cap above.
 pub fn http1() -> hyper::server::conn::http1::Builder {
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT).keep_alive(true);
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_READ_BUFFER)
+        .keep_alive(true);
     builder
 }
 

@@ -19,14 +19,23 @@
 //!
 //! `GET /` and `/ui/*` serve the web dashboard (assets embedded from `ui/`, no token needed:
 //! they hold no data). The token never goes into a URL: `factory ui` asks `POST
-//! /api/ui/code` (with the token) for a one-time code and opens `/#code=...`; the page takes
-//! the code off its URL at once and exchanges it, once, at `POST /api/ui/exchange` (no token:
-//! the code is the credential) for a session token of its own, which it keeps in
-//! `sessionStorage` and sends only as a header. A code lives [`CODE_TTL`] and is redeemed
-//! once; presented again, it ends the session it gave (see [`OneTimeCodes`]).
+//! /api/ui/code` (with the owner's token only) for a one-time code and hands the browser a
+//! private file that opens `/#code=...`; the page takes the code off its URL at once and
+//! exchanges it, once, at `POST /api/ui/exchange` (no token: the code is the credential) for
+//! a dashboard session token of its own, which it keeps in `sessionStorage` and sends only
+//! as a header. A code lives [`CODE_TTL`] and is redeemed once; presented again, it ends the
+//! session it gave (see [`OneTimeCodes`]). A dashboard session drives the API like the
+//! owner's token, but cannot mint codes or manage sessions; it lasts `--ui-session-ttl`
+//! (default [`bearer::SESSION_TTL`]); the owner lists (`GET /api/ui/sessions`) and revokes (`DELETE
+//! /api/ui/sessions/{id|all}`) them, and a page signing out (`POST /api/ui/signout`) ends
+//! its own.
 //!
-//! Connections: see [`crate::doors::http::bind`] (header timeout, connection cap, accept backoff);
-//! a request body must arrive within [`BODY_READ_TIMEOUT`].
+//! Connections: see [`crate::doors::http::bind`] (header timeout, connection cap, buffer cap,
+//! accept backoff); a request body must arrive within [`BODY_READ_TIMEOUT`]. The one
+//! unauthenticated body (`POST /api/ui/exchange`) is refused unless its `Content-Length` is
+//! at most [`MAX_UNAUTHENTICATED_BODY_BYTES`], and must arrive within
+//! [`UNAUTHENTICATED_BODY_TIMEOUT`]; every other request is authenticated before its body
+//! is read.
 
 
 pub mod bearer;
@@ -38,7 +47,7 @@ use factory_host::trace::TraceParent;
 use factory_host::{ErrorCode, Limits};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use hyper::service::service_fn;
 use hyper::{Method, Request as HttpRequest, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -48,8 +57,9 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use crate::doors::http::bearer::{OneTimeCodes, CODE_TTL};
+use crate::doors::http::bearer::{is_code_shaped, OneTimeCodes, CODE_TTL};
 use crate::doors::http::bind::BODY_READ_TIMEOUT;
+use std::time::Duration;
 
 /// The token file's name in the state directory.
 pub const TOKEN_FILE: &str = "http.token";
@@ -79,6 +89,20 @@ const MAX_SESSION_NAME: usize = 128;
 /// The largest request body accepted (a start request with its args).
 const MAX_BODY_BYTES: usize = 4 << 20;
 
+/// The largest body of an unauthenticated request (`POST /api/ui/exchange`: `{"code"}`).
+pub const MAX_UNAUTHENTICATED_BODY_BYTES: usize = 4 << 10;
+
+/// How long an unauthenticated request's body may take to arrive.
+pub const UNAUTHENTICATED_BODY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Who a request to the API comes from.
+enum Caller {
+    /// The owner: the bearer token of the token file.
+    Owner,
+    /// A dashboard session (its id), opened with a one-time code.
+    Dashboard(String),
+}
+
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 /// What every request handler shares.
@@ -89,15 +113,22 @@ struct Api {
     session: String,
     /// The bearer token every `/api` call must carry.
     bearer: crate::doors::http::bearer::Bearer,
-    /// One-time codes for `factory ui`, exchanged once for the token.
-    codes: OneTimeCodes,
+    /// One-time codes for `factory ui`, exchanged once for a dashboard session.
+    codes: Arc<OneTimeCodes>,
     /// `Host` header values accepted (the address served, by IP and as `localhost`).
     hosts: Vec<String>,
 }
 
 /// Start serving the API on `addr`: writes the token file (the cluster's `token` when given,
-/// else a random one) and returns the bound address.
-pub async fn serve(client: Client, addr: SocketAddr, state_dir: &Path, session: String, token: Option<&str>) -> anyhow::Result<SocketAddr> {
+/// else a random one) and returns the bound address. Dashboard sessions last `ui_session_ttl`.
+pub async fn serve(
+    client: Client,
+    addr: SocketAddr,
+    state_dir: &Path,
+    session: String,
+    token: Option<&str>,
+    ui_session_ttl: Duration,
+) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let bearer = crate::doors::http::bearer::Bearer::create(&state_dir.join(TOKEN_FILE), token)?;
@@ -110,7 +141,7 @@ pub async fn serve(client: Client, addr: SocketAddr, state_dir: &Path, session: 
     if bound.ip().is_unspecified() {
         hosts.push(format!("127.0.0.1:{}", bound.port()));
     }
-    let api = Arc::new(Api { client, session, bearer, codes: OneTimeCodes::new(CODE_TTL), hosts });
+    let api = Arc::new(Api { client, session, bearer, codes: Arc::new(OneTimeCodes::new(CODE_TTL, ui_session_ttl)), hosts });
     tokio::spawn(crate::doors::http::bind::accept_loop(listener, "factory serve --http", move |stream| {
         let api = api.clone();
         async move {
@@ -261,10 +292,14 @@ impl Api {
             return self.exchange(req).await;
         }
         let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
-        if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
+        let caller = if self.bearer.accepts(presented) {
+            Caller::Owner
+        } else if let Some(id) = self.codes.session_of(presented) {
+            Caller::Dashboard(id)
+        } else {
             tracing::warn!(event = "refused", door = "http", path = %path.chars().take(256).collect::<String>(), "HTTP request without a valid bearer token refused");
             return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "an `Authorization: Bearer <token>` header is required");
-        }
+        };
         let joined = match session_of(req.headers()) {
             Ok(joined) => joined,
             Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
@@ -284,19 +319,18 @@ impl Api {
         let method = req.method().clone();
         let segments: Vec<String> = path.trim_start_matches("/api/").split('/').map(str::to_string).collect();
         let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-        let body = match read_body(req).await {
+        if let ["ui", ..] = segments.as_slice() {
+            return self.ui_route(&method, &segments, &caller);
+        }
+        let body = match read_body(req, MAX_BODY_BYTES, BODY_READ_TIMEOUT).await {
             Ok(body) => body,
             Err(response) => return *response,
         };
         let session = joined.unwrap_or_else(|| self.session.clone());
         let request = match (&method, segments.as_slice()) {
-            (&Method::GET, ["events"]) => return self.events(scope).await,
+            (&Method::GET, ["events"]) => return self.events(scope, caller).await,
             (&Method::GET, ["session"]) => {
                 return json_response(StatusCode::OK, &json!({ "session": session }));
-            }
-            (&Method::POST, ["ui", "code"]) => {
-                let code = self.codes.issue();
-                return json_response(StatusCode::OK, &json!({ "code": code, "expiresInSeconds": CODE_TTL.as_secs() }));
             }
             (&Method::GET, ["runs"]) => match parse_runs_query(&query) {
                 Ok(RunsQuery { scope: Scope::Owner, after, limit }) => Request::Runs { scope, after, limit },
@@ -347,6 +381,7 @@ impl Api {
                     backend: Default::default(),
                     consent: if body.approved { Consent::Any } else { Consent::None },
                     trace_parent,
+                    caller_cwd: None,
                 }
             }
             (&Method::POST, ["runs"]) => {
@@ -364,6 +399,7 @@ impl Api {
                     declined: false,
                     consent: if body.approved { Consent::Any } else { Consent::None },
                     trace_parent,
+                    caller_cwd: None,
                 }
             }
             _ => return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}")),
@@ -406,23 +442,70 @@ impl Api {
         }
     }
 
+    /// `/api/ui/...` for an authenticated `caller`: `POST code` (a one-time code), `GET
+    /// sessions` and `DELETE sessions/{id|all}` for the owner only; `POST signout` ends the
+    /// dashboard session that calls it.
+    fn ui_route(&self, method: &Method, segments: &[&str], caller: &Caller) -> Response<Body> {
+        let owner_only = || {
+            tracing::warn!(event = "refused", door = "http", path = "/api/ui", "dashboard session refused an owner-only call");
+            let message = "only the owner's token (the token file) may do this, not a dashboard session";
+            error(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message)
+        };
+        match (method, segments, caller) {
+            (&Method::POST, ["ui", "signout"], Caller::Dashboard(id)) => {
+                json_response(StatusCode::OK, &json!({ "revoked": self.codes.revoke(Some(id.as_str())) }))
+            }
+            (&Method::POST, ["ui", "signout"], Caller::Owner) => {
+                error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, "the owner's token is not a dashboard session")
+            }
+            (_, _, Caller::Dashboard(_)) => owner_only(),
+            (&Method::POST, ["ui", "code"], Caller::Owner) => {
+                let code = self.codes.issue();
+                json_response(StatusCode::OK, &json!({ "code": code, "expiresInSeconds": CODE_TTL.as_secs() }))
+            }
+            (&Method::GET, ["ui", "sessions"], Caller::Owner) => {
+                json_response(StatusCode::OK, &json!({ "sessions": self.codes.sessions() }))
+            }
+            (&Method::DELETE, ["ui", "sessions", id], Caller::Owner) => {
+                let revoked = self.codes.revoke(if *id == "all" { None } else { Some(*id) });
+                if revoked == 0 && *id != "all" {
+                    return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no dashboard session `{id}`"));
+                }
+                json_response(StatusCode::OK, &json!({ "revoked": revoked }))
+            }
+            _ => error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} /api/{}", segments.join("/"))),
+        }
+    }
+
     /// `POST /api/ui/exchange {"code"}`: a one-time code from `POST /api/ui/code`, redeemed
-    /// once for a session token (`{"token"}`) the API accepts like the bearer token; a used,
-    /// expired or unknown code gets 401 (and a used one ends the session it gave).
+    /// once for a dashboard session token (`{"token"}`); a used, expired, unknown or
+    /// malformed code gets 401 (and a used one ends the session it gave). The body is read
+    /// only when its `Content-Length` is at most [`MAX_UNAUTHENTICATED_BODY_BYTES`], within
+    /// [`UNAUTHENTICATED_BODY_TIMEOUT`]; refused, the connection is closed.
     async fn exchange(&self, req: HttpRequest<Incoming>) -> Response<Body> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Exchange {
             code: String,
         }
-        let body = match read_body(req).await {
+        // Nothing is read from a stranger before its size is known to be small.
+        let length = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        if !length.is_some_and(|n| n <= MAX_UNAUTHENTICATED_BODY_BYTES as u64) {
+            tracing::warn!(event = "refused", door = "http", path = "/api/ui/exchange", "sign-in exchange with a missing or large Content-Length refused");
+            let message = format!("a sign-in exchange needs a `Content-Length` of at most {MAX_UNAUTHENTICATED_BODY_BYTES} bytes");
+            return closing(error(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::InvalidParams, message));
+        }
+        let body = match read_body(req, MAX_UNAUTHENTICATED_BODY_BYTES, UNAUTHENTICATED_BODY_TIMEOUT).await {
             Ok(body) => body,
-            Err(response) => return *response,
+            Err(response) => return closing(*response),
         };
         let exchange: Exchange = match serde_json::from_slice(&body) {
             Ok(exchange) => exchange,
             Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
         };
+        if !is_code_shaped(&exchange.code) {
+            return error(StatusCode::UNAUTHORIZED, ErrorCode::InvalidCode, "this is not a sign-in code: run `factory ui` again");
+        }
         match self.codes.redeem(&exchange.code) {
             Some(token) => json_response(StatusCode::OK, &json!({ "token": token })),
             None => error(
@@ -436,13 +519,15 @@ impl Api {
     /// `GET /api/events`: `run_updated` for the runs `scope` sees (the owner: every
     /// session's), as Server-Sent Events, in the order the host announces them (revisions of
     /// one run only grow), each followed by `progress {runId, entry}` events for the entries
-    /// committed since the last sent.
-    async fn events(&self, scope: Scope) -> Response<Body> {
+    /// committed since the last sent. A dashboard session's stream ends once the session is
+    /// revoked or expires (checked at each update).
+    async fn events(&self, scope: Scope, caller: Caller) -> Response<Body> {
         let mut updates = match self.client.updates(scope.clone()).await {
             Ok(updates) => updates,
             Err(e) => return error(status_of(e.code()), e.code(), e.to_string()),
         };
         let client = self.client.clone();
+        let codes = self.codes.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(SSE_FRAMES_BUFFERED);
         tokio::spawn(async move {
             // A comment line first, so a client sees the stream open at once.
@@ -453,6 +538,11 @@ impl Api {
             let mut sent: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
             loop {
                 let Some(update) = updates.next().await else { return };
+                if let Caller::Dashboard(id) = &caller {
+                    if !codes.is_live(id) {
+                        return;
+                    }
+                }
                 // Live progress: the entries committed since the last one sent for this run,
                 // a page a frame. Each send waits while the client is behind, so a slow reader
                 // holds at most SSE_FRAMES_BUFFERED frames of SSE_ENTRIES_PER_FRAME entries.
@@ -504,16 +594,22 @@ fn tokio_stream_from(
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 
-/// The request body, bounded in size and in time.
-async fn read_body(req: HttpRequest<Incoming>) -> Result<Bytes, Box<Response<Body>>> {
-    let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES);
-    match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+/// `response`, closing its connection (a refused body is not drained).
+fn closing(mut response: Response<Body>) -> Response<Body> {
+    response.headers_mut().insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+    response
+}
+
+/// The request body, at most `max` bytes arriving within `timeout`.
+async fn read_body(req: HttpRequest<Incoming>, max: usize, timeout: Duration) -> Result<Bytes, Box<Response<Body>>> {
+    let limited = http_body_util::Limited::new(req.into_body(), max);
+    match tokio::time::timeout(timeout, limited.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) => Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::InvalidParams, format!("request body: {e}")))),
         Err(_) => Err(Box::new(error(
             StatusCode::REQUEST_TIMEOUT,
             ErrorCode::InvalidParams,
-            format!("the request body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
+            format!("the request body did not arrive within {} s", timeout.as_secs()),
         ))),
     }
 }

@@ -54,6 +54,9 @@ pub struct PgOptions {
     pub lease: Duration,
     /// Connections in the pool.
     pub pool_size: usize,
+    /// The password when the URL has none (else `PGPASSWORD`, else the password file:
+    /// [`url::config`]).
+    pub password: Option<String>,
 }
 
 impl PgOptions {
@@ -65,6 +68,7 @@ impl PgOptions {
             queue_bytes: crate::store::DEFAULT_QUEUE_BYTES,
             lease: DEFAULT_LEASE,
             pool_size: DEFAULT_POOL_SIZE,
+            password: None,
         }
     }
 }
@@ -152,7 +156,7 @@ impl PgStore {
     /// this worker with a new generation and a lease, halt the runs a crash or a dead worker
     /// left running, and start the writer and the lease renewal.
     pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
-        let config = url::config(url)?;
+        let config = url::config(url, options.password.as_deref())?;
         let listen_config = config.clone();
         let queue_config = config.clone();
         let shown = redact(url);

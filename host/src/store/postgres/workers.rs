@@ -31,9 +31,9 @@ pub struct WorkerInfo {
 }
 
 /// Every worker of the store at `url`, by id. An empty database has none; a schema newer than
-/// this build is refused ([`StoreError::Version`]).
-pub async fn list(url: &str) -> Result<Vec<WorkerInfo>, StoreError> {
-    let config = url::config(url)?;
+/// this build is refused ([`StoreError::Version`]). `password`: as [`url::config`] takes it.
+pub async fn list(url: &str, password: Option<&str>) -> Result<Vec<WorkerInfo>, StoreError> {
+    let config = url::config(url, password)?;
     let shown = redact(url);
     let e = |e| pg(&shown, e);
     let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(e)?;

@@ -347,6 +347,15 @@ impl Factory for Hostile {
                 }
                 Ok(json!({ "logged": args.count }))
             }
+            // Terminal escapes and line breaks in everything it names: a phase, a log line, an
+            // agent's label, then an error that would retitle the window, clear the screen
+            // and forge a line saying the run completed.
+            "terminal-text" => {
+                ctx.phase("\u{1b}[2JAttack\nphase");
+                ctx.log("\u{1b}]0;owned\u{7}logged\nfactory: forged log line");
+                let _ = ctx.agent("say hi").label("h:\nfactory serve: pid 1, forged\u{1b}[31m").text().await;
+                Err(Error::msg("\u{1b}]0;owned\u{7}\u{1b}[2Jbroken\nfactory: run 1 completed: forged"))
+            }
             // One agent call labelled with `n` bytes.
             "huge-label" => {
                 let reply = raw_agent("labelled", Some(format!("h:{}", "l".repeat(args.n))), None, None).await?;

@@ -2,9 +2,10 @@
 // Every string from the server is inserted as text (textContent / text nodes), never as HTML:
 // factory names, labels and log lines are chosen by guest code.
 // The token never rides in a URL: `factory ui` opens `/#code=...` with a one-time code, which
-// the page takes off its URL at once and exchanges, once, for a session token of its own
-// (POST /api/ui/exchange); that token is kept in sessionStorage and sent only in the
-// Authorization header.
+// the page takes off its URL at once and exchanges, once, for a dashboard session token of its
+// own (POST /api/ui/exchange); that token is kept in sessionStorage and sent only in the
+// Authorization header. "Sign out" ends the session on the server (POST /api/ui/signout).
+// An approval checkbox names the sha256 of what it approves.
 // The API's token is the user's: the runs list shows every session's runs, with a session
 // column and a filter; runs started here go in the daemon's session (shown in the header).
 
@@ -34,6 +35,28 @@ async function takeToken() {
   return value.token;
 }
 let token = null;
+
+/** End this page's dashboard session on the server and forget its token. */
+async function signOut() {
+  if (token) {
+    try { await api('POST', '/api/ui/signout'); } catch (e) { /* already ended: nothing to undo */ }
+  }
+  token = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  view?.stop?.();
+  view = null;
+  $('signout').hidden = true;
+  $('live').textContent = '○ offline';
+  $('live').classList.remove('on');
+  $('main').replaceChildren();
+  showError({ code: 'signed_out', message: 'signed out: run `factory ui` to sign in again' });
+}
+
+/** The approval checkbox's label: what it approves, by sha256. */
+function approvalLabel(hash, script) {
+  const what = script ? `script sha256 ${script}, runner sha256 ${hash}` : `sha256 ${hash}`;
+  return hash ? `approve this untrusted component (${what})` : 'approve an untrusted component';
+}
 
 // ---- DOM helpers -------------------------------------------------------------------------
 
@@ -109,7 +132,7 @@ async function progressAfter(runId, afterSeq, onPage) {
 const listeners = new Set();
 
 async function followEvents() {
-  for (let delay = 500; ; delay = Math.min(delay * 2, 10000)) {
+  for (let delay = 500; token; delay = Math.min(delay * 2, 10000)) {
     try {
       const response = await fetch('/api/events', { headers: { Authorization: `Bearer ${token}` }, cache: 'no-store' });
       if (!response.ok) throw new Error(`events: HTTP ${response.status}`);
@@ -138,6 +161,7 @@ async function followEvents() {
         }
       }
     } catch (e) { /* reconnect below */ }
+    if (!token) break;
     $('live').textContent = '○ reconnecting';
     $('live').classList.remove('on');
     await new Promise((r) => setTimeout(r, delay));
@@ -164,6 +188,7 @@ let sessionFilter = ''; // the session the runs list shows ('': every session)
 function route() {
   view?.stop?.();
   view = null;
+  if (!token) return;
   showError(null);
   const main = $('main');
   main.replaceChildren();
@@ -500,7 +525,9 @@ function runView(main, runId) {
         showError(null);
       } catch (e) { showError(e); }
       refresh();
-    } }, ...limitInputs, h('label', { class: 'check' }, approved, 'approve an untrusted component'),
+    } }, ...limitInputs,
+    h('label', { class: 'check', id: 'resume-approval' }, approved,
+      approvalLabel(env.componentHashes?.at(-1), env.scripts?.at(-1)?.sha256)),
     h('button', { class: 'primary', id: 'resume', type: 'submit' }, 'Resume'));
     head.replaceChildren(
       h('div', { class: 'actions' }, h('b', {}, env.factory), statusBadge(env.status), h('span', { id: 'run-status', hidden: true }, env.status),
@@ -651,7 +678,7 @@ function startView(main, preselected) {
         location.hash = `#/run/${encodeURIComponent(started.runId)}`;
       } catch (e) { showError(e); }
     } }, h('div', { class: 'limits actions' }, ...limitInputs),
-    h('label', { class: 'check' }, approved, 'approve an untrusted component'),
+    h('label', { class: 'check', id: 'start-approval' }, approved, approvalLabel(registration.hash, registration.script?.sha256)),
     h('div', {}, h('button', { class: 'primary', id: 'start', type: 'submit' }, 'Start')));
     fields.append(form);
   }
@@ -675,6 +702,8 @@ async function main() {
     showError({ code: 'unauthorized', message: 'not signed in: open the URL `factory ui` prints (it carries a one-time code)' });
     return;
   }
+  $('signout').hidden = false;
+  $('signout').addEventListener('click', signOut);
   try { $('session').textContent = (await api('GET', '/api/session')).session; } catch (e) { showError(e); }
   window.addEventListener('hashchange', route);
   route();
