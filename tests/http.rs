@@ -304,6 +304,21 @@ async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
     let (_, done) = daemon.get(&format!("/api/runs/{a_slow}/wait")).await;
     assert_eq!((done["status"].as_str(), done["attempts"].as_u64()), (Some("completed"), Some(2)), "{done}");
     assert_eq!(done["session"], "cli-a", "a resumed run stays in its session");
+
+    // The listing pages (`limit`, `after`); `DELETE` removes an ended run of any session.
+    let (_, first) = daemon.get("/api/runs?limit=2").await;
+    let first = first.as_array().expect("a page").clone();
+    assert_eq!(first.len(), 2, "{first:?}");
+    let (_, rest) = daemon.get(&format!("/api/runs?after={}", first[1]["runId"].as_str().unwrap())).await;
+    assert_eq!(rest.as_array().map(Vec::len), Some(1), "{rest}");
+    let (status, removed) = daemon.call(reqwest::Method::DELETE, &format!("/api/runs/{a_done}"), None).await;
+    assert_eq!((status, &removed), (200, &json!({ "runId": a_done, "removed": true })));
+    let (status, gone) = daemon.get(&format!("/api/runs/{a_done}")).await;
+    assert_eq!((status, gone["code"].as_str()), (404, Some("not_found")), "{gone}");
+    let (status, again) = daemon.call(reqwest::Method::DELETE, &format!("/api/runs/{a_done}"), None).await;
+    assert_eq!((status, again["code"].as_str()), (404, Some("not_found")), "{again}");
+    let (_, all) = daemon.get("/api/runs").await;
+    assert_eq!(sessions(&all), pairs(&[(&own, "default"), (&a_slow, "cli-a")]), "{all:#}");
 }
 
 /// A field of `/proc/PID/status` in bytes (`VmRSS`, `VmHWM`: given in kB).

@@ -122,11 +122,22 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
         assert_eq!(report[case]["structured"]["code"], code, "{case}: {:#}", report[case]);
     }
 
+    // `runs` pages (`limit`, `next`); `remove` deletes an ended run and it is listed no more.
+    let page = &report["runsPage"]["structured"];
+    assert_eq!(page["runs"].as_array().map(Vec::len), Some(1), "{page:#}");
+    assert_eq!(page["next"], page["runs"][0]["runId"], "{page:#}");
+    let authored_id = report["authoredRun"]["structured"]["runId"].as_str().expect("the authored run's id");
+    assert_eq!(report["removed"]["structured"], serde_json::json!({"runId": authored_id, "removed": true}), "{:#}", report["removed"]);
+    let after: Vec<&str> =
+        report["runsAfterRemove"]["structured"]["runs"].as_array().unwrap().iter().filter_map(|r| r["runId"].as_str()).collect();
+    assert!(!after.contains(&authored_id) && after.contains(&run_id), "{after:?}");
+
     // Another client is another session: none of these runs is visible or resumable.
     let other = client(state.path(), "other", "another-agent", &[("FOREIGN_RUN_ID", run_id)]).await;
     assert_eq!(other["runs"]["structured"]["runs"].as_array().map(Vec::len), Some(0), "{other:#}");
     assert_eq!(other["show"]["structured"]["code"], "not_found", "{other:#}");
     assert_eq!(other["resume"]["structured"]["code"], "not_found", "{other:#}");
+    assert_eq!(other["remove"]["structured"]["code"], "not_found", "another session cannot remove it: {other:#}");
     let names: Vec<&str> =
         other["list"]["structured"]["factories"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
     assert_eq!(names, ["probe"], "another session does not see the authored factory");

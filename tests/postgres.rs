@@ -31,6 +31,24 @@ async fn the_postgres_store_conforms() {
 }
 
 #[tokio::test]
+async fn a_run_another_live_worker_claimed_to_resume_is_not_removed() {
+    let server = Postgres::start();
+    let url = server.database("remove");
+    let (a, b) = (PgStore::connect(&url, options("wa")).await.expect("a connects"), PgStore::connect(&url, options("wb")).await.expect("b connects"));
+    let run = "0190f0f0-0000-7000-8000-0000000000aa";
+    let mut record = conformance::record(run, "default", RunStatus::Halted);
+    a.put_run(&mut record, true).await.expect("put_run");
+    // Worker b takes the halted run to resume it: worker a may not delete it under b.
+    assert!(b.claim_resume(run).await.expect("claim_resume"), "b claims the run");
+    assert_eq!(a.remove_run(run).await.expect("remove_run"), factory_host::store::Removed::Active);
+    assert!(a.run(run).await.expect("run").is_some(), "the claimed run is kept");
+    // Released (the resume did not start), it can go.
+    b.release_claim(run).await.expect("release_claim");
+    assert_eq!(a.remove_run(run).await.expect("remove_run"), factory_host::store::Removed::Removed);
+    assert_eq!(server.psql("remove", &format!("SELECT count(*) FROM runs WHERE id = '{run}'")), "0");
+}
+
+#[tokio::test]
 async fn a_newer_schema_is_refused_and_migrations_run_once() {
     let server = Postgres::start();
     let url = server.database("schema");

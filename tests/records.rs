@@ -180,4 +180,28 @@ fn an_unreadable_record_fails_only_its_own_run() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     let out = common::factory_in(state.path(), &["runs", "--json"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).matches("\"runId\"").count(), 4);
+
+    // A record an older build stored with a guest's 33 MiB error (twice: the failure's message
+    // and the error), which bricked the session's answers: read, it is cut to 64 KiB; the
+    // owner removes it, and the unreadable one too.
+    let bricked = "0190f0f0-0000-7000-8000-000000000003";
+    let mut record = stored_record(state.path(), &good);
+    let huge = "e".repeat(33 << 20);
+    record["envelope"]["runId"] = json!(bricked);
+    record["envelope"]["status"] = json!("error");
+    record["envelope"]["result"] = Value::Null;
+    record["envelope"]["failure"] = json!({ "type": "guest_error", "message": huge });
+    record["envelope"]["error"] = json!(huge);
+    plant_record(state.path(), bricked, 1002, serde_json::to_string(&record).unwrap().as_bytes());
+    let out = common::factory_in(state.path(), &["show", bricked, "--json"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let shown = common::stdout_json(&out);
+    let message = shown["failure"]["message"].as_str().expect("a message");
+    assert!(message.len() <= 64 << 10 && message.ends_with(" [truncated]"), "{}", message.len());
+    let out = common::factory_in(state.path(), &["rm", bricked, garbage]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let out = common::factory_in(state.path(), &["runs", "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(text.matches("\"runId\"").count(), 3, "{text}");
+    assert!(!text.contains(bricked) && !text.contains(garbage), "{text}");
 }

@@ -33,6 +33,9 @@ export const FACTORY_RESUME_ERROR_CODES = Object.freeze([
 /** The header naming the session a call acts as. */
 const SESSION_HEADER = "factory-session";
 
+/** The most runs the service lists in one page of `GET /api/runs`. */
+const RUNS_PAGE = 1000;
+
 /** How often `waitForRun` re-reads the run besides the `run_updated` it follows. */
 const DEFAULT_POLL_INTERVAL_MS = 5_000;
 
@@ -379,9 +382,18 @@ class FactoryApi {
         return this.waitForRun(started.runId);
     }
 
-    /** The session's runs (envelopes) in durable creation order. */
+    /**
+     * The session's runs in durable creation order, as summaries (envelopes without `result`,
+     * whose size is `resultBytes`; `getRun` reads one whole), asked a page at a time.
+     */
     async listRuns() {
-        return this.#transport.request("GET", "/api/runs");
+        const runs = [];
+        for (;;) {
+            const after = runs.length > 0 ? `&after=${encodeURIComponent(runs[runs.length - 1].runId)}` : "";
+            const page = await this.#transport.request("GET", `/api/runs?limit=${RUNS_PAGE}${after}`);
+            runs.push(...page);
+            if (page.length < RUNS_PAGE) return runs;
+        }
     }
 
     /** The run's envelope with phases, prompt-safe agent summaries and the latest progress. */

@@ -81,6 +81,10 @@ async def lifecycle(session, report):
     report["bothBranches"] = structured(
         await session.call_tool("run_factory", {"name": "probe", "resumeFromRunId": run_id})
     )
+    report["runsPage"] = structured(await session.call_tool("factories_manage", {"operation": "runs", "limit": 1}))
+    authored_id = report["authoredRun"]["structured"]["runId"]
+    report["removed"] = structured(await session.call_tool("factories_manage", {"operation": "remove", "runId": authored_id}))
+    report["runsAfterRemove"] = structured(await session.call_tool("factories_manage", {"operation": "runs"}))
 
 
 async def cancel(session, report):
@@ -119,6 +123,7 @@ async def other_session(session, report):
     run_id = os.environ.get("FOREIGN_RUN_ID", "")
     report["show"] = structured(await session.call_tool("factories_manage", {"operation": "show", "runId": run_id}))
     report["resume"] = structured(await session.call_tool("run_factory", {"resumeFromRunId": run_id}))
+    report["remove"] = structured(await session.call_tool("factories_manage", {"operation": "remove", "runId": run_id}))
     report["list"] = structured(await session.call_tool("factories_manage", {"operation": "list"}))
     report["authored"] = structured(await session.call_tool("run_factory", {"name": "bug-hunt"}))
 

@@ -61,6 +61,9 @@ SESSION_HEADER: Final = "Factory-Session"
 #: The largest JSON answer read (a larger one fails with `FactoryError`, code `error`).
 MAX_BODY_BYTES: Final = 32 << 20
 
+#: The most runs the service lists in one page of `GET /api/runs`.
+RUNS_PAGE: Final = 1000
+
 #: The longest line of the event stream, and the largest event, read (larger drops the stream).
 MAX_EVENT_LINE_BYTES: Final = 8 << 20
 
@@ -426,8 +429,16 @@ class FactoryApi:
         return self.wait_for_run(self._started(started), timeout=timeout)
 
     def list_runs(self) -> list[FactoryRunResult]:
-        """The session's runs (envelopes) in durable creation order."""
-        return self._transport.request("GET", "/api/runs")
+        """The session's runs in durable creation order, as summaries (envelopes without
+        `result`, whose size is `resultBytes`; `get_run` reads one whole), asked a page at
+        a time."""
+        runs: list[FactoryRunResult] = []
+        while True:
+            after = f"&after={urllib.parse.quote(runs[-1]['runId'], safe='')}" if runs else ""
+            page = self._transport.request("GET", f"/api/runs?limit={RUNS_PAGE}{after}")
+            runs.extend(page)
+            if len(page) < RUNS_PAGE:
+                return runs
 
     def get_run_detail(self, run_id: str) -> FactoryRunDetail:
         """The run's envelope with phases, prompt-safe agent summaries and the latest progress."""

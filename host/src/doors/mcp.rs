@@ -309,6 +309,7 @@ struct ManageParams {
     meta: Option<Value>,
     run: Option<String>,
     run_id: Option<String>,
+    after: Option<String>,
     after_seq: Option<u64>,
     before_seq: Option<u64>,
     phase: Option<String>,
@@ -326,8 +327,8 @@ impl schemars::JsonSchema for ManageParams {
             "properties": {
                 "operation": {
                     "type": "string",
-                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel"],
-                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs: this session's runs, oldest first (ids, factory, status, updated time). show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable)."
+                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel", "remove"],
+                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs {after?, limit?}: a page of this session's runs, oldest first (ids, factory, status, updated time); `next`, when present, is the `after` of the next page. show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable). remove {runId}: delete an ended run and its journal for good (cancel a running one first)."
                 },
                 "name": {"type": "string", "description": "inspect: the factory's name."},
                 "meta": {
@@ -338,11 +339,12 @@ impl schemars::JsonSchema for ManageParams {
                     "type": "string",
                     "description": "author: the factory's body, ONE self-contained JavaScript async function expression, e.g. `async ({ args, agent, parallel, step, phase, log }) => { ... }`. It closes over nothing: define every schema, constant and helper inside it; no import statements. ctx has args, runId, agent(prompt, { label, schema, model }) (text, parsed JSON with a schema, or null on failure), parallel(thunks), pipeline(items, ...stages), step(key, fn), phase(title), log(message), signal."
                 },
-                "runId": {"type": "string", "description": "show, progress, wait, cancel: the run."},
+                "runId": {"type": "string", "description": "show, progress, wait, cancel, remove: the run."},
+                "after": {"type": "string", "description": "runs: the runs created after this run id (the `next` of the previous page)."},
                 "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards)."},
                 "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards)."},
                 "phase": {"type": "string", "description": "progress: only entries of this phase."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "progress: page size (default 50)."}
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "progress: page size (default 50); runs: page size (default and most 1000)."}
             },
             "required": ["operation"],
             "additionalProperties": false
@@ -615,7 +617,8 @@ impl FactoryMcp {
                 Ok(answer(value, format!("{}: {}", m.name, m.description)))
             }
             "runs" => {
-                let runs = self.client.runs(scope()).await.map_err(Self::tool_error)?;
+                let limit = p.limit.unwrap_or(factory_host::MAX_RUNS_PAGE).min(factory_host::MAX_RUNS_PAGE);
+                let runs = self.client.runs_page(scope(), p.after, Some(limit)).await.map_err(Self::tool_error)?;
                 let listed: Vec<Value> = runs
                     .iter()
                     .map(|r| {
@@ -626,7 +629,8 @@ impl FactoryMcp {
                 let lines: Vec<String> =
                     runs.iter().map(|r| format!("{} {} {}", r.run_id, r.factory, r.status.as_str())).collect();
                 let summary = if lines.is_empty() { "No runs in this session.".into() } else { lines.join("\n") };
-                Ok(answer(json!({ "runs": listed }), summary))
+                let next = runs.last().filter(|_| runs.len() >= limit).map(|r| r.run_id.clone());
+                Ok(answer(json!({ "runs": listed, "next": next }), summary))
             }
             "show" => {
                 let run_id = need(p.run_id, "runId")?;
@@ -658,9 +662,14 @@ impl FactoryMcp {
                 };
                 Ok(answer(to_value(&envelope)?, summarize(&envelope)))
             }
+            "remove" => {
+                let run_id = need(p.run_id, "runId")?;
+                self.client.remove(scope(), &run_id).await.map_err(Self::tool_error)?;
+                Ok(answer(json!({ "runId": run_id, "removed": true }), format!("Run {run_id} and its journal were deleted.")))
+            }
             other => Err(ToolError::new(
                 ErrorCode::InvalidParams,
-                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait or cancel)"),
+                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait, cancel or remove)"),
             )),
         }
     }

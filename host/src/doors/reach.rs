@@ -105,7 +105,7 @@ pub async fn open_here_or_reach(g: &GlobalArgs, catalog: Arc<dyn BackendCatalog>
             Ok(host) => return Ok(Client::Local(local(g, &host))),
             Err(Error::Store(StoreError::Locked(path))) => {
                 let client = Client::Remote(remote.clone());
-                match client.runs(&g.session).await {
+                match client.runs_page(&g.session, None, Some(1)).await {
                     Ok(_) => return Ok(client),
                     // Another user's socket, or another version: refused at once, never waited for.
                     Err(factory_host::service::ServiceError::Remote(

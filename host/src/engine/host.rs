@@ -6,7 +6,7 @@
 
 use crate::backend::{AgentBackend, BackendCatalog, BackendRef, BackendUnavailable, BuiltinCatalog, DryRun};
 use crate::sandbox::component::{ComponentLoader, LoadedComponent};
-use crate::model::envelope::{Accounting, Failure, RunEnvelope, RunStatus};
+use crate::model::envelope::{Accounting, Failure, RunEnvelope, RunStatus, RunSummary};
 use crate::error::Error;
 use crate::store::journal::Journal;
 use crate::model::limits::Limits;
@@ -262,6 +262,11 @@ pub const DETAIL_SCAN_ENTRIES: usize = 10_000;
 
 /// A run's detail lists at most this many agent summaries, the newest.
 pub const DETAIL_AGENTS: usize = 2_000;
+
+/// The most run summaries one page of a listing carries ([`Host::run_summaries`]): with
+/// messages of at most [`crate::model::envelope::SUMMARY_MESSAGE_BYTES`], a page stays a few
+/// MiB, well under what a client of the control socket reads of one answer.
+pub const MAX_RUNS_PAGE: usize = 1_000;
 
 /// `backend` with the working directories of the run's callers in other processes
 /// ([`RunRecord::caller_dirs`]) hidden from its spawns unless granted.
@@ -739,6 +744,8 @@ impl Host {
     ///   store it reads as `running`: another worker may be executing it.
     async fn current(&self, record: RunRecord) -> Result<RunEnvelope, Error> {
         let mut envelope = record.envelope;
+        // A record stored before messages were bounded may hold longer ones.
+        envelope.bound_messages();
         envelope.session = Some(record.session.clone());
         let (active, live) = {
             let active = self.active();
@@ -774,7 +781,8 @@ impl Host {
                 let refusals = queue.refusals(envelope.run_id.clone()).await?;
                 if !refusals.is_empty() {
                     let why: Vec<String> = refusals.iter().map(|(worker, reason)| format!("worker {worker}: {reason}")).collect();
-                    envelope.error = Some(format!("waiting in the queue for a worker that can serve it; tried and could not: {}", why.join("; ")));
+                    let error = format!("waiting in the queue for a worker that can serve it; tried and could not: {}", why.join("; "));
+                    envelope.error = Some(crate::model::envelope::bounded_text(error, crate::model::envelope::MAX_MESSAGE_BYTES));
                 }
             }
         }
@@ -1475,6 +1483,31 @@ impl Host {
         self.wait(scope, run_id).await
     }
 
+    /// Delete a run `scope` sees and its journal from the store (`factory rm`), so a user can
+    /// always repair a session. A run with an attempt executing (here, or by its record
+    /// elsewhere on a shared store) is refused with [`Error::AlreadyActive`]: cancel it
+    /// first. Held as this host's active run meanwhile, so no resume starts under it.
+    pub async fn remove(&self, scope: impl Into<Scope>, run_id: &str) -> Result<(), Error> {
+        let scope = scope.into();
+        match self.store.run(run_id).await {
+            Ok(Some(record)) if scope.sees(&record.session) => {}
+            // A record that cannot be read names no session: only the owner, who sees every
+            // session's runs, may remove it.
+            Err(crate::store::StoreError::Corrupt(_)) if scope == Scope::Owner => {}
+            Ok(_) => return Err(Error::NotFound(run_id.to_string())),
+            Err(e) => return Err(e.into()),
+        }
+        let _claim = self.claim(run_id)?;
+        match self.store.remove_run(run_id).await? {
+            crate::store::Removed::Removed => {
+                tracing::info!(event = "run_removed", run = %run_id, "run removed");
+                Ok(())
+            }
+            crate::store::Removed::NotFound => Err(Error::NotFound(run_id.to_string())),
+            crate::store::Removed::Active => Err(Error::AlreadyActive(run_id.to_string())),
+        }
+    }
+
     /// End a run taken out of the queue before any attempt: `cancelled`, nothing ran.
     async fn cancel_queued(&self, run_id: &str) -> Result<(), Error> {
         let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };
@@ -1607,6 +1640,34 @@ impl Host {
         let mut out = Vec::with_capacity(records.len());
         for record in records.into_iter().filter(|r| scope.sees(&r.session)) {
             out.push(self.current(record).await?);
+        }
+        Ok(out)
+    }
+
+    /// A page of the summaries of the runs `scope` sees, in creation order: those created
+    /// after run `after` (from the first when `None`), at most `limit` (capped at
+    /// [`MAX_RUNS_PAGE`]). A summary has no result and short messages
+    /// ([`RunEnvelope::summary`]), so a page's size does not depend on what the runs returned.
+    pub async fn run_summaries(&self, scope: impl Into<Scope>, after: Option<&str>, limit: usize) -> Result<Vec<RunSummary>, Error> {
+        let scope = scope.into();
+        let limit = limit.clamp(1, MAX_RUNS_PAGE);
+        let records = self.store.runs().await?;
+        let visible = records.into_iter().filter(|r| scope.sees(&r.session));
+        let mut out = Vec::new();
+        let mut started = after.is_none();
+        for record in visible {
+            if !started {
+                started = after == Some(record.envelope.run_id.as_str());
+                continue;
+            }
+            out.push(self.current(record).await?.summary());
+            if out.len() == limit {
+                break;
+            }
+        }
+        if !started {
+            // The cursor names no run this scope sees (deleted, or another session's).
+            return Err(Error::NotFound(after.unwrap_or_default().to_string()));
         }
         Ok(out)
     }

@@ -1,5 +1,8 @@
 //! The run envelope: what a caller gets back for every outcome of a run (`completed`,
-//! `error`, `halted`, `cancelled`), with typed failures and accounting.
+//! `error`, `halted`, `cancelled`), with typed failures and accounting, and the
+//! [`RunSummary`] a listing shows of it. Every message an envelope carries is bounded:
+//! a failure's message and the run's error are cut at [`MAX_MESSAGE_BYTES`] (a summary's at
+//! [`SUMMARY_MESSAGE_BYTES`]) on a UTF-8 boundary, ending with [`TRUNCATED_MARKER`].
 
 use serde::{Deserialize, Serialize};
 
@@ -115,10 +118,42 @@ pub struct Failure {
     pub message: String,
 }
 
+/// The most bytes of a failure's message or a run's error the host keeps (64 KiB): a guest
+/// that throws a longer error has it cut here, before it is stored or sent.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
+
+/// The most bytes of a failure's message or error a [`RunSummary`] carries (1 KiB).
+pub const SUMMARY_MESSAGE_BYTES: usize = 1 << 10;
+
+/// What ends a message cut to its bound.
+pub const TRUNCATED_MARKER: &str = " [truncated]";
+
+/// `text` at most `max` bytes long: a longer one is cut on a UTF-8 boundary and ends with
+/// [`TRUNCATED_MARKER`] (the marker counted in `max`).
+pub fn bounded_text(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut cut = max.saturating_sub(TRUNCATED_MARKER.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(TRUNCATED_MARKER);
+    text
+}
+
 impl Failure {
-    /// A failure of `kind_type` with an optional `kind`.
+    /// A failure of `kind_type` with an optional `kind`; a message over
+    /// [`MAX_MESSAGE_BYTES`] is cut ([`bounded_text`]).
     pub fn new(kind_type: FailureType, kind: Option<&str>, message: impl Into<String>) -> Self {
-        Failure { kind_type, kind: kind.map(str::to_string), message: message.into() }
+        Failure { kind_type, kind: kind.map(str::to_string), message: bounded_text(message.into(), MAX_MESSAGE_BYTES) }
+    }
+
+    /// This failure with its message cut to `max` bytes.
+    fn bounded(mut self, max: usize) -> Self {
+        self.message = bounded_text(self.message, max);
+        self
     }
 
     /// A factory limit (`maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`) was reached.
@@ -212,6 +247,73 @@ impl RunEnvelope {
     pub fn result_value(&self) -> Option<serde_json::Value> {
         self.result.as_ref().and_then(|r| r.to_value().ok())
     }
+
+    /// Cut the failure's message and the error to [`MAX_MESSAGE_BYTES`] (a record stored
+    /// before the bound may hold longer ones).
+    pub fn bound_messages(&mut self) {
+        self.failure = self.failure.take().map(|f| f.bounded(MAX_MESSAGE_BYTES));
+        self.error = self.error.take().map(|e| bounded_text(e, MAX_MESSAGE_BYTES));
+    }
+
+    /// The run as a listing shows it: no result (its size only), messages cut to
+    /// [`SUMMARY_MESSAGE_BYTES`].
+    pub fn summary(&self) -> RunSummary {
+        RunSummary {
+            run_id: self.run_id.clone(),
+            factory: self.factory.clone(),
+            status: self.status,
+            result_bytes: self.result.as_ref().map(|r| r.get().len() as u64),
+            failure: self.failure.clone().map(|f| f.bounded(SUMMARY_MESSAGE_BYTES)),
+            error: self.error.clone().map(|e| bounded_text(e, SUMMARY_MESSAGE_BYTES)),
+            accounting: self.accounting,
+            attempts: self.attempts,
+            backend: self.backend.clone(),
+            session: self.session.clone(),
+            created_at: self.created_at.clone(),
+            updated_at: self.updated_at.clone(),
+            revision: self.revision,
+        }
+    }
+}
+
+/// A run as listings carry it (`factory runs`, the service's `runs`, `GET /api/runs`, MCP
+/// `runs`): the envelope's fields without the result, whose size `resultBytes` gives (a
+/// result is read per run: `factory show ID`, the `envelope` and `detail` requests), and
+/// with messages cut to [`SUMMARY_MESSAGE_BYTES`], so a listing's size does not depend on
+/// what the runs returned or threw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    /// Stable across attempts.
+    pub run_id: String,
+    /// The factory's meta name.
+    pub factory: String,
+    /// Current status.
+    pub status: RunStatus,
+    /// Bytes of the result's JSON text, when the run has one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub result_bytes: Option<u64>,
+    /// The typed failure, its message cut to [`SUMMARY_MESSAGE_BYTES`].
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub failure: Option<Failure>,
+    /// The plain error message, cut to [`SUMMARY_MESSAGE_BYTES`].
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    /// Consumption over all attempts.
+    pub accounting: Accounting,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// The backend of the latest attempt.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub backend: Option<crate::model::recorded::BackendRef>,
+    /// The run's owner session.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub session: Option<String>,
+    /// RFC 3339 timestamps.
+    pub created_at: String,
+    pub updated_at: String,
+    /// Monotonic; bumped on every durable change.
+    pub revision: u64,
 }
 
 /// A field that is present is `Some`, even when it is `null` (serde's `Option` would read a
@@ -223,6 +325,39 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<c
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary_with_the_marker() {
+        assert_eq!(bounded_text("short".into(), 64), "short");
+        let exact = "x".repeat(64);
+        assert_eq!(bounded_text(exact.clone(), 64), exact, "a message at the bound is kept whole");
+        // `é` is two bytes: a cut at the bound's byte would split it.
+        let long = "é".repeat(100);
+        let cut = bounded_text(long, 64);
+        assert!(cut.len() <= 64 && cut.len() >= 64 - 1, "{}", cut.len());
+        assert!(cut.ends_with(TRUNCATED_MARKER), "{cut}");
+        assert!(cut.trim_end_matches(TRUNCATED_MARKER).chars().all(|c| c == 'é'));
+        let failure = Failure::new(FailureType::GuestError, None, "e".repeat(MAX_MESSAGE_BYTES * 3));
+        assert!(failure.message.len() <= MAX_MESSAGE_BYTES && failure.message.ends_with(TRUNCATED_MARKER));
+    }
+
+    #[test]
+    fn a_summary_has_no_result_and_short_messages() {
+        let text = r#"{"runId":"r","factory":"f","status":"error","result":{"big": "x"},"accounting":{"agentsSpawned":0,
+            "agentCacheHits":0,"activeSeconds":0,"aiCreditsNano":0},"attempts":1,"createdAt":"","updatedAt":"","revision":1}"#;
+        let mut envelope: RunEnvelope = serde_json::from_str(text).unwrap();
+        // As read from a record stored before messages were bounded.
+        envelope.failure = Some(Failure { kind_type: FailureType::GuestError, kind: None, message: "m".repeat(1 << 20) });
+        envelope.error = Some("m".repeat(1 << 20));
+        let summary = serde_json::to_value(envelope.summary()).unwrap();
+        assert!(summary.get("result").is_none());
+        assert_eq!(summary["resultBytes"], r#"{"big": "x"}"#.len());
+        assert_eq!(summary["failure"]["message"].as_str().map(str::len), Some(SUMMARY_MESSAGE_BYTES));
+        assert_eq!(summary["error"].as_str().map(str::len), Some(SUMMARY_MESSAGE_BYTES));
+        envelope.bound_messages();
+        assert_eq!(envelope.failure.map(|f| f.message.len()), Some(MAX_MESSAGE_BYTES));
+        assert_eq!(envelope.error.map(|e| e.len()), Some(MAX_MESSAGE_BYTES));
+    }
 
     #[test]
     fn accounting_written_before_cache_tokens_still_reads() {

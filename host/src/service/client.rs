@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorCode};
 use crate::engine::host::RunDetail;
 use crate::model::scope::Scope;
 use crate::store::{ProgressQuery, Registration};
-use crate::{ProgressEntry, RunEnvelope, RunUpdated};
+use crate::{ProgressEntry, RunEnvelope, RunSummary, RunUpdated};
 use std::collections::HashMap;
 
 /// Why a service call failed.
@@ -84,9 +84,31 @@ impl Client {
         }
     }
 
-    /// The runs `scope` sees, in creation order.
-    pub async fn runs(&self, scope: impl Into<Scope>) -> Result<Vec<RunEnvelope>, ServiceError> {
-        expect!(self, Request::Runs { scope: scope.into() }, Response::Runs(runs) => runs)
+    /// The summaries of every run `scope` sees, in creation order, asked a page at a time
+    /// (each answer bounded).
+    pub async fn runs(&self, scope: impl Into<Scope>) -> Result<Vec<RunSummary>, ServiceError> {
+        let scope = scope.into();
+        let mut all: Vec<RunSummary> = Vec::new();
+        loop {
+            let after = all.last().map(|r| r.run_id.clone());
+            let page = self.runs_page(scope.clone(), after, None).await?;
+            let full = page.len() >= crate::MAX_RUNS_PAGE;
+            all.extend(page);
+            if !full {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// One page of the summaries of the runs `scope` sees: at most `limit` (the most a page
+    /// holds when `None`) created after run `after`.
+    pub async fn runs_page(
+        &self,
+        scope: impl Into<Scope>,
+        after: Option<String>,
+        limit: Option<usize>,
+    ) -> Result<Vec<RunSummary>, ServiceError> {
+        expect!(self, Request::Runs { scope: scope.into(), after, limit }, Response::Runs(runs) => runs)
     }
 
     /// A run's latest envelope.
@@ -122,6 +144,12 @@ impl Client {
     pub async fn cancel(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, ServiceError> {
         let request = Request::Cancel { scope: scope.into(), run_id: run_id.into() };
         expect!(self, request, Response::Envelope(envelope) => *envelope)
+    }
+
+    /// Delete a run that is not executing, and its journal.
+    pub async fn remove(&self, scope: impl Into<Scope>, run_id: &str) -> Result<(), ServiceError> {
+        let request = Request::Remove { scope: scope.into(), run_id: run_id.into() };
+        expect!(self, request, Response::Removed { .. } => ())
     }
 
     /// The factories the session can run.

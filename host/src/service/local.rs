@@ -45,12 +45,18 @@ impl Local {
     pub async fn answer(&self, request: Request) -> Result<Response, Error> {
         let host = &self.host;
         Ok(match request {
-            Request::Runs { scope } => Response::Runs(host.runs(scope).await?),
+            Request::Runs { scope, after, limit } => {
+                Response::Runs(host.run_summaries(scope, after.as_deref(), limit.unwrap_or(crate::MAX_RUNS_PAGE)).await?)
+            }
             Request::Envelope { scope, run_id } => Response::Envelope(Box::new(host.envelope(scope, &run_id).await?)),
             Request::Detail { scope, run_id } => Response::Detail(Box::new(host.detail(scope, &run_id).await?)),
             Request::Progress { scope, run_id, query } => Response::Progress(host.progress(scope, &run_id, &query).await?),
             Request::Wait { scope, run_id } => Response::Envelope(Box::new(host.wait(scope, &run_id).await?)),
             Request::Cancel { scope, run_id } => Response::Envelope(Box::new(host.cancel(scope, &run_id).await?)),
+            Request::Remove { scope, run_id } => {
+                host.remove(scope, &run_id).await?;
+                Response::Removed { run_id }
+            }
             Request::Factories { session } => Response::Factories(host.registered_for(&session).await?),
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))

@@ -4,6 +4,12 @@
 //! refused with `unsupported_version`, and a request with a field this version does not
 //! know is refused with `bad_request` rather than half understood.
 //!
+//! Every answer is bounded: a listing (`runs`) is a page of [`RunSummary`]s (no results,
+//! short messages) of at most [`crate::MAX_RUNS_PAGE`] runs, taken after a cursor (`after`,
+//! a run id); a run's result is read per run (`envelope`, `detail`), at most the host's
+//! `maxResultBytes`, and its messages are cut at
+//! [`crate::model::envelope::MAX_MESSAGE_BYTES`].
+//!
 //! Reading and controlling runs is on behalf of a [`Scope`] (`"scope": {"session": "x"}`
 //! or `"scope": "owner"`); starting a run or authoring a factory names the concrete
 //! `session` it happens in.
@@ -13,13 +19,15 @@ use crate::engine::host::{BackendChoice, RunDetail};
 use crate::model::limits::Limits;
 use crate::model::scope::Scope;
 use crate::store::{ProgressQuery, Registration};
-use crate::{ProgressEntry, RunEnvelope, RunUpdated};
+use crate::{ProgressEntry, RunEnvelope, RunSummary, RunUpdated};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 /// The version of the wire form: every frame carries it as `"wire"`.
-pub const WIRE_VERSION: u32 = 4;
+/// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`
+/// deletes a run.
+pub const WIRE_VERSION: u32 = 5;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -57,8 +65,16 @@ struct VersionOnly {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
 pub enum Request {
-    /// The runs the scope sees, in creation order (each envelope names its `session`).
-    Runs { scope: Scope },
+    /// A page of the runs the scope sees, in creation order: the summaries of at most
+    /// `limit` runs ([`crate::MAX_RUNS_PAGE`] when absent or larger) created after run
+    /// `after` (from the first when absent). Each summary names its `session`.
+    Runs {
+        scope: Scope,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+    },
     /// A run's envelope.
     Envelope { scope: Scope, run_id: String },
     /// A run's detail.
@@ -69,6 +85,8 @@ pub enum Request {
     Wait { scope: Scope, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
     Cancel { scope: Scope, run_id: String },
+    /// Delete a run that is not executing, and its journal; answers [`Response::Removed`].
+    Remove { scope: Scope, run_id: String },
     /// The factories the session can run: its own authored ones and those registered for
     /// everyone.
     Factories { session: String },
@@ -169,6 +187,7 @@ impl Request {
             Request::Progress { .. } => "progress",
             Request::Wait { .. } => "wait",
             Request::Cancel { .. } => "cancel",
+            Request::Remove { .. } => "remove",
             Request::Factories { .. } => "factories",
             Request::Inspect { .. } => "inspect",
             Request::Author { .. } => "author",
@@ -215,8 +234,8 @@ pub enum Source {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Response {
-    /// Runs, in creation order (`runs`).
-    Runs(Vec<RunEnvelope>),
+    /// A page of run summaries, in creation order (`runs`).
+    Runs(Vec<RunSummary>),
     /// One run's envelope (`envelope`, `wait`, `cancel`).
     Envelope(Box<RunEnvelope>),
     /// One run's detail (`detail`).
@@ -229,6 +248,8 @@ pub enum Response {
     Registration(Box<Registration>),
     /// A run or attempt started in the background (`run`, `resume`).
     Started { run_id: String },
+    /// A run and its journal were deleted (`remove`).
+    Removed { run_id: String },
     /// A subscription is open: [`RunUpdated`] frames follow (`subscribe`).
     Subscribed,
     /// A follow stream is open: [`FollowEvent`] frames follow (`follow`).
@@ -248,6 +269,7 @@ impl Response {
             Response::Factories(_) => "factories",
             Response::Registration(_) => "registration",
             Response::Started { .. } => "started",
+            Response::Removed { .. } => "removed",
             Response::Subscribed => "subscribed",
             Response::Following => "following",
             Response::Metrics { .. } => "metrics",
@@ -265,6 +287,7 @@ impl Response {
             Response::Factories(factories) => serde_json::to_value(factories),
             Response::Registration(registration) => serde_json::to_value(registration),
             Response::Started { run_id } => Ok(serde_json::json!({ "runId": run_id })),
+            Response::Removed { run_id } => Ok(serde_json::json!({ "runId": run_id, "removed": true })),
             Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
             Response::Metrics { text } => Ok(serde_json::json!({ "text": text })),
         }
@@ -386,10 +409,11 @@ mod tests {
             caller_cwd: Some(PathBuf::from("/home/me/project")),
         };
         let requests = vec![
-            Request::Runs { scope: Scope::from("s") },
-            Request::Runs { scope: Scope::Owner },
+            Request::Runs { scope: Scope::from("s"), after: None, limit: None },
+            Request::Runs { scope: Scope::Owner, after: Some("r".into()), limit: Some(10) },
             Request::Detail { scope: Scope::from("s"), run_id: "r".into() },
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
+            Request::Remove { scope: Scope::from("s"), run_id: "r".into() },
             Request::Progress {
                 scope: Scope::from("s"),
                 run_id: "r".into(),
@@ -418,14 +442,14 @@ mod tests {
             assert_eq!(parse_request(&bytes).unwrap(), request, "{}", String::from_utf8_lossy(&bytes));
         }
         let text = String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":4,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        assert_eq!(text, r#"{"wire":5,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Follow { scope: Scope::Owner, run_id: "r".into(), after_seq: 2 }))).unwrap();
-        assert_eq!(text, r#"{"wire":4,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
-        let text = String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner }))).unwrap();
-        assert_eq!(text, r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#);
+        assert_eq!(text, r#"{"wire":5,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
+        let text = String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None }))).unwrap();
+        assert_eq!(text, r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":4,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":5,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -435,28 +459,30 @@ mod tests {
             r#"{"body":{"op":"runs","scope":"owner"}}"#,
             // Version 3 named a bare session where a scope is now.
             r#"{"wire":3,"body":{"op":"runs","session":"s"}}"#,
+            // Version 4 answered `runs` with whole envelopes.
+            r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":5,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":6,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 5"), "{e}");
+        assert!(e.contains("version 6"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":4,"body":{"op":"runs","scope":"owner","all":true}}"#,
-            r#"{"wire":4,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
-            r#"{"wire":4,"body":{"op":"drop","scope":"owner"}}"#,
-            r#"{"wire":4,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            r#"{"wire":5,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":5,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":5,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":5,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
             // A bare session where a scope goes, a scope that is neither form, a session
             // with more beside it, and a start request without its concrete session.
-            r#"{"wire":4,"body":{"op":"runs","session":"s"}}"#,
-            r#"{"wire":4,"body":{"op":"runs","scope":"all"}}"#,
-            r#"{"wire":4,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
-            r#"{"wire":4,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
+            r#"{"wire":5,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":5,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":5,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":5,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -467,7 +493,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":4,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":5,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),

@@ -3,7 +3,7 @@
 //! kept across a reopen), progress paging (after / before / limit / phase, phase titles,
 //! last seq), blobs, registrations by session, run modules, the journal (puts readable at
 //! once, [`Journal::load`]'s budget rules), flush durability across a reopen, writer
-//! counters, and crash repair at open.
+//! counters, crash repair at open, and removing a run with its journal.
 //!
 //! A store passes by running [`run_all`] with a function that opens *the same* stored data
 //! each time it is called (the suite drops its handle before calling it again, and expects
@@ -21,7 +21,7 @@
 
 use super::journal::{decode_outcome, fingerprint, Journal, JournalSnapshot, Loaded};
 use super::records::registration_key;
-use super::{Interruption, ProgressQuery, Registration, RunRecord, Store, StoreError};
+use super::{Interruption, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError};
 use crate::model::envelope::{Accounting, RunEnvelope, RunStatus};
 use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
@@ -48,6 +48,7 @@ pub async fn run_all(open: impl Open) {
     journal_load_order(&open).await;
     flushed_writes_survive_a_reopen(&open).await;
     crash_repair_at_open(&open).await;
+    remove_run(&open).await;
 }
 
 async fn opened(open: &impl Open) -> Arc<dyn Store> {
@@ -516,6 +517,81 @@ pub async fn crash_repair_at_open(open: &impl Open) {
     assert_eq!(failure.kind_type, crate::model::envelope::FailureType::Halted);
     assert_eq!(repaired.writes, live.writes + 1, "the repair is a write of the record");
     assert_eq!(store.run(&ended).await.expect("run"), Some(done), "an ended run is left as it was");
+}
+
+/// Removing a run: its record and journal (steps, agents, progress, modules) are gone for
+/// good, across a reopen; a run whose id starts with the removed one's keeps all of its own;
+/// a run that executes (`running`, `pending`) is refused and kept; an unknown id is
+/// `NotFound`; new runs go on after.
+pub async fn remove_run(open: &impl Open) {
+    let store = opened(open).await;
+    let run = fresh_id();
+    // Its keys sort right after the removed run's: a delete by range must stop before them.
+    let neighbour = format!("{run}-next");
+    let manifest = Manifest { root: None, modules: BTreeMap::from([("a.js".to_string(), "h".to_string())]), resolved: Vec::new() };
+    let mut records = Vec::new();
+    for id in [&run, &neighbour] {
+        let mut r = record(id, "default", RunStatus::Completed);
+        r.envelope.result = Some(crate::model::json::RawJson::from_value(&serde_json::json!({"big": "x"})));
+        store.put_run(&mut r, true).await.expect("put_run");
+        store.put_step(id, "plan", "\"v\"", 10).expect("put_step");
+        store.put_agent(id, "a1", Some("{\"text\":\"hi\"}"), 20).expect("put_agent");
+        store.put_progress(id, 1, entry(1, None, log("one")), 30).expect("put_progress");
+        store.put_accounting(id, &Accounting { agents_spawned: 1, ..Accounting::default() }).expect("put_accounting");
+        store.put_run_modules(id, &manifest).expect("put_run_modules");
+        records.push(r);
+    }
+    let (mut running, mut pending) = (record(&fresh_id(), "default", RunStatus::Running), record(&fresh_id(), "default", RunStatus::Pending));
+    store.put_run(&mut running, true).await.expect("put_run (running)");
+    store.put_run(&mut pending, true).await.expect("put_run (pending)");
+
+    // Queued writes are committed first: the journal put just before goes too.
+    assert_eq!(store.remove_run(&run).await.expect("remove_run"), Removed::Removed);
+    assert_eq!(store.run(&run).await.expect("run"), None, "the record is gone");
+    assert!(!store.runs().await.expect("runs").iter().any(|r| r.envelope.run_id == run), "and not listed");
+    assert!(store.progress(&run, &ProgressQuery::default()).await.expect("progress").is_empty(), "its progress is gone");
+    assert_eq!(store.last_progress_seq(&run).await.expect("last seq"), 0);
+    assert_eq!(store.get_step(&run, "plan").await.expect("get_step"), None, "its steps are gone");
+    assert_eq!(store.get_agent(&run, "a1").await.expect("get_agent"), None, "its agent outcomes are gone");
+    assert_eq!(store.run_modules(&run).await.expect("run_modules"), None, "its modules are gone");
+    assert_eq!(store.remove_run(&run).await.expect("remove_run again"), Removed::NotFound);
+    assert_eq!(store.remove_run(&fresh_id()).await.expect("remove_run of an unknown id"), Removed::NotFound);
+
+    // The neighbour keeps everything.
+    let kept = store.run(&neighbour).await.expect("run").expect("the neighbour's record");
+    assert_eq!(kept, records[1]);
+    assert_eq!(store.get_step(&neighbour, "plan").await.expect("get_step").as_deref(), Some("\"v\""));
+    assert_eq!(store.get_agent(&neighbour, "a1").await.expect("get_agent"), Some(Some("{\"text\":\"hi\"}".into())));
+    assert_eq!(seqs(&store.progress(&neighbour, &ProgressQuery::default()).await.expect("progress")), vec![1]);
+    assert_eq!(store.run_modules(&neighbour).await.expect("run_modules"), Some(manifest));
+
+    // A run that executes is refused and kept.
+    for r in [&running, &pending] {
+        let id = &r.envelope.run_id;
+        assert_eq!(store.remove_run(id).await.expect("remove_run (active)"), Removed::Active, "{:?}", r.envelope.status);
+        assert_eq!(store.run(id).await.expect("run").as_ref(), Some(r), "an active run is kept as it was");
+    }
+
+    // Gone for good across a reopen; new runs go on, ended ones can be removed.
+    drop(store);
+    let store = opened(open).await;
+    assert_eq!(store.run(&run).await.expect("run after a reopen"), None);
+    assert_eq!(store.get_step(&run, "plan").await.expect("get_step after a reopen"), None);
+    assert!(store.run(&neighbour).await.expect("run").is_some());
+    let mut later = record(&fresh_id(), "default", RunStatus::Completed);
+    store.put_run(&mut later, true).await.expect("put_run after a remove");
+    assert!(later.seq > records[1].seq, "the creation seq goes on");
+    for id in [neighbour, later.envelope.run_id.clone(), running.envelope.run_id.clone(), pending.envelope.run_id.clone()] {
+        // The active ones were repaired at the reopen (a store held by one process), or are
+        // ended here first.
+        if let Some(mut r) = store.run(&id).await.expect("run") {
+            if !r.envelope.status.is_terminal() {
+                r.envelope.status = RunStatus::Cancelled;
+                store.put_run(&mut r, false).await.expect("put_run (cancelled)");
+            }
+        }
+        assert_eq!(store.remove_run(&id).await.expect("remove_run"), Removed::Removed, "{id}");
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ pub use self::postgres::{PgOptions, PgStore};
 pub use self::redb::{RedbStore, StoreOptions, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES, READ_CACHE_BYTES, STORE_FILE};
 pub use error::StoreError;
 pub(crate) use error::corrupt;
-pub use records::{Interruption, ProgressQuery, Registration, RunRecord, DEFAULT_SESSION};
+pub use records::{Interruption, ProgressQuery, Registration, Removed, RunRecord, DEFAULT_SESSION};
 pub(crate) use records::timestamp as records_timestamp;
 pub use stats::WriterStats;
 
@@ -99,6 +99,14 @@ pub trait Store: Journal + std::fmt::Debug {
 
     /// The modules run `run_id` recorded (`None`: it loaded none, or ran before modules).
     fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>>;
+
+    /// Delete run `run_id` and its journal (step values, agent outcomes, progress, live
+    /// accounting, journal usage, module record) durably, after every write queued before
+    /// it. A run whose record says it executes (`running` or `pending`), or on a shared store
+    /// that another live worker has claimed to resume, is kept and answered
+    /// [`Removed::Active`]; a record that cannot be read is deleted all the same. Component
+    /// bytes stay: they are content-addressed, shared with other runs and registrations.
+    fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>>;
 
     /// Whether other processes execute runs of this store at the same time (a shared
     /// database): a `running` run that does not execute here may then be executing elsewhere,

@@ -160,6 +160,32 @@ pub fn halt_interrupted(record: &mut RunRecord, live: Option<crate::model::envel
     true
 }
 
+/// What [`crate::store::Store::remove_run`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    /// The run and its journal are gone.
+    Removed,
+    /// No run has that id.
+    NotFound,
+    /// The run's record says it executes (`running` or `pending`): nothing was deleted.
+    Active,
+}
+
+/// Whether a stored run record says its run executes (`running` or `pending`): read
+/// leniently, so a record that cannot be read otherwise is not executing.
+pub(crate) fn record_says_active(bytes: &[u8]) -> bool {
+    use crate::model::envelope::RunStatus;
+    #[derive(Deserialize)]
+    struct Status {
+        status: RunStatus,
+    }
+    #[derive(Deserialize)]
+    struct Header {
+        envelope: Status,
+    }
+    serde_json::from_slice::<Header>(bytes).is_ok_and(|h| matches!(h.envelope.status, RunStatus::Running | RunStatus::Pending))
+}
+
 /// What a damaged run record still tells: read leniently (every field optional, the rest
 /// skipped without being parsed), to list the run instead of failing the list.
 #[derive(Deserialize, Default)]

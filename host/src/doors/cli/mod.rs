@@ -57,7 +57,8 @@ enum Command {
   factory resume 0192f3c4-... --max-total-subagents 200
   factory resume 0192f3c4-... --component ./edited.wasm")]
     Resume(run::ResumeArgs),
-    /// List the session's runs (every session's with --all), oldest first.
+    /// List the session's runs (every session's with --all), oldest first: summaries,
+    /// without results (`show ID` prints one).
     #[command(after_help = "Examples:
   factory runs
   factory runs --all --json")]
@@ -80,6 +81,12 @@ enum Command {
     #[command(after_help = "Examples:
   factory cancel 0192f3c4-...")]
     Cancel(observe::RunIdArgs),
+    /// Delete runs and their journals (progress, steps, agent outcomes, accounting) from the
+    /// store; a running run is refused (already_active): cancel it first.
+    #[command(after_help = "Examples:
+  factory rm 0192f3c4-...
+  factory rm 0192f3c4-... 0192f3c5-... --json")]
+    Rm(observe::RmArgs),
     /// Follow a run's progress live until it ends.
     #[command(after_help = "Examples:
   factory watch 0192f3c4-...")]
@@ -232,6 +239,7 @@ pub fn main() -> ExitCode {
             Command::Progress(args) => observe::progress(&g, args).await,
             Command::Wait(args) => observe::wait(&g, args).await,
             Command::Cancel(args) => observe::cancel(&g, args).await,
+            Command::Rm(args) => observe::rm(&g, args).await,
             Command::Watch(args) => observe::watch(&g, args).await,
             Command::Serve(args) => serve::serve(&g, args).await,
             Command::Workers(args) => workers::workers(&g, args).await,

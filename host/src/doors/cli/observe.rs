@@ -1,4 +1,4 @@
-//! `factory runs/show/progress/wait/cancel/watch`: observe and control runs, through the
+//! `factory runs/show/progress/wait/cancel/rm/watch`: observe and control runs, through the
 //! store when this process can open it, or through the control socket of the process
 //! holding it (asked again, through the store or the next holder, when that process ended
 //! between being found and being asked: [`ask`]). The local user is the owner of the state
@@ -35,6 +35,16 @@ pub struct RunIdArgs {
     /// The run id.
     run_id: String,
     /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct RmArgs {
+    /// The runs to delete.
+    #[arg(required = true)]
+    run_ids: Vec<String>,
+    /// Print JSON: one `{runId, removed}` or `{runId, error: {code, message}}` per run.
     #[arg(long)]
     json: bool,
 }
@@ -245,6 +255,36 @@ pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let envelope = ask(g, |client| async move { client.cancel(Scope::Owner, run_id).await }).await?;
     outln!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `factory rm RUN...`: delete each run and its journal; one that cannot be deleted (unknown,
+/// running) is said and the others go on; the exit code is 1 if any failed.
+pub async fn rm(g: &GlobalArgs, a: RmArgs) -> Result<ExitCode> {
+    let mut failed = false;
+    let mut answers = Vec::new();
+    for run_id in &a.run_ids {
+        let run_id = run_id.as_str();
+        match ask(g, |client| async move { client.remove(Scope::Owner, run_id).await }).await {
+            Ok(()) => {
+                answers.push(serde_json::json!({ "runId": run_id, "removed": true }));
+                if !a.json {
+                    outln!("removed {}", s(run_id));
+                }
+            }
+            Err(e) => {
+                failed = true;
+                let code = e.downcast_ref::<factory_host::service::ServiceError>().map_or(factory_host::ErrorCode::Error, |e| e.code());
+                if !a.json {
+                    eprintln!("factory: rm {}: {}", s(run_id), s(&format!("{e:#}")));
+                }
+                answers.push(serde_json::json!({ "runId": run_id, "error": { "code": code, "message": format!("{e:#}") } }));
+            }
+        }
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&answers)?);
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {

@@ -221,7 +221,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
                 Ok(host) => break host,
                 Err(factory_host::Error::Store(StoreError::Locked(path))) => {
                     let remote = Client::Remote(crate::doors::daemon::remote(g));
-                    if remote.runs(&g.session).await.is_ok() {
+                    if remote.runs_page(&g.session, None, Some(1)).await.is_ok() {
                         if let Some(addr) = http {
                             return attach(g, remote, addr, ui_ttl).await;
                         }

@@ -9,8 +9,9 @@
 //! cookies, so no cross-site request can carry it); the `Host` header must name the address
 //! served (DNS rebinding); no CORS headers are sent, so other origins cannot read answers.
 //! The token is the user's, so the API has the owner's view: it lists, reads, follows,
-//! cancels and resumes the runs of every session (each envelope names its `session`; `GET
-//! /api/runs?session=NAME` lists one session's), and its events cover every run. A run
+//! cancels, resumes and deletes (`DELETE /api/runs/ID`) the runs of every session (each
+//! envelope names its `session`; `GET /api/runs?session=NAME` lists one session's, a page of
+//! summaries at a time: `after=RUN&limit=N`), and its events cover every run. A run
 //! started over HTTP goes in the daemon's session (`--session`, shown at `/api/session`).
 //! A request with a [`SESSION_HEADER`] instead acts as that session (the Node client's
 //! `joinSession`): it starts runs and registers factories (`POST /api/factories`) there, and
@@ -332,9 +333,11 @@ impl Api {
                 return json_response(StatusCode::OK, &json!({ "session": session }));
             }
             (&Method::GET, ["runs"]) => match parse_runs_query(&query) {
-                Ok(Scope::Owner) => Request::Runs { scope },
-                Ok(asked) if scope == Scope::Owner || asked == scope => Request::Runs { scope: asked },
-                Ok(asked) => {
+                Ok(RunsQuery { scope: Scope::Owner, after, limit }) => Request::Runs { scope, after, limit },
+                Ok(RunsQuery { scope: asked, after, limit }) if scope == Scope::Owner || asked == scope => {
+                    Request::Runs { scope: asked, after, limit }
+                }
+                Ok(RunsQuery { scope: asked, .. }) => {
                     let message = format!("a call as {scope} cannot list the runs of {asked}");
                     return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
                 }
@@ -360,6 +363,7 @@ impl Api {
             }
             (&Method::GET, ["runs", id, "wait"]) => Request::Wait { scope, run_id: id.to_string() },
             (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { scope, run_id: id.to_string() },
+            (&Method::DELETE, ["runs", id]) => Request::Remove { scope, run_id: id.to_string() },
             (&Method::POST, ["runs", id, "resume"]) => {
                 let body: ResumeBody = if body.is_empty() {
                     ResumeBody::default()
@@ -610,19 +614,31 @@ async fn read_body(req: HttpRequest<Incoming>, max: usize, timeout: Duration) ->
     }
 }
 
-/// The scope of `GET /api/runs`: every session's runs, or with `session=NAME` one session's.
-fn parse_runs_query(query: &str) -> Result<Scope, String> {
-    let mut scope = Scope::Owner;
+/// What `GET /api/runs` asks for: every session's runs, or with `session=NAME` one
+/// session's; a page of them after run `after`, at most `limit`.
+#[derive(Debug, PartialEq)]
+struct RunsQuery {
+    scope: Scope,
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `session`, `after` and `limit` from the query string of `GET /api/runs`.
+fn parse_runs_query(query: &str) -> Result<RunsQuery, String> {
+    let mut out = RunsQuery { scope: Scope::Owner, after: None, limit: None };
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "session" if value.is_empty() => return Err("`session` names a session: give it a value".into()),
-            "session" if scope != Scope::Owner => return Err("give `session` once".into()),
-            "session" => scope = Scope::Session(percent_decode(value)),
+            "session" if out.scope != Scope::Owner => return Err("give `session` once".into()),
+            "session" => out.scope = Scope::Session(percent_decode(value)),
+            "after" if value.is_empty() => return Err("`after` names a run id: give it a value".into()),
+            "after" => out.after = Some(percent_decode(value)),
+            "limit" => out.limit = Some(value.parse().map_err(|_| "`limit` must be a positive integer".to_string())?),
             other => return Err(format!("unknown query parameter `{other}`")),
         }
     }
-    Ok(scope)
+    Ok(out)
 }
 
 /// `afterSeq`, `beforeSeq`, `phase`, `limit` from a query string.
@@ -698,8 +714,17 @@ mod tests {
 
     #[test]
     fn the_runs_list_is_every_session_unless_one_is_named() {
-        assert_eq!(parse_runs_query(""), Ok(Scope::Owner));
-        assert_eq!(parse_runs_query("session=mcp%3Aclaude"), Ok(Scope::Session("mcp:claude".into())));
+        assert_eq!(parse_runs_query(""), Ok(RunsQuery { scope: Scope::Owner, after: None, limit: None }));
+        assert_eq!(
+            parse_runs_query("session=mcp%3Aclaude"),
+            Ok(RunsQuery { scope: Scope::Session("mcp:claude".into()), after: None, limit: None })
+        );
+        assert_eq!(
+            parse_runs_query("after=r%2D1&limit=20"),
+            Ok(RunsQuery { scope: Scope::Owner, after: Some("r-1".into()), limit: Some(20) })
+        );
+        assert!(parse_runs_query("limit=many").is_err());
+        assert!(parse_runs_query("after=").is_err());
         assert!(parse_runs_query("session=").is_err());
         assert!(parse_runs_query("session=a&session=b").is_err());
         assert!(parse_runs_query("all=1").is_err());

@@ -23,7 +23,7 @@ use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
 use crate::store::records::{display_key, unreadable_run};
 use crate::model::envelope::RunStatus;
-use crate::store::{corrupt, ProgressQuery, Registration, RunRecord, Store, StoreError, WriterStats};
+use crate::store::{corrupt, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
 use futures::future::{BoxFuture, FutureExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -586,6 +586,43 @@ impl Store for PgStore {
             let client = pool.get().await?;
             worker::release_claim(&client, &pool.url, &lease, &run_id).await
         })
+    }
+
+    fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>> {
+        let (pool, run_id, worker) = (self.pool.clone(), run_id.to_string(), self.lease.worker.clone());
+        async move {
+            // Every write queued before is committed first: none lands after the delete.
+            self.writer.flush().await?;
+            self.spawn(async move {
+                let e = |e| pg(&pool.url, e);
+                let mut client = pool.get().await?;
+                let tx = client.transaction().await.map_err(e)?;
+                // The row is locked: a worker claiming the run meanwhile waits, then finds it
+                // gone. An ended run another live worker has claimed (to resume it) is active.
+                let row = tx
+                    .query_opt(
+                        "SELECT r.status, r.owner IS NOT NULL AND r.owner <> $2 AND EXISTS (
+                             SELECT 1 FROM workers w WHERE w.id = r.owner AND w.lease_until >= now())
+                         FROM runs r WHERE r.id = $1 FOR UPDATE OF r",
+                        &[&run_id, &worker],
+                    )
+                    .await
+                    .map_err(e)?;
+                match row.map(|row| (row.get::<_, String>(0), row.get::<_, bool>(1))) {
+                    None => return Ok(Removed::NotFound),
+                    Some((status, claimed)) if claimed || status == "running" || status == "pending" => return Ok(Removed::Active),
+                    Some(_) => {}
+                }
+                for table in ["steps", "agents", "progress", "live_accounting", "journal_usage", "run_modules", "run_queue"] {
+                    tx.execute(&format!("DELETE FROM {table} WHERE run_id = $1"), &[&run_id]).await.map_err(e)?;
+                }
+                tx.execute("DELETE FROM runs WHERE id = $1", &[&run_id]).await.map_err(e)?;
+                tx.commit().await.map_err(e)?;
+                Ok(Removed::Removed)
+            })
+            .await
+        }
+        .boxed()
     }
 
     fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>> {

@@ -16,8 +16,8 @@ mod writer;
 
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
-use crate::store::records::{display_key, unreadable_run};
-use crate::store::{corrupt, ProgressQuery, Registration, RunRecord, Store, StoreError, WriterStats};
+use crate::store::records::{display_key, record_says_active, unreadable_run};
+use crate::store::{corrupt, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::{Database, ReadableDatabase, ReadableTable};
 use std::path::{Path, PathBuf};
@@ -162,6 +162,36 @@ impl RedbStore {
         Ok(out)
     }
 
+    /// Delete a run and its journal in one transaction, once every write queued before is
+    /// committed (so none lands after it); a run whose record says it executes is kept.
+    async fn delete_run(&self, run_id: &str) -> Result<Removed, StoreError> {
+        self.writer.flush().await?;
+        let txn = self.db.begin_write()?;
+        {
+            let mut runs = txn.open_table(RUNS)?;
+            let active = match runs.get(run_id)? {
+                None => return Ok(Removed::NotFound),
+                Some(bytes) => record_says_active(bytes.value()),
+            };
+            if active {
+                return Ok(Removed::Active);
+            }
+            runs.remove(run_id)?;
+            txn.open_table(RUN_ORDER)?.retain(|_, id| id != run_id)?;
+            // A run's journal keys are (run id, ...): every key of the run sorts before
+            // (run id + NUL, ""), and every key of a run after it from there on.
+            let next = format!("{run_id}\0");
+            txn.open_table(STEPS)?.retain_in((run_id, "")..(next.as_str(), ""), |_, _| false)?;
+            txn.open_table(AGENTS)?.retain_in((run_id, "")..(next.as_str(), ""), |_, _| false)?;
+            txn.open_table(PROGRESS)?.retain_in((run_id, 0)..=(run_id, u64::MAX), |_, _| false)?;
+            txn.open_table(LIVE_ACCOUNTING)?.remove(run_id)?;
+            txn.open_table(JOURNAL_USAGE)?.remove(run_id)?;
+            txn.open_table(RUN_MODULES)?.remove(run_id)?;
+        }
+        txn.commit()?;
+        Ok(Removed::Removed)
+    }
+
     /// Store component bytes under their hash; nothing is copied or written when the store
     /// already has them.
     fn queue_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
@@ -283,5 +313,9 @@ impl Store for RedbStore {
 
     fn run_modules<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Option<Manifest>, StoreError>> {
         ready(self.read_run_modules(run_id)).boxed()
+    }
+
+    fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>> {
+        self.delete_run(run_id).boxed()
     }
 }

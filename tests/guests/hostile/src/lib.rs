@@ -179,6 +179,9 @@ impl Factory for Hostile {
             }
             // A result of `n` bytes.
             "huge-result" => Ok(Value::String("x".repeat(args.n))),
+            // An error whose message is `n` bytes (a two-byte character last, so a cut at a
+            // byte bound could split it).
+            "huge-error" => Err(Error::msg(format!("{}é", "e".repeat(args.n.saturating_sub(2))))),
             // A result nested `n` arrays deep (over the host's JSON depth limit).
             "deep-result" => Ok((0..args.n).fold(Value::Null, |inner, _| Value::Array(vec![inner]))),
             // Raw `step-put` of text that is not JSON: refused with `invalid-json`, and the run

@@ -11,6 +11,7 @@
 
 const TOKEN_KEY = 'factory.token';
 const LOG_TAIL = 100; // log entries shown at first
+const RUNS_PAGE = 1000; // the most runs the service lists in one page of GET /api/runs
 const $ = (id) => document.getElementById(id);
 
 /** The token: exchanged for the one-time code in the URL, else the one kept from before. */
@@ -237,7 +238,14 @@ function runsView(main) {
   };
   const load = async () => {
     try {
-      const listed = await api('GET', '/api/runs');
+      // The service lists a page of summaries at a time: ask page after page.
+      const listed = [];
+      for (;;) {
+        const after = listed.length > 0 ? `&after=${encodeURIComponent(listed[listed.length - 1].runId)}` : '';
+        const page = await api('GET', `/api/runs?limit=${RUNS_PAGE}${after}`);
+        listed.push(...page);
+        if (stopped || page.length < RUNS_PAGE) break;
+      }
       if (stopped) return;
       runs = listed.reverse(); // newest first
       show();
