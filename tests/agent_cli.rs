@@ -75,7 +75,11 @@ fn a_sandboxed_agent_cli_sees_a_scratch_dir_and_its_grants_but_not_the_working_d
     std::fs::write(home.join(".ssh/id_test"), "private key").unwrap();
     std::fs::write(other.join("secret.txt"), "other secret").unwrap();
     std::fs::write(grant.join("data.txt"), "granted data").unwrap();
+    // The config named with --config lies in the home directory too: hidden all the same.
+    let config_path = home.join("conf/factory.toml");
+    std::fs::create_dir_all(config_path.parent().unwrap()).unwrap();
     let (p, h, o, g) = (project.display(), home.display(), other.display(), grant.display());
+    let c = config_path.display();
     let agent = script(
         &tools.join("agent.sh"),
         &format!(
@@ -91,11 +95,12 @@ check other-read 'cat {o}/secret.txt'
 check grant-read 'cat {g}/data.txt'
 check grant-alias-read 'cat /grant/0/data.txt'
 check grant-write 'touch {g}/from-agent'
+check config-read 'cat {c}'
 printf 'pwd=%s' "$(pwd)""#
         ),
     );
     let config = config_file(
-        &root.path().join("factory.toml"),
+        &config_path,
         &format!(
             "[backends.agent]\nkind = \"cli\"\ncommand = [\"{}\"]\n",
             agent.display()
@@ -109,7 +114,7 @@ printf 'pwd=%s' "$(pwd)""#
     assert_eq!(
         checks.trim(),
         "scratch-write=yes cwd-read=no cwd-write=no home-read=yes home-write=no ssh-read=no \
-         other-read=no grant-read=yes grant-alias-read=yes grant-write=no",
+         other-read=no grant-read=yes grant-alias-read=yes grant-write=no config-read=no",
         "what the sandboxed agent could do"
     );
     let pwd = PathBuf::from(pwd.trim());

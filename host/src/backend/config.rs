@@ -311,6 +311,10 @@ pub struct RouteConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The file it was read from (absolute), if any: hidden from agent-CLI sandboxes, as the
+    /// state and config directories are ([`BackendCatalog::hidden_files`]).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
     /// The backend used when `--backend` is not given.
     pub default: Option<String>,
     /// Named backends.
@@ -483,7 +487,9 @@ impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
-        Config::parse(&text, &shown)
+        let mut config = Config::parse(&text, &shown)?;
+        config.source = std::path::absolute(path).ok();
+        Ok(config)
     }
 
     /// The config at `explicit` (which must exist), else the first file that exists of
@@ -531,7 +537,9 @@ impl Config {
         }
         let text = String::from_utf8(bytes)
             .map_err(|e| ConfigError::Parse { path: shown.clone(), message: e.to_string() })?;
-        Config::parse(&text, &shown)
+        let mut config = Config::parse(&text, &shown)?;
+        config.source = std::path::absolute(path).ok();
+        Ok(config)
     }
 
     /// The price tables: the built-in one of each provider with this config's `[prices]`
@@ -628,6 +636,10 @@ impl BackendCatalog for Config {
 
     fn default_name(&self) -> Option<String> {
         self.default.clone()
+    }
+
+    fn hidden_files(&self) -> Vec<PathBuf> {
+        self.source.iter().cloned().collect()
     }
 }
 

@@ -16,6 +16,12 @@ pub trait BackendCatalog: Send + Sync + 'static {
     fn default_name(&self) -> Option<String> {
         None
     }
+
+    /// Files the catalog was read from, which no run's agent-CLI sandbox may see (a config
+    /// file may name a store's password or keys' variables).
+    fn hidden_files(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
 }
 
 /// The built-in backends only (`dry-run`, `script:FILE`, `openai`, `anthropic`,

@@ -1365,7 +1365,9 @@ impl Host {
         // Backends whose spawns see files (agent CLIs) see the run's grants, and only those,
         // and never what the serving front door keeps (its state, tokens, socket).
         let backend = backend.with_grants(&record.grants).unwrap_or(backend);
-        let sealed = crate::backend::Hidden { sealed: self.config.sandbox_hidden.clone(), unless_granted: Vec::new() };
+        let mut hidden = self.config.sandbox_hidden.clone();
+        hidden.extend(self.config.catalog.hidden_files());
+        let sealed = crate::backend::Hidden { sealed: hidden, unless_granted: Vec::new() };
         let backend = match sealed.is_empty() {
             true => backend,
             false => backend.hiding(&sealed).unwrap_or(backend),
