@@ -614,6 +614,27 @@ impl ServicePaths {
         cmd
     }
 
+    /// Start `factory serve --http` on this state directory, in a directory of its own under
+    /// `root` (so its working directory is not the project's), its log in `root/serve.log`;
+    /// returns once it serves, with its address and token files written.
+    fn serve_http(&self, root: &Path) -> (Killed, PathBuf) {
+        let log_path = root.join("serve.log");
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let mut serve = self.factory(&["serve", "--http", "127.0.0.1:0"]);
+        serve.current_dir(&elsewhere).stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log_path).unwrap());
+        let mut child = serve.spawn().expect("factory serve starts");
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let files = || ["http.token", "http.addr"].iter().all(|f| self.state.join(f).exists());
+        while !(log().contains("HTTP API on") && files()) {
+            assert!(child.try_wait().unwrap().is_none(), "factory serve exited: {}", log());
+            assert!(std::time::Instant::now() < deadline, "factory serve did not come up: {}", log());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        (Killed(child), log_path)
+    }
+
     /// Link the control socket into the grant, so only the mount-namespace check stands
     /// between the sandbox and the service.
     fn link_socket(&self) {
@@ -674,22 +695,9 @@ fn an_agent_cli_under_a_service_reaches_neither_its_state_nor_its_tokens_nor_the
     // writes http.token there) started in a directory of its own; the run comes from the
     // project as a client.
     let paths = service_paths(root.path(), ".factory-alt");
-    let log_path = root.path().join("serve.log");
-    let elsewhere = root.path().join("elsewhere");
-    std::fs::create_dir_all(&elsewhere).unwrap();
-    let mut serve = paths.factory(&["serve", "--http", "127.0.0.1:0"]);
-    serve.current_dir(&elsewhere).stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log_path).unwrap());
-    let mut child = serve.spawn().expect("factory serve starts");
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !(log().contains("HTTP API on") && paths.state.join("http.token").exists()) {
-        assert!(child.try_wait().unwrap().is_none(), "factory serve exited: {}", log());
-        assert!(std::time::Instant::now() < deadline, "factory serve did not come up: {}", log());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let _serve = Killed(child);
+    let (_serve, log_path) = paths.serve_http(root.path());
     paths.link_socket();
-    paths.attack(&log);
+    paths.attack(&|| std::fs::read_to_string(&log_path).unwrap_or_default());
 }
 
 #[test]
@@ -762,20 +770,7 @@ if cat {}/secret.txt >/dev/null 2>&1; then echo cwd-read=yes; else echo cwd-read
         ),
     )
     .unwrap();
-    let log_path = root.path().join("serve.log");
-    let elsewhere = root.path().join("elsewhere");
-    std::fs::create_dir_all(&elsewhere).unwrap();
-    let mut serve = paths.factory(&["serve", "--http", "127.0.0.1:0"]);
-    serve.current_dir(&elsewhere).stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log_path).unwrap());
-    let mut child = serve.spawn().expect("factory serve starts");
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !(log().contains("HTTP API on") && paths.state.join("http.addr").exists()) {
-        assert!(child.try_wait().unwrap().is_none(), "factory serve exited: {}", log());
-        assert!(std::time::Instant::now() < deadline, "factory serve did not come up: {}", log());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let _serve = Killed(child);
+    let (_serve, _log) = paths.serve_http(root.path());
 
     // Started by the user from the project, through the service: the first attempt fails.
     let probe = common::component("probe");
