@@ -70,7 +70,7 @@ pub enum Error {
     /// What a shared store says to run is refused: bytes that do not hash to their sha256,
     /// a record that does not match its consent seal, a grant outside the allowed roots.
     #[error(transparent)]
-    Trust(#[from] crate::engine::trust::TrustError),
+    Trust(#[from] crate::sandbox::admission::TrustError),
     /// A request field that is well-formed JSON but unusable (a relative `callerCwd`).
     #[error("bad_request: {0}")]
     BadRequest(String),

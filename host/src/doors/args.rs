@@ -69,9 +69,9 @@ impl GlobalArgs {
     pub fn sandbox_hidden(&self) -> Vec<PathBuf> {
         let state = std::path::absolute(&self.state_dir).unwrap_or_else(|_| self.state_dir.clone());
         let mut hidden = vec![
-            crate::doors::control::socket_path(&state),
-            state.join(crate::doors::http::TOKEN_FILE),
-            state.join(crate::doors::mcp::TOKEN_FILE),
+            state.join(crate::doors::state_files::CONTROL_SOCKET),
+            state.join(crate::doors::state_files::HTTP_TOKEN),
+            state.join(crate::doors::state_files::MCP_TOKEN),
             state,
         ];
         hidden.extend(factory_host::access::default_state_dir().ok());

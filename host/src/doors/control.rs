@@ -27,7 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
 /// The socket's file name inside the state directory.
-pub const SOCKET_FILE: &str = "control.sock";
+pub const SOCKET_FILE: &str = crate::doors::state_files::CONTROL_SOCKET;
 
 /// How long the server waits for a whole request line after a client connects.
 pub const REQUEST_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

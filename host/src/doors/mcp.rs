@@ -61,7 +61,7 @@ fn wait_seconds(text: &str) -> Result<Duration, String> {
 }
 
 /// The token file of `factory mcp --http`, in the state directory.
-pub const TOKEN_FILE: &str = "mcp.token";
+pub const TOKEN_FILE: &str = crate::doors::state_files::MCP_TOKEN;
 
 /// Whether the user named the session (`--session`, or `FACTORY_SESSION`), rather than
 /// leaving the global default.

@@ -2,8 +2,9 @@
 //! [`factory_host::service`] API: the command line ([`cli`]), the [`control`] socket
 //! other local processes talk to, the JSON API and dashboard ([`http`]) and the Model
 //! Context Protocol server ([`mcp`]). [`reach`] and [`daemon`] find (or start) the state
-//! directory's service that every door is a client of; [`args`] are the options they share;
-//! [`telemetry`] sets up the binary's logs.
+//! directory's service that every door is a client of; [`args`] are the options they share,
+//! [`state_files`] the files they keep in the state directory; [`telemetry`] sets up the
+//! binary's logs.
 
 pub mod args;
 pub mod cli;
@@ -12,4 +13,5 @@ pub mod daemon;
 pub mod http;
 pub mod mcp;
 pub mod reach;
+pub mod state_files;
 pub mod telemetry;

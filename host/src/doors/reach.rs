@@ -67,7 +67,7 @@ pub async fn open_shared_host(
     url: &str,
     worker: Option<&str>,
     caps: factory_host::engine::caps::Caps,
-    trust: factory_host::engine::trust::ClusterTrust,
+    trust: factory_host::sandbox::admission::ClusterTrust,
     password: Option<String>,
 ) -> Result<Arc<Host>, Error> {
     use factory_host::store::postgres::{default_worker_id, PgOptions, PgStore};

@@ -13,7 +13,7 @@ use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
 use crate::model::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::engine::loaded::Kept;
-use crate::engine::trust::{Bound, TrustError};
+use crate::sandbox::admission::{Bound, TrustError};
 use crate::engine::run::{self, AttemptSetup, Capabilities};
 use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::model::schema::Schema;
@@ -57,7 +57,7 @@ pub struct HostConfig {
     pub read_cache_bytes: usize,
     /// What a worker of a shared store checks before it runs what the store says (its
     /// consent seal key, the roots it mounts grants under); unused with a store of one process.
-    pub trust: crate::engine::trust::ClusterTrust,
+    pub trust: crate::sandbox::admission::ClusterTrust,
     /// Paths no run's subagent sandbox may see, even inside a grant: what the front door
     /// serving this host keeps there (its state directories, token files, control socket).
     pub sandbox_hidden: Vec<PathBuf>,
@@ -481,7 +481,7 @@ impl Host {
             .blob(&script.sha256)
             .await?
             .ok_or_else(|| Error::NotRegistered(format!("no stored source with sha256 {}", script.sha256)))?;
-        crate::engine::trust::check_bytes("script source", &script.sha256, &text)?;
+        crate::sandbox::admission::check_bytes("script source", &script.sha256, &text)?;
         let text = String::from_utf8(text).map_err(|_| ScriptError::NotText(script.file_name.clone()))?;
         let runner = match self.runner() {
             Ok(runner) if runner.hash == runner_hash => runner,
@@ -491,7 +491,7 @@ impl Host {
                     .blob(runner_hash)
                     .await?
                     .ok_or_else(|| Error::NotRegistered(format!("no stored runner with sha256 {runner_hash}")))?;
-                crate::engine::trust::check_bytes("JS runner", runner_hash, &bytes)?;
+                crate::sandbox::admission::check_bytes("JS runner", runner_hash, &bytes)?;
                 self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
             }
         };
@@ -577,7 +577,7 @@ impl Host {
             .ok_or_else(|| Error::NotRegistered(format!("no stored component with sha256 {hash}")))?;
         // Hashed again before anything of it is compiled or run: the store may have been
         // written by someone else (a shared database).
-        crate::engine::trust::check_bytes("component", hash, &bytes)?;
+        crate::sandbox::admission::check_bytes("component", hash, &bytes)?;
         self.load_bytes(&bytes).await
     }
 

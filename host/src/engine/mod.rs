@@ -1,7 +1,8 @@
 //! The run engine: [`host::Host`] loads factories, runs, resumes, cancels and observes
 //! them, and recovers halted runs ([`recover`]); [`run`] drives one attempt to its end and
-//! classifies its outcome; [`queue`] is a worker's side of a shared store's run queue, under the [`caps`] it is given; [`trust`] is what a worker checks before it runs what a shared
-//! store says. The hooks an attempt serves are [`crate::capabilities`].
+//! classifies its outcome; [`queue`] is a worker's side of a shared store's run queue, under
+//! the [`caps`] it is given (what it checks before it runs what a shared store says is
+//! [`crate::sandbox::admission`]). The hooks an attempt serves are [`crate::capabilities`].
 
 pub mod caps;
 pub mod host;
@@ -9,4 +10,3 @@ pub(crate) mod loaded;
 pub mod queue;
 pub mod recover;
 pub(crate) mod run;
-pub mod trust;

@@ -2,9 +2,11 @@
 //! `Store` with its memory and table caps, and a deny-by-default WASI context for guests
 //! that import WASI (no env, no args, no files, no network; stdout/stderr captured). The
 //! only way to widen it is a read-only directory grant ([`check_grants`]), mounted in the
-//! guest at [`grant_mount_point`].
+//! guest at [`grant_mount_point`]. What a worker of a shared store admits of what the
+//! database says to run (component hashes, consent seals, grant roots) is [`admission`].
 
 
+pub mod admission;
 pub mod component;
 pub(crate) mod contract;
 

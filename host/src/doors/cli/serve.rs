@@ -336,7 +336,7 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
 /// What this worker checks before it runs what the shared store says: consent seals keyed
 /// by the cluster token (when one is given), grants mounted only under `roots` (each must be
 /// a directory; kept canonical).
-fn cluster_trust(g: &GlobalArgs, roots: &[std::path::PathBuf]) -> Result<factory_host::engine::trust::ClusterTrust> {
+fn cluster_trust(g: &GlobalArgs, roots: &[std::path::PathBuf]) -> Result<factory_host::sandbox::admission::ClusterTrust> {
     let roots = roots
         .iter()
         .map(|root| {
@@ -345,7 +345,7 @@ fn cluster_trust(g: &GlobalArgs, roots: &[std::path::PathBuf]) -> Result<factory
             Ok(canonical)
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(factory_host::engine::trust::ClusterTrust::new(g.cluster_token()?.as_deref(), roots))
+    Ok(factory_host::sandbox::admission::ClusterTrust::new(g.cluster_token()?.as_deref(), roots))
 }
 
 /// Stop claiming (new runs started here go to the queue for the other workers), then let the

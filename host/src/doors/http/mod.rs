@@ -62,10 +62,10 @@ use crate::doors::http::bind::BODY_READ_TIMEOUT;
 use std::time::Duration;
 
 /// The token file's name in the state directory.
-pub const TOKEN_FILE: &str = "http.token";
+pub const TOKEN_FILE: &str = crate::doors::state_files::HTTP_TOKEN;
 
 /// The file in the state directory naming the address served (for `factory ui`).
-pub const ADDR_FILE: &str = "http.addr";
+pub const ADDR_FILE: &str = crate::doors::state_files::HTTP_ADDR;
 
 /// The web dashboard's assets, embedded (plain files: no build step, no Node).
 const UI_ASSETS: &[(&str, &str, &str)] = &[
