@@ -118,6 +118,10 @@ pub enum ErrorCode {
     Unavailable,
     /// The caller cancelled what it was waiting for.
     Cancelled,
+    /// What a shared store says to run is refused ([`crate::sandbox::admission::TrustError`]:
+    /// bytes that do not hash to their sha256, a record that does not match its consent seal,
+    /// a grant under no allowed root).
+    Refused,
     /// Anything else.
     #[serde(other)]
     Error,
@@ -143,6 +147,7 @@ impl ErrorCode {
             ErrorCode::ForbiddenHost => "forbidden_host",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::InvalidCode => "invalid_code",
+            ErrorCode::Refused => "refused",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::Error => "error",
@@ -171,6 +176,7 @@ impl Error {
             Error::Script(_) => ErrorCode::InvalidScript,
             Error::Load(LoadError::TooLarge { .. } | LoadError::NotAFile { .. }) => ErrorCode::InvalidParams,
             Error::BadRequest(_) => ErrorCode::BadRequest,
+            Error::Trust(_) => ErrorCode::Refused,
             _ => ErrorCode::Error,
         }
     }
@@ -182,10 +188,18 @@ mod tests {
 
     #[test]
     fn codes_keep_their_wire_strings_and_an_unknown_one_reads_as_error() {
-        for code in [ErrorCode::NotFound, ErrorCode::NoApprovalProvider, ErrorCode::ForbiddenHost, ErrorCode::Error] {
+        for code in [ErrorCode::NotFound, ErrorCode::NoApprovalProvider, ErrorCode::ForbiddenHost, ErrorCode::Refused, ErrorCode::Error] {
             assert_eq!(serde_json::to_value(code).unwrap(), serde_json::json!(code.as_str()));
             assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!(code.as_str())).unwrap(), code);
         }
         assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!("from_a_newer_peer")).unwrap(), ErrorCode::Error);
+    }
+
+    #[test]
+    fn what_a_worker_refuses_of_a_shared_store_has_a_code_of_its_own() {
+        use crate::sandbox::admission::TrustError;
+        let refused = super::Error::from(TrustError::ConsentMismatch("r".into()));
+        assert_eq!(refused.code(), ErrorCode::Refused);
+        assert!(refused.to_string().starts_with("consent_mismatch: "), "{refused}");
     }
 }

@@ -195,7 +195,9 @@ fn status_of(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::NotFound | ErrorCode::UnknownFactory => StatusCode::NOT_FOUND,
         ErrorCode::AlreadyActive | ErrorCode::NonResumable => StatusCode::CONFLICT,
-        ErrorCode::NoApprovalProvider | ErrorCode::Forbidden | ErrorCode::ForbiddenHost => StatusCode::FORBIDDEN,
+        ErrorCode::NoApprovalProvider | ErrorCode::Forbidden | ErrorCode::ForbiddenHost | ErrorCode::Refused => {
+            StatusCode::FORBIDDEN
+        }
         ErrorCode::InvalidLimits
         | ErrorCode::InvalidArgs
         | ErrorCode::InvalidParams
