@@ -1653,16 +1653,20 @@ impl Host {
     pub async fn run_summaries(&self, scope: impl Into<Scope>, after: Option<&str>, limit: usize) -> Result<Vec<RunSummary>, Error> {
         let scope = scope.into();
         let limit = limit.clamp(1, MAX_RUNS_PAGE);
-        let records = self.store.runs().await?;
-        let visible = records.into_iter().filter(|r| scope.sees(&r.session));
+        // Read without results (only their sizes): a listing's memory does not grow with
+        // what the runs returned.
+        let listed = self.store.listed_runs().await?;
+        let visible = listed.into_iter().filter(|l| scope.sees(&l.record.session));
         let mut out = Vec::new();
         let mut started = after.is_none();
-        for record in visible {
+        for listed in visible {
             if !started {
-                started = after == Some(record.envelope.run_id.as_str());
+                started = after == Some(listed.record.envelope.run_id.as_str());
                 continue;
             }
-            out.push(self.current(record).await?.summary());
+            let mut summary = self.current(listed.record).await?.summary();
+            summary.result_bytes = listed.result_bytes;
+            out.push(summary);
             if out.len() == limit {
                 break;
             }

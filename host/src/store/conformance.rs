@@ -21,7 +21,7 @@
 
 use super::journal::{decode_outcome, fingerprint, Journal, JournalSnapshot, Loaded};
 use super::records::registration_key;
-use super::{Interruption, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError};
+use super::{Interruption, ListedRun, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError};
 use crate::model::envelope::{Accounting, RunEnvelope, RunStatus};
 use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
@@ -128,6 +128,13 @@ pub async fn run_records(open: &impl Open) {
     records[0] = first;
     let listed = ours(&store.runs().await.expect("runs"), &ids);
     assert_eq!(listed, records, "runs lists every record, in creation order, as last put");
+    // A listing's read: the same records in the same order, each without its result and
+    // with the result's size.
+    let listed: Vec<ListedRun> = store.listed_runs().await.expect("listed_runs").into_iter().filter(|l| ids.contains(&l.record.envelope.run_id)).collect();
+    let expected: Vec<ListedRun> = records.iter().cloned().map(ListedRun::of).collect();
+    assert_eq!(listed, expected, "listed_runs lists every record in creation order, results left out");
+    assert_eq!(listed[0].result_bytes, Some(r#"{"ok":true}"#.len() as u64), "the result's size is kept");
+    assert!(listed.iter().all(|l| l.record.envelope.result.is_none()), "no result is read into a listing");
 
     drop(store);
     let store = opened(open).await;

@@ -28,7 +28,7 @@ pub use self::postgres::{PgOptions, PgStore};
 pub use self::redb::{RedbStore, StoreOptions, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES, READ_CACHE_BYTES, STORE_FILE};
 pub use error::StoreError;
 pub(crate) use error::corrupt;
-pub use records::{Interruption, ProgressQuery, Registration, Removed, RunRecord, DEFAULT_SESSION};
+pub use records::{Interruption, ListedRun, ProgressQuery, Registration, Removed, RunRecord, DEFAULT_SESSION};
 pub(crate) use records::timestamp as records_timestamp;
 pub use stats::WriterStats;
 
@@ -66,6 +66,12 @@ pub trait Store: Journal + std::fmt::Debug {
     /// [`unreadable`](records::unreadable_run) stand-in (status `error`, failure `storage` /
     /// `unreadable_record`) instead of failing the list.
     fn runs(&self) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
+
+    /// Every run record as a listing reads it, in creation order: without its result (only
+    /// the result's size is kept), each result dropped as its record is read, so a listing
+    /// holds at most one result at a time however many runs returned big ones. Unreadable
+    /// records are listed as in [`Store::runs`].
+    fn listed_runs(&self) -> BoxFuture<'_, Result<Vec<ListedRun>, StoreError>>;
 
     /// Progress entries of a run, paged (see [`ProgressQuery`]), in ascending seq order, each
     /// with the title of the phase it was recorded in.

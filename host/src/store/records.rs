@@ -66,6 +66,24 @@ pub struct RunRecord {
     pub caller_dirs: Vec<String>,
 }
 
+/// A run record as a listing reads it ([`crate::store::Store::listed_runs`]): its result
+/// left in the store, only the result's size kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedRun {
+    /// The record, its envelope's `result` absent.
+    pub record: RunRecord,
+    /// Bytes of the result's JSON text, when the run has one.
+    pub result_bytes: Option<u64>,
+}
+
+impl ListedRun {
+    /// `record` with its result dropped and its size kept.
+    pub fn of(mut record: RunRecord) -> ListedRun {
+        let result_bytes = record.envelope.result.take().map(|r| r.get().len() as u64);
+        ListedRun { record, result_bytes }
+    }
+}
+
 /// A run remembers at most this many callers' working directories ([`RunRecord::caller_dirs`]).
 pub const MAX_CALLER_DIRS: usize = 16;
 

@@ -23,7 +23,7 @@ use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
 use crate::store::records::{display_key, unreadable_run};
 use crate::model::envelope::RunStatus;
-use crate::store::{corrupt, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
+use crate::store::{corrupt, ListedRun, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
 use futures::future::{BoxFuture, FutureExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -449,6 +449,27 @@ impl Store for PgStore {
             let client = pool.get().await?;
             let rows = client.query("SELECT id, seq, record FROM runs ORDER BY seq", &[]).await.map_err(|e| pg(&pool.url, e))?;
             Ok(rows.iter().map(|row| read_record(row.get(0), row.get(1), row.get(2))).collect())
+        })
+    }
+
+    fn listed_runs(&self) -> BoxFuture<'_, Result<Vec<ListedRun>, StoreError>> {
+        let pool = self.pool.clone();
+        self.spawn(async move {
+            use futures::TryStreamExt;
+            let client = pool.get().await?;
+            // Row by row as the server sends them, each result dropped once its record is
+            // read: the listing holds one result at a time, not every run's.
+            let no_params: [&str; 0] = [];
+            let rows = client
+                .query_raw("SELECT id, seq, record FROM runs ORDER BY seq", no_params)
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
+            let mut rows = std::pin::pin!(rows);
+            let mut out = Vec::new();
+            while let Some(row) = rows.try_next().await.map_err(|e| pg(&pool.url, e))? {
+                out.push(ListedRun::of(read_record(row.get(0), row.get(1), row.get(2))));
+            }
+            Ok(out)
         })
     }
 

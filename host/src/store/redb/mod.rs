@@ -17,7 +17,7 @@ mod writer;
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
 use crate::store::records::{display_key, record_says_active, unreadable_run};
-use crate::store::{corrupt, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
+use crate::store::{corrupt, ListedRun, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::{Database, ReadableDatabase, ReadableTable};
 use std::path::{Path, PathBuf};
@@ -146,6 +146,12 @@ impl RedbStore {
     /// [`unreadable`](unreadable_run) stand-in (status `error`, failure `storage` /
     /// `unreadable_record`) instead of failing the list.
     fn read_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.read_runs_as(|record| record)
+    }
+
+    /// Every run record in creation order, each turned into `T` by `keep` as soon as it is
+    /// read (a listing drops the result there, so at most one is held at a time).
+    fn read_runs_as<T>(&self, keep: impl Fn(RunRecord) -> T) -> Result<Vec<T>, StoreError> {
         let txn = self.db.begin_read()?;
         let order = txn.open_table(RUN_ORDER)?;
         let runs = txn.open_table(RUNS)?;
@@ -153,10 +159,10 @@ impl RedbStore {
         for row in order.iter()? {
             let (seq, id) = row?;
             if let Some(bytes) = runs.get(id.value())? {
-                out.push(match serde_json::from_slice(bytes.value()) {
+                out.push(keep(match serde_json::from_slice(bytes.value()) {
                     Ok(record) => record,
                     Err(e) => unreadable_run(id.value(), seq.value(), bytes.value(), &e),
-                });
+                }));
             }
         }
         Ok(out)
@@ -277,6 +283,10 @@ impl Store for RedbStore {
 
     fn runs(&self) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         ready(self.read_runs()).boxed()
+    }
+
+    fn listed_runs(&self) -> BoxFuture<'_, Result<Vec<ListedRun>, StoreError>> {
+        ready(self.read_runs_as(ListedRun::of)).boxed()
     }
 
     fn progress<'a>(&'a self, run_id: &'a str, query: &'a ProgressQuery) -> BoxFuture<'a, Result<Vec<ProgressEntry>, StoreError>> {
