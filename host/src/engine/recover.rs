@@ -89,7 +89,10 @@ pub fn is_interrupted(record: &RunRecord) -> bool {
 /// each recovered run's new attempt has started (it then runs in the background) or the
 /// run was left `halted`; one [`Recovery`] per interrupted run, in creation order.
 pub async fn recover_interrupted(host: &Arc<Host>, max: u32) -> Result<Vec<Recovery>, Error> {
-    let interrupted: Vec<RunRecord> = host.store().runs().await?.into_iter().filter(is_interrupted).collect();
+    // Read as a listing reads them, without results: an interrupted run has none (only a
+    // completed one does), and a start need not hold every completed run's result at once.
+    let listed = host.store().listed_runs().await?;
+    let interrupted: Vec<RunRecord> = listed.into_iter().map(|l| l.record).filter(is_interrupted).collect();
     let recovered = futures::future::join_all(interrupted.into_iter().map(|record| recover_one(host, record, max))).await;
     for r in &recovered {
         match &r.outcome {
