@@ -45,16 +45,11 @@ pub async fn workers(g: &crate::doors::args::GlobalArgs, a: WorkersArgs) -> Resu
     Ok(ExitCode::SUCCESS)
 }
 
-/// The longest password file read.
-const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
-
 /// The password of the store `url` from `file` (`--store-password-file`: owner-only, its
 /// first line), when given; `None` leaves it to the URL, `PGPASSWORD` or `~/.pgpass`. A
 /// password in a URL given on the command line (`flag`, not `FACTORY_STORE`) is warned about:
 /// other local users can read a process's arguments.
 pub fn store_password(url: &str, file: Option<&std::path::Path>, flag: bool) -> Result<Option<String>> {
-    use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
     let from_env = std::env::var("FACTORY_STORE").is_ok_and(|v| v == url);
     if flag && !from_env && factory_host::store::postgres::url::has_password(url) {
         eprintln!(
@@ -63,18 +58,7 @@ pub fn store_password(url: &str, file: Option<&std::path::Path>, flag: bool) -> 
         );
     }
     let Some(path) = file else { return Ok(None) };
-    let opened = std::fs::File::open(path).with_context(|| format!("reading the password file {}", path.display()))?;
-    let metadata = opened.metadata().with_context(|| format!("reading the password file {}", path.display()))?;
-    let mode = metadata.permissions().mode();
-    anyhow::ensure!(
-        mode & 0o077 == 0,
-        "the password file {} is readable by others (mode {:o}): chmod 600 it",
-        path.display(),
-        mode & 0o777
-    );
-    let mut text = String::new();
-    opened.take(MAX_PASSWORD_FILE_BYTES + 1).read_to_string(&mut text).with_context(|| format!("reading the password file {}", path.display()))?;
-    anyhow::ensure!(text.len() as u64 <= MAX_PASSWORD_FILE_BYTES, "the password file {} is over {MAX_PASSWORD_FILE_BYTES} bytes", path.display());
+    let text = crate::doors::http::bearer::read_secret_file(path, "password file")?;
     let password = text.lines().next().unwrap_or_default().to_string();
     anyhow::ensure!(!password.is_empty(), "the password file {} is empty", path.display());
     Ok(Some(password))

@@ -35,19 +35,26 @@ pub fn cluster_token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
         return checked_token(text, TOKEN_ENV).map(Some);
     }
     let Some(path) = file else { return Ok(None) };
+    let text = read_secret_file(path, "token file")?;
+    checked_token(&text, &format!("the token file {}", path.display())).map(Some)
+}
+
+/// The text of a secret the user keeps in a file (`what`: `token file`, `password file`):
+/// readable by its owner only, at most [`MAX_TOKEN_FILE_BYTES`].
+pub fn read_secret_file(path: &Path, what: &str) -> anyhow::Result<String> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
-    let opened = std::fs::File::open(path).with_context(|| format!("reading the token file {}", path.display()))?;
-    let mode = opened.metadata().with_context(|| format!("reading the token file {}", path.display()))?.permissions().mode();
+    let opened = std::fs::File::open(path).with_context(|| format!("reading the {what} {}", path.display()))?;
+    let mode = opened.metadata().with_context(|| format!("reading the {what} {}", path.display()))?.permissions().mode();
     if mode & 0o077 != 0 {
-        bail!("the token file {} is readable by others (mode {:o}): chmod 600 it", path.display(), mode & 0o777);
+        bail!("the {what} {} is readable by others (mode {:o}): chmod 600 it", path.display(), mode & 0o777);
     }
     let mut text = String::new();
-    opened.take(MAX_TOKEN_FILE_BYTES + 1).read_to_string(&mut text).with_context(|| format!("reading the token file {}", path.display()))?;
+    opened.take(MAX_TOKEN_FILE_BYTES + 1).read_to_string(&mut text).with_context(|| format!("reading the {what} {}", path.display()))?;
     if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
-        bail!("the token file {} is over {MAX_TOKEN_FILE_BYTES} bytes", path.display());
+        bail!("the {what} {} is over {MAX_TOKEN_FILE_BYTES} bytes", path.display());
     }
-    checked_token(&text, &format!("the token file {}", path.display())).map(Some)
+    Ok(text)
 }
 
 fn checked_token(text: &str, from: &str) -> anyhow::Result<String> {
