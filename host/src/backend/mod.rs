@@ -147,6 +147,10 @@ pub enum OutageKind {
     Misconfigured,
     /// A replay-only cassette has no exchange for the call.
     ReplayMiss,
+    /// The provider's quota is spent (OpenAI `insufficient_quota`, a usage or credit limit,
+    /// or a wait past the backend's bound): no retry fixes it before the quota resets. The
+    /// run is parked until then ([`BackendError::resume_at`]).
+    Quota,
 }
 
 impl OutageKind {
@@ -163,6 +167,7 @@ impl OutageKind {
             OutageKind::NotInstalled => "not_installed",
             OutageKind::Misconfigured => "misconfigured",
             OutageKind::ReplayMiss => "replay_miss",
+            OutageKind::Quota => "quota",
         }
     }
 }
@@ -189,6 +194,15 @@ pub enum BackendError {
         /// The backend's message.
         message: String,
     },
+    /// The provider's quota is spent ([`OutageKind::Quota`]): a backend failure the run waits
+    /// out, parked until `until` when the provider said when the quota resets.
+    #[error("{message}")]
+    QuotaSpent {
+        /// The backend's message.
+        message: String,
+        /// When the quota resets, if the provider said.
+        until: Option<std::time::SystemTime>,
+    },
 }
 
 impl BackendError {
@@ -202,18 +216,32 @@ impl BackendError {
         BackendError::Outage { kind, message: message.into() }
     }
 
+    /// A spent quota that resets at `until` (unknown: `None`).
+    pub fn quota(message: impl Into<String>, until: Option<std::time::SystemTime>) -> Self {
+        BackendError::QuotaSpent { message: message.into(), until }
+    }
+
     /// The outage kind, for a backend failure.
     pub fn outage_kind(&self) -> Option<OutageKind> {
         match self {
             BackendError::Ordinary(_) => None,
             BackendError::Outage { kind, .. } => Some(*kind),
+            BackendError::QuotaSpent { .. } => Some(OutageKind::Quota),
+        }
+    }
+
+    /// When the run may try again by itself: a spent quota's reset time, when known.
+    pub fn resume_at(&self) -> Option<std::time::SystemTime> {
+        match self {
+            BackendError::QuotaSpent { until, .. } => *until,
+            _ => None,
         }
     }
 
     /// The message, whatever the class.
     pub fn message(&self) -> &str {
         match self {
-            BackendError::Ordinary(m) | BackendError::Outage { message: m, .. } => m,
+            BackendError::Ordinary(m) | BackendError::Outage { message: m, .. } | BackendError::QuotaSpent { message: m, .. } => m,
         }
     }
 }

@@ -34,6 +34,7 @@ pub fn redact_error(error: BackendError, secrets: &[&str]) -> BackendError {
     match error {
         BackendError::Ordinary(message) => BackendError::Ordinary(redact(&message, secrets)),
         BackendError::Outage { kind, message } => BackendError::Outage { kind, message: redact(&message, secrets) },
+        BackendError::QuotaSpent { message, until } => BackendError::QuotaSpent { message: redact(&message, secrets), until },
     }
 }
 

@@ -17,7 +17,8 @@ pub(crate) enum Abort {
     /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
     SandboxLimit { kind: &'static str, message: String },
     /// The backend could not be used (unreachable, auth, unknown model, ...).
-    Backend { kind: OutageKind, message: String },
+    /// `resume_at`: when a spent quota resets ([`OutageKind::Quota`]), if the provider said.
+    Backend { kind: OutageKind, message: String, resume_at: Option<std::time::SystemTime> },
     /// A budgeted run would spawn on a model whose cost is unknown (`maxAiCredits`).
     Unpriced(String),
 }

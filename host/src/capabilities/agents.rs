@@ -475,7 +475,7 @@ impl Agents {
                     if let Some(kind) = e.outage_kind() {
                         // Not an answer: the attempt stops and the call stays unjournaled.
                         let message = format!("agent `{label}`: {}", e.message());
-                        outcome = Err(self.attempt.abort(Abort::Backend { kind, message }));
+                        outcome = Err(self.attempt.abort(Abort::Backend { kind, message, resume_at: e.resume_at() }));
                     } else {
                         self.progress.log(format!("agent `{label}` failed: {e}"));
                     }

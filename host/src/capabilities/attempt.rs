@@ -202,7 +202,7 @@ impl Attempt {
             Abort::Storage(e) => Some(Failure::new(FailureType::Storage, None, e.to_string())),
             Abort::InvalidCall(m) => Some(Failure::new(FailureType::InvalidCall, None, m.clone())),
             Abort::SandboxLimit { kind, message } => Some(Failure::new(FailureType::SandboxLimit, Some(kind), message.clone())),
-            Abort::Backend { kind, message } => Some(Failure::new(FailureType::Backend, Some(kind.as_str()), message.clone())),
+            Abort::Backend { kind, message, .. } => Some(Failure::new(FailureType::Backend, Some(kind.as_str()), message.clone())),
             Abort::Unpriced(message) => Some(Failure::limit(LimitKind::MaxAiCredits.name(), message.clone())),
         };
         let cause = match failure {

@@ -141,7 +141,7 @@ impl From<Abort> for wit::Abort {
         match abort {
             Abort::Cancelled => wit::Abort::Cancelled,
             Abort::Halted => wit::Abort::Halted,
-            Abort::Backend { kind, message } => wit::Abort::Backend(format!("{}: {message}", kind.as_str())),
+            Abort::Backend { kind, message, .. } => wit::Abort::Backend(format!("{}: {message}", kind.as_str())),
             Abort::Unpriced(_) => wit::Abort::LimitReached(wit::LimitKind::MaxAiCredits),
             Abort::Limit(kind) => wit::Abort::LimitReached(match kind {
                 LimitKind::MaxTotalSubagents => wit::LimitKind::MaxTotalSubagents,
