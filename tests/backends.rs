@@ -323,16 +323,20 @@ async fn openai_retries_are_bounded() {
     assert!(err.message().contains("HTTP 503") && err.message().contains("overloaded"), "{err}");
     assert_eq!(err.outage_kind(), Some(OutageKind::ServerError), "5xx past the retries is a backend failure");
 
-    // A Retry-After longer than the backend waits fails at once, without retrying.
+    // A Retry-After longer than the backend waits (max_wait_seconds, 600 by default) fails at
+    // once, without retrying: the quota is spent until then, and the error says when.
     let slow = Server::start(|_, _| Reply {
         headers: vec![("retry-after", "3600".into())],
         ..openai_error(429, "rate_limit_exceeded", "slow down", None)
     })
     .await;
+    let before = std::time::SystemTime::now();
     let err = OpenAi::new(openai_config(&slow)).unwrap().call(request("hello", None, None, None)).await.unwrap_err();
     assert_eq!(slow.count(), 1);
     assert!(err.message().contains("3600"), "{err}");
-    assert_eq!(err.outage_kind(), Some(OutageKind::RateLimited));
+    assert_eq!(err.outage_kind(), Some(OutageKind::Quota));
+    let resume_at = err.resume_at().expect("the reset time the server gave");
+    assert!(resume_at >= before + Duration::from_secs(3600), "{resume_at:?}");
 }
 
 #[tokio::test]

@@ -232,12 +232,13 @@ async fn what_a_hostile_server_sends_cannot_panic_the_host() {
         args
     };
 
-    // An absurd Retry-After: refused as too long, not slept on and not a panic (exit 101).
+    // An absurd Retry-After: a quota spent for longer than the backend waits, with no time
+    // to come back at; not slept on and not a panic (exit 101).
     let args = run(2, false);
     let out = factory(state.path(), &args.iter().map(String::as_str).collect::<Vec<_>>(), &[]).await;
     let envelope = stdout_json(&out);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert_eq!(envelope["failure"]["kind"], "rate_limited", "{envelope:#}");
+    assert_eq!(envelope["failure"]["kind"], "quota", "{envelope:#}");
 
     // Usage near u64::MAX: the accounting saturates instead of wrapping, and a saturated
     // spend exhausts any budget.

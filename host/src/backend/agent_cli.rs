@@ -10,6 +10,7 @@
 //! and the kill ladder: on timeout, on cancellation and when the call's future is dropped,
 //! stdin is closed, the child's process group gets SIGTERM, then SIGKILL after a grace period.
 
+use super::flow::{Flow, FlowLimits};
 use super::pricing::{float_credits_nano, Pricing};
 use super::prompting::{prompt_with_schema, user_prompt};
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError, Hidden, OutageKind, SoftLimit, Usage};
@@ -187,6 +188,9 @@ pub struct AgentCliConfig {
     pub wrap_up: WrapUp,
     /// How long a CLI has to answer after the wrap-up prompt, before the kill ladder.
     pub wrap_up_grace: Duration,
+    /// Agents of this backend running at once in the process (`None`: the machine's cores);
+    /// the rest wait in its flow, first come first served.
+    pub max_concurrent: Option<u32>,
 }
 
 /// A preset name `cli:` does not know, or a generic preset with no command.
@@ -251,6 +255,7 @@ impl AgentCliConfig {
             turns_flag: None,
             wrap_up: WrapUp::None,
             wrap_up_grace: Duration::from_secs(30),
+            max_concurrent: None,
         }
     }
 
@@ -399,6 +404,8 @@ impl AgentCliConfig {
 /// The agent-CLI backend.
 pub struct AgentCli {
     config: Arc<AgentCliConfig>,
+    /// Agents running at once: one flow per backend name in the process.
+    flow: Arc<Flow>,
 }
 
 impl AgentCli {
@@ -408,7 +415,10 @@ impl AgentCli {
             return Err(CliPresetError::NoCommand);
         }
         config.tool_args()?;
-        Ok(AgentCli { config: Arc::new(config) })
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u32;
+        let limits = FlowLimits::concurrency(config.max_concurrent.unwrap_or(cores));
+        let flow = super::flow::flow(&format!("cli {}", config.name), &config.name, &limits);
+        Ok(AgentCli { config: Arc::new(config), flow })
     }
 
     /// The backend's config.
@@ -424,7 +434,10 @@ impl AgentBackend for AgentCli {
 
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
         let config = self.config.clone();
+        let flow = self.flow.clone();
         Box::pin(async move {
+            // Held while the agent runs; the rest of a fan-out waits for a place.
+            let _permit = flow.admit(0).await;
             // A CLI's stderr can echo the keys it was given: mask their values, and the
             // credential patterns, before the message reaches an envelope or a journal.
             let secrets: Vec<String> = config
@@ -440,11 +453,15 @@ impl AgentBackend for AgentCli {
 
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let grants = grants.iter().map(PathBuf::from).collect();
-        Some(Arc::new(AgentCli { config: Arc::new(AgentCliConfig { grants, ..(*self.config).clone() }) }))
+        Some(Arc::new(AgentCli { config: Arc::new(AgentCliConfig { grants, ..(*self.config).clone() }), flow: self.flow.clone() }))
     }
 
     fn hiding(&self, hidden: &Hidden) -> Option<Arc<dyn AgentBackend>> {
-        Some(Arc::new(AgentCli { config: Arc::new(self.config.hiding(hidden)) }))
+        Some(Arc::new(AgentCli { config: Arc::new(self.config.hiding(hidden)), flow: self.flow.clone() }))
+    }
+
+    fn flows(&self) -> Vec<Arc<Flow>> {
+        vec![self.flow.clone()]
     }
 
     fn describe(&self) -> String {

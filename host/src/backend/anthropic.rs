@@ -6,12 +6,13 @@
 //! `usage` (input, output, cache-read and cache-write tokens apart); retries follow the
 //! shared [`RetryPolicy`].
 
+use super::flow::{self, Flow, FlowLimits, Flows};
 use super::http::{self, HttpReply, RetryPolicy};
 use super::redact;
 use super::openai::non_empty_env;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
+use super::{estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -48,6 +49,8 @@ pub struct AnthropicConfig {
     pub pricing: Pricing,
     /// Retries and timeouts.
     pub retry: RetryPolicy,
+    /// Configured bounds of the backend's flow (rates, concurrency, wait bound).
+    pub flow: FlowLimits,
 }
 
 /// Never prints the key (`api_key: Some("***")`) or credentials in the base URL.
@@ -64,6 +67,7 @@ impl std::fmt::Debug for AnthropicConfig {
             .field("use_tool", &self.use_tool)
             .field("pricing", &self.pricing)
             .field("retry", &self.retry)
+            .field("flow", &self.flow)
             .finish()
     }
 }
@@ -82,6 +86,7 @@ impl AnthropicConfig {
             use_tool: true,
             pricing: Pricing::default(),
             retry: RetryPolicy::default(),
+            flow: FlowLimits::default(),
         }
     }
 
@@ -101,6 +106,8 @@ pub struct Anthropic {
 struct Inner {
     config: AnthropicConfig,
     client: reqwest::Client,
+    /// The flow every backend of this endpoint and key shares in the process.
+    flows: Flows,
     /// Set once the server refused tools: schema calls are prompted from then on.
     no_tools: AtomicBool,
 }
@@ -110,7 +117,9 @@ impl Anthropic {
     pub fn new(config: AnthropicConfig) -> Result<Self, BackendError> {
         let client = config.retry.client()?;
         let no_tools = AtomicBool::new(!config.use_tool);
-        Ok(Anthropic { inner: Arc::new(Inner { config, client, no_tools }) })
+        let key = format!("anthropic {} {}", config.base_url, flow::key_fingerprint(config.api_key.as_deref()));
+        let flows = Flows::new(&key, &config.name, &config.flow);
+        Ok(Anthropic { inner: Arc::new(Inner { config, client, flows, no_tools }) })
     }
 
     /// Whether schema calls currently force the `respond` tool.
@@ -122,6 +131,10 @@ impl Anthropic {
 impl AgentBackend for Anthropic {
     fn name(&self) -> String {
         self.inner.config.name.clone()
+    }
+
+    fn flows(&self) -> Vec<Arc<Flow>> {
+        self.inner.flows.all()
     }
 
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
@@ -206,7 +219,7 @@ impl Inner {
         loop {
             let tool = request.schema.is_some() && !self.no_tools.load(Ordering::SeqCst);
             let (body, wrapped) = self.body(request, &model, tool);
-            let reply = http::send(&self.config.retry, who, || {
+            let reply = http::send(&self.config.retry, self.flows.get(&model), estimate_tokens(&request.prompt), who, || {
                 let builder = self.client.post(&url).header("anthropic-version", ANTHROPIC_VERSION).json(&body);
                 match &self.config.api_key {
                     Some(key) => builder.header("x-api-key", key),
@@ -215,7 +228,11 @@ impl Inner {
             })
             .await?;
             if reply.ok() {
-                return self.parse(&reply, &model, tool, wrapped);
+                let parsed = self.parse(&reply, &model, tool, wrapped);
+                if let Ok(AgentReply { usage: Some(u), .. }) = &parsed {
+                    self.flows.get(&model).used_tokens(reply.charged, u.input_tokens + u.cache_read_tokens + u.cache_write_tokens, u.output_tokens);
+                }
+                return parsed;
             }
             if tool && refuses_tools(&reply) {
                 tracing::info!(backend = %who, "server refused the forced tool; prompting for JSON instead");

@@ -517,6 +517,10 @@ impl AgentBackend for Cassette {
         Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))
     }
 
+    fn flows(&self) -> Vec<Arc<super::flow::Flow>> {
+        self.live.as_ref().map(|live| live.flows()).unwrap_or_default()
+    }
+
     fn describe(&self) -> String {
         match &self.live {
             Some(live) if self.replay.is_some() => format!("replay, then {}", live.describe()),

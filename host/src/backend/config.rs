@@ -61,6 +61,7 @@
 //! as = "qwen2.5:7b"                     # the model name sent (default: unchanged)
 //! ```
 
+use crate::backend::flow::FlowLimits;
 use crate::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendCatalog, BackendRef,
     BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, PriceTables, WrapUp,
@@ -244,6 +245,18 @@ pub struct BackendConfig {
     pub retry_base_ms: Option<u64>,
     /// Prices (credits per 1000 tokens).
     pub pricing: Option<PricingConfig>,
+    /// HTTP: requests per minute the provider allows (default: learned from its headers).
+    pub requests_per_minute: Option<f64>,
+    /// HTTP: tokens per minute the provider allows (default: learned from its headers).
+    pub tokens_per_minute: Option<f64>,
+    /// Calls in flight at once (HTTP: a cap over the adaptive limit; CLI: agents running at
+    /// once on this machine, default the number of cores).
+    pub max_concurrent: Option<u32>,
+    /// HTTP: how long the server's pushback may keep one call waiting (default 600).
+    pub max_wait_seconds: Option<f64>,
+    /// HTTP: models with limits of their own (`requests_per_minute`, `tokens_per_minute`,
+    /// `max_concurrent`).
+    pub model_limits: Option<BTreeMap<String, ModelLimitsConfig>>,
     /// CLI: the preset (`claude`, `codex`, `copilot`, `gemini`, `generic`).
     pub preset: Option<String>,
     /// CLI: the command template (replaces the preset's).
@@ -292,6 +305,57 @@ pub struct BackendConfig {
     pub cost_credits: Option<Amount>,
     /// Script: the script file.
     pub path: Option<PathBuf>,
+}
+
+/// A model's own limits (`[backends.NAME.model_limits."MODEL"]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelLimitsConfig {
+    /// Requests per minute.
+    pub requests_per_minute: Option<f64>,
+    /// Tokens per minute.
+    pub tokens_per_minute: Option<f64>,
+    /// Calls in flight at once.
+    pub max_concurrent: Option<u32>,
+}
+
+/// The flow limits an entry configures (rates must be positive and finite).
+fn flow_limits(name: &str, entry: &BackendConfig) -> Result<FlowLimits, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid { name: name.into(), message };
+    let rate = |key: &str, value: Option<f64>| match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(invalid(format!("{key} = {v}: expected a positive number"))),
+        other => Ok(other),
+    };
+    let concurrent = |key: &str, value: Option<u32>| match value {
+        Some(0) => Err(invalid(format!("{key} = 0: expected a positive whole number"))),
+        other => Ok(other),
+    };
+    let mut models = BTreeMap::new();
+    for (model, own) in entry.model_limits.iter().flatten() {
+        models.insert(
+            model.clone(),
+            FlowLimits {
+                requests_per_minute: rate(&format!("model_limits.{model}.requests_per_minute"), own.requests_per_minute)?,
+                tokens_per_minute: rate(&format!("model_limits.{model}.tokens_per_minute"), own.tokens_per_minute)?,
+                max_concurrent: concurrent(&format!("model_limits.{model}.max_concurrent"), own.max_concurrent)?,
+                max_wait: None,
+                fixed: false,
+                models: BTreeMap::new(),
+            },
+        );
+    }
+    let max_wait = entry.max_wait_seconds.map(|s| secs(name, "max_wait_seconds", s)).transpose()?;
+    for own in models.values_mut() {
+        own.max_wait = max_wait;
+    }
+    Ok(FlowLimits {
+        requests_per_minute: rate("requests_per_minute", entry.requests_per_minute)?,
+        tokens_per_minute: rate("tokens_per_minute", entry.tokens_per_minute)?,
+        max_concurrent: concurrent("max_concurrent", entry.max_concurrent)?,
+        max_wait,
+        fixed: false,
+        models,
+    })
 }
 
 /// One `[[routes]]` entry.
@@ -698,6 +762,7 @@ fn build(
                 structured,
                 pricing: pricing.with_table(tables.get(Provider::OpenAi)),
                 retry,
+                flow: flow_limits(name, entry)?,
             };
             Arc::new(OpenAi::new(config).map_err(|e| invalid(e.message().to_string()))?)
         }
@@ -720,6 +785,7 @@ fn build(
                 use_tool,
                 pricing: pricing.with_table(tables.get(Provider::Anthropic)),
                 retry,
+                flow: flow_limits(name, entry)?,
             };
             Arc::new(Anthropic::new(config).map_err(|e| invalid(e.message().to_string()))?)
         }
@@ -787,6 +853,10 @@ fn build(
             if let Some(g) = entry.wrap_up_seconds {
                 config.wrap_up_grace = secs(name, "wrap_up_seconds", g)?;
             }
+            if entry.max_concurrent == Some(0) {
+                return Err(invalid("max_concurrent = 0: expected a positive whole number".into()));
+            }
+            config.max_concurrent = entry.max_concurrent;
             if let Some(p) = &entry.json {
                 config.output = OutputMode::Json(p.clone());
             }

@@ -6,9 +6,11 @@
 //! the call as an `invalid_reply` backend failure. Reply headers are bounded by hyper's
 //! HTTP/1 client (at most 100 headers in a read buffer of about 400 KiB).
 
+use super::flow::Flow;
 use super::{BackendError, OutageKind};
 use reqwest::header::HeaderMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The largest reply body a backend call reads (replies are a model's text or JSON; 16 MiB is
 /// far past any model's output limit). A body past it is not read further.
@@ -71,6 +73,8 @@ impl RetryPolicy {
 pub(crate) struct HttpReply {
     pub status: u16,
     pub body: String,
+    /// Tokens charged to the flow's token budget at admission (see [`Flow::used_tokens`]).
+    pub charged: f64,
 }
 
 impl HttpReply {
@@ -105,27 +109,91 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     seconds(header("retry-after")?.parse::<f64>().ok()?)
 }
 
-/// Send a request built by `make`, retrying per `policy`. `who` prefixes error messages.
-/// Returns the first non-retryable reply, or the last reply once retries are exhausted.
+/// Statuses that are the server pushing back (rate limited, overloaded): the call waits in
+/// its flow and goes again without spending a retry.
+fn pushback(status: u16) -> bool {
+    matches!(status, 429 | 529)
+}
+
+/// Send a request built by `make` through `flow` (admitted under the backend's budgets, see
+/// [`super::flow`]), retrying per `policy`. A pushback (429, 529) does not spend a retry: the
+/// call waits in the flow (closed for everyone until the server's `retry-after`) and goes
+/// again, until the server has kept it waiting past the flow's bound (a `rate_limited`
+/// outage); a single `retry-after` beyond the bound is a spent quota. Transport errors and
+/// other retryable statuses spend the bounded retries. `input_tokens`: the prompt's estimated
+/// size, charged to a token budget. `who` prefixes error messages. Returns the first reply
+/// that is neither, or the last one once retries are exhausted.
 pub(crate) async fn send(
     policy: &RetryPolicy,
+    flow: &Arc<Flow>,
+    input_tokens: u64,
     who: &str,
     make: impl Fn() -> reqwest::RequestBuilder,
 ) -> Result<HttpReply, BackendError> {
     let mut retry = 0u32;
+    let mut pushbacks = 0u32;
+    let bound = flow.max_wait();
+    // When the server first pushed this call back: the bound counts from there.
+    let mut pushed_since: Option<Instant> = None;
     loop {
+        let permit = match pushed_since {
+            None => flow.admit(input_tokens).await,
+            Some(since) => {
+                let left = bound.saturating_sub(since.elapsed());
+                match tokio::time::timeout(left, flow.admit(input_tokens)).await {
+                    Ok(permit) => permit,
+                    Err(_) => {
+                        return Err(BackendError::outage(OutageKind::RateLimited, format!(
+                            "{who}: rate limited (HTTP 429): the server kept the call waiting {:.0}s, past the {}s bound (max_wait_seconds)",
+                            since.elapsed().as_secs_f64(),
+                            bound.as_secs()
+                        )))
+                    }
+                }
+            }
+        };
         let last = retry >= policy.max_retries;
         let wait = match make().send().await {
             Ok(response) => {
                 let status = response.status().as_u16();
                 let after = retry_after(response.headers());
-                if !retryable(status) || last {
+                if pushback(status) {
+                    let headers = response.headers().clone();
                     let body = read_capped(response, who, status).await?;
-                    return Ok(HttpReply { status, body });
+                    if let Some(after) = after.filter(|a| *a > bound) {
+                        permit.pushed_back(&headers, Some(after), Duration::ZERO);
+                        return Err(BackendError::quota(
+                            format!(
+                                "{who}: HTTP {status}: the server asks to come back in {:.0}s, past the {}s this backend waits: {}",
+                                after.as_secs_f64(),
+                                bound.as_secs(),
+                                error_message(&body)
+                            ),
+                            std::time::SystemTime::now().checked_add(after),
+                        ));
+                    }
+                    permit.pushed_back(&headers, after, policy.backoff(pushbacks.min(6)));
+                    pushbacks = pushbacks.saturating_add(1);
+                    let since = *pushed_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > bound {
+                        return Ok(HttpReply { status, body, charged: 0.0 });
+                    }
+                    tracing::debug!(event = "pushback", backend = who, status, pushbacks, "the server pushed back; waiting in the flow");
+                    continue;
+                }
+                if !retryable(status) || last {
+                    let charged = permit.answered(response.headers());
+                    let body = read_capped(response, who, status).await?;
+                    return Ok(HttpReply { status, body, charged });
+                }
+                if status == 503 {
+                    permit.pushed_back(response.headers(), after, policy.backoff(retry));
+                } else {
+                    permit.failed();
                 }
                 if let Some(after) = after {
                     if after > policy.max_retry_after {
-                        return Err(BackendError::outage(OutageKind::RateLimited, format!(
+                        return Err(BackendError::outage(OutageKind::ServerError, format!(
                             "{who}: HTTP {status}: the server asks to retry after {}s, longer than the {}s this backend waits",
                             after.as_secs_f64(),
                             policy.max_retry_after.as_secs_f64()
@@ -149,6 +217,7 @@ pub(crate) async fn send(
                 ))
             }
             Err(e) => {
+                drop(permit);
                 let wait = policy.backoff(retry);
                 tracing::info!(event = "retry", backend = who, retry = retry + 1, wait_ms = wait.as_millis() as u64, error = %chain(&e), "retrying after a transport error");
                 wait
@@ -256,7 +325,10 @@ pub(crate) fn status_error(who: &str, reply: &HttpReply, key_var: &str, url: &st
             OutageKind::ModelNotFound,
             format!("{who}: not found (HTTP 404): {message} (check the base URL `{url}` and the model `{model}`)"),
         ),
-        429 => outage(OutageKind::RateLimited, format!("{who}: rate limited (HTTP 429), retries exhausted: {message}")),
+        429 | 529 => outage(
+            OutageKind::RateLimited,
+            format!("{who}: rate limited (HTTP {}), kept waiting past the bound: {message}", reply.status),
+        ),
         s if s >= 500 => {
             outage(OutageKind::ServerError, format!("{who}: server error (HTTP {s}), retries exhausted: {message}"))
         }
@@ -313,16 +385,16 @@ mod tests {
 
     #[test]
     fn error_messages_name_the_likely_fix() {
-        let reply = HttpReply { status: 401, body: r#"{"error":{"message":"Incorrect API key"}}"#.into() };
+        let reply = HttpReply { status: 401, body: r#"{"error":{"message":"Incorrect API key"}}"#.into(), charged: 0.0 };
         let e = status_error("openai", &reply, "OPENAI_API_KEY", "http://x/v1", "m");
         assert_eq!(e.outage_kind(), Some(OutageKind::Auth));
         let e = e.message().to_string();
         assert!(e.contains("HTTP 401") && e.contains("Incorrect API key") && e.contains("OPENAI_API_KEY"), "{e}");
-        let reply = HttpReply { status: 404, body: "no such route".into() };
+        let reply = HttpReply { status: 404, body: "no such route".into(), charged: 0.0 };
         let e = status_error("openai", &reply, "K", "http://x/v1", "gpt-x");
         assert_eq!(e.outage_kind(), Some(OutageKind::ModelNotFound));
         let e = e.message().to_string();
-        let too_long = HttpReply { status: 400, body: "context length exceeded".into() };
+        let too_long = HttpReply { status: 400, body: "context length exceeded".into(), charged: 0.0 };
         assert_eq!(status_error("openai", &too_long, "K", "u", "m").outage_kind(), None);
         assert!(e.contains("HTTP 404") && e.contains("http://x/v1") && e.contains("gpt-x"), "{e}");
         assert_eq!(error_message(&"x".repeat(400)).len(), 303);

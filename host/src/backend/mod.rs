@@ -6,6 +6,7 @@ mod agent_cli;
 mod anthropic;
 pub mod config;
 pub mod cassette;
+pub mod flow;
 mod dry_run;
 pub mod http;
 mod openai;
@@ -279,6 +280,13 @@ pub trait AgentBackend: Send + Sync + 'static {
     /// `None` (the default): its spawns see no files, so there is nothing to hide.
     fn hiding(&self, _hidden: &Hidden) -> Option<Arc<dyn AgentBackend>> {
         None
+    }
+
+    /// The flow controllers its calls are admitted through ([`flow`]): the HTTP backends'
+    /// (one per endpoint and key, and per model with limits of its own) and agent CLIs';
+    /// wrappers pass their inner backends' on. Empty by default.
+    fn flows(&self) -> Vec<Arc<flow::Flow>> {
+        Vec::new()
     }
 
     /// One line for the consent prompt: what runs the subagents and with what reach

@@ -6,11 +6,12 @@
 //! tokens split from the uncached ones), credits from the backend's [`Pricing`]. Retries and
 //! timeouts follow the backend's [`RetryPolicy`].
 
+use super::flow::{self, Flow, FlowLimits, Flows};
 use super::http::{self, HttpReply, RetryPolicy};
 use super::redact;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
-use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
+use super::{estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -64,6 +65,8 @@ pub struct OpenAiConfig {
     pub pricing: Pricing,
     /// Retries and timeouts.
     pub retry: RetryPolicy,
+    /// Configured bounds of the backend's flow (rates, concurrency, wait bound).
+    pub flow: FlowLimits,
 }
 
 /// Never prints the key (`api_key: Some("***")`) or credentials in the base URL.
@@ -80,6 +83,7 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("structured", &self.structured)
             .field("pricing", &self.pricing)
             .field("retry", &self.retry)
+            .field("flow", &self.flow)
             .finish()
     }
 }
@@ -98,6 +102,7 @@ impl OpenAiConfig {
             structured: StructuredMode::JsonSchema,
             pricing: Pricing::default(),
             retry: RetryPolicy::default(),
+            flow: FlowLimits::default(),
         }
     }
 
@@ -122,6 +127,8 @@ pub struct OpenAi {
 struct Inner {
     config: OpenAiConfig,
     client: reqwest::Client,
+    /// The flow every backend of this endpoint and key shares in the process.
+    flows: Flows,
     /// The current [`StructuredMode`]; only ever moves down the list.
     mode: AtomicU8,
 }
@@ -131,7 +138,9 @@ impl OpenAi {
     pub fn new(config: OpenAiConfig) -> Result<Self, BackendError> {
         let client = config.retry.client()?;
         let mode = AtomicU8::new(config.structured as u8);
-        Ok(OpenAi { inner: Arc::new(Inner { config, client, mode }) })
+        let key = format!("openai {} {}", config.base_url, flow::key_fingerprint(config.api_key.as_deref()));
+        let flows = Flows::new(&key, &config.name, &config.flow);
+        Ok(OpenAi { inner: Arc::new(Inner { config, client, flows, mode }) })
     }
 
     /// The structured-output mode schema calls currently use.
@@ -143,6 +152,10 @@ impl OpenAi {
 impl AgentBackend for OpenAi {
     fn name(&self) -> String {
         self.inner.config.name.clone()
+    }
+
+    fn flows(&self) -> Vec<Arc<Flow>> {
+        self.inner.flows.all()
     }
 
     fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
@@ -200,7 +213,7 @@ impl Inner {
         loop {
             let mode = StructuredMode::from_u8(self.mode.load(Ordering::SeqCst));
             let body = self.body(request, &model, mode);
-            let reply = http::send(&self.config.retry, who, || {
+            let reply = http::send(&self.config.retry, self.flows.get(&model), estimate_tokens(&request.prompt), who, || {
                 let builder = self.client.post(&url).json(&body);
                 match &self.config.api_key {
                     Some(key) => builder.bearer_auth(key),
@@ -209,7 +222,11 @@ impl Inner {
             })
             .await?;
             if reply.ok() {
-                return self.parse(&reply, &model);
+                let parsed = self.parse(&reply, &model);
+                if let Ok(AgentReply { usage: Some(u), .. }) = &parsed {
+                    self.flows.get(&model).used_tokens(reply.charged, u.input_tokens + u.cache_read_tokens + u.cache_write_tokens, u.output_tokens);
+                }
+                return parsed;
             }
             if request.schema.is_some() && mode != StructuredMode::Plain && refuses_response_format(&reply) {
                 let next = StructuredMode::from_u8(mode as u8 + 1);

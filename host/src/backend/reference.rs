@@ -80,6 +80,10 @@ impl AgentBackend for Identified {
         Some(Arc::new(Identified { inner, reference: self.reference.clone() }))
     }
 
+    fn flows(&self) -> Vec<Arc<super::flow::Flow>> {
+        self.inner.flows()
+    }
+
     fn describe(&self) -> String {
         self.inner.describe()
     }

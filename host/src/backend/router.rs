@@ -85,6 +85,18 @@ impl AgentBackend for Router {
         Some(Arc::new(Router::new(hid(&self.default), routes)))
     }
 
+    fn flows(&self) -> Vec<Arc<super::flow::Flow>> {
+        let mut flows = self.default.flows();
+        for route in &self.routes {
+            for flow in route.backend.flows() {
+                if !flows.iter().any(|f| Arc::ptr_eq(f, &flow)) {
+                    flows.push(flow);
+                }
+            }
+        }
+        flows
+    }
+
     fn describe(&self) -> String {
         let mut text = self.default.describe();
         for route in &self.routes {

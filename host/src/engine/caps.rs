@@ -115,6 +115,10 @@ impl AgentBackend for Capped {
         Some(Arc::new(Capped { inner, store: self.store.clone(), name: self.name.clone(), cap: self.cap }))
     }
 
+    fn flows(&self) -> Vec<Arc<crate::backend::flow::Flow>> {
+        self.inner.flows()
+    }
+
     fn describe(&self) -> String {
         self.inner.describe()
     }
