@@ -1445,6 +1445,7 @@ fn start_request(component: &Path, key: &str, workload: &str, n: usize) -> Reque
         declined: false,
         consent: Consent::Sha256(key.to_string()),
         trace_parent: None,
+        caller_cwd: None,
     }
 }
 
