@@ -20,6 +20,8 @@
 
 pub mod headers;
 
+pub use crate::model::flow::{FlowStats, WaitReason};
+
 use headers::Learned;
 use reqwest::header::HeaderMap;
 use std::collections::HashMap;
@@ -65,89 +67,6 @@ impl FlowLimits {
     /// The wait bound in force.
     pub fn max_wait(&self) -> Duration {
         self.max_wait.unwrap_or(DEFAULT_MAX_WAIT)
-    }
-}
-
-/// Why calls wait in a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitReason {
-    /// The server said when to come back (429 `retry-after`, or nothing left until a reset).
-    Server,
-    /// The request rate (configured or learned).
-    RequestRate,
-    /// The token rate (configured or learned).
-    TokenRate,
-    /// The concurrency limit.
-    Concurrency,
-    /// The budget shared by the workers of a cluster.
-    Cluster,
-}
-
-impl WaitReason {
-    /// Its spelling in metrics and run detail.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitReason::Server => "server",
-            WaitReason::RequestRate => "request_rate",
-            WaitReason::TokenRate => "token_rate",
-            WaitReason::Concurrency => "concurrency",
-            WaitReason::Cluster => "cluster",
-        }
-    }
-}
-
-/// A flow as it stands (for progress lines, run detail and metrics).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FlowStats {
-    /// The backend's name.
-    pub backend: String,
-    /// Calls waiting to be admitted.
-    pub queued: u64,
-    /// Calls admitted and not yet answered.
-    pub in_flight: u64,
-    /// The concurrency limit now.
-    pub limit: u64,
-    /// The request rate paced at (per second), when one is known.
-    pub requests_per_second: Option<f64>,
-    /// The token rate paced at (per second), when one is known.
-    pub tokens_per_second: Option<f64>,
-    /// Why the head of the queue waits, when it does.
-    pub waiting_for: Option<WaitReason>,
-    /// Calls admitted so far.
-    pub admitted: u64,
-    /// Replies that pushed back (429, 529, 503) so far.
-    pub throttled: u64,
-    /// Seconds calls spent waiting in this flow, in total.
-    pub wait_seconds: f64,
-}
-
-impl FlowStats {
-    /// One line for a progress display: `318 queued: `openai` at 40 req/s`.
-    pub fn line(&self) -> String {
-        let why = match self.waiting_for {
-            Some(WaitReason::Server) => "told to wait by the server".to_string(),
-            Some(WaitReason::Concurrency) => format!("{} at once", self.limit),
-            Some(WaitReason::TokenRate) => match self.tokens_per_second {
-                Some(t) => format!("at {} tokens/min", (t * 60.0).round()),
-                None => "token budget".into(),
-            },
-            Some(WaitReason::Cluster) => "cluster budget".into(),
-            Some(WaitReason::RequestRate) | None => match self.requests_per_second {
-                Some(r) => format!("at {} req/s", round_rate(r)),
-                None => format!("{} at once", self.limit),
-            },
-        };
-        format!("{} queued: `{}` {why}", self.queued, self.backend)
-    }
-}
-
-fn round_rate(r: f64) -> String {
-    if r >= 10.0 {
-        format!("{}", r.round())
-    } else {
-        format!("{:.1}", r)
     }
 }
 
@@ -273,13 +192,14 @@ pub struct Flow {
     queued: AtomicU64,
     throttled: AtomicU64,
     wait_nanos: AtomicU64,
+    /// The backend's flow metrics (`factory_backend_*`).
+    metrics: crate::metrics::FlowMetrics,
 }
 
 /// The flow of `key` (e.g. `openai https://api.openai.com/v1 key:1a2b3c4d`), made with
 /// `limits` on first use; a later call with other limits updates them.
 pub fn flow(key: &str, backend: &str, limits: &FlowLimits) -> Arc<Flow> {
-    static FLOWS: OnceLock<Mutex<HashMap<String, Arc<Flow>>>> = OnceLock::new();
-    let mut flows = FLOWS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut flows = flows();
     if let Some(flow) = flows.get(key) {
         flow.configure(limits);
         return flow.clone();
@@ -290,6 +210,19 @@ pub fn flow(key: &str, backend: &str, limits: &FlowLimits) -> Arc<Flow> {
     let flow = Arc::new(Flow::new(key, backend, limits.clone()));
     flows.insert(key.to_string(), flow.clone());
     flow
+}
+
+/// The flows of the process, by key.
+static FLOWS: OnceLock<Mutex<HashMap<String, Arc<Flow>>>> = OnceLock::new();
+
+fn flows() -> MutexGuard<'static, HashMap<String, Arc<Flow>>> {
+    FLOWS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How every flow of the process stands (for metrics sampled at scrape time).
+pub fn all_stats() -> Vec<FlowStats> {
+    let flows: Vec<Arc<Flow>> = flows().values().cloned().collect();
+    flows.iter().map(|f| f.stats()).collect()
 }
 
 /// The flows of one backend: the endpoint's, and one per model with limits of its own.
@@ -364,6 +297,7 @@ impl Flow {
             queued: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
             wait_nanos: AtomicU64::new(0),
+            metrics: crate::metrics::metrics().flow(backend),
         }
     }
 
@@ -423,14 +357,25 @@ impl Flow {
         }
     }
 
-    /// Wait for a turn to send one request of about `input_tokens` prompt tokens. `kept`:
-    /// how long the server's pushback has kept this call waiting already (the bound counts
-    /// it); the returned permit carries what it waited for.
+    /// Wait for a turn to send one request of about `input_tokens` prompt tokens; the
+    /// returned permit carries how long it waited. A call that has to wait gets a
+    /// `flow.wait` span (under the caller's current span) for as long as it does.
     pub async fn admit(self: &Arc<Self>, input_tokens: u64) -> Permit {
         self.queued.fetch_add(1, Ordering::Relaxed);
         let queued = Queued(&self.queued);
         let started = Instant::now();
-        let _door = self.door.lock().await;
+        // Opened only once the call has to wait (behind other calls, or for a budget).
+        let mut wait_span: Option<(tracing::Span, Option<WaitReason>)> = None;
+        let _door = match self.door.try_lock() {
+            Ok(door) => door,
+            Err(_) => {
+                let why = self.state().waiting_for;
+                let span = crate::trace::flow_wait(&self.backend);
+                let door = tracing::Instrument::instrument(self.door.lock(), span.clone()).await;
+                wait_span = Some((span, why));
+                door
+            }
+        };
         let charge = {
             let s = self.state();
             input_tokens as f64 + s.output_estimate
@@ -463,6 +408,12 @@ impl Flow {
                     None
                 };
                 s.waiting_for = wait.map(|(why, _)| why);
+                if let Some((why, _)) = wait {
+                    match &mut wait_span {
+                        Some((_, reason)) => *reason = Some(why),
+                        None => wait_span = Some((crate::trace::flow_wait(&self.backend), Some(why))),
+                    }
+                }
                 let rates = SharedRates {
                     requests: s.requests.as_ref().map(|b| b.rate),
                     request_burst: s.requests.as_ref().map_or(1.0, |b| b.burst),
@@ -480,6 +431,10 @@ impl Flow {
                             Ok(None) => {}
                             Ok(Some(d)) => {
                                 self.state().waiting_for = Some(WaitReason::Cluster);
+                                match &mut wait_span {
+                                    Some((_, reason)) => *reason = Some(WaitReason::Cluster),
+                                    None => wait_span = Some((crate::trace::flow_wait(&self.backend), Some(WaitReason::Cluster))),
+                                }
                                 tokio::time::sleep(d.min(Duration::from_secs(5))).await;
                                 continue;
                             }
@@ -503,6 +458,10 @@ impl Flow {
                     drop(s);
                     let waited = started.elapsed();
                     self.wait_nanos.fetch_add(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+                    self.metrics.waited(waited);
+                    if let Some((span, reason)) = wait_span {
+                        crate::trace::flow_waited(&span, reason.map_or("queue", WaitReason::as_str), waited);
+                    }
                     drop(queued);
                     return Permit { flow: self.clone(), seq, charged: charge, waited, released: false };
                 }
@@ -579,6 +538,7 @@ impl Permit {
     /// slow the request rate when none was configured or learned from headers.
     pub fn pushed_back(mut self, headers: &HeaderMap, after: Option<Duration>, backoff: Duration) {
         self.flow.throttled.fetch_add(1, Ordering::Relaxed);
+        self.flow.metrics.throttled();
         let learned = Learned::of(headers, SystemTime::now());
         let flow = self.flow.clone();
         let mut s = flow.state();
