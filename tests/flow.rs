@@ -153,3 +153,32 @@ async fn agent_clis_run_at_most_max_concurrent_at_once() {
     assert_eq!(text.lines().filter(|l| *l == "start").count(), 12);
     assert_eq!(most, 3, "at most max_concurrent agents at once, and that many: {text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_max_duration_counts_from_its_admission_not_its_wait_in_the_queue() {
+    // One request a second: the sixth call waits about five seconds in the flow, far past its
+    // maxDurationSeconds of 2, and is still answered: the queue is not the call's time.
+    let server = Throttling::start(Limits::rps(50.0)).await;
+    let state = tempfile::tempdir().unwrap();
+    write_config(state.path(), "openai", &server.base_url(), "requests_per_minute = 60");
+    let factory = state.path().join("paced.js");
+    std::fs::write(
+        &factory,
+        r#"import { defineFactory } from "@github/copilot-sdk/extension";
+export default defineFactory({
+    meta: { name: "paced", description: "Six calls with a short maxDurationSeconds." },
+    async run(ctx) {
+        const replies = await ctx.parallel(
+            [0, 1, 2, 3, 4, 5].map((i) => () => ctx.agent(`task ${i}`, { label: `t:${i}`, maxDurationSeconds: 2 })),
+        );
+        return { done: replies.filter((r) => r).length };
+    },
+});
+"#,
+    )
+    .unwrap();
+    let out = factory_clean(state.path(), &["run", factory.to_str().unwrap(), "--yes", "--json", "-q"], &[]).await;
+    let envelope = stdout_json(&out);
+    assert_all_answered(&envelope, 6, &stderr(&out));
+    assert_eq!(server.counts().answered, 6);
+}
