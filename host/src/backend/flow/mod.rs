@@ -581,10 +581,12 @@ impl Permit {
         self.charged
     }
 
-    /// The server pushed back (429, 529, or 503) and said to wait `after` (else a backoff):
-    /// close the flow until then, cut the concurrency limit (once per round of calls), and
+    /// The server pushed back with `status` (429, 529, or 503) and said to wait `after` (else
+    /// a backoff): close the flow until then; once per round of calls, cut the concurrency
+    /// limit when the server is overloaded (529, 503) or no rate is known (a 429 past a known
+    /// rate is the buckets' business: halving the limit would starve a slow provider), and
     /// slow the request rate when none was configured or learned from headers.
-    pub fn pushed_back(mut self, headers: &HeaderMap, after: Option<Duration>, backoff: Duration) {
+    pub fn pushed_back(mut self, status: u16, headers: &HeaderMap, after: Option<Duration>, backoff: Duration) {
         self.flow.throttled.fetch_add(1, Ordering::Relaxed);
         let learned = Learned::of(headers, SystemTime::now());
         let flow = self.flow.clone();
@@ -600,7 +602,10 @@ impl Permit {
             if self.seq > s.cut_at {
                 s.cut_at = s.admitted;
                 s.slow_start = false;
-                s.window = (s.window / 2.0).max(1.0);
+                let overloaded = status != 429;
+                if overloaded || s.requests.is_none() {
+                    s.window = (s.window / 2.0).max(1.0);
+                }
                 // Without headers or a configured rate: pace at what the server took lately.
                 let took = s.recent.iter().filter(|t| now.duration_since(**t) <= Duration::from_secs(1)).count() as f64;
                 match s.requests.as_mut() {
@@ -717,8 +722,8 @@ mod tests {
         let first = flow.admit(0).await;
         let second = flow.admit(0).await;
         assert_eq!(flow.stats().limit, 16);
-        first.pushed_back(&headers(&[("retry-after-ms", "500")]), Some(Duration::from_millis(500)), Duration::ZERO);
-        second.pushed_back(&HeaderMap::new(), Some(Duration::from_millis(500)), Duration::ZERO);
+        first.pushed_back(429, &headers(&[("retry-after-ms", "500")]), Some(Duration::from_millis(500)), Duration::ZERO);
+        second.pushed_back(429, &HeaderMap::new(), Some(Duration::from_millis(500)), Duration::ZERO);
         assert_eq!(flow.stats().limit, 8, "one cut per round");
         let start = Instant::now();
         let third = flow.admit(0).await;
