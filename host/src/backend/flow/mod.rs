@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(600);
 
 /// The concurrency limit an adaptive flow starts from.
-const INITIAL_WINDOW: f64 = 32.0;
+const INITIAL_WINDOW: f64 = 16.0;
 
 /// The most an adaptive flow lets run at once without a configured `max_concurrent`.
 const MAX_WINDOW: f64 = 1024.0;
@@ -288,7 +288,7 @@ impl Flow {
                 admitted: 0,
                 cut_at: 0,
                 recent: Default::default(),
-                output_estimate: 256.0,
+                output_estimate: 64.0,
                 waiting_for: None,
                 shared: None,
             }),
@@ -423,7 +423,14 @@ impl Flow {
                 (wait, shared.map(|sh| (sh, rates)))
             };
             match wait {
-                Some((_, Some(d))) => tokio::time::sleep(d).await,
+                // A reply in the meantime may change the answer (a token budget trued up, a
+                // rate learned): look again then.
+                Some((_, Some(d))) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(d) => {}
+                        _ = &mut freed => {}
+                    }
+                }
                 Some((_, None)) => freed.await,
                 None => {
                     if let Some((shared, rates)) = shared {
@@ -533,10 +540,12 @@ impl Permit {
         self.charged
     }
 
-    /// The server pushed back (429, 529, or 503) and said to wait `after` (else a backoff):
-    /// close the flow until then, cut the concurrency limit (once per round of calls), and
+    /// The server pushed back with `status` (429, 529, or 503) and said to wait `after` (else
+    /// a backoff): close the flow until then; once per round of calls, cut the concurrency
+    /// limit when the server is overloaded (529, 503) or no rate is known (a 429 past a known
+    /// rate is the buckets' business: halving the limit would starve a slow provider), and
     /// slow the request rate when none was configured or learned from headers.
-    pub fn pushed_back(mut self, headers: &HeaderMap, after: Option<Duration>, backoff: Duration) {
+    pub fn pushed_back(mut self, status: u16, headers: &HeaderMap, after: Option<Duration>, backoff: Duration) {
         self.flow.throttled.fetch_add(1, Ordering::Relaxed);
         self.flow.metrics.throttled();
         let learned = Learned::of(headers, SystemTime::now());
@@ -553,7 +562,10 @@ impl Permit {
             if self.seq > s.cut_at {
                 s.cut_at = s.admitted;
                 s.slow_start = false;
-                s.window = (s.window / 2.0).max(1.0);
+                let overloaded = status != 429;
+                if overloaded || s.requests.is_none() {
+                    s.window = (s.window / 2.0).max(1.0);
+                }
                 // Without headers or a configured rate: pace at what the server took lately.
                 let took = s.recent.iter().filter(|t| now.duration_since(**t) <= Duration::from_secs(1)).count() as f64;
                 match s.requests.as_mut() {
@@ -598,6 +610,8 @@ impl Flow {
         let used = input.saturating_add(output) as f64;
         if let Some(b) = s.tokens.as_mut() {
             b.level = (b.level + charged - used).clamp(-b.burst, b.burst);
+            drop(s);
+            self.freed.notify_one();
         }
     }
 }
@@ -667,10 +681,10 @@ mod tests {
         let flow = Arc::new(Flow::new("t", "t", FlowLimits::default()));
         let first = flow.admit(0).await;
         let second = flow.admit(0).await;
-        assert_eq!(flow.stats().limit, 32);
-        first.pushed_back(&headers(&[("retry-after-ms", "500")]), Some(Duration::from_millis(500)), Duration::ZERO);
-        second.pushed_back(&HeaderMap::new(), Some(Duration::from_millis(500)), Duration::ZERO);
-        assert_eq!(flow.stats().limit, 16, "one cut per round");
+        assert_eq!(flow.stats().limit, 16);
+        first.pushed_back(429, &headers(&[("retry-after-ms", "500")]), Some(Duration::from_millis(500)), Duration::ZERO);
+        second.pushed_back(429, &HeaderMap::new(), Some(Duration::from_millis(500)), Duration::ZERO);
+        assert_eq!(flow.stats().limit, 8, "one cut per round");
         let start = Instant::now();
         let third = flow.admit(0).await;
         assert!(start.elapsed() >= Duration::from_millis(500));
