@@ -722,6 +722,33 @@ async fn a_fan_out_paced_by_its_backend_says_on_stderr_how_many_calls_wait_and_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_fan_out_against_a_throttling_provider_says_how_many_calls_wait_for_it() {
+    use common::throttling::{Limits, Throttling};
+    const N: usize = 120;
+    let server = Throttling::start(Limits::rps(20.0)).await;
+    let state = tempfile::tempdir().unwrap();
+    // No rate configured: the flow learns it from the provider's headers and 429s.
+    let config = format!(
+        "default = \"limited\"\n[backends.limited]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n\
+         [backends.limited.pricing]\ninput = 0\noutput = 0\n",
+        server.base_url()
+    );
+    common::config_file(&state.path().join("factory.toml"), &config);
+    let args = [
+        "run", &common::probe_arg(), "--yes", "--args", &common::fanout_args(N), "--max-concurrent-subagents", "64",
+        "--max-total-subagents", "1000", "--json",
+    ];
+    let out = common::factory_clean(state.path(), &args, &[]).await;
+    let stderr = common::stderr(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(common::stdout_json(&out)["result"]["done"], N, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.contains("] flow: ") && l.contains(" queued: `limited` ")),
+        "a line says how many calls wait for `limited`: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_served_fan_out_shows_its_queue_to_the_cli_in_run_detail_in_metrics_and_as_wait_spans() {
     use common::fake_openai::{FakeOpenAi, Mode};
     use std::time::{Duration, Instant};
