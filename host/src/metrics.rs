@@ -2,7 +2,7 @@
 //! rendered in the Prometheus text format by [`render`] (what `GET /metrics` serves). Runs
 //! ended by status, active runs, agent calls by backend and outcome, the wait for a
 //! concurrency slot and the call latency, tokens and credits by backend, store commit
-//! latency and journal bytes; and each backend's flow ([`crate::backend::flow`]): calls
+//! latency and journal bytes; and each backend's flow (read through [`set_flow_source`]): calls
 //! queued and its concurrency limit (sampled from the flows at each scrape), replies that
 //! pushed back, and each call's wait in the flow. Every update is an atomic add; the per-backend handles of an
 //! attempt are looked up once ([`Metrics::backend`]), not per call.
@@ -149,9 +149,19 @@ const FLOW_WAIT: &str = "Time each backend call waited in its backend's flow bef
 
 /// Per backend name: calls queued and the concurrency limit, summed over its flows (one
 /// per endpoint and key, and per model with limits of its own), in name order.
+/// Where the flow gauges are read from: set by the flows' owner when it makes its first flow
+/// ([`set_flow_source`]), so this module names no layer.
+static FLOW_SOURCE: std::sync::OnceLock<fn() -> Vec<crate::model::flow::FlowStats>> = std::sync::OnceLock::new();
+
+/// Read the flow gauges from `source` at each scrape (the first source set stays).
+pub fn set_flow_source(source: fn() -> Vec<crate::model::flow::FlowStats>) {
+    let _ = FLOW_SOURCE.set(source);
+}
+
 fn flow_gauges() -> Vec<(String, i64, i64)> {
     let mut by_backend = std::collections::BTreeMap::<String, (u64, u64)>::new();
-    for stats in crate::backend::flow::all_stats() {
+    let all = FLOW_SOURCE.get().map(|source| source()).unwrap_or_default();
+    for stats in all {
         let entry = by_backend.entry(stats.backend).or_default();
         entry.0 = entry.0.saturating_add(stats.queued);
         entry.1 = entry.1.saturating_add(stats.limit);

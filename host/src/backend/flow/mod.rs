@@ -199,6 +199,7 @@ pub struct Flow {
 /// The flow of `key` (e.g. `openai https://api.openai.com/v1 key:1a2b3c4d`), made with
 /// `limits` on first use; a later call with other limits updates them.
 pub fn flow(key: &str, backend: &str, limits: &FlowLimits) -> Arc<Flow> {
+    crate::metrics::set_flow_source(all_stats);
     let mut flows = flows();
     if let Some(flow) = flows.get(key) {
         flow.configure(limits);
