@@ -119,9 +119,16 @@ pub(crate) async fn send(
             Ok(response) => {
                 let status = response.status().as_u16();
                 let after = retry_after(response.headers());
-                if !retryable(status) || last {
+                if !retryable(status) || last || status == 429 {
+                    // A spent quota (read from the body of a 4xx) is no error a retry fixes.
+                    let headers = response.headers().clone();
                     let body = read_capped(response, who, status).await?;
-                    return Ok(HttpReply { status, body });
+                    if let Some(e) = super::quota::spent(status, &headers, &body) {
+                        return Err(BackendError::quota(format!("{who}: {}", e.message()), e.resume_at()));
+                    }
+                    if !retryable(status) || last {
+                        return Ok(HttpReply { status, body });
+                    }
                 }
                 if let Some(after) = after {
                     if after > policy.max_retry_after {
