@@ -136,9 +136,11 @@ impl FakeOpenAi {
         base_url(self.port)
     }
 
-    /// Answer the next requests this way.
+    /// Answer the next requests this way (a `QuotaSpent` quota is spent anew).
     pub fn set(&self, mode: Mode) {
-        self.state.lock().unwrap().mode = Some(mode);
+        let mut state = self.state.lock().unwrap();
+        state.mode = Some(mode);
+        state.quota_until = None;
     }
 
     /// The prompts answered with a completion, in order.

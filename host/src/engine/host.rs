@@ -1551,6 +1551,7 @@ impl Host {
         let _claim = self.claim(run_id)?;
         match self.store.remove_run(run_id).await? {
             crate::store::Removed::Removed => {
+                self.parking.disarm(run_id);
                 tracing::info!(event = "run_removed", run = %run_id, "run removed");
                 Ok(())
             }
