@@ -387,6 +387,7 @@ impl Host {
     /// Take no more runs from the queue, nor claim new runs started here (a draining worker):
     /// they wait in the queue for another worker.
     pub fn stop_claiming(&self) {
+        self.parking.close();
         self.queue_room.close();
         self.queue_freed.notify_waiters();
     }
@@ -1701,6 +1702,8 @@ impl Host {
     /// Stop every run executing in this process because the host is shutting down: each
     /// ends as `halted` (resumable), not `cancelled`.
     pub fn shutdown(&self) {
+        // No parked run is resumed from now on: the next service's start arms it again.
+        self.parking.close();
         for run in self.active().values() {
             match &run.shared {
                 Some(shared) => {

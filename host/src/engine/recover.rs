@@ -134,6 +134,8 @@ const PARKED_RECHECK: Duration = Duration::from_secs(30);
 pub(crate) struct Parking {
     due: Mutex<HashMap<String, SystemTime>>,
     changed: tokio::sync::Notify,
+    /// Set when the host shuts down or drains: no parked run is resumed here any more.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Parking {
@@ -150,6 +152,15 @@ impl Parking {
     /// Forget `run_id` (cancelled, or resumed by a caller).
     pub(crate) fn disarm(&self, run_id: &str) {
         self.due().remove(run_id);
+    }
+
+    /// Resume no parked run here any more (the host shuts down or drains).
+    pub(crate) fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many parked runs wait for their time here.
@@ -213,6 +224,9 @@ pub async fn resume_parked_when_due(host: Arc<Host>) {
 /// or removed meanwhile is left. A resume that cannot start leaves the run `halted` with why
 /// and how to resume it by hand.
 pub(crate) async fn resume_parked(host: &Arc<Host>, run_id: &str) {
+    if host.parking().closed() {
+        return;
+    }
     let store: &dyn Store = &**host.store();
     let due = |record: &RunRecord| parked_until(record).map(|at| (at, at <= SystemTime::now()));
     let record = match store.run(run_id).await {
@@ -253,6 +267,9 @@ pub(crate) async fn resume_parked(host: &Arc<Host>, run_id: &str) {
             }
             return;
         }
+    }
+    if host.parking().closed() {
+        return release(host, run_id).await;
     }
     let by_hand = resume_command(run_id, &record.session);
     tracing::info!(event = "parked_resume", run = %run_id, factory = %record.envelope.factory, session = %record.session, "resuming a run parked for its backend's quota");

@@ -63,7 +63,8 @@ pub struct ServeArgs {
     #[arg(long, hide = true)]
     started_by_front_door: bool,
     /// Leave the runs a crash or a stop of the service interrupted `halted` instead of
-    /// resuming them at start.
+    /// resuming them at start (runs parked for their backend's quota still resume at their
+    /// `resumeAt`).
     #[arg(long)]
     no_recover: bool,
     /// Automatic recoveries per run (counted since a caller last started or resumed it);
