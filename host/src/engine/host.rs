@@ -1480,8 +1480,7 @@ impl Host {
         let quota = |f: &Failure| f.kind_type == crate::model::envelope::FailureType::Backend && f.kind.as_deref() == Some("quota");
         let parked = parked.filter(|_| record.envelope.status == RunStatus::Halted && record.envelope.failure.as_ref().is_some_and(quota));
         if let Some(resume_at) = parked {
-            park(record, resume_at);
-            if let Some(at) = resume_at {
+            if let Some(at) = park(record, resume_at) {
                 self.parking.arm(&run_id, at);
             }
         }
@@ -1971,9 +1970,13 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
 /// Park `record`, whose attempt ended `halted` on a spent quota: with a known reset
 /// (`resume_at`) it is marked [`Interruption::Quota`](crate::store::Interruption::Quota) with
 /// its `resumeAt`, for the service to resume it then; without one it has no mark, and its
-/// failure says to resume it by hand. Its failure says which.
-fn park(record: &mut RunRecord, resume_at: Option<std::time::SystemTime>) {
+/// failure says to resume it by hand. Its failure says which. Returns when it resumes.
+fn park(record: &mut RunRecord, resume_at: Option<std::time::SystemTime>) -> Option<std::time::SystemTime> {
     let by_hand = crate::engine::recover::resume_command(&record.envelope.run_id, &record.session);
+    // Within the bounds a spent quota is waited for, whoever made the error (a time past
+    // year 9999 could not be written as RFC 3339).
+    let now = std::time::SystemTime::now();
+    let resume_at = resume_at.map(|t| t.clamp(now, now + crate::backend::quota::MAX_WAIT));
     let at = resume_at.map(|t| humantime::format_rfc3339_seconds(t).to_string());
     let note = match &at {
         Some(at) => format!("the run is parked (halted) and resumes by itself at {at} in the service (`factory serve`); or resume it sooner by hand: {by_hand}"),
@@ -1986,6 +1989,7 @@ fn park(record: &mut RunRecord, resume_at: Option<std::time::SystemTime>) {
         failure.message = crate::model::envelope::bounded_text(format!("{}; {note}", failure.message), crate::model::envelope::MAX_MESSAGE_BYTES);
         envelope.error = Some(failure.message.clone());
     }
+    resume_at
 }
 
 /// What the consent of a queued start (`record` enqueued with `start`) is bound to.

@@ -425,7 +425,31 @@ pub(crate) fn resume_command(run_id: &str, session: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::resume_command;
+    use super::{resume_command, Parking};
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn parking_hands_out_each_run_once_when_due_and_forgets_disarmed_ones() {
+        let parking = Parking::default();
+        let now = SystemTime::now();
+        parking.arm("past", now - Duration::from_secs(5));
+        parking.arm("soon", now + Duration::from_secs(60));
+        parking.arm("gone", now - Duration::from_secs(1));
+        parking.disarm("gone");
+        assert_eq!(parking.waiting(), 2);
+        let (ready, next) = parking.take_due(now);
+        assert_eq!(ready, vec!["past".to_string()]);
+        assert_eq!(next, Some(now + Duration::from_secs(60)));
+        assert_eq!(parking.take_due(now).0, Vec::<String>::new(), "handed out once");
+        // Armed again with a later time: the later one holds.
+        parking.arm("soon", now + Duration::from_secs(120));
+        assert_eq!(parking.take_due(now + Duration::from_secs(90)).0, Vec::<String>::new());
+        assert_eq!(parking.take_due(now + Duration::from_secs(120)).0, vec!["soon".to_string()]);
+        assert_eq!(parking.waiting(), 0);
+        assert!(!parking.closed());
+        parking.close();
+        assert!(parking.closed());
+    }
 
     #[test]
     fn the_resume_command_names_a_session_other_than_the_default_quoted_for_a_shell() {
