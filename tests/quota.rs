@@ -3,7 +3,8 @@
 //! and the service resumes it by itself then — also after it was killed with -9 and started
 //! again — paying no journaled call twice; a cancel while it waits ends it `cancelled`, a
 //! resume by hand before `resumeAt` works, and with a reset the provider did not give the run
-//! stays `halted` for a resume by hand. Through the real binary and service, against a real
+//! stays `halted` for a resume by hand; the resume of a parked run is not counted against
+//! `--max-recoveries`. Through the real binary and service, against a real
 //! OpenAI-compatible server on 127.0.0.1 (`common::fake_openai`) that counts the requests.
 
 mod common;
@@ -226,4 +227,35 @@ fn a_quota_with_no_reset_leaves_the_run_halted_for_a_resume_by_hand() {
     assert_eq!(done["result"]["done"], 4, "{done:#}");
     service.stop();
     assert_no_journaled_call_paid_twice(state.path(), &run_id, &server, 4);
+}
+
+#[test]
+fn resuming_a_parked_run_is_not_counted_against_max_recoveries() {
+    let state = tempfile::tempdir().unwrap();
+    let (_runtime, server) = server(1, Some(Duration::from_secs(3)));
+    write_config(state.path(), server.port(), false, "");
+    let service = Service::start(state.path(), &["--max-recoveries", "1"]);
+    let run_id = detach_fanout(state.path(), 4);
+    assert_parked(&ended(state.path(), &run_id));
+    // Once the quota resets, the service resumes the run by itself: one answer, then every
+    // request held, and the service killed under that second attempt.
+    let asked = server.asked().len();
+    server.set(Mode::AnswerThen { ok: 1, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while server.asked().len() < asked + 2 {
+        assert!(Instant::now() < deadline, "the parked run was not resumed: {}", service.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    service.kill();
+
+    // Its crash is recovered: the resume of the parked run did not use up the one recovery
+    // `--max-recoveries 1` allows.
+    server.set(Mode::Answer { latency: Duration::ZERO });
+    let service = Service::start(state.path(), &["--max-recoveries", "1"]);
+    let recovering = format!("recovering run {run_id} (factory probe, session default): automatic recovery 1/1");
+    assert!(service.log().contains(&recovering), "{}", service.log());
+    let done = json(state.path(), &["wait", &run_id]);
+    assert_eq!(done["status"], "completed", "{done:#}\n{}", service.log());
+    assert_eq!(done["attempts"], 3, "{done:#}");
+    service.stop();
 }
