@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How long the quota stays spent after its first refusal (T): long enough that the test
 /// sees the run parked and kills the service before T.
-const SPENT_FOR: Duration = Duration::from_secs(10);
+const SPENT_FOR: Duration = Duration::from_secs(15);
 
 /// The fake server on a runtime of its own: it answers `ok` calls, then refuses with a spent
 /// quota (`spent`).
@@ -232,7 +232,7 @@ fn a_quota_with_no_reset_leaves_the_run_halted_for_a_resume_by_hand() {
 #[test]
 fn resuming_a_parked_run_is_not_counted_against_max_recoveries() {
     let state = tempfile::tempdir().unwrap();
-    let (_runtime, server) = server(1, Some(Duration::from_secs(3)));
+    let (_runtime, server) = server(1, Some(Duration::from_secs(6)));
     write_config(state.path(), server.port(), false, "");
     let service = Service::start(state.path(), &["--max-recoveries", "1"]);
     let run_id = detach_fanout(state.path(), 4);
