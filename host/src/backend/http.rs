@@ -7,8 +7,8 @@
 //! HTTP/1 client (at most 100 headers in a read buffer of about 400 KiB).
 
 use super::flow::Flow;
+pub(crate) use super::reply::{error_message, retry_after};
 use super::{BackendError, OutageKind};
-use reqwest::header::HeaderMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,25 +88,6 @@ impl HttpReply {
 /// "overloaded").
 fn retryable(status: u16) -> bool {
     matches!(status, 408 | 409 | 425 | 429 | 500..=599)
-}
-
-/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds (an HTTP-date is ignored). A value
-/// too large for a `Duration` reads as the largest one (so it is refused as too long), a
-/// negative or non-numeric one as absent: nothing a server sends can panic here.
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    let seconds = |s: f64| {
-        (s.is_finite() || s == f64::INFINITY)
-            .then_some(s)
-            .filter(|s| *s >= 0.0)
-            .map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX))
-    };
-    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if let Some(d) = seconds(ms / 1000.0) {
-            return Some(d);
-        }
-    }
-    seconds(header("retry-after")?.parse::<f64>().ok()?)
 }
 
 /// Statuses that are the server pushing back (rate limited, overloaded): the call waits in
@@ -361,26 +342,6 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// The human message inside an error body (`{"error":{"message":...}}` in both wire
-/// formats), else the body itself, shortened.
-pub(crate) fn error_message(body: &str) -> String {
-    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
-    let message = parsed.as_ref().and_then(|v| {
-        v.pointer("/error/message")
-            .or_else(|| v.get("message"))
-            .or_else(|| v.get("error"))
-            .and_then(|m| m.as_str())
-            .map(str::to_string)
-    });
-    let text = message.unwrap_or_else(|| body.trim().to_string());
-    if text.chars().count() > 300 {
-        let short: String = text.chars().take(300).collect();
-        format!("{short}...")
-    } else {
-        text
-    }
-}
-
 /// The error for a reply that is not 2xx. `key_var` names the API key's environment
 /// variable, `url` and `model` what a 404 most likely got wrong. Statuses that say nothing
 /// about the prompt (401, 403, 404, and 408/429/5xx once retries are spent) are backend
@@ -413,7 +374,7 @@ pub(crate) fn status_error(who: &str, reply: &HttpReply, key_var: &str, url: &st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reqwest::header::HeaderValue;
+    use reqwest::header::{HeaderMap, HeaderValue};
 
     #[test]
     fn backoff_grows_is_capped_and_never_below_half() {

@@ -9,6 +9,7 @@ pub mod cassette;
 pub mod flow;
 mod dry_run;
 pub mod http;
+mod reply;
 mod openai;
 pub mod pricing;
 mod prompting;

@@ -40,7 +40,7 @@ pub(crate) fn spent(status: u16, headers: &HeaderMap, body: &str) -> Option<Back
     let parsed: Option<serde_json::Value> = (body.len() <= MAX_PARSED_BODY).then(|| serde_json::from_str(body).ok()).flatten();
     let text = |pointer: &str| parsed.as_ref().and_then(|v| v.pointer(pointer)).and_then(|v| v.as_str()).unwrap_or("");
     let (code, kind, detail) = (text("/error/code"), text("/error/type"), text("/error/details/error_code"));
-    let message = super::http::error_message(body);
+    let message = super::reply::error_message(body);
     let lower = message.to_ascii_lowercase();
     let openai = status == 429 && [code, kind].iter().any(|c| *c == "insufficient_quota");
     let billing = [code, kind].iter().any(|c| *c == "billing_hard_limit_reached" || *c == "billing_error");
@@ -76,7 +76,7 @@ fn header_reset(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
         headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty() && v.len() <= MAX_HEADER_CHARS)
     };
     let mut waits = Vec::new();
-    waits.extend(super::http::retry_after(headers));
+    waits.extend(super::reply::retry_after(headers));
     for name in ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"] {
         waits.extend(value(name).and_then(go_duration));
     }

@@ -345,7 +345,7 @@ pub struct Host {
     /// Told when a queued run this host executed ended (room to claim again).
     queue_freed: Arc<tokio::sync::Notify>,
     /// The runs parked for their backend's quota that this process resumes at their reset.
-    parking: crate::engine::recover::Parking,
+    parking: crate::engine::parking::Parking,
 }
 
 fn session_of(session: &Option<String>) -> String {
@@ -395,7 +395,7 @@ impl Host {
     }
 
     /// The runs parked for their quota that this process resumes by itself.
-    pub(crate) fn parking(&self) -> &crate::engine::recover::Parking {
+    pub(crate) fn parking(&self) -> &crate::engine::parking::Parking {
         &self.parking
     }
 
@@ -1183,9 +1183,9 @@ impl Host {
             record = self.record(scope, run_id).await?;
             let still = match by {
                 ResumedBy::Parked => {
-                    crate::engine::recover::parked_until(&record).is_some_and(|at| at <= std::time::SystemTime::now())
+                    crate::engine::parking::parked_until(&record).is_some_and(|at| at <= std::time::SystemTime::now())
                 }
-                _ => crate::engine::recover::is_interrupted(&record),
+                _ => crate::engine::parking::is_interrupted(&record),
             };
             if !still {
                 return Err(Error::NonResumable(format!("run `{run_id}` is no longer halted by an interruption")));
@@ -1604,7 +1604,7 @@ impl Host {
     /// when it is not parked (or executes, here or elsewhere): the caller cancels it as usual.
     async fn cancel_parked(&self, run_id: &str) -> Result<bool, Error> {
         let Ok(claim) = self.claim(run_id) else { return Ok(false) };
-        let parked = |record: &Option<RunRecord>| record.as_ref().is_some_and(crate::engine::recover::is_parked);
+        let parked = |record: &Option<RunRecord>| record.as_ref().is_some_and(crate::engine::parking::is_parked);
         if !parked(&self.store.run(run_id).await?) {
             return Ok(false);
         }
@@ -2019,7 +2019,7 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
 /// its `resumeAt`, for the service to resume it then; without one it has no mark, and its
 /// failure says to resume it by hand. Its failure says which. Returns when it resumes.
 fn park(record: &mut RunRecord, resume_at: Option<std::time::SystemTime>) -> Option<std::time::SystemTime> {
-    let by_hand = crate::engine::recover::resume_command(&record.envelope.run_id, &record.session);
+    let by_hand = crate::engine::parking::resume_command(&record.envelope.run_id, &record.session);
     // Within the bounds a spent quota is waited for, whoever made the error (a time past
     // year 9999 could not be written as RFC 3339).
     let now = std::time::SystemTime::now();

@@ -1,5 +1,5 @@
 //! The run engine: [`host::Host`] loads factories, runs, resumes, cancels and observes
-//! them, and recovers halted runs ([`recover`]); [`run`] drives one attempt to its end and
+//! them, and recovers halted runs ([`recover`]) and runs parked for a spent quota ([`parking`]); [`run`] drives one attempt to its end and
 //! classifies its outcome; [`queue`] is a worker's side of a shared store's run queue, under
 //! the [`caps`] it is given (what it checks before it runs what a shared store says is
 //! [`crate::sandbox::admission`]). The hooks an attempt serves are [`crate::capabilities`].
@@ -7,6 +7,7 @@
 pub mod caps;
 pub mod host;
 pub(crate) mod loaded;
+pub mod parking;
 pub mod queue;
 pub mod recover;
 pub(crate) mod run;
