@@ -145,6 +145,50 @@ async fn a_batch_of_256_writes_is_committed_without_waiting_out_the_window() {
     assert_eq!(server.psql("burst", "SELECT count(*) FROM steps"), "256");
 }
 
+/// The flow budget two workers share (`flow_budgets`): takes by either worker draw from one
+/// pair of buckets, refilled on the database's clock; a worker's close stops both until then,
+/// and the buckets keep their rates (requests only: tokens not metered here).
+#[tokio::test]
+async fn two_workers_take_from_one_flow_budget() {
+    use factory_host::store::queue::FlowRates;
+    let server = Postgres::start();
+    let url = server.database("budget");
+    let (a, b) = (PgStore::connect(&url, options("wa")).await.expect("a connects"), PgStore::connect(&url, options("wb")).await.expect("b connects"));
+    let (qa, qb) = (a.run_queue().expect("a queue"), b.run_queue().expect("b queue"));
+    let key = "openai http://127.0.0.1:1/v1 nokey".to_string();
+    // One request a minute, a bucket of 4: the refill is too slow to matter in this test.
+    let rates = FlowRates { requests: Some(1.0 / 60.0), request_burst: 4.0, tokens: None, token_burst: 1.0 };
+    let mut taken = 0;
+    for i in 0..8 {
+        let queue = if i % 2 == 0 { qa } else { qb };
+        if queue.take_flow_budget(key.clone(), rates, 100.0).await.expect("a take").is_none() {
+            taken += 1;
+        }
+    }
+    assert_eq!(taken, 4, "one bucket of 4 for both workers");
+    let wait = qb.take_flow_budget(key.clone(), rates, 100.0).await.expect("a take").expect("a wait");
+    assert!(wait > Duration::from_secs(1) && wait <= Duration::from_secs(60), "about a minute for the next request: {wait:?}");
+    assert_eq!(server.psql("budget", "SELECT count(*) FROM flow_budgets"), "1", "one row per flow");
+
+    // Another flow, closed by worker a for a minute: worker b waits about that long.
+    let other = "openai http://127.0.0.1:2/v1 nokey".to_string();
+    let fast = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1000.0), token_burst: 1000.0 };
+    assert_eq!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take"), None, "a new budget is full");
+    qa.close_flow_budget(other.clone(), Duration::from_secs(60)).await.expect("a close");
+    qa.close_flow_budget(other.clone(), Duration::from_secs(1)).await.expect("a shorter close");
+    let wait = qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take").expect("closed");
+    assert!(wait > Duration::from_secs(30) && wait <= Duration::from_secs(60), "the later close stands: {wait:?}");
+    // Reopened (as if the minute had passed), it is paced by its own buckets again.
+    server.psql("budget", "UPDATE flow_budgets SET closed_until = now() - interval '1 second'");
+    assert_eq!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take"), None, "open again");
+    // A call of more tokens than the bucket holds waits for a full bucket, then goes.
+    let small = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1.0 / 60.0), token_burst: 50.0 };
+    let third = "anthropic http://127.0.0.1:3 nokey".to_string();
+    assert_eq!(qa.take_flow_budget(third.clone(), small, 500.0).await.expect("a take"), None, "a full bucket admits a big call");
+    let wait = qb.take_flow_budget(third.clone(), small, 10.0).await.expect("a take").expect("no tokens left");
+    assert!(wait > Duration::from_secs(600), "the bucket owes 450 tokens at one a minute: {wait:?}");
+}
+
 /// `factory serve --store postgres://...` with `--http`: a run of the probe's fan-out on a
 /// real OpenAI-compatible server on 127.0.0.1 (answers 4 calls, then holds every request), the
 /// service killed with -9 mid-run and started again: the run is recovered from the database

@@ -252,6 +252,8 @@ struct State {
     output_estimate: f64,
     waiting_for: Option<WaitReason>,
     shared: Option<Arc<dyn SharedBudget>>,
+    /// The shared budget failed last time it was asked (warned once until it answers again).
+    shared_failing: bool,
 }
 
 impl std::fmt::Debug for dyn SharedBudget {
@@ -358,6 +360,7 @@ impl Flow {
                 output_estimate: 256.0,
                 waiting_for: None,
                 shared: None,
+                shared_failing: false,
             }),
             door: tokio::sync::Mutex::new(()),
             freed: tokio::sync::Notify::new(),
@@ -430,6 +433,8 @@ impl Flow {
         self.queued.fetch_add(1, Ordering::Relaxed);
         let queued = Queued(&self.queued);
         let started = Instant::now();
+        // The shared budget failed during this admission: the local buckets pace it.
+        let mut local = false;
         let _door = self.door.lock().await;
         let charge = {
             let s = self.state();
@@ -448,7 +453,7 @@ impl Flow {
                 for bucket in [&mut s.requests, &mut s.tokens].into_iter().flatten() {
                     bucket.refill(elapsed);
                 }
-                let shared = s.shared.clone().filter(|_| s.requests.is_some() || s.tokens.is_some());
+                let shared = s.shared.clone().filter(|_| !local && (s.requests.is_some() || s.tokens.is_some()));
                 let wait = if let Some(gate) = s.gate.filter(|g| *g > now) {
                     Some((WaitReason::Server, Some(gate - now)))
                 } else if f64::from(s.in_flight) + 1.0 > s.window.floor().max(1.0) {
@@ -477,15 +482,23 @@ impl Flow {
                 None => {
                     if let Some((shared, rates)) = shared {
                         match shared.take(&self.key, rates, charge).await {
-                            Ok(None) => {}
+                            Ok(None) => self.state().shared_failing = false,
                             Ok(Some(d)) => {
-                                self.state().waiting_for = Some(WaitReason::Cluster);
+                                {
+                                    let mut s = self.state();
+                                    s.waiting_for = Some(WaitReason::Cluster);
+                                    s.shared_failing = false;
+                                }
                                 tokio::time::sleep(d.min(Duration::from_secs(5))).await;
                                 continue;
                             }
                             Err(e) => {
                                 // The database is unreachable: the local buckets stand in.
-                                tracing::warn!(flow = %self.key, error = %e, "shared flow budget unavailable");
+                                if !std::mem::replace(&mut self.state().shared_failing, true) {
+                                    tracing::warn!(flow = %self.key, error = %e, "shared flow budget unavailable; pacing on this worker's own buckets");
+                                }
+                                local = true;
+                                continue;
                             }
                         }
                     }
