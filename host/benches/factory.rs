@@ -41,6 +41,11 @@ use tokio::sync::oneshot;
 
 const COMMAND: &str = "cargo bench -p factory-host --bench factory";
 
+/// The throttling provider of the tests (token buckets, 429s with the providers' headers).
+#[path = "../../tests/common/throttling.rs"]
+#[allow(dead_code)]
+mod throttling;
+
 /// Stop the bench: a correctness check failed (never used for a missed timing target).
 fn fail(message: impl std::fmt::Display) -> ! {
     eprintln!("\nbench check failed: {message}");
@@ -746,6 +751,96 @@ async fn fan_out(table: &mut Table, component: &Path, cache: &Path, runs: usize)
             }
         }
     }
+}
+
+/// (11) Flow control: a fan-out against a provider that allows 25 requests a second (a real
+/// HTTP server on 127.0.0.1 answering 429 with OpenAI's headers past its token bucket)
+/// against its floor, N / rate; and what the flow controller costs per admitted call, against
+/// the host's own cost per agent of a 1,000-agent fan-out measured in the same run.
+async fn flow_control(table: &mut Table, component: &Path, cache: &Path, runs: usize) {
+    use factory_host::backend::flow::{Flow, FlowLimits};
+    use factory_host::backend::{OpenAi, OpenAiConfig};
+    eprintln!("bench: (11) flow control");
+    const N: usize = 300;
+    const RATE: f64 = 25.0;
+    let (mut makespans, mut shares) = (Vec::new(), Vec::new());
+    for _ in 0..runs.min(3) {
+        let server = throttling::Throttling::start(throttling::Limits::rps(RATE)).await;
+        let config = OpenAiConfig { model: Some("m".into()), ..OpenAiConfig::new("limited", server.base_url()) };
+        let backend: Arc<dyn AgentBackend> =
+            Arc::new(OpenAi::new(config).unwrap_or_else(|e| fail(format!("the OpenAI backend: {e}"))));
+        let state = tempfile::tempdir().expect("a temporary state directory");
+        let host = Host::new(HostConfig {
+            state_dir: Some(state.path().to_path_buf()),
+            cache_dir: Some(cache.to_path_buf()),
+            backend,
+            ..HostConfig::default()
+        })
+        .unwrap_or_else(|e| fail(format!("a durable host: {e}")));
+        let factory = load(&host, component).await;
+        let args = json!({ "workload": "fanout", "n": N, "failAtEnd": false });
+        let limits = Limits { max_concurrent_subagents: Some(64), ..Limits::default() };
+        let started = Instant::now();
+        let envelope = host
+            .run(&factory, RunOptions { args: Some(args), limits, ..Default::default() })
+            .await
+            .unwrap_or_else(|e| fail(format!("the rate-limited fan-out was refused: {e}")));
+        makespans.push(started.elapsed().as_secs_f64());
+        check_done(&envelope, "rate-limited fanout", N, false);
+        let counts = server.counts();
+        if counts.answered != N {
+            fail(format!("the rate-limited fan-out: the server answered {} of {N}", counts.answered));
+        }
+        shares.push(counts.throttled_share());
+    }
+    let makespan = median(makespans);
+    let share = median(shares);
+    let floor = N as f64 / RATE;
+    let ratio = makespan / floor;
+    table.judged(
+        "11 flow",
+        format!("fan-out {N} agents x 64 at once against {RATE} req/s"),
+        format!("{makespan:.2} s"),
+        format!("floor N / rate {floor:.1} s: {ratio:.2}x; 429s {:.1}% of requests", share * 100.0),
+        "<= 1.15x floor, 429s <= 10%",
+        ratio <= 1.15 && share <= 0.10,
+    );
+
+    // The controller's own cost: admit and answer on an unlimited flow, one task at a time.
+    let flow = Arc::new(Flow::new("bench", "bench", FlowLimits::default()));
+    let headers = reqwest::header::HeaderMap::new();
+    const CALLS: u32 = 200_000;
+    let mut per_call = Vec::new();
+    for _ in 0..runs {
+        let started = Instant::now();
+        for _ in 0..CALLS {
+            flow.admit(100).await.answered(&headers);
+        }
+        per_call.push(started.elapsed().as_nanos() as f64 / f64::from(CALLS));
+    }
+    let controller = median(per_call);
+    // The host's cost per agent of a 1,000-agent fan-out against a 0 ms backend.
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let backend = LatencyBackend::new(Duration::ZERO);
+    let host = durable_host(state.path(), cache, &backend);
+    let factory = load(&host, component).await;
+    run(&host, &factory, "fanout", 10, false).await; // warm-up
+    let mut per_agent = Vec::new();
+    for _ in 0..runs {
+        let (envelope, sample) = measure(&host, run(&host, &factory, "fanout", 1000, false)).await;
+        check_done(&envelope, "fanout", 1000, false);
+        per_agent.push(sample.cpu.as_nanos() as f64 / 1000.0);
+    }
+    let agent = median(per_agent);
+    let share = controller / agent;
+    table.judged(
+        "11 flow",
+        "flow controller per admitted call, unlimited backend",
+        format!("{controller:.0} ns/call"),
+        format!("host CPU per agent of a 1,000-agent fan-out {:.1} us: {:.1}%", agent / 1000.0, share * 100.0),
+        "<= 5% of the host's cost per agent",
+        share <= 0.05,
+    );
 }
 
 /// (4) Sequential agent calls and steps, each journaled, then the resume of each run.
@@ -1957,6 +2052,9 @@ fn main() {
         }
         if wanted("10") {
             postgres_store(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("11") {
+            flow_control(&mut table, &component, cache.path(), runs).await;
         }
     });
 

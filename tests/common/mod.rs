@@ -9,6 +9,7 @@ pub mod fake_openai;
 pub mod faulty;
 pub mod postgres;
 pub mod service;
+pub mod throttling;
 
 use factory_host::builder::BuildTarget;
 use std::collections::HashMap;

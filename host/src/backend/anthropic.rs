@@ -12,7 +12,7 @@ use super::redact;
 use super::openai::non_empty_env;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
-use super::{estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
+use super::{estimate_tokens, AgentBackend, SoftLimit, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -143,9 +143,10 @@ impl AgentBackend for Anthropic {
             // Failure messages reach envelopes and journals: no key, no credentials in URLs
             // or in what the server echoed.
             let key = inner.config.api_key.as_deref().unwrap_or("");
-            // maxDurationSeconds bounds the request (retries included); maxTurns always holds
+            // maxDurationSeconds bounds the request from its admission through the flow (retries
+            // included; see `http::CallClock`); maxTurns always holds
             // (one request is one turn) and a request cannot take a wrap-up.
-            super::within_duration(&request, inner.call(&request)).await.map_err(|e| redact::redact_error(e, &[key]))
+            inner.call(&request).await.map_err(|e| redact::redact_error(e, &[key]))
         })
     }
 
@@ -216,10 +217,12 @@ impl Inner {
             BackendError::outage(OutageKind::Misconfigured, format!("{who}: the call names no model and the backend has no default (pass --model)"))
         })?;
         let url = format!("{}/v1/messages", self.config.base_url);
+        // maxDurationSeconds counts from the call's admission, not its wait in the flow.
+        let clock = http::CallClock::new(request.limits.max_duration());
         loop {
             let tool = request.schema.is_some() && !self.no_tools.load(Ordering::SeqCst);
             let (body, wrapped) = self.body(request, &model, tool);
-            let reply = http::send(&self.config.retry, self.flows.get(&model), estimate_tokens(&request.prompt), who, || {
+            let reply = http::send(&self.config.retry, self.flows.get(&model), estimate_tokens(&request.prompt), &clock, who, || {
                 let builder = self.client.post(&url).header("anthropic-version", ANTHROPIC_VERSION).json(&body);
                 match &self.config.api_key {
                     Some(key) => builder.header("x-api-key", key),
@@ -227,6 +230,7 @@ impl Inner {
                 }
             })
             .await?;
+            let Some(reply) = reply else { return Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds)) };
             if reply.ok() {
                 let parsed = self.parse(&reply, &model, tool, wrapped);
                 if let Ok(AgentReply { usage: Some(u), .. }) = &parsed {

@@ -116,7 +116,7 @@ fn pushback(status: u16) -> bool {
 }
 
 /// Send a request built by `make` through `flow` (admitted under the backend's budgets, see
-/// [`super::flow`]), retrying per `policy`. A pushback (429, 529) does not spend a retry: the
+/// [`super::flow`]), retrying per `policy`, within `clock` (`Ok(None)`: it ran out first). A pushback (429, 529) does not spend a retry: the
 /// call waits in the flow (closed for everyone until the server's `retry-after`) and goes
 /// again, until the server has kept it waiting past the flow's bound (a `rate_limited`
 /// outage); a single `retry-after` beyond the bound is a spent quota. Transport errors and
@@ -127,6 +127,67 @@ pub(crate) async fn send(
     policy: &RetryPolicy,
     flow: &Arc<Flow>,
     input_tokens: u64,
+    clock: &CallClock,
+    who: &str,
+    make: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<Option<HttpReply>, BackendError> {
+    tokio::select! {
+        biased;
+        reply = send_admitted(policy, flow, input_tokens, clock, who, make) => reply.map(Some),
+        () = clock.expired() => Ok(None),
+    }
+}
+
+/// A call's `maxDurationSeconds`, counted from its first admission through the flow: its
+/// wait in the flow before that is queue time, as a wait for a `maxConcurrentSubagents` slot
+/// is. Shared by the requests of one call (a schema fallback's second request continues it).
+#[derive(Debug)]
+pub(crate) struct CallClock {
+    limit: Option<Duration>,
+    deadline: tokio::sync::watch::Sender<Option<tokio::time::Instant>>,
+}
+
+impl CallClock {
+    /// A clock of `limit` (none: it never runs out), not started.
+    pub fn new(limit: Option<Duration>) -> CallClock {
+        CallClock { limit, deadline: tokio::sync::watch::Sender::new(None) }
+    }
+
+    /// Start it (the call was admitted), unless it runs already.
+    fn start(&self) {
+        if let Some(limit) = self.limit {
+            self.deadline.send_if_modified(|d| {
+                if d.is_some() {
+                    return false;
+                }
+                *d = tokio::time::Instant::now().checked_add(limit);
+                d.is_some()
+            });
+        }
+    }
+
+    /// Ready once it has run out (never, without a limit).
+    async fn expired(&self) {
+        let mut started = self.deadline.subscribe();
+        loop {
+            let deadline = *started.borrow_and_update();
+            match deadline {
+                Some(at) => return tokio::time::sleep_until(at).await,
+                None => {
+                    if started.changed().await.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn send_admitted(
+    policy: &RetryPolicy,
+    flow: &Arc<Flow>,
+    input_tokens: u64,
+    clock: &CallClock,
     who: &str,
     make: impl Fn() -> reqwest::RequestBuilder,
 ) -> Result<HttpReply, BackendError> {
@@ -152,6 +213,7 @@ pub(crate) async fn send(
                 }
             }
         };
+        clock.start();
         let last = retry >= policy.max_retries;
         let wait = match make().send().await {
             Ok(response) => {

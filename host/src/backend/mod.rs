@@ -108,22 +108,6 @@ impl AgentReply {
     }
 }
 
-/// Run `call` within the request's `maxDurationSeconds` (the whole call, retries included):
-/// past it the call is dropped (cancelled) and the reply is [`AgentReply::cut_off`]. For
-/// backends that cannot steer a call mid-way (an HTTP request), so no wrap-up is sent.
-pub(crate) async fn within_duration(
-    request: &AgentRequest,
-    call: impl std::future::Future<Output = Result<AgentReply, BackendError>>,
-) -> Result<AgentReply, BackendError> {
-    match request.limits.max_duration() {
-        None => call.await,
-        Some(limit) => match tokio::time::timeout(limit, call).await {
-            Ok(reply) => reply,
-            Err(_) => Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds)),
-        },
-    }
-}
-
 /// Which way a backend could not be used at all (a backend failure, not an answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -11,7 +11,7 @@ use super::http::{self, HttpReply, RetryPolicy};
 use super::redact;
 use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
-use super::{estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
+use super::{estimate_tokens, AgentBackend, SoftLimit, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -164,9 +164,10 @@ impl AgentBackend for OpenAi {
             // Failure messages reach envelopes and journals: no key, no credentials in URLs
             // or in what the server echoed.
             let key = inner.config.api_key.as_deref().unwrap_or("");
-            // maxDurationSeconds bounds the request (retries included); maxTurns always holds
+            // maxDurationSeconds bounds the request from its admission through the flow (retries
+            // included; see `http::CallClock`); maxTurns always holds
             // (one request is one turn) and a request cannot take a wrap-up.
-            super::within_duration(&request, inner.call(&request)).await.map_err(|e| redact::redact_error(e, &[key]))
+            inner.call(&request).await.map_err(|e| redact::redact_error(e, &[key]))
         })
     }
 
@@ -210,10 +211,12 @@ impl Inner {
             BackendError::outage(OutageKind::Misconfigured, format!("{who}: the call names no model and the backend has no default (pass --model)"))
         })?;
         let url = format!("{}/chat/completions", self.config.base_url);
+        // maxDurationSeconds counts from the call's admission, not its wait in the flow.
+        let clock = http::CallClock::new(request.limits.max_duration());
         loop {
             let mode = StructuredMode::from_u8(self.mode.load(Ordering::SeqCst));
             let body = self.body(request, &model, mode);
-            let reply = http::send(&self.config.retry, self.flows.get(&model), estimate_tokens(&request.prompt), who, || {
+            let reply = http::send(&self.config.retry, self.flows.get(&model), estimate_tokens(&request.prompt), &clock, who, || {
                 let builder = self.client.post(&url).json(&body);
                 match &self.config.api_key {
                     Some(key) => builder.bearer_auth(key),
@@ -221,6 +224,7 @@ impl Inner {
                 }
             })
             .await?;
+            let Some(reply) = reply else { return Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds)) };
             if reply.ok() {
                 let parsed = self.parse(&reply, &model);
                 if let Ok(AgentReply { usage: Some(u), .. }) = &parsed {

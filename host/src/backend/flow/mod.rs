@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(600);
 
 /// The concurrency limit an adaptive flow starts from.
-const INITIAL_WINDOW: f64 = 32.0;
+const INITIAL_WINDOW: f64 = 16.0;
 
 /// The most an adaptive flow lets run at once without a configured `max_concurrent`.
 const MAX_WINDOW: f64 = 1024.0;
@@ -357,7 +357,7 @@ impl Flow {
                 admitted: 0,
                 cut_at: 0,
                 recent: Default::default(),
-                output_estimate: 256.0,
+                output_estimate: 64.0,
                 waiting_for: None,
                 shared: None,
                 shared_failing: false,
@@ -477,7 +477,14 @@ impl Flow {
                 (wait, shared.map(|sh| (sh, rates)))
             };
             match wait {
-                Some((_, Some(d))) => tokio::time::sleep(d).await,
+                // A reply in the meantime may change the answer (a token budget trued up, a
+                // rate learned): look again then.
+                Some((_, Some(d))) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(d) => {}
+                        _ = &mut freed => {}
+                    }
+                }
                 Some((_, None)) => freed.await,
                 None => {
                     if let Some((shared, rates)) = shared {
@@ -651,6 +658,8 @@ impl Flow {
         let used = input.saturating_add(output) as f64;
         if let Some(b) = s.tokens.as_mut() {
             b.level = (b.level + charged - used).clamp(-b.burst, b.burst);
+            drop(s);
+            self.freed.notify_one();
         }
     }
 }
@@ -720,10 +729,10 @@ mod tests {
         let flow = Arc::new(Flow::new("t", "t", FlowLimits::default()));
         let first = flow.admit(0).await;
         let second = flow.admit(0).await;
-        assert_eq!(flow.stats().limit, 32);
+        assert_eq!(flow.stats().limit, 16);
         first.pushed_back(&headers(&[("retry-after-ms", "500")]), Some(Duration::from_millis(500)), Duration::ZERO);
         second.pushed_back(&HeaderMap::new(), Some(Duration::from_millis(500)), Duration::ZERO);
-        assert_eq!(flow.stats().limit, 16, "one cut per round");
+        assert_eq!(flow.stats().limit, 8, "one cut per round");
         let start = Instant::now();
         let third = flow.admit(0).await;
         assert!(start.elapsed() >= Duration::from_millis(500));
