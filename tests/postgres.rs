@@ -2,7 +2,8 @@
 //! the store conformance suite, schema migrations (refusing a newer schema), fencing of a
 //! worker whose lease was taken, group commit batching, and `factory serve --store` workers
 //! (recovery after kill -9, by exactly one of two workers starting together; cancel through
-//! another worker).
+//! another worker), and the flow budget two workers share (through the store, and for one
+//! throttling provider through two `factory serve` workers).
 
 mod common;
 
@@ -187,6 +188,71 @@ async fn two_workers_take_from_one_flow_budget() {
     assert_eq!(qa.take_flow_budget(third.clone(), small, 500.0).await.expect("a take"), None, "a full bucket admits a big call");
     let wait = qb.take_flow_budget(third.clone(), small, 10.0).await.expect("a take").expect("no tokens left");
     assert!(wait > Duration::from_secs(600), "the bucket owes 450 tokens at one a minute: {wait:?}");
+}
+
+/// Two `factory serve --store` workers (`--max-runs 1`: each executes one of the two runs)
+/// run a fan-out each against one throttling provider (`common::throttling`: 20 requests a
+/// second, 429 past it), their backend configured with `requests_per_minute` at that rate:
+/// the workers share one budget through the database (`flow_budgets`), so together they send
+/// no more than the provider's rate (its bucket and a second's refill in the first second, as
+/// a single worker would), both runs complete, and fewer than 10% of the requests are
+/// refused. Paced each on its own, the two would send twice the rate.
+#[test]
+fn two_workers_share_one_flow_budget_for_one_backend() {
+    use common::service::Service;
+    use common::throttling::{Limits, Throttling};
+
+    const RATE: usize = 20;
+    const N: u32 = 60;
+    let server = Postgres::start();
+    let url = server.database("flowshare");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let provider = runtime.block_on(async { Throttling::start(Limits::rps(RATE as f64)).await });
+    let states: Vec<tempfile::TempDir> = (0..2)
+        .map(|_| {
+            let state = tempfile::tempdir().expect("a state dir");
+            let config = format!(
+                "default = \"limited\"\n[backends.limited]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n\
+                 max_retries = 1\nretry_base_ms = 5\nrequests_per_minute = {}\n[backends.limited.pricing]\ninput = 0\noutput = 0\n",
+                provider.base_url(),
+                RATE * 60
+            );
+            std::fs::write(state.path().join("factory.toml"), config).expect("the config");
+            state
+        })
+        .collect();
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-runs", "1"];
+    let one = Service::start(states[0].path(), &args);
+    let two = Service::start(states[1].path(), &args);
+    let (api1, api2) = (Api::of(states[0].path(), &one.log()), Api::of(states[1].path(), &two.log()));
+
+    let mut runs = start_fanouts(&runtime, &api1, 1, N, 64);
+    runs.extend(start_fanouts(&runtime, &api2, 1, N, 64));
+    // Both workers execute a run at once (each may own one).
+    let mut owners = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while owners < 2 && std::time::Instant::now() < deadline {
+        owners = owners.max(server.psql("flowshare", "SELECT count(DISTINCT owner) FROM runs WHERE owner IS NOT NULL").parse().unwrap_or(0));
+        if server.psql("flowshare", "SELECT count(*) FROM runs WHERE status = 'completed'") == "2" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for run_id in &runs {
+        let done = wait_until_completed(&runtime, &api1, run_id, Duration::from_secs(300));
+        assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", one.log(), two.log());
+        assert_eq!(done["result"]["done"], N, "{done:#}");
+    }
+    assert_eq!(owners, 2, "the two runs executed on two workers at once\n{}\n{}", one.log(), two.log());
+    let counts = provider.counts();
+    assert_eq!(counts.answered, 2 * N as usize, "every agent answered once: {counts:?}");
+    assert!(counts.throttled_share() <= 0.10, "one budget for both workers, few 429s: {counts:?}");
+    // A full bucket and a second's refill in the first second; never more after.
+    assert!(counts.max_received_per_second <= 2 * RATE + 8, "the workers together kept the provider's rate: {counts:?}");
+    let key = server.psql("flowshare", "SELECT string_agg(key, ',') FROM flow_budgets");
+    assert_eq!(key, format!("openai {} nokey", provider.base_url()), "one budget row, for the endpoint and key");
+    one.stop();
+    two.stop();
 }
 
 /// `factory serve --store postgres://...` with `--http`: a run of the probe's fan-out on a

@@ -740,6 +740,40 @@ mod tests {
         third.answered(&HeaderMap::new());
     }
 
+    /// A shared budget whose database does not answer.
+    struct Unreachable(AtomicU64);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection refused")]
+    struct Refused;
+
+    impl SharedBudget for Unreachable {
+        fn take(&self, _: &str, _: SharedRates, _: f64) -> futures::future::BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
+        }
+
+        fn close_until(&self, _: &str, _: SystemTime) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
+            Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shared_budget_that_fails_leaves_the_pacing_to_the_local_buckets() {
+        let flow = Arc::new(Flow::new("t", "t", FlowLimits { requests_per_minute: Some(1200.0), ..FlowLimits::default() }));
+        let shared = Arc::new(Unreachable(AtomicU64::new(0)));
+        flow.share(shared.clone());
+        let start = Instant::now();
+        for _ in 0..30 {
+            flow.admit(0).await.answered(&HeaderMap::new());
+        }
+        // As without a shared budget: a burst of 20, then 20 per second (lower bound only).
+        let took = start.elapsed().as_secs_f64();
+        assert!(took >= 0.45, "the local buckets paced the calls: {took}");
+        assert_eq!(shared.0.load(Ordering::SeqCst), 30, "asked again for each call");
+        assert_eq!(flow.stats().admitted, 30);
+    }
+
     #[tokio::test]
     async fn concurrency_is_fixed_for_a_fixed_flow() {
         let flow = Arc::new(Flow::new("t", "t", FlowLimits::concurrency(2)));
