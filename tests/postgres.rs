@@ -147,8 +147,8 @@ async fn a_batch_of_256_writes_is_committed_without_waiting_out_the_window() {
 }
 
 /// The flow budget two workers share (`flow_budgets`): takes by either worker draw from one
-/// pair of buckets, refilled on the database's clock; a worker's close stops both until then,
-/// and the buckets keep their rates (requests only: tokens not metered here).
+/// pair of buckets, refilled on the database's clock; a worker's close stops both until then;
+/// a call's tokens trued up by one worker are there for the other.
 #[tokio::test]
 async fn two_workers_take_from_one_flow_budget() {
     use factory_host::store::queue::FlowRates;
@@ -188,6 +188,12 @@ async fn two_workers_take_from_one_flow_budget() {
     assert_eq!(qa.take_flow_budget(third.clone(), small, 500.0).await.expect("a take"), None, "a full bucket admits a big call");
     let wait = qb.take_flow_budget(third.clone(), small, 10.0).await.expect("a take").expect("no tokens left");
     assert!(wait > Duration::from_secs(600), "the bucket owes 450 tokens at one a minute: {wait:?}");
+    // The call used 40 tokens, not 500: trued up, the bucket holds 10 again, and no more than
+    // its size however much is put back.
+    qb.true_up_flow_budget(third.clone(), 460.0).await.expect("a true-up");
+    assert_eq!(qa.take_flow_budget(third.clone(), small, 10.0).await.expect("a take"), None, "10 tokens there again");
+    qa.true_up_flow_budget(third.clone(), 1e9).await.expect("a true-up");
+    assert_eq!(server.psql("budget", &format!("SELECT tokens FROM flow_budgets WHERE key = '{third}'")), "50", "capped at the size");
 }
 
 /// Two `factory serve --store` workers (`--max-runs 1`: each executes one of the two runs)
@@ -199,23 +205,46 @@ async fn two_workers_take_from_one_flow_budget() {
 /// refused. Paced each on its own, the two would send twice the rate.
 #[test]
 fn two_workers_share_one_flow_budget_for_one_backend() {
-    use common::service::Service;
-    use common::throttling::{Limits, Throttling};
-
+    use common::throttling::Limits;
     const RATE: usize = 20;
-    const N: u32 = 60;
+    let counts = fan_outs_on_two_workers("flowshare", Limits::rps(RATE as f64), &format!("requests_per_minute = {}", RATE * 60), 60);
+    assert!(counts.throttled_share() <= 0.10, "one budget for both workers, few 429s: {counts:?}");
+    // A full bucket and a second's refill in the first second; never more after.
+    assert!(counts.max_received_per_second <= 2 * RATE + 8, "the workers together kept the provider's rate: {counts:?}");
+}
+
+/// The same with a token budget: the provider allows 3,000 tokens a minute (each call costs
+/// about 25, so 2 calls a second, far below its request rate), both workers are configured
+/// with that `tokens_per_minute`: each call's tokens are taken from the shared bucket at its
+/// admission (an estimate) and trued up from its reply's usage, so the two workers together
+/// keep the provider's token budget and both runs complete with few 429s.
+#[test]
+fn two_workers_share_one_token_budget() {
+    use common::throttling::Limits;
+    let limits = Limits { tokens_per_minute: Some(3000.0), ..Limits::rps(50.0) };
+    let counts = fan_outs_on_two_workers("tokenshare", limits, "tokens_per_minute = 3000", 20);
+    assert!(counts.throttled_share() <= 0.10, "one token budget for both workers, few 429s: {counts:?}");
+}
+
+/// Two workers (`--max-runs 1`) on database `db`, backend `limited` on a throttling provider
+/// with `limits` and `extra` lines in its config: a fan-out of `n` agents (64 at once)
+/// started through each, checked to execute on both workers at once and to complete with
+/// every agent answered once; what the provider counted.
+fn fan_outs_on_two_workers(db: &str, limits: common::throttling::Limits, extra: &str, n: u32) -> common::throttling::Counts {
+    use common::service::Service;
+    use common::throttling::Throttling;
+
     let server = Postgres::start();
-    let url = server.database("flowshare");
+    let url = server.database(db);
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let provider = runtime.block_on(async { Throttling::start(Limits::rps(RATE as f64)).await });
+    let provider = runtime.block_on(async { Throttling::start(limits).await });
     let states: Vec<tempfile::TempDir> = (0..2)
         .map(|_| {
             let state = tempfile::tempdir().expect("a state dir");
             let config = format!(
                 "default = \"limited\"\n[backends.limited]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n\
-                 max_retries = 1\nretry_base_ms = 5\nrequests_per_minute = {}\n[backends.limited.pricing]\ninput = 0\noutput = 0\n",
+                 max_retries = 1\nretry_base_ms = 5\n{extra}\n[backends.limited.pricing]\ninput = 0\noutput = 0\n",
                 provider.base_url(),
-                RATE * 60
             );
             std::fs::write(state.path().join("factory.toml"), config).expect("the config");
             state
@@ -226,14 +255,14 @@ fn two_workers_share_one_flow_budget_for_one_backend() {
     let two = Service::start(states[1].path(), &args);
     let (api1, api2) = (Api::of(states[0].path(), &one.log()), Api::of(states[1].path(), &two.log()));
 
-    let mut runs = start_fanouts(&runtime, &api1, 1, N, 64);
-    runs.extend(start_fanouts(&runtime, &api2, 1, N, 64));
+    let mut runs = start_fanouts(&runtime, &api1, 1, n, 64);
+    runs.extend(start_fanouts(&runtime, &api2, 1, n, 64));
     // Both workers execute a run at once (each may own one).
     let mut owners = 0;
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while owners < 2 && std::time::Instant::now() < deadline {
-        owners = owners.max(server.psql("flowshare", "SELECT count(DISTINCT owner) FROM runs WHERE owner IS NOT NULL").parse().unwrap_or(0));
-        if server.psql("flowshare", "SELECT count(*) FROM runs WHERE status = 'completed'") == "2" {
+        owners = owners.max(server.psql(db, "SELECT count(DISTINCT owner) FROM runs WHERE owner IS NOT NULL").parse().unwrap_or(0));
+        if server.psql(db, "SELECT count(*) FROM runs WHERE status = 'completed'") == "2" {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -241,18 +270,16 @@ fn two_workers_share_one_flow_budget_for_one_backend() {
     for run_id in &runs {
         let done = wait_until_completed(&runtime, &api1, run_id, Duration::from_secs(300));
         assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", one.log(), two.log());
-        assert_eq!(done["result"]["done"], N, "{done:#}");
+        assert_eq!(done["result"]["done"], n, "{done:#}");
     }
     assert_eq!(owners, 2, "the two runs executed on two workers at once\n{}\n{}", one.log(), two.log());
     let counts = provider.counts();
-    assert_eq!(counts.answered, 2 * N as usize, "every agent answered once: {counts:?}");
-    assert!(counts.throttled_share() <= 0.10, "one budget for both workers, few 429s: {counts:?}");
-    // A full bucket and a second's refill in the first second; never more after.
-    assert!(counts.max_received_per_second <= 2 * RATE + 8, "the workers together kept the provider's rate: {counts:?}");
-    let key = server.psql("flowshare", "SELECT string_agg(key, ',') FROM flow_budgets");
+    assert_eq!(counts.answered, 2 * n as usize, "every agent answered once: {counts:?}");
+    let key = server.psql(db, "SELECT string_agg(key, ',') FROM flow_budgets");
     assert_eq!(key, format!("openai {} nokey", provider.base_url()), "one budget row, for the endpoint and key");
     one.stop();
     two.stop();
+    counts
 }
 
 /// `factory serve --store postgres://...` with `--http`: a run of the probe's fan-out on a

@@ -222,6 +222,11 @@ impl SharedBudget for StoreBudget {
         let work = self.store.run_queue().map(|queue| queue.close_flow_budget(budget_key(key), wait));
         self.ask(work)
     }
+
+    fn true_up(&self, key: &str, tokens: f64) -> BoxFuture<'static, Result<(), SharedBudgetError>> {
+        let work = self.store.run_queue().map(|queue| queue.true_up_flow_budget(budget_key(key), tokens));
+        self.ask(work)
+    }
 }
 
 /// A flow's key as the database keeps it: the key (endpoint and key fingerprint) with any

@@ -131,4 +131,8 @@ pub trait RunQueue: Send + Sync {
     /// Close the budget of flow `key` for every worker for `wait` from now on the database's
     /// clock (a later close stands), and empty its request bucket (the server said none is left).
     fn close_flow_budget(&self, key: String, wait: std::time::Duration) -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// Put `tokens` back in the token bucket of flow `key` (negative: take more), kept within
+    /// its size either way: a call's usage trued up against what its take charged.
+    fn true_up_flow_budget(&self, key: String, tokens: f64) -> BoxFuture<'static, Result<(), StoreError>>;
 }

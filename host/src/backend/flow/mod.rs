@@ -164,6 +164,10 @@ pub trait SharedBudget: Send + Sync + 'static {
 
     /// Close `key` for every worker until `until` (the server pushed back).
     fn close_until(&self, key: &str, until: SystemTime) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
+
+    /// Put `tokens` back in `key`'s token bucket (negative: take more): a call's usage, as
+    /// its reply says, trued up against what was taken at its admission.
+    fn true_up(&self, key: &str, tokens: f64) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
 }
 
 /// The rates a shared budget refills at (per second) and its bucket sizes.
@@ -656,10 +660,20 @@ impl Flow {
         let mut s = self.state();
         s.output_estimate = (s.output_estimate * 0.9 + output.min(1 << 24) as f64 * 0.1).max(1.0);
         let used = input.saturating_add(output) as f64;
+        // The shared token bucket is trued up the same way (in the background).
+        let shared = s.shared.clone().filter(|_| s.tokens.is_some() && charged != used);
         if let Some(b) = s.tokens.as_mut() {
             b.level = (b.level + charged - used).clamp(-b.burst, b.burst);
             drop(s);
             self.freed.notify_one();
+        }
+        if let (Some(shared), Ok(runtime)) = (shared, tokio::runtime::Handle::try_current()) {
+            let (key, change) = (self.key.clone(), charged - used);
+            runtime.spawn(async move {
+                if let Err(e) = shared.true_up(&key, change).await {
+                    tracing::debug!(flow = %key, error = %e, "truing up the shared flow budget");
+                }
+            });
         }
     }
 }
@@ -754,6 +768,10 @@ mod tests {
         }
 
         fn close_until(&self, _: &str, _: SystemTime) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
+            Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
+        }
+
+        fn true_up(&self, _: &str, _: f64) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
             Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
         }
     }

@@ -80,6 +80,12 @@ const CLOSE_BUDGET: &str = "
         requests = least(flow_budgets.requests, 0),
         refilled_at = greatest(flow_budgets.refilled_at, EXCLUDED.refilled_at)";
 
+/// Put `$2` tokens back in a flow budget's token bucket (negative: take more), within
+/// plus or minus its size.
+const TRUE_UP_BUDGET: &str = "
+    UPDATE flow_budgets SET tokens = greatest(least(tokens + $2::float8, token_burst), -token_burst)
+    WHERE key = $1 AND token_rate IS NOT NULL";
+
 /// The longest wait a flow budget reports (a day), as the local buckets do.
 const MAX_BUDGET_WAIT: f64 = 86_400.0;
 
@@ -464,6 +470,18 @@ impl RunQueue for PgStore {
             let client = pool.get().await?;
             let secs = wait.as_secs_f64().min(MAX_BUDGET_WAIT);
             client.execute(CLOSE_BUDGET, &[&key, &secs]).await.map_err(|e| pg(&pool.url, e))?;
+            Ok(())
+        })
+    }
+
+    fn true_up_flow_budget(&self, key: String, tokens: f64) -> BoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        self.spawn(async move {
+            if !tokens.is_finite() {
+                return Ok(());
+            }
+            let client = pool.get().await?;
+            client.execute(TRUE_UP_BUDGET, &[&key, &tokens]).await.map_err(|e| pg(&pool.url, e))?;
             Ok(())
         })
     }
