@@ -671,3 +671,176 @@ fn an_mcp_call_continues_the_trace_in_its_meta_traceparent() {
     let calls = spans.iter().filter(|s| s["traceId"] == trace && attr(s, "gen_ai.operation.name") == "chat").count();
     assert_eq!(calls, 2);
 }
+
+// ---- backend flows ---------------------------------------------------------------------
+
+/// A state dir with `traced` registered and trusted, and as its default backend `local`, an
+/// OpenAI-compatible server on `port` paced at `requests_per_minute` by the backend's flow.
+fn flow_state(port: u16, requests_per_minute: u32) -> tempfile::TempDir {
+    let state = traced_state();
+    let config = format!(
+        "default = \"local\"\n[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-test\"\n\
+         max_retries = 1\nretry_base_ms = 5\nrequests_per_minute = {requests_per_minute}\n",
+        common::fake_openai::base_url(port)
+    );
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    state
+}
+
+/// The progress entries of `run_id` as the store keeps them (`factory progress --json`).
+fn journaled_events(state: &Path, run_id: &str) -> Vec<String> {
+    let out = common::factory_in(state, &["progress", run_id, "--limit", "1000", "--json"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let entries = common::stdout_json(&out);
+    entries.as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_paced_by_its_backend_says_on_stderr_how_many_calls_wait_and_why_and_journals_none_of_it() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    const N: usize = 12;
+    let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::ZERO }).await;
+    // 2 requests a second: a burst of 2, then the other calls wait for the rate.
+    let state = flow_state(server.port(), 120);
+    let args = format!(r#"{{"n": {N}}}"#);
+    let out = common::factory_clean(state.path(), &["run", "traced", "--args", &args, "--json"], &[]).await;
+    let stderr = common::stderr(&out);
+    assert!(out.status.success(), "{stderr}");
+    let envelope = common::stdout_json(&out);
+    assert_eq!(envelope["result"]["done"], N, "{envelope:#}");
+    assert_eq!(server.answered().len(), N);
+    // Plain lines (stderr is not a terminal): the queue, its backend and why it waits.
+    let flow_lines: Vec<&str> = stderr.lines().filter(|l| l.contains("] flow: ")).collect();
+    assert!(
+        flow_lines.iter().any(|l| l.contains(" queued: `local` at 2.0 req/s")),
+        "a line says how many calls wait for `local` and at what rate: {stderr}"
+    );
+    // Live only: the journal has none of it.
+    let events = journaled_events(state.path(), envelope["runId"].as_str().unwrap());
+    assert!(events.iter().any(|e| e == "agentFinished"), "{events:?}");
+    assert!(!events.iter().any(|e| e == "flows"), "flow states are not journaled: {events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_fan_out_against_a_throttling_provider_says_how_many_calls_wait_for_it() {
+    use common::throttling::{Limits, Throttling};
+    const N: usize = 120;
+    let server = Throttling::start(Limits::rps(20.0)).await;
+    let state = tempfile::tempdir().unwrap();
+    // No rate configured: the flow learns it from the provider's headers and 429s.
+    let config = format!(
+        "default = \"limited\"\n[backends.limited]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n\
+         [backends.limited.pricing]\ninput = 0\noutput = 0\n",
+        server.base_url()
+    );
+    common::config_file(&state.path().join("factory.toml"), &config);
+    let args = [
+        "run", &common::probe_arg(), "--yes", "--args", &common::fanout_args(N), "--max-concurrent-subagents", "64",
+        "--max-total-subagents", "1000", "--json",
+    ];
+    let out = common::factory_clean(state.path(), &args, &[]).await;
+    let stderr = common::stderr(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(common::stdout_json(&out)["result"]["done"], N, "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.contains("] flow: ") && l.contains(" queued: `limited` ")),
+        "a line says how many calls wait for `limited`: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_fan_out_shows_its_queue_to_the_cli_in_run_detail_in_metrics_and_as_wait_spans() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use std::time::{Duration, Instant};
+    const N: usize = 16;
+    let receiver = Receiver::start();
+    // Three answers, then 429 with `retry-after-ms` until the test lets the server answer again.
+    let server = FakeOpenAi::start(Mode::AnswerThen { ok: 3, then: Box::new(Mode::RetryAfterMs("300")) }).await;
+    let state = flow_state(server.port(), 120);
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let served = serve(state.path(), &[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")]);
+
+    // The CLI hands the run to the service and follows it there (plain lines on stderr).
+    let events = state.path().join("events.jsonl");
+    let args = format!(r#"{{"n": {N}}}"#);
+    let mut cmd = factory_cmd(state.path(), &["run", "traced", "--args", &args, "--events", events.to_str().unwrap(), "--json"]);
+    let cli = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("factory run starts");
+    let cli = tokio::task::spawn_blocking(move || cli.wait_with_output());
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let run_id = loop {
+        let text = std::fs::read_to_string(&events).unwrap_or_default();
+        if let Some(id) = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find_map(|e| e["runId"].as_str().map(String::from)) {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "the run never started: {text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Pushed back once at least: the server answers again.
+    while server.requests() < 5 {
+        assert!(Instant::now() < deadline, "the server got {} requests", server.requests());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.set(Mode::Answer { latency: Duration::ZERO });
+
+    // While calls wait: the run's detail (HTTP and `factory show`) and /metrics say so.
+    let client = reqwest::Client::new();
+    let (mut in_detail, mut in_show, mut in_metrics) = (None, false, false);
+    while in_detail.is_none() || !in_show || !in_metrics {
+        let detail: Value =
+            client.get(format!("{}/api/runs/{run_id}", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+        assert_eq!(detail["status"], "running", "the run ended before its queue was seen: detail {}, show {in_show}, metrics {in_metrics}", in_detail.is_some());
+        if let Some(flow) = detail["flows"].as_array().and_then(|f| f.iter().find(|f| f["queued"].as_u64() > Some(0))) {
+            in_detail = Some(flow.clone());
+        }
+        let show = common::factory_in(state.path(), &["show", &run_id]);
+        let text = String::from_utf8_lossy(&show.stdout).into_owned();
+        in_show |= text.lines().any(|l| l.starts_with("flow:      local: ") && !l.contains(": 0 queued"));
+        in_metrics |= sample(&scrape(&served).await, r#"factory_backend_queue_depth{backend="local"}"#) > 0.0;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let flow = in_detail.unwrap();
+    assert_eq!(flow["backend"], "local", "{flow:#}");
+    assert_eq!(flow["requestsPerSecond"], 2.0, "{flow:#}");
+    assert!(flow["limit"].as_u64() >= Some(1) && flow["inFlight"].is_u64() && flow["waitSeconds"].is_f64(), "{flow:#}");
+
+    let out = cli.await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(common::stdout_json(&out)["result"]["done"], N);
+    assert!(stderr.lines().any(|l| l.contains("] flow: ") && l.contains(" queued: `local` ")), "the follow stream carried the queue: {stderr}");
+    let events = journaled_events(state.path(), &run_id);
+    assert!(!events.iter().any(|e| e == "flows"), "flow states are not journaled: {events:?}");
+    let detail: Value =
+        client.get(format!("{}/api/runs/{run_id}", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    assert!(detail.get("flows").is_none(), "a run that ended has no flows: {detail:#}");
+
+    let after = scrape(&served).await;
+    assert!(sample(&after, r#"factory_backend_throttled_total{backend="local"}"#) >= 1.0, "{after:#?}");
+    assert!(sample(&after, r#"factory_backend_flow_wait_seconds_count{backend="local"}"#) >= N as f64, "one wait per admission: {after:#?}");
+    assert!(sample(&after, r#"factory_backend_flow_wait_seconds_sum{backend="local"}"#) > 0.0, "{after:#?}");
+    assert!(sample(&after, r#"factory_backend_concurrency_limit{backend="local"}"#) >= 1.0, "{after:#?}");
+    assert!(after.contains_key(r#"factory_backend_queue_depth{backend="local"}"#), "{after:#?}");
+    assert_eq!(sample(&after, r#"factory_backend_queue_depth{backend="local"}"#), 0.0, "none waits any more");
+
+    // A `flow.wait` span under each agent call that waited, with its backend and reason.
+    drop(served);
+    let spans = receiver.spans();
+    let agents: Vec<&Value> = spans.iter().filter(|s| attr(s, "gen_ai.operation.name") == "chat").collect();
+    assert_eq!(agents.len(), N, "{spans:#?}");
+    let waits: Vec<&Value> = spans.iter().filter(|s| s["name"] == "flow.wait").collect();
+    assert!(!waits.is_empty(), "calls waited: {:?}", spans.iter().map(|s| &s["name"]).collect::<Vec<_>>());
+    for wait in &waits {
+        assert_eq!(attr(wait, "factory.backend"), "local", "{wait:#}");
+        let reason = attr(wait, "factory.flow.reason").as_str().unwrap_or_default();
+        assert!(["request_rate", "server", "concurrency", "queue"].contains(&reason), "{wait:#}");
+        assert!(attr(wait, "factory.flow.wait_ms").is_i64(), "{wait:#}");
+        assert!(agents.iter().any(|a| a["spanId"] == wait["parentSpanId"]), "a wait is a child of its agent call: {wait:#}");
+    }
+    assert!(waits.iter().any(|w| attr(w, "factory.flow.reason") == "request_rate"), "{waits:#?}");
+    // The same flow metrics over OTLP (exported once more as the service stopped).
+    let exported: Vec<String> = receiver.metrics().iter().filter_map(|m| m["name"].as_str().map(String::from)).collect();
+    for name in ["factory_backend_queue_depth", "factory_backend_concurrency_limit", "factory_backend_throttled", "factory_backend_flow_wait_seconds"] {
+        assert!(exported.iter().any(|n| n == name), "{name} not exported: {exported:?}");
+    }
+}

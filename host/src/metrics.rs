@@ -2,7 +2,9 @@
 //! rendered in the Prometheus text format by [`render`] (what `GET /metrics` serves). Runs
 //! ended by status, active runs, agent calls by backend and outcome, the wait for a
 //! concurrency slot and the call latency, tokens and credits by backend, store commit
-//! latency and journal bytes. Every update is an atomic add; the per-backend handles of an
+//! latency and journal bytes; and each backend's flow (read through [`set_flow_source`]): calls
+//! queued and its concurrency limit (sampled from the flows at each scrape), replies that
+//! pushed back, and each call's wait in the flow. Every update is an atomic add; the per-backend handles of an
 //! attempt are looked up once ([`Metrics::backend`]), not per call.
 //!
 //! When the binary exports over OTLP ([`export_to`], before the first use) every update is
@@ -69,8 +71,12 @@ struct Otel {
     credits: opentelemetry::metrics::Counter<f64>,
     commit_latency: opentelemetry::metrics::Histogram<f64>,
     journal_bytes: opentelemetry::metrics::Counter<u64>,
+    throttled: opentelemetry::metrics::Counter<u64>,
+    flow_wait: opentelemetry::metrics::Histogram<f64>,
     /// Kept so its callback stays registered.
     _active_runs: opentelemetry::metrics::ObservableGauge<i64>,
+    /// Kept so their callbacks stay registered.
+    _flow_gauges: [opentelemetry::metrics::ObservableGauge<i64>; 2],
 }
 
 impl Otel {
@@ -87,11 +93,25 @@ impl Otel {
             credits: meter.f64_counter("factory_ai_credits").with_description(CREDITS).build(),
             commit_latency: seconds("factory_store_commit_seconds", COMMIT_SECONDS),
             journal_bytes: meter.u64_counter("factory_journal_bytes").with_description(JOURNAL_BYTES).build(),
+            throttled: meter.u64_counter("factory_backend_throttled").with_description(THROTTLED).build(),
+            flow_wait: seconds("factory_backend_flow_wait_seconds", FLOW_WAIT),
             _active_runs: meter
                 .i64_observable_gauge("factory_active_runs")
                 .with_description(ACTIVE_RUNS)
                 .with_callback(move |observer| observer.observe(active_runs.get(), &[]))
                 .build(),
+            _flow_gauges: [(QUEUE_DEPTH_NAME, QUEUE_DEPTH), (LIMIT_NAME, LIMIT)].map(|(name, help)| {
+                meter
+                    .i64_observable_gauge(format!("factory_{name}"))
+                    .with_description(help)
+                    .with_callback(move |observer| {
+                        for (backend, queued, limit) in flow_gauges() {
+                            let value = if name == QUEUE_DEPTH_NAME { queued } else { limit };
+                            observer.observe(value, &[opentelemetry::KeyValue::new("backend", backend)]);
+                        }
+                    })
+                    .build()
+            }),
         }
     }
 }
@@ -120,6 +140,56 @@ const TOKENS: &str = "Tokens agent calls used, by backend and direction (input, 
 const CREDITS: &str = "AI credits agent calls cost, by backend";
 const COMMIT_SECONDS: &str = "Latency of one store commit (a group of journal writes made durable)";
 const JOURNAL_BYTES: &str = "Bytes runs journaled (steps, agent outcomes, progress)";
+const QUEUE_DEPTH_NAME: &str = "backend_queue_depth";
+const QUEUE_DEPTH: &str = "Agent calls waiting in their backend's flow (for its request, token or concurrency budget)";
+const LIMIT_NAME: &str = "backend_concurrency_limit";
+const LIMIT: &str = "Calls a backend's flow lets run at once now (adaptive, or its max_concurrent)";
+const THROTTLED: &str = "Replies of a backend that pushed back (HTTP 429, 529, 503)";
+const FLOW_WAIT: &str = "Time each backend call waited in its backend's flow before it was sent";
+
+/// Per backend name: calls queued and the concurrency limit, summed over its flows (one
+/// per endpoint and key, and per model with limits of its own), in name order.
+/// Where the flow gauges are read from: set by the flows' owner when it makes its first flow
+/// ([`set_flow_source`]), so this module names no layer.
+static FLOW_SOURCE: std::sync::OnceLock<fn() -> Vec<crate::model::flow::FlowStats>> = std::sync::OnceLock::new();
+
+/// Read the flow gauges from `source` at each scrape (the first source set stays).
+pub fn set_flow_source(source: fn() -> Vec<crate::model::flow::FlowStats>) {
+    let _ = FLOW_SOURCE.set(source);
+}
+
+fn flow_gauges() -> Vec<(String, i64, i64)> {
+    let mut by_backend = std::collections::BTreeMap::<String, (u64, u64)>::new();
+    let all = FLOW_SOURCE.get().map(|source| source()).unwrap_or_default();
+    for stats in all {
+        let entry = by_backend.entry(stats.backend).or_default();
+        entry.0 = entry.0.saturating_add(stats.queued);
+        entry.1 = entry.1.saturating_add(stats.limit);
+    }
+    let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    by_backend.into_iter().map(|(backend, (queued, limit))| (backend, gauge(queued), gauge(limit))).collect()
+}
+
+/// The flow gauges, sampled from the flows at each scrape.
+#[derive(Debug)]
+struct FlowGauges;
+
+impl prometheus_client::collector::Collector for FlowGauges {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let gauges = flow_gauges();
+        for (name, help, pick) in [(QUEUE_DEPTH_NAME, QUEUE_DEPTH, 0), (LIMIT_NAME, LIMIT, 1)] {
+            let mut family = encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+            for (backend, queued, limit) in &gauges {
+                let value = if pick == 0 { *queued } else { *limit };
+                let label = BackendLabel { backend: backend.clone() };
+                ConstGauge::new(value).encode(family.encode_family(&label)?)?;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// The process's metrics ([`metrics`]).
 pub struct Metrics {
@@ -133,7 +203,41 @@ pub struct Metrics {
     credits: Family<BackendLabel, Counter<f64, AtomicU64>>,
     commit_latency: Histogram,
     journal_bytes: Counter,
+    throttled: Family<BackendLabel, Counter>,
+    flow_wait: Family<BackendLabel, Histogram>,
     otel: Option<Otel>,
+}
+
+/// One backend flow's handles ([`Metrics::flow`]), looked up once per flow.
+#[derive(Clone)]
+pub struct FlowMetrics {
+    throttled: Counter,
+    wait: Histogram,
+    otel: Option<(opentelemetry::metrics::Counter<u64>, opentelemetry::metrics::Histogram<f64>, [opentelemetry::KeyValue; 1])>,
+}
+
+impl std::fmt::Debug for FlowMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FlowMetrics")
+    }
+}
+
+impl FlowMetrics {
+    /// A reply pushed back (429, 529, 503).
+    pub fn throttled(&self) {
+        self.throttled.inc();
+        if let Some((throttled, _, backend)) = &self.otel {
+            throttled.add(1, backend);
+        }
+    }
+
+    /// A call was admitted after waiting `wait` in the flow.
+    pub fn waited(&self, wait: std::time::Duration) {
+        self.wait.observe(wait.as_secs_f64());
+        if let Some((_, histogram, backend)) = &self.otel {
+            histogram.record(wait.as_secs_f64(), backend);
+        }
+    }
 }
 
 /// How an agent call ended, as `factory_agent_calls_total{outcome}` counts it.
@@ -227,6 +331,11 @@ impl Metrics {
         registry.register("store_commit_seconds", COMMIT_SECONDS, commit_latency.clone());
         let journal_bytes = Counter::default();
         registry.register("journal_bytes", JOURNAL_BYTES, journal_bytes.clone());
+        let throttled = Family::<BackendLabel, Counter>::default();
+        registry.register("backend_throttled", THROTTLED, throttled.clone());
+        let flow_wait = Family::<BackendLabel, Histogram>::new_with_constructor(seconds as fn() -> Histogram);
+        registry.register("backend_flow_wait_seconds", FLOW_WAIT, flow_wait.clone());
+        registry.register_collector(Box::new(FlowGauges));
         let otel = EXPORT.get().map(|meter| Otel::new(meter, active_runs.clone()));
         Metrics {
             registry,
@@ -239,7 +348,21 @@ impl Metrics {
             credits,
             commit_latency,
             journal_bytes,
+            throttled,
+            flow_wait,
             otel,
+        }
+    }
+
+    /// The handles of a flow of `backend`.
+    pub fn flow(&self, backend: &str) -> FlowMetrics {
+        let label = BackendLabel { backend: backend.into() };
+        FlowMetrics {
+            throttled: self.throttled.get_or_create(&label).clone(),
+            wait: self.flow_wait.get_or_create(&label).clone(),
+            otel: self.otel.as_ref().map(|o| {
+                (o.throttled.clone(), o.flow_wait.clone(), [opentelemetry::KeyValue::new("backend", backend.to_string())])
+            }),
         }
     }
 

@@ -2,7 +2,8 @@
 //! hands in ([`TraceParent`]) for a run's spans to continue the caller's trace. One span per
 //! run attempt ([`attempt`]), per phase ([`phase`]), per agent call ([`agent_call`], after
 //! the OpenTelemetry GenAI conventions: `gen_ai.operation.name`, `gen_ai.request.model`,
-//! `gen_ai.provider.name`, `gen_ai.usage.*`; never the prompt), per step lookup ([`step`])
+//! `gen_ai.provider.name`, `gen_ai.usage.*`; never the prompt), per wait of a call in its
+//! backend's flow ([`flow_wait`], under the agent call's), per step lookup ([`step`])
 //! and per store commit ([`store_commit`]), all under the target [`TARGET`]. The host only
 //! opens spans; where they go is the binary's choice (OTLP export when configured). When no
 //! subscriber wants [`TARGET`], every one of them is [`tracing::Span::none`]: no allocation,
@@ -216,6 +217,29 @@ pub(crate) fn agent_soft_limit(span: &Span, limit: Option<crate::model::limits::
     if let (false, Some(limit)) = (span.is_disabled(), limit) {
         span.record("factory.agent.ended_by", limit.as_str());
     }
+}
+
+/// The span of one call's wait in its backend's flow (queued behind other calls, or for
+/// the backend's budgets), under the current span (the agent call's); opened only when the
+/// call has to wait, and its reason and wait recorded by [`flow_waited`] on admission.
+pub(crate) fn flow_wait(backend: &str) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "flow.wait",
+        factory.backend = backend,
+        factory.flow.reason = Empty,
+        factory.flow.wait_ms = Empty,
+    )
+}
+
+/// Record why a call waited in its flow (`concurrency`, `request_rate`, `token_rate`,
+/// `server`, `cluster`; `queue` when only behind other calls) and for how long.
+pub(crate) fn flow_waited(span: &Span, reason: &str, waited: std::time::Duration) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("factory.flow.reason", reason);
+    span.record("factory.flow.wait_ms", i64::try_from(waited.as_millis()).unwrap_or(i64::MAX));
 }
 
 /// The span of one step lookup (`ctx.step-get`): the key's hash (`key_hash`, called only when

@@ -223,7 +223,7 @@ async fn send_admitted(
                     let headers = response.headers().clone();
                     let body = read_capped(response, who, status).await?;
                     if let Some(after) = after.filter(|a| *a > bound) {
-                        permit.pushed_back(&headers, Some(after), Duration::ZERO);
+                        permit.pushed_back(status, &headers, Some(after), Duration::ZERO);
                         return Err(BackendError::quota(
                             format!(
                                 "{who}: HTTP {status}: the server asks to come back in {:.0}s, past the {}s this backend waits: {}",
@@ -234,7 +234,7 @@ async fn send_admitted(
                             std::time::SystemTime::now().checked_add(after),
                         ));
                     }
-                    permit.pushed_back(&headers, after, policy.backoff(pushbacks.min(6)));
+                    permit.pushed_back(status, &headers, after, policy.backoff(pushbacks.min(6)));
                     pushbacks = pushbacks.saturating_add(1);
                     let since = *pushed_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > bound {
@@ -249,7 +249,7 @@ async fn send_admitted(
                     return Ok(HttpReply { status, body, charged });
                 }
                 if status == 503 {
-                    permit.pushed_back(response.headers(), after, policy.backoff(retry));
+                    permit.pushed_back(status, response.headers(), after, policy.backoff(retry));
                 } else {
                     permit.failed();
                 }

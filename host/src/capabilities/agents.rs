@@ -118,6 +118,11 @@ impl Agents {
         self.attempt.announce(|| ProgressEvent::cached(label.to_string(), ok));
     }
 
+    /// The flows the backend's calls go through (see [`AgentBackend::flows`]).
+    pub(crate) fn flows(&self) -> Vec<Arc<crate::backend::flow::Flow>> {
+        self.backend.flows()
+    }
+
     /// Calls this attempt answered from the journal or an identical call.
     pub(crate) fn attempt_cache_hits(&self) -> u64 {
         self.attempt_cache_hits.load(Ordering::Relaxed)
@@ -457,7 +462,8 @@ impl Agents {
             // been billed for what it had done: the spend becomes a lower bound.
             let cut_off = CutOff(Some(&self.credits_at_least));
             let calling = Instant::now();
-            let reply = self.backend.call(request.clone()).await;
+            // Under the call's span: what the backend opens (a wait in its flow) is its child.
+            let reply = tracing::Instrument::instrument(self.backend.call(request.clone()), span.clone()).await;
             cut_off.finished();
             let reply = match reply {
                 Ok(reply) => {

@@ -471,6 +471,11 @@ impl Attempt {
         }
     }
 
+    /// Whether live subscribers listen ([`Attempt::announce`] tells them).
+    pub(crate) fn listened(&self) -> bool {
+        self.events.as_ref().is_some_and(|tx| !tx.is_closed())
+    }
+
     /// The latest progress seq of this run.
     pub(crate) fn last_seq(&self) -> u64 {
         self.book().next_seq

@@ -213,6 +213,11 @@ pub struct RunDetail {
     /// progress entries only, or `agents` were cut to the newest [`DETAIL_AGENTS`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// How the flows of the run's backend stand while it executes in the process answering
+    /// (calls queued, in flight, the rate and why calls wait; shared with every other run of
+    /// that backend); absent when it does not execute here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flows: Vec<crate::model::flow::FlowStats>,
 }
 
 impl<'de> serde::Deserialize<'de> for RunDetail {
@@ -235,6 +240,8 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             sandbox: SandboxLimits,
             #[serde(default)]
             truncated: bool,
+            #[serde(default)]
+            flows: Vec<crate::model::flow::FlowStats>,
         }
         use serde::de::Error as _;
         let text = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
@@ -253,6 +260,7 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             grants: own.grants,
             sandbox: own.sandbox,
             truncated: own.truncated,
+            flows: own.flows,
         })
     }
 }
@@ -277,6 +285,34 @@ fn caller_hidden(backend: Arc<dyn AgentBackend>, record: &RunRecord) -> Arc<dyn 
     let unless_granted = record.caller_dirs.iter().map(PathBuf::from).collect();
     let hidden = crate::backend::Hidden { sealed: Vec::new(), unless_granted };
     backend.hiding(&hidden).unwrap_or(backend)
+}
+
+/// How often an attempt with live subscribers samples its backend's flows.
+const FLOWS_SAMPLED_EVERY: Duration = Duration::from_millis(500);
+
+/// Tell the attempt's live subscribers how its backend's flows stand, when it changed
+/// ([`crate::model::flow::FlowWatch`]), until aborted.
+async fn watch_flows(shared: Arc<Capabilities>) {
+    let flows = shared.agents.flows();
+    if flows.is_empty() {
+        return;
+    }
+    let mut watch = crate::model::flow::FlowWatch::default();
+    loop {
+        tokio::time::sleep(FLOWS_SAMPLED_EVERY).await;
+        if let Some(stats) = watch.next(flows.iter().map(|f| f.stats()).collect()) {
+            shared.attempt.announce(|| ProgressEvent::Flows { flows: stats });
+        }
+    }
+}
+
+/// Stops [`watch_flows`] when the attempt ends.
+struct WatchFlows(tokio::task::JoinHandle<()>);
+
+impl Drop for WatchFlows {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A run executing in this process.
@@ -1399,6 +1435,8 @@ impl Host {
                     active.shared = Some(shared.clone());
                 }
                 shared.attempt.emit(ProgressEvent::AttemptStarted { attempt: record.envelope.attempts });
+                // Live followers are told how the backend's flows stand while calls wait.
+                let _watching = shared.attempt.listened().then(|| WatchFlows(tokio::spawn(watch_flows(shared.clone()))));
                 // Seen by the run's followers now, not a commit window later; and committed
                 // while the guest runs, not at its end, where the verdict waits for it.
                 shared.attempt.journal.commit_soon();
@@ -1739,6 +1777,7 @@ impl Host {
         let grants = record.grants.clone();
         let sandbox = self.config.sandbox.clone();
         let modules = self.store.run_modules(run_id).await?;
+        let flows = self.run_flows(run_id);
         Ok(RunDetail {
             envelope: self.current(record).await?,
             limits,
@@ -1752,7 +1791,15 @@ impl Host {
             grants,
             sandbox,
             truncated,
+            flows,
         })
+    }
+
+    /// How the flows of `run_id`'s backend stand, while an attempt of it executes in this
+    /// process (else none). The caller has checked the scope sees the run.
+    pub fn run_flows(&self, run_id: &str) -> Vec<crate::model::flow::FlowStats> {
+        let shared = self.active().get(run_id).and_then(|a| a.shared.clone());
+        shared.map(|s| s.agents.flows().iter().map(|f| f.stats()).collect()).unwrap_or_default()
     }
 
     /// Wait until the run is in a terminal status and return that envelope (on a shared

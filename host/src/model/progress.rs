@@ -1,6 +1,7 @@
 //! Progress of a run: phases, log lines and agent lifecycle events, each with a sequence
 //! number. The run keeps them (for `show`/`progress`) and streams them to subscribers (the
-//! CLI's progress bar, event files).
+//! CLI's progress bar, event files); a few are told to live subscribers only (replayed
+//! calls, the backend's flows).
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,11 @@ pub enum ProgressEvent {
         summary: AgentSummary,
         cached: bool,
     },
+    /// How the flows of the run's backend stand (calls queued for its request, token and
+    /// concurrency budgets, shared with every other run of the process): told to live
+    /// followers while some call waits in one, and once when none waits any more. Never
+    /// journaled.
+    Flows { flows: Vec<crate::model::flow::FlowStats> },
     /// The attempt ended with this status.
     AttemptEnded {
         status: crate::model::envelope::RunStatus,

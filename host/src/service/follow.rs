@@ -5,7 +5,9 @@
 //! that has no `follow`, it wakes on the service's run updates and re-reads on a slow timer
 //! too, so a missed update only makes an entry a little late; a terminal envelope is
 //! written after the run's last progress, so everything before it has been handed out when
-//! it comes.
+//! it comes. In the process executing the run, it also hands out how the run's backend flows
+//! stand ([`ProgressEvent::Flows`], live, not journaled: carrying the seq of the entry before
+//! it) when they changed while calls wait in them, so a follow stream carries them too.
 
 use super::client::{Client, ServiceError, Updates};
 use super::remote::{ClientError, FollowStream};
@@ -13,7 +15,8 @@ use super::wire::FollowEvent;
 use crate::error::ErrorCode;
 use crate::model::scope::Scope;
 use crate::store::ProgressQuery;
-use crate::{ProgressEntry, RunEnvelope};
+use crate::model::flow::FlowWatch;
+use crate::{ProgressEntry, ProgressEvent, RunEnvelope};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -47,6 +50,8 @@ pub struct Follower {
     first_error: Option<ServiceError>,
     done: bool,
     first: bool,
+    /// When the run's flows are worth handing out again.
+    flows: FlowWatch,
 }
 
 impl Follower {
@@ -120,6 +125,7 @@ impl Follower {
             first_error: None,
             done: false,
             first: true,
+            flows: FlowWatch::default(),
         }
     }
 
@@ -220,6 +226,12 @@ impl Follower {
         }
         if envelope.status.is_terminal() {
             self.ended = Some(envelope);
+        } else if let Client::Local(local) = &self.client {
+            if let Some(flows) = self.flows.next(local.host().run_flows(&self.run_id)) {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                let at_ms = now.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                self.pending.push_back(ProgressEntry { seq: after, at_ms, phase: None, event: ProgressEvent::Flows { flows } });
+            }
         }
         Ok(())
     }

@@ -20,6 +20,8 @@
 
 pub mod headers;
 
+pub use crate::model::flow::{FlowStats, WaitReason};
+
 use headers::Learned;
 use reqwest::header::HeaderMap;
 use std::collections::HashMap;
@@ -65,89 +67,6 @@ impl FlowLimits {
     /// The wait bound in force.
     pub fn max_wait(&self) -> Duration {
         self.max_wait.unwrap_or(DEFAULT_MAX_WAIT)
-    }
-}
-
-/// Why calls wait in a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitReason {
-    /// The server said when to come back (429 `retry-after`, or nothing left until a reset).
-    Server,
-    /// The request rate (configured or learned).
-    RequestRate,
-    /// The token rate (configured or learned).
-    TokenRate,
-    /// The concurrency limit.
-    Concurrency,
-    /// The budget shared by the workers of a cluster.
-    Cluster,
-}
-
-impl WaitReason {
-    /// Its spelling in metrics and run detail.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitReason::Server => "server",
-            WaitReason::RequestRate => "request_rate",
-            WaitReason::TokenRate => "token_rate",
-            WaitReason::Concurrency => "concurrency",
-            WaitReason::Cluster => "cluster",
-        }
-    }
-}
-
-/// A flow as it stands (for progress lines, run detail and metrics).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FlowStats {
-    /// The backend's name.
-    pub backend: String,
-    /// Calls waiting to be admitted.
-    pub queued: u64,
-    /// Calls admitted and not yet answered.
-    pub in_flight: u64,
-    /// The concurrency limit now.
-    pub limit: u64,
-    /// The request rate paced at (per second), when one is known.
-    pub requests_per_second: Option<f64>,
-    /// The token rate paced at (per second), when one is known.
-    pub tokens_per_second: Option<f64>,
-    /// Why the head of the queue waits, when it does.
-    pub waiting_for: Option<WaitReason>,
-    /// Calls admitted so far.
-    pub admitted: u64,
-    /// Replies that pushed back (429, 529, 503) so far.
-    pub throttled: u64,
-    /// Seconds calls spent waiting in this flow, in total.
-    pub wait_seconds: f64,
-}
-
-impl FlowStats {
-    /// One line for a progress display: `318 queued: `openai` at 40 req/s`.
-    pub fn line(&self) -> String {
-        let why = match self.waiting_for {
-            Some(WaitReason::Server) => "told to wait by the server".to_string(),
-            Some(WaitReason::Concurrency) => format!("{} at once", self.limit),
-            Some(WaitReason::TokenRate) => match self.tokens_per_second {
-                Some(t) => format!("at {} tokens/min", (t * 60.0).round()),
-                None => "token budget".into(),
-            },
-            Some(WaitReason::Cluster) => "cluster budget".into(),
-            Some(WaitReason::RequestRate) | None => match self.requests_per_second {
-                Some(r) => format!("at {} req/s", round_rate(r)),
-                None => format!("{} at once", self.limit),
-            },
-        };
-        format!("{} queued: `{}` {why}", self.queued, self.backend)
-    }
-}
-
-fn round_rate(r: f64) -> String {
-    if r >= 10.0 {
-        format!("{}", r.round())
-    } else {
-        format!("{:.1}", r)
     }
 }
 
@@ -279,13 +198,15 @@ pub struct Flow {
     queued: AtomicU64,
     throttled: AtomicU64,
     wait_nanos: AtomicU64,
+    /// The backend's flow metrics (`factory_backend_*`).
+    metrics: crate::metrics::FlowMetrics,
 }
 
 /// The flow of `key` (e.g. `openai https://api.openai.com/v1 key:1a2b3c4d`), made with
 /// `limits` on first use; a later call with other limits updates them.
 pub fn flow(key: &str, backend: &str, limits: &FlowLimits) -> Arc<Flow> {
-    static FLOWS: OnceLock<Mutex<HashMap<String, Arc<Flow>>>> = OnceLock::new();
-    let mut flows = FLOWS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    crate::metrics::set_flow_source(all_stats);
+    let mut flows = flows();
     if let Some(flow) = flows.get(key) {
         flow.configure(limits);
         return flow.clone();
@@ -296,6 +217,19 @@ pub fn flow(key: &str, backend: &str, limits: &FlowLimits) -> Arc<Flow> {
     let flow = Arc::new(Flow::new(key, backend, limits.clone()));
     flows.insert(key.to_string(), flow.clone());
     flow
+}
+
+/// The flows of the process, by key.
+static FLOWS: OnceLock<Mutex<HashMap<String, Arc<Flow>>>> = OnceLock::new();
+
+fn flows() -> MutexGuard<'static, HashMap<String, Arc<Flow>>> {
+    FLOWS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How every flow of the process stands (for metrics sampled at scrape time).
+pub fn all_stats() -> Vec<FlowStats> {
+    let flows: Vec<Arc<Flow>> = flows().values().cloned().collect();
+    flows.iter().map(|f| f.stats()).collect()
 }
 
 /// The flows of one backend: the endpoint's, and one per model with limits of its own.
@@ -371,6 +305,7 @@ impl Flow {
             queued: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
             wait_nanos: AtomicU64::new(0),
+            metrics: crate::metrics::metrics().flow(backend),
         }
     }
 
@@ -430,16 +365,27 @@ impl Flow {
         }
     }
 
-    /// Wait for a turn to send one request of about `input_tokens` prompt tokens. `kept`:
-    /// how long the server's pushback has kept this call waiting already (the bound counts
-    /// it); the returned permit carries what it waited for.
+    /// Wait for a turn to send one request of about `input_tokens` prompt tokens; the
+    /// returned permit carries how long it waited. A call that has to wait gets a
+    /// `flow.wait` span (under the caller's current span) for as long as it does.
     pub async fn admit(self: &Arc<Self>, input_tokens: u64) -> Permit {
         self.queued.fetch_add(1, Ordering::Relaxed);
         let queued = Queued(&self.queued);
         let started = Instant::now();
         // The shared budget failed during this admission: the local buckets pace it.
         let mut local = false;
-        let _door = self.door.lock().await;
+        // Opened only once the call has to wait (behind other calls, or for a budget).
+        let mut wait_span: Option<(tracing::Span, Option<WaitReason>)> = None;
+        let _door = match self.door.try_lock() {
+            Ok(door) => door,
+            Err(_) => {
+                let why = self.state().waiting_for;
+                let span = crate::trace::flow_wait(&self.backend);
+                let door = tracing::Instrument::instrument(self.door.lock(), span.clone()).await;
+                wait_span = Some((span, why));
+                door
+            }
+        };
         let charge = {
             let s = self.state();
             input_tokens as f64 + s.output_estimate
@@ -472,6 +418,12 @@ impl Flow {
                     None
                 };
                 s.waiting_for = wait.map(|(why, _)| why);
+                if let Some((why, _)) = wait {
+                    match &mut wait_span {
+                        Some((_, reason)) => *reason = Some(why),
+                        None => wait_span = Some((crate::trace::flow_wait(&self.backend), Some(why))),
+                    }
+                }
                 let rates = SharedRates {
                     requests: s.requests.as_ref().map(|b| b.rate),
                     request_burst: s.requests.as_ref().map_or(1.0, |b| b.burst),
@@ -500,6 +452,10 @@ impl Flow {
                                     s.waiting_for = Some(WaitReason::Cluster);
                                     s.shared_failing = false;
                                 }
+                                match &mut wait_span {
+                                    Some((_, reason)) => *reason = Some(WaitReason::Cluster),
+                                    None => wait_span = Some((crate::trace::flow_wait(&self.backend), Some(WaitReason::Cluster))),
+                                }
                                 tokio::time::sleep(d.min(Duration::from_secs(5))).await;
                                 continue;
                             }
@@ -527,6 +483,10 @@ impl Flow {
                     drop(s);
                     let waited = started.elapsed();
                     self.wait_nanos.fetch_add(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+                    self.metrics.waited(waited);
+                    if let Some((span, reason)) = wait_span {
+                        crate::trace::flow_waited(&span, reason.map_or("queue", WaitReason::as_str), waited);
+                    }
                     drop(queued);
                     return Permit { flow: self.clone(), seq, charged: charge, waited, released: false };
                 }
@@ -598,11 +558,14 @@ impl Permit {
         self.charged
     }
 
-    /// The server pushed back (429, 529, or 503) and said to wait `after` (else a backoff):
-    /// close the flow until then, cut the concurrency limit (once per round of calls), and
+    /// The server pushed back with `status` (429, 529, or 503) and said to wait `after` (else
+    /// a backoff): close the flow until then; once per round of calls, cut the concurrency
+    /// limit when the server is overloaded (529, 503) or no rate is known (a 429 past a known
+    /// rate is the buckets' business: halving the limit would starve a slow provider), and
     /// slow the request rate when none was configured or learned from headers.
-    pub fn pushed_back(mut self, headers: &HeaderMap, after: Option<Duration>, backoff: Duration) {
+    pub fn pushed_back(mut self, status: u16, headers: &HeaderMap, after: Option<Duration>, backoff: Duration) {
         self.flow.throttled.fetch_add(1, Ordering::Relaxed);
+        self.flow.metrics.throttled();
         let learned = Learned::of(headers, SystemTime::now());
         let flow = self.flow.clone();
         let mut s = flow.state();
@@ -617,7 +580,10 @@ impl Permit {
             if self.seq > s.cut_at {
                 s.cut_at = s.admitted;
                 s.slow_start = false;
-                s.window = (s.window / 2.0).max(1.0);
+                let overloaded = status != 429;
+                if overloaded || s.requests.is_none() {
+                    s.window = (s.window / 2.0).max(1.0);
+                }
                 // Without headers or a configured rate: pace at what the server took lately.
                 let took = s.recent.iter().filter(|t| now.duration_since(**t) <= Duration::from_secs(1)).count() as f64;
                 match s.requests.as_mut() {
@@ -744,8 +710,8 @@ mod tests {
         let first = flow.admit(0).await;
         let second = flow.admit(0).await;
         assert_eq!(flow.stats().limit, 16);
-        first.pushed_back(&headers(&[("retry-after-ms", "500")]), Some(Duration::from_millis(500)), Duration::ZERO);
-        second.pushed_back(&HeaderMap::new(), Some(Duration::from_millis(500)), Duration::ZERO);
+        first.pushed_back(429, &headers(&[("retry-after-ms", "500")]), Some(Duration::from_millis(500)), Duration::ZERO);
+        second.pushed_back(429, &HeaderMap::new(), Some(Duration::from_millis(500)), Duration::ZERO);
         assert_eq!(flow.stats().limit, 8, "one cut per round");
         let start = Instant::now();
         let third = flow.admit(0).await;

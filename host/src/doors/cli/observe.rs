@@ -176,6 +176,20 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         })
         .collect();
     outln!("backend:   {}", if backends.is_empty() { "(not recorded)".to_string() } else { backends.join("; ") });
+    // While the run executes in the process answering: how its backend's flows stand.
+    for f in &d.flows {
+        let rate = f.requests_per_second.map_or("no rate limit known".to_string(), |r| format!("{r:.1} req/s"));
+        let why = f.waiting_for.filter(|_| f.queued > 0).map(|w| format!(", waiting for {}", w.as_str())).unwrap_or_default();
+        outln!(
+            "flow:      {}: {} queued, {} in flight (limit {}), {rate}{why}, {} throttled, {:.1}s waited in all",
+            s(&f.backend),
+            f.queued,
+            f.in_flight,
+            f.limit,
+            f.throttled,
+            f.wait_seconds
+        );
+    }
     let sb = &d.sandbox;
     outln!(
         "sandbox:   memory {} MiB, fuel {}, prompt <= {} KiB, step <= {} MiB, result <= {} MiB",

@@ -2,6 +2,10 @@
 //! elapsed) on a terminal; plain timestamped lines otherwise, so logs stay readable, written
 //! a batch at a time, with the calls a resume replays from the journal shown as one line per
 //! burst (`agents FIRST … LAST: N replayed`, at least once a second) rather than one each.
+//! While calls wait in the backend's flow (its request, token or concurrency budget), the
+//! spinner line ends with how many wait for which backend and why (``318 queued: `openai` at
+//! 40 req/s``); plain lines say it as a `flow:` line when it changed, at most every
+//! [`FLOW_LINE_EVERY`].
 //! Guest-chosen text (phases, log lines, labels) is shown escaped ([`crate::doors::cli::escape::esc`]).
 //! Phases, agent outcomes and warnings are coloured when `--color`/`NO_COLOR` allow it
 //! ([`crate::doors::cli::conventions::stderr_colored`]); the text is the same either way.
@@ -91,6 +95,38 @@ const PACE: Duration = Duration::from_millis(10);
 /// How long consecutive replayed calls are gathered into one line: a resume replays
 /// thousands of journaled calls in moments, and a line each would bury the rest.
 const REPLAYS_SHOWN_EVERY: Duration = Duration::from_secs(1);
+
+/// The least time between two plain `flow:` lines (the queue changes at every admission).
+const FLOW_LINE_EVERY: Duration = Duration::from_secs(2);
+
+/// What the progress display shows of the backend's flows.
+#[derive(Default)]
+struct FlowLine {
+    /// The flows with calls queued, as one line (empty when none has).
+    now: String,
+    /// The last plain line shown, and when.
+    shown: Option<(String, Instant)>,
+}
+
+impl FlowLine {
+    fn update(&mut self, flows: &[factory_host::model::flow::FlowStats]) {
+        self.now = esc(&factory_host::model::flow::queued_lines(flows)).into_owned();
+    }
+
+    /// The plain line to show now, if any: the queue changed (and the last line is at least
+    /// [`FLOW_LINE_EVERY`] old), or it emptied after one was shown.
+    fn plain(&mut self) -> Option<String> {
+        let line = match &self.shown {
+            Some((last, _)) if *last == self.now => return None,
+            Some((_, at)) if !self.now.is_empty() && at.elapsed() < FLOW_LINE_EVERY => return None,
+            None if self.now.is_empty() => return None,
+            Some(_) if self.now.is_empty() => "flow: no calls queued".to_string(),
+            _ => format!("flow: {}", self.now),
+        };
+        self.shown = Some((self.now.clone(), Instant::now()));
+        Some(line)
+    }
+}
 
 /// Consecutive replayed agent calls, not shown yet.
 struct Replays {
@@ -245,6 +281,7 @@ async fn render(
         bar
     });
     let mut plain = (!quiet && !terminal).then(|| Plain::new(started, colored));
+    let mut flow = FlowLine::default();
     loop {
         let first = match plain.as_ref().and_then(Plain::replays_due) {
             Some(due) => match tokio::time::timeout_at(due, rx.recv()).await {
@@ -262,6 +299,15 @@ async fn render(
         let Some(first) = first else { break };
         let mut next = Some(first);
         while let Some(entry) = next {
+            if let ProgressEvent::Flows { flows } = &entry.event {
+                // Live state, not an event of the run: shown, not written to the events file.
+                flow.update(flows);
+                if let (Some(plain), Some(line)) = (&mut plain, flow.plain()) {
+                    plain.line(&line);
+                }
+                next = rx.try_recv().ok();
+                continue;
+            }
             if let Some(sink) = &events {
                 sink.progress(&entry);
             }
@@ -287,7 +333,10 @@ async fn render(
             next = rx.try_recv().ok();
         }
         if let Some(bar) = &bar {
-            bar.set_message(format!("{phase} | {}", counts.summary()));
+            match flow.now.is_empty() {
+                true => bar.set_message(format!("{phase} | {}", counts.summary())),
+                false => bar.set_message(format!("{phase} | {} | {}", counts.summary(), flow.now)),
+            }
         }
         if let Some(plain) = &mut plain {
             plain.write_out();
@@ -345,6 +394,37 @@ mod tests {
         plain.show_replays();
         assert_eq!(lines(&plain), ["agents a … b: 2 replayed", "agent c: replayed"]);
         assert!(plain.replays_due().is_none());
+    }
+
+    #[test]
+    fn a_plain_flow_line_is_shown_when_the_queue_changed_at_most_every_two_seconds_and_once_emptied() {
+        use factory_host::model::flow::{FlowStats, WaitReason};
+        let stats = |queued| FlowStats {
+            backend: "openai".into(),
+            queued,
+            in_flight: 2,
+            limit: 2,
+            requests_per_second: Some(40.0),
+            tokens_per_second: None,
+            waiting_for: (queued > 0).then_some(WaitReason::RequestRate),
+            admitted: 0,
+            throttled: 0,
+            wait_seconds: 0.0,
+        };
+        let mut flow = FlowLine::default();
+        flow.update(&[stats(0)]);
+        assert_eq!(flow.plain(), None, "nothing queued, nothing shown");
+        flow.update(&[stats(318)]);
+        assert_eq!(flow.plain().as_deref(), Some("flow: 318 queued: `openai` at 40 req/s"));
+        flow.update(&[stats(300)]);
+        assert_eq!(flow.plain(), None, "within two seconds of the last line");
+        if let Some((_, at)) = &mut flow.shown {
+            *at -= FLOW_LINE_EVERY;
+        }
+        assert_eq!(flow.plain().as_deref(), Some("flow: 300 queued: `openai` at 40 req/s"));
+        flow.update(&[stats(0)]);
+        assert_eq!(flow.plain().as_deref(), Some("flow: no calls queued"), "the queue emptied: said at once");
+        assert_eq!(flow.plain(), None);
     }
 
     /// With a pause of an hour, a renderer that waited its pause out after the run ended

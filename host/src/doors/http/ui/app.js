@@ -417,6 +417,7 @@ function runView(main, runId) {
   const head = h('div', { class: 'panel', id: 'run-head' });
   const failure = h('div', { class: 'panel failure', id: 'failure', hidden: true });
   const accounting = h('div', { class: 'panel grid', id: 'accounting' });
+  const flows = h('div', { class: 'panel', id: 'flows', hidden: true });
   const phases = h('ul', { class: 'phases', id: 'phases' });
   const canvas = h('canvas', { class: 'timeline', id: 'timeline' });
   const tip = h('div', { class: 'tip', hidden: true });
@@ -426,7 +427,7 @@ function runView(main, runId) {
   const older = h('button', { id: 'older', onclick: () => loadOlder() }, 'Older entries');
   let logOldest = null, logNewest = 0;
 
-  main.append(title, head, failure, accounting,
+  main.append(title, head, failure, flows, accounting,
     h('h2', {}, 'Phases'), phases,
     h('h2', {}, 'Agent timeline'), legend, h('div', { class: 'timeline-wrap' }, canvas), tip,
     h('h2', {}, 'Progress'), h('div', { class: 'actions' }, older, h('label', { class: 'check' }, follow, 'follow')), log);
@@ -544,6 +545,16 @@ function runView(main, runId) {
         h('div', {}, env.failure?.message ?? env.error),
         env.status === 'completed' ? null : h('div', {}, 'Resume it here with raised limits, or: ', h('code', { id: 'resume-command' }, cmd)));
     } else failure.hidden = true;
+    // The backend's flows while the run executes: a line per flow (shared with other runs).
+    const flowLine = (f) => {
+      const rate = f.requestsPerSecond != null ? `${+f.requestsPerSecond.toFixed(1)} req/s` : 'no rate limit known';
+      const why = f.queued > 0 && f.waitingFor ? `, waiting for ${f.waitingFor.replace('_', ' ')}` : '';
+      return h('div', { class: 'flow', dataset: { backend: f.backend, queued: f.queued, throttled: f.throttled } },
+        h('b', {}, f.backend), ` ${f.queued} queued, ${f.inFlight} in flight (limit ${f.limit}), ${rate}${why}, `
+          + `${f.throttled} throttled (429/529/503), waited ${fmtSecs(f.waitSeconds)} in all`);
+    };
+    flows.hidden = !running || !(env.flows?.length);
+    flows.replaceChildren(h('span', { class: 'muted' }, 'backend flow'), ...(running ? env.flows ?? [] : []).map(flowLine));
     const a = env.accounting;
     const cell = (k, v) => h('div', {}, h('span', {}, k), v);
     accounting.replaceChildren(cell('agents spawned', a.agentsSpawned), cell('replayed (cache hits)', a.agentCacheHits),
@@ -599,7 +610,13 @@ function runView(main, runId) {
   const refreshSoon = debounce(refresh, 100);
   const onUpdate = (u) => { if (u.runId === runId) refreshSoon(); };
   listeners.add(onUpdate);
-  const ticker = setInterval(() => { if (detail?.status === 'running') redraw(); }, 1000);
+  // While calls wait in the backend's flow, nothing the run journals says how the queue
+  // moves: the detail is read again every second then.
+  const ticker = setInterval(() => {
+    if (detail?.status !== 'running') return;
+    redraw();
+    if (detail.flows?.some((f) => f.queued > 0)) refreshSoon();
+  }, 1000);
   const resized = () => redraw();
   window.addEventListener('resize', resized);
 
