@@ -279,6 +279,9 @@ fn fan_outs_on_two_workers(db: &str, limits: common::throttling::Limits, extra: 
     assert_eq!(key, format!("openai {} nokey", provider.base_url()), "one budget row, for the endpoint and key");
     one.stop();
     two.stop();
+    // The flows (one per endpoint and key in a process) hold no store open: each worker
+    // stopped cleanly gave its lease up.
+    assert_eq!(server.psql(db, "SELECT bool_and(lease_until <= now()) FROM workers"), "t", "both leases given up");
     counts
 }
 

@@ -15,7 +15,7 @@ use crate::store::queue::{FlowRates, RunQueue};
 use crate::store::{Store, StoreError};
 use futures::future::{BoxFuture, FutureExt};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The caps a worker of a shared store runs under (none by default).
@@ -136,7 +136,7 @@ pub(crate) fn share_flows(store: &Arc<dyn Store>, backend: &dyn AgentBackend) {
     if store.run_queue().is_none() {
         return;
     }
-    let budget: Arc<dyn SharedBudget> = Arc::new(StoreBudget::new(store.clone()));
+    let budget: Arc<dyn SharedBudget> = Arc::new(StoreBudget::new(store));
     for flow in backend.flows() {
         flow.share(budget.clone());
     }
@@ -150,7 +150,9 @@ const BUDGET_PATIENCE: Duration = Duration::from_secs(2);
 
 /// A flow budget shared through the store's run queue (table `flow_budgets` on PostgreSQL).
 pub(crate) struct StoreBudget {
-    store: Arc<dyn Store>,
+    /// Weak: flows outlive the service (one per endpoint and key in the process), and a store
+    /// dropped must close (commit what is queued, give its lease up), not live on in them.
+    store: Weak<dyn Store>,
     /// Until when the store is not asked (it failed lately).
     paused_until: Arc<Mutex<Option<Instant>>>,
 }
@@ -158,8 +160,8 @@ pub(crate) struct StoreBudget {
 /// Why the shared budget could not be used.
 #[derive(Debug, thiserror::Error)]
 enum BudgetError {
-    /// The store has no queue (not a cluster).
-    #[error("the store is not shared")]
+    /// The store has no queue (not a cluster), or was closed.
+    #[error("the store is not shared, or was closed")]
     NotShared,
     /// The store failed.
     #[error(transparent)]
@@ -174,8 +176,15 @@ enum BudgetError {
 
 impl StoreBudget {
     /// The shared budget of `store`'s workers.
-    pub(crate) fn new(store: Arc<dyn Store>) -> StoreBudget {
-        StoreBudget { store, paused_until: Arc::new(Mutex::new(None)) }
+    pub(crate) fn new(store: &Arc<dyn Store>) -> StoreBudget {
+        StoreBudget { store: Arc::downgrade(store), paused_until: Arc::new(Mutex::new(None)) }
+    }
+
+    /// `work` on the store's queue, while the store is open and has one.
+    fn on_queue<T>(&self, work: impl FnOnce(&dyn RunQueue) -> BoxFuture<'static, Result<T, StoreError>>) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
+        let store = self.store.upgrade()?;
+        let queue = store.run_queue()?;
+        Some(work(queue))
     }
 
     /// The time left of a pause after a failure, if any.
@@ -212,19 +221,19 @@ impl StoreBudget {
 impl SharedBudget for StoreBudget {
     fn take(&self, key: &str, rates: SharedRates, tokens: f64) -> BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
         let rates = FlowRates { requests: rates.requests, request_burst: rates.request_burst, tokens: rates.tokens, token_burst: rates.token_burst };
-        let work = self.store.run_queue().map(|queue| queue.take_flow_budget(budget_key(key), rates, tokens));
+        let work = self.on_queue(|queue| queue.take_flow_budget(budget_key(key), rates, tokens));
         self.ask(work)
     }
 
     fn close_until(&self, key: &str, until: SystemTime) -> BoxFuture<'static, Result<(), SharedBudgetError>> {
         // As a wait from now: the database's clock closes it, whatever this worker's says.
         let wait = until.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
-        let work = self.store.run_queue().map(|queue| queue.close_flow_budget(budget_key(key), wait));
+        let work = self.on_queue(|queue| queue.close_flow_budget(budget_key(key), wait));
         self.ask(work)
     }
 
     fn true_up(&self, key: &str, tokens: f64) -> BoxFuture<'static, Result<(), SharedBudgetError>> {
-        let work = self.store.run_queue().map(|queue| queue.true_up_flow_budget(budget_key(key), tokens));
+        let work = self.on_queue(|queue| queue.true_up_flow_budget(budget_key(key), tokens));
         self.ask(work)
     }
 }
