@@ -147,8 +147,9 @@ async fn a_batch_of_256_writes_is_committed_without_waiting_out_the_window() {
 }
 
 /// The flow budget two workers share (`flow_budgets`): takes by either worker draw from one
-/// pair of buckets, refilled on the database's clock; a worker's close stops both until then;
-/// a call's tokens trued up by one worker are there for the other.
+/// pair of buckets, refilled on the database's clock, starting from what the first caller's
+/// own buckets held, never holding more than the server said remains; a worker's close stops
+/// both until then; a call's tokens trued up by one worker are there for the other.
 #[tokio::test]
 async fn two_workers_take_from_one_flow_budget() {
     use factory_host::store::queue::FlowRates;
@@ -158,7 +159,7 @@ async fn two_workers_take_from_one_flow_budget() {
     let (qa, qb) = (a.run_queue().expect("a queue"), b.run_queue().expect("b queue"));
     let key = "openai http://127.0.0.1:1/v1 nokey".to_string();
     // One request a minute, a bucket of 4: the refill is too slow to matter in this test.
-    let rates = FlowRates { requests: Some(1.0 / 60.0), request_burst: 4.0, tokens: None, token_burst: 1.0 };
+    let rates = FlowRates { requests: Some(1.0 / 60.0), request_burst: 4.0, tokens: None, token_burst: 1.0, requests_left: 4.0, tokens_left: 1.0 };
     let mut taken = 0;
     for i in 0..8 {
         let queue = if i % 2 == 0 { qa } else { qb };
@@ -173,7 +174,7 @@ async fn two_workers_take_from_one_flow_budget() {
 
     // Another flow, closed by worker a for a minute: worker b waits about that long.
     let other = "openai http://127.0.0.1:2/v1 nokey".to_string();
-    let fast = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1000.0), token_burst: 1000.0 };
+    let fast = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1000.0), token_burst: 1000.0, requests_left: 1e9, tokens_left: 1e9 };
     assert_eq!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take"), None, "a new budget is full");
     qa.close_flow_budget(other.clone(), Duration::from_secs(60)).await.expect("a close");
     qa.close_flow_budget(other.clone(), Duration::from_secs(1)).await.expect("a shorter close");
@@ -182,8 +183,15 @@ async fn two_workers_take_from_one_flow_budget() {
     // Reopened (as if the minute had passed), it is paced by its own buckets again.
     server.psql("budget", "UPDATE flow_budgets SET closed_until = now() - interval '1 second'");
     assert_eq!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take"), None, "open again");
+    // The server says nothing remains: neither worker takes until the refill.
+    qa.bound_flow_budget(other.clone(), Some(0.0), None).await.expect("a bound");
+    assert!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take").is_some(), "nothing remains");
+    // A new budget starts from what the first caller's own buckets hold.
+    let empty = FlowRates { requests_left: 0.0, ..rates };
+    let wait = qa.take_flow_budget("openai http://127.0.0.1:4/v1 nokey".into(), empty, 10.0).await.expect("a take");
+    assert!(wait.is_some_and(|w| w > Duration::from_secs(1)), "started empty: {wait:?}");
     // A call of more tokens than the bucket holds waits for a full bucket, then goes.
-    let small = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1.0 / 60.0), token_burst: 50.0 };
+    let small = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1.0 / 60.0), token_burst: 50.0, requests_left: 1000.0, tokens_left: 50.0 };
     let third = "anthropic http://127.0.0.1:3 nokey".to_string();
     assert_eq!(qa.take_flow_budget(third.clone(), small, 500.0).await.expect("a take"), None, "a full bucket admits a big call");
     let wait = qb.take_flow_budget(third.clone(), small, 10.0).await.expect("a take").expect("no tokens left");
@@ -211,6 +219,21 @@ fn two_workers_share_one_flow_budget_for_one_backend() {
     assert!(counts.throttled_share() <= 0.10, "one budget for both workers, few 429s: {counts:?}");
     // A full bucket and a second's refill in the first second; never more after.
     assert!(counts.max_received_per_second <= 2 * RATE + 8, "the workers together kept the provider's rate: {counts:?}");
+}
+
+/// The same with nothing configured: each worker learns the provider's rate from its
+/// rate-limit headers, and the two then pace on the one budget they share (made with what
+/// the first worker's own bucket held, bounded by what the server says remains). Before any
+/// reply has taught a rate, each worker sends its first window of calls unpaced (16, the
+/// adaptive limit's start): the first second may see one such window more than a single
+/// service would send.
+#[test]
+fn two_workers_share_a_budget_learned_from_the_providers_headers() {
+    use common::throttling::Limits;
+    const RATE: usize = 20;
+    let counts = fan_outs_on_two_workers("learnshare", Limits::rps(RATE as f64), "", 100);
+    assert!(counts.throttled_share() <= 0.10, "one budget for both workers, few 429s: {counts:?}");
+    assert!(counts.max_received_per_second <= 3 * RATE, "the workers together kept the provider's rate: {counts:?}");
 }
 
 /// The same with a token budget: the provider allows 3,000 tokens a minute (each call costs

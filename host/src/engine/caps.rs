@@ -220,7 +220,14 @@ impl StoreBudget {
 
 impl SharedBudget for StoreBudget {
     fn take(&self, key: &str, rates: SharedRates, tokens: f64) -> BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
-        let rates = FlowRates { requests: rates.requests, request_burst: rates.request_burst, tokens: rates.tokens, token_burst: rates.token_burst };
+        let rates = FlowRates {
+            requests: rates.requests,
+            request_burst: rates.request_burst,
+            tokens: rates.tokens,
+            token_burst: rates.token_burst,
+            requests_left: rates.requests_left,
+            tokens_left: rates.tokens_left,
+        };
         let work = self.on_queue(|queue| queue.take_flow_budget(budget_key(key), rates, tokens));
         self.ask(work)
     }
@@ -229,6 +236,11 @@ impl SharedBudget for StoreBudget {
         // As a wait from now: the database's clock closes it, whatever this worker's says.
         let wait = until.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
         let work = self.on_queue(|queue| queue.close_flow_budget(budget_key(key), wait));
+        self.ask(work)
+    }
+
+    fn remaining(&self, key: &str, requests: Option<f64>, tokens: Option<f64>) -> BoxFuture<'static, Result<(), SharedBudgetError>> {
+        let work = self.on_queue(|queue| queue.bound_flow_budget(budget_key(key), requests, tokens));
         self.ask(work)
     }
 

@@ -61,6 +61,10 @@ pub struct FlowRates {
     pub tokens: Option<f64>,
     /// The token bucket's size.
     pub token_burst: f64,
+    /// What the caller's own request bucket holds: a new budget starts from it (at most full).
+    pub requests_left: f64,
+    /// What the caller's own token bucket holds (likewise).
+    pub tokens_left: f64,
 }
 
 /// The queue and call slots of a shared store; every call is one transaction that first
@@ -123,7 +127,8 @@ pub trait RunQueue: Send + Sync {
 
     /// Take one request and `tokens` tokens from the budget of flow `key` shared by every
     /// worker (its buckets refilled since the last take at the rates then in force, on the
-    /// database's clock, then set to `rates`; made full on first use), in one statement:
+    /// database's clock, then set to `rates`; made on first use with what the caller's own
+    /// buckets hold), in one statement:
     /// `Ok(None)` when taken, `Ok(Some(wait))` when not there yet (or the budget is closed),
     /// with how long until it would be. No lease is checked: a budget pays for no write.
     fn take_flow_budget(&self, key: String, rates: FlowRates, tokens: f64) -> BoxFuture<'static, Result<Option<std::time::Duration>, StoreError>>;
@@ -135,4 +140,7 @@ pub trait RunQueue: Send + Sync {
     /// Put `tokens` back in the token bucket of flow `key` (negative: take more), kept within
     /// its size either way: a call's usage trued up against what its take charged.
     fn true_up_flow_budget(&self, key: String, tokens: f64) -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// Bound the buckets of flow `key` by what the server says remains (`None`: not said).
+    fn bound_flow_budget(&self, key: String, requests: Option<f64>, tokens: Option<f64>) -> BoxFuture<'static, Result<(), StoreError>>;
 }

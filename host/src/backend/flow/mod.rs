@@ -87,6 +87,10 @@ pub trait SharedBudget: Send + Sync + 'static {
     /// Put `tokens` back in `key`'s token bucket (negative: take more): a call's usage, as
     /// its reply says, trued up against what was taken at its admission.
     fn true_up(&self, key: &str, tokens: f64) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
+
+    /// The server says at most `requests` and `tokens` remain (when it says): `key`'s buckets
+    /// hold no more than that.
+    fn remaining(&self, key: &str, requests: Option<f64>, tokens: Option<f64>) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
 }
 
 /// The rates a shared budget refills at (per second) and its bucket sizes.
@@ -100,6 +104,10 @@ pub struct SharedRates {
     pub tokens: Option<f64>,
     /// Token bucket size.
     pub token_burst: f64,
+    /// What this flow's own request bucket holds (a new shared budget starts from it).
+    pub requests_left: f64,
+    /// What this flow's own token bucket holds (likewise).
+    pub tokens_left: f64,
 }
 
 /// A shared budget that could not be reached.
@@ -429,6 +437,8 @@ impl Flow {
                     request_burst: s.requests.as_ref().map_or(1.0, |b| b.burst),
                     tokens: s.tokens.as_ref().map(|b| b.rate),
                     token_burst: s.tokens.as_ref().map_or(1.0, |b| b.burst),
+                    requests_left: s.requests.as_ref().map_or(1.0, |b| b.level),
+                    tokens_left: s.tokens.as_ref().map_or(1.0, |b| b.level),
                 };
                 (wait, shared.map(|sh| (sh, rates)))
             };
@@ -551,10 +561,21 @@ impl Permit {
                 }
             }
         }
+        // What the server says remains bounds the shared buckets too (in the background).
+        let remaining = (learned.requests.map(|w| w.remaining), learned.tokens.map(|w| w.remaining));
+        let shared = s.shared.clone().filter(|_| !s.limits.fixed && (remaining.0.is_some() || remaining.1.is_some()));
         s.in_flight = s.in_flight.saturating_sub(1);
         drop(s);
         self.released = true;
         flow.freed.notify_one();
+        if let (Some(shared), Ok(runtime)) = (shared, tokio::runtime::Handle::try_current()) {
+            let key = flow.key.clone();
+            runtime.spawn(async move {
+                if let Err(e) = shared.remaining(&key, remaining.0, remaining.1).await {
+                    tracing::debug!(flow = %key, error = %e, "bounding the shared flow budget by what the server says remains");
+                }
+            });
+        }
         self.charged
     }
 
@@ -738,6 +759,10 @@ mod tests {
         }
 
         fn true_up(&self, _: &str, _: f64) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
+            Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
+        }
+
+        fn remaining(&self, _: &str, _: Option<f64>, _: Option<f64>) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
             Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
         }
     }

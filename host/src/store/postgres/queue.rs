@@ -66,9 +66,11 @@ const TAKE_BUDGET: &str = "
             CASE WHEN $4::float8 IS NULL THEN 0 ELSE (least($6::float8, $5::float8) - f.tokens) / greatest($4::float8, 1e-6) END)
     END";
 
-/// A flow budget's row on first use: its buckets full.
+/// A flow budget's row on first use: its buckets holding what the caller's own hold (`$2`,
+/// `$3`), at most full (`$4`, `$5`).
 const NEW_BUDGET: &str = "
-    INSERT INTO flow_budgets (key, requests, tokens, refilled_at) VALUES ($1, $2, $3, clock_timestamp())
+    INSERT INTO flow_budgets (key, requests, tokens, refilled_at)
+    VALUES ($1, least($2::float8, $4::float8), least($3::float8, $5::float8), clock_timestamp())
     ON CONFLICT (key) DO NOTHING";
 
 /// Close a flow budget for `$2` seconds from now (a later close stands) and empty its
@@ -85,6 +87,17 @@ const CLOSE_BUDGET: &str = "
 const TRUE_UP_BUDGET: &str = "
     UPDATE flow_budgets SET tokens = greatest(least(tokens + $2::float8, token_burst), -token_burst)
     WHERE key = $1 AND token_rate IS NOT NULL";
+
+/// Bound a flow budget's buckets by what the server says remains (`$2` requests, `$3`
+/// tokens; NULL: not said), refilled first up to now.
+const BOUND_BUDGET: &str = "
+    UPDATE flow_budgets SET
+        requests = least(requests + coalesce(request_rate, 0) * greatest(extract(epoch FROM clock_timestamp() - refilled_at)::float8, 0),
+                         request_burst, coalesce($2::float8, 'Infinity'::float8)),
+        tokens = least(tokens + coalesce(token_rate, 0) * greatest(extract(epoch FROM clock_timestamp() - refilled_at)::float8, 0),
+                       token_burst, coalesce($3::float8, 'Infinity'::float8)),
+        refilled_at = greatest(refilled_at, clock_timestamp())
+    WHERE key = $1";
 
 /// The longest wait a flow budget reports (a day), as the local buckets do.
 const MAX_BUDGET_WAIT: f64 = 86_400.0;
@@ -453,7 +466,8 @@ impl RunQueue for PgStore {
             if row.is_none() {
                 // First use: the row is made with full buckets (by one worker; the others'
                 // inserts do nothing), then taken from like any other.
-                client.execute(NEW_BUDGET, &[&key, &rates.request_burst, &rates.token_burst]).await.map_err(e)?;
+                let left = [rates.requests_left, rates.tokens_left].map(|v| if v.is_finite() { v } else { 0.0 });
+                client.execute(NEW_BUDGET, &[&key, &left[0], &left[1], &rates.request_burst, &rates.token_burst]).await.map_err(e)?;
                 row = client.query_opt(TAKE_BUDGET, &params).await.map_err(e)?;
             }
             let wait: Option<f64> = match row {
@@ -470,6 +484,19 @@ impl RunQueue for PgStore {
             let client = pool.get().await?;
             let secs = wait.as_secs_f64().min(MAX_BUDGET_WAIT);
             client.execute(CLOSE_BUDGET, &[&key, &secs]).await.map_err(|e| pg(&pool.url, e))?;
+            Ok(())
+        })
+    }
+
+    fn bound_flow_budget(&self, key: String, requests: Option<f64>, tokens: Option<f64>) -> BoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        self.spawn(async move {
+            let [requests, tokens] = [requests, tokens].map(|v| v.filter(|v| v.is_finite()));
+            if requests.is_none() && tokens.is_none() {
+                return Ok(());
+            }
+            let client = pool.get().await?;
+            client.execute(BOUND_BUDGET, &[&key, &requests, &tokens]).await.map_err(|e| pg(&pool.url, e))?;
             Ok(())
         })
     }
