@@ -636,6 +636,79 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     assert!(workers.as_array().is_some_and(|w| w.len() == 2 && w.iter().all(|w| w["live"] == false && w["runs"] == 0)), "{workers:#}");
 }
 
+/// A run parked for its backend's quota on a cluster (issue 50): every worker arms a timer
+/// for it (the one that parked it, and one started while it waits), and at its `resumeAt`
+/// exactly one of them resumes it (the claim in the database): it completes in two
+/// attempts, and no call journaled before the quota ran out is paid again. A second parked
+/// run is cancelled through the worker that did not park it, and is not resumed.
+#[test]
+fn a_run_parked_for_its_quota_is_resumed_by_exactly_one_worker_and_cancelled_through_another() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use serde_json::json;
+
+    let server = Postgres::start();
+    server.database("parked");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let spent = Mode::QuotaSpent { for_: Some(Duration::from_secs(15)) };
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: Box::new(spent) }));
+    let (_states, [one], [api1]) = workers::<1>(&server, "parked", fake.port(), &[]);
+    let run_id = start_fanouts(&runtime, &api1, 1, 6, 2).remove(0);
+    let shown = |api: &Api, run_id: &str| runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None)).1;
+    let parked = |api: &Api, run_id: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let detail = shown(api, run_id);
+            if detail["status"] == "halted" {
+                assert_eq!(detail["failure"]["kind"], "quota", "{detail:#}");
+                return detail;
+            }
+            assert!(std::time::Instant::now() < deadline, "the run never parked: {detail:#}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let detail = parked(&api1, &run_id);
+    assert!(detail["resumeAt"].is_string(), "{detail:#}");
+    let journaled: usize = server.psql("parked", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")).parse().expect("a count");
+    let answered_then = fake.answered().len();
+
+    // A second worker starts while the run waits: it arms its own timer for it.
+    let url = server.url("parked");
+    let state2 = worker_states(1, fake.port()).remove(0);
+    let two = common::service::Service::start(state2.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0"]);
+    assert!(two.log().contains(&format!("run {run_id} (factory probe, session default) is parked")), "{}", two.log());
+    let api2 = Api::of(state2.path(), &two.log());
+    let done = wait_until_completed(&runtime, &api2, &run_id, Duration::from_secs(120));
+    assert_eq!(done["status"], "completed", "{done:#}
+{}
+{}", one.log(), two.log());
+    assert_eq!(done["result"]["done"], 6, "{done:#}");
+    assert_eq!(done["attempts"], 2, "resumed once: {done:#}
+{}
+{}", one.log(), two.log());
+    let resuming = |log: &str| log.matches("resuming a run parked for its backend's quota").count();
+    // Both timers have fired once the run completed well past its reset; one resumed it.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(resuming(&one.log()) + resuming(&two.log()), 1, "exactly one worker resumes it:
+{}
+{}", one.log(), two.log());
+    // The calls answered before the quota ran out and journaled were not asked again.
+    assert_eq!(fake.answered().len(), 6 + (answered_then - journaled), "{:?}", fake.answered());
+
+    // Parked again (the quota spent anew, for an hour): cancelled through worker 2.
+    fake.set(Mode::QuotaSpent { for_: Some(Duration::from_secs(3600)) });
+    let second = start_fanouts(&runtime, &api1, 1, 2, 2).remove(0);
+    parked(&api1, &second);
+    let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{second}/cancel"), Some(json!({}))));
+    assert_eq!(status, 200, "{cancelled:#}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}
+{}
+{}", one.log(), two.log());
+    assert_eq!(server.psql("parked", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{second}'")), "cancelled -");
+    assert_eq!(shown(&api1, &second)["status"], "cancelled");
+    two.stop();
+    one.stop();
+}
+
 /// PostgreSQL restarted under a connected worker: the connections the restart closed are
 /// replaced (a commit that meets one is retried: every batch is idempotent), nothing
 /// committed is lost, later commits and reads work, and the worker keeps its lease.

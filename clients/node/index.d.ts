@@ -45,6 +45,8 @@ export interface FactoryRunResult {
         cacheWriteTokens: number;
     };
     attempts: number;
+    /** For a run parked `halted` because its backend's quota is spent: when the service resumes it by itself (RFC 3339 UTC). */
+    resumeAt?: string;
     session?: string;
     createdAt: string;
     updatedAt: string;

@@ -33,6 +33,12 @@ pub enum Mode {
     /// A request to `.../v1/messages` gets an Anthropic Messages reply, any other a chat
     /// completion.
     Usage(Value),
+    /// OpenAI's spent quota: 429 `insufficient_quota`. With `for_`, the quota is spent until
+    /// that long after the first request this mode refuses (T): each refusal says when with a
+    /// `retry-after` (whole seconds, rounded up) and `x-ratelimit-reset-requests` header,
+    /// and from T on the server answers as `Answer` does. Without, it is spent for good and
+    /// no header says until when.
+    QuotaSpent { for_: Option<Duration> },
 }
 
 #[derive(Default)]
@@ -44,6 +50,8 @@ struct State {
     /// Answers being prepared now (`Mode::Answer`), and the most there were at once.
     in_flight: usize,
     max_in_flight: usize,
+    /// When a `QuotaSpent { for_: Some(_) }` quota resets (set by its first refusal).
+    quota_until: Option<std::time::Instant>,
 }
 
 /// Counts an answer in flight until it is sent or its request is dropped.
@@ -128,9 +136,11 @@ impl FakeOpenAi {
         base_url(self.port)
     }
 
-    /// Answer the next requests this way.
+    /// Answer the next requests this way (a `QuotaSpent` quota is spent anew).
     pub fn set(&self, mode: Mode) {
-        self.state.lock().unwrap().mode = Some(mode);
+        let mut state = self.state.lock().unwrap();
+        state.mode = Some(mode);
+        state.quota_until = None;
     }
 
     /// The prompts answered with a completion, in order.
@@ -146,6 +156,12 @@ impl FakeOpenAi {
     /// The most requests answered with `Mode::Answer` that were in flight at once.
     pub fn max_in_flight(&self) -> usize {
         self.state.lock().unwrap().max_in_flight
+    }
+
+    /// When the spent quota of `Mode::QuotaSpent { for_: Some(_) }` resets (T), once it has
+    /// refused a request.
+    pub fn quota_until(&self) -> Option<std::time::Instant> {
+        self.state.lock().unwrap().quota_until
     }
 
     /// The prompt of every request received (answered or not), in arrival order.
@@ -227,7 +243,7 @@ async fn answer(state: &Mutex<State>, body: &Value, anthropic: bool) -> Response
         state.requests += 1;
         state.asked.push(prompt.clone());
         let mode = state.mode.clone().unwrap_or(Mode::Status(500));
-        match mode {
+        let mode = match mode {
             Mode::AnswerThen { ok: 0, then } => {
                 state.mode = Some((*then).clone());
                 *then
@@ -235,6 +251,17 @@ async fn answer(state: &Mutex<State>, body: &Value, anthropic: bool) -> Response
             Mode::AnswerThen { ok, then } => {
                 state.mode = Some(Mode::AnswerThen { ok: ok - 1, then });
                 Mode::Answer { latency: Duration::ZERO }
+            }
+            other => other,
+        };
+        match mode {
+            Mode::QuotaSpent { for_: Some(d) } => {
+                let until = *state.quota_until.get_or_insert_with(|| std::time::Instant::now() + d);
+                if std::time::Instant::now() >= until {
+                    Mode::Answer { latency: Duration::ZERO }
+                } else {
+                    Mode::QuotaSpent { for_: Some(d) }
+                }
             }
             other => other,
         }
@@ -258,6 +285,23 @@ async fn answer(state: &Mutex<State>, body: &Value, anthropic: bool) -> Response
         Mode::HugeUsage => {
             state.lock().unwrap().answered.push(prompt.clone());
             respond(200, &[], completion(&answer_text(&prompt), u64::MAX, u64::MAX))
+        }
+        Mode::QuotaSpent { for_ } => {
+            let body = json!({"error": {
+                "message": "You exceeded your current quota, please check your plan and billing details.",
+                "type": "insufficient_quota", "param": null, "code": "insufficient_quota"
+            }})
+            .to_string();
+            let until = state.lock().unwrap().quota_until;
+            match (for_, until) {
+                (Some(_), Some(until)) => {
+                    let left = until.saturating_duration_since(std::time::Instant::now());
+                    let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+                    let (after, reset) = (seconds.to_string(), format!("{}ms", left.as_millis()));
+                    respond(429, &[("retry-after", &after), ("x-ratelimit-reset-requests", &reset)], body)
+                }
+                _ => respond(429, &[], body),
+            }
         }
         Mode::NotUtf8 => respond(200, &[], Bytes::from_static(b"{\"choices\": [\xff\xfe\xc3\x28]}")),
         Mode::Usage(usage) => {

@@ -126,6 +126,7 @@ class FactoryRunResult(TypedDict):
     error: NotRequired[str]
     accounting: dict[str, Any]
     attempts: int
+    resumeAt: NotRequired[str]
     session: NotRequired[str]
     createdAt: str
     updatedAt: str

@@ -222,6 +222,11 @@ async fn send_admitted(
                 if pushback(status) {
                     let headers = response.headers().clone();
                     let body = read_capped(response, who, status).await?;
+                    // A spent quota (read from the body) is no pushback a wait in the queue fixes.
+                    if let Some(e) = super::quota::spent(status, &headers, &body) {
+                        permit.failed();
+                        return Err(BackendError::quota(format!("{who}: {}", e.message()), e.resume_at()));
+                    }
                     if let Some(after) = after.filter(|a| *a > bound) {
                         permit.pushed_back(status, &headers, Some(after), Duration::ZERO);
                         return Err(BackendError::quota(
@@ -244,8 +249,14 @@ async fn send_admitted(
                     continue;
                 }
                 if !retryable(status) || last {
-                    let charged = permit.answered(response.headers());
+                    let headers = response.headers().clone();
+                    let charged = permit.answered(&headers);
                     let body = read_capped(response, who, status).await?;
+                    // A spent quota said in a 4xx (a credit balance, a billing limit) is no
+                    // error a retry fixes.
+                    if let Some(e) = super::quota::spent(status, &headers, &body) {
+                        return Err(BackendError::quota(format!("{who}: {}", e.message()), e.resume_at()));
+                    }
                     return Ok(HttpReply { status, body, charged });
                 }
                 if status == 503 {

@@ -12,6 +12,7 @@ pub mod http;
 mod openai;
 pub mod pricing;
 mod prompting;
+pub(crate) mod quota;
 pub use crate::model::recorded;
 pub mod redact;
 mod reference;

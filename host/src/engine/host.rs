@@ -344,6 +344,8 @@ pub struct Host {
     queue_capacity: usize,
     /// Told when a queued run this host executed ended (room to claim again).
     queue_freed: Arc<tokio::sync::Notify>,
+    /// The runs parked for their backend's quota that this process resumes at their reset.
+    parking: crate::engine::recover::Parking,
 }
 
 fn session_of(session: &Option<String>) -> String {
@@ -388,7 +390,19 @@ impl Host {
             active: Mutex::new(HashMap::new()),
             updates,
             pending_bytes: Default::default(),
+            parking: Default::default(),
         })
+    }
+
+    /// The runs parked for their quota that this process resumes by itself.
+    pub(crate) fn parking(&self) -> &crate::engine::recover::Parking {
+        &self.parking
+    }
+
+    /// How many runs parked for their backend's quota wait here to be resumed by themselves
+    /// (a service with such a run is not idle).
+    pub fn parked_waiting(&self) -> usize {
+        self.parking.waiting()
     }
 
     /// The durable store.
@@ -409,6 +423,7 @@ impl Host {
     /// Take no more runs from the queue, nor claim new runs started here (a draining worker):
     /// they wait in the queue for another worker.
     pub fn stop_claiming(&self) {
+        self.parking.close();
         self.queue_room.close();
         self.queue_freed.notify_waiters();
     }
@@ -801,6 +816,7 @@ impl Host {
             envelope.failure = None;
             envelope.error = None;
             envelope.result = None;
+            envelope.resume_at = None;
         }
         if envelope.status == RunStatus::Running && !active {
             // The attempt may have ended between reading the record and looking at `active`:
@@ -1080,6 +1096,7 @@ impl Host {
                 updated_at: now,
                 revision: 0,
                 backend: None,
+                resume_at: None,
                 session: None,
             },
             session: session_of(&options.session),
@@ -1161,17 +1178,23 @@ impl Host {
 
     /// The rest of [`Host::resume_as`]: load what the run recorded and start its attempt.
     async fn resume_with(&self, run_id: &str, scope: &Scope, mut record: RunRecord, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
-        if by == ResumedBy::Recovery {
+        if by != ResumedBy::Caller {
             // Read again under the claim: a caller may have resumed it since it was found.
             record = self.record(scope, run_id).await?;
-            if !(record.envelope.status == RunStatus::Halted && record.interrupted.is_some()) {
+            let still = match by {
+                ResumedBy::Parked => {
+                    crate::engine::recover::parked_until(&record).is_some_and(|at| at <= std::time::SystemTime::now())
+                }
+                _ => crate::engine::recover::is_interrupted(&record),
+            };
+            if !still {
                 return Err(Error::NonResumable(format!("run `{run_id}` is no longer halted by an interruption")));
             }
         }
         if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
             return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
         }
-        if by == ResumedBy::Recovery && self.store.shared() {
+        if by != ResumedBy::Caller && self.store.shared() {
             // Resumed with no caller on a store others write: only what its consent was for.
             let Some(bound) = attempt_bound(&record) else { return Err(TrustError::ConsentMissing(run_id.to_string()).into()) };
             self.config.trust.verify(record.seal.as_deref(), &bound)?;
@@ -1219,7 +1242,10 @@ impl Host {
         record.recoveries = match by {
             ResumedBy::Caller => 0,
             ResumedBy::Recovery => record.recoveries.saturating_add(1),
+            // Waiting out a quota is no recovery from a crash: not counted.
+            ResumedBy::Parked => record.recoveries,
         };
+        self.parking.disarm(run_id);
         if let Some(on_start) = options.on_start {
             on_start(run_id);
         }
@@ -1237,6 +1263,7 @@ impl Host {
             return Ok(false);
         }
         record.interrupted = None;
+        record.envelope.resume_at = None;
         let failure = Failure::new(crate::model::envelope::FailureType::Halted, None, message);
         record.envelope.error = Some(failure.message.clone());
         record.envelope.failure = Some(failure);
@@ -1363,6 +1390,7 @@ impl Host {
         record.envelope.result = None;
         record.envelope.failure = None;
         record.envelope.error = None;
+        record.envelope.resume_at = None;
         record.envelope.updated_at = crate::store::records_timestamp();
         // `scripts` is index-aligned with `component_hashes` (runs recorded before scripts
         // existed have none: they were all components).
@@ -1428,6 +1456,7 @@ impl Host {
             span,
             agent_limits: factory.meta.agent_limits.clone(),
         };
+        let mut parked = None;
         let (status, result, failure, accounting) = match snapshot.map(|snapshot| Capabilities::new(setup, snapshot)) {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
             Ok(shared) => {
@@ -1446,7 +1475,7 @@ impl Host {
                 if budget == Some(Duration::ZERO) {
                     shared.attempt.abort(run::Abort::Limit(run::LimitKind::TimeoutSeconds));
                 }
-                let outcome = run::execute(
+                let mut outcome = run::execute(
                     &self.engine,
                     &component,
                     shared.clone(),
@@ -1455,6 +1484,15 @@ impl Host {
                     &record.grants,
                 )
                 .await;
+                // A spent quota parks the run (`halted`, resumable) instead of ending it `error`.
+                if let Some(crate::capabilities::attempt::StopCause::Failed(failure, run::Abort::Backend { kind: crate::backend::OutageKind::Quota, resume_at, .. })) =
+                    shared.attempt.cause()
+                {
+                    if outcome.failure.as_ref() == Some(&failure) {
+                        outcome.status = RunStatus::Halted;
+                        parked = Some(resume_at);
+                    }
+                }
                 shared.attempt.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.agents.attempt_cache_hits() });
                 shared.attempt.end_phase();
                 let mut failure = outcome.failure;
@@ -1479,6 +1517,13 @@ impl Host {
         };
         let accounting_at_end = accounting;
         ended(record, status, result, failure, accounting);
+        let quota = |f: &Failure| f.kind_type == crate::model::envelope::FailureType::Backend && f.kind.as_deref() == Some("quota");
+        let parked = parked.filter(|_| record.envelope.status == RunStatus::Halted && record.envelope.failure.as_ref().is_some_and(quota));
+        if let Some(resume_at) = parked {
+            if let Some(at) = park(record, resume_at) {
+                self.parking.arm(&run_id, at);
+            }
+        }
         // Announced by the caller once the run has left `active` (`announce_end`). The
         // attempt's last progress entries are still being written: they and the verdict are
         // made durable by this one flush (in order: the entries are never behind the verdict).
@@ -1491,6 +1536,7 @@ impl Host {
         let outage = e.is_outage() || halted_by_storage;
         let failure = Failure::new(crate::model::envelope::FailureType::Storage, outage.then_some("unavailable"), e.to_string());
         let status = if outage { RunStatus::Halted } else { RunStatus::Error };
+        record.envelope.resume_at = None;
         ended(record, status, None, Some(failure), accounting_at_end);
         self.store.put_run(record, false).await?;
         Ok(())
@@ -1504,6 +1550,9 @@ impl Host {
     pub async fn cancel(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
         let scope = scope.into();
         self.record(&scope, run_id).await?;
+        if self.cancel_parked(run_id).await? {
+            return self.envelope(scope, run_id).await;
+        }
         if !self.cancel_here(run_id) {
             // Executed by another process sharing the store (or not running): ask it.
             self.store.request_cancel(run_id).await?;
@@ -1542,12 +1591,63 @@ impl Host {
         let _claim = self.claim(run_id)?;
         match self.store.remove_run(run_id).await? {
             crate::store::Removed::Removed => {
+                self.parking.disarm(run_id);
                 tracing::info!(event = "run_removed", run = %run_id, "run removed");
                 Ok(())
             }
             crate::store::Removed::NotFound => Err(Error::NotFound(run_id.to_string())),
             crate::store::Removed::Active => Err(Error::AlreadyActive(run_id.to_string())),
         }
+    }
+
+    /// Cancel run `run_id` if it is parked for its backend's quota (not executing): it ends
+    /// `cancelled` and its timer is disarmed. On a shared store the run is first claimed
+    /// there ([`Store::claim_resume`]), so no worker's timer resumes it meanwhile. `false`
+    /// when it is not parked (or executes, here or elsewhere): the caller cancels it as usual.
+    async fn cancel_parked(&self, run_id: &str) -> Result<bool, Error> {
+        let Ok(claim) = self.claim(run_id) else { return Ok(false) };
+        let parked = |record: &Option<RunRecord>| record.as_ref().is_some_and(crate::engine::recover::is_parked);
+        if !parked(&self.store.run(run_id).await?) {
+            return Ok(false);
+        }
+        let shared = self.store.shared();
+        if shared && !self.store.claim_resume(run_id).await? {
+            return Ok(false);
+        }
+        // Read again under the claims: a timer may have resumed it meanwhile.
+        let cancelled = async {
+            let record = self.store.run(run_id).await?;
+            if !parked(&record) {
+                return Ok::<_, Error>(None);
+            }
+            let Some(mut record) = record else { return Ok(None) };
+            record.interrupted = None;
+            let envelope = &mut record.envelope;
+            envelope.resume_at = None;
+            envelope.status = RunStatus::Cancelled;
+            let failure = Failure::new(
+                crate::model::envelope::FailureType::Cancelled,
+                None,
+                "the run was cancelled while it was parked for its backend's quota",
+            );
+            envelope.error = Some(failure.message.clone());
+            envelope.failure = Some(failure);
+            envelope.updated_at = crate::store::records_timestamp();
+            self.store.put_run(&mut record, false).await?;
+            Ok(Some(record))
+        }
+        .await;
+        if shared {
+            if let Err(e) = self.store.release_claim(run_id).await {
+                tracing::warn!(run = %run_id, error = %e, "cannot release the claim of a cancelled parked run");
+            }
+        }
+        let Some(record) = cancelled? else { return Ok(false) };
+        self.parking.disarm(run_id);
+        drop(claim);
+        tracing::info!(event = "parked_cancelled", run = %run_id, "a run parked for its quota was cancelled");
+        self.announce_end(&record).await;
+        Ok(true)
     }
 
     /// End a run taken out of the queue before any attempt: `cancelled`, nothing ran.
@@ -1641,6 +1741,8 @@ impl Host {
     /// Stop every run executing in this process because the host is shutting down: each
     /// ends as `halted` (resumable), not `cancelled`.
     pub fn shutdown(&self) {
+        // No parked run is resumed from now on: the next service's start arms it again.
+        self.parking.close();
         for run in self.active().values() {
             match &run.shared {
                 Some(shared) => {
@@ -1835,6 +1937,8 @@ pub(crate) enum ResumedBy {
     Caller,
     /// Automatic recovery of an interrupted run ([`crate::engine::recover`]).
     Recovery,
+    /// The service's timer, for a run parked for its quota whose reset has come.
+    Parked,
 }
 
 /// Removes a run from the host's active runs when its attempt ends, however it ends.
@@ -1910,6 +2014,31 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
     envelope.failure = failure;
     envelope.accounting = accounting;
     envelope.updated_at = crate::store::records_timestamp();
+}
+
+/// Park `record`, whose attempt ended `halted` on a spent quota: with a known reset
+/// (`resume_at`) it is marked [`Interruption::Quota`](crate::store::Interruption::Quota) with
+/// its `resumeAt`, for the service to resume it then; without one it has no mark, and its
+/// failure says to resume it by hand. Its failure says which. Returns when it resumes.
+fn park(record: &mut RunRecord, resume_at: Option<std::time::SystemTime>) -> Option<std::time::SystemTime> {
+    let by_hand = crate::engine::recover::resume_command(&record.envelope.run_id, &record.session);
+    // Within the bounds a spent quota is waited for, whoever made the error (a time past
+    // year 9999 could not be written as RFC 3339).
+    let now = std::time::SystemTime::now();
+    let resume_at = resume_at.map(|t| t.clamp(now, now + crate::backend::quota::MAX_WAIT));
+    let at = resume_at.map(|t| humantime::format_rfc3339_seconds(t).to_string());
+    let note = match &at {
+        Some(at) => format!("the run is parked (halted) and resumes by itself at {at} in the service (`factory serve`); or resume it sooner by hand: {by_hand}"),
+        None => format!("the run is halted until resumed by hand once the quota is back: {by_hand}"),
+    };
+    record.interrupted = at.is_some().then_some(crate::store::Interruption::Quota);
+    let envelope = &mut record.envelope;
+    envelope.resume_at = at;
+    if let Some(failure) = envelope.failure.as_mut() {
+        failure.message = crate::model::envelope::bounded_text(format!("{}; {note}", failure.message), crate::model::envelope::MAX_MESSAGE_BYTES);
+        envelope.error = Some(failure.message.clone());
+    }
+    resume_at
 }
 
 /// What the consent of a queued start (`record` enqueued with `start`) is bound to.

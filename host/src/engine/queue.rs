@@ -144,6 +144,13 @@ async fn execute(host: &Arc<Host>, run: Claimed, max_recoveries: u32) {
                 host.attempt_gone(&run.run_id).await;
             }
         }
+        // Parked for its quota (handed back by a draining worker): this worker's timer
+        // resumes it at its reset (the store's claim lets one worker do so).
+        _ if crate::engine::recover::parked_until(&record).is_some() => {
+            if let Some(at) = crate::engine::recover::parked_until(&record) {
+                host.parking().arm(&run.run_id, at);
+            }
+        }
         // Ended, or started elsewhere: nothing to do.
         _ => {}
     }

@@ -16,12 +16,26 @@
 //! claims the run through the store ([`Store::claim_interrupted`], an atomic update in the
 //! database), and a run another live worker claimed first is left to it
 //! ([`RecoveryOutcome::TakenElsewhere`]).
+//!
+//! A run *parked* because its backend's quota is spent ([`Interruption::Quota`]: `halted`,
+//! failure `backend`/`quota`, `resumeAt` in its envelope) is resumed the same way, by itself,
+//! once `resumeAt` has passed: [`resume_parked_when_due`] is the service's timer, armed when
+//! an attempt parks its run and, at a service's start, for every parked run in the store
+//! ([`arm_parked`]: at once when the time has passed). Such a resume is no recovery: it is not
+//! counted against `--max-recoveries`. On a shared store each worker arms its own timer and
+//! the claim lets exactly one of them resume the run; a worker whose timer fires for a run
+//! that was resumed, cancelled or parked again meanwhile reads it again and leaves it (or
+//! waits for its new `resumeAt`).
+//!
+//! [`Interruption::Quota`]: crate::store::Interruption::Quota
 
 use crate::error::Error;
 use crate::engine::host::{Host, ResumeOptions, ResumedBy};
-use crate::store::{RunRecord, Store, DEFAULT_SESSION};
-use crate::model::envelope::RunStatus;
-use std::sync::Arc;
+use crate::store::{Interruption, RunRecord, Store, DEFAULT_SESSION};
+use crate::model::envelope::{FailureType, RunStatus};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 /// Automatic recoveries a run gets by default.
 pub const DEFAULT_MAX_RECOVERIES: u32 = 3;
@@ -51,6 +65,8 @@ pub enum RecoveryOutcome {
     /// Another worker sharing the store claimed it first (or it is no longer `halted`): left
     /// to that worker.
     TakenElsewhere,
+    /// Parked for its backend's quota: resumed by itself at `resume_at` (not a recovery).
+    Parked { resume_at: SystemTime },
 }
 
 impl Recovery {
@@ -76,13 +92,221 @@ impl std::fmt::Display for Recovery {
                 write!(f, "cannot recover {run}: {error}; resume it with: {}", self.resume_command())
             }
             RecoveryOutcome::TakenElsewhere => write!(f, "not recovering {run}: another worker of the store recovers it"),
+            RecoveryOutcome::Parked { resume_at } => write!(
+                f,
+                "{run} is parked: its backend's quota is spent; it resumes by itself at {}",
+                humantime::format_rfc3339_seconds(*resume_at)
+            ),
         }
     }
 }
 
-/// True when `record` is a run its process stopped: `halted` with an interruption mark.
+/// True when `record` is a run its process stopped: `halted` with an interruption mark (a
+/// crash or a shutdown; a run parked for its quota is [`parked_until`]'s).
 pub fn is_interrupted(record: &RunRecord) -> bool {
-    record.envelope.status == RunStatus::Halted && record.interrupted.is_some()
+    record.envelope.status == RunStatus::Halted && matches!(record.interrupted, Some(Interruption::Crash | Interruption::Shutdown))
+}
+
+/// True when `record` is a run its backend's spent quota stopped (`halted`, failure
+/// `backend`/`quota`), whether or not the provider said when the quota resets.
+pub fn is_parked(record: &RunRecord) -> bool {
+    record.envelope.status == RunStatus::Halted
+        && record.envelope.failure.as_ref().is_some_and(|f| f.kind_type == FailureType::Backend && f.kind.as_deref() == Some("quota"))
+}
+
+/// When the service resumes `record` by itself: for a run parked until a known reset, its
+/// `resumeAt` (an unreadable one: now); `None` for every other run.
+pub fn parked_until(record: &RunRecord) -> Option<SystemTime> {
+    if !(record.envelope.status == RunStatus::Halted && record.interrupted == Some(Interruption::Quota)) {
+        return None;
+    }
+    let at = record.envelope.resume_at.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+    Some(at.unwrap_or_else(SystemTime::now))
+}
+
+/// The longest the timer of parked runs sleeps before it looks again (a clock that jumped,
+/// a run parked by another worker of a shared store that this one armed at its start).
+const PARKED_RECHECK: Duration = Duration::from_secs(30);
+
+/// The runs this process resumes by itself when their quota resets, and when: armed when an
+/// attempt parks its run, and at a service's start ([`arm_parked`]). One entry per parked run.
+#[derive(Default)]
+pub(crate) struct Parking {
+    due: Mutex<HashMap<String, SystemTime>>,
+    changed: tokio::sync::Notify,
+    /// Set when the host shuts down or drains: no parked run is resumed here any more.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Parking {
+    fn due(&self) -> std::sync::MutexGuard<'_, HashMap<String, SystemTime>> {
+        self.due.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Resume `run_id` at `at` (replacing an earlier time).
+    pub(crate) fn arm(&self, run_id: &str, at: SystemTime) {
+        self.due().insert(run_id.to_string(), at);
+        self.changed.notify_one();
+    }
+
+    /// Forget `run_id` (cancelled, or resumed by a caller).
+    pub(crate) fn disarm(&self, run_id: &str) {
+        self.due().remove(run_id);
+    }
+
+    /// Resume no parked run here any more (the host shuts down or drains).
+    pub(crate) fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many parked runs wait for their time here.
+    pub(crate) fn waiting(&self) -> usize {
+        self.due().len()
+    }
+
+    /// Take the runs due at `now`; and the next time after them, if any.
+    fn take_due(&self, now: SystemTime) -> (Vec<String>, Option<SystemTime>) {
+        let mut due = self.due();
+        let ready: Vec<String> = due.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
+        for id in &ready {
+            due.remove(id);
+        }
+        (ready, due.values().min().copied())
+    }
+}
+
+/// Arm the timer of every run parked in `host`'s store until a known reset (at a service's
+/// start, after a crash or a stop): each is resumed at its `resumeAt`, at once when it has
+/// passed. Returns them, one [`Recovery`] ([`RecoveryOutcome::Parked`]) each.
+pub async fn arm_parked(host: &Arc<Host>) -> Result<Vec<Recovery>, Error> {
+    let listed = host.store().listed_runs().await?;
+    let mut parked = Vec::new();
+    for record in listed.into_iter().map(|l| l.record) {
+        let Some(at) = parked_until(&record) else { continue };
+        host.parking().arm(&record.envelope.run_id, at);
+        tracing::info!(event = "parked", run = %record.envelope.run_id, resume_at = %humantime::format_rfc3339_seconds(at), "a run parked for its backend's quota resumes at its reset");
+        parked.push(Recovery {
+            run_id: record.envelope.run_id.clone(),
+            factory: record.envelope.factory.clone(),
+            session: record.session.clone(),
+            outcome: RecoveryOutcome::Parked { resume_at: at },
+        });
+    }
+    Ok(parked)
+}
+
+/// The timer of parked runs, for as long as the service runs: each run [`Parking`] holds is
+/// resumed once its time has come ([`resume_parked`]).
+pub async fn resume_parked_when_due(host: Arc<Host>) {
+    loop {
+        let now = SystemTime::now();
+        let (ready, next) = host.parking().take_due(now);
+        for run_id in ready {
+            let host = host.clone();
+            tokio::spawn(async move { resume_parked(&host, &run_id).await });
+        }
+        let sleep = next.map_or(PARKED_RECHECK, |at| at.duration_since(now).unwrap_or(Duration::ZERO).min(PARKED_RECHECK));
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = host.parking().changed.notified() => {}
+        }
+    }
+}
+
+/// Resume run `run_id`, parked for its quota, if it still is and its time has come: claimed
+/// through the store first (on a shared store, one worker resumes it), read again under the
+/// claim, then resumed as it was (its backend, grants and limits, its session, no new
+/// consent). A run parked again with a later time is armed again; a run resumed, cancelled
+/// or removed meanwhile is left. A resume that cannot start leaves the run `halted` with why
+/// and how to resume it by hand.
+pub(crate) async fn resume_parked(host: &Arc<Host>, run_id: &str) {
+    if host.parking().closed() {
+        return;
+    }
+    let store: &dyn Store = &**host.store();
+    let due = |record: &RunRecord| parked_until(record).map(|at| (at, at <= SystemTime::now()));
+    let record = match store.run(run_id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(run = %run_id, error = %e, "cannot read a parked run; trying again later");
+            host.parking().arm(run_id, SystemTime::now() + PARKED_RECHECK);
+            return;
+        }
+    };
+    match due(&record) {
+        None => return,
+        Some((at, false)) => return host.parking().arm(run_id, at),
+        Some((_, true)) if host.runs_here(run_id) => return,
+        Some((_, true)) => {}
+    }
+    match store.claim_interrupted(run_id).await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => {
+            tracing::warn!(run = %run_id, error = %e, "cannot claim a parked run; trying again later");
+            host.parking().arm(run_id, SystemTime::now() + PARKED_RECHECK);
+            return;
+        }
+    }
+    // Read again under the claim: another worker may have resumed it (and it parked again).
+    let record = match store.run(run_id).await {
+        Ok(Some(record)) => record,
+        _ => return release(host, run_id).await,
+    };
+    match due(&record) {
+        Some((_, true)) => {}
+        later => {
+            release(host, run_id).await;
+            if let Some((at, _)) = later {
+                host.parking().arm(run_id, at);
+            }
+            return;
+        }
+    }
+    if host.parking().closed() {
+        return release(host, run_id).await;
+    }
+    let by_hand = resume_command(run_id, &record.session);
+    tracing::info!(event = "parked_resume", run = %run_id, factory = %record.envelope.factory, session = %record.session, "resuming a run parked for its backend's quota");
+    if let Err(error) = start_resume(host, run_id, &record.session, ResumedBy::Parked).await {
+        tracing::warn!(run = %run_id, error = %error, "a parked run could not be resumed");
+        let message = format!("the quota reset but the run could not be resumed ({error}); resume it by hand: {by_hand}");
+        if let Err(e) = host.leave_halted(run_id, message).await {
+            tracing::warn!(run = %run_id, error = %e, "cannot record why the parked run was not resumed");
+        }
+        release(host, run_id).await;
+    }
+}
+
+/// Start a new attempt of `run_id` (claimed) in the background, on behalf of `by`: `Ok` once
+/// it has started (or the resume ended at once without an error), else why not.
+async fn start_resume(host: &Arc<Host>, run_id: &str, session: &str, by: ResumedBy) -> Result<(), Error> {
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let options = ResumeOptions {
+        scope: Some(crate::model::scope::Scope::Session(session.to_string())),
+        on_start: Some(Box::new(move |_| {
+            let _ = started_tx.send(());
+        })),
+        ..ResumeOptions::default()
+    };
+    let task = {
+        let (host, run_id) = (host.clone(), run_id.to_string());
+        tokio::spawn(async move { host.resume_as(&run_id, options, by).await })
+    };
+    if started_rx.await.is_ok() {
+        return Ok(());
+    }
+    // The resume ended before its attempt started: its error says why.
+    match task.await {
+        Ok(Err(error)) => Err(error),
+        Ok(Ok(_)) => Ok(()),
+        Err(join) => Err(Error::Task(join)),
+    }
 }
 
 /// Recover every interrupted run of `host`'s store, at most `max` times each. Returns once
@@ -108,6 +332,7 @@ pub async fn recover_interrupted(host: &Arc<Host>, max: u32) -> Result<Vec<Recov
             RecoveryOutcome::TakenElsewhere => {
                 tracing::info!(event = "recovery", run = %r.run_id, factory = %r.factory, session = %r.session, outcome = "taken_elsewhere", "an interrupted run is recovered by another worker")
             }
+            RecoveryOutcome::Parked { .. } => {}
         }
     }
     Ok(recovered)
@@ -162,27 +387,7 @@ pub(crate) async fn recover_one(host: &Arc<Host>, record: RunRecord, max: u32) -
         };
         return recovery;
     }
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let options = ResumeOptions {
-        scope: Some(crate::model::scope::Scope::Session(record.session.clone())),
-        on_start: Some(Box::new(move |_| {
-            let _ = started_tx.send(());
-        })),
-        ..ResumeOptions::default()
-    };
-    let task = {
-        let (host, run_id) = (host.clone(), run_id.clone());
-        tokio::spawn(async move { host.resume_as(&run_id, options, ResumedBy::Recovery).await })
-    };
-    if started_rx.await.is_ok() {
-        return recovery;
-    }
-    // The resume ended before its attempt started: its error says why.
-    let error = match task.await {
-        Ok(Err(error)) => error,
-        Ok(Ok(_)) => return recovery,
-        Err(join) => Error::Task(join),
-    };
+    let Err(error) = start_resume(host, &run_id, &record.session, ResumedBy::Recovery).await else { return recovery };
     let message = format!("automatic recovery could not resume the run ({error}); resume it by hand: {by_hand}");
     if let Err(e) = host.leave_halted(&run_id, message).await {
         tracing::warn!(run = %run_id, error = %e, "cannot record why the run was not recovered");
@@ -209,7 +414,7 @@ fn plural(n: u32) -> &'static str {
 }
 
 /// `factory resume ID`, with `--session` when the run is not in the default session.
-fn resume_command(run_id: &str, session: &str) -> String {
+pub(crate) fn resume_command(run_id: &str, session: &str) -> String {
     if session == DEFAULT_SESSION {
         return format!("factory resume {run_id}");
     }
@@ -220,7 +425,31 @@ fn resume_command(run_id: &str, session: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::resume_command;
+    use super::{resume_command, Parking};
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn parking_hands_out_each_run_once_when_due_and_forgets_disarmed_ones() {
+        let parking = Parking::default();
+        let now = SystemTime::now();
+        parking.arm("past", now - Duration::from_secs(5));
+        parking.arm("soon", now + Duration::from_secs(60));
+        parking.arm("gone", now - Duration::from_secs(1));
+        parking.disarm("gone");
+        assert_eq!(parking.waiting(), 2);
+        let (ready, next) = parking.take_due(now);
+        assert_eq!(ready, vec!["past".to_string()]);
+        assert_eq!(next, Some(now + Duration::from_secs(60)));
+        assert_eq!(parking.take_due(now).0, Vec::<String>::new(), "handed out once");
+        // Armed again with a later time: the later one holds.
+        parking.arm("soon", now + Duration::from_secs(120));
+        assert_eq!(parking.take_due(now + Duration::from_secs(90)).0, Vec::<String>::new());
+        assert_eq!(parking.take_due(now + Duration::from_secs(120)).0, vec!["soon".to_string()]);
+        assert_eq!(parking.waiting(), 0);
+        assert!(!parking.closed());
+        parking.close();
+        assert!(parking.closed());
+    }
 
     #[test]
     fn the_resume_command_names_a_session_other_than_the_default_quoted_for_a_shell() {

@@ -19,7 +19,8 @@ pub enum RunStatus {
     Completed,
     /// The attempt failed (limit, trap, guest error).
     Error,
-    /// The attempt stopped without a verdict (host shut down or crashed).
+    /// The attempt stopped without a verdict (host shut down or crashed, or the backend's
+    /// quota is spent: parked until `resumeAt`).
     Halted,
     /// Cancelled by a caller.
     Cancelled,
@@ -68,7 +69,8 @@ pub enum FailureType {
     Storage,
     /// The backend could not be used (kind: `unavailable`, `timeout`, `auth`,
     /// `model_not_found`, `rate_limited`, `server_error`, `invalid_reply`, `not_installed`,
-    /// `misconfigured`, `replay_miss`).
+    /// `misconfigured`, `replay_miss`, `quota`: the provider's quota is spent and the run is
+    /// parked `halted` until [`RunEnvelope::resume_at`]).
     Backend,
     /// A host bug (a panic the host caught).
     Internal,
@@ -231,6 +233,11 @@ pub struct RunEnvelope {
     /// The backend of the latest attempt (what answered its subagents).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub backend: Option<crate::model::recorded::BackendRef>,
+    /// For a run parked because its backend's quota is spent (`halted`, failure `backend` /
+    /// `quota`): when the service resumes it by itself (RFC 3339 UTC). Absent otherwise, and
+    /// when the provider did not say when the quota resets (then it is resumed by hand).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resume_at: Option<String>,
     /// The run's owner session, on envelopes read back from a host (listings show it to
     /// an owner who sees every session's runs); absent in stored records.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -268,6 +275,7 @@ impl RunEnvelope {
             accounting: self.accounting,
             attempts: self.attempts,
             backend: self.backend.clone(),
+            resume_at: self.resume_at.clone(),
             session: self.session.clone(),
             created_at: self.created_at.clone(),
             updated_at: self.updated_at.clone(),
@@ -306,6 +314,9 @@ pub struct RunSummary {
     /// The backend of the latest attempt.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub backend: Option<crate::model::recorded::BackendRef>,
+    /// When a run parked for its backend's quota resumes by itself ([`RunEnvelope::resume_at`]).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resume_at: Option<String>,
     /// The run's owner session.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub session: Option<String>,

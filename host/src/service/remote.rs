@@ -315,6 +315,7 @@ mod tests {
             accounting: Accounting::default(),
             attempts: 1,
             backend: None,
+            resume_at: None,
             session: None,
             created_at: String::new(),
             updated_at: String::new(),

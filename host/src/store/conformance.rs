@@ -73,6 +73,7 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
             accounting: Accounting::default(),
             attempts: 1,
             backend: None,
+            resume_at: None,
             session: None,
             created_at: now.clone(),
             updated_at: now,

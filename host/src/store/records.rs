@@ -46,8 +46,9 @@ pub struct RunRecord {
     /// Creation order.
     pub seq: u64,
     /// Why the last attempt ended `halted` when its process stopped it (a crash found at
-    /// reopen, or a shutdown): what automatic recovery ([`crate::engine::recover`]) resumes. `None`
-    /// for every other ending; each attempt's start clears it.
+    /// reopen, or a shutdown), or that it is parked until its backend's quota resets: what
+    /// automatic recovery ([`crate::engine::recover`]) resumes. `None` for every other ending;
+    /// each attempt's start clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interruption>,
     /// Automatic recoveries since a caller last started or resumed the run (a caller's
@@ -109,6 +110,10 @@ pub enum Interruption {
     Crash,
     /// The host shut down during the attempt (`factory serve` stopped, a terminated `factory run`).
     Shutdown,
+    /// The backend's quota is spent: the run is parked until its envelope's `resumeAt`, when
+    /// the service resumes it by itself (not counted as an automatic recovery). A run whose
+    /// provider did not say when the quota resets has no mark: it is resumed by hand.
+    Quota,
 }
 
 /// A registered factory.
@@ -241,6 +246,7 @@ pub fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Erro
             accounting: Default::default(),
             attempts: header.envelope.attempts,
             backend: None,
+            resume_at: None,
             session: None,
             updated_at: header.envelope.updated_at.unwrap_or_else(|| created_at.clone()),
             created_at,
@@ -309,6 +315,7 @@ mod tests {
         assert_eq!(serde_json::from_value::<RunRecord>(text).unwrap(), record);
         let shutdown = serde_json::to_value(Interruption::Shutdown).unwrap();
         assert_eq!(shutdown, serde_json::json!("shutdown"));
+        assert_eq!(serde_json::to_value(Interruption::Quota).unwrap(), serde_json::json!("quota"));
     }
 }
 

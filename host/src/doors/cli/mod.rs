@@ -51,7 +51,8 @@ enum Command {
   factory run examples/review-changed --record review.cassette
   factory run examples/review-changed --replay review.cassette --json")]
     Run(run::RunArgs),
-    /// Resume a run that stopped (limit, crash, cancel): journaled work replays for free.
+    /// Resume a run that stopped (limit, crash, cancel, a spent quota, also before its
+    /// `resumeAt`): journaled work replays for free.
     #[command(after_help = "Examples:
   factory resume 0192f3c4-...                         # journaled work replays for free
   factory resume 0192f3c4-... --max-total-subagents 200
@@ -77,7 +78,8 @@ enum Command {
     #[command(after_help = "Examples:
   factory wait 0192f3c4-... --json")]
     Wait(observe::RunIdArgs),
-    /// Cancel a run and print its terminal envelope.
+    /// Cancel a run (running, or parked until its backend's quota resets) and print its
+    /// terminal envelope.
     #[command(after_help = "Examples:
   factory cancel 0192f3c4-...")]
     Cancel(observe::RunIdArgs),

@@ -150,6 +150,9 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     if let Some(f) = &e.failure {
         outln!("failure:   {} {} {}", f.kind_type, f.kind.as_deref().map(s).unwrap_or_default(), s(&f.message));
     }
+    if let Some(at) = &e.resume_at {
+        outln!("resumes:   {} (parked: its backend's quota is spent; `factory cancel` ends it)", s(at));
+    }
     let acc = &e.accounting;
     outln!(
         "spent:     {} agents spawned, {} replayed, {:.2}s active, {}{} AI credits (1 credit = US$0.01)",

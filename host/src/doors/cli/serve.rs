@@ -3,7 +3,8 @@
 //! `--http` the JSON API and the dashboard. Started by hand it runs until stopped; started
 //! by a front door (`--idle-exit`) it exits after that long with no active run and no
 //! client. At start it resumes the runs a crash or a stop of a service left `halted`
-//! ([`factory_host::recover`]); on SIGINT/SIGTERM it stops its runs as `halted` (resumable,
+//! ([`factory_host::recover`]), and arms the timer that resumes the runs parked for their
+//! backend's quota at its reset; on SIGINT/SIGTERM it stops its runs as `halted` (resumable,
 //! recovered by the next start) and exits.
 //!
 //! When another service already holds the store, `factory serve --http` attaches to it:
@@ -62,7 +63,8 @@ pub struct ServeArgs {
     #[arg(long, hide = true)]
     started_by_front_door: bool,
     /// Leave the runs a crash or a stop of the service interrupted `halted` instead of
-    /// resuming them at start.
+    /// resuming them at start (runs parked for their backend's quota still resume at their
+    /// `resumeAt`).
     #[arg(long)]
     no_recover: bool,
     /// Automatic recoveries per run (counted since a caller last started or resumed it);
@@ -271,6 +273,12 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
             say!("factory serve: {recovery}");
         }
     }
+    // Runs parked for their backend's quota resume by themselves at its reset (also with
+    // --no-recover: no crash interrupted them), at once when it has passed.
+    for parked in factory_host::recover::arm_parked(&host).await.context("reading the parked runs")? {
+        say!("factory serve: {parked}");
+    }
+    tokio::spawn(factory_host::recover::resume_parked_when_due(host.clone()));
     // A worker of a shared store claims queued runs and reaps dead workers until it drains.
     let claiming = tokio_util::sync::CancellationToken::new();
     if host.store().run_queue().is_some() {
@@ -410,15 +418,16 @@ async fn cancel_when_asked(host: std::sync::Arc<factory_host::Host>, mut request
     }
 }
 
-/// Resolves once the service has had no active run and no client for `after` seconds
-/// (never without `after`).
+/// Resolves once the service has had no active run, no run parked for its quota and no
+/// client for `after` seconds (never without `after`).
 async fn idle_exit(host: &factory_host::Host, serving: &crate::doors::reach::Serving, after: Option<f64>) {
     let Some(after) = after else { return std::future::pending().await };
     let after = Duration::from_secs_f64(after);
     let mut since = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(100).min(after)).await;
-        if !host.active_runs().is_empty() || serving.in_flight() > 0 {
+        // A run parked for its quota keeps the service that resumes it alive.
+        if !host.active_runs().is_empty() || serving.in_flight() > 0 || host.parked_waiting() > 0 {
             since = Instant::now();
         } else if since.elapsed() >= after {
             return;
