@@ -2,7 +2,8 @@
 //! the store conformance suite, schema migrations (refusing a newer schema), fencing of a
 //! worker whose lease was taken, group commit batching, and `factory serve --store` workers
 //! (recovery after kill -9, by exactly one of two workers starting together; cancel through
-//! another worker).
+//! another worker), and the flow budget two workers share (through the store, and for one
+//! throttling provider through two `factory serve` workers).
 
 mod common;
 
@@ -143,6 +144,168 @@ async fn a_batch_of_256_writes_is_committed_without_waiting_out_the_window() {
     }
     assert_eq!(commits() - before, 1, "the batch was committed in one transaction, the window still open");
     assert_eq!(server.psql("burst", "SELECT count(*) FROM steps"), "256");
+}
+
+/// The flow budget two workers share (`flow_budgets`): takes by either worker draw from one
+/// pair of buckets, refilled on the database's clock, starting from what the first caller's
+/// own buckets held, never holding more than the server said remains; a worker's close stops
+/// both until then; a call's tokens trued up by one worker are there for the other.
+#[tokio::test]
+async fn two_workers_take_from_one_flow_budget() {
+    use factory_host::store::queue::FlowRates;
+    let server = Postgres::start();
+    let url = server.database("budget");
+    let (a, b) = (PgStore::connect(&url, options("wa")).await.expect("a connects"), PgStore::connect(&url, options("wb")).await.expect("b connects"));
+    let (qa, qb) = (a.run_queue().expect("a queue"), b.run_queue().expect("b queue"));
+    let key = "openai http://127.0.0.1:1/v1 nokey".to_string();
+    // One request a minute, a bucket of 4: the refill is too slow to matter in this test.
+    let rates = FlowRates { requests: Some(1.0 / 60.0), request_burst: 4.0, tokens: None, token_burst: 1.0, requests_left: 4.0, tokens_left: 1.0 };
+    let mut taken = 0;
+    for i in 0..8 {
+        let queue = if i % 2 == 0 { qa } else { qb };
+        if queue.take_flow_budget(key.clone(), rates, 100.0).await.expect("a take").is_none() {
+            taken += 1;
+        }
+    }
+    assert_eq!(taken, 4, "one bucket of 4 for both workers");
+    let wait = qb.take_flow_budget(key.clone(), rates, 100.0).await.expect("a take").expect("a wait");
+    assert!(wait > Duration::from_secs(1) && wait <= Duration::from_secs(60), "about a minute for the next request: {wait:?}");
+    assert_eq!(server.psql("budget", "SELECT count(*) FROM flow_budgets"), "1", "one row per flow");
+
+    // Another flow, closed by worker a for a minute: worker b waits about that long.
+    let other = "openai http://127.0.0.1:2/v1 nokey".to_string();
+    let fast = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1000.0), token_burst: 1000.0, requests_left: 1e9, tokens_left: 1e9 };
+    assert_eq!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take"), None, "a new budget is full");
+    qa.close_flow_budget(other.clone(), Duration::from_secs(60)).await.expect("a close");
+    qa.close_flow_budget(other.clone(), Duration::from_secs(1)).await.expect("a shorter close");
+    let wait = qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take").expect("closed");
+    assert!(wait > Duration::from_secs(30) && wait <= Duration::from_secs(60), "the later close stands: {wait:?}");
+    // Reopened (as if the minute had passed), it is paced by its own buckets again.
+    server.psql("budget", "UPDATE flow_budgets SET closed_until = now() - interval '1 second'");
+    assert_eq!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take"), None, "open again");
+    // The server says nothing remains: neither worker takes until the refill.
+    qa.bound_flow_budget(other.clone(), Some(0.0), None).await.expect("a bound");
+    assert!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take").is_some(), "nothing remains");
+    // A new budget starts from what the first caller's own buckets hold.
+    let empty = FlowRates { requests_left: 0.0, ..rates };
+    let wait = qa.take_flow_budget("openai http://127.0.0.1:4/v1 nokey".into(), empty, 10.0).await.expect("a take");
+    assert!(wait.is_some_and(|w| w > Duration::from_secs(1)), "started empty: {wait:?}");
+    // A call of more tokens than the bucket holds waits for a full bucket, then goes.
+    let small = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1.0 / 60.0), token_burst: 50.0, requests_left: 1000.0, tokens_left: 50.0 };
+    let third = "anthropic http://127.0.0.1:3 nokey".to_string();
+    assert_eq!(qa.take_flow_budget(third.clone(), small, 500.0).await.expect("a take"), None, "a full bucket admits a big call");
+    let wait = qb.take_flow_budget(third.clone(), small, 10.0).await.expect("a take").expect("no tokens left");
+    assert!(wait > Duration::from_secs(600), "the bucket owes 450 tokens at one a minute: {wait:?}");
+    // The call used 40 tokens, not 500: trued up, the bucket holds 10 again, and no more than
+    // its size however much is put back.
+    qb.true_up_flow_budget(third.clone(), 460.0).await.expect("a true-up");
+    assert_eq!(qa.take_flow_budget(third.clone(), small, 10.0).await.expect("a take"), None, "10 tokens there again");
+    qa.true_up_flow_budget(third.clone(), 1e9).await.expect("a true-up");
+    assert_eq!(server.psql("budget", &format!("SELECT tokens FROM flow_budgets WHERE key = '{third}'")), "50", "capped at the size");
+}
+
+/// Two `factory serve --store` workers (`--max-runs 1`: each executes one of the two runs)
+/// run a fan-out each against one throttling provider (`common::throttling`: 20 requests a
+/// second, 429 past it), their backend configured with `requests_per_minute` at that rate:
+/// the workers share one budget through the database (`flow_budgets`), so together they send
+/// no more than the provider's rate (its bucket and a second's refill in the first second, as
+/// a single worker would), both runs complete, and fewer than 10% of the requests are
+/// refused. Paced each on its own, the two would send twice the rate.
+#[test]
+fn two_workers_share_one_flow_budget_for_one_backend() {
+    use common::throttling::Limits;
+    const RATE: usize = 20;
+    let counts = fan_outs_on_two_workers("flowshare", Limits::rps(RATE as f64), &format!("requests_per_minute = {}", RATE * 60), 60);
+    assert!(counts.throttled_share() <= 0.10, "one budget for both workers, few 429s: {counts:?}");
+    // A full bucket and a second's refill in the first second; never more after.
+    assert!(counts.max_received_per_second <= 2 * RATE + 8, "the workers together kept the provider's rate: {counts:?}");
+}
+
+/// The same with nothing configured: each worker learns the provider's rate from its
+/// rate-limit headers, and the two then pace on the one budget they share (made with what
+/// the first worker's own bucket held, bounded by what the server says remains). Before any
+/// reply has taught a rate, each worker sends its first window of calls unpaced (16, the
+/// adaptive limit's start): the first second may see one such window more than a single
+/// service would send.
+#[test]
+fn two_workers_share_a_budget_learned_from_the_providers_headers() {
+    use common::throttling::Limits;
+    const RATE: usize = 20;
+    let counts = fan_outs_on_two_workers("learnshare", Limits::rps(RATE as f64), "", 100);
+    assert!(counts.throttled_share() <= 0.10, "one budget for both workers, few 429s: {counts:?}");
+    assert!(counts.max_received_per_second <= 3 * RATE, "the workers together kept the provider's rate: {counts:?}");
+}
+
+/// The same with a token budget: the provider allows 3,000 tokens a minute (each call costs
+/// about 25, so 2 calls a second, far below its request rate), both workers are configured
+/// with that `tokens_per_minute`: each call's tokens are taken from the shared bucket at its
+/// admission (an estimate) and trued up from its reply's usage, so the two workers together
+/// keep the provider's token budget and both runs complete with few 429s.
+#[test]
+fn two_workers_share_one_token_budget() {
+    use common::throttling::Limits;
+    let limits = Limits { tokens_per_minute: Some(3000.0), ..Limits::rps(50.0) };
+    let counts = fan_outs_on_two_workers("tokenshare", limits, "tokens_per_minute = 3000", 20);
+    assert!(counts.throttled_share() <= 0.10, "one token budget for both workers, few 429s: {counts:?}");
+}
+
+/// Two workers (`--max-runs 1`) on database `db`, backend `limited` on a throttling provider
+/// with `limits` and `extra` lines in its config: a fan-out of `n` agents (64 at once)
+/// started through each, checked to execute on both workers at once and to complete with
+/// every agent answered once; what the provider counted.
+fn fan_outs_on_two_workers(db: &str, limits: common::throttling::Limits, extra: &str, n: u32) -> common::throttling::Counts {
+    use common::service::Service;
+    use common::throttling::Throttling;
+
+    let server = Postgres::start();
+    let url = server.database(db);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let provider = runtime.block_on(async { Throttling::start(limits).await });
+    let states: Vec<tempfile::TempDir> = (0..2)
+        .map(|_| {
+            let state = tempfile::tempdir().expect("a state dir");
+            let config = format!(
+                "default = \"limited\"\n[backends.limited]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n\
+                 max_retries = 1\nretry_base_ms = 5\n{extra}\n[backends.limited.pricing]\ninput = 0\noutput = 0\n",
+                provider.base_url(),
+            );
+            std::fs::write(state.path().join("factory.toml"), config).expect("the config");
+            state
+        })
+        .collect();
+    let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-runs", "1"];
+    let one = Service::start(states[0].path(), &args);
+    let two = Service::start(states[1].path(), &args);
+    let (api1, api2) = (Api::of(states[0].path(), &one.log()), Api::of(states[1].path(), &two.log()));
+
+    let mut runs = start_fanouts(&runtime, &api1, 1, n, 64);
+    runs.extend(start_fanouts(&runtime, &api2, 1, n, 64));
+    // Both workers execute a run at once (each may own one).
+    let mut owners = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while owners < 2 && std::time::Instant::now() < deadline {
+        owners = owners.max(server.psql(db, "SELECT count(DISTINCT owner) FROM runs WHERE owner IS NOT NULL").parse().unwrap_or(0));
+        if server.psql(db, "SELECT count(*) FROM runs WHERE status = 'completed'") == "2" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for run_id in &runs {
+        let done = wait_until_completed(&runtime, &api1, run_id, Duration::from_secs(300));
+        assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", one.log(), two.log());
+        assert_eq!(done["result"]["done"], n, "{done:#}");
+    }
+    assert_eq!(owners, 2, "the two runs executed on two workers at once\n{}\n{}", one.log(), two.log());
+    let counts = provider.counts();
+    assert_eq!(counts.answered, 2 * n as usize, "every agent answered once: {counts:?}");
+    let key = server.psql(db, "SELECT string_agg(key, ',') FROM flow_budgets");
+    assert_eq!(key, format!("openai {} nokey", provider.base_url()), "one budget row, for the endpoint and key");
+    one.stop();
+    two.stop();
+    // The flows (one per endpoint and key in a process) hold no store open: each worker
+    // stopped cleanly gave its lease up.
+    assert_eq!(server.psql(db, "SELECT bool_and(lease_until <= now()) FROM workers"), "t", "both leases given up");
+    counts
 }
 
 /// `factory serve --store postgres://...` with `--http`: a run of the probe's fan-out on a

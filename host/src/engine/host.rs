@@ -1436,7 +1436,9 @@ impl Host {
             true => backend,
             false => backend.hiding(&sealed).unwrap_or(backend),
         };
-        // Under the cluster-wide cap of its backend, on a shared store that sets one.
+        // Under the cluster-wide cap of its backend, on a shared store that sets one; its
+        // flows paced by the budget the workers of a shared store share.
+        crate::engine::caps::share_flows(&self.store, &*backend);
         let backend = crate::engine::caps::capped(&self.store, &self.config.caps, backend);
         let setup = AttemptSetup {
             run_id: run_id.clone(),

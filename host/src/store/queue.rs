@@ -3,8 +3,9 @@
 //! consent and grants given at its start travel with it), and workers claim entries while
 //! they have room under their caps. A dead worker's runs go back to the queue (the reaper),
 //! as do the runs a draining worker hands back. Cluster-wide call slots per backend live
-//! here too ([`RunQueue::take_call_slot`]). A store of one process has no queue
-//! ([`crate::store::Store::run_queue`] is `None`): its runs execute where they start.
+//! here too ([`RunQueue::take_call_slot`]), and the flow budgets the workers share per
+//! backend endpoint and key ([`RunQueue::take_flow_budget`]). A store of one process has no
+//! queue ([`crate::store::Store::run_queue`] is `None`): its runs execute where they start.
 
 use super::{RunRecord, StoreError};
 use crate::model::recorded::BackendRef;
@@ -46,6 +47,24 @@ pub struct Reaped {
     pub workers: Vec<String>,
     /// Their runs put back in the queue.
     pub runs: Vec<String>,
+}
+
+/// The rates a shared flow budget refills at, and its bucket sizes (a backend's request and
+/// token buckets, as its flow paces them).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FlowRates {
+    /// Requests per second (`None`: requests are not metered).
+    pub requests: Option<f64>,
+    /// The request bucket's size.
+    pub request_burst: f64,
+    /// Tokens per second (`None`: tokens are not metered).
+    pub tokens: Option<f64>,
+    /// The token bucket's size.
+    pub token_burst: f64,
+    /// What the caller's own request bucket holds: a new budget starts from it (at most full).
+    pub requests_left: f64,
+    /// What the caller's own token bucket holds (likewise).
+    pub tokens_left: f64,
 }
 
 /// The queue and call slots of a shared store; every call is one transaction that first
@@ -105,4 +124,23 @@ pub trait RunQueue: Send + Sync {
 
     /// Give a call slot back.
     fn give_call_slot(&self, backend: String, slot: i32) -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// Take one request and `tokens` tokens from the budget of flow `key` shared by every
+    /// worker (its buckets refilled since the last take at the rates then in force, on the
+    /// database's clock, then set to `rates`; made on first use with what the caller's own
+    /// buckets hold), in one statement:
+    /// `Ok(None)` when taken, `Ok(Some(wait))` when not there yet (or the budget is closed),
+    /// with how long until it would be. No lease is checked: a budget pays for no write.
+    fn take_flow_budget(&self, key: String, rates: FlowRates, tokens: f64) -> BoxFuture<'static, Result<Option<std::time::Duration>, StoreError>>;
+
+    /// Close the budget of flow `key` for every worker for `wait` from now on the database's
+    /// clock (a later close stands), and empty its request bucket (the server said none is left).
+    fn close_flow_budget(&self, key: String, wait: std::time::Duration) -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// Put `tokens` back in the token bucket of flow `key` (negative: take more), kept within
+    /// its size either way: a call's usage trued up against what its take charged.
+    fn true_up_flow_budget(&self, key: String, tokens: f64) -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// Bound the buckets of flow `key` by what the server says remains (`None`: not said).
+    fn bound_flow_budget(&self, key: String, requests: Option<f64>, tokens: Option<f64>) -> BoxFuture<'static, Result<(), StoreError>>;
 }

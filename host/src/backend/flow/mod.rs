@@ -83,6 +83,14 @@ pub trait SharedBudget: Send + Sync + 'static {
 
     /// Close `key` for every worker until `until` (the server pushed back).
     fn close_until(&self, key: &str, until: SystemTime) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
+
+    /// Put `tokens` back in `key`'s token bucket (negative: take more): a call's usage, as
+    /// its reply says, trued up against what was taken at its admission.
+    fn true_up(&self, key: &str, tokens: f64) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
+
+    /// The server says at most `requests` and `tokens` remain (when it says): `key`'s buckets
+    /// hold no more than that.
+    fn remaining(&self, key: &str, requests: Option<f64>, tokens: Option<f64>) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
 }
 
 /// The rates a shared budget refills at (per second) and its bucket sizes.
@@ -96,6 +104,10 @@ pub struct SharedRates {
     pub tokens: Option<f64>,
     /// Token bucket size.
     pub token_burst: f64,
+    /// What this flow's own request bucket holds (a new shared budget starts from it).
+    pub requests_left: f64,
+    /// What this flow's own token bucket holds (likewise).
+    pub tokens_left: f64,
 }
 
 /// A shared budget that could not be reached.
@@ -171,6 +183,8 @@ struct State {
     output_estimate: f64,
     waiting_for: Option<WaitReason>,
     shared: Option<Arc<dyn SharedBudget>>,
+    /// The shared budget failed last time it was asked (warned once until it answers again).
+    shared_failing: bool,
 }
 
 impl std::fmt::Debug for dyn SharedBudget {
@@ -292,6 +306,7 @@ impl Flow {
                 output_estimate: 64.0,
                 waiting_for: None,
                 shared: None,
+                shared_failing: false,
             }),
             door: tokio::sync::Mutex::new(()),
             freed: tokio::sync::Notify::new(),
@@ -365,6 +380,8 @@ impl Flow {
         self.queued.fetch_add(1, Ordering::Relaxed);
         let queued = Queued(&self.queued);
         let started = Instant::now();
+        // The shared budget failed during this admission: the local buckets pace it.
+        let mut local = false;
         // Opened only once the call has to wait (behind other calls, or for a budget).
         let mut wait_span: Option<(tracing::Span, Option<WaitReason>)> = None;
         let _door = match self.door.try_lock() {
@@ -394,7 +411,7 @@ impl Flow {
                 for bucket in [&mut s.requests, &mut s.tokens].into_iter().flatten() {
                     bucket.refill(elapsed);
                 }
-                let shared = s.shared.clone().filter(|_| s.requests.is_some() || s.tokens.is_some());
+                let shared = s.shared.clone().filter(|_| !local && (s.requests.is_some() || s.tokens.is_some()));
                 let wait = if let Some(gate) = s.gate.filter(|g| *g > now) {
                     Some((WaitReason::Server, Some(gate - now)))
                 } else if f64::from(s.in_flight) + 1.0 > s.window.floor().max(1.0) {
@@ -420,6 +437,8 @@ impl Flow {
                     request_burst: s.requests.as_ref().map_or(1.0, |b| b.burst),
                     tokens: s.tokens.as_ref().map(|b| b.rate),
                     token_burst: s.tokens.as_ref().map_or(1.0, |b| b.burst),
+                    requests_left: s.requests.as_ref().map_or(1.0, |b| b.level),
+                    tokens_left: s.tokens.as_ref().map_or(1.0, |b| b.level),
                 };
                 (wait, shared.map(|sh| (sh, rates)))
             };
@@ -436,9 +455,13 @@ impl Flow {
                 None => {
                     if let Some((shared, rates)) = shared {
                         match shared.take(&self.key, rates, charge).await {
-                            Ok(None) => {}
+                            Ok(None) => self.state().shared_failing = false,
                             Ok(Some(d)) => {
-                                self.state().waiting_for = Some(WaitReason::Cluster);
+                                {
+                                    let mut s = self.state();
+                                    s.waiting_for = Some(WaitReason::Cluster);
+                                    s.shared_failing = false;
+                                }
                                 match &mut wait_span {
                                     Some((_, reason)) => *reason = Some(WaitReason::Cluster),
                                     None => wait_span = Some((crate::trace::flow_wait(&self.backend), Some(WaitReason::Cluster))),
@@ -448,7 +471,11 @@ impl Flow {
                             }
                             Err(e) => {
                                 // The database is unreachable: the local buckets stand in.
-                                tracing::warn!(flow = %self.key, error = %e, "shared flow budget unavailable");
+                                if !std::mem::replace(&mut self.state().shared_failing, true) {
+                                    tracing::warn!(flow = %self.key, error = %e, "shared flow budget unavailable; pacing on this worker's own buckets");
+                                }
+                                local = true;
+                                continue;
                             }
                         }
                     }
@@ -534,10 +561,21 @@ impl Permit {
                 }
             }
         }
+        // What the server says remains bounds the shared buckets too (in the background).
+        let remaining = (learned.requests.map(|w| w.remaining), learned.tokens.map(|w| w.remaining));
+        let shared = s.shared.clone().filter(|_| !s.limits.fixed && (remaining.0.is_some() || remaining.1.is_some()));
         s.in_flight = s.in_flight.saturating_sub(1);
         drop(s);
         self.released = true;
         flow.freed.notify_one();
+        if let (Some(shared), Ok(runtime)) = (shared, tokio::runtime::Handle::try_current()) {
+            let key = flow.key.clone();
+            runtime.spawn(async move {
+                if let Err(e) = shared.remaining(&key, remaining.0, remaining.1).await {
+                    tracing::debug!(flow = %key, error = %e, "bounding the shared flow budget by what the server says remains");
+                }
+            });
+        }
         self.charged
     }
 
@@ -609,10 +647,20 @@ impl Flow {
         let mut s = self.state();
         s.output_estimate = (s.output_estimate * 0.9 + output.min(1 << 24) as f64 * 0.1).max(1.0);
         let used = input.saturating_add(output) as f64;
+        // The shared token bucket is trued up the same way (in the background).
+        let shared = s.shared.clone().filter(|_| s.tokens.is_some() && charged != used);
         if let Some(b) = s.tokens.as_mut() {
             b.level = (b.level + charged - used).clamp(-b.burst, b.burst);
             drop(s);
             self.freed.notify_one();
+        }
+        if let (Some(shared), Ok(runtime)) = (shared, tokio::runtime::Handle::try_current()) {
+            let (key, change) = (self.key.clone(), charged - used);
+            runtime.spawn(async move {
+                if let Err(e) = shared.true_up(&key, change).await {
+                    tracing::debug!(flow = %key, error = %e, "truing up the shared flow budget");
+                }
+            });
         }
     }
 }
@@ -691,6 +739,48 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_millis(500));
         assert_eq!(flow.stats().throttled, 2);
         third.answered(&HeaderMap::new());
+    }
+
+    /// A shared budget whose database does not answer.
+    struct Unreachable(AtomicU64);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection refused")]
+    struct Refused;
+
+    impl SharedBudget for Unreachable {
+        fn take(&self, _: &str, _: SharedRates, _: f64) -> futures::future::BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
+        }
+
+        fn close_until(&self, _: &str, _: SystemTime) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
+            Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
+        }
+
+        fn true_up(&self, _: &str, _: f64) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
+            Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
+        }
+
+        fn remaining(&self, _: &str, _: Option<f64>, _: Option<f64>) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
+            Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shared_budget_that_fails_leaves_the_pacing_to_the_local_buckets() {
+        let flow = Arc::new(Flow::new("t", "t", FlowLimits { requests_per_minute: Some(1200.0), ..FlowLimits::default() }));
+        let shared = Arc::new(Unreachable(AtomicU64::new(0)));
+        flow.share(shared.clone());
+        let start = Instant::now();
+        for _ in 0..30 {
+            flow.admit(0).await.answered(&HeaderMap::new());
+        }
+        // As without a shared budget: a burst of 20, then 20 per second (lower bound only).
+        let took = start.elapsed().as_secs_f64();
+        assert!(took >= 0.45, "the local buckets paced the calls: {took}");
+        assert_eq!(shared.0.load(Ordering::SeqCst), 30, "asked again for each call");
+        assert_eq!(flow.stats().admitted, 30);
     }
 
     #[tokio::test]

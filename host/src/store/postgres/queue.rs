@@ -6,11 +6,13 @@
 //! each worker's own, with a slow poll by the caller as the fallback. The cluster-wide cap on
 //! runs is counted under a transaction-level advisory lock (so two workers claiming at once
 //! cannot both take the last room); without that cap claims never wait on each other. The
-//! reaper and the per-backend call slots (`call_slots`, one row per slot) live here too.
+//! reaper and the per-backend call slots (`call_slots`, one row per slot) live here too, as
+//! do the flow budgets the workers share (`flow_budgets`, one row per backend endpoint and
+//! key: token buckets refilled on the database's clock, taken from in one statement).
 
 use super::worker::{fenced, take_over, TakeOver};
 use super::{pg, PgStore};
-use crate::store::queue::{Claimed, QueuedStart, Reaped, RunQueue};
+use crate::store::queue::{Claimed, FlowRates, QueuedStart, Reaped, RunQueue};
 use crate::store::{corrupt, RunRecord, StoreError};
 use futures::future::{BoxFuture, FutureExt};
 use futures::StreamExt;
@@ -24,6 +26,81 @@ const CLAIM_LOCK: i64 = 0x6661_6374_6f72_7902;
 
 /// Runs owned cluster-wide (executing, or claimed and about to).
 const OWNED: &str = "SELECT count(*) FROM runs WHERE owner IS NOT NULL";
+
+/// Take from a flow budget: the row is locked (`FOR UPDATE`: a take waiting on another sees
+/// the row it left), its buckets refilled for the time since `refilled_at` at the rates then
+/// in force and capped at the sizes now given, then one request and `$6` tokens taken when
+/// both are there and the budget is not closed; the rates and sizes become the caller's.
+/// Returns NULL when taken, else the seconds until it could be (the closed time left, or
+/// the refill the emptier bucket needs). Time is the database's `clock_timestamp()`.
+/// `$1` key, `$2` requests/s (NULL: not metered), `$3` request bucket size, `$4` tokens/s
+/// (NULL: not metered), `$5` token bucket size, `$6` tokens of this call.
+const TAKE_BUDGET: &str = "
+    UPDATE flow_budgets b SET
+        request_rate = $2::float8, request_burst = $3::float8, token_rate = $4::float8, token_burst = $5::float8,
+        requests = CASE WHEN f.ok AND $2::float8 IS NOT NULL THEN f.requests - 1 ELSE f.requests END,
+        tokens = CASE WHEN f.ok AND $4::float8 IS NOT NULL THEN f.tokens - $6::float8 ELSE f.tokens END,
+        refilled_at = f.at
+    FROM (
+        SELECT r.key, r.at, r.closed_until, r.requests, r.tokens, r.closed,
+               NOT r.closed AND ($2::float8 IS NULL OR r.requests >= 1)
+                   AND ($4::float8 IS NULL OR r.tokens >= least($6::float8, $5::float8)) AS ok
+        FROM (
+            SELECT l.key, l.at, l.closed_until, coalesce(l.closed_until > l.at, false) AS closed,
+                   least(l.requests + coalesce(l.request_rate, 0) * l.elapsed, $3::float8) AS requests,
+                   least(l.tokens + coalesce(l.token_rate, 0) * l.elapsed, $5::float8) AS tokens
+            FROM (
+                SELECT c.key, c.requests, c.tokens, c.request_rate, c.token_rate, c.closed_until,
+                       greatest(c.refilled_at, clock_timestamp()) AS at,
+                       greatest(extract(epoch FROM clock_timestamp() - c.refilled_at)::float8, 0) AS elapsed
+                FROM flow_budgets c WHERE c.key = $1 FOR UPDATE
+            ) l
+        ) r
+    ) f
+    WHERE b.key = f.key
+    RETURNING CASE
+        WHEN f.ok THEN NULL
+        WHEN f.closed THEN extract(epoch FROM f.closed_until - f.at)::float8
+        ELSE greatest(
+            CASE WHEN $2::float8 IS NULL THEN 0 ELSE (1 - f.requests) / greatest($2::float8, 1e-6) END,
+            CASE WHEN $4::float8 IS NULL THEN 0 ELSE (least($6::float8, $5::float8) - f.tokens) / greatest($4::float8, 1e-6) END)
+    END";
+
+/// A flow budget's row on first use: its buckets holding what the caller's own hold (`$2`,
+/// `$3`), at most full (`$4`, `$5`).
+const NEW_BUDGET: &str = "
+    INSERT INTO flow_budgets (key, requests, tokens, refilled_at)
+    VALUES ($1, least($2::float8, $4::float8), least($3::float8, $5::float8), clock_timestamp())
+    ON CONFLICT (key) DO NOTHING";
+
+/// Close a flow budget for `$2` seconds from now (a later close stands) and empty its
+/// request bucket, the refill starting now.
+const CLOSE_BUDGET: &str = "
+    INSERT INTO flow_budgets (key, closed_until, refilled_at) VALUES ($1, clock_timestamp() + make_interval(secs => $2::float8), clock_timestamp())
+    ON CONFLICT (key) DO UPDATE SET
+        closed_until = greatest(flow_budgets.closed_until, EXCLUDED.closed_until),
+        requests = least(flow_budgets.requests, 0),
+        refilled_at = greatest(flow_budgets.refilled_at, EXCLUDED.refilled_at)";
+
+/// Put `$2` tokens back in a flow budget's token bucket (negative: take more), within
+/// plus or minus its size.
+const TRUE_UP_BUDGET: &str = "
+    UPDATE flow_budgets SET tokens = greatest(least(tokens + $2::float8, token_burst), -token_burst)
+    WHERE key = $1 AND token_rate IS NOT NULL";
+
+/// Bound a flow budget's buckets by what the server says remains (`$2` requests, `$3`
+/// tokens; NULL: not said), refilled first up to now.
+const BOUND_BUDGET: &str = "
+    UPDATE flow_budgets SET
+        requests = least(requests + coalesce(request_rate, 0) * greatest(extract(epoch FROM clock_timestamp() - refilled_at)::float8, 0),
+                         request_burst, coalesce($2::float8, 'Infinity'::float8)),
+        tokens = least(tokens + coalesce(token_rate, 0) * greatest(extract(epoch FROM clock_timestamp() - refilled_at)::float8, 0),
+                       token_burst, coalesce($3::float8, 'Infinity'::float8)),
+        refilled_at = greatest(refilled_at, clock_timestamp())
+    WHERE key = $1";
+
+/// The longest wait a flow budget reports (a day), as the local buckets do.
+const MAX_BUDGET_WAIT: f64 = 86_400.0;
 
 /// Under the claim lock, how many more runs `cap` allows.
 async fn cluster_room(tx: &tokio_postgres::Transaction<'_>, url: &str, cap: Option<usize>) -> Result<usize, StoreError> {
@@ -372,6 +449,66 @@ impl RunQueue for PgStore {
                 )
                 .await
                 .map_err(|e| pg(&pool.url, e))?;
+            Ok(())
+        })
+    }
+
+    fn take_flow_budget(&self, key: String, rates: FlowRates, tokens: f64) -> BoxFuture<'static, Result<Option<Duration>, StoreError>> {
+        let pool = self.pool.clone();
+        self.spawn(async move {
+            let url = pool.url.clone();
+            let e = |e| pg(&url, e);
+            let client = pool.get().await?;
+            let tokens = if tokens.is_finite() { tokens.max(0.0) } else { 0.0 };
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                [&key, &rates.requests, &rates.request_burst, &rates.tokens, &rates.token_burst, &tokens];
+            let mut row = client.query_opt(TAKE_BUDGET, &params).await.map_err(e)?;
+            if row.is_none() {
+                // First use: the row is made with full buckets (by one worker; the others'
+                // inserts do nothing), then taken from like any other.
+                let left = [rates.requests_left, rates.tokens_left].map(|v| if v.is_finite() { v } else { 0.0 });
+                client.execute(NEW_BUDGET, &[&key, &left[0], &left[1], &rates.request_burst, &rates.token_burst]).await.map_err(e)?;
+                row = client.query_opt(TAKE_BUDGET, &params).await.map_err(e)?;
+            }
+            let wait: Option<f64> = match row {
+                Some(row) => row.try_get(0).map_err(e)?,
+                None => return Err(corrupt("a flow budget", format!("the row of `{key}` is gone"))),
+            };
+            Ok(wait.map(|secs| Duration::from_secs_f64(if secs.is_finite() { secs.clamp(0.0, MAX_BUDGET_WAIT) } else { MAX_BUDGET_WAIT })))
+        })
+    }
+
+    fn close_flow_budget(&self, key: String, wait: Duration) -> BoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        self.spawn(async move {
+            let client = pool.get().await?;
+            let secs = wait.as_secs_f64().min(MAX_BUDGET_WAIT);
+            client.execute(CLOSE_BUDGET, &[&key, &secs]).await.map_err(|e| pg(&pool.url, e))?;
+            Ok(())
+        })
+    }
+
+    fn bound_flow_budget(&self, key: String, requests: Option<f64>, tokens: Option<f64>) -> BoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        self.spawn(async move {
+            let [requests, tokens] = [requests, tokens].map(|v| v.filter(|v| v.is_finite()));
+            if requests.is_none() && tokens.is_none() {
+                return Ok(());
+            }
+            let client = pool.get().await?;
+            client.execute(BOUND_BUDGET, &[&key, &requests, &tokens]).await.map_err(|e| pg(&pool.url, e))?;
+            Ok(())
+        })
+    }
+
+    fn true_up_flow_budget(&self, key: String, tokens: f64) -> BoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        self.spawn(async move {
+            if !tokens.is_finite() {
+                return Ok(());
+            }
+            let client = pool.get().await?;
+            client.execute(TRUE_UP_BUDGET, &[&key, &tokens]).await.map_err(|e| pg(&pool.url, e))?;
             Ok(())
         })
     }

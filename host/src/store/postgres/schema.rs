@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
 pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
@@ -83,6 +83,20 @@ const MIGRATIONS: &[&str] = &[
     // them; rows journaled before have place 0 (before every newer one).
     "ALTER TABLE steps ADD COLUMN place bigint NOT NULL DEFAULT 0;
     ALTER TABLE agents ADD COLUMN place bigint NOT NULL DEFAULT 0;",
+    // 6: the flow budgets the workers share, one row per backend endpoint and key (the flow's
+    // key, which names the key by a fingerprint only): a request and a token bucket, their
+    // rates (NULL: not metered) and sizes, and until when the server closed it.
+    "CREATE TABLE flow_budgets (
+        key text PRIMARY KEY,
+        request_rate float8,
+        request_burst float8 NOT NULL DEFAULT 1,
+        requests float8 NOT NULL DEFAULT 0,
+        token_rate float8,
+        token_burst float8 NOT NULL DEFAULT 1,
+        tokens float8 NOT NULL DEFAULT 0,
+        refilled_at timestamptz NOT NULL DEFAULT now(),
+        closed_until timestamptz
+    );",
 ];
 
 /// The SQLSTATE of `factory_fence` (migration 3) refusing a commit: the worker is fenced.
