@@ -808,7 +808,16 @@ async fn flow_control(table: &mut Table, component: &Path, cache: &Path, runs: u
 
     // The controller's own cost: admit and answer on an unlimited flow, one task at a time.
     let flow = Arc::new(Flow::new("bench", "bench", FlowLimits::default()));
-    let headers = reqwest::header::HeaderMap::new();
+    // A reply's ordinary headers, none of them a rate limit (what an unlimited backend sends).
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (name, value) in [
+        ("content-type", "application/json"),
+        ("content-length", "512"),
+        ("date", "Sun, 06 Dec 2026 06:00:00 GMT"),
+        ("x-request-id", "req_0123456789abcdef"),
+    ] {
+        headers.insert(name, reqwest::header::HeaderValue::from_static(value));
+    }
     const CALLS: u32 = 200_000;
     let mut per_call = Vec::new();
     for _ in 0..runs {

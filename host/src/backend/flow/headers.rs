@@ -45,34 +45,45 @@ pub struct Learned {
 impl Learned {
     /// Read the rate-limit headers of a reply (OpenAI or Anthropic style; absent: nothing).
     pub fn of(headers: &HeaderMap, now: SystemTime) -> Learned {
-        let openai = |what: &str| {
-            window(
-                headers,
-                &format!("x-ratelimit-limit-{what}"),
-                &format!("x-ratelimit-remaining-{what}"),
-                &format!("x-ratelimit-reset-{what}"),
-                |v| go_duration(v),
-            )
-        };
-        let anthropic = |what: &str| {
-            window(
-                headers,
-                &format!("anthropic-ratelimit-{what}-limit"),
-                &format!("anthropic-ratelimit-{what}-remaining"),
-                &format!("anthropic-ratelimit-{what}-reset"),
-                |v| rfc3339_from(v, now),
-            )
-        };
+        if headers.is_empty() {
+            return Learned::default();
+        }
+        let openai = |[limit, remaining, reset]: [&str; 3]| window(headers, limit, remaining, reset, go_duration);
+        let anthropic =
+            |[limit, remaining, reset]: [&str; 3]| window(headers, limit, remaining, reset, |v| rfc3339_from(v, now));
         let tightest = |windows: [Option<Window>; 3]| {
             windows.into_iter().flatten().min_by(|a, b| (a.remaining / a.limit).total_cmp(&(b.remaining / b.limit)))
         };
         Learned {
-            requests: openai("requests").or_else(|| anthropic("requests")),
-            tokens: openai("tokens")
-                .or_else(|| tightest([anthropic("tokens"), anthropic("input-tokens"), anthropic("output-tokens")])),
+            requests: openai(OPENAI_REQUESTS).or_else(|| anthropic(ANTHROPIC_REQUESTS)),
+            tokens: openai(OPENAI_TOKENS).or_else(|| {
+                tightest([anthropic(ANTHROPIC_TOKENS), anthropic(ANTHROPIC_INPUT_TOKENS), anthropic(ANTHROPIC_OUTPUT_TOKENS)])
+            }),
         }
     }
 }
+
+/// The header names of one window: limit, remaining, reset.
+const OPENAI_REQUESTS: [&str; 3] =
+    ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"];
+const OPENAI_TOKENS: [&str; 3] = ["x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"];
+const ANTHROPIC_REQUESTS: [&str; 3] = [
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+];
+const ANTHROPIC_TOKENS: [&str; 3] =
+    ["anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset"];
+const ANTHROPIC_INPUT_TOKENS: [&str; 3] = [
+    "anthropic-ratelimit-input-tokens-limit",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+];
+const ANTHROPIC_OUTPUT_TOKENS: [&str; 3] = [
+    "anthropic-ratelimit-output-tokens-limit",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+];
 
 fn window(
     headers: &HeaderMap,
