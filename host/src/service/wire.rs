@@ -26,8 +26,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 /// The version of the wire form: every frame carries it as `"wire"`.
 /// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`
-/// deletes a run.
-pub const WIRE_VERSION: u32 = 5;
+/// deletes a run. Version 6: a limit override given as `null` lifts the limit (no limit of
+/// that kind for the run), where version 5 read it as not given.
+pub const WIRE_VERSION: u32 = 6;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -449,7 +450,7 @@ mod tests {
         assert_eq!(text, r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":5,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":6,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -461,13 +462,15 @@ mod tests {
             r#"{"wire":3,"body":{"op":"runs","session":"s"}}"#,
             // Version 4 answered `runs` with whole envelopes.
             r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 5 read a limit given as null as not given; it now lifts the limit.
+            r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":6,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":7,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 6"), "{e}");
+        assert!(e.contains("version 7"), "{e}");
     }
 
     #[test]
