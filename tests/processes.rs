@@ -325,7 +325,7 @@ fn events_go_to_a_file_descriptor() {
     assert_eq!(json(&output(state.path(), &["runs", "--json"])).as_array().map(Vec::len), Some(1));
 }
 
-/// One raw request of wire version 5 on the control socket of `state`; the answer, parsed.
+/// One raw request of this wire version on the control socket of `state`; the answer, parsed.
 fn raw_request(state: &Path, body: Value) -> Value {
     use std::io::{BufRead, Write};
     let mut stream = std::os::unix::net::UnixStream::connect(state.join("control.sock")).expect("connect");
