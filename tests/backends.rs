@@ -252,9 +252,11 @@ async fn openai_schema_call_asks_for_json_schema_and_prices_usage_exactly() {
     );
 
     // A text call: the default model, no system message, no response_format, unpriced model
-    // (its cost is unknown, not zero).
+    // (its cost would be unknown, not zero, but the server is on this machine: 0 credits).
     let reply = backend.call(request("say hi", None, None, None)).await.unwrap();
-    assert_eq!(reply.usage.unwrap().credits_nano, None);
+    assert_eq!(reply.usage.unwrap().credits_nano, Some(0));
+    assert!(backend.free_notice(None).is_some_and(|n| n.contains("`default-model`")), "the notice names the model");
+    assert_eq!(backend.free_notice(Some("priced")), None, "a priced model is not free");
     let text_call = &server.seen()[1];
     assert_eq!(text_call.body["model"], "default-model");
     assert_eq!(text_call.body["messages"], json!([{"role": "user", "content": "say hi"}]));

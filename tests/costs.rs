@@ -15,6 +15,7 @@ use common::{stderr, stdout_json};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Output;
+use std::time::Duration;
 
 /// Run the binary against `state` with `env` (no inherited backend variables).
 async fn factory(state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -83,16 +84,30 @@ async fn the_builtin_openai_backend_splits_cached_tokens_and_max_ai_credits_bind
     assert!(text.contains("0.465 AI credits") && !text.contains("at least"), "{text}");
     assert!(text.contains("600 input, 15 output, 2400 cache read, 0 cache write"), "{text}");
 
-    // An unpriced model on the same built-in backend is still refused before any spawn.
+    // An unpriced model on the same built-in backend at a remote server is still refused
+    // before any spawn (TEST-NET-1: nothing would answer there, and nothing is asked).
     let before = server.requests();
     let unpriced = [
         "run", &probe(), "--yes", "--backend", "openai", "--model", "my-finetune", "--args", &fanout(2),
         "--max-ai-credits", "5", "--json", "-q",
     ];
-    let envelope = stdout_json(&factory(state.path(), &unpriced, &env).await);
-    assert_eq!(envelope["failure"]["kind"], "maxAiCredits", "{envelope:#}");
-    assert!(envelope["failure"]["message"].as_str().unwrap().contains("[prices.openai]"), "{envelope:#}");
+    let remote = [("OPENAI_BASE_URL", "http://192.0.2.1:9/v1")];
+    let out = factory(state.path(), &unpriced, &remote).await;
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["failure"]["kind"], "maxAiCredits", "{envelope:#}\n{}", stderr(&out));
+    let message = envelope["failure"]["message"].as_str().unwrap();
+    assert!(message.contains("[prices.openai]") && message.contains("--max-ai-credits none"), "{envelope:#}");
+    assert_eq!(envelope["accounting"]["agentsSpawned"], 0, "{envelope:#}");
     assert_eq!(server.requests(), before, "nothing was spawned");
+
+    // On this machine's server (127.0.0.1) the same model costs 0 credits, cache reads
+    // included: the budgeted run completes, exactly accounted.
+    let out = factory(state.path(), &unpriced, &env).await;
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}\n{}", stderr(&out));
+    assert_eq!(envelope["accounting"]["aiCreditsNano"], 0, "{envelope:#}");
+    assert_eq!(envelope["accounting"]["aiCreditsAtLeast"], false, "{envelope:#}");
+    assert_eq!(server.requests(), before + 2);
 
     // factory.toml's [prices.openai] prices it (and overrides nothing else): 1 credit per
     // 1000 input tokens, so 200 uncached tokens are 0.2 credits; its cache prices are not
@@ -358,4 +373,165 @@ async fn a_cassette_records_and_replays_the_cache_breakdown() {
     assert_eq!(got, expected, "{replayed:#}");
     assert_eq!(got["cacheReadTokens"], 20_000);
     assert_eq!(got["aiCreditsNano"], 2 * 1_155_000_000u64);
+}
+
+/// The commands of README's "Against a local model" that run against an OpenAI-compatible
+/// server: `(OPENAI_BASE_URL, the arguments after "factory")`, as written.
+fn readme_local_model_commands() -> Vec<(String, Vec<String>)> {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).expect("README.md");
+    let section = readme.split_once("Against a local model").expect("README has \"Against a local model\"").1;
+    let block = section.split_once("```sh").expect("a sh block").1.split_once("```").expect("its end").0;
+    let commands: Vec<(String, Vec<String>)> = block
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("OPENAI_BASE_URL="))
+        .map(|line| {
+            let mut words = line.split_whitespace().map(str::to_string);
+            let url = words.next().expect("a base URL");
+            assert_eq!(words.next().as_deref(), Some("factory"), "{line}");
+            (url, words.collect())
+        })
+        .collect();
+    assert_eq!(commands.len(), 2, "llama.cpp and Ollama: {block}");
+    commands
+}
+
+/// `url` (`http://127.0.0.1:PORT/v1`) with the fake server's port instead of its own.
+fn on_port(url: &str, port: u16) -> String {
+    let rest = url.strip_prefix("http://127.0.0.1:").unwrap_or_else(|| panic!("{url} is on 127.0.0.1"));
+    let path = &rest[rest.find('/').expect("a path")..];
+    format!("http://127.0.0.1:{port}{path}")
+}
+
+/// Kills the services a test's front doors started in a state directory, however it ends.
+struct Services(std::path::PathBuf);
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        for pid in common::service::live_services(&self.0) {
+            common::service::signal(pid as u32, "-KILL");
+        }
+    }
+}
+
+/// Check the run a README command printed (no `--json`: the report on stdout, progress on
+/// stderr): it completed with every file reviewed by the server, for 0 credits, and said so
+/// once on stderr.
+async fn check_readme_run(state: &Path, out: &Output, server: &FakeOpenAi, url: &str, model: &str) {
+    let err = stderr(out);
+    assert!(out.status.success(), "{}\n{err}", String::from_utf8_lossy(&out.stdout));
+    let report: Value = stdout_json(out);
+    let reviews = report["reviews"].as_array().unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(reviews.len(), 3, "the default files: {report:#}");
+    for review in reviews {
+        assert!(review["review"].as_str().is_some_and(|r| r.starts_with("real answer to: Review")), "{review}");
+    }
+    let notice = format!("backend `openai` at {url} is on this machine: calls of model `{model}` cost 0 credits");
+    assert_eq!(err.matches(&notice).count(), 1, "one line says the calls are free: {err}");
+    assert_eq!(err.matches("is on this machine").count(), 1, "{err}");
+    assert!(server.asked().len() >= 3, "the reviews came from the server");
+    let runs = stdout_json(&factory(state, &["runs", "--json"], &[]).await);
+    let run = &runs.as_array().expect("a list")[0];
+    let detail = show(state, run["runId"].as_str().expect("an id")).await;
+    assert_eq!(detail["status"], "completed", "{detail:#}");
+    assert_eq!(detail["accounting"]["aiCreditsNano"], 0, "{detail:#}");
+    assert_eq!(detail["accounting"]["aiCreditsAtLeast"], false, "{detail:#}");
+    assert_eq!(detail["limits"]["maxAiCredits"], 5.0, "the declared budget held: {detail:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_local_model_commands_complete_as_written() {
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
+    let commands = readme_local_model_commands();
+    for (i, (url, args)) in commands.iter().enumerate() {
+        let state = tempfile::tempdir().unwrap();
+        let _services = Services(state.path().to_path_buf());
+        let url = on_port(url, server.port());
+        let model = &args[args.iter().position(|a| a == "--model").expect("--model") + 1];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut cmd = common::factory_cmd(state.path(), &args);
+        for var in ["FACTORY_CONFIG", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"] {
+            cmd.env_remove(var);
+        }
+        cmd.env("OPENAI_BASE_URL", &url).current_dir(common::root());
+        // The first through the state directory's service (started by the command, with its
+        // environment), the second in this process (`FACTORY_NO_DAEMON=1`).
+        if i == 0 {
+            cmd.env_remove("FACTORY_NO_DAEMON").env("FACTORY_IDLE_SECONDS", "30");
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output().expect("factory runs")).await.unwrap();
+        check_readme_run(state.path(), &out, &server, &url, model).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_ai_credits_none_lifts_the_budget_a_factory_declares() {
+    // 10 credits a call (10 input tokens at 1000 credits per 1000): review-changed declares
+    // `maxAiCredits: 5`, so its second review is refused.
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
+    let config = format!(
+        "[backends.paid]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n[backends.paid.pricing]\ninput = 1000\noutput = 0\n",
+        base_url(server.port())
+    );
+    let example = common::crate_dir("review-changed");
+    let example = example.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", example, "--backend", "paid", "--max-concurrent-subagents", "1", "--json", "-q"];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_string).collect::<Vec<_>>()
+    };
+    let go = |state: &Path, args: Vec<String>, service: bool| {
+        let mut cmd = common::factory_cmd(state, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        cmd.env_remove("OPENAI_BASE_URL").env_remove("OPENAI_API_KEY").env_remove("FACTORY_CONFIG");
+        if service {
+            cmd.env_remove("FACTORY_NO_DAEMON").env("FACTORY_IDLE_SECONDS", "30");
+        }
+        tokio::task::spawn_blocking(move || cmd.output().expect("factory runs"))
+    };
+
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("factory.toml"), &config).unwrap();
+    let out = go(state.path(), run(&[]), false).await.unwrap();
+    let refused = stdout_json(&out);
+    assert_eq!(refused["failure"]["kind"], "maxAiCredits", "{refused:#}\n{}", stderr(&out));
+    assert_eq!(refused["accounting"]["agentsSpawned"], 1, "{refused:#}");
+
+    // Lifted for one run: every review is paid, past the declared budget.
+    let out = go(state.path(), run(&["--max-ai-credits", "none"]), false).await.unwrap();
+    let lifted = stdout_json(&out);
+    assert_eq!(lifted["status"], "completed", "{lifted:#}\n{}", stderr(&out));
+    assert_eq!(lifted["accounting"]["aiCreditsNano"], 3 * 10_000_000_000u64, "{lifted:#}");
+    let detail = show(state.path(), lifted["runId"].as_str().unwrap()).await;
+    assert!(detail["limits"].get("maxAiCredits").is_none(), "no budget: {detail:#}");
+    assert_eq!(detail["limits"]["maxTotalSubagents"], 10, "the other declared limits hold: {detail:#}");
+
+    // A resume of the refused run lifts it the same way, and the lift is kept for later
+    // resumes (a resume that says nothing of the budget).
+    let resume = |extra: &[&str]| {
+        let mut args = vec!["resume", refused["runId"].as_str().unwrap(), "--json", "-q"];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_string).collect::<Vec<_>>()
+    };
+    let out = go(state.path(), resume(&["--max-ai-credits", "none"]), false).await.unwrap();
+    let resumed = stdout_json(&out);
+    assert_eq!(resumed["status"], "completed", "{resumed:#}\n{}", stderr(&out));
+    assert_eq!(resumed["accounting"]["aiCreditsNano"], 3 * 10_000_000_000u64, "{resumed:#}");
+
+    // Through the state directory's service: the same.
+    let served = tempfile::tempdir().unwrap();
+    let _services = Services(served.path().to_path_buf());
+    std::fs::write(served.path().join("factory.toml"), &config).unwrap();
+    let out = go(served.path(), run(&["--max-ai-credits", "none"]), true).await.unwrap();
+    let lifted = stdout_json(&out);
+    assert_eq!(lifted["status"], "completed", "{lifted:#}\n{}", stderr(&out));
+    assert_eq!(lifted["accounting"]["aiCreditsNano"], 3 * 10_000_000_000u64, "{lifted:#}");
+    let out = go(served.path(), run(&[]), true).await.unwrap();
+    assert_eq!(stdout_json(&out)["failure"]["kind"], "maxAiCredits", "a lift is for one run: {}", stderr(&out));
+
+    // The consent prompt shows the budget as lifted, next to what the factory declares.
+    let component = common::component("review-changed");
+    let fresh = tempfile::tempdir().unwrap();
+    let cmd = common::factory_cmd(fresh.path(), &["run", component.to_str().unwrap(), "--max-ai-credits", "none"]);
+    let (_, shown) = common::on_a_terminal(&cmd, "n\n");
+    assert!(shown.contains("maxAiCredits=none (lifted)"), "{shown}");
+    assert!(shown.contains("(declared: maxConcurrentSubagents=3 maxTotalSubagents=10 timeoutSeconds=90.5 maxAiCredits=5)"), "{shown}");
 }

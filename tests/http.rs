@@ -121,14 +121,15 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     let (status, inspected) = daemon.get("/api/factories/probe").await;
     assert_eq!((status, &inspected["meta"]["name"]), (200, &json!("probe")));
 
-    // Start a run that stops on its total cap, wait for it, resume it with the cap raised.
+    // Start a run that stops on its total cap, wait for it, resume it with the cap lifted
+    // (`null`: no limit of that kind).
     let start = json!({"name": "probe", "args": {"case": "fanout", "n": 4}, "limits": {"maxTotalSubagents": 2, "maxConcurrentSubagents": 1}});
     let (status, started) = daemon.post("/api/runs", start).await;
     assert_eq!(status, 202, "{started:#}");
     let id = started["runId"].as_str().unwrap().to_string();
     let (_, stopped) = daemon.get(&format!("/api/runs/{id}/wait")).await;
     assert_eq!(stopped["failure"]["kind"], "maxTotalSubagents", "{stopped:#}");
-    let (status, _) = daemon.post(&format!("/api/runs/{id}/resume"), json!({"limits": {"maxTotalSubagents": 10}})).await;
+    let (status, _) = daemon.post(&format!("/api/runs/{id}/resume"), json!({"limits": {"maxTotalSubagents": null}})).await;
     assert_eq!(status, 202);
     let (_, done) = daemon.get(&format!("/api/runs/{id}/wait")).await;
     assert_eq!(done["status"], "completed", "{done:#}");
@@ -139,6 +140,8 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     assert_eq!(runs.as_array().map(Vec::len), Some(1));
     let (_, detail) = daemon.get(&format!("/api/runs/{id}")).await;
     assert_eq!(detail["agents"].as_array().map(Vec::len), Some(4), "{detail:#}");
+    assert!(detail["limits"].get("maxTotalSubagents").is_none(), "the cap was lifted: {detail:#}");
+    assert_eq!(detail["limits"]["maxConcurrentSubagents"], 1, "the other override holds: {detail:#}");
     assert!(!detail.to_string().contains("task 0"), "no prompts");
     let (_, page) = daemon.get(&format!("/api/runs/{id}/progress?afterSeq=0&limit=3")).await;
     let page = page.as_array().unwrap();

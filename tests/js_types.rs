@@ -234,6 +234,7 @@ fn the_envelope_strings_are_the_hosts() {
         max_total_subagents: Some(1),
         timeout_seconds: Some(1.0),
         max_ai_credits: Some(1.0),
+        lifted: Default::default(),
     };
     let host_limits: BTreeSet<String> =
         serde_json::to_value(every).expect("limits").as_object().expect("an object").keys().cloned().collect();

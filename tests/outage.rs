@@ -198,7 +198,11 @@ async fn kill_9_mid_fan_out_then_a_plain_resume_finishes_on_the_same_server_with
 async fn a_budgeted_run_on_an_unpriced_model_is_refused_before_any_spawn() {
     let state = tempfile::tempdir().unwrap();
     let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
-    write_config(state.path(), server.port(), false, "");
+    // A server elsewhere (TEST-NET-1: nothing answers there, and nothing is asked) has no
+    // price for `m-test`: the budget cannot be enforced, so the run is refused.
+    let remote = "[backends.local]\nkind = \"openai\"\nbase_url = \"http://192.0.2.1:9/v1\"\nmodel = \"m-test\"\n\
+                  max_retries = 0\ntimeout_seconds = 5\n";
+    std::fs::write(state.path().join("factory.toml"), remote).unwrap();
     let run = ["run", &probe(), "--yes", "--backend", "local", "--args", &fanout(3), "--max-ai-credits", "5", "--json", "-q"];
     let out = factory(state.path(), &run, &[]).await;
     let envelope = stdout_json(&out);
@@ -206,7 +210,15 @@ async fn a_budgeted_run_on_an_unpriced_model_is_refused_before_any_spawn() {
     assert_eq!(envelope["failure"]["kind"], "maxAiCredits", "{envelope:#}");
     let message = envelope["failure"]["message"].as_str().unwrap();
     assert!(message.contains("m-test") && message.contains("[backends.local.pricing]"), "{message}");
-    assert_eq!(server.requests(), 0, "nothing was spawned");
+    assert_eq!(envelope["accounting"]["agentsSpawned"], 0, "nothing was spawned: {envelope:#}");
+
+    // The same unpriced model on a server on this machine (127.0.0.1) costs 0 credits.
+    write_config(state.path(), server.port(), false, "");
+    let out = factory(state.path(), &run, &[]).await;
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}\n{}", stderr(&out));
+    assert_eq!(envelope["accounting"]["aiCreditsNano"], 0, "{envelope:#}");
+    assert_eq!(server.requests(), 3);
 
     // Priced, the same run completes and is accounted.
     write_config(state.path(), server.port(), true, "");

@@ -325,11 +325,11 @@ fn events_go_to_a_file_descriptor() {
     assert_eq!(json(&output(state.path(), &["runs", "--json"])).as_array().map(Vec::len), Some(1));
 }
 
-/// One raw request of wire version 5 on the control socket of `state`; the answer, parsed.
+/// One raw request of this wire version on the control socket of `state`; the answer, parsed.
 fn raw_request(state: &Path, body: Value) -> Value {
     use std::io::{BufRead, Write};
     let mut stream = std::os::unix::net::UnixStream::connect(state.join("control.sock")).expect("connect");
-    stream.write_all(format!("{}\n", serde_json::json!({ "wire": 5, "body": body })).as_bytes()).expect("send");
+    stream.write_all(format!("{}\n", serde_json::json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes()).expect("send");
     let mut answer = String::new();
     std::io::BufReader::new(stream).read_line(&mut answer).expect("an answer");
     serde_json::from_str(&answer).expect("a JSON answer")

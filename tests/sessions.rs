@@ -65,7 +65,7 @@ fn listed(runs: &Value) -> Vec<(String, String)> {
 /// One raw request line on the control socket; the answer line, parsed.
 fn raw(socket: &Path, body: Value) -> Value {
     let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect to the control socket");
-    stream.write_all(format!("{}\n", json!({ "wire": 5, "body": body })).as_bytes()).expect("send");
+    stream.write_all(format!("{}\n", json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes()).expect("send");
     let mut answer = String::new();
     BufReader::new(stream).read_line(&mut answer).expect("an answer");
     serde_json::from_str(&answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer}"))
@@ -75,7 +75,7 @@ fn raw(socket: &Path, body: Value) -> Value {
 /// the service closes it, parsed.
 fn raw_stream(socket: &Path, body: Value) -> Vec<Value> {
     let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect to the control socket");
-    stream.write_all(format!("{}\n", json!({ "wire": 5, "body": body })).as_bytes()).expect("send");
+    stream.write_all(format!("{}\n", json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes()).expect("send");
     BufReader::new(stream)
         .lines()
         .map(|line| {

@@ -476,7 +476,7 @@ impl AgentBackend for AgentCli {
             OutputMode::Text => Some(format!(
                 "backend `{}` reads plain text output, which reports no usage, so maxAiCredits cannot be enforced; \
                  configure `output = \"json\"` with a `cost` or token paths (and prices) in factory.toml, \
-                 or run without --max-ai-credits",
+                 or lift the budget for one run with --max-ai-credits none",
                 config.name
             )),
         }

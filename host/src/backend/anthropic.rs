@@ -10,7 +10,7 @@ use super::flow::{self, Flow, FlowLimits, Flows};
 use super::http::{self, HttpReply, RetryPolicy};
 use super::redact;
 use super::openai::non_empty_env;
-use super::pricing::Pricing;
+use super::pricing::{CallPricing, Pricing};
 use super::prompting::{schema_instruction, user_prompt};
 use super::{estimate_tokens, AgentBackend, SoftLimit, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use futures::future::BoxFuture;
@@ -45,7 +45,8 @@ pub struct AnthropicConfig {
     pub max_tokens: u32,
     /// Force the `respond` tool for schema calls (else prompt for JSON).
     pub use_tool: bool,
-    /// Prices that turn usage into credits (zero by default).
+    /// Prices that turn usage into credits (none by default; a server on this machine
+    /// charges 0 credits for the models they leave unpriced).
     pub pricing: Pricing,
     /// Retries and timeouts.
     pub retry: RetryPolicy,
@@ -110,6 +111,8 @@ struct Inner {
     flows: Flows,
     /// Set once the server refused tools: schema calls are prompted from then on.
     no_tools: AtomicBool,
+    /// What calls are charged (free for a server on this machine, unless priced).
+    pricing: CallPricing,
 }
 
 impl Anthropic {
@@ -119,7 +122,8 @@ impl Anthropic {
         let no_tools = AtomicBool::new(!config.use_tool);
         let key = format!("anthropic {} {}", config.base_url, flow::key_fingerprint(config.api_key.as_deref()));
         let flows = Flows::new(&key, &config.name, &config.flow);
-        Ok(Anthropic { inner: Arc::new(Inner { config, client, flows, no_tools }) })
+        let pricing = CallPricing::new(&config.pricing, &config.base_url);
+        Ok(Anthropic { inner: Arc::new(Inner { config, client, flows, no_tools, pricing }) })
     }
 
     /// Whether schema calls currently force the `respond` tool.
@@ -157,7 +161,12 @@ impl AgentBackend for Anthropic {
 
     fn unpriced(&self, model: Option<&str>) -> Option<String> {
         let config = &self.inner.config;
-        config.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
+        self.inner.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
+    }
+
+    fn free_notice(&self, model: Option<&str>) -> Option<String> {
+        let config = &self.inner.config;
+        self.inner.pricing.free_notice(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
     }
 }
 
@@ -298,7 +307,7 @@ impl Inner {
                 .collect::<Vec<_>>()
                 .join(""),
         };
-        let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.config.pricing.priced(model, usage_of(&u)));
+        let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.pricing.priced(model, usage_of(&u)));
         Ok(AgentReply::new(text, usage))
     }
 }

@@ -507,6 +507,10 @@ impl AgentBackend for Cassette {
         self.live.as_ref().and_then(|live| live.unpriced(model))
     }
 
+    fn free_notice(&self, model: Option<&str>) -> Option<String> {
+        self.live.as_ref().and_then(|live| live.free_notice(model))
+    }
+
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let live = self.live.as_ref()?.with_grants(grants)?;
         Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))

@@ -25,7 +25,7 @@
 //! timeout_seconds = 300
 //! max_retries = 4
 //! structured_output = "json_schema"     # or json_object, plain (anthropic: tool, plain)
-//! [backends.local.pricing]              # credits (1 credit = US$0.01) per 1000 tokens; without it the model is unpriced (a run with maxAiCredits refuses it)
+//! [backends.local.pricing]              # credits (1 credit = US$0.01) per 1000 tokens; without it the model is unpriced (a run with maxAiCredits refuses it), or free when the server is on this machine (a loopback base_url)
 //! input = 0.0
 //! output = 0.0
 //! models = { "big-model" = { input = 0.3, output = "1.5", cache_read = 0.03, cache_write = 0.375 } }

@@ -254,6 +254,13 @@ pub trait AgentBackend: Send + Sync + 'static {
         None
     }
 
+    /// The line a run shows once when calls for `model` (`None`: the backend's default)
+    /// cost 0 credits because the backend's server is on this machine (a loopback address)
+    /// and nothing prices the model; `None` (the default) otherwise.
+    fn free_notice(&self, _model: Option<&str>) -> Option<String> {
+        None
+    }
+
     /// This backend for a run granted `grants` (canonical read-only directories): a backend
     /// whose spawns see files (an agent CLI) shows them those; `None` (the default): grants
     /// change nothing for it.

@@ -9,7 +9,7 @@
 use super::flow::{self, Flow, FlowLimits, Flows};
 use super::http::{self, HttpReply, RetryPolicy};
 use super::redact;
-use super::pricing::Pricing;
+use super::pricing::{CallPricing, Pricing};
 use super::prompting::{schema_instruction, user_prompt};
 use super::{estimate_tokens, AgentBackend, SoftLimit, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use futures::future::BoxFuture;
@@ -61,7 +61,8 @@ pub struct OpenAiConfig {
     pub max_tokens: Option<u32>,
     /// The first structured-output mode to try.
     pub structured: StructuredMode,
-    /// Prices that turn usage into credits (zero by default).
+    /// Prices that turn usage into credits (none by default; a server on this machine
+    /// charges 0 credits for the models they leave unpriced).
     pub pricing: Pricing,
     /// Retries and timeouts.
     pub retry: RetryPolicy,
@@ -131,6 +132,8 @@ struct Inner {
     flows: Flows,
     /// The current [`StructuredMode`]; only ever moves down the list.
     mode: AtomicU8,
+    /// What calls are charged (free for a server on this machine, unless priced).
+    pricing: CallPricing,
 }
 
 impl OpenAi {
@@ -140,7 +143,8 @@ impl OpenAi {
         let mode = AtomicU8::new(config.structured as u8);
         let key = format!("openai {} {}", config.base_url, flow::key_fingerprint(config.api_key.as_deref()));
         let flows = Flows::new(&key, &config.name, &config.flow);
-        Ok(OpenAi { inner: Arc::new(Inner { config, client, flows, mode }) })
+        let pricing = CallPricing::new(&config.pricing, &config.base_url);
+        Ok(OpenAi { inner: Arc::new(Inner { config, client, flows, mode, pricing }) })
     }
 
     /// The structured-output mode schema calls currently use.
@@ -178,7 +182,12 @@ impl AgentBackend for OpenAi {
 
     fn unpriced(&self, model: Option<&str>) -> Option<String> {
         let config = &self.inner.config;
-        config.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
+        self.inner.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
+    }
+
+    fn free_notice(&self, model: Option<&str>) -> Option<String> {
+        let config = &self.inner.config;
+        self.inner.pricing.free_notice(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
     }
 }
 
@@ -284,7 +293,7 @@ impl Inner {
             (None, Some(refusal)) => return Err(BackendError::ordinary(format!("{who}: the model refused: {refusal}"))),
             (None, None) => String::new(),
         };
-        let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.config.pricing.priced(model, usage_of(&u)));
+        let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.pricing.priced(model, usage_of(&u)));
         Ok(AgentReply::new(text, usage))
     }
 }

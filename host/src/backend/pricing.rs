@@ -34,6 +34,11 @@ pub struct Price {
 }
 
 impl Price {
+    /// Zero for every kind of token, cache reads and writes included: the price of a model
+    /// a server on this machine runs when nothing prices it ([`CallPricing`]).
+    pub const FREE: Price =
+        Price { input_nano_per_1k: 0, output_nano_per_1k: 0, cache_read_nano_per_1k: Some(0), cache_write_nano_per_1k: Some(0) };
+
     /// A price for input and output tokens only (cache prices unknown).
     pub fn new(input_nano_per_1k: u64, output_nano_per_1k: u64) -> Price {
         Price { input_nano_per_1k, output_nano_per_1k, ..Price::default() }
@@ -124,7 +129,80 @@ impl Pricing {
              models = {{ \"{model}\" = {{ input = 0.3, output = 1.5, cache_read = 0.03, cache_write = 0.375 }} }}\n\
              (or `input`/`output` for every model; the built-in `openai` and `anthropic` backends take the same \
              model entries under [prices.openai] / [prices.anthropic]; `factory backends --prices` lists the \
-             built-in table), or run without --max-ai-credits"
+             built-in table), or lift the budget for one run with --max-ai-credits none"
+        ))
+    }
+
+    /// This pricing with [`Price::FREE`] as its default when it has none: every model it
+    /// does not price costs 0 credits (for a server on this machine, see [`CallPricing`]).
+    pub fn free_unless_priced(mut self) -> Pricing {
+        self.default.get_or_insert(Price::FREE);
+        self
+    }
+}
+
+/// Whether the server at `base_url` is this machine, by the parsed URL's host: an IPv4
+/// loopback address (127.0.0.0/8, in any form the URL parser reads as one), IPv6 `::1` (or
+/// an IPv4-mapped loopback address), or the name `localhost`. Other names are not resolved:
+/// `127.0.0.1.example.com` and `localhost.example` are elsewhere, as is a URL that does
+/// not parse.
+pub fn on_this_machine(base_url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(base_url) else { return false };
+    let Some(host) = url.host_str() else { return false };
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return v6
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+    }
+    match host.parse::<std::net::Ipv4Addr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    }
+}
+
+/// How an HTTP backend (`openai`, `anthropic`) prices its calls: its configured pricing
+/// and, for a server on this machine ([`on_this_machine`]), that pricing with every model it
+/// leaves unpriced free ([`Pricing::free_unless_priced`]), so a budgeted run on a local
+/// model is not refused; a remote server's unpriced models stay unpriced (fail-closed).
+#[derive(Debug, Clone)]
+pub(crate) struct CallPricing {
+    /// What the configuration and the price table say.
+    configured: Pricing,
+    /// What calls are charged.
+    charged: Pricing,
+    /// The server's base URL (credentials redacted), when it is on this machine.
+    here: Option<String>,
+}
+
+impl CallPricing {
+    /// The pricing of a backend whose server is at `base_url`.
+    pub(crate) fn new(configured: &Pricing, base_url: &str) -> CallPricing {
+        let here = on_this_machine(base_url).then(|| super::redact::redact(base_url, &[]));
+        let charged = if here.is_some() { configured.clone().free_unless_priced() } else { configured.clone() };
+        CallPricing { configured: configured.clone(), charged, here }
+    }
+
+    /// `usage` with its credits for `model` ([`Pricing::priced`]).
+    pub(crate) fn priced(&self, model: &str, usage: Usage) -> Usage {
+        self.charged.priced(model, usage)
+    }
+
+    /// Why a budgeted call on `model` of backend `backend` cannot be accounted ([`Pricing::unpriced`]).
+    pub(crate) fn unpriced(&self, backend: &str, model: &str) -> Option<String> {
+        self.charged.unpriced(backend, model)
+    }
+
+    /// The line telling the user that `model`'s calls on backend `backend` cost 0 credits
+    /// because its server is on this machine and nothing prices the model; `None` otherwise.
+    pub(crate) fn free_notice(&self, backend: &str, model: &str) -> Option<String> {
+        let here = self.here.as_ref()?;
+        if self.configured.price(model).is_some() {
+            return None;
+        }
+        let shown = if model.is_empty() { "(the backend's default)" } else { model };
+        Some(format!(
+            "backend `{backend}` at {here} is on this machine: calls of model `{shown}` cost 0 credits \
+             (price it in factory.toml to count them)"
         ))
     }
 }
@@ -315,6 +393,72 @@ pub fn float_credits_nano(amount: f64) -> Result<u64, BadCredits> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_loopback_host_is_this_machine() {
+        for here in [
+            "http://127.0.0.1:8080/v1",
+            "http://127.8.9.10/v1",
+            "https://localhost:11434/v1",
+            "http://LOCALHOST/v1",
+            "http://[::1]:8080/v1",
+            "http://[::ffff:127.0.0.1]/v1",
+            "http://user:secret@127.0.0.1/v1",
+            // Forms the URL parser reads as 127.0.0.1.
+            "http://2130706433/v1",
+            "http://0x7f.1/v1",
+        ] {
+            assert!(on_this_machine(here), "{here}");
+        }
+        for elsewhere in [
+            "https://api.openai.com/v1",
+            "http://127.0.0.1.evil.com/v1",
+            "http://localhost.evil/v1",
+            "http://evil.com/127.0.0.1/v1",
+            "http://evil.com?host=localhost",
+            "http://127.0.0.1@evil.com/v1",
+            "http://localhost@evil.com/v1",
+            "http://128.0.0.1/v1",
+            "http://10.0.0.1/v1",
+            "http://0.0.0.0/v1",
+            "http://[::2]/v1",
+            "http://[::ffff:10.0.0.1]/v1",
+            "http://sub.localhost/v1",
+            "127.0.0.1:8080/v1",
+            "not a url",
+            "",
+        ] {
+            assert!(!on_this_machine(elsewhere), "{elsewhere}");
+        }
+    }
+
+    #[test]
+    fn a_server_on_this_machine_charges_nothing_for_what_nothing_prices() {
+        let mut configured = Pricing::default();
+        configured.models.insert("big".into(), Price::new(1_000, 2_000));
+        let usage = Usage { cache_read_tokens: 50, ..Usage::tokens(100, 10, None) };
+
+        let local = CallPricing::new(&configured, "http://user:pw@127.0.0.1:8080/v1");
+        assert_eq!(local.unpriced("local", "small"), None);
+        let free = local.priced("small", usage.clone());
+        assert_eq!((free.credits_nano, free.credits_at_least), (Some(0), false), "cache tokens are free too");
+        let notice = local.free_notice("local", "small").expect("a notice for an unpriced model");
+        assert!(notice.contains("`local`") && notice.contains("`small`") && notice.contains("0 credits"), "{notice}");
+        assert!(!notice.contains("pw"), "credentials are redacted: {notice}");
+        // A model that is priced keeps its price, and no notice is due.
+        assert_eq!(local.priced("big", usage.clone()).credits_nano, Some(100 + 20));
+        assert_eq!(local.free_notice("local", "big"), None);
+
+        // A remote server's unpriced models stay unpriced: a budget refuses them.
+        let remote = CallPricing::new(&configured, "https://127.0.0.1.example.com/v1");
+        assert!(remote.unpriced("remote", "small").is_some_and(|m| m.contains("--max-ai-credits none")));
+        assert_eq!(remote.priced("small", usage).credits_nano, None);
+        assert_eq!(remote.free_notice("remote", "small"), None);
+
+        // A default price is a price: nothing is made free.
+        let priced = Pricing { default: Some(Price::new(5, 5)), ..Pricing::default() };
+        assert_eq!(CallPricing::new(&priced, "http://localhost/v1").free_notice("local", "any"), None);
+    }
 
     #[test]
     fn decimal_credits_parse_exactly() {

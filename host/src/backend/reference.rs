@@ -70,6 +70,10 @@ impl AgentBackend for Identified {
         self.inner.unpriced(model)
     }
 
+    fn free_notice(&self, model: Option<&str>) -> Option<String> {
+        self.inner.free_notice(model)
+    }
+
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let inner = self.inner.with_grants(grants)?;
         Some(Arc::new(Identified { inner, reference: self.reference.clone() }))

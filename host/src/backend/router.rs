@@ -73,6 +73,11 @@ impl AgentBackend for Router {
         backend.unpriced(model.as_deref())
     }
 
+    fn free_notice(&self, model: Option<&str>) -> Option<String> {
+        let (backend, model) = self.route(model);
+        backend.free_notice(model.as_deref())
+    }
+
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let granted = |b: &Arc<dyn AgentBackend>| b.with_grants(grants).unwrap_or_else(|| b.clone());
         let routes = self.routes.iter().map(|r| Route { backend: granted(&r.backend), ..r.clone() }).collect();

@@ -28,6 +28,9 @@ use tokio::sync::{OnceCell, Semaphore};
 
 type Shared = Arc<OnceCell<Result<Option<String>, Abort>>>;
 
+/// The most free-on-this-machine notices one attempt logs (one per backend and model).
+const MAX_NOTICES: usize = 8;
+
 /// What [`Agents::start`] made of an agent call.
 pub(crate) enum Start {
     /// Answered without a wait: a memo hit, or a refusal.
@@ -79,6 +82,8 @@ pub(crate) struct Agents {
     metrics: crate::metrics::BackendMetrics,
     /// The factory's default soft limits (`meta.agentLimits`).
     agent_limits: AgentLimits,
+    /// The backend's free-on-this-machine notices already logged (each once per attempt).
+    noticed: Mutex<Vec<String>>,
 }
 
 impl Agents {
@@ -105,6 +110,7 @@ impl Agents {
             cache_write_tokens: AtomicU64::new(setup.prior.cache_write_tokens),
             metrics: crate::metrics::metrics().backend(&setup.backend.name()),
             agent_limits: setup.agent_limits.clone(),
+            noticed: Mutex::new(Vec::new()),
         }
     }
 
@@ -367,6 +373,17 @@ impl Agents {
             if spent >= budget || spent == u64::MAX {
                 self.spawned.fetch_sub(1, Ordering::SeqCst);
                 return Err(self.attempt.abort(Abort::Limit(LimitKind::MaxAiCredits)));
+            }
+        }
+        // A model on a server on this machine that nothing prices costs 0 credits: said once
+        // in the run's progress (the CLI that started the run prints it on stderr).
+        if let Some(notice) = self.backend.free_notice(model) {
+            let mut noticed = self.noticed.lock().unwrap_or_else(|p| p.into_inner());
+            // Models are the guest's to name: a few notices at most.
+            if noticed.len() < MAX_NOTICES && !noticed.contains(&notice) {
+                noticed.push(notice.clone());
+                drop(noticed);
+                self.progress.log(notice);
             }
         }
         Ok(())

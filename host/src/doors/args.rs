@@ -100,65 +100,108 @@ impl GlobalArgs {
 
 /// Limit overrides shared by `run` and `resume`. Each value is checked by the library's
 /// [`Limits::validate`] while parsing, so `--timeout-seconds -1` (negative numbers are
-/// accepted as values) reports the limit's own error, exit code 2.
+/// accepted as values) reports the limit's own error, exit code 2. `none` lifts the limit:
+/// no limit of that kind for this run, whatever the factory declares.
 #[derive(Args, Debug, Default, Clone)]
 pub struct LimitArgs {
-    /// Override maxConcurrentSubagents (positive integer).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_max_concurrent)]
-    pub max_concurrent_subagents: Option<u32>,
-    /// Override maxTotalSubagents (positive integer).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_max_total)]
-    pub max_total_subagents: Option<u32>,
-    /// Override timeoutSeconds (positive, fractions allowed, at most 2147483.647).
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_timeout)]
-    pub timeout_seconds: Option<f64>,
-    /// Override maxAiCredits (positive).
-    #[arg(long, value_name = "CREDITS", allow_negative_numbers = true, value_parser = parse_credits)]
-    pub max_ai_credits: Option<f64>,
+    /// Override maxConcurrentSubagents (positive integer, or `none`: no cap).
+    #[arg(long, value_name = "N|none", allow_negative_numbers = true, value_parser = parse_max_concurrent)]
+    pub max_concurrent_subagents: Option<Given<u32>>,
+    /// Override maxTotalSubagents (positive integer, or `none`: no cap).
+    #[arg(long, value_name = "N|none", allow_negative_numbers = true, value_parser = parse_max_total)]
+    pub max_total_subagents: Option<Given<u32>>,
+    /// Override timeoutSeconds (positive, fractions allowed, at most 2147483.647; or `none`: no timeout).
+    #[arg(long, value_name = "SECONDS|none", allow_negative_numbers = true, value_parser = parse_timeout)]
+    pub timeout_seconds: Option<Given<f64>>,
+    /// Override maxAiCredits (positive; or `none`: no budget, e.g. for a factory that declares one, run on a model that has no price).
+    #[arg(long, value_name = "CREDITS|none", allow_negative_numbers = true, value_parser = parse_credits)]
+    pub max_ai_credits: Option<Given<f64>>,
 }
 
-/// A count limit: an integer the library accepts, else its [`factory_host::limits::LimitError`] text.
-fn parse_count(field: &'static str, text: &str, set: fn(u32) -> Limits) -> Result<u32, String> {
-    let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
-    let n: i128 = text.trim().parse().map_err(|_| wrong(format!("must be a positive integer, got {text}")))?;
-    let n = u32::try_from(n).map_err(|_| wrong(format!("must be a positive integer of at most {}, got {n}", u32::MAX)))?;
-    set(n).validate().map_err(|e| e.to_string())?;
-    Ok(n)
+/// A limit flag's value: a limit, or `none` (the limit is lifted).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Given<T> {
+    /// This limit.
+    Value(T),
+    /// No limit of this kind.
+    Lifted,
 }
 
-/// A number limit: a number the library accepts, else its error text.
-fn parse_number(field: &'static str, text: &str, set: fn(f64) -> Limits) -> Result<f64, String> {
-    let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
-    let x: f64 = text.trim().parse().map_err(|_| wrong(format!("must be a positive finite number, got {text}")))?;
-    set(x).validate().map_err(|e| e.to_string())?;
-    Ok(x)
-}
-
-fn parse_max_concurrent(text: &str) -> Result<u32, String> {
-    parse_count("maxConcurrentSubagents", text, |n| Limits { max_concurrent_subagents: Some(n), ..Limits::default() })
-}
-
-fn parse_max_total(text: &str) -> Result<u32, String> {
-    parse_count("maxTotalSubagents", text, |n| Limits { max_total_subagents: Some(n), ..Limits::default() })
-}
-
-fn parse_timeout(text: &str) -> Result<f64, String> {
-    parse_number("timeoutSeconds", text, |t| Limits { timeout_seconds: Some(t), ..Limits::default() })
-}
-
-fn parse_credits(text: &str) -> Result<f64, String> {
-    parse_number("maxAiCredits", text, |c| Limits { max_ai_credits: Some(c), ..Limits::default() })
-}
-
-impl LimitArgs {
-    /// The overrides as library limits (validated by the host).
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_concurrent_subagents: self.max_concurrent_subagents,
-            max_total_subagents: self.max_total_subagents,
-            timeout_seconds: self.timeout_seconds,
-            max_ai_credits: self.max_ai_credits,
+impl<T: Copy> Given<T> {
+    /// The value and whether the limit is lifted, as [`Limits`] holds them.
+    fn split(given: Option<Given<T>>) -> (Option<T>, bool) {
+        match given {
+            None => (None, false),
+            Some(Given::Value(v)) => (Some(v), false),
+            Some(Given::Lifted) => (None, true),
         }
     }
 }
 
+/// `none` (any case, trimmed): the flag lifts the limit.
+fn is_none_word(text: &str) -> bool {
+    text.trim().eq_ignore_ascii_case("none")
+}
+
+/// A count limit: an integer the library accepts (or `none`), else its [`factory_host::limits::LimitError`] text.
+fn parse_count(field: &'static str, text: &str, set: fn(u32) -> Limits) -> Result<Given<u32>, String> {
+    if is_none_word(text) {
+        return Ok(Given::Lifted);
+    }
+    let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
+    let n: i128 =
+        text.trim().parse().map_err(|_| wrong(format!("must be a positive integer or `none`, got {text}")))?;
+    let n = u32::try_from(n).map_err(|_| wrong(format!("must be a positive integer of at most {}, got {n}", u32::MAX)))?;
+    set(n).validate().map_err(|e| e.to_string())?;
+    Ok(Given::Value(n))
+}
+
+/// A number limit: a number the library accepts (or `none`), else its error text.
+fn parse_number(field: &'static str, text: &str, set: fn(f64) -> Limits) -> Result<Given<f64>, String> {
+    if is_none_word(text) {
+        return Ok(Given::Lifted);
+    }
+    let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
+    let x: f64 =
+        text.trim().parse().map_err(|_| wrong(format!("must be a positive finite number or `none`, got {text}")))?;
+    set(x).validate().map_err(|e| e.to_string())?;
+    Ok(Given::Value(x))
+}
+
+fn parse_max_concurrent(text: &str) -> Result<Given<u32>, String> {
+    parse_count("maxConcurrentSubagents", text, |n| Limits { max_concurrent_subagents: Some(n), ..Limits::default() })
+}
+
+fn parse_max_total(text: &str) -> Result<Given<u32>, String> {
+    parse_count("maxTotalSubagents", text, |n| Limits { max_total_subagents: Some(n), ..Limits::default() })
+}
+
+fn parse_timeout(text: &str) -> Result<Given<f64>, String> {
+    parse_number("timeoutSeconds", text, |t| Limits { timeout_seconds: Some(t), ..Limits::default() })
+}
+
+fn parse_credits(text: &str) -> Result<Given<f64>, String> {
+    parse_number("maxAiCredits", text, |c| Limits { max_ai_credits: Some(c), ..Limits::default() })
+}
+
+impl LimitArgs {
+    /// The overrides as library limits (validated by the host), lifts included.
+    pub fn limits(&self) -> Limits {
+        let (max_concurrent_subagents, mcs) = Given::split(self.max_concurrent_subagents);
+        let (max_total_subagents, mts) = Given::split(self.max_total_subagents);
+        let (timeout_seconds, ts) = Given::split(self.timeout_seconds);
+        let (max_ai_credits, mac) = Given::split(self.max_ai_credits);
+        Limits {
+            max_concurrent_subagents,
+            max_total_subagents,
+            timeout_seconds,
+            max_ai_credits,
+            lifted: factory_host::limits::Lifted {
+                max_concurrent_subagents: mcs,
+                max_total_subagents: mts,
+                timeout_seconds: ts,
+                max_ai_credits: mac,
+            },
+        }
+    }
+}

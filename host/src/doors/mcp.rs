@@ -261,12 +261,12 @@ struct RunFactoryParams {
 
 const LIMITS_SCHEMA: &str = r#"{
   "type": "object",
-  "description": "Limit overrides for this invocation (each must be positive). Omit to use the factory's declared limits; on resume, raise the limit that stopped the run.",
+  "description": "Limit overrides for this invocation (each must be positive; null lifts the limit: no limit of that kind, whatever the factory declares). Omit to use the factory's declared limits; on resume, raise the limit that stopped the run.",
   "properties": {
-    "maxConcurrentSubagents": {"type": "integer", "minimum": 1, "description": "Subagents running at once; further ones queue."},
-    "maxTotalSubagents": {"type": "integer", "minimum": 1, "description": "Subagent spawns over the whole run, all attempts included."},
-    "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "description": "Active seconds over all attempts."},
-    "maxAiCredits": {"type": "number", "exclusiveMinimum": 0, "description": "AI-credit budget for the whole run (post-paid, fail-closed)."}
+    "maxConcurrentSubagents": {"type": ["integer", "null"], "minimum": 1, "description": "Subagents running at once; further ones queue."},
+    "maxTotalSubagents": {"type": ["integer", "null"], "minimum": 1, "description": "Subagent spawns over the whole run, all attempts included."},
+    "timeoutSeconds": {"type": ["number", "null"], "exclusiveMinimum": 0, "description": "Active seconds over all attempts."},
+    "maxAiCredits": {"type": ["number", "null"], "exclusiveMinimum": 0, "description": "AI-credit budget for the whole run (post-paid, fail-closed)."}
   },
   "additionalProperties": false
 }"#;

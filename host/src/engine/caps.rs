@@ -111,6 +111,10 @@ impl AgentBackend for Capped {
         self.inner.unpriced(model)
     }
 
+    fn free_notice(&self, model: Option<&str>) -> Option<String> {
+        self.inner.free_notice(model)
+    }
+
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let inner = self.inner.with_grants(grants)?;
         Some(Arc::new(Capped { inner, store: self.store.clone(), name: self.name.clone(), cap: self.cap }))

@@ -126,7 +126,7 @@ impl BackendChoice {
 pub struct RunOptions {
     /// Arguments (`{}` when `None`).
     pub args: Option<serde_json::Value>,
-    /// Limit overrides (each present one replaces the declared one).
+    /// Limit overrides (each present one replaces the declared one; a lifted one removes it).
     pub limits: Limits,
     /// The owner session (default [`DEFAULT_SESSION`]).
     pub session: Option<String>,
@@ -1223,7 +1223,7 @@ impl Host {
                 record.envelope.factory, factory.meta.name
             )));
         }
-        let overrides = record.overrides.overridden_by(&options.limits);
+        let overrides = record.overrides.followed_by(&options.limits);
         let limits = factory.meta.limits.overridden_by(&overrides);
         limits.validate()?;
         record.overrides = overrides;

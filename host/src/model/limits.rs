@@ -1,28 +1,131 @@
-//! The four factory limits: declared in `meta`, overridden per invocation, validated before a
-//! run starts; and the per-agent soft limits ([`AgentLimits`]: a call's own, falling back to
-//! the factory's defaults in `meta`) with the [`SoftLimit`] that ended a call.
+//! The four factory limits: declared in `meta`, overridden per invocation (an override may
+//! also lift a declared limit: no limit of that kind for the run), validated before a run
+//! starts; and the per-agent soft limits ([`AgentLimits`]: a call's own, falling back to the
+//! factory's defaults in `meta`) with the [`SoftLimit`] that ended a call.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The largest `timeoutSeconds` accepted (the spec's cap, i32::MAX milliseconds).
 pub const MAX_TIMEOUT_SECONDS: f64 = 2_147_483.647;
 
-/// Factory limits. `None` means "no limit of this kind".
+/// Factory limits. `None` means "no limit of this kind". As the overrides of an invocation
+/// a limit may also be lifted ([`Lifted`]): no limit of that kind, whatever the factory
+/// declares. JSON: camelCase fields, absent when not given; a lifted limit is `null`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(from = "LimitsForm", into = "LimitsForm")]
 pub struct Limits {
     /// Subagents running at once; more wait in a queue.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_subagents: Option<u32>,
     /// Subagent spawns over the whole run (all attempts).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_total_subagents: Option<u32>,
     /// Accumulated active seconds over all attempts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<f64>,
     /// AI-credit budget for the run (post-paid, fail-closed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_ai_credits: Option<f64>,
+    /// The limits these overrides lift (each then has no value). Effective limits
+    /// ([`Limits::overridden_by`]) and declared ones lift nothing.
+    pub lifted: Lifted,
+}
+
+/// Which limits an override lifts: no limit of that kind for the invocation, whatever the
+/// factory declares (`--max-ai-credits none`; `"maxAiCredits": null` in JSON).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lifted {
+    /// `maxConcurrentSubagents` is lifted.
+    pub max_concurrent_subagents: bool,
+    /// `maxTotalSubagents` is lifted.
+    pub max_total_subagents: bool,
+    /// `timeoutSeconds` is lifted.
+    pub timeout_seconds: bool,
+    /// `maxAiCredits` is lifted.
+    pub max_ai_credits: bool,
+}
+
+impl Lifted {
+    /// The names (as the spec spells them) of the lifted limits, in declaration order.
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            (self.max_concurrent_subagents, "maxConcurrentSubagents"),
+            (self.max_total_subagents, "maxTotalSubagents"),
+            (self.timeout_seconds, "timeoutSeconds"),
+            (self.max_ai_credits, "maxAiCredits"),
+        ]
+        .into_iter()
+        .filter_map(|(lifted, name)| lifted.then_some(name))
+        .collect()
+    }
+}
+
+/// The JSON form of [`Limits`]: per field absent (not given), `null` (lifted) or a value.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LimitsForm {
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    max_concurrent_subagents: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    max_total_subagents: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    timeout_seconds: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    max_ai_credits: Option<Option<f64>>,
+}
+
+/// A field that is present: `Some(None)` for `null`, `Some(Some(v))` for a value.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// A field's value and whether it is lifted, from its JSON form.
+fn unform<T>(field: Option<Option<T>>) -> (Option<T>, bool) {
+    match field {
+        None => (None, false),
+        Some(None) => (None, true),
+        Some(Some(value)) => (Some(value), false),
+    }
+}
+
+/// A field's JSON form from its value and whether it is lifted (a value wins).
+fn form<T>(value: Option<T>, lifted: bool) -> Option<Option<T>> {
+    match value {
+        Some(value) => Some(Some(value)),
+        None => lifted.then_some(None),
+    }
+}
+
+impl From<LimitsForm> for Limits {
+    fn from(f: LimitsForm) -> Limits {
+        let (max_concurrent_subagents, mcs) = unform(f.max_concurrent_subagents);
+        let (max_total_subagents, mts) = unform(f.max_total_subagents);
+        let (timeout_seconds, ts) = unform(f.timeout_seconds);
+        let (max_ai_credits, mac) = unform(f.max_ai_credits);
+        Limits {
+            max_concurrent_subagents,
+            max_total_subagents,
+            timeout_seconds,
+            max_ai_credits,
+            lifted: Lifted { max_concurrent_subagents: mcs, max_total_subagents: mts, timeout_seconds: ts, max_ai_credits: mac },
+        }
+    }
+}
+
+impl From<Limits> for LimitsForm {
+    fn from(l: Limits) -> LimitsForm {
+        LimitsForm {
+            max_concurrent_subagents: form(l.max_concurrent_subagents, l.lifted.max_concurrent_subagents),
+            max_total_subagents: form(l.max_total_subagents, l.lifted.max_total_subagents),
+            timeout_seconds: form(l.timeout_seconds, l.lifted.timeout_seconds),
+            max_ai_credits: form(l.max_ai_credits, l.lifted.max_ai_credits),
+        }
+    }
+}
+
+/// One limit of an override after an earlier one: the later one's when it gives or lifts it.
+fn later<T: Copy>(earlier: (Option<T>, bool), later: (Option<T>, bool)) -> (Option<T>, bool) {
+    if later.0.is_some() || later.1 {
+        later
+    } else {
+        earlier
+    }
 }
 
 /// A limit value that is not allowed.
@@ -68,16 +171,62 @@ impl Limits {
                 return bad("maxAiCredits", format!("must be a positive finite number, got {c}"));
             }
         }
+        let given = [
+            self.max_concurrent_subagents.is_some(),
+            self.max_total_subagents.is_some(),
+            self.timeout_seconds.is_some(),
+            self.max_ai_credits.is_some(),
+        ];
+        let lifted = [self.lifted.max_concurrent_subagents, self.lifted.max_total_subagents, self.lifted.timeout_seconds, self.lifted.max_ai_credits];
+        let names = ["maxConcurrentSubagents", "maxTotalSubagents", "timeoutSeconds", "maxAiCredits"];
+        if let Some(i) = (0..4).find(|&i| given[i] && lifted[i]) {
+            return bad(names[i], "is both given and lifted".into());
+        }
         Ok(())
     }
 
-    /// These limits with every limit present in `overrides` replacing its counterpart.
+    /// The effective limits: these (declared) limits with every limit `overrides` gives
+    /// replacing its counterpart and every limit it lifts removed. Lifts nothing itself.
     pub fn overridden_by(&self, overrides: &Limits) -> Limits {
+        fn pick<T>(declared: Option<T>, given: Option<T>, lifted: bool) -> Option<T> {
+            if lifted {
+                None
+            } else {
+                given.or(declared)
+            }
+        }
+        let lifted = &overrides.lifted;
         Limits {
-            max_concurrent_subagents: overrides.max_concurrent_subagents.or(self.max_concurrent_subagents),
-            max_total_subagents: overrides.max_total_subagents.or(self.max_total_subagents),
-            timeout_seconds: overrides.timeout_seconds.or(self.timeout_seconds),
-            max_ai_credits: overrides.max_ai_credits.or(self.max_ai_credits),
+            max_concurrent_subagents: pick(
+                self.max_concurrent_subagents,
+                overrides.max_concurrent_subagents,
+                lifted.max_concurrent_subagents,
+            ),
+            max_total_subagents: pick(self.max_total_subagents, overrides.max_total_subagents, lifted.max_total_subagents),
+            timeout_seconds: pick(self.timeout_seconds, overrides.timeout_seconds, lifted.timeout_seconds),
+            max_ai_credits: pick(self.max_ai_credits, overrides.max_ai_credits, lifted.max_ai_credits),
+            lifted: Lifted::default(),
+        }
+    }
+
+    /// These overrides followed by `next` (a resume's): each limit `next` gives or lifts
+    /// replaces this one's, the others stay (lifts included).
+    pub fn followed_by(&self, next: &Limits) -> Limits {
+        let (a, b) = (&self.lifted, &next.lifted);
+        let (max_concurrent_subagents, mcs) = later(
+            (self.max_concurrent_subagents, a.max_concurrent_subagents),
+            (next.max_concurrent_subagents, b.max_concurrent_subagents),
+        );
+        let (max_total_subagents, mts) =
+            later((self.max_total_subagents, a.max_total_subagents), (next.max_total_subagents, b.max_total_subagents));
+        let (timeout_seconds, ts) = later((self.timeout_seconds, a.timeout_seconds), (next.timeout_seconds, b.timeout_seconds));
+        let (max_ai_credits, mac) = later((self.max_ai_credits, a.max_ai_credits), (next.max_ai_credits, b.max_ai_credits));
+        Limits {
+            max_concurrent_subagents,
+            max_total_subagents,
+            timeout_seconds,
+            max_ai_credits,
+            lifted: Lifted { max_concurrent_subagents: mcs, max_total_subagents: mts, timeout_seconds: ts, max_ai_credits: mac },
         }
     }
 
@@ -258,6 +407,7 @@ mod tests {
             max_total_subagents: Some(10),
             timeout_seconds: Some(MAX_TIMEOUT_SECONDS),
             max_ai_credits: Some(0.5),
+            lifted: Lifted::default(),
         };
         assert_eq!(ok.validate(), Ok(()));
         assert!(Limits { timeout_seconds: Some(90.5), ..Default::default() }.validate().is_ok());
@@ -272,5 +422,40 @@ mod tests {
         assert_eq!(merged.concurrency(), Some(10));
         let capped = merged.overridden_by(&Limits { max_concurrent_subagents: Some(2), ..Default::default() });
         assert_eq!(capped.concurrency(), Some(2));
+    }
+
+    #[test]
+    fn a_lifted_limit_is_null_in_json_and_removes_the_declared_one_through_resumes() {
+        let lift = |lifted: Lifted| Limits { lifted, ..Default::default() };
+        let no_budget = lift(Lifted { max_ai_credits: true, ..Default::default() });
+        assert_eq!(serde_json::to_value(no_budget).unwrap(), serde_json::json!({"maxAiCredits": null}));
+        let read: Limits = serde_json::from_str(r#"{"maxAiCredits": null, "timeoutSeconds": 5}"#).unwrap();
+        assert_eq!(read, Limits { timeout_seconds: Some(5.0), ..no_budget });
+        // Absent is not given; a value round-trips; nothing else changed in the JSON form.
+        assert_eq!(serde_json::from_str::<Limits>("{}").unwrap(), Limits::default());
+        assert_eq!(serde_json::to_string(&Limits::default()).unwrap(), "{}");
+        let some = Limits { max_total_subagents: Some(4), max_ai_credits: Some(2.5), ..Default::default() };
+        assert_eq!(serde_json::to_string(&some).unwrap(), r#"{"maxTotalSubagents":4,"maxAiCredits":2.5}"#);
+        assert_eq!(serde_json::from_str::<Limits>(&serde_json::to_string(&some).unwrap()).unwrap(), some);
+
+        let declared = Limits { max_total_subagents: Some(10), max_ai_credits: Some(5.0), ..Default::default() };
+        let effective = declared.overridden_by(&no_budget);
+        assert_eq!(effective, Limits { max_total_subagents: Some(10), ..Default::default() }, "effective limits lift nothing");
+        assert_eq!(effective.validate(), Ok(()));
+        assert_eq!(no_budget.lifted.names(), ["maxAiCredits"]);
+
+        // A resume that says nothing keeps the lift; one that gives a budget replaces it.
+        let kept = no_budget.followed_by(&Limits { max_concurrent_subagents: Some(2), ..Default::default() });
+        assert_eq!(declared.overridden_by(&kept).max_ai_credits, None);
+        assert_eq!(kept.max_concurrent_subagents, Some(2));
+        let budget = kept.followed_by(&Limits { max_ai_credits: Some(7.0), ..Default::default() });
+        assert_eq!(declared.overridden_by(&budget).max_ai_credits, Some(7.0));
+        assert!(!budget.lifted.max_ai_credits);
+        // And a later lift removes an earlier override's value.
+        let lifted_again = budget.followed_by(&no_budget);
+        assert_eq!(declared.overridden_by(&lifted_again).max_ai_credits, None);
+
+        let both = Limits { max_ai_credits: Some(1.0), ..no_budget };
+        assert_eq!(both.validate().unwrap_err().field, "maxAiCredits");
     }
 }

@@ -72,6 +72,8 @@ impl FactoryMeta {
             return Err(MetaError::Name(name));
         }
         limits.validate()?;
+        // A factory declares limits; lifting one is an invocation's.
+        let limits = Limits { lifted: Default::default(), ..limits };
         agent_limits.validate()?;
         let args_schema = match args_schema {
             None => None,

@@ -40,6 +40,7 @@ pub(crate) fn meta_from_wit(meta: wit::Meta) -> Result<FactoryMeta, MetaError> {
         max_total_subagents: meta.limits.max_total_subagents,
         timeout_seconds: meta.limits.timeout_seconds,
         max_ai_credits: meta.limits.max_ai_credits,
+        lifted: Default::default(),
     };
     let phases = meta.phases.into_iter().map(|p| PhaseDecl { title: p.title, detail: p.detail }).collect();
     let agent_limits = agent_limits_from_wit(meta.agent_limits);

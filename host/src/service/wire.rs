@@ -26,8 +26,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 /// The version of the wire form: every frame carries it as `"wire"`.
 /// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`
-/// deletes a run.
-pub const WIRE_VERSION: u32 = 5;
+/// deletes a run. Version 6: a limit override given as `null` lifts the limit (no limit of
+/// that kind for the run), where version 5 read it as not given.
+pub const WIRE_VERSION: u32 = 6;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -423,7 +424,12 @@ mod tests {
                 session: "s".into(),
                 component: Target::Registered("review".into()),
                 args: Some(serde_json::json!({"files": ["a"]})),
-                limits: Limits { max_total_subagents: Some(4), ..Default::default() },
+                // A lifted limit goes as null and comes back lifted.
+                limits: Limits {
+                    max_total_subagents: Some(4),
+                    lifted: crate::model::limits::Lifted { max_ai_credits: true, ..Default::default() },
+                    ..Default::default()
+                },
                 backend: BackendChoice::default(),
                 grants: vec![PathBuf::from("/tmp")],
                 declined: false,
@@ -442,14 +448,14 @@ mod tests {
             assert_eq!(parse_request(&bytes).unwrap(), request, "{}", String::from_utf8_lossy(&bytes));
         }
         let text = String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":5,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        assert_eq!(text, r#"{"wire":6,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Follow { scope: Scope::Owner, run_id: "r".into(), after_seq: 2 }))).unwrap();
-        assert_eq!(text, r#"{"wire":5,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
+        assert_eq!(text, r#"{"wire":6,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None }))).unwrap();
-        assert_eq!(text, r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#);
+        assert_eq!(text, r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":5,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":6,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -461,28 +467,30 @@ mod tests {
             r#"{"wire":3,"body":{"op":"runs","session":"s"}}"#,
             // Version 4 answered `runs` with whole envelopes.
             r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 5 read a limit given as null as not given; it now lifts the limit.
+            r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":6,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":7,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 6"), "{e}");
+        assert!(e.contains("version 7"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":5,"body":{"op":"runs","scope":"owner","all":true}}"#,
-            r#"{"wire":5,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
-            r#"{"wire":5,"body":{"op":"drop","scope":"owner"}}"#,
-            r#"{"wire":5,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            r#"{"wire":6,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":6,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":6,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":6,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
             // A bare session where a scope goes, a scope that is neither form, a session
             // with more beside it, and a start request without its concrete session.
-            r#"{"wire":5,"body":{"op":"runs","session":"s"}}"#,
-            r#"{"wire":5,"body":{"op":"runs","scope":"all"}}"#,
-            r#"{"wire":5,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
-            r#"{"wire":5,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
+            r#"{"wire":6,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":6,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":6,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":6,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -493,7 +501,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":5,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":6,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),

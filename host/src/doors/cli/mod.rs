@@ -49,13 +49,16 @@ enum Command {
   factory run examples/hello --args '{\"name\":\"Ada\"}'
   factory run ideas/ideas.ts --backend openai --model gpt-4o-mini
   factory run examples/review-changed --record review.cassette
-  factory run examples/review-changed --replay review.cassette --json")]
+  factory run examples/review-changed --replay review.cassette --json
+  OPENAI_BASE_URL=http://127.0.0.1:8080/v1 factory run examples/review-changed --backend openai --model local
+  factory run examples/review-changed --backend openai --model my-finetune --max-ai-credits none")]
     Run(run::RunArgs),
     /// Resume a run that stopped (limit, crash, cancel, a spent quota, also before its
     /// `resumeAt`): journaled work replays for free.
     #[command(after_help = "Examples:
   factory resume 0192f3c4-...                         # journaled work replays for free
   factory resume 0192f3c4-... --max-total-subagents 200
+  factory resume 0192f3c4-... --max-ai-credits none      # lift the budget
   factory resume 0192f3c4-... --component ./edited.wasm")]
     Resume(run::ResumeArgs),
     /// List the session's runs (every session's with --all), oldest first: summaries,

@@ -193,7 +193,13 @@ async fn ask(
         )),
         None => text.push_str(&format!("  sha256:   {}\n", factory.component.hash)),
     }
-    text.push_str(&format!("  limits:   {} (declared: {})\n", show_limits(&effective), show_limits(&meta.limits)));
+    let mut limits = show_limits(&effective);
+    // A declared limit this run lifts shows as lifted, not just missing.
+    let lifted: Vec<String> = overrides.lifted.names().iter().map(|name| format!("{name}=none (lifted)")).collect();
+    if !lifted.is_empty() {
+        limits = if effective == Limits::default() { lifted.join(" ") } else { format!("{limits} {}", lifted.join(" ")) };
+    }
+    text.push_str(&format!("  limits:   {limits} (declared: {})\n", show_limits(&meta.limits)));
     text.push_str(&format!(
         "  imports:  {}\n",
         if wasi {
