@@ -45,7 +45,12 @@ pub struct Learned {
 impl Learned {
     /// Read the rate-limit headers of a reply (OpenAI or Anthropic style; absent: nothing).
     pub fn of(headers: &HeaderMap, now: SystemTime) -> Learned {
-        if headers.is_empty() {
+        // Most replies of an unlimited server carry none: one pass over the names says so.
+        let metered = headers.keys().any(|name| {
+            let name = name.as_str();
+            name.starts_with("x-ratelimit-") || name.starts_with("anthropic-ratelimit-")
+        });
+        if !metered {
             return Learned::default();
         }
         let openai = |[limit, remaining, reset]: [&str; 3]| window(headers, limit, remaining, reset, go_duration);

@@ -394,17 +394,15 @@ impl Flow {
                 door
             }
         };
-        let charge = {
-            let s = self.state();
-            input_tokens as f64 + s.output_estimate
-        };
+        // What the call is charged of a token budget: its prompt and the average reply.
+        let mut charge = None;
+        // Armed before a wait (then the state is looked at again), so no release is missed.
+        let mut freed: Option<std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>>> = None;
         loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            let (wait, shared) = {
+            let (wait, shared, admitted) = {
                 let mut guard = self.state();
                 let s = &mut *guard;
+                let charge = *charge.get_or_insert(input_tokens as f64 + s.output_estimate);
                 let now = Instant::now();
                 let elapsed = now.duration_since(s.refilled).as_secs_f64();
                 s.refilled = now;
@@ -425,8 +423,10 @@ impl Flow {
                 } else {
                     None
                 };
+                // The common case, admitted at once under this same lock.
+                let admitted = (wait.is_none() && shared.is_none()).then(|| admit_locked(s, charge));
                 s.waiting_for = wait.map(|(why, _)| why);
-                if let Some((why, _)) = wait {
+                if let Some((why, _)) = wait.filter(|_| freed.is_some()) {
                     match &mut wait_span {
                         Some((_, reason)) => *reason = Some(why),
                         None => wait_span = Some((crate::trace::flow_wait(&self.backend), Some(why))),
@@ -440,18 +440,33 @@ impl Flow {
                     requests_left: s.requests.as_ref().map_or(1.0, |b| b.level),
                     tokens_left: s.tokens.as_ref().map_or(1.0, |b| b.level),
                 };
-                (wait, shared.map(|sh| (sh, rates)))
+                (wait, shared.map(|sh| (sh, rates)), admitted)
             };
+            let charge = charge.unwrap_or(0.0);
+            if let Some(seq) = admitted {
+                return self.admitted(seq, charge, started, wait_span, queued);
+            }
             match wait {
+                Some(_) if freed.is_none() => {
+                    let mut armed = Box::pin(self.freed.notified());
+                    armed.as_mut().enable();
+                    freed = Some(armed);
+                }
                 // A reply in the meantime may change the answer (a token budget trued up, a
                 // rate learned): look again then.
                 Some((_, Some(d))) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(d) => {}
-                        _ = &mut freed => {}
+                    if let Some(mut armed) = freed.take() {
+                        tokio::select! {
+                            _ = tokio::time::sleep(d) => {}
+                            _ = &mut armed => {}
+                        }
                     }
                 }
-                Some((_, None)) => freed.await,
+                Some((_, None)) => {
+                    if let Some(armed) = freed.take() {
+                        armed.await;
+                    }
+                }
                 None => {
                     if let Some((shared, rates)) = shared {
                         match shared.take(&self.key, rates, charge).await {
@@ -479,29 +494,30 @@ impl Flow {
                             }
                         }
                     }
-                    let mut s = self.state();
-                    if let Some(b) = s.requests.as_mut() {
-                        b.level -= 1.0;
-                    }
-                    if let Some(b) = s.tokens.as_mut() {
-                        b.level -= charge;
-                    }
-                    s.in_flight += 1;
-                    s.admitted += 1;
-                    s.waiting_for = None;
-                    let seq = s.admitted;
-                    drop(s);
-                    let waited = started.elapsed();
-                    self.wait_nanos.fetch_add(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-                    self.metrics.waited(waited);
-                    if let Some((span, reason)) = wait_span {
-                        crate::trace::flow_waited(&span, reason.map_or("queue", WaitReason::as_str), waited);
-                    }
-                    drop(queued);
-                    return Permit { flow: self.clone(), seq, charged: charge, waited, released: false };
+                    let seq = admit_locked(&mut self.state(), charge);
+                    return self.admitted(seq, charge, started, wait_span, queued);
                 }
             }
         }
+    }
+
+    /// The permit of call number `seq`, admitted after waiting since `started`.
+    fn admitted(
+        self: &Arc<Self>,
+        seq: u64,
+        charge: f64,
+        started: Instant,
+        wait_span: Option<(tracing::Span, Option<WaitReason>)>,
+        queued: Queued<'_>,
+    ) -> Permit {
+        let waited = started.elapsed();
+        self.wait_nanos.fetch_add(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.metrics.waited(waited);
+        if let Some((span, reason)) = wait_span {
+            crate::trace::flow_waited(&span, reason.map_or("queue", WaitReason::as_str), waited);
+        }
+        drop(queued);
+        Permit { flow: self.clone(), seq, charged: charge, waited, released: false }
     }
 
     fn release(&self) {
@@ -510,6 +526,21 @@ impl Flow {
         drop(s);
         self.freed.notify_one();
     }
+}
+
+/// Take one request and `charge` tokens from the buckets and a place in flight; the call's
+/// admission number.
+fn admit_locked(s: &mut State, charge: f64) -> u64 {
+    if let Some(b) = s.requests.as_mut() {
+        b.level -= 1.0;
+    }
+    if let Some(b) = s.tokens.as_mut() {
+        b.level -= charge;
+    }
+    s.in_flight += 1;
+    s.admitted += 1;
+    s.waiting_for = None;
+    s.admitted
 }
 
 /// Counts a call as queued until dropped.
