@@ -90,29 +90,8 @@ fn header_reset(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 /// A Go duration (`1s`, `6m0s`, `20ms`, `1h2m3.5s`): `None` for anything else (a sign, a
 /// unit it does not know, no number). Too large a value reads as [`Duration::MAX`].
 pub(crate) fn go_duration(text: &str) -> Option<Duration> {
-    let mut rest = text.trim();
-    if rest.is_empty() || rest.len() > MAX_HEADER_CHARS {
-        return None;
-    }
-    let mut seconds = 0f64;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let number: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" | "μs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        seconds += number * scale;
-    }
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
+    let seconds = super::flow::headers::go_seconds(text)?;
+    Some(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
 }
 
 /// An RFC 3339 time in UTC (`Z` or `+00:00`); `None` for anything else.

@@ -11,7 +11,7 @@
 
 use crate::backend::flow::{SharedBudget, SharedBudgetError, SharedRates};
 use crate::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind};
-use crate::store::queue::{FlowRates, RunQueue};
+use crate::store::queue::RunQueue;
 use crate::store::{Store, StoreError};
 use futures::future::{BoxFuture, FutureExt};
 use std::collections::BTreeMap;
@@ -224,14 +224,6 @@ impl StoreBudget {
 
 impl SharedBudget for StoreBudget {
     fn take(&self, key: &str, rates: SharedRates, tokens: f64) -> BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
-        let rates = FlowRates {
-            requests: rates.requests,
-            request_burst: rates.request_burst,
-            tokens: rates.tokens,
-            token_burst: rates.token_burst,
-            requests_left: rates.requests_left,
-            tokens_left: rates.tokens_left,
-        };
         let work = self.on_queue(|queue| queue.take_flow_budget(budget_key(key), rates, tokens));
         self.ask(work)
     }

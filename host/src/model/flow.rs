@@ -144,6 +144,24 @@ impl FlowWatch {
     }
 }
 
+/// The rates a shared flow budget refills at, and its bucket sizes (a backend's request and
+/// token buckets, as its flow paces them): what a flow hands the budget its workers share.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FlowRates {
+    /// Requests per second (`None`: requests are not metered).
+    pub requests: Option<f64>,
+    /// The request bucket's size.
+    pub request_burst: f64,
+    /// Tokens per second (`None`: tokens are not metered).
+    pub tokens: Option<f64>,
+    /// The token bucket's size.
+    pub token_burst: f64,
+    /// What the caller's own request bucket holds: a new budget starts from it (at most full).
+    pub requests_left: f64,
+    /// What the caller's own token bucket holds (likewise).
+    pub tokens_left: f64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 //! backend endpoint and key ([`RunQueue::take_flow_budget`]). A store of one process has no
 //! queue ([`crate::store::Store::run_queue`] is `None`): its runs execute where they start.
 
+pub use crate::model::flow::FlowRates;
 use super::{RunRecord, StoreError};
 use crate::model::recorded::BackendRef;
 use crate::model::script::ScriptRef;
@@ -47,24 +48,6 @@ pub struct Reaped {
     pub workers: Vec<String>,
     /// Their runs put back in the queue.
     pub runs: Vec<String>,
-}
-
-/// The rates a shared flow budget refills at, and its bucket sizes (a backend's request and
-/// token buckets, as its flow paces them).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct FlowRates {
-    /// Requests per second (`None`: requests are not metered).
-    pub requests: Option<f64>,
-    /// The request bucket's size.
-    pub request_burst: f64,
-    /// Tokens per second (`None`: tokens are not metered).
-    pub tokens: Option<f64>,
-    /// The token bucket's size.
-    pub token_burst: f64,
-    /// What the caller's own request bucket holds: a new budget starts from it (at most full).
-    pub requests_left: f64,
-    /// What the caller's own token bucket holds (likewise).
-    pub tokens_left: f64,
 }
 
 /// The queue and call slots of a shared store; every call is one transaction that first

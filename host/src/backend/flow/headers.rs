@@ -111,6 +111,12 @@ const MAX_RESET: Duration = Duration::from_secs(24 * 3600);
 
 /// A Go duration as OpenAI writes it (`1s`, `6m0s`, `20ms`, `1m30.5s`, `1h2m`), at most a day.
 pub fn go_duration(text: &str) -> Option<Duration> {
+    Duration::try_from_secs_f64(go_seconds(text)?).ok().filter(|d| *d <= MAX_RESET)
+}
+
+/// The seconds a Go duration says (finite, not negative); `None` for anything else (a sign, a
+/// unit it does not know, no number, more than 64 characters).
+pub(crate) fn go_seconds(text: &str) -> Option<f64> {
     let mut rest = text.trim();
     if rest.is_empty() || rest.len() > 64 {
         return None;
@@ -126,14 +132,14 @@ pub fn go_duration(text: &str) -> Option<Duration> {
             "m" => 60.0,
             "s" => 1.0,
             "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
+            "us" | "µs" | "μs" => 1e-6,
             "ns" => 1e-9,
             _ => return None,
         };
         rest = &rest[unit_len..];
         total += number * seconds;
     }
-    Duration::try_from_secs_f64(total).ok().filter(|d| *d <= MAX_RESET)
+    (total.is_finite() && total >= 0.0).then_some(total)
 }
 
 /// The time from `now` until an RFC 3339 instant (Anthropic's resets); zero when it passed,
@@ -149,11 +155,12 @@ pub fn rfc3339_from(text: &str, now: SystemTime) -> Option<Duration> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use reqwest::header::{HeaderName, HeaderValue};
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    /// A header map of `pairs` (for the flow's tests too).
+    pub(crate) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
             h.insert(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());

@@ -94,21 +94,7 @@ pub trait SharedBudget: Send + Sync + 'static {
 }
 
 /// The rates a shared budget refills at (per second) and its bucket sizes.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct SharedRates {
-    /// Requests per second, when metered.
-    pub requests: Option<f64>,
-    /// Request bucket size.
-    pub request_burst: f64,
-    /// Tokens per second, when metered.
-    pub tokens: Option<f64>,
-    /// Token bucket size.
-    pub token_burst: f64,
-    /// What this flow's own request bucket holds (a new shared budget starts from it).
-    pub requests_left: f64,
-    /// What this flow's own token bucket holds (likewise).
-    pub tokens_left: f64,
-}
+pub use crate::model::flow::FlowRates as SharedRates;
 
 /// A shared budget that could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -731,16 +717,8 @@ fn learn(s: &mut State, learned: &Learned) {
 
 #[cfg(test)]
 mod tests {
+    use super::headers::tests::headers;
     use super::*;
-    use reqwest::header::{HeaderName, HeaderValue};
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.insert(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
-        }
-        h
-    }
 
     #[tokio::test]
     async fn a_configured_rate_paces_admissions() {
