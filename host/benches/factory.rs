@@ -13,7 +13,9 @@
 //! (9) the dashboard drawing a 4,096-agent run in headless Chromium (`tests/browser/render.mjs`;
 //! Node, `npm ci` in tests/browser and /usr/bin/chromium are required) and (10) the PostgreSQL
 //! store against a server it starts (Debian's PostgreSQL 15 is required; a missing one fails
-//! the bench with the install hint). The backend is a small
+//! the bench with the install hint) and (11) flow control: a fan-out against a provider that
+//! throttles (`tests/common/throttling.rs`) against its floor, and the flow controller's cost
+//! per admitted call against the host's per agent. The backend is a small
 //! in-process latency backend (a timer thread, so 1 ms means 1 ms, not a tokio tick): the
 //! boundary, not the thing measured. Correctness checks (results complete, a resume makes no
 //! backend call, a resume runs no step producer, a memo hit makes no backend call) fail the
