@@ -4,12 +4,9 @@
 //! records every prompt it was asked and every prompt it answered, so a test can count what
 //! reached the backend.
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::Response;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -91,31 +88,8 @@ impl FakeOpenAi {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind 127.0.0.1");
         let port = listener.local_addr().expect("local addr").port();
         let state = Arc::new(Mutex::new(State { mode: Some(mode), ..State::default() }));
-        let shared = state.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let stream = match listener.accept().await {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        eprintln!("fake_openai: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                        continue;
-                    }
-                };
-                let state = shared.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let state = state.clone();
-                    async move {
-                        let anthropic = req.uri().path().ends_with("/v1/messages");
-                        let bytes = req.into_body().collect().await?.to_bytes();
-                        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                        Ok::<_, hyper::Error>(answer(&state, &body, anthropic).await)
-                    }
-                });
-                tokio::spawn(async move {
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
+        let task = super::throttling::serve(listener, state.clone(), |state, body, anthropic| async move {
+            answer(&state, &body, anthropic).await
         });
         FakeOpenAi { port, state, task }
     }

@@ -139,28 +139,7 @@ impl Throttling {
             throttled: 0,
             answered: Vec::new(),
         }));
-        let shared = state.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                };
-                let state = shared.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let state = state.clone();
-                    async move {
-                        let anthropic = req.uri().path().ends_with("/v1/messages");
-                        let bytes = req.into_body().collect().await?.to_bytes();
-                        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                        Ok::<_, hyper::Error>(answer(&state, &body, anthropic).await)
-                    }
-                });
-                tokio::spawn(async move {
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
-        });
+        let task = serve(listener, state.clone(), |state, body, anthropic| async move { answer(&state, &body, anthropic).await });
         Throttling { port, state, task }
     }
 
@@ -196,6 +175,42 @@ impl Drop for Throttling {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// Serve HTTP/1 on `listener` until the task is aborted: each request's body read as JSON
+/// (`null` when it is not) and answered by `answer(state, body, anthropic)`, `anthropic` when
+/// its path is Anthropic's `.../v1/messages`. (The fake providers of the tests share it.)
+pub fn serve<S, F, Fut>(listener: tokio::net::TcpListener, state: Arc<S>, answer: F) -> tokio::task::JoinHandle<()>
+where
+    S: Send + Sync + 'static,
+    F: Fn(Arc<S>, Value, bool) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    eprintln!("fake provider: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+            };
+            let (state, answer) = (state.clone(), answer.clone());
+            let service = service_fn(move |req: Request<Incoming>| {
+                let (state, answer) = (state.clone(), answer.clone());
+                async move {
+                    let anthropic = req.uri().path().ends_with("/v1/messages");
+                    let bytes = req.into_body().collect().await?.to_bytes();
+                    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    Ok::<_, hyper::Error>(answer(state, body, anthropic).await)
+                }
+            });
+            tokio::spawn(async move {
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    })
 }
 
 fn user_prompt(body: &Value) -> String {
