@@ -4,6 +4,7 @@
 //! records every prompt it was asked and every prompt it answered, so a test can count what
 //! reached the backend.
 
+use super::throttling::user_prompt;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::Response;
@@ -172,14 +173,6 @@ pub fn answer_text(prompt: &str) -> String {
     format!("real answer to: {prompt}")
 }
 
-fn user_prompt(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_string()
-}
 
 fn completion(content: &str, prompt_tokens: u64, completion_tokens: u64) -> String {
     json!({

@@ -213,7 +213,8 @@ where
     })
 }
 
-fn user_prompt(body: &Value) -> String {
+/// The last user message of a chat request (OpenAI or Anthropic); empty when none.
+pub fn user_prompt(body: &Value) -> String {
     body["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
