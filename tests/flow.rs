@@ -51,6 +51,7 @@ async fn a_wide_fan_out_runs_at_the_providers_rate_with_few_429s() {
     let (envelope, log) = fan_out(state.path(), 300, 64).await;
     assert_all_answered(&envelope, 300, &log);
     let counts = server.counts();
+    eprintln!("provider saw: {counts:?}");
     assert_eq!(counts.answered, 300, "{counts:?}");
     assert!(counts.throttled_share() <= 0.10, "429s are backpressure, not a stampede: {counts:?}");
 }
@@ -63,6 +64,7 @@ async fn anthropic_style_limits_are_learned_too() {
     let (envelope, log) = fan_out(state.path(), 150, 64).await;
     assert_all_answered(&envelope, 150, &log);
     let counts = server.counts();
+    eprintln!("provider saw: {counts:?}");
     assert!(counts.throttled_share() <= 0.10, "{counts:?}");
 }
 
@@ -78,6 +80,7 @@ async fn a_token_budget_is_kept_as_well_as_the_request_rate() {
     let (envelope, log) = fan_out(state.path(), 40, 4).await;
     assert_all_answered(&envelope, 40, &log);
     let counts = server.counts();
+    eprintln!("provider saw: {counts:?}");
     assert!(counts.throttled_share() <= 0.10, "{counts:?}");
 }
 
@@ -90,6 +93,7 @@ async fn a_configured_rate_is_kept_from_the_first_request() {
     let (envelope, log) = fan_out(state.path(), 100, 64).await;
     assert_all_answered(&envelope, 100, &log);
     let counts = server.counts();
+    eprintln!("provider saw: {counts:?}");
     assert!(counts.throttled <= 2, "{counts:?}");
     assert!(counts.max_received_per_second <= 2 * 20 + 2, "{counts:?}");
 }
@@ -116,6 +120,7 @@ async fn three_runs_of_one_service_share_the_budget() {
         assert_all_answered(&envelope, 80, &stderr(&out));
     }
     let counts = server.counts();
+    eprintln!("provider saw: {counts:?}");
     assert_eq!(counts.answered, 240, "{counts:?}");
     assert!(counts.throttled_share() <= 0.10, "one budget for the three runs: {counts:?}\n{}", service.log());
     // A token bucket admits its burst and a second's refill in the first second; beyond that

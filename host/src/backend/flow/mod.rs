@@ -559,7 +559,8 @@ impl Permit {
         let mut s = flow.state();
         let now = Instant::now();
         if !s.limits.fixed {
-            learn(&mut s, &learned);
+            let after = s.admitted.saturating_sub(self.seq) as f64;
+            learn(&mut s, &learned, after, after * self.charged);
             if s.slow_start {
                 s.window += 1.0;
             } else {
@@ -614,7 +615,8 @@ impl Permit {
         let until = now + wait;
         s.gate = Some(s.gate.map_or(until, |g| g.max(until)));
         if !s.limits.fixed {
-            learn(&mut s, &learned);
+            let after = s.admitted.saturating_sub(self.seq) as f64;
+            learn(&mut s, &learned, after, after * self.charged);
             if self.seq > s.cut_at {
                 s.cut_at = s.admitted;
                 s.slow_start = false;
@@ -691,11 +693,15 @@ impl Drop for Permit {
 }
 
 /// Fold what a reply's headers say into the buckets: learned rates where none is
-/// configured (the tighter one when one is), and never more in a bucket than remains.
-fn learn(s: &mut State, learned: &Learned) {
-    let apply = |bucket: &mut Option<Bucket>, window: Option<headers::Window>| {
+/// configured (the tighter one when one is), and never more in a bucket than remains. The
+/// server counted what remained when it took this call, before the `requests` calls (of
+/// about `tokens` tokens) admitted since: those are taken off what it says remains, or a
+/// first window of calls sent before any header was known would be counted twice over.
+fn learn(s: &mut State, learned: &Learned, requests: f64, tokens: f64) {
+    let apply = |bucket: &mut Option<Bucket>, window: Option<headers::Window>, since: f64| {
         let Some(w) = window else { return };
         let rate = w.rate();
+        let w = headers::Window { remaining: (w.remaining - since).max(-w.limit.max(1.0)), ..w };
         match bucket {
             Some(b) => {
                 if let Some(r) = rate {
@@ -711,8 +717,8 @@ fn learn(s: &mut State, learned: &Learned) {
             }
         }
     };
-    apply(&mut s.requests, learned.requests);
-    apply(&mut s.tokens, learned.tokens);
+    apply(&mut s.requests, learned.requests, requests);
+    apply(&mut s.tokens, learned.tokens, tokens);
 }
 
 #[cfg(test)]
@@ -824,5 +830,31 @@ mod tests {
         flow.admit(0).await.answered(&HeaderMap::new());
         let took = start.elapsed().as_secs_f64();
         assert!(took >= 0.09, "nothing remained: one refill's wait, {took}");
+    }
+
+    #[tokio::test]
+    async fn what_remains_leaves_out_the_calls_sent_since() {
+        // A first window of calls goes before any header is known; the first reply's
+        // `remaining` was counted before the others reached the server.
+        let flow = Arc::new(Flow::new("t", "t", FlowLimits::default()));
+        let mut permits = Vec::new();
+        for _ in 0..10 {
+            permits.push(flow.admit(0).await);
+        }
+        let h = headers(&[
+            ("x-ratelimit-limit-requests", "20"),
+            ("x-ratelimit-remaining-requests", "19"),
+            ("x-ratelimit-reset-requests", "100ms"),
+        ]);
+        permits.remove(0).answered(&h);
+        // 19 remained when the first call arrived, and 9 more were sent since: 10 are left,
+        // refilled at 10 a second (one used in 100 ms), so of 12 more calls 2 wait 0.2 s.
+        drop(permits);
+        let start = Instant::now();
+        for _ in 0..12 {
+            flow.admit(0).await.answered(&HeaderMap::new());
+        }
+        let took = start.elapsed().as_secs_f64();
+        assert!(took >= 0.15, "10 were left and 2 more waited for refills: {took}");
     }
 }
