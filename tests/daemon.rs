@@ -280,3 +280,48 @@ fn after_kill_9_of_the_service_its_foreground_run_restarts_it_and_follows_the_re
     let log = std::fs::read_to_string(state.join("serve.log")).unwrap();
     assert!(log.contains(&format!("recovering run {run_id}")), "{log}");
 }
+
+/// Paths a caller names are the caller's: run from a scratch directory, a relative script
+/// backend and grant reach the service (which runs in the state directory) as the caller
+/// meant them, and so does a relative cassette in a process of its own.
+#[test]
+fn relative_paths_are_read_in_the_callers_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(work.join("data")).unwrap();
+    std::fs::write(work.join("rules.json"), r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"from the caller's rules"}}]}"#).unwrap();
+    std::fs::write(
+        work.join("f.js"),
+        "import { defineFactory } from \"factory\";\nexport default defineFactory({ meta: { name: \"rel\", description: \"d\" }, \
+         run: async (ctx) => ({ r: await ctx.agent(\"hello\", { label: \"t:1\" }) }) });\n",
+    )
+    .unwrap();
+    let in_work = |args: &[&str], service: bool| {
+        let mut cmd = if service { factory(&state, args) } else { common::factory_cmd(&state, args) };
+        cmd.current_dir(&work).output().expect("factory starts")
+    };
+    let run = ["run", "f.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--allow-read", "data"];
+    let out = in_work(&run, true);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let envelope = common::stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}");
+    assert_eq!(envelope["result"]["r"], "from the caller's rules");
+    assert!(!live_services(&state).is_empty(), "the run went through the service");
+
+    // A cassette needs the store in this process: stop the service, then record and replay.
+    for pid in live_services(&state) {
+        signal(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+    wait_until("the service is gone", || live_services(&state).is_empty());
+    let record = ["run", "f.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "tape.json"];
+    let out = in_work(&record, false);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(work.join("tape.json").is_file(), "the cassette is written where the caller is");
+    std::fs::remove_file(work.join("rules.json")).unwrap();
+    let replay = ["run", "f.js", "--yes", "--json", "-q", "--replay", "tape.json"];
+    let out = in_work(&replay, false);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"]["r"], "from the caller's rules");
+}
