@@ -2,9 +2,10 @@
 //! `docs/src/**/*.md` and README.md resolves — a relative link names a file or directory of
 //! the repository, an `#anchor` names a heading of the page it points to (GitHub's and
 //! mdBook's slugs) — and every `{{#include}}` names a file; README stays a front page (at most
-//! 250 lines, the two quick-start commands); the CLI reference chapter is what the real
-//! binary generates from its clap definition; and the book's TOML examples are configs the
-//! host accepts. `./test` builds the book itself with the pinned mdbook before these run.
+//! 250 lines, the two quick-start commands) whose example factory and command run as
+//! written; the CLI reference chapter is what the real binary generates from its clap
+//! definition; and the book's TOML examples are configs the host accepts. `./test` builds
+//! the book itself with the pinned mdbook before these run.
 
 mod common;
 
@@ -293,4 +294,44 @@ fn the_books_toml_examples_are_configs_the_host_accepts() {
         }
     }
     assert!(parsed >= 3, "the book's TOML examples were found: {parsed}");
+}
+
+/// The first fenced block of `lang` in `text`.
+fn fenced(text: &str, lang: &str) -> Option<String> {
+    let start = text.find(&format!("```{lang}\n"))? + lang.len() + 4;
+    let end = text[start..].find("\n```")?;
+    Some(text[start..start + end + 1].to_string())
+}
+
+#[test]
+fn the_readmes_example_factory_and_its_command_run_as_written() {
+    let root = common::root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let source = fenced(&readme, "js").expect("README shows a JavaScript factory");
+    let command = readme
+        .lines()
+        .find(|l| l.starts_with("cargo run --bin factory -- run examples/js/"))
+        .expect("README shows the command that runs the example");
+    let (target, args) = command["cargo run --bin factory -- run ".len()..].split_once(" --args '").expect("--args");
+    let args = args.strip_suffix('\'').expect("quoted args");
+    let files: serde_json::Value = serde_json::from_str(args).expect("the args are JSON");
+
+    let state = tempfile::tempdir().expect("a state dir");
+    let shown = state.path().join("review-changed.js");
+    std::fs::write(&shown, &source).expect("the README's factory written out");
+    // The factory README shows, and the example its command names, on the dry-run backend.
+    for file in [shown.clone(), root.join(target)] {
+        let out = common::factory_cmd(state.path(), &["run", "--json", "--args", args])
+            .arg(&file)
+            .current_dir(&root)
+            .output()
+            .expect("factory starts");
+        assert!(out.status.success(), "{}: {}", file.display(), common::stderr(&out));
+        let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).expect("an envelope");
+        assert_eq!(envelope["status"], "completed", "{envelope:#}");
+        assert_eq!(envelope["factory"], "review-changed", "{envelope:#}");
+        let reviews = envelope["result"]["reviews"].as_array().expect("the reviews");
+        assert_eq!(reviews.len(), files["files"].as_array().map_or(0, Vec::len), "{envelope:#}");
+        assert!(reviews.iter().all(|r| r.as_str().is_some_and(|t| t.contains("Review src/a.rs"))), "{envelope:#}");
+    }
 }
