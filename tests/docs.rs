@@ -3,7 +3,7 @@
 //! the repository, an `#anchor` names a heading of the page it points to (GitHub's and
 //! mdBook's slugs) — and every `{{#include}}` names a file; README stays a front page (at most
 //! 250 lines, the two quick-start commands) whose example factory and command run as
-//! written; the CLI reference chapter is what the real binary generates from its clap
+//! written, as do the book's commands that run an example offline; the CLI reference chapter is what the real binary generates from its clap
 //! definition; and the book's TOML examples are configs the host accepts. `./test` builds
 //! the book itself with the pinned mdbook before these run.
 
@@ -333,5 +333,76 @@ fn the_readmes_example_factory_and_its_command_run_as_written() {
         let reviews = envelope["result"]["reviews"].as_array().expect("the reviews");
         assert_eq!(reviews.len(), files["files"].as_array().map_or(0, Vec::len), "{envelope:#}");
         assert!(reviews.iter().all(|r| r.as_str().is_some_and(|t| t.contains("Review src/a.rs"))), "{envelope:#}");
+    }
+}
+
+/// The book's shell commands that run an example offline, as written: `factory run`,
+/// `describe`, `add` or `build` of a file under `examples/`, with no `--backend` (so the
+/// dry-run backend answers), each with the comment after it cut off.
+fn offline_example_commands() -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).expect("a page");
+        let name = page.strip_prefix(common::root()).unwrap_or(&page).display().to_string();
+        let mut in_sh = false;
+        for line in text.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with("```") {
+                in_sh = !in_sh && (trimmed == "```sh" || trimmed == "```bash");
+                continue;
+            }
+            let offline = ["run", "describe", "add", "build"]
+                .iter()
+                .any(|verb| trimmed.starts_with(&format!("factory {verb} examples/")))
+                && !trimmed.contains("--backend");
+            if in_sh && offline {
+                let command = match trimmed.find(" # ") {
+                    Some(comment) => trimmed[..comment].trim_end(),
+                    None => trimmed,
+                };
+                found.push((name.clone(), command.to_string()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_books_offline_example_commands_run_as_written() {
+    let commands = offline_example_commands();
+    assert!(commands.len() >= 4, "the book's example commands are found: {commands:?}");
+    // `factory` on PATH is the binary under test.
+    let bin = tempfile::tempdir().expect("a bin dir");
+    std::os::unix::fs::symlink(common::factory_bin(), bin.path().join("factory")).expect("a symlink");
+    let path = std::env::join_paths(
+        std::iter::once(bin.path().to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("a PATH");
+    for (page, command) in &commands {
+        let state = tempfile::tempdir().expect("a state dir");
+        // The environment the tests give `factory` (a state dir of its own, no daemon, the
+        // user's config cut off), for the `factory` the shell runs.
+        let template = common::factory_cmd(state.path(), &[]);
+        let mut sh = std::process::Command::new("sh");
+        for (var, value) in template.get_envs() {
+            match value {
+                Some(value) => sh.env(var, value),
+                None => sh.env_remove(var),
+            };
+        }
+        let out = sh
+            .args(["-c", command])
+            .env("PATH", &path)
+            .current_dir(common::root())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("sh starts");
+        assert!(
+            out.status.success(),
+            "{page}: `{command}` fails: {}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            common::stderr(&out)
+        );
     }
 }
