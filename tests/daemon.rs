@@ -325,3 +325,60 @@ fn relative_paths_are_read_in_the_callers_directory() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     assert_eq!(common::stdout_json(&out)["result"]["r"], "from the caller's rules");
 }
+
+/// A running run's detail says what runs and what waits right now (label, since when), when
+/// it was read, and which of its declared phases it has entered; once it ends, nothing runs.
+#[test]
+fn a_running_runs_detail_shows_its_running_and_queued_agents_and_declared_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    std::fs::create_dir_all(&state).unwrap();
+    let rules = dir.path().join("slow.json");
+    std::fs::write(&rules, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":400}]}"#).unwrap();
+    let file = dir.path().join("phased.js");
+    std::fs::write(
+        &file,
+        "import { defineFactory } from \"factory\";\nexport default defineFactory({ meta: { name: \"phased\", description: \"d\", \
+         phases: [{ title: \"Scan\" }, { title: \"Verify\", detail: \"check each\" }, { title: \"Merge\" }], \
+         limits: { maxConcurrentSubagents: 2 } }, run: async (ctx) => {\n  ctx.phase(\"Scan\");\n  ctx.phase(\"Verify\");\n  \
+         const r = await ctx.parallel(Array.from({ length: 8 }, (_, i) => () => ctx.agent(`item ${i}`, { label: `t:${i}` })));\n  \
+         return { done: r.length };\n} });\n",
+    )
+    .unwrap();
+    let backend = format!("script:{}", rules.display());
+    let child = factory(&state, &["run", file.to_str().unwrap(), "--yes", "--backend", &backend, "--json", "-q"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("factory run starts");
+    let run_id = running(&state, 2);
+    let mut detail = Value::Null;
+    wait_until("two agents run and some wait", || {
+        detail = ok_json(&state, &["show", &run_id, "--json"]);
+        detail["runningAgents"].as_array().map_or(0, Vec::len) == 2 && detail["queuedAgents"].as_array().map_or(0, Vec::len) >= 1
+    });
+    for agent in detail["runningAgents"].as_array().unwrap().iter().chain(detail["queuedAgents"].as_array().unwrap()) {
+        assert!(agent["label"].as_str().unwrap().starts_with("t:"), "{detail:#}");
+        assert!(agent["sinceMs"].as_u64().unwrap() > 1_700_000_000_000, "{detail:#}");
+    }
+    assert!(detail["observedAt"].as_str().unwrap().starts_with("20"), "{detail:#}");
+    let phases: Vec<(String, bool, bool)> = detail["declaredPhases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["title"].as_str().unwrap().to_string(), p["entered"].as_bool().unwrap(), p["current"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        phases,
+        [("Scan".to_string(), true, false), ("Verify".to_string(), true, true), ("Merge".to_string(), false, false)],
+        "{detail:#}"
+    );
+    assert_eq!(detail["declaredPhases"][1]["detail"], "check each");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let ended = ok_json(&state, &["show", &run_id, "--json"]);
+    assert_eq!(ended["status"], "completed");
+    assert_eq!(ended["runningAgents"], serde_json::json!([]), "{ended:#}");
+    assert_eq!(ended["queuedAgents"], serde_json::json!([]), "{ended:#}");
+}
