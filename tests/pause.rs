@@ -294,3 +294,69 @@ fn a_js_checkpoint_pauses_with_an_abort_error_and_returns_the_answer_on_resume()
     assert!(result["inner"].as_str().unwrap().starts_with("refused: ctx.pause: a checkpoint is not allowed inside ctx.parallel"), "{done:#}");
     assert_eq!(asked(&server, "js plan"), 1, "the call before the checkpoint was paid once");
 }
+
+/// A Python factory with a checkpoint between two agent calls; it reports the abort it saw.
+const PY_CHECKPOINT: &str = r#"from factory_sdk import Abort, Ctx, factory
+
+
+@factory(name="approve-py", description="plan, wait for an answer, then work")
+async def run(ctx: Ctx) -> object:
+    plan = await ctx.agent("py plan", label="plan")
+    try:
+        answer = ctx.pause("approve")
+    except Abort as e:
+        ctx.log(f"stopped: {e.reason} {e.message}")
+        raise
+    done = await ctx.agent(f"py work: {answer!r}", label="work")
+    return {"plan": plan, "answer": answer, "done": done}
+"#;
+
+#[test]
+fn a_python_checkpoint_pauses_the_run_and_returns_the_answer_on_resume() {
+    let state = tempfile::tempdir().unwrap();
+    let (_runtime, server) = server(usize::MAX);
+    write_config(state.path(), server.port(), false, "");
+    let file = state.path().join("approve.py");
+    std::fs::write(&file, PY_CHECKPOINT).unwrap();
+    let file = file.to_str().unwrap();
+    let out = factory_in(state.path(), &["run", file, "--yes", "--backend", "local", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "a paused run is no success: {}", stderr(&out));
+    let paused = stdout_json(&out);
+    assert_eq!((paused["status"].as_str(), paused["checkpoint"].as_str()), (Some("paused"), Some("approve")), "{paused:#}\n{}", stderr(&out));
+    let run_id = paused["runId"].as_str().unwrap().to_string();
+    let log = ok_json(state.path(), &["progress", &run_id, "--limit", "1000", "--json"]);
+    let lines: Vec<&str> = log.as_array().unwrap().iter().filter_map(|e| e["message"].as_str()).collect();
+    assert!(lines.contains(&"stopped: paused approve"), "ctx.pause raised the pause's Abort: {lines:?}");
+
+    let done = ok_json(state.path(), &["resume", &run_id, "--yes", "--input", r#"{"n": 3}"#, "--json"]);
+    assert_eq!(done["status"], "completed", "{done:#}");
+    assert_eq!(done["result"]["answer"], json!({"n": 3}), "{done:#}");
+    assert_eq!(done["result"]["done"], "real answer to: py work: {'n': 3}");
+    assert_eq!(asked(&server, "py plan"), 1, "the call before the checkpoint was paid once");
+}
+
+#[test]
+fn a_typescript_checkpoint_returns_the_answer_on_resume() {
+    let state = tempfile::tempdir().unwrap();
+    let (_runtime, server) = server(usize::MAX);
+    write_config(state.path(), server.port(), false, "");
+    let file = state.path().join("approve.ts");
+    let source = r#"import { defineFactory } from "factory";
+interface Approval { approved: boolean }
+export default defineFactory({
+  meta: { name: "approve-ts", description: "wait for an answer" },
+  run: async (ctx) => {
+    const approval: Approval | null = await ctx.pause<{ approved: boolean }>("approve");
+    return { approved: approval?.approved ?? null };
+  },
+});
+"#;
+    std::fs::write(&file, source).unwrap();
+    let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--yes", "--backend", "local", "--json"]);
+    let paused = stdout_json(&out);
+    assert_eq!((paused["status"].as_str(), paused["checkpoint"].as_str()), (Some("paused"), Some("approve")), "{paused:#}");
+    let run_id = paused["runId"].as_str().unwrap().to_string();
+    let done = ok_json(state.path(), &["resume", &run_id, "--yes", "--input", r#"{"approved": false}"#, "--json"]);
+    assert_eq!(done["result"], json!({"approved": false}), "{done:#}");
+    assert_eq!(server.requests(), 0);
+}
