@@ -107,6 +107,16 @@ fn a_run_paused_from_the_cli_settles_paused_and_resumes_to_completion_paying_no_
     assert_eq!(listed[0]["status"], "paused", "{listed:#}");
     let before = answered_tasks(&server);
     assert_eq!(before.len(), 4, "{before:?}");
+    let active = shown["accounting"]["activeSeconds"].as_f64().unwrap();
+
+    // The service is killed with -9: the run stays paused, its active time stopped, and the
+    // next service does not resume it by itself.
+    let log = service.kill();
+    assert!(!log.contains("recovering run"), "{log}");
+    let service = Service::start(state.path(), &[]);
+    let still = ok_json(state.path(), &["show", &run_id, "--json"]);
+    assert_eq!((still["status"].as_str(), still["attempts"].as_u64()), (Some("paused"), Some(1)), "{still:#}");
+    assert_eq!(still["accounting"]["activeSeconds"].as_f64(), Some(active), "no active time while paused");
 
     // Pausing it again, or a run that does not exist, is refused with a clear code.
     let again = factory_in(state.path(), &["pause", &run_id]);
@@ -222,7 +232,11 @@ fn a_rust_checkpoint_pauses_the_run_and_resume_input_is_the_answer_journaled_acr
     assert_eq!(still["attempts"], 1, "not resumed by itself: {still:#}");
     assert!(!service.log().contains("recovering run"), "{}", service.log());
 
-    // Not JSON is refused before anything runs.
+    // Not JSON, or an answer over 64 KiB, is refused before anything runs.
+    let big = serde_json::to_string(&"x".repeat(70 << 10)).unwrap();
+    let over = factory_in(state.path(), &["resume", &run_id, "--yes", "--input", &big]);
+    assert!(!over.status.success());
+    assert!(stderr(&over).contains("invalid_input"), "{}", stderr(&over));
     let bad = factory_in(state.path(), &["resume", &run_id, "--yes", "--input", "{nope"]);
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("not JSON"), "{}", stderr(&bad));
