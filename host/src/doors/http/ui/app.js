@@ -511,6 +511,11 @@ function runView(main, runId) {
       try { await api('POST', `/api/runs/${encodeURIComponent(runId)}/cancel`); } catch (e) { showError(e); }
       refresh();
     } }, 'Cancel');
+    const pause = h('button', { id: 'pause', disabled: env.status !== 'running', onclick: async () => {
+      pause.disabled = true;
+      try { await api('POST', `/api/runs/${encodeURIComponent(runId)}/pause`); } catch (e) { showError(e); }
+      refresh();
+    } }, 'Pause');
     const limitInputs = [
       ['maxConcurrentSubagents', 'max concurrent', 1], ['maxTotalSubagents', 'max total agents', 1],
       ['timeoutSeconds', 'timeout (s)', 'any'], ['maxAiCredits', 'max credits', 'any'],
@@ -530,12 +535,29 @@ function runView(main, runId) {
     h('label', { class: 'check', id: 'resume-approval' }, approved,
       approvalLabel(env.componentHashes?.at(-1), env.scripts?.at(-1)?.sha256)),
     h('button', { class: 'primary', id: 'resume', type: 'submit' }, 'Resume'));
+    // A run paused at a checkpoint: its key, and an answer (JSON) its `ctx.pause(key)` returns.
+    const waiting = env.status === 'paused' && env.checkpoint != null;
+    const answerText = h('textarea', { id: 'answer-input', rows: 3, placeholder: '{"approved": true}' });
+    const answer = h('button', { class: 'primary', id: 'answer', type: 'button', onclick: async () => {
+      let input;
+      try { input = JSON.parse(answerText.value); } catch (e) { showError(new Error(`the answer is not JSON: ${e.message}`)); return; }
+      answer.disabled = true;
+      try {
+        await api('POST', `/api/runs/${encodeURIComponent(runId)}/resume`, { input, approved: approved.checked });
+        showError(null);
+      } catch (e) { showError(e); }
+      refresh();
+    } }, 'Answer');
+    const checkpoint = waiting ? h('div', { class: 'panel checkpoint', id: 'checkpoint' },
+      h('div', {}, 'Waits at checkpoint ', h('code', { id: 'checkpoint-key' }, env.checkpoint),
+        ': answer it (JSON, what ctx.pause returns), or Resume below to continue without an answer.'),
+      answerText, answer) : null;
     head.replaceChildren(
       h('div', { class: 'actions' }, h('b', {}, env.factory), statusBadge(env.status), h('span', { id: 'run-status', hidden: true }, env.status),
         h('span', { class: 'muted' }, 'session ', h('span', { id: 'run-session' }, env.session ?? '')),
         h('span', { class: 'muted' }, `attempt ${env.attempts} · started ${fmtTime(env.createdAt)} · updated ${fmtTime(env.updatedAt)}`),
-        env.backend ? h('span', { class: 'muted' }, `backend ${env.backend.name ?? JSON.stringify(env.backend)}`) : null, cancel),
-      resume);
+        env.backend ? h('span', { class: 'muted' }, `backend ${env.backend.name ?? JSON.stringify(env.backend)}`) : null, pause, cancel),
+      checkpoint, resume);
     if (env.failure || env.error) {
       // The CLI is the owner: it resumes a run of any session by its id.
       const cmd = `factory resume ${runId}`;
