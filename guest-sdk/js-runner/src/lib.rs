@@ -111,17 +111,24 @@ impl bindings::Guest for Runner {
             install_natives(&ctx, true)?;
             let main: Function = ctx.globals().get("__factory_run")?;
             let settle: Function = ctx.globals().get("__factory_settle")?;
+            let poll_stop: Function = ctx.globals().get::<_, Object>("__factory_globals")?.get("pollStop")?;
             let promise: Promise = main.call((source.file_name.clone(), source.entry.clone(), args, run_id))?;
             let mut result = std::pin::pin!(promise.into_future::<String>());
-            // Before each look at the run's promise, the agent calls that came back settle.
+            // Before each look at the run's promise, the agent calls that came back settle
+            // (and a run parked on nothing learns that it is stopping: its signal fires).
             std::future::poll_fn(|cx| {
+                if calls::take_stop_check() {
+                    if let Err(e) = poll_stop.call::<_, bool>(()) {
+                        return std::task::Poll::Ready(Err(e));
+                    }
+                }
                 if let Err(e) = settle_calls(&settle) {
                     return std::task::Poll::Ready(Err(e));
                 }
                 result.as_mut().poll(cx)
             })
             .await
-        })))
+        })), stuck)
         .await;
         calls::clear();
         drop(context);
@@ -131,6 +138,13 @@ impl bindings::Guest for Runner {
             Err(e) => Err(format!("the JS runner failed: {e}")),
         }
     }
+}
+
+/// The outcome of a run that was told it stopped and still waits on nothing (a promise that
+/// never settles): an error, which the host replaces with the stop's cause.
+fn stuck() -> String {
+    let why = hooks::stop_reason().map(|abort| abort_message(&abort)).unwrap_or_default();
+    format!("ethe run stopped ({why}) while its body waited on a promise that never settles")
 }
 
 /// Hand the agent calls that came back to `__factory_settle(ids, kinds, texts)` (prelude.js):
@@ -297,6 +311,7 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
             "sleep",
             Func::from(Async(|ms: f64| async move {
                 let ms = if ms.is_finite() && ms > 0.0 { ms.min(u64::MAX as f64) as u64 } else { 0 };
+                let _sleeping = calls::sleeping();
                 agents::sleep(ms).await;
                 rquickjs::Result::Ok(())
             })),
