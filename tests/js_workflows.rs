@@ -122,3 +122,146 @@ fn a_body_waiting_on_nothing_ends_at_its_timeout() {
         assert_eq!(envelope["failure"]["kind"], "timeoutSeconds", "{envelope:#}");
     }
 }
+
+/// `factory describe FILE --json`: its output, and its stderr when it fails.
+fn describe(state: &Path, target: &str) -> Result<Value, String> {
+    let out = factory_in(state, &["describe", target, "--json"]);
+    if out.status.success() {
+        Ok(stdout_json(&out))
+    } else {
+        Err(stderr(&out))
+    }
+}
+
+#[test]
+fn define_workflow_is_define_factory_and_one_file_offers_several_by_name() {
+    let state = tempfile::tempdir().unwrap();
+    let file = state.path().join("both.js");
+    std::fs::write(
+        &file,
+        r#"import { defineWorkflow, defineFactory, joinSession } from "@github/copilot-sdk/extension";
+const meta = { name: "review", description: "d", phases: [{ title: "Scan" }], limits: { maxTotalSubagents: 2 } };
+const review = defineWorkflow({ meta, run: async (ctx) => {
+    ctx.phase("Scan");
+    return { frozen: Object.isFrozen(review.meta) && Object.isFrozen(review.meta.phases[0]) && Object.isFrozen(review),
+             copy: review.meta !== meta, name: review.meta.name, same: typeof defineFactory };
+} });
+// The definition's object is copied: changing it afterwards changes nothing registered.
+meta.name = "changed";
+meta.phases.push({ title: "Late" });
+const summary = defineWorkflow({ meta: { name: "summary", description: "d" }, run: async () => "S" });
+await joinSession({ workflows: [review, summary] });
+"#,
+    )
+    .unwrap();
+    let several = describe(state.path(), file.to_str().unwrap()).expect_err("two workflows: pick one");
+    assert!(several.contains("both.js#NAME") && several.contains("review, summary"), "{several}");
+    let target = format!("{}#review", file.display());
+    let described = describe(state.path(), &target).expect("described");
+    assert_eq!(described["meta"]["name"], "review");
+    assert_eq!(described["meta"]["phases"], serde_json::json!([{ "title": "Scan" }]));
+    let out = factory_in(state.path(), &["run", &target, "--json", "-q"]);
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}");
+    assert_eq!(envelope["result"], serde_json::json!({ "frozen": true, "copy": true, "name": "review", "same": "function" }));
+    let out = factory_in(state.path(), &["run", &format!("{}#summary", file.display()), "--json", "-q"]);
+    assert_eq!(stdout_json(&out)["result"], "S");
+}
+
+#[test]
+fn bad_definitions_are_refused_with_a_clear_error() {
+    let state = tempfile::tempdir().unwrap();
+    let cases = [
+        (r#"defineWorkflow({ meta: { name: "a", description: "d", phases: [{ title: " " }] }, run: async () => 1 })"#,
+         "defineWorkflow: the phase titles of `a` must not be empty"),
+        (r#"defineFactory({ meta: { name: "a", description: "d", phases: [{ title: "X" }, { title: "X" }] }, run: async () => 1 })"#,
+         "defineFactory: the phase title \"X\" of `a` is declared more than once"),
+        (r#"defineWorkflow({ meta: { name: "a", description: "d", limits: { maxAiCredits: 1e-12 } }, run: async () => 1 })"#,
+         "rounds to a safe positive integer of nano-credits"),
+        (r#"defineWorkflow({ meta: { name: "a", description: "d", limits: { maxAiCredits: 1e10 } }, run: async () => 1 })"#,
+         "rounds to a safe positive integer of nano-credits"),
+        (r#"(await joinSession({ workflows: [defineWorkflow({ meta: { name: "a", description: "d" }, run: async () => 1 }), defineWorkflow({ meta: { name: "a", description: "e" }, run: async () => 2 })] }), null)"#,
+         "joinSession: two definitions are named `a`"),
+        (r#"(await joinSession({ factories: [], workflows: [] }), null)"#,
+         "either `factories` or `workflows`, not both"),
+    ];
+    for (i, (definition, expected)) in cases.iter().enumerate() {
+        let file = state.path().join(format!("bad{i}.js"));
+        let text = format!(
+            "import {{ defineFactory, defineWorkflow, joinSession }} from \"factory\";\nexport default {definition};\n"
+        );
+        std::fs::write(&file, text).unwrap();
+        let refused = describe(state.path(), file.to_str().unwrap()).expect_err("refused");
+        assert!(refused.contains(expected), "case {i}: {refused}");
+    }
+}
+
+#[test]
+fn results_and_step_values_that_are_not_plain_json_are_refused_naming_the_path() {
+    let state = tempfile::tempdir().unwrap();
+    let results = [
+        ("getter", "({ a: { get b() { return 1; } } })", "result.a.b is an accessor property"),
+        ("hidden", "Object.defineProperty({ a: 1 }, \"h\", { value: 2, enumerable: false })", "result.h is a non-enumerable property"),
+        ("extra", "Object.assign([1, 2], { extra: true })", "result is an array with an extra key `extra`"),
+        ("hole", "({ list: [1, , 3] })", "result.list[1] is a hole in a sparse array"),
+        ("class", "({ when: new (class Stamp {})() })", "result.when is a Stamp"),
+    ];
+    for (name, value, expected) in results {
+        let file = factory_file(state.path(), name, &format!(r#"{{ name: "{name}", description: "d" }}"#), &format!("async () => {value}"));
+        let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--json", "-q"]);
+        let envelope = stdout_json(&out);
+        assert_eq!(envelope["status"], "error", "{name}: {envelope:#}");
+        assert_eq!(envelope["failure"]["type"], "invalid_result", "{name}: {envelope:#}");
+        assert!(envelope["failure"]["message"].as_str().unwrap().contains(expected), "{name}: {envelope:#}");
+    }
+    // A step value: the step rejects (a TypeError naming the path) and nothing is journaled.
+    let file = factory_file(
+        state.path(),
+        "step",
+        r#"{ name: "step", description: "d" }"#,
+        r#"async (ctx) => {
+            const refused = await ctx.step("s", () => ({ v: { get x() { return 1; } } })).catch((e) => `${e.name}: ${e.message}`);
+            const again = await ctx.step("s", () => ({ v: { x: 1 } }));
+            return { refused, again };
+        }"#,
+    );
+    let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--json", "-q"]);
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}");
+    let refused = envelope["result"]["refused"].as_str().unwrap();
+    assert!(refused.starts_with("TypeError: ctx.step(\"s\") value.v.x is an accessor property"), "{refused}");
+    assert_eq!(envelope["result"]["again"], serde_json::json!({ "v": { "x": 1 } }));
+}
+
+#[test]
+fn ctx_session_refuses_to_run_resume_or_pause_from_a_body() {
+    let state = tempfile::tempdir().unwrap();
+    let file = factory_file(
+        state.path(),
+        "session",
+        r#"{ name: "session", description: "d" }"#,
+        r#"async (ctx) => {
+            const s = ctx.session;
+            const why = (p) => p.then(() => "resolved", (e) => e.message);
+            return {
+                runId: s.runId === ctx.runId,
+                run: await why(s.factory.run("other")),
+                resume: await why(s.workflow.resume("x")),
+                pause: await why(s.workflow.pause("x")),
+                read: await why(s.factory.getRun(ctx.runId)),
+                nested: await why(ctx.workflow("other")),
+            };
+        }"#,
+    );
+    let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--json", "-q"]);
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}");
+    let r = &envelope["result"];
+    assert_eq!(r["runId"], true);
+    let refusal = "are not allowed while a factory body is running on this call path.";
+    assert!(r["run"].as_str().unwrap().ends_with(refusal), "{r:#}");
+    assert!(r["resume"].as_str().unwrap().ends_with("are not allowed while a workflow body is running on this call path."), "{r:#}");
+    assert!(r["pause"].as_str().unwrap().starts_with("session.workflow.run, session.workflow.resume and session.workflow.pause"), "{r:#}");
+    assert!(r["read"].as_str().unwrap().contains("factory show"), "{r:#}");
+    assert_eq!(r["nested"], "nested workflows are not supported");
+}

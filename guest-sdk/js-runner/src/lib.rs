@@ -208,12 +208,19 @@ fn block_on<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// `"r" + json` (a result), `"n"` (no result), `"e" + message`.
+/// How the runner's `run` error says that the result is not plain JSON (the host reads it
+/// as failure type `invalid_result`; `host/src/guests/script.rs` has the same mark). No
+/// other error of the runner starts with it.
+const INVALID_RESULT_MARK: char = '\u{1}';
+
+/// `"r" + json` (a result), `"n"` (no result), `"e" + message`, `"j" + message` (a result
+/// that is not plain JSON).
 fn decode_outcome(encoded: &str) -> Result<Option<String>, String> {
     match encoded.split_at_checked(1) {
         Some(("r", json)) => Ok(Some(json.to_string())),
         Some(("n", _)) => Ok(None),
-        Some(("e", message)) => Err(message.to_string()),
+        Some(("e", message)) => Err(message.trim_start_matches(INVALID_RESULT_MARK).to_string()),
+        Some(("j", message)) => Err(format!("{INVALID_RESULT_MARK}{message}")),
         _ => Err("the JS runner failed: malformed run outcome".into()),
     }
 }
@@ -321,9 +328,19 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
         native.set(
             "agentStart",
             Func::from(
-                |prompt: String, label: Option<String>, schema: Option<String>, model: Option<String>, limits: Option<String>| {
+                |prompt: String,
+                 label: Option<String>,
+                 schema: Option<String>,
+                 model: Option<String>,
+                 limits: Option<String>,
+                 tuning: Option<String>| {
                     let limits = agent_limits(limits.as_deref().and_then(|l| serde_json::from_str(l).ok()).as_ref());
-                    calls::start(prompt, AgentOptions { label, schema, model, limits })
+                    // `{agent?, reasoningEffort?, contextTier?}` (checked by the prelude; the
+                    // host checks them again).
+                    let tuning: Option<serde_json::Value> = tuning.as_deref().and_then(|t| serde_json::from_str(t).ok());
+                    let text = |key: &str| tuning.as_ref().and_then(|t| t.get(key)).and_then(|v| v.as_str()).map(str::to_string);
+                    let (agent, reasoning_effort, context_tier) = (text("agent"), text("reasoningEffort"), text("contextTier"));
+                    calls::start(prompt, AgentOptions { label, schema, model, limits, agent, reasoning_effort, context_tier })
                 },
             ),
         )?;

@@ -20,7 +20,7 @@ fn raw_options(label: &str) -> factory_sdk::__bindings::agent::factory::types::A
         label: Some(label.to_string()),
         schema: None,
         model: None,
-        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None,
     }
 }
 
