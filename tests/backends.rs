@@ -1213,3 +1213,13 @@ async fn an_agent_cli_gets_the_call_agent_with_its_agent_flag_and_others_ignore_
     assert_eq!(AgentCliConfig::preset("copilot").unwrap().agent_flag.as_deref(), Some("--agent"));
     assert_eq!(AgentCliConfig::preset("codex").unwrap().agent_flag, None);
 }
+
+#[tokio::test]
+async fn a_rust_guest_passes_its_reasoning_effort_to_the_openai_request() {
+    let server = Server::start(|_, _| openai_ok("fine", 10, 2)).await;
+    let backend = Arc::new(OpenAi::new(openai_config(&server)).unwrap());
+    let envelope = run_probe(backend, json!({"case": "tuned"}), Limits::default()).await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result_value().unwrap(), json!({"tuned": "fine"}));
+    assert_eq!(server.seen()[0].body["reasoning_effort"], "low");
+}

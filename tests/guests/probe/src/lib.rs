@@ -208,6 +208,17 @@ impl Factory for Probe {
             }
             // A soft limit the host refuses (`invalid_call`).
             "soft-bad" => Ok(json!(ctx.agent("x").max_turns(0).await?)),
+            // The agent tuning options from a Rust guest.
+            "tuned" => {
+                let tuned = ctx
+                    .agent("think")
+                    .label("rust")
+                    .agent("reviewer")
+                    .reasoning_effort("low")
+                    .context_tier("long_context")
+                    .await?;
+                Ok(json!({ "tuned": tuned }))
+            }
             "null" => Ok(Value::Null),
             other => Err(Error::msg(format!("unknown case `{other}`"))),
         }
