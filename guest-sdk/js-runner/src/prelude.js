@@ -274,7 +274,7 @@
         if (candidates.length === 1) return candidates[0];
         if (candidates.length === 0)
             throw new Error(`${fileName} defines no factory: \`export default defineFactory({ meta, run })\`, or pass it to \`joinSession({ factories: [...] })\``);
-        throw new Error(`${fileName} offers several factories (${names.join(", ")}): run one as \`${fileName}#NAME\``);
+        throw new Error(`${fileName} offers several factories (${names.join(", ")}): name one as \`${fileName}#NAME\` (to run, describe or add it)`);
     }
 
     async function load(fileName, entry) {
