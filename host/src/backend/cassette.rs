@@ -2,7 +2,7 @@
 //! JSON-lines file (`--record FILE`) and serves calls from one (`--replay FILE`) with zero
 //! calls to a live backend, failing clearly on a miss unless misses go live
 //! (`--replay-then-live`). An exchange is keyed by the canonical [`AgentKey`] of the call
-//! (prompt, label, schema, model) plus the spawn's attempt number (0, or 1 for the schema
+//! (prompt, label, schema, model, soft limits, agent options) plus the spawn's attempt number (0, or 1 for the schema
 //! retry). The file's first line is a header naming the format and its version.
 //!
 //! A cassette is untrusted input (a third-party project ships its own): reading one is
