@@ -1,6 +1,9 @@
 //! The JS guest surface of Dynamic Workflows (upstream's current name for agent factories),
 //! through the real `factory` binary and its service: a body that waits only on `ctx.signal`
-//! (or on a promise that never settles) parks until it is cancelled or times out.
+//! (or on a promise that never settles) parks until it is cancelled or times out;
+//! `defineWorkflow` and files offering several definitions; definitions checked and frozen;
+//! results and step values refused unless plain JSON; `ctx.session` refusing run, resume and
+//! pause.
 
 mod common;
 
@@ -193,6 +196,13 @@ fn bad_definitions_are_refused_with_a_clear_error() {
         std::fs::write(&file, text).unwrap();
         let refused = describe(state.path(), file.to_str().unwrap()).expect_err("refused");
         assert!(refused.contains(expected), "case {i}: {refused}");
+    }
+    // The host checks a budget the same way for every language, overrides included.
+    let file = factory_file(state.path(), "fine", r#"{ name: "fine", description: "d" }"#, "async () => 1");
+    for (credits, expected) in [("0.0000000001", "rounds to zero nano-credits"), ("10000000", "largest safe integer")] {
+        let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--max-ai-credits", credits, "-q"]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
     }
 }
 
