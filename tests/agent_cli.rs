@@ -419,6 +419,7 @@ async fn a_sandboxed_agent_that_times_out_is_killed_with_everything_it_started()
         attempt: 0,
         feedback: None,
         limits: Default::default(),
+        tuning: Default::default(),
     };
     let started = async {
         for _ in 0..1000 {
@@ -450,7 +451,7 @@ async fn a_sandbox_that_cannot_start_is_a_backend_failure_not_an_answer() {
         cwd: Some(PathBuf::from("/nonexistent/factory-agent-cwd")),
         ..AgentCliConfig::generic("cli:nowhere", vec!["sh".into(), "-c".into(), "echo ran".into()])
     };
-    let request = AgentRequest { prompt: "hi".into(), label: None, model: None, schema: None, attempt: 0, feedback: None, limits: Default::default() };
+    let request = AgentRequest { prompt: "hi".into(), label: None, model: None, schema: None, attempt: 0, feedback: None, limits: Default::default(), tuning: Default::default() };
     let err = AgentCli::new(config).unwrap().call(std::sync::Arc::new(request)).await.unwrap_err();
     assert_eq!(err.outage_kind(), Some(OutageKind::Misconfigured), "{err}");
     assert!(err.message().contains("the bubblewrap sandbox could not start: bwrap: "), "{err}");

@@ -212,6 +212,7 @@ fn request(prompt: &str, label: Option<&str>, schema: Option<Value>, model: Opti
         attempt: 0,
         feedback: None,
         limits: Default::default(),
+        tuning: Default::default(),
     })
 }
 
@@ -792,6 +793,7 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
             attempt: 1,
             feedback: None,
             limits: Default::default(),
+            tuning: Default::default(),
             ..(*request("second", Some("b"), Some(verdict_schema()), Some("m2"))).clone()
         }),
         request("please fail", None, None, None),
@@ -1092,4 +1094,132 @@ async fn the_cli_records_a_live_run_and_replays_it_offline() {
     assert_eq!(check["usage"]["inputTokens"], 50);
     assert_eq!(server.count(), 3);
     assert_eq!(server.seen()[2].body["model"], "m-check");
+}
+
+// ---------------------------------------------------------------------------------------
+// Agent options (`agent`, `reasoningEffort`, `contextTier`) from a JS factory to the wire
+
+/// Run a JS factory whose body is `run` through `backend` (the real JS runner and engine).
+async fn run_js(backend: Arc<dyn AgentBackend>, run: &str) -> factory_host::RunEnvelope {
+    let host = Host::new(HostConfig {
+        backend,
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        ..HostConfig::default()
+    })
+    .expect("host");
+    let source = format!(
+        "import {{ defineWorkflow }} from \"factory\";\nexport default defineWorkflow({{ meta: {{ name: \"tuned\", description: \"d\" }}, run: {run} }});\n"
+    );
+    let factory = host.load_script(factory_host::script::Script::new("tuned.js", source.as_str(), None)).await.expect("the script loads");
+    host.run(&factory, RunOptions::default()).await.expect("run")
+}
+
+#[tokio::test]
+async fn reasoning_effort_reaches_the_openai_request_and_is_part_of_the_call_identity() {
+    let server = Server::start(|_, _| openai_ok("fine", 10, 2)).await;
+    let backend = Arc::new(OpenAi::new(openai_config(&server)).unwrap());
+    let envelope = run_js(
+        backend,
+        r#"async (ctx) => [
+            await ctx.agent("think", { label: "t", reasoningEffort: "high", agent: "reviewer", contextTier: "long_context" }),
+            await ctx.agent("think", { label: "t" }),
+            await ctx.agent("think", { label: "t", reasoningEffort: "high", agent: "reviewer", contextTier: "long_context" }),
+        ]"#,
+    )
+    .await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result_value().unwrap(), json!(["fine", "fine", "fine"]));
+    // The tuned call and the plain one are two subagents; the repeated tuned call is a memo hit.
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    let tuned: Vec<&Seen> = seen.iter().filter(|s| s.body.get("reasoning_effort").is_some()).collect();
+    assert_eq!(tuned.len(), 1, "{seen:#?}");
+    assert_eq!(tuned[0].body["reasoning_effort"], "high");
+    // Neither an agent nor a context tier has an OpenAI knob: nothing else is sent.
+    assert!(tuned[0].body.get("agent").is_none() && tuned[0].body.get("context_tier").is_none(), "{:#}", tuned[0].body);
+
+    // A value outside the set is refused before any request: in JS a RangeError the body can
+    // catch, so the run goes on.
+    let server = Server::start(|_, _| openai_ok("fine", 10, 2)).await;
+    let backend = Arc::new(OpenAi::new(openai_config(&server)).unwrap());
+    let envelope = run_js(backend, r#"async (ctx) => ctx.agent("x", { reasoningEffort: "max" }).catch((e) => `${e.name}: ${e.message}`)"#).await;
+    let refused = envelope.result_value().unwrap();
+    assert!(refused.as_str().unwrap().starts_with("RangeError: ctx.agent: `reasoningEffort` must be one of"), "{refused}");
+    assert_eq!(server.count(), 0);
+}
+
+#[tokio::test]
+async fn reasoning_effort_turns_on_anthropic_extended_thinking() {
+    let server = Server::start(|_, seen| {
+        if seen.body["tools"].is_array() {
+            let input = json!({"ok": true});
+            anthropic_message(json!([{"type": "tool_use", "id": "toolu_1", "name": "respond", "input": input}]), "tool_use", 9, 4)
+        } else {
+            anthropic_message(json!([{"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "fine"}]), "end_turn", 9, 4)
+        }
+    })
+    .await;
+    let backend = Arc::new(Anthropic::new(AnthropicConfig { max_tokens: 2048, ..anthropic_config(&server) }).unwrap());
+    let schema = verdict_schema();
+    let envelope = run_js(
+        backend,
+        &format!(
+            r#"async (ctx) => [
+                await ctx.agent("plain", {{ label: "p" }}),
+                await ctx.agent("deep", {{ label: "d", reasoningEffort: "medium" }}),
+                await ctx.agent("judge", {{ label: "j", reasoningEffort: "low", schema: {schema} }}),
+            ]"#
+        ),
+    )
+    .await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result_value().unwrap(), json!(["fine", "fine", {"ok": true}]));
+    let seen = server.seen();
+    let body = |prompt: &str| seen.iter().find(|s| s.body["messages"][0]["content"] == prompt).expect("asked").body.clone();
+    assert!(body("plain").get("thinking").is_none(), "{:#}", body("plain"));
+    // `medium`: a 4096-token budget; max_tokens is raised above it (the API requires that).
+    let deep = body("deep");
+    assert_eq!(deep["thinking"], json!({"type": "enabled", "budget_tokens": 4096}));
+    assert_eq!(deep["max_tokens"], 4096 + 2048);
+    // `low`: 1024 (the API's minimum), under max_tokens; thinking cannot force a tool: offered.
+    let judge = body("judge");
+    assert_eq!(judge["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+    assert_eq!(judge["max_tokens"], 2048);
+    assert_eq!(judge["tool_choice"], json!({"type": "auto"}));
+    assert_eq!(judge["tools"][0]["name"], "respond");
+}
+
+#[tokio::test]
+async fn an_agent_cli_gets_the_call_agent_with_its_agent_flag_and_others_ignore_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = script(dir.path(), "agent.sh", r#"cat >/dev/null; echo "args=$*""#);
+    let with_flag = AgentCliConfig { agent_flag: Some("--agent".into()), ..cli("cli:test", &["sh", agent.to_str().unwrap()]) };
+    let run = r#"async (ctx) => [await ctx.agent("a", { label: "x", agent: "reviewer" }), await ctx.agent("b", { label: "y" })]"#;
+    let envelope = run_js(Arc::new(AgentCli::new(with_flag).unwrap()), run).await;
+    assert_eq!(envelope.result_value().unwrap(), json!(["args=--agent=reviewer", "args="]), "{envelope:#?}");
+    // An agent name that looks like an option is refused before anything runs (an ordinary
+    // failure: the call is `null`).
+    let odd = r#"async (ctx) => ctx.agent("a", { label: "z", agent: "--dangerously-skip-permissions" })"#;
+    let with_flag = AgentCliConfig { agent_flag: Some("--agent".into()), ..cli("cli:test", &["sh", agent.to_str().unwrap()]) };
+    let envelope = run_js(Arc::new(AgentCli::new(with_flag).unwrap()), odd).await;
+    assert_eq!(envelope.result_value(), Some(Value::Null), "{envelope:#?}");
+    // A CLI without an agent flag runs the call without one (upstream accepts the option
+    // whatever runs it).
+    let without = cli("cli:test", &["sh", agent.to_str().unwrap()]);
+    let envelope = run_js(Arc::new(AgentCli::new(without).unwrap()), run).await;
+    assert_eq!(envelope.result_value().unwrap(), json!(["args=", "args="]), "{envelope:#?}");
+    // The presets that have such a flag.
+    assert_eq!(AgentCliConfig::preset("claude").unwrap().agent_flag.as_deref(), Some("--agent"));
+    assert_eq!(AgentCliConfig::preset("copilot").unwrap().agent_flag.as_deref(), Some("--agent"));
+    assert_eq!(AgentCliConfig::preset("codex").unwrap().agent_flag, None);
+}
+
+#[tokio::test]
+async fn a_rust_guest_passes_its_reasoning_effort_to_the_openai_request() {
+    let server = Server::start(|_, _| openai_ok("fine", 10, 2)).await;
+    let backend = Arc::new(OpenAi::new(openai_config(&server)).unwrap());
+    let envelope = run_probe(backend, json!({"case": "tuned"}), Limits::default()).await;
+    assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
+    assert_eq!(envelope.result_value().unwrap(), json!({"tuned": "fine"}));
+    assert_eq!(server.seen()[0].body["reasoning_effort"], "low");
 }

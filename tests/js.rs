@@ -358,14 +358,18 @@ async fn thrown_errors_and_non_json_results_end_the_attempt_with_the_js_message(
     assert!(message.contains("t.js:7"), "{message}");
     assert!(!message.contains("wasm"), "no wasm backtrace: {message}");
 
-    for (body, expected) in [
-        ("async () => ({ f: () => 1 })", "result.f is a function"),
-        ("async () => NaN", "result is NaN"),
-        ("async () => new Map()", "result is a Map"),
-        ("async () => { throw \"plain\"; }", "uncaught plain"),
+    // A result that is not plain JSON is `invalid_result`, naming the path; a thrown value
+    // is `guest_error`.
+    for (body, expected, kind) in [
+        ("async () => ({ f: () => 1 })", "result.f is a function", factory_host::FailureType::InvalidResult),
+        ("async () => NaN", "result is NaN", factory_host::FailureType::InvalidResult),
+        ("async () => new Map()", "result is a Map", factory_host::FailureType::InvalidResult),
+        ("async () => { throw \"plain\"; }", "uncaught plain", factory_host::FailureType::GuestError),
+        // An error named like the runner's own mark stays a thrown error.
+        ("async () => { const e = new Error(\"x\"); e.name = \"\\u0001y\"; throw e; }", "y: x", factory_host::FailureType::GuestError),
     ] {
         let envelope = run(&host, &js(&host, &module(META, body)).await, json!({})).await;
-        let message = failure(&envelope, factory_host::FailureType::GuestError, None);
+        let message = failure(&envelope, kind, None);
         assert!(message.contains(expected), "{body}: {message}");
     }
     // `undefined` completes with no result; `null` is a result.

@@ -1,8 +1,8 @@
 //! Python factories through the real `factory` binary: `factory build` / `factory run` of
 //! `.py` files with componentize-py (each built once per test binary, then cached by source
 //! hash), every ctx function of the Python SDK, null-on-failure, abort propagation, a
-//! Python exception, build errors, the WASI sandbox, hostile Python (a spin, a memory bomb)
-//! and a resume after `kill -9` that repeats no journaled backend call; the build sandbox
+//! Python exception, the agent tuning options, build errors, the WASI sandbox, hostile Python
+//! (a spin, a memory bomb) and a resume after `kill -9` that repeats no journaled backend call; the build sandbox
 //! (import-time code writes nothing outside the build's output, no build without `bwrap`)
 //! and the private, ownership-checked build cache.
 //!
@@ -799,4 +799,37 @@ fn without_bubblewrap_a_python_build_is_refused_naming_the_package() {
     let err = stderr(&out);
     assert!(err.contains("`bwrap` (bubblewrap) is not installed") && err.contains("apt-get install bubblewrap"), "{err}");
     assert!(std::fs::read_dir(cache.path().join("python")).map_or(0, |d| d.count()) == 0, "nothing built");
+}
+
+#[test]
+fn agent_tuning_options_reach_the_host_as_part_of_the_call_identity() {
+    // Each tuned call is its own subagent (its options are part of its memo key), a repeat is
+    // a memo hit, and a bad value raises at the call.
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("tuned.py");
+    std::fs::write(
+        &source,
+        r#"from factory_sdk import Ctx, factory
+
+
+@factory(name="py-tuned", description="d")
+async def run(ctx: Ctx) -> object:
+    plain = await ctx.agent("think", label="t")
+    high = await ctx.agent("think", label="t", reasoning_effort="high", agent="reviewer", context_tier="long_context")
+    again = await ctx.agent("think", label="t", reasoning_effort="high", agent="reviewer", context_tier="long_context")
+    try:
+        await ctx.agent("think", label="t", reasoning_effort="max")
+        refused = None
+    except ValueError as e:
+        refused = str(e)
+    return {"plain": plain, "high": high, "again": again, "refused": refused}
+"#,
+    )
+    .unwrap();
+    let (out, envelope, _state) = run(&built(&source), json!({}), &[]);
+    assert!(out.status.success(), "{}\n{envelope:#}", stderr(&out));
+    let result = &envelope["result"];
+    assert_eq!(result["high"], result["again"], "{result:#}");
+    assert!(result["refused"].as_str().unwrap().contains("reasoning_effort must be one of"), "{result:#}");
+    assert_eq!(envelope["accounting"]["agentsSpawned"], 2, "{envelope:#}");
 }

@@ -156,11 +156,21 @@ export interface AgentSoftLimits {
     readonly wrapUp?: string | null;
 }
 
+/** How a `ctx.agent` call asks to be run (part of its identity, like `label`). */
+export interface AgentTuning {
+    /** The agent (persona) to run as, where the backend has one (an agent CLI's `--agent`). */
+    readonly agent?: string | null;
+    /** OpenAI's `reasoning_effort`; Anthropic's extended-thinking budget; ignored elsewhere. */
+    readonly reasoningEffort?: "none" | "minimal" | "low" | "medium" | "high" | "xhigh" | null;
+    /** The context-window tier asked for: accepted and keyed, mapped by no backend today. */
+    readonly contextTier?: string | null;
+}
+
 // ---------------------------------------------------------------------------------------
 // The run context
 
 /** Options of a `ctx.agent` call that replies with text. */
-export interface AgentTextOptions extends AgentSoftLimits {
+export interface AgentTextOptions extends AgentSoftLimits, AgentTuning {
     /** Distinguishes otherwise identical calls (they memoize into one subagent). */
     readonly label?: string | null;
     /** A model name, resolved by the host's backend configuration. */
@@ -169,7 +179,7 @@ export interface AgentTextOptions extends AgentSoftLimits {
 }
 
 /** Options of a `ctx.agent` call whose reply must match `schema`. */
-export interface AgentSchemaOptions<S extends JsonSchema = JsonSchema> extends AgentSoftLimits {
+export interface AgentSchemaOptions<S extends JsonSchema = JsonSchema> extends AgentSoftLimits, AgentTuning {
     /** Distinguishes otherwise identical calls (they memoize into one subagent). */
     readonly label?: string | null;
     /** A model name, resolved by the host's backend configuration. */
@@ -178,7 +188,8 @@ export interface AgentSchemaOptions<S extends JsonSchema = JsonSchema> extends A
     readonly schema: S;
 }
 
-/** Options of a `ctx.agent` call: exactly `label`, `schema`, `model` and the soft limits. */
+/** Options of a `ctx.agent` call: exactly `label`, `schema`, `model`, the tuning and the soft
+ * limits (any other key is refused with a `TypeError`). */
 export type AgentOptions = AgentTextOptions | AgentSchemaOptions;
 
 /** Options of `ctx.step`. */
@@ -229,8 +240,30 @@ export type ParallelResults<T extends readonly (() => unknown)[]> = {
     -readonly [K in keyof T]: T[K] extends () => infer R ? Awaited<R> | null : never;
 };
 
-/** The session a factory sees as `ctx.session`: none inside the factory host. */
-export type FactoryContextSession = null;
+/** `ctx.session.factory` (and `.workflow`): starting, resuming or pausing a run rejects while
+ * a body runs ("... are not allowed while a factory body is running on this call path."); the
+ * sandbox reaches no session, so the reads reject too, naming `factory show`/`factory runs`. */
+export interface FactoryContextSessionApi {
+    run(...args: readonly unknown[]): Promise<never>;
+    resume(...args: readonly unknown[]): Promise<never>;
+    pause(...args: readonly unknown[]): Promise<never>;
+    getRun(runId: string): Promise<never>;
+    listRuns(...args: readonly unknown[]): Promise<never>;
+    getRunDetail(runId: string): Promise<never>;
+    getRunProgress(...args: readonly unknown[]): Promise<never>;
+    waitForRun(...args: readonly unknown[]): Promise<never>;
+    cancel(runId: string): Promise<never>;
+}
+
+/** The session a factory sees as `ctx.session` (frozen). */
+export interface FactoryContextSession {
+    /** The factories `joinSession` registered in this module. */
+    readonly factories: readonly AnyFactory[];
+    /** The run whose body this is (undefined on the session `joinSession` resolves to). */
+    readonly runId: string | undefined;
+    readonly factory: FactoryContextSessionApi;
+    readonly workflow: FactoryContextSessionApi;
+}
 
 /** The `ctx` a factory's `run` receives (destructurable: no member depends on `this`). */
 export interface FactoryContext<TArgs = JsonValue> {
@@ -313,16 +346,20 @@ export interface FactoryContext<TArgs = JsonValue> {
     pause<T extends JsonValue = JsonValue>(key: string): Promise<T | null>;
     /** Aborted (with an `AbortError` reason) once the run is cancelled, paused or stopped by a limit. */
     readonly signal: AbortSignal;
-    /** The session of `joinSession`: none inside the factory host. */
+    /** The session: refuses to run, resume or pause runs while a body runs. */
     readonly session: FactoryContextSession;
     /** Always rejects: nested factories are not supported. */
     factory(...args: readonly unknown[]): Promise<never>;
+    /** Always rejects: nested workflows are not supported. */
+    workflow(...args: readonly unknown[]): Promise<never>;
 }
 
 // ---------------------------------------------------------------------------------------
 // Defining factories
 
-/** What a factory's `run` may resolve to: JSON, or nothing (completed with no result). */
+/** What a factory's `run` may resolve to: plain JSON (no getters, hidden properties, extra
+ * keys on arrays, holes or class instances: refused with failure type `invalid_result`), or
+ * nothing (completed with no result). */
 export type FactoryResult = JsonValue | void | undefined;
 
 /** What `defineFactory` takes. */
@@ -336,7 +373,8 @@ declare const factoryBrand: unique symbol;
 /** Any factory handle, whatever its argument and result types. */
 export type AnyFactory = Factory<never, FactoryResult>;
 
-/** A factory handle: what `defineFactory` returns (export it, or pass it to `joinSession`). */
+/** A factory handle: what `defineFactory` returns (export it, or pass it to `joinSession`);
+ * frozen, its `meta` a deep-frozen copy of the definition's. */
 export interface Factory<TArgs = JsonValue, TResult extends FactoryResult = FactoryResult> extends FactoryDefinition<TArgs, TResult> {
     readonly [factoryBrand]: true;
 }
@@ -350,21 +388,23 @@ export function defineFactory<TArgs = JsonValue, TResult extends FactoryResult =
     definition: FactoryDefinition<TArgs, TResult>,
 ): Factory<TArgs, TResult>;
 
-/** The options of `joinSession`. */
+/** `defineFactory` under upstream's current name (Dynamic Workflows): the same definition. */
+export function defineWorkflow<TArgs = JsonValue, TResult extends FactoryResult = FactoryResult>(
+    definition: FactoryDefinition<TArgs, TResult>,
+): Factory<TArgs, TResult>;
+
+/** The options of `joinSession`: `factories` or `workflows`, not both; names unique. */
 export interface JoinSessionOptions {
     /** The factories this module offers (each a `defineFactory` result). */
     readonly factories?: readonly AnyFactory[];
+    /** The workflows this module offers (each a `defineWorkflow` result). */
+    readonly workflows?: readonly AnyFactory[];
 }
 
-/** The session `joinSession` resolves to inside the factory host. */
-export interface FactorySession {
-    /** Every factory registered by `joinSession` calls so far. */
-    readonly factories: readonly AnyFactory[];
-    readonly factory: {
-        /** Always rejects inside the factory host: run factories with `factory run`. */
-        run(nameOrHandle: string | AnyFactory, options?: { readonly args?: JsonValue; readonly limits?: FactoryLimits }): Promise<never>;
-    };
-}
+/** The session `joinSession` resolves to inside the factory host: `ctx.session`'s shape (its
+ * `factories` are every factory registered by `joinSession` calls so far; run factories with
+ * `factory run`). */
+export type FactorySession = FactoryContextSession;
 
 /** Register the module's factories (the Copilot SDK's extension entry point). */
 export function joinSession(options?: JoinSessionOptions): Promise<FactorySession>;

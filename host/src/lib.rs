@@ -28,7 +28,7 @@ pub mod trace;
 pub use backend::config;
 pub use store::journal;
 pub use guests::{python as pybuild, rust as builder, script};
-pub use model::{json, limits, schema};
+pub use model::{json, limits, schema, tuning};
 pub use sandbox::component;
 pub use store::trust;
 

@@ -11,6 +11,13 @@
 //! async runtime to poll again, which first delivers the host's pending events), so a
 //! fan-out's thousand replies are settled in a few passes instead of one pass (an engine
 //! entry, its promise jobs) each.
+//!
+//! It also parks a run that waits on nothing the host does (a body awaiting only
+//! `ctx.signal`, or a promise that never settles): with no agent call and no sleep in flight,
+//! [`Driven`] keeps one long `agents.sleep` in flight (the host ends it at once when the run
+//! stops), so the task always waits on the host, burning no fuel, until the run is
+//! cancelled, paused or times out; then the run's signal fires, and a body still waiting on
+//! nothing ends (the host records the stop's cause, whatever the runner returns).
 
 use crate::bindings::agent::factory::agents;
 use crate::bindings::agent::factory::types::{Abort, AgentOptions, Finished, Started};
@@ -28,6 +35,10 @@ type Wait = Pin<Box<dyn Future<Output = Vec<Finished>>>>;
 /// How many outcomes wait for JS at most before the run enters it anyway.
 const MAX_BATCH: usize = 1024;
 
+/// How long one park sleep lasts (then the next one starts); the host ends it at once when
+/// the run stops, so its length only bounds how often an idle run wakes.
+const PARK_MS: u64 = 3_600_000;
+
 #[derive(Default)]
 struct Calls {
     /// The pending calls: the host's id to the JS id.
@@ -39,6 +50,14 @@ struct Calls {
     /// Ids free for reuse (JS indexes arrays by them, so they stay dense).
     free: Vec<u32>,
     next: u32,
+    /// The `agents.sleep` calls of timers and `ctx.sleep` in flight.
+    sleeping: usize,
+    /// The park sleep in flight, while the run waits on nothing else.
+    park: Option<Pin<Box<dyn Future<Output = ()>>>>,
+    /// The run is stopping and JS has not been told since a park saw it.
+    stop_check: bool,
+    /// A park saw the run stopping (and JS was told).
+    stopped: bool,
 }
 
 thread_local! {
@@ -111,6 +130,56 @@ fn collect(cx: &mut Context<'_>) -> usize {
     }
 }
 
+/// Count one `agents.sleep` in flight until the guard goes (the sleep ended or was dropped).
+pub fn sleeping() -> impl Drop {
+    struct Sleeping;
+    impl Drop for Sleeping {
+        fn drop(&mut self) {
+            CALLS.with(|calls| calls.borrow_mut().sleeping -= 1);
+        }
+    }
+    CALLS.with(|calls| calls.borrow_mut().sleeping += 1);
+    Sleeping
+}
+
+/// Whether JS must poll the run's stop reason now (a park saw the run stopping); once.
+pub fn take_stop_check() -> bool {
+    CALLS.with(|calls| std::mem::take(&mut calls.borrow_mut().stop_check))
+}
+
+/// The run waits on nothing the host does: keep a park sleep in flight. `Ready` when the
+/// run stopped and JS was already told, yet it still waits on nothing: it never ends.
+fn park(cx: &mut Context<'_>) -> Poll<()> {
+    loop {
+        let park = CALLS.with(|calls| {
+            let mut calls = calls.borrow_mut();
+            let idle = calls.running.is_empty() && calls.done.is_empty() && calls.sleeping == 0;
+            if !idle {
+                return None;
+            }
+            Some(calls.park.take().unwrap_or_else(|| Box::pin(agents::sleep(PARK_MS))))
+        });
+        let Some(mut park) = park else { return Poll::Pending };
+        if CALLS.with(|calls| calls.borrow().stopped) {
+            return Poll::Ready(());
+        }
+        // Polled outside the borrow, as in `collect`.
+        if park.as_mut().poll(cx).is_pending() {
+            CALLS.with(|calls| calls.borrow_mut().park = Some(park));
+            return Poll::Pending;
+        }
+        if crate::bindings::agent::factory::ctx::stop_reason().is_some() {
+            CALLS.with(|calls| {
+                let mut calls = calls.borrow_mut();
+                calls.stop_check = true;
+                calls.stopped = true;
+            });
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+    }
+}
+
 /// The outcomes waiting for JS (their ids stay taken until [`release`]).
 pub fn take_done() -> Vec<(u32, Outcome)> {
     CALLS.with(|calls| std::mem::take(&mut calls.borrow_mut().done))
@@ -131,10 +200,12 @@ pub fn clear() {
 /// A run's future, with its agent calls driven around it: the calls are polled before and
 /// after each poll of the run, and while polling them collects new outcomes the run is not
 /// polled (its JS not entered): the runtime is asked to poll again at once, after handing
-/// over whatever else the host has ready.
-pub struct Driven<F>(pub Pin<Box<F>>);
+/// over whatever else the host has ready. A run that waits on nothing is parked; one that
+/// still waits on nothing once it was told it stopped ends with `stuck`, the runner's
+/// encoded error outcome.
+pub struct Driven<F>(pub Pin<Box<F>>, pub fn() -> String);
 
-impl<F: Future> Future for Driven<F> {
+impl<F: Future<Output = rquickjs::Result<String>>> Future for Driven<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
@@ -150,7 +221,11 @@ impl<F: Future> Future for Driven<F> {
         // as the ones `agent-ready` answered).
         if collect(cx) > 0 || CALLS.with(|calls| !calls.borrow().done.is_empty()) {
             cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
-        Poll::Pending
+        match park(cx) {
+            Poll::Ready(()) => Poll::Ready(Ok((self.1)())),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }

@@ -111,17 +111,24 @@ impl bindings::Guest for Runner {
             install_natives(&ctx, true)?;
             let main: Function = ctx.globals().get("__factory_run")?;
             let settle: Function = ctx.globals().get("__factory_settle")?;
+            let poll_stop: Function = ctx.globals().get::<_, Object>("__factory_globals")?.get("pollStop")?;
             let promise: Promise = main.call((source.file_name.clone(), source.entry.clone(), args, run_id))?;
             let mut result = std::pin::pin!(promise.into_future::<String>());
-            // Before each look at the run's promise, the agent calls that came back settle.
+            // Before each look at the run's promise, the agent calls that came back settle
+            // (and a run parked on nothing learns that it is stopping: its signal fires).
             std::future::poll_fn(|cx| {
+                if calls::take_stop_check() {
+                    if let Err(e) = poll_stop.call::<_, bool>(()) {
+                        return std::task::Poll::Ready(Err(e));
+                    }
+                }
                 if let Err(e) = settle_calls(&settle) {
                     return std::task::Poll::Ready(Err(e));
                 }
                 result.as_mut().poll(cx)
             })
             .await
-        })))
+        })), stuck)
         .await;
         calls::clear();
         drop(context);
@@ -131,6 +138,13 @@ impl bindings::Guest for Runner {
             Err(e) => Err(format!("the JS runner failed: {e}")),
         }
     }
+}
+
+/// The outcome of a run that was told it stopped and still waits on nothing (a promise that
+/// never settles): an error, which the host replaces with the stop's cause.
+fn stuck() -> String {
+    let why = hooks::stop_reason().map(|abort| abort_message(&abort)).unwrap_or_default();
+    format!("ethe run stopped ({why}) while its body waited on a promise that never settles")
 }
 
 /// Hand the agent calls that came back to `__factory_settle(ids, kinds, texts)` (prelude.js):
@@ -194,12 +208,19 @@ fn block_on<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// `"r" + json` (a result), `"n"` (no result), `"e" + message`.
+/// How the runner's `run` error says that the result is not plain JSON (the host reads it
+/// as failure type `invalid_result`; `host/src/guests/script.rs` has the same mark). No
+/// other error of the runner starts with it.
+const INVALID_RESULT_MARK: char = '\u{1}';
+
+/// `"r" + json` (a result), `"n"` (no result), `"e" + message`, `"j" + message` (a result
+/// that is not plain JSON).
 fn decode_outcome(encoded: &str) -> Result<Option<String>, String> {
     match encoded.split_at_checked(1) {
         Some(("r", json)) => Ok(Some(json.to_string())),
         Some(("n", _)) => Ok(None),
-        Some(("e", message)) => Err(message.to_string()),
+        Some(("e", message)) => Err(message.trim_start_matches(INVALID_RESULT_MARK).to_string()),
+        Some(("j", message)) => Err(format!("{INVALID_RESULT_MARK}{message}")),
         _ => Err("the JS runner failed: malformed run outcome".into()),
     }
 }
@@ -306,6 +327,7 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
             "sleep",
             Func::from(Async(|ms: f64| async move {
                 let ms = if ms.is_finite() && ms > 0.0 { ms.min(u64::MAX as f64) as u64 } else { 0 };
+                let _sleeping = calls::sleeping();
                 agents::sleep(ms).await;
                 rquickjs::Result::Ok(())
             })),
@@ -315,9 +337,19 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
         native.set(
             "agentStart",
             Func::from(
-                |prompt: String, label: Option<String>, schema: Option<String>, model: Option<String>, limits: Option<String>| {
+                |prompt: String,
+                 label: Option<String>,
+                 schema: Option<String>,
+                 model: Option<String>,
+                 limits: Option<String>,
+                 tuning: Option<String>| {
                     let limits = agent_limits(limits.as_deref().and_then(|l| serde_json::from_str(l).ok()).as_ref());
-                    calls::start(prompt, AgentOptions { label, schema, model, limits })
+                    // `{agent?, reasoningEffort?, contextTier?}` (checked by the prelude; the
+                    // host checks them again).
+                    let tuning: Option<serde_json::Value> = tuning.as_deref().and_then(|t| serde_json::from_str(t).ok());
+                    let text = |key: &str| tuning.as_ref().and_then(|t| t.get(key)).and_then(|v| v.as_str()).map(str::to_string);
+                    let (agent, reasoning_effort, context_tier) = (text("agent"), text("reasoningEffort"), text("contextTier"));
+                    calls::start(prompt, AgentOptions { label, schema, model, limits, agent, reasoning_effort, context_tier })
                 },
             ),
         )?;

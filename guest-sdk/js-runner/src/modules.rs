@@ -24,7 +24,7 @@ const RUNTIME_SPECIFIERS: &[&str] = &["factory", "@github/copilot-sdk/extension"
 const RUNTIME: &str = "factory";
 
 /// The runtime module's text.
-const RUNTIME_TEXT: &str = "export const { defineFactory, joinSession } = globalThis.__factory_api;";
+const RUNTIME_TEXT: &str = "export const { defineFactory, defineWorkflow, joinSession } = globalThis.__factory_api;";
 
 /// Resolves and loads the modules of one engine (the same value is the runtime's resolver
 /// and its loader).

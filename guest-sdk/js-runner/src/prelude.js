@@ -59,15 +59,30 @@
         }
         if (seen.has(value)) throw new TypeError(`${path} is a circular reference`);
         seen.add(value);
-        if (Array.isArray(value)) {
-            for (let i = 0; i < value.length; i++) checkJson(value[i], `${path}[${i}]`, depth + 1, seen);
-        } else {
-            const proto = Object.getPrototypeOf(value);
-            if (proto !== Object.prototype && proto !== null) {
-                const kind = value.constructor && value.constructor.name ? value.constructor.name : "non-plain object";
-                throw new TypeError(`${path} is a ${kind}, which is not JSON (convert it to a plain value first)`);
-            }
-            for (const key of Object.keys(value)) checkJson(value[key], `${path}.${key}`, depth + 1, seen);
+        const array = Array.isArray(value);
+        const proto = Object.getPrototypeOf(value);
+        if (array ? proto !== Array.prototype : proto !== Object.prototype && proto !== null) {
+            const kind = value.constructor && value.constructor.name ? value.constructor.name : "non-plain object";
+            throw new TypeError(`${path} is a ${kind}, which is not JSON (convert it to a plain value first)`);
+        }
+        if (Object.getOwnPropertySymbols(value).length > 0)
+            throw new TypeError(`${path} has a symbol-keyed property, which is not JSON`);
+        // Plain data only: every own property an enumerable data property (no getters or
+        // setters, nothing hidden), and an array nothing but its elements (no holes).
+        const names = Object.getOwnPropertyNames(value);
+        if (array && names.length !== value.length + 1) {
+            for (let i = 0; i < value.length; i++)
+                if (!Object.prototype.hasOwnProperty.call(value, i)) throw new TypeError(`${path}[${i}] is a hole in a sparse array, which is not JSON`);
+        }
+        for (const key of names) {
+            if (array && key === "length") continue;
+            const at = array ? (/^(0|[1-9][0-9]*)$/.test(key) && Number(key) < value.length ? `${path}[${key}]` : null) : `${path}.${key}`;
+            if (at === null) throw new TypeError(`${path} is an array with an extra key \`${key}\`, which is not JSON`);
+            const d = Object.getOwnPropertyDescriptor(value, key);
+            if (d.get !== undefined || d.set !== undefined)
+                throw new TypeError(`${at} is an accessor property (a getter or setter), which is not JSON`);
+            if (!d.enumerable) throw new TypeError(`${at} is a non-enumerable property, which is not JSON`);
+            checkJson(d.value, at, depth + 1, seen);
         }
         seen.delete(value);
     }
@@ -96,24 +111,44 @@
         return `uncaught ${text}`;
     }
 
-    const AGENT_OPTIONS = ["label", "schema", "model", "maxTurns", "maxDurationSeconds", "wrapUp"];
+    const AGENT_OPTIONS = ["label", "schema", "model", "agent", "reasoningEffort", "contextTier", "maxTurns", "maxDurationSeconds", "wrapUp"];
+    const REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh"];
 
-    function checkMeta(meta) {
-        if (meta === null || typeof meta !== "object") throw new TypeError("defineFactory: `meta` must be an object");
-        if (typeof meta.name !== "string" || meta.name === "") throw new TypeError("defineFactory: `meta.name` must be a non-empty string");
-        if (typeof meta.description !== "string") throw new TypeError(`defineFactory: \`meta.description\` of \`${meta.name}\` must be a string`);
+    function checkMeta(meta, who) {
+        if (meta === null || typeof meta !== "object") throw new TypeError(`${who}: \`meta\` must be an object`);
+        if (typeof meta.name !== "string" || meta.name === "") throw new TypeError(`${who}: \`meta.name\` must be a non-empty string`);
+        if (typeof meta.description !== "string") throw new TypeError(`${who}: \`meta.description\` of \`${meta.name}\` must be a string`);
         if (meta.phases !== undefined) {
-            if (!Array.isArray(meta.phases)) throw new TypeError("defineFactory: `meta.phases` must be an array of { title, detail? }");
+            if (!Array.isArray(meta.phases)) throw new TypeError(`${who}: \`meta.phases\` must be an array of { title, detail? }`);
+            const titles = new Set();
             for (const p of meta.phases) {
                 if (p === null || typeof p !== "object" || typeof p.title !== "string")
-                    throw new TypeError("defineFactory: each of `meta.phases` must be { title: string, detail?: string }");
+                    throw new TypeError(`${who}: each of \`meta.phases\` must be { title: string, detail?: string }`);
                 if (p.detail !== undefined && typeof p.detail !== "string")
-                    throw new TypeError("defineFactory: `meta.phases[].detail` must be a string");
+                    throw new TypeError(`${who}: \`meta.phases[].detail\` must be a string`);
+                if (p.title.trim() === "") throw new TypeError(`${who}: the phase titles of \`${meta.name}\` must not be empty`);
+                if (titles.has(p.title)) throw new TypeError(`${who}: the phase title "${p.title}" of \`${meta.name}\` is declared more than once`);
+                titles.add(p.title);
             }
         }
         if (meta.limits !== undefined && (meta.limits === null || typeof meta.limits !== "object"))
-            throw new TypeError("defineFactory: `meta.limits` must be an object");
-        if (meta.agentLimits !== undefined && meta.agentLimits !== null) softLimits(meta.agentLimits, "defineFactory: `meta.agentLimits`", false);
+            throw new TypeError(`${who}: \`meta.limits\` must be an object`);
+        const credits = meta.limits ? meta.limits.maxAiCredits : undefined;
+        if (credits !== undefined && credits !== null) {
+            const nano = Math.round(credits * 1e9);
+            if (typeof credits !== "number" || !Number.isFinite(credits) || credits <= 0 || !Number.isSafeInteger(nano) || nano < 1)
+                throw new RangeError(`${who}: \`meta.limits.maxAiCredits\` of \`${meta.name}\` must be a positive, finite number that rounds to a safe positive integer of nano-credits (got ${String(credits)})`);
+        }
+        if (meta.agentLimits !== undefined && meta.agentLimits !== null) softLimits(meta.agentLimits, `${who}: \`meta.agentLimits\``, false);
+    }
+
+    // A deep copy of plain data (objects, arrays), frozen all the way down: the meta a
+    // definition keeps cannot change after it was checked.
+    function frozenCopy(value) {
+        if (value === null || typeof value !== "object") return value;
+        const copy = Array.isArray(value) ? value.map(frozenCopy) : {};
+        if (!Array.isArray(value)) for (const key of Object.keys(value)) copy[key] = frozenCopy(value[key]);
+        return Object.freeze(copy);
     }
 
     // Per-agent soft limits `{ maxTurns?, maxDurationSeconds?, wrapUp? }` (from `source`,
@@ -152,33 +187,69 @@
         return any ? JSON.stringify(out) : null;
     }
 
-    function defineFactory(definition) {
-        if (definition === null || typeof definition !== "object") throw new TypeError("defineFactory takes { meta, run }");
-        checkMeta(definition.meta);
-        if (typeof definition.run !== "function") throw new TypeError(`defineFactory: \`run\` of \`${definition.meta.name}\` must be a function`);
-        const factory = { meta: definition.meta, run: definition.run, [FACTORY]: true };
+    // `defineFactory` and `defineWorkflow` (upstream's current name): the same definition.
+    // The handle keeps a deep-frozen copy of `meta`, checked after the copy was taken.
+    function define(definition, who) {
+        if (definition === null || typeof definition !== "object") throw new TypeError(`${who} takes { meta, run }`);
+        if (definition.meta === null || typeof definition.meta !== "object") throw new TypeError(`${who}: \`meta\` must be an object`);
+        const meta = frozenCopy(definition.meta);
+        checkMeta(meta, who);
+        if (typeof definition.run !== "function") throw new TypeError(`${who}: \`run\` of \`${meta.name}\` must be a function`);
+        const factory = Object.freeze({ meta, run: definition.run, [FACTORY]: true });
         defined.push(factory);
         return factory;
     }
+    const defineFactory = (definition) => define(definition, "defineFactory");
+    const defineWorkflow = (definition) => define(definition, "defineWorkflow");
 
-    // The Copilot SDK's session: here it only records which factories the file offers.
-    function joinSession(options) {
-        const factories = options && options.factories;
-        if (factories !== undefined) {
-            if (!Array.isArray(factories) || !factories.every((f) => f && f[FACTORY]))
-                throw new TypeError("joinSession: `factories` must be an array of defineFactory results");
-            joined = (joined || []).concat(factories);
+    // Two handles of one registration may not share a name.
+    function uniqueNames(handles, where) {
+        const names = new Set();
+        for (const f of handles) {
+            if (names.has(f.meta.name)) throw new TypeError(`${where}: two definitions are named \`${f.meta.name}\`; names must be unique`);
+            names.add(f.meta.name);
         }
-        const session = {
-            factories: joined || [],
-            factory: {
-                run: () => Promise.reject(new Error("session.factory.run is not available inside the factory host: run factories with `factory run`")),
-            },
-        };
-        return Promise.resolve(session);
     }
 
-    globalThis.__factory_api = Object.freeze({ defineFactory, joinSession });
+    // The session a run body sees (`ctx.session`) and `joinSession` resolves to: it cannot
+    // start, resume or pause a run from here (as upstream refuses while a body runs), and the
+    // sandbox reaches no session to read runs from: those reads say how to make them.
+    function sessionApi(kind) {
+        const refuse = () =>
+            Promise.reject(new Error(`session.${kind}.run, session.${kind}.resume and session.${kind}.pause are not allowed while a ${kind} body is running on this call path.`));
+        const unreachable = (method) => () =>
+            Promise.reject(new Error(`session.${kind}.${method} is not available inside the factory host's sandbox: read runs with \`factory show\`, \`factory runs\` or the HTTP API`));
+        const api = { run: refuse, resume: refuse, pause: refuse };
+        for (const method of ["getRun", "listRuns", "getRunDetail", "getRunProgress", "waitForRun", "cancel"]) api[method] = unreachable(method);
+        return Object.freeze(api);
+    }
+    function makeSession(runId) {
+        return Object.freeze({
+            factories: Object.freeze((joined || []).slice()),
+            runId,
+            factory: sessionApi("factory"),
+            workflow: sessionApi("workflow"),
+        });
+    }
+
+    // The Copilot SDK's session: here it only records which factories (or workflows) the
+    // file offers. As upstream, one call registers factories or workflows, not both.
+    function joinSession(options) {
+        const factories = options && options.factories;
+        const workflows = options && options.workflows;
+        if (factories !== undefined && workflows !== undefined)
+            throw new TypeError("joinSession: a session registers either `factories` or `workflows`, not both");
+        const [given, key] = workflows !== undefined ? [workflows, "workflows"] : [factories, "factories"];
+        if (given !== undefined) {
+            if (!Array.isArray(given) || !given.every((f) => f && f[FACTORY]))
+                throw new TypeError(`joinSession: \`${key}\` must be an array of defineFactory/defineWorkflow results`);
+            uniqueNames(given, "joinSession");
+            joined = (joined || []).concat(given);
+        }
+        return Promise.resolve(makeSession(undefined));
+    }
+
+    globalThis.__factory_api = Object.freeze({ defineFactory, defineWorkflow, joinSession });
 
     // Which factory the file offers under `entry` (its meta name), or by default.
     function pick(ns, fileName, entry) {
@@ -191,6 +262,7 @@
         (joined || []).forEach(add);
         for (const key of Object.keys(ns)) if (key !== "default") add(ns[key]);
         const candidates = offered.length ? offered : defined;
+        uniqueNames(candidates, fileName);
         const names = candidates.map((f) => f.meta.name);
         if (entry !== undefined && entry !== null) {
             const found = candidates.find((f) => f.meta.name === entry);
@@ -202,7 +274,7 @@
         if (candidates.length === 1) return candidates[0];
         if (candidates.length === 0)
             throw new Error(`${fileName} defines no factory: \`export default defineFactory({ meta, run })\`, or pass it to \`joinSession({ factories: [...] })\``);
-        throw new Error(`${fileName} offers several factories (${names.join(", ")}): run one as \`${fileName}#NAME\``);
+        throw new Error(`${fileName} offers several factories (${names.join(", ")}): name one as \`${fileName}#NAME\` (to run, describe or add it)`);
     }
 
     async function load(fileName, entry) {
@@ -245,8 +317,8 @@
         capturedReject = reject;
     };
 
-    function startAgent(native, prompt, label, schema, model, limits) {
-        const id = native.agentStart(prompt, label, schema, model, limits);
+    function startAgent(native, prompt, label, schema, model, limits, tuning) {
+        const id = native.agentStart(prompt, label, schema, model, limits, tuning);
         const promise = new Promise(capture);
         resolvers[id] = capturedResolve;
         rejecters[id] = capturedReject;
@@ -338,12 +410,12 @@
         // Not an async function (one promise per call, settled with the reply itself); a
         // bad argument rejects as it would from one.
         function agent(prompt, options) {
-            let label, schema, model, limits = null;
+            let label, schema, model, limits = null, tuning = null;
             try {
                 if (typeof prompt !== "string") throw new TypeError("ctx.agent: the prompt must be a string");
                 if (options !== undefined && options !== null) {
                     if (typeof options !== "object")
-                        throw new TypeError("ctx.agent: options must be { label?, schema?, model?, maxTurns?, maxDurationSeconds?, wrapUp? }");
+                        throw new TypeError(`ctx.agent: options must be { ${AGENT_OPTIONS.map((k) => k + "?").join(", ")} }`);
                     for (const key of Object.keys(options)) {
                         if (!AGENT_OPTIONS.includes(key))
                             throw new TypeError(`ctx.agent: unknown option \`${key}\` (options are exactly ${AGENT_OPTIONS.join(", ")})`);
@@ -358,11 +430,22 @@
                         model = options.model;
                     }
                     if (options.schema !== undefined && options.schema !== null) schema = toJson(options.schema, "ctx.agent: `schema`");
+                    // `agent`, `reasoningEffort`, `contextTier`: names, passed on as JSON.
+                    const tuned = {};
+                    for (const key of ["agent", "reasoningEffort", "contextTier"]) {
+                        const v = options[key];
+                        if (v === undefined || v === null) continue;
+                        if (typeof v !== "string" || v === "") throw new TypeError(`ctx.agent: \`${key}\` must be a non-empty string`);
+                        tuned[key] = v;
+                    }
+                    if (tuned.reasoningEffort !== undefined && !REASONING_EFFORTS.includes(tuned.reasoningEffort))
+                        throw new RangeError(`ctx.agent: \`reasoningEffort\` must be one of ${REASONING_EFFORTS.join(", ")} (got ${JSON.stringify(tuned.reasoningEffort)})`);
+                    if (Object.keys(tuned).length > 0) tuning = JSON.stringify(tuned);
                 }
             } catch (e) {
                 return Promise.reject(e);
             }
-            return startAgent(native, prompt, label, schema, model, limits);
+            return startAgent(native, prompt, label, schema, model, limits, tuning);
         }
 
         // How many `ctx.parallel`/`ctx.pipeline` calls are in flight: `ctx.pause` is refused
@@ -515,8 +598,9 @@
             sleep,
             pause,
             signal,
-            session: null,
+            session: makeSession(runId),
             factory: () => Promise.reject(new Error("nested factories are not supported")),
+            workflow: () => Promise.reject(new Error("nested workflows are not supported")),
         };
         return Object.freeze(ctx);
     }
@@ -534,7 +618,7 @@
             try {
                 json = toJson(result, "result");
             } catch (e) {
-                return `ethe factory's result is not JSON: ${e.message}; a factory returns JSON (objects, arrays, strings, numbers, booleans, null) or undefined`;
+                return `jthe factory's result is not JSON: ${e.message}; a factory returns plain JSON (objects, arrays, strings, numbers, booleans, null) or undefined`;
             }
             return "r" + json;
         } catch (e) {

@@ -195,6 +195,18 @@ def _soft_limits(where: str, max_turns: Any, max_duration_seconds: Any, wrap_up:
         raise ValueError(f"{where}: wrap_up must be a non-empty string, got {wrap_up!r}")
 
 
+_REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _tuning(agent: Any, reasoning_effort: Any, context_tier: Any) -> None:
+    """Check ``ctx.agent``'s tuning (the host checks it again)."""
+    for name, value in (("agent", agent), ("reasoning_effort", reasoning_effort), ("context_tier", context_tier)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise TypeError(f"ctx.agent: {name} must be a non-empty string, got {value!r}")
+    if reasoning_effort is not None and reasoning_effort not in _REASONING_EFFORTS:
+        raise ValueError(f"ctx.agent: reasoning_effort must be one of {', '.join(_REASONING_EFFORTS)}, got {reasoning_effort!r}")
+
+
 def _wit_limits(max_turns: int | None, max_duration_seconds: float | None, wrap_up: str | None) -> Any:
     return _wit.AgentLimits(
         max_turns=max_turns,
@@ -379,6 +391,9 @@ class Ctx(Generic[A]):
         max_turns: int | None = None,
         max_duration_seconds: float | None = None,
         wrap_up: str | None = None,
+        agent: str | None = None,
+        reasoning_effort: str | None = None,
+        context_tier: str | None = None,
     ) -> str | None: ...
 
     @overload
@@ -392,6 +407,9 @@ class Ctx(Generic[A]):
         max_turns: int | None = None,
         max_duration_seconds: float | None = None,
         wrap_up: str | None = None,
+        agent: str | None = None,
+        reasoning_effort: str | None = None,
+        context_tier: str | None = None,
     ) -> T | None: ...
 
     @overload
@@ -405,6 +423,9 @@ class Ctx(Generic[A]):
         max_turns: int | None = None,
         max_duration_seconds: float | None = None,
         wrap_up: str | None = None,
+        agent: str | None = None,
+        reasoning_effort: str | None = None,
+        context_tier: str | None = None,
     ) -> Json | None: ...
 
     async def agent(
@@ -417,6 +438,9 @@ class Ctx(Generic[A]):
         max_turns: int | None = None,
         max_duration_seconds: float | None = None,
         wrap_up: str | None = None,
+        agent: str | None = None,
+        reasoning_effort: str | None = None,
+        context_tier: str | None = None,
     ) -> Any:
         """Run one subagent and return its reply.
 
@@ -434,9 +458,15 @@ class Ctx(Generic[A]):
         model turns, ``max_duration_seconds`` of wall time, and the ``wrap_up`` prompt sent
         when that time is up. Reaching one ends this call (with what the subagent answered by
         then, else ``None``), never the run.
+
+        Tuning (part of the call's identity): ``agent`` (the persona, where the backend has
+        one: an agent CLI's ``--agent``), ``reasoning_effort`` (``none``, ``minimal``, ``low``,
+        ``medium``, ``high`` or ``xhigh``: OpenAI's ``reasoning_effort``, Anthropic's thinking
+        budget) and ``context_tier`` (accepted, mapped by no backend today).
         """
         _require_host()
         _soft_limits("ctx.agent", max_turns, max_duration_seconds, wrap_up)
+        _tuning(agent, reasoning_effort, context_tier)
         schema_json: str | None = None
         target: Any = None
         if schema is not None:
@@ -447,6 +477,9 @@ class Ctx(Generic[A]):
             schema=schema_json,
             model=model,
             limits=_wit_limits(max_turns, max_duration_seconds, wrap_up),
+            agent=agent,
+            reasoning_effort=reasoning_effort,
+            context_tier=context_tier,
         )
         try:
             # One synchronous hook call: a memo hit (a replayed or repeated call), or a call

@@ -72,6 +72,9 @@ class AgentOptions:
     schema: Optional[str]
     model: Optional[str]
     limits: AgentLimits = dataclasses.field(default_factory=lambda: AgentLimits(None, None, None))
+    agent: Optional[str] = None
+    reasoning_effort: Optional[str] = None
+    context_tier: Optional[str] = None
 
 
 class FakeWit:
@@ -231,6 +234,17 @@ class AgentTests(unittest.TestCase):
         asyncio.run(ctx.agent("hi", label="s", max_turns=3, max_duration_seconds=1.5, wrap_up="now"))
         self.assertEqual(host.calls[0][1].limits, AgentLimits(3, 1.5, "now"))
         for bad in [dict(max_turns=0), dict(max_turns=True), dict(max_duration_seconds=-1), dict(wrap_up=" ")]:
+            with self.assertRaises((ValueError, TypeError), msg=str(bad)):
+                asyncio.run(ctx.agent("hi", **bad))  # type: ignore[arg-type]
+        self.assertEqual(len(host.calls), 1, "a refused call reaches no host")
+
+    def test_agent_tuning_is_passed_on_and_bad_values_refused(self) -> None:
+        host = with_host({})
+        ctx: Ctx[dict] = Ctx({}, "{}")
+        asyncio.run(ctx.agent("hi", label="t", agent="reviewer", reasoning_effort="high", context_tier="long_context"))
+        options = host.calls[0][1]
+        self.assertEqual((options.agent, options.reasoning_effort, options.context_tier), ("reviewer", "high", "long_context"))
+        for bad in [dict(reasoning_effort="max"), dict(agent=""), dict(context_tier=3)]:
             with self.assertRaises((ValueError, TypeError), msg=str(bad)):
                 asyncio.run(ctx.agent("hi", **bad))  # type: ignore[arg-type]
         self.assertEqual(len(host.calls), 1, "a refused call reaches no host")

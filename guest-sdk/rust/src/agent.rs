@@ -7,8 +7,9 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 use serde::de::DeserializeOwned;
 
-/// One subagent call: set `label`, `model`, `schema` and soft limits (`max_turns`,
-/// `max_duration_seconds`, `wrap_up`), then `.await` it for the text reply, or call
+/// One subagent call: set `label`, `model`, `schema`, soft limits (`max_turns`,
+/// `max_duration_seconds`, `wrap_up`) and tuning (`agent`, `reasoning_effort`,
+/// `context_tier`), then `.await` it for the text reply, or call
 /// [`AgentCall::json`] / [`AgentCall::value`] for a structured one.
 ///
 /// `Ok(None)` is an ordinary failure (guard it); `Err(Abort)` means the run must stop.
@@ -20,6 +21,9 @@ pub struct AgentCall {
     model: Option<String>,
     schema: Option<serde_json::Value>,
     limits: wit::AgentLimits,
+    agent: Option<String>,
+    reasoning_effort: Option<String>,
+    context_tier: Option<String>,
 }
 
 /// No soft limits (the factory's defaults apply).
@@ -36,7 +40,16 @@ pub(crate) fn schema_for<T: schemars::JsonSchema>() -> serde_json::Value {
 
 impl AgentCall {
     pub(crate) fn new(prompt: String) -> Self {
-        AgentCall { prompt, label: None, model: None, schema: None, limits: no_limits() }
+        AgentCall {
+            prompt,
+            label: None,
+            model: None,
+            schema: None,
+            limits: no_limits(),
+            agent: None,
+            reasoning_effort: None,
+            context_tier: None,
+        }
     }
 
     /// Label: distinguishes otherwise identical calls and names the agent in progress.
@@ -69,6 +82,26 @@ impl AgentCall {
     /// The prompt sent when `max_duration_seconds` is up (default: the host's).
     pub fn wrap_up(mut self, prompt: impl Into<String>) -> Self {
         self.limits.wrap_up = Some(prompt.into());
+        self
+    }
+
+    /// The agent (persona) to run the call as, where the backend has one (an agent CLI's
+    /// `--agent`); part of the call's identity.
+    pub fn agent(mut self, agent: impl Into<String>) -> Self {
+        self.agent = Some(agent.into());
+        self
+    }
+
+    /// How hard the model reasons: `none`, `minimal`, `low`, `medium`, `high` or `xhigh`
+    /// (OpenAI's `reasoning_effort`, Anthropic's thinking budget); part of the call's identity.
+    pub fn reasoning_effort(mut self, effort: impl Into<String>) -> Self {
+        self.reasoning_effort = Some(effort.into());
+        self
+    }
+
+    /// The context-window tier asked for (accepted and keyed; no backend maps it today).
+    pub fn context_tier(mut self, tier: impl Into<String>) -> Self {
+        self.context_tier = Some(tier.into());
         self
     }
 
@@ -115,6 +148,9 @@ impl AgentCall {
             schema: self.schema.map(|s| s.to_string()),
             model: self.model,
             limits: self.limits,
+            agent: self.agent,
+            reasoning_effort: self.reasoning_effort,
+            context_tier: self.context_tier,
         };
         match agents::agent_start(&self.prompt, &options) {
             Ok(wit::Started::Reply(reply)) => Begun::Answered(Ok(reply)),

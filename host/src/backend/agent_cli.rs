@@ -184,6 +184,9 @@ pub struct AgentCliConfig {
     /// The flag that caps the agent's turns, passed as `FLAG=N` for a call with `maxTurns`
     /// (claude: `--max-turns`); `None`: a call with `maxTurns` is refused (a backend failure).
     pub turns_flag: Option<String>,
+    /// The flag that picks the agent (persona) a call runs as, passed as `FLAG=NAME` for a
+    /// call with `agent` (claude and copilot: `--agent`); `None`: the option is ignored.
+    pub agent_flag: Option<String>,
     /// Whether the CLI takes a wrap-up prompt (no preset does today).
     pub wrap_up: WrapUp,
     /// How long a CLI has to answer after the wrap-up prompt, before the kill ladder.
@@ -253,6 +256,7 @@ impl AgentCliConfig {
             tool_flags: ToolFlags::default(),
             grant_flag: None,
             turns_flag: None,
+            agent_flag: None,
             wrap_up: WrapUp::None,
             wrap_up_grace: Duration::from_secs(30),
             max_concurrent: None,
@@ -287,6 +291,7 @@ impl AgentCliConfig {
                 tool_flags: flags(Some("--allowedTools"), Some("--disallowedTools")),
                 grant_flag: Some("--add-dir".into()),
                 turns_flag: Some("--max-turns".into()),
+                agent_flag: Some("--agent".into()),
                 ..AgentCliConfig::generic(name, strings(&["claude", "-p", "--output-format", "json"]))
             },
             "codex" => AgentCliConfig {
@@ -301,6 +306,7 @@ impl AgentCliConfig {
                 writable: paths(&[".copilot"]),
                 tool_flags: flags(Some("--allow-tool"), Some("--deny-tool")),
                 grant_flag: Some("--add-dir".into()),
+                agent_flag: Some("--agent".into()),
                 // Copilot CLI takes its prompt only as `-p TEXT`; argv is readable by every
                 // local user, so the text only names the private file that holds the prompt.
                 ..AgentCliConfig::generic(name, strings(&["copilot", "-p", COPILOT_PROMPT]))
@@ -641,11 +647,17 @@ pub const MAX_ARG_BYTES: usize = 128 * 1024;
 /// A model name a factory asked for, checked before it becomes an argument: it must not
 /// look like an option or carry whitespace or control characters (it is guest data).
 fn check_model(who: &str, model: &str) -> Result<(), BackendError> {
-    let bad = model.is_empty() || model.starts_with('-') || model.chars().any(|c| c.is_whitespace() || c.is_control());
+    check_name(who, "model", model)
+}
+
+/// A name a factory chose (`what`: a model, an agent), checked as [`check_model`] checks a
+/// model name.
+fn check_name(who: &str, what: &str, name: &str) -> Result<(), BackendError> {
+    let bad = name.is_empty() || name.starts_with('-') || name.chars().any(|c| c.is_whitespace() || c.is_control());
     if bad {
-        let shown: String = model.chars().take(60).flat_map(char::escape_default).collect();
+        let shown: String = name.chars().take(60).flat_map(char::escape_default).collect();
         return Err(BackendError::ordinary(format!(
-            "{who}: model name \"{shown}\" refused: it is empty, starts with `-`, or holds whitespace or control characters"
+            "{who}: {what} name \"{shown}\" refused: it is empty, starts with `-`, or holds whitespace or control characters"
         )));
     }
     Ok(())
@@ -918,6 +930,12 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
             ));
         };
         argv.push(format!("{flag}={turns}"));
+    }
+    // A call's `agent`, where the CLI has a flag for it (ignored otherwise, as upstream's
+    // options are: accepted whatever runs them).
+    if let (Some(agent), Some(flag)) = (&request.tuning.agent, &config.agent_flag) {
+        check_name(who, "agent", agent)?;
+        argv.push(format!("{flag}={agent}"));
     }
     if let Some(flag) = &config.grant_flag {
         argv.extend(config.grants.iter().map(|dir| format!("{flag}={}", dir.display())));

@@ -281,6 +281,18 @@ impl Inner {
             }]);
             body["tool_choice"] = json!({"type": "tool", "name": RESPOND_TOOL});
         }
+        // A call's `reasoningEffort` becomes an extended-thinking budget. The API wants
+        // `max_tokens` above the budget, and refuses a forced tool with thinking on: the
+        // answer tool is then offered, not forced (a text reply is parsed as before).
+        if let Some(budget) = request.tuning.thinking_budget() {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+            if self.config.max_tokens <= budget {
+                body["max_tokens"] = json!(u64::from(budget) + u64::from(self.config.max_tokens));
+            }
+            if body.get("tool_choice").is_some() {
+                body["tool_choice"] = json!({"type": "auto"});
+            }
+        }
         (body, wrapped)
     }
 

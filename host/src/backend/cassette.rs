@@ -2,7 +2,7 @@
 //! JSON-lines file (`--record FILE`) and serves calls from one (`--replay FILE`) with zero
 //! calls to a live backend, failing clearly on a miss unless misses go live
 //! (`--replay-then-live`). An exchange is keyed by the canonical [`AgentKey`] of the call
-//! (prompt, label, schema, model) plus the spawn's attempt number (0, or 1 for the schema
+//! (prompt, label, schema, model, soft limits, agent options) plus the spawn's attempt number (0, or 1 for the schema
 //! retry). The file's first line is a header naming the format and its version.
 //!
 //! A cassette is untrusted input (a third-party project ships its own): reading one is
@@ -20,6 +20,7 @@
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
 use crate::model::agent_key::AgentKey;
 use crate::model::limits::AgentLimits;
+use crate::model::tuning::AgentTuning;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -75,6 +76,15 @@ pub struct RecordedRequest {
     /// The call's soft limits, if any (part of its key).
     #[serde(default, skip_serializing_if = "no_limits")]
     pub limits: AgentLimits,
+    /// The call's agent, if any (part of its key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The call's reasoning effort, if any (part of its key).
+    #[serde(default, rename = "reasoningEffort", skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// The call's context tier, if any (part of its key).
+    #[serde(default, rename = "contextTier", skip_serializing_if = "Option::is_none")]
+    pub context_tier: Option<String>,
 }
 
 fn no_limits(limits: &AgentLimits) -> bool {
@@ -84,7 +94,12 @@ fn no_limits(limits: &AgentLimits) -> bool {
 impl RecordedRequest {
     /// The canonical key this request hashes to (what its exchange's `key` must be).
     pub fn key(&self) -> AgentKey {
-        AgentKey::with_limits(&self.prompt, self.label.as_deref(), self.schema.as_ref(), self.model.as_deref(), &self.limits)
+        let tuning = AgentTuning {
+            agent: self.agent.clone(),
+            reasoning_effort: self.reasoning_effort.clone(),
+            context_tier: self.context_tier.clone(),
+        };
+        AgentKey::of(&self.prompt, self.label.as_deref(), self.schema.as_ref(), self.model.as_deref(), &self.limits, &tuning)
     }
 }
 
@@ -170,6 +185,9 @@ impl Exchange {
                 model: request.model.clone(),
                 schema: request.schema.clone(),
                 limits: request.limits.clone(),
+                agent: request.tuning.agent.clone(),
+                reasoning_effort: request.tuning.reasoning_effort.clone(),
+                context_tier: request.tuning.context_tier.clone(),
             },
             reply,
             error,
@@ -199,12 +217,13 @@ impl Exchange {
 
 /// The canonical key of a request, as the run engine computes it.
 pub fn key_of(request: &AgentRequest) -> AgentKey {
-    AgentKey::with_limits(
+    AgentKey::of(
         &request.prompt,
         request.label.as_deref(),
         request.schema.as_ref(),
         request.model.as_deref(),
         &request.limits,
+        &request.tuning,
     )
 }
 

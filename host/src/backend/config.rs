@@ -47,6 +47,7 @@
 //! allowed_tools = ["Read", "Grep", "Bash(git log:*)"]  # passed as --allowedTools=...
 //! disallowed_tools = ["WebFetch"]                      # passed as --disallowedTools=...
 //! turns_flag = "--max-turns"            # a call's maxTurns, as --max-turns=N (the preset's)
+//! agent_flag = "--agent"                # a call's agent, as --agent=NAME (the preset's)
 //! wrap_up = "none"                      # or "stdin": JSON-string lines, wrap-up at maxDurationSeconds
 //! wrap_up_seconds = 30                  # time to answer after the wrap-up prompt
 //!
@@ -291,6 +292,9 @@ pub struct BackendConfig {
     /// CLI: the flag a call's `maxTurns` is passed with as `FLAG=N` (default: the preset's;
     /// claude `--max-turns`).
     pub turns_flag: Option<String>,
+    /// CLI: the flag a call's `agent` is passed with as `FLAG=NAME` (default: the preset's;
+    /// claude and copilot `--agent`; without one the option is ignored).
+    pub agent_flag: Option<String>,
     /// CLI: `none` (the default) or `stdin`: the CLI reads one JSON string per stdin line and
     /// takes a wrap-up prompt there when a call's `maxDurationSeconds` is up.
     pub wrap_up: Option<String>,
@@ -844,6 +848,9 @@ fn build(
             }
             if let Some(flag) = &entry.turns_flag {
                 config.turns_flag = Some(flag.clone());
+            }
+            if let Some(flag) = &entry.agent_flag {
+                config.agent_flag = Some(flag.clone());
             }
             config.wrap_up = match entry.wrap_up.as_deref() {
                 None | Some("none") => WrapUp::None,

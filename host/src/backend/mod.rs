@@ -36,6 +36,7 @@ pub use router::{Route, Router};
 pub use script::{Script, ScriptError};
 
 pub use crate::model::limits::{AgentLimits, SoftLimit};
+pub use crate::model::tuning::AgentTuning;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
@@ -57,6 +58,9 @@ pub struct AgentRequest {
     /// The call's soft limits (its own over the factory's defaults), checked; each backend
     /// honours what applies to it (README, "Per-agent soft limits").
     pub limits: AgentLimits,
+    /// The call's agent, reasoning effort and context tier, checked; each backend maps what
+    /// it has a knob for (README, "Agent options").
+    pub tuning: AgentTuning,
 }
 
 /// What a backend reports for one spawn. The four token counts are disjoint: input tokens

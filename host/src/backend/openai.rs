@@ -275,6 +275,10 @@ impl Inner {
         if let Some(max) = self.config.max_tokens {
             body["max_tokens"] = json!(max);
         }
+        // A call's `reasoningEffort` (checked: one of the values the API names).
+        if let Some(effort) = &request.tuning.reasoning_effort {
+            body["reasoning_effort"] = json!(effort);
+        }
         body
     }
 

@@ -146,6 +146,7 @@ mod tests {
                 attempt: 0,
                 feedback: None,
                 limits: Default::default(),
+                tuning: Default::default(),
             })
         };
         assert_eq!(router.call(call(Some("fast"))).await.unwrap().text, "local:qwen");

@@ -213,6 +213,7 @@ mod tests {
             attempt: 0,
             feedback: None,
             limits: Default::default(),
+            tuning: Default::default(),
         })
     }
 

@@ -19,6 +19,7 @@ use crate::model::envelope::Accounting;
 use crate::model::progress::{AgentSummary, ProgressEvent};
 use crate::model::limits::AgentLimits;
 use crate::model::schema::Schema;
+use crate::model::tuning::AgentTuning;
 use crate::model::agent_key::AgentKey;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,6 +49,7 @@ pub(crate) struct Call {
     schema: Option<Schema>,
     model: Option<String>,
     limits: AgentLimits,
+    tuning: AgentTuning,
     key: AgentKey,
     /// The journal view knows the key was never journaled (no store read needed).
     known: bool,
@@ -146,6 +148,7 @@ impl Agents {
         schema: Option<String>,
         model: Option<String>,
         limits: AgentLimits,
+        tuning: AgentTuning,
     ) -> Start {
         if let Some(abort) = self.attempt.stopping() {
             return Start::Answered(Err(abort));
@@ -154,6 +157,10 @@ impl Agents {
             Ok(limits) => limits,
             Err(abort) => return Start::Answered(Err(abort)),
         };
+        if let Err(e) = tuning.validate() {
+            let who = label.as_deref().unwrap_or("agent");
+            return Start::Answered(Err(self.attempt.abort(Abort::InvalidCall(format!("agent `{who}`: {e}")))));
+        }
         // The call's strings are already in host memory, and stay there while it is pending
         // (their bytes are charged as it enters). A small call without a schema is keyed at
         // once and enters only if it must wait: a memo hit is never pending. A call with a
@@ -161,7 +168,8 @@ impl Agents {
         // large one before its key is hashed: the bytes that are not yet counted are never
         // more than a small call's, for longer than it takes to hash them.
         let charge = pending_charge(&prompt, label.as_deref(), schema.as_deref(), model.as_deref())
-            .saturating_add(limits.wrap_up.as_ref().map_or(0, |w| w.len() as u64));
+            .saturating_add(limits.wrap_up.as_ref().map_or(0, |w| w.len() as u64))
+            .saturating_add(tuning.len() as u64);
         let pending = if schema.is_some() || charge > KEYED_BEFORE_ENTRY_BYTES {
             match self.enter(charge) {
                 Ok(pending) => Some(pending),
@@ -174,7 +182,7 @@ impl Agents {
             Ok(schema) => schema,
             Err(abort) => return Start::Answered(Err(abort)),
         };
-        let key = AgentKey::with_limits(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits);
+        let key = AgentKey::of(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits, &tuning);
         // Journaled: replay for free, here when the journal view knows the answer.
         let known = match self.attempt.cached_agent(&key) {
             Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
@@ -185,7 +193,7 @@ impl Agents {
             Ok(pending) => pending,
             Err(abort) => return Start::Answered(Err(abort)),
         };
-        Start::Call(Box::new(Call { pending, prompt, label, schema, model, limits, key, known }))
+        Start::Call(Box::new(Call { pending, prompt, label, schema, model, limits, tuning, key, known }))
     }
 
     /// The per-call caps and the limits' validity: the effective limits (the call's over the
@@ -271,7 +279,7 @@ impl Agents {
     /// The part of `agents.agent` that may wait: the store's answer for a key the journal
     /// view does not know, an identical call in flight, or the spawn itself.
     pub(crate) async fn finish(self: Arc<Self>, call: Box<Call>) -> Result<Option<String>, Abort> {
-        let Call { pending: _pending, prompt, label, schema, model, limits, key, known } = *call;
+        let Call { pending: _pending, prompt, label, schema, model, limits, tuning, key, known } = *call;
         if !known {
             let journaled = self.attempt.read_agent(key.as_str()).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
             if let Some(outcome) = journaled {
@@ -304,6 +312,7 @@ impl Agents {
             attempt: 0,
             feedback: None,
             limits,
+            tuning,
         };
         let this = &self;
         let call_span = &span;

@@ -73,7 +73,12 @@ impl ctx::Host for RunData {
 /// [`Agents::start`] of a call as the three agent hooks receive it.
 fn start(agents: &Arc<Agents>, prompt: String, options: wit::AgentOptions) -> Start {
     let limits = crate::sandbox::contract::agent_limits_from_wit(options.limits);
-    agents.start(prompt, options.label, options.schema, options.model, limits)
+    let tuning = crate::model::tuning::AgentTuning {
+        agent: options.agent,
+        reasoning_effort: options.reasoning_effort,
+        context_tier: options.context_tier,
+    };
+    agents.start(prompt, options.label, options.schema, options.model, limits, tuning)
 }
 
 impl agents::Host for RunData {

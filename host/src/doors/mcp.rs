@@ -347,7 +347,7 @@ impl schemars::JsonSchema for ManageParams {
                 },
                 "run": {
                     "type": "string",
-                    "description": "author: the factory's body, ONE self-contained JavaScript async function expression, e.g. `async ({ args, agent, parallel, step, phase, log }) => { ... }`. It closes over nothing: define every schema, constant and helper inside it; no import statements. ctx has args, runId, agent(prompt, { label, schema, model }) (text, parsed JSON with a schema, or null on failure), parallel(thunks), pipeline(items, ...stages), step(key, fn), phase(title), log(message), signal."
+                    "description": "author: the factory's body, ONE self-contained JavaScript async function expression, e.g. `async ({ args, agent, parallel, step, phase, log }) => { ... }`. It closes over nothing: define every schema, constant and helper inside it; no import statements. ctx has args, runId, agent(prompt, { label, schema, model, agent, reasoningEffort, contextTier }) (text, parsed JSON with a schema, or null on failure), parallel(thunks), pipeline(items, ...stages), step(key, fn), phase(title), log(message), signal."
                 },
                 "runId": {"type": "string", "description": "show, progress, wait, cancel, pause, resume, remove: the run."},
                 "input": {"description": "resume: the answer to the checkpoint the run waits at, any JSON value (ctx.pause returns it)."},

@@ -115,6 +115,14 @@ pub(crate) async fn execute(
             failure: Some(Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled")),
         },
         (None, Some(Err(trap))) => outcome_failed(classify_trap(&trap)),
+        (None, Some(Ok(Err(message)))) if component.script.is_some() => match crate::guests::script::runner_error(message) {
+            crate::guests::script::RunnerError::InvalidResult(message) => {
+                outcome_failed(Failure::new(crate::model::envelope::FailureType::InvalidResult, None, message))
+            }
+            crate::guests::script::RunnerError::Thrown(message) => {
+                outcome_failed(Failure::new(crate::model::envelope::FailureType::GuestError, None, message))
+            }
+        },
         (None, Some(Ok(Err(message)))) => outcome_failed(Failure::new(crate::model::envelope::FailureType::GuestError, None, message)),
         (None, Some(Ok(Ok(result)))) => match check_result(result, &shared.attempt.sandbox) {
             Ok(result) => AttemptOutcome { status: RunStatus::Completed, result, failure: None },

@@ -18,6 +18,29 @@ use std::sync::Arc;
 /// The JS runner component (the committed prebuilt, checked against its sources at build time).
 pub static RUNNER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/js-runner.component.wasm"));
 
+/// How the JS runner's `run` error says that the factory's result is not plain JSON (an
+/// accessor, a hidden property, an extra key on an array, a class instance...): the message
+/// after this mark (the runner's `INVALID_RESULT_MARK`; none of its other errors start
+/// with it).
+const INVALID_RESULT_MARK: char = '\u{1}';
+
+/// What the JS runner's `run` error means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RunnerError {
+    /// The factory's result is not plain JSON (failure type `invalid_result`).
+    InvalidResult(String),
+    /// The body threw, or the runner failed (failure type `guest_error`).
+    Thrown(String),
+}
+
+/// Decode the JS runner's `run` error.
+pub(crate) fn runner_error(message: String) -> RunnerError {
+    match message.strip_prefix(INVALID_RESULT_MARK) {
+        Some(rest) => RunnerError::InvalidResult(rest.to_string()),
+        None => RunnerError::Thrown(message),
+    }
+}
+
 /// File extensions run as JavaScript modules.
 pub const JS_EXTENSIONS: &[&str] = &["js", "mjs"];
 /// File extensions type-stripped to JavaScript first.

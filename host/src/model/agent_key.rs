@@ -1,10 +1,11 @@
 //! The canonical identity of a subagent call: a sha256 over (prompt, label, schema, model)
 //! with the schema in canonical JSON (sorted keys, no whitespace), and the call's soft limits
-//! when it has any (a call without them keeps the key it had before soft limits existed, so
-//! older journals and cassettes still replay). Keyed by content, never by position, so a
+//! and its tuning (agent, reasoning effort, context tier) when it has any (a call without them
+//! keeps the key it had before they existed, so older journals and cassettes still replay). Keyed by content, never by position, so a
 //! resume after the factory's code changed still hits every unchanged call.
 
 use crate::model::limits::AgentLimits;
+use crate::model::tuning::AgentTuning;
 use sha2::{Digest, Sha256};
 
 /// Bytes of a call's key preimage [`AgentKey::with_limits`] gathers on the stack before it
@@ -64,6 +65,31 @@ impl AgentKey {
         model: Option<&str>,
         limits: &AgentLimits,
     ) -> Self {
+        Self::of(prompt, label, schema, model, limits, &AgentTuning::default())
+    }
+
+    /// The key of a call with soft limits and `tuning` (its agent, reasoning effort and
+    /// context tier). Without any tuning, the key is [`AgentKey::with_limits`]'s.
+    ///
+    /// ```
+    /// use factory_host::AgentKey;
+    /// use factory_host::limits::AgentLimits;
+    /// use factory_host::tuning::AgentTuning;
+    ///
+    /// let none = AgentLimits::default();
+    /// let plain = AgentKey::new("Review", Some("r"), None, None);
+    /// assert_eq!(plain, AgentKey::of("Review", Some("r"), None, None, &none, &AgentTuning::default()));
+    /// let high = AgentTuning { reasoning_effort: Some("high".into()), ..AgentTuning::default() };
+    /// assert_ne!(plain, AgentKey::of("Review", Some("r"), None, None, &none, &high));
+    /// ```
+    pub fn of(
+        prompt: &str,
+        label: Option<&str>,
+        schema: Option<&serde_json::Value>,
+        model: Option<&str>,
+        limits: &AgentLimits,
+        tuning: &AgentTuning,
+    ) -> Self {
         // serde_json's default map is a BTreeMap, so `to_string` emits sorted keys: that is
         // the canonical form. Each field is length-prefixed so no two tuples collide.
         // SHA-256 through `sha2` (SHA-NI where the CPU has it: about half of `ring`'s time
@@ -73,7 +99,8 @@ impl AgentKey {
         let turns = limits.max_turns.map(|n| n.to_string());
         // The duration is hashed by its exact bits (1.5 and 1.50 are the same f64).
         let duration = limits.max_duration_seconds.map(|d| format!("{:016x}", d.to_bits()));
-        let fields = Fields { prompt, label, schema: schema.as_deref(), model, limits, turns: turns.as_deref(), duration: duration.as_deref() };
+        let fields =
+            Fields { prompt, label, schema: schema.as_deref(), model, limits, turns: turns.as_deref(), duration: duration.as_deref(), tuning };
         // A short call's fields are gathered on the stack and hashed at once (a fifth
         // faster than a hasher update per field); a longer one is streamed through.
         let mut short = [0u8; SHORT_PREIMAGE];
@@ -113,6 +140,7 @@ struct Fields<'a> {
     limits: &'a AgentLimits,
     turns: Option<&'a str>,
     duration: Option<&'a str>,
+    tuning: &'a AgentTuning,
 }
 
 impl Fields<'_> {
@@ -136,6 +164,14 @@ impl Fields<'_> {
             // Appended only when present: a call without soft limits keeps its old key.
             field(Some("soft-limits/1"));
             for part in [self.turns, self.duration, self.limits.wrap_up.as_deref()] {
+                field(part);
+            }
+        }
+        if !self.tuning.is_empty() {
+            // Likewise: a call without tuning keeps its old key.
+            field(Some("tuning/1"));
+            let t = self.tuning;
+            for part in [t.agent.as_deref(), t.reasoning_effort.as_deref(), t.context_tier.as_deref()] {
                 field(part);
             }
         }

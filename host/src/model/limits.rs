@@ -138,9 +138,12 @@ pub struct LimitError {
     pub reason: String,
 }
 
+/// 2^53 - 1: the largest integer a double (a JSON number in most readers) holds exactly.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
 impl Limits {
     /// Check every present limit: positive, integral where integral, timeout finite and at
-    /// most [`MAX_TIMEOUT_SECONDS`].
+    /// most [`MAX_TIMEOUT_SECONDS`], `maxAiCredits` a positive safe integer of nano-credits.
     ///
     /// ```
     /// use factory_host::Limits;
@@ -149,6 +152,11 @@ impl Limits {
     /// assert!(fine.validate().is_ok());
     /// let zero = Limits { timeout_seconds: Some(0.0), ..Limits::default() };
     /// assert_eq!(zero.validate().unwrap_err().field, "timeoutSeconds");
+    /// let dust = Limits { max_ai_credits: Some(1e-10), ..Limits::default() };
+    /// assert!(dust.validate().unwrap_err().reason.contains("rounds to zero"));
+    /// let huge = Limits { max_ai_credits: Some(1e7), ..Limits::default() };
+    /// assert!(huge.validate().unwrap_err().reason.contains("safe integer"));
+    /// assert!(Limits { max_ai_credits: Some(9e6), ..Limits::default() }.validate().is_ok());
     /// ```
     pub fn validate(&self) -> Result<(), LimitError> {
         let bad = |field, reason: String| Err(LimitError { field, reason });
@@ -169,6 +177,15 @@ impl Limits {
         if let Some(c) = self.max_ai_credits {
             if !c.is_finite() || c <= 0.0 {
                 return bad("maxAiCredits", format!("must be a positive finite number, got {c}"));
+            }
+            // Budgets are kept in nano-credits: as upstream, the amount must round to a
+            // positive integer of them that is exact in a double (and in JSON readers).
+            let nano = (c * 1e9).round();
+            if nano < 1.0 {
+                return bad("maxAiCredits", format!("rounds to zero nano-credits, got {c}"));
+            }
+            if nano > MAX_SAFE_INTEGER {
+                return bad("maxAiCredits", format!("is past the largest safe integer of nano-credits (9007199.254740991 credits), got {c}"));
             }
         }
         let given = [

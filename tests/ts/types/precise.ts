@@ -1,7 +1,7 @@
 // Type-level checks of guest-sdk/js's declarations, compiled (never run) by tests/js_types.rs
 // with the pinned TypeScript: each `Equal` must hold, and each `@ts-expect-error` line must
 // BE an error (tsc fails on an unused directive), so loosening a type fails the test.
-import { defineFactory, joinSession } from "factory";
+import { defineFactory, defineWorkflow, joinSession } from "factory";
 import type { FactoryContext, FactoryFailure, FactoryRunResult, FromSchema, JsonValue, FactoryAbortError } from "factory";
 import * as extension from "@github/copilot-sdk/extension";
 import * as sdk from "@github/copilot-sdk";
@@ -102,8 +102,13 @@ export const checked = defineFactory<{ files: string[] }>({
         await ctx.sleep(10);
         expectType<Equal<typeof ctx.signal.aborted, boolean>>();
         ctx.signal.addEventListener("abort", () => console.warn("aborted", ctx.signal.reason));
-        expectType<Equal<typeof ctx.session, null>>();
+        expectType<Equal<typeof ctx.session.runId, string | undefined>>();
+        expectType<Equal<ReturnType<typeof ctx.session.workflow.run>, Promise<never>>>();
         expectType<Equal<ReturnType<typeof ctx.factory>, Promise<never>>>();
+        expectType<Equal<ReturnType<typeof ctx.workflow>, Promise<never>>>();
+        await ctx.agent("tuned", { label: "t", agent: "reviewer", reasoningEffort: "high", contextTier: "long_context" });
+        // @ts-expect-error not a reasoning effort
+        await ctx.agent("tuned", { reasoningEffort: "max" });
 
         try {
             await ctx.agent("x");
@@ -148,6 +153,9 @@ defineFactory({
 defineFactory({ meta: { name: "x" }, run: () => null });
 
 await joinSession({ factories: [checked] });
+// Upstream's current name: the same definition and handle.
+const workflow = defineWorkflow({ meta: { name: "wf", description: "" }, run: async () => 1 });
+await joinSession({ workflows: [workflow] });
 // @ts-expect-error joinSession takes defineFactory results only
 await joinSession({ factories: [{ meta: { name: "x", description: "" }, run: () => null }] });
 

@@ -299,6 +299,7 @@ async fn check(config: &Config, name: &str, model: Option<String>, as_json: bool
         attempt: 0,
         feedback: None,
         limits: Default::default(),
+        tuning: Default::default(),
     };
     let started = Instant::now();
     let outcome = backend.call(Arc::new(request)).await;

@@ -33,7 +33,7 @@ fn step_error(e: wit::StepError) -> Error {
 }
 
 fn options(label: &str) -> wit::AgentOptions {
-    wit::AgentOptions { label: Some(label.to_string()), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None } }
+    wit::AgentOptions { label: Some(label.to_string()), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None }
 }
 
 impl Factory for Bench {

@@ -56,7 +56,7 @@ fn answered(outcomes: Vec<Result<Option<String>, wit::Abort>>) -> Result<usize, 
 
 /// A raw agent call; an abort becomes the factory's error.
 async fn raw_agent(prompt: &str, label: Option<String>, schema: Option<String>, model: Option<String>) -> Result<Option<String>, Error> {
-    let options = wit::AgentOptions { label, schema, model, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None } };
+    let options = wit::AgentOptions { label, schema, model, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None };
     Ok(raw_agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?)
 }
 
@@ -246,7 +246,7 @@ impl Factory for Hostile {
                 let filler = "p".repeat(args.bytes);
                 let filler = &filler;
                 let calls = (0..args.n).map(|i| async move {
-                    let options = wit::AgentOptions { label: Some(format!("h:pending:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None } };
+                    let options = wit::AgentOptions { label: Some(format!("h:pending:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None };
                     let mut prompt = String::with_capacity(filler.len() + 16);
                     prompt.push_str(&format!("{i} "));
                     prompt.push_str(filler);
@@ -260,7 +260,7 @@ impl Factory for Hostile {
                 let filler = "p".repeat(args.bytes);
                 let mut started = 0;
                 for i in 0..args.n {
-                    let options = wit::AgentOptions { label: Some(format!("h:started:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None } };
+                    let options = wit::AgentOptions { label: Some(format!("h:started:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None };
                     let mut prompt = String::with_capacity(filler.len() + 16);
                     prompt.push_str(&format!("{i} "));
                     prompt.push_str(&filler);
@@ -275,7 +275,7 @@ impl Factory for Hostile {
             // `n` concurrent raw agent calls: no SDK cap in the way.
             "raw-fanout" => {
                 let calls = (0..args.n).map(|i| {
-                    let options = wit::AgentOptions { label: Some(format!("h:raw:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None } };
+                    let options = wit::AgentOptions { label: Some(format!("h:raw:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None };
                     raw_agents::agent(format!("raw {i}"), options)
                 });
                 Ok(json!({ "done": answered(futures::future::join_all(calls).await)? }))
@@ -315,7 +315,7 @@ impl Factory for Hostile {
                     label: Some("h:bad-schema".into()),
                     schema: Some("{not json".into()),
                     model: None,
-                    limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+                    limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None,
                 };
                 let outcome = raw_agents::agent("judge this".into(), options).await;
                 Ok(json!({ "ignored": format!("{outcome:?}") }))

@@ -20,7 +20,7 @@ fn raw_options(label: &str) -> factory_sdk::__bindings::agent::factory::types::A
         label: Some(label.to_string()),
         schema: None,
         model: None,
-        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None,
     }
 }
 
@@ -217,6 +217,17 @@ impl Factory for Probe {
             }
             // A soft limit the host refuses (`invalid_call`).
             "soft-bad" => Ok(json!(ctx.agent("x").max_turns(0).await?)),
+            // The agent tuning options from a Rust guest.
+            "tuned" => {
+                let tuned = ctx
+                    .agent("think")
+                    .label("rust")
+                    .agent("reviewer")
+                    .reasoning_effort("low")
+                    .context_tier("long_context")
+                    .await?;
+                Ok(json!({ "tuned": tuned }))
+            }
             "null" => Ok(Value::Null),
             other => Err(Error::msg(format!("unknown case `{other}`"))),
         }
