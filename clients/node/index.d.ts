@@ -52,6 +52,8 @@ export interface FactoryRunResult {
     updatedAt: string;
     /** Monotonic; bumped on every durable change. */
     revision: number;
+    /** The run's place in creation order (in listings). */
+    seq?: number;
     [key: string]: unknown;
 }
 
@@ -116,10 +118,35 @@ export interface FactoryRunUpdatedEvent {
     data: { runId: string; revision: number };
 }
 
+/** Options of a page by creation sequence (`listRuns(options)`). */
+export interface FactoryListRunsOptions {
+    /** The runs created after this `seq`, oldest first (walk newer). */
+    afterSeq?: number | null;
+    /** The newest runs created before this `seq` (walk older); neither cursor: the newest page. */
+    beforeSeq?: number | null;
+    /** The most ended runs the page holds (default 200, at most 500); running ones come along. */
+    limit?: number | null;
+}
+
+/** A page of runs by creation sequence. */
+export interface FactoryRunsPage {
+    /** Oldest first; each has its `seq`. */
+    runs: Array<FactoryRunResult & { seq: number }>;
+    /** The `seq` of the page's oldest run (the `beforeSeq` of the page before it), null when empty. */
+    oldestSeq: number | null;
+    /** The `seq` of the page's newest run (the `afterSeq` of the page after it), null when empty. */
+    newestSeq: number | null;
+    /** Runs newer than this page exist. */
+    hasMoreNewer: boolean;
+    /** Runs older than this page exist. */
+    omittedOlder: boolean;
+}
+
 export interface FactoryApi {
     run(nameOrHandle: string | FactoryHandle | DefinedFactory, options?: { args?: JsonValue; limits?: FactoryLimits }): Promise<FactoryRunResult>;
     resume(runId: string, options?: { limits?: FactoryLimits }): Promise<FactoryRunResult>;
     listRuns(): Promise<FactoryRunResult[]>;
+    listRuns(options: FactoryListRunsOptions): Promise<FactoryRunsPage>;
     getRunDetail(runId: string): Promise<FactoryRunDetail>;
     getRunProgress(
         runId: string,

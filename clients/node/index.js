@@ -385,8 +385,24 @@ class FactoryApi {
     /**
      * The session's runs in durable creation order, as summaries (envelopes without `result`,
      * whose size is `resultBytes`; `getRun` reads one whole), asked a page at a time.
+     * Given options `{ afterSeq, beforeSeq, limit }`, one page by creation sequence instead:
+     * `{ runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder }`, the newest page without a
+     * cursor, at most `limit` ended runs (default 200, at most 500; running ones come along).
      */
-    async listRuns() {
+    async listRuns(options) {
+        if (options !== undefined && options !== null) {
+            const query = new URLSearchParams();
+            for (const key of ["afterSeq", "beforeSeq", "limit"]) {
+                const value = options[key];
+                if (value === undefined || value === null) continue;
+                if (!Number.isSafeInteger(value) || value < (key === "limit" ? 1 : 0)) {
+                    throw new TypeError(`listRuns: \`${key}\` must be a ${key === "limit" ? "positive" : "non-negative"} integer`);
+                }
+                query.set(key, String(value));
+            }
+            const text = query.toString();
+            return this.#transport.request("GET", `/api/runs/page${text ? `?${text}` : ""}`);
+        }
         const runs = [];
         for (;;) {
             const after = runs.length > 0 ? `&after=${encodeURIComponent(runs[runs.length - 1].runId)}` : "";

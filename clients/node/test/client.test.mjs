@@ -107,6 +107,51 @@ test("FactoryResumeError carries the spec's codes", async () => {
     await other.disconnect();
 });
 
+test("listRuns({ afterSeq, beforeSeq, limit }) pages by creation sequence: newest first, then older and newer", async () => {
+    const session = await join();
+    const ids = [];
+    for (const n of [1, 2, 1]) ids.push((await session.factory.run("fanout", { args: { n } })).runId);
+    // Without options: still the whole array.
+    assert.ok(Array.isArray(await session.factory.listRuns()));
+    const ofPage = (page) => page.runs.map((r) => r.runId);
+
+    const newest = await session.factory.listRuns({ limit: 1 });
+    assert.deepEqual(ofPage(newest), [ids[2]]);
+    assert.equal(newest.oldestSeq, newest.runs[0].seq);
+    assert.equal(newest.newestSeq, newest.runs[0].seq);
+    assert.deepEqual([newest.hasMoreNewer, newest.omittedOlder], [false, true]);
+
+    // Walk older with beforeSeq = the page's oldestSeq.
+    const middle = await session.factory.listRuns({ beforeSeq: newest.oldestSeq, limit: 1 });
+    assert.deepEqual(ofPage(middle), [ids[1]]);
+    assert.deepEqual([middle.hasMoreNewer, middle.omittedOlder], [true, true]);
+    const oldest = await session.factory.listRuns({ beforeSeq: middle.oldestSeq, limit: 1 });
+    assert.deepEqual(ofPage(oldest), [ids[0]]);
+    assert.deepEqual([oldest.hasMoreNewer, oldest.omittedOlder], [true, false]);
+    const none = await session.factory.listRuns({ beforeSeq: oldest.oldestSeq, limit: 1 });
+    assert.deepEqual([ofPage(none), none.oldestSeq, none.newestSeq, none.hasMoreNewer, none.omittedOlder], [[], null, null, true, false]);
+
+    // Walk newer with afterSeq = the page's newestSeq.
+    const second = await session.factory.listRuns({ afterSeq: oldest.newestSeq, limit: 1 });
+    assert.deepEqual(ofPage(second), [ids[1]]);
+    assert.deepEqual([second.hasMoreNewer, second.omittedOlder], [true, true]);
+    const third = await session.factory.listRuns({ afterSeq: second.newestSeq, limit: 1 });
+    assert.deepEqual(ofPage(third), [ids[2]]);
+    assert.deepEqual([third.hasMoreNewer, third.omittedOlder], [false, true]);
+
+    // The default page (limit 200) holds all three, oldest first, seqs increasing.
+    const all = await session.factory.listRuns({});
+    assert.deepEqual(ofPage(all), ids);
+    assert.ok(all.runs[0].seq < all.runs[1].seq && all.runs[1].seq < all.runs[2].seq);
+    assert.deepEqual([all.hasMoreNewer, all.omittedOlder], [false, false]);
+    // Another session's page holds none of them.
+    const other = await join({ session: `paging-${process.pid}`, factories: [] });
+    assert.deepEqual(ofPage(await other.factory.listRuns({ limit: 5 })), []);
+    await assert.rejects(session.factory.listRuns({ limit: 0 }), TypeError);
+    await session.disconnect();
+    await other.disconnect();
+});
+
 test("listRuns lists the session's runs in creation order; other sessions see none of them", async () => {
     const session = await join();
     const ids = [];

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from http.client import HTTPException, HTTPResponse
 from pathlib import Path
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Any, Final, NotRequired, TypedDict, overload
 
 __all__ = [
     "FACTORY_RESUME_ERROR_CODES",
@@ -35,6 +35,7 @@ __all__ = [
     "FactoryError",
     "FactoryHandle",
     "FactoryResumeError",
+    "FactoryRunsPage",
     "FactorySession",
     "ProgressEvent",
     "RunUpdated",
@@ -131,6 +132,17 @@ class FactoryRunResult(TypedDict):
     createdAt: str
     updatedAt: str
     revision: int
+    seq: NotRequired[int]
+
+
+class FactoryRunsPage(TypedDict):
+    """A page of runs by creation sequence (`list_runs_page`); each run has its `seq`."""
+
+    runs: list[FactoryRunResult]
+    oldestSeq: int | None
+    newestSeq: int | None
+    hasMoreNewer: bool
+    omittedOlder: bool
 
 
 class FactoryRunDetail(FactoryRunResult):
@@ -429,10 +441,23 @@ class FactoryApi:
             raise
         return self.wait_for_run(self._started(started), timeout=timeout)
 
-    def list_runs(self) -> list[FactoryRunResult]:
+    @overload
+    def list_runs(self) -> list[FactoryRunResult]: ...
+
+    @overload
+    def list_runs(
+        self, *, after_seq: int | None = None, before_seq: int | None = None, limit: int | None = None
+    ) -> FactoryRunsPage: ...
+
+    def list_runs(
+        self, *, after_seq: int | None = None, before_seq: int | None = None, limit: int | None = None
+    ) -> FactoryRunsPage | list[FactoryRunResult]:
         """The session's runs in durable creation order, as summaries (envelopes without
         `result`, whose size is `resultBytes`; `get_run` reads one whole), asked a page at
-        a time."""
+        a time. With `after_seq`, `before_seq` or `limit`, one page by creation sequence
+        instead (`list_runs_page`)."""
+        if after_seq is not None or before_seq is not None or limit is not None:
+            return self.list_runs_page(after_seq=after_seq, before_seq=before_seq, limit=limit)
         runs: list[FactoryRunResult] = []
         while True:
             after = f"&after={urllib.parse.quote(runs[-1]['runId'], safe='')}" if runs else ""
@@ -440,6 +465,23 @@ class FactoryApi:
             runs.extend(page)
             if len(page) < RUNS_PAGE:
                 return runs
+
+    def list_runs_page(
+        self, *, after_seq: int | None = None, before_seq: int | None = None, limit: int | None = None
+    ) -> FactoryRunsPage:
+        """One page of the session's runs by creation sequence: after `after_seq` (walking
+        newer), else the newest before `before_seq` (the newest page without either), at most
+        `limit` ended runs (default 200, at most 500; running ones come along):
+        `{runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder}`."""
+        query: dict[str, str] = {}
+        for key, value, least in (("afterSeq", after_seq, 0), ("beforeSeq", before_seq, 0), ("limit", limit, 1)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise TypeError(f"list_runs: `{key}` must be an integer >= {least}")
+            query[key] = str(value)
+        text = urllib.parse.urlencode(query)
+        return self._transport.request("GET", f"/api/runs/page{'?' + text if text else ''}")
 
     def get_run_detail(self, run_id: str) -> FactoryRunDetail:
         """The run's envelope with phases, prompt-safe agent summaries and the latest progress."""

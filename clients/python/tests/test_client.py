@@ -145,6 +145,26 @@ class ClientTest(unittest.TestCase):
             self.assertTrue(all(r["session"] == session.session_id and r["status"] == "completed" for r in runs))
             self.assertEqual([r["createdAt"] for r in runs], sorted(r["createdAt"] for r in runs))
 
+            # Pages by creation sequence: the newest first, then walk older and newer.
+            def of(page: Any) -> list[str]:
+                return [r["runId"] for r in page["runs"]]
+
+            newest = session.factory.list_runs(limit=1)
+            self.assertEqual(of(newest), [ids[2]])
+            self.assertEqual((newest["oldestSeq"], newest["newestSeq"]), (newest["runs"][0]["seq"],) * 2)
+            self.assertEqual((newest["hasMoreNewer"], newest["omittedOlder"]), (False, True))
+            middle = session.factory.list_runs(before_seq=newest["oldestSeq"], limit=1)
+            self.assertEqual((of(middle), middle["hasMoreNewer"], middle["omittedOlder"]), ([ids[1]], True, True))
+            oldest = session.factory.list_runs_page(before_seq=middle["oldestSeq"], limit=1)
+            self.assertEqual((of(oldest), oldest["hasMoreNewer"], oldest["omittedOlder"]), ([ids[0]], True, False))
+            newer = session.factory.list_runs(after_seq=oldest["newestSeq"], limit=1)
+            self.assertEqual((of(newer), newer["hasMoreNewer"]), ([ids[1]], True))
+            newer = session.factory.list_runs(after_seq=newer["newestSeq"], limit=1)
+            self.assertEqual((of(newer), newer["hasMoreNewer"], newer["omittedOlder"]), ([ids[2]], False, True))
+            self.assertEqual(of(session.factory.list_runs_page()), ids)
+            with self.assertRaises(TypeError):
+                session.factory.list_runs(limit=0)
+
     def test_detail_and_progress_pages(self) -> None:
         with join() as session:
             run = session.factory.run("fanout", args={"n": 2, "logs": 12})

@@ -341,8 +341,8 @@ impl schemars::JsonSchema for ManageParams {
                 },
                 "runId": {"type": "string", "description": "show, progress, wait, cancel, remove: the run."},
                 "after": {"type": "string", "description": "runs: the runs created after this run id (the `next` of the previous page)."},
-                "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards)."},
-                "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards)."},
+                "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards). runs: the runs created after this run `seq` (a page by sequence: { runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder }; `limit` counts ended runs, default 200, most 500)."},
+                "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards). runs: the newest runs created before this run `seq` (a page by sequence, as afterSeq; a number past every seq gives the newest page)."},
                 "phase": {"type": "string", "description": "progress: only entries of this phase."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "progress: page size (default 50); runs: page size (default and most 1000)."}
             },
@@ -616,13 +616,42 @@ impl FactoryMcp {
                 value["sha256"] = json!(registration.hash);
                 Ok(answer(value, format!("{}: {}", m.name, m.description)))
             }
+            "runs" if p.after_seq.is_some() || p.before_seq.is_some() => {
+                let page =
+                    self.client.runs_by_seq(scope(), p.after_seq, p.before_seq, p.limit).await.map_err(Self::tool_error)?;
+                let listed: Vec<Value> = page
+                    .runs
+                    .iter()
+                    .map(|r| {
+                        json!({"runId": r.run_id, "seq": r.seq, "factory": r.factory, "status": r.status,
+                               "attempts": r.attempts, "createdAt": r.created_at, "updatedAt": r.updated_at})
+                    })
+                    .collect();
+                let mut lines: Vec<String> = page
+                    .runs
+                    .iter()
+                    .map(|r| format!("{} {} {} {}", r.seq.unwrap_or_default(), r.run_id, r.factory, r.status.as_str()))
+                    .collect();
+                if lines.is_empty() {
+                    lines.push("No runs in this page.".into());
+                }
+                if page.omitted_older {
+                    lines.push(format!("Older runs: beforeSeq {}.", page.oldest_seq.map_or("?".into(), |s| s.to_string())));
+                }
+                if page.has_more_newer {
+                    lines.push(format!("Newer runs: afterSeq {}.", page.newest_seq.map_or("?".into(), |s| s.to_string())));
+                }
+                let value = json!({ "runs": listed, "oldestSeq": page.oldest_seq, "newestSeq": page.newest_seq,
+                                    "hasMoreNewer": page.has_more_newer, "omittedOlder": page.omitted_older });
+                Ok(answer(value, lines.join("\n")))
+            }
             "runs" => {
                 let limit = p.limit.unwrap_or(factory_host::MAX_RUNS_PAGE).min(factory_host::MAX_RUNS_PAGE);
                 let runs = self.client.runs_page(scope(), p.after, Some(limit)).await.map_err(Self::tool_error)?;
                 let listed: Vec<Value> = runs
                     .iter()
                     .map(|r| {
-                        json!({"runId": r.run_id, "factory": r.factory, "status": r.status,
+                        json!({"runId": r.run_id, "seq": r.seq, "factory": r.factory, "status": r.status,
                                "attempts": r.attempts, "createdAt": r.created_at, "updatedAt": r.updated_at})
                     })
                     .collect();

@@ -27,8 +27,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// The version of the wire form: every frame carries it as `"wire"`.
 /// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`
 /// deletes a run. Version 6: a limit override given as `null` lifts the limit (no limit of
-/// that kind for the run), where version 5 read it as not given.
-pub const WIRE_VERSION: u32 = 6;
+/// that kind for the run), where version 5 read it as not given. Version 7: `runsPage` pages
+/// the runs by creation sequence ([`crate::RunsPage`]), and summaries carry their `seq`.
+pub const WIRE_VERSION: u32 = 7;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -73,6 +74,19 @@ pub enum Request {
         scope: Scope,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+    },
+    /// A page of the runs the scope sees by creation sequence ([`crate::RunsPage`]): after
+    /// `afterSeq` walking newer, else the newest before `beforeSeq` (the newest page without
+    /// either); at most `limit` terminal runs ([`crate::RUNS_PAGE_DEFAULT_LIMIT`] when absent,
+    /// [`crate::RUNS_PAGE_MAX_LIMIT`] at most).
+    RunsPage {
+        scope: Scope,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_seq: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before_seq: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<usize>,
     },
@@ -183,6 +197,7 @@ impl Request {
     pub fn op(&self) -> &'static str {
         match self {
             Request::Runs { .. } => "runs",
+            Request::RunsPage { .. } => "runsPage",
             Request::Envelope { .. } => "envelope",
             Request::Detail { .. } => "detail",
             Request::Progress { .. } => "progress",
@@ -237,6 +252,8 @@ pub enum Source {
 pub enum Response {
     /// A page of run summaries, in creation order (`runs`).
     Runs(Vec<RunSummary>),
+    /// A page of run summaries by creation sequence (`runsPage`).
+    RunsPage(Box<crate::RunsPage>),
     /// One run's envelope (`envelope`, `wait`, `cancel`).
     Envelope(Box<RunEnvelope>),
     /// One run's detail (`detail`).
@@ -264,6 +281,7 @@ impl Response {
     pub fn kind(&self) -> &'static str {
         match self {
             Response::Runs(_) => "runs",
+            Response::RunsPage(_) => "runsPage",
             Response::Envelope(_) => "envelope",
             Response::Detail(_) => "detail",
             Response::Progress(_) => "progress",
@@ -282,6 +300,7 @@ impl Response {
     pub fn body(&self) -> Result<serde_json::Value, serde_json::Error> {
         match self {
             Response::Runs(runs) => serde_json::to_value(runs),
+            Response::RunsPage(page) => serde_json::to_value(page),
             Response::Envelope(envelope) => serde_json::to_value(envelope),
             Response::Detail(detail) => serde_json::to_value(detail),
             Response::Progress(page) => serde_json::to_value(page),
@@ -412,6 +431,7 @@ mod tests {
         let requests = vec![
             Request::Runs { scope: Scope::from("s"), after: None, limit: None },
             Request::Runs { scope: Scope::Owner, after: Some("r".into()), limit: Some(10) },
+            Request::RunsPage { scope: Scope::from("s"), after_seq: None, before_seq: Some(3), limit: Some(1) },
             Request::Detail { scope: Scope::from("s"), run_id: "r".into() },
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
             Request::Remove { scope: Scope::from("s"), run_id: "r".into() },
@@ -448,14 +468,14 @@ mod tests {
             assert_eq!(parse_request(&bytes).unwrap(), request, "{}", String::from_utf8_lossy(&bytes));
         }
         let text = String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":6,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        assert_eq!(text, r#"{"wire":7,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Follow { scope: Scope::Owner, run_id: "r".into(), after_seq: 2 }))).unwrap();
-        assert_eq!(text, r#"{"wire":6,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
+        assert_eq!(text, r#"{"wire":7,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None }))).unwrap();
-        assert_eq!(text, r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#);
+        assert_eq!(text, r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":6,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":7,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -469,28 +489,30 @@ mod tests {
             r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#,
             // Version 5 read a limit given as null as not given; it now lifts the limit.
             r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 6 had no `runsPage` and no `seq` in summaries.
+            r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":7,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":8,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 7"), "{e}");
+        assert!(e.contains("version 8"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":6,"body":{"op":"runs","scope":"owner","all":true}}"#,
-            r#"{"wire":6,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
-            r#"{"wire":6,"body":{"op":"drop","scope":"owner"}}"#,
-            r#"{"wire":6,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            r#"{"wire":7,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":7,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":7,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":7,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
             // A bare session where a scope goes, a scope that is neither form, a session
             // with more beside it, and a start request without its concrete session.
-            r#"{"wire":6,"body":{"op":"runs","session":"s"}}"#,
-            r#"{"wire":6,"body":{"op":"runs","scope":"all"}}"#,
-            r#"{"wire":6,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
-            r#"{"wire":6,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
+            r#"{"wire":7,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":7,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":7,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":7,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -501,7 +523,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":6,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":7,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),

@@ -334,14 +334,23 @@ impl Api {
             (&Method::GET, ["session"]) => {
                 return json_response(StatusCode::OK, &json!({ "session": session }));
             }
-            (&Method::GET, ["runs"]) => match parse_runs_query(&query) {
-                Ok(RunsQuery { scope: Scope::Owner, after, limit }) => Request::Runs { scope, after, limit },
-                Ok(RunsQuery { scope: asked, after, limit }) if scope == Scope::Owner || asked == scope => {
-                    Request::Runs { scope: asked, after, limit }
-                }
-                Ok(RunsQuery { scope: asked, .. }) => {
-                    let message = format!("a call as {scope} cannot list the runs of {asked}");
+            (&Method::GET, ["runs"]) | (&Method::GET, ["runs", "page"]) => match parse_runs_query(&query) {
+                Ok(q) if scope != Scope::Owner && q.scope != Scope::Owner && q.scope != scope => {
+                    let message = format!("a call as {scope} cannot list the runs of {}", q.scope);
                     return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
+                }
+                Ok(q) => {
+                    // A joined session lists its own runs; the owner those of `session=`, or all.
+                    let scope = if q.scope == Scope::Owner { scope } else { q.scope };
+                    let paged = segments.len() == 2 || q.after_seq.is_some() || q.before_seq.is_some();
+                    match (paged, q.after) {
+                        (true, Some(_)) => {
+                            let message = "`after` (a run id) pages the plain listing; a page by sequence takes `afterSeq`";
+                            return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
+                        }
+                        (true, None) => Request::RunsPage { scope, after_seq: q.after_seq, before_seq: q.before_seq, limit: q.limit },
+                        (false, after) => Request::Runs { scope, after, limit: q.limit },
+                    }
                 }
                 Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
             },
@@ -617,17 +626,21 @@ async fn read_body(req: HttpRequest<Incoming>, max: usize, timeout: Duration) ->
 }
 
 /// What `GET /api/runs` asks for: every session's runs, or with `session=NAME` one
-/// session's; a page of them after run `after`, at most `limit`.
+/// session's; a page of them after run `after`, at most `limit`; or with `afterSeq` /
+/// `beforeSeq` (and always at `GET /api/runs/page`) a page by creation sequence.
 #[derive(Debug, PartialEq)]
 struct RunsQuery {
     scope: Scope,
     after: Option<String>,
     limit: Option<usize>,
+    after_seq: Option<u64>,
+    before_seq: Option<u64>,
 }
 
 /// `session`, `after` and `limit` from the query string of `GET /api/runs`.
 fn parse_runs_query(query: &str) -> Result<RunsQuery, String> {
-    let mut out = RunsQuery { scope: Scope::Owner, after: None, limit: None };
+    let mut out = RunsQuery { scope: Scope::Owner, after: None, limit: None, after_seq: None, before_seq: None };
+    let seq = |key: &str, v: &str| v.parse::<u64>().map_err(|_| format!("`{key}` must be a non-negative integer"));
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
@@ -637,6 +650,8 @@ fn parse_runs_query(query: &str) -> Result<RunsQuery, String> {
             "after" if value.is_empty() => return Err("`after` names a run id: give it a value".into()),
             "after" => out.after = Some(percent_decode(value)),
             "limit" => out.limit = Some(value.parse().map_err(|_| "`limit` must be a positive integer".to_string())?),
+            "afterSeq" => out.after_seq = Some(seq(key, value)?),
+            "beforeSeq" => out.before_seq = Some(seq(key, value)?),
             other => return Err(format!("unknown query parameter `{other}`")),
         }
     }
@@ -716,15 +731,20 @@ mod tests {
 
     #[test]
     fn the_runs_list_is_every_session_unless_one_is_named() {
-        assert_eq!(parse_runs_query(""), Ok(RunsQuery { scope: Scope::Owner, after: None, limit: None }));
+        assert_eq!(parse_runs_query(""), Ok(RunsQuery { scope: Scope::Owner, after: None, limit: None, after_seq: None, before_seq: None }));
         assert_eq!(
             parse_runs_query("session=mcp%3Aclaude"),
-            Ok(RunsQuery { scope: Scope::Session("mcp:claude".into()), after: None, limit: None })
+            Ok(RunsQuery { scope: Scope::Session("mcp:claude".into()), after: None, limit: None, after_seq: None, before_seq: None })
         );
         assert_eq!(
             parse_runs_query("after=r%2D1&limit=20"),
-            Ok(RunsQuery { scope: Scope::Owner, after: Some("r-1".into()), limit: Some(20) })
+            Ok(RunsQuery { scope: Scope::Owner, after: Some("r-1".into()), limit: Some(20), after_seq: None, before_seq: None })
         );
+        assert_eq!(
+            parse_runs_query("afterSeq=3&beforeSeq=9&limit=1"),
+            Ok(RunsQuery { scope: Scope::Owner, after: None, limit: Some(1), after_seq: Some(3), before_seq: Some(9) })
+        );
+        assert!(parse_runs_query("afterSeq=-1").is_err());
         assert!(parse_runs_query("limit=many").is_err());
         assert!(parse_runs_query("after=").is_err());
         assert!(parse_runs_query("session=").is_err());
