@@ -199,6 +199,32 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     assert!(seqs.windows(2).all(|w| w[0].0 < w[1].0), "progress in seq order: {seqs:?}");
     assert!(seqs.iter().any(|(_, e)| e == "agentFinished"), "{seqs:?}");
     assert_eq!(seqs.last().map(|(_, e)| e.as_str()), Some("attemptEnded"), "{seqs:?}");
+
+    // Each attempt is told as it starts and as it settles, with what it consumed.
+    let lifecycle = |text: &str, name: &str| -> Vec<Value> {
+        text.split("\n\n")
+            .filter(|e| e.starts_with(&format!("event: {name}\n")))
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter(|d| d["runId"] == id.as_str())
+            .collect()
+    };
+    while lifecycle(&text, "run_settled").len() < 2 {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk()).await.expect("run_settled comes").unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let started = lifecycle(&text, "run_started");
+    assert_eq!(
+        started,
+        [1, 2].map(|attempt| json!({"runId": id, "attempt": attempt, "factoryName": "probe"})),
+        "one run_started per attempt"
+    );
+    let settled = lifecycle(&text, "run_settled");
+    assert_eq!((settled[0]["status"].as_str(), settled[0]["failureType"].as_str()), (Some("error"), Some("factory_limit_reached")), "{settled:#?}");
+    assert_eq!((settled[1]["status"].as_str(), settled[1].get("failureType")), (Some("completed"), None), "{settled:#?}");
+    assert_eq!(settled[0]["consumedSubagents"], 2, "{settled:#?}");
+    assert_eq!(settled[1]["consumedSubagents"], 2, "the resume spawned only what was left: {settled:#?}");
+    assert!(settled.iter().all(|s| s["elapsedMs"].is_u64() && s["consumedCredits"].is_number()), "{settled:#?}");
 }
 
 #[test]

@@ -142,6 +142,41 @@ export interface FactoryRunsPage {
     omittedOlder: boolean;
 }
 
+/** An attempt of a run started. */
+export interface FactoryRunStartedEvent {
+    type: "factory.run_started" | "workflow.run_started";
+    id: string;
+    timestamp: string;
+    parentId: null;
+    ephemeral: true;
+    data: { runId: string; attempt: number; factoryName: string };
+}
+
+/** An attempt of a run settled, with what that attempt consumed. */
+export interface FactoryRunSettledEvent {
+    type: "factory.run_settled" | "workflow.run_settled";
+    id: string;
+    timestamp: string;
+    parentId: null;
+    ephemeral: true;
+    data: {
+        runId: string;
+        status: FactoryRunStatus;
+        /** AI credits the attempt spent (`consumedCreditsNano` exactly; a lower bound when `consumedCreditsAtLeast`). */
+        consumedCredits: number;
+        consumedCreditsNano: number;
+        consumedCreditsAtLeast?: boolean;
+        /** Subagents the attempt spawned. */
+        consumedSubagents: number;
+        /** The attempt's active time. */
+        elapsedMs: number;
+        /** The failure's type, when the attempt failed. */
+        failureType?: string;
+    };
+}
+
+export type FactorySessionEvent = FactoryRunUpdatedEvent | FactoryRunStartedEvent | FactoryRunSettledEvent;
+
 export interface FactoryApi {
     run(nameOrHandle: string | FactoryHandle | DefinedFactory, options?: { args?: JsonValue; limits?: FactoryLimits }): Promise<FactoryRunResult>;
     resume(runId: string, options?: { limits?: FactoryLimits }): Promise<FactoryRunResult>;
@@ -163,7 +198,9 @@ export interface FactorySession {
     readonly factories: readonly FactoryHandle[];
     readonly factory: FactoryApi;
     on(type: "factory.run_updated", handler: (event: FactoryRunUpdatedEvent) => void): () => void;
-    on(handler: (event: FactoryRunUpdatedEvent) => void): () => void;
+    on(type: "factory.run_started" | "workflow.run_started", handler: (event: FactoryRunStartedEvent) => void): () => void;
+    on(type: "factory.run_settled" | "workflow.run_settled", handler: (event: FactoryRunSettledEvent) => void): () => void;
+    on(handler: (event: FactorySessionEvent) => void): () => void;
     disconnect(): Promise<void>;
     [Symbol.asyncDispose](): Promise<void>;
 }
@@ -194,6 +231,8 @@ export function isFactoryRunTerminal(status: string | null | undefined): boolean
 export function resolveConnection(options?: ConnectionOptions, env?: Record<string, string | undefined>): { url: string; token: string };
 
 export const FACTORY_RUN_UPDATED: "factory.run_updated";
+export const FACTORY_RUN_STARTED: "factory.run_started";
+export const FACTORY_RUN_SETTLED: "factory.run_settled";
 export const FACTORY_RESUME_ERROR_CODES: readonly ["not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"];
 
 export class FactoryError extends Error {

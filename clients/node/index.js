@@ -18,6 +18,15 @@ import { randomUUID } from "node:crypto";
 /** The event a session emits when one of its runs changes durably. */
 export const FACTORY_RUN_UPDATED = "factory.run_updated";
 
+/** The event a session emits when an attempt of one of its runs starts: `{ runId, attempt, factoryName }`. */
+export const FACTORY_RUN_STARTED = "factory.run_started";
+
+/**
+ * The event a session emits when an attempt of one of its runs settles: `{ runId, status,
+ * consumedCredits, consumedSubagents, elapsedMs, failureType? }` (what that attempt consumed).
+ */
+export const FACTORY_RUN_SETTLED = "factory.run_settled";
+
 /** The statuses a run never leaves. */
 const TERMINAL_STATUSES = new Set(["completed", "error", "halted", "cancelled"]);
 
@@ -240,6 +249,19 @@ class Events {
     }
 
     dispatch(type, event) {
+        // `workflow.*` listeners hear the same events under the workflow name.
+        const alias = type.startsWith("factory.") ? `workflow.${type.slice("factory.".length)}` : null;
+        if (alias !== null) {
+            for (const { handler } of [...(this.listeners.get(alias) ?? [])]) {
+                try {
+                    handler({ ...event, type: alias });
+                } catch (e) {
+                    queueMicrotask(() => {
+                        throw e;
+                    });
+                }
+            }
+        }
         for (const key of [type, "*"]) {
             for (const { handler } of [...(this.listeners.get(key) ?? [])]) {
                 try {
@@ -310,11 +332,17 @@ class Events {
     }
 
     received(name, data) {
-        if (name !== "run_updated") return;
+        if (name !== "run_updated" && name !== "run_started" && name !== "run_settled") return;
         let payload;
         try {
             payload = JSON.parse(data);
         } catch {
+            return;
+        }
+        if (name !== "run_updated") {
+            if (typeof payload?.runId !== "string") return;
+            const type = name === "run_started" ? FACTORY_RUN_STARTED : FACTORY_RUN_SETTLED;
+            this.dispatch(type, { id: randomUUID(), timestamp: new Date().toISOString(), parentId: null, ephemeral: true, type, data: payload });
             return;
         }
         if (typeof payload?.runId !== "string" || !Number.isSafeInteger(payload?.revision)) return;
@@ -524,8 +552,10 @@ class FactorySession {
 
     /**
      * Listen for `factory.run_updated` (`{ type, data: { runId, revision }, id, timestamp,
-     * ephemeral: true }`) of this session's runs, or, given only a handler, every event.
-     * Returns the function that stops listening.
+     * ephemeral: true }`), `factory.run_started` (`data: { runId, attempt, factoryName }`) or
+     * `factory.run_settled` (`data: { runId, status, consumedCredits, consumedSubagents,
+     * elapsedMs, failureType? }`) of this session's runs (also under their `workflow.*`
+     * names), or, given only a handler, every event. Returns the function that stops listening.
      */
     on(typeOrHandler, handler) {
         if (typeof typeOrHandler === "function") return this.#events.on("*", typeOrHandler);

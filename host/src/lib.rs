@@ -42,5 +42,5 @@ pub use model::agent_key::AgentKey;
 pub use model::envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStatus, RunSummary, RunsPage};
 pub use model::limits::Limits;
 pub use model::meta::{FactoryMeta, MetaError, PhaseDecl};
-pub use model::progress::{AgentStatus, AgentSummary, LogLevel, ProgressEntry, ProgressEvent, RunUpdated};
+pub use model::progress::{AgentStatus, AgentSummary, LogLevel, ProgressEntry, ProgressEvent, RunSettled, RunStarted, RunUpdated};
 pub use model::scope::Scope;

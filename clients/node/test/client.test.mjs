@@ -14,6 +14,8 @@ import {
     FactoryResumeError,
     FACTORY_RESUME_ERROR_CODES,
     FACTORY_RUN_UPDATED,
+    FACTORY_RUN_STARTED,
+    FACTORY_RUN_SETTLED,
 } from "../index.js";
 import { startService, until, FANOUT } from "./helpers.mjs";
 
@@ -265,6 +267,43 @@ test("waitForRun: aborting the wait does not stop a run that then completes", as
     await session.disconnect();
 });
 
+test("factory.run_started / factory.run_settled: every attempt, with what it consumed", async () => {
+    const session = await join();
+    const [started, settled, workflowSettled, updates] = [[], [], [], []];
+    const offs = [
+        session.on(FACTORY_RUN_STARTED, (event) => started.push(event)),
+        session.on(FACTORY_RUN_SETTLED, (event) => settled.push(event)),
+        session.on("workflow.run_settled", (event) => workflowSettled.push(event)),
+        session.on(FACTORY_RUN_UPDATED, (event) => updates.push(event)),
+    ];
+    // The stream is open once a first run's updates arrive; attempts are told from then on.
+    const first = await session.factory.run("fanout", { args: { n: 1 } });
+    await until(() => updates.some((e) => e.data.runId === first.runId && e.data.revision >= first.revision), "the stream open");
+
+    const stopped = await session.factory.run("fanout", { args: { n: 4 }, limits: { maxTotalSubagents: 2 } });
+    assert.equal(stopped.status, "error", JSON.stringify(stopped));
+    const resumed = await session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: 10 } });
+    assert.equal(resumed.status, "completed", JSON.stringify(resumed));
+    const of = (events) => events.filter((e) => e.data.runId === stopped.runId);
+    await until(() => of(settled).length === 2 && of(workflowSettled).length === 2, "both attempts settled");
+    assert.deepEqual(
+        of(started).map((e) => [e.type, e.data]),
+        [1, 2].map((attempt) => [FACTORY_RUN_STARTED, { runId: stopped.runId, attempt, factoryName: "fanout" }]),
+    );
+    const [one, two] = of(settled).map((e) => e.data);
+    assert.deepEqual([one.status, one.failureType, one.consumedSubagents], ["error", "factory_limit_reached", 2], JSON.stringify(one));
+    assert.deepEqual([two.status, two.failureType, two.consumedSubagents], ["completed", undefined, 2], JSON.stringify(two));
+    for (const data of [one, two]) {
+        assert.ok(Number.isSafeInteger(data.elapsedMs) && data.elapsedMs >= 0, JSON.stringify(data));
+        assert.deepEqual([data.consumedCredits, data.consumedCreditsNano], [0, 0], "the test agents cost nothing");
+    }
+    assert.equal(resumed.accounting.agentsSpawned, one.consumedSubagents + two.consumedSubagents);
+    assert.ok(of(settled).every((e) => e.type === FACTORY_RUN_SETTLED && e.ephemeral === true));
+    assert.deepEqual(of(workflowSettled).map((e) => [e.type, e.data]), of(settled).map((e) => ["workflow.run_settled", e.data]));
+    for (const off of offs) off();
+    await session.disconnect();
+});
+
 test("factory.run_updated: the session's runs, with increasing revisions", async () => {
     const session = await join();
     const other = await join();
@@ -289,7 +328,7 @@ test("factory.run_updated: the session's runs, with increasing revisions", async
         assert.equal(event.ephemeral, true);
         assert.deepEqual(Object.keys(event.data).sort(), ["revision", "runId"]);
     }
-    assert.deepEqual(everything.filter((e) => e.data.runId === run.runId), mine);
+    assert.deepEqual(everything.filter((e) => e.data.runId === run.runId && e.type === FACTORY_RUN_UPDATED), mine);
     assert.deepEqual(leaked.filter((e) => e.data.runId === run.runId), [], "another session hears nothing of this run");
     off();
     offAll();

@@ -38,6 +38,8 @@ __all__ = [
     "FactoryRunsPage",
     "FactorySession",
     "ProgressEvent",
+    "RunSettled",
+    "RunStarted",
     "RunUpdated",
     "is_factory_run_terminal",
     "join_session",
@@ -181,8 +183,32 @@ class ProgressEvent:
     entry: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """An attempt of a run of the session started (`run_started`)."""
+
+    run_id: str
+    attempt: int
+    factory_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettled:
+    """An attempt of a run of the session settled (`run_settled`), with what it consumed:
+    `consumed_credits` AI credits (`consumed_credits_nano` exactly), `consumed_subagents`
+    spawned, `elapsed_ms` active, and the failure's type when it failed."""
+
+    run_id: str
+    status: str
+    consumed_credits: float
+    consumed_credits_nano: int
+    consumed_subagents: int
+    elapsed_ms: int
+    failure_type: str | None = None
+
+
 #: What `FactorySession.events` yields.
-FactoryEvent = RunUpdated | ProgressEvent
+FactoryEvent = RunUpdated | ProgressEvent | RunStarted | RunSettled
 
 
 def _default_state_dir(env: Mapping[str, str]) -> Path:
@@ -372,7 +398,21 @@ def _typed_event(name: str, data: bytes) -> FactoryEvent | None:
         entry = payload.get("entry")
         if isinstance(entry, dict):
             return ProgressEvent(run_id, entry)
+    elif name == "run_started":
+        attempt, factory_name = payload.get("attempt"), payload.get("factoryName")
+        if _is_int(attempt) and isinstance(factory_name, str):
+            return RunStarted(run_id, attempt, factory_name)
+    elif name == "run_settled":
+        status, nano, spawned, elapsed = (payload.get(k) for k in ("status", "consumedCreditsNano", "consumedSubagents", "elapsedMs"))
+        failure_type = payload.get("failureType")
+        if isinstance(status, str) and _is_int(nano) and _is_int(spawned) and _is_int(elapsed):
+            kind = failure_type if isinstance(failure_type, str) else None
+            return RunSettled(run_id, status, nano / 1e9, nano, spawned, elapsed, kind)
     return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class FactoryApi:

@@ -26,6 +26,8 @@ from factory_client import (
     FactoryResumeError,
     FactorySession,
     ProgressEvent,
+    RunSettled,
+    RunStarted,
     RunUpdated,
     is_factory_run_terminal,
     join_session,
@@ -76,7 +78,7 @@ class Collector:
     is not collected twice, as any reader that reopens the stream must do."""
 
     def __init__(self, session: FactorySession) -> None:
-        self.events: list[RunUpdated | ProgressEvent] = []
+        self.events: list[Any] = []
         self.errors: list[BaseException] = []
         self._seen: set[tuple[str, int]] = set()
         self._stop = threading.Event()
@@ -283,6 +285,34 @@ class ClientTest(unittest.TestCase):
             entries = [e.entry for e in events if isinstance(e, ProgressEvent) and e.run_id == run["runId"]]
             self.assertEqual(entries, every)
             self.assertEqual([e for e in leaked if e.run_id == run["runId"]], [], "another session hears nothing of it")
+
+    def test_the_event_stream_tells_each_attempt_started_and_settled(self) -> None:
+        with join() as session:
+            events: list[Any] = []
+
+            def read() -> None:
+                for event in session.events(timeout=120):
+                    events.append(event)
+
+            threading.Thread(target=read, daemon=True).start()
+            # The stream is open once a first run's updates arrive; attempts are told from then on.
+            first = session.factory.run("fanout", args={"n": 1})
+            until(lambda: any(isinstance(e, RunUpdated) and e.run_id == first["runId"] for e in events), "the stream open")
+            stopped = session.factory.run("fanout", args={"n": 4}, limits={"maxTotalSubagents": 2})
+            self.assertEqual(stopped["status"], "error")
+            resumed = session.factory.resume(stopped["runId"], limits={"maxTotalSubagents": 10})
+            self.assertEqual(resumed["status"], "completed")
+
+            def settled() -> list[RunSettled]:
+                return [e for e in events if isinstance(e, RunSettled) and e.run_id == stopped["runId"]]
+
+            until(lambda: len(settled()) == 2, "both attempts settled")
+            started = [e for e in events if isinstance(e, RunStarted) and e.run_id == stopped["runId"]]
+            self.assertEqual(started, [RunStarted(stopped["runId"], 1, "fanout"), RunStarted(stopped["runId"], 2, "fanout")])
+            one, two = settled()
+            self.assertEqual((one.status, one.failure_type, one.consumed_subagents), ("error", "factory_limit_reached", 2))
+            self.assertEqual((two.status, two.failure_type, two.consumed_subagents), ("completed", None, 2))
+            self.assertEqual(one.consumed_subagents + two.consumed_subagents, resumed["accounting"]["agentsSpawned"])
 
     def test_a_bad_token_and_an_unreachable_service_are_typed_errors(self) -> None:
         url, _, fanout = service()

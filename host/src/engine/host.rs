@@ -1500,8 +1500,6 @@ impl Host {
                         parked = Some(resume_at);
                     }
                 }
-                shared.attempt.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.agents.attempt_cache_hits() });
-                shared.attempt.end_phase();
                 let mut failure = outcome.failure;
                 // The modules' record, with every import answered (written before the flush).
                 if let Some(Err(e)) = component.script.as_ref().map(|s| s.modules.record_now()) {
@@ -1519,7 +1517,19 @@ impl Host {
                 } else {
                     outcome.status
                 };
-                (status, outcome.result, failure, shared.accounting())
+                // The attempt's end, with what it consumed (its `run_settled` event).
+                let spent = shared.accounting();
+                shared.attempt.emit(ProgressEvent::AttemptEnded {
+                    status,
+                    replayed: shared.agents.attempt_cache_hits(),
+                    spawned: spent.agents_spawned.saturating_sub(prior.agents_spawned),
+                    credits_nano: spent.ai_credits_nano.saturating_sub(prior.ai_credits_nano),
+                    credits_at_least: spent.ai_credits_at_least && !prior.ai_credits_at_least,
+                    elapsed_ms: ((spent.active_seconds - prior.active_seconds).max(0.0) * 1000.0) as u64,
+                    failure_type: failure.as_ref().map(|f| f.kind_type),
+                });
+                shared.attempt.end_phase();
+                (status, outcome.result, failure, spent)
             }
         };
         let accounting_at_end = accounting;

@@ -44,7 +44,7 @@ pub mod bind;
 use factory_host::service::{Client, Consent, Request, Scope, Source, Target};
 use factory_host::store::ProgressQuery;
 use factory_host::trace::TraceParent;
-use factory_host::{ErrorCode, Limits};
+use factory_host::{ErrorCode, Limits, ProgressEntry, ProgressEvent, RunSettled, RunStarted};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
@@ -547,6 +547,9 @@ impl Api {
             }
             // The last progress seq sent per run (one per run seen here).
             let mut sent: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+            // Attempts that start or settle from now on are announced (`run_started`,
+            // `run_settled`); the history a first update of a run brings along is not.
+            let opened_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
             loop {
                 let Some(update) = updates.next().await else { return };
                 if let Caller::Dashboard(id) = &caller {
@@ -568,6 +571,11 @@ impl Api {
                     for entry in &entries {
                         let data = json!({ "runId": update.run_id, "entry": entry });
                         frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
+                        if entry.at_ms >= opened_ms {
+                            if let Some((name, data)) = lifecycle_event(&client, &scope, &update.run_id, entry).await {
+                                frames.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+                            }
+                        }
                     }
                     if let Some(last) = entries.last() {
                         after = last.seq;
@@ -590,6 +598,18 @@ impl Api {
             .body(StreamBody::new(stream).boxed())
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
     }
+}
+
+/// The lifecycle event a progress entry announces on the event stream: `run_started`
+/// ([`RunStarted`]) for an attempt's start, `run_settled` ([`RunSettled`]) for its end.
+async fn lifecycle_event(client: &Client, scope: &Scope, run_id: &str, entry: &ProgressEntry) -> Option<(&'static str, Value)> {
+    if let ProgressEvent::AttemptStarted { attempt } = &entry.event {
+        let factory_name = client.envelope(scope.clone(), run_id).await.map(|e| e.factory).unwrap_or_default();
+        let started = RunStarted { run_id: run_id.to_string(), attempt: *attempt, factory_name };
+        return serde_json::to_value(started).ok().map(|data| ("run_started", data));
+    }
+    let settled = RunSettled::of(run_id, &entry.event)?;
+    serde_json::to_value(settled).ok().map(|data| ("run_settled", data))
 }
 
 /// Frames an event stream holds for a client that reads slowly (then it waits for it).
