@@ -3,12 +3,16 @@
 
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
-/** Per-invocation limit overrides (each positive when present). */
+/**
+ * Per-invocation limit overrides: omitted keeps the factory's declared limit, a positive
+ * number replaces it, `null` lifts it (no limit of that kind). A resume's `timeoutSeconds`
+ * counts the active time of earlier attempts (the attempt gets what is left).
+ */
 export interface FactoryLimits {
-    maxConcurrentSubagents?: number;
-    maxTotalSubagents?: number;
-    timeoutSeconds?: number;
-    maxAiCredits?: number;
+    maxConcurrentSubagents?: number | null;
+    maxTotalSubagents?: number | null;
+    timeoutSeconds?: number | null;
+    maxAiCredits?: number | null;
 }
 
 export type FactoryRunStatus = "running" | "completed" | "error" | "halted" | "cancelled";

@@ -363,6 +363,25 @@ test("a defineFactory handle registers the authoring form in the session only", 
     await session.disconnect();
 });
 
+test("a null limit override lifts the factory's declared ceiling, on run and on resume", async () => {
+    const capped = defineFactory({
+        meta: { name: "node-capped", description: "args: { n: number }", limits: { maxTotalSubagents: 2 } },
+        run: async (ctx) => {
+            const replies = await ctx.parallel(Array.from({ length: ctx.args.n }, (_, i) => () => ctx.agent(`item ${i}`, { label: `t:${i}` })));
+            return { done: replies.filter((r) => r !== null).length };
+        },
+    });
+    const session = await join({ factories: [capped] });
+    const stopped = await session.factory.run("node-capped", { args: { n: 4 } });
+    assert.deepEqual([stopped.status, stopped.failure?.kind], ["error", "maxTotalSubagents"], JSON.stringify(stopped));
+    const resumed = await session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: null } });
+    assert.deepEqual([resumed.status, resumed.result], ["completed", { done: 4 }], JSON.stringify(resumed));
+    assert.equal((await session.factory.getRunDetail(stopped.runId)).limits.maxTotalSubagents, undefined, "lifted");
+    const lifted = await session.factory.run("node-capped", { args: { n: 4 }, limits: { maxTotalSubagents: null } });
+    assert.deepEqual([lifted.status, lifted.result, lifted.attempts], ["completed", { done: 4 }, 1], JSON.stringify(lifted));
+    await session.disconnect();
+});
+
 test("the connection comes from options, FACTORY_URL/FACTORY_TOKEN, or the state directory", async () => {
     assert.deepEqual(resolveConnection({ stateDir: service.stateDir }, {}), { url: service.url, token: service.token });
     assert.deepEqual(resolveConnection({}, { FACTORY_STATE_DIR: service.stateDir }), { url: service.url, token: service.token });

@@ -110,12 +110,14 @@ class FactoryResumeError(FactoryError):
 
 
 class FactoryLimits(TypedDict, total=False):
-    """Per-invocation limit overrides (each positive when present), in the service's names."""
+    """Per-invocation limit overrides in the service's names: left out keeps the factory's
+    declared limit, a positive number replaces it, `None` (JSON null) lifts it (no limit of
+    that kind). A resume's `timeoutSeconds` counts the active time of earlier attempts."""
 
-    maxConcurrentSubagents: int
-    maxTotalSubagents: int
-    timeoutSeconds: int
-    maxAiCredits: float
+    maxConcurrentSubagents: int | None
+    maxTotalSubagents: int | None
+    timeoutSeconds: float | None
+    maxAiCredits: float | None
 
 
 class FactoryRunResult(TypedDict):

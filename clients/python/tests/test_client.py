@@ -233,6 +233,13 @@ class ClientTest(unittest.TestCase):
             self.assertEqual((resumed["result"], resumed["attempts"]), ({"done": 4}, 2))
             self.assertGreater(resumed["revision"], stopped["revision"])
 
+            # A `None` override lifts the ceiling: no limit of that kind for the run.
+            capped = session.factory.run("fanout", args={"n": 3}, limits={"maxTotalSubagents": 1})
+            self.assertEqual(capped["status"], "error", capped)
+            lifted = session.factory.resume(capped["runId"], limits={"maxTotalSubagents": None})
+            self.assertEqual((lifted["status"], lifted["result"]), ("completed", {"done": 3}))
+            self.assertNotIn("maxTotalSubagents", session.factory.get_run_detail(capped["runId"])["limits"])
+
             with self.assertRaises(FactoryResumeError) as done:
                 session.factory.resume(stopped["runId"])
             self.assertEqual((done.exception.code, done.exception.http_status), ("non_resumable", 409))
