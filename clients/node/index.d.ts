@@ -114,7 +114,7 @@ export interface FactoryHandle {
 }
 
 export interface FactoryRunUpdatedEvent {
-    type: "factory.run_updated";
+    type: "factory.run_updated" | "workflow.run_updated";
     id: string;
     timestamp: string;
     parentId: null;
@@ -182,7 +182,11 @@ export interface FactoryRunSettledEvent {
 export type FactorySessionEvent = FactoryRunUpdatedEvent | FactoryRunStartedEvent | FactoryRunSettledEvent;
 
 export interface FactoryApi {
-    run(nameOrHandle: string | FactoryHandle | DefinedFactory, options?: { args?: JsonValue; limits?: FactoryLimits }): Promise<FactoryRunResult>;
+    /** With `resumeFromRunId`, resumes that run instead (as `resume`). */
+    run(
+        nameOrHandle: string | FactoryHandle | DefinedFactory,
+        options?: { args?: JsonValue; limits?: FactoryLimits; resumeFromRunId?: string },
+    ): Promise<FactoryRunResult>;
     resume(runId: string, options?: { limits?: FactoryLimits }): Promise<FactoryRunResult>;
     listRuns(): Promise<FactoryRunResult[]>;
     listRuns(options: FactoryListRunsOptions): Promise<FactoryRunsPage>;
@@ -201,7 +205,10 @@ export interface FactorySession {
     readonly url: string;
     readonly factories: readonly FactoryHandle[];
     readonly factory: FactoryApi;
-    on(type: "factory.run_updated", handler: (event: FactoryRunUpdatedEvent) => void): () => void;
+    /** The same API under upstream's workflow names: resume refusals are `WorkflowResumeError`s with `workflow_*` codes. */
+    readonly workflow: FactoryApi;
+    readonly workflows: readonly FactoryHandle[];
+    on(type: "factory.run_updated" | "workflow.run_updated", handler: (event: FactoryRunUpdatedEvent) => void): () => void;
     on(type: "factory.run_started" | "workflow.run_started", handler: (event: FactoryRunStartedEvent) => void): () => void;
     on(type: "factory.run_settled" | "workflow.run_settled", handler: (event: FactoryRunSettledEvent) => void): () => void;
     on(handler: (event: FactorySessionEvent) => void): () => void;
@@ -221,6 +228,8 @@ export interface ConnectionOptions {
 export interface JoinSessionOptions extends ConnectionOptions {
     /** Paths or file: URLs of factory files or component directories, and defineFactory handles. */
     factories?: Array<string | URL | DefinedFactory>;
+    /** The same as `factories`, under the workflow name (give one of the two). */
+    workflows?: Array<string | URL | DefinedFactory>;
     /** The session's name (default a fresh `node-<uuid>`). */
     session?: string;
     /** waitForRun's periodic re-read, in milliseconds (default 5000). */
@@ -231,13 +240,38 @@ export function joinSession(options?: JoinSessionOptions): Promise<FactorySessio
 export function defineFactory<TArgs = any, TResult extends JsonValue | void = JsonValue | void>(
     definition: FactoryDefinition<TArgs, TResult>,
 ): DefinedFactory<TArgs, TResult>;
+export function defineWorkflow<TArgs = any, TResult extends JsonValue | void = JsonValue | void>(
+    definition: FactoryDefinition<TArgs, TResult>,
+): DefinedFactory<TArgs, TResult>;
 export function isFactoryRunTerminal(status: string | null | undefined): boolean;
+export function isWorkflowRunTerminal(status: string | null | undefined): boolean;
 export function resolveConnection(options?: ConnectionOptions, env?: Record<string, string | undefined>): { url: string; token: string };
 
 export const FACTORY_RUN_UPDATED: "factory.run_updated";
 export const FACTORY_RUN_STARTED: "factory.run_started";
 export const FACTORY_RUN_SETTLED: "factory.run_settled";
-export const FACTORY_RESUME_ERROR_CODES: readonly ["not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"];
+export const WORKFLOW_RUN_UPDATED: "workflow.run_updated";
+export const FACTORY_RESUME_ERROR_CODES: readonly [
+    "not_found",
+    "non_resumable",
+    "already_active",
+    "factory_already_running",
+    "factory_limits_invalid",
+    "factory_session_disposed",
+    "factory_storage_unavailable",
+    "factory_storage_corrupt",
+];
+export const WORKFLOW_RESUME_ERROR_CODES: readonly [
+    "not_found",
+    "non_resumable",
+    "workflow_run_not_resumable",
+    "already_active",
+    "workflow_already_running",
+    "workflow_limits_invalid",
+    "workflow_session_disposed",
+    "workflow_storage_unavailable",
+    "workflow_storage_corrupt",
+];
 
 export class FactoryError extends Error {
     constructor(code: string, message: string, options?: { httpStatus?: number; cause?: unknown });
@@ -247,4 +281,11 @@ export class FactoryError extends Error {
 
 export class FactoryResumeError extends FactoryError {
     readonly code: (typeof FACTORY_RESUME_ERROR_CODES)[number];
+    /** The service's code the resume code was mapped from (`invalid_limits`, `storage_unavailable`, ...). */
+    readonly serviceCode: string;
+}
+
+export class WorkflowResumeError extends FactoryError {
+    readonly code: (typeof WORKFLOW_RESUME_ERROR_CODES)[number];
+    readonly serviceCode: string;
 }

@@ -122,6 +122,11 @@ pub enum ErrorCode {
     /// bytes that do not hash to their sha256, a record that does not match its consent seal,
     /// a grant under no allowed root).
     Refused,
+    /// The store cannot be reached or written now (the database away, the lease lost, the
+    /// store closed or held by another process): try again later.
+    StorageUnavailable,
+    /// The store holds what this build cannot read (damaged, or written by a newer layout).
+    StorageCorrupt,
     /// Anything else.
     #[serde(other)]
     Error,
@@ -150,6 +155,8 @@ impl ErrorCode {
             ErrorCode::Refused => "refused",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Cancelled => "cancelled",
+            ErrorCode::StorageUnavailable => "storage_unavailable",
+            ErrorCode::StorageCorrupt => "storage_corrupt",
             ErrorCode::Error => "error",
         }
     }
@@ -177,6 +184,7 @@ impl Error {
             Error::Load(LoadError::TooLarge { .. } | LoadError::NotAFile { .. }) => ErrorCode::InvalidParams,
             Error::BadRequest(_) => ErrorCode::BadRequest,
             Error::Trust(_) => ErrorCode::Refused,
+            Error::Store(e) => e.code(),
             _ => ErrorCode::Error,
         }
     }
@@ -188,11 +196,32 @@ mod tests {
 
     #[test]
     fn codes_keep_their_wire_strings_and_an_unknown_one_reads_as_error() {
-        for code in [ErrorCode::NotFound, ErrorCode::NoApprovalProvider, ErrorCode::ForbiddenHost, ErrorCode::Refused, ErrorCode::Error] {
+        for code in [
+            ErrorCode::NotFound,
+            ErrorCode::NoApprovalProvider,
+            ErrorCode::ForbiddenHost,
+            ErrorCode::Refused,
+            ErrorCode::StorageUnavailable,
+            ErrorCode::StorageCorrupt,
+            ErrorCode::Error,
+        ] {
             assert_eq!(serde_json::to_value(code).unwrap(), serde_json::json!(code.as_str()));
             assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!(code.as_str())).unwrap(), code);
         }
         assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!("from_a_newer_peer")).unwrap(), ErrorCode::Error);
+    }
+
+    #[test]
+    fn a_store_out_of_reach_and_a_damaged_one_have_codes_of_their_own() {
+        use crate::store::StoreError;
+        let closed = super::Error::from(StoreError::Closed);
+        assert_eq!(closed.code(), ErrorCode::StorageUnavailable);
+        let locked = super::Error::from(StoreError::Locked("/s/store.redb".into()));
+        assert_eq!(locked.code(), ErrorCode::StorageUnavailable);
+        let corrupt = super::Error::from(StoreError::Corrupt("run r".into()));
+        assert_eq!(corrupt.code(), ErrorCode::StorageCorrupt);
+        let newer = super::Error::from(StoreError::Version { found: 9, expected: 1 });
+        assert_eq!(newer.code(), ErrorCode::StorageCorrupt);
     }
 
     #[test]

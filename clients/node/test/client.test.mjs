@@ -16,6 +16,10 @@ import {
     FACTORY_RUN_UPDATED,
     FACTORY_RUN_STARTED,
     FACTORY_RUN_SETTLED,
+    defineWorkflow,
+    isWorkflowRunTerminal,
+    WorkflowResumeError,
+    WORKFLOW_RESUME_ERROR_CODES,
 } from "../index.js";
 import { startService, until, FANOUT } from "./helpers.mjs";
 
@@ -89,7 +93,16 @@ test("resume with a raised limit completes a run that hit maxTotalSubagents", as
 });
 
 test("FactoryResumeError carries the spec's codes", async () => {
-    assert.deepEqual(FACTORY_RESUME_ERROR_CODES, ["not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"]);
+    assert.deepEqual(FACTORY_RESUME_ERROR_CODES, [
+        "not_found",
+        "non_resumable",
+        "already_active",
+        "factory_already_running",
+        "factory_limits_invalid",
+        "factory_session_disposed",
+        "factory_storage_unavailable",
+        "factory_storage_corrupt",
+    ]);
     const session = await join();
     await assert.rejects(session.factory.resume("no-such-run"), (e) => {
         assert.ok(e instanceof FactoryResumeError, String(e));
@@ -361,6 +374,52 @@ test("a defineFactory handle registers the authoring form in the session only", 
     assert.throws(() => defineFactory({ meta: {}, run: async () => 1 }), TypeError);
     await assert.rejects(joinSession({ url: service.url, token: service.token, factories: [42] }), TypeError);
     await session.disconnect();
+});
+
+test("session.workflow and defineWorkflow: the same calls under the workflow names, with workflow_* resume codes", async () => {
+    const echo = defineWorkflow({
+        meta: { name: "node-wf-echo", description: "args: { word: string }" },
+        run: async (ctx) => ({ word: ctx.args.word, reply: await ctx.agent(`echo ${ctx.args.word}`, { label: "t:echo" }) }),
+    });
+    assert.equal(echo.name, "node-wf-echo");
+    assert.throws(() => defineWorkflow({ meta: {}, run: async () => 1 }), /defineWorkflow/);
+    await assert.rejects(joinSession({ url: service.url, token: service.token, factories: [], workflows: [] }), TypeError);
+    const session = await joinSession({ url: service.url, token: service.token, workflows: [echo, FANOUT] });
+    assert.deepEqual(session.workflows.map((w) => w.name), ["node-wf-echo", "fanout"]);
+    const done = await session.workflow.run(echo, { args: { word: "hi" } });
+    assert.deepEqual([done.status, done.result], ["completed", { word: "hi", reply: "ok" }]);
+    assert.ok(isWorkflowRunTerminal(done.status));
+    assert.deepEqual((await session.workflow.listRuns()).map((r) => r.runId), [done.runId]);
+
+    // Resume refusals carry the workflow surface's codes, mapped from the service's.
+    const refused = async (call, code, serviceCode) =>
+        assert.rejects(call, (e) => {
+            assert.ok(e instanceof WorkflowResumeError && e instanceof FactoryError && !(e instanceof FactoryResumeError), String(e));
+            assert.deepEqual([e.name, e.code, e.serviceCode], ["WorkflowResumeError", code, serviceCode]);
+            assert.ok(WORKFLOW_RESUME_ERROR_CODES.includes(e.code));
+            return true;
+        });
+    await refused(session.workflow.resume("no-such-run"), "not_found", "not_found");
+    await refused(session.workflow.resume(done.runId), "non_resumable", "non_resumable");
+    const stopped = await session.workflow.run("fanout", { args: { n: 3 }, limits: { maxTotalSubagents: 1 } });
+    assert.equal(stopped.status, "error");
+    await refused(session.workflow.resume(stopped.runId, { limits: { maxTotalSubagents: 0 } }), "workflow_limits_invalid", "invalid_limits");
+    await assert.rejects(
+        session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: 0 } }),
+        (e) => e instanceof FactoryResumeError && e.code === "factory_limits_invalid" && e.serviceCode === "invalid_limits",
+    );
+    // `run(name, { resumeFromRunId })` resumes that run.
+    const resumed = await session.workflow.run("fanout", { resumeFromRunId: stopped.runId, limits: { maxTotalSubagents: 10 } });
+    assert.deepEqual([resumed.runId, resumed.status, resumed.attempts, resumed.result], [stopped.runId, "completed", 2, { done: 3 }]);
+
+    // A service out of reach is storage unavailable to a resume.
+    const gone = await joinSession({ url: "http://127.0.0.1:9", token: "x" });
+    await assert.rejects(gone.factory.resume("r"), (e) => e instanceof FactoryResumeError && e.code === "factory_storage_unavailable");
+    // After disconnect, runs and resumes are refused as the session's disposal.
+    await session.disconnect();
+    await refused(session.workflow.resume(stopped.runId), "workflow_session_disposed", "session_disposed");
+    await assert.rejects(session.factory.resume(stopped.runId), (e) => e instanceof FactoryResumeError && e.code === "factory_session_disposed");
+    await assert.rejects(session.factory.run("fanout"), (e) => e instanceof FactoryError && e.code === "factory_session_disposed");
 });
 
 test("a null limit override lifts the factory's declared ceiling, on run and on resume", async () => {

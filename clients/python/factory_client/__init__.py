@@ -20,7 +20,10 @@ from .client import (
     RunSettled,
     RunStarted,
     RunUpdated,
+    WORKFLOW_RESUME_ERROR_CODES,
+    WorkflowResumeError,
     is_factory_run_terminal,
+    is_workflow_run_terminal,
     join_session,
     resolve_connection,
 )
@@ -43,7 +46,10 @@ __all__ = [
     "RunSettled",
     "RunStarted",
     "RunUpdated",
+    "WORKFLOW_RESUME_ERROR_CODES",
+    "WorkflowResumeError",
     "is_factory_run_terminal",
+    "is_workflow_run_terminal",
     "join_session",
     "resolve_connection",
 ]

@@ -37,6 +37,9 @@ __all__ = [
     "FactoryResumeError",
     "FactoryRunsPage",
     "FactorySession",
+    "WORKFLOW_RESUME_ERROR_CODES",
+    "WorkflowResumeError",
+    "is_workflow_run_terminal",
     "ProgressEvent",
     "RunSettled",
     "RunStarted",
@@ -49,14 +52,45 @@ __all__ = [
 #: The statuses a run never leaves.
 TERMINAL_STATUSES: Final = frozenset({"completed", "error", "halted", "cancelled"})
 
-#: The codes a `FactoryResumeError` carries (the spec's pre-execution resume failures).
+#: The codes a `FactoryResumeError` carries (upstream's pre-execution resume failures).
 FACTORY_RESUME_ERROR_CODES: Final = (
     "not_found",
     "non_resumable",
     "already_active",
-    "reapproval_declined",
-    "no_approval_provider",
+    "factory_already_running",
+    "factory_limits_invalid",
+    "factory_session_disposed",
+    "factory_storage_unavailable",
+    "factory_storage_corrupt",
 )
+
+#: The codes a `WorkflowResumeError` carries: the workflow surface's names of the same failures.
+WORKFLOW_RESUME_ERROR_CODES: Final = (
+    "not_found",
+    "non_resumable",
+    "workflow_run_not_resumable",
+    "already_active",
+    "workflow_already_running",
+    "workflow_limits_invalid",
+    "workflow_session_disposed",
+    "workflow_storage_unavailable",
+    "workflow_storage_corrupt",
+)
+
+
+def _resume_code(surface: str, service_code: str) -> str | None:
+    """A resume refusal's code on `surface` (`factory` or `workflow`) from the service's code,
+    or None when the refusal is not one of a resume's own."""
+    if service_code in ("not_found", "non_resumable", "already_active"):
+        return service_code
+    base = {
+        "invalid_limits": "limits_invalid",
+        "session_disposed": "session_disposed",
+        "storage_unavailable": "storage_unavailable",
+        "unavailable": "storage_unavailable",
+        "storage_corrupt": "storage_corrupt",
+    }.get(service_code)
+    return f"{surface}_{base}" if base is not None else None
 
 #: The header naming the session a call acts as.
 SESSION_HEADER: Final = "Factory-Session"
@@ -88,6 +122,11 @@ def is_factory_run_terminal(status: str | None) -> bool:
     return status in TERMINAL_STATUSES
 
 
+def is_workflow_run_terminal(status: str | None) -> bool:
+    """`is_factory_run_terminal` under the workflow name."""
+    return is_factory_run_terminal(status)
+
+
 class FactoryError(Exception):
     """A refusal or failure of the factory service, with its error code and HTTP status."""
 
@@ -106,7 +145,23 @@ class FactoryError(Exception):
 
 
 class FactoryResumeError(FactoryError):
-    """A resume that failed before an attempt started; `code` is one of FACTORY_RESUME_ERROR_CODES."""
+    """A resume that failed before an attempt started; `code` is one of FACTORY_RESUME_ERROR_CODES,
+    `service_code` the service's own code it was mapped from (`invalid_limits`, ...)."""
+
+    def __init__(self, code: str, message: str, http_status: int | None = None, service_code: str | None = None) -> None:
+        super().__init__(code, message, http_status)
+        #: The service's code the resume code was mapped from.
+        self.service_code = service_code if service_code is not None else code
+
+
+class WorkflowResumeError(FactoryError):
+    """A resume of `session.workflow` that failed before an attempt started; `code` is one of
+    WORKFLOW_RESUME_ERROR_CODES, `service_code` the service's own code."""
+
+    def __init__(self, code: str, message: str, http_status: int | None = None, service_code: str | None = None) -> None:
+        super().__init__(code, message, http_status)
+        #: The service's code the resume code was mapped from.
+        self.service_code = service_code if service_code is not None else code
 
 
 class FactoryLimits(TypedDict, total=False):
@@ -284,6 +339,8 @@ class _Transport:
         self.url = url
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {token}", SESSION_HEADER: session}
+        #: Set by `FactorySession.close()`: runs and resumes are refused from then on.
+        self.disposed = False
         # Straight to the service: an HTTP proxy from the environment never sees the token,
         # and a redirect is an error (it would carry the token elsewhere).
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
@@ -418,11 +475,14 @@ def _is_int(value: Any) -> bool:
 
 
 class FactoryApi:
-    """`session.factory`: the spec's run, resume and observe API for one session."""
+    """`session.factory`: the spec's run, resume and observe API for one session
+    (`session.workflow`: the same calls under upstream's workflow names, whose resume
+    refusals are `WorkflowResumeError`s with `workflow_*` codes)."""
 
-    def __init__(self, transport: _Transport, poll_interval: float) -> None:
+    def __init__(self, transport: _Transport, poll_interval: float, surface: str = "factory") -> None:
         self._transport = transport
         self._poll_interval = poll_interval
+        self._surface = surface
 
     def start(
         self,
@@ -433,6 +493,8 @@ class FactoryApi:
     ) -> str:
         """Start a factory by registered name or handle and return its run id at once;
         raises `FactoryError` (`unknown_factory`, `invalid_limits`, ...) when no run starts."""
+        if self._transport.disposed:
+            raise FactoryError(f"{self._surface}_session_disposed", "this session is closed: join a session again")
         factory = name.name if isinstance(name, FactoryHandle) else name
         if not isinstance(factory, str) or factory == "":
             raise TypeError("give a factory name or a handle from join_session")
@@ -452,10 +514,14 @@ class FactoryApi:
         limits: FactoryLimits | None = None,
         approved: bool | None = None,
         timeout: float | None = None,
+        resume_from_run_id: str | None = None,
     ) -> FactoryRunResult:
         """Run a factory by registered name or handle and return its terminal envelope for
         every outcome; raises `FactoryError` (`unknown_factory`, `invalid_limits`, ...) only
-        when no run exists. `timeout`: as for `wait_for_run`."""
+        when no run exists. `timeout`: as for `wait_for_run`. With `resume_from_run_id`, resume
+        that run instead (as `resume`)."""
+        if resume_from_run_id is not None:
+            return self.resume(resume_from_run_id, limits=limits, approved=approved, timeout=timeout)
         return self.wait_for_run(self.start(name, args, limits, approved), timeout=timeout)
 
     def resume(
@@ -476,10 +542,14 @@ class FactoryApi:
         if approved is not None:
             body["approved"] = approved
         try:
+            if self._transport.disposed:
+                raise FactoryError("session_disposed", "this session is closed: join a session again")
             started = self._transport.request("POST", _run_path(run_id, "/resume"), body)
         except FactoryError as e:
-            if e.code in FACTORY_RESUME_ERROR_CODES:
-                raise FactoryResumeError(e.code, e.message, e.http_status) from e
+            code = _resume_code(self._surface, e.code)
+            if code is not None:
+                refusal = WorkflowResumeError if self._surface == "workflow" else FactoryResumeError
+                raise refusal(code, e.message, e.http_status, e.code) from e
             raise
         return self.wait_for_run(self._started(started), timeout=timeout)
 
@@ -629,6 +699,8 @@ class FactorySession:
         self.factories = factories
         #: The spec's run, resume and observe API.
         self.factory = FactoryApi(transport, poll_interval)
+        #: The same API under upstream's workflow names (`WorkflowResumeError`, `workflow_*` codes).
+        self.workflow = FactoryApi(transport, poll_interval, "workflow")
         self._transport = transport
 
     def events(self, timeout: float | None = None, reconnect: bool = True) -> Iterator[FactoryEvent]:
@@ -662,7 +734,9 @@ class FactorySession:
             delay = min(delay * 2, RECONNECT_DELAY[1])
 
     def close(self) -> None:
-        """Nothing stays open between calls; kept so a session is a context manager."""
+        """Close the session: later runs and resumes are refused (`factory_session_disposed`,
+        `workflow_session_disposed`); nothing else stays open between calls."""
+        self._transport.disposed = True
 
     def __enter__(self) -> FactorySession:
         return self

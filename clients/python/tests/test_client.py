@@ -29,7 +29,10 @@ from factory_client import (
     RunSettled,
     RunStarted,
     RunUpdated,
+    WORKFLOW_RESUME_ERROR_CODES,
+    WorkflowResumeError,
     is_factory_run_terminal,
+    is_workflow_run_terminal,
     join_session,
     resolve_connection,
 )
@@ -222,7 +225,16 @@ class ClientTest(unittest.TestCase):
     def test_resume_with_a_raised_limit_and_its_errors(self) -> None:
         self.assertEqual(
             FACTORY_RESUME_ERROR_CODES,
-            ("not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"),
+            (
+                "not_found",
+                "non_resumable",
+                "already_active",
+                "factory_already_running",
+                "factory_limits_invalid",
+                "factory_session_disposed",
+                "factory_storage_unavailable",
+                "factory_storage_corrupt",
+            ),
         )
         with join() as session:
             stopped = session.factory.run("fanout", args={"n": 4}, limits={"maxTotalSubagents": 2})
@@ -247,6 +259,39 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(FactoryResumeError) as missing:
                 session.factory.resume("no-such-run")
             self.assertEqual((missing.exception.code, missing.exception.http_status), ("not_found", 404))
+
+    def test_session_workflow_names_resume_refusals_with_workflow_codes(self) -> None:
+        session = join()
+        done = session.workflow.run("fanout", args={"n": 1})
+        self.assertTrue(is_workflow_run_terminal(done["status"]))
+
+        def refused(call: Callable[[], Any], code: str, service_code: str) -> None:
+            with self.assertRaises(WorkflowResumeError) as caught:
+                call()
+            self.assertEqual((caught.exception.code, caught.exception.service_code), (code, service_code))
+            self.assertIn(caught.exception.code, WORKFLOW_RESUME_ERROR_CODES)
+            self.assertIsInstance(caught.exception, FactoryError)
+            self.assertNotIsInstance(caught.exception, FactoryResumeError)
+
+        refused(lambda: session.workflow.resume("no-such-run"), "not_found", "not_found")
+        refused(lambda: session.workflow.resume(done["runId"]), "non_resumable", "non_resumable")
+        stopped = session.workflow.run("fanout", args={"n": 3}, limits={"maxTotalSubagents": 1})
+        refused(lambda: session.workflow.resume(stopped["runId"], limits={"maxTotalSubagents": 0}), "workflow_limits_invalid", "invalid_limits")
+        with self.assertRaises(FactoryResumeError) as invalid:
+            session.factory.resume(stopped["runId"], limits={"maxTotalSubagents": 0})
+        self.assertEqual((invalid.exception.code, invalid.exception.service_code), ("factory_limits_invalid", "invalid_limits"))
+        # `run(name, resume_from_run_id=...)` resumes that run.
+        resumed = session.workflow.run("fanout", resume_from_run_id=stopped["runId"], limits={"maxTotalSubagents": 10})
+        self.assertEqual((resumed["runId"], resumed["status"], resumed["attempts"]), (stopped["runId"], "completed", 2))
+        # Closed: runs and resumes are refused as the session's disposal.
+        session.close()
+        refused(lambda: session.workflow.resume(stopped["runId"]), "workflow_session_disposed", "session_disposed")
+        with self.assertRaises(FactoryResumeError) as disposed:
+            session.factory.resume(stopped["runId"])
+        self.assertEqual(disposed.exception.code, "factory_session_disposed")
+        with self.assertRaises(FactoryError) as run_disposed:
+            session.factory.run("fanout")
+        self.assertEqual(run_disposed.exception.code, "factory_session_disposed")
 
     def test_another_sessions_run_is_not_found(self) -> None:
         with join() as session, join(session=f"other-{os.getpid()}") as other:

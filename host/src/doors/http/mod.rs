@@ -205,9 +205,11 @@ fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::BackendUnavailable
         | ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
         ErrorCode::Unauthorized | ErrorCode::InvalidCode => StatusCode::UNAUTHORIZED,
+        ErrorCode::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::UnsupportedVersion
         | ErrorCode::Unavailable
         | ErrorCode::Cancelled
+        | ErrorCode::StorageCorrupt
         | ErrorCode::Error => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
