@@ -169,6 +169,17 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     let (status, cancelled) = daemon.post(&format!("/api/runs/{slow_id}/cancel"), json!({})).await;
     assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled:#}");
 
+    // Pages by creation sequence: the newest (the slow run), then older with `beforeSeq`.
+    let (status, newest) = daemon.get("/api/runs/page?limit=1").await;
+    assert_eq!(status, 200, "{newest:#}");
+    assert_eq!(newest["runs"][0]["runId"], slow_id.as_str(), "{newest:#}");
+    assert_eq!((newest["hasMoreNewer"].clone(), newest["omittedOlder"].clone()), (json!(false), json!(true)), "{newest:#}");
+    let (_, older) = daemon.get(&format!("/api/runs?beforeSeq={}&limit=1", newest["oldestSeq"])).await;
+    assert_eq!(older["runs"][0]["runId"], id.as_str(), "{older:#}");
+    assert_eq!((older["hasMoreNewer"].clone(), older["omittedOlder"].clone()), (json!(true), json!(false)), "{older:#}");
+    let (status, mixed) = daemon.get("/api/runs/page?after=x").await;
+    assert_eq!((status, mixed["code"].as_str()), (400, Some("invalid_params")), "{mixed:#}");
+
     // The event stream: run_updated for the first run, revisions strictly growing.
     let mut text = String::new();
     let mut revisions = Vec::new();
