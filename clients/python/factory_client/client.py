@@ -753,13 +753,19 @@ def join_session(
     state_dir: str | os.PathLike[str] | None = None,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    workflows: list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...] | None = None,
 ) -> FactorySession:
     """Join a session of the factory service: `session` (a name; default a fresh
     `python-<uuid>`), registering `factories` in it (paths of `.js`, `.ts`, `.py` or `.wasm`
     factories or component directories, relative to the working directory) so
-    `session.factory.run(name)` runs them. Connection: `url`, `token`, `state_dir` (see
-    `resolve_connection`); `poll_interval`: `wait_for_run`'s periodic re-read (seconds);
-    `request_timeout`: how long one call waits for its answer (seconds)."""
+    `session.factory.run(name)` runs them (`workflows`: the same under upstream's workflow
+    name, for `session.workflow`; give one of the two). Connection: `url`, `token`,
+    `state_dir` (see `resolve_connection`); `poll_interval`: `wait_for_run`'s periodic
+    re-read (seconds); `request_timeout`: how long one call waits for its answer (seconds)."""
+    if workflows is not None:
+        if factories:
+            raise TypeError("join_session: give `factories` or `workflows`, not both")
+        factories = workflows
     if isinstance(factories, (str, os.PathLike)):
         raise TypeError("join_session: `factories` is a list of paths")
     origin, bearer = resolve_connection(url, token, state_dir)

@@ -261,7 +261,11 @@ class ClientTest(unittest.TestCase):
             self.assertEqual((missing.exception.code, missing.exception.http_status), ("not_found", 404))
 
     def test_session_workflow_names_resume_refusals_with_workflow_codes(self) -> None:
-        session = join()
+        url, token, fanout = service()
+        with self.assertRaises(TypeError):
+            join_session(url=url, token=token, factories=[fanout], workflows=[fanout])
+        session = join_session(url=url, token=token, workflows=[fanout], poll_interval=1.0)
+        self.assertEqual([w.name for w in session.factories], ["fanout"])
         done = session.workflow.run("fanout", args={"n": 1})
         self.assertTrue(is_workflow_run_terminal(done["status"]))
 
