@@ -93,6 +93,7 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
         recoveries: 0,
         seal: None,
         caller_dirs: Vec::new(),
+        phases: Vec::new(),
     }
 }
 

@@ -65,6 +65,10 @@ pub struct RunRecord {
     /// unless granted on every attempt, also one that a recovery or another worker runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub caller_dirs: Vec<String>,
+    /// The phases the latest attempt's factory declares (empty for runs recorded before
+    /// they were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<crate::model::meta::PhaseDecl>,
 }
 
 /// A run record as a listing reads it ([`crate::store::Store::listed_runs`]): its result
@@ -266,6 +270,7 @@ pub fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Erro
         recoveries: 0,
         seal: None,
         caller_dirs: Vec::new(),
+        phases: Vec::new(),
     }
 }
 

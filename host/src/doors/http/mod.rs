@@ -195,7 +195,11 @@ fn status_of(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::NotFound | ErrorCode::UnknownFactory => StatusCode::NOT_FOUND,
         ErrorCode::AlreadyActive | ErrorCode::NonResumable => StatusCode::CONFLICT,
-        ErrorCode::NoApprovalProvider | ErrorCode::Forbidden | ErrorCode::ForbiddenHost | ErrorCode::Refused => {
+        ErrorCode::NoApprovalProvider
+        | ErrorCode::Forbidden
+        | ErrorCode::ForbiddenHost
+        | ErrorCode::Refused
+        | ErrorCode::Declined => {
             StatusCode::FORBIDDEN
         }
         ErrorCode::InvalidLimits
