@@ -293,7 +293,10 @@ test("factory.run_started / factory.run_settled: every attempt, with what it con
     const first = await session.factory.run("fanout", { args: { n: 1 } });
     await until(() => updates.some((e) => e.data.runId === first.runId && e.data.revision >= first.revision), "the stream open");
 
-    const stopped = await session.factory.run("fanout", { args: { n: 4 }, limits: { maxTotalSubagents: 2 } });
+    // One at a time: the two spawns the cap allows both finish (journaled), so the resume
+    // spawns exactly the two left.
+    const capped = { maxTotalSubagents: 2, maxConcurrentSubagents: 1 };
+    const stopped = await session.factory.run("fanout", { args: { n: 4 }, limits: capped });
     assert.equal(stopped.status, "error", JSON.stringify(stopped));
     const resumed = await session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: 10 } });
     assert.equal(resumed.status, "completed", JSON.stringify(resumed));

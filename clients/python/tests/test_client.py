@@ -354,7 +354,10 @@ class ClientTest(unittest.TestCase):
             # The stream is open once a first run's updates arrive; attempts are told from then on.
             first = session.factory.run("fanout", args={"n": 1})
             until(lambda: any(isinstance(e, RunUpdated) and e.run_id == first["runId"] for e in events), "the stream open")
-            stopped = session.factory.run("fanout", args={"n": 4}, limits={"maxTotalSubagents": 2})
+            # One at a time: the two spawns the cap allows both finish (journaled), so the
+            # resume spawns exactly the two left.
+            capped = {"maxTotalSubagents": 2, "maxConcurrentSubagents": 1}
+            stopped = session.factory.run("fanout", args={"n": 4}, limits=capped)
             self.assertEqual(stopped["status"], "error")
             resumed = session.factory.resume(stopped["runId"], limits={"maxTotalSubagents": 10})
             self.assertEqual(resumed["status"], "completed")
