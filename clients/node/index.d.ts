@@ -185,9 +185,17 @@ export interface FactoryApi {
     /** With `resumeFromRunId`, resumes that run instead (as `resume`). */
     run(
         nameOrHandle: string | FactoryHandle | DefinedFactory,
-        options?: { args?: JsonValue; limits?: FactoryLimits; resumeFromRunId?: string },
+        options?: {
+            args?: JsonValue;
+            limits?: FactoryLimits;
+            resumeFromRunId?: string;
+            /** Upstream's option for agent sessions; a program here follows `factory.run_settled` instead (accepted, not sent). */
+            notifyOnComplete?: boolean;
+            /** Upstream's option for agent sessions; a program here reads phases from progress (accepted, not sent). */
+            logPhaseNames?: boolean;
+        },
     ): Promise<FactoryRunResult>;
-    resume(runId: string, options?: { limits?: FactoryLimits }): Promise<FactoryRunResult>;
+    resume(runId: string, options?: { limits?: FactoryLimits; notifyOnComplete?: boolean; logPhaseNames?: boolean }): Promise<FactoryRunResult>;
     listRuns(): Promise<FactoryRunResult[]>;
     listRuns(options: FactoryListRunsOptions): Promise<FactoryRunsPage>;
     getRunDetail(runId: string): Promise<FactoryRunDetail>;
