@@ -241,6 +241,33 @@ async fn a_client_cancellation_cancels_the_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_paused_and_resumed_and_a_checkpoint_answered_over_mcp() {
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(20) }).await;
+    let state = prepared_state(server.port());
+    let report = client(state.path(), "pause", "pytest-agent", &[]).await;
+    let paused = &report["pause"]["structured"];
+    assert_eq!(paused["status"], "paused", "{report:#}");
+    assert_eq!(report["paused"]["structured"]["status"], "paused", "run_factory returns the paused envelope: {report:#}");
+    let resumed = &report["resumed"]["structured"];
+    assert_eq!(resumed["status"], "completed", "{report:#}");
+    assert_eq!(resumed["result"]["done"], 100);
+    let tasks: Vec<String> = server.asked().into_iter().filter(|p| p.starts_with("task ")).collect();
+    let distinct: std::collections::BTreeSet<&String> = tasks.iter().collect();
+    assert_eq!(distinct.len(), 100, "every call made");
+    assert!(tasks.len() <= 101, "at most the call in flight at the pause was asked again: {} asks", tasks.len());
+
+    let checkpoint = &report["checkpoint"];
+    assert_eq!(checkpoint["structured"]["status"], "paused", "{report:#}");
+    assert_eq!(checkpoint["structured"]["checkpoint"], "approve");
+    let hint = checkpoint["text"].as_str().unwrap();
+    assert!(hint.contains("\"operation\": \"resume\"") && hint.contains("\"input\""), "the summary says how to answer: {hint}");
+    let answered = &report["answered"]["structured"];
+    assert_eq!(answered["status"], "completed", "{report:#}");
+    assert_eq!(answered["result"]["answer"], serde_json::json!({"approved": true}));
+    assert_eq!(server.asked().iter().filter(|p| *p == "plan the work").count(), 1, "the call before the checkpoint was paid once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_component_is_refused_without_a_way_to_ask() {
     let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
     let state = prepared_state(server.port());

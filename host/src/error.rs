@@ -74,6 +74,15 @@ pub enum Error {
     /// A request field that is well-formed JSON but unusable (a relative `callerCwd`).
     #[error("bad_request: {0}")]
     BadRequest(String),
+    /// Pausing a run that has no attempt executing (it ended, is paused, or waits).
+    #[error("not_running: {0}")]
+    NotRunning(String),
+    /// A resume with an answer (`input`) for a run that waits at no checkpoint.
+    #[error("not_at_checkpoint: {0}")]
+    NotAtCheckpoint(String),
+    /// A checkpoint's answer (a resume's `input`) over the host's step bounds.
+    #[error("invalid_input: {0}")]
+    InvalidInput(String),
 }
 
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool
@@ -124,6 +133,12 @@ pub enum ErrorCode {
     /// bytes that do not hash to their sha256, a record that does not match its consent seal,
     /// a grant under no allowed root).
     Refused,
+    /// Pausing a run that has no attempt executing.
+    NotRunning,
+    /// A resume's answer for a run that waits at no checkpoint.
+    NotAtCheckpoint,
+    /// A checkpoint's answer is unusable (over the step bounds).
+    InvalidInput,
     /// The store cannot be reached or written now (the database away, the lease lost, the
     /// store closed or held by another process): try again later.
     StorageUnavailable,
@@ -158,6 +173,9 @@ impl ErrorCode {
             ErrorCode::Declined => "declined",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Cancelled => "cancelled",
+            ErrorCode::NotRunning => "not_running",
+            ErrorCode::NotAtCheckpoint => "not_at_checkpoint",
+            ErrorCode::InvalidInput => "invalid_input",
             ErrorCode::StorageUnavailable => "storage_unavailable",
             ErrorCode::StorageCorrupt => "storage_corrupt",
             ErrorCode::Error => "error",
@@ -187,6 +205,9 @@ impl Error {
             Error::Load(LoadError::TooLarge { .. } | LoadError::NotAFile { .. }) => ErrorCode::InvalidParams,
             Error::BadRequest(_) => ErrorCode::BadRequest,
             Error::Trust(_) => ErrorCode::Refused,
+            Error::NotRunning(_) => ErrorCode::NotRunning,
+            Error::NotAtCheckpoint(_) => ErrorCode::NotAtCheckpoint,
+            Error::InvalidInput(_) => ErrorCode::InvalidInput,
             Error::Store(e) => e.code(),
             _ => ErrorCode::Error,
         }
@@ -204,6 +225,7 @@ mod tests {
             ErrorCode::NoApprovalProvider,
             ErrorCode::ForbiddenHost,
             ErrorCode::Refused,
+            ErrorCode::NotRunning,
             ErrorCode::StorageUnavailable,
             ErrorCode::StorageCorrupt,
             ErrorCode::Error,

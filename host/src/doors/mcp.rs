@@ -1,10 +1,11 @@
 //! `factory mcp`: the host behind the Model Context Protocol (stdio), so an agent in any MCP
 //! client can run factories, resume them, and observe its runs. Two tools, as in the spec:
-//! `run_factory` (`{ name, args?, limits? }` or `{ resumeFromRunId, limits? }`; the run
-//! envelope for every outcome, progress notifications while it runs, a client cancellation
-//! cancels the run) and `factories_manage` (`list`, `inspect`, `runs`, `show`, `progress`,
-//! `wait`, `cancel`). A factory the service does not trust is asked about through MCP
-//! elicitation ([`super::elicit`]) when the client can show a form.
+//! `run_factory` (`{ name, args?, limits? }` or `{ resumeFromRunId, limits?, input? }`; the
+//! run envelope for every outcome, progress notifications while it runs, a client
+//! cancellation cancels the run) and `factories_manage` (`list`, `inspect`, `runs`, `show`,
+//! `progress`, `wait`, `cancel`, `pause`, `resume` with a checkpoint's answer). A factory the
+//! service does not trust is asked about through MCP elicitation ([`super::elicit`]) when the
+//! client can show a form.
 //!
 //! Every tool call is one or a few typed service [`Request`]s through a service [`Client`]:
 //! the state directory's service (started if none runs), so the runs live there and outlive
@@ -263,6 +264,7 @@ struct RunFactoryParams {
     args: Option<Value>,
     resume_from_run_id: Option<String>,
     limits: Option<Limits>,
+    input: Option<Value>,
     /// When the call answers before the run ends: tell this session when it does (default on).
     notify_on_complete: Option<bool>,
     /// Log each phase the run enters into this session (default off).
@@ -293,17 +295,18 @@ impl schemars::JsonSchema for RunFactoryParams {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let value = json!({
             "type": "object",
-            "description": "Either start a factory by name ({ name, args?, limits? }) or resume a run that stopped ({ resumeFromRunId, limits? }).",
+            "description": "Either start a factory by name ({ name, args?, limits? }) or resume a run that stopped ({ resumeFromRunId, limits?, input? }).",
             "properties": {
                 "name": {"type": "string", "description": "The factory to run (see factories_manage operation `list`). Its description says which args it expects."},
                 "args": {"description": "Arguments for the factory, any JSON value, passed verbatim (default {})."},
                 "resumeFromRunId": {"type": "string", "description": "Resume this run (same id and args): journaled work replays for free, so resuming is cheaper than starting again. Find ids with factories_manage operation `runs`."},
                 "limits": limits_schema(),
                 "notifyOnComplete": {"type": "boolean", "description": "When this call answers before the run ends (still running at the wait bound), tell this session when it ends: a log notification (notifications/message, logger `factory`, data.event `factory_completed`) with its status, a result preview and how to read it. Default true."},
-                "logPhaseNames": {"type": "boolean", "description": "Log each phase the run enters into this session (notifications/message, logger `factory`, data.event `phase`). Default false."}
+                "logPhaseNames": {"type": "boolean", "description": "Log each phase the run enters into this session (notifications/message, logger `factory`, data.event `phase`). Default false."},
+                "input": {"description": "Resume only: the answer to the checkpoint the run waits at (its envelope's `checkpoint`), any JSON value; the factory's ctx.pause(key) returns it. Omit to resume without an answer (ctx.pause returns null)."}
             },
             "oneOf": [
-                {"required": ["name"], "not": {"required": ["resumeFromRunId"]}},
+                {"required": ["name"], "not": {"anyOf": [{"required": ["resumeFromRunId"]}, {"required": ["input"]}]}},
                 {"required": ["resumeFromRunId"], "not": {"anyOf": [{"required": ["name"]}, {"required": ["args"]}]}}
             ],
             "additionalProperties": false
@@ -326,6 +329,7 @@ struct ManageParams {
     before_seq: Option<u64>,
     phase: Option<String>,
     limit: Option<usize>,
+    input: Option<Value>,
 }
 
 impl schemars::JsonSchema for ManageParams {
@@ -339,8 +343,8 @@ impl schemars::JsonSchema for ManageParams {
             "properties": {
                 "operation": {
                     "type": "string",
-                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel", "remove"],
-                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs {after?, limit?}: a page of this session's runs, oldest first (ids, factory, status, updated time); `next`, when present, is the `after` of the next page. show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable). remove {runId}: delete an ended run and its journal for good (cancel a running one first)."
+                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel", "pause", "resume", "remove"],
+                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs {after?, limit?}: a page of this session's runs, oldest first (ids, factory, status, updated time); `next`, when present, is the `after` of the next page. show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable). pause {runId}: pause a running run (status paused, resumable, nothing paid twice) and return its envelope. resume {runId, input?}: resume a paused (or stopped) run and wait for it as run_factory does; `input` answers the checkpoint it waits at (its envelope's `checkpoint`). remove {runId}: delete an ended run and its journal for good (cancel a running one first)."
                 },
                 "name": {"type": "string", "description": "inspect: the factory's name."},
                 "meta": {
@@ -351,7 +355,8 @@ impl schemars::JsonSchema for ManageParams {
                     "type": "string",
                     "description": "author: the factory's body, ONE self-contained JavaScript async function expression, e.g. `async ({ args, agent, parallel, step, phase, log }) => { ... }`. It closes over nothing: define every schema, constant and helper inside it; no import statements. ctx has args, runId, agent(prompt, { label, schema, model }) (text, parsed JSON with a schema, or null on failure), parallel(thunks), pipeline(items, ...stages), step(key, fn), phase(title), log(message), signal."
                 },
-                "runId": {"type": "string", "description": "show, progress, wait, cancel, remove: the run."},
+                "runId": {"type": "string", "description": "show, progress, wait, cancel, pause, resume, remove: the run."},
+                "input": {"description": "resume: the answer to the checkpoint the run waits at, any JSON value (ctx.pause returns it)."},
                 "after": {"type": "string", "description": "runs: the runs created after this run id (the `next` of the previous page)."},
                 "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards). runs: the runs created after this run `seq` (a page by sequence: { runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder }; `limit` counts ended runs, default 200, most 500)."},
                 "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards). runs: the newest runs created before this run `seq` (a page by sequence, as afterSeq; a number past every seq gives the newest page)."},
@@ -369,7 +374,7 @@ impl schemars::JsonSchema for ManageParams {
 impl FactoryMcp {
     #[tool(
         name = "run_factory",
-        description = "Run an agent factory — a sandboxed workflow that coordinates many subagents — and wait for it to end, or resume a run that stopped. A factory this machine does not trust is asked about first (an elicitation form to your user: approve once, always, or decline). Give { name, args?, limits? } to start one (factories_manage `list` shows what exists and what args each expects), or { resumeFromRunId, limits? } to continue a run that hit a limit, was cancelled or was interrupted: its finished work replays for free. Returns the run envelope for every outcome: status (completed, error, halted, cancelled), result (when completed), a typed failure (e.g. factory_limit_reached with the limit's name: resume with that limit raised), accounting, and the runId. Only failures before a run exists are tool errors (unknown name, bad limits, not_found, non_resumable, already_active, declined, no_approval_provider when your client cannot show the question)."
+        description = "Run an agent factory — a sandboxed workflow that coordinates many subagents — and wait for it to end, or resume a run that stopped. A factory this machine does not trust is asked about first (an elicitation form to your user: approve once, always, or decline). Give { name, args?, limits? } to start one (factories_manage `list` shows what exists and what args each expects), or { resumeFromRunId, limits? } to continue a run that hit a limit, was cancelled or was interrupted: its finished work replays for free. Returns the run envelope for every outcome: status (completed, error, halted, paused, cancelled), result (when completed), a typed failure (e.g. factory_limit_reached with the limit's name: resume with that limit raised), accounting, and the runId. Only failures before a run exists are tool errors (unknown name, bad limits, not_found, non_resumable, already_active, declined, no_approval_provider when your client cannot show the question)."
     )]
     async fn run_factory(
         &self,
@@ -384,7 +389,7 @@ impl FactoryMcp {
 
     #[tool(
         name = "factories_manage",
-        description = "Look at factories and at this session's factory runs, or write a new factory. operation `list` (factories you can run), `inspect` {name}, `author` {meta, run} (register a JavaScript factory in this session without running it), `runs` (your runs with ids and statuses — use it to recover a run id for run_factory's resumeFromRunId), `show` {runId}, `progress` {runId, afterSeq?, beforeSeq?, phase?, limit?}, `wait` {runId}, `cancel` {runId}. Prompts are never shown."
+        description = "Look at factories and at this session's factory runs, or write a new factory. operation `list` (factories you can run), `inspect` {name}, `author` {meta, run} (register a JavaScript factory in this session without running it), `runs` (your runs with ids and statuses — use it to recover a run id for run_factory's resumeFromRunId), `show` {runId}, `progress` {runId, afterSeq?, beforeSeq?, phase?, limit?}, `wait` {runId}, `cancel` {runId}, `pause` {runId}, `resume` {runId, input?} (answer the checkpoint a paused run waits at). Prompts are never shown."
     )]
     async fn factories_manage(
         &self,
@@ -536,6 +541,9 @@ impl FactoryMcp {
         let limits = params.limits.unwrap_or_default();
         let trace_parent = trace_parent_of(context)?;
         let resume = match (&params.name, &params.resume_from_run_id) {
+            (Some(_), None) if params.input.is_some() => {
+                return Err(ToolError::new(ErrorCode::InvalidParams, "`input` answers a paused run's checkpoint: give it with `resumeFromRunId`"));
+            }
             (Some(_), None) => false,
             (None, Some(_)) if params.args.is_some() => {
                 return Err(ToolError::new(ErrorCode::InvalidParams, "a resume keeps the run's args: give no `args`"))
@@ -575,6 +583,7 @@ impl FactoryMcp {
                 trace_parent: trace_parent.clone(),
                 // This server's working directory (the project its client works in).
                 caller_cwd: factory_host::service::caller_cwd(),
+                input: params.input.clone(),
             },
         };
         let run_id = match self.client.start(start(Consent::None)).await {
@@ -813,6 +822,27 @@ impl FactoryMcp {
                 };
                 Ok(answer(to_value(&envelope)?, summarize(&envelope)))
             }
+            "pause" => {
+                let run_id = need(p.run_id, "runId")?;
+                let envelope = tokio::select! {
+                    envelope = self.client.pause(scope(), &run_id) => envelope.map_err(Self::tool_error)?,
+                    _ = context.ct.cancelled() => return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled")),
+                };
+                Ok(answer(to_value(&envelope)?, summarize(&envelope)))
+            }
+            "resume" => {
+                let run_id = need(p.run_id, "runId")?;
+                let params = RunFactoryParams {
+                    name: None,
+                    args: None,
+                    resume_from_run_id: Some(run_id),
+                    limits: None,
+                    input: p.input,
+                    notify_on_complete: None,
+                    log_phase_names: None,
+                };
+                Box::pin(self.run_factory_inner(params, context)).await
+            }
             "remove" => {
                 let run_id = need(p.run_id, "runId")?;
                 self.client.remove(scope(), &run_id).await.map_err(Self::tool_error)?;
@@ -820,7 +850,7 @@ impl FactoryMcp {
             }
             other => Err(ToolError::new(
                 ErrorCode::InvalidParams,
-                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait, cancel or remove)"),
+                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait, cancel, pause, resume or remove)"),
             )),
         }
     }
@@ -975,7 +1005,12 @@ fn summarize(e: &RunEnvelope) -> String {
     if let Some(f) = &e.failure {
         let kind = f.kind.as_deref().map(|k| format!(" ({k})")).unwrap_or_default();
         text.push_str(&format!(" Failure: {}{kind}: {}", f.kind_type, f.message));
-        if e.status != factory_host::RunStatus::Completed {
+        if let Some(key) = e.checkpoint.as_deref().filter(|_| e.status == factory_host::RunStatus::Paused) {
+            let id = &e.run_id;
+            text.push_str(&format!(
+                " It waits at checkpoint `{key}`: answer it with factories_manage {{\"operation\": \"resume\", \"runId\": \"{id}\", \"input\": <your answer as JSON>}} (ctx.pause(\"{key}\") returns the input; without one it returns null)."
+            ));
+        } else if e.status != factory_host::RunStatus::Completed {
             text.push_str(&format!(" Resume with run_factory {{\"resumeFromRunId\": \"{}\"}}", e.run_id));
             if f.kind_type == factory_host::FailureType::FactoryLimitReached {
                 text.push_str(" and the limit raised in `limits`");

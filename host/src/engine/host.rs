@@ -175,6 +175,9 @@ pub struct ResumeOptions {
     pub trace_parent: Option<crate::trace::TraceParent>,
     /// The caller's working directory, as [`RunOptions::caller_cwd`].
     pub caller_cwd: Option<PathBuf>,
+    /// The answer to the checkpoint the run is paused at (`ctx.pause(key)` returns it;
+    /// `None`: it returns none). Refused for a run that waits at no checkpoint.
+    pub input: Option<serde_json::Value>,
 }
 
 /// A run with its phases, agent summaries and latest progress page. On the wire it is the
@@ -752,6 +755,7 @@ impl Host {
             host_pending_bytes: self.pending_bytes.clone(),
             span: tracing::Span::none(),
             agent_limits: Default::default(),
+            answers: Default::default(),
         };
         let shared = Capabilities::new(setup, Default::default());
         let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
@@ -849,6 +853,7 @@ impl Host {
             envelope.error = None;
             envelope.result = None;
             envelope.resume_at = None;
+            envelope.checkpoint = None;
         }
         if envelope.status == RunStatus::Running && !active {
             // The attempt may have ended between reading the record and looking at `active`:
@@ -1129,6 +1134,7 @@ impl Host {
                 revision: 0,
                 backend: None,
                 resume_at: None,
+                checkpoint: None,
                 session: None,
             },
             session: session_of(&options.session),
@@ -1146,6 +1152,7 @@ impl Host {
             seal: None,
             caller_dirs: Vec::new(),
             phases: Vec::new(),
+            checkpoints: Default::default(),
         };
         if let Some(dir) = &options.caller_cwd {
             record.add_caller_dir(dir);
@@ -1268,6 +1275,7 @@ impl Host {
         if let Some(dir) = &options.caller_cwd {
             record.add_caller_dir(dir);
         }
+        answer_checkpoint(&mut record, options.input, &self.config.sandbox)?;
         let backend = caller_hidden(backend, &record);
         self.put_blobs(&factory)?;
         // Written with the attempt's start, before the guest runs: a recovery that crashes
@@ -1424,6 +1432,7 @@ impl Host {
         record.envelope.failure = None;
         record.envelope.error = None;
         record.envelope.resume_at = None;
+        record.envelope.checkpoint = None;
         record.envelope.updated_at = crate::store::records_timestamp();
         // `scripts` is index-aligned with `component_hashes` (runs recorded before scripts
         // existed have none: they were all components).
@@ -1489,8 +1498,10 @@ impl Host {
             host_pending_bytes: self.pending_bytes.clone(),
             span,
             agent_limits: factory.meta.agent_limits.clone(),
+            answers: record.checkpoints.clone(),
         };
         let mut parked = None;
+        let mut checkpoint = None;
         let (status, result, failure, accounting) = match snapshot.map(|snapshot| Capabilities::new(setup, snapshot)) {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
             Ok(shared) => {
@@ -1527,6 +1538,12 @@ impl Host {
                         parked = Some(resume_at);
                     }
                 }
+                if let (RunStatus::Paused, Some(crate::capabilities::attempt::StopCause::Paused(run::Pause::Checkpoint(key)))) =
+                    (outcome.status, shared.attempt.cause())
+                {
+                    shared.progress.log(format!("paused at checkpoint `{key}`"));
+                    checkpoint = Some(key);
+                }
                 let mut failure = outcome.failure;
                 // The modules' record, with every import answered (written before the flush).
                 if let Some(Err(e)) = component.script.as_ref().map(|s| s.modules.record_now()) {
@@ -1561,6 +1578,7 @@ impl Host {
         };
         let accounting_at_end = accounting;
         ended(record, status, result, failure, accounting);
+        record.envelope.checkpoint = checkpoint.filter(|_| record.envelope.status == RunStatus::Paused);
         let quota = |f: &Failure| f.kind_type == crate::model::envelope::FailureType::Backend && f.kind.as_deref() == Some("quota");
         let parked = parked.filter(|_| record.envelope.status == RunStatus::Halted && record.envelope.failure.as_ref().is_some_and(quota));
         if let Some(resume_at) = parked {
@@ -1612,6 +1630,39 @@ impl Host {
                     if let Ok(ended) = tokio::time::timeout(Duration::from_secs(1), self.wait(scope.clone(), run_id)).await {
                         return ended;
                     }
+                }
+            }
+        }
+        self.wait(scope, run_id).await
+    }
+
+    /// Pause a run and return its envelope once the attempt has stopped (`paused`, resumable
+    /// under the same id by a caller; its journaled steps and agent calls kept). The attempt
+    /// stops cooperatively, as a cancel stops it, with a pause as its reason (a JS body's
+    /// `ctx.signal.reason` says so). A run with no attempt executing here is refused with
+    /// [`Error::NotRunning`] (also one that another worker of a shared store executes).
+    pub async fn pause(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
+        let scope = scope.into();
+        let record = self.record(&scope, run_id).await?;
+        // An attempt claimed here builds its capabilities before its guest runs: waited for
+        // (briefly), so a pause right after a start pauses it rather than being refused.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let running = self.active().get(run_id).map(|a| a.shared.clone());
+            match running {
+                Some(Some(shared)) => {
+                    shared.attempt.abort(run::Abort::Paused(run::Pause::Caller));
+                    break;
+                }
+                Some(None) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+                _ => {
+                    let status = record.envelope.status.as_str();
+                    let elsewhere = if self.store.shared() && !record.envelope.status.is_terminal() {
+                        " here (pause it through the worker that executes it)"
+                    } else {
+                        ""
+                    };
+                    return Err(Error::NotRunning(format!("run `{run_id}` is {status}: it has no attempt executing{elsewhere}")));
                 }
             }
         }
@@ -2116,6 +2167,37 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
     envelope.failure = failure;
     envelope.accounting = accounting;
     envelope.updated_at = crate::store::records_timestamp();
+}
+
+/// Journal the answer to the checkpoint a paused run waits at (its record keeps it; every
+/// later attempt's `ctx.pause(key)` returns it): `input`, or none when the resume carries
+/// none. A run that waits at no checkpoint takes no answer.
+fn answer_checkpoint(record: &mut RunRecord, input: Option<serde_json::Value>, sandbox: &SandboxLimits) -> Result<(), Error> {
+    use crate::capabilities::checkpoints::MAX_ANSWER_BYTES;
+    let run_id = &record.envelope.run_id;
+    let waiting = record.envelope.checkpoint.clone().filter(|_| record.envelope.status == RunStatus::Paused);
+    let Some(key) = waiting else {
+        if input.is_some() {
+            return Err(Error::NotAtCheckpoint(format!(
+                "run `{run_id}` waits at no checkpoint (it is {}): resume it without an input",
+                record.envelope.status.as_str()
+            )));
+        }
+        return Ok(());
+    };
+    let answer = input.map(|value| value.to_string());
+    if let Some(text) = &answer {
+        let limit = MAX_ANSWER_BYTES.min(sandbox.max_step_bytes);
+        if text.len() > limit {
+            return Err(Error::InvalidInput(format!("the answer is {} bytes, over the {limit} byte limit", text.len())));
+        }
+        let depth = crate::model::json::depth(text);
+        if depth > sandbox.max_json_depth {
+            return Err(Error::InvalidInput(format!("the answer is nested {depth} deep, over the limit of {}", sandbox.max_json_depth)));
+        }
+    }
+    record.checkpoints.insert(key, answer);
+    Ok(())
 }
 
 /// Park `record`, whose attempt ended `halted` on a spent quota: with a known reset

@@ -27,8 +27,10 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// The version of the wire form: every frame carries it as `"wire"`.
 /// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`
 /// deletes a run. Version 6: a limit override given as `null` lifts the limit (no limit of
-/// that kind for the run), where version 5 read it as not given. Version 7: `runsPage` pages
-/// the runs by creation sequence ([`crate::RunsPage`]), and summaries carry their `seq`.
+/// that kind for the run), where version 5 read it as not given. Version 7: `pause`, a run
+/// status `paused`, and a resume's `input` (the answer to the checkpoint a run waits at);
+/// `runsPage` pages the runs by creation sequence ([`crate::RunsPage`]), and summaries carry
+/// their `seq`.
 pub const WIRE_VERSION: u32 = 7;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
@@ -100,6 +102,9 @@ pub enum Request {
     Wait { scope: Scope, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
     Cancel { scope: Scope, run_id: String },
+    /// Pause a running run; answers with its `paused` envelope (`not_running` for a run
+    /// with no attempt executing).
+    Pause { scope: Scope, run_id: String },
     /// Delete a run that is not executing, and its journal; answers [`Response::Removed`].
     Remove { scope: Scope, run_id: String },
     /// The factories the session can run: its own authored ones and those registered for
@@ -162,6 +167,10 @@ pub enum Request {
         /// The caller's working directory, as [`Request::Run`]'s `callerCwd`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         caller_cwd: Option<PathBuf>,
+        /// The answer to the checkpoint the run waits at (`ctx.pause(key)` returns it);
+        /// absent: it returns none. Refused (`not_at_checkpoint`) for a run that waits at none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<serde_json::Value>,
     },
     /// Register a factory under its meta name: for everyone (what `factory add` does), or
     /// with `session` in that session's own scope only (it shadows one of the same name
@@ -203,6 +212,7 @@ impl Request {
             Request::Progress { .. } => "progress",
             Request::Wait { .. } => "wait",
             Request::Cancel { .. } => "cancel",
+            Request::Pause { .. } => "pause",
             Request::Remove { .. } => "remove",
             Request::Factories { .. } => "factories",
             Request::Inspect { .. } => "inspect",
@@ -254,7 +264,7 @@ pub enum Response {
     Runs(Vec<RunSummary>),
     /// A page of run summaries by creation sequence (`runsPage`).
     RunsPage(Box<crate::RunsPage>),
-    /// One run's envelope (`envelope`, `wait`, `cancel`).
+    /// One run's envelope (`envelope`, `wait`, `cancel`, `pause`).
     Envelope(Box<RunEnvelope>),
     /// One run's detail (`detail`).
     Detail(Box<RunDetail>),
@@ -427,6 +437,7 @@ mod tests {
             consent: super::super::Consent::Any,
             trace_parent: None,
             caller_cwd: Some(PathBuf::from("/home/me/project")),
+            input: Some(serde_json::json!({"approved": true})),
         };
         let requests = vec![
             Request::Runs { scope: Scope::from("s"), after: None, limit: None },
@@ -434,6 +445,7 @@ mod tests {
             Request::RunsPage { scope: Scope::from("s"), after_seq: None, before_seq: Some(3), limit: Some(1) },
             Request::Detail { scope: Scope::from("s"), run_id: "r".into() },
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
+            Request::Pause { scope: Scope::from("s"), run_id: "r".into() },
             Request::Remove { scope: Scope::from("s"), run_id: "r".into() },
             Request::Progress {
                 scope: Scope::from("s"),
@@ -489,7 +501,8 @@ mod tests {
             r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#,
             // Version 5 read a limit given as null as not given; it now lifts the limit.
             r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#,
-            // Version 6 had no `runsPage` and no `seq` in summaries.
+            // Version 6 knew no `paused` status, `pause` or resume `input`, no `runsPage`
+            // and no `seq` in summaries.
             r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();

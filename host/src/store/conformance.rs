@@ -74,6 +74,7 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
             attempts: 1,
             backend: None,
             resume_at: None,
+            checkpoint: None,
             session: None,
             created_at: now.clone(),
             updated_at: now,
@@ -94,6 +95,7 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
         seal: None,
         caller_dirs: Vec::new(),
         phases: Vec::new(),
+        checkpoints: Default::default(),
     }
 }
 
