@@ -133,6 +133,13 @@ fn events_are_versioned_json_lines_from_start_to_finish() {
     assert!(lines.iter().all(|e| &e["runId"] == run_id));
     let phases: Vec<&Value> = lines.iter().filter(|e| e["entry"]["event"] == "phase").map(|e| &e["entry"]["title"]).collect();
     assert_eq!(phases, vec!["Review", "Verify"]);
+    // The attempt's end is also told as `run_settled`, with what the attempt consumed.
+    let settled: Vec<&Value> = lines.iter().filter(|e| e["event"] == "run_settled").collect();
+    assert_eq!(settled.len(), 1, "one attempt: {settled:?}");
+    assert_eq!(settled[0]["status"], "completed");
+    assert_eq!(settled[0]["consumedSubagents"], last["envelope"]["accounting"]["agentsSpawned"], "{settled:?}");
+    assert_eq!(settled[0]["consumedCreditsNano"], last["envelope"]["accounting"]["aiCreditsNano"], "{settled:?}");
+    assert!(settled[0]["elapsedMs"].is_u64() && settled[0].get("failureType").is_none(), "{settled:?}");
 }
 
 #[test]

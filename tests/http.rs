@@ -169,6 +169,17 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     let (status, cancelled) = daemon.post(&format!("/api/runs/{slow_id}/cancel"), json!({})).await;
     assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled:#}");
 
+    // Pages by creation sequence: the newest (the slow run), then older with `beforeSeq`.
+    let (status, newest) = daemon.get("/api/runs/page?limit=1").await;
+    assert_eq!(status, 200, "{newest:#}");
+    assert_eq!(newest["runs"][0]["runId"], slow_id.as_str(), "{newest:#}");
+    assert_eq!((newest["hasMoreNewer"].clone(), newest["omittedOlder"].clone()), (json!(false), json!(true)), "{newest:#}");
+    let (_, older) = daemon.get(&format!("/api/runs?beforeSeq={}&limit=1", newest["oldestSeq"])).await;
+    assert_eq!(older["runs"][0]["runId"], id.as_str(), "{older:#}");
+    assert_eq!((older["hasMoreNewer"].clone(), older["omittedOlder"].clone()), (json!(true), json!(false)), "{older:#}");
+    let (status, mixed) = daemon.get("/api/runs/page?after=x").await;
+    assert_eq!((status, mixed["code"].as_str()), (400, Some("invalid_params")), "{mixed:#}");
+
     // The event stream: run_updated for the first run, revisions strictly growing.
     let mut text = String::new();
     let mut revisions = Vec::new();
@@ -199,6 +210,32 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     assert!(seqs.windows(2).all(|w| w[0].0 < w[1].0), "progress in seq order: {seqs:?}");
     assert!(seqs.iter().any(|(_, e)| e == "agentFinished"), "{seqs:?}");
     assert_eq!(seqs.last().map(|(_, e)| e.as_str()), Some("attemptEnded"), "{seqs:?}");
+
+    // Each attempt is told as it starts and as it settles, with what it consumed.
+    let lifecycle = |text: &str, name: &str| -> Vec<Value> {
+        text.split("\n\n")
+            .filter(|e| e.starts_with(&format!("event: {name}\n")))
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter(|d| d["runId"] == id.as_str())
+            .collect()
+    };
+    while lifecycle(&text, "run_settled").len() < 2 {
+        let chunk = tokio::time::timeout_at(deadline, events.chunk()).await.expect("run_settled comes").unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let started = lifecycle(&text, "run_started");
+    assert_eq!(
+        started,
+        [1, 2].map(|attempt| json!({"runId": id, "attempt": attempt, "factoryName": "probe"})),
+        "one run_started per attempt"
+    );
+    let settled = lifecycle(&text, "run_settled");
+    assert_eq!((settled[0]["status"].as_str(), settled[0]["failureType"].as_str()), (Some("error"), Some("factory_limit_reached")), "{settled:#?}");
+    assert_eq!((settled[1]["status"].as_str(), settled[1].get("failureType")), (Some("completed"), None), "{settled:#?}");
+    assert_eq!(settled[0]["consumedSubagents"], 2, "{settled:#?}");
+    assert_eq!(settled[1]["consumedSubagents"], 2, "the resume spawned only what was left: {settled:#?}");
+    assert!(settled.iter().all(|s| s["elapsedMs"].is_u64() && s["consumedCredits"].is_number()), "{settled:#?}");
 }
 
 #[test]

@@ -88,7 +88,7 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
     let runs = report["runs"]["structured"]["runs"].as_array().unwrap();
     assert!(runs.iter().any(|r| r["runId"] == run_id), "`runs` recovers the id: {runs:#?}");
 
-    // Resumed with a raised limit: completed, and no call reached the backend twice.
+    // Resumed with the limit lifted (`null`): completed, and no call reached the backend twice.
     let resumed = &report["resumed"]["structured"];
     assert_eq!(resumed["status"], "completed", "{resumed:#}");
     assert_eq!(resumed["result"]["done"], 6);
@@ -96,6 +96,7 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
     let answered: Vec<String> = server.answered().into_iter().filter(|p| p.starts_with("task ")).collect();
     assert_eq!(answered.len(), 6, "6 distinct calls, each answered once: {answered:?}");
     assert_eq!(report["show"]["structured"]["agents"].as_array().unwrap().len(), 6);
+    assert!(report["show"]["structured"]["limits"].get("maxTotalSubagents").is_none(), "lifted: {:#}", report["show"]);
     assert!(!report["show"]["text"].as_str().unwrap().contains("task 0"), "no prompts in `show`");
     assert_eq!(report["progressPage"]["structured"]["entries"].as_array().unwrap().len(), 5);
 
@@ -127,6 +128,17 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
     assert_eq!(page["runs"].as_array().map(Vec::len), Some(1), "{page:#}");
     assert_eq!(page["next"], page["runs"][0]["runId"], "{page:#}");
     let authored_id = report["authoredRun"]["structured"]["runId"].as_str().expect("the authored run's id");
+    // Pages by creation sequence over the two runs: newest (the authored), older, newer.
+    let pages = report["seqPages"].as_array().unwrap();
+    let ids = |page: &Value| -> Vec<String> {
+        page["structured"]["runs"].as_array().unwrap().iter().map(|r| r["runId"].as_str().unwrap().to_string()).collect()
+    };
+    let flags = |page: &Value| (page["structured"]["hasMoreNewer"].clone(), page["structured"]["omittedOlder"].clone());
+    assert_eq!(ids(&pages[0]), [authored_id], "{pages:#?}");
+    assert_eq!(flags(&pages[0]), (serde_json::json!(false), serde_json::json!(true)), "{pages:#?}");
+    assert_eq!(ids(&pages[1]), [run_id], "{pages:#?}");
+    assert_eq!(flags(&pages[1]), (serde_json::json!(true), serde_json::json!(false)), "{pages:#?}");
+    assert_eq!(ids(&pages[2]), [authored_id], "{pages:#?}");
     assert_eq!(report["removed"]["structured"], serde_json::json!({"runId": authored_id, "removed": true}), "{:#}", report["removed"]);
     let after: Vec<&str> =
         report["runsAfterRemove"]["structured"]["runs"].as_array().unwrap().iter().filter_map(|r| r["runId"].as_str()).collect();
@@ -181,6 +193,40 @@ async fn a_bounded_return_says_running_and_the_run_goes_on() {
     assert_eq!(last["status"], "completed", "the bounded return did not cancel the run: {report:#}");
     assert_eq!(last["result"]["done"], 8);
     assert_eq!(server.answered().len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_outlasts_its_call_tells_the_session_its_phases_and_its_end() {
+    // 8 agents one at a time, 300 ms each: the run outlasts the 1 s bound.
+    let server = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(300) }).await;
+    let state = prepared_state(server.port());
+    let report = client(state.path(), "notify", "pytest-agent", &[("FACTORY_MCP_WAIT_SECONDS", "1")]).await;
+    let first = &report["first"];
+    assert_eq!(first["structured"]["status"], "running", "{report:#}");
+    assert!(first["text"].as_str().unwrap().contains("factory_completed"), "the answer says the session will be told: {report:#}");
+    let run_id = first["structured"]["runId"].as_str().unwrap();
+    let logs = report["logs"].as_array().unwrap();
+    let of = |id: &str, event: &str| -> Vec<&Value> {
+        logs.iter().filter(|l| l["data"]["runId"] == id && l["data"]["event"] == event).collect()
+    };
+    // The official client's logging callback got them, from the `factory` logger.
+    assert!(logs.iter().all(|l| l["logger"] == "factory"), "{logs:#?}");
+    let phases: Vec<&Value> = of(run_id, "phase").iter().map(|l| &l["data"]["phase"]).collect();
+    assert_eq!(phases, ["Probe"], "logPhaseNames: each phase entered, once: {logs:#?}");
+    let done = of(run_id, "factory_completed");
+    assert_eq!(done.len(), 1, "{logs:#?}");
+    let done = &done[0];
+    assert_eq!((done["level"].as_str(), done["data"]["status"].as_str()), (Some("info"), Some("completed")), "{done:#}");
+    let preview: Value = serde_json::from_str(done["data"]["resultPreview"].as_str().expect("a preview")).expect("the whole small result");
+    assert_eq!(preview["done"], 8, "{done:#}");
+    let message = done["data"]["message"].as_str().unwrap();
+    assert!(message.contains(run_id) && message.contains("\"operation\": \"show\""), "says how to read it: {message}");
+
+    // notifyOnComplete false: its run ended, and nothing was told of it.
+    let quiet_id = report["quiet"]["structured"]["runId"].as_str().unwrap();
+    assert_eq!(report["quiet"]["structured"]["status"], "running", "{report:#}");
+    assert_eq!(report["quietWaited"]["structured"]["status"], "completed", "{report:#}");
+    assert!(logs.iter().all(|l| l["data"]["runId"] != quiet_id), "{logs:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2091,3 +2091,47 @@ fn a_worker_does_not_recover_a_run_whose_record_was_tampered_with() {
     assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
     b.stop();
 }
+
+/// Pages by creation sequence on a shared store: runs started through two workers are
+/// paged in the order the database's sequence gave them, the same through either worker,
+/// newest first, then older and newer with the page's cursors.
+#[test]
+fn runs_started_through_two_workers_page_by_the_databases_sequence() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use serde_json::{json, Value};
+
+    let server = Postgres::start();
+    server.database("pages");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(1) }));
+    let (_states, [one, two], [api1, api2]) = workers::<2>(&server, "pages", fake.port(), &[]);
+    let mut ids = Vec::new();
+    for api in [&api1, &api2, &api1] {
+        let id = start_fanouts(&runtime, api, 1, 1, 1).remove(0);
+        let (_, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{id}/wait"), None));
+        assert_eq!(done["status"], "completed", "{done:#}");
+        ids.push(id);
+    }
+    let get = |api: &Api, path: &str| -> Value {
+        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, path, None));
+        assert_eq!(status, 200, "{path}: {page:#}");
+        page
+    };
+    let of = |page: &Value| -> Vec<String> {
+        page["runs"].as_array().expect("runs").iter().map(|r| r["runId"].as_str().expect("an id").to_string()).collect()
+    };
+    for api in [&api1, &api2] {
+        let all = get(api, "/api/runs/page");
+        assert_eq!(of(&all), ids, "creation order, the same through either worker: {all:#}");
+        let newest = get(api, "/api/runs/page?limit=1");
+        assert_eq!(of(&newest), [ids[2].clone()], "{newest:#}");
+        let older = get(api, &format!("/api/runs/page?beforeSeq={}&limit=1", newest["oldestSeq"]));
+        assert_eq!(of(&older), [ids[1].clone()], "{older:#}");
+        assert_eq!((older["hasMoreNewer"].clone(), older["omittedOlder"].clone()), (json!(true), json!(true)), "{older:#}");
+        let newer = get(api, &format!("/api/runs/page?afterSeq={}&limit=1", older["newestSeq"]));
+        assert_eq!(of(&newer), [ids[2].clone()], "{newer:#}");
+        assert_eq!(newer["hasMoreNewer"], false, "{newer:#}");
+    }
+    two.stop();
+    one.stop();
+}

@@ -205,3 +205,65 @@ fn an_unreadable_record_fails_only_its_own_run() {
     assert_eq!(text.matches("\"runId\"").count(), 3, "{text}");
     assert!(!text.contains(bricked) && !text.contains(garbage), "{text}");
 }
+
+/// `factory runs --json --limit/--before/--after`: one page by creation sequence.
+fn page(state: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["runs", "--json"];
+    all.extend_from_slice(args);
+    let out = common::factory_in(state, &all);
+    assert!(out.status.success(), "factory {all:?} failed: {}", common::stderr(&out));
+    common::stdout_json(&out)
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["runs"].as_array().expect("runs").iter().map(|r| r["runId"].as_str().expect("runId").to_string()).collect()
+}
+
+#[test]
+fn runs_page_by_creation_sequence_newest_first_then_older_and_newer() {
+    let state = tempfile::tempdir().unwrap();
+    let file = deep_result_factory(state.path(), "shallow", 1);
+    let mut created = Vec::new();
+    for _ in 0..3 {
+        let out = common::factory_in(state.path(), &["run", &file, "--json", "-q"]);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        created.push(common::stdout_json(&out)["runId"].as_str().unwrap().to_string());
+    }
+    // Without paging options: the whole array, as before.
+    let listed = runs(state.path());
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
+
+    let newest = page(state.path(), &["--limit", "1"]);
+    assert_eq!(ids(&newest), [created[2].clone()], "{newest}");
+    assert_eq!(newest["oldestSeq"], newest["runs"][0]["seq"]);
+    assert_eq!(newest["newestSeq"], newest["runs"][0]["seq"]);
+    assert_eq!((newest["hasMoreNewer"].clone(), newest["omittedOlder"].clone()), (json!(false), json!(true)));
+
+    let before = newest["oldestSeq"].as_u64().expect("a seq").to_string();
+    let middle = page(state.path(), &["--before", &before, "--limit", "1"]);
+    assert_eq!(ids(&middle), [created[1].clone()], "{middle}");
+    assert_eq!((middle["hasMoreNewer"].clone(), middle["omittedOlder"].clone()), (json!(true), json!(true)));
+    let before = middle["oldestSeq"].as_u64().expect("a seq").to_string();
+    let oldest = page(state.path(), &["--before", &before, "--limit", "1"]);
+    assert_eq!(ids(&oldest), [created[0].clone()], "{oldest}");
+    assert_eq!((oldest["hasMoreNewer"].clone(), oldest["omittedOlder"].clone()), (json!(true), json!(false)));
+
+    let after = oldest["newestSeq"].as_u64().expect("a seq").to_string();
+    let newer = page(state.path(), &["--after", &after, "--limit", "1"]);
+    assert_eq!(ids(&newer), [created[1].clone()], "{newer}");
+    let after = newer["newestSeq"].as_u64().expect("a seq").to_string();
+    let newer = page(state.path(), &["--after", &after, "--limit", "1"]);
+    assert_eq!(ids(&newer), [created[2].clone()], "{newer}");
+    assert_eq!((newer["hasMoreNewer"].clone(), newer["omittedOlder"].clone()), (json!(false), json!(true)));
+    let after = newer["newestSeq"].as_u64().expect("a seq").to_string();
+    let past = page(state.path(), &["--after", &after]);
+    assert_eq!((ids(&past).len(), past["oldestSeq"].clone(), past["hasMoreNewer"].clone()), (0, Value::Null, json!(false)));
+
+    // The default page holds all three, oldest first; the table names the cursors.
+    let whole = page(state.path(), &["--limit", "200"]);
+    assert_eq!(ids(&whole), created);
+    let out = common::factory_in(state.path(), &["runs", "--limit", "1"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains(&created[2]) && !table.contains(&created[1]), "{table}");
+    assert!(table.contains(&format!("older runs: factory runs --before {}", newest["oldestSeq"])), "{table}");
+}

@@ -3,12 +3,16 @@
 
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
-/** Per-invocation limit overrides (each positive when present). */
+/**
+ * Per-invocation limit overrides: omitted keeps the factory's declared limit, a positive
+ * number replaces it, `null` lifts it (no limit of that kind). A resume's `timeoutSeconds`
+ * counts the active time of earlier attempts (the attempt gets what is left).
+ */
 export interface FactoryLimits {
-    maxConcurrentSubagents?: number;
-    maxTotalSubagents?: number;
-    timeoutSeconds?: number;
-    maxAiCredits?: number;
+    maxConcurrentSubagents?: number | null;
+    maxTotalSubagents?: number | null;
+    timeoutSeconds?: number | null;
+    maxAiCredits?: number | null;
 }
 
 export type FactoryRunStatus = "running" | "completed" | "error" | "halted" | "paused" | "cancelled";
@@ -54,6 +58,8 @@ export interface FactoryRunResult {
     updatedAt: string;
     /** Monotonic; bumped on every durable change. */
     revision: number;
+    /** The run's place in creation order (in listings). */
+    seq?: number;
     [key: string]: unknown;
 }
 
@@ -110,7 +116,7 @@ export interface FactoryHandle {
 }
 
 export interface FactoryRunUpdatedEvent {
-    type: "factory.run_updated";
+    type: "factory.run_updated" | "workflow.run_updated";
     id: string;
     timestamp: string;
     parentId: null;
@@ -118,11 +124,86 @@ export interface FactoryRunUpdatedEvent {
     data: { runId: string; revision: number };
 }
 
+/** Options of a page by creation sequence (`listRuns(options)`). */
+export interface FactoryListRunsOptions {
+    /** The runs created after this `seq`, oldest first (walk newer). */
+    afterSeq?: number | null;
+    /** The newest runs created before this `seq` (walk older); neither cursor: the newest page. */
+    beforeSeq?: number | null;
+    /** The most ended runs the page holds (default 200, at most 500); running ones come along. */
+    limit?: number | null;
+}
+
+/** A page of runs by creation sequence. */
+export interface FactoryRunsPage {
+    /** Oldest first; each has its `seq`. */
+    runs: Array<FactoryRunResult & { seq: number }>;
+    /** The `seq` of the page's oldest run (the `beforeSeq` of the page before it), null when empty. */
+    oldestSeq: number | null;
+    /** The `seq` of the page's newest run (the `afterSeq` of the page after it), null when empty. */
+    newestSeq: number | null;
+    /** Runs newer than this page exist. */
+    hasMoreNewer: boolean;
+    /** Runs older than this page exist. */
+    omittedOlder: boolean;
+}
+
+/** An attempt of a run started. */
+export interface FactoryRunStartedEvent {
+    type: "factory.run_started" | "workflow.run_started";
+    id: string;
+    timestamp: string;
+    parentId: null;
+    ephemeral: true;
+    data: { runId: string; attempt: number; factoryName: string };
+}
+
+/** An attempt of a run settled, with what that attempt consumed. */
+export interface FactoryRunSettledEvent {
+    type: "factory.run_settled" | "workflow.run_settled";
+    id: string;
+    timestamp: string;
+    parentId: null;
+    ephemeral: true;
+    data: {
+        runId: string;
+        status: FactoryRunStatus;
+        /** AI credits the attempt spent (`consumedCreditsNano` exactly; a lower bound when `consumedCreditsAtLeast`). */
+        consumedCredits: number;
+        consumedCreditsNano: number;
+        consumedCreditsAtLeast?: boolean;
+        /** Subagents the attempt spawned. */
+        consumedSubagents: number;
+        /** The attempt's active time. */
+        elapsedMs: number;
+        /** The failure's type, when the attempt failed. */
+        failureType?: string;
+    };
+}
+
+export type FactorySessionEvent = FactoryRunUpdatedEvent | FactoryRunStartedEvent | FactoryRunSettledEvent;
+
 export interface FactoryApi {
-    run(nameOrHandle: string | FactoryHandle | DefinedFactory, options?: { args?: JsonValue; limits?: FactoryLimits }): Promise<FactoryRunResult>;
+    /** With `resumeFromRunId`, resumes that run instead (as `resume`). */
+    run(
+        nameOrHandle: string | FactoryHandle | DefinedFactory,
+        options?: {
+            args?: JsonValue;
+            limits?: FactoryLimits;
+            resumeFromRunId?: string;
+            /** Upstream's option for agent sessions; a program here follows `factory.run_settled` instead (accepted, not sent). */
+            notifyOnComplete?: boolean;
+            /** Upstream's option for agent sessions; a program here reads phases from progress (accepted, not sent). */
+            logPhaseNames?: boolean;
+        },
+    ): Promise<FactoryRunResult>;
     /** `input`: the answer to the checkpoint a paused run waits at (its `ctx.pause(key)` returns it). */
-    resume(runId: string, options?: { limits?: FactoryLimits; input?: JsonValue }): Promise<FactoryRunResult>;
+    resume(
+        runId: string,
+        options?: { limits?: FactoryLimits; input?: JsonValue; notifyOnComplete?: boolean; logPhaseNames?: boolean },
+    ): Promise<FactoryRunResult>;
     listRuns(): Promise<FactoryRunResult[]>;
+    listRuns(options: FactoryListRunsOptions): Promise<FactoryRunsPage>;
     getRunDetail(runId: string): Promise<FactoryRunDetail>;
     getRunProgress(
         runId: string,
@@ -140,8 +221,13 @@ export interface FactorySession {
     readonly url: string;
     readonly factories: readonly FactoryHandle[];
     readonly factory: FactoryApi;
-    on(type: "factory.run_updated", handler: (event: FactoryRunUpdatedEvent) => void): () => void;
-    on(handler: (event: FactoryRunUpdatedEvent) => void): () => void;
+    /** The same API under upstream's workflow names: resume refusals are `WorkflowResumeError`s with `workflow_*` codes. */
+    readonly workflow: FactoryApi;
+    readonly workflows: readonly FactoryHandle[];
+    on(type: "factory.run_updated" | "workflow.run_updated", handler: (event: FactoryRunUpdatedEvent) => void): () => void;
+    on(type: "factory.run_started" | "workflow.run_started", handler: (event: FactoryRunStartedEvent) => void): () => void;
+    on(type: "factory.run_settled" | "workflow.run_settled", handler: (event: FactoryRunSettledEvent) => void): () => void;
+    on(handler: (event: FactorySessionEvent) => void): () => void;
     disconnect(): Promise<void>;
     [Symbol.asyncDispose](): Promise<void>;
 }
@@ -158,6 +244,8 @@ export interface ConnectionOptions {
 export interface JoinSessionOptions extends ConnectionOptions {
     /** Paths or file: URLs of factory files or component directories, and defineFactory handles. */
     factories?: Array<string | URL | DefinedFactory>;
+    /** The same as `factories`, under the workflow name (give one of the two). */
+    workflows?: Array<string | URL | DefinedFactory>;
     /** The session's name (default a fresh `node-<uuid>`). */
     session?: string;
     /** waitForRun's periodic re-read, in milliseconds (default 5000). */
@@ -168,11 +256,38 @@ export function joinSession(options?: JoinSessionOptions): Promise<FactorySessio
 export function defineFactory<TArgs = any, TResult extends JsonValue | void = JsonValue | void>(
     definition: FactoryDefinition<TArgs, TResult>,
 ): DefinedFactory<TArgs, TResult>;
+export function defineWorkflow<TArgs = any, TResult extends JsonValue | void = JsonValue | void>(
+    definition: FactoryDefinition<TArgs, TResult>,
+): DefinedFactory<TArgs, TResult>;
 export function isFactoryRunTerminal(status: string | null | undefined): boolean;
+export function isWorkflowRunTerminal(status: string | null | undefined): boolean;
 export function resolveConnection(options?: ConnectionOptions, env?: Record<string, string | undefined>): { url: string; token: string };
 
 export const FACTORY_RUN_UPDATED: "factory.run_updated";
-export const FACTORY_RESUME_ERROR_CODES: readonly ["not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"];
+export const FACTORY_RUN_STARTED: "factory.run_started";
+export const FACTORY_RUN_SETTLED: "factory.run_settled";
+export const WORKFLOW_RUN_UPDATED: "workflow.run_updated";
+export const FACTORY_RESUME_ERROR_CODES: readonly [
+    "not_found",
+    "non_resumable",
+    "already_active",
+    "factory_already_running",
+    "factory_limits_invalid",
+    "factory_session_disposed",
+    "factory_storage_unavailable",
+    "factory_storage_corrupt",
+];
+export const WORKFLOW_RESUME_ERROR_CODES: readonly [
+    "not_found",
+    "non_resumable",
+    "workflow_run_not_resumable",
+    "already_active",
+    "workflow_already_running",
+    "workflow_limits_invalid",
+    "workflow_session_disposed",
+    "workflow_storage_unavailable",
+    "workflow_storage_corrupt",
+];
 
 export class FactoryError extends Error {
     constructor(code: string, message: string, options?: { httpStatus?: number; cause?: unknown });
@@ -182,4 +297,11 @@ export class FactoryError extends Error {
 
 export class FactoryResumeError extends FactoryError {
     readonly code: (typeof FACTORY_RESUME_ERROR_CODES)[number];
+    /** The service's code the resume code was mapped from (`invalid_limits`, `storage_unavailable`, ...). */
+    readonly serviceCode: string;
+}
+
+export class WorkflowResumeError extends FactoryError {
+    readonly code: (typeof WORKFLOW_RESUME_ERROR_CODES)[number];
+    readonly serviceCode: string;
 }

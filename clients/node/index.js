@@ -1,6 +1,8 @@
 // @factory/client: the Copilot SDK's extension-side factory API — `joinSession`,
 // `session.factory.run/resume/listRuns/getRunDetail/getRunProgress/getRun/cancel/waitForRun`,
-// `isFactoryRunTerminal`, `FactoryResumeError` and the `factory.run_updated` event — for a
+// `isFactoryRunTerminal`, `FactoryResumeError` and the `factory.run_updated` event, and the same
+// under upstream's newer Dynamic Workflows names (`defineWorkflow`, `session.workflow.*`,
+// `WorkflowResumeError`, `workflow.*` events) — for a
 // Node program, over the HTTP API of `factory serve --http`. No dependencies beyond Node >= 18
 // (global fetch, AbortSignal, TextDecoder; Server-Sent Events parsed from fetch's body).
 //
@@ -18,17 +20,69 @@ import { randomUUID } from "node:crypto";
 /** The event a session emits when one of its runs changes durably. */
 export const FACTORY_RUN_UPDATED = "factory.run_updated";
 
+/** The event a session emits when an attempt of one of its runs starts: `{ runId, attempt, factoryName }`. */
+export const FACTORY_RUN_STARTED = "factory.run_started";
+
+/**
+ * The event a session emits when an attempt of one of its runs settles: `{ runId, status,
+ * consumedCredits, consumedSubagents, elapsedMs, failureType? }` (what that attempt consumed).
+ */
+export const FACTORY_RUN_SETTLED = "factory.run_settled";
+
 /** The statuses a run never leaves. */
 const TERMINAL_STATUSES = new Set(["completed", "error", "halted", "paused", "cancelled"]);
 
-/** The codes a `FactoryResumeError` carries (the spec's pre-execution resume failures). */
+/** The codes a `FactoryResumeError` carries (upstream's pre-execution resume failures). */
 export const FACTORY_RESUME_ERROR_CODES = Object.freeze([
     "not_found",
     "non_resumable",
     "already_active",
-    "reapproval_declined",
-    "no_approval_provider",
+    "factory_already_running",
+    "factory_limits_invalid",
+    "factory_session_disposed",
+    "factory_storage_unavailable",
+    "factory_storage_corrupt",
 ]);
+
+/** The codes a `WorkflowResumeError` carries: the workflow surface's names of the same failures. */
+export const WORKFLOW_RESUME_ERROR_CODES = Object.freeze([
+    "not_found",
+    "non_resumable",
+    "workflow_run_not_resumable",
+    "already_active",
+    "workflow_already_running",
+    "workflow_limits_invalid",
+    "workflow_session_disposed",
+    "workflow_storage_unavailable",
+    "workflow_storage_corrupt",
+]);
+
+/** The event a session emits, under the workflow name, when one of its runs changes durably. */
+export const WORKFLOW_RUN_UPDATED = "workflow.run_updated";
+
+/**
+ * A resume refusal's code on `surface` (`factory` or `workflow`) from the service's code
+ * (README "HTTP API"), or null when the refusal is not one of a resume's own.
+ */
+function resumeCode(surface, serviceCode) {
+    switch (serviceCode) {
+        case "not_found":
+        case "non_resumable":
+        case "already_active":
+            return serviceCode;
+        case "invalid_limits":
+            return `${surface}_limits_invalid`;
+        case "session_disposed":
+            return `${surface}_session_disposed`;
+        case "storage_unavailable":
+        case "unavailable":
+            return `${surface}_storage_unavailable`;
+        case "storage_corrupt":
+            return `${surface}_storage_corrupt`;
+        default:
+            return null;
+    }
+}
 
 /** The header naming the session a call acts as. */
 const SESSION_HEADER = "factory-session";
@@ -50,6 +104,11 @@ export function isFactoryRunTerminal(status) {
     return TERMINAL_STATUSES.has(status);
 }
 
+/** `isFactoryRunTerminal` under the workflow name. */
+export function isWorkflowRunTerminal(status) {
+    return isFactoryRunTerminal(status);
+}
+
 /** A refusal or failure of the factory service, with its error code (`unknown_factory`, ...). */
 export class FactoryError extends Error {
     constructor(code, message, options = {}) {
@@ -62,11 +121,26 @@ export class FactoryError extends Error {
     }
 }
 
-/** A resume that failed before an attempt started; `code` is one of FACTORY_RESUME_ERROR_CODES. */
+/**
+ * A resume that failed before an attempt started; `code` is one of FACTORY_RESUME_ERROR_CODES,
+ * `serviceCode` the service's own code for it (`invalid_limits`, `storage_unavailable`, ...).
+ */
 export class FactoryResumeError extends FactoryError {
     constructor(code, message, options = {}) {
         super(code, message, options);
         this.name = "FactoryResumeError";
+        /** The service's code the resume code was mapped from. */
+        this.serviceCode = options.serviceCode ?? code;
+    }
+}
+
+/** A resume of `session.workflow` that failed before an attempt started; `code` is one of WORKFLOW_RESUME_ERROR_CODES. */
+export class WorkflowResumeError extends FactoryError {
+    constructor(code, message, options = {}) {
+        super(code, message, options);
+        this.name = "WorkflowResumeError";
+        /** The service's code the resume code was mapped from. */
+        this.serviceCode = options.serviceCode ?? code;
     }
 }
 
@@ -76,12 +150,21 @@ export class FactoryResumeError extends FactoryError {
  * sandbox, so it closes over nothing of this module). Returns the handle.
  */
 export function defineFactory(definition) {
+    return define("defineFactory", definition);
+}
+
+/** `defineFactory` under the workflow name (same semantics): a handle for `joinSession({ workflows })`. */
+export function defineWorkflow(definition) {
+    return define("defineWorkflow", definition);
+}
+
+function define(caller, definition) {
     const meta = definition?.meta;
     if (typeof meta?.name !== "string" || meta.name === "") {
-        throw new TypeError("defineFactory: `meta.name` must be a non-empty string");
+        throw new TypeError(`${caller}: \`meta.name\` must be a non-empty string`);
     }
     if (typeof definition.run !== "function") {
-        throw new TypeError(`defineFactory: \`run\` of factory \`${meta.name}\` must be a function`);
+        throw new TypeError(`${caller}: \`run\` of \`${meta.name}\` must be a function`);
     }
     return Object.freeze({ name: meta.name, meta, run: definition.run });
 }
@@ -124,6 +207,8 @@ class Transport {
     constructor(url, token, session) {
         this.url = url;
         this.headers = { authorization: `Bearer ${token}`, [SESSION_HEADER]: session };
+        /** Set by `session.disconnect()`: runs and resumes are refused from then on. */
+        this.disposed = false;
     }
 
     async request(method, path, { body, signal } = {}) {
@@ -240,6 +325,19 @@ class Events {
     }
 
     dispatch(type, event) {
+        // `workflow.*` listeners hear the same events under the workflow name.
+        const alias = type.startsWith("factory.") ? `workflow.${type.slice("factory.".length)}` : null;
+        if (alias !== null) {
+            for (const { handler } of [...(this.listeners.get(alias) ?? [])]) {
+                try {
+                    handler({ ...event, type: alias });
+                } catch (e) {
+                    queueMicrotask(() => {
+                        throw e;
+                    });
+                }
+            }
+        }
         for (const key of [type, "*"]) {
             for (const { handler } of [...(this.listeners.get(key) ?? [])]) {
                 try {
@@ -310,11 +408,17 @@ class Events {
     }
 
     received(name, data) {
-        if (name !== "run_updated") return;
+        if (name !== "run_updated" && name !== "run_started" && name !== "run_settled") return;
         let payload;
         try {
             payload = JSON.parse(data);
         } catch {
+            return;
+        }
+        if (name !== "run_updated") {
+            if (typeof payload?.runId !== "string") return;
+            const type = name === "run_started" ? FACTORY_RUN_STARTED : FACTORY_RUN_SETTLED;
+            this.dispatch(type, { id: randomUUID(), timestamp: new Date().toISOString(), parentId: null, ephemeral: true, type, data: payload });
             return;
         }
         if (typeof payload?.runId !== "string" || !Number.isSafeInteger(payload?.revision)) return;
@@ -334,16 +438,28 @@ function runPath(runId, rest = "") {
     return `/api/runs/${encodeURIComponent(runId)}${rest}`;
 }
 
-/** `session.factory`: the spec's run, resume and observe API for one session. */
+/**
+ * `session.factory` (and `session.workflow`, the same calls under upstream's workflow names:
+ * `WorkflowResumeError` and `workflow_*` codes): the spec's run, resume and observe API for
+ * one session.
+ */
 class FactoryApi {
     #transport;
     #events;
     #pollIntervalMs;
+    #surface;
 
-    constructor(transport, events, pollIntervalMs) {
+    constructor(transport, events, pollIntervalMs, surface = "factory") {
         this.#transport = transport;
         this.#events = events;
         this.#pollIntervalMs = pollIntervalMs;
+        this.#surface = surface;
+    }
+
+    /** The refusal of a call after the session was disconnected, or null while it is open. */
+    #disposed() {
+        if (!this.#transport.disposed) return null;
+        return new FactoryError(`${this.#surface}_session_disposed`, "this session is disconnected: join a session again");
     }
 
     /**
@@ -352,6 +468,12 @@ class FactoryApi {
      * (FactoryError) only when no run exists: `unknown_factory`, `invalid_limits`, ...
      */
     async run(nameOrHandle, options = {}) {
+        // `run(name, { resumeFromRunId })` resumes that run (same id and args) instead.
+        if (options.resumeFromRunId !== undefined && options.resumeFromRunId !== null) {
+            return this.resume(options.resumeFromRunId, { limits: options.limits, input: options.input });
+        }
+        const disposed = this.#disposed();
+        if (disposed) throw disposed;
         const name = typeof nameOrHandle === "string" ? nameOrHandle : nameOrHandle?.name;
         if (typeof name !== "string" || name === "") {
             throw new TypeError("session.factory.run: give a factory name or a handle from joinSession/defineFactory");
@@ -373,13 +495,16 @@ class FactoryApi {
     async resume(runId, options = {}) {
         let started;
         try {
+            if (this.#transport.disposed) throw new FactoryError("session_disposed", "this session is disconnected: join a session again");
             const body = { limits: options.limits };
             // The answer to the checkpoint the run waits at (its `ctx.pause(key)` returns it).
             if (options.input !== undefined) body.input = options.input;
             started = await this.#transport.request("POST", runPath(runId, "/resume"), { body });
         } catch (e) {
-            if (e instanceof FactoryError && FACTORY_RESUME_ERROR_CODES.includes(e.code)) {
-                throw new FactoryResumeError(e.code, e.message, { httpStatus: e.httpStatus, cause: e });
+            const code = e instanceof FactoryError ? resumeCode(this.#surface, e.code) : null;
+            if (code !== null) {
+                const Refusal = this.#surface === "workflow" ? WorkflowResumeError : FactoryResumeError;
+                throw new Refusal(code, e.message, { httpStatus: e.httpStatus, cause: e, serviceCode: e.code });
             }
             throw e;
         }
@@ -389,8 +514,24 @@ class FactoryApi {
     /**
      * The session's runs in durable creation order, as summaries (envelopes without `result`,
      * whose size is `resultBytes`; `getRun` reads one whole), asked a page at a time.
+     * Given options `{ afterSeq, beforeSeq, limit }`, one page by creation sequence instead:
+     * `{ runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder }`, the newest page without a
+     * cursor, at most `limit` ended runs (default 200, at most 500; running ones come along).
      */
-    async listRuns() {
+    async listRuns(options) {
+        if (options !== undefined && options !== null) {
+            const query = new URLSearchParams();
+            for (const key of ["afterSeq", "beforeSeq", "limit"]) {
+                const value = options[key];
+                if (value === undefined || value === null) continue;
+                if (!Number.isSafeInteger(value) || value < (key === "limit" ? 1 : 0)) {
+                    throw new TypeError(`listRuns: \`${key}\` must be a ${key === "limit" ? "positive" : "non-negative"} integer`);
+                }
+                query.set(key, String(value));
+            }
+            const text = query.toString();
+            return this.#transport.request("GET", `/api/runs/page${text ? `?${text}` : ""}`);
+        }
         const runs = [];
         for (;;) {
             const after = runs.length > 0 ? `&after=${encodeURIComponent(runs[runs.length - 1].runId)}` : "";
@@ -502,6 +643,7 @@ class FactoryApi {
 /** A session of the service, as `joinSession` returns it. */
 class FactorySession {
     #events;
+    #transport;
 
     constructor(sessionId, transport, events, factories, pollIntervalMs) {
         /** The session's name: its runs and registered factories are its own. */
@@ -512,13 +654,20 @@ class FactorySession {
         this.factories = factories;
         /** The spec's run, resume and observe API. */
         this.factory = new FactoryApi(transport, events, pollIntervalMs);
+        /** The same API under upstream's workflow names (`WorkflowResumeError`, `workflow_*` codes). */
+        this.workflow = new FactoryApi(transport, events, pollIntervalMs, "workflow");
+        /** `factories` under the workflow name. */
+        this.workflows = factories;
         this.#events = events;
+        this.#transport = transport;
     }
 
     /**
      * Listen for `factory.run_updated` (`{ type, data: { runId, revision }, id, timestamp,
-     * ephemeral: true }`) of this session's runs, or, given only a handler, every event.
-     * Returns the function that stops listening.
+     * ephemeral: true }`), `factory.run_started` (`data: { runId, attempt, factoryName }`) or
+     * `factory.run_settled` (`data: { runId, status, consumedCredits, consumedSubagents,
+     * elapsedMs, failureType? }`) of this session's runs (also under their `workflow.*`
+     * names), or, given only a handler, every event. Returns the function that stops listening.
      */
     on(typeOrHandler, handler) {
         if (typeof typeOrHandler === "function") return this.#events.on("*", typeOrHandler);
@@ -528,8 +677,12 @@ class FactorySession {
         return this.#events.on(typeOrHandler, handler);
     }
 
-    /** Stop every listener and the event stream (runs are not affected). */
+    /**
+     * Stop every listener and the event stream (runs are not affected); later `run` and
+     * `resume` calls are refused (`factory_session_disposed` / `workflow_session_disposed`).
+     */
     async disconnect() {
+        this.#transport.disposed = true;
         this.#events.close();
     }
 
@@ -559,12 +712,18 @@ function registration(entry) {
  * Join a session of the factory service: `session` (a name; default a fresh
  * `node-<uuid>`), registering `factories` in it — paths or file: URLs of factory files
  * (`.js`, `.ts`, `.py`, `.wasm`, a component directory) and `defineFactory` handles — so
- * `session.factory.run(name)` runs them. Connection: `url`, `token`, `stateDir` (see
+ * `session.factory.run(name)` runs them (`workflows`: the same, under upstream's workflow
+ * name, for `session.workflow`). Connection: `url`, `token`, `stateDir` (see
  * resolveConnection); `pollIntervalMs`: waitForRun's periodic re-read (default 5000).
  */
 export async function joinSession(options = {}) {
-    const { factories = [], session, pollIntervalMs = DEFAULT_POLL_INTERVAL_MS } = options;
-    if (!Array.isArray(factories)) throw new TypeError("joinSession: `factories` must be an array");
+    const { session, pollIntervalMs = DEFAULT_POLL_INTERVAL_MS } = options;
+    // A session registers factories or workflows (the same thing under upstream's newer name), not both.
+    if (options.factories !== undefined && options.workflows !== undefined) {
+        throw new TypeError("joinSession: give `factories` or `workflows`, not both");
+    }
+    const factories = options.workflows ?? options.factories ?? [];
+    if (!Array.isArray(factories)) throw new TypeError("joinSession: `factories` (or `workflows`) must be an array");
     const { url, token } = resolveConnection(options);
     const sessionId = session ?? `node-${randomUUID()}`;
     const transport = new Transport(url, token, sessionId);

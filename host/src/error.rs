@@ -139,6 +139,11 @@ pub enum ErrorCode {
     NotAtCheckpoint,
     /// A checkpoint's answer is unusable (over the step bounds).
     InvalidInput,
+    /// The store cannot be reached or written now (the database away, the lease lost, the
+    /// store closed or held by another process): try again later.
+    StorageUnavailable,
+    /// The store holds what this build cannot read (damaged, or written by a newer layout).
+    StorageCorrupt,
     /// Anything else.
     #[serde(other)]
     Error,
@@ -171,6 +176,8 @@ impl ErrorCode {
             ErrorCode::NotRunning => "not_running",
             ErrorCode::NotAtCheckpoint => "not_at_checkpoint",
             ErrorCode::InvalidInput => "invalid_input",
+            ErrorCode::StorageUnavailable => "storage_unavailable",
+            ErrorCode::StorageCorrupt => "storage_corrupt",
             ErrorCode::Error => "error",
         }
     }
@@ -201,6 +208,7 @@ impl Error {
             Error::NotRunning(_) => ErrorCode::NotRunning,
             Error::NotAtCheckpoint(_) => ErrorCode::NotAtCheckpoint,
             Error::InvalidInput(_) => ErrorCode::InvalidInput,
+            Error::Store(e) => e.code(),
             _ => ErrorCode::Error,
         }
     }
@@ -212,11 +220,33 @@ mod tests {
 
     #[test]
     fn codes_keep_their_wire_strings_and_an_unknown_one_reads_as_error() {
-        for code in [ErrorCode::NotFound, ErrorCode::NoApprovalProvider, ErrorCode::ForbiddenHost, ErrorCode::Refused, ErrorCode::NotRunning, ErrorCode::Error] {
+        for code in [
+            ErrorCode::NotFound,
+            ErrorCode::NoApprovalProvider,
+            ErrorCode::ForbiddenHost,
+            ErrorCode::Refused,
+            ErrorCode::NotRunning,
+            ErrorCode::StorageUnavailable,
+            ErrorCode::StorageCorrupt,
+            ErrorCode::Error,
+        ] {
             assert_eq!(serde_json::to_value(code).unwrap(), serde_json::json!(code.as_str()));
             assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!(code.as_str())).unwrap(), code);
         }
         assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!("from_a_newer_peer")).unwrap(), ErrorCode::Error);
+    }
+
+    #[test]
+    fn a_store_out_of_reach_and_a_damaged_one_have_codes_of_their_own() {
+        use crate::store::StoreError;
+        let closed = super::Error::from(StoreError::Closed);
+        assert_eq!(closed.code(), ErrorCode::StorageUnavailable);
+        let locked = super::Error::from(StoreError::Locked("/s/store.redb".into()));
+        assert_eq!(locked.code(), ErrorCode::StorageUnavailable);
+        let corrupt = super::Error::from(StoreError::Corrupt("run r".into()));
+        assert_eq!(corrupt.code(), ErrorCode::StorageCorrupt);
+        let newer = super::Error::from(StoreError::Version { found: 9, expected: 1 });
+        assert_eq!(newer.code(), ErrorCode::StorageCorrupt);
     }
 
     #[test]

@@ -35,12 +35,12 @@ pub use store::trust;
 pub use engine::recover;
 pub use engine::host::{
     default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DETAIL_AGENTS,
-    DETAIL_SCAN_ENTRIES, DEFAULT_SESSION, MAX_RUNS_PAGE,
+    DETAIL_SCAN_ENTRIES, DEFAULT_SESSION, MAX_RUNS_PAGE, RUNS_PAGE_DEFAULT_LIMIT, RUNS_PAGE_MAX_LIMIT,
 };
 pub use error::{Error, ErrorCode};
 pub use model::agent_key::AgentKey;
-pub use model::envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStatus, RunSummary};
+pub use model::envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStatus, RunSummary, RunsPage};
 pub use model::limits::Limits;
 pub use model::meta::{FactoryMeta, MetaError, PhaseDecl};
-pub use model::progress::{AgentStatus, AgentSummary, LogLevel, ProgressEntry, ProgressEvent, RunUpdated};
+pub use model::progress::{AgentStatus, AgentSummary, LogLevel, ProgressEntry, ProgressEvent, RunSettled, RunStarted, RunUpdated};
 pub use model::scope::Scope;

@@ -17,6 +17,14 @@ from mcp import types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 
+#: The log notifications (`notifications/message`) the server sent, as the SDK's logging callback saw them.
+LOGS = []
+
+
+async def on_log(params):
+    LOGS.append({"level": params.level, "logger": params.logger, "data": params.data})
+
+
 def structured(result):
     """The structured content of a tool result, with its error flag and text."""
     return {
@@ -47,8 +55,9 @@ async def lifecycle(session, report):
     report["progress"] = progress
     report["runs"] = structured(await session.call_tool("factories_manage", {"operation": "runs"}))
     run_id = stopped.structured_content["runId"]
+    # `null` lifts the cap that stopped it.
     resumed = await session.call_tool(
-        "run_factory", {"resumeFromRunId": run_id, "limits": {"maxTotalSubagents": 10}}
+        "run_factory", {"resumeFromRunId": run_id, "limits": {"maxTotalSubagents": None}}
     )
     report["resumed"] = structured(resumed)
     report["show"] = structured(await session.call_tool("factories_manage", {"operation": "show", "runId": run_id}))
@@ -82,6 +91,13 @@ async def lifecycle(session, report):
         await session.call_tool("run_factory", {"name": "probe", "resumeFromRunId": run_id})
     )
     report["runsPage"] = structured(await session.call_tool("factories_manage", {"operation": "runs", "limit": 1}))
+    # Pages by creation sequence: the newest, then older, then newer again.
+    newest = structured(await session.call_tool("factories_manage", {"operation": "runs", "beforeSeq": 10**12, "limit": 1}))
+    older = structured(await session.call_tool(
+        "factories_manage", {"operation": "runs", "beforeSeq": newest["structured"]["oldestSeq"], "limit": 1}))
+    newer = structured(await session.call_tool(
+        "factories_manage", {"operation": "runs", "afterSeq": older["structured"]["newestSeq"], "limit": 1}))
+    report["seqPages"] = [newest, older, newer]
     authored_id = report["authoredRun"]["structured"]["runId"]
     report["removed"] = structured(await session.call_tool("factories_manage", {"operation": "remove", "runId": authored_id}))
     report["runsAfterRemove"] = structured(await session.call_tool("factories_manage", {"operation": "runs"}))
@@ -192,6 +208,28 @@ async def bounded(session, report):
     report["waits"] = waits
 
 
+async def notify(session, report):
+    """A run that outlasts the call's bound: the session is told its phases and its end."""
+    report["first"] = structured(await session.call_tool(
+        "run_factory",
+        {"name": "probe", "args": {"case": "fanout", "n": 8}, "limits": {"maxConcurrentSubagents": 1}, "logPhaseNames": True}))
+    run_id = report["first"]["structured"]["runId"]
+    with anyio.fail_after(120):
+        while not any(log["data"].get("event") == "factory_completed" and log["data"].get("runId") == run_id for log in LOGS):
+            await anyio.sleep(0.05)
+    # Without notifyOnComplete: nothing is told; the run is waited for instead.
+    report["quiet"] = structured(await session.call_tool(
+        "run_factory",
+        {"name": "probe", "args": {"case": "fanout", "n": 8}, "limits": {"maxConcurrentSubagents": 1}, "notifyOnComplete": False}))
+    quiet_id = report["quiet"]["structured"]["runId"]
+    while True:
+        waited = structured(await session.call_tool("factories_manage", {"operation": "wait", "runId": quiet_id}))
+        if waited["structured"]["status"] != "running":
+            break
+    report["quietWaited"] = waited
+    report["logs"] = LOGS
+
+
 async def over_http(url, token, report):
     """The same server over MCP's streamable HTTP transport, with the bearer token."""
     from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
@@ -221,10 +259,12 @@ async def main():
     params = StdioServerParameters(command=factory, args=["mcp"], env=dict(os.environ))
     report = {}
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write, client_info=types.Implementation(name=client_name, version="1")) as session:
+        async with ClientSession(
+            read, write, client_info=types.Implementation(name=client_name, version="1"), logging_callback=on_log
+        ) as session:
             init = await session.initialize()
             report["server"] = init.server_info.name
-            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded, "hang": hang, "pause": pause}[scenario](session, report)
+            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded, "hang": hang, "notify": notify, "pause": pause}[scenario](session, report)
     print(json.dumps(report))
 
 

@@ -14,6 +14,12 @@ import {
     FactoryResumeError,
     FACTORY_RESUME_ERROR_CODES,
     FACTORY_RUN_UPDATED,
+    FACTORY_RUN_STARTED,
+    FACTORY_RUN_SETTLED,
+    defineWorkflow,
+    isWorkflowRunTerminal,
+    WorkflowResumeError,
+    WORKFLOW_RESUME_ERROR_CODES,
 } from "../index.js";
 import { startService, until, FANOUT } from "./helpers.mjs";
 
@@ -87,7 +93,16 @@ test("resume with a raised limit completes a run that hit maxTotalSubagents", as
 });
 
 test("FactoryResumeError carries the spec's codes", async () => {
-    assert.deepEqual(FACTORY_RESUME_ERROR_CODES, ["not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"]);
+    assert.deepEqual(FACTORY_RESUME_ERROR_CODES, [
+        "not_found",
+        "non_resumable",
+        "already_active",
+        "factory_already_running",
+        "factory_limits_invalid",
+        "factory_session_disposed",
+        "factory_storage_unavailable",
+        "factory_storage_corrupt",
+    ]);
     const session = await join();
     await assert.rejects(session.factory.resume("no-such-run"), (e) => {
         assert.ok(e instanceof FactoryResumeError, String(e));
@@ -103,6 +118,51 @@ test("FactoryResumeError carries the spec's codes", async () => {
     await assert.rejects(other.factory.resume(runId), (e) => e instanceof FactoryResumeError && e.code === "not_found");
     assert.equal((await session.factory.cancel(runId)).status, "cancelled");
     assert.equal((await pending).status, "cancelled");
+    await session.disconnect();
+    await other.disconnect();
+});
+
+test("listRuns({ afterSeq, beforeSeq, limit }) pages by creation sequence: newest first, then older and newer", async () => {
+    const session = await join();
+    const ids = [];
+    for (const n of [1, 2, 1]) ids.push((await session.factory.run("fanout", { args: { n } })).runId);
+    // Without options: still the whole array.
+    assert.ok(Array.isArray(await session.factory.listRuns()));
+    const ofPage = (page) => page.runs.map((r) => r.runId);
+
+    const newest = await session.factory.listRuns({ limit: 1 });
+    assert.deepEqual(ofPage(newest), [ids[2]]);
+    assert.equal(newest.oldestSeq, newest.runs[0].seq);
+    assert.equal(newest.newestSeq, newest.runs[0].seq);
+    assert.deepEqual([newest.hasMoreNewer, newest.omittedOlder], [false, true]);
+
+    // Walk older with beforeSeq = the page's oldestSeq.
+    const middle = await session.factory.listRuns({ beforeSeq: newest.oldestSeq, limit: 1 });
+    assert.deepEqual(ofPage(middle), [ids[1]]);
+    assert.deepEqual([middle.hasMoreNewer, middle.omittedOlder], [true, true]);
+    const oldest = await session.factory.listRuns({ beforeSeq: middle.oldestSeq, limit: 1 });
+    assert.deepEqual(ofPage(oldest), [ids[0]]);
+    assert.deepEqual([oldest.hasMoreNewer, oldest.omittedOlder], [true, false]);
+    const none = await session.factory.listRuns({ beforeSeq: oldest.oldestSeq, limit: 1 });
+    assert.deepEqual([ofPage(none), none.oldestSeq, none.newestSeq, none.hasMoreNewer, none.omittedOlder], [[], null, null, true, false]);
+
+    // Walk newer with afterSeq = the page's newestSeq.
+    const second = await session.factory.listRuns({ afterSeq: oldest.newestSeq, limit: 1 });
+    assert.deepEqual(ofPage(second), [ids[1]]);
+    assert.deepEqual([second.hasMoreNewer, second.omittedOlder], [true, true]);
+    const third = await session.factory.listRuns({ afterSeq: second.newestSeq, limit: 1 });
+    assert.deepEqual(ofPage(third), [ids[2]]);
+    assert.deepEqual([third.hasMoreNewer, third.omittedOlder], [false, true]);
+
+    // The default page (limit 200) holds all three, oldest first, seqs increasing.
+    const all = await session.factory.listRuns({});
+    assert.deepEqual(ofPage(all), ids);
+    assert.ok(all.runs[0].seq < all.runs[1].seq && all.runs[1].seq < all.runs[2].seq);
+    assert.deepEqual([all.hasMoreNewer, all.omittedOlder], [false, false]);
+    // Another session's page holds none of them.
+    const other = await join({ session: `paging-${process.pid}`, factories: [] });
+    assert.deepEqual(ofPage(await other.factory.listRuns({ limit: 5 })), []);
+    await assert.rejects(session.factory.listRuns({ limit: 0 }), TypeError);
     await session.disconnect();
     await other.disconnect();
 });
@@ -237,6 +297,46 @@ test("waitForRun: aborting the wait does not stop a run that then completes", as
     await session.disconnect();
 });
 
+test("factory.run_started / factory.run_settled: every attempt, with what it consumed", async () => {
+    const session = await join();
+    const [started, settled, workflowSettled, updates] = [[], [], [], []];
+    const offs = [
+        session.on(FACTORY_RUN_STARTED, (event) => started.push(event)),
+        session.on(FACTORY_RUN_SETTLED, (event) => settled.push(event)),
+        session.on("workflow.run_settled", (event) => workflowSettled.push(event)),
+        session.on(FACTORY_RUN_UPDATED, (event) => updates.push(event)),
+    ];
+    // The stream is open once a first run's updates arrive; attempts are told from then on.
+    const first = await session.factory.run("fanout", { args: { n: 1 } });
+    await until(() => updates.some((e) => e.data.runId === first.runId && e.data.revision >= first.revision), "the stream open");
+
+    // One at a time: the two spawns the cap allows both finish (journaled), so the resume
+    // spawns exactly the two left.
+    const capped = { maxTotalSubagents: 2, maxConcurrentSubagents: 1 };
+    const stopped = await session.factory.run("fanout", { args: { n: 4 }, limits: capped });
+    assert.equal(stopped.status, "error", JSON.stringify(stopped));
+    const resumed = await session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: 10 } });
+    assert.equal(resumed.status, "completed", JSON.stringify(resumed));
+    const of = (events) => events.filter((e) => e.data.runId === stopped.runId);
+    await until(() => of(settled).length === 2 && of(workflowSettled).length === 2, "both attempts settled");
+    assert.deepEqual(
+        of(started).map((e) => [e.type, e.data]),
+        [1, 2].map((attempt) => [FACTORY_RUN_STARTED, { runId: stopped.runId, attempt, factoryName: "fanout" }]),
+    );
+    const [one, two] = of(settled).map((e) => e.data);
+    assert.deepEqual([one.status, one.failureType, one.consumedSubagents], ["error", "factory_limit_reached", 2], JSON.stringify(one));
+    assert.deepEqual([two.status, two.failureType, two.consumedSubagents], ["completed", undefined, 2], JSON.stringify(two));
+    for (const data of [one, two]) {
+        assert.ok(Number.isSafeInteger(data.elapsedMs) && data.elapsedMs >= 0, JSON.stringify(data));
+        assert.deepEqual([data.consumedCredits, data.consumedCreditsNano], [0, 0], "the test agents cost nothing");
+    }
+    assert.equal(resumed.accounting.agentsSpawned, one.consumedSubagents + two.consumedSubagents);
+    assert.ok(of(settled).every((e) => e.type === FACTORY_RUN_SETTLED && e.ephemeral === true));
+    assert.deepEqual(of(workflowSettled).map((e) => [e.type, e.data]), of(settled).map((e) => ["workflow.run_settled", e.data]));
+    for (const off of offs) off();
+    await session.disconnect();
+});
+
 test("factory.run_updated: the session's runs, with increasing revisions", async () => {
     const session = await join();
     const other = await join();
@@ -261,7 +361,7 @@ test("factory.run_updated: the session's runs, with increasing revisions", async
         assert.equal(event.ephemeral, true);
         assert.deepEqual(Object.keys(event.data).sort(), ["revision", "runId"]);
     }
-    assert.deepEqual(everything.filter((e) => e.data.runId === run.runId), mine);
+    assert.deepEqual(everything.filter((e) => e.data.runId === run.runId && e.type === FACTORY_RUN_UPDATED), mine);
     assert.deepEqual(leaked.filter((e) => e.data.runId === run.runId), [], "another session hears nothing of this run");
     off();
     offAll();
@@ -293,6 +393,71 @@ test("a defineFactory handle registers the authoring form in the session only", 
     await assert.rejects(stranger.factory.run("node-echo"), (e) => e instanceof FactoryError && e.code === "unknown_factory");
     assert.throws(() => defineFactory({ meta: {}, run: async () => 1 }), TypeError);
     await assert.rejects(joinSession({ url: service.url, token: service.token, factories: [42] }), TypeError);
+    await session.disconnect();
+});
+
+test("session.workflow and defineWorkflow: the same calls under the workflow names, with workflow_* resume codes", async () => {
+    const echo = defineWorkflow({
+        meta: { name: "node-wf-echo", description: "args: { word: string }" },
+        run: async (ctx) => ({ word: ctx.args.word, reply: await ctx.agent(`echo ${ctx.args.word}`, { label: "t:echo" }) }),
+    });
+    assert.equal(echo.name, "node-wf-echo");
+    assert.throws(() => defineWorkflow({ meta: {}, run: async () => 1 }), /defineWorkflow/);
+    await assert.rejects(joinSession({ url: service.url, token: service.token, factories: [], workflows: [] }), TypeError);
+    const session = await joinSession({ url: service.url, token: service.token, workflows: [echo, FANOUT] });
+    assert.deepEqual(session.workflows.map((w) => w.name), ["node-wf-echo", "fanout"]);
+    const done = await session.workflow.run(echo, { args: { word: "hi" } });
+    assert.deepEqual([done.status, done.result], ["completed", { word: "hi", reply: "ok" }]);
+    assert.ok(isWorkflowRunTerminal(done.status));
+    assert.deepEqual((await session.workflow.listRuns()).map((r) => r.runId), [done.runId]);
+
+    // Resume refusals carry the workflow surface's codes, mapped from the service's.
+    const refused = async (call, code, serviceCode) =>
+        assert.rejects(call, (e) => {
+            assert.ok(e instanceof WorkflowResumeError && e instanceof FactoryError && !(e instanceof FactoryResumeError), String(e));
+            assert.deepEqual([e.name, e.code, e.serviceCode], ["WorkflowResumeError", code, serviceCode]);
+            assert.ok(WORKFLOW_RESUME_ERROR_CODES.includes(e.code));
+            return true;
+        });
+    await refused(session.workflow.resume("no-such-run"), "not_found", "not_found");
+    await refused(session.workflow.resume(done.runId), "non_resumable", "non_resumable");
+    const stopped = await session.workflow.run("fanout", { args: { n: 3 }, limits: { maxTotalSubagents: 1 } });
+    assert.equal(stopped.status, "error");
+    await refused(session.workflow.resume(stopped.runId, { limits: { maxTotalSubagents: 0 } }), "workflow_limits_invalid", "invalid_limits");
+    await assert.rejects(
+        session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: 0 } }),
+        (e) => e instanceof FactoryResumeError && e.code === "factory_limits_invalid" && e.serviceCode === "invalid_limits",
+    );
+    // `run(name, { resumeFromRunId })` resumes that run.
+    const resumed = await session.workflow.run("fanout", { resumeFromRunId: stopped.runId, limits: { maxTotalSubagents: 10 } });
+    assert.deepEqual([resumed.runId, resumed.status, resumed.attempts, resumed.result], [stopped.runId, "completed", 2, { done: 3 }]);
+
+    // A service out of reach is storage unavailable to a resume.
+    const gone = await joinSession({ url: "http://127.0.0.1:9", token: "x" });
+    await assert.rejects(gone.factory.resume("r"), (e) => e instanceof FactoryResumeError && e.code === "factory_storage_unavailable");
+    // After disconnect, runs and resumes are refused as the session's disposal.
+    await session.disconnect();
+    await refused(session.workflow.resume(stopped.runId), "workflow_session_disposed", "session_disposed");
+    await assert.rejects(session.factory.resume(stopped.runId), (e) => e instanceof FactoryResumeError && e.code === "factory_session_disposed");
+    await assert.rejects(session.factory.run("fanout"), (e) => e instanceof FactoryError && e.code === "factory_session_disposed");
+});
+
+test("a null limit override lifts the factory's declared ceiling, on run and on resume", async () => {
+    const capped = defineFactory({
+        meta: { name: "node-capped", description: "args: { n: number }", limits: { maxTotalSubagents: 2 } },
+        run: async (ctx) => {
+            const replies = await ctx.parallel(Array.from({ length: ctx.args.n }, (_, i) => () => ctx.agent(`item ${i}`, { label: `t:${i}` })));
+            return { done: replies.filter((r) => r !== null).length };
+        },
+    });
+    const session = await join({ factories: [capped] });
+    const stopped = await session.factory.run("node-capped", { args: { n: 4 } });
+    assert.deepEqual([stopped.status, stopped.failure?.kind], ["error", "maxTotalSubagents"], JSON.stringify(stopped));
+    const resumed = await session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: null } });
+    assert.deepEqual([resumed.status, resumed.result], ["completed", { done: 4 }], JSON.stringify(resumed));
+    assert.equal((await session.factory.getRunDetail(stopped.runId)).limits.maxTotalSubagents, undefined, "lifted");
+    const lifted = await session.factory.run("node-capped", { args: { n: 4 }, limits: { maxTotalSubagents: null } });
+    assert.deepEqual([lifted.status, lifted.result, lifted.attempts], ["completed", { done: 4 }, 1], JSON.stringify(lifted));
     await session.disconnect();
 });
 

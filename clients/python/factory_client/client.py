@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from http.client import HTTPException, HTTPResponse
 from pathlib import Path
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Any, Final, NotRequired, TypedDict, overload
 
 __all__ = [
     "FACTORY_RESUME_ERROR_CODES",
@@ -35,8 +35,14 @@ __all__ = [
     "FactoryError",
     "FactoryHandle",
     "FactoryResumeError",
+    "FactoryRunsPage",
     "FactorySession",
+    "WORKFLOW_RESUME_ERROR_CODES",
+    "WorkflowResumeError",
+    "is_workflow_run_terminal",
     "ProgressEvent",
+    "RunSettled",
+    "RunStarted",
     "RunUpdated",
     "is_factory_run_terminal",
     "join_session",
@@ -49,14 +55,45 @@ TERMINAL_STATUSES: Final = frozenset({"completed", "error", "halted", "paused", 
 #: `resume`'s `input` when none is given (`None` is the JSON answer `null`).
 _NO_INPUT: Final = object()
 
-#: The codes a `FactoryResumeError` carries (the spec's pre-execution resume failures).
+#: The codes a `FactoryResumeError` carries (upstream's pre-execution resume failures).
 FACTORY_RESUME_ERROR_CODES: Final = (
     "not_found",
     "non_resumable",
     "already_active",
-    "reapproval_declined",
-    "no_approval_provider",
+    "factory_already_running",
+    "factory_limits_invalid",
+    "factory_session_disposed",
+    "factory_storage_unavailable",
+    "factory_storage_corrupt",
 )
+
+#: The codes a `WorkflowResumeError` carries: the workflow surface's names of the same failures.
+WORKFLOW_RESUME_ERROR_CODES: Final = (
+    "not_found",
+    "non_resumable",
+    "workflow_run_not_resumable",
+    "already_active",
+    "workflow_already_running",
+    "workflow_limits_invalid",
+    "workflow_session_disposed",
+    "workflow_storage_unavailable",
+    "workflow_storage_corrupt",
+)
+
+
+def _resume_code(surface: str, service_code: str) -> str | None:
+    """A resume refusal's code on `surface` (`factory` or `workflow`) from the service's code,
+    or None when the refusal is not one of a resume's own."""
+    if service_code in ("not_found", "non_resumable", "already_active"):
+        return service_code
+    base = {
+        "invalid_limits": "limits_invalid",
+        "session_disposed": "session_disposed",
+        "storage_unavailable": "storage_unavailable",
+        "unavailable": "storage_unavailable",
+        "storage_corrupt": "storage_corrupt",
+    }.get(service_code)
+    return f"{surface}_{base}" if base is not None else None
 
 #: The header naming the session a call acts as.
 SESSION_HEADER: Final = "Factory-Session"
@@ -88,6 +125,11 @@ def is_factory_run_terminal(status: str | None) -> bool:
     return status in TERMINAL_STATUSES
 
 
+def is_workflow_run_terminal(status: str | None) -> bool:
+    """`is_factory_run_terminal` under the workflow name."""
+    return is_factory_run_terminal(status)
+
+
 class FactoryError(Exception):
     """A refusal or failure of the factory service, with its error code and HTTP status."""
 
@@ -106,16 +148,34 @@ class FactoryError(Exception):
 
 
 class FactoryResumeError(FactoryError):
-    """A resume that failed before an attempt started; `code` is one of FACTORY_RESUME_ERROR_CODES."""
+    """A resume that failed before an attempt started; `code` is one of FACTORY_RESUME_ERROR_CODES,
+    `service_code` the service's own code it was mapped from (`invalid_limits`, ...)."""
+
+    def __init__(self, code: str, message: str, http_status: int | None = None, service_code: str | None = None) -> None:
+        super().__init__(code, message, http_status)
+        #: The service's code the resume code was mapped from.
+        self.service_code = service_code if service_code is not None else code
+
+
+class WorkflowResumeError(FactoryError):
+    """A resume of `session.workflow` that failed before an attempt started; `code` is one of
+    WORKFLOW_RESUME_ERROR_CODES, `service_code` the service's own code."""
+
+    def __init__(self, code: str, message: str, http_status: int | None = None, service_code: str | None = None) -> None:
+        super().__init__(code, message, http_status)
+        #: The service's code the resume code was mapped from.
+        self.service_code = service_code if service_code is not None else code
 
 
 class FactoryLimits(TypedDict, total=False):
-    """Per-invocation limit overrides (each positive when present), in the service's names."""
+    """Per-invocation limit overrides in the service's names: left out keeps the factory's
+    declared limit, a positive number replaces it, `None` (JSON null) lifts it (no limit of
+    that kind). A resume's `timeoutSeconds` counts the active time of earlier attempts."""
 
-    maxConcurrentSubagents: int
-    maxTotalSubagents: int
-    timeoutSeconds: int
-    maxAiCredits: float
+    maxConcurrentSubagents: int | None
+    maxTotalSubagents: int | None
+    timeoutSeconds: float | None
+    maxAiCredits: float | None
 
 
 class FactoryRunResult(TypedDict):
@@ -135,6 +195,17 @@ class FactoryRunResult(TypedDict):
     createdAt: str
     updatedAt: str
     revision: int
+    seq: NotRequired[int]
+
+
+class FactoryRunsPage(TypedDict):
+    """A page of runs by creation sequence (`list_runs_page`); each run has its `seq`."""
+
+    runs: list[FactoryRunResult]
+    oldestSeq: int | None
+    newestSeq: int | None
+    hasMoreNewer: bool
+    omittedOlder: bool
 
 
 class FactoryRunDetail(FactoryRunResult):
@@ -173,8 +244,32 @@ class ProgressEvent:
     entry: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """An attempt of a run of the session started (`run_started`)."""
+
+    run_id: str
+    attempt: int
+    factory_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettled:
+    """An attempt of a run of the session settled (`run_settled`), with what it consumed:
+    `consumed_credits` AI credits (`consumed_credits_nano` exactly), `consumed_subagents`
+    spawned, `elapsed_ms` active, and the failure's type when it failed."""
+
+    run_id: str
+    status: str
+    consumed_credits: float
+    consumed_credits_nano: int
+    consumed_subagents: int
+    elapsed_ms: int
+    failure_type: str | None = None
+
+
 #: What `FactorySession.events` yields.
-FactoryEvent = RunUpdated | ProgressEvent
+FactoryEvent = RunUpdated | ProgressEvent | RunStarted | RunSettled
 
 
 def _default_state_dir(env: Mapping[str, str]) -> Path:
@@ -248,6 +343,8 @@ class _Transport:
         self.url = url
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {token}", SESSION_HEADER: session}
+        #: Set by `FactorySession.close()`: runs and resumes are refused from then on.
+        self.disposed = False
         # Straight to the service: an HTTP proxy from the environment never sees the token,
         # and a redirect is an error (it would carry the token elsewhere).
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
@@ -364,15 +461,32 @@ def _typed_event(name: str, data: bytes) -> FactoryEvent | None:
         entry = payload.get("entry")
         if isinstance(entry, dict):
             return ProgressEvent(run_id, entry)
+    elif name == "run_started":
+        attempt, factory_name = payload.get("attempt"), payload.get("factoryName")
+        if _is_int(attempt) and isinstance(factory_name, str):
+            return RunStarted(run_id, attempt, factory_name)
+    elif name == "run_settled":
+        status, nano, spawned, elapsed = (payload.get(k) for k in ("status", "consumedCreditsNano", "consumedSubagents", "elapsedMs"))
+        failure_type = payload.get("failureType")
+        if isinstance(status, str) and _is_int(nano) and _is_int(spawned) and _is_int(elapsed):
+            kind = failure_type if isinstance(failure_type, str) else None
+            return RunSettled(run_id, status, nano / 1e9, nano, spawned, elapsed, kind)
     return None
 
 
-class FactoryApi:
-    """`session.factory`: the spec's run, resume and observe API for one session."""
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
-    def __init__(self, transport: _Transport, poll_interval: float) -> None:
+
+class FactoryApi:
+    """`session.factory`: the spec's run, resume and observe API for one session
+    (`session.workflow`: the same calls under upstream's workflow names, whose resume
+    refusals are `WorkflowResumeError`s with `workflow_*` codes)."""
+
+    def __init__(self, transport: _Transport, poll_interval: float, surface: str = "factory") -> None:
         self._transport = transport
         self._poll_interval = poll_interval
+        self._surface = surface
 
     def start(
         self,
@@ -383,6 +497,8 @@ class FactoryApi:
     ) -> str:
         """Start a factory by registered name or handle and return its run id at once;
         raises `FactoryError` (`unknown_factory`, `invalid_limits`, ...) when no run starts."""
+        if self._transport.disposed:
+            raise FactoryError(f"{self._surface}_session_disposed", "this session is closed: join a session again")
         factory = name.name if isinstance(name, FactoryHandle) else name
         if not isinstance(factory, str) or factory == "":
             raise TypeError("give a factory name or a handle from join_session")
@@ -402,10 +518,14 @@ class FactoryApi:
         limits: FactoryLimits | None = None,
         approved: bool | None = None,
         timeout: float | None = None,
+        resume_from_run_id: str | None = None,
     ) -> FactoryRunResult:
         """Run a factory by registered name or handle and return its terminal envelope for
         every outcome; raises `FactoryError` (`unknown_factory`, `invalid_limits`, ...) only
-        when no run exists. `timeout`: as for `wait_for_run`."""
+        when no run exists. `timeout`: as for `wait_for_run`. With `resume_from_run_id`, resume
+        that run instead (as `resume`)."""
+        if resume_from_run_id is not None:
+            return self.resume(resume_from_run_id, limits=limits, approved=approved, timeout=timeout)
         return self.wait_for_run(self.start(name, args, limits, approved), timeout=timeout)
 
     def resume(
@@ -419,9 +539,10 @@ class FactoryApi:
         """Resume a run by id (same args, journaled work replays) with limits raised and, for
         a run paused at a checkpoint, `input` (what its `ctx.pause(key)` returns), and
         return its terminal envelope. A failure before the attempt starts raises
-        `FactoryResumeError` (`not_found`, `non_resumable`, `already_active`,
-        `no_approval_provider`); other refusals (`invalid_limits`, `backend_unavailable`)
-        raise `FactoryError`."""
+        `FactoryResumeError` (`WorkflowResumeError` on `session.workflow`) with upstream's
+        codes (`not_found`, `non_resumable`, `already_active`, `factory_limits_invalid`,
+        `factory_storage_unavailable`, ...); other refusals (`no_approval_provider`,
+        `backend_unavailable`) raise `FactoryError`."""
         body: dict[str, Any] = {}
         if limits is not None:
             body["limits"] = limits
@@ -430,17 +551,34 @@ class FactoryApi:
         if input is not _NO_INPUT:
             body["input"] = input
         try:
+            if self._transport.disposed:
+                raise FactoryError("session_disposed", "this session is closed: join a session again")
             started = self._transport.request("POST", _run_path(run_id, "/resume"), body)
         except FactoryError as e:
-            if e.code in FACTORY_RESUME_ERROR_CODES:
-                raise FactoryResumeError(e.code, e.message, e.http_status) from e
+            code = _resume_code(self._surface, e.code)
+            if code is not None:
+                refusal = WorkflowResumeError if self._surface == "workflow" else FactoryResumeError
+                raise refusal(code, e.message, e.http_status, e.code) from e
             raise
         return self.wait_for_run(self._started(started), timeout=timeout)
 
-    def list_runs(self) -> list[FactoryRunResult]:
+    @overload
+    def list_runs(self) -> list[FactoryRunResult]: ...
+
+    @overload
+    def list_runs(
+        self, *, after_seq: int | None = None, before_seq: int | None = None, limit: int | None = None
+    ) -> FactoryRunsPage: ...
+
+    def list_runs(
+        self, *, after_seq: int | None = None, before_seq: int | None = None, limit: int | None = None
+    ) -> FactoryRunsPage | list[FactoryRunResult]:
         """The session's runs in durable creation order, as summaries (envelopes without
         `result`, whose size is `resultBytes`; `get_run` reads one whole), asked a page at
-        a time."""
+        a time. With `after_seq`, `before_seq` or `limit`, one page by creation sequence
+        instead (`list_runs_page`)."""
+        if after_seq is not None or before_seq is not None or limit is not None:
+            return self.list_runs_page(after_seq=after_seq, before_seq=before_seq, limit=limit)
         runs: list[FactoryRunResult] = []
         while True:
             after = f"&after={urllib.parse.quote(runs[-1]['runId'], safe='')}" if runs else ""
@@ -448,6 +586,23 @@ class FactoryApi:
             runs.extend(page)
             if len(page) < RUNS_PAGE:
                 return runs
+
+    def list_runs_page(
+        self, *, after_seq: int | None = None, before_seq: int | None = None, limit: int | None = None
+    ) -> FactoryRunsPage:
+        """One page of the session's runs by creation sequence: after `after_seq` (walking
+        newer), else the newest before `before_seq` (the newest page without either), at most
+        `limit` ended runs (default 200, at most 500; running ones come along):
+        `{runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder}`."""
+        query: dict[str, str] = {}
+        for key, value, least in (("afterSeq", after_seq, 0), ("beforeSeq", before_seq, 0), ("limit", limit, 1)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise TypeError(f"list_runs: `{key}` must be an integer >= {least}")
+            query[key] = str(value)
+        text = urllib.parse.urlencode(query)
+        return self._transport.request("GET", f"/api/runs/page{'?' + text if text else ''}")
 
     def get_run_detail(self, run_id: str) -> FactoryRunDetail:
         """The run's envelope with phases, prompt-safe agent summaries and the latest progress."""
@@ -557,6 +712,8 @@ class FactorySession:
         self.factories = factories
         #: The spec's run, resume and observe API.
         self.factory = FactoryApi(transport, poll_interval)
+        #: The same API under upstream's workflow names (`WorkflowResumeError`, `workflow_*` codes).
+        self.workflow = FactoryApi(transport, poll_interval, "workflow")
         self._transport = transport
 
     def events(self, timeout: float | None = None, reconnect: bool = True) -> Iterator[FactoryEvent]:
@@ -590,7 +747,9 @@ class FactorySession:
             delay = min(delay * 2, RECONNECT_DELAY[1])
 
     def close(self) -> None:
-        """Nothing stays open between calls; kept so a session is a context manager."""
+        """Close the session: later runs and resumes are refused (`factory_session_disposed`,
+        `workflow_session_disposed`); nothing else stays open between calls."""
+        self._transport.disposed = True
 
     def __enter__(self) -> FactorySession:
         return self
@@ -607,13 +766,19 @@ def join_session(
     state_dir: str | os.PathLike[str] | None = None,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    workflows: list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...] | None = None,
 ) -> FactorySession:
     """Join a session of the factory service: `session` (a name; default a fresh
     `python-<uuid>`), registering `factories` in it (paths of `.js`, `.ts`, `.py` or `.wasm`
     factories or component directories, relative to the working directory) so
-    `session.factory.run(name)` runs them. Connection: `url`, `token`, `state_dir` (see
-    `resolve_connection`); `poll_interval`: `wait_for_run`'s periodic re-read (seconds);
-    `request_timeout`: how long one call waits for its answer (seconds)."""
+    `session.factory.run(name)` runs them (`workflows`: the same under upstream's workflow
+    name, for `session.workflow`; give one of the two). Connection: `url`, `token`,
+    `state_dir` (see `resolve_connection`); `poll_interval`: `wait_for_run`'s periodic
+    re-read (seconds); `request_timeout`: how long one call waits for its answer (seconds)."""
+    if workflows is not None:
+        if factories:
+            raise TypeError("join_session: give `factories` or `workflows`, not both")
+        factories = workflows
     if isinstance(factories, (str, os.PathLike)):
         raise TypeError("join_session: `factories` is a list of paths")
     origin, bearer = resolve_connection(url, token, state_dir)

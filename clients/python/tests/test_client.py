@@ -26,8 +26,13 @@ from factory_client import (
     FactoryResumeError,
     FactorySession,
     ProgressEvent,
+    RunSettled,
+    RunStarted,
     RunUpdated,
+    WORKFLOW_RESUME_ERROR_CODES,
+    WorkflowResumeError,
     is_factory_run_terminal,
+    is_workflow_run_terminal,
     join_session,
     resolve_connection,
 )
@@ -76,7 +81,7 @@ class Collector:
     is not collected twice, as any reader that reopens the stream must do."""
 
     def __init__(self, session: FactorySession) -> None:
-        self.events: list[RunUpdated | ProgressEvent] = []
+        self.events: list[Any] = []
         self.errors: list[BaseException] = []
         self._seen: set[tuple[str, int]] = set()
         self._stop = threading.Event()
@@ -144,6 +149,26 @@ class ClientTest(unittest.TestCase):
             self.assertEqual([r["runId"] for r in runs], ids)
             self.assertTrue(all(r["session"] == session.session_id and r["status"] == "completed" for r in runs))
             self.assertEqual([r["createdAt"] for r in runs], sorted(r["createdAt"] for r in runs))
+
+            # Pages by creation sequence: the newest first, then walk older and newer.
+            def of(page: Any) -> list[str]:
+                return [r["runId"] for r in page["runs"]]
+
+            newest = session.factory.list_runs(limit=1)
+            self.assertEqual(of(newest), [ids[2]])
+            self.assertEqual((newest["oldestSeq"], newest["newestSeq"]), (newest["runs"][0]["seq"],) * 2)
+            self.assertEqual((newest["hasMoreNewer"], newest["omittedOlder"]), (False, True))
+            middle = session.factory.list_runs(before_seq=newest["oldestSeq"], limit=1)
+            self.assertEqual((of(middle), middle["hasMoreNewer"], middle["omittedOlder"]), ([ids[1]], True, True))
+            oldest = session.factory.list_runs_page(before_seq=middle["oldestSeq"], limit=1)
+            self.assertEqual((of(oldest), oldest["hasMoreNewer"], oldest["omittedOlder"]), ([ids[0]], True, False))
+            newer = session.factory.list_runs(after_seq=oldest["newestSeq"], limit=1)
+            self.assertEqual((of(newer), newer["hasMoreNewer"]), ([ids[1]], True))
+            newer = session.factory.list_runs(after_seq=newer["newestSeq"], limit=1)
+            self.assertEqual((of(newer), newer["hasMoreNewer"], newer["omittedOlder"]), ([ids[2]], False, True))
+            self.assertEqual(of(session.factory.list_runs_page()), ids)
+            with self.assertRaises(TypeError):
+                session.factory.list_runs(limit=0)
 
     def test_detail_and_progress_pages(self) -> None:
         with join() as session:
@@ -219,7 +244,16 @@ class ClientTest(unittest.TestCase):
     def test_resume_with_a_raised_limit_and_its_errors(self) -> None:
         self.assertEqual(
             FACTORY_RESUME_ERROR_CODES,
-            ("not_found", "non_resumable", "already_active", "reapproval_declined", "no_approval_provider"),
+            (
+                "not_found",
+                "non_resumable",
+                "already_active",
+                "factory_already_running",
+                "factory_limits_invalid",
+                "factory_session_disposed",
+                "factory_storage_unavailable",
+                "factory_storage_corrupt",
+            ),
         )
         with join() as session:
             stopped = session.factory.run("fanout", args={"n": 4}, limits={"maxTotalSubagents": 2})
@@ -230,6 +264,13 @@ class ClientTest(unittest.TestCase):
             self.assertEqual((resumed["result"], resumed["attempts"]), ({"done": 4}, 2))
             self.assertGreater(resumed["revision"], stopped["revision"])
 
+            # A `None` override lifts the ceiling: no limit of that kind for the run.
+            capped = session.factory.run("fanout", args={"n": 3}, limits={"maxTotalSubagents": 1})
+            self.assertEqual(capped["status"], "error", capped)
+            lifted = session.factory.resume(capped["runId"], limits={"maxTotalSubagents": None})
+            self.assertEqual((lifted["status"], lifted["result"]), ("completed", {"done": 3}))
+            self.assertNotIn("maxTotalSubagents", session.factory.get_run_detail(capped["runId"])["limits"])
+
             with self.assertRaises(FactoryResumeError) as done:
                 session.factory.resume(stopped["runId"])
             self.assertEqual((done.exception.code, done.exception.http_status), ("non_resumable", 409))
@@ -237,6 +278,43 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(FactoryResumeError) as missing:
                 session.factory.resume("no-such-run")
             self.assertEqual((missing.exception.code, missing.exception.http_status), ("not_found", 404))
+
+    def test_session_workflow_names_resume_refusals_with_workflow_codes(self) -> None:
+        url, token, fanout = service()
+        with self.assertRaises(TypeError):
+            join_session(url=url, token=token, factories=[fanout], workflows=[fanout])
+        session = join_session(url=url, token=token, workflows=[fanout], poll_interval=1.0)
+        self.assertEqual([w.name for w in session.factories], ["fanout"])
+        done = session.workflow.run("fanout", args={"n": 1})
+        self.assertTrue(is_workflow_run_terminal(done["status"]))
+
+        def refused(call: Callable[[], Any], code: str, service_code: str) -> None:
+            with self.assertRaises(WorkflowResumeError) as caught:
+                call()
+            self.assertEqual((caught.exception.code, caught.exception.service_code), (code, service_code))
+            self.assertIn(caught.exception.code, WORKFLOW_RESUME_ERROR_CODES)
+            self.assertIsInstance(caught.exception, FactoryError)
+            self.assertNotIsInstance(caught.exception, FactoryResumeError)
+
+        refused(lambda: session.workflow.resume("no-such-run"), "not_found", "not_found")
+        refused(lambda: session.workflow.resume(done["runId"]), "non_resumable", "non_resumable")
+        stopped = session.workflow.run("fanout", args={"n": 3}, limits={"maxTotalSubagents": 1})
+        refused(lambda: session.workflow.resume(stopped["runId"], limits={"maxTotalSubagents": 0}), "workflow_limits_invalid", "invalid_limits")
+        with self.assertRaises(FactoryResumeError) as invalid:
+            session.factory.resume(stopped["runId"], limits={"maxTotalSubagents": 0})
+        self.assertEqual((invalid.exception.code, invalid.exception.service_code), ("factory_limits_invalid", "invalid_limits"))
+        # `run(name, resume_from_run_id=...)` resumes that run.
+        resumed = session.workflow.run("fanout", resume_from_run_id=stopped["runId"], limits={"maxTotalSubagents": 10})
+        self.assertEqual((resumed["runId"], resumed["status"], resumed["attempts"]), (stopped["runId"], "completed", 2))
+        # Closed: runs and resumes are refused as the session's disposal.
+        session.close()
+        refused(lambda: session.workflow.resume(stopped["runId"]), "workflow_session_disposed", "session_disposed")
+        with self.assertRaises(FactoryResumeError) as disposed:
+            session.factory.resume(stopped["runId"])
+        self.assertEqual(disposed.exception.code, "factory_session_disposed")
+        with self.assertRaises(FactoryError) as run_disposed:
+            session.factory.run("fanout")
+        self.assertEqual(run_disposed.exception.code, "factory_session_disposed")
 
     def test_another_sessions_run_is_not_found(self) -> None:
         with join() as session, join(session=f"other-{os.getpid()}") as other:
@@ -282,6 +360,37 @@ class ClientTest(unittest.TestCase):
             entries = [e.entry for e in events if isinstance(e, ProgressEvent) and e.run_id == run["runId"]]
             self.assertEqual(entries, every)
             self.assertEqual([e for e in leaked if e.run_id == run["runId"]], [], "another session hears nothing of it")
+
+    def test_the_event_stream_tells_each_attempt_started_and_settled(self) -> None:
+        with join() as session:
+            events: list[Any] = []
+
+            def read() -> None:
+                for event in session.events(timeout=120):
+                    events.append(event)
+
+            threading.Thread(target=read, daemon=True).start()
+            # The stream is open once a first run's updates arrive; attempts are told from then on.
+            first = session.factory.run("fanout", args={"n": 1})
+            until(lambda: any(isinstance(e, RunUpdated) and e.run_id == first["runId"] for e in events), "the stream open")
+            # One at a time: the two spawns the cap allows both finish (journaled), so the
+            # resume spawns exactly the two left.
+            capped = {"maxTotalSubagents": 2, "maxConcurrentSubagents": 1}
+            stopped = session.factory.run("fanout", args={"n": 4}, limits=capped)
+            self.assertEqual(stopped["status"], "error")
+            resumed = session.factory.resume(stopped["runId"], limits={"maxTotalSubagents": 10})
+            self.assertEqual(resumed["status"], "completed")
+
+            def settled() -> list[RunSettled]:
+                return [e for e in events if isinstance(e, RunSettled) and e.run_id == stopped["runId"]]
+
+            until(lambda: len(settled()) == 2, "both attempts settled")
+            started = [e for e in events if isinstance(e, RunStarted) and e.run_id == stopped["runId"]]
+            self.assertEqual(started, [RunStarted(stopped["runId"], 1, "fanout"), RunStarted(stopped["runId"], 2, "fanout")])
+            one, two = settled()
+            self.assertEqual((one.status, one.failure_type, one.consumed_subagents), ("error", "factory_limit_reached", 2))
+            self.assertEqual((two.status, two.failure_type, two.consumed_subagents), ("completed", None, 2))
+            self.assertEqual(one.consumed_subagents + two.consumed_subagents, resumed["accounting"]["agentsSpawned"])
 
     def test_a_bad_token_and_an_unreachable_service_are_typed_errors(self) -> None:
         url, _, fanout = service()

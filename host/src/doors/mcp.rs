@@ -265,6 +265,10 @@ struct RunFactoryParams {
     resume_from_run_id: Option<String>,
     limits: Option<Limits>,
     input: Option<Value>,
+    /// When the call answers before the run ends: tell this session when it does (default on).
+    notify_on_complete: Option<bool>,
+    /// Log each phase the run enters into this session (default off).
+    log_phase_names: Option<bool>,
 }
 
 const LIMITS_SCHEMA: &str = r#"{
@@ -297,6 +301,8 @@ impl schemars::JsonSchema for RunFactoryParams {
                 "args": {"description": "Arguments for the factory, any JSON value, passed verbatim (default {})."},
                 "resumeFromRunId": {"type": "string", "description": "Resume this run (same id and args): journaled work replays for free, so resuming is cheaper than starting again. Find ids with factories_manage operation `runs`."},
                 "limits": limits_schema(),
+                "notifyOnComplete": {"type": "boolean", "description": "When this call answers before the run ends (still running at the wait bound), tell this session when it ends: a log notification (notifications/message, logger `factory`, data.event `factory_completed`) with its status, a result preview and how to read it. Default true."},
+                "logPhaseNames": {"type": "boolean", "description": "Log each phase the run enters into this session (notifications/message, logger `factory`, data.event `phase`). Default false."},
                 "input": {"description": "Resume only: the answer to the checkpoint the run waits at (its envelope's `checkpoint`), any JSON value; the factory's ctx.pause(key) returns it. Omit to resume without an answer (ctx.pause returns null)."}
             },
             "oneOf": [
@@ -352,8 +358,8 @@ impl schemars::JsonSchema for ManageParams {
                 "runId": {"type": "string", "description": "show, progress, wait, cancel, pause, resume, remove: the run."},
                 "input": {"description": "resume: the answer to the checkpoint the run waits at, any JSON value (ctx.pause returns it)."},
                 "after": {"type": "string", "description": "runs: the runs created after this run id (the `next` of the previous page)."},
-                "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards)."},
-                "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards)."},
+                "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards). runs: the runs created after this run `seq` (a page by sequence: { runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder }; `limit` counts ended runs, default 200, most 500)."},
+                "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards). runs: the newest runs created before this run `seq` (a page by sequence, as afterSeq; a number past every seq gives the newest page)."},
                 "phase": {"type": "string", "description": "progress: only entries of this phase."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "progress: page size (default 50); runs: page size (default and most 1000)."}
             },
@@ -399,8 +405,11 @@ impl FactoryMcp {
 
 #[tool_handler]
 impl ServerHandler for FactoryMcp {
+    // Logging: the channel the completion and phase notifications use (rmcp marks it
+    // deprecated by SEP-2577; MCP clients surface it today).
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_logging().build()).with_instructions(
             "factory runs agent factories: sandboxed, durable workflows of many subagents. Use factories_manage \
              (operation list) to see what can run, run_factory to run or resume one, and factories_manage (runs, \
              show, progress) to observe your runs.",
@@ -592,9 +601,18 @@ impl FactoryMcp {
             }
             Err(e) => return Err(Self::tool_error(e)),
         };
-        let (envelope, cancelled) = self.follow(&session, &run_id, context).await?;
+        let (notify, log_phases) = (params.notify_on_complete.unwrap_or(true), params.log_phase_names.unwrap_or(false));
+        let (envelope, cancelled, seen) = self.follow(&session, &run_id, context, log_phases).await?;
         let mut summary = summarize(&envelope);
         self.still_running(&envelope, &mut summary);
+        if !envelope.status.is_terminal() && (notify || log_phases) {
+            // The call answers now; the session is told the rest as it happens.
+            let (client, peer, id) = (self.client.clone(), context.peer.clone(), run_id.clone());
+            tokio::spawn(tell_session(client, Scope::Session(session.clone()), id, seen, peer, notify, log_phases));
+            if notify {
+                summary.push_str(" This session will be told when it ends (a `factory_completed` log notification).");
+            }
+        }
         if cancelled {
             summary.push_str(&format!(
                 " The client cancelled the call, so the run was cancelled; resume it with run_factory {{\"resumeFromRunId\": \"{run_id}\"}}."
@@ -615,17 +633,20 @@ impl FactoryMcp {
     }
 
     /// Follow a run with the service's [`Follower`] to its end, or at most
-    /// [`FactoryMcp::wait`]: progress notifications when the client gave a token. A client
-    /// cancellation of the call cancels the run (a deliberate stop); a client that goes away
-    /// leaves it running. Returns the envelope (terminal, or `running` at the bound) and
-    /// whether the client cancelled.
+    /// [`FactoryMcp::wait`]: progress notifications when the client gave a token, and with
+    /// `log_phases` a log notification per phase entered. A client cancellation of the call
+    /// cancels the run (a deliberate stop); a client that goes away leaves it running.
+    /// Returns the envelope (terminal, or `running` at the bound), whether the client
+    /// cancelled, and the last progress seq seen.
     async fn follow(
         &self,
         session: &str,
         run_id: &str,
         context: &RequestContext<RoleServer>,
-    ) -> Result<(RunEnvelope, bool), ToolError> {
+        log_phases: bool,
+    ) -> Result<(RunEnvelope, bool, u64), ToolError> {
         let token = context.meta.get_progress_token();
+        let mut seen = 0u64;
         let (mut done, mut phase) = (0u64, None::<String>);
         let mut cancelled = false;
         let bound = tokio::time::sleep(self.wait);
@@ -635,8 +656,14 @@ impl FactoryMcp {
             tokio::select! {
                 next = follower.next() => match next {
                     Some(Ok(Followed::Progress(entry))) => {
+                        seen = seen.max(entry.seq);
                         match &entry.event {
-                            ProgressEvent::Phase { title } => phase = Some(title.clone()),
+                            ProgressEvent::Phase { title } => {
+                                if log_phases {
+                                    let _ = log_to(&context.peer, phase_note(run_id, title)).await;
+                                }
+                                phase = Some(title.clone());
+                            }
                             ProgressEvent::AgentFinished { .. } => done += 1,
                             _ => continue,
                         }
@@ -649,13 +676,13 @@ impl FactoryMcp {
                             let _ = context.peer.notify_progress(note).await;
                         }
                     }
-                    Some(Ok(Followed::Ended(envelope))) => return Ok((envelope, cancelled)),
+                    Some(Ok(Followed::Ended(envelope))) => return Ok((envelope, cancelled, seen)),
                     Some(Err(e)) => return Err(Self::tool_error(e)),
                     None => return Err(ToolError::new(ErrorCode::Error, "following the run ended without its envelope")),
                 },
                 _ = &mut bound, if !cancelled => {
                     let envelope = self.client.envelope(Scope::Session(session.to_string()), run_id).await.map_err(Self::tool_error)?;
-                    return Ok((envelope, false));
+                    return Ok((envelope, false, seen));
                 }
                 _ = context.ct.cancelled(), if !cancelled => {
                     if !self.client_cancelled(&context.id).await {
@@ -720,13 +747,42 @@ impl FactoryMcp {
                 value["sha256"] = json!(registration.hash);
                 Ok(answer(value, format!("{}: {}", m.name, m.description)))
             }
+            "runs" if p.after_seq.is_some() || p.before_seq.is_some() => {
+                let page =
+                    self.client.runs_by_seq(scope(), p.after_seq, p.before_seq, p.limit).await.map_err(Self::tool_error)?;
+                let listed: Vec<Value> = page
+                    .runs
+                    .iter()
+                    .map(|r| {
+                        json!({"runId": r.run_id, "seq": r.seq, "factory": r.factory, "status": r.status,
+                               "attempts": r.attempts, "createdAt": r.created_at, "updatedAt": r.updated_at})
+                    })
+                    .collect();
+                let mut lines: Vec<String> = page
+                    .runs
+                    .iter()
+                    .map(|r| format!("{} {} {} {}", r.seq.unwrap_or_default(), r.run_id, r.factory, r.status.as_str()))
+                    .collect();
+                if lines.is_empty() {
+                    lines.push("No runs in this page.".into());
+                }
+                if page.omitted_older {
+                    lines.push(format!("Older runs: beforeSeq {}.", page.oldest_seq.map_or("?".into(), |s| s.to_string())));
+                }
+                if page.has_more_newer {
+                    lines.push(format!("Newer runs: afterSeq {}.", page.newest_seq.map_or("?".into(), |s| s.to_string())));
+                }
+                let value = json!({ "runs": listed, "oldestSeq": page.oldest_seq, "newestSeq": page.newest_seq,
+                                    "hasMoreNewer": page.has_more_newer, "omittedOlder": page.omitted_older });
+                Ok(answer(value, lines.join("\n")))
+            }
             "runs" => {
                 let limit = p.limit.unwrap_or(factory_host::MAX_RUNS_PAGE).min(factory_host::MAX_RUNS_PAGE);
                 let runs = self.client.runs_page(scope(), p.after, Some(limit)).await.map_err(Self::tool_error)?;
                 let listed: Vec<Value> = runs
                     .iter()
                     .map(|r| {
-                        json!({"runId": r.run_id, "factory": r.factory, "status": r.status,
+                        json!({"runId": r.run_id, "seq": r.seq, "factory": r.factory, "status": r.status,
                                "attempts": r.attempts, "createdAt": r.created_at, "updatedAt": r.updated_at})
                     })
                     .collect();
@@ -750,7 +806,7 @@ impl FactoryMcp {
             }
             "wait" => {
                 let run_id = need(p.run_id, "runId")?;
-                let (envelope, cancelled) = self.follow(&session, &run_id, context).await?;
+                let (envelope, cancelled, _) = self.follow(&session, &run_id, context, false).await?;
                 let mut summary = summarize(&envelope);
                 self.still_running(&envelope, &mut summary);
                 if cancelled {
@@ -776,7 +832,15 @@ impl FactoryMcp {
             }
             "resume" => {
                 let run_id = need(p.run_id, "runId")?;
-                let params = RunFactoryParams { name: None, args: None, resume_from_run_id: Some(run_id), limits: None, input: p.input };
+                let params = RunFactoryParams {
+                    name: None,
+                    args: None,
+                    resume_from_run_id: Some(run_id),
+                    limits: None,
+                    input: p.input,
+                    notify_on_complete: None,
+                    log_phase_names: None,
+                };
                 Box::pin(self.run_factory_inner(params, context)).await
             }
             "remove" => {
@@ -788,6 +852,83 @@ impl FactoryMcp {
                 ErrorCode::InvalidParams,
                 format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait, cancel, pause, resume or remove)"),
             )),
+        }
+    }
+}
+
+/// The longest result preview a completion notification carries, in bytes of JSON text.
+const RESULT_PREVIEW_BYTES: usize = 500;
+
+/// Send `data` to the MCP session as a log notification (`notifications/message`, logger
+/// `factory`); an error when the session is gone.
+#[allow(deprecated)] // rmcp marks logging deprecated (SEP-2577); it is what MCP clients surface today.
+async fn log_to(peer: &rmcp::Peer<RoleServer>, (level, data): (rmcp::model::LoggingLevel, Value)) -> Result<(), rmcp::service::ServiceError> {
+    peer.notify_logging_message(rmcp::model::LoggingMessageNotificationParam::new(level, data).with_logger("factory")).await
+}
+
+/// The log notification of a phase the run entered.
+#[allow(deprecated)]
+fn phase_note(run_id: &str, title: &str) -> (rmcp::model::LoggingLevel, Value) {
+    let message = format!("run {run_id}: phase {title}");
+    (rmcp::model::LoggingLevel::Info, json!({ "event": "phase", "runId": run_id, "phase": title, "message": message }))
+}
+
+/// The log notification of a run that ended after its call answered: its status, a preview
+/// of its result, and how to read it or go on (upstream's `factory_completed`).
+#[allow(deprecated)]
+fn completion_note(envelope: &RunEnvelope) -> (rmcp::model::LoggingLevel, Value) {
+    let id = &envelope.run_id;
+    let preview = envelope.result.as_ref().map(|r| {
+        let text = r.get();
+        let mut end = text.len().min(RESULT_PREVIEW_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end < text.len() { format!("{}…", &text[..end]) } else { text.to_string() }
+    });
+    let message = format!(
+        "{} Read its whole envelope and result with factories_manage {{\"operation\": \"show\", \"runId\": \"{id}\"}}.",
+        summarize(envelope)
+    );
+    let level = if envelope.status == factory_host::RunStatus::Completed {
+        rmcp::model::LoggingLevel::Info
+    } else {
+        rmcp::model::LoggingLevel::Warning
+    };
+    let data = json!({ "event": "factory_completed", "runId": id, "factory": envelope.factory, "status": envelope.status,
+                       "resultPreview": preview, "message": message });
+    (level, data)
+}
+
+/// After a call answered with the run still going: follow it from progress seq `after` to its
+/// end, logging the phases it enters (`log_phases`) and, with `notify`, its completion into
+/// the session. Ends with the run, or when the session is gone.
+async fn tell_session(
+    client: Client,
+    scope: Scope,
+    run_id: String,
+    after: u64,
+    peer: rmcp::Peer<RoleServer>,
+    notify: bool,
+    log_phases: bool,
+) {
+    let mut follower = Follower::new(client, scope, &run_id, after).await;
+    while let Some(next) = follower.next().await {
+        let told = match next {
+            Ok(Followed::Progress(entry)) => match &entry.event {
+                ProgressEvent::Phase { title } if log_phases => log_to(&peer, phase_note(&run_id, title)).await,
+                _ => Ok(()),
+            },
+            Ok(Followed::Ended(envelope)) => {
+                if notify {
+                    let _ = log_to(&peer, completion_note(&envelope)).await;
+                }
+                return;
+            }
+            Err(_) => return,
+        };
+        if told.is_err() || peer.is_transport_closed() {
+            return;
         }
     }
 }

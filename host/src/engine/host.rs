@@ -6,7 +6,7 @@
 
 use crate::backend::{AgentBackend, BackendCatalog, BackendRef, BackendUnavailable, BuiltinCatalog, DryRun};
 use crate::sandbox::component::{ComponentLoader, LoadedComponent};
-use crate::model::envelope::{Accounting, Failure, RunEnvelope, RunStatus, RunSummary};
+use crate::model::envelope::{Accounting, Failure, RunEnvelope, RunStatus, RunSummary, RunsPage};
 use crate::error::Error;
 use crate::store::journal::Journal;
 use crate::model::limits::Limits;
@@ -303,6 +303,13 @@ pub const DETAIL_AGENTS: usize = 2_000;
 /// messages of at most [`crate::model::envelope::SUMMARY_MESSAGE_BYTES`], a page stays a few
 /// MiB, well under what a client of the control socket reads of one answer.
 pub const MAX_RUNS_PAGE: usize = 1_000;
+
+/// The terminal runs a page by sequence ([`Host::runs_page`]) holds when the caller names no
+/// `limit`.
+pub const RUNS_PAGE_DEFAULT_LIMIT: usize = 200;
+
+/// The most terminal runs a page by sequence holds (a larger `limit` is cut to it).
+pub const RUNS_PAGE_MAX_LIMIT: usize = 500;
 
 /// `backend` with the working directories of the run's callers in other processes
 /// ([`RunRecord::caller_dirs`]) hidden from its spawns unless granted.
@@ -1537,8 +1544,6 @@ impl Host {
                     shared.progress.log(format!("paused at checkpoint `{key}`"));
                     checkpoint = Some(key);
                 }
-                shared.attempt.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.agents.attempt_cache_hits() });
-                shared.attempt.end_phase();
                 let mut failure = outcome.failure;
                 // The modules' record, with every import answered (written before the flush).
                 if let Some(Err(e)) = component.script.as_ref().map(|s| s.modules.record_now()) {
@@ -1556,7 +1561,19 @@ impl Host {
                 } else {
                     outcome.status
                 };
-                (status, outcome.result, failure, shared.accounting())
+                // The attempt's end, with what it consumed (its `run_settled` event).
+                let spent = shared.accounting();
+                shared.attempt.emit(ProgressEvent::AttemptEnded {
+                    status,
+                    replayed: shared.agents.attempt_cache_hits(),
+                    spawned: spent.agents_spawned.saturating_sub(prior.agents_spawned),
+                    credits_nano: spent.ai_credits_nano.saturating_sub(prior.ai_credits_nano),
+                    credits_at_least: spent.ai_credits_at_least && !prior.ai_credits_at_least,
+                    elapsed_ms: ((spent.active_seconds - prior.active_seconds).max(0.0) * 1000.0) as u64,
+                    failure_type: failure.as_ref().map(|f| f.kind_type),
+                });
+                shared.attempt.end_phase();
+                (status, outcome.result, failure, spent)
             }
         };
         let accounting_at_end = accounting;
@@ -1884,9 +1901,7 @@ impl Host {
                 started = after == Some(listed.record.envelope.run_id.as_str());
                 continue;
             }
-            let mut summary = self.current(listed.record).await?.summary();
-            summary.result_bytes = listed.result_bytes;
-            out.push(summary);
+            out.push(self.listed_summary(listed).await?);
             if out.len() == limit {
                 break;
             }
@@ -1896,6 +1911,59 @@ impl Host {
             return Err(Error::NotFound(after.unwrap_or_default().to_string()));
         }
         Ok(out)
+    }
+
+    /// A page of the summaries of the runs `scope` sees by creation sequence: with
+    /// `after_seq`, the oldest runs created after it (walking newer); else the newest created
+    /// before `before_seq` (before none: the newest page). A page holds at most `limit`
+    /// terminal runs ([`RUNS_PAGE_DEFAULT_LIMIT`] when `None`, at most
+    /// [`RUNS_PAGE_MAX_LIMIT`]); the runs still pending or running among them come along
+    /// without counting, up to [`MAX_RUNS_PAGE`] runs in all.
+    pub async fn runs_page(
+        &self,
+        scope: impl Into<Scope>,
+        after_seq: Option<u64>,
+        before_seq: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<RunsPage, Error> {
+        let scope = scope.into();
+        let limit = limit.unwrap_or(RUNS_PAGE_DEFAULT_LIMIT).clamp(1, RUNS_PAGE_MAX_LIMIT);
+        let mut visible: Vec<_> = self.store.listed_runs().await?.into_iter().filter(|l| scope.sees(&l.record.session)).collect();
+        visible.sort_by_key(|l| l.record.seq);
+        let start = after_seq.map_or(0, |after| visible.partition_point(|l| l.record.seq <= after));
+        let end = before_seq.map_or(visible.len(), |before| visible.partition_point(|l| l.record.seq < before)).max(start);
+        let total = visible.len();
+        let mut slots: Vec<_> = visible.into_iter().map(Some).collect();
+        let order: Vec<usize> = if after_seq.is_some() { (start..end).collect() } else { (start..end).rev().collect() };
+        let (mut picked, mut terminal) = (Vec::new(), 0usize);
+        for index in order {
+            let Some(listed) = slots[index].take() else { continue };
+            let summary = self.listed_summary(listed).await?;
+            terminal += usize::from(summary.status.is_terminal());
+            picked.push((index, summary));
+            if terminal == limit || picked.len() == MAX_RUNS_PAGE {
+                break;
+            }
+        }
+        picked.sort_by_key(|(index, _)| *index);
+        let (lowest, highest) = (picked.first().map(|p| p.0), picked.last().map(|p| p.0));
+        let runs: Vec<RunSummary> = picked.into_iter().map(|(_, summary)| summary).collect();
+        Ok(RunsPage {
+            oldest_seq: runs.first().and_then(|r| r.seq),
+            newest_seq: runs.last().and_then(|r| r.seq),
+            has_more_newer: highest.map_or(end < total, |h| h + 1 < total),
+            omitted_older: lowest.map_or(start > 0, |l| l > 0),
+            runs,
+        })
+    }
+
+    /// The summary of a listed run: its current status, its result's size, its `seq`.
+    async fn listed_summary(&self, listed: crate::store::ListedRun) -> Result<RunSummary, Error> {
+        let seq = listed.record.seq;
+        let mut summary = self.current(listed.record).await?.summary();
+        summary.result_bytes = listed.result_bytes;
+        summary.seq = Some(seq);
+        Ok(summary)
     }
 
     /// The latest envelope of a run.

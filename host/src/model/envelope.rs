@@ -294,6 +294,7 @@ impl RunEnvelope {
             created_at: self.created_at.clone(),
             updated_at: self.updated_at.clone(),
             revision: self.revision,
+            seq: None,
         }
     }
 }
@@ -342,6 +343,28 @@ pub struct RunSummary {
     pub updated_at: String,
     /// Monotonic; bumped on every durable change.
     pub revision: u64,
+    /// The run's place in creation order (monotonic over the store, never reused): the cursor
+    /// of a [`RunsPage`].
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub seq: Option<u64>,
+}
+
+/// A page of a listing by creation sequence (`listRuns({ afterSeq, beforeSeq, limit })`): the
+/// runs in creation order, at most `limit` of them terminal (those still pending or running
+/// come along without counting), and where the page sits among the runs the caller sees.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunsPage {
+    /// The runs, oldest first; each has its `seq`.
+    pub runs: Vec<RunSummary>,
+    /// The `seq` of the page's oldest run (the `beforeSeq` of the page before it).
+    pub oldest_seq: Option<u64>,
+    /// The `seq` of the page's newest run (the `afterSeq` of the page after it).
+    pub newest_seq: Option<u64>,
+    /// Runs newer than this page exist.
+    pub has_more_newer: bool,
+    /// Runs older than this page exist (left out of it).
+    pub omitted_older: bool,
 }
 
 /// A field that is present is `Some`, even when it is `null` (serde's `Option` would read a

@@ -42,6 +42,22 @@ pub enum ProgressEvent {
         /// Agent calls this attempt answered from the journal or an identical call.
         #[serde(default)]
         replayed: u64,
+        /// Subagents this attempt spawned (0 in entries written before it was recorded).
+        #[serde(default)]
+        spawned: u64,
+        /// AI credits this attempt spent, in nano-credits (a lower bound when
+        /// `credits_at_least`).
+        #[serde(default)]
+        credits_nano: u64,
+        /// `credits_nano` is a lower bound (some spend had no known cost).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        credits_at_least: bool,
+        /// The attempt's active time, in milliseconds.
+        #[serde(default)]
+        elapsed_ms: u64,
+        /// The type of the failure the attempt ended with, when it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_type: Option<crate::model::envelope::FailureType>,
     },
 }
 
@@ -169,6 +185,62 @@ pub struct RunUpdated {
     pub run_id: String,
     /// Its new revision.
     pub revision: u64,
+}
+
+/// An attempt of a run started (`run_started` on the event streams).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStarted {
+    /// The run.
+    pub run_id: String,
+    /// The attempt's number (1 for the run's first).
+    pub attempt: u32,
+    /// The factory's meta name.
+    pub factory_name: String,
+}
+
+/// An attempt of a run settled (`run_settled` on the event streams), with what it consumed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSettled {
+    /// The run.
+    pub run_id: String,
+    /// How the attempt ended.
+    pub status: crate::model::envelope::RunStatus,
+    /// AI credits the attempt spent (one credit is US$0.01).
+    pub consumed_credits: f64,
+    /// The same in nano-credits, exactly.
+    pub consumed_credits_nano: u64,
+    /// The credits are a lower bound (some spend had no known cost).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub consumed_credits_at_least: bool,
+    /// Subagents the attempt spawned.
+    pub consumed_subagents: u64,
+    /// The attempt's active time, in milliseconds.
+    pub elapsed_ms: u64,
+    /// The type of the failure the attempt ended with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_type: Option<crate::model::envelope::FailureType>,
+}
+
+impl RunSettled {
+    /// What an `attemptEnded` entry of run `run_id` tells (`None` for another entry).
+    pub fn of(run_id: &str, event: &ProgressEvent) -> Option<RunSettled> {
+        let ProgressEvent::AttemptEnded { status, spawned, credits_nano, credits_at_least, elapsed_ms, failure_type, .. } = event
+        else {
+            return None;
+        };
+        Some(RunSettled {
+            run_id: run_id.to_string(),
+            status: *status,
+            consumed_credits: *credits_nano as f64 / 1e9,
+            consumed_credits_nano: *credits_nano,
+            consumed_credits_at_least: *credits_at_least,
+            consumed_subagents: *spawned,
+            elapsed_ms: *elapsed_ms,
+            failure_type: *failure_type,
+        })
+    }
 }
 
 /// A progress event with its place in the run.

@@ -111,6 +111,18 @@ impl Client {
         expect!(self, Request::Runs { scope: scope.into(), after, limit }, Response::Runs(runs) => runs)
     }
 
+    /// A page of the runs `scope` sees by creation sequence (see [`Request::RunsPage`]).
+    pub async fn runs_by_seq(
+        &self,
+        scope: impl Into<Scope>,
+        after_seq: Option<u64>,
+        before_seq: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<crate::RunsPage, ServiceError> {
+        let request = Request::RunsPage { scope: scope.into(), after_seq, before_seq, limit };
+        expect!(self, request, Response::RunsPage(page) => *page)
+    }
+
     /// A run's latest envelope.
     pub async fn envelope(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, ServiceError> {
         let request = Request::Envelope { scope: scope.into(), run_id: run_id.into() };

@@ -48,6 +48,9 @@ impl Local {
             Request::Runs { scope, after, limit } => {
                 Response::Runs(host.run_summaries(scope, after.as_deref(), limit.unwrap_or(crate::MAX_RUNS_PAGE)).await?)
             }
+            Request::RunsPage { scope, after_seq, before_seq, limit } => {
+                Response::RunsPage(Box::new(host.runs_page(scope, after_seq, before_seq, limit).await?))
+            }
             Request::Envelope { scope, run_id } => Response::Envelope(Box::new(host.envelope(scope, &run_id).await?)),
             Request::Detail { scope, run_id } => Response::Detail(Box::new(host.detail(scope, &run_id).await?)),
             Request::Progress { scope, run_id, query } => Response::Progress(host.progress(scope, &run_id, &query).await?),

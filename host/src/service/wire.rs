@@ -28,7 +28,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`
 /// deletes a run. Version 6: a limit override given as `null` lifts the limit (no limit of
 /// that kind for the run), where version 5 read it as not given. Version 7: `pause`, a run
-/// status `paused`, and a resume's `input` (the answer to the checkpoint a run waits at).
+/// status `paused`, and a resume's `input` (the answer to the checkpoint a run waits at);
+/// `runsPage` pages the runs by creation sequence ([`crate::RunsPage`]), and summaries carry
+/// their `seq`.
 pub const WIRE_VERSION: u32 = 7;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
@@ -74,6 +76,19 @@ pub enum Request {
         scope: Scope,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+    },
+    /// A page of the runs the scope sees by creation sequence ([`crate::RunsPage`]): after
+    /// `afterSeq` walking newer, else the newest before `beforeSeq` (the newest page without
+    /// either); at most `limit` terminal runs ([`crate::RUNS_PAGE_DEFAULT_LIMIT`] when absent,
+    /// [`crate::RUNS_PAGE_MAX_LIMIT`] at most).
+    RunsPage {
+        scope: Scope,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_seq: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before_seq: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<usize>,
     },
@@ -191,6 +206,7 @@ impl Request {
     pub fn op(&self) -> &'static str {
         match self {
             Request::Runs { .. } => "runs",
+            Request::RunsPage { .. } => "runsPage",
             Request::Envelope { .. } => "envelope",
             Request::Detail { .. } => "detail",
             Request::Progress { .. } => "progress",
@@ -246,6 +262,8 @@ pub enum Source {
 pub enum Response {
     /// A page of run summaries, in creation order (`runs`).
     Runs(Vec<RunSummary>),
+    /// A page of run summaries by creation sequence (`runsPage`).
+    RunsPage(Box<crate::RunsPage>),
     /// One run's envelope (`envelope`, `wait`, `cancel`, `pause`).
     Envelope(Box<RunEnvelope>),
     /// One run's detail (`detail`).
@@ -273,6 +291,7 @@ impl Response {
     pub fn kind(&self) -> &'static str {
         match self {
             Response::Runs(_) => "runs",
+            Response::RunsPage(_) => "runsPage",
             Response::Envelope(_) => "envelope",
             Response::Detail(_) => "detail",
             Response::Progress(_) => "progress",
@@ -291,6 +310,7 @@ impl Response {
     pub fn body(&self) -> Result<serde_json::Value, serde_json::Error> {
         match self {
             Response::Runs(runs) => serde_json::to_value(runs),
+            Response::RunsPage(page) => serde_json::to_value(page),
             Response::Envelope(envelope) => serde_json::to_value(envelope),
             Response::Detail(detail) => serde_json::to_value(detail),
             Response::Progress(page) => serde_json::to_value(page),
@@ -422,6 +442,7 @@ mod tests {
         let requests = vec![
             Request::Runs { scope: Scope::from("s"), after: None, limit: None },
             Request::Runs { scope: Scope::Owner, after: Some("r".into()), limit: Some(10) },
+            Request::RunsPage { scope: Scope::from("s"), after_seq: None, before_seq: Some(3), limit: Some(1) },
             Request::Detail { scope: Scope::from("s"), run_id: "r".into() },
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
             Request::Pause { scope: Scope::from("s"), run_id: "r".into() },
@@ -480,7 +501,8 @@ mod tests {
             r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#,
             // Version 5 read a limit given as null as not given; it now lifts the limit.
             r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#,
-            // Version 6 knew no `paused` status, `pause` or resume `input`.
+            // Version 6 knew no `paused` status, `pause` or resume `input`, no `runsPage`
+            // and no `seq` in summaries.
             r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();

@@ -1,9 +1,10 @@
 //! `--events FILE|fd:N`: versioned lifecycle events of a run as JSON lines, for tools that
-//! follow a run: `run_started`, one `progress` event per progress entry, `run_finished`
-//! with the terminal envelope. Every line carries `"version": 1`.
+//! follow a run: `run_started`, one `progress` event per progress entry (and `run_settled`,
+//! what the attempt consumed, after its `attemptEnded`), `run_finished` with the terminal
+//! envelope. Every line carries `"version": 1`.
 
 use anyhow::{bail, Context, Result};
-use factory_host::{ProgressEntry, RunEnvelope};
+use factory_host::{ProgressEntry, RunEnvelope, RunSettled};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -70,6 +71,11 @@ impl EventSink {
             obj.insert("entry".into(), Value::Object(entry));
         }
         self.write(event);
+        // An attempt's end is also told as `run_settled`, with what the attempt consumed.
+        if let Some(Ok(Value::Object(mut settled))) = RunSettled::of(run_id.as_deref().unwrap_or_default(), &entry.event).map(serde_json::to_value) {
+            settled.insert("event".into(), json!("run_settled"));
+            self.write(Value::Object(settled));
+        }
     }
 
     /// The attempt ended with this envelope.

@@ -28,6 +28,17 @@ pub struct RunsArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// A page by creation sequence: the runs created after run seq SEQ, oldest first (walk newer).
+    #[arg(long, value_name = "SEQ")]
+    after: Option<u64>,
+    /// A page by creation sequence: the newest runs created before run seq SEQ (walk older).
+    #[arg(long, value_name = "SEQ")]
+    before: Option<u64>,
+    /// A page by creation sequence holding at most N ended runs (default 200, at most 500;
+    /// running ones come along); with neither --after nor --before, the newest page. With
+    /// --json, prints `{runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder}`.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
 }
 
 #[derive(Args)]
@@ -91,14 +102,27 @@ fn credits_at_least(nano: u64, at_least: bool) -> String {
 pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
     let scope = if a.all { Scope::Owner } else { Scope::from(&g.session) };
     let scope = &scope;
-    let runs = ask(g, |client| async move { client.runs(scope.clone()).await }).await?;
+    let paged = a.after.is_some() || a.before.is_some() || a.limit.is_some();
+    let (runs, page) = if paged {
+        let (after, before, limit) = (a.after, a.before, a.limit);
+        let page = ask(g, |client| async move { client.runs_by_seq(scope.clone(), after, before, limit).await }).await?;
+        if a.json {
+            outln!("{}", serde_json::to_string_pretty(&page)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        (page.runs.clone(), Some(page))
+    } else {
+        (ask(g, |client| async move { client.runs(scope.clone()).await }).await?, None)
+    };
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&runs)?);
         return Ok(ExitCode::SUCCESS);
     }
     let session = |text: &str| if a.all { format!("{text:<20}  ") } else { String::new() };
+    let seq = |n: Option<u64>| if paged { format!("{:>6}  ", n.map_or(String::new(), |n| n.to_string())) } else { String::new() };
     outln!(
-        "{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  CREATED",
+        "{}{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  CREATED",
+        if paged { format!("{:>6}  ", "SEQ") } else { String::new() },
         "RUN",
         session("SESSION"),
         "FACTORY",
@@ -109,7 +133,8 @@ pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
     );
     for r in &runs {
         outln!(
-            "{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  {}",
+            "{}{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  {}",
+            seq(r.seq),
             s(&r.run_id),
             session(&s(r.session.as_deref().unwrap_or_default())),
             s(&r.factory),
@@ -119,6 +144,14 @@ pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
             credits_at_least(r.accounting.ai_credits_nano, r.accounting.ai_credits_at_least),
             s(&r.created_at)
         );
+    }
+    if let Some(page) = page {
+        if let (true, Some(oldest)) = (page.omitted_older, page.oldest_seq) {
+            outln!("older runs: factory runs --before {oldest}");
+        }
+        if let (true, Some(newest)) = (page.has_more_newer, page.newest_seq) {
+            outln!("newer runs: factory runs --after {newest}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

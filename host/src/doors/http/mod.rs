@@ -45,7 +45,7 @@ pub mod bind;
 use factory_host::service::{Client, Consent, Request, Scope, Source, Target};
 use factory_host::store::ProgressQuery;
 use factory_host::trace::TraceParent;
-use factory_host::{ErrorCode, Limits};
+use factory_host::{ErrorCode, Limits, ProgressEntry, ProgressEvent, RunSettled, RunStarted};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
@@ -213,9 +213,11 @@ fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::BackendUnavailable
         | ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
         ErrorCode::Unauthorized | ErrorCode::InvalidCode => StatusCode::UNAUTHORIZED,
+        ErrorCode::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::UnsupportedVersion
         | ErrorCode::Unavailable
         | ErrorCode::Cancelled
+        | ErrorCode::StorageCorrupt
         | ErrorCode::Error => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -345,14 +347,23 @@ impl Api {
             (&Method::GET, ["session"]) => {
                 return json_response(StatusCode::OK, &json!({ "session": session }));
             }
-            (&Method::GET, ["runs"]) => match parse_runs_query(&query) {
-                Ok(RunsQuery { scope: Scope::Owner, after, limit }) => Request::Runs { scope, after, limit },
-                Ok(RunsQuery { scope: asked, after, limit }) if scope == Scope::Owner || asked == scope => {
-                    Request::Runs { scope: asked, after, limit }
-                }
-                Ok(RunsQuery { scope: asked, .. }) => {
-                    let message = format!("a call as {scope} cannot list the runs of {asked}");
+            (&Method::GET, ["runs"]) | (&Method::GET, ["runs", "page"]) => match parse_runs_query(&query) {
+                Ok(q) if scope != Scope::Owner && q.scope != Scope::Owner && q.scope != scope => {
+                    let message = format!("a call as {scope} cannot list the runs of {}", q.scope);
                     return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
+                }
+                Ok(q) => {
+                    // A joined session lists its own runs; the owner those of `session=`, or all.
+                    let scope = if q.scope == Scope::Owner { scope } else { q.scope };
+                    let paged = segments.len() == 2 || q.after_seq.is_some() || q.before_seq.is_some();
+                    match (paged, q.after) {
+                        (true, Some(_)) => {
+                            let message = "`after` (a run id) pages the plain listing; a page by sequence takes `afterSeq`";
+                            return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
+                        }
+                        (true, None) => Request::RunsPage { scope, after_seq: q.after_seq, before_seq: q.before_seq, limit: q.limit },
+                        (false, after) => Request::Runs { scope, after, limit: q.limit },
+                    }
                 }
                 Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
             },
@@ -551,6 +562,9 @@ impl Api {
             }
             // The last progress seq sent per run (one per run seen here).
             let mut sent: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+            // Attempts that start or settle from now on are announced (`run_started`,
+            // `run_settled`); the history a first update of a run brings along is not.
+            let opened_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
             loop {
                 let Some(update) = updates.next().await else { return };
                 if let Caller::Dashboard(id) = &caller {
@@ -572,6 +586,11 @@ impl Api {
                     for entry in &entries {
                         let data = json!({ "runId": update.run_id, "entry": entry });
                         frames.push_str(&format!("event: progress\ndata: {data}\n\n"));
+                        if entry.at_ms >= opened_ms {
+                            if let Some((name, data)) = lifecycle_event(&client, &scope, &update.run_id, entry).await {
+                                frames.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+                            }
+                        }
                     }
                     if let Some(last) = entries.last() {
                         after = last.seq;
@@ -594,6 +613,18 @@ impl Api {
             .body(StreamBody::new(stream).boxed())
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
     }
+}
+
+/// The lifecycle event a progress entry announces on the event stream: `run_started`
+/// ([`RunStarted`]) for an attempt's start, `run_settled` ([`RunSettled`]) for its end.
+async fn lifecycle_event(client: &Client, scope: &Scope, run_id: &str, entry: &ProgressEntry) -> Option<(&'static str, Value)> {
+    if let ProgressEvent::AttemptStarted { attempt } = &entry.event {
+        let factory_name = client.envelope(scope.clone(), run_id).await.map(|e| e.factory).unwrap_or_default();
+        let started = RunStarted { run_id: run_id.to_string(), attempt: *attempt, factory_name };
+        return serde_json::to_value(started).ok().map(|data| ("run_started", data));
+    }
+    let settled = RunSettled::of(run_id, &entry.event)?;
+    serde_json::to_value(settled).ok().map(|data| ("run_settled", data))
 }
 
 /// Frames an event stream holds for a client that reads slowly (then it waits for it).
@@ -630,17 +661,21 @@ async fn read_body(req: HttpRequest<Incoming>, max: usize, timeout: Duration) ->
 }
 
 /// What `GET /api/runs` asks for: every session's runs, or with `session=NAME` one
-/// session's; a page of them after run `after`, at most `limit`.
+/// session's; a page of them after run `after`, at most `limit`; or with `afterSeq` /
+/// `beforeSeq` (and always at `GET /api/runs/page`) a page by creation sequence.
 #[derive(Debug, PartialEq)]
 struct RunsQuery {
     scope: Scope,
     after: Option<String>,
     limit: Option<usize>,
+    after_seq: Option<u64>,
+    before_seq: Option<u64>,
 }
 
 /// `session`, `after` and `limit` from the query string of `GET /api/runs`.
 fn parse_runs_query(query: &str) -> Result<RunsQuery, String> {
-    let mut out = RunsQuery { scope: Scope::Owner, after: None, limit: None };
+    let mut out = RunsQuery { scope: Scope::Owner, after: None, limit: None, after_seq: None, before_seq: None };
+    let seq = |key: &str, v: &str| v.parse::<u64>().map_err(|_| format!("`{key}` must be a non-negative integer"));
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
@@ -650,6 +685,8 @@ fn parse_runs_query(query: &str) -> Result<RunsQuery, String> {
             "after" if value.is_empty() => return Err("`after` names a run id: give it a value".into()),
             "after" => out.after = Some(percent_decode(value)),
             "limit" => out.limit = Some(value.parse().map_err(|_| "`limit` must be a positive integer".to_string())?),
+            "afterSeq" => out.after_seq = Some(seq(key, value)?),
+            "beforeSeq" => out.before_seq = Some(seq(key, value)?),
             other => return Err(format!("unknown query parameter `{other}`")),
         }
     }
@@ -729,15 +766,20 @@ mod tests {
 
     #[test]
     fn the_runs_list_is_every_session_unless_one_is_named() {
-        assert_eq!(parse_runs_query(""), Ok(RunsQuery { scope: Scope::Owner, after: None, limit: None }));
+        assert_eq!(parse_runs_query(""), Ok(RunsQuery { scope: Scope::Owner, after: None, limit: None, after_seq: None, before_seq: None }));
         assert_eq!(
             parse_runs_query("session=mcp%3Aclaude"),
-            Ok(RunsQuery { scope: Scope::Session("mcp:claude".into()), after: None, limit: None })
+            Ok(RunsQuery { scope: Scope::Session("mcp:claude".into()), after: None, limit: None, after_seq: None, before_seq: None })
         );
         assert_eq!(
             parse_runs_query("after=r%2D1&limit=20"),
-            Ok(RunsQuery { scope: Scope::Owner, after: Some("r-1".into()), limit: Some(20) })
+            Ok(RunsQuery { scope: Scope::Owner, after: Some("r-1".into()), limit: Some(20), after_seq: None, before_seq: None })
         );
+        assert_eq!(
+            parse_runs_query("afterSeq=3&beforeSeq=9&limit=1"),
+            Ok(RunsQuery { scope: Scope::Owner, after: None, limit: Some(1), after_seq: Some(3), before_seq: Some(9) })
+        );
+        assert!(parse_runs_query("afterSeq=-1").is_err());
         assert!(parse_runs_query("limit=many").is_err());
         assert!(parse_runs_query("after=").is_err());
         assert!(parse_runs_query("session=").is_err());
