@@ -1,7 +1,8 @@
 //! The JS guest surface of Dynamic Workflows (upstream's current name for agent factories),
 //! through the real `factory` binary and its service: a body that waits only on `ctx.signal`
 //! (or on a promise that never settles) parks until it is cancelled or times out;
-//! `defineWorkflow` and files offering several definitions; definitions checked and frozen;
+//! `defineWorkflow` and files offering several definitions (run by `#name`, all registered by
+//! `factory add`); definitions checked and frozen;
 //! results and step values refused unless plain JSON; `ctx.session` refusing run, resume and
 //! pause.
 
@@ -169,6 +170,23 @@ await joinSession({ workflows: [review, summary] });
     assert_eq!(envelope["result"], serde_json::json!({ "frozen": true, "copy": true, "name": "review", "same": "function" }));
     let out = factory_in(state.path(), &["run", &format!("{}#summary", file.display()), "--json", "-q"]);
     assert_eq!(stdout_json(&out)["result"], "S");
+
+    // `factory add FILE` registers every definition the file offers, each by its name.
+    let out = factory_in(state.path(), &["add", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.contains("registered review ") && said.contains("registered summary "), "{said}");
+    let out = factory_in(state.path(), &["list", "--json"]);
+    let mut names: Vec<String> =
+        stdout_json(&out).as_array().unwrap().iter().map(|r| r["meta"]["name"].as_str().unwrap().to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["review", "summary"]);
+    for (name, expected) in [("review", "review"), ("summary", "S")] {
+        let out = factory_in(state.path(), &["run", name, "--json", "-q"]);
+        let envelope = stdout_json(&out);
+        let got = envelope["result"].get("name").unwrap_or(&envelope["result"]).clone();
+        assert_eq!(got, expected, "{envelope:#}");
+    }
 }
 
 #[test]
