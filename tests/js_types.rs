@@ -184,6 +184,7 @@ fn the_envelope_strings_are_the_hosts() {
         FailureType::Internal,
         FailureType::Cancelled,
         FailureType::Halted,
+        FailureType::Paused,
     ];
     for t in all_types {
         match t {
@@ -198,7 +199,8 @@ fn the_envelope_strings_are_the_hosts() {
             | FailureType::Backend
             | FailureType::Internal
             | FailureType::Cancelled
-            | FailureType::Halted => {}
+            | FailureType::Halted
+            | FailureType::Paused => {}
         }
     }
     let declared: BTreeSet<String> = d_ts
@@ -214,7 +216,7 @@ fn the_envelope_strings_are_the_hosts() {
 
     let statuses = literals_after(&d_ts, "export type FactoryRunStatus =");
     let all_statuses =
-        [RunStatus::Pending, RunStatus::Running, RunStatus::Completed, RunStatus::Error, RunStatus::Halted, RunStatus::Cancelled];
+        [RunStatus::Pending, RunStatus::Running, RunStatus::Completed, RunStatus::Error, RunStatus::Halted, RunStatus::Cancelled, RunStatus::Paused];
     let host: BTreeSet<String> = all_statuses.iter().map(|s| s.as_str().to_string()).collect();
     assert_eq!(statuses, host, "FactoryRunStatus is RunStatus");
     for s in all_statuses {

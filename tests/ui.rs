@@ -6,7 +6,8 @@
 //! the buttons, lists a run of another session with its session and narrows the list with
 //! the session filter, starts a run from the form (its approval checkbox naming the sha256),
 //! signs a second page out (its session then refused), draws every bar of a 4,096-agent run (its
-//! render time is the bench's, section 9) and
+//! render time is the bench's, section 9), pauses a run and answers a checkpoint with the
+//! buttons (`tests/browser/checkpoint.mjs`) and
 //! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
 //! `tests/browser/node_modules` (`npm ci` there) fail the test: they are not optional.
 
@@ -165,7 +166,7 @@ async fn the_dashboard_in_a_real_browser() {
     assert_eq!(reqwest::get(format!("{base}/ui/nope.js")).await.unwrap().status(), 404);
 
     // Screenshots go under the target dir; `FACTORY_UPDATE_SCREENSHOTS=1` refreshes the
-    // committed ones the README shows (docs/screenshots/), so a test run changes no tracked file.
+    // committed ones the book shows (docs/screenshots/), so a test run changes no tracked file.
     let shots = if std::env::var_os("FACTORY_UPDATE_SCREENSHOTS").is_some() {
         root.join("docs").join("screenshots")
     } else {
@@ -468,4 +469,52 @@ async fn the_run_view_shows_how_the_runs_backend_flow_stands_while_calls_wait() 
     });
     assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     assert_eq!(server.answered().len(), 60, "every call answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_paused_resumed_and_its_checkpoint_answered_with_the_dashboards_buttons() {
+    use common::fake_openai::{base_url, FakeOpenAi, Mode};
+    let browser_dir = common::root().join("tests").join("browser");
+    assert!(
+        browser_dir.join("node_modules").join("playwright-core").is_dir(),
+        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
+    );
+    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)");
+    let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::ZERO }).await;
+    let state = tempfile::tempdir().unwrap();
+    let config = format!(
+        "default = \"local\"\n[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-test\"\n\
+         requests_per_minute = 120\n",
+        base_url(server.port())
+    );
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    common::register_trusted_probe(state.path());
+    let daemon = serve_http(state.path());
+    let out = factory_in(state.path(), &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let script = browser_dir.join("checkpoint.mjs");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(script)
+            .env("FACTORY_UI_URL", &url)
+            .env("FACTORY_UI_TOKEN", &token)
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs (install Node.js)")
+    })
+    .await
+    .unwrap();
+    drop(daemon);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("the browser test printed no JSON report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
+    });
+    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    let tasks: Vec<String> = server.answered().into_iter().filter(|p| p.starts_with("task ")).collect();
+    let distinct: std::collections::BTreeSet<&String> = tasks.iter().collect();
+    // (A call in flight at the pause may be asked again: tests/pause.rs holds the backend to
+    // prove that no call whose answer was journaled is.)
+    assert_eq!(distinct.len(), 12, "every call of the paused fan-out answered: {tasks:?}");
+    assert_eq!(server.answered().iter().filter(|p| *p == "plan the work").count(), 1);
 }

@@ -11,7 +11,7 @@ export interface FactoryLimits {
     maxAiCredits?: number;
 }
 
-export type FactoryRunStatus = "running" | "completed" | "error" | "halted" | "cancelled";
+export type FactoryRunStatus = "running" | "completed" | "error" | "halted" | "paused" | "cancelled";
 
 /** A typed failure: `type` is the failure type (`factory_limit_reached`, ...), `kind` the member. */
 export interface FactoryFailure {
@@ -47,6 +47,8 @@ export interface FactoryRunResult {
     attempts: number;
     /** For a run parked `halted` because its backend's quota is spent: when the service resumes it by itself (RFC 3339 UTC). */
     resumeAt?: string;
+    /** For a run `paused` at a checkpoint: the key it waits at (answer it with `resume(runId, { input })`). */
+    checkpoint?: string;
     session?: string;
     createdAt: string;
     updatedAt: string;
@@ -118,7 +120,8 @@ export interface FactoryRunUpdatedEvent {
 
 export interface FactoryApi {
     run(nameOrHandle: string | FactoryHandle | DefinedFactory, options?: { args?: JsonValue; limits?: FactoryLimits }): Promise<FactoryRunResult>;
-    resume(runId: string, options?: { limits?: FactoryLimits }): Promise<FactoryRunResult>;
+    /** `input`: the answer to the checkpoint a paused run waits at (its `ctx.pause(key)` returns it). */
+    resume(runId: string, options?: { limits?: FactoryLimits; input?: JsonValue }): Promise<FactoryRunResult>;
     listRuns(): Promise<FactoryRunResult[]>;
     getRunDetail(runId: string): Promise<FactoryRunDetail>;
     getRunProgress(
@@ -127,6 +130,8 @@ export interface FactoryApi {
     ): Promise<FactoryProgressEntry[]>;
     getRun(runId: string, options?: { signal?: AbortSignal }): Promise<FactoryRunResult>;
     cancel(runId: string): Promise<FactoryRunResult>;
+    /** Pause the running run: its `paused` envelope (`not_running` when no attempt executes). */
+    pause(runId: string): Promise<FactoryRunResult>;
     waitForRun(runId: string, options?: { signal?: AbortSignal }): Promise<FactoryRunResult>;
 }
 

@@ -19,7 +19,7 @@ import { randomUUID } from "node:crypto";
 export const FACTORY_RUN_UPDATED = "factory.run_updated";
 
 /** The statuses a run never leaves. */
-const TERMINAL_STATUSES = new Set(["completed", "error", "halted", "cancelled"]);
+const TERMINAL_STATUSES = new Set(["completed", "error", "halted", "paused", "cancelled"]);
 
 /** The codes a `FactoryResumeError` carries (the spec's pre-execution resume failures). */
 export const FACTORY_RESUME_ERROR_CODES = Object.freeze([
@@ -45,7 +45,7 @@ const MAX_EVENT_LINE_CHARS = 8 << 20;
 /** The event stream's reconnect delay: first, and at most (it doubles in between). */
 const RECONNECT_MS = [250, 5_000];
 
-/** Whether `status` is one a run never leaves: `completed`, `error`, `halted`, `cancelled`. */
+/** Whether `status` settles an attempt: `completed`, `error`, `halted`, `paused`, `cancelled`. */
 export function isFactoryRunTerminal(status) {
     return TERMINAL_STATUSES.has(status);
 }
@@ -363,8 +363,9 @@ class FactoryApi {
     }
 
     /**
-     * Resume a run by id (same args, journaled work replays), with limits raised; resolves
-     * with the terminal envelope. A failure before the attempt starts throws
+     * Resume a run by id (same args, journaled work replays), with limits raised and, for a
+     * run paused at a checkpoint, `input` (what its `ctx.pause(key)` returns); resolves with
+     * the terminal envelope. A failure before the attempt starts throws
      * FactoryResumeError (`not_found`, `non_resumable`, `already_active`,
      * `reapproval_declined`, `no_approval_provider`); other refusals (`invalid_limits`,
      * `backend_unavailable`) throw FactoryError.
@@ -372,7 +373,10 @@ class FactoryApi {
     async resume(runId, options = {}) {
         let started;
         try {
-            started = await this.#transport.request("POST", runPath(runId, "/resume"), { body: { limits: options.limits } });
+            const body = { limits: options.limits };
+            // The answer to the checkpoint the run waits at (its `ctx.pause(key)` returns it).
+            if (options.input !== undefined) body.input = options.input;
+            started = await this.#transport.request("POST", runPath(runId, "/resume"), { body });
         } catch (e) {
             if (e instanceof FactoryError && FACTORY_RESUME_ERROR_CODES.includes(e.code)) {
                 throw new FactoryResumeError(e.code, e.message, { httpStatus: e.httpStatus, cause: e });
@@ -425,6 +429,11 @@ class FactoryApi {
     /** Cancel the run; its terminal envelope. */
     async cancel(runId) {
         return this.#transport.request("POST", runPath(runId, "/cancel"));
+    }
+
+    /** Pause the running run; its `paused` envelope (resume it with `resume`). */
+    async pause(runId) {
+        return this.#transport.request("POST", runPath(runId, "/pause"));
     }
 
     /**

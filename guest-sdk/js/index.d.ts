@@ -208,6 +208,9 @@ export type FactoryAbortKind =
     | "cancelled"
     /** The host is shutting down: the run ends `halted`, resumable. */
     | "halted"
+    /** The run is pausing (a caller paused it, or `ctx.pause(key)` reached a new checkpoint):
+     * it ends `paused`, resumable under the same id. */
+    | "paused"
     /** A factory limit was reached; `limit` names it. */
     | "factory_limit_reached"
     /** A host sandbox limit (prompt size, step size, ...) was exceeded. */
@@ -332,7 +335,16 @@ export interface FactoryContext<TArgs = JsonValue> {
     log(message: string): void;
     /** Sleep on the host's clock; counts as active time (`timeoutSeconds`). */
     sleep(ms: number): Promise<void>;
-    /** Aborted (with an `AbortError` reason) once the run is cancelled or stopped by a limit. */
+    /**
+     * A durable one-shot checkpoint named `key`. The first attempt that reaches it pauses the
+     * run there (it rejects with an `AbortError` of kind `paused`; let it propagate) and the
+     * run ends `paused`, waiting at `key`. Once resumed (`factory resume RUN --input JSON`),
+     * the body runs again from the top (journaled steps and agents replay) and this resolves
+     * to the resume's input (`null` without one); every later attempt gets the same answer.
+     * Main flow only: refused (a `TypeError`) while a `ctx.parallel`/`ctx.pipeline` is in flight.
+     */
+    pause<T extends JsonValue = JsonValue>(key: string): Promise<T | null>;
+    /** Aborted (with an `AbortError` reason) once the run is cancelled, paused or stopped by a limit. */
     readonly signal: AbortSignal;
     /** The session: refuses to run, resume or pause runs while a body runs. */
     readonly session: FactoryContextSession;
@@ -400,8 +412,8 @@ export function joinSession(options?: JoinSessionOptions): Promise<FactorySessio
 // ---------------------------------------------------------------------------------------
 // The run envelope (`factory run --json`, the HTTP API, the Node client)
 
-/** Where a run is: only `completed` is final; the other terminal statuses are resumable. */
-export type FactoryRunStatus = "pending" | "running" | "completed" | "error" | "halted" | "cancelled";
+/** Where a run is: only `completed` is final; the other terminal statuses are resumable (`paused` only by a caller). */
+export type FactoryRunStatus = "pending" | "running" | "completed" | "error" | "halted" | "paused" | "cancelled";
 /** The statuses an attempt ends in. */
 export type FactoryTerminalStatus = Exclude<FactoryRunStatus, "pending" | "running">;
 /** The factory limits whose breach ends an attempt. */
@@ -435,6 +447,8 @@ export type FactoryFailure =
     | { readonly type: "cancelled"; readonly kind?: "declined"; readonly message: string }
     /** The guest trapped (`unreachable`: a panic). */
     | { readonly type: "trap"; readonly kind?: "unreachable"; readonly message: string }
+    /** Paused by a caller (`caller`) or at a checkpoint (`checkpoint`: the envelope's `checkpoint` names it); resumable. */
+    | { readonly type: "paused"; readonly kind: "caller" | "checkpoint"; readonly message: string }
     /**
      * `sandbox`: the attempt's sandbox could not be set up; `guest_error`: `run` threw or
      * returned an error; `invalid_result`: the result is not JSON; `invalid_call`: a hook got
@@ -484,8 +498,10 @@ export interface FactoryRunResult<TResult extends JsonValue = JsonValue> {
     readonly status: FactoryRunStatus;
     /** Only when `completed` with a result. */
     readonly result?: TResult;
-    /** For `error` (and `cancelled`, `halted`). */
+    /** For `error` (and `cancelled`, `halted`, `paused`). */
     readonly failure?: FactoryFailure;
+    /** For a run `paused` at a checkpoint: the key it waits at (`ctx.pause(key)`). */
+    readonly checkpoint?: string;
     /** A plain error message, when the failure is best read as text. */
     readonly error?: string;
     readonly accounting: FactoryAccounting;

@@ -74,6 +74,15 @@ pub enum Error {
     /// A request field that is well-formed JSON but unusable (a relative `callerCwd`).
     #[error("bad_request: {0}")]
     BadRequest(String),
+    /// Pausing a run that has no attempt executing (it ended, is paused, or waits).
+    #[error("not_running: {0}")]
+    NotRunning(String),
+    /// A resume with an answer (`input`) for a run that waits at no checkpoint.
+    #[error("not_at_checkpoint: {0}")]
+    NotAtCheckpoint(String),
+    /// A checkpoint's answer (a resume's `input`) over the host's step bounds.
+    #[error("invalid_input: {0}")]
+    InvalidInput(String),
 }
 
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool
@@ -118,10 +127,18 @@ pub enum ErrorCode {
     Unavailable,
     /// The caller cancelled what it was waiting for.
     Cancelled,
+    /// The user declined the consent question (or left it unanswered): nothing started.
+    Declined,
     /// What a shared store says to run is refused ([`crate::sandbox::admission::TrustError`]:
     /// bytes that do not hash to their sha256, a record that does not match its consent seal,
     /// a grant under no allowed root).
     Refused,
+    /// Pausing a run that has no attempt executing.
+    NotRunning,
+    /// A resume's answer for a run that waits at no checkpoint.
+    NotAtCheckpoint,
+    /// A checkpoint's answer is unusable (over the step bounds).
+    InvalidInput,
     /// Anything else.
     #[serde(other)]
     Error,
@@ -148,8 +165,12 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::InvalidCode => "invalid_code",
             ErrorCode::Refused => "refused",
+            ErrorCode::Declined => "declined",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Cancelled => "cancelled",
+            ErrorCode::NotRunning => "not_running",
+            ErrorCode::NotAtCheckpoint => "not_at_checkpoint",
+            ErrorCode::InvalidInput => "invalid_input",
             ErrorCode::Error => "error",
         }
     }
@@ -177,6 +198,9 @@ impl Error {
             Error::Load(LoadError::TooLarge { .. } | LoadError::NotAFile { .. }) => ErrorCode::InvalidParams,
             Error::BadRequest(_) => ErrorCode::BadRequest,
             Error::Trust(_) => ErrorCode::Refused,
+            Error::NotRunning(_) => ErrorCode::NotRunning,
+            Error::NotAtCheckpoint(_) => ErrorCode::NotAtCheckpoint,
+            Error::InvalidInput(_) => ErrorCode::InvalidInput,
             _ => ErrorCode::Error,
         }
     }
@@ -188,7 +212,7 @@ mod tests {
 
     #[test]
     fn codes_keep_their_wire_strings_and_an_unknown_one_reads_as_error() {
-        for code in [ErrorCode::NotFound, ErrorCode::NoApprovalProvider, ErrorCode::ForbiddenHost, ErrorCode::Refused, ErrorCode::Error] {
+        for code in [ErrorCode::NotFound, ErrorCode::NoApprovalProvider, ErrorCode::ForbiddenHost, ErrorCode::Refused, ErrorCode::NotRunning, ErrorCode::Error] {
             assert_eq!(serde_json::to_value(code).unwrap(), serde_json::json!(code.as_str()));
             assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!(code.as_str())).unwrap(), code);
         }

@@ -204,6 +204,20 @@ try {
   const formDone = formRun ? await api('GET', `/api/runs/${formRun}`) : {};
   check('a run started from the form completes', formDone.status === 'completed' && formDone.result?.done === 3
     && (await page.textContent('#run-status')) === 'completed', { formRun, status: formDone.status, result: formDone.result });
+  // A settled run offers no Cancel or Pause; the legend says nothing of `null`; a run shorter
+  // than a second has its time axis in distinct milliseconds, not `0.0s` at every tick.
+  check('no Cancel or Pause on a completed run', !(await page.isVisible('#cancel')) && !(await page.isVisible('#pause')));
+  await page.waitForFunction(() => document.getElementById('timeline')?.dataset.ticks, null, { timeout: 5000 });
+  const legendText = await page.textContent('#legend');
+  check('the legend has no null', !legendText.includes('null'), legendText);
+  const headText = await page.textContent('#run-head');
+  check('the run\'s head has no null', !headText.includes('null'), headText);
+  const spanMs = Number(await page.getAttribute('#timeline', 'data-span-ms'));
+  const ticks = (await page.getAttribute('#timeline', 'data-ticks')).split(' ');
+  check('the axis of a sub-second run reads milliseconds', spanMs >= 1000
+    || (ticks.length > 1 && ticks.every((t) => t.endsWith('ms')) && new Set(ticks).size === ticks.length), { spanMs, ticks });
+  report.fastRun = { spanMs, ticks };
+  await page.screenshot({ path: path.join(shots, 'fast-run.png'), fullPage: true, clip: { x: 0, y: 0, width: 1100, height: 700 } });
   // A bad one shows the API's error code.
   await page.goto(`${base}/#/start`);
   await page.selectOption('#factory', 'probe');

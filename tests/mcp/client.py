@@ -112,6 +112,45 @@ async def cancel(session, report):
     report["waited"] = structured(await session.call_tool("factories_manage", {"operation": "wait", "runId": run_id}))
 
 
+async def pause(session, report):
+    """Start a slow run, pause it from a second call once under way: the first call returns
+    the paused envelope; resume it to the end. Then a run that waits at a checkpoint, answered
+    through factories_manage `resume` with `input`."""
+    started = anyio.Event()
+    first = {}
+
+    async def on_progress(value, total, message):
+        if value >= 1:
+            started.set()
+
+    async def call():
+        first["paused"] = structured(
+            await session.call_tool(
+                "run_factory",
+                {"name": "probe", "args": {"case": "fanout", "n": 100}, "limits": {"maxConcurrentSubagents": 1}},
+                progress_callback=on_progress,
+            )
+        )
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        with anyio.fail_after(60):
+            await started.wait()
+        runs = await session.call_tool("factories_manage", {"operation": "runs"})
+        run_id = runs.structured_content["runs"][-1]["runId"]
+        report["pause"] = structured(await session.call_tool("factories_manage", {"operation": "pause", "runId": run_id}))
+    report["paused"] = first["paused"]
+    report["resumed"] = structured(await session.call_tool("factories_manage", {"operation": "resume", "runId": run_id}))
+    checkpoint = await session.call_tool("run_factory", {"name": "probe", "args": {"case": "checkpoint"}})
+    report["checkpoint"] = structured(checkpoint)
+    report["answered"] = structured(
+        await session.call_tool(
+            "factories_manage",
+            {"operation": "resume", "runId": checkpoint.structured_content["runId"], "input": {"approved": True}},
+        )
+    )
+
+
 async def untrusted(session, report):
     """A component that is not trusted cannot run: MCP has no way to ask the user."""
     report["refused"] = structured(await session.call_tool("run_factory", {"name": "probe", "args": {"case": "fanout", "n": 1}}))
@@ -185,7 +224,7 @@ async def main():
         async with ClientSession(read, write, client_info=types.Implementation(name=client_name, version="1")) as session:
             init = await session.initialize()
             report["server"] = init.server_info.name
-            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded, "hang": hang}[scenario](session, report)
+            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded, "hang": hang, "pause": pause}[scenario](session, report)
     print(json.dumps(report))
 
 

@@ -206,6 +206,23 @@ test("waitForRun: an abort rejects the wait with its reason and leaves the run g
     await session.disconnect();
 });
 
+test("pause: a running run settles paused, waitForRun settles on it, a second pause is not_running", async () => {
+    const session = await join();
+    const pending = session.factory.run("fanout", { args: { n: 1, prefix: "hang:" } });
+    const runId = await runningRun(session);
+    const settled = session.factory.waitForRun(runId);
+    const paused = await session.factory.pause(runId);
+    assert.equal(paused.status, "paused");
+    assert.ok(isFactoryRunTerminal(paused.status));
+    assert.deepEqual([paused.failure?.type, paused.failure?.kind], ["paused", "caller"]);
+    assert.deepEqual(await settled, paused);
+    assert.deepEqual(await pending, paused);
+    await assert.rejects(session.factory.pause(runId), (e) => e.code === "not_running" && e.httpStatus === 409);
+    // An answer is for a run that waits at a checkpoint; this one waits at none.
+    await assert.rejects(session.factory.resume(runId, { input: { approved: true } }), (e) => e.code === "not_at_checkpoint");
+    await session.disconnect();
+});
+
 test("waitForRun: aborting the wait does not stop a run that then completes", async () => {
     const session = await join();
     const pending = session.factory.run("fanout", { args: { n: 2, prefix: "slow:" } });

@@ -44,7 +44,10 @@ __all__ = [
 ]
 
 #: The statuses a run never leaves.
-TERMINAL_STATUSES: Final = frozenset({"completed", "error", "halted", "cancelled"})
+TERMINAL_STATUSES: Final = frozenset({"completed", "error", "halted", "paused", "cancelled"})
+
+#: `resume`'s `input` when none is given (`None` is the JSON answer `null`).
+_NO_INPUT: Final = object()
 
 #: The codes a `FactoryResumeError` carries (the spec's pre-execution resume failures).
 FACTORY_RESUME_ERROR_CODES: Final = (
@@ -81,7 +84,7 @@ _EXCERPT: Final = 200
 
 
 def is_factory_run_terminal(status: str | None) -> bool:
-    """Whether `status` is one a run never leaves: `completed`, `error`, `halted`, `cancelled`."""
+    """Whether `status` settles an attempt: `completed`, `error`, `halted`, `paused`, `cancelled`."""
     return status in TERMINAL_STATUSES
 
 
@@ -127,6 +130,7 @@ class FactoryRunResult(TypedDict):
     accounting: dict[str, Any]
     attempts: int
     resumeAt: NotRequired[str]
+    checkpoint: NotRequired[str]
     session: NotRequired[str]
     createdAt: str
     updatedAt: str
@@ -410,8 +414,10 @@ class FactoryApi:
         limits: FactoryLimits | None = None,
         approved: bool | None = None,
         timeout: float | None = None,
+        input: Any = _NO_INPUT,
     ) -> FactoryRunResult:
-        """Resume a run by id (same args, journaled work replays) with limits raised, and
+        """Resume a run by id (same args, journaled work replays) with limits raised and, for
+        a run paused at a checkpoint, `input` (what its `ctx.pause(key)` returns), and
         return its terminal envelope. A failure before the attempt starts raises
         `FactoryResumeError` (`not_found`, `non_resumable`, `already_active`,
         `no_approval_provider`); other refusals (`invalid_limits`, `backend_unavailable`)
@@ -421,6 +427,8 @@ class FactoryApi:
             body["limits"] = limits
         if approved is not None:
             body["approved"] = approved
+        if input is not _NO_INPUT:
+            body["input"] = input
         try:
             started = self._transport.request("POST", _run_path(run_id, "/resume"), body)
         except FactoryError as e:
@@ -471,6 +479,10 @@ class FactoryApi:
     def cancel(self, run_id: str) -> FactoryRunResult:
         """Cancel the run; its terminal envelope."""
         return self._transport.request("POST", _run_path(run_id, "/cancel"))
+
+    def pause(self, run_id: str) -> FactoryRunResult:
+        """Pause the running run; its `paused` envelope (resume it with `resume`)."""
+        return self._transport.request("POST", _run_path(run_id, "/pause"))
 
     def wait_for_run(self, run_id: str, timeout: float | None = None) -> FactoryRunResult:
         """The run's terminal envelope once it settles (at once if it has). Follows the

@@ -197,6 +197,25 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(settled, [cancelled])
             self.assertEqual(session.factory.wait_for_run(run_id), cancelled)
 
+    def test_pause_a_running_run_and_what_a_pause_refuses(self) -> None:
+        with join() as session:
+            run_id = session.factory.start("fanout", args={"n": 1, "prefix": "hang:"})
+            self.assertEqual(running_run(session), run_id)
+            settled: list[Any] = []
+            waiter = threading.Thread(target=lambda: settled.append(session.factory.wait_for_run(run_id, timeout=60)))
+            waiter.start()
+            paused = session.factory.pause(run_id)
+            self.assertEqual((paused["status"], paused["failure"]["type"], paused["failure"]["kind"]), ("paused", "paused", "caller"))
+            self.assertTrue(is_factory_run_terminal(paused["status"]))
+            waiter.join(90)
+            self.assertEqual(settled, [paused])
+            with self.assertRaises(FactoryError) as again:
+                session.factory.pause(run_id)
+            self.assertEqual((again.exception.code, again.exception.http_status), ("not_running", 409))
+            with self.assertRaises(FactoryError) as answer:
+                session.factory.resume(run_id, input={"approved": True})
+            self.assertEqual((answer.exception.code, answer.exception.http_status), ("not_at_checkpoint", 409))
+
     def test_resume_with_a_raised_limit_and_its_errors(self) -> None:
         self.assertEqual(
             FACTORY_RESUME_ERROR_CODES,
@@ -283,7 +302,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((down.exception.code, down.exception.http_status), ("unavailable", None))
 
     def test_is_factory_run_terminal_and_the_connection_settings(self) -> None:
-        for status in ("completed", "error", "halted", "cancelled"):
+        for status in ("completed", "error", "halted", "paused", "cancelled"):
             self.assertTrue(is_factory_run_terminal(status), status)
         for status in ("running", "pending", "", None, "Completed"):
             self.assertFalse(is_factory_run_terminal(status), status)

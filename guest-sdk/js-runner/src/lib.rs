@@ -330,6 +330,15 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
     }))?;
     native.set("cancelled", Func::from(hooks::cancelled))?;
     native.set("stopReason", Func::from(|| hooks::stop_reason().map(|abort| abort_message(&abort))))?;
+    // `ctx.pause(key)`: `"o" + json` (the checkpoint's answer), `"n"` (passed without one),
+    // or `"a" + message` (the abort that pauses the run at it, or a stop under way).
+    native.set("pause", Func::from(|key: String| -> String {
+        match hooks::pause(&key) {
+            Ok(Some(json)) => format!("o{json}"),
+            Ok(None) => "n".into(),
+            Err(abort) => format!("a{}", abort_message(&abort)),
+        }
+    }))?;
     // The logical clock (see the module doc): the prelude advances it as timers fire.
     native.set("setClock", Func::from(|ms: f64| CLOCK_US.with(|c| c.set(ms * 1000.0))))?;
     native.set("clock", Func::from(|| CLOCK_US.with(|c| c.get()) / 1000.0))?;
@@ -392,6 +401,8 @@ fn abort_message(abort: &Abort) -> String {
         Abort::SandboxLimit(m) => format!("sandbox_limit:{m}"),
         Abort::Backend(m) => format!("backend:the agent backend could not be used: {m}"),
         Abort::Halted => "halted:the host is shutting down; resume the run to continue".into(),
+        Abort::Paused(None) => "paused:the run was paused; resume it to continue".into(),
+        Abort::Paused(Some(key)) => format!("paused:the run is paused at checkpoint `{key}`; resume it to continue"),
     }
 }
 

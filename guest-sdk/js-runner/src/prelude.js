@@ -15,7 +15,7 @@
 
     // An abort: the run must stop. A `DOMException` named `AbortError` (as Node's abort
     // reasons are) whose `kind` is the envelope's `failure.type` the run ends with
-    // (`cancelled`, `halted`, `factory_limit_reached`, `sandbox_limit`, `storage`,
+    // (`cancelled`, `halted`, `paused`, `factory_limit_reached`, `sandbox_limit`, `storage`,
     // `invalid_call`, `backend`) and, for a factory limit, `limit` its `failure.kind`.
     // `parallel`/`pipeline` let it through instead of turning it into `null`.
     class FactoryAbortError extends G.DOMException {
@@ -466,6 +466,31 @@
             return startAgent(native, prompt, label, schema, model, limits, tuning);
         }
 
+        // How many `ctx.parallel`/`ctx.pipeline` calls are in flight: `ctx.pause` is refused
+        // meanwhile (a checkpoint belongs to the body's main flow).
+        let fanning = 0;
+        const fanned = (promise) => {
+            fanning++;
+            const done = () => {
+                fanning--;
+            };
+            promise.then(done, done);
+            return promise;
+        };
+
+        // `ctx.pause(key)`: a durable one-shot checkpoint. Its answer once the run was resumed
+        // past it (the resume's input, or null); the first time it is reached the run pauses
+        // there and this throws the AbortError (kind `paused`) that ends the attempt.
+        async function pause(key) {
+            if (typeof key !== "string" || key === "") throw new TypeError("ctx.pause: the key must be a non-empty string");
+            if (fanning > 0)
+                throw new TypeError("ctx.pause: a checkpoint is not allowed inside ctx.parallel or ctx.pipeline; call it from the body's main flow");
+            signal.throwIfAborted();
+            const answer = native.pause(key);
+            if (answer[0] === "a") raise(answer.slice(1));
+            return answer === "n" ? null : JSON.parse(answer.slice(1));
+        }
+
         function parallel(thunks) {
             try {
                 if (!Array.isArray(thunks)) throw new TypeError("ctx.parallel takes an array of functions");
@@ -479,7 +504,8 @@
             // Each item's value in place, null for a failure; the first abort rejects. A
             // thunk that returns its `ctx.agent` promise as it is gets the reply put in place
             // when the call settles (no promise reaction per item).
-            return new Promise((resolve, reject) => {
+            fanning++;
+            const all = new Promise((resolve, reject) => {
                 const n = thunks.length;
                 const out = new Array(n);
                 let left = n;
@@ -522,6 +548,8 @@
                     );
                 }
             });
+            fanning--;
+            return fanned(all);
         }
 
         async function pipeline(items, ...stages) {
@@ -530,8 +558,11 @@
             stages.forEach((s, i) => {
                 if (typeof s !== "function") throw new TypeError(`ctx.pipeline: stage ${i} is not a function`);
             });
-            return Promise.all(
-                items.map(async (item, index) => {
+            // Counted from before the first stage starts (it starts inside `map`).
+            fanning++;
+            let all;
+            try {
+                all = Promise.all(items.map(async (item, index) => {
                     let value = item;
                     try {
                         for (const stage of stages) value = await stage(value, item, index);
@@ -540,8 +571,11 @@
                         if (isAbort(e)) throw e;
                         return null;
                     }
-                })
-            );
+                }));
+            } finally {
+                fanning--;
+            }
+            return await fanned(all);
         }
 
         async function step(key, producer, options) {
@@ -580,6 +614,7 @@
                 native.log(String(message));
             },
             sleep,
+            pause,
             signal,
             session: makeSession(runId),
             factory: () => Promise.reject(new Error("nested factories are not supported")),

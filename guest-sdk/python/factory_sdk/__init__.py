@@ -89,8 +89,9 @@ class Abort(BaseException):
     """The run must stop: propagate it (do not catch it).
 
     ``reason`` is one of ``"cancelled"``, ``"limit-reached"``, ``"storage"``,
-    ``"invalid-call"``, ``"sandbox-limit"``, ``"backend"``, ``"halted"``; ``limit`` names the limit for
-    ``"limit-reached"`` (``"maxTotalSubagents"``, ``"timeoutSeconds"``, ``"maxAiCredits"``).
+    ``"invalid-call"``, ``"sandbox-limit"``, ``"backend"``, ``"halted"``, ``"paused"``; ``limit`` names
+    the limit for ``"limit-reached"`` (``"maxTotalSubagents"``, ``"timeoutSeconds"``, ``"maxAiCredits"``);
+    ``message`` is the checkpoint's key for ``"paused"`` at a checkpoint (empty for a caller's pause).
     """
 
     def __init__(self, reason: str, message: str = "", limit: str | None = None) -> None:
@@ -137,6 +138,8 @@ def _abort_from_wit(value: Any) -> Abort:
         return Abort("backend", value.value)
     if name == "Abort_Halted":
         return Abort("halted")
+    if name == "Abort_Paused":
+        return Abort("paused", value.value or "")
     return Abort("unknown", repr(value))
 
 
@@ -353,6 +356,21 @@ class Ctx(Generic[A]):
         the run regardless)."""
         _require_host()
         return bool(_hooks.cancelled())
+
+    def pause(self, key: str) -> Any:
+        """A durable one-shot checkpoint named ``key``. The first attempt that reaches it
+        pauses the run there: it raises :class:`Abort` (reason ``"paused"``; let it propagate)
+        and the run ends ``paused``, waiting at ``key``. Once a caller resumes it (``factory
+        resume RUN --input JSON``) the body runs again from the top (journaled steps and agent
+        calls replay) and this returns the resume's input, parsed (``None`` when it carried
+        none); every later attempt gets the same answer. Call it from the main flow, not from
+        inside ``parallel`` or ``pipeline``."""
+        _require_host()
+        try:
+            answer = _hooks.pause(key)
+        except _Err as e:
+            raise _abort_from_wit(e.value) from None
+        return None if answer is None else json.loads(answer)
 
     async def sleep(self, ms: int) -> None:
         """Sleep ``ms`` milliseconds (counts as active time). Use it instead of

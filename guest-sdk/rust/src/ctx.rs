@@ -48,6 +48,21 @@ impl Ctx {
         hooks::cancelled()
     }
 
+    /// A durable one-shot checkpoint named `key`. The first attempt that reaches it pauses
+    /// the run there: it returns [`Abort::Paused`] (propagate it with `?`) and the run ends
+    /// `paused`, waiting at `key`. Once a caller resumes it (`factory resume RUN --input
+    /// JSON`), the body runs again from the top (journaled steps and agent calls replay) and
+    /// this returns the resume's input (`None` when it carried none); every later attempt
+    /// gets the same answer. Call it from the body's main flow, not from a fan-out.
+    pub fn pause<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, Error> {
+        match hooks::pause(key).map_err(Abort::from)? {
+            None => Ok(None),
+            Some(json) => serde_json::from_str(&json).map(Some).map_err(|e| {
+                Error::Failed(format!("checkpoint `{key}`: the answer does not fit the expected type: {e}"))
+            }),
+        }
+    }
+
     /// Sleep for `ms` milliseconds (counts as active time).
     pub async fn sleep(&self, ms: u64) {
         agents::sleep(ms).await

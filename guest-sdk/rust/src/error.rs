@@ -34,6 +34,9 @@ pub enum Abort {
     Backend(String),
     /// The host is shutting down (the run ends `halted`, resumable).
     Halted,
+    /// The run is pausing (it ends `paused`, resumable): a caller paused it (`None`), or
+    /// [`Ctx::pause`](crate::Ctx::pause) reached its checkpoint for the first time (its key).
+    Paused(Option<String>),
 }
 
 impl From<wit::Abort> for Abort {
@@ -50,6 +53,7 @@ impl From<wit::Abort> for Abort {
             wit::Abort::SandboxLimit(m) => Abort::SandboxLimit(m),
             wit::Abort::Backend(m) => Abort::Backend(m),
             wit::Abort::Halted => Abort::Halted,
+            wit::Abort::Paused(key) => Abort::Paused(key),
         }
     }
 }
@@ -64,6 +68,8 @@ impl fmt::Display for Abort {
             Abort::SandboxLimit(m) => write!(f, "run aborted: sandbox limit: {m}"),
             Abort::Backend(m) => write!(f, "run aborted: backend outage: {m}"),
             Abort::Halted => write!(f, "run aborted: the host is shutting down"),
+            Abort::Paused(None) => write!(f, "run paused"),
+            Abort::Paused(Some(key)) => write!(f, "run paused at checkpoint `{key}`"),
         }
     }
 }

@@ -21,6 +21,27 @@ pub(crate) enum Abort {
     Backend { kind: OutageKind, message: String, resume_at: Option<std::time::SystemTime> },
     /// A budgeted run would spawn on a model whose cost is unknown (`maxAiCredits`).
     Unpriced(String),
+    /// The run is pausing; it ends `paused` (resumable).
+    Paused(Pause),
+}
+
+/// Why a run pauses ([`Abort::Paused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// A caller paused it.
+    Caller,
+    /// The body reached checkpoint `ctx.pause(key)` for the first time.
+    Checkpoint(String),
+}
+
+impl Pause {
+    /// Its `failure.kind`: `caller` or `checkpoint`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Pause::Caller => "caller",
+            Pause::Checkpoint(_) => "checkpoint",
+        }
+    }
 }
 
 /// A factory limit that can stop a run.

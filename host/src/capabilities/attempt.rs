@@ -5,7 +5,7 @@
 //! progress journal (seq, the current phase, revisions announced to subscribers). Steps,
 //! agents, phase/log and sleep each keep their own state in their own module.
 
-use super::abort::{Abort, LimitKind};
+use super::abort::{Abort, LimitKind, Pause};
 use super::cache::ValueCache;
 use crate::backend::AgentBackend;
 use crate::model::envelope::{Failure, FailureType};
@@ -28,6 +28,8 @@ pub(crate) enum StopCause {
     Cancelled,
     /// The host is shutting down: the run ends `halted`.
     Halted,
+    /// A caller paused it, or the body reached a checkpoint: the run ends `paused`.
+    Paused(Pause),
     /// A limit, the store, the backend or a bad call: the failure to record.
     Failed(Failure, Abort),
 }
@@ -83,6 +85,9 @@ pub(crate) struct AttemptSetup {
     pub span: tracing::Span,
     /// The factory's default agent soft limits (`meta.agentLimits`).
     pub agent_limits: crate::model::limits::AgentLimits,
+    /// The checkpoints the run has passed, each with its answer (JSON text; `None`: resumed
+    /// without one): what `ctx.pause(key)` returns for them.
+    pub answers: std::collections::BTreeMap<String, Option<String>>,
 }
 
 /// What the journal view knows of an agent call's key ([`Attempt::cached_agent`]).
@@ -101,6 +106,8 @@ pub(crate) struct Attempt {
     pub(crate) limits: Limits,
     pub(crate) sandbox: SandboxLimits,
     pub(crate) journal: Arc<dyn Journal>,
+    /// The checkpoints passed and their answers ([`AttemptSetup::answers`]).
+    pub(crate) answers: std::collections::BTreeMap<String, Option<String>>,
     book: Mutex<Book>,
     stop: StopSignal,
     cause: Mutex<Option<StopCause>>,
@@ -136,6 +143,7 @@ impl Attempt {
             limits: setup.limits,
             sandbox: setup.sandbox.clone(),
             journal: setup.journal.clone(),
+            answers: setup.answers.clone(),
             book: Mutex::new(Book {
                 cache,
                 journal_bytes,
@@ -197,7 +205,7 @@ impl Attempt {
     /// Stop the attempt: the first cause wins. Returns the abort to hand the guest.
     pub(crate) fn abort(&self, abort: Abort) -> Abort {
         let failure = match &abort {
-            Abort::Cancelled | Abort::Halted => None,
+            Abort::Cancelled | Abort::Halted | Abort::Paused(_) => None,
             Abort::Limit(kind) => Some(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
             Abort::Storage(e) => Some(Failure::new(FailureType::Storage, None, e.to_string())),
             Abort::InvalidCall(m) => Some(Failure::new(FailureType::InvalidCall, None, m.clone())),
@@ -205,10 +213,11 @@ impl Attempt {
             Abort::Backend { kind, message, .. } => Some(Failure::new(FailureType::Backend, Some(kind.as_str()), message.clone())),
             Abort::Unpriced(message) => Some(Failure::limit(LimitKind::MaxAiCredits.name(), message.clone())),
         };
-        let cause = match failure {
-            None if abort == Abort::Halted => StopCause::Halted,
-            None => StopCause::Cancelled,
-            Some(failure) => StopCause::Failed(failure, abort.clone()),
+        let cause = match (failure, &abort) {
+            (None, Abort::Halted) => StopCause::Halted,
+            (None, Abort::Paused(pause)) => StopCause::Paused(pause.clone()),
+            (None, _) => StopCause::Cancelled,
+            (Some(failure), _) => StopCause::Failed(failure, abort.clone()),
         };
         self.cause.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(cause);
         self.stop.cancel();
@@ -233,6 +242,7 @@ impl Attempt {
         Some(match self.cause.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             Some(StopCause::Failed(_, abort)) => abort.clone(),
             Some(StopCause::Halted) => Abort::Halted,
+            Some(StopCause::Paused(pause)) => Abort::Paused(pause.clone()),
             _ => Abort::Cancelled,
         })
     }

@@ -1,5 +1,5 @@
 //! The WIT bindings of the capabilities: `agent:factory/ctx` (steps, phase and log, the
-//! run's identity and stop signal) and `agent:factory/agents` (subagents and sleep), each
+//! run's identity and stop signal, checkpoints) and `agent:factory/agents` (subagents and sleep), each
 //! function handed to the capability that owns it, and the conversion of the host's
 //! [`Abort`] and [`StepError`] to their WIT forms. Bindings take the sandbox's store data;
 //! the capabilities' semantics never see it, so they do not depend on the sandbox that holds
@@ -12,7 +12,7 @@
 //! `agents.agent-start`, in the store data's set of started calls
 //! ([`super::started`]), which `agents.agent-wait` polls and reports in batches.
 
-use super::abort::{Abort, LimitKind, StepError};
+use super::abort::{Abort, LimitKind, Pause, StepError};
 use super::agents::{Agents, Start};
 use super::started::{settle, Launch};
 use crate::sandbox::contract::agent::factory::{agents, ctx, types as wit};
@@ -63,6 +63,10 @@ impl ctx::Host for RunData {
     fn stop_reason(&mut self) -> wasmtime::Result<Option<wit::Abort>> {
         self.run.attempt.watch();
         Ok(self.run.attempt.stopping().map(Into::into))
+    }
+
+    fn pause(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
+        Ok(super::checkpoints::pause(&self.run.attempt, key).map_err(Into::into))
     }
 }
 
@@ -156,6 +160,8 @@ impl From<Abort> for wit::Abort {
             Abort::Storage(e) => wit::Abort::Storage(e.to_string()),
             Abort::InvalidCall(m) => wit::Abort::InvalidCall(m),
             Abort::SandboxLimit { message, .. } => wit::Abort::SandboxLimit(message),
+            Abort::Paused(Pause::Caller) => wit::Abort::Paused(None),
+            Abort::Paused(Pause::Checkpoint(key)) => wit::Abort::Paused(Some(key)),
         }
     }
 }

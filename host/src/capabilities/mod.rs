@@ -2,7 +2,7 @@
 //! state (as Spin's factors do): [`steps`] (`ctx.step-get`/`step-put`), [`agents`]
 //! (`agents.agent`: memo, limits, accounting), [`started`] (the calls `agents.agent-start`
 //! started and `agents.agent-wait` reports), [`progress`] (`ctx.phase`/`ctx.log`),
-//! [`sleep`] (`agents.sleep`) and `script` (a script factory's source). What they share of
+//! [`sleep`] (`agents.sleep`), [`checkpoints`] (`ctx.pause`) and `script` (a script factory's source). What they share of
 //! one attempt (identity, limits, the stop signal of [`stop`], the journal view and the
 //! progress journal) is [`attempt::Attempt`]. [`Capabilities`] is one attempt's set, which the run
 //! engine builds and the sandbox's store data holds; `bindings` binds the WIT interfaces
@@ -15,6 +15,7 @@ pub(crate) mod agents;
 pub(crate) mod attempt;
 pub(crate) mod cache;
 mod bindings;
+pub(crate) mod checkpoints;
 pub(crate) mod progress;
 pub(crate) mod set;
 mod script;

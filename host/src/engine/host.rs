@@ -175,6 +175,9 @@ pub struct ResumeOptions {
     pub trace_parent: Option<crate::trace::TraceParent>,
     /// The caller's working directory, as [`RunOptions::caller_cwd`].
     pub caller_cwd: Option<PathBuf>,
+    /// The answer to the checkpoint the run is paused at (`ctx.pause(key)` returns it;
+    /// `None`: it returns none). Refused for a run that waits at no checkpoint.
+    pub input: Option<serde_json::Value>,
 }
 
 /// A run with its phases, agent summaries and latest progress page. On the wire it is the
@@ -218,6 +221,19 @@ pub struct RunDetail {
     /// that backend); absent when it does not execute here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flows: Vec<crate::model::flow::FlowStats>,
+    /// The phases the latest attempt's factory declares, the entered and current ones marked
+    /// (empty when it declares none, or for runs recorded before they were kept).
+    #[serde(default)]
+    pub declared_phases: Vec<crate::engine::live::DeclaredPhase>,
+    /// The latest attempt's agents that run now, oldest first (none unless it executes).
+    #[serde(default)]
+    pub running_agents: Vec<crate::engine::live::LiveAgent>,
+    /// Its agents that wait for a concurrency slot, oldest first.
+    #[serde(default)]
+    pub queued_agents: Vec<crate::engine::live::LiveAgent>,
+    /// When this detail was read (RFC 3339).
+    #[serde(default)]
+    pub observed_at: String,
 }
 
 impl<'de> serde::Deserialize<'de> for RunDetail {
@@ -242,6 +258,14 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             truncated: bool,
             #[serde(default)]
             flows: Vec<crate::model::flow::FlowStats>,
+            #[serde(default)]
+            declared_phases: Vec<crate::engine::live::DeclaredPhase>,
+            #[serde(default)]
+            running_agents: Vec<crate::engine::live::LiveAgent>,
+            #[serde(default)]
+            queued_agents: Vec<crate::engine::live::LiveAgent>,
+            #[serde(default)]
+            observed_at: String,
         }
         use serde::de::Error as _;
         let text = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
@@ -261,6 +285,10 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             sandbox: own.sandbox,
             truncated: own.truncated,
             flows: own.flows,
+            declared_phases: own.declared_phases,
+            running_agents: own.running_agents,
+            queued_agents: own.queued_agents,
+            observed_at: own.observed_at,
         })
     }
 }
@@ -744,6 +772,7 @@ impl Host {
             host_pending_bytes: self.pending_bytes.clone(),
             span: tracing::Span::none(),
             agent_limits: Default::default(),
+            answers: Default::default(),
         };
         let shared = Capabilities::new(setup, Default::default());
         sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
@@ -845,6 +874,7 @@ impl Host {
             envelope.error = None;
             envelope.result = None;
             envelope.resume_at = None;
+            envelope.checkpoint = None;
         }
         if envelope.status == RunStatus::Running && !active {
             // The attempt may have ended between reading the record and looking at `active`:
@@ -1125,6 +1155,7 @@ impl Host {
                 revision: 0,
                 backend: None,
                 resume_at: None,
+                checkpoint: None,
                 session: None,
             },
             session: session_of(&options.session),
@@ -1141,6 +1172,8 @@ impl Host {
             recoveries: 0,
             seal: None,
             caller_dirs: Vec::new(),
+            phases: Vec::new(),
+            checkpoints: Default::default(),
         };
         if let Some(dir) = &options.caller_cwd {
             record.add_caller_dir(dir);
@@ -1263,6 +1296,7 @@ impl Host {
         if let Some(dir) = &options.caller_cwd {
             record.add_caller_dir(dir);
         }
+        answer_checkpoint(&mut record, options.input, &self.config.sandbox)?;
         let backend = caller_hidden(backend, &record);
         self.put_blobs(&factory)?;
         // Written with the attempt's start, before the guest runs: a recovery that crashes
@@ -1419,12 +1453,14 @@ impl Host {
         record.envelope.failure = None;
         record.envelope.error = None;
         record.envelope.resume_at = None;
+        record.envelope.checkpoint = None;
         record.envelope.updated_at = crate::store::records_timestamp();
         // `scripts` is index-aligned with `component_hashes` (runs recorded before scripts
         // existed have none: they were all components).
         record.scripts.resize(record.component_hashes.len(), None);
         record.component_hashes.push(factory.component.hash.clone());
         record.scripts.push(factory.component.script.as_ref().map(|s| s.reference()));
+        record.phases = factory.meta.phases.clone();
         // A script's modules: this attempt's own set, recording what it loads under the run.
         let component = match &factory.component.script {
             Some(script) => {
@@ -1483,8 +1519,10 @@ impl Host {
             host_pending_bytes: self.pending_bytes.clone(),
             span,
             agent_limits: factory.meta.agent_limits.clone(),
+            answers: record.checkpoints.clone(),
         };
         let mut parked = None;
+        let mut checkpoint = None;
         let (status, result, failure, accounting) = match snapshot.map(|snapshot| Capabilities::new(setup, snapshot)) {
             Err(failure) => (RunStatus::Error, None, Some(failure), prior),
             Ok(shared) => {
@@ -1521,6 +1559,12 @@ impl Host {
                         parked = Some(resume_at);
                     }
                 }
+                if let (RunStatus::Paused, Some(crate::capabilities::attempt::StopCause::Paused(run::Pause::Checkpoint(key)))) =
+                    (outcome.status, shared.attempt.cause())
+                {
+                    shared.progress.log(format!("paused at checkpoint `{key}`"));
+                    checkpoint = Some(key);
+                }
                 shared.attempt.emit(ProgressEvent::AttemptEnded { status: outcome.status, replayed: shared.agents.attempt_cache_hits() });
                 shared.attempt.end_phase();
                 let mut failure = outcome.failure;
@@ -1545,6 +1589,7 @@ impl Host {
         };
         let accounting_at_end = accounting;
         ended(record, status, result, failure, accounting);
+        record.envelope.checkpoint = checkpoint.filter(|_| record.envelope.status == RunStatus::Paused);
         let quota = |f: &Failure| f.kind_type == crate::model::envelope::FailureType::Backend && f.kind.as_deref() == Some("quota");
         let parked = parked.filter(|_| record.envelope.status == RunStatus::Halted && record.envelope.failure.as_ref().is_some_and(quota));
         if let Some(resume_at) = parked {
@@ -1596,6 +1641,39 @@ impl Host {
                     if let Ok(ended) = tokio::time::timeout(Duration::from_secs(1), self.wait(scope.clone(), run_id)).await {
                         return ended;
                     }
+                }
+            }
+        }
+        self.wait(scope, run_id).await
+    }
+
+    /// Pause a run and return its envelope once the attempt has stopped (`paused`, resumable
+    /// under the same id by a caller; its journaled steps and agent calls kept). The attempt
+    /// stops cooperatively, as a cancel stops it, with a pause as its reason (a JS body's
+    /// `ctx.signal.reason` says so). A run with no attempt executing here is refused with
+    /// [`Error::NotRunning`] (also one that another worker of a shared store executes).
+    pub async fn pause(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
+        let scope = scope.into();
+        let record = self.record(&scope, run_id).await?;
+        // An attempt claimed here builds its capabilities before its guest runs: waited for
+        // (briefly), so a pause right after a start pauses it rather than being refused.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let running = self.active().get(run_id).map(|a| a.shared.clone());
+            match running {
+                Some(Some(shared)) => {
+                    shared.attempt.abort(run::Abort::Paused(run::Pause::Caller));
+                    break;
+                }
+                Some(None) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+                _ => {
+                    let status = record.envelope.status.as_str();
+                    let elsewhere = if self.store.shared() && !record.envelope.status.is_terminal() {
+                        " here (pause it through the worker that executes it)"
+                    } else {
+                        ""
+                    };
+                    return Err(Error::NotRunning(format!("run `{run_id}` is {status}: it has no attempt executing{elsewhere}")));
                 }
             }
         }
@@ -1898,6 +1976,9 @@ impl Host {
             }
         }
         let agents = Vec::from(agents);
+        let executing = record.envelope.status == RunStatus::Running;
+        let live = crate::engine::live::live(pages.iter().rev().flatten(), executing);
+        let declared_phases = crate::engine::live::declared_phases(&record.phases, &phases);
         let progress = self.store.progress(run_id, &ProgressQuery::default()).await?;
         let limits = record.limits;
         let component_hashes = record.component_hashes.clone();
@@ -1922,6 +2003,10 @@ impl Host {
             sandbox,
             truncated,
             flows,
+            declared_phases,
+            running_agents: live.running,
+            queued_agents: live.queued,
+            observed_at: crate::store::records_timestamp(),
         })
     }
 
@@ -2042,6 +2127,37 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
     envelope.failure = failure;
     envelope.accounting = accounting;
     envelope.updated_at = crate::store::records_timestamp();
+}
+
+/// Journal the answer to the checkpoint a paused run waits at (its record keeps it; every
+/// later attempt's `ctx.pause(key)` returns it): `input`, or none when the resume carries
+/// none. A run that waits at no checkpoint takes no answer.
+fn answer_checkpoint(record: &mut RunRecord, input: Option<serde_json::Value>, sandbox: &SandboxLimits) -> Result<(), Error> {
+    use crate::capabilities::checkpoints::MAX_ANSWER_BYTES;
+    let run_id = &record.envelope.run_id;
+    let waiting = record.envelope.checkpoint.clone().filter(|_| record.envelope.status == RunStatus::Paused);
+    let Some(key) = waiting else {
+        if input.is_some() {
+            return Err(Error::NotAtCheckpoint(format!(
+                "run `{run_id}` waits at no checkpoint (it is {}): resume it without an input",
+                record.envelope.status.as_str()
+            )));
+        }
+        return Ok(());
+    };
+    let answer = input.map(|value| value.to_string());
+    if let Some(text) = &answer {
+        let limit = MAX_ANSWER_BYTES.min(sandbox.max_step_bytes);
+        if text.len() > limit {
+            return Err(Error::InvalidInput(format!("the answer is {} bytes, over the {limit} byte limit", text.len())));
+        }
+        let depth = crate::model::json::depth(text);
+        if depth > sandbox.max_json_depth {
+            return Err(Error::InvalidInput(format!("the answer is nested {depth} deep, over the limit of {}", sandbox.max_json_depth)));
+        }
+    }
+    record.checkpoints.insert(key, answer);
+    Ok(())
 }
 
 /// Park `record`, whose attempt ended `halted` on a spent quota: with a known reset

@@ -3,7 +3,7 @@
 //! the guest, flush the journal, and classify the outcome. What the attempt's hooks share and
 //! do is in [`crate::capabilities`].
 
-pub(crate) use crate::capabilities::abort::{Abort, LimitKind};
+pub(crate) use crate::capabilities::abort::{Abort, LimitKind, Pause};
 pub(crate) use crate::capabilities::attempt::AttemptSetup;
 use crate::capabilities::attempt::StopCause;
 pub(crate) use crate::capabilities::Capabilities;
@@ -98,6 +98,11 @@ pub(crate) async fn execute(
         },
         // A recorded failure wins over whatever the guest returned after it.
         (Some(StopCause::Failed(failure, _)), _) => outcome_failed(failure),
+        (Some(StopCause::Paused(pause)), _) => AttemptOutcome {
+            status: RunStatus::Paused,
+            result: None,
+            failure: Some(paused_failure(&pause)),
+        },
         (Some(StopCause::Halted), _) => AttemptOutcome {
             status: RunStatus::Halted,
             result: None,
@@ -128,6 +133,18 @@ pub(crate) async fn execute(
         outcome = outcome_failed(Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()));
     }
     outcome
+}
+
+/// What a paused run's envelope says: why it paused and how to go on.
+fn paused_failure(pause: &Pause) -> Failure {
+    let message = match pause {
+        Pause::Caller => "the run was paused; resume it to continue (its journaled work replays for free)".to_string(),
+        Pause::Checkpoint(key) => format!(
+            "the run waits at checkpoint `{key}`; resume it to continue, with an answer (`factory resume RUN --input JSON`) \
+             that ctx.pause returns, or without one (it returns none)"
+        ),
+    };
+    Failure::new(crate::model::envelope::FailureType::Paused, Some(pause.kind()), message)
 }
 
 fn outcome_failed(failure: Failure) -> AttemptOutcome {

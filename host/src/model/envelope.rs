@@ -1,5 +1,5 @@
 //! The run envelope: what a caller gets back for every outcome of a run (`completed`,
-//! `error`, `halted`, `cancelled`), with typed failures and accounting, and the
+//! `error`, `halted`, `paused`, `cancelled`), with typed failures and accounting, and the
 //! [`RunSummary`] a listing shows of it. Every message an envelope carries is bounded:
 //! a failure's message and the run's error are cut at [`MAX_MESSAGE_BYTES`] (a summary's at
 //! [`SUMMARY_MESSAGE_BYTES`]) on a UTF-8 boundary, ending with [`TRUNCATED_MARKER`].
@@ -24,6 +24,10 @@ pub enum RunStatus {
     Halted,
     /// Cancelled by a caller.
     Cancelled,
+    /// Paused by a caller, or waiting at a checkpoint (`ctx.pause(key)`, named by
+    /// [`RunEnvelope::checkpoint`]): a settled attempt, resumed by a caller (never by
+    /// automatic recovery), its journaled work kept.
+    Paused,
 }
 
 impl RunStatus {
@@ -41,6 +45,7 @@ impl RunStatus {
             RunStatus::Error => "error",
             RunStatus::Halted => "halted",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::Paused => "paused",
         }
     }
 }
@@ -78,6 +83,9 @@ pub enum FailureType {
     Cancelled,
     /// The host stopped during the attempt.
     Halted,
+    /// The attempt was paused (kind `caller`: a caller's pause; `checkpoint`: the body
+    /// reached a checkpoint, named by [`RunEnvelope::checkpoint`]).
+    Paused,
 }
 
 impl FailureType {
@@ -96,6 +104,7 @@ impl FailureType {
             FailureType::Internal => "internal",
             FailureType::Cancelled => "cancelled",
             FailureType::Halted => "halted",
+            FailureType::Paused => "paused",
         }
     }
 }
@@ -238,6 +247,10 @@ pub struct RunEnvelope {
     /// when the provider did not say when the quota resets (then it is resumed by hand).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub resume_at: Option<String>,
+    /// For a run `paused` at a checkpoint: the key it waits at (`ctx.pause(key)`). A resume
+    /// continues it, its `input` (if any) being what `ctx.pause(key)` returns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub checkpoint: Option<String>,
     /// The run's owner session, on envelopes read back from a host (listings show it to
     /// an owner who sees every session's runs); absent in stored records.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -276,6 +289,7 @@ impl RunEnvelope {
             attempts: self.attempts,
             backend: self.backend.clone(),
             resume_at: self.resume_at.clone(),
+            checkpoint: self.checkpoint.clone(),
             session: self.session.clone(),
             created_at: self.created_at.clone(),
             updated_at: self.updated_at.clone(),
@@ -317,6 +331,9 @@ pub struct RunSummary {
     /// When a run parked for its backend's quota resumes by itself ([`RunEnvelope::resume_at`]).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub resume_at: Option<String>,
+    /// The checkpoint a paused run waits at ([`RunEnvelope::checkpoint`]).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub checkpoint: Option<String>,
     /// The run's owner session.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub session: Option<String>,
@@ -397,6 +414,7 @@ mod tests {
             (FailureType::Internal, "internal"),
             (FailureType::Cancelled, "cancelled"),
             (FailureType::Halted, "halted"),
+            (FailureType::Paused, "paused"),
         ];
         for (kind, text) in all {
             assert_eq!(serde_json::to_value(kind).unwrap(), serde_json::json!(text));
@@ -411,7 +429,8 @@ mod tests {
             assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(text));
             assert_eq!(status.as_str(), text);
         }
-        for status in [RunStatus::Pending, RunStatus::Running, RunStatus::Completed, RunStatus::Error, RunStatus::Halted, RunStatus::Cancelled] {
+        for status in [RunStatus::Pending, RunStatus::Running, RunStatus::Completed, RunStatus::Error, RunStatus::Halted, RunStatus::Cancelled, RunStatus::Paused] {
+            assert!(status.is_terminal() || matches!(status, RunStatus::Pending | RunStatus::Running));
             assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(status.as_str()));
         }
     }

@@ -146,6 +146,12 @@ impl Client {
         expect!(self, request, Response::Envelope(envelope) => *envelope)
     }
 
+    /// Pause a running run; its `paused` envelope.
+    pub async fn pause(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, ServiceError> {
+        let request = Request::Pause { scope: scope.into(), run_id: run_id.into() };
+        expect!(self, request, Response::Envelope(envelope) => *envelope)
+    }
+
     /// Delete a run that is not executing, and its journal.
     pub async fn remove(&self, scope: impl Into<Scope>, run_id: &str) -> Result<(), ServiceError> {
         let request = Request::Remove { scope: scope.into(), run_id: run_id.into() };

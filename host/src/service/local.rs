@@ -53,6 +53,7 @@ impl Local {
             Request::Progress { scope, run_id, query } => Response::Progress(host.progress(scope, &run_id, &query).await?),
             Request::Wait { scope, run_id } => Response::Envelope(Box::new(host.wait(scope, &run_id).await?)),
             Request::Cancel { scope, run_id } => Response::Envelope(Box::new(host.cancel(scope, &run_id).await?)),
+            Request::Pause { scope, run_id } => Response::Envelope(Box::new(host.pause(scope, &run_id).await?)),
             Request::Remove { scope, run_id } => {
                 host.remove(scope, &run_id).await?;
                 Response::Removed { run_id }
@@ -128,7 +129,7 @@ impl Local {
                     }
                 })
             }
-            Request::Resume { scope, run_id, component, limits, backend: choice, consent, trace_parent, caller_cwd } => {
+            Request::Resume { scope, run_id, component, limits, backend: choice, consent, trace_parent, caller_cwd, input } => {
                 let component = match component {
                     Some(path) => Some(host.load_file(&path).await?),
                     None => None,
@@ -155,6 +156,7 @@ impl Local {
                     choice,
                     trace_parent,
                     caller_cwd: checked_cwd(caller_cwd)?,
+                    input,
                 };
                 tokio::spawn(async move { host.resume(&run_id, options).await })
             }

@@ -316,6 +316,7 @@ mod tests {
             attempts: 1,
             backend: None,
             resume_at: None,
+            checkpoint: None,
             session: None,
             created_at: String::new(),
             updated_at: String::new(),

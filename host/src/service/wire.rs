@@ -27,8 +27,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// The version of the wire form: every frame carries it as `"wire"`.
 /// Version 5: `runs` answers with a page of [`RunSummary`]s (`after`, `limit`); `remove`
 /// deletes a run. Version 6: a limit override given as `null` lifts the limit (no limit of
-/// that kind for the run), where version 5 read it as not given.
-pub const WIRE_VERSION: u32 = 6;
+/// that kind for the run), where version 5 read it as not given. Version 7: `pause`, a run
+/// status `paused`, and a resume's `input` (the answer to the checkpoint a run waits at).
+pub const WIRE_VERSION: u32 = 7;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -86,6 +87,9 @@ pub enum Request {
     Wait { scope: Scope, run_id: String },
     /// Cancel a run; answers with its terminal envelope.
     Cancel { scope: Scope, run_id: String },
+    /// Pause a running run; answers with its `paused` envelope (`not_running` for a run
+    /// with no attempt executing).
+    Pause { scope: Scope, run_id: String },
     /// Delete a run that is not executing, and its journal; answers [`Response::Removed`].
     Remove { scope: Scope, run_id: String },
     /// The factories the session can run: its own authored ones and those registered for
@@ -148,6 +152,10 @@ pub enum Request {
         /// The caller's working directory, as [`Request::Run`]'s `callerCwd`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         caller_cwd: Option<PathBuf>,
+        /// The answer to the checkpoint the run waits at (`ctx.pause(key)` returns it);
+        /// absent: it returns none. Refused (`not_at_checkpoint`) for a run that waits at none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<serde_json::Value>,
     },
     /// Register a factory under its meta name: for everyone (what `factory add` does), or
     /// with `session` in that session's own scope only (it shadows one of the same name
@@ -188,6 +196,7 @@ impl Request {
             Request::Progress { .. } => "progress",
             Request::Wait { .. } => "wait",
             Request::Cancel { .. } => "cancel",
+            Request::Pause { .. } => "pause",
             Request::Remove { .. } => "remove",
             Request::Factories { .. } => "factories",
             Request::Inspect { .. } => "inspect",
@@ -237,7 +246,7 @@ pub enum Source {
 pub enum Response {
     /// A page of run summaries, in creation order (`runs`).
     Runs(Vec<RunSummary>),
-    /// One run's envelope (`envelope`, `wait`, `cancel`).
+    /// One run's envelope (`envelope`, `wait`, `cancel`, `pause`).
     Envelope(Box<RunEnvelope>),
     /// One run's detail (`detail`).
     Detail(Box<RunDetail>),
@@ -408,12 +417,14 @@ mod tests {
             consent: super::super::Consent::Any,
             trace_parent: None,
             caller_cwd: Some(PathBuf::from("/home/me/project")),
+            input: Some(serde_json::json!({"approved": true})),
         };
         let requests = vec![
             Request::Runs { scope: Scope::from("s"), after: None, limit: None },
             Request::Runs { scope: Scope::Owner, after: Some("r".into()), limit: Some(10) },
             Request::Detail { scope: Scope::from("s"), run_id: "r".into() },
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
+            Request::Pause { scope: Scope::from("s"), run_id: "r".into() },
             Request::Remove { scope: Scope::from("s"), run_id: "r".into() },
             Request::Progress {
                 scope: Scope::from("s"),
@@ -448,14 +459,14 @@ mod tests {
             assert_eq!(parse_request(&bytes).unwrap(), request, "{}", String::from_utf8_lossy(&bytes));
         }
         let text = String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":6,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        assert_eq!(text, r#"{"wire":7,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Follow { scope: Scope::Owner, run_id: "r".into(), after_seq: 2 }))).unwrap();
-        assert_eq!(text, r#"{"wire":6,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
+        assert_eq!(text, r#"{"wire":7,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None }))).unwrap();
-        assert_eq!(text, r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#);
+        assert_eq!(text, r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":6,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":7,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -469,28 +480,30 @@ mod tests {
             r#"{"wire":4,"body":{"op":"runs","scope":"owner"}}"#,
             // Version 5 read a limit given as null as not given; it now lifts the limit.
             r#"{"wire":5,"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 6 knew no `paused` status, `pause` or resume `input`.
+            r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":7,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":8,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 7"), "{e}");
+        assert!(e.contains("version 8"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":6,"body":{"op":"runs","scope":"owner","all":true}}"#,
-            r#"{"wire":6,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
-            r#"{"wire":6,"body":{"op":"drop","scope":"owner"}}"#,
-            r#"{"wire":6,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            r#"{"wire":7,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":7,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":7,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":7,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
             // A bare session where a scope goes, a scope that is neither form, a session
             // with more beside it, and a start request without its concrete session.
-            r#"{"wire":6,"body":{"op":"runs","session":"s"}}"#,
-            r#"{"wire":6,"body":{"op":"runs","scope":"all"}}"#,
-            r#"{"wire":6,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
-            r#"{"wire":6,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
+            r#"{"wire":7,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":7,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":7,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":7,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -501,7 +514,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":6,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":7,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),

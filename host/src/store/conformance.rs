@@ -74,6 +74,7 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
             attempts: 1,
             backend: None,
             resume_at: None,
+            checkpoint: None,
             session: None,
             created_at: now.clone(),
             updated_at: now,
@@ -93,6 +94,8 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
         recoveries: 0,
         seal: None,
         caller_dirs: Vec::new(),
+        phases: Vec::new(),
+        checkpoints: Default::default(),
     }
 }
 

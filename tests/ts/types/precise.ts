@@ -47,6 +47,13 @@ export const checked = defineFactory<{ files: string[] }>({
         const inline = await ctx.agent("n", { schema: { type: "object", properties: { n: { type: "number" } }, required: ["n"] } });
         expectType<Equal<typeof inline, { n: number } | null>>();
 
+        // A checkpoint: the resume's answer, typed as the caller says, or null.
+        const approval = await ctx.pause<{ approved: boolean }>("approve");
+        expectType<Equal<typeof approval, { approved: boolean } | null>>();
+        expectType<Equal<Awaited<ReturnType<typeof ctx.pause>>, JsonValue | null>>();
+        // @ts-expect-error the key is a string
+        await ctx.pause(1);
+
         // @ts-expect-error the prompt is a string
         await ctx.agent(123);
         // @ts-expect-error options are exactly label, schema, model and the soft limits
@@ -173,6 +180,8 @@ const wrongKind: FactoryFailure = { type: "factory_limit_reached", kind: "maxAge
 const wrongType: FactoryFailure = { type: "limit_reached", kind: "maxAiCredits", message: "" };
 // @ts-expect-error not a backend failure kind
 const wrongOutage: FactoryFailure = { type: "backend", kind: "offline", message: "" };
+if (failure?.type === "paused") expectType<Equal<typeof failure.kind, "caller" | "checkpoint">>();
+expectType<Equal<typeof run.checkpoint, string | undefined>>();
 // @ts-expect-error not a run status
 const wrongStatus: FactoryRunResult["status"] = "failed";
 export { limit, outage, wrongKind, wrongType, wrongOutage, wrongStatus };

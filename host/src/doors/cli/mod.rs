@@ -53,13 +53,14 @@ enum Command {
   OPENAI_BASE_URL=http://127.0.0.1:8080/v1 factory run examples/review-changed --backend openai --model local
   factory run examples/review-changed --backend openai --model my-finetune --max-ai-credits none")]
     Run(run::RunArgs),
-    /// Resume a run that stopped (limit, crash, cancel, a spent quota, also before its
-    /// `resumeAt`): journaled work replays for free.
+    /// Resume a run that stopped (limit, crash, cancel, pause, a spent quota, also before
+    /// its `resumeAt`): journaled work replays for free.
     #[command(after_help = "Examples:
   factory resume 0192f3c4-...                         # journaled work replays for free
   factory resume 0192f3c4-... --max-total-subagents 200
   factory resume 0192f3c4-... --max-ai-credits none      # lift the budget
-  factory resume 0192f3c4-... --component ./edited.wasm")]
+  factory resume 0192f3c4-... --component ./edited.wasm
+  factory resume 0192f3c4-... --input '{\"approved\": true}'   # answer the checkpoint it waits at")]
     Resume(run::ResumeArgs),
     /// List the session's runs (every session's with --all), oldest first: summaries,
     /// without results (`show ID` prints one).
@@ -86,6 +87,12 @@ enum Command {
     #[command(after_help = "Examples:
   factory cancel 0192f3c4-...")]
     Cancel(observe::RunIdArgs),
+    /// Pause a running run and print its envelope: the attempt stops cooperatively, the run
+    /// is `paused` (active time stops, journaled work is kept); `factory resume` continues it.
+    #[command(after_help = "Examples:
+  factory pause 0192f3c4-...
+  factory resume 0192f3c4-...")]
+    Pause(observe::RunIdArgs),
     /// Delete runs and their journals (progress, steps, agent outcomes, accounting) from the
     /// store; a running run is refused (already_active): cancel it first.
     #[command(after_help = "Examples:
@@ -192,6 +199,9 @@ enum Command {
     /// Print the man page (roff) on stdout.
     #[command(after_help = "Examples:\n  factory man | man -l -\n  factory man > ~/.local/share/man/man1/factory.1")]
     Man,
+    /// Print the book's CLI reference chapter (Markdown) on stdout.
+    #[command(hide = true)]
+    CliReference,
 }
 
 pub fn main() -> ExitCode {
@@ -244,6 +254,7 @@ pub fn main() -> ExitCode {
             Command::Progress(args) => observe::progress(&g, args).await,
             Command::Wait(args) => observe::wait(&g, args).await,
             Command::Cancel(args) => observe::cancel(&g, args).await,
+            Command::Pause(args) => observe::pause(&g, args).await,
             Command::Rm(args) => observe::rm(&g, args).await,
             Command::Watch(args) => observe::watch(&g, args).await,
             Command::Serve(args) => serve::serve(&g, args).await,
@@ -261,6 +272,7 @@ pub fn main() -> ExitCode {
             Command::Ui(args) => dashboard::ui(&g, args).await,
             Command::Completions(args) => conventions::completions(Cli::command(), args),
             Command::Man => conventions::man(Cli::command()),
+            Command::CliReference => conventions::cli_reference(Cli::command()),
             Command::Build { dir, yes } => {
                 let built = target::build(&dir, &target::BuildConsent::new(&g, yes))?;
                 trust::remember_built(&g);

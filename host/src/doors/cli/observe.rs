@@ -1,4 +1,4 @@
-//! `factory runs/show/progress/wait/cancel/rm/watch`: observe and control runs, through the
+//! `factory runs/show/progress/wait/cancel/pause/rm/watch`: observe and control runs, through the
 //! store when this process can open it, or through the control socket of the process
 //! holding it (asked again, through the store or the next holder, when that process ended
 //! between being found and being asked: [`ask`]). The local user is the owner of the state
@@ -153,6 +153,9 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     if let Some(at) = &e.resume_at {
         outln!("resumes:   {} (parked: its backend's quota is spent; `factory cancel` ends it)", s(at));
     }
+    if let Some(key) = &e.checkpoint {
+        outln!("waits at:  checkpoint {} (answer: factory resume {} --input JSON)", s(key), s(&e.run_id));
+    }
     let acc = &e.accounting;
     outln!(
         "spent:     {} agents spawned, {} replayed, {:.2}s active, {}{} AI credits (1 credit = US$0.01)",
@@ -270,6 +273,13 @@ pub async fn wait(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
 pub async fn cancel(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     let run_id = a.run_id.as_str();
     let envelope = ask(g, |client| async move { client.cancel(Scope::Owner, run_id).await }).await?;
+    outln!("{}", serde_json::to_string_pretty(&envelope)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn pause(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
+    let run_id = a.run_id.as_str();
+    let envelope = ask(g, |client| async move { client.pause(Scope::Owner, run_id).await }).await?;
     outln!("{}", serde_json::to_string_pretty(&envelope)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -65,12 +65,21 @@ pub struct ResumeArgs {
     /// Run this component (file or crate directory) instead of the last attempt's.
     #[arg(long, value_name = "FILE|DIR")]
     component: Option<PathBuf>,
+    /// The answer to the checkpoint the paused run waits at (JSON): its `ctx.pause(key)`
+    /// returns it. Without it, `ctx.pause(key)` returns none.
+    #[arg(long, value_name = "JSON", value_parser = parse_input)]
+    input: Option<serde_json::Value>,
     #[command(flatten)]
     out: OutputArgs,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
     yes: YesArg,
+}
+
+/// `--input`: JSON text.
+fn parse_input(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON: {e} (quote a string as JSON: '\"yes\"')"))
 }
 
 /// Load what `target` names: a file, a crate directory, or (a bare name) a registered factory.
@@ -221,6 +230,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             trace_parent: None,
             // The service runs elsewhere: it hides this directory from agent sandboxes.
             caller_cwd: factory_host::service::caller_cwd(),
+            input: a.input.clone(),
         };
         return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
             Some(envelope) => report(envelope, &a.out),
@@ -274,6 +284,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             choice,
             trace_parent: None,
             caller_cwd: None,
+            input: a.input.clone(),
         };
         let host = host.clone();
         async move { host.resume(&run_id, options).await }
@@ -403,6 +414,13 @@ pub fn report(envelope: RunEnvelope, out: &OutputArgs) -> Result<ExitCode> {
     let status = paint(stderr_colored(), AnsiColor::Red.on_default().bold(), envelope.status.as_str());
     // The failure's message is the guest's (or a backend's) text: escaped, on one line.
     eprintln!("factory: run {} ended as {status}: {}", envelope.run_id, esc(&why));
-    eprintln!("factory: resume it with: factory resume {}", envelope.run_id);
+    match envelope.checkpoint.as_deref().filter(|_| envelope.status == RunStatus::Paused) {
+        Some(key) => eprintln!(
+            "factory: it waits at checkpoint {}: answer it with: factory resume {} --input JSON (or resume without one)",
+            esc(key),
+            envelope.run_id
+        ),
+        None => eprintln!("factory: resume it with: factory resume {}", envelope.run_id),
+    }
     Ok(ExitCode::from(if envelope.status == RunStatus::Cancelled { 130 } else { 1 }))
 }

@@ -9,7 +9,8 @@
 //! cookies, so no cross-site request can carry it); the `Host` header must name the address
 //! served (DNS rebinding); no CORS headers are sent, so other origins cannot read answers.
 //! The token is the user's, so the API has the owner's view: it lists, reads, follows,
-//! cancels, resumes and deletes (`DELETE /api/runs/ID`) the runs of every session (each
+//! cancels, pauses, resumes (with `input`, a checkpoint's answer) and deletes (`DELETE
+//! /api/runs/ID`) the runs of every session (each
 //! envelope names its `session`; `GET /api/runs?session=NAME` lists one session's, a page of
 //! summaries at a time: `after=RUN&limit=N`), and its events cover every run. A run
 //! started over HTTP goes in the daemon's session (`--session`, shown at `/api/session`).
@@ -194,14 +195,21 @@ fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Res
 fn status_of(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::NotFound | ErrorCode::UnknownFactory => StatusCode::NOT_FOUND,
-        ErrorCode::AlreadyActive | ErrorCode::NonResumable => StatusCode::CONFLICT,
-        ErrorCode::NoApprovalProvider | ErrorCode::Forbidden | ErrorCode::ForbiddenHost | ErrorCode::Refused => {
+        ErrorCode::AlreadyActive | ErrorCode::NonResumable | ErrorCode::NotRunning | ErrorCode::NotAtCheckpoint => {
+            StatusCode::CONFLICT
+        }
+        ErrorCode::NoApprovalProvider
+        | ErrorCode::Forbidden
+        | ErrorCode::ForbiddenHost
+        | ErrorCode::Refused
+        | ErrorCode::Declined => {
             StatusCode::FORBIDDEN
         }
         ErrorCode::InvalidLimits
         | ErrorCode::InvalidArgs
         | ErrorCode::InvalidParams
         | ErrorCode::InvalidScript
+        | ErrorCode::InvalidInput
         | ErrorCode::BackendUnavailable
         | ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
         ErrorCode::Unauthorized | ErrorCode::InvalidCode => StatusCode::UNAUTHORIZED,
@@ -234,6 +242,9 @@ struct ResumeBody {
     limits: Limits,
     #[serde(default)]
     approved: bool,
+    /// The answer to the checkpoint the run waits at (`ctx.pause(key)` returns it).
+    #[serde(default)]
+    input: Option<Value>,
 }
 
 /// Body of `POST /api/factories`: a factory file (absolute path on the service's machine),
@@ -365,6 +376,7 @@ impl Api {
             }
             (&Method::GET, ["runs", id, "wait"]) => Request::Wait { scope, run_id: id.to_string() },
             (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { scope, run_id: id.to_string() },
+            (&Method::POST, ["runs", id, "pause"]) => Request::Pause { scope, run_id: id.to_string() },
             (&Method::DELETE, ["runs", id]) => Request::Remove { scope, run_id: id.to_string() },
             (&Method::POST, ["runs", id, "resume"]) => {
                 let body: ResumeBody = if body.is_empty() {
@@ -384,6 +396,7 @@ impl Api {
                     consent: if body.approved { Consent::Any } else { Consent::None },
                     trace_parent,
                     caller_cwd: None,
+                    input: body.input,
                 }
             }
             (&Method::POST, ["runs"]) => {

@@ -180,6 +180,15 @@ impl Factory for Probe {
                 let done = out.iter().filter(|v| v.is_some()).count();
                 Ok(json!({ "done": done }))
             }
+            // A checkpoint between two agent calls: the first attempt pays for the first
+            // call and pauses at `approve`; a resume replays that call for free, gets the
+            // answer the resume carried (or none) and pays for the second call.
+            "checkpoint" => {
+                let plan = ctx.agent("plan the work").label("plan").await?;
+                let answer: Option<Value> = ctx.pause("approve")?;
+                let done = ctx.agent(format!("do the work as answered: {answer:?}")).label("work").await?;
+                Ok(json!({ "plan": plan, "answer": answer, "done": done }))
+            }
             // More than 4096 items are refused before anything runs.
             "too-many" => {
                 let out = ctx.parallel((0..args.n).map(|i| async move { Ok::<_, Error>(i) })).await?;

@@ -61,6 +61,19 @@ function approvalLabel(hash, script) {
 // ---- DOM helpers -------------------------------------------------------------------------
 
 /** An element with attributes/properties and children (strings become text nodes). */
+/** A time axis tick at `t` ms with ticks `step` ms apart: milliseconds below a tenth of a
+ *  second a step, else seconds with as many decimals as the step needs. */
+function tickLabel(t, step) {
+  if (step < 100) return `${Math.round(t)}ms`;
+  return `${(t / 1000).toFixed(step < 1000 ? 1 : 0)}s`;
+}
+
+/** Replace `el`'s children with `children`, leaving out the absent ones (`null`, `undefined`,
+ *  `false`): the DOM's own `replaceChildren` would print them as text. */
+function put(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 function h(tag, props = {}, ...children) {
   const el = document.createElement(tag);
   for (const [key, value] of Object.entries(props)) {
@@ -365,11 +378,15 @@ function drawTimeline(canvas, timeline, now) {
   ctx.fillStyle = '#6b7280';
   ctx.font = '11px system-ui, sans-serif';
   const step = niceStep(span / 8);
+  const ticks = [];
   for (let t = 0; t <= span; t += step) {
     const px = x(start + t);
     ctx.fillRect(px, axisH - 4, 1, 4);
-    ctx.fillText(`${(t / 1000).toFixed(step < 1000 ? 1 : 0)}s`, Math.min(px + 2, width - 30), 11);
+    ticks.push(tickLabel(t, step));
+    ctx.fillText(ticks[ticks.length - 1], Math.min(px + 2, width - 30), 11);
   }
+  canvas.dataset.ticks = ticks.join(' ');
+  canvas.dataset.spanMs = String(Math.round(span));
   // Bars, one colour at a time: queued part, then the running/finished part.
   const gap = rowH > 3 ? 1 : 0;
   ctx.fillStyle = COLORS.queued;
@@ -496,10 +513,11 @@ function runView(main, runId) {
       frame = 0;
       drawTimeline(canvas, timeline, Date.now());
       const c = timeline.counts();
-      legend.replaceChildren(...Object.entries(c).map(([k, v]) =>
+      const parts = [...Object.entries(c).map(([k, v]) =>
         h('span', { dataset: { kind: k, count: v } }, h('i', { style: { background: COLORS[k] } }), `${k === 'cached' ? 'replayed/cached' : k} ${v}`)),
       h('span', { class: 'muted' }, `${timeline.bars.length} agents`),
-      timeline.replayed ? h('span', { class: 'muted' }, `${timeline.replayed} calls replayed from the journal on resume`) : null);
+      timeline.replayed ? h('span', { class: 'muted' }, `${timeline.replayed} calls replayed from the journal on resume`) : null];
+      put(legend, parts);
     });
   };
 
@@ -511,6 +529,11 @@ function runView(main, runId) {
       try { await api('POST', `/api/runs/${encodeURIComponent(runId)}/cancel`); } catch (e) { showError(e); }
       refresh();
     } }, 'Cancel');
+    const pause = h('button', { id: 'pause', disabled: env.status !== 'running', onclick: async () => {
+      pause.disabled = true;
+      try { await api('POST', `/api/runs/${encodeURIComponent(runId)}/pause`); } catch (e) { showError(e); }
+      refresh();
+    } }, 'Pause');
     const limitInputs = [
       ['maxConcurrentSubagents', 'max concurrent', 1], ['maxTotalSubagents', 'max total agents', 1],
       ['timeoutSeconds', 'timeout (s)', 'any'], ['maxAiCredits', 'max credits', 'any'],
@@ -530,17 +553,36 @@ function runView(main, runId) {
     h('label', { class: 'check', id: 'resume-approval' }, approved,
       approvalLabel(env.componentHashes?.at(-1), env.scripts?.at(-1)?.sha256)),
     h('button', { class: 'primary', id: 'resume', type: 'submit' }, 'Resume'));
-    head.replaceChildren(
+    // A run paused at a checkpoint: its key, and an answer (JSON) its `ctx.pause(key)` returns.
+    const waiting = env.status === 'paused' && env.checkpoint != null;
+    const answerText = h('textarea', { id: 'answer-input', rows: 3, placeholder: '{"approved": true}' });
+    const answer = h('button', { class: 'primary', id: 'answer', type: 'button', onclick: async () => {
+      let input;
+      try { input = JSON.parse(answerText.value); } catch (e) { showError(new Error(`the answer is not JSON: ${e.message}`)); return; }
+      answer.disabled = true;
+      try {
+        await api('POST', `/api/runs/${encodeURIComponent(runId)}/resume`, { input, approved: approved.checked });
+        showError(null);
+      } catch (e) { showError(e); }
+      refresh();
+    } }, 'Answer');
+    const checkpoint = waiting ? h('div', { class: 'panel checkpoint', id: 'checkpoint' },
+      h('div', {}, 'Waits at checkpoint ', h('code', { id: 'checkpoint-key' }, env.checkpoint),
+        ': answer it (JSON, what ctx.pause returns), or Resume below to continue without an answer.'),
+      answerText, answer) : null;
+    put(head,
       h('div', { class: 'actions' }, h('b', {}, env.factory), statusBadge(env.status), h('span', { id: 'run-status', hidden: true }, env.status),
         h('span', { class: 'muted' }, 'session ', h('span', { id: 'run-session' }, env.session ?? '')),
         h('span', { class: 'muted' }, `attempt ${env.attempts} · started ${fmtTime(env.createdAt)} · updated ${fmtTime(env.updatedAt)}`),
-        env.backend ? h('span', { class: 'muted' }, `backend ${env.backend.name ?? JSON.stringify(env.backend)}`) : null, cancel),
-      resume);
+        env.backend ? h('span', { class: 'muted' }, `backend ${env.backend.name ?? JSON.stringify(env.backend)}`) : null,
+        // A settled run has nothing to pause or cancel.
+        running ? pause : null, running ? cancel : null),
+      checkpoint, resume);
     if (env.failure || env.error) {
       // The CLI is the owner: it resumes a run of any session by its id.
       const cmd = `factory resume ${runId}`;
       failure.hidden = false;
-      failure.replaceChildren(
+      put(failure,
         h('b', {}, env.failure ? `${env.failure.type}${env.failure.kind ? ` (${env.failure.kind})` : ''}` : 'error'),
         h('div', {}, env.failure?.message ?? env.error),
         env.status === 'completed' ? null : h('div', {}, 'Resume it here with raised limits, or: ', h('code', { id: 'resume-command' }, cmd)));
