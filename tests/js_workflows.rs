@@ -1,7 +1,8 @@
 //! The JS guest surface of Dynamic Workflows (upstream's current name for agent factories),
 //! through the real `factory` binary and its service: a body that waits only on `ctx.signal`
-//! (or on a promise that never settles) parks until it is cancelled or times out;
-//! `defineWorkflow` and files offering several definitions; definitions checked and frozen;
+//! (or on a promise that never settles) parks until it is cancelled, paused or times out;
+//! `defineWorkflow` and files offering several definitions (run by `#name`, all registered by
+//! `factory add`); definitions checked and frozen;
 //! results and step values refused unless plain JSON; `ctx.session` refusing run, resume and
 //! pause.
 
@@ -51,6 +52,12 @@ fn wait_for_log(state: &Path, line: &str) -> String {
 /// until it logs `waiting`, cancel it with `factory cancel`, and answer the cancelled
 /// envelope (the foreground run exits 130).
 fn cancel_when_waiting(state: &Path, file: &Path) -> (String, Value) {
+    stop_when_waiting(state, file, "cancel", 130)
+}
+
+/// As [`cancel_when_waiting`], stopping the run with `factory VERB` (`cancel`, `pause`); the
+/// foreground run exits `code`.
+fn stop_when_waiting(state: &Path, file: &Path, verb: &str, code: i32) -> (String, Value) {
     let child = factory_cmd(state, &["run", file.to_str().unwrap(), "--json", "-q"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -62,11 +69,11 @@ fn cancel_when_waiting(state: &Path, file: &Path) -> (String, Value) {
     let out = factory_in(state, &["show", &id, "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out)["status"], "running", "{}", stdout_json(&out));
-    let out = factory_in(state, &["cancel", &id, "--json"]);
+    let out = factory_in(state, &[verb, &id, "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let envelope = stdout_json(&out);
     let foreground = child.wait_with_output().unwrap();
-    assert_eq!(foreground.status.code(), Some(130), "{}", String::from_utf8_lossy(&foreground.stderr));
+    assert_eq!(foreground.status.code(), Some(code), "{}", String::from_utf8_lossy(&foreground.stderr));
     (id, envelope)
 }
 
@@ -90,6 +97,24 @@ fn a_body_waiting_only_on_its_signal_parks_until_cancelled() {
     // The listener ran: the body saw the abort and returned (its result does not count).
     assert!(logs(state.path(), &id).contains(&"woken: cancelled".to_string()), "{:?}", logs(state.path(), &id));
     assert!(envelope.get("result").is_none_or(Value::is_null), "{envelope:#}");
+}
+
+#[test]
+fn a_body_waiting_only_on_its_signal_parks_until_paused() {
+    let state = tempfile::tempdir().unwrap();
+    let file = factory_file(
+        state.path(),
+        "pause-me",
+        r#"{ name: "pause-me", description: "d" }"#,
+        r#"async (ctx) => {
+            ctx.log("waiting");
+            await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+            ctx.log(`woken: ${ctx.signal.reason.kind}`);
+        }"#,
+    );
+    let (id, envelope) = stop_when_waiting(state.path(), &file, "pause", 1);
+    assert_eq!(envelope["status"], "paused", "{envelope:#}");
+    assert!(logs(state.path(), &id).contains(&"woken: paused".to_string()), "{:?}", logs(state.path(), &id));
 }
 
 #[test]
@@ -169,6 +194,23 @@ await joinSession({ workflows: [review, summary] });
     assert_eq!(envelope["result"], serde_json::json!({ "frozen": true, "copy": true, "name": "review", "same": "function" }));
     let out = factory_in(state.path(), &["run", &format!("{}#summary", file.display()), "--json", "-q"]);
     assert_eq!(stdout_json(&out)["result"], "S");
+
+    // `factory add FILE` registers every definition the file offers, each by its name.
+    let out = factory_in(state.path(), &["add", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.contains("registered review ") && said.contains("registered summary "), "{said}");
+    let out = factory_in(state.path(), &["list", "--json"]);
+    let mut names: Vec<String> =
+        stdout_json(&out).as_array().unwrap().iter().map(|r| r["meta"]["name"].as_str().unwrap().to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["review", "summary"]);
+    for (name, expected) in [("review", "review"), ("summary", "S")] {
+        let out = factory_in(state.path(), &["run", name, "--json", "-q"]);
+        let envelope = stdout_json(&out);
+        let got = envelope["result"].get("name").unwrap_or(&envelope["result"]).clone();
+        assert_eq!(got, expected, "{envelope:#}");
+    }
 }
 
 #[test]

@@ -102,6 +102,29 @@ impl bindings::Guest for Runner {
         describe()
     }
 
+    fn factories() -> Result<Vec<String>, String> {
+        let source = script::source();
+        block_on(async {
+            let (rt, context) = new_engine(&source).await.map_err(|e| format!("cannot start the JS engine: {e}"))?;
+            let outcome = context
+                .async_with(async |ctx| {
+                    install_natives(&ctx, false)?;
+                    let names: Function = ctx.globals().get("__factory_names")?;
+                    let promise: Promise = names.call((source.file_name.clone(),))?;
+                    promise.into_future::<String>().await
+                })
+                .await;
+            drop(context);
+            drop(rt);
+            let encoded = outcome.map_err(|e| format!("the JS runner failed: {e}"))?;
+            match encoded.split_at_checked(1) {
+                Some(("m", json)) => serde_json::from_str(json).map_err(|e| format!("the JS runner failed: factory names: {e}")),
+                Some(("e", message)) => Err(message.to_string()),
+                _ => Err("the JS runner failed: malformed factories outcome".into()),
+            }
+        })
+    }
+
     async fn run(args: String) -> Result<Option<String>, String> {
         let source = script::source();
         let run_id = hooks::run_id();

@@ -251,8 +251,8 @@
 
     globalThis.__factory_api = Object.freeze({ defineFactory, defineWorkflow, joinSession });
 
-    // Which factory the file offers under `entry` (its meta name), or by default.
-    function pick(ns, fileName, entry) {
+    // Every factory the file offers (its names unique).
+    function offeredBy(ns, fileName) {
         const offered = [];
         const add = (f) => {
             if (f && f[FACTORY] && !offered.includes(f)) offered.push(f);
@@ -263,6 +263,12 @@
         for (const key of Object.keys(ns)) if (key !== "default") add(ns[key]);
         const candidates = offered.length ? offered : defined;
         uniqueNames(candidates, fileName);
+        return candidates;
+    }
+
+    // Which factory the file offers under `entry` (its meta name), or by default.
+    function pick(ns, fileName, entry) {
+        const candidates = offeredBy(ns, fileName);
         const names = candidates.map((f) => f.meta.name);
         if (entry !== undefined && entry !== null) {
             const found = candidates.find((f) => f.meta.name === entry);
@@ -294,6 +300,18 @@
             const schema = meta.argsSchema !== undefined ? meta.argsSchema : meta.args;
             if (schema !== undefined && schema !== null) out.argsSchema = schema;
             return "m" + toJson(out, "meta");
+        } catch (e) {
+            return "e" + describeError(e);
+        }
+    };
+
+    // The names of every factory the file offers: `"m" + JSON array`, or `"e" + message`.
+    globalThis.__factory_names = async (fileName) => {
+        try {
+            const names = offeredBy(await import(fileName), fileName).map((f) => f.meta.name);
+            if (names.length === 0)
+                throw new Error(`${fileName} defines no factory: \`export default defineFactory({ meta, run })\`, or pass it to \`joinSession({ factories: [...] })\``);
+            return "m" + JSON.stringify(names);
         } catch (e) {
             return "e" + describeError(e);
         }

@@ -739,7 +739,31 @@ impl Host {
         Ok(own.iter().cloned().chain(shared).collect())
     }
 
-    async fn with_meta(&self, component: LoadedComponent) -> Result<Factory, Error> {
+    /// The names of every factory the script `path` offers (each loadable as `path#name`),
+    /// read by the JS runner without running any: what `factory add` registers for a file
+    /// that offers several.
+    pub async fn script_factories(&self, path: &Path) -> Result<Vec<String>, Error> {
+        let component = self.runner()?.with_script(Script::read(path, None)?);
+        let mut store = self.meta_store(&component)?;
+        let instance = component
+            .pre
+            .instance_pre()
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+        let factories = instance
+            .get_typed_func::<(), (Result<Vec<String>, String>,)>(&mut store, "factories")
+            .map_err(|e| Error::MetaCall(format!("the JS runner has no `factories`: {e:#}")))?;
+        let limit = Duration::from_millis(self.config.sandbox.meta_timeout_ms);
+        let listed = tokio::time::timeout(limit, factories.call_async(&mut store, ()))
+            .await
+            .map_err(|_| Error::MetaCall(format!("reading the factories' names did not finish within {limit:?}")))?
+            .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+        Ok(listed.0.map_err(ScriptError::Invalid)?)
+    }
+
+    /// A store to call `meta` (or a script runner's `describe`) in: no run, no journal.
+    fn meta_store(&self, component: &LoadedComponent) -> Result<wasmtime::Store<RunData>, Error> {
         let setup = AttemptSetup {
             run_id: String::new(),
             limits: Limits::default(),
@@ -758,8 +782,12 @@ impl Host {
             answers: Default::default(),
         };
         let shared = Capabilities::new(setup, Default::default());
-        let mut store = sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
-            .map_err(|e| Error::MetaCall(format!("{e:#}")))?;
+        sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
+            .map_err(|e| Error::MetaCall(format!("{e:#}")))
+    }
+
+    async fn with_meta(&self, component: LoadedComponent) -> Result<Factory, Error> {
+        let mut store = self.meta_store(&component)?;
         let meta = if component.script.is_some() {
             // A script runner's `describe` is `meta` that can say why the source is no factory.
             let instance = component

@@ -14,8 +14,8 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct AddArgs {
-    /// A component file, a script factory (`.js`, `.ts`; `file.js#name`), a Rust factory
-    /// crate directory, or an authoring document (`.json`: `{ "meta": {...}, "run": "async (ctx) => ..." }`).
+    /// A component file, a script factory (`.js`, `.ts`: every factory it offers, or
+    /// `file.js#name` for one), a Rust factory crate directory, or an authoring document (`.json`: `{ "meta": {...}, "run": "async (ctx) => ..." }`).
     #[arg(required_unless_present_all = ["meta", "run"], conflicts_with_all = ["meta", "run"])]
     target: Option<PathBuf>,
     /// Authoring form: the factory's meta as a JSON file (with --run).
@@ -58,11 +58,30 @@ pub async fn add(g: &GlobalArgs, a: AddArgs) -> Result<ExitCode> {
         }
         _ => anyhow::bail!("give a factory to add, or --meta FILE --run FILE"),
     };
-    let source = &source;
-    let registration = ask(g, |client| async move { client.register(source.clone()).await }).await?;
-    if authored {
-        trust_authored(g, &registration);
+    // A script that offers several factories (no `#name`): each is registered, as `file#name`.
+    let sources = match &source {
+        Source::File(path) if factory_host::script::is_script(path) && path.exists() => {
+            let host = factory_host::Host::new(factory_host::HostConfig::default())?;
+            let names = host.script_factories(path).await.with_context(|| format!("loading {}", path.display()))?;
+            match names.len() {
+                0 | 1 => vec![source.clone()],
+                _ => names.iter().map(|name| Source::File(PathBuf::from(format!("{}#{name}", path.display())))).collect(),
+            }
+        }
+        _ => vec![source.clone()],
+    };
+    for source in &sources {
+        let registration = ask(g, |client| async move { client.register(source.clone()).await }).await?;
+        if authored {
+            trust_authored(g, &registration);
+        }
+        print_registered(&registration);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `registered NAME (...)`.
+fn print_registered(registration: &factory_host::store::Registration) {
     match &registration.script {
         Some(script) => outln!(
             "registered {} (source sha256 {}, JS runner sha256 {})",
@@ -72,7 +91,6 @@ pub async fn add(g: &GlobalArgs, a: AddArgs) -> Result<ExitCode> {
         ),
         None => outln!("registered {} (sha256 {})", esc(&registration.meta.name), registration.hash),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// A factory authored here is the user's own source, like a crate built here: trusted.
