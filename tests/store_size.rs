@@ -1,0 +1,142 @@
+//! Where a run's bytes go in the store (issue 54): a fan-out of 2,000 agents whose replies
+//! are 2 KiB of English-like text, each different, and one of 1,000 agents that reply "ok",
+//! run through the library on a real redb file; the store is then opened again and its
+//! usage read per table ([`RedbStore::usage`]). Each test prints the figures README's
+//! "Storage: where the bytes go" quotes (`cargo test --test store_size -- --nocapture`).
+
+mod common;
+
+use common::counting::load;
+use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
+use factory_host::store::{RedbStore, StoreOptions, StoreUsage};
+use factory_host::{Host, HostConfig, Limits, RunOptions, RunStatus};
+use futures::future::BoxFuture;
+use serde_json::json;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// English-like text: 2 KiB windows of the project's README, each at another offset.
+struct Prose {
+    text: String,
+    /// Bytes of each reply (0: every reply is `ok`).
+    reply_bytes: usize,
+    /// Bytes of every reply answered.
+    answered: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl Prose {
+    fn new(reply_bytes: usize) -> Arc<Prose> {
+        let text = std::fs::read_to_string(common::root().join("README.md")).expect("README.md");
+        Arc::new(Prose { text, reply_bytes, answered: AtomicU64::new(0), calls: AtomicU64::new(0) })
+    }
+
+    /// The reply to call `i`: a window of `reply_bytes` at most, cut at character boundaries.
+    fn reply(&self, i: usize) -> String {
+        if self.reply_bytes == 0 {
+            return "ok".into();
+        }
+        let span = self.text.len() - self.reply_bytes - 8;
+        let mut start = i.wrapping_mul(7919) % span;
+        while !self.text.is_char_boundary(start) {
+            start += 1;
+        }
+        let mut end = start + self.reply_bytes;
+        while !self.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.text[start..end].to_string()
+    }
+}
+
+struct Shared(Arc<Prose>);
+
+impl AgentBackend for Shared {
+    fn name(&self) -> String {
+        "prose".into()
+    }
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let me = self.0.clone();
+        Box::pin(async move {
+            let i: usize = request.prompt.trim_start_matches("task ").parse().unwrap_or(0);
+            let reply = me.reply(i);
+            me.answered.fetch_add(reply.len() as u64, Ordering::SeqCst);
+            me.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(AgentReply::new(reply, Some(Usage::tokens(10, 500, Some(0)))))
+        })
+    }
+}
+
+/// Run the probe's fan-out of `n` agents against `backend` on a store in `state`; the
+/// store's usage once the host is gone.
+async fn fan_out(state: &Path, backend: &Arc<Prose>, n: usize) -> StoreUsage {
+    let host = Host::new(HostConfig {
+        state_dir: Some(state.to_path_buf()),
+        backend: Arc::new(Shared(backend.clone())),
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        ..HostConfig::default()
+    })
+    .expect("host");
+    let probe = load(&host, "probe").await;
+    let limits = Limits { max_concurrent_subagents: Some(64), max_total_subagents: Some(n as u32), ..Limits::default() };
+    let options = RunOptions { args: Some(json!({"case": "fanout", "n": n})), limits, ..Default::default() };
+    let done = host.run(&probe, options).await.expect("the run");
+    assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
+    assert_eq!(done.result_value().expect("a result")["done"], n);
+    assert_eq!(backend.calls.load(Ordering::SeqCst), n as u64, "each call asked once");
+    drop(probe);
+    drop(host);
+    let store = RedbStore::open(state, StoreOptions::default()).expect("the store opens again");
+    store.usage().expect("the store's usage")
+}
+
+/// The figures, one line per table and the file's.
+fn report(what: &str, usage: &StoreUsage, reply_bytes: u64, calls: u64) -> String {
+    let mut out = format!(
+        "{what}: {calls} calls, replies {reply_bytes} B; file {} B ({:.2}x the replies, {:.0} B per call); \
+         allocated {} pages of {} B; free {} B\n",
+        usage.file_bytes,
+        usage.file_bytes as f64 / reply_bytes.max(1) as f64,
+        usage.file_bytes as f64 / calls.max(1) as f64,
+        usage.allocated_pages,
+        usage.page_size,
+        usage.free_bytes(),
+    );
+    for t in usage.tables.iter().filter(|t| t.entries > 0) {
+        out += &format!(
+            "  {:<16} {:>6} rows {:>9} B in the file: {:>9} B stored, {:>9} B unused in its pages, {:>7} B branches\n",
+            t.name,
+            t.entries,
+            t.bytes(),
+            t.stored_bytes,
+            t.fragmented_bytes,
+            t.metadata_bytes
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_two_kib_replies_where_the_bytes_go() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Prose::new(2048);
+    let n = 2000;
+    let usage = fan_out(state.path(), &backend, n).await;
+    let replies = backend.answered.load(Ordering::SeqCst);
+    println!("{}", report("2 KiB replies", &usage, replies, n as u64));
+    let agents = usage.table("agents").expect("the agents table");
+    assert_eq!(agents.entries, n as u64, "one outcome per call");
+    assert!(replies >= (n as u64) * 2000, "{replies} bytes of replies");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_tiny_replies_where_the_bytes_go() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Prose::new(0);
+    let n = 1000;
+    let usage = fan_out(state.path(), &backend, n).await;
+    let replies = backend.answered.load(Ordering::SeqCst);
+    println!("{}", report("tiny replies", &usage, replies, n as u64));
+    assert_eq!(usage.table("agents").expect("the agents table").entries, n as u64);
+}
