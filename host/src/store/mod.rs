@@ -12,6 +12,7 @@
 //! crash left: runs that were `running` become `halted` ([`records::halt_interrupted`]).
 //! [`conformance`] checks any store against this contract.
 
+pub mod codec;
 pub mod conformance;
 mod error;
 pub mod footprint;
