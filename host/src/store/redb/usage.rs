@@ -43,6 +43,9 @@ impl TableUsage {
 pub struct StoreUsage {
     /// The file's size (0 for a store that is not a file).
     pub file_bytes: u64,
+    /// The disk space the file takes (its allocated blocks: redb grows the file ahead of its
+    /// use, and a tail never written takes no space).
+    pub disk_bytes: u64,
     /// redb's page size.
     pub page_size: u64,
     /// Pages holding live data (every table, redb's own metadata).
@@ -87,10 +90,14 @@ impl RedbStore {
         let write = self.db.begin_write()?;
         let stats = write.stats()?;
         write.abort()?;
-        let file_bytes = match &self.path {
-            Some(path) => std::fs::metadata(path).map_err(|e| StoreError::File { path: path.clone(), source: std::sync::Arc::new(e) })?.len(),
-            None => 0,
+        let (file_bytes, disk_bytes) = match &self.path {
+            Some(path) => {
+                use std::os::unix::fs::MetadataExt;
+                let file = std::fs::metadata(path).map_err(|e| StoreError::File { path: path.clone(), source: std::sync::Arc::new(e) })?;
+                (file.len(), file.blocks().saturating_mul(512))
+            }
+            None => (0, 0),
         };
-        Ok(StoreUsage { file_bytes, page_size: stats.page_size() as u64, allocated_pages: stats.allocated_pages(), tables })
+        Ok(StoreUsage { file_bytes, disk_bytes, page_size: stats.page_size() as u64, allocated_pages: stats.allocated_pages(), tables })
     }
 }
