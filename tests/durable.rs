@@ -244,7 +244,10 @@ async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
         let table = txn.open_table(PROGRESS).unwrap();
         table.range((id.as_str(), 0)..=(id.as_str(), u64::MAX)).unwrap().map(|row| {
             let (key, value) = row.unwrap();
-            (key.value().1, value.value().to_vec())
+            // Rows are stored in the value codec's form (schema 4): a zstd frame, or raw.
+            let value = value.value();
+            let value = if value.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) { zstd::stream::decode_all(value).unwrap() } else { value.to_vec() };
+            (key.value().1, value)
         }).collect()
     };
     assert!(rows.iter().any(|(_, row)| row[0] == 0), "the run's entries share rows");
@@ -283,7 +286,7 @@ async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
     drop(host);
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
     let version = db.begin_read().unwrap().open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value());
-    assert_eq!(version, Some(3), "the store is marked schema 3");
+    assert_eq!(version, Some(4), "the store is marked schema 4");
 }
 
 /// `edit-v1`'s run (it stops with an error after its two calls and its step), by a host that
@@ -354,7 +357,7 @@ async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
     assert_eq!(done.result_value().unwrap()["plan"], "plan from v1", "schema 2's step row replays");
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
     let txn = db.begin_read().unwrap();
-    assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value()), Some(3));
+    assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value()), Some(4));
     assert!(txn.open_table(STEPS_V2).is_err(), "schema 2's step table is gone");
     let steps = txn.open_table(STEPS).unwrap();
     let plan = steps.get((first.run_id.as_str(), "plan")).unwrap().expect("the step moved").value().to_vec();
@@ -392,6 +395,43 @@ async fn a_step_row_whose_text_is_not_utf8_fails_its_replay_as_a_typed_store_err
 }
 
 #[tokio::test]
+async fn a_step_row_whose_compressed_value_is_damaged_fails_its_replay_as_a_typed_store_error() {
+    use factory_host::store::STORE_FILE;
+    use redb::{ReadableTable, TableDefinition};
+    const STEPS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("step_rows");
+    let state = tempfile::tempdir().unwrap();
+    let backend = Counting::with_latency(Duration::ZERO);
+    let first = edit_v1_run(state.path(), &backend).await;
+    // The step's row keeps its place; its value becomes a zstd frame cut short, and then one
+    // that declares 1 TiB: neither decodes, neither allocates what it claims.
+    let text = format!("\"{}\"", "a plan of ordinary words. ".repeat(40));
+    let frame = zstd::bulk::compress(text.as_bytes(), 3).unwrap();
+    let mut huge = frame[..4].to_vec();
+    huge.push(0xe0);
+    huge.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    huge.extend_from_slice(&frame[13.min(frame.len())..]);
+    for (bad, says) in [(&frame[..frame.len() - 5], "does not decode"), (&huge[..], "over the")] {
+        let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut steps = txn.open_table(STEPS).unwrap();
+            let mut row = steps.get((first.run_id.as_str(), "plan")).unwrap().expect("the run's step").value().to_vec();
+            row.truncate(8);
+            row.extend_from_slice(bad);
+            steps.insert((first.run_id.as_str(), "plan"), row.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+        drop(db);
+        let done = resumed_with_edit_v2(state.path(), &backend, &first.run_id).await;
+        assert_eq!(done.status, RunStatus::Error, "{done:#?}");
+        let failure = done.failure.expect("a failure says why");
+        assert_eq!(failure.kind_type, factory_host::FailureType::Storage);
+        assert!(failure.message.contains(says), "{}", failure.message);
+        assert_eq!(backend.calls_for("third question"), 0, "the run stopped at the step, before the new call");
+    }
+}
+
+#[tokio::test]
 async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
     use factory_host::store::{StoreError, STORE_FILE};
     let backend = Counting::with_latency(Duration::ZERO);
@@ -418,7 +458,7 @@ async fn a_damaged_or_newer_store_is_refused_with_a_typed_error() {
         txn.commit().unwrap();
     }
     match Host::new(config(newer.path())) {
-        Err(Error::Store(StoreError::Version { found: 99, expected })) => assert_eq!(expected, 3),
+        Err(Error::Store(StoreError::Version { found: 99, expected })) => assert_eq!(expected, 4),
         Err(other) => panic!("expected a version error, got {other:?}"),
         Ok(_) => panic!("a store of another layout must not open"),
     }

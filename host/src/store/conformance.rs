@@ -3,7 +3,8 @@
 //! kept across a reopen), progress paging (after / before / limit / phase, phase titles,
 //! last seq), blobs, registrations by session, run modules, the journal (puts readable at
 //! once, [`Journal::load`]'s budget rules), flush durability across a reopen, writer
-//! counters, crash repair at open, and removing a run with its journal.
+//! counters, long values (stored compressed) read back as put, crash repair at open, and
+//! removing a run with its journal.
 //!
 //! A store passes by running [`run_all`] with a function that opens *the same* stored data
 //! each time it is called (the suite drops its handle before calling it again, and expects
@@ -47,6 +48,7 @@ pub async fn run_all(open: impl Open) {
     journal_load_budget(&open).await;
     journal_load_order(&open).await;
     flushed_writes_survive_a_reopen(&open).await;
+    long_values_read_back_as_put(&open).await;
     crash_repair_at_open(&open).await;
     remove_run(&open).await;
 }
@@ -500,6 +502,39 @@ pub async fn flushed_writes_survive_a_reopen(open: &impl Open) {
     assert_eq!(store.last_progress_seq(&run).await.expect("last seq"), 1);
     assert_eq!(store.load(&run, 1 << 20).await.expect("load").journal_bytes, 12, "the journal bytes of the last put");
     assert_eq!(store.blob(&blob).await.expect("blob").as_deref(), Some(&b"text"[..]));
+}
+
+/// Long step values, replies and progress (which a store keeps compressed, see
+/// [`codec`](super::codec)) read back as they were put, committed or not, through every
+/// read: get, load (its budget counting their decoded size), progress pages.
+pub async fn long_values_read_back_as_put(open: &impl Open) {
+    let store = opened(open).await;
+    let run = fresh_id();
+    let mut r = record(&run, "default", RunStatus::Completed);
+    store.put_run(&mut r, true).await.expect("put_run");
+    let value = format!("\"{}\"", "a step value of ordinary words, long enough to compress. ".repeat(40));
+    let reply = format!("\"{}\"", "a reply of ordinary words, long enough to compress. ".repeat(40));
+    let message = "a log line of ordinary words. ".repeat(20);
+    store.put_step(&run, "s", &value, 100).expect("put_step");
+    store.put_agent(&run, "k", Some(&reply), 200).expect("put_agent");
+    store.put_progress(&run, 1, entry(1, None, log(&message)), 300).expect("put_progress");
+    assert_eq!(store.get_step(&run, "s").await.expect("get_step"), Some(value.clone()), "queued");
+    flush(&store).await;
+    drop(store);
+
+    let store = opened(open).await;
+    assert_eq!(store.get_step(&run, "s").await.expect("get_step"), Some(value.clone()));
+    assert_eq!(store.get_agent(&run, "k").await.expect("get_agent"), Some(Some(reply.clone())));
+    let page = store.progress(&run, &ProgressQuery::default()).await.expect("progress");
+    assert!(matches!(&page[..], [e] if e.event == log(&message)), "{page:?}");
+    let snapshot = store.load(&run, 1 << 20).await.expect("load");
+    assert_eq!(steps(&snapshot).get("s"), Some(&value));
+    assert_eq!(outcomes(&snapshot).get("k"), Some(&Some(reply.clone())));
+    // A budget that holds the compressed value but not the decoded one loads neither.
+    let tight = 4 * (1 + value.len().min(reply.len()) / 2);
+    let mut snapshot = store.load(&run, tight).await.expect("load");
+    assert_eq!((snapshot.steps.values(), snapshot.agents.values()), (0, 0), "counted at their decoded size");
+    assert_eq!((snapshot.steps.len(), snapshot.agents.len()), (1, 1), "their keys known");
 }
 
 /// Crash repair: a run the store held `running` when it was last open (its process gone)

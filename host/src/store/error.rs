@@ -51,6 +51,11 @@ impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreError::Locked(path) => write!(f, "the store {} is in use by another factory process", path.display()),
+            StoreError::Version { found, expected } if found > expected => write!(
+                f,
+                "the store was written with schema version {found}, by a newer factory than this build (which reads \
+                 version {expected}): use that release or a newer one"
+            ),
             StoreError::Version { found, expected } => {
                 write!(f, "the store was written with schema version {found}; this build reads version {expected}")
             }

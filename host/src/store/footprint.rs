@@ -7,6 +7,10 @@
 //! 1 MiB + 1 byte value takes 2 MiB), so it is counted as that run. Branch pages and the
 //! file's own headers are small against these and are not counted. Measured on redb 4.6:
 //! 1 KiB entries took 2.07x their size, 17 KiB entries 1.89x, 15 MiB entries 1.07x.
+//!
+//! Entries are charged at their raw size, the bytes the guest controls: the store keeps
+//! values compressed when that is smaller ([`codec`](super::codec)), which only leaves the
+//! file smaller than the budget says.
 
 /// redb's page size.
 const PAGE: u64 = 4096;

@@ -12,6 +12,7 @@
 //! crash left: runs that were `running` become `halted` ([`records::halt_interrupted`]).
 //! [`conformance`] checks any store against this contract.
 
+pub mod codec;
 pub mod conformance;
 mod error;
 pub mod footprint;
@@ -25,7 +26,7 @@ mod stats;
 pub mod trust;
 
 pub use self::postgres::{PgOptions, PgStore};
-pub use self::redb::{RedbStore, StoreOptions, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES, READ_CACHE_BYTES, STORE_FILE};
+pub use self::redb::{RedbStore, StoreOptions, StoreUsage, TableUsage, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES, READ_CACHE_BYTES, STORE_FILE};
 pub use error::StoreError;
 pub(crate) use error::corrupt;
 pub use records::{Interruption, ListedRun, ProgressQuery, Registration, Removed, RunRecord, DEFAULT_SESSION};

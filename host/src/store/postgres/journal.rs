@@ -7,6 +7,7 @@
 
 use super::{pg, PgStore};
 use crate::model::envelope::Accounting;
+use crate::store::codec;
 use crate::store::journal::{decode_outcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
 use crate::store::op::Op;
 use crate::store::{corrupt, StoreError};
@@ -34,7 +35,8 @@ impl PgStore {
     fn load_journal(&self, run_id: &str, value_bytes: usize) -> BoxFuture<'static, Result<JournalSnapshot, StoreError>> {
         let (pool, run_id) = (self.pool.clone(), run_id.to_string());
         // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
-        let largest = i64::try_from(value_bytes / 4).unwrap_or(i64::MAX);
+        let largest_bytes = value_bytes / 4;
+        let largest = i64::try_from(largest_bytes).unwrap_or(i64::MAX);
         self.spawn(async move {
             let client = pool.get().await?;
             let e = |e| pg(&pool.url, e);
@@ -56,29 +58,40 @@ impl PgStore {
             loading_steps.reserve(steps.len(), 0);
             loading_agents.reserve(agents.len(), 0);
             let mut room = value_bytes;
+            // The sizes the query gives are the stored ones: a value is counted at its decoded
+            // size (read from its frame's header) against the room and the largest loaded. One
+            // that cannot be decoded is left unloaded: the replay that asks for it fails with
+            // the typed error.
             for row in &steps {
                 let key = key_text(row.get(0))?;
-                let size = usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX);
-                match row.get::<_, Option<&[u8]>>(2).filter(|_| size <= room) {
-                    Some(value) => {
+                let decoded = row.get::<_, Option<&[u8]>>(2).and_then(|stored| {
+                    let size = key.len().saturating_add(codec::decoded_len(stored).ok()?);
+                    (size <= room && size <= largest_bytes).then_some(size).zip(codec::decode(stored).ok())
+                });
+                match decoded {
+                    Some((size, value)) => {
                         room -= size;
                         // Its text is checked as UTF-8 where a replay reads it.
-                        loading_steps.value(key, &[value], place(row));
+                        loading_steps.value(key, &[&value], place(row));
                     }
                     None => loading_steps.key(key),
                 }
             }
             for row in &agents {
                 let key = key_text(row.get(0))?;
-                let size = usize::try_from(row.get::<_, i64>(1)).unwrap_or(usize::MAX);
-                match row.get::<_, Option<&[u8]>>(2).filter(|_| size <= room) {
-                    Some(outcome) => {
+                let stored = row.get::<_, Option<&[u8]>>(2);
+                if stored.is_some_and(|outcome| !matches!(outcome, [0] | [1, ..])) {
+                    return Err(corrupt("agent journal", crate::store::journal::UnknownOutcome));
+                }
+                let decoded = stored.and_then(|stored| {
+                    let size = key.len().saturating_add(1).saturating_add(codec::decoded_len(&stored[1..]).ok()?);
+                    (size <= room && size <= largest_bytes).then_some(size).zip(codec::decode_outcome(stored).ok())
+                });
+                match decoded {
+                    Some((size, outcome)) => {
                         room -= size;
                         // Its reply is checked as UTF-8 where a replay decodes it.
-                        if !matches!(outcome, [0] | [1, ..]) {
-                            return Err(corrupt("agent journal", crate::store::journal::UnknownOutcome));
-                        }
-                        loading_agents.value(key, &[outcome], place(row));
+                        loading_agents.value(key, &[&outcome], place(row));
                     }
                     None => loading_agents.key(key),
                 }
@@ -107,7 +120,11 @@ impl Journal for PgStore {
         self.spawn(async move {
             let client = pool.get().await?;
             let row = client.query_opt("SELECT value FROM steps WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()]).await.map_err(|e| pg(&pool.url, e))?;
-            row.map(|row| String::from_utf8(row.get(0)).map_err(|e| corrupt("a step value", e))).transpose()
+            let text = |stored: &[u8]| {
+                let value = codec::decode(stored).map_err(|e| corrupt("a step value", e))?;
+                String::from_utf8(value.into_owned()).map_err(|e| corrupt("a step value", e))
+            };
+            row.map(|row| text(row.get::<_, &[u8]>(0))).transpose()
         })
         .map(|r| r.map_err(journal_error))
         .boxed()
@@ -123,7 +140,8 @@ impl Journal for PgStore {
         self.spawn(async move {
             let client = pool.get().await?;
             let row = client.query_opt("SELECT outcome FROM agents WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()]).await.map_err(|e| pg(&pool.url, e))?;
-            row.map(|row| decode(row.get::<_, &[u8]>(0))).transpose()
+            let stored = |bytes: &[u8]| codec::decode_outcome(bytes).map_err(|e| corrupt("agent journal", e)).and_then(|o| decode(&o));
+            row.map(|row| stored(row.get::<_, &[u8]>(0))).transpose()
         })
         .map(|r| r.map_err(journal_error))
         .boxed()

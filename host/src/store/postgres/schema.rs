@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
 pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
@@ -97,6 +97,10 @@ const MIGRATIONS: &[&str] = &[
         refilled_at timestamptz NOT NULL DEFAULT now(),
         closed_until timestamptz
     );",
+    // 7: step values and agent replies are stored in the value codec's form (store/codec.rs:
+    // a zstd frame when smaller, else raw, as every row before): no table changes, but a build
+    // before this one could not read the compressed values, so it must refuse the database.
+    "SELECT 1;",
 ];
 
 /// The SQLSTATE of `factory_fence` (migration 3) refusing a commit: the worker is fenced.

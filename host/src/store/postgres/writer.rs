@@ -14,6 +14,7 @@
 
 use super::worker::{self, Lease};
 use super::{pg, PoolHandle};
+use crate::store::codec;
 use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
 use crate::store::{StoreError, WriterStats};
 use std::collections::HashMap;
@@ -432,8 +433,9 @@ struct Rows<'a> {
     modules: (Vec<&'a str>, Vec<&'a [u8]>),
 }
 
-/// Step or agent rows: run ids, keys, values and places in the run's journal.
-type Journaled<'a> = (Vec<&'a str>, Vec<&'a [u8]>, Vec<&'a [u8]>, Vec<i64>);
+/// Step or agent rows: run ids, keys, values (in the [`codec`](crate::store::codec)'s stored
+/// form) and places in the run's journal.
+type Journaled<'a> = (Vec<&'a str>, Vec<&'a [u8]>, Vec<Vec<u8>>, Vec<i64>);
 
 fn last_wins<K: std::hash::Hash + Eq, V>(items: impl Iterator<Item = (K, V)>) -> Vec<V> {
     let mut index: HashMap<K, usize> = HashMap::new();
@@ -482,10 +484,13 @@ impl<'a> Rows<'a> {
             Op::Step { run, key, value, usage } => Some(((run, key), (run.as_str(), key.as_bytes(), value.as_bytes(), db_int(*usage)))),
             _ => None,
         }));
+        // Compressed (when smaller) once the last put of each key is known.
+        let steps = steps.into_iter().map(|(run, key, value, place)| (run, key, codec::encode(value), place)).collect();
         let agents = last_wins(batch.iter().filter_map(|op| match op {
             Op::Agent { run, key, outcome, usage } => Some(((run, key), (run.as_str(), key.as_bytes(), &outcome[..], db_int(*usage)))),
             _ => None,
         }));
+        let agents = agents.into_iter().map(|(run, key, outcome, place)| (run, key, codec::encode_outcome(outcome), place)).collect();
         let progress = last_wins(batch.iter().filter_map(|op| match op {
             Op::Progress { run, seq, entry, .. } => Some(((run, *seq), (run.as_str(), db_int(*seq), entry.as_slice()))),
             _ => None,

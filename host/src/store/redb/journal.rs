@@ -3,7 +3,8 @@
 //! then in one read transaction; [`Journal::load`] reads a run's contiguous key ranges, on a
 //! blocking thread.
 
-use super::rows::{agent_parts, decode_agent, decode_step, place_bytes, step_parts, PLACE};
+use super::rows::{agent_parts, decode_agent, decode_step, step_parts, BadRow};
+use crate::store::codec;
 use super::tables::*;
 use crate::store::op::Op;
 use super::RedbStore;
@@ -33,48 +34,56 @@ impl RedbStore {
         let mut loading = LoadingEntries::steps();
         loading.reserve(0, bound);
         let steps = txn.open_table(STEPS)?;
-        let bad = |e| corrupt("step journal", e);
+        let bad = |e: BadRow| corrupt("step journal", e);
         for row in steps.range((run_id, "")..)? {
             let (key, value) = row?;
             let (run, step) = key.value();
             if run != run_id {
                 break;
             }
-            let value = value.value();
-            // A value's bytes are its key's and its JSON text's, not its place's.
-            let size = (step.len() + value.len()).saturating_sub(PLACE);
-            if size <= room && size <= largest {
-                room -= size;
-                // Its text is checked as UTF-8 where a replay reads it.
-                let (place, json) = step_parts(value).map_err(bad)?;
-                loading.value(step, &[json], place);
-            } else {
-                loading.key(step);
+            // A value's bytes are its key's and its JSON text's (decoded), not its place's.
+            // A value that cannot be decoded is left unloaded: the replay that asks for it
+            // fails with the typed error, as one whose text is not UTF-8 does.
+            let (place, stored) = step_parts(value.value()).map_err(bad)?;
+            let size = codec::decoded_len(stored).map(|n| step.len().saturating_add(n));
+            match size {
+                Ok(size) if size <= room && size <= largest => match codec::decode(stored) {
+                    Ok(json) => {
+                        room -= size;
+                        // Its text is checked as UTF-8 where a replay reads it.
+                        loading.value(step, &[&json], place);
+                    }
+                    Err(_) => loading.key(step),
+                },
+                _ => loading.key(step),
             }
         }
         let steps = loading.finish();
         let mut loading = LoadingEntries::agents();
         loading.reserve(0, bound.min(room));
         let agents = txn.open_table(AGENTS)?;
-        let bad = |e| corrupt("agent journal", e);
+        let bad = |e: BadRow| corrupt("agent journal", e);
         for row in agents.range((run_id, "")..)? {
             let (key, value) = row?;
             let (run, agent) = key.value();
             if run != run_id {
                 break;
             }
-            let value = value.value();
-            // An outcome's bytes are its key's, 1 and its reply's (none for a failure), not
-            // its place's.
-            let size = (agent.len() + value.len()).saturating_sub(place_bytes(value));
-            if size <= room && size <= largest {
-                room -= size;
-                // Kept in `encode_outcome`'s form, its reply checked as UTF-8 where a replay
-                // decodes it.
-                let (place, tag, json) = agent_parts(value).map_err(bad)?;
-                loading.value(agent, &[&[tag], json], place);
-            } else {
-                loading.key(agent);
+            // An outcome's bytes are its key's, 1 and its reply's (decoded; none for a
+            // failure), not its place's.
+            let (place, tag, stored) = agent_parts(value.value()).map_err(bad)?;
+            let size = codec::decoded_len(stored).map(|n| agent.len().saturating_add(1).saturating_add(n));
+            match size {
+                Ok(size) if size <= room && size <= largest => match codec::decode(stored) {
+                    Ok(json) => {
+                        room -= size;
+                        // Kept in `encode_outcome`'s form, its reply checked as UTF-8 where a
+                        // replay decodes it.
+                        loading.value(agent, &[&[tag], &json], place);
+                    }
+                    Err(_) => loading.key(agent),
+                },
+                _ => loading.key(agent),
             }
         }
         let snapshot = JournalSnapshot { steps, agents: loading.finish(), agents_listed: true, journal_bytes };
@@ -89,14 +98,14 @@ impl RedbStore {
         let steps = txn.open_table(STEPS)?;
         let Some(row) = steps.get((run_id, key))? else { return Ok(None) };
         let (_, json) = decode_step(row.value()).map_err(|e| corrupt("step journal", e))?;
-        Ok(Some(json.to_string()))
+        Ok(Some(json.into_owned()))
     }
 
     fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
         let pending = self.writer.pending().agent(run_id, key).cloned();
         // A queued outcome is in `encode_outcome`'s form, which is also a row of schema 2.
         let decode = |bytes: &[u8]| match decode_agent(bytes) {
-            Ok((_, outcome)) => Ok(outcome.map(str::to_string)),
+            Ok((_, outcome)) => Ok(outcome.map(|o| o.into_owned())),
             Err(e) => Err(corrupt("agent journal", e)),
         };
         if let Some(bytes) = pending {

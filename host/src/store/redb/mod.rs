@@ -12,7 +12,10 @@ mod open;
 mod progress;
 mod rows;
 pub(crate) mod tables;
+mod usage;
 mod writer;
+
+pub use usage::{StoreUsage, TableUsage};
 
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;

@@ -1,6 +1,6 @@
 //! What opening a redb store does before anything reads it: create every table, check the
 //! schema version (a schema 1 or 2 store has its step rows moved to schema 3's table, each
-//! with no place, and is marked 3; the rest reads as it is), and repair what a crash
+//! with no place; a store of 1 to 3 is marked 4, its raw values read as they are), and repair what a crash
 //! left — runs that were `running` become `halted` ([`halt_interrupted`]), with the spend
 //! recorded up to the last commit.
 
@@ -27,6 +27,12 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
             // read as they are; their step rows move, in the same transaction.
             Some(1 | 2) => {
                 move_steps_v2(&txn)?;
+                meta.insert("schema_version", SCHEMA_VERSION)?;
+            }
+            // Schema 3's values are raw, which the value codec reads as they are: only the
+            // mark changes (an older build then refuses the store, whose values it could not
+            // read).
+            Some(3) => {
                 meta.insert("schema_version", SCHEMA_VERSION)?;
             }
             Some(found) => return Err(StoreError::Version { found, expected: SCHEMA_VERSION }),

@@ -9,7 +9,8 @@
 //! every entry); a row of several is a chunk: the byte [`CHUNK_TAG`] (JSON starts with `{`),
 //! then per entry its seq (u64, little-endian), its length (u32, little-endian) and its JSON.
 //! One B-tree insert per chunk instead of per entry is most of what a journaled `log` costs the
-//! writer thread.
+//! writer thread. Since schema 4 a row is stored in the [`codec`](crate::store::codec)'s form
+//! (a chunk's repeated field names compress well); rows written before read as they are.
 
 use super::tables::PROGRESS;
 use super::RedbStore;
@@ -74,7 +75,12 @@ impl Chunk {
     }
 }
 
-/// The entries of the progress row keyed `key`, in seq order: `(seq, JSON)`.
+/// A stored progress row, decoded.
+fn decoded(stored: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, StoreError> {
+    crate::store::codec::decode(stored).map_err(|e| corrupt("progress", e))
+}
+
+/// The entries of the progress row keyed `key` (decoded), in seq order: `(seq, JSON)`.
 fn entries(key: u64, row: &[u8]) -> Result<Vec<(u64, &[u8])>, StoreError> {
     let Some((&CHUNK_TAG, mut rest)) = row.split_first() else {
         return Ok(vec![(key, row)]);
@@ -101,7 +107,8 @@ fn entry_at(table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>, run_id: &
         return Ok(None);
     };
     let (key, value) = row?;
-    Ok(entries(key.value().1, value.value())?.into_iter().find(|(s, _)| *s == seq).map(|(_, bytes)| bytes.to_vec()))
+    let row = decoded(value.value())?;
+    Ok(entries(key.value().1, &row)?.into_iter().find(|(s, _)| *s == seq).map(|(_, bytes)| bytes.to_vec()))
 }
 
 impl RedbStore {
@@ -157,7 +164,8 @@ impl RedbStore {
         if forward {
             'rows: for row in table.range((run_id, lo)..=(run_id, u64::MAX))? {
                 let (key, value) = row?;
-                for (seq, bytes) in entries(key.value().1, value.value())? {
+                let row = decoded(value.value())?;
+                for (seq, bytes) in entries(key.value().1, &row)? {
                     if page(seq, bytes)? {
                         break 'rows;
                     }
@@ -170,7 +178,8 @@ impl RedbStore {
             };
             'rows: for row in table.range((run_id, lo)..=(run_id, end))?.rev() {
                 let (key, value) = row?;
-                for (seq, bytes) in entries(key.value().1, value.value())?.into_iter().rev() {
+                let row = decoded(value.value())?;
+                for (seq, bytes) in entries(key.value().1, &row)?.into_iter().rev() {
                     if page(seq, bytes)? {
                         break 'rows;
                     }

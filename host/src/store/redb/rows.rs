@@ -2,9 +2,12 @@
 //! in the run's journal (the run's journal bytes counted with it, which grows with every
 //! put), so a load can lay a run's entries out in the order a replay asks for them while the
 //! tables keep them in key order. Rows that schema 2 wrote have no place: they read as place
-//! 0, before every newer entry, in key order.
+//! 0, before every newer entry, in key order. The JSON text after the place is in the
+//! [`codec`]'s stored form (a zstd frame, or raw as every row before schema 4 is).
 
+use crate::store::codec::{self, CodecError};
 use crate::store::journal::UnknownOutcome;
+use std::borrow::Cow;
 
 /// Bytes a step row keeps before its JSON text: the place, u64 little-endian.
 pub(super) const PLACE: usize = 8;
@@ -14,24 +17,32 @@ pub(super) const PLACE: usize = 8;
 /// `0` and `1` + JSON, with no place.
 const PLACED: u8 = 2;
 
-/// A step row (the [`STEPS`](super::tables::STEPS) table): the place, then the JSON text,
-/// written into `out` (cleared first).
+/// A step row (the [`STEPS`](super::tables::STEPS) table): the place, then the JSON text
+/// in its stored form, written into `out` (cleared first).
 pub(super) fn encode_step(place: u64, json: &str, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&place.to_le_bytes());
-    out.extend_from_slice(json.as_bytes());
+    codec::encode_into(json.as_bytes(), out);
 }
 
 /// A step row's place and JSON text.
-pub(super) fn decode_step(bytes: &[u8]) -> Result<(u64, &str), BadRow> {
-    let (place, json) = split_place(bytes)?;
-    Ok((place, std::str::from_utf8(json).map_err(|_| BadRow::NotUtf8)?))
+pub(super) fn decode_step(bytes: &[u8]) -> Result<(u64, Cow<'_, str>), BadRow> {
+    let (place, stored) = split_place(bytes)?;
+    Ok((place, text(codec::decode(stored)?)?))
 }
 
-/// A step row's place and JSON text's bytes, not checked as UTF-8 (whoever reads the text
-/// checks it).
+/// A step row's place and JSON text's stored form (decoded by [`codec::decode`], checked as
+/// UTF-8 by whoever reads the text).
 pub(super) fn step_parts(bytes: &[u8]) -> Result<(u64, &[u8]), BadRow> {
     split_place(bytes)
+}
+
+/// Decoded bytes as text.
+fn text(bytes: Cow<'_, [u8]>) -> Result<Cow<'_, str>, BadRow> {
+    match bytes {
+        Cow::Borrowed(b) => std::str::from_utf8(b).map(Cow::Borrowed).map_err(|_| BadRow::NotUtf8),
+        Cow::Owned(b) => String::from_utf8(b).map(Cow::Owned).map_err(|_| BadRow::NotUtf8),
+    }
 }
 
 /// An agent row (the [`AGENTS`](super::tables::AGENTS) table) of an outcome in
@@ -42,22 +53,22 @@ pub(super) fn encode_agent(place: u64, outcome: &[u8], out: &mut Vec<u8>) {
     let (tag, json) = outcome.split_first().map_or((0, &[][..]), |(tag, json)| (*tag, json));
     out.push(tag.saturating_add(PLACED));
     out.extend_from_slice(&place.to_le_bytes());
-    out.extend_from_slice(json);
+    codec::encode_into(json, out);
 }
 
 /// An agent row's place (0 for a row of schema 2) and outcome: `None` for an ordinary
 /// failure, else the reply's JSON text.
-pub(super) fn decode_agent(bytes: &[u8]) -> Result<(u64, Option<&str>), BadRow> {
+pub(super) fn decode_agent(bytes: &[u8]) -> Result<(u64, Option<Cow<'_, str>>), BadRow> {
     match agent_parts(bytes)? {
         (place, 0, _) => Ok((place, None)),
-        (place, _, json) => Ok((place, Some(std::str::from_utf8(json).map_err(|_| BadRow::NotUtf8)?))),
+        (place, _, stored) => Ok((place, Some(text(codec::decode(stored)?)?))),
     }
 }
 
 /// An agent row's place (0 for a row of schema 2), its tag in
 /// [`encode_outcome`](crate::store::journal::encode_outcome)'s form (`0` alone, or `1`
-/// before the reply) and its reply's bytes, not checked as UTF-8 (whoever reads the reply
-/// checks it).
+/// before the reply) and its reply's stored form (decoded by [`codec::decode`], checked as
+/// UTF-8 by whoever reads the reply).
 pub(super) fn agent_parts(bytes: &[u8]) -> Result<(u64, u8, &[u8]), BadRow> {
     let (place, tag, json) = match bytes.split_first() {
         Some((&tag, rest)) if tag >= PLACED => {
@@ -70,14 +81,6 @@ pub(super) fn agent_parts(bytes: &[u8]) -> Result<(u64, u8, &[u8]), BadRow> {
     match (tag, json) {
         (0, []) | (1, _) => Ok((place, tag, json)),
         _ => Err(BadRow::Outcome(UnknownOutcome)),
-    }
-}
-
-/// Bytes of an agent row that are its place (0 for a row of schema 2).
-pub(super) fn place_bytes(row: &[u8]) -> usize {
-    match row.first() {
-        Some(&tag) if tag >= PLACED => PLACE,
-        _ => 0,
     }
 }
 
@@ -98,6 +101,9 @@ pub enum BadRow {
     /// Not an agent outcome.
     #[error(transparent)]
     Outcome(UnknownOutcome),
+    /// Its value is compressed and cannot be decoded.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
 }
 
 #[cfg(test)]
@@ -109,12 +115,20 @@ mod tests {
     fn rows_keep_their_place_and_schema_2_rows_read_as_place_0() {
         let mut row = Vec::new();
         encode_step(42, "\"v\"", &mut row);
-        assert_eq!(decode_step(&row).unwrap(), (42, "\"v\""));
-        for outcome in [None, Some("{\"a\":1}")] {
+        assert_eq!(decode_step(&row).unwrap(), (42, "\"v\"".into()));
+        let long = format!("\"{}\"", "a reply of ordinary words, said twice. ".repeat(20));
+        encode_step(43, &long, &mut row);
+        assert!(row.len() < long.len() / 2, "compressed: {} of {}", row.len(), long.len());
+        assert_eq!(decode_step(&row).unwrap(), (43, long.as_str().into()));
+        for outcome in [None, Some("{\"a\":1}"), Some(long.as_str())] {
             encode_agent(7, &encode_outcome(outcome), &mut row);
-            assert_eq!(decode_agent(&row).unwrap(), (7, outcome));
-            assert_eq!(decode_agent(&encode_outcome(outcome)).unwrap(), (0, outcome), "schema 2's form");
+            assert_eq!(decode_agent(&row).unwrap(), (7, outcome.map(Cow::Borrowed)));
+            assert_eq!(decode_agent(&encode_outcome(outcome)).unwrap(), (0, outcome.map(Cow::Borrowed)), "schema 2's form");
         }
+        // A damaged frame is an error.
+        encode_agent(7, &encode_outcome(Some(&long)), &mut row);
+        row.truncate(row.len() - 4);
+        assert!(matches!(decode_agent(&row), Err(BadRow::Codec(_))));
         assert!(matches!(decode_step(b"short"), Err(BadRow::Short)));
         assert!(matches!(decode_step(&[0, 0, 0, 0, 0, 0, 0, 0, 0xff]), Err(BadRow::NotUtf8)));
         for bad in [&[][..], &[0, 1], &[4], &[2, 1], &[3, 0, 0, 0, 0, 0, 0, 0, 0, 0xff], &[1, 0xff]] {

@@ -6,9 +6,11 @@ use redb::TableDefinition;
 
 /// The layout version this build writes. On open, a store of version 1 (every progress entry
 /// a row of its own, read as it is) or 2 (step values in [`STEPS_V2`], agent rows with no
-/// place) has its step rows moved to [`STEPS`] and is marked 3; a store of any other
-/// version is refused.
-pub const SCHEMA_VERSION: u64 = 3;
+/// place) has its step rows moved to [`STEPS`]; a store of version 1, 2 or 3 is then marked
+/// 4 (values of step, agent and progress rows in the [`codec`](crate::store::codec)'s form,
+/// which reads every older raw value as it is); a store of any other version is refused (a
+/// newer one with a message saying so).
+pub const SCHEMA_VERSION: u64 = 4;
 
 /// `"schema_version"` -> version; `"next_run_seq"` -> creation counter.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -16,7 +18,8 @@ pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("runs");
 /// Creation seq -> run id: runs in creation order.
 pub const RUN_ORDER: TableDefinition<u64, &str> = TableDefinition::new("run_order");
-/// (run id, step key) -> the value's place in the journal, then its JSON text (see `rows.rs`).
+/// (run id, step key) -> the value's place in the journal, then its JSON text in the value
+/// codec's form (see `rows.rs`).
 pub const STEPS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("step_rows");
 /// Schema 2's step table: (run id, step key) -> JSON value. Emptied into [`STEPS`] and
 /// deleted on open.

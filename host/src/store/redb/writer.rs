@@ -316,8 +316,10 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                 Op::Progress { run, seq, entry, .. } => {
                     let chunk = &mut last.at(run).progress;
                     if chunk.must_close(*seq, entry.len()) {
-                        if let Some((key, row)) = chunk.take() {
-                            progress.table()?.insert((run.as_str(), key), row)?;
+                        if let Some((key, taken)) = chunk.take() {
+                            row.clear();
+                            crate::store::codec::encode_into(taken, &mut row);
+                            progress.table()?.insert((run.as_str(), key), row.as_slice())?;
                         }
                     }
                     chunk.push(*seq, entry);
@@ -350,8 +352,10 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
             }
         }
         for (run, of_run) in &mut last.runs {
-            if let Some((key, row)) = of_run.progress.take() {
-                progress.table()?.insert((*run, key), row)?;
+            if let Some((key, taken)) = of_run.progress.take() {
+                row.clear();
+                crate::store::codec::encode_into(taken, &mut row);
+                progress.table()?.insert((*run, key), row.as_slice())?;
             }
         }
     }

@@ -1,0 +1,103 @@
+//! Where a redb store's bytes go: [`StoreUsage`], per table the entries, the bytes of their
+//! keys and values, the pages its B-tree takes and the bytes those pages leave unused, and for
+//! the file its size, the pages allocated to live data and those free (left by copy-on-write
+//! commits, reused by later ones; the file does not shrink without compaction). Read by
+//! `tests/store_size.rs` and quoted in README's "Storage: where the bytes go".
+
+use super::RedbStore;
+use crate::store::StoreError;
+use redb::{ReadableDatabase, ReadableTableMetadata, TableHandle};
+
+/// One table's share of the store.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableUsage {
+    /// The table's name (see `tables.rs`).
+    pub name: String,
+    /// Rows.
+    pub entries: u64,
+    /// Bytes of the rows' keys and values as stored.
+    pub stored_bytes: u64,
+    /// Leaf pages holding the rows.
+    pub leaf_pages: u64,
+    /// Branch pages indexing them.
+    pub branch_pages: u64,
+    /// Bytes of the table's pages that hold nothing (half-full leaves, a value's page run
+    /// rounded up to a power of two).
+    pub fragmented_bytes: u64,
+    /// Bytes of the keys in its branch pages, and other metadata.
+    pub metadata_bytes: u64,
+}
+
+impl TableUsage {
+    /// Bytes of the file the table takes: its rows, the room its pages leave unused, its
+    /// branches.
+    pub fn bytes(&self) -> u64 {
+        self.stored_bytes + self.fragmented_bytes + self.metadata_bytes
+    }
+}
+
+/// Where a store's bytes go.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreUsage {
+    /// The file's size (0 for a store that is not a file).
+    pub file_bytes: u64,
+    /// The disk space the file takes (its allocated blocks: redb grows the file ahead of its
+    /// use, and a tail never written takes no space).
+    pub disk_bytes: u64,
+    /// redb's page size.
+    pub page_size: u64,
+    /// Pages holding live data (every table, redb's own metadata).
+    pub allocated_pages: u64,
+    /// Each table, by name.
+    pub tables: Vec<TableUsage>,
+}
+
+impl StoreUsage {
+    /// The table `name`'s usage, if it exists.
+    pub fn table(&self, name: &str) -> Option<&TableUsage> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// Bytes of the file's pages that hold no live data (free pages, the file's tail).
+    pub fn free_bytes(&self) -> u64 {
+        self.file_bytes.saturating_sub(self.allocated_pages.saturating_mul(self.page_size))
+    }
+}
+
+impl RedbStore {
+    /// Where the store's bytes go, as of its last commit. Waits for the writer's current
+    /// commit (the page counts are read in a write transaction, then abandoned).
+    pub fn usage(&self) -> Result<StoreUsage, StoreError> {
+        let txn = self.db.begin_read()?;
+        let mut tables = Vec::new();
+        for handle in txn.list_tables()? {
+            let name = handle.name().to_string();
+            let table = txn.open_untyped_table(handle)?;
+            let stats = table.stats()?;
+            tables.push(TableUsage {
+                name,
+                entries: table.len()?,
+                stored_bytes: stats.stored_bytes(),
+                leaf_pages: stats.leaf_pages(),
+                branch_pages: stats.branch_pages(),
+                fragmented_bytes: stats.fragmented_bytes(),
+                metadata_bytes: stats.metadata_bytes(),
+            });
+        }
+        tables.sort_by(|a, b| a.name.cmp(&b.name));
+        let write = self.db.begin_write()?;
+        let stats = write.stats()?;
+        write.abort()?;
+        let (file_bytes, disk_bytes) = match &self.path {
+            Some(path) => {
+                use std::os::unix::fs::MetadataExt;
+                let file = std::fs::metadata(path).map_err(|e| StoreError::File { path: path.clone(), source: std::sync::Arc::new(e) })?;
+                (file.len(), file.blocks().saturating_mul(512))
+            }
+            None => (0, 0),
+        };
+        Ok(StoreUsage { file_bytes, disk_bytes, page_size: stats.page_size() as u64, allocated_pages: stats.allocated_pages(), tables })
+    }
+}
