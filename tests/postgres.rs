@@ -183,9 +183,13 @@ async fn two_workers_take_from_one_flow_budget() {
     // Reopened (as if the minute had passed), it is paced by its own buckets again.
     server.psql("budget", "UPDATE flow_budgets SET closed_until = now() - interval '1 second'");
     assert_eq!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take"), None, "open again");
-    // The server says nothing remains: neither worker takes until the refill.
-    qa.bound_flow_budget(other.clone(), Some(0.0), None).await.expect("a bound");
-    assert!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take").is_some(), "nothing remains");
+    // The server says nothing remains: neither worker takes until the refill (a request a
+    // minute, so no refill comes between the two calls however slow the machine is).
+    let bounded = "openai http://127.0.0.1:5/v1 nokey".to_string();
+    let slow = FlowRates { requests: Some(1.0 / 60.0), request_burst: 1000.0, requests_left: 1000.0, ..fast };
+    assert_eq!(qb.take_flow_budget(bounded.clone(), slow, 10.0).await.expect("a take"), None, "a new budget is full");
+    qa.bound_flow_budget(bounded.clone(), Some(0.0), None).await.expect("a bound");
+    assert!(qb.take_flow_budget(bounded.clone(), slow, 10.0).await.expect("a take").is_some(), "nothing remains");
     // A new budget starts from what the first caller's own buckets hold.
     let empty = FlowRates { requests_left: 0.0, ..rates };
     let wait = qa.take_flow_budget("openai http://127.0.0.1:4/v1 nokey".into(), empty, 10.0).await.expect("a take");

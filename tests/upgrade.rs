@@ -2,7 +2,9 @@
 //! compressed (`tests/fixtures/store-v3.redb.zst`, made by `tests/fixtures/make-store-v3.sh`)
 //! opens with this build through the real `factory` binary: its completed run reads as it
 //! was, and its run halted mid-fan-out resumes against a real OpenAI-compatible server on
-//! 127.0.0.1 (`common::fake_openai`) paying no journaled call twice. A store of a newer
+//! 127.0.0.1 (`common::fake_openai`) paying no journaled call twice, with its component
+//! rebuilt against this release's contract (`resume --component`: the contract is not stable
+//! before 1.0, and the old component no longer loads, as the refusal says). A store of a newer
 //! schema is refused with a message that says so.
 
 mod common;
@@ -59,7 +61,18 @@ async fn a_store_of_the_last_release_opens_and_its_halted_run_resumes_paying_not
         .collect();
     assert!(!finished.is_empty() && finished.len() < 10, "the fixture's run was stopped mid-fan-out: {finished:?}");
 
+    // The contract is not stable before 1.0 (docs/src/status.md): this release's `wit/` added
+    // to `abort` and `agent-options`, so the component the old release built no longer
+    // loads, and the plain resume says which import does not match, asking nothing.
     let out = factory_clean(state.path(), &["resume", id, "--backend", "local", "--yes", "--json", "-q"], &[]).await;
+    assert!(!out.status.success(), "the old component cannot load: {}", String::from_utf8_lossy(&out.stdout));
+    let refused = stderr(&out);
+    assert!(refused.contains("cannot be loaded") && refused.contains("agent:factory/"), "{refused}");
+    assert!(server.asked().is_empty(), "nothing was asked: {:?}", server.asked());
+    // Rebuilt against this release, it resumes the run: the journal the old release wrote replays.
+    let probe = common::component("probe");
+    let resume = ["resume", id, "--component", probe.to_str().unwrap(), "--backend", "local", "--yes", "--json", "-q"];
+    let out = factory_clean(state.path(), &resume, &[]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     let done = stdout_json(&out);
     assert_eq!(done["status"], "completed", "{done:#}");
