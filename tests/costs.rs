@@ -375,11 +375,11 @@ async fn a_cassette_records_and_replays_the_cache_breakdown() {
     assert_eq!(got["aiCreditsNano"], 2 * 1_155_000_000u64);
 }
 
-/// The commands of README's "Against a local model" that run against an OpenAI-compatible
-/// server: `(OPENAI_BASE_URL, the arguments after "factory")`, as written.
+/// The commands of the book's "Against a local model" (docs/src/operating/backends.md) that run
+/// against an OpenAI-compatible server: `(OPENAI_BASE_URL, the arguments after "factory")`, as written.
 fn readme_local_model_commands() -> Vec<(String, Vec<String>)> {
-    let readme = std::fs::read_to_string(common::root().join("README.md")).expect("README.md");
-    let section = readme.split_once("Against a local model").expect("README has \"Against a local model\"").1;
+    let page = std::fs::read_to_string(common::root().join("docs/src/operating/backends.md")).expect("backends.md");
+    let section = page.split_once("Against a local model").expect("backends.md has \"Against a local model\"").1;
     let block = section.split_once("```sh").expect("a sh block").1.split_once("```").expect("its end").0;
     let commands: Vec<(String, Vec<String>)> = block
         .lines()
@@ -413,7 +413,7 @@ impl Drop for Services {
     }
 }
 
-/// Check the run a README command printed (no `--json`: the report on stdout, progress on
+/// Check the run a documented command printed (no `--json`: the report on stdout, progress on
 /// stderr): it completed with every file reviewed by the server, for 0 credits, and said so
 /// once on stderr.
 async fn check_readme_run(state: &Path, out: &Output, server: &FakeOpenAi, url: &str, model: &str) {

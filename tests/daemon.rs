@@ -280,3 +280,105 @@ fn after_kill_9_of_the_service_its_foreground_run_restarts_it_and_follows_the_re
     let log = std::fs::read_to_string(state.join("serve.log")).unwrap();
     assert!(log.contains(&format!("recovering run {run_id}")), "{log}");
 }
+
+/// Paths a caller names are the caller's: run from a scratch directory, a relative script
+/// backend and grant reach the service (which runs in the state directory) as the caller
+/// meant them, and so does a relative cassette in a process of its own.
+#[test]
+fn relative_paths_are_read_in_the_callers_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(work.join("data")).unwrap();
+    std::fs::write(work.join("rules.json"), r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"from the caller's rules"}}]}"#).unwrap();
+    std::fs::write(
+        work.join("f.js"),
+        "import { defineFactory } from \"factory\";\nexport default defineFactory({ meta: { name: \"rel\", description: \"d\" }, \
+         run: async (ctx) => ({ r: await ctx.agent(\"hello\", { label: \"t:1\" }) }) });\n",
+    )
+    .unwrap();
+    let in_work = |args: &[&str], service: bool| {
+        let mut cmd = if service { factory(&state, args) } else { common::factory_cmd(&state, args) };
+        cmd.current_dir(&work).output().expect("factory starts")
+    };
+    let run = ["run", "f.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--allow-read", "data"];
+    let out = in_work(&run, true);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let envelope = common::stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}");
+    assert_eq!(envelope["result"]["r"], "from the caller's rules");
+    assert!(!live_services(&state).is_empty(), "the run went through the service");
+
+    // A cassette needs the store in this process: stop the service, then record and replay.
+    for pid in live_services(&state) {
+        signal(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+    wait_until("the service is gone", || live_services(&state).is_empty());
+    let record = ["run", "f.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "tape.json"];
+    let out = in_work(&record, false);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(work.join("tape.json").is_file(), "the cassette is written where the caller is");
+    std::fs::remove_file(work.join("rules.json")).unwrap();
+    let replay = ["run", "f.js", "--yes", "--json", "-q", "--replay", "tape.json"];
+    let out = in_work(&replay, false);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"]["r"], "from the caller's rules");
+}
+
+/// A running run's detail says what runs and what waits right now (label, since when), when
+/// it was read, and which of its declared phases it has entered; once it ends, nothing runs.
+#[test]
+fn a_running_runs_detail_shows_its_running_and_queued_agents_and_declared_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    std::fs::create_dir_all(&state).unwrap();
+    let rules = dir.path().join("slow.json");
+    std::fs::write(&rules, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":400}]}"#).unwrap();
+    let file = dir.path().join("phased.js");
+    std::fs::write(
+        &file,
+        "import { defineFactory } from \"factory\";\nexport default defineFactory({ meta: { name: \"phased\", description: \"d\", \
+         phases: [{ title: \"Scan\" }, { title: \"Verify\", detail: \"check each\" }, { title: \"Merge\" }], \
+         limits: { maxConcurrentSubagents: 2 } }, run: async (ctx) => {\n  ctx.phase(\"Scan\");\n  ctx.phase(\"Verify\");\n  \
+         const r = await ctx.parallel(Array.from({ length: 8 }, (_, i) => () => ctx.agent(`item ${i}`, { label: `t:${i}` })));\n  \
+         return { done: r.length };\n} });\n",
+    )
+    .unwrap();
+    let backend = format!("script:{}", rules.display());
+    let child = factory(&state, &["run", file.to_str().unwrap(), "--yes", "--backend", &backend, "--json", "-q"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("factory run starts");
+    let run_id = running(&state, 2);
+    let mut detail = Value::Null;
+    wait_until("two agents run and some wait", || {
+        detail = ok_json(&state, &["show", &run_id, "--json"]);
+        detail["runningAgents"].as_array().map_or(0, Vec::len) == 2 && detail["queuedAgents"].as_array().map_or(0, Vec::len) >= 1
+    });
+    for agent in detail["runningAgents"].as_array().unwrap().iter().chain(detail["queuedAgents"].as_array().unwrap()) {
+        assert!(agent["label"].as_str().unwrap().starts_with("t:"), "{detail:#}");
+        assert!(agent["sinceMs"].as_u64().unwrap() > 1_700_000_000_000, "{detail:#}");
+    }
+    assert!(detail["observedAt"].as_str().unwrap().starts_with("20"), "{detail:#}");
+    let phases: Vec<(String, bool, bool)> = detail["declaredPhases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["title"].as_str().unwrap().to_string(), p["entered"].as_bool().unwrap(), p["current"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        phases,
+        [("Scan".to_string(), true, false), ("Verify".to_string(), true, true), ("Merge".to_string(), false, false)],
+        "{detail:#}"
+    );
+    assert_eq!(detail["declaredPhases"][1]["detail"], "check each");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let ended = ok_json(&state, &["show", &run_id, "--json"]);
+    assert_eq!(ended["status"], "completed");
+    assert_eq!(ended["runningAgents"], serde_json::json!([]), "{ended:#}");
+    assert_eq!(ended["queuedAgents"], serde_json::json!([]), "{ended:#}");
+}

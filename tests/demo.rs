@@ -1,9 +1,9 @@
-//! The real-model demo of README's quick start: `examples/smollm2/triage.cassette.jsonl` holds
+//! The real-model demo of the quick start (docs/src/guide/install.md): `examples/smollm2/triage.cassette.jsonl` holds
 //! SmolLM2-135M-Instruct's replies to `examples/js/triage.ts` (recorded once by
 //! `examples/smollm2/record.sh`, never in CI). Its replay runs with no network at all (the
 //! real binary inside a bubblewrap network namespace of its own: a loopback with nothing
 //! listening, no other interface) and prints exactly
-//! the committed `examples/smollm2/triage.out.json`, which README shows verbatim.
+//! the committed `examples/smollm2/triage.out.json`, which the quick start shows verbatim.
 
 mod common;
 
@@ -58,9 +58,9 @@ fn the_smollm2_cassette_replays_offline_to_the_committed_output() {
     let expected = read("examples/smollm2/triage.out.json");
     assert_eq!(shown, expected, "the replay prints the committed output");
 
-    // README's quick start shows that output and the commands that replay and re-record it.
-    let readme = read("README.md");
-    assert!(readme.contains(expected.trim_end()), "README shows examples/smollm2/triage.out.json verbatim");
-    assert!(readme.contains("--replay examples/smollm2/triage.cassette.jsonl"), "README shows the replay command");
-    assert!(readme.contains("sh examples/smollm2/record.sh"), "README shows the command that re-records it");
+    // The book's quick start shows that output and the commands that replay and re-record it.
+    let page = read("docs/src/guide/install.md");
+    assert!(page.contains(expected.trim_end()), "the quick start shows examples/smollm2/triage.out.json verbatim");
+    assert!(page.contains("--replay examples/smollm2/triage.cassette.jsonl"), "the quick start shows the replay command");
+    assert!(page.contains("sh examples/smollm2/record.sh"), "the quick start shows the command that re-records it");
 }

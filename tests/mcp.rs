@@ -234,31 +234,11 @@ async fn an_untrusted_component_is_refused_without_a_way_to_ask() {
     assert_eq!(server.requests(), 0);
 }
 
-/// Start `factory mcp --http` on `state`: the process, the URL it says it serves, its token.
-fn mcp_http(state: &std::path::Path) -> (std::process::Child, String, String) {
-    use std::io::BufRead;
-    let mut daemon = factory_cmd(state, &["mcp", "--http", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("factory mcp --http starts");
-    let mut lines = std::io::BufReader::new(daemon.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("it says where it listens").unwrap();
-        if let Some(rest) = line.split("streamable HTTP on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let token = std::fs::read_to_string(state.join("mcp.token")).unwrap();
-    (daemon, url, token)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_over_streamable_http_needs_the_bearer_token() {
     let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
     let state = prepared_state(server.port());
-    let (mut daemon, url, token) = mcp_http(state.path());
+    let (mut daemon, url, token) = common::mcp_http(state.path());
 
     // Without the token: 401, nothing served.
     let refused = reqwest::Client::new()
@@ -393,7 +373,7 @@ async fn a_run_outlives_its_mcp_client_and_other_front_doors_see_it() {
 async fn mcp_over_http_caps_its_sessions() {
     let server = FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }).await;
     let state = prepared_state(server.port());
-    let (mut daemon, url, token) = mcp_http(state.path());
+    let (mut daemon, url, token) = common::mcp_http(state.path());
     let client = reqwest::Client::new();
     let initialize = || {
         client

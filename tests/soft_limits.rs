@@ -117,13 +117,18 @@ printf '{"type":"result","subtype":"success","is_error":false,"num_turns":5,"res
 }
 
 /// A fake agent CLI that takes a wrap-up on stdin (one JSON string per line): it works 20
-/// turns of 0.1 s unless a wrap-up line arrives first, which it answers at once.
+/// turns of 0.1 s unless a wrap-up line arrives first, which it answers at once. A read that
+/// times out mid-line keeps what it read (bash hands the partial line over on a timeout), so
+/// a line that arrives across two turns is not cut.
 const WRAPPING_CLI: &str = r#"
 read -r prompt
 turns=0
+partial=
 while [ $turns -lt 20 ]; do
-  read -r -t 0.1 line; rc=$?
-  if [ $rc -eq 0 ]; then echo "wrapped up after turn $turns on $line"; exit 0; fi
+  line=
+  IFS= read -r -t 0.1 line; rc=$?
+  if [ $rc -gt 128 ]; then partial="$partial$line"; fi
+  if [ $rc -eq 0 ]; then echo "wrapped up after turn $turns on $partial$line"; exit 0; fi
   # End of input (no duration limit, so no wrap-up will come): keep working.
   if [ $rc -eq 1 ]; then sleep 0.1; fi
   turns=$((turns+1))

@@ -166,7 +166,7 @@ async fn the_dashboard_in_a_real_browser() {
     assert_eq!(reqwest::get(format!("{base}/ui/nope.js")).await.unwrap().status(), 404);
 
     // Screenshots go under the target dir; `FACTORY_UPDATE_SCREENSHOTS=1` refreshes the
-    // committed ones the README shows (docs/screenshots/), so a test run changes no tracked file.
+    // committed ones the book shows (docs/screenshots/), so a test run changes no tracked file.
     let shots = if std::env::var_os("FACTORY_UPDATE_SCREENSHOTS").is_some() {
         root.join("docs").join("screenshots")
     } else {

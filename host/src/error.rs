@@ -127,6 +127,8 @@ pub enum ErrorCode {
     Unavailable,
     /// The caller cancelled what it was waiting for.
     Cancelled,
+    /// The user declined the consent question (or left it unanswered): nothing started.
+    Declined,
     /// What a shared store says to run is refused ([`crate::sandbox::admission::TrustError`]:
     /// bytes that do not hash to their sha256, a record that does not match its consent seal,
     /// a grant under no allowed root).
@@ -163,6 +165,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::InvalidCode => "invalid_code",
             ErrorCode::Refused => "refused",
+            ErrorCode::Declined => "declined",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::NotRunning => "not_running",

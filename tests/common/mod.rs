@@ -233,3 +233,23 @@ pub fn on_a_terminal(cmd: &std::process::Command, answer: &str) -> (Option<i32>,
     let out = child.wait_with_output().expect("script ends");
     (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// Start `factory mcp --http` on `state`: the process, the URL it says it serves, its token.
+pub fn mcp_http(state: &std::path::Path) -> (std::process::Child, String, String) {
+    use std::io::BufRead;
+    let mut daemon = factory_cmd(state, &["mcp", "--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("factory mcp --http starts");
+    let mut lines = std::io::BufReader::new(daemon.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("it says where it listens").unwrap();
+        if let Some(rest) = line.split("streamable HTTP on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(state.join("mcp.token")).unwrap();
+    (daemon, url, token)
+}

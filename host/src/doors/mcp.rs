@@ -3,7 +3,9 @@
 //! `run_factory` (`{ name, args?, limits? }` or `{ resumeFromRunId, limits?, input? }`; the
 //! run envelope for every outcome, progress notifications while it runs, a client
 //! cancellation cancels the run) and `factories_manage` (`list`, `inspect`, `runs`, `show`,
-//! `progress`, `wait`, `cancel`, `pause`, `resume` with a checkpoint's answer).
+//! `progress`, `wait`, `cancel`, `pause`, `resume` with a checkpoint's answer). A factory the
+//! service does not trust is asked about through MCP elicitation ([`super::elicit`]) when the
+//! client can show a form.
 //!
 //! Every tool call is one or a few typed service [`Request`]s through a service [`Client`]:
 //! the state directory's service (started if none runs), so the runs live there and outlive
@@ -16,6 +18,7 @@
 use crate::doors::reach::{self, serve};
 use crate::doors::args::GlobalArgs;
 use crate::doors::cli::backends;
+use crate::doors::elicit;
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::service::{Client, Consent, Followed, Follower, Request, Scope, ServiceError, Target};
@@ -89,11 +92,13 @@ pub async fn mcp(g: &GlobalArgs, a: McpArgs) -> Result<ExitCode> {
     };
     let session = session_pinned().then(|| g.session.clone());
     let wait = a.wait_seconds;
+    let trust = Arc::new(factory_host::trust::TrustStore::in_state_dir(&g.trust_dir()?));
     // One call per MCP connection (stdio: once; HTTP: once per `Mcp-Session-Id`).
     let make = move || FactoryMcp {
         client: access.clone(),
         session: session.clone().unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4().simple())),
         wait,
+        trust: trust.clone(),
         cancelled_calls: Default::default(),
         tool_router: FactoryMcp::tool_router(),
     };
@@ -217,6 +222,8 @@ struct FactoryMcp {
     session: String,
     /// The longest a call waits for a run before answering with its current envelope.
     wait: Duration,
+    /// The trust store an "always" answer to a consent question adds to.
+    trust: Arc<factory_host::trust::TrustStore>,
     /// Calls of this connection the client cancelled (`notifications/cancelled`), until the
     /// call sees it.
     cancelled_calls: Arc<std::sync::Mutex<std::collections::HashSet<rmcp::model::RequestId>>>,
@@ -361,7 +368,7 @@ impl schemars::JsonSchema for ManageParams {
 impl FactoryMcp {
     #[tool(
         name = "run_factory",
-        description = "Run an agent factory — a sandboxed workflow that coordinates many subagents — and wait for it to end, or resume a run that stopped. Give { name, args?, limits? } to start one (factories_manage `list` shows what exists and what args each expects), or { resumeFromRunId, limits? } to continue a run that hit a limit, was cancelled or was interrupted: its finished work replays for free. Returns the run envelope for every outcome: status (completed, error, halted, paused, cancelled), result (when completed), a typed failure (e.g. factory_limit_reached with the limit's name: resume with that limit raised), accounting, and the runId. Only failures before a run exists are tool errors (unknown name, bad limits, not_found, non_resumable, already_active, no_approval_provider)."
+        description = "Run an agent factory — a sandboxed workflow that coordinates many subagents — and wait for it to end, or resume a run that stopped. A factory this machine does not trust is asked about first (an elicitation form to your user: approve once, always, or decline). Give { name, args?, limits? } to start one (factories_manage `list` shows what exists and what args each expects), or { resumeFromRunId, limits? } to continue a run that hit a limit, was cancelled or was interrupted: its finished work replays for free. Returns the run envelope for every outcome: status (completed, error, halted, paused, cancelled), result (when completed), a typed failure (e.g. factory_limit_reached with the limit's name: resume with that limit raised), accounting, and the runId. Only failures before a run exists are tool errors (unknown name, bad limits, not_found, non_resumable, already_active, declined, no_approval_provider when your client cannot show the question)."
     )]
     async fn run_factory(
         &self,
@@ -434,6 +441,71 @@ impl FactoryMcp {
         ToolError::new(e.code(), e.to_string())
     }
 
+    /// The consent question for running the registered factory `name` under `overrides`.
+    async fn run_question(&self, session: &str, name: &str, overrides: &Limits) -> Result<elicit::Question, ToolError> {
+        let registration = self.client.inspect(session, name).await.map_err(Self::tool_error)?;
+        let meta = &registration.meta;
+        Ok(elicit::Question {
+            factory: meta.name.clone(),
+            sha256: factory_host::service::registration_trust_key(&registration).to_string(),
+            operation: elicit::Operation::Run,
+            backend: "the service's default backend".into(),
+            limits: meta.limits.overridden_by(overrides),
+            phases: meta.phases.iter().map(|p| p.title.clone()).collect(),
+            grants: Vec::new(),
+        })
+    }
+
+    /// The consent question for resuming `run_id` under `overrides`: its latest factory.
+    async fn resume_question(&self, session: &str, run_id: &str, overrides: &Limits) -> Result<elicit::Question, ToolError> {
+        let detail = self.client.detail(Scope::Session(session.to_string()), run_id).await.map_err(Self::tool_error)?;
+        let script = detail.scripts.last().cloned().flatten().map(|s| s.sha256);
+        let sha256 = script.or_else(|| detail.component_hashes.last().cloned()).unwrap_or_default();
+        Ok(elicit::Question {
+            factory: detail.envelope.factory.clone(),
+            sha256,
+            operation: elicit::Operation::Resume,
+            backend: detail.backends.last().map_or_else(|| "the service's default backend".into(), |b| b.name.clone()),
+            limits: detail.limits.overridden_by(overrides),
+            phases: detail.phases.clone(),
+            grants: detail.grants.clone(),
+        })
+    }
+
+    /// Trust `sha256` (of factory `name`) from now on: an "always" answer.
+    fn trust(&self, sha256: &str, name: &str) -> Result<(), ToolError> {
+        let entry = factory_host::trust::TrustedComponent {
+            name: Some(name.to_string()),
+            ..factory_host::trust::TrustedComponent::new(sha256, factory_host::trust::TrustSource::Approved)
+        };
+        self.trust.trust(entry).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+        tracing::info!(event = "trusted", door = "mcp", factory = %name, sha256 = %sha256, "approved always over MCP");
+        Ok(())
+    }
+
+    /// Ask `question` of the client's user: whether it was approved always or once, or a
+    /// `declined` tool error (nothing started).
+    async fn approved(&self, context: &RequestContext<RoleServer>, question: &elicit::Question) -> Result<elicit::Answer, ToolError> {
+        let answer = elicit::ask(&context.peer, question).await.map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+        match answer {
+            elicit::Answer::Once | elicit::Answer::Always => Ok(answer),
+            elicit::Answer::Declined(why) => Err(ToolError::new(
+                ErrorCode::Declined,
+                format!(
+                    "{}: factory `{}` (sha256 {}) was not approved to {}; nothing started",
+                    why.says(),
+                    question.factory,
+                    question.sha256,
+                    match question.operation {
+                        elicit::Operation::Run => "run",
+                        elicit::Operation::Resume => "resume",
+                        elicit::Operation::Author => "be registered",
+                    }
+                ),
+            )),
+        }
+    }
+
     /// Whether the client cancelled the call `id` (`notifications/cancelled`), rather than
     /// going away: rmcp cancels a call's token for both. The notification reaches
     /// [`ServerHandler::on_cancelled`] just after the token fires, so it is waited for a
@@ -459,44 +531,15 @@ impl FactoryMcp {
         let session = self.session(context);
         let limits = params.limits.unwrap_or_default();
         let trace_parent = trace_parent_of(context)?;
-        let start = match (params.name, params.resume_from_run_id) {
+        let resume = match (&params.name, &params.resume_from_run_id) {
             (Some(_), None) if params.input.is_some() => {
                 return Err(ToolError::new(ErrorCode::InvalidParams, "`input` answers a paused run's checkpoint: give it with `resumeFromRunId`"));
             }
-            (Some(name), None) => {
-                // Consent: the server's own trust check decides (an MCP client cannot be asked);
-                // factories authored in this session run without it.
-                Request::Run {
-                    session: session.clone(),
-                    component: Target::Registered(name),
-                    args: params.args,
-                    limits,
-                    backend: Default::default(),
-                    grants: Vec::new(),
-                    declined: false,
-                    consent: Consent::None,
-                    trace_parent: trace_parent.clone(),
-                    // This server's working directory (the project its client works in).
-                    caller_cwd: factory_host::service::caller_cwd(),
-                }
+            (Some(_), None) => false,
+            (None, Some(_)) if params.args.is_some() => {
+                return Err(ToolError::new(ErrorCode::InvalidParams, "a resume keeps the run's args: give no `args`"))
             }
-            (None, Some(run_id)) => {
-                if params.args.is_some() {
-                    return Err(ToolError::new(ErrorCode::InvalidParams, "a resume keeps the run's args: give no `args`"));
-                }
-                Request::Resume {
-                    scope: session.clone().into(),
-                    run_id,
-                    component: None,
-                    limits,
-                    backend: Default::default(),
-                    consent: Consent::None,
-                    trace_parent: trace_parent.clone(),
-                    // This server's working directory (the project its client works in).
-                    caller_cwd: factory_host::service::caller_cwd(),
-                    input: params.input,
-                }
-            }
+            (None, Some(_)) => true,
             _ => {
                 return Err(ToolError::new(
                     ErrorCode::InvalidParams,
@@ -504,7 +547,51 @@ impl FactoryMcp {
                 ))
             }
         };
-        let run_id = self.client.start(start).await.map_err(Self::tool_error)?;
+        // Consent: the service's own trust check decides first (factories authored in this
+        // session run without it); one it refuses is asked of the client's user, when the
+        // client can be asked, and started again with exactly the sha256 approved.
+        let start = |consent: Consent| match (&params.name, &params.resume_from_run_id) {
+            (Some(name), _) => Request::Run {
+                session: session.clone(),
+                component: Target::Registered(name.clone()),
+                args: params.args.clone(),
+                limits: limits.clone(),
+                backend: Default::default(),
+                grants: Vec::new(),
+                declined: false,
+                consent,
+                trace_parent: trace_parent.clone(),
+                // This server's working directory (the project its client works in).
+                caller_cwd: factory_host::service::caller_cwd(),
+            },
+            (None, run_id) => Request::Resume {
+                scope: session.clone().into(),
+                run_id: run_id.clone().unwrap_or_default(),
+                component: None,
+                limits: limits.clone(),
+                backend: Default::default(),
+                consent,
+                trace_parent: trace_parent.clone(),
+                // This server's working directory (the project its client works in).
+                caller_cwd: factory_host::service::caller_cwd(),
+                input: params.input.clone(),
+            },
+        };
+        let run_id = match self.client.start(start(Consent::None)).await {
+            Ok(run_id) => run_id,
+            Err(e) if e.code() == ErrorCode::NoApprovalProvider && elicit::can_ask(&context.peer) => {
+                let question = match (&params.name, &params.resume_from_run_id) {
+                    (Some(name), _) => self.run_question(&session, name, &limits).await?,
+                    (None, run_id) => self.resume_question(&session, run_id.as_deref().unwrap_or_default(), &limits).await?,
+                };
+                let question = elicit::Question { operation: if resume { elicit::Operation::Resume } else { elicit::Operation::Run }, ..question };
+                if self.approved(context, &question).await? == elicit::Answer::Always {
+                    self.trust(&question.sha256, &question.factory)?;
+                }
+                self.client.start(start(Consent::Sha256(question.sha256.clone()))).await.map_err(Self::tool_error)?
+            }
+            Err(e) => return Err(Self::tool_error(e)),
+        };
         let (envelope, cancelled) = self.follow(&session, &run_id, context).await?;
         let mut summary = summarize(&envelope);
         self.still_running(&envelope, &mut summary);
@@ -603,7 +690,16 @@ impl FactoryMcp {
             "author" => {
                 let meta = p.meta.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, "operation `author` needs `meta`"))?;
                 let run = need(p.run, "run")?;
+                // Code an agent just wrote: asked of the client's user first, when it can be.
+                let approval = match elicit::can_ask(&context.peer) {
+                    true => Some(self.approved(context, &author_question(&meta, &run)).await?),
+                    false => None,
+                };
                 let registration = self.client.author(&session, meta, run).await.map_err(Self::tool_error)?;
+                // "Always" trusts the body as registered (its source's sha256).
+                if let (Some(elicit::Answer::Always), Some(script)) = (approval, &registration.script) {
+                    self.trust(&script.sha256, &registration.meta.name)?;
+                }
                 let name = &registration.meta.name;
                 let summary = format!(
                     "Registered factory `{name}` in this session (not run). Run it with run_factory {{\"name\": \"{name}\"}}."
@@ -728,6 +824,26 @@ fn trace_parent_of(context: &RequestContext<RoleServer>) -> Result<Option<factor
 /// What a model is shown of a factory's meta: name, description, phases, limits.
 fn factory_summary(meta: &factory_host::FactoryMeta) -> Value {
     json!({"name": meta.name, "description": meta.description, "phases": meta.phases, "limits": meta.limits})
+}
+
+/// The consent question for registering the body `run` an agent wrote with `meta`, before
+/// the service has seen it: the sha256 is of the body's text as given.
+fn author_question(meta: &Value, run: &str) -> elicit::Question {
+    use sha2::Digest;
+    let text = |key: &str| meta.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    let phases = meta.get("phases").and_then(Value::as_array).map_or_else(Vec::new, |phases| {
+        phases.iter().filter_map(|p| p.get("title").and_then(Value::as_str).map(str::to_string)).collect()
+    });
+    let limits = meta.get("limits").cloned().and_then(|l| serde_json::from_value(l).ok()).unwrap_or_default();
+    elicit::Question {
+        factory: text("name"),
+        sha256: hex::encode(sha2::Sha256::digest(run.as_bytes())),
+        operation: elicit::Operation::Author,
+        backend: "the service's default backend".into(),
+        limits,
+        phases,
+        grants: Vec::new(),
+    }
 }
 
 /// A short text a model can read: what happened and what to do next.

@@ -10,6 +10,7 @@ pub mod args;
 pub mod cli;
 pub mod control;
 pub mod daemon;
+pub mod elicit;
 pub mod http;
 pub mod mcp;
 pub mod reach;

@@ -221,6 +221,19 @@ pub struct RunDetail {
     /// that backend); absent when it does not execute here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flows: Vec<crate::model::flow::FlowStats>,
+    /// The phases the latest attempt's factory declares, the entered and current ones marked
+    /// (empty when it declares none, or for runs recorded before they were kept).
+    #[serde(default)]
+    pub declared_phases: Vec<crate::engine::live::DeclaredPhase>,
+    /// The latest attempt's agents that run now, oldest first (none unless it executes).
+    #[serde(default)]
+    pub running_agents: Vec<crate::engine::live::LiveAgent>,
+    /// Its agents that wait for a concurrency slot, oldest first.
+    #[serde(default)]
+    pub queued_agents: Vec<crate::engine::live::LiveAgent>,
+    /// When this detail was read (RFC 3339).
+    #[serde(default)]
+    pub observed_at: String,
 }
 
 impl<'de> serde::Deserialize<'de> for RunDetail {
@@ -245,6 +258,14 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             truncated: bool,
             #[serde(default)]
             flows: Vec<crate::model::flow::FlowStats>,
+            #[serde(default)]
+            declared_phases: Vec<crate::engine::live::DeclaredPhase>,
+            #[serde(default)]
+            running_agents: Vec<crate::engine::live::LiveAgent>,
+            #[serde(default)]
+            queued_agents: Vec<crate::engine::live::LiveAgent>,
+            #[serde(default)]
+            observed_at: String,
         }
         use serde::de::Error as _;
         let text = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
@@ -264,6 +285,10 @@ impl<'de> serde::Deserialize<'de> for RunDetail {
             sandbox: own.sandbox,
             truncated: own.truncated,
             flows: own.flows,
+            declared_phases: own.declared_phases,
+            running_agents: own.running_agents,
+            queued_agents: own.queued_agents,
+            observed_at: own.observed_at,
         })
     }
 }
@@ -1119,6 +1144,7 @@ impl Host {
             recoveries: 0,
             seal: None,
             caller_dirs: Vec::new(),
+            phases: Vec::new(),
             checkpoints: Default::default(),
         };
         if let Some(dir) = &options.caller_cwd {
@@ -1406,6 +1432,7 @@ impl Host {
         record.scripts.resize(record.component_hashes.len(), None);
         record.component_hashes.push(factory.component.hash.clone());
         record.scripts.push(factory.component.script.as_ref().map(|s| s.reference()));
+        record.phases = factory.meta.phases.clone();
         // A script's modules: this attempt's own set, recording what it loads under the run.
         let component = match &factory.component.script {
             Some(script) => {
@@ -1921,6 +1948,9 @@ impl Host {
             }
         }
         let agents = Vec::from(agents);
+        let executing = record.envelope.status == RunStatus::Running;
+        let live = crate::engine::live::live(pages.iter().rev().flatten(), executing);
+        let declared_phases = crate::engine::live::declared_phases(&record.phases, &phases);
         let progress = self.store.progress(run_id, &ProgressQuery::default()).await?;
         let limits = record.limits;
         let component_hashes = record.component_hashes.clone();
@@ -1945,6 +1975,10 @@ impl Host {
             sandbox,
             truncated,
             flows,
+            declared_phases,
+            running_agents: live.running,
+            queued_agents: live.queued,
+            observed_at: crate::store::records_timestamp(),
         })
     }
 

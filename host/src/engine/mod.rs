@@ -6,6 +6,7 @@
 
 pub mod caps;
 pub mod host;
+pub mod live;
 pub(crate) mod loaded;
 pub mod parking;
 pub mod queue;

@@ -94,6 +94,7 @@ pub fn record(run_id: &str, session: &str, status: RunStatus) -> RunRecord {
         recoveries: 0,
         seal: None,
         caller_dirs: Vec::new(),
+        phases: Vec::new(),
         checkpoints: Default::default(),
     }
 }

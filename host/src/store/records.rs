@@ -65,6 +65,10 @@ pub struct RunRecord {
     /// unless granted on every attempt, also one that a recovery or another worker runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub caller_dirs: Vec<String>,
+    /// The phases the latest attempt's factory declares (empty for runs recorded before
+    /// they were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<crate::model::meta::PhaseDecl>,
     /// The checkpoints (`ctx.pause(key)`) the run has passed, each with the answer the
     /// resume that passed it carried (JSON text; `None`: resumed without one). Every later
     /// attempt's `ctx.pause(key)` returns it. Bounded by the engine: at most 256, each
@@ -273,6 +277,7 @@ pub fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Erro
         recoveries: 0,
         seal: None,
         caller_dirs: Vec::new(),
+        phases: Vec::new(),
         checkpoints: Default::default(),
     }
 }

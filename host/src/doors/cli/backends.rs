@@ -66,7 +66,13 @@ impl BackendArgs {
         if self.config.is_some() {
             eprintln!("factory: the process holding the store uses its own backend configuration; --config is not sent");
         }
-        Ok(self.choice())
+        let mut choice = self.choice();
+        // A script's path is the caller's: the serving process runs in another directory.
+        if let Some(file) = choice.name.as_deref().and_then(|name| name.strip_prefix("script:")) {
+            let file = std::path::absolute(file).with_context(|| format!("cannot resolve script `{file}`"))?;
+            choice.name = Some(format!("script:{}", file.display()));
+        }
+        Ok(choice)
     }
 }
 

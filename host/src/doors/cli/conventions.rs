@@ -100,6 +100,53 @@ pub fn man(command: clap::Command) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `factory cli-reference` (hidden): print the CLI reference chapter of the book
+/// (`docs/src/reference/cli.md`) as Markdown: every command's long help, as `--help` prints
+/// it, at a fixed width and without environment values, so the text depends on the
+/// definition only. `tests/docs.rs` checks the committed chapter equals it.
+pub fn cli_reference(command: clap::Command) -> Result<ExitCode> {
+    let mut page = String::from(concat!(
+        "# CLI reference\n\n",
+        "<!-- Generated from the clap definition by `factory cli-reference`; do not edit. Regenerate:\n",
+        "     cargo run --bin factory -- cli-reference > docs/src/reference/cli.md -->\n\n",
+        "Every command's `--help`, as the binary prints it (the global options once, under `factory`).\n",
+        "[Running and resuming: the CLI](../guide/running.md) explains what the commands do; `factory man` prints\n",
+        "the same as a man page.\n",
+    ));
+    let mut command = command.term_width(100).max_term_width(100);
+    command.build();
+    reference_section(&mut page, &mut command, "factory", 2);
+    crate::doors::cli::out::write_all(page.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One command's section of [`cli_reference`], then its visible subcommands'.
+fn reference_section(page: &mut String, command: &mut clap::Command, path: &str, depth: usize) {
+    // The global options are shown once, under `factory`.
+    let top = depth == 2;
+    let mut shown = command
+        .clone()
+        .mut_args(|a| {
+            let global = !top && a.is_global_set();
+            let a = a.hide_env_values(true);
+            if global { a.hide(true) } else { a }
+        })
+        .bin_name(path);
+    let help = shown.render_long_help().to_string();
+    let help: Vec<&str> = help.lines().map(str::trim_end).collect();
+    page.push_str(&format!("\n{} `{path}`\n\n```text\n{}\n```\n", "#".repeat(depth), help.join("\n").trim_end()));
+    let names: Vec<String> =
+        command.get_subcommands().filter(|c| !c.is_hide_set()).map(|c| c.get_name().to_string()).collect();
+    for name in names {
+        if name == "help" {
+            continue;
+        }
+        if let Some(sub) = command.find_subcommand_mut(&name) {
+            reference_section(page, sub, &format!("{path} {name}"), (depth + 1).min(4));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

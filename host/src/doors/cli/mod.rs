@@ -199,6 +199,9 @@ enum Command {
     /// Print the man page (roff) on stdout.
     #[command(after_help = "Examples:\n  factory man | man -l -\n  factory man > ~/.local/share/man/man1/factory.1")]
     Man,
+    /// Print the book's CLI reference chapter (Markdown) on stdout.
+    #[command(hide = true)]
+    CliReference,
 }
 
 pub fn main() -> ExitCode {
@@ -269,6 +272,7 @@ pub fn main() -> ExitCode {
             Command::Ui(args) => dashboard::ui(&g, args).await,
             Command::Completions(args) => conventions::completions(Cli::command(), args),
             Command::Man => conventions::man(Cli::command()),
+            Command::CliReference => conventions::cli_reference(Cli::command()),
             Command::Build { dir, yes } => {
                 let built = target::build(&dir, &target::BuildConsent::new(&g, yes))?;
                 trust::remember_built(&g);

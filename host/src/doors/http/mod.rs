@@ -198,7 +198,11 @@ fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::AlreadyActive | ErrorCode::NonResumable | ErrorCode::NotRunning | ErrorCode::NotAtCheckpoint => {
             StatusCode::CONFLICT
         }
-        ErrorCode::NoApprovalProvider | ErrorCode::Forbidden | ErrorCode::ForbiddenHost | ErrorCode::Refused => {
+        ErrorCode::NoApprovalProvider
+        | ErrorCode::Forbidden
+        | ErrorCode::ForbiddenHost
+        | ErrorCode::Refused
+        | ErrorCode::Declined => {
             StatusCode::FORBIDDEN
         }
         ErrorCode::InvalidLimits
