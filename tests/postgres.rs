@@ -636,12 +636,14 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     assert!(workers.as_array().is_some_and(|w| w.len() == 2 && w.iter().all(|w| w["live"] == false && w["runs"] == 0)), "{workers:#}");
 }
 
-/// Pause on a cluster (issue 51): a run is paused through the worker that executes it (the
-/// other answers `not_running`), stays `paused` in the database (a settled run no worker
-/// recovers), and is resumed to its end through either worker; a run paused at a checkpoint
-/// on one worker is answered through the other (the answer kept in the run's record).
+/// Pause on a cluster (issue 51): a run is paused through either worker (the one that does
+/// not execute it asks the other through the database: a flag on the run's row and a
+/// `pg_notify`), stays `paused` in the database (a settled run no worker recovers; a second
+/// pause is `not_running`), and is resumed to its end through either worker; a run paused at
+/// a checkpoint on one worker is answered through the other (the answer kept in the run's
+/// record).
 #[test]
-fn a_run_is_paused_through_the_worker_that_executes_it_and_resumed_through_either() {
+fn a_run_is_paused_and_resumed_through_either_worker() {
     use common::fake_openai::{FakeOpenAi, Mode};
     use serde_json::json;
 
@@ -658,13 +660,28 @@ fn a_run_is_paused_through_the_worker_that_executes_it_and_resumed_through_eithe
         assert!(std::time::Instant::now() < deadline, "the run never got to its held calls: {:?}", fake.asked());
         std::thread::sleep(Duration::from_millis(20));
     }
-    let pause = |api: &Api| runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
-    let ((first, a), (second, b)) = (pause(&apis[1]), pause(&apis[0]));
-    let (refused, paused) = if first == 409 { (a, b) } else { (b, a) };
-    assert_eq!(refused["code"], "not_running", "one worker does not execute it: {refused:#}");
-    assert_eq!(paused["status"], "paused", "the other pauses it: {paused:#}\n{}\n{}", one.log(), two.log());
-    assert!([first, second].contains(&200) && [first, second].contains(&409), "{first} {second}");
-    assert_eq!(server.psql("paused", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "paused");
+    // Which worker executes it: each pauses it, the other through the database.
+    let out = common::factory_in(_states[0].path(), &["workers", "--store", &server.url("paused"), "--json"]);
+    let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let executes = |log: String| -> bool {
+        let pid: i64 = log.lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok()).expect("a pid");
+        workers.as_array().expect("a list").iter().any(|w| w["pid"] == pid && w["runIds"] == json!([run_id]))
+    };
+    let (on_one, on_two) = (executes(one.log()), executes(two.log()));
+    assert!(on_one != on_two, "one worker executes it: {workers:#}");
+    let other = if on_one { &apis[1] } else { &apis[0] };
+    let (status, paused) = runtime.block_on(other.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
+    assert_eq!((status, paused["status"].as_str()), (200, Some("paused")), "{paused:#}\n{}\n{}", one.log(), two.log());
+    assert_eq!(paused["failure"]["kind"], "caller", "{paused:#}");
+    for api in &apis {
+        let (status, again) = runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
+        assert_eq!((status, again["code"].as_str()), (409, Some("not_running")), "{again:#}");
+    }
+    assert_eq!(
+        server.psql("paused", &format!("SELECT status || ' ' || pause_requested FROM runs WHERE id = '{run_id}'")),
+        "paused false",
+        "the flag is cleared once the run is paused"
+    );
     let answered: Vec<String> = fake.answered();
     assert_eq!(answered.len(), 2, "{answered:?}");
 

@@ -1622,11 +1622,15 @@ impl Host {
     /// Pause a run and return its envelope once the attempt has stopped (`paused`, resumable
     /// under the same id by a caller; its journaled steps and agent calls kept). The attempt
     /// stops cooperatively, as a cancel stops it, with a pause as its reason (a JS body's
-    /// `ctx.signal.reason` says so). A run with no attempt executing here is refused with
-    /// [`Error::NotRunning`] (also one that another worker of a shared store executes).
+    /// `ctx.signal.reason` says so). A run that another process sharing the store executes is
+    /// asked to pause through the store ([`Store::request_pause`]) and waited for. A run with
+    /// no attempt executing is refused with [`Error::NotRunning`].
     pub async fn pause(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
         let scope = scope.into();
         let record = self.record(&scope, run_id).await?;
+        if !self.runs_here(run_id) && self.store.shared() && self.store.request_pause(run_id).await? {
+            return self.wait(scope, run_id).await;
+        }
         // An attempt claimed here builds its capabilities before its guest runs: waited for
         // (briefly), so a pause right after a start pauses it rather than being refused.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -1640,12 +1644,7 @@ impl Host {
                 Some(None) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
                 _ => {
                     let status = record.envelope.status.as_str();
-                    let elsewhere = if self.store.shared() && !record.envelope.status.is_terminal() {
-                        " here (pause it through the worker that executes it)"
-                    } else {
-                        ""
-                    };
-                    return Err(Error::NotRunning(format!("run `{run_id}` is {status}: it has no attempt executing{elsewhere}")));
+                    return Err(Error::NotRunning(format!("run `{run_id}` is {status}: it has no attempt executing")));
                 }
             }
         }
@@ -1774,6 +1773,19 @@ impl Host {
             }
             Some((stop, None)) => {
                 stop.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Pause run `run_id` if it executes in this process (a pause another process asked for
+    /// through a shared store); whether it does.
+    pub fn pause_here(&self, run_id: &str) -> bool {
+        let shared = self.active().get(run_id).and_then(|a| a.shared.clone());
+        match shared {
+            Some(shared) => {
+                shared.attempt.abort(run::Abort::Paused(run::Pause::Caller));
                 true
             }
             None => false,

@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
 pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
@@ -97,6 +97,9 @@ const MIGRATIONS: &[&str] = &[
         refilled_at timestamptz NOT NULL DEFAULT now(),
         closed_until timestamptz
     );",
+    // 7: a pause asked through a worker that does not execute the run (cleared when the run
+    // no longer runs), as `cancel_requested` is for a cancel.
+    "ALTER TABLE runs ADD COLUMN pause_requested boolean NOT NULL DEFAULT false;",
 ];
 
 /// The SQLSTATE of `factory_fence` (migration 3) refusing a commit: the worker is fenced.
