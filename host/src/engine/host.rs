@@ -1628,7 +1628,9 @@ impl Host {
     pub async fn pause(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
         let scope = scope.into();
         let record = self.record(&scope, run_id).await?;
-        if !self.runs_here(run_id) && self.store.shared() && self.store.request_pause(run_id).await? {
+        // (A run waiting in a shared store's queue has no attempt to pause: refused below.)
+        let elsewhere = record.envelope.status == RunStatus::Running && !self.runs_here(run_id) && self.store.shared();
+        if elsewhere && self.store.request_pause(run_id).await? {
             return self.wait(scope, run_id).await;
         }
         // An attempt claimed here builds its capabilities before its guest runs: waited for
