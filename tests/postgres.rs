@@ -2,7 +2,7 @@
 //! the store conformance suite, schema migrations (refusing a newer schema), fencing of a
 //! worker whose lease was taken, group commit batching, and `factory serve --store` workers
 //! (recovery after kill -9, by exactly one of two workers starting together; cancel through
-//! another worker), and the flow budget two workers share (through the store, and for one
+//! another worker; pause through the worker that executes a run), and the flow budget two workers share (through the store, and for one
 //! throttling provider through two `factory serve` workers).
 
 mod common;
@@ -638,6 +638,84 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     let out = common::factory_in(states[0].path(), &["workers", "--store", &url, "--json"]);
     let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(workers.as_array().is_some_and(|w| w.len() == 2 && w.iter().all(|w| w["live"] == false && w["runs"] == 0)), "{workers:#}");
+}
+
+/// Pause on a cluster (issue 51): a run is paused through either worker (the one that does
+/// not execute it asks the other through the database: a flag on the run's row and a
+/// `pg_notify`), stays `paused` in the database (a settled run no worker recovers; a second
+/// pause is `not_running`), and is resumed to its end through either worker; a run paused at
+/// a checkpoint on one worker is answered through the other (the answer kept in the run's
+/// record).
+#[test]
+fn a_run_is_paused_and_resumed_through_either_worker() {
+    use common::fake_openai::{FakeOpenAi, Mode};
+    use serde_json::json;
+
+    let server = Postgres::start();
+    server.database("paused");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // Two calls answered, then every request held open: the run is running when paused.
+    let held = Box::new(Mode::Answer { latency: Duration::from_secs(3600) });
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: held }));
+    let (_states, [one, two], apis) = workers::<2>(&server, "paused", fake.port(), &[]);
+    let run_id = start_fanouts(&runtime, &apis[0], 1, 6, 2).remove(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fake.asked().len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "the run never got to its held calls: {:?}", fake.asked());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Which worker executes it: each pauses it, the other through the database.
+    let out = common::factory_in(_states[0].path(), &["workers", "--store", &server.url("paused"), "--json"]);
+    let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let executes = |log: String| -> bool {
+        let pid: i64 = log.lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok()).expect("a pid");
+        workers.as_array().expect("a list").iter().any(|w| w["pid"] == pid && w["runIds"] == json!([run_id]))
+    };
+    let (on_one, on_two) = (executes(one.log()), executes(two.log()));
+    assert!(on_one != on_two, "one worker executes it: {workers:#}");
+    let other = if on_one { &apis[1] } else { &apis[0] };
+    let (status, paused) = runtime.block_on(other.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
+    assert_eq!((status, paused["status"].as_str()), (200, Some("paused")), "{paused:#}\n{}\n{}", one.log(), two.log());
+    assert_eq!(paused["failure"]["kind"], "caller", "{paused:#}");
+    for api in &apis {
+        let (status, again) = runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
+        assert_eq!((status, again["code"].as_str()), (409, Some("not_running")), "{again:#}");
+    }
+    assert_eq!(
+        server.psql("paused", &format!("SELECT status || ' ' || pause_requested FROM runs WHERE id = '{run_id}'")),
+        "paused false",
+        "the flag is cleared once the run is paused"
+    );
+    let answered: Vec<String> = fake.answered();
+    assert_eq!(answered.len(), 2, "{answered:?}");
+
+    fake.set(Mode::Answer { latency: Duration::ZERO });
+    for api in &apis {
+        let (status, seen) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/envelope"), None));
+        assert_eq!((status, seen["status"].as_str()), (200, Some("paused")), "{seen:#}");
+    }
+    let (status, started) = runtime.block_on(apis[1].call(reqwest::Method::POST, &format!("/api/runs/{run_id}/resume"), Some(json!({"approved": true}))));
+    assert_eq!(status, 202, "{started:#}");
+    let done = wait_until_completed(&runtime, &apis[1], &run_id, Duration::from_secs(120));
+    assert_eq!((done["status"].as_str(), done["result"]["done"].as_u64()), (Some("completed"), Some(6)), "{done:#}");
+    for prompt in &answered {
+        assert_eq!(fake.asked().iter().filter(|p| *p == prompt).count(), 1, "`{prompt}` was answered before the pause: never asked again");
+    }
+
+    // A checkpoint reached on one worker, answered through the other.
+    let start = json!({"name": "probe", "args": {"case": "checkpoint"}, "approved": true});
+    let (status, started) = runtime.block_on(apis[0].call(reqwest::Method::POST, "/api/runs", Some(start)));
+    assert_eq!(status, 202, "{started:#}");
+    let waiting = started["runId"].as_str().expect("a run id").to_string();
+    let (_, at) = runtime.block_on(apis[0].call(reqwest::Method::GET, &format!("/api/runs/{waiting}/wait"), None));
+    assert_eq!((at["status"].as_str(), at["checkpoint"].as_str()), (Some("paused"), Some("approve")), "{at:#}");
+    let answer = json!({"approved": true, "input": {"via": "worker 2"}});
+    let (status, _) = runtime.block_on(apis[1].call(reqwest::Method::POST, &format!("/api/runs/{waiting}/resume"), Some(answer)));
+    assert_eq!(status, 202);
+    let done = wait_until_completed(&runtime, &apis[1], &waiting, Duration::from_secs(120));
+    assert_eq!(done["result"]["answer"], json!({"via": "worker 2"}), "{done:#}");
+    two.stop();
+    one.stop();
 }
 
 /// A run parked for its backend's quota on a cluster (issue 50): every worker arms a timer

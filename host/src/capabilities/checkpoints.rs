@@ -13,6 +13,9 @@ pub(crate) const MAX_CHECKPOINTS: usize = 256;
 /// answers live in the run's record, which every listing reads.
 pub const MAX_ANSWER_BYTES: usize = 64 << 10;
 
+/// The most bytes of answers one run keeps over all its checkpoints (1 MiB).
+pub const MAX_ANSWERS_BYTES: usize = 1 << 20;
+
 /// `ctx.pause(key)`: the answer of a checkpoint passed before, else the abort that pauses
 /// the run at `key` (or the abort of a stop already under way).
 pub(crate) fn pause(attempt: &Attempt, key: String) -> Result<Option<String>, Abort> {

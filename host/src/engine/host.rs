@@ -1667,11 +1667,17 @@ impl Host {
     /// Pause a run and return its envelope once the attempt has stopped (`paused`, resumable
     /// under the same id by a caller; its journaled steps and agent calls kept). The attempt
     /// stops cooperatively, as a cancel stops it, with a pause as its reason (a JS body's
-    /// `ctx.signal.reason` says so). A run with no attempt executing here is refused with
-    /// [`Error::NotRunning`] (also one that another worker of a shared store executes).
+    /// `ctx.signal.reason` says so). A run that another process sharing the store executes is
+    /// asked to pause through the store ([`Store::request_pause`]) and waited for. A run with
+    /// no attempt executing is refused with [`Error::NotRunning`].
     pub async fn pause(&self, scope: impl Into<Scope>, run_id: &str) -> Result<RunEnvelope, Error> {
         let scope = scope.into();
         let record = self.record(&scope, run_id).await?;
+        // (A run waiting in a shared store's queue has no attempt to pause: refused below.)
+        let elsewhere = record.envelope.status == RunStatus::Running && !self.runs_here(run_id) && self.store.shared();
+        if elsewhere && self.store.request_pause(run_id).await? {
+            return self.wait(scope, run_id).await;
+        }
         // An attempt claimed here builds its capabilities before its guest runs: waited for
         // (briefly), so a pause right after a start pauses it rather than being refused.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -1685,12 +1691,7 @@ impl Host {
                 Some(None) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
                 _ => {
                     let status = record.envelope.status.as_str();
-                    let elsewhere = if self.store.shared() && !record.envelope.status.is_terminal() {
-                        " here (pause it through the worker that executes it)"
-                    } else {
-                        ""
-                    };
-                    return Err(Error::NotRunning(format!("run `{run_id}` is {status}: it has no attempt executing{elsewhere}")));
+                    return Err(Error::NotRunning(format!("run `{run_id}` is {status}: it has no attempt executing")));
                 }
             }
         }
@@ -1819,6 +1820,19 @@ impl Host {
             }
             Some((stop, None)) => {
                 stop.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Pause run `run_id` if it executes in this process (a pause another process asked for
+    /// through a shared store); whether it does.
+    pub fn pause_here(&self, run_id: &str) -> bool {
+        let shared = self.active().get(run_id).and_then(|a| a.shared.clone());
+        match shared {
+            Some(shared) => {
+                shared.attempt.abort(run::Abort::Paused(run::Pause::Caller));
                 true
             }
             None => false,
@@ -2201,7 +2215,7 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
 /// later attempt's `ctx.pause(key)` returns it): `input`, or none when the resume carries
 /// none. A run that waits at no checkpoint takes no answer.
 fn answer_checkpoint(record: &mut RunRecord, input: Option<serde_json::Value>, sandbox: &SandboxLimits) -> Result<(), Error> {
-    use crate::capabilities::checkpoints::MAX_ANSWER_BYTES;
+    use crate::capabilities::checkpoints::{MAX_ANSWERS_BYTES, MAX_ANSWER_BYTES};
     let run_id = &record.envelope.run_id;
     let waiting = record.envelope.checkpoint.clone().filter(|_| record.envelope.status == RunStatus::Paused);
     let Some(key) = waiting else {
@@ -2222,6 +2236,12 @@ fn answer_checkpoint(record: &mut RunRecord, input: Option<serde_json::Value>, s
         let depth = crate::model::json::depth(text);
         if depth > sandbox.max_json_depth {
             return Err(Error::InvalidInput(format!("the answer is nested {depth} deep, over the limit of {}", sandbox.max_json_depth)));
+        }
+        let kept: usize = record.checkpoints.values().flatten().map(String::len).sum();
+        if kept + text.len() > MAX_ANSWERS_BYTES {
+            return Err(Error::InvalidInput(format!(
+                "the run keeps {kept} bytes of answers already; this one would take it over the {MAX_ANSWERS_BYTES} byte limit"
+            )));
         }
     }
     record.checkpoints.insert(key, answer);
@@ -2286,4 +2306,54 @@ fn attempt_bound(record: &RunRecord) -> Option<Bound<'_>> {
         limits: &record.limits,
         overrides: &record.overrides,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::checkpoints::{MAX_ANSWERS_BYTES, MAX_ANSWER_BYTES};
+
+    fn paused_at(key: &str) -> RunRecord {
+        let mut record = crate::store::conformance::record("r", "default", RunStatus::Paused);
+        record.envelope.checkpoint = Some(key.to_string());
+        record
+    }
+
+    #[test]
+    fn a_checkpoints_answer_is_kept_under_its_key_within_its_bounds() {
+        let sandbox = SandboxLimits::default();
+        let mut record = paused_at("approve");
+        answer_checkpoint(&mut record, Some(serde_json::json!({"ok": true})), &sandbox).unwrap();
+        assert_eq!(record.checkpoints.get("approve"), Some(&Some(r#"{"ok":true}"#.to_string())));
+        // Without an input the checkpoint is passed with none.
+        let mut record = paused_at("approve");
+        answer_checkpoint(&mut record, None, &sandbox).unwrap();
+        assert_eq!(record.checkpoints.get("approve"), Some(&None));
+
+        // A run that waits at no checkpoint takes no answer (and needs none).
+        for status in [RunStatus::Paused, RunStatus::Halted, RunStatus::Error] {
+            let mut record = crate::store::conformance::record("r", "default", status);
+            let e = answer_checkpoint(&mut record, Some(serde_json::json!(1)), &sandbox).unwrap_err();
+            assert_eq!(e.code(), crate::error::ErrorCode::NotAtCheckpoint, "{e}");
+            answer_checkpoint(&mut record, None, &sandbox).unwrap();
+            assert!(record.checkpoints.is_empty());
+        }
+        // A checkpoint key left on a run that is no longer paused is no checkpoint.
+        let mut record = paused_at("approve");
+        record.envelope.status = RunStatus::Error;
+        assert!(answer_checkpoint(&mut record, Some(serde_json::json!(1)), &sandbox).is_err());
+
+        // One answer over its bound, and one past what the run keeps in all.
+        let mut record = paused_at("big");
+        let big = serde_json::json!("x".repeat(MAX_ANSWER_BYTES));
+        let e = answer_checkpoint(&mut record, Some(big), &sandbox).unwrap_err();
+        assert_eq!(e.code(), crate::error::ErrorCode::InvalidInput, "{e}");
+        let mut record = paused_at("last");
+        let kept = "y".repeat(MAX_ANSWERS_BYTES / 2);
+        record.checkpoints.insert("a".into(), Some(kept.clone()));
+        record.checkpoints.insert("b".into(), Some(kept));
+        let e = answer_checkpoint(&mut record, Some(serde_json::json!(1)), &sandbox).unwrap_err();
+        assert_eq!(e.code(), crate::error::ErrorCode::InvalidInput, "{e}");
+        assert!(!record.checkpoints.contains_key("last"), "nothing kept of a refused answer");
+    }
 }

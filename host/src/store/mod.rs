@@ -129,6 +129,12 @@ pub trait Store: Journal + std::fmt::Debug {
         Box::pin(std::future::ready(Ok(false)))
     }
 
+    /// Ask whichever process executes run `run_id` to pause it, as [`Store::request_cancel`]
+    /// asks for a cancel: `Ok(true)` when the request was recorded for a run still running.
+    fn request_pause<'a>(&'a self, _run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
     /// Take run `run_id`, found `halted` by an interruption, for this process to recover:
     /// `Ok(true)` when this process may resume it, `Ok(false)` when it is no longer `halted`
     /// or another live process sharing the store took it first (each interrupted run is
@@ -179,6 +185,12 @@ pub trait Store: Journal + std::fmt::Debug {
     /// The ids of runs whose cancel other processes requested ([`Store::request_cancel`]),
     /// as they arrive; `None` for a store of one process (the default).
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        None
+    }
+
+    /// The ids of runs whose pause other processes requested ([`Store::request_pause`]), as
+    /// they arrive; `None` for a store of one process (the default).
+    fn pause_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
         None
     }
 

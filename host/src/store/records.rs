@@ -72,7 +72,7 @@ pub struct RunRecord {
     /// The checkpoints (`ctx.pause(key)`) the run has passed, each with the answer the
     /// resume that passed it carried (JSON text; `None`: resumed without one). Every later
     /// attempt's `ctx.pause(key)` returns it. Bounded by the engine: at most 256, each
-    /// answer within the host's `maxStepBytes`.
+    /// answer at most 64 KiB, 1 MiB of answers in all.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub checkpoints: std::collections::BTreeMap<String, Option<String>>,
 }

@@ -261,6 +261,9 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     if let Some(requests) = host.store().cancel_requests() {
         tokio::spawn(cancel_when_asked(host.clone(), requests));
     }
+    if let Some(requests) = host.store().pause_requests() {
+        tokio::spawn(pause_when_asked(host.clone(), requests));
+    }
     if let Some(changes) = host.store().run_changes() {
         tokio::spawn(announce_changes(host.clone(), changes));
     }
@@ -410,6 +413,23 @@ async fn cancel_when_asked(host: std::sync::Arc<factory_host::Host>, mut request
             Ok(run_id) => {
                 if host.cancel_here(&run_id) {
                     tracing::info!("cancelling run {run_id}: asked through another worker");
+                }
+            }
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Pause the runs executing here whose pause was asked through another worker sharing the
+/// store.
+async fn pause_when_asked(host: std::sync::Arc<factory_host::Host>, mut requests: tokio::sync::broadcast::Receiver<String>) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match requests.recv().await {
+            Ok(run_id) => {
+                if host.pause_here(&run_id) {
+                    tracing::info!("pausing run {run_id}: asked through another worker");
                 }
             }
             Err(RecvError::Lagged(_)) => {}

@@ -1,8 +1,10 @@
-//! Cancelling a run another worker executes: the request is a flag on the run's row
-//! (`cancel_requested`, cleared when the run ends) and one `pg_notify('factory_cancel', id)`
-//! sent with it. Every worker LISTENs on its own connection and hands the ids to the host
-//! ([`Store::cancel_requests`](crate::store::Store::cancel_requests)), which cancels the run
-//! if it executes there; a slow poll of the flags for this worker's runs covers a lost
+//! Cancelling or pausing a run another worker executes: the request is a flag on the run's
+//! row (`cancel_requested`, `pause_requested`, cleared when the run ends) and one
+//! `pg_notify('factory_cancel', id)` (`factory_pause`) sent with it. Every worker LISTENs on
+//! its own connection and hands the ids to the host
+//! ([`Store::cancel_requests`](crate::store::Store::cancel_requests),
+//! [`Store::pause_requests`](crate::store::Store::pause_requests)), which cancels or pauses
+//! the run if it executes there; a slow poll of the flags for this worker's runs covers a lost
 //! notification or a listener that is reconnecting. The same connection LISTENs for the runs
 //! other workers committed ([`super::changes`]), polled as slowly.
 
@@ -14,6 +16,9 @@ use tokio::sync::broadcast;
 
 /// The channel cancel requests are notified on.
 pub(crate) const CHANNEL: &str = "factory_cancel";
+
+/// The channel pause requests are notified on.
+pub(crate) const PAUSE_CHANNEL: &str = "factory_pause";
 
 /// How often the flags of this worker's runs are read, whatever the notifications do.
 pub(crate) const POLL: Duration = Duration::from_secs(2);
@@ -32,11 +37,27 @@ pub(super) async fn request(pool: &PoolHandle, run_id: &str) -> Result<bool, Sto
     Ok(!rows.is_empty())
 }
 
+/// Record a pause request and notify the workers (delivered when the statement commits).
+pub(super) async fn request_pause(pool: &PoolHandle, run_id: &str) -> Result<bool, StoreError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "WITH asked AS (UPDATE runs SET pause_requested = true WHERE id = $1 AND status IN ('running', 'pending') RETURNING id)
+             SELECT pg_notify('factory_pause', id) FROM asked",
+            &[&run_id],
+        )
+        .await
+        .map_err(|e| pg(&pool.url, e))?;
+    Ok(!rows.is_empty())
+}
+
 /// Where the listener hands what it hears.
 #[derive(Clone)]
 pub(super) struct Heard {
     /// Cancel requests for runs (any worker's: the host cancels those it executes).
     pub(super) cancels: broadcast::Sender<String>,
+    /// Pause requests for runs (any worker's: the host pauses those it executes).
+    pub(super) pauses: broadcast::Sender<String>,
     /// Runs other workers committed.
     pub(super) changes: broadcast::Sender<String>,
 }
@@ -48,6 +69,7 @@ pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, wor
     let requests = heard.cancels.clone();
     let poll = {
         let (pool, requests, changes, worker) = (pool.clone(), requests.clone(), heard.changes.clone(), worker.clone());
+        let pauses = heard.pauses.clone();
         async move {
             loop {
                 tokio::time::sleep(POLL).await;
@@ -64,14 +86,19 @@ pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, wor
                 let flagged = async {
                     let client = pool.get().await?;
                     client
-                        .query("SELECT id FROM runs WHERE owner = $1 AND cancel_requested AND status IN ('running', 'pending')", &[&worker])
+                        .query(
+                            "SELECT id, cancel_requested FROM runs
+                             WHERE owner = $1 AND (cancel_requested OR pause_requested) AND status IN ('running', 'pending')",
+                            &[&worker],
+                        )
                         .await
                         .map_err(|e| pg(&pool.url, e))
                 };
                 match flagged.await {
                     Ok(rows) => {
+                        // A cancel wins over a pause asked of the same run.
                         for row in rows {
-                            let _ = requests.send(row.get(0));
+                            let _ = if row.get::<_, bool>(1) { requests.send(row.get(0)) } else { pauses.send(row.get(0)) };
                         }
                     }
                     Err(e) => tracing::warn!("reading cancel requests: {e}"),
@@ -96,11 +123,14 @@ async fn notifications(config: &tokio_postgres::Config, worker: &str, heard: &He
     let (tx, mut rx) = futures::channel::mpsc::unbounded();
     let driver = futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx);
     let driver = tokio::spawn(driver);
-    client.batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {}", super::changes::CHANNEL)).await?;
+    client.batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {PAUSE_CHANNEL}; LISTEN {}", super::changes::CHANNEL)).await?;
     while let Some(message) = rx.next().await {
         match message {
             Ok(tokio_postgres::AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {
                 let _ = heard.cancels.send(note.payload().to_string());
+            }
+            Ok(tokio_postgres::AsyncMessage::Notification(note)) if note.channel() == PAUSE_CHANNEL => {
+                let _ = heard.pauses.send(note.payload().to_string());
             }
             Ok(tokio_postgres::AsyncMessage::Notification(note)) if note.channel() == super::changes::CHANNEL => {
                 let Ok(changed) = serde_json::from_str::<super::changes::Changed>(note.payload()) else { continue };

@@ -2,7 +2,7 @@
 //! (`factory serve --store postgres://...`). The same tables as the redb store, plus the
 //! workers and their leases ([`worker`]); versioned migrations serialized across workers
 //! ([`schema`]); group commit in one fenced transaction per window ([`writer`]); reads on a
-//! small connection pool (deadpool-postgres); cancel requests between workers ([`cancel`]);
+//! small connection pool (deadpool-postgres); cancel and pause requests between workers ([`cancel`]);
 //! one notification per commit so other workers follow runs live ([`changes`]); the run
 //! queue workers claim from, the reaper and the per-backend call slots ([`queue`]).
 //! Everything that talks to the database runs on the store's own small tokio runtime, so a
@@ -134,6 +134,8 @@ pub struct PgStore {
     repaired: Vec<String>,
     /// Cancel requests for runs, from other workers ([`cancel`]).
     cancels: tokio::sync::broadcast::Sender<String>,
+    /// Pause requests for runs, from other workers ([`cancel`]).
+    pauses: tokio::sync::broadcast::Sender<String>,
     /// Runs other workers committed ([`changes`]).
     changes: tokio::sync::broadcast::Sender<String>,
     /// The runs whose attempt this process started, with the generation it held then. A
@@ -207,12 +209,13 @@ impl PgStore {
             Renewal { pool: pool.clone(), lease: lease.clone(), writer: writer.handle(), local: local_lease.clone(), executing: Arc::clone(&executing) }.run(),
         );
         let (cancels, _) = tokio::sync::broadcast::channel(256);
+        let (pauses, _) = tokio::sync::broadcast::channel(256);
         let (changes, _) = tokio::sync::broadcast::channel(1024);
-        let heard = cancel::Heard { cancels: cancels.clone(), changes: changes.clone() };
+        let heard = cancel::Heard { cancels: cancels.clone(), pauses: pauses.clone(), changes: changes.clone() };
         handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), heard));
         let (queue_wakeups, _) = tokio::sync::broadcast::channel(16);
         handle.spawn(queue::listen(queue_config, pool.url.clone(), queue_wakeups.clone()));
-        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, changes, executing, queue_wakeups })
+        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, pauses, changes, executing, queue_wakeups })
     }
 
     /// This worker's id.
@@ -552,6 +555,15 @@ impl Store for PgStore {
 
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
         Some(self.cancels.subscribe())
+    }
+
+    fn request_pause<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let (pool, run_id) = (self.pool.clone(), run_id.to_string());
+        self.spawn(async move { cancel::request_pause(&pool, &run_id).await })
+    }
+
+    fn pause_requests(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        Some(self.pauses.subscribe())
     }
 
     fn run_queue(&self) -> Option<&dyn crate::store::queue::RunQueue> {

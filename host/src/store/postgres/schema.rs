@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
 pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
@@ -101,6 +101,9 @@ const MIGRATIONS: &[&str] = &[
     // a zstd frame when smaller, else raw, as every row before): no table changes, but a build
     // before this one could not read the compressed values, so it must refuse the database.
     "SELECT 1;",
+    // 8: a pause asked through a worker that does not execute the run (cleared when the run
+    // no longer runs), as `cancel_requested` is for a cancel.
+    "ALTER TABLE runs ADD COLUMN pause_requested boolean NOT NULL DEFAULT false;",
 ];
 
 /// The SQLSTATE of `factory_fence` (migration 3) refusing a commit: the worker is fenced.

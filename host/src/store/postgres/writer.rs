@@ -617,7 +617,8 @@ impl<'a> Rows<'a> {
                     "INSERT INTO runs (id, seq, status, owner, record)
                        SELECT u.id, u.seq, u.status, CASE WHEN u.status IN ('running', 'pending') THEN $5::text END, u.record FROM unnest($1::text[], $2::int8[], $3::text[], $4::bytea[]) AS u(id, seq, status, record)
                      ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, owner = EXCLUDED.owner, record = EXCLUDED.record,
-                         cancel_requested = runs.cancel_requested AND EXCLUDED.status IN ('running', 'pending')",
+                         cancel_requested = runs.cancel_requested AND EXCLUDED.status IN ('running', 'pending'),
+                         pause_requested = runs.pause_requested AND EXCLUDED.status IN ('running', 'pending')",
                     vec![a as Param<'_>, b, c, d, worker],
                 ),
             );
