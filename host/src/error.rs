@@ -208,9 +208,27 @@ impl Error {
             Error::NotRunning(_) => ErrorCode::NotRunning,
             Error::NotAtCheckpoint(_) => ErrorCode::NotAtCheckpoint,
             Error::InvalidInput(_) => ErrorCode::InvalidInput,
-            Error::Store(e) => e.code(),
+            Error::Store(e) => store_code(e),
             _ => ErrorCode::Error,
         }
+    }
+}
+
+/// The service's code for a store failure: [`ErrorCode::StorageUnavailable`] for a store out
+/// of reach now, [`ErrorCode::StorageCorrupt`] for one this build cannot read, else
+/// [`ErrorCode::Error`].
+fn store_code(e: &crate::store::StoreError) -> ErrorCode {
+    use crate::store::StoreError;
+    match e {
+        StoreError::Locked(_)
+        | StoreError::Closed
+        | StoreError::Postgres { .. }
+        | StoreError::Pool { .. }
+        | StoreError::Unavailable { .. }
+        | StoreError::Fenced { .. } => ErrorCode::StorageUnavailable,
+        StoreError::WriteFailed(inner) if inner.is_outage() => ErrorCode::StorageUnavailable,
+        StoreError::Corrupt(_) | StoreError::Version { .. } => ErrorCode::StorageCorrupt,
+        _ => ErrorCode::Error,
     }
 }
 

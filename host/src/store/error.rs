@@ -105,24 +105,6 @@ impl std::error::Error for StoreError {
 }
 
 impl StoreError {
-    /// The service's code for this failure: [`ErrorCode::StorageUnavailable`] for a store out
-    /// of reach now, [`ErrorCode::StorageCorrupt`] for one this build cannot read, else
-    /// [`ErrorCode::Error`].
-    pub fn code(&self) -> crate::error::ErrorCode {
-        use crate::error::ErrorCode;
-        match self {
-            StoreError::Locked(_)
-            | StoreError::Closed
-            | StoreError::Postgres { .. }
-            | StoreError::Pool { .. }
-            | StoreError::Unavailable { .. }
-            | StoreError::Fenced { .. } => ErrorCode::StorageUnavailable,
-            StoreError::WriteFailed(inner) if inner.is_outage() => ErrorCode::StorageUnavailable,
-            StoreError::Corrupt(_) | StoreError::Version { .. } => ErrorCode::StorageCorrupt,
-            _ => ErrorCode::Error,
-        }
-    }
-
     /// Whether this failure is the shared store being out of reach for this worker (the
     /// database away past its lease, or the lease lost): the attempts it stops end `halted`,
     /// resumable, not `error`.
