@@ -11,21 +11,11 @@
 mod common;
 
 use common::fake_openai::{write_config, FakeOpenAi};
-use common::{factory_cmd, factory_in, stderr, stdout_json};
+use common::{factory_cmd, factory_in, js_factory_file, stderr, stdout_json};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-/// A factory file `name.js` in `dir` around a `run` body.
-fn factory_file(dir: &Path, name: &str, meta: &str, run: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.js"));
-    let text = format!(
-        "import {{ defineFactory }} from \"factory\";\nexport default defineFactory({{ meta: {meta}, run: {run} }});\n"
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 /// `factory run FILE --json -q` and the envelope.
 fn run(state: &Path, file: &Path, more: &[&str]) -> Value {
@@ -35,16 +25,9 @@ fn run(state: &Path, file: &Path, more: &[&str]) -> Value {
     stdout_json(&out)
 }
 
-/// Every progress entry of a run, as `factory progress` prints them.
-fn progress(state: &Path, run_id: &str) -> Vec<Value> {
-    let out = factory_in(state, &["progress", run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    stdout_json(&out).as_array().cloned().expect("a list of entries")
-}
-
 /// The run's log lines as (level, message); `level` absent in the JSON is `info`.
 fn logs(state: &Path, run_id: &str) -> Vec<(String, String)> {
-    progress(state, run_id)
+    common::progress_entries(state, run_id)
         .into_iter()
         .filter(|e| e["event"] == "log")
         .map(|e| {
@@ -66,7 +49,7 @@ fn assert_completed(envelope: &Value) -> &Value {
 #[test]
 fn console_lines_reach_the_progress_log_with_their_level_formatted_like_node() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "console",
         r#"{ name: "console", description: "d" }"#,
@@ -99,7 +82,7 @@ fn console_lines_reach_the_progress_log_with_their_level_formatted_like_node() {
     assert_eq!(lines.len(), 7, "{lines:?}");
 
     // The JSON form says `"level"` only when it is not info; `factory show` prints it.
-    let entries = progress(state.path(), &run_id(&envelope));
+    let entries = common::progress_entries(state.path(), &run_id(&envelope));
     let plain = entries.iter().find(|e| e["message"] == "plain ctx.log").unwrap();
     assert!(plain.get("level").is_none(), "{plain:#}");
     let out = factory_in(state.path(), &["show", &run_id(&envelope)]);
@@ -109,7 +92,7 @@ fn console_lines_reach_the_progress_log_with_their_level_formatted_like_node() {
 #[test]
 fn a_console_line_over_the_line_cap_is_truncated_like_ctx_log() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "long",
         r#"{ name: "long", description: "d" }"#,
@@ -126,7 +109,7 @@ fn a_console_line_over_the_line_cap_is_truncated_like_ctx_log() {
 #[test]
 fn a_timer_wait_is_active_time_and_the_limit_fires_the_run_signal() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "slow-timer",
         r#"{ name: "slow-timer", description: "d", limits: { timeoutSeconds: 1 } }"#,
@@ -154,7 +137,7 @@ fn a_timer_wait_is_active_time_and_the_limit_fires_the_run_signal() {
 #[test]
 fn short_timers_complete_and_date_now_advances_by_what_they_waited() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "timers",
         r#"{ name: "timers", description: "d" }"#,
@@ -180,7 +163,7 @@ fn short_timers_complete_and_date_now_advances_by_what_they_waited() {
 #[test]
 fn a_pending_interval_or_timeout_does_not_keep_a_completed_run_alive() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "interval",
         r#"{ name: "interval", description: "d", limits: { timeoutSeconds: 60 } }"#,
@@ -206,7 +189,7 @@ fn a_pending_interval_or_timeout_does_not_keep_a_completed_run_alive() {
 #[test]
 fn an_error_thrown_in_a_timer_callback_ends_the_run_like_an_uncaught_exception() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "uncaught",
         r#"{ name: "uncaught", description: "d" }"#,
@@ -224,7 +207,7 @@ fn an_error_thrown_in_a_timer_callback_ends_the_run_like_an_uncaught_exception()
 #[test]
 fn cancelling_a_run_fires_its_abort_listeners_before_the_hard_stop() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "cancel-me",
         r#"{ name: "cancel-me", description: "d" }"#,
@@ -323,7 +306,7 @@ fn the_standard_globals_compute_what_node_computes() {
 #[test]
 fn what_the_runner_does_not_do_is_refused_plainly() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "refusals",
         r#"{ name: "refusals", description: "d" }"#,
@@ -352,7 +335,7 @@ fn what_the_runner_does_not_do_is_refused_plainly() {
 #[test]
 fn the_globals_parsed_on_first_use_behave_as_plain_globals() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "lazy",
         r#"{ name: "lazy", description: "d" }"#,
@@ -397,7 +380,7 @@ async fn a_backend_outage_reaches_js_as_an_abort_error_of_kind_backend() {
     let state = tempfile::tempdir().unwrap();
     // Nothing listens on the port: the backend is down.
     write_config(state.path(), FakeOpenAi::free_port(), false, "");
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "outage",
         r#"{ name: "outage", description: "d" }"#,

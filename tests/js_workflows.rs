@@ -8,28 +8,15 @@
 
 mod common;
 
-use common::{factory_cmd, factory_in, stderr, stdout_json};
+use common::{factory_cmd, factory_in, js_factory_file, stderr, stdout_json};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// A factory file `name.js` in `dir` around a `run` body.
-fn factory_file(dir: &Path, name: &str, meta: &str, run: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.js"));
-    let text = format!(
-        "import {{ defineFactory }} from \"factory\";\nexport default defineFactory({{ meta: {meta}, run: {run} }});\n"
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// The run's log messages, as `factory progress` prints them.
 fn logs(state: &Path, run_id: &str) -> Vec<String> {
-    let out = factory_in(state, &["progress", run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let entries = stdout_json(&out).as_array().cloned().expect("a list of entries");
-    entries.into_iter().filter(|e| e["event"] == "log").filter_map(|e| e["message"].as_str().map(str::to_string)).collect()
+    common::progress_entries(state, run_id).into_iter().filter(|e| e["event"] == "log").filter_map(|e| e["message"].as_str().map(str::to_string)).collect()
 }
 
 /// The id of the only run of `state` once it has logged `line` (polled from another process).
@@ -80,7 +67,7 @@ fn stop_when_waiting(state: &Path, file: &Path, verb: &str, code: i32) -> (Strin
 #[test]
 fn a_body_waiting_only_on_its_signal_parks_until_cancelled() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "signal-only",
         r#"{ name: "signal-only", description: "d" }"#,
@@ -102,7 +89,7 @@ fn a_body_waiting_only_on_its_signal_parks_until_cancelled() {
 #[test]
 fn a_body_waiting_only_on_its_signal_parks_until_paused() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "pause-me",
         r#"{ name: "pause-me", description: "d" }"#,
@@ -120,7 +107,7 @@ fn a_body_waiting_only_on_its_signal_parks_until_paused() {
 #[test]
 fn a_body_awaiting_a_promise_that_never_settles_parks_until_cancelled() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "never",
         r#"{ name: "never", description: "d" }"#,
@@ -142,7 +129,7 @@ fn a_body_waiting_on_nothing_ends_at_its_timeout() {
         ("never-timeout", "async () => { await new Promise(() => {}); }"),
     ] {
         let meta = format!(r#"{{ name: "{name}", description: "d", limits: {{ timeoutSeconds: 1 }} }}"#);
-        let file = factory_file(state.path(), name, &meta, body);
+        let file = js_factory_file(state.path(), name, &meta, body);
         let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--json", "-q"]);
         let envelope = stdout_json(&out);
         assert_eq!(envelope["status"], "error", "{envelope:#}");
@@ -240,7 +227,7 @@ fn bad_definitions_are_refused_with_a_clear_error() {
         assert!(refused.contains(expected), "case {i}: {refused}");
     }
     // The host checks a budget the same way for every language, overrides included.
-    let file = factory_file(state.path(), "fine", r#"{ name: "fine", description: "d" }"#, "async () => 1");
+    let file = js_factory_file(state.path(), "fine", r#"{ name: "fine", description: "d" }"#, "async () => 1");
     for (credits, expected) in [("0.0000000001", "rounds to zero nano-credits"), ("10000000", "largest safe integer")] {
         let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--max-ai-credits", credits, "-q"]);
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -259,7 +246,7 @@ fn results_and_step_values_that_are_not_plain_json_are_refused_naming_the_path()
         ("class", "({ when: new (class Stamp {})() })", "result.when is a Stamp"),
     ];
     for (name, value, expected) in results {
-        let file = factory_file(state.path(), name, &format!(r#"{{ name: "{name}", description: "d" }}"#), &format!("async () => {value}"));
+        let file = js_factory_file(state.path(), name, &format!(r#"{{ name: "{name}", description: "d" }}"#), &format!("async () => {value}"));
         let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--json", "-q"]);
         let envelope = stdout_json(&out);
         assert_eq!(envelope["status"], "error", "{name}: {envelope:#}");
@@ -267,7 +254,7 @@ fn results_and_step_values_that_are_not_plain_json_are_refused_naming_the_path()
         assert!(envelope["failure"]["message"].as_str().unwrap().contains(expected), "{name}: {envelope:#}");
     }
     // A step value: the step rejects (a TypeError naming the path) and nothing is journaled.
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "step",
         r#"{ name: "step", description: "d" }"#,
@@ -288,7 +275,7 @@ fn results_and_step_values_that_are_not_plain_json_are_refused_naming_the_path()
 #[test]
 fn ctx_session_refuses_to_run_resume_or_pause_from_a_body() {
     let state = tempfile::tempdir().unwrap();
-    let file = factory_file(
+    let file = js_factory_file(
         state.path(),
         "session",
         r#"{ name: "session", description: "d" }"#,

@@ -29,31 +29,8 @@ fn prepared_state(port: u16) -> tempfile::TempDir {
 
 /// Run the Python client's `scenario` against `factory mcp` on `state`; its JSON report.
 async fn client(state: &Path, scenario: &str, client_name: &str, env: &[(&str, &str)]) -> Value {
-    let template = factory_cmd(state, &[]);
-    let mut cmd = Command::new("python3");
-    cmd.arg(common::root().join("tests/mcp/client.py"))
-        .arg(common::factory_bin())
-        .arg(scenario)
-        .arg(client_name)
-        .env_remove("FACTORY_SESSION");
-    for (key, value) in template.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
-    for (key, value) in env {
-        cmd.env(key, value);
-    }
-    let out = tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.unwrap();
-    assert!(
-        out.status.success(),
-        "the MCP client failed (is the `mcp` package installed? ./test installs it into .venv and puts it first on PATH): {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out)))
+    let factory = common::factory_bin();
+    common::python_mcp_client(state, "client.py", &[factory.to_str().unwrap(), scenario, client_name], env).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

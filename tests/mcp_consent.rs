@@ -9,10 +9,9 @@
 mod common;
 
 use common::fake_openai::{base_url, FakeOpenAi, Mode};
-use common::{factory_cmd, factory_in, stderr, stdout_json};
+use common::{factory_in, stderr, stdout_json};
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 /// A state dir whose default backend is the fake server, with `probe` registered but not
@@ -31,23 +30,7 @@ fn untrusted_probe(port: u16) -> (tempfile::TempDir, String) {
 
 /// `tests/mcp/consent.py` with `args` (stdio: the binary and the answer) against `state`.
 async fn consent_client(state: &Path, args: &[&str]) -> Value {
-    let template = factory_cmd(state, &[]);
-    let mut cmd = Command::new("python3");
-    cmd.arg(common::root().join("tests/mcp/consent.py")).args(args).env_remove("FACTORY_SESSION");
-    for (key, value) in template.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
-    let out = tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.unwrap();
-    assert!(
-        out.status.success(),
-        "the MCP client failed (is the `mcp` package installed? ./test installs it into .venv and puts it first on PATH): {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out)))
+    common::python_mcp_client(state, "consent.py", args, &[]).await
 }
 
 async fn over_stdio(state: &Path, answer: &str) -> Value {

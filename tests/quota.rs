@@ -63,20 +63,13 @@ fn ended(state: &Path, run_id: &str) -> Value {
     }
 }
 
-/// Every committed progress entry of the run.
-fn progress(state: &Path, run_id: &str) -> Vec<Value> {
-    let out = factory_in(state, &["progress", run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    stdout_json(&out).as_array().cloned().expect("a page")
-}
-
 /// Check that no call journaled before the run parked was paid again: each such prompt was
 /// answered once (it replayed for free), any other at most twice (once more only when its
 /// answer was in flight as the attempt stopped), and all `n` were answered.
 fn assert_no_journaled_call_paid_twice(state: &Path, run_id: &str, server: &FakeOpenAi, n: usize) {
     let mut attempt = 0;
     let mut journaled = Vec::new();
-    for entry in progress(state, run_id) {
+    for entry in common::progress_entries(state, run_id) {
         if entry["event"] == "attemptStarted" {
             attempt = entry["attempt"].as_u64().unwrap_or(0);
         }
@@ -155,7 +148,7 @@ fn a_spent_quota_parks_the_run_which_resumes_by_itself_after_the_reset_even_afte
     assert_eq!(done["attempts"], 2, "{done:#}");
     assert!(done.get("resumeAt").is_none(), "a running or ended run has no resumeAt: {done:#}");
     // Resumed after the reset, not before.
-    let started: Vec<Value> = progress(state.path(), &run_id).into_iter().filter(|e| e["event"] == "attemptStarted").collect();
+    let started: Vec<Value> = common::progress_entries(state.path(), &run_id).into_iter().filter(|e| e["event"] == "attemptStarted").collect();
     let second = started.iter().find(|e| e["attempt"] == 2).unwrap_or_else(|| panic!("{started:#?}"));
     let at_ms = at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() as u64;
     assert!(second["atMs"].as_u64().unwrap_or(0) >= at_ms, "attempt 2 started before resumeAt: {second} < {at_ms}");

@@ -253,3 +253,46 @@ pub fn mcp_http(state: &std::path::Path) -> (std::process::Child, String, String
     let token = std::fs::read_to_string(state.join("mcp.token")).unwrap();
     (daemon, url, token)
 }
+
+/// A JS factory file `name.js` in `dir` around a `run` body, with `meta` (JS object text).
+pub fn js_factory_file(dir: &Path, name: &str, meta: &str, run: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.js"));
+    let text = format!(
+        "import {{ defineFactory }} from \"factory\";\nexport default defineFactory({{ meta: {meta}, run: {run} }});\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every committed progress entry of a run (at most 1000), as `factory progress` prints them.
+pub fn progress_entries(state: &Path, run_id: &str) -> Vec<serde_json::Value> {
+    let out = factory_in(state, &["progress", run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout_json(&out).as_array().cloned().expect("a list of entries")
+}
+
+/// Run the official MCP Python SDK's side of a test, `tests/mcp/SCRIPT` with `args`, in the
+/// environment a `factory` command against `state` gets (plus `env`); its JSON report.
+pub async fn python_mcp_client(state: &Path, script: &str, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let template = factory_cmd(state, &[]);
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(root().join("tests/mcp").join(script)).args(args).env_remove("FACTORY_SESSION");
+    for (key, value) in template.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.expect("the client's thread");
+    assert!(
+        out.status.success(),
+        "the MCP client failed (is the `mcp` package installed? ./test installs it into .venv and puts it first on PATH): {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out)))
+}
