@@ -424,93 +424,64 @@ async fn a_dashboard_session_expires() {
     assert_eq!(runs(token.trim().to_string()).await, 200, "the owner's token still works");
 }
 
+/// Run `tests/browser/SCRIPT` in headless Chromium against a dashboard whose backend is a
+/// fake OpenAI server paced at 2 requests a second (`probe` registered and trusted); the
+/// server, and the script's report once it says `ok`.
+async fn browser_against_a_paced_backend(script: &str) -> (common::fake_openai::FakeOpenAi, Value) {
+    use common::fake_openai::{base_url, FakeOpenAi, Mode};
+    let browser_dir = common::root().join("tests").join("browser");
+    assert!(
+        browser_dir.join("node_modules").join("playwright-core").is_dir(),
+        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
+    );
+    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)");
+    let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::ZERO }).await;
+    let state = tempfile::tempdir().unwrap();
+    let config = format!(
+        "default = \"local\"\n[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-test\"\n\
+         requests_per_minute = 120\n",
+        base_url(server.port())
+    );
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    common::register_trusted_probe(state.path());
+    let daemon = serve_http(state.path());
+    let out = factory_in(state.path(), &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let script = browser_dir.join(script);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(script)
+            .env("FACTORY_UI_URL", &url)
+            .env("FACTORY_UI_TOKEN", &token)
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs (install Node.js)")
+    })
+    .await
+    .unwrap();
+    drop(daemon);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("the browser test printed no JSON report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
+    });
+    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    (server, report)
+}
+
 /// Issue 50, "visible everywhere": while a run's calls wait in its backend's flow (a backend
 /// paced at 2 requests a second), its run view shows a line per flow (calls queued and in
 /// flight, the limit, the rate, why they wait, 429s), read again as the queue moves, and
 /// none once the run has ended (`tests/browser/flows.mjs` in headless Chromium).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_run_view_shows_how_the_runs_backend_flow_stands_while_calls_wait() {
-    use common::fake_openai::{base_url, FakeOpenAi, Mode};
-    let browser_dir = common::root().join("tests").join("browser");
-    assert!(
-        browser_dir.join("node_modules").join("playwright-core").is_dir(),
-        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
-    );
-    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)");
-    let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::ZERO }).await;
-    let state = tempfile::tempdir().unwrap();
-    let config = format!(
-        "default = \"local\"\n[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-test\"\n\
-         requests_per_minute = 120\n",
-        base_url(server.port())
-    );
-    std::fs::write(state.path().join("factory.toml"), config).unwrap();
-    common::register_trusted_probe(state.path());
-    let daemon = serve_http(state.path());
-    let out = factory_in(state.path(), &["ui", "--url"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
-    let script = browser_dir.join("flows.mjs");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg(script)
-            .env("FACTORY_UI_URL", &url)
-            .env("FACTORY_UI_TOKEN", &token)
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs (install Node.js)")
-    })
-    .await
-    .unwrap();
-    drop(daemon);
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("the browser test printed no JSON report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
-    });
-    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    let (server, _) = browser_against_a_paced_backend("flows.mjs").await;
     assert_eq!(server.answered().len(), 60, "every call answered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_is_paused_resumed_and_its_checkpoint_answered_with_the_dashboards_buttons() {
-    use common::fake_openai::{base_url, FakeOpenAi, Mode};
-    let browser_dir = common::root().join("tests").join("browser");
-    assert!(
-        browser_dir.join("node_modules").join("playwright-core").is_dir(),
-        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
-    );
-    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)");
-    let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::ZERO }).await;
-    let state = tempfile::tempdir().unwrap();
-    let config = format!(
-        "default = \"local\"\n[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-test\"\n\
-         requests_per_minute = 120\n",
-        base_url(server.port())
-    );
-    std::fs::write(state.path().join("factory.toml"), config).unwrap();
-    common::register_trusted_probe(state.path());
-    let daemon = serve_http(state.path());
-    let out = factory_in(state.path(), &["ui", "--url"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
-    let script = browser_dir.join("checkpoint.mjs");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg(script)
-            .env("FACTORY_UI_URL", &url)
-            .env("FACTORY_UI_TOKEN", &token)
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs (install Node.js)")
-    })
-    .await
-    .unwrap();
-    drop(daemon);
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("the browser test printed no JSON report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
-    });
-    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    let (server, _) = browser_against_a_paced_backend("checkpoint.mjs").await;
     let tasks: Vec<String> = server.answered().into_iter().filter(|p| p.starts_with("task ")).collect();
     let distinct: std::collections::BTreeSet<&String> = tasks.iter().collect();
     // (A call in flight at the pause may be asked again: tests/pause.rs holds the backend to

@@ -4,36 +4,13 @@
 // checkpoint shows the key, and the Answer box resumes it with the JSON typed there.
 // Input: FACTORY_UI_URL (http://ADDR/#code=...), FACTORY_UI_TOKEN (the daemon's bearer
 // token, for the test's own API calls). Output: one JSON report on stdout.
-import { chromium } from 'playwright-core';
+import { api, base, check, launch, report, url } from './harness.mjs';
 
-const url = process.env.FACTORY_UI_URL;
-const token = process.env.FACTORY_UI_TOKEN;
-const base = url.split('/#')[0];
-const report = { ok: false, checks: [] };
-const check = (name, value, detail) => {
-  report.checks.push({ name, ok: !!value, detail });
-  if (!value) throw new Error(`check failed: ${name} ${detail === undefined ? '' : JSON.stringify(detail)}`);
-};
-
-async function api(method, p, body) {
-  const response = await fetch(base + p, {
-    method,
-    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const value = await response.json();
-  if (!response.ok) throw new Error(`${method} ${p}: ${response.status} ${JSON.stringify(value)}`);
-  return value;
-}
 
 // Evaluated in the page (serialized there: it may use nothing of this module).
 const statusIs = (status) => document.getElementById('run-status')?.textContent === status;
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
   const errors = [];

@@ -4,33 +4,13 @@
 // (the daemon's bearer token, for the test's own API calls), FACTORY_UI_BIG_RUN (a finished
 // 4,096-agent run), FACTORY_UI_OTHER_RUN (a finished run of session `other`, not the daemon's),
 // FACTORY_UI_SCREENSHOTS (a directory). Output: one JSON report on stdout.
-import { chromium } from 'playwright-core';
+import { api, base, check, launch, report, token, url } from './harness.mjs';
 import path from 'node:path';
 
-const url = process.env.FACTORY_UI_URL;
 const bigRun = process.env.FACTORY_UI_BIG_RUN;
 const otherRun = process.env.FACTORY_UI_OTHER_RUN;
 const shots = process.env.FACTORY_UI_SCREENSHOTS;
-const base = url.split('/#')[0];
 const code = url.split('#code=')[1];
-const token = process.env.FACTORY_UI_TOKEN;
-const report = { ok: false, checks: [] };
-const check = (name, value, detail) => {
-  report.checks.push({ name, ok: !!value, detail });
-  if (!value) throw new Error(`check failed: ${name} ${detail === undefined ? '' : JSON.stringify(detail)}`);
-};
-
-/** The API from Node (the test's own client, not the page's). */
-async function api(method, p, body) {
-  const response = await fetch(base + p, {
-    method,
-    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const value = await response.json();
-  if (!response.ok) throw new Error(`${method} ${p}: ${response.status} ${JSON.stringify(value)}`);
-  return value;
-}
 
 /** Timeline bars as the API's progress implies them: one per (attempt, label) of an agent. */
 async function agentsInProgress(runId) {
@@ -47,11 +27,7 @@ async function agentsInProgress(runId) {
   }
 }
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
   const requests = [];
