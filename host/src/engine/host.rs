@@ -744,22 +744,32 @@ impl Host {
     /// that offers several.
     pub async fn script_factories(&self, path: &Path) -> Result<Vec<String>, Error> {
         let component = self.runner()?.with_script(Script::read(path, None)?);
-        let mut store = self.meta_store(&component)?;
+        let listed: (Result<Vec<String>, String>,) =
+            self.call_runner(&component, "factories", "reading the factories' names").await?;
+        Ok(listed.0.map_err(ScriptError::Invalid)?)
+    }
+
+    /// Call the script runner's export `name` (it takes nothing) in a store of its own, within
+    /// the sandbox's meta time limit; `what` says what it reads, for the timeout's message.
+    async fn call_runner<R>(&self, component: &LoadedComponent, name: &str, what: &str) -> Result<R, Error>
+    where
+        R: wasmtime::component::ComponentNamedList + wasmtime::component::Lift + Send + Sync + 'static,
+    {
+        let mut store = self.meta_store(component)?;
         let instance = component
             .pre
             .instance_pre()
             .instantiate_async(&mut store)
             .await
             .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
-        let factories = instance
-            .get_typed_func::<(), (Result<Vec<String>, String>,)>(&mut store, "factories")
-            .map_err(|e| Error::MetaCall(format!("the JS runner has no `factories`: {e:#}")))?;
+        let export = instance
+            .get_typed_func::<(), R>(&mut store, name)
+            .map_err(|e| Error::MetaCall(format!("the JS runner has no `{name}`: {e:#}")))?;
         let limit = Duration::from_millis(self.config.sandbox.meta_timeout_ms);
-        let listed = tokio::time::timeout(limit, factories.call_async(&mut store, ()))
+        tokio::time::timeout(limit, export.call_async(&mut store, ()))
             .await
-            .map_err(|_| Error::MetaCall(format!("reading the factories' names did not finish within {limit:?}")))?
-            .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
-        Ok(listed.0.map_err(ScriptError::Invalid)?)
+            .map_err(|_| Error::MetaCall(format!("{what} did not finish within {limit:?}")))?
+            .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))
     }
 
     /// A store to call `meta` (or a script runner's `describe`) in: no run, no journal.
@@ -787,29 +797,17 @@ impl Host {
     }
 
     async fn with_meta(&self, component: LoadedComponent) -> Result<Factory, Error> {
-        let mut store = self.meta_store(&component)?;
         let meta = if component.script.is_some() {
             // A script runner's `describe` is `meta` that can say why the source is no factory.
-            let instance = component
-                .pre
-                .instance_pre()
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
-            let describe = instance
-                .get_typed_func::<(), (Result<crate::sandbox::contract::agent::factory::types::Meta, String>,)>(&mut store, "describe")
-                .map_err(|e| Error::MetaCall(format!("the JS runner has no `describe`: {e:#}")))?;
-            let limit = Duration::from_millis(self.config.sandbox.meta_timeout_ms);
-            let described = tokio::time::timeout(limit, describe.call_async(&mut store, ()))
-                .await
-                .map_err(|_| Error::MetaCall(format!("reading the factory's meta did not finish within {limit:?}")))?
-                .map_err(|e| Error::MetaCall(run::classify_trap(&e).message))?;
+            let described: (Result<crate::sandbox::contract::agent::factory::types::Meta, String>,) =
+                self.call_runner(&component, "describe", "reading the factory's meta").await?;
             // A module the source imports that could not be loaded is said as itself.
             let modules = component.script.as_ref().and_then(|s| s.modules.take_error()).filter(|_| {
                 matches!(&described.0, Err(m) if m.contains("Error resolving module") || m.contains("Error loading module"))
             });
             described.0.map_err(|message| modules.map_or(ScriptError::Invalid(message), ScriptError::Module))?
         } else {
+            let mut store = self.meta_store(&component)?;
             let instance = component
                 .pre
                 .instantiate_async(&mut store)
