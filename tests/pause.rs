@@ -244,6 +244,8 @@ fn a_rust_checkpoint_pauses_the_run_and_resume_input_is_the_answer_journaled_acr
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["result"]["answer"], json!({"approved": true, "note": "ship it"}), "{done:#}");
     assert_eq!(done["result"]["plan"], "real answer to: plan the work", "the first call replayed: {done:#}");
+    let inner = done["result"]["inner"].as_str().unwrap_or_default();
+    assert!(inner.starts_with("refused: ") && inner.contains("main flow"), "a checkpoint inside parallel is refused: {done:#}");
     assert_eq!(asked(&server, "plan the work"), 1, "the call before the checkpoint was paid once");
     assert!(done.get("checkpoint").is_none(), "{done:#}");
     service.stop();
@@ -310,19 +312,28 @@ fn a_js_checkpoint_pauses_with_an_abort_error_and_returns_the_answer_on_resume()
 }
 
 /// A Python factory with a checkpoint between two agent calls; it reports the abort it saw.
-const PY_CHECKPOINT: &str = r#"from factory_sdk import Abort, Ctx, factory
+const PY_CHECKPOINT: &str = r#"from factory_sdk import Abort, Ctx, FactoryError, factory
 
 
 @factory(name="approve-py", description="plan, wait for an answer, then work")
 async def run(ctx: Ctx) -> object:
     plan = await ctx.agent("py plan", label="plan")
+
+    async def inside() -> str:
+        try:
+            ctx.pause("inside")
+            return "allowed"
+        except FactoryError as e:
+            return f"refused: {e}"
+
+    [inner] = await ctx.parallel([inside])
     try:
         answer = ctx.pause("approve")
     except Abort as e:
         ctx.log(f"stopped: {e.reason} {e.message}")
         raise
     done = await ctx.agent(f"py work: {answer!r}", label="work")
-    return {"plan": plan, "answer": answer, "done": done}
+    return {"plan": plan, "answer": answer, "done": done, "inner": inner}
 "#;
 
 #[test]
@@ -346,6 +357,8 @@ fn a_python_checkpoint_pauses_the_run_and_returns_the_answer_on_resume() {
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["result"]["answer"], json!({"n": 3}), "{done:#}");
     assert_eq!(done["result"]["done"], "real answer to: py work: {'n': 3}");
+    let inner = done["result"]["inner"].as_str().unwrap_or_default();
+    assert!(inner.starts_with("refused: ") && inner.contains("main flow"), "a checkpoint inside parallel is refused: {done:#}");
     assert_eq!(asked(&server, "py plan"), 1, "the call before the checkpoint was paid once");
 }
 

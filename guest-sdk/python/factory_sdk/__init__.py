@@ -363,9 +363,13 @@ class Ctx(Generic[A]):
         and the run ends ``paused``, waiting at ``key``. Once a caller resumes it (``factory
         resume RUN --input JSON``) the body runs again from the top (journaled steps and agent
         calls replay) and this returns the resume's input, parsed (``None`` when it carried
-        none); every later attempt gets the same answer. Call it from the main flow, not from
-        inside ``parallel`` or ``pipeline``."""
+        none); every later attempt gets the same answer. Call it from the main flow: inside
+        ``parallel`` or ``pipeline`` it raises :class:`FactoryError` (an ordinary failure)."""
         _require_host()
+        if _concurrent_calls > 0:
+            raise FactoryError(
+                f"ctx.pause({key!r}) is refused inside parallel or pipeline: a checkpoint belongs to the body's main flow"
+            )
         try:
             answer = _hooks.pause(key)
         except _Err as e:
@@ -571,7 +575,7 @@ class Ctx(Generic[A]):
                 self._item_failed("parallel", index, e)
                 return None
 
-        return await _gather([one(i, item) for i, item in enumerate(items)])
+        return await _concurrently([one(i, item) for i, item in enumerate(items)])
 
     async def pipeline(self, items: Iterable[Any], *stages: Callable[[Any, Any, int], Any]) -> list[Any]:
         """Flow each item through ``stages`` with no barrier between stages.
@@ -596,11 +600,25 @@ class Ctx(Generic[A]):
                     return None
             return previous
 
-        return await _gather([flow(i, item) for i, item in enumerate(values)])
+        return await _concurrently([flow(i, item) for i, item in enumerate(values)])
 
     def _item_failed(self, where: str, index: int, error: BaseException) -> None:
         if _hooks is not None:
             _hooks.log(f"{where}: item {index} failed: {_describe(error)}")
+
+
+# `parallel`/`pipeline` calls in flight: `Ctx.pause` is refused while any is.
+_concurrent_calls = 0
+
+
+async def _concurrently(coroutines: list[Any]) -> list[Any]:
+    """``_gather`` them, counted as a `parallel`/`pipeline` call in flight meanwhile."""
+    global _concurrent_calls
+    _concurrent_calls += 1
+    try:
+        return await _gather(coroutines)
+    finally:
+        _concurrent_calls -= 1
 
 
 class _Waiting:

@@ -14,6 +14,33 @@ pub const MAX_ITEMS: usize = 4096;
 
 type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T>>>;
 
+thread_local! {
+    /// `parallel`/`pipeline` calls in flight (the guest runs on one thread).
+    static CONCURRENT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether a `parallel` or `pipeline` call is in flight: [`Ctx::pause`] is then refused, as
+/// a checkpoint belongs to the body's main flow.
+pub(crate) fn in_concurrent_call() -> bool {
+    CONCURRENT.with(|c| c.get() > 0)
+}
+
+/// Counts a `parallel`/`pipeline` call as in flight until dropped (also when abandoned).
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> Self {
+        CONCURRENT.with(|c| c.set(c.get() + 1));
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        CONCURRENT.with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
 /// Drive `futures` concurrently; `Ok(None)` for an item that failed ordinarily.
 async fn join_items<T, E, Fut>(futures: Vec<Fut>) -> Result<Vec<Option<T>>, Error>
 where
@@ -23,6 +50,7 @@ where
     if futures.len() > MAX_ITEMS {
         return Err(Error::TooManyItems(futures.len()));
     }
+    let _in_flight = InFlight::enter();
     let mut results: Vec<Option<T>> = futures.iter().map(|_| None).collect();
     let mut pending: FuturesUnordered<_> = futures
         .into_iter()

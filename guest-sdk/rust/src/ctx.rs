@@ -53,8 +53,14 @@ impl Ctx {
     /// `paused`, waiting at `key`. Once a caller resumes it (`factory resume RUN --input
     /// JSON`), the body runs again from the top (journaled steps and agent calls replay) and
     /// this returns the resume's input (`None` when it carried none); every later attempt
-    /// gets the same answer. Call it from the body's main flow, not from a fan-out.
+    /// gets the same answer. Call it from the body's main flow: while a `parallel` or
+    /// `pipeline` call is in flight it is refused with an ordinary [`Error::Failed`].
     pub fn pause<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, Error> {
+        if crate::combinators::in_concurrent_call() {
+            return Err(Error::Failed(format!(
+                "ctx.pause(\"{key}\") is refused inside parallel or pipeline: a checkpoint belongs to the body's main flow"
+            )));
+        }
         match hooks::pause(key).map_err(Abort::from)? {
             None => Ok(None),
             Some(json) => serde_json::from_str(&json).map(Some).map_err(|e| {

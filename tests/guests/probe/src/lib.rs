@@ -185,9 +185,18 @@ impl Factory for Probe {
             // answer the resume carried (or none) and pays for the second call.
             "checkpoint" => {
                 let plan = ctx.agent("plan the work").label("plan").await?;
+                // Inside a fan-out a checkpoint is refused (main flow only).
+                let inner = ctx
+                    .parallel([async {
+                        Ok::<_, Error>(match ctx.pause::<Value>("inside") {
+                            Ok(_) => "allowed".to_string(),
+                            Err(e) => format!("refused: {e}"),
+                        })
+                    }])
+                    .await?;
                 let answer: Option<Value> = ctx.pause("approve")?;
                 let done = ctx.agent(format!("do the work as answered: {answer:?}")).label("work").await?;
-                Ok(json!({ "plan": plan, "answer": answer, "done": done }))
+                Ok(json!({ "plan": plan, "answer": answer, "done": done, "inner": inner[0] }))
             }
             // More than 4096 items are refused before anything runs.
             "too-many" => {
