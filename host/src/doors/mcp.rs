@@ -967,22 +967,42 @@ fn factory_summary(meta: &factory_host::FactoryMeta) -> Value {
     json!({"name": meta.name, "description": meta.description, "phases": meta.phases, "limits": meta.limits})
 }
 
+/// What the consent question for an authored body shows of its `meta` (the service checks
+/// the whole of it when it registers the body).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AuthoredMeta {
+    name: String,
+    phases: Vec<AuthoredPhase>,
+    /// Limits that do not read show as none declared (the service then refuses them).
+    #[serde(deserialize_with = "limits_or_none")]
+    limits: Limits,
+}
+
+fn limits_or_none<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Limits, D::Error> {
+    Ok(serde_json::from_value(Value::deserialize(deserializer)?).unwrap_or_default())
+}
+
+/// A phase of an authored `meta`: its title.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AuthoredPhase {
+    title: String,
+}
+
 /// The consent question for registering the body `run` an agent wrote with `meta`, before
-/// the service has seen it: the sha256 is of the body's text as given.
+/// the service has seen it: the sha256 is of the body's text as given. A `meta` that does not
+/// read shows what it can (the service refuses it after the question).
 fn author_question(meta: &Value, run: &str) -> elicit::Question {
     use sha2::Digest;
-    let text = |key: &str| meta.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
-    let phases = meta.get("phases").and_then(Value::as_array).map_or_else(Vec::new, |phases| {
-        phases.iter().filter_map(|p| p.get("title").and_then(Value::as_str).map(str::to_string)).collect()
-    });
-    let limits = meta.get("limits").cloned().and_then(|l| serde_json::from_value(l).ok()).unwrap_or_default();
+    let shown: AuthoredMeta = serde_json::from_value(meta.clone()).unwrap_or_default();
     elicit::Question {
-        factory: text("name"),
+        factory: shown.name,
         sha256: hex::encode(sha2::Sha256::digest(run.as_bytes())),
         operation: elicit::Operation::Author,
         backend: "the service's default backend".into(),
-        limits,
-        phases,
+        limits: shown.limits,
+        phases: shown.phases.into_iter().map(|p| p.title).collect(),
         grants: Vec::new(),
     }
 }

@@ -23,31 +23,33 @@ pub(crate) const PAUSE_CHANNEL: &str = "factory_pause";
 /// How often the flags of this worker's runs are read, whatever the notifications do.
 pub(crate) const POLL: Duration = Duration::from_secs(2);
 
-/// Record the request and notify the workers (delivered when the statement commits).
+/// Record a cancel request and notify the workers (delivered when the statement commits).
 pub(super) async fn request(pool: &PoolHandle, run_id: &str) -> Result<bool, StoreError> {
-    let client = pool.get().await?;
-    let rows = client
-        .query(
-            "WITH asked AS (UPDATE runs SET cancel_requested = true WHERE id = $1 AND status IN ('running', 'pending') RETURNING id)
-             SELECT pg_notify('factory_cancel', id) FROM asked",
-            &[&run_id],
-        )
-        .await
-        .map_err(|e| pg(&pool.url, e))?;
-    Ok(!rows.is_empty())
+    flag(
+        pool,
+        run_id,
+        "WITH asked AS (UPDATE runs SET cancel_requested = true WHERE id = $1 AND status IN ('running', 'pending') RETURNING id)
+         SELECT pg_notify('factory_cancel', id) FROM asked",
+    )
+    .await
 }
 
 /// Record a pause request and notify the workers (delivered when the statement commits).
 pub(super) async fn request_pause(pool: &PoolHandle, run_id: &str) -> Result<bool, StoreError> {
+    flag(
+        pool,
+        run_id,
+        "WITH asked AS (UPDATE runs SET pause_requested = true WHERE id = $1 AND status IN ('running', 'pending') RETURNING id)
+         SELECT pg_notify('factory_pause', id) FROM asked",
+    )
+    .await
+}
+
+/// Run `statement` (set a request flag on run `$1` and notify its channel); whether the run
+/// was one that runs or waits to.
+async fn flag(pool: &PoolHandle, run_id: &str, statement: &'static str) -> Result<bool, StoreError> {
     let client = pool.get().await?;
-    let rows = client
-        .query(
-            "WITH asked AS (UPDATE runs SET pause_requested = true WHERE id = $1 AND status IN ('running', 'pending') RETURNING id)
-             SELECT pg_notify('factory_pause', id) FROM asked",
-            &[&run_id],
-        )
-        .await
-        .map_err(|e| pg(&pool.url, e))?;
+    let rows = client.query(statement, &[&run_id]).await.map_err(|e| pg(&pool.url, e))?;
     Ok(!rows.is_empty())
 }
 
