@@ -20,7 +20,8 @@ mod inputs {
 }
 
 fn main() {
-    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| fail("CARGO_MANIFEST_DIR is not set")));
+    let manifest_dir =
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| fail("CARGO_MANIFEST_DIR is not set")));
     let workspace = manifest_dir.parent().unwrap_or_else(|| fail("host/ has no parent directory")).to_path_buf();
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_else(|| fail("OUT_DIR is not set")));
     let runner_path = workspace.join(inputs::RUNNER_PATH);
@@ -62,7 +63,11 @@ fn check_inputs(workspace: &Path, inputs_path: &Path, runner: &[u8]) {
     let current = inputs::inputs_manifest(workspace, runner)
         .unwrap_or_else(|e| fail(&format!("cannot read the JS runner's sources: {e}")));
     let recorded = std::fs::read_to_string(inputs_path).unwrap_or_else(|e| {
-        fail(&format!("cannot read {}: {e}; regenerate the runner with `{}`", inputs_path.display(), inputs::REGENERATE))
+        fail(&format!(
+            "cannot read {}: {e}; regenerate the runner with `{}`",
+            inputs_path.display(),
+            inputs::REGENERATE
+        ))
     });
     if current == recorded {
         return;

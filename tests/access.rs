@@ -127,10 +127,15 @@ fn a_config_may_not_redefine_a_built_in_backend() {
         )
         .unwrap();
         let state = dir.path().join("state");
-        let args = ["run", hello.to_str().unwrap(), "--yes", "-q", "--backend", name, "--config", config.to_str().unwrap()];
+        let args =
+            ["run", hello.to_str().unwrap(), "--yes", "-q", "--backend", name, "--config", config.to_str().unwrap()];
         let out = common::factory_in(&state, &args);
         assert_eq!(out.status.code(), Some(2), "{name}: {}", stderr(&out));
-        assert!(stderr(&out).contains(&format!("`[backends.{name}]` redefines a built-in backend name")), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("`[backends.{name}]` redefines a built-in backend name")),
+            "{}",
+            stderr(&out)
+        );
         // Found in the state directory instead of named: refused the same way.
         std::fs::create_dir_all(&state).unwrap();
         std::fs::copy(&config, state.join("factory.toml")).unwrap();
@@ -163,7 +168,8 @@ fn the_state_dir_is_owner_only_and_so_are_its_files() {
     assert!(waited.status.success(), "{}", stderr(&waited));
     assert_eq!(mode(&state.join("control.sock")), 0o600, "the daemon's socket");
     let pid = daemon_pid(&state);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).expect("stop the daemon");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM)
+        .expect("stop the daemon");
     wait_gone(pid);
 
     assert_eq!(mode(&state), 0o700);
@@ -223,7 +229,10 @@ fn raw_request(socket: &Path, request: &[u8]) -> String {
 #[ignore = "a helper, run as another user by another test"]
 fn socket_client_helper() {
     let Some(socket) = std::env::var_os("FACTORY_TEST_SOCKET") else { return };
-    let answer = raw_request(Path::new(&socket), b"{\"wire\":7,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n");
+    let answer = raw_request(
+        Path::new(&socket),
+        b"{\"wire\":7,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n",
+    );
     println!("ANSWER:{}", answer.trim());
 }
 
@@ -234,7 +243,8 @@ fn another_uid_is_refused_by_the_socket_and_cannot_read_the_state_dir() {
     // Only the state dir itself may stand in the other user's way.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let state = dir.path().join("state");
-    let mut serve = factory_cmd(&state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve");
+    let mut serve =
+        factory_cmd(&state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve");
     // It says it holds the store, then (runs to recover resumed) that it serves.
     let mut first = String::new();
     let mut said = BufReader::new(serve.stderr.take().expect("stderr"));
@@ -327,11 +337,25 @@ fn slow_run(state: &Path, script: &Path, n: usize) -> std::process::Child {
     let probe = common::component("probe");
     let args = format!(r#"{{"case":"fanout","n":{n}}}"#);
     let backend = format!("script:{}", script.display());
-    factory_cmd(state, &["run", probe.to_str().unwrap(), "--yes", "--args", &args, "--max-concurrent-subagents", "2", "--backend", &backend, "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("factory run starts")
+    factory_cmd(
+        state,
+        &[
+            "run",
+            probe.to_str().unwrap(),
+            "--yes",
+            "--args",
+            &args,
+            "--max-concurrent-subagents",
+            "2",
+            "--backend",
+            &backend,
+            "--json",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("factory run starts")
 }
 
 #[test]
@@ -409,11 +433,17 @@ fn hostile_text_is_escaped_on_the_terminal_and_cannot_forge_a_line_of_serve_log(
     let shown = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "the run fails: {shown}");
     assert!(!raw(&out.stdout) && !raw(&out.stderr), "a raw ESC or BEL reached the terminal: {shown:?}");
-    assert!(shown.contains(r"\x1b]0;owned\x07\x1b[2Jbroken\nfactory: run 1 completed: forged"), "the failure, escaped: {shown}");
+    assert!(
+        shown.contains(r"\x1b]0;owned\x07\x1b[2Jbroken\nfactory: run 1 completed: forged"),
+        "the failure, escaped: {shown}"
+    );
     assert!(shown.contains(r"phase: \x1b[2JAttack\nphase"), "the phase, escaped: {shown}");
     assert!(shown.contains(r"\x1b]0;owned\x07logged\nfactory: forged log line"), "the log line, escaped: {shown}");
     assert!(shown.contains(r"agent h:\nfactory serve: pid 1, forged\x1b[31m: done"), "the label, escaped: {shown}");
-    assert!(!shown.lines().any(|l| l.starts_with("factory: run 1 completed") || l.starts_with("factory: forged")), "{shown}");
+    assert!(
+        !shown.lines().any(|l| l.starts_with("factory: run 1 completed") || l.starts_with("factory: forged")),
+        "{shown}"
+    );
     let runs = stdout_json(&factory(&["runs", "--json"]));
     let run_id = runs[0]["runId"].as_str().expect("run id").to_string();
     for args in [vec!["show", &run_id], vec!["runs"], vec!["runs", "--all"], vec!["progress", &run_id]] {
@@ -427,7 +457,8 @@ fn hostile_text_is_escaped_on_the_terminal_and_cannot_forge_a_line_of_serve_log(
     // serve.log: one JSON record a line; no line is a record the guest wrote.
     let log = std::fs::read_to_string(state.path().join("serve.log")).unwrap();
     for line in log.lines() {
-        let record: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("a line of serve.log is not a record ({e}): {line:?}\n{log}"));
+        let record: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("a line of serve.log is not a record ({e}): {line:?}\n{log}"));
         assert!(record.is_object() && record["level"].is_string() && record["timestamp"].is_string(), "{line}");
     }
     assert!(!raw(log.as_bytes()), "no raw ESC or BEL in serve.log: {log}");
@@ -446,7 +477,8 @@ fn hostile_text_is_escaped_on_the_terminal_and_cannot_forge_a_line_of_serve_log(
 fn the_control_server_checks_consent_itself() {
     let state = tempfile::tempdir().unwrap();
     let state = state.path().join("state");
-    let mut serve = factory_cmd(&state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve");
+    let mut serve =
+        factory_cmd(&state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve");
     // It says it holds the store, then (runs to recover resumed) that it serves.
     let mut first = String::new();
     let mut said = BufReader::new(serve.stderr.take().expect("stderr"));
@@ -478,7 +510,10 @@ fn the_control_server_checks_consent_itself() {
     assert!(refused.contains("\"code\":\"no_approval_provider\""), "{refused}");
     no_runs();
     let swapped = run(serde_json::json!({ "sha256": approved }));
-    assert!(swapped.contains("\"code\":\"no_approval_provider\"") && swapped.contains("is not what was approved"), "{swapped}");
+    assert!(
+        swapped.contains("\"code\":\"no_approval_provider\"") && swapped.contains("is not what was approved"),
+        "{swapped}"
+    );
     no_runs();
     // With the user's consent to exactly this file in the request, it runs.
     let started = run(serde_json::json!({ "sha256": sha256_of(&file) }));
@@ -490,7 +525,11 @@ fn the_control_server_checks_consent_itself() {
 /// `factory runs` against `state`: it must fail, saying `expected`.
 fn refused_with(state: &Path, expected: &str) {
     let out = common::factory_in(state, &["runs", "--json"]);
-    assert!(!out.status.success(), "a state dir planted by someone else was used: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "a state dir planted by someone else was used: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(stderr(&out).contains(expected), "expected `{expected}` in: {}", stderr(&out));
 }
 

@@ -22,7 +22,10 @@ use std::process::{Command, Output};
 /// bubblewrap must be installed: these tests are about it.
 fn require_bwrap() {
     let found = Command::new("bwrap").arg("--version").output().is_ok_and(|o| o.status.success());
-    assert!(found, "bubblewrap (`bwrap`) is needed for the agent-CLI sandbox tests: install it (apt install bubblewrap)");
+    assert!(
+        found,
+        "bubblewrap (`bwrap`) is needed for the agent-CLI sandbox tests: install it (apt install bubblewrap)"
+    );
 }
 
 /// Write an executable shell script.
@@ -52,7 +55,11 @@ fn output(mut cmd: Command) -> (Output, Value) {
 
 fn first_reply(out: &Output, envelope: &Value) -> String {
     envelope["result"]["first"].as_str().map(str::to_string).unwrap_or_else(|| {
-        panic!("no reply: {envelope}\nstdout: {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), common::stderr(out))
+        panic!(
+            "no reply: {envelope}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            common::stderr(out)
+        )
     })
 }
 
@@ -99,13 +106,8 @@ check config-read 'cat {c}'
 printf 'pwd=%s' "$(pwd)""#
         ),
     );
-    let config = config_file(
-        &config_path,
-        &format!(
-            "[backends.agent]\nkind = \"cli\"\ncommand = [\"{}\"]\n",
-            agent.display()
-        ),
-    );
+    let config =
+        config_file(&config_path, &format!("[backends.agent]\nkind = \"cli\"\ncommand = [\"{}\"]\n", agent.display()));
     let state = root.path().join("state");
     let (out, envelope) =
         output(run_probe(&project, &home, &state, &config, "agent", &["--allow-read", grant.to_str().unwrap()]));
@@ -272,7 +274,8 @@ fn api_keys_never_appear_in_the_configs_debug_output() {
         api_key: Some(key.into()),
         ..OpenAiConfig::new("o", "https://user:url-secret-42@api.example.com/v1")
     };
-    let anthropic = AnthropicConfig { api_key: Some(key.into()), ..AnthropicConfig::new("a", "https://api.example.com") };
+    let anthropic =
+        AnthropicConfig { api_key: Some(key.into()), ..AnthropicConfig::new("a", "https://api.example.com") };
     for shown in [format!("{openai:?}"), format!("{anthropic:?}"), format!("{openai:#?}")] {
         assert!(!shown.contains(key) && !shown.contains("url-secret-42"), "{shown}");
         assert!(shown.contains("api_key: Some(\"***\")") || shown.contains("api_key: Some(\n"), "{shown}");
@@ -330,9 +333,8 @@ fn all_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 fn a_server_echoing_the_key_or_url_credentials_puts_neither_into_the_envelope_or_the_store() {
     let key = "sk-echo-SECRET-7f3a9c";
     let url_secret = "pw-URL-SECRET-55e1";
-    let body = format!(
-        r#"{{"error":{{"message":"no such model for key {key}; you sent Authorization: Bearer {key}"}}}}"#
-    );
+    let body =
+        format!(r#"{{"error":{{"message":"no such model for key {key}; you sent Authorization: Bearer {key}"}}}}"#);
     // 404: a backend failure whose message names the base URL; 400: an ordinary failure of
     // the call, journaled.
     for status in [404u16, 400] {
@@ -363,7 +365,10 @@ fn a_server_echoing_the_key_or_url_credentials_puts_neither_into_the_envelope_or
             assert_eq!(envelope["failure"]["kind"], "model_not_found", "{printed}");
             let message = envelope["failure"]["message"].as_str().unwrap_or_default();
             assert!(message.contains("HTTP 404") && message.contains("no such model"), "{message}");
-            assert!(message.contains("http://***@127.0.0.1"), "the base URL is shown without its credentials: {message}");
+            assert!(
+                message.contains("http://***@127.0.0.1"),
+                "the base URL is shown without its credentials: {message}"
+            );
         } else {
             assert_eq!(envelope["status"], "completed", "{printed}");
         }
@@ -375,7 +380,11 @@ fn a_server_echoing_the_key_or_url_credentials_puts_neither_into_the_envelope_or
         assert!(!shown.contains(key) && !shown.contains(url_secret), "HTTP {status}: progress: {shown}");
         for (path, bytes) in all_bytes(&state) {
             let text = String::from_utf8_lossy(&bytes);
-            assert!(!text.contains(key) && !text.contains(url_secret), "HTTP {status}: {} holds a credential", path.display());
+            assert!(
+                !text.contains(key) && !text.contains(url_secret),
+                "HTTP {status}: {} holds a credential",
+                path.display()
+            );
         }
     }
 }
@@ -451,7 +460,16 @@ async fn a_sandbox_that_cannot_start_is_a_backend_failure_not_an_answer() {
         cwd: Some(PathBuf::from("/nonexistent/factory-agent-cwd")),
         ..AgentCliConfig::generic("cli:nowhere", vec!["sh".into(), "-c".into(), "echo ran".into()])
     };
-    let request = AgentRequest { prompt: "hi".into(), label: None, model: None, schema: None, attempt: 0, feedback: None, limits: Default::default(), tuning: Default::default() };
+    let request = AgentRequest {
+        prompt: "hi".into(),
+        label: None,
+        model: None,
+        schema: None,
+        attempt: 0,
+        feedback: None,
+        limits: Default::default(),
+        tuning: Default::default(),
+    };
     let err = AgentCli::new(config).unwrap().call(std::sync::Arc::new(request)).await.unwrap_err();
     assert_eq!(err.outage_kind(), Some(OutageKind::Misconfigured), "{err}");
     assert!(err.message().contains("the bubblewrap sandbox could not start: bwrap: "), "{err}");
@@ -487,7 +505,10 @@ const CLUSTER_TOKEN: &str = "cluster-token-0123456789abcdef0123456789";
 /// in the grant at both of its paths), and replies with what it observed.
 fn service_paths(root: &Path, state_name: &str) -> ServicePaths {
     let python = Path::new("/usr/bin/python3");
-    assert!(python.is_file(), "the fake agent talks to the control socket with /usr/bin/python3: apt-get install python3");
+    assert!(
+        python.is_file(),
+        "the fake agent talks to the control socket with /usr/bin/python3: apt-get install python3"
+    );
     let home = root.join("home");
     let paths = ServicePaths {
         project: home.join("work/project"),
@@ -501,7 +522,13 @@ fn service_paths(root: &Path, state_name: &str) -> ServicePaths {
         home,
         state_flag: false,
     };
-    for dir in [&paths.project, &paths.xdg_state.join("factory"), &paths.xdg_config.join("factory"), &paths.grant, &root.join("tools")] {
+    for dir in [
+        &paths.project,
+        &paths.xdg_state.join("factory"),
+        &paths.xdg_config.join("factory"),
+        &paths.grant,
+        &root.join("tools"),
+    ] {
         std::fs::create_dir_all(dir).unwrap();
     }
     factory_host::access::private_state_dir(&paths.state).unwrap();
@@ -511,11 +538,17 @@ fn service_paths(root: &Path, state_name: &str) -> ServicePaths {
     std::fs::write(paths.xdg_state.join("factory/marker.txt"), "user-level state").unwrap();
     std::fs::write(paths.xdg_config.join("factory/factory.toml"), "").unwrap();
     std::fs::write(paths.grant.join("data.txt"), "granted data").unwrap();
-    std::io::Write::write_all(&mut factory_host::access::create_private_file(&paths.token_file).unwrap(), CLUSTER_TOKEN.as_bytes())
-        .unwrap();
+    std::io::Write::write_all(
+        &mut factory_host::access::create_private_file(&paths.token_file).unwrap(),
+        CLUSTER_TOKEN.as_bytes(),
+    )
+    .unwrap();
     // The MCP server's token file, as `factory mcp --http` leaves it.
-    std::io::Write::write_all(&mut factory_host::access::create_private_file(&paths.state.join("mcp.token")).unwrap(), b"mcp-token")
-        .unwrap();
+    std::io::Write::write_all(
+        &mut factory_host::access::create_private_file(&paths.state.join("mcp.token")).unwrap(),
+        b"mcp-token",
+    )
+    .unwrap();
     let connect = paths.home.join("bin/connect.py");
     std::fs::create_dir_all(connect.parent().unwrap()).unwrap();
     std::fs::write(
@@ -551,7 +584,8 @@ print("forbidden" if b'"code":"forbidden"' in data else "answered")
     }})
     .to_string();
     let (h, p, s, g) = (paths.home.display(), paths.project.display(), paths.state.display(), paths.grant.display());
-    let (xs, xc, t, c) = (paths.xdg_state.display(), paths.xdg_config.display(), paths.token_file.display(), connect.display());
+    let (xs, xc, t, c) =
+        (paths.xdg_state.display(), paths.xdg_config.display(), paths.token_file.display(), connect.display());
     script(
         &paths.agent,
         &format!(
@@ -623,7 +657,10 @@ impl ServicePaths {
         let elsewhere = root.join("elsewhere");
         std::fs::create_dir_all(&elsewhere).unwrap();
         let mut serve = self.factory(&["serve", "--http", "127.0.0.1:0"]);
-        serve.current_dir(&elsewhere).stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log_path).unwrap());
+        serve
+            .current_dir(&elsewhere)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap());
         let mut child = serve.spawn().expect("factory serve starts");
         let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
@@ -651,7 +688,8 @@ impl ServicePaths {
         let probe = common::component("probe");
         let grant = self.grant.to_str().unwrap();
         let run = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"memo"}"#, "--json", "--quiet"];
-        let (out, envelope) = output(self.factory(&[&run[..], &["--backend", "agent", "--allow-read", grant]].concat()));
+        let (out, envelope) =
+            output(self.factory(&[&run[..], &["--backend", "agent", "--allow-read", grant]].concat()));
         let reply = first_reply(&out, &envelope);
         assert_eq!(reply.trim(), NOTHING_OF_THE_SERVICE, "what the sandboxed agent reached");
         let runs = self.factory(&["runs", "--all", "--json"]).output().unwrap();
@@ -775,7 +813,17 @@ if cat {}/secret.txt >/dev/null 2>&1; then echo cwd-read=yes; else echo cwd-read
 
     // Started by the user from the project, through the service: the first attempt fails.
     let probe = common::component("probe");
-    let run = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"memo"}"#, "--json", "--quiet", "--backend", "agent"];
+    let run = [
+        "run",
+        probe.to_str().unwrap(),
+        "--yes",
+        "--args",
+        r#"{"case":"memo"}"#,
+        "--json",
+        "--quiet",
+        "--backend",
+        "agent",
+    ];
     let (out, envelope) = output(paths.factory(&run));
     assert_eq!(envelope["status"], "error", "{envelope}\n{}", common::stderr(&out));
     assert_eq!(envelope["failure"]["type"], "backend", "{envelope}");
@@ -787,5 +835,9 @@ if cat {}/secret.txt >/dev/null 2>&1; then echo cwd-read=yes; else echo cwd-read
     assert!(status.contains(" 20"), "{status}: {body}");
     let (out, envelope) = output(paths.factory(&["wait", &run_id, "--json"]));
     assert_eq!(envelope["status"], "completed", "{envelope}\n{}", common::stderr(&out));
-    assert_eq!(first_reply(&out, &envelope).trim(), "cwd-read=no", "the caller's project stays hidden on a resume without a caller");
+    assert_eq!(
+        first_reply(&out, &envelope).trim(),
+        "cwd-read=no",
+        "the caller's project stays hidden on a resume without a caller"
+    );
 }

@@ -50,7 +50,10 @@ fn scaffold_runs(lang: &str, name: &str, files: &[&str]) -> (tempfile::TempDir, 
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("factory run {}", dir.display())), "{}", text(&out));
 
     let path = dir.to_str().expect("a UTF-8 path");
-    let out = factory_in(state.path(), &["run", path, "--yes", "--args", r#"{"topic":"release notes","ideas":2}"#, "--json", "-q"]);
+    let out = factory_in(
+        state.path(),
+        &["run", path, "--yes", "--args", r#"{"topic":"release notes","ideas":2}"#, "--json", "-q"],
+    );
     let envelope = stdout_json(&out);
     assert_eq!(envelope["status"], "completed", "{envelope:#}\n{}", stderr(&out));
     assert_eq!(envelope["factory"], name, "the meta name is the directory's");
@@ -69,7 +72,8 @@ fn scaffold_runs(lang: &str, name: &str, files: &[&str]) -> (tempfile::TempDir, 
     let out = factory_in(state.path(), &["describe", &component_of(state.path(), path), "--json"]);
     let described = stdout_json(&out);
     let meta = &described["meta"];
-    let phases: Vec<&str> = meta["phases"].as_array().expect("phases").iter().filter_map(|p| p["title"].as_str()).collect();
+    let phases: Vec<&str> =
+        meta["phases"].as_array().expect("phases").iter().filter_map(|p| p["title"].as_str()).collect();
     assert_eq!(phases, ["Brainstorm", "Critique", "Report"], "{described:#}");
     assert_eq!(meta["limits"]["maxTotalSubagents"], 40, "{described:#}");
     let out = factory_in(state.path(), &["run", path, "--yes", "--args", r#"{"ideas":"many"}"#, "--json", "-q"]);
@@ -186,7 +190,10 @@ fn init_rust_refuses_names_cargo_refuses_and_a_missing_sdk() {
     }
     let dir = work.path().join("ideas");
     let missing = work.path().join("no-sdk");
-    let out = factory_in(state.path(), &["init", dir.to_str().unwrap(), "--lang", "rust", "--sdk", missing.to_str().unwrap()]);
+    let out = factory_in(
+        state.path(),
+        &["init", dir.to_str().unwrap(), "--lang", "rust", "--sdk", missing.to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(stderr(&out).contains("the Rust SDK (factory-sdk) is not at"), "{}", text(&out));
     assert!(!dir.exists(), "nothing created without an SDK");
@@ -210,7 +217,11 @@ cases = root.findall("./testsuite/testcase")
 print(json.dumps([int(root.get("tests")), int(root.get("failures")), int(root.get("errors")),
                   [f.get("message") + "\n" + (f.text or "") for f in root.iter("failure")], len(cases)]))
 "#;
-    let out = std::process::Command::new("python3").args(["-c", program]).arg(path).output().expect("python3 runs (apt-get install python3)");
+    let out = std::process::Command::new("python3")
+        .args(["-c", program])
+        .arg(path)
+        .output()
+        .expect("python3 runs (apt-get install python3)");
     assert!(out.status.success(), "the JUnit report does not parse: {}", text(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let failures = v[3].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
@@ -226,7 +237,11 @@ fn init_then_test_passes(lang: &str) {
     let dir = work.path().join(&name);
     let out = init(state.path(), &dir, lang);
     assert!(out.status.success(), "init --lang {lang}: {}", text(&out));
-    assert!(dir.join(format!("{name}.test.json")).is_file() && dir.join(format!("{name}.cassette.jsonl")).is_file(), "{}", text(&out));
+    assert!(
+        dir.join(format!("{name}.test.json")).is_file() && dir.join(format!("{name}.cassette.jsonl")).is_file(),
+        "{}",
+        text(&out)
+    );
     let report = work.path().join("junit.xml");
     let out = factory_test(state.path(), &[dir.to_str().unwrap(), "--junit", report.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "factory test right after init ({lang}): {}", text(&out));
@@ -236,7 +251,8 @@ fn init_then_test_passes(lang: &str) {
     assert_eq!(junit(&report), (1, 0, 0, vec![]), "{shown}");
 
     // The language's own runner: `npm test` is `node --test`, which runs NAME.test.mjs.
-    let package: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("package.json")).unwrap()).unwrap();
+    let package: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("package.json")).unwrap()).unwrap();
     assert_eq!(package["scripts"]["test"], "node --test");
     assert!(dir.join(format!("{name}.test.mjs")).is_file());
     own_runner_passes_then_fails_on_an_edit(lang, &dir, state.path());
@@ -259,7 +275,9 @@ fn cassette_calls(path: &Path) -> Vec<(String, String)> {
         .lines()
         .skip(1)
         .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a cassette line"))
-        .map(|e| (e["request"]["label"].as_str().unwrap_or_default().to_string(), e["key"].as_str().unwrap().to_string()))
+        .map(|e| {
+            (e["request"]["label"].as_str().unwrap_or_default().to_string(), e["key"].as_str().unwrap().to_string())
+        })
         .collect()
 }
 
@@ -288,7 +306,10 @@ async fn a_changed_prompt_fails_naming_its_label_and_update_records_it() {
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(shown.contains("FAIL two ideas on release notes"), "{shown}");
     assert!(shown.contains("cassette miss: agent `critique:0`"), "the miss names the label: {shown}");
-    assert!(shown.contains("recorded: ") && shown.contains("Critique this idea") && shown.contains("Critique, harshly,"), "the hint shows both prompts: {shown}");
+    assert!(
+        shown.contains("recorded: ") && shown.contains("Critique this idea") && shown.contains("Critique, harshly,"),
+        "the hint shows both prompts: {shown}"
+    );
     assert!(shown.contains("factory test --update"), "{shown}");
     // Replay safety: the old critique keys are no longer made, new ones are.
     for (label, key) in &before {
@@ -308,17 +329,27 @@ async fn a_changed_prompt_fails_naming_its_label_and_update_records_it() {
     let test_file = dir.join("edited.test.json");
     let mut expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&test_file).unwrap()).unwrap();
     let case = &mut expected["cases"][0];
-    case["result"] = serde_json::json!([{ "pointer": "/topic", "equals": "release notes" }, { "pointer": "/dropped", "equals": 2 }]);
+    case["result"] =
+        serde_json::json!([{ "pointer": "/topic", "equals": "release notes" }, { "pointer": "/dropped", "equals": 2 }]);
     case["accounting"] = serde_json::json!({ "maxAgentsSpawned": 6, "maxAiCredits": 1 });
     std::fs::write(&test_file, serde_json::to_string_pretty(&expected).unwrap()).unwrap();
     let state_path = state.path().to_path_buf();
     let dir_arg = dir.to_str().unwrap().to_string();
-    let out = tokio::task::spawn_blocking(move || factory_test(&state_path, &[&dir_arg, "--update", "--backend", "local"])).await.unwrap();
+    let out =
+        tokio::task::spawn_blocking(move || factory_test(&state_path, &[&dir_arg, "--update", "--backend", "local"]))
+            .await
+            .unwrap();
     assert_eq!(out.status.code(), Some(0), "--update: {}", text(&out));
     let asked = server.asked();
-    assert!(!asked.is_empty() && asked.iter().all(|p| p.contains("Critique, harshly,")), "only the changed calls went live: {asked:?}");
+    assert!(
+        !asked.is_empty() && asked.iter().all(|p| p.contains("Critique, harshly,")),
+        "only the changed calls went live: {asked:?}"
+    );
     let after = cassette_calls(&cassette);
-    assert!(after.iter().all(|(l, k)| !l.starts_with("critique:") || !before.iter().any(|(_, old)| old == k)), "the old critique calls are gone: {after:?}");
+    assert!(
+        after.iter().all(|(l, k)| !l.starts_with("critique:") || !before.iter().any(|(_, old)| old == k)),
+        "the old critique calls are gone: {after:?}"
+    );
     assert_eq!(
         after.iter().filter(|(l, _)| l.starts_with("idea:")).collect::<Vec<_>>(),
         before.iter().filter(|(l, _)| l.starts_with("idea:")).collect::<Vec<_>>(),
@@ -448,10 +479,15 @@ fn a_hostile_test_file_cannot_write_outside_its_project() {
         let shown = stderr(&out);
         assert!(shown.contains(refusal) && shown.contains(&format!("`{field}` names `")), "{cassette}: {}", text(&out));
         assert_eq!(snapshot(&outside), before, "{cassette}: nothing created or changed outside the project");
-        let scratch = snapshot(&project).into_iter().filter(|(p, _)| p.to_string_lossy().contains(".factory-test-")).count();
+        let scratch =
+            snapshot(&project).into_iter().filter(|(p, _)| p.to_string_lossy().contains(".factory-test-")).count();
         assert_eq!(scratch, 0, "no scratch left behind");
     }
-    assert_eq!(std::fs::read_link(project.join("planted.cassette.jsonl")).unwrap(), outside.join(".bash_aliases"), "the planted link is left");
+    assert_eq!(
+        std::fs::read_link(project.join("planted.cassette.jsonl")).unwrap(),
+        outside.join(".bash_aliases"),
+        "the planted link is left"
+    );
 
     // The same project with a cassette of its own in missing directories inside it: recorded
     // (the directories created inside), then replayed with no backend.
@@ -492,7 +528,11 @@ fn a_tampered_or_oversized_cassette_is_refused() {
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(shown.contains("line 2 (key") && shown.contains("is not replayed: its recorded request hashes to key"), "{}", text(&out));
+    assert!(
+        shown.contains("line 2 (key") && shown.contains("is not replayed: its recorded request hashes to key"),
+        "{}",
+        text(&out)
+    );
     assert!(shown.contains("cassette miss: agent `rust`"), "the call it claimed misses: {}", text(&out));
 
     // Oversized: a file past 128 MiB (sparse), a line past 32 MiB.
@@ -501,7 +541,11 @@ fn a_tampered_or_oversized_cassette_is_refused() {
     drop(huge);
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(stderr(&out).contains("is 134217729 bytes, over the limit of 134217728: refusing to read it"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("is 134217729 bytes, over the limit of 134217728: refusing to read it"),
+        "{}",
+        text(&out)
+    );
     let long = format!("{}\n{{\"pad\":\"{}\"}}\n", lines[0], "x".repeat(32 << 20));
     std::fs::write(&cassette, long).unwrap();
     let out = run(&["--update", "--backend", "dry-run"]);

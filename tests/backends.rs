@@ -375,7 +375,9 @@ async fn openai_401_and_404_fail_clearly_without_retrying() {
     let bad_key = OpenAi::new(OpenAiConfig { api_key: Some("sk-bad".into()), ..openai_config(&server) }).unwrap();
     let err = bad_key.call(request("hi", None, None, None)).await.unwrap_err();
     assert!(
-        err.message().contains("HTTP 401") && err.message().contains("Incorrect API key") && err.message().contains("OPENAI_API_KEY"),
+        err.message().contains("HTTP 401")
+            && err.message().contains("Incorrect API key")
+            && err.message().contains("OPENAI_API_KEY"),
         "{err}"
     );
     assert_eq!(err.outage_kind(), Some(OutageKind::Auth));
@@ -414,10 +416,7 @@ async fn anthropic_schema_call_forces_the_respond_tool() {
         )
     })
     .await;
-    let pricing = Pricing {
-        default: Some(Price::new(3_000_000, 15_000_000)),
-        ..Pricing::default()
-    };
+    let pricing = Pricing { default: Some(Price::new(3_000_000, 15_000_000)), ..Pricing::default() };
     let backend = Anthropic::new(AnthropicConfig {
         system_prompt: Some("You are terse.".into()),
         pricing,
@@ -490,7 +489,11 @@ async fn anthropic_text_calls_retries_and_tool_fallback() {
     let denied = Server::start(|_, _| anthropic_error(401, "authentication_error", "invalid x-api-key")).await;
     let err =
         Anthropic::new(anthropic_config(&denied)).unwrap().call(request("hi", None, None, None)).await.unwrap_err();
-    assert!(err.message().contains("HTTP 401") && err.message().contains("invalid x-api-key") && err.message().contains("ANTHROPIC_API_KEY"));
+    assert!(
+        err.message().contains("HTTP 401")
+            && err.message().contains("invalid x-api-key")
+            && err.message().contains("ANTHROPIC_API_KEY")
+    );
     assert_eq!(denied.count(), 1);
 }
 
@@ -776,10 +779,7 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
         }
     })
     .await;
-    let pricing = Pricing {
-        default: Some(Price::new(1_000_000, 2_000_000)),
-        ..Pricing::default()
-    };
+    let pricing = Pricing { default: Some(Price::new(1_000_000, 2_000_000)), ..Pricing::default() };
     let live: Arc<dyn AgentBackend> =
         Arc::new(OpenAi::new(OpenAiConfig { pricing, ..openai_config(&server) }).unwrap());
     let dir = tempfile::tempdir().unwrap();
@@ -831,7 +831,9 @@ async fn cassette_records_then_replays_with_zero_network_calls() {
     // A miss fails clearly, still without any network call.
     let err = replay.call(request("never recorded", Some("new"), None, None)).await.unwrap_err();
     assert!(
-        err.message().contains("cassette miss") && err.message().contains("`new`") && err.message().contains("--replay-then-live"),
+        err.message().contains("cassette miss")
+            && err.message().contains("`new`")
+            && err.message().contains("--replay-then-live"),
         "{err}"
     );
     assert_eq!(err.outage_kind(), Some(OutageKind::ReplayMiss));
@@ -954,10 +956,7 @@ async fn a_run_retries_a_bad_schema_reply_over_http_and_accounts_both_spawns() {
         _ => openai_ok(r#"{"ok":true}"#, 1000, 100),
     })
     .await;
-    let pricing = Pricing {
-        default: Some(Price::new(1_500_000, 7_000_000)),
-        ..Pricing::default()
-    };
+    let pricing = Pricing { default: Some(Price::new(1_500_000, 7_000_000)), ..Pricing::default() };
     let backend = Arc::new(OpenAi::new(OpenAiConfig { pricing, ..openai_config(&server) }).unwrap());
     let envelope = run_probe(backend, json!({"case": "schema"}), Limits::default()).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
@@ -966,7 +965,9 @@ async fn a_run_retries_a_bad_schema_reply_over_http_and_accounts_both_spawns() {
     assert_eq!(server.count(), 2);
     assert!(server.seen().iter().all(|s| s.body["response_format"]["type"] == "json_schema"));
     // The retry tells the model what was wrong with its first reply.
-    let user = |i: usize| server.seen()[i].body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string();
+    let user = |i: usize| {
+        server.seen()[i].body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string()
+    };
     assert!(!user(0).contains("rejected"));
     assert!(user(1).contains("Your previous reply was rejected") && user(1).contains("$.ok"), "{}", user(1));
     // Per spawn: 1000 * 1_500_000 / 1000 + 100 * 7_000_000 / 1000 = 2_200_000.
@@ -1018,7 +1019,11 @@ async fn a_recorded_run_replays_offline_to_the_same_result() {
 
 async fn factory(args: &[&str], env: &[(&str, String)]) -> (i32, String, String) {
     let mut command = tokio::process::Command::new(common::factory_bin());
-    command.args(args).env_remove("FACTORY_CONFIG").env("FACTORY_NO_DAEMON", "1").env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"));
+    command
+        .args(args)
+        .env_remove("FACTORY_CONFIG")
+        .env("FACTORY_NO_DAEMON", "1")
+        .env("FACTORY_CACHE_DIR", common::guest_target_dir().join("cache"));
     for (k, v) in env {
         command.env(k, v);
     }
@@ -1110,7 +1115,10 @@ async fn run_js(backend: Arc<dyn AgentBackend>, run: &str) -> factory_host::RunE
     let source = format!(
         "import {{ defineWorkflow }} from \"factory\";\nexport default defineWorkflow({{ meta: {{ name: \"tuned\", description: \"d\" }}, run: {run} }});\n"
     );
-    let factory = host.load_script(factory_host::script::Script::new("tuned.js", source.as_str(), None)).await.expect("the script loads");
+    let factory = host
+        .load_script(factory_host::script::Script::new("tuned.js", source.as_str(), None))
+        .await
+        .expect("the script loads");
     host.run(&factory, RunOptions::default()).await.expect("run")
 }
 
@@ -1142,9 +1150,16 @@ async fn reasoning_effort_reaches_the_openai_request_and_is_part_of_the_call_ide
     // catch, so the run goes on.
     let server = Server::start(|_, _| openai_ok("fine", 10, 2)).await;
     let backend = Arc::new(OpenAi::new(openai_config(&server)).unwrap());
-    let envelope = run_js(backend, r#"async (ctx) => ctx.agent("x", { reasoningEffort: "max" }).catch((e) => `${e.name}: ${e.message}`)"#).await;
+    let envelope = run_js(
+        backend,
+        r#"async (ctx) => ctx.agent("x", { reasoningEffort: "max" }).catch((e) => `${e.name}: ${e.message}`)"#,
+    )
+    .await;
     let refused = envelope.result_value().unwrap();
-    assert!(refused.as_str().unwrap().starts_with("RangeError: ctx.agent: `reasoningEffort` must be one of"), "{refused}");
+    assert!(
+        refused.as_str().unwrap().starts_with("RangeError: ctx.agent: `reasoningEffort` must be one of"),
+        "{refused}"
+    );
     assert_eq!(server.count(), 0);
 }
 
@@ -1153,9 +1168,19 @@ async fn reasoning_effort_turns_on_anthropic_extended_thinking() {
     let server = Server::start(|_, seen| {
         if seen.body["tools"].is_array() {
             let input = json!({"ok": true});
-            anthropic_message(json!([{"type": "tool_use", "id": "toolu_1", "name": "respond", "input": input}]), "tool_use", 9, 4)
+            anthropic_message(
+                json!([{"type": "tool_use", "id": "toolu_1", "name": "respond", "input": input}]),
+                "tool_use",
+                9,
+                4,
+            )
         } else {
-            anthropic_message(json!([{"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "fine"}]), "end_turn", 9, 4)
+            anthropic_message(
+                json!([{"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "fine"}]),
+                "end_turn",
+                9,
+                4,
+            )
         }
     })
     .await;
@@ -1175,7 +1200,8 @@ async fn reasoning_effort_turns_on_anthropic_extended_thinking() {
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
     assert_eq!(envelope.result_value().unwrap(), json!(["fine", "fine", {"ok": true}]));
     let seen = server.seen();
-    let body = |prompt: &str| seen.iter().find(|s| s.body["messages"][0]["content"] == prompt).expect("asked").body.clone();
+    let body =
+        |prompt: &str| seen.iter().find(|s| s.body["messages"][0]["content"] == prompt).expect("asked").body.clone();
     assert!(body("plain").get("thinking").is_none(), "{:#}", body("plain"));
     // `medium`: a 4096-token budget; max_tokens is raised above it (the API requires that).
     let deep = body("deep");
@@ -1193,14 +1219,16 @@ async fn reasoning_effort_turns_on_anthropic_extended_thinking() {
 async fn an_agent_cli_gets_the_call_agent_with_its_agent_flag_and_others_ignore_it() {
     let dir = tempfile::tempdir().unwrap();
     let agent = script(dir.path(), "agent.sh", r#"cat >/dev/null; echo "args=$*""#);
-    let with_flag = AgentCliConfig { agent_flag: Some("--agent".into()), ..cli("cli:test", &["sh", agent.to_str().unwrap()]) };
+    let with_flag =
+        AgentCliConfig { agent_flag: Some("--agent".into()), ..cli("cli:test", &["sh", agent.to_str().unwrap()]) };
     let run = r#"async (ctx) => [await ctx.agent("a", { label: "x", agent: "reviewer" }), await ctx.agent("b", { label: "y" })]"#;
     let envelope = run_js(Arc::new(AgentCli::new(with_flag).unwrap()), run).await;
     assert_eq!(envelope.result_value().unwrap(), json!(["args=--agent=reviewer", "args="]), "{envelope:#?}");
     // An agent name that looks like an option is refused before anything runs (an ordinary
     // failure: the call is `null`).
     let odd = r#"async (ctx) => ctx.agent("a", { label: "z", agent: "--dangerously-skip-permissions" })"#;
-    let with_flag = AgentCliConfig { agent_flag: Some("--agent".into()), ..cli("cli:test", &["sh", agent.to_str().unwrap()]) };
+    let with_flag =
+        AgentCliConfig { agent_flag: Some("--agent".into()), ..cli("cli:test", &["sh", agent.to_str().unwrap()]) };
     let envelope = run_js(Arc::new(AgentCli::new(with_flag).unwrap()), odd).await;
     assert_eq!(envelope.result_value(), Some(Value::Null), "{envelope:#?}");
     // A CLI without an agent flag runs the call without one (upstream accepts the option

@@ -60,15 +60,24 @@ fn describe_and_trust_never_build_a_crate_directory() {
     let targets = tempfile::tempdir().unwrap();
     marker_crate(work.path(), "hello");
     let marker = work.path().join("marker");
-    for args in [vec!["describe", "hello"], vec!["describe", "./hello", "--json"], vec!["trust", "hello"], vec!["trust", "--revoke", "hello"]] {
+    for args in [
+        vec!["describe", "hello"],
+        vec!["describe", "./hello", "--json"],
+        vec!["trust", "hello"],
+        vec!["trust", "--revoke", "hello"],
+    ] {
         let out = run(factory_at(work.path(), state.path(), targets.path(), &marker, &args));
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains("is a Rust crate directory") && err.contains("factory build"), "{args:?} says how to build it: {err}");
+        assert!(
+            err.contains("is a Rust crate directory") && err.contains("factory build"),
+            "{args:?} says how to build it: {err}"
+        );
         assert!(!marker.exists(), "{args:?} ran the crate's build.rs");
     }
     assert!(!targets.path().join("release").exists(), "nothing was built");
-    let listed = stdout_json(&run(factory_at(work.path(), state.path(), targets.path(), &marker, &["trust", "--json"])));
+    let listed =
+        stdout_json(&run(factory_at(work.path(), state.path(), targets.path(), &marker, &["trust", "--json"])));
     assert_eq!(listed, serde_json::json!([]));
 }
 
@@ -91,7 +100,10 @@ fn without_bubblewrap_a_crate_is_built_only_with_consent() {
         let out = without_bwrap(&args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains("bubblewrap") && err.contains("no-such-bwrap"), "{args:?} says the sandbox is missing: {err}");
+        assert!(
+            err.contains("bubblewrap") && err.contains("no-such-bwrap"),
+            "{args:?} says the sandbox is missing: {err}"
+        );
         assert!(err.contains("--yes") && err.contains("apt-get install bubblewrap"), "{args:?} says what to do: {err}");
         assert!(!marker.exists(), "{args:?} ran the crate's build.rs without consent");
     }
@@ -251,11 +263,15 @@ fn the_working_directorys_cargo_config_and_toolchain_file_are_not_honoured() {
     std::fs::create_dir_all(configured.path().join(".cargo")).unwrap();
     std::fs::write(
         configured.path().join(".cargo/config.toml"),
-        format!("[build]\nrustc-wrapper = \"{}\"\nrustflags = [\"--cfg\", \"from_the_working_directory\"]\n", wrapper.display()),
+        format!(
+            "[build]\nrustc-wrapper = \"{}\"\nrustflags = [\"--cfg\", \"from_the_working_directory\"]\n",
+            wrapper.display()
+        ),
     )
     .unwrap();
     let toolchain = tempfile::tempdir().unwrap();
-    std::fs::write(toolchain.path().join("rust-toolchain.toml"), "[toolchain]\nchannel = \"no-such-toolchain\"\n").unwrap();
+    std::fs::write(toolchain.path().join("rust-toolchain.toml"), "[toolchain]\nchannel = \"no-such-toolchain\"\n")
+        .unwrap();
 
     for cwd in [configured.path(), toolchain.path()] {
         let mut cmd = factory_at(cwd, state.path(), targets.path(), &not_here, &["build", krate.to_str().unwrap()]);
@@ -301,7 +317,14 @@ fn a_bare_name_runs_the_registered_factory_never_a_directory() {
 
 /// `factory ARGS` on a pseudo-terminal in `cwd` without bubblewrap, typing `answer`: its
 /// exit code and what the terminal showed.
-fn on_a_terminal_without_bwrap(cwd: &Path, state: &Path, target_dir: &Path, marker: &Path, args: &[&str], answer: &str) -> (Option<i32>, String) {
+fn on_a_terminal_without_bwrap(
+    cwd: &Path,
+    state: &Path,
+    target_dir: &Path,
+    marker: &Path,
+    args: &[&str],
+    answer: &str,
+) -> (Option<i32>, String) {
     let mut cmd = factory_at(cwd, state, target_dir, marker, args);
     cmd.env("FACTORY_BWRAP", cwd.join("no-such-bwrap")).current_dir(cwd);
     common::on_a_terminal(&cmd, answer)
@@ -317,7 +340,10 @@ fn on_a_terminal_a_native_build_is_asked_for_and_no_builds_nothing() {
     let build = ["build", "./hello"];
     let (code, shown) = on_a_terminal_without_bwrap(work.path(), state.path(), targets.path(), &marker, &build, "n\n");
     assert_eq!(code, Some(2), "{shown}");
-    assert!(shown.contains("runs its build.rs and proc macros") && shown.contains("Build it natively? [y/N]"), "{shown}");
+    assert!(
+        shown.contains("runs its build.rs and proc macros") && shown.contains("Build it natively? [y/N]"),
+        "{shown}"
+    );
     assert!(shown.contains("declined"), "{shown}");
     assert!(!marker.exists(), "a declined build ran the crate's build.rs");
 

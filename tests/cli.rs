@@ -60,9 +60,19 @@ fn run_uses_a_script_backend() {
     let probe = common::component("probe");
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("script.json");
-    std::fs::write(&script, r#"{"rules":[{"label":"judge","reply":{"json":{"ok":true}}}],"fallback":"error"}"#).unwrap();
+    std::fs::write(&script, r#"{"rules":[{"label":"judge","reply":{"json":{"ok":true}}}],"fallback":"error"}"#)
+        .unwrap();
     let backend = format!("script:{}", script.display());
-    let out = factory(&["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"schema"}"#, "--backend", &backend, "-q"]);
+    let out = factory(&[
+        "run",
+        probe.to_str().unwrap(),
+        "--yes",
+        "--args",
+        r#"{"case":"schema"}"#,
+        "--backend",
+        &backend,
+        "-q",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out), serde_json::json!({"verdict": {"ok": true}, "text": "{\"ok\":true}"}));
 }
@@ -101,7 +111,11 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
 
     let out = factory(&["run", "/no/such/factory.wasm"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("neither a component file, a crate directory, nor a registered factory"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("neither a component file, a crate directory, nor a registered factory"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = factory(&["run", probe.to_str().unwrap(), "--timeout-seconds", "0"]);
     assert_eq!(out.status.code(), Some(2));
@@ -117,7 +131,10 @@ fn events_are_versioned_json_lines_from_start_to_finish() {
     let state = tempfile::tempdir().unwrap();
     let events = state.path().join("events.jsonl");
     let review = common::component("review-changed");
-    let out = factory_in(state.path(), &["run", review.to_str().unwrap(), "--yes", "-q", "--events", events.to_str().unwrap()]);
+    let out = factory_in(
+        state.path(),
+        &["run", review.to_str().unwrap(), "--yes", "-q", "--events", events.to_str().unwrap()],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let lines: Vec<Value> = std::fs::read_to_string(&events)
         .unwrap()
@@ -131,7 +148,8 @@ fn events_are_versioned_json_lines_from_start_to_finish() {
     assert_eq!(last["envelope"]["status"], "completed");
     let run_id = &lines[0]["runId"];
     assert!(lines.iter().all(|e| &e["runId"] == run_id));
-    let phases: Vec<&Value> = lines.iter().filter(|e| e["entry"]["event"] == "phase").map(|e| &e["entry"]["title"]).collect();
+    let phases: Vec<&Value> =
+        lines.iter().filter(|e| e["entry"]["event"] == "phase").map(|e| &e["entry"]["title"]).collect();
     assert_eq!(phases, vec!["Review", "Verify"]);
     // The attempt's end is also told as `run_settled`, with what the attempt consumed.
     let settled: Vec<&Value> = lines.iter().filter(|e| e["event"] == "run_settled").collect();

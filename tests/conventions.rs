@@ -13,8 +13,29 @@ use std::process::{Command, Output};
 
 /// Every subcommand of `factory` (its `--help` must have examples).
 const COMMANDS: &[&str] = &[
-    "run", "resume", "runs", "show", "progress", "wait", "cancel", "watch", "serve", "init", "test", "add", "list", "inspect",
-    "describe", "backends", "build", "trust", "mcp", "ui", "config", "completions", "man",
+    "run",
+    "resume",
+    "runs",
+    "show",
+    "progress",
+    "wait",
+    "cancel",
+    "watch",
+    "serve",
+    "init",
+    "test",
+    "add",
+    "list",
+    "inspect",
+    "describe",
+    "backends",
+    "build",
+    "trust",
+    "mcp",
+    "ui",
+    "config",
+    "completions",
+    "man",
 ];
 
 fn text(bytes: &[u8]) -> String {
@@ -22,7 +43,13 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn ok(out: &Output, what: &str) {
-    assert!(out.status.success(), "{what}: {}\nstdout: {}\nstderr: {}", out.status, text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what}: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
 }
 
 /// A program needed by a test, or a failure saying how to install it.
@@ -62,17 +89,16 @@ compgen -W "${{COMPREPLY[*]}}" -- --max-concurrent
     ok(&out, "sourcing the completion script");
     let shown = text(&out.stdout);
     assert!(shown.contains("-F _factory factory"), "`complete -p factory` shows the registration: {shown}");
-    let subcommands: Vec<&str> = shown
-        .lines()
-        .find_map(|l| l.strip_prefix("subcommands: "))
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let subcommands: Vec<&str> =
+        shown.lines().find_map(|l| l.strip_prefix("subcommands: ")).unwrap_or_default().split_whitespace().collect();
     let mut sorted = subcommands.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, ["run", "runs"], "`factory ru<TAB>`: {shown}");
     let options = shown.lines().find_map(|l| l.strip_prefix("options: ")).unwrap_or_default();
-    assert!(options.split_whitespace().any(|o| o == "--max-concurrent-subagents"), "`factory run --max-c<TAB>`: {shown}");
+    assert!(
+        options.split_whitespace().any(|o| o == "--max-concurrent-subagents"),
+        "`factory run --max-c<TAB>`: {shown}"
+    );
     assert!(shown.lines().any(|l| l == "--max-concurrent-subagents"), "compgen of the completions: {shown}");
 }
 
@@ -115,7 +141,10 @@ fn the_man_page_renders_with_man() {
     let shown = text(&rendered.stdout);
     assert!(shown.contains("NAME") && shown.contains("SYNOPSIS"), "a man page's sections: {shown}");
     let name = shown.split("NAME").nth(1).unwrap_or_default();
-    assert!(name.trim_start().starts_with("factory") && name.contains("- Runs agent factories"), "the NAME line: {shown}");
+    assert!(
+        name.trim_start().starts_with("factory") && name.contains("- Runs agent factories"),
+        "the NAME line: {shown}"
+    );
     for command in ["run", "resume", "completions", "init"] {
         assert!(shown.contains(&format!("factory-{command}(1)")), "the page lists `{command}`: {shown}");
     }
@@ -130,7 +159,10 @@ fn every_command_help_has_examples() {
         let out = factory_in(state.path(), &[command, "--help"]);
         ok(&out, command);
         let help = text(&out.stdout);
-        let examples = help.split("Examples:").nth(1).unwrap_or_else(|| panic!("`factory {command} --help` has no examples: {help}"));
+        let examples = help
+            .split("Examples:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("`factory {command} --help` has no examples: {help}"));
         assert!(examples.contains(&format!("factory {command}")), "`{command}`'s examples use it: {examples}");
         assert!(!help.contains('\x1b'), "help to a pipe is not coloured: {help:?}");
     }
@@ -161,7 +193,8 @@ fn color_follows_the_flag_and_no_color() {
     assert!(always.contains("\x1b[1m"), "--color always: the phase is bold: {always:?}");
     let forced = run_stderr(&["--color=always"], &[("NO_COLOR", "1")]);
     assert!(forced.contains('\x1b'), "--color always wins over NO_COLOR: {forced:?}");
-    for (flags, env) in [(&["--color", "never"][..], &[][..]), (&[][..], &[("NO_COLOR", "1")][..]), (&[][..], &[][..])] {
+    for (flags, env) in [(&["--color", "never"][..], &[][..]), (&[][..], &[("NO_COLOR", "1")][..]), (&[][..], &[][..])]
+    {
         let plain = run_stderr(flags, env);
         assert!(!plain.contains('\x1b'), "{flags:?} {env:?}: no escapes: {plain:?}");
         assert!(plain.contains("agent ") && plain.contains(": done"), "{flags:?} {env:?}: the same text: {plain}");
@@ -188,7 +221,8 @@ fn color_follows_the_flag_and_no_color() {
 #[test]
 fn output_into_a_closed_pipe_exits_quietly() {
     let state = tempfile::tempdir().unwrap();
-    for args in [&["backends", "--prices"][..], &["backends"], &["completions", "bash"], &["man"], &["list", "--json"]] {
+    for args in [&["backends", "--prices"][..], &["backends"], &["completions", "bash"], &["man"], &["list", "--json"]]
+    {
         let (reader, writer) = std::io::pipe().expect("a pipe");
         drop(reader);
         let out = factory_cmd(state.path(), args)
@@ -196,7 +230,13 @@ fn output_into_a_closed_pipe_exits_quietly() {
             .stderr(std::process::Stdio::piped())
             .output()
             .expect("the factory binary starts");
-        assert_eq!(out.status.code(), Some(0), "factory {args:?} into a closed pipe: {}\nstderr: {}", out.status, text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "factory {args:?} into a closed pipe: {}\nstderr: {}",
+            out.status,
+            text(&out.stderr)
+        );
         assert_eq!(text(&out.stderr), "", "factory {args:?} into a closed pipe says nothing");
     }
 }

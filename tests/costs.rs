@@ -50,8 +50,21 @@ async fn the_builtin_openai_backend_splits_cached_tokens_and_max_ai_credits_bind
     let per_call: u64 = 200 * 250_000 + 800 * 125_000 + 5 * 1_000_000;
     assert_eq!(per_call, 155_000_000);
     let run = [
-        "run", &probe(), "--yes", "--backend", "openai", "--model", "gpt-4o", "--args", &fanout(6),
-        "--max-ai-credits", "0.4", "--max-concurrent-subagents", "1", "--json", "-q",
+        "run",
+        &probe(),
+        "--yes",
+        "--backend",
+        "openai",
+        "--model",
+        "gpt-4o",
+        "--args",
+        &fanout(6),
+        "--max-ai-credits",
+        "0.4",
+        "--max-concurrent-subagents",
+        "1",
+        "--json",
+        "-q",
     ];
     let out = factory(state.path(), &run, &env).await;
     let envelope = stdout_json(&out);
@@ -74,7 +87,11 @@ async fn the_builtin_openai_backend_splits_cached_tokens_and_max_ai_credits_bind
     assert_eq!(agents.len(), 3, "{detail:#}");
     for agent in agents {
         assert_eq!(agent["creditsNano"], per_call, "{agent}");
-        assert_eq!((agent["inputTokens"].clone(), agent["cacheReadTokens"].clone()), (json!(200), json!(800)), "{agent}");
+        assert_eq!(
+            (agent["inputTokens"].clone(), agent["cacheReadTokens"].clone()),
+            (json!(200), json!(800)),
+            "{agent}"
+        );
         assert_eq!(agent["outputTokens"], 5, "{agent}");
         assert!(agent.get("creditsAtLeast").is_none() && agent.get("cacheWriteTokens").is_none(), "{agent}");
     }
@@ -88,8 +105,19 @@ async fn the_builtin_openai_backend_splits_cached_tokens_and_max_ai_credits_bind
     // before any spawn (TEST-NET-1: nothing would answer there, and nothing is asked).
     let before = server.requests();
     let unpriced = [
-        "run", &probe(), "--yes", "--backend", "openai", "--model", "my-finetune", "--args", &fanout(2),
-        "--max-ai-credits", "5", "--json", "-q",
+        "run",
+        &probe(),
+        "--yes",
+        "--backend",
+        "openai",
+        "--model",
+        "my-finetune",
+        "--args",
+        &fanout(2),
+        "--max-ai-credits",
+        "5",
+        "--json",
+        "-q",
     ];
     let remote = [("OPENAI_BASE_URL", "http://192.0.2.1:9/v1")];
     let out = factory(state.path(), &unpriced, &remote).await;
@@ -131,8 +159,19 @@ async fn the_builtin_anthropic_backend_keeps_cache_reads_and_writes_apart() {
     let server = FakeOpenAi::start(Mode::Usage(usage)).await;
     let base = format!("http://127.0.0.1:{}", server.port());
     let run = [
-        "run", &probe(), "--yes", "--backend", "anthropic", "--model", "claude-sonnet-4-5", "--args", &fanout(2),
-        "--max-ai-credits", "100", "--json", "-q",
+        "run",
+        &probe(),
+        "--yes",
+        "--backend",
+        "anthropic",
+        "--model",
+        "claude-sonnet-4-5",
+        "--args",
+        &fanout(2),
+        "--max-ai-credits",
+        "100",
+        "--json",
+        "-q",
     ];
     let out = factory(state.path(), &run, &[("ANTHROPIC_BASE_URL", &base), ("ANTHROPIC_API_KEY", "ak-test")]).await;
     let envelope = stdout_json(&out);
@@ -145,13 +184,22 @@ async fn the_builtin_anthropic_backend_keeps_cache_reads_and_writes_apart() {
     assert_eq!(accounting["aiCreditsNano"], 2 * per_call, "{envelope:#}");
     assert_eq!(accounting["aiCreditsAtLeast"], false, "{envelope:#}");
     assert_eq!(
-        [&accounting["inputTokens"], &accounting["outputTokens"], &accounting["cacheReadTokens"], &accounting["cacheWriteTokens"]],
+        [
+            &accounting["inputTokens"],
+            &accounting["outputTokens"],
+            &accounting["cacheReadTokens"],
+            &accounting["cacheWriteTokens"]
+        ],
         [&json!(200), &json!(100), &json!(20_000), &json!(4000)],
         "cache tokens are not part of input: {envelope:#}"
     );
     let detail = show(state.path(), envelope["runId"].as_str().unwrap()).await;
     for agent in detail["agents"].as_array().unwrap() {
-        assert_eq!((agent["cacheReadTokens"].as_u64(), agent["cacheWriteTokens"].as_u64()), (Some(10_000), Some(2000)), "{agent}");
+        assert_eq!(
+            (agent["cacheReadTokens"].as_u64(), agent["cacheWriteTokens"].as_u64()),
+            (Some(10_000), Some(2000)),
+            "{agent}"
+        );
         assert_eq!(agent["creditsNano"], per_call, "{agent}");
     }
 }
@@ -204,7 +252,9 @@ async fn hostile_usage_numbers_neither_panic_nor_wrap_the_accounting() {
     assert_eq!(accounting["aiCreditsNano"], u64::MAX, "{envelope:#}");
 
     // Numbers beyond u64 (JSON allows them): saturated, and a saturated spend exhausts a budget.
-    server.set(Mode::Usage(serde_json::from_str(r#"{"prompt_tokens": 1e30, "completion_tokens": 99999999999999999999999}"#).unwrap()));
+    server.set(Mode::Usage(
+        serde_json::from_str(r#"{"prompt_tokens": 1e30, "completion_tokens": 99999999999999999999999}"#).unwrap(),
+    ));
     let out = go(run("5")).await;
     let envelope = stdout_json(&out);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -274,7 +324,8 @@ echo '{"type":"result","is_error":false,"result":"paid","total_cost_usd":0.0123,
     // A budgeted run on the CLI that reports nothing and has no price is refused before
     // any spawn (fail-closed): nothing was spent, so nothing is "at least".
     let probe = probe();
-    let args = ["run", &probe, "--yes", "--backend", "free", "--args", &fanout(2), "--max-ai-credits", "1", "--json", "-q"];
+    let args =
+        ["run", &probe, "--yes", "--backend", "free", "--args", &fanout(2), "--max-ai-credits", "1", "--json", "-q"];
     let envelope = stdout_json(&factory(state.path(), &args, &[]).await);
     assert_eq!(envelope["failure"]["kind"], "maxAiCredits", "{envelope:#}");
     assert_eq!(envelope["accounting"]["agentsSpawned"], 0, "{envelope:#}");
@@ -305,12 +356,19 @@ async fn backends_prices_prints_the_dated_table_with_config_overrides() {
     .unwrap();
     let table = stdout_json(&factory(state.path(), &["backends", "--prices", "--json"], &[]).await);
     let gpt4o = row(&table, "openai", "gpt-4o").unwrap();
-    assert_eq!((gpt4o["inputNanoPer1k"].as_u64(), gpt4o["cacheReadNanoPer1k"].is_null()), (Some(200_000_000), true), "{gpt4o}");
+    assert_eq!(
+        (gpt4o["inputNanoPer1k"].as_u64(), gpt4o["cacheReadNanoPer1k"].is_null()),
+        (Some(200_000_000), true),
+        "{gpt4o}"
+    );
     assert_eq!(gpt4o["source"], "config (overrides built-in)");
     assert_eq!(row(&table, "anthropic", "claude-next").unwrap()["source"], "config");
     let text = String::from_utf8_lossy(&factory(state.path(), &["backends", "--prices"], &[]).await.stdout).to_string();
     assert!(text.contains("1 credit = US$0.01") && text.contains("claude-next"), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("openai") && l.contains("gpt-4.1-mini") && l.contains("0.04")), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("openai") && l.contains("gpt-4.1-mini") && l.contains("0.04")),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,8 +379,19 @@ async fn a_call_cut_off_mid_way_makes_the_spend_at_least() {
     let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::from_secs(5) }).await;
     let base = base_url(server.port());
     let run = [
-        "run", &probe(), "--yes", "--backend", "openai", "--model", "gpt-4o", "--args", &fanout(2),
-        "--timeout-seconds", "1", "--json", "-q",
+        "run",
+        &probe(),
+        "--yes",
+        "--backend",
+        "openai",
+        "--model",
+        "gpt-4o",
+        "--args",
+        &fanout(2),
+        "--timeout-seconds",
+        "1",
+        "--json",
+        "-q",
     ];
     let out = factory(state.path(), &run, &[("OPENAI_BASE_URL", base.as_str())]).await;
     let envelope = stdout_json(&out);
@@ -342,7 +411,8 @@ async fn a_cassette_records_and_replays_the_cache_breakdown() {
     let cassette = state.path().join("run.cassette");
     let cassette = cassette.to_str().unwrap();
     let run = |extra: &[&'static str]| {
-        let mut args: Vec<String> = ["run", &probe(), "--yes", "--args", &fanout(2), "--json", "-q"].map(String::from).to_vec();
+        let mut args: Vec<String> =
+            ["run", &probe(), "--yes", "--args", &fanout(2), "--json", "-q"].map(String::from).to_vec();
         args.extend(extra.iter().map(|a| a.to_string()));
         args
     };
@@ -533,5 +603,8 @@ async fn max_ai_credits_none_lifts_the_budget_a_factory_declares() {
     let cmd = common::factory_cmd(fresh.path(), &["run", component.to_str().unwrap(), "--max-ai-credits", "none"]);
     let (_, shown) = common::on_a_terminal(&cmd, "n\n");
     assert!(shown.contains("maxAiCredits=none (lifted)"), "{shown}");
-    assert!(shown.contains("(declared: maxConcurrentSubagents=3 maxTotalSubagents=10 timeoutSeconds=90.5 maxAiCredits=5)"), "{shown}");
+    assert!(
+        shown.contains("(declared: maxConcurrentSubagents=3 maxTotalSubagents=10 timeoutSeconds=90.5 maxAiCredits=5)"),
+        "{shown}"
+    );
 }

@@ -68,15 +68,21 @@ fn racing_front_doors_start_one_service_and_share_it() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let _services = Services(state.clone());
-    let racers: Vec<Child> =
-        (0..4).map(|_| factory(&state, &["runs", "--json"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()).collect();
+    let racers: Vec<Child> = (0..4)
+        .map(|_| factory(&state, &["runs", "--json"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap())
+        .collect();
     for racer in racers {
         let out = racer.wait_with_output().unwrap();
         assert!(out.status.success(), "{}", common::stderr(&out));
         assert_eq!(common::stdout_json(&out), serde_json::json!([]));
     }
     let live = live_services(&state);
-    assert_eq!(live.len(), 1, "one service for the state dir: {live:?}\n{}", std::fs::read_to_string(state.join("serve.log")).unwrap());
+    assert_eq!(
+        live.len(),
+        1,
+        "one service for the state dir: {live:?}\n{}",
+        std::fs::read_to_string(state.join("serve.log")).unwrap()
+    );
     assert_eq!(mode(&state.join("serve.log")), 0o600, "the service's log is the owner's only");
     // Later front doors use it; none starts another.
     let started = logged_services(&state).len();
@@ -142,11 +148,26 @@ fn start_fanout(state: &Path, n: usize) -> Child {
     let probe = common::component("probe");
     let args = format!(r#"{{"case":"fanout","n":{n}}}"#);
     let backend = format!("script:{}", script.display());
-    factory(state, &["run", probe.to_str().unwrap(), "--yes", "--args", &args, "--max-concurrent-subagents", "4", "--backend", &backend, "--json", "-q"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("factory run starts")
+    factory(
+        state,
+        &[
+            "run",
+            probe.to_str().unwrap(),
+            "--yes",
+            "--args",
+            &args,
+            "--max-concurrent-subagents",
+            "4",
+            "--backend",
+            &backend,
+            "--json",
+            "-q",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("factory run starts")
 }
 
 /// The id of the state dir's running run, once it has spawned `spawned` agents.
@@ -206,7 +227,11 @@ async fn serve_http_attaches_to_the_running_service() {
     let service = live_services(&state);
     assert_eq!(service.len(), 1);
 
-    let mut http = factory(&state, &["serve", "--http", "127.0.0.1:0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut http = factory(&state, &["serve", "--http", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(http.stderr.take().unwrap()).lines();
     let mut said = Vec::new();
     let base = loop {
@@ -270,7 +295,11 @@ fn after_kill_9_of_the_service_its_foreground_run_restarts_it_and_follows_the_re
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("the service went away") && stderr.contains("starting it again"), "{stderr}");
     let shown = common::stdout_json(&out);
-    assert_eq!((shown["runId"].as_str(), &shown["status"]), (Some(run_id.as_str()), &Value::from("completed")), "{shown:#}");
+    assert_eq!(
+        (shown["runId"].as_str(), &shown["status"]),
+        (Some(run_id.as_str()), &Value::from("completed")),
+        "{shown:#}"
+    );
     assert_eq!(shown["attempts"], 2, "one recovery: {shown:#}");
     // Another front door sees the same.
     let done = ok_json(&state, &["wait", &run_id, "--json"]);
@@ -291,7 +320,11 @@ fn relative_paths_are_read_in_the_callers_directory() {
     let _services = Services(state.clone());
     let work = dir.path().join("work");
     std::fs::create_dir_all(work.join("data")).unwrap();
-    std::fs::write(work.join("rules.json"), r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"from the caller's rules"}}]}"#).unwrap();
+    std::fs::write(
+        work.join("rules.json"),
+        r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"from the caller's rules"}}]}"#,
+    )
+    .unwrap();
     std::fs::write(
         work.join("f.js"),
         "import { defineFactory } from \"factory\";\nexport default defineFactory({ meta: { name: \"rel\", description: \"d\" }, \
@@ -356,7 +389,8 @@ fn a_running_runs_detail_shows_its_running_and_queued_agents_and_declared_phases
     let mut detail = Value::Null;
     wait_until("two agents run and some wait", || {
         detail = ok_json(&state, &["show", &run_id, "--json"]);
-        detail["runningAgents"].as_array().map_or(0, Vec::len) == 2 && detail["queuedAgents"].as_array().map_or(0, Vec::len) >= 1
+        detail["runningAgents"].as_array().map_or(0, Vec::len) == 2
+            && detail["queuedAgents"].as_array().map_or(0, Vec::len) >= 1
     });
     for agent in detail["runningAgents"].as_array().unwrap().iter().chain(detail["queuedAgents"].as_array().unwrap()) {
         assert!(agent["label"].as_str().unwrap().starts_with("t:"), "{detail:#}");
@@ -367,7 +401,9 @@ fn a_running_runs_detail_shows_its_running_and_queued_agents_and_declared_phases
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["title"].as_str().unwrap().to_string(), p["entered"].as_bool().unwrap(), p["current"].as_bool().unwrap()))
+        .map(|p| {
+            (p["title"].as_str().unwrap().to_string(), p["entered"].as_bool().unwrap(), p["current"].as_bool().unwrap())
+        })
         .collect();
     assert_eq!(
         phases,

@@ -10,7 +10,8 @@ mod common;
 use std::process::Command;
 
 /// The args record.sh recorded with (the test checks it still does).
-const ARGS: &str = r#"{"issues":["The app crashes on start when the config file is missing","Typo in the README: recieve"]}"#;
+const ARGS: &str =
+    r#"{"issues":["The app crashes on start when the config file is missing","Typo in the README: recieve"]}"#;
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(common::root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -19,8 +20,14 @@ fn read(path: &str) -> String {
 #[test]
 fn the_smollm2_cassette_replays_offline_to_the_committed_output() {
     let found = Command::new("bwrap").arg("--version").output().is_ok_and(|o| o.status.success());
-    assert!(found, "bubblewrap (`bwrap`) runs the replay without a network: apt-get install bubblewrap (./test installs it)");
-    assert!(read("examples/smollm2/record.sh").contains(&format!("args='{ARGS}'")), "record.sh records with these args");
+    assert!(
+        found,
+        "bubblewrap (`bwrap`) runs the replay without a network: apt-get install bubblewrap (./test installs it)"
+    );
+    assert!(
+        read("examples/smollm2/record.sh").contains(&format!("args='{ARGS}'")),
+        "record.sh records with these args"
+    );
 
     // The cassette is a real model's: no dry-run placeholder, every call answered.
     let cassette = read("examples/smollm2/triage.cassette.jsonl");
@@ -32,7 +39,10 @@ fn the_smollm2_cassette_replays_offline_to_the_committed_output() {
     for exchange in &exchanges {
         let reply = exchange["reply"]["text"].as_str().unwrap_or_else(|| panic!("every call answered: {exchange}"));
         assert!(!reply.contains("[dry-run"), "a real model's reply: {reply}");
-        assert!(exchange["reply"]["usage"]["outputTokens"].as_u64().is_some_and(|n| n > 0), "the server counted tokens: {exchange}");
+        assert!(
+            exchange["reply"]["usage"]["outputTokens"].as_u64().is_some_and(|n| n > 0),
+            "the server counted tokens: {exchange}"
+        );
     }
 
     // The replay, in a network namespace of its own (its loopback only, nothing listening).
@@ -48,7 +58,15 @@ fn the_smollm2_cassette_replays_offline_to_the_committed_output() {
     let out = cmd
         .args(["--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"])
         .arg(common::factory_bin())
-        .args(["run", "examples/js/triage.ts", "--replay", "examples/smollm2/triage.cassette.jsonl", "--args", ARGS, "-q"])
+        .args([
+            "run",
+            "examples/js/triage.ts",
+            "--replay",
+            "examples/smollm2/triage.cassette.jsonl",
+            "--args",
+            ARGS,
+            "-q",
+        ])
         .current_dir(common::root())
         .stdin(std::process::Stdio::null())
         .output()
@@ -61,6 +79,9 @@ fn the_smollm2_cassette_replays_offline_to_the_committed_output() {
     // The book's quick start shows that output and the commands that replay and re-record it.
     let page = read("docs/src/guide/install.md");
     assert!(page.contains(expected.trim_end()), "the quick start shows examples/smollm2/triage.out.json verbatim");
-    assert!(page.contains("--replay examples/smollm2/triage.cassette.jsonl"), "the quick start shows the replay command");
+    assert!(
+        page.contains("--replay examples/smollm2/triage.cassette.jsonl"),
+        "the quick start shows the replay command"
+    );
     assert!(page.contains("sh examples/smollm2/record.sh"), "the quick start shows the command that re-records it");
 }

@@ -191,7 +191,9 @@ fn every_internal_link_of_the_book_and_the_readme_resolves() {
                 }
                 let Some(anchor) = anchor else { continue };
                 let Some(target_text) = texts.get(&file).cloned().or_else(|| {
-                    file.extension().is_some_and(|e| e == "md").then(|| std::fs::read_to_string(&file).unwrap_or_default())
+                    file.extension()
+                        .is_some_and(|e| e == "md")
+                        .then(|| std::fs::read_to_string(&file).unwrap_or_default())
                 }) else {
                     broken.push(format!("{name}:{n}: `{target}`: an anchor into a file that is no Markdown page"));
                     continue;
@@ -375,7 +377,8 @@ fn the_books_offline_example_commands_run_as_written() {
     let bin = tempfile::tempdir().expect("a bin dir");
     std::os::unix::fs::symlink(common::factory_bin(), bin.path().join("factory")).expect("a symlink");
     let path = std::env::join_paths(
-        std::iter::once(bin.path().to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+        std::iter::once(bin.path().to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
     )
     .expect("a PATH");
     for (page, command) in &commands {

@@ -6,7 +6,9 @@ mod common;
 
 use common::counting::{Counting, Shared};
 use factory_host::store::ProgressQuery;
-use factory_host::{Error, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunOptions, RunStatus, DEFAULT_SESSION};
+use factory_host::{
+    Error, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunOptions, RunStatus, DEFAULT_SESSION,
+};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -92,7 +94,12 @@ async fn a_run_interrupted_by_a_host_stop_is_halted_and_resumable() {
         let probe = load(&host, "probe").await;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let limits = Limits { max_concurrent_subagents: Some(2), ..Default::default() };
-        let options = RunOptions { args: Some(json!({"case": "fanout", "n": 40})), limits, events: Some(tx), ..Default::default() };
+        let options = RunOptions {
+            args: Some(json!({"case": "fanout", "n": 40})),
+            limits,
+            events: Some(tx),
+            ..Default::default()
+        };
         let task = {
             let host = host.clone();
             tokio::spawn(async move { host.run(&probe, options).await })
@@ -166,26 +173,42 @@ async fn progress_pages_forwards_backwards_and_by_phase() {
     let host = host(state.path(), &backend);
     let review = load(&host, "review-changed").await;
     let files: Vec<String> = (0..8).map(|i| format!("f{i}.rs")).collect();
-    let run = host.run(&review, RunOptions { args: Some(json!({ "files": files })), ..Default::default() }).await.unwrap();
+    let run =
+        host.run(&review, RunOptions { args: Some(json!({ "files": files })), ..Default::default() }).await.unwrap();
     assert_eq!(run.status, RunStatus::Completed);
     let id = &run.run_id;
-    let all = host.progress(S, id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await.unwrap();
+    let all = host
+        .progress(S, id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() })
+        .await
+        .unwrap();
     let seqs: Vec<u64> = all.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "seqs are 1.. without gaps");
     assert!(all.len() > 10);
 
-    let forward = host.progress(S, id, &ProgressQuery { after_seq: Some(2), limit: Some(3), ..Default::default() }).await.unwrap();
+    let forward = host
+        .progress(S, id, &ProgressQuery { after_seq: Some(2), limit: Some(3), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(forward.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
-    let backward = host.progress(S, id, &ProgressQuery { before_seq: Some(6), limit: Some(2), ..Default::default() }).await.unwrap();
+    let backward = host
+        .progress(S, id, &ProgressQuery { before_seq: Some(6), limit: Some(2), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(backward.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5]);
     let tail = host.progress(S, id, &ProgressQuery { limit: Some(4), ..Default::default() }).await.unwrap();
     assert_eq!(tail.last().map(|e| e.seq), all.last().map(|e| e.seq));
     assert_eq!(tail.len(), 4);
 
-    let verify = host.progress(S, id, &ProgressQuery { phase: Some("Verify".into()), limit: Some(1000), ..Default::default() }).await.unwrap();
+    let verify = host
+        .progress(S, id, &ProgressQuery { phase: Some("Verify".into()), limit: Some(1000), ..Default::default() })
+        .await
+        .unwrap();
     assert!(!verify.is_empty());
     assert!(verify.iter().all(|e| e.phase.as_deref() == Some("Verify")));
-    let review_phase = host.progress(S, id, &ProgressQuery { phase: Some("Review".into()), limit: Some(1000), ..Default::default() }).await.unwrap();
+    let review_phase = host
+        .progress(S, id, &ProgressQuery { phase: Some("Review".into()), limit: Some(1000), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(review_phase.iter().filter(|e| matches!(e.event, ProgressEvent::AgentFinished { .. })).count(), 8);
 
     let detail = host.detail(S, id).await.unwrap();
@@ -201,8 +224,12 @@ async fn group_commit_batches_a_fan_out_into_few_commits() {
     let host = host(state.path(), &backend);
     let probe = load(&host, "probe").await;
     let stats = host.store().writer_stats();
-    let (commits0, ops0) = (stats.commits.load(std::sync::atomic::Ordering::SeqCst), stats.ops.load(std::sync::atomic::Ordering::SeqCst));
-    let run = host.run(&probe, RunOptions { args: Some(json!({"case": "fanout", "n": 1000})), ..Default::default() }).await.unwrap();
+    let (commits0, ops0) =
+        (stats.commits.load(std::sync::atomic::Ordering::SeqCst), stats.ops.load(std::sync::atomic::Ordering::SeqCst));
+    let run = host
+        .run(&probe, RunOptions { args: Some(json!({"case": "fanout", "n": 1000})), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(run.status, RunStatus::Completed);
     let commits = stats.commits.load(std::sync::atomic::Ordering::SeqCst) - commits0;
     let ops = stats.ops.load(std::sync::atomic::Ordering::SeqCst) - ops0;
@@ -229,9 +256,15 @@ async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
         let host = host(state.path(), &backend);
         let review = load(&host, "review-changed").await;
         let files: Vec<String> = (0..8).map(|i| format!("f{i}.rs")).collect();
-        let run = host.run(&review, RunOptions { args: Some(json!({ "files": files })), ..Default::default() }).await.unwrap();
+        let run = host
+            .run(&review, RunOptions { args: Some(json!({ "files": files })), ..Default::default() })
+            .await
+            .unwrap();
         assert_eq!(run.status, RunStatus::Completed);
-        let all = host.progress(S, &run.run_id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await.unwrap();
+        let all = host
+            .progress(S, &run.run_id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() })
+            .await
+            .unwrap();
         (run.run_id, all)
     };
     assert!(before.len() > 10);
@@ -242,13 +275,21 @@ async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
     let rows: Vec<(u64, Vec<u8>)> = {
         let txn = db.begin_read().unwrap();
         let table = txn.open_table(PROGRESS).unwrap();
-        table.range((id.as_str(), 0)..=(id.as_str(), u64::MAX)).unwrap().map(|row| {
-            let (key, value) = row.unwrap();
-            // Rows are stored in the value codec's form (schema 4): a zstd frame, or raw.
-            let value = value.value();
-            let value = if value.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) { zstd::stream::decode_all(value).unwrap() } else { value.to_vec() };
-            (key.value().1, value)
-        }).collect()
+        table
+            .range((id.as_str(), 0)..=(id.as_str(), u64::MAX))
+            .unwrap()
+            .map(|row| {
+                let (key, value) = row.unwrap();
+                // Rows are stored in the value codec's form (schema 4): a zstd frame, or raw.
+                let value = value.value();
+                let value = if value.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+                    zstd::stream::decode_all(value).unwrap()
+                } else {
+                    value.to_vec()
+                };
+                (key.value().1, value)
+            })
+            .collect()
     };
     assert!(rows.iter().any(|(_, row)| row[0] == 0), "the run's entries share rows");
     assert!(rows.len() < before.len(), "{} rows for {} entries", rows.len(), before.len());
@@ -276,12 +317,16 @@ async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
     drop(db);
 
     let host = host(state.path(), &backend);
-    let after = host.progress(S, &id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await.unwrap();
+    let after = host
+        .progress(S, &id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(after, before, "schema 1's rows read as the same entries, titles included");
     let tail = host.progress(S, &id, &ProgressQuery { limit: Some(3), ..Default::default() }).await.unwrap();
     assert_eq!(tail, before[before.len() - 3..].to_vec());
     let review = load(&host, "review-changed").await;
-    let next = host.run(&review, RunOptions { args: Some(json!({ "files": ["a.rs"] })), ..Default::default() }).await.unwrap();
+    let next =
+        host.run(&review, RunOptions { args: Some(json!({ "files": ["a.rs"] })), ..Default::default() }).await.unwrap();
     assert_eq!(next.status, RunStatus::Completed);
     drop(host);
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
@@ -515,7 +560,10 @@ async fn a_read_on_the_update_that_announces_a_runs_end_shows_the_end() {
                 }
             });
         }
-        let run = host.run(&probe, RunOptions { args: Some(json!({"case": "fanout", "n": 2})), ..Default::default() }).await.unwrap();
+        let run = host
+            .run(&probe, RunOptions { args: Some(json!({"case": "fanout", "n": 2})), ..Default::default() })
+            .await
+            .unwrap();
         assert_eq!(run.status, RunStatus::Completed);
         // A bound against hanging, not a speed check: the reader is woken by the last update.
         let (envelope, seen) = finished

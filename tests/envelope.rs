@@ -19,13 +19,15 @@ struct Serve(Child);
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let _ = self.0.wait();
     }
 }
 
 fn serve(state: &Path) -> Serve {
-    let mut child = factory_cmd(state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve starts");
+    let mut child =
+        factory_cmd(state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve starts");
     let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
     lines.by_ref().map(|l| l.expect("a line")).find(|l| l.contains("serving")).expect("serve says it listens");
     std::thread::spawn(move || for _ in lines {});
@@ -44,7 +46,9 @@ fn json_of(state: &Path, args: &[&str], code: i32) -> Value {
 /// One raw request line on the control socket (this build's wire version); the answer line.
 fn raw(socket: &Path, body: Value) -> Value {
     let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect to the control socket");
-    stream.write_all(format!("{}\n", json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes()).expect("send");
+    stream
+        .write_all(format!("{}\n", json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes())
+        .expect("send");
     let mut answer = String::new();
     BufReader::new(stream).read_line(&mut answer).expect("an answer");
     serde_json::from_str(&answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer:.300}"))
@@ -72,7 +76,12 @@ fn a_huge_error_and_big_results_leave_the_session_usable() {
     // An error of 33 MiB: the run ends `error`, its message cut to 64 KiB on a character
     // boundary with the marker, the plain error the same.
     let failed = hostile(state, json!({ "case": "huge-error", "n": 33 << 20 }), 1);
-    assert_eq!((failed["status"].as_str(), failed["failure"]["type"].as_str()), (Some("error"), Some("guest_error")), "{:.300}", failed.to_string());
+    assert_eq!(
+        (failed["status"].as_str(), failed["failure"]["type"].as_str()),
+        (Some("error"), Some("guest_error")),
+        "{:.300}",
+        failed.to_string()
+    );
     assert_cut(failed["failure"]["message"].as_str().expect("a message"), 64 << 10);
     assert_cut(failed["error"].as_str().expect("an error"), 64 << 10);
     let failed_id = failed["runId"].as_str().expect("a run id").to_string();
@@ -86,7 +95,11 @@ fn a_huge_error_and_big_results_leave_the_session_usable() {
     }
     // A result over `maxResultBytes` (16 MiB) is refused with a typed failure.
     let over = hostile(state, json!({ "case": "huge-result", "n": 17 << 20 }), 1);
-    assert_eq!((over["failure"]["type"].as_str(), over["failure"]["kind"].as_str()), (Some("sandbox_limit"), Some("maxResultBytes")), "{over:#}");
+    assert_eq!(
+        (over["failure"]["type"].as_str(), over["failure"]["kind"].as_str()),
+        (Some("sandbox_limit"), Some("maxResultBytes")),
+        "{over:#}"
+    );
 
     // The listing answers: summaries, no results (their size only), short messages.
     let runs = json_of(state, &["runs"], 0);
@@ -171,7 +184,12 @@ fn factory_rm_deletes_runs_and_their_journals_and_refuses_a_running_one() {
         let out = factory_in(state, &args);
         assert!(!out.status.success() && stderr(&out).contains("not_found"), "{args:?}: {}", stderr(&out));
     }
-    let listed: Vec<String> = json_of(state, &["runs"], 0).as_array().expect("a list").iter().map(|r| r["runId"].as_str().unwrap().to_string()).collect();
+    let listed: Vec<String> = json_of(state, &["runs"], 0)
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(listed, ids[1..].to_vec());
     assert_eq!(json_of(state, &["show", &ids[1]], 0)["status"], "completed");
 

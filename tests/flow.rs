@@ -29,8 +29,19 @@ fn write_config(state: &Path, kind: &str, base_url: &str, extra: &str) {
 async fn fan_out(state: &Path, n: usize, concurrency: usize) -> (Value, String) {
     let concurrency = concurrency.to_string();
     let args = [
-        "run", &probe_arg(), "--yes", "--backend", "limited", "--args", &fanout_args(n),
-        "--max-concurrent-subagents", &concurrency, "--max-total-subagents", "100000", "--json", "-q",
+        "run",
+        &probe_arg(),
+        "--yes",
+        "--backend",
+        "limited",
+        "--args",
+        &fanout_args(n),
+        "--max-concurrent-subagents",
+        &concurrency,
+        "--max-total-subagents",
+        "100000",
+        "--json",
+        "-q",
     ];
     let started = std::time::Instant::now();
     let out = factory_clean(state, &args, &[]).await;
@@ -107,8 +118,16 @@ async fn three_runs_of_one_service_share_the_budget() {
     let service = Service::start(state.path(), &[]);
     let run = |state: std::path::PathBuf| async move {
         let args = [
-            "run", "probe", "--backend", "limited", "--args", &fanout_args(80), "--max-concurrent-subagents", "64",
-            "--json", "-q",
+            "run",
+            "probe",
+            "--backend",
+            "limited",
+            "--args",
+            &fanout_args(80),
+            "--max-concurrent-subagents",
+            "64",
+            "--json",
+            "-q",
         ];
         let mut cmd = common::factory_cmd(&state, &args);
         cmd.env_remove("FACTORY_NO_DAEMON");

@@ -43,7 +43,8 @@ fn workspace_copy() -> tempfile::TempDir {
     for rel in ["guest-sdk/js-runner", "wit"] {
         copy_tree(&root.join(rel), &dir.path().join(rel));
     }
-    std::fs::copy(root.join("rust-toolchain.toml"), dir.path().join("rust-toolchain.toml")).expect("copy rust-toolchain.toml");
+    std::fs::copy(root.join("rust-toolchain.toml"), dir.path().join("rust-toolchain.toml"))
+        .expect("copy rust-toolchain.toml");
     std::fs::create_dir_all(dir.path().join("host")).expect("host/");
     dir
 }
@@ -92,10 +93,21 @@ fn the_host_build_runs_no_compiler_and_embeds_the_committed_runner() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let embedded = std::fs::read(out_dir.join("js-runner.component.wasm")).expect("the build script leaves the runner in OUT_DIR");
-    let committed = std::fs::read(common::root().join("guest-sdk/js-runner/js-runner.component.wasm")).expect("the committed runner");
-    assert!(embedded == committed, "OUT_DIR's runner ({} bytes) is not the committed one ({} bytes)", embedded.len(), committed.len());
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("cargo:warning"), "warnings: {}", String::from_utf8_lossy(&out.stdout));
+    let embedded =
+        std::fs::read(out_dir.join("js-runner.component.wasm")).expect("the build script leaves the runner in OUT_DIR");
+    let committed = std::fs::read(common::root().join("guest-sdk/js-runner/js-runner.component.wasm"))
+        .expect("the committed runner");
+    assert!(
+        embedded == committed,
+        "OUT_DIR's runner ({} bytes) is not the committed one ({} bytes)",
+        embedded.len(),
+        committed.len()
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("cargo:warning"),
+        "warnings: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -114,7 +126,8 @@ fn a_runner_source_changed_without_regenerating_fails_the_build_naming_the_comma
     assert!(!workspace.path().join("out/js-runner.component.wasm").exists(), "a stale runner was embedded");
 
     // A file added to the runner's sources counts too.
-    std::fs::write(&prelude, std::fs::read(common::root().join("guest-sdk/js-runner/src/prelude.js")).unwrap()).unwrap();
+    std::fs::write(&prelude, std::fs::read(common::root().join("guest-sdk/js-runner/src/prelude.js")).unwrap())
+        .unwrap();
     std::fs::write(workspace.path().join("guest-sdk/js-runner/src/extra.js"), "export const x = 1;\n").unwrap();
     let out = run_build_script(workspace.path(), &workspace.path().join("out"), empty.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -127,12 +140,15 @@ fn the_built_factory_runs_a_js_factory_with_nothing_on_path() {
     let state = tempfile::tempdir().expect("state dir");
     let empty = tempfile::tempdir().expect("empty PATH dir");
     let example = common::root().join("examples/js/review-changed.js");
-    let out = common::factory_cmd(state.path(), &["run", example.to_str().expect("UTF-8 path"), "--args", r#"{"files":["src/a.rs"]}"#])
-        .env("PATH", empty.path())
-        .env_remove("CC_wasm32_unknown_unknown")
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .output()
-        .expect("factory starts");
+    let out = common::factory_cmd(
+        state.path(),
+        &["run", example.to_str().expect("UTF-8 path"), "--args", r#"{"files":["src/a.rs"]}"#],
+    )
+    .env("PATH", empty.path())
+    .env_remove("CC_wasm32_unknown_unknown")
+    .env_remove("RUSTUP_TOOLCHAIN")
+    .output()
+    .expect("factory starts");
     let result = common::stdout_json(&out);
     assert!(out.status.success(), "{}: {}", out.status, String::from_utf8_lossy(&out.stderr));
     assert_eq!(result["reviews"][0], "[dry-run Review src/a.rs] reply to: Review src/a.rs", "{result}");

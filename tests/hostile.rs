@@ -11,7 +11,9 @@ mod common;
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
 use factory_host::sandbox::SandboxLimits;
 use factory_host::store::ProgressQuery;
-use factory_host::{Factory, Host, HostConfig, Limits, ProgressEvent, RunEnvelope, RunOptions, RunStatus, DEFAULT_SESSION};
+use factory_host::{
+    Factory, Host, HostConfig, Limits, ProgressEvent, RunEnvelope, RunOptions, RunStatus, DEFAULT_SESSION,
+};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -138,7 +140,8 @@ async fn against_companion(fx: &Fixture, options: RunOptions) -> (RunEnvelope, D
         let envelope = fx.host.run(&fx.hostile, options).await.expect("the hostile run exists");
         (envelope, started.elapsed())
     };
-    let companion = fx.host.run(&fx.companion, RunOptions { args: Some(json!({ "files": FILES })), ..Default::default() });
+    let companion =
+        fx.host.run(&fx.companion, RunOptions { args: Some(json!({ "files": FILES })), ..Default::default() });
     let ((envelope, took), companion) = tokio::join!(hostile, companion);
     assert_unharmed(fx, &companion.expect("the companion run exists"));
     (envelope, took)
@@ -218,7 +221,8 @@ async fn a_memory_bomb_hits_the_memory_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_recursion_overflows_the_stack_as_a_typed_failure() {
     let fx = fixture().await;
-    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "recursion" }), Limits::default())).await;
+    let (envelope, _) =
+        against_companion(&fx, hostile_options(json!({ "case": "recursion" }), Limits::default())).await;
     assert_failure(&envelope, factory_host::FailureType::SandboxLimit, Some("stack"));
 }
 
@@ -227,7 +231,8 @@ async fn a_log_flood_is_capped_and_counted() {
     let fx = fixture().await;
     let max = fx.host.sandbox_limits().max_log_lines;
     let n = 2_000_000;
-    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": n }), Limits::default())).await;
+    let (envelope, _) =
+        against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": n }), Limits::default())).await;
     // Over the cap, lines are dropped and counted (the documented behaviour), not a failure.
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
     assert_eq!(envelope.result_value(), Some(json!({ "logged": n })));
@@ -292,20 +297,23 @@ async fn a_run_detail_reads_a_bounded_window_of_a_long_history() {
     let fx = fixture_with(SandboxLimits::default(), Duration::ZERO).await;
     // More agent calls than a detail lists, then more log lines than it reads.
     let agents = factory_host::DETAIL_AGENTS + 500;
-    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "raw-fanout", "n": agents }), Limits::default())).await;
+    let (envelope, _) =
+        against_companion(&fx, hostile_options(json!({ "case": "raw-fanout", "n": agents }), Limits::default())).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
     let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
     assert_eq!(detail.agents.len(), factory_host::DETAIL_AGENTS, "the newest agent summaries only");
     assert!(detail.truncated);
 
     let lines = factory_host::DETAIL_SCAN_ENTRIES * 3;
-    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": lines }), Limits::default())).await;
+    let (envelope, _) =
+        against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": lines }), Limits::default())).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
     let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
     assert!(detail.truncated, "a history longer than the window is said to be cut");
     assert!(!detail.progress.is_empty());
     // A short run's detail is whole.
-    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": 10 }), Limits::default())).await;
+    let (envelope, _) =
+        against_companion(&fx, hostile_options(json!({ "case": "log-flood", "n": 10 }), Limits::default())).await;
     let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
     assert!(!detail.truncated);
     assert_eq!(detail.phases, vec!["Attack".to_string()]);
@@ -522,7 +530,8 @@ async fn a_guest_that_ignores_the_abort_still_ends_in_error() {
 async fn the_concurrency_cap_of_8_holds_exactly_over_4096_agents() {
     let fx = fixture_gated(SandboxLimits::default(), Duration::from_millis(2), 8).await;
     let limits = Limits { max_concurrent_subagents: Some(8), ..Default::default() };
-    let envelope = fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
+    let envelope =
+        fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
     assert_eq!(envelope.result_value(), Some(json!({ "done": 4096 })));
     assert_eq!(fx.backend.calls(HOSTILE), 4096);
@@ -535,18 +544,24 @@ async fn the_total_cap_admits_exactly_its_count_of_4096_agents() {
     // cap the total cap is the concurrency, reached and never passed.
     let fx = fixture_gated(SandboxLimits::default(), Duration::from_millis(2), 100).await;
     let limits = Limits { max_total_subagents: Some(100), ..Default::default() };
-    let envelope = fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
+    let envelope =
+        fx.host.run(&fx.hostile, hostile_options(json!({ "case": "fanout", "n": 4096 }), limits)).await.expect("run");
     assert_failure(&envelope, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
     assert_eq!(fx.backend.calls(HOSTILE), 100, "exactly maxTotalSubagents backend calls");
     assert_eq!(envelope.accounting.agents_spawned, 100);
-    assert_eq!(fx.backend.max_in_flight(), 100, "without a concurrency cap the total cap bounds concurrency, and is reached");
+    assert_eq!(
+        fx.backend.max_in_flight(),
+        100,
+        "without a concurrency cap the total cap bounds concurrency, and is reached"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_call_with_a_schema_that_is_not_json_is_an_invalid_call() {
     let fx = fixture().await;
     // The guest ignores the abort and returns Ok: the recorded failure still wins.
-    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "bad-schema" }), Limits::default())).await;
+    let (envelope, _) =
+        against_companion(&fx, hostile_options(json!({ "case": "bad-schema" }), Limits::default())).await;
     let message = assert_failure(&envelope, factory_host::FailureType::InvalidCall, None);
     assert!(message.contains("agent `h:bad-schema`: invalid schema"), "{message}");
     assert_eq!(fx.backend.calls(HOSTILE), 0, "the invalid call never reached the backend");
@@ -555,7 +570,8 @@ async fn an_agent_call_with_a_schema_that_is_not_json_is_an_invalid_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_that_is_not_json_is_an_invalid_result() {
     let fx = fixture().await;
-    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "invalid-result" }), Limits::default())).await;
+    let (envelope, _) =
+        against_companion(&fx, hostile_options(json!({ "case": "invalid-result" }), Limits::default())).await;
     let message = assert_failure(&envelope, factory_host::FailureType::InvalidResult, None);
     assert!(message.contains("the result is not JSON"), "{message}");
 }
@@ -610,7 +626,11 @@ async fn a_huge_phase_title_is_refused_and_the_log_after_it_stays_small() {
     let grown = store_bytes(&fx).saturating_sub(before);
     assert!(grown < 4 * MIB, "the store grew by {grown} bytes");
     let detail = fx.host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail");
-    assert!(detail.phases.iter().all(|p| p.len() <= 1 << 10), "the long title was not recorded: {:?}", detail.phases.len());
+    assert!(
+        detail.phases.iter().all(|p| p.len() <= 1 << 10),
+        "the long title was not recorded: {:?}",
+        detail.phases.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -627,7 +647,8 @@ async fn a_long_phase_is_stored_once_not_per_progress_entry() {
     assert!(grown < 8 * MIB, "the store grew by {grown} bytes");
     // Clients still see the phase as text on every entry, and can filter by it.
     let title = "p".repeat(title_bytes);
-    let query = ProgressQuery { phase: Some(title.clone()), limit: Some(1000), after_seq: Some(0), ..Default::default() };
+    let query =
+        ProgressQuery { phase: Some(title.clone()), limit: Some(1000), after_seq: Some(0), ..Default::default() };
     let page = fx.host.progress(DEFAULT_SESSION, &envelope.run_id, &query).await.expect("progress");
     let logs = page.iter().filter(|e| matches!(e.event, ProgressEvent::Log { .. })).count();
     assert_eq!(logs, 400, "every log line is in the phase");
@@ -765,12 +786,14 @@ async fn step_values_past_the_memory_cache_are_read_back_from_the_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_start_reads_only_well_formed_strings_inside_guest_memory() {
     let fx = fixture().await;
-    let (envelope, _) = against_companion(&fx, hostile_options(json!({ "case": "abi-agent-start", "n": 0 }), Limits::default())).await;
+    let (envelope, _) =
+        against_companion(&fx, hostile_options(json!({ "case": "abi-agent-start", "n": 0 }), Limits::default())).await;
     assert_eq!(envelope.status, RunStatus::Completed, "{envelope:#?}");
     assert_eq!(envelope.result_value(), Some(json!({ "started": "pending" })), "{envelope:#?}");
     for (n, expect) in [(1, "out of bounds"), (2, "utf-8"), (3, "utf-8")] {
         let (envelope, _) =
-            against_companion(&fx, hostile_options(json!({ "case": "abi-agent-start", "n": n }), Limits::default())).await;
+            against_companion(&fx, hostile_options(json!({ "case": "abi-agent-start", "n": n }), Limits::default()))
+                .await;
         assert_eq!(envelope.status, RunStatus::Error, "case {n}: {envelope:#?}");
         let failure = envelope.failure.as_ref().expect("a failure");
         assert_eq!(failure.kind_type, factory_host::FailureType::Trap, "case {n}: {failure:#?}");

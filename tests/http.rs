@@ -22,7 +22,10 @@ struct Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let _ = self.child.wait();
     }
 }
@@ -48,7 +51,8 @@ fn start(state: &Path) -> Daemon {
     // Keep reading stderr so the daemon never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     let token = std::fs::read_to_string(state.join("http.token")).expect("the token file");
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(state.join("http.token")).unwrap().permissions());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(state.join("http.token")).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600, "the token is readable by its owner only");
     Daemon { child, base, token }
 }
@@ -93,7 +97,8 @@ async fn the_api_needs_the_token_checks_the_host_and_sends_no_cors() {
     let rebound = client.get(&url).bearer_auth(&daemon.token).header("host", "evil.example:80").send().await.unwrap();
     assert_eq!(rebound.status(), 403);
     // Another origin gets no permission to read.
-    let cross = client.get(&url).bearer_auth(&daemon.token).header("origin", "http://evil.example").send().await.unwrap();
+    let cross =
+        client.get(&url).bearer_auth(&daemon.token).header("origin", "http://evil.example").send().await.unwrap();
     assert_eq!(cross.status(), 200);
     assert!(cross.headers().get("access-control-allow-origin").is_none(), "no CORS");
     let (status, session) = daemon.get("/api/session").await;
@@ -106,13 +111,8 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     let daemon = start(state.path());
 
     // Subscribe before anything runs.
-    let mut events = daemon
-        .client()
-        .get(format!("{}/api/events", daemon.base))
-        .bearer_auth(&daemon.token)
-        .send()
-        .await
-        .unwrap();
+    let mut events =
+        daemon.client().get(format!("{}/api/events", daemon.base)).bearer_auth(&daemon.token).send().await.unwrap();
     assert_eq!(events.headers()["content-type"], "text/event-stream");
 
     let (status, factories) = daemon.get("/api/factories").await;
@@ -129,7 +129,8 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     let id = started["runId"].as_str().unwrap().to_string();
     let (_, stopped) = daemon.get(&format!("/api/runs/{id}/wait")).await;
     assert_eq!(stopped["failure"]["kind"], "maxTotalSubagents", "{stopped:#}");
-    let (status, _) = daemon.post(&format!("/api/runs/{id}/resume"), json!({"limits": {"maxTotalSubagents": null}})).await;
+    let (status, _) =
+        daemon.post(&format!("/api/runs/{id}/resume"), json!({"limits": {"maxTotalSubagents": null}})).await;
     assert_eq!(status, 202);
     let (_, done) = daemon.get(&format!("/api/runs/{id}/wait")).await;
     assert_eq!(done["status"], "completed", "{done:#}");
@@ -173,10 +174,18 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     let (status, newest) = daemon.get("/api/runs/page?limit=1").await;
     assert_eq!(status, 200, "{newest:#}");
     assert_eq!(newest["runs"][0]["runId"], slow_id.as_str(), "{newest:#}");
-    assert_eq!((newest["hasMoreNewer"].clone(), newest["omittedOlder"].clone()), (json!(false), json!(true)), "{newest:#}");
+    assert_eq!(
+        (newest["hasMoreNewer"].clone(), newest["omittedOlder"].clone()),
+        (json!(false), json!(true)),
+        "{newest:#}"
+    );
     let (_, older) = daemon.get(&format!("/api/runs?beforeSeq={}&limit=1", newest["oldestSeq"])).await;
     assert_eq!(older["runs"][0]["runId"], id.as_str(), "{older:#}");
-    assert_eq!((older["hasMoreNewer"].clone(), older["omittedOlder"].clone()), (json!(true), json!(false)), "{older:#}");
+    assert_eq!(
+        (older["hasMoreNewer"].clone(), older["omittedOlder"].clone()),
+        (json!(true), json!(false)),
+        "{older:#}"
+    );
     let (status, mixed) = daemon.get("/api/runs/page?after=x").await;
     assert_eq!((status, mixed["code"].as_str()), (400, Some("invalid_params")), "{mixed:#}");
 
@@ -185,7 +194,8 @@ async fn every_operation_over_http_with_events_in_revision_order() {
     let mut revisions = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while revisions.last().copied() != Some(done["revision"].as_u64().unwrap()) {
-        let chunk = tokio::time::timeout_at(deadline, events.chunk()).await.expect("events keep coming").unwrap().unwrap();
+        let chunk =
+            tokio::time::timeout_at(deadline, events.chunk()).await.expect("events keep coming").unwrap().unwrap();
         text.push_str(&String::from_utf8_lossy(&chunk));
         revisions = text
             .split("\n\n")
@@ -221,7 +231,8 @@ async fn every_operation_over_http_with_events_in_revision_order() {
             .collect()
     };
     while lifecycle(&text, "run_settled").len() < 2 {
-        let chunk = tokio::time::timeout_at(deadline, events.chunk()).await.expect("run_settled comes").unwrap().unwrap();
+        let chunk =
+            tokio::time::timeout_at(deadline, events.chunk()).await.expect("run_settled comes").unwrap().unwrap();
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
     let started = lifecycle(&text, "run_started");
@@ -231,8 +242,16 @@ async fn every_operation_over_http_with_events_in_revision_order() {
         "one run_started per attempt"
     );
     let settled = lifecycle(&text, "run_settled");
-    assert_eq!((settled[0]["status"].as_str(), settled[0]["failureType"].as_str()), (Some("error"), Some("factory_limit_reached")), "{settled:#?}");
-    assert_eq!((settled[1]["status"].as_str(), settled[1].get("failureType")), (Some("completed"), None), "{settled:#?}");
+    assert_eq!(
+        (settled[0]["status"].as_str(), settled[0]["failureType"].as_str()),
+        (Some("error"), Some("factory_limit_reached")),
+        "{settled:#?}"
+    );
+    assert_eq!(
+        (settled[1]["status"].as_str(), settled[1].get("failureType")),
+        (Some("completed"), None),
+        "{settled:#?}"
+    );
     assert_eq!(settled[0]["consumedSubagents"], 2, "{settled:#?}");
     assert_eq!(settled[1]["consumedSubagents"], 2, "the resume spawned only what was left: {settled:#?}");
     assert!(settled.iter().all(|s| s["elapsedMs"].is_u64() && s["consumedCredits"].is_number()), "{settled:#?}");
@@ -245,7 +264,10 @@ fn serve_and_mcp_refuse_a_non_loopback_address_unless_told() {
         let out = factory_cmd(state.path(), &[command, "--http", "0.0.0.0:0"]).output().expect("factory starts");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
-        assert!(stderr.contains("--http 0.0.0.0:0 is not a loopback address; add --http-any-address"), "{command}: {stderr}");
+        assert!(
+            stderr.contains("--http 0.0.0.0:0 is not a loopback address; add --http-any-address"),
+            "{command}: {stderr}"
+        );
         // Nothing was served: no token was written.
         assert!(!state.path().join(format!("{}.token", if command == "serve" { "http" } else { "mcp" })).exists());
     }
@@ -279,22 +301,42 @@ async fn an_untrusted_component_is_refused_over_http_unless_approved_in_the_requ
 async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
     let state = prepared_state();
     // Before the daemon: a run in session `cli-a`, in process.
-    let out = common::factory_in(state.path(), &["--session", "cli-a", "run", "probe", "--args", r#"{"case":"fanout","n":2}"#, "--json", "-q"]);
+    let out = common::factory_in(
+        state.path(),
+        &["--session", "cli-a", "run", "probe", "--args", r#"{"case":"fanout","n":2}"#, "--json", "-q"],
+    );
     assert!(out.status.success(), "{}", common::stderr(&out));
     let a_done = common::stdout_json(&out)["runId"].as_str().expect("a run id").to_string();
     let daemon = start(state.path());
-    let mut events = daemon.client().get(format!("{}/api/events", daemon.base)).bearer_auth(&daemon.token).send().await.unwrap();
+    let mut events =
+        daemon.client().get(format!("{}/api/events", daemon.base)).bearer_auth(&daemon.token).send().await.unwrap();
 
     // One run started over HTTP (the daemon's session), one slow one in `cli-a` through the
     // daemon's control socket.
-    let (status, started) = daemon.post("/api/runs", json!({"name": "probe", "args": {"case": "fanout", "n": 2}})).await;
+    let (status, started) =
+        daemon.post("/api/runs", json!({"name": "probe", "args": {"case": "fanout", "n": 2}})).await;
     assert_eq!(status, 202, "{started}");
     let own = started["runId"].as_str().expect("a run id").to_string();
     let (_, own_done) = daemon.get(&format!("/api/runs/{own}/wait")).await;
-    assert_eq!((own_done["status"].as_str(), own_done["session"].as_str()), (Some("completed"), Some("default")), "{own_done}");
+    assert_eq!(
+        (own_done["status"].as_str(), own_done["session"].as_str()),
+        (Some("completed"), Some("default")),
+        "{own_done}"
+    );
     let slow = common::factory_in(
         state.path(),
-        &["--session", "cli-a", "run", "probe", "--args", r#"{"case":"fanout","n":200}"#, "--max-concurrent-subagents", "1", "--detach", "-q"],
+        &[
+            "--session",
+            "cli-a",
+            "run",
+            "probe",
+            "--args",
+            r#"{"case":"fanout","n":200}"#,
+            "--max-concurrent-subagents",
+            "1",
+            "--detach",
+            "-q",
+        ],
     );
     assert!(slow.status.success(), "{}", common::stderr(&slow));
     let a_slow = String::from_utf8(slow.stdout).unwrap().trim().to_string();
@@ -304,7 +346,12 @@ async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
             .as_array()
             .expect("a list")
             .iter()
-            .map(|r| (r["runId"].as_str().unwrap_or_default().to_string(), r["session"].as_str().unwrap_or("(none)").to_string()))
+            .map(|r| {
+                (
+                    r["runId"].as_str().unwrap_or_default().to_string(),
+                    r["session"].as_str().unwrap_or("(none)").to_string(),
+                )
+            })
             .collect();
         listed.sort();
         listed
@@ -334,12 +381,17 @@ async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
     let mut text = String::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !text.split("\n\n").any(|e| e.starts_with("event: run_updated") && e.contains(&a_slow)) {
-        let chunk = tokio::time::timeout_at(deadline, events.chunk()).await.expect("events of cli-a's run come").unwrap().unwrap();
+        let chunk = tokio::time::timeout_at(deadline, events.chunk())
+            .await
+            .expect("events of cli-a's run come")
+            .unwrap()
+            .unwrap();
         text.push_str(&String::from_utf8_lossy(&chunk));
     }
     let (status, cancelled) = daemon.post(&format!("/api/runs/{a_slow}/cancel"), json!({})).await;
     assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled}");
-    let (status, resumed) = daemon.post(&format!("/api/runs/{a_slow}/resume"), json!({"limits": {"maxConcurrentSubagents": 50}})).await;
+    let (status, resumed) =
+        daemon.post(&format!("/api/runs/{a_slow}/resume"), json!({"limits": {"maxConcurrentSubagents": 50}})).await;
     assert_eq!(status, 202, "{resumed}");
     let (_, done) = daemon.get(&format!("/api/runs/{a_slow}/wait")).await;
     assert_eq!((done["status"].as_str(), done["attempts"].as_u64()), (Some("completed"), Some(2)), "{done}");
@@ -364,7 +416,10 @@ async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
 /// A field of `/proc/PID/status` in bytes (`VmRSS`, `VmHWM`: given in kB).
 fn proc_status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the daemon's /proc status");
-    let line = status.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap_or_else(|| panic!("no {field} in {status}"));
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in {status}"));
     let kb: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{line}"));
     kb * 1024
 }
@@ -388,7 +443,8 @@ async fn stalled_unauthenticated_connections_cost_the_service_little_memory() {
     assert_eq!(daemon.get("/api/runs").await.0, 200);
     let before = proc_status_bytes(pid, "VmRSS");
     // Reset the peak (VmHWM) to the current RSS, so the peak read below is the attack's.
-    std::fs::write(format!("/proc/{pid}/clear_refs"), b"5").expect("resetting the daemon's peak RSS (/proc/PID/clear_refs)");
+    std::fs::write(format!("/proc/{pid}/clear_refs"), b"5")
+        .expect("resetting the daemon's peak RSS (/proc/PID/clear_refs)");
 
     const STALLED: usize = 256;
     let mut tasks = tokio::task::JoinSet::new();
@@ -433,7 +489,10 @@ async fn stalled_unauthenticated_connections_cost_the_service_little_memory() {
     assert_eq!(status, 200, "{runs}");
     let client = daemon.client();
     let exchange = |body: Vec<u8>| {
-        let request = client.post(format!("{}/api/ui/exchange", daemon.base)).header("content-type", "application/json").body(body);
+        let request = client
+            .post(format!("{}/api/ui/exchange", daemon.base))
+            .header("content-type", "application/json")
+            .body(body);
         async move {
             let response = request.send().await.expect("the daemon answers");
             (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))

@@ -7,10 +7,10 @@
 mod common;
 
 use common::counting::{Counting, Shared};
+use factory_host::backend::DryRun;
 use factory_host::sandbox::SandboxLimits;
 use factory_host::script::Script;
 use factory_host::store::ProgressQuery;
-use factory_host::backend::DryRun;
 use factory_host::{
     Error, Factory, Host, HostConfig, Limits, ProgressEvent, ResumeOptions, RunEnvelope, RunOptions, RunStatus,
 };
@@ -56,15 +56,21 @@ fn failure(envelope: &RunEnvelope, kind_type: factory_host::FailureType, kind: O
 }
 
 async fn events(host: &Host, run_id: &str) -> Vec<ProgressEvent> {
-    host.progress(factory_host::DEFAULT_SESSION, run_id, &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() }).await
-        .expect("progress")
-        .into_iter()
-        .map(|e| e.event)
-        .collect()
+    host.progress(
+        factory_host::DEFAULT_SESSION,
+        run_id,
+        &ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() },
+    )
+    .await
+    .expect("progress")
+    .into_iter()
+    .map(|e| e.event)
+    .collect()
 }
 
 async fn logs(host: &Host, run_id: &str) -> Vec<String> {
-    events(host, run_id).await
+    events(host, run_id)
+        .await
         .into_iter()
         .filter_map(|e| match e {
             ProgressEvent::Log { message, .. } => Some(message),
@@ -75,7 +81,9 @@ async fn logs(host: &Host, run_id: &str) -> Vec<String> {
 
 /// A factory module around a `run` body.
 fn module(meta: &str, run: &str) -> String {
-    format!("import {{ defineFactory }} from \"factory\";\nexport default defineFactory({{ meta: {meta}, run: {run} }});\n")
+    format!(
+        "import {{ defineFactory }} from \"factory\";\nexport default defineFactory({{ meta: {meta}, run: {run} }});\n"
+    )
 }
 
 const META: &str = r#"{ name: "t", description: "test" }"#;
@@ -127,7 +135,8 @@ async fn every_ctx_function_works() {
     assert!(r["unknown"].as_str().unwrap().contains("unknown option `lable`"), "{r}");
     assert!(r["nested"].as_str().unwrap().contains("nested factories"), "{r}");
     assert_eq!(logs(&host, &envelope.run_id).await, vec!["hello Ada".to_string()]);
-    let phases: Vec<_> = events(&host, &envelope.run_id).await
+    let phases: Vec<_> = events(&host, &envelope.run_id)
+        .await
         .into_iter()
         .filter_map(|e| if let ProgressEvent::Phase { title } = e { Some(title) } else { None })
         .collect();
@@ -294,7 +303,13 @@ async fn steps_replay_on_resume_and_volatile_steps_run_again() {
     let first = run(&host, &factory, json!({})).await;
     failure(&first, factory_host::FailureType::FactoryLimitReached, Some("maxTotalSubagents"));
     let resumed = host
-        .resume(&first.run_id, ResumeOptions { limits: Limits { max_total_subagents: Some(5), ..Limits::default() }, ..Default::default() })
+        .resume(
+            &first.run_id,
+            ResumeOptions {
+                limits: Limits { max_total_subagents: Some(5), ..Limits::default() },
+                ..Default::default()
+            },
+        )
         .await
         .expect("resume");
     let r = result(&resumed);
@@ -366,7 +381,11 @@ async fn thrown_errors_and_non_json_results_end_the_attempt_with_the_js_message(
         ("async () => new Map()", "result is a Map", factory_host::FailureType::InvalidResult),
         ("async () => { throw \"plain\"; }", "uncaught plain", factory_host::FailureType::GuestError),
         // An error named like the runner's own mark stays a thrown error.
-        ("async () => { const e = new Error(\"x\"); e.name = \"\\u0001y\"; throw e; }", "y: x", factory_host::FailureType::GuestError),
+        (
+            "async () => { const e = new Error(\"x\"); e.name = \"\\u0001y\"; throw e; }",
+            "y: x",
+            factory_host::FailureType::GuestError,
+        ),
     ] {
         let envelope = run(&host, &js(&host, &module(META, body)).await, json!({})).await;
         let message = failure(&envelope, kind, None);
@@ -418,7 +437,8 @@ async fn a_file_with_several_factories_runs_one_by_name() {
 async fn the_authoring_form_registers_without_running() {
     let counting = Arc::new(Counting::default());
     let host = host_with(Arc::new(Shared(counting.clone())), SandboxLimits::default());
-    let meta = json!({ "name": "authored", "description": "args: { file?: string }", "phases": [{ "title": "Inspect" }] });
+    let meta =
+        json!({ "name": "authored", "description": "args: { file?: string }", "phases": [{ "title": "Inspect" }] });
     let body = "async ({ args, agent, phase }) => {\n    phase(\"Inspect\");\n    const finding = await agent(`Name one bug in ${args.file ?? \"the code\"}.`, { label: \"inspector\" });\n    return { finding };\n};\n";
     let registration = host.author(&meta, body).await.expect("authored");
     assert_eq!(registration.meta.name, "authored");
@@ -446,14 +466,16 @@ async fn hostile_scripts_end_with_typed_failures() {
     // QuickJS's own stack check (a catchable RangeError) or wasm's stack guard: typed either way.
     let typed = deep.failure.as_ref().expect("a failure");
     let js_error = typed.kind_type == factory_host::FailureType::GuestError && typed.message.contains("RangeError");
-    let wasm_stack = typed.kind_type == factory_host::FailureType::SandboxLimit && typed.kind.as_deref() == Some("stack");
+    let wasm_stack =
+        typed.kind_type == factory_host::FailureType::SandboxLimit && typed.kind.as_deref() == Some("stack");
     assert!(js_error || wasm_stack, "{typed:#?}");
     // A loop in `meta`'s module code hits the fuel limit at load, not forever.
     let at_load = host.load_script(Script::new("t.js", "for (;;) {}\n", None)).await.expect_err("refused");
     assert!(matches!(at_load, Error::MetaCall(_)), "{at_load:?}");
     // A timeout declared in meta stops a spinning script too (with the default fuel).
     let host = host_with(Arc::new(DryRun), SandboxLimits::default());
-    let timed = module(r#"{ name: "t", description: "d", limits: { timeoutSeconds: 0.5 } }"#, "async () => { for (;;) {} }");
+    let timed =
+        module(r#"{ name: "t", description: "d", limits: { timeoutSeconds: 0.5 } }"#, "async () => { for (;;) {} }");
     let timed = run(&host, &js(&host, &timed).await, json!({})).await;
     failure(&timed, factory_host::FailureType::FactoryLimitReached, Some("timeoutSeconds"));
 }
@@ -535,7 +557,8 @@ fn cli_runs_one_factory_of_a_file_by_name_and_authors_factories() {
     let body = state.path().join("body.js");
     std::fs::write(&meta, r#"{"name":"authored-cli","description":"d"}"#).unwrap();
     std::fs::write(&body, "async ({ agent }) => ({ said: await agent(\"hi\", { label: \"x\" }) })\n").unwrap();
-    let out = common::factory_in(state.path(), &["add", "--meta", meta.to_str().unwrap(), "--run", body.to_str().unwrap()]);
+    let out =
+        common::factory_in(state.path(), &["add", "--meta", meta.to_str().unwrap(), "--run", body.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let out = common::factory_in(state.path(), &["run", "authored-cli", "--json", "-q"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
@@ -579,18 +602,21 @@ fn cli_kill_9_then_resume_repeats_no_backend_call_and_resume_uses_the_recorded_s
         )
     };
     std::fs::write(&file, source("v1")).unwrap();
-    let mut child = common::factory_cmd(state.path(), &["run", file.to_str().unwrap(), "--backend", &backend, "--json", "-q"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("factory run starts");
+    let mut child =
+        common::factory_cmd(state.path(), &["run", file.to_str().unwrap(), "--backend", &backend, "--json", "-q"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("factory run starts");
     let run_id = wait_for_spawns(state.path(), 24);
     // Progress pages come from the store: once 12 `agentFinished` entries are readable they
     // are committed, and so is every journal write queued before them.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let out = common::factory_in(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
-        let finished = out_json(&out).as_array().map_or(0, |e| e.iter().filter(|e| e["event"] == "agentFinished").count());
+        let out =
+            common::factory_in(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
+        let finished =
+            out_json(&out).as_array().map_or(0, |e| e.iter().filter(|e| e["event"] == "agentFinished").count());
         if finished >= 12 {
             break;
         }
@@ -607,7 +633,10 @@ fn cli_kill_9_then_resume_repeats_no_backend_call_and_resume_uses_the_recorded_s
     let envelope = out_json(&out);
     assert_eq!(envelope["result"], json!({"done": 120, "tag": "v1"}));
 
-    let progress = out_json(&common::factory_in(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]));
+    let progress = out_json(&common::factory_in(
+        state.path(),
+        &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"],
+    ));
     let entries = progress.as_array().unwrap();
     let second = entries.iter().position(|e| e["event"] == "attemptStarted" && e["attempt"] == 2).expect("attempt 2");
     let finished_before: std::collections::HashSet<_> = entries[..second]
@@ -615,13 +644,19 @@ fn cli_kill_9_then_resume_repeats_no_backend_call_and_resume_uses_the_recorded_s
         .filter(|e| e["event"] == "agentFinished")
         .map(|e| e["label"].as_str().unwrap().to_string())
         .collect();
-    let started_after: Vec<_> =
-        entries[second..].iter().filter(|e| e["event"] == "agentStarted").map(|e| e["label"].as_str().unwrap().to_string()).collect();
+    let started_after: Vec<_> = entries[second..]
+        .iter()
+        .filter(|e| e["event"] == "agentStarted")
+        .map(|e| e["label"].as_str().unwrap().to_string())
+        .collect();
     let replayed = entries[second..].iter().find(|e| e["event"] == "attemptEnded").expect("attempt 2 ended")["replayed"]
         .as_u64()
         .unwrap() as usize;
     assert!(replayed >= 12, "work was journaled before the kill ({replayed} replayed)");
-    assert!(started_after.iter().all(|l| !finished_before.contains(l)), "no call that finished before the kill ran again");
+    assert!(
+        started_after.iter().all(|l| !finished_before.contains(l)),
+        "no call that finished before the kill ran again"
+    );
     assert_eq!(replayed + started_after.len(), 120, "each call replayed or spawned exactly once");
 }
 
@@ -643,7 +678,10 @@ async fn every_js_example_runs_on_dry_run() {
             let result = envelope.result_value().expect("a result");
             assert_eq!(result["counts"], json!({"critical": 2, "major": 0, "minor": 0}), "{result}");
             assert_eq!(result["triaged"][1]["issue"], "Typo in README");
-            assert!(result["triaged"][1]["firstStep"].as_str().is_some_and(|s| s.starts_with("[dry-run escalate:1]")), "{result}");
+            assert!(
+                result["triaged"][1]["firstStep"].as_str().is_some_and(|s| s.starts_with("[dry-run escalate:1]")),
+                "{result}"
+            );
         }
     }
 }
@@ -765,7 +803,11 @@ fn cli_typescript_factories_run_describe_add_and_report_ts_locations() {
     std::fs::write(&with_enum, "import { defineFactory } from \"factory\";\nenum Mode { Fast }\nexport default defineFactory({ meta: { name: \"e\", description: \"d\" }, run: async () => Mode.Fast });\n").unwrap();
     let out = common::factory_in(state.path(), &["describe", with_enum.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
-    assert!(common::stderr(&out).contains("enum.ts:2:1: TypeScript: TypeScript enum is not supported"), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("enum.ts:2:1: TypeScript: TypeScript enum is not supported"),
+        "{}",
+        common::stderr(&out)
+    );
     let runs = out_json(&common::factory_in(state.path(), &["runs", "--json"]));
     assert_eq!(runs.as_array().map(Vec::len), Some(3), "the refused files created no run: {runs}");
 }
@@ -779,7 +821,11 @@ fn cli_a_pathological_typescript_file_is_refused_not_a_crash() {
     std::fs::write(&file, format!("export default {}1{};\n", "(".repeat(100_000), ")".repeat(100_000))).unwrap();
     let out = common::factory_in(state.path(), &["describe", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
-    assert!(common::stderr(&out).contains("deep.ts: TypeScript: brackets nest 100000 deep"), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("deep.ts: TypeScript: brackets nest 100000 deep"),
+        "{}",
+        common::stderr(&out)
+    );
     let big = state.path().join("big.ts");
     std::fs::write(&big, format!("export default 1;\n{}", "//\n".repeat(200_000))).unwrap();
     let out = common::factory_in(state.path(), &["describe", big.to_str().unwrap()]);

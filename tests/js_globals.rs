@@ -73,7 +73,10 @@ fn console_lines_reach_the_progress_log_with_their_level_formatted_like_node() {
     // What Node 20's util.format prints for the same arguments.
     assert_eq!(lines[0], line("info", "list has 42 items (3, 2.5) {\"a\":[1,2]} % 's'"));
     assert_eq!(lines[1], line("info", "{ a: 1, b: 'x', c: [ 1, 2, { d: 3 } ], e: { f: { g: [Object] } } }"));
-    assert_eq!(lines[2], line("warn", "careful: [ 1, <1 empty item>, 3 ] Map(1) { 'k' => { v: 1 } } Set(1) { 'a' } null undefined 5n"));
+    assert_eq!(
+        lines[2],
+        line("warn", "careful: [ 1, <1 empty item>, 3 ] Map(1) { 'k' => { v: 1 } } Set(1) { 'a' } null undefined 5n")
+    );
     assert_eq!(lines[3].0, "error");
     assert!(lines[3].1.starts_with("TypeError: boom\n    at "), "an error prints with its stack: {:?}", lines[3].1);
     assert_eq!(lines[4], line("debug", "{ nested: { deep: { deeper: [Object] } } } and custom"));
@@ -86,7 +89,11 @@ fn console_lines_reach_the_progress_log_with_their_level_formatted_like_node() {
     let plain = entries.iter().find(|e| e["message"] == "plain ctx.log").unwrap();
     assert!(plain.get("level").is_none(), "{plain:#}");
     let out = factory_in(state.path(), &["show", &run_id(&envelope)]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains(r#""level":"warn""#), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(r#""level":"warn""#),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -153,7 +160,11 @@ fn short_timers_complete_and_date_now_advances_by_what_they_waited() {
     );
     let envelope = run(state.path(), &file, &[]);
     let r = assert_completed(&envelope).clone();
-    assert_eq!((r["first"].as_f64(), r["second"].as_f64(), r["third"].as_f64()), (Some(30.0), Some(20.0), Some(10.0)), "{r:#}");
+    assert_eq!(
+        (r["first"].as_f64(), r["second"].as_f64(), r["third"].as_f64()),
+        (Some(30.0), Some(20.0), Some(10.0)),
+        "{r:#}"
+    );
     // The clock starts at the run's creation time (a UUID v7 holds it in its first 48 bits).
     let id = run_id(&envelope).replace('-', "");
     let created = u64::from_str_radix(&id[..12], 16).unwrap();
@@ -234,7 +245,11 @@ fn cancelling_a_run_fires_its_abort_listeners_before_the_hard_stop() {
     let deadline = Instant::now() + Duration::from_secs(120);
     let id = loop {
         let out = factory_in(state.path(), &["runs", "--json"]);
-        let id = out.status.success().then(|| stdout_json(&out)).and_then(|runs| runs[0]["runId"].as_str().map(str::to_string));
+        let id = out
+            .status
+            .success()
+            .then(|| stdout_json(&out))
+            .and_then(|runs| runs[0]["runId"].as_str().map(str::to_string));
         if let Some(id) = id {
             if logs(state.path(), &id).iter().any(|(_, m)| m == "waiting") {
                 break id;
@@ -250,7 +265,11 @@ fn cancelling_a_run_fires_its_abort_listeners_before_the_hard_stop() {
     assert_eq!(foreground.status.code(), Some(130), "{}", String::from_utf8_lossy(&foreground.stderr));
 
     let lines = logs(state.path(), &id);
-    for expected in [("error", "onabort: cancelled"), ("info", "listener: abort true"), ("warn", "sleep rejected: AbortError cancelled")] {
+    for expected in [
+        ("error", "onabort: cancelled"),
+        ("info", "listener: abort true"),
+        ("warn", "sleep rejected: AbortError cancelled"),
+    ] {
         assert!(lines.contains(&(expected.0.into(), expected.1.into())), "missing {expected:?} in {lines:?}");
     }
     assert!(!lines.iter().any(|(_, m)| m.contains("timer fired")), "a stopped run's timers do not fire: {lines:?}");
@@ -370,7 +389,9 @@ fn the_globals_parsed_on_first_use_behave_as_plain_globals() {
     );
     let lines = logs(state.path(), &run_id(&envelope));
     assert!(
-        lines.iter().any(|(level, m)| level == "info" && m.starts_with("url URL {") && m.contains("href: 'https://example.com/x'")),
+        lines.iter().any(|(level, m)| level == "info"
+            && m.starts_with("url URL {")
+            && m.contains("href: 'https://example.com/x'")),
         "{lines:?}"
     );
 }
@@ -411,7 +432,9 @@ async fn a_backend_outage_reaches_js_as_an_abort_error_of_kind_backend() {
     let lines = logs(state.path(), &run_id(&envelope));
     let line = lines.iter().find(|(level, _)| level == "error").map(|(_, m)| m.clone()).unwrap_or_default();
     assert!(
-        line.starts_with("AbortError kind=backend domexception=true aborted=true the agent backend could not be used: unavailable: "),
+        line.starts_with(
+            "AbortError kind=backend domexception=true aborted=true the agent backend could not be used: unavailable: "
+        ),
         "{lines:?}"
     );
 }

@@ -83,12 +83,21 @@ async fn relative_static_and_dynamic_imports_resolve_inside_the_directory() {
                     }"#,
                 ),
             ),
-            ("lib/greet.js", "import { shout } from \"../shared/shout.ts\";\nexport const greet = (n) => shout(`hello ${n}`);\n"),
+            (
+                "lib/greet.js",
+                "import { shout } from \"../shared/shout.ts\";\nexport const greet = (n) => shout(`hello ${n}`);\n",
+            ),
             ("shared/shout.ts", "export const shout = (s: string): string => s.toUpperCase() + \"!\";\n"),
             ("lib/late.js", "export const late = () => \"loaded late\";\n"),
             // An import cycle: ES semantics (live bindings, each module evaluated once).
-            ("cycle/a.js", "import { odd } from \"./b.js\";\nexport function even(n) { return n === 0 ? true : odd(n - 1); }\n"),
-            ("cycle/b.js", "import { even } from \"./a.js\";\nexport function odd(n) { return n === 0 ? false : even(n - 1); }\n"),
+            (
+                "cycle/a.js",
+                "import { odd } from \"./b.js\";\nexport function even(n) { return n === 0 ? true : odd(n - 1); }\n",
+            ),
+            (
+                "cycle/b.js",
+                "import { even } from \"./a.js\";\nexport function odd(n) { return n === 0 ? false : even(n - 1); }\n",
+            ),
         ],
     );
     let host = dry_host();
@@ -128,7 +137,10 @@ async fn imports_that_leave_the_directory_are_refused() {
 
     // An absolute path and a URL.
     let absolute = outer.path().join("secret.js").display().to_string();
-    write(&dir, &[("abs.js", &factory(&format!("import {{ secret }} from \"{absolute}\";"), meta, "async () => secret"))]);
+    write(
+        &dir,
+        &[("abs.js", &factory(&format!("import {{ secret }} from \"{absolute}\";"), meta, "async () => secret"))],
+    );
     let e = module_error(&host, &dir.join("abs.js")).await;
     assert!(matches!(&e, ModuleError::Absolute { .. }), "{e:?}");
     write(&dir, &[("url.js", &factory("import { secret } from \"file:///etc/passwd\";", meta, "async () => secret"))]);
@@ -195,10 +207,22 @@ async fn bare_specifiers_resolve_from_node_modules_beside_the_factory() {
     assert!(names.contains(&"node_modules/@acme/util/lib/main.js".to_string()), "{names:?}");
 
     // A subpath the package does not export, and a package that is not there.
-    write(dir.path(), &[("hidden.js", &factory("import h from \"tiny/esm/helper.js\";", r#"{ name: "h", description: "d" }"#, "async () => h"))]);
+    write(
+        dir.path(),
+        &[(
+            "hidden.js",
+            &factory("import h from \"tiny/esm/helper.js\";", r#"{ name: "h", description: "d" }"#, "async () => h"),
+        )],
+    );
     let e = module_error(&host, &dir.path().join("hidden.js")).await;
     assert!(matches!(&e, ModuleError::NotExported { package, .. } if package == "tiny"), "{e:?}");
-    write(dir.path(), &[("missing.js", &factory("import m from \"nowhere\";", r#"{ name: "m", description: "d" }"#, "async () => m"))]);
+    write(
+        dir.path(),
+        &[(
+            "missing.js",
+            &factory("import m from \"nowhere\";", r#"{ name: "m", description: "d" }"#, "async () => m"),
+        )],
+    );
     let e = module_error(&host, &dir.path().join("missing.js")).await;
     assert!(matches!(&e, ModuleError::NotFound { .. }), "{e:?}");
     assert!(e.to_string().contains("package `nowhere`"), "{e}");
@@ -226,7 +250,10 @@ async fn node_builtins_and_commonjs_packages_fail_at_load_naming_them() {
     );
     let host = dry_host();
     let e = module_error(&host, &dir.path().join("uses-fs.js")).await;
-    assert!(matches!(&e, ModuleError::NodeBuiltin { name, referrer, .. } if name == "fs" && referrer == "node_modules/reads-files/index.js"), "{e:?}");
+    assert!(
+        matches!(&e, ModuleError::NodeBuiltin { name, referrer, .. } if name == "fs" && referrer == "node_modules/reads-files/index.js"),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("`fs` is a Node.js built-in module"), "{e}");
     let e = module_error(&host, &dir.path().join("direct.js")).await;
     assert!(matches!(&e, ModuleError::NodeBuiltin { name, .. } if name == "child_process"), "{e:?}");
@@ -250,12 +277,18 @@ async fn caps_and_sources_without_a_directory_give_typed_errors() {
     );
     let host = dry_host();
     let e = module_error(&host, &dir.path().join("main.js")).await;
-    assert!(matches!(&e, ModuleError::TooLarge { path, limit, .. } if path == "big.js" && *limit == MAX_MODULE_BYTES), "{e:?}");
+    assert!(
+        matches!(&e, ModuleError::TooLarge { path, limit, .. } if path == "big.js" && *limit == MAX_MODULE_BYTES),
+        "{e:?}"
+    );
 
     // An imported TypeScript module that cannot be stripped in place names its own lines.
     write(
         dir.path(),
-        &[("ts.js", &factory("import { E } from \"./enum.ts\";", meta, "async () => E")), ("enum.ts", "\nexport enum E { A }\n")],
+        &[
+            ("ts.js", &factory("import { E } from \"./enum.ts\";", meta, "async () => E")),
+            ("enum.ts", "\nexport enum E { A }\n"),
+        ],
     );
     let e = module_error(&host, &dir.path().join("ts.js")).await;
     assert!(matches!(&e, ModuleError::TypeScript(_)), "{e:?}");
@@ -354,7 +387,8 @@ async fn resume_after_an_imported_file_changed_runs_the_recorded_code() {
     );
     // A new host process on the same store file.
     let host = host_at(Some(state.path()), Arc::new(Shared(counting.clone())));
-    let options = ResumeOptions { limits: Limits { max_total_subagents: Some(10), ..Limits::default() }, ..Default::default() };
+    let options =
+        ResumeOptions { limits: Limits { max_total_subagents: Some(10), ..Limits::default() }, ..Default::default() };
     let resumed = host.resume(&run_id, options).await.expect("resume");
     assert_eq!(resumed.status, RunStatus::Completed, "{resumed:#?}");
     let r = resumed.result_value().expect("a result");
@@ -369,7 +403,8 @@ async fn resume_after_an_imported_file_changed_runs_the_recorded_code() {
     // The run's detail shows it, and it survives the detail's JSON round trip.
     let detail = host.detail(factory_host::DEFAULT_SESSION, &run_id).await.expect("detail");
     assert_eq!(detail.modules.as_ref(), Some(&manifest));
-    let wire: factory_host::RunDetail = serde_json::from_value(serde_json::to_value(&detail).unwrap()).expect("round trip");
+    let wire: factory_host::RunDetail =
+        serde_json::from_value(serde_json::to_value(&detail).unwrap()).expect("round trip");
     assert_eq!(wire.modules, Some(manifest.clone()));
     let old_lib = manifest.modules["lib.js"].clone();
     let stored = host.store().blob(&old_lib).await.expect("store").expect("the recorded text");
@@ -378,7 +413,10 @@ async fn resume_after_an_imported_file_changed_runs_the_recorded_code() {
     // A fresh run of the changed directory runs the new code.
     let f = load(&host, &dir.path().join("main.js")).await.expect("load");
     let fresh = host
-        .run(&f, RunOptions { limits: Limits { max_total_subagents: Some(10), ..Limits::default() }, ..Default::default() })
+        .run(
+            &f,
+            RunOptions { limits: Limits { max_total_subagents: Some(10), ..Limits::default() }, ..Default::default() },
+        )
         .await
         .expect("run");
     assert_eq!(fresh.result_value().expect("a result")["tag"], "NEW");
@@ -391,11 +429,24 @@ fn cli_runs_a_factory_that_imports_and_names_a_builtin_in_its_error() {
     write(
         dir.path(),
         &[
-            ("main.js", &factory("import { twice } from \"./lib.js\";\nimport pad from \"pad\";", r#"{ name: "cli-mod", description: "d" }"#, "async () => pad(twice(21))")),
+            (
+                "main.js",
+                &factory(
+                    "import { twice } from \"./lib.js\";\nimport pad from \"pad\";",
+                    r#"{ name: "cli-mod", description: "d" }"#,
+                    "async () => pad(twice(21))",
+                ),
+            ),
             ("lib.js", "export const twice = (n) => n * 2;\n"),
-            ("node_modules/pad/package.json", r#"{ "name": "pad", "type": "module", "exports": { "default": "./pad.js" } }"#),
+            (
+                "node_modules/pad/package.json",
+                r#"{ "name": "pad", "type": "module", "exports": { "default": "./pad.js" } }"#,
+            ),
             ("node_modules/pad/pad.js", "export default (n) => `[${n}]`;\n"),
-            ("net.js", &factory("import net from \"node:net\";", r#"{ name: "cli-net", description: "d" }"#, "async () => 1")),
+            (
+                "net.js",
+                &factory("import net from \"node:net\";", r#"{ name: "cli-net", description: "d" }"#, "async () => 1"),
+            ),
         ],
     );
     let main = dir.path().join("main.js");
@@ -421,7 +472,14 @@ async fn a_registration_serves_the_modules_it_recorded() {
     write(
         dir.path(),
         &[
-            ("main.js", &factory("import { tag } from \"./lib.js\";", r#"{ name: "registered-mod", description: "d" }"#, "async () => tag")),
+            (
+                "main.js",
+                &factory(
+                    "import { tag } from \"./lib.js\";",
+                    r#"{ name: "registered-mod", description: "d" }"#,
+                    "async () => tag",
+                ),
+            ),
             ("lib.js", "export const tag = \"registered\";\n"),
         ],
     );
@@ -441,7 +499,9 @@ fn wait_for_durable_agents(state: &Path, run_id: &str, n: usize) {
     loop {
         let out = common::factory_in(state, &["progress", run_id, "--after-seq", "0", "--limit", "1000", "--json"]);
         let finished = if out.status.success() {
-            common::stdout_json(&out).as_array().map_or(0, |e| e.iter().filter(|e| e["event"] == "agentFinished").count())
+            common::stdout_json(&out)
+                .as_array()
+                .map_or(0, |e| e.iter().filter(|e| e["event"] == "agentFinished").count())
         } else {
             0
         };
@@ -479,14 +539,19 @@ fn cli_kill_9_after_a_dynamic_import_then_resume_runs_the_recorded_module() {
         ],
     );
     let main = dir.path().join("main.js");
-    let mut child = common::factory_cmd(state.path(), &["run", main.to_str().unwrap(), "--backend", &backend, "--json", "-q"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("factory run starts");
+    let mut child =
+        common::factory_cmd(state.path(), &["run", main.to_str().unwrap(), "--backend", &backend, "--json", "-q"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("factory run starts");
     let run_id = loop {
         let out = common::factory_in(state.path(), &["runs", "--json"]);
-        let first = out.status.success().then(|| common::stdout_json(&out)).and_then(|r| r.as_array().and_then(|r| r.first()).cloned());
+        let first = out
+            .status
+            .success()
+            .then(|| common::stdout_json(&out))
+            .and_then(|r| r.as_array().and_then(|r| r.first()).cloned());
         if let Some(run) = first {
             break run["runId"].as_str().expect("a run id").to_string();
         }

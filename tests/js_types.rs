@@ -113,10 +113,7 @@ fn assert_rejected(name: &str, source: &str, line: usize, code: &str) {
     let output = text(&out);
     assert!(!out.status.success(), "{name} type-checks, but it is wrong:\n{source}");
     let at = format!("{name}({line},");
-    assert!(
-        output.lines().any(|l| l.contains(&at) && l.contains(code)),
-        "expected {code} at {at} in:\n{output}"
-    );
+    assert!(output.lines().any(|l| l.contains(&at) && l.contains(code)), "expected {code} at {at} in:\n{output}");
 }
 
 #[test]
@@ -215,8 +212,15 @@ fn the_envelope_strings_are_the_hosts() {
     assert_eq!(declared, host, "FactoryFailure's `type`s are FailureType's");
 
     let statuses = literals_after(&d_ts, "export type FactoryRunStatus =");
-    let all_statuses =
-        [RunStatus::Pending, RunStatus::Running, RunStatus::Completed, RunStatus::Error, RunStatus::Halted, RunStatus::Cancelled, RunStatus::Paused];
+    let all_statuses = [
+        RunStatus::Pending,
+        RunStatus::Running,
+        RunStatus::Completed,
+        RunStatus::Error,
+        RunStatus::Halted,
+        RunStatus::Cancelled,
+        RunStatus::Paused,
+    ];
     let host: BTreeSet<String> = all_statuses.iter().map(|s| s.as_str().to_string()).collect();
     assert_eq!(statuses, host, "FactoryRunStatus is RunStatus");
     for s in all_statuses {
@@ -225,7 +229,8 @@ fn the_envelope_strings_are_the_hosts() {
 
     let outages = literals_after(&d_ts, "export type FactoryBackendFailureKind =");
     for kind in &outages {
-        let parsed: OutageKind = serde_json::from_value(json!(kind)).unwrap_or_else(|e| panic!("`{kind}` is no OutageKind: {e}"));
+        let parsed: OutageKind =
+            serde_json::from_value(json!(kind)).unwrap_or_else(|e| panic!("`{kind}` is no OutageKind: {e}"));
         assert_eq!(parsed.as_str(), kind);
     }
     assert_eq!(outages.len(), 10, "every OutageKind is declared: {outages:?}");
@@ -266,7 +271,13 @@ fn scaffold_checks_and_runs(lang: &str) {
     let out = init(state.path(), &dir, lang);
     assert!(out.status.success(), "init failed: {}", text(&out));
     let file = dir.join(format!("{name}.{lang}"));
-    for f in [&file, &dir.join("tsconfig.json"), &dir.join("package.json"), &dir.join("README.md"), &dir.join("types/factory.d.ts")] {
+    for f in [
+        &file,
+        &dir.join("tsconfig.json"),
+        &dir.join("package.json"),
+        &dir.join("README.md"),
+        &dir.join("types/factory.d.ts"),
+    ] {
         assert!(f.is_file(), "init wrote {}", f.display());
     }
     assert_eq!(
@@ -274,10 +285,15 @@ fn scaffold_checks_and_runs(lang: &str) {
         std::fs::read_to_string(index_d_ts()).expect("the declarations"),
         "the scaffold's declarations are guest-sdk/js's"
     );
-    let package: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("package.json")).expect("package.json")).expect("JSON");
+    let package: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("package.json")).expect("package.json")).expect("JSON");
     assert_eq!(package["type"], "module");
     assert_eq!(package["scripts"]["typecheck"], "tsc -p .");
-    assert_eq!(package["devDependencies"]["typescript"].as_str(), Some(pinned_typescript().as_str()), "the same pin as tests/ts");
+    assert_eq!(
+        package["devDependencies"]["typescript"].as_str(),
+        Some(pinned_typescript().as_str()),
+        "the same pin as tests/ts"
+    );
 
     // The scaffold's own tsconfig.json, as `npm run typecheck` uses it (offline: `paths`).
     let out = typecheck(&dir);
@@ -285,7 +301,10 @@ fn scaffold_checks_and_runs(lang: &str) {
 
     // It runs as it is on the dry-run backend.
     let path = file.to_str().expect("a UTF-8 path");
-    let out = common::factory_in(state.path(), &["run", path, "--args", r#"{"topic":"release notes","ideas":2}"#, "--json", "-q"]);
+    let out = common::factory_in(
+        state.path(),
+        &["run", path, "--args", r#"{"topic":"release notes","ideas":2}"#, "--json", "-q"],
+    );
     let envelope = common::stdout_json(&out);
     assert_eq!(envelope["status"], "completed", "{envelope:#}\n{}", common::stderr(&out));
     assert_eq!(envelope["factory"], name.as_str());
@@ -331,7 +350,8 @@ fn init_never_overwrites() {
     let out = init(state.path(), &taken, "ts");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(common::stderr(&out).contains("already exists and is not empty"), "{}", common::stderr(&out));
-    let entries: Vec<_> = std::fs::read_dir(&taken).expect("the dir").map(|e| e.expect("an entry").file_name()).collect();
+    let entries: Vec<_> =
+        std::fs::read_dir(&taken).expect("the dir").map(|e| e.expect("an entry").file_name()).collect();
     assert_eq!(entries, vec![std::ffi::OsString::from("notes.txt")], "nothing was written");
     assert_eq!(std::fs::read_to_string(taken.join("notes.txt")).expect("the file"), "mine");
 
@@ -381,6 +401,7 @@ fn the_accounting_fields_are_the_hosts() {
     assert!(host.contains("cacheReadTokens") && host.contains("aiCreditsAtLeast"), "{host:?}");
     let sdk = std::fs::read_to_string(index_d_ts()).expect("index.d.ts");
     assert_eq!(interface_fields(&sdk, "export interface FactoryAccounting {"), host);
-    let node = std::fs::read_to_string(common::root().join("clients/node/index.d.ts")).expect("clients/node/index.d.ts");
+    let node =
+        std::fs::read_to_string(common::root().join("clients/node/index.d.ts")).expect("clients/node/index.d.ts");
     assert_eq!(interface_fields(&node, "    accounting: {"), host);
 }

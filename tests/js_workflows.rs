@@ -16,7 +16,11 @@ use std::time::{Duration, Instant};
 
 /// The run's log messages, as `factory progress` prints them.
 fn logs(state: &Path, run_id: &str) -> Vec<String> {
-    common::progress_entries(state, run_id).into_iter().filter(|e| e["event"] == "log").filter_map(|e| e["message"].as_str().map(str::to_string)).collect()
+    common::progress_entries(state, run_id)
+        .into_iter()
+        .filter(|e| e["event"] == "log")
+        .filter_map(|e| e["message"].as_str().map(str::to_string))
+        .collect()
 }
 
 /// The id of the only run of `state` once it has logged `line` (polled from another process).
@@ -24,7 +28,11 @@ fn wait_for_log(state: &Path, line: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let out = factory_in(state, &["runs", "--json"]);
-        let id = out.status.success().then(|| stdout_json(&out)).and_then(|runs| runs[0]["runId"].as_str().map(str::to_string));
+        let id = out
+            .status
+            .success()
+            .then(|| stdout_json(&out))
+            .and_then(|runs| runs[0]["runId"].as_str().map(str::to_string));
         if let Some(id) = id {
             if logs(state, &id).iter().any(|m| m == line) {
                 return id;
@@ -178,7 +186,10 @@ await joinSession({ workflows: [review, summary] });
     let out = factory_in(state.path(), &["run", &target, "--json", "-q"]);
     let envelope = stdout_json(&out);
     assert_eq!(envelope["status"], "completed", "{envelope:#}");
-    assert_eq!(envelope["result"], serde_json::json!({ "frozen": true, "copy": true, "name": "review", "same": "function" }));
+    assert_eq!(
+        envelope["result"],
+        serde_json::json!({ "frozen": true, "copy": true, "name": "review", "same": "function" })
+    );
     let out = factory_in(state.path(), &["run", &format!("{}#summary", file.display()), "--json", "-q"]);
     assert_eq!(stdout_json(&out)["result"], "S");
 
@@ -204,18 +215,30 @@ await joinSession({ workflows: [review, summary] });
 fn bad_definitions_are_refused_with_a_clear_error() {
     let state = tempfile::tempdir().unwrap();
     let cases = [
-        (r#"defineWorkflow({ meta: { name: "a", description: "d", phases: [{ title: " " }] }, run: async () => 1 })"#,
-         "defineWorkflow: the phase titles of `a` must not be empty"),
-        (r#"defineFactory({ meta: { name: "a", description: "d", phases: [{ title: "X" }, { title: "X" }] }, run: async () => 1 })"#,
-         "defineFactory: the phase title \"X\" of `a` is declared more than once"),
-        (r#"defineWorkflow({ meta: { name: "a", description: "d", limits: { maxAiCredits: 1e-12 } }, run: async () => 1 })"#,
-         "rounds to a safe positive integer of nano-credits"),
-        (r#"defineWorkflow({ meta: { name: "a", description: "d", limits: { maxAiCredits: 1e10 } }, run: async () => 1 })"#,
-         "rounds to a safe positive integer of nano-credits"),
-        (r#"(await joinSession({ workflows: [defineWorkflow({ meta: { name: "a", description: "d" }, run: async () => 1 }), defineWorkflow({ meta: { name: "a", description: "e" }, run: async () => 2 })] }), null)"#,
-         "joinSession: two definitions are named `a`"),
-        (r#"(await joinSession({ factories: [], workflows: [] }), null)"#,
-         "either `factories` or `workflows`, not both"),
+        (
+            r#"defineWorkflow({ meta: { name: "a", description: "d", phases: [{ title: " " }] }, run: async () => 1 })"#,
+            "defineWorkflow: the phase titles of `a` must not be empty",
+        ),
+        (
+            r#"defineFactory({ meta: { name: "a", description: "d", phases: [{ title: "X" }, { title: "X" }] }, run: async () => 1 })"#,
+            "defineFactory: the phase title \"X\" of `a` is declared more than once",
+        ),
+        (
+            r#"defineWorkflow({ meta: { name: "a", description: "d", limits: { maxAiCredits: 1e-12 } }, run: async () => 1 })"#,
+            "rounds to a safe positive integer of nano-credits",
+        ),
+        (
+            r#"defineWorkflow({ meta: { name: "a", description: "d", limits: { maxAiCredits: 1e10 } }, run: async () => 1 })"#,
+            "rounds to a safe positive integer of nano-credits",
+        ),
+        (
+            r#"(await joinSession({ workflows: [defineWorkflow({ meta: { name: "a", description: "d" }, run: async () => 1 }), defineWorkflow({ meta: { name: "a", description: "e" }, run: async () => 2 })] }), null)"#,
+            "joinSession: two definitions are named `a`",
+        ),
+        (
+            r#"(await joinSession({ factories: [], workflows: [] }), null)"#,
+            "either `factories` or `workflows`, not both",
+        ),
     ];
     for (i, (definition, expected)) in cases.iter().enumerate() {
         let file = state.path().join(format!("bad{i}.js"));
@@ -240,13 +263,22 @@ fn results_and_step_values_that_are_not_plain_json_are_refused_naming_the_path()
     let state = tempfile::tempdir().unwrap();
     let results = [
         ("getter", "({ a: { get b() { return 1; } } })", "result.a.b is an accessor property"),
-        ("hidden", "Object.defineProperty({ a: 1 }, \"h\", { value: 2, enumerable: false })", "result.h is a non-enumerable property"),
+        (
+            "hidden",
+            "Object.defineProperty({ a: 1 }, \"h\", { value: 2, enumerable: false })",
+            "result.h is a non-enumerable property",
+        ),
         ("extra", "Object.assign([1, 2], { extra: true })", "result is an array with an extra key `extra`"),
         ("hole", "({ list: [1, , 3] })", "result.list[1] is a hole in a sparse array"),
         ("class", "({ when: new (class Stamp {})() })", "result.when is a Stamp"),
     ];
     for (name, value, expected) in results {
-        let file = js_factory_file(state.path(), name, &format!(r#"{{ name: "{name}", description: "d" }}"#), &format!("async () => {value}"));
+        let file = js_factory_file(
+            state.path(),
+            name,
+            &format!(r#"{{ name: "{name}", description: "d" }}"#),
+            &format!("async () => {value}"),
+        );
         let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--json", "-q"]);
         let envelope = stdout_json(&out);
         assert_eq!(envelope["status"], "error", "{name}: {envelope:#}");
@@ -299,8 +331,17 @@ fn ctx_session_refuses_to_run_resume_or_pause_from_a_body() {
     assert_eq!(r["runId"], true);
     let refusal = "are not allowed while a factory body is running on this call path.";
     assert!(r["run"].as_str().unwrap().ends_with(refusal), "{r:#}");
-    assert!(r["resume"].as_str().unwrap().ends_with("are not allowed while a workflow body is running on this call path."), "{r:#}");
-    assert!(r["pause"].as_str().unwrap().starts_with("session.workflow.run, session.workflow.resume and session.workflow.pause"), "{r:#}");
+    assert!(
+        r["resume"].as_str().unwrap().ends_with("are not allowed while a workflow body is running on this call path."),
+        "{r:#}"
+    );
+    assert!(
+        r["pause"]
+            .as_str()
+            .unwrap()
+            .starts_with("session.workflow.run, session.workflow.resume and session.workflow.pause"),
+        "{r:#}"
+    );
     assert!(r["read"].as_str().unwrap().contains("factory show"), "{r:#}");
     assert_eq!(r["nested"], "nested workflows are not supported");
 }

@@ -79,12 +79,19 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
 
     // An authored factory: registered in this session (not run), listed, and run.
     assert_eq!(report["author"]["isError"], false, "{:#}", report["author"]);
-    let names: Vec<&str> =
-        report["listAfterAuthor"]["structured"]["factories"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
+    let names: Vec<&str> = report["listAfterAuthor"]["structured"]["factories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
     assert!(names.contains(&"bug-hunt") && names.contains(&"probe"), "{names:?}");
     let authored = &report["authoredRun"]["structured"];
     assert_eq!(authored["status"], "completed", "{authored:#}");
-    assert!(authored["result"]["finding"].as_str().unwrap().starts_with("real answer to: Name one likely bug in src/a.rs"), "{authored:#}");
+    assert!(
+        authored["result"]["finding"].as_str().unwrap().starts_with("real answer to: Name one likely bug in src/a.rs"),
+        "{authored:#}"
+    );
     assert_eq!(report["badAuthor"]["isError"], true);
     assert_eq!(report["badAuthor"]["structured"]["code"], "invalid_script", "{:#}", report["badAuthor"]);
     assert!(report["badAuthor"]["text"].as_str().unwrap().contains("SyntaxError"), "{:#}", report["badAuthor"]);
@@ -108,7 +115,12 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
     // Pages by creation sequence over the two runs: newest (the authored), older, newer.
     let pages = report["seqPages"].as_array().unwrap();
     let ids = |page: &Value| -> Vec<String> {
-        page["structured"]["runs"].as_array().unwrap().iter().map(|r| r["runId"].as_str().unwrap().to_string()).collect()
+        page["structured"]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["runId"].as_str().unwrap().to_string())
+            .collect()
     };
     let flags = |page: &Value| (page["structured"]["hasMoreNewer"].clone(), page["structured"]["omittedOlder"].clone());
     assert_eq!(ids(&pages[0]), [authored_id], "{pages:#?}");
@@ -116,9 +128,18 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
     assert_eq!(ids(&pages[1]), [run_id], "{pages:#?}");
     assert_eq!(flags(&pages[1]), (serde_json::json!(true), serde_json::json!(false)), "{pages:#?}");
     assert_eq!(ids(&pages[2]), [authored_id], "{pages:#?}");
-    assert_eq!(report["removed"]["structured"], serde_json::json!({"runId": authored_id, "removed": true}), "{:#}", report["removed"]);
-    let after: Vec<&str> =
-        report["runsAfterRemove"]["structured"]["runs"].as_array().unwrap().iter().filter_map(|r| r["runId"].as_str()).collect();
+    assert_eq!(
+        report["removed"]["structured"],
+        serde_json::json!({"runId": authored_id, "removed": true}),
+        "{:#}",
+        report["removed"]
+    );
+    let after: Vec<&str> = report["runsAfterRemove"]["structured"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["runId"].as_str())
+        .collect();
     assert!(!after.contains(&authored_id) && after.contains(&run_id), "{after:?}");
 
     // Another client is another session: none of these runs is visible or resumable.
@@ -127,8 +148,12 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
     assert_eq!(other["show"]["structured"]["code"], "not_found", "{other:#}");
     assert_eq!(other["resume"]["structured"]["code"], "not_found", "{other:#}");
     assert_eq!(other["remove"]["structured"]["code"], "not_found", "another session cannot remove it: {other:#}");
-    let names: Vec<&str> =
-        other["list"]["structured"]["factories"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
+    let names: Vec<&str> = other["list"]["structured"]["factories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
     assert_eq!(names, ["probe"], "another session does not see the authored factory");
     assert_eq!(other["authored"]["structured"]["code"], "unknown_factory", "{other:#}");
 }
@@ -180,7 +205,10 @@ async fn a_run_that_outlasts_its_call_tells_the_session_its_phases_and_its_end()
     let report = client(state.path(), "notify", "pytest-agent", &[("FACTORY_MCP_WAIT_SECONDS", "1")]).await;
     let first = &report["first"];
     assert_eq!(first["structured"]["status"], "running", "{report:#}");
-    assert!(first["text"].as_str().unwrap().contains("factory_completed"), "the answer says the session will be told: {report:#}");
+    assert!(
+        first["text"].as_str().unwrap().contains("factory_completed"),
+        "the answer says the session will be told: {report:#}"
+    );
     let run_id = first["structured"]["runId"].as_str().unwrap();
     let logs = report["logs"].as_array().unwrap();
     let of = |id: &str, event: &str| -> Vec<&Value> {
@@ -193,8 +221,13 @@ async fn a_run_that_outlasts_its_call_tells_the_session_its_phases_and_its_end()
     let done = of(run_id, "factory_completed");
     assert_eq!(done.len(), 1, "{logs:#?}");
     let done = &done[0];
-    assert_eq!((done["level"].as_str(), done["data"]["status"].as_str()), (Some("info"), Some("completed")), "{done:#}");
-    let preview: Value = serde_json::from_str(done["data"]["resultPreview"].as_str().expect("a preview")).expect("the whole small result");
+    assert_eq!(
+        (done["level"].as_str(), done["data"]["status"].as_str()),
+        (Some("info"), Some("completed")),
+        "{done:#}"
+    );
+    let preview: Value = serde_json::from_str(done["data"]["resultPreview"].as_str().expect("a preview"))
+        .expect("the whole small result");
     assert_eq!(preview["done"], 8, "{done:#}");
     let message = done["data"]["message"].as_str().unwrap();
     assert!(message.contains(run_id) && message.contains("\"operation\": \"show\""), "says how to read it: {message}");
@@ -224,7 +257,10 @@ async fn a_run_is_paused_and_resumed_and_a_checkpoint_answered_over_mcp() {
     let report = client(state.path(), "pause", "pytest-agent", &[]).await;
     let paused = &report["pause"]["structured"];
     assert_eq!(paused["status"], "paused", "{report:#}");
-    assert_eq!(report["paused"]["structured"]["status"], "paused", "run_factory returns the paused envelope: {report:#}");
+    assert_eq!(
+        report["paused"]["structured"]["status"], "paused",
+        "run_factory returns the paused envelope: {report:#}"
+    );
     let resumed = &report["resumed"]["structured"];
     assert_eq!(resumed["status"], "completed", "{report:#}");
     assert_eq!(resumed["result"]["done"], 100);
@@ -237,11 +273,18 @@ async fn a_run_is_paused_and_resumed_and_a_checkpoint_answered_over_mcp() {
     assert_eq!(checkpoint["structured"]["status"], "paused", "{report:#}");
     assert_eq!(checkpoint["structured"]["checkpoint"], "approve");
     let hint = checkpoint["text"].as_str().unwrap();
-    assert!(hint.contains("\"operation\": \"resume\"") && hint.contains("\"input\""), "the summary says how to answer: {hint}");
+    assert!(
+        hint.contains("\"operation\": \"resume\"") && hint.contains("\"input\""),
+        "the summary says how to answer: {hint}"
+    );
     let answered = &report["answered"]["structured"];
     assert_eq!(answered["status"], "completed", "{report:#}");
     assert_eq!(answered["result"]["answer"], serde_json::json!({"approved": true}));
-    assert_eq!(server.asked().iter().filter(|p| *p == "plan the work").count(), 1, "the call before the checkpoint was paid once");
+    assert_eq!(
+        server.asked().iter().filter(|p| *p == "plan the work").count(),
+        1,
+        "the call before the checkpoint was paid once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,7 +335,8 @@ use common::service::live_services;
 
 /// `factory ARGS` in the default mode (through the state dir's service) as the owner.
 fn owner(state: &Path, args: &[&str]) -> Value {
-    let out = factory_cmd(state, args).env("FACTORY_NO_DAEMON", "0").env("FACTORY_IDLE_SECONDS", "30").output().unwrap();
+    let out =
+        factory_cmd(state, args).env("FACTORY_NO_DAEMON", "0").env("FACTORY_IDLE_SECONDS", "30").output().unwrap();
     assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     common::stdout_json(&out)
 }
@@ -322,9 +366,11 @@ async fn a_run_outlives_its_mcp_client_and_other_front_doors_see_it() {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let (run_id, session) = loop {
         let runs = owner(state.path(), &["runs", "--all", "--json"]);
-        let running = runs.as_array().unwrap().iter().find(|r| {
-            r["status"] == "running" && r["accounting"]["agentsSpawned"].as_u64().unwrap_or(0) >= 1
-        });
+        let running = runs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["status"] == "running" && r["accounting"]["agentsSpawned"].as_u64().unwrap_or(0) >= 1);
         if let Some(run) = running {
             break (run["runId"].as_str().unwrap().to_string(), run["session"].as_str().unwrap().to_string());
         }
@@ -376,7 +422,15 @@ async fn a_run_outlives_its_mcp_client_and_other_front_doors_see_it() {
     };
     std::thread::spawn(move || for _ in lines {});
     let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
-    let runs: Value = reqwest::Client::new().get(format!("{base}/api/runs")).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+    let runs: Value = reqwest::Client::new()
+        .get(format!("{base}/api/runs"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let listed = runs.as_array().unwrap().iter().find(|r| r["runId"] == run_id.as_str()).cloned();
     assert_eq!(listed.as_ref().map(|r| r["session"].clone()), Some(Value::from(session.clone())), "{runs:#}");
     assert_eq!(live_services(state.path()), services, "still the one service");
@@ -431,7 +485,8 @@ async fn mcp_over_http_caps_its_sessions() {
         .await
         .unwrap();
     assert!(ping.status().is_success(), "{}", ping.status());
-    let closed = client.delete(&url).bearer_auth(token.trim()).header("mcp-session-id", &sessions[0]).send().await.unwrap();
+    let closed =
+        client.delete(&url).bearer_auth(token.trim()).header("mcp-session-id", &sessions[0]).send().await.unwrap();
     assert!(closed.status().is_success(), "{}", closed.status());
     let again = initialize().await.expect("the server answers");
     assert_eq!(again.status(), 200);

@@ -18,7 +18,10 @@ use std::time::Duration;
 /// trusted; and probe's sha256.
 fn untrusted_probe(port: u16) -> (tempfile::TempDir, String) {
     let state = tempfile::tempdir().unwrap();
-    let config = format!("default = \"local\"\n[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n", base_url(port));
+    let config = format!(
+        "default = \"local\"\n[backends.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\n",
+        base_url(port)
+    );
     std::fs::write(state.path().join("factory.toml"), config).unwrap();
     common::register_trusted_probe(state.path());
     let probe = common::component("probe");
@@ -64,7 +67,12 @@ async fn approve_once_runs_it_and_the_next_run_asks_again() {
     assert!(asked[2].contains("factory: greeter") && asked[2].contains("operation: author"), "{}", asked[2]);
     assert!(asked[2].contains("phases: Greet"), "{}", asked[2]);
     assert_eq!(report["author"]["isError"], false, "{report:#}");
-    let names: Vec<&str> = report["list"]["structured"]["factories"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = report["list"]["structured"]["factories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
     assert!(names.contains(&"greeter"), "{names:?}");
     assert_eq!(server.requests(), 4, "two runs of two agents");
     assert!(!trusted(state.path()).contains(&hash), "once is not always");
@@ -97,7 +105,12 @@ async fn decline_starts_nothing_and_says_so() {
             assert!(report[refused]["text"].as_str().unwrap().contains("nothing started"), "{report:#}");
         }
         assert_eq!(report["runs"]["structured"]["runs"].as_array().map(Vec::len), Some(0), "no run exists: {report:#}");
-        let names: Vec<&str> = report["list"]["structured"]["factories"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = report["list"]["structured"]["factories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
         assert!(!names.contains(&"greeter"), "a declined body is not registered: {names:?}");
     }
     assert_eq!(server.requests(), 0, "no backend call");

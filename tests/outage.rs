@@ -50,8 +50,17 @@ async fn each_kind_of_outage_stops_the_attempt_and_a_plain_resume_retries_only_t
         write_config(state.path(), server.port(), false, "");
         let n = 8;
         let run = [
-            "run", &probe(), "--yes", "--backend", "local", "--args", &fanout(n), "--max-concurrent-subagents", "1",
-            "--json", "-q",
+            "run",
+            &probe(),
+            "--yes",
+            "--backend",
+            "local",
+            "--args",
+            &fanout(n),
+            "--max-concurrent-subagents",
+            "1",
+            "--json",
+            "-q",
         ];
         let out = factory(state.path(), &run, &[]).await;
         assert_eq!(out.status.code(), Some(1), "HTTP {status}: {}", stderr(&out));
@@ -129,8 +138,19 @@ async fn kill_9_mid_fan_out_then_a_plain_resume_finishes_on_the_same_server_with
     let events = state.path().join("events.jsonl");
     let component = common::component("review-changed").display().to_string();
     let run = [
-        "run", &component, "--yes", "--backend", "local", "--args", &args, "--max-total-subagents", "50",
-        "--events", events.to_str().unwrap(), "--json", "-q",
+        "run",
+        &component,
+        "--yes",
+        "--backend",
+        "local",
+        "--args",
+        &args,
+        "--max-total-subagents",
+        "50",
+        "--events",
+        events.to_str().unwrap(),
+        "--json",
+        "-q",
     ];
     let mut cmd = factory_cmd(state.path(), &run);
     cmd.env_remove("FACTORY_CONFIG").stdout(Stdio::null()).stderr(Stdio::null());
@@ -203,7 +223,8 @@ async fn a_budgeted_run_on_an_unpriced_model_is_refused_before_any_spawn() {
     let remote = "[backends.local]\nkind = \"openai\"\nbase_url = \"http://192.0.2.1:9/v1\"\nmodel = \"m-test\"\n\
                   max_retries = 0\ntimeout_seconds = 5\n";
     std::fs::write(state.path().join("factory.toml"), remote).unwrap();
-    let run = ["run", &probe(), "--yes", "--backend", "local", "--args", &fanout(3), "--max-ai-credits", "5", "--json", "-q"];
+    let run =
+        ["run", &probe(), "--yes", "--backend", "local", "--args", &fanout(3), "--max-ai-credits", "5", "--json", "-q"];
     let out = factory(state.path(), &run, &[]).await;
     let envelope = stdout_json(&out);
     assert_eq!(envelope["failure"]["type"], "factory_limit_reached", "{envelope:#}");
@@ -281,8 +302,19 @@ async fn a_resume_whose_backend_cannot_be_built_fails_before_an_attempt_starts()
     write_config(state.path(), server.port(), false, "api_key_env = \"FAKE_OPENAI_KEY\"");
     // Stopped by its total cap after 2 of 4 calls.
     let run = [
-        "run", &probe(), "--yes", "--backend", "local", "--args", &fanout(4), "--max-total-subagents", "2",
-        "--max-concurrent-subagents", "1", "--json", "-q",
+        "run",
+        &probe(),
+        "--yes",
+        "--backend",
+        "local",
+        "--args",
+        &fanout(4),
+        "--max-total-subagents",
+        "2",
+        "--max-concurrent-subagents",
+        "1",
+        "--json",
+        "-q",
     ];
     let out = factory(state.path(), &run, &[("FAKE_OPENAI_KEY", "sk-test")]).await;
     let envelope = stdout_json(&out);
@@ -296,7 +328,11 @@ async fn a_resume_whose_backend_cannot_be_built_fails_before_an_attempt_starts()
     let resume = ["resume", &id, "--yes", "--max-total-subagents", "10", "--json", "-q"];
     let out = factory(state.path(), &resume, &[]).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("backend_unavailable") && stderr(&out).contains("FAKE_OPENAI_KEY"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("backend_unavailable") && stderr(&out).contains("FAKE_OPENAI_KEY"),
+        "{}",
+        stderr(&out)
+    );
 
     // The config entry is gone: refused, naming the backend; nothing fell back to dry-run.
     std::fs::remove_file(state.path().join("factory.toml")).unwrap();
@@ -381,7 +417,8 @@ async fn a_library_resume_never_falls_back_to_the_hosts_default_backend() {
     assert_eq!(e.code(), factory_host::ErrorCode::BackendUnavailable);
     assert_eq!(host.envelope("default", &id).await.unwrap().attempts, 1, "no attempt started");
     // Handed the backend again, it continues where it stopped.
-    let options = ResumeOptions { limits: raise(), backend: Some(Arc::new(Shared(counting.clone()))), ..Default::default() };
+    let options =
+        ResumeOptions { limits: raise(), backend: Some(Arc::new(Shared(counting.clone()))), ..Default::default() };
     assert_eq!(host.resume(&id, options).await.unwrap().status, RunStatus::Completed);
     assert_eq!(counting.total(), 3);
 }
@@ -417,7 +454,8 @@ async fn a_thousand_agent_fan_out_against_a_dead_server_stops_at_the_first_outag
     assert_eq!(envelope["failure"]["kind"], "unavailable", "{envelope:#}");
     // The first call that exhausted its retries stopped the attempt and cancelled the
     // others in flight: nothing was journaled, and the resume has all 1,000 calls to make.
-    let shown = stdout_json(&factory(state.path(), &["show", envelope["runId"].as_str().unwrap(), "--json"], &[]).await);
+    let shown =
+        stdout_json(&factory(state.path(), &["show", envelope["runId"].as_str().unwrap(), "--json"], &[]).await);
     assert_eq!(shown["agents"].as_array().map(Vec::len), Some(0), "no call was journaled as an answer");
 }
 
@@ -432,8 +470,19 @@ async fn a_run_spends_up_to_its_credit_budget_then_stops_and_the_spend_carries_o
     );
     std::fs::write(state.path().join("factory.toml"), text).unwrap();
     let run = [
-        "run", &probe(), "--yes", "--backend", "local", "--args", &fanout(6), "--max-ai-credits", "3",
-        "--max-concurrent-subagents", "1", "--json", "-q",
+        "run",
+        &probe(),
+        "--yes",
+        "--backend",
+        "local",
+        "--args",
+        &fanout(6),
+        "--max-ai-credits",
+        "3",
+        "--max-concurrent-subagents",
+        "1",
+        "--json",
+        "-q",
     ];
     let out = factory(state.path(), &run, &[]).await;
     let envelope = stdout_json(&out);
@@ -461,11 +510,17 @@ async fn resume_with_an_untrusted_component_needs_consent() {
     // `--component` names a component that is not trusted: without a terminal or --yes the
     // resume is refused before it starts.
     let edited = common::component("probe").display().to_string();
-    let refused = factory(state.path(), &["resume", &id, "--component", &edited, "--max-total-subagents", "5"], &[]).await;
+    let refused =
+        factory(state.path(), &["resume", &id, "--component", &edited, "--max-total-subagents", "5"], &[]).await;
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("--yes"), "{}", stderr(&refused));
     let shown = stdout_json(&factory(state.path(), &["show", &id, "--json"], &[]).await);
     assert_eq!(shown["attempts"], 1, "nothing started");
-    let out = factory(state.path(), &["resume", &id, "--component", &edited, "--yes", "--max-total-subagents", "5", "--json", "-q"], &[]).await;
+    let out = factory(
+        state.path(),
+        &["resume", &id, "--component", &edited, "--yes", "--max-total-subagents", "5", "--json", "-q"],
+        &[],
+    )
+    .await;
     assert_eq!(stdout_json(&out)["status"], "completed", "{}", stderr(&out));
 }

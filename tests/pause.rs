@@ -24,7 +24,8 @@ const HELD: Duration = Duration::from_secs(3600);
 /// holds every request open (so a pause lands with exactly those results journaled).
 fn server(ok: usize) -> (tokio::runtime::Runtime, FakeOpenAi) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok, then: Box::new(Mode::Answer { latency: HELD }) }));
+    let server =
+        runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok, then: Box::new(Mode::Answer { latency: HELD }) }));
     (runtime, server)
 }
 
@@ -45,7 +46,19 @@ fn any_json(state: &Path, args: &[&str]) -> Value {
 fn detach_probe(state: &Path, args: &Value) -> String {
     let probe = common::component("probe");
     let args = args.to_string();
-    let argv = ["run", probe.to_str().unwrap(), "--yes", "--backend", "local", "--args", &args, "--max-concurrent-subagents", "2", "--detach", "-q"];
+    let argv = [
+        "run",
+        probe.to_str().unwrap(),
+        "--yes",
+        "--backend",
+        "local",
+        "--args",
+        &args,
+        "--max-concurrent-subagents",
+        "2",
+        "--detach",
+        "-q",
+    ];
     let out = factory_in(state, &argv);
     assert!(out.status.success(), "{}", stderr(&out));
     let run_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -90,12 +103,17 @@ fn a_run_paused_from_the_cli_settles_paused_and_resumes_to_completion_paying_no_
     let run_id = detach_probe(state.path(), &json!({"case": "fanout", "n": 10}));
     // Four results journaled, two calls held open.
     wait_for_calls(state.path(), &run_id, 6, 4);
-    let waiter = common::factory_cmd(state.path(), &["wait", &run_id]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let waiter =
+        common::factory_cmd(state.path(), &["wait", &run_id]).stdout(std::process::Stdio::piped()).spawn().unwrap();
 
     let paused = ok_json(state.path(), &["pause", &run_id]);
     assert_eq!(paused["status"], "paused", "{paused:#}");
     assert_eq!(paused["runId"], run_id.as_str());
-    assert_eq!((paused["failure"]["type"].as_str(), paused["failure"]["kind"].as_str()), (Some("paused"), Some("caller")), "{paused:#}");
+    assert_eq!(
+        (paused["failure"]["type"].as_str(), paused["failure"]["kind"].as_str()),
+        (Some("paused"), Some("caller")),
+        "{paused:#}"
+    );
     assert!(paused.get("checkpoint").is_none(), "a caller's pause waits at no checkpoint: {paused:#}");
     assert!(paused.get("result").is_none());
     // `wait` settles on it.
@@ -195,7 +213,8 @@ fn a_run_paused_over_http_resumes_to_completion_and_a_run_not_running_is_refused
     assert_eq!((status, again["code"].as_str()), (409, Some("not_running")), "{again:#}");
 
     server.set(Mode::Answer { latency: Duration::ZERO });
-    let (status, started) = call(reqwest::Method::POST, format!("/api/runs/{run_id}/resume"), Some(json!({"approved": true})));
+    let (status, started) =
+        call(reqwest::Method::POST, format!("/api/runs/{run_id}/resume"), Some(json!({"approved": true})));
     assert_eq!(status, 202, "{started:#}");
     let (_, done) = call(reqwest::Method::GET, format!("/api/runs/{run_id}/wait"), None);
     assert_eq!(done["status"], "completed", "{done:#}");
@@ -219,7 +238,11 @@ fn a_rust_checkpoint_pauses_the_run_and_resume_input_is_the_answer_journaled_acr
     assert_eq!(paused["failure"]["kind"], "checkpoint");
     assert!(paused["failure"]["message"].as_str().unwrap().contains("--input"), "it says how to answer: {paused:#}");
     let show = factory_in(state.path(), &["show", &run_id]);
-    assert!(String::from_utf8_lossy(&show.stdout).contains("waits at:  checkpoint approve"), "{}", String::from_utf8_lossy(&show.stdout));
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains("waits at:  checkpoint approve"),
+        "{}",
+        String::from_utf8_lossy(&show.stdout)
+    );
     assert_eq!(server.requests(), 1, "only the call before the checkpoint ran");
 
     // The service is killed: the run stays paused at its checkpoint (nothing recovers it).
@@ -228,7 +251,11 @@ fn a_rust_checkpoint_pauses_the_run_and_resume_input_is_the_answer_journaled_acr
     let service = Service::start(state.path(), &[]);
     std::thread::sleep(Duration::from_millis(500));
     let still = ok_json(state.path(), &["show", &run_id, "--json"]);
-    assert_eq!((still["status"].as_str(), still["checkpoint"].as_str()), (Some("paused"), Some("approve")), "{still:#}");
+    assert_eq!(
+        (still["status"].as_str(), still["checkpoint"].as_str()),
+        (Some("paused"), Some("approve")),
+        "{still:#}"
+    );
     assert_eq!(still["attempts"], 1, "not resumed by itself: {still:#}");
     assert!(!service.log().contains("recovering run"), "{}", service.log());
 
@@ -240,12 +267,18 @@ fn a_rust_checkpoint_pauses_the_run_and_resume_input_is_the_answer_journaled_acr
     let bad = factory_in(state.path(), &["resume", &run_id, "--yes", "--input", "{nope"]);
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("not JSON"), "{}", stderr(&bad));
-    let done = ok_json(state.path(), &["resume", &run_id, "--yes", "--input", r#"{"approved": true, "note": "ship it"}"#, "--json"]);
+    let done = ok_json(
+        state.path(),
+        &["resume", &run_id, "--yes", "--input", r#"{"approved": true, "note": "ship it"}"#, "--json"],
+    );
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["result"]["answer"], json!({"approved": true, "note": "ship it"}), "{done:#}");
     assert_eq!(done["result"]["plan"], "real answer to: plan the work", "the first call replayed: {done:#}");
     let inner = done["result"]["inner"].as_str().unwrap_or_default();
-    assert!(inner.starts_with("refused: ") && inner.contains("main flow"), "a checkpoint inside parallel is refused: {done:#}");
+    assert!(
+        inner.starts_with("refused: ") && inner.contains("main flow"),
+        "a checkpoint inside parallel is refused: {done:#}"
+    );
     assert_eq!(asked(&server, "plan the work"), 1, "the call before the checkpoint was paid once");
     assert!(done.get("checkpoint").is_none(), "{done:#}");
     service.stop();
@@ -300,14 +333,23 @@ fn a_js_checkpoint_pauses_with_an_abort_error_and_returns_the_answer_on_resume()
     let run_id = paused["runId"].as_str().unwrap().to_string();
     let log = ok_json(state.path(), &["progress", &run_id, "--limit", "1000", "--json"]);
     let lines: Vec<&str> = log.as_array().unwrap().iter().filter_map(|e| e["message"].as_str()).collect();
-    assert!(lines.contains(&"stopped: AbortError/paused/true/paused"), "ctx.pause threw the pause's AbortError and fired ctx.signal: {lines:?}");
+    assert!(
+        lines.contains(&"stopped: AbortError/paused/true/paused"),
+        "ctx.pause threw the pause's AbortError and fired ctx.signal: {lines:?}"
+    );
 
     let done = ok_json(state.path(), &["resume", &run_id, "--yes", "--input", r#"["a", 1]"#, "--json"]);
     assert_eq!(done["status"], "completed", "{done:#}");
     let result = &done["result"];
     assert_eq!(result["answer"], json!(["a", 1]), "{done:#}");
     assert_eq!(result["done"], r#"real answer to: js work: ["a",1]"#);
-    assert!(result["inner"].as_str().unwrap().starts_with("refused: ctx.pause: a checkpoint is not allowed inside ctx.parallel"), "{done:#}");
+    assert!(
+        result["inner"]
+            .as_str()
+            .unwrap()
+            .starts_with("refused: ctx.pause: a checkpoint is not allowed inside ctx.parallel"),
+        "{done:#}"
+    );
     assert_eq!(asked(&server, "js plan"), 1, "the call before the checkpoint was paid once");
 }
 
@@ -347,7 +389,12 @@ fn a_python_checkpoint_pauses_the_run_and_returns_the_answer_on_resume() {
     let out = factory_in(state.path(), &["run", file, "--yes", "--backend", "local", "--json"]);
     assert_eq!(out.status.code(), Some(1), "a paused run is no success: {}", stderr(&out));
     let paused = stdout_json(&out);
-    assert_eq!((paused["status"].as_str(), paused["checkpoint"].as_str()), (Some("paused"), Some("approve")), "{paused:#}\n{}", stderr(&out));
+    assert_eq!(
+        (paused["status"].as_str(), paused["checkpoint"].as_str()),
+        (Some("paused"), Some("approve")),
+        "{paused:#}\n{}",
+        stderr(&out)
+    );
     let run_id = paused["runId"].as_str().unwrap().to_string();
     let log = ok_json(state.path(), &["progress", &run_id, "--limit", "1000", "--json"]);
     let lines: Vec<&str> = log.as_array().unwrap().iter().filter_map(|e| e["message"].as_str()).collect();
@@ -358,7 +405,10 @@ fn a_python_checkpoint_pauses_the_run_and_returns_the_answer_on_resume() {
     assert_eq!(done["result"]["answer"], json!({"n": 3}), "{done:#}");
     assert_eq!(done["result"]["done"], "real answer to: py work: {'n': 3}");
     let inner = done["result"]["inner"].as_str().unwrap_or_default();
-    assert!(inner.starts_with("refused: ") && inner.contains("main flow"), "a checkpoint inside parallel is refused: {done:#}");
+    assert!(
+        inner.starts_with("refused: ") && inner.contains("main flow"),
+        "a checkpoint inside parallel is refused: {done:#}"
+    );
     assert_eq!(asked(&server, "py plan"), 1, "the call before the checkpoint was paid once");
 }
 
@@ -381,7 +431,11 @@ export default defineFactory({
     std::fs::write(&file, source).unwrap();
     let out = factory_in(state.path(), &["run", file.to_str().unwrap(), "--yes", "--backend", "local", "--json"]);
     let paused = stdout_json(&out);
-    assert_eq!((paused["status"].as_str(), paused["checkpoint"].as_str()), (Some("paused"), Some("approve")), "{paused:#}");
+    assert_eq!(
+        (paused["status"].as_str(), paused["checkpoint"].as_str()),
+        (Some("paused"), Some("approve")),
+        "{paused:#}"
+    );
     let run_id = paused["runId"].as_str().unwrap().to_string();
     let done = ok_json(state.path(), &["resume", &run_id, "--yes", "--input", r#"{"approved": false}"#, "--json"]);
     assert_eq!(done["result"], json!({"approved": false}), "{done:#}");

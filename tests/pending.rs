@@ -109,7 +109,10 @@ async fn the_per_run_bound_admits_what_fits_and_stops_what_does_not() {
         // The second time too: the first run gave back every byte (else the host's 12 MiB
         // would stop the second one first, with `maxHostPendingAgentBytes`).
         let envelope = host.run(&hostile, megabyte_calls(9)).await.expect("the run exists");
-        assert_eq!(failure_kind(&envelope), (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into())));
+        assert_eq!(
+            failure_kind(&envelope),
+            (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into()))
+        );
     }
 }
 
@@ -126,7 +129,10 @@ async fn calls_started_and_never_waited_for_stay_pending_under_the_same_bound() 
     for _ in 0..2 {
         // Twice: the run that stopped gave its bytes back with its store.
         let envelope = host.run(&hostile, started(9)).await.expect("the run exists");
-        assert_eq!(failure_kind(&envelope), (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into())));
+        assert_eq!(
+            failure_kind(&envelope),
+            (factory_host::FailureType::SandboxLimit, Some("maxPendingAgentBytes".into()))
+        );
     }
     // Within the bound, the run ends with its started calls still pending (ended with it).
     let envelope = host.run(&hostile, started(7)).await.expect("the run exists");
@@ -165,7 +171,10 @@ async fn the_host_wide_bound_stops_the_run_that_crosses_it_and_gives_its_bytes_b
         .await
         .expect("the second run is stopped by the host's bound (hang guard)")
         .expect("the run exists");
-    assert_eq!(failure_kind(&second), (factory_host::FailureType::SandboxLimit, Some("maxHostPendingAgentBytes".into())));
+    assert_eq!(
+        failure_kind(&second),
+        (factory_host::FailureType::SandboxLimit, Some("maxHostPendingAgentBytes".into()))
+    );
     // The first is still waiting on the backend: cancel it.
     assert!(!first.is_finished(), "the first run still waits");
     let runs = host.runs(factory_host::DEFAULT_SESSION).await.unwrap();

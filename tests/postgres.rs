@@ -26,7 +26,8 @@ async fn the_postgres_store_conforms() {
     let url = server.database("conformance");
     let open = move || {
         let url = url.clone();
-        async move { Ok(Arc::new(PgStore::connect(&url, options("conformance-worker")).await?) as Arc<dyn Store>) }.boxed()
+        async move { Ok(Arc::new(PgStore::connect(&url, options("conformance-worker")).await?) as Arc<dyn Store>) }
+            .boxed()
     };
     conformance::run_all(open).await;
 }
@@ -35,7 +36,10 @@ async fn the_postgres_store_conforms() {
 async fn a_run_another_live_worker_claimed_to_resume_is_not_removed() {
     let server = Postgres::start();
     let url = server.database("remove");
-    let (a, b) = (PgStore::connect(&url, options("wa")).await.expect("a connects"), PgStore::connect(&url, options("wb")).await.expect("b connects"));
+    let (a, b) = (
+        PgStore::connect(&url, options("wa")).await.expect("a connects"),
+        PgStore::connect(&url, options("wb")).await.expect("b connects"),
+    );
     let run = "0190f0f0-0000-7000-8000-0000000000aa";
     let mut record = conformance::record(run, "default", RunStatus::Halted);
     a.put_run(&mut record, true).await.expect("put_run");
@@ -58,15 +62,24 @@ async fn a_newer_schema_is_refused_and_migrations_run_once() {
     let (a, b) = (a.expect("worker 1 connects"), b.expect("worker 2 connects"));
     use factory_host::store::postgres::schema::SCHEMA_VERSION;
     let applied = (1..=SCHEMA_VERSION).map(|v| v.to_string()).collect::<Vec<_>>().join(",");
-    assert_eq!(server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"), applied, "each migration applied once");
+    assert_eq!(
+        server.psql("schema", "SELECT string_agg(version::text, ',' ORDER BY version) FROM factory_schema"),
+        applied,
+        "each migration applied once"
+    );
     assert_eq!(server.psql("schema", "SELECT count(*) FROM workers"), "2", "both registered");
     drop((a, b));
     server.psql("schema", &format!("INSERT INTO factory_schema (version) VALUES ({})", SCHEMA_VERSION + 1));
     match PgStore::connect(&url, options("w3")).await {
-        Err(StoreError::Version { found, expected }) if found == SCHEMA_VERSION as u64 + 1 && expected == SCHEMA_VERSION as u64 => {}
+        Err(StoreError::Version { found, expected })
+            if found == SCHEMA_VERSION as u64 + 1 && expected == SCHEMA_VERSION as u64 => {}
         other => panic!("a newer schema must be refused with a version error, got {other:?}"),
     }
-    assert_eq!(server.psql("schema", "SELECT count(*) FROM workers WHERE id = 'w3'"), "0", "a refused worker registers nothing");
+    assert_eq!(
+        server.psql("schema", "SELECT count(*) FROM workers WHERE id = 'w3'"),
+        "0",
+        "a refused worker registers nothing"
+    );
 }
 
 #[tokio::test]
@@ -84,7 +97,11 @@ async fn a_fenced_worker_commits_nothing() {
     let cause = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<StoreError>()).expect("a store error");
     assert!(matches!(cause, StoreError::Fenced { worker, .. } if worker == "zombie"), "{cause:?}");
     assert!(store.put_step(run, "later", "3", 3).is_err(), "once fenced, writes are refused at once");
-    assert_eq!(server.psql("fencing", "SELECT string_agg(convert_from(key, 'UTF8'), ',') FROM steps"), "before", "nothing after the fence");
+    assert_eq!(
+        server.psql("fencing", "SELECT string_agg(convert_from(key, 'UTF8'), ',') FROM steps"),
+        "before",
+        "nothing after the fence"
+    );
 
     // An expired lease fences too, even before anyone raises the generation.
     let url = server.database("expiry");
@@ -99,7 +116,11 @@ async fn a_fenced_worker_commits_nothing() {
 async fn a_window_of_puts_is_one_transaction_and_the_worker_renews_its_lease() {
     let server = Postgres::start();
     let url = server.database("group");
-    let opts = PgOptions { commit_window: Duration::from_secs(2), lease: Duration::from_millis(900), ..PgOptions::new("grouper") };
+    let opts = PgOptions {
+        commit_window: Duration::from_secs(2),
+        lease: Duration::from_millis(900),
+        ..PgOptions::new("grouper")
+    };
     let store = PgStore::connect(&url, opts).await.expect("connects");
     let commits = store.writer_stats().commits.load(std::sync::atomic::Ordering::SeqCst);
     // 200 writes: fewer than a batch that is committed without waiting out the window.
@@ -109,9 +130,17 @@ async fn a_window_of_puts_is_one_transaction_and_the_worker_renews_its_lease() {
         store.put_agent("r", &format!("{i:08x}"), Some("\"ok\""), i).expect("put");
     }
     Journal::flush(&store).await.expect("flush");
-    assert_eq!(store.writer_stats().commits.load(std::sync::atomic::Ordering::SeqCst) - commits, 1, "one commit for the window");
+    assert_eq!(
+        store.writer_stats().commits.load(std::sync::atomic::Ordering::SeqCst) - commits,
+        1,
+        "one commit for the window"
+    );
     assert_eq!(server.psql("group", "SELECT count(*) FROM steps"), "50");
-    assert_eq!(server.psql("group", "SELECT convert_from(value, 'UTF8') FROM steps WHERE key = 'k7'::bytea"), "57", "the last put wins");
+    assert_eq!(
+        server.psql("group", "SELECT convert_from(value, 'UTF8') FROM steps WHERE key = 'k7'::bytea"),
+        "57",
+        "the last put wins"
+    );
     assert_eq!(server.psql("group", "SELECT count(*) FROM agents"), "100");
     assert_eq!(server.psql("group", "SELECT bytes FROM journal_usage WHERE run_id = 'r'"), "99");
     // Past several lease lengths, the renewal task kept the lease: commits still land.
@@ -155,11 +184,21 @@ async fn two_workers_take_from_one_flow_budget() {
     use factory_host::store::queue::FlowRates;
     let server = Postgres::start();
     let url = server.database("budget");
-    let (a, b) = (PgStore::connect(&url, options("wa")).await.expect("a connects"), PgStore::connect(&url, options("wb")).await.expect("b connects"));
+    let (a, b) = (
+        PgStore::connect(&url, options("wa")).await.expect("a connects"),
+        PgStore::connect(&url, options("wb")).await.expect("b connects"),
+    );
     let (qa, qb) = (a.run_queue().expect("a queue"), b.run_queue().expect("b queue"));
     let key = "openai http://127.0.0.1:1/v1 nokey".to_string();
     // One request a minute, a bucket of 4: the refill is too slow to matter in this test.
-    let rates = FlowRates { requests: Some(1.0 / 60.0), request_burst: 4.0, tokens: None, token_burst: 1.0, requests_left: 4.0, tokens_left: 1.0 };
+    let rates = FlowRates {
+        requests: Some(1.0 / 60.0),
+        request_burst: 4.0,
+        tokens: None,
+        token_burst: 1.0,
+        requests_left: 4.0,
+        tokens_left: 1.0,
+    };
     let mut taken = 0;
     for i in 0..8 {
         let queue = if i % 2 == 0 { qa } else { qb };
@@ -169,12 +208,22 @@ async fn two_workers_take_from_one_flow_budget() {
     }
     assert_eq!(taken, 4, "one bucket of 4 for both workers");
     let wait = qb.take_flow_budget(key.clone(), rates, 100.0).await.expect("a take").expect("a wait");
-    assert!(wait > Duration::from_secs(1) && wait <= Duration::from_secs(60), "about a minute for the next request: {wait:?}");
+    assert!(
+        wait > Duration::from_secs(1) && wait <= Duration::from_secs(60),
+        "about a minute for the next request: {wait:?}"
+    );
     assert_eq!(server.psql("budget", "SELECT count(*) FROM flow_budgets"), "1", "one row per flow");
 
     // Another flow, closed by worker a for a minute: worker b waits about that long.
     let other = "openai http://127.0.0.1:2/v1 nokey".to_string();
-    let fast = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1000.0), token_burst: 1000.0, requests_left: 1e9, tokens_left: 1e9 };
+    let fast = FlowRates {
+        requests: Some(1000.0),
+        request_burst: 1000.0,
+        tokens: Some(1000.0),
+        token_burst: 1000.0,
+        requests_left: 1e9,
+        tokens_left: 1e9,
+    };
     assert_eq!(qb.take_flow_budget(other.clone(), fast, 10.0).await.expect("a take"), None, "a new budget is full");
     qa.close_flow_budget(other.clone(), Duration::from_secs(60)).await.expect("a close");
     qa.close_flow_budget(other.clone(), Duration::from_secs(1)).await.expect("a shorter close");
@@ -195,9 +244,20 @@ async fn two_workers_take_from_one_flow_budget() {
     let wait = qa.take_flow_budget("openai http://127.0.0.1:4/v1 nokey".into(), empty, 10.0).await.expect("a take");
     assert!(wait.is_some_and(|w| w > Duration::from_secs(1)), "started empty: {wait:?}");
     // A call of more tokens than the bucket holds waits for a full bucket, then goes.
-    let small = FlowRates { requests: Some(1000.0), request_burst: 1000.0, tokens: Some(1.0 / 60.0), token_burst: 50.0, requests_left: 1000.0, tokens_left: 50.0 };
+    let small = FlowRates {
+        requests: Some(1000.0),
+        request_burst: 1000.0,
+        tokens: Some(1.0 / 60.0),
+        token_burst: 50.0,
+        requests_left: 1000.0,
+        tokens_left: 50.0,
+    };
     let third = "anthropic http://127.0.0.1:3 nokey".to_string();
-    assert_eq!(qa.take_flow_budget(third.clone(), small, 500.0).await.expect("a take"), None, "a full bucket admits a big call");
+    assert_eq!(
+        qa.take_flow_budget(third.clone(), small, 500.0).await.expect("a take"),
+        None,
+        "a full bucket admits a big call"
+    );
     let wait = qb.take_flow_budget(third.clone(), small, 10.0).await.expect("a take").expect("no tokens left");
     assert!(wait > Duration::from_secs(600), "the bucket owes 450 tokens at one a minute: {wait:?}");
     // The call used 40 tokens, not 500: trued up, the bucket holds 10 again, and no more than
@@ -205,7 +265,11 @@ async fn two_workers_take_from_one_flow_budget() {
     qb.true_up_flow_budget(third.clone(), 460.0).await.expect("a true-up");
     assert_eq!(qa.take_flow_budget(third.clone(), small, 10.0).await.expect("a take"), None, "10 tokens there again");
     qa.true_up_flow_budget(third.clone(), 1e9).await.expect("a true-up");
-    assert_eq!(server.psql("budget", &format!("SELECT tokens FROM flow_budgets WHERE key = '{third}'")), "50", "capped at the size");
+    assert_eq!(
+        server.psql("budget", &format!("SELECT tokens FROM flow_budgets WHERE key = '{third}'")),
+        "50",
+        "capped at the size"
+    );
 }
 
 /// Two `factory serve --store` workers (`--max-runs 1`: each executes one of the two runs)
@@ -219,10 +283,18 @@ async fn two_workers_take_from_one_flow_budget() {
 fn two_workers_share_one_flow_budget_for_one_backend() {
     use common::throttling::Limits;
     const RATE: usize = 20;
-    let counts = fan_outs_on_two_workers("flowshare", Limits::rps(RATE as f64), &format!("requests_per_minute = {}", RATE * 60), 60);
+    let counts = fan_outs_on_two_workers(
+        "flowshare",
+        Limits::rps(RATE as f64),
+        &format!("requests_per_minute = {}", RATE * 60),
+        60,
+    );
     assert!(counts.throttled_share() <= 0.10, "one budget for both workers, few 429s: {counts:?}");
     // A full bucket and a second's refill in the first second; never more after.
-    assert!(counts.max_received_per_second <= 2 * RATE + 8, "the workers together kept the provider's rate: {counts:?}");
+    assert!(
+        counts.max_received_per_second <= 2 * RATE + 8,
+        "the workers together kept the provider's rate: {counts:?}"
+    );
 }
 
 /// The same with nothing configured: each worker learns the provider's rate from its
@@ -257,7 +329,12 @@ fn two_workers_share_one_token_budget() {
 /// with `limits` and `extra` lines in its config: a fan-out of `n` agents (64 at once)
 /// started through each, checked to execute on both workers at once and to complete with
 /// every agent answered once; what the provider counted.
-fn fan_outs_on_two_workers(db: &str, limits: common::throttling::Limits, extra: &str, n: u32) -> common::throttling::Counts {
+fn fan_outs_on_two_workers(
+    db: &str,
+    limits: common::throttling::Limits,
+    extra: &str,
+    n: u32,
+) -> common::throttling::Counts {
     use common::service::Service;
     use common::throttling::Throttling;
 
@@ -288,7 +365,9 @@ fn fan_outs_on_two_workers(db: &str, limits: common::throttling::Limits, extra: 
     let mut owners = 0;
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while owners < 2 && std::time::Instant::now() < deadline {
-        owners = owners.max(server.psql(db, "SELECT count(DISTINCT owner) FROM runs WHERE owner IS NOT NULL").parse().unwrap_or(0));
+        owners = owners.max(
+            server.psql(db, "SELECT count(DISTINCT owner) FROM runs WHERE owner IS NOT NULL").parse().unwrap_or(0),
+        );
         if server.psql(db, "SELECT count(*) FROM runs WHERE status = 'completed'") == "2" {
             break;
         }
@@ -329,7 +408,10 @@ fn serve_on_postgres_recovers_a_run_after_kill_9_paying_no_journaled_call_twice(
     // Trust authentication ignores the password: it is here to be kept out of every log.
     let url = format!("postgres://postgres:s3cret-pw@127.0.0.1:{}/serve", server.port());
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 4, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen {
+        ok: 4,
+        then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }),
+    }));
     let state = tempfile::tempdir().expect("a state dir");
     write_config(state.path(), fake.port(), false, "");
     let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
@@ -339,7 +421,8 @@ fn serve_on_postgres_recovers_a_run_after_kill_9_paying_no_journaled_call_twice(
     let service = Service::start(state.path(), &args);
     let api = Api::of(state.path(), &service.log());
     let probe = common::component("probe");
-    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    let (status, registered) =
+        runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
     assert!(status == 200 || status == 201, "{status} {registered:#}");
     assert_eq!(server.psql("serve", "SELECT count(*) FROM factories"), "1", "registered in the database");
     let start = json!({"name": "probe", "args": {"case": "fanout", "n": 10}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
@@ -349,10 +432,19 @@ fn serve_on_postgres_recovers_a_run_after_kill_9_paying_no_journaled_call_twice(
 
     // Four answers journaled, two calls held open: kill the service there.
     let labels = |entries: &[Value], pred: &dyn Fn(&Value) -> bool| -> BTreeSet<String> {
-        entries.iter().filter(|e| pred(e)).filter_map(|e| e["label"].as_str()).map(|l| format!("task {}", l.trim_start_matches("t:"))).collect()
+        entries
+            .iter()
+            .filter(|e| pred(e))
+            .filter_map(|e| e["label"].as_str())
+            .map(|l| format!("task {}", l.trim_start_matches("t:")))
+            .collect()
     };
     let progress = |api: &Api| -> Vec<Value> {
-        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+        let (status, page) = runtime.block_on(api.call(
+            reqwest::Method::GET,
+            &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"),
+            None,
+        ));
         assert_eq!(status, 200, "{page:#}");
         page.as_array().cloned().expect("a page of progress")
     };
@@ -368,7 +460,11 @@ fn serve_on_postgres_recovers_a_run_after_kill_9_paying_no_journaled_call_twice(
         std::thread::sleep(Duration::from_millis(20));
     }
     let log = service.kill();
-    assert_eq!(server.psql("serve", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "running", "killed mid-run");
+    assert_eq!(
+        server.psql("serve", &format!("SELECT status FROM runs WHERE id = '{run_id}'")),
+        "running",
+        "killed mid-run"
+    );
     let journaled = server.psql("serve", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"));
     assert_eq!(journaled, "4", "the four answers are in the database");
 
@@ -389,7 +485,8 @@ fn serve_on_postgres_recovers_a_run_after_kill_9_paying_no_journaled_call_twice(
 
     // Only the two calls in flight at the kill were asked twice.
     let asked = fake.asked();
-    let twice: Vec<String> = (0..10).map(|i| format!("task {i}")).filter(|p| asked.iter().filter(|a| *a == p).count() == 2).collect();
+    let twice: Vec<String> =
+        (0..10).map(|i| format!("task {i}")).filter(|p| asked.iter().filter(|a| *a == p).count() == 2).collect();
     assert_eq!(twice.len(), 2, "asked: {asked:?}");
     for i in 0..10 {
         let prompt = format!("task {i}");
@@ -417,18 +514,27 @@ fn two_workers_starting_together_recover_an_interrupted_run_once() {
     let server = Postgres::start();
     let url = server.database("race");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 4, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
-    let states = [tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir"), tempfile::tempdir().expect("a state dir")];
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen {
+        ok: 4,
+        then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }),
+    }));
+    let states = [
+        tempfile::tempdir().expect("a state dir"),
+        tempfile::tempdir().expect("a state dir"),
+        tempfile::tempdir().expect("a state dir"),
+    ];
     for state in &states {
         write_config(state.path(), fake.port(), false, "");
         let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
-        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}"))
+            .expect("the config");
     }
     let args = ["--store", url.as_str(), "--http", "127.0.0.1:0"];
     let one = Service::start(states[0].path(), &args);
     let api1 = Api::of(states[0].path(), &one.log());
     let probe = common::component("probe");
-    let (status, registered) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    let (status, registered) =
+        runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
     assert!(status == 200 || status == 201, "{status} {registered:#}");
     let start = json!({"name": "probe", "args": {"case": "fanout", "n": 10}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
     let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
@@ -437,11 +543,17 @@ fn two_workers_starting_together_recover_an_interrupted_run_once() {
 
     // Four answers journaled, two calls held open: kill worker 1 there.
     let progress = |api: &Api| -> Vec<Value> {
-        let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+        let (status, page) = runtime.block_on(api.call(
+            reqwest::Method::GET,
+            &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"),
+            None,
+        ));
         assert_eq!(status, 200, "{page:#}");
         page.as_array().cloned().expect("a page of progress")
     };
-    let count = |entries: &[Value], event: &str| entries.iter().filter(|e| e["event"] == event && (event != "agentFinished" || e["status"] == "ok")).count();
+    let count = |entries: &[Value], event: &str| {
+        entries.iter().filter(|e| e["event"] == event && (event != "agentFinished" || e["status"] == "ok")).count()
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
         let entries = progress(&api1);
@@ -452,8 +564,16 @@ fn two_workers_starting_together_recover_an_interrupted_run_once() {
         std::thread::sleep(Duration::from_millis(20));
     }
     one.kill();
-    assert_eq!(server.psql("race", &format!("SELECT status FROM runs WHERE id = '{run_id}'")), "running", "killed mid-run");
-    assert_eq!(server.psql("race", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")), "4", "four answers journaled");
+    assert_eq!(
+        server.psql("race", &format!("SELECT status FROM runs WHERE id = '{run_id}'")),
+        "running",
+        "killed mid-run"
+    );
+    assert_eq!(
+        server.psql("race", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")),
+        "4",
+        "four answers journaled"
+    );
     let journaled: BTreeSet<String> = fake.answered().into_iter().collect();
     assert_eq!(journaled.len(), 4, "the answered prompts are the journaled ones: {journaled:?}");
 
@@ -474,7 +594,8 @@ fn two_workers_starting_together_recover_an_interrupted_run_once() {
     // repair left it (`halted`, interrupted): waited again past that.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let done = loop {
-        let (status, done) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        let (status, done) =
+            runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
         assert_eq!(status, 200, "{done:#}");
         if done["status"] != "halted" || std::time::Instant::now() >= deadline {
             break done;
@@ -486,8 +607,16 @@ fn two_workers_starting_together_recover_an_interrupted_run_once() {
     assert_eq!(done["attempts"], 2, "resumed once: {done:#}\n{}\n{}", two.log(), three.log());
     let logs = [two.stop(), three.stop()];
     let resumed = format!("factory serve: recovering run {run_id}");
-    assert_eq!(logs.iter().filter(|log| log.contains(&resumed)).count(), 1, "exactly one worker resumes the run: {logs:#?}");
-    assert_eq!(server.psql("race", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{run_id}'")), "completed -", "ended, owned by no worker");
+    assert_eq!(
+        logs.iter().filter(|log| log.contains(&resumed)).count(),
+        1,
+        "exactly one worker resumes the run: {logs:#?}"
+    );
+    assert_eq!(
+        server.psql("race", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{run_id}'")),
+        "completed -",
+        "ended, owned by no worker"
+    );
 
     // Every prompt reached the backend; only the two in flight at the kill twice, and no
     // journaled one again.
@@ -496,7 +625,11 @@ fn two_workers_starting_together_recover_an_interrupted_run_once() {
         let prompt = format!("task {i}");
         let times = asked.iter().filter(|a| **a == prompt).count();
         let most = if journaled.contains(&prompt) { 1 } else { 2 };
-        assert!((1..=most).contains(&times), "`{prompt}` asked {times} times (journaled: {}): {asked:?}", journaled.contains(&prompt));
+        assert!(
+            (1..=most).contains(&times),
+            "`{prompt}` asked {times} times (journaled: {}): {asked:?}",
+            journaled.contains(&prompt)
+        );
     }
     assert_eq!(asked.len(), 12, "ten calls and the two in flight at the kill: {asked:?}");
 }
@@ -530,9 +663,17 @@ impl Api {
         Api { base, token }
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
         // Bounded: a call that never answers (a `wait` that never ends) fails the test.
-        let mut request = reqwest::Client::new().request(method, format!("{}{path}", self.base)).bearer_auth(&self.token).timeout(Duration::from_secs(300));
+        let mut request = reqwest::Client::new()
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(300));
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -559,7 +700,10 @@ fn serve_refuses_an_unreachable_store_without_printing_its_password() {
     assert_eq!(stderr.matches("Connection refused").count(), 1, "{stderr}");
     // And a warning: a password in a URL on the command line is readable by other users.
     let (warning, error) = stderr.trim().split_once('\n').expect("a warning, then the error");
-    assert!(warning.contains("warning: the --store URL holds a password") && warning.contains("--store-password-file"), "{stderr}");
+    assert!(
+        warning.contains("warning: the --store URL holds a password") && warning.contains("--store-password-file"),
+        "{stderr}"
+    );
     assert_eq!(error.lines().count(), 1, "{stderr}");
     let out = common::factory_in(state.path(), &["serve", "--store", "/var/lib/not-a-url"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
@@ -583,7 +727,8 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     assert_eq!(server.psql("two", "SELECT count(DISTINCT id) FROM workers"), "2", "two workers");
 
     let probe = common::component("probe");
-    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    let (status, _) =
+        runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
     assert!(status == 200 || status == 201);
     let start = json!({"name": "probe", "args": {"case": "fanout", "n": 4}, "limits": {"maxConcurrentSubagents": 2}, "approved": true});
     let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
@@ -597,15 +742,26 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
 
     // `factory workers`: both workers, live, worker 1 executing the run.
     let pid_of = |log: String| -> i64 {
-        log.lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok()).expect("the pid in the log")
+        log.lines()
+            .find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok())
+            .expect("the pid in the log")
     };
     let out = common::factory_in(states[1].path(), &["workers", "--store", &url, "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let workers = workers.as_array().expect("a list").clone();
     assert_eq!(workers.len(), 2, "{workers:#?}");
-    assert!(workers.iter().all(|w| w["live"] == true && w["leaseSeconds"].as_f64().is_some_and(|s| s > 0.0)), "{workers:#?}");
-    let by_pid = |pid: i64| workers.iter().find(|w| w["pid"] == pid).cloned().unwrap_or_else(|| panic!("no worker with pid {pid}: {workers:#?}"));
+    assert!(
+        workers.iter().all(|w| w["live"] == true && w["leaseSeconds"].as_f64().is_some_and(|s| s > 0.0)),
+        "{workers:#?}"
+    );
+    let by_pid = |pid: i64| {
+        workers
+            .iter()
+            .find(|w| w["pid"] == pid)
+            .cloned()
+            .unwrap_or_else(|| panic!("no worker with pid {pid}: {workers:#?}"))
+    };
     assert_eq!(by_pid(pid_of(one.log()))["runs"], 1, "worker 1 executes the run: {workers:#?}");
     assert_eq!(by_pid(pid_of(one.log()))["runIds"], json!([run_id]), "{workers:#?}");
     assert_eq!(by_pid(pid_of(two.log()))["runs"], 0, "{workers:#?}");
@@ -616,28 +772,42 @@ fn a_run_started_through_one_worker_is_seen_and_cancelled_through_another() {
     // Worker 2 lists it and shows its detail, from the shared store.
     let (status, runs) = runtime.block_on(api2.call(reqwest::Method::GET, "/api/runs", None));
     assert_eq!(status, 200, "{runs:#}");
-    let listed = runs.as_array().expect("a list").iter().find(|r| r["runId"] == run_id.as_str()).cloned().expect("worker 2 lists the run");
+    let listed = runs
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|r| r["runId"] == run_id.as_str())
+        .cloned()
+        .expect("worker 2 lists the run");
     assert_eq!(listed["status"], "running", "{listed:#}");
     let (status, detail) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
     assert_eq!(status, 200, "{detail:#}");
     assert_eq!(detail["factory"], "probe", "{detail:#}");
 
     // Cancelled through worker 2: worker 1 stops it; the cancel answers with the end.
-    let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
+    let (status, cancelled) =
+        runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
     assert_eq!(status, 200, "{cancelled:#}");
     assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}\n{}\n{}", one.log(), two.log());
     let (_, seen) = runtime.block_on(api1.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
     assert_eq!(seen["status"], "cancelled", "worker 1 sees it ended: {seen:#}");
     let (_, waited) = runtime.block_on(api2.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
     assert_eq!(waited["status"], "cancelled", "{waited:#}");
-    assert_eq!(server.psql("two", &format!("SELECT status || ' ' || cancel_requested FROM runs WHERE id = '{run_id}'")), "cancelled false", "the flag is cleared once the run ended");
+    assert_eq!(
+        server.psql("two", &format!("SELECT status || ' ' || cancel_requested FROM runs WHERE id = '{run_id}'")),
+        "cancelled false",
+        "the flag is cleared once the run ended"
+    );
     assert_eq!(fake.asked().len(), 2, "no call after the cancel: {:?}", fake.asked());
     two.stop();
     one.stop();
     // Stopped cleanly: both gave their lease up.
     let out = common::factory_in(states[0].path(), &["workers", "--store", &url, "--json"]);
     let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert!(workers.as_array().is_some_and(|w| w.len() == 2 && w.iter().all(|w| w["live"] == false && w["runs"] == 0)), "{workers:#}");
+    assert!(
+        workers.as_array().is_some_and(|w| w.len() == 2 && w.iter().all(|w| w["live"] == false && w["runs"] == 0)),
+        "{workers:#}"
+    );
 }
 
 /// Pause on a cluster (issue 51): a run is paused through either worker (the one that does
@@ -668,17 +838,22 @@ fn a_run_is_paused_and_resumed_through_either_worker() {
     let out = common::factory_in(_states[0].path(), &["workers", "--store", &server.url("paused"), "--json"]);
     let workers: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let executes = |log: String| -> bool {
-        let pid: i64 = log.lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok()).expect("a pid");
+        let pid: i64 = log
+            .lines()
+            .find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse().ok())
+            .expect("a pid");
         workers.as_array().expect("a list").iter().any(|w| w["pid"] == pid && w["runIds"] == json!([run_id]))
     };
     let (on_one, on_two) = (executes(one.log()), executes(two.log()));
     assert!(on_one != on_two, "one worker executes it: {workers:#}");
     let other = if on_one { &apis[1] } else { &apis[0] };
-    let (status, paused) = runtime.block_on(other.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
+    let (status, paused) =
+        runtime.block_on(other.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
     assert_eq!((status, paused["status"].as_str()), (200, Some("paused")), "{paused:#}\n{}\n{}", one.log(), two.log());
     assert_eq!(paused["failure"]["kind"], "caller", "{paused:#}");
     for api in &apis {
-        let (status, again) = runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
+        let (status, again) =
+            runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/pause"), None));
         assert_eq!((status, again["code"].as_str()), (409, Some("not_running")), "{again:#}");
     }
     assert_eq!(
@@ -691,15 +866,24 @@ fn a_run_is_paused_and_resumed_through_either_worker() {
 
     fake.set(Mode::Answer { latency: Duration::ZERO });
     for api in &apis {
-        let (status, seen) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/envelope"), None));
+        let (status, seen) =
+            runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/envelope"), None));
         assert_eq!((status, seen["status"].as_str()), (200, Some("paused")), "{seen:#}");
     }
-    let (status, started) = runtime.block_on(apis[1].call(reqwest::Method::POST, &format!("/api/runs/{run_id}/resume"), Some(json!({"approved": true}))));
+    let (status, started) = runtime.block_on(apis[1].call(
+        reqwest::Method::POST,
+        &format!("/api/runs/{run_id}/resume"),
+        Some(json!({"approved": true})),
+    ));
     assert_eq!(status, 202, "{started:#}");
     let done = wait_until_completed(&runtime, &apis[1], &run_id, Duration::from_secs(120));
     assert_eq!((done["status"].as_str(), done["result"]["done"].as_u64()), (Some("completed"), Some(6)), "{done:#}");
     for prompt in &answered {
-        assert_eq!(fake.asked().iter().filter(|p| *p == prompt).count(), 1, "`{prompt}` was answered before the pause: never asked again");
+        assert_eq!(
+            fake.asked().iter().filter(|p| *p == prompt).count(),
+            1,
+            "`{prompt}` was answered before the pause: never asked again"
+        );
     }
 
     // A checkpoint reached on one worker, answered through the other.
@@ -710,7 +894,8 @@ fn a_run_is_paused_and_resumed_through_either_worker() {
     let (_, at) = runtime.block_on(apis[0].call(reqwest::Method::GET, &format!("/api/runs/{waiting}/wait"), None));
     assert_eq!((at["status"].as_str(), at["checkpoint"].as_str()), (Some("paused"), Some("approve")), "{at:#}");
     let answer = json!({"approved": true, "input": {"via": "worker 2"}});
-    let (status, _) = runtime.block_on(apis[1].call(reqwest::Method::POST, &format!("/api/runs/{waiting}/resume"), Some(answer)));
+    let (status, _) =
+        runtime.block_on(apis[1].call(reqwest::Method::POST, &format!("/api/runs/{waiting}/resume"), Some(answer)));
     assert_eq!(status, 202);
     let done = wait_until_completed(&runtime, &apis[1], &waiting, Duration::from_secs(120));
     assert_eq!(done["result"]["answer"], json!({"via": "worker 2"}), "{done:#}");
@@ -735,7 +920,9 @@ fn a_run_parked_for_its_quota_is_resumed_by_exactly_one_worker_and_cancelled_thr
     let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: Box::new(spent) }));
     let (_states, [one], [api1]) = workers::<1>(&server, "parked", fake.port(), &[]);
     let run_id = start_fanouts(&runtime, &api1, 1, 6, 2).remove(0);
-    let shown = |api: &Api, run_id: &str| runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None)).1;
+    let shown = |api: &Api, run_id: &str| {
+        runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None)).1
+    };
     let parked = |api: &Api, run_id: &str| {
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
@@ -750,7 +937,10 @@ fn a_run_parked_for_its_quota_is_resumed_by_exactly_one_worker_and_cancelled_thr
     };
     let detail = parked(&api1, &run_id);
     assert!(detail["resumeAt"].is_string(), "{detail:#}");
-    let journaled: usize = server.psql("parked", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")).parse().expect("a count");
+    let journaled: usize = server
+        .psql("parked", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"))
+        .parse()
+        .expect("a count");
     let answered_then = fake.answered().len();
 
     // A second worker starts while the run waits: it arms its own timer for it.
@@ -760,19 +950,37 @@ fn a_run_parked_for_its_quota_is_resumed_by_exactly_one_worker_and_cancelled_thr
     assert!(two.log().contains(&format!("run {run_id} (factory probe, session default) is parked")), "{}", two.log());
     let api2 = Api::of(state2.path(), &two.log());
     let done = wait_until_completed(&runtime, &api2, &run_id, Duration::from_secs(120));
-    assert_eq!(done["status"], "completed", "{done:#}
+    assert_eq!(
+        done["status"],
+        "completed",
+        "{done:#}
 {}
-{}", one.log(), two.log());
+{}",
+        one.log(),
+        two.log()
+    );
     assert_eq!(done["result"]["done"], 6, "{done:#}");
-    assert_eq!(done["attempts"], 2, "resumed once: {done:#}
+    assert_eq!(
+        done["attempts"],
+        2,
+        "resumed once: {done:#}
 {}
-{}", one.log(), two.log());
+{}",
+        one.log(),
+        two.log()
+    );
     let resuming = |log: &str| log.matches("resuming a run parked for its backend's quota").count();
     // Both timers have fired once the run completed well past its reset; one resumed it.
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(resuming(&one.log()) + resuming(&two.log()), 1, "exactly one worker resumes it:
+    assert_eq!(
+        resuming(&one.log()) + resuming(&two.log()),
+        1,
+        "exactly one worker resumes it:
 {}
-{}", one.log(), two.log());
+{}",
+        one.log(),
+        two.log()
+    );
     // The calls answered before the quota ran out and journaled were not asked again.
     assert_eq!(fake.answered().len(), 6 + (answered_then - journaled), "{:?}", fake.answered());
 
@@ -780,12 +988,22 @@ fn a_run_parked_for_its_quota_is_resumed_by_exactly_one_worker_and_cancelled_thr
     fake.set(Mode::QuotaSpent { for_: Some(Duration::from_secs(3600)) });
     let second = start_fanouts(&runtime, &api1, 1, 2, 2).remove(0);
     parked(&api1, &second);
-    let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{second}/cancel"), Some(json!({}))));
+    let (status, cancelled) =
+        runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{second}/cancel"), Some(json!({}))));
     assert_eq!(status, 200, "{cancelled:#}");
-    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}
+    assert_eq!(
+        cancelled["status"],
+        "cancelled",
+        "{cancelled:#}
 {}
-{}", one.log(), two.log());
-    assert_eq!(server.psql("parked", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{second}'")), "cancelled -");
+{}",
+        one.log(),
+        two.log()
+    );
+    assert_eq!(
+        server.psql("parked", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{second}'")),
+        "cancelled -"
+    );
     assert_eq!(shown(&api1, &second)["status"], "cancelled");
     two.stop();
     one.stop();
@@ -806,7 +1024,10 @@ async fn a_postgres_restart_loses_nothing_and_the_worker_goes_on() {
     let mut record = conformance::record("after-restart", "default", RunStatus::Completed);
     store.put_run(&mut record, true).await.expect("a commit after the restart, on a new connection");
     Journal::flush(&store).await.expect("flush");
-    assert_eq!(server.psql("restart", "SELECT string_agg(convert_from(key, 'UTF8'), ',' ORDER BY key) FROM steps"), "after,before");
+    assert_eq!(
+        server.psql("restart", "SELECT string_agg(convert_from(key, 'UTF8'), ',' ORDER BY key) FROM steps"),
+        "after,before"
+    );
     assert_eq!(store.run("after-restart").await.expect("a read after the restart"), Some(record));
     assert!(store.lease_held(), "the lease survived");
 }
@@ -819,7 +1040,9 @@ async fn a_postgres_restart_loses_nothing_and_the_worker_goes_on() {
 async fn a_worker_whose_lease_ran_out_by_its_own_clock_refuses_new_work() {
     let server = Postgres::start();
     let url = server.database("clock");
-    let store = PgStore::connect(&url, PgOptions { lease: Duration::from_millis(600), ..options("clock") }).await.expect("connects");
+    let store = PgStore::connect(&url, PgOptions { lease: Duration::from_millis(600), ..options("clock") })
+        .await
+        .expect("connects");
     assert!(store.writable("r").is_ok() && store.lease_held(), "a fresh lease");
     server.stop();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -840,7 +1063,8 @@ fn a_service_a_front_door_starts_with_factory_store_set_uses_the_database() {
     impl Drop for Stop {
         fn drop(&mut self) {
             if let Some(pid) = self.0 {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+                let _ =
+                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
                 common::service::wait_gone(pid);
             }
         }
@@ -857,7 +1081,11 @@ fn a_service_a_front_door_starts_with_factory_store_set_uses_the_database() {
     let _stop = Stop(Some(common::service::daemon_pid(state.path())));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "no runs yet");
-    assert_eq!(server.psql("auto", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1", "the service is a worker of the database");
+    assert_eq!(
+        server.psql("auto", "SELECT count(*) FROM workers WHERE lease_until > now()"),
+        "1",
+        "the service is a worker of the database"
+    );
     assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
 }
 
@@ -869,7 +1097,8 @@ fn worker_states(count: usize, port: u16) -> Vec<tempfile::TempDir> {
             let state = tempfile::tempdir().expect("a state dir");
             common::fake_openai::write_config(state.path(), port, false, "");
             let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
-            std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+            std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}"))
+                .expect("the config");
             state
         })
         .collect()
@@ -879,12 +1108,18 @@ fn worker_states(count: usize, port: u16) -> Vec<tempfile::TempDir> {
 /// `server`, started one after the other, each with its own state directory (so its own
 /// worker id) whose default backend `local` is the fake OpenAI server on `port`: their state
 /// directories, the services and their HTTP APIs.
-fn workers<const N: usize>(server: &Postgres, db: &str, port: u16, extra: &[&str]) -> ([tempfile::TempDir; N], [common::service::Service; N], [Api; N]) {
+fn workers<const N: usize>(
+    server: &Postgres,
+    db: &str,
+    port: u16,
+    extra: &[&str],
+) -> ([tempfile::TempDir; N], [common::service::Service; N], [Api; N]) {
     let url = server.url(db);
     let states: [tempfile::TempDir; N] = std::array::from_fn(|_| worker_states(1, port).remove(0));
     let mut args = vec!["--store", url.as_str(), "--http", "127.0.0.1:0"];
     args.extend_from_slice(extra);
-    let services: [common::service::Service; N] = std::array::from_fn(|i| common::service::Service::start(states[i].path(), &args));
+    let services: [common::service::Service; N] =
+        std::array::from_fn(|i| common::service::Service::start(states[i].path(), &args));
     let apis = std::array::from_fn(|i| Api::of(states[i].path(), &services[i].log()));
     (states, services, apis)
 }
@@ -894,7 +1129,8 @@ fn workers<const N: usize>(server: &Postgres, db: &str, port: u16, extra: &[&str
 fn start_fanouts(runtime: &tokio::runtime::Runtime, api: &Api, runs: usize, n: u32, concurrent: u32) -> Vec<String> {
     use serde_json::json;
     let probe = common::component("probe");
-    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    let (status, registered) =
+        runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
     assert!(status == 200 || status == 201, "{status} {registered:#}");
     (0..runs)
         .map(|_| {
@@ -908,10 +1144,16 @@ fn start_fanouts(runtime: &tokio::runtime::Runtime, api: &Api, runs: usize, n: u
 
 /// Wait (at most `limit`) through `api` until run `run_id` is no longer running nor halted
 /// (a requeued run is halted until a worker resumes it); its envelope.
-fn wait_until_completed(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &str, limit: Duration) -> serde_json::Value {
+fn wait_until_completed(
+    runtime: &tokio::runtime::Runtime,
+    api: &Api,
+    run_id: &str,
+    limit: Duration,
+) -> serde_json::Value {
     let deadline = std::time::Instant::now() + limit;
     loop {
-        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        let (status, done) =
+            runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
         assert_eq!(status, 200, "{done:#}");
         if done["status"] != "halted" || std::time::Instant::now() >= deadline {
             return done;
@@ -953,7 +1195,8 @@ fn runs_started_through_one_worker_are_claimed_once_by_the_others() {
     let c = Service::start(states[2].path(), &["--store", &url]);
     let runs = start_fanouts(&runtime, &api, 6, 2, 2);
     for run_id in &runs {
-        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        let (status, done) =
+            runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
         assert_eq!(status, 200, "{done:#}");
         assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}\n{}", a.log(), b.log(), c.log());
         assert_eq!(done["result"]["done"], 2, "{done:#}");
@@ -961,7 +1204,12 @@ fn runs_started_through_one_worker_are_claimed_once_by_the_others() {
     }
     let logs = [a.stop(), b.stop(), c.stop()];
     for run_id in &runs {
-        let started: Vec<usize> = (0..3).filter(|&i| logs[i].contains(&format!("run={run_id}")) && logs[i].lines().any(|l| l.contains("starting a queued run") && l.contains(run_id.as_str()))).collect();
+        let started: Vec<usize> = (0..3)
+            .filter(|&i| {
+                logs[i].contains(&format!("run={run_id}"))
+                    && logs[i].lines().any(|l| l.contains("starting a queued run") && l.contains(run_id.as_str()))
+            })
+            .collect();
         assert_eq!(started.len(), 1, "run {run_id} started by exactly one worker: {logs:#?}");
         assert_ne!(started[0], 0, "worker A (--max-runs 0) executes nothing: {logs:#?}");
     }
@@ -985,7 +1233,10 @@ fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
     let url = server.database("reap");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     // Four answers at once, then the next requests are held 40 s (the stopped worker's).
-    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 4, then: Box::new(Mode::Answer { latency: Duration::from_secs(40) }) }));
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen {
+        ok: 4,
+        then: Box::new(Mode::Answer { latency: Duration::from_secs(40) }),
+    }));
     let states = worker_states(3, fake.port());
     let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
     let api = Api::of(states[0].path(), &a.log());
@@ -993,7 +1244,14 @@ fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
     let c = Service::start(states[2].path(), &["--store", &url]);
     let run_id = start_fanouts(&runtime, &api, 1, 10, 2).remove(0);
     let context = || format!("{}\n{}\n{}", a.log(), b.log(), c.log());
-    wait_for_sql(&server, "reap", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "4", Duration::from_secs(120), &context);
+    wait_for_sql(
+        &server,
+        "reap",
+        &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"),
+        "4",
+        Duration::from_secs(120),
+        &context,
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while fake.asked().len() < 6 {
         assert!(std::time::Instant::now() < deadline, "two calls never got in flight: {:?}", fake.asked());
@@ -1002,7 +1260,8 @@ fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
     let owner = server.psql("reap", &format!("SELECT w.id || ' ' || w.pid || ' ' || w.generation FROM runs r JOIN workers w ON w.id = r.owner WHERE r.id = '{run_id}'"));
     let parts: Vec<&str> = owner.split(' ').collect();
     assert_eq!(parts.len(), 3, "the run is owned by a worker: {owner:?}");
-    let (worker, pid, generation) = (parts[0].to_string(), parts[1].parse::<u32>().expect("a pid"), parts[2].parse::<i64>().expect("a generation"));
+    let (worker, pid, generation) =
+        (parts[0].to_string(), parts[1].parse::<u32>().expect("a pid"), parts[2].parse::<i64>().expect("a generation"));
     let logs = context();
     let (stopped, live) = if b.log().contains(&format!("pid {pid},")) { (b, c) } else { (c, b) };
     assert!(stopped.log().contains(&format!("pid {pid},")), "the owner is B or C: {owner}\n{logs}");
@@ -1021,17 +1280,33 @@ fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
     assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}", a.log(), live.log());
     assert_eq!(done["result"]["done"], 10, "{done:#}");
     assert_eq!(done["attempts"], 2, "{done:#}");
-    assert_eq!(server.psql("reap", &format!("SELECT generation FROM workers WHERE id = '{worker}'")), (generation + 1).to_string(), "fenced once");
-    assert!(a.log().contains("fenced workers") || live.log().contains("fenced workers"), "a reaper says so:\n{}\n{}", a.log(), live.log());
+    assert_eq!(
+        server.psql("reap", &format!("SELECT generation FROM workers WHERE id = '{worker}'")),
+        (generation + 1).to_string(),
+        "fenced once"
+    );
+    assert!(
+        a.log().contains("fenced workers") || live.log().contains("fenced workers"),
+        "a reaper says so:\n{}\n{}",
+        a.log(),
+        live.log()
+    );
     let asked = fake.asked();
     assert_eq!(asked.len(), 12, "ten calls and the two in flight at the stop: {asked:?}");
     for prompt in &journaled {
-        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "journaled `{prompt}` was not asked again: {asked:?}");
+        assert_eq!(
+            asked.iter().filter(|p| *p == prompt).count(),
+            1,
+            "journaled `{prompt}` was not asked again: {asked:?}"
+        );
     }
     let once = asked.iter().filter(|p| asked.iter().filter(|q| q == p).count() == 1).count();
     assert_eq!(once, 8, "only the two calls in flight at the stop were asked twice: {asked:?}");
     let record = server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'"));
-    let steps = server.psql("reap", &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'"));
+    let steps = server.psql(
+        "reap",
+        &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'"),
+    );
 
     // Continued: its held calls are answered (40 s after they were asked; the first answer
     // it cannot journal ends its attempt, dropping the other), and it writes nothing and asks
@@ -1044,8 +1319,19 @@ fn the_reaper_fences_a_stopped_worker_and_its_run_finishes_elsewhere() {
     }
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(fake.asked().len(), 12, "the continued worker sends no further request: {:?}", fake.asked());
-    assert_eq!(server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'")), record, "the run's record is untouched");
-    assert_eq!(server.psql("reap", &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'")), steps, "the journal is untouched");
+    assert_eq!(
+        server.psql("reap", &format!("SELECT md5(record) || ' ' || status FROM runs WHERE id = '{run_id}'")),
+        record,
+        "the run's record is untouched"
+    );
+    assert_eq!(
+        server.psql(
+            "reap",
+            &format!("SELECT md5(string_agg(outcome, '' ORDER BY key)) FROM agents WHERE run_id = '{run_id}'")
+        ),
+        steps,
+        "the journal is untouched"
+    );
     assert!(stopped.log().contains("lost its lease"), "the continued worker knows it was fenced: {}", stopped.log());
     stopped.kill();
     live.stop();
@@ -1099,7 +1385,8 @@ fn cluster_caps_hold_under_twenty_runs() {
     };
     let runs = start_fanouts(&runtime, &api, 20, 2, 2);
     for run_id in &runs {
-        let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
+        let (status, done) =
+            runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
         assert_eq!(status, 200, "{done:#}");
         assert_eq!(done["status"], "completed", "{done:#}\n{}\n{}\n{}", a.log(), b.log(), c.log());
     }
@@ -1110,7 +1397,11 @@ fn cluster_caps_hold_under_twenty_runs() {
     let calls = fake.max_in_flight();
     assert!((1..=3).contains(&calls), "{calls} calls in flight at once (backend cap 3)");
     assert_eq!(fake.asked().len(), 40, "each call once");
-    assert_eq!(server.psql("caps", "SELECT count(*) FROM call_slots WHERE holder IS NOT NULL"), "0", "every slot given back");
+    assert_eq!(
+        server.psql("caps", "SELECT count(*) FROM call_slots WHERE holder IS NOT NULL"),
+        "0",
+        "every slot given back"
+    );
     a.stop();
     b.stop();
     c.stop();
@@ -1129,7 +1420,10 @@ fn sigterm_drains_a_worker_and_hands_its_runs_back() {
     let server = Postgres::start();
     let url = server.database("drain");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen {
+        ok: 2,
+        then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }),
+    }));
     let states = worker_states(2, fake.port());
     let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--drain-seconds", "1"]);
     let api = Api::of(states[0].path(), &a.log());
@@ -1137,29 +1431,52 @@ fn sigterm_drains_a_worker_and_hands_its_runs_back() {
     let api_b = Api::of(states[1].path(), &b.log());
     let run_id = start_fanouts(&runtime, &api, 1, 6, 2).remove(0);
     let context = || format!("{}\n{}", a.log(), b.log());
-    wait_for_sql(&server, "drain", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "2", Duration::from_secs(120), &context);
+    wait_for_sql(
+        &server,
+        "drain",
+        &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"),
+        "2",
+        Duration::from_secs(120),
+        &context,
+    );
     let a_id = server.psql("drain", &format!("SELECT owner FROM runs WHERE id = '{run_id}'"));
-    assert_eq!(server.psql("drain", &format!("SELECT pid FROM workers WHERE id = '{a_id}'")), a.log().lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next().map(str::to_string)).unwrap_or_default(), "A executes it");
+    assert_eq!(
+        server.psql("drain", &format!("SELECT pid FROM workers WHERE id = '{a_id}'")),
+        a.log()
+            .lines()
+            .find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next().map(str::to_string))
+            .unwrap_or_default(),
+        "A executes it"
+    );
     let mut answered = fake.answered();
     answered.sort();
     fake.set(Mode::Answer { latency: Duration::ZERO });
 
     // A `wait` through B, open across the drain: the attempt A halts is not its answer.
     let (log, (status, done)) = std::thread::scope(|s| {
-        let waiter = s.spawn(|| runtime.block_on(api_b.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None)));
+        let waiter =
+            s.spawn(|| runtime.block_on(api_b.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None)));
         std::thread::sleep(Duration::from_millis(500));
         (a.stop(), waiter.join().expect("the waiter"))
     });
     assert_eq!(status, 200, "{done:#}");
     assert!(log.contains("factory serve: draining: claiming no more runs"), "{log}");
     assert!(log.contains(&format!("handed 1 run back to the queue: {run_id}")), "{log}");
-    assert_eq!(server.psql("drain", &format!("SELECT lease_until <= now() FROM workers WHERE id = '{a_id}'")), "t", "A gave its lease up");
+    assert_eq!(
+        server.psql("drain", &format!("SELECT lease_until <= now() FROM workers WHERE id = '{a_id}'")),
+        "t",
+        "A gave its lease up"
+    );
     assert_eq!(done["status"], "completed", "{done:#}\n{log}\n{}", b.log());
     assert_eq!(done["result"]["done"], 6, "{done:#}");
     assert_eq!(done["attempts"], 2, "{done:#}");
     let asked = fake.asked();
     for prompt in &answered {
-        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "answered `{prompt}` was not asked again: {asked:?}");
+        assert_eq!(
+            asked.iter().filter(|p| *p == prompt).count(),
+            1,
+            "answered `{prompt}` was not asked again: {asked:?}"
+        );
     }
     assert_eq!(asked.len(), 8, "six calls and the two in flight at the drain's end: {asked:?}");
     b.stop();
@@ -1185,8 +1502,17 @@ fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_
     let api = Api::of(states[0].path(), &a.log());
 
     let first = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
-    assert_eq!(server.psql("serveable", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{first}'")), "pending -", "queued, owned by nobody");
-    let (status, cancelled) = runtime.block_on(api.call(reqwest::Method::POST, &format!("/api/runs/{first}/cancel"), Some(serde_json::json!({}))));
+    assert_eq!(
+        server
+            .psql("serveable", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{first}'")),
+        "pending -",
+        "queued, owned by nobody"
+    );
+    let (status, cancelled) = runtime.block_on(api.call(
+        reqwest::Method::POST,
+        &format!("/api/runs/{first}/cancel"),
+        Some(serde_json::json!({})),
+    ));
     assert_eq!(status, 200, "{cancelled:#}");
     assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}\n{}", a.log());
     assert_eq!(cancelled["attempts"], 0, "{cancelled:#}");
@@ -1211,9 +1537,21 @@ fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_
     assert!(fake.asked().is_empty(), "nothing called yet: {:?}", fake.asked());
     let (status, waiting) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{second}"), None));
     assert_eq!(status, 200, "{waiting:#}");
-    let b_id = server.psql("serveable", &format!("SELECT id FROM workers WHERE pid = {}", b.log().lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next().map(str::to_string)).expect("B's pid")));
+    let b_id = server.psql(
+        "serveable",
+        &format!(
+            "SELECT id FROM workers WHERE pid = {}",
+            b.log()
+                .lines()
+                .find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next().map(str::to_string))
+                .expect("B's pid")
+        ),
+    );
     let error = waiting["error"].as_str().unwrap_or_default();
-    assert!(error.contains("waiting in the queue") && error.contains(&format!("worker {b_id}")) && error.contains("local"), "the run says why it waits: {waiting:#}");
+    assert!(
+        error.contains("waiting in the queue") && error.contains(&format!("worker {b_id}")) && error.contains("local"),
+        "the run says why it waits: {waiting:#}"
+    );
     // Tried again on B's slow poll (every 5 s), not skipped until B restarts.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while b.log().matches("a queued run this worker cannot serve goes back to the queue").count() < 2 {
@@ -1233,8 +1571,16 @@ fn a_queued_run_waits_for_a_worker_that_can_serve_it_and_can_be_cancelled_while_
 /// The prompts answered (`agentFinished` ok, not replayed) in each attempt of a run, read
 /// through `api`: index 0 is attempt 1. An answer journaled in attempt `k` was committed
 /// before that attempt ended.
-fn answered_per_attempt(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &str) -> Vec<std::collections::BTreeSet<String>> {
-    let (status, page) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"), None));
+fn answered_per_attempt(
+    runtime: &tokio::runtime::Runtime,
+    api: &Api,
+    run_id: &str,
+) -> Vec<std::collections::BTreeSet<String>> {
+    let (status, page) = runtime.block_on(api.call(
+        reqwest::Method::GET,
+        &format!("/api/runs/{run_id}/progress?afterSeq=0&limit=1000"),
+        None,
+    ));
     assert_eq!(status, 200, "{page:#}");
     let mut attempts: Vec<std::collections::BTreeSet<String>> = Vec::new();
     for entry in page.as_array().expect("a page of progress") {
@@ -1251,7 +1597,10 @@ fn answered_per_attempt(runtime: &tokio::runtime::Runtime, api: &Api, run_id: &s
 
 /// A field of run `run_id`'s record in database `db` (a `#>>` path such as `envelope,status`).
 fn record_field(server: &Postgres, db: &str, run_id: &str, path: &str) -> String {
-    server.psql(db, &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{{path}}}' FROM runs WHERE id = '{run_id}'"))
+    server.psql(
+        db,
+        &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{{path}}}' FROM runs WHERE id = '{run_id}'"),
+    )
 }
 
 /// PostgreSQL stopped under a worker mid-run for longer than the worker's lease (the bound on
@@ -1272,16 +1621,25 @@ fn a_postgres_outage_past_the_lease_requeues_the_run_and_a_second_one_needs_resu
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(400) }));
     let state = worker_states(1, fake.port()).remove(0);
-    let service = Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-recoveries", "1"]);
+    let service =
+        Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-recoveries", "1"]);
     let api = Api::of(state.path(), &service.log());
     let n = 120;
     let run_id = start_fanouts(&runtime, &api, 1, n, 2).remove(0);
     let journaled = |least: usize| {
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         while record_field(&server, "outage", &run_id, "envelope,status") != "running"
-            || server.psql("outage", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")).parse::<usize>().unwrap_or(0) < least
+            || server
+                .psql("outage", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"))
+                .parse::<usize>()
+                .unwrap_or(0)
+                < least
         {
-            assert!(std::time::Instant::now() < deadline, "the fan-out did not get to {least} answers: {}", service.log());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the fan-out did not get to {least} answers: {}",
+                service.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     };
@@ -1296,20 +1654,41 @@ fn a_postgres_outage_past_the_lease_requeues_the_run_and_a_second_one_needs_resu
 
     // Rejoined, requeued, claimed again and resumed from the journal by the worker itself.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !(record_field(&server, "outage", &run_id, "envelope,attempts") == "2" && record_field(&server, "outage", &run_id, "envelope,status") == "running") {
-        assert!(std::time::Instant::now() < deadline, "the run was not resumed after the outage: {}\n{}", record_field(&server, "outage", &run_id, "envelope"), service.log());
+    while !(record_field(&server, "outage", &run_id, "envelope,attempts") == "2"
+        && record_field(&server, "outage", &run_id, "envelope,status") == "running")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run was not resumed after the outage: {}\n{}",
+            record_field(&server, "outage", &run_id, "envelope"),
+            service.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(record_field(&server, "outage", &run_id, "recoveries"), "1", "an automatic recovery, counted");
-    assert!(service.log().contains("rejoined the store") && service.log().contains("back in the queue"), "{}", service.log());
+    assert!(
+        service.log().contains("rejoined the store") && service.log().contains("back in the queue"),
+        "{}",
+        service.log()
+    );
 
     // The second outage: the bound is reached, the run waits for a caller.
-    let before_second = server.psql("outage", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'")).parse::<usize>().unwrap_or(0);
+    let before_second = server
+        .psql("outage", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"))
+        .parse::<usize>()
+        .unwrap_or(0);
     journaled(before_second + 4);
     outage();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !(record_field(&server, "outage", &run_id, "envelope,status") == "halted" && server.psql("outage", "SELECT count(*) FROM run_queue") == "0") {
-        assert!(std::time::Instant::now() < deadline, "the run did not end halted: {}\n{}", record_field(&server, "outage", &run_id, "envelope"), service.log());
+    while !(record_field(&server, "outage", &run_id, "envelope,status") == "halted"
+        && server.psql("outage", "SELECT count(*) FROM run_queue") == "0")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run did not end halted: {}\n{}",
+            record_field(&server, "outage", &run_id, "envelope"),
+            service.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let (status, halted) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
@@ -1317,11 +1696,17 @@ fn a_postgres_outage_past_the_lease_requeues_the_run_and_a_second_one_needs_resu
     assert_eq!(halted["status"], "halted", "{halted:#}");
     assert_eq!(halted["attempts"], 2, "no third attempt past the bound: {halted:#}");
     let message = halted["failure"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("recovered automatically 1 time") && message.contains(&format!("factory resume {run_id}")), "{halted:#}");
+    assert!(
+        message.contains("recovered automatically 1 time") && message.contains(&format!("factory resume {run_id}")),
+        "{halted:#}"
+    );
     let attempts = answered_per_attempt(&runtime, &api, &run_id);
     let asked_before = fake.asked().len();
 
-    let out = common::factory_cmd(state.path(), &["resume", &run_id, "--yes", "--json"]).env_remove("FACTORY_NO_DAEMON").output().expect("factory resume");
+    let out = common::factory_cmd(state.path(), &["resume", &run_id, "--yes", "--json"])
+        .env_remove("FACTORY_NO_DAEMON")
+        .output()
+        .expect("factory resume");
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), service.log());
     let done: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(done["status"], "completed", "{done:#}\n{}", service.log());
@@ -1333,7 +1718,11 @@ fn a_postgres_outage_past_the_lease_requeues_the_run_and_a_second_one_needs_resu
     let again: Vec<&String> = asked[asked_before..].iter().filter(|p| committed.contains(*p)).collect();
     assert!(again.is_empty(), "prompts committed before the second outage asked again: {again:?}");
     for prompt in &attempts[0] {
-        assert_eq!(asked.iter().filter(|p| *p == prompt).count(), 1, "`{prompt}`, committed before the first outage, asked again: {asked:?}");
+        assert_eq!(
+            asked.iter().filter(|p| *p == prompt).count(),
+            1,
+            "`{prompt}`, committed before the first outage, asked again: {asked:?}"
+        );
     }
     for i in 0..n {
         assert!(asked.contains(&format!("task {i}")), "task {i} never asked");
@@ -1361,10 +1750,20 @@ fn two_workers_losing_their_leases_in_one_outage_each_run_is_resumed_once() {
     let n = 40;
     let runs: Vec<String> = apis.iter().map(|api| start_fanouts(&runtime, api, 1, n, 2).remove(0)).collect();
     let context = || services.iter().map(Service::log).collect::<Vec<_>>().join("\n");
-    let owners: Vec<String> = runs.iter().map(|run| server.psql("outage2", &format!("SELECT coalesce(owner, '-') FROM runs WHERE id = '{run}'"))).collect();
+    let owners: Vec<String> = runs
+        .iter()
+        .map(|run| server.psql("outage2", &format!("SELECT coalesce(owner, '-') FROM runs WHERE id = '{run}'")))
+        .collect();
     assert_ne!(owners[0], owners[1], "each worker executes the run started through it: {owners:?}");
     for run in &runs {
-        wait_for_sql(&server, "outage2", &format!("SELECT count(*) >= 4 FROM agents WHERE run_id = '{run}'"), "t", Duration::from_secs(120), &context);
+        wait_for_sql(
+            &server,
+            "outage2",
+            &format!("SELECT count(*) >= 4 FROM agents WHERE run_id = '{run}'"),
+            "t",
+            Duration::from_secs(120),
+            &context,
+        );
     }
     server.stop();
     std::thread::sleep(Duration::from_secs(14));
@@ -1381,14 +1780,21 @@ fn two_workers_losing_their_leases_in_one_outage_each_run_is_resumed_once() {
     // Each prompt: once for a run that committed it before the outage, at most twice for one
     // that did not (asked during the outage, its answer never committed).
     let asked = fake.asked();
-    let committed: Vec<std::collections::BTreeSet<String>> = runs.iter().map(|run| answered_per_attempt(&runtime, &apis[0], run).remove(0)).collect();
+    let committed: Vec<std::collections::BTreeSet<String>> =
+        runs.iter().map(|run| answered_per_attempt(&runtime, &apis[0], run).remove(0)).collect();
     for i in 0..n {
         let prompt = format!("task {i}");
         let most: usize = committed.iter().map(|c| if c.contains(&prompt) { 1 } else { 2 }).sum();
         let times = asked.iter().filter(|p| **p == prompt).count();
-        assert!((2..=most).contains(&times), "`{prompt}` asked {times} times (at most {most}): {committed:?}\n{asked:?}");
+        assert!(
+            (2..=most).contains(&times),
+            "`{prompt}` asked {times} times (at most {most}): {committed:?}\n{asked:?}"
+        );
     }
-    assert_eq!(server.psql("outage2", "SELECT count(*) FROM runs WHERE status <> 'completed' OR owner IS NOT NULL"), "0");
+    assert_eq!(
+        server.psql("outage2", "SELECT count(*) FROM runs WHERE status <> 'completed' OR owner IS NOT NULL"),
+        "0"
+    );
     assert_eq!(server.psql("outage2", "SELECT count(*) FROM run_queue"), "0");
     for service in services {
         service.stop();
@@ -1416,14 +1822,23 @@ fn a_run_that_keeps_killing_its_worker_ends_halted_after_bounded_recoveries_acro
     for state in &states {
         write_config(state.path(), fake.port(), false, "");
         let config = std::fs::read_to_string(state.path().join("factory.toml")).expect("the config");
-        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}")).expect("the config");
+        std::fs::write(state.path().join("factory.toml"), format!("default = \"local\"\n{config}"))
+            .expect("the config");
     }
     let args = ["--store", url.as_str(), "--http", "127.0.0.1:0", "--max-recoveries", "2"];
-    let field = |run_id: &str, path: &str| server.psql("poison", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{{path}}}' FROM runs WHERE id = '{run_id}'"));
+    let field = |run_id: &str, path: &str| {
+        server.psql(
+            "poison",
+            &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{{path}}}' FROM runs WHERE id = '{run_id}'"),
+        )
+    };
     // Wait until attempt `n` of the run is running (and has asked its backend).
     let running = |run_id: &str, n: u32, log: &dyn Fn() -> String| {
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        while !(field(run_id, "envelope,status") == "running" && field(run_id, "envelope,attempts") == n.to_string() && fake.requests() >= n as usize) {
+        while !(field(run_id, "envelope,status") == "running"
+            && field(run_id, "envelope,attempts") == n.to_string()
+            && fake.requests() >= n as usize)
+        {
             assert!(std::time::Instant::now() < deadline, "attempt {n} did not start: {}", log());
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -1469,7 +1884,10 @@ fn a_run_that_keeps_killing_its_worker_ends_halted_after_bounded_recoveries_acro
     assert_eq!(field(&run_id, "envelope,status"), "halted");
     assert_eq!(field(&run_id, "envelope,attempts"), "3", "no fourth attempt");
     let message = field(&run_id, "envelope,failure,message");
-    assert!(message.contains("recovered automatically 2 times") && message.contains(&format!("factory resume {run_id}")), "{message}");
+    assert!(
+        message.contains("recovered automatically 2 times") && message.contains(&format!("factory resume {run_id}")),
+        "{message}"
+    );
     assert_eq!(fake.requests(), 3, "one call per attempt, none after the bound");
     b.stop();
 }
@@ -1546,9 +1964,17 @@ fn workers_given_one_token_file_accept_the_cluster_token() {
 
     // A token file others can read is refused at start.
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).expect("chmod 644");
-    let out = common::factory_cmd(states[0].path(), &["serve", "--store", &url, "--http", "127.0.0.1:0", "--token-file", &file_arg]).output().expect("factory serve");
+    let out = common::factory_cmd(
+        states[0].path(),
+        &["serve", "--store", &url, "--http", "127.0.0.1:0", "--token-file", &file_arg],
+    )
+    .output()
+    .expect("factory serve");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("readable by others") && stderr.contains("cluster.token"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("readable by others") && stderr.contains("cluster.token"),
+        "{stderr}"
+    );
     assert!(!stderr.contains(token), "{stderr}");
 }
 
@@ -1577,7 +2003,11 @@ fn the_store_comes_from_the_flag_then_the_environment_then_the_config_file() {
         assert!(!out.status.success(), "{stderr}");
         assert!(!stderr.contains("pw-"), "the password never shows: {stderr}");
         assert_eq!(stderr.matches("does not exist").count(), 1, "the cause once: {stderr}");
-        ["from-flag", "from-env", "from-config"].into_iter().find(|name| stderr.contains(&format!("postgres://postgres:***@127.0.0.1:{}/{name}", server.port()))).unwrap_or_else(|| panic!("{stderr}")).to_string()
+        ["from-flag", "from-env", "from-config"]
+            .into_iter()
+            .find(|name| stderr.contains(&format!("postgres://postgres:***@127.0.0.1:{}/{name}", server.port())))
+            .unwrap_or_else(|| panic!("{stderr}"))
+            .to_string()
     };
     let workers = |extra: &[&str]| {
         let mut args = vec!["workers", "--json"];
@@ -1597,14 +2027,18 @@ fn the_store_comes_from_the_flag_then_the_environment_then_the_config_file() {
     assert!(service.log().contains("worker of the store postgres://postgres@127.0.0.1"), "{}", service.log());
     assert_eq!(server.psql("configured", "SELECT count(*) FROM workers WHERE lease_until > now()"), "1");
     assert!(!state.path().join(factory_host::store::STORE_FILE).exists(), "no redb store was made");
-    let out = common::factory_cmd(state.path(), &["workers", "--json"]).env_remove("FACTORY_STORE").output().expect("factory workers");
+    let out = common::factory_cmd(state.path(), &["workers", "--json"])
+        .env_remove("FACTORY_STORE")
+        .output()
+        .expect("factory workers");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#}");
     service.stop();
     // A config `store` that is not a postgres:// URL is refused, shown redacted.
     write_config("mysql://ann:pw-x@db/x");
-    let out = common::factory_cmd(state.path(), &["workers"]).env_remove("FACTORY_STORE").output().expect("factory workers");
+    let out =
+        common::factory_cmd(state.path(), &["workers"]).env_remove("FACTORY_STORE").output().expect("factory workers");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("postgres://") && !stderr.contains("pw-x"), "{stderr}");
 }
@@ -1624,21 +2058,33 @@ fn two_resumes_at_once_through_two_workers_start_one_attempt() {
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_secs(3600) }));
     let (_states, [one, two], [api1, api2]) = workers::<2>(&server, "resumes", fake.port(), &[]);
     let probe = common::component("probe");
-    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    let (status, _) =
+        runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
     assert!(status == 200 || status == 201);
     let start = json!({"name": "probe", "args": {"case": "fanout", "n": 2}, "limits": {"maxConcurrentSubagents": 1}, "approved": true});
     let (status, started) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/runs", Some(start)));
     assert_eq!(status, 202, "{started:#}");
     let run_id = started["runId"].as_str().expect("a run id").to_string();
-    let attempts = || server.psql("resumes", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{envelope,attempts}}' FROM runs WHERE id = '{run_id}'"));
+    let attempts = || {
+        server.psql("resumes", &format!("SELECT convert_from(record, 'UTF8')::jsonb #>> '{{envelope,attempts}}' FROM runs WHERE id = '{run_id}'"))
+    };
     let status_of = || server.psql("resumes", &format!("SELECT status FROM runs WHERE id = '{run_id}'"));
     let cancel = |expected_attempts: u32| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !(status_of() == "running" && attempts() == expected_attempts.to_string() && fake.requests() >= expected_attempts as usize) {
-            assert!(std::time::Instant::now() < deadline, "attempt {expected_attempts} did not start\n{}\n{}", one.log(), two.log());
+        while !(status_of() == "running"
+            && attempts() == expected_attempts.to_string()
+            && fake.requests() >= expected_attempts as usize)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "attempt {expected_attempts} did not start\n{}\n{}",
+                one.log(),
+                two.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        let (status, cancelled) = runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
+        let (status, cancelled) =
+            runtime.block_on(api2.call(reqwest::Method::POST, &format!("/api/runs/{run_id}/cancel"), Some(json!({}))));
         assert_eq!((status, cancelled["status"].as_str()), (200, Some("cancelled")), "{cancelled:#}");
     };
     cancel(1);
@@ -1671,8 +2117,11 @@ async fn one_notification_per_commit_window_names_its_runs() {
     use futures::StreamExt;
     let server = Postgres::start();
     let url = server.database("notify");
-    let store = PgStore::connect(&url, PgOptions { commit_window: Duration::from_millis(200), ..options("notifier") }).await.expect("connects");
-    let (client, mut connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a listening connection");
+    let store = PgStore::connect(&url, PgOptions { commit_window: Duration::from_millis(200), ..options("notifier") })
+        .await
+        .expect("connects");
+    let (client, mut connection) =
+        tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a listening connection");
     let (tx, mut notes) = futures::channel::mpsc::unbounded();
     tokio::spawn(futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx));
     client.batch_execute("LISTEN factory_runs").await.expect("LISTEN");
@@ -1716,7 +2165,8 @@ fn a_run_executing_on_one_worker_is_followed_live_on_another() {
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(500) }));
     let (_states, [one, two], [api1, api2]) = workers::<2>(&server, "live", fake.port(), &[]);
     let probe = common::component("probe");
-    let (status, _) = runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
+    let (status, _) =
+        runtime.block_on(api1.call(reqwest::Method::POST, "/api/factories", Some(json!({"path": probe}))));
     assert!(status == 200 || status == 201);
 
     // Worker 2's event stream, open before the run starts.
@@ -1737,7 +2187,12 @@ fn a_run_executing_on_one_worker_is_followed_live_on_another() {
         text.push_str(&String::from_utf8_lossy(&chunk));
         while let Some(end) = text.find("\n\n") {
             let event: String = text.drain(..end + 2).collect();
-            let (Some(kind), Some(data)) = (event.lines().find_map(|l| l.strip_prefix("event: ")), event.lines().find_map(|l| l.strip_prefix("data: "))) else { continue };
+            let (Some(kind), Some(data)) = (
+                event.lines().find_map(|l| l.strip_prefix("event: ")),
+                event.lines().find_map(|l| l.strip_prefix("data: ")),
+            ) else {
+                continue;
+            };
             let data: Value = serde_json::from_str(data).expect("JSON data");
             if data["runId"] != run_id.as_str() {
                 continue;
@@ -1777,20 +2232,35 @@ fn wait_follows_a_requeued_run_to_its_real_end() {
     let url = server.database("follow");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     // Two answers at once, then every request held (B's, once it is stopped).
-    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 2, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen {
+        ok: 2,
+        then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }),
+    }));
     let states = worker_states(3, fake.port());
     let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0"]);
     let api = Api::of(states[0].path(), &a.log());
     let b = Service::start(states[1].path(), &["--store", &url]);
     let run_id = start_fanouts(&runtime, &api, 1, 6, 2).remove(0);
     let context = || format!("{}\n{}", a.log(), b.log());
-    wait_for_sql(&server, "follow", &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "2", Duration::from_secs(120), &context);
-    let pid = b.log().lines().find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse::<u32>().ok()).expect("B's pid");
+    wait_for_sql(
+        &server,
+        "follow",
+        &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"),
+        "2",
+        Duration::from_secs(120),
+        &context,
+    );
+    let pid = b
+        .log()
+        .lines()
+        .find_map(|l| l.strip_prefix("factory serve: pid ")?.split(',').next()?.parse::<u32>().ok())
+        .expect("B's pid");
     signal(pid, "-STOP");
     fake.set(Mode::Answer { latency: Duration::ZERO });
 
     let waiting = std::thread::scope(|s| {
-        let waiter = s.spawn(|| runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None)));
+        let waiter =
+            s.spawn(|| runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None)));
         // Requeued by the reaper: `halted`, in the queue, owned by nobody.
         wait_for_sql(
             &server,
@@ -1850,16 +2320,22 @@ fn serve_takes_its_caps_from_the_config_file_and_the_flag_wins() {
         let out = common::factory_cmd(state.path(), &["serve", "--store", &url]).output().expect("factory serve");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{keys}: {stderr}");
-        assert!(stderr.contains(key) && stderr.contains(expected) && stderr.contains("factory.toml"), "{keys}: {stderr}");
+        assert!(
+            stderr.contains(key) && stderr.contains(expected) && stderr.contains("factory.toml"),
+            "{keys}: {stderr}"
+        );
     }
 
-    with("max_runs = 0\ncluster_max_runs = 4\nbackend_max_calls = { local = 2 }\ndrain_seconds = 1\nmax_recoveries = 2");
+    with(
+        "max_runs = 0\ncluster_max_runs = 4\nbackend_max_calls = { local = 2 }\ndrain_seconds = 1\nmax_recoveries = 2",
+    );
     let service = Service::start(state.path(), &["--store", &url, "--http", "127.0.0.1:0"]);
     let api = Api::of(state.path(), &service.log());
     let run_id = start_fanouts(&runtime, &api, 1, 2, 2).remove(0);
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(
-        server.psql("settings", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{run_id}'")),
+        server
+            .psql("settings", &format!("SELECT status || ' ' || coalesce(owner, '-') FROM runs WHERE id = '{run_id}'")),
         "pending -",
         "`max_runs = 0`: queued, not executed here: {}",
         service.log()
@@ -1870,9 +2346,18 @@ fn serve_takes_its_caps_from_the_config_file_and_the_flag_wins() {
     let service = Service::start(state.path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "1"]);
     let api = Api::of(state.path(), &service.log());
     let (status, done) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}/wait"), None));
-    assert_eq!((status, done["status"].as_str()), (200, Some("completed")), "--max-runs 1 wins over the file: {done:#}\n{}", service.log());
+    assert_eq!(
+        (status, done["status"].as_str()),
+        (200, Some("completed")),
+        "--max-runs 1 wins over the file: {done:#}\n{}",
+        service.log()
+    );
     assert_eq!(fake.asked().len(), 2);
-    assert_eq!(server.psql("settings", "SELECT count(*) FROM call_slots WHERE backend = 'local'"), "2", "`backend_max_calls` from the file: two slots");
+    assert_eq!(
+        server.psql("settings", "SELECT count(*) FROM call_slots WHERE backend = 'local'"),
+        "2",
+        "`backend_max_calls` from the file: two slots"
+    );
     service.stop();
 }
 
@@ -1882,7 +2367,8 @@ fn token_file() -> (tempfile::TempDir, String) {
     use std::os::unix::fs::PermissionsExt;
     let secrets = tempfile::tempdir().expect("a directory");
     let file = secrets.path().join("cluster.token");
-    std::fs::write(&file, "7a3f0c9e1b2d4c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6\n").expect("the token file");
+    std::fs::write(&file, "7a3f0c9e1b2d4c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6\n")
+        .expect("the token file");
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
     let path = file.to_string_lossy().into_owned();
     (secrets, path)
@@ -1915,22 +2401,37 @@ fn a_worker_refuses_queued_runs_whose_rows_were_tampered_with() {
     let fake = runtime.block_on(FakeOpenAi::start(Mode::Answer { latency: Duration::ZERO }));
     let states = worker_states(2, fake.port());
     let (_secrets, token) = token_file();
-    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0", "--token-file", &token]);
+    let a = Service::start(
+        states[0].path(),
+        &["--store", &url, "--http", "127.0.0.1:0", "--max-runs", "0", "--token-file", &token],
+    );
     let api = Api::of(states[0].path(), &a.log());
     let b_args = ["--store", url.as_str(), "--token-file", token.as_str()];
-    let sha256 = |path: &std::path::Path| hex::encode(sha2::Sha256::digest(std::fs::read(path).expect("the component")));
+    let sha256 =
+        |path: &std::path::Path| hex::encode(sha2::Sha256::digest(std::fs::read(path).expect("the component")));
     let (probe, hello) = (sha256(&common::component("probe")), sha256(&common::component("hello")));
-    let (status, registered) = runtime.block_on(api.call(reqwest::Method::POST, "/api/factories", Some(serde_json::json!({"path": common::component("hello")}))));
+    let (status, registered) = runtime.block_on(api.call(
+        reqwest::Method::POST,
+        "/api/factories",
+        Some(serde_json::json!({"path": common::component("hello")})),
+    ));
     assert!(status == 200 || status == 201, "{status} {registered:#}");
 
     // The stored bytes of the probe swapped for hello's (a valid component, the wrong hash).
     let swapped = start_fanouts(&runtime, &api, 1, 1, 1).remove(0);
     server.psql(db, &format!("CREATE TABLE kept AS SELECT bytes FROM blobs WHERE hash = '{probe}'"));
-    server.psql(db, &format!("UPDATE blobs SET bytes = (SELECT bytes FROM blobs WHERE hash = '{hello}') WHERE hash = '{probe}'"));
+    server.psql(
+        db,
+        &format!("UPDATE blobs SET bytes = (SELECT bytes FROM blobs WHERE hash = '{hello}') WHERE hash = '{probe}'"),
+    );
     let b = Service::start(states[1].path(), &b_args);
     let done = wait_run(&runtime, &api, &swapped);
     assert_eq!(done["status"], "error", "{done:#}\n{}", b.log());
-    assert_eq!((done["failure"]["type"].as_str(), done["failure"]["kind"].as_str()), (Some("sandbox"), Some("component_mismatch")), "{done:#}");
+    assert_eq!(
+        (done["failure"]["type"].as_str(), done["failure"]["kind"].as_str()),
+        (Some("sandbox"), Some("component_mismatch")),
+        "{done:#}"
+    );
     assert!(done["error"].as_str().unwrap_or_default().contains(&probe), "names the hash asked for: {done:#}");
     assert_eq!(done["attempts"], 0, "nothing of it ran: {done:#}");
     assert!(fake.asked().is_empty(), "{:?}", fake.asked());
@@ -1958,7 +2459,11 @@ fn a_worker_refuses_queued_runs_whose_rows_were_tampered_with() {
     for (run_id, what) in runs[..5].iter().zip(["grants", "limits", "backend", "component", "seal removed"]) {
         let done = wait_run(&runtime, &api, run_id);
         assert_eq!(done["status"], "error", "{what}: {done:#}\n{}", b.log());
-        assert_eq!((done["failure"]["type"].as_str(), done["failure"]["kind"].as_str()), (Some("sandbox"), Some("consent_mismatch")), "{what}: {done:#}");
+        assert_eq!(
+            (done["failure"]["type"].as_str(), done["failure"]["kind"].as_str()),
+            (Some("sandbox"), Some("consent_mismatch")),
+            "{what}: {done:#}"
+        );
         assert!(done["error"].as_str().unwrap_or_default().contains("consent"), "{what}: {done:#}");
         assert_eq!(done["attempts"], 0, "{what}: nothing of it ran: {done:#}");
     }
@@ -2001,7 +2506,17 @@ fn a_worker_mounts_only_grants_under_the_roots_it_allows() {
             std::fs::create_dir(&granted).expect("the granted directory");
             let out = common::factory_cmd(
                 states[0].path(),
-                &["run", probe.to_str().expect("a UTF-8 path"), "--yes", "--args", r#"{"case":"fanout","n":1}"#, "--allow-read", granted.to_str().expect("a UTF-8 path"), "--detach", "-q"],
+                &[
+                    "run",
+                    probe.to_str().expect("a UTF-8 path"),
+                    "--yes",
+                    "--args",
+                    r#"{"case":"fanout","n":1}"#,
+                    "--allow-read",
+                    granted.to_str().expect("a UTF-8 path"),
+                    "--detach",
+                    "-q",
+                ],
             )
             .env_remove("FACTORY_NO_DAEMON")
             .env("FACTORY_STORE", &url)
@@ -2017,7 +2532,8 @@ fn a_worker_mounts_only_grants_under_the_roots_it_allows() {
     let says_why = |run_id: &str| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let (status, waiting) = runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
+            let (status, waiting) =
+                runtime.block_on(api.call(reqwest::Method::GET, &format!("/api/runs/{run_id}"), None));
             assert_eq!(status, 200, "{waiting:#}");
             assert_eq!(waiting["status"], "pending", "{waiting:#}");
             let error = waiting["error"].as_str().unwrap_or_default();
@@ -2040,7 +2556,10 @@ fn a_worker_mounts_only_grants_under_the_roots_it_allows() {
     let backends = std::fs::read_to_string(&config).expect("the config");
     let second = roots[1].path().to_str().expect("a UTF-8 path");
     std::fs::write(&config, format!("allow_grant_roots = [\"{second}\"]\n{backends}")).expect("the config");
-    let b = Service::start(states[1].path(), &["--store", &url, "--allow-grant-root", roots[0].path().to_str().expect("a UTF-8 path")]);
+    let b = Service::start(
+        states[1].path(),
+        &["--store", &url, "--allow-grant-root", roots[0].path().to_str().expect("a UTF-8 path")],
+    );
     for run_id in &runs[..2] {
         let done = wait_until_completed(&runtime, &api, run_id, Duration::from_secs(60));
         assert_eq!(done["status"], "completed", "{done:#}\n{}", b.log());
@@ -2087,7 +2606,8 @@ fn the_store_password_comes_from_a_file_the_environment_or_pgpass() {
             cmd.env(key, value);
         }
         let out = cmd.output().expect("factory workers");
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
         assert!(!stdout.contains(password) && !stderr.contains(password), "the password never shows: {stdout}{stderr}");
         (out.status.success(), stdout, stderr)
     };
@@ -2106,7 +2626,11 @@ fn the_store_password_comes_from_a_file_the_environment_or_pgpass() {
     let (ok, _, stderr) = workers(&["--store", &url], &[("PGPASSWORD", password)]);
     assert!(ok, "PGPASSWORD: {stderr}");
     let pgpass = home.path().join(".pgpass");
-    private(&pgpass, &format!("# the cluster\nother:5432:*:ann:wrong\n127.0.0.1:{}:*:ann:{password}\n", server.port()), 0o644);
+    private(
+        &pgpass,
+        &format!("# the cluster\nother:5432:*:ann:wrong\n127.0.0.1:{}:*:ann:{password}\n", server.port()),
+        0o644,
+    );
     let (ok, _, stderr) = workers(&["--store", &url], &[]);
     assert!(!ok, "a ~/.pgpass others can read is ignored: {stderr}");
     std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
@@ -2140,13 +2664,26 @@ fn a_worker_does_not_recover_a_run_whose_record_was_tampered_with() {
     let db = "recovery";
     let url = server.database(db);
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok: 1, then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }) }));
+    let fake = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen {
+        ok: 1,
+        then: Box::new(Mode::Answer { latency: Duration::from_secs(3600) }),
+    }));
     let states = worker_states(2, fake.port());
     let (_secrets, token) = token_file();
-    let a = Service::start(states[0].path(), &["--store", &url, "--http", "127.0.0.1:0", "--drain-seconds", "0", "--token-file", &token]);
+    let a = Service::start(
+        states[0].path(),
+        &["--store", &url, "--http", "127.0.0.1:0", "--drain-seconds", "0", "--token-file", &token],
+    );
     let api = Api::of(states[0].path(), &a.log());
     let run_id = start_fanouts(&runtime, &api, 1, 4, 1).remove(0);
-    wait_for_sql(&server, db, &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"), "1", Duration::from_secs(120), &|| a.log());
+    wait_for_sql(
+        &server,
+        db,
+        &format!("SELECT count(*) FROM agents WHERE run_id = '{run_id}'"),
+        "1",
+        Duration::from_secs(120),
+        &|| a.log(),
+    );
     fake.set(Mode::Answer { latency: Duration::ZERO });
     let log = a.stop();
     assert!(log.contains(&format!("handed 1 run back to the queue: {run_id}")), "{log}");
@@ -2209,7 +2746,11 @@ fn runs_started_through_two_workers_page_by_the_databases_sequence() {
         assert_eq!(of(&newest), [ids[2].clone()], "{newest:#}");
         let older = get(api, &format!("/api/runs/page?beforeSeq={}&limit=1", newest["oldestSeq"]));
         assert_eq!(of(&older), [ids[1].clone()], "{older:#}");
-        assert_eq!((older["hasMoreNewer"].clone(), older["omittedOlder"].clone()), (json!(true), json!(true)), "{older:#}");
+        assert_eq!(
+            (older["hasMoreNewer"].clone(), older["omittedOlder"].clone()),
+            (json!(true), json!(true)),
+            "{older:#}"
+        );
         let newer = get(api, &format!("/api/runs/page?afterSeq={}&limit=1", older["newestSeq"]));
         assert_eq!(of(&newer), [ids[2].clone()], "{newer:#}");
         assert_eq!(newer["hasMoreNewer"], false, "{newer:#}");

@@ -32,13 +32,21 @@ fn start_fanout_with(state: &Path, script: &Path, n: usize, more: &[&str]) -> Ch
     let probe = common::component("probe");
     let args = format!(r#"{{"case":"fanout","n":{n}}}"#);
     let backend = format!("script:{}", script.display());
-    let mut argv = vec!["run", probe.to_str().unwrap(), "--yes", "--args", &args, "--max-concurrent-subagents", "4", "--backend", &backend, "--json", "-q"];
+    let mut argv = vec![
+        "run",
+        probe.to_str().unwrap(),
+        "--yes",
+        "--args",
+        &args,
+        "--max-concurrent-subagents",
+        "4",
+        "--backend",
+        &backend,
+        "--json",
+        "-q",
+    ];
     argv.extend_from_slice(more);
-    factory(state, &argv)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("factory run starts")
+    factory(state, &argv).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("factory run starts")
 }
 
 fn slow_script(dir: &Path) -> std::path::PathBuf {
@@ -79,7 +87,9 @@ fn wait_for_results_in_events(events: &Path, count: usize) -> (String, u64) {
         let lines = event_lines(events);
         let finished: Vec<&Value> = lines
             .iter()
-            .filter(|e| e["event"] == "progress" && e["entry"]["event"] == "agentFinished" && e["entry"]["cached"] == false)
+            .filter(|e| {
+                e["event"] == "progress" && e["entry"]["event"] == "agentFinished" && e["entry"]["cached"] == false
+            })
             .collect();
         if finished.len() >= count {
             let run_id = finished[count - 1]["runId"].as_str().expect("the event names the run").to_string();
@@ -135,7 +145,10 @@ fn kill_9_mid_fan_out_then_resume_reruns_only_unjournaled_work() {
     let runs = json(&output(state.path(), &["runs", "--json"]));
     assert_eq!(runs[0]["runId"], run_id.as_str());
     assert_eq!(runs[0]["status"], "halted", "{runs:#}");
-    assert!(runs[0]["accounting"]["agentsSpawned"].as_u64().unwrap() >= journaled as u64, "spend up to the last commit survives: {runs:#}");
+    assert!(
+        runs[0]["accounting"]["agentsSpawned"].as_u64().unwrap() >= journaled as u64,
+        "spend up to the last commit survives: {runs:#}"
+    );
 
     let backend = format!("script:{}", script.display());
     let out = output(state.path(), &["resume", &run_id, "--yes", "--backend", &backend, "--json", "-q"]);
@@ -151,14 +164,16 @@ fn kill_9_mid_fan_out_then_resume_reruns_only_unjournaled_work() {
     let mut entries = progress.as_array().unwrap().clone();
     while entries.len() % 1000 == 0 && !entries.is_empty() {
         let after = entries.last().unwrap()["seq"].to_string();
-        let more = json(&output(state.path(), &["progress", &run_id, "--after-seq", &after, "--limit", "1000", "--json"]));
+        let more =
+            json(&output(state.path(), &["progress", &run_id, "--after-seq", &after, "--limit", "1000", "--json"]));
         let more = more.as_array().unwrap().clone();
         if more.is_empty() {
             break;
         }
         entries.extend(more);
     }
-    let second = entries.iter().position(|e| e["event"] == "attemptStarted" && e["attempt"] == 2).expect("attempt 2 started");
+    let second =
+        entries.iter().position(|e| e["event"] == "attemptStarted" && e["attempt"] == 2).expect("attempt 2 started");
     let attempt2 = &entries[second..];
     let ended = attempt2.iter().find(|e| e["event"] == "attemptEnded").expect("attempt 2 ended");
     let replayed = ended["replayed"].as_u64().unwrap() as usize;
@@ -195,7 +210,11 @@ fn a_second_process_observes_waits_for_and_cancels_a_running_run() {
     let other = output(state.path(), &["runs", "--json", "--session", "someone-else"]);
     assert_eq!(json(&other), serde_json::json!([]));
     let all = json(&output(state.path(), &["runs", "--all", "--json", "--session", "someone-else"]));
-    assert_eq!((all[0]["runId"].as_str(), all[0]["session"].as_str()), (Some(run_id.as_str()), Some("default")), "{all:#}");
+    assert_eq!(
+        (all[0]["runId"].as_str(), all[0]["session"].as_str()),
+        (Some(run_id.as_str()), Some("default")),
+        "{all:#}"
+    );
     let other = output(state.path(), &["show", &run_id, "--json", "--session", "someone-else"]);
     assert_eq!(json(&other)["status"], "cancelled");
 }
@@ -206,7 +225,19 @@ fn detach_hands_the_run_to_a_daemon_that_watch_follows_and_shutdown_halts() {
     let script = slow_script(state.path());
     let probe = common::component("probe");
     let backend = format!("script:{}", script.display());
-    let out = output(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"fanout","n":20}"#, "--backend", &backend, "--detach"]);
+    let out = output(
+        state.path(),
+        &[
+            "run",
+            probe.to_str().unwrap(),
+            "--yes",
+            "--args",
+            r#"{"case":"fanout","n":20}"#,
+            "--backend",
+            &backend,
+            "--detach",
+        ],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let run_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(run_id.len(), 36, "the run id is printed: {run_id:?}");
@@ -220,7 +251,21 @@ fn detach_hands_the_run_to_a_daemon_that_watch_follows_and_shutdown_halts() {
 
     // A second detached run that is still going when the daemon is told to stop ends as
     // halted, and resumes to completion.
-    let out = output(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"fanout","n":400}"#, "--backend", &backend, "--max-concurrent-subagents", "2", "--detach"]);
+    let out = output(
+        state.path(),
+        &[
+            "run",
+            probe.to_str().unwrap(),
+            "--yes",
+            "--args",
+            r#"{"case":"fanout","n":400}"#,
+            "--backend",
+            &backend,
+            "--max-concurrent-subagents",
+            "2",
+            "--detach",
+        ],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let long_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -249,7 +294,8 @@ fn a_second_foreground_run_executes_in_the_process_holding_the_store() {
     let holder_run = wait_for_spawns(state.path(), 2);
 
     let probe = common::component("probe");
-    let out = output(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--json"]);
+    let out =
+        output(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--json"]);
     if !out.status.success() {
         let _ = holder.kill();
         let held = holder.wait_with_output().unwrap();
@@ -300,7 +346,8 @@ fn events_go_to_a_file_descriptor() {
     let state = tempfile::tempdir().unwrap();
     let events = state.path().join("fd3.jsonl");
     let probe = common::component("probe");
-    let args = ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--events", "fd:3", "--json", "-q"];
+    let args =
+        ["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"steps"}"#, "--events", "fd:3", "--json", "-q"];
     let out = with_fd3(state.path(), &args, &events).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let envelope = json(&out);
@@ -313,7 +360,12 @@ fn events_go_to_a_file_descriptor() {
     assert_eq!(last["event"], "run_finished");
     assert_eq!(last["envelope"]["status"], "completed");
     assert_eq!(last["envelope"]["result"], envelope["result"]);
-    assert!(lines.iter().any(|e| e["event"] == "progress" && e["entry"]["event"] == "phase" && e["entry"]["title"] == "Probe"), "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|e| e["event"] == "progress" && e["entry"]["event"] == "phase" && e["entry"]["title"] == "Probe"),
+        "{lines:#?}"
+    );
 
     // Descriptors 0-2 are taken, and a closed one is refused: both before a run exists.
     for (fd, says) in [("fd:1", "above 2"), ("fd:9", "not open")] {
@@ -329,7 +381,12 @@ fn events_go_to_a_file_descriptor() {
 fn raw_request(state: &Path, body: Value) -> Value {
     use std::io::{BufRead, Write};
     let mut stream = std::os::unix::net::UnixStream::connect(state.join("control.sock")).expect("connect");
-    stream.write_all(format!("{}\n", serde_json::json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes()).expect("send");
+    stream
+        .write_all(
+            format!("{}\n", serde_json::json!({ "wire": factory_host::service::WIRE_VERSION, "body": body }))
+                .as_bytes(),
+        )
+        .expect("send");
     let mut answer = String::new();
     std::io::BufReader::new(stream).read_line(&mut answer).expect("an answer");
     serde_json::from_str(&answer).expect("a JSON answer")
@@ -350,7 +407,11 @@ fn while_the_holder_is_alive_another_session_sees_and_touches_nothing() {
     };
     let not_found = |out: Output, what: &str| {
         assert!(!out.status.success(), "{what} succeeded for another session");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("not_found"),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
 
     assert_eq!(json(&other(&["runs", "--json"])), serde_json::json!([]));
@@ -359,9 +420,15 @@ fn while_the_holder_is_alive_another_session_sees_and_touches_nothing() {
         let answer = raw_request(state.path(), serde_json::json!({ "op": op, "scope": scoped, "runId": run_id }));
         assert_eq!(answer["body"]["err"]["code"], "not_found", "{op}: {answer}");
     }
-    let answer = raw_request(state.path(), serde_json::json!({ "op": "progress", "scope": scoped, "runId": run_id, "query": {} }));
+    let answer = raw_request(
+        state.path(),
+        serde_json::json!({ "op": "progress", "scope": scoped, "runId": run_id, "query": {} }),
+    );
     assert_eq!(answer["body"]["err"]["code"], "not_found", "{answer}");
-    let answer = raw_request(state.path(), serde_json::json!({ "op": "resume", "scope": scoped, "runId": run_id, "consent": "any" }));
+    let answer = raw_request(
+        state.path(),
+        serde_json::json!({ "op": "resume", "scope": scoped, "runId": run_id, "consent": "any" }),
+    );
     assert_eq!(answer["body"]["err"]["code"], "not_found", "{answer}");
     let answer = raw_request(state.path(), serde_json::json!({ "op": "runs", "scope": scoped }));
     assert_eq!(answer["body"]["ok"]["runs"], serde_json::json!([]), "{answer}");
@@ -422,8 +489,12 @@ fn an_attempt_s_start_is_committed_at_once_whatever_the_commit_window() {
     let state = tempfile::tempdir().unwrap();
     let script = slow_script(state.path());
     let events = state.path().join("events.jsonl");
-    let mut child =
-        start_fanout_with(state.path(), &script, 40, &["--events", events.to_str().unwrap(), "--commit-window-ms", "60000"]);
+    let mut child = start_fanout_with(
+        state.path(),
+        &script,
+        40,
+        &["--events", events.to_str().unwrap(), "--commit-window-ms", "60000"],
+    );
     let (run_id, _) = wait_for_results_in_events(&events, 4);
     let progress = json(&output(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]));
     let entries = progress.as_array().expect("a list of entries");
@@ -445,8 +516,12 @@ fn the_commit_window_flag_sets_how_much_a_kill_9_can_lose() {
     let script = slow_script(state.path());
     let events = state.path().join("events.jsonl");
     let n = 40;
-    let mut child =
-        start_fanout_with(state.path(), &script, n, &["--events", events.to_str().unwrap(), "--commit-window-ms", "60000"]);
+    let mut child = start_fanout_with(
+        state.path(),
+        &script,
+        n,
+        &["--events", events.to_str().unwrap(), "--commit-window-ms", "60000"],
+    );
     let (run_id, _) = wait_for_results_in_events(&events, 8);
     child.kill().expect("SIGKILL");
     child.wait().unwrap();
@@ -455,7 +530,10 @@ fn the_commit_window_flag_sets_how_much_a_kill_9_can_lose() {
     assert_eq!(runs[0]["status"], "halted", "{runs:#}");
     // The attempt's start entry is committed at once, and the first spawns (4 at a time,
     // none answered within 40 ms) may ride with it; no answered call was committed.
-    assert!(runs[0]["accounting"]["agentsSpawned"].as_u64().is_some_and(|n| n <= 4), "no more spend than the first spawns was committed: {runs:#}");
+    assert!(
+        runs[0]["accounting"]["agentsSpawned"].as_u64().is_some_and(|n| n <= 4),
+        "no more spend than the first spawns was committed: {runs:#}"
+    );
 
     let backend = format!("script:{}", script.display());
     let out = output(state.path(), &["resume", &run_id, "--yes", "--backend", &backend, "--json", "-q"]);

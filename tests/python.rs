@@ -124,13 +124,17 @@ fn every_ctx_function_of_the_python_sdk() {
 
     let run_id = envelope["runId"].as_str().unwrap();
     let entries = progress(state.path(), run_id);
-    let phases: Vec<&str> = entries.iter().filter(|e| e["event"] == "phase").filter_map(|e| e["title"].as_str()).collect();
+    let phases: Vec<&str> =
+        entries.iter().filter(|e| e["event"] == "phase").filter_map(|e| e["title"].as_str()).collect();
     assert_eq!(phases, ["One", "Two"], "{entries:#?}");
     let logs = logs(&entries);
     assert!(logs.iter().any(|l| l == &format!("run id {run_id}")), "{logs:#?}");
     assert!(logs.iter().any(|l| l == "failed agent -> None"), "{logs:#?}");
     assert!(logs.iter().any(|l| l.contains("parallel: item 1 failed: ValueError: item failed")), "{logs:#?}");
-    assert!(logs.iter().any(|l| l.contains("pipeline stage 2: item 1 failed: RuntimeError: stage failed")), "{logs:#?}");
+    assert!(
+        logs.iter().any(|l| l.contains("pipeline stage 2: item 1 failed: RuntimeError: stage failed")),
+        "{logs:#?}"
+    );
     // Journaled steps are in the store (the volatile one is not).
     assert_eq!(envelope["accounting"]["agentsSpawned"], 11, "{envelope:#}");
 }
@@ -251,7 +255,10 @@ fn an_exception_in_run_is_an_error_with_the_python_traceback() {
     assert!(message.starts_with("KeyError: 'missing-key'"), "{message}");
     assert!(message.contains("File \"probe.py\", line"), "the user's frames, by file: {message}");
     assert!(message.contains("in inner") && message.contains("raise KeyError(\"missing-key\")"), "{message}");
-    assert!(!message.contains("wasm backtrace") && !message.contains("factory_sdk"), "no wasm or SDK frames: {message}");
+    assert!(
+        !message.contains("wasm backtrace") && !message.contains("factory_sdk"),
+        "no wasm or SDK frames: {message}"
+    );
 
     let (out, envelope, _state) = run(&probe(), json!({ "mode": "too-many" }), &[]);
     assert_eq!(out.status.code(), Some(1), "{envelope:#}");
@@ -274,7 +281,15 @@ fn wasi_is_denied_by_default_with_clocks_random_and_output_allowed() {
         .collect();
     assert!(imports.iter().any(|i| i.starts_with("agent:factory/agents")), "{imports:?}");
     for import in &imports {
-        let allowed = ["agent:factory/", "wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:cli/", "wasi:filesystem/", "wasi:sockets/"];
+        let allowed = [
+            "agent:factory/",
+            "wasi:io/",
+            "wasi:clocks/",
+            "wasi:random/",
+            "wasi:cli/",
+            "wasi:filesystem/",
+            "wasi:sockets/",
+        ];
         assert!(allowed.iter().any(|a| import.starts_with(a)), "unexpected import {import}");
     }
 
@@ -348,7 +363,11 @@ fn a_python_project_directory_builds_its_package() {
     let project = dir.path().join("proj");
     std::fs::create_dir_all(project.join("reviewer")).unwrap();
     std::fs::create_dir_all(project.join(".venv")).unwrap();
-    std::fs::write(project.join("pyproject.toml"), "[project]\nname = \"proj\"\n\n[tool.factory]\nmodule = \"reviewer.main\"\n").unwrap();
+    std::fs::write(
+        project.join("pyproject.toml"),
+        "[project]\nname = \"proj\"\n\n[tool.factory]\nmodule = \"reviewer.main\"\n",
+    )
+    .unwrap();
     std::fs::write(project.join("reviewer/__init__.py"), "").unwrap();
     std::fs::write(
         project.join("reviewer/util.py"),
@@ -394,7 +413,10 @@ fn a_python_build_is_cached_and_trusted_like_a_rust_build() {
     let version = std::fs::read_to_string(component.with_extension("version")).expect("the version file");
     assert!(version.starts_with("componentize-py "), "{version}");
     // Run by source with no --yes and no terminal: trusted because this machine built it.
-    let out = factory_in(state.path(), &["run", probe_py().to_str().unwrap(), "--json", "-q", "--args", r#"{"mode":"none"}"#]);
+    let out = factory_in(
+        state.path(),
+        &["run", probe_py().to_str().unwrap(), "--json", "-q", "--args", r#"{"mode":"none"}"#],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout_json(&out)["status"], "completed");
 }
@@ -413,8 +435,19 @@ fn kill_9_mid_fan_out_then_resume_repeats_no_journaled_backend_call() {
     let mut child = factory_cmd(
         state.path(),
         &[
-            "run", component.to_str().unwrap(), "--yes", "--json", "-q", "--args", &args, "--backend", &backend,
-            "--max-concurrent-subagents", "4", "--events", events.to_str().unwrap(),
+            "run",
+            component.to_str().unwrap(),
+            "--yes",
+            "--json",
+            "-q",
+            "--args",
+            &args,
+            "--backend",
+            &backend,
+            "--max-concurrent-subagents",
+            "4",
+            "--events",
+            events.to_str().unwrap(),
         ],
     )
     .stdout(Stdio::null())
@@ -464,7 +497,8 @@ fn kill_9_mid_fan_out_then_resume_repeats_no_journaled_backend_call() {
     let entries = progress(state.path(), &run_id);
     let second = entries.iter().position(|e| e["event"] == "attemptStarted" && e["attempt"] == 2).expect("attempt 2");
     let attempt2 = &entries[second..];
-    let spawned: Vec<&str> = attempt2.iter().filter(|e| e["event"] == "agentStarted").filter_map(|e| e["label"].as_str()).collect();
+    let spawned: Vec<&str> =
+        attempt2.iter().filter(|e| e["event"] == "agentStarted").filter_map(|e| e["label"].as_str()).collect();
     let repeated: Vec<&&str> = spawned.iter().filter(|l| journaled.contains(**l)).collect();
     assert!(repeated.is_empty(), "journaled calls ran again: {repeated:?}");
     let replayed = attempt2.iter().find(|e| e["event"] == "attemptEnded").expect("attempt 2 ended")["replayed"]
@@ -578,7 +612,11 @@ fn a_python_build_writes_nothing_outside_its_output() {
     let dir = tempfile::tempdir().unwrap();
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
     let mut named: Vec<String> = sites.iter().map(|d| d.display().to_string()).collect();
-    named.extend([common::test_home(), home.clone(), std::env::temp_dir(), dir.path().to_path_buf()].iter().map(|d| d.display().to_string()));
+    named.extend(
+        [common::test_home(), home.clone(), std::env::temp_dir(), dir.path().to_path_buf()]
+            .iter()
+            .map(|d| d.display().to_string()),
+    );
     let source = dir.path().join("writer.py");
     std::fs::write(
         &source,
@@ -623,7 +661,8 @@ fn a_python_build_writes_nothing_outside_its_output() {
     }
     assert!(leaked.is_empty(), "the build's import-time code wrote outside its output: {leaked:#?}");
     for ((site, before), after) in sites.iter().zip(&before).zip(&after) {
-        let changed: Vec<_> = after.iter().filter(|(path, digest)| before.get(*path) != Some(digest)).map(|(p, _)| p).collect();
+        let changed: Vec<_> =
+            after.iter().filter(|(path, digest)| before.get(*path) != Some(digest)).map(|(p, _)| p).collect();
         let gone: Vec<_> = before.keys().filter(|path| !after.contains_key(*path)).collect();
         assert!(changed.is_empty() && gone.is_empty(), "{} changed: {changed:?}, removed: {gone:?}", site.display());
     }
@@ -696,7 +735,9 @@ fn the_python_build_cache_and_temp_files_are_private_and_a_loose_entry_is_not_tr
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let component = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    for must in [".", "wit", "wit/factory.wit", "sdk", "sdk/factory_sdk/__init__.py", "src/private_probe.py", "out", "scratch"] {
+    for must in
+        [".", "wit", "wit/factory.wit", "sdk", "sdk/factory_sdk/__init__.py", "src/private_probe.py", "out", "scratch"]
+    {
         assert!(seen.contains_key(Path::new(must)), "{must} seen in the build's temporary directory: {seen:#?}");
     }
     for (path, mode) in &seen {
@@ -712,7 +753,8 @@ fn the_python_build_cache_and_temp_files_are_private_and_a_loose_entry_is_not_tr
     assert_eq!(mode(&python), 0o700);
     assert_eq!(mode(&component), 0o600);
     assert_eq!(mode(&component.with_extension("version")), 0o600);
-    let names: Vec<String> = std::fs::read_dir(&python).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(&python).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names.len(), 2, "the component and its version only: {names:?}");
     let good = std::fs::read(&component).unwrap();
 
@@ -722,7 +764,11 @@ fn the_python_build_cache_and_temp_files_are_private_and_a_loose_entry_is_not_tr
     std::fs::set_permissions(&component, std::fs::Permissions::from_mode(0o620)).unwrap();
     let out = build_with_cache(state.path(), &cache, &source);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("not using the cached") && stderr(&out).contains("writable by group or others"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not using the cached") && stderr(&out).contains("writable by group or others"),
+        "{}",
+        stderr(&out)
+    );
     assert!(stderr(&out).contains("building"), "{}", stderr(&out));
     assert_eq!(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()), component);
     assert_ne!(std::fs::read(&component).unwrap(), b"planted");
@@ -735,14 +781,22 @@ fn the_python_build_cache_and_temp_files_are_private_and_a_loose_entry_is_not_tr
     std::os::unix::fs::symlink(&elsewhere, &component).unwrap();
     let out = build_with_cache(state.path(), &cache, &source);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("not using the cached") && stderr(&out).contains("not a regular file"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not using the cached") && stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!std::fs::symlink_metadata(&component).unwrap().file_type().is_symlink());
     if nix::unistd::geteuid().is_root() {
         std::fs::write(&component, b"planted by uid 65534").unwrap();
         std::os::unix::fs::chown(&component, Some(65534), Some(65534)).unwrap();
         let out = build_with_cache(state.path(), &cache, &source);
         assert!(out.status.success(), "{}", stderr(&out));
-        assert!(stderr(&out).contains("not using the cached") && stderr(&out).contains("owned by uid 65534"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("not using the cached") && stderr(&out).contains("owned by uid 65534"),
+            "{}",
+            stderr(&out)
+        );
         assert_ne!(std::fs::read(&component).unwrap(), b"planted by uid 65534");
         assert_eq!(std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&component).unwrap()), 0);
     } else {
@@ -776,7 +830,11 @@ fn componentize_py_script() -> PathBuf {
                 \x20       break\n";
     let out = std::process::Command::new("python3").args(["-c", code]).output().expect("python3 runs");
     let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert!(path.is_file(), "componentize-py is not installed for python3: pip install componentize-py==0.25.1 ({})", stderr(&out));
+    assert!(
+        path.is_file(),
+        "componentize-py is not installed for python3: pip install componentize-py==0.25.1 ({})",
+        stderr(&out)
+    );
     path
 }
 
@@ -797,7 +855,10 @@ fn without_bubblewrap_a_python_build_is_refused_naming_the_package() {
         .expect("the factory binary starts");
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("`bwrap` (bubblewrap) is not installed") && err.contains("apt-get install bubblewrap"), "{err}");
+    assert!(
+        err.contains("`bwrap` (bubblewrap) is not installed") && err.contains("apt-get install bubblewrap"),
+        "{err}"
+    );
     assert!(std::fs::read_dir(cache.path().join("python")).map_or(0, |d| d.count()) == 0, "nothing built");
 }
 

@@ -27,7 +27,8 @@ struct Daemon(Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let _ = self.0.wait();
     }
 }
@@ -45,7 +46,8 @@ fn python() -> PathBuf {
 #[test]
 fn the_python_client_passes_its_unittest_suite_against_a_real_service() {
     let python = python();
-    let version = Command::new(&python).args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1])"]).output();
+    let version =
+        Command::new(&python).args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1])"]).output();
     let version = match version {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_string(),
         _ => panic!(

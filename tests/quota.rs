@@ -40,8 +40,17 @@ fn detach_fanout(state: &Path, n: usize) -> String {
     let probe = common::component("probe");
     let args = format!(r#"{{"case":"fanout","n":{n}}}"#);
     let argv = [
-        "run", probe.to_str().unwrap(), "--yes", "--backend", "local", "--args", &args, "--max-concurrent-subagents", "2",
-        "--detach", "-q",
+        "run",
+        probe.to_str().unwrap(),
+        "--yes",
+        "--backend",
+        "local",
+        "--args",
+        &args,
+        "--max-concurrent-subagents",
+        "2",
+        "--detach",
+        "-q",
     ];
     let out = factory_in(state, &argv);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -83,7 +92,10 @@ fn assert_no_journaled_call_paid_twice(state: &Path, run_id: &str, server: &Fake
         let prompt = format!("task {i}");
         let times = answered.iter().filter(|p| **p == prompt).count();
         let most = if journaled.contains(&prompt) { 1 } else { 2 };
-        assert!((1..=most).contains(&times), "`{prompt}` answered {times} times; journaled {journaled:?}; answered {answered:?}");
+        assert!(
+            (1..=most).contains(&times),
+            "`{prompt}` answered {times} times; journaled {journaled:?}; answered {answered:?}"
+        );
     }
 }
 
@@ -126,7 +138,10 @@ fn a_spent_quota_parks_the_run_which_resumes_by_itself_after_the_reset_even_afte
     assert!(at >= t - Duration::from_millis(100), "resumeAt {at:?} is not before the reset {t:?}");
     assert!(at <= t + Duration::from_secs(30), "resumeAt {at:?} is about the reset {t:?}");
     let message = shown["failure"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("resumes by itself at") && message.contains(&format!("factory resume {run_id}")), "{message}");
+    assert!(
+        message.contains("resumes by itself at") && message.contains(&format!("factory resume {run_id}")),
+        "{message}"
+    );
     service.kill();
 
     // The next service arms the run's timer again (at once if the reset has passed) and
@@ -148,7 +163,10 @@ fn a_spent_quota_parks_the_run_which_resumes_by_itself_after_the_reset_even_afte
     assert_eq!(done["attempts"], 2, "{done:#}");
     assert!(done.get("resumeAt").is_none(), "a running or ended run has no resumeAt: {done:#}");
     // Resumed after the reset, not before.
-    let started: Vec<Value> = common::progress_entries(state.path(), &run_id).into_iter().filter(|e| e["event"] == "attemptStarted").collect();
+    let started: Vec<Value> = common::progress_entries(state.path(), &run_id)
+        .into_iter()
+        .filter(|e| e["event"] == "attemptStarted")
+        .collect();
     let second = started.iter().find(|e| e["attempt"] == 2).unwrap_or_else(|| panic!("{started:#?}"));
     let at_ms = at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() as u64;
     assert!(second["atMs"].as_u64().unwrap_or(0) >= at_ms, "attempt 2 started before resumeAt: {second} < {at_ms}");

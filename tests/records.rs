@@ -90,7 +90,8 @@ fn a_deeply_nested_args_schema_never_makes_the_registry_unreadable() {
     }
     let too_deep = format!(r#"{{"name":"deep-schema","description":"d","argsSchema":{text}}}"#);
     std::fs::write(&meta, &too_deep).unwrap();
-    let out = common::factory_in(state.path(), &["add", "--meta", meta.to_str().unwrap(), "--run", body.to_str().unwrap()]);
+    let out =
+        common::factory_in(state.path(), &["add", "--meta", meta.to_str().unwrap(), "--run", body.to_str().unwrap()]);
     assert!(!out.status.success(), "a schema over the depth rule is refused");
     assert!(common::stderr(&out).contains("nested 126 deep"), "{}", common::stderr(&out));
     let out = common::factory_in(state.path(), &["list", "--json"]);
@@ -99,7 +100,8 @@ fn a_deeply_nested_args_schema_never_makes_the_registry_unreadable() {
     // Just within the rule: registered, listed, run.
     let ok = json!({ "name": "ok-schema", "description": "d", "argsSchema": { "type": "object", "properties": { "x": deep_schema(20) } } });
     std::fs::write(&meta, ok.to_string()).unwrap();
-    let out = common::factory_in(state.path(), &["add", "--meta", meta.to_str().unwrap(), "--run", body.to_str().unwrap()]);
+    let out =
+        common::factory_in(state.path(), &["add", "--meta", meta.to_str().unwrap(), "--run", body.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let out = common::factory_in(state.path(), &["list", "--json"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
@@ -257,7 +259,10 @@ fn runs_page_by_creation_sequence_newest_first_then_older_and_newer() {
     assert_eq!((newer["hasMoreNewer"].clone(), newer["omittedOlder"].clone()), (json!(false), json!(true)));
     let after = newer["newestSeq"].as_u64().expect("a seq").to_string();
     let past = page(state.path(), &["--after", &after]);
-    assert_eq!((ids(&past).len(), past["oldestSeq"].clone(), past["hasMoreNewer"].clone()), (0, Value::Null, json!(false)));
+    assert_eq!(
+        (ids(&past).len(), past["oldestSeq"].clone(), past["hasMoreNewer"].clone()),
+        (0, Value::Null, json!(false))
+    );
 
     // The default page holds all three, oldest first; the table names the cursors.
     let whole = page(state.path(), &["--limit", "200"]);

@@ -27,7 +27,8 @@ const HELD: Duration = Duration::from_secs(3600);
 /// blocks on the binary).
 fn server(ok: usize) -> (tokio::runtime::Runtime, FakeOpenAi) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok, then: Box::new(Mode::Answer { latency: HELD }) }));
+    let server =
+        runtime.block_on(FakeOpenAi::start(Mode::AnswerThen { ok, then: Box::new(Mode::Answer { latency: HELD }) }));
     (runtime, server)
 }
 
@@ -42,8 +43,17 @@ fn detach_fanout(state: &Path, n: usize, more: &[&str]) -> String {
     let probe = common::component("probe");
     let args = format!(r#"{{"case":"fanout","n":{n}}}"#);
     let mut argv = vec![
-        "run", probe.to_str().unwrap(), "--yes", "--backend", "local", "--args", &args, "--max-concurrent-subagents", "2",
-        "--detach", "-q",
+        "run",
+        probe.to_str().unwrap(),
+        "--yes",
+        "--backend",
+        "local",
+        "--args",
+        &args,
+        "--max-concurrent-subagents",
+        "2",
+        "--detach",
+        "-q",
     ];
     argv.extend_from_slice(more);
     let out = factory_in(state, &argv);
@@ -116,7 +126,9 @@ fn asked(server: &FakeOpenAi, prompt: &str) -> usize {
 
 /// The log line of a recovery the service started.
 fn recovering(run_id: &str, attempt: u32, max: u32) -> String {
-    format!("factory serve: recovering run {run_id} (factory probe, session default): automatic recovery {attempt}/{max}")
+    format!(
+        "factory serve: recovering run {run_id} (factory probe, session default): automatic recovery {attempt}/{max}"
+    )
 }
 
 #[test]
@@ -151,7 +163,8 @@ fn kill_9_mid_fan_out_then_the_next_service_completes_the_run_paying_no_journale
     assert_eq!(done["result"]["done"], n, "{done:#}");
     assert_eq!(done["attempts"], 2, "{done:#}");
     assert_eq!(done["backend"]["name"], "local", "the recorded backend: {done:#}");
-    let ended: Vec<Value> = progress(state.path(), &run_id).into_iter().filter(|e| e["event"] == "attemptEnded").collect();
+    let ended: Vec<Value> =
+        progress(state.path(), &run_id).into_iter().filter(|e| e["event"] == "attemptEnded").collect();
     assert_eq!(ended.last().map(|e| e["replayed"].clone()), Some(Value::from(4)), "{ended:#?}");
     service.stop();
 
@@ -194,7 +207,12 @@ fn a_run_halted_by_stopping_the_service_stays_halted_with_no_recover_and_the_nex
     assert_eq!(done["status"], "completed", "{done:#}");
     assert_eq!(done["result"]["done"], n, "{done:#}");
     service.stop();
-    assert_eq!(server.asked().len(), n + 2, "only the two calls the stop cut off were asked again: {:?}", server.asked());
+    assert_eq!(
+        server.asked().len(),
+        n + 2,
+        "only the two calls the stop cut off were asked again: {:?}",
+        server.asked()
+    );
 }
 
 #[test]
@@ -256,7 +274,10 @@ fn runs_that_ended_for_a_reason_of_their_own_are_never_recovered() {
     assert_eq!(limit["status"], "error", "{limit:#}");
     assert_eq!(limit["failure"]["type"], "factory_limit_reached", "{limit:#}");
     let probe = common::component("probe");
-    let out = factory_in(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"nope"}"#, "--detach", "-q"]);
+    let out = factory_in(
+        state.path(),
+        &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"case":"nope"}"#, "--detach", "-q"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let failed = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let guest = json(state.path(), &["wait", &failed]);
@@ -276,7 +297,8 @@ fn runs_that_ended_for_a_reason_of_their_own_are_never_recovered() {
     let service = Service::start(state.path(), &[]);
     let log = service.log();
     // The service's own lines (the structured `recovery` event says the same, once).
-    let recoveries: Vec<&str> = log.lines().filter(|l| l.starts_with("factory serve: ") && l.contains("recover")).collect();
+    let recoveries: Vec<&str> =
+        log.lines().filter(|l| l.starts_with("factory serve: ") && l.contains("recover")).collect();
     assert_eq!(log.lines().filter(|l| l.contains("event=\"recovery\"")).count(), 1, "one recovery event: {log}");
     assert_eq!(recoveries, vec![recovering(&crashed, 1, 3).as_str()], "only the interrupted run: {log}");
     for (run_id, status) in [(&limited, "error"), (&failed, "error"), (&cancelled, "cancelled")] {

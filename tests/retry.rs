@@ -9,8 +9,7 @@ mod common;
 use common::counting::Counting;
 use common::{factory_in, stderr, stdout_json};
 use factory_host::{
-    Limits, ProgressEntry, ProgressEvent, ResumeOptions, RunEnvelope, RunOptions, RunStatus,
-    DEFAULT_SESSION as S,
+    Limits, ProgressEntry, ProgressEvent, ResumeOptions, RunEnvelope, RunOptions, RunStatus, DEFAULT_SESSION as S,
 };
 use serde_json::{json, Value};
 use std::path::Path;
@@ -41,7 +40,10 @@ async fn a_total_cap_stop_resumes_with_a_raised_cap_and_spawns_count_across_atte
         assert_eq!(backend.total(), 5);
 
         // Raise only the total cap: the concurrency override stays (merged, not replaced).
-        let raise = ResumeOptions { limits: Limits { max_total_subagents: Some(12), ..Default::default() }, ..Default::default() };
+        let raise = ResumeOptions {
+            limits: Limits { max_total_subagents: Some(12), ..Default::default() },
+            ..Default::default()
+        };
         let second = host.resume(&first.run_id, raise).await.unwrap();
         limit_stop(&second, "maxTotalSubagents");
         assert_eq!(second.accounting.agents_spawned, 12, "5 spawns of the first attempt + 7 of the second");
@@ -64,7 +66,8 @@ async fn a_total_cap_stop_resumes_with_a_raised_cap_and_spawns_count_across_atte
     assert_eq!(third.accounting.agents_spawned, 12);
     assert_eq!(backend.total(), 12, "no spawn past the persisted cap reached the backend");
 
-    let raise = ResumeOptions { limits: Limits { max_total_subagents: Some(20), ..Default::default() }, ..Default::default() };
+    let raise =
+        ResumeOptions { limits: Limits { max_total_subagents: Some(20), ..Default::default() }, ..Default::default() };
     let done = host.resume(&run_id, raise).await.unwrap();
     assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
     assert_eq!(done.result_value().as_ref().unwrap()["done"], 20);
@@ -108,7 +111,8 @@ async fn timeout_counts_active_time_of_every_attempt_not_the_time_between() {
     // and the guest would not run again.
     std::thread::sleep(Duration::from_secs(1));
     let t2 = a1 + 0.3;
-    let raise = ResumeOptions { limits: Limits { timeout_seconds: Some(t2), ..Default::default() }, ..Default::default() };
+    let raise =
+        ResumeOptions { limits: Limits { timeout_seconds: Some(t2), ..Default::default() }, ..Default::default() };
     let second = host.resume(&first.run_id, raise).await.unwrap();
     limit_stop(&second, "timeoutSeconds");
     let a2 = second.accounting.active_seconds;
@@ -124,7 +128,11 @@ async fn timeout_counts_active_time_of_every_attempt_not_the_time_between() {
     assert!(guest_ran(&attempt_events(&entries, 1)));
     assert!(guest_ran(&attempt_events(&entries, 2)), "the time between attempts was not charged");
     assert!(!guest_ran(&attempt_events(&entries, 3)), "a resume with no time left stops at once");
-    assert_eq!(host.detail(S, &first.run_id).await.unwrap().limits.timeout_seconds, Some(t2), "the raised limit persisted");
+    assert_eq!(
+        host.detail(S, &first.run_id).await.unwrap().limits.timeout_seconds,
+        Some(t2),
+        "the raised limit persisted"
+    );
 }
 
 fn cli_json(state: &Path, args: &[&str], code: i32) -> Value {
@@ -141,7 +149,19 @@ fn the_cli_resumes_a_limit_stop_with_the_raised_limit_and_keeps_the_other_overri
     let fanout = r#"{"case":"fanout","n":6}"#;
 
     // maxTotalSubagents: 3 then 5 then 6.
-    let run = ["run", probe, "--yes", "--args", fanout, "--max-total-subagents", "3", "--max-concurrent-subagents", "1", "--json", "-q"];
+    let run = [
+        "run",
+        probe,
+        "--yes",
+        "--args",
+        fanout,
+        "--max-total-subagents",
+        "3",
+        "--max-concurrent-subagents",
+        "1",
+        "--json",
+        "-q",
+    ];
     let first = cli_json(state.path(), &run, 1);
     assert_eq!(first["failure"]["type"], "factory_limit_reached", "{first:#}");
     assert_eq!(first["failure"]["kind"], "maxTotalSubagents");
@@ -164,7 +184,21 @@ fn the_cli_resumes_a_limit_stop_with_the_raised_limit_and_keeps_the_other_overri
     std::fs::write(&script, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"latencyMs":100}]}"#).unwrap();
     let backend = format!("script:{}", script.display());
     let ten = r#"{"case":"fanout","n":10}"#;
-    let run = ["run", probe, "--yes", "--args", ten, "--backend", &backend, "--timeout-seconds", "0.3", "--max-concurrent-subagents", "1", "--json", "-q"];
+    let run = [
+        "run",
+        probe,
+        "--yes",
+        "--args",
+        ten,
+        "--backend",
+        &backend,
+        "--timeout-seconds",
+        "0.3",
+        "--max-concurrent-subagents",
+        "1",
+        "--json",
+        "-q",
+    ];
     let stopped = cli_json(state.path(), &run, 1);
     assert_eq!(stopped["failure"]["kind"], "timeoutSeconds", "{stopped:#}");
     let id = stopped["runId"].as_str().unwrap().to_string();

@@ -14,8 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn host_with(backend: Arc<dyn AgentBackend>) -> Host {
-    Host::new(HostConfig { backend, cache_dir: Some(common::guest_target_dir().join("cache")), ..HostConfig::default() })
-        .expect("host")
+    Host::new(HostConfig {
+        backend,
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        ..HostConfig::default()
+    })
+    .expect("host")
 }
 
 async fn load(host: &Host, name: &str) -> Factory {
@@ -96,10 +100,15 @@ async fn agent_ready_answers_a_memo_hit_and_starts_nothing_for_a_call_that_must_
 
     // A label over maxLabelBytes is refused by `agent-ready` as by `agent`: the attempt stops.
     let n = SandboxLimits::default().max_label_bytes + 1;
-    let envelope = run_probe(Arc::new(Shared(backend.clone())), json!({"case": "ready", "n": n}), Limits::default()).await;
+    let envelope =
+        run_probe(Arc::new(Shared(backend.clone())), json!({"case": "ready", "n": n}), Limits::default()).await;
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
     let failure = envelope.failure.as_ref().expect("a failure");
-    assert_eq!((failure.kind_type, failure.kind.as_deref()), (factory_host::FailureType::SandboxLimit, Some("maxLabelBytes")), "{failure:#?}");
+    assert_eq!(
+        (failure.kind_type, failure.kind.as_deref()),
+        (factory_host::FailureType::SandboxLimit, Some("maxLabelBytes")),
+        "{failure:#?}"
+    );
     assert_eq!(backend.total(), 2, "only the one call that had to wait reached the backend");
 }
 
@@ -143,7 +152,8 @@ async fn an_agent_call_dropped_while_pending_runs_to_its_end_and_the_run_goes_on
 async fn a_panic_traps_the_run_and_its_message_is_in_the_log() {
     let host = host_with(Arc::new(factory_host::backend::DryRun));
     let probe = load(&host, "probe").await;
-    let envelope = host.run(&probe, RunOptions { args: Some(json!({"case": "panic"})), ..Default::default() }).await.expect("run");
+    let envelope =
+        host.run(&probe, RunOptions { args: Some(json!({"case": "panic"})), ..Default::default() }).await.expect("run");
     assert_eq!(envelope.status, RunStatus::Error, "{envelope:#?}");
     assert_eq!(envelope.failure.as_ref().map(|f| f.kind_type), Some(factory_host::FailureType::Trap), "{envelope:#?}");
     let entries = host.store().progress(&envelope.run_id, &Default::default()).await.expect("the run's progress");
@@ -155,7 +165,9 @@ async fn a_panic_traps_the_run_and_its_message_is_in_the_log() {
         })
         .collect();
     assert!(
-        logged.iter().any(|l| l.starts_with("Error: the factory panicked") && l.contains("the probe panics on purpose") && l.contains("lib.rs")),
+        logged.iter().any(|l| l.starts_with("Error: the factory panicked")
+            && l.contains("the probe panics on purpose")
+            && l.contains("lib.rs")),
         "{logged:#?}"
     );
 }
@@ -265,7 +277,8 @@ async fn the_concurrency_cap_holds_exactly() {
 
 #[tokio::test]
 async fn a_step_runs_its_producer_once() {
-    let envelope = run_probe(Arc::new(factory_host::backend::DryRun), json!({"case": "steps"}), Limits::default()).await;
+    let envelope =
+        run_probe(Arc::new(factory_host::backend::DryRun), json!({"case": "steps"}), Limits::default()).await;
     assert_eq!(result(&envelope), json!({"a": 42, "b": 42}));
 }
 
@@ -313,7 +326,8 @@ async fn bad_args_and_bad_limits_are_refused_before_a_run_exists() {
         Err(Error::InvalidArgs(message)) => assert!(message.contains("files"), "{message}"),
         other => panic!("expected InvalidArgs, got {other:?}"),
     }
-    let bad_limit = RunOptions { limits: Limits { timeout_seconds: Some(0.0), ..Default::default() }, ..Default::default() };
+    let bad_limit =
+        RunOptions { limits: Limits { timeout_seconds: Some(0.0), ..Default::default() }, ..Default::default() };
     match host.run(&review, bad_limit).await {
         Err(Error::Limits(e)) => assert_eq!(e.field, "timeoutSeconds"),
         other => panic!("expected Limits, got {other:?}"),
@@ -339,8 +353,12 @@ async fn a_component_importing_what_the_host_lacks_is_refused_naming_the_import(
 async fn a_meta_that_never_returns_traps_on_fuel_or_times_out_and_the_host_goes_on() {
     let spin = common::component("meta-spin");
     let host_under = |sandbox: SandboxLimits| {
-        Host::new(HostConfig { sandbox, cache_dir: Some(common::guest_target_dir().join("cache")), ..HostConfig::default() })
-            .expect("host")
+        Host::new(HostConfig {
+            sandbox,
+            cache_dir: Some(common::guest_target_dir().join("cache")),
+            ..HostConfig::default()
+        })
+        .expect("host")
     };
     // A small fuel budget: `meta` traps.
     let host = host_under(SandboxLimits { fuel: 20_000_000, ..Default::default() });

@@ -48,7 +48,8 @@ fn denied<'a>(outcome: &'a Value, what: &str) -> &'a str {
 /// Every log line of a run.
 async fn log_lines(host: &Host, run_id: &str) -> Vec<String> {
     let query = ProgressQuery { after_seq: Some(0), limit: Some(1000), ..Default::default() };
-    host.progress(DEFAULT_SESSION, run_id, &query).await
+    host.progress(DEFAULT_SESSION, run_id, &query)
+        .await
         .expect("progress")
         .into_iter()
         .filter_map(|e| match e.event {
@@ -271,12 +272,15 @@ fn through_the_cli_the_guest_does_not_see_the_stdin_factory_was_given() {
     use std::io::Write;
     let state = tempfile::tempdir().expect("temp dir");
     let probe = common::wasi_component("wasi-probe");
-    let mut child = common::factory_cmd(state.path(), &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"stdin":true}"#, "--json", "-q"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("factory starts");
+    let mut child = common::factory_cmd(
+        state.path(),
+        &["run", probe.to_str().unwrap(), "--yes", "--args", r#"{"stdin":true}"#, "--json", "-q"],
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("factory starts");
     let mut input = child.stdin.take().expect("stdin");
     // Whether or not factory reads it, the text must not reach the guest.
     let _ = input.write_all(b"host secret on stdin\n");
@@ -305,8 +309,12 @@ async fn smallest_that_loads(max: usize, set: fn(&mut SandboxLimits, usize)) -> 
 async fn loads(value: usize, set: fn(&mut SandboxLimits, usize)) -> Result<(Host, Factory), Error> {
     let mut sandbox = SandboxLimits::default();
     set(&mut sandbox, value);
-    let host = Host::new(HostConfig { sandbox, cache_dir: Some(common::guest_target_dir().join("cache")), ..HostConfig::default() })
-        .expect("host");
+    let host = Host::new(HostConfig {
+        sandbox,
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        ..HostConfig::default()
+    })
+    .expect("host");
     let factory = host.load_file(&common::component("hello")).await?;
     Ok((host, factory))
 }

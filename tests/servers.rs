@@ -35,7 +35,10 @@ struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let _ = self.child.wait();
     }
 }
@@ -90,7 +93,8 @@ fn mcp(state: &Path) -> Server {
 fn status_line(addr: &str, path: &str, token: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(GUARD)).expect("a read timeout");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).expect("send");
     let mut answer = String::new();
     BufReader::new(stream).read_line(&mut answer).expect("an answer within the guard");
@@ -250,7 +254,10 @@ async fn endless_server(limit: u64) -> (u16, Arc<AtomicU64>) {
                     });
                     let body = StreamBody::new(frames).boxed();
                     Ok::<_, std::convert::Infallible>(
-                        hyper::Response::builder().header("content-type", "application/json").body(body).expect("a response"),
+                        hyper::Response::builder()
+                            .header("content-type", "application/json")
+                            .body(body)
+                            .expect("a response"),
                     )
                 }
             });
@@ -271,7 +278,10 @@ async fn an_endless_backend_reply_fails_that_call_and_not_the_run_beside_it() {
     let fine = FakeOpenAi::start(Mode::Answer { latency: Duration::from_millis(20) }).await;
     let state = tempfile::tempdir().expect("a state dir");
     let backend = |name: &str, port: u16| {
-        format!("[backends.{name}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\nmax_retries = 0\n", base_url(port))
+        format!(
+            "[backends.{name}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\nmax_retries = 0\n",
+            base_url(port)
+        )
     };
     let config = format!("{}{}", backend("endless", endless_port), backend("fine", fine.port()));
     std::fs::write(state.path().join("factory.toml"), config).expect("the config");
@@ -282,7 +292,8 @@ async fn an_endless_backend_reply_fails_that_call_and_not_the_run_beside_it() {
     // Two runs at once in the daemon: one on the endless backend, one on a normal one.
     let run = |backend: &'static str, n: usize| {
         let args = json!({"case": "fanout", "n": n}).to_string();
-        let mut cmd = factory_cmd(state.path(), &["run", "probe", "--backend", backend, "--args", &args, "--json", "-q"]);
+        let mut cmd =
+            factory_cmd(state.path(), &["run", "probe", "--backend", backend, "--args", &args, "--json", "-q"]);
         tokio::task::spawn_blocking(move || cmd.output().expect("factory run"))
     };
     let (endless, beside) = (run("endless", 1), run("fine", 6));

@@ -19,16 +19,19 @@ struct Serve(Child);
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let _ = self.0.wait();
     }
 }
 
 fn serve(state: &Path) -> Serve {
-    let mut child = factory_cmd(state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve starts");
+    let mut child =
+        factory_cmd(state, &["serve"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("serve starts");
     let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
     // It says it holds the store, then (runs to recover resumed) that it serves.
-    let first = lines.by_ref().map(|l| l.expect("a line")).find(|l| l.contains("serving")).expect("serve says it listens");
+    let first =
+        lines.by_ref().map(|l| l.expect("a line")).find(|l| l.contains("serving")).expect("serve says it listens");
     assert!(first.starts_with("factory serve: pid "), "{first}");
     std::thread::spawn(move || for _ in lines {});
     Serve(child)
@@ -56,7 +59,9 @@ fn listed(runs: &Value) -> Vec<(String, String)> {
         .as_array()
         .expect("a list")
         .iter()
-        .map(|r| (r["runId"].as_str().expect("a run id").to_string(), r["session"].as_str().unwrap_or("(none)").to_string()))
+        .map(|r| {
+            (r["runId"].as_str().expect("a run id").to_string(), r["session"].as_str().unwrap_or("(none)").to_string())
+        })
         .collect();
     ids.sort();
     ids
@@ -65,7 +70,9 @@ fn listed(runs: &Value) -> Vec<(String, String)> {
 /// One raw request line on the control socket; the answer line, parsed.
 fn raw(socket: &Path, body: Value) -> Value {
     let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect to the control socket");
-    stream.write_all(format!("{}\n", json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes()).expect("send");
+    stream
+        .write_all(format!("{}\n", json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes())
+        .expect("send");
     let mut answer = String::new();
     BufReader::new(stream).read_line(&mut answer).expect("an answer");
     serde_json::from_str(&answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer}"))
@@ -75,7 +82,9 @@ fn raw(socket: &Path, body: Value) -> Value {
 /// the service closes it, parsed.
 fn raw_stream(socket: &Path, body: Value) -> Vec<Value> {
     let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect to the control socket");
-    stream.write_all(format!("{}\n", json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes()).expect("send");
+    stream
+        .write_all(format!("{}\n", json!({ "wire": factory_host::service::WIRE_VERSION, "body": body })).as_bytes())
+        .expect("send");
     BufReader::new(stream)
         .lines()
         .map(|line| {
@@ -127,7 +136,11 @@ fn a_session_lists_its_own_runs_and_the_owner_sees_and_controls_every_session() 
     // Through `factory serve` (the control socket): a slow run in session b, controlled
     // from session a.
     let _serve = serve(state);
-    let out = as_session(state, "b", &["run", "probe", "--args", r#"{"case":"fanout","n":40}"#, "--max-concurrent-subagents", "1", "--detach", "-q"]);
+    let out = as_session(
+        state,
+        "b",
+        &["run", "probe", "--args", r#"{"case":"fanout","n":40}"#, "--max-concurrent-subagents", "1", "--detach", "-q"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let b2 = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -181,23 +194,37 @@ fn a_session_lists_its_own_runs_and_the_owner_sees_and_controls_every_session() 
     let (last, entries) = lines[1..].split_last().expect("entries and an envelope");
     assert_eq!(last["body"]["ended"]["status"], "completed", "{last}");
     assert_eq!(last["body"]["ended"]["runId"], b2.as_str(), "{last}");
-    let seqs: Vec<u64> = entries.iter().map(|e| e["body"]["progress"]["seq"].as_u64().expect("a progress entry")).collect();
+    let seqs: Vec<u64> =
+        entries.iter().map(|e| e["body"]["progress"]["seq"].as_u64().expect("a progress entry")).collect();
     assert_eq!(seqs.first(), Some(&4), "{seqs:?}");
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "in order, none missing: {seqs:?}");
-    let page = raw(&socket, json!({ "op": "progress", "scope": "owner", "runId": b2, "query": {"afterSeq": 3, "limit": 1000} }));
-    let stored: Vec<u64> = page["body"]["ok"]["progress"].as_array().expect("a page").iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let page = raw(
+        &socket,
+        json!({ "op": "progress", "scope": "owner", "runId": b2, "query": {"afterSeq": 3, "limit": 1000} }),
+    );
+    let stored: Vec<u64> =
+        page["body"]["ok"]["progress"].as_array().expect("a page").iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, stored, "the stream hands out what the run journaled after entry 3");
     // Started and followed on one connection: `started`, every entry from the first, the
     // envelope; a start that is refused is one error answer.
     let start = json!({ "op": "run", "session": "b", "component": {"registered": "probe"}, "args": {"case": "fanout", "n": 2}, "consent": "any" });
     let lines = raw_stream(&socket, json!({ "op": "startFollowing", "start": start }));
-    let started = lines[0]["body"]["ok"]["started"]["runId"].as_str().unwrap_or_else(|| panic!("{:?}", lines[0])).to_string();
+    let started =
+        lines[0]["body"]["ok"]["started"]["runId"].as_str().unwrap_or_else(|| panic!("{:?}", lines[0])).to_string();
     let (last, entries) = lines[1..].split_last().expect("entries and an envelope");
-    assert_eq!((last["body"]["ended"]["runId"].as_str(), &last["body"]["ended"]["status"]), (Some(started.as_str()), &json!("completed")), "{last}");
-    let seqs: Vec<u64> = entries.iter().map(|e| e["body"]["progress"]["seq"].as_u64().expect("a progress entry")).collect();
+    assert_eq!(
+        (last["body"]["ended"]["runId"].as_str(), &last["body"]["ended"]["status"]),
+        (Some(started.as_str()), &json!("completed")),
+        "{last}"
+    );
+    let seqs: Vec<u64> =
+        entries.iter().map(|e| e["body"]["progress"]["seq"].as_u64().expect("a progress entry")).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "every entry from the first, in order");
     assert_eq!(json_as(state, "b", &["show", &started])["session"], "b");
-    let refused = raw_stream(&socket, json!({ "op": "startFollowing", "start": { "op": "run", "session": "b", "component": {"registered": "nope"} } }));
+    let refused = raw_stream(
+        &socket,
+        json!({ "op": "startFollowing", "start": { "op": "run", "session": "b", "component": {"registered": "nope"} } }),
+    );
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["body"]["err"]["code"], "unknown_factory", "{refused:?}");
     let out = as_session(state, "a", &["watch", &b2, "--json"]);
@@ -229,7 +256,9 @@ async fn the_host_answers_each_scope_with_what_it_sees() {
     let all = host.runs(Scope::Owner).await.unwrap();
     assert_eq!((all.len(), all[0].session.as_deref()), (1, Some("alice")));
     assert!(matches!(host.envelope("bob", &id).await, Err(Error::NotFound(_))));
-    assert!(host.owned_by("alice", &id).await && host.owned_by(Scope::Owner, &id).await && !host.owned_by("bob", &id).await);
+    assert!(
+        host.owned_by("alice", &id).await && host.owned_by(Scope::Owner, &id).await && !host.owned_by("bob", &id).await
+    );
     assert_eq!(host.detail(Scope::Owner, &id).await.unwrap().envelope.session.as_deref(), Some("alice"));
     let as_bob = ResumeOptions { scope: Some("bob".into()), ..Default::default() };
     assert!(matches!(host.resume(&id, as_bob).await, Err(Error::NotFound(_))));

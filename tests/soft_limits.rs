@@ -34,8 +34,17 @@ async fn factory(state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
 async fn run(state: &Path, file: &Path, args: Value, config: &Path, backend: &str) -> (Value, Value, Output) {
     let args = args.to_string();
     let argv = [
-        "run", file.to_str().unwrap(), "--yes", "--args", &args, "--backend", backend, "--config",
-        config.to_str().unwrap(), "--json", "-q",
+        "run",
+        file.to_str().unwrap(),
+        "--yes",
+        "--args",
+        &args,
+        "--backend",
+        backend,
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "-q",
     ];
     let out = factory(state, &argv, &[]).await;
     let envelope = stdout_json(&out);
@@ -46,7 +55,12 @@ async fn run(state: &Path, file: &Path, args: Value, config: &Path, backend: &st
 
 /// The agent summaries of a run's detail with `label`.
 fn agents<'a>(detail: &'a Value, label: &str) -> Vec<&'a Value> {
-    detail["agents"].as_array().unwrap_or_else(|| panic!("no agents: {detail:#}")).iter().filter(|a| a["label"] == label).collect()
+    detail["agents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no agents: {detail:#}"))
+        .iter()
+        .filter(|a| a["label"] == label)
+        .collect()
 }
 
 /// A JS factory exercising the soft limits, by `args.case`. Its default for every call is
@@ -214,7 +228,11 @@ async fn max_turns_reaches_the_cli_as_its_turn_flag_and_the_turn_limit_ends_only
     let log = std::fs::read_to_string(root.path().join("turns.log")).unwrap();
     assert_eq!(log.lines().collect::<Vec<_>>(), ["max-turns=3", "max-turns=9"]);
     let accounting = &envelope["accounting"];
-    assert_eq!((accounting["agentsSpawned"].as_u64(), accounting["agentCacheHits"].as_u64()), (Some(2), Some(1)), "{accounting}");
+    assert_eq!(
+        (accounting["agentsSpawned"].as_u64(), accounting["agentCacheHits"].as_u64()),
+        (Some(2), Some(1)),
+        "{accounting}"
+    );
     // The cut-off call's reported cost still counts: $0.001 + $0.002 = 0.3 credits.
     assert_eq!(accounting["aiCreditsNano"], 300_000_000u64, "{accounting}");
     // The run detail says which soft limit ended which call.
@@ -304,9 +322,12 @@ async fn bad_soft_limits_are_refused_with_a_typed_error() {
     // JavaScript: each bad value (and an unknown option) throws before any call.
     let (envelope, _, out) = run(&state, &file, json!({"case": "bad"}), &config, "claude").await;
     assert_eq!(envelope["status"], "completed", "{envelope:#}\n{}", stderr(&out));
-    let errors: Vec<&str> = envelope["result"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    let errors: Vec<&str> =
+        envelope["result"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
     assert_eq!(errors.len(), 6);
-    for (error, expected) in errors.iter().zip(["maxTurns", "maxTurns", "maxDurationSeconds", "maxDurationSeconds", "wrapUp", "maxTurn"]) {
+    for (error, expected) in
+        errors.iter().zip(["maxTurns", "maxTurns", "maxDurationSeconds", "maxDurationSeconds", "wrapUp", "maxTurn"])
+    {
         assert!(error.contains(expected) && !error.starts_with("accepted"), "{errors:?}");
     }
     assert!(errors[0].starts_with("RangeError") && errors[5].starts_with("TypeError"), "{errors:?}");
@@ -318,9 +339,25 @@ async fn bad_soft_limits_are_refused_with_a_typed_error() {
     assert!(envelope["failure"]["message"].as_str().unwrap_or("").contains("maxTurns"), "{envelope:#}");
     // A factory declaring a bad default is refused before it runs.
     let bad_meta = root.path().join("bad-meta.js");
-    std::fs::write(&bad_meta, FACTORY_JS.replace("agentLimits: { maxTurns: 9 }", "agentLimits: { maxDurationSeconds: 0 }")).unwrap();
+    std::fs::write(
+        &bad_meta,
+        FACTORY_JS.replace("agentLimits: { maxTurns: 9 }", "agentLimits: { maxDurationSeconds: 0 }"),
+    )
+    .unwrap();
     let args = json!({"case": "turns"}).to_string();
-    let argv = ["run", bad_meta.to_str().unwrap(), "--yes", "--args", &args, "--backend", "claude", "--config", config.to_str().unwrap(), "--json", "-q"];
+    let argv = [
+        "run",
+        bad_meta.to_str().unwrap(),
+        "--yes",
+        "--args",
+        &args,
+        "--backend",
+        "claude",
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "-q",
+    ];
     let out = factory(&state, &argv, &[]).await;
     assert!(!out.status.success());
     let shown = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));

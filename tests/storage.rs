@@ -82,9 +82,13 @@ async fn fault_after(fault: Fault, answered: u64) {
     let state = tempfile::tempdir().unwrap();
     let faults = Arc::new(Faults::default());
     let held = Held::new(answered);
-    let store = RedbStore::open_with_backend(Faulty::open(&state.path().join(STORE_FILE), faults.clone()), StoreOptions::default())
-        .expect("the store opens on the faulty backend");
-    let config = HostConfig { backend: Arc::new(HeldShared(held.clone())), cache_dir: cache(), ..HostConfig::default() };
+    let store = RedbStore::open_with_backend(
+        Faulty::open(&state.path().join(STORE_FILE), faults.clone()),
+        StoreOptions::default(),
+    )
+    .expect("the store opens on the faulty backend");
+    let config =
+        HostConfig { backend: Arc::new(HeldShared(held.clone())), cache_dir: cache(), ..HostConfig::default() };
     let host = Arc::new(Host::with_store(config, Arc::new(store)).expect("host"));
     let probe = load(&host, "probe").await;
 
@@ -94,7 +98,8 @@ async fn fault_after(fault: Fault, answered: u64) {
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let limits = Limits { max_concurrent_subagents: Some(1), ..Default::default() };
-    let options = RunOptions { args: Some(json!({"case": "fanout", "n": N})), limits, events: Some(tx), ..Default::default() };
+    let options =
+        RunOptions { args: Some(json!({"case": "fanout", "n": N})), limits, events: Some(tx), ..Default::default() };
     let task = {
         let (host, probe) = (host.clone(), probe.clone());
         tokio::spawn(async move { host.run(&probe, options).await })
@@ -159,7 +164,8 @@ async fn fault_after(fault: Fault, answered: u64) {
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     // The run recorded the `held` backend; this host resumes it on another one, named.
-    let options = ResumeOptions { events: Some(tx), backend: Some(Arc::new(Shared(backend.clone()))), ..Default::default() };
+    let options =
+        ResumeOptions { events: Some(tx), backend: Some(Arc::new(Shared(backend.clone()))), ..Default::default() };
     let done = host.resume(&run_id, options).await.unwrap();
     assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
     assert_eq!(done.result_value().as_ref().unwrap()["done"], N);

@@ -106,7 +106,8 @@ async fn fan_out(state: &Path, backend: &Arc<Prose>, n: usize) -> StoreUsage {
 /// Run the probe's fan-out of `n` agents against `backend` on `host`, then drop it.
 async fn run_fan_out(host: Host, backend: &Arc<Prose>, n: usize) {
     let probe = load(&host, "probe").await;
-    let limits = Limits { max_concurrent_subagents: Some(64), max_total_subagents: Some(n as u32), ..Limits::default() };
+    let limits =
+        Limits { max_concurrent_subagents: Some(64), max_total_subagents: Some(n as u32), ..Limits::default() };
     let options = RunOptions { args: Some(json!({"case": "fanout", "n": n})), limits, ..Default::default() };
     let done = host.run(&probe, options).await.expect("the run");
     assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
@@ -157,7 +158,11 @@ async fn two_thousand_two_kib_replies_where_the_bytes_go() {
     // Replies are stored compressed (store/codec.rs): their rows, keys included, hold less
     // than the replies did (2,451,199 B for 4,095,995 measured), and the progress of a call
     // refers to nothing of its reply (a few dozen bytes a call, compressed chunks).
-    assert!(agents.stored_bytes * 10 <= replies * 7, "agent rows of {} B for {replies} B of replies", agents.stored_bytes);
+    assert!(
+        agents.stored_bytes * 10 <= replies * 7,
+        "agent rows of {} B for {replies} B of replies",
+        agents.stored_bytes
+    );
     let progress = usage.table("progress").expect("the progress table");
     assert!(progress.stored_bytes <= 64 * n as u64, "progress of {} B for {n} calls", progress.stored_bytes);
     // The issue's target is a file of at most 0.6x the replies. Measured: 2.19x (8,949,760 B)
@@ -211,7 +216,8 @@ async fn two_thousand_two_kib_replies_on_postgresql_bytes_and_wal_per_call() {
         server.psql("size", &format!("SELECT pg_total_relation_size('{table}')")).parse().expect("a relation size")
     };
     let (agents, progress) = (size("agents"), size("progress"));
-    let stored: u64 = server.psql("size", "SELECT sum(octet_length(outcome)) FROM agents").parse().expect("a byte count");
+    let stored: u64 =
+        server.psql("size", "SELECT sum(octet_length(outcome)) FROM agents").parse().expect("a byte count");
     println!(
         "PostgreSQL, 2 KiB replies: {n} calls, replies {replies} B; agents table {agents} B ({:.0} B per call; outcomes \
          {stored} B stored), progress table {progress} B ({:.0} B per call), WAL {wal} B ({:.0} B per call)",

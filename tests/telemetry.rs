@@ -22,7 +22,10 @@ struct Served {
 
 impl Drop for Served {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let _ = self.child.wait();
     }
 }
@@ -39,7 +42,9 @@ fn serve(state: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
     let mut args = vec!["serve", "--http", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     let mut cmd = factory_cmd(state, &args);
-    cmd.env_remove("RUST_LOG").env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    cmd.env_remove("RUST_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
     cmd.env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
     for (k, v) in env {
         cmd.env(k, v);
@@ -102,7 +107,10 @@ async fn the_service_logs_refusals_as_json_lines_to_stderr_and_its_owner_only_lo
     assert_eq!(event["level"], "WARN");
     assert_eq!(event["fields"]["door"], "http");
     assert_eq!(event["fields"]["path"], "/api/runs");
-    assert!(event["timestamp"].is_string() && event["target"].as_str().is_some_and(|t| t.starts_with("factory")), "{event}");
+    assert!(
+        event["timestamp"].is_string() && event["target"].as_str().is_some_and(|t| t.starts_with("factory")),
+        "{event}"
+    );
     assert!(!log.contains(&served.token), "the token is never logged");
     // The same event on stderr, as JSON.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -136,7 +144,11 @@ async fn rust_log_filters_what_the_service_logs() {
     let events = json_lines(log.lines());
     assert_eq!(log.lines().count(), events.len(), "every line of serve.log is a record: {log}");
     let refused = refusals(&events);
-    assert_eq!((refused.len(), &refused[0]["level"], &refused[0]["fields"]["door"]), (1, &Value::from("WARN"), &Value::from("http")), "{log}");
+    assert_eq!(
+        (refused.len(), &refused[0]["level"], &refused[0]["fields"]["door"]),
+        (1, &Value::from("WARN"), &Value::from("http")),
+        "{log}"
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let line = loop {
         if let Some(line) = served.stderr().into_iter().find(|l| l.contains("without a valid bearer token")) {
@@ -216,7 +228,11 @@ impl Receiver {
 
     /// Every request received so far: (path, content type, spans).
     fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 
     fn spans(&self) -> Vec<Value> {
@@ -264,7 +280,8 @@ fn traced_state() -> tempfile::TempDir {
     let state = tempfile::tempdir().unwrap();
     let rules = state.path().join("rules.json");
     std::fs::write(&rules, r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"ok"},"usage":{"inputTokens":12,"outputTokens":3,"credits":0.25}}]}"#).unwrap();
-    let config = format!("default = \"scripted\"\n[backends.scripted]\nkind = \"script\"\npath = \"{}\"\n", rules.display());
+    let config =
+        format!("default = \"scripted\"\n[backends.scripted]\nkind = \"script\"\npath = \"{}\"\n", rules.display());
     std::fs::write(state.path().join("factory.toml"), config).unwrap();
     let file = state.path().join("traced.js");
     std::fs::write(&file, TRACED).unwrap();
@@ -288,7 +305,11 @@ async fn a_fan_out_run_exports_its_span_tree_over_otlp_continuing_the_callers_tr
     let served = serve(
         state.path(),
         &[],
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_SERVICE_NAME", "factory-under-test"), ("OTEL_BSP_SCHEDULE_DELAY", "100")],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_SERVICE_NAME", "factory-under-test"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
     );
     let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
@@ -336,7 +357,10 @@ async fn a_fan_out_run_exports_its_span_tree_over_otlp_continuing_the_callers_tr
     }
     let spans = receiver.spans();
     let named = |name: &str| spans.iter().filter(|s| s["name"] == name).collect::<Vec<_>>();
-    assert!(spans.iter().all(|s| s["resource"]["service.name"] == "factory-under-test"), "OTEL_SERVICE_NAME names the service");
+    assert!(
+        spans.iter().all(|s| s["resource"]["service.name"] == "factory-under-test"),
+        "OTEL_SERVICE_NAME names the service"
+    );
 
     // The run attempt continues the caller's trace.
     let runs = named("run traced");
@@ -408,7 +432,11 @@ async fn commits_to_a_postgresql_store_are_traced_as_redb_commits_are() {
     let url = postgres.url("traced");
     let state = traced_state();
     let endpoint = format!("http://127.0.0.1:{}", receiver.port);
-    let served = serve(state.path(), &["--store", &url], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")]);
+    let served = serve(
+        state.path(),
+        &["--store", &url],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
     let client = reqwest::Client::new();
     let file = state.path().join("traced.js");
     let registered = client
@@ -430,8 +458,15 @@ async fn commits_to_a_postgresql_store_are_traced_as_redb_commits_are() {
         .await
         .unwrap();
     let run_id = started["runId"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
-    let envelope: Value =
-        client.get(format!("{}/api/runs/{run_id}/wait", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    let envelope: Value = client
+        .get(format!("{}/api/runs/{run_id}/wait", served.base))
+        .bearer_auth(&served.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(envelope["status"], "completed", "{envelope}");
     drop(served);
     let spans = receiver.spans();
@@ -463,7 +498,8 @@ async fn an_unreachable_collector_fails_no_run() {
 /// (`prometheus_client.parser.text_string_to_metric_families`): each sample as
 /// `name{label="value",...}` (labels sorted) -> value.
 async fn scrape(served: &Served) -> std::collections::BTreeMap<String, f64> {
-    let response = reqwest::Client::new().get(format!("{}/metrics", served.base)).bearer_auth(&served.token).send().await.unwrap();
+    let response =
+        reqwest::Client::new().get(format!("{}/metrics", served.base)).bearer_auth(&served.token).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200);
     let kind = response.headers()["content-type"].to_str().unwrap().to_string();
     assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
@@ -520,8 +556,15 @@ async fn metrics_move_with_a_run_and_need_the_token() {
         .await
         .unwrap();
     let run_id = started["runId"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
-    let envelope: Value =
-        client.get(format!("{}/api/runs/{run_id}/wait", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    let envelope: Value = client
+        .get(format!("{}/api/runs/{run_id}/wait", served.base))
+        .bearer_auth(&served.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(envelope["status"], "completed", "{envelope}");
     let after = scrape(&served).await;
     let moved = |key: &str| sample(&after, key) - sample(&before, key);
@@ -547,7 +590,11 @@ async fn metrics_are_exported_over_otlp_under_the_names_metrics_serves() {
     let served = serve(
         state.path(),
         &[],
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_TRACES_EXPORTER", "none"), ("OTEL_METRIC_EXPORT_INTERVAL", "200")],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+        ],
     );
     let client = reqwest::Client::new();
     let started: Value = client
@@ -561,8 +608,15 @@ async fn metrics_are_exported_over_otlp_under_the_names_metrics_serves() {
         .await
         .unwrap();
     let run_id = started["runId"].as_str().unwrap_or_else(|| panic!("{started}")).to_string();
-    let envelope: Value =
-        client.get(format!("{}/api/runs/{run_id}/wait", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    let envelope: Value = client
+        .get(format!("{}/api/runs/{run_id}/wait", served.base))
+        .bearer_auth(&served.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(envelope["status"], "completed", "{envelope}");
     let scraped = scrape(&served).await;
     // Stopping the service exports the final values.
@@ -588,7 +642,10 @@ async fn metrics_are_exported_over_otlp_under_the_names_metrics_serves() {
     ] {
         assert!(names.contains(&expected), "{expected} not exported: {names:?}");
         // The same family on /metrics (counters there carry Prometheus's `_total`).
-        assert!(scraped.keys().any(|k| k.starts_with(&format!("{expected}{{")) || k.starts_with(&format!("{expected}_"))), "{expected} not on /metrics");
+        assert!(
+            scraped.keys().any(|k| k.starts_with(&format!("{expected}{{")) || k.starts_with(&format!("{expected}_"))),
+            "{expected} not on /metrics"
+        );
     }
     let point = |name: &str, attrs: Value| -> Value {
         let metric = &last[name];
@@ -605,9 +662,16 @@ async fn metrics_are_exported_over_otlp_under_the_names_metrics_serves() {
     assert_eq!(calls["temporality"], 2, "cumulative");
     let ok = serde_json::json!({"backend": "script", "outcome": "ok"});
     assert_eq!(point("factory_agent_calls", ok)["value"], N);
-    assert_eq!(scraped[r#"factory_agent_calls_total{backend="script",outcome="ok"}"#], f64::from(N), "the same value on /metrics");
+    assert_eq!(
+        scraped[r#"factory_agent_calls_total{backend="script",outcome="ok"}"#],
+        f64::from(N),
+        "the same value on /metrics"
+    );
     assert_eq!(point("factory_run_attempts_ended", serde_json::json!({"status": "completed"}))["value"], 1);
-    assert_eq!(point("factory_agent_tokens", serde_json::json!({"backend": "script", "direction": "input"}))["value"], 12 * N);
+    assert_eq!(
+        point("factory_agent_tokens", serde_json::json!({"backend": "script", "direction": "input"}))["value"],
+        12 * N
+    );
     let credits = point("factory_ai_credits", serde_json::json!({"backend": "script"}))["value"].as_f64().unwrap();
     assert!((credits - 0.25 * f64::from(N)).abs() < 1e-9, "{credits}");
     // Histograms: the spawns counted, with /metrics' bucket bounds.
@@ -618,7 +682,10 @@ async fn metrics_are_exported_over_otlp_under_the_names_metrics_serves() {
     let expected: Vec<f64> = (0..18).map(|i| 0.001 * 2f64.powi(i)).collect();
     assert_eq!(bounds.len(), expected.len());
     assert!(bounds.iter().zip(&expected).all(|(a, b)| (a - b).abs() < 1e-12), "{bounds:?}");
-    assert!(scraped.contains_key(r#"factory_agent_call_seconds_bucket{backend="script",le="0.001"}"#), "the same bounds on /metrics");
+    assert!(
+        scraped.contains_key(r#"factory_agent_call_seconds_bucket{backend="script",le="0.001"}"#),
+        "the same bounds on /metrics"
+    );
     assert_eq!(last["factory_active_runs"]["kind"], "gauge");
     assert_eq!(point("factory_active_runs", serde_json::json!({}))["value"], 0);
 }
@@ -735,8 +802,16 @@ async fn a_wide_fan_out_against_a_throttling_provider_says_how_many_calls_wait_f
     );
     common::config_file(&state.path().join("factory.toml"), &config);
     let args = [
-        "run", &common::probe_arg(), "--yes", "--args", &common::fanout_args(N), "--max-concurrent-subagents", "64",
-        "--max-total-subagents", "1000", "--json",
+        "run",
+        &common::probe_arg(),
+        "--yes",
+        "--args",
+        &common::fanout_args(N),
+        "--max-concurrent-subagents",
+        "64",
+        "--max-total-subagents",
+        "1000",
+        "--json",
     ];
     let out = common::factory_clean(state.path(), &args, &[]).await;
     let stderr = common::stderr(&out);
@@ -758,19 +833,25 @@ async fn a_served_fan_out_shows_its_queue_to_the_cli_in_run_detail_in_metrics_an
     let server = FakeOpenAi::start(Mode::AnswerThen { ok: 3, then: Box::new(Mode::RetryAfterMs("300")) }).await;
     let state = flow_state(server.port(), 120);
     let endpoint = format!("http://127.0.0.1:{}", receiver.port);
-    let served = serve(state.path(), &[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")]);
+    let served =
+        serve(state.path(), &[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")]);
 
     // The CLI hands the run to the service and follows it there (plain lines on stderr).
     let events = state.path().join("events.jsonl");
     let args = format!(r#"{{"n": {N}}}"#);
-    let mut cmd = factory_cmd(state.path(), &["run", "traced", "--args", &args, "--events", events.to_str().unwrap(), "--json"]);
+    let mut cmd =
+        factory_cmd(state.path(), &["run", "traced", "--args", &args, "--events", events.to_str().unwrap(), "--json"]);
     let cli = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("factory run starts");
     let cli = tokio::task::spawn_blocking(move || cli.wait_with_output());
 
     let deadline = Instant::now() + Duration::from_secs(120);
     let run_id = loop {
         let text = std::fs::read_to_string(&events).unwrap_or_default();
-        if let Some(id) = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find_map(|e| e["runId"].as_str().map(String::from)) {
+        if let Some(id) = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|e| e["runId"].as_str().map(String::from))
+        {
             break id;
         }
         assert!(Instant::now() < deadline, "the run never started: {text}");
@@ -787,9 +868,21 @@ async fn a_served_fan_out_shows_its_queue_to_the_cli_in_run_detail_in_metrics_an
     let client = reqwest::Client::new();
     let (mut in_detail, mut in_show, mut in_metrics) = (None, false, false);
     while in_detail.is_none() || !in_show || !in_metrics {
-        let detail: Value =
-            client.get(format!("{}/api/runs/{run_id}", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
-        assert_eq!(detail["status"], "running", "the run ended before its queue was seen: detail {}, show {in_show}, metrics {in_metrics}", in_detail.is_some());
+        let detail: Value = client
+            .get(format!("{}/api/runs/{run_id}", served.base))
+            .bearer_auth(&served.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            detail["status"],
+            "running",
+            "the run ended before its queue was seen: detail {}, show {in_show}, metrics {in_metrics}",
+            in_detail.is_some()
+        );
         if let Some(flow) = detail["flows"].as_array().and_then(|f| f.iter().find(|f| f["queued"].as_u64() > Some(0))) {
             in_detail = Some(flow.clone());
         }
@@ -808,16 +901,29 @@ async fn a_served_fan_out_shows_its_queue_to_the_cli_in_run_detail_in_metrics_an
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     assert_eq!(common::stdout_json(&out)["result"]["done"], N);
-    assert!(stderr.lines().any(|l| l.contains("] flow: ") && l.contains(" queued: `local` ")), "the follow stream carried the queue: {stderr}");
+    assert!(
+        stderr.lines().any(|l| l.contains("] flow: ") && l.contains(" queued: `local` ")),
+        "the follow stream carried the queue: {stderr}"
+    );
     let events = journaled_events(state.path(), &run_id);
     assert!(!events.iter().any(|e| e == "flows"), "flow states are not journaled: {events:?}");
-    let detail: Value =
-        client.get(format!("{}/api/runs/{run_id}", served.base)).bearer_auth(&served.token).send().await.unwrap().json().await.unwrap();
+    let detail: Value = client
+        .get(format!("{}/api/runs/{run_id}", served.base))
+        .bearer_auth(&served.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(detail.get("flows").is_none(), "a run that ended has no flows: {detail:#}");
 
     let after = scrape(&served).await;
     assert!(sample(&after, r#"factory_backend_throttled_total{backend="local"}"#) >= 1.0, "{after:#?}");
-    assert!(sample(&after, r#"factory_backend_flow_wait_seconds_count{backend="local"}"#) >= N as f64, "one wait per admission: {after:#?}");
+    assert!(
+        sample(&after, r#"factory_backend_flow_wait_seconds_count{backend="local"}"#) >= N as f64,
+        "one wait per admission: {after:#?}"
+    );
     assert!(sample(&after, r#"factory_backend_flow_wait_seconds_sum{backend="local"}"#) > 0.0, "{after:#?}");
     assert!(sample(&after, r#"factory_backend_concurrency_limit{backend="local"}"#) >= 1.0, "{after:#?}");
     assert!(after.contains_key(r#"factory_backend_queue_depth{backend="local"}"#), "{after:#?}");
@@ -835,12 +941,21 @@ async fn a_served_fan_out_shows_its_queue_to_the_cli_in_run_detail_in_metrics_an
         let reason = attr(wait, "factory.flow.reason").as_str().unwrap_or_default();
         assert!(["request_rate", "server", "concurrency", "queue"].contains(&reason), "{wait:#}");
         assert!(attr(wait, "factory.flow.wait_ms").is_i64(), "{wait:#}");
-        assert!(agents.iter().any(|a| a["spanId"] == wait["parentSpanId"]), "a wait is a child of its agent call: {wait:#}");
+        assert!(
+            agents.iter().any(|a| a["spanId"] == wait["parentSpanId"]),
+            "a wait is a child of its agent call: {wait:#}"
+        );
     }
     assert!(waits.iter().any(|w| attr(w, "factory.flow.reason") == "request_rate"), "{waits:#?}");
     // The same flow metrics over OTLP (exported once more as the service stopped).
-    let exported: Vec<String> = receiver.metrics().iter().filter_map(|m| m["name"].as_str().map(String::from)).collect();
-    for name in ["factory_backend_queue_depth", "factory_backend_concurrency_limit", "factory_backend_throttled", "factory_backend_flow_wait_seconds"] {
+    let exported: Vec<String> =
+        receiver.metrics().iter().filter_map(|m| m["name"].as_str().map(String::from)).collect();
+    for name in [
+        "factory_backend_queue_depth",
+        "factory_backend_concurrency_limit",
+        "factory_backend_throttled",
+        "factory_backend_flow_wait_seconds",
+    ] {
         assert!(exported.iter().any(|n| n == name), "{name} not exported: {exported:?}");
     }
 }

@@ -142,7 +142,10 @@ async fn a_declined_run_ends_cancelled_with_its_run_id() {
         assert_eq!(envelope.attempts, 0, "nothing ran");
         let failure = envelope.failure.as_ref().expect("a failure");
         assert_eq!((failure.kind_type.as_str(), failure.kind.as_deref()), ("cancelled", Some("declined")));
-        assert!(host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail").progress.is_empty(), "no progress");
+        assert!(
+            host.detail(DEFAULT_SESSION, &envelope.run_id).await.expect("detail").progress.is_empty(),
+            "no progress"
+        );
         let refused = host.resume(&envelope.run_id, ResumeOptions::default()).await;
         assert!(matches!(refused, Err(Error::NonResumable(_))), "{refused:?}");
         envelope.run_id
@@ -278,8 +281,13 @@ fn a_script_approved_at_the_prompt_is_trusted_for_that_script_only() {
     assert!(shown.contains("Run it? [y/N]"), "{shown}");
     // The approval names the script's source, not the JS runner every script shares.
     let listed = stdout_json(&factory_in(state.path(), &["trust", "--json"]));
-    let approved: Vec<&str> =
-        listed.as_array().unwrap().iter().filter(|t| t["source"] == "approved").filter_map(|t| t["sha256"].as_str()).collect();
+    let approved: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["source"] == "approved")
+        .filter_map(|t| t["sha256"].as_str())
+        .collect();
     assert_eq!(approved, vec![sha256_text(&source("first")).as_str()], "{listed:#}");
     let out = factory_in(state.path(), &["run", "first", "-q"]);
     assert!(out.status.success(), "the approved script runs without asking: {}", stderr(&out));

@@ -23,7 +23,8 @@ struct Daemon(Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let _ = self.0.wait();
     }
 }
@@ -86,7 +87,10 @@ async fn the_dashboard_in_a_real_browser() {
         browser_dir.join("node_modules").join("playwright-core").is_dir(),
         "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
     );
-    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)");
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists(),
+        "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)"
+    );
 
     // `probe` registered and trusted; a script backend whose agents take 150 ms each.
     let state = tempfile::tempdir().unwrap();
@@ -115,7 +119,18 @@ async fn the_dashboard_in_a_real_browser() {
     // A finished 4,096-agent run (dry-run backend) for the timeline's timing check.
     let out = factory_in(
         state.path(),
-        &["run", "probe", "--args", r#"{"case":"fanout","n":4096}"#, "--backend", "dry-run", "--max-total-subagents", "5000", "--json", "-q"],
+        &[
+            "run",
+            "probe",
+            "--args",
+            r#"{"case":"fanout","n":4096}"#,
+            "--backend",
+            "dry-run",
+            "--max-total-subagents",
+            "5000",
+            "--json",
+            "-q",
+        ],
     );
     let big = stdout_json(&out);
     assert_eq!(big["status"], "completed", "{big:#}");
@@ -125,7 +140,18 @@ async fn the_dashboard_in_a_real_browser() {
     // lists it with its session.
     let out = factory_in(
         state.path(),
-        &["--session", "other", "run", "probe", "--args", r#"{"case":"fanout","n":2}"#, "--backend", "dry-run", "--json", "-q"],
+        &[
+            "--session",
+            "other",
+            "run",
+            "probe",
+            "--args",
+            r#"{"case":"fanout","n":2}"#,
+            "--backend",
+            "dry-run",
+            "--json",
+            "-q",
+        ],
     );
     let other = stdout_json(&out);
     assert_eq!((other["status"].as_str(), other["session"].as_str()), (Some("completed"), Some("other")), "{other:#}");
@@ -136,7 +162,9 @@ async fn the_dashboard_in_a_real_browser() {
     assert!(!out.status.success() && stderr(&out).contains("factory serve --http"), "{}", stderr(&out));
 
     let daemon = serve_http(state.path());
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(state.path().join("http.addr")).unwrap().permissions());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(state.path().join("http.addr")).unwrap().permissions(),
+    );
     assert_eq!(mode & 0o777, 0o600);
 
     // `factory ui` writes a private sign-in file that sends the browser to the page's URL
@@ -187,7 +215,11 @@ async fn the_dashboard_in_a_real_browser() {
         .expect("node runs (install Node.js)");
     drop(daemon);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("the browser test printed no JSON report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
+        panic!(
+            "the browser test printed no JSON report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        )
     });
     eprintln!("browser report: {report:#}");
     assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
@@ -202,9 +234,17 @@ async fn the_dashboard_in_a_real_browser() {
 fn sign_in_url(file: &std::path::Path) -> String {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, nix::unistd::geteuid().as_raw()), "the sign-in file is private");
+    assert_eq!(
+        (meta.mode() & 0o777, meta.uid()),
+        (0o600, nix::unistd::geteuid().as_raw()),
+        "the sign-in file is private"
+    );
     let page = std::fs::read_to_string(file).unwrap();
-    let url = page.split("content=\"0;url=").nth(1).and_then(|rest| rest.split('"').next()).unwrap_or_else(|| panic!("{page}"));
+    let url = page
+        .split("content=\"0;url=")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("{page}"));
     url.to_string()
 }
 
@@ -301,7 +341,10 @@ async fn another_user_cannot_take_the_dashboard_sign_in_and_a_stolen_session_is_
     assert!(seen.contains("dashboard.html"), "the browser's argv as another user sees it: {seen}");
     assert!(!seen.contains(code) && !seen.contains(&token), "another user reads the code in argv: {seen}");
     let read = as_nobody("/bin/cat", &[file.to_str().unwrap()]);
-    assert!(!read.status.success() && stderr(&read).contains("Permission denied"), "another user read the sign-in file");
+    assert!(
+        !read.status.success() && stderr(&read).contains("Permission denied"),
+        "another user read the sign-in file"
+    );
     std::fs::write(&stop, b"").unwrap();
 
     // A stolen code: its session drives the API but mints nothing and manages nothing.
@@ -347,7 +390,8 @@ async fn another_user_cannot_take_the_dashboard_sign_in_and_a_stolen_session_is_
     let own = second["token"].as_str().expect("a session token").to_string();
     let (status, listed) = call(reqwest::Method::GET, "/api/ui/sessions", &token).await;
     assert_eq!(status, 200, "{listed}");
-    let ids: Vec<String> = listed["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> =
+        listed["sessions"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect();
     assert_eq!(ids.len(), 2, "{listed}");
     let out = factory_in(&state, &["ui", "--sessions"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -363,7 +407,11 @@ async fn another_user_cannot_take_the_dashboard_sign_in_and_a_stolen_session_is_
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "revoked 1 dashboard session");
     let (status, refused) = call(reqwest::Method::GET, "/api/runs", &stolen).await;
-    assert_eq!((status, refused["code"].as_str()), (401, Some("unauthorized")), "a revoked session is refused: {refused}");
+    assert_eq!(
+        (status, refused["code"].as_str()),
+        (401, Some("unauthorized")),
+        "a revoked session is refused: {refused}"
+    );
     // A run starts: the live session's stream tells of it, the revoked one's ends untold.
     let registered = client
         .post(format!("{base}/api/factories"))
@@ -373,7 +421,8 @@ async fn another_user_cannot_take_the_dashboard_sign_in_and_a_stolen_session_is_
         .await
         .unwrap();
     assert_eq!(registered.status(), 200);
-    let started = client.post(format!("{base}/api/runs")).bearer_auth(&token).json(&serde_json::json!({ "name": "tiny" })).send();
+    let started =
+        client.post(format!("{base}/api/runs")).bearer_auth(&token).json(&serde_json::json!({ "name": "tiny" })).send();
     assert_eq!(started.await.unwrap().status(), 202);
     let (own_text, _) = read_events(own_events, "run_updated").await;
     assert!(own_text.contains("run_updated"), "{own_text}");
@@ -409,7 +458,8 @@ async fn a_dashboard_session_expires() {
     let printed = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let (base, code) = printed.split_once("/#code=").expect("a code in the URL");
     let client = reqwest::Client::new();
-    let answer = client.post(format!("{base}/api/ui/exchange")).json(&serde_json::json!({ "code": code })).send().await.unwrap();
+    let answer =
+        client.post(format!("{base}/api/ui/exchange")).json(&serde_json::json!({ "code": code })).send().await.unwrap();
     let session = answer.json::<Value>().await.unwrap()["token"].as_str().expect("a session token").to_string();
     let runs = |bearer: String| {
         let request = client.get(format!("{base}/api/runs")).bearer_auth(bearer);
@@ -434,7 +484,10 @@ async fn browser_against_a_paced_backend(script: &str) -> (common::fake_openai::
         browser_dir.join("node_modules").join("playwright-core").is_dir(),
         "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
     );
-    assert!(std::path::Path::new("/usr/bin/chromium").exists(), "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)");
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists(),
+        "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)"
+    );
     let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::ZERO }).await;
     let state = tempfile::tempdir().unwrap();
     let config = format!(
@@ -463,7 +516,11 @@ async fn browser_against_a_paced_backend(script: &str) -> (common::fake_openai::
     .unwrap();
     drop(daemon);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("the browser test printed no JSON report ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out))
+        panic!(
+            "the browser test printed no JSON report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        )
     });
     assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     (server, report)

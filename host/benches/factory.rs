@@ -282,7 +282,10 @@ struct Sample {
 fn perf_control(command: &str) {
     use std::io::{Read, Write};
     let Some(control) = std::env::var_os("FACTORY_BENCH_PERF_CTL") else { return };
-    let written = std::fs::OpenOptions::new().write(true).open(&control).and_then(|mut f| f.write_all(format!("{command}\n").as_bytes()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&control)
+        .and_then(|mut f| f.write_all(format!("{command}\n").as_bytes()));
     if let Err(e) = written {
         fail(format!("cannot tell perf to {command} through {}: {e}", control.to_string_lossy()));
     }
@@ -386,9 +389,7 @@ fn memory_host(cache: Option<&Path>) -> Host {
 }
 
 async fn load(host: &Host, component: &Path) -> Factory {
-    host.load_file(component)
-        .await
-        .unwrap_or_else(|e| fail(format!("cannot load {}: {e}", component.display())))
+    host.load_file(component).await.unwrap_or_else(|e| fail(format!("cannot load {}: {e}", component.display())))
 }
 
 async fn run(host: &Host, factory: &Factory, workload: &str, n: usize, fail_at_end: bool) -> RunEnvelope {
@@ -420,7 +421,8 @@ fn check_done(envelope: &RunEnvelope, workload: &str, done: usize, fail_at_end: 
 /// step: its producers must not run again).
 fn check_produced(envelope: &RunEnvelope, workload: &str, expected: usize) {
     let error = envelope.error.as_deref().unwrap_or_default();
-    let produced = error.split("produced=").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse::<usize>().ok());
+    let produced =
+        error.split("produced=").nth(1).and_then(|rest| rest.split_whitespace().next()?.parse::<usize>().ok());
     if produced != Some(expected) {
         fail(format!("`{workload}` ran {produced:?} step producers, expected {expected}: {error}"));
     }
@@ -442,8 +444,21 @@ struct Row {
 struct Table(Vec<Row>);
 
 impl Table {
-    fn row(&mut self, section: &'static str, name: impl Into<String>, value: impl Into<String>, detail: impl Into<String>) {
-        self.0.push(Row { section, name: name.into(), value: value.into(), detail: detail.into(), target: String::new(), pass: None });
+    fn row(
+        &mut self,
+        section: &'static str,
+        name: impl Into<String>,
+        value: impl Into<String>,
+        detail: impl Into<String>,
+    ) {
+        self.0.push(Row {
+            section,
+            name: name.into(),
+            value: value.into(),
+            detail: detail.into(),
+            target: String::new(),
+            pass: None,
+        });
     }
 
     fn judged(
@@ -601,7 +616,11 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
         ("step-get", "`step-get` hit", 100_000),
         ("step-put", "`step-put` (journaled)", 20_000),
         ("agent-hit", "memoized `agent` hit (async call)", 20_000),
-        ("agent-ready", "memoized `agent` hit (`agent-ready`, the path of components built before `agent-start`)", 20_000),
+        (
+            "agent-ready",
+            "memoized `agent` hit (`agent-ready`, the path of components built before `agent-start`)",
+            20_000,
+        ),
         ("agent-start", "memoized `agent` hit (the SDKs' and the JS runner's path: `agent-start`)", 20_000),
     ]
     .into_iter()
@@ -635,7 +654,11 @@ async fn hook_overhead(table: &mut Table, component: &Path, cache: &Path, runs: 
         let base = median(empty.get(&n).cloned().unwrap_or_default());
         let total = median(loops.get(workload).cloned().unwrap_or_default());
         let per_call = (total - base) * 1e6 / n as f64;
-        let checked = if matches!(workload, "agent-hit" | "agent-ready" | "agent-start") { "; 1 backend call per run (checked)" } else { "" };
+        let checked = if matches!(workload, "agent-hit" | "agent-ready" | "agent-start") {
+            "; 1 backend call per run (checked)"
+        } else {
+            ""
+        };
         table.row(
             "1 hooks",
             name,
@@ -658,7 +681,12 @@ async fn start_up(table: &mut Table, component: &Path, runs: usize) {
         fmt_ms(cached),
         format!("of which Host::new + load (read, sha256, deserialize, link, `meta`) {}", fmt_ms(cached_load)),
     );
-    table.row("2 start-up", "warm: same Host, `InstancePre` reuse, empty run", fmt_ms(warm), "instantiate + run + record writes");
+    table.row(
+        "2 start-up",
+        "warm: same Host, `InstancePre` reuse, empty run",
+        fmt_ms(warm),
+        "instantiate + run + record writes",
+    );
     let ratio = cold / cached;
     table.judged("2 start-up", "cold / cached", format!("{ratio:.0}x"), "", ">= 50x", ratio >= 50.0);
     table.row("2 start-up", "cold / warm", format!("{:.0}x", cold / warm), "");
@@ -675,7 +703,9 @@ fn command_start_up(table: &mut Table, component: &Path, cache: &Path, runs: usi
     let args = json!({ "workload": "empty", "n": 0, "failAtEnd": false }).to_string();
     let timed = |argv: &[&str]| {
         let mut cmd = factory_cmd(state.path(), cache, argv);
-        cmd.env_remove("FACTORY_COMMIT_WINDOW_MS").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+        cmd.env_remove("FACTORY_COMMIT_WINDOW_MS")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
         ms(time_command(cmd, &format!("factory {}", argv.join(" "))))
     };
     let run = ["run", path.as_str(), "--yes", "--no-daemon", "--backend", "dry-run", "--args", args.as_str()];
@@ -747,7 +777,9 @@ async fn fan_out(table: &mut Table, component: &Path, cache: &Path, runs: usize)
             );
             let name = format!("fan-out {n} agents x {latency_ms} ms, durable");
             match (n, latency_ms) {
-                (4096, 0) => table.judged("3 fan-out", name, fmt_ms(wall), detail, "overhead < 100 ms", overhead < 100.0),
+                (4096, 0) => {
+                    table.judged("3 fan-out", name, fmt_ms(wall), detail, "overhead < 100 ms", overhead < 100.0)
+                }
                 (1000, 1) => table.judged("3 fan-out", name, fmt_ms(wall), detail, "wall < 30 ms", wall < 30.0),
                 _ => table.row("3 fan-out", name, fmt_ms(wall), detail),
             }
@@ -866,7 +898,9 @@ async fn sequential(table: &mut Table, component: &Path, cache: &Path, runs: usi
     let factory = load(&host, component).await;
     run(&host, &factory, "sequential-agents", 10, false).await; // warm-up
     let mut agents_replay = f64::NAN;
-    for (workload, what) in [("sequential-agents", "agent calls of 1 ms"), ("sequential-steps", "journaled steps, no agent")] {
+    for (workload, what) in
+        [("sequential-agents", "agent calls of 1 ms"), ("sequential-steps", "journaled steps, no agent")]
+    {
         let (mut samples, mut floors) = (Vec::new(), Vec::new());
         let (mut resumes, mut resumes_cpu, mut resumes_given) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs.min(5) {
@@ -982,7 +1016,10 @@ async fn large_resume(table: &mut Table, component: &Path, cache: &Path, runs: u
         let (resumed, sample) = measure(&host, host.resume(&envelope.run_id, ResumeOptions::default())).await;
         let resumed = resumed.unwrap_or_else(|e| fail(format!("resuming the 100,000-entry run: {e}")));
         if backend.calls() != calls {
-            fail(format!("the resume of the 100,000-entry run made {} backend calls; it must make 0", backend.calls() - calls));
+            fail(format!(
+                "the resume of the 100,000-entry run made {} backend calls; it must make 0",
+                backend.calls() - calls
+            ));
         }
         check_done(&resumed, "mixed", UNITS, true);
         check_produced(&resumed, "mixed", 0);
@@ -1005,22 +1042,32 @@ async fn large_resume(table: &mut Table, component: &Path, cache: &Path, runs: u
         let stderr = state.path().join("resume.stderr");
         let file = std::fs::File::create(&stderr).expect("a file for the resume's stderr");
         let cli_started = Instant::now();
-        let child = factory_cmd(state.path(), cache, &["resume", &envelope.run_id, "--yes", "--no-daemon", "--backend", "dry-run"])
-            .stdout(std::process::Stdio::null())
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| fail(format!("cannot start `factory resume` ({}): {e}", env!("CARGO_BIN_EXE_factory"))));
+        let child = factory_cmd(
+            state.path(),
+            cache,
+            &["resume", &envelope.run_id, "--yes", "--no-daemon", "--backend", "dry-run"],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .spawn()
+        .unwrap_or_else(|e| fail(format!("cannot start `factory resume` ({}): {e}", env!("CARGO_BIN_EXE_factory"))));
         let (status, peak) = wait_with_peak_rss(child);
         let wall = cli_started.elapsed();
         let said = std::fs::read_to_string(&stderr).unwrap_or_default();
         // The guest fails at its end on purpose (`failAtEnd`), naming what it did: all 50,000
         // units replayed, none produced again.
         if status.code() != Some(1) || !said.contains(&format!("failAtEnd: done={UNITS} produced=0")) {
-            fail(format!("`factory resume` of the 100,000-entry run ended {status} without replaying it: {}", said.lines().rev().take(5).collect::<Vec<_>>().join(" | ")));
+            fail(format!(
+                "`factory resume` of the 100,000-entry run ended {status} without replaying it: {}",
+                said.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            ));
         }
         // Its progress (stderr, a file here) is the replayed calls' one line.
         if said.lines().filter(|l| l.contains(" replayed") && !l.contains("queued")).count() > UNITS / 1000 {
-            fail(format!("`factory resume` of the 100,000-entry run showed its replayed calls a line each: {}", said.lines().take(5).collect::<Vec<_>>().join(" | ")));
+            fail(format!(
+                "`factory resume` of the 100,000-entry run showed its replayed calls a line each: {}",
+                said.lines().take(5).collect::<Vec<_>>().join(" | ")
+            ));
         }
         (peak.map(|bytes| bytes as f64 / (1024.0 * 1024.0)), ms(wall))
     };
@@ -1207,14 +1254,46 @@ struct Attack {
 
 fn attacks() -> Vec<Attack> {
     vec![
-        Attack { name: "8 MiB phase title, then 200 log lines", args: json!({ "case": "huge-phase", "n": 8 << 20, "count": 200 }), kind: Some("maxPhaseBytes") },
-        Attack { name: "4 MiB agent label", args: json!({ "case": "huge-label", "n": 4 << 20 }), kind: Some("maxLabelBytes") },
-        Attack { name: "16 MiB model name", args: json!({ "case": "huge-model", "n": 16 << 20 }), kind: Some("maxModelBytes") },
-        Attack { name: "16 MiB step key", args: json!({ "case": "huge-key", "n": 16 << 20 }), kind: Some("maxStepKeyBytes") },
-        Attack { name: "100 distinct steps of 15 MiB", args: json!({ "case": "many-steps", "n": 15 << 20, "count": 100 }), kind: Some("maxJournalBytes") },
-        Attack { name: "~30 MB schema: nested anyOf, 20 levels", args: json!({ "case": "nested-schema", "n": 20 }), kind: Some("maxSchemaBytes") },
-        Attack { name: "140 KiB schema: nested anyOf, 16,383 sub-schemas", args: json!({ "case": "nested-schema", "n": 13 }), kind: None },
-        Attack { name: "result nested 126 deep (made stores unreadable before)", args: json!({ "case": "deep-result", "n": 126 }), kind: Some("maxJsonDepth") },
+        Attack {
+            name: "8 MiB phase title, then 200 log lines",
+            args: json!({ "case": "huge-phase", "n": 8 << 20, "count": 200 }),
+            kind: Some("maxPhaseBytes"),
+        },
+        Attack {
+            name: "4 MiB agent label",
+            args: json!({ "case": "huge-label", "n": 4 << 20 }),
+            kind: Some("maxLabelBytes"),
+        },
+        Attack {
+            name: "16 MiB model name",
+            args: json!({ "case": "huge-model", "n": 16 << 20 }),
+            kind: Some("maxModelBytes"),
+        },
+        Attack {
+            name: "16 MiB step key",
+            args: json!({ "case": "huge-key", "n": 16 << 20 }),
+            kind: Some("maxStepKeyBytes"),
+        },
+        Attack {
+            name: "100 distinct steps of 15 MiB",
+            args: json!({ "case": "many-steps", "n": 15 << 20, "count": 100 }),
+            kind: Some("maxJournalBytes"),
+        },
+        Attack {
+            name: "~30 MB schema: nested anyOf, 20 levels",
+            args: json!({ "case": "nested-schema", "n": 20 }),
+            kind: Some("maxSchemaBytes"),
+        },
+        Attack {
+            name: "140 KiB schema: nested anyOf, 16,383 sub-schemas",
+            args: json!({ "case": "nested-schema", "n": 13 }),
+            kind: None,
+        },
+        Attack {
+            name: "result nested 126 deep (made stores unreadable before)",
+            args: json!({ "case": "deep-result", "n": 126 }),
+            kind: Some("maxJsonDepth"),
+        },
         Attack {
             name: "10,000 pending calls of 1 MiB behind maxConcurrentSubagents 1",
             args: json!({ "case": "pending-prompts", "n": 10_000, "bytes": (1 << 20) - 64, "concurrency": 1 }),
@@ -1229,10 +1308,11 @@ fn attacks() -> Vec<Attack> {
 /// (`maxJournalBytes` charges what each entry occupies in the store).
 async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
     eprintln!("bench: (6) hostile guests");
-    let built = factory_host::builder::build_crate(&workspace_root().join("tests/guests/hostile"), Some(guests), &mut |m| {
-        eprintln!("bench: {m}")
-    })
-    .unwrap_or_else(|e| fail(format!("building the hostile guest: {e}")));
+    let built =
+        factory_host::builder::build_crate(&workspace_root().join("tests/guests/hostile"), Some(guests), &mut |m| {
+            eprintln!("bench: {m}")
+        })
+        .unwrap_or_else(|e| fail(format!("building the hostile guest: {e}")));
     let limits = factory_host::sandbox::SandboxLimits::default();
     let rss_bound = 2 * limits.memory_bytes as u64;
     let store_bound = limits.max_journal_bytes;
@@ -1250,17 +1330,26 @@ async fn hostile(table: &mut Table, guests: &Path, bench: &Path, cache: &Path) {
         let concurrency = attack.args["concurrency"].as_u64().map(|n| n as u32);
         let limits = factory_host::Limits { max_concurrent_subagents: concurrency, ..Default::default() };
         let options = RunOptions { args: Some(attack.args.clone()), limits, ..Default::default() };
-        let ((envelope, companion), sample) =
-            measure(&host, async { tokio::join!(host.run(&hostile, options), run(&host, &companion, "small", 0, false)) }).await;
+        let ((envelope, companion), sample) = measure(&host, async {
+            tokio::join!(host.run(&hostile, options), run(&host, &companion, "small", 0, false))
+        })
+        .await;
         let envelope = envelope.unwrap_or_else(|e| fail(format!("the `{}` run was refused: {e}", attack.name)));
         check_done(&companion, "small", 3, false);
-        let failure = envelope.failure.as_ref().unwrap_or_else(|| fail(format!("`{}` did not fail: {envelope:?}", attack.name)));
+        let failure =
+            envelope.failure.as_ref().unwrap_or_else(|| fail(format!("`{}` did not fail: {envelope:?}", attack.name)));
         let typed = match attack.kind {
-            Some(kind) => failure.kind_type == factory_host::FailureType::SandboxLimit && failure.kind.as_deref() == Some(kind),
+            Some(kind) => {
+                failure.kind_type == factory_host::FailureType::SandboxLimit && failure.kind.as_deref() == Some(kind)
+            }
             None => failure.kind_type == factory_host::FailureType::InvalidCall,
         };
         if !typed {
-            fail(format!("`{}` ended with {failure:?}, expected {:?}", attack.name, attack.kind.unwrap_or("invalid_call")));
+            fail(format!(
+                "`{}` ended with {failure:?}, expected {:?}",
+                attack.name,
+                attack.kind.unwrap_or("invalid_call")
+            ));
         }
         let rss = sample.peak_rss.saturating_sub(sample.rss_before);
         let grown = size().saturating_sub(before);
@@ -1418,7 +1507,10 @@ async fn languages(table: &mut Table, rust: &Path, cache: &Path, runs: usize) {
                 SECTION,
                 "Python: `factory build` (componentize-py, no build cache)",
                 fmt_ms(ms(started.elapsed())),
-                format!("{version}; {:.1} MiB component; once per source hash", std::fs::metadata(&built.component).map_or(0.0, |m| m.len() as f64 / 1048576.0)),
+                format!(
+                    "{version}; {:.1} MiB component; once per source hash",
+                    std::fs::metadata(&built.component).map_or(0.0, |m| m.len() as f64 / 1048576.0)
+                ),
             );
             guests.push(Guest::Python(built.component));
         }
@@ -1429,9 +1521,24 @@ async fn languages(table: &mut Table, rust: &Path, cache: &Path, runs: usize) {
         let name = guest.name();
         if !matches!(guest, Guest::Rust(_)) && !fan_out_only {
             let StartUp { cold, cached, warm, .. } = guest_start_up(guest, runs).await;
-            table.row(SECTION, format!("{name}: cold start-up (new Host + compile + empty run)"), fmt_ms(cold), "no compile cache; in-memory store; median of 3");
-            table.row(SECTION, format!("{name}: cached start-up (new Host + deserialize + empty run)"), fmt_ms(cached), "the compile cache filled");
-            table.row(SECTION, format!("{name}: warm empty run (same Host)"), fmt_ms(warm), "instantiate + run + record writes");
+            table.row(
+                SECTION,
+                format!("{name}: cold start-up (new Host + compile + empty run)"),
+                fmt_ms(cold),
+                "no compile cache; in-memory store; median of 3",
+            );
+            table.row(
+                SECTION,
+                format!("{name}: cached start-up (new Host + deserialize + empty run)"),
+                fmt_ms(cached),
+                "the compile cache filled",
+            );
+            table.row(
+                SECTION,
+                format!("{name}: warm empty run (same Host)"),
+                fmt_ms(warm),
+                "instantiate + run + record writes",
+            );
         }
         let (wall, cpu, grew) = fan_out_1ms(guest, cache, N, runs).await;
         let fan_name = format!("{name}: fan-out {N} agents x 1 ms, durable");
@@ -1443,9 +1550,18 @@ async fn languages(table: &mut Table, rust: &Path, cache: &Path, runs: usize) {
             }
             Guest::Js(_) => {
                 let ratio = wall / rust_fan_out;
-                table.judged(SECTION, fan_name, fmt_ms(wall), format!("{ratio:.2}x Rust; {detail}"), "<= 1.5x Rust", ratio <= 1.5);
+                table.judged(
+                    SECTION,
+                    fan_name,
+                    fmt_ms(wall),
+                    format!("{ratio:.2}x Rust; {detail}"),
+                    "<= 1.5x Rust",
+                    ratio <= 1.5,
+                );
             }
-            Guest::Python(_) => table.row(SECTION, fan_name, fmt_ms(wall), format!("{:.2}x Rust; {detail}", wall / rust_fan_out)),
+            Guest::Python(_) => {
+                table.row(SECTION, fan_name, fmt_ms(wall), format!("{:.2}x Rust; {detail}", wall / rust_fan_out))
+            }
         }
         if fan_out_only {
             continue;
@@ -1488,7 +1604,9 @@ fn wait_with_peak_rss(mut child: std::process::Child) -> (std::process::ExitStat
     let mut peak: Option<u64> = None;
     loop {
         if let Ok(status) = std::fs::read_to_string(&path) {
-            let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok());
+            let hwm = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok());
             if let Some(kib) = hwm {
                 peak = Some(peak.unwrap_or(0).max(kib * 1024));
             }
@@ -1559,8 +1677,9 @@ fn start_request(component: &Path, key: &str, workload: &str, n: usize) -> Reque
 /// envelope. The envelope and how many progress entries were handed out.
 async fn start_and_follow(client: &Client, request: Request) -> (RunEnvelope, usize) {
     // As a foreground `factory run` does: started and followed on one connection.
-    let mut follower =
-        Follower::start(client.clone(), "bench", request).await.unwrap_or_else(|e| fail(format!("a start was refused: {e}")));
+    let mut follower = Follower::start(client.clone(), "bench", request)
+        .await
+        .unwrap_or_else(|e| fail(format!("a start was refused: {e}")));
     let run_id = follower.run_id().to_string();
     let mut entries = 0;
     while let Some(next) = follower.next().await {
@@ -1588,7 +1707,8 @@ fn fmt_us(v: f64) -> String {
 /// it (each request of a [`Remote`] is one; a subscription is one for its whole life).
 async fn counting_proxy(dir: &Path, service: &Remote) -> (Remote, Arc<AtomicU64>) {
     let path = dir.join("proxy.sock");
-    let listener = tokio::net::UnixListener::bind(&path).unwrap_or_else(|e| fail(format!("binding {}: {e}", path.display())));
+    let listener =
+        tokio::net::UnixListener::bind(&path).unwrap_or_else(|e| fail(format!("binding {}: {e}", path.display())));
     let count = Arc::new(AtomicU64::new(0));
     let (counted, upstream) = (count.clone(), service.socket().to_path_buf());
     tokio::spawn(async move {
@@ -1643,7 +1763,9 @@ async fn service_hop(table: &mut Table, component: &Path, cache: &Path, runs: us
     let rounds = 200 * runs;
     let (mut local_us, mut remote_us) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
     for _ in 0..rounds {
-        for ((_, client), (run_id, samples)) in clients.iter().zip([(&finished[0], &mut local_us), (&finished[1], &mut remote_us)]) {
+        for ((_, client), (run_id, samples)) in
+            clients.iter().zip([(&finished[0], &mut local_us), (&finished[1], &mut remote_us)])
+        {
             let started = Instant::now();
             client.envelope("bench", run_id).await.unwrap_or_else(|e| fail(format!("envelope of {run_id}: {e}")));
             samples.push(us(started.elapsed()));
@@ -1743,7 +1865,12 @@ async fn pg_host(url: &str, worker: &str, state: &Path, cache: &Path, backend: &
     let store = factory_host::store::PgStore::connect(url, factory_host::store::PgOptions::new(worker))
         .await
         .unwrap_or_else(|e| fail(format!("cannot connect to PostgreSQL at {url}: {e}")));
-    let config = HostConfig { state_dir: Some(state.to_path_buf()), cache_dir: Some(cache.to_path_buf()), backend: Arc::new(backend.clone()), ..HostConfig::default() };
+    let config = HostConfig {
+        state_dir: Some(state.to_path_buf()),
+        cache_dir: Some(cache.to_path_buf()),
+        backend: Arc::new(backend.clone()),
+        ..HostConfig::default()
+    };
     Host::with_store(config, Arc::new(store)).unwrap_or_else(|e| fail(format!("cannot open a host on PostgreSQL: {e}")))
 }
 
@@ -1771,7 +1898,9 @@ async fn put_to_durable(stores: Vec<Arc<dyn factory_host::store::Store>>, writer
                 let mut i = 0u64;
                 while Instant::now() < until {
                     let started = Instant::now();
-                    store.put_step(&format!("latency-{w}-{writer}"), &format!("k{i}"), "{\"v\":1}", i).unwrap_or_else(|e| fail(format!("put: {e}")));
+                    store
+                        .put_step(&format!("latency-{w}-{writer}"), &format!("k{i}"), "{\"v\":1}", i)
+                        .unwrap_or_else(|e| fail(format!("put: {e}")));
                     Journal::flush(&*store).await.unwrap_or_else(|e| fail(format!("flush: {e}")));
                     latencies.push(ms(started.elapsed()));
                     i += 1;
@@ -1825,7 +1954,13 @@ async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs:
     let dead = || {
         // Other backends report their counts at most once a second.
         std::thread::sleep(Duration::from_millis(1200));
-        stats("SELECT pg_stat_clear_snapshot(); SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables").lines().last().unwrap_or("0").trim().parse::<f64>().unwrap_or(f64::NAN)
+        stats("SELECT pg_stat_clear_snapshot(); SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables")
+            .lines()
+            .last()
+            .unwrap_or("0")
+            .trim()
+            .parse::<f64>()
+            .unwrap_or(f64::NAN)
     };
     let (mut walls, mut cpus, mut wal_bytes) = (Vec::new(), Vec::new(), Vec::new());
     let dead_before = dead();
@@ -1837,7 +1972,8 @@ async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs:
         if backend.calls() - calls != N as u64 {
             fail(format!("fan-out of {N} on PostgreSQL made {} backend calls", backend.calls() - calls));
         }
-        let bytes = stats(&format!("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn}')")).parse::<f64>().unwrap_or(f64::NAN);
+        let bytes =
+            stats(&format!("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn}')")).parse::<f64>().unwrap_or(f64::NAN);
         wal_bytes.push(bytes / N as f64);
         walls.push(ms(sample.wall));
         cpus.push(ms(sample.cpu) * 1000.0 / N as f64);
@@ -1871,7 +2007,8 @@ async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs:
     for count in [1usize, 2, 4] {
         while workers.len() < count {
             let state = tempfile::tempdir().expect("a temporary state directory");
-            let worker = Arc::new(pg_host(&url, &format!("bench-{}", workers.len() + 1), state.path(), cache, &backend).await);
+            let worker =
+                Arc::new(pg_host(&url, &format!("bench-{}", workers.len() + 1), state.path(), cache, &backend).await);
             let factory = load(&worker, component).await;
             concurrent_runs(&worker, &factory, 10).await; // warm-up
             workers.push((worker, factory));
@@ -1913,7 +2050,11 @@ async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs:
             "10 PostgreSQL",
             "journal write put -> durable, redb, 16 writers in one process",
             format!("p50 {}", fmt_ms(percentile(&latencies, 50.0))),
-            format!("p99 {}; {} writes, {commits} commits in 3 s (fsync on)", fmt_ms(percentile(&latencies, 99.0)), latencies.len()),
+            format!(
+                "p99 {}; {} writes, {commits} commits in 3 s (fsync on)",
+                fmt_ms(percentile(&latencies, 99.0)),
+                latencies.len()
+            ),
         );
     }
 
@@ -1921,9 +2062,10 @@ async fn postgres_store(table: &mut Table, component: &Path, cache: &Path, runs:
     const WORKERS: usize = 4;
     let mut stores: Vec<Arc<dyn factory_host::store::Store>> = Vec::new();
     for w in 0..WORKERS {
-        let store = factory_host::store::PgStore::connect(&url, factory_host::store::PgOptions::new(format!("latency-{w}")))
-            .await
-            .unwrap_or_else(|e| fail(format!("cannot connect worker {w}: {e}")));
+        let store =
+            factory_host::store::PgStore::connect(&url, factory_host::store::PgOptions::new(format!("latency-{w}")))
+                .await
+                .unwrap_or_else(|e| fail(format!("cannot connect worker {w}: {e}")));
         stores.push(Arc::new(store));
     }
     let (latencies, commits) = put_to_durable(stores, 4).await;
@@ -1994,7 +2136,9 @@ async fn dashboard(table: &mut Table, component: &Path, cache: &Path, runs: usiz
     if report["bars"] != 4096 {
         fail(format!("the dashboard drew {} bars of 4,096 agents", report["bars"]));
     }
-    let series = |field: &str| -> Vec<f64> { report[field].as_array().into_iter().flatten().filter_map(|v| v.as_f64()).collect() };
+    let series = |field: &str| -> Vec<f64> {
+        report[field].as_array().into_iter().flatten().filter_map(|v| v.as_f64()).collect()
+    };
     let (render, load) = (median(series("renderMs")), median(series("loadMs")));
     table.judged(
         SECTION,
@@ -2019,10 +2163,11 @@ fn main() {
         std::env::var("FACTORY_BENCH_SECTIONS").ok().map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
     let guests = target_dir().join("guests");
     eprintln!("bench: building tests/guests/bench into {}", guests.display());
-    let built = factory_host::builder::build_crate(&workspace_root().join("tests/guests/bench"), Some(&guests), &mut |m| {
-        eprintln!("bench: {m}")
-    })
-    .unwrap_or_else(|e| fail(format!("building the bench guest: {e}")));
+    let built =
+        factory_host::builder::build_crate(&workspace_root().join("tests/guests/bench"), Some(&guests), &mut |m| {
+            eprintln!("bench: {m}")
+        })
+        .unwrap_or_else(|e| fail(format!("building the bench guest: {e}")));
     let component = built.component;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     let peak_resets = reset_peak_rss();
@@ -2074,7 +2219,11 @@ fn main() {
     println!("factory benchmarks, {}", today());
     println!();
     println!("- command: `{COMMAND}`");
-    println!("- machine: {cores} cores ({}), Linux {}", cpu_model(), std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim());
+    println!(
+        "- machine: {cores} cores ({}), Linux {}",
+        cpu_model(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
+    );
     println!(
         "- versions: factory-host {}, wasmtime {}, {}",
         env!("CARGO_PKG_VERSION"),
@@ -2098,7 +2247,10 @@ fn main() {
             Some(false) => "MISS",
             None => "",
         };
-        println!("| {} | {} | {} | {} | {} | {verdict} | {ratio} |", row.section, row.name, row.value, row.detail, row.target);
+        println!(
+            "| {} | {} | {} | {} | {} | {verdict} | {ratio} |",
+            row.section, row.name, row.value, row.detail, row.target
+        );
     }
     let missed = table.0.iter().filter(|r| r.pass == Some(false)).count();
     let judged = table.0.iter().filter(|r| r.pass.is_some()).count();

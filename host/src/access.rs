@@ -162,10 +162,7 @@ pub fn private_file_options() -> std::fs::OpenOptions {
 /// else's, writable by group or others, or not a regular file.
 pub fn read_private_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     use std::io::Read;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(path);
+    let opened = std::fs::OpenOptions::new().read(true).custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits()).open(path);
     let mut file = match opened {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -173,10 +170,14 @@ pub fn read_private_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     };
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "not a regular file; refusing to use it"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "not a regular file; refusing to use it",
+        ));
     }
-    check_owned_private(&meta)
-        .map_err(|problem| std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("{problem}; refusing to use it")))?;
+    check_owned_private(&meta).map_err(|problem| {
+        std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("{problem}; refusing to use it"))
+    })?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     Ok(Some(bytes))
@@ -282,7 +283,8 @@ impl AllowList {
     /// Approve `file`'s current contents (replacing an earlier approval of that path);
     /// returns the approved entry.
     pub fn allow(&self, file: &Path) -> Result<AllowedFile, AccessError> {
-        let bytes = std::fs::read(file).map_err(|source| AccessError::Read { path: file.display().to_string(), source })?;
+        let bytes =
+            std::fs::read(file).map_err(|source| AccessError::Read { path: file.display().to_string(), source })?;
         let entry = AllowedFile {
             path: resolved(file).display().to_string(),
             sha256: sha256_hex(&bytes),

@@ -1,9 +1,9 @@
 //! [`Error`]: everything the host library can refuse, as typed values. A run that started
 //! never becomes an `Error`: its outcome is in the envelope.
 
-use crate::sandbox::component::LoadError;
 use crate::model::limits::LimitError;
 use crate::model::meta::MetaError;
+use crate::sandbox::component::LoadError;
 
 /// A refusal of the host library.
 #[derive(Debug, thiserror::Error)]
@@ -251,7 +251,10 @@ mod tests {
             assert_eq!(serde_json::to_value(code).unwrap(), serde_json::json!(code.as_str()));
             assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!(code.as_str())).unwrap(), code);
         }
-        assert_eq!(serde_json::from_value::<ErrorCode>(serde_json::json!("from_a_newer_peer")).unwrap(), ErrorCode::Error);
+        assert_eq!(
+            serde_json::from_value::<ErrorCode>(serde_json::json!("from_a_newer_peer")).unwrap(),
+            ErrorCode::Error
+        );
     }
 
     #[test]

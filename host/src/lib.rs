@@ -17,30 +17,32 @@ mod capabilities;
 pub mod engine;
 mod error;
 pub mod guests;
+pub mod metrics;
 pub mod model;
 pub mod sandbox;
 pub mod service;
-pub mod metrics;
 pub mod store;
 pub mod trace;
 
 // The public paths of modules that moved into their layer.
 pub use backend::config;
-pub use store::journal;
 pub use guests::{python as pybuild, rust as builder, script};
 pub use model::{json, limits, schema, tuning};
 pub use sandbox::component;
+pub use store::journal;
 pub use store::trust;
 
-pub use engine::recover;
 pub use engine::host::{
-    default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DETAIL_AGENTS,
-    DETAIL_SCAN_ENTRIES, DEFAULT_SESSION, MAX_RUNS_PAGE, RUNS_PAGE_DEFAULT_LIMIT, RUNS_PAGE_MAX_LIMIT,
+    default_cache_dir, BackendChoice, Factory, Host, HostConfig, ResumeOptions, RunDetail, RunOptions, DEFAULT_SESSION,
+    DETAIL_AGENTS, DETAIL_SCAN_ENTRIES, MAX_RUNS_PAGE, RUNS_PAGE_DEFAULT_LIMIT, RUNS_PAGE_MAX_LIMIT,
 };
+pub use engine::recover;
 pub use error::{Error, ErrorCode};
 pub use model::agent_key::AgentKey;
 pub use model::envelope::{Accounting, Failure, FailureType, RunEnvelope, RunStatus, RunSummary, RunsPage};
 pub use model::limits::Limits;
 pub use model::meta::{FactoryMeta, MetaError, PhaseDecl};
-pub use model::progress::{AgentStatus, AgentSummary, LogLevel, ProgressEntry, ProgressEvent, RunSettled, RunStarted, RunUpdated};
+pub use model::progress::{
+    AgentStatus, AgentSummary, LogLevel, ProgressEntry, ProgressEvent, RunSettled, RunStarted, RunUpdated,
+};
 pub use model::scope::Scope;

@@ -180,7 +180,8 @@ impl prometheus_client::collector::Collector for FlowGauges {
         use prometheus_client::metrics::gauge::ConstGauge;
         let gauges = flow_gauges();
         for (name, help, pick) in [(QUEUE_DEPTH_NAME, QUEUE_DEPTH, 0), (LIMIT_NAME, LIMIT, 1)] {
-            let mut family = encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+            let mut family =
+                encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
             for (backend, queued, limit) in &gauges {
                 let value = if pick == 0 { *queued } else { *limit };
                 let label = BackendLabel { backend: backend.clone() };
@@ -213,7 +214,11 @@ pub struct Metrics {
 pub struct FlowMetrics {
     throttled: Counter,
     wait: Histogram,
-    otel: Option<(opentelemetry::metrics::Counter<u64>, opentelemetry::metrics::Histogram<f64>, [opentelemetry::KeyValue; 1])>,
+    otel: Option<(
+        opentelemetry::metrics::Counter<u64>,
+        opentelemetry::metrics::Histogram<f64>,
+        [opentelemetry::KeyValue; 1],
+    )>,
 }
 
 impl std::fmt::Debug for FlowMetrics {
@@ -283,7 +288,13 @@ impl BackendMetrics {
     }
 
     /// One spawn's latency, its tokens and credits.
-    pub fn spawned(&self, latency: std::time::Duration, input_tokens: u64, output_tokens: u64, credits_nano: Option<u64>) {
+    pub fn spawned(
+        &self,
+        latency: std::time::Duration,
+        input_tokens: u64,
+        output_tokens: u64,
+        credits_nano: Option<u64>,
+    ) {
         self.latency.observe(latency.as_secs_f64());
         self.input_tokens.inc_by(input_tokens);
         self.output_tokens.inc_by(output_tokens);
@@ -361,7 +372,11 @@ impl Metrics {
             throttled: self.throttled.get_or_create(&label).clone(),
             wait: self.flow_wait.get_or_create(&label).clone(),
             otel: self.otel.as_ref().map(|o| {
-                (o.throttled.clone(), o.flow_wait.clone(), [opentelemetry::KeyValue::new("backend", backend.to_string())])
+                (
+                    o.throttled.clone(),
+                    o.flow_wait.clone(),
+                    [opentelemetry::KeyValue::new("backend", backend.to_string())],
+                )
             }),
         }
     }

@@ -37,7 +37,8 @@ impl TraceParent {
     pub fn parse(text: &str) -> Result<TraceParent, TraceParentError> {
         let wrong = || TraceParentError { shown: text.chars().take(80).collect() };
         let text = text.trim();
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let hex =
+            |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         let zero = |s: &str| s.bytes().all(|b| b == b'0');
         if text.len() < 55 || (text.len() > 55 && text.as_bytes()[55] != b'-') || text.len() > 512 {
             return Err(wrong());
@@ -112,7 +113,11 @@ pub(crate) fn attempt(factory: &str, run_id: &str, session: &str, attempt: u32) 
 }
 
 /// Record how the attempt of `span` ended.
-pub(crate) fn attempt_ended(span: &Span, status: crate::model::envelope::RunStatus, failure: Option<&crate::model::envelope::Failure>) {
+pub(crate) fn attempt_ended(
+    span: &Span,
+    status: crate::model::envelope::RunStatus,
+    failure: Option<&crate::model::envelope::Failure>,
+) {
     if span.is_disabled() {
         return;
     }
@@ -123,7 +128,10 @@ pub(crate) fn attempt_ended(span: &Span, status: crate::model::envelope::RunStat
             span.record("factory.failure.kind", kind.as_str());
         }
     }
-    span.record("otel.status_code", if status == crate::model::envelope::RunStatus::Completed { "OK" } else { "ERROR" });
+    span.record(
+        "otel.status_code",
+        if status == crate::model::envelope::RunStatus::Completed { "OK" } else { "ERROR" },
+    );
 }
 
 /// The span of one phase (`ctx.phase`), under the attempt's.
@@ -154,7 +162,13 @@ impl Memo {
 
 /// The span of one agent call (`gen_ai.operation.name = chat`), under the current phase's;
 /// `provider` is called only when the span is on.
-pub(crate) fn agent_call(parent: &Span, provider: impl FnOnce() -> String, model: Option<&str>, label: Option<&str>, memo: Memo) -> Span {
+pub(crate) fn agent_call(
+    parent: &Span,
+    provider: impl FnOnce() -> String,
+    model: Option<&str>,
+    label: Option<&str>,
+    memo: Memo,
+) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
         parent: parent,

@@ -173,7 +173,6 @@ pub fn answer_text(prompt: &str) -> String {
     format!("real answer to: {prompt}")
 }
 
-
 fn completion(content: &str, prompt_tokens: u64, completion_tokens: u64) -> String {
     json!({
         "id": "chatcmpl-fake",

@@ -286,7 +286,8 @@ pub async fn python_mcp_client(state: &Path, script: &str, args: &[&str], env: &
     for (key, value) in env {
         cmd.env(key, value);
     }
-    let out = tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.expect("the client's thread");
+    let out =
+        tokio::task::spawn_blocking(move || cmd.output().expect("python3 runs")).await.expect("the client's thread");
     assert!(
         out.status.success(),
         "the MCP client failed (is the `mcp` package installed? ./test installs it into .venv and puts it first on PATH): {}\n{}",

@@ -41,11 +41,16 @@ impl Postgres {
 
     fn start_with(fsync: bool) -> Postgres {
         let initdb = Path::new(PG_BIN).join("initdb");
-        assert!(initdb.is_file() && Path::new(PG_BIN).join("pg_ctl").is_file(), "{INSTALL_HINT}: {} not found", initdb.display());
+        assert!(
+            initdb.is_file() && Path::new(PG_BIN).join("pg_ctl").is_file(),
+            "{INSTALL_HINT}: {} not found",
+            initdb.display()
+        );
         let as_postgres = nix::unistd::geteuid().is_root();
         let dir = tempfile::Builder::new().prefix("factory-pg-").tempdir().expect("a temporary directory");
         // The postgres user must reach the data directory inside.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod 0755 the temporary directory");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod 0755 the temporary directory");
         let data = dir.path().join("data");
         std::fs::create_dir(&data).expect("the data directory");
         if as_postgres {
@@ -56,8 +61,24 @@ impl Postgres {
             nix::unistd::chown(&data, Some(user.uid), Some(user.gid)).expect("chown the data directory to postgres");
         }
         let mut server = Postgres { dir, port: 0, as_postgres };
-        let init = server.run("initdb", &["--no-sync", "--auth=trust", "--username=postgres", "--encoding=UTF8", "--locale=C", "-D", &server.data_arg()]);
-        assert!(init.status.success(), "initdb failed: {}{}", String::from_utf8_lossy(&init.stdout), String::from_utf8_lossy(&init.stderr));
+        let init = server.run(
+            "initdb",
+            &[
+                "--no-sync",
+                "--auth=trust",
+                "--username=postgres",
+                "--encoding=UTF8",
+                "--locale=C",
+                "-D",
+                &server.data_arg(),
+            ],
+        );
+        assert!(
+            init.status.success(),
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&init.stdout),
+            String::from_utf8_lossy(&init.stderr)
+        );
         // A free port can be taken by someone else before the server binds it: try again.
         let mut last = None;
         for _ in 0..5 {
@@ -69,12 +90,17 @@ impl Postgres {
                 if fsync { "on" } else { "off" }
             );
             let log = format!("{}/server.log", server.data_arg());
-            let started = server.run("pg_ctl", &["start", "-w", "-t", "60", "-D", &server.data_arg(), "-l", &log, "-o", &options]);
+            let started = server
+                .run("pg_ctl", &["start", "-w", "-t", "60", "-D", &server.data_arg(), "-l", &log, "-o", &options]);
             if started.status.success() {
                 return server;
             }
             let log = std::fs::read_to_string(&log).unwrap_or_default();
-            last = Some(format!("{}{}\n{log}", String::from_utf8_lossy(&started.stdout), String::from_utf8_lossy(&started.stderr)));
+            last = Some(format!(
+                "{}{}\n{log}",
+                String::from_utf8_lossy(&started.stdout),
+                String::from_utf8_lossy(&started.stderr)
+            ));
         }
         panic!("PostgreSQL did not start: {}", last.unwrap_or_default());
     }
@@ -110,15 +136,29 @@ impl Postgres {
     /// Stop the server (fast shutdown: clients are disconnected); it stays down.
     pub fn stop(&self) {
         let out = self.run("pg_ctl", &["stop", "-w", "-t", "60", "-m", "fast", "-D", &self.data_arg()]);
-        assert!(out.status.success(), "pg_ctl stop failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl stop failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Start the server again after [`Postgres::stop`], on the same port with the same data.
     pub fn start_again(&self) {
         let log = format!("{}/server.log", self.data_arg());
-        let options = format!("-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=200", self.port, self.data_arg());
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=200",
+            self.port,
+            self.data_arg()
+        );
         let out = self.run("pg_ctl", &["start", "-w", "-t", "60", "-D", &self.data_arg(), "-l", &log, "-o", &options]);
-        assert!(out.status.success(), "pg_ctl start failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Stop the server (fast shutdown: clients are disconnected) and start it again on the
@@ -126,7 +166,12 @@ impl Postgres {
     pub fn restart(&self) {
         let log = format!("{}/server.log", self.data_arg());
         let out = self.run("pg_ctl", &["restart", "-w", "-t", "60", "-m", "fast", "-D", &self.data_arg(), "-l", &log]);
-        assert!(out.status.success(), "pg_ctl restart failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl restart failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The URL of database `db` as the `postgres` user.
@@ -137,7 +182,24 @@ impl Postgres {
     /// Run SQL on database `db` with `psql`, returning its unaligned, tuples-only output.
     pub fn psql(&self, db: &str, sql: &str) -> String {
         let out = Command::new(Path::new(PG_BIN).join("psql"))
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-d", db, "-c", sql])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                db,
+                "-c",
+                sql,
+            ])
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap_or_else(|e| panic!("{INSTALL_HINT}: cannot run psql: {e}"));

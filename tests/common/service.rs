@@ -83,11 +83,8 @@ impl Service {
         let file = std::fs::File::create(&log).unwrap();
         let mut argv = vec!["serve"];
         argv.extend_from_slice(args);
-        let child = super::factory_cmd(state, &argv)
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("factory serve starts");
+        let child =
+            super::factory_cmd(state, &argv).stdout(Stdio::null()).stderr(file).spawn().expect("factory serve starts");
         let mut service = Service { child: Some(child), log };
         let deadline = Instant::now() + Duration::from_secs(120);
         while !service.log().lines().any(|l| l.starts_with("factory serve: pid ") && l.contains("serving")) {

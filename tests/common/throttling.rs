@@ -44,7 +44,12 @@ pub struct Limits {
 impl Limits {
     /// `rps` requests per second, OpenAI style, answering after 5 ms.
     pub fn rps(rps: f64) -> Limits {
-        Limits { requests_per_second: rps, tokens_per_minute: None, latency: Duration::from_millis(5), style: Style::OpenAi }
+        Limits {
+            requests_per_second: rps,
+            tokens_per_minute: None,
+            latency: Duration::from_millis(5),
+            style: Style::OpenAi,
+        }
     }
 }
 
@@ -139,7 +144,12 @@ impl Throttling {
             throttled: 0,
             answered: Vec::new(),
         }));
-        let task = serve(listener, state.clone(), |state, body, anthropic| async move { answer(&state, &body, anthropic).await });
+        let task =
+            serve(
+                listener,
+                state.clone(),
+                |state, body, anthropic| async move { answer(&state, &body, anthropic).await },
+            );
         Throttling { port, state, task }
     }
 
@@ -267,8 +277,12 @@ async fn answer(state: &Mutex<State>, body: &Value, anthropic: bool) -> Response
     };
     if !admitted {
         let body = match style {
-            Style::OpenAi => json!({"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}}),
-            Style::Anthropic => json!({"type": "error", "error": {"type": "rate_limit_error", "message": "Number of requests has exceeded your rate limit"}}),
+            Style::OpenAi => {
+                json!({"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}})
+            }
+            Style::Anthropic => {
+                json!({"type": "error", "error": {"type": "rate_limit_error", "message": "Number of requests has exceeded your rate limit"}})
+            }
         };
         return reply(429, headers, body.to_string());
     }
@@ -296,9 +310,8 @@ async fn answer(state: &Mutex<State>, body: &Value, anthropic: bool) -> Response
 fn headers(s: &State, style: Style, wait: f64) -> Vec<(String, String)> {
     let mut h = Vec::new();
     let go = |secs: f64| format!("{}ms", (secs * 1000.0).ceil() as u64);
-    let rfc3339 = |secs: f64| {
-        humantime::format_rfc3339_millis(SystemTime::now() + Duration::from_secs_f64(secs)).to_string()
-    };
+    let rfc3339 =
+        |secs: f64| humantime::format_rfc3339_millis(SystemTime::now() + Duration::from_secs_f64(secs)).to_string();
     match style {
         Style::OpenAi => {
             h.push(("x-ratelimit-limit-requests".into(), format!("{}", s.requests.burst as u64)));
@@ -316,7 +329,10 @@ fn headers(s: &State, style: Style, wait: f64) -> Vec<(String, String)> {
         }
         Style::Anthropic => {
             h.push(("anthropic-ratelimit-requests-limit".into(), format!("{}", s.requests.burst as u64)));
-            h.push(("anthropic-ratelimit-requests-remaining".into(), format!("{}", s.requests.level.max(0.0).floor() as u64)));
+            h.push((
+                "anthropic-ratelimit-requests-remaining".into(),
+                format!("{}", s.requests.level.max(0.0).floor() as u64),
+            ));
             h.push(("anthropic-ratelimit-requests-reset".into(), rfc3339(s.requests.reset())));
             if let Some(t) = &s.tokens {
                 h.push(("anthropic-ratelimit-tokens-limit".into(), format!("{}", t.burst as u64)));

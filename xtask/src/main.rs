@@ -94,7 +94,8 @@ fn js_runner(workspace: &Path, target_dir: &Path, check: bool) -> Result<()> {
     // Canonical paths: the remapping flags name them, and cargo rebuilds everything when
     // its flags change (`host/../target` and `target` are one directory).
     std::fs::create_dir_all(target_dir).with_context(|| format!("creating {}", target_dir.display()))?;
-    let target_dir = &std::fs::canonicalize(target_dir).with_context(|| format!("resolving {}", target_dir.display()))?;
+    let target_dir =
+        &std::fs::canonicalize(target_dir).with_context(|| format!("resolving {}", target_dir.display()))?;
     let workspace = &std::fs::canonicalize(workspace).with_context(|| format!("resolving {}", workspace.display()))?;
     let toolchain = pinned_toolchain(workspace)?;
     check_rust(workspace, &toolchain)?;
@@ -126,7 +127,8 @@ fn js_runner(workspace: &Path, target_dir: &Path, check: bool) -> Result<()> {
                 inputs::INPUTS_PATH,
             );
         }
-        let recorded = std::fs::read_to_string(&inputs_path).with_context(|| format!("reading {}", inputs_path.display()))?;
+        let recorded =
+            std::fs::read_to_string(&inputs_path).with_context(|| format!("reading {}", inputs_path.display()))?;
         if recorded != manifest {
             bail!(
                 "{} does not match the runner's inputs (the runner itself does): regenerate it with `{}`",
@@ -134,7 +136,12 @@ fn js_runner(workspace: &Path, target_dir: &Path, check: bool) -> Result<()> {
                 inputs::REGENERATE
             );
         }
-        println!("{}: rebuilt from source, identical ({} bytes, sha256 {})", inputs::RUNNER_PATH, component.len(), sha256(&component));
+        println!(
+            "{}: rebuilt from source, identical ({} bytes, sha256 {})",
+            inputs::RUNNER_PATH,
+            component.len(),
+            sha256(&component)
+        );
     } else {
         std::fs::write(&runner_path, &component).with_context(|| format!("writing {}", runner_path.display()))?;
         std::fs::write(&inputs_path, &manifest).with_context(|| format!("writing {}", inputs_path.display()))?;
@@ -156,7 +163,8 @@ fn js_runner(workspace: &Path, target_dir: &Path, check: bool) -> Result<()> {
 fn compile_scripts(workspace: &Path, check: bool) -> Result<()> {
     for name in inputs::PRECOMPILED {
         let source_path = workspace.join("guest-sdk/js-runner/src").join(name);
-        let source = std::fs::read_to_string(&source_path).with_context(|| format!("reading {}", source_path.display()))?;
+        let source =
+            std::fs::read_to_string(&source_path).with_context(|| format!("reading {}", source_path.display()))?;
         let bytecode = compile_script(&source).with_context(|| format!("compiling {}", source_path.display()))?;
         let out = source_path.with_file_name(format!("{name}.qbc"));
         if check {
@@ -278,7 +286,8 @@ struct Clang {
     ar: PathBuf,
 }
 
-const CLANG_HINT: &str = "Debian/Ubuntu: apt-get install -y clang-19 lld-19 (or run ./test, which installs what the tests need); \
+const CLANG_HINT: &str =
+    "Debian/Ubuntu: apt-get install -y clang-19 lld-19 (or run ./test, which installs what the tests need); \
                           elsewhere install LLVM 19 and set FACTORY_JS_RUNNER_CC=/path/to/clang-19";
 
 /// `$FACTORY_JS_RUNNER_CC`, else `clang-19` on PATH, else `/usr/lib/llvm-19/bin/clang`
@@ -303,10 +312,8 @@ fn find_clang() -> Result<Clang> {
             format!("no clang {major} found (the JS runner embeds QuickJS, which is C, compiled for wasm32 by clang {major}): {CLANG_HINT}")
         })?,
     };
-    let version = Command::new(&clang)
-        .arg("--version")
-        .output()
-        .with_context(|| format!("cannot run {}", clang.display()))?;
+    let version =
+        Command::new(&clang).arg("--version").output().with_context(|| format!("cannot run {}", clang.display()))?;
     let version = String::from_utf8_lossy(&version.stdout).to_string();
     let found = version
         .split("clang version ")
@@ -329,10 +336,13 @@ fn find_clang() -> Result<Clang> {
     }
     // Debian's /usr/bin/clang-19 links to /usr/lib/llvm-19/bin/clang, where llvm-ar lives.
     let real = std::fs::canonicalize(&clang).unwrap_or_else(|_| clang.clone());
-    let ar = [clang.with_file_name("llvm-ar"), real.with_file_name("llvm-ar"), PathBuf::from(format!("llvm-ar-{major}"))]
-        .iter()
-        .find_map(|c| which(c))
-        .with_context(|| format!("no llvm-ar beside {} nor llvm-ar-{major} on PATH: {CLANG_HINT}", clang.display()))?;
+    let ar =
+        [clang.with_file_name("llvm-ar"), real.with_file_name("llvm-ar"), PathBuf::from(format!("llvm-ar-{major}"))]
+            .iter()
+            .find_map(|c| which(c))
+            .with_context(|| {
+                format!("no llvm-ar beside {} nor llvm-ar-{major} on PATH: {CLANG_HINT}", clang.display())
+            })?;
     Ok(Clang { clang, ar })
 }
 

@@ -23,10 +23,7 @@ impl Factory for Hello {
         let args: Args = ctx.args()?;
         let name = args.name.unwrap_or_else(|| "world".to_string());
         ctx.phase("Greet");
-        let greeting = ctx
-            .agent(format!("Write a one-line greeting for {name}."))
-            .label("greeter")
-            .await?;
+        let greeting = ctx.agent(format!("Write a one-line greeting for {name}.")).label("greeter").await?;
         ctx.log(format!("greeted {name}"));
         Ok(json!({ "name": name, "greeting": greeting, "runId": ctx.run_id() }))
     }

@@ -94,11 +94,7 @@ impl Factory for LoopUntilDry {
         while dry < DRY_ROUNDS && round < max_rounds {
             ctx.phase("Find");
             // The label and the list of known bugs make every finder a fresh subagent.
-            let skip = if known.is_empty() {
-                String::new()
-            } else {
-                format!(" Skip these known ones: {known:?}.")
-            };
+            let skip = if known.is_empty() { String::new() } else { format!(" Skip these known ones: {known:?}.") };
             let prompt = |i| {
                 format!(
                     "Find bugs in {target} (finder {i}, round {round}). Report each bug once, \
@@ -131,23 +127,12 @@ impl Factory for LoopUntilDry {
             dry = 0;
 
             ctx.phase("Judge");
-            let verdicts = ctx
-                .parallel(
-                    fresh.iter().enumerate().map(|(i, bug)| judge(&ctx, &target, round, i, bug)),
-                )
-                .await?;
+            let verdicts =
+                ctx.parallel(fresh.iter().enumerate().map(|(i, bug)| judge(&ctx, &target, round, i, bug))).await?;
             let (fresh_count, before) = (fresh.len(), confirmed.len());
-            confirmed.extend(
-                fresh
-                    .into_iter()
-                    .zip(verdicts)
-                    .filter(|(_, real)| *real == Some(true))
-                    .map(|(bug, _)| bug),
-            );
-            ctx.log(format!(
-                "round {round}: {fresh_count} fresh, {} confirmed",
-                confirmed.len() - before
-            ));
+            confirmed
+                .extend(fresh.into_iter().zip(verdicts).filter(|(_, real)| *real == Some(true)).map(|(bug, _)| bug));
+            ctx.log(format!("round {round}: {fresh_count} fresh, {} confirmed", confirmed.len() - before));
             round += 1;
         }
 

@@ -118,7 +118,9 @@ impl bindings::Guest for Runner {
             drop(rt);
             let encoded = outcome.map_err(|e| format!("the JS runner failed: {e}"))?;
             match encoded.split_at_checked(1) {
-                Some(("m", json)) => serde_json::from_str(json).map_err(|e| format!("the JS runner failed: factory names: {e}")),
+                Some(("m", json)) => {
+                    serde_json::from_str(json).map_err(|e| format!("the JS runner failed: factory names: {e}"))
+                }
                 Some(("e", message)) => Err(message.to_string()),
                 _ => Err("the JS runner failed: malformed factories outcome".into()),
             }
@@ -130,28 +132,31 @@ impl bindings::Guest for Runner {
         let run_id = hooks::run_id();
         CLOCK_US.with(|c| c.set(run_clock_us(&run_id)));
         let (rt, context) = new_engine(&source).await.map_err(|e| format!("cannot start the JS engine: {e}"))?;
-        let outcome = calls::Driven(Box::pin(context.async_with(async |ctx| {
-            install_natives(&ctx, true)?;
-            let main: Function = ctx.globals().get("__factory_run")?;
-            let settle: Function = ctx.globals().get("__factory_settle")?;
-            let poll_stop: Function = ctx.globals().get::<_, Object>("__factory_globals")?.get("pollStop")?;
-            let promise: Promise = main.call((source.file_name.clone(), source.entry.clone(), args, run_id))?;
-            let mut result = std::pin::pin!(promise.into_future::<String>());
-            // Before each look at the run's promise, the agent calls that came back settle
-            // (and a run parked on nothing learns that it is stopping: its signal fires).
-            std::future::poll_fn(|cx| {
-                if calls::take_stop_check() {
-                    if let Err(e) = poll_stop.call::<_, bool>(()) {
+        let outcome = calls::Driven(
+            Box::pin(context.async_with(async |ctx| {
+                install_natives(&ctx, true)?;
+                let main: Function = ctx.globals().get("__factory_run")?;
+                let settle: Function = ctx.globals().get("__factory_settle")?;
+                let poll_stop: Function = ctx.globals().get::<_, Object>("__factory_globals")?.get("pollStop")?;
+                let promise: Promise = main.call((source.file_name.clone(), source.entry.clone(), args, run_id))?;
+                let mut result = std::pin::pin!(promise.into_future::<String>());
+                // Before each look at the run's promise, the agent calls that came back settle
+                // (and a run parked on nothing learns that it is stopping: its signal fires).
+                std::future::poll_fn(|cx| {
+                    if calls::take_stop_check() {
+                        if let Err(e) = poll_stop.call::<_, bool>(()) {
+                            return std::task::Poll::Ready(Err(e));
+                        }
+                    }
+                    if let Err(e) = settle_calls(&settle) {
                         return std::task::Poll::Ready(Err(e));
                     }
-                }
-                if let Err(e) = settle_calls(&settle) {
-                    return std::task::Poll::Ready(Err(e));
-                }
-                result.as_mut().poll(cx)
-            })
-            .await
-        })), stuck)
+                    result.as_mut().poll(cx)
+                })
+                .await
+            })),
+            stuck,
+        )
         .await;
         calls::clear();
         drop(context);
@@ -276,7 +281,8 @@ fn eval_bytecode(ctx: &Ctx<'_>, bytecode: &[u8]) -> rquickjs::Result<()> {
     // QuickJS release), `raw` is the live context of `ctx`, and each value is freed once
     // (`JS_EvalFunction` takes the function).
     unsafe {
-        let function = qjs::JS_ReadObject(raw, bytecode.as_ptr(), bytecode.len() as _, qjs::JS_READ_OBJ_BYTECODE as i32);
+        let function =
+            qjs::JS_ReadObject(raw, bytecode.as_ptr(), bytecode.len() as _, qjs::JS_READ_OBJ_BYTECODE as i32);
         if qjs::JS_IsException(function) {
             return Err(rquickjs::Error::Exception);
         }
@@ -303,42 +309,54 @@ fn globals_part<'js>(ctx: Ctx<'js>, name: String) -> rquickjs::Result<Value<'js>
 /// `"i" + message` (an invalid step value), `null` (nothing).
 fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
     let native = Object::new(ctx.clone())?;
-    native.set("stepGet", Func::from(|key: String| -> Option<String> {
-        match hooks::step_get(&key) {
-            Ok(Some(json)) => Some(format!("o{json}")),
-            Ok(None) => None,
-            Err(abort) => Some(format!("a{}", abort_message(&abort))),
-        }
-    }))?;
-    native.set("stepPut", Func::from(|key: String, json: String| -> Option<String> {
-        match hooks::step_put(&key, &json) {
-            Ok(()) => None,
-            Err(StepError::InvalidJson(m)) => Some(format!("i{m}")),
-            Err(StepError::Abort(abort)) => Some(format!("a{}", abort_message(&abort))),
-        }
-    }))?;
+    native.set(
+        "stepGet",
+        Func::from(|key: String| -> Option<String> {
+            match hooks::step_get(&key) {
+                Ok(Some(json)) => Some(format!("o{json}")),
+                Ok(None) => None,
+                Err(abort) => Some(format!("a{}", abort_message(&abort))),
+            }
+        }),
+    )?;
+    native.set(
+        "stepPut",
+        Func::from(|key: String, json: String| -> Option<String> {
+            match hooks::step_put(&key, &json) {
+                Ok(()) => None,
+                Err(StepError::InvalidJson(m)) => Some(format!("i{m}")),
+                Err(StepError::Abort(abort)) => Some(format!("a{}", abort_message(&abort))),
+            }
+        }),
+    )?;
     native.set("phase", Func::from(|title: String| hooks::phase(&title)))?;
     native.set("log", Func::from(|message: String| hooks::log(&message)))?;
-    native.set("logAt", Func::from(|level: String, message: String| {
-        let level = match level.as_str() {
-            "debug" => LogLevel::Debug,
-            "warn" => LogLevel::Warn,
-            "error" => LogLevel::Error,
-            _ => LogLevel::Info,
-        };
-        hooks::log_at(level, &message)
-    }))?;
+    native.set(
+        "logAt",
+        Func::from(|level: String, message: String| {
+            let level = match level.as_str() {
+                "debug" => LogLevel::Debug,
+                "warn" => LogLevel::Warn,
+                "error" => LogLevel::Error,
+                _ => LogLevel::Info,
+            };
+            hooks::log_at(level, &message)
+        }),
+    )?;
     native.set("cancelled", Func::from(hooks::cancelled))?;
     native.set("stopReason", Func::from(|| hooks::stop_reason().map(|abort| abort_message(&abort))))?;
     // `ctx.pause(key)`: `"o" + json` (the checkpoint's answer), `"n"` (passed without one),
     // or `"a" + message` (the abort that pauses the run at it, or a stop under way).
-    native.set("pause", Func::from(|key: String| -> String {
-        match hooks::pause(&key) {
-            Ok(Some(json)) => format!("o{json}"),
-            Ok(None) => "n".into(),
-            Err(abort) => format!("a{}", abort_message(&abort)),
-        }
-    }))?;
+    native.set(
+        "pause",
+        Func::from(|key: String| -> String {
+            match hooks::pause(&key) {
+                Ok(Some(json)) => format!("o{json}"),
+                Ok(None) => "n".into(),
+                Err(abort) => format!("a{}", abort_message(&abort)),
+            }
+        }),
+    )?;
     // The logical clock (see the module doc): the prelude advances it as timers fire.
     native.set("setClock", Func::from(|ms: f64| CLOCK_US.with(|c| c.set(ms * 1000.0))))?;
     native.set("clock", Func::from(|| CLOCK_US.with(|c| c.get()) / 1000.0))?;
@@ -369,10 +387,17 @@ fn install_natives(ctx: &Ctx<'_>, with_agents: bool) -> rquickjs::Result<()> {
                     let limits = agent_limits(limits.as_deref().and_then(|l| serde_json::from_str(l).ok()).as_ref());
                     // `{agent?, reasoningEffort?, contextTier?}` (checked by the prelude; the
                     // host checks them again).
-                    let tuning: Option<serde_json::Value> = tuning.as_deref().and_then(|t| serde_json::from_str(t).ok());
-                    let text = |key: &str| tuning.as_ref().and_then(|t| t.get(key)).and_then(|v| v.as_str()).map(str::to_string);
-                    let (agent, reasoning_effort, context_tier) = (text("agent"), text("reasoningEffort"), text("contextTier"));
-                    calls::start(prompt, AgentOptions { label, schema, model, limits, agent, reasoning_effort, context_tier })
+                    let tuning: Option<serde_json::Value> =
+                        tuning.as_deref().and_then(|t| serde_json::from_str(t).ok());
+                    let text = |key: &str| {
+                        tuning.as_ref().and_then(|t| t.get(key)).and_then(|v| v.as_str()).map(str::to_string)
+                    };
+                    let (agent, reasoning_effort, context_tier) =
+                        (text("agent"), text("reasoningEffort"), text("contextTier"));
+                    calls::start(
+                        prompt,
+                        AgentOptions { label, schema, model, limits, agent, reasoning_effort, context_tier },
+                    )
                 },
             ),
         )?;
@@ -477,8 +502,12 @@ fn meta_from_json(json: &str) -> Result<Meta, String> {
         let title = text(item.get("title")).ok_or("meta.phases[].title must be a string")?;
         phases.push(PhaseDecl { title, detail: text(item.get("detail")) });
     }
-    let mut limits =
-        Limits { max_concurrent_subagents: None, max_total_subagents: None, timeout_seconds: None, max_ai_credits: None };
+    let mut limits = Limits {
+        max_concurrent_subagents: None,
+        max_total_subagents: None,
+        timeout_seconds: None,
+        max_ai_credits: None,
+    };
     if let Some(declared) = value.get("limits").and_then(|l| l.as_object()) {
         for (key, v) in declared {
             let n = v.as_f64().ok_or_else(|| format!("meta.limits.{key} must be a number"))?;

@@ -113,9 +113,7 @@ impl AgentCall {
 
     /// Require a JSON reply shaped like `T` (schema derived from `T` unless one was set)
     /// and deserialize it.
-    pub async fn json<T: DeserializeOwned + schemars::JsonSchema>(
-        mut self,
-    ) -> Result<Option<T>, Abort> {
+    pub async fn json<T: DeserializeOwned + schemars::JsonSchema>(mut self) -> Result<Option<T>, Abort> {
         if self.schema.is_none() {
             self.schema = Some(schema_for::<T>());
         }

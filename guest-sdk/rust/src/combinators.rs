@@ -52,11 +52,8 @@ where
     }
     let _in_flight = InFlight::enter();
     let mut results: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    let mut pending: FuturesUnordered<_> = futures
-        .into_iter()
-        .enumerate()
-        .map(|(i, f)| async move { (i, f.await) })
-        .collect();
+    let mut pending: FuturesUnordered<_> =
+        futures.into_iter().enumerate().map(|(i, f)| async move { (i, f.await) }).collect();
     while let Some((i, outcome)) = pending.next().await {
         match outcome.map_err(Into::into) {
             Ok(v) => results[i] = Some(v),
@@ -137,12 +134,7 @@ impl<Item: Clone + 'static, T: 'static> Pipeline<Item, T> {
             return Err(Error::TooManyItems(self.items.len()));
         }
         let chain = self.chain;
-        let futures: Vec<_> = self
-            .items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| chain(item, i))
-            .collect();
+        let futures: Vec<_> = self.items.into_iter().enumerate().map(|(i, item)| chain(item, i)).collect();
         join_items(futures).await
     }
 }

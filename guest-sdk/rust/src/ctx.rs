@@ -1,7 +1,7 @@
 //! [`Ctx`]: the factory's handle on its run: arguments, journal, progress, identity.
 
 use crate::__bindings::agent::factory::{agents, ctx as hooks, types as wit};
-use crate::{AgentCall, Abort, Error};
+use crate::{Abort, AgentCall, Error};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
 use std::rc::Rc;
@@ -95,17 +95,12 @@ impl Ctx {
             });
         }
         let value = producer().await?;
-        let json = serde_json::to_string(&value).map_err(|e| Error::Step {
-            key: key.to_string(),
-            message: format!("the value is not JSON: {e}"),
-        })?;
+        let json = serde_json::to_string(&value)
+            .map_err(|e| Error::Step { key: key.to_string(), message: format!("the value is not JSON: {e}") })?;
         match hooks::step_put(key, &json) {
             Ok(()) => Ok(value),
             Err(wit::StepError::Abort(a)) => Err(Error::Abort(a.into())),
-            Err(wit::StepError::InvalidJson(m)) => Err(Error::Step {
-                key: key.to_string(),
-                message: m,
-            }),
+            Err(wit::StepError::InvalidJson(m)) => Err(Error::Step { key: key.to_string(), message: m }),
         }
     }
 

@@ -101,11 +101,7 @@ impl Meta {
         wit::Meta {
             name: self.name,
             description: self.description,
-            phases: self
-                .phases
-                .into_iter()
-                .map(|(title, detail)| wit::PhaseDecl { title, detail })
-                .collect(),
+            phases: self.phases.into_iter().map(|(title, detail)| wit::PhaseDecl { title, detail }).collect(),
             limits: self.limits,
             args_schema: self.args_schema.map(|s| s.to_string()),
             agent_limits: self.agent_limits,

@@ -355,10 +355,9 @@ impl AgentCliConfig {
                 continue;
             }
             let Some(flag) = flag else { return Err(CliPresetError::NoToolFlag { name: self.name.clone(), field }) };
-            if let Some(bad) = tools
-                .iter()
-                .find(|t| t.trim().is_empty() || t.starts_with('-') || t.contains(',') || t.chars().any(char::is_control))
-            {
+            if let Some(bad) = tools.iter().find(|t| {
+                t.trim().is_empty() || t.starts_with('-') || t.contains(',') || t.chars().any(char::is_control)
+            }) {
                 return Err(CliPresetError::BadTool { name: self.name.clone(), tool: bad.clone() });
             }
             args.push(format!("{flag}={}", tools.join(",")));
@@ -449,7 +448,9 @@ impl AgentBackend for AgentCli {
             let secrets: Vec<String> = config
                 .env
                 .iter()
-                .filter(|var| ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|w| var.to_ascii_uppercase().contains(w)))
+                .filter(|var| {
+                    ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|w| var.to_ascii_uppercase().contains(w))
+                })
                 .filter_map(|var| std::env::var(var).ok())
                 .collect();
             let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
@@ -459,7 +460,10 @@ impl AgentBackend for AgentCli {
 
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let grants = grants.iter().map(PathBuf::from).collect();
-        Some(Arc::new(AgentCli { config: Arc::new(AgentCliConfig { grants, ..(*self.config).clone() }), flow: self.flow.clone() }))
+        Some(Arc::new(AgentCli {
+            config: Arc::new(AgentCliConfig { grants, ..(*self.config).clone() }),
+            flow: self.flow.clone(),
+        }))
     }
 
     fn hiding(&self, hidden: &Hidden) -> Option<Arc<dyn AgentBackend>> {
@@ -478,7 +482,9 @@ impl AgentBackend for AgentCli {
         let config = &self.config;
         match &config.output {
             OutputMode::Json(paths) if paths.cost.is_some() => None,
-            OutputMode::Json(_) => config.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or("")),
+            OutputMode::Json(_) => {
+                config.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
+            }
             OutputMode::Text => Some(format!(
                 "backend `{}` reads plain text output, which reports no usage, so maxAiCredits cannot be enforced; \
                  configure `output = \"json\"` with a `cost` or token paths (and prices) in factory.toml, \
@@ -1096,11 +1102,17 @@ async fn run(config: &AgentCliConfig, request: &AgentRequest) -> Result<AgentRep
         None => {
             guard.ladder().await;
             let limit = config.timeout.unwrap_or_default();
-            return Err(BackendError::ordinary(format!("{who}: timed out after {}s and was killed", limit.as_secs_f64())));
+            return Err(BackendError::ordinary(format!(
+                "{who}: timed out after {}s and was killed",
+                limit.as_secs_f64()
+            )));
         }
         Some(Err(e)) => {
             guard.ladder().await;
-            return Err(BackendError::outage(OutageKind::Unavailable, format!("{who}: waiting for the child failed: {e}")));
+            return Err(BackendError::outage(
+                OutageKind::Unavailable,
+                format!("{who}: waiting for the child failed: {e}"),
+            ));
         }
         Some(Ok(status)) => status,
     };
@@ -1233,7 +1245,8 @@ pub fn parse_json_output(
     let usage = match (input, output, cost) {
         (None, None, None) => None,
         (i, o, Some(cost)) => {
-            let credits = float_credits_nano(cost).map_err(|e| BackendError::ordinary(format!("{who}: reported cost: {e}")))?;
+            let credits =
+                float_credits_nano(cost).map_err(|e| BackendError::ordinary(format!("{who}: reported cost: {e}")))?;
             // The reported cost is the bill: exact whatever the token counts said.
             Some(Usage { credits_nano: Some(credits), credits_at_least: false, ..tokens(i, o) })
         }
@@ -1289,7 +1302,8 @@ mod tests {
         let codex = AgentCliConfig { allowed_tools: vec!["x".into()], ..AgentCliConfig::preset("codex").unwrap() };
         assert!(matches!(AgentCli::new(codex), Err(CliPresetError::NoToolFlag { field: "allowed_tools", .. })));
         for bad in ["", "-x", "a,b", "a\nb"] {
-            let config = AgentCliConfig { disallowed_tools: vec![bad.into()], ..AgentCliConfig::preset("claude").unwrap() };
+            let config =
+                AgentCliConfig { disallowed_tools: vec![bad.into()], ..AgentCliConfig::preset("claude").unwrap() };
             assert!(matches!(config.tool_args(), Err(CliPresetError::BadTool { .. })), "{bad:?}");
         }
     }
@@ -1307,7 +1321,8 @@ mod tests {
         let root = root.canonicalize().unwrap();
         let (grant, state, caller) = (root.join("granted"), root.join("granted/state"), root.join("project"));
         let token = grant.join("cluster.token");
-        let config = AgentCliConfig { grants: vec![grant.clone()], ..AgentCliConfig::generic("cli:t", vec!["true".into()]) };
+        let config =
+            AgentCliConfig { grants: vec![grant.clone()], ..AgentCliConfig::generic("cli:t", vec!["true".into()]) };
         std::fs::write(state.join("control.sock"), "").unwrap();
         let sealed = vec![state.join("control.sock"), state.clone(), token.clone(), root.join("missing")];
         let config = config.hiding(&Hidden { sealed, unless_granted: vec![caller.clone()] });
@@ -1342,7 +1357,10 @@ mod tests {
         assert_eq!(reply.text, "hi");
         assert_eq!(reply.usage, Some(Usage::tokens(10, 5, Some(12_300_000))));
         let err = r#"{"is_error":true,"result":"quota"}"#;
-        assert!(parse_json_output("c", err, &paths, &Pricing::default(), None).unwrap_err().message().contains("quota"));
+        assert!(parse_json_output("c", err, &paths, &Pricing::default(), None)
+            .unwrap_err()
+            .message()
+            .contains("quota"));
         let lines = "progress\n{\"result\":\"last\"}\n";
         let reply = parse_json_output("c", lines, &paths, &Pricing::default(), None).unwrap();
         assert_eq!((reply.text.as_str(), reply.usage), ("last", None));

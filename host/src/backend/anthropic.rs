@@ -8,11 +8,13 @@
 
 use super::flow::{self, Flow, FlowLimits, Flows};
 use super::http::{self, HttpReply, RetryPolicy};
-use super::redact;
 use super::openai::non_empty_env;
 use super::pricing::{CallPricing, Pricing};
 use super::prompting::{schema_instruction, user_prompt};
-use super::{estimate_tokens, AgentBackend, SoftLimit, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
+use super::redact;
+use super::{
+    estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, SoftLimit, Usage,
+};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -223,7 +225,10 @@ impl Inner {
     async fn call(&self, request: &AgentRequest) -> Result<AgentReply, BackendError> {
         let who = &self.config.name;
         let model = request.model.clone().or_else(|| self.config.model.clone()).ok_or_else(|| {
-            BackendError::outage(OutageKind::Misconfigured, format!("{who}: the call names no model and the backend has no default (pass --model)"))
+            BackendError::outage(
+                OutageKind::Misconfigured,
+                format!("{who}: the call names no model and the backend has no default (pass --model)"),
+            )
         })?;
         let url = format!("{}/v1/messages", self.config.base_url);
         // maxDurationSeconds counts from the call's admission, not its wait in the flow.
@@ -231,19 +236,30 @@ impl Inner {
         loop {
             let tool = request.schema.is_some() && !self.no_tools.load(Ordering::SeqCst);
             let (body, wrapped) = self.body(request, &model, tool);
-            let reply = http::send(&self.config.retry, self.flows.get(&model), estimate_tokens(&request.prompt), &clock, who, || {
-                let builder = self.client.post(&url).header("anthropic-version", ANTHROPIC_VERSION).json(&body);
-                match &self.config.api_key {
-                    Some(key) => builder.header("x-api-key", key),
-                    None => builder,
-                }
-            })
+            let reply = http::send(
+                &self.config.retry,
+                self.flows.get(&model),
+                estimate_tokens(&request.prompt),
+                &clock,
+                who,
+                || {
+                    let builder = self.client.post(&url).header("anthropic-version", ANTHROPIC_VERSION).json(&body);
+                    match &self.config.api_key {
+                        Some(key) => builder.header("x-api-key", key),
+                        None => builder,
+                    }
+                },
+            )
             .await?;
             let Some(reply) = reply else { return Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds)) };
             if reply.ok() {
                 let parsed = self.parse(&reply, &model, tool, wrapped);
                 if let Ok(AgentReply { usage: Some(u), .. }) = &parsed {
-                    self.flows.get(&model).used_tokens(reply.charged, u.input_tokens + u.cache_read_tokens + u.cache_write_tokens, u.output_tokens);
+                    self.flows.get(&model).used_tokens(
+                        reply.charged,
+                        u.input_tokens + u.cache_read_tokens + u.cache_write_tokens,
+                        u.output_tokens,
+                    );
                 }
                 return parsed;
             }
@@ -298,8 +314,9 @@ impl Inner {
 
     fn parse(&self, reply: &HttpReply, model: &str, tool: bool, wrapped: bool) -> Result<AgentReply, BackendError> {
         let who = &self.config.name;
-        let parsed: MessagesResponse = serde_json::from_str(&reply.body)
-            .map_err(|e| BackendError::outage(OutageKind::InvalidReply, format!("{who}: the reply is not a Messages response: {e}")))?;
+        let parsed: MessagesResponse = serde_json::from_str(&reply.body).map_err(|e| {
+            BackendError::outage(OutageKind::InvalidReply, format!("{who}: the reply is not a Messages response: {e}"))
+        })?;
         let tool_input = parsed
             .content
             .iter()
@@ -340,7 +357,13 @@ mod tests {
     fn usage_keeps_cache_reads_and_writes_apart_and_flags_what_it_cannot_price() {
         let usage = json!({"input_tokens": 12, "output_tokens": 3, "cache_read_input_tokens": 400,
                            "cache_creation_input_tokens": 50});
-        let expected = Usage { input_tokens: 12, output_tokens: 3, cache_read_tokens: 400, cache_write_tokens: 50, ..Usage::default() };
+        let expected = Usage {
+            input_tokens: 12,
+            output_tokens: 3,
+            cache_read_tokens: 400,
+            cache_write_tokens: 50,
+            ..Usage::default()
+        };
         assert_eq!(usage_of(&usage), expected);
         // Writes to the 1-hour cache cost more than the 5-minute rate they are priced at.
         let one_hour = json!({"input_tokens": 1, "cache_creation_input_tokens": 50,

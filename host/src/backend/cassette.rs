@@ -99,7 +99,14 @@ impl RecordedRequest {
             reasoning_effort: self.reasoning_effort.clone(),
             context_tier: self.context_tier.clone(),
         };
-        AgentKey::of(&self.prompt, self.label.as_deref(), self.schema.as_ref(), self.model.as_deref(), &self.limits, &tuning)
+        AgentKey::of(
+            &self.prompt,
+            self.label.as_deref(),
+            self.schema.as_ref(),
+            self.model.as_deref(),
+            &self.limits,
+            &tuning,
+        )
     }
 }
 
@@ -254,7 +261,12 @@ pub fn read_cassette_lines(path: &Path) -> Result<Vec<(usize, Exchange)>, Casset
         .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text: {e}"))))?;
     let invalid = |line: usize, message: String| CassetteError::Invalid { path: shown.clone(), line, message };
     if let Some((i, line)) = text.lines().enumerate().find(|(_, l)| l.len() > MAX_CASSETTE_LINE_BYTES) {
-        return Err(CassetteError::LineTooLong { path: shown, line: i + 1, bytes: line.len(), limit: MAX_CASSETTE_LINE_BYTES });
+        return Err(CassetteError::LineTooLong {
+            path: shown,
+            line: i + 1,
+            bytes: line.len(),
+            limit: MAX_CASSETTE_LINE_BYTES,
+        });
     }
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let Some((_, first)) = lines.next() else {
@@ -295,13 +307,12 @@ impl Recorder {
     }
 
     fn write(&self, exchange: &Exchange) -> Result<(), BackendError> {
-        let fail =
-            |e: &dyn std::fmt::Display| {
-                BackendError::outage(
-                    OutageKind::Misconfigured,
-                    format!("cassette `{}`: cannot record: {e}", self.path.display()),
-                )
-            };
+        let fail = |e: &dyn std::fmt::Display| {
+            BackendError::outage(
+                OutageKind::Misconfigured,
+                format!("cassette `{}`: cannot record: {e}", self.path.display()),
+            )
+        };
         let mut line = serde_json::to_string(exchange).map_err(|e| fail(&e))?;
         line.push('\n');
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
@@ -475,17 +486,32 @@ impl Cassette {
 
     /// Record every exchange with `live` to a new cassette at `path` (truncated).
     pub fn record(live: Arc<dyn AgentBackend>, path: impl AsRef<Path>) -> Result<Self, CassetteError> {
-        Ok(Cassette { live: Some(live), replay: None, recorder: Some(Arc::new(Recorder::create(path.as_ref())?)), lenient: false })
+        Ok(Cassette {
+            live: Some(live),
+            replay: None,
+            recorder: Some(Arc::new(Recorder::create(path.as_ref())?)),
+            lenient: false,
+        })
     }
 
     /// Serve every call from the cassette at `path`; a miss is a [`BackendError`].
     pub fn replay(path: impl AsRef<Path>) -> Result<Self, CassetteError> {
-        Ok(Cassette { live: None, replay: Some(Arc::new(Replay::load(path.as_ref())?)), recorder: None, lenient: false })
+        Ok(Cassette {
+            live: None,
+            replay: Some(Arc::new(Replay::load(path.as_ref())?)),
+            recorder: None,
+            lenient: false,
+        })
     }
 
     /// Serve calls from the cassette at `path`; a call it does not hold goes to `live`.
     pub fn replay_then_live(path: impl AsRef<Path>, live: Arc<dyn AgentBackend>) -> Result<Self, CassetteError> {
-        Ok(Cassette { live: Some(live), replay: Some(Arc::new(Replay::load(path.as_ref())?)), recorder: None, lenient: false })
+        Ok(Cassette {
+            live: Some(live),
+            replay: Some(Arc::new(Replay::load(path.as_ref())?)),
+            recorder: None,
+            lenient: false,
+        })
     }
 
     /// Make a replay miss an ordinary failure of its call (the factory sees `null` and goes
@@ -532,12 +558,22 @@ impl AgentBackend for Cassette {
 
     fn with_grants(&self, grants: &[String]) -> Option<Arc<dyn AgentBackend>> {
         let live = self.live.as_ref()?.with_grants(grants)?;
-        Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))
+        Some(Arc::new(Cassette {
+            live: Some(live),
+            replay: self.replay.clone(),
+            recorder: self.recorder.clone(),
+            lenient: self.lenient,
+        }))
     }
 
     fn hiding(&self, hidden: &super::Hidden) -> Option<Arc<dyn AgentBackend>> {
         let live = self.live.as_ref()?.hiding(hidden)?;
-        Some(Arc::new(Cassette { live: Some(live), replay: self.replay.clone(), recorder: self.recorder.clone(), lenient: self.lenient }))
+        Some(Arc::new(Cassette {
+            live: Some(live),
+            replay: self.replay.clone(),
+            recorder: self.recorder.clone(),
+            lenient: self.lenient,
+        }))
     }
 
     fn flows(&self) -> Vec<Arc<super::flow::Flow>> {

@@ -65,11 +65,11 @@
 use crate::backend::flow::FlowLimits;
 use crate::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendCatalog, BackendRef,
-    BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, PriceTables, WrapUp,
-    Pricing, Provider, Route, Router, SandboxMode, Script, StructuredMode,
+    BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, PriceTables,
+    Pricing, Provider, Route, Router, SandboxMode, Script, StructuredMode, WrapUp,
 };
-use sha2::{Digest, Sha256};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -339,7 +339,10 @@ fn flow_limits(name: &str, entry: &BackendConfig) -> Result<FlowLimits, ConfigEr
         models.insert(
             model.clone(),
             FlowLimits {
-                requests_per_minute: rate(&format!("model_limits.{model}.requests_per_minute"), own.requests_per_minute)?,
+                requests_per_minute: rate(
+                    &format!("model_limits.{model}.requests_per_minute"),
+                    own.requests_per_minute,
+                )?,
                 tokens_per_minute: rate(&format!("model_limits.{model}.tokens_per_minute"), own.tokens_per_minute)?,
                 max_concurrent: concurrent(&format!("model_limits.{model}.max_concurrent"), own.max_concurrent)?,
                 max_wait: None,
@@ -471,25 +474,42 @@ impl Config {
             settings.max_runs = Some(whole(path, "max_runs", value, 0, "takes a whole number, 0 or more")? as usize);
         }
         if let Some(value) = &self.cluster_max_runs {
-            settings.cluster_max_runs = Some(whole(path, "cluster_max_runs", value, 0, "takes a whole number, 0 or more")? as usize);
+            settings.cluster_max_runs =
+                Some(whole(path, "cluster_max_runs", value, 0, "takes a whole number, 0 or more")? as usize);
         }
         if let Some(value) = &self.backend_max_calls {
-            let expected = "takes a table of backend names to positive whole numbers (backend_max_calls = { openai = 8 })";
-            let table = value.as_table().ok_or_else(|| SettingError { path: path.into(), key: "backend_max_calls".into(), expected, found: value.to_string() })?;
+            let expected =
+                "takes a table of backend names to positive whole numbers (backend_max_calls = { openai = 8 })";
+            let table = value.as_table().ok_or_else(|| SettingError {
+                path: path.into(),
+                key: "backend_max_calls".into(),
+                expected,
+                found: value.to_string(),
+            })?;
             for (name, cap) in table {
                 let key = format!("backend_max_calls.{name}");
-                settings.backend_max_calls.insert(name.clone(), whole(path, &key, cap, 1, "takes a positive whole number")? as u32);
+                settings
+                    .backend_max_calls
+                    .insert(name.clone(), whole(path, &key, cap, 1, "takes a positive whole number")? as u32);
             }
         }
         if let Some(value) = &self.drain_seconds {
             let seconds = value.as_float().or_else(|| value.as_integer().map(|n| n as f64));
             match seconds {
                 Some(s) if s.is_finite() && (0.0..=1e6).contains(&s) => settings.drain_seconds = Some(s),
-                _ => return Err(SettingError { path: path.into(), key: "drain_seconds".into(), expected: "takes a number of seconds from 0 to 1000000", found: value.to_string() }),
+                _ => {
+                    return Err(SettingError {
+                        path: path.into(),
+                        key: "drain_seconds".into(),
+                        expected: "takes a number of seconds from 0 to 1000000",
+                        found: value.to_string(),
+                    })
+                }
             }
         }
         if let Some(value) = &self.max_recoveries {
-            settings.max_recoveries = Some(whole(path, "max_recoveries", value, 1, "takes a whole number, 1 or more")? as u32);
+            settings.max_recoveries =
+                Some(whole(path, "max_recoveries", value, 1, "takes a whole number, 1 or more")? as u32);
         }
         if let Some(value) = &self.allow_grant_roots {
             let refused = || SettingError {
@@ -535,7 +555,10 @@ impl Config {
             if !crate::store::postgres::is_postgres_url(store) {
                 return Err(ConfigError::Parse {
                     path: path.into(),
-                    message: format!("`store` must be a postgres:// URL, not {}", crate::store::postgres::redact(store)),
+                    message: format!(
+                        "`store` must be a postgres:// URL, not {}",
+                        crate::store::postgres::redact(store)
+                    ),
                 });
             }
         }
@@ -603,8 +626,8 @@ impl Config {
                 return Err(ConfigError::NotAllowed { path: shown, sha256 });
             }
         }
-        let text = String::from_utf8(bytes)
-            .map_err(|e| ConfigError::Parse { path: shown.clone(), message: e.to_string() })?;
+        let text =
+            String::from_utf8(bytes).map_err(|e| ConfigError::Parse { path: shown.clone(), message: e.to_string() })?;
         let mut config = Config::parse(&text, &shown)?;
         config.source = std::path::absolute(path).ok();
         Ok(config)
@@ -614,7 +637,9 @@ impl Config {
     /// entries over it (an entry of the same model replaces the built-in price).
     pub fn price_tables(&self) -> Result<PriceTables, ConfigError> {
         let mut tables = PriceTables::builtin();
-        for (provider, entries) in [(Provider::OpenAi, &self.prices.openai), (Provider::Anthropic, &self.prices.anthropic)] {
+        for (provider, entries) in
+            [(Provider::OpenAi, &self.prices.openai), (Provider::Anthropic, &self.prices.anthropic)]
+        {
             for (model, price) in entries {
                 let price = price.price().map_err(|message| ConfigError::Invalid {
                     name: format!("[prices.{}] model `{model}`", provider.as_str()),
@@ -696,10 +721,8 @@ impl Config {
 
 impl BackendCatalog for Config {
     fn build(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, BackendUnavailable> {
-        self.run_backend(Some(&reference.name), reference.model.as_deref()).map_err(|e| BackendUnavailable {
-            backend: reference.display(),
-            missing: e.to_string(),
-        })
+        self.run_backend(Some(&reference.name), reference.model.as_deref())
+            .map_err(|e| BackendUnavailable { backend: reference.display(), missing: e.to_string() })
     }
 
     fn default_name(&self) -> Option<String> {
@@ -808,12 +831,16 @@ fn build(
             if let Some(args) = &entry.model_args {
                 config.model_args = args.clone();
             }
-            config.cwd = entry.cwd.as_ref().map(|dir| {
-                // Absolute and canonical, so the sandbox mounts the directory that was meant.
-                std::fs::canonicalize(dir)
-                    .or_else(|_| std::path::absolute(dir))
-                    .map_err(|e| invalid(format!("cwd `{}`: {e}", dir.display())))
-            }).transpose()?;
+            config.cwd = entry
+                .cwd
+                .as_ref()
+                .map(|dir| {
+                    // Absolute and canonical, so the sandbox mounts the directory that was meant.
+                    std::fs::canonicalize(dir)
+                        .or_else(|_| std::path::absolute(dir))
+                        .map_err(|e| invalid(format!("cwd `{}`: {e}", dir.display())))
+                })
+                .transpose()?;
             config.sandbox = match entry.sandbox.as_deref() {
                 None | Some("bwrap") | Some("bubblewrap") => SandboxMode::Bubblewrap,
                 Some("none") => SandboxMode::None,

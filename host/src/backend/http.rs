@@ -226,7 +226,13 @@ async fn send_admitted(
                     if since.elapsed() > bound {
                         return Ok(HttpReply { status, body, charged: 0.0 });
                     }
-                    tracing::debug!(event = "pushback", backend = who, status, pushbacks, "the server pushed back; waiting in the flow");
+                    tracing::debug!(
+                        event = "pushback",
+                        backend = who,
+                        status,
+                        pushbacks,
+                        "the server pushed back; waiting in the flow"
+                    );
                     continue;
                 }
                 if !retryable(status) || last {
@@ -255,7 +261,14 @@ async fn send_admitted(
                     }
                 }
                 let wait = after.unwrap_or_else(|| policy.backoff(retry));
-                tracing::info!(event = "retry", backend = who, status, retry = retry + 1, wait_ms = wait.as_millis() as u64, "retrying after a retryable HTTP status");
+                tracing::info!(
+                    event = "retry",
+                    backend = who,
+                    status,
+                    retry = retry + 1,
+                    wait_ms = wait.as_millis() as u64,
+                    "retrying after a retryable HTTP status"
+                );
                 wait
             }
             Err(e) if e.is_builder() => {
@@ -298,7 +311,10 @@ async fn read_capped(mut response: reqwest::Response, who: &str, status: u16) ->
     let mut body = Vec::new();
     loop {
         let chunk = response.chunk().await.map_err(|e| {
-            BackendError::outage(transport_kind(&e), format!("{who}: reading the HTTP {status} reply failed: {}", chain(&e)))
+            BackendError::outage(
+                transport_kind(&e),
+                format!("{who}: reading the HTTP {status} reply failed: {}", chain(&e)),
+            )
         })?;
         let Some(chunk) = chunk else { break };
         if body.len().saturating_add(chunk.len()) > MAX_REPLY_BYTES {
@@ -350,10 +366,14 @@ pub(crate) fn status_error(who: &str, reply: &HttpReply, key_var: &str, url: &st
     let message = error_message(&reply.body);
     let outage = |kind, text: String| BackendError::outage(kind, text);
     match reply.status {
-        401 => outage(OutageKind::Auth, format!("{who}: authentication failed (HTTP 401): {message} (check {key_var})")),
+        401 => {
+            outage(OutageKind::Auth, format!("{who}: authentication failed (HTTP 401): {message} (check {key_var})"))
+        }
         403 => outage(
             OutageKind::Auth,
-            format!("{who}: permission denied (HTTP 403): {message} (check {key_var} and its access to model `{model}`)"),
+            format!(
+                "{who}: permission denied (HTTP 403): {message} (check {key_var} and its access to model `{model}`)"
+            ),
         ),
         404 => outage(
             OutageKind::ModelNotFound,
@@ -419,7 +439,8 @@ mod tests {
 
     #[test]
     fn error_messages_name_the_likely_fix() {
-        let reply = HttpReply { status: 401, body: r#"{"error":{"message":"Incorrect API key"}}"#.into(), charged: 0.0 };
+        let reply =
+            HttpReply { status: 401, body: r#"{"error":{"message":"Incorrect API key"}}"#.into(), charged: 0.0 };
         let e = status_error("openai", &reply, "OPENAI_API_KEY", "http://x/v1", "m");
         assert_eq!(e.outage_kind(), Some(OutageKind::Auth));
         let e = e.message().to_string();

@@ -4,16 +4,16 @@
 
 mod agent_cli;
 mod anthropic;
-pub mod config;
 pub mod cassette;
-pub mod flow;
+pub mod config;
 mod dry_run;
+pub mod flow;
 pub mod http;
-mod reply;
 mod openai;
 pub mod pricing;
 mod prompting;
 pub(crate) mod quota;
+mod reply;
 pub use crate::model::recorded;
 pub mod redact;
 mod reference;
@@ -232,7 +232,9 @@ impl BackendError {
     /// The message, whatever the class.
     pub fn message(&self) -> &str {
         match self {
-            BackendError::Ordinary(m) | BackendError::Outage { message: m, .. } | BackendError::QuotaSpent { message: m, .. } => m,
+            BackendError::Ordinary(m)
+            | BackendError::Outage { message: m, .. }
+            | BackendError::QuotaSpent { message: m, .. } => m,
         }
     }
 }
@@ -358,9 +360,8 @@ pub fn from_spec_priced(
     prices: &PriceTables,
 ) -> Result<Arc<dyn AgentBackend>, BackendSpecError> {
     let owned = model.map(str::to_string);
-    let absolute = |path: &str| {
-        std::path::absolute(path).map_err(|e| BackendSpecError::Unknown(format!("{spec} ({e})")))
-    };
+    let absolute =
+        |path: &str| std::path::absolute(path).map_err(|e| BackendSpecError::Unknown(format!("{spec} ({e})")));
     let (backend, name): (Arc<dyn AgentBackend>, String) = match spec {
         "dry-run" | "dry" => (Arc::new(DryRun), "dry-run".into()),
         "openai" => {
@@ -369,7 +370,10 @@ pub fn from_spec_priced(
         }
         "anthropic" => {
             let pricing = Pricing::default().with_table(prices.get(Provider::Anthropic));
-            (Arc::new(Anthropic::new(AnthropicConfig { model: owned, pricing, ..AnthropicConfig::from_env() })?), spec.into())
+            (
+                Arc::new(Anthropic::new(AnthropicConfig { model: owned, pricing, ..AnthropicConfig::from_env() })?),
+                spec.into(),
+            )
         }
         _ => {
             if let Some(path) = spec.strip_prefix("script:") {

@@ -8,10 +8,12 @@
 
 use super::flow::{self, Flow, FlowLimits, Flows};
 use super::http::{self, HttpReply, RetryPolicy};
-use super::redact;
 use super::pricing::{CallPricing, Pricing};
 use super::prompting::{schema_instruction, user_prompt};
-use super::{estimate_tokens, AgentBackend, SoftLimit, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, Usage};
+use super::redact;
+use super::{
+    estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, SoftLimit, Usage,
+};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -217,7 +219,10 @@ impl Inner {
     async fn call(&self, request: &AgentRequest) -> Result<AgentReply, BackendError> {
         let who = &self.config.name;
         let model = request.model.clone().or_else(|| self.config.model.clone()).ok_or_else(|| {
-            BackendError::outage(OutageKind::Misconfigured, format!("{who}: the call names no model and the backend has no default (pass --model)"))
+            BackendError::outage(
+                OutageKind::Misconfigured,
+                format!("{who}: the call names no model and the backend has no default (pass --model)"),
+            )
         })?;
         let url = format!("{}/chat/completions", self.config.base_url);
         // maxDurationSeconds counts from the call's admission, not its wait in the flow.
@@ -225,19 +230,30 @@ impl Inner {
         loop {
             let mode = StructuredMode::from_u8(self.mode.load(Ordering::SeqCst));
             let body = self.body(request, &model, mode);
-            let reply = http::send(&self.config.retry, self.flows.get(&model), estimate_tokens(&request.prompt), &clock, who, || {
-                let builder = self.client.post(&url).json(&body);
-                match &self.config.api_key {
-                    Some(key) => builder.bearer_auth(key),
-                    None => builder,
-                }
-            })
+            let reply = http::send(
+                &self.config.retry,
+                self.flows.get(&model),
+                estimate_tokens(&request.prompt),
+                &clock,
+                who,
+                || {
+                    let builder = self.client.post(&url).json(&body);
+                    match &self.config.api_key {
+                        Some(key) => builder.bearer_auth(key),
+                        None => builder,
+                    }
+                },
+            )
             .await?;
             let Some(reply) = reply else { return Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds)) };
             if reply.ok() {
                 let parsed = self.parse(&reply, &model);
                 if let Ok(AgentReply { usage: Some(u), .. }) = &parsed {
-                    self.flows.get(&model).used_tokens(reply.charged, u.input_tokens + u.cache_read_tokens + u.cache_write_tokens, u.output_tokens);
+                    self.flows.get(&model).used_tokens(
+                        reply.charged,
+                        u.input_tokens + u.cache_read_tokens + u.cache_write_tokens,
+                        u.output_tokens,
+                    );
                 }
                 return parsed;
             }
@@ -284,8 +300,9 @@ impl Inner {
 
     fn parse(&self, reply: &HttpReply, model: &str) -> Result<AgentReply, BackendError> {
         let who = &self.config.name;
-        let parsed: ChatResponse = serde_json::from_str(&reply.body)
-            .map_err(|e| BackendError::outage(OutageKind::InvalidReply, format!("{who}: the reply is not a chat completion: {e}")))?;
+        let parsed: ChatResponse = serde_json::from_str(&reply.body).map_err(|e| {
+            BackendError::outage(OutageKind::InvalidReply, format!("{who}: the reply is not a chat completion: {e}"))
+        })?;
         let message = parsed
             .choices
             .into_iter()
@@ -294,7 +311,9 @@ impl Inner {
             .ok_or_else(|| BackendError::ordinary(format!("{who}: the reply has no choices")))?;
         let text = match (message.content, message.refusal) {
             (Some(text), _) => text,
-            (None, Some(refusal)) => return Err(BackendError::ordinary(format!("{who}: the model refused: {refusal}"))),
+            (None, Some(refusal)) => {
+                return Err(BackendError::ordinary(format!("{who}: the model refused: {refusal}")))
+            }
             (None, None) => String::new(),
         };
         let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.pricing.priced(model, usage_of(&u)));
@@ -338,13 +357,18 @@ mod tests {
         let usage = json!({"prompt_tokens": 1000, "completion_tokens": 7,
                            "prompt_tokens_details": {"cached_tokens": 800}});
         let read = usage_of(&usage);
-        assert_eq!((read.input_tokens, read.cache_read_tokens, read.output_tokens, read.cache_write_tokens), (200, 800, 7, 0));
+        assert_eq!(
+            (read.input_tokens, read.cache_read_tokens, read.output_tokens, read.cache_write_tokens),
+            (200, 800, 7, 0)
+        );
         assert!(!read.credits_at_least);
         // More cached than prompt tokens: no underflow.
         let odd = usage_of(&json!({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": u64::MAX}}));
         assert_eq!((odd.input_tokens, odd.cache_read_tokens), (0, u64::MAX));
         // A details object that is null is no cache at all; one that is no count is flagged.
         assert!(!usage_of(&json!({"prompt_tokens": 3, "prompt_tokens_details": null})).credits_at_least);
-        assert!(usage_of(&json!({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": [1]}})).credits_at_least);
+        assert!(
+            usage_of(&json!({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": [1]}})).credits_at_least
+        );
     }
 }

@@ -36,8 +36,12 @@ pub struct Price {
 impl Price {
     /// Zero for every kind of token, cache reads and writes included: the price of a model
     /// a server on this machine runs when nothing prices it ([`CallPricing`]).
-    pub const FREE: Price =
-        Price { input_nano_per_1k: 0, output_nano_per_1k: 0, cache_read_nano_per_1k: Some(0), cache_write_nano_per_1k: Some(0) };
+    pub const FREE: Price = Price {
+        input_nano_per_1k: 0,
+        output_nano_per_1k: 0,
+        cache_read_nano_per_1k: Some(0),
+        cache_write_nano_per_1k: Some(0),
+    };
 
     /// A price for input and output tokens only (cache prices unknown).
     pub fn new(input_nano_per_1k: u64, output_nano_per_1k: u64) -> Price {
@@ -58,9 +62,10 @@ impl Price {
         let mut total = part(usage.input_tokens, self.input_nano_per_1k)
             .saturating_add(part(usage.output_tokens, self.output_nano_per_1k));
         let mut at_least = false;
-        for (tokens, per_1k) in
-            [(usage.cache_read_tokens, self.cache_read_nano_per_1k), (usage.cache_write_tokens, self.cache_write_nano_per_1k)]
-        {
+        for (tokens, per_1k) in [
+            (usage.cache_read_tokens, self.cache_read_nano_per_1k),
+            (usage.cache_write_tokens, self.cache_write_nano_per_1k),
+        ] {
             match per_1k {
                 Some(per_1k) => total = total.saturating_add(part(tokens, per_1k)),
                 None => at_least |= tokens > 0,
@@ -536,10 +541,21 @@ mod tests {
         // = $0.01155 = 1.155 credits.
         let sonnet = anthropic["claude-sonnet-4-5"];
         assert_eq!(
-            (sonnet.input_nano_per_1k, sonnet.output_nano_per_1k, sonnet.cache_read_nano_per_1k, sonnet.cache_write_nano_per_1k),
+            (
+                sonnet.input_nano_per_1k,
+                sonnet.output_nano_per_1k,
+                sonnet.cache_read_nano_per_1k,
+                sonnet.cache_write_nano_per_1k
+            ),
             (300_000_000, 1_500_000_000, Some(30_000_000), Some(375_000_000))
         );
-        let usage = Usage { input_tokens: 100, output_tokens: 50, cache_read_tokens: 10_000, cache_write_tokens: 2000, ..Usage::default() };
+        let usage = Usage {
+            input_tokens: 100,
+            output_tokens: 50,
+            cache_read_tokens: 10_000,
+            cache_write_tokens: 2000,
+            ..Usage::default()
+        };
         assert_eq!(sonnet.cost(&usage), (1_155_000_000, false));
         // claude-3-5-haiku: $0.80 in per million = 80_000_000 nano-credits per 1000 tokens.
         assert_eq!(anthropic["claude-3-5-haiku-20241022"].credits_nano(1000, 0), 80_000_000);

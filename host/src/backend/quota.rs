@@ -37,7 +37,8 @@ pub(crate) fn spent(status: u16, headers: &HeaderMap, body: &str) -> Option<Back
     if !(400..500).contains(&status) {
         return None;
     }
-    let parsed: Option<serde_json::Value> = (body.len() <= MAX_PARSED_BODY).then(|| serde_json::from_str(body).ok()).flatten();
+    let parsed: Option<serde_json::Value> =
+        (body.len() <= MAX_PARSED_BODY).then(|| serde_json::from_str(body).ok()).flatten();
     let text = |pointer: &str| parsed.as_ref().and_then(|v| v.pointer(pointer)).and_then(|v| v.as_str()).unwrap_or("");
     let (code, kind, detail) = (text("/error/code"), text("/error/type"), text("/error/details/error_code"));
     let message = super::reply::error_message(body);
@@ -73,7 +74,11 @@ fn whole_second(at: SystemTime) -> SystemTime {
 /// The latest reset the headers give, as a wait from `now`.
 fn header_reset(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let value = |name: &str| {
-        headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty() && v.len() <= MAX_HEADER_CHARS)
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.len() <= MAX_HEADER_CHARS)
     };
     let mut waits = Vec::new();
     waits.extend(super::reply::retry_after(headers));
@@ -159,9 +164,15 @@ mod tests {
     fn openai_insufficient_quota_is_a_spent_quota_with_its_reset_from_the_headers() {
         let e = spent(429, &headers(&[("retry-after", "20")]), OPENAI).expect("a spent quota");
         assert_eq!(e.outage_kind(), Some(OutageKind::Quota));
-        assert!(e.message().contains("You exceeded your current quota") && e.message().contains("resets at"), "{}", e.message());
+        assert!(
+            e.message().contains("You exceeded your current quota") && e.message().contains("resets at"),
+            "{}",
+            e.message()
+        );
         resets_in(&e, 20);
-        let e = spent(429, &headers(&[("x-ratelimit-reset-requests", "1s"), ("x-ratelimit-reset-tokens", "6m0s")]), OPENAI).unwrap();
+        let e =
+            spent(429, &headers(&[("x-ratelimit-reset-requests", "1s"), ("x-ratelimit-reset-tokens", "6m0s")]), OPENAI)
+                .unwrap();
         resets_in(&e, 360); // the later of the two resets
         let e = spent(429, &headers(&[("retry-after-ms", "20")]), OPENAI).unwrap();
         resets_in(&e, 1); // never sooner than MIN_WAIT
@@ -172,7 +183,8 @@ mod tests {
 
     #[test]
     fn a_plain_rate_limit_or_another_error_is_no_spent_quota() {
-        let rate = r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#;
+        let rate =
+            r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#;
         assert!(spent(429, &headers(&[("retry-after", "2")]), rate).is_none());
         assert!(spent(500, &HeaderMap::new(), OPENAI).is_none(), "a 5xx is an outage, whatever it says");
         assert!(spent(400, &HeaderMap::new(), r#"{"error":{"message":"context length exceeded"}}"#).is_none());
@@ -188,7 +200,8 @@ mod tests {
         let e = spent(400, &HeaderMap::new(), limits).expect("usage limits");
         resets_in(&e, MAX_WAIT.as_secs()); // a far reset is capped
         let soon = humantime::format_rfc3339_seconds(SystemTime::now() + Duration::from_secs(3600)).to_string();
-        let reset = headers(&[("anthropic-ratelimit-tokens-reset", &soon), ("anthropic-ratelimit-requests-reset", "garbage")]);
+        let reset =
+            headers(&[("anthropic-ratelimit-tokens-reset", &soon), ("anthropic-ratelimit-requests-reset", "garbage")]);
         let e = spent(400, &reset, credit).unwrap();
         resets_in(&e, 3600);
         let monthly = r#"{"type":"error","error":{"type":"rate_limit_error","message":"spend limit","details":{"error_code":"enforced_spend_limit_reached"}}}"#;
@@ -204,35 +217,62 @@ mod tests {
     #[test]
     fn hostile_reset_values_never_panic_and_stay_in_bounds() {
         let values = [
-            "1e300", "-5", "NaN", "inf", "-inf", "99999999999999999999999", "18446744073709551616", "1.5", "0", "", " ",
-            "garbage", "1s2", "-1s", "1x", "ms", "1..5s", "9999999999h", "1e5s", "2h3m4.5s", "\u{00b5}s",
+            "1e300",
+            "-5",
+            "NaN",
+            "inf",
+            "-inf",
+            "99999999999999999999999",
+            "18446744073709551616",
+            "1.5",
+            "0",
+            "",
+            " ",
+            "garbage",
+            "1s2",
+            "-1s",
+            "1x",
+            "ms",
+            "1..5s",
+            "9999999999h",
+            "1e5s",
+            "2h3m4.5s",
+            "\u{00b5}s",
         ];
         let long = "9".repeat(10_000);
         for value in values.iter().copied().chain([long.as_str()]) {
             let Ok(v) = HeaderValue::from_str(value) else { continue };
             for name in [
-                "retry-after", "retry-after-ms", "x-ratelimit-reset-requests", "x-ratelimit-reset-tokens",
-                "anthropic-ratelimit-requests-reset", "anthropic-ratelimit-output-tokens-reset",
+                "retry-after",
+                "retry-after-ms",
+                "x-ratelimit-reset-requests",
+                "x-ratelimit-reset-tokens",
+                "anthropic-ratelimit-requests-reset",
+                "anthropic-ratelimit-output-tokens-reset",
             ] {
                 let mut h = HeaderMap::new();
                 h.insert(name, v.clone());
                 let e = spent(429, &h, OPENAI).expect("still a spent quota");
                 if let Some(at) = e.resume_at() {
-                    let wait = at.duration_since(SystemTime::now() - Duration::from_secs(1)).expect("never in the past");
+                    let wait =
+                        at.duration_since(SystemTime::now() - Duration::from_secs(1)).expect("never in the past");
                     assert!(wait <= MAX_WAIT + Duration::from_secs(2), "{name}: {value}: {wait:?}");
                     // It formats as RFC 3339 (a time past year 9999 would not).
                     assert!(e.message().contains("resets at"), "{}", e.message());
                 }
             }
         }
-        let datey = [
-            "9999-12-31T23:59:59Z", "0000-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "2026-13-45T99:99:99Z", "now",
-        ];
+        let datey =
+            ["9999-12-31T23:59:59Z", "0000-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "2026-13-45T99:99:99Z", "now"];
         for value in datey {
             let h = headers(&[("anthropic-ratelimit-tokens-reset", value)]);
             let _ = spent(429, &h, OPENAI).expect("a spent quota");
         }
-        for body in ["Claude AI usage limit reached|99999999999999999999", "usage limit|-1", "usage limit on 2026-99-99 at 99:99 UTC"] {
+        for body in [
+            "Claude AI usage limit reached|99999999999999999999",
+            "usage limit|-1",
+            "usage limit on 2026-99-99 at 99:99 UTC",
+        ] {
             let _ = spent(429, &HeaderMap::new(), body).expect("a usage limit message");
         }
         // A huge body is not parsed (bounded), and never panics.

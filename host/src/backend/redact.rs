@@ -34,7 +34,9 @@ pub fn redact_error(error: BackendError, secrets: &[&str]) -> BackendError {
     match error {
         BackendError::Ordinary(message) => BackendError::Ordinary(redact(&message, secrets)),
         BackendError::Outage { kind, message } => BackendError::Outage { kind, message: redact(&message, secrets) },
-        BackendError::QuotaSpent { message, until } => BackendError::QuotaSpent { message: redact(&message, secrets), until },
+        BackendError::QuotaSpent { message, until } => {
+            BackendError::QuotaSpent { message: redact(&message, secrets), until }
+        }
     }
 }
 
@@ -74,11 +76,14 @@ fn query_params(text: &str) -> String {
     let mut rest = text;
     while let Some(eq) = rest.find('=') {
         let (before, after) = (&rest[..eq], &rest[eq + 1..]);
-        let name_start = before.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')).map_or(0, |i| i + 1);
+        let name_start =
+            before.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')).map_or(0, |i| i + 1);
         let name = &before[name_start..];
         let preceded = before[..name_start].chars().next_back();
-        let is_param = matches!(preceded, Some('?') | Some('&') | Some(';')) || preceded.is_none_or(char::is_whitespace);
-        let secret = is_param && SECRET_PARAMS.iter().any(|p| normalized(name) == *p || normalized(name).ends_with(&format!("api{p}")));
+        let is_param =
+            matches!(preceded, Some('?') | Some('&') | Some(';')) || preceded.is_none_or(char::is_whitespace);
+        let secret = is_param
+            && SECRET_PARAMS.iter().any(|p| normalized(name) == *p || normalized(name).ends_with(&format!("api{p}")));
         out.push_str(before);
         out.push('=');
         if secret {

@@ -30,10 +30,8 @@ pub struct BuiltinCatalog;
 
 impl BackendCatalog for BuiltinCatalog {
     fn build(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, BackendUnavailable> {
-        super::from_spec_with_model(&reference.name, reference.model.as_deref()).map_err(|e| BackendUnavailable {
-            backend: reference.display(),
-            missing: e.to_string(),
-        })
+        super::from_spec_with_model(&reference.name, reference.model.as_deref())
+            .map_err(|e| BackendUnavailable { backend: reference.display(), missing: e.to_string() })
     }
 }
 

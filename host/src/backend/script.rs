@@ -159,7 +159,9 @@ impl AgentBackend for Script {
         let Some(rule) = self.matching(&request) else {
             if self.fallback_error {
                 let who = request.label.clone().unwrap_or_default();
-                return Box::pin(async move { Err(BackendError::ordinary(format!("script: no rule matches `{who}`"))) });
+                return Box::pin(
+                    async move { Err(BackendError::ordinary(format!("script: no rule matches `{who}`"))) },
+                );
             }
             return DryRun.call(request);
         };

@@ -15,10 +15,17 @@ pub(crate) enum Abort {
     Storage(crate::store::journal::JournalError),
     InvalidCall(String),
     /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
-    SandboxLimit { kind: &'static str, message: String },
+    SandboxLimit {
+        kind: &'static str,
+        message: String,
+    },
     /// The backend could not be used (unreachable, auth, unknown model, ...).
     /// `resume_at`: when a spent quota resets ([`OutageKind::Quota`]), if the provider said.
-    Backend { kind: OutageKind, message: String, resume_at: Option<std::time::SystemTime> },
+    Backend {
+        kind: OutageKind,
+        message: String,
+        resume_at: Option<std::time::SystemTime>,
+    },
     /// A budgeted run would spawn on a model whose cost is unknown (`maxAiCredits`).
     Unpriced(String),
     /// The run is pausing; it ends `paused` (resumable).

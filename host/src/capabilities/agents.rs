@@ -15,12 +15,12 @@ use super::abort::{Abort, LimitKind};
 use super::attempt::{Attempt, AttemptSetup, Memo};
 use super::progress::Progress;
 use crate::backend::{AgentBackend, AgentReply, AgentRequest};
+use crate::model::agent_key::AgentKey;
 use crate::model::envelope::Accounting;
-use crate::model::progress::{AgentSummary, ProgressEvent};
 use crate::model::limits::AgentLimits;
+use crate::model::progress::{AgentSummary, ProgressEvent};
 use crate::model::schema::Schema;
 use crate::model::tuning::AgentTuning;
-use crate::model::agent_key::AgentKey;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -182,7 +182,14 @@ impl Agents {
             Ok(schema) => schema,
             Err(abort) => return Start::Answered(Err(abort)),
         };
-        let key = AgentKey::of(&prompt, label.as_deref(), schema.as_ref().map(Schema::as_value), model.as_deref(), &limits, &tuning);
+        let key = AgentKey::of(
+            &prompt,
+            label.as_deref(),
+            schema.as_ref().map(Schema::as_value),
+            model.as_deref(),
+            &limits,
+            &tuning,
+        );
         // Journaled: replay for free, here when the journal view knows the answer.
         let known = match self.attempt.cached_agent(&key) {
             Memo::Hit(outcome) => return Start::Answered(Ok(self.hit(outcome, label.as_deref(), model.as_deref()))),
@@ -281,7 +288,8 @@ impl Agents {
     pub(crate) async fn finish(self: Arc<Self>, call: Box<Call>) -> Result<Option<String>, Abort> {
         let Call { pending: _pending, prompt, label, schema, model, limits, tuning, key, known } = *call;
         if !known {
-            let journaled = self.attempt.read_agent(key.as_str()).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
+            let journaled =
+                self.attempt.read_agent(key.as_str()).await.map_err(|e| self.attempt.abort(Abort::Storage(e)))?;
             if let Some(outcome) = journaled {
                 return Ok(self.hit(outcome, label.as_deref(), model.as_deref()));
             }
@@ -303,7 +311,11 @@ impl Agents {
             self.cache_hits.fetch_add(1, Ordering::Relaxed);
         }
         let shown = if first { String::new() } else { label.clone().unwrap_or_else(|| "agent".to_string()) };
-        let span = self.span(model.as_deref(), label.as_deref().unwrap_or("agent"), if first { crate::trace::Memo::Miss } else { crate::trace::Memo::Shared });
+        let span = self.span(
+            model.as_deref(),
+            label.as_deref().unwrap_or("agent"),
+            if first { crate::trace::Memo::Miss } else { crate::trace::Memo::Shared },
+        );
         let request = AgentRequest {
             prompt,
             label,
@@ -444,7 +456,12 @@ impl Agents {
 
     /// One subagent call: up to two spawns with a schema (one retry on a parse or match
     /// failure), one without. Its outcome and summary; the caller journals an answer.
-    async fn spawn_agent(&self, request: AgentRequest, schema: Option<Schema>, span: &tracing::Span) -> (Result<Option<String>, Abort>, AgentSummary) {
+    async fn spawn_agent(
+        &self,
+        request: AgentRequest,
+        schema: Option<Schema>,
+        span: &tracing::Span,
+    ) -> (Result<Option<String>, Abort>, AgentSummary) {
         // Shared with the backend, not copied per spawn: a retry changes its own copy only
         // while the backend still holds the first.
         let mut request = Arc::new(request);
@@ -541,7 +558,8 @@ impl Agents {
                     Err(mismatch) => {
                         let next = if attempt + 1 < spawns { ", retrying" } else { "" };
                         self.progress.log(format!("agent `{label}` reply does not match its schema: {mismatch}{next}"));
-                        Arc::make_mut(&mut request).feedback = Some(format!("it does not match the schema ({mismatch})"));
+                        Arc::make_mut(&mut request).feedback =
+                            Some(format!("it does not match the schema ({mismatch})"));
                     }
                 },
             }

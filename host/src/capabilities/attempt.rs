@@ -7,19 +7,19 @@
 
 use super::abort::{Abort, LimitKind, Pause};
 use super::cache::ValueCache;
+use super::stop::StopSignal;
 use crate::backend::AgentBackend;
+use crate::model::agent_key::AgentKey;
+use crate::model::envelope::Accounting;
 use crate::model::envelope::{Failure, FailureType};
 use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
 use crate::model::sandbox_limits::SandboxLimits;
-use crate::model::agent_key::AgentKey;
-use crate::model::envelope::Accounting;
 use crate::store::journal::{decode_outcome, AgentOutcome, Fingerprints, Journal, JournalError, Loaded, LoadedEntries};
 use futures::future::{BoxFuture, FutureExt as _};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc};
-use super::stop::StopSignal;
 
 /// How an attempt was told to stop, and the abort every later hook call answers with.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,8 +209,12 @@ impl Attempt {
             Abort::Limit(kind) => Some(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
             Abort::Storage(e) => Some(Failure::new(FailureType::Storage, None, e.to_string())),
             Abort::InvalidCall(m) => Some(Failure::new(FailureType::InvalidCall, None, m.clone())),
-            Abort::SandboxLimit { kind, message } => Some(Failure::new(FailureType::SandboxLimit, Some(kind), message.clone())),
-            Abort::Backend { kind, message, .. } => Some(Failure::new(FailureType::Backend, Some(kind.as_str()), message.clone())),
+            Abort::SandboxLimit { kind, message } => {
+                Some(Failure::new(FailureType::SandboxLimit, Some(kind), message.clone()))
+            }
+            Abort::Backend { kind, message, .. } => {
+                Some(Failure::new(FailureType::Backend, Some(kind.as_str()), message.clone()))
+            }
             Abort::Unpriced(message) => Some(Failure::limit(LimitKind::MaxAiCredits.name(), message.clone())),
         };
         let cause = match (failure, &abort) {
@@ -378,7 +382,12 @@ impl Attempt {
     /// Number, encode and charge a progress entry (book locked by the caller): the entry,
     /// its stored form and the journal total with it counted. Not yet put: once it is,
     /// [`Attempt::progressed`] makes it the latest.
-    fn prepare_progress(&self, book: &mut Book, event: ProgressEvent, essential: bool) -> Result<(JournaledProgress, Vec<u8>, u64), Abort> {
+    fn prepare_progress(
+        &self,
+        book: &mut Book,
+        event: ProgressEvent,
+        essential: bool,
+    ) -> Result<(JournaledProgress, Vec<u8>, u64), Abort> {
         let seq = book.next_seq + 1;
         let phase_seq = match &event {
             ProgressEvent::Phase { .. } => Some(seq),
@@ -425,9 +434,16 @@ impl Attempt {
     /// and handed to the journal as one write. An entry past the journal budget stops the
     /// attempt as `emit` does; the outcome's own abort (the budget, the store) is returned,
     /// not yet raised.
-    pub(crate) fn finish_agent(&self, memo_key: &AgentKey, reply: &Option<String>, finished: ProgressEvent, accounting: &Accounting) -> Result<(), Abort> {
+    pub(crate) fn finish_agent(
+        &self,
+        memo_key: &AgentKey,
+        reply: &Option<String>,
+        finished: ProgressEvent,
+        accounting: &Accounting,
+    ) -> Result<(), Abort> {
         let key = memo_key.as_str();
-        let agent_cost = self.journal.footprint(self.run_id.len() + key.len(), 1 + reply.as_ref().map_or(0, String::len));
+        let agent_cost =
+            self.journal.footprint(self.run_id.len() + key.len(), 1 + reply.as_ref().map_or(0, String::len));
         let (entry, progress_refused, agent_charged) = {
             let mut book = self.book();
             let (stored, progress, progress_refused) = match self.prepare_progress(&mut book, finished, false) {

@@ -82,7 +82,11 @@ fn start(agents: &Arc<Agents>, prompt: String, options: wit::AgentOptions) -> St
 }
 
 impl agents::Host for RunData {
-    fn agent_ready(&mut self, prompt: String, options: wit::AgentOptions) -> wasmtime::Result<Result<wit::ReadyReply, wit::Abort>> {
+    fn agent_ready(
+        &mut self,
+        prompt: String,
+        options: wit::AgentOptions,
+    ) -> wasmtime::Result<Result<wit::ReadyReply, wit::Abort>> {
         // What `agent` answers inside its hook call, by a synchronous call; a call that
         // must wait is dropped here (its admission undone) and made by `agent`.
         Ok(match start(&self.run.agents, prompt, options) {
@@ -91,7 +95,11 @@ impl agents::Host for RunData {
         })
     }
 
-    fn agent_start(&mut self, prompt: String, options: wit::AgentOptions) -> wasmtime::Result<Result<wit::Started, wit::Abort>> {
+    fn agent_start(
+        &mut self,
+        prompt: String,
+        options: wit::AgentOptions,
+    ) -> wasmtime::Result<Result<wit::Started, wit::Abort>> {
         // Admission, the memo key and a memo hit as in `agent`; a call that must wait is
         // polled once and, unless that answered it, kept for `agent-wait`.
         let run = &self.run;
@@ -133,7 +141,10 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
     async fn agent_wait(accessor: &Accessor<RunData, Self>) -> wasmtime::Result<Vec<wit::Finished>> {
         // Polled through the store data each time: the calls live there, not in this future.
         let done = std::future::poll_fn(|cx| accessor.with(|mut access| access.get().started.poll_done(cx))).await;
-        Ok(done.into_iter().map(|(call, outcome)| wit::Finished { call, outcome: outcome.map_err(Into::into) }).collect())
+        Ok(done
+            .into_iter()
+            .map(|(call, outcome)| wit::Finished { call, outcome: outcome.map_err(Into::into) })
+            .collect())
     }
 
     async fn sleep(accessor: &Accessor<RunData, Self>, ms: u64) -> wasmtime::Result<()> {

@@ -13,12 +13,12 @@
 pub(crate) mod abort;
 pub(crate) mod agents;
 pub(crate) mod attempt;
-pub(crate) mod cache;
 mod bindings;
+pub(crate) mod cache;
 pub(crate) mod checkpoints;
 pub(crate) mod progress;
-pub(crate) mod set;
 mod script;
+pub(crate) mod set;
 pub(crate) mod sleep;
 pub(crate) mod started;
 pub(crate) mod steps;
@@ -46,4 +46,3 @@ pub(crate) fn script_linker(engine: &Engine) -> wasmtime::Result<Linker<RunData>
     )?;
     Ok(linker)
 }
-

@@ -8,7 +8,9 @@ use crate::sandbox::RunData;
 
 impl RunData {
     fn script_of(&self) -> wasmtime::Result<&crate::guests::script::Script> {
-        self.script.as_deref().ok_or_else(|| wasmtime::Error::msg("this component is not a script factory: it has no source"))
+        self.script
+            .as_deref()
+            .ok_or_else(|| wasmtime::Error::msg("this component is not a script factory: it has no source"))
     }
 }
 

@@ -19,7 +19,11 @@ pub(crate) struct Capabilities {
 impl Capabilities {
     /// Load the run's journal (what [`Capabilities::new`] sets the attempt up on); a load
     /// that fails is the attempt's `storage` failure.
-    pub(crate) async fn load(journal: &dyn Journal, run_id: &str, cache_bytes: usize) -> Result<JournalSnapshot, Failure> {
+    pub(crate) async fn load(
+        journal: &dyn Journal,
+        run_id: &str,
+        cache_bytes: usize,
+    ) -> Result<JournalSnapshot, Failure> {
         journal.load(run_id, cache_bytes).await.map_err(|e| Failure::new(FailureType::Storage, None, e.to_string()))
     }
 
@@ -41,4 +45,3 @@ impl Capabilities {
         self.agents.accounting()
     }
 }
-

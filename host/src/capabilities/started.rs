@@ -103,7 +103,11 @@ impl Started {
 /// cooperative budget: a fan-out's thousands of calls are polled by the one task that drives
 /// the guest, and a budget spent after the first 128 would leave every later call pending
 /// (another pass through the set, or the async call's machinery) though its answer is at hand.
-pub(crate) fn settle(agents: Arc<Agents>, attempt: Arc<Attempt>, call: Box<Call>) -> impl std::future::Future<Output = Outcome> {
+pub(crate) fn settle(
+    agents: Arc<Agents>,
+    attempt: Arc<Attempt>,
+    call: Box<Call>,
+) -> impl std::future::Future<Output = Outcome> {
     tokio::task::unconstrained(async move {
         tokio::select! {
             biased;

@@ -98,7 +98,9 @@ impl Steps {
         let depth = crate::model::json::depth(&value);
         if depth > sandbox.max_json_depth {
             let limit = sandbox.max_json_depth;
-            return Err(StepError::InvalidJson(format!("step `{key}`: nested {depth} deep, over the limit of {limit}")));
+            return Err(StepError::InvalidJson(format!(
+                "step `{key}`: nested {depth} deep, over the limit of {limit}"
+            )));
         }
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&value) {
             return Err(StepError::InvalidJson(format!("step `{key}`: not JSON: {e}")));

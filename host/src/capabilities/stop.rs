@@ -65,7 +65,8 @@ mod tests {
         assert!(!waiter.is_finished(), "nothing fired yet");
         signal.cancel();
         assert!(signal.is_cancelled());
-        let seen = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("the waiter woke").expect("it ran");
+        let seen =
+            tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("the waiter woke").expect("it ran");
         assert!(seen, "the waiter woke with the flag set");
         signal.cancel();
         assert!(signal.is_cancelled(), "firing again changes nothing");

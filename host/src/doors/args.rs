@@ -57,7 +57,8 @@ impl GlobalArgs {
             Some(dir) => dir.clone(),
             None => factory_host::access::default_state_dir()?,
         };
-        self.state_dir_is_project_local = self.project_local_arg || factory_host::access::is_project_local(&self.state_dir);
+        self.state_dir_is_project_local =
+            self.project_local_arg || factory_host::access::is_project_local(&self.state_dir);
         Ok(())
     }
 
@@ -151,7 +152,8 @@ fn parse_count(field: &'static str, text: &str, set: fn(u32) -> Limits) -> Resul
     let wrong = |reason: String| factory_host::limits::LimitError { field, reason }.to_string();
     let n: i128 =
         text.trim().parse().map_err(|_| wrong(format!("must be a positive integer or `none`, got {text}")))?;
-    let n = u32::try_from(n).map_err(|_| wrong(format!("must be a positive integer of at most {}, got {n}", u32::MAX)))?;
+    let n =
+        u32::try_from(n).map_err(|_| wrong(format!("must be a positive integer of at most {}, got {n}", u32::MAX)))?;
     set(n).validate().map_err(|e| e.to_string())?;
     Ok(Given::Value(n))
 }

@@ -18,9 +18,9 @@
 //! retried after a pause ([`AcceptBackoff`]): the server never stops answering and never
 //! spins.
 
-use factory_host::ErrorCode;
-use factory_host::service::{Answer, Frame};
 use factory_host::service::{parse_request, read_line_bounded, Local, RemoteError, Request, MAX_REQUEST_BYTES};
+use factory_host::service::{Answer, Frame};
+use factory_host::ErrorCode;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -126,7 +126,8 @@ async fn handle(service: Local, stream: UnixStream, any_ns: bool) {
             tracing::warn!(event = "refused", door = "control", reason = %message, "control socket refused a peer");
             Err(RemoteError { code: ErrorCode::Forbidden, message })
         }
-        None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(&mut read, MAX_REQUEST_BYTES)).await {
+        None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(&mut read, MAX_REQUEST_BYTES)).await
+        {
             Err(_) => Err(RemoteError::bad_request(format!(
                 "no complete request within {} s",
                 REQUEST_READ_TIMEOUT.as_secs()
@@ -139,7 +140,9 @@ async fn handle(service: Local, stream: UnixStream, any_ns: bool) {
     let answer = match request {
         Err(e) => Answer::Err(e),
         Ok(Request::Subscribe { scope }) => return subscription(service, scope, read, write).await,
-        Ok(Request::Follow { scope, run_id, after_seq }) => return follow(service, scope, run_id, after_seq, read, write).await,
+        Ok(Request::Follow { scope, run_id, after_seq }) => {
+            return follow(service, scope, run_id, after_seq, read, write).await
+        }
         Ok(Request::StartFollowing { start }) => return start_following(service, *start, read, write).await,
         Ok(request) => match service.answer(request).await {
             Ok(response) => Answer::Ok(response),

@@ -25,7 +25,11 @@ const LOG_ROTATE_BYTES: u64 = 8 << 20;
 /// How long an automatically started service waits with nothing to do before it exits
 /// (`FACTORY_IDLE_SECONDS`, default 300).
 pub fn idle_seconds() -> f64 {
-    std::env::var("FACTORY_IDLE_SECONDS").ok().and_then(|s| s.trim().parse::<f64>().ok()).filter(|s| s.is_finite() && *s > 0.0).unwrap_or(300.0)
+    std::env::var("FACTORY_IDLE_SECONDS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(300.0)
 }
 
 /// How long a front door waits for a service it started to answer.

@@ -111,8 +111,10 @@ pub fn message(q: &Question) -> String {
     let phases = if q.phases.is_empty() { "none declared".to_string() } else { q.phases.join(", ") };
     let grants = if q.grants.is_empty() { "none (it reads no host files)".to_string() } else { q.grants.join(", ") };
     let what = match q.operation {
-        Operation::Author => "An agent wrote this factory and asks to register it in its session (its runs then need no \
-                              further question)",
+        Operation::Author => {
+            "An agent wrote this factory and asks to register it in its session (its runs then need no \
+                              further question)"
+        }
         Operation::Run | Operation::Resume => "An agent asks to run this factory, which is not trusted on this machine",
     };
     format!(
@@ -127,13 +129,12 @@ pub async fn ask(peer: &Peer<RoleServer>, q: &Question) -> Result<Answer, AskErr
     let schema = ElicitationSchema::builder()
         .title("Approve a factory")
         .bool_property("always", |b| {
-            b.title("Always")
-                .description("Trust this sha256 from now on (no question next time)")
-                .with_default(false)
+            b.title("Always").description("Trust this sha256 from now on (no question next time)").with_default(false)
         })
         .build()
         .map_err(AskError::Form)?;
-    let params = ElicitRequestParams::FormElicitationParams { meta: None, message: message(q), requested_schema: schema };
+    let params =
+        ElicitRequestParams::FormElicitationParams { meta: None, message: message(q), requested_schema: schema };
     let result = match peer.create_elicitation_with_timeout(params, Some(ANSWER_WITHIN)).await {
         Ok(result) => result,
         Err(rmcp::service::ServiceError::Timeout { .. }) => return Ok(Answer::Declined(Declined::Unanswered)),
@@ -141,7 +142,8 @@ pub async fn ask(peer: &Peer<RoleServer>, q: &Question) -> Result<Answer, AskErr
     };
     Ok(match result.action {
         ElicitationAction::Accept => {
-            let always = result.content.as_ref().and_then(|c| c.get("always")).and_then(|v| v.as_bool()).unwrap_or(false);
+            let always =
+                result.content.as_ref().and_then(|c| c.get("always")).and_then(|v| v.as_bool()).unwrap_or(false);
             if always {
                 Answer::Always
             } else {
@@ -170,7 +172,14 @@ mod tests {
             grants: Vec::new(),
         };
         let text = message(&q);
-        for fact in ["factory: probe", &format!("sha256: {}", "ab".repeat(32)), "operation: run", "backend: local", "phases: Scan, Verify", "grants: none"] {
+        for fact in [
+            "factory: probe",
+            &format!("sha256: {}", "ab".repeat(32)),
+            "operation: run",
+            "backend: local",
+            "phases: Scan, Verify",
+            "grants: none",
+        ] {
             assert!(text.contains(fact), "{fact} in {text}");
         }
     }

@@ -15,19 +15,17 @@
 //! process, or one `Mcp-Session-Id` over HTTP) is one session, `mcp-<random hex>`, unless
 //! `--session NAME` pins it; the client's self-reported name is only logged, never an identity.
 
-use crate::doors::reach::{self, serve};
 use crate::doors::args::GlobalArgs;
 use crate::doors::cli::backends;
 use crate::doors::elicit;
+use crate::doors::reach::{self, serve};
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::service::{Client, Consent, Followed, Follower, Request, Scope, ServiceError, Target};
 use factory_host::store::ProgressQuery;
 use factory_host::{ErrorCode, Limits, ProgressEvent, RunEnvelope};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
-use rmcp::model::{
-    CallToolResult, ContentBlock, ProgressNotificationParam, ServerCapabilities, ServerConfig,
-};
+use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler, ServiceExt};
 use serde::Deserialize;
@@ -128,14 +126,19 @@ pub const MCP_SESSION_IDLE: Duration = Duration::from_secs(300);
 /// every request; the SDK checks the `Host` header against loopback names. Connections are
 /// bounded as [`crate::doors::http::bind`] says (header timeout, connection cap, accept
 /// backoff); sessions by [`MAX_MCP_SESSIONS`] and [`MCP_SESSION_IDLE`].
-async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() -> FactoryMcp + Send + Sync + 'static) -> Result<()> {
+async fn serve_http(
+    g: &GlobalArgs,
+    addr: std::net::SocketAddr,
+    make: impl Fn() -> FactoryMcp + Send + Sync + 'static,
+) -> Result<()> {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     let bound = listener.local_addr()?;
     let token_file = g.state_dir.join(TOKEN_FILE);
     let shared = g.cluster_token()?;
-    let bearer = crate::doors::http::bearer::Bearer::create(&token_file, shared.as_deref()).with_context(|| format!("writing {}", token_file.display()))?;
+    let bearer = crate::doors::http::bearer::Bearer::create(&token_file, shared.as_deref())
+        .with_context(|| format!("writing {}", token_file.display()))?;
     let mut config = StreamableHttpServerConfig::default();
     if !bound.ip().is_loopback() {
         config.allowed_hosts.push(bound.ip().to_string());
@@ -163,20 +166,25 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
                             b"{\"code\":\"unauthorized\",\"message\":\"an `Authorization: Bearer <token>` header is required at /mcp\"}",
                         )));
                         let mut response = hyper::Response::new(body);
-                        *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::UNAUTHORIZED);
+                        *response.status_mut() =
+                            hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::UNAUTHORIZED);
                         return Ok::<_, std::convert::Infallible>(response);
                     }
                     // A request without a session id opens one: refused past the cap.
                     let opens = req.method() == hyper::Method::POST && !req.headers().contains_key("mcp-session-id");
                     if opens && sessions.sessions.read().await.len() >= MAX_MCP_SESSIONS {
-                        tracing::warn!(event = "refused", door = "mcp", "MCP session refused: {MAX_MCP_SESSIONS} sessions open");
+                        tracing::warn!(
+                            event = "refused",
+                            door = "mcp",
+                            "MCP session refused: {MAX_MCP_SESSIONS} sessions open"
+                        );
                         let message = format!(
                             "{{\"code\":\"unavailable\",\"message\":\"{MAX_MCP_SESSIONS} MCP sessions are open: close one (DELETE /mcp) or wait {} s for an idle one to expire\"}}",
                             MCP_SESSION_IDLE.as_secs()
                         );
-                        let mut response = hyper::Response::new(http_body_util::BodyExt::boxed(http_body_util::Full::new(
-                            hyper::body::Bytes::from(message),
-                        )));
+                        let mut response = hyper::Response::new(http_body_util::BodyExt::boxed(
+                            http_body_util::Full::new(hyper::body::Bytes::from(message)),
+                        ));
                         *response.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
                         return Ok(response);
                     }
@@ -190,9 +198,9 @@ async fn serve_http(g: &GlobalArgs, addr: std::net::SocketAddr, make: impl Fn() 
                                 Err(_) => (hyper::StatusCode::REQUEST_TIMEOUT, b"{\"code\":\"invalid_params\",\"message\":\"the request body did not arrive in time\"}"),
                                 _ => (hyper::StatusCode::PAYLOAD_TOO_LARGE, b"{\"code\":\"invalid_params\",\"message\":\"the request body is too large or broken\"}"),
                             };
-                            let mut response = hyper::Response::new(http_body_util::BodyExt::boxed(http_body_util::Full::new(
-                                hyper::body::Bytes::from_static(message),
-                            )));
+                            let mut response = hyper::Response::new(http_body_util::BodyExt::boxed(
+                                http_body_util::Full::new(hyper::body::Bytes::from_static(message)),
+                            ));
                             *response.status_mut() = status;
                             return Ok(response);
                         }
@@ -466,7 +474,12 @@ impl FactoryMcp {
     }
 
     /// The consent question for resuming `run_id` under `overrides`: its latest factory.
-    async fn resume_question(&self, session: &str, run_id: &str, overrides: &Limits) -> Result<elicit::Question, ToolError> {
+    async fn resume_question(
+        &self,
+        session: &str,
+        run_id: &str,
+        overrides: &Limits,
+    ) -> Result<elicit::Question, ToolError> {
         let detail = self.client.detail(Scope::Session(session.to_string()), run_id).await.map_err(Self::tool_error)?;
         let script = detail.scripts.last().cloned().flatten().map(|s| s.sha256);
         let sha256 = script.or_else(|| detail.component_hashes.last().cloned()).unwrap_or_default();
@@ -494,8 +507,13 @@ impl FactoryMcp {
 
     /// Ask `question` of the client's user: whether it was approved always or once, or a
     /// `declined` tool error (nothing started).
-    async fn approved(&self, context: &RequestContext<RoleServer>, question: &elicit::Question) -> Result<elicit::Answer, ToolError> {
-        let answer = elicit::ask(&context.peer, question).await.map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+    async fn approved(
+        &self,
+        context: &RequestContext<RoleServer>,
+        question: &elicit::Question,
+    ) -> Result<elicit::Answer, ToolError> {
+        let answer =
+            elicit::ask(&context.peer, question).await.map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
         match answer {
             elicit::Answer::Once | elicit::Answer::Always => Ok(answer),
             elicit::Answer::Declined(why) => Err(ToolError::new(
@@ -542,19 +560,20 @@ impl FactoryMcp {
         let trace_parent = trace_parent_of(context)?;
         let resume = match (&params.name, &params.resume_from_run_id) {
             (Some(_), None) if params.input.is_some() => {
-                return Err(ToolError::new(ErrorCode::InvalidParams, "`input` answers a paused run's checkpoint: give it with `resumeFromRunId`"));
+                return Err(ToolError::new(
+                    ErrorCode::InvalidParams,
+                    "`input` answers a paused run's checkpoint: give it with `resumeFromRunId`",
+                ));
             }
             (Some(_), None) => false,
             (None, Some(_)) if params.args.is_some() => {
                 return Err(ToolError::new(ErrorCode::InvalidParams, "a resume keeps the run's args: give no `args`"))
             }
             (None, Some(_)) => true,
-            _ => {
-                return Err(ToolError::new(
-                    ErrorCode::InvalidParams,
-                    "give either `name` (with optional `args` and `limits`) or `resumeFromRunId` (with optional `limits`)",
-                ))
-            }
+            _ => return Err(ToolError::new(
+                ErrorCode::InvalidParams,
+                "give either `name` (with optional `args` and `limits`) or `resumeFromRunId` (with optional `limits`)",
+            )),
         };
         // Consent: the service's own trust check decides first (factories authored in this
         // session run without it); one it refuses is asked of the client's user, when the
@@ -591,9 +610,14 @@ impl FactoryMcp {
             Err(e) if e.code() == ErrorCode::NoApprovalProvider && elicit::can_ask(&context.peer) => {
                 let question = match (&params.name, &params.resume_from_run_id) {
                     (Some(name), _) => self.run_question(&session, name, &limits).await?,
-                    (None, run_id) => self.resume_question(&session, run_id.as_deref().unwrap_or_default(), &limits).await?,
+                    (None, run_id) => {
+                        self.resume_question(&session, run_id.as_deref().unwrap_or_default(), &limits).await?
+                    }
                 };
-                let question = elicit::Question { operation: if resume { elicit::Operation::Resume } else { elicit::Operation::Run }, ..question };
+                let question = elicit::Question {
+                    operation: if resume { elicit::Operation::Resume } else { elicit::Operation::Run },
+                    ..question
+                };
                 if self.approved(context, &question).await? == elicit::Answer::Always {
                     self.trust(&question.sha256, &question.factory)?;
                 }
@@ -696,11 +720,17 @@ impl FactoryMcp {
         }
     }
 
-    async fn manage_inner(&self, p: ManageParams, context: &RequestContext<RoleServer>) -> Result<CallToolResult, ToolError> {
+    async fn manage_inner(
+        &self,
+        p: ManageParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ToolError> {
         let session = self.session(context);
         let scope = || Scope::Session(session.clone());
         let need = |field: Option<String>, what: &str| {
-            field.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, format!("operation `{}` needs `{what}`", p.operation)))
+            field.ok_or_else(|| {
+                ToolError::new(ErrorCode::InvalidParams, format!("operation `{}` needs `{what}`", p.operation))
+            })
         };
         match p.operation.as_str() {
             "list" => {
@@ -862,8 +892,12 @@ const RESULT_PREVIEW_BYTES: usize = 500;
 /// Send `data` to the MCP session as a log notification (`notifications/message`, logger
 /// `factory`); an error when the session is gone.
 #[allow(deprecated)] // rmcp marks logging deprecated (SEP-2577); it is what MCP clients surface today.
-async fn log_to(peer: &rmcp::Peer<RoleServer>, (level, data): (rmcp::model::LoggingLevel, Value)) -> Result<(), rmcp::service::ServiceError> {
-    peer.notify_logging_message(rmcp::model::LoggingMessageNotificationParam::new(level, data).with_logger("factory")).await
+async fn log_to(
+    peer: &rmcp::Peer<RoleServer>,
+    (level, data): (rmcp::model::LoggingLevel, Value),
+) -> Result<(), rmcp::service::ServiceError> {
+    peer.notify_logging_message(rmcp::model::LoggingMessageNotificationParam::new(level, data).with_logger("factory"))
+        .await
 }
 
 /// The log notification of a phase the run entered.
@@ -884,7 +918,11 @@ fn completion_note(envelope: &RunEnvelope) -> (rmcp::model::LoggingLevel, Value)
         while !text.is_char_boundary(end) {
             end -= 1;
         }
-        if end < text.len() { format!("{}…", &text[..end]) } else { text.to_string() }
+        if end < text.len() {
+            format!("{}…", &text[..end])
+        } else {
+            text.to_string()
+        }
     });
     let message = format!(
         "{} Read its whole envelope and result with factories_manage {{\"operation\": \"show\", \"runId\": \"{id}\"}}.",
@@ -944,7 +982,9 @@ fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, ToolError> {
 
 /// The caller's trace for a run this call starts: the request's `_meta.traceparent`, else
 /// (streamable HTTP) its `traceparent` header; one that is not W3C trace context is refused.
-fn trace_parent_of(context: &RequestContext<RoleServer>) -> Result<Option<factory_host::trace::TraceParent>, ToolError> {
+fn trace_parent_of(
+    context: &RequestContext<RoleServer>,
+) -> Result<Option<factory_host::trace::TraceParent>, ToolError> {
     let from_meta = match context.meta.get("traceparent") {
         None => None,
         Some(Value::String(text)) => Some(text.clone()),

@@ -3,10 +3,10 @@
 //! process holds it — be a client of that process over the control socket.
 
 use crate::doors::args::GlobalArgs;
-use anyhow::{Context, Result};
-use factory_host::backend::{BackendCatalog, BuiltinCatalog};
 use crate::doors::control;
 use crate::doors::daemon::remote;
+use anyhow::{Context, Result};
+use factory_host::backend::{BackendCatalog, BuiltinCatalog};
 use factory_host::service::{Client, ClientError, Local, ServiceError};
 use factory_host::store::StoreError;
 use factory_host::{Error, Host, HostConfig};
@@ -16,7 +16,6 @@ use std::sync::Arc;
 pub fn local(g: &GlobalArgs, host: &Arc<Host>) -> Local {
     Local::new(host.clone(), crate::doors::cli::trust::trust_check(g))
 }
-
 
 /// What a process that opens the store holds it for: the store's page cache is sized by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +212,9 @@ mod tests {
     async fn a_request_nobody_answered_is_asked_again_through_a_fresh_access() {
         let state = tempfile::tempdir().expect("a state directory");
         let dir = state.path().join("state");
-        let mut g = Cli::try_parse_from(["factory", "--state-dir", dir.to_str().expect("UTF-8"), "--no-daemon"]).expect("args").g;
+        let mut g = Cli::try_parse_from(["factory", "--state-dir", dir.to_str().expect("UTF-8"), "--no-daemon"])
+            .expect("args")
+            .g;
         g.resolve().expect("the state directory");
         // The first answer is the one of a holder that ended before it was asked; the second
         // access finds the store free and opens it here.

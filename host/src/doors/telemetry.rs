@@ -58,7 +58,10 @@ fn filter() -> (EnvFilter, Option<String>) {
     match std::env::var("RUST_LOG") {
         Ok(text) if !text.trim().is_empty() => match EnvFilter::try_new(&text) {
             Ok(filter) => (filter, None),
-            Err(e) => (EnvFilter::new(DEFAULT_FILTER), Some(format!("RUST_LOG={text:?} is not a filter ({e}); using {DEFAULT_FILTER}"))),
+            Err(e) => (
+                EnvFilter::new(DEFAULT_FILTER),
+                Some(format!("RUST_LOG={text:?} is not a filter ({e}); using {DEFAULT_FILTER}")),
+            ),
         },
         _ => (EnvFilter::new(DEFAULT_FILTER), None),
     }
@@ -72,7 +75,9 @@ where
 {
     let (filter, _) = filter();
     match format {
-        LogFormat::Human => tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi).with_filter(filter).boxed(),
+        LogFormat::Human => {
+            tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi).with_filter(filter).boxed()
+        }
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_current_span(false)
@@ -100,7 +105,8 @@ pub fn init(format: LogFormat, service_log: Option<&Path>, stderr: bool) -> std:
         }
         layers.push(fmt_layer(LogFormat::Json, log, false));
     }
-    let traces = if wanted("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") { Some(otel_layer()) } else { None };
+    let traces =
+        if wanted("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") { Some(otel_layer()) } else { None };
     let metrics_failed = match wanted("OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
         true => otel_metrics().err(),
         false => None,
@@ -190,7 +196,8 @@ fn otel_metrics() -> Result<(), opentelemetry_otlp::ExporterBuildError> {
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .build()?;
     let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter).build();
-    let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().with_reader(reader).with_resource(resource()).build();
+    let provider =
+        opentelemetry_sdk::metrics::SdkMeterProvider::builder().with_reader(reader).with_resource(resource()).build();
     if factory_host::metrics::export_to(provider.meter("factory")) {
         let _ = METRICS.set(provider);
     }
@@ -199,7 +206,8 @@ fn otel_metrics() -> Result<(), opentelemetry_otlp::ExporterBuildError> {
 
 /// The layer that hands the host's spans to the OTLP exporter (endpoint, headers and
 /// timeout from the standard `OTEL_EXPORTER_OTLP_*` variables).
-fn otel_layer() -> Result<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>, opentelemetry_otlp::ExporterBuildError> {
+fn otel_layer(
+) -> Result<Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>, opentelemetry_otlp::ExporterBuildError> {
     use opentelemetry::trace::TracerProvider as _;
     use opentelemetry_otlp::WithExportConfig as _;
     let exporter = opentelemetry_otlp::SpanExporter::builder()

@@ -93,7 +93,12 @@ impl AgentBackend for Capped {
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_millis(250));
                     }
-                    Err(e) => return Err(BackendError::outage(OutageKind::Unavailable, format!("taking a call slot of backend `{name}`: {e}"))),
+                    Err(e) => {
+                        return Err(BackendError::outage(
+                            OutageKind::Unavailable,
+                            format!("taking a call slot of backend `{name}`: {e}"),
+                        ))
+                    }
                 }
             };
             let reply = inner.call(request).await;
@@ -185,7 +190,10 @@ impl StoreBudget {
     }
 
     /// `work` on the store's queue, while the store is open and has one.
-    fn on_queue<T>(&self, work: impl FnOnce(&dyn RunQueue) -> BoxFuture<'static, Result<T, StoreError>>) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
+    fn on_queue<T>(
+        &self,
+        work: impl FnOnce(&dyn RunQueue) -> BoxFuture<'static, Result<T, StoreError>>,
+    ) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
         let store = self.store.upgrade()?;
         let queue = store.run_queue()?;
         Some(work(queue))
@@ -223,7 +231,12 @@ impl StoreBudget {
 }
 
 impl SharedBudget for StoreBudget {
-    fn take(&self, key: &str, rates: SharedRates, tokens: f64) -> BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
+    fn take(
+        &self,
+        key: &str,
+        rates: SharedRates,
+        tokens: f64,
+    ) -> BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
         let work = self.on_queue(|queue| queue.take_flow_budget(budget_key(key), rates, tokens));
         self.ask(work)
     }
@@ -235,7 +248,12 @@ impl SharedBudget for StoreBudget {
         self.ask(work)
     }
 
-    fn remaining(&self, key: &str, requests: Option<f64>, tokens: Option<f64>) -> BoxFuture<'static, Result<(), SharedBudgetError>> {
+    fn remaining(
+        &self,
+        key: &str,
+        requests: Option<f64>,
+        tokens: Option<f64>,
+    ) -> BoxFuture<'static, Result<(), SharedBudgetError>> {
         let work = self.on_queue(|queue| queue.bound_flow_budget(budget_key(key), requests, tokens));
         self.ask(work)
     }

@@ -5,20 +5,21 @@
 //! directory, who sees every session's.
 
 use crate::backend::{AgentBackend, BackendCatalog, BackendRef, BackendUnavailable, BuiltinCatalog, DryRun};
-use crate::sandbox::component::{ComponentLoader, LoadedComponent};
-use crate::model::envelope::{Accounting, Failure, RunEnvelope, RunStatus, RunSummary, RunsPage};
+use crate::capabilities::stop::StopSignal;
+use crate::engine::loaded::Kept;
+use crate::engine::run::{self, AttemptSetup, Capabilities};
 use crate::error::Error;
-use crate::store::journal::Journal;
+use crate::guests::script::{Script, ScriptError, ScriptRef};
+use crate::model::envelope::{Accounting, Failure, RunEnvelope, RunStatus, RunSummary, RunsPage};
 use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
 use crate::model::progress::{AgentSummary, ProgressEntry, ProgressEvent, RunUpdated};
-use crate::engine::loaded::Kept;
-use crate::sandbox::admission::{Bound, TrustError};
-use crate::engine::run::{self, AttemptSetup, Capabilities};
-use crate::sandbox::{self, RunData, SandboxLimits};
 use crate::model::schema::Schema;
-use crate::guests::script::{Script, ScriptError, ScriptRef};
 use crate::model::scope::Scope;
+use crate::sandbox::admission::{Bound, TrustError};
+use crate::sandbox::component::{ComponentLoader, LoadedComponent};
+use crate::sandbox::{self, RunData, SandboxLimits};
+use crate::store::journal::Journal;
 use crate::store::{ProgressQuery, RedbStore, Registration, RunRecord, Store, StoreOptions, DEFAULT_COMMIT_WINDOW};
 use futures::FutureExt;
 use std::collections::HashMap;
@@ -27,7 +28,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
-use crate::capabilities::stop::StopSignal;
 use tracing::Instrument;
 use wasmtime::component::Linker;
 use wasmtime::Engine;
@@ -392,7 +392,11 @@ impl Host {
     pub fn new(config: HostConfig) -> Result<Self, Error> {
         let store = match &config.state_dir {
             Some(dir) => {
-                let options = StoreOptions { commit_window: config.commit_window, read_cache_bytes: config.read_cache_bytes, ..StoreOptions::default() };
+                let options = StoreOptions {
+                    commit_window: config.commit_window,
+                    read_cache_bytes: config.read_cache_bytes,
+                    ..StoreOptions::default()
+                };
                 RedbStore::open(dir, options)?
             }
             None => RedbStore::in_memory()?,
@@ -406,10 +410,15 @@ impl Host {
         config.sandbox.validate()?;
         let engine = sandbox::engine().map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
         let linker = crate::capabilities::linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
-        let script_linker = crate::capabilities::script_linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
+        let script_linker =
+            crate::capabilities::script_linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
         let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
         let (updates, _) = broadcast::channel(1024);
-        let room = config.caps.worker_runs.unwrap_or(tokio::sync::Semaphore::MAX_PERMITS).min(tokio::sync::Semaphore::MAX_PERMITS);
+        let room = config
+            .caps
+            .worker_runs
+            .unwrap_or(tokio::sync::Semaphore::MAX_PERMITS)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
         Ok(Host {
             queue_room: Arc::new(tokio::sync::Semaphore::new(room)),
             queue_capacity: room,
@@ -561,7 +570,12 @@ impl Host {
     /// [`Host::load_stored_script`] with the modules `run_id` recorded (when given and it
     /// recorded any), else those of `script`'s own record: a recorded module is served as
     /// recorded, whatever its file holds now.
-    async fn load_recorded_script(&self, runner_hash: &str, script: &ScriptRef, run_id: Option<&str>) -> Result<Factory, Error> {
+    async fn load_recorded_script(
+        &self,
+        runner_hash: &str,
+        script: &ScriptRef,
+        run_id: Option<&str>,
+    ) -> Result<Factory, Error> {
         let text = self
             .store
             .blob(&script.sha256)
@@ -590,11 +604,10 @@ impl Host {
             Some(manifest) => Some(manifest),
             None => match &script.modules {
                 Some(hash) => {
-                    let bytes = self
-                        .store
-                        .blob(hash)
-                        .await?
-                        .ok_or_else(|| Error::NotRegistered(format!("no stored module record with sha256 {hash}")))?;
+                    let bytes =
+                        self.store.blob(hash).await?.ok_or_else(|| {
+                            Error::NotRegistered(format!("no stored module record with sha256 {hash}"))
+                        })?;
                     let manifest = serde_json::from_slice(&bytes)
                         .map_err(|e| crate::guests::modules::ModuleError::Record {
                             name: script.file_name.clone(),
@@ -669,8 +682,11 @@ impl Host {
 
     /// Load a registered factory by name.
     pub async fn load_registered(&self, name: &str) -> Result<Factory, Error> {
-        let registration =
-            self.store.factory(name).await?.ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
+        let registration = self
+            .store
+            .factory(name)
+            .await?
+            .ok_or_else(|| Error::NotRegistered(format!("no factory named `{name}`")))?;
         self.load_registration(&registration).await
     }
 
@@ -723,9 +739,12 @@ impl Host {
     /// Whether the component or script source `key` (a sha256) is a factory `session`
     /// authored itself: it runs in the sandbox without consent, as the spec's authoring does.
     pub async fn authored_in(&self, session: &str, key: &str) -> Result<bool, Error> {
-        Ok(self.store.factories().await?.iter().any(|r| {
-            r.session.as_deref() == Some(session) && r.script.as_ref().is_some_and(|s| s.sha256 == key)
-        }))
+        Ok(self
+            .store
+            .factories()
+            .await?
+            .iter()
+            .any(|r| r.session.as_deref() == Some(session) && r.script.as_ref().is_some_and(|s| s.sha256 == key)))
     }
 
     /// The factories `session` can run: its own authored ones, then those registered for
@@ -733,9 +752,7 @@ impl Host {
     pub async fn registered_for(&self, session: &str) -> Result<Vec<Registration>, Error> {
         let all = self.store.factories().await?;
         let own: Vec<Registration> = all.iter().filter(|r| r.session.as_deref() == Some(session)).cloned().collect();
-        let shared = all
-            .into_iter()
-            .filter(|r| r.session.is_none() && !own.iter().any(|o| o.meta.name == r.meta.name));
+        let shared = all.into_iter().filter(|r| r.session.is_none() && !own.iter().any(|o| o.meta.name == r.meta.name));
         Ok(own.iter().cloned().chain(shared).collect())
     }
 
@@ -895,16 +912,25 @@ impl Host {
             if let Some(queue) = self.store.run_queue() {
                 let refusals = queue.refusals(envelope.run_id.clone()).await?;
                 if !refusals.is_empty() {
-                    let why: Vec<String> = refusals.iter().map(|(worker, reason)| format!("worker {worker}: {reason}")).collect();
-                    let error = format!("waiting in the queue for a worker that can serve it; tried and could not: {}", why.join("; "));
-                    envelope.error = Some(crate::model::envelope::bounded_text(error, crate::model::envelope::MAX_MESSAGE_BYTES));
+                    let why: Vec<String> =
+                        refusals.iter().map(|(worker, reason)| format!("worker {worker}: {reason}")).collect();
+                    let error = format!(
+                        "waiting in the queue for a worker that can serve it; tried and could not: {}",
+                        why.join("; ")
+                    );
+                    envelope.error =
+                        Some(crate::model::envelope::bounded_text(error, crate::model::envelope::MAX_MESSAGE_BYTES));
                 }
             }
         }
         // On a shared store, another process may be executing it: it reads as it is.
         if envelope.status == RunStatus::Running && !active && !self.store.shared() {
             envelope.status = RunStatus::Halted;
-            let failure = Failure::new(crate::model::envelope::FailureType::Halted, None, "the attempt ended without recording its outcome; resume to continue");
+            let failure = Failure::new(
+                crate::model::envelope::FailureType::Halted,
+                None,
+                "the attempt ended without recording its outcome; resume to continue",
+            );
             envelope.error.get_or_insert_with(|| failure.message.clone());
             envelope.failure.get_or_insert(failure);
         }
@@ -932,8 +958,15 @@ impl Host {
     /// record). When this worker has room it claims the entry in the same transaction and
     /// executes the run at once; otherwise any worker with room claims it, and this waits for
     /// its end.
-    async fn run_queued(&self, factory: &Factory, mut options: RunOptions, backend: Arc<dyn AgentBackend>) -> Result<RunEnvelope, Error> {
-        let Some(queue) = self.store.run_queue() else { return Err(Error::Misrouted("a queued run on a store without a queue")) };
+    async fn run_queued(
+        &self,
+        factory: &Factory,
+        mut options: RunOptions,
+        backend: Arc<dyn AgentBackend>,
+    ) -> Result<RunEnvelope, Error> {
+        let Some(queue) = self.store.run_queue() else {
+            return Err(Error::Misrouted("a queued run on a store without a queue"));
+        };
         let permit = self.queue_room.clone().try_acquire_owned().ok();
         let on_start = options.on_start.take();
         let (mut record, options) = self.new_record(factory, options)?;
@@ -941,7 +974,12 @@ impl Host {
         self.put_blobs(factory)?;
         // The component and script bytes are durable before any worker can claim the run.
         if let Err(e) = self.store.flush().await {
-            return Err(e.0.downcast_ref::<crate::store::StoreError>().cloned().unwrap_or(crate::store::StoreError::Closed).into());
+            return Err(e
+                .0
+                .downcast_ref::<crate::store::StoreError>()
+                .cloned()
+                .unwrap_or(crate::store::StoreError::Closed)
+                .into());
         }
         let start = crate::store::queue::QueuedStart {
             component: factory.component.hash.clone(),
@@ -998,7 +1036,11 @@ impl Host {
     /// it (no consent asked again: it was given when the run was started).
     /// A run whose start cannot be prepared here (its component cannot be loaded, ...) ends
     /// `error` with the reason instead of waiting forever.
-    pub(crate) async fn start_queued(&self, mut record: RunRecord, start: &crate::store::queue::QueuedStart) -> Result<RunEnvelope, Error> {
+    pub(crate) async fn start_queued(
+        &self,
+        mut record: RunRecord,
+        start: &crate::store::queue::QueuedStart,
+    ) -> Result<RunEnvelope, Error> {
         let run_id = record.envelope.run_id.clone();
         let claim = self.claim(&run_id)?;
         let prepared = async {
@@ -1026,7 +1068,11 @@ impl Host {
                         Some(refused.kind()),
                         format!("the queued run was refused: {refused}; nothing ran"),
                     ),
-                    _ => Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the queued run could not start: {error}")),
+                    _ => Failure::new(
+                        crate::model::envelope::FailureType::Internal,
+                        None,
+                        format!("the queued run could not start: {error}"),
+                    ),
                 };
                 self.end_broken_attempt(&mut record, failure).await;
                 drop(claim);
@@ -1040,7 +1086,11 @@ impl Host {
     fn backend_of(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, Error> {
         if let Some(var) = &reference.key_env {
             if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
-                return Err(BackendUnavailable { backend: reference.display(), missing: format!("the variable `{var}` that held its API key is not set") }.into());
+                return Err(BackendUnavailable {
+                    backend: reference.display(),
+                    missing: format!("the variable `{var}` that held its API key is not set"),
+                }
+                .into());
             }
         }
         let default = self.config.backend.reference();
@@ -1072,7 +1122,8 @@ impl Host {
             (None, None) => {
                 return Err(BackendUnavailable {
                     backend: "(not recorded)".into(),
-                    missing: "the run was started before factory recorded backends; resume it with --backend NAME".into(),
+                    missing: "the run was started before factory recorded backends; resume it with --backend NAME"
+                        .into(),
                 }
                 .into())
             }
@@ -1109,7 +1160,11 @@ impl Host {
         let (mut record, _) = self.create_run(factory, options).await?;
         let envelope = &mut record.envelope;
         envelope.status = RunStatus::Cancelled;
-        let failure = Failure::new(crate::model::envelope::FailureType::Cancelled, Some("declined"), "the run was declined at the consent prompt; nothing ran");
+        let failure = Failure::new(
+            crate::model::envelope::FailureType::Cancelled,
+            Some("declined"),
+            "the run was declined at the consent prompt; nothing ran",
+        );
         envelope.error = Some(failure.message.clone());
         envelope.failure = Some(failure);
         envelope.updated_at = crate::store::records_timestamp();
@@ -1196,7 +1251,12 @@ impl Host {
     /// [`Host::resume`] on behalf of `by`: automatic recovery resumes only a run that is
     /// still `halted` by an [`Interruption`](crate::store::Interruption) once it holds the
     /// claim, and counts itself in the record.
-    pub(crate) async fn resume_as(&self, run_id: &str, options: ResumeOptions, by: ResumedBy) -> Result<RunEnvelope, Error> {
+    pub(crate) async fn resume_as(
+        &self,
+        run_id: &str,
+        options: ResumeOptions,
+        by: ResumedBy,
+    ) -> Result<RunEnvelope, Error> {
         let scope = options.scope.clone().unwrap_or_else(|| Scope::from(DEFAULT_SESSION));
         let record = self.record(&scope, run_id).await?;
         match record.envelope.status {
@@ -1234,7 +1294,14 @@ impl Host {
 
     /// [`Host::resume_as`] once the run is claimed in the store: read again (another
     /// worker may have resumed it to its end meanwhile), then resumed.
-    async fn resume_claimed(&self, run_id: &str, scope: &Scope, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
+    async fn resume_claimed(
+        &self,
+        run_id: &str,
+        scope: &Scope,
+        options: ResumeOptions,
+        by: ResumedBy,
+        claim: Claim<'_>,
+    ) -> Result<RunEnvelope, Error> {
         let record = self.record(scope, run_id).await?;
         if record.envelope.status == RunStatus::Completed {
             return Err(Error::NonResumable(format!("run `{run_id}` is completed")));
@@ -1243,7 +1310,15 @@ impl Host {
     }
 
     /// The rest of [`Host::resume_as`]: load what the run recorded and start its attempt.
-    async fn resume_with(&self, run_id: &str, scope: &Scope, mut record: RunRecord, options: ResumeOptions, by: ResumedBy, claim: Claim<'_>) -> Result<RunEnvelope, Error> {
+    async fn resume_with(
+        &self,
+        run_id: &str,
+        scope: &Scope,
+        mut record: RunRecord,
+        options: ResumeOptions,
+        by: ResumedBy,
+        claim: Claim<'_>,
+    ) -> Result<RunEnvelope, Error> {
         if by != ResumedBy::Caller {
             // Read again under the claim: a caller may have resumed it since it was found.
             record = self.record(scope, run_id).await?;
@@ -1262,7 +1337,9 @@ impl Host {
         }
         if by != ResumedBy::Caller && self.store.shared() {
             // Resumed with no caller on a store others write: only what its consent was for.
-            let Some(bound) = attempt_bound(&record) else { return Err(TrustError::ConsentMissing(run_id.to_string()).into()) };
+            let Some(bound) = attempt_bound(&record) else {
+                return Err(TrustError::ConsentMissing(run_id.to_string()).into());
+            };
             self.config.trust.verify(record.seal.as_deref(), &bound)?;
             self.config.trust.check_grants(run_id, &record.grants)?;
         }
@@ -1379,7 +1456,12 @@ impl Host {
     ) -> Result<RunEnvelope, Error> {
         let run_id = record.envelope.run_id.clone();
         let Claim { stop, guard: _active } = claim;
-        let span = crate::trace::attempt(&record.envelope.factory, &run_id, &record.session, record.envelope.attempts.saturating_add(1));
+        let span = crate::trace::attempt(
+            &record.envelope.factory,
+            &run_id,
+            &record.session,
+            record.envelope.attempts.saturating_add(1),
+        );
         if let Some(parent) = &trace_parent {
             crate::trace::continue_trace(&span, parent);
         }
@@ -1391,7 +1473,9 @@ impl Host {
             .await;
         let failure = match outcome {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some((Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()), Some(e))),
+            Ok(Err(e)) => {
+                Some((Failure::new(crate::model::envelope::FailureType::Storage, None, e.to_string()), Some(e)))
+            }
             Err(panic) => {
                 let what = panic
                     .downcast_ref::<&str>()
@@ -1399,7 +1483,14 @@ impl Host {
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a panic".into());
                 tracing::error!(run = %run_id, panic = %what, "an attempt panicked");
-                Some((Failure::new(crate::model::envelope::FailureType::Internal, None, format!("the host failed during this attempt ({what}); resume to continue")), None))
+                Some((
+                    Failure::new(
+                        crate::model::envelope::FailureType::Internal,
+                        None,
+                        format!("the host failed during this attempt ({what}); resume to continue"),
+                    ),
+                    None,
+                ))
             }
         };
         if let Some((failure, error)) = failure {
@@ -1536,7 +1627,8 @@ impl Host {
                 }
                 shared.attempt.emit(ProgressEvent::AttemptStarted { attempt: record.envelope.attempts });
                 // Live followers are told how the backend's flows stand while calls wait.
-                let _watching = shared.attempt.listened().then(|| WatchFlows(tokio::spawn(watch_flows(shared.clone()))));
+                let _watching =
+                    shared.attempt.listened().then(|| WatchFlows(tokio::spawn(watch_flows(shared.clone()))));
                 // Seen by the run's followers now, not a commit window later; and committed
                 // while the guest runs, not at its end, where the verdict waits for it.
                 shared.attempt.journal.commit_soon();
@@ -1546,26 +1638,24 @@ impl Host {
                 if budget == Some(Duration::ZERO) {
                     shared.attempt.abort(run::Abort::Limit(run::LimitKind::TimeoutSeconds));
                 }
-                let mut outcome = run::execute(
-                    &self.engine,
-                    &component,
-                    shared.clone(),
-                    record.args.clone(),
-                    budget,
-                    &record.grants,
-                )
-                .await;
+                let mut outcome =
+                    run::execute(&self.engine, &component, shared.clone(), record.args.clone(), budget, &record.grants)
+                        .await;
                 // A spent quota parks the run (`halted`, resumable) instead of ending it `error`.
-                if let Some(crate::capabilities::attempt::StopCause::Failed(failure, run::Abort::Backend { kind: crate::backend::OutageKind::Quota, resume_at, .. })) =
-                    shared.attempt.cause()
+                if let Some(crate::capabilities::attempt::StopCause::Failed(
+                    failure,
+                    run::Abort::Backend { kind: crate::backend::OutageKind::Quota, resume_at, .. },
+                )) = shared.attempt.cause()
                 {
                     if outcome.failure.as_ref() == Some(&failure) {
                         outcome.status = RunStatus::Halted;
                         parked = Some(resume_at);
                     }
                 }
-                if let (RunStatus::Paused, Some(crate::capabilities::attempt::StopCause::Paused(run::Pause::Checkpoint(key)))) =
-                    (outcome.status, shared.attempt.cause())
+                if let (
+                    RunStatus::Paused,
+                    Some(crate::capabilities::attempt::StopCause::Paused(run::Pause::Checkpoint(key))),
+                ) = (outcome.status, shared.attempt.cause())
                 {
                     shared.progress.log(format!("paused at checkpoint `{key}`"));
                     checkpoint = Some(key);
@@ -1582,11 +1672,16 @@ impl Host {
                 if dropped > 0 {
                     record.envelope.error = Some(format!("{dropped} log lines over the cap were dropped"));
                 }
-                let status = if failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage) {
-                    if outage { RunStatus::Halted } else { RunStatus::Error }
-                } else {
-                    outcome.status
-                };
+                let status =
+                    if failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage) {
+                        if outage {
+                            RunStatus::Halted
+                        } else {
+                            RunStatus::Error
+                        }
+                    } else {
+                        outcome.status
+                    };
                 // The attempt's end, with what it consumed (its `run_settled` event).
                 let spent = shared.accounting();
                 shared.attempt.emit(ProgressEvent::AttemptEnded {
@@ -1605,8 +1700,12 @@ impl Host {
         let accounting_at_end = accounting;
         ended(record, status, result, failure, accounting);
         record.envelope.checkpoint = checkpoint.filter(|_| record.envelope.status == RunStatus::Paused);
-        let quota = |f: &Failure| f.kind_type == crate::model::envelope::FailureType::Backend && f.kind.as_deref() == Some("quota");
-        let parked = parked.filter(|_| record.envelope.status == RunStatus::Halted && record.envelope.failure.as_ref().is_some_and(quota));
+        let quota = |f: &Failure| {
+            f.kind_type == crate::model::envelope::FailureType::Backend && f.kind.as_deref() == Some("quota")
+        };
+        let parked = parked.filter(|_| {
+            record.envelope.status == RunStatus::Halted && record.envelope.failure.as_ref().is_some_and(quota)
+        });
         if let Some(resume_at) = parked {
             if let Some(at) = park(record, resume_at) {
                 self.parking.arm(&run_id, at);
@@ -1622,7 +1721,8 @@ impl Host {
         // (An attempt already halted by the store out of reach stays so.)
         let halted_by_storage = record.envelope.status == RunStatus::Halted && record.interrupted.is_none();
         let outage = e.is_outage() || halted_by_storage;
-        let failure = Failure::new(crate::model::envelope::FailureType::Storage, outage.then_some("unavailable"), e.to_string());
+        let failure =
+            Failure::new(crate::model::envelope::FailureType::Storage, outage.then_some("unavailable"), e.to_string());
         let status = if outage { RunStatus::Halted } else { RunStatus::Error };
         record.envelope.resume_at = None;
         ended(record, status, None, Some(failure), accounting_at_end);
@@ -1653,7 +1753,9 @@ impl Host {
                         self.cancel_queued(run_id).await?;
                         break;
                     }
-                    if let Ok(ended) = tokio::time::timeout(Duration::from_secs(1), self.wait(scope.clone(), run_id)).await {
+                    if let Ok(ended) =
+                        tokio::time::timeout(Duration::from_secs(1), self.wait(scope.clone(), run_id)).await
+                    {
                         return ended;
                     }
                 }
@@ -1686,7 +1788,9 @@ impl Host {
                     shared.attempt.abort(run::Abort::Paused(run::Pause::Caller));
                     break;
                 }
-                Some(None) if tokio::time::Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+                Some(None) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
                 _ => {
                     let status = record.envelope.status.as_str();
                     return Err(Error::NotRunning(format!("run `{run_id}` is {status}: it has no attempt executing")));
@@ -1777,7 +1881,11 @@ impl Host {
         let Some(mut record) = self.store.run(run_id).await? else { return Err(Error::NotFound(run_id.to_string())) };
         let envelope = &mut record.envelope;
         envelope.status = RunStatus::Cancelled;
-        let failure = Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled while it waited in the queue; nothing ran");
+        let failure = Failure::new(
+            crate::model::envelope::FailureType::Cancelled,
+            None,
+            "the run was cancelled while it waited in the queue; nothing ran",
+        );
         envelope.error = Some(failure.message.clone());
         envelope.failure = Some(failure);
         envelope.updated_at = crate::store::records_timestamp();
@@ -1927,7 +2035,12 @@ impl Host {
     /// after run `after` (from the first when `None`), at most `limit` (capped at
     /// [`MAX_RUNS_PAGE`]). A summary has no result and short messages
     /// ([`RunEnvelope::summary`]), so a page's size does not depend on what the runs returned.
-    pub async fn run_summaries(&self, scope: impl Into<Scope>, after: Option<&str>, limit: usize) -> Result<Vec<RunSummary>, Error> {
+    pub async fn run_summaries(
+        &self,
+        scope: impl Into<Scope>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, Error> {
         let scope = scope.into();
         let limit = limit.clamp(1, MAX_RUNS_PAGE);
         // Read without results (only their sizes): a listing's memory does not grow with
@@ -1968,10 +2081,12 @@ impl Host {
     ) -> Result<RunsPage, Error> {
         let scope = scope.into();
         let limit = limit.unwrap_or(RUNS_PAGE_DEFAULT_LIMIT).clamp(1, RUNS_PAGE_MAX_LIMIT);
-        let mut visible: Vec<_> = self.store.listed_runs().await?.into_iter().filter(|l| scope.sees(&l.record.session)).collect();
+        let mut visible: Vec<_> =
+            self.store.listed_runs().await?.into_iter().filter(|l| scope.sees(&l.record.session)).collect();
         visible.sort_by_key(|l| l.record.seq);
         let start = after_seq.map_or(0, |after| visible.partition_point(|l| l.record.seq <= after));
-        let end = before_seq.map_or(visible.len(), |before| visible.partition_point(|l| l.record.seq < before)).max(start);
+        let end =
+            before_seq.map_or(visible.len(), |before| visible.partition_point(|l| l.record.seq < before)).max(start);
         let total = visible.len();
         let mut slots: Vec<_> = visible.into_iter().map(Some).collect();
         let order: Vec<usize> = if after_seq.is_some() { (start..end).collect() } else { (start..end).rev().collect() };
@@ -2013,7 +2128,12 @@ impl Host {
     }
 
     /// Progress entries of a run, paged.
-    pub async fn progress(&self, scope: impl Into<Scope>, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, Error> {
+    pub async fn progress(
+        &self,
+        scope: impl Into<Scope>,
+        run_id: &str,
+        query: &ProgressQuery,
+    ) -> Result<Vec<ProgressEntry>, Error> {
         self.record(&scope.into(), run_id).await?;
         Ok(self.store.progress(run_id, query).await?)
     }
@@ -2157,13 +2277,28 @@ struct Claim<'a> {
 struct NoJournal;
 
 impl Journal for NoJournal {
-    fn load<'a>(&'a self, _: &'a str, _: usize) -> futures::future::BoxFuture<'a, Result<crate::store::journal::JournalSnapshot, crate::store::journal::JournalError>> {
+    fn load<'a>(
+        &'a self,
+        _: &'a str,
+        _: usize,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<crate::store::journal::JournalSnapshot, crate::store::journal::JournalError>,
+    > {
         futures::future::ready(Ok(Default::default())).boxed()
     }
-    fn get_step<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<Option<String>, crate::store::journal::JournalError>> {
+    fn get_step<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<String>, crate::store::journal::JournalError>> {
         futures::future::ready(Ok(None)).boxed()
     }
-    fn get_agent<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<Option<Option<String>>, crate::store::journal::JournalError>> {
+    fn get_agent<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<Option<String>>, crate::store::journal::JournalError>> {
         futures::future::ready(Ok(None)).boxed()
     }
     fn put_step(&self, _: &str, _: &str, _: &str, _: u64) -> Result<(), crate::store::journal::JournalError> {
@@ -2187,7 +2322,13 @@ impl Journal for NoJournal {
 /// the failure (its message as the run's error) and the accounting. An attempt ends `halted`
 /// by an interruption only when its host shut down during it (a store outage halts it too,
 /// for a caller to resume).
-fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model::json::RawJson>, failure: Option<Failure>, accounting: Accounting) {
+fn ended(
+    record: &mut RunRecord,
+    status: RunStatus,
+    result: Option<crate::model::json::RawJson>,
+    failure: Option<Failure>,
+    accounting: Accounting,
+) {
     let by_storage = failure.as_ref().is_some_and(|f| f.kind_type == crate::model::envelope::FailureType::Storage);
     record.interrupted = (status == RunStatus::Halted && !by_storage).then_some(crate::store::Interruption::Shutdown);
     let envelope = &mut record.envelope;
@@ -2202,7 +2343,9 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
             status = status.as_str(), failure_type = f.kind_type.as_str(), failure_kind = f.kind.as_deref().unwrap_or(""),
             "attempt ended"
         ),
-        None => tracing::debug!(event = "attempt_ended", run = %envelope.run_id, factory = %envelope.factory, attempt = envelope.attempts, status = status.as_str(), "attempt ended"),
+        None => {
+            tracing::debug!(event = "attempt_ended", run = %envelope.run_id, factory = %envelope.factory, attempt = envelope.attempts, status = status.as_str(), "attempt ended")
+        }
     }
     envelope.failure = failure;
     envelope.accounting = accounting;
@@ -2212,7 +2355,11 @@ fn ended(record: &mut RunRecord, status: RunStatus, result: Option<crate::model:
 /// Journal the answer to the checkpoint a paused run waits at (its record keeps it; every
 /// later attempt's `ctx.pause(key)` returns it): `input`, or none when the resume carries
 /// none. A run that waits at no checkpoint takes no answer.
-fn answer_checkpoint(record: &mut RunRecord, input: Option<serde_json::Value>, sandbox: &SandboxLimits) -> Result<(), Error> {
+fn answer_checkpoint(
+    record: &mut RunRecord,
+    input: Option<serde_json::Value>,
+    sandbox: &SandboxLimits,
+) -> Result<(), Error> {
     use crate::capabilities::checkpoints::{MAX_ANSWERS_BYTES, MAX_ANSWER_BYTES};
     let run_id = &record.envelope.run_id;
     let waiting = record.envelope.checkpoint.clone().filter(|_| record.envelope.status == RunStatus::Paused);
@@ -2229,11 +2376,17 @@ fn answer_checkpoint(record: &mut RunRecord, input: Option<serde_json::Value>, s
     if let Some(text) = &answer {
         let limit = MAX_ANSWER_BYTES.min(sandbox.max_step_bytes);
         if text.len() > limit {
-            return Err(Error::InvalidInput(format!("the answer is {} bytes, over the {limit} byte limit", text.len())));
+            return Err(Error::InvalidInput(format!(
+                "the answer is {} bytes, over the {limit} byte limit",
+                text.len()
+            )));
         }
         let depth = crate::model::json::depth(text);
         if depth > sandbox.max_json_depth {
-            return Err(Error::InvalidInput(format!("the answer is nested {depth} deep, over the limit of {}", sandbox.max_json_depth)));
+            return Err(Error::InvalidInput(format!(
+                "the answer is nested {depth} deep, over the limit of {}",
+                sandbox.max_json_depth
+            )));
         }
         let kept: usize = record.checkpoints.values().flatten().map(String::len).sum();
         if kept + text.len() > MAX_ANSWERS_BYTES {
@@ -2265,7 +2418,10 @@ fn park(record: &mut RunRecord, resume_at: Option<std::time::SystemTime>) -> Opt
     let envelope = &mut record.envelope;
     envelope.resume_at = at;
     if let Some(failure) = envelope.failure.as_mut() {
-        failure.message = crate::model::envelope::bounded_text(format!("{}; {note}", failure.message), crate::model::envelope::MAX_MESSAGE_BYTES);
+        failure.message = crate::model::envelope::bounded_text(
+            format!("{}; {note}", failure.message),
+            crate::model::envelope::MAX_MESSAGE_BYTES,
+        );
         envelope.error = Some(failure.message.clone());
     }
     resume_at

@@ -111,7 +111,10 @@ mod tests {
     }
 
     fn finished(label: &str) -> ProgressEvent {
-        ProgressEvent::AgentFinished { summary: AgentSummary { label: label.into(), ..AgentSummary::default() }, cached: false }
+        ProgressEvent::AgentFinished {
+            summary: AgentSummary { label: label.into(), ..AgentSummary::default() },
+            cached: false,
+        }
     }
 
     #[test]
@@ -142,11 +145,12 @@ mod tests {
 
     #[test]
     fn declared_phases_are_marked() {
-        let declared: Vec<PhaseDecl> = ["Scan", "Verify", "Merge"]
-            .iter()
-            .map(|t| PhaseDecl { title: t.to_string(), detail: None })
-            .collect();
+        let declared: Vec<PhaseDecl> =
+            ["Scan", "Verify", "Merge"].iter().map(|t| PhaseDecl { title: t.to_string(), detail: None }).collect();
         let marked = declared_phases(&declared, &["Scan".into(), "Verify".into()]);
-        assert_eq!(marked.iter().map(|p| (p.entered, p.current)).collect::<Vec<_>>(), [(true, false), (true, true), (false, false)]);
+        assert_eq!(
+            marked.iter().map(|p| (p.entered, p.current)).collect::<Vec<_>>(),
+            [(true, false), (true, true), (false, false)]
+        );
     }
 }

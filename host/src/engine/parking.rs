@@ -13,14 +13,19 @@ use std::time::{Duration, SystemTime};
 /// True when `record` is a run its process stopped: `halted` with an interruption mark (a
 /// crash or a shutdown; a run parked for its quota is [`parked_until`]'s).
 pub fn is_interrupted(record: &RunRecord) -> bool {
-    record.envelope.status == RunStatus::Halted && matches!(record.interrupted, Some(Interruption::Crash | Interruption::Shutdown))
+    record.envelope.status == RunStatus::Halted
+        && matches!(record.interrupted, Some(Interruption::Crash | Interruption::Shutdown))
 }
 
 /// True when `record` is a run its backend's spent quota stopped (`halted`, failure
 /// `backend`/`quota`), whether or not the provider said when the quota resets.
 pub fn is_parked(record: &RunRecord) -> bool {
     record.envelope.status == RunStatus::Halted
-        && record.envelope.failure.as_ref().is_some_and(|f| f.kind_type == FailureType::Backend && f.kind.as_deref() == Some("quota"))
+        && record
+            .envelope
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.kind_type == FailureType::Backend && f.kind.as_deref() == Some("quota"))
 }
 
 /// When the service resumes `record` by itself: for a run parked until a known reset, its

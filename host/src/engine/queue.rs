@@ -25,7 +25,6 @@ const CLAIM_BATCH: usize = 16;
 /// forgotten every [`POLL`], so each is tried again (what it needs may be here by then).
 const SKIP_AT_MOST: usize = 1024;
 
-
 /// Claim queued runs while this worker has room, and execute each, until `stop` (a drain).
 /// Returns once it stopped claiming; the runs it started go on.
 pub async fn claim_loop(host: Arc<Host>, max_recoveries: u32, stop: CancellationToken) {
@@ -120,13 +119,19 @@ async fn execute(host: &Arc<Host>, run: Claimed, max_recoveries: u32) {
         }
     };
     match &run.start {
-        Some(start) if record.envelope.status == crate::model::envelope::RunStatus::Pending && record.envelope.attempts == 0 => {
+        Some(start)
+            if record.envelope.status == crate::model::envelope::RunStatus::Pending
+                && record.envelope.attempts == 0 =>
+        {
             tracing::info!(run = %run.run_id, factory = %record.envelope.factory, "starting a queued run");
             if let Err(e) = host.start_queued(record, start).await {
                 tracing::warn!(run = %run.run_id, error = %e, "a queued run could not start");
             }
         }
-        _ if crate::engine::recover::is_interrupted(&record) && host.runs_here(&run.run_id) && !store.attempt_fenced(&run.run_id) => {
+        _ if crate::engine::recover::is_interrupted(&record)
+            && host.runs_here(&run.run_id)
+            && !store.attempt_fenced(&run.run_id) =>
+        {
             // Already resumed here, under the lease held now (this worker's start-up recovery
             // took it before the claim, which read the record from before that attempt's
             // start): that attempt is the run's, not a stale one. Held until it ends.
@@ -155,7 +160,14 @@ async fn execute(host: &Arc<Host>, run: Claimed, max_recoveries: u32) {
         _ => {}
     }
     // A draining worker keeps the entry of a run it stopped: it hands it back.
-    if host.draining() && store.run(&run.run_id).await.ok().flatten().is_some_and(|r| r.envelope.status == crate::model::envelope::RunStatus::Halted) {
+    if host.draining()
+        && store
+            .run(&run.run_id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.envelope.status == crate::model::envelope::RunStatus::Halted)
+    {
         return;
     }
     if let Err(e) = queue.finish(run.run_id.clone()).await {

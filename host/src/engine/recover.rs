@@ -29,11 +29,11 @@
 //!
 //! [`Interruption::Quota`]: crate::store::Interruption::Quota
 
-use crate::error::Error;
 use crate::engine::host::{Host, ResumeOptions, ResumedBy};
-use crate::store::{RunRecord, Store};
 pub use crate::engine::parking::{is_interrupted, is_parked, parked_until};
 pub(crate) use crate::engine::parking::{resume_command, PARKED_RECHECK};
+use crate::error::Error;
+use crate::store::{RunRecord, Store};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -131,7 +131,8 @@ pub async fn resume_parked_when_due(host: Arc<Host>) {
             let host = host.clone();
             tokio::spawn(async move { resume_parked(&host, &run_id).await });
         }
-        let sleep = next.map_or(PARKED_RECHECK, |at| at.duration_since(now).unwrap_or(Duration::ZERO).min(PARKED_RECHECK));
+        let sleep =
+            next.map_or(PARKED_RECHECK, |at| at.duration_since(now).unwrap_or(Duration::ZERO).min(PARKED_RECHECK));
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
             _ = host.parking().changed.notified() => {}
@@ -197,7 +198,8 @@ pub(crate) async fn resume_parked(host: &Arc<Host>, run_id: &str) {
     tracing::info!(event = "parked_resume", run = %run_id, factory = %record.envelope.factory, session = %record.session, "resuming a run parked for its backend's quota");
     if let Err(error) = start_resume(host, run_id, &record.session, ResumedBy::Parked).await {
         tracing::warn!(run = %run_id, error = %error, "a parked run could not be resumed");
-        let message = format!("the quota reset but the run could not be resumed ({error}); resume it by hand: {by_hand}");
+        let message =
+            format!("the quota reset but the run could not be resumed ({error}); resume it by hand: {by_hand}");
         if let Err(e) = host.leave_halted(run_id, message).await {
             tracing::warn!(run = %run_id, error = %e, "cannot record why the parked run was not resumed");
         }
@@ -239,7 +241,8 @@ pub async fn recover_interrupted(host: &Arc<Host>, max: u32) -> Result<Vec<Recov
     // completed one does), and a start need not hold every completed run's result at once.
     let listed = host.store().listed_runs().await?;
     let interrupted: Vec<RunRecord> = listed.into_iter().map(|l| l.record).filter(is_interrupted).collect();
-    let recovered = futures::future::join_all(interrupted.into_iter().map(|record| recover_one(host, record, max))).await;
+    let recovered =
+        futures::future::join_all(interrupted.into_iter().map(|record| recover_one(host, record, max))).await;
     for r in &recovered {
         match &r.outcome {
             RecoveryOutcome::Resumed { attempt, max } => {

@@ -40,10 +40,18 @@ pub(crate) async fn execute(
     // never starts its guest, grace or not.
     let stopped_before = stop.is_cancelled();
     let returned = {
-        let mut store = match sandbox::new_store(engine, &shared.attempt.sandbox, shared.clone(), component.script.clone(), grants) {
-            Ok(store) => store,
-            Err(e) => return outcome_failed(Failure::new(crate::model::envelope::FailureType::Sandbox, None, format!("{e:#}"))),
-        };
+        let mut store =
+            match sandbox::new_store(engine, &shared.attempt.sandbox, shared.clone(), component.script.clone(), grants)
+            {
+                Ok(store) => store,
+                Err(e) => {
+                    return outcome_failed(Failure::new(
+                        crate::model::envelope::FailureType::Sandbox,
+                        None,
+                        format!("{e:#}"),
+                    ))
+                }
+            };
         let pre = component.pre.clone();
         let call = async {
             let factory = pre.instantiate_async(&mut store).await?;
@@ -94,19 +102,21 @@ pub(crate) async fn execute(
         (Some(StopCause::Cancelled), _) => AttemptOutcome {
             status: RunStatus::Cancelled,
             result: None,
-            failure: Some(Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled"))
+            failure: Some(Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled")),
         },
         // A recorded failure wins over whatever the guest returned after it.
         (Some(StopCause::Failed(failure, _)), _) => outcome_failed(failure),
-        (Some(StopCause::Paused(pause)), _) => AttemptOutcome {
-            status: RunStatus::Paused,
-            result: None,
-            failure: Some(paused_failure(&pause)),
-        },
+        (Some(StopCause::Paused(pause)), _) => {
+            AttemptOutcome { status: RunStatus::Paused, result: None, failure: Some(paused_failure(&pause)) }
+        }
         (Some(StopCause::Halted), _) => AttemptOutcome {
             status: RunStatus::Halted,
             result: None,
-            failure: Some(Failure::new(crate::model::envelope::FailureType::Halted, None, "the host shut down during this attempt; resume to continue")),
+            failure: Some(Failure::new(
+                crate::model::envelope::FailureType::Halted,
+                None,
+                "the host shut down during this attempt; resume to continue",
+            )),
         },
         // Only a cancel from outside stops an attempt without recording a cause.
         (None, None) => AttemptOutcome {
@@ -115,15 +125,19 @@ pub(crate) async fn execute(
             failure: Some(Failure::new(crate::model::envelope::FailureType::Cancelled, None, "the run was cancelled")),
         },
         (None, Some(Err(trap))) => outcome_failed(classify_trap(&trap)),
-        (None, Some(Ok(Err(message)))) if component.script.is_some() => match crate::guests::script::runner_error(message) {
-            crate::guests::script::RunnerError::InvalidResult(message) => {
-                outcome_failed(Failure::new(crate::model::envelope::FailureType::InvalidResult, None, message))
+        (None, Some(Ok(Err(message)))) if component.script.is_some() => {
+            match crate::guests::script::runner_error(message) {
+                crate::guests::script::RunnerError::InvalidResult(message) => {
+                    outcome_failed(Failure::new(crate::model::envelope::FailureType::InvalidResult, None, message))
+                }
+                crate::guests::script::RunnerError::Thrown(message) => {
+                    outcome_failed(Failure::new(crate::model::envelope::FailureType::GuestError, None, message))
+                }
             }
-            crate::guests::script::RunnerError::Thrown(message) => {
-                outcome_failed(Failure::new(crate::model::envelope::FailureType::GuestError, None, message))
-            }
-        },
-        (None, Some(Ok(Err(message)))) => outcome_failed(Failure::new(crate::model::envelope::FailureType::GuestError, None, message)),
+        }
+        (None, Some(Ok(Err(message)))) => {
+            outcome_failed(Failure::new(crate::model::envelope::FailureType::GuestError, None, message))
+        }
         (None, Some(Ok(Ok(result)))) => match check_result(result, &shared.attempt.sandbox) {
             Ok(result) => AttemptOutcome { status: RunStatus::Completed, result, failure: None },
             Err(failure) => outcome_failed(failure),
@@ -152,7 +166,10 @@ fn outcome_failed(failure: Failure) -> AttemptOutcome {
 }
 
 /// The run's result must be JSON within the size cap.
-fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Option<crate::model::json::RawJson>, Failure> {
+fn check_result(
+    result: Option<String>,
+    sandbox: &SandboxLimits,
+) -> Result<Option<crate::model::json::RawJson>, Failure> {
     let Some(text) = result else { return Ok(None) };
     if text.len() > sandbox.max_result_bytes {
         return Err(Failure::new(
@@ -169,9 +186,9 @@ fn check_result(result: Option<String>, sandbox: &SandboxLimits) -> Result<Optio
             format!("result is nested {depth} deep, over the limit of {}", sandbox.max_json_depth),
         ));
     }
-    crate::model::json::RawJson::from_text(text)
-        .map(Some)
-        .map_err(|e| Failure::new(crate::model::envelope::FailureType::InvalidResult, None, format!("the result is {e}")))
+    crate::model::json::RawJson::from_text(text).map(Some).map_err(|e| {
+        Failure::new(crate::model::envelope::FailureType::InvalidResult, None, format!("the result is {e}"))
+    })
 }
 
 /// Name what stopped a guest: fuel, memory, stack, or a plain trap (a panic is `unreachable`).
@@ -180,13 +197,25 @@ pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
     if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
         match trap {
             wasmtime::Trap::OutOfFuel => {
-                return Failure::new(crate::model::envelope::FailureType::SandboxLimit, Some("fuel"), "the guest used up its CPU fuel budget")
+                return Failure::new(
+                    crate::model::envelope::FailureType::SandboxLimit,
+                    Some("fuel"),
+                    "the guest used up its CPU fuel budget",
+                )
             }
             wasmtime::Trap::StackOverflow => {
-                return Failure::new(crate::model::envelope::FailureType::SandboxLimit, Some("stack"), "the guest overflowed its stack")
+                return Failure::new(
+                    crate::model::envelope::FailureType::SandboxLimit,
+                    Some("stack"),
+                    "the guest overflowed its stack",
+                )
             }
             wasmtime::Trap::UnreachableCodeReached => {
-                return Failure::new(crate::model::envelope::FailureType::Trap, Some("unreachable"), format!("the guest trapped (a panic?): {message}"))
+                return Failure::new(
+                    crate::model::envelope::FailureType::Trap,
+                    Some("unreachable"),
+                    format!("the guest trapped (a panic?): {message}"),
+                )
             }
             _ => {}
         }
@@ -195,10 +224,18 @@ pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
     // backtrace around it says nothing to the factory's author.
     let cause = error.root_cause().to_string();
     if message.contains("forcing trap when growing memory") {
-        return Failure::new(crate::model::envelope::FailureType::SandboxLimit, Some("memory"), format!("the guest exceeded its memory limit: {cause}"));
+        return Failure::new(
+            crate::model::envelope::FailureType::SandboxLimit,
+            Some("memory"),
+            format!("the guest exceeded its memory limit: {cause}"),
+        );
     }
     if message.contains("forcing trap when growing table") {
-        return Failure::new(crate::model::envelope::FailureType::SandboxLimit, Some("table"), format!("the guest exceeded its table limit: {cause}"));
+        return Failure::new(
+            crate::model::envelope::FailureType::SandboxLimit,
+            Some("table"),
+            format!("the guest exceeded its table limit: {cause}"),
+        );
     }
     Failure::new(crate::model::envelope::FailureType::Trap, None, message)
 }

@@ -52,10 +52,48 @@ const CONDITIONS: &[&str] = &["import", "module", "default"];
 /// Node's built-in modules (a bare specifier whose first segment is one of these, or any
 /// `node:` specifier, names a built-in, as in Node, where built-ins win over packages).
 const NODE_BUILTINS: &[&str] = &[
-    "assert", "async_hooks", "buffer", "child_process", "cluster", "console", "constants", "crypto", "dgram",
-    "diagnostics_channel", "dns", "domain", "events", "fs", "http", "http2", "https", "inspector", "module", "net",
-    "os", "path", "perf_hooks", "process", "punycode", "querystring", "readline", "repl", "stream", "string_decoder",
-    "sys", "timers", "tls", "trace_events", "tty", "url", "util", "v8", "vm", "wasi", "worker_threads", "zlib",
+    "assert",
+    "async_hooks",
+    "buffer",
+    "child_process",
+    "cluster",
+    "console",
+    "constants",
+    "crypto",
+    "dgram",
+    "diagnostics_channel",
+    "dns",
+    "domain",
+    "events",
+    "fs",
+    "http",
+    "http2",
+    "https",
+    "inspector",
+    "module",
+    "net",
+    "os",
+    "path",
+    "perf_hooks",
+    "process",
+    "punycode",
+    "querystring",
+    "readline",
+    "repl",
+    "stream",
+    "string_decoder",
+    "sys",
+    "timers",
+    "tls",
+    "trace_events",
+    "tty",
+    "url",
+    "util",
+    "v8",
+    "vm",
+    "wasi",
+    "worker_threads",
+    "zlib",
 ];
 
 /// Why a module cannot be imported.
@@ -160,7 +198,9 @@ impl ModuleError {
             ModuleError::NoDirectory { .. } => "this factory has no directory to import from".into(),
             ModuleError::Escapes { how, .. } => format!("it leads outside the factory's directory {how}"),
             ModuleError::Absolute { .. } => "absolute paths and URLs do not resolve".into(),
-            ModuleError::NodeBuiltin { name, .. } => format!("`{name}` is a Node.js built-in module (no Node APIs in the sandbox)"),
+            ModuleError::NodeBuiltin { name, .. } => {
+                format!("`{name}` is a Node.js built-in module (no Node APIs in the sandbox)")
+            }
             ModuleError::CommonJs { path, .. } => format!("`{path}` is CommonJS; only ES modules load"),
             ModuleError::NotFound { what, .. } => format!("{what} not found"),
             ModuleError::NotExported { package, subpath, .. } => format!("package `{package}` exports no `{subpath}`"),
@@ -218,7 +258,10 @@ pub struct ModuleSet {
 
 impl std::fmt::Debug for ModuleSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModuleSet").field("entry", &self.entry).field("root", &self.root.as_ref().map(|r| &r.path)).finish()
+        f.debug_struct("ModuleSet")
+            .field("entry", &self.entry)
+            .field("root", &self.root.as_ref().map(|r| &r.path))
+            .finish()
     }
 }
 
@@ -243,7 +286,9 @@ impl ModuleSet {
     /// gives a set without one (its imports are refused, saying so).
     pub fn in_dir(dir: &Path, entry: impl Into<String>) -> Self {
         let root = std::fs::canonicalize(dir).ok().and_then(|path| {
-            cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority()).ok().map(|dir| Arc::new(Root { path, dir }))
+            cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority())
+                .ok()
+                .map(|dir| Arc::new(Root { path, dir }))
         });
         ModuleSet { entry: entry.into(), root, state: Mutex::default() }
     }
@@ -366,7 +411,10 @@ impl ModuleSet {
         }
         let outcome = if specifier.len() > MAX_SPECIFIER_BYTES {
             let shown: String = specifier.chars().take(64).collect();
-            Err(ModuleError::TooManyImports { specifier: shown, why: format!("a specifier is at most {MAX_SPECIFIER_BYTES} bytes") })
+            Err(ModuleError::TooManyImports {
+                specifier: shown,
+                why: format!("a specifier is at most {MAX_SPECIFIER_BYTES} bytes"),
+            })
         } else if state.resolved.len() >= MAX_RESOLUTIONS {
             Err(ModuleError::TooManyImports {
                 specifier: specifier.into(),
@@ -404,10 +452,11 @@ impl ModuleSet {
     /// The JavaScript of module `name` (a name [`ModuleSet::resolve`] returned).
     pub fn load(&self, name: &str) -> Result<Arc<str>, ModuleError> {
         let state = self.lock();
-        state.modules.get(name).map(|l| l.js.clone()).ok_or_else(|| ModuleError::UnknownReferrer {
-            specifier: name.to_string(),
-            referrer: self.entry.clone(),
-        })
+        state
+            .modules
+            .get(name)
+            .map(|l| l.js.clone())
+            .ok_or_else(|| ModuleError::UnknownReferrer { specifier: name.to_string(), referrer: self.entry.clone() })
     }
 
     fn resolve_new(&self, state: &mut State, specifier: &str, referrer: &str) -> Result<String, ModuleError> {
@@ -424,7 +473,11 @@ impl ModuleSet {
         let bare_name = specifier.strip_prefix("node:").unwrap_or(specifier);
         let first = bare_name.split('/').next().unwrap_or_default();
         if specifier.starts_with("node:") || NODE_BUILTINS.contains(&first) && !is_relative(specifier) {
-            return Err(ModuleError::NodeBuiltin { name: first.into(), specifier: specifier.into(), referrer: referrer.into() });
+            return Err(ModuleError::NodeBuiltin {
+                name: first.into(),
+                specifier: specifier.into(),
+                referrer: referrer.into(),
+            });
         }
         let Some(root) = self.root.clone() else {
             return Err(ModuleError::NoDirectory { specifier: specifier.into() });
@@ -510,7 +563,11 @@ fn manifest_of(set: &ModuleSet, state: &State) -> Manifest {
         resolved: state
             .resolved
             .iter()
-            .map(|((referrer, specifier), name)| Resolution { referrer: referrer.clone(), specifier: specifier.clone(), name: name.clone() })
+            .map(|((referrer, specifier), name)| Resolution {
+                referrer: referrer.clone(),
+                specifier: specifier.clone(),
+                name: name.clone(),
+            })
             .collect(),
     }
 }
@@ -591,7 +648,11 @@ impl Ctx<'_> {
     fn open_error(&self, name: &str, e: std::io::Error) -> ModuleError {
         let outside = std::fs::canonicalize(self.root.path.join(name)).is_ok_and(|p| !p.starts_with(&self.root.path));
         if outside {
-            ModuleError::Escapes { specifier: self.specifier.into(), referrer: self.referrer.into(), how: "(through a symlink)" }
+            ModuleError::Escapes {
+                specifier: self.specifier.into(),
+                referrer: self.referrer.into(),
+                how: "(through a symlink)",
+            }
         } else if e.kind() == std::io::ErrorKind::NotFound {
             self.not_found(format!("`{name}`"))
         } else {
@@ -621,9 +682,11 @@ impl Ctx<'_> {
     }
 
     fn read_module(&self, name: &str) -> Result<String, ModuleError> {
-        let bytes = self
-            .read(name, MAX_MODULE_BYTES)?
-            .map_err(|bytes| ModuleError::TooLarge { path: name.into(), bytes, limit: MAX_MODULE_BYTES })?;
+        let bytes = self.read(name, MAX_MODULE_BYTES)?.map_err(|bytes| ModuleError::TooLarge {
+            path: name.into(),
+            bytes,
+            limit: MAX_MODULE_BYTES,
+        })?;
         String::from_utf8(bytes).map_err(|_| ModuleError::NotText { path: name.into() })
     }
 
@@ -636,7 +699,8 @@ impl Ctx<'_> {
         if !self.is_file(&path) {
             return Ok(None);
         }
-        let bad = |message: String| ModuleError::BadPackage { specifier: self.specifier.into(), path: path.clone(), message };
+        let bad =
+            |message: String| ModuleError::BadPackage { specifier: self.specifier.into(), path: path.clone(), message };
         let bytes = self
             .read(&path, MAX_PACKAGE_JSON_BYTES)?
             .map_err(|bytes| bad(format!("{bytes} bytes, over the {MAX_PACKAGE_JSON_BYTES} byte limit")))?;
@@ -680,7 +744,11 @@ impl Ctx<'_> {
             rest => format!(".{rest}"),
         };
         if join("", &subpath[1..]).is_none() || subpath.split('/').any(|p| p == "..") {
-            return Err(ModuleError::Escapes { specifier: specifier.into(), referrer: self.referrer.into(), how: "(through `..`)" });
+            return Err(ModuleError::Escapes {
+                specifier: specifier.into(),
+                referrer: self.referrer.into(),
+                how: "(through `..`)",
+            });
         }
         let mut dir = parent_of(referrer);
         let package = loop {
@@ -716,9 +784,14 @@ impl Ctx<'_> {
                         path: format!("{package}/package.json"),
                         message: format!("the export target `{target}` does not start with `./`"),
                     })?;
-                    let name = join(&package, rel).filter(|n| n.starts_with(&format!("{package}/"))).ok_or_else(|| {
-                        ModuleError::Escapes { specifier: specifier.into(), referrer: self.referrer.into(), how: "(through its package's exports)" }
-                    })?;
+                    let name =
+                        join(&package, rel).filter(|n| n.starts_with(&format!("{package}/"))).ok_or_else(|| {
+                            ModuleError::Escapes {
+                                specifier: specifier.into(),
+                                referrer: self.referrer.into(),
+                                how: "(through its package's exports)",
+                            }
+                        })?;
                     Ok((name, esm.then_some(true)))
                 }
                 None if mentions_require(entry, 0) => Err(ModuleError::CommonJs {
@@ -745,10 +818,12 @@ impl Ctx<'_> {
             }
         }
         let main = json.get("main").and_then(|m| m.as_str()).unwrap_or("index.js");
-        let base = join(&package, main).filter(|n| n.starts_with(&format!("{package}/"))).ok_or_else(|| ModuleError::Escapes {
-            specifier: specifier.into(),
-            referrer: self.referrer.into(),
-            how: "(through its package's `main`)",
+        let base = join(&package, main).filter(|n| n.starts_with(&format!("{package}/"))).ok_or_else(|| {
+            ModuleError::Escapes {
+                specifier: specifier.into(),
+                referrer: self.referrer.into(),
+                how: "(through its package's `main`)",
+            }
         })?;
         for candidate in [base.clone(), format!("{base}.js"), format!("{base}/index.js")] {
             if self.is_file(&candidate) {
@@ -761,7 +836,10 @@ impl Ctx<'_> {
 
 /// The entry `exports` has for `subpath` (`.` or `./x`), with the text a `*` pattern
 /// matched; `None`: the package does not export the subpath at all.
-fn exports_entry<'a>(exports: &'a serde_json::Value, subpath: &'a str) -> Option<(&'a serde_json::Value, Option<&'a str>)> {
+fn exports_entry<'a>(
+    exports: &'a serde_json::Value,
+    subpath: &'a str,
+) -> Option<(&'a serde_json::Value, Option<&'a str>)> {
     let map = match exports {
         serde_json::Value::Object(map) if map.keys().any(|k| k.starts_with('.')) => map,
         // A string, an array or a conditions object: the export of ".".
@@ -774,7 +852,9 @@ fn exports_entry<'a>(exports: &'a serde_json::Value, subpath: &'a str) -> Option
     let mut best: Option<(&str, &str, &serde_json::Value)> = None;
     for (key, target) in map {
         if let Some((prefix, suffix)) = key.split_once('*') {
-            let matches = subpath.len() >= prefix.len() + suffix.len() && subpath.starts_with(prefix) && subpath.ends_with(suffix);
+            let matches = subpath.len() >= prefix.len() + suffix.len()
+                && subpath.starts_with(prefix)
+                && subpath.ends_with(suffix);
             if matches && best.is_none_or(|(p, _, _)| prefix.len() > p.len()) {
                 best = Some((prefix, suffix, target));
             }
@@ -802,9 +882,11 @@ fn conditional(target: &serde_json::Value, star: Option<&str>, depth: u32) -> Op
         serde_json::Value::String(s) => Some((star.map_or_else(|| s.clone(), |star| s.replace('*', star)), false)),
         serde_json::Value::Array(items) => items.iter().find_map(|t| conditional(t, star, depth + 1)),
         serde_json::Value::Object(map) => map.iter().find_map(|(key, t)| {
-            CONDITIONS.contains(&key.as_str()).then(|| conditional(t, star, depth + 1)).flatten().map(|(target, esm)| {
-                (target, esm || key == "import" || key == "module")
-            })
+            CONDITIONS
+                .contains(&key.as_str())
+                .then(|| conditional(t, star, depth + 1))
+                .flatten()
+                .map(|(target, esm)| (target, esm || key == "import" || key == "module"))
         }),
         _ => None,
     }
@@ -844,7 +926,10 @@ mod tests {
     fn package_roots_of_module_names() {
         assert_eq!(package_root_of("node_modules/p/x/y.js").as_deref(), Some("node_modules/p"));
         assert_eq!(package_root_of("node_modules/@s/p/x.js").as_deref(), Some("node_modules/@s/p"));
-        assert_eq!(package_root_of("node_modules/a/node_modules/b/i.js").as_deref(), Some("node_modules/a/node_modules/b"));
+        assert_eq!(
+            package_root_of("node_modules/a/node_modules/b/i.js").as_deref(),
+            Some("node_modules/a/node_modules/b")
+        );
         assert_eq!(package_root_of("lib/x.js"), None);
     }
 

@@ -72,7 +72,9 @@ pub enum PyBuildError {
     Sandbox(String),
     /// The build cache directory is not ours alone: a component found there could be
     /// anyone's, so it is neither used nor written.
-    #[error("the Python build cache `{path}` {problem}: refusing to use it (remove it, or make it yours with mode 0700)")]
+    #[error(
+        "the Python build cache `{path}` {problem}: refusing to use it (remove it, or make it yours with mode 0700)"
+    )]
     UntrustedCache { path: String, problem: String },
     /// The file or directory is not a Python factory.
     #[error("`{0}` is not a Python factory (a `.py` file, or a directory with an `app.py` or a `pyproject.toml`)")]
@@ -159,9 +161,8 @@ pub fn project(path: &Path) -> Result<PyProject, PyBuildError> {
 fn pyproject_module(dir: &Path) -> Result<String, PyBuildError> {
     let file = dir.join("pyproject.toml");
     let text = std::fs::read_to_string(&file).map_err(io(&file))?;
-    let doc: toml::Table = text
-        .parse()
-        .map_err(|e| PyBuildError::BadModule(format!("{}: not valid TOML: {e}", file.display())))?;
+    let doc: toml::Table =
+        text.parse().map_err(|e| PyBuildError::BadModule(format!("{}: not valid TOML: {e}", file.display())))?;
     let named = doc
         .get("tool")
         .and_then(|t| t.get("factory"))
@@ -208,11 +209,8 @@ fn collect_sources(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> Result<()
 
 /// The installed componentize-py's version line (`componentize-py 0.25.1`).
 pub fn tool_version() -> Result<String, PyBuildError> {
-    let out = Command::new(COMPONENTIZE_PY)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| match e.kind() {
+    let out =
+        Command::new(COMPONENTIZE_PY).arg("--version").stdin(Stdio::null()).output().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => PyBuildError::Missing,
             _ => PyBuildError::Tool { path: COMPONENTIZE_PY.into(), output: e.to_string() },
         })?;
@@ -284,12 +282,7 @@ fn write_new(path: &Path, contents: &[u8]) -> Result<(), PyBuildError> {
     if let Some(parent) = path.parent() {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent).map_err(io(parent))?;
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io(path))?;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(io(path))?;
     file.write_all(contents).map_err(io(path))
 }
 
@@ -445,19 +438,14 @@ pub fn build(path: &Path, cache_dir: &Path, say: &mut dyn FnMut(&str)) -> Result
             return Err(PyBuildError::Sandbox(tail(&stderr, 10)));
         }
         let text = format!("{}{stderr}", String::from_utf8_lossy(&output.stdout));
-        return Err(diagnose(&text, &display_root(path)).unwrap_or_else(|| PyBuildError::Tool {
-            path: path.display().to_string(),
-            output: tail(&text, 40),
-        }));
+        return Err(diagnose(&text, &display_root(path))
+            .unwrap_or_else(|| PyBuildError::Tool { path: path.display().to_string(), output: tail(&text, 40) }));
     }
     let bytes = std::fs::read(&built).map_err(io(&built))?;
     // The version first: a component is never found without the version that built it.
     install(&out_dir.join(format!("{key}.version")), version.as_bytes())?;
     install(&component, &bytes)?;
-    say(&format!(
-        "built {}; its first compile takes several seconds (cached afterwards)",
-        component.display()
-    ));
+    say(&format!("built {}; its first compile takes several seconds (cached afterwards)", component.display()));
     Ok(Built { component, encoded: true })
 }
 
@@ -521,7 +509,8 @@ mod tests {
 
     #[test]
     fn the_sandbox_is_read_only_but_for_the_given_directories() {
-        let args = sandbox_args(Path::new("/t"), &[Path::new("/t/out"), Path::new("/t/scratch")], Path::new("/t/scratch"));
+        let args =
+            sandbox_args(Path::new("/t"), &[Path::new("/t/out"), Path::new("/t/scratch")], Path::new("/t/scratch"));
         let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         let text = args.join(" ");
         // `/` read-only first; the later binds are mounted over it, the writable ones last.

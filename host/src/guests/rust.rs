@@ -139,7 +139,18 @@ impl Sandbox {
         let name = program.display().to_string();
         let out = Command::new(&program)
             .current_dir(NEUTRAL_DIR)
-            .args(["--die-with-parent", "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "--", "true"])
+            .args([
+                "--die-with-parent",
+                "--unshare-net",
+                "--unshare-pid",
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--",
+                "true",
+            ])
             .stdin(Stdio::null())
             .output()
             .map_err(|source| SandboxUnavailable::Missing { program: name.clone(), source })?;
@@ -336,7 +347,9 @@ fn tool_homes() -> Vec<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     [("CARGO_HOME", ".cargo"), ("RUSTUP_HOME", ".rustup")]
         .into_iter()
-        .filter_map(|(var, dir)| std::env::var_os(var).map(PathBuf::from).or_else(|| home.as_ref().map(|h| h.join(dir))))
+        .filter_map(|(var, dir)| {
+            std::env::var_os(var).map(PathBuf::from).or_else(|| home.as_ref().map(|h| h.join(dir)))
+        })
         .collect()
 }
 
@@ -357,7 +370,9 @@ pub fn build_crate_confined(
     }
     ensure_target(target.triple(), say)?;
     let target_dir = match target_dir {
-        Some(t) => Some(std::path::absolute(t).map_err(|source| BuildError::Io { path: t.display().to_string(), source })?),
+        Some(t) => {
+            Some(std::path::absolute(t).map_err(|source| BuildError::Io { path: t.display().to_string(), source })?)
+        }
         None => None,
     };
     let (mut cargo, confined_to) = match confinement {
@@ -418,10 +433,8 @@ fn find_artifact(messages: &[u8], manifest: &Path) -> Option<PathBuf> {
         if msg["reason"] != "compiler-artifact" {
             continue;
         }
-        let same_package = msg["manifest_path"]
-            .as_str()
-            .map(|p| std::fs::canonicalize(p).ok() == wanted)
-            .unwrap_or(false);
+        let same_package =
+            msg["manifest_path"].as_str().map(|p| std::fs::canonicalize(p).ok() == wanted).unwrap_or(false);
         let is_cdylib = msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "cdylib"));
         if !(same_package && is_cdylib) {
             continue;
@@ -448,7 +461,8 @@ pub fn componentize_file(core: &Path, say: &mut dyn FnMut(&str)) -> Result<Built
     // newer one, may have been planted by the build's own code, and what is returned here is
     // trusted as built on this machine.
     let bytes = std::fs::read(core).map_err(io(core))?;
-    let encoded = componentize(&bytes).map_err(|message| BuildError::Componentize { path: core.display().to_string(), message })?;
+    let encoded = componentize(&bytes)
+        .map_err(|message| BuildError::Componentize { path: core.display().to_string(), message })?;
     // Written beside it under a fresh name, then renamed over: a rename replaces a symlink
     // rather than following it.
     let partial = core.with_file_name(format!(".{stem}.component.wasm.{}.partial", std::process::id()));

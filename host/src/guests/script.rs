@@ -114,7 +114,11 @@ impl Script {
     /// type-stripped here ([`ScriptError::TypeScript`] with `file:line:col` when it cannot
     /// be); anything else is JavaScript. The source as written is what a run records (its
     /// sha256 is the script's identity), so `resume` and stack traces see the `.ts` file.
-    pub fn from_source(file_name: impl Into<String>, text: impl Into<Arc<str>>, entry: Option<String>) -> Result<Self, ScriptError> {
+    pub fn from_source(
+        file_name: impl Into<String>,
+        text: impl Into<Arc<str>>,
+        entry: Option<String>,
+    ) -> Result<Self, ScriptError> {
         let file_name = file_name.into();
         let text = text.into();
         if text.len() as u64 > MAX_SOURCE_BYTES {

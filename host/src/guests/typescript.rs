@@ -95,7 +95,9 @@ pub fn strip(file_name: &str, text: &str) -> Result<String, StripError> {
         .spawn(move || strip_here(&file, &source));
     match worker.map(|handle| handle.join()) {
         Ok(Ok(outcome)) => outcome,
-        Ok(Err(_)) => Err(StripError(vec![format!("{file_name}: TypeScript: the type stripper failed on this source")])),
+        Ok(Err(_)) => {
+            Err(StripError(vec![format!("{file_name}: TypeScript: the type stripper failed on this source")]))
+        }
         Err(e) => Err(StripError(vec![format!("{file_name}: TypeScript: cannot start the type stripper: {e}")])),
     }
 }
@@ -110,7 +112,8 @@ fn strip_here(file_name: &str, text: &str) -> Result<String, StripError> {
         mode: Mode::StripOnly,
         ..Options::default()
     };
-    let outcome = GLOBALS.set(&Default::default(), || swc_ts_fast_strip::operate(&cm, &handler, text.to_string(), options));
+    let outcome =
+        GLOBALS.set(&Default::default(), || swc_ts_fast_strip::operate(&cm, &handler, text.to_string(), options));
     match outcome {
         Ok(output) => Ok(output.code),
         Err(error) => {
@@ -164,7 +167,9 @@ mod tests {
             let ts = format!("let a, b;\nexport default {}1;\n", fill(unit));
             let _ = strip("chain.ts", &ts);
         }
-        let deepest = |open: &str, close: &str| format!("export default {}1{};\n", open.repeat(MAX_NESTING - 1), close.repeat(MAX_NESTING - 1));
+        let deepest = |open: &str, close: &str| {
+            format!("export default {}1{};\n", open.repeat(MAX_NESTING - 1), close.repeat(MAX_NESTING - 1))
+        };
         for (open, close) in [("(", ")"), ("[", "]"), ("{a:", "}"), ("`${", "}`")] {
             let _ = strip("deep.ts", &deepest(open, close));
         }
@@ -182,7 +187,9 @@ mod tests {
         assert!(syntax.contains("SyntaxError"), "{syntax}");
         let e = strip("e.ts", "const x = 1;\n\n  enum Color { Red }\n").expect_err("enum").to_string();
         assert!(e.starts_with("e.ts:3:3: TypeScript: TypeScript enum is not supported"), "{e}");
-        let p = strip("p.ts", "class A {\n  constructor(private x: number) {}\n}\n").expect_err("parameter property").to_string();
+        let p = strip("p.ts", "class A {\n  constructor(private x: number) {}\n}\n")
+            .expect_err("parameter property")
+            .to_string();
         assert!(p.starts_with("p.ts:2:"), "{p}");
     }
 }

@@ -99,8 +99,16 @@ impl AgentKey {
         let turns = limits.max_turns.map(|n| n.to_string());
         // The duration is hashed by its exact bits (1.5 and 1.50 are the same f64).
         let duration = limits.max_duration_seconds.map(|d| format!("{:016x}", d.to_bits()));
-        let fields =
-            Fields { prompt, label, schema: schema.as_deref(), model, limits, turns: turns.as_deref(), duration: duration.as_deref(), tuning };
+        let fields = Fields {
+            prompt,
+            label,
+            schema: schema.as_deref(),
+            model,
+            limits,
+            turns: turns.as_deref(),
+            duration: duration.as_deref(),
+            tuning,
+        };
         // A short call's fields are gathered on the stack and hashed at once (a fifth
         // faster than a hasher update per field); a longer one is streamed through.
         let mut short = [0u8; SHORT_PREIMAGE];
@@ -218,19 +226,33 @@ mod tests {
         // Keys computed apart from this code (Python's hashlib over the same length-prefixed
         // fields), on both sides of the stack buffer's 256 bytes: 256 bytes of preimage are
         // hashed at once, 257 and more field by field.
-        let key = |prompt: &str, model: Option<&str>, limits: &AgentLimits| AgentKey::with_limits(prompt, Some("l"), None, model, limits);
+        let key = |prompt: &str, model: Option<&str>, limits: &AgentLimits| {
+            AgentKey::with_limits(prompt, Some("l"), None, model, limits)
+        };
         let none = AgentLimits::default();
-        assert_eq!(key(&"x".repeat(235), None, &none).as_str(), "f2000a2e89b691fed32b855d30ef25c1320eb0ec19c7a08280e9dbdaf391c3a4");
-        assert_eq!(key(&"x".repeat(236), None, &none).as_str(), "589ce26b8c2c7b71d0be45d87e389a826005e82033692b1ed0523200a05ea34e");
+        assert_eq!(
+            key(&"x".repeat(235), None, &none).as_str(),
+            "f2000a2e89b691fed32b855d30ef25c1320eb0ec19c7a08280e9dbdaf391c3a4"
+        );
+        assert_eq!(
+            key(&"x".repeat(236), None, &none).as_str(),
+            "589ce26b8c2c7b71d0be45d87e389a826005e82033692b1ed0523200a05ea34e"
+        );
         let limits = AgentLimits { max_turns: Some(3), wrap_up: Some("wrap".into()), ..AgentLimits::default() };
-        assert_eq!(key(&"x".repeat(300), Some("m"), &limits).as_str(), "c65d04e49fcabeec4b805423203dda6c85425fb7a2f53670775e28aba3eb2476");
+        assert_eq!(
+            key(&"x".repeat(300), Some("m"), &limits).as_str(),
+            "c65d04e49fcabeec4b805423203dda6c85425fb7a2f53670775e28aba3eb2476"
+        );
     }
 
     #[test]
     fn soft_limits_split_the_key_and_their_absence_keeps_the_old_one() {
         // The key of ("p", label "l", no schema, no model) as computed before soft limits
         // existed: journals and cassettes recorded then must still replay.
-        assert_eq!(AgentKey::new("p", Some("l"), None, None).as_str(), "4ab5a2f523eae875a139f0cd9bdd1e3a71f80ea7f335e124c32a1d1cdc3bc9cc");
+        assert_eq!(
+            AgentKey::new("p", Some("l"), None, None).as_str(),
+            "4ab5a2f523eae875a139f0cd9bdd1e3a71f80ea7f335e124c32a1d1cdc3bc9cc"
+        );
         let key = |limits: AgentLimits| AgentKey::with_limits("p", Some("l"), None, None, &limits);
         let turns = AgentLimits { max_turns: Some(3), ..AgentLimits::default() };
         let more_turns = AgentLimits { max_turns: Some(4), ..AgentLimits::default() };

@@ -398,7 +398,8 @@ mod tests {
             "agentCacheHits":0,"activeSeconds":0,"aiCreditsNano":0},"attempts":1,"createdAt":"","updatedAt":"","revision":1}"#;
         let mut envelope: RunEnvelope = serde_json::from_str(text).unwrap();
         // As read from a record stored before messages were bounded.
-        envelope.failure = Some(Failure { kind_type: FailureType::GuestError, kind: None, message: "m".repeat(1 << 20) });
+        envelope.failure =
+            Some(Failure { kind_type: FailureType::GuestError, kind: None, message: "m".repeat(1 << 20) });
         envelope.error = Some("m".repeat(1 << 20));
         let summary = serde_json::to_value(envelope.summary()).unwrap();
         assert!(summary.get("result").is_none());
@@ -416,7 +417,8 @@ mod tests {
         let read: Accounting = serde_json::from_str(old).unwrap();
         assert_eq!((read.ai_credits_nano, read.input_tokens, read.output_tokens), (7, 3, 4));
         assert_eq!((read.cache_read_tokens, read.cache_write_tokens, read.ai_credits_at_least), (0, 0, false));
-        let written = serde_json::to_value(Accounting { cache_read_tokens: 9, ai_credits_at_least: true, ..read }).unwrap();
+        let written =
+            serde_json::to_value(Accounting { cache_read_tokens: 9, ai_credits_at_least: true, ..read }).unwrap();
         assert_eq!(written["cacheReadTokens"], 9);
         assert_eq!(written["cacheWriteTokens"], 0);
         assert_eq!(written["aiCreditsAtLeast"], true);
@@ -448,11 +450,21 @@ mod tests {
         assert_eq!(failure.kind_type, FailureType::SandboxLimit);
         assert!(serde_json::from_str::<Failure>(r#"{"type":"nope","message":"m"}"#).is_err());
         use crate::model::progress::AgentStatus;
-        for (status, text) in [(AgentStatus::Ok, "ok"), (AgentStatus::Failed, "failed"), (AgentStatus::Aborted, "aborted")] {
+        for (status, text) in
+            [(AgentStatus::Ok, "ok"), (AgentStatus::Failed, "failed"), (AgentStatus::Aborted, "aborted")]
+        {
             assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(text));
             assert_eq!(status.as_str(), text);
         }
-        for status in [RunStatus::Pending, RunStatus::Running, RunStatus::Completed, RunStatus::Error, RunStatus::Halted, RunStatus::Cancelled, RunStatus::Paused] {
+        for status in [
+            RunStatus::Pending,
+            RunStatus::Running,
+            RunStatus::Completed,
+            RunStatus::Error,
+            RunStatus::Halted,
+            RunStatus::Cancelled,
+            RunStatus::Paused,
+        ] {
             assert!(status.is_terminal() || matches!(status, RunStatus::Pending | RunStatus::Running));
             assert_eq!(serde_json::to_value(status).unwrap(), serde_json::json!(status.as_str()));
         }

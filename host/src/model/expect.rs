@@ -14,8 +14,8 @@
 //!                "journal": { "steps": ["report-v1"] } } ] }
 //! ```
 
-use crate::model::schema::Schema;
 use crate::model::envelope::{RunEnvelope, RunStatus};
+use crate::model::schema::Schema;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -165,7 +165,11 @@ impl Case {
         let mut failures = Vec::new();
         match self.expected_status() {
             Ok(expected) if expected != envelope.status => {
-                let why = envelope.failure.as_ref().map(|f| format!(" ({}: {})", f.kind_type, quote(&f.message))).unwrap_or_default();
+                let why = envelope
+                    .failure
+                    .as_ref()
+                    .map(|f| format!(" ({}: {})", f.kind_type, quote(&f.message)))
+                    .unwrap_or_default();
                 failures.push(format!("status: expected {}, got {}{why}", expected.as_str(), envelope.status.as_str()));
             }
             Ok(_) => {}
@@ -179,12 +183,22 @@ impl Case {
             };
             if let Some(expected) = &a.equals {
                 if value != expected {
-                    failures.push(format!("result{}: expected {}, got {}", shown(&a.pointer), quote_json(expected), quote_json(value)));
+                    failures.push(format!(
+                        "result{}: expected {}, got {}",
+                        shown(&a.pointer),
+                        quote_json(expected),
+                        quote_json(value)
+                    ));
                 }
             }
             if let Some(part) = &a.contains {
                 if !contains(value, part) {
-                    failures.push(format!("result{}: {} does not contain {}", shown(&a.pointer), quote_json(value), quote_json(part)));
+                    failures.push(format!(
+                        "result{}: {} does not contain {}",
+                        shown(&a.pointer),
+                        quote_json(value),
+                        quote_json(part)
+                    ));
                 }
             }
             if let Some(schema) = &a.schema {

@@ -186,7 +186,10 @@ mod tests {
         assert_eq!(stats(318, Some(WaitReason::RequestRate)).line(), "318 queued: `openai` at 40 req/s");
         assert_eq!(stats(3, Some(WaitReason::Concurrency)).line(), "3 queued: `openai` 4 at once");
         assert_eq!(stats(3, Some(WaitReason::Server)).line(), "3 queued: `openai` told to wait by the server");
-        assert_eq!(queued_lines(&[stats(0, None), stats(2, Some(WaitReason::RequestRate))]), "2 queued: `openai` at 40 req/s");
+        assert_eq!(
+            queued_lines(&[stats(0, None), stats(2, Some(WaitReason::RequestRate))]),
+            "2 queued: `openai` at 40 req/s"
+        );
     }
 
     #[test]

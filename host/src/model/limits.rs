@@ -103,7 +103,12 @@ impl From<LimitsForm> for Limits {
             max_total_subagents,
             timeout_seconds,
             max_ai_credits,
-            lifted: Lifted { max_concurrent_subagents: mcs, max_total_subagents: mts, timeout_seconds: ts, max_ai_credits: mac },
+            lifted: Lifted {
+                max_concurrent_subagents: mcs,
+                max_total_subagents: mts,
+                timeout_seconds: ts,
+                max_ai_credits: mac,
+            },
         }
     }
 }
@@ -185,7 +190,10 @@ impl Limits {
                 return bad("maxAiCredits", format!("rounds to zero nano-credits, got {c}"));
             }
             if nano > MAX_SAFE_INTEGER {
-                return bad("maxAiCredits", format!("is past the largest safe integer of nano-credits (9007199.254740991 credits), got {c}"));
+                return bad(
+                    "maxAiCredits",
+                    format!("is past the largest safe integer of nano-credits (9007199.254740991 credits), got {c}"),
+                );
             }
         }
         let given = [
@@ -194,7 +202,12 @@ impl Limits {
             self.timeout_seconds.is_some(),
             self.max_ai_credits.is_some(),
         ];
-        let lifted = [self.lifted.max_concurrent_subagents, self.lifted.max_total_subagents, self.lifted.timeout_seconds, self.lifted.max_ai_credits];
+        let lifted = [
+            self.lifted.max_concurrent_subagents,
+            self.lifted.max_total_subagents,
+            self.lifted.timeout_seconds,
+            self.lifted.max_ai_credits,
+        ];
         let names = ["maxConcurrentSubagents", "maxTotalSubagents", "timeoutSeconds", "maxAiCredits"];
         if let Some(i) = (0..4).find(|&i| given[i] && lifted[i]) {
             return bad(names[i], "is both given and lifted".into());
@@ -219,7 +232,11 @@ impl Limits {
                 overrides.max_concurrent_subagents,
                 lifted.max_concurrent_subagents,
             ),
-            max_total_subagents: pick(self.max_total_subagents, overrides.max_total_subagents, lifted.max_total_subagents),
+            max_total_subagents: pick(
+                self.max_total_subagents,
+                overrides.max_total_subagents,
+                lifted.max_total_subagents,
+            ),
             timeout_seconds: pick(self.timeout_seconds, overrides.timeout_seconds, lifted.timeout_seconds),
             max_ai_credits: pick(self.max_ai_credits, overrides.max_ai_credits, lifted.max_ai_credits),
             lifted: Lifted::default(),
@@ -236,14 +253,21 @@ impl Limits {
         );
         let (max_total_subagents, mts) =
             later((self.max_total_subagents, a.max_total_subagents), (next.max_total_subagents, b.max_total_subagents));
-        let (timeout_seconds, ts) = later((self.timeout_seconds, a.timeout_seconds), (next.timeout_seconds, b.timeout_seconds));
-        let (max_ai_credits, mac) = later((self.max_ai_credits, a.max_ai_credits), (next.max_ai_credits, b.max_ai_credits));
+        let (timeout_seconds, ts) =
+            later((self.timeout_seconds, a.timeout_seconds), (next.timeout_seconds, b.timeout_seconds));
+        let (max_ai_credits, mac) =
+            later((self.max_ai_credits, a.max_ai_credits), (next.max_ai_credits, b.max_ai_credits));
         Limits {
             max_concurrent_subagents,
             max_total_subagents,
             timeout_seconds,
             max_ai_credits,
-            lifted: Lifted { max_concurrent_subagents: mcs, max_total_subagents: mts, timeout_seconds: ts, max_ai_credits: mac },
+            lifted: Lifted {
+                max_concurrent_subagents: mcs,
+                max_total_subagents: mts,
+                timeout_seconds: ts,
+                max_ai_credits: mac,
+            },
         }
     }
 
@@ -392,9 +416,13 @@ mod tests {
         for (limits, field) in bad {
             assert_eq!(limits.validate().unwrap_err().field(), field, "{limits:?}");
         }
-        let defaults = AgentLimits { max_turns: Some(8), max_duration_seconds: Some(60.0), wrap_up: Some("now".into()) };
+        let defaults =
+            AgentLimits { max_turns: Some(8), max_duration_seconds: Some(60.0), wrap_up: Some("now".into()) };
         let merged = AgentLimits { max_turns: Some(2), ..Default::default() }.or(&defaults);
-        assert_eq!(merged, AgentLimits { max_turns: Some(2), max_duration_seconds: Some(60.0), wrap_up: Some("now".into()) });
+        assert_eq!(
+            merged,
+            AgentLimits { max_turns: Some(2), max_duration_seconds: Some(60.0), wrap_up: Some("now".into()) }
+        );
         assert_eq!(AgentLimits::default().wrap_up_prompt(), DEFAULT_WRAP_UP);
         assert!(AgentLimits::default().is_empty() && !merged.is_empty());
     }
@@ -457,7 +485,11 @@ mod tests {
 
         let declared = Limits { max_total_subagents: Some(10), max_ai_credits: Some(5.0), ..Default::default() };
         let effective = declared.overridden_by(&no_budget);
-        assert_eq!(effective, Limits { max_total_subagents: Some(10), ..Default::default() }, "effective limits lift nothing");
+        assert_eq!(
+            effective,
+            Limits { max_total_subagents: Some(10), ..Default::default() },
+            "effective limits lift nothing"
+        );
         assert_eq!(effective.validate(), Ok(()));
         assert_eq!(no_budget.lifted.names(), ["maxAiCredits"]);
 

@@ -16,6 +16,6 @@ pub mod progress;
 pub mod recorded;
 pub mod sandbox_limits;
 pub mod schema;
-pub mod script;
 pub mod scope;
+pub mod script;
 pub mod tuning;

@@ -226,7 +226,15 @@ pub struct RunSettled {
 impl RunSettled {
     /// What an `attemptEnded` entry of run `run_id` tells (`None` for another entry).
     pub fn of(run_id: &str, event: &ProgressEvent) -> Option<RunSettled> {
-        let ProgressEvent::AttemptEnded { status, spawned, credits_nano, credits_at_least, elapsed_ms, failure_type, .. } = event
+        let ProgressEvent::AttemptEnded {
+            status,
+            spawned,
+            credits_nano,
+            credits_at_least,
+            elapsed_ms,
+            failure_type,
+            ..
+        } = event
         else {
             return None;
         };

@@ -50,4 +50,3 @@ pub struct BackendUnavailable {
     /// What is missing (a config entry, a key variable, ...), and what to do.
     pub missing: String,
 }
-

@@ -40,11 +40,7 @@ pub enum SchemaError {
     TooDeep { depth: usize, limit: usize },
     /// An honoured keyword (or a nested schema) has the wrong shape.
     #[error("{path}: expected {expected}, got {got}")]
-    Malformed {
-        path: String,
-        expected: &'static str,
-        got: String,
-    },
+    Malformed { path: String, expected: &'static str, got: String },
 }
 
 impl SchemaError {
@@ -52,9 +48,7 @@ impl SchemaError {
     pub fn path(&self) -> Option<&str> {
         match self {
             SchemaError::InvalidJson(_) | SchemaError::TooLarge { .. } | SchemaError::TooDeep { .. } => None,
-            SchemaError::UnknownType { path, .. } | SchemaError::Malformed { path, .. } => {
-                Some(path)
-            }
+            SchemaError::UnknownType { path, .. } | SchemaError::Malformed { path, .. } => Some(path),
         }
     }
 }
@@ -313,11 +307,7 @@ fn parse_node<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>, nodes: &mut usize) 
     match value {
         Value::Bool(_) => Ok(Node::Any),
         Value::Object(map) => Ok(Node::Rule(Box::new(parse_rule(map, path, nodes)?))),
-        other => Err(malformed(
-            path,
-            "a schema (object or boolean)",
-            kind_of(other),
-        )),
+        other => Err(malformed(path, "a schema (object or boolean)", kind_of(other))),
     }
 }
 
@@ -334,13 +324,9 @@ fn parse_rule<'v>(
             "type" => rule.types = Some(parse_types(value, path)?),
             "required" => rule.required = parse_required(value, path)?,
             "enum" => match value {
-                Value::Array(values) if !values.is_empty() => {
-                    rule.enumeration = Some(values.clone())
-                }
+                Value::Array(values) if !values.is_empty() => rule.enumeration = Some(values.clone()),
                 // An empty enum matches nothing: almost certainly a mistake in the factory.
-                Value::Array(_) => {
-                    return Err(malformed(path, "a non-empty array", "an empty array"))
-                }
+                Value::Array(_) => return Err(malformed(path, "a non-empty array", "an empty array")),
                 other => return Err(malformed(path, "a non-empty array", kind_of(other))),
             },
             "const" => rule.constant = Some(value.clone()),
@@ -348,8 +334,7 @@ fn parse_rule<'v>(
                 Value::Object(props) => {
                     for (name, schema) in props {
                         path.push(Seg::Key(name));
-                        rule.properties
-                            .insert(name.clone(), parse_node(schema, path, nodes)?);
+                        rule.properties.insert(name.clone(), parse_node(schema, path, nodes)?);
                         path.pop();
                     }
                 }
@@ -394,22 +379,12 @@ fn parse_types<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>) -> Result<Vec<Kind
 }
 
 fn parse_kind(name: &str, path: &[Seg<'_>]) -> Result<Kind, SchemaError> {
-    Kind::from_name(name).ok_or_else(|| SchemaError::UnknownType {
-        path: schema_path(path),
-        name: name.to_owned(),
-    })
+    Kind::from_name(name).ok_or_else(|| SchemaError::UnknownType { path: schema_path(path), name: name.to_owned() })
 }
 
-fn parse_required<'v>(
-    value: &'v Value,
-    path: &mut Vec<Seg<'v>>,
-) -> Result<Vec<String>, SchemaError> {
+fn parse_required<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>) -> Result<Vec<String>, SchemaError> {
     let Value::Array(names) = value else {
-        return Err(malformed(
-            path,
-            "an array of property names",
-            kind_of(value),
-        ));
+        return Err(malformed(path, "an array of property names", kind_of(value)));
     };
     let mut required = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
@@ -424,17 +399,11 @@ fn parse_required<'v>(
     Ok(required)
 }
 
-fn parse_branches<'v>(
-    value: &'v Value,
-    path: &mut Vec<Seg<'v>>,
-    nodes: &mut usize,
-) -> Result<Vec<Node>, SchemaError> {
+fn parse_branches<'v>(value: &'v Value, path: &mut Vec<Seg<'v>>, nodes: &mut usize) -> Result<Vec<Node>, SchemaError> {
     const EXPECTED: &str = "a non-empty array of schemas";
     match value {
         // Empty branch lists are invalid JSON Schema and would make anyOf unsatisfiable.
-        Value::Array(branches) if branches.is_empty() => {
-            Err(malformed(path, EXPECTED, "an empty array"))
-        }
+        Value::Array(branches) if branches.is_empty() => Err(malformed(path, EXPECTED, "an empty array")),
         Value::Array(branches) => {
             let mut parsed = Vec::with_capacity(branches.len());
             for (i, branch) in branches.iter().enumerate() {
@@ -449,11 +418,7 @@ fn parse_branches<'v>(
 }
 
 fn malformed(path: &[Seg<'_>], expected: &'static str, got: &str) -> SchemaError {
-    SchemaError::Malformed {
-        path: schema_path(path),
-        expected,
-        got: got.to_owned(),
-    }
+    SchemaError::Malformed { path: schema_path(path), expected, got: got.to_owned() }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -505,11 +470,7 @@ impl Rule {
         }
         // `required` and `properties` only constrain objects, `items` only arrays.
         if let Value::Object(object) = value {
-            if let Some(missing) = self
-                .required
-                .iter()
-                .find(|name| !object.contains_key(*name))
-            {
+            if let Some(missing) = self.required.iter().find(|name| !object.contains_key(*name)) {
                 let expected = format!("required property {}", quote(missing));
                 return Err(mismatch(path, expected, "an object without it".to_owned()));
             }
@@ -600,18 +561,11 @@ fn truncate_text(text: &mut String, limit: usize) {
 }
 
 fn mismatch(path: &[Seg<'_>], expected: String, got: String) -> Mismatch {
-    Mismatch {
-        path: value_path(path),
-        expected,
-        got,
-    }
+    Mismatch { path: value_path(path), expected, got }
 }
 
 fn is_integer(n: &Number) -> bool {
-    n.is_i64()
-        || n.is_u64()
-        || n.as_f64()
-            .is_some_and(|f| f.is_finite() && f.fract() == 0.0)
+    n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.is_finite() && f.fract() == 0.0)
 }
 
 /// JSON equality where numbers compare by value, so `1 == 1.0`.
@@ -621,13 +575,9 @@ fn json_eq(a: &Value, b: &Value) -> bool {
             (Some(x), Some(y)) => x == y,
             _ => x.as_f64() == y.as_f64(),
         },
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| json_eq(x, y))
-        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| json_eq(x, y)),
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
         }
         _ => a == b,
     }
@@ -635,9 +585,7 @@ fn json_eq(a: &Value, b: &Value) -> bool {
 
 /// Integers stored as integers compare exactly, beyond f64's 53 bits.
 fn exact_int(n: &Number) -> Option<i128> {
-    n.as_i64()
-        .map(i128::from)
-        .or_else(|| n.as_u64().map(i128::from))
+    n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -657,10 +605,7 @@ fn strip_code_fence(text: &str) -> &str {
         Some(_) => inner,
         None => {
             // One-line fence: "```json {...}```" carries its tag before the data.
-            let tag_len = inner.len()
-                - inner
-                    .trim_start_matches(|c: char| c.is_ascii_alphanumeric())
-                    .len();
+            let tag_len = inner.len() - inner.trim_start_matches(|c: char| c.is_ascii_alphanumeric()).len();
             let rest = &inner[tag_len..];
             if !rest.trim().is_empty() && rest.starts_with(char::is_whitespace) {
                 rest
@@ -673,9 +618,7 @@ fn strip_code_fence(text: &str) -> &str {
 }
 
 fn is_info_string(line: &str) -> bool {
-    line.trim()
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+' | '.'))
+    line.trim().chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+' | '.'))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -723,9 +666,7 @@ fn solve<'s>(
     // Innermost rules first: they are the cheapest to fail, and the outer ones re-walk every
     // anyOf branch.
     let satisfies = |value: &Value, budget: &mut Budget| {
-        done.iter()
-            .rev()
-            .all(|rule| rule.check(value, &mut Vec::new(), budget).is_ok())
+        done.iter().rev().all(|rule| rule.check(value, &mut Vec::new(), budget).is_ok())
     };
     if let Some(constant) = done.iter().find_map(|rule| rule.constant.as_ref()) {
         return satisfies(constant, budget).then(|| constant.clone());
@@ -736,10 +677,7 @@ fn solve<'s>(
     }
     // Likewise its kind is in the first type list; with no type anywhere, null passes every
     // structural keyword.
-    let kinds = done
-        .iter()
-        .find_map(|rule| rule.types.as_deref())
-        .unwrap_or(&[Kind::Null]);
+    let kinds = done.iter().find_map(|rule| rule.types.as_deref()).unwrap_or(&[Kind::Null]);
     for kind in kinds {
         let value = kind.minimal(&done, budget);
         if satisfies(&value, budget) {
@@ -760,10 +698,8 @@ fn minimal_object(parts: &[&Rule], budget: &mut Budget) -> Value {
         if object.contains_key(name) || !budget.spend(parts.len()) {
             continue;
         }
-        let schemas: Vec<&Rule> = parts
-            .iter()
-            .filter_map(|rule| rule.properties.get(name).and_then(Node::rule))
-            .collect();
+        let schemas: Vec<&Rule> =
+            parts.iter().filter_map(|rule| rule.properties.get(name).and_then(Node::rule)).collect();
         let value = if schemas.is_empty() {
             Value::Null
         } else {
@@ -885,9 +821,7 @@ fn render_path(mut out: String, path: &[Seg<'_>]) -> String {
 
 fn is_identifier(key: &str) -> bool {
     let mut chars = key.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
 }
 
@@ -915,10 +849,7 @@ mod tests {
                 }
             }
             for value in bad {
-                assert!(
-                    s.check(&value).is_err(),
-                    "schema {raw} should reject {value}"
-                );
+                assert!(s.check(&value).is_err(), "schema {raw} should reject {value}");
             }
         }
     }
@@ -984,31 +915,12 @@ mod tests {
     #[test]
     fn type_keyword() {
         table(vec![
-            (
-                json!({"type": "object"}),
-                vec![json!({}), json!({"a": [1]})],
-                vec![json!([]), json!(null), json!("{}")],
-            ),
-            (
-                json!({"type": "array"}),
-                vec![json!([]), json!([{}])],
-                vec![json!({}), json!("[]"), json!(null)],
-            ),
-            (
-                json!({"type": "string"}),
-                vec![json!(""), json!("3")],
-                vec![json!(3), json!(null), json!(["a"])],
-            ),
+            (json!({"type": "object"}), vec![json!({}), json!({"a": [1]})], vec![json!([]), json!(null), json!("{}")]),
+            (json!({"type": "array"}), vec![json!([]), json!([{}])], vec![json!({}), json!("[]"), json!(null)]),
+            (json!({"type": "string"}), vec![json!(""), json!("3")], vec![json!(3), json!(null), json!(["a"])]),
             (
                 json!({"type": "number"}),
-                vec![
-                    json!(0),
-                    json!(3),
-                    json!(-3),
-                    json!(3.5),
-                    json!(u64::MAX),
-                    json!(1e300),
-                ],
+                vec![json!(0), json!(3), json!(-3), json!(3.5), json!(u64::MAX), json!(1e300)],
                 vec![json!("3"), json!(null), json!(true)],
             ),
             (
@@ -1025,31 +937,15 @@ mod tests {
                 ],
                 vec![json!(3.5), json!(-0.1), json!("3"), json!(null)],
             ),
-            (
-                json!({"type": "boolean"}),
-                vec![json!(true), json!(false)],
-                vec![json!(0), json!("true"), json!(null)],
-            ),
-            (
-                json!({"type": "null"}),
-                vec![json!(null)],
-                vec![json!(0), json!(""), json!(false), json!({})],
-            ),
-            (
-                json!({"type": ["string", "null"]}),
-                vec![json!("x"), json!(null)],
-                vec![json!(0), json!({}), json!([])],
-            ),
+            (json!({"type": "boolean"}), vec![json!(true), json!(false)], vec![json!(0), json!("true"), json!(null)]),
+            (json!({"type": "null"}), vec![json!(null)], vec![json!(0), json!(""), json!(false), json!({})]),
+            (json!({"type": ["string", "null"]}), vec![json!("x"), json!(null)], vec![json!(0), json!({}), json!([])]),
             (
                 json!({"type": ["integer", "boolean"]}),
                 vec![json!(1), json!(1.0), json!(true)],
                 vec![json!(1.5), json!("1")],
             ),
-            (
-                json!({"type": ["string", "string"]}),
-                vec![json!("dup ok")],
-                vec![json!(1)],
-            ),
+            (json!({"type": ["string", "string"]}), vec![json!("dup ok")], vec![json!(1)]),
         ]);
     }
 
@@ -1059,20 +955,10 @@ mod tests {
             (
                 json!({"required": ["a", "b"]}),
                 // Only objects are constrained; other kinds pass, as in JSON Schema.
-                vec![
-                    json!({"a": 1, "b": null}),
-                    json!({"a": 1, "b": 2, "c": 3}),
-                    json!([]),
-                    json!("a"),
-                    json!(null),
-                ],
+                vec![json!({"a": 1, "b": null}), json!({"a": 1, "b": 2, "c": 3}), json!([]), json!("a"), json!(null)],
                 vec![json!({}), json!({"a": 1}), json!({"b": 1})],
             ),
-            (
-                json!({"type": "object", "required": []}),
-                vec![json!({})],
-                vec![json!([])],
-            ),
+            (json!({"type": "object", "required": []}), vec![json!({})], vec![json!([])]),
             (
                 json!({"type": "object", "required": ["x"]}),
                 vec![json!({"x": null})],
@@ -1086,14 +972,7 @@ mod tests {
         table(vec![
             (
                 json!({"enum": ["a", 1, null, {"x": [1, 2]}, [true]]}),
-                vec![
-                    json!("a"),
-                    json!(1),
-                    json!(1.0),
-                    json!(null),
-                    json!({"x": [1.0, 2]}),
-                    json!([true]),
-                ],
+                vec![json!("a"), json!(1), json!(1.0), json!(null), json!({"x": [1.0, 2]}), json!([true])],
                 vec![
                     json!("b"),
                     json!(2),
@@ -1104,57 +983,24 @@ mod tests {
                     json!([]),
                 ],
             ),
-            (
-                json!({"type": "string", "enum": ["a", 1]}),
-                vec![json!("a")],
-                vec![json!(1), json!("b")],
-            ),
+            (json!({"type": "string", "enum": ["a", 1]}), vec![json!("a")], vec![json!(1), json!("b")]),
         ]);
     }
 
     #[test]
     fn const_keyword() {
         table(vec![
-            (
-                json!({"const": 1}),
-                vec![json!(1), json!(1.0)],
-                vec![json!(1.5), json!("1"), json!(true), json!(null)],
-            ),
-            (
-                json!({"const": 2.0}),
-                vec![json!(2), json!(2.0)],
-                vec![json!(3)],
-            ),
-            (
-                json!({"const": null}),
-                vec![json!(null)],
-                vec![json!(0), json!(false)],
-            ),
-            (
-                json!({"const": "x"}),
-                vec![json!("x")],
-                vec![json!("X"), json!(["x"])],
-            ),
+            (json!({"const": 1}), vec![json!(1), json!(1.0)], vec![json!(1.5), json!("1"), json!(true), json!(null)]),
+            (json!({"const": 2.0}), vec![json!(2), json!(2.0)], vec![json!(3)]),
+            (json!({"const": null}), vec![json!(null)], vec![json!(0), json!(false)]),
+            (json!({"const": "x"}), vec![json!("x")], vec![json!("X"), json!(["x"])]),
             (
                 json!({"const": {"a": [1, {"b": 2}]}}),
                 vec![json!({"a": [1.0, {"b": 2.0}]})],
-                vec![
-                    json!({"a": [1, {"b": 3}]}),
-                    json!({"a": [1]}),
-                    json!({"a": [1, {"b": 2}], "c": 0}),
-                    json!({}),
-                ],
+                vec![json!({"a": [1, {"b": 3}]}), json!({"a": [1]}), json!({"a": [1, {"b": 2}], "c": 0}), json!({})],
             ),
-            (
-                json!({"const": u64::MAX}),
-                vec![json!(u64::MAX)],
-                vec![json!(u64::MAX - 1)],
-            ),
-            (
-                json!({"const": -1}),
-                vec![json!(-1), json!(-1.0)],
-                vec![json!(1), json!(u64::MAX)],
-            ),
+            (json!({"const": u64::MAX}), vec![json!(u64::MAX)], vec![json!(u64::MAX - 1)]),
+            (json!({"const": -1}), vec![json!(-1), json!(-1.0)], vec![json!(1), json!(u64::MAX)]),
         ]);
     }
 
@@ -1164,28 +1010,12 @@ mod tests {
             (
                 json!({"properties": {"a": {"type": "string"}, "b": {"properties": {"c": {"type": "integer"}}}}}),
                 // Absent properties are fine unless required.
-                vec![
-                    json!({}),
-                    json!({"a": "x"}),
-                    json!({"b": {"c": 3}}),
-                    json!({"b": 5}),
-                    json!({"z": 1}),
-                    json!(7),
-                ],
-                vec![
-                    json!({"a": 1}),
-                    json!({"b": {"c": "3"}}),
-                    json!({"a": "x", "b": {"c": 1.5}}),
-                ],
+                vec![json!({}), json!({"a": "x"}), json!({"b": {"c": 3}}), json!({"b": 5}), json!({"z": 1}), json!(7)],
+                vec![json!({"a": 1}), json!({"b": {"c": "3"}}), json!({"a": "x", "b": {"c": 1.5}})],
             ),
             (
                 json!({"items": {"type": "integer"}}),
-                vec![
-                    json!([]),
-                    json!([1, 2, 3.0]),
-                    json!({"not": "an array"}),
-                    json!("s"),
-                ],
+                vec![json!([]), json!([1, 2, 3.0]), json!({"not": "an array"}), json!("s")],
                 vec![json!([1, "2"]), json!([1.5])],
             ),
             (
@@ -1195,10 +1025,7 @@ mod tests {
             ),
             (
                 findings(),
-                vec![
-                    json!({"findings": []}),
-                    json!({"findings": [{"title": "t", "extra": 1}]}),
-                ],
+                vec![json!({"findings": []}), json!({"findings": [{"title": "t", "extra": 1}]})],
                 vec![
                     json!({}),
                     json!({"findings": {}}),
@@ -1231,12 +1058,7 @@ mod tests {
             (
                 json!({"allOf": [{"type": "object", "required": ["a"]}, {"required": ["b"]}, {"properties": {"a": {"type": "string"}}}]}),
                 vec![json!({"a": "x", "b": 0})],
-                vec![
-                    json!({"a": "x"}),
-                    json!({"b": 0}),
-                    json!({"a": 1, "b": 0}),
-                    json!([]),
-                ],
+                vec![json!({"a": "x"}), json!({"b": 0}), json!({"a": 1, "b": 0}), json!([])],
             ),
             (
                 json!({"type": "object", "anyOf": [{"required": ["a"]}], "oneOf": [{"required": ["b"]}, {"required": ["c"]}]}),
@@ -1263,102 +1085,47 @@ mod tests {
             json!({"oneOf": [false]}),
         ] {
             let s = schema(raw.clone());
-            for value in all_kinds()
-                .into_iter()
-                .chain([json!({"a": 1}), json!([1, 2])])
-            {
+            for value in all_kinds().into_iter().chain([json!({"a": 1}), json!([1, 2])]) {
                 assert!(s.check(&value).is_ok(), "{raw} should accept {value}");
             }
         }
         // A boolean property schema still lets `required` apply.
-        table(vec![(
-            json!({"properties": {"a": false}, "required": ["a"]}),
-            vec![json!({"a": 1})],
-            vec![json!({})],
-        )]);
+        table(vec![(json!({"properties": {"a": false}, "required": ["a"]}), vec![json!({"a": 1})], vec![json!({})])]);
     }
 
     #[test]
     fn ignored_keywords_are_not_enforced() {
         let rows = vec![
-            (
-                json!({"type": "object", "additionalProperties": false}),
-                json!({"extra": 1}),
-            ),
-            (
-                json!({"type": "object", "properties": {}, "additionalProperties": {"type": "string"}}),
-                json!({"x": 1}),
-            ),
+            (json!({"type": "object", "additionalProperties": false}), json!({"extra": 1})),
+            (json!({"type": "object", "properties": {}, "additionalProperties": {"type": "string"}}), json!({"x": 1})),
             (json!({"type": "string", "pattern": "^a+$"}), json!("bbb")),
             (json!({"type": "string", "minLength": 5}), json!("ab")),
             (json!({"type": "string", "maxLength": 1}), json!("abc")),
             (json!({"type": "number", "minimum": 10}), json!(1)),
             (json!({"type": "number", "maximum": 0}), json!(5)),
-            (
-                json!({"type": "number", "exclusiveMinimum": 5, "exclusiveMaximum": 5}),
-                json!(5),
-            ),
+            (json!({"type": "number", "exclusiveMinimum": 5, "exclusiveMaximum": 5}), json!(5)),
             (json!({"type": "integer", "multipleOf": 3}), json!(4)),
-            (
-                json!({"type": "string", "format": "email"}),
-                json!("not an email"),
-            ),
+            (json!({"type": "string", "format": "email"}), json!("not an email")),
             (json!({"type": "array", "minItems": 3}), json!([])),
-            (
-                json!({"type": "array", "maxItems": 0, "uniqueItems": true}),
-                json!([1, 1]),
-            ),
-            (
-                json!({"type": "array", "contains": {"const": 9}}),
-                json!([1]),
-            ),
+            (json!({"type": "array", "maxItems": 0, "uniqueItems": true}), json!([1, 1])),
+            (json!({"type": "array", "contains": {"const": 9}}), json!([1])),
             (json!({"type": "object", "minProperties": 2}), json!({})),
             (
                 json!({"$schema": "http://json-schema.org/draft-07/schema#", "title": "T", "description": "D", "type": "string"}),
                 json!("x"),
             ),
-            (
-                json!({"$ref": "#/definitions/n", "definitions": {"n": {"type": "number"}}}),
-                json!("not a number"),
-            ),
-            (
-                json!({"$ref": "#/$defs/n", "$defs": {"n": {"type": "strng"}}}),
-                json!(1),
-            ),
+            (json!({"$ref": "#/definitions/n", "definitions": {"n": {"type": "number"}}}), json!("not a number")),
+            (json!({"$ref": "#/$defs/n", "$defs": {"n": {"type": "strng"}}}), json!(1)),
             (json!({"not": {"type": "string"}}), json!("string")),
-            (
-                json!({"if": {"type": "string"}, "then": {"const": "a"}}),
-                json!("b"),
-            ),
-            (
-                json!({"patternProperties": {"^x": {"type": "string"}}}),
-                json!({"x1": 1}),
-            ),
-            (
-                json!({"dependentRequired": {"a": ["b"]}, "dependencies": {"a": ["b"]}}),
-                json!({"a": 1}),
-            ),
-            (
-                json!({"propertyNames": {"maxLength": 1}}),
-                json!({"long": 1}),
-            ),
-            (
-                json!({"type": "array", "items": [{"type": "string"}, "garbage"]}),
-                json!([1, 2]),
-            ),
-            (
-                json!({"type": "array", "additionalItems": false, "prefixItems": [{"type": "string"}]}),
-                json!([1]),
-            ),
-            (
-                json!({"type": "string", "nullable": true, "default": 3, "examples": [1]}),
-                json!("x"),
-            ),
+            (json!({"if": {"type": "string"}, "then": {"const": "a"}}), json!("b")),
+            (json!({"patternProperties": {"^x": {"type": "string"}}}), json!({"x1": 1})),
+            (json!({"dependentRequired": {"a": ["b"]}, "dependencies": {"a": ["b"]}}), json!({"a": 1})),
+            (json!({"propertyNames": {"maxLength": 1}}), json!({"long": 1})),
+            (json!({"type": "array", "items": [{"type": "string"}, "garbage"]}), json!([1, 2])),
+            (json!({"type": "array", "additionalItems": false, "prefixItems": [{"type": "string"}]}), json!([1])),
+            (json!({"type": "string", "nullable": true, "default": 3, "examples": [1]}), json!("x")),
             // Unhonoured keywords with nonsense values are never inspected.
-            (
-                json!({"minLength": "five", "additionalProperties": "nope", "format": 12, "pattern": ["x"]}),
-                json!(null),
-            ),
+            (json!({"minLength": "five", "additionalProperties": "nope", "format": 12, "pattern": ["x"]}), json!(null)),
         ];
         for (raw, value) in rows {
             let s = schema(raw.clone());
@@ -1371,10 +1138,7 @@ mod tests {
     #[test]
     fn mismatch_messages_name_the_path() {
         let value = json!({"findings": [{"title": "a"}, {"title": "b"}, {"title": 3}]});
-        assert_eq!(
-            error_of(findings(), value),
-            "$.findings[2].title: expected string, got number"
-        );
+        assert_eq!(error_of(findings(), value), "$.findings[2].title: expected string, got number");
 
         let e = schema(findings()).check(&json!({"findings": [{"title": "a"}, {}]}));
         assert_eq!(
@@ -1385,26 +1149,14 @@ mod tests {
                 got: "an object without it".to_owned(),
             })
         );
-        assert_eq!(
-            error_of(findings(), json!([])),
-            "$: expected object, got array"
-        );
-        assert_eq!(
-            error_of(json!({"type": "integer"}), json!(2.5)),
-            "$: expected integer, got number 2.5"
-        );
+        assert_eq!(error_of(findings(), json!([])), "$: expected object, got array");
+        assert_eq!(error_of(json!({"type": "integer"}), json!(2.5)), "$: expected integer, got number 2.5");
         assert_eq!(
             error_of(json!({"type": ["string", "integer", "null"]}), json!(true)),
             "$: expected string, integer or null, got boolean"
         );
-        assert_eq!(
-            error_of(json!({"const": "yes"}), json!("no")),
-            "$: expected \"yes\", got \"no\""
-        );
-        assert_eq!(
-            error_of(json!({"enum": [1, "a"]}), json!(2)),
-            "$: expected one of [1,\"a\"], got 2"
-        );
+        assert_eq!(error_of(json!({"const": "yes"}), json!("no")), "$: expected \"yes\", got \"no\"");
+        assert_eq!(error_of(json!({"enum": [1, "a"]}), json!(2)), "$: expected one of [1,\"a\"], got 2");
         assert_eq!(
             error_of(
                 json!({"properties": {"a b": {"properties": {"c.d": {"type": "null"}}}}}),
@@ -1413,23 +1165,20 @@ mod tests {
             "$[\"a b\"][\"c.d\"]: expected null, got number"
         );
         assert_eq!(
-            error_of(
-                json!({"items": {"items": {"type": "string"}}}),
-                json!([[], ["x", 1]])
-            ),
+            error_of(json!({"items": {"items": {"type": "string"}}}), json!([[], ["x", 1]])),
             "$[1][1]: expected string, got number"
         );
         assert_eq!(
-            error_of(json!({"anyOf": [{"type": "string"}, {"properties": {"a": {"type": "string"}}}]}), json!({"a": 1})),
+            error_of(
+                json!({"anyOf": [{"type": "string"}, {"properties": {"a": {"type": "string"}}}]}),
+                json!({"a": 1})
+            ),
             "$: expected a value matching at least one anyOf branch, got one matching none \
              (branch 0: $: expected string, got object; branch 1: $.a: expected string, got number)"
         );
         // A single-branch anyOf reports the branch's own mismatch.
         assert_eq!(
-            error_of(
-                json!({"properties": {"x": {"oneOf": [{"type": "string"}]}}}),
-                json!({"x": 1})
-            ),
+            error_of(json!({"properties": {"x": {"oneOf": [{"type": "string"}]}}}), json!({"x": 1})),
             "$.x: expected string, got number"
         );
         assert_eq!(
@@ -1452,86 +1201,29 @@ mod tests {
                 r#"properties.findings.items.type: unknown type "strng""#,
             ),
             (r#"{"type": "Object"}"#, r#"type: unknown type "Object""#),
-            (
-                r#"{"type": 5}"#,
-                "type: expected a type name or a non-empty array of type names, got number",
-            ),
-            (
-                r#"{"type": []}"#,
-                "type: expected a type name or a non-empty array of type names, got an empty array",
-            ),
-            (
-                r#"{"type": ["string", 1]}"#,
-                "type[1]: expected a type name, got number",
-            ),
-            (
-                r#"{"type": ["string", "float"]}"#,
-                r#"type[1]: unknown type "float""#,
-            ),
-            (
-                r#"{"required": "a"}"#,
-                "required: expected an array of property names, got string",
-            ),
-            (
-                r#"{"required": ["a", 2]}"#,
-                "required[1]: expected a property name (string), got number",
-            ),
-            (
-                r#"{"enum": "a"}"#,
-                "enum: expected a non-empty array, got string",
-            ),
-            (
-                r#"{"enum": []}"#,
-                "enum: expected a non-empty array, got an empty array",
-            ),
-            (
-                r#"{"properties": []}"#,
-                "properties: expected an object of schemas, got array",
-            ),
-            (
-                r#"{"properties": {"a": "string"}}"#,
-                "properties.a: expected a schema (object or boolean), got string",
-            ),
-            (
-                r#"{"properties": {"a.b": {"type": "x"}}}"#,
-                r#"properties["a.b"].type: unknown type "x""#,
-            ),
-            (
-                r#"{"items": "string"}"#,
-                "items: expected a schema (object or boolean), got string",
-            ),
-            (
-                r#"{"items": {"required": {}}}"#,
-                "items.required: expected an array of property names, got object",
-            ),
-            (
-                r#"{"anyOf": {"type": "string"}}"#,
-                "anyOf: expected a non-empty array of schemas, got object",
-            ),
-            (
-                r#"{"anyOf": []}"#,
-                "anyOf: expected a non-empty array of schemas, got an empty array",
-            ),
-            (
-                r#"{"oneOf": [{"type": "string"}, 3]}"#,
-                "oneOf[1]: expected a schema (object or boolean), got number",
-            ),
+            (r#"{"type": 5}"#, "type: expected a type name or a non-empty array of type names, got number"),
+            (r#"{"type": []}"#, "type: expected a type name or a non-empty array of type names, got an empty array"),
+            (r#"{"type": ["string", 1]}"#, "type[1]: expected a type name, got number"),
+            (r#"{"type": ["string", "float"]}"#, r#"type[1]: unknown type "float""#),
+            (r#"{"required": "a"}"#, "required: expected an array of property names, got string"),
+            (r#"{"required": ["a", 2]}"#, "required[1]: expected a property name (string), got number"),
+            (r#"{"enum": "a"}"#, "enum: expected a non-empty array, got string"),
+            (r#"{"enum": []}"#, "enum: expected a non-empty array, got an empty array"),
+            (r#"{"properties": []}"#, "properties: expected an object of schemas, got array"),
+            (r#"{"properties": {"a": "string"}}"#, "properties.a: expected a schema (object or boolean), got string"),
+            (r#"{"properties": {"a.b": {"type": "x"}}}"#, r#"properties["a.b"].type: unknown type "x""#),
+            (r#"{"items": "string"}"#, "items: expected a schema (object or boolean), got string"),
+            (r#"{"items": {"required": {}}}"#, "items.required: expected an array of property names, got object"),
+            (r#"{"anyOf": {"type": "string"}}"#, "anyOf: expected a non-empty array of schemas, got object"),
+            (r#"{"anyOf": []}"#, "anyOf: expected a non-empty array of schemas, got an empty array"),
+            (r#"{"oneOf": [{"type": "string"}, 3]}"#, "oneOf[1]: expected a schema (object or boolean), got number"),
             (
                 r#"{"allOf": [true, {"properties": {"x": {"type": ["nul"]}}}]}"#,
                 r#"allOf[1].properties.x.type[0]: unknown type "nul""#,
             ),
-            (
-                r#""object""#,
-                "(root): expected a schema (object or boolean), got string",
-            ),
-            (
-                r#"null"#,
-                "(root): expected a schema (object or boolean), got null",
-            ),
-            (
-                r#"[{"type": "string"}]"#,
-                "(root): expected a schema (object or boolean), got array",
-            ),
+            (r#""object""#, "(root): expected a schema (object or boolean), got string"),
+            (r#"null"#, "(root): expected a schema (object or boolean), got null"),
+            (r#"[{"type": "string"}]"#, "(root): expected a schema (object or boolean), got array"),
         ];
         for (text, message) in rows {
             match Schema::parse(text) {
@@ -1544,10 +1236,7 @@ mod tests {
         }
         for text in ["", "{", "{\"type\": \"string\",}", "not json"] {
             let e = Schema::parse(text).err();
-            assert!(
-                matches!(e, Some(SchemaError::InvalidJson(_))),
-                "{text:?} -> {e:?}"
-            );
+            assert!(matches!(e, Some(SchemaError::InvalidJson(_))), "{text:?} -> {e:?}");
             assert!(e.is_some_and(|e| e.to_string().starts_with("schema is not valid JSON: ")));
         }
     }
@@ -1588,10 +1277,7 @@ mod tests {
         assert_eq!(any.parse_reply("```\ntrue\n```"), Ok(json!(true)));
         assert_eq!(any.parse_reply("```true```"), Ok(json!(true)));
         assert_eq!(any.parse_reply("```json 12```"), Ok(json!(12)));
-        assert_eq!(
-            any.parse_reply("```\n\"a ``` b\"\n```"),
-            Ok(json!("a ``` b"))
-        );
+        assert_eq!(any.parse_reply("```\n\"a ``` b\"\n```"), Ok(json!("a ``` b")));
 
         // Not JSON, or text around the fence: a parse failure at `$`.
         for reply in [
@@ -1612,8 +1298,7 @@ mod tests {
         }
         // JSON that does not match.
         assert_eq!(
-            s.parse_reply("```json\n{\"isReal\": \"yes\"}\n```")
-                .map_err(|e| e.to_string()),
+            s.parse_reply("```json\n{\"isReal\": \"yes\"}\n```").map_err(|e| e.to_string()),
             Err("$.isReal: expected boolean, got string".to_owned())
         );
     }
@@ -1635,10 +1320,7 @@ mod tests {
             (json!({"type": "integer"}), json!(0)),
             (json!({"type": "number"}), json!(0)),
             (json!({"type": "boolean"}), json!(false)),
-            (
-                json!({"type": "array", "items": {"type": "string"}}),
-                json!([]),
-            ),
+            (json!({"type": "array", "items": {"type": "string"}}), json!([])),
             (json!({"type": ["string", "null"]}), json!("")),
             (json!({"type": ["null", "string"]}), json!(null)),
             (json!({"const": {"k": 1.5}}), json!({"k": 1.5})),
@@ -1649,18 +1331,9 @@ mod tests {
                 json!({"a": "", "b": null}),
             ),
             (json!({"required": ["a"]}), json!(null)),
-            (
-                json!({"anyOf": [{"type": "string"}, {"type": "integer"}]}),
-                json!(""),
-            ),
-            (
-                json!({"type": "integer", "anyOf": [{"type": "string"}, {"type": "integer"}]}),
-                json!(0),
-            ),
-            (
-                json!({"oneOf": [{"const": "x"}, {"type": "number"}], "type": "number"}),
-                json!(0),
-            ),
+            (json!({"anyOf": [{"type": "string"}, {"type": "integer"}]}), json!("")),
+            (json!({"type": "integer", "anyOf": [{"type": "string"}, {"type": "integer"}]}), json!(0)),
+            (json!({"oneOf": [{"const": "x"}, {"type": "number"}], "type": "number"}), json!(0)),
             (
                 json!({"allOf": [{"type": "object", "required": ["a"]}, {"required": ["b"], "properties": {"b": {"type": "array"}}}]}),
                 json!({"a": null, "b": []}),
@@ -1692,14 +1365,8 @@ mod tests {
                     "properties": {"deeper": {"type": ["array", "null"], "items": {"type": "string"}}}}}}),
                 json!({"deep": {"deeper": []}}),
             ),
-            (
-                json!({"type": "string", "minLength": 3, "pattern": "^a"}),
-                json!(""),
-            ),
-            (
-                json!({"$ref": "#/definitions/x", "definitions": {"x": {"type": "string"}}}),
-                json!(null),
-            ),
+            (json!({"type": "string", "minLength": 3, "pattern": "^a"}), json!("")),
+            (json!({"$ref": "#/definitions/x", "definitions": {"x": {"type": "string"}}}), json!(null)),
         ];
         for (raw, want) in rows {
             let s = schema(raw.clone());

@@ -47,4 +47,3 @@ pub struct Resolution {
     /// The module it got.
     pub name: String,
 }
-

@@ -42,7 +42,10 @@ impl AgentTuning {
 
     /// Bytes the values hold.
     pub fn len(&self) -> usize {
-        [&self.agent, &self.reasoning_effort, &self.context_tier].iter().map(|v| v.as_ref().map_or(0, String::len)).sum()
+        [&self.agent, &self.reasoning_effort, &self.context_tier]
+            .iter()
+            .map(|v| v.as_ref().map_or(0, String::len))
+            .sum()
     }
 
     /// Check every present value.
@@ -66,7 +69,9 @@ impl AgentTuning {
         named("reasoningEffort", &self.reasoning_effort)?;
         named("contextTier", &self.context_tier)?;
         match &self.reasoning_effort {
-            Some(effort) if !REASONING_EFFORTS.contains(&effort.as_str()) => Err(TuningError::ReasoningEffort(effort.clone())),
+            Some(effort) if !REASONING_EFFORTS.contains(&effort.as_str()) => {
+                Err(TuningError::ReasoningEffort(effort.clone()))
+            }
             _ => Ok(()),
         }
     }

@@ -30,7 +30,9 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrustError {
     /// Bytes read from the store do not hash to the sha256 they were stored under.
-    #[error("component_mismatch: the stored {what} asked for as sha256 {expected} hashes to {actual}; refusing to load it")]
+    #[error(
+        "component_mismatch: the stored {what} asked for as sha256 {expected} hashes to {actual}; refusing to load it"
+    )]
     ComponentMismatch {
         /// What was read (`component`, `JS runner`, `script source`).
         what: &'static str,
@@ -41,7 +43,9 @@ pub enum TrustError {
     },
     /// The run's record carries no consent seal (written by hand, or by a build that did not
     /// seal runs).
-    #[error("consent_mismatch: run `{0}` carries no consent seal; refusing to run what the database says (start it again)")]
+    #[error(
+        "consent_mismatch: run `{0}` carries no consent seal; refusing to run what the database says (start it again)"
+    )]
     ConsentMissing(String),
     /// The run's component, backend, grants, limits, args or session are not what its
     /// consent was given for.
@@ -177,7 +181,8 @@ fn sealed_message(bound: &Bound<'_>) -> Vec<u8> {
 /// HMAC-SHA256 (RFC 2104, RustCrypto's `hmac`) of `message` under `key`, not yet finalized.
 fn mac_of(key: &[u8], message: &[u8]) -> Hmac<sha2_11::Sha256> {
     // HMAC takes a key of any length (a longer one than a block is hashed first).
-    let mut mac = <Hmac<sha2_11::Sha256> as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    let mut mac = <Hmac<sha2_11::Sha256> as KeyInit>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
     mac.update(message);
     mac
 }
@@ -192,7 +197,8 @@ mod tests {
         let mac = mac_of(b"Jefe", b"what do ya want for nothing?").finalize().into_bytes();
         assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
         // Test case 6: a key longer than the block.
-        let mac = mac_of(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First").finalize().into_bytes();
+        let mac =
+            mac_of(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First").finalize().into_bytes();
         assert_eq!(hex::encode(mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
     }
 

@@ -61,7 +61,9 @@ pub fn read_component_file(path: &Path) -> Result<Vec<u8>, LoadError> {
         return Err(LoadError::TooLarge { path: shown(), limit: MAX_COMPONENT_BYTES });
     }
     let mut bytes = Vec::new();
-    file.take(MAX_COMPONENT_BYTES + 1).read_to_end(&mut bytes).map_err(|source| LoadError::Read { path: shown(), source })?;
+    file.take(MAX_COMPONENT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| LoadError::Read { path: shown(), source })?;
     if bytes.len() as u64 > MAX_COMPONENT_BYTES {
         return Err(LoadError::TooLarge { path: shown(), limit: MAX_COMPONENT_BYTES });
     }
@@ -172,19 +174,14 @@ impl ComponentLoader {
         classify(bytes)?;
         let hash = content_hash(bytes);
         let (component, origin) = self.compile_cached(&hash, bytes)?;
-        let imports = component
-            .component_type()
-            .imports(&self.engine)
-            .map(|(name, _)| name.to_string())
-            .collect::<Vec<_>>();
+        let imports =
+            component.component_type().imports(&self.engine).map(|(name, _)| name.to_string()).collect::<Vec<_>>();
         let exports_run = component.component_type().exports(&self.engine).any(|(name, _)| name == "run");
         let script_import = |i: &String| i.starts_with("agent:factory/script");
         if let Some(import) = imports.iter().find(|i| !host_provides(i) || (!script_runner && script_import(i))) {
             return Err(LoadError::UnknownImport { import: import.clone() });
         }
-        let instance_pre = linker
-            .instantiate_pre(&component)
-            .map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
         let pre = FactoryPre::new(instance_pre).map_err(|e| {
             let hint = if exports_run { "" } else { " (it has no `run` export)" };
             LoadError::WrongWorld(format!("{e:#}{hint}"))

@@ -5,7 +5,6 @@
 //! guest at [`grant_mount_point`]. What a worker of a shared store admits of what the
 //! database says to run (component hashes, consent seals, grant roots) is [`admission`].
 
-
 pub mod admission;
 pub mod component;
 pub(crate) mod contract;
@@ -19,7 +18,6 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 pub use crate::model::sandbox_limits::{SandboxLimits, SandboxLimitsError};
-
 
 /// How often the epoch advances: the granularity of deadlines and forced yields.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -216,7 +214,9 @@ pub enum GrantError {
     NotUtf8(String),
     /// A granted directory now resolves elsewhere (a symlink replaced it or one of its
     /// parents): the run was granted the directory it recorded, not whatever is there now.
-    #[error("the run was granted `{recorded}`, which now leads to `{now}` (replaced by a symlink?); refusing to mount it")]
+    #[error(
+        "the run was granted `{recorded}`, which now leads to `{now}` (replaced by a symlink?); refusing to mount it"
+    )]
     Moved { recorded: String, now: String },
 }
 
@@ -278,7 +278,16 @@ pub(crate) fn new_store(
         .memories(limits.memories)
         .trap_on_grow_failure(true)
         .build();
-    let data = RunData { run, started: Default::default(), script, wasi, table: ResourceTable::new(), limits: store_limits, output, _ticking: ticker::global().live() };
+    let data = RunData {
+        run,
+        started: Default::default(),
+        script,
+        wasi,
+        table: ResourceTable::new(),
+        limits: store_limits,
+        output,
+        _ticking: ticker::global().live(),
+    };
     let mut store = Store::new(engine, data);
     store.limiter(|d| &mut d.limits);
     store.set_fuel(limits.fuel)?;

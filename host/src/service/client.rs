@@ -8,8 +8,8 @@ use super::local::Local;
 use super::remote::{ClientError, Remote, Subscription};
 use super::wire::{Request, Response, Target};
 use super::Consent;
-use crate::error::{Error, ErrorCode};
 use crate::engine::host::RunDetail;
+use crate::error::{Error, ErrorCode};
 use crate::model::scope::Scope;
 use crate::store::{ProgressQuery, Registration};
 use crate::{ProgressEntry, RunEnvelope, RunSummary, RunUpdated};
@@ -182,7 +182,12 @@ impl Client {
     }
 
     /// Register an authored factory in the session's scope.
-    pub async fn author(&self, session: &str, meta: serde_json::Value, run: String) -> Result<Registration, ServiceError> {
+    pub async fn author(
+        &self,
+        session: &str,
+        meta: serde_json::Value,
+        run: String,
+    ) -> Result<Registration, ServiceError> {
         let request = Request::Author { session: session.into(), meta, run };
         expect!(self, request, Response::Registration(registration) => *registration)
     }

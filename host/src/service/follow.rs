@@ -13,9 +13,9 @@ use super::client::{Client, ServiceError, Updates};
 use super::remote::{ClientError, FollowStream};
 use super::wire::FollowEvent;
 use crate::error::ErrorCode;
+use crate::model::flow::FlowWatch;
 use crate::model::scope::Scope;
 use crate::store::ProgressQuery;
-use crate::model::flow::FlowWatch;
 use crate::{ProgressEntry, ProgressEvent, RunEnvelope};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -93,7 +93,8 @@ impl Follower {
                     follower.stream = Some(stream);
                     return Ok(follower);
                 }
-                Err(ClientError::Remote(e)) if e.code == ErrorCode::BadRequest && e.message.contains("startFollowing") => {}
+                Err(ClientError::Remote(e))
+                    if e.code == ErrorCode::BadRequest && e.message.contains("startFollowing") => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -105,10 +106,15 @@ impl Follower {
     /// Where following a start begins, asked before it starts: a new run from its first
     /// entry (0), a resume after the run's last entry so far (the attempts before it are
     /// history, not this attempt's progress: a resume of a long run would show them all).
-    pub async fn start_after_seq(client: &Client, scope: &Scope, request: &super::Request) -> Result<u64, ServiceError> {
+    pub async fn start_after_seq(
+        client: &Client,
+        scope: &Scope,
+        request: &super::Request,
+    ) -> Result<u64, ServiceError> {
         let super::Request::Resume { run_id, .. } = request else { return Ok(0) };
         // A page backwards from the tail: the last entry alone.
-        let last = client.progress(scope.clone(), run_id, ProgressQuery { limit: Some(1), ..Default::default() }).await?;
+        let last =
+            client.progress(scope.clone(), run_id, ProgressQuery { limit: Some(1), ..Default::default() }).await?;
         Ok(last.last().map_or(0, |entry| entry.seq))
     }
 
@@ -230,7 +236,12 @@ impl Follower {
             if let Some(flows) = self.flows.next(local.host().run_flows(&self.run_id)) {
                 let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
                 let at_ms = now.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-                self.pending.push_back(ProgressEntry { seq: after, at_ms, phase: None, event: ProgressEvent::Flows { flows } });
+                self.pending.push_back(ProgressEntry {
+                    seq: after,
+                    at_ms,
+                    phase: None,
+                    event: ProgressEvent::Flows { flows },
+                });
             }
         }
         Ok(())

@@ -5,8 +5,8 @@
 
 use super::consent::{consented, trust_key, TrustCheck};
 use super::wire::{Request, Response, Source, Target};
-use crate::error::Error;
 use crate::engine::host::{Host, ResumeOptions, RunOptions};
+use crate::error::Error;
 use crate::BackendChoice;
 use std::sync::Arc;
 
@@ -45,15 +45,17 @@ impl Local {
     pub async fn answer(&self, request: Request) -> Result<Response, Error> {
         let host = &self.host;
         Ok(match request {
-            Request::Runs { scope, after, limit } => {
-                Response::Runs(host.run_summaries(scope, after.as_deref(), limit.unwrap_or(crate::MAX_RUNS_PAGE)).await?)
-            }
+            Request::Runs { scope, after, limit } => Response::Runs(
+                host.run_summaries(scope, after.as_deref(), limit.unwrap_or(crate::MAX_RUNS_PAGE)).await?,
+            ),
             Request::RunsPage { scope, after_seq, before_seq, limit } => {
                 Response::RunsPage(Box::new(host.runs_page(scope, after_seq, before_seq, limit).await?))
             }
             Request::Envelope { scope, run_id } => Response::Envelope(Box::new(host.envelope(scope, &run_id).await?)),
             Request::Detail { scope, run_id } => Response::Detail(Box::new(host.detail(scope, &run_id).await?)),
-            Request::Progress { scope, run_id, query } => Response::Progress(host.progress(scope, &run_id, &query).await?),
+            Request::Progress { scope, run_id, query } => {
+                Response::Progress(host.progress(scope, &run_id, &query).await?)
+            }
             Request::Wait { scope, run_id } => Response::Envelope(Box::new(host.wait(scope, &run_id).await?)),
             Request::Cancel { scope, run_id } => Response::Envelope(Box::new(host.cancel(scope, &run_id).await?)),
             Request::Pause { scope, run_id } => Response::Envelope(Box::new(host.pause(scope, &run_id).await?)),
@@ -82,7 +84,9 @@ impl Local {
             start @ (Request::Run { .. } | Request::Resume { .. }) => {
                 Response::Started { run_id: self.start(start).await? }
             }
-            Request::Subscribe { .. } => return Err(Error::Misrouted("a subscription is a stream: use Client::updates")),
+            Request::Subscribe { .. } => {
+                return Err(Error::Misrouted("a subscription is a stream: use Client::updates"))
+            }
             Request::Follow { .. } | Request::StartFollowing { .. } => {
                 return Err(Error::Misrouted("a follow is a stream: use Follower"))
             }
@@ -99,7 +103,16 @@ impl Local {
         });
         let task = match request {
             Request::Run {
-                session, component, args, limits, backend: choice, grants, declined, consent, trace_parent, caller_cwd,
+                session,
+                component,
+                args,
+                limits,
+                backend: choice,
+                grants,
+                declined,
+                consent,
+                trace_parent,
+                caller_cwd,
             } => {
                 // Refuse an unusable backend before the run exists.
                 let backend = Some(host.chosen_backend(&choice)?);
@@ -132,7 +145,17 @@ impl Local {
                     }
                 })
             }
-            Request::Resume { scope, run_id, component, limits, backend: choice, consent, trace_parent, caller_cwd, input } => {
+            Request::Resume {
+                scope,
+                run_id,
+                component,
+                limits,
+                backend: choice,
+                consent,
+                trace_parent,
+                caller_cwd,
+                input,
+            } => {
                 let component = match component {
                     Some(path) => Some(host.load_file(&path).await?),
                     None => None,

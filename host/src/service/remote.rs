@@ -4,7 +4,8 @@
 //! [`MAX_RESPONSE_BYTES`] of any line.
 
 use super::wire::{
-    parse_frame, read_line_bounded, Answer, Event, FollowEvent, Frame, RemoteError, Request, Response, MAX_RESPONSE_BYTES,
+    parse_frame, read_line_bounded, Answer, Event, FollowEvent, Frame, RemoteError, Request, Response,
+    MAX_RESPONSE_BYTES,
 };
 use crate::model::scope::Scope;
 use crate::RunUpdated;
@@ -85,7 +86,9 @@ impl Remote {
     /// Connect, check the server is ours, send `request`; the stream to read answers from.
     async fn send(&self, request: &Request) -> Result<(OwnedReadHalf, OwnedWriteHalf), ClientError> {
         let path = self.path();
-        let stream = UnixStream::connect(&self.socket).await.map_err(|source| ClientError::Connect { path: path.clone(), source })?;
+        let stream = UnixStream::connect(&self.socket)
+            .await
+            .map_err(|source| ClientError::Connect { path: path.clone(), source })?;
         // The server checks us; we check the server: a socket planted by another user gets
         // neither our requests nor our consent.
         let ours = crate::access::our_uid();
@@ -108,7 +111,10 @@ impl Remote {
         let line = read_line_bounded(read, MAX_RESPONSE_BYTES)
             .await
             .map_err(|source| ClientError::Io { path: path.clone(), source })?
-            .ok_or_else(|| ClientError::Protocol { path: path.clone(), message: format!("answer larger than {MAX_RESPONSE_BYTES} bytes") })?;
+            .ok_or_else(|| ClientError::Protocol {
+                path: path.clone(),
+                message: format!("answer larger than {MAX_RESPONSE_BYTES} bytes"),
+            })?;
         self.parse_answer(&line)
     }
 
@@ -116,7 +122,10 @@ impl Remote {
     fn parse_answer(&self, line: &[u8]) -> Result<Response, ClientError> {
         let path = self.path();
         if line.is_empty() {
-            return Err(ClientError::Protocol { path, message: "the service closed the connection without answering".into() });
+            return Err(ClientError::Protocol {
+                path,
+                message: "the service closed the connection without answering".into(),
+            });
         }
         match parse_frame::<Answer>(line).map_err(|message| ClientError::Protocol { path, message })? {
             Answer::Ok(response) => Ok(response),
@@ -277,9 +286,12 @@ impl FollowStream {
         let line = match self.lines.next().await {
             Ok(line) => line,
             Err(LineEnd::Closed) => return Err(ClientError::Disconnected { path: self.lines.path.clone() }),
-            Err(LineEnd::Broken(message)) => return Err(ClientError::Protocol { path: self.lines.path.clone(), message }),
+            Err(LineEnd::Broken(message)) => {
+                return Err(ClientError::Protocol { path: self.lines.path.clone(), message })
+            }
         };
-        parse_frame::<FollowEvent>(&line).map_err(|message| ClientError::Protocol { path: self.lines.path.clone(), message })
+        parse_frame::<FollowEvent>(&line)
+            .map_err(|message| ClientError::Protocol { path: self.lines.path.clone(), message })
     }
 }
 
@@ -324,7 +336,12 @@ mod tests {
         };
         let mut all = line(Answer::Ok(Response::Following));
         for seq in 1..=3 {
-            let entry = ProgressEntry { seq, at_ms: 0, phase: None, event: ProgressEvent::Log { message: format!("line {seq}"), level: Default::default() } };
+            let entry = ProgressEntry {
+                seq,
+                at_ms: 0,
+                phase: None,
+                event: ProgressEvent::Log { message: format!("line {seq}"), level: Default::default() },
+            };
             all.extend(line(FollowEvent::Progress(entry)));
         }
         all.extend(line(FollowEvent::Ended(Box::new(envelope.clone()))));

@@ -14,8 +14,8 @@
 //! or `"scope": "owner"`); starting a run or authoring a factory names the concrete
 //! `session` it happens in.
 
-use crate::error::{Error, ErrorCode};
 use crate::engine::host::{BackendChoice, RunDetail};
+use crate::error::{Error, ErrorCode};
 use crate::model::limits::Limits;
 use crate::model::scope::Scope;
 use crate::store::{ProgressQuery, Registration};
@@ -407,7 +407,10 @@ pub(crate) fn parse_frame<T: serde::de::DeserializeOwned>(line: &[u8]) -> Result
 
 /// Read one `\n`-terminated line of at most `limit` bytes (the newline excluded). `Ok(None)`:
 /// the line is longer than `limit`. At end of stream, whatever was read (possibly empty).
-pub async fn read_line_bounded<R: tokio::io::AsyncRead + Unpin>(read: R, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+pub async fn read_line_bounded<R: tokio::io::AsyncRead + Unpin>(
+    read: R,
+    limit: u64,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut line = Vec::new();
     BufReader::new(read.take(limit + 1)).read_until(b'\n', &mut line).await?;
     if line.last() == Some(&b'\n') {
@@ -466,7 +469,10 @@ mod tests {
                 grants: vec![PathBuf::from("/tmp")],
                 declined: false,
                 consent: super::super::Consent::Sha256("ab".into()),
-                trace_parent: Some(crate::trace::TraceParent::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap()),
+                trace_parent: Some(
+                    crate::trace::TraceParent::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+                        .unwrap(),
+                ),
                 caller_cwd: None,
             },
             resume.clone(),
@@ -479,11 +485,20 @@ mod tests {
             let bytes = line(&Frame::new(request.clone()));
             assert_eq!(parse_request(&bytes).unwrap(), request, "{}", String::from_utf8_lossy(&bytes));
         }
-        let text = String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() }))).unwrap();
+        let text =
+            String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() })))
+                .unwrap();
         assert_eq!(text, r#"{"wire":7,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
-        let text = String::from_utf8(line(&Frame::new(Request::Follow { scope: Scope::Owner, run_id: "r".into(), after_seq: 2 }))).unwrap();
+        let text = String::from_utf8(line(&Frame::new(Request::Follow {
+            scope: Scope::Owner,
+            run_id: "r".into(),
+            after_seq: 2,
+        })))
+        .unwrap();
         assert_eq!(text, r#"{"wire":7,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
-        let text = String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None }))).unwrap();
+        let text =
+            String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None })))
+                .unwrap();
         assert_eq!(text, r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();

@@ -119,7 +119,11 @@ pub async fn run_records(open: &impl Open) {
         assert_eq!(r.writes, 1, "a first put counts one write");
         records.push(r);
     }
-    assert!(records.windows(2).all(|w| w[0].seq < w[1].seq), "creation seqs increase: {:?}", records.iter().map(|r| r.seq).collect::<Vec<_>>());
+    assert!(
+        records.windows(2).all(|w| w[0].seq < w[1].seq),
+        "creation seqs increase: {:?}",
+        records.iter().map(|r| r.seq).collect::<Vec<_>>()
+    );
     for r in &records {
         assert_eq!(store.run(&r.envelope.run_id).await.expect("run").as_ref(), Some(r), "a run reads as put");
     }
@@ -136,7 +140,13 @@ pub async fn run_records(open: &impl Open) {
     assert_eq!(listed, records, "runs lists every record, in creation order, as last put");
     // A listing's read: the same records in the same order, each without its result and
     // with the result's size.
-    let listed: Vec<ListedRun> = store.listed_runs().await.expect("listed_runs").into_iter().filter(|l| ids.contains(&l.record.envelope.run_id)).collect();
+    let listed: Vec<ListedRun> = store
+        .listed_runs()
+        .await
+        .expect("listed_runs")
+        .into_iter()
+        .filter(|l| ids.contains(&l.record.envelope.run_id))
+        .collect();
     let expected: Vec<ListedRun> = records.iter().cloned().map(ListedRun::of).collect();
     assert_eq!(listed, expected, "listed_runs lists every record in creation order, results left out");
     assert_eq!(listed[0].result_bytes, Some(r#"{"ok":true}"#.len() as u64), "the result's size is kept");
@@ -147,7 +157,12 @@ pub async fn run_records(open: &impl Open) {
     assert_eq!(ours(&store.runs().await.expect("runs after a reopen"), &ids), records, "records survive a reopen");
     let mut later = record(&fresh_id(), "default", RunStatus::Completed);
     store.put_run(&mut later, true).await.expect("put_run after a reopen");
-    assert!(later.seq > records[2].seq, "the creation seq goes on after a reopen ({} after {})", later.seq, records[2].seq);
+    assert!(
+        later.seq > records[2].seq,
+        "the creation seq goes on after a reopen ({} after {})",
+        later.seq,
+        records[2].seq
+    );
     let all = store.runs().await.expect("runs");
     assert_eq!(all.last().map(|r| &r.envelope.run_id), Some(&later.envelope.run_id), "the newest run is listed last");
 }
@@ -187,7 +202,14 @@ pub async fn progress_paging(open: &impl Open) {
         store.put_progress(&run, i as u64 + 1, bytes, 100 * (i as u64 + 1)).expect("put_progress");
     }
     // Another run's entries, one stored with its phase as text (before phase seqs).
-    let legacy = serde_json::to_vec(&JournaledProgress { seq: 1, at_ms: 5, phase_seq: None, phase: Some("Old".into()), event: log("x") }).expect("encode");
+    let legacy = serde_json::to_vec(&JournaledProgress {
+        seq: 1,
+        at_ms: 5,
+        phase_seq: None,
+        phase: Some("Old".into()),
+        event: log("x"),
+    })
+    .expect("encode");
     store.put_progress(&other, 1, legacy, 10).expect("put_progress");
     flush(&store).await;
 
@@ -261,7 +283,11 @@ pub async fn progress_paging(open: &impl Open) {
         let before = page(q(None, Some(at + 2), Some(5), None)).await;
         assert_eq!(seqs(&before), (at.saturating_sub(3).max(1)..=at + 1).collect::<Vec<_>>(), "5 before {}", at + 2);
     }
-    assert_eq!(seqs(&page(q(Some(60), Some(140), Some(1000), None)).await), (61..=139).collect::<Vec<_>>(), "between 60 and 140");
+    assert_eq!(
+        seqs(&page(q(Some(60), Some(140), Some(1000), None)).await),
+        (61..=139).collect::<Vec<_>>(),
+        "between 60 and 140"
+    );
     assert_eq!(seqs(&page(q(None, None, Some(3), None)).await), vec![298, 299, 300], "the long run's tail");
     assert_eq!(store.last_progress_seq(&long).await.expect("last seq"), 300);
 }
@@ -280,7 +306,14 @@ pub async fn blobs(open: &impl Open) {
 
 fn registration(name: &str, session: Option<&str>, hash: &str) -> Registration {
     Registration {
-        meta: FactoryMeta { name: name.into(), description: format!("{name} for {session:?}"), phases: Vec::new(), limits: Limits::default(), args_schema: None, agent_limits: Default::default() },
+        meta: FactoryMeta {
+            name: name.into(),
+            description: format!("{name} for {session:?}"),
+            phases: Vec::new(),
+            limits: Limits::default(),
+            args_schema: None,
+            agent_limits: Default::default(),
+        },
         hash: hash.into(),
         script: None,
         added_at: super::records::timestamp(),
@@ -301,9 +334,20 @@ pub async fn registrations(open: &impl Open) {
     store.register(&alices, &bytes).await.expect("register in a session");
     assert_eq!(store.blob(&hash).await.expect("blob").as_deref(), Some(&bytes[..]), "registering stores the component");
     assert_eq!(store.factory(&name).await.expect("factory").as_ref(), Some(&global));
-    assert_eq!(store.factory_in("alice", &name).await.expect("factory_in").as_ref(), Some(&alices), "a session sees its own");
-    assert_eq!(store.factory_in("bob", &name).await.expect("factory_in").as_ref(), Some(&global), "another session sees everyone's");
-    assert_eq!(store.registration(&registration_key(Some("alice"), &name)).await.expect("registration").as_ref(), Some(&alices));
+    assert_eq!(
+        store.factory_in("alice", &name).await.expect("factory_in").as_ref(),
+        Some(&alices),
+        "a session sees its own"
+    );
+    assert_eq!(
+        store.factory_in("bob", &name).await.expect("factory_in").as_ref(),
+        Some(&global),
+        "another session sees everyone's"
+    );
+    assert_eq!(
+        store.registration(&registration_key(Some("alice"), &name)).await.expect("registration").as_ref(),
+        Some(&alices)
+    );
     assert_eq!(store.registration("").await.expect("registration of the empty key"), None);
     assert_eq!(store.factory(&format!("fx-{}", fresh_id())).await.expect("factory"), None);
 
@@ -311,13 +355,18 @@ pub async fn registrations(open: &impl Open) {
     again.meta.description = "replaced".into();
     store.register(&again, &bytes).await.expect("register again");
     assert_eq!(store.factory(&name).await.expect("factory").map(|r| r.meta.description), Some("replaced".into()));
-    let listed: Vec<Registration> = store.factories().await.expect("factories").into_iter().filter(|r| r.meta.name == name).collect();
+    let listed: Vec<Registration> =
+        store.factories().await.expect("factories").into_iter().filter(|r| r.meta.name == name).collect();
     assert_eq!(listed.len(), 2, "one per key: {listed:?}");
     assert!(listed.contains(&again) && listed.contains(&alices), "{listed:?}");
 
     drop(store);
     let store = opened(open).await;
-    assert_eq!(store.factory_in("alice", &name).await.expect("factory_in").as_ref(), Some(&alices), "registrations survive a reopen");
+    assert_eq!(
+        store.factory_in("alice", &name).await.expect("factory_in").as_ref(),
+        Some(&alices),
+        "registrations survive a reopen"
+    );
 }
 
 /// Run modules: a manifest reads back as last put.
@@ -345,13 +394,21 @@ pub async fn journal_reads_and_puts(open: &impl Open) {
     let store = opened(open).await;
     let (run, other) = (fresh_id(), fresh_id());
     store.put_step(&run, "plan", "\"v1\"", 10).expect("put_step");
-    assert_eq!(store.get_step(&run, "plan").await.expect("get_step").as_deref(), Some("\"v1\""), "a put reads back at once");
+    assert_eq!(
+        store.get_step(&run, "plan").await.expect("get_step").as_deref(),
+        Some("\"v1\""),
+        "a put reads back at once"
+    );
     store.put_step(&run, "plan", "\"v2\"", 20).expect("put_step again");
     assert_eq!(store.get_step(&run, "plan").await.expect("get_step").as_deref(), Some("\"v2\""), "the last put wins");
     store.put_agent(&run, "a1", Some("{\"text\":\"hi\"}"), 30).expect("put_agent");
     store.put_agent(&run, "a2", None, 40).expect("put_agent (a failure)");
     assert_eq!(store.get_agent(&run, "a1").await.expect("get_agent"), Some(Some("{\"text\":\"hi\"}".into())));
-    assert_eq!(store.get_agent(&run, "a2").await.expect("get_agent"), Some(None), "an ordinary failure is journaled as such");
+    assert_eq!(
+        store.get_agent(&run, "a2").await.expect("get_agent"),
+        Some(None),
+        "an ordinary failure is journaled as such"
+    );
     assert_eq!(store.get_agent(&run, "a3").await.expect("get_agent"), None, "a call never journaled");
     assert_eq!(store.get_step(&other, "plan").await.expect("get_step"), None, "runs do not mix");
     flush(&store).await;
@@ -360,8 +417,13 @@ pub async fn journal_reads_and_puts(open: &impl Open) {
 
     let mut snapshot = store.load(&run, 1 << 20).await.expect("load");
     assert_eq!(snapshot.steps.len(), 1, "every step key");
-    assert_eq!(steps(&snapshot), BTreeMap::from([("plan".to_string(), "\"v2\"".to_string())]), "a load with room holds every value");
-    let expected = BTreeMap::from([("a1".to_string(), Some("{\"text\":\"hi\"}".to_string())), ("a2".to_string(), None)]);
+    assert_eq!(
+        steps(&snapshot),
+        BTreeMap::from([("plan".to_string(), "\"v2\"".to_string())]),
+        "a load with room holds every value"
+    );
+    let expected =
+        BTreeMap::from([("a1".to_string(), Some("{\"text\":\"hi\"}".to_string())), ("a2".to_string(), None)]);
     assert_eq!(outcomes(&snapshot), expected, "and every agent outcome");
     // A store that lists agent keys lists every one.
     if snapshot.agents_listed {
@@ -403,7 +465,11 @@ pub async fn journal_load_budget(open: &impl Open) {
         assert!(snapshot.steps.knows(fingerprint(key)), "step key {key} known");
     }
     let loaded = steps(&snapshot);
-    assert_eq!(loaded.keys().collect::<Vec<_>>(), vec!["a", "b", "c", "d"], "the steps that fit, none over a quarter of the budget");
+    assert_eq!(
+        loaded.keys().collect::<Vec<_>>(),
+        vec!["a", "b", "c", "d"],
+        "the steps that fit, none over a quarter of the budget"
+    );
     assert!(loaded.values().all(|v| *v == value(45)));
     assert_eq!(snapshot.steps.get("e"), Loaded::Unloaded, "a key whose value was not loaded");
     assert_eq!(snapshot.agents.values(), 0, "steps come first: the agent outcome did not fit what they left");
@@ -453,11 +519,19 @@ pub async fn journal_load_order(open: &impl Open) {
     flush(&store).await;
     let mut snapshot = store.load(&run, 1 << 20).await.expect("load");
     let steps: Vec<_> = snapshot.steps.iter().map(|(k, v)| format!("{k}={}", String::from_utf8_lossy(v))).collect();
-    assert_eq!(steps, ["m=\"m\"", "x=\"x\"", "a=\"a\"", "c=\"c again\"", "b=\"b\""], "steps in the order of their last puts");
+    assert_eq!(
+        steps,
+        ["m=\"m\"", "x=\"x\"", "a=\"a\"", "c=\"c again\"", "b=\"b\""],
+        "steps in the order of their last puts"
+    );
     let outcome = |v: &[u8]| decode_outcome(v).expect("an outcome the journal wrote").map(str::to_string);
     let agents: Vec<_> = snapshot.agents.iter().map(|(k, v)| (k.to_string(), outcome(v))).collect();
     let expected = [("k9", Some("\"k9\"")), ("k1", Some("\"k1\"")), ("k5", Some("\"k5\"")), ("k0", None)];
-    assert_eq!(agents, expected.map(|(k, v)| (k.to_string(), v.map(str::to_string))), "agent outcomes in the order of their puts");
+    assert_eq!(
+        agents,
+        expected.map(|(k, v)| (k.to_string(), v.map(str::to_string))),
+        "agent outcomes in the order of their puts"
+    );
     // A replay asks in that order and finds each one.
     for key in ["m", "x", "a", "c", "b"] {
         assert!(matches!(snapshot.steps.get(key), Loaded::Value(_)), "{key}");
@@ -574,7 +648,8 @@ pub async fn remove_run(open: &impl Open) {
     let run = fresh_id();
     // Its keys sort right after the removed run's: a delete by range must stop before them.
     let neighbour = format!("{run}-next");
-    let manifest = Manifest { root: None, modules: BTreeMap::from([("a.js".to_string(), "h".to_string())]), resolved: Vec::new() };
+    let manifest =
+        Manifest { root: None, modules: BTreeMap::from([("a.js".to_string(), "h".to_string())]), resolved: Vec::new() };
     let mut records = Vec::new();
     for id in [&run, &neighbour] {
         let mut r = record(id, "default", RunStatus::Completed);
@@ -587,7 +662,8 @@ pub async fn remove_run(open: &impl Open) {
         store.put_run_modules(id, &manifest).expect("put_run_modules");
         records.push(r);
     }
-    let (mut running, mut pending) = (record(&fresh_id(), "default", RunStatus::Running), record(&fresh_id(), "default", RunStatus::Pending));
+    let (mut running, mut pending) =
+        (record(&fresh_id(), "default", RunStatus::Running), record(&fresh_id(), "default", RunStatus::Pending));
     store.put_run(&mut running, true).await.expect("put_run (running)");
     store.put_run(&mut pending, true).await.expect("put_run (pending)");
 
@@ -595,7 +671,10 @@ pub async fn remove_run(open: &impl Open) {
     assert_eq!(store.remove_run(&run).await.expect("remove_run"), Removed::Removed);
     assert_eq!(store.run(&run).await.expect("run"), None, "the record is gone");
     assert!(!store.runs().await.expect("runs").iter().any(|r| r.envelope.run_id == run), "and not listed");
-    assert!(store.progress(&run, &ProgressQuery::default()).await.expect("progress").is_empty(), "its progress is gone");
+    assert!(
+        store.progress(&run, &ProgressQuery::default()).await.expect("progress").is_empty(),
+        "its progress is gone"
+    );
     assert_eq!(store.last_progress_seq(&run).await.expect("last seq"), 0);
     assert_eq!(store.get_step(&run, "plan").await.expect("get_step"), None, "its steps are gone");
     assert_eq!(store.get_agent(&run, "a1").await.expect("get_agent"), None, "its agent outcomes are gone");
@@ -614,7 +693,12 @@ pub async fn remove_run(open: &impl Open) {
     // A run that executes is refused and kept.
     for r in [&running, &pending] {
         let id = &r.envelope.run_id;
-        assert_eq!(store.remove_run(id).await.expect("remove_run (active)"), Removed::Active, "{:?}", r.envelope.status);
+        assert_eq!(
+            store.remove_run(id).await.expect("remove_run (active)"),
+            Removed::Active,
+            "{:?}",
+            r.envelope.status
+        );
         assert_eq!(store.run(id).await.expect("run").as_ref(), Some(r), "an active run is kept as it was");
     }
 
@@ -627,7 +711,9 @@ pub async fn remove_run(open: &impl Open) {
     let mut later = record(&fresh_id(), "default", RunStatus::Completed);
     store.put_run(&mut later, true).await.expect("put_run after a remove");
     assert!(later.seq > records[1].seq, "the creation seq goes on");
-    for id in [neighbour, later.envelope.run_id.clone(), running.envelope.run_id.clone(), pending.envelope.run_id.clone()] {
+    for id in
+        [neighbour, later.envelope.run_id.clone(), running.envelope.run_id.clone(), pending.envelope.run_id.clone()]
+    {
         // The active ones were repaired at the reopen (a store held by one process), or are
         // ended here first.
         if let Some(mut r) = store.run(&id).await.expect("run") {

@@ -73,7 +73,10 @@ impl std::fmt::Display for StoreError {
             StoreError::Pool { url, source } => write!(f, "PostgreSQL store {url}: no connection: {}", root(&**source)),
             StoreError::Url { url, reason } => write!(f, "store URL {url}: {reason}"),
             StoreError::Fenced { worker, generation } => {
-                write!(f, "worker {worker} (generation {generation}) lost its lease on the store: its writes are refused")
+                write!(
+                    f,
+                    "worker {worker} (generation {generation}) lost its lease on the store: its writes are refused"
+                )
             }
             StoreError::Unavailable { url, seconds, .. } => {
                 write!(f, "PostgreSQL store {url} could not be written for {seconds:.1} s, past this worker's lease")

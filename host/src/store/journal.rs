@@ -177,7 +177,13 @@ pub struct LoadingEntries {
 impl LoadingEntries {
     /// Step entries.
     pub fn steps() -> Self {
-        LoadingEntries { bytes: Vec::new(), placed: Vec::new(), in_order: true, keys_only: Vec::new(), hash: fingerprint }
+        LoadingEntries {
+            bytes: Vec::new(),
+            placed: Vec::new(),
+            in_order: true,
+            keys_only: Vec::new(),
+            hash: fingerprint,
+        }
     }
 
     /// Agent entries.
@@ -344,9 +350,14 @@ impl LoadedEntries {
         while let Some(header) = header(&self.bytes, at) {
             let key_at = at + HEADER;
             // Every key was a `&str` when it was loaded.
-            if let Some(key) = self.bytes.get(key_at..key_at + header.key_len).and_then(|k| std::str::from_utf8(k).ok()) {
+            if let Some(key) = self.bytes.get(key_at..key_at + header.key_len).and_then(|k| std::str::from_utf8(k).ok())
+            {
                 let fingerprint = (self.hash)(key);
-                self.insert(if header.live { Slot { fingerprint, at: at as u32 } } else { Slot::key_only(fingerprint) });
+                self.insert(if header.live {
+                    Slot { fingerprint, at: at as u32 }
+                } else {
+                    Slot::key_only(fingerprint)
+                });
             }
             at = header.end(at);
         }
@@ -489,7 +500,9 @@ impl LoadedEntries {
 
     /// Bytes this holds in memory, or will once its table is made: its buffer and its table.
     pub fn memory(&self) -> usize {
-        self.bytes.capacity() + self.slots.max(self.table.capacity()) * std::mem::size_of::<Slot>() + self.keys_only.capacity() * 8
+        self.bytes.capacity()
+            + self.slots.max(self.table.capacity()) * std::mem::size_of::<Slot>()
+            + self.keys_only.capacity() * 8
     }
 
     /// Every loaded (key, value) that still holds, in journal order.
@@ -509,7 +522,11 @@ impl LoadedEntries {
 
 impl std::fmt::Debug for LoadedEntries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedEntries").field("keys", &self.keys).field("values", &self.values).field("bytes", &self.bytes.len()).finish()
+        f.debug_struct("LoadedEntries")
+            .field("keys", &self.keys)
+            .field("values", &self.values)
+            .field("bytes", &self.bytes.len())
+            .finish()
     }
 }
 
@@ -610,7 +627,12 @@ pub struct JournalSnapshot {
 /// An empty journal.
 impl Default for JournalSnapshot {
     fn default() -> Self {
-        JournalSnapshot { steps: LoadedEntries::default(), agents: LoadingEntries::agents().finish(), agents_listed: false, journal_bytes: 0 }
+        JournalSnapshot {
+            steps: LoadedEntries::default(),
+            agents: LoadingEntries::agents().finish(),
+            agents_listed: false,
+            journal_bytes: 0,
+        }
     }
 }
 
@@ -639,7 +661,11 @@ pub trait Journal: Send + Sync + 'static {
     fn get_step<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<String>, JournalError>>;
 
     /// An agent outcome, as put (committed or not): `None` when the call was never journaled.
-    fn get_agent<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>>;
+    fn get_agent<'a>(
+        &'a self,
+        run_id: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>>;
 
     /// What an entry of `key_bytes` (every part of its key, run id included) and
     /// `value_bytes` occupies where this journal keeps it: what the run's journal budget is
@@ -656,7 +682,8 @@ pub trait Journal: Send + Sync + 'static {
     fn put_step(&self, run_id: &str, key: &str, value: &str, journal_bytes: u64) -> Result<(), JournalError>;
 
     /// Record an agent outcome.
-    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError>;
+    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64)
+        -> Result<(), JournalError>;
 
     /// Record a progress entry: `entry` is its stored JSON form
     /// ([`JournaledProgress`](crate::model::progress::JournaledProgress)).
@@ -792,7 +819,11 @@ mod tests {
         assert_eq!(entries.get("d"), Loaded::Value(b"d!"));
         assert_eq!(entries.next, 22);
         assert_eq!(entries.table.len(), 16, "6 keys, at most two thirds full");
-        assert!(entries.memory() <= memory, "the table was counted before it was made: {} > {memory}", entries.memory());
+        assert!(
+            entries.memory() <= memory,
+            "the table was counted before it was made: {} > {memory}",
+            entries.memory()
+        );
         assert_eq!(entries.get("f"), Loaded::Unloaded);
         assert_eq!(entries.get("g"), Loaded::Absent);
         // A value forgotten is not found by the walk either, though its bytes are still there.

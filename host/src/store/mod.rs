@@ -26,11 +26,14 @@ mod stats;
 pub mod trust;
 
 pub use self::postgres::{PgOptions, PgStore};
-pub use self::redb::{RedbStore, StoreOptions, StoreUsage, TableUsage, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES, READ_CACHE_BYTES, STORE_FILE};
-pub use error::StoreError;
+pub use self::redb::{
+    RedbStore, StoreOptions, StoreUsage, TableUsage, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES, READ_CACHE_BYTES,
+    STORE_FILE,
+};
 pub(crate) use error::corrupt;
-pub use records::{Interruption, ListedRun, ProgressQuery, Registration, Removed, RunRecord, DEFAULT_SESSION};
+pub use error::StoreError;
 pub(crate) use records::timestamp as records_timestamp;
+pub use records::{Interruption, ListedRun, ProgressQuery, Registration, Removed, RunRecord, DEFAULT_SESSION};
 pub use stats::WriterStats;
 
 use crate::model::progress::ProgressEntry;
@@ -76,7 +79,11 @@ pub trait Store: Journal + std::fmt::Debug {
 
     /// Progress entries of a run, paged (see [`ProgressQuery`]), in ascending seq order, each
     /// with the title of the phase it was recorded in.
-    fn progress<'a>(&'a self, run_id: &'a str, query: &'a ProgressQuery) -> BoxFuture<'a, Result<Vec<ProgressEntry>, StoreError>>;
+    fn progress<'a>(
+        &'a self,
+        run_id: &'a str,
+        query: &'a ProgressQuery,
+    ) -> BoxFuture<'a, Result<Vec<ProgressEntry>, StoreError>>;
 
     /// The highest committed progress seq of a run (0 when it has none).
     fn last_progress_seq<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<u64, StoreError>>;
@@ -91,7 +98,11 @@ pub trait Store: Journal + std::fmt::Debug {
 
     /// Register (or re-register) a factory under [`Registration::key`], with its component
     /// bytes, durably.
-    fn register<'a>(&'a self, registration: &'a Registration, bytes: &'a Arc<[u8]>) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn register<'a>(
+        &'a self,
+        registration: &'a Registration,
+        bytes: &'a Arc<[u8]>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The registration under `key` ([`records::registration_key`]); `None` for an empty key.
     /// One that cannot be read is [`StoreError::Corrupt`].

@@ -26,18 +26,51 @@ pub(crate) const EARLY_COMMIT_OPS: usize = 256;
 /// One write.
 pub(crate) enum Op {
     /// A journal entry carries the run's journal bytes with it counted (`usage`).
-    Step { run: String, key: String, value: Arc<str>, usage: u64 },
-    Agent { run: String, key: String, outcome: Arc<[u8]>, usage: u64 },
-    Progress { run: String, seq: u64, entry: Vec<u8>, usage: u64 },
+    Step {
+        run: String,
+        key: String,
+        value: Arc<str>,
+        usage: u64,
+    },
+    Agent {
+        run: String,
+        key: String,
+        outcome: Arc<[u8]>,
+        usage: u64,
+    },
+    Progress {
+        run: String,
+        seq: u64,
+        entry: Vec<u8>,
+        usage: u64,
+    },
     /// The running attempt's accounting: encoded by the writer, for the last one of each run
     /// in a commit only (a fan-out's agents each hand one over; a commit keeps one per run).
-    Accounting { run: String, accounting: Accounting },
+    Accounting {
+        run: String,
+        accounting: Accounting,
+    },
     /// A run record: `seq` is its creation seq, `new` when this write creates it, `status`
     /// its status's name for a store that keeps it beside the record (else empty).
-    Run { id: String, seq: u64, new: bool, status: String, record: Vec<u8> },
-    Factory { key: String, registration: Vec<u8> },
-    Blob { hash: String, bytes: Arc<[u8]> },
-    RunModules { run: String, manifest: Vec<u8> },
+    Run {
+        id: String,
+        seq: u64,
+        new: bool,
+        status: String,
+        record: Vec<u8>,
+    },
+    Factory {
+        key: String,
+        registration: Vec<u8>,
+    },
+    Blob {
+        hash: String,
+        bytes: Arc<[u8]>,
+    },
+    RunModules {
+        run: String,
+        manifest: Vec<u8>,
+    },
     Flush(oneshot::Sender<Result<(), StoreError>>),
 }
 
@@ -154,7 +187,8 @@ impl Backlog {
 
     /// The writer is done with `bytes` (committed, or failed: either way no longer held).
     pub(crate) fn release(&self, bytes: u64) {
-        let _ = self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| Some(queued.saturating_sub(bytes)));
+        let _ =
+            self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| Some(queued.saturating_sub(bytes)));
         let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.drained.notify_all();
     }
@@ -192,7 +226,12 @@ fn keep<V, S: BuildHasher + Default>(map: &mut HashMap<String, HashMap<String, V
 }
 
 /// Drop run, key if it still holds `value` (a later put of the key stays).
-fn forget<V: ?Sized, S: BuildHasher>(map: &mut HashMap<String, HashMap<String, Arc<V>, S>>, run: &str, key: &str, value: &Arc<V>) {
+fn forget<V: ?Sized, S: BuildHasher>(
+    map: &mut HashMap<String, HashMap<String, Arc<V>, S>>,
+    run: &str,
+    key: &str,
+    value: &Arc<V>,
+) {
     if let Some(keys) = map.get_mut(run) {
         if keys.get(key).is_some_and(|v| Arc::ptr_eq(v, value)) {
             keys.remove(key);

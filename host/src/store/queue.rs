@@ -7,8 +7,8 @@
 //! backend endpoint and key ([`RunQueue::take_flow_budget`]). A store of one process has no
 //! queue ([`crate::store::Store::run_queue`] is `None`): its runs execute where they start.
 
-pub use crate::model::flow::FlowRates;
 use super::{RunRecord, StoreError};
+pub use crate::model::flow::FlowRates;
 use crate::model::recorded::BackendRef;
 use crate::model::script::ScriptRef;
 use futures::future::BoxFuture;
@@ -57,12 +57,23 @@ pub trait RunQueue: Send + Sync {
     /// queue entry `start`, in one transaction, and notify the workers once. With `here`, the
     /// entry is claimed for this worker at once when `cluster_runs` (runs owned cluster-wide)
     /// leaves room; returns whether it was.
-    fn enqueue<'a>(&'a self, record: &'a mut RunRecord, start: &'a QueuedStart, here: bool, cluster_runs: Option<usize>) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn enqueue<'a>(
+        &'a self,
+        record: &'a mut RunRecord,
+        start: &'a QueuedStart,
+        here: bool,
+        cluster_runs: Option<usize>,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Claim at most `max` unclaimed entries, oldest first (`FOR UPDATE SKIP LOCKED`, so
     /// workers claiming together never wait on each other's rows), except those in `skip`,
     /// and no more than `cluster_runs` leaves room for.
-    fn claim(&self, max: usize, skip: Vec<String>, cluster_runs: Option<usize>) -> BoxFuture<'_, Result<Vec<Claimed>, StoreError>>;
+    fn claim(
+        &self,
+        max: usize,
+        skip: Vec<String>,
+        cluster_runs: Option<usize>,
+    ) -> BoxFuture<'_, Result<Vec<Claimed>, StoreError>>;
 
     /// Put a claimed entry back unclaimed: this worker cannot serve it, for `reason` (kept
     /// with the entry, one per worker, for [`RunQueue::refusals`]).
@@ -114,7 +125,12 @@ pub trait RunQueue: Send + Sync {
     /// buckets hold), in one statement:
     /// `Ok(None)` when taken, `Ok(Some(wait))` when not there yet (or the budget is closed),
     /// with how long until it would be. No lease is checked: a budget pays for no write.
-    fn take_flow_budget(&self, key: String, rates: FlowRates, tokens: f64) -> BoxFuture<'static, Result<Option<std::time::Duration>, StoreError>>;
+    fn take_flow_budget(
+        &self,
+        key: String,
+        rates: FlowRates,
+        tokens: f64,
+    ) -> BoxFuture<'static, Result<Option<std::time::Duration>, StoreError>>;
 
     /// Close the budget of flow `key` for every worker for `wait` from now on the database's
     /// clock (a later close stands), and empty its request bucket (the server said none is left).
@@ -125,5 +141,10 @@ pub trait RunQueue: Send + Sync {
     fn true_up_flow_budget(&self, key: String, tokens: f64) -> BoxFuture<'static, Result<(), StoreError>>;
 
     /// Bound the buckets of flow `key` by what the server says remains (`None`: not said).
-    fn bound_flow_budget(&self, key: String, requests: Option<f64>, tokens: Option<f64>) -> BoxFuture<'static, Result<(), StoreError>>;
+    fn bound_flow_budget(
+        &self,
+        key: String,
+        requests: Option<f64>,
+        tokens: Option<f64>,
+    ) -> BoxFuture<'static, Result<(), StoreError>>;
 }

@@ -216,7 +216,8 @@ pub(crate) fn record_says_active(bytes: &[u8]) -> bool {
     struct Header {
         envelope: Status,
     }
-    serde_json::from_slice::<Header>(bytes).is_ok_and(|h| matches!(h.envelope.status, RunStatus::Running | RunStatus::Pending))
+    serde_json::from_slice::<Header>(bytes)
+        .is_ok_and(|h| matches!(h.envelope.status, RunStatus::Running | RunStatus::Pending))
 }
 
 /// What a damaged run record still tells: read leniently (every field optional, the rest
@@ -243,7 +244,11 @@ struct EnvelopeHeader {
 pub fn unreadable_run(id: &str, seq: u64, bytes: &[u8], error: &serde_json::Error) -> RunRecord {
     let header: RecordHeader = serde_json::from_slice(bytes).unwrap_or_default();
     let message = format!("the record of this run cannot be read ({error}); the rest of the store is intact");
-    let failure = crate::model::envelope::Failure::new(crate::model::envelope::FailureType::Storage, Some("unreadable_record"), message.clone());
+    let failure = crate::model::envelope::Failure::new(
+        crate::model::envelope::FailureType::Storage,
+        Some("unreadable_record"),
+        message.clone(),
+    );
     let created_at = header.envelope.created_at.unwrap_or_default();
     RunRecord {
         envelope: RunEnvelope {
@@ -341,7 +346,9 @@ pub(crate) enum PhaseTitle {
 }
 
 /// A stored progress entry, or [`StoreError::Corrupt`].
-pub(crate) fn decode_progress(bytes: &[u8]) -> Result<crate::model::progress::JournaledProgress, crate::store::StoreError> {
+pub(crate) fn decode_progress(
+    bytes: &[u8],
+) -> Result<crate::model::progress::JournaledProgress, crate::store::StoreError> {
     serde_json::from_slice(bytes).map_err(|e| crate::store::corrupt("progress", e))
 }
 

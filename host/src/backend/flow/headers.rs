@@ -62,7 +62,11 @@ impl Learned {
         Learned {
             requests: openai(OPENAI_REQUESTS).or_else(|| anthropic(ANTHROPIC_REQUESTS)),
             tokens: openai(OPENAI_TOKENS).or_else(|| {
-                tightest([anthropic(ANTHROPIC_TOKENS), anthropic(ANTHROPIC_INPUT_TOKENS), anthropic(ANTHROPIC_OUTPUT_TOKENS)])
+                tightest([
+                    anthropic(ANTHROPIC_TOKENS),
+                    anthropic(ANTHROPIC_INPUT_TOKENS),
+                    anthropic(ANTHROPIC_OUTPUT_TOKENS),
+                ])
             }),
         }
     }
@@ -71,7 +75,8 @@ impl Learned {
 /// The header names of one window: limit, remaining, reset.
 const OPENAI_REQUESTS: [&str; 3] =
     ["x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"];
-const OPENAI_TOKENS: [&str; 3] = ["x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"];
+const OPENAI_TOKENS: [&str; 3] =
+    ["x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"];
 const ANTHROPIC_REQUESTS: [&str; 3] = [
     "anthropic-ratelimit-requests-limit",
     "anthropic-ratelimit-requests-remaining",
@@ -98,9 +103,7 @@ fn window(
     parse_reset: impl Fn(&str) -> Option<Duration>,
 ) -> Option<Window> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    let count = |name: &str| {
-        text(name)?.parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0 && *n <= 1e15)
-    };
+    let count = |name: &str| text(name)?.parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0 && *n <= 1e15);
     let limit = count(limit)?;
     let remaining = count(remaining)?.min(limit);
     Some(Window { limit, remaining, reset: text(reset).and_then(parse_reset) })

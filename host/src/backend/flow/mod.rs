@@ -82,7 +82,11 @@ pub trait SharedBudget: Send + Sync + 'static {
     ) -> futures::future::BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>>;
 
     /// Close `key` for every worker until `until` (the server pushed back).
-    fn close_until(&self, key: &str, until: SystemTime) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
+    fn close_until(
+        &self,
+        key: &str,
+        until: SystemTime,
+    ) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
 
     /// Put `tokens` back in `key`'s token bucket (negative: take more): a call's usage, as
     /// its reply says, trued up against what was taken at its admission.
@@ -90,7 +94,12 @@ pub trait SharedBudget: Send + Sync + 'static {
 
     /// The server says at most `requests` and `tokens` remain (when it says): `key`'s buckets
     /// hold no more than that.
-    fn remaining(&self, key: &str, requests: Option<f64>, tokens: Option<f64>) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
+    fn remaining(
+        &self,
+        key: &str,
+        requests: Option<f64>,
+        tokens: Option<f64>,
+    ) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>>;
 }
 
 /// The rates a shared budget refills at (per second) and its bucket sizes.
@@ -105,7 +114,9 @@ pub struct SharedBudgetError(#[source] pub Box<dyn std::error::Error + Send + Sy
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AdmitError {
     /// The server kept the call waiting past the flow's bound.
-    #[error("waited {waited:.1}s for backend `{backend}` to accept calls again, past the {bound}s bound (max_wait_seconds)")]
+    #[error(
+        "waited {waited:.1}s for backend `{backend}` to accept calls again, past the {bound}s bound (max_wait_seconds)"
+    )]
     WaitBound {
         /// The backend's name.
         backend: String,
@@ -465,7 +476,10 @@ impl Flow {
                                 }
                                 match &mut wait_span {
                                     Some((_, reason)) => *reason = Some(WaitReason::Cluster),
-                                    None => wait_span = Some((crate::trace::flow_wait(&self.backend), Some(WaitReason::Cluster))),
+                                    None => {
+                                        wait_span =
+                                            Some((crate::trace::flow_wait(&self.backend), Some(WaitReason::Cluster)))
+                                    }
                                 }
                                 tokio::time::sleep(d.min(Duration::from_secs(5))).await;
                                 continue;
@@ -569,7 +583,9 @@ impl Permit {
             let cap = s.limits.max_concurrent.map_or(MAX_WINDOW, f64::from).min(MAX_WINDOW);
             s.window = s.window.min(cap);
             s.recent.push_back(now);
-            while s.recent.len() > 256 || s.recent.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(2)) {
+            while s.recent.len() > 256
+                || s.recent.front().is_some_and(|t| now.duration_since(*t) > Duration::from_secs(2))
+            {
                 s.recent.pop_front();
             }
             // A rate found by probing (no headers, no config) creeps up while answered.
@@ -728,7 +744,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_configured_rate_paces_admissions() {
-        let flow = Arc::new(Flow::new("t", "t", FlowLimits { requests_per_minute: Some(1200.0), ..FlowLimits::default() }));
+        let flow =
+            Arc::new(Flow::new("t", "t", FlowLimits { requests_per_minute: Some(1200.0), ..FlowLimits::default() }));
         let start = Instant::now();
         for _ in 0..30 {
             flow.admit(0).await.answered(&HeaderMap::new());
@@ -746,7 +763,12 @@ mod tests {
         let first = flow.admit(0).await;
         let second = flow.admit(0).await;
         assert_eq!(flow.stats().limit, 16);
-        first.pushed_back(429, &headers(&[("retry-after-ms", "500")]), Some(Duration::from_millis(500)), Duration::ZERO);
+        first.pushed_back(
+            429,
+            &headers(&[("retry-after-ms", "500")]),
+            Some(Duration::from_millis(500)),
+            Duration::ZERO,
+        );
         second.pushed_back(429, &HeaderMap::new(), Some(Duration::from_millis(500)), Duration::ZERO);
         assert_eq!(flow.stats().limit, 8, "one cut per round");
         let start = Instant::now();
@@ -764,12 +786,21 @@ mod tests {
     struct Refused;
 
     impl SharedBudget for Unreachable {
-        fn take(&self, _: &str, _: SharedRates, _: f64) -> futures::future::BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
+        fn take(
+            &self,
+            _: &str,
+            _: SharedRates,
+            _: f64,
+        ) -> futures::future::BoxFuture<'static, Result<Option<Duration>, SharedBudgetError>> {
             self.0.fetch_add(1, Ordering::SeqCst);
             Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
         }
 
-        fn close_until(&self, _: &str, _: SystemTime) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
+        fn close_until(
+            &self,
+            _: &str,
+            _: SystemTime,
+        ) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
             Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
         }
 
@@ -777,14 +808,20 @@ mod tests {
             Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
         }
 
-        fn remaining(&self, _: &str, _: Option<f64>, _: Option<f64>) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
+        fn remaining(
+            &self,
+            _: &str,
+            _: Option<f64>,
+            _: Option<f64>,
+        ) -> futures::future::BoxFuture<'static, Result<(), SharedBudgetError>> {
             Box::pin(async { Err(SharedBudgetError(Box::new(Refused))) })
         }
     }
 
     #[tokio::test]
     async fn a_shared_budget_that_fails_leaves_the_pacing_to_the_local_buckets() {
-        let flow = Arc::new(Flow::new("t", "t", FlowLimits { requests_per_minute: Some(1200.0), ..FlowLimits::default() }));
+        let flow =
+            Arc::new(Flow::new("t", "t", FlowLimits { requests_per_minute: Some(1200.0), ..FlowLimits::default() }));
         let shared = Arc::new(Unreachable(AtomicU64::new(0)));
         flow.share(shared.clone());
         let start = Instant::now();

@@ -64,7 +64,9 @@ impl BackendArgs {
             );
         }
         if self.config.is_some() {
-            eprintln!("factory: the process holding the store uses its own backend configuration; --config is not sent");
+            eprintln!(
+                "factory: the process holding the store uses its own backend configuration; --config is not sent"
+            );
         }
         let mut choice = self.choice();
         // A script's path is the caller's: the serving process runs in another directory.
@@ -265,7 +267,15 @@ fn prices(config: &Config, as_json: bool) -> Result<ExitCode> {
         "credits per 1000 tokens (1 credit = US$0.01; built-in list prices taken {BUILTIN_PRICES_TAKEN}; \
          factory.toml [prices.openai] / [prices.anthropic] override and extend them)"
     );
-    outln!("{:<10} {:<28} {:>12} {:>12} {:>12} {:>12}  SOURCE", "PROVIDER", "MODEL", "INPUT", "OUTPUT", "CACHE-READ", "CACHE-WRITE");
+    outln!(
+        "{:<10} {:<28} {:>12} {:>12} {:>12} {:>12}  SOURCE",
+        "PROVIDER",
+        "MODEL",
+        "INPUT",
+        "OUTPUT",
+        "CACHE-READ",
+        "CACHE-WRITE"
+    );
     let known = |p: Option<u64>| p.map_or_else(|| "unknown".to_string(), format_credits);
     for (provider, model, p, source) in &rows {
         outln!(

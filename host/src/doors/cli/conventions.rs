@@ -44,11 +44,7 @@ pub fn color_from_args(args: &[OsString]) -> ColorWhen {
         if arg == "--" {
             break;
         }
-        let value = if arg == "--color" {
-            iter.next().and_then(|v| v.to_str())
-        } else {
-            arg.strip_prefix("--color=")
-        };
+        let value = if arg == "--color" { iter.next().and_then(|v| v.to_str()) } else { arg.strip_prefix("--color=") };
         if let Some(when) = value.and_then(|v| ColorWhen::from_str(v, false).ok()) {
             found = when;
         }
@@ -129,7 +125,11 @@ fn reference_section(page: &mut String, command: &mut clap::Command, path: &str,
         .mut_args(|a| {
             let global = !top && a.is_global_set();
             let a = a.hide_env_values(true);
-            if global { a.hide(true) } else { a }
+            if global {
+                a.hide(true)
+            } else {
+                a
+            }
         })
         .bin_name(path);
     let help = shown.render_long_help().to_string();
@@ -214,7 +214,10 @@ mod chain_tests {
             }
         }
         let error = anyhow::Error::new(Wraps(io)).context("opening the shared store");
-        assert_eq!(super::error_chain(&error), "opening the shared store: error connecting to server: Connection refused");
+        assert_eq!(
+            super::error_chain(&error),
+            "opening the shared store: error connecting to server: Connection refused"
+        );
         let plain = anyhow::anyhow!("root").context("middle").context("top");
         assert_eq!(super::error_chain(&plain), "top: middle: root");
     }

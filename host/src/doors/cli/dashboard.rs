@@ -66,8 +66,13 @@ pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
     let addr: std::net::SocketAddr = addr.parse().with_context(not_serving)?;
     let token = read_state_file(&g.state_dir.join(TOKEN_FILE))?.with_context(not_serving)?;
     // An unspecified bind address is reached through loopback (and the Host check accepts it).
-    let shown = if addr.ip().is_unspecified() { std::net::SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
-    let daemon = Daemon { addr: shown, token, client: reqwest::Client::builder().timeout(std::time::Duration::from_secs(5)).build()? };
+    let shown =
+        if addr.ip().is_unspecified() { std::net::SocketAddr::from(([127, 0, 0, 1], addr.port())) } else { addr };
+    let daemon = Daemon {
+        addr: shown,
+        token,
+        client: reqwest::Client::builder().timeout(std::time::Duration::from_secs(5)).build()?,
+    };
     if a.sessions {
         return list_sessions(&daemon).await.with_context(|| format!("{} (nothing answers on {addr})", not_serving()));
     }
@@ -77,7 +82,8 @@ pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // The files outlive a daemon killed with SIGKILL: asking for a code checks that it runs.
-    let code = daemon.one_time_code().await.with_context(|| format!("{} (nothing answers on {addr})", not_serving()))?;
+    let code =
+        daemon.one_time_code().await.with_context(|| format!("{} (nothing answers on {addr})", not_serving()))?;
     let url = format!("http://{shown}/#code={code}");
     if a.url {
         outln!("{url}");
@@ -87,7 +93,8 @@ pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
     let file = write_sign_in_file(&g.state_dir, &url)?;
     outln!("{}", file.display());
     // Percent-encoded, so a state directory with spaces or `#` in its path still opens.
-    let file_url = reqwest::Url::from_file_path(&file).map(String::from).unwrap_or_else(|()| format!("file://{}", file.display()));
+    let file_url =
+        reqwest::Url::from_file_path(&file).map(String::from).unwrap_or_else(|()| format!("file://{}", file.display()));
     if a.open || (!a.no_open && std::io::stdout().is_terminal()) {
         let opened = browser_command(&file_url)
             .stdin(std::process::Stdio::null())
@@ -95,7 +102,9 @@ pub async fn ui(g: &GlobalArgs, a: UiArgs) -> Result<ExitCode> {
             .stderr(std::process::Stdio::null())
             .spawn();
         if opened.is_err() {
-            eprintln!("(open {file_url} in a browser on this machine within two minutes: it signs the browser in once)");
+            eprintln!(
+                "(open {file_url} in a browser on this machine within two minutes: it signs the browser in once)"
+            );
         }
     } else {
         eprintln!(
@@ -117,7 +126,8 @@ fn write_sign_in_file(state_dir: &Path, url: &str) -> Result<PathBuf> {
          <meta http-equiv=\"refresh\" content=\"0;url={url}\">\n<title>factory dashboard</title></head>\n\
          <body><p>Signing in to the <a href=\"{url}\">factory dashboard</a>…</p></body></html>\n"
     );
-    let mut file = factory_host::access::create_private_file(&path).with_context(|| format!("writing {}", path.display()))?;
+    let mut file =
+        factory_host::access::create_private_file(&path).with_context(|| format!("writing {}", path.display()))?;
     file.write_all(page.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
@@ -164,7 +174,10 @@ impl Daemon {
             code: String,
         }
         let issued: Issued = self.call(reqwest::Method::POST, "/api/ui/code").await?;
-        anyhow::ensure!(crate::doors::http::bearer::is_code_shaped(&issued.code), "the daemon's sign-in code is malformed");
+        anyhow::ensure!(
+            crate::doors::http::bearer::is_code_shaped(&issued.code),
+            "the daemon's sign-in code is malformed"
+        );
         Ok(issued.code)
     }
 

@@ -2,8 +2,8 @@
 //! it would run under, as text or `--json`. It never builds a Rust crate (see
 //! [`target::resolve_built`]).
 
-use crate::doors::cli::target;
 use crate::doors::cli::escape::esc;
+use crate::doors::cli::target;
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::{Host, HostConfig};

@@ -42,7 +42,10 @@ pub fn esc(text: &str) -> Cow<'_, str> {
 /// messages of several lines (an error chain with a build's output) that may quote guest
 /// or server text.
 pub fn esc_lines(text: &str) -> String {
-    text.split('\n').map(|line| line.split('\t').map(|part| esc(part)).collect::<Vec<_>>().join("\t")).collect::<Vec<_>>().join("\n")
+    text.split('\n')
+        .map(|line| line.split('\t').map(|part| esc(part)).collect::<Vec<_>>().join("\t"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]

@@ -28,7 +28,9 @@ impl EventSink {
                 if fd < 3 {
                     bail!("--events {spec}: use a descriptor above 2 (stdin, stdout and stderr are taken)");
                 }
-                if nix::fcntl::fcntl(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, nix::fcntl::FcntlArg::F_GETFD).is_err() {
+                if nix::fcntl::fcntl(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, nix::fcntl::FcntlArg::F_GETFD)
+                    .is_err()
+                {
                     bail!("--events {spec}: descriptor {fd} is not open");
                 }
                 // SAFETY: the caller handed us this open descriptor for our exclusive use (as
@@ -72,7 +74,9 @@ impl EventSink {
         }
         self.write(event);
         // An attempt's end is also told as `run_settled`, with what the attempt consumed.
-        if let Some(Ok(Value::Object(mut settled))) = RunSettled::of(run_id.as_deref().unwrap_or_default(), &entry.event).map(serde_json::to_value) {
+        if let Some(Ok(Value::Object(mut settled))) =
+            RunSettled::of(run_id.as_deref().unwrap_or_default(), &entry.event).map(serde_json::to_value)
+        {
             settled.insert("event".into(), json!("run_settled"));
             self.write(Value::Object(settled));
         }

@@ -281,7 +281,10 @@ pub async fn init(g: &GlobalArgs, a: InitArgs) -> Result<ExitCode> {
             outln!("  cd {dir} && npm install && npm run typecheck   # TypeScript {TYPESCRIPT_VERSION}, types offline")
         }
         Lang::Rust => outln!("  # factory-sdk: {}", sdk.display()),
-        Lang::Python => outln!("  # needs componentize-py {} and bwrap to build", factory_host::guests::python::COMPONENTIZE_PY_VERSION),
+        Lang::Python => outln!(
+            "  # needs componentize-py {} and bwrap to build",
+            factory_host::guests::python::COMPONENTIZE_PY_VERSION
+        ),
     }
     let test_dir = if dir.to_string().starts_with(['/', '.']) { dir.to_string() } else { format!("./{dir}") };
     outln!("  factory test {test_dir}                  # replays {cassette}; --update re-records what changed");

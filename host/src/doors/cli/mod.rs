@@ -22,8 +22,8 @@ pub(crate) mod testing;
 pub(crate) mod trust;
 pub(crate) mod workers;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 pub use crate::doors::args::GlobalArgs;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -157,7 +157,9 @@ enum Command {
   factory backends check openai")]
     Backends(backends::BackendsArgs),
     /// Build a factory (a Rust crate directory, or a Python `.py` file or project) into a component and print its path.
-    #[command(after_help = "Examples:\n  factory build examples/hello\n  factory build examples/python/review_changed.py")]
+    #[command(
+        after_help = "Examples:\n  factory build examples/hello\n  factory build examples/python/review_changed.py"
+    )]
     Build {
         /// The crate directory, `.py` file or Python project directory.
         dir: PathBuf,
@@ -194,7 +196,9 @@ enum Command {
   factory config allow ./factory.toml")]
     Config(config::ConfigArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
-    #[command(after_help = "Examples:\n  source <(factory completions bash)\n  factory completions zsh > ~/.zfunc/_factory\n  factory completions fish > ~/.config/fish/completions/factory.fish")]
+    #[command(
+        after_help = "Examples:\n  source <(factory completions bash)\n  factory completions zsh > ~/.zfunc/_factory\n  factory completions fish > ~/.config/fish/completions/factory.fish"
+    )]
     Completions(conventions::CompletionsArgs),
     /// Print the man page (roff) on stdout.
     #[command(after_help = "Examples:\n  factory man | man -l -\n  factory man > ~/.local/share/man/man1/factory.1")]
@@ -285,7 +289,11 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            let error = conventions::paint(conventions::stderr_colored(), anstyle::AnsiColor::Red.on_default().bold(), "error:");
+            let error = conventions::paint(
+                conventions::stderr_colored(),
+                anstyle::AnsiColor::Red.on_default().bold(),
+                "error:",
+            );
             // An error may quote guest or server text (a load error, a backend's message).
             if crate::doors::telemetry::says_to_log() {
                 crate::doors::telemetry::say(&format!("error: {}", conventions::error_chain(&e)));

@@ -5,8 +5,8 @@
 //! directory: `runs` lists the current session's runs (every session's with `--all`), and a
 //! run id names a run of any session.
 
-use crate::doors::reach::{access, ask};
 use crate::doors::args::GlobalArgs;
+use crate::doors::reach::{access, ask};
 use anyhow::Result;
 use clap::Args;
 use factory_host::store::ProgressQuery;
@@ -105,7 +105,8 @@ pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
     let paged = a.after.is_some() || a.before.is_some() || a.limit.is_some();
     let (runs, page) = if paged {
         let (after, before, limit) = (a.after, a.before, a.limit);
-        let page = ask(g, |client| async move { client.runs_by_seq(scope.clone(), after, before, limit).await }).await?;
+        let page =
+            ask(g, |client| async move { client.runs_by_seq(scope.clone(), after, before, limit).await }).await?;
         if a.json {
             outln!("{}", serde_json::to_string_pretty(&page)?);
             return Ok(ExitCode::SUCCESS);
@@ -119,7 +120,13 @@ pub async fn runs(g: &GlobalArgs, a: RunsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let session = |text: &str| if a.all { format!("{text:<20}  ") } else { String::new() };
-    let seq = |n: Option<u64>| if paged { format!("{:>6}  ", n.map_or(String::new(), |n| n.to_string())) } else { String::new() };
+    let seq = |n: Option<u64>| {
+        if paged {
+            format!("{:>6}  ", n.map_or(String::new(), |n| n.to_string()))
+        } else {
+            String::new()
+        }
+    };
     outln!(
         "{}{:<36}  {}{:<20}  {:<9}  {:>8}  {:>6}  {:>9}  CREATED",
         if paged { format!("{:>6}  ", "SEQ") } else { String::new() },
@@ -200,7 +207,10 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     );
     outln!(
         "tokens:    {} input, {} output, {} cache read, {} cache write",
-        acc.input_tokens, acc.output_tokens, acc.cache_read_tokens, acc.cache_write_tokens
+        acc.input_tokens,
+        acc.output_tokens,
+        acc.cache_read_tokens,
+        acc.cache_write_tokens
     );
     outln!("limits:    {}", serde_json::to_value(d.limits)?);
     let backends: Vec<String> = d
@@ -218,7 +228,8 @@ pub async fn show(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
     // While the run executes in the process answering: how its backend's flows stand.
     for f in &d.flows {
         let rate = f.requests_per_second.map_or("no rate limit known".to_string(), |r| format!("{r:.1} req/s"));
-        let why = f.waiting_for.filter(|_| f.queued > 0).map(|w| format!(", waiting for {}", w.as_str())).unwrap_or_default();
+        let why =
+            f.waiting_for.filter(|_| f.queued > 0).map(|w| format!(", waiting for {}", w.as_str())).unwrap_or_default();
         outln!(
             "flow:      {}: {} queued, {} in flight (limit {}), {rate}{why}, {} throttled, {:.1}s waited in all",
             s(&f.backend),
@@ -333,11 +344,15 @@ pub async fn rm(g: &GlobalArgs, a: RmArgs) -> Result<ExitCode> {
             }
             Err(e) => {
                 failed = true;
-                let code = e.downcast_ref::<factory_host::service::ServiceError>().map_or(factory_host::ErrorCode::Error, |e| e.code());
+                let code = e
+                    .downcast_ref::<factory_host::service::ServiceError>()
+                    .map_or(factory_host::ErrorCode::Error, |e| e.code());
                 if !a.json {
                     eprintln!("factory: rm {}: {}", s(run_id), s(&format!("{e:#}")));
                 }
-                answers.push(serde_json::json!({ "runId": run_id, "error": { "code": code, "message": format!("{e:#}") } }));
+                answers.push(
+                    serde_json::json!({ "runId": run_id, "error": { "code": code, "message": format!("{e:#}") } }),
+                );
             }
         }
     }

@@ -12,8 +12,8 @@
 
 use crate::doors::cli::conventions::{paint, stderr_colored};
 use crate::doors::cli::escape::esc;
-use anstyle::{AnsiColor, Style};
 use crate::doors::cli::events::EventSink;
+use anstyle::{AnsiColor, Style};
 use factory_host::{ProgressEntry, ProgressEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
@@ -210,15 +210,21 @@ impl Plain {
 /// The line an entry shows as (none for a replayed call: [`Plain::replayed`] gathers those),
 /// and the phase it makes current.
 fn line_of(event: &ProgressEvent, colored: bool, phase: &mut String) -> Option<String> {
-    let (bold, green, red, yellow) =
-        (Style::new().bold(), AnsiColor::Green.on_default(), AnsiColor::Red.on_default(), AnsiColor::Yellow.on_default());
+    let (bold, green, red, yellow) = (
+        Style::new().bold(),
+        AnsiColor::Green.on_default(),
+        AnsiColor::Red.on_default(),
+        AnsiColor::Yellow.on_default(),
+    );
     match event {
         ProgressEvent::Phase { title } => {
             *phase = esc(title).into_owned();
             Some(format!("phase: {}", paint(colored, bold, phase)))
         }
         ProgressEvent::Log { message, level } if level.is_info() => Some(format!("log: {}", esc(message))),
-        ProgressEvent::Log { message, level } => Some(format!("log {}: {}", paint(colored, yellow, level.as_str()), esc(message))),
+        ProgressEvent::Log { message, level } => {
+            Some(format!("log {}: {}", paint(colored, yellow, level.as_str()), esc(message)))
+        }
         ProgressEvent::AgentFinished { summary, cached: false } => {
             let what = if summary.ok() { paint(colored, green, "done") } else { paint(colored, red, "failed") };
             Some(format!("agent {}: {what}", esc(&summary.label)))
@@ -241,7 +247,12 @@ pub fn spawn(rx: UnboundedReceiver<ProgressEntry>, quiet: bool, events: Option<E
 }
 
 /// [`spawn`] with `pace` as the pause between batches.
-fn spawn_paced(rx: UnboundedReceiver<ProgressEntry>, quiet: bool, events: Option<EventSink>, pace: Duration) -> Renderer {
+fn spawn_paced(
+    rx: UnboundedReceiver<ProgressEntry>,
+    quiet: bool,
+    events: Option<EventSink>,
+    pace: Duration,
+) -> Renderer {
     let ended = CancellationToken::new();
     let task = tokio::spawn(render(rx, quiet, events, ended.clone(), pace));
     Renderer { task, ended }
@@ -433,7 +444,8 @@ mod tests {
     async fn a_renderer_whose_run_has_ended_does_not_wait_out_its_pause() {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let ui = spawn_paced(rx, true, None, Duration::from_secs(3600));
-        let entry = |seq| ProgressEntry { seq, at_ms: 0, phase: None, event: ProgressEvent::AttemptStarted { attempt: 1 } };
+        let entry =
+            |seq| ProgressEntry { seq, at_ms: 0, phase: None, event: ProgressEvent::AttemptStarted { attempt: 1 } };
         tx.send(entry(1)).expect("the renderer is receiving");
         // The renderer takes the entry and begins its pause.
         for _ in 0..8 {

@@ -1,11 +1,11 @@
 //! `factory add/list/inspect`: register factories by their meta name (component bytes are
 //! stored content-addressed), list them, and show what one declares.
 
-use crate::doors::reach::ask;
-use crate::doors::cli::observe::JsonArg;
-use crate::doors::cli::escape::esc;
 use crate::doors::args::GlobalArgs;
+use crate::doors::cli::escape::esc;
+use crate::doors::cli::observe::JsonArg;
 use crate::doors::cli::target;
+use crate::doors::reach::ask;
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::service::Source;
@@ -65,7 +65,9 @@ pub async fn add(g: &GlobalArgs, a: AddArgs) -> Result<ExitCode> {
             let names = host.script_factories(path).await.with_context(|| format!("loading {}", path.display()))?;
             match names.len() {
                 0 | 1 => vec![source.clone()],
-                _ => names.iter().map(|name| Source::File(PathBuf::from(format!("{}#{name}", path.display())))).collect(),
+                _ => {
+                    names.iter().map(|name| Source::File(PathBuf::from(format!("{}#{name}", path.display())))).collect()
+                }
             }
         }
         _ => vec![source.clone()],

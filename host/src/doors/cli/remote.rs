@@ -1,10 +1,10 @@
 //! Runs that execute in the service (or in the process holding the store): hand the run
 //! over and follow it from here with the service's [`Follower`]; Ctrl-C cancels it.
 
-use crate::doors::daemon::remote;
-use crate::doors::cli::events::EventSink;
 use crate::doors::args::GlobalArgs;
+use crate::doors::cli::events::EventSink;
 use crate::doors::cli::progress_ui;
+use crate::doors::daemon::remote;
 use anyhow::{bail, Result};
 use factory_host::service::{Client, ClientError, Followed, Follower, Request, ServiceError};
 use factory_host::{ProgressEntry, RunEnvelope};

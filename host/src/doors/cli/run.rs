@@ -4,14 +4,14 @@
 //! holds the store, the run is handed to it and followed from here; `--detach` hands it to
 //! a background `factory serve` (started if needed) and prints the run id.
 
-use crate::doors::cli::backends::{cassette_backend, load_config, BackendArgs};
-use crate::doors::reach::{self, serve};
-use crate::doors::cli::events::EventSink;
-use crate::doors::cli::trust::{self, ConsentArgs, YesArg};
 use crate::doors::args::{GlobalArgs, LimitArgs};
+use crate::doors::cli::backends::{cassette_backend, load_config, BackendArgs};
 use crate::doors::cli::conventions::{paint, stderr_colored};
 use crate::doors::cli::escape::esc;
+use crate::doors::cli::events::EventSink;
+use crate::doors::cli::trust::{self, ConsentArgs, YesArg};
 use crate::doors::cli::{progress_ui, remote, target};
+use crate::doors::reach::{self, serve};
 use anstyle::AnsiColor;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -85,7 +85,9 @@ fn parse_input(text: &str) -> Result<serde_json::Value, String> {
 /// Load what `target` names: a file, a crate directory, or (a bare name) a registered factory.
 async fn load(host: &Host, target: &str, build: &target::BuildConsent) -> Result<Factory> {
     let path = match target::classify(target) {
-        target::Named::Registered(name) => return host.load_registered(&name).await.map_err(|e| target::not_registered(&name, e)),
+        target::Named::Registered(name) => {
+            return host.load_registered(&name).await.map_err(|e| target::not_registered(&name, e))
+        }
         target::Named::Path(path) => path,
     };
     if path.exists() || target::is_script_target(target) {
@@ -208,7 +210,9 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             Some(file) => {
                 let source = file.display().to_string();
                 let shown = trust::remote_backend(&backend);
-                match trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None, &shown).await? {
+                match trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None, &shown)
+                    .await?
+                {
                     Some(key) => Some(key),
                     None => {
                         eprintln!("factory: not resumed: the component was declined");
@@ -301,7 +305,9 @@ async fn reapprove(g: &GlobalArgs, yes: &YesArg, client: &Client, run_id: &str) 
     let script = detail.scripts.last().and_then(|s| s.as_ref()).map(|s| s.sha256.as_str());
     let component = detail.component_hashes.last().map(String::as_str);
     match script.or(component) {
-        Some(hash) => trust::reapprove(g, yes, run_id, &detail.envelope.factory, hash).await.map(|()| Some(hash.to_string())),
+        Some(hash) => {
+            trust::reapprove(g, yes, run_id, &detail.envelope.factory, hash).await.map(|()| Some(hash.to_string()))
+        }
         // A run with no attempt yet has nothing to approve again; the resume says why it cannot start.
         None => Ok(None),
     }

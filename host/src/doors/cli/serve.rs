@@ -26,8 +26,8 @@ macro_rules! say {
         crate::doors::telemetry::say(&format!($($arg)*))
     };
 }
-use crate::doors::reach::{open_host, serve as serve_socket};
 use crate::doors::args::GlobalArgs;
+use crate::doors::reach::{open_host, serve as serve_socket};
 use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::service::Client;
@@ -188,9 +188,12 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     let cluster_max_runs = a.cluster_max_runs.or(file.cluster_max_runs);
     let mut backend_max_calls = file.backend_max_calls.clone();
     backend_max_calls.extend(a.backend_max_calls.iter().cloned());
-    let max_recoveries = a.max_recoveries.or(file.max_recoveries).unwrap_or(factory_host::recover::DEFAULT_MAX_RECOVERIES);
+    let max_recoveries =
+        a.max_recoveries.or(file.max_recoveries).unwrap_or(factory_host::recover::DEFAULT_MAX_RECOVERIES);
     let drain_seconds = a.drain_seconds.or(file.drain_seconds).unwrap_or(DEFAULT_DRAIN_SECONDS);
-    if store.is_none() && (!a.allow_grant_root.is_empty() || !file.allow_grant_roots.is_empty() || a.store_password_file.is_some()) {
+    if store.is_none()
+        && (!a.allow_grant_root.is_empty() || !file.allow_grant_roots.is_empty() || a.store_password_file.is_some())
+    {
         anyhow::bail!(
             "--allow-grant-root (or the config file's allow_grant_roots) and --store-password-file need a shared store \
              (--store, FACTORY_STORE or the config file's `store`)"
@@ -201,14 +204,28 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     }
     let host = if let Some(url) = &store {
         // The store's errors name its URL, redacted.
-        let caps = factory_host::engine::caps::Caps { worker_runs: max_runs, cluster_runs: cluster_max_runs, backend_calls: backend_max_calls };
-        let roots: Vec<std::path::PathBuf> = file.allow_grant_roots.iter().chain(&a.allow_grant_root).cloned().collect();
+        let caps = factory_host::engine::caps::Caps {
+            worker_runs: max_runs,
+            cluster_runs: cluster_max_runs,
+            backend_calls: backend_max_calls,
+        };
+        let roots: Vec<std::path::PathBuf> =
+            file.allow_grant_roots.iter().chain(&a.allow_grant_root).cloned().collect();
         let trust = cluster_trust(g, &roots)?;
         let keyed = trust.keyed();
-        let password = crate::doors::cli::workers::store_password(url, a.store_password_file.as_deref(), a.store.is_some())?;
-        let host = crate::doors::reach::open_shared_host(g, config.clone(), url, a.worker_id.as_deref(), caps, trust, password)
-            .await
-            .context("opening the shared store")?;
+        let password =
+            crate::doors::cli::workers::store_password(url, a.store_password_file.as_deref(), a.store.is_some())?;
+        let host = crate::doors::reach::open_shared_host(
+            g,
+            config.clone(),
+            url,
+            a.worker_id.as_deref(),
+            caps,
+            trust,
+            password,
+        )
+        .await
+        .context("opening the shared store")?;
         if !keyed {
             eprintln!(
                 "factory serve: warning: no cluster token (--token-file or FACTORY_TOKEN): the consent of a queued run is \
@@ -228,7 +245,11 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
                             return attach(g, remote, addr, ui_ttl).await;
                         }
                         if a.started_by_front_door {
-                            say!("factory serve: pid {}: another service already serves {}; exiting", std::process::id(), g.state_dir.display());
+                            say!(
+                                "factory serve: pid {}: another service already serves {}; exiting",
+                                std::process::id(),
+                                g.state_dir.display()
+                            );
                             return Ok(ExitCode::SUCCESS);
                         }
                         anyhow::bail!(
@@ -291,9 +312,16 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
     say!("factory serve: pid {}, serving {}", std::process::id(), serving.path().display());
     if let Some(addr) = http {
         let client = Client::Local(crate::doors::reach::local(g, &host));
-        let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref(), ui_ttl)
-            .await
-            .with_context(|| format!("serving HTTP on {addr}"))?;
+        let bound = crate::doors::http::serve(
+            client,
+            addr,
+            &g.state_dir,
+            g.session.clone(),
+            g.cluster_token()?.as_deref(),
+            ui_ttl,
+        )
+        .await
+        .with_context(|| format!("serving HTTP on {addr}"))?;
         announce_http(g, bound);
     }
     let mut term = signal(SignalKind::terminate())?;
@@ -347,11 +375,15 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
 /// What this worker checks before it runs what the shared store says: consent seals keyed
 /// by the cluster token (when one is given), grants mounted only under `roots` (each must be
 /// a directory; kept canonical).
-fn cluster_trust(g: &GlobalArgs, roots: &[std::path::PathBuf]) -> Result<factory_host::sandbox::admission::ClusterTrust> {
+fn cluster_trust(
+    g: &GlobalArgs,
+    roots: &[std::path::PathBuf],
+) -> Result<factory_host::sandbox::admission::ClusterTrust> {
     let roots = roots
         .iter()
         .map(|root| {
-            let canonical = std::fs::canonicalize(root).with_context(|| format!("--allow-grant-root {}", root.display()))?;
+            let canonical =
+                std::fs::canonicalize(root).with_context(|| format!("--allow-grant-root {}", root.display()))?;
             anyhow::ensure!(canonical.is_dir(), "--allow-grant-root {}: not a directory", root.display());
             Ok(canonical)
         })
@@ -369,7 +401,11 @@ async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::Cancellat
         return;
     }
     if running > 0 {
-        say!("factory serve: waiting up to {} s for {running} run{} to end", bound.as_secs_f64(), if running == 1 { "" } else { "s" });
+        say!(
+            "factory serve: waiting up to {} s for {running} run{} to end",
+            bound.as_secs_f64(),
+            if running == 1 { "" } else { "s" }
+        );
     }
     // Until the runs executing here ended and the queue entries of those that did are dropped.
     let deadline = Instant::now() + bound;
@@ -380,7 +416,10 @@ async fn drain(host: &factory_host::Host, claiming: &tokio_util::sync::Cancellat
 
 /// Announce to this service's followers the runs other workers sharing the store commit
 /// to, so `wait`, `follow`/`watch` and the event streams see them live here too.
-async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes: tokio::sync::broadcast::Receiver<String>) {
+async fn announce_changes(
+    host: std::sync::Arc<factory_host::Host>,
+    mut changes: tokio::sync::broadcast::Receiver<String>,
+) {
     use tokio::sync::broadcast::error::RecvError;
     let mut last = std::collections::HashMap::new();
     // The runs announced and not yet seen ending are read again this often, so a run whose
@@ -406,7 +445,10 @@ async fn announce_changes(host: std::sync::Arc<factory_host::Host>, mut changes:
 
 /// Cancel the runs executing here whose cancel was asked through another worker sharing the
 /// store.
-async fn cancel_when_asked(host: std::sync::Arc<factory_host::Host>, mut requests: tokio::sync::broadcast::Receiver<String>) {
+async fn cancel_when_asked(
+    host: std::sync::Arc<factory_host::Host>,
+    mut requests: tokio::sync::broadcast::Receiver<String>,
+) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match requests.recv().await {
@@ -423,7 +465,10 @@ async fn cancel_when_asked(host: std::sync::Arc<factory_host::Host>, mut request
 
 /// Pause the runs executing here whose pause was asked through another worker sharing the
 /// store.
-async fn pause_when_asked(host: std::sync::Arc<factory_host::Host>, mut requests: tokio::sync::broadcast::Receiver<String>) {
+async fn pause_when_asked(
+    host: std::sync::Arc<factory_host::Host>,
+    mut requests: tokio::sync::broadcast::Receiver<String>,
+) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match requests.recv().await {
@@ -467,9 +512,10 @@ fn announce_http(g: &GlobalArgs, bound: std::net::SocketAddr) {
 /// SIGINT/SIGTERM. The service stays alive while this process is its client.
 async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr, ui_ttl: Duration) -> Result<ExitCode> {
     crate::doors::daemon::keep_alive(g);
-    let bound = crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref(), ui_ttl)
-        .await
-        .with_context(|| format!("serving HTTP on {addr}"))?;
+    let bound =
+        crate::doors::http::serve(client, addr, &g.state_dir, g.session.clone(), g.cluster_token()?.as_deref(), ui_ttl)
+            .await
+            .with_context(|| format!("serving HTTP on {addr}"))?;
     say!("factory serve: pid {}: attached to the service of {}", std::process::id(), g.state_dir.display());
     announce_http(g, bound);
     let mut term = signal(SignalKind::terminate())?;

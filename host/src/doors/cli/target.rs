@@ -56,13 +56,17 @@ pub fn build(dir: &Path, consent: &BuildConsent) -> Result<PathBuf> {
     let built = match Sandbox::detect() {
         Ok(sandbox) => {
             let sandbox = consent.hide.iter().fold(sandbox, |s, d| s.hide(d.clone()));
-            say(&format!("building {} in the build sandbox (bubblewrap: no network, writes only to its target directory)", dir.display()));
+            say(&format!(
+                "building {} in the build sandbox (bubblewrap: no network, writes only to its target directory)",
+                dir.display()
+            ));
             builder::build_crate_confined(dir, BuildTarget::Unknown, None, Confinement::Sandbox(&sandbox), say)
                 .with_context(building)?
         }
         Err(why) => {
             consent_to_native_build(dir, &why, consent)?;
-            builder::build_crate_confined(dir, BuildTarget::Unknown, None, Confinement::Native, say).with_context(building)?
+            builder::build_crate_confined(dir, BuildTarget::Unknown, None, Confinement::Native, say)
+                .with_context(building)?
         }
     };
     remember(&built.component)

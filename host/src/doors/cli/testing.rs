@@ -55,7 +55,9 @@ pub enum ProjectPathError {
     #[error("{file}: `{field}` names `{named}`, which goes up (`..`) through a missing directory")]
     UpThroughMissing { file: String, field: &'static str, named: String },
     /// It is a symlink whose target does not exist.
-    #[error("{file}: `{field}` names `{named}`, a symlink to a missing file ({target}): refusing to follow or replace it")]
+    #[error(
+        "{file}: `{field}` names `{named}`, a symlink to a missing file ({target}): refusing to follow or replace it"
+    )]
     DanglingSymlink { file: String, field: &'static str, named: String, target: String },
     /// The project directory or a path in it could not be resolved.
     #[error("{file}: resolving {path}: {source}")]
@@ -130,7 +132,8 @@ pub async fn test(g: &GlobalArgs, a: TestArgs) -> Result<ExitCode> {
     let failed: usize = reports.iter().map(|r| r.cases.iter().filter(|c| !c.failures.is_empty()).count()).sum();
     let errors = reports.iter().filter(|r| r.error.is_some()).count();
     if let Some(path) = &a.junit {
-        std::fs::write(path, junit(&reports)).with_context(|| format!("writing the JUnit report {}", path.display()))?;
+        std::fs::write(path, junit(&reports))
+            .with_context(|| format!("writing the JUnit report {}", path.display()))?;
     }
     let summary = format!("{} passed, {failed} failed, {errors} test files unusable", cases - failed);
     let colored = stderr_colored();
@@ -152,7 +155,9 @@ fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             let mut found: Vec<PathBuf> = std::fs::read_dir(&path)
                 .with_context(|| format!("reading {}", path.display()))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".test.json")))
+                .filter(|p| {
+                    p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".test.json"))
+                })
                 .collect();
             if found.is_empty() {
                 bail!("{} holds no `*.test.json` test file", path.display());
@@ -209,7 +214,11 @@ fn confine(project: &Path, file: &Path, field: &'static str, named: &str) -> Res
                         existing = parent;
                     }
                     (_, Some(Component::ParentDir)) => {
-                        return Err(ProjectPathError::UpThroughMissing { file: shown_file(), field, named: shown_named() })
+                        return Err(ProjectPathError::UpThroughMissing {
+                            file: shown_file(),
+                            field,
+                            named: shown_named(),
+                        })
                     }
                     _ => {
                         return Err(ProjectPathError::Resolve { file: shown_file(), path: shown_named(), source: e });
@@ -217,7 +226,11 @@ fn confine(project: &Path, file: &Path, field: &'static str, named: &str) -> Res
                 }
             }
             Err(source) => {
-                return Err(ProjectPathError::Resolve { file: shown_file(), path: esc(&existing.display().to_string()).into_owned(), source })
+                return Err(ProjectPathError::Resolve {
+                    file: shown_file(),
+                    path: esc(&existing.display().to_string()).into_owned(),
+                    source,
+                })
             }
         }
     };
@@ -251,7 +264,9 @@ fn factory_of(project: &Path, file: &Path, test: &TestFile) -> Result<PathBuf> {
         .find(|p| p.is_file())
         .map(|p| confine(project, file, "factory", &p.to_string_lossy()))
         .transpose()?
-        .with_context(|| format!("{}: name the factory with `\"factory\"` (no {stem}.ts, .js or .py beside it)", file.display()))
+        .with_context(|| {
+            format!("{}: name the factory with `\"factory\"` (no {stem}.ts, .js or .py beside it)", file.display())
+        })
 }
 
 /// `NAME` of `NAME.test.json`.
@@ -279,7 +294,12 @@ fn read_test_file(file: &Path) -> Result<TestFile> {
 }
 
 /// Run every case of one test file.
-async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<dyn AgentBackend>>) -> Result<FileReport> {
+async fn test_file(
+    g: &GlobalArgs,
+    yes: &YesArg,
+    file: &Path,
+    live: Option<Arc<dyn AgentBackend>>,
+) -> Result<FileReport> {
     let test = read_test_file(file)?;
     let project = project_of(file)?;
     let factory_path = factory_of(&project, file, &test)?;
@@ -343,7 +363,11 @@ async fn test_file(g: &GlobalArgs, yes: &YesArg, file: &Path, live: Option<Arc<d
     print_safety(&usage);
     if live.is_some() {
         write_cassette(&cassette, &recorded_paths)?;
-        outln!("  cassette {} rewritten ({})", esc(&cassette.display().to_string()), if exists { "misses recorded live" } else { "recorded whole" });
+        outln!(
+            "  cassette {} rewritten ({})",
+            esc(&cassette.display().to_string()),
+            if exists { "misses recorded live" } else { "recorded whole" }
+        );
     }
     drop(scratch);
     Ok(FileReport { name, cases, error: None })
@@ -362,7 +386,12 @@ pub async fn record_scaffold(g: &GlobalArgs, file: &Path) -> Result<()> {
 }
 
 /// Run one case and check it; the failures (empty: passed).
-async fn run_case(host: &Host, factory: &factory_host::Factory, case: &Case, backend: Arc<Cassette>) -> Result<Vec<String>> {
+async fn run_case(
+    host: &Host,
+    factory: &factory_host::Factory,
+    case: &Case,
+    backend: Arc<Cassette>,
+) -> Result<Vec<String>> {
     let options = RunOptions {
         args: Some(case.args.clone().unwrap_or_else(|| serde_json::json!({}))),
         session: Some("test".into()),
@@ -410,17 +439,20 @@ fn miss_message(miss: &RecordedCall, recorded: &[RecordedCall], cassette: &Path)
     );
     match recorded.iter().find(|r| r.label == miss.label && r.attempt == miss.attempt) {
         Some(old) if old.prompt != miss.prompt => {
-            let at = old.prompt.char_indices().zip(miss.prompt.chars()).find(|((_, a), b)| a != b).map_or_else(
-                || old.prompt.len().min(miss.prompt.len()),
-                |((i, _), _)| i,
-            );
+            let at = old
+                .prompt
+                .char_indices()
+                .zip(miss.prompt.chars())
+                .find(|((_, a), b)| a != b)
+                .map_or_else(|| old.prompt.len().min(miss.prompt.len()), |((i, _), _)| i);
             message.push_str(&format!(
                 "\n    hint: the prompt changed at byte {at}:\n      recorded: {}\n      now:      {}",
                 excerpt(&old.prompt, at),
                 excerpt(&miss.prompt, at)
             ));
         }
-        Some(_) => message.push_str("\n    hint: the recorded call of this label has the same prompt: its schema or model changed"),
+        Some(_) => message
+            .push_str("\n    hint: the recorded call of this label has the same prompt: its schema or model changed"),
         None => message.push_str("\n    hint: no recorded call has this label: a new call"),
     }
     message.push_str("\n    re-record the misses with `factory test --update --backend SPEC`");
@@ -444,9 +476,19 @@ fn short(key: &str) -> String {
 fn print_case(report: &CaseReport) {
     let colored = stderr_colored();
     if report.failures.is_empty() {
-        outln!("  {} {} ({:.2}s)", paint(colored, AnsiColor::Green.on_default(), "ok  "), esc(&report.name), report.seconds);
+        outln!(
+            "  {} {} ({:.2}s)",
+            paint(colored, AnsiColor::Green.on_default(), "ok  "),
+            esc(&report.name),
+            report.seconds
+        );
     } else {
-        outln!("  {} {} ({:.2}s)", paint(colored, AnsiColor::Red.on_default(), "FAIL"), esc(&report.name), report.seconds);
+        outln!(
+            "  {} {} ({:.2}s)",
+            paint(colored, AnsiColor::Red.on_default(), "FAIL"),
+            esc(&report.name),
+            report.seconds
+        );
         for failure in &report.failures {
             // A failure may quote the run's error (guest text): each of its lines escaped.
             outln!("    - {}", esc_lines(failure));
@@ -541,7 +583,9 @@ fn xml(text: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
             '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -555,7 +599,9 @@ fn junit(reports: &[FileReport]) -> String {
     let total: usize = reports.iter().map(|r| r.cases.len()).sum();
     let failed: usize = reports.iter().map(|r| r.cases.iter().filter(|c| !c.failures.is_empty()).count()).sum();
     let errors = reports.iter().filter(|r| r.error.is_some()).count();
-    out.push_str(&format!("<testsuites name=\"factory test\" tests=\"{total}\" failures=\"{failed}\" errors=\"{errors}\">\n"));
+    out.push_str(&format!(
+        "<testsuites name=\"factory test\" tests=\"{total}\" failures=\"{failed}\" errors=\"{errors}\">\n"
+    ));
     for r in reports {
         let failed = r.cases.iter().filter(|c| !c.failures.is_empty()).count();
         let seconds: f64 = r.cases.iter().map(|c| c.seconds).sum();
@@ -574,7 +620,12 @@ fn junit(reports: &[FileReport]) -> String {
             ));
         }
         for c in &r.cases {
-            out.push_str(&format!("    <testcase name=\"{}\" classname=\"{}\" time=\"{:.3}\"", xml(&c.name), xml(&r.name), c.seconds));
+            out.push_str(&format!(
+                "    <testcase name=\"{}\" classname=\"{}\" time=\"{:.3}\"",
+                xml(&c.name),
+                xml(&r.name),
+                c.seconds
+            ));
             if c.failures.is_empty() {
                 out.push_str("/>\n");
             } else {
@@ -608,7 +659,11 @@ mod tests {
         let call = |k: &str| RecordedCall { key: k.into(), attempt: 0, label: None, prompt: String::new() };
         let mut total = CassetteUsage::default();
         merge_usage(&mut total, CassetteUsage { unused: vec![call("a"), call("b")], missed: vec![call("x")] }, true);
-        merge_usage(&mut total, CassetteUsage { unused: vec![call("b"), call("c")], missed: vec![call("x"), call("y")] }, false);
+        merge_usage(
+            &mut total,
+            CassetteUsage { unused: vec![call("b"), call("c")], missed: vec![call("x"), call("y")] },
+            false,
+        );
         assert_eq!(total.unused, vec![call("b")], "unused by every case");
         assert_eq!(total.missed, vec![call("x"), call("y")], "new in any case");
     }

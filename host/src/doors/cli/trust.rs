@@ -8,14 +8,14 @@
 //! CLI, and the host never reads the trust store. Also `--allow-read DIR` (read-only grants)
 //! and the `factory trust` subcommand.
 
+use crate::doors::args::GlobalArgs;
 use crate::doors::cli::escape::esc;
 use crate::doors::cli::events::EventSink;
-use crate::doors::args::GlobalArgs;
 use crate::doors::cli::target;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use factory_host::service::{trust_key, Client, Target};
 use factory_host::sandbox;
+use factory_host::service::{trust_key, Client, Target};
 use factory_host::trust::{TrustSource, TrustStore, TrustedComponent};
 use factory_host::{Factory, Host, HostConfig, Limits, RunEnvelope, RunOptions};
 use std::io::IsTerminal;
@@ -197,7 +197,8 @@ async fn ask(
     // A declared limit this run lifts shows as lifted, not just missing.
     let lifted: Vec<String> = overrides.lifted.names().iter().map(|name| format!("{name}=none (lifted)")).collect();
     if !lifted.is_empty() {
-        limits = if effective == Limits::default() { lifted.join(" ") } else { format!("{limits} {}", lifted.join(" ")) };
+        limits =
+            if effective == Limits::default() { lifted.join(" ") } else { format!("{limits} {}", lifted.join(" ")) };
     }
     text.push_str(&format!("  limits:   {limits} (declared: {})\n", show_limits(&meta.limits)));
     text.push_str(&format!(
@@ -357,7 +358,10 @@ pub async fn reapprove(g: &GlobalArgs, yes: &YesArg, run_id: &str, factory: &str
     if !yes {
         bail!("reapproval_declined: run {run_id} was not resumed (its component was declined)");
     }
-    let entry = TrustedComponent { name: Some(factory.to_string()), ..TrustedComponent::new(hash.to_string(), TrustSource::Approved) };
+    let entry = TrustedComponent {
+        name: Some(factory.to_string()),
+        ..TrustedComponent::new(hash.to_string(), TrustSource::Approved)
+    };
     if let Err(e) = store.trust(entry) {
         eprintln!("factory: warning: cannot remember the approval: {e}");
     }

@@ -28,7 +28,9 @@ pub async fn workers(g: &crate::doors::args::GlobalArgs, a: WorkersArgs) -> Resu
             .context("no shared store: give --store, set FACTORY_STORE, or set `store` in the config file")?,
     };
     let password = store_password(&store, a.store_password_file.as_deref(), a.store.is_some())?;
-    let workers = factory_host::store::postgres::workers::list(&store, password.as_deref()).await.context("listing the workers")?;
+    let workers = factory_host::store::postgres::workers::list(&store, password.as_deref())
+        .await
+        .context("listing the workers")?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&workers)?);
         return Ok(ExitCode::SUCCESS);

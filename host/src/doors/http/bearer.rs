@@ -45,12 +45,16 @@ pub fn read_secret_file(path: &Path, what: &str) -> anyhow::Result<String> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
     let opened = std::fs::File::open(path).with_context(|| format!("reading the {what} {}", path.display()))?;
-    let mode = opened.metadata().with_context(|| format!("reading the {what} {}", path.display()))?.permissions().mode();
+    let mode =
+        opened.metadata().with_context(|| format!("reading the {what} {}", path.display()))?.permissions().mode();
     if mode & 0o077 != 0 {
         bail!("the {what} {} is readable by others (mode {:o}): chmod 600 it", path.display(), mode & 0o777);
     }
     let mut text = String::new();
-    opened.take(MAX_TOKEN_FILE_BYTES + 1).read_to_string(&mut text).with_context(|| format!("reading the {what} {}", path.display()))?;
+    opened
+        .take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading the {what} {}", path.display()))?;
     if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
         bail!("the {what} {} is over {MAX_TOKEN_FILE_BYTES} bytes", path.display());
     }
@@ -203,7 +207,13 @@ impl OneTimeCodes {
                 codes.sessions.remove(0);
             }
             let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-            let session = Session { id, code, token: token.clone(), created_at: SystemTime::now(), expires: now + self.session_ttl };
+            let session = Session {
+                id,
+                code,
+                token: token.clone(),
+                created_at: SystemTime::now(),
+                expires: now + self.session_ttl,
+            };
             codes.sessions.push(session);
             return Some(token);
         }
@@ -295,7 +305,9 @@ mod tests {
         assert!(!bearer.accepts(Some(&format!("Bearer {}x", &token[..63]))));
         assert!(!bearer.accepts(Some(&token)));
         assert!(!bearer.accepts(None));
-        assert!(constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"a", b"ab"));
+        assert!(
+            constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"a", b"ab")
+        );
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).expect("metadata").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);

@@ -38,10 +38,11 @@
 //! [`UNAUTHENTICATED_BODY_TIMEOUT`]; every other request is authenticated before its body
 //! is read.
 
-
 pub mod bearer;
 pub mod bind;
 
+use crate::doors::http::bearer::{is_code_shaped, OneTimeCodes, CODE_TTL};
+use crate::doors::http::bind::BODY_READ_TIMEOUT;
 use factory_host::service::{Client, Consent, Request, Scope, Source, Target};
 use factory_host::store::ProgressQuery;
 use factory_host::trace::TraceParent;
@@ -58,8 +59,6 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use crate::doors::http::bearer::{is_code_shaped, OneTimeCodes, CODE_TTL};
-use crate::doors::http::bind::BODY_READ_TIMEOUT;
 use std::time::Duration;
 
 /// The token file's name in the state directory.
@@ -142,7 +141,8 @@ pub async fn serve(
     if bound.ip().is_unspecified() {
         hosts.push(format!("127.0.0.1:{}", bound.port()));
     }
-    let api = Arc::new(Api { client, session, bearer, codes: Arc::new(OneTimeCodes::new(CODE_TTL, ui_session_ttl)), hosts });
+    let api =
+        Arc::new(Api { client, session, bearer, codes: Arc::new(OneTimeCodes::new(CODE_TTL, ui_session_ttl)), hosts });
     tokio::spawn(crate::doors::http::bind::accept_loop(listener, "factory serve --http", move |stream| {
         let api = api.clone();
         async move {
@@ -202,9 +202,7 @@ fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::Forbidden
         | ErrorCode::ForbiddenHost
         | ErrorCode::Refused
-        | ErrorCode::Declined => {
-            StatusCode::FORBIDDEN
-        }
+        | ErrorCode::Declined => StatusCode::FORBIDDEN,
         ErrorCode::InvalidLimits
         | ErrorCode::InvalidArgs
         | ErrorCode::InvalidParams
@@ -267,9 +265,14 @@ impl RegisterBody {
     fn source(self) -> Result<Source, String> {
         match (self.path, self.meta, self.run) {
             (Some(path), None, None) if path.is_absolute() => Ok(Source::File(path)),
-            (Some(path), None, None) => Err(format!("`path` must be absolute (the service resolves no relative path): {}", path.display())),
+            (Some(path), None, None) => {
+                Err(format!("`path` must be absolute (the service resolves no relative path): {}", path.display()))
+            }
             (None, Some(meta), Some(run)) => Ok(Source::Authored { meta, run }),
-            _ => Err("give either `path` (a factory file or directory) or both `meta` and `run` (the authoring form)".into()),
+            _ => {
+                Err("give either `path` (a factory file or directory) or both `meta` and `run` (the authoring form)"
+                    .into())
+            }
         }
     }
 }
@@ -281,9 +284,7 @@ fn session_of(headers: &hyper::HeaderMap) -> Result<Option<String>, String> {
     let name = value.to_str().map_err(|_| format!("`{SESSION_HEADER}` must be plain text"))?;
     let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@');
     if name.is_empty() || name.len() > MAX_SESSION_NAME || !name.chars().all(valid) {
-        return Err(format!(
-            "`{SESSION_HEADER}` names a session: 1 to {MAX_SESSION_NAME} letters, digits or `._-:@`"
-        ));
+        return Err(format!("`{SESSION_HEADER}` names a session: 1 to {MAX_SESSION_NAME} letters, digits or `._-:@`"));
     }
     Ok(Some(name.to_string()))
 }
@@ -313,14 +314,22 @@ impl Api {
             Caller::Dashboard(id)
         } else {
             tracing::warn!(event = "refused", door = "http", path = %path.chars().take(256).collect::<String>(), "HTTP request without a valid bearer token refused");
-            return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "an `Authorization: Bearer <token>` header is required");
+            return error(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::Unauthorized,
+                "an `Authorization: Bearer <token>` header is required",
+            );
         };
         let joined = match session_of(req.headers()) {
             Ok(joined) => joined,
             Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
         };
         // The caller's trace, continued by a run this request starts.
-        let trace_parent = match req.headers().get("traceparent").map(|v| v.to_str().map_err(|_| ()).and_then(|t| TraceParent::parse(t).map_err(|_| ()))) {
+        let trace_parent = match req
+            .headers()
+            .get("traceparent")
+            .map(|v| v.to_str().map_err(|_| ()).and_then(|t| TraceParent::parse(t).map_err(|_| ())))
+        {
             None => None,
             Some(Ok(parent)) => Some(parent),
             Some(Err(())) => {
@@ -358,10 +367,16 @@ impl Api {
                     let paged = segments.len() == 2 || q.after_seq.is_some() || q.before_seq.is_some();
                     match (paged, q.after) {
                         (true, Some(_)) => {
-                            let message = "`after` (a run id) pages the plain listing; a page by sequence takes `afterSeq`";
+                            let message =
+                                "`after` (a run id) pages the plain listing; a page by sequence takes `afterSeq`";
                             return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
                         }
-                        (true, None) => Request::RunsPage { scope, after_seq: q.after_seq, before_seq: q.before_seq, limit: q.limit },
+                        (true, None) => Request::RunsPage {
+                            scope,
+                            after_seq: q.after_seq,
+                            before_seq: q.before_seq,
+                            limit: q.limit,
+                        },
                         (false, after) => Request::Runs { scope, after, limit: q.limit },
                     }
                 }
@@ -370,7 +385,9 @@ impl Api {
             (&Method::GET, ["factories"]) => Request::Factories { session },
             (&Method::GET, ["factories", name]) => Request::Inspect { session, name: name.to_string() },
             (&Method::POST, ["factories"]) => {
-                let source = serde_json::from_slice::<RegisterBody>(&body).map_err(|e| e.to_string()).and_then(RegisterBody::source);
+                let source = serde_json::from_slice::<RegisterBody>(&body)
+                    .map_err(|e| e.to_string())
+                    .and_then(RegisterBody::source);
                 match source {
                     Ok(source) => Request::Register { source, session: Some(session) },
                     Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
@@ -448,8 +465,17 @@ impl Api {
     async fn metrics(&self, req: &HttpRequest<Incoming>) -> Response<Body> {
         let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
         if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
-            tracing::warn!(event = "refused", door = "http", path = "/metrics", "HTTP request without a valid bearer token refused");
-            return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "an `Authorization: Bearer <token>` header is required");
+            tracing::warn!(
+                event = "refused",
+                door = "http",
+                path = "/metrics",
+                "HTTP request without a valid bearer token refused"
+            );
+            return error(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::Unauthorized,
+                "an `Authorization: Bearer <token>` header is required",
+            );
         }
         if req.method() != Method::GET {
             return error(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::NotFound, "`/metrics` answers GET");
@@ -473,7 +499,12 @@ impl Api {
     /// dashboard session that calls it.
     fn ui_route(&self, method: &Method, segments: &[&str], caller: &Caller) -> Response<Body> {
         let owner_only = || {
-            tracing::warn!(event = "refused", door = "http", path = "/api/ui", "dashboard session refused an owner-only call");
+            tracing::warn!(
+                event = "refused",
+                door = "http",
+                path = "/api/ui",
+                "dashboard session refused an owner-only call"
+            );
             let message = "only the owner's token (the token file) may do this, not a dashboard session";
             error(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message)
         };
@@ -499,7 +530,11 @@ impl Api {
                 }
                 json_response(StatusCode::OK, &json!({ "revoked": revoked }))
             }
-            _ => error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} /api/{}", segments.join("/"))),
+            _ => error(
+                StatusCode::NOT_FOUND,
+                ErrorCode::NotFound,
+                format!("no route {method} /api/{}", segments.join("/")),
+            ),
         }
     }
 
@@ -515,10 +550,18 @@ impl Api {
             code: String,
         }
         // Nothing is read from a stranger before its size is known to be small.
-        let length = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        let length =
+            req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
         if !length.is_some_and(|n| n <= MAX_UNAUTHENTICATED_BODY_BYTES as u64) {
-            tracing::warn!(event = "refused", door = "http", path = "/api/ui/exchange", "sign-in exchange with a missing or large Content-Length refused");
-            let message = format!("a sign-in exchange needs a `Content-Length` of at most {MAX_UNAUTHENTICATED_BODY_BYTES} bytes");
+            tracing::warn!(
+                event = "refused",
+                door = "http",
+                path = "/api/ui/exchange",
+                "sign-in exchange with a missing or large Content-Length refused"
+            );
+            let message = format!(
+                "a sign-in exchange needs a `Content-Length` of at most {MAX_UNAUTHENTICATED_BODY_BYTES} bytes"
+            );
             return closing(error(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::InvalidParams, message));
         }
         let body = match read_body(req, MAX_UNAUTHENTICATED_BODY_BYTES, UNAUTHENTICATED_BODY_TIMEOUT).await {
@@ -530,7 +573,11 @@ impl Api {
             Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
         };
         if !is_code_shaped(&exchange.code) {
-            return error(StatusCode::UNAUTHORIZED, ErrorCode::InvalidCode, "this is not a sign-in code: run `factory ui` again");
+            return error(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::InvalidCode,
+                "this is not a sign-in code: run `factory ui` again",
+            );
         }
         match self.codes.redeem(&exchange.code) {
             Some(token) => json_response(StatusCode::OK, &json!({ "token": token })),
@@ -564,7 +611,8 @@ impl Api {
             let mut sent: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
             // Attempts that start or settle from now on are announced (`run_started`,
             // `run_settled`); the history a first update of a run brings along is not.
-            let opened_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            let opened_ms =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
             loop {
                 let Some(update) = updates.next().await else { return };
                 if let Caller::Dashboard(id) = &caller {
@@ -581,7 +629,11 @@ impl Api {
                     format!("event: run_updated\ndata: {data}\n\n")
                 };
                 loop {
-                    let query = ProgressQuery { after_seq: Some(after), limit: Some(SSE_ENTRIES_PER_FRAME), ..Default::default() };
+                    let query = ProgressQuery {
+                        after_seq: Some(after),
+                        limit: Some(SSE_ENTRIES_PER_FRAME),
+                        ..Default::default()
+                    };
                     let entries = client.progress(scope.clone(), &update.run_id, query).await.unwrap_or_default();
                     for entry in &entries {
                         let data = json!({ "runId": update.run_id, "entry": entry });
@@ -596,7 +648,9 @@ impl Api {
                         after = last.seq;
                         sent.insert(update.run_id.clone(), last.seq);
                     }
-                    if !frames.is_empty() && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut frames))))).await.is_err() {
+                    if !frames.is_empty()
+                        && tx.send(Ok(Frame::data(Bytes::from(std::mem::take(&mut frames))))).await.is_err()
+                    {
                         return;
                     }
                     if entries.len() < SSE_ENTRIES_PER_FRAME {
@@ -617,7 +671,12 @@ impl Api {
 
 /// The lifecycle event a progress entry announces on the event stream: `run_started`
 /// ([`RunStarted`]) for an attempt's start, `run_settled` ([`RunSettled`]) for its end.
-async fn lifecycle_event(client: &Client, scope: &Scope, run_id: &str, entry: &ProgressEntry) -> Option<(&'static str, Value)> {
+async fn lifecycle_event(
+    client: &Client,
+    scope: &Scope,
+    run_id: &str,
+    entry: &ProgressEntry,
+) -> Option<(&'static str, Value)> {
     if let ProgressEvent::AttemptStarted { attempt } = &entry.event {
         let factory_name = client.envelope(scope.clone(), run_id).await.map(|e| e.factory).unwrap_or_default();
         let started = RunStarted { run_id: run_id.to_string(), attempt: *attempt, factory_name };
@@ -651,7 +710,9 @@ async fn read_body(req: HttpRequest<Incoming>, max: usize, timeout: Duration) ->
     let limited = http_body_util::Limited::new(req.into_body(), max);
     match tokio::time::timeout(timeout, limited.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) => Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::InvalidParams, format!("request body: {e}")))),
+        Ok(Err(e)) => {
+            Err(Box::new(error(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::InvalidParams, format!("request body: {e}"))))
+        }
         Err(_) => Err(Box::new(error(
             StatusCode::REQUEST_TIMEOUT,
             ErrorCode::InvalidParams,
@@ -766,14 +827,29 @@ mod tests {
 
     #[test]
     fn the_runs_list_is_every_session_unless_one_is_named() {
-        assert_eq!(parse_runs_query(""), Ok(RunsQuery { scope: Scope::Owner, after: None, limit: None, after_seq: None, before_seq: None }));
+        assert_eq!(
+            parse_runs_query(""),
+            Ok(RunsQuery { scope: Scope::Owner, after: None, limit: None, after_seq: None, before_seq: None })
+        );
         assert_eq!(
             parse_runs_query("session=mcp%3Aclaude"),
-            Ok(RunsQuery { scope: Scope::Session("mcp:claude".into()), after: None, limit: None, after_seq: None, before_seq: None })
+            Ok(RunsQuery {
+                scope: Scope::Session("mcp:claude".into()),
+                after: None,
+                limit: None,
+                after_seq: None,
+                before_seq: None
+            })
         );
         assert_eq!(
             parse_runs_query("after=r%2D1&limit=20"),
-            Ok(RunsQuery { scope: Scope::Owner, after: Some("r-1".into()), limit: Some(20), after_seq: None, before_seq: None })
+            Ok(RunsQuery {
+                scope: Scope::Owner,
+                after: Some("r-1".into()),
+                limit: Some(20),
+                after_seq: None,
+                before_seq: None
+            })
         );
         assert_eq!(
             parse_runs_query("afterSeq=3&beforeSeq=9&limit=1"),
@@ -793,7 +869,10 @@ mod tests {
         assert_eq!(page.status(), StatusCode::OK);
         assert_eq!(page.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
         let csp = page.headers()["content-security-policy"].to_str().unwrap();
-        assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'") && !csp.contains("unsafe"), "{csp}");
+        assert!(
+            csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'") && !csp.contains("unsafe"),
+            "{csp}"
+        );
         assert_eq!(ui_asset(&Method::GET, "/ui/app.js").headers()[CONTENT_TYPE], "text/javascript; charset=utf-8");
         assert_eq!(ui_asset(&Method::GET, "/ui/nope.js").status(), StatusCode::NOT_FOUND);
         assert_eq!(ui_asset(&Method::POST, "/").status(), StatusCode::METHOD_NOT_ALLOWED);

@@ -100,7 +100,8 @@ pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, wor
                     Ok(rows) => {
                         // A cancel wins over a pause asked of the same run.
                         for row in rows {
-                            let _ = if row.get::<_, bool>(1) { requests.send(row.get(0)) } else { pauses.send(row.get(0)) };
+                            let _ =
+                                if row.get::<_, bool>(1) { requests.send(row.get(0)) } else { pauses.send(row.get(0)) };
                         }
                     }
                     Err(e) => tracing::warn!("reading cancel requests: {e}"),
@@ -120,12 +121,18 @@ pub(super) async fn listen(config: tokio_postgres::Config, pool: PoolHandle, wor
 }
 
 /// One LISTEN connection, until it fails.
-async fn notifications(config: &tokio_postgres::Config, worker: &str, heard: &Heard) -> Result<(), tokio_postgres::Error> {
+async fn notifications(
+    config: &tokio_postgres::Config,
+    worker: &str,
+    heard: &Heard,
+) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
     let (tx, mut rx) = futures::channel::mpsc::unbounded();
     let driver = futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx);
     let driver = tokio::spawn(driver);
-    client.batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {PAUSE_CHANNEL}; LISTEN {}", super::changes::CHANNEL)).await?;
+    client
+        .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {PAUSE_CHANNEL}; LISTEN {}", super::changes::CHANNEL))
+        .await?;
     while let Some(message) = rx.next().await {
         match message {
             Ok(tokio_postgres::AsyncMessage::Notification(note)) if note.channel() == CHANNEL => {

@@ -32,7 +32,11 @@ fn place(row: &tokio_postgres::Row) -> u64 {
 const ROW_OVERHEAD: u64 = 64;
 
 impl PgStore {
-    fn load_journal(&self, run_id: &str, value_bytes: usize) -> BoxFuture<'static, Result<JournalSnapshot, StoreError>> {
+    fn load_journal(
+        &self,
+        run_id: &str,
+        value_bytes: usize,
+    ) -> BoxFuture<'static, Result<JournalSnapshot, StoreError>> {
         let (pool, run_id) = (self.pool.clone(), run_id.to_string());
         // The run's cache keeps no value over a quarter of its bytes: loading one is waste.
         let largest_bytes = value_bytes / 4;
@@ -119,7 +123,10 @@ impl Journal for PgStore {
         let (pool, run_id, key) = (self.pool.clone(), run_id.to_string(), key.to_string());
         self.spawn(async move {
             let client = pool.get().await?;
-            let row = client.query_opt("SELECT value FROM steps WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()]).await.map_err(|e| pg(&pool.url, e))?;
+            let row = client
+                .query_opt("SELECT value FROM steps WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
             let text = |stored: &[u8]| {
                 let value = codec::decode(stored).map_err(|e| corrupt("a step value", e))?;
                 String::from_utf8(value.into_owned()).map_err(|e| corrupt("a step value", e))
@@ -130,8 +137,14 @@ impl Journal for PgStore {
         .boxed()
     }
 
-    fn get_agent<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>> {
-        let decode = |bytes: &[u8]| decode_outcome(bytes).map(|outcome| outcome.map(str::to_string)).map_err(|e| corrupt("agent journal", e));
+    fn get_agent<'a>(
+        &'a self,
+        run_id: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>> {
+        let decode = |bytes: &[u8]| {
+            decode_outcome(bytes).map(|outcome| outcome.map(str::to_string)).map_err(|e| corrupt("agent journal", e))
+        };
         let pending = self.writer.pending().agent(run_id, key).cloned();
         if let Some(bytes) = pending {
             return futures::future::ready(decode(&bytes).map(Some).map_err(journal_error)).boxed();
@@ -139,8 +152,13 @@ impl Journal for PgStore {
         let (pool, run_id, key) = (self.pool.clone(), run_id.to_string(), key.to_string());
         self.spawn(async move {
             let client = pool.get().await?;
-            let row = client.query_opt("SELECT outcome FROM agents WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()]).await.map_err(|e| pg(&pool.url, e))?;
-            let stored = |bytes: &[u8]| codec::decode_outcome(bytes).map_err(|e| corrupt("agent journal", e)).and_then(|o| decode(&o));
+            let row = client
+                .query_opt("SELECT outcome FROM agents WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
+            let stored = |bytes: &[u8]| {
+                codec::decode_outcome(bytes).map_err(|e| corrupt("agent journal", e)).and_then(|o| decode(&o))
+            };
             row.map(|row| stored(row.get::<_, &[u8]>(0))).transpose()
         })
         .map(|r| r.map_err(journal_error))
@@ -156,7 +174,13 @@ impl Journal for PgStore {
         self.send_for(run_id, Op::step(run_id, key, value, journal_bytes)).map_err(journal_error)
     }
 
-    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
+    fn put_agent(
+        &self,
+        run_id: &str,
+        key: &str,
+        outcome: Option<&str>,
+        journal_bytes: u64,
+    ) -> Result<(), JournalError> {
         self.send_for(run_id, Op::agent(run_id, key, outcome, journal_bytes)).map_err(journal_error)
     }
 

@@ -19,17 +19,19 @@ mod worker;
 pub mod workers;
 mod writer;
 
+use crate::model::envelope::RunStatus;
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
+use crate::store::op::Op;
 use crate::store::records::{display_key, unreadable_run};
-use crate::model::envelope::RunStatus;
-use crate::store::{corrupt, ListedRun, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
+use crate::store::{
+    corrupt, ListedRun, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats,
+};
 use futures::future::{BoxFuture, FutureExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use worker::Lease;
-use crate::store::op::Op;
 use writer::Writer;
 
 pub use url::{is_postgres_url, redact};
@@ -149,7 +151,11 @@ pub struct PgStore {
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore").field("url", &self.pool.url).field("worker", &self.lease.worker).field("generation", &self.lease.generation()).finish()
+        f.debug_struct("PgStore")
+            .field("url", &self.pool.url)
+            .field("worker", &self.lease.worker)
+            .field("generation", &self.lease.generation())
+            .finish()
     }
 }
 
@@ -175,7 +181,8 @@ impl PgStore {
                 let pool = PoolHandle::new(config, shown.clone(), options.pool_size)?;
                 let mut client = pool.get().await?;
                 schema::migrate(&mut client, &shown).await?;
-                let (lease, repaired) = worker::register(&mut client, &shown, &options.worker, options.lease, worker::Left::Crash).await?;
+                let (lease, repaired) =
+                    worker::register(&mut client, &shown, &options.worker, options.lease, worker::Left::Crash).await?;
                 Ok::<_, StoreError>((pool, lease, repaired, Instant::now()))
             })
         };
@@ -206,7 +213,14 @@ impl PgStore {
         );
         let executing = Arc::default();
         handle.spawn(
-            Renewal { pool: pool.clone(), lease: lease.clone(), writer: writer.handle(), local: local_lease.clone(), executing: Arc::clone(&executing) }.run(),
+            Renewal {
+                pool: pool.clone(),
+                lease: lease.clone(),
+                writer: writer.handle(),
+                local: local_lease.clone(),
+                executing: Arc::clone(&executing),
+            }
+            .run(),
         );
         let (cancels, _) = tokio::sync::broadcast::channel(256);
         let (pauses, _) = tokio::sync::broadcast::channel(256);
@@ -215,7 +229,21 @@ impl PgStore {
         handle.spawn(cancel::listen(listen_config, pool.clone(), lease.worker.clone(), heard));
         let (queue_wakeups, _) = tokio::sync::broadcast::channel(16);
         handle.spawn(queue::listen(queue_config, pool.url.clone(), queue_wakeups.clone()));
-        Ok(PgStore { pool, writer, lease, local_lease, handle, runtime: Some(runtime), known_blobs: Default::default(), repaired, cancels, pauses, changes, executing, queue_wakeups })
+        Ok(PgStore {
+            pool,
+            writer,
+            lease,
+            local_lease,
+            handle,
+            runtime: Some(runtime),
+            known_blobs: Default::default(),
+            repaired,
+            cancels,
+            pauses,
+            changes,
+            executing,
+            queue_wakeups,
+        })
     }
 
     /// This worker's id.
@@ -246,7 +274,10 @@ impl PgStore {
     }
 
     /// Run `work` on the store's runtime and await it from any runtime.
-    fn spawn<T: Send + 'static>(&self, work: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static) -> BoxFuture<'static, Result<T, StoreError>> {
+    fn spawn<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
         let join = self.handle.spawn(work);
         async move { join.await.map_err(|_| StoreError::Closed)? }.boxed()
     }
@@ -392,7 +423,14 @@ impl Renewal {
         self.writer.fail(self.lease.fenced());
         self.writer.drain().await;
         let mut client = self.pool.get().await?;
-        let (fresh, halted) = worker::register(&mut client, &self.pool.url, &self.lease.worker, self.lease.duration, worker::Left::Outage(away)).await?;
+        let (fresh, halted) = worker::register(
+            &mut client,
+            &self.pool.url,
+            &self.lease.worker,
+            self.lease.duration,
+            worker::Left::Outage(away),
+        )
+        .await?;
         let registered = Instant::now();
         let _executing = self.executing.lock().unwrap_or_else(|p| p.into_inner());
         self.lease.set_generation(fresh.generation());
@@ -436,7 +474,10 @@ impl Store for PgStore {
         let (pool, run_id) = (self.pool.clone(), run_id.to_string());
         self.spawn(async move {
             let client = pool.get().await?;
-            let row = client.query_opt("SELECT record FROM runs WHERE id = $1", &[&run_id]).await.map_err(|e| pg(&pool.url, e))?;
+            let row = client
+                .query_opt("SELECT record FROM runs WHERE id = $1", &[&run_id])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
             match row {
                 None => Ok(None),
                 Some(row) => serde_json::from_slice(row.get::<_, &[u8]>(0))
@@ -450,7 +491,10 @@ impl Store for PgStore {
         let pool = self.pool.clone();
         self.spawn(async move {
             let client = pool.get().await?;
-            let rows = client.query("SELECT id, seq, record FROM runs ORDER BY seq", &[]).await.map_err(|e| pg(&pool.url, e))?;
+            let rows = client
+                .query("SELECT id, seq, record FROM runs ORDER BY seq", &[])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
             Ok(rows.iter().map(|row| read_record(row.get(0), row.get(1), row.get(2))).collect())
         })
     }
@@ -476,7 +520,11 @@ impl Store for PgStore {
         })
     }
 
-    fn progress<'a>(&'a self, run_id: &'a str, query: &'a ProgressQuery) -> BoxFuture<'a, Result<Vec<ProgressEntry>, StoreError>> {
+    fn progress<'a>(
+        &'a self,
+        run_id: &'a str,
+        query: &'a ProgressQuery,
+    ) -> BoxFuture<'a, Result<Vec<ProgressEntry>, StoreError>> {
         let (pool, run_id, query) = (self.pool.clone(), run_id.to_string(), query.clone());
         self.spawn(async move { progress::read(&pool, &run_id, &query).await })
     }
@@ -494,12 +542,19 @@ impl Store for PgStore {
         let (pool, hash) = (self.pool.clone(), hash.to_string());
         self.spawn(async move {
             let client = pool.get().await?;
-            let row = client.query_opt("SELECT bytes FROM blobs WHERE hash = $1", &[&hash]).await.map_err(|e| pg(&pool.url, e))?;
+            let row = client
+                .query_opt("SELECT bytes FROM blobs WHERE hash = $1", &[&hash])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
             Ok(row.map(|row| row.get::<_, Vec<u8>>(0)))
         })
     }
 
-    fn register<'a>(&'a self, registration: &'a Registration, bytes: &'a Arc<[u8]>) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn register<'a>(
+        &'a self,
+        registration: &'a Registration,
+        bytes: &'a Arc<[u8]>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.write_registration(registration, bytes).boxed()
     }
 
@@ -510,7 +565,10 @@ impl Store for PgStore {
                 return Ok(None);
             }
             let client = pool.get().await?;
-            let row = client.query_opt("SELECT registration FROM factories WHERE key = $1", &[&key.as_bytes()]).await.map_err(|e| pg(&pool.url, e))?;
+            let row = client
+                .query_opt("SELECT registration FROM factories WHERE key = $1", &[&key.as_bytes()])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
             match row {
                 None => Ok(None),
                 Some(row) => serde_json::from_slice(row.get::<_, &[u8]>(0))
@@ -524,7 +582,10 @@ impl Store for PgStore {
         let pool = self.pool.clone();
         self.spawn(async move {
             let client = pool.get().await?;
-            let rows = client.query("SELECT key, registration FROM factories ORDER BY key", &[]).await.map_err(|e| pg(&pool.url, e))?;
+            let rows = client
+                .query("SELECT key, registration FROM factories ORDER BY key", &[])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
             let mut out = Vec::new();
             for row in rows {
                 match serde_json::from_slice(row.get::<_, &[u8]>(1)) {
@@ -643,10 +704,14 @@ impl Store for PgStore {
                     .map_err(e)?;
                 match row.map(|row| (row.get::<_, String>(0), row.get::<_, bool>(1))) {
                     None => return Ok(Removed::NotFound),
-                    Some((status, claimed)) if claimed || status == "running" || status == "pending" => return Ok(Removed::Active),
+                    Some((status, claimed)) if claimed || status == "running" || status == "pending" => {
+                        return Ok(Removed::Active)
+                    }
                     Some(_) => {}
                 }
-                for table in ["steps", "agents", "progress", "live_accounting", "journal_usage", "run_modules", "run_queue"] {
+                for table in
+                    ["steps", "agents", "progress", "live_accounting", "journal_usage", "run_modules", "run_queue"]
+                {
                     tx.execute(&format!("DELETE FROM {table} WHERE run_id = $1"), &[&run_id]).await.map_err(e)?;
                 }
                 tx.execute("DELETE FROM runs WHERE id = $1", &[&run_id]).await.map_err(e)?;
@@ -662,10 +727,15 @@ impl Store for PgStore {
         let (pool, run_id) = (self.pool.clone(), run_id.to_string());
         self.spawn(async move {
             let client = pool.get().await?;
-            let row = client.query_opt("SELECT manifest FROM run_modules WHERE run_id = $1", &[&run_id]).await.map_err(|e| pg(&pool.url, e))?;
+            let row = client
+                .query_opt("SELECT manifest FROM run_modules WHERE run_id = $1", &[&run_id])
+                .await
+                .map_err(|e| pg(&pool.url, e))?;
             match row {
                 None => Ok(None),
-                Some(row) => serde_json::from_slice(row.get::<_, &[u8]>(0)).map(Some).map_err(|e| corrupt("a run's module record", e)),
+                Some(row) => serde_json::from_slice(row.get::<_, &[u8]>(0))
+                    .map(Some)
+                    .map_err(|e| corrupt("a run's module record", e)),
             }
         })
     }

@@ -17,7 +17,11 @@ fn db_seq(seq: u64) -> i64 {
 }
 
 /// Progress entries of a run, paged (see [`ProgressQuery`]), in ascending seq order.
-pub(super) async fn read(pool: &PoolHandle, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, StoreError> {
+pub(super) async fn read(
+    pool: &PoolHandle,
+    run_id: &str,
+    query: &ProgressQuery,
+) -> Result<Vec<ProgressEntry>, StoreError> {
     let limit = query.limit();
     let mut lo = query.after_seq.map_or(0, |s| s.saturating_add(1));
     let mut hi = query.before_seq.map_or(u64::MAX, |s| s.saturating_sub(1));
@@ -78,7 +82,12 @@ pub(super) async fn read(pool: &PoolHandle, run_id: &str, query: &ProgressQuery)
 }
 
 /// The title the phase entry at `seq` set.
-async fn title_at(client: &tokio_postgres::Client, url: &str, run_id: &str, seq: u64) -> Result<Option<String>, StoreError> {
+async fn title_at(
+    client: &tokio_postgres::Client,
+    url: &str,
+    run_id: &str,
+    seq: u64,
+) -> Result<Option<String>, StoreError> {
     let row = client
         .query_opt("SELECT entry FROM progress WHERE run_id = $1 AND seq = $2", &[&run_id, &db_seq(seq)])
         .await

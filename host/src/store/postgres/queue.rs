@@ -103,7 +103,11 @@ const BOUND_BUDGET: &str = "
 const MAX_BUDGET_WAIT: f64 = 86_400.0;
 
 /// Under the claim lock, how many more runs `cap` allows.
-async fn cluster_room(tx: &tokio_postgres::Transaction<'_>, url: &str, cap: Option<usize>) -> Result<usize, StoreError> {
+async fn cluster_room(
+    tx: &tokio_postgres::Transaction<'_>,
+    url: &str,
+    cap: Option<usize>,
+) -> Result<usize, StoreError> {
     let Some(cap) = cap else { return Ok(usize::MAX) };
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK]).await.map_err(|e| pg(url, e))?;
     let owned: i64 = tx.query_one(OWNED, &[]).await.map_err(|e| pg(url, e))?.get(0);
@@ -122,7 +126,13 @@ fn decode_start(run_id: &str, bytes: Option<Vec<u8>>) -> Option<QueuedStart> {
 }
 
 impl RunQueue for PgStore {
-    fn enqueue<'a>(&'a self, record: &'a mut RunRecord, start: &'a QueuedStart, here: bool, cluster_runs: Option<usize>) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn enqueue<'a>(
+        &'a self,
+        record: &'a mut RunRecord,
+        start: &'a QueuedStart,
+        here: bool,
+        cluster_runs: Option<usize>,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let (pool, lease) = (self.pool.clone(), self.lease.clone());
         let start = serde_json::to_vec(start);
         async move {
@@ -147,9 +157,12 @@ impl RunQueue for PgStore {
                     )
                     .await
                     .map_err(e)?;
-                    tx.execute("INSERT INTO run_queue (run_id, start, claimed_by) VALUES ($1, $2, $3)", &[&staged.envelope.run_id, &start, &owner])
-                        .await
-                        .map_err(e)?;
+                    tx.execute(
+                        "INSERT INTO run_queue (run_id, start, claimed_by) VALUES ($1, $2, $3)",
+                        &[&staged.envelope.run_id, &start, &owner],
+                    )
+                    .await
+                    .map_err(e)?;
                     if !here {
                         tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL]).await.map_err(e)?;
                     }
@@ -164,7 +177,12 @@ impl RunQueue for PgStore {
         .boxed()
     }
 
-    fn claim(&self, max: usize, skip: Vec<String>, cluster_runs: Option<usize>) -> BoxFuture<'_, Result<Vec<Claimed>, StoreError>> {
+    fn claim(
+        &self,
+        max: usize,
+        skip: Vec<String>,
+        cluster_runs: Option<usize>,
+    ) -> BoxFuture<'_, Result<Vec<Claimed>, StoreError>> {
         let (pool, lease) = (self.pool.clone(), self.lease.clone());
         self.spawn(async move {
             let url = pool.url.clone();
@@ -231,7 +249,9 @@ impl RunQueue for PgStore {
             )
             .await
             .map_err(e)?;
-            tx.execute("UPDATE runs SET owner = NULL WHERE id = $1 AND owner = $2", &[&run_id, &lease.worker]).await.map_err(e)?;
+            tx.execute("UPDATE runs SET owner = NULL WHERE id = $1 AND owner = $2", &[&run_id, &lease.worker])
+                .await
+                .map_err(e)?;
             tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL]).await.map_err(e)?;
             tx.commit().await.map_err(e)
         })
@@ -393,7 +413,9 @@ impl RunQueue for PgStore {
             )
             .await
             .map_err(e)?;
-            tx.execute("UPDATE run_queue SET claimed_by = NULL WHERE claimed_by = ANY($1)", &[&dead]).await.map_err(e)?;
+            tx.execute("UPDATE run_queue SET claimed_by = NULL WHERE claimed_by = ANY($1)", &[&dead])
+                .await
+                .map_err(e)?;
             tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL]).await.map_err(e)?;
             tx.commit().await.map_err(e)?;
             Ok(Reaped { workers: dead, runs: ids })
@@ -453,7 +475,12 @@ impl RunQueue for PgStore {
         })
     }
 
-    fn take_flow_budget(&self, key: String, rates: FlowRates, tokens: f64) -> BoxFuture<'static, Result<Option<Duration>, StoreError>> {
+    fn take_flow_budget(
+        &self,
+        key: String,
+        rates: FlowRates,
+        tokens: f64,
+    ) -> BoxFuture<'static, Result<Option<Duration>, StoreError>> {
         let pool = self.pool.clone();
         self.spawn(async move {
             let url = pool.url.clone();
@@ -467,14 +494,23 @@ impl RunQueue for PgStore {
                 // First use: the row is made with full buckets (by one worker; the others'
                 // inserts do nothing), then taken from like any other.
                 let left = [rates.requests_left, rates.tokens_left].map(|v| if v.is_finite() { v } else { 0.0 });
-                client.execute(NEW_BUDGET, &[&key, &left[0], &left[1], &rates.request_burst, &rates.token_burst]).await.map_err(e)?;
+                client
+                    .execute(NEW_BUDGET, &[&key, &left[0], &left[1], &rates.request_burst, &rates.token_burst])
+                    .await
+                    .map_err(e)?;
                 row = client.query_opt(TAKE_BUDGET, &params).await.map_err(e)?;
             }
             let wait: Option<f64> = match row {
                 Some(row) => row.try_get(0).map_err(e)?,
                 None => return Err(corrupt("a flow budget", format!("the row of `{key}` is gone"))),
             };
-            Ok(wait.map(|secs| Duration::from_secs_f64(if secs.is_finite() { secs.clamp(0.0, MAX_BUDGET_WAIT) } else { MAX_BUDGET_WAIT })))
+            Ok(wait.map(|secs| {
+                Duration::from_secs_f64(if secs.is_finite() {
+                    secs.clamp(0.0, MAX_BUDGET_WAIT)
+                } else {
+                    MAX_BUDGET_WAIT
+                })
+            }))
         })
     }
 
@@ -488,7 +524,12 @@ impl RunQueue for PgStore {
         })
     }
 
-    fn bound_flow_budget(&self, key: String, requests: Option<f64>, tokens: Option<f64>) -> BoxFuture<'static, Result<(), StoreError>> {
+    fn bound_flow_budget(
+        &self,
+        key: String,
+        requests: Option<f64>,
+        tokens: Option<f64>,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
         let pool = self.pool.clone();
         self.spawn(async move {
             let [requests, tokens] = [requests, tokens].map(|v| v.filter(|v| v.is_finite()));
@@ -527,7 +568,10 @@ pub(super) async fn listen(config: tokio_postgres::Config, url: String, wakeups:
     }
 }
 
-async fn notifications(config: &tokio_postgres::Config, wakeups: &broadcast::Sender<()>) -> Result<(), tokio_postgres::Error> {
+async fn notifications(
+    config: &tokio_postgres::Config,
+    wakeups: &broadcast::Sender<()>,
+) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
     let (tx, mut rx) = futures::channel::mpsc::unbounded();
     let driver = futures::stream::poll_fn(move |cx| connection.poll_message(cx)).map(Ok).forward(tx);

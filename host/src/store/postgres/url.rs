@@ -147,7 +147,10 @@ mod tests {
     fn passwords_never_show() {
         assert_eq!(redact("postgres://ann:s3cret@db:5432/factory"), "postgres://ann:***@db:5432/factory");
         assert_eq!(redact("postgres://ann@127.0.0.1:5/f"), "postgres://ann@127.0.0.1:5/f");
-        assert_eq!(redact("postgresql://ann:p@ss@w@host/db?sslmode=disable&password=x"), "postgresql://ann:***@host/db");
+        assert_eq!(
+            redact("postgresql://ann:p@ss@w@host/db?sslmode=disable&password=x"),
+            "postgresql://ann:***@host/db"
+        );
         assert_eq!(redact("postgres://host"), "postgres://host");
         assert_eq!(redact("nonsense s3cret"), "(not a URL)");
         assert!(is_postgres_url("postgresql://x") && !is_postgres_url("/var/lib/x"));

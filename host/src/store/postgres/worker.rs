@@ -64,7 +64,11 @@ pub(super) enum Left {
 /// that a commit of its own or its own rejoin holds is not dead, and is passed over), its
 /// generation raised, inside the caller's transaction that then takes its runs. Returns the
 /// workers fenced.
-pub(super) async fn fence_dead(tx: &tokio_postgres::Transaction<'_>, url: &str, worker: &str) -> Result<Vec<String>, StoreError> {
+pub(super) async fn fence_dead(
+    tx: &tokio_postgres::Transaction<'_>,
+    url: &str,
+    worker: &str,
+) -> Result<Vec<String>, StoreError> {
     let e = |e| pg(url, e);
     let dead: Vec<String> = tx
         .query(
@@ -108,7 +112,9 @@ pub(super) fn take_over(record: &[u8], accounting: Option<&[u8]>, queued: bool) 
         return Ok(TakeOver::Fresh(record));
     }
     let live = match accounting {
-        Some(bytes) => Some(crate::store::journal::decode_live_accounting(bytes).map_err(|e| crate::store::corrupt("accounting", e))?),
+        Some(bytes) => Some(
+            crate::store::journal::decode_live_accounting(bytes).map_err(|e| crate::store::corrupt("accounting", e))?,
+        ),
         None => None,
     };
     Ok(if halt_interrupted(&mut record, live) { TakeOver::Halted(record) } else { TakeOver::Ended })
@@ -116,7 +122,11 @@ pub(super) fn take_over(record: &[u8], accounting: Option<&[u8]>, queued: bool) 
 
 /// Open a transaction on `client` that first read-locks this worker's row and checks its
 /// lease ([`CHECK`]): what it then writes is written only while the worker holds its lease.
-pub(super) async fn fenced<'c>(client: &'c mut tokio_postgres::Client, url: &str, lease: &Lease) -> Result<tokio_postgres::Transaction<'c>, StoreError> {
+pub(super) async fn fenced<'c>(
+    client: &'c mut tokio_postgres::Client,
+    url: &str,
+    lease: &Lease,
+) -> Result<tokio_postgres::Transaction<'c>, StoreError> {
     let tx = client.transaction().await.map_err(|e| pg(url, e))?;
     checked(tx.query_opt(CHECK, &[&lease.worker]).await.map_err(|e| pg(url, e))?, lease)?;
     Ok(tx)
@@ -129,7 +139,13 @@ pub(super) async fn fenced<'c>(client: &'c mut tokio_postgres::Client, url: &str
 /// connect ([`Left::Crash`]) those of workers found really dead and fenced in this same
 /// transaction ([`fence_dead`]), and runs no worker row owns. A worker that is alive, or
 /// rejoining at this moment, keeps its runs.
-pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, worker: &str, duration: Duration, left: Left) -> Result<(Lease, Vec<String>), StoreError> {
+pub(super) async fn register(
+    client: &mut tokio_postgres::Client,
+    url: &str,
+    worker: &str,
+    duration: Duration,
+    left: Left,
+) -> Result<(Lease, Vec<String>), StoreError> {
     let e = |e| pg(url, e);
     let host = hostname();
     let pid = std::process::id() as i32;
@@ -170,7 +186,9 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
         let id: String = row.get(0);
         match take_over(row.get(1), row.get(2), row.get(3))? {
             // A record that cannot be read stays as it is (listed as unreadable).
-            TakeOver::Unreadable(error) => tracing::warn!("the record of run {id} cannot be read ({error}); left as it is"),
+            TakeOver::Unreadable(error) => {
+                tracing::warn!("the record of run {id} cannot be read ({error}); left as it is")
+            }
             TakeOver::Fresh(_) => fresh.push(id),
             TakeOver::Halted(mut record) => {
                 if let Left::Outage(away) = left {
@@ -209,7 +227,10 @@ pub(super) async fn register(client: &mut tokio_postgres::Client, url: &str, wor
     };
     tx.execute("UPDATE runs SET owner = NULL WHERE id = ANY($1)", &[&fresh]).await.map_err(e)?;
     let released = tx
-        .execute("UPDATE run_queue SET claimed_by = NULL WHERE claimed_by = $1 OR claimed_by = ANY($2) OR run_id = ANY($3)", &[&worker, &dead, &fresh])
+        .execute(
+            "UPDATE run_queue SET claimed_by = NULL WHERE claimed_by = $1 OR claimed_by = ANY($2) OR run_id = ANY($3)",
+            &[&worker, &dead, &fresh],
+        )
         .await
         .map_err(e)?;
     if released + requeued > 0 {
@@ -244,10 +265,17 @@ fn outage_failure(record: &mut RunRecord, away: Duration) {
 /// lease has run out (such a worker commits nothing more). `Ok(false)`: another live worker
 /// took it, or it is no longer `halted`. The owner stays set until the resumed attempt
 /// writes the run `running` (and the writer clears it once the run is no longer executing).
-pub(super) async fn claim(client: &mut tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
+pub(super) async fn claim(
+    client: &mut tokio_postgres::Client,
+    url: &str,
+    lease: &Lease,
+    run_id: &str,
+) -> Result<bool, StoreError> {
     let e = |e| pg(url, e);
     let tx = fenced(client, url, lease).await?;
-    let Some(row) = tx.query_opt("SELECT status, owner FROM runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.map_err(e)? else {
+    let Some(row) =
+        tx.query_opt("SELECT status, owner FROM runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.map_err(e)?
+    else {
         return Ok(false);
     };
     if row.get::<_, &str>(0) != "halted" {
@@ -270,7 +298,12 @@ pub(super) async fn claim(client: &mut tokio_postgres::Client, url: &str, lease:
 /// this worker's while it is not executing (`running`, `pending`) and is owned by nobody, by
 /// this worker, or by a worker whose lease has run out. `Ok(false)`: another live worker
 /// holds it, or it is executing.
-pub(super) async fn claim_for_resume(client: &mut tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
+pub(super) async fn claim_for_resume(
+    client: &mut tokio_postgres::Client,
+    url: &str,
+    lease: &Lease,
+    run_id: &str,
+) -> Result<bool, StoreError> {
     let e = |e| pg(url, e);
     let tx = fenced(client, url, lease).await?;
     let taken = tx
@@ -293,7 +326,12 @@ pub(super) async fn claim_for_resume(client: &mut tokio_postgres::Client, url: &
 }
 
 /// Give up this worker's claim of run `run_id` while the run is not executing.
-pub(super) async fn release_claim(client: &tokio_postgres::Client, url: &str, lease: &Lease, run_id: &str) -> Result<(), StoreError> {
+pub(super) async fn release_claim(
+    client: &tokio_postgres::Client,
+    url: &str,
+    lease: &Lease,
+    run_id: &str,
+) -> Result<(), StoreError> {
     client
         .execute(
             "UPDATE runs SET owner = NULL WHERE id = $1 AND owner = $2 AND status NOT IN ('running', 'pending')",
@@ -348,7 +386,10 @@ pub(super) async fn renew(client: &tokio_postgres::Client, url: &str, lease: &Le
 /// worker, may take its runs at once.
 pub(super) async fn release(client: &tokio_postgres::Client, url: &str, lease: &Lease) -> Result<(), StoreError> {
     client
-        .execute("UPDATE workers SET lease_until = now() WHERE id = $1 AND generation = $2", &[&lease.worker, &lease.generation()])
+        .execute(
+            "UPDATE workers SET lease_until = now() WHERE id = $1 AND generation = $2",
+            &[&lease.worker, &lease.generation()],
+        )
         .await
         .map_err(|e| pg(url, e))?;
     Ok(())
@@ -356,5 +397,7 @@ pub(super) async fn release(client: &tokio_postgres::Client, url: &str, lease: &
 
 /// This machine's name (for `workers.host`).
 pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
 }

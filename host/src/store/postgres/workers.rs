@@ -47,7 +47,8 @@ pub async fn list(url: &str, password: Option<&str>) -> Result<Vec<WorkerInfo>, 
         driver.abort();
         return Ok(Vec::new());
     }
-    let found: i64 = client.query_one("SELECT coalesce(max(version), 0) FROM factory_schema", &[]).await.map_err(e)?.get(0);
+    let found: i64 =
+        client.query_one("SELECT coalesce(max(version), 0) FROM factory_schema", &[]).await.map_err(e)?.get(0);
     if found > SCHEMA_VERSION {
         driver.abort();
         return Err(StoreError::Version { found: found as u64, expected: SCHEMA_VERSION as u64 });

@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-
 /// The handle callers use.
 pub(crate) struct Writer {
     pub(crate) pending: Arc<Mutex<Pending>>,
@@ -60,7 +59,13 @@ impl Writer {
             done: Mutex::new(Some(done)),
         };
         let (notes, notifier) = mpsc::unbounded_channel();
-        let notifier = runtime.spawn(notify(setup.pool.clone(), setup.lease.worker.clone(), writer.stats.clone(), setup.window, notifier));
+        let notifier = runtime.spawn(notify(
+            setup.pool.clone(),
+            setup.lease.worker.clone(),
+            writer.stats.clone(),
+            setup.window,
+            notifier,
+        ));
         let task = Task {
             notes,
             pool: setup.pool,
@@ -146,7 +151,12 @@ impl Handle {
     /// lost generation is committed under the new one.
     pub(super) async fn drain(&self) {
         let (done, wait) = oneshot::channel();
-        let sent = self.tx.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|tx| tx.send(Queued::new(Op::Flush(done))).is_ok());
+        let sent = self
+            .tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|tx| tx.send(Queued::new(Op::Flush(done))).is_ok());
         if sent == Some(true) {
             let _ = wait.await;
         }
@@ -303,8 +313,15 @@ impl Task {
                 Err(e) if retryable(&e) => {
                     let lease_until = *self.local_lease.lock().unwrap_or_else(|p| p.into_inner());
                     if std::time::Instant::now() >= lease_until {
-                        tracing::error!("the store could not be written for {:.1} s, past this worker's lease: {e}", started.elapsed().as_secs_f64());
-                        return Err(StoreError::Unavailable { url: self.pool.url.clone(), seconds: started.elapsed().as_secs_f64(), source: Arc::new(e) });
+                        tracing::error!(
+                            "the store could not be written for {:.1} s, past this worker's lease: {e}",
+                            started.elapsed().as_secs_f64()
+                        );
+                        return Err(StoreError::Unavailable {
+                            url: self.pool.url.clone(),
+                            seconds: started.elapsed().as_secs_f64(),
+                            source: Arc::new(e),
+                        });
                     }
                     tracing::warn!("a store commit failed ({e}); retrying");
                     tokio::time::sleep(pause).await;
@@ -337,7 +354,12 @@ impl Task {
         let held: [Param<'_>; 2] = [&self.lease.worker, &generation];
         let begin = client.batch_execute("BEGIN");
         let check = client.execute_raw(fence, held.iter().copied());
-        let writes = futures::future::try_join_all(upserts.iter().zip(statements).map(|(u, statement)| client.execute_raw(statement, u.params.iter().copied())));
+        let writes = futures::future::try_join_all(
+            upserts
+                .iter()
+                .zip(statements)
+                .map(|(u, statement)| client.execute_raw(statement, u.params.iter().copied())),
+        );
         let commit = client.batch_execute("COMMIT");
         let (begun, checked, written, committed) = futures::join!(begin, check, writes, commit);
         let outcome = match (begun, checked, written, committed) {
@@ -362,7 +384,13 @@ impl Task {
 /// one, each named once, so a busy worker does not wake every listening worker once per
 /// commit; a follower is at most about one window later. A failure to send is only logged
 /// (the other workers poll too).
-async fn notify(pool: PoolHandle, worker: String, stats: Arc<WriterStats>, window: Duration, mut notes: mpsc::UnboundedReceiver<Vec<String>>) {
+async fn notify(
+    pool: PoolHandle,
+    worker: String,
+    stats: Arc<WriterStats>,
+    window: Duration,
+    mut notes: mpsc::UnboundedReceiver<Vec<String>>,
+) {
     let mut next = tokio::time::Instant::now();
     while let Some(mut runs) = notes.recv().await {
         tokio::time::sleep_until(next).await;
@@ -386,7 +414,11 @@ fn touched_runs(batch: &[Op]) -> Vec<String> {
     let mut runs: Vec<String> = batch
         .iter()
         .filter_map(|op| match op {
-            Op::Step { run, .. } | Op::Agent { run, .. } | Op::Progress { run, .. } | Op::Accounting { run, .. } | Op::RunModules { run, .. } => Some(run.clone()),
+            Op::Step { run, .. }
+            | Op::Agent { run, .. }
+            | Op::Progress { run, .. }
+            | Op::Accounting { run, .. }
+            | Op::RunModules { run, .. } => Some(run.clone()),
             Op::Run { id, .. } => Some(id.clone()),
             Op::Factory { .. } | Op::Blob { .. } | Op::Flush(_) => None,
         })
@@ -463,7 +495,12 @@ fn unzip3<A, B, C>(items: Vec<(A, B, C)>) -> (Vec<A>, Vec<B>, Vec<C>) {
 }
 
 fn unzip4<A, B, C, D>(items: Vec<(A, B, C, D)>) -> (Vec<A>, Vec<B>, Vec<C>, Vec<D>) {
-    let mut out = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()), Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
+    let mut out = (
+        Vec::with_capacity(items.len()),
+        Vec::with_capacity(items.len()),
+        Vec::with_capacity(items.len()),
+        Vec::with_capacity(items.len()),
+    );
     for (a, b, c, d) in items {
         out.0.push(a);
         out.1.push(b);
@@ -481,16 +518,23 @@ impl<'a> Rows<'a> {
     fn of(batch: &'a [Op]) -> Result<Rows<'a>, StoreError> {
         let steps = last_wins(batch.iter().filter_map(|op| match op {
             // Each with its place in the run's journal: the journal bytes counted with it.
-            Op::Step { run, key, value, usage } => Some(((run, key), (run.as_str(), key.as_bytes(), value.as_bytes(), db_int(*usage)))),
+            Op::Step { run, key, value, usage } => {
+                Some(((run, key), (run.as_str(), key.as_bytes(), value.as_bytes(), db_int(*usage))))
+            }
             _ => None,
         }));
         // Compressed (when smaller) once the last put of each key is known.
         let steps = steps.into_iter().map(|(run, key, value, place)| (run, key, codec::encode(value), place)).collect();
         let agents = last_wins(batch.iter().filter_map(|op| match op {
-            Op::Agent { run, key, outcome, usage } => Some(((run, key), (run.as_str(), key.as_bytes(), &outcome[..], db_int(*usage)))),
+            Op::Agent { run, key, outcome, usage } => {
+                Some(((run, key), (run.as_str(), key.as_bytes(), &outcome[..], db_int(*usage))))
+            }
             _ => None,
         }));
-        let agents = agents.into_iter().map(|(run, key, outcome, place)| (run, key, codec::encode_outcome(outcome), place)).collect();
+        let agents = agents
+            .into_iter()
+            .map(|(run, key, outcome, place)| (run, key, codec::encode_outcome(outcome), place))
+            .collect();
         let progress = last_wins(batch.iter().filter_map(|op| match op {
             Op::Progress { run, seq, entry, .. } => Some(((run, *seq), (run.as_str(), db_int(*seq), entry.as_slice()))),
             _ => None,
@@ -509,13 +553,18 @@ impl<'a> Rows<'a> {
             .collect::<Result<Vec<_>, serde_json::Error>>()?;
         let mut usage: HashMap<&str, u64> = HashMap::new();
         for op in batch {
-            if let Op::Step { run, usage: bytes, .. } | Op::Agent { run, usage: bytes, .. } | Op::Progress { run, usage: bytes, .. } = op {
+            if let Op::Step { run, usage: bytes, .. }
+            | Op::Agent { run, usage: bytes, .. }
+            | Op::Progress { run, usage: bytes, .. } = op
+            {
                 let most = usage.entry(run.as_str()).or_insert(0);
                 *most = (*most).max(*bytes);
             }
         }
         let runs = last_wins(batch.iter().filter_map(|op| match op {
-            Op::Run { id, seq, status, record, .. } => Some((id, (id.as_str(), db_int(*seq), status.as_str(), record.as_slice()))),
+            Op::Run { id, seq, status, record, .. } => {
+                Some((id, (id.as_str(), db_int(*seq), status.as_str(), record.as_slice())))
+            }
             _ => None,
         }));
         let factories = last_wins(batch.iter().filter_map(|op| match op {
@@ -580,33 +629,27 @@ impl<'a> Rows<'a> {
         }
         if !self.progress.0.is_empty() {
             let (a, b, c) = &self.progress;
-            statements.push(
-                upsert(
-                    "INSERT INTO progress (run_id, seq, entry) SELECT * FROM unnest($1::text[], $2::int8[], $3::bytea[])
+            statements.push(upsert(
+                "INSERT INTO progress (run_id, seq, entry) SELECT * FROM unnest($1::text[], $2::int8[], $3::bytea[])
                      ON CONFLICT (run_id, seq) DO UPDATE SET entry = EXCLUDED.entry",
-                    vec![a as Param<'_>, b, c],
-                ),
-            );
+                vec![a as Param<'_>, b, c],
+            ));
         }
         if !self.accounting.0.is_empty() {
             let (a, b) = &self.accounting;
-            statements.push(
-                upsert(
-                    "INSERT INTO live_accounting (run_id, accounting) SELECT * FROM unnest($1::text[], $2::bytea[])
+            statements.push(upsert(
+                "INSERT INTO live_accounting (run_id, accounting) SELECT * FROM unnest($1::text[], $2::bytea[])
                      ON CONFLICT (run_id) DO UPDATE SET accounting = EXCLUDED.accounting",
-                    vec![a as Param<'_>, b],
-                ),
-            );
+                vec![a as Param<'_>, b],
+            ));
         }
         if !self.usage.0.is_empty() {
             let (a, b) = &self.usage;
-            statements.push(
-                upsert(
-                    "INSERT INTO journal_usage (run_id, bytes) SELECT * FROM unnest($1::text[], $2::int8[])
+            statements.push(upsert(
+                "INSERT INTO journal_usage (run_id, bytes) SELECT * FROM unnest($1::text[], $2::int8[])
                      ON CONFLICT (run_id) DO UPDATE SET bytes = EXCLUDED.bytes",
-                    vec![a as Param<'_>, b],
-                ),
-            );
+                vec![a as Param<'_>, b],
+            ));
         }
         if !self.runs.0.is_empty() {
             // A run's owner is the worker executing it: set while it is running or pending,
@@ -625,13 +668,11 @@ impl<'a> Rows<'a> {
         }
         if !self.factories.0.is_empty() {
             let (a, b) = &self.factories;
-            statements.push(
-                upsert(
-                    "INSERT INTO factories (key, registration) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+            statements.push(upsert(
+                "INSERT INTO factories (key, registration) SELECT * FROM unnest($1::bytea[], $2::bytea[])
                      ON CONFLICT (key) DO UPDATE SET registration = EXCLUDED.registration",
-                    vec![a as Param<'_>, b],
-                ),
-            );
+                vec![a as Param<'_>, b],
+            ));
         }
         if !self.blobs.0.is_empty() {
             let (a, b) = &self.blobs;
@@ -641,13 +682,11 @@ impl<'a> Rows<'a> {
         }
         if !self.modules.0.is_empty() {
             let (a, b) = &self.modules;
-            statements.push(
-                upsert(
-                    "INSERT INTO run_modules (run_id, manifest) SELECT * FROM unnest($1::text[], $2::bytea[])
+            statements.push(upsert(
+                "INSERT INTO run_modules (run_id, manifest) SELECT * FROM unnest($1::text[], $2::bytea[])
                      ON CONFLICT (run_id) DO UPDATE SET manifest = EXCLUDED.manifest",
-                    vec![a as Param<'_>, b],
-                ),
-            );
+                vec![a as Param<'_>, b],
+            ));
         }
         statements
     }

@@ -27,7 +27,6 @@ impl From<redb::DatabaseError> for StoreError {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,12 +4,12 @@
 //! blocking thread.
 
 use super::rows::{agent_parts, decode_agent, decode_step, step_parts, BadRow};
-use crate::store::codec;
 use super::tables::*;
-use crate::store::op::Op;
 use super::RedbStore;
 use crate::model::envelope::Accounting;
+use crate::store::codec;
 use crate::store::journal::{AgentOutcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
+use crate::store::op::Op;
 use crate::store::{corrupt, StoreError};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::{Database, ReadableDatabase};
@@ -148,7 +148,11 @@ impl Journal for RedbStore {
         ready(self.get_step_value(run_id, key).map_err(journal_error)).boxed()
     }
 
-    fn get_agent<'a>(&'a self, run_id: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>> {
+    fn get_agent<'a>(
+        &'a self,
+        run_id: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Option<String>>, JournalError>> {
         ready(self.get_agent_outcome(run_id, key).map_err(journal_error)).boxed()
     }
 
@@ -160,7 +164,13 @@ impl Journal for RedbStore {
         self.writer.send(Op::step(run_id, key, value, journal_bytes)).map_err(journal_error)
     }
 
-    fn put_agent(&self, run_id: &str, key: &str, outcome: Option<&str>, journal_bytes: u64) -> Result<(), JournalError> {
+    fn put_agent(
+        &self,
+        run_id: &str,
+        key: &str,
+        outcome: Option<&str>,
+        journal_bytes: u64,
+    ) -> Result<(), JournalError> {
         self.writer.send(Op::agent(run_id, key, outcome, journal_bytes)).map_err(journal_error)
     }
 

@@ -19,8 +19,11 @@ pub use usage::{StoreUsage, TableUsage};
 
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
+use crate::store::op::Op;
 use crate::store::records::{display_key, record_says_active, unreadable_run};
-use crate::store::{corrupt, ListedRun, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats};
+use crate::store::{
+    corrupt, ListedRun, ProgressQuery, Registration, Removed, RunRecord, Store, StoreError, WriterStats,
+};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::{Database, ReadableDatabase, ReadableTable};
 use std::path::{Path, PathBuf};
@@ -28,7 +31,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tables::*;
-use crate::store::op::Op;
 use writer::Writer;
 
 /// The store file's name inside the state directory.
@@ -60,7 +62,11 @@ pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { commit_window: DEFAULT_COMMIT_WINDOW, queue_bytes: DEFAULT_QUEUE_BYTES, read_cache_bytes: READ_CACHE_BYTES }
+        StoreOptions {
+            commit_window: DEFAULT_COMMIT_WINDOW,
+            queue_bytes: DEFAULT_QUEUE_BYTES,
+            read_cache_bytes: READ_CACHE_BYTES,
+        }
     }
 }
 
@@ -94,16 +100,21 @@ impl RedbStore {
             .open(&path)
             .and_then(|file| crate::access::tighten_open(&file))
             .map_err(|e| StoreError::File { path: path.clone(), source: Arc::new(e) })?;
-        let db = Database::builder().set_cache_size(options.read_cache_bytes).create(&path).map_err(|e| match StoreError::from(e) {
-            StoreError::Locked(_) => StoreError::Locked(path.clone()),
-            other => other,
+        let db = Database::builder().set_cache_size(options.read_cache_bytes).create(&path).map_err(|e| {
+            match StoreError::from(e) {
+                StoreError::Locked(_) => StoreError::Locked(path.clone()),
+                other => other,
+            }
         })?;
         RedbStore::with_database(db, options, Some(path))
     }
 
     /// Open (or create) the store on a redb storage backend of the caller's choosing: other
     /// media, or a backend that injects faults (tests). The store has no file path.
-    pub fn open_with_backend(backend: impl redb::StorageBackend, options: StoreOptions) -> Result<RedbStore, StoreError> {
+    pub fn open_with_backend(
+        backend: impl redb::StorageBackend,
+        options: StoreOptions,
+    ) -> Result<RedbStore, StoreError> {
         let db = Database::builder().create_with_backend(backend)?;
         RedbStore::with_database(db, options, None)
     }
@@ -260,7 +271,9 @@ impl RedbStore {
             let (key, bytes) = row?;
             match serde_json::from_slice(bytes.value()) {
                 Ok(registration) => out.push(registration),
-                Err(e) => tracing::warn!("the registration of {} cannot be read ({e}); left out", display_key(key.value())),
+                Err(e) => {
+                    tracing::warn!("the registration of {} cannot be read ({e}); left out", display_key(key.value()))
+                }
             }
         }
         Ok(out)
@@ -292,7 +305,11 @@ impl Store for RedbStore {
         ready(self.read_runs_as(ListedRun::of)).boxed()
     }
 
-    fn progress<'a>(&'a self, run_id: &'a str, query: &'a ProgressQuery) -> BoxFuture<'a, Result<Vec<ProgressEntry>, StoreError>> {
+    fn progress<'a>(
+        &'a self,
+        run_id: &'a str,
+        query: &'a ProgressQuery,
+    ) -> BoxFuture<'a, Result<Vec<ProgressEntry>, StoreError>> {
         ready(self.read_progress(run_id, query)).boxed()
     }
 
@@ -308,7 +325,11 @@ impl Store for RedbStore {
         ready(self.read_blob(hash)).boxed()
     }
 
-    fn register<'a>(&'a self, registration: &'a Registration, bytes: &'a Arc<[u8]>) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn register<'a>(
+        &'a self,
+        registration: &'a Registration,
+        bytes: &'a Arc<[u8]>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.write_registration(registration, bytes).boxed()
     }
 

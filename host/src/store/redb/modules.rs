@@ -6,9 +6,9 @@
 //! and script sources use).
 
 use super::tables::RUN_MODULES;
-use crate::store::op::Op;
 use super::RedbStore;
 use crate::model::script::Manifest;
+use crate::store::op::Op;
 use crate::store::{corrupt, StoreError};
 use redb::ReadableDatabase;
 

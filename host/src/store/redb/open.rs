@@ -65,7 +65,9 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
                 continue;
             }
             let accounting = match live.get(id.value())? {
-                Some(acc) => Some(crate::store::journal::decode_live_accounting(acc.value()).map_err(|e| corrupt("accounting", e))?),
+                Some(acc) => Some(
+                    crate::store::journal::decode_live_accounting(acc.value()).map_err(|e| corrupt("accounting", e))?,
+                ),
                 None => None,
             };
             if halt_interrupted(&mut record, accounting) {

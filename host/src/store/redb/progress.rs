@@ -87,11 +87,15 @@ fn entries(key: u64, row: &[u8]) -> Result<Vec<(u64, &[u8])>, StoreError> {
     };
     let mut out = Vec::new();
     while !rest.is_empty() {
-        let (header, tail) = rest.split_at_checked(ENTRY_HEADER).ok_or_else(|| corrupt("progress", "a chunk entry's header is cut short"))?;
+        let (header, tail) = rest
+            .split_at_checked(ENTRY_HEADER)
+            .ok_or_else(|| corrupt("progress", "a chunk entry's header is cut short"))?;
         let (seq, len) = header.split_at(8);
         let seq = u64::from_le_bytes(seq.try_into().map_err(|_| corrupt("progress", "a chunk entry's seq"))?);
-        let len = u32::from_le_bytes(len.try_into().map_err(|_| corrupt("progress", "a chunk entry's length"))?) as usize;
-        let (entry, tail) = tail.split_at_checked(len).ok_or_else(|| corrupt("progress", "a chunk entry is cut short"))?;
+        let len =
+            u32::from_le_bytes(len.try_into().map_err(|_| corrupt("progress", "a chunk entry's length"))?) as usize;
+        let (entry, tail) =
+            tail.split_at_checked(len).ok_or_else(|| corrupt("progress", "a chunk entry is cut short"))?;
         out.push((seq, entry));
         rest = tail;
     }
@@ -102,7 +106,11 @@ fn entries(key: u64, row: &[u8]) -> Result<Vec<(u64, &[u8])>, StoreError> {
 }
 
 /// The JSON of entry `seq` of `run_id`, if it is stored.
-fn entry_at(table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>, run_id: &str, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+fn entry_at(
+    table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+    run_id: &str,
+    seq: u64,
+) -> Result<Option<Vec<u8>>, StoreError> {
     let Some(row) = table.range((run_id, seq)..=(run_id, u64::MAX))?.next() else {
         return Ok(None);
     };

@@ -123,7 +123,11 @@ mod tests {
         for outcome in [None, Some("{\"a\":1}"), Some(long.as_str())] {
             encode_agent(7, &encode_outcome(outcome), &mut row);
             assert_eq!(decode_agent(&row).unwrap(), (7, outcome.map(Cow::Borrowed)));
-            assert_eq!(decode_agent(&encode_outcome(outcome)).unwrap(), (0, outcome.map(Cow::Borrowed)), "schema 2's form");
+            assert_eq!(
+                decode_agent(&encode_outcome(outcome)).unwrap(),
+                (0, outcome.map(Cow::Borrowed)),
+                "schema 2's form"
+            );
         }
         // A damaged frame is an error.
         encode_agent(7, &encode_outcome(Some(&long)), &mut row);

@@ -93,11 +93,18 @@ impl RedbStore {
         let (file_bytes, disk_bytes) = match &self.path {
             Some(path) => {
                 use std::os::unix::fs::MetadataExt;
-                let file = std::fs::metadata(path).map_err(|e| StoreError::File { path: path.clone(), source: std::sync::Arc::new(e) })?;
+                let file = std::fs::metadata(path)
+                    .map_err(|e| StoreError::File { path: path.clone(), source: std::sync::Arc::new(e) })?;
                 (file.len(), file.blocks().saturating_mul(512))
             }
             None => (0, 0),
         };
-        Ok(StoreUsage { file_bytes, disk_bytes, page_size: stats.page_size() as u64, allocated_pages: stats.allocated_pages(), tables })
+        Ok(StoreUsage {
+            file_bytes,
+            disk_bytes,
+            page_size: stats.page_size() as u64,
+            allocated_pages: stats.allocated_pages(),
+            tables,
+        })
     }
 }

@@ -205,7 +205,14 @@ impl Drop for Writer {
     }
 }
 
-fn run(db: Arc<Database>, shared: Arc<Shared>, window: Duration, stats: Arc<WriterStats>, pending: Arc<Mutex<Pending>>, backlog: Arc<Backlog>) {
+fn run(
+    db: Arc<Database>,
+    shared: Arc<Shared>,
+    window: Duration,
+    stats: Arc<WriterStats>,
+    pending: Arc<Mutex<Pending>>,
+    backlog: Arc<Backlog>,
+) {
     // The batch buffer, reused from commit to commit.
     let mut batch: Vec<Queued> = Vec::new();
     loop {

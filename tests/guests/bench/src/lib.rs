@@ -33,18 +33,23 @@ fn step_error(e: wit::StepError) -> Error {
 }
 
 fn options(label: &str) -> wit::AgentOptions {
-    wit::AgentOptions { label: Some(label.to_string()), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None }
+    wit::AgentOptions {
+        label: Some(label.to_string()),
+        schema: None,
+        model: None,
+        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+        agent: None,
+        reasoning_effort: None,
+        context_tier: None,
+    }
 }
 
 impl Factory for Bench {
     type Output = Value;
 
     fn meta() -> Meta {
-        Meta::new(
-            "bench",
-            "Host benchmark workloads. args: { workload: string, n?: number, failAtEnd?: boolean }",
-        )
-        .phase("Bench")
+        Meta::new("bench", "Host benchmark workloads. args: { workload: string, n?: number, failAtEnd?: boolean }")
+            .phase("Bench")
     }
 
     async fn run(ctx: Ctx) -> Result<Value, Error> {
@@ -106,7 +111,9 @@ impl Factory for Bench {
                     let options = options("memo");
                     let reply = match agents::agent_ready(prompt, &options).map_err(Abort::from)? {
                         wit::ReadyReply::Reply(reply) => reply,
-                        wit::ReadyReply::MustWait => agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?,
+                        wit::ReadyReply::MustWait => {
+                            agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?
+                        }
                     };
                     if black_box(reply).is_some() {
                         hits += 1;

@@ -55,8 +55,21 @@ fn answered(outcomes: Vec<Result<Option<String>, wit::Abort>>) -> Result<usize, 
 }
 
 /// A raw agent call; an abort becomes the factory's error.
-async fn raw_agent(prompt: &str, label: Option<String>, schema: Option<String>, model: Option<String>) -> Result<Option<String>, Error> {
-    let options = wit::AgentOptions { label, schema, model, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None };
+async fn raw_agent(
+    prompt: &str,
+    label: Option<String>,
+    schema: Option<String>,
+    model: Option<String>,
+) -> Result<Option<String>, Error> {
+    let options = wit::AgentOptions {
+        label,
+        schema,
+        model,
+        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+        agent: None,
+        reasoning_effort: None,
+        context_tier: None,
+    };
     Ok(raw_agents::agent(prompt.to_string(), options).await.map_err(Abort::from)?)
 }
 
@@ -246,7 +259,15 @@ impl Factory for Hostile {
                 let filler = "p".repeat(args.bytes);
                 let filler = &filler;
                 let calls = (0..args.n).map(|i| async move {
-                    let options = wit::AgentOptions { label: Some(format!("h:pending:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None };
+                    let options = wit::AgentOptions {
+                        label: Some(format!("h:pending:{i}")),
+                        schema: None,
+                        model: None,
+                        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+                        agent: None,
+                        reasoning_effort: None,
+                        context_tier: None,
+                    };
                     let mut prompt = String::with_capacity(filler.len() + 16);
                     prompt.push_str(&format!("{i} "));
                     prompt.push_str(filler);
@@ -260,7 +281,15 @@ impl Factory for Hostile {
                 let filler = "p".repeat(args.bytes);
                 let mut started = 0;
                 for i in 0..args.n {
-                    let options = wit::AgentOptions { label: Some(format!("h:started:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None };
+                    let options = wit::AgentOptions {
+                        label: Some(format!("h:started:{i}")),
+                        schema: None,
+                        model: None,
+                        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+                        agent: None,
+                        reasoning_effort: None,
+                        context_tier: None,
+                    };
                     let mut prompt = String::with_capacity(filler.len() + 16);
                     prompt.push_str(&format!("{i} "));
                     prompt.push_str(&filler);
@@ -275,7 +304,15 @@ impl Factory for Hostile {
             // `n` concurrent raw agent calls: no SDK cap in the way.
             "raw-fanout" => {
                 let calls = (0..args.n).map(|i| {
-                    let options = wit::AgentOptions { label: Some(format!("h:raw:{i}")), schema: None, model: None, limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None };
+                    let options = wit::AgentOptions {
+                        label: Some(format!("h:raw:{i}")),
+                        schema: None,
+                        model: None,
+                        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+                        agent: None,
+                        reasoning_effort: None,
+                        context_tier: None,
+                    };
                     raw_agents::agent(format!("raw {i}"), options)
                 });
                 Ok(json!({ "done": answered(futures::future::join_all(calls).await)? }))
@@ -315,7 +352,10 @@ impl Factory for Hostile {
                     label: Some("h:bad-schema".into()),
                     schema: Some("{not json".into()),
                     model: None,
-                    limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None,
+                    limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+                    agent: None,
+                    reasoning_effort: None,
+                    context_tier: None,
                 };
                 let outcome = raw_agents::agent("judge this".into(), options).await;
                 Ok(json!({ "ignored": format!("{outcome:?}") }))
@@ -401,7 +441,10 @@ impl Factory for Hostile {
                 for i in 0..args.count {
                     let got = raw_ctx::step_get(&format!("s{i}")).map_err(Abort::from)?;
                     if got.as_deref() != Some(step_value(i, args.n).as_str()) {
-                        return Err(Error::msg(format!("step s{i} read back wrong ({} bytes)", got.map_or(0, |g| g.len()))));
+                        return Err(Error::msg(format!(
+                            "step s{i} read back wrong ({} bytes)",
+                            got.map_or(0, |g| g.len())
+                        )));
                     }
                 }
                 if args.fail {
@@ -447,9 +490,8 @@ impl factory_sdk::__bindings::Guest for Export {
     }
 
     async fn run(args: String) -> Result<Option<String>, String> {
-        let case = factory_sdk::serde_json::from_str::<Value>(&args)
-            .ok()
-            .and_then(|a| a["case"].as_str().map(str::to_owned));
+        let case =
+            factory_sdk::serde_json::from_str::<Value>(&args).ok().and_then(|a| a["case"].as_str().map(str::to_owned));
         if case.as_deref() == Some("invalid-result") {
             return Ok(Some("{not json".to_string()));
         }

@@ -20,7 +20,10 @@ fn raw_options(label: &str) -> factory_sdk::__bindings::agent::factory::types::A
         label: Some(label.to_string()),
         schema: None,
         model: None,
-        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None }, agent: None, reasoning_effort: None, context_tier: None,
+        limits: wit::AgentLimits { max_turns: None, max_duration_seconds: None, wrap_up: None },
+        agent: None,
+        reasoning_effort: None,
+        context_tier: None,
     }
 }
 
@@ -44,9 +47,7 @@ impl Factory for Probe {
             "memo" => {
                 let first = ctx.agent("find a bug").await?;
                 let again = ctx.agent("find a bug").await?;
-                let concurrent = ctx
-                    .parallel((0..5).map(|_| ctx.agent("find a bug in parallel").text()))
-                    .await?;
+                let concurrent = ctx.parallel((0..5).map(|_| ctx.agent("find a bug in parallel").text())).await?;
                 let labelled = ctx.agent("find a bug").label("finder:2").await?;
                 Ok(json!({ "first": first, "again": again, "concurrent": concurrent, "labelled": labelled }))
             }
@@ -62,7 +63,8 @@ impl Factory for Probe {
                     Ok(wit::ReadyReply::Reply(reply)) => json!({ "reply": reply }),
                     Err(abort) => json!({ "abort": Abort::from(abort).to_string() }),
                 };
-                let before: Vec<Value> = (0..3).map(|_| shown(agents::agent_ready("ask once", &options("r")))).collect();
+                let before: Vec<Value> =
+                    (0..3).map(|_| shown(agents::agent_ready("ask once", &options("r")))).collect();
                 let answered = agents::agent("ask once".to_string(), options("r")).await.map_err(Abort::from)?;
                 let after = shown(agents::agent_ready("ask once", &options("r")));
                 let other = shown(agents::agent_ready("ask once", &options("r:2")));
@@ -206,7 +208,12 @@ impl Factory for Probe {
             // A journaled step runs its producer once; the second read replays it.
             "steps" => {
                 let mut runs = 0;
-                let a: u32 = ctx.step("answer", || async { runs += 1; Ok(42) }).await?;
+                let a: u32 = ctx
+                    .step("answer", || async {
+                        runs += 1;
+                        Ok(42)
+                    })
+                    .await?;
                 let b: u32 = ctx.step("answer", || async { Ok(7) }).await?;
                 Ok(json!({ "a": a, "b": b }))
             }
