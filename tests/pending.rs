@@ -35,7 +35,7 @@ async fn hostile_on(backend: Arc<Counting>, sandbox: SandboxLimits) -> (Host, fa
 
 fn failure_kind(envelope: &RunEnvelope) -> (factory_host::FailureType, Option<String>) {
     let failure = envelope.failure.as_ref().unwrap_or_else(|| panic!("a failure: {envelope:#?}"));
-    (failure.kind_type.clone(), failure.kind.clone())
+    (failure.kind_type, failure.kind.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -162,7 +162,7 @@ fn kill_9_mid_fan_out_then_resume_reruns_only_unjournaled_work() {
     // once: nothing journaled before the kill ran again.
     let progress = json(&output(state.path(), &["progress", &run_id, "--after-seq", "0", "--limit", "1000", "--json"]));
     let mut entries = progress.as_array().unwrap().clone();
-    while entries.len() % 1000 == 0 && !entries.is_empty() {
+    while entries.len().is_multiple_of(1000) && !entries.is_empty() {
         let after = entries.last().unwrap()["seq"].to_string();
         let more =
             json(&output(state.path(), &["progress", &run_id, "--after-seq", &after, "--limit", "1000", "--json"]));

@@ -327,7 +327,8 @@ async fn instance_table_and_memory_counts_and_table_elements_are_enforced() {
     // smallest value the real component needs loads and runs; one less is refused with a
     // typed error naming the resource; the default is above it.
     let defaults = SandboxLimits::default();
-    let cases: [(&str, usize, fn(&mut SandboxLimits, usize), &str); 4] = [
+    type Case = (&'static str, usize, fn(&mut SandboxLimits, usize), &'static str);
+    let cases: [Case; 4] = [
         ("instances", defaults.instances, |s, v| s.instances = v, "instance count too high"),
         ("tables", defaults.tables, |s, v| s.tables = v, "table count too high"),
         ("memories", defaults.memories, |s, v| s.memories = v, "memory count too high"),

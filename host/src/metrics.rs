@@ -322,7 +322,7 @@ pub fn metrics() -> &'static Metrics {
 
 impl Metrics {
     fn new() -> Metrics {
-        let seconds = || Histogram::new(second_bounds().into_iter());
+        let seconds = || Histogram::new(second_bounds());
         let mut registry = Registry::with_prefix("factory");
         let runs_ended = Family::<StatusLabel, Counter>::default();
         registry.register("run_attempts_ended", RUNS_ENDED, runs_ended.clone());

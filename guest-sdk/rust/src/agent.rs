@@ -187,7 +187,7 @@ pub struct AgentFuture {
 }
 
 enum State {
-    Unstarted(AgentCall),
+    Unstarted(Box<AgentCall>),
     Waiting(crate::waiting::Pending),
     Done,
 }
@@ -225,6 +225,6 @@ impl IntoFuture for AgentCall {
     /// Lazy, like an `async fn`: the call starts when the future is first polled. No
     /// allocation of its own (a memo hit is answered in that first poll).
     fn into_future(self) -> AgentFuture {
-        AgentFuture { state: State::Unstarted(self) }
+        AgentFuture { state: State::Unstarted(Box::new(self)) }
     }
 }

@@ -101,8 +101,11 @@ impl Ctx {
 #[must_use = "a pipeline does nothing until awaited"]
 pub struct Pipeline<Item, T> {
     items: Vec<Item>,
-    chain: Rc<dyn Fn(Item, usize) -> LocalBoxFuture<Result<T, Error>>>,
+    chain: Chain<Item, T>,
 }
+
+/// A pipeline's stages so far, as one function of an item and its index.
+type Chain<Item, T> = Rc<dyn Fn(Item, usize) -> LocalBoxFuture<Result<T, Error>>>;
 
 impl<Item: Clone + 'static, T: 'static> Pipeline<Item, T> {
     /// Append a stage. An item whose stage fails ordinarily becomes `None` and skips its

@@ -43,7 +43,7 @@ pub(crate) fn spent(status: u16, headers: &HeaderMap, body: &str) -> Option<Back
     let (code, kind, detail) = (text("/error/code"), text("/error/type"), text("/error/details/error_code"));
     let message = super::reply::error_message(body);
     let lower = message.to_ascii_lowercase();
-    let openai = status == 429 && [code, kind].iter().any(|c| *c == "insufficient_quota");
+    let openai = status == 429 && [code, kind].contains(&"insufficient_quota");
     let billing = [code, kind].iter().any(|c| *c == "billing_hard_limit_reached" || *c == "billing_error");
     let monthly = status == 429 && detail == "enforced_spend_limit_reached";
     let credits = lower.contains("credit balance is too low") || lower.contains("insufficient credits");

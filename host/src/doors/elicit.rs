@@ -70,7 +70,7 @@ pub enum Answer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Declined {
     /// The person declined.
-    Declined,
+    ByPerson,
     /// The person dismissed the question.
     Dismissed,
     /// No answer came within [`ANSWER_WITHIN`].
@@ -81,7 +81,7 @@ impl Declined {
     /// What to tell the caller.
     pub fn says(self) -> &'static str {
         match self {
-            Declined::Declined => "the user declined",
+            Declined::ByPerson => "the user declined",
             Declined::Dismissed => "the user dismissed the question",
             Declined::Unanswered => "no answer came in time",
         }
@@ -150,7 +150,7 @@ pub async fn ask(peer: &Peer<RoleServer>, q: &Question) -> Result<Answer, AskErr
                 Answer::Once
             }
         }
-        ElicitationAction::Decline => Answer::Declined(Declined::Declined),
+        ElicitationAction::Decline => Answer::Declined(Declined::ByPerson),
         // Cancel, and whatever a later protocol adds: not an approval.
         _ => Answer::Declined(Declined::Dismissed),
     })

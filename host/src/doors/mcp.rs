@@ -55,7 +55,7 @@ pub struct McpArgs {
 /// `--wait-seconds`: a positive, finite number of seconds.
 fn wait_seconds(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
-    if !(seconds > 0.0) {
+    if seconds.is_nan() || seconds <= 0.0 {
         return Err("must be more than 0".into());
     }
     Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
@@ -583,7 +583,7 @@ impl FactoryMcp {
                 session: session.clone(),
                 component: Target::Registered(name.clone()),
                 args: params.args.clone(),
-                limits: limits.clone(),
+                limits,
                 backend: Default::default(),
                 grants: Vec::new(),
                 declined: false,
@@ -596,7 +596,7 @@ impl FactoryMcp {
                 scope: session.clone().into(),
                 run_id: run_id.clone().unwrap_or_default(),
                 component: None,
-                limits: limits.clone(),
+                limits,
                 backend: Default::default(),
                 consent,
                 trace_parent: trace_parent.clone(),

@@ -122,6 +122,9 @@ impl BackendChoice {
 }
 
 /// Per-invocation options of [`Host::run`].
+/// Called with a run's id once it exists (see [`RunOptions::on_start`]).
+pub type OnStart = Box<dyn FnOnce(&str) + Send>;
+
 #[derive(Default)]
 pub struct RunOptions {
     /// Arguments (`{}` when `None`).
@@ -133,7 +136,7 @@ pub struct RunOptions {
     /// Receives every progress entry as it happens.
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     /// Called with the run id once the run exists (before it executes).
-    pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
+    pub on_start: Option<OnStart>,
     /// Who runs this run's subagents (wins over `choice`; default: the host's backend).
     pub backend: Option<Arc<dyn AgentBackend>>,
     /// A backend by name, built by the host's catalog (when `backend` is `None`).
@@ -164,7 +167,7 @@ pub struct ResumeOptions {
     /// Receives every progress entry as it happens.
     pub events: Option<mpsc::UnboundedSender<ProgressEntry>>,
     /// Called with the run id once the new attempt is accepted (before it executes).
-    pub on_start: Option<Box<dyn FnOnce(&str) + Send>>,
+    pub on_start: Option<OnStart>,
     /// Who runs this attempt's subagents (wins over `choice`). By default a resume uses the
     /// backend the run recorded, built again by the host's catalog — never another one.
     pub backend: Option<Arc<dyn AgentBackend>>,

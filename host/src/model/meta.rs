@@ -80,7 +80,7 @@ impl FactoryMeta {
             Some(text) => {
                 Schema::parse(&text).map_err(MetaError::ArgsSchema)?;
                 // Checked above, kept as the factory wrote it.
-                Some(crate::model::json::RawJson::from_text(text).map_err(|e| MetaError::ArgsSchemaText(e))?)
+                Some(crate::model::json::RawJson::from_text(text).map_err(MetaError::ArgsSchemaText)?)
             }
         };
         Ok(FactoryMeta { name, description, phases, limits, args_schema, agent_limits })

@@ -156,7 +156,7 @@ impl SandboxLimits {
 /// `1 KiB`, `256 MiB`, `1000 bytes`: exact binary units when they divide evenly.
 fn human_bytes(n: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{} {unit}", n >> shift);
         }
     }

@@ -28,6 +28,7 @@ const POLL: Duration = Duration::from_millis(250);
 
 /// What following a run yields.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant, reason = "`Ended` comes once per run, last; boxing it buys nothing")]
 pub enum Followed {
     /// A progress entry, in seq order.
     Progress(ProgressEntry),

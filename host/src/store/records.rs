@@ -312,31 +312,6 @@ impl ProgressQuery {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_record_written_before_recovery_existed_reads_as_not_interrupted_and_never_recovered() {
-        let error = serde_json::from_str::<u8>("x").unwrap_err();
-        let mut record = unreadable_run("r1", 0, b"{}", &error);
-        let mut old = serde_json::to_value(&record).unwrap();
-        assert!(old.get("interrupted").is_none(), "not written when absent: {old:#}");
-        old.as_object_mut().unwrap().remove("recoveries");
-        let read: RunRecord = serde_json::from_value(old).unwrap();
-        assert_eq!((read.interrupted, read.recoveries), (None, 0));
-
-        record.interrupted = Some(Interruption::Crash);
-        record.recoveries = 2;
-        let text = serde_json::to_value(&record).unwrap();
-        assert_eq!((&text["interrupted"], &text["recoveries"]), (&serde_json::json!("crash"), &serde_json::json!(2)));
-        assert_eq!(serde_json::from_value::<RunRecord>(text).unwrap(), record);
-        let shutdown = serde_json::to_value(Interruption::Shutdown).unwrap();
-        assert_eq!(shutdown, serde_json::json!("shutdown"));
-        assert_eq!(serde_json::to_value(Interruption::Quota).unwrap(), serde_json::json!("quota"));
-    }
-}
-
 /// Where a stored progress entry's phase title comes from, as every store resolves it.
 pub(crate) enum PhaseTitle {
     /// Known from the entry itself (its text, the title it set, or no phase).
@@ -372,4 +347,29 @@ pub(crate) fn title_set_by(bytes: &[u8]) -> Result<Option<String>, crate::store:
         crate::model::progress::ProgressEvent::Phase { title } => Some(title),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_written_before_recovery_existed_reads_as_not_interrupted_and_never_recovered() {
+        let error = serde_json::from_str::<u8>("x").unwrap_err();
+        let mut record = unreadable_run("r1", 0, b"{}", &error);
+        let mut old = serde_json::to_value(&record).unwrap();
+        assert!(old.get("interrupted").is_none(), "not written when absent: {old:#}");
+        old.as_object_mut().unwrap().remove("recoveries");
+        let read: RunRecord = serde_json::from_value(old).unwrap();
+        assert_eq!((read.interrupted, read.recoveries), (None, 0));
+
+        record.interrupted = Some(Interruption::Crash);
+        record.recoveries = 2;
+        let text = serde_json::to_value(&record).unwrap();
+        assert_eq!((&text["interrupted"], &text["recoveries"]), (&serde_json::json!("crash"), &serde_json::json!(2)));
+        assert_eq!(serde_json::from_value::<RunRecord>(text).unwrap(), record);
+        let shutdown = serde_json::to_value(Interruption::Shutdown).unwrap();
+        assert_eq!(shutdown, serde_json::json!("shutdown"));
+        assert_eq!(serde_json::to_value(Interruption::Quota).unwrap(), serde_json::json!("quota"));
+    }
 }

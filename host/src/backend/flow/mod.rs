@@ -415,10 +415,8 @@ impl Flow {
                     None
                 } else if let Some(d) = s.requests.as_ref().and_then(|b| b.wait_for(1.0)) {
                     Some((WaitReason::RequestRate, Some(d)))
-                } else if let Some(d) = s.tokens.as_ref().and_then(|b| b.wait_for(charge)) {
-                    Some((WaitReason::TokenRate, Some(d)))
                 } else {
-                    None
+                    s.tokens.as_ref().and_then(|b| b.wait_for(charge)).map(|d| (WaitReason::TokenRate, Some(d)))
                 };
                 // The common case, admitted at once under this same lock.
                 let admitted = (wait.is_none() && shared.is_none()).then(|| admit_locked(s, charge));

@@ -163,7 +163,7 @@ impl Daemon {
             let message = response.json::<Refused>().await.map(|r| r.message).unwrap_or_default();
             anyhow::bail!("the daemon refused (HTTP {status}): {}", esc(&message));
         }
-        Ok(response.json().await.context("the daemon's answer is malformed")?)
+        response.json().await.context("the daemon's answer is malformed")
     }
 
     /// A one-time code.

@@ -267,7 +267,7 @@ pub async fn consent(
 ) -> Result<bool> {
     // Bad input is reported as such, before any question of trust.
     factory.meta.limits.overridden_by(overrides).validate()?;
-    if settled(g, yes, &trust_key(factory).to_string(), source, Some(&factory.meta.name))? {
+    if settled(g, yes, trust_key(factory), source, Some(&factory.meta.name))? {
         return Ok(true);
     }
     ask(g, factory, source, overrides, grants, backend).await

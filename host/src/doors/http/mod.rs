@@ -552,7 +552,7 @@ impl Api {
         // Nothing is read from a stranger before its size is known to be small.
         let length =
             req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-        if !length.is_some_and(|n| n <= MAX_UNAUTHENTICATED_BODY_BYTES as u64) {
+        if length.is_none_or(|n| n > MAX_UNAUTHENTICATED_BODY_BYTES as u64) {
             tracing::warn!(
                 event = "refused",
                 door = "http",

@@ -459,11 +459,14 @@ struct Rows<'a> {
     /// Each run's last accounting, encoded here (the ops carry it as numbers).
     accounting: (Vec<&'a str>, Vec<Vec<u8>>),
     usage: (Vec<&'a str>, Vec<i64>),
-    runs: (Vec<&'a str>, Vec<i64>, Vec<&'a str>, Vec<&'a [u8]>),
+    runs: RunRows<'a>,
     factories: (Vec<&'a [u8]>, Vec<&'a [u8]>),
     blobs: (Vec<&'a str>, Vec<&'a [u8]>),
     modules: (Vec<&'a str>, Vec<&'a [u8]>),
 }
+
+/// Run rows: ids, revisions, statuses and records.
+type RunRows<'a> = (Vec<&'a str>, Vec<i64>, Vec<&'a str>, Vec<&'a [u8]>);
 
 /// Step or agent rows: run ids, keys, values (in the [`codec`](crate::store::codec)'s stored
 /// form) and places in the run's journal.

@@ -156,7 +156,7 @@ impl Factory for Probe {
                     .pipeline(vec!["x", "fail", "z"])
                     .stage({
                         let ctx = ctx.clone();
-                        move |item: &str, _item, _i| {
+                        move |item: &str, _original, _i| {
                             let ctx = ctx.clone();
                             async move {
                                 let reply = ctx.agent(format!("stage one {item}")).label(item).await?;
