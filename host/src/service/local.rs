@@ -5,6 +5,7 @@
 
 use super::consent::{consented, trust_key, TrustCheck};
 use super::wire::{Request, Response, Source, Target};
+use crate::backend::AgentBackend;
 use crate::engine::host::{Host, ResumeOptions, RunOptions};
 use crate::error::Error;
 use crate::BackendChoice;
@@ -21,6 +22,19 @@ fn checked_cwd(cwd: Option<std::path::PathBuf>) -> Result<Option<std::path::Path
         None => Ok(None),
     }
 }
+
+/// What a front door in this process hands over with a start, which no request can carry.
+#[derive(Default)]
+pub struct InProcess {
+    /// The backend instead of the one the request names: one the door built itself (a
+    /// cassette, a configuration file of its own).
+    pub backend: Option<Arc<dyn AgentBackend>>,
+    /// Receives every progress entry as it happens (committed or not yet).
+    pub events: Option<tokio::sync::mpsc::UnboundedSender<crate::model::progress::ProgressEntry>>,
+}
+
+/// An attempt started in this process: its task, which answers the run's envelope.
+pub type Attempt = tokio::task::JoinHandle<Result<crate::model::envelope::RunEnvelope, Error>>;
 
 /// The service over a [`Host`] this process opened, with its trust check.
 #[derive(Clone)]
@@ -96,6 +110,15 @@ impl Local {
     /// Start a run or a resume in the background; answer its id once it exists (or the
     /// error that kept it from existing).
     async fn start(&self, request: Request) -> Result<String, Error> {
+        Ok(self.start_with(request, InProcess::default()).await?.0)
+    }
+
+    /// [`Request::Run`] or [`Request::Resume`] as every door starts one (the same consent
+    /// check, the same start), with what only a front door in this process can hand over
+    /// ([`InProcess`]). Answers the run's id and the attempt's task, which ends once
+    /// everything the attempt writes is written.
+    pub async fn start_with(&self, request: Request, here: InProcess) -> Result<(String, Attempt), Error> {
+        let InProcess { backend, events } = here;
         let host = self.host.clone();
         let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
         let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
@@ -115,7 +138,10 @@ impl Local {
                 caller_cwd,
             } => {
                 // Refuse an unusable backend before the run exists.
-                let backend = Some(host.chosen_backend(&choice)?);
+                let backend = match backend {
+                    Some(backend) => Some(backend),
+                    None => Some(host.chosen_backend(&choice)?),
+                };
                 let factory = match &component {
                     Target::File(path) => host.load_file(path).await?,
                     Target::Registered(name) => host.load_registered_for(&session, name).await?,
@@ -129,7 +155,7 @@ impl Local {
                     args,
                     limits,
                     session: Some(session),
-                    events: None,
+                    events,
                     on_start: Some(on_start),
                     backend,
                     choice: BackendChoice::default(),
@@ -176,9 +202,9 @@ impl Local {
                     limits,
                     component,
                     scope: Some(scope),
-                    events: None,
+                    events,
                     on_start: Some(on_start),
-                    backend: None,
+                    backend,
                     choice,
                     trace_parent,
                     caller_cwd: checked_cwd(caller_cwd)?,
@@ -189,11 +215,14 @@ impl Local {
             _ => return Err(Error::Misrouted("not a start request")),
         };
         match started_rx.await {
-            Ok(run_id) => Ok(run_id),
+            Ok(run_id) => Ok((run_id, task)),
             // The run failed before it existed: its error is the answer.
             Err(_) => match task.await {
                 Ok(Err(e)) => Err(e),
-                Ok(Ok(envelope)) => Ok(envelope.run_id),
+                Ok(Ok(envelope)) => {
+                    let run_id = envelope.run_id.clone();
+                    Ok((run_id, tokio::spawn(async move { Ok(envelope) })))
+                }
                 Err(e) => Err(Error::Task(e)),
             },
         }

@@ -24,7 +24,7 @@ pub use crate::model::scope::Scope;
 pub use client::{Client, ServiceError, Updates};
 pub use consent::{consented, registration_trust_key, trust_key, Consent, TrustCheck};
 pub use follow::{Followed, Follower};
-pub use local::Local;
+pub use local::{Attempt, InProcess, Local};
 pub use remote::{ClientError, FollowStream, Remote};
 pub use wire::{
     caller_cwd, parse_request, read_line_bounded, Answer, Event, FollowEvent, Frame, RemoteError, Request, Response,

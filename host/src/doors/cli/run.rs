@@ -1,8 +1,10 @@
 //! `factory run` and `factory resume`: drive one attempt with progress on stderr and print
 //! the result (or the envelope with `--json`) on stdout. Ctrl-C cancels the run cleanly and
-//! says how to resume it; exit code 0 only for `completed`. When another factory process
-//! holds the store, the run is handed to it and followed from here; `--detach` hands it to
-//! a background `factory serve` (started if needed) and prints the run id.
+//! says how to resume it; exit code 0 only for `completed`. Either way a run starts through
+//! the service: the one in this process when it opens the store (a cassette or a config
+//! file of the command's own rides along as the backend), else the process holding the
+//! store, and is followed from here; `--detach` hands it to a background `factory serve`
+//! (started if needed) and prints the run id.
 
 use crate::doors::args::{GlobalArgs, LimitArgs};
 use crate::doors::cli::backends::{cassette_backend, load_config, BackendArgs};
@@ -15,14 +17,13 @@ use crate::doors::reach::{self, serve};
 use anstyle::AnsiColor;
 use anyhow::{Context, Result};
 use clap::Args;
+use factory_host::backend::AgentBackend;
 use factory_host::config::Config;
-use factory_host::service::{Client, Consent, Request, Target};
-use factory_host::{Factory, Host, ProgressEntry, ResumeOptions, RunEnvelope, RunOptions, RunStatus, Scope};
-use std::future::Future;
+use factory_host::service::{Client, Consent, InProcess, Local, Request, Target};
+use factory_host::{RunEnvelope, RunStatus, Scope};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// How the run is shown and who answers its subagents.
 #[derive(Args)]
@@ -82,21 +83,6 @@ fn parse_input(text: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not JSON: {e} (quote a string as JSON: '\"yes\"')"))
 }
 
-/// Load what `target` names: a file, a crate directory, or (a bare name) a registered factory.
-async fn load(host: &Host, target: &str, build: &target::BuildConsent) -> Result<Factory> {
-    let path = match target::classify(target) {
-        target::Named::Registered(name) => {
-            return host.load_registered(&name).await.map_err(|e| target::not_registered(&name, e))
-        }
-        target::Named::Path(path) => path,
-    };
-    if path.exists() || target::is_script_target(target) {
-        let file = target::resolve(&path, build)?;
-        return host.load_file(&file).await.with_context(|| format!("loading {}", file.display()));
-    }
-    anyhow::bail!("`{target}` is neither a component file, a crate directory, nor a registered factory")
-}
-
 /// What another process needs to find the component: an absolute file path (a crate
 /// directory is built here first) or a registered name.
 fn remote_target(target: &str, build: &target::BuildConsent) -> Result<Target> {
@@ -106,9 +92,9 @@ fn remote_target(target: &str, build: &target::BuildConsent) -> Result<Target> {
     }
 }
 
-/// Open the store here with the backend configuration, or `None` when another process
-/// holds it.
-async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Arc<Host>, Arc<Config>)>> {
+/// Open the store here (the service in this process, with the backend configuration), or
+/// `None` when another process holds it.
+async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Local, Arc<Config>)>> {
     if out.detach {
         return Ok(None);
     }
@@ -124,7 +110,7 @@ async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Arc<Host
         reach::open_or_reach(g, config.clone(), reach::Holder::Command).await?
     };
     match reach {
-        Client::Local(local) => Ok(Some((local.host().clone(), config))),
+        Client::Local(local) => Ok(Some((local, config))),
         Client::Remote(_) => Ok(None),
     }
 }
@@ -137,12 +123,14 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
     let limits = a.limits.limits();
     let grants = a.consent.grants()?;
-    let Some((host, config)) = open_local(g, &a.out).await? else {
+    let Some((local, config)) = open_local(g, &a.out).await? else {
         let backend = a.out.backend.remote_choice()?;
         let component = remote_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
         let yes = &a.consent.yes;
         let shown = trust::remote_backend(&backend);
-        let approved = trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants), &shown).await?;
+        let client = Client::Remote(crate::doors::daemon::remote(g));
+        let approved =
+            trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants), &shown, &client).await?;
         let declined = approved.is_none();
         let request = Request::Run {
             session: g.session.clone(),
@@ -165,42 +153,46 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             None => Ok(ExitCode::SUCCESS),
         };
     };
+    // The run starts as every door starts one: through the service (here, in this process),
+    // which checks the consent given here. A cassette or a configuration file of this
+    // command's own builds a backend no request can name: it is handed over with the run.
     // An unusable backend is refused before anything is created or asked.
-    let backend = match cassette_backend(&config, &a.out.backend, None)? {
-        Some(backend) => backend,
-        None => host.chosen_backend(&a.out.backend.choice())?,
+    let host = local.host().clone();
+    let own_backend = cassette_backend(&config, &a.out.backend, None)?;
+    let shown = match &own_backend {
+        Some(backend) => backend.describe(),
+        None => host.chosen_backend(&a.out.backend.choice())?.describe(),
     };
-    let factory = load(&host, &a.target, &target::BuildConsent::new(g, a.consent.yes.yes)).await?;
-    if !trust::consent(g, &a.consent.yes, &a.target, &factory, &limits, Some(&grants), &backend.describe()).await? {
-        let options = RunOptions { args, limits, session: Some(g.session.clone()), grants, ..Default::default() };
-        return trust::decline(&host, &factory, options, a.out.json, events.as_ref()).await;
+    let component = local_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
+    let client = Client::Local(local.clone());
+    let approved =
+        trust::consent_remote(g, &a.consent.yes, &a.target, &component, &limits, Some(&grants), &shown, &client)
+            .await?;
+    let declined = approved.is_none();
+    let request = Request::Run {
+        session: g.session.clone(),
+        component,
+        args,
+        limits,
+        backend: a.out.backend.choice(),
+        grants,
+        declined,
+        consent: approved.map_or(Consent::None, Consent::Sha256),
+        trace_parent: None,
+        // This process's own working directory is always hidden from agent sandboxes.
+        caller_cwd: None,
+    };
+    let envelope = in_process(g, &local, request, own_backend, a.out.quiet, events).await?;
+    if declined {
+        return trust::report_declined(&envelope, a.out.json);
     }
-    let session = Some(g.session.clone());
-    let started = events.clone();
-    drive(g, &host, &a.out, events, |tx| {
-        let on_start = announce(started);
-        let options = RunOptions {
-            args,
-            limits,
-            session,
-            events: Some(tx),
-            on_start: Some(on_start),
-            backend: Some(backend),
-            choice: Default::default(),
-            grants,
-            trace_parent: None,
-            caller_cwd: None,
-        };
-        let host = host.clone();
-        async move { host.run(&factory, options).await }
-    })
-    .await
+    report(envelope, &a.out)
 }
 
 pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
     let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
     let limits = a.limits.limits();
-    let Some((host, config)) = open_local(g, &a.out).await? else {
+    let Some((local, config)) = open_local(g, &a.out).await? else {
         let backend = a.out.backend.remote_choice()?;
         let component = match &a.component {
             Some(path) => Some(std::path::absolute(target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?)?),
@@ -210,8 +202,18 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             Some(file) => {
                 let source = file.display().to_string();
                 let shown = trust::remote_backend(&backend);
-                match trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None, &shown)
-                    .await?
+                let client = Client::Remote(crate::doors::daemon::remote(g));
+                match trust::consent_remote(
+                    g,
+                    &a.yes,
+                    &source,
+                    &Target::File(file.clone()),
+                    &limits,
+                    None,
+                    &shown,
+                    &client,
+                )
+                .await?
                 {
                     Some(key) => Some(key),
                     None => {
@@ -241,10 +243,15 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             None => Ok(ExitCode::SUCCESS),
         };
     };
+    // As `run`: through the service in this process, with the consent given here.
+    let host = local.host().clone();
+    let client = Client::Local(local.clone());
     let component = match &a.component {
-        Some(path) => {
-            let file = target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?;
-            let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
+        Some(path) => Some(std::path::absolute(target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?)?),
+        None => None,
+    };
+    let approved = match &component {
+        Some(file) => {
             // The backend the resume will use: --backend, else the one the run recorded.
             let name = match &a.out.backend.backend {
                 Some(name) => Some(name.clone()),
@@ -254,46 +261,39 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
                 Some(name) => config.run_backend(Some(&name), None).map_or(format!("`{name}`"), |b| b.describe()),
                 None => "the backend the run recorded".to_string(),
             };
-            if !trust::consent(g, &a.yes, &file.display().to_string(), &factory, &limits, None, &shown).await? {
-                eprintln!("factory: not resumed: the component was declined");
-                return Ok(ExitCode::from(1));
+            let source = file.display().to_string();
+            match trust::consent_remote(g, &a.yes, &source, &Target::File(file.clone()), &limits, None, &shown, &client)
+                .await?
+            {
+                Some(key) => Some(key),
+                None => {
+                    eprintln!("factory: not resumed: the component was declined");
+                    return Ok(ExitCode::from(1));
+                }
             }
-            Some(factory)
         }
-        None => {
-            reapprove(g, &a.yes, &Client::Local(reach::local(g, &host)), &a.run_id).await?;
-            None
-        }
+        None => reapprove(g, &a.yes, &client, &a.run_id).await?,
     };
     // A cassette wraps the run's recorded backend unless --backend names another.
-    let backend = if a.out.backend.cassette() {
+    let own_backend = if a.out.backend.cassette() {
         let recorded = host.envelope(Scope::Owner, &a.run_id).await?.backend;
         cassette_backend(&config, &a.out.backend, recorded.as_ref())?
     } else {
         None
     };
-    let scope = Some(Scope::Owner);
-    let run_id = a.run_id.clone();
-    let started = events.clone();
-    let choice = a.out.backend.choice();
-    drive(g, &host, &a.out, events, |tx| {
-        let on_start = announce(started);
-        let options = ResumeOptions {
-            limits,
-            component,
-            scope,
-            events: Some(tx),
-            on_start: Some(on_start),
-            backend,
-            choice,
-            trace_parent: None,
-            caller_cwd: None,
-            input: a.input.clone(),
-        };
-        let host = host.clone();
-        async move { host.resume(&run_id, options).await }
-    })
-    .await
+    let request = Request::Resume {
+        scope: Scope::Owner,
+        run_id: a.run_id.clone(),
+        component,
+        limits,
+        backend: a.out.backend.choice(),
+        consent: approved.map_or(Consent::None, Consent::Sha256),
+        trace_parent: None,
+        caller_cwd: None,
+        input: a.input.clone(),
+    };
+    let envelope = in_process(g, &local, request, own_backend, a.out.quiet, events).await?;
+    report(envelope, &a.out)
 }
 
 /// Consent again to the component a resume runs (the run's last one), as
@@ -313,32 +313,33 @@ async fn reapprove(g: &GlobalArgs, yes: &YesArg, client: &Client, run_id: &str) 
     }
 }
 
-/// An `on_start` hook that writes `run_started` to the events sink, if there is one.
-fn announce(events: Option<EventSink>) -> Box<dyn FnOnce(&str) + Send> {
-    Box::new(move |id| {
-        if let Some(sink) = events {
-            sink.started(id);
+/// A component named on the command line, for the service in this process: an absolute
+/// file path (a crate directory is built here first) or a registered name.
+fn local_target(target: &str, build: &target::BuildConsent) -> Result<Target> {
+    if let target::Named::Path(path) = target::classify(target) {
+        if !path.exists() && !target::is_script_target(target) {
+            anyhow::bail!("`{target}` is neither a component file, a crate directory, nor a registered factory")
         }
-    })
+    }
+    remote_target(target, build)
 }
 
-/// Run `start` here with progress, signal handling and the control socket, then report.
-/// Ctrl-C (SIGINT) cancels the run; SIGTERM and SIGHUP (a closed terminal, a supervisor
-/// stopping us) end it as `halted`, resumable, as `factory serve` does.
-async fn drive<F, Fut>(
+/// Start `request` through the service in this process (with `backend`, when this command
+/// built its own) and show its progress live to its end, with the control socket served
+/// meanwhile. Ctrl-C (SIGINT) cancels the run; SIGTERM and SIGHUP (a closed terminal, a
+/// supervisor stopping us) end it as `halted`, resumable, as `factory serve` does.
+async fn in_process(
     g: &GlobalArgs,
-    host: &Arc<Host>,
-    out: &OutputArgs,
+    local: &Local,
+    request: Request,
+    backend: Option<Arc<dyn AgentBackend>>,
+    quiet: bool,
     events: Option<EventSink>,
-    start: F,
-) -> Result<ExitCode>
-where
-    F: FnOnce(mpsc::UnboundedSender<ProgressEntry>) -> Fut,
-    Fut: Future<Output = Result<RunEnvelope, factory_host::Error>>,
-{
-    let serving = serve(g, host);
-    let (tx, rx) = mpsc::unbounded_channel();
-    let ui = progress_ui::spawn(rx, out.quiet, events.clone());
+) -> Result<RunEnvelope> {
+    let host = local.host().clone();
+    let serving = serve(g, &host);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let ui = progress_ui::spawn(rx, quiet, events.clone());
     use tokio::signal::unix::{signal, SignalKind};
     // Installed before the run starts, so a signal that arrives early is not lost.
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -371,7 +372,16 @@ where
             }
         })
     };
-    let envelope = start(tx).await;
+    let here = InProcess { backend, events: Some(tx) };
+    let envelope = match local.start_with(request, here).await {
+        Ok((run_id, attempt)) => {
+            if let Some(sink) = &events {
+                sink.started(&run_id);
+            }
+            attempt.await.map_err(factory_host::Error::Task).and_then(|ended| ended)
+        }
+        Err(e) => Err(e),
+    };
     interrupt.abort();
     ui.finish().await;
     if let Some(serving) = serving {
@@ -381,7 +391,7 @@ where
     if let Some(sink) = &events {
         sink.finished(&envelope);
     }
-    report(envelope, out)
+    Ok(envelope)
 }
 
 /// Print the outcome and choose the exit code.

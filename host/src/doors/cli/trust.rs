@@ -10,14 +10,13 @@
 
 use crate::doors::args::GlobalArgs;
 use crate::doors::cli::escape::esc;
-use crate::doors::cli::events::EventSink;
 use crate::doors::cli::target;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use factory_host::sandbox;
 use factory_host::service::{trust_key, Client, Target};
 use factory_host::trust::{TrustSource, TrustStore, TrustedComponent};
-use factory_host::{Factory, Host, HostConfig, Limits, RunEnvelope, RunOptions};
+use factory_host::{Factory, Host, HostConfig, Limits, RunEnvelope};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -273,9 +272,11 @@ pub async fn consent(
     ask(g, factory, source, overrides, grants, backend).await
 }
 
-/// [`consent`] for a run handed to the process holding the store: `component` is an
-/// absolute component path or a registered name. A file is loaded here only when a prompt
-/// must show what it is.
+/// Consent to a run the service starts (`client`: in this process or the one holding the
+/// store): `component` is an absolute component path or a registered name. Answers the
+/// trust key consented to (`None`: declined). A file is loaded here only when a prompt must
+/// show what it is; a registered factory only when the service is this process.
+#[allow(clippy::too_many_arguments, reason = "the prompt's facts, each its own")]
 pub async fn consent_remote(
     g: &GlobalArgs,
     yes: &YesArg,
@@ -284,6 +285,7 @@ pub async fn consent_remote(
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
     backend: &str,
+    client: &Client,
 ) -> Result<Option<String>> {
     let consented = |yes: bool, key: String| if yes { Some(key) } else { None };
     let path = match component {
@@ -292,6 +294,7 @@ pub async fn consent_remote(
             target::resolve_built(path, "run")?;
             let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
             let factory = host.load_file(path).await.with_context(|| format!("loading {}", path.display()))?;
+            factory.meta.limits.overridden_by(overrides).validate()?;
             let key = trust_key(&factory).to_string();
             if settled(g, yes, &key, source, Some(&factory.meta.name))? {
                 return Ok(Some(key));
@@ -300,8 +303,18 @@ pub async fn consent_remote(
         }
         Target::File(path) => path.as_path(),
         Target::Registered(name) => {
+            if let Client::Local(local) = client {
+                // The store is this process's: the registered factory is shown as a file is.
+                let factory = local.host().load_registered(name).await.map_err(|e| target::not_registered(name, e))?;
+                factory.meta.limits.overridden_by(overrides).validate()?;
+                let key = trust_key(&factory).to_string();
+                if settled(g, yes, &key, source, Some(&factory.meta.name))? {
+                    return Ok(Some(key));
+                }
+                return Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, key));
+            }
             // Its bytes are in the store the other process holds; its sha256 is asked for.
-            let registration = Client::Remote(crate::doors::daemon::remote(g)).inspect(&g.session, name).await?;
+            let registration = client.inspect(&g.session, name).await?;
             let hash = factory_host::service::registration_trust_key(&registration).to_string();
             if settled(g, yes, &hash, source, Some(name))? {
                 return Ok(Some(hash));
@@ -314,11 +327,22 @@ pub async fn consent_remote(
     };
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let hash = factory_host::component::content_hash(&bytes);
+    if let Client::Local(local) = client {
+        // Bad input (not a component, bad limits) is reported as such, before any question
+        // of trust; the service in this process keeps what it loaded for the run.
+        let factory = local.host().load_bytes(&bytes).await.with_context(|| format!("loading {}", path.display()))?;
+        factory.meta.limits.overridden_by(overrides).validate()?;
+        if settled(g, yes, &hash, source, Some(&factory.meta.name))? {
+            return Ok(Some(hash));
+        }
+        return Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, hash));
+    }
     if settled(g, yes, &hash, source, None)? {
         return Ok(Some(hash));
     }
     let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
     let factory = host.load_bytes(&bytes).await.with_context(|| format!("loading {}", path.display()))?;
+    factory.meta.limits.overridden_by(overrides).validate()?;
     Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, hash))
 }
 
@@ -375,22 +399,6 @@ pub fn report_declined(envelope: &RunEnvelope, json: bool) -> Result<ExitCode> {
     }
     eprintln!("factory: run {} declined: nothing ran; it ends as cancelled", envelope.run_id);
     Ok(ExitCode::from(1))
-}
-
-/// Create the declined run in `host` and report it.
-pub async fn decline(
-    host: &Host,
-    factory: &Factory,
-    options: RunOptions,
-    json: bool,
-    events: Option<&EventSink>,
-) -> Result<ExitCode> {
-    let envelope = host.decline(factory, options).await?;
-    if let Some(sink) = events {
-        sink.started(&envelope.run_id);
-        sink.finished(&envelope);
-    }
-    report_declined(&envelope, json)
 }
 
 /// `factory trust [TARGET] [--revoke] [--json]`.
