@@ -855,15 +855,18 @@ export async function joinSession(options = {}) {
     const handles = [];
     for (const entry of factories) {
         const { body, source } = registration(entry);
-        const registered = await transport.request("POST", "/api/factories", { body });
-        handles.push(
-            Object.freeze({
-                name: registered.meta.name,
-                meta: registered.meta,
-                sha256: registered.script?.sha256 ?? registered.hash,
-                source,
-            }),
-        );
+        const answer = await transport.request("POST", "/api/factories", { body });
+        // A file that offers several factories registers each: the answer lists them.
+        for (const registered of Array.isArray(answer) ? answer : [answer]) {
+            handles.push(
+                Object.freeze({
+                    name: registered.meta.name,
+                    meta: registered.meta,
+                    sha256: registered.script?.sha256 ?? registered.hash,
+                    source,
+                }),
+            );
+        }
     }
     return new FactorySession(sessionId, transport, new Events(transport), Object.freeze(handles), pollIntervalMs);
 }

@@ -72,3 +72,14 @@ test("a module the sandbox cannot load is refused at registration, naming why", 
     assert.equal(here.module, fileURLToPath(import.meta.url));
     await assert.rejects(joinSession({ factories: [here] }), (e) => /node:test|built-in/i.test(e.message));
 });
+
+test("a file that offers several factories, registered by path, registers each", async () => {
+    const file = fileURLToPath(new URL("./extensions/two-factories.mjs", import.meta.url));
+    const session = await joinSession({ session: `two-${process.pid}`, factories: [file] });
+    assert.deepEqual(session.factories.map((f) => [f.name, f.source]), [["first-of-two", file], ["second-of-two", file]]);
+    for (const [name, which] of [["first-of-two", "first"], ["second-of-two", "second"]]) {
+        const run = await session.factory.run(name);
+        assert.deepEqual([run.status, run.result], ["completed", { which }], JSON.stringify(run));
+    }
+    await session.disconnect();
+});
