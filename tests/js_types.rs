@@ -405,3 +405,62 @@ fn the_accounting_fields_are_the_hosts() {
         std::fs::read_to_string(common::root().join("clients/node/index.d.ts")).expect("clients/node/index.d.ts");
     assert_eq!(interface_fields(&node, "    accounting: {"), host);
 }
+
+/// A project in `dir` checking `files` as a Node program using the Node client
+/// (`clients/node`): the scaffold's options, plus the disposable lib its session uses.
+fn client_project(dir: &Path, files: &[PathBuf]) -> PathBuf {
+    let config = json!({
+        "extends": common::root().join("tests/ts/tsconfig.json").display().to_string(),
+        "compilerOptions": { "lib": ["ES2022", "ESNext.Disposable"] },
+        "files": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        "include": [],
+    });
+    let path = dir.join("tsconfig.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&config).expect("config")).expect("writing tsconfig.json");
+    path
+}
+
+#[test]
+fn the_node_clients_define_factory_types_run_args_and_ctx() {
+    // `defineFactory<TArgs>` types `ctx.args` (ctx is the runner's FactoryContext) and the
+    // `args` of `session.factory.run(handle, ...)`; a run by name takes any JSON.
+    let client = common::root().join("clients/node/index.js");
+    let good = r#"import { defineFactory, joinSession } from "CLIENT";
+const review = defineFactory<{ files: string[] }>({
+    meta: { name: "typed", description: "args: { files: string[] }" },
+    run: async (ctx) => {
+        const files: string[] = ctx.args.files;
+        const replies = await ctx.parallel(files.map((file) => () => ctx.agent(`Review ${file}`, { label: file })));
+        return { replies };
+    },
+});
+const session = await joinSession({ factories: [review] });
+const run = await session.factory.run(review, { args: { files: ["a.ts"] } });
+const byName = await session.factory.run("typed", { args: { anything: [1, "json"] } });
+export const statuses: string[] = [run.status, byName.status];
+"#
+    .replace("CLIENT", &client.display().to_string());
+    let check = |name: &str, source: &str| {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let file = dir.path().join(name);
+        std::fs::write(&file, source).expect("writing the program");
+        let out = typecheck(&client_project(dir.path(), &[file]));
+        (out.status.success(), text(&out))
+    };
+    let (ok, output) = check("good.ts", &good);
+    assert!(ok, "the typed program does not type-check:\n{output}");
+    // Only the wrong line makes each of these fail, at that line.
+    for (name, from, to, line, code) in [
+        ("args.ts", r#"{ files: ["a.ts"] }"#, r#"{ files: "a.ts" }"#, 11, "error TS2769"),
+        ("missing.ts", r#"{ args: { files: ["a.ts"] } }"#, r#"{ args: { paths: ["a.ts"] } }"#, 11, "error TS2769"),
+        ("field.ts", "ctx.args.files;", "ctx.args.file;", 5, "error TS2551"),
+        ("agent.ts", "ctx.agent(`Review ${file}`", "ctx.agent(42", 6, "error TS2769"),
+    ] {
+        let wrong = good.replace(from, to);
+        assert_ne!(wrong, good, "{name}: the replacement applies");
+        let (ok, output) = check(name, &wrong);
+        assert!(!ok, "{name} type-checks, but it is wrong:\n{wrong}");
+        let at = format!("{name}({line},");
+        assert!(output.lines().any(|l| l.contains(&at) && l.contains(code)), "expected {code} at {at} in:\n{output}");
+    }
+}

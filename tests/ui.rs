@@ -7,7 +7,8 @@
 //! the session filter, starts a run from the form (its approval checkbox naming the sha256),
 //! signs a second page out (its session then refused), draws every bar of a 4,096-agent run (its
 //! render time is the bench's, section 9), pauses a run and answers a checkpoint with the
-//! buttons (`tests/browser/checkpoint.mjs`) and
+//! buttons (`tests/browser/checkpoint.mjs`), charts a run's cost by phase and by model
+//! (`tests/browser/costs.mjs`) and
 //! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
 //! `tests/browser/node_modules` (`npm ci` there) fail the test: they are not optional.
 
@@ -545,4 +546,94 @@ async fn a_run_is_paused_resumed_and_its_checkpoint_answered_with_the_dashboards
     // prove that no call whose answer was journaled is.)
     assert_eq!(distinct.len(), 12, "every call of the paused fan-out answered: {tasks:?}");
     assert_eq!(server.answered().iter().filter(|p| *p == "plan the work").count(), 1);
+}
+
+const COSTLY_JS: &str = r#"import { defineFactory } from "factory";
+export default defineFactory({
+    meta: { name: "costly", description: "two phases, two models", phases: [{ title: "Plan" }, { title: "Build" }] },
+    run: async (ctx) => {
+        ctx.phase("Plan");
+        await ctx.agent("plan it", { label: "plan", model: "big" });
+        ctx.phase("Build");
+        await ctx.parallel([
+            () => ctx.agent("part 1", { label: "part:1", model: "small" }),
+            () => ctx.agent("part 2", { label: "part:2", model: "small" }),
+            () => ctx.agent("check it", { label: "check", model: "big" }),
+        ]);
+        return { built: true };
+    },
+});
+"#;
+
+/// Issue 52: a run's cost per phase and per model at a glance. A run whose agents ask for two
+/// models (3 and 1 AI credits a call on a script backend) across two phases; its run view's
+/// chart (`tests/browser/costs.mjs` in headless Chromium) shows the sums, largest first, adding
+/// up to the run's accounting, and writes `costs.png` with the other screenshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_view_charts_the_runs_cost_by_phase_and_by_model() {
+    let browser_dir = common::root().join("tests").join("browser");
+    assert!(
+        browser_dir.join("node_modules").join("playwright-core").is_dir(),
+        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
+    );
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists(),
+        "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)"
+    );
+    let state = tempfile::tempdir().unwrap();
+    let rules = state.path().join("costs.json");
+    std::fs::write(
+        &rules,
+        r#"{"rules":[
+            {"model":"big","reply":{"text":"ok"},"usage":{"inputTokens":100,"outputTokens":20,"credits":3}},
+            {"model":"small","reply":{"text":"ok"},"usage":{"inputTokens":10,"outputTokens":2,"credits":1}}
+        ],"fallback":"error"}"#,
+    )
+    .unwrap();
+    let config = format!("default = \"costs\"\n[backends.costs]\nkind = \"script\"\npath = \"{}\"\n", rules.display());
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    let costly = state.path().join("costly.js");
+    std::fs::write(&costly, COSTLY_JS).unwrap();
+    let out = factory_in(state.path(), &["run", costly.to_str().unwrap(), "--json", "-q"]);
+    let run = stdout_json(&out);
+    assert_eq!(run["status"], "completed", "{run:#}");
+    assert_eq!(run["accounting"]["aiCreditsNano"], 8_000_000_000u64, "{run:#}");
+    let run_id = run["runId"].as_str().unwrap().to_string();
+
+    let daemon = serve_http(state.path());
+    let out = factory_in(state.path(), &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let shots = if std::env::var_os("FACTORY_UPDATE_SCREENSHOTS").is_some() {
+        common::root().join("docs").join("screenshots")
+    } else {
+        common::guest_target_dir().join("ui-screenshots")
+    };
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = browser_dir.join("costs.mjs");
+    let shots_dir = shots.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(script)
+            .env("FACTORY_UI_URL", &url)
+            .env("FACTORY_UI_TOKEN", token.trim())
+            .env("FACTORY_UI_COST_RUN", &run_id)
+            .env("FACTORY_UI_SCREENSHOTS", &shots_dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs (install Node.js)")
+    })
+    .await
+    .unwrap();
+    drop(daemon);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the browser test printed no JSON report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        )
+    });
+    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    assert!(std::fs::metadata(shots.join("costs.png")).map(|m| m.len() > 1000).unwrap_or(false), "costs.png written");
 }

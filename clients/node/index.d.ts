@@ -1,5 +1,9 @@
 // Types of @factory/client (index.js): the spec's extension-side factory API over
-// `factory serve --http`.
+// `factory serve --http`. A factory's `ctx` is the JS runner's own (guest-sdk/js).
+
+import type { FactoryContext, FactoryResult } from "../../guest-sdk/js/index.js";
+
+export type { FactoryContext, FactoryResult };
 
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
@@ -96,14 +100,19 @@ export interface FactoryMeta {
     limits?: FactoryLimits;
 }
 
-/** A factory in the authoring form (its `run` is sent as source and must be self-contained). */
-export interface FactoryDefinition<TArgs = any, TResult extends JsonValue | void = JsonValue | void> {
+/**
+ * A factory in the spec's form: `run` gets the runner's typed `ctx`, whose `args` are `TArgs`
+ * (`defineFactory<TArgs>`); it may use its module's scope (the module is registered).
+ */
+export interface FactoryDefinition<TArgs = any, TResult extends FactoryResult = FactoryResult> {
     meta: FactoryMeta;
-    run: (ctx: any) => Promise<TResult>;
+    run: (ctx: FactoryContext<TArgs>) => Promise<TResult> | TResult;
 }
 
-export interface DefinedFactory<TArgs = any, TResult extends JsonValue | void = JsonValue | void> extends FactoryDefinition<TArgs, TResult> {
+export interface DefinedFactory<TArgs = any, TResult extends FactoryResult = FactoryResult> extends FactoryDefinition<TArgs, TResult> {
     readonly name: string;
+    /** The module file that called `defineFactory` (registered as `file#name`), or null: `run`'s source is sent alone. */
+    readonly module: string | null;
 }
 
 /** A factory `joinSession` registered in the session. */
@@ -181,22 +190,55 @@ export interface FactoryRunSettledEvent {
     };
 }
 
-export type FactorySessionEvent = FactoryRunUpdatedEvent | FactoryRunStartedEvent | FactoryRunSettledEvent;
+/** A run this session started with `notifyOnComplete: true` ended. */
+export interface FactoryRunCompletedEvent {
+    type: "factory.run_completed" | "workflow.run_completed";
+    id: string;
+    timestamp: string;
+    parentId: null;
+    ephemeral: true;
+    data: {
+        runId: string;
+        factory: string;
+        status: FactoryRunStatus;
+        /** The result's JSON text, cut at 500 characters (then ending in `…`); absent without a result. */
+        resultPreview?: string;
+        failureType?: string;
+    };
+}
+
+/** A run this session started with `logPhaseNames: true` entered a phase. */
+export interface FactoryPhaseLoggedEvent {
+    type: "factory.phase_logged" | "workflow.phase_logged";
+    id: string;
+    timestamp: string;
+    parentId: null;
+    ephemeral: true;
+    data: { runId: string; phase: string };
+}
+
+export type FactorySessionEvent =
+    | FactoryRunUpdatedEvent
+    | FactoryRunStartedEvent
+    | FactoryRunSettledEvent
+    | FactoryRunCompletedEvent
+    | FactoryPhaseLoggedEvent;
+
+/** The options of `session.factory.run`. */
+export interface FactoryRunOptions<TArgs> {
+    args?: TArgs;
+    limits?: FactoryLimits;
+    resumeFromRunId?: string;
+    /** Tell this session when the run ends: a `factory.run_completed` event (default false, as for upstream's programmatic callers). */
+    notifyOnComplete?: boolean;
+    /** Tell this session each phase the run enters: `factory.phase_logged` events (default false). */
+    logPhaseNames?: boolean;
+}
 
 export interface FactoryApi {
-    /** With `resumeFromRunId`, resumes that run instead (as `resume`). */
-    run(
-        nameOrHandle: string | FactoryHandle | DefinedFactory,
-        options?: {
-            args?: JsonValue;
-            limits?: FactoryLimits;
-            resumeFromRunId?: string;
-            /** Upstream's option for agent sessions; a program here follows `factory.run_settled` instead (accepted, not sent). */
-            notifyOnComplete?: boolean;
-            /** Upstream's option for agent sessions; a program here reads phases from progress (accepted, not sent). */
-            logPhaseNames?: boolean;
-        },
-    ): Promise<FactoryRunResult>;
+    /** With `resumeFromRunId`, resumes that run instead (as `resume`). A handle's `args` are its `TArgs`. */
+    run<TArgs, TResult extends FactoryResult>(handle: DefinedFactory<TArgs, TResult>, options?: FactoryRunOptions<TArgs>): Promise<FactoryRunResult>;
+    run(nameOrHandle: string | FactoryHandle, options?: FactoryRunOptions<JsonValue>): Promise<FactoryRunResult>;
     /** `input`: the answer to the checkpoint a paused run waits at (its `ctx.pause(key)` returns it). */
     resume(
         runId: string,
@@ -227,6 +269,8 @@ export interface FactorySession {
     on(type: "factory.run_updated" | "workflow.run_updated", handler: (event: FactoryRunUpdatedEvent) => void): () => void;
     on(type: "factory.run_started" | "workflow.run_started", handler: (event: FactoryRunStartedEvent) => void): () => void;
     on(type: "factory.run_settled" | "workflow.run_settled", handler: (event: FactoryRunSettledEvent) => void): () => void;
+    on(type: "factory.run_completed" | "workflow.run_completed", handler: (event: FactoryRunCompletedEvent) => void): () => void;
+    on(type: "factory.phase_logged" | "workflow.phase_logged", handler: (event: FactoryPhaseLoggedEvent) => void): () => void;
     on(handler: (event: FactorySessionEvent) => void): () => void;
     disconnect(): Promise<void>;
     [Symbol.asyncDispose](): Promise<void>;
@@ -242,21 +286,22 @@ export interface ConnectionOptions {
 }
 
 export interface JoinSessionOptions extends ConnectionOptions {
-    /** Paths or file: URLs of factory files or component directories, and defineFactory handles. */
-    factories?: Array<string | URL | DefinedFactory>;
+    /** Paths or file: URLs of factory files or component directories, defineFactory handles, and plain `{ meta, run }` (run's source alone). */
+    factories?: Array<string | URL | DefinedFactory<any, any> | FactoryDefinition<any, any>>;
     /** The same as `factories`, under the workflow name (give one of the two). */
-    workflows?: Array<string | URL | DefinedFactory>;
-    /** The session's name (default a fresh `node-<uuid>`). */
+    workflows?: Array<string | URL | DefinedFactory<any, any> | FactoryDefinition<any, any>>;
+    /** The session's name (default FACTORY_SESSION, else a fresh `node-<uuid>`). */
     session?: string;
     /** waitForRun's periodic re-read, in milliseconds (default 5000). */
     pollIntervalMs?: number;
 }
 
 export function joinSession(options?: JoinSessionOptions): Promise<FactorySession>;
-export function defineFactory<TArgs = any, TResult extends JsonValue | void = JsonValue | void>(
+/** Define a factory; `defineFactory<TArgs>` types `ctx.args` and the `args` of `session.factory.run(handle)`. */
+export function defineFactory<TArgs = any, TResult extends FactoryResult = FactoryResult>(
     definition: FactoryDefinition<TArgs, TResult>,
 ): DefinedFactory<TArgs, TResult>;
-export function defineWorkflow<TArgs = any, TResult extends JsonValue | void = JsonValue | void>(
+export function defineWorkflow<TArgs = any, TResult extends FactoryResult = FactoryResult>(
     definition: FactoryDefinition<TArgs, TResult>,
 ): DefinedFactory<TArgs, TResult>;
 export function isFactoryRunTerminal(status: string | null | undefined): boolean;
@@ -266,6 +311,8 @@ export function resolveConnection(options?: ConnectionOptions, env?: Record<stri
 export const FACTORY_RUN_UPDATED: "factory.run_updated";
 export const FACTORY_RUN_STARTED: "factory.run_started";
 export const FACTORY_RUN_SETTLED: "factory.run_settled";
+export const FACTORY_RUN_COMPLETED: "factory.run_completed";
+export const FACTORY_PHASE_LOGGED: "factory.phase_logged";
 export const WORKFLOW_RUN_UPDATED: "workflow.run_updated";
 export const FACTORY_RESUME_ERROR_CODES: readonly [
     "not_found",

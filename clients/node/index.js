@@ -3,7 +3,8 @@
 // `isFactoryRunTerminal`, `FactoryResumeError` and the `factory.run_updated` event, and the same
 // under upstream's newer Dynamic Workflows names (`defineWorkflow`, `session.workflow.*`,
 // `WorkflowResumeError`, `workflow.*` events) — for a
-// Node program, over the HTTP API of `factory serve --http`. No dependencies beyond Node >= 18
+// Node program, over the HTTP API of `factory serve --http`. A `defineFactory` handle registers
+// the module that defined it, so its `run` keeps that module's scope. No dependencies beyond Node >= 18
 // (global fetch, AbortSignal, TextDecoder; Server-Sent Events parsed from fetch's body).
 //
 // One `joinSession` is one session of the service: the runs it starts, the factories it
@@ -13,7 +14,7 @@
 
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { isAbsolute, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomUUID } from "node:crypto";
 
@@ -28,6 +29,21 @@ export const FACTORY_RUN_STARTED = "factory.run_started";
  * consumedCredits, consumedSubagents, elapsedMs, failureType? }` (what that attempt consumed).
  */
 export const FACTORY_RUN_SETTLED = "factory.run_settled";
+
+/**
+ * The event a session emits when a run it started with `notifyOnComplete: true` ends:
+ * `{ runId, factory, status, resultPreview?, failureType? }` (upstream's completion notice).
+ */
+export const FACTORY_RUN_COMPLETED = "factory.run_completed";
+
+/** The event a session emits per phase a run it started with `logPhaseNames: true` enters: `{ runId, phase }`. */
+export const FACTORY_PHASE_LOGGED = "factory.phase_logged";
+
+/** The longest result preview a `factory.run_completed` event carries, in characters of JSON text. */
+const RESULT_PREVIEW_CHARS = 500;
+
+/** Progress entries read per page while logging a run's phases. */
+const PHASE_PAGE = 1000;
 
 /** The statuses a run never leaves. */
 const TERMINAL_STATUSES = new Set(["completed", "error", "halted", "paused", "cancelled"]);
@@ -146,19 +162,50 @@ export class WorkflowResumeError extends FactoryError {
 
 /**
  * A factory in the spec's authoring form, to pass to `joinSession({ factories })`: `meta` and
- * a `run(ctx)` that is self-contained (its source is sent to the service and runs in the
- * sandbox, so it closes over nothing of this module). Returns the handle.
+ * `run(ctx)`. The handle remembers the module that called `defineFactory` (a `.js`, `.mjs`,
+ * `.ts` or `.mts` file): `joinSession` registers that module (`file#name`), which the service
+ * evaluates in its sandbox, so `run` may use the module's imports, helpers and constants
+ * (imports resolve within the module's directory; the client's own import, `@factory/client`,
+ * is the sandbox's runtime there). A handle whose caller is no such file (an eval, a REPL)
+ * registers `run`'s source alone, which then must be self-contained. Returns the handle.
  */
 export function defineFactory(definition) {
-    return define("defineFactory", definition);
+    return define("defineFactory", definition, callerModule(defineFactory));
 }
 
 /** `defineFactory` under the workflow name (same semantics): a handle for `joinSession({ workflows })`. */
 export function defineWorkflow(definition) {
-    return define("defineWorkflow", definition);
+    return define("defineWorkflow", definition, callerModule(defineWorkflow));
 }
 
-function define(caller, definition) {
+/** The file endings of a module the service's JS runner loads (TypeScript is type-stripped). */
+const MODULE_ENDINGS = [".js", ".mjs", ".ts", ".mts"];
+
+/**
+ * The absolute path of the module whose code called `fn` (from V8's call sites), or null when
+ * that code is not in such a file (`node -e`, a REPL, a `data:` URL, CommonJS `.cjs`).
+ */
+function callerModule(fn) {
+    const holder = {};
+    const prepare = Error.prepareStackTrace;
+    let file = null;
+    try {
+        Error.prepareStackTrace = (_, sites) => sites;
+        Error.captureStackTrace(holder, fn);
+        const sites = holder.stack;
+        file = Array.isArray(sites) && sites.length > 0 ? sites[0].getFileName() : null;
+    } catch {
+        file = null;
+    } finally {
+        Error.prepareStackTrace = prepare;
+    }
+    if (typeof file !== "string") return null;
+    if (file.startsWith("file:")) file = fileURLToPath(file);
+    if (!isAbsolute(file) || !MODULE_ENDINGS.some((ending) => file.endsWith(ending))) return null;
+    return file;
+}
+
+function define(caller, definition, module) {
     const meta = definition?.meta;
     if (typeof meta?.name !== "string" || meta.name === "") {
         throw new TypeError(`${caller}: \`meta.name\` must be a non-empty string`);
@@ -166,7 +213,7 @@ function define(caller, definition) {
     if (typeof definition.run !== "function") {
         throw new TypeError(`${caller}: \`run\` of \`${meta.name}\` must be a function`);
     }
-    return Object.freeze({ name: meta.name, meta, run: definition.run });
+    return Object.freeze({ name: meta.name, meta, run: definition.run, module });
 }
 
 /** The state directory the service uses by default (as `factory --state-dir` resolves it). */
@@ -433,6 +480,17 @@ class Events {
     }
 }
 
+/** The `factory.run_completed` data of a settled envelope: its status and a bounded preview of its result. */
+function completion(envelope) {
+    const data = { runId: envelope.runId, factory: envelope.factory, status: envelope.status };
+    if (envelope.result !== undefined) {
+        const text = JSON.stringify(envelope.result);
+        data.resultPreview = text.length > RESULT_PREVIEW_CHARS ? `${text.slice(0, RESULT_PREVIEW_CHARS)}…` : text;
+    }
+    if (envelope.failure?.type) data.failureType = envelope.failure.type;
+    return data;
+}
+
 function runPath(runId, rest = "") {
     if (typeof runId !== "string" || runId === "") throw new TypeError("a run id must be a non-empty string");
     return `/api/runs/${encodeURIComponent(runId)}${rest}`;
@@ -466,22 +524,76 @@ class FactoryApi {
      * Run a factory by registered name or handle (from `joinSession`'s `factories` or
      * `defineFactory`); resolves with the run's terminal envelope for every outcome. Rejects
      * (FactoryError) only when no run exists: `unknown_factory`, `invalid_limits`, ...
+     * `notifyOnComplete` / `logPhaseNames` (also for `resume`): see `#settle`.
      */
     async run(nameOrHandle, options = {}) {
         // `run(name, { resumeFromRunId })` resumes that run (same id and args) instead.
         if (options.resumeFromRunId !== undefined && options.resumeFromRunId !== null) {
-            return this.resume(options.resumeFromRunId, { limits: options.limits, input: options.input });
+            const { limits, input, notifyOnComplete, logPhaseNames } = options;
+            return this.resume(options.resumeFromRunId, { limits, input, notifyOnComplete, logPhaseNames });
         }
         const disposed = this.#disposed();
         if (disposed) throw disposed;
-        const name = typeof nameOrHandle === "string" ? nameOrHandle : nameOrHandle?.name;
+        const name = typeof nameOrHandle === "string" ? nameOrHandle : (nameOrHandle?.name ?? nameOrHandle?.meta?.name);
         if (typeof name !== "string" || name === "") {
             throw new TypeError("session.factory.run: give a factory name or a handle from joinSession/defineFactory");
         }
         const { runId } = await this.#transport.request("POST", "/api/runs", {
             body: { name, args: options.args, limits: options.limits },
         });
-        return this.waitForRun(runId);
+        return this.#settle(runId, options);
+    }
+
+    /**
+     * Wait for the run to settle, telling this session what `options` asked (upstream's run
+     * options for the session that started it, which here is this program): with
+     * `logPhaseNames`, a `factory.phase_logged` event per phase the run enters (read from its
+     * durable progress, so none is missed); with `notifyOnComplete`, a `factory.run_completed`
+     * event when it ends.
+     */
+    async #settle(runId, options, phasesAfter = 0) {
+        const phases = options.logPhaseNames === true ? this.#logPhases(runId, phasesAfter) : null;
+        let envelope;
+        try {
+            envelope = await this.waitForRun(runId);
+        } finally {
+            await phases?.finish();
+        }
+        if (options.notifyOnComplete === true) this.#tell(FACTORY_RUN_COMPLETED, completion(envelope));
+        return envelope;
+    }
+
+    /** Emit `type` with `data` to this session's listeners (and under the workflow name). */
+    #tell(type, data) {
+        this.#events.dispatch(type, { id: randomUUID(), timestamp: new Date().toISOString(), parentId: null, ephemeral: true, type, data });
+    }
+
+    /** Follow the run's phase entries after seq `after`, telling each; `finish()` reads the rest and stops. */
+    #logPhases(runId, after) {
+        let chain = Promise.resolve();
+        const read = () => {
+            chain = chain.then(async () => {
+                for (;;) {
+                    const page = await this.getRunProgress(runId, { afterSeq: after, limit: PHASE_PAGE });
+                    for (const entry of page) {
+                        after = Math.max(after, entry.seq);
+                        if (entry.event === "phase") this.#tell(FACTORY_PHASE_LOGGED, { runId, phase: entry.title ?? entry.phase });
+                    }
+                    if (page.length < PHASE_PAGE) return;
+                }
+            }).catch(() => {
+                // Unreachable for now: the next update or the final read tries again.
+            });
+            return chain;
+        };
+        const off = this.#events.on(FACTORY_RUN_UPDATED, (event) => event.data.runId === runId && read());
+        read();
+        return {
+            finish: async () => {
+                off();
+                await read();
+            },
+        };
     }
 
     /**
@@ -494,11 +606,14 @@ class FactoryApi {
      */
     async resume(runId, options = {}) {
         let started;
+        let phasesAfter = 0;
         try {
             if (this.#transport.disposed) throw new FactoryError("session_disposed", "this session is disconnected: join a session again");
             const body = { limits: options.limits };
             // The answer to the checkpoint the run waits at (its `ctx.pause(key)` returns it).
             if (options.input !== undefined) body.input = options.input;
+            // Phases are told from the resumed attempt on: after the run's latest entry now.
+            if (options.logPhaseNames === true) phasesAfter = (await this.getRunProgress(runId, { limit: 1 })).at(-1)?.seq ?? 0;
             started = await this.#transport.request("POST", runPath(runId, "/resume"), { body });
         } catch (e) {
             const code = e instanceof FactoryError ? resumeCode(this.#surface, e.code) : null;
@@ -508,7 +623,7 @@ class FactoryApi {
             }
             throw e;
         }
-        return this.waitForRun(started.runId);
+        return this.#settle(started.runId, options, phasesAfter);
     }
 
     /**
@@ -691,26 +806,36 @@ class FactorySession {
     }
 }
 
-/** What `factories` entry `entry` registers: a file/directory path or the authoring form. */
+/**
+ * What `factories` entry `entry` registers — a file/directory path, a defineFactory handle's
+ * module (`file#name`), or the authoring form — and what the handle names as its source.
+ */
 function registration(entry) {
     if (entry instanceof URL || (typeof entry === "string" && entry.startsWith("file:"))) {
         const url = new URL(entry);
         if (url.protocol !== "file:") throw new TypeError(`joinSession: a factory URL must be a file: URL, not ${url.protocol}`);
-        return { path: fileURLToPath(url) };
+        const path = fileURLToPath(url);
+        return { body: { path }, source: path };
     }
-    if (typeof entry === "string") return { path: resolve(entry) };
+    if (typeof entry === "string") {
+        const path = resolve(entry);
+        return { body: { path }, source: path };
+    }
     if (entry && typeof entry.run === "function" && entry.meta) {
+        // A handle from a module file: that module, as the one factory of it named so.
+        if (typeof entry.module === "string") return { body: { path: `${entry.module}#${entry.meta.name}` }, source: entry.module };
+        // Otherwise `run`'s source alone (self-contained, as `factories_manage author` takes it).
         let run = Function.prototype.toString.call(entry.run).trim();
         // A method (`async run(ctx) { ... }`) is not an expression: name it as a function.
         run = run.replace(/^async\s+run\s*\(/, "async function run(").replace(/^run\s*\(/, "function run(");
-        return { meta: entry.meta, run };
+        return { body: { meta: entry.meta, run }, source: "authored" };
     }
     throw new TypeError("joinSession: each of `factories` is a path, a file: URL or a defineFactory handle");
 }
 
 /**
- * Join a session of the factory service: `session` (a name; default a fresh
- * `node-<uuid>`), registering `factories` in it — paths or file: URLs of factory files
+ * Join a session of the factory service: `session` (a name; default FACTORY_SESSION, as the
+ * CLI's, else a fresh `node-<uuid>`), registering `factories` in it — paths or file: URLs of factory files
  * (`.js`, `.ts`, `.py`, `.wasm`, a component directory) and `defineFactory` handles — so
  * `session.factory.run(name)` runs them (`workflows`: the same, under upstream's workflow
  * name, for `session.workflow`). Connection: `url`, `token`, `stateDir` (see
@@ -725,20 +850,23 @@ export async function joinSession(options = {}) {
     const factories = options.workflows ?? options.factories ?? [];
     if (!Array.isArray(factories)) throw new TypeError("joinSession: `factories` (or `workflows`) must be an array");
     const { url, token } = resolveConnection(options);
-    const sessionId = session ?? `node-${randomUUID()}`;
+    const sessionId = session ?? (process.env.FACTORY_SESSION || `node-${randomUUID()}`);
     const transport = new Transport(url, token, sessionId);
     const handles = [];
     for (const entry of factories) {
-        const body = registration(entry);
-        const registered = await transport.request("POST", "/api/factories", { body });
-        handles.push(
-            Object.freeze({
-                name: registered.meta.name,
-                meta: registered.meta,
-                sha256: registered.script?.sha256 ?? registered.hash,
-                source: body.path ?? "authored",
-            }),
-        );
+        const { body, source } = registration(entry);
+        const answer = await transport.request("POST", "/api/factories", { body });
+        // A file that offers several factories registers each: the answer lists them.
+        for (const registered of Array.isArray(answer) ? answer : [answer]) {
+            handles.push(
+                Object.freeze({
+                    name: registered.meta.name,
+                    meta: registered.meta,
+                    sha256: registered.script?.sha256 ?? registered.hash,
+                    source,
+                }),
+            );
+        }
     }
     return new FactorySession(sessionId, transport, new Events(transport), Object.freeze(handles), pollIntervalMs);
 }

@@ -5,6 +5,7 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
 import {
     joinSession,
     defineFactory,
@@ -16,12 +17,18 @@ import {
     FACTORY_RUN_UPDATED,
     FACTORY_RUN_STARTED,
     FACTORY_RUN_SETTLED,
+    FACTORY_RUN_COMPLETED,
+    FACTORY_PHASE_LOGGED,
     defineWorkflow,
     isWorkflowRunTerminal,
     WorkflowResumeError,
     WORKFLOW_RESUME_ERROR_CODES,
 } from "../index.js";
 import { startService, until, FANOUT } from "./helpers.mjs";
+import { echo, wfEcho, capped } from "./extensions/definitions.mjs";
+
+/** The module the test's defineFactory handles come from (they register it as `file#name`). */
+const DEFINITIONS_PATH = fileURLToPath(new URL("./extensions/definitions.mjs", import.meta.url));
 
 let service;
 before(async () => {
@@ -375,20 +382,21 @@ test("isFactoryRunTerminal is the terminal-status test", () => {
     for (const status of ["running", "pending", "", undefined, null, "Completed"]) assert.equal(isFactoryRunTerminal(status), false, String(status));
 });
 
-test("a defineFactory handle registers the authoring form in the session only", async () => {
-    const echo = defineFactory({
-        meta: { name: "node-echo", description: "args: { word: string }", phases: [{ title: "Echo" }] },
-        run: async (ctx) => {
-            ctx.phase("Echo");
-            const reply = await ctx.agent(`echo ${ctx.args.word}`, { label: "t:echo" });
-            return { word: ctx.args.word, reply };
-        },
-    });
+test("a defineFactory handle registers its module (file#name) in the session only; a plain { meta, run } its source alone", async () => {
     assert.equal(echo.name, "node-echo");
-    const session = await join({ factories: [echo, FANOUT] });
-    assert.deepEqual(session.factories.map((f) => [f.name, f.source]), [["node-echo", "authored"], ["fanout", new URL(FANOUT).pathname]]);
+    assert.equal(echo.module, DEFINITIONS_PATH);
+    const plain = {
+        meta: { name: "node-plain", description: "args: { word: string }" },
+        run: async (ctx) => ({ word: ctx.args.word }),
+    };
+    const session = await join({ factories: [echo, FANOUT, plain] });
+    assert.deepEqual(
+        session.factories.map((f) => [f.name, f.source]),
+        [["node-echo", DEFINITIONS_PATH], ["fanout", new URL(FANOUT).pathname], ["node-plain", "authored"]],
+    );
     const run = await session.factory.run(echo, { args: { word: "hi" } });
     assert.deepEqual([run.status, run.result], ["completed", { word: "hi", reply: "ok" }]);
+    assert.deepEqual((await session.factory.run(plain, { args: { word: "yo" } })).result, { word: "yo" });
     const stranger = await joinSession({ url: service.url, token: service.token });
     await assert.rejects(stranger.factory.run("node-echo"), (e) => e instanceof FactoryError && e.code === "unknown_factory");
     assert.throws(() => defineFactory({ meta: {}, run: async () => 1 }), TypeError);
@@ -397,10 +405,7 @@ test("a defineFactory handle registers the authoring form in the session only", 
 });
 
 test("session.workflow and defineWorkflow: the same calls under the workflow names, with workflow_* resume codes", async () => {
-    const echo = defineWorkflow({
-        meta: { name: "node-wf-echo", description: "args: { word: string }" },
-        run: async (ctx) => ({ word: ctx.args.word, reply: await ctx.agent(`echo ${ctx.args.word}`, { label: "t:echo" }) }),
-    });
+    const echo = wfEcho;
     assert.equal(echo.name, "node-wf-echo");
     assert.throws(() => defineWorkflow({ meta: {}, run: async () => 1 }), /defineWorkflow/);
     await assert.rejects(joinSession({ url: service.url, token: service.token, factories: [], workflows: [] }), TypeError);
@@ -443,13 +448,6 @@ test("session.workflow and defineWorkflow: the same calls under the workflow nam
 });
 
 test("a null limit override lifts the factory's declared ceiling, on run and on resume", async () => {
-    const capped = defineFactory({
-        meta: { name: "node-capped", description: "args: { n: number }", limits: { maxTotalSubagents: 2 } },
-        run: async (ctx) => {
-            const replies = await ctx.parallel(Array.from({ length: ctx.args.n }, (_, i) => () => ctx.agent(`item ${i}`, { label: `t:${i}` })));
-            return { done: replies.filter((r) => r !== null).length };
-        },
-    });
     const session = await join({ factories: [capped] });
     const stopped = await session.factory.run("node-capped", { args: { n: 4 } });
     assert.deepEqual([stopped.status, stopped.failure?.kind], ["error", "maxTotalSubagents"], JSON.stringify(stopped));
@@ -474,4 +472,41 @@ test("the connection comes from options, FACTORY_URL/FACTORY_TOKEN, or the state
     );
     const gone = await joinSession({ url: "http://127.0.0.1:9", token: "x" });
     await assert.rejects(gone.factory.listRuns(), (e) => e instanceof FactoryError && e.code === "unavailable");
+});
+
+test("notifyOnComplete and logPhaseNames tell the session that started the run (run, resume, workflow names)", async () => {
+    const session = await join();
+    const seen = [];
+    const offs = [
+        session.on(FACTORY_RUN_COMPLETED, (event) => seen.push(event)),
+        session.on(FACTORY_PHASE_LOGGED, (event) => seen.push(event)),
+        session.on("workflow.phase_logged", (event) => seen.push(event)),
+    ];
+    // Neither option: nothing is told.
+    const quiet = await session.factory.run("fanout", { args: { n: 1 } });
+    assert.equal(quiet.status, "completed");
+    assert.deepEqual(seen, []);
+
+    const told = await session.factory.run("fanout", { args: { n: 2, logs: 1 }, notifyOnComplete: true, logPhaseNames: true });
+    assert.equal(told.status, "completed", JSON.stringify(told));
+    const mine = (type) => seen.filter((e) => e.type === type && e.data.runId === told.runId).map((e) => e.data);
+    assert.deepEqual(mine(FACTORY_PHASE_LOGGED), [{ runId: told.runId, phase: "Fan out" }, { runId: told.runId, phase: "Log" }]);
+    assert.deepEqual(mine("workflow.phase_logged").map((d) => d.phase), ["Fan out", "Log"], "the workflow name hears them too");
+    assert.deepEqual(mine(FACTORY_RUN_COMPLETED), [{ runId: told.runId, factory: "fanout", status: "completed", resultPreview: '{"done":2}' }]);
+    const completed = seen.find((e) => e.type === FACTORY_RUN_COMPLETED);
+    assert.deepEqual([completed.parentId, completed.ephemeral, typeof completed.id], [null, true, "string"]);
+
+    // A resume tells too: the failure's type, then the completion after the raised limit.
+    const stopped = await session.factory.run("fanout", { args: { n: 3 }, limits: { maxTotalSubagents: 1 }, notifyOnComplete: true });
+    assert.deepEqual(mine(FACTORY_RUN_COMPLETED).length, 1);
+    const stoppedNotes = seen.filter((e) => e.type === FACTORY_RUN_COMPLETED && e.data.runId === stopped.runId).map((e) => e.data);
+    assert.deepEqual(stoppedNotes, [{ runId: stopped.runId, factory: "fanout", status: "error", failureType: "factory_limit_reached" }]);
+    const resumed = await session.factory.resume(stopped.runId, { limits: { maxTotalSubagents: 10 }, notifyOnComplete: true, logPhaseNames: true });
+    assert.equal(resumed.status, "completed");
+    const resumedNotes = (type) => seen.filter((e) => e.type === type && e.data.runId === stopped.runId).map((e) => e.data.status ?? e.data.phase);
+    assert.deepEqual(resumedNotes(FACTORY_PHASE_LOGGED), ["Fan out", "Log"], "the resumed attempt's phases, not the first attempt's again");
+    assert.deepEqual(resumedNotes("workflow.phase_logged"), ["Fan out", "Log"]);
+    assert.deepEqual(resumedNotes(FACTORY_RUN_COMPLETED), ["error", "completed"]);
+    for (const off of offs) off();
+    await session.disconnect();
 });

@@ -1,15 +1,16 @@
-// The spec's own snippets (docs/factories.md of @github/copilot-sdk: "Define and register a
-// factory", "Run and resume", "Observe a run"), verbatim between the BEGIN/END markers, run
-// against a real `factory serve --http`. Each snippet is the body of a function whose
-// parameters are the snippet's free variables (`session`, `runId`, `phaseId`, ...), so the
-// text is the spec's; only the first snippet's `import` line is replaced by importing this
-// package (the module name `@github/copilot-sdk/extension` is not installed here), and the
-// abort snippet's 30-second timer is unref'd (its `setTimeout` is shadowed) so it does not
-// keep the test process alive once the wait has settled.
+// The spec's own snippets (docs/factories.md of @github/copilot-sdk), run against a real
+// `factory serve --http`: "Define and register a factory" is extensions/review-changed.mjs,
+// loaded as an extension; "Run and resume" and "Observe a run" are here, verbatim between the
+// BEGIN/END markers. Each snippet here is the body of a function whose parameters are the
+// snippet's free variables (`session`, `runId`, `phaseId`, ...), so the text is the spec's;
+// only the first snippet's `import` line is replaced by importing this package
+// (`@factory/client`: `@github/copilot-sdk/extension` is not installed here), and the abort
+// snippet's 30-second timer is unref'd (its `setTimeout` is shadowed) so it does not keep the
+// test process alive once the wait has settled.
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { defineFactory, joinSession } from "../index.js";
+import { joinSession } from "../index.js";
 import { startService } from "./helpers.mjs";
 
 let service;
@@ -18,45 +19,18 @@ before(async () => {
     // The first snippet calls joinSession without options: the environment says where.
     process.env.FACTORY_URL = service.url;
     process.env.FACTORY_TOKEN = service.token;
+    process.env.FACTORY_SESSION = `spec-snippets-${process.pid}`;
 });
 after(async () => {
     await service?.stop();
 });
 
 async function defineAndRegister() {
-    // BEGIN spec "Define and register a factory" (its import line replaced, see above)
-    const reviewChanged = defineFactory({
-        meta: {
-            name: "review-changed",
-            description:
-                "Review changed files and verify the findings. " +
-                "args: { files: string[] } — the paths to review.",
-            phases: [{ title: "Review" }, { title: "Verify" }],
-            limits: {
-                maxConcurrentSubagents: 3,
-                maxTotalSubagents: 10,
-                timeoutSeconds: 90.5,
-                maxAiCredits: 5,
-            },
-        },
-        run: async (ctx) => {
-            ctx.phase("Review");
-            const reviews = await ctx.parallel(
-                ctx.args.files.map(
-                    (file) => () => ctx.agent(`Review ${file}`, { label: `Review ${file}` })
-                )
-            );
-
-            ctx.phase("Verify");
-            const report = await ctx.step("report", () => ({ reviews }));
-            ctx.log(`Completed factory run ${ctx.runId}`);
-            return report;
-        },
-    });
-
-    const session = await joinSession({ factories: [reviewChanged] });
-    // END
-    return session;
+    // The spec's "Define and register a factory" is extensions/review-changed.mjs (verbatim
+    // but for its import line), loaded as an extension is: its `joinSession()` joins the
+    // session FACTORY_SESSION names, which this program then joins too.
+    await import("./extensions/review-changed.mjs");
+    return joinSession();
 }
 
 async function runSnippet(session) {
@@ -120,7 +94,7 @@ async function abortableWaitSnippet(session, runId) {
 
 test("the spec's snippets run unchanged against the service", async () => {
     const session = await defineAndRegister();
-    assert.deepEqual(session.factories.map((f) => f.name), ["review-changed"]);
+    assert.equal(session.sessionId, process.env.FACTORY_SESSION);
 
     // A run that the credit budget stops (each review costs 2 AI credits on the test
     // backend; one at a time, the third is refused at 4 spent of 3): the run to resume.

@@ -787,11 +787,13 @@ def join_session(
     handles = []
     for entry in factories:
         path = str(Path(entry).resolve())
-        registered = transport.request("POST", "/api/factories", {"path": path})
-        meta = registered.get("meta") if isinstance(registered, dict) else None
-        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
-            raise FactoryError("error", f"the service's registration of {path} has no meta.name")
-        script = registered.get("script")
-        sha256 = script.get("sha256") if isinstance(script, dict) else registered.get("hash")
-        handles.append(FactoryHandle(meta["name"], meta, sha256 if isinstance(sha256, str) else None, path))
+        answer = transport.request("POST", "/api/factories", {"path": path})
+        # A file that offers several factories registers each: the answer lists them.
+        for registered in answer if isinstance(answer, list) else [answer]:
+            meta = registered.get("meta") if isinstance(registered, dict) else None
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+                raise FactoryError("error", f"the service's registration of {path} has no meta.name")
+            script = registered.get("script")
+            sha256 = script.get("sha256") if isinstance(script, dict) else registered.get("hash")
+            handles.append(FactoryHandle(meta["name"], meta, sha256 if isinstance(sha256, str) else None, path))
     return FactorySession(session_id, transport, tuple(handles), poll_interval)

@@ -16,6 +16,7 @@ import threading
 import time
 import unittest
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from factory_client import (
@@ -141,6 +142,15 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(FactoryError) as limits:
                 session.factory.run("fanout", limits={"maxTotalSubagents": 0})
             self.assertEqual((limits.exception.code, limits.exception.http_status), ("invalid_limits", 400))
+
+    def test_a_file_that_offers_several_factories_registers_each(self) -> None:
+        url, token, fanout = service()
+        two = str((Path(fanout).parent.parent / "extensions" / "two-factories.mjs").resolve())
+        with join_session(url=url, token=token, factories=[two]) as session:
+            self.assertEqual([(f.name, f.source) for f in session.factories], [("first-of-two", two), ("second-of-two", two)])
+            for name, which in [("first-of-two", "first"), ("second-of-two", "second")]:
+                run = session.factory.run(name)
+                self.assertEqual((run["status"], run["result"]), ("completed", {"which": which}), run)
 
     def test_list_runs_in_creation_order(self) -> None:
         with join() as session:

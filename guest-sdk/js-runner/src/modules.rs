@@ -1,6 +1,7 @@
 //! The runner's module loader: which module a specifier names and what its text is.
 //!
-//! `"factory"` and the Copilot-SDK specifiers are the runtime module (the prelude's API);
+//! `"factory"`, the Copilot-SDK specifiers and the Node client's (`"@factory/client"`: an
+//! extension module it registers imports it) are the runtime module (the prelude's API);
 //! the entry module is the source the host gave (`script.source`); every other import is
 //! the host's to answer: `script.resolve` maps (specifier, referrer) to a module name (its
 //! path inside the factory's directory) and `script.load` gives that module's text. The
@@ -17,7 +18,8 @@ use std::collections::HashSet;
 use std::rc::Rc;
 
 /// The module specifiers that resolve to the runtime module.
-const RUNTIME_SPECIFIERS: &[&str] = &["factory", "@github/copilot-sdk/extension", "@github/copilot-sdk"];
+const RUNTIME_SPECIFIERS: &[&str] =
+    &["factory", "@github/copilot-sdk/extension", "@github/copilot-sdk", "@factory/client"];
 
 /// The runtime module's name (no file of the factory's directory can have it: module names
 /// the host returns are relative paths with an extension).

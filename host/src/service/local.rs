@@ -81,6 +81,16 @@ impl Local {
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))
             }
+            // A script file that offers several factories registers each (as `file#name`),
+            // as `factory add` does: the answer lists them.
+            Request::Register { source: Source::File(path), session } if self.offers_several(&path).await? => {
+                let mut registered = Vec::new();
+                for name in host.script_factories(&path).await? {
+                    let entry = std::path::PathBuf::from(format!("{}#{name}", path.display()));
+                    registered.push(host.register_in(&host.load_file(&entry).await?, session.clone()).await?);
+                }
+                Response::Factories(registered)
+            }
             Request::Register { source, session } => Response::Registration(Box::new(match (source, session) {
                 (Source::File(path), session) => host.register_in(&host.load_file(&path).await?, session).await?,
                 (Source::Document(text), session) => {
@@ -105,6 +115,14 @@ impl Local {
                 return Err(Error::Misrouted("a follow is a stream: use Follower"))
             }
         })
+    }
+
+    /// Whether `path` is a script file (no `#name`) that offers more than one factory.
+    async fn offers_several(&self, path: &std::path::Path) -> Result<bool, Error> {
+        if !crate::guests::script::is_script(path) || !path.is_file() {
+            return Ok(false);
+        }
+        Ok(self.host.script_factories(path).await?.len() > 1)
     }
 
     /// Start a run or a resume in the background; answer its id once it exists (or the

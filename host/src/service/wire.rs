@@ -30,8 +30,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// that kind for the run), where version 5 read it as not given. Version 7: `pause`, a run
 /// status `paused`, and a resume's `input` (the answer to the checkpoint a run waits at);
 /// `runsPage` pages the runs by creation sequence ([`crate::RunsPage`]), and summaries carry
-/// their `seq`.
-pub const WIRE_VERSION: u32 = 7;
+/// their `seq`. Version 8: `register` of a script file that offers several factories
+/// registers each and answers `factories`.
+pub const WIRE_VERSION: u32 = 8;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -270,7 +271,7 @@ pub enum Response {
     Detail(Box<RunDetail>),
     /// A page of progress (`progress`).
     Progress(Vec<ProgressEntry>),
-    /// Factories (`factories`).
+    /// Factories (`factories`; `register` of a script file that offers several).
     Factories(Vec<Registration>),
     /// One factory (`inspect`, `author`).
     Registration(Box<Registration>),

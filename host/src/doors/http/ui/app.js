@@ -420,6 +420,41 @@ function niceStep(raw) {
   return 10 * pow;
 }
 
+// ---- Cost chart ----------------------------------------------------------------------------
+
+// What a run's agents spent, by the phase they finished in and by the model they asked for,
+// summed from its `agentFinished` progress entries (replayed calls cost nothing). Drawn as
+// horizontal bars: AI credits when any call has a known cost, else tokens (in + out).
+class Costs {
+  constructor() { this.phase = new Map(); this.model = new Map(); this.credits = 0; }
+  add(e) {
+    if (e.event !== 'agentFinished' || e.cached) return;
+    const spend = { nano: e.creditsNano || 0, atLeast: !!e.creditsAtLeast, tokens: (e.inputTokens || 0) + (e.outputTokens || 0) };
+    this.credits += spend.nano;
+    for (const [map, key] of [[this.phase, e.phase || '(no phase)'], [this.model, e.model || '(default model)']]) {
+      const sum = map.get(key) || { nano: 0, atLeast: false, tokens: 0 };
+      map.set(key, { nano: sum.nano + spend.nano, atLeast: sum.atLeast || spend.atLeast, tokens: sum.tokens + spend.tokens });
+    }
+  }
+  draw(box) {
+    const byCredits = this.credits > 0;
+    const value = (s) => (byCredits ? s.nano : s.tokens);
+    const group = (title, kind, map) => {
+      const rows = [...map.entries()].sort((a, b) => value(b[1]) - value(a[1]));
+      const max = Math.max(1, ...rows.map(([, s]) => value(s)));
+      return h('div', { class: 'cost-group', dataset: { group: kind } }, h('h3', {}, title),
+        ...rows.map(([key, s]) => h('div', { class: 'cost-row', dataset: { key, creditsNano: s.nano, tokens: s.tokens } },
+          h('span', { class: 'cost-key', title: key }, key),
+          h('span', { class: 'cost-bar' }, h('i', { style: { width: `${(100 * value(s)) / max}%` } })),
+          h('span', { class: 'cost-value' }, byCredits ? fmtSpend(s.nano, s.atLeast) : `${s.tokens} tokens`))));
+    };
+    if (!this.phase.size) { put(box, h('span', { class: 'muted' }, 'no agent has finished yet')); return; }
+    box.dataset.unit = byCredits ? 'credits' : 'tokens';
+    put(box, h('div', { class: 'muted' }, byCredits ? 'AI credits spent' : 'tokens used (no call has a known cost)'),
+      group('by phase', 'phase', this.phase), group('by model', 'model', this.model));
+  }
+}
+
 // ---- Run view ------------------------------------------------------------------------------
 
 function runView(main, runId) {
@@ -429,6 +464,8 @@ function runView(main, runId) {
   let lastSeq = 0;     // the timeline has every entry up to here
   let loading = null;
   const timeline = new Timeline();
+  const costs = new Costs();
+  const costChart = h('div', { class: 'panel costs', id: 'costs' });
 
   const title = h('h1', {}, 'Run ', h('span', { class: 'mono' }, runId));
   const head = h('div', { class: 'panel', id: 'run-head' });
@@ -445,7 +482,7 @@ function runView(main, runId) {
   let logOldest = null, logNewest = 0;
 
   main.append(title, head, failure, flows, accounting,
-    h('h2', {}, 'Phases'), phases,
+    h('h2', {}, 'Phases'), phases, h('h2', {}, 'Cost'), costChart,
     h('h2', {}, 'Agent timeline'), legend, h('div', { class: 'timeline-wrap' }, canvas), tip,
     h('h2', {}, 'Progress'), h('div', { class: 'actions' }, older, h('label', { class: 'check' }, follow, 'follow')), log);
 
@@ -512,6 +549,7 @@ function runView(main, runId) {
     frame = requestAnimationFrame(() => {
       frame = 0;
       drawTimeline(canvas, timeline, Date.now());
+      costs.draw(costChart);
       const c = timeline.counts();
       const parts = [...Object.entries(c).map(([k, v]) =>
         h('span', { dataset: { kind: k, count: v } }, h('i', { style: { background: COLORS[k] } }), `${k === 'cached' ? 'replayed/cached' : k} ${v}`)),
@@ -630,7 +668,7 @@ function runView(main, runId) {
     // on demand, via beforeSeq).
     const fresh = [];
     lastSeq = await progressAfter(runId, lastSeq, (page) => {
-      for (const e of page) timeline.add(e);
+      for (const e of page) { timeline.add(e); costs.add(e); }
       fresh.push(...page);
       if (fresh.length > 4 * LOG_TAIL) fresh.splice(0, fresh.length - LOG_TAIL);
     });
