@@ -17,8 +17,8 @@ use std::process::ExitCode;
 pub struct ApprovalsArgs {
     #[command(subcommand)]
     action: Option<Action>,
-    /// Print JSON.
-    #[arg(long, global = true)]
+    /// Print JSON (the pending approvals, each with its `question`).
+    #[arg(long)]
     json: bool,
 }
 
@@ -31,23 +31,31 @@ enum Action {
         /// Trust the factory's sha256 from now on (no approval next time).
         #[arg(long)]
         always: bool,
+        /// Print the approval as it then stands, as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Decline a pending start: nothing starts.
     Decline {
         /// The approval's id (from `factory approvals`).
         id: String,
+        /// Print the approval as it then stands, as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 pub async fn approvals(g: &GlobalArgs, a: ApprovalsArgs) -> Result<ExitCode> {
-    let (id, decision) = match a.action {
+    let (id, decision, json) = match a.action {
         None => return list(g, a.json).await,
-        Some(Action::Approve { id, always }) => (id, if always { Decision::Always } else { Decision::Once }),
-        Some(Action::Decline { id }) => (id, Decision::Decline),
+        Some(Action::Approve { id, always, json }) => {
+            (id, if always { Decision::Always } else { Decision::Once }, json)
+        }
+        Some(Action::Decline { id, json }) => (id, Decision::Decline, json),
     };
     let id = id.as_str();
     let approval = ask(g, |client| async move { client.decide(Scope::Owner, id, decision).await }).await?;
-    if a.json {
+    if json {
         outln!("{}", serde_json::to_string_pretty(&approval)?);
         return Ok(ExitCode::SUCCESS);
     }

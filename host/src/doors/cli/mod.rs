@@ -175,14 +175,14 @@ enum Command {
   factory trust --revoke ./hello.component.wasm
   factory trust")]
     Trust(trust::TrustArgs),
-    /// Serve MCP on stdin/stdout, or with --http as streamable HTTP at `/mcp` (token in
-    /// <state-dir>/mcp.token): the `run_factory` and `factories_manage` tools for agents.
     /// List the starts waiting for your approval (an untrusted factory started over HTTP); approve or decline one.
     #[command(after_help = "Examples:
   factory approvals
   factory approvals approve 5f0c... --always
   factory approvals decline 5f0c...")]
     Approvals(approvals::ApprovalsArgs),
+    /// Serve MCP on stdin/stdout, or with --http as streamable HTTP at `/mcp` (token in
+    /// <state-dir>/mcp.token): the `run_factory` and `factories_manage` tools for agents.
     #[command(after_help = "Examples:
   factory mcp                          # stdio, for an agent that starts it
   factory mcp --http 127.0.0.1:8765")]

@@ -17,6 +17,9 @@
 //! A request with a [`SESSION_HEADER`] instead acts as that session (the Node client's
 //! `joinSession`): it starts runs and registers factories (`POST /api/factories`) there, and
 //! lists, reads, follows and controls only that session's runs, as an MCP connection does.
+//! A start of an untrusted factory without `approved` is held by the service as a pending
+//! approval (`GET /api/approvals`, answered with `POST /api/approvals/ID/approve|decline`);
+//! the request waits for the answer a bounded time, then answers `pending_approval`.
 //!
 //! `GET /` and `/ui/*` serve the web dashboard (assets embedded from `ui/`, no token needed:
 //! they hold no data). The token never goes into a URL: `factory ui` asks `POST
