@@ -397,6 +397,22 @@ async fn an_untrusted_start_over_http_waits_for_the_owners_approval() {
     // Unknown ids are not found.
     let (status, unknown) = daemon.post("/api/approvals/nope/decline", json!({})).await;
     assert_eq!((status, unknown["code"].as_str()), (404, Some("not_found")), "{unknown}");
+
+    // Unattended, nothing answers one: a start held when the service stops is forgotten
+    // with it, and the service that starts next (recovering runs) starts nothing for it.
+    let out = common::factory_in(state.path(), &["trust", "--revoke", &sha256]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let (_, pending) = daemon.post("/api/runs", json!({ "name": "hello", "approvalWaitSeconds": 0 })).await;
+    let id = pending["approvalId"].as_str().expect("held once the trust is revoked").to_string();
+    let (_, before) = daemon.get("/api/runs").await;
+    drop(daemon);
+    let daemon = start(state.path());
+    let (_, listed) = daemon.get("/api/approvals").await;
+    assert_eq!(listed, json!([]), "a restart forgets pending approvals");
+    let (status, _) = daemon.get(&format!("/api/approvals/{id}")).await;
+    assert_eq!(status, 404);
+    let (_, after) = daemon.get("/api/runs").await;
+    assert_eq!(after.as_array().map(Vec::len), before.as_array().map(Vec::len), "nothing started for it");
 }
 
 /// The API's token is the user's: it has the owner's view. `GET /api/runs` lists every
