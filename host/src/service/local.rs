@@ -157,7 +157,8 @@ impl Local {
 
     /// Hold `request` (consent `ask`, refused by the trust check) for the owner: it will
     /// carry exactly the sha256 `question` names.
-    fn hold(&self, session: Option<String>, question: Question, mut request: Request) -> Result<Started, Error> {
+    fn hold(&self, session: Option<String>, question: Question, request: Option<Request>) -> Result<Started, Error> {
+        let mut request = request.ok_or(Error::Misrouted("a start that does not ask was held"))?;
         match &mut request {
             Request::Run { consent, .. } | Request::Resume { consent, .. } => {
                 *consent = Consent::Sha256(question.sha256.clone())
@@ -170,7 +171,12 @@ impl Local {
     /// Start a run or a resume in the background; answer its id once it exists (or the
     /// error that kept it from existing), or the pending approval it now waits in.
     async fn start(&self, request: Request) -> Result<Started, Error> {
-        let held = request.clone();
+        // What a start that waits for the owner holds (only one that may wait is copied).
+        let asks = matches!(
+            &request,
+            Request::Run { consent: Consent::Ask, .. } | Request::Resume { consent: Consent::Ask, .. }
+        );
+        let held = asks.then(|| request.clone());
         let host = self.host.clone();
         let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
         let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
