@@ -275,13 +275,14 @@ fn serve_and_mcp_refuse_a_non_loopback_address_unless_told() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_component_is_refused_over_http_unless_approved_in_the_request() {
-    // `hello` registered but never trusted: the API starts it only with `approved`.
+    // `hello` registered but never trusted: with `"ask": false` the API starts it only with
+    // `approved` (without, it would wait for the owner's approval: see below).
     let state = tempfile::tempdir().unwrap();
     let hello = common::component("hello");
     let out = common::factory_in(state.path(), &["add", hello.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let daemon = start(state.path());
-    let (status, refused) = daemon.post("/api/runs", json!({ "name": "hello" })).await;
+    let (status, refused) = daemon.post("/api/runs", json!({ "name": "hello", "ask": false })).await;
     assert_eq!(status, 403, "{refused}");
     assert_eq!(refused["code"], "no_approval_provider", "{refused}");
     let (_, runs) = daemon.get("/api/runs").await;
@@ -291,6 +292,127 @@ async fn an_untrusted_component_is_refused_over_http_unless_approved_in_the_requ
     let id = started["runId"].as_str().expect("a run id").to_string();
     let (_, done) = daemon.get(&format!("/api/runs/{id}/wait")).await;
     assert_eq!(done["status"], "completed", "{done}");
+}
+
+/// Issue 52: an untrusted start over HTTP waits for the owner's approval. Held pending (the
+/// caller answered at once with a pending envelope and the approval's id), it is listed by
+/// the API and by `factory approvals` with the question's facts; declined with the CLI it
+/// starts nothing and its waiter is told `declined`; approved once with the CLI while the
+/// caller's request waits, that request answers with the run, which completes; approved
+/// always, the next start runs without a question.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_start_over_http_waits_for_the_owners_approval() {
+    let state = tempfile::tempdir().unwrap();
+    let hello = common::component("hello");
+    let out = common::factory_in(state.path(), &["add", hello.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let daemon = start(state.path());
+    let (_, registration) = daemon.get("/api/factories/hello").await;
+    let sha256 = registration["hash"].as_str().expect("the component's sha256").to_string();
+    let approvals = |state: &Path| {
+        let out = common::factory_in(state, &["approvals", "--json"]);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        common::stdout_json(&out)
+    };
+
+    // Held, and answered at once (no wait asked): a pending envelope naming the approval.
+    let (status, pending) = daemon.post("/api/runs", json!({ "name": "hello", "approvalWaitSeconds": 0 })).await;
+    assert_eq!((status, pending["status"].as_str()), (202, Some("pending_approval")), "{pending}");
+    let id = pending["approvalId"].as_str().expect("an approval id").to_string();
+    let question = &pending["approval"]["question"];
+    assert_eq!(
+        (question["factory"].as_str(), question["sha256"].as_str(), question["operation"].as_str()),
+        (Some("hello"), Some(sha256.as_str()), Some("run")),
+        "{pending}"
+    );
+    assert!(question["limits"].is_object() && question["backend"].is_string(), "{pending}");
+    let (_, listed) = daemon.get("/api/approvals").await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["id"], id.as_str());
+    // The CLI lists it too, with the facts, and declines it: nothing starts.
+    assert_eq!(approvals(state.path())[0]["id"], id.as_str());
+    let out = common::factory_in(state.path(), &["approvals"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains(&id) && text.contains(&format!("sha256:    {sha256}")) && text.contains("operation: run"),
+        "{text}"
+    );
+    let out = common::factory_in(state.path(), &["approvals", "decline", &id]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("declined"), "{}", String::from_utf8_lossy(&out.stdout));
+    let (_, declined) = daemon.get(&format!("/api/approvals/{id}?wait=5")).await;
+    assert_eq!(declined["state"]["status"], "declined", "{declined}");
+    let (_, runs) = daemon.get("/api/runs").await;
+    assert_eq!(runs, json!([]), "a declined start leaves no run");
+    assert_eq!(approvals(state.path()), json!([]), "no longer pending");
+    // Answered twice: refused.
+    let out = common::factory_in(state.path(), &["approvals", "approve", &id]);
+    assert!(!out.status.success(), "an answered approval cannot be approved");
+
+    // A caller that waits: approved once from the CLI meanwhile, its request answers with the run.
+    let waiting = {
+        let (client, base, token) = (daemon.client(), daemon.base.clone(), daemon.token.clone());
+        tokio::spawn(async move {
+            let response = client
+                .post(format!("{base}/api/runs"))
+                .bearer_auth(token)
+                .json(&json!({ "name": "hello", "approvalWaitSeconds": 60 }))
+                .send()
+                .await
+                .expect("the API answers");
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        })
+    };
+    let id = loop {
+        let listed = approvals(state.path());
+        if let Some(id) = listed[0]["id"].as_str() {
+            break id.to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let out = common::factory_in(state.path(), &["approvals", "approve", &id, "--json"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let approved = common::stdout_json(&out);
+    assert_eq!(
+        (approved["state"]["status"].as_str(), approved["state"]["always"].as_bool()),
+        (Some("approved"), Some(false))
+    );
+    let (status, started) = waiting.await.unwrap();
+    assert_eq!(status, 202, "{started}");
+    assert_eq!(started["runId"], approved["state"]["runId"], "the waiting request answers with the approved run");
+    let run_id = started["runId"].as_str().unwrap().to_string();
+    let (_, done) = daemon.get(&format!("/api/runs/{run_id}/wait")).await;
+    assert_eq!(done["status"], "completed", "{done}");
+
+    // Approved always (through the API): trusted from then on, so the next start asks nothing.
+    let (_, pending) = daemon.post("/api/runs", json!({ "name": "hello", "approvalWaitSeconds": 0 })).await;
+    let id = pending["approvalId"].as_str().expect("held again: approved once is not trust").to_string();
+    let (status, approved) = daemon.post(&format!("/api/approvals/{id}/approve"), json!({ "always": true })).await;
+    assert_eq!((status, approved["state"]["always"].as_bool()), (200, Some(true)), "{approved}");
+    let (status, started) = daemon.post("/api/runs", json!({ "name": "hello", "approvalWaitSeconds": 0 })).await;
+    assert_eq!(status, 202, "{started}");
+    assert!(started["runId"].is_string(), "trusted now: it runs at once: {started}");
+    let out = common::factory_in(state.path(), &["trust", "--json"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&sha256), "{}", String::from_utf8_lossy(&out.stdout));
+    // Unknown ids are not found.
+    let (status, unknown) = daemon.post("/api/approvals/nope/decline", json!({})).await;
+    assert_eq!((status, unknown["code"].as_str()), (404, Some("not_found")), "{unknown}");
+
+    // Unattended, nothing answers one: a start held when the service stops is forgotten
+    // with it, and the service that starts next (recovering runs) starts nothing for it.
+    let out = common::factory_in(state.path(), &["trust", "--revoke", &sha256]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let (_, pending) = daemon.post("/api/runs", json!({ "name": "hello", "approvalWaitSeconds": 0 })).await;
+    let id = pending["approvalId"].as_str().expect("held once the trust is revoked").to_string();
+    let (_, before) = daemon.get("/api/runs").await;
+    drop(daemon);
+    let daemon = start(state.path());
+    let (_, listed) = daemon.get("/api/approvals").await;
+    assert_eq!(listed, json!([]), "a restart forgets pending approvals");
+    let (status, _) = daemon.get(&format!("/api/approvals/{id}")).await;
+    assert_eq!(status, 404);
+    let (_, after) = daemon.get("/api/runs").await;
+    assert_eq!(after.as_array().map(Vec::len), before.as_array().map(Vec::len), "nothing started for it");
 }
 
 /// The API's token is the user's: it has the owner's view. `GET /api/runs` lists every

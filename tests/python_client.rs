@@ -1,7 +1,8 @@
 //! The Python client (`clients/python`, issue 24): its `unittest` suite, run against a real
 //! `factory serve --http 127.0.0.1:0` this test starts on a temporary state directory (the
 //! Node client's script backend rules and test factory), given to the suite as FACTORY_URL,
-//! FACTORY_TOKEN and FACTORY_TEST_FANOUT. The interpreter is the worktree's `.venv/bin/python3`,
+//! FACTORY_TOKEN and FACTORY_TEST_FANOUT (and `hello`, registered and not trusted, named by
+//! FACTORY_TEST_UNTRUSTED). The interpreter is the worktree's `.venv/bin/python3`,
 //! else `python3` on PATH (>= 3.11); without one the test fails with how to install it.
 
 mod common;
@@ -70,6 +71,10 @@ fn the_python_client_passes_its_unittest_suite_against_a_real_service() {
         format!("default = \"test\"\n[backends.test]\nkind = \"script\"\npath = {:?}\n", rules.to_str().unwrap()),
     )
     .unwrap();
+    // `hello`, registered for everyone and never trusted: its runs are asked about.
+    let hello = common::component("hello");
+    let out = common::factory_in(state.path(), &["add", hello.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
     let mut child = factory_cmd(state.path(), &["serve", "--http", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -97,6 +102,7 @@ fn the_python_client_passes_its_unittest_suite_against_a_real_service() {
         .env("FACTORY_URL", &url)
         .env("FACTORY_TOKEN", token.trim())
         .env("FACTORY_TEST_FANOUT", &fanout)
+        .env("FACTORY_TEST_UNTRUSTED", "hello")
         .env_remove("FACTORY_STATE_DIR")
         .stdin(Stdio::null())
         .output()

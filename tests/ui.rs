@@ -637,3 +637,72 @@ async fn the_run_view_charts_the_runs_cost_by_phase_and_by_model() {
     assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     assert!(std::fs::metadata(shots.join("costs.png")).map(|m| m.len() > 1000).unwrap_or(false), "costs.png written");
 }
+
+/// Issue 52: an untrusted start over the API waits for the owner's approval, and the owner
+/// answers it from the dashboard (`tests/browser/approvals.mjs` in headless Chromium): the
+/// pending approval shows the question's facts (the sha256 among them), Approve once starts
+/// the run, which completes; Decline leaves no run and the waiting caller is told
+/// `declined`. Screenshots go to the target dir's `ui-screenshots/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_approval_is_answered_from_the_dashboard() {
+    let browser_dir = common::root().join("tests").join("browser");
+    assert!(
+        browser_dir.join("node_modules").join("playwright-core").is_dir(),
+        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
+    );
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists(),
+        "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)"
+    );
+    // `hello` registered, never trusted.
+    let state = tempfile::tempdir().unwrap();
+    let hello = common::component("hello");
+    let out = factory_in(state.path(), &["add", hello.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = factory_in(state.path(), &["inspect", "hello", "--json"]);
+    let sha256 = stdout_json(&out)["hash"].as_str().expect("hello's sha256").to_string();
+    let daemon = serve_http(state.path());
+    let out = factory_in(state.path(), &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let shots = common::guest_target_dir().join("ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = browser_dir.join("approvals.mjs");
+    let shots_dir = shots.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(script)
+            .env("FACTORY_UI_URL", &url)
+            .env("FACTORY_UI_TOKEN", &token)
+            .env("FACTORY_UI_SHA256", &sha256)
+            .env("FACTORY_UI_SCREENSHOTS", &shots_dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs (install Node.js)")
+    })
+    .await
+    .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the browser test printed no JSON report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        )
+    });
+    eprintln!("browser report: {report:#}");
+    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    // The store agrees: one run (the approved one), completed.
+    let out = factory_in(state.path(), &["runs", "--all", "--json"]);
+    let runs = stdout_json(&out);
+    let runs = runs.as_array().cloned().unwrap_or_default();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        (runs[0]["runId"].as_str(), runs[0]["status"].as_str()),
+        (report["approvedRun"].as_str(), Some("completed"))
+    );
+    drop(daemon);
+    for shot in ["approval.png", "approval-declined.png"] {
+        assert!(std::fs::metadata(shots.join(shot)).map(|m| m.len() > 1000).unwrap_or(false), "{shot} written");
+    }
+}

@@ -294,7 +294,45 @@ export interface JoinSessionOptions extends ConnectionOptions {
     session?: string;
     /** waitForRun's periodic re-read, in milliseconds (default 5000). */
     pollIntervalMs?: number;
+    /**
+     * Asked when a run or resume would start a factory this machine does not trust; resolve
+     * `{ kind: "approved" }` (`always: true`: trust its sha256 from now on) to start it,
+     * anything else to decline (the call rejects with FactoryError `declined`). Without it
+     * such a start rejects with `no_approval_provider`.
+     */
+    onPermissionRequest?: (
+        request: FactoryPermissionRequest,
+        invocation: { sessionId: string },
+    ) => FactoryPermissionResult | Promise<FactoryPermissionResult>;
 }
+
+/** The consent question for a factory the machine does not trust (permission kind `factory`). */
+export interface FactoryPermissionRequest {
+    kind: "factory";
+    /** What would start: a fresh run, or a resume of one. */
+    operation: "run" | "resume";
+    /** The factory's name. */
+    factoryName: string;
+    /** The key an approval is for: the sha256 of the component, or of a script's source. */
+    approvalKey: string;
+    /** The same as `approvalKey`. */
+    sha256: string;
+    /** The backend its subagents would use. */
+    backend: string;
+    /** The limits it would run under (declared, with the call's overrides). */
+    limits: FactoryLimits;
+    /** Its declared phases. */
+    phases: string[];
+    /** The host directories it could read. */
+    grants: string[];
+    /** The service's pending approval this question answers. */
+    approvalId: string;
+}
+
+/** An answer to a `FactoryPermissionRequest`: `approved` starts it (once, or `always`). */
+export type FactoryPermissionResult =
+    | { kind: "approved"; always?: boolean }
+    | { kind: "denied-interactively-by-user" | "denied-by-rules" | "denied-no-approval-rule-and-could-not-request-from-user" };
 
 export function joinSession(options?: JoinSessionOptions): Promise<FactorySession>;
 /** Define a factory; `defineFactory<TArgs>` types `ctx.args` and the `args` of `session.factory.run(handle)`. */

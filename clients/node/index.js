@@ -253,6 +253,8 @@ export function resolveConnection({ url, token, stateDir } = {}, env = process.e
 class Transport {
     constructor(url, token, session) {
         this.url = url;
+        /** The session the calls act as. */
+        this.session = session;
         this.headers = { authorization: `Bearer ${token}`, [SESSION_HEADER]: session };
         /** Set by `session.disconnect()`: runs and resumes are refused from then on. */
         this.disposed = false;
@@ -506,12 +508,65 @@ class FactoryApi {
     #events;
     #pollIntervalMs;
     #surface;
+    #onPermissionRequest;
 
-    constructor(transport, events, pollIntervalMs, surface = "factory") {
+    constructor(transport, events, pollIntervalMs, surface = "factory", onPermissionRequest = undefined) {
         this.#transport = transport;
         this.#events = events;
         this.#pollIntervalMs = pollIntervalMs;
         this.#surface = surface;
+        this.#onPermissionRequest = onPermissionRequest;
+    }
+
+    /**
+     * What a start body says about consent: with an `onPermissionRequest` callback, an
+     * untrusted factory comes back at once as a pending approval (answered by `#started`);
+     * without, the service refuses it (`no_approval_provider`).
+     */
+    #consent(body) {
+        if (typeof this.#onPermissionRequest === "function") body.approvalWaitSeconds = 0;
+        else body.ask = false;
+        return body;
+    }
+
+    /**
+     * The run id a start answered with; a pending approval is put to `onPermissionRequest`
+     * (permission kind `factory`) and answered through the API: approved, the run's id;
+     * declined (or the callback failed), a FactoryError `declined` (nothing started).
+     */
+    async #started(answer) {
+        if (answer?.status !== "pending_approval") return answer.runId;
+        const approval = answer.approval;
+        const q = approval.question;
+        const request = Object.freeze({
+            kind: "factory",
+            operation: q.operation,
+            factoryName: q.factory,
+            approvalKey: q.sha256,
+            sha256: q.sha256,
+            backend: q.backend,
+            limits: q.limits,
+            phases: q.phases,
+            grants: q.grants,
+            approvalId: approval.id,
+        });
+        const path = `/api/approvals/${encodeURIComponent(approval.id)}`;
+        let result;
+        try {
+            result = await this.#onPermissionRequest(request, { sessionId: this.#transport.session });
+        } catch (e) {
+            await this.#transport.request("POST", `${path}/decline`).catch(() => {});
+            throw e;
+        }
+        if (result?.kind !== "approved") {
+            await this.#transport.request("POST", `${path}/decline`);
+            throw new FactoryError(
+                "declined",
+                `factory \`${q.factory}\` (sha256 ${q.sha256}) was not approved to ${q.operation}${result?.kind ? ` (${result.kind})` : ""}; nothing started`,
+            );
+        }
+        const approved = await this.#transport.request("POST", `${path}/approve`, { body: { always: result.always === true } });
+        return approved.state.runId;
     }
 
     /** The refusal of a call after the session was disconnected, or null while it is open. */
@@ -538,10 +593,10 @@ class FactoryApi {
         if (typeof name !== "string" || name === "") {
             throw new TypeError("session.factory.run: give a factory name or a handle from joinSession/defineFactory");
         }
-        const { runId } = await this.#transport.request("POST", "/api/runs", {
-            body: { name, args: options.args, limits: options.limits },
+        const answer = await this.#transport.request("POST", "/api/runs", {
+            body: this.#consent({ name, args: options.args, limits: options.limits }),
         });
-        return this.#settle(runId, options);
+        return this.#settle(await this.#started(answer), options);
     }
 
     /**
@@ -609,12 +664,12 @@ class FactoryApi {
         let phasesAfter = 0;
         try {
             if (this.#transport.disposed) throw new FactoryError("session_disposed", "this session is disconnected: join a session again");
-            const body = { limits: options.limits };
+            const body = this.#consent({ limits: options.limits });
             // The answer to the checkpoint the run waits at (its `ctx.pause(key)` returns it).
             if (options.input !== undefined) body.input = options.input;
             // Phases are told from the resumed attempt on: after the run's latest entry now.
             if (options.logPhaseNames === true) phasesAfter = (await this.getRunProgress(runId, { limit: 1 })).at(-1)?.seq ?? 0;
-            started = await this.#transport.request("POST", runPath(runId, "/resume"), { body });
+            started = { runId: await this.#started(await this.#transport.request("POST", runPath(runId, "/resume"), { body })) };
         } catch (e) {
             const code = e instanceof FactoryError ? resumeCode(this.#surface, e.code) : null;
             if (code !== null) {
@@ -760,7 +815,7 @@ class FactorySession {
     #events;
     #transport;
 
-    constructor(sessionId, transport, events, factories, pollIntervalMs) {
+    constructor(sessionId, transport, events, factories, pollIntervalMs, onPermissionRequest) {
         /** The session's name: its runs and registered factories are its own. */
         this.sessionId = sessionId;
         /** The service's address. */
@@ -768,9 +823,9 @@ class FactorySession {
         /** Handles of the factories `joinSession` registered, in the order given. */
         this.factories = factories;
         /** The spec's run, resume and observe API. */
-        this.factory = new FactoryApi(transport, events, pollIntervalMs);
+        this.factory = new FactoryApi(transport, events, pollIntervalMs, "factory", onPermissionRequest);
         /** The same API under upstream's workflow names (`WorkflowResumeError`, `workflow_*` codes). */
-        this.workflow = new FactoryApi(transport, events, pollIntervalMs, "workflow");
+        this.workflow = new FactoryApi(transport, events, pollIntervalMs, "workflow", onPermissionRequest);
         /** `factories` under the workflow name. */
         this.workflows = factories;
         this.#events = events;
@@ -840,9 +895,18 @@ function registration(entry) {
  * `session.factory.run(name)` runs them (`workflows`: the same, under upstream's workflow
  * name, for `session.workflow`). Connection: `url`, `token`, `stateDir` (see
  * resolveConnection); `pollIntervalMs`: waitForRun's periodic re-read (default 5000).
+ * `onPermissionRequest(request, { sessionId })`: asked when a run or resume would start a
+ * factory this machine does not trust — `request` is `{ kind: "factory", operation ("run" |
+ * "resume"), factoryName, approvalKey (its sha256), backend, limits (effective), phases,
+ * grants, approvalId }`; resolve `{ kind: "approved" }` (with `always: true` to trust it
+ * from now on) to start it, anything else to decline (the call rejects with FactoryError
+ * `declined`, nothing started). Without it such a start rejects `no_approval_provider`.
  */
 export async function joinSession(options = {}) {
-    const { session, pollIntervalMs = DEFAULT_POLL_INTERVAL_MS } = options;
+    const { session, pollIntervalMs = DEFAULT_POLL_INTERVAL_MS, onPermissionRequest } = options;
+    if (onPermissionRequest !== undefined && typeof onPermissionRequest !== "function") {
+        throw new TypeError("joinSession: `onPermissionRequest` must be a function");
+    }
     // A session registers factories or workflows (the same thing under upstream's newer name), not both.
     if (options.factories !== undefined && options.workflows !== undefined) {
         throw new TypeError("joinSession: give `factories` or `workflows`, not both");
@@ -868,5 +932,5 @@ export async function joinSession(options = {}) {
             );
         }
     }
-    return new FactorySession(sessionId, transport, new Events(transport), Object.freeze(handles), pollIntervalMs);
+    return new FactorySession(sessionId, transport, new Events(transport), Object.freeze(handles), pollIntervalMs, onPermissionRequest);
 }

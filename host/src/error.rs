@@ -83,6 +83,28 @@ pub enum Error {
     /// A checkpoint's answer (a resume's `input`) over the host's step bounds.
     #[error("invalid_input: {0}")]
     InvalidInput(String),
+    /// A pending approval cannot be held, found or answered.
+    #[error(transparent)]
+    Approval(#[from] ApprovalError),
+}
+
+/// Why a pending approval (see `service::Approvals`) cannot be held, found or answered.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    /// No approval by that id for this caller.
+    #[error("not_found: no approval `{0}` (unknown, answered long ago, or the service restarted)")]
+    Unknown(String),
+    /// It was answered already (or is being answered).
+    #[error("approval `{0}` was {1} already")]
+    Answered(String, &'static str),
+    /// Too many approvals are pending.
+    #[error(
+        "no_approval_provider: {0} approvals are pending already: answer some (`factory approvals`) and try again"
+    )]
+    Full(usize),
+    /// An "always" answer could not be recorded in the trust store (nothing started).
+    #[error("recording the approval in the trust store: {0}")]
+    Remember(#[source] crate::trust::TrustError),
 }
 
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool
@@ -208,6 +230,9 @@ impl Error {
             Error::NotRunning(_) => ErrorCode::NotRunning,
             Error::NotAtCheckpoint(_) => ErrorCode::NotAtCheckpoint,
             Error::InvalidInput(_) => ErrorCode::InvalidInput,
+            Error::Approval(ApprovalError::Unknown(_)) => ErrorCode::NotFound,
+            Error::Approval(ApprovalError::Answered(..)) => ErrorCode::AlreadyActive,
+            Error::Approval(ApprovalError::Full(_)) => ErrorCode::NoApprovalProvider,
             Error::Store(e) => store_code(e),
             _ => ErrorCode::Error,
         }

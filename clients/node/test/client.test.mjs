@@ -24,7 +24,7 @@ import {
     WorkflowResumeError,
     WORKFLOW_RESUME_ERROR_CODES,
 } from "../index.js";
-import { startService, until, FANOUT } from "./helpers.mjs";
+import { startService, until, FANOUT, factoryCli } from "./helpers.mjs";
 import { echo, wfEcho, capped } from "./extensions/definitions.mjs";
 
 /** The module the test's defineFactory handles come from (they register it as `file#name`). */
@@ -509,4 +509,53 @@ test("notifyOnComplete and logPhaseNames tell the session that started the run (
     assert.deepEqual(resumedNotes(FACTORY_RUN_COMPLETED), ["error", "completed"]);
     for (const off of offs) off();
     await session.disconnect();
+});
+
+test("onPermissionRequest: an untrusted factory is asked about; approved it runs, declined nothing starts; without it, no_approval_provider", async () => {
+    // `fanout` registered for everyone (not this session's own), its trust revoked (`add`
+    // trusts a script added here).
+    factoryCli(service, ["add", fileURLToPath(FANOUT)]);
+    factoryCli(service, ["trust", "--revoke", fileURLToPath(FANOUT)]);
+    const asked = [];
+    let answer = { kind: "denied-interactively-by-user" };
+    const session = await joinSession({
+        url: service.url,
+        token: service.token,
+        onPermissionRequest: async (request, invocation) => {
+            asked.push({ request, invocation });
+            return answer;
+        },
+    });
+    // Declined: rejected with `declined`, and no run exists.
+    await assert.rejects(session.factory.run("fanout", { args: { n: 1 }, limits: { maxTotalSubagents: 3 } }), (e) => {
+        assert.ok(e instanceof FactoryError, String(e));
+        assert.equal(e.code, "declined");
+        return true;
+    });
+    assert.equal(asked.length, 1);
+    const { request, invocation } = asked[0];
+    assert.equal(request.kind, "factory");
+    assert.equal(request.operation, "run");
+    assert.equal(request.factoryName, "fanout");
+    assert.match(request.approvalKey, /^[0-9a-f]{64}$/);
+    assert.equal(request.limits.maxTotalSubagents, 3, JSON.stringify(request));
+    assert.deepEqual(request.phases, ["Fan out", "Log"]);
+    assert.equal(invocation.sessionId, session.sessionId);
+    assert.deepEqual(await session.factory.listRuns(), [], "a declined start leaves no run");
+    // Approved once: it runs to completion; asked again next time (once is not trust).
+    answer = { kind: "approved" };
+    const done = await session.factory.run("fanout", { args: { n: 2 } });
+    assert.equal(done.status, "completed", JSON.stringify(done));
+    assert.deepEqual(done.result, { done: 2 });
+    assert.equal(asked.length, 2);
+    assert.equal(asked[1].request.approvalKey, request.approvalKey);
+    // A session without the callback gets today's refusal, at once.
+    const plain = await joinSession({ url: service.url, token: service.token });
+    await assert.rejects(plain.factory.run("fanout"), (e) => e instanceof FactoryError && e.code === "no_approval_provider");
+    assert.deepEqual(await plain.factory.listRuns(), []);
+    // Nothing was left pending.
+    const pending = await fetch(`${service.url}/api/approvals`, { headers: { authorization: `Bearer ${service.token}` } });
+    assert.deepEqual(await pending.json(), []);
+    await session.disconnect();
+    await plain.disconnect();
 });

@@ -2,7 +2,7 @@
 // whose default backend is a script backend (fast `t:` agents, slow `slow:` ones, `hang:`
 // ones that take minutes, `Review ` ones that cost 2 AI credits each; anything else dry-run).
 
-import { spawn } from "node:child_process";
+import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, writeFileSync, readFileSync, existsSync, rmSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
@@ -68,7 +68,7 @@ export async function startService() {
         }
         rmSync(stateDir, { recursive: true, force: true });
     };
-    return { url, token, stateDir, stop, log: lines };
+    return { url, token, stateDir, stop, log: lines, env };
 }
 
 /** Poll `check` (sync or async) until it returns a truthy value; fail after `seconds`. */
@@ -84,3 +84,8 @@ export async function until(check, what, seconds = 60) {
 
 /** The test factory file. */
 export const FANOUT = new URL("./factories/fanout.js", import.meta.url);
+
+/** Run the `factory` CLI against `service` (its state directory); its stdout. */
+export function factoryCli(service, args) {
+    return execFileSync(factoryBin(), args, { env: service.env, encoding: "utf8" });
+}

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from http.client import HTTPException, HTTPResponse
 from pathlib import Path
@@ -34,6 +34,8 @@ __all__ = [
     "FactoryApi",
     "FactoryError",
     "FactoryHandle",
+    "FactoryPermissionRequest",
+    "PermissionHandler",
     "FactoryResumeError",
     "FactoryRunsPage",
     "FactorySession",
@@ -176,6 +178,31 @@ class FactoryLimits(TypedDict, total=False):
     maxTotalSubagents: int | None
     timeoutSeconds: float | None
     maxAiCredits: float | None
+
+
+class FactoryPermissionRequest(TypedDict):
+    """The consent question for a factory the machine does not trust (permission kind
+    `factory`): what `on_permission_request` is asked."""
+
+    kind: str
+    #: `run` or `resume`.
+    operation: str
+    factoryName: str
+    #: The key an approval is for: the sha256 of the component, or of a script's source.
+    approvalKey: str
+    sha256: str
+    backend: str
+    #: The limits it would run under (declared, with the call's overrides).
+    limits: dict[str, Any]
+    phases: list[str]
+    grants: list[str]
+    #: The service's pending approval this question answers.
+    approvalId: str
+
+
+#: `on_permission_request(request, {"sessionId": ...})`: `{"kind": "approved"}` (with
+#: `"always": True` to trust it from now on) starts the factory; anything else declines.
+PermissionHandler = Callable[[FactoryPermissionRequest, dict[str, str]], Mapping[str, Any]]
 
 
 class FactoryRunResult(TypedDict):
@@ -342,6 +369,8 @@ class _Transport:
     def __init__(self, url: str, token: str, session: str, timeout: float) -> None:
         self.url = url
         self.timeout = timeout
+        #: The session the calls act as.
+        self.session = session
         self.headers = {"Authorization": f"Bearer {token}", SESSION_HEADER: session}
         #: Set by `FactorySession.close()`: runs and resumes are refused from then on.
         self.disposed = False
@@ -483,10 +512,29 @@ class FactoryApi:
     (`session.workflow`: the same calls under upstream's workflow names, whose resume
     refusals are `WorkflowResumeError`s with `workflow_*` codes)."""
 
-    def __init__(self, transport: _Transport, poll_interval: float, surface: str = "factory") -> None:
+    def __init__(
+        self,
+        transport: _Transport,
+        poll_interval: float,
+        surface: str = "factory",
+        on_permission_request: PermissionHandler | None = None,
+    ) -> None:
         self._transport = transport
         self._poll_interval = poll_interval
         self._surface = surface
+        self._on_permission_request = on_permission_request
+
+    def _consent(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A start body's consent: with `on_permission_request`, an untrusted factory comes
+        back at once as a pending approval (answered by `_started`); without, the service
+        refuses it (`no_approval_provider`)."""
+        if body.get("approved") is True:
+            return body
+        if self._on_permission_request is not None:
+            body["approvalWaitSeconds"] = 0
+        else:
+            body["ask"] = False
+        return body
 
     def start(
         self,
@@ -509,7 +557,7 @@ class FactoryApi:
             body["limits"] = limits
         if approved is not None:
             body["approved"] = approved
-        return self._started(self._transport.request("POST", "/api/runs", body))
+        return self._started(self._transport.request("POST", "/api/runs", self._consent(body)))
 
     def run(
         self,
@@ -553,7 +601,7 @@ class FactoryApi:
         try:
             if self._transport.disposed:
                 raise FactoryError("session_disposed", "this session is closed: join a session again")
-            started = self._transport.request("POST", _run_path(run_id, "/resume"), body)
+            started = self._transport.request("POST", _run_path(run_id, "/resume"), self._consent(body))
         except FactoryError as e:
             code = _resume_code(self._surface, e.code)
             if code is not None:
@@ -692,18 +740,75 @@ class FactoryApi:
                 time.sleep(delay if left is None else max(0.0, min(delay, left)))
                 delay = min(delay * 2, RECONNECT_DELAY[1])
 
-    @staticmethod
-    def _started(answer: Any) -> str:
+    def _started(self, answer: Any) -> str:
+        """The run id a start answered with; a pending approval is put to
+        `on_permission_request` (permission kind `factory`) and answered through the API:
+        approved, the run's id; declined (or the callback raised), `FactoryError("declined")`
+        (nothing started)."""
+        if isinstance(answer, dict) and answer.get("status") == "pending_approval" and self._on_permission_request:
+            answer = self._ask(answer)
         run_id = answer.get("runId") if isinstance(answer, dict) else None
         if not isinstance(run_id, str) or run_id == "":
             raise FactoryError("error", f"the service's start answer has no runId: {str(answer)[:_EXCERPT]}")
         return run_id
 
 
+    def _ask(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """Put the pending approval in `answer` to `on_permission_request`; the approve
+        answer (`{"runId"}`), or `FactoryError("declined")` after declining it."""
+        approval = answer.get("approval")
+        question = approval.get("question") if isinstance(approval, dict) else None
+        approval_id = approval.get("id") if isinstance(approval, dict) else None
+        if not isinstance(question, dict) or not isinstance(approval_id, str):
+            raise FactoryError("error", f"the service's pending approval is malformed: {str(answer)[:_EXCERPT]}")
+        request: FactoryPermissionRequest = {
+            "kind": "factory",
+            "operation": question.get("operation", "run"),
+            "factoryName": question.get("factory", ""),
+            "approvalKey": question.get("sha256", ""),
+            "sha256": question.get("sha256", ""),
+            "backend": question.get("backend", ""),
+            "limits": question.get("limits", {}),
+            "phases": question.get("phases", []),
+            "grants": question.get("grants", []),
+            "approvalId": approval_id,
+        }
+        path = f"/api/approvals/{urllib.parse.quote(approval_id, safe='')}"
+        handler = self._on_permission_request
+        assert handler is not None
+        try:
+            result = handler(request, {"sessionId": self._transport.session})
+        except BaseException:
+            try:
+                self._transport.request("POST", f"{path}/decline")
+            except FactoryError:
+                pass
+            raise
+        kind = result.get("kind") if isinstance(result, Mapping) else None
+        if kind != "approved":
+            self._transport.request("POST", f"{path}/decline")
+            raise FactoryError(
+                "declined",
+                f"factory `{request['factoryName']}` (sha256 {request['sha256']}) was not approved to "
+                f"{request['operation']}{f' ({kind})' if kind else ''}; nothing started",
+            )
+        always = isinstance(result, Mapping) and result.get("always") is True
+        approved = self._transport.request("POST", f"{path}/approve", {"always": always})
+        state = approved.get("state") if isinstance(approved, dict) else None
+        return {"runId": state.get("runId") if isinstance(state, dict) else None}
+
+
 class FactorySession:
     """A session of the service, as `join_session` returns it (a context manager)."""
 
-    def __init__(self, session_id: str, transport: _Transport, factories: tuple[FactoryHandle, ...], poll_interval: float) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        transport: _Transport,
+        factories: tuple[FactoryHandle, ...],
+        poll_interval: float,
+        on_permission_request: PermissionHandler | None = None,
+    ) -> None:
         #: The session's name: its runs and registered factories are its own.
         self.session_id = session_id
         #: The service's address.
@@ -711,9 +816,9 @@ class FactorySession:
         #: Handles of the factories `join_session` registered, in the order given.
         self.factories = factories
         #: The spec's run, resume and observe API.
-        self.factory = FactoryApi(transport, poll_interval)
+        self.factory = FactoryApi(transport, poll_interval, "factory", on_permission_request)
         #: The same API under upstream's workflow names (`WorkflowResumeError`, `workflow_*` codes).
-        self.workflow = FactoryApi(transport, poll_interval, "workflow")
+        self.workflow = FactoryApi(transport, poll_interval, "workflow", on_permission_request)
         self._transport = transport
 
     def events(self, timeout: float | None = None, reconnect: bool = True) -> Iterator[FactoryEvent]:
@@ -767,6 +872,7 @@ def join_session(
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     workflows: list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...] | None = None,
+    on_permission_request: PermissionHandler | None = None,
 ) -> FactorySession:
     """Join a session of the factory service: `session` (a name; default a fresh
     `python-<uuid>`), registering `factories` in it (paths of `.js`, `.ts`, `.py` or `.wasm`
@@ -774,7 +880,15 @@ def join_session(
     `session.factory.run(name)` runs them (`workflows`: the same under upstream's workflow
     name, for `session.workflow`; give one of the two). Connection: `url`, `token`,
     `state_dir` (see `resolve_connection`); `poll_interval`: `wait_for_run`'s periodic
-    re-read (seconds); `request_timeout`: how long one call waits for its answer (seconds)."""
+    re-read (seconds); `request_timeout`: how long one call waits for its answer (seconds).
+    `on_permission_request(request, invocation)`: asked when a run or resume would start a
+    factory this machine does not trust (`request`: a `FactoryPermissionRequest`, permission
+    kind `factory`; `invocation`: `{"sessionId"}`); return `{"kind": "approved"}` (with
+    `"always": True` to trust its sha256 from now on) to start it, anything else to decline
+    (the call raises `FactoryError("declined")`, nothing started). Without it such a start
+    raises `FactoryError("no_approval_provider")`."""
+    if on_permission_request is not None and not callable(on_permission_request):
+        raise TypeError("join_session: `on_permission_request` must be callable")
     if workflows is not None:
         if factories:
             raise TypeError("join_session: give `factories` or `workflows`, not both")
@@ -796,4 +910,4 @@ def join_session(
             script = registered.get("script")
             sha256 = script.get("sha256") if isinstance(script, dict) else registered.get("hash")
             handles.append(FactoryHandle(meta["name"], meta, sha256 if isinstance(sha256, str) else None, path))
-    return FactorySession(session_id, transport, tuple(handles), poll_interval)
+    return FactorySession(session_id, transport, tuple(handles), poll_interval, on_permission_request)

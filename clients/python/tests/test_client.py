@@ -116,6 +116,46 @@ class Collector:
 
 
 class ClientTest(unittest.TestCase):
+    def test_on_permission_request_answers_an_untrusted_factorys_question(self) -> None:
+        # FACTORY_TEST_UNTRUSTED: a factory registered for everyone and never trusted.
+        untrusted = os.environ.get("FACTORY_TEST_UNTRUSTED")
+        self.assertTrue(untrusted, "FACTORY_TEST_UNTRUSTED not set: run `cargo test -p factory-host --test python_client`")
+        url, token, _ = service()
+        asked: list[tuple[dict[str, Any], dict[str, str]]] = []
+        answer: dict[str, Any] = {"kind": "denied-interactively-by-user"}
+
+        def on_permission_request(request: Any, invocation: dict[str, str]) -> dict[str, Any]:
+            asked.append((dict(request), invocation))
+            return answer
+
+        with join_session(url=url, token=token, on_permission_request=on_permission_request) as session:
+            # Declined: `declined`, and no run exists.
+            with self.assertRaises(FactoryError) as refused:
+                session.factory.run(untrusted, limits={"maxTotalSubagents": 5})
+            self.assertEqual(refused.exception.code, "declined")
+            self.assertEqual(session.factory.list_runs(), [])
+            request, invocation = asked[0]
+            self.assertEqual((request["kind"], request["operation"], request["factoryName"]), ("factory", "run", untrusted))
+            self.assertRegex(request["approvalKey"], r"^[0-9a-f]{64}$")
+            self.assertEqual(request["limits"]["maxTotalSubagents"], 5)
+            self.assertEqual(invocation, {"sessionId": session.session_id})
+            # Approved once: it runs to completion, and is asked about again next time.
+            answer = {"kind": "approved"}
+            done = session.factory.run(untrusted, timeout=120)
+            self.assertEqual(done["status"], "completed", done)
+            # Without a callback: today's refusal, nothing pending.
+            with join_session(url=url, token=token) as plain:
+                with self.assertRaises(FactoryError) as refused:
+                    plain.factory.run(untrusted)
+                self.assertEqual(refused.exception.code, "no_approval_provider")
+            # Approved always: trusted from then on, so the next run asks nothing.
+            answer = {"kind": "approved", "always": True}
+            self.assertEqual(session.factory.run(untrusted, timeout=120)["status"], "completed")
+            self.assertEqual(len(asked), 3)
+            self.assertEqual(session.factory.run(untrusted, timeout=120)["status"], "completed")
+            self.assertEqual(len(asked), 3, "trusted now: not asked")
+            self.assertEqual(len(session.factory.list_runs()), 3)
+
     def test_run_waits_for_the_completed_envelope_by_handle_or_name(self) -> None:
         with join() as session:
             self.assertRegex(session.session_id, r"^python-[0-9a-f-]{36}$")

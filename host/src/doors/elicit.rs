@@ -6,7 +6,6 @@
 //! that did not declare elicitation cannot be asked ([`can_ask`]); the caller then keeps
 //! the service's refusal.
 
-use factory_host::Limits;
 use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
 use rmcp::service::{ElicitationMode, Peer};
 use rmcp::RoleServer;
@@ -15,45 +14,7 @@ use std::time::Duration;
 /// The longest a question waits for its answer: a person reads it first.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(600);
 
-/// What the caller asks to do with the factory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    /// Start a run of a registered factory.
-    Run,
-    /// Resume a run whose factory is not trusted any more.
-    Resume,
-    /// Register a body the caller (an agent) wrote, in its session.
-    Author,
-}
-
-impl Operation {
-    fn as_str(self) -> &'static str {
-        match self {
-            Operation::Run => "run",
-            Operation::Resume => "resume",
-            Operation::Author => "author",
-        }
-    }
-}
-
-/// One consent question.
-#[derive(Debug, Clone)]
-pub struct Question {
-    /// The factory's name.
-    pub factory: String,
-    /// The sha256 approved (the trust key: a script's source, else the component).
-    pub sha256: String,
-    /// What is asked for.
-    pub operation: Operation,
-    /// Who answers its subagents.
-    pub backend: String,
-    /// The limits it would run under.
-    pub limits: Limits,
-    /// Its declared phases.
-    pub phases: Vec<String>,
-    /// The host directories it could read (none from MCP).
-    pub grants: Vec<String>,
-}
+pub use factory_host::service::{Operation, Question};
 
 /// The person's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +120,7 @@ pub async fn ask(peer: &Peer<RoleServer>, q: &Question) -> Result<Answer, AskErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use factory_host::Limits;
 
     #[test]
     fn the_question_names_what_is_approved() {

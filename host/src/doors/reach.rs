@@ -12,9 +12,18 @@ use factory_host::store::StoreError;
 use factory_host::{Error, Host, HostConfig};
 use std::sync::Arc;
 
-/// The service over `host`, with this user's trust check.
+/// The pending approvals of this process: every door it serves (the control socket, HTTP,
+/// MCP) holds and answers the same ones.
+fn approvals() -> Arc<factory_host::service::Approvals> {
+    static APPROVALS: std::sync::OnceLock<Arc<factory_host::service::Approvals>> = std::sync::OnceLock::new();
+    APPROVALS.get_or_init(Arc::default).clone()
+}
+
+/// The service over `host`, with this user's trust check, this process's pending approvals,
+/// and the trust store an "always" answer records in.
 pub fn local(g: &GlobalArgs, host: &Arc<Host>) -> Local {
-    Local::new(host.clone(), crate::doors::cli::trust::trust_check(g))
+    let trust = g.trust_dir().ok().map(|dir| Arc::new(factory_host::trust::TrustStore::in_state_dir(&dir)));
+    Local::new(host.clone(), crate::doors::cli::trust::trust_check(g)).with_approvals(approvals(), trust)
 }
 
 /// What a process that opens the store holds it for: the store's page cache is sized by it.

@@ -46,6 +46,15 @@ impl ServiceError {
     }
 }
 
+/// What a start came to: a run, or (consent `ask`) an approval waiting for the owner.
+#[derive(Debug, Clone)]
+pub enum Started {
+    /// The run (or attempt) started: its id.
+    Run(String),
+    /// The start waits for the owner's answer.
+    Pending(Box<super::Approval>),
+}
+
 /// A client of the service, in process or over the control socket.
 #[derive(Clone)]
 pub enum Client {
@@ -57,11 +66,11 @@ pub enum Client {
 
 /// A typed method: send `$request`, take the `$variant` answer apart.
 macro_rules! expect {
-    ($self:ident, $request:expr, $pattern:pat => $value:expr) => {{
+    ($self:ident, $request:expr, $($pattern:pat => $value:expr),+) => {{
         let request = $request;
         let asked = request.op();
         match $self.call(request).await? {
-            $pattern => Ok($value),
+            $($pattern => Ok($value),)+
             other => Err(ServiceError::Unexpected { asked, got: other.kind() }),
         }
     }};
@@ -201,6 +210,40 @@ impl Client {
     /// [`Request::Resume`]); the run's id once it exists.
     pub async fn start(&self, request: Request) -> Result<String, ServiceError> {
         expect!(self, request, Response::Started { run_id } => run_id)
+    }
+
+    /// Start a run or a resume that may wait for the owner's approval (its consent
+    /// [`Consent::Ask`]): the run, or the pending approval.
+    pub async fn start_or_hold(&self, request: Request) -> Result<Started, ServiceError> {
+        expect!(self, request, Response::Started { run_id } => Started::Run(run_id), Response::Approval(approval) => Started::Pending(approval))
+    }
+
+    /// The pending approvals `scope` sees, oldest first.
+    pub async fn approvals(&self, scope: impl Into<Scope>) -> Result<Vec<super::Approval>, ServiceError> {
+        expect!(self, Request::Approvals { scope: scope.into() }, Response::Approvals(list) => list)
+    }
+
+    /// Approval `id` once answered, or as it stands after `wait` (none: at once).
+    pub async fn approval(
+        &self,
+        scope: impl Into<Scope>,
+        id: &str,
+        wait: Option<std::time::Duration>,
+    ) -> Result<super::Approval, ServiceError> {
+        let wait_ms = wait.map(|w| w.as_millis().min(u64::MAX as u128) as u64);
+        let request = Request::Approval { scope: scope.into(), id: id.into(), wait_ms };
+        expect!(self, request, Response::Approval(approval) => *approval)
+    }
+
+    /// Answer pending approval `id`; the approval as it then stands (approved: with its run).
+    pub async fn decide(
+        &self,
+        scope: impl Into<Scope>,
+        id: &str,
+        decision: super::Decision,
+    ) -> Result<super::Approval, ServiceError> {
+        let request = Request::Decide { scope: scope.into(), id: id.into(), decision };
+        expect!(self, request, Response::Approval(approval) => *approval)
     }
 
     /// Start the registered factory `name` with `args` in `session` under the service's own

@@ -1,7 +1,10 @@
 //! The consent policy of the service: what a start request must carry before a factory
 //! runs, and the one derivation of the key consent is about ([`trust_key`]). A component is
 //! trusted by its sha256; a script factory (JS, TS) by its source's sha256, because the
-//! runner that executes it ships in this binary and is the same for every script.
+//! runner that executes it ships in this binary and is the same for every script. The
+//! consent question itself ([`Question`]: what is asked about, whichever door asks it) is
+//! here too: MCP asks it as an elicitation form, the HTTP door holds it as a pending
+//! approval ([`super::Approvals`]) for the owner to answer.
 
 use crate::error::Error;
 use crate::Factory;
@@ -22,6 +25,52 @@ pub enum Consent {
     /// The caller consents to whatever the service loads (a front door without files of its
     /// own to show, e.g. the HTTP API, whose bearer token is the user's).
     Any,
+    /// None, but the caller can wait for the owner's answer: a start the trust check refuses
+    /// becomes a pending approval ([`super::Approvals`]) instead of a refusal.
+    Ask,
+}
+
+/// What a consent question asks to do with the factory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Operation {
+    /// Start a run.
+    Run,
+    /// Resume a run whose factory is not trusted (any more, or a new component).
+    Resume,
+    /// Register a body the caller (an agent) wrote, in its session.
+    Author,
+}
+
+impl Operation {
+    /// The operation as the question names it (`run`, `resume`, `author`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Run => "run",
+            Operation::Resume => "resume",
+            Operation::Author => "author",
+        }
+    }
+}
+
+/// One consent question: what is asked about, whichever door asks it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Question {
+    /// The factory's name.
+    pub factory: String,
+    /// The sha256 approved (the trust key: a script's source, else the component).
+    pub sha256: String,
+    /// What is asked for.
+    pub operation: Operation,
+    /// Who answers its subagents.
+    pub backend: String,
+    /// The limits it would run under (the declared ones with the request's overrides).
+    pub limits: crate::Limits,
+    /// Its declared phases.
+    pub phases: Vec<String>,
+    /// The host directories it could read.
+    pub grants: Vec<String>,
 }
 
 /// Whether a trust key may run without consent in the request: built on this machine or
@@ -50,8 +99,8 @@ pub fn consented(trusted: &TrustCheck, consent: &Consent, authored: bool, key: &
              {key} (it changed after it was read for consent); nothing ran"
         ))),
         Consent::Sha256(_) | Consent::Any => Ok(()),
-        Consent::None if authored || trusted(key) => Ok(()),
-        Consent::None => Err(Error::NotApproved(format!(
+        Consent::None | Consent::Ask if authored || trusted(key) => Ok(()),
+        Consent::None | Consent::Ask => Err(Error::NotApproved(format!(
             "{what} (sha256 {key}) is not trusted on this machine and the request carries no consent: \
              run it with --yes, or approve it with `factory trust`"
         ))),

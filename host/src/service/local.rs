@@ -1,13 +1,19 @@
 //! The service implemented over an in-process [`Host`]: what the process holding the store
 //! answers, to its own front doors and (through the control socket) to every other one.
 //! Queries read the host; `run` and `resume` check consent, start the attempt in the
-//! background and answer once the run has an id.
+//! background and answer once the run has an id; a start with consent `ask` the trust
+//! check refuses is held as a pending approval ([`Approvals`]) instead, and started when the
+//! owner approves it (`decide`).
 
-use super::consent::{consented, trust_key, TrustCheck};
+use super::approvals::{Approval, ApprovalState, Approvals, Decision};
+use super::client::Started;
+use super::consent::{consented, trust_key, Consent, Operation, Question, TrustCheck};
 use super::wire::{Request, Response, Source, Target};
-use crate::backend::AgentBackend;
 use crate::engine::host::{Host, ResumeOptions, RunOptions};
+use crate::error::ApprovalError;
 use crate::error::Error;
+use crate::model::scope::Scope;
+use crate::backend::AgentBackend;
 use crate::BackendChoice;
 use std::sync::Arc;
 
@@ -36,17 +42,32 @@ pub struct InProcess {
 /// An attempt started in this process: its task, which answers the run's envelope.
 pub type Attempt = tokio::task::JoinHandle<Result<crate::model::envelope::RunEnvelope, Error>>;
 
+/// How [`Local::begin`] ended: the run started (its id and its attempt), or the start is
+/// held for the owner's approval.
+enum Begun {
+    Run(String, Attempt),
+    Held(Started),
+}
+
 /// The service over a [`Host`] this process opened, with its trust check.
 #[derive(Clone)]
 pub struct Local {
     host: Arc<Host>,
     trusted: TrustCheck,
+    approvals: Arc<Approvals>,
+    remember: Option<Arc<crate::trust::TrustStore>>,
 }
 
 impl Local {
     /// The service over `host`; `trusted` says which trust keys run without consent.
     pub fn new(host: Arc<Host>, trusted: TrustCheck) -> Self {
-        Local { host, trusted }
+        Local { host, trusted, approvals: Arc::default(), remember: None }
+    }
+
+    /// The same service holding its pending approvals in `approvals` (every door of one
+    /// serving process shares one set) and recording "always" answers in `trust`.
+    pub fn with_approvals(self, approvals: Arc<Approvals>, trust: Option<Arc<crate::trust::TrustStore>>) -> Self {
+        Local { approvals, remember: trust, ..self }
     }
 
     /// The host answering.
@@ -81,8 +102,6 @@ impl Local {
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))
             }
-            // A script file that offers several factories registers each (as `file#name`),
-            // as `factory add` does: the answer lists them.
             Request::Register { source: Source::File(path), session } if self.offers_several(&path).await? => {
                 let mut registered = Vec::new();
                 for name in host.script_factories(&path).await? {
@@ -105,8 +124,19 @@ impl Local {
                 None => return Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
             },
             Request::Metrics => Response::Metrics { text: crate::metrics::metrics().render(host.active_runs().len()) },
-            start @ (Request::Run { .. } | Request::Resume { .. }) => {
-                Response::Started { run_id: self.start(start).await? }
+            start @ (Request::Run { .. } | Request::Resume { .. }) => match self.start(start).await? {
+                Started::Run(run_id) => Response::Started { run_id },
+                Started::Pending(approval) => Response::Approval(approval),
+            },
+            Request::Approvals { scope } => Response::Approvals(self.approvals.pending(&scope)),
+            Request::Approval { scope, id, wait_ms: None } => {
+                Response::Approval(Box::new(self.approvals.get(&scope, &id)?))
+            }
+            Request::Approval { scope, id, wait_ms: Some(ms) } => Response::Approval(Box::new(
+                self.approvals.wait(&scope, &id, std::time::Duration::from_millis(ms)).await?,
+            )),
+            Request::Decide { scope, id, decision } => {
+                Response::Approval(Box::new(self.decide(&scope, &id, decision).await?))
             }
             Request::Subscribe { .. } => {
                 return Err(Error::Misrouted("a subscription is a stream: use Client::updates"))
@@ -115,6 +145,56 @@ impl Local {
                 return Err(Error::Misrouted("a follow is a stream: use Follower"))
             }
         })
+    }
+
+    /// Answer pending approval `id`: decline it, or start its run (trusting its sha256 from
+    /// now on first, for [`Decision::Always`]); the approval as it then stands. A start that
+    /// fails is the error, and the approval says so to its waiter.
+    async fn decide(&self, scope: &Scope, id: &str, decision: Decision) -> Result<Approval, Error> {
+        let (approval, request) = self.approvals.take(scope, id)?;
+        let settle = |state| self.approvals.settle(id, state).ok_or_else(|| ApprovalError::Unknown(id.to_string()));
+        let always = match decision {
+            Decision::Decline => return Ok(settle(ApprovalState::Declined)?),
+            Decision::Once => false,
+            Decision::Always => true,
+        };
+        let failed = |e: Error| {
+            let _ = settle(ApprovalState::Failed { code: e.code(), message: e.to_string() });
+            e
+        };
+        if always {
+            let q = &approval.question;
+            let Some(trust) = &self.remember else {
+                return Err(failed(Error::BadRequest(
+                    "this service keeps no trust store, so it cannot approve always: approve once".into(),
+                )));
+            };
+            let entry = crate::trust::TrustedComponent {
+                name: Some(q.factory.clone()),
+                ..crate::trust::TrustedComponent::new(&q.sha256, crate::trust::TrustSource::Approved)
+            };
+            trust.trust(entry).map_err(|e| failed(ApprovalError::Remember(e).into()))?;
+            tracing::info!(event = "trusted", factory = %q.factory, sha256 = %q.sha256, "approved always");
+        }
+        match self.start(request).await {
+            Ok(Started::Run(run_id)) => Ok(settle(ApprovalState::Approved { run_id, always })?),
+            // The held start carries the question's sha256, which the trust check never asks about.
+            Ok(Started::Pending(_)) => Err(failed(Error::Misrouted("an approved start asked again"))),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Hold `request` (consent `ask`, refused by the trust check) for the owner: it will
+    /// carry exactly the sha256 `question` names.
+    fn hold(&self, session: Option<String>, question: Question, request: Option<Request>) -> Result<Started, Error> {
+        let mut request = request.ok_or(Error::Misrouted("a start that does not ask was held"))?;
+        match &mut request {
+            Request::Run { consent, .. } | Request::Resume { consent, .. } => {
+                *consent = Consent::Sha256(question.sha256.clone())
+            }
+            _ => return Err(Error::Misrouted("not a start request")),
+        }
+        Ok(Started::Pending(Box::new(self.approvals.hold(session, question, request)?)))
     }
 
     /// Whether `path` is a script file (no `#name`) that offers more than one factory.
@@ -126,17 +206,35 @@ impl Local {
     }
 
     /// Start a run or a resume in the background; answer its id once it exists (or the
-    /// error that kept it from existing).
-    async fn start(&self, request: Request) -> Result<String, Error> {
-        Ok(self.start_with(request, InProcess::default()).await?.0)
+    /// error that kept it from existing), or the pending approval it now waits in.
+    async fn start(&self, request: Request) -> Result<Started, Error> {
+        Ok(match self.begin(request, InProcess::default()).await? {
+            Begun::Run(run_id, _) => Started::Run(run_id),
+            Begun::Held(held) => held,
+        })
     }
 
     /// [`Request::Run`] or [`Request::Resume`] as every door starts one (the same consent
     /// check, the same start), with what only a front door in this process can hand over
     /// ([`InProcess`]). Answers the run's id and the attempt's task, which ends once
-    /// everything the attempt writes is written.
+    /// everything the attempt writes is written. Such a start does not wait for an approval:
+    /// its door asked its own user.
     pub async fn start_with(&self, request: Request, here: InProcess) -> Result<(String, Attempt), Error> {
+        match self.begin(request, here).await? {
+            Begun::Run(run_id, attempt) => Ok((run_id, attempt)),
+            Begun::Held(_) => Err(Error::Misrouted("a start in this process was held for approval")),
+        }
+    }
+
+    /// [`Local::start`] and [`Local::start_with`]: the one place a run or an attempt starts.
+    async fn begin(&self, request: Request, here: InProcess) -> Result<Begun, Error> {
         let InProcess { backend, events } = here;
+        // What a start that waits for the owner holds (only one that may wait is copied).
+        let asks = matches!(
+            &request,
+            Request::Run { consent: Consent::Ask, .. } | Request::Resume { consent: Consent::Ask, .. }
+        );
+        let held = asks.then(|| request.clone());
         let host = self.host.clone();
         let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
         let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
@@ -156,9 +254,9 @@ impl Local {
                 caller_cwd,
             } => {
                 // Refuse an unusable backend before the run exists.
-                let backend = match backend {
-                    Some(backend) => Some(backend),
-                    None => Some(host.chosen_backend(&choice)?),
+                let chosen = match backend {
+                    Some(backend) => backend,
+                    None => host.chosen_backend(&choice)?,
                 };
                 let factory = match &component {
                     Target::File(path) => host.load_file(path).await?,
@@ -167,8 +265,21 @@ impl Local {
                 if !declined {
                     let key = trust_key(&factory);
                     let authored = host.authored_in(&session, key).await?;
+                    if consent == Consent::Ask && !authored && !(self.trusted)(key) {
+                        let question = Question {
+                            factory: factory.meta.name.clone(),
+                            sha256: key.to_string(),
+                            operation: Operation::Run,
+                            backend: chosen.reference().name,
+                            limits: factory.meta.limits.overridden_by(&limits),
+                            phases: factory.meta.phases.iter().map(|p| p.title.clone()).collect(),
+                            grants: grants.iter().map(|g| g.display().to_string()).collect(),
+                        };
+                        return self.hold(Some(session), question, held).map(Begun::Held);
+                    }
                     consented(&self.trusted, &consent, authored, key, &format!("factory `{}`", factory.meta.name))?;
                 }
+                let backend = Some(chosen);
                 let options = RunOptions {
                     args,
                     limits,
@@ -214,6 +325,34 @@ impl Local {
                     // consent itself, so the owner resuming it there gains nothing more.
                     let run_session = host.envelope(&scope, &run_id).await?.session.unwrap_or_default();
                     let authored = host.authored_in(&run_session, &key).await?;
+                    if consent == Consent::Ask && !authored && !(self.trusted)(&key) {
+                        let detail = host.detail(&scope, &run_id).await?;
+                        let (factory, declared, phases) = match &component {
+                            Some(f) => (
+                                f.meta.name.clone(),
+                                f.meta.limits.clone(),
+                                f.meta.phases.iter().map(|p| p.title.clone()).collect(),
+                            ),
+                            None => (detail.envelope.factory.clone(), detail.limits.clone(), detail.phases.clone()),
+                        };
+                        let question = Question {
+                            factory,
+                            sha256: key,
+                            operation: Operation::Resume,
+                            backend: match &choice.name {
+                                Some(name) => name.clone(),
+                                None => detail.backends.last().map_or_else(String::new, |b| b.name.clone()),
+                            },
+                            limits: declared.overridden_by(&limits),
+                            phases,
+                            grants: detail.grants.clone(),
+                        };
+                        let asker = match &scope {
+                            Scope::Owner => None,
+                            Scope::Session(name) => Some(name.clone()),
+                        };
+                        return self.hold(asker, question, held).map(Begun::Held);
+                    }
                     consented(&self.trusted, &consent, authored, &key, &format!("the component of run {run_id}"))?;
                 }
                 let options = ResumeOptions {
@@ -233,13 +372,13 @@ impl Local {
             _ => return Err(Error::Misrouted("not a start request")),
         };
         match started_rx.await {
-            Ok(run_id) => Ok((run_id, task)),
+            Ok(run_id) => Ok(Begun::Run(run_id, task)),
             // The run failed before it existed: its error is the answer.
             Err(_) => match task.await {
                 Ok(Err(e)) => Err(e),
                 Ok(Ok(envelope)) => {
                     let run_id = envelope.run_id.clone();
-                    Ok((run_id, tokio::spawn(async move { Ok(envelope) })))
+                    Ok(Begun::Run(run_id, tokio::spawn(async move { Ok(envelope) })))
                 }
                 Err(e) => Err(Error::Task(e)),
             },

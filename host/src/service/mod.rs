@@ -8,10 +8,12 @@
 //! control socket of the process that does. Both answer the same requests with the same
 //! responses and the same [`ErrorCode`]s; one [`Follower`] follows a run through either.
 //! The consent policy ([`Consent`], [`consented`]) and the one trust-key derivation
-//! ([`trust_key`]) live here too, so every front door decides the same way. Every read or
+//! ([`trust_key`]) live here too, so every front door decides the same way, and the
+//! pending approvals ([`Approvals`]) a start waits in for the owner's answer. Every read or
 //! control of a run carries a [`Scope`]: the front doors of the local user (the CLI, the
 //! HTTP API) ask as [`Scope::Owner`], other callers (an MCP connection) as their session.
 
+pub mod approvals;
 mod client;
 mod consent;
 mod follow;
@@ -21,8 +23,9 @@ mod wire;
 
 pub use crate::error::ErrorCode;
 pub use crate::model::scope::Scope;
-pub use client::{Client, ServiceError, Updates};
-pub use consent::{consented, registration_trust_key, trust_key, Consent, TrustCheck};
+pub use approvals::{Approval, ApprovalState, Approvals, Decision};
+pub use client::{Client, ServiceError, Started, Updates};
+pub use consent::{consented, registration_trust_key, trust_key, Consent, Operation, Question, TrustCheck};
 pub use follow::{Followed, Follower};
 pub use local::{Attempt, InProcess, Local};
 pub use remote::{ClientError, FollowStream, Remote};

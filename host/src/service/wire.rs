@@ -31,7 +31,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// status `paused`, and a resume's `input` (the answer to the checkpoint a run waits at);
 /// `runsPage` pages the runs by creation sequence ([`crate::RunsPage`]), and summaries carry
 /// their `seq`. Version 8: `register` of a script file that offers several factories
-/// registers each and answers `factories`.
+/// registers each and answers `factories`; pending approvals (a start with consent `ask` may
+/// answer `approval`; `approvals`, `approval` and `decide` list, wait on and answer them).
 pub const WIRE_VERSION: u32 = 8;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
@@ -200,6 +201,20 @@ pub enum Request {
     StartFollowing { start: Box<Request> },
     /// The service's metrics in the Prometheus text format ([`crate::metrics`]).
     Metrics,
+    /// The pending approvals the scope sees ([`super::Approvals`]); answers
+    /// [`Response::Approvals`].
+    Approvals { scope: Scope },
+    /// One approval the scope sees, once answered or after `waitMs` (none: at once; at most
+    /// [`super::approvals::MAX_WAIT`]); answers [`Response::Approval`].
+    Approval {
+        scope: Scope,
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Answer a pending approval the scope sees: an approval starts the held run; answers
+    /// [`Response::Approval`] as it then stands.
+    Decide { scope: Scope, id: String, decision: super::Decision },
 }
 
 impl Request {
@@ -225,6 +240,9 @@ impl Request {
             Request::Follow { .. } => "follow",
             Request::StartFollowing { .. } => "startFollowing",
             Request::Metrics => "metrics",
+            Request::Approvals { .. } => "approvals",
+            Request::Approval { .. } => "approval",
+            Request::Decide { .. } => "decide",
         }
     }
 }
@@ -285,6 +303,11 @@ pub enum Response {
     Following,
     /// The Prometheus text exposition (`metrics`).
     Metrics { text: String },
+    /// Pending approvals (`approvals`).
+    Approvals(Vec<super::Approval>),
+    /// One approval (`approval`, `decide`, and a `run` or `resume` with consent `ask` that
+    /// now waits for the owner).
+    Approval(Box<super::Approval>),
 }
 
 impl Response {
@@ -303,6 +326,8 @@ impl Response {
             Response::Subscribed => "subscribed",
             Response::Following => "following",
             Response::Metrics { .. } => "metrics",
+            Response::Approvals(_) => "approvals",
+            Response::Approval(_) => "approval",
         }
     }
 
@@ -321,6 +346,8 @@ impl Response {
             Response::Removed { run_id } => Ok(serde_json::json!({ "runId": run_id, "removed": true })),
             Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
             Response::Metrics { text } => Ok(serde_json::json!({ "text": text })),
+            Response::Approvals(approvals) => serde_json::to_value(approvals),
+            Response::Approval(approval) => serde_json::to_value(approval),
         }
     }
 }
@@ -479,6 +506,9 @@ mod tests {
             resume.clone(),
             Request::Subscribe { scope: Scope::from("s") },
             Request::Subscribe { scope: Scope::Owner },
+            Request::Approvals { scope: Scope::Owner },
+            Request::Approval { scope: Scope::from("s"), id: "a".into(), wait_ms: Some(5) },
+            Request::Decide { scope: Scope::Owner, id: "a".into(), decision: super::super::Decision::Always },
             Request::Follow { scope: Scope::from("s"), run_id: "r".into(), after_seq: 7 },
             Request::StartFollowing { start: Box::new(resume) },
         ];
@@ -489,21 +519,21 @@ mod tests {
         let text =
             String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() })))
                 .unwrap();
-        assert_eq!(text, r#"{"wire":7,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        assert_eq!(text, r#"{"wire":8,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Follow {
             scope: Scope::Owner,
             run_id: "r".into(),
             after_seq: 2,
         })))
         .unwrap();
-        assert_eq!(text, r#"{"wire":7,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
+        assert_eq!(text, r#"{"wire":8,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
         let text =
             String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None })))
                 .unwrap();
-        assert_eq!(text, r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#);
+        assert_eq!(text, r#"{"wire":8,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":7,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":8,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -520,28 +550,30 @@ mod tests {
             // Version 6 knew no `paused` status, `pause` or resume `input`, no `runsPage`
             // and no `seq` in summaries.
             r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 7 knew no pending approvals.
+            r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":8,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":9,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 8"), "{e}");
+        assert!(e.contains("version 9"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":7,"body":{"op":"runs","scope":"owner","all":true}}"#,
-            r#"{"wire":7,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
-            r#"{"wire":7,"body":{"op":"drop","scope":"owner"}}"#,
-            r#"{"wire":7,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            r#"{"wire":8,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":8,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":8,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":8,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
             // A bare session where a scope goes, a scope that is neither form, a session
             // with more beside it, and a start request without its concrete session.
-            r#"{"wire":7,"body":{"op":"runs","session":"s"}}"#,
-            r#"{"wire":7,"body":{"op":"runs","scope":"all"}}"#,
-            r#"{"wire":7,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
-            r#"{"wire":7,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
+            r#"{"wire":8,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":8,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":8,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":8,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -552,7 +584,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":7,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":8,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),

@@ -3,6 +3,7 @@
 // First: its `outln!`/`out!` macros are used by the modules below.
 #[macro_use]
 pub(crate) mod out;
+pub(crate) mod approvals;
 pub(crate) mod backends;
 pub(crate) mod config;
 pub(crate) mod conventions;
@@ -174,6 +175,12 @@ enum Command {
   factory trust --revoke ./hello.component.wasm
   factory trust")]
     Trust(trust::TrustArgs),
+    /// List the starts waiting for your approval (an untrusted factory started over HTTP); approve or decline one.
+    #[command(after_help = "Examples:
+  factory approvals
+  factory approvals approve 5f0c... --always
+  factory approvals decline 5f0c...")]
+    Approvals(approvals::ApprovalsArgs),
     /// Serve MCP on stdin/stdout, or with --http as streamable HTTP at `/mcp` (token in
     /// <state-dir>/mcp.token): the `run_factory` and `factories_manage` tools for agents.
     #[command(after_help = "Examples:
@@ -271,6 +278,7 @@ pub fn main() -> ExitCode {
             Command::Describe(args) => describe::describe(args).await,
             Command::Backends(args) => backends::backends(&g, args).await,
             Command::Trust(args) => trust::trust(&g, args).await,
+            Command::Approvals(args) => approvals::approvals(&g, args).await,
             Command::Mcp(args) => crate::doors::mcp::mcp(&g, args).await,
             Command::Config(args) => config::config(&g, args),
             Command::Ui(args) => dashboard::ui(&g, args).await,

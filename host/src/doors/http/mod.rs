@@ -17,6 +17,9 @@
 //! A request with a [`SESSION_HEADER`] instead acts as that session (the Node client's
 //! `joinSession`): it starts runs and registers factories (`POST /api/factories`) there, and
 //! lists, reads, follows and controls only that session's runs, as an MCP connection does.
+//! A start of an untrusted factory without `approved` is held by the service as a pending
+//! approval (`GET /api/approvals`, answered with `POST /api/approvals/ID/approve|decline`);
+//! the request waits for the answer a bounded time, then answers `pending_approval`.
 //!
 //! `GET /` and `/ui/*` serve the web dashboard (assets embedded from `ui/`, no token needed:
 //! they hold no data). The token never goes into a URL: `factory ui` asks `POST
@@ -43,7 +46,9 @@ pub mod bind;
 
 use crate::doors::http::bearer::{is_code_shaped, OneTimeCodes, CODE_TTL};
 use crate::doors::http::bind::BODY_READ_TIMEOUT;
-use factory_host::service::{Client, Consent, Request, Scope, Source, Target};
+use factory_host::service::{
+    Approval, ApprovalState, Client, Consent, Decision, Request, Scope, Source, Started, Target,
+};
 use factory_host::store::ProgressQuery;
 use factory_host::trace::TraceParent;
 use factory_host::{ErrorCode, Limits, ProgressEntry, ProgressEvent, RunSettled, RunStarted};
@@ -232,6 +237,50 @@ struct StartBody {
     /// The user consented in the UI to a component that is not trusted.
     #[serde(default)]
     approved: bool,
+    /// `false`: refuse it when it is not trusted, rather than ask the owner (see [`Ask`]).
+    #[serde(default)]
+    ask: Option<bool>,
+    /// How long to wait for the owner's answer (see [`Ask`]).
+    #[serde(default)]
+    approval_wait_seconds: Option<u64>,
+}
+
+/// What a start's body says about a pending approval (when the factory is not trusted and
+/// `approved` is not given): by default it waits for the owner's answer at most
+/// [`APPROVAL_WAIT`] (`approvalWaitSeconds` sets less or more, up to
+/// [`factory_host::service::approvals::MAX_WAIT`]), then answers `pending_approval`;
+/// `"ask": false` refuses it at once (`no_approval_provider`), as before approvals existed.
+struct Ask {
+    ask: Option<bool>,
+    approval_wait_seconds: Option<u64>,
+}
+
+impl Ask {
+    /// The consent a start carries: the caller's own (`approved`), else asking the owner.
+    fn consent(&self, approved: bool) -> Consent {
+        match (approved, self.ask) {
+            (true, _) => Consent::Any,
+            (false, Some(false)) => Consent::None,
+            (false, _) => Consent::Ask,
+        }
+    }
+
+    /// How long the request waits for an answer.
+    fn wait(&self) -> Duration {
+        self.approval_wait_seconds.map_or(APPROVAL_WAIT, Duration::from_secs)
+    }
+}
+
+/// How long a start that waits for the owner's approval holds its request by default.
+pub const APPROVAL_WAIT: Duration = Duration::from_secs(30);
+
+/// Body of `POST /api/approvals/{id}/approve`.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ApproveBody {
+    /// Trust the sha256 from now on.
+    #[serde(default)]
+    always: bool,
 }
 
 /// Body of `POST /api/runs/{id}/resume`.
@@ -245,6 +294,12 @@ struct ResumeBody {
     /// The answer to the checkpoint the run waits at (`ctx.pause(key)` returns it).
     #[serde(default)]
     input: Option<Value>,
+    /// `false`: refuse it when it is not trusted, rather than ask the owner (see [`Ask`]).
+    #[serde(default)]
+    ask: Option<bool>,
+    /// How long to wait for the owner's answer (see [`Ask`]).
+    #[serde(default)]
+    approval_wait_seconds: Option<u64>,
 }
 
 /// Body of `POST /api/factories`: a factory file (absolute path on the service's machine),
@@ -415,24 +470,27 @@ impl Api {
                         Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
                     }
                 };
-                Request::Resume {
-                    scope,
+                let ask = Ask { ask: body.ask, approval_wait_seconds: body.approval_wait_seconds };
+                let start = Request::Resume {
+                    scope: scope.clone(),
                     run_id: id.to_string(),
                     component: None,
                     limits: body.limits,
                     backend: Default::default(),
-                    consent: if body.approved { Consent::Any } else { Consent::None },
+                    consent: ask.consent(body.approved),
                     trace_parent,
                     caller_cwd: None,
                     input: body.input,
-                }
+                };
+                return self.start(scope, start, ask.wait()).await;
             }
             (&Method::POST, ["runs"]) => {
                 let body: StartBody = match serde_json::from_slice(&body) {
                     Ok(body) => body,
                     Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
                 };
-                Request::Run {
+                let ask = Ask { ask: body.ask, approval_wait_seconds: body.approval_wait_seconds };
+                let start = Request::Run {
                     session,
                     component: Target::Registered(body.name),
                     args: body.args,
@@ -440,17 +498,45 @@ impl Api {
                     backend: Default::default(),
                     grants: Vec::new(),
                     declined: false,
-                    consent: if body.approved { Consent::Any } else { Consent::None },
+                    consent: ask.consent(body.approved),
                     trace_parent,
                     caller_cwd: None,
-                }
+                };
+                return self.start(scope, start, ask.wait()).await;
+            }
+            (&Method::GET, ["approvals"]) => Request::Approvals { scope },
+            (&Method::GET, ["approvals", id]) => {
+                let wait_ms = match parse_wait_query(&query) {
+                    Ok(wait) => wait.map(|w| w.as_millis() as u64),
+                    Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
+                };
+                Request::Approval { scope, id: id.to_string(), wait_ms }
+            }
+            (&Method::POST, ["approvals", id, answer @ ("approve" | "decline")]) => {
+                let decision = if *answer == "decline" {
+                    Decision::Decline
+                } else {
+                    let body: ApproveBody = if body.is_empty() {
+                        ApproveBody::default()
+                    } else {
+                        match serde_json::from_slice(&body) {
+                            Ok(body) => body,
+                            Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
+                        }
+                    };
+                    if body.always {
+                        Decision::Always
+                    } else {
+                        Decision::Once
+                    }
+                };
+                Request::Decide { scope, id: id.to_string(), decision }
             }
             _ => return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}")),
         };
-        let created = matches!(request, Request::Run { .. } | Request::Resume { .. });
         match self.client.call(request).await {
             Ok(response) => match response.body() {
-                Ok(value) => json_response(if created { StatusCode::ACCEPTED } else { StatusCode::OK }, &value),
+                Ok(value) => json_response(StatusCode::OK, &value),
                 Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Error, e.to_string()),
             },
             Err(e) => {
@@ -458,6 +544,32 @@ impl Api {
                 error(status_of(code), code, e.to_string())
             }
         }
+    }
+
+    /// `POST /api/runs` and `/resume`: start, or (not trusted, consent `ask`) hold the start
+    /// for the owner's approval and wait for the answer at most `wait`: `202 {runId}` once it
+    /// runs, `202 {status: "pending_approval", approvalId, approval}` while it waits (the
+    /// caller waits on `GET /api/approvals/{id}?wait=S`), `403 declined` when the owner
+    /// declined or nobody answered in time.
+    async fn start(&self, scope: Scope, start: Request, wait: Duration) -> Response<Body> {
+        let failed = |e: factory_host::service::ServiceError| {
+            let code = e.code();
+            error(status_of(code), code, e.to_string())
+        };
+        let approval = match self.client.start_or_hold(start).await {
+            Ok(Started::Run(run_id)) => return json_response(StatusCode::ACCEPTED, &json!({ "runId": run_id })),
+            Ok(Started::Pending(approval)) => approval,
+            Err(e) => return failed(e),
+        };
+        let approval = if wait.is_zero() {
+            *approval
+        } else {
+            match self.client.approval(scope, &approval.id, Some(wait)).await {
+                Ok(approval) => approval,
+                Err(e) => return failed(e),
+            }
+        };
+        approval_answer(&approval)
     }
 
     /// `GET /metrics`: the service's metrics in the Prometheus (OpenMetrics) text format, behind the same
@@ -667,6 +779,53 @@ impl Api {
             .body(StreamBody::new(stream).boxed())
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
     }
+}
+
+/// What a start that waited for approval answers, as its approval stands.
+fn approval_answer(approval: &Approval) -> Response<Body> {
+    let q = &approval.question;
+    let not = |why: &str| {
+        let message = format!(
+            "{why}: factory `{}` (sha256 {}) was not approved to {}; nothing started",
+            q.factory,
+            q.sha256,
+            q.operation.as_str()
+        );
+        json_response(
+            StatusCode::FORBIDDEN,
+            &json!({ "code": ErrorCode::Declined, "message": message, "approvalId": approval.id }),
+        )
+    };
+    match &approval.state {
+        ApprovalState::Approved { run_id, .. } => json_response(StatusCode::ACCEPTED, &json!({ "runId": run_id })),
+        ApprovalState::Pending => json_response(
+            StatusCode::ACCEPTED,
+            &json!({ "status": "pending_approval", "approvalId": approval.id, "approval": approval }),
+        ),
+        ApprovalState::Declined => not("the owner declined"),
+        ApprovalState::Expired => not("no answer came in time"),
+        ApprovalState::Failed { code, message } => error(status_of(*code), *code, message.clone()),
+    }
+}
+
+/// `wait=S` (seconds, fractions allowed) from the query string of `GET /api/approvals/{id}`.
+fn parse_wait_query(query: &str) -> Result<Option<Duration>, String> {
+    let mut wait = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "wait" => {
+                let seconds = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| "`wait` must be a non-negative number of seconds".to_string())?;
+                wait = Some(Duration::from_secs_f64(seconds.min(3600.0)));
+            }
+            other => return Err(format!("unknown query parameter `{other}`")),
+        }
+    }
+    Ok(wait)
 }
 
 /// The lifecycle event a progress entry announces on the event stream: `run_started`

@@ -5,7 +5,9 @@
 // the page takes off its URL at once and exchanges, once, for a dashboard session token of its
 // own (POST /api/ui/exchange); that token is kept in sessionStorage and sent only in the
 // Authorization header. "Sign out" ends the session on the server (POST /api/ui/signout).
-// An approval checkbox names the sha256 of what it approves.
+// An approval checkbox names the sha256 of what it approves. Starts waiting for the owner's
+// approval (an untrusted factory started over the API) are listed above every view, with the
+// question's facts and Approve once / Approve always / Decline (GET /api/approvals, polled).
 // The API's token is the user's: the runs list shows every session's runs, with a session
 // column and a filter; runs started here go in the daemon's session (shown in the header).
 
@@ -49,6 +51,9 @@ async function signOut() {
   $('live').textContent = '○ offline';
   $('live').classList.remove('on');
   $('main').replaceChildren();
+  $('approvals').replaceChildren();
+  $('approvals').hidden = true;
+  approvalsShown = '';
   showError({ code: 'signed_out', message: 'signed out: run `factory ui` to sign in again' });
 }
 
@@ -771,7 +776,9 @@ function startView(main, preselected) {
       const limits = {};
       for (const input of form.querySelectorAll('.limits input')) if (input.value !== '') limits[input.name] = Number(input.value);
       try {
-        const started = await api('POST', '/api/runs', { name, args, limits, approved: approved.checked });
+        // Not trusted and not approved here: it waits in the approvals above, not in this request.
+        const started = await api('POST', '/api/runs', { name, args, limits, approved: approved.checked, approvalWaitSeconds: 0 });
+        if (started.status === 'pending_approval') { await loadApprovals(); return; }
         location.hash = `#/run/${encodeURIComponent(started.runId)}`;
       } catch (e) { showError(e); }
     } }, h('div', { class: 'limits actions' }, ...limitInputs),
@@ -791,6 +798,56 @@ function startView(main, preselected) {
   return { stop() { stopped = true; } };
 }
 
+// ---- Pending approvals ---------------------------------------------------------------------
+
+const APPROVALS_POLL_MS = 2000;
+let approvalsShown = ''; // the ids shown, joined (the panel is rebuilt only when they change)
+
+/** One pending approval: the question's facts and its three answers. */
+function approvalPanel(approval) {
+  const q = approval.question;
+  const fact = (name, value) => [h('dt', {}, name), h('dd', { class: 'mono', dataset: { fact: name } }, value)];
+  const limits = Object.entries(q.limits || {}).filter(([, v]) => v !== null && typeof v !== 'object')
+    .map(([k, v]) => `${k} ${v}`).join(', ') || 'none';
+  const answer = async (path, body) => {
+    try {
+      const answered = await api('POST', `/api/approvals/${encodeURIComponent(approval.id)}/${path}`, body);
+      await loadApprovals();
+      if (answered.state?.status === 'approved') location.hash = `#/run/${encodeURIComponent(answered.state.runId)}`;
+    } catch (e) { showError(e); loadApprovals(); }
+  };
+  return h('div', { class: 'panel approval', dataset: { approvalId: approval.id } },
+    h('b', {}, `${q.operation === 'resume' ? 'Resume' : 'Run'} factory ${q.factory}?`),
+    h('span', { class: 'muted' }, ` It is not trusted on this machine${approval.session ? ` (asked in session ${approval.session})` : ''}.`),
+    h('dl', { class: 'facts' }, fact('factory', q.factory), fact('sha256', q.sha256), fact('operation', q.operation),
+      fact('backend', q.backend || 'default'), fact('limits', limits), fact('phases', (q.phases || []).join(', ') || 'none declared'),
+      fact('grants', (q.grants || []).join(', ') || 'none'), fact('expires', new Date(approval.expiresAtMs).toLocaleTimeString())),
+    h('div', { class: 'actions' },
+      h('button', { class: 'primary approve-once', type: 'button', onclick: () => answer('approve', { always: false }) }, 'Approve once'),
+      h('button', { class: 'approve-always', type: 'button', title: `trust sha256 ${q.sha256} from now on`, onclick: () => answer('approve', { always: true }) }, 'Approve always'),
+      h('button', { class: 'danger decline', type: 'button', onclick: () => answer('decline') }, 'Decline')));
+}
+
+/** Show the pending approvals (none: the section is hidden). */
+async function loadApprovals() {
+  if (!token) return;
+  let pending;
+  try { pending = await api('GET', '/api/approvals'); } catch (e) { return; }
+  const ids = pending.map((a) => a.id).join(',');
+  if (ids === approvalsShown) return;
+  approvalsShown = ids;
+  const section = $('approvals');
+  section.hidden = pending.length === 0;
+  put(section, pending.length ? h('h2', {}, `Waiting for your approval (${pending.length})`) : null, pending.map(approvalPanel));
+}
+
+async function pollApprovals() {
+  while (token) {
+    await loadApprovals();
+    await new Promise((r) => setTimeout(r, APPROVALS_POLL_MS));
+  }
+}
+
 // ---- Start ---------------------------------------------------------------------------------
 
 async function main() {
@@ -805,6 +862,7 @@ async function main() {
   window.addEventListener('hashchange', route);
   route();
   followEvents();
+  pollApprovals();
 }
 
 main();
