@@ -167,6 +167,11 @@ impl Failure {
         self
     }
 
+    /// A sandbox limit was passed (`kind`: its name).
+    pub fn sandbox_limit(kind: crate::model::sandbox_limits::SandboxLimitKind, message: impl Into<String>) -> Self {
+        Failure::new(FailureType::SandboxLimit, Some(kind.as_str()), message)
+    }
+
     /// A factory limit (`maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`) was reached.
     pub fn limit(kind: &str, message: impl Into<String>) -> Self {
         Failure::new(FailureType::FactoryLimitReached, Some(kind), message)
