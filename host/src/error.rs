@@ -110,7 +110,7 @@ pub enum ApprovalError {
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool
 /// errors), serialized as today's strings (`not_found`, ...). A code this build does not
 /// know reads as [`ErrorCode::Error`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// No run (or route) by that id for this caller.

@@ -81,7 +81,13 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config `{path}`: {source}")]
     Read { path: String, source: std::io::Error },
-    /// The file is not valid TOML of this shape.
+    /// The file is not TOML of this shape.
+    #[error("invalid config `{path}`: {source}")]
+    Toml { path: String, source: toml::de::Error },
+    /// The file is not UTF-8 text.
+    #[error("invalid config `{path}`: {source}")]
+    NotUtf8 { path: String, source: std::string::FromUtf8Error },
+    /// The file is TOML of this shape but a value is refused (the store URL, a route).
     #[error("invalid config `{path}`: {message}")]
     Parse { path: String, message: String },
     /// A backend entry that cannot be built.
@@ -219,12 +225,49 @@ impl PricingConfig {
     }
 }
 
+/// What a `[backends.NAME]` entry builds: its `kind`, serialized as `openai`, `anthropic`,
+/// `cli`, `dry-run` or `script` (another name is refused when the file is read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    /// An OpenAI-compatible chat completions API.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// The Anthropic messages API.
+    Anthropic,
+    /// An agent CLI run as a process (`command` or `preset`).
+    Cli,
+    /// Canned answers from the args schema, no model.
+    DryRun,
+    /// Rules from a JSON file (`path`).
+    Script,
+}
+
+impl BackendKind {
+    /// Its name in `kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::OpenAi => "openai",
+            BackendKind::Anthropic => "anthropic",
+            BackendKind::Cli => "cli",
+            BackendKind::DryRun => "dry-run",
+            BackendKind::Script => "script",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One `[backends.NAME]` entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
-    /// `openai`, `anthropic`, `cli`, `dry-run` or `script`.
-    pub kind: String,
+    /// What it builds.
+    pub kind: BackendKind,
     /// HTTP: the API root (default: the kind's environment variable, then its public URL).
     pub base_url: Option<String>,
     /// HTTP: the environment variable holding the API key.
@@ -547,7 +590,7 @@ impl Config {
     /// Parse TOML text; `path` names it in errors.
     pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
         let mut config: Config =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+            toml::from_str(text).map_err(|source| ConfigError::Toml { path: path.into(), source })?;
         if let Some(name) = config.backends.keys().find(|name| is_reserved_name(name)) {
             return Err(ConfigError::Reserved { path: path.into(), name: name.clone() });
         }
@@ -626,8 +669,7 @@ impl Config {
                 return Err(ConfigError::NotAllowed { path: shown, sha256 });
             }
         }
-        let text =
-            String::from_utf8(bytes).map_err(|e| ConfigError::Parse { path: shown.clone(), message: e.to_string() })?;
+        let text = String::from_utf8(bytes).map_err(|source| ConfigError::NotUtf8 { path: shown.clone(), source })?;
         let mut config = Config::parse(&text, &shown)?;
         config.source = std::path::absolute(path).ok();
         Ok(config)
@@ -759,13 +801,13 @@ fn build(
         let key = std::env::var(&var).ok().filter(|k| !k.trim().is_empty());
         (var, key)
     };
-    let backend: Arc<dyn AgentBackend> = match entry.kind.as_str() {
-        "dry-run" => Arc::new(backend::DryRun),
-        "script" => {
+    let backend: Arc<dyn AgentBackend> = match entry.kind {
+        BackendKind::DryRun => Arc::new(backend::DryRun),
+        BackendKind::Script => {
             let path = entry.path.as_ref().ok_or_else(|| invalid("a `script` backend needs `path`".into()))?;
             Arc::new(Script::from_file(path).map_err(|e| invalid(e.to_string()))?)
         }
-        "openai" => {
+        BackendKind::OpenAi => {
             let from_env = OpenAiConfig::from_env();
             let (api_key_var, api_key) = key("OPENAI_API_KEY");
             let structured = match entry.structured_output.as_deref() {
@@ -793,7 +835,7 @@ fn build(
             };
             Arc::new(OpenAi::new(config).map_err(|e| invalid(e.message().to_string()))?)
         }
-        "anthropic" => {
+        BackendKind::Anthropic => {
             let from_env = AnthropicConfig::from_env();
             let (api_key_var, api_key) = key("ANTHROPIC_API_KEY");
             let use_tool = match entry.structured_output.as_deref() {
@@ -816,7 +858,7 @@ fn build(
             };
             Arc::new(Anthropic::new(config).map_err(|e| invalid(e.message().to_string()))?)
         }
-        "cli" => {
+        BackendKind::Cli => {
             let preset = entry.preset.as_deref().unwrap_or("generic");
             let mut config = AgentCliConfig::preset(preset).map_err(|e| invalid(e.to_string()))?;
             config.name = name.into();
@@ -903,9 +945,6 @@ fn build(
             }
             Arc::new(AgentCli::new(config).map_err(|e| invalid(e.to_string()))?)
         }
-        other => {
-            return Err(invalid(format!("unknown kind `{other}` (expected openai, anthropic, cli, dry-run or script)")))
-        }
     };
     Ok(backend)
 }
@@ -952,9 +991,18 @@ mod tests {
     #[test]
     fn rejects_unknown_fields_kinds_and_dangling_routes() {
         assert!(Config::parse("defualt = \"x\"", "t").is_err());
-        let bad_kind = Config::parse("[backends.a]\nkind = \"telepathy\"", "t").unwrap();
-        let Err(e) = bad_kind.backend("a", None) else { panic!("a backend of an unknown kind was built") };
-        assert!(e.to_string().contains("unknown kind"), "{e}");
+        // An unknown kind is refused as the file is read, naming the kinds there are.
+        let Err(e) = Config::parse("[backends.a]\nkind = \"telepathy\"", "t") else {
+            panic!("a backend of an unknown kind was read")
+        };
+        assert!(e.to_string().contains("telepathy") && e.to_string().contains("dry-run"), "{e}");
+        for kind in
+            [BackendKind::OpenAi, BackendKind::Anthropic, BackendKind::Cli, BackendKind::DryRun, BackendKind::Script]
+        {
+            let text = format!("[backends.a]\nkind = \"{kind}\"");
+            let config = Config::parse(&text, "t").unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(config.backends["a"].kind, kind);
+        }
         for name in ["openai", "dry-run", "dry", "anthropic", "cli:claude", "cli:mine", "script:x"] {
             let text = format!("[backends.\"{name}\"]\nkind = \"cli\"\ncommand = [\"sh\"]");
             let e = Config::parse(&text, "t").expect_err(name);

@@ -3,6 +3,7 @@
 //! the run engine, which decides them, and the hooks, which hand them to the guest.
 
 use crate::backend::OutageKind;
+use crate::model::sandbox_limits::SandboxLimitKind;
 
 /// Why a hook tells the guest to stop (mirrors the WIT `abort`).
 #[derive(Debug, Clone, PartialEq)]
@@ -16,7 +17,7 @@ pub(crate) enum Abort {
     InvalidCall(String),
     /// A host sandbox limit, by name (`maxStepBytes`, ...), with a message.
     SandboxLimit {
-        kind: &'static str,
+        kind: SandboxLimitKind,
         message: String,
     },
     /// The backend could not be used (unreachable, auth, unknown model, ...).

@@ -19,6 +19,7 @@ use crate::model::agent_key::AgentKey;
 use crate::model::envelope::Accounting;
 use crate::model::limits::AgentLimits;
 use crate::model::progress::{AgentSummary, ProgressEvent};
+use crate::model::sandbox_limits::SandboxLimitKind;
 use crate::model::schema::Schema;
 use crate::model::tuning::AgentTuning;
 use std::collections::HashMap;
@@ -216,20 +217,35 @@ impl Agents {
         let sandbox = &self.attempt.sandbox;
         if prompt.len() > sandbox.max_prompt_bytes {
             let message = format!("prompt is {} bytes, over the {} byte limit", prompt.len(), sandbox.max_prompt_bytes);
-            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPromptBytes", message }));
+            return Err(self.attempt.abort(Abort::SandboxLimit { kind: SandboxLimitKind::MaxPromptBytes, message }));
         }
         if let Some(label) = label {
-            self.attempt.cap("maxLabelBytes", "agent label", label.len(), sandbox.max_label_bytes)?;
+            self.attempt.cap(SandboxLimitKind::MaxLabelBytes, "agent label", label.len(), sandbox.max_label_bytes)?;
         }
         if let Some(model) = model {
-            self.attempt.cap("maxModelBytes", "agent model name", model.len(), sandbox.max_model_bytes)?;
+            self.attempt.cap(
+                SandboxLimitKind::MaxModelBytes,
+                "agent model name",
+                model.len(),
+                sandbox.max_model_bytes,
+            )?;
         }
         if let Some(schema) = schema {
-            self.attempt.cap("maxSchemaBytes", "agent schema", schema.len(), sandbox.max_schema_bytes)?;
+            self.attempt.cap(
+                SandboxLimitKind::MaxSchemaBytes,
+                "agent schema",
+                schema.len(),
+                sandbox.max_schema_bytes,
+            )?;
         }
         if let Some(wrap_up) = &limits.wrap_up {
             // A wrap-up is a prompt: bounded like one.
-            self.attempt.cap("maxPromptBytes", "agent wrap-up prompt", wrap_up.len(), sandbox.max_prompt_bytes)?;
+            self.attempt.cap(
+                SandboxLimitKind::MaxPromptBytes,
+                "agent wrap-up prompt",
+                wrap_up.len(),
+                sandbox.max_prompt_bytes,
+            )?;
         }
         if let Err(e) = limits.validate() {
             let who = label.unwrap_or("agent");
@@ -246,21 +262,27 @@ impl Agents {
         let sandbox = &self.attempt.sandbox;
         if pending.count > sandbox.max_pending_agent_calls as u64 {
             let message = format!("more than {} agent calls pending at once", sandbox.max_pending_agent_calls);
-            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentCalls", message }));
+            return Err(self
+                .attempt
+                .abort(Abort::SandboxLimit { kind: SandboxLimitKind::MaxPendingAgentCalls, message }));
         }
         if pending.run_bytes > sandbox.max_pending_agent_bytes {
             let message = format!(
                 "agent calls pending at once would hold {} bytes in the host, over the {} byte limit",
                 pending.run_bytes, sandbox.max_pending_agent_bytes
             );
-            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxPendingAgentBytes", message }));
+            return Err(self
+                .attempt
+                .abort(Abort::SandboxLimit { kind: SandboxLimitKind::MaxPendingAgentBytes, message }));
         }
         if pending.host_bytes_now > sandbox.max_host_pending_agent_bytes {
             let message = format!(
                 "agent calls pending at once in every run of this host would hold {} bytes, over the {} byte limit",
                 pending.host_bytes_now, sandbox.max_host_pending_agent_bytes
             );
-            return Err(self.attempt.abort(Abort::SandboxLimit { kind: "maxHostPendingAgentBytes", message }));
+            return Err(self
+                .attempt
+                .abort(Abort::SandboxLimit { kind: SandboxLimitKind::MaxHostPendingAgentBytes, message }));
         }
         Ok(pending)
     }

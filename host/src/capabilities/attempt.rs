@@ -14,6 +14,7 @@ use crate::model::envelope::Accounting;
 use crate::model::envelope::{Failure, FailureType};
 use crate::model::limits::Limits;
 use crate::model::progress::{JournaledProgress, ProgressEntry, ProgressEvent, RunUpdated};
+use crate::model::sandbox_limits::SandboxLimitKind;
 use crate::model::sandbox_limits::SandboxLimits;
 use crate::store::journal::{decode_outcome, AgentOutcome, Fingerprints, Journal, JournalError, Loaded, LoadedEntries};
 use futures::future::{BoxFuture, FutureExt as _};
@@ -209,9 +210,7 @@ impl Attempt {
             Abort::Limit(kind) => Some(Failure::limit(kind.name(), limit_message(*kind, &self.limits))),
             Abort::Storage(e) => Some(Failure::new(FailureType::Storage, None, e.to_string())),
             Abort::InvalidCall(m) => Some(Failure::new(FailureType::InvalidCall, None, m.clone())),
-            Abort::SandboxLimit { kind, message } => {
-                Some(Failure::new(FailureType::SandboxLimit, Some(kind), message.clone()))
-            }
+            Abort::SandboxLimit { kind, message } => Some(Failure::sandbox_limit(*kind, message.clone())),
             Abort::Backend { kind, message, .. } => {
                 Some(Failure::new(FailureType::Backend, Some(kind.as_str()), message.clone()))
             }
@@ -268,7 +267,7 @@ impl Attempt {
 
     /// Refuse a guest value of `len` bytes over `limit`: the attempt stops with a
     /// `sandbox_limit` failure named `kind`. The value itself is never copied into the message.
-    pub(crate) fn cap(&self, kind: &'static str, what: &str, len: usize, limit: usize) -> Result<(), Abort> {
+    pub(crate) fn cap(&self, kind: SandboxLimitKind, what: &str, len: usize, limit: usize) -> Result<(), Abort> {
         if len <= limit {
             return Ok(());
         }
@@ -289,7 +288,7 @@ impl Attempt {
                 "the run has journaled {} bytes; {cost} more would pass the {} byte journal budget (maxJournalBytes)",
                 book.journal_bytes, self.sandbox.max_journal_bytes
             );
-            return Err(Abort::SandboxLimit { kind: "maxJournalBytes", message });
+            return Err(Abort::SandboxLimit { kind: SandboxLimitKind::MaxJournalBytes, message });
         }
         book.journal_bytes = total;
         crate::metrics::metrics().journaled(cost);

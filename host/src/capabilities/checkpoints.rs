@@ -5,6 +5,7 @@
 
 use super::abort::{Abort, Pause};
 use super::attempt::Attempt;
+use crate::model::sandbox_limits::SandboxLimitKind;
 
 /// The most checkpoints one run may pass: each answer is kept in the run's record.
 pub(crate) const MAX_CHECKPOINTS: usize = 256;
@@ -22,7 +23,7 @@ pub(crate) fn pause(attempt: &Attempt, key: String) -> Result<Option<String>, Ab
     if let Some(abort) = attempt.stopping() {
         return Err(abort);
     }
-    attempt.cap("maxStepKeyBytes", "checkpoint key", key.len(), attempt.sandbox.max_step_key_bytes)?;
+    attempt.cap(SandboxLimitKind::MaxStepKeyBytes, "checkpoint key", key.len(), attempt.sandbox.max_step_key_bytes)?;
     if key.is_empty() {
         return Err(attempt.abort(Abort::InvalidCall("ctx.pause: the checkpoint key is empty".into())));
     }
@@ -31,7 +32,7 @@ pub(crate) fn pause(attempt: &Attempt, key: String) -> Result<Option<String>, Ab
     }
     if attempt.answers.len() >= MAX_CHECKPOINTS {
         let message = format!("the run has passed {MAX_CHECKPOINTS} checkpoints, the most one run may pass");
-        return Err(attempt.abort(Abort::SandboxLimit { kind: "maxCheckpoints", message }));
+        return Err(attempt.abort(Abort::SandboxLimit { kind: SandboxLimitKind::MaxCheckpoints, message }));
     }
     Err(attempt.abort(Abort::Paused(Pause::Checkpoint(key))))
 }

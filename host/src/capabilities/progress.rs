@@ -6,6 +6,7 @@
 
 use super::attempt::Attempt;
 use crate::model::progress::{LogLevel, ProgressEvent};
+use crate::model::sandbox_limits::SandboxLimitKind;
 use std::sync::{Arc, Mutex};
 
 /// Log lines kept and dropped so far in this attempt.
@@ -31,7 +32,10 @@ impl Progress {
     /// `ctx.phase`: a title over `maxPhaseBytes` stops the attempt and is not recorded.
     pub(crate) fn phase(&self, title: String) {
         let attempt = &self.attempt;
-        if attempt.cap("maxPhaseBytes", "phase title", title.len(), attempt.sandbox.max_phase_bytes).is_err() {
+        if attempt
+            .cap(SandboxLimitKind::MaxPhaseBytes, "phase title", title.len(), attempt.sandbox.max_phase_bytes)
+            .is_err()
+        {
             return;
         }
         attempt.enter_phase(&title);

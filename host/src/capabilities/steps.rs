@@ -7,6 +7,7 @@
 
 use super::abort::{Abort, StepError};
 use super::attempt::Attempt;
+use crate::model::sandbox_limits::SandboxLimitKind;
 use crate::store::journal::{fingerprint, Fingerprints, Loaded, LoadedEntries};
 use std::sync::{Arc, Mutex};
 
@@ -43,7 +44,7 @@ impl Steps {
         if let Some(abort) = attempt.stopping() {
             return Err(abort);
         }
-        attempt.cap("maxStepKeyBytes", "step key", key.len(), attempt.sandbox.max_step_key_bytes)?;
+        attempt.cap(SandboxLimitKind::MaxStepKeyBytes, "step key", key.len(), attempt.sandbox.max_step_key_bytes)?;
         let span = crate::trace::step(&attempt.parent_span(), || crate::store::journal::fingerprint(key));
         let found = self.lookup(key);
         if !span.is_disabled() {
@@ -89,11 +90,15 @@ impl Steps {
         if let Some(abort) = attempt.stopping() {
             return Err(StepError::Abort(abort));
         }
-        attempt.cap("maxStepKeyBytes", "step key", key.len(), sandbox.max_step_key_bytes).map_err(StepError::Abort)?;
+        attempt
+            .cap(SandboxLimitKind::MaxStepKeyBytes, "step key", key.len(), sandbox.max_step_key_bytes)
+            .map_err(StepError::Abort)?;
         if value.len() > sandbox.max_step_bytes {
             let message =
                 format!("step `{key}` value is {} bytes, over the {} byte limit", value.len(), sandbox.max_step_bytes);
-            return Err(StepError::Abort(attempt.abort(Abort::SandboxLimit { kind: "maxStepBytes", message })));
+            return Err(StepError::Abort(
+                attempt.abort(Abort::SandboxLimit { kind: SandboxLimitKind::MaxStepBytes, message }),
+            ));
         }
         let depth = crate::model::json::depth(&value);
         if depth > sandbox.max_json_depth {
@@ -112,7 +117,9 @@ impl Steps {
         if !known && keys.loaded.len() + keys.added.len() >= sandbox.max_steps {
             drop(keys);
             let message = format!("the run has journaled {} distinct steps, the limit (maxSteps)", sandbox.max_steps);
-            return Err(StepError::Abort(attempt.abort(Abort::SandboxLimit { kind: "maxSteps", message })));
+            return Err(StepError::Abort(
+                attempt.abort(Abort::SandboxLimit { kind: SandboxLimitKind::MaxSteps, message }),
+            ));
         }
         if let Err(abort) = attempt.write_step(key, value) {
             drop(keys);

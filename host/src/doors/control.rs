@@ -51,7 +51,13 @@ enum PeerRefused {
     OtherUid { ours: u32, theirs: u32 },
     /// No credentials, no pid, or a pid outside this process's pid namespace.
     #[error("the control socket cannot identify its peer ({0}); refused")]
-    Unidentified(String),
+    Unidentified(#[source] std::io::Error),
+    /// The peer's credentials carry no pid.
+    #[error("the control socket cannot identify its peer (no pid); refused")]
+    NoPid,
+    /// The peer's mount namespace cannot be read.
+    #[error("the control socket cannot identify its peer (the mount namespace of pid {pid}: {source}); refused")]
+    MountNamespace { pid: String, source: std::io::Error },
     /// Our uid, from another mount namespace: an agent sandbox, or a namespace of the user's own.
     #[error(
         "the control socket refuses peers in another mount namespace (pid {pid} is in {theirs}, the service in \
@@ -75,7 +81,7 @@ fn any_mount_ns() -> bool {
 /// `any_ns`)? `Err` says who was refused and why.
 fn peer_is_us(stream: &UnixStream, any_ns: bool) -> Result<(), PeerRefused> {
     let ours = factory_host::access::our_uid();
-    let cred = stream.peer_cred().map_err(|e| PeerRefused::Unidentified(e.to_string()))?;
+    let cred = stream.peer_cred().map_err(PeerRefused::Unidentified)?;
     if cred.uid() != ours {
         return Err(PeerRefused::OtherUid { ours, theirs: cred.uid() });
     }
@@ -84,10 +90,8 @@ fn peer_is_us(stream: &UnixStream, any_ns: bool) -> Result<(), PeerRefused> {
     }
     // The pid the peer had when it connected, as this process's pid namespace numbers it
     // (0 when the peer's namespace is not below ours).
-    let pid = cred.pid().filter(|pid| *pid > 0).ok_or_else(|| PeerRefused::Unidentified("no pid".into()))?;
-    let ns = |pid: &str| {
-        mount_ns(pid).map_err(|e| PeerRefused::Unidentified(format!("the mount namespace of pid {pid}: {e}")))
-    };
+    let pid = cred.pid().filter(|pid| *pid > 0).ok_or(PeerRefused::NoPid)?;
+    let ns = |pid: &str| mount_ns(pid).map_err(|source| PeerRefused::MountNamespace { pid: pid.to_string(), source });
     let (theirs, ours) = (ns(&pid.to_string())?, ns("self")?);
     if theirs != ours {
         return Err(PeerRefused::OtherMountNs { pid, theirs, ours });

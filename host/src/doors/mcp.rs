@@ -323,6 +323,78 @@ impl schemars::JsonSchema for RunFactoryParams {
     }
 }
 
+/// A `factories_manage` operation, named on the wire by [`Operation::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operation {
+    /// `list`.
+    List,
+    /// `inspect`.
+    Inspect,
+    /// `author`.
+    Author,
+    /// `runs`.
+    Runs,
+    /// `show`.
+    Show,
+    /// `progress`.
+    Progress,
+    /// `wait`.
+    Wait,
+    /// `cancel`.
+    Cancel,
+    /// `pause`.
+    Pause,
+    /// `resume`.
+    Resume,
+    /// `remove`.
+    Remove,
+}
+
+impl Operation {
+    /// Every operation, in the order the tool's description gives them.
+    const ALL: [Operation; 11] = [
+        Operation::List,
+        Operation::Inspect,
+        Operation::Author,
+        Operation::Runs,
+        Operation::Show,
+        Operation::Progress,
+        Operation::Wait,
+        Operation::Cancel,
+        Operation::Pause,
+        Operation::Resume,
+        Operation::Remove,
+    ];
+
+    /// Its name in `operation`.
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::List => "list",
+            Operation::Inspect => "inspect",
+            Operation::Author => "author",
+            Operation::Runs => "runs",
+            Operation::Show => "show",
+            Operation::Progress => "progress",
+            Operation::Wait => "wait",
+            Operation::Cancel => "cancel",
+            Operation::Pause => "pause",
+            Operation::Resume => "resume",
+            Operation::Remove => "remove",
+        }
+    }
+
+    /// The operation named `name`, or `invalid_params` saying which there are.
+    fn named(name: &str) -> Result<Operation, ToolError> {
+        Operation::ALL.into_iter().find(|op| op.as_str() == name).ok_or_else(|| {
+            let known: Vec<&str> = Operation::ALL.iter().map(|op| op.as_str()).collect();
+            ToolError::new(
+                ErrorCode::InvalidParams,
+                format!("unknown operation `{name}` (expected {})", known.join(", ")),
+            )
+        })
+    }
+}
+
 /// `factories_manage`'s input.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -351,7 +423,7 @@ impl schemars::JsonSchema for ManageParams {
             "properties": {
                 "operation": {
                     "type": "string",
-                    "enum": ["list", "inspect", "author", "runs", "show", "progress", "wait", "cancel", "pause", "resume", "remove"],
+                    "enum": Operation::ALL.map(Operation::as_str),
                     "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs {after?, limit?}: a page of this session's runs, oldest first (ids, factory, status, updated time); `next`, when present, is the `after` of the next page. show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable). pause {runId}: pause a running run (status paused, resumable, nothing paid twice) and return its envelope. resume {runId, input?}: resume a paused (or stopped) run and wait for it as run_factory does; `input` answers the checkpoint it waits at (its envelope's `checkpoint`). remove {runId}: delete an ended run and its journal for good (cancel a running one first)."
                 },
                 "name": {"type": "string", "description": "inspect: the factory's name."},
@@ -727,13 +799,14 @@ impl FactoryMcp {
     ) -> Result<CallToolResult, ToolError> {
         let session = self.session(context);
         let scope = || Scope::Session(session.clone());
+        let operation = Operation::named(&p.operation)?;
         let need = |field: Option<String>, what: &str| {
             field.ok_or_else(|| {
-                ToolError::new(ErrorCode::InvalidParams, format!("operation `{}` needs `{what}`", p.operation))
+                ToolError::new(ErrorCode::InvalidParams, format!("operation `{}` needs `{what}`", operation.as_str()))
             })
         };
-        match p.operation.as_str() {
-            "list" => {
+        match operation {
+            Operation::List => {
                 let registered = self.client.factories(&session).await.map_err(Self::tool_error)?;
                 let factories: Vec<Value> = registered.iter().map(|r| factory_summary(&r.meta)).collect();
                 let names: Vec<&str> = registered.iter().map(|r| r.meta.name.as_str()).collect();
@@ -744,8 +817,10 @@ impl FactoryMcp {
                 };
                 Ok(answer(json!({ "factories": factories }), summary))
             }
-            "author" => {
-                let meta = p.meta.ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, "operation `author` needs `meta`"))?;
+            Operation::Author => {
+                let meta = p
+                    .meta
+                    .ok_or_else(|| ToolError::new(ErrorCode::InvalidParams, "operation `author` needs `meta`"))?;
                 let run = need(p.run, "run")?;
                 // Code an agent just wrote: asked of the client's user first, when it can be.
                 let approval = match elicit::can_ask(&context.peer) {
@@ -765,7 +840,7 @@ impl FactoryMcp {
                 value["sha256"] = json!(registration.script.as_ref().map(|s| s.sha256.clone()));
                 Ok(answer(value, summary))
             }
-            "inspect" => {
+            Operation::Inspect => {
                 let name = need(p.name, "name")?;
                 let registration = self.client.inspect(&session, &name).await.map_err(Self::tool_error)?;
                 let m = &registration.meta;
@@ -777,9 +852,12 @@ impl FactoryMcp {
                 value["sha256"] = json!(registration.hash);
                 Ok(answer(value, format!("{}: {}", m.name, m.description)))
             }
-            "runs" if p.after_seq.is_some() || p.before_seq.is_some() => {
-                let page =
-                    self.client.runs_by_seq(scope(), p.after_seq, p.before_seq, p.limit).await.map_err(Self::tool_error)?;
+            Operation::Runs if p.after_seq.is_some() || p.before_seq.is_some() => {
+                let page = self
+                    .client
+                    .runs_by_seq(scope(), p.after_seq, p.before_seq, p.limit)
+                    .await
+                    .map_err(Self::tool_error)?;
                 let listed: Vec<Value> = page
                     .runs
                     .iter()
@@ -797,16 +875,22 @@ impl FactoryMcp {
                     lines.push("No runs in this page.".into());
                 }
                 if page.omitted_older {
-                    lines.push(format!("Older runs: beforeSeq {}.", page.oldest_seq.map_or("?".into(), |s| s.to_string())));
+                    lines.push(format!(
+                        "Older runs: beforeSeq {}.",
+                        page.oldest_seq.map_or("?".into(), |s| s.to_string())
+                    ));
                 }
                 if page.has_more_newer {
-                    lines.push(format!("Newer runs: afterSeq {}.", page.newest_seq.map_or("?".into(), |s| s.to_string())));
+                    lines.push(format!(
+                        "Newer runs: afterSeq {}.",
+                        page.newest_seq.map_or("?".into(), |s| s.to_string())
+                    ));
                 }
                 let value = json!({ "runs": listed, "oldestSeq": page.oldest_seq, "newestSeq": page.newest_seq,
                                     "hasMoreNewer": page.has_more_newer, "omittedOlder": page.omitted_older });
                 Ok(answer(value, lines.join("\n")))
             }
-            "runs" => {
+            Operation::Runs => {
                 let limit = p.limit.unwrap_or(factory_host::MAX_RUNS_PAGE).min(factory_host::MAX_RUNS_PAGE);
                 let runs = self.client.runs_page(scope(), p.after, Some(limit)).await.map_err(Self::tool_error)?;
                 let listed: Vec<Value> = runs
@@ -822,19 +906,20 @@ impl FactoryMcp {
                 let next = runs.last().filter(|_| runs.len() >= limit).map(|r| r.run_id.clone());
                 Ok(answer(json!({ "runs": listed, "next": next }), summary))
             }
-            "show" => {
+            Operation::Show => {
                 let run_id = need(p.run_id, "runId")?;
                 let detail = self.client.detail(scope(), &run_id).await.map_err(Self::tool_error)?;
                 Ok(answer(to_value(&detail)?, summarize(&detail.envelope)))
             }
-            "progress" => {
+            Operation::Progress => {
                 let run_id = need(p.run_id, "runId")?;
-                let query = ProgressQuery { after_seq: p.after_seq, before_seq: p.before_seq, phase: p.phase, limit: p.limit };
+                let query =
+                    ProgressQuery { after_seq: p.after_seq, before_seq: p.before_seq, phase: p.phase, limit: p.limit };
                 let page = self.client.progress(scope(), &run_id, query).await.map_err(Self::tool_error)?;
                 let n = page.len();
                 Ok(answer(json!({ "entries": page }), format!("{n} progress entries.")))
             }
-            "wait" => {
+            Operation::Wait => {
                 let run_id = need(p.run_id, "runId")?;
                 let (envelope, cancelled, _) = self.follow(&session, &run_id, context, false).await?;
                 let mut summary = summarize(&envelope);
@@ -844,7 +929,7 @@ impl FactoryMcp {
                 }
                 Ok(answer(to_value(&envelope)?, summary))
             }
-            "cancel" => {
+            Operation::Cancel => {
                 let run_id = need(p.run_id, "runId")?;
                 let envelope = tokio::select! {
                     envelope = self.client.cancel(scope(), &run_id) => envelope.map_err(Self::tool_error)?,
@@ -852,7 +937,7 @@ impl FactoryMcp {
                 };
                 Ok(answer(to_value(&envelope)?, summarize(&envelope)))
             }
-            "pause" => {
+            Operation::Pause => {
                 let run_id = need(p.run_id, "runId")?;
                 let envelope = tokio::select! {
                     envelope = self.client.pause(scope(), &run_id) => envelope.map_err(Self::tool_error)?,
@@ -860,7 +945,7 @@ impl FactoryMcp {
                 };
                 Ok(answer(to_value(&envelope)?, summarize(&envelope)))
             }
-            "resume" => {
+            Operation::Resume => {
                 let run_id = need(p.run_id, "runId")?;
                 let params = RunFactoryParams {
                     name: None,
@@ -873,15 +958,14 @@ impl FactoryMcp {
                 };
                 Box::pin(self.run_factory_inner(params, context)).await
             }
-            "remove" => {
+            Operation::Remove => {
                 let run_id = need(p.run_id, "runId")?;
                 self.client.remove(scope(), &run_id).await.map_err(Self::tool_error)?;
-                Ok(answer(json!({ "runId": run_id, "removed": true }), format!("Run {run_id} and its journal were deleted.")))
+                Ok(answer(
+                    json!({ "runId": run_id, "removed": true }),
+                    format!("Run {run_id} and its journal were deleted."),
+                ))
             }
-            other => Err(ToolError::new(
-                ErrorCode::InvalidParams,
-                format!("unknown operation `{other}` (expected list, inspect, author, runs, show, progress, wait, cancel, pause, resume or remove)"),
-            )),
         }
     }
 }
@@ -1084,4 +1168,26 @@ fn summarize(e: &RunEnvelope) -> String {
         text.push_str(&format!(" Result: {cut}{}", if cut.len() < shown.len() { "…" } else { "" }));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operation_is_found_by_its_name_and_an_unknown_one_is_invalid_params() {
+        for op in Operation::ALL {
+            assert_eq!(Operation::named(op.as_str()).ok(), Some(op));
+        }
+        let unknown = Operation::named("explode").err().expect("refused");
+        assert_eq!(unknown.code, ErrorCode::InvalidParams);
+        assert!(unknown.message.contains("`explode`") && unknown.message.contains("remove"), "{}", unknown.message);
+        // The tool's schema offers exactly these names.
+        let schema = serde_json::to_value(<ManageParams as schemars::JsonSchema>::json_schema(
+            &mut schemars::SchemaGenerator::default(),
+        ))
+        .expect("a schema");
+        let names: Vec<&str> = Operation::ALL.iter().map(|op| op.as_str()).collect();
+        assert_eq!(schema["properties"]["operation"]["enum"], json!(names));
+    }
 }

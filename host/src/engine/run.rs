@@ -172,17 +172,15 @@ fn check_result(
 ) -> Result<Option<crate::model::json::RawJson>, Failure> {
     let Some(text) = result else { return Ok(None) };
     if text.len() > sandbox.max_result_bytes {
-        return Err(Failure::new(
-            crate::model::envelope::FailureType::SandboxLimit,
-            Some("maxResultBytes"),
+        return Err(Failure::sandbox_limit(
+            crate::model::sandbox_limits::SandboxLimitKind::MaxResultBytes,
             format!("result is {} bytes, over the {} byte limit", text.len(), sandbox.max_result_bytes),
         ));
     }
     let depth = crate::model::json::depth(&text);
     if depth > sandbox.max_json_depth {
-        return Err(Failure::new(
-            crate::model::envelope::FailureType::SandboxLimit,
-            Some("maxJsonDepth"),
+        return Err(Failure::sandbox_limit(
+            crate::model::sandbox_limits::SandboxLimitKind::MaxJsonDepth,
             format!("result is nested {depth} deep, over the limit of {}", sandbox.max_json_depth),
         ));
     }
@@ -197,16 +195,14 @@ pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
     if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
         match trap {
             wasmtime::Trap::OutOfFuel => {
-                return Failure::new(
-                    crate::model::envelope::FailureType::SandboxLimit,
-                    Some("fuel"),
+                return Failure::sandbox_limit(
+                    crate::model::sandbox_limits::SandboxLimitKind::Fuel,
                     "the guest used up its CPU fuel budget",
                 )
             }
             wasmtime::Trap::StackOverflow => {
-                return Failure::new(
-                    crate::model::envelope::FailureType::SandboxLimit,
-                    Some("stack"),
+                return Failure::sandbox_limit(
+                    crate::model::sandbox_limits::SandboxLimitKind::Stack,
                     "the guest overflowed its stack",
                 )
             }
@@ -224,16 +220,14 @@ pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
     // backtrace around it says nothing to the factory's author.
     let cause = error.root_cause().to_string();
     if message.contains("forcing trap when growing memory") {
-        return Failure::new(
-            crate::model::envelope::FailureType::SandboxLimit,
-            Some("memory"),
+        return Failure::sandbox_limit(
+            crate::model::sandbox_limits::SandboxLimitKind::Memory,
             format!("the guest exceeded its memory limit: {cause}"),
         );
     }
     if message.contains("forcing trap when growing table") {
-        return Failure::new(
-            crate::model::envelope::FailureType::SandboxLimit,
-            Some("table"),
+        return Failure::sandbox_limit(
+            crate::model::sandbox_limits::SandboxLimitKind::Table,
             format!("the guest exceeded its table limit: {cause}"),
         );
     }

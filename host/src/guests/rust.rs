@@ -56,7 +56,10 @@ pub enum BuildError {
     NotACrate(String),
     /// cargo could not be started.
     #[error("cannot run cargo: {0}; install Rust from https://rustup.rs")]
-    NoCargo(String),
+    NoCargo(#[source] std::io::Error),
+    /// rustc could not be started.
+    #[error("cannot run cargo: rustc: {0}; install Rust from https://rustup.rs")]
+    NoRustc(#[source] std::io::Error),
     /// The wasm target is missing and rustup is not there to add it.
     #[error("the `{0}` target is not installed and rustup is not available to add it; install rustup (https://rustup.rs) or add the target to your toolchain")]
     NoTarget(&'static str),
@@ -267,7 +270,7 @@ struct Layout {
 /// The host's target triple (`rustc -vV`).
 fn host_triple(dir: &Path) -> Result<String, BuildError> {
     let metadata = |message: String| BuildError::Metadata { crate_dir: dir.display().to_string(), message };
-    let out = tool("rustc").arg("-vV").output().map_err(|e| BuildError::NoCargo(format!("rustc: {e}")))?;
+    let out = tool("rustc").arg("-vV").output().map_err(BuildError::NoRustc)?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("host: "))
@@ -288,7 +291,7 @@ fn prepare(dir: &Path, manifest: &Path, target: BuildTarget) -> Result<Layout, B
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()
-        .map_err(|e| BuildError::NoCargo(e.to_string()))?;
+        .map_err(BuildError::NoCargo)?;
     if !status.success() {
         return Err(BuildError::Fetch(dir.display().to_string()));
     }
@@ -299,7 +302,7 @@ fn prepare(dir: &Path, manifest: &Path, target: BuildTarget) -> Result<Layout, B
         .arg(manifest)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| BuildError::NoCargo(e.to_string()))?;
+        .map_err(BuildError::NoCargo)?;
     if !out.status.success() {
         return Err(metadata(String::from_utf8_lossy(&out.stderr).trim().to_string()));
     }
@@ -401,7 +404,7 @@ pub fn build_crate_confined(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| BuildError::NoCargo(e.to_string()))?;
+        .map_err(BuildError::NoCargo)?;
     if !output.status.success() {
         return Err(BuildError::Cargo(dir.display().to_string()));
     }

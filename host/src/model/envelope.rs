@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where a run is in its lifecycle. Only `Completed` is final; the others ending an
 /// attempt are resumable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
     /// Created, not started.
@@ -51,7 +51,7 @@ impl RunStatus {
 }
 
 /// Which family a [`Failure`] is of; serialized as its `type` string (`sandbox_limit`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureType {
     /// A factory limit stopped the attempt (kind: `maxTotalSubagents`, `timeoutSeconds`,
@@ -116,7 +116,7 @@ impl std::fmt::Display for FailureType {
 }
 
 /// A typed failure: `type` says which family, `kind` which member.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Failure {
     /// The family.
     #[serde(rename = "type")]
@@ -167,6 +167,11 @@ impl Failure {
         self
     }
 
+    /// A sandbox limit was passed (`kind`: its name).
+    pub fn sandbox_limit(kind: crate::model::sandbox_limits::SandboxLimitKind, message: impl Into<String>) -> Self {
+        Failure::new(FailureType::SandboxLimit, Some(kind.as_str()), message)
+    }
+
     /// A factory limit (`maxTotalSubagents`, `timeoutSeconds`, `maxAiCredits`) was reached.
     pub fn limit(kind: &str, message: impl Into<String>) -> Self {
         Failure::new(FailureType::FactoryLimitReached, Some(kind), message)
@@ -174,7 +179,7 @@ impl Failure {
 }
 
 /// What a run consumed, over all its attempts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Accounting {
     /// Subagents spawned (each schema retry counts).
@@ -215,7 +220,7 @@ impl Accounting {
 }
 
 /// The run envelope.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunEnvelope {
     /// Stable across attempts.
@@ -228,6 +233,7 @@ pub struct RunEnvelope {
     /// value `null` when it returned `null`). Kept as the guest's JSON text, so that no
     /// result can make the record holding it unreadable ([`crate::model::json`]).
     #[serde(skip_serializing_if = "Option::is_none", default, deserialize_with = "present")]
+    #[schemars(with = "Option<serde_json::Value>")]
     pub result: Option<crate::model::json::RawJson>,
     /// A typed failure, for `error` (and `cancelled`: `type = cancelled`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -304,7 +310,7 @@ impl RunEnvelope {
 /// result is read per run: `factory show ID`, the `envelope` and `detail` requests), and
 /// with messages cut to [`SUMMARY_MESSAGE_BYTES`], so a listing's size does not depend on
 /// what the runs returned or threw.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunSummary {
     /// Stable across attempts.
@@ -352,7 +358,7 @@ pub struct RunSummary {
 /// A page of a listing by creation sequence (`listRuns({ afterSeq, beforeSeq, limit })`): the
 /// runs in creation order, at most `limit` of them terminal (those still pending or running
 /// come along without counting), and where the page sits among the runs the caller sees.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunsPage {
     /// The runs, oldest first; each has its `seq`.

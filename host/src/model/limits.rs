@@ -11,7 +11,7 @@ pub const MAX_TIMEOUT_SECONDS: f64 = 2_147_483.647;
 /// Factory limits. `None` means "no limit of this kind". As the overrides of an invocation
 /// a limit may also be lifted ([`Lifted`]): no limit of that kind, whatever the factory
 /// declares. JSON: camelCase fields, absent when not given; a lifted limit is `null`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(from = "LimitsForm", into = "LimitsForm")]
 pub struct Limits {
     /// Subagents running at once; more wait in a queue.
@@ -57,7 +57,7 @@ impl Lifted {
 }
 
 /// The JSON form of [`Limits`]: per field absent (not given), `null` (lifted) or a value.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct LimitsForm {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The backend of one attempt, as the run records it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendRef {
     /// The spec or config name: `dry-run`, `openai`, `cli:claude`, `script:/abs/rules.json`,

@@ -1,7 +1,8 @@
 //! [`SandboxLimits`]: the host-side limits of every run's sandbox (memory, fuel, the caps
 //! on guest values, the journal budget), with their defaults and the check that a host can
 //! honour them. Plain configuration: the sandbox applies them to each store, the
-//! capabilities to each guest call.
+//! capabilities to each guest call. [`SandboxLimitKind`] names the limit a run passed (a
+//! `sandbox_limit` failure's `kind`).
 
 /// Host-side sandbox limits, the same for every run of a host. Every field has a default,
 /// so a serialized form from an older build (missing newer fields) still parses.
@@ -163,8 +164,120 @@ fn human_bytes(n: u64) -> String {
     format!("{n} bytes")
 }
 
+/// Which sandbox limit a run passed: the `kind` of a `sandbox_limit` failure, serialized as
+/// its name (`maxStepBytes`, `fuel`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxLimitKind {
+    /// the run's result, in bytes.
+    MaxResultBytes,
+    /// the nesting of the run's result.
+    MaxJsonDepth,
+    /// the guest's CPU fuel.
+    Fuel,
+    /// the guest's stack.
+    Stack,
+    /// the guest's linear memory.
+    Memory,
+    /// the guest's tables.
+    Table,
+    /// the bytes a run journals.
+    MaxJournalBytes,
+    /// an agent prompt (or wrap-up prompt), in bytes.
+    MaxPromptBytes,
+    /// agent calls pending at once.
+    MaxPendingAgentCalls,
+    /// bytes of the run's pending agent calls.
+    MaxPendingAgentBytes,
+    /// bytes of every run's pending agent calls on the host.
+    MaxHostPendingAgentBytes,
+    /// a step's value, in bytes.
+    MaxStepBytes,
+    /// steps journaled by a run.
+    MaxSteps,
+    /// checkpoints of a run.
+    MaxCheckpoints,
+    /// a phase title, in bytes.
+    MaxPhaseBytes,
+    /// an agent label, in bytes.
+    MaxLabelBytes,
+    /// an agent's model name, in bytes.
+    MaxModelBytes,
+    /// an agent's schema, in bytes.
+    MaxSchemaBytes,
+    /// a step or checkpoint key, in bytes.
+    MaxStepKeyBytes,
+}
+
+impl SandboxLimitKind {
+    /// Every kind.
+    pub const ALL: [SandboxLimitKind; 19] = [
+        SandboxLimitKind::MaxResultBytes,
+        SandboxLimitKind::MaxJsonDepth,
+        SandboxLimitKind::Fuel,
+        SandboxLimitKind::Stack,
+        SandboxLimitKind::Memory,
+        SandboxLimitKind::Table,
+        SandboxLimitKind::MaxJournalBytes,
+        SandboxLimitKind::MaxPromptBytes,
+        SandboxLimitKind::MaxPendingAgentCalls,
+        SandboxLimitKind::MaxPendingAgentBytes,
+        SandboxLimitKind::MaxHostPendingAgentBytes,
+        SandboxLimitKind::MaxStepBytes,
+        SandboxLimitKind::MaxSteps,
+        SandboxLimitKind::MaxCheckpoints,
+        SandboxLimitKind::MaxPhaseBytes,
+        SandboxLimitKind::MaxLabelBytes,
+        SandboxLimitKind::MaxModelBytes,
+        SandboxLimitKind::MaxSchemaBytes,
+        SandboxLimitKind::MaxStepKeyBytes,
+    ];
+
+    /// Its name, as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxLimitKind::MaxResultBytes => "maxResultBytes",
+            SandboxLimitKind::MaxJsonDepth => "maxJsonDepth",
+            SandboxLimitKind::Fuel => "fuel",
+            SandboxLimitKind::Stack => "stack",
+            SandboxLimitKind::Memory => "memory",
+            SandboxLimitKind::Table => "table",
+            SandboxLimitKind::MaxJournalBytes => "maxJournalBytes",
+            SandboxLimitKind::MaxPromptBytes => "maxPromptBytes",
+            SandboxLimitKind::MaxPendingAgentCalls => "maxPendingAgentCalls",
+            SandboxLimitKind::MaxPendingAgentBytes => "maxPendingAgentBytes",
+            SandboxLimitKind::MaxHostPendingAgentBytes => "maxHostPendingAgentBytes",
+            SandboxLimitKind::MaxStepBytes => "maxStepBytes",
+            SandboxLimitKind::MaxSteps => "maxSteps",
+            SandboxLimitKind::MaxCheckpoints => "maxCheckpoints",
+            SandboxLimitKind::MaxPhaseBytes => "maxPhaseBytes",
+            SandboxLimitKind::MaxLabelBytes => "maxLabelBytes",
+            SandboxLimitKind::MaxModelBytes => "maxModelBytes",
+            SandboxLimitKind::MaxSchemaBytes => "maxSchemaBytes",
+            SandboxLimitKind::MaxStepKeyBytes => "maxStepKeyBytes",
+        }
+    }
+}
+
+impl std::fmt::Display for SandboxLimitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_sandbox_limit_kind_serializes_as_its_name() {
+        use super::SandboxLimitKind;
+        for kind in SandboxLimitKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), serde_json::json!(kind.as_str()));
+            assert_eq!(serde_json::from_value::<SandboxLimitKind>(serde_json::json!(kind.as_str())).unwrap(), kind);
+        }
+        assert_eq!(SandboxLimitKind::MaxHostPendingAgentBytes.to_string(), "maxHostPendingAgentBytes");
+        assert_eq!(SandboxLimitKind::Fuel.as_str(), "fuel");
+    }
+
     use super::SandboxLimits;
 
     #[test]

@@ -9,11 +9,11 @@ use super::approvals::{Approval, ApprovalState, Approvals, Decision};
 use super::client::Started;
 use super::consent::{consented, trust_key, Consent, Operation, Question, TrustCheck};
 use super::wire::{Request, Response, Source, Target};
+use crate::backend::AgentBackend;
 use crate::engine::host::{Host, ResumeOptions, RunOptions};
 use crate::error::ApprovalError;
 use crate::error::Error;
 use crate::model::scope::Scope;
-use crate::backend::AgentBackend;
 use crate::BackendChoice;
 use std::sync::Arc;
 

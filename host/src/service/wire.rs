@@ -310,6 +310,24 @@ pub enum Response {
     Approval(Box<super::Approval>),
 }
 
+/// The answer [`Response::body`] gives for `run` and `resume`: `{"runId"}`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartedAnswer {
+    /// The run started or resumed.
+    pub run_id: String,
+}
+
+/// The answer [`Response::body`] gives for `remove`: `{"runId", "removed": true}`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Removed {
+    /// The run deleted with its journal.
+    pub run_id: String,
+    /// Always true.
+    pub removed: bool,
+}
+
 impl Response {
     /// The variant's name, as on the wire (for messages).
     pub fn kind(&self) -> &'static str {
@@ -342,8 +360,8 @@ impl Response {
             Response::Progress(page) => serde_json::to_value(page),
             Response::Factories(factories) => serde_json::to_value(factories),
             Response::Registration(registration) => serde_json::to_value(registration),
-            Response::Started { run_id } => Ok(serde_json::json!({ "runId": run_id })),
-            Response::Removed { run_id } => Ok(serde_json::json!({ "runId": run_id, "removed": true })),
+            Response::Started { run_id } => serde_json::to_value(StartedAnswer { run_id: run_id.clone() }),
+            Response::Removed { run_id } => serde_json::to_value(Removed { run_id: run_id.clone(), removed: true }),
             Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
             Response::Metrics { text } => Ok(serde_json::json!({ "text": text })),
             Response::Approvals(approvals) => serde_json::to_value(approvals),

@@ -33,7 +33,7 @@ pub const MAX_DECODED_BYTES: usize = 64 << 20;
 const MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// A stored value that starts as a zstd frame but cannot be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CodecError {
     /// The frame does not say how large its content is (this codec always writes it).
     #[error("a compressed value whose frame does not declare its size")]
@@ -41,9 +41,18 @@ pub enum CodecError {
     /// The frame declares more than [`MAX_DECODED_BYTES`].
     #[error("a compressed value declaring {0} bytes, over the {MAX_DECODED_BYTES} byte bound")]
     TooLarge(u64),
-    /// The frame is damaged (or decodes to another size than it declares).
+    /// The frame's header cannot be read.
+    #[error("a compressed value that does not decode: its frame header cannot be read")]
+    NoHeader,
+    /// The memory for the decoded value cannot be had.
     #[error("a compressed value that does not decode: {0}")]
-    Damaged(String),
+    NoMemory(#[source] std::collections::TryReserveError),
+    /// The frame is damaged.
+    #[error("a compressed value that does not decode: {0}")]
+    Damaged(#[source] std::sync::Arc<std::io::Error>),
+    /// The frame decodes to another size than it declares.
+    #[error("a compressed value that does not decode: {decoded} bytes where its frame declares {declared}")]
+    WrongSize { decoded: usize, declared: usize },
 }
 
 thread_local! {
@@ -123,7 +132,7 @@ pub fn decoded_len(stored: &[u8]) -> Result<usize, CodecError> {
         Ok(Some(n)) if n <= MAX_DECODED_BYTES as u64 => Ok(n as usize),
         Ok(Some(n)) => Err(CodecError::TooLarge(n)),
         Ok(None) => Err(CodecError::NoSize),
-        Err(_) => Err(CodecError::Damaged("its frame header cannot be read".into())),
+        Err(_) => Err(CodecError::NoHeader),
     }
 }
 
@@ -135,16 +144,19 @@ pub fn decode(stored: &[u8]) -> Result<Cow<'_, [u8]>, CodecError> {
     }
     let size = decoded_len(stored)?;
     let mut out = Vec::new();
-    out.try_reserve_exact(size).map_err(|e| CodecError::Damaged(e.to_string()))?;
+    out.try_reserve_exact(size).map_err(CodecError::NoMemory)?;
     DECOMPRESSOR.with(|d| {
         let mut d = d.borrow_mut();
-        if d.is_none() {
-            *d = Some(zstd::bulk::Decompressor::new().map_err(|e| CodecError::Damaged(e.to_string()))?);
-        }
-        let Some(decompressor) = d.as_mut() else { return Err(CodecError::Damaged("no decompressor".into())) };
-        let n = decompressor.decompress_to_buffer(stored, &mut out).map_err(|e| CodecError::Damaged(e.to_string()))?;
+        // The thread's decompressor, made on first use and put back after.
+        let mut decompressor = match d.take() {
+            Some(decompressor) => decompressor,
+            None => zstd::bulk::Decompressor::new().map_err(|e| CodecError::Damaged(e.into()))?,
+        };
+        let decoded = decompressor.decompress_to_buffer(stored, &mut out);
+        *d = Some(decompressor);
+        let n = decoded.map_err(|e| CodecError::Damaged(e.into()))?;
         if n != size {
-            return Err(CodecError::Damaged(format!("{n} bytes where its frame declares {size}")));
+            return Err(CodecError::WrongSize { decoded: n, declared: size });
         }
         Ok(())
     })?;
@@ -209,7 +221,7 @@ mod tests {
         header.extend_from_slice(&[0xe0]);
         header.extend_from_slice(&(1u64 << 40).to_le_bytes());
         header.extend_from_slice(&[0x01, 0x00, 0x00]);
-        assert_eq!(decoded_len(&header), Err(CodecError::TooLarge(1 << 40)));
+        assert!(matches!(decoded_len(&header), Err(CodecError::TooLarge(n)) if n == 1 << 40));
         assert!(matches!(decode(&header), Err(CodecError::TooLarge(_))));
         // A real bomb within the bound decodes to exactly what it declares.
         assert_eq!(decode(&bomb).unwrap().len(), 1 << 16);

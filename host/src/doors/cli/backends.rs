@@ -8,7 +8,7 @@ use crate::doors::cli::escape::esc;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use factory_host::backend::{self, AgentBackend, AgentRequest, BackendRef, Cassette};
-use factory_host::config::{Config, CONFIG_FILE};
+use factory_host::config::{BackendKind, Config, CONFIG_FILE};
 use factory_host::BackendChoice;
 use serde_json::json;
 use std::path::PathBuf;
@@ -174,13 +174,13 @@ fn list(g: &GlobalArgs, config: &Config, as_json: bool, explicit: bool) -> Resul
         .backends
         .iter()
         .map(|(name, b)| {
-            let target = match b.kind.as_str() {
-                "cli" => b
+            let target = match b.kind {
+                BackendKind::Cli => b
                     .command
                     .as_ref()
                     .map(|c| c.join(" "))
                     .unwrap_or_else(|| format!("preset {}", b.preset.as_deref().unwrap_or("generic"))),
-                "script" => b.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                BackendKind::Script => b.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
                 _ => b.base_url.clone().unwrap_or_else(|| "(from the environment)".into()),
             };
             json!({"name": name, "kind": b.kind, "model": b.model, "target": target, "default": *name == default})

@@ -144,7 +144,7 @@ struct Session {
 }
 
 /// One dashboard session as the owner sees it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
     /// Its id, for `factory ui --revoke ID`.
@@ -240,6 +240,7 @@ impl OneTimeCodes {
     }
 
     /// Does the `Authorization` header value `presented` carry a live session token?
+    #[cfg(test)]
     pub fn accepts(&self, presented: Option<&str>) -> bool {
         self.session_of(presented).is_some()
     }

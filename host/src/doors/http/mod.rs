@@ -3,6 +3,9 @@
 //! same operations the CLI, the control socket and MCP speak, with the same error codes —
 //! plus a Server-Sent Events stream of `run_updated {runId, revision}` (the client's
 //! [`factory_host::service::Updates`]).
+//! Every method and path served is a row of the route table in [`routes`], which the
+//! router matches against and `GET /api/openapi.json` describes (an OpenAPI 3.1 document);
+//! a path served with another method is answered 405, any other path 404.
 //!
 //! Access: loopback only unless `--http-any-address`; a random bearer token made at start
 //! and written to `<state-dir>/http.token` (0600) is required on every `/api` call (no
@@ -43,26 +46,30 @@
 
 pub mod bearer;
 pub mod bind;
+pub mod routes;
 
 use crate::doors::http::bearer::{is_code_shaped, OneTimeCodes, CODE_TTL};
 use crate::doors::http::bind::BODY_READ_TIMEOUT;
+use crate::doors::http::routes::{
+    ApproveBody, Auth, CodeBody, ErrorBody, ExchangeBody, NoRoute, Op, RegisterBody, ResumeBody, RevokedBody,
+    SessionBody, SessionsBody, StartBody, TokenBody,
+};
 use factory_host::service::{
     Approval, ApprovalState, Client, Consent, Decision, Request, Scope, Source, Started, Target,
 };
 use factory_host::store::ProgressQuery;
 use factory_host::trace::TraceParent;
-use factory_host::{ErrorCode, Limits, ProgressEntry, ProgressEvent, RunSettled, RunStarted};
+use factory_host::{ErrorCode, ProgressEntry, ProgressEvent, RunSettled, RunStarted};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use hyper::service::service_fn;
 use hyper::{Method, Request as HttpRequest, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -193,7 +200,18 @@ fn ui_asset(method: &Method, path: &str) -> Response<Body> {
 }
 
 fn error(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response<Body> {
-    json_response(status, &json!({ "code": code, "message": message.into() }))
+    typed_response(status, &ErrorBody { code, message: message.into() })
+}
+
+/// A JSON answer of one of the API's typed bodies ([`routes`]).
+fn typed_response(status: StatusCode, body: &impl serde::Serialize) -> Response<Body> {
+    match serde_json::to_value(body) {
+        Ok(value) => json_response(status, &value),
+        Err(e) => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &json!({ "code": ErrorCode::Error, "message": e.to_string() }),
+        ),
+    }
 }
 
 /// The HTTP status of an error code shared with the other front doors.
@@ -225,26 +243,6 @@ fn status_of(code: ErrorCode) -> StatusCode {
     }
 }
 
-/// Body of `POST /api/runs`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct StartBody {
-    name: String,
-    #[serde(default)]
-    args: Option<Value>,
-    #[serde(default)]
-    limits: Limits,
-    /// The user consented in the UI to a component that is not trusted.
-    #[serde(default)]
-    approved: bool,
-    /// `false`: refuse it when it is not trusted, rather than ask the owner (see [`Ask`]).
-    #[serde(default)]
-    ask: Option<bool>,
-    /// How long to wait for the owner's answer (see [`Ask`]).
-    #[serde(default)]
-    approval_wait_seconds: Option<u64>,
-}
-
 /// What a start's body says about a pending approval (when the factory is not trusted and
 /// `approved` is not given): by default it waits for the owner's answer at most
 /// [`APPROVAL_WAIT`] (`approvalWaitSeconds` sets less or more, up to
@@ -273,47 +271,6 @@ impl Ask {
 
 /// How long a start that waits for the owner's approval holds its request by default.
 pub const APPROVAL_WAIT: Duration = Duration::from_secs(30);
-
-/// Body of `POST /api/approvals/{id}/approve`.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ApproveBody {
-    /// Trust the sha256 from now on.
-    #[serde(default)]
-    always: bool,
-}
-
-/// Body of `POST /api/runs/{id}/resume`.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ResumeBody {
-    #[serde(default)]
-    limits: Limits,
-    #[serde(default)]
-    approved: bool,
-    /// The answer to the checkpoint the run waits at (`ctx.pause(key)` returns it).
-    #[serde(default)]
-    input: Option<Value>,
-    /// `false`: refuse it when it is not trusted, rather than ask the owner (see [`Ask`]).
-    #[serde(default)]
-    ask: Option<bool>,
-    /// How long to wait for the owner's answer (see [`Ask`]).
-    #[serde(default)]
-    approval_wait_seconds: Option<u64>,
-}
-
-/// Body of `POST /api/factories`: a factory file (absolute path on the service's machine),
-/// or the authoring form (`meta` and a `run` body).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RegisterBody {
-    #[serde(default)]
-    path: Option<PathBuf>,
-    #[serde(default)]
-    meta: Option<Value>,
-    #[serde(default)]
-    run: Option<String>,
-}
 
 impl RegisterBody {
     /// What it registers, or why it is not one of the two forms.
@@ -353,27 +310,71 @@ impl Api {
             return error(StatusCode::FORBIDDEN, ErrorCode::ForbiddenHost, format!("Host `{host}` is not served here"));
         }
         let path = req.uri().path().to_string();
-        if path == "/metrics" {
-            return self.metrics(&req).await;
-        }
-        if !path.starts_with("/api/") {
-            return ui_asset(req.method(), &path);
-        }
-        if req.method() == Method::POST && path == "/api/ui/exchange" {
-            return self.exchange(req).await;
-        }
-        let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
-        let caller = if self.bearer.accepts(presented) {
-            Caller::Owner
-        } else if let Some(id) = self.codes.session_of(presented) {
-            Caller::Dashboard(id)
+        let method = req.method().clone();
+        // Every method and path answered is a row of the route table (and so of the
+        // OpenAPI document); the API's own refusals come after the token check.
+        let found = routes::find(&method, &path);
+        let auth = match &found {
+            Ok((route, _)) => route.auth,
+            Err(_) if path.starts_with("/api/") || path == "/metrics" => Auth::Token,
+            Err(_) => Auth::Public,
+        };
+        let caller = if auth == Auth::Public {
+            None
         } else {
-            tracing::warn!(event = "refused", door = "http", path = %path.chars().take(256).collect::<String>(), "HTTP request without a valid bearer token refused");
-            return error(
-                StatusCode::UNAUTHORIZED,
-                ErrorCode::Unauthorized,
-                "an `Authorization: Bearer <token>` header is required",
+            let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
+            if self.bearer.accepts(presented) {
+                Some(Caller::Owner)
+            } else if let Some(id) = self.codes.session_of(presented) {
+                Some(Caller::Dashboard(id))
+            } else {
+                tracing::warn!(event = "refused", door = "http", path = %path.chars().take(256).collect::<String>(), "HTTP request without a valid bearer token refused");
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    ErrorCode::Unauthorized,
+                    "an `Authorization: Bearer <token>` header is required",
+                );
+            }
+        };
+        let (route, params) = match found {
+            Ok(found) => found,
+            Err(NoRoute::NotFound) => {
+                return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}"));
+            }
+            Err(NoRoute::MethodNotAllowed(allowed)) => {
+                let allow = allowed.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
+                let mut response = error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    ErrorCode::NotFound,
+                    format!("no route {method} {path} (it answers {allow})"),
+                );
+                if let Ok(value) = hyper::header::HeaderValue::from_str(&allow) {
+                    response.headers_mut().insert(hyper::header::ALLOW, value);
+                }
+                return response;
+            }
+        };
+        if route.auth == Auth::Owner && !matches!(caller, Some(Caller::Owner)) {
+            tracing::warn!(
+                event = "refused",
+                door = "http",
+                path = "/api/ui",
+                "dashboard session refused an owner-only call"
             );
+            let message = "only the owner's token (the token file) may do this, not a dashboard session";
+            return error(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message);
+        }
+        let param = params.first().copied().unwrap_or_default().to_string();
+        let caller = match (route.op, caller) {
+            (Op::Asset, _) => return ui_asset(&method, &path),
+            (Op::UiExchange, _) => return self.exchange(req).await,
+            (Op::Metrics, _) => return self.metrics().await,
+            (Op::OpenApi, _) => return json_response(StatusCode::OK, &routes::document()),
+            (Op::UiCode | Op::UiSessions | Op::UiRevoke | Op::UiSignout, Some(caller)) => {
+                return self.ui_route(route.op, &param, &caller);
+            }
+            (_, Some(caller)) => caller,
+            (_, None) => return error(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "a token is required"),
         };
         let joined = match session_of(req.headers()) {
             Ok(joined) => joined,
@@ -395,23 +396,16 @@ impl Api {
         // A joined session sees its own runs; without one, the owner sees every session's.
         let scope = joined.clone().map_or(Scope::Owner, Scope::Session);
         let query = req.uri().query().unwrap_or_default().to_string();
-        let method = req.method().clone();
-        let segments: Vec<String> = path.trim_start_matches("/api/").split('/').map(str::to_string).collect();
-        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-        if let ["ui", ..] = segments.as_slice() {
-            return self.ui_route(&method, &segments, &caller);
-        }
         let body = match read_body(req, MAX_BODY_BYTES, BODY_READ_TIMEOUT).await {
             Ok(body) => body,
             Err(response) => return *response,
         };
         let session = joined.unwrap_or_else(|| self.session.clone());
-        let request = match (&method, segments.as_slice()) {
-            (&Method::GET, ["events"]) => return self.events(scope, caller).await,
-            (&Method::GET, ["session"]) => {
-                return json_response(StatusCode::OK, &json!({ "session": session }));
-            }
-            (&Method::GET, ["runs"]) | (&Method::GET, ["runs", "page"]) => match parse_runs_query(&query) {
+        let run_id = param;
+        let request = match route.op {
+            Op::Events => return self.events(scope, caller).await,
+            Op::Session => return typed_response(StatusCode::OK, &SessionBody { session }),
+            Op::Runs | Op::RunsPage => match parse_runs_query(&query) {
                 Ok(q) if scope != Scope::Owner && q.scope != Scope::Owner && q.scope != scope => {
                     let message = format!("a call as {scope} cannot list the runs of {}", q.scope);
                     return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
@@ -419,7 +413,7 @@ impl Api {
                 Ok(q) => {
                     // A joined session lists its own runs; the owner those of `session=`, or all.
                     let scope = if q.scope == Scope::Owner { scope } else { q.scope };
-                    let paged = segments.len() == 2 || q.after_seq.is_some() || q.before_seq.is_some();
+                    let paged = route.op == Op::RunsPage || q.after_seq.is_some() || q.before_seq.is_some();
                     match (paged, q.after) {
                         (true, Some(_)) => {
                             let message =
@@ -437,9 +431,9 @@ impl Api {
                 }
                 Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
             },
-            (&Method::GET, ["factories"]) => Request::Factories { session },
-            (&Method::GET, ["factories", name]) => Request::Inspect { session, name: name.to_string() },
-            (&Method::POST, ["factories"]) => {
+            Op::Factories => Request::Factories { session },
+            Op::Inspect => Request::Inspect { session, name: run_id },
+            Op::Register => {
                 let source = serde_json::from_slice::<RegisterBody>(&body)
                     .map_err(|e| e.to_string())
                     .and_then(RegisterBody::source);
@@ -448,20 +442,20 @@ impl Api {
                     Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
                 }
             }
-            (&Method::GET, ["runs", id]) => Request::Detail { scope, run_id: id.to_string() },
-            (&Method::GET, ["runs", id, "envelope"]) => Request::Envelope { scope, run_id: id.to_string() },
-            (&Method::GET, ["runs", id, "progress"]) => {
+            Op::Detail => Request::Detail { scope, run_id },
+            Op::Envelope => Request::Envelope { scope, run_id },
+            Op::Progress => {
                 let query = match parse_progress_query(&query) {
                     Ok(query) => query,
                     Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
                 };
-                Request::Progress { scope, run_id: id.to_string(), query }
+                Request::Progress { scope, run_id, query }
             }
-            (&Method::GET, ["runs", id, "wait"]) => Request::Wait { scope, run_id: id.to_string() },
-            (&Method::POST, ["runs", id, "cancel"]) => Request::Cancel { scope, run_id: id.to_string() },
-            (&Method::POST, ["runs", id, "pause"]) => Request::Pause { scope, run_id: id.to_string() },
-            (&Method::DELETE, ["runs", id]) => Request::Remove { scope, run_id: id.to_string() },
-            (&Method::POST, ["runs", id, "resume"]) => {
+            Op::Wait => Request::Wait { scope, run_id },
+            Op::Cancel => Request::Cancel { scope, run_id },
+            Op::Pause => Request::Pause { scope, run_id },
+            Op::Remove => Request::Remove { scope, run_id },
+            Op::Resume => {
                 let body: ResumeBody = if body.is_empty() {
                     ResumeBody::default()
                 } else {
@@ -473,7 +467,7 @@ impl Api {
                 let ask = Ask { ask: body.ask, approval_wait_seconds: body.approval_wait_seconds };
                 let start = Request::Resume {
                     scope: scope.clone(),
-                    run_id: id.to_string(),
+                    run_id,
                     component: None,
                     limits: body.limits,
                     backend: Default::default(),
@@ -484,7 +478,7 @@ impl Api {
                 };
                 return self.start(scope, start, ask.wait()).await;
             }
-            (&Method::POST, ["runs"]) => {
+            Op::Start => {
                 let body: StartBody = match serde_json::from_slice(&body) {
                     Ok(body) => body,
                     Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
@@ -504,16 +498,16 @@ impl Api {
                 };
                 return self.start(scope, start, ask.wait()).await;
             }
-            (&Method::GET, ["approvals"]) => Request::Approvals { scope },
-            (&Method::GET, ["approvals", id]) => {
+            Op::Approvals => Request::Approvals { scope },
+            Op::Approval => {
                 let wait_ms = match parse_wait_query(&query) {
                     Ok(wait) => wait.map(|w| w.as_millis() as u64),
                     Err(message) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message),
                 };
-                Request::Approval { scope, id: id.to_string(), wait_ms }
+                Request::Approval { scope, id: run_id, wait_ms }
             }
-            (&Method::POST, ["approvals", id, answer @ ("approve" | "decline")]) => {
-                let decision = if *answer == "decline" {
+            Op::Approve | Op::Decline => {
+                let decision = if route.op == Op::Decline {
                     Decision::Decline
                 } else {
                     let body: ApproveBody = if body.is_empty() {
@@ -530,9 +524,18 @@ impl Api {
                         Decision::Once
                     }
                 };
-                Request::Decide { scope, id: id.to_string(), decision }
+                Request::Decide { scope, id: run_id, decision }
             }
-            _ => return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}")),
+            Op::OpenApi
+            | Op::UiCode
+            | Op::UiSessions
+            | Op::UiRevoke
+            | Op::UiSignout
+            | Op::UiExchange
+            | Op::Metrics
+            | Op::Asset => {
+                return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {method} {path}"));
+            }
         };
         match self.client.call(request).await {
             Ok(response) => match response.body() {
@@ -574,24 +577,7 @@ impl Api {
 
     /// `GET /metrics`: the service's metrics in the Prometheus (OpenMetrics) text format, behind the same
     /// bearer token as the API.
-    async fn metrics(&self, req: &HttpRequest<Incoming>) -> Response<Body> {
-        let presented = req.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok());
-        if !self.bearer.accepts(presented) && !self.codes.accepts(presented) {
-            tracing::warn!(
-                event = "refused",
-                door = "http",
-                path = "/metrics",
-                "HTTP request without a valid bearer token refused"
-            );
-            return error(
-                StatusCode::UNAUTHORIZED,
-                ErrorCode::Unauthorized,
-                "an `Authorization: Bearer <token>` header is required",
-            );
-        }
-        if req.method() != Method::GET {
-            return error(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::NotFound, "`/metrics` answers GET");
-        }
+    async fn metrics(&self) -> Response<Body> {
         match self.client.metrics().await {
             Ok(text) => Response::builder()
                 .status(StatusCode::OK)
@@ -606,47 +592,30 @@ impl Api {
         }
     }
 
-    /// `/api/ui/...` for an authenticated `caller`: `POST code` (a one-time code), `GET
-    /// sessions` and `DELETE sessions/{id|all}` for the owner only; `POST signout` ends the
-    /// dashboard session that calls it.
-    fn ui_route(&self, method: &Method, segments: &[&str], caller: &Caller) -> Response<Body> {
-        let owner_only = || {
-            tracing::warn!(
-                event = "refused",
-                door = "http",
-                path = "/api/ui",
-                "dashboard session refused an owner-only call"
-            );
-            let message = "only the owner's token (the token file) may do this, not a dashboard session";
-            error(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message)
-        };
-        match (method, segments, caller) {
-            (&Method::POST, ["ui", "signout"], Caller::Dashboard(id)) => {
-                json_response(StatusCode::OK, &json!({ "revoked": self.codes.revoke(Some(id.as_str())) }))
+    /// `/api/ui/...` for an authenticated `caller` (the router has refused a dashboard
+    /// session the owner-only ones): `POST code` (a one-time code), `GET sessions` and
+    /// `DELETE sessions/{id|all}`; `POST signout` ends the dashboard session that calls it.
+    fn ui_route(&self, op: Op, id: &str, caller: &Caller) -> Response<Body> {
+        match (op, caller) {
+            (Op::UiSignout, Caller::Dashboard(id)) => {
+                typed_response(StatusCode::OK, &RevokedBody { revoked: self.codes.revoke(Some(id.as_str())) })
             }
-            (&Method::POST, ["ui", "signout"], Caller::Owner) => {
+            (Op::UiSignout, Caller::Owner) => {
                 error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, "the owner's token is not a dashboard session")
             }
-            (_, _, Caller::Dashboard(_)) => owner_only(),
-            (&Method::POST, ["ui", "code"], Caller::Owner) => {
+            (Op::UiCode, _) => {
                 let code = self.codes.issue();
-                json_response(StatusCode::OK, &json!({ "code": code, "expiresInSeconds": CODE_TTL.as_secs() }))
+                typed_response(StatusCode::OK, &CodeBody { code, expires_in_seconds: CODE_TTL.as_secs() })
             }
-            (&Method::GET, ["ui", "sessions"], Caller::Owner) => {
-                json_response(StatusCode::OK, &json!({ "sessions": self.codes.sessions() }))
-            }
-            (&Method::DELETE, ["ui", "sessions", id], Caller::Owner) => {
-                let revoked = self.codes.revoke(if *id == "all" { None } else { Some(*id) });
-                if revoked == 0 && *id != "all" {
+            (Op::UiSessions, _) => typed_response(StatusCode::OK, &SessionsBody { sessions: self.codes.sessions() }),
+            (Op::UiRevoke, _) => {
+                let revoked = self.codes.revoke(if id == "all" { None } else { Some(id) });
+                if revoked == 0 && id != "all" {
                     return error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no dashboard session `{id}`"));
                 }
-                json_response(StatusCode::OK, &json!({ "revoked": revoked }))
+                typed_response(StatusCode::OK, &RevokedBody { revoked })
             }
-            _ => error(
-                StatusCode::NOT_FOUND,
-                ErrorCode::NotFound,
-                format!("no route {method} /api/{}", segments.join("/")),
-            ),
+            _ => error(StatusCode::NOT_FOUND, ErrorCode::NotFound, format!("no route {op:?}")),
         }
     }
 
@@ -656,11 +625,6 @@ impl Api {
     /// only when its `Content-Length` is at most [`MAX_UNAUTHENTICATED_BODY_BYTES`], within
     /// [`UNAUTHENTICATED_BODY_TIMEOUT`]; refused, the connection is closed.
     async fn exchange(&self, req: HttpRequest<Incoming>) -> Response<Body> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Exchange {
-            code: String,
-        }
         // Nothing is read from a stranger before its size is known to be small.
         let length =
             req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -680,7 +644,7 @@ impl Api {
             Ok(body) => body,
             Err(response) => return closing(*response),
         };
-        let exchange: Exchange = match serde_json::from_slice(&body) {
+        let exchange: ExchangeBody = match serde_json::from_slice(&body) {
             Ok(exchange) => exchange,
             Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
         };
@@ -692,7 +656,7 @@ impl Api {
             );
         }
         match self.codes.redeem(&exchange.code) {
-            Some(token) => json_response(StatusCode::OK, &json!({ "token": token })),
+            Some(token) => typed_response(StatusCode::OK, &TokenBody { token }),
             None => error(
                 StatusCode::UNAUTHORIZED,
                 ErrorCode::InvalidCode,
