@@ -34,7 +34,8 @@ use crate::guests::rust::Built;
 pub const COMPONENTIZE_PY: &str = "componentize-py";
 
 /// The OS sandbox componentize-py runs in (bubblewrap).
-pub const BWRAP: &str = "bwrap";
+pub use crate::sandbox::bwrap::BWRAP;
+use crate::sandbox::bwrap::{self, Flag};
 
 /// The version of componentize-py the SDK is tested with (what `./test` installs into `.venv`).
 pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
@@ -347,18 +348,13 @@ fn install(path: &Path, bytes: &[u8]) -> Result<(), PyBuildError> {
 /// directory, `root` the working directory; no network; its own pid, ipc and uts
 /// namespaces; a new session (no terminal to push input into); ended when we end.
 fn sandbox_args(root: &Path, writable: &[&Path], scratch: &Path) -> Vec<std::ffi::OsString> {
-    let mut args: Vec<std::ffi::OsString> =
-        ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"].iter().map(Into::into).collect();
-    args.extend(["--ro-bind".into(), root.as_os_str().to_owned(), root.as_os_str().to_owned()]);
+    let mut args = bwrap::Args::new();
+    args.ro_bind("/", "/").dev("/dev").proc("/proc").ro_bind(root, root);
     for dir in writable {
-        args.extend(["--bind".into(), dir.as_os_str().to_owned(), dir.as_os_str().to_owned()]);
+        args.bind(dir, dir);
     }
-    args.extend(["--setenv".into(), "TMPDIR".into(), scratch.as_os_str().to_owned()]);
-    args.extend(["--chdir".into(), root.as_os_str().to_owned()]);
-    for flag in ["--unshare-all", "--die-with-parent", "--new-session", "--"] {
-        args.push(flag.into());
-    }
-    args
+    args.setenv("TMPDIR", scratch).chdir(root).flags(&[Flag::UnshareAll, Flag::DieWithParent, Flag::NewSession]);
+    args.finish()
 }
 
 /// Build the Python factory at `path` (a `.py` file or a project directory) into
@@ -434,7 +430,7 @@ pub fn build(path: &Path, cache_dir: &Path, say: &mut dyn FnMut(&str)) -> Result
     if !output.status.success() || !built.is_file() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         // bubblewrap's own failures (before componentize-py starts) are `bwrap: ...` lines.
-        if output.stdout.is_empty() && stderr.starts_with("bwrap:") {
+        if output.stdout.is_empty() && bwrap::own_failure(&stderr).is_some() {
             return Err(PyBuildError::Sandbox(tail(&stderr, 10)));
         }
         let text = format!("{}{stderr}", String::from_utf8_lossy(&output.stdout));

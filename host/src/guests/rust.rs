@@ -24,8 +24,8 @@ pub const TARGET: &str = "wasm32-unknown-unknown";
 /// the build never starts in (or below) the user's working directory.
 pub const NEUTRAL_DIR: &str = "/";
 
-/// The bubblewrap program used when `$FACTORY_BWRAP` does not name another.
-pub const BWRAP: &str = "bwrap";
+pub use crate::sandbox::bwrap::BWRAP;
+use crate::sandbox::bwrap::{self, Flag};
 
 /// What a crate is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -138,22 +138,14 @@ impl Sandbox {
     /// Bubblewrap as `$FACTORY_BWRAP`, else `bwrap` on `PATH`, checked by running `true` in
     /// a sandbox like the build's.
     pub fn detect() -> Result<Sandbox, SandboxUnavailable> {
-        let program = std::env::var_os("FACTORY_BWRAP").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(BWRAP));
+        let program = bwrap::from_env();
         let name = program.display().to_string();
+        let mut args = bwrap::Args::new();
+        args.flags(&[Flag::DieWithParent, Flag::UnshareNet, Flag::UnsharePid]).ro_bind("/", "/").proc("/proc");
         let out = Command::new(&program)
             .current_dir(NEUTRAL_DIR)
-            .args([
-                "--die-with-parent",
-                "--unshare-net",
-                "--unshare-pid",
-                "--ro-bind",
-                "/",
-                "/",
-                "--proc",
-                "/proc",
-                "--",
-                "true",
-            ])
+            .args(args.finish())
+            .arg("true")
             .stdin(Stdio::null())
             .output()
             .map_err(|source| SandboxUnavailable::Missing { program: name.clone(), source })?;
@@ -175,32 +167,29 @@ impl Sandbox {
     /// `cargo ARGS` inside the sandbox, with `readable` visible read-only and `writable`
     /// (which must exist) writable.
     fn cargo(&self, readable: &[PathBuf], writable: &Path) -> Command {
-        let mut cmd = Command::new(&self.program);
-        cmd.current_dir(NEUTRAL_DIR).args([
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-net",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-        ]);
+        let mut args = bwrap::Args::new();
+        args.flags(&[
+            Flag::DieWithParent,
+            Flag::NewSession,
+            Flag::UnshareNet,
+            Flag::UnsharePid,
+            Flag::UnshareIpc,
+            Flag::UnshareUts,
+            Flag::UnshareCgroupTry,
+        ])
+        .ro_bind("/", "/")
+        .dev("/dev")
+        .proc("/proc");
         let scratch = ["/tmp", "/var/tmp", "/run"].map(PathBuf::from);
         for dir in scratch.iter().chain(&self.hidden).filter(|d| d.is_dir()) {
-            cmd.arg("--tmpfs").arg(dir);
+            args.tmpfs(dir);
         }
         for dir in readable.iter().filter(|d| d.exists()) {
-            cmd.arg("--ro-bind").arg(dir).arg(dir);
+            args.ro_bind(dir, dir);
         }
-        cmd.arg("--bind").arg(writable).arg(writable);
-        cmd.args(["--chdir", NEUTRAL_DIR, "--", "cargo"]);
+        args.bind(writable, writable).chdir(NEUTRAL_DIR);
+        let mut cmd = Command::new(&self.program);
+        cmd.current_dir(NEUTRAL_DIR).args(args.finish()).arg("cargo");
         cmd
     }
 }

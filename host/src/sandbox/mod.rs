@@ -4,8 +4,10 @@
 //! only way to widen it is a read-only directory grant ([`check_grants`]), mounted in the
 //! guest at [`grant_mount_point`]. What a worker of a shared store admits of what the
 //! database says to run (component hashes, consent seals, grant roots) is [`admission`].
+//! The OS sandbox native code runs in (builds, agent CLIs) is bubblewrap: [`bwrap`].
 
 pub mod admission;
+pub mod bwrap;
 pub mod component;
 pub(crate) mod contract;
 

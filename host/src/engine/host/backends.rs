@@ -1,0 +1,96 @@
+//! Which backend an attempt runs on: the one a new run chose, the one a resumed run recorded,
+//! or the one a queued start names, built here; and the callers' directories hidden from it.
+
+use super::{BackendChoice, Host};
+use crate::backend::{AgentBackend, BackendRef, BackendUnavailable};
+use crate::error::Error;
+use crate::store::RunRecord;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// `backend` with the working directories of the run's callers in other processes
+/// ([`RunRecord::caller_dirs`]) hidden from its spawns unless granted.
+pub(super) fn caller_hidden(backend: Arc<dyn AgentBackend>, record: &RunRecord) -> Arc<dyn AgentBackend> {
+    if record.caller_dirs.is_empty() {
+        return backend;
+    }
+    let unless_granted = record.caller_dirs.iter().map(PathBuf::from).collect();
+    let hidden = crate::backend::Hidden { sealed: Vec::new(), unless_granted };
+    backend.hiding(&hidden).unwrap_or(backend)
+}
+
+impl Host {
+    /// The backend `reference` names, built here (its key variable must be set).
+    pub(super) fn backend_of(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, Error> {
+        if let Some(var) = &reference.key_env {
+            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
+                return Err(BackendUnavailable {
+                    backend: reference.display(),
+                    missing: format!("the variable `{var}` that held its API key is not set"),
+                }
+                .into());
+            }
+        }
+        let default = self.config.backend.reference();
+        if default.name == reference.name && default.model == reference.model && default.config == reference.config {
+            return Ok(self.config.backend.clone());
+        }
+        Ok(self.config.catalog.build(reference)?)
+    }
+
+    /// The backend a new run uses for `choice`: the host's default when it is empty, else
+    /// one the catalog builds (a model alone goes with the default backend's name).
+    pub fn chosen_backend(&self, choice: &BackendChoice) -> Result<Arc<dyn AgentBackend>, Error> {
+        let name = match choice.name.clone().or_else(|| self.config.catalog.default_name()) {
+            Some(name) => name,
+            None if choice.model.is_none() => return Ok(self.config.backend.clone()),
+            None => self.config.backend.reference().name,
+        };
+        let reference = BackendRef { model: choice.model.clone(), ..BackendRef::named(name) };
+        Ok(self.config.catalog.build(&reference)?)
+    }
+
+    /// The backend a resume of `record` uses: the one its last attempt recorded (with the
+    /// model or name `choice` changes), built again — never a silent fallback.
+    pub(super) fn recorded_backend(
+        &self,
+        record: &RunRecord,
+        choice: &BackendChoice,
+    ) -> Result<Arc<dyn AgentBackend>, Error> {
+        let recorded = record.backends.last().cloned();
+        let reference = match (&choice.name, recorded) {
+            (Some(name), _) => BackendRef { model: choice.model.clone(), ..BackendRef::named(name.clone()) },
+            (None, Some(recorded)) => BackendRef { model: choice.model.clone().or(recorded.model.clone()), ..recorded },
+            (None, None) => {
+                return Err(BackendUnavailable {
+                    backend: "(not recorded)".into(),
+                    missing: "the run was started before factory recorded backends; resume it with --backend NAME"
+                        .into(),
+                }
+                .into())
+            }
+        };
+        if let Some(var) = &reference.key_env {
+            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
+                return Err(BackendUnavailable {
+                    backend: reference.display(),
+                    missing: format!("the variable `{var}` that held its API key is not set"),
+                }
+                .into());
+            }
+        }
+        let default = self.config.backend.reference();
+        if default.name == reference.name && default.model == reference.model && default.config == reference.config {
+            return Ok(self.config.backend.clone());
+        }
+        self.config.catalog.build(&reference).map_err(|mut e| {
+            if choice.name.is_none() {
+                e.missing = format!(
+                    "{} — the run recorded it; put its configuration back, or resume on another backend with --backend",
+                    e.missing
+                );
+            }
+            e.into()
+        })
+    }
+}
