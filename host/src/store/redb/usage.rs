@@ -70,7 +70,7 @@ impl RedbStore {
     /// Where the store's bytes go, as of its last commit. Waits for the writer's current
     /// commit (the page counts are read in a write transaction, then abandoned).
     pub fn usage(&self) -> Result<StoreUsage, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let mut tables = Vec::new();
         for handle in txn.list_tables()? {
             let name = handle.name().to_string();
@@ -87,7 +87,7 @@ impl RedbStore {
             });
         }
         tables.sort_by(|a, b| a.name.cmp(&b.name));
-        let write = self.db.begin_write()?;
+        let write = self.db.get().begin_write()?;
         let stats = write.stats()?;
         write.abort()?;
         let (file_bytes, disk_bytes) = match &self.path {
