@@ -170,6 +170,18 @@ impl Client {
         expect!(self, request, Response::Removed { .. } => ())
     }
 
+    /// Delete the ended runs `policy` no longer keeps (the owner only); with `dry_run`, only
+    /// say which.
+    pub async fn gc(
+        &self,
+        scope: impl Into<Scope>,
+        policy: crate::model::retention::Retention,
+        dry_run: bool,
+    ) -> Result<crate::engine::gc::GcReport, ServiceError> {
+        let request = Request::Gc { scope: scope.into(), policy, dry_run };
+        expect!(self, request, Response::Collected(report) => report)
+    }
+
     /// The factories the session can run.
     pub async fn factories(&self, session: &str) -> Result<Vec<Registration>, ServiceError> {
         expect!(self, Request::Factories { session: session.into() }, Response::Factories(list) => list)

@@ -30,8 +30,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// that kind for the run), where version 5 read it as not given. Version 7: `pause`, a run
 /// status `paused`, and a resume's `input` (the answer to the checkpoint a run waits at);
 /// `runsPage` pages the runs by creation sequence ([`crate::RunsPage`]), and summaries carry
-/// their `seq`.
-pub const WIRE_VERSION: u32 = 7;
+/// their `seq`. Version 8: `gc` deletes the ended runs a retention policy no longer keeps
+/// (the owner only), answered by `collected`.
+pub const WIRE_VERSION: u32 = 8;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -107,6 +108,14 @@ pub enum Request {
     Pause { scope: Scope, run_id: String },
     /// Delete a run that is not executing, and its journal; answers [`Response::Removed`].
     Remove { scope: Scope, run_id: String },
+    /// Delete the ended runs `policy` no longer keeps (the owner only); with `dry_run`, only
+    /// say which. Answers [`Response::Collected`].
+    Gc {
+        scope: Scope,
+        policy: crate::model::retention::Retention,
+        #[serde(default)]
+        dry_run: bool,
+    },
     /// The factories the session can run: its own authored ones and those registered for
     /// everyone.
     Factories { session: String },
@@ -214,6 +223,7 @@ impl Request {
             Request::Cancel { .. } => "cancel",
             Request::Pause { .. } => "pause",
             Request::Remove { .. } => "remove",
+            Request::Gc { .. } => "gc",
             Request::Factories { .. } => "factories",
             Request::Inspect { .. } => "inspect",
             Request::Author { .. } => "author",
@@ -278,6 +288,8 @@ pub enum Response {
     Started { run_id: String },
     /// A run and its journal were deleted (`remove`).
     Removed { run_id: String },
+    /// What a retention pass deleted (`gc`).
+    Collected(crate::engine::gc::GcReport),
     /// A subscription is open: [`RunUpdated`] frames follow (`subscribe`).
     Subscribed,
     /// A follow stream is open: [`FollowEvent`] frames follow (`follow`).
@@ -299,6 +311,7 @@ impl Response {
             Response::Registration(_) => "registration",
             Response::Started { .. } => "started",
             Response::Removed { .. } => "removed",
+            Response::Collected(_) => "collected",
             Response::Subscribed => "subscribed",
             Response::Following => "following",
             Response::Metrics { .. } => "metrics",
@@ -318,6 +331,7 @@ impl Response {
             Response::Registration(registration) => serde_json::to_value(registration),
             Response::Started { run_id } => Ok(serde_json::json!({ "runId": run_id })),
             Response::Removed { run_id } => Ok(serde_json::json!({ "runId": run_id, "removed": true })),
+            Response::Collected(report) => serde_json::to_value(report),
             Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
             Response::Metrics { text } => Ok(serde_json::json!({ "text": text })),
         }
@@ -450,6 +464,11 @@ mod tests {
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
             Request::Pause { scope: Scope::from("s"), run_id: "r".into() },
             Request::Remove { scope: Scope::from("s"), run_id: "r".into() },
+            Request::Gc {
+                scope: Scope::Owner,
+                policy: crate::model::retention::Retention { keep_days: Some(30), keep_last: None },
+                dry_run: true,
+            },
             Request::Progress {
                 scope: Scope::from("s"),
                 run_id: "r".into(),
@@ -488,21 +507,21 @@ mod tests {
         let text =
             String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() })))
                 .unwrap();
-        assert_eq!(text, r#"{"wire":7,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        assert_eq!(text, r#"{"wire":8,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Follow {
             scope: Scope::Owner,
             run_id: "r".into(),
             after_seq: 2,
         })))
         .unwrap();
-        assert_eq!(text, r#"{"wire":7,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
+        assert_eq!(text, r#"{"wire":8,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
         let text =
             String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None })))
                 .unwrap();
-        assert_eq!(text, r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#);
+        assert_eq!(text, r#"{"wire":8,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":7,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":8,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -519,28 +538,30 @@ mod tests {
             // Version 6 knew no `paused` status, `pause` or resume `input`, no `runsPage`
             // and no `seq` in summaries.
             r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 7 knew no `gc`.
+            r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":8,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":9,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 8"), "{e}");
+        assert!(e.contains("version 9"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":7,"body":{"op":"runs","scope":"owner","all":true}}"#,
-            r#"{"wire":7,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
-            r#"{"wire":7,"body":{"op":"drop","scope":"owner"}}"#,
-            r#"{"wire":7,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            r#"{"wire":8,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":8,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":8,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":8,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
             // A bare session where a scope goes, a scope that is neither form, a session
             // with more beside it, and a start request without its concrete session.
-            r#"{"wire":7,"body":{"op":"runs","session":"s"}}"#,
-            r#"{"wire":7,"body":{"op":"runs","scope":"all"}}"#,
-            r#"{"wire":7,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
-            r#"{"wire":7,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
+            r#"{"wire":8,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":8,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":8,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":8,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -551,7 +572,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":7,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":8,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),

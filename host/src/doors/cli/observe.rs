@@ -61,6 +61,25 @@ pub struct RmArgs {
 }
 
 #[derive(Args)]
+pub struct GcArgs {
+    /// Keep runs updated in the last N days (over the config file's `retention.keep_days`).
+    #[arg(long, value_name = "N")]
+    keep_days: Option<u32>,
+    /// Keep the newest M runs of each factory (over the config file's `retention.keep_last`).
+    #[arg(long, value_name = "M")]
+    keep_last: Option<u32>,
+    /// Say which runs would be deleted; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// The config file whose `[retention]` to read (default: the one found as for `run`).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// Print JSON: `{removed: [ids], kept, dryRun}`.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 pub struct ProgressArgs {
     /// The run id.
     run_id: String,
@@ -374,4 +393,30 @@ pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         eprintln!("factory: run {} is {}", a.run_id, envelope.status.as_str());
     }
     Ok(envelope_exit(&envelope))
+}
+
+/// `factory gc`: delete the ended runs the retention policy (the config file's `[retention]`,
+/// each rule overridden by its flag) no longer keeps.
+pub async fn gc(g: &GlobalArgs, a: GcArgs) -> Result<ExitCode> {
+    let config = crate::doors::cli::backends::load_config(g, a.config.as_ref())?;
+    let mut policy = config.retention.as_ref().map(|r| r.policy()).unwrap_or_default();
+    policy.keep_days = a.keep_days.or(policy.keep_days);
+    policy.keep_last = a.keep_last.or(policy.keep_last);
+    if !policy.is_set() {
+        anyhow::bail!(
+            "no retention policy: give --keep-days N or --keep-last M, or set them in the config file's [retention] table"
+        );
+    }
+    let dry_run = a.dry_run;
+    let report = ask(g, |client| async move { client.gc(Scope::Owner, policy, dry_run).await }).await?;
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if report.dry_run { "would remove" } else { "removed" };
+    for run_id in &report.removed {
+        outln!("{verb} {}", s(run_id));
+    }
+    outln!("{} runs {verb}, {} kept", report.removed.len(), report.kept);
+    Ok(ExitCode::SUCCESS)
 }

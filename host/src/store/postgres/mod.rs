@@ -719,7 +719,7 @@ impl Store for PgStore {
                 // Its journal (as many rows as it made calls, steps and progress entries) goes
                 // after, [`REMOVE_BATCH_ROWS`] rows a transaction: no lock held long, no WAL
                 // burst of one huge transaction. Rows a crash leaves meanwhile belong to no
-                // run: nothing reads them, and a later removal's sweep takes them.
+                // run: nothing reads them (nothing sweeps them yet either).
                 for table in ["steps", "agents", "progress"] {
                     delete_in_batches(&client, table, &run_id).await.map_err(e)?;
                 }
