@@ -182,6 +182,25 @@ async fn two_thousand_two_kib_replies_where_the_bytes_go() {
     let sparse = usage.disk_bytes < usage.file_bytes;
     assert!(!sparse || usage.disk_bytes * 10 <= replies * 15, "{}", report("2 KiB replies", &usage, replies, n as u64));
 
+    // `factory stats` (the real binary) says where the bytes go: its parts add up to the file.
+    let out = common::factory_in(state.path(), &["stats", "--json"]);
+    let stats = common::stdout_json(&out);
+    let parts = stats["parts"].as_array().expect("the parts");
+    let sum: u64 = parts.iter().map(|p| p["bytes"].as_u64().expect("bytes")).sum();
+    assert_eq!(stats["fileBytes"].as_u64(), Some(usage.file_bytes), "{stats:#}");
+    assert_eq!(sum, usage.file_bytes, "{stats:#}");
+    for part in parts {
+        println!(
+            "  part {:<52} {:>9} B {:>5.1} %",
+            part["part"].as_str().unwrap_or("?"),
+            part["bytes"],
+            part["bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / usage.file_bytes as f64
+        );
+    }
+    let journal = &parts[0];
+    assert!(journal["part"].as_str().is_some_and(|p| p.starts_with("journal values")), "{stats:#}");
+    assert_eq!(journal["rows"].as_u64(), Some(n as u64), "one agent row a call, no step rows: {stats:#}");
+
     // `factory rm` of the run (the real binary, the owner) deletes its journal and, the free
     // pages being most of the file, compacts it. Measured: 8,949,760 B before, 1,052,672 B
     // after (11.8%), of which 524,288 B are the probe component's pages (content-addressed

@@ -1,7 +1,8 @@
 //! Collecting ended runs by a retention policy ([`Host::gc`]): the runs the policy no longer
 //! keeps ([`Retention::expired`]) are deleted as `factory rm` deletes them (a run executing
 //! is never deleted), and the store gives the space back. Asked by `factory gc` and, on a
-//! schedule, by `factory serve` when its config has a `[retention]` table.
+//! schedule, by `factory serve` when its config has a `[retention]` table. [`Host::usage`]
+//! says where the store's bytes go (`factory stats`).
 
 use crate::engine::host::Host;
 use crate::error::Error;
@@ -58,5 +59,16 @@ impl Host {
         }
         let kept = listed.len() - if dry_run { 0 } else { removed.len() };
         Ok(GcReport { removed, kept, dry_run })
+    }
+
+    /// Where the store's bytes go (the owner only; `None` for a store that does not measure
+    /// itself).
+    pub async fn usage(&self, scope: Scope) -> Result<Option<crate::store::StoreUsage>, Error> {
+        if scope != Scope::Owner {
+            return Err(Error::BadRequest(
+                "the store's usage covers every session's runs: the owner only may ask it".into(),
+            ));
+        }
+        Ok(self.store().usage_report().await?)
     }
 }

@@ -170,6 +170,12 @@ impl Client {
         expect!(self, request, Response::Removed { .. } => ())
     }
 
+    /// Where the store's bytes go (the owner only; `None` for a store that does not measure
+    /// itself).
+    pub async fn usage(&self, scope: impl Into<Scope>) -> Result<Option<crate::store::StoreUsage>, ServiceError> {
+        expect!(self, Request::Usage { scope: scope.into() }, Response::Usage(usage) => usage.map(|u| *u))
+    }
+
     /// Delete the ended runs `policy` no longer keeps (the owner only); with `dry_run`, only
     /// say which.
     pub async fn gc(

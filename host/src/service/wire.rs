@@ -31,7 +31,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// status `paused`, and a resume's `input` (the answer to the checkpoint a run waits at);
 /// `runsPage` pages the runs by creation sequence ([`crate::RunsPage`]), and summaries carry
 /// their `seq`. Version 8: `gc` deletes the ended runs a retention policy no longer keeps
-/// (the owner only), answered by `collected`.
+/// (the owner only), answered by `collected`; `usage` says where the store's bytes go.
 pub const WIRE_VERSION: u32 = 8;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
@@ -108,6 +108,8 @@ pub enum Request {
     Pause { scope: Scope, run_id: String },
     /// Delete a run that is not executing, and its journal; answers [`Response::Removed`].
     Remove { scope: Scope, run_id: String },
+    /// Where the store's bytes go (the owner only); answers [`Response::Usage`].
+    Usage { scope: Scope },
     /// Delete the ended runs `policy` no longer keeps (the owner only); with `dry_run`, only
     /// say which. Answers [`Response::Collected`].
     Gc {
@@ -224,6 +226,7 @@ impl Request {
             Request::Pause { .. } => "pause",
             Request::Remove { .. } => "remove",
             Request::Gc { .. } => "gc",
+            Request::Usage { .. } => "usage",
             Request::Factories { .. } => "factories",
             Request::Inspect { .. } => "inspect",
             Request::Author { .. } => "author",
@@ -288,6 +291,8 @@ pub enum Response {
     Started { run_id: String },
     /// A run and its journal were deleted (`remove`).
     Removed { run_id: String },
+    /// Where the store's bytes go (`usage`; `null` for a store that does not measure itself).
+    Usage(Option<Box<crate::store::StoreUsage>>),
     /// What a retention pass deleted (`gc`).
     Collected(crate::engine::gc::GcReport),
     /// A subscription is open: [`RunUpdated`] frames follow (`subscribe`).
@@ -312,6 +317,7 @@ impl Response {
             Response::Started { .. } => "started",
             Response::Removed { .. } => "removed",
             Response::Collected(_) => "collected",
+            Response::Usage(_) => "usage",
             Response::Subscribed => "subscribed",
             Response::Following => "following",
             Response::Metrics { .. } => "metrics",
@@ -332,6 +338,7 @@ impl Response {
             Response::Started { run_id } => Ok(serde_json::json!({ "runId": run_id })),
             Response::Removed { run_id } => Ok(serde_json::json!({ "runId": run_id, "removed": true })),
             Response::Collected(report) => serde_json::to_value(report),
+            Response::Usage(usage) => serde_json::to_value(usage),
             Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
             Response::Metrics { text } => Ok(serde_json::json!({ "text": text })),
         }
@@ -464,6 +471,7 @@ mod tests {
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
             Request::Pause { scope: Scope::from("s"), run_id: "r".into() },
             Request::Remove { scope: Scope::from("s"), run_id: "r".into() },
+            Request::Usage { scope: Scope::Owner },
             Request::Gc {
                 scope: Scope::Owner,
                 policy: crate::model::retention::Retention { keep_days: Some(30), keep_last: None },

@@ -27,7 +27,7 @@ pub mod trust;
 
 pub use self::postgres::{PgOptions, PgStore};
 pub use self::redb::{
-    Compaction, RedbStore, StoreOptions, StoreUsage, TableUsage, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES,
+    Compaction, RedbStore, StoreOptions, StorePart, StoreUsage, TableUsage, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES,
     READ_CACHE_BYTES, STORE_FILE,
 };
 pub(crate) use error::corrupt;
@@ -130,6 +130,13 @@ pub trait Store: Journal + std::fmt::Debug {
     /// its free pages are a large part of it ([`redb::compaction_worthwhile`]); `None` for a
     /// store that gives space back by itself (PostgreSQL's autovacuum; the default).
     fn reclaim(&self) -> BoxFuture<'_, Result<Option<Compaction>, StoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Where the store's bytes go, per table and per part ([`StoreUsage::parts`]), once what
+    /// is queued is committed; `None` for a store that does not measure itself (PostgreSQL:
+    /// its tables are measured by the server; the default).
+    fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
         Box::pin(std::future::ready(Ok(None)))
     }
 

@@ -61,6 +61,14 @@ pub struct RmArgs {
 }
 
 #[derive(Args)]
+pub struct StatsArgs {
+    /// Print JSON: the usage (`fileBytes`, `diskBytes`, `pageSize`, `allocatedPages`, `tables`)
+    /// and its `parts`.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 pub struct GcArgs {
     /// Keep runs updated in the last N days (over the config file's `retention.keep_days`).
     #[arg(long, value_name = "N")]
@@ -418,5 +426,46 @@ pub async fn gc(g: &GlobalArgs, a: GcArgs) -> Result<ExitCode> {
         outln!("{verb} {}", s(run_id));
     }
     outln!("{} runs {verb}, {} kept", report.removed.len(), report.kept);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `factory stats`: where the store's bytes go.
+pub async fn stats(g: &GlobalArgs, a: StatsArgs) -> Result<ExitCode> {
+    let Some(usage) = ask(g, |client| async move { client.usage(Scope::Owner).await }).await? else {
+        anyhow::bail!(
+            "this store does not measure itself (a PostgreSQL store: ask the server, pg_total_relation_size)"
+        );
+    };
+    let parts = usage.parts();
+    if a.json {
+        let mut out = serde_json::to_value(&usage)?;
+        out["parts"] = serde_json::to_value(&parts)?;
+        outln!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "file {} B ({} B on disk), {} pages of {} B in use, {} B free",
+        usage.file_bytes,
+        usage.disk_bytes,
+        usage.allocated_pages,
+        usage.page_size,
+        usage.free_bytes()
+    );
+    for part in &parts {
+        let share = part.bytes as f64 * 100.0 / usage.file_bytes.max(1) as f64;
+        let rows = if part.rows > 0 { format!("{:>8} rows", part.rows) } else { String::new() };
+        outln!("  {:<52} {:>12} B {:>5.1} % {rows}", part.part, part.bytes, share);
+    }
+    outln!("tables:");
+    for t in usage.tables.iter().filter(|t| t.entries > 0) {
+        outln!(
+            "  {:<16} {:>8} rows {:>12} B stored {:>10} B unused {:>8} B branches",
+            t.name,
+            t.entries,
+            t.stored_bytes,
+            t.fragmented_bytes,
+            t.metadata_bytes
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

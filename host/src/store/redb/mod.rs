@@ -17,7 +17,7 @@ mod usage;
 mod writer;
 
 pub use compact::{worthwhile as compaction_worthwhile, Compaction, COMPACT_MIN_FREE_BYTES};
-pub use usage::{StoreUsage, TableUsage};
+pub use usage::{StorePart, StoreUsage, TableUsage};
 
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
@@ -353,6 +353,14 @@ impl Store for RedbStore {
 
     fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>> {
         self.delete_run(run_id).boxed()
+    }
+
+    fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
+        async move {
+            self.writer.flush().await?;
+            RedbStore::usage(self).map(Some)
+        }
+        .boxed()
     }
 
     fn reclaim(&self) -> BoxFuture<'_, Result<Option<Compaction>, StoreError>> {
