@@ -228,3 +228,85 @@ fn factory_rm_deletes_runs_and_their_journals_and_refuses_a_running_one() {
     assert_eq!(fresh["status"], "completed", "{fresh:#}");
     assert_eq!(json_of(state, &["runs"], 0).as_array().map(Vec::len), Some(1));
 }
+
+/// The ids `factory runs` lists, in creation order.
+fn listed(state: &Path) -> Vec<String> {
+    json_of(state, &["runs"], 0)
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|r| r["runId"].as_str().expect("a run id").to_string())
+        .collect()
+}
+
+/// Start the hostile guest's `spin` case in the background: a run that executes until cancelled.
+fn spinning(state: &Path) -> String {
+    let component = common::component("hostile");
+    let args = json!({ "case": "spin" }).to_string();
+    let out = factory_in(state, &["run", component.to_str().unwrap(), "--yes", "-q", "--detach", "--args", &args]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn factory_gc_deletes_the_ended_runs_its_policy_no_longer_keeps_and_never_a_running_one() {
+    let state = tempfile::tempdir().expect("a state dir");
+    let state = state.path();
+    let _serve = serve(state);
+    let spin = spinning(state);
+    let ids: Vec<String> = (0..4)
+        .map(|_| hostile(state, json!({ "case": "log-flood", "n": 3 }), 0)["runId"].as_str().unwrap().to_string())
+        .collect();
+
+    // No policy (no config, no flag): refused, saying how to give one.
+    let out = factory_in(state, &["gc"]);
+    assert!(!out.status.success() && stderr(&out).contains("no retention policy"), "{}", stderr(&out));
+
+    // A dry run says which; nothing goes.
+    let dry = json_of(state, &["gc", "--keep-last", "1", "--dry-run"], 0);
+    assert_eq!(dry["dryRun"], true);
+    assert_eq!(dry["removed"], json!(ids[..3]), "{dry:#}");
+    assert_eq!(listed(state).len(), 5);
+
+    // The newest two of the factory are kept, the running one too (it is not ended).
+    let done = json_of(state, &["gc", "--keep-last", "2"], 0);
+    assert_eq!(done["removed"], json!(ids[..2]), "{done:#}");
+    assert_eq!(done["kept"], 3);
+    assert_eq!(listed(state), [&[spin.clone()], &ids[2..]].concat());
+    assert_eq!(json_of(state, &["show", &spin], 0)["status"], "running");
+
+    // Runs ended a moment ago are older than 0 days: every ended run goes, the running one stays.
+    let done = json_of(state, &["gc", "--keep-days", "0"], 0);
+    assert_eq!(done["removed"], json!(ids[2..]), "{done:#}");
+    assert_eq!(listed(state), [spin.clone()]);
+    assert_eq!(json_of(state, &["cancel", &spin], 0)["status"], "cancelled");
+}
+
+#[test]
+fn factory_serve_applies_the_config_files_retention_policy_on_its_schedule() {
+    let state = tempfile::tempdir().expect("a state dir");
+    let state = state.path();
+    std::fs::write(state.join("factory.toml"), "[retention]\nkeep_last = 1\ninterval_seconds = 1\n").expect("config");
+    let _serve = serve(state);
+    let spin = spinning(state);
+    let ids: Vec<String> = (0..3)
+        .map(|_| hostile(state, json!({ "case": "log-flood", "n": 3 }), 0)["runId"].as_str().unwrap().to_string())
+        .collect();
+    // The service's passes delete the older ended runs by themselves; the running one stays.
+    let until = |want: Vec<String>| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let now = listed(state);
+            if now == want {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "listed {now:?}, expected {want:?}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    until(vec![spin.clone(), ids[2].clone()]);
+    assert_eq!(json_of(state, &["show", &spin], 0)["status"], "running");
+    // Cancelled, it is an ended run older than the newest: the next pass deletes it.
+    assert_eq!(json_of(state, &["cancel", &spin], 0)["status"], "cancelled");
+    until(vec![ids[2].clone()]);
+}

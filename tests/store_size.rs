@@ -10,7 +10,7 @@ mod common;
 
 use common::counting::load;
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
-use factory_host::store::{PgOptions, PgStore, RedbStore, Store, StoreOptions, StoreUsage};
+use factory_host::store::{PgOptions, PgStore, RedbStore, Removed, Store, StoreOptions, StoreUsage};
 use factory_host::{Host, HostConfig, Limits, RunOptions, RunStatus};
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -89,8 +89,8 @@ impl AgentBackend for Shared {
 }
 
 /// Run the probe's fan-out of `n` agents against `backend` on a store in `state`; the
-/// store's usage once the host is gone.
-async fn fan_out(state: &Path, backend: &Arc<Prose>, n: usize) -> StoreUsage {
+/// store's usage once the host is gone, and the run's id.
+async fn fan_out(state: &Path, backend: &Arc<Prose>, n: usize) -> (StoreUsage, String) {
     let host = Host::new(HostConfig {
         state_dir: Some(state.to_path_buf()),
         backend: Arc::new(Shared(backend.clone())),
@@ -98,13 +98,19 @@ async fn fan_out(state: &Path, backend: &Arc<Prose>, n: usize) -> StoreUsage {
         ..HostConfig::default()
     })
     .expect("host");
-    run_fan_out(host, backend, n).await;
+    let run_id = run_fan_out(host, backend, n).await;
+    (usage_of(state), run_id)
+}
+
+/// The usage of the store in `state`, opened again.
+fn usage_of(state: &Path) -> StoreUsage {
     let store = RedbStore::open(state, StoreOptions::default()).expect("the store opens again");
     store.usage().expect("the store's usage")
 }
 
-/// Run the probe's fan-out of `n` agents against `backend` on `host`, then drop it.
-async fn run_fan_out(host: Host, backend: &Arc<Prose>, n: usize) {
+/// Run the probe's fan-out of `n` agents against `backend` on `host`, then drop it; the
+/// run's id.
+async fn run_fan_out(host: Host, backend: &Arc<Prose>, n: usize) -> String {
     let probe = load(&host, "probe").await;
     let limits =
         Limits { max_concurrent_subagents: Some(64), max_total_subagents: Some(n as u32), ..Limits::default() };
@@ -115,6 +121,7 @@ async fn run_fan_out(host: Host, backend: &Arc<Prose>, n: usize) {
     assert_eq!(backend.calls.load(Ordering::SeqCst), n as u64, "each call asked once");
     drop(probe);
     drop(host);
+    done.run_id
 }
 
 /// The figures, one line per table and the file's.
@@ -149,7 +156,7 @@ async fn two_thousand_two_kib_replies_where_the_bytes_go() {
     let state = tempfile::tempdir().unwrap();
     let backend = Prose::new(2048);
     let n = 2000;
-    let usage = fan_out(state.path(), &backend, n).await;
+    let (usage, run_id) = fan_out(state.path(), &backend, n).await;
     let replies = backend.answered.load(Ordering::SeqCst);
     println!("{}", report("2 KiB replies", &usage, replies, n as u64));
     let agents = usage.table("agents").expect("the agents table");
@@ -174,6 +181,45 @@ async fn two_thousand_two_kib_replies_where_the_bytes_go() {
     // (On a file system that keeps no sparse files the disk figure is the length's.)
     let sparse = usage.disk_bytes < usage.file_bytes;
     assert!(!sparse || usage.disk_bytes * 10 <= replies * 15, "{}", report("2 KiB replies", &usage, replies, n as u64));
+
+    // `factory stats` (the real binary) says where the bytes go: its parts add up to the file.
+    let out = common::factory_in(state.path(), &["stats", "--json"]);
+    let stats = common::stdout_json(&out);
+    let parts = stats["parts"].as_array().expect("the parts");
+    let sum: u64 = parts.iter().map(|p| p["bytes"].as_u64().expect("bytes")).sum();
+    assert_eq!(stats["fileBytes"].as_u64(), Some(usage.file_bytes), "{stats:#}");
+    assert_eq!(sum, usage.file_bytes, "{stats:#}");
+    for part in parts {
+        println!(
+            "  part {:<52} {:>9} B {:>5.1} %",
+            part["part"].as_str().unwrap_or("?"),
+            part["bytes"],
+            part["bytes"].as_u64().unwrap_or(0) as f64 * 100.0 / usage.file_bytes as f64
+        );
+    }
+    let journal = &parts[0];
+    assert!(journal["part"].as_str().is_some_and(|p| p.starts_with("journal values")), "{stats:#}");
+    assert_eq!(journal["rows"].as_u64(), Some(n as u64), "one agent row a call, no step rows: {stats:#}");
+
+    // `factory rm` of the run (the real binary, the owner) deletes its journal and, the free
+    // pages being most of the file, compacts it. Measured: 8,949,760 B before, 1,052,672 B
+    // after (11.8%), of which 524,288 B are the probe component's pages (content-addressed
+    // bytes that stay for other runs and registrations) and the rest redb's smallest layout
+    // for them: the run's own share is under 10% of what it was.
+    let out = common::factory_in(state.path(), &["rm", &run_id]);
+    assert!(out.status.success(), "factory rm: {}", String::from_utf8_lossy(&out.stderr));
+    let after = usage_of(state.path());
+    println!("{}", report("after factory rm", &after, replies, n as u64));
+    assert!(after.table("agents").expect("the agents table").entries == 0, "the run's journal is gone");
+    let component = after.table("blobs").expect("the blobs table").bytes();
+    let left = after.file_bytes.saturating_sub(component);
+    assert!(left * 10 < usage.file_bytes, "{} B before, {}", usage.file_bytes, report("after rm", &after, 0, 1));
+    assert!(
+        after.file_bytes * 5 < usage.file_bytes,
+        "{} B before, {}",
+        usage.file_bytes,
+        report("after rm", &after, 0, 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +227,7 @@ async fn a_thousand_tiny_replies_where_the_bytes_go() {
     let state = tempfile::tempdir().unwrap();
     let backend = Prose::new(0);
     let n = 1000;
-    let usage = fan_out(state.path(), &backend, n).await;
+    let (usage, _) = fan_out(state.path(), &backend, n).await;
     let replies = backend.answered.load(Ordering::SeqCst);
     println!("{}", report("tiny replies", &usage, replies, n as u64));
     assert_eq!(usage.table("agents").expect("the agents table").entries, n as u64);
@@ -203,10 +249,11 @@ async fn two_thousand_two_kib_replies_on_postgresql_bytes_and_wal_per_call() {
         cache_dir: Some(common::guest_target_dir().join("cache")),
         ..HostConfig::default()
     };
-    let host = Host::with_store(config, Arc::new(store) as Arc<dyn Store>).expect("host");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let host = Host::with_store(config, store.clone()).expect("host");
     let wal_before = server.psql("size", "SELECT pg_current_wal_insert_lsn()");
     let n = 2000;
-    run_fan_out(host, &backend, n).await;
+    let run_id = run_fan_out(host, &backend, n).await;
     let replies = backend.answered.load(Ordering::SeqCst);
     let wal: u64 = server
         .psql("size", &format!("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '{wal_before}')::bigint"))
@@ -229,4 +276,12 @@ async fn two_thousand_two_kib_replies_on_postgresql_bytes_and_wal_per_call() {
     // Replies are stored compressed: their outcomes hold less than the replies did. Measured:
     // the agents table 3,096,576 B (4,595,712 B with raw values), WAL 5,024,744 B (6,195,312).
     assert!(stored * 10 <= replies * 7, "outcomes of {stored} B for {replies} B of replies");
+
+    // Removed, the run leaves no row behind: its journal deleted in batches of
+    // `REMOVE_BATCH_ROWS` (2,000 agent rows: two batches and an empty one).
+    assert_eq!(store.remove_run(&run_id).await.expect("remove_run"), Removed::Removed);
+    for table in ["runs", "agents", "steps", "progress", "journal_usage", "live_accounting"] {
+        assert_eq!(server.psql("size", &format!("SELECT count(*) FROM {table}")), "0", "{table} after the removal");
+    }
+    assert_eq!(store.remove_run(&run_id).await.expect("remove_run"), Removed::NotFound);
 }

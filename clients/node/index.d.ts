@@ -255,6 +255,8 @@ export interface FactoryApi {
     cancel(runId: string): Promise<FactoryRunResult>;
     /** Pause the running run: its `paused` envelope (`not_running` when no attempt executes). */
     pause(runId: string): Promise<FactoryRunResult>;
+    /** Delete the ended run and its journal (`already_active` while it executes, `not_found` when unknown). */
+    remove(runId: string): Promise<{ runId: string; removed: true }>;
     waitForRun(runId: string, options?: { signal?: AbortSignal }): Promise<FactoryRunResult>;
 }
 

@@ -1,5 +1,5 @@
 // @factory/client: the Copilot SDK's extension-side factory API — `joinSession`,
-// `session.factory.run/resume/listRuns/getRunDetail/getRunProgress/getRun/cancel/waitForRun`,
+// `session.factory.run/resume/listRuns/getRunDetail/getRunProgress/getRun/cancel/pause/remove/waitForRun`,
 // `isFactoryRunTerminal`, `FactoryResumeError` and the `factory.run_updated` event, and the same
 // under upstream's newer Dynamic Workflows names (`defineWorkflow`, `session.workflow.*`,
 // `WorkflowResumeError`, `workflow.*` events) — for a
@@ -745,6 +745,14 @@ class FactoryApi {
     /** Pause the running run; its `paused` envelope (resume it with `resume`). */
     async pause(runId) {
         return this.#transport.request("POST", runPath(runId, "/pause"));
+    }
+
+    /**
+     * Delete the ended run and its journal for good: `{ runId, removed: true }`. A run that
+     * executes is refused with `already_active` (cancel it first); an unknown one `not_found`.
+     */
+    async remove(runId) {
+        return this.#transport.request("DELETE", runPath(runId));
     }
 
     /**

@@ -261,6 +261,9 @@ test("waitForRun: an abort rejects the wait with its reason and leaves the run g
 
     // The run is untouched by all that: still running, and a later wait still sees it end.
     assert.equal((await session.factory.getRun(runId)).status, "running");
+    // Deleting a run that executes is refused, and the run goes on.
+    await assert.rejects(session.factory.remove(runId), (e) => e instanceof FactoryError && e.code === "already_active" && e.httpStatus === 409);
+    assert.equal((await session.factory.getRun(runId)).status, "running");
     const settled = session.factory.waitForRun(runId);
     const cancelled = await session.factory.cancel(runId);
     assert.equal(cancelled.status, "cancelled");
@@ -270,6 +273,10 @@ test("waitForRun: an abort rejects the wait with its reason and leaves the run g
     assert.deepEqual(await pending, cancelled);
     // A settled run resolves at once, and a terminal envelope never changes.
     assert.deepEqual(await session.factory.waitForRun(runId), cancelled);
+    // Ended, it is deleted with its journal: then unknown.
+    assert.deepEqual(await session.factory.remove(runId), { runId, removed: true });
+    await assert.rejects(session.factory.getRun(runId), (e) => e instanceof FactoryError && e.code === "not_found");
+    await assert.rejects(session.factory.remove(runId), (e) => e instanceof FactoryError && e.code === "not_found");
     await session.disconnect();
 });
 

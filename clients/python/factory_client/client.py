@@ -687,6 +687,12 @@ class FactoryApi:
         """Pause the running run; its `paused` envelope (resume it with `resume`)."""
         return self._transport.request("POST", _run_path(run_id, "/pause"))
 
+    def remove(self, run_id: str) -> dict[str, Any]:
+        """Delete the ended run and its journal for good: `{"runId", "removed": True}`. A run
+        that executes is refused with `already_active` (cancel it first); an unknown one is
+        `not_found`."""
+        return self._transport.request("DELETE", _run_path(run_id))
+
     def wait_for_run(self, run_id: str, timeout: float | None = None) -> FactoryRunResult:
         """The run's terminal envelope once it settles (at once if it has). Follows the
         session's event stream and re-reads the envelope on each `run_updated` of the run,

@@ -261,6 +261,10 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(FactoryResumeError) as active:
                 session.factory.resume(run_id)
             self.assertEqual((active.exception.code, active.exception.http_status), ("already_active", 409))
+            with self.assertRaises(FactoryError) as refused:
+                session.factory.remove(run_id)
+            self.assertEqual((refused.exception.code, refused.exception.http_status), ("already_active", 409))
+            self.assertEqual(session.factory.get_run(run_id)["status"], "running")
 
             settled: list[Any] = []
             waiter = threading.Thread(target=lambda: settled.append(session.factory.wait_for_run(run_id, timeout=60)))
@@ -271,6 +275,11 @@ class ClientTest(unittest.TestCase):
             waiter.join(90)
             self.assertEqual(settled, [cancelled])
             self.assertEqual(session.factory.wait_for_run(run_id), cancelled)
+            # Ended, it is deleted with its journal: then unknown.
+            self.assertEqual(session.factory.remove(run_id), {"runId": run_id, "removed": True})
+            with self.assertRaises(FactoryError) as gone:
+                session.factory.get_run(run_id)
+            self.assertEqual(gone.exception.code, "not_found")
 
     def test_pause_a_running_run_and_what_a_pause_refuses(self) -> None:
         with join() as session:

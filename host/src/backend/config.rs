@@ -462,9 +462,40 @@ pub struct Config {
     /// `factory serve --allow-grant-root`, a list of directories, added to the flags'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_grant_roots: Option<toml::Value>,
+    /// `[retention]`: which ended runs `factory gc`, and `factory serve` on a schedule, delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionConfig>,
     /// The six keys above, checked when the file was parsed.
     #[serde(skip)]
     pub serve: ServeSettings,
+}
+
+/// `[retention]` of a config file: the policy ([`crate::model::retention::Retention`]) and how
+/// often `factory serve` applies it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Keep runs updated in the last `keep_days` days.
+    pub keep_days: Option<u32>,
+    /// Keep the newest `keep_last` runs of each factory.
+    pub keep_last: Option<u32>,
+    /// Seconds between two passes of `factory serve`'s collector (default
+    /// [`crate::model::retention::DEFAULT_GC_INTERVAL_SECONDS`], at least 1).
+    pub interval_seconds: Option<u64>,
+}
+
+impl RetentionConfig {
+    /// The policy.
+    pub fn policy(&self) -> crate::model::retention::Retention {
+        crate::model::retention::Retention { keep_days: self.keep_days, keep_last: self.keep_last }
+    }
+
+    /// The time between two passes of the service's collector.
+    pub fn interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(
+            self.interval_seconds.unwrap_or(crate::model::retention::DEFAULT_GC_INTERVAL_SECONDS).max(1),
+        )
+    }
 }
 
 /// The settings of `factory serve` a config file may hold (its top-level keys `max_runs`,

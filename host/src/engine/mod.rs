@@ -2,9 +2,11 @@
 //! them, and recovers halted runs ([`recover`]) and runs parked for a spent quota ([`parking`]); [`run`] drives one attempt to its end and
 //! classifies its outcome; [`queue`] is a worker's side of a shared store's run queue, under
 //! the [`caps`] it is given (what it checks before it runs what a shared store says is
-//! [`crate::sandbox::admission`]). The hooks an attempt serves are [`crate::capabilities`].
+//! [`crate::sandbox::admission`]); [`gc`] deletes the ended runs a retention policy no longer
+//! keeps. The hooks an attempt serves are [`crate::capabilities`].
 
 pub mod caps;
+pub mod gc;
 pub mod host;
 pub mod live;
 pub(crate) mod loaded;

@@ -14,6 +14,7 @@ pub mod limits;
 pub mod meta;
 pub mod progress;
 pub mod recorded;
+pub mod retention;
 pub mod sandbox_limits;
 pub mod schema;
 pub mod scope;

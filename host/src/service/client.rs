@@ -179,6 +179,24 @@ impl Client {
         expect!(self, request, Response::Removed { .. } => ())
     }
 
+    /// Where the store's bytes go (the owner only; `None` for a store that does not measure
+    /// itself).
+    pub async fn usage(&self, scope: impl Into<Scope>) -> Result<Option<crate::store::StoreUsage>, ServiceError> {
+        expect!(self, Request::Usage { scope: scope.into() }, Response::Usage(usage) => usage.map(|u| *u))
+    }
+
+    /// Delete the ended runs `policy` no longer keeps (the owner only); with `dry_run`, only
+    /// say which.
+    pub async fn gc(
+        &self,
+        scope: impl Into<Scope>,
+        policy: crate::model::retention::Retention,
+        dry_run: bool,
+    ) -> Result<crate::engine::gc::GcReport, ServiceError> {
+        let request = Request::Gc { scope: scope.into(), policy, dry_run };
+        expect!(self, request, Response::Collected(report) => report)
+    }
+
     /// The factories the session can run.
     pub async fn factories(&self, session: &str) -> Result<Vec<Registration>, ServiceError> {
         expect!(self, Request::Factories { session: session.into() }, Response::Factories(list) => list)

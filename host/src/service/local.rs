@@ -98,6 +98,8 @@ impl Local {
                 host.remove(scope, &run_id).await?;
                 Response::Removed { run_id }
             }
+            Request::Usage { scope } => Response::Usage(host.usage(scope).await?.map(Box::new)),
+            Request::Gc { scope, policy, dry_run } => Response::Collected(host.gc(scope, &policy, dry_run).await?),
             Request::Factories { session } => Response::Factories(host.registered_for(&session).await?),
             Request::Author { session, meta, run } => {
                 Response::Registration(Box::new(host.author_in(&session, &meta, &run).await?))

@@ -32,7 +32,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// `runsPage` pages the runs by creation sequence ([`crate::RunsPage`]), and summaries carry
 /// their `seq`. Version 8: `register` of a script file that offers several factories
 /// registers each and answers `factories`; pending approvals (a start with consent `ask` may
-/// answer `approval`; `approvals`, `approval` and `decide` list, wait on and answer them).
+/// answer `approval`; `approvals`, `approval` and `decide` list, wait on and answer them);
+/// `gc` deletes the ended runs a retention policy no longer keeps (the owner only), answered
+/// by `collected`; `usage` says where the store's bytes go.
 pub const WIRE_VERSION: u32 = 8;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
@@ -109,6 +111,16 @@ pub enum Request {
     Pause { scope: Scope, run_id: String },
     /// Delete a run that is not executing, and its journal; answers [`Response::Removed`].
     Remove { scope: Scope, run_id: String },
+    /// Where the store's bytes go (the owner only); answers [`Response::Usage`].
+    Usage { scope: Scope },
+    /// Delete the ended runs `policy` no longer keeps (the owner only); with `dry_run`, only
+    /// say which. Answers [`Response::Collected`].
+    Gc {
+        scope: Scope,
+        policy: crate::model::retention::Retention,
+        #[serde(default)]
+        dry_run: bool,
+    },
     /// The factories the session can run: its own authored ones and those registered for
     /// everyone.
     Factories { session: String },
@@ -230,6 +242,8 @@ impl Request {
             Request::Cancel { .. } => "cancel",
             Request::Pause { .. } => "pause",
             Request::Remove { .. } => "remove",
+            Request::Gc { .. } => "gc",
+            Request::Usage { .. } => "usage",
             Request::Factories { .. } => "factories",
             Request::Inspect { .. } => "inspect",
             Request::Author { .. } => "author",
@@ -297,6 +311,10 @@ pub enum Response {
     Started { run_id: String },
     /// A run and its journal were deleted (`remove`).
     Removed { run_id: String },
+    /// Where the store's bytes go (`usage`; `null` for a store that does not measure itself).
+    Usage(Option<Box<crate::store::StoreUsage>>),
+    /// What a retention pass deleted (`gc`).
+    Collected(crate::engine::gc::GcReport),
     /// A subscription is open: [`RunUpdated`] frames follow (`subscribe`).
     Subscribed,
     /// A follow stream is open: [`FollowEvent`] frames follow (`follow`).
@@ -341,6 +359,8 @@ impl Response {
             Response::Registration(_) => "registration",
             Response::Started { .. } => "started",
             Response::Removed { .. } => "removed",
+            Response::Collected(_) => "collected",
+            Response::Usage(_) => "usage",
             Response::Subscribed => "subscribed",
             Response::Following => "following",
             Response::Metrics { .. } => "metrics",
@@ -362,6 +382,8 @@ impl Response {
             Response::Registration(registration) => serde_json::to_value(registration),
             Response::Started { run_id } => serde_json::to_value(StartedAnswer { run_id: run_id.clone() }),
             Response::Removed { run_id } => serde_json::to_value(Removed { run_id: run_id.clone(), removed: true }),
+            Response::Collected(report) => serde_json::to_value(report),
+            Response::Usage(usage) => serde_json::to_value(usage),
             Response::Subscribed | Response::Following => Ok(serde_json::json!({})),
             Response::Metrics { text } => Ok(serde_json::json!({ "text": text })),
             Response::Approvals(approvals) => serde_json::to_value(approvals),
@@ -496,6 +518,12 @@ mod tests {
             Request::Cancel { scope: Scope::Owner, run_id: "r".into() },
             Request::Pause { scope: Scope::from("s"), run_id: "r".into() },
             Request::Remove { scope: Scope::from("s"), run_id: "r".into() },
+            Request::Usage { scope: Scope::Owner },
+            Request::Gc {
+                scope: Scope::Owner,
+                policy: crate::model::retention::Retention { keep_days: Some(30), keep_last: None },
+                dry_run: true,
+            },
             Request::Progress {
                 scope: Scope::from("s"),
                 run_id: "r".into(),
@@ -568,7 +596,7 @@ mod tests {
             // Version 6 knew no `paused` status, `pause` or resume `input`, no `runsPage`
             // and no `seq` in summaries.
             r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
-            // Version 7 knew no pending approvals.
+            // Version 7 knew no pending approvals and no `gc`.
             r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();

@@ -27,8 +27,8 @@ pub mod trust;
 
 pub use self::postgres::{PgOptions, PgStore};
 pub use self::redb::{
-    RedbStore, StoreOptions, StoreUsage, TableUsage, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES, READ_CACHE_BYTES,
-    STORE_FILE,
+    Compaction, RedbStore, StoreOptions, StorePart, StoreUsage, TableUsage, DEFAULT_COMMIT_WINDOW, DEFAULT_QUEUE_BYTES,
+    READ_CACHE_BYTES, STORE_FILE,
 };
 pub(crate) use error::corrupt;
 pub use error::StoreError;
@@ -125,6 +125,20 @@ pub trait Store: Journal + std::fmt::Debug {
     /// [`Removed::Active`]; a record that cannot be read is deleted all the same. Component
     /// bytes stay: they are content-addressed, shared with other runs and registrations.
     fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>>;
+
+    /// Give back the space deleted runs left, when worthwhile: a redb file is compacted when
+    /// its free pages are a large part of it ([`redb::compaction_worthwhile`]); `None` for a
+    /// store that gives space back by itself (PostgreSQL's autovacuum; the default).
+    fn reclaim(&self) -> BoxFuture<'_, Result<Option<Compaction>, StoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Where the store's bytes go, per table and per part ([`StoreUsage::parts`]), once what
+    /// is queued is committed; `None` for a store that does not measure itself (PostgreSQL:
+    /// its tables are measured by the server; the default).
+    fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
 
     /// Whether other processes execute runs of this store at the same time (a shared
     /// database): a `running` run that does not execute here may then be executing elsewhere,

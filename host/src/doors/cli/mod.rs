@@ -100,6 +100,20 @@ enum Command {
   factory rm 0192f3c4-...
   factory rm 0192f3c4-... 0192f3c5-... --json")]
     Rm(observe::RmArgs),
+    /// Delete the ended runs (completed, error, cancelled) a retention policy no longer
+    /// keeps: the config file's `[retention]` (keep_days, keep_last), or the flags; a run is
+    /// deleted only when no rule keeps it. The store's free space is then given back.
+    #[command(after_help = "Examples:
+  factory gc --keep-days 30 --dry-run
+  factory gc --keep-last 20 --json")]
+    Gc(observe::GcArgs),
+    /// Where the store's bytes go: the file's size and each part's share (journal values,
+    /// progress records and agent summaries, run records, components, page overhead, free
+    /// pages), then each table's.
+    #[command(after_help = "Examples:
+  factory stats
+  factory stats --json")]
+    Stats(observe::StatsArgs),
     /// Follow a run's progress live until it ends.
     #[command(after_help = "Examples:
   factory watch 0192f3c4-...")]
@@ -267,6 +281,8 @@ pub fn main() -> ExitCode {
             Command::Cancel(args) => observe::cancel(&g, args).await,
             Command::Pause(args) => observe::pause(&g, args).await,
             Command::Rm(args) => observe::rm(&g, args).await,
+            Command::Gc(args) => observe::gc(&g, args).await,
+            Command::Stats(args) => observe::stats(&g, args).await,
             Command::Watch(args) => observe::watch(&g, args).await,
             Command::Serve(args) => serve::serve(&g, args).await,
             Command::Workers(args) => workers::workers(&g, args).await,

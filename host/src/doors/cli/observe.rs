@@ -61,6 +61,33 @@ pub struct RmArgs {
 }
 
 #[derive(Args)]
+pub struct StatsArgs {
+    /// Print JSON: the usage (`fileBytes`, `diskBytes`, `pageSize`, `allocatedPages`, `tables`)
+    /// and its `parts`.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct GcArgs {
+    /// Keep runs updated in the last N days (over the config file's `retention.keep_days`).
+    #[arg(long, value_name = "N")]
+    keep_days: Option<u32>,
+    /// Keep the newest M runs of each factory (over the config file's `retention.keep_last`).
+    #[arg(long, value_name = "M")]
+    keep_last: Option<u32>,
+    /// Say which runs would be deleted; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// The config file whose `[retention]` to read (default: the one found as for `run`).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// Print JSON: `{removed: [ids], kept, dryRun}`.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 pub struct ProgressArgs {
     /// The run id.
     run_id: String,
@@ -374,4 +401,71 @@ pub async fn watch(g: &GlobalArgs, a: RunIdArgs) -> Result<ExitCode> {
         eprintln!("factory: run {} is {}", a.run_id, envelope.status.as_str());
     }
     Ok(envelope_exit(&envelope))
+}
+
+/// `factory gc`: delete the ended runs the retention policy (the config file's `[retention]`,
+/// each rule overridden by its flag) no longer keeps.
+pub async fn gc(g: &GlobalArgs, a: GcArgs) -> Result<ExitCode> {
+    let config = crate::doors::cli::backends::load_config(g, a.config.as_ref())?;
+    let mut policy = config.retention.as_ref().map(|r| r.policy()).unwrap_or_default();
+    policy.keep_days = a.keep_days.or(policy.keep_days);
+    policy.keep_last = a.keep_last.or(policy.keep_last);
+    if !policy.is_set() {
+        anyhow::bail!(
+            "no retention policy: give --keep-days N or --keep-last M, or set them in the config file's [retention] table"
+        );
+    }
+    let dry_run = a.dry_run;
+    let report = ask(g, |client| async move { client.gc(Scope::Owner, policy, dry_run).await }).await?;
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if report.dry_run { "would remove" } else { "removed" };
+    for run_id in &report.removed {
+        outln!("{verb} {}", s(run_id));
+    }
+    outln!("{} runs {verb}, {} kept", report.removed.len(), report.kept);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `factory stats`: where the store's bytes go.
+pub async fn stats(g: &GlobalArgs, a: StatsArgs) -> Result<ExitCode> {
+    let Some(usage) = ask(g, |client| async move { client.usage(Scope::Owner).await }).await? else {
+        anyhow::bail!(
+            "this store does not measure itself (a PostgreSQL store: ask the server, pg_total_relation_size)"
+        );
+    };
+    let parts = usage.parts();
+    if a.json {
+        let mut out = serde_json::to_value(&usage)?;
+        out["parts"] = serde_json::to_value(&parts)?;
+        outln!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "file {} B ({} B on disk), {} pages of {} B in use, {} B free",
+        usage.file_bytes,
+        usage.disk_bytes,
+        usage.allocated_pages,
+        usage.page_size,
+        usage.free_bytes()
+    );
+    for part in &parts {
+        let share = part.bytes as f64 * 100.0 / usage.file_bytes.max(1) as f64;
+        let rows = if part.rows > 0 { format!("{:>8} rows", part.rows) } else { String::new() };
+        outln!("  {:<52} {:>12} B {:>5.1} % {rows}", part.part, part.bytes, share);
+    }
+    outln!("tables:");
+    for t in usage.tables.iter().filter(|t| t.entries > 0) {
+        outln!(
+            "  {:<16} {:>8} rows {:>12} B stored {:>10} B unused {:>8} B branches",
+            t.name,
+            t.entries,
+            t.stored_bytes,
+            t.fragmented_bytes,
+            t.metadata_bytes
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

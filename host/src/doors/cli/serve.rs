@@ -303,6 +303,10 @@ pub async fn serve(g: &GlobalArgs, a: ServeArgs) -> Result<ExitCode> {
         say!("factory serve: {parked}");
     }
     tokio::spawn(factory_host::recover::resume_parked_when_due(host.clone()));
+    // The config file's retention policy, applied now and every interval.
+    if let Some(retention) = config.retention.as_ref().filter(|r| r.policy().is_set()) {
+        tokio::spawn(collect_every(host.clone(), retention.policy(), retention.interval()));
+    }
     // A worker of a shared store claims queued runs and reaps dead workers until it drains.
     let claiming = tokio_util::sync::CancellationToken::new();
     if host.store().run_queue().is_some() {
@@ -525,4 +529,23 @@ async fn attach(g: &GlobalArgs, client: Client, addr: std::net::SocketAddr, ui_t
     }
     let _ = std::fs::remove_file(g.state_dir.join(crate::doors::http::ADDR_FILE));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Apply `policy` at once and then every `interval` (a failed pass is logged and tried again
+/// at the next).
+async fn collect_every(
+    host: std::sync::Arc<factory_host::Host>,
+    policy: factory_host::model::retention::Retention,
+    interval: Duration,
+) {
+    loop {
+        match host.gc(factory_host::Scope::Owner, &policy, false).await {
+            Ok(report) if !report.removed.is_empty() => {
+                say!("factory serve: retention removed {} runs, {} kept", report.removed.len(), report.kept)
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(event = "gc_failed", error = %e, "the retention pass failed"),
+        }
+        tokio::time::sleep(interval).await;
+    }
 }

@@ -100,6 +100,10 @@ impl Host {
             crate::store::Removed::Removed => {
                 self.parking.disarm(run_id);
                 tracing::info!(event = "run_removed", run = %run_id, "run removed");
+                // The run is gone whether or not its space is given back now.
+                if let Err(e) = self.store.reclaim().await {
+                    tracing::warn!(event = "store_reclaim_failed", error = %e, "the store's free space was not given back");
+                }
                 Ok(())
             }
             crate::store::Removed::NotFound => Err(Error::NotFound(run_id.to_string())),

@@ -709,13 +709,20 @@ impl Store for PgStore {
                     }
                     Some(_) => {}
                 }
-                for table in
-                    ["steps", "agents", "progress", "live_accounting", "journal_usage", "run_modules", "run_queue"]
-                {
+                // The run's record and its one-row parts go in this transaction: the run is
+                // gone for every reader at once.
+                for table in ["live_accounting", "journal_usage", "run_modules", "run_queue"] {
                     tx.execute(&format!("DELETE FROM {table} WHERE run_id = $1"), &[&run_id]).await.map_err(e)?;
                 }
                 tx.execute("DELETE FROM runs WHERE id = $1", &[&run_id]).await.map_err(e)?;
                 tx.commit().await.map_err(e)?;
+                // Its journal (as many rows as it made calls, steps and progress entries) goes
+                // after, [`REMOVE_BATCH_ROWS`] rows a transaction: no lock held long, no WAL
+                // burst of one huge transaction. Rows a crash leaves meanwhile belong to no
+                // run: nothing reads them (nothing sweeps them yet either).
+                for table in ["steps", "agents", "progress"] {
+                    delete_in_batches(&client, table, &run_id).await.map_err(e)?;
+                }
                 Ok(Removed::Removed)
             })
             .await
@@ -738,5 +745,27 @@ impl Store for PgStore {
                     .map_err(|e| corrupt("a run's module record", e)),
             }
         })
+    }
+}
+
+/// Journal rows a removal deletes in one transaction.
+pub const REMOVE_BATCH_ROWS: i64 = 1000;
+
+/// Delete run `run_id`'s rows of `table` (keyed by `run_id` first), [`REMOVE_BATCH_ROWS`] at
+/// a time, each batch its own short transaction.
+async fn delete_in_batches(
+    client: &tokio_postgres::Client,
+    table: &str,
+    run_id: &str,
+) -> Result<u64, tokio_postgres::Error> {
+    let statement =
+        format!("DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE run_id = $1 LIMIT $2))");
+    let mut deleted = 0;
+    loop {
+        let n = client.execute(&statement, &[&run_id, &REMOVE_BATCH_ROWS]).await?;
+        deleted += n;
+        if n == 0 {
+            return Ok(deleted);
+        }
     }
 }

@@ -94,7 +94,7 @@ impl RedbStore {
         if let Some(value) = self.writer.pending().step(run_id, key) {
             return Ok(Some(value.to_string()));
         }
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let steps = txn.open_table(STEPS)?;
         let Some(row) = steps.get((run_id, key))? else { return Ok(None) };
         let (_, json) = decode_step(row.value()).map_err(|e| corrupt("step journal", e))?;
@@ -111,7 +111,7 @@ impl RedbStore {
         if let Some(bytes) = pending {
             return decode(&bytes).map(Some);
         }
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let agents = txn.open_table(AGENTS)?;
         match agents.get((run_id, key))? {
             Some(row) => decode(row.value()).map(Some),
@@ -130,9 +130,9 @@ impl Journal for RedbStore {
         // runtime's worker meanwhile serves others (and the attempt's start record is being
         // committed by the writer thread at the same time).
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return ready(Self::load_journal(&self.db, run_id, value_bytes).map_err(journal_error)).boxed();
+            return ready(Self::load_journal(&self.db.get(), run_id, value_bytes).map_err(journal_error)).boxed();
         };
-        let (db, run_id) = (self.db.clone(), run_id.to_string());
+        let (db, run_id) = (self.db.get(), run_id.to_string());
         let loading = runtime.spawn_blocking(move || Self::load_journal(&db, &run_id, value_bytes));
         async move {
             match loading.await {

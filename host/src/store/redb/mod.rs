@@ -5,6 +5,7 @@
 //! see what is committed, so each of its [`Store`] futures is ready at once. Opening it
 //! repairs what a crash left ([`open`]).
 
+mod compact;
 mod error;
 mod journal;
 mod modules;
@@ -15,7 +16,8 @@ pub(crate) mod tables;
 mod usage;
 mod writer;
 
-pub use usage::{StoreUsage, TableUsage};
+pub use compact::{worthwhile as compaction_worthwhile, Compaction, COMPACT_MIN_FREE_BYTES};
+pub use usage::{StorePart, StoreUsage, TableUsage};
 
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
@@ -72,7 +74,7 @@ impl Default for StoreOptions {
 
 /// The redb store.
 pub struct RedbStore {
-    db: Arc<Database>,
+    db: Arc<compact::DbCell>,
     writer: Writer,
     next_run_seq: AtomicU64,
     path: Option<PathBuf>,
@@ -127,7 +129,7 @@ impl RedbStore {
 
     fn with_database(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<RedbStore, StoreError> {
         let next_run_seq = open::prepare(&db)?;
-        let db = Arc::new(db);
+        let db = Arc::new(compact::DbCell::new(db));
         let writer = Writer::start(db.clone(), options.commit_window, options.queue_bytes)?;
         Ok(RedbStore { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path, known_blobs: Default::default() })
     }
@@ -146,7 +148,7 @@ impl RedbStore {
     /// A run record. A record that cannot be read is [`StoreError::Corrupt`] for this run
     /// only: every other run reads as before.
     fn read_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let runs = txn.open_table(RUNS)?;
         match runs.get(run_id)? {
             None => Ok(None),
@@ -166,7 +168,7 @@ impl RedbStore {
     /// Every run record in creation order, each turned into `T` by `keep` as soon as it is
     /// read (a listing drops the result there, so at most one is held at a time).
     fn read_runs_as<T>(&self, keep: impl Fn(RunRecord) -> T) -> Result<Vec<T>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let order = txn.open_table(RUN_ORDER)?;
         let runs = txn.open_table(RUNS)?;
         let mut out = Vec::new();
@@ -186,7 +188,7 @@ impl RedbStore {
     /// committed (so none lands after it); a run whose record says it executes is kept.
     async fn delete_run(&self, run_id: &str) -> Result<Removed, StoreError> {
         self.writer.flush().await?;
-        let txn = self.db.begin_write()?;
+        let txn = self.db.get().begin_write()?;
         {
             let mut runs = txn.open_table(RUNS)?;
             let active = match runs.get(run_id)? {
@@ -228,14 +230,14 @@ impl RedbStore {
     }
 
     fn blob_exists(&self, hash: &str) -> Result<bool, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let table = txn.open_table(BLOBS)?;
         Ok(table.get(hash)?.is_some())
     }
 
     /// Component bytes by hash.
     fn read_blob(&self, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let table = txn.open_table(BLOBS)?;
         Ok(table.get(hash)?.map(|b| b.value().to_vec()))
     }
@@ -251,7 +253,7 @@ impl RedbStore {
         if key.is_empty() {
             return Ok(None);
         }
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let table = txn.open_table(FACTORIES)?;
         match table.get(key)? {
             None => Ok(None),
@@ -264,7 +266,7 @@ impl RedbStore {
     /// Every registered factory, by name. A registration that cannot be read is left out
     /// (and logged): it fails only its own name ([`Store::registration`]), never the list.
     fn read_factories(&self) -> Result<Vec<Registration>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let table = txn.open_table(FACTORIES)?;
         let mut out = Vec::new();
         for row in table.iter()? {
@@ -351,5 +353,17 @@ impl Store for RedbStore {
 
     fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>> {
         self.delete_run(run_id).boxed()
+    }
+
+    fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
+        async move {
+            self.writer.flush().await?;
+            RedbStore::usage(self).map(Some)
+        }
+        .boxed()
+    }
+
+    fn reclaim(&self) -> BoxFuture<'_, Result<Option<Compaction>, StoreError>> {
+        async move { self.compact(false).await.map(Some) }.boxed()
     }
 }

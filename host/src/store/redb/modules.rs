@@ -21,7 +21,7 @@ impl RedbStore {
 
     /// The modules run `run_id` recorded (`None`: it loaded none, or ran before modules).
     pub(super) fn read_run_modules(&self, run_id: &str) -> Result<Option<Manifest>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let table = txn.open_table(RUN_MODULES)?;
         let Some(bytes) = table.get(run_id)? else { return Ok(None) };
         serde_json::from_slice(bytes.value()).map(Some).map_err(|e| corrupt("a run's module record", e))

@@ -122,7 +122,7 @@ fn entry_at(
 impl RedbStore {
     /// Progress entries of a run, paged (see [`ProgressQuery`]), in ascending seq order.
     pub(super) fn read_progress(&self, run_id: &str, query: &ProgressQuery) -> Result<Vec<ProgressEntry>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let table = txn.open_table(PROGRESS)?;
         let limit = query.limit();
         let lo = query.after_seq.map_or(0, |s| s.saturating_add(1));
@@ -200,7 +200,7 @@ impl RedbStore {
 
     /// The highest progress seq of a run (0 when it has none): the key of its last row.
     pub(super) fn read_last_progress_seq(&self, run_id: &str) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let table = txn.open_table(PROGRESS)?;
         let last = table.range((run_id, 0)..=(run_id, u64::MAX))?.next_back();
         Ok(match last {

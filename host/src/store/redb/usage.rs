@@ -9,7 +9,7 @@ use crate::store::StoreError;
 use redb::{ReadableDatabase, ReadableTableMetadata, TableHandle};
 
 /// One table's share of the store.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TableUsage {
     /// The table's name (see `tables.rs`).
@@ -38,7 +38,7 @@ impl TableUsage {
 }
 
 /// Where a store's bytes go.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoreUsage {
     /// The file's size (0 for a store that is not a file).
@@ -54,7 +54,68 @@ pub struct StoreUsage {
     pub tables: Vec<TableUsage>,
 }
 
+/// One part of a store's bytes, as `factory stats` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StorePart {
+    /// What the bytes hold (`journal values`, `progress and agent summaries`, ...).
+    pub part: String,
+    /// Bytes of the file it takes.
+    pub bytes: u64,
+    /// Rows (0 for the file's own parts: page overhead, free pages).
+    pub rows: u64,
+}
+
+/// Which part of [`StoreUsage::parts`] a table's rows are.
+fn part_of(table: &str) -> &'static str {
+    match table {
+        "step_rows" | "steps" | "agents" => "journal values (step values, agent replies)",
+        "progress" => "progress records (entries, agent summaries)",
+        "runs" | "run_order" | "live_accounting" | "journal_usage" | "run_modules" => {
+            "run records (envelopes, accounting, module lists)"
+        }
+        "blobs" | "factories" => "components and registrations",
+        _ => "store metadata",
+    }
+}
+
 impl StoreUsage {
+    /// Where the file's bytes go, by part: the rows of each part (keys and values as
+    /// stored), then the room the tables' pages leave unused and their branches (page
+    /// overhead), redb's own pages, and the pages free (the file's tail included).
+    pub fn parts(&self) -> Vec<StorePart> {
+        let mut parts: Vec<StorePart> = Vec::new();
+        let mut overhead = 0u64;
+        for table in &self.tables {
+            let name = part_of(&table.name);
+            match parts.iter_mut().find(|p| p.part == name) {
+                Some(part) => {
+                    part.bytes += table.stored_bytes;
+                    part.rows += table.entries;
+                }
+                None => parts.push(StorePart { part: name.into(), bytes: table.stored_bytes, rows: table.entries }),
+            }
+            overhead += table.fragmented_bytes + table.metadata_bytes;
+        }
+        let tables: u64 = self.tables.iter().map(TableUsage::bytes).sum();
+        let allocated = self.allocated_pages.saturating_mul(self.page_size);
+        parts.push(StorePart {
+            part: "page overhead (unused room in pages, branches)".into(),
+            bytes: overhead,
+            rows: 0,
+        });
+        parts.push(StorePart {
+            part: "redb's own pages (allocator, table roots)".into(),
+            bytes: allocated.saturating_sub(tables),
+            rows: 0,
+        });
+        parts.push(StorePart {
+            part: "free pages (reused by later commits)".into(),
+            bytes: self.free_bytes(),
+            rows: 0,
+        });
+        parts
+    }
     /// The table `name`'s usage, if it exists.
     pub fn table(&self, name: &str) -> Option<&TableUsage> {
         self.tables.iter().find(|t| t.name == name)
@@ -70,7 +131,7 @@ impl RedbStore {
     /// Where the store's bytes go, as of its last commit. Waits for the writer's current
     /// commit (the page counts are read in a write transaction, then abandoned).
     pub fn usage(&self) -> Result<StoreUsage, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db.get().begin_read()?;
         let mut tables = Vec::new();
         for handle in txn.list_tables()? {
             let name = handle.name().to_string();
@@ -87,7 +148,7 @@ impl RedbStore {
             });
         }
         tables.sort_by(|a, b| a.name.cmp(&b.name));
-        let write = self.db.begin_write()?;
+        let write = self.db.get().begin_write()?;
         let stats = write.stats()?;
         write.abort()?;
         let (file_bytes, disk_bytes) = match &self.path {

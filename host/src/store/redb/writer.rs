@@ -19,6 +19,7 @@
 //! of `log` lines) is committed in pieces while the run goes on, and the run's closing flush
 //! waits for the last piece only, not for the whole burst.
 
+use super::compact::DbCell;
 use super::progress::Chunk;
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
 use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
@@ -85,7 +86,7 @@ pub(crate) struct Writer {
 impl Writer {
     /// Start the writer thread for `db`, committing every `window` and holding at most
     /// about `queue_bytes` uncommitted.
-    pub(crate) fn start(db: Arc<Database>, window: Duration, queue_bytes: u64) -> Result<Self, StoreError> {
+    pub(crate) fn start(db: Arc<DbCell>, window: Duration, queue_bytes: u64) -> Result<Self, StoreError> {
         let shared = Arc::new(Shared::default());
         let stats = Arc::new(WriterStats::default());
         let pending: Arc<Mutex<Pending>> = Arc::default();
@@ -206,7 +207,7 @@ impl Drop for Writer {
 }
 
 fn run(
-    db: Arc<Database>,
+    db: Arc<DbCell>,
     shared: Arc<Shared>,
     window: Duration,
     stats: Arc<WriterStats>,
@@ -242,7 +243,7 @@ fn run(
         }
         let result = match already_failed {
             Some(message) => Err(StoreError::WriteFailed(message)),
-            None => commit(&db, &batch, &stats),
+            None => commit(&db.get(), &batch, &stats),
         };
         match &result {
             Err(e) => {
@@ -442,7 +443,7 @@ mod tests {
     fn a_full_queue_makes_the_next_write_wait_for_a_commit() {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).expect("a database");
         // A long window: without the cap, both writes would be queued before any commit.
-        let writer = Writer::start(Arc::new(db), Duration::from_millis(300), 1000).expect("the writer");
+        let writer = Writer::start(Arc::new(DbCell::new(db)), Duration::from_millis(300), 1000).expect("the writer");
         writer.send(step(800)).expect("the first write");
         assert_eq!(writer.stats.commits.load(Ordering::SeqCst), 0, "the first write was queued, not committed");
         assert!(writer.backlog.queued() >= 800);
@@ -458,7 +459,7 @@ mod tests {
     fn a_batch_of_early_commit_ops_writes_is_committed_before_the_window_closes() {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).expect("a database");
         // A window no test waits out: only the batch's size can make the thread commit.
-        let writer = Writer::start(Arc::new(db), Duration::from_secs(600), u64::MAX).expect("the writer");
+        let writer = Writer::start(Arc::new(DbCell::new(db)), Duration::from_secs(600), u64::MAX).expect("the writer");
         let commits = || writer.stats.commits.load(Ordering::SeqCst);
         for _ in 0..EARLY_COMMIT_OPS - 1 {
             writer.send(step(10)).expect("a write");
