@@ -272,13 +272,13 @@ fn factory_gc_deletes_the_ended_runs_its_policy_no_longer_keeps_and_never_a_runn
     let done = json_of(state, &["gc", "--keep-last", "2"], 0);
     assert_eq!(done["removed"], json!(ids[..2]), "{done:#}");
     assert_eq!(done["kept"], 3);
-    assert_eq!(listed(state), [&[spin.clone()], &ids[2..]].concat());
+    assert_eq!(listed(state), [std::slice::from_ref(&spin), &ids[2..]].concat());
     assert_eq!(json_of(state, &["show", &spin], 0)["status"], "running");
 
     // Runs ended a moment ago are older than 0 days: every ended run goes, the running one stays.
     let done = json_of(state, &["gc", "--keep-days", "0"], 0);
     assert_eq!(done["removed"], json!(ids[2..]), "{done:#}");
-    assert_eq!(listed(state), [spin.clone()]);
+    assert_eq!(listed(state), std::slice::from_ref(&spin));
     assert_eq!(json_of(state, &["cancel", &spin], 0)["status"], "cancelled");
 }
 

@@ -1179,7 +1179,7 @@ mod tests {
         for op in Operation::ALL {
             assert_eq!(Operation::named(op.as_str()).ok(), Some(op));
         }
-        let unknown = Operation::named("explode").err().expect("refused");
+        let unknown = Operation::named("explode").expect_err("refused");
         assert_eq!(unknown.code, ErrorCode::InvalidParams);
         assert!(unknown.message.contains("`explode`") && unknown.message.contains("remove"), "{}", unknown.message);
         // The tool's schema offers exactly these names.

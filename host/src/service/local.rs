@@ -332,10 +332,10 @@ impl Local {
                         let (factory, declared, phases) = match &component {
                             Some(f) => (
                                 f.meta.name.clone(),
-                                f.meta.limits.clone(),
+                                f.meta.limits,
                                 f.meta.phases.iter().map(|p| p.title.clone()).collect(),
                             ),
-                            None => (detail.envelope.factory.clone(), detail.limits.clone(), detail.phases.clone()),
+                            None => (detail.envelope.factory.clone(), detail.limits, detail.phases.clone()),
                         };
                         let question = Question {
                             factory,
