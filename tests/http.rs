@@ -415,6 +415,46 @@ async fn an_untrusted_start_over_http_waits_for_the_owners_approval() {
     assert_eq!(after.as_array().map(Vec::len), before.as_array().map(Vec::len), "nothing started for it");
 }
 
+/// Issue 52: a resume over HTTP of a run whose factory is not trusted waits for the owner's
+/// approval too: the question says `resume`, names the run's factory and its sha256 and the
+/// limits raised by the resume; approved, the same run resumes to completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_of_an_untrusted_factory_waits_for_the_owners_approval() {
+    let state = tempfile::tempdir().unwrap();
+    let probe = common::component("probe");
+    let out = common::factory_in(state.path(), &["add", probe.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let daemon = start(state.path());
+    // Its first attempt, approved in the request, stops at its subagent limit (resumable).
+    let start_body = json!({ "name": "probe", "args": { "case": "fanout", "n": 3 }, "limits": { "maxTotalSubagents": 1 }, "approved": true });
+    let (status, started) = daemon.post("/api/runs", start_body).await;
+    assert_eq!(status, 202, "{started}");
+    let run_id = started["runId"].as_str().unwrap().to_string();
+    let (_, stopped) = daemon.get(&format!("/api/runs/{run_id}/wait")).await;
+    assert_eq!(
+        (stopped["status"].as_str(), stopped["failure"]["type"].as_str()),
+        (Some("error"), Some("factory_limit_reached")),
+        "{stopped}"
+    );
+    // The resume is held: the question is about resuming this factory under the raised limit.
+    let body = json!({ "limits": { "maxTotalSubagents": 10 }, "approvalWaitSeconds": 0 });
+    let (status, pending) = daemon.post(&format!("/api/runs/{run_id}/resume"), body).await;
+    assert_eq!((status, pending["status"].as_str()), (202, Some("pending_approval")), "{pending}");
+    let question = &pending["approval"]["question"];
+    assert_eq!((question["operation"].as_str(), question["factory"].as_str()), (Some("resume"), Some("probe")));
+    assert_eq!(question["limits"]["maxTotalSubagents"], 10, "{pending}");
+    let (_, registration) = daemon.get("/api/factories/probe").await;
+    assert_eq!(question["sha256"], registration["hash"], "{pending}");
+    let (_, still) = daemon.get(&format!("/api/runs/{run_id}/envelope")).await;
+    assert_eq!(still["status"], "error", "nothing resumed before the answer");
+    let id = pending["approvalId"].as_str().unwrap();
+    let (status, approved) = daemon.post(&format!("/api/approvals/{id}/approve"), json!({})).await;
+    assert_eq!((status, approved["state"]["runId"].as_str()), (200, Some(run_id.as_str())), "{approved}");
+    let (_, done) = daemon.get(&format!("/api/runs/{run_id}/wait")).await;
+    assert_eq!((done["status"].as_str(), done["attempts"].as_u64()), (Some("completed"), Some(2)), "{done}");
+    assert_eq!(done["result"]["done"], 3, "{done}");
+}
+
 /// The API's token is the user's: it has the owner's view. `GET /api/runs` lists every
 /// session's runs, each naming its `session`, and `?session=NAME` narrows the list; a run
 /// of another session than the daemon's can be read, cancelled and resumed, and its updates
