@@ -80,10 +80,10 @@ export default defineFactory({
 });
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_in_a_real_browser() {
-    let root = common::root();
-    let browser_dir = root.join("tests").join("browser");
+/// `tests/browser`, once what its scripts need is there: its npm packages and Chromium
+/// (missing ones fail the test with the install hint).
+fn browser_dir() -> std::path::PathBuf {
+    let browser_dir = common::root().join("tests").join("browser");
     assert!(
         browser_dir.join("node_modules").join("playwright-core").is_dir(),
         "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
@@ -92,6 +92,13 @@ async fn the_dashboard_in_a_real_browser() {
         std::path::Path::new("/usr/bin/chromium").exists(),
         "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)"
     );
+    browser_dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_in_a_real_browser() {
+    let root = common::root();
+    let browser_dir = browser_dir();
 
     // `probe` registered and trusted; a script backend whose agents take 150 ms each.
     let state = tempfile::tempdir().unwrap();
@@ -480,15 +487,7 @@ async fn a_dashboard_session_expires() {
 /// server, and the script's report once it says `ok`.
 async fn browser_against_a_paced_backend(script: &str) -> (common::fake_openai::FakeOpenAi, Value) {
     use common::fake_openai::{base_url, FakeOpenAi, Mode};
-    let browser_dir = common::root().join("tests").join("browser");
-    assert!(
-        browser_dir.join("node_modules").join("playwright-core").is_dir(),
-        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
-    );
-    assert!(
-        std::path::Path::new("/usr/bin/chromium").exists(),
-        "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)"
-    );
+    let browser_dir = browser_dir();
     let server = FakeOpenAi::start(Mode::Answer { latency: std::time::Duration::ZERO }).await;
     let state = tempfile::tempdir().unwrap();
     let config = format!(
@@ -571,15 +570,7 @@ export default defineFactory({
 /// up to the run's accounting, and writes `costs.png` with the other screenshots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_run_view_charts_the_runs_cost_by_phase_and_by_model() {
-    let browser_dir = common::root().join("tests").join("browser");
-    assert!(
-        browser_dir.join("node_modules").join("playwright-core").is_dir(),
-        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
-    );
-    assert!(
-        std::path::Path::new("/usr/bin/chromium").exists(),
-        "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)"
-    );
+    let browser_dir = browser_dir();
     let state = tempfile::tempdir().unwrap();
     let rules = state.path().join("costs.json");
     std::fs::write(
@@ -645,15 +636,7 @@ async fn the_run_view_charts_the_runs_cost_by_phase_and_by_model() {
 /// `declined`. Screenshots go to the target dir's `ui-screenshots/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_approval_is_answered_from_the_dashboard() {
-    let browser_dir = common::root().join("tests").join("browser");
-    assert!(
-        browser_dir.join("node_modules").join("playwright-core").is_dir(),
-        "tests/browser/node_modules is missing: run `npm ci` in tests/browser (./test does)"
-    );
-    assert!(
-        std::path::Path::new("/usr/bin/chromium").exists(),
-        "/usr/bin/chromium is missing: apt-get install chromium (./test does as root or with sudo)"
-    );
+    let browser_dir = browser_dir();
     // `hello` registered, never trusted.
     let state = tempfile::tempdir().unwrap();
     let hello = common::component("hello");
