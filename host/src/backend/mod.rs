@@ -158,7 +158,7 @@ impl OutageKind {
             OutageKind::NotInstalled => "not_installed",
             OutageKind::Misconfigured => "misconfigured",
             OutageKind::ReplayMiss => "replay_miss",
-            OutageKind::Quota => "quota",
+            OutageKind::Quota => crate::model::envelope::QUOTA_KIND,
         }
     }
 }

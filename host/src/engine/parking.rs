@@ -4,7 +4,7 @@
 //! parked runs this process resumes by itself ([`Parking`]), and the command that resumes a
 //! run by hand ([`resume_command`]).
 
-use crate::model::envelope::{FailureType, RunStatus};
+use crate::model::envelope::{Failure, RunStatus};
 use crate::store::{Interruption, RunRecord, DEFAULT_SESSION};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,12 +20,7 @@ pub fn is_interrupted(record: &RunRecord) -> bool {
 /// True when `record` is a run its backend's spent quota stopped (`halted`, failure
 /// `backend`/`quota`), whether or not the provider said when the quota resets.
 pub fn is_parked(record: &RunRecord) -> bool {
-    record.envelope.status == RunStatus::Halted
-        && record
-            .envelope
-            .failure
-            .as_ref()
-            .is_some_and(|f| f.kind_type == FailureType::Backend && f.kind.as_deref() == Some("quota"))
+    record.envelope.status == RunStatus::Halted && record.envelope.failure.as_ref().is_some_and(Failure::is_spent_quota)
 }
 
 /// When the service resumes `record` by itself: for a run parked until a known reset, its

@@ -154,7 +154,24 @@ pub fn bounded_text(mut text: String, max: usize) -> String {
     text
 }
 
+/// The `kind` of a `backend` failure that is a spent quota: the run is parked until the
+/// quota resets (the backend's `OutageKind::Quota`).
+pub const QUOTA_KIND: &str = "quota";
+
+/// The `kind` of the `cancelled` failure of a run declined at its consent question.
+pub const DECLINED_KIND: &str = "declined";
+
 impl Failure {
+    /// Whether a backend's spent quota stopped the run ([`QUOTA_KIND`]).
+    pub fn is_spent_quota(&self) -> bool {
+        self.kind_type == FailureType::Backend && self.kind.as_deref() == Some(QUOTA_KIND)
+    }
+
+    /// Whether the run was declined at its consent question and never ran ([`DECLINED_KIND`]).
+    pub fn is_declined(&self) -> bool {
+        self.kind_type == FailureType::Cancelled && self.kind.as_deref() == Some(DECLINED_KIND)
+    }
+
     /// A failure of `kind_type` with an optional `kind`; a message over
     /// [`MAX_MESSAGE_BYTES`] is cut ([`bounded_text`]).
     pub fn new(kind_type: FailureType, kind: Option<&str>, message: impl Into<String>) -> Self {

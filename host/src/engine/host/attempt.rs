@@ -322,11 +322,9 @@ impl Host {
         let accounting_at_end = accounting;
         ended(record, status, result, failure, accounting);
         record.envelope.checkpoint = checkpoint.filter(|_| record.envelope.status == RunStatus::Paused);
-        let quota = |f: &Failure| {
-            f.kind_type == crate::model::envelope::FailureType::Backend && f.kind.as_deref() == Some("quota")
-        };
         let parked = parked.filter(|_| {
-            record.envelope.status == RunStatus::Halted && record.envelope.failure.as_ref().is_some_and(quota)
+            record.envelope.status == RunStatus::Halted
+                && record.envelope.failure.as_ref().is_some_and(Failure::is_spent_quota)
         });
         if let Some(resume_at) = parked {
             if let Some(at) = park(record, resume_at) {

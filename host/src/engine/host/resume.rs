@@ -104,7 +104,7 @@ impl Host {
                 return Err(Error::NonResumable(format!("run `{run_id}` is no longer halted by an interruption")));
             }
         }
-        if record.envelope.failure.as_ref().and_then(|f| f.kind.as_deref()) == Some("declined") {
+        if record.envelope.failure.as_ref().is_some_and(Failure::is_declined) {
             return Err(Error::NonResumable(format!("run `{run_id}` was declined and never ran: start a new run")));
         }
         if by != ResumedBy::Caller && self.store.shared() {

@@ -174,7 +174,7 @@ impl Host {
         envelope.status = RunStatus::Cancelled;
         let failure = Failure::new(
             crate::model::envelope::FailureType::Cancelled,
-            Some("declined"),
+            Some(crate::model::envelope::DECLINED_KIND),
             "the run was declined at the consent prompt; nothing ran",
         );
         envelope.error = Some(failure.message.clone());
