@@ -104,7 +104,7 @@ pub enum ApprovalError {
     Full(usize),
     /// An "always" answer could not be recorded in the trust store (nothing started).
     #[error("recording the approval in the trust store: {0}")]
-    Remember(#[source] crate::trust::TrustError),
+    Remember(#[source] crate::store::trust::TrustError),
 }
 
 /// The code every front door gives a refusal (the control socket, the HTTP API, MCP tool

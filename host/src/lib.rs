@@ -13,6 +13,7 @@
 
 pub mod access;
 pub mod backend;
+pub mod bwrap;
 mod capabilities;
 pub mod engine;
 mod error;

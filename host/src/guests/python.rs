@@ -34,8 +34,8 @@ use crate::guests::rust::Built;
 pub const COMPONENTIZE_PY: &str = "componentize-py";
 
 /// The OS sandbox componentize-py runs in (bubblewrap).
-pub use crate::sandbox::bwrap::BWRAP;
-use crate::sandbox::bwrap::{self, Flag};
+pub use crate::bwrap::BWRAP;
+use crate::bwrap::{self, Flag};
 
 /// The version of componentize-py the SDK is tested with (what `./test` installs into `.venv`).
 pub const COMPONENTIZE_PY_VERSION: &str = "0.25.1";

@@ -24,8 +24,8 @@ pub const TARGET: &str = "wasm32-unknown-unknown";
 /// the build never starts in (or below) the user's working directory.
 pub const NEUTRAL_DIR: &str = "/";
 
-pub use crate::sandbox::bwrap::BWRAP;
-use crate::sandbox::bwrap::{self, Flag};
+pub use crate::bwrap::BWRAP;
+use crate::bwrap::{self, Flag};
 
 /// What a crate is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

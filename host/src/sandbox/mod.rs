@@ -7,7 +7,6 @@
 //! The OS sandbox native code runs in (builds, agent CLIs) is bubblewrap: [`bwrap`].
 
 pub mod admission;
-pub mod bwrap;
 pub mod component;
 pub(crate) mod contract;
 

@@ -49,6 +49,15 @@ pub struct Approval {
     pub expires_at_ms: u64,
 }
 
+/// What a start came to: a run, or (consent `ask`) an approval waiting for the owner.
+#[derive(Debug, Clone)]
+pub enum Started {
+    /// The run (or attempt) started: its id.
+    Run(String),
+    /// The start waits for the owner's answer.
+    Pending(Box<Approval>),
+}
+
 /// Where an approval stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case", rename_all_fields = "camelCase")]

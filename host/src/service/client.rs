@@ -4,6 +4,7 @@
 //! errors with one [`ErrorCode`], and [`Updates`], the stream of run updates. Methods about
 //! runs take a [`Scope`] (a session name is that session's scope).
 
+use super::approvals::Started;
 use super::local::Local;
 use super::remote::{ClientError, Remote, Subscription};
 use super::wire::{Request, Response, Target};
@@ -44,15 +45,6 @@ impl ServiceError {
             ServiceError::Unexpected { .. } => ErrorCode::Error,
         }
     }
-}
-
-/// What a start came to: a run, or (consent `ask`) an approval waiting for the owner.
-#[derive(Debug, Clone)]
-pub enum Started {
-    /// The run (or attempt) started: its id.
-    Run(String),
-    /// The start waits for the owner's answer.
-    Pending(Box<super::Approval>),
 }
 
 /// A client of the service, in process or over the control socket.

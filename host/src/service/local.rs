@@ -5,8 +5,7 @@
 //! check refuses is held as a pending approval ([`Approvals`]) instead, and started when the
 //! owner approves it (`decide`).
 
-use super::approvals::{Approval, ApprovalState, Approvals, Decision};
-use super::client::Started;
+use super::approvals::{Approval, ApprovalState, Approvals, Decision, Started};
 use super::consent::{consented, trust_key, Consent, Operation, Question, TrustCheck};
 use super::wire::{Request, Response, Source, Target};
 use crate::backend::AgentBackend;

@@ -23,8 +23,8 @@ mod wire;
 
 pub use crate::error::ErrorCode;
 pub use crate::model::scope::Scope;
-pub use approvals::{Approval, ApprovalState, Approvals, Decision};
-pub use client::{Client, ServiceError, Started, Updates};
+pub use approvals::{Approval, ApprovalState, Approvals, Decision, Started};
+pub use client::{Client, ServiceError, Updates};
 pub use consent::{consented, registration_trust_key, trust_key, Consent, Operation, Question, TrustCheck};
 pub use follow::{Followed, Follower};
 pub use local::{Attempt, InProcess, Local};

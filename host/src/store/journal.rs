@@ -23,7 +23,7 @@ pub fn fingerprint(key: &str) -> u64 {
     KEYS.get_or_init(Default::default).hash_one(key)
 }
 
-/// An agent key's fingerprint: an agent key is the hex of a sha256 ([`crate::AgentKey`]),
+/// An agent key's fingerprint: an agent key is the hex of a sha256 ([`crate::model::agent_key::AgentKey`]),
 /// so its first 64 bits already are one (no second hash of its 64 characters). Any other key
 /// gets its [`fingerprint`]. A guest cannot choose a call's sha256, so it cannot aim these
 /// at each other either; two that meet are told apart by their full key where it matters.
@@ -32,7 +32,7 @@ pub fn agent_fingerprint(key: &str) -> u64 {
     if bytes.len() != 64 {
         return fingerprint(key);
     }
-    // The lowercase hex [`crate::AgentKey`] writes, read by hand and without a branch per
+    // The lowercase hex [`crate::model::agent_key::AgentKey`] writes, read by hand and without a branch per
     // digit (they are random: each branch would be a coin toss for the predictor): this runs
     // for every agent key a load reads and every call a replay answers.
     let (mut prefix, mut hex) = (0u64, true);
@@ -894,7 +894,7 @@ mod tests {
 
     #[test]
     fn an_agent_keys_fingerprint_is_its_sha256_prefix() {
-        let key = crate::AgentKey::new("p", Some("l"), None, None).to_string();
+        let key = crate::model::agent_key::AgentKey::new("p", Some("l"), None, None).to_string();
         assert_eq!(agent_fingerprint(&key), u64::from_str_radix(&key[..16], 16).unwrap());
         assert_eq!(agent_fingerprint("a1"), fingerprint("a1"), "a key that is no sha256 is hashed");
         let upper = key.to_uppercase();

@@ -416,7 +416,7 @@ fn reply(config: &AgentCliConfig, output: Output, model: Option<&str>) -> Result
         // bwrap reports its own failures (no user namespaces, a mount it cannot make) as
         // `bwrap: ...` on stderr: the sandbox could not start, so no answer was given.
         if config.sandbox == SandboxMode::Bubblewrap {
-            if let Some(line) = crate::sandbox::bwrap::own_failure(&stderr) {
+            if let Some(line) = crate::bwrap::own_failure(&stderr) {
                 let line: String = line.chars().take(300).collect();
                 return Err(BackendError::outage(
                     OutageKind::Misconfigured,

@@ -5,7 +5,7 @@
 
 use super::{AgentCliConfig, DEFAULT_HIDDEN};
 use crate::backend::{BackendError, OutageKind};
-use crate::sandbox::bwrap::{self, Flag};
+use crate::bwrap::{self, Flag};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
