@@ -40,7 +40,7 @@ mod start;
 
 pub use detail::{RunDetail, DETAIL_AGENTS, DETAIL_SCAN_ENTRIES};
 pub use observe::{MAX_RUNS_PAGE, RUNS_PAGE_DEFAULT_LIMIT, RUNS_PAGE_MAX_LIMIT};
-pub use options::{default_cache_dir, BackendChoice, Factory, HostConfig, ResumeOptions, RunOptions};
+pub use options::{default_cache_dir, BackendChoice, Factory, HostConfig, OnStart, ResumeOptions, RunOptions};
 pub(crate) use resume::ResumedBy;
 
 /// A run executing in this process.

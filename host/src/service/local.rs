@@ -36,6 +36,8 @@ pub struct InProcess {
     pub backend: Option<Arc<dyn AgentBackend>>,
     /// Receives every progress entry as it happens (committed or not yet).
     pub events: Option<tokio::sync::mpsc::UnboundedSender<crate::model::progress::ProgressEntry>>,
+    /// Called with the run's id once it exists, before its first progress entry.
+    pub on_start: Option<crate::engine::host::OnStart>,
 }
 
 /// An attempt started in this process: its task, which answers the run's envelope.
@@ -229,7 +231,7 @@ impl Local {
 
     /// [`Local::start`] and [`Local::start_with`]: the one place a run or an attempt starts.
     async fn begin(&self, request: Request, here: InProcess) -> Result<Begun, Error> {
-        let InProcess { backend, events } = here;
+        let InProcess { backend, events, on_start: told } = here;
         // What a start that waits for the owner holds (only one that may wait is copied).
         let asks = matches!(
             &request,
@@ -239,6 +241,9 @@ impl Local {
         let host = self.host.clone();
         let (started, started_rx) = tokio::sync::oneshot::channel::<String>();
         let on_start: Box<dyn FnOnce(&str) + Send> = Box::new(move |id: &str| {
+            if let Some(told) = told {
+                told(id);
+            }
             let _ = started.send(id.to_string());
         });
         let task = match request {

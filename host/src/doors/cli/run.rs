@@ -372,14 +372,13 @@ async fn in_process(
             }
         })
     };
-    let here = InProcess { backend, events: Some(tx) };
+    // `run_started` is written as the run gets its id, before any of its progress.
+    let announce = events
+        .clone()
+        .map(|sink| -> factory_host::engine::host::OnStart { Box::new(move |run_id: &str| sink.started(run_id)) });
+    let here = InProcess { backend, events: Some(tx), on_start: announce };
     let envelope = match local.start_with(request, here).await {
-        Ok((run_id, attempt)) => {
-            if let Some(sink) = &events {
-                sink.started(&run_id);
-            }
-            attempt.await.map_err(factory_host::Error::Task).and_then(|ended| ended)
-        }
+        Ok((_, attempt)) => attempt.await.map_err(factory_host::Error::Task).and_then(|ended| ended),
         Err(e) => Err(e),
     };
     interrupt.abort();
