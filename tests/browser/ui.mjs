@@ -126,7 +126,10 @@ try {
   await page.waitForFunction(() => document.getElementById('run-status')?.textContent === 'completed', null, { timeout: 30000 });
   const done = await api('GET', `/api/runs/${id}`);
   const expectedAll = await agentsInProgress(id);
-  await page.waitForFunction((n) => Number(document.getElementById('timeline').dataset.bars) === n, expectedAll, { timeout: 5000 })
+  // The status can read `completed` a refresh before the last agents' ends reach the
+  // timeline: wait for every bar, and for the 40 of them that ended ok.
+  await page.waitForFunction((n) => Number(document.getElementById('timeline').dataset.bars) === n
+      && Number(document.querySelector('#legend [data-kind=ok]')?.dataset.count) === 40, expectedAll, { timeout: 10000 })
     .catch(() => {});
   const bars = Number(await page.getAttribute('#timeline', 'data-bars'));
   const okBars = Number(await page.getAttribute('#legend [data-kind=ok]', 'data-count'));
