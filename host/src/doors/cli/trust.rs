@@ -294,24 +294,14 @@ pub async fn consent_remote(
             target::resolve_built(path, "run")?;
             let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
             let factory = host.load_file(path).await.with_context(|| format!("loading {}", path.display()))?;
-            factory.meta.limits.overridden_by(overrides).validate()?;
-            let key = trust_key(&factory).to_string();
-            if settled(g, yes, &key, source, Some(&factory.meta.name))? {
-                return Ok(Some(key));
-            }
-            return Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, key));
+            return consent_to(g, yes, source, &factory, overrides, grants, backend).await;
         }
         Target::File(path) => path.as_path(),
         Target::Registered(name) => {
             if let Client::Local(local) = client {
                 // The store is this process's: the registered factory is shown as a file is.
                 let factory = local.host().load_registered(name).await.map_err(|e| target::not_registered(name, e))?;
-                factory.meta.limits.overridden_by(overrides).validate()?;
-                let key = trust_key(&factory).to_string();
-                if settled(g, yes, &key, source, Some(&factory.meta.name))? {
-                    return Ok(Some(key));
-                }
-                return Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, key));
+                return consent_to(g, yes, source, &factory, overrides, grants, backend).await;
             }
             // Its bytes are in the store the other process holds; its sha256 is asked for.
             let registration = client.inspect(&g.session, name).await?;
@@ -331,11 +321,7 @@ pub async fn consent_remote(
         // Bad input (not a component, bad limits) is reported as such, before any question
         // of trust; the service in this process keeps what it loaded for the run.
         let factory = local.host().load_bytes(&bytes).await.with_context(|| format!("loading {}", path.display()))?;
-        factory.meta.limits.overridden_by(overrides).validate()?;
-        if settled(g, yes, &hash, source, Some(&factory.meta.name))? {
-            return Ok(Some(hash));
-        }
-        return Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, hash));
+        return consent_to(g, yes, source, &factory, overrides, grants, backend).await;
     }
     if settled(g, yes, &hash, source, None)? {
         return Ok(Some(hash));
@@ -344,6 +330,20 @@ pub async fn consent_remote(
     let factory = host.load_bytes(&bytes).await.with_context(|| format!("loading {}", path.display()))?;
     factory.meta.limits.overridden_by(overrides).validate()?;
     Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, hash))
+}
+
+/// [`consent`] to a loaded `factory`, answering its trust key when consented.
+async fn consent_to(
+    g: &GlobalArgs,
+    yes: &YesArg,
+    source: &str,
+    factory: &Factory,
+    overrides: &Limits,
+    grants: Option<&[PathBuf]>,
+    backend: &str,
+) -> Result<Option<String>> {
+    let approved = consent(g, yes, source, factory, overrides, grants, backend).await?;
+    Ok(approved.then(|| trust_key(factory).to_string()))
 }
 
 /// How the consent prompt names a backend the process holding the store builds.
