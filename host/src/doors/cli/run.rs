@@ -158,11 +158,12 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     // command's own builds a backend no request can name: it is handed over with the run.
     // An unusable backend is refused before anything is created or asked.
     let host = local.host().clone();
-    let own_backend = cassette_backend(&config, &a.out.backend, None)?;
-    let shown = match &own_backend {
-        Some(backend) => backend.describe(),
-        None => host.chosen_backend(&a.out.backend.choice())?.describe(),
+    // Built once: shown in the consent question, then handed over with the start.
+    let backend = match cassette_backend(&config, &a.out.backend, None)? {
+        Some(backend) => backend,
+        None => host.chosen_backend(&a.out.backend.choice())?,
     };
+    let shown = backend.describe();
     let component = local_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
     let client = Client::Local(local.clone());
     let approved =
@@ -182,7 +183,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         // This process's own working directory is always hidden from agent sandboxes.
         caller_cwd: None,
     };
-    let envelope = in_process(g, &local, request, own_backend, a.out.quiet, events).await?;
+    let envelope = in_process(g, &local, request, Some(backend), a.out.quiet, events).await?;
     if declined {
         return trust::report_declined(&envelope, a.out.json);
     }
