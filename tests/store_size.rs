@@ -178,9 +178,12 @@ async fn two_thousand_two_kib_replies_where_the_bytes_go() {
     // leaves of random agent keys leave: the live rows alone are 0.6x. Held here to what this
     // build reaches (4.37x long and 2.52x on disk before).
     assert!(usage.file_bytes * 10 <= replies * 25, "{}", report("2 KiB replies", &usage, replies, n as u64));
-    // (On a file system that keeps no sparse files the disk figure is the length's.)
-    let sparse = usage.disk_bytes < usage.file_bytes;
-    assert!(!sparse || usage.disk_bytes * 10 <= replies * 15, "{}", report("2 KiB replies", &usage, replies, n as u64));
+    // The pages redb holds live (what a compaction keeps): 1,165 pages of 4 KiB, 1.17x the
+    // replies, measured here and on CI. The blocks on disk are the file system's business (CI's
+    // file system kept 6,176,768 B of the same file where this machine's kept 5,095,424 B), so
+    // they are printed, not held.
+    let live = usage.allocated_pages * usage.page_size;
+    assert!(live * 10 <= replies * 13, "{}", report("2 KiB replies", &usage, replies, n as u64));
 
     // `factory stats` (the real binary) says where the bytes go: its parts add up to the file.
     let out = common::factory_in(state.path(), &["stats", "--json"]);
