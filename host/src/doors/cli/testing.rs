@@ -1,8 +1,9 @@
 //! `factory test [PATH...]`: run factories against their cassettes and check what their
 //! authors assert. A PATH is a test file (`NAME.test.json`, [`TestFile`]) or a directory
 //! whose `*.test.json` files are used (default: the working directory). Each case runs in
-//! a private in-memory host (no state directory is touched) with every agent call served
-//! from the cassette; a call the cassette does not hold fails the case with the call's label
+//! a private in-memory host (no state directory is touched), started through the service
+//! over it as every run is ([`Local::start_with`]), with every agent call served from the
+//! cassette; a call the cassette does not hold fails the case with the call's label
 //! and a hint (the recorded call of the same label whose prompt differs, and where). With
 //! `--update` those misses go to the live backend (`--backend`, `--model`, `--config`, as
 //! for `run`) and the cassette is rewritten with exactly the calls the cases made (a missing
@@ -32,7 +33,8 @@ use clap::Args;
 use factory_host::backend::cassette::{read_cassette, CassetteUsage, Exchange, RecordedCall, CASSETTE_VERSION};
 use factory_host::backend::{AgentBackend, Cassette};
 use factory_host::model::expect::{Case, TestFile};
-use factory_host::{Host, HostConfig, Limits, RunOptions};
+use factory_host::service::{trust_key, Consent, InProcess, Local, Request, Target};
+use factory_host::{Host, HostConfig, Limits};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -312,13 +314,17 @@ async fn test_file(
             file.display()
         );
     }
+    // Each case runs in a store of its own in this process, through the service over it: the
+    // one start and consent check every run goes through (the consent is asked here, once).
     let host = Host::new(HostConfig { state_dir: None, sandbox_hidden: g.sandbox_hidden(), ..HostConfig::default() })?;
-    let built = target::resolve(&factory_path, &target::BuildConsent::new(g, yes.yes))?;
+    let built = std::path::absolute(target::resolve(&factory_path, &target::BuildConsent::new(g, yes.yes))?)?;
     let factory = host.load_file(&built).await.with_context(|| format!("loading {}", built.display()))?;
     let shown = factory_path.display().to_string();
     if !trust::consent(g, yes, &shown, &factory, &Limits::default(), None, "a cassette").await? {
         bail!("{shown}: not approved (run it once with --yes, or `factory trust` it)");
     }
+    let service = Local::new(Arc::new(host), Arc::new(|_: &str| false));
+    let under_test = Under { service: &service, component: built, consent: trust_key(&factory).to_string() };
     let name = file.display().to_string();
     outln!("{} ({} cases, {})", esc(&name), test.cases.len(), esc(&factory_path.display().to_string()));
     let scratch = scratch_dir(&cassette)?;
@@ -341,7 +347,7 @@ async fn test_file(
         }
         let backend = Arc::new(backend);
         let started = Instant::now();
-        let checked = run_case(&host, &factory, case, backend.clone()).await?;
+        let checked = run_case(&under_test, case, backend.clone()).await?;
         // The misses first: they explain the failures that follow from them.
         let mut failures = Vec::new();
         if let Some(used) = backend.usage() {
@@ -385,27 +391,43 @@ pub async fn record_scaffold(g: &GlobalArgs, file: &Path) -> Result<()> {
     }
 }
 
+/// The factory a test file runs and the service that runs it.
+struct Under<'a> {
+    service: &'a Local,
+    /// The built component (absolute).
+    component: PathBuf,
+    /// The trust key consented to.
+    consent: String,
+}
+
 /// Run one case and check it; the failures (empty: passed).
-async fn run_case(
-    host: &Host,
-    factory: &factory_host::Factory,
-    case: &Case,
-    backend: Arc<Cassette>,
-) -> Result<Vec<String>> {
-    let options = RunOptions {
+async fn run_case(under: &Under<'_>, case: &Case, backend: Arc<Cassette>) -> Result<Vec<String>> {
+    let request = Request::Run {
+        session: "test".into(),
+        component: Target::File(under.component.clone()),
         args: Some(case.args.clone().unwrap_or_else(|| serde_json::json!({}))),
-        session: Some("test".into()),
-        backend: Some(backend),
-        ..Default::default()
+        limits: Limits::default(),
+        backend: Default::default(),
+        grants: Vec::new(),
+        declined: false,
+        consent: Consent::Sha256(under.consent.clone()),
+        trace_parent: None,
+        caller_cwd: None,
     };
-    let envelope = match host.run(factory, options).await {
+    let here = InProcess { backend: Some(backend), ..InProcess::default() };
+    let ended = match under.service.start_with(request, here).await {
+        Ok((_, attempt)) => attempt.await.map_err(factory_host::Error::Task).and_then(|ended| ended),
+        Err(e) => Err(e),
+    };
+    let envelope = match ended {
         Ok(envelope) => envelope,
         // Refused before a run exists (invalid args): the case fails, saying why.
         Err(e) => return Ok(vec![format!("the run did not start: {e}")]),
     };
     let mut present = std::collections::HashSet::new();
+    let store = under.service.host().store();
     for key in &case.journal.steps {
-        if host.store().get_step(&envelope.run_id, key).await.map_err(anyhow::Error::new)?.is_some() {
+        if store.get_step(&envelope.run_id, key).await.map_err(anyhow::Error::new)?.is_some() {
             present.insert(key.clone());
         }
     }
