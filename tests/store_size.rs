@@ -288,3 +288,46 @@ async fn two_thousand_two_kib_replies_on_postgresql_bytes_and_wal_per_call() {
     }
     assert_eq!(store.remove_run(&run_id).await.expect("remove_run"), Removed::NotFound);
 }
+
+/// Issue 54's yardstick, measured on this machine beside our store: LangGraph's SQLite
+/// checkpointer keeping the same fan-out of 1,000 calls answering `ok`
+/// (`tests/compare/langgraph_size.py`, its packages pinned by `./test`). Our store, the
+/// factory's component included, holds at most 1.5x its bytes per call. Measured: LangGraph
+/// 856,064 to 860,160 B (about 860 B a call); ours 1,122,304 B (1,122 B a call, 1.31x), of
+/// which 400,721 B are the probe component.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_tiny_replies_beside_langgraphs_sqlite_checkpointer() {
+    let state = tempfile::tempdir().unwrap();
+    let backend = Prose::new(0);
+    let n = 1000;
+    let (usage, _) = fan_out(state.path(), &backend, n).await;
+    let script = common::root().join("tests/compare/langgraph_size.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3").arg(script).args([n.to_string(), "0".into()]).output()
+    })
+    .await
+    .expect("the script's thread")
+    .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "LangGraph's side failed (is `langgraph` installed? ./test installs langgraph==1.2.24 and \
+         langgraph-checkpoint-sqlite==3.1.2 into .venv and puts it first on PATH): {}",
+        common::stderr(&out)
+    );
+    let theirs = common::stdout_json(&out);
+    let theirs = theirs["fileBytes"].as_u64().expect("LangGraph's file bytes");
+    println!(
+        "tiny replies, {n} calls: ours {} B ({:.0} B a call), LangGraph's SQLite checkpointer {theirs} B ({:.0} B a \
+         call): {:.2}x",
+        usage.file_bytes,
+        usage.file_bytes as f64 / n as f64,
+        theirs as f64 / n as f64,
+        usage.file_bytes as f64 / theirs as f64
+    );
+    assert!(
+        usage.file_bytes * 10 <= theirs * 15,
+        "ours {} B, LangGraph's {theirs} B: {}",
+        usage.file_bytes,
+        report("tiny replies", &usage, 2 * n as u64, n as u64)
+    );
+}
