@@ -138,6 +138,7 @@ async fn the_openapi_document_lists_exactly_the_routes_served_and_each_answers()
     };
     operations.sort_by_key(rank);
     let probe = common::component("probe");
+    let mut answers = Vec::new();
     for (path, method, operation) in &operations {
         let id = match path.as_str() {
             p if p.starts_with("/api/ui/") => "all",
@@ -171,6 +172,15 @@ async fn the_openapi_document_lists_exactly_the_routes_served_and_each_answers()
             let media = media.unwrap_or_else(|| panic!("{method} {path}: {status} is not documented: {operation:#}"));
             let got = response.headers()["content-type"].to_str().expect("a content type").to_string();
             assert_eq!(got, media, "{method} {concrete}");
+            if got == "application/json" {
+                let schema = documented[&got]["schema"].clone();
+                let text = response.text().await.expect("the answer");
+                let instance: Value =
+                    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {concrete}: {e}"));
+                answers.push(
+                    json!({ "where": format!("{method} {path} ({status})"), "schema": schema, "instance": instance }),
+                );
+            }
         }
         if !public {
             // Without the token, no listed API route answers.
@@ -211,6 +221,47 @@ async fn the_openapi_document_lists_exactly_the_routes_served_and_each_answers()
                 .expect("an answer");
             assert_eq!(response.status(), 404, "{method} {path} is served but not listed");
         }
+    }
+
+    // Each JSON answer is what the document says it is, field for field: checked by the
+    // `jsonschema` package's Draft 2020-12 validator, no undocumented property allowed.
+    assert!(answers.len() >= 20, "{} JSON answers", answers.len());
+    let cases = tempfile::NamedTempFile::new().expect("a scratch file");
+    serde_json::to_writer(&cases, &json!({ "document": doc, "cases": answers })).expect("the cases written");
+    let out = std::process::Command::new("python3")
+        .arg(common::root().join("tests/openapi/validate.py"))
+        .arg(cases.path())
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "answers that are not what the document says (is `jsonschema` installed? ./test installs mcp, which brings \
+         it, into .venv):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        common::stderr(&out)
+    );
+
+    // The check can fail: the run's detail with one field the document does not list, and
+    // with a progress entry's field of the wrong type, are refused.
+    let detail = answers
+        .iter()
+        .find(|a| a["where"].as_str().is_some_and(|w| w.starts_with("GET /api/runs/{id} ")))
+        .expect("the detail was checked")
+        .clone();
+    let mut unlisted = detail.clone();
+    unlisted["instance"]["bogus"] = json!(1);
+    let mut mistyped = detail;
+    mistyped["instance"]["progress"][0]["seq"] = json!("one");
+    for (case, expected) in [(unlisted, "bogus"), (mistyped, "'one' is not of type 'integer'")] {
+        let cases = tempfile::NamedTempFile::new().expect("a scratch file");
+        serde_json::to_writer(&cases, &json!({ "document": doc, "cases": [case] })).expect("the case written");
+        let out = std::process::Command::new("python3")
+            .arg(common::root().join("tests/openapi/validate.py"))
+            .arg(cases.path())
+            .output()
+            .expect("python3 runs");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success() && said.contains(expected), "{said}{}", common::stderr(&out));
     }
 
     // The bodies' schemas are in the document, derived from the types (the limits' fields).

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 pub const MAX_LIVE_AGENTS: usize = 1_000;
 
 /// An agent call running or queued.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LiveAgent {
     /// Its label.
@@ -22,7 +22,7 @@ pub struct LiveAgent {
 }
 
 /// A declared phase, marked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeclaredPhase {
     /// Its title.

@@ -3,7 +3,7 @@
 //! ([`crate::backend::flow`]), which owns the flows themselves. Plain data.
 
 /// Why calls wait in a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitReason {
     /// The server said when to come back (429 `retry-after`, or nothing left until a reset).
@@ -32,7 +32,7 @@ impl WaitReason {
 }
 
 /// A flow as it stands (for progress lines, run detail and metrics).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlowStats {
     /// The backend's name.

@@ -24,6 +24,17 @@ pub const MAX_DEPTH: usize = 64;
 #[derive(Clone)]
 pub struct RawJson(Box<RawValue>);
 
+/// Any JSON value: its schema is the empty one.
+impl schemars::JsonSchema for RawJson {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AnyJson".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "description": "any JSON value (a guest's, kept as its text)" })
+    }
+}
+
 /// Text that is not one JSON value.
 #[derive(Debug, thiserror::Error)]
 #[error("not JSON: {0}")]

@@ -283,7 +283,7 @@ pub const DEFAULT_WRAP_UP: &str =
 
 /// Soft limits of one agent call (the factory's defaults, or a call's own). `None`: no limit
 /// of this kind. Part of the call's memo key when any is present.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentLimits {
     /// Model turns the subagent may take.
@@ -374,7 +374,7 @@ impl AgentLimits {
 }
 
 /// The soft limit that ended an agent call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SoftLimit {
     /// The subagent used its `maxTurns`.

@@ -6,7 +6,7 @@ use crate::model::schema::Schema;
 use serde::{Deserialize, Serialize};
 
 /// A declared phase.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseDecl {
     /// Title, as passed to `ctx.phase`.
     pub title: String,
@@ -16,7 +16,7 @@ pub struct PhaseDecl {
 }
 
 /// A factory's metadata.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FactoryMeta {
     /// Stable identifier.

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One thing that happened in a run. Never carries a prompt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "camelCase")]
 pub enum ProgressEvent {
     /// The attempt started.
@@ -72,7 +72,7 @@ impl ProgressEvent {
 
 /// The level of a log line: `console.debug`/`info`/`warn`/`error` (`console.log` is
 /// `info`, as is `ctx.log`); serialized lowercase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
     /// `console.debug`.
@@ -104,7 +104,7 @@ impl LogLevel {
 }
 
 /// How a subagent call ended; serialized `ok`, `failed`, `aborted`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentStatus {
     /// It produced a reply.
@@ -128,7 +128,7 @@ impl AgentStatus {
 }
 
 /// A prompt-free summary of one subagent call.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentSummary {
     /// The call's label (or `agent`).
@@ -252,7 +252,7 @@ impl RunSettled {
 }
 
 /// A progress event with its place in the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgressEntry {
     /// 1-based, increasing across attempts.

@@ -6,7 +6,7 @@
 
 /// Host-side sandbox limits, the same for every run of a host. Every field has a default,
 /// so a serialized form from an older build (missing newer fields) still parses.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SandboxLimits {
     /// Linear memory per run, in bytes.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// What a run or registration records of a script factory (the text is a stored blob).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScriptRef {
     /// sha256 of the source text.
@@ -25,7 +25,7 @@ pub struct ScriptRef {
 }
 
 /// What a run records of the modules it loaded (JSON in the store).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
     /// The factory's directory (canonical), where modules not yet loaded are read from.
@@ -38,7 +38,7 @@ pub struct Manifest {
 }
 
 /// One answered import.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Resolution {
     /// The importing module.
     pub referrer: String,

@@ -31,7 +31,7 @@ pub const MAX_ANSWERED: usize = 256;
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// One approval, as the owner and the waiting caller see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
     /// Its id (what `approve` and `decline` name).
@@ -59,7 +59,7 @@ pub enum Started {
 }
 
 /// Where an approval stands.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case", rename_all_fields = "camelCase")]
 pub enum ApprovalState {
     /// Waiting for the owner.

@@ -31,7 +31,7 @@ pub enum Consent {
 }
 
 /// What a consent question asks to do with the factory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Operation {
     /// Start a run.
@@ -54,7 +54,7 @@ impl Operation {
 }
 
 /// One consent question: what is asked about, whichever door asks it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Question {
     /// The factory's name.

@@ -127,7 +127,7 @@ pub enum Interruption {
 }
 
 /// A registered factory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Registration {
     /// Its metadata at registration.

@@ -5,8 +5,9 @@
 //! the bodies' JSON Schemas derived from their Rust types (`schemars`), so the document and
 //! what is served cannot drift apart.
 
-use factory_host::service::{Removed, StartedAnswer};
-use factory_host::{ErrorCode, Limits, RunEnvelope, RunSummary, RunsPage};
+use factory_host::service::{Approval, Removed, StartedAnswer};
+use factory_host::store::Registration;
+use factory_host::{ErrorCode, Limits, ProgressEntry, RunDetail, RunEnvelope, RunSummary, RunsPage};
 use hyper::Method;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -301,16 +302,10 @@ fn runs_answer(generator: &mut SchemaGenerator) -> Schema {
 
 /// A run's detail: the envelope's fields beside its own (phases, agents, progress, ...).
 fn detail_answer(generator: &mut SchemaGenerator) -> Schema {
-    let envelope = generator.subschema_for::<RunEnvelope>();
-    let own = json!({
-        "type": "object",
-        "description": "the detail's own fields: limits, phases, declaredPhases, agents, progress, componentHashes, \
-                        scripts, backends, grants, sandbox, and while the run executes here, flows"
-    });
-    Schema::try_from(json!({ "allOf": [envelope, own] })).unwrap_or_default()
+    generator.subschema_for::<RunDetail>()
 }
 
-/// An open JSON object (its type is not described by a schema yet).
+/// An open JSON object (its type is not described by a schema).
 fn object(description: &'static str) -> impl Fn(&mut SchemaGenerator) -> Schema {
     move |_| Schema::try_from(json!({ "type": "object", "description": description })).unwrap_or_default()
 }
@@ -318,31 +313,30 @@ fn object(description: &'static str) -> impl Fn(&mut SchemaGenerator) -> Schema 
 /// A pending approval: its id, state, the question's facts (factory, sha256, operation,
 /// backend, limits, phases, grants), the session that asked and when it expires.
 fn approval_answer(generator: &mut SchemaGenerator) -> Schema {
-    object(
-        "an approval: id, session?, question { factory, sha256, operation, backend, limits, phases, grants }, \
-            state { status: pending | approved (runId, always) | declined | expired | failed (code, message) }, \
-            createdAtMs, expiresAtMs",
-    )(generator)
+    generator.subschema_for::<Approval>()
 }
 
 fn approvals_answer(generator: &mut SchemaGenerator) -> Schema {
-    let approval = approval_answer(generator);
-    Schema::try_from(json!({ "type": "array", "items": approval })).unwrap_or_default()
+    generator.subschema_for::<Vec<Approval>>()
 }
 
 fn progress_answer(generator: &mut SchemaGenerator) -> Schema {
-    let entry =
-        object("a progress entry: seq, atMs, phase?, and the event (`event` names it) with its fields")(generator);
-    Schema::try_from(json!({ "type": "array", "items": entry })).unwrap_or_default()
+    generator.subschema_for::<Vec<ProgressEntry>>()
+}
+
+/// One registered factory, or (a file that defines several) the list of them.
+fn registered_answer(generator: &mut SchemaGenerator) -> Schema {
+    let one = generator.subschema_for::<Registration>();
+    let several = generator.subschema_for::<Vec<Registration>>();
+    Schema::try_from(json!({ "anyOf": [one, several] })).unwrap_or_default()
 }
 
 fn registration_answer(generator: &mut SchemaGenerator) -> Schema {
-    object("a registered factory: meta, hash, script?, addedAt, session?")(generator)
+    generator.subschema_for::<Registration>()
 }
 
 fn factories_answer(generator: &mut SchemaGenerator) -> Schema {
-    let item = registration_answer(generator);
-    Schema::try_from(json!({ "type": "array", "items": item })).unwrap_or_default()
+    generator.subschema_for::<Vec<Registration>>()
 }
 
 fn document_answer(generator: &mut SchemaGenerator) -> Schema {
@@ -549,7 +543,7 @@ pub const ROUTES: &[Route] = &[
         summary: "register a factory file or one in the authoring form",
         query: &[],
         body: Some(schema::<RegisterBody>),
-        answer: Answer::Json(200, registration_answer),
+        answer: Answer::Json(200, registered_answer),
     },
     Route {
         method: Method::GET,

@@ -14,7 +14,7 @@ use crate::store::ProgressQuery;
 
 /// A run with its phases, agent summaries and latest progress page. On the wire it is the
 /// envelope's fields and its own side by side (see its `Deserialize`).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunDetail {
     /// The envelope.
