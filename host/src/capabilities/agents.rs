@@ -8,8 +8,9 @@
 //! memo key, handed to the backend), schema retries, and accounting (spawns, cache hits,
 //! credits, tokens). Each hook
 //! call clones what it needs out of the store and awaits without holding it, so thousands
-//! can be in flight at once. Sleep's semantics are in [`super::sleep`]; the WIT binding of
-//! both is in [`super::bindings`].
+//! can be in flight at once. The hooks reach an attempt's calls, and the set of calls
+//! `agents.agent-start` started, through [`super::started::AgentsView`]. Sleep's semantics are in
+//! [`super::sleep`]; the WIT binding of both is in [`super::bindings`].
 
 use super::abort::{Abort, LimitKind};
 use super::attempt::{Attempt, AttemptSetup, Memo};
@@ -125,6 +126,11 @@ impl Agents {
         self.attempt_cache_hits.fetch_add(1, Ordering::Relaxed);
         self.metrics.call(crate::metrics::CallOutcome::Cached);
         self.attempt.announce(|| ProgressEvent::cached(label.to_string(), ok));
+    }
+
+    /// The attempt these calls belong to.
+    pub(crate) fn attempt(&self) -> &Arc<Attempt> {
+        &self.attempt
     }
 
     /// The flows the backend's calls go through (see [`AgentBackend::flows`]).

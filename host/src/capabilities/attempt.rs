@@ -3,7 +3,8 @@
 //! attempt's clock, and the journal view: a byte-bounded cache of journal values in front of
 //! the store, with the `maxJournalBytes` budget charged by every write. It also holds the
 //! progress journal (seq, the current phase, revisions announced to subscribers). Steps,
-//! agents, phase/log and sleep each keep their own state in their own module.
+//! agents, phase/log and sleep each keep their own state in their own module. The hooks
+//! reach it through [`AttemptView`], which the run's state in the store data implements.
 
 use super::abort::{Abort, LimitKind, Pause};
 use super::cache::ValueCache;
@@ -124,6 +125,14 @@ pub(crate) struct Attempt {
     /// The attempt's span, and the current phase's under it (the parent of calls' spans).
     span: tracing::Span,
     phase_span: Mutex<Option<tracing::Span>>,
+}
+
+/// How the hooks reach an attempt's shared core in the run's state (the store data's host
+/// part, which the engine builds): what the identity, stop and checkpoint hooks of `ctx`
+/// and `agents.sleep` need.
+pub(crate) trait AttemptView: Send + 'static {
+    /// The attempt this store runs.
+    fn attempt(&self) -> &Arc<Attempt>;
 }
 
 /// Milliseconds since the epoch, for progress entries.

@@ -1,41 +1,92 @@
 //! The WIT bindings of the capabilities: `agent:factory/ctx` (steps, phase and log, the
 //! run's identity and stop signal, checkpoints) and `agent:factory/agents` (subagents and sleep), each
 //! function handed to the capability that owns it, and the conversion of the host's
-//! [`Abort`] and [`StepError`] to their WIT forms. Bindings take the sandbox's store data;
-//! the capabilities' semantics never see it, so they do not depend on the sandbox that holds
-//! them. The synchronous hooks answer from in-memory state or, for a journaled value not
+//! [`Abort`] and [`StepError`] to their WIT forms. Each interface is added to the linker with
+//! a getter (wasmtime's `HasData`, as wasmtime-wasi adds WASI): it takes the sandbox's store
+//! data, asks its host part (the run's state, which the engine builds) for the capabilities
+//! through their views ([`AttemptView`], [`StepsView`], [`ProgressView`], [`AgentsView`]),
+//! and the interface is served by what they lend ([`CtxHost`], [`AgentsCtx`]). The
+//! capabilities' semantics never see the store data, so they do not depend on the sandbox
+//! that holds them. The synchronous hooks answer from in-memory state or, for a journaled value not
 //! cached, one read of the store; none waits for a commit. An agent call is checked, keyed
 //! and, when the journal view holds its answer, answered inside the hook call (or by the
 //! synchronous `agents.agent-ready` or `agents.agent-start`: they spare a memo hit the
 //! async call's machinery); one that must wait clones what it needs out of the store and
 //! awaits without holding it, in the async `agents.agent`'s own future or, started by
-//! `agents.agent-start`, in the store data's set of started calls
+//! `agents.agent-start`, in the store's set of started calls
 //! ([`super::started`]), which `agents.agent-wait` polls and reports in batches.
 
 use super::abort::{Abort, LimitKind, Pause, StepError};
 use super::agents::{Agents, Start};
-use super::started::{settle, Launch};
+use super::attempt::{Attempt, AttemptView};
+use super::progress::{Progress, ProgressView};
+use super::started::{settle, AgentsCtx, AgentsView, Launch};
+use super::steps::{Steps, StepsView};
 use crate::sandbox::contract::agent::factory::{agents, ctx, types as wit};
 use crate::sandbox::RunData;
 use std::sync::Arc;
-use wasmtime::component::{Accessor, HasSelf};
+use wasmtime::component::{Accessor, HasData, Linker};
 
-impl ctx::Host for RunData {
+/// Add `agent:factory/types`, `ctx` and `agents` to `linker`, served by the capabilities the
+/// host state `S` of each store lends through their views.
+pub(super) fn add_to_linker<S>(linker: &mut Linker<RunData<S>>) -> wasmtime::Result<()>
+where
+    S: AttemptView + StepsView + ProgressView + AgentsView,
+{
+    wit::add_to_linker::<RunData<S>, Ctx>(linker, ctx_of::<S>)?;
+    ctx::add_to_linker::<RunData<S>, Ctx>(linker, ctx_of::<S>)?;
+    agents::add_to_linker::<RunData<S>, AgentHooks>(linker, agents_of::<S>)
+}
+
+/// What `agent:factory/ctx` reaches of the attempt a store runs: the capabilities behind its
+/// functions.
+pub(crate) struct CtxHost<'a> {
+    attempt: &'a Attempt,
+    steps: &'a Steps,
+    progress: &'a Progress,
+}
+
+/// `agent:factory/ctx`'s (and `types`') data in the linker: a [`CtxHost`].
+struct Ctx;
+
+impl HasData for Ctx {
+    type Data<'a> = CtxHost<'a>;
+}
+
+/// The getter of [`Ctx`]: the views of the store's host state.
+fn ctx_of<S: AttemptView + StepsView + ProgressView>(data: &mut RunData<S>) -> CtxHost<'_> {
+    let state = data.host();
+    CtxHost { attempt: state.attempt(), steps: state.steps(), progress: state.progress() }
+}
+
+/// `agent:factory/agents`' data in the linker: an [`AgentsCtx`].
+struct AgentHooks;
+
+impl HasData for AgentHooks {
+    type Data<'a> = AgentsCtx<'a>;
+}
+
+/// The getter of [`AgentHooks`]: the view of the store's host state.
+fn agents_of<S: AgentsView>(data: &mut RunData<S>) -> AgentsCtx<'_> {
+    data.host_mut().agents()
+}
+
+impl ctx::Host for CtxHost<'_> {
     fn step_get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
-        Ok(self.run.steps.get(&key).map_err(Into::into))
+        Ok(self.steps.get(&key).map_err(Into::into))
     }
 
     fn step_put(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), wit::StepError>> {
-        Ok(self.run.steps.put(key, value).map_err(Into::into))
+        Ok(self.steps.put(key, value).map_err(Into::into))
     }
 
     fn phase(&mut self, title: String) -> wasmtime::Result<()> {
-        self.run.progress.phase(title);
+        self.progress.phase(title);
         Ok(())
     }
 
     fn log(&mut self, message: String) -> wasmtime::Result<()> {
-        self.run.progress.log(message);
+        self.progress.log(message);
         Ok(())
     }
 
@@ -47,28 +98,30 @@ impl ctx::Host for RunData {
             wit::LogLevel::Warn => LogLevel::Warn,
             wit::LogLevel::Error => LogLevel::Error,
         };
-        self.run.progress.log_at(level, message);
+        self.progress.log_at(level, message);
         Ok(())
     }
 
     fn run_id(&mut self) -> wasmtime::Result<String> {
-        Ok(self.run.attempt.run_id.clone())
+        Ok(self.attempt.run_id.clone())
     }
 
     fn cancelled(&mut self) -> wasmtime::Result<bool> {
-        self.run.attempt.watch();
-        Ok(self.run.attempt.cancelled())
+        self.attempt.watch();
+        Ok(self.attempt.cancelled())
     }
 
     fn stop_reason(&mut self) -> wasmtime::Result<Option<wit::Abort>> {
-        self.run.attempt.watch();
-        Ok(self.run.attempt.stopping().map(Into::into))
+        self.attempt.watch();
+        Ok(self.attempt.stopping().map(Into::into))
     }
 
     fn pause(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
-        Ok(super::checkpoints::pause(&self.run.attempt, key).map_err(Into::into))
+        Ok(super::checkpoints::pause(self.attempt, key).map_err(Into::into))
     }
 }
+
+impl wit::Host for CtxHost<'_> {}
 
 /// [`Agents::start`] of a call as the three agent hooks receive it.
 fn start(agents: &Arc<Agents>, prompt: String, options: wit::AgentOptions) -> Start {
@@ -81,7 +134,7 @@ fn start(agents: &Arc<Agents>, prompt: String, options: wit::AgentOptions) -> St
     agents.start(prompt, options.label, options.schema, options.model, limits, tuning)
 }
 
-impl agents::Host for RunData {
+impl agents::Host for AgentsCtx<'_> {
     fn agent_ready(
         &mut self,
         prompt: String,
@@ -89,7 +142,7 @@ impl agents::Host for RunData {
     ) -> wasmtime::Result<Result<wit::ReadyReply, wit::Abort>> {
         // What `agent` answers inside its hook call, by a synchronous call; a call that
         // must wait is dropped here (its admission undone) and made by `agent`.
-        Ok(match start(&self.run.agents, prompt, options) {
+        Ok(match start(self.agents, prompt, options) {
             Start::Answered(outcome) => outcome.map(wit::ReadyReply::Reply).map_err(Into::into),
             Start::Call(_) => Ok(wit::ReadyReply::MustWait),
         })
@@ -102,10 +155,10 @@ impl agents::Host for RunData {
     ) -> wasmtime::Result<Result<wit::Started, wit::Abort>> {
         // Admission, the memo key and a memo hit as in `agent`; a call that must wait is
         // polled once and, unless that answered it, kept for `agent-wait`.
-        let run = &self.run;
-        Ok(match start(&run.agents, prompt, options) {
+        let agents = self.agents;
+        Ok(match start(agents, prompt, options) {
             Start::Answered(outcome) => outcome.map(wit::Started::Reply).map_err(Into::into),
-            Start::Call(call) => match self.started.launch(run.agents.clone(), run.attempt.clone(), call) {
+            Start::Call(call) => match self.started.launch(agents.clone(), agents.attempt().clone(), call) {
                 Launch::Answered(outcome) => outcome.map(wit::Started::Reply).map_err(Into::into),
                 Launch::Pending(id) => Ok(wit::Started::Pending(id)),
             },
@@ -113,18 +166,18 @@ impl agents::Host for RunData {
     }
 }
 
-impl agents::HostWithStore<RunData> for HasSelf<RunData> {
+impl<T> agents::HostWithStore<T> for AgentHooks {
     async fn agent(
-        accessor: &Accessor<RunData, Self>,
+        accessor: &Accessor<T, Self>,
         prompt: String,
         options: wit::AgentOptions,
     ) -> wasmtime::Result<Result<Option<String>, wit::Abort>> {
         // Admission, the memo key and a memo hit need no wait: answered here, in the hook call.
         let started = accessor.with(|mut access| {
-            let run = &access.get().run;
-            match start(&run.agents, prompt, options) {
+            let agents = access.get().agents;
+            match start(agents, prompt, options) {
                 Start::Answered(outcome) => Err(outcome),
-                Start::Call(call) => Ok((run.agents.clone(), run.attempt.clone(), call)),
+                Start::Call(call) => Ok((agents.clone(), agents.attempt().clone(), call)),
             }
         });
         let (agents, attempt, call) = match started {
@@ -138,7 +191,7 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
         Ok(outcome.map_err(Into::into))
     }
 
-    async fn agent_wait(accessor: &Accessor<RunData, Self>) -> wasmtime::Result<Vec<wit::Finished>> {
+    async fn agent_wait(accessor: &Accessor<T, Self>) -> wasmtime::Result<Vec<wit::Finished>> {
         // Polled through the store data each time: the calls live there, not in this future.
         let done = std::future::poll_fn(|cx| accessor.with(|mut access| access.get().started.poll_done(cx))).await;
         Ok(done
@@ -147,14 +200,12 @@ impl agents::HostWithStore<RunData> for HasSelf<RunData> {
             .collect())
     }
 
-    async fn sleep(accessor: &Accessor<RunData, Self>, ms: u64) -> wasmtime::Result<()> {
-        let attempt = accessor.with(|mut access| access.get().run.attempt.clone());
+    async fn sleep(accessor: &Accessor<T, Self>, ms: u64) -> wasmtime::Result<()> {
+        let attempt = accessor.with(|mut access| access.get().agents.attempt().clone());
         super::sleep::sleep(&attempt, ms).await;
         Ok(())
     }
 }
-
-impl wit::Host for RunData {}
 
 impl From<Abort> for wit::Abort {
     fn from(abort: Abort) -> Self {

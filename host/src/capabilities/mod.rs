@@ -2,12 +2,16 @@
 //! state (as Spin's factors do): [`steps`] (`ctx.step-get`/`step-put`), [`agents`]
 //! (`agents.agent`: memo, limits, accounting), [`started`] (the calls `agents.agent-start`
 //! started and `agents.agent-wait` reports), [`progress`] (`ctx.phase`/`ctx.log`),
-//! [`sleep`] (`agents.sleep`), [`checkpoints`] (`ctx.pause`) and `script` (a script factory's source). What they share of
+//! [`sleep`] (`agents.sleep`), [`checkpoints`] (`ctx.pause`) and [`script`] (a script factory's source). What they share of
 //! one attempt (identity, limits, the stop signal of [`stop`], the journal view and the
-//! progress journal) is [`attempt::Attempt`]. [`Capabilities`] is one attempt's set, which the run
-//! engine builds and the sandbox's store data holds; `bindings` binds the WIT interfaces
-//! to the capability behind each function. [`linker`] adds the factory world and
-//! deny-by-default WASI to one linker that serves every component of a host, and
+//! progress journal) is [`attempt::Attempt`]. [`Capabilities`] is one attempt's set, which
+//! the run engine builds. The capabilities never see the store's data: each reaches its
+//! per-run state through a view trait (as wasmtime-wasi reaches WASI through `WasiView`:
+//! [`attempt::AttemptView`], [`steps::StepsView`], [`progress::ProgressView`],
+//! [`started::AgentsView`], [`script::ScriptView`]) that the host state in the sandbox's
+//! [`RunData`] implements (the engine's), and `bindings` adds the WIT interfaces to the
+//! linker with getters that go through those views. [`linker`] adds the factory world to
+//! the sandbox's linker (deny-by-default WASI) that serves every component of a host, and
 //! [`script_linker`] adds `script` too, for the JS runner.
 
 pub(crate) mod abort;
@@ -17,7 +21,7 @@ mod bindings;
 pub(crate) mod cache;
 pub(crate) mod checkpoints;
 pub(crate) mod progress;
-mod script;
+pub(crate) mod script;
 pub(crate) mod set;
 pub(crate) mod sleep;
 pub(crate) mod started;
@@ -26,23 +30,30 @@ pub(crate) mod stop;
 
 use crate::sandbox::RunData;
 pub(crate) use set::Capabilities;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::Linker;
 use wasmtime::Engine;
 
-/// A linker with the factory world's imports and WASI p2.
-pub(crate) fn linker(engine: &Engine) -> wasmtime::Result<Linker<RunData>> {
-    let mut linker = Linker::new(engine);
-    crate::sandbox::contract::Factory::add_to_linker::<RunData, HasSelf<RunData>>(&mut linker, |data| data)?;
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+/// What the host state of a store must lend for the factory world's hooks: the views of
+/// every capability but the script's.
+pub(crate) trait HookViews:
+    attempt::AttemptView + steps::StepsView + progress::ProgressView + started::AgentsView
+{
+}
+
+impl<S> HookViews for S where S: attempt::AttemptView + steps::StepsView + progress::ProgressView + started::AgentsView {}
+
+/// A linker with the factory world's imports and WASI p2, for stores whose host state is `S`.
+pub(crate) fn linker<S: HookViews>(engine: &Engine) -> wasmtime::Result<Linker<RunData<S>>> {
+    let mut linker = crate::sandbox::linker(engine)?;
+    bindings::add_to_linker(&mut linker)?;
     Ok(linker)
 }
 
 /// [`linker`] plus `agent:factory/script`: the linker of script factories (the JS runner).
-pub(crate) fn script_linker(engine: &Engine) -> wasmtime::Result<Linker<RunData>> {
+pub(crate) fn script_linker<S: HookViews + script::ScriptView>(
+    engine: &Engine,
+) -> wasmtime::Result<Linker<RunData<S>>> {
     let mut linker = linker(engine)?;
-    crate::sandbox::contract::script_runner::agent::factory::script::add_to_linker::<RunData, HasSelf<RunData>>(
-        &mut linker,
-        |data| data,
-    )?;
+    script::add_to_linker(&mut linker)?;
     Ok(linker)
 }

@@ -2,7 +2,7 @@
 //! their semantics and per-run state: the caps on log lines (count, line length, total
 //! bytes; lines over a cap are dropped and counted, long lines truncated) and on phase
 //! titles. Entries are written to the attempt's progress journal
-//! ([`super::attempt::Attempt::emit`]).
+//! ([`super::attempt::Attempt::emit`]). The hooks reach them through [`ProgressView`].
 
 use super::attempt::Attempt;
 use crate::model::progress::{LogLevel, ProgressEvent};
@@ -15,6 +15,13 @@ struct LogCounters {
     lines: usize,
     bytes: usize,
     dropped: u64,
+}
+
+/// How the hooks reach the phase and log state of the attempt a store runs (the run's state
+/// in the store data implements it).
+pub(crate) trait ProgressView: Send + 'static {
+    /// The attempt's phase and log state.
+    fn progress(&self) -> &Progress;
 }
 
 /// The phase and log hooks of one attempt.

@@ -1,6 +1,7 @@
-//! [`Capabilities`]: one attempt's set of capabilities, which the run engine builds and the
-//! sandbox's store data holds: the shared core ([`super::attempt::Attempt`]) and each
-//! capability's own state.
+//! [`Capabilities`]: one attempt's set of capabilities, which the run engine builds, holds
+//! for what it reads of the attempt (the stop cause, accounting), and puts in the host state
+//! of the attempt's store, whose views lend each capability to its hooks: the shared core
+//! ([`super::attempt::Attempt`]) and each capability's own state.
 
 use super::attempt::{Attempt, AttemptSetup, LoadedAgents};
 use super::{agents, cache, progress, steps};

@@ -1,5 +1,6 @@
 //! The agent calls `agents.agent-start` started and `agents.agent-wait` reports: one set per
-//! attempt, which the sandbox's store data holds, so the calls end with the store as the
+//! attempt, which the run's state in the store data holds (the hooks reach it, with the
+//! attempt's [`Agents`], through [`AgentsView`]), so the calls end with the store as the
 //! async `agents.agent` calls do (a dropped call is abandoned, its spend marked a lower
 //! bound). `agent-start` polls a new call once, at once: a call the host can answer without
 //! a wait (a backend that answered in that poll) comes back as a reply and never enters the
@@ -28,6 +29,21 @@ pub(crate) enum Launch {
     Answered(Outcome),
     /// Pending under this id: [`Started::poll_done`] reports it.
     Pending(u32),
+}
+
+/// How the hooks reach the subagent calls of the attempt a store runs (the run's state in
+/// the store data implements it, as wasmtime-wasi's state implements `WasiView`).
+pub(crate) trait AgentsView: Send + 'static {
+    /// The attempt's calls, and the calls `agents.agent-start` started in this store.
+    fn agents(&mut self) -> AgentsCtx<'_>;
+}
+
+/// What [`AgentsView::agents`] lends: the attempt's calls and the store's started calls.
+pub(crate) struct AgentsCtx<'a> {
+    /// The attempt's subagent calls.
+    pub(crate) agents: &'a Arc<Agents>,
+    /// The calls `agents.agent-start` started; they end with the store.
+    pub(crate) started: &'a mut Started,
 }
 
 /// The calls `agents.agent-start` started in one attempt and not yet reported.

@@ -3,13 +3,20 @@
 //! (fingerprints, so a key never written needs no store read, and `maxSteps` counts distinct
 //! keys) with the values the attempt's load found, and the checks a value passes before it
 //! is journaled (size, depth, JSON). Other values go through the attempt's journal view
-//! ([`super::attempt::Attempt`]).
+//! ([`super::attempt::Attempt`]). The hooks reach an attempt's steps through [`StepsView`].
 
 use super::abort::{Abort, StepError};
 use super::attempt::Attempt;
 use crate::model::sandbox_limits::SandboxLimitKind;
 use crate::store::journal::{fingerprint, Fingerprints, Loaded, LoadedEntries};
 use std::sync::{Arc, Mutex};
+
+/// How the hooks reach the steps of the attempt a store runs (the run's state in the store
+/// data implements it).
+pub(crate) trait StepsView: Send + 'static {
+    /// The attempt's steps.
+    fn steps(&self) -> &Steps;
+}
 
 /// The steps of one attempt.
 pub(crate) struct Steps {

@@ -13,15 +13,15 @@
 use crate::capabilities::stop::StopSignal;
 use crate::engine::loaded::Kept;
 use crate::engine::run::Capabilities;
+use crate::engine::state::{self, LoadedComponent, RunLinker};
 use crate::error::Error;
 use crate::model::progress::RunUpdated;
-use crate::sandbox::component::{ComponentLoader, LoadedComponent};
-use crate::sandbox::{self, RunData, SandboxLimits};
+use crate::sandbox::component::ComponentLoader;
+use crate::sandbox::{self, SandboxLimits};
 use crate::store::{RedbStore, Store, StoreOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
-use wasmtime::component::Linker;
 use wasmtime::Engine;
 
 pub use crate::store::DEFAULT_SESSION;
@@ -52,9 +52,9 @@ struct ActiveRun {
 /// The factory host.
 pub struct Host {
     engine: Engine,
-    linker: Linker<RunData>,
+    linker: RunLinker,
     /// [`Host::linker`] plus the `script` import: links the JS runner only.
-    script_linker: Linker<RunData>,
+    script_linker: RunLinker,
     /// The built-in JS runner, once loaded.
     runner: Mutex<Option<LoadedComponent>>,
     loader: ComponentLoader,
@@ -99,9 +99,8 @@ impl Host {
     pub fn with_store(config: HostConfig, store: Arc<dyn Store>) -> Result<Self, Error> {
         config.sandbox.validate()?;
         let engine = sandbox::engine().map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
-        let linker = crate::capabilities::linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
-        let script_linker =
-            crate::capabilities::script_linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
+        let linker = state::linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
+        let script_linker = state::script_linker(&engine).map_err(|e| Error::Engine(e.into_boxed_dyn_error()))?;
         let loader = ComponentLoader::new(engine.clone(), config.cache_dir.clone());
         let room = config
             .caps

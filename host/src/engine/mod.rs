@@ -3,7 +3,9 @@
 //! classifies its outcome; [`queue`] is a worker's side of a shared store's run queue, under
 //! the [`caps`] it is given (what it checks before it runs what a shared store says is
 //! [`crate::sandbox::admission`]); [`gc`] deletes the ended runs a retention policy no longer
-//! keeps. The hooks an attempt serves are [`crate::capabilities`].
+//! keeps. The hooks an attempt serves are [`crate::capabilities`]; [`state`] is what the
+//! engine puts in each store for them (the host part of the sandbox's store data, which the
+//! capabilities reach through their views) and the components linked against it.
 
 pub mod caps;
 pub mod gc;
@@ -14,3 +16,4 @@ pub mod parking;
 pub mod queue;
 pub mod recover;
 pub(crate) mod run;
+pub mod state;

@@ -7,9 +7,9 @@ pub(crate) use crate::capabilities::abort::{Abort, LimitKind, Pause};
 pub(crate) use crate::capabilities::attempt::AttemptSetup;
 use crate::capabilities::attempt::StopCause;
 pub(crate) use crate::capabilities::Capabilities;
+use crate::engine::state::{self, LoadedComponent};
 use crate::model::envelope::{Failure, RunStatus};
-use crate::sandbox::component::LoadedComponent;
-use crate::sandbox::{self, SandboxLimits};
+use crate::sandbox::SandboxLimits;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,18 +40,16 @@ pub(crate) async fn execute(
     // never starts its guest, grace or not.
     let stopped_before = stop.is_cancelled();
     let returned = {
-        let mut store =
-            match sandbox::new_store(engine, &shared.attempt.sandbox, shared.clone(), component.script.clone(), grants)
-            {
-                Ok(store) => store,
-                Err(e) => {
-                    return outcome_failed(Failure::new(
-                        crate::model::envelope::FailureType::Sandbox,
-                        None,
-                        format!("{e:#}"),
-                    ))
-                }
-            };
+        let mut store = match state::new_store(engine, &shared.attempt.sandbox, shared.clone(), component, grants) {
+            Ok(store) => store,
+            Err(e) => {
+                return outcome_failed(Failure::new(
+                    crate::model::envelope::FailureType::Sandbox,
+                    None,
+                    format!("{e:#}"),
+                ))
+            }
+        };
         let pre = component.pre.clone();
         let call = async {
             let factory = pre.instantiate_async(&mut store).await?;

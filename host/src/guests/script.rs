@@ -3,7 +3,7 @@
 //! the prebuilt `guest-sdk/js-runner/js-runner.component.wasm` that this crate's build script
 //! embeds; `cargo xtask js-runner` rebuilds it from source) with the factory's source
 //! given to it through the `script` import. A loaded script factory is the runner's
-//! [`LoadedComponent`](crate::sandbox::component::LoadedComponent) plus a [`Script`].
+//! loaded component plus a [`Script`].
 //!
 //! The source is part of a run's identity: every attempt records the runner's sha256 and a
 //! [`ScriptRef`] (the source's sha256, its file name and entry); the source text is stored

@@ -1,6 +1,7 @@
 //! Loading a factory component: recognise the bytes (core module, component, garbage),
 //! hash them (sha256), compile once and cache the serialized artifact on disk keyed by hash
-//! and engine, link against the host's imports and check the exports through `InstancePre`.
+//! and engine, link against the host's imports and check the exports through `InstancePre`:
+//! a [`LinkedComponent`], over whatever store data the caller's linker serves.
 //!
 //! A cached artifact is native code that is mapped and run, so it is used only when it is
 //! ours: the file and its directory must be owned by this user and not writable by group or
@@ -8,7 +9,6 @@
 //! directory is created `0700` and artifacts `0600`.
 
 use crate::sandbox::contract::FactoryPre;
-use crate::sandbox::RunData;
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -91,9 +91,9 @@ pub fn content_hash(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// A compiled, linked, checked factory component, ready to instantiate.
-#[derive(Clone)]
-pub struct LoadedComponent {
+/// A compiled, linked, checked factory component, ready to instantiate in a store of data
+/// `T` (the data of the linker it was linked with).
+pub struct LinkedComponent<T: 'static> {
     /// sha256 of the component bytes (hex).
     pub hash: String,
     /// The imports the component declares (`agent:factory/ctx@0.1.0`, ...).
@@ -102,26 +102,25 @@ pub struct LoadedComponent {
     pub origin: CompileOrigin,
     /// The component bytes (stored content-addressed with the runs that use them).
     pub bytes: std::sync::Arc<[u8]>,
-    /// A script factory's source (the component is then the JS runner).
-    pub script: Option<std::sync::Arc<crate::guests::script::Script>>,
-    pub(crate) pre: FactoryPre<RunData>,
+    /// Instantiates it, its imports resolved.
+    pub(crate) pre: FactoryPre<T>,
 }
 
-impl LoadedComponent {
-    /// This (runner) component with `script` as its source.
-    pub fn with_script(mut self, script: crate::guests::script::Script) -> Self {
-        self.script = Some(std::sync::Arc::new(script));
-        self
+impl<T: 'static> Clone for LinkedComponent<T> {
+    fn clone(&self) -> Self {
+        LinkedComponent {
+            hash: self.hash.clone(),
+            imports: self.imports.clone(),
+            origin: self.origin,
+            bytes: self.bytes.clone(),
+            pre: self.pre.clone(),
+        }
     }
 }
 
-impl std::fmt::Debug for LoadedComponent {
+impl<T: 'static> std::fmt::Debug for LinkedComponent<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedComponent")
-            .field("hash", &self.hash)
-            .field("imports", &self.imports)
-            .field("script", &self.script.as_ref().map(|s| s.reference()))
-            .finish()
+        f.debug_struct("LinkedComponent").field("hash", &self.hash).field("imports", &self.imports).finish()
     }
 }
 
@@ -153,24 +152,24 @@ impl ComponentLoader {
     }
 
     /// Load a component file.
-    pub fn load_file(&self, linker: &Linker<RunData>, path: &Path) -> Result<LoadedComponent, LoadError> {
+    pub fn load_file<T: 'static>(&self, linker: &Linker<T>, path: &Path) -> Result<LinkedComponent<T>, LoadError> {
         let bytes = read_component_file(path)?;
         self.load_bytes(linker, &bytes)
     }
 
     /// Load a component from bytes.
-    pub fn load_bytes(&self, linker: &Linker<RunData>, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+    pub fn load_bytes<T: 'static>(&self, linker: &Linker<T>, bytes: &[u8]) -> Result<LinkedComponent<T>, LoadError> {
         self.load_bytes_for(linker, bytes, false)
     }
 
     /// Load a component from bytes; `script_runner`: `linker` provides `agent:factory/script`
     /// (only the host's JS runner is loaded so).
-    pub(crate) fn load_bytes_for(
+    pub(crate) fn load_bytes_for<T: 'static>(
         &self,
-        linker: &Linker<RunData>,
+        linker: &Linker<T>,
         bytes: &[u8],
         script_runner: bool,
-    ) -> Result<LoadedComponent, LoadError> {
+    ) -> Result<LinkedComponent<T>, LoadError> {
         classify(bytes)?;
         let hash = content_hash(bytes);
         let (component, origin) = self.compile_cached(&hash, bytes)?;
@@ -186,7 +185,7 @@ impl ComponentLoader {
             let hint = if exports_run { "" } else { " (it has no `run` export)" };
             LoadError::WrongWorld(format!("{e:#}{hint}"))
         })?;
-        Ok(LoadedComponent { hash, imports, origin, bytes: bytes.into(), script: None, pre })
+        Ok(LinkedComponent { hash, imports, origin, bytes: bytes.into(), pre })
     }
 
     fn cache_path(&self, hash: &str) -> Option<PathBuf> {

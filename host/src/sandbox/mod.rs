@@ -2,7 +2,11 @@
 //! `Store` with its memory and table caps, and a deny-by-default WASI context for guests
 //! that import WASI (no env, no args, no files, no network; stdout/stderr captured). The
 //! only way to widen it is a read-only directory grant ([`check_grants`]), mounted in the
-//! guest at [`grant_mount_point`]. What a worker of a shared store admits of what the
+//! guest at [`grant_mount_point`]. A store's data is [`RunData<T>`]: what the sandbox keeps
+//! (WASI, the resource table, the limits, the captured output) around the host state `T`
+//! its caller builds and reaches again through [`RunData::host`] (as wasmtime-wasi's
+//! `WasiView` reaches WASI's); the sandbox never looks inside `T`, and [`linker`] links WASI
+//! alone, leaving the rest of the imports to the caller. What a worker of a shared store admits of what the
 //! database says to run (component hashes, consent seals, grant roots) is [`admission`].
 //! The OS sandbox native code runs in (builds, agent CLIs) is bubblewrap: [`bwrap`].
 
@@ -10,10 +14,9 @@ pub mod admission;
 pub mod component;
 pub(crate) mod contract;
 
-use crate::capabilities::set::Capabilities;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
+use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -173,13 +176,11 @@ pub(crate) mod ticker {
     }
 }
 
-/// Per-run store data: the run's shared state plus WASI and resource bookkeeping.
-pub struct RunData {
-    pub(crate) run: Arc<Capabilities>,
-    /// The agent calls `agents.agent-start` started: they end with the store.
-    pub(crate) started: crate::capabilities::started::Started,
-    /// The source of a script factory (`None` for components).
-    pub(crate) script: Option<Arc<crate::guests::script::Script>>,
+/// Per-run store data: the host state `T` its caller built, plus WASI and resource
+/// bookkeeping, the store's limits and the guest's captured output.
+pub struct RunData<T> {
+    /// The caller's state for this run (the engine's: what the hooks reach).
+    host: T,
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
@@ -188,17 +189,35 @@ pub struct RunData {
     _ticking: ticker::Live,
 }
 
-impl RunData {
+impl<T> RunData<T> {
+    /// The host state this store was made with.
+    pub fn host(&self) -> &T {
+        &self.host
+    }
+
+    /// The host state this store was made with, to change.
+    pub fn host_mut(&mut self) -> &mut T {
+        &mut self.host
+    }
+
     /// What the guest wrote to stdout/stderr (capped).
     pub(crate) fn captured_output(&self) -> Vec<u8> {
         self.output.contents().to_vec()
     }
 }
 
-impl WasiView for RunData {
+impl<T: Send> WasiView for RunData<T> {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
+}
+
+/// A linker for stores of [`RunData<T>`] with WASI p2 (served deny-by-default by each
+/// store's context, [`new_store`]); the caller adds the rest of the imports.
+pub fn linker<T: Send + 'static>(engine: &Engine) -> wasmtime::Result<Linker<RunData<T>>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    Ok(linker)
 }
 
 /// Why a directory cannot be granted to a run.
@@ -255,15 +274,15 @@ fn check_grant(path: &Path) -> Result<String, GrantError> {
     canonical.into_os_string().into_string().map_err(|_| GrantError::NotUtf8(shown))
 }
 
-/// A new store for one attempt of a run. Each of `grants` (checked directories) is mounted
-/// read-only at [`grant_mount_point`]; nothing else of the host is visible.
-pub(crate) fn new_store(
+/// A new store for one attempt of a run, holding `host` (the caller's state for the run).
+/// Each of `grants` (checked directories) is mounted read-only at [`grant_mount_point`];
+/// nothing else of the host is visible.
+pub(crate) fn new_store<T>(
     engine: &Engine,
     limits: &SandboxLimits,
-    run: Arc<Capabilities>,
-    script: Option<Arc<crate::guests::script::Script>>,
+    host: T,
     grants: &[String],
-) -> wasmtime::Result<Store<RunData>> {
+) -> wasmtime::Result<Store<RunData<T>>> {
     let output = MemoryOutputPipe::new(limits.max_output_bytes);
     let mut wasi = WasiCtxBuilder::new();
     wasi.stdout(output.clone()).stderr(output.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
@@ -280,9 +299,7 @@ pub(crate) fn new_store(
         .trap_on_grow_failure(true)
         .build();
     let data = RunData {
-        run,
-        started: Default::default(),
-        script,
+        host,
         wasi,
         table: ResourceTable::new(),
         limits: store_limits,

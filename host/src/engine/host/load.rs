@@ -4,12 +4,11 @@
 use super::{Factory, Host};
 use crate::capabilities::stop::StopSignal;
 use crate::engine::run::{self, AttemptSetup, Capabilities};
+use crate::engine::state::{self, LoadedComponent, RunStore};
 use crate::error::Error;
 use crate::guests::script::{Script, ScriptError, ScriptRef};
 use crate::model::envelope::Accounting;
 use crate::model::limits::Limits;
-use crate::sandbox::component::LoadedComponent;
-use crate::sandbox::{self, RunData};
 use crate::store::journal::Journal;
 use futures::FutureExt;
 use std::collections::HashMap;
@@ -34,7 +33,7 @@ impl Host {
             let script = Script::read(path, None)?;
             return self.load_script(script).await;
         }
-        let component = self.loader.load_file(&self.linker, path)?;
+        let component = self.loader.load_file(&self.linker, path)?.into();
         let factory = self.with_meta(component).await?;
         self.loaded.keep(&factory.component.hash, factory.clone());
         Ok(factory)
@@ -55,7 +54,8 @@ impl Host {
         if let Some(loaded) = runner.as_ref() {
             return Ok(loaded.clone());
         }
-        let loaded = self.loader.load_bytes_for(&self.script_linker, crate::guests::script::RUNNER, true)?;
+        let loaded: LoadedComponent =
+            self.loader.load_bytes_for(&self.script_linker, crate::guests::script::RUNNER, true)?.into();
         *runner = Some(loaded.clone());
         Ok(loaded)
     }
@@ -91,7 +91,7 @@ impl Host {
                     .await?
                     .ok_or_else(|| Error::NotRegistered(format!("no stored runner with sha256 {runner_hash}")))?;
                 crate::sandbox::admission::check_bytes("JS runner", runner_hash, &bytes)?;
-                self.loader.load_bytes_for(&self.script_linker, &bytes, true)?
+                self.loader.load_bytes_for(&self.script_linker, &bytes, true)?.into()
             }
         };
         let mut loaded = Script::from_source(script.file_name.clone(), text, script.entry.clone())?;
@@ -156,7 +156,7 @@ impl Host {
 
     /// Load a component from bytes and read its metadata.
     pub async fn load_bytes(&self, bytes: &[u8]) -> Result<Factory, Error> {
-        let component = self.loader.load_bytes(&self.linker, bytes)?;
+        let component = self.loader.load_bytes(&self.linker, bytes)?.into();
         let factory = self.with_meta(component).await?;
         self.loaded.keep(&factory.component.hash, factory.clone());
         Ok(factory)
@@ -203,7 +203,7 @@ impl Host {
     }
 
     /// A store to call `meta` (or a script runner's `describe`) in: no run, no journal.
-    pub(super) fn meta_store(&self, component: &LoadedComponent) -> Result<wasmtime::Store<RunData>, Error> {
+    pub(super) fn meta_store(&self, component: &LoadedComponent) -> Result<RunStore, Error> {
         let setup = AttemptSetup {
             run_id: String::new(),
             limits: Limits::default(),
@@ -222,7 +222,7 @@ impl Host {
             answers: Default::default(),
         };
         let shared = Capabilities::new(setup, Default::default());
-        sandbox::new_store(&self.engine, &self.config.sandbox, shared, component.script.clone(), &[])
+        state::new_store(&self.engine, &self.config.sandbox, shared, component, &[])
             .map_err(|e| Error::MetaCall(format!("{e:#}")))
     }
 

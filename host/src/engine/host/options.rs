@@ -2,11 +2,11 @@
 //! resume of it is given ([`RunOptions`], [`ResumeOptions`], a [`BackendChoice`]).
 
 use crate::backend::{AgentBackend, BackendCatalog, BuiltinCatalog, DryRun};
+use crate::engine::state::LoadedComponent;
 use crate::model::limits::Limits;
 use crate::model::meta::FactoryMeta;
 use crate::model::progress::ProgressEntry;
 use crate::model::scope::Scope;
-use crate::sandbox::component::LoadedComponent;
 use crate::sandbox::SandboxLimits;
 use crate::store::DEFAULT_COMMIT_WINDOW;
 use std::path::PathBuf;
