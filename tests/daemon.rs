@@ -418,3 +418,45 @@ fn a_running_runs_detail_shows_its_running_and_queued_agents_and_declared_phases
     assert_eq!(ended["runningAgents"], serde_json::json!([]), "{ended:#}");
     assert_eq!(ended["queuedAgents"], serde_json::json!([]), "{ended:#}");
 }
+
+/// `describe` and `trust` ask the service. With none running they ask one in their own
+/// process over a private store: no service starts and no store is created. With one
+/// running, it describes a file as it loads it for a run and a registered factory by its
+/// name, and a registered factory that is not trusted is described for its consent question
+/// (here, with no terminal to ask on, the refusal that names it and its sha256).
+#[test]
+fn describe_and_trust_ask_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let hello = common::component("hello");
+    let hello = hello.to_str().unwrap();
+    let file = ok_json(&state, &["describe", hello, "--json"]);
+    assert_eq!(file["meta"]["name"], "hello", "{file:#}");
+    let sha256 = file["sha256"].as_str().expect("a sha256").to_string();
+    assert_eq!(sha256.len(), 64, "{file:#}");
+    assert!(file["sandbox"]["memoryBytes"].as_u64().is_some_and(|m| m > 0), "{file:#}");
+    assert!(live_services(&state).is_empty(), "describe started no service");
+    assert!(!state.join("factory.redb").exists(), "describe created no store");
+    let out = output(&state, &["trust", "--json"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(!state.join("factory.redb").exists(), "trust created no store");
+
+    // A service holds the store: a registered factory is described by name, and the run of
+    // one that is not trusted shows what it is before it refuses for want of a terminal.
+    let out = output(&state, &["add", hello]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(!live_services(&state).is_empty(), "add went through a service");
+    let registered = ok_json(&state, &["describe", "hello", "--json"]);
+    assert_eq!(registered["meta"]["name"], "hello", "{registered:#}");
+    assert_eq!(registered["sha256"], sha256.as_str(), "the same component: {registered:#}");
+    let again = ok_json(&state, &["describe", hello, "--json"]);
+    assert_eq!(again, file, "the service describes the file as the process did");
+    let out = output(&state, &["run", "hello"]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("factory `hello`") && err.contains(&sha256) && err.contains("not trusted"), "{err}");
+    let missing = output(&state, &["describe", "ghost"]);
+    assert!(!missing.status.success());
+    assert!(common::stderr(&missing).contains("no factory named `ghost`"), "{}", common::stderr(&missing));
+}

@@ -37,7 +37,7 @@ const START_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Whether the service answers; `Err` when the socket is not one to talk to (another
 /// user's, another version): that is said, never worked around.
-async fn answers(remote: &Remote, g: &GlobalArgs) -> Result<bool> {
+pub async fn answers(remote: &Remote, g: &GlobalArgs) -> Result<bool> {
     match Client::Remote(remote.clone()).runs_page(&g.session, None, Some(1)).await {
         Ok(_) => Ok(true),
         Err(ServiceError::Remote(e @ (ClientError::NotOurs { .. } | ClientError::Protocol { .. }))) => Err(e.into()),

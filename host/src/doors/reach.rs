@@ -141,6 +141,19 @@ pub async fn access(g: &GlobalArgs) -> Result<Client> {
     open_or_reach(g, Arc::new(BuiltinCatalog), Holder::Command).await
 }
 
+/// The service answering on the state directory's socket, or else one in this process over
+/// a private in-memory host (nothing of the state directory is touched, no service is
+/// started): for requests that need no store, as `describe` (a factory file as the serving
+/// process would load it, under its sandbox limits).
+pub async fn serving_or_private(g: &GlobalArgs) -> Result<Client> {
+    let remote = remote(g);
+    if crate::doors::daemon::answers(&remote, g).await? {
+        return Ok(Client::Remote(remote));
+    }
+    let host = Host::new(HostConfig { state_dir: None, sandbox_hidden: g.sandbox_hidden(), ..HostConfig::default() })?;
+    Ok(Client::Local(Local::new(Arc::new(host), crate::doors::cli::trust::trust_check(g))))
+}
+
 /// One request through [`access`] (every one-shot command of the CLI: `runs`, `show`,
 /// `progress`, `wait`, `cancel`, `add`, `list`, `inspect`), asked again once through a fresh
 /// [`access`] when nobody answered on the socket: the process that held the store ended

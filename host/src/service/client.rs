@@ -7,7 +7,7 @@
 use super::approvals::Started;
 use super::local::Local;
 use super::remote::{ClientError, Remote, Subscription};
-use super::wire::{Request, Response, Target};
+use super::wire::{Description, Request, Response, Target};
 use super::Consent;
 use crate::engine::host::RunDetail;
 use crate::error::{Error, ErrorCode};
@@ -198,6 +198,12 @@ impl Client {
     pub async fn inspect(&self, session: &str, name: &str) -> Result<Registration, ServiceError> {
         let request = Request::Inspect { session: session.into(), name: name.into() };
         expect!(self, request, Response::Registration(registration) => *registration)
+    }
+
+    /// What a factory is (a file, or one registered for `session`), as the service loads it.
+    pub async fn describe(&self, session: &str, component: Target) -> Result<Description, ServiceError> {
+        let request = Request::Describe { session: session.into(), component };
+        expect!(self, request, Response::Described(description) => *description)
     }
 
     /// Register an authored factory in the session's scope.

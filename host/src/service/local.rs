@@ -126,6 +126,19 @@ impl Local {
                 Some(registration) => Response::Registration(Box::new(registration)),
                 None => return Err(Error::NotRegistered(format!("no factory named `{name}` is registered"))),
             },
+            Request::Describe { session, component } => {
+                let factory = match &component {
+                    Target::File(path) => host.load_file(path).await?,
+                    Target::Registered(name) => host.load_registered_for(&session, name).await?,
+                };
+                Response::Described(Box::new(super::wire::Description {
+                    meta: factory.meta.clone(),
+                    sha256: factory.component.hash.clone(),
+                    script: factory.component.script.as_ref().map(|s| s.reference()),
+                    imports: factory.component.imports.clone(),
+                    sandbox: host.sandbox_limits().clone(),
+                }))
+            }
             Request::Metrics => Response::Metrics { text: crate::metrics::metrics().render(host.active_runs().len()) },
             start @ (Request::Run { .. } | Request::Resume { .. }) => match self.start(start).await? {
                 Started::Run(run_id) => Response::Started { run_id },

@@ -34,8 +34,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// registers each and answers `factories`; pending approvals (a start with consent `ask` may
 /// answer `approval`; `approvals`, `approval` and `decide` list, wait on and answer them);
 /// `gc` deletes the ended runs a retention policy no longer keeps (the owner only), answered
-/// by `collected`; `usage` says where the store's bytes go.
-pub const WIRE_VERSION: u32 = 8;
+/// by `collected`; `usage` says where the store's bytes go. Version 9: `describe` says what a
+/// factory is (file or registered) as the service loads it, answered by `described`.
+pub const WIRE_VERSION: u32 = 9;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
@@ -126,6 +127,9 @@ pub enum Request {
     Factories { session: String },
     /// One factory, as the session sees it.
     Inspect { session: String, name: String },
+    /// What a factory is, loaded as a run would load it (a file, or one registered for the
+    /// session), without running it; answers [`Response::Described`].
+    Describe { session: String, component: Target },
     /// Register a factory in the authoring form (`meta` JSON and a `run` body, one async
     /// function expression) in the session's own scope, without running it.
     Author { session: String, meta: serde_json::Value, run: String },
@@ -246,6 +250,7 @@ impl Request {
             Request::Usage { .. } => "usage",
             Request::Factories { .. } => "factories",
             Request::Inspect { .. } => "inspect",
+            Request::Describe { .. } => "describe",
             Request::Author { .. } => "author",
             Request::Run { .. } => "run",
             Request::Resume { .. } => "resume",
@@ -307,6 +312,8 @@ pub enum Response {
     Factories(Vec<Registration>),
     /// One factory (`inspect`, `author`).
     Registration(Box<Registration>),
+    /// What a factory is ([`Request::Describe`]).
+    Described(Box<Description>),
     /// A run or attempt started in the background (`run`, `resume`).
     Started { run_id: String },
     /// A run and its journal were deleted (`remove`).
@@ -346,6 +353,37 @@ pub struct Removed {
     pub removed: bool,
 }
 
+/// What a factory is, as the service loaded it ([`Request::Describe`]): what a consent
+/// question shows and `factory describe` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Description {
+    /// Its metadata.
+    pub meta: crate::model::meta::FactoryMeta,
+    /// sha256 of the component (for a script factory, of the JS runner that runs it).
+    pub sha256: String,
+    /// The script source, for a script factory.
+    #[serde(default)]
+    pub script: Option<crate::model::script::ScriptRef>,
+    /// The component's imports.
+    pub imports: Vec<String>,
+    /// The sandbox limits every run of the service answering gets.
+    pub sandbox: crate::model::sandbox_limits::SandboxLimits,
+}
+
+impl Description {
+    /// What consent to run it is about: its script source's sha256 for a script factory,
+    /// else its component's ([`super::trust_key`] of the factory it describes).
+    pub fn trust_key(&self) -> &str {
+        self.script.as_ref().map_or(&self.sha256, |s| &s.sha256)
+    }
+
+    /// Whether it imports WASI (beyond the factory interfaces).
+    pub fn imports_wasi(&self) -> bool {
+        self.imports.iter().any(|i| i.starts_with("wasi:"))
+    }
+}
+
 impl Response {
     /// The variant's name, as on the wire (for messages).
     pub fn kind(&self) -> &'static str {
@@ -357,6 +395,7 @@ impl Response {
             Response::Progress(_) => "progress",
             Response::Factories(_) => "factories",
             Response::Registration(_) => "registration",
+            Response::Described(_) => "described",
             Response::Started { .. } => "started",
             Response::Removed { .. } => "removed",
             Response::Collected(_) => "collected",
@@ -380,6 +419,7 @@ impl Response {
             Response::Progress(page) => serde_json::to_value(page),
             Response::Factories(factories) => serde_json::to_value(factories),
             Response::Registration(registration) => serde_json::to_value(registration),
+            Response::Described(description) => serde_json::to_value(description),
             Response::Started { run_id } => serde_json::to_value(StartedAnswer { run_id: run_id.clone() }),
             Response::Removed { run_id } => serde_json::to_value(Removed { run_id: run_id.clone(), removed: true }),
             Response::Collected(report) => serde_json::to_value(report),

@@ -164,7 +164,8 @@ enum Command {
     /// Print a factory's metadata, imports and the sandbox limits it would run under.
     #[command(after_help = "Examples:
   factory describe ideas/ideas.ts
-  factory describe target/wasm32-unknown-unknown/debug/hello.component.wasm")]
+  factory describe target/wasm32-unknown-unknown/debug/hello.component.wasm
+  factory describe hello")]
     Describe(describe::DescribeArgs),
     /// List the subagent backends (configured and built-in), or check one with a tiny call.
     #[command(after_help = "Examples:
@@ -291,7 +292,7 @@ pub fn main() -> ExitCode {
             Command::Add(args) => trust::after_build(&g, registry::add(&g, args).await),
             Command::List(args) => registry::list(&g, args).await,
             Command::Inspect(args) => registry::inspect(&g, args).await,
-            Command::Describe(args) => describe::describe(args).await,
+            Command::Describe(args) => describe::describe(&g, args).await,
             Command::Backends(args) => backends::backends(&g, args).await,
             Command::Trust(args) => trust::trust(&g, args).await,
             Command::Approvals(args) => approvals::approvals(&g, args).await,

@@ -128,7 +128,9 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         let component = remote_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
         let yes = &a.consent.yes;
         let shown = trust::remote_backend(&backend);
-        let client = Client::Remote(crate::doors::daemon::remote(g));
+        // The service that will run it (started now for a detached run, which starts it
+        // anyway) describes the factory for the consent question, as it will load it.
+        let client = Client::Remote(crate::doors::daemon::ensure(g).await?);
         let approved =
             trust::consent_remote(g, yes, &a.target, &component, &limits, Some(&grants), &shown, &client).await?;
         let declined = approved.is_none();
@@ -203,7 +205,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             Some(file) => {
                 let source = file.display().to_string();
                 let shown = trust::remote_backend(&backend);
-                let client = Client::Remote(crate::doors::daemon::remote(g));
+                let client = Client::Remote(crate::doors::daemon::ensure(g).await?);
                 match trust::consent_remote(
                     g,
                     &a.yes,

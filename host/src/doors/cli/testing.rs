@@ -33,7 +33,7 @@ use clap::Args;
 use factory_host::backend::cassette::{read_cassette, CassetteUsage, Exchange, RecordedCall, CASSETTE_VERSION};
 use factory_host::backend::{AgentBackend, Cassette};
 use factory_host::model::expect::{Case, TestFile};
-use factory_host::service::{trust_key, Consent, InProcess, Local, Request, Target};
+use factory_host::service::{Client, Consent, InProcess, Local, Request, Target};
 use factory_host::{Host, HostConfig, Limits};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -317,14 +317,15 @@ async fn test_file(
     // Each case runs in a store of its own in this process, through the service over it: the
     // one start and consent check every run goes through (the consent is asked here, once).
     let host = Host::new(HostConfig { state_dir: None, sandbox_hidden: g.sandbox_hidden(), ..HostConfig::default() })?;
+    let service = Local::new(Arc::new(host), Arc::new(|_: &str| false));
     let built = std::path::absolute(target::resolve(&factory_path, &target::BuildConsent::new(g, yes.yes))?)?;
-    let factory = host.load_file(&built).await.with_context(|| format!("loading {}", built.display()))?;
+    let described = Client::Local(service.clone()).describe("test", Target::File(built.clone())).await;
+    let factory = described.with_context(|| format!("loading {}", built.display()))?;
     let shown = factory_path.display().to_string();
     if !trust::consent(g, yes, &shown, &factory, &Limits::default(), None, "a cassette").await? {
         bail!("{shown}: not approved (run it once with --yes, or `factory trust` it)");
     }
-    let service = Local::new(Arc::new(host), Arc::new(|_: &str| false));
-    let under_test = Under { service: &service, component: built, consent: trust_key(&factory).to_string() };
+    let under_test = Under { service: &service, component: built, consent: factory.trust_key().to_string() };
     let name = file.display().to_string();
     outln!("{} ({} cases, {})", esc(&name), test.cases.len(), esc(&factory_path.display().to_string()));
     let scratch = scratch_dir(&cassette)?;

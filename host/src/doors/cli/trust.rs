@@ -11,12 +11,13 @@
 use crate::doors::args::GlobalArgs;
 use crate::doors::cli::escape::esc;
 use crate::doors::cli::target;
+use crate::doors::reach;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use factory_host::sandbox;
-use factory_host::service::{trust_key, Client, Target};
+use factory_host::service::{Client, Description, ServiceError, Target};
 use factory_host::trust::{TrustSource, TrustStore, TrustedComponent};
-use factory_host::{Factory, Host, HostConfig, Limits, RunEnvelope};
+use factory_host::{Limits, RunEnvelope};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -165,7 +166,7 @@ fn show_limits(limits: &Limits) -> String {
 /// records the approval, so the next run does not ask.
 async fn ask(
     g: &GlobalArgs,
-    factory: &Factory,
+    factory: &Description,
     source: &str,
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
@@ -175,7 +176,7 @@ async fn ask(
     let effective = meta.limits.overridden_by(overrides);
     // A bad override is an input error, reported before anyone is asked anything.
     effective.validate()?;
-    let wasi = factory.component.imports.iter().any(|i| i.starts_with("wasi:"));
+    let wasi = factory.imports_wasi();
     let mut text = String::new();
     text.push_str("factory: this component was not built on this machine and is not trusted yet:\n");
     text.push_str(&format!("  source:   {}\n", esc(source)));
@@ -183,14 +184,14 @@ async fn ask(
     if let Some(line) = meta.description.lines().next() {
         text.push_str(&format!("            {}\n", esc(line)));
     }
-    match &factory.component.script {
+    match &factory.script {
         Some(script) => text.push_str(&format!(
             "  sha256:   {} (source {}; JS runner {})\n",
-            script.hash,
+            script.sha256,
             esc(&script.file_name),
-            factory.component.hash
+            factory.sha256
         )),
-        None => text.push_str(&format!("  sha256:   {}\n", factory.component.hash)),
+        None => text.push_str(&format!("  sha256:   {}\n", factory.sha256)),
     }
     let mut limits = show_limits(&effective);
     // A declared limit this run lifts shows as lifted, not just missing.
@@ -232,7 +233,7 @@ async fn ask(
         let entry = TrustedComponent {
             name: Some(meta.name.clone()),
             path: Some(source.to_string()),
-            ..TrustedComponent::new(trust_key(factory).to_string(), TrustSource::Approved)
+            ..TrustedComponent::new(factory.trust_key().to_string(), TrustSource::Approved)
         };
         if let Err(e) = store(g).and_then(|s| Ok(s.trust(entry)?)) {
             eprintln!("factory: warning: cannot remember the approval: {e}");
@@ -259,23 +260,25 @@ pub async fn consent(
     g: &GlobalArgs,
     yes: &YesArg,
     source: &str,
-    factory: &Factory,
+    factory: &Description,
     overrides: &Limits,
     grants: Option<&[PathBuf]>,
     backend: &str,
 ) -> Result<bool> {
     // Bad input is reported as such, before any question of trust.
     factory.meta.limits.overridden_by(overrides).validate()?;
-    if settled(g, yes, trust_key(factory), source, Some(&factory.meta.name))? {
+    if settled(g, yes, factory.trust_key(), source, Some(&factory.meta.name))? {
         return Ok(true);
     }
     ask(g, factory, source, overrides, grants, backend).await
 }
 
 /// Consent to a run the service starts (`client`: in this process or the one holding the
-/// store): `component` is an absolute component path or a registered name. Answers the
-/// trust key consented to (`None`: declined). A file is loaded here only when a prompt must
-/// show what it is; a registered factory only when the service is this process.
+/// store): `component` is an absolute component path or a registered name, which the
+/// service describes as it would load it for the run ([`Client::describe`]), so the
+/// question shows what runs, and bad input (not a component, bad limits) is reported
+/// before any question. Answers the trust key consented to (`None`: declined); the service
+/// runs the factory only if what it loads then has that key.
 #[allow(clippy::too_many_arguments, reason = "the prompt's facts, each its own")]
 pub async fn consent_remote(
     g: &GlobalArgs,
@@ -287,63 +290,23 @@ pub async fn consent_remote(
     backend: &str,
     client: &Client,
 ) -> Result<Option<String>> {
-    let consented = |yes: bool, key: String| if yes { Some(key) } else { None };
-    let path = match component {
-        Target::File(path) if target::is_script_target(&path.to_string_lossy()) => {
-            // A script factory on the command line is the user's own source (see `target`).
-            target::resolve_built(path, "run")?;
-            let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
-            let factory = host.load_file(path).await.with_context(|| format!("loading {}", path.display()))?;
-            return consent_to(g, yes, source, &factory, overrides, grants, backend).await;
-        }
-        Target::File(path) => path.as_path(),
-        Target::Registered(name) => {
-            if let Client::Local(local) = client {
-                // The store is this process's: the registered factory is shown as a file is.
-                let factory = local.host().load_registered(name).await.map_err(|e| target::not_registered(name, e))?;
-                return consent_to(g, yes, source, &factory, overrides, grants, backend).await;
+    let description = match component {
+        Target::File(path) => {
+            if target::is_script_target(&path.to_string_lossy()) {
+                // A script factory on the command line is the user's own source (see `target`).
+                target::resolve_built(path, "run")?;
             }
-            // Its bytes are in the store the other process holds; its sha256 is asked for.
-            let registration = client.inspect(&g.session, name).await?;
-            let hash = factory_host::service::registration_trust_key(&registration).to_string();
-            if settled(g, yes, &hash, source, Some(name))? {
-                return Ok(Some(hash));
-            }
-            bail!(
-                "registered factory `{name}` (sha256 {hash}) is not trusted on this machine and another factory \
-                 process holds the store, so it cannot be shown here for consent: pass --yes to run it"
-            );
+            let described = client.describe(&g.session, component.clone()).await;
+            described.with_context(|| format!("loading {}", path.display()))?
         }
+        Target::Registered(name) => match client.describe(&g.session, component.clone()).await {
+            Ok(description) => description,
+            Err(ServiceError::Host(e)) => return Err(target::not_registered(name, e)),
+            Err(e) => return Err(e.into()),
+        },
     };
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let hash = factory_host::component::content_hash(&bytes);
-    if let Client::Local(local) = client {
-        // Bad input (not a component, bad limits) is reported as such, before any question
-        // of trust; the service in this process keeps what it loaded for the run.
-        let factory = local.host().load_bytes(&bytes).await.with_context(|| format!("loading {}", path.display()))?;
-        return consent_to(g, yes, source, &factory, overrides, grants, backend).await;
-    }
-    if settled(g, yes, &hash, source, None)? {
-        return Ok(Some(hash));
-    }
-    let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
-    let factory = host.load_bytes(&bytes).await.with_context(|| format!("loading {}", path.display()))?;
-    factory.meta.limits.overridden_by(overrides).validate()?;
-    Ok(consented(ask(g, &factory, source, overrides, grants, backend).await?, hash))
-}
-
-/// [`consent`] to a loaded `factory`, answering its trust key when consented.
-async fn consent_to(
-    g: &GlobalArgs,
-    yes: &YesArg,
-    source: &str,
-    factory: &Factory,
-    overrides: &Limits,
-    grants: Option<&[PathBuf]>,
-    backend: &str,
-) -> Result<Option<String>> {
-    let approved = consent(g, yes, source, factory, overrides, grants, backend).await?;
-    Ok(approved.then(|| trust_key(factory).to_string()))
+    let approved = consent(g, yes, source, &description, overrides, grants, backend).await?;
+    Ok(approved.then(|| description.trust_key().to_string()))
 }
 
 /// How the consent prompt names a backend the process holding the store builds.
@@ -429,8 +392,7 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
     let path = PathBuf::from(&target);
     if a.revoke {
         let hash = if target::is_script_target(&target) {
-            let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
-            trust_key(&host.load_file(&path).await.with_context(|| format!("loading {target}"))?).to_string()
+            describe_file(g, &path).await?.trust_key().to_string()
         } else if path.exists() {
             let file = target::resolve_built(&path, "trust --revoke")?;
             let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -451,10 +413,9 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         bail!("`{target}` is neither a component file nor a script factory");
     }
     let file = target::resolve_built(&path, "trust")?;
-    // Only a loadable factory is worth trusting: load it (in memory) to check and name it.
-    let host = Host::new(HostConfig { state_dir: None, ..HostConfig::default() })?;
-    let factory = host.load_file(&file).await.with_context(|| format!("loading {}", file.display()))?;
-    let hash = trust_key(&factory).to_string();
+    // Only a loadable factory is worth trusting: the service loads it to check and name it.
+    let factory = describe_file(g, &file).await?;
+    let hash = factory.trust_key().to_string();
     let built = target::built_here().iter().any(|(h, _)| *h == hash);
     let entry = TrustedComponent {
         name: Some(factory.meta.name.clone()),
@@ -467,4 +428,13 @@ pub async fn trust(g: &GlobalArgs, a: TrustArgs) -> Result<ExitCode> {
         outln!("already trusted: {} (sha256 {hash})", esc(&factory.meta.name));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A factory file as the service describes it: the one serving the state directory, else
+/// one in this process ([`reach::serving_or_private`]).
+async fn describe_file(g: &GlobalArgs, path: &std::path::Path) -> Result<Description> {
+    let path = std::path::absolute(path)?;
+    let client = reach::serving_or_private(g).await?;
+    let described = client.describe(&g.session, Target::File(path.clone())).await;
+    described.with_context(|| format!("loading {}", path.display()))
 }
