@@ -4,11 +4,15 @@
 //! leaves all over its range, which split in two and stay about 60 % full. Once the run stops,
 //! its rows are rewritten in key order through a redb cursor ([`pack_run`]), which packs them
 //! into full leaves; the keys, and so the journal's identity, do not change. When no run this
-//! store wrote is executing any more (the store settles) and its free pages are worth it
-//! ([`worthwhile`](super::compact::worthwhile)), the file is compacted
+//! store wrote is executing any more (the store settles), its free pages are worth it
+//! ([`worthwhile`](super::compact::worthwhile)) and the runs wrote rows of at least an eighth
+//! of the file since the last compaction, the file is compacted
 //! ([`compact_held`](super::compact::compact_held)): redb grows a file by doubling it and its
 //! allocator leaves pages near the end, so without this the file of a finished run stays
-//! about twice its live pages.
+//! about twice its live pages. The last condition keeps the compactions' work (each reads
+//! every page) proportional to what runs write: a store whose runs write little (replays,
+//! resumes of long journals) is not compacted each time the doubling its next commit makes
+//! leaves half of it free.
 
 use super::compact::{compact_held, worthwhile, DbCell};
 use super::tables::{AGENTS, STEPS};
@@ -44,6 +48,18 @@ pub(crate) struct Settle {
     stopped: Vec<String>,
     /// A stop left the store without an executing run: compact when worthwhile.
     settled: bool,
+    /// Bytes of journal rows written since the store was last compacted as it settled.
+    written: u64,
+}
+
+/// What stops leave to do ([`Settle::take`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Work {
+    /// Runs to pack.
+    pub(crate) packs: Vec<String>,
+    /// When the store settled: the bytes of rows written since its last compaction (handed
+    /// back by [`Settle::not_compacted`] when it is not compacted now).
+    pub(crate) settled: Option<u64>,
 }
 
 impl Settle {
@@ -60,6 +76,7 @@ impl Settle {
 
     /// `bytes` of journal rows of `run` were committed.
     pub(crate) fn rows_written(&mut self, run: &str, bytes: u64) {
+        self.written = self.written.saturating_add(bytes);
         match self.unpacked.get_mut(run) {
             Some(total) => *total += bytes,
             None => {
@@ -75,7 +92,7 @@ impl Settle {
 
     /// Take the work the stops so far left: the runs to pack (those that wrote at least
     /// [`PACK_MIN_BYTES`] since their last pack), and whether to try a compaction.
-    pub(crate) fn take(&mut self) -> (Vec<String>, bool) {
+    pub(crate) fn take(&mut self) -> Work {
         let mut packs = Vec::new();
         for run in std::mem::take(&mut self.stopped) {
             if self.unpacked.remove(&run).is_some_and(|bytes| bytes >= PACK_MIN_BYTES) {
@@ -83,41 +100,52 @@ impl Settle {
             }
         }
         let settled = std::mem::take(&mut self.settled) && self.active.is_empty();
-        (packs, settled)
+        Work { packs, settled: settled.then(|| std::mem::take(&mut self.written)) }
+    }
+
+    /// The settled store taken with `written` bytes of rows was not compacted: they count
+    /// toward the next time it settles.
+    pub(crate) fn not_compacted(&mut self, written: u64) {
+        self.written = self.written.saturating_add(written);
     }
 }
 
-/// Do the settling work taken from [`Settle::take`]: pack each run's rows, then, when
-/// `settled`, compact the file if its free pages are worth it. A failure is logged, not
-/// returned: nothing committed is at stake, only the file's size.
-pub(crate) fn settle(cell: &DbCell, path: Option<&Path>, packs: &[String], settled: bool) {
-    for run in packs {
+/// Do the settling work taken from [`Settle::take`]: pack each run's rows, then, when the
+/// store settled, compact the file if that is worth it. Whether it was compacted. A failure
+/// is logged, not returned: nothing committed is at stake, only the file's size.
+pub(crate) fn settle(cell: &DbCell, path: Option<&Path>, work: &Work) -> bool {
+    for run in &work.packs {
         if let Err(e) = pack_run(&cell.get(), run) {
             tracing::warn!(event = "store_pack_failed", run = %run, error = %e, "a run's journal rows were not packed");
         }
     }
-    if !settled {
-        return;
-    }
-    let Some(path) = path else { return };
-    match compact_if_worthwhile(cell, path) {
+    let (Some(written), Some(path)) = (work.settled, path) else { return false };
+    match compact_if_worthwhile(cell, path, written) {
         Ok(Some((before, after))) => {
-            tracing::info!(event = "store_compacted", before, after, "store compacted as it settled")
+            tracing::info!(event = "store_compacted", before, after, "store compacted as it settled");
+            true
         }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(event = "store_compact_failed", error = %e, "the settled store was not compacted"),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(event = "store_compact_failed", error = %e, "the settled store was not compacted");
+            false
+        }
     }
 }
 
-/// Compact the file at `path` when [`worthwhile`]: its length before and after, or `None`
-/// when not worthwhile or the database stayed busy.
-fn compact_if_worthwhile(cell: &DbCell, path: &Path) -> Result<Option<(u64, u64)>, StoreError> {
+/// Compact the file at `path` when [`worthwhile`] and `written` bytes of rows since the last
+/// compaction are at least an eighth of it: its length before and after, or `None` when not
+/// or the database stayed busy.
+fn compact_if_worthwhile(cell: &DbCell, path: &Path, written: u64) -> Result<Option<(u64, u64)>, StoreError> {
     let length = |path: &Path| {
         std::fs::metadata(path)
             .map(|m| m.len())
             .map_err(|e| StoreError::File { path: PathBuf::from(path), source: std::sync::Arc::new(e) })
     };
     let before = length(path)?;
+    if written.saturating_mul(8) < before {
+        return Ok(None);
+    }
     let allocated = {
         let db = cell.get();
         let txn = db.begin_write()?;
@@ -285,12 +313,22 @@ mod tests {
         settle.rows_written("b", 10);
         settle.run_written("a", false);
         assert!(settle.has_work());
-        assert_eq!(settle.take(), (vec!["a".to_string()], false), "a is packed; b still executes");
+        let a = vec!["a".to_string()];
+        assert_eq!(settle.take(), Work { packs: a, settled: None }, "a is packed; b still executes");
         assert!(!settle.has_work());
         settle.run_written("b", false);
-        assert_eq!(settle.take(), (vec![], true), "b wrote too little to pack; nothing executes now");
-        // A run that stops again without writing is not packed again.
+        let written = PACK_MIN_BYTES + 10;
+        assert_eq!(
+            settle.take(),
+            Work { packs: vec![], settled: Some(written) },
+            "b wrote too little to pack; nothing executes now"
+        );
+        // Not compacted then: the rows count toward the next time. A run that stops again
+        // without writing is not packed again.
+        settle.not_compacted(written);
         settle.run_written("a", false);
-        assert_eq!(settle.take(), (vec![], true));
+        assert_eq!(settle.take(), Work { packs: vec![], settled: Some(written) });
+        settle.run_written("a", false);
+        assert_eq!(settle.take(), Work { packs: vec![], settled: Some(0) }, "compacted then: counted from 0");
     }
 }

@@ -27,7 +27,7 @@
 
 use super::compact::DbCell;
 use super::progress::Chunk;
-use super::settle::Settle;
+use super::settle::{Settle, Work};
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
 use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
 use crate::store::{StoreError, WriterStats};
@@ -247,7 +247,7 @@ fn run(
     // The batch buffer, reused from commit to commit.
     let mut batch: Vec<Queued> = Vec::new();
     loop {
-        let (already_failed, closing, (packs, settled)) = {
+        let (already_failed, closing, work) = {
             let mut queue = shared.queue();
             // Sleep until the first write of a batch, or a run stops.
             while queue.ops.is_empty() && !queue.closed && !queue.settle.has_work() {
@@ -269,8 +269,11 @@ fn run(
             queue.flush = false;
             (queue.failed.clone(), queue.closed, queue.settle.take())
         };
-        if already_failed.is_none() {
-            super::settle::settle(&db, path.as_deref(), &packs, settled);
+        if already_failed.is_none() && work != Work::default() {
+            let compacted = super::settle::settle(&db, path.as_deref(), &work);
+            if let (Some(written), false) = (work.settled, compacted) {
+                shared.queue().settle.not_compacted(written);
+            }
         }
         if batch.is_empty() && closing {
             break;
