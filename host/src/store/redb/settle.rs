@@ -2,7 +2,7 @@
 //! `error`, `cancelled`, `halted` or `paused`): [`Settle`]. A run's journal rows are keyed by
 //! (run id, agent key | step key), hashes in no order, so the rows its commits insert land in
 //! leaves all over its range, which split in two and stay about 60 % full. Once the run stops,
-//! its rows are rewritten in key order through a redb cursor ([`pack_run`]), which packs them
+//! its rows are rewritten in key order through a redb cursor ([`pack_piece`]), which packs them
 //! into full leaves; the keys, and so the journal's identity, do not change. When no run this
 //! store wrote is executing any more (the store settles), its free pages are worth it
 //! ([`worthwhile`](super::compact::worthwhile)) and the runs wrote rows of at least an eighth
@@ -18,7 +18,7 @@ use super::compact::{compact_held, worthwhile, DbCell};
 use super::tables::{AGENTS, STEPS};
 use crate::store::StoreError;
 use redb::{Database, ReadableTable, TableDefinition};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
@@ -27,9 +27,14 @@ use std::path::{Path, PathBuf};
 /// pages, and rewriting them is not worth the commit.
 pub const PACK_MIN_BYTES: u64 = 64 << 10;
 
-/// Bytes of rows one pack transaction rewrites at most (a run's rows are rewritten in
-/// pieces of this size, each its own transaction): 4 MiB, so a pack holds that much in memory.
-const PACK_CHUNK_BYTES: usize = 4 << 20;
+/// Bytes of rows one pack transaction rewrites at most: 1 MiB. A run's rows are rewritten in
+/// pieces of this size, each its own transaction, one piece between two commits of the
+/// writer: the writes of other runs wait for one piece at most, and a pack holds one in
+/// memory.
+const PACK_PIECE_BYTES: usize = 1 << 20;
+
+/// The tables a run's rows are packed in, in order.
+const PACKED: [TableDefinition<(&str, &str), &[u8]>; 2] = [AGENTS, STEPS];
 
 /// Tries a settled store's compaction makes to hold the database alone (20 ms apart) before
 /// it gives up until the store settles again: a read open all that time (a journal being
@@ -44,7 +49,7 @@ pub(crate) struct Settle {
     active: HashSet<String>,
     /// Bytes of journal rows each run wrote since it was last packed.
     unpacked: HashMap<String, u64>,
-    /// Runs stopped since the writer last settled, to pack.
+    /// Runs stopped since the writer last took the work, to pack.
     stopped: Vec<String>,
     /// A stop left the store without an executing run: compact when worthwhile.
     settled: bool,
@@ -90,6 +95,11 @@ impl Settle {
         !self.stopped.is_empty() || self.settled
     }
 
+    /// Whether no run this store wrote executes.
+    pub(crate) fn idle(&self) -> bool {
+        self.active.is_empty()
+    }
+
     /// Take the work the stops so far left: the runs to pack (those that wrote at least
     /// [`PACK_MIN_BYTES`] since their last pack), and whether to try a compaction.
     pub(crate) fn take(&mut self) -> Work {
@@ -110,25 +120,81 @@ impl Settle {
     }
 }
 
-/// Do the settling work taken from [`Settle::take`]: pack each run's rows, then, when the
-/// store settled, compact the file if that is worth it. Whether it was compacted. A failure
-/// is logged, not returned: nothing committed is at stake, only the file's size.
-pub(crate) fn settle(cell: &DbCell, path: Option<&Path>, work: &Work) -> bool {
-    for run in &work.packs {
-        if let Err(e) = pack_run(&cell.get(), run) {
-            tracing::warn!(event = "store_pack_failed", run = %run, error = %e, "a run's journal rows were not packed");
+/// A piece of a run's rows to pack: the run, the table (in [`PACKED`]) and the key it
+/// starts at.
+struct Piece {
+    run: String,
+    table: usize,
+    from: String,
+}
+
+/// The settling work the writer thread has taken and not done yet, done a step at a time
+/// between its commits ([`Packing::step`]): the pieces of runs' rows to pack, then the
+/// compaction the store's settling asked for.
+#[derive(Default)]
+pub(crate) struct Packing {
+    pieces: VecDeque<Piece>,
+    /// The store settled: the bytes of rows written since its last compaction.
+    compact: Option<u64>,
+}
+
+impl Packing {
+    /// Add the work taken from [`Settle::take`].
+    pub(crate) fn add(&mut self, work: Work) {
+        for run in work.packs {
+            self.pieces.push_back(Piece { run, table: 0, from: String::new() });
+        }
+        if let Some(written) = work.settled {
+            self.compact = Some(self.compact.unwrap_or(0).saturating_add(written));
         }
     }
-    let (Some(written), Some(path)) = (work.settled, path) else { return false };
-    match compact_if_worthwhile(cell, path, written) {
-        Ok(Some((before, after))) => {
-            tracing::info!(event = "store_compacted", before, after, "store compacted as it settled");
-            true
+
+    /// Whether nothing is left to do.
+    pub(crate) fn done(&self) -> bool {
+        self.pieces.is_empty() && self.compact.is_none()
+    }
+
+    /// Drop what is left (the store failed: nothing more is written).
+    pub(crate) fn clear(&mut self) {
+        *self = Packing::default();
+    }
+
+    /// Do the next step: pack one piece, or, every piece packed, compact the file if the
+    /// store is still settled (`settled` says so) and that is worth it. The bytes of rows
+    /// of a settling that did not compact, handed back for [`Settle::not_compacted`]. A
+    /// failure is logged, not returned: nothing committed is at stake, only the file's size.
+    pub(crate) fn step(&mut self, cell: &DbCell, path: Option<&Path>, settled: impl FnOnce() -> bool) -> Option<u64> {
+        if let Some(mut piece) = self.pieces.pop_front() {
+            match pack_piece(&cell.get(), PACKED[piece.table], &piece.run, &piece.from) {
+                Ok(Some(next)) => {
+                    piece.from = next;
+                    self.pieces.push_front(piece);
+                }
+                Ok(None) if piece.table + 1 < PACKED.len() => {
+                    self.pieces.push_front(Piece { run: piece.run, table: piece.table + 1, from: String::new() });
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    event = "store_pack_failed", run = %piece.run, error = %e, "a run's journal rows were not packed"
+                ),
+            }
+            return None;
         }
-        Ok(None) => false,
-        Err(e) => {
-            tracing::warn!(event = "store_compact_failed", error = %e, "the settled store was not compacted");
-            false
+        let written = self.compact.take()?;
+        let Some(path) = path else { return Some(written) };
+        if !settled() {
+            return Some(written);
+        }
+        match compact_if_worthwhile(cell, path, written) {
+            Ok(Some((before, after))) => {
+                tracing::info!(event = "store_compacted", before, after, "store compacted as it settled");
+                None
+            }
+            Ok(None) => Some(written),
+            Err(e) => {
+                tracing::warn!(event = "store_compact_failed", error = %e, "the settled store was not compacted");
+                Some(written)
+            }
         }
     }
 }
@@ -163,12 +229,11 @@ fn compact_if_worthwhile(cell: &DbCell, path: &Path, written: u64) -> Result<Opt
     Ok(Some((before, length(path)?)))
 }
 
-/// Rewrite run `run`'s step and agent rows in key order, packed into full leaves: each piece
-/// of at most [`PACK_CHUNK_BYTES`] is read, deleted and inserted again through a cursor at
-/// the gap it left (redb packs a cursor's ascending inserts into full leaves). The rows,
-/// their keys and values, are the same after as before.
-pub(crate) fn pack_run(db: &Database, run: &str) -> Result<(), StoreError> {
-    for table in [AGENTS, STEPS] {
+/// Rewrite run `run`'s step and agent rows in key order, packed into full leaves, piece by
+/// piece ([`pack_piece`]) as [`Packing`] does between commits.
+#[cfg(test)]
+fn pack_run(db: &Database, run: &str) -> Result<(), StoreError> {
+    for table in PACKED {
         let mut from = String::new();
         while let Some(next) = pack_piece(db, table, run, &from)? {
             from = next;
@@ -177,8 +242,10 @@ pub(crate) fn pack_run(db: &Database, run: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Pack the rows of `run` from key `from` on, up to [`PACK_CHUNK_BYTES`], in one
-/// transaction: the key of the first row left for the next piece, if any.
+/// Pack the rows of `run` from key `from` on, up to [`PACK_PIECE_BYTES`], in one
+/// transaction: they are read, deleted and inserted again through a cursor at the gap they
+/// left (redb packs a cursor's ascending inserts into full leaves), the same rows, keys and
+/// values, as before. The key of the first row left for the next piece, if any.
 fn pack_piece(
     db: &Database,
     table: TableDefinition<(&str, &str), &[u8]>,
@@ -196,7 +263,7 @@ fn pack_piece(
         for row in rows.range((run, from)..(end.as_str(), ""))? {
             let (key, value) = row?;
             let (_, key) = key.value();
-            if bytes >= PACK_CHUNK_BYTES {
+            if bytes >= PACK_PIECE_BYTES {
                 rest = Some(key.to_string());
                 break;
             }

@@ -22,12 +22,13 @@
 //! The thread also settles the store as runs stop ([`settle`](super::settle)): told by the
 //! store when a run's record is committed with the run no longer executing, it packs the
 //! journal rows that run wrote and, when no run is executing any more, compacts the file if
-//! that is worthwhile; queued writes wait meanwhile (the work comes before the next batch, so
-//! a flush asked after a run stopped sees the store settled).
+//! that is worthwhile. The work is done a step at a time (a piece of a run's rows, or the
+//! compaction), one step before each batch, so queued writes wait for one step at most;
+//! closing, the writer finishes it.
 
 use super::compact::DbCell;
 use super::progress::Chunk;
-use super::settle::{Settle, Work};
+use super::settle::{Packing, Settle};
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
 use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
 use crate::store::{StoreError, WriterStats};
@@ -193,7 +194,7 @@ impl Writer {
 
     /// Run `run`'s record, saying whether it executes (`running`, `pending`), is committed:
     /// a run that stops has its rows packed, and the store is compacted when nothing executes
-    /// any more (see [`settle`](super::settle)), before the next batch is committed.
+    /// any more (see [`settle`](super::settle)), a step between two batches.
     pub(crate) fn run_written(&self, run: &str, executing: bool) {
         let mut queue = self.shared.queue();
         queue.settle.run_written(run, executing);
@@ -246,19 +247,22 @@ fn run(
 ) {
     // The batch buffer, reused from commit to commit.
     let mut batch: Vec<Queued> = Vec::new();
+    // Settling work taken and not done yet: a step of it between two batches.
+    let mut packing = Packing::default();
     loop {
         let (already_failed, closing, work) = {
             let mut queue = shared.queue();
-            // Sleep until the first write of a batch, or a run stops.
-            while queue.ops.is_empty() && !queue.closed && !queue.settle.has_work() {
+            // Sleep until the first write of a batch, or a run stops (unless settling work is
+            // left to do).
+            while queue.ops.is_empty() && !queue.closed && !queue.settle.has_work() && packing.done() {
                 queue.idle = true;
                 queue = shared.arrived.wait(queue).unwrap_or_else(|p| p.into_inner());
             }
             queue.idle = false;
             // Gather until the window closes, a flush is asked for or the writer is closed
-            // (at once when a run stopped: its settling comes first).
+            // (at once when settling work is to do: its next step comes first).
             let deadline = Instant::now() + window;
-            while !queue.flush && !queue.closed && !queue.settle.has_work() {
+            while !queue.flush && !queue.closed && !queue.settle.has_work() && packing.done() {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -269,13 +273,16 @@ fn run(
             queue.flush = false;
             (queue.failed.clone(), queue.closed, queue.settle.take())
         };
-        if already_failed.is_none() && work != Work::default() {
-            let compacted = super::settle::settle(&db, path.as_deref(), &work);
-            if let (Some(written), false) = (work.settled, compacted) {
+        if already_failed.is_none() {
+            packing.add(work);
+            if let Some(written) = packing.step(&db, path.as_deref(), || shared.queue().settle.idle()) {
                 shared.queue().settle.not_compacted(written);
             }
+        } else {
+            packing.clear();
         }
-        if batch.is_empty() && closing {
+        // Closing, the settling work is finished first.
+        if batch.is_empty() && closing && packing.done() {
             break;
         }
         let result = match already_failed {
