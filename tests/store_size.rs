@@ -5,7 +5,8 @@
 //! "Storage: where the bytes go" (docs/src/internals/store.md) quotes (`cargo test --test store_size -- --nocapture`). The
 //! same 2 KiB fan-out on a real PostgreSQL server (`common::postgres`) prints the bytes per
 //! call its tables keep and the WAL it writes. A store shared by two runs is compacted only
-//! once neither executes (it settles), each run's rows packed as it stops.
+//! once neither executes (it settles), each run's rows packed as it stops; a paused run whose
+//! rows were packed resumes with nothing asked twice.
 
 mod common;
 
@@ -381,4 +382,84 @@ async fn two_thousand_two_kib_replies_on_postgresql_bytes_and_wal_per_call() {
         assert_eq!(server.psql("size", &format!("SELECT count(*) FROM {table}")), "0", "{table} after the removal");
     }
     assert_eq!(store.remove_run(&run_id).await.expect("remove_run"), Removed::NotFound);
+}
+
+/// A backend that holds every call from the `from`th task on until `open` says so, answering
+/// the others at once as [`Prose`] does.
+struct HoldFrom {
+    prose: Arc<Prose>,
+    from: usize,
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+impl AgentBackend for HoldFrom {
+    fn name(&self) -> String {
+        "prose".into()
+    }
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let (prose, from, mut open) = (self.prose.clone(), self.from, self.open.clone());
+        Box::pin(async move {
+            let i: usize = request.prompt.trim_start_matches("task ").parse().unwrap_or(0);
+            if i >= from {
+                // Dropped with the attempt when the run is paused.
+                let _ = open.wait_for(|open| *open).await;
+            }
+            Shared(prose).call(request).await
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_whose_rows_were_packed_resumes_paying_nothing_twice() {
+    let state = tempfile::tempdir().unwrap();
+    let prose = Prose::new(2048);
+    let (open, opened) = tokio::sync::watch::channel(false);
+    let backend = Arc::new(HoldFrom { prose: prose.clone(), from: 1000, open: opened });
+    let config = || HostConfig {
+        state_dir: Some(state.path().to_path_buf()),
+        backend: backend.clone(),
+        cache_dir: Some(common::guest_target_dir().join("cache")),
+        ..HostConfig::default()
+    };
+    let n = 2000;
+    let limits =
+        || Limits { max_concurrent_subagents: Some(64), max_total_subagents: Some(n as u32), ..Limits::default() };
+    let run_id = {
+        let host = Host::new(config()).expect("host");
+        let probe = load(&host, "probe").await;
+        let options =
+            RunOptions { args: Some(json!({"case": "fanout", "n": n})), limits: limits(), ..Default::default() };
+        let pause_at_half = async {
+            // Tasks 0 to 999 are answered, the next ones held: pause the run then.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+            while prose.calls.load(Ordering::SeqCst) < 1000 {
+                assert!(std::time::Instant::now() < deadline, "1,000 calls never answered");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            let run_id = host.runs(factory_host::DEFAULT_SESSION).await.expect("runs")[0].run_id.clone();
+            let paused = host.pause(factory_host::DEFAULT_SESSION, &run_id).await.expect("paused");
+            assert_eq!(paused.status, RunStatus::Paused, "{paused:#?}");
+            run_id
+        };
+        let (ran, run_id) = tokio::join!(host.run(&probe, options), pause_at_half);
+        assert_eq!(ran.expect("the run").status, RunStatus::Paused);
+        run_id
+    };
+    // The paused run's rows were packed as it stopped, and the store compacted as it settled.
+    let usage = usage_of(state.path());
+    let agents = usage.table("agents").expect("the agents table");
+    assert_eq!(agents.entries, 1000, "{usage:#?}");
+    assert!(agents.fragmented_bytes * 5 <= agents.stored_bytes, "packed: {usage:#?}");
+    assert!(usage.free_bytes() * 20 <= usage.file_bytes, "compacted: {usage:#?}");
+    // Resumed in a new host on the packed, compacted store: the 1,000 journaled calls replay
+    // for free, only the others are asked.
+    open.send(true).expect("the backend listens");
+    let host = Host::new(config()).expect("host");
+    // (Room for the cap to count the replayed calls too.)
+    let limits = Limits { max_total_subagents: Some(4 * n as u32), ..limits() };
+    let options = factory_host::ResumeOptions { limits, ..Default::default() };
+    let done = host.resume(&run_id, options).await.expect("resumed");
+    assert_eq!(done.status, RunStatus::Completed, "{done:#?}");
+    assert_eq!(done.result_value().expect("a result")["done"], n);
+    assert_eq!(prose.calls.load(Ordering::SeqCst), n as u64, "each call asked once over both attempts");
 }
