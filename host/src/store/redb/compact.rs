@@ -3,7 +3,8 @@
 //! [`RedbStore::compact`] can hold it alone for [`Database::compact`] (which moves live pages
 //! down and cuts the file's free tail). Deleting runs frees pages that later commits reuse;
 //! only compaction makes the file itself smaller. It is done when worthwhile
-//! ([`worthwhile`]): after a deletion, when free pages are a large part of the file.
+//! ([`worthwhile`]): after a deletion, and when the store settles (its last executing run
+//! stops; see `settle.rs`), when free pages are a large part of the file.
 
 use super::RedbStore;
 use crate::store::StoreError;
@@ -61,8 +62,9 @@ impl RedbStore {
             return Ok(Compaction { before_bytes: before, after_bytes: before, compacted: false });
         }
         let cell = self.db.clone();
-        let compacted =
-            tokio::task::spawn_blocking(move || compact_held(&cell)).await.map_err(|_| StoreError::Closed)??;
+        let compacted = tokio::task::spawn_blocking(move || compact_held(&cell, COMPACT_TRIES))
+            .await
+            .map_err(|_| StoreError::Closed)??;
         let after = match &self.path {
             Some(path) => {
                 std::fs::metadata(path).map_err(|e| StoreError::File { path: path.clone(), source: Arc::new(e) })?.len()
@@ -76,10 +78,13 @@ impl RedbStore {
     }
 }
 
+/// Tries [`RedbStore::compact`] makes to hold the database alone, 20 ms apart.
+const COMPACT_TRIES: u32 = 50;
+
 /// Hold the database alone and compact it: `Ok(false)` when it stays borrowed (a journal
-/// being loaded) or a read is open through every try.
-fn compact_held(cell: &DbCell) -> Result<bool, StoreError> {
-    for attempt in 0..50u32 {
+/// being loaded) or a read is open through every one of `tries` tries, 20 ms apart.
+pub(crate) fn compact_held(cell: &DbCell, tries: u32) -> Result<bool, StoreError> {
+    for attempt in 0..tries {
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(20));
         }

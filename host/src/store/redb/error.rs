@@ -15,7 +15,14 @@ macro_rules! from_redb {
         }
     )*};
 }
-from_redb!(redb::Error, redb::StorageError, redb::TableError, redb::TransactionError, redb::CommitError);
+from_redb!(
+    redb::Error,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::CursorError
+);
 
 impl From<redb::DatabaseError> for StoreError {
     fn from(e: redb::DatabaseError) -> Self {

@@ -12,6 +12,7 @@ mod modules;
 mod open;
 mod progress;
 mod rows;
+mod settle;
 pub(crate) mod tables;
 mod usage;
 mod writer;
@@ -130,7 +131,7 @@ impl RedbStore {
     fn with_database(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<RedbStore, StoreError> {
         let next_run_seq = open::prepare(&db)?;
         let db = Arc::new(compact::DbCell::new(db));
-        let writer = Writer::start(db.clone(), options.commit_window, options.queue_bytes)?;
+        let writer = Writer::start(db.clone(), options.commit_window, options.queue_bytes, path.clone())?;
         Ok(RedbStore { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path, known_blobs: Default::default() })
     }
 
@@ -141,8 +142,12 @@ impl RedbStore {
         }
         let bytes = serde_json::to_vec(record)?;
         let (id, seq, status) = (record.envelope.run_id.clone(), record.seq, String::new());
-        self.writer.send(Op::Run { id, seq, new, status, record: bytes })?;
-        self.writer.flush().await
+        self.writer.send(Op::Run { id: id.clone(), seq, new, status, record: bytes })?;
+        self.writer.flush().await?;
+        // Committed: a run that stops executing has its rows packed, and the store settles
+        // when none executes any more (`settle.rs`).
+        self.writer.run_written(&id, !record.envelope.status.is_terminal());
+        Ok(())
     }
 
     /// A run record. A record that cannot be read is [`StoreError::Corrupt`] for this run

@@ -18,14 +18,23 @@
 //! committed at once, without waiting out the window: a burst (a fan-out's results, a loop
 //! of `log` lines) is committed in pieces while the run goes on, and the run's closing flush
 //! waits for the last piece only, not for the whole burst.
+//!
+//! The thread also settles the store as runs stop ([`settle`](super::settle)): told by the
+//! store when a run's record is committed with the run no longer executing, it packs the
+//! journal rows that run wrote and, when no run is executing any more, compacts the file if
+//! that is worthwhile. The work is done a step at a time (a piece of a run's rows, or the
+//! compaction), one step before each batch, so queued writes wait for one step at most;
+//! closing, the writer finishes it.
 
 use super::compact::DbCell;
 use super::progress::Chunk;
+use super::settle::{Packing, Settle};
 use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
 use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
 use crate::store::{StoreError, WriterStats};
 use redb::{Database, ReadableTable, Table, TableDefinition, WriteTransaction};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -45,6 +54,8 @@ struct Queue {
     idle: bool,
     /// The first commit failure; once set, the store refuses further writes.
     failed: Option<Arc<StoreError>>,
+    /// The runs executing, the rows they wrote and the work their stops leave.
+    settle: Settle,
 }
 
 impl Queue {
@@ -86,7 +97,14 @@ pub(crate) struct Writer {
 impl Writer {
     /// Start the writer thread for `db`, committing every `window` and holding at most
     /// about `queue_bytes` uncommitted.
-    pub(crate) fn start(db: Arc<DbCell>, window: Duration, queue_bytes: u64) -> Result<Self, StoreError> {
+    /// `path` is the store file's, if it is a file (only a file is compacted as the store
+    /// settles).
+    pub(crate) fn start(
+        db: Arc<DbCell>,
+        window: Duration,
+        queue_bytes: u64,
+        path: Option<PathBuf>,
+    ) -> Result<Self, StoreError> {
         let shared = Arc::new(Shared::default());
         let stats = Arc::new(WriterStats::default());
         let pending: Arc<Mutex<Pending>> = Arc::default();
@@ -98,7 +116,7 @@ impl Writer {
             let backlog = backlog.clone();
             std::thread::Builder::new()
                 .name("factory-store-writer".into())
-                .spawn(move || run(db, shared, window, stats, pending, backlog))
+                .spawn(move || run(db, path, shared, window, stats, pending, backlog))
                 .map_err(|e| StoreError::Writer(Arc::new(e)))?
         };
         Ok(Writer { pending, shared, stats, backlog, thread: Mutex::new(Some(thread)) })
@@ -174,6 +192,18 @@ impl Writer {
         let _ = self.send(Op::Flush(done));
     }
 
+    /// Run `run`'s record, saying whether it executes (`running`, `pending`), is committed:
+    /// a run that stops has its rows packed, and the store is compacted when nothing executes
+    /// any more (see [`settle`](super::settle)), a step between two batches.
+    pub(crate) fn run_written(&self, run: &str, executing: bool) {
+        let mut queue = self.shared.queue();
+        queue.settle.run_written(run, executing);
+        if queue.settle.has_work() && queue.idle {
+            queue.idle = false;
+            self.shared.arrived.notify_one();
+        }
+    }
+
     /// Resolve once everything queued so far is committed.
     pub(crate) async fn flush(&self) -> Result<(), StoreError> {
         {
@@ -208,6 +238,7 @@ impl Drop for Writer {
 
 fn run(
     db: Arc<DbCell>,
+    path: Option<PathBuf>,
     shared: Arc<Shared>,
     window: Duration,
     stats: Arc<WriterStats>,
@@ -216,18 +247,22 @@ fn run(
 ) {
     // The batch buffer, reused from commit to commit.
     let mut batch: Vec<Queued> = Vec::new();
+    // Settling work taken and not done yet: a step of it between two batches.
+    let mut packing = Packing::default();
     loop {
-        let (already_failed, closing) = {
+        let (already_failed, closing, work) = {
             let mut queue = shared.queue();
-            // Sleep until the first write of a batch.
-            while queue.ops.is_empty() && !queue.closed {
+            // Sleep until the first write of a batch, or a run stops (unless settling work is
+            // left to do).
+            while queue.ops.is_empty() && !queue.closed && !queue.settle.has_work() && packing.done() {
                 queue.idle = true;
                 queue = shared.arrived.wait(queue).unwrap_or_else(|p| p.into_inner());
             }
             queue.idle = false;
-            // Gather until the window closes, a flush is asked for or the writer is closed.
+            // Gather until the window closes, a flush is asked for or the writer is closed
+            // (at once when settling work is to do: its next step comes first).
             let deadline = Instant::now() + window;
-            while !queue.flush && !queue.closed {
+            while !queue.flush && !queue.closed && !queue.settle.has_work() && packing.done() {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -236,9 +271,18 @@ fn run(
             }
             std::mem::swap(&mut batch, &mut queue.ops);
             queue.flush = false;
-            (queue.failed.clone(), queue.closed)
+            (queue.failed.clone(), queue.closed, queue.settle.take())
         };
-        if batch.is_empty() && closing {
+        if already_failed.is_none() {
+            packing.add(work);
+            if let Some(written) = packing.step(&db, path.as_deref(), || shared.queue().settle.idle()) {
+                shared.queue().settle.not_compacted(written);
+            }
+        } else {
+            packing.clear();
+        }
+        // Closing, the settling work is finished first.
+        if batch.is_empty() && closing && packing.done() {
             break;
         }
         let result = match already_failed {
@@ -249,8 +293,12 @@ fn run(
             Err(e) => {
                 shared.queue().failed.get_or_insert_with(|| Arc::new(e.clone()));
             }
-            // Committed: readable from the database now.
-            Ok(()) => pending.lock().unwrap_or_else(|p| p.into_inner()).committed(batch.iter().map(|q| &q.op)),
+            Ok(()) => {
+                // Committed: readable from the database now, and counted for the packing of
+                // the runs' rows when they stop (before any flush of the batch is answered).
+                pending.lock().unwrap_or_else(|p| p.into_inner()).committed(batch.iter().map(|q| &q.op));
+                count_rows(&shared, &batch);
+            }
         }
         let bytes = batch.iter().map(|q| q.bytes).sum();
         for queued in batch.drain(..) {
@@ -259,6 +307,20 @@ fn run(
             }
         }
         backlog.release(bytes);
+    }
+}
+
+/// Count the journal rows `batch` committed, per run, for [`Settle`].
+fn count_rows(shared: &Shared, batch: &[Queued]) {
+    let mut rows = batch.iter().filter_map(|q| match &q.op {
+        Op::Step { run, key, value, .. } => Some((run, key.len() + value.len())),
+        Op::Agent { run, key, outcome, .. } => Some((run, key.len() + outcome.len())),
+        _ => None,
+    });
+    let Some(first) = rows.next() else { return };
+    let mut queue = shared.queue();
+    for (run, bytes) in std::iter::once(first).chain(rows) {
+        queue.settle.rows_written(run, bytes as u64);
     }
 }
 
@@ -443,7 +505,8 @@ mod tests {
     fn a_full_queue_makes_the_next_write_wait_for_a_commit() {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).expect("a database");
         // A long window: without the cap, both writes would be queued before any commit.
-        let writer = Writer::start(Arc::new(DbCell::new(db)), Duration::from_millis(300), 1000).expect("the writer");
+        let writer =
+            Writer::start(Arc::new(DbCell::new(db)), Duration::from_millis(300), 1000, None).expect("the writer");
         writer.send(step(800)).expect("the first write");
         assert_eq!(writer.stats.commits.load(Ordering::SeqCst), 0, "the first write was queued, not committed");
         assert!(writer.backlog.queued() >= 800);
@@ -459,7 +522,8 @@ mod tests {
     fn a_batch_of_early_commit_ops_writes_is_committed_before_the_window_closes() {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).expect("a database");
         // A window no test waits out: only the batch's size can make the thread commit.
-        let writer = Writer::start(Arc::new(DbCell::new(db)), Duration::from_secs(600), u64::MAX).expect("the writer");
+        let writer =
+            Writer::start(Arc::new(DbCell::new(db)), Duration::from_secs(600), u64::MAX, None).expect("the writer");
         let commits = || writer.stats.commits.load(Ordering::SeqCst);
         for _ in 0..EARLY_COMMIT_OPS - 1 {
             writer.send(step(10)).expect("a write");
