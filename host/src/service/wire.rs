@@ -605,21 +605,21 @@ mod tests {
         let text =
             String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() })))
                 .unwrap();
-        assert_eq!(text, r#"{"wire":8,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        assert_eq!(text, r#"{"wire":9,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Follow {
             scope: Scope::Owner,
             run_id: "r".into(),
             after_seq: 2,
         })))
         .unwrap();
-        assert_eq!(text, r#"{"wire":8,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
+        assert_eq!(text, r#"{"wire":9,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
         let text =
             String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None })))
                 .unwrap();
-        assert_eq!(text, r#"{"wire":8,"body":{"op":"runs","scope":"owner"}}"#);
+        assert_eq!(text, r#"{"wire":9,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":8,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":9,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -638,28 +638,30 @@ mod tests {
             r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
             // Version 7 knew no pending approvals and no `gc`.
             r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 8 knew no `describe`.
+            r#"{"wire":8,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":9,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":10,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 9"), "{e}");
+        assert!(e.contains("version 10"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":8,"body":{"op":"runs","scope":"owner","all":true}}"#,
-            r#"{"wire":8,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
-            r#"{"wire":8,"body":{"op":"drop","scope":"owner"}}"#,
-            r#"{"wire":8,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            r#"{"wire":9,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":9,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":9,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":9,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
             // A bare session where a scope goes, a scope that is neither form, a session
             // with more beside it, and a start request without its concrete session.
-            r#"{"wire":8,"body":{"op":"runs","session":"s"}}"#,
-            r#"{"wire":8,"body":{"op":"runs","scope":"all"}}"#,
-            r#"{"wire":8,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
-            r#"{"wire":8,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
+            r#"{"wire":9,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":9,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":9,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":9,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -670,7 +672,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":8,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":9,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),
