@@ -66,7 +66,7 @@ use crate::backend::flow::FlowLimits;
 use crate::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendCatalog, BackendRef,
     BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, PriceTables,
-    Pricing, Provider, Route, Router, SandboxMode, Script, StructuredMode, WrapUp,
+    Pricing, Provider, Route, Router, SandboxMode, Script, StructuredMode, Unbuilt, WrapUp,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -848,7 +848,7 @@ impl Config {
 impl BackendCatalog for Config {
     fn build(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, BackendUnavailable> {
         self.run_backend(Some(&reference.name), reference.model.as_deref())
-            .map_err(|e| BackendUnavailable { backend: reference.display(), missing: e.to_string() })
+            .map_err(|e| BackendUnavailable { backend: reference.display(), missing: Unbuilt::failed(e) })
     }
 
     fn default_name(&self) -> Option<String> {
@@ -1128,6 +1128,13 @@ mod tests {
         assert!(read, "{e:?}");
         let source = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
         assert_eq!(e.to_string(), format!("backend `s`: {source}"));
+        // A recorded backend that cannot be built again keeps why as its source too.
+        let Err(unavailable) = BackendCatalog::build(&no_script, &BackendRef::named("s")) else {
+            panic!("a missing script was built")
+        };
+        let why = std::error::Error::source(&unavailable).and_then(|s| s.downcast_ref::<ConfigError>());
+        assert!(matches!(why, Some(ConfigError::Backend { .. })), "{unavailable:?}");
+        assert_eq!(unavailable.to_string(), format!("backend_unavailable: backend `s` cannot be used: {e}"));
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub use dry_run::DryRun;
 pub use http::RetryPolicy;
 pub use openai::{OpenAi, OpenAiConfig, StructuredMode, DEFAULT_OPENAI_BASE_URL};
 pub use pricing::{Price, PriceTables, Pricing, Provider};
-pub use recorded::{BackendRef, BackendUnavailable};
+pub use recorded::{BackendRef, BackendUnavailable, Unbuilt};
 pub use reference::{BackendCatalog, BuiltinCatalog, Identified};
 pub use router::{Route, Router};
 pub use script::{Script, ScriptError, ScriptRulesError};
