@@ -3,23 +3,19 @@
 //! system one. A schema call forces a tool (`respond`, whose `input_schema` is the call's
 //! schema, wrapped in an object when its root is not one) and replies with the tool's input;
 //! a server that answers 400 about tools gets plain prompting from then on. Usage comes from
-//! `usage` (input, output, cache-read and cache-write tokens apart); retries follow the
-//! shared [`RetryPolicy`].
+//! `usage` (input, output, cache-read and cache-write tokens apart). This file owns the wire
+//! format ([`Messages`]: body, headers, reply, fallback); sending, retries ([`RetryPolicy`]),
+//! flows, status errors and redaction are the shared HTTP core's ([`HttpBackend`]).
 
-use super::flow::{self, Flow, FlowLimits, Flows};
-use super::http::{self, HttpReply, RetryPolicy};
-use super::openai::non_empty_env;
-use super::pricing::{CallPricing, Pricing};
+use super::flow::FlowLimits;
+use super::http::{non_empty_env, Endpoint, HttpBackend, HttpReply, RetryPolicy, Wire};
+use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
 use super::redact;
-use super::{
-    estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, SoftLimit, Usage,
-};
-use futures::future::BoxFuture;
+use super::{AgentRequest, BackendError, OutageKind, Usage};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// The default base URL.
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -101,75 +97,52 @@ impl AnthropicConfig {
     }
 }
 
-/// The Anthropic Messages backend.
-pub struct Anthropic {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    config: AnthropicConfig,
-    client: reqwest::Client,
-    /// The flow every backend of this endpoint and key shares in the process.
-    flows: Flows,
-    /// Set once the server refused tools: schema calls are prompted from then on.
-    no_tools: AtomicBool,
-    /// What calls are charged (free for a server on this machine, unless priced).
-    pricing: CallPricing,
-}
+/// The Anthropic Messages backend: the shared HTTP core speaking [`Messages`].
+pub type Anthropic = HttpBackend<Messages>;
 
 impl Anthropic {
     /// Set up the backend (builds the HTTP client; sends nothing).
     pub fn new(config: AnthropicConfig) -> Result<Self, BackendError> {
-        let client = config.retry.client()?;
-        let no_tools = AtomicBool::new(!config.use_tool);
-        let key = format!("anthropic {} {}", config.base_url, flow::key_fingerprint(config.api_key.as_deref()));
-        let flows = Flows::new(&key, &config.name, &config.flow);
-        let pricing = CallPricing::new(&config.pricing, &config.base_url);
-        Ok(Anthropic { inner: Arc::new(Inner { config, client, flows, no_tools, pricing }) })
+        let AnthropicConfig {
+            name,
+            base_url,
+            api_key,
+            api_key_var,
+            model,
+            system_prompt,
+            max_tokens,
+            use_tool,
+            pricing,
+            retry,
+            flow,
+        } = config;
+        let wire = Messages { system_prompt, max_tokens, no_tools: AtomicBool::new(!use_tool) };
+        HttpBackend::open(Endpoint { name, base_url, api_key, api_key_var, model, pricing, retry, flow }, wire)
     }
 
     /// Whether schema calls currently force the `respond` tool.
     pub fn uses_tool(&self) -> bool {
-        !self.inner.no_tools.load(Ordering::SeqCst)
+        !self.wire().no_tools.load(Ordering::SeqCst)
     }
 }
 
-impl AgentBackend for Anthropic {
-    fn name(&self) -> String {
-        self.inner.config.name.clone()
-    }
+/// The Messages wire format: what the Anthropic backend keeps of its own.
+pub struct Messages {
+    /// An optional system prompt sent with every call.
+    system_prompt: Option<String>,
+    /// `max_tokens` (required by the API).
+    max_tokens: u32,
+    /// Set once the server refused tools: schema calls are prompted from then on.
+    no_tools: AtomicBool,
+}
 
-    fn flows(&self) -> Vec<Arc<Flow>> {
-        self.inner.flows.all()
-    }
-
-    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
-        let inner = self.inner.clone();
-        Box::pin(async move {
-            // Failure messages reach envelopes and journals: no key, no credentials in URLs
-            // or in what the server echoed.
-            let key = inner.config.api_key.as_deref().unwrap_or("");
-            // maxDurationSeconds bounds the request from its admission through the flow (retries
-            // included; see `http::CallClock`); maxTurns always holds
-            // (one request is one turn) and a request cannot take a wrap-up.
-            inner.call(&request).await.map_err(|e| redact::redact_error(e, &[key]))
-        })
-    }
-
-    fn reference(&self) -> BackendRef {
-        let config = &self.inner.config;
-        http::keyed_reference(self.name(), &config.api_key, &config.api_key_var)
-    }
-
-    fn unpriced(&self, model: Option<&str>) -> Option<String> {
-        let config = &self.inner.config;
-        self.inner.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
-    }
-
-    fn free_notice(&self, model: Option<&str>) -> Option<String> {
-        let config = &self.inner.config;
-        self.inner.pricing.free_notice(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
-    }
+/// How one Messages request asked for its answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked {
+    /// The `respond` tool carries the answer.
+    tool: bool,
+    /// The tool's schema wraps the call's in `{value: ..}` ([`tool_schema`]).
+    wrapped: bool,
 }
 
 #[derive(Deserialize)]
@@ -221,66 +194,23 @@ fn tool_schema(schema: &serde_json::Value) -> (serde_json::Value, bool) {
     }
 }
 
-impl Inner {
-    async fn call(&self, request: &AgentRequest) -> Result<AgentReply, BackendError> {
-        let who = &self.config.name;
-        let model = request.model.clone().or_else(|| self.config.model.clone()).ok_or_else(|| {
-            BackendError::outage(
-                OutageKind::Misconfigured,
-                format!("{who}: the call names no model and the backend has no default (pass --model)"),
-            )
-        })?;
-        let url = format!("{}/v1/messages", self.config.base_url);
-        // maxDurationSeconds counts from the call's admission, not its wait in the flow.
-        let clock = http::CallClock::new(request.limits.max_duration());
-        loop {
-            let tool = request.schema.is_some() && !self.no_tools.load(Ordering::SeqCst);
-            let (body, wrapped) = self.body(request, &model, tool);
-            let reply = http::send(
-                &self.config.retry,
-                self.flows.get(&model),
-                estimate_tokens(&request.prompt),
-                &clock,
-                who,
-                || {
-                    let builder = self.client.post(&url).header("anthropic-version", ANTHROPIC_VERSION).json(&body);
-                    match &self.config.api_key {
-                        Some(key) => builder.header("x-api-key", key),
-                        None => builder,
-                    }
-                },
-            )
-            .await?;
-            let Some(reply) = reply else { return Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds)) };
-            if reply.ok() {
-                let parsed = self.parse(&reply, &model, tool, wrapped);
-                if let Ok(AgentReply { usage: Some(u), .. }) = &parsed {
-                    self.flows.get(&model).used_tokens(
-                        reply.charged,
-                        u.input_tokens + u.cache_read_tokens + u.cache_write_tokens,
-                        u.output_tokens,
-                    );
-                }
-                return parsed;
-            }
-            if tool && refuses_tools(&reply) {
-                tracing::info!(backend = %who, "server refused the forced tool; prompting for JSON instead");
-                self.no_tools.store(true, Ordering::SeqCst);
-                continue;
-            }
-            return Err(http::status_error(who, &reply, &self.config.api_key_var, &self.config.base_url, &model));
-        }
-    }
+impl Wire for Messages {
+    type Sent = Asked;
 
-    fn body(&self, request: &AgentRequest, model: &str, tool: bool) -> (serde_json::Value, bool) {
+    const KIND: &'static str = "anthropic";
+
+    const PATH: &'static str = "/v1/messages";
+
+    fn body(&self, request: &AgentRequest, model: &str) -> (serde_json::Value, Asked) {
+        let tool = request.schema.is_some() && !self.no_tools.load(Ordering::SeqCst);
         let instruction = match (&request.schema, tool) {
             (Some(schema), false) => Some(schema_instruction(schema)),
             _ => None,
         };
-        let system: Vec<String> = self.config.system_prompt.iter().cloned().chain(instruction).collect();
+        let system: Vec<String> = self.system_prompt.iter().cloned().chain(instruction).collect();
         let mut body = json!({
             "model": model,
-            "max_tokens": self.config.max_tokens,
+            "max_tokens": self.max_tokens,
             "messages": [{"role": "user", "content": user_prompt(request)}],
         });
         if !system.is_empty() {
@@ -302,19 +232,26 @@ impl Inner {
         // answer tool is then offered, not forced (a text reply is parsed as before).
         if let Some(budget) = request.tuning.thinking_budget() {
             body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
-            if self.config.max_tokens <= budget {
-                body["max_tokens"] = json!(u64::from(budget) + u64::from(self.config.max_tokens));
+            if self.max_tokens <= budget {
+                body["max_tokens"] = json!(u64::from(budget) + u64::from(self.max_tokens));
             }
             if body.get("tool_choice").is_some() {
                 body["tool_choice"] = json!({"type": "auto"});
             }
         }
-        (body, wrapped)
+        (body, Asked { tool, wrapped })
     }
 
-    fn parse(&self, reply: &HttpReply, model: &str, tool: bool, wrapped: bool) -> Result<AgentReply, BackendError> {
-        let who = &self.config.name;
-        let parsed: MessagesResponse = serde_json::from_str(&reply.body).map_err(|e| {
+    fn headers(&self, builder: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+        let builder = builder.header("anthropic-version", ANTHROPIC_VERSION);
+        match key {
+            Some(key) => builder.header("x-api-key", key),
+            None => builder,
+        }
+    }
+
+    fn parse(&self, who: &str, asked: &Asked, body: &str) -> Result<(String, Option<Usage>), BackendError> {
+        let parsed: MessagesResponse = serde_json::from_str(body).map_err(|e| {
             BackendError::outage(OutageKind::InvalidReply, format!("{who}: the reply is not a Messages response: {e}"))
         })?;
         let tool_input = parsed
@@ -323,9 +260,9 @@ impl Inner {
             .find(|b| b.kind == "tool_use" && b.name.as_deref() == Some(RESPOND_TOOL))
             .and_then(|b| b.input.clone());
         let text = match tool_input {
-            Some(input) if tool => {
+            Some(input) if asked.tool => {
                 let value =
-                    if wrapped { input.get("value").cloned().unwrap_or(serde_json::Value::Null) } else { input };
+                    if asked.wrapped { input.get("value").cloned().unwrap_or(serde_json::Value::Null) } else { input };
                 value.to_string()
             }
             _ => parsed
@@ -336,8 +273,16 @@ impl Inner {
                 .collect::<Vec<_>>()
                 .join(""),
         };
-        let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.pricing.priced(model, usage_of(&u)));
-        Ok(AgentReply::new(text, usage))
+        Ok((text, parsed.usage.filter(|u| !u.is_null()).map(|u| usage_of(&u))))
+    }
+
+    fn fall_back(&self, who: &str, _: &AgentRequest, asked: &Asked, reply: &HttpReply) -> bool {
+        if !asked.tool || !refuses_tools(reply) {
+            return false;
+        }
+        tracing::info!(backend = %who, "server refused the forced tool; prompting for JSON instead");
+        self.no_tools.store(true, Ordering::SeqCst);
+        true
     }
 }
 

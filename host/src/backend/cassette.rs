@@ -45,6 +45,28 @@ pub enum CassetteError {
     /// The file is not a cassette of a version this build reads.
     #[error("cassette `{path}` line {line}: {message}")]
     Invalid { path: String, line: usize, message: String },
+    /// The file is not UTF-8 text.
+    #[error("cassette `{path}`: not UTF-8 text: {source}")]
+    NotText {
+        path: String,
+        #[source]
+        source: std::string::FromUtf8Error,
+    },
+    /// The first line is not a cassette header.
+    #[error("cassette `{path}` line 1: not a cassette header: {source}")]
+    Header {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A line is not an exchange.
+    #[error("cassette `{path}` line {line}: {source}")]
+    Exchange {
+        path: String,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
     /// The file is larger than [`MAX_CASSETTE_BYTES`].
     #[error("cassette `{path}` is {bytes} bytes, over the limit of {limit}: refusing to read it")]
     TooLarge { path: String, bytes: u64, limit: u64 },
@@ -257,8 +279,7 @@ pub fn read_cassette_lines(path: &Path) -> Result<Vec<(usize, Exchange)>, Casset
     if bytes.len() as u64 > MAX_CASSETTE_BYTES {
         return Err(CassetteError::TooLarge { path: shown, bytes: bytes.len() as u64, limit: MAX_CASSETTE_BYTES });
     }
-    let text = String::from_utf8(bytes)
-        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text: {e}"))))?;
+    let text = String::from_utf8(bytes).map_err(|source| CassetteError::NotText { path: shown.clone(), source })?;
     let invalid = |line: usize, message: String| CassetteError::Invalid { path: shown.clone(), line, message };
     if let Some((i, line)) = text.lines().enumerate().find(|(_, l)| l.len() > MAX_CASSETTE_LINE_BYTES) {
         return Err(CassetteError::LineTooLong {
@@ -272,7 +293,8 @@ pub fn read_cassette_lines(path: &Path) -> Result<Vec<(usize, Exchange)>, Casset
     let Some((_, first)) = lines.next() else {
         return Err(invalid(1, "empty file, expected a cassette header".into()));
     };
-    let header: Header = serde_json::from_str(first).map_err(|e| invalid(1, format!("not a cassette header: {e}")))?;
+    let header: Header =
+        serde_json::from_str(first).map_err(|source| CassetteError::Header { path: shown.clone(), source })?;
     if header.cassette != FORMAT {
         return Err(invalid(1, format!("not a factory cassette (`{}`)", header.cassette)));
     }
@@ -286,7 +308,13 @@ pub fn read_cassette_lines(path: &Path) -> Result<Vec<(usize, Exchange)>, Casset
         ));
     }
     lines
-        .map(|(i, line)| serde_json::from_str(line).map(|e| (i + 1, e)).map_err(|e| invalid(i + 1, e.to_string())))
+        .map(|(i, line)| {
+            serde_json::from_str(line).map(|e| (i + 1, e)).map_err(|source| CassetteError::Exchange {
+                path: shown.clone(),
+                line: i + 1,
+                source,
+            })
+        })
         .collect()
 }
 
@@ -628,5 +656,34 @@ impl AgentBackend for Cassette {
             }
             outcome
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error reading a cassette file of `text`.
+    fn refused(text: &[u8]) -> CassetteError {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        std::fs::write(&path, text).unwrap();
+        read_cassette_lines(&path).expect_err("a broken cassette was read")
+    }
+
+    #[test]
+    fn a_broken_cassette_keeps_the_decoders_error_as_its_source() {
+        let header = format!(r#"{{"cassette":"{FORMAT}","version":{CASSETTE_VERSION}}}"#);
+        let e = refused(format!("{header}\n\n{{\"key\": 3").as_bytes());
+        assert!(matches!(&e, CassetteError::Exchange { line: 3, .. }), "{e:?}");
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<serde_json::Error>());
+        assert!(source.is_some_and(|s| e.to_string().ends_with(&format!("line 3: {s}"))), "{e}");
+        let e = refused(b"[1, 2]\n");
+        assert!(matches!(&e, CassetteError::Header { .. }), "{e:?}");
+        assert!(e.to_string().contains("line 1: not a cassette header: "), "{e}");
+        let e = refused(b"\xff\xfe\n");
+        assert!(matches!(&e, CassetteError::NotText { .. }), "{e:?}");
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::string::FromUtf8Error>());
+        assert!(source.is_some(), "{e:?}");
     }
 }

@@ -66,7 +66,7 @@ use crate::backend::flow::FlowLimits;
 use crate::backend::{
     self, AgentBackend, AgentCli, AgentCliConfig, Anthropic, AnthropicConfig, BackendCatalog, BackendRef,
     BackendSpecError, BackendUnavailable, Identified, JsonOutput, OpenAi, OpenAiConfig, OutputMode, Price, PriceTables,
-    Pricing, Provider, Route, Router, SandboxMode, Script, StructuredMode, WrapUp,
+    Pricing, Provider, Route, Router, SandboxMode, Script, StructuredMode, Unbuilt, WrapUp,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -93,6 +93,37 @@ pub enum ConfigError {
     /// A backend entry that cannot be built.
     #[error("backend `{name}`: {message}")]
     Invalid { name: String, message: String },
+    /// A backend entry whose backend cannot be set up (its script, its agent CLI preset,
+    /// its HTTP client).
+    #[error("backend `{name}`: {source}")]
+    Backend {
+        name: String,
+        #[source]
+        source: BackendSpecError,
+    },
+    /// A price that is no amount of credits (`name`: the backend, or `[prices.PROVIDER]`
+    /// and the model).
+    #[error("backend `{name}`: {source}")]
+    Price {
+        name: String,
+        #[source]
+        source: PriceError,
+    },
+    /// An agent CLI's `cwd` that cannot be made absolute.
+    #[error("backend `{name}`: cwd `{path}`: {source}")]
+    Cwd {
+        name: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An agent CLI's `cost_credits` that is no amount of credits.
+    #[error("backend `{name}`: cost_credits: {source}")]
+    CostCredits {
+        name: String,
+        #[source]
+        source: PriceError,
+    },
     /// A name that is neither configured nor built in.
     #[error(transparent)]
     Spec(#[from] BackendSpecError),
@@ -129,15 +160,33 @@ pub enum Amount {
 
 impl Amount {
     /// The amount in nano-credits.
-    pub fn nano(&self) -> Result<u64, String> {
+    pub fn nano(&self) -> Result<u64, PriceError> {
         match self {
-            Amount::Int(n) => {
-                n.checked_mul(backend::pricing::NANO_PER_CREDIT).ok_or_else(|| format!("{n} is too large"))
-            }
-            Amount::Float(f) => backend::pricing::float_credits_nano(*f).map_err(|e| e.to_string()),
-            Amount::Text(t) => backend::pricing::parse_credits_nano(t).map_err(|e| e.to_string()),
+            Amount::Int(n) => n.checked_mul(backend::pricing::NANO_PER_CREDIT).ok_or(PriceError::TooLarge(*n)),
+            Amount::Float(f) => Ok(backend::pricing::float_credits_nano(*f)?),
+            Amount::Text(t) => Ok(backend::pricing::parse_credits_nano(t)?),
         }
     }
+}
+
+/// An amount or a price of a config that is no amount of credits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PriceError {
+    /// A whole number of credits too large to count in nano-credits.
+    #[error("{0} is too large")]
+    TooLarge(u64),
+    /// Not a non-negative decimal amount of at most 9 decimal places.
+    #[error(transparent)]
+    Credits(#[from] backend::pricing::BadCredits),
+    /// The price of one model is wrong.
+    #[error("model `{model}`: {source}")]
+    Model {
+        /// The model.
+        model: String,
+        /// What is wrong with its price.
+        #[source]
+        source: Box<PriceError>,
+    },
 }
 
 /// A price in credits (one credit is US$0.01) per 1000 input, output, cache-read and
@@ -158,7 +207,7 @@ pub struct PriceConfig {
 
 impl PriceConfig {
     /// The price in nano-credits per 1000 tokens.
-    pub fn price(&self) -> Result<Price, String> {
+    pub fn price(&self) -> Result<Price, PriceError> {
         let nano = |a: &Option<Amount>| a.as_ref().map_or(Ok(0), Amount::nano);
         let known = |a: &Option<Amount>| a.as_ref().map(Amount::nano).transpose();
         Ok(Price {
@@ -203,7 +252,7 @@ pub struct PricingConfig {
 
 impl PricingConfig {
     /// The pricing in nano-credits.
-    pub fn pricing(&self) -> Result<Pricing, String> {
+    pub fn pricing(&self) -> Result<Pricing, PriceError> {
         // A default price exists only when one of its halves is written down.
         let default = if self.input.is_some() || self.output.is_some() {
             let price = PriceConfig {
@@ -219,7 +268,11 @@ impl PricingConfig {
         let models = self
             .models
             .iter()
-            .map(|(m, p)| p.price().map(|p| (m.clone(), p)).map_err(|e| format!("model `{m}`: {e}")))
+            .map(|(m, p)| {
+                p.price()
+                    .map(|p| (m.clone(), p))
+                    .map_err(|e| PriceError::Model { model: m.clone(), source: Box::new(e) })
+            })
             .collect::<Result<_, _>>()?;
         Ok(Pricing { default, models })
     }
@@ -714,9 +767,9 @@ impl Config {
             [(Provider::OpenAi, &self.prices.openai), (Provider::Anthropic, &self.prices.anthropic)]
         {
             for (model, price) in entries {
-                let price = price.price().map_err(|message| ConfigError::Invalid {
+                let price = price.price().map_err(|source| ConfigError::Price {
                     name: format!("[prices.{}] model `{model}`", provider.as_str()),
-                    message,
+                    source,
                 })?;
                 tables.get_mut(provider).insert(model.clone(), price);
             }
@@ -795,7 +848,7 @@ impl Config {
 impl BackendCatalog for Config {
     fn build(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, BackendUnavailable> {
         self.run_backend(Some(&reference.name), reference.model.as_deref())
-            .map_err(|e| BackendUnavailable { backend: reference.display(), missing: e.to_string() })
+            .map_err(|e| BackendUnavailable { backend: reference.display(), missing: Unbuilt::failed(e) })
     }
 
     fn default_name(&self) -> Option<String> {
@@ -815,7 +868,14 @@ fn build(
     tables: &PriceTables,
 ) -> Result<Arc<dyn AgentBackend>, ConfigError> {
     let invalid = |message: String| ConfigError::Invalid { name: name.into(), message };
-    let pricing = entry.pricing.as_ref().map(PricingConfig::pricing).transpose().map_err(invalid)?.unwrap_or_default();
+    let unusable = |source: BackendSpecError| ConfigError::Backend { name: name.into(), source };
+    let pricing = entry
+        .pricing
+        .as_ref()
+        .map(PricingConfig::pricing)
+        .transpose()
+        .map_err(|source| ConfigError::Price { name: name.into(), source })?
+        .unwrap_or_default();
     let model = model.map(str::to_string).or_else(|| entry.model.clone());
     let mut retry = backend::RetryPolicy::default();
     if let Some(t) = entry.timeout_seconds {
@@ -836,7 +896,7 @@ fn build(
         BackendKind::DryRun => Arc::new(backend::DryRun),
         BackendKind::Script => {
             let path = entry.path.as_ref().ok_or_else(|| invalid("a `script` backend needs `path`".into()))?;
-            Arc::new(Script::from_file(path).map_err(|e| invalid(e.to_string()))?)
+            Arc::new(Script::from_file(path).map_err(|e| unusable(e.into()))?)
         }
         BackendKind::OpenAi => {
             let from_env = OpenAiConfig::from_env();
@@ -864,7 +924,7 @@ fn build(
                 retry,
                 flow: flow_limits(name, entry)?,
             };
-            Arc::new(OpenAi::new(config).map_err(|e| invalid(e.message().to_string()))?)
+            Arc::new(OpenAi::new(config).map_err(|e| unusable(e.into()))?)
         }
         BackendKind::Anthropic => {
             let from_env = AnthropicConfig::from_env();
@@ -887,16 +947,17 @@ fn build(
                 retry,
                 flow: flow_limits(name, entry)?,
             };
-            Arc::new(Anthropic::new(config).map_err(|e| invalid(e.message().to_string()))?)
+            Arc::new(Anthropic::new(config).map_err(|e| unusable(e.into()))?)
         }
         BackendKind::Cli => {
             let preset = entry.preset.as_deref().unwrap_or("generic");
-            let mut config = AgentCliConfig::preset(preset).map_err(|e| invalid(e.to_string()))?;
+            let mut config = AgentCliConfig::preset(preset).map_err(|e| unusable(e.into()))?;
             config.name = name.into();
             config.model = model;
             config.pricing = pricing;
             if let Some(amount) = &entry.cost_credits {
-                config.credits_per_cost_nano = amount.nano().map_err(|e| invalid(format!("cost_credits: {e}")))?;
+                config.credits_per_cost_nano =
+                    amount.nano().map_err(|source| ConfigError::CostCredits { name: name.into(), source })?;
             }
             if let Some(command) = &entry.command {
                 config.command = command.clone();
@@ -909,9 +970,9 @@ fn build(
                 .as_ref()
                 .map(|dir| {
                     // Absolute and canonical, so the sandbox mounts the directory that was meant.
-                    std::fs::canonicalize(dir)
-                        .or_else(|_| std::path::absolute(dir))
-                        .map_err(|e| invalid(format!("cwd `{}`: {e}", dir.display())))
+                    std::fs::canonicalize(dir).or_else(|_| std::path::absolute(dir)).map_err(|source| {
+                        ConfigError::Cwd { name: name.into(), path: dir.display().to_string(), source }
+                    })
                 })
                 .transpose()?;
             config.sandbox = match entry.sandbox.as_deref() {
@@ -974,7 +1035,7 @@ fn build(
                 Some("json") => return Err(invalid("`output = \"json\"` needs a `[json]` table of paths".into())),
                 Some(other) => return Err(invalid(format!("output `{other}`: expected text or json"))),
             }
-            Arc::new(AgentCli::new(config).map_err(|e| invalid(e.to_string()))?)
+            Arc::new(AgentCli::new(config).map_err(|e| unusable(e.into()))?)
         }
     };
     Ok(backend)
@@ -1042,7 +1103,38 @@ mod tests {
         let dangling = "[[routes]]\nmodel = \"m\"\nbackend = \"ghost\"";
         assert!(Config::parse(dangling, "t").unwrap_err().to_string().contains("ghost"));
         let bad_price = Config::parse("[backends.a]\nkind = \"openai\"\npricing = { input = -1.0 }", "t").unwrap();
-        assert!(bad_price.backend("a", None).is_err());
+        let Err(e) = bad_price.backend("a", None) else { panic!("a negative price was taken") };
+        assert!(matches!(&e, ConfigError::Price { source: PriceError::Credits(_), .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "backend `a`: `-1` is not a non-negative decimal amount of credits (at most 9 decimal places)"
+        );
+        let model_price =
+            Config::parse("[backends.a]\nkind = \"openai\"\n[backends.a.pricing.models.m]\ninput = \"x\"", "t")
+                .unwrap();
+        let Err(e) = model_price.backend("a", None) else { panic!("a price of `x` was taken") };
+        assert!(
+            matches!(&e, ConfigError::Price { source: PriceError::Model { model, .. }, .. } if model == "m"),
+            "{e:?}"
+        );
+        // A backend that cannot be set up keeps why as its source (here the script's read error).
+        let no_script =
+            Config::parse("[backends.s]\nkind = \"script\"\npath = \"/nonexistent/factory/rules.json\"", "t").unwrap();
+        let Err(e) = no_script.backend("s", None) else { panic!("a missing script was taken") };
+        let read = matches!(
+            &e,
+            ConfigError::Backend { source: BackendSpecError::Script(crate::backend::ScriptError::Read { .. }), .. }
+        );
+        assert!(read, "{e:?}");
+        let source = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
+        assert_eq!(e.to_string(), format!("backend `s`: {source}"));
+        // A recorded backend that cannot be built again keeps why as its source too.
+        let Err(unavailable) = BackendCatalog::build(&no_script, &BackendRef::named("s")) else {
+            panic!("a missing script was built")
+        };
+        let why = std::error::Error::source(&unavailable).and_then(|s| s.downcast_ref::<ConfigError>());
+        assert!(matches!(why, Some(ConfigError::Backend { .. })), "{unavailable:?}");
+        assert_eq!(unavailable.to_string(), format!("backend_unavailable: backend `s` cannot be used: {e}"));
     }
 
     #[test]

@@ -1,10 +1,16 @@
-//! Shared plumbing of the HTTP backends (OpenAI-compatible and Anthropic): the retry policy
+//! The HTTP core of the HTTP backends (OpenAI-compatible and Anthropic): the backend itself
+//! ([`HttpBackend`], in `http/backend.rs`, over a provider's [`Wire`]), the retry policy
 //! (bounded retries with exponential backoff and jitter on 429, 5xx and transport errors,
 //! honouring `Retry-After`), the HTTP client with its timeouts, and the error messages for
 //! statuses that retrying cannot fix (401, 403, 404, other 4xx). A reply body is read at
 //! most [`MAX_REPLY_BYTES`] into memory (chunk by chunk): a longer one, endless or not, ends
 //! the call as an `invalid_reply` backend failure. Reply headers are bounded by hyper's
 //! HTTP/1 client (at most 100 headers in a read buffer of about 400 KiB).
+
+mod backend;
+
+pub(crate) use backend::{non_empty_env, Endpoint};
+pub use backend::{HttpBackend, Wire};
 
 use super::flow::Flow;
 pub(crate) use super::reply::{error_message, retry_after};
@@ -70,8 +76,10 @@ impl RetryPolicy {
 
 /// A reply that was not retried (any status but a retryable one, or the last try's).
 #[derive(Debug, Clone)]
-pub(crate) struct HttpReply {
+pub struct HttpReply {
+    /// The HTTP status.
     pub status: u16,
+    /// The body, at most [`MAX_REPLY_BYTES`] (invalid UTF-8 replaced).
     pub body: String,
     /// Tokens charged to the flow's token budget at admission (see [`Flow::used_tokens`]).
     pub charged: f64,
@@ -326,12 +334,6 @@ async fn read_capped(mut response: reqwest::Response, who: &str, status: u16) ->
         Ok(text) => text,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
     })
-}
-
-/// What an HTTP backend records about itself: its name, and the *name* of the variable its
-/// key came from when it has a key (never the key).
-pub(crate) fn keyed_reference(name: String, api_key: &Option<String>, api_key_var: &str) -> super::BackendRef {
-    super::BackendRef { key_env: api_key.as_ref().map(|_| api_key_var.to_string()), ..super::BackendRef::named(name) }
 }
 
 /// A transport error's kind: a timeout, or the backend being unreachable.

@@ -30,10 +30,10 @@ pub use dry_run::DryRun;
 pub use http::RetryPolicy;
 pub use openai::{OpenAi, OpenAiConfig, StructuredMode, DEFAULT_OPENAI_BASE_URL};
 pub use pricing::{Price, PriceTables, Pricing, Provider};
-pub use recorded::{BackendRef, BackendUnavailable};
+pub use recorded::{BackendRef, BackendUnavailable, Unbuilt};
 pub use reference::{BackendCatalog, BuiltinCatalog, Identified};
 pub use router::{Route, Router};
-pub use script::{Script, ScriptError};
+pub use script::{Script, ScriptError, ScriptRulesError};
 
 pub use crate::model::limits::{AgentLimits, SoftLimit};
 pub use crate::model::tuning::AgentTuning;
@@ -324,6 +324,15 @@ pub enum BackendSpecError {
          `cli:PRESET` with PRESET one of claude, codex, copilot, gemini, or a backend named in factory.toml)"
     )]
     Unknown(String),
+    /// A `script:FILE` or `replay:FILE` whose path cannot be made absolute.
+    #[error("backend `{spec}`: cannot make its path absolute: {source}")]
+    Path {
+        /// The spec.
+        spec: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A `script:FILE` whose file is unusable.
     #[error(transparent)]
     Script(#[from] ScriptError),
@@ -361,7 +370,7 @@ pub fn from_spec_priced(
 ) -> Result<Arc<dyn AgentBackend>, BackendSpecError> {
     let owned = model.map(str::to_string);
     let absolute =
-        |path: &str| std::path::absolute(path).map_err(|e| BackendSpecError::Unknown(format!("{spec} ({e})")));
+        |path: &str| std::path::absolute(path).map_err(|source| BackendSpecError::Path { spec: spec.into(), source });
     let (backend, name): (Arc<dyn AgentBackend>, String) = match spec {
         "dry-run" | "dry" => (Arc::new(DryRun), "dry-run".into()),
         "openai" => {

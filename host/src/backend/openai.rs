@@ -3,22 +3,20 @@
 //! structured output (`response_format` json_schema), and falls back to `json_object`, then
 //! to plain prompting, when the server answers 400 about `response_format`; the fallback is
 //! remembered for the life of the backend. Usage comes from the reply's `usage` (cached prompt
-//! tokens split from the uncached ones), credits from the backend's [`Pricing`]. Retries and
-//! timeouts follow the backend's [`RetryPolicy`].
+//! tokens split from the uncached ones), credits from the backend's [`Pricing`]. This file
+//! owns the wire format ([`ChatCompletions`]: body, bearer key, reply, fallback); sending,
+//! retries, timeouts, flows, status errors and redaction are the shared HTTP core's
+//! ([`HttpBackend`], [`RetryPolicy`]).
 
-use super::flow::{self, Flow, FlowLimits, Flows};
-use super::http::{self, HttpReply, RetryPolicy};
-use super::pricing::{CallPricing, Pricing};
+use super::flow::FlowLimits;
+use super::http::{non_empty_env, Endpoint, HttpBackend, HttpReply, RetryPolicy, Wire};
+use super::pricing::Pricing;
 use super::prompting::{schema_instruction, user_prompt};
 use super::redact;
-use super::{
-    estimate_tokens, AgentBackend, AgentReply, AgentRequest, BackendError, BackendRef, OutageKind, SoftLimit, Usage,
-};
-use futures::future::BoxFuture;
+use super::{AgentRequest, BackendError, OutageKind, Usage};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
 
 /// The default base URL, as the official SDKs use it.
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -117,79 +115,48 @@ impl OpenAiConfig {
     }
 }
 
-/// An environment variable, unless unset or empty.
-pub(crate) fn non_empty_env(var: &str) -> Option<String> {
-    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
-}
-
-/// The OpenAI-compatible backend.
-pub struct OpenAi {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    config: OpenAiConfig,
-    client: reqwest::Client,
-    /// The flow every backend of this endpoint and key shares in the process.
-    flows: Flows,
-    /// The current [`StructuredMode`]; only ever moves down the list.
-    mode: AtomicU8,
-    /// What calls are charged (free for a server on this machine, unless priced).
-    pricing: CallPricing,
-}
+/// The OpenAI-compatible backend: the shared HTTP core speaking [`ChatCompletions`].
+pub type OpenAi = HttpBackend<ChatCompletions>;
 
 impl OpenAi {
     /// Set up the backend (builds the HTTP client; sends nothing).
     pub fn new(config: OpenAiConfig) -> Result<Self, BackendError> {
-        let client = config.retry.client()?;
-        let mode = AtomicU8::new(config.structured as u8);
-        let key = format!("openai {} {}", config.base_url, flow::key_fingerprint(config.api_key.as_deref()));
-        let flows = Flows::new(&key, &config.name, &config.flow);
-        let pricing = CallPricing::new(&config.pricing, &config.base_url);
-        Ok(OpenAi { inner: Arc::new(Inner { config, client, flows, mode, pricing }) })
+        let OpenAiConfig {
+            name,
+            base_url,
+            api_key,
+            api_key_var,
+            model,
+            system_prompt,
+            max_tokens,
+            structured,
+            pricing,
+            retry,
+            flow,
+        } = config;
+        let wire = ChatCompletions { system_prompt, max_tokens, mode: AtomicU8::new(structured as u8) };
+        HttpBackend::open(Endpoint { name, base_url, api_key, api_key_var, model, pricing, retry, flow }, wire)
     }
 
     /// The structured-output mode schema calls currently use.
     pub fn structured_mode(&self) -> StructuredMode {
-        StructuredMode::from_u8(self.inner.mode.load(Ordering::SeqCst))
+        self.wire().mode()
     }
 }
 
-impl AgentBackend for OpenAi {
-    fn name(&self) -> String {
-        self.inner.config.name.clone()
-    }
+/// The chat-completions wire format: what the OpenAI backend keeps of its own.
+pub struct ChatCompletions {
+    /// An optional system message sent with every call.
+    system_prompt: Option<String>,
+    /// `max_tokens`, if set.
+    max_tokens: Option<u32>,
+    /// The current [`StructuredMode`]; only ever moves down the list.
+    mode: AtomicU8,
+}
 
-    fn flows(&self) -> Vec<Arc<Flow>> {
-        self.inner.flows.all()
-    }
-
-    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
-        let inner = self.inner.clone();
-        Box::pin(async move {
-            // Failure messages reach envelopes and journals: no key, no credentials in URLs
-            // or in what the server echoed.
-            let key = inner.config.api_key.as_deref().unwrap_or("");
-            // maxDurationSeconds bounds the request from its admission through the flow (retries
-            // included; see `http::CallClock`); maxTurns always holds
-            // (one request is one turn) and a request cannot take a wrap-up.
-            inner.call(&request).await.map_err(|e| redact::redact_error(e, &[key]))
-        })
-    }
-
-    fn reference(&self) -> BackendRef {
-        let config = &self.inner.config;
-        http::keyed_reference(self.name(), &config.api_key, &config.api_key_var)
-    }
-
-    fn unpriced(&self, model: Option<&str>) -> Option<String> {
-        let config = &self.inner.config;
-        self.inner.pricing.unpriced(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
-    }
-
-    fn free_notice(&self, model: Option<&str>) -> Option<String> {
-        let config = &self.inner.config;
-        self.inner.pricing.free_notice(&config.name, model.or(config.model.as_deref()).unwrap_or(""))
+impl ChatCompletions {
+    fn mode(&self) -> StructuredMode {
+        StructuredMode::from_u8(self.mode.load(Ordering::SeqCst))
     }
 }
 
@@ -215,61 +182,18 @@ struct Message {
     refusal: Option<String>,
 }
 
-impl Inner {
-    async fn call(&self, request: &AgentRequest) -> Result<AgentReply, BackendError> {
-        let who = &self.config.name;
-        let model = request.model.clone().or_else(|| self.config.model.clone()).ok_or_else(|| {
-            BackendError::outage(
-                OutageKind::Misconfigured,
-                format!("{who}: the call names no model and the backend has no default (pass --model)"),
-            )
-        })?;
-        let url = format!("{}/chat/completions", self.config.base_url);
-        // maxDurationSeconds counts from the call's admission, not its wait in the flow.
-        let clock = http::CallClock::new(request.limits.max_duration());
-        loop {
-            let mode = StructuredMode::from_u8(self.mode.load(Ordering::SeqCst));
-            let body = self.body(request, &model, mode);
-            let reply = http::send(
-                &self.config.retry,
-                self.flows.get(&model),
-                estimate_tokens(&request.prompt),
-                &clock,
-                who,
-                || {
-                    let builder = self.client.post(&url).json(&body);
-                    match &self.config.api_key {
-                        Some(key) => builder.bearer_auth(key),
-                        None => builder,
-                    }
-                },
-            )
-            .await?;
-            let Some(reply) = reply else { return Ok(AgentReply::cut_off(SoftLimit::MaxDurationSeconds)) };
-            if reply.ok() {
-                let parsed = self.parse(&reply, &model);
-                if let Ok(AgentReply { usage: Some(u), .. }) = &parsed {
-                    self.flows.get(&model).used_tokens(
-                        reply.charged,
-                        u.input_tokens + u.cache_read_tokens + u.cache_write_tokens,
-                        u.output_tokens,
-                    );
-                }
-                return parsed;
-            }
-            if request.schema.is_some() && mode != StructuredMode::Plain && refuses_response_format(&reply) {
-                let next = StructuredMode::from_u8(mode as u8 + 1);
-                tracing::info!(backend = %who, from = ?mode, to = ?next, "server refused response_format; falling back");
-                self.mode.fetch_max(next as u8, Ordering::SeqCst);
-                continue;
-            }
-            return Err(http::status_error(who, &reply, &self.config.api_key_var, &self.config.base_url, &model));
-        }
-    }
+impl Wire for ChatCompletions {
+    /// The structured-output mode of the request.
+    type Sent = StructuredMode;
 
-    fn body(&self, request: &AgentRequest, model: &str, mode: StructuredMode) -> serde_json::Value {
+    const KIND: &'static str = "openai";
+
+    const PATH: &'static str = "/chat/completions";
+
+    fn body(&self, request: &AgentRequest, model: &str) -> (serde_json::Value, StructuredMode) {
+        let mode = self.mode();
         let system: Vec<String> =
-            self.config.system_prompt.iter().cloned().chain(request.schema.as_ref().map(schema_instruction)).collect();
+            self.system_prompt.iter().cloned().chain(request.schema.as_ref().map(schema_instruction)).collect();
         let mut messages = Vec::new();
         if !system.is_empty() {
             messages.push(json!({"role": "system", "content": system.join("\n\n")}));
@@ -288,19 +212,25 @@ impl Inner {
                 StructuredMode::Plain => {}
             }
         }
-        if let Some(max) = self.config.max_tokens {
+        if let Some(max) = self.max_tokens {
             body["max_tokens"] = json!(max);
         }
         // A call's `reasoningEffort` (checked: one of the values the API names).
         if let Some(effort) = &request.tuning.reasoning_effort {
             body["reasoning_effort"] = json!(effort);
         }
-        body
+        (body, mode)
     }
 
-    fn parse(&self, reply: &HttpReply, model: &str) -> Result<AgentReply, BackendError> {
-        let who = &self.config.name;
-        let parsed: ChatResponse = serde_json::from_str(&reply.body).map_err(|e| {
+    fn headers(&self, builder: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+        match key {
+            Some(key) => builder.bearer_auth(key),
+            None => builder,
+        }
+    }
+
+    fn parse(&self, who: &str, _: &StructuredMode, body: &str) -> Result<(String, Option<Usage>), BackendError> {
+        let parsed: ChatResponse = serde_json::from_str(body).map_err(|e| {
             BackendError::outage(OutageKind::InvalidReply, format!("{who}: the reply is not a chat completion: {e}"))
         })?;
         let message = parsed
@@ -316,8 +246,18 @@ impl Inner {
             }
             (None, None) => String::new(),
         };
-        let usage = parsed.usage.filter(|u| !u.is_null()).map(|u| self.pricing.priced(model, usage_of(&u)));
-        Ok(AgentReply::new(text, usage))
+        Ok((text, parsed.usage.filter(|u| !u.is_null()).map(|u| usage_of(&u))))
+    }
+
+    fn fall_back(&self, who: &str, request: &AgentRequest, mode: &StructuredMode, reply: &HttpReply) -> bool {
+        let mode = *mode;
+        if request.schema.is_none() || mode == StructuredMode::Plain || !refuses_response_format(reply) {
+            return false;
+        }
+        let next = StructuredMode::from_u8(mode as u8 + 1);
+        tracing::info!(backend = %who, from = ?mode, to = ?next, "server refused response_format; falling back");
+        self.mode.fetch_max(next as u8, Ordering::SeqCst);
+        true
     }
 }
 

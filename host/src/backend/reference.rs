@@ -2,7 +2,7 @@
 //! ([`BackendRef`], in `recorded`) on resume, and [`Identified`], the wrapper that carries a
 //! record next to the backend it describes.
 
-use super::recorded::{BackendRef, BackendUnavailable};
+use super::recorded::{BackendRef, BackendUnavailable, Unbuilt};
 use super::{AgentBackend, AgentReply, AgentRequest, BackendError};
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ pub struct BuiltinCatalog;
 impl BackendCatalog for BuiltinCatalog {
     fn build(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, BackendUnavailable> {
         super::from_spec_with_model(&reference.name, reference.model.as_deref())
-            .map_err(|e| BackendUnavailable { backend: reference.display(), missing: e.to_string() })
+            .map_err(|e| BackendUnavailable { backend: reference.display(), missing: Unbuilt::failed(e) })
     }
 }
 

@@ -27,8 +27,26 @@ pub enum ScriptError {
     #[error("cannot read script `{path}`: {source}")]
     Read { path: String, source: std::io::Error },
     /// The file is not a valid script.
-    #[error("invalid script `{path}`: {message}")]
-    Invalid { path: String, message: String },
+    #[error("invalid script `{path}`: {source}")]
+    Invalid {
+        path: String,
+        #[source]
+        source: ScriptRulesError,
+    },
+}
+
+/// Script text that is no valid script.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptRulesError {
+    /// Not JSON of the script's shape.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A `fallback` that is neither `dry-run` nor `error`.
+    #[error("fallback must be `dry-run` or `error`, got `{0}`")]
+    Fallback(String),
+    /// A rule with nothing to reply (its index).
+    #[error("rule {0} has neither `reply` nor `replies`")]
+    NoReply(usize),
 }
 
 /// One reply in a script.
@@ -118,21 +136,19 @@ impl Script {
         let path_str = path.as_ref().display().to_string();
         let text = std::fs::read_to_string(path.as_ref())
             .map_err(|source| ScriptError::Read { path: path_str.clone(), source })?;
-        Script::from_json(&text).map_err(|message| ScriptError::Invalid { path: path_str, message })
+        Script::from_json(&text).map_err(|source| ScriptError::Invalid { path: path_str, source })
     }
 
     /// Parse a script from JSON text.
-    pub fn from_json(text: &str) -> Result<Self, String> {
-        let spec: ScriptSpec = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    pub fn from_json(text: &str) -> Result<Self, ScriptRulesError> {
+        let spec: ScriptSpec = serde_json::from_str(text)?;
         let fallback_error = match spec.fallback.as_deref() {
             None | Some("dry-run") => false,
             Some("error") => true,
-            Some(other) => return Err(format!("fallback must be `dry-run` or `error`, got `{other}`")),
+            Some(other) => return Err(ScriptRulesError::Fallback(other.to_string())),
         };
-        for (i, rule) in spec.rules.iter().enumerate() {
-            if rule.reply.is_none() && rule.replies.is_empty() {
-                return Err(format!("rule {i} has neither `reply` nor `replies`"));
-            }
+        if let Some(i) = spec.rules.iter().position(|rule| rule.reply.is_none() && rule.replies.is_empty()) {
+            return Err(ScriptRulesError::NoReply(i));
         }
         let rules = spec.rules.into_iter().map(|spec| Rule { spec, hits: AtomicUsize::new(0) }).collect();
         Ok(Script { rules, fallback_error })
@@ -242,8 +258,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_scripts_with_reasons() {
-        assert!(Script::from_json(r#"{"rules":[{"label":"a"}]}"#).unwrap_err().contains("neither"));
-        assert!(Script::from_json(r#"{"rules":[],"fallback":"maybe"}"#).unwrap_err().contains("fallback"));
-        assert!(Script::from_json(r#"{"rulez":[]}"#).is_err());
+        assert!(matches!(Script::from_json(r#"{"rules":[{"label":"a"}]}"#), Err(ScriptRulesError::NoReply(0))));
+        let maybe = Script::from_json(r#"{"rules":[],"fallback":"maybe"}"#);
+        assert!(matches!(maybe, Err(ScriptRulesError::Fallback(f)) if f == "maybe"));
+        assert!(matches!(Script::from_json(r#"{"rulez":[]}"#), Err(ScriptRulesError::Json(_))));
     }
 }

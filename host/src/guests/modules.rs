@@ -126,9 +126,17 @@ pub enum ModuleError {
     /// The package does not export that subpath for an ES-module import.
     #[error("cannot import `{specifier}` from `{referrer}`: package `{package}` exports no `{subpath}` for an ES-module import")]
     NotExported { specifier: String, referrer: String, package: String, subpath: String },
-    /// A `package.json` that is not JSON, too large, or malformed.
+    /// A `package.json` that is too large, or not an object.
     #[error("cannot import `{specifier}`: `{path}`: {message}")]
     BadPackage { specifier: String, path: String, message: String },
+    /// A package's `package.json` is not JSON.
+    #[error("cannot import `{specifier}`: `{path}`: not JSON: {source}")]
+    PackageJson {
+        specifier: String,
+        path: String,
+        #[source]
+        source: Arc<serde_json::Error>,
+    },
     /// A file type that is not a module this runner loads.
     #[error("cannot import `{path}`: only .js, .mjs, .ts and .mts files are modules here")]
     Unsupported { path: String },
@@ -704,7 +712,11 @@ impl Ctx<'_> {
         let bytes = self
             .read(&path, MAX_PACKAGE_JSON_BYTES)?
             .map_err(|bytes| bad(format!("{bytes} bytes, over the {MAX_PACKAGE_JSON_BYTES} byte limit")))?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| ModuleError::PackageJson {
+            specifier: self.specifier.into(),
+            path: path.clone(),
+            source: Arc::new(e),
+        })?;
         if !value.is_object() {
             return Err(bad("not a JSON object".into()));
         }

@@ -83,6 +83,13 @@ pub enum PyBuildError {
     /// The module to import cannot be named.
     #[error("{0}")]
     BadModule(String),
+    /// The project's `pyproject.toml` is not valid TOML.
+    #[error("{path}: not valid TOML: {source}")]
+    Pyproject {
+        path: String,
+        #[source]
+        source: toml::de::Error,
+    },
     /// The factory's Python failed while being built (a syntax error, an exception at import
     /// time, no `@factory`): `headline` is `file:line: Error` when the line is known,
     /// `detail` the traceback with the user's files shown by their real path.
@@ -163,7 +170,7 @@ fn pyproject_module(dir: &Path) -> Result<String, PyBuildError> {
     let file = dir.join("pyproject.toml");
     let text = std::fs::read_to_string(&file).map_err(io(&file))?;
     let doc: toml::Table =
-        text.parse().map_err(|e| PyBuildError::BadModule(format!("{}: not valid TOML: {e}", file.display())))?;
+        text.parse().map_err(|source| PyBuildError::Pyproject { path: file.display().to_string(), source })?;
     let named = doc
         .get("tool")
         .and_then(|t| t.get("factory"))
@@ -517,6 +524,17 @@ mod tests {
         assert_eq!(args.iter().filter(|a| *a == "--bind").count(), 2, "{text}");
         assert!(text.contains("--setenv TMPDIR /t/scratch --chdir /t"), "{text}");
         assert!(text.ends_with("--unshare-all --die-with-parent --new-session --"), "{text}");
+    }
+
+    #[test]
+    fn a_pyproject_that_is_not_toml_keeps_the_parser_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pyproject.toml"), "[project\nname = ").unwrap();
+        let Err(e) = project(dir.path()) else { panic!("a broken pyproject.toml was read") };
+        assert!(matches!(&e, PyBuildError::Pyproject { .. }), "{e:?}");
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<toml::de::Error>());
+        assert!(source.is_some(), "{e:?}");
+        assert!(e.to_string().contains("pyproject.toml: not valid TOML: "), "{e}");
     }
 
     #[test]

@@ -63,15 +63,29 @@ pub enum BuildError {
     /// The wasm target is missing and rustup is not there to add it.
     #[error("the `{0}` target is not installed and rustup is not available to add it; install rustup (https://rustup.rs) or add the target to your toolchain")]
     NoTarget(&'static str),
-    /// `rustup target add` failed.
+    /// `rustup target add` failed (its stderr).
     #[error("`rustup target add {target}` failed: {message}")]
     TargetAdd { target: &'static str, message: String },
+    /// `rustup target add` could not be started.
+    #[error("`rustup target add {target}` failed: {source}")]
+    NoRustup {
+        target: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     /// `cargo fetch` failed (its diagnostics went to stderr).
     #[error("cargo fetch failed for `{0}` (see cargo's output above)")]
     Fetch(String),
-    /// `cargo metadata` failed or answered something unreadable.
+    /// `cargo metadata` failed (its stderr) or answered without what a build needs.
     #[error("cargo metadata failed for `{crate_dir}`: {message}")]
     Metadata { crate_dir: String, message: String },
+    /// `cargo metadata` answered something that is not JSON.
+    #[error("cargo metadata failed for `{crate_dir}`: {source}")]
+    MetadataJson {
+        crate_dir: String,
+        #[source]
+        source: serde_json::Error,
+    },
     /// The sandbox could not be started.
     #[error("cannot start the build sandbox: {0}")]
     Sandbox(#[from] SandboxUnavailable),
@@ -88,8 +102,12 @@ pub enum BuildError {
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
     /// wit-component could not encode the module.
-    #[error("componentizing `{path}` failed: {message}")]
-    Componentize { path: String, message: String },
+    #[error("componentizing `{path}` failed: {source:#}")]
+    Componentize {
+        path: String,
+        #[source]
+        source: anyhow::Error,
+    },
 }
 
 /// Why bubblewrap cannot confine a build here.
@@ -221,7 +239,7 @@ fn ensure_target(target: &'static str, say: &mut dyn FnMut(&str)) -> Result<(), 
     let out = tool("rustup")
         .args(["target", "add", target])
         .output()
-        .map_err(|e| BuildError::TargetAdd { target, message: e.to_string() })?;
+        .map_err(|source| BuildError::NoRustup { target, source })?;
     if !out.status.success() {
         let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
         return Err(BuildError::TargetAdd { target, message });
@@ -295,7 +313,8 @@ fn prepare(dir: &Path, manifest: &Path, target: BuildTarget) -> Result<Layout, B
     if !out.status.success() {
         return Err(metadata(String::from_utf8_lossy(&out.stderr).trim().to_string()));
     }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| metadata(e.to_string()))?;
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|source| BuildError::MetadataJson { crate_dir: dir.display().to_string(), source })?;
     let target_dir = meta["target_directory"].as_str().ok_or_else(|| metadata("no target_directory".into()))?;
     let mut sources: Vec<PathBuf> = meta["workspace_root"].as_str().map(PathBuf::from).into_iter().collect();
     for package in meta["packages"].as_array().into_iter().flatten() {
@@ -453,8 +472,8 @@ pub fn componentize_file(core: &Path, say: &mut dyn FnMut(&str)) -> Result<Built
     // newer one, may have been planted by the build's own code, and what is returned here is
     // trusted as built on this machine.
     let bytes = std::fs::read(core).map_err(io(core))?;
-    let encoded = componentize(&bytes)
-        .map_err(|message| BuildError::Componentize { path: core.display().to_string(), message })?;
+    let encoded =
+        componentize(&bytes).map_err(|source| BuildError::Componentize { path: core.display().to_string(), source })?;
     // Written beside it under a fresh name, then renamed over: a rename replaces a symlink
     // rather than following it.
     let partial = core.with_file_name(format!(".{stem}.component.wasm.{}.partial", std::process::id()));
@@ -472,11 +491,6 @@ pub fn componentize_file(core: &Path, say: &mut dyn FnMut(&str)) -> Result<Built
 
 /// Encode a core module (with its embedded `component-type` section, as wit-bindgen emits
 /// it) as a component.
-pub fn componentize(core: &[u8]) -> Result<Vec<u8>, String> {
-    wit_component::ComponentEncoder::default()
-        .module(core)
-        .map_err(|e| format!("{e:#}"))?
-        .validate(true)
-        .encode()
-        .map_err(|e| format!("{e:#}"))
+pub fn componentize(core: &[u8]) -> Result<Vec<u8>, anyhow::Error> {
+    wit_component::ComponentEncoder::default().module(core)?.validate(true).encode()
 }

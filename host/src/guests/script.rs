@@ -97,6 +97,9 @@ pub enum ScriptError {
     /// The authoring form is malformed.
     #[error("authoring: {0}")]
     Authoring(String),
+    /// An authored factory's document is not JSON.
+    #[error("authoring: not JSON: {0}")]
+    AuthoringJson(#[source] serde_json::Error),
 }
 
 impl Script {
@@ -223,8 +226,7 @@ pub fn author(meta: &serde_json::Value, run: &str) -> Result<Script, ScriptError
 
 /// The authoring form as one JSON document: `{ "meta": {...}, "run": "async (ctx) => ..." }`.
 pub fn author_document(document: &str) -> Result<Script, ScriptError> {
-    let value: serde_json::Value =
-        serde_json::from_str(document).map_err(|e| ScriptError::Authoring(format!("not JSON: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(document).map_err(ScriptError::AuthoringJson)?;
     let meta = value.get("meta").ok_or_else(|| ScriptError::Authoring("the document has no `meta`".into()))?;
     let run = value
         .get("run")

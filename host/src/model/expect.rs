@@ -110,9 +110,17 @@ pub enum TestFileError {
     /// An expected status the host does not have.
     #[error("case `{case}`: unknown status `{status}` (completed, error, halted, cancelled)")]
     Status { case: String, status: String },
-    /// An assertion that asserts nothing, or an invalid schema.
+    /// An assertion that asserts nothing, or whose pointer is malformed.
     #[error("case `{case}`, result assertion at `{pointer}`: {message}")]
     Assertion { case: String, pointer: String, message: String },
+    /// A result assertion whose `schema` is no schema.
+    #[error("case `{case}`, result assertion at `{pointer}`: invalid schema: {source}")]
+    Schema {
+        case: String,
+        pointer: String,
+        #[source]
+        source: crate::model::schema::SchemaError,
+    },
     /// No cases.
     #[error("the test file has no cases")]
     NoCases,
@@ -141,7 +149,11 @@ impl TestFile {
                     return Err(bad("a JSON pointer is empty or starts with `/`".into()));
                 }
                 if let Some(schema) = &a.schema {
-                    Schema::from_value(schema.clone()).map_err(|e| bad(format!("invalid schema: {e}")))?;
+                    Schema::from_value(schema.clone()).map_err(|source| TestFileError::Schema {
+                        case: case.name.clone(),
+                        pointer: a.pointer.clone(),
+                        source,
+                    })?;
                 }
             }
         }
@@ -296,6 +308,13 @@ mod tests {
         assert!(matches!(TestFile::parse(unknown), Err(TestFileError::Parse(_))));
         assert!(matches!(TestFile::parse(r#"{"cases":[]}"#), Err(TestFileError::NoCases)));
         let schema = r#"{"cases":[{"name":"x","result":[{"pointer":"","schema":{"type":"thing"}}]}]}"#;
-        assert!(matches!(TestFile::parse(schema), Err(TestFileError::Assertion { .. })));
+        let Err(e) = TestFile::parse(schema) else { panic!("an invalid schema was taken") };
+        // The schema's own error is kept as the source, and named in the message.
+        assert!(
+            matches!(&e, TestFileError::Schema { source: crate::model::schema::SchemaError::UnknownType { .. }, .. }),
+            "{e:?}"
+        );
+        let source = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
+        assert!(source.contains("thing") && e.to_string().ends_with(&format!("invalid schema: {source}")), "{e}");
     }
 }

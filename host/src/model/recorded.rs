@@ -41,12 +41,74 @@ impl BackendRef {
     }
 }
 
-/// Why the backend a run recorded cannot be built now.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("backend_unavailable: backend `{backend}` cannot be used: {missing}")]
+/// Why the backend a run recorded cannot be built now. Its source is the error that building
+/// it failed with, when it did.
+#[derive(Debug, Clone)]
 pub struct BackendUnavailable {
     /// The recorded backend, as shown to the user.
     pub backend: String,
-    /// What is missing (a config entry, a key variable, ...), and what to do.
-    pub missing: String,
+    /// What is missing (a key variable, a record, ...), or why it could not be built.
+    pub missing: Unbuilt,
+}
+
+impl std::fmt::Display for BackendUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "backend_unavailable: backend `{}` cannot be used: {}", self.backend, self.missing)
+    }
+}
+
+impl std::error::Error for BackendUnavailable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.missing {
+            Unbuilt::Missing(_) => None,
+            Unbuilt::Failed { error, .. } => Some(&**error),
+        }
+    }
+}
+
+/// Why a recorded backend cannot be built: something missing, said in words, or the error
+/// building it failed with (its config entry gone or invalid, an unknown name).
+#[derive(Debug, Clone)]
+pub enum Unbuilt {
+    /// What is missing, and what to do.
+    Missing(String),
+    /// Building it failed with `error`; `hint` says what to do, when something does.
+    Failed { error: std::sync::Arc<dyn std::error::Error + Send + Sync>, hint: Option<String> },
+}
+
+impl Unbuilt {
+    /// Building the backend failed with `error`.
+    pub fn failed(error: impl std::error::Error + Send + Sync + 'static) -> Unbuilt {
+        Unbuilt::Failed { error: std::sync::Arc::new(error), hint: None }
+    }
+
+    /// This, with `hint` (what to do) after it.
+    pub fn hinted(self, hint: &str) -> Unbuilt {
+        match self {
+            Unbuilt::Missing(what) => Unbuilt::Missing(format!("{what} — {hint}")),
+            Unbuilt::Failed { error, .. } => Unbuilt::Failed { error, hint: Some(hint.to_string()) },
+        }
+    }
+}
+
+impl std::fmt::Display for Unbuilt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unbuilt::Missing(what) => f.write_str(what),
+            Unbuilt::Failed { error, hint: None } => write!(f, "{error}"),
+            Unbuilt::Failed { error, hint: Some(hint) } => write!(f, "{error} — {hint}"),
+        }
+    }
+}
+
+impl From<String> for Unbuilt {
+    fn from(missing: String) -> Self {
+        Unbuilt::Missing(missing)
+    }
+}
+
+impl From<&str> for Unbuilt {
+    fn from(missing: &str) -> Self {
+        Unbuilt::Missing(missing.to_string())
+    }
 }

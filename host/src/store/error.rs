@@ -20,7 +20,7 @@ pub enum StoreError {
     /// others, a symlink): refused, never used.
     Unsafe(Arc<crate::access::AccessError>),
     /// The file is damaged or holds what this build did not write.
-    Corrupt(String),
+    Corrupt(Damage),
     /// The database failed (I/O underneath, a transaction, a commit).
     Database(Arc<redb::Error>),
     /// The store file could not be created or opened.
@@ -39,6 +39,10 @@ pub enum StoreError {
     Pool { url: String, source: Arc<deadpool_postgres::PoolError> },
     /// The store URL cannot be used (shown redacted).
     Url { url: String, reason: String },
+    /// The store URL does not parse as a PostgreSQL connection string (shown redacted).
+    UrlParse { url: String, source: Arc<tokio_postgres::Error> },
+    /// The connection pool of the PostgreSQL store could not be built.
+    PoolBuild { url: String, source: Arc<deadpool_postgres::BuildError> },
     /// The shared store could not be written for `seconds` (its connections failing), past
     /// this worker's lease: the commit is abandoned and the worker's attempts stop.
     Unavailable { url: String, seconds: f64, source: Arc<StoreError> },
@@ -72,6 +76,8 @@ impl std::fmt::Display for StoreError {
             StoreError::Postgres { url, source } => write!(f, "PostgreSQL store {url}: {}", root(&**source)),
             StoreError::Pool { url, source } => write!(f, "PostgreSQL store {url}: no connection: {}", root(&**source)),
             StoreError::Url { url, reason } => write!(f, "store URL {url}: {reason}"),
+            StoreError::UrlParse { url, source } => write!(f, "store URL {url}: {source}"),
+            StoreError::PoolBuild { url, source } => write!(f, "store URL {url}: {source}"),
             StoreError::Fenced { worker, generation } => {
                 write!(
                     f,
@@ -89,6 +95,7 @@ impl std::error::Error for StoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             StoreError::Unsafe(e) => Some(&**e),
+            StoreError::Corrupt(damage) => damage.cause.as_deref().map(|c| c as &(dyn std::error::Error + 'static)),
             StoreError::Database(e) => Some(&**e),
             StoreError::File { source, .. } => Some(&**source),
             StoreError::Encode(e) => Some(&**e),
@@ -96,10 +103,11 @@ impl std::error::Error for StoreError {
             StoreError::WriteFailed(e) => Some(&**e),
             StoreError::Postgres { source, .. } => Some(&**source),
             StoreError::Pool { source, .. } => Some(&**source),
+            StoreError::UrlParse { source, .. } => Some(&**source),
+            StoreError::PoolBuild { source, .. } => Some(&**source),
             StoreError::Unavailable { source, .. } => Some(&**source),
             StoreError::Locked(_)
             | StoreError::Version { .. }
-            | StoreError::Corrupt(_)
             | StoreError::Closed
             | StoreError::Url { .. }
             | StoreError::Fenced { .. } => None,
@@ -135,7 +143,68 @@ fn root<'e>(error: &'e (dyn std::error::Error + 'static)) -> &'e (dyn std::error
     at
 }
 
-/// A record or value of the store that cannot be read: [`StoreError::Corrupt`], saying what.
-pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
+/// What of a store is damaged ([`StoreError::Corrupt`]): said in words, with the cause when
+/// a decoder said why (kept as the error's [`std::error::Error::source`]).
+#[derive(Debug, Clone)]
+pub struct Damage {
+    /// What cannot be read.
+    what: String,
+    /// Why, when something said so.
+    cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Damage {
+    /// What cannot be read.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cause {
+            Some(cause) => write!(f, "{}: {cause}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+impl From<String> for Damage {
+    fn from(what: String) -> Self {
+        Damage { what, cause: None }
+    }
+}
+
+impl From<&str> for Damage {
+    fn from(what: &str) -> Self {
+        Damage { what: what.to_string(), cause: None }
+    }
+}
+
+/// A record or value of the store that cannot be read: [`StoreError::Corrupt`], saying what
+/// and why (an error, kept as the source, or a text saying what is wrong with it).
+pub(crate) fn corrupt(what: &str, cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+    StoreError::Corrupt(Damage { what: what.to_string(), cause: Some(Arc::from(cause.into())) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn damage_keeps_its_cause_as_the_source_and_says_it() {
+        let json = serde_json::from_str::<u8>("x").expect_err("not a number");
+        let shown = json.to_string();
+        let e = corrupt("progress", json);
+        assert_eq!(e.to_string(), format!("the store is corrupt: progress: {shown}"));
+        assert!(e.source().and_then(|s| s.downcast_ref::<serde_json::Error>()).is_some(), "{e:?}");
+        // A cause said in words reads the same; a damage without one has no source.
+        let said = corrupt("progress", "a chunk entry is cut short");
+        assert_eq!(said.to_string(), "the store is corrupt: progress: a chunk entry is cut short");
+        let bare = StoreError::Corrupt("run r".into());
+        assert!(bare.source().is_none(), "{bare:?}");
+        assert_eq!(bare.to_string(), "the store is corrupt: run r");
+        assert!(matches!(&bare, StoreError::Corrupt(d) if d.what() == "run r"));
+    }
 }

@@ -31,7 +31,7 @@ pub use self::redb::{
     READ_CACHE_BYTES, STORE_FILE,
 };
 pub(crate) use error::corrupt;
-pub use error::StoreError;
+pub use error::{Damage, StoreError};
 pub(crate) use records::timestamp as records_timestamp;
 pub use records::{Interruption, ListedRun, ProgressQuery, Registration, Removed, RunRecord, DEFAULT_SESSION};
 pub use stats::WriterStats;

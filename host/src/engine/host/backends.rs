@@ -26,7 +26,7 @@ impl Host {
             if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
                 return Err(BackendUnavailable {
                     backend: reference.display(),
-                    missing: format!("the variable `{var}` that held its API key is not set"),
+                    missing: format!("the variable `{var}` that held its API key is not set").into(),
                 }
                 .into());
             }
@@ -74,7 +74,7 @@ impl Host {
             if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
                 return Err(BackendUnavailable {
                     backend: reference.display(),
-                    missing: format!("the variable `{var}` that held its API key is not set"),
+                    missing: format!("the variable `{var}` that held its API key is not set").into(),
                 }
                 .into());
             }
@@ -85,9 +85,8 @@ impl Host {
         }
         self.config.catalog.build(&reference).map_err(|mut e| {
             if choice.name.is_none() {
-                e.missing = format!(
-                    "{} — the run recorded it; put its configuration back, or resume on another backend with --backend",
-                    e.missing
+                e.missing = e.missing.hinted(
+                    "the run recorded it; put its configuration back, or resume on another backend with --backend",
                 );
             }
             e.into()

@@ -110,7 +110,7 @@ impl PoolHandle {
             .create_timeout(Some(Duration::from_secs(10)))
             .wait_timeout(Some(Duration::from_secs(30)))
             .build()
-            .map_err(|e| StoreError::Url { url: url.clone(), reason: e.to_string() })?;
+            .map_err(|e| StoreError::PoolBuild { url: url.clone(), source: e.into() })?;
         Ok(PoolHandle { pool, url })
     }
 

@@ -42,7 +42,7 @@ fn parse(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     if !is_postgres_url(url) {
         return Err(StoreError::Url { url: redact(url), reason: "not a postgres:// URL".into() });
     }
-    tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Url { url: redact(url), reason: e.to_string() })
+    tokio_postgres::Config::from_str(url).map_err(|e| StoreError::UrlParse { url: redact(url), source: e.into() })
 }
 
 /// Whether `url` itself carries a password (in its user info or a `password=` parameter).

@@ -28,7 +28,7 @@ impl From<redb::DatabaseError> for StoreError {
     fn from(e: redb::DatabaseError) -> Self {
         match e {
             redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked(PathBuf::new()),
-            redb::DatabaseError::Storage(redb::StorageError::Corrupted(m)) => StoreError::Corrupt(m),
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(m)) => StoreError::Corrupt(m.into()),
             other => StoreError::Database(Arc::new(other.into())),
         }
     }
