@@ -1,6 +1,7 @@
 //! Collecting ended runs by a retention policy ([`Host::gc`]): the runs the policy no longer
 //! keeps ([`Retention::expired`]) are deleted as `factory rm` deletes them (a run executing
-//! is never deleted), and the store gives the space back. Asked by `factory gc` and, on a
+//! is never deleted), then, once for the pass, the blobs none of the runs left refers to, and
+//! the store gives the space back. Asked by `factory gc` and, on a
 //! schedule, by `factory serve` when its config has a `[retention]` table. [`Host::usage`]
 //! says where the store's bytes go (`factory stats`).
 
@@ -43,19 +44,34 @@ impl Host {
             .collect();
         let expired = policy.expired(&candidates, std::time::SystemTime::now());
         let mut removed = Vec::new();
+        let mut blobs = Vec::new();
+        let mut failed = None;
         for run_id in expired {
             if dry_run {
                 removed.push(run_id.to_string());
                 continue;
             }
-            match self.remove(Scope::Owner, run_id).await {
-                Ok(()) => removed.push(run_id.to_string()),
+            match self.remove_run(Scope::Owner, run_id).await {
+                Ok(of_run) => {
+                    removed.push(run_id.to_string());
+                    blobs.extend(of_run);
+                }
                 Err(Error::AlreadyActive(_) | Error::NotFound(_)) => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
         }
         if !removed.is_empty() && !dry_run {
             tracing::info!(event = "runs_collected", removed = removed.len(), "runs collected by the retention policy");
+            // Once for the pass: the blobs none of the runs left refers to, then the space.
+            blobs.sort();
+            blobs.dedup();
+            self.give_space_back(&blobs).await;
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         let kept = listed.len() - if dry_run { 0 } else { removed.len() };
         Ok(GcReport { removed, kept, dry_run })

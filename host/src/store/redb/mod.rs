@@ -80,6 +80,8 @@ pub struct RedbStore {
     path: Option<PathBuf>,
     /// Component hashes known to be stored (saves a copy and a lookup per attempt).
     known_blobs: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Blobs put and not yet checked after a record referring to them ([`blobs`](crate::store::blobs)).
+    pins: crate::store::blobs::Pins,
 }
 
 impl std::fmt::Debug for RedbStore {
@@ -131,7 +133,14 @@ impl RedbStore {
         let next_run_seq = open::prepare(&db)?;
         let db = Arc::new(compact::DbCell::new(db));
         let writer = Writer::start(db.clone(), options.commit_window, options.queue_bytes)?;
-        Ok(RedbStore { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path, known_blobs: Default::default() })
+        Ok(RedbStore {
+            db,
+            writer,
+            next_run_seq: AtomicU64::new(next_run_seq),
+            path,
+            known_blobs: Default::default(),
+            pins: Default::default(),
+        })
     }
 
     async fn write_run(&self, record: &mut RunRecord, new: bool) -> Result<(), StoreError> {
@@ -141,8 +150,79 @@ impl RedbStore {
         }
         let bytes = serde_json::to_vec(record)?;
         let (id, seq, status) = (record.envelope.run_id.clone(), record.seq, String::new());
+        let due = self.pins.due_for_run(&id, &bytes);
         self.writer.send(Op::Run { id, seq, new, status, record: bytes })?;
-        self.writer.flush().await
+        self.writer.flush().await?;
+        self.keep_pinned(due).await
+    }
+
+    /// After a durable record referring to them: store again the pinned blobs `due` that a
+    /// collection deleted meanwhile (see [`blobs`](crate::store::blobs)), then unpin them.
+    async fn keep_pinned(&self, due: Vec<(String, Arc<[u8]>)>) -> Result<(), StoreError> {
+        if due.is_empty() {
+            return Ok(());
+        }
+        let mut missing = false;
+        for (hash, bytes) in &due {
+            if !self.blob_exists(hash)? {
+                self.writer.send(Op::Blob { hash: hash.clone(), bytes: bytes.clone() })?;
+                self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).insert(hash.clone());
+                missing = true;
+            }
+        }
+        if missing {
+            self.writer.flush().await?;
+        }
+        self.pins.release(&due);
+        Ok(())
+    }
+
+    /// Delete those of `candidates` nothing refers to, in one write transaction (which reads
+    /// every reference: runs, registrations, module records, the manifests scripts name).
+    async fn delete_unreferenced(&self, candidates: &[String]) -> Result<usize, StoreError> {
+        if candidates.is_empty() {
+            return Ok(0);
+        }
+        self.writer.flush().await?;
+        let txn = self.db.get().begin_write()?;
+        let dead = {
+            let mut blobs = txn.open_table(BLOBS)?;
+            let mut stored = Vec::new();
+            for hash in candidates {
+                if blobs.get(hash.as_str())?.is_some() {
+                    stored.push(hash.clone());
+                }
+            }
+            if stored.is_empty() {
+                return Ok(0);
+            }
+            let mut refs = crate::store::blobs::Referenced::default();
+            for row in txn.open_table(RUNS)?.iter()? {
+                refs.run(row?.1.value())?;
+            }
+            for row in txn.open_table(FACTORIES)?.iter()? {
+                refs.registration(row?.1.value())?;
+            }
+            for row in txn.open_table(RUN_MODULES)?.iter()? {
+                refs.manifest(row?.1.value())?;
+            }
+            for manifest in refs.manifests() {
+                if let Some(bytes) = blobs.get(manifest.as_str())? {
+                    refs.manifest(bytes.value())?;
+                }
+            }
+            let dead = refs.unreferenced(&stored);
+            for hash in &dead {
+                blobs.remove(hash.as_str())?;
+            }
+            dead
+        };
+        txn.commit()?;
+        let mut known = self.known_blobs.lock().unwrap_or_else(|p| p.into_inner());
+        for hash in &dead {
+            known.remove(hash);
+        }
+        Ok(dead.len())
     }
 
     /// A run record. A record that cannot be read is [`StoreError::Corrupt`] for this run
@@ -217,6 +297,7 @@ impl RedbStore {
     /// Store component bytes under their hash; nothing is copied or written when the store
     /// already has them.
     fn queue_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
+        self.pins.pin(hash, bytes);
         if self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).contains(hash) {
             return Ok(());
         }
@@ -245,8 +326,10 @@ impl RedbStore {
     async fn write_registration(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         self.queue_blob(&registration.hash, bytes)?;
         let json = serde_json::to_vec(registration)?;
+        let due = self.pins.due_for(&json, crate::store::blobs::Referenced::registration);
         self.writer.send(Op::Factory { key: registration.key(), registration: json })?;
-        self.writer.flush().await
+        self.writer.flush().await?;
+        self.keep_pinned(due).await
     }
 
     fn read_registration(&self, key: &str) -> Result<Option<Registration>, StoreError> {
@@ -344,6 +427,7 @@ impl Store for RedbStore {
     }
 
     fn put_run_modules(&self, run_id: &str, manifest: &Manifest) -> Result<(), StoreError> {
+        self.pins.pin_modules(run_id, manifest);
         self.queue_run_modules(run_id, manifest)
     }
 
@@ -353,6 +437,10 @@ impl Store for RedbStore {
 
     fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>> {
         self.delete_run(run_id).boxed()
+    }
+
+    fn collect_blobs<'a>(&'a self, candidates: &'a [String]) -> BoxFuture<'a, Result<usize, StoreError>> {
+        self.delete_unreferenced(candidates).boxed()
     }
 
     fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
