@@ -53,6 +53,64 @@ async fn a_run_another_live_worker_claimed_to_resume_is_not_removed() {
     assert_eq!(server.psql("remove", &format!("SELECT count(*) FROM runs WHERE id = '{run}'")), "0");
 }
 
+/// A component whose last run one worker deletes while another starts a run of it is not
+/// lost: the starting worker's record write checks it is still there (after any collection in
+/// progress, which holds the blob lock alone) and stores it again.
+#[tokio::test]
+async fn a_blob_collected_while_another_worker_starts_a_run_of_it_is_stored_again() {
+    let server = Postgres::start();
+    let url = server.database("blobs");
+    let (a, b) = (
+        PgStore::connect(&url, options("wa")).await.expect("a connects"),
+        PgStore::connect(&url, options("wb")).await.expect("b connects"),
+    );
+    let hash = "b10b".repeat(16);
+    let bytes: Arc<[u8]> = Arc::from(&b"\0asm the component"[..]);
+    let count = || server.psql("blobs", &format!("SELECT count(*) FROM blobs WHERE hash = '{hash}'"));
+    // Worker a ran the component once; the run ended.
+    let mut first = conformance::record("0190f0f0-0000-7000-8000-0000000000b1", "default", RunStatus::Completed);
+    first.component_hashes = vec![hash.clone()];
+    a.put_blob(&hash, &bytes).expect("a puts the component");
+    a.put_run(&mut first, true).await.expect("a's run");
+    // Worker b starts a run of it: the component is put (b finds it stored), its record not yet.
+    b.put_blob(&hash, &bytes).expect("b puts the component");
+    b.flush().await.expect("flush");
+    // Worker a deletes its run, the component's last user by the records: collected.
+    let blobs = factory_host::store::blobs::of_run(&a, &first).await.expect("the run's blobs");
+    assert_eq!(a.remove_run(&first.envelope.run_id).await.expect("remove_run"), factory_host::store::Removed::Removed);
+    assert_eq!(a.collect_blobs(&blobs).await.expect("collect_blobs"), 1);
+    assert_eq!(count(), "0");
+    // b writes its run's record: the component is stored again.
+    let mut second = conformance::record("0190f0f0-0000-7000-8000-0000000000b2", "default", RunStatus::Running);
+    second.component_hashes = vec![hash.clone()];
+    b.put_run(&mut second, true).await.expect("b's run");
+    assert_eq!(count(), "1", "stored again by the record's write");
+    assert_eq!(b.blob(&hash).await.expect("blob").as_deref(), Some(&bytes[..]));
+
+    // A collection in progress (the blob lock held alone, here by a session of the test's)
+    // holds the check back until it ends: the check then finds what it deleted.
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a session");
+    tokio::spawn(connection);
+    client.execute("SELECT pg_advisory_lock($1)", &[&0x6661_6374_6f72_7902_i64]).await.expect("the blob lock");
+    let third_hash = "7b1d".repeat(16);
+    b.put_blob(&third_hash, &bytes).expect("b puts another component");
+    b.flush().await.expect("flush");
+    let mut third = conformance::record("0190f0f0-0000-7000-8000-0000000000b3", "default", RunStatus::Running);
+    third.component_hashes = vec![third_hash.clone()];
+    let writing = tokio::spawn(async move { b.put_run(&mut third, true).await.map(|()| b) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!writing.is_finished(), "the check waits for the collection");
+    client.execute("DELETE FROM blobs WHERE hash = $1", &[&third_hash]).await.expect("the collection deletes");
+    client.execute("SELECT pg_advisory_unlock($1)", &[&0x6661_6374_6f72_7902_i64]).await.expect("unlock");
+    let b = tokio::time::timeout(Duration::from_secs(60), writing)
+        .await
+        .expect("the write ends")
+        .expect("joined")
+        .expect("b's run");
+    assert_eq!(b.blob(&third_hash).await.expect("blob").as_deref(), Some(&bytes[..]), "stored again");
+    drop((a, b));
+}
+
 #[tokio::test]
 async fn a_newer_schema_is_refused_and_migrations_run_once() {
     let server = Postgres::start();
