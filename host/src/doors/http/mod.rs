@@ -51,9 +51,10 @@ pub mod routes;
 use crate::doors::http::bearer::{is_code_shaped, OneTimeCodes, CODE_TTL};
 use crate::doors::http::bind::BODY_READ_TIMEOUT;
 use crate::doors::http::routes::{
-    ApproveBody, Auth, CodeBody, ErrorBody, ExchangeBody, NoRoute, Op, RegisterBody, ResumeBody, RevokedBody,
+    ApproveBody, Auth, CodeBody, ErrorBody, ExchangeBody, GcBody, NoRoute, Op, RegisterBody, ResumeBody, RevokedBody,
     SessionBody, SessionsBody, StartBody, TokenBody,
 };
+use factory_host::model::retention::Retention;
 use factory_host::service::{
     Approval, ApprovalState, Client, Consent, Decision, Request, Scope, Source, Started, Target,
 };
@@ -455,6 +456,17 @@ impl Api {
             Op::Cancel => Request::Cancel { scope, run_id },
             Op::Pause => Request::Pause { scope, run_id },
             Op::Remove => Request::Remove { scope, run_id },
+            Op::Gc => match serde_json::from_slice::<GcBody>(&body) {
+                Ok(body) => {
+                    let policy = Retention { keep_days: body.keep_days, keep_last: body.keep_last };
+                    if !policy.is_set() {
+                        let message = "no retention policy: give keepDays or keepLast";
+                        return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
+                    }
+                    Request::Gc { scope, policy, dry_run: body.dry_run }
+                }
+                Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
+            },
             Op::Resume => {
                 let body: ResumeBody = if body.is_empty() {
                     ResumeBody::default()

@@ -38,6 +38,8 @@ pub enum Op {
     Pause,
     /// `DELETE /api/runs/{id}`.
     Remove,
+    /// `POST /api/gc`: delete the ended runs a retention policy no longer keeps.
+    Gc,
     /// `GET /api/approvals`: the pending approvals.
     Approvals,
     /// `GET /api/approvals/{id}`: one approval (waiting for its answer with `wait`).
@@ -231,6 +233,22 @@ pub struct RegisterBody {
     /// The authoring form's `run` body (JavaScript).
     #[serde(default)]
     pub run: Option<String>,
+}
+
+/// Body of `POST /api/gc`: the retention policy (at least one rule) and whether to only say
+/// which runs it would delete.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GcBody {
+    /// Keep runs updated in the last this many days.
+    #[serde(default)]
+    pub keep_days: Option<u32>,
+    /// Keep the newest this many runs of each factory.
+    #[serde(default)]
+    pub keep_last: Option<u32>,
+    /// Only say which runs would go; delete nothing.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// Body of `POST /api/ui/exchange`.
@@ -430,6 +448,16 @@ pub const ROUTES: &[Route] = &[
         query: &[],
         body: None,
         answer: Answer::Json(200, schema::<Removed>),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/gc",
+        op: Op::Gc,
+        auth: Auth::Token,
+        summary: "delete the ended runs a retention policy no longer keeps (a session's own runs; the owner's: every session's)",
+        query: &[],
+        body: Some(schema::<GcBody>),
+        answer: Answer::Json(200, schema::<factory_host::engine::gc::GcReport>),
     },
     Route {
         method: Method::GET,
@@ -790,6 +818,7 @@ mod tests {
         assert_eq!((route.op, params), (Op::Progress, vec!["r-1"]));
         assert_eq!(find(&Method::GET, "/api/runs/page").unwrap().0.op, Op::RunsPage);
         assert_eq!(find(&Method::DELETE, "/api/runs/r-1").unwrap().0.op, Op::Remove);
+        assert_eq!(find(&Method::POST, "/api/gc").unwrap().0.op, Op::Gc);
         assert_eq!(find(&Method::HEAD, "/").unwrap().0.op, Op::Asset);
         assert_eq!(find(&Method::GET, "/api/runs//wait").err(), Some(NoRoute::NotFound));
         assert_eq!(find(&Method::GET, "/api/nope").err(), Some(NoRoute::NotFound));
@@ -803,15 +832,15 @@ mod tests {
     fn every_operation_has_a_route_and_the_document_lists_every_route() {
         use Op::*;
         let all = [
-            Runs, RunsPage, Detail, Envelope, Progress, Wait, Start, Resume, Cancel, Pause, Remove, Factories, Inspect,
-            Register, Events, Session, OpenApi, UiCode, UiSessions, UiRevoke, UiSignout, UiExchange, Metrics, Asset,
-            Approvals, Approval, Approve, Decline,
+            Runs, RunsPage, Detail, Envelope, Progress, Wait, Start, Resume, Cancel, Pause, Remove, Gc, Factories,
+            Inspect, Register, Events, Session, OpenApi, UiCode, UiSessions, UiRevoke, UiSignout, UiExchange, Metrics,
+            Asset, Approvals, Approval, Approve, Decline,
         ];
         // A new operation must be added here (the match is exhaustive) and to the table.
         for op in all {
             match op {
                 Runs | RunsPage | Detail | Envelope | Progress | Wait | Start | Resume | Cancel | Pause | Remove
-                | Factories | Inspect | Register | Events | Session | OpenApi | UiCode | UiSessions | UiRevoke
+                | Gc | Factories | Inspect | Register | Events | Session | OpenApi | UiCode | UiSessions | UiRevoke
                 | UiSignout | UiExchange | Metrics | Asset | Approvals | Approval | Approve | Decline => {
                     assert!(ROUTES.iter().any(|r| r.op == op), "{op:?}")
                 }
