@@ -597,6 +597,13 @@ async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
     let (status, done) = daemon.post("/api/gc", json!({"keepDays": 0})).await;
     assert_eq!((status, &done), (200, &json!({"removed": [own], "kept": 0, "dryRun": false})), "{done}");
     assert_eq!(daemon.get("/api/runs").await.1, json!([]));
+
+    // `GET /api/stats`: where the store's bytes go, its parts adding up to the file.
+    let (status, stats) = daemon.get("/api/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    let parts = stats["parts"].as_array().expect("the parts");
+    let sum: u64 = parts.iter().map(|p| p["bytes"].as_u64().expect("bytes")).sum();
+    assert_eq!(Some(sum), stats["fileBytes"].as_u64(), "{stats:#}");
 }
 
 /// A field of `/proc/PID/status` in bytes (`VmRSS`, `VmHWM`: given in kB).

@@ -741,6 +741,84 @@ impl Api {
     }
 }
 
+/// `factory stats` on a PostgreSQL store: its tables as the server measures them, each row's
+/// bytes as stored (`pg_column_size`), indexes and the rest of `pg_total_relation_size`; the
+/// parts add up to the tables' total, read by the real binary through `factory serve --store`
+/// (its control socket) and over HTTP (`GET /api/stats`, the owner's only).
+#[test]
+fn factory_stats_on_postgres_says_where_the_bytes_go() {
+    use common::service::Service;
+    use serde_json::Value;
+
+    let server = Postgres::start();
+    let url = server.database("stats");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let n = 40;
+    runtime.block_on(async {
+        let store = PgStore::connect(&url, options("stats-writer")).await.expect("the store connects");
+        let mut record = conformance::record("0190f0f0-0000-7000-8000-0000000005a1", "default", RunStatus::Completed);
+        record.component_hashes = vec!["5a7".repeat(21) + "5"];
+        store.put_blob(&record.component_hashes[0], &Arc::from(vec![7u8; 50_000])).expect("put_blob");
+        store.put_run(&mut record, true).await.expect("put_run");
+        for i in 0..n {
+            let reply = format!("\"reply {i}: {}\"", "words of a reply ".repeat(20));
+            store.put_agent(&record.envelope.run_id, &format!("a{i}"), Some(&reply), 100 * i).expect("put_agent");
+        }
+        store.flush().await.expect("flush");
+    });
+    let state = tempfile::tempdir().expect("a state dir");
+    let service = Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0"]);
+    let api = Api::of(state.path(), &service.log());
+
+    // Through the service holding the database (its control socket), not a store opened here.
+    let out = common::factory_cmd(state.path(), &["stats", "--json"])
+        .env_remove("FACTORY_NO_DAEMON")
+        .output()
+        .expect("the factory binary starts");
+    assert!(out.status.success(), "{}\n{}", common::stderr(&out), service.log());
+    let stats = common::stdout_json(&out);
+    let table = |name: &str| -> &Value {
+        stats["tables"].as_array().expect("tables").iter().find(|t| t["name"] == name).expect(name)
+    };
+    let sql = |query: &str| -> u64 { server.psql("stats", query).parse().expect("a number") };
+    assert_eq!(table("agents")["entries"].as_u64(), Some(n), "{stats:#}");
+    assert_eq!(
+        table("agents")["storedBytes"].as_u64(),
+        Some(sql("SELECT sum(pg_column_size(a.*)) FROM agents a")),
+        "rows as stored: {stats:#}"
+    );
+    assert_eq!(table("agents")["metadataBytes"].as_u64(), Some(sql("SELECT pg_indexes_size('agents')")));
+    let total =
+        sql("SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace ns ON ns.oid = \
+         c.relnamespace WHERE c.relkind = 'r' AND ns.nspname = current_schema()");
+    assert_eq!(stats["fileBytes"].as_u64(), Some(total), "the store is its tables: {stats:#}");
+    let parts = stats["parts"].as_array().expect("parts");
+    let sum: u64 = parts.iter().map(|p| p["bytes"].as_u64().expect("bytes")).sum();
+    assert_eq!(sum, total, "the parts add up: {stats:#}");
+    let part = |name: &str| parts.iter().find(|p| p["part"].as_str().is_some_and(|p| p.starts_with(name))).expect(name);
+    assert_eq!(part("journal values")["rows"].as_u64(), Some(n), "{stats:#}");
+    assert_eq!(part("components")["rows"].as_u64(), Some(1), "{stats:#}");
+    assert!(part("components")["bytes"].as_u64().unwrap_or(0) > 0, "{stats:#}");
+
+    // The same over HTTP, for the owner; a session is refused.
+    let (status, over_http) = runtime.block_on(api.call(reqwest::Method::GET, "/api/stats", None));
+    assert_eq!(status, 200, "{over_http}");
+    assert_eq!(over_http["fileBytes"], stats["fileBytes"], "{over_http:#}");
+    assert_eq!(over_http["parts"].as_array().map(Vec::len), Some(parts.len()), "{over_http:#}");
+    let as_session = runtime.block_on(async {
+        let response = reqwest::Client::new()
+            .get(format!("{}/api/stats", api.base))
+            .bearer_auth(&api.token)
+            .header("factory-session", "someone")
+            .send()
+            .await
+            .expect("the API answers");
+        (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+    });
+    assert_eq!((as_session.0, as_session.1["code"].as_str()), (400, Some("bad_request")), "{as_session:?}");
+    service.stop();
+}
+
 /// A database that cannot be reached stops `factory serve --store` at start with an error
 /// naming the URL redacted; a `--store` that is not a postgres:// URL is a usage error.
 #[test]

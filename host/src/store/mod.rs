@@ -143,8 +143,8 @@ pub trait Store: Journal + std::fmt::Debug {
     }
 
     /// Where the store's bytes go, per table and per part ([`StoreUsage::parts`]), once what
-    /// is queued is committed; `None` for a store that does not measure itself (PostgreSQL:
-    /// its tables are measured by the server; the default).
+    /// is queued is committed (PostgreSQL: its tables as the server measures them); `None`
+    /// for a store that does not measure itself (the default).
     fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
         Box::pin(std::future::ready(Ok(None)))
     }

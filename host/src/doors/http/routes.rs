@@ -40,6 +40,8 @@ pub enum Op {
     Remove,
     /// `POST /api/gc`: delete the ended runs a retention policy no longer keeps.
     Gc,
+    /// `GET /api/stats`: where the store's bytes go.
+    Stats,
     /// `GET /api/approvals`: the pending approvals.
     Approvals,
     /// `GET /api/approvals/{id}`: one approval (waiting for its answer with `wait`).
@@ -251,6 +253,17 @@ pub struct GcBody {
     pub dry_run: bool,
 }
 
+/// Answer of `GET /api/stats`: the store's usage and its parts, as `factory stats --json`
+/// prints them.
+#[derive(Serialize)]
+pub struct StatsBody {
+    /// The usage: size, pages, each table.
+    #[serde(flatten)]
+    pub usage: factory_host::store::StoreUsage,
+    /// Where the bytes go, by part.
+    pub parts: Vec<factory_host::store::StorePart>,
+}
+
 /// Body of `POST /api/ui/exchange`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -363,6 +376,14 @@ fn factories_answer(generator: &mut SchemaGenerator) -> Schema {
     Schema::try_from(json!({ "type": "array", "items": item })).unwrap_or_default()
 }
 
+fn stats_answer(generator: &mut SchemaGenerator) -> Schema {
+    object(
+        "where the store's bytes go, as `factory stats --json` prints it: fileBytes, diskBytes, pageSize, \
+         allocatedPages, tables [{ name, entries, storedBytes, leafPages, branchPages, fragmentedBytes, \
+         metadataBytes }], parts [{ part, bytes, rows }]",
+    )(generator)
+}
+
 fn document_answer(generator: &mut SchemaGenerator) -> Schema {
     object("this document (OpenAPI 3.1)")(generator)
 }
@@ -458,6 +479,16 @@ pub const ROUTES: &[Route] = &[
         query: &[],
         body: Some(schema::<GcBody>),
         answer: Answer::Json(200, schema::<factory_host::engine::gc::GcReport>),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/stats",
+        op: Op::Stats,
+        auth: Auth::Token,
+        summary: "where the store's bytes go, by part and by table (the owner's only)",
+        query: &[],
+        body: None,
+        answer: Answer::Json(200, stats_answer),
     },
     Route {
         method: Method::GET,
@@ -819,6 +850,7 @@ mod tests {
         assert_eq!(find(&Method::GET, "/api/runs/page").unwrap().0.op, Op::RunsPage);
         assert_eq!(find(&Method::DELETE, "/api/runs/r-1").unwrap().0.op, Op::Remove);
         assert_eq!(find(&Method::POST, "/api/gc").unwrap().0.op, Op::Gc);
+        assert_eq!(find(&Method::GET, "/api/stats").unwrap().0.op, Op::Stats);
         assert_eq!(find(&Method::HEAD, "/").unwrap().0.op, Op::Asset);
         assert_eq!(find(&Method::GET, "/api/runs//wait").err(), Some(NoRoute::NotFound));
         assert_eq!(find(&Method::GET, "/api/nope").err(), Some(NoRoute::NotFound));
@@ -832,16 +864,16 @@ mod tests {
     fn every_operation_has_a_route_and_the_document_lists_every_route() {
         use Op::*;
         let all = [
-            Runs, RunsPage, Detail, Envelope, Progress, Wait, Start, Resume, Cancel, Pause, Remove, Gc, Factories,
-            Inspect, Register, Events, Session, OpenApi, UiCode, UiSessions, UiRevoke, UiSignout, UiExchange, Metrics,
-            Asset, Approvals, Approval, Approve, Decline,
+            Runs, RunsPage, Detail, Envelope, Progress, Wait, Start, Resume, Cancel, Pause, Remove, Gc, Stats,
+            Factories, Inspect, Register, Events, Session, OpenApi, UiCode, UiSessions, UiRevoke, UiSignout,
+            UiExchange, Metrics, Asset, Approvals, Approval, Approve, Decline,
         ];
         // A new operation must be added here (the match is exhaustive) and to the table.
         for op in all {
             match op {
                 Runs | RunsPage | Detail | Envelope | Progress | Wait | Start | Resume | Cancel | Pause | Remove
-                | Gc | Factories | Inspect | Register | Events | Session | OpenApi | UiCode | UiSessions | UiRevoke
-                | UiSignout | UiExchange | Metrics | Asset | Approvals | Approval | Approve | Decline => {
+                | Gc | Stats | Factories | Inspect | Register | Events | Session | OpenApi | UiCode | UiSessions
+                | UiRevoke | UiSignout | UiExchange | Metrics | Asset | Approvals | Approval | Approve | Decline => {
                     assert!(ROUTES.iter().any(|r| r.op == op), "{op:?}")
                 }
             }

@@ -16,6 +16,7 @@ mod progress;
 mod queue;
 pub mod schema;
 pub mod url;
+mod usage;
 mod worker;
 pub mod workers;
 mod writer;
@@ -755,6 +756,16 @@ impl Store for PgStore {
                 Ok(Removed::Removed)
             })
             .await
+        }
+        .boxed()
+    }
+
+    fn usage_report(&self) -> BoxFuture<'_, Result<Option<crate::store::StoreUsage>, StoreError>> {
+        let pool = self.pool.clone();
+        async move {
+            // What is queued is committed first, as a redb store's report does.
+            self.writer.flush().await?;
+            self.spawn(async move { usage::usage(&pool).await.map(Some) }).await
         }
         .boxed()
     }
