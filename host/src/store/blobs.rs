@@ -115,6 +115,12 @@ impl Referenced {
         self.manifests.iter().cloned().collect()
     }
 
+    /// Whether every one of `candidates` is referred to already (the rows left need not be
+    /// read: a collection stops there).
+    pub(crate) fn covers(&self, candidates: &[String]) -> bool {
+        candidates.iter().all(|h| self.hashes.contains(h))
+    }
+
     /// Of `candidates`, those nothing refers to.
     pub(crate) fn unreferenced(&self, candidates: &[String]) -> Vec<String> {
         let mut dead: Vec<String> = candidates.iter().filter(|h| !self.hashes.contains(*h)).cloned().collect();
@@ -253,6 +259,7 @@ mod tests {
         assert_eq!(refs.manifests(), vec!["m1".to_string()]);
         let candidates: Vec<String> = ["c1", "c2", "c3", "s1", "m1", "t1", "gone", "gone"].map(String::from).into();
         assert_eq!(refs.unreferenced(&candidates), vec!["gone".to_string()]);
+        assert!(refs.covers(&candidates[..6]) && !refs.covers(&candidates));
         assert!(refs.run(b"not json").is_err(), "an unreadable record fails the collection, never drops a blob");
     }
 

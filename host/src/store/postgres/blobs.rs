@@ -15,19 +15,26 @@ use std::sync::Arc;
 /// The advisory lock of blob collection (`"factory"` in ASCII, then 2).
 const BLOB_LOCK: i64 = 0x6661_6374_6f72_7902;
 
-/// Every value of column 0 of `query`, handed to `read` row by row as the server sends them.
+/// Every value of column 0 of `query`, handed to `read` row by row as the server sends them,
+/// until every one of `stored` is found referred to.
 async fn each_row(
     tx: &tokio_postgres::Transaction<'_>,
     url: &str,
     query: &str,
-    refs: &mut Referenced,
+    (refs, stored): (&mut Referenced, &[String]),
     read: fn(&mut Referenced, &[u8]) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
+    if refs.covers(stored) {
+        return Ok(());
+    }
     let no_params: [&str; 0] = [];
     let rows = tx.query_raw(query, no_params).await.map_err(|e| pg(url, e))?;
     let mut rows = std::pin::pin!(rows);
     while let Some(row) = rows.try_next().await.map_err(|e| pg(url, e))? {
         read(refs, row.get::<_, &[u8]>(0))?;
+        if refs.covers(stored) {
+            break;
+        }
     }
     Ok(())
 }
@@ -54,10 +61,14 @@ pub(super) async fn collect(pool: &PoolHandle, candidates: Vec<String>) -> Resul
         return Ok(Vec::new());
     }
     let mut refs = Referenced::default();
-    each_row(&tx, &url, "SELECT record FROM runs", &mut refs, Referenced::run).await?;
-    each_row(&tx, &url, "SELECT registration FROM factories", &mut refs, Referenced::registration).await?;
-    each_row(&tx, &url, "SELECT manifest FROM run_modules", &mut refs, Referenced::manifest).await?;
-    each_row(&tx, &url, "SELECT start FROM run_queue WHERE start IS NOT NULL", &mut refs, Referenced::start).await?;
+    let each = (&mut refs, &stored[..]);
+    each_row(&tx, &url, "SELECT record FROM runs", each, Referenced::run).await?;
+    let each = (&mut refs, &stored[..]);
+    each_row(&tx, &url, "SELECT registration FROM factories", each, Referenced::registration).await?;
+    let each = (&mut refs, &stored[..]);
+    each_row(&tx, &url, "SELECT manifest FROM run_modules", each, Referenced::manifest).await?;
+    let each = (&mut refs, &stored[..]);
+    each_row(&tx, &url, "SELECT start FROM run_queue WHERE start IS NOT NULL", each, Referenced::start).await?;
     let manifests = refs.manifests();
     for row in tx.query("SELECT bytes FROM blobs WHERE hash = ANY($1)", &[&manifests]).await.map_err(e)? {
         refs.manifest(row.get::<_, &[u8]>(0))?;

@@ -196,14 +196,25 @@ impl RedbStore {
             if stored.is_empty() {
                 return Ok(0);
             }
+            // Read until every candidate is found referred to (the common case: a component
+            // other runs share), else to the end.
             let mut refs = crate::store::blobs::Referenced::default();
             for row in txn.open_table(RUNS)?.iter()? {
+                if refs.covers(&stored) {
+                    break;
+                }
                 refs.run(row?.1.value())?;
             }
             for row in txn.open_table(FACTORIES)?.iter()? {
+                if refs.covers(&stored) {
+                    break;
+                }
                 refs.registration(row?.1.value())?;
             }
             for row in txn.open_table(RUN_MODULES)?.iter()? {
+                if refs.covers(&stored) {
+                    break;
+                }
                 refs.manifest(row?.1.value())?;
             }
             for manifest in refs.manifests() {
