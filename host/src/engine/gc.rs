@@ -1,9 +1,10 @@
 //! Collecting ended runs by a retention policy ([`Host::gc`]): the runs the policy no longer
 //! keeps ([`Retention::expired`]) are deleted as `factory rm` deletes them (a run executing
-//! is never deleted; a session's pass considers its own runs only), then, once for the pass, the blobs none of the runs left refers to, and
-//! the store gives the space back. Asked by `factory gc` and, on a
-//! schedule, by `factory serve` when its config has a `[retention]` table. [`Host::usage`]
-//! says where the store's bytes go (`factory stats`).
+//! is never deleted; a session's pass considers its own runs only), then, once for the pass,
+//! the blobs none of the runs left refers to, and the store gives the space back. Asked by
+//! `factory gc`, `POST /api/gc`, the MCP `factories_manage` operation `gc`, the clients' `gc`
+//! and, on a schedule, by `factory serve` when its config has a `[retention]` table.
+//! [`Host::usage`] says where the store's bytes go (`factory stats`, `GET /api/stats`).
 
 use crate::engine::host::Host;
 use crate::error::Error;

@@ -5,6 +5,7 @@
 //! see what is committed, so each of its [`Store`] futures is ready at once. Opening it
 //! repairs what a crash left ([`open`]).
 
+mod blobs;
 mod compact;
 mod error;
 mod journal;
@@ -154,86 +155,6 @@ impl RedbStore {
         self.writer.send(Op::Run { id, seq, new, status, record: bytes })?;
         self.writer.flush().await?;
         self.keep_pinned(due).await
-    }
-
-    /// After a durable record referring to them: store again the pinned blobs `due` that a
-    /// collection deleted meanwhile (see [`blobs`](crate::store::blobs)), then unpin them.
-    async fn keep_pinned(&self, due: Vec<(String, Arc<[u8]>)>) -> Result<(), StoreError> {
-        if due.is_empty() {
-            return Ok(());
-        }
-        let mut missing = false;
-        for (hash, bytes) in &due {
-            if !self.blob_exists(hash)? {
-                self.writer.send(Op::Blob { hash: hash.clone(), bytes: bytes.clone() })?;
-                self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).insert(hash.clone());
-                missing = true;
-            }
-        }
-        if missing {
-            self.writer.flush().await?;
-        }
-        self.pins.release(&due);
-        Ok(())
-    }
-
-    /// Delete those of `candidates` nothing refers to, in one write transaction (which reads
-    /// every reference: runs, registrations, module records, the manifests scripts name).
-    async fn delete_unreferenced(&self, candidates: &[String]) -> Result<usize, StoreError> {
-        if candidates.is_empty() {
-            return Ok(0);
-        }
-        self.writer.flush().await?;
-        let txn = self.db.get().begin_write()?;
-        let dead = {
-            let mut blobs = txn.open_table(BLOBS)?;
-            let mut stored = Vec::new();
-            for hash in candidates {
-                if blobs.get(hash.as_str())?.is_some() {
-                    stored.push(hash.clone());
-                }
-            }
-            if stored.is_empty() {
-                return Ok(0);
-            }
-            // Read until every candidate is found referred to (the common case: a component
-            // other runs share), else to the end.
-            let mut refs = crate::store::blobs::Referenced::default();
-            for row in txn.open_table(RUNS)?.iter()? {
-                if refs.covers(&stored) {
-                    break;
-                }
-                refs.run(row?.1.value())?;
-            }
-            for row in txn.open_table(FACTORIES)?.iter()? {
-                if refs.covers(&stored) {
-                    break;
-                }
-                refs.registration(row?.1.value())?;
-            }
-            for row in txn.open_table(RUN_MODULES)?.iter()? {
-                if refs.covers(&stored) {
-                    break;
-                }
-                refs.manifest(row?.1.value())?;
-            }
-            for manifest in refs.manifests() {
-                if let Some(bytes) = blobs.get(manifest.as_str())? {
-                    refs.manifest(bytes.value())?;
-                }
-            }
-            let dead = refs.unreferenced(&stored);
-            for hash in &dead {
-                blobs.remove(hash.as_str())?;
-            }
-            dead
-        };
-        txn.commit()?;
-        let mut known = self.known_blobs.lock().unwrap_or_else(|p| p.into_inner());
-        for hash in &dead {
-            known.remove(hash);
-        }
-        Ok(dead.len())
     }
 
     /// A run record. A record that cannot be read is [`StoreError::Corrupt`] for this run
