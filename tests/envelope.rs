@@ -175,6 +175,7 @@ fn factory_rm_deletes_runs_and_their_journals_and_refuses_a_running_one() {
         .collect();
     let progress = json_of(state, &["progress", &ids[0]], 0);
     assert!(!progress.as_array().expect("entries").is_empty(), "the run has a journal to delete");
+    assert_eq!(component_rows(state), 1, "three runs of one component: one blob");
 
     // One run: gone from the listing, its detail and its progress; the others stay whole.
     let (code, out, err) = rm(state, &[&ids[0]], false);
@@ -222,11 +223,22 @@ fn factory_rm_deletes_runs_and_their_journals_and_refuses_a_running_one() {
     let (code, _, err) = rm(state, &[&spinning], false);
     assert_eq!(code, Some(0), "{err}");
 
-    // The session goes on: nothing is listed, a new run works.
+    // The session goes on: nothing is listed, the component went with its last run (`factory
+    // stats`: no row of components), a new run works and stores it again.
     assert_eq!(json_of(state, &["runs"], 0), json!([]));
+    assert_eq!(component_rows(state), 0, "the component's blob went with its last run");
     let fresh = hostile(state, json!({ "case": "log-flood", "n": 2 }), 0);
     assert_eq!(fresh["status"], "completed", "{fresh:#}");
     assert_eq!(json_of(state, &["runs"], 0).as_array().map(Vec::len), Some(1));
+    assert_eq!(component_rows(state), 1, "stored again by the new run");
+}
+
+/// The rows of components and registrations `factory stats` counts.
+fn component_rows(state: &Path) -> u64 {
+    let stats = json_of(state, &["stats"], 0);
+    let parts = stats["parts"].as_array().expect("the parts");
+    let components = parts.iter().find(|p| p["part"] == "components and registrations");
+    components.and_then(|p| p["rows"].as_u64()).unwrap_or(0)
 }
 
 /// The ids `factory runs` lists, in creation order.

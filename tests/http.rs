@@ -573,6 +573,37 @@ async fn the_api_sees_and_controls_every_session_and_filters_by_one() {
     assert_eq!((status, again["code"].as_str()), (404, Some("not_found")), "{again}");
     let (_, all) = daemon.get("/api/runs").await;
     assert_eq!(sessions(&all), pairs(&[(&own, "default"), (&a_slow, "cli-a")]), "{all:#}");
+
+    // `POST /api/gc`: a policy is needed; as a session, only that session's ended runs go;
+    // as the owner, every session's (a dry run first lists them and deletes nothing).
+    let (status, refused) = daemon.post("/api/gc", json!({})).await;
+    assert_eq!((status, refused["code"].as_str()), (400, Some("invalid_params")), "{refused}");
+    let as_a = daemon
+        .client()
+        .post(format!("{}/api/gc", daemon.base))
+        .bearer_auth(&daemon.token)
+        .header("factory-session", "cli-a")
+        .json(&json!({"keepDays": 0}))
+        .send()
+        .await
+        .expect("the API answers");
+    assert_eq!(as_a.status().as_u16(), 200);
+    let as_a: Value = as_a.json().await.expect("JSON");
+    assert_eq!(as_a, json!({"removed": [a_slow], "kept": 0, "dryRun": false}), "cli-a's own run only");
+    let (status, dry) = daemon.post("/api/gc", json!({"keepLast": 0, "dryRun": true})).await;
+    assert_eq!((status, &dry), (200, &json!({"removed": [own], "kept": 1, "dryRun": true})), "{dry}");
+    let (_, all) = daemon.get("/api/runs").await;
+    assert_eq!(sessions(&all), pairs(&[(&own, "default")]), "{all:#}");
+    let (status, done) = daemon.post("/api/gc", json!({"keepDays": 0})).await;
+    assert_eq!((status, &done), (200, &json!({"removed": [own], "kept": 0, "dryRun": false})), "{done}");
+    assert_eq!(daemon.get("/api/runs").await.1, json!([]));
+
+    // `GET /api/stats`: where the store's bytes go, its parts adding up to the file.
+    let (status, stats) = daemon.get("/api/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    let parts = stats["parts"].as_array().expect("the parts");
+    let sum: u64 = parts.iter().map(|p| p["bytes"].as_u64().expect("bytes")).sum();
+    assert_eq!(Some(sum), stats["fileBytes"].as_u64(), "{stats:#}");
 }
 
 /// A field of `/proc/PID/status` in bytes (`VmRSS`, `VmHWM`: given in kB).

@@ -465,6 +465,48 @@ fn cli_runs_a_factory_that_imports_and_names_a_builtin_in_its_error() {
     assert_eq!(runs.as_array().map(Vec::len), Some(1), "refused before a run exists: {runs}");
 }
 
+/// Removing a script run deletes the blobs it alone used (the JS runner, the source, the
+/// module texts, static and dynamic, and the manifest naming them); the next run of the same
+/// file stores them again and runs.
+#[tokio::test]
+async fn removing_a_script_run_deletes_its_runner_source_and_modules_and_a_new_run_stores_them_again() {
+    use factory_host::model::scope::Scope;
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        &[
+            (
+                "main.js",
+                &factory(
+                    "import { twice } from \"./lib.js\";",
+                    r#"{ name: "gone", description: "d" }"#,
+                    r#"async () => { const { late } = await import("./late.js"); return twice(late()); }"#,
+                ),
+            ),
+            ("lib.js", "export const twice = (n) => n * 2;\n"),
+            ("late.js", "export const late = () => 21;\n"),
+        ],
+    );
+    let host = host_at(Some(state.path()), Arc::new(factory_host::backend::DryRun));
+    let blobs = |usage: Option<factory_host::store::StoreUsage>| {
+        usage.expect("a redb store measures itself").table("blobs").map_or(0, |t| t.entries)
+    };
+    let f = load(&host, &dir.path().join("main.js")).await.expect("load");
+    let envelope = host.run(&f, RunOptions::default()).await.expect("run");
+    assert_eq!(envelope.result_value().expect("a result"), json!(42));
+    // The runner, the source, lib.js, late.js and the manifest of the static import.
+    let stored = blobs(host.usage(Scope::Owner).await.expect("usage"));
+    assert_eq!(stored, 5, "{stored} blobs");
+    host.remove(Scope::Owner, &envelope.run_id).await.expect("remove");
+    assert_eq!(blobs(host.usage(Scope::Owner).await.expect("usage")), 0, "every blob went with its one run");
+
+    let f = load(&host, &dir.path().join("main.js")).await.expect("load again");
+    let again = host.run(&f, RunOptions::default()).await.expect("run again");
+    assert_eq!(again.result_value().expect("a result"), json!(42));
+    assert_eq!(blobs(host.usage(Scope::Owner).await.expect("usage")), stored, "stored again");
+}
+
 #[tokio::test]
 async fn a_registration_serves_the_modules_it_recorded() {
     let state = tempfile::tempdir().unwrap();

@@ -156,6 +156,18 @@ async fn an_agent_runs_finds_and_resumes_a_factory_over_mcp() {
         .collect();
     assert_eq!(names, ["probe"], "another session does not see the authored factory");
     assert_eq!(other["authored"]["structured"]["code"], "unknown_factory", "{other:#}");
+
+    // `gc` collects the session's own ended runs only: no policy is refused, a dry run lists
+    // them and deletes nothing, a pass deletes them; the first session's run stays.
+    let gc = client(state.path(), "gc", "gc-agent", &[]).await;
+    let own = gc["run"]["structured"]["runId"].as_str().expect("the gc session's run");
+    assert_eq!(gc["noPolicy"]["structured"]["code"], "invalid_params", "{gc:#}");
+    assert_eq!(gc["dry"]["structured"], serde_json::json!({"removed": [own], "kept": 1, "dryRun": true}), "{gc:#}");
+    assert_eq!(gc["runsAfterDry"]["structured"]["runs"].as_array().map(Vec::len), Some(1), "{gc:#}");
+    assert_eq!(gc["gc"]["structured"], serde_json::json!({"removed": [own], "kept": 0, "dryRun": false}), "{gc:#}");
+    assert_eq!(gc["runsAfterGc"]["structured"]["runs"].as_array().map(Vec::len), Some(0), "{gc:#}");
+    let out = factory_in(state.path(), &["show", run_id]);
+    assert!(out.status.success(), "another session's run stays: {}", stderr(&out));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

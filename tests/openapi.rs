@@ -152,6 +152,7 @@ async fn the_openapi_document_lists_exactly_the_routes_served_and_each_answers()
             Some("resume") => Some(json!({})),
             Some("register") => Some(json!({ "path": probe })),
             Some("uiexchange") => Some(json!({ "code": "0".repeat(64) })),
+            Some("gc") => Some(json!({ "keepLast": 0, "dryRun": true })),
             _ => None,
         };
         let public = operation["security"] == json!([]);

@@ -53,6 +53,64 @@ async fn a_run_another_live_worker_claimed_to_resume_is_not_removed() {
     assert_eq!(server.psql("remove", &format!("SELECT count(*) FROM runs WHERE id = '{run}'")), "0");
 }
 
+/// A component whose last run one worker deletes while another starts a run of it is not
+/// lost: the starting worker's record write checks it is still there (after any collection in
+/// progress, which holds the blob lock alone) and stores it again.
+#[tokio::test]
+async fn a_blob_collected_while_another_worker_starts_a_run_of_it_is_stored_again() {
+    let server = Postgres::start();
+    let url = server.database("blobs");
+    let (a, b) = (
+        PgStore::connect(&url, options("wa")).await.expect("a connects"),
+        PgStore::connect(&url, options("wb")).await.expect("b connects"),
+    );
+    let hash = "b10b".repeat(16);
+    let bytes: Arc<[u8]> = Arc::from(&b"\0asm the component"[..]);
+    let count = || server.psql("blobs", &format!("SELECT count(*) FROM blobs WHERE hash = '{hash}'"));
+    // Worker a ran the component once; the run ended.
+    let mut first = conformance::record("0190f0f0-0000-7000-8000-0000000000b1", "default", RunStatus::Completed);
+    first.component_hashes = vec![hash.clone()];
+    a.put_blob(&hash, &bytes).expect("a puts the component");
+    a.put_run(&mut first, true).await.expect("a's run");
+    // Worker b starts a run of it: the component is put (b finds it stored), its record not yet.
+    b.put_blob(&hash, &bytes).expect("b puts the component");
+    b.flush().await.expect("flush");
+    // Worker a deletes its run, the component's last user by the records: collected.
+    let blobs = factory_host::store::blobs::of_run(&a, &first).await.expect("the run's blobs");
+    assert_eq!(a.remove_run(&first.envelope.run_id).await.expect("remove_run"), factory_host::store::Removed::Removed);
+    assert_eq!(a.collect_blobs(&blobs).await.expect("collect_blobs"), 1);
+    assert_eq!(count(), "0");
+    // b writes its run's record: the component is stored again.
+    let mut second = conformance::record("0190f0f0-0000-7000-8000-0000000000b2", "default", RunStatus::Running);
+    second.component_hashes = vec![hash.clone()];
+    b.put_run(&mut second, true).await.expect("b's run");
+    assert_eq!(count(), "1", "stored again by the record's write");
+    assert_eq!(b.blob(&hash).await.expect("blob").as_deref(), Some(&bytes[..]));
+
+    // A collection in progress (the blob lock held alone, here by a session of the test's)
+    // holds the check back until it ends: the check then finds what it deleted.
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a session");
+    tokio::spawn(connection);
+    client.execute("SELECT pg_advisory_lock($1)", &[&0x6661_6374_6f72_7902_i64]).await.expect("the blob lock");
+    let third_hash = "7b1d".repeat(16);
+    b.put_blob(&third_hash, &bytes).expect("b puts another component");
+    b.flush().await.expect("flush");
+    let mut third = conformance::record("0190f0f0-0000-7000-8000-0000000000b3", "default", RunStatus::Running);
+    third.component_hashes = vec![third_hash.clone()];
+    let writing = tokio::spawn(async move { b.put_run(&mut third, true).await.map(|()| b) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!writing.is_finished(), "the check waits for the collection");
+    client.execute("DELETE FROM blobs WHERE hash = $1", &[&third_hash]).await.expect("the collection deletes");
+    client.execute("SELECT pg_advisory_unlock($1)", &[&0x6661_6374_6f72_7902_i64]).await.expect("unlock");
+    let b = tokio::time::timeout(Duration::from_secs(60), writing)
+        .await
+        .expect("the write ends")
+        .expect("joined")
+        .expect("b's run");
+    assert_eq!(b.blob(&third_hash).await.expect("blob").as_deref(), Some(&bytes[..]), "stored again");
+    drop((a, b));
+}
+
 #[tokio::test]
 async fn a_newer_schema_is_refused_and_migrations_run_once() {
     let server = Postgres::start();
@@ -681,6 +739,84 @@ impl Api {
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(serde_json::Value::Null))
     }
+}
+
+/// `factory stats` on a PostgreSQL store: its tables as the server measures them, each row's
+/// bytes as stored (`pg_column_size`), indexes and the rest of `pg_total_relation_size`; the
+/// parts add up to the tables' total, read by the real binary through `factory serve --store`
+/// (its control socket) and over HTTP (`GET /api/stats`, the owner's only).
+#[test]
+fn factory_stats_on_postgres_says_where_the_bytes_go() {
+    use common::service::Service;
+    use serde_json::Value;
+
+    let server = Postgres::start();
+    let url = server.database("stats");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let n = 40;
+    runtime.block_on(async {
+        let store = PgStore::connect(&url, options("stats-writer")).await.expect("the store connects");
+        let mut record = conformance::record("0190f0f0-0000-7000-8000-0000000005a1", "default", RunStatus::Completed);
+        record.component_hashes = vec!["5a7".repeat(21) + "5"];
+        store.put_blob(&record.component_hashes[0], &Arc::from(vec![7u8; 50_000])).expect("put_blob");
+        store.put_run(&mut record, true).await.expect("put_run");
+        for i in 0..n {
+            let reply = format!("\"reply {i}: {}\"", "words of a reply ".repeat(20));
+            store.put_agent(&record.envelope.run_id, &format!("a{i}"), Some(&reply), 100 * i).expect("put_agent");
+        }
+        store.flush().await.expect("flush");
+    });
+    let state = tempfile::tempdir().expect("a state dir");
+    let service = Service::start(state.path(), &["--store", url.as_str(), "--http", "127.0.0.1:0"]);
+    let api = Api::of(state.path(), &service.log());
+
+    // Through the service holding the database (its control socket), not a store opened here.
+    let out = common::factory_cmd(state.path(), &["stats", "--json"])
+        .env_remove("FACTORY_NO_DAEMON")
+        .output()
+        .expect("the factory binary starts");
+    assert!(out.status.success(), "{}\n{}", common::stderr(&out), service.log());
+    let stats = common::stdout_json(&out);
+    let table = |name: &str| -> &Value {
+        stats["tables"].as_array().expect("tables").iter().find(|t| t["name"] == name).expect(name)
+    };
+    let sql = |query: &str| -> u64 { server.psql("stats", query).parse().expect("a number") };
+    assert_eq!(table("agents")["entries"].as_u64(), Some(n), "{stats:#}");
+    assert_eq!(
+        table("agents")["storedBytes"].as_u64(),
+        Some(sql("SELECT sum(pg_column_size(a.*)) FROM agents a")),
+        "rows as stored: {stats:#}"
+    );
+    assert_eq!(table("agents")["metadataBytes"].as_u64(), Some(sql("SELECT pg_indexes_size('agents')")));
+    let total =
+        sql("SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace ns ON ns.oid = \
+         c.relnamespace WHERE c.relkind = 'r' AND ns.nspname = current_schema()");
+    assert_eq!(stats["fileBytes"].as_u64(), Some(total), "the store is its tables: {stats:#}");
+    let parts = stats["parts"].as_array().expect("parts");
+    let sum: u64 = parts.iter().map(|p| p["bytes"].as_u64().expect("bytes")).sum();
+    assert_eq!(sum, total, "the parts add up: {stats:#}");
+    let part = |name: &str| parts.iter().find(|p| p["part"].as_str().is_some_and(|p| p.starts_with(name))).expect(name);
+    assert_eq!(part("journal values")["rows"].as_u64(), Some(n), "{stats:#}");
+    assert_eq!(part("components")["rows"].as_u64(), Some(1), "{stats:#}");
+    assert!(part("components")["bytes"].as_u64().unwrap_or(0) > 0, "{stats:#}");
+
+    // The same over HTTP, for the owner; a session is refused.
+    let (status, over_http) = runtime.block_on(api.call(reqwest::Method::GET, "/api/stats", None));
+    assert_eq!(status, 200, "{over_http}");
+    assert_eq!(over_http["fileBytes"], stats["fileBytes"], "{over_http:#}");
+    assert_eq!(over_http["parts"].as_array().map(Vec::len), Some(parts.len()), "{over_http:#}");
+    let as_session = runtime.block_on(async {
+        let response = reqwest::Client::new()
+            .get(format!("{}/api/stats", api.base))
+            .bearer_auth(&api.token)
+            .header("factory-session", "someone")
+            .send()
+            .await
+            .expect("the API answers");
+        (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+    });
+    assert_eq!((as_session.0, as_session.1["code"].as_str()), (400, Some("bad_request")), "{as_session:?}");
+    service.stop();
 }
 
 /// A database that cannot be reached stops `factory serve --store` at start with an error

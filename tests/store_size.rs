@@ -215,22 +215,19 @@ async fn two_thousand_two_kib_replies_where_the_bytes_go() {
     assert!(journal["part"].as_str().is_some_and(|p| p.starts_with("journal values")), "{stats:#}");
     assert_eq!(journal["rows"].as_u64(), Some(n as u64), "one agent row a call, no step rows: {stats:#}");
 
-    // `factory rm` of the run (the real binary, the owner) deletes its journal and, the free
-    // pages being most of the file, compacts it. Measured: 3,411,968 B before, 1,052,672 B
-    // after (31 %), of which 524,288 B are the probe component's pages (content-addressed
-    // bytes that stay for other runs and registrations; a 512 KiB block that redb aligns on
-    // 512 KiB, so the file keeps 1 MiB) and 12,288 B anything else live: the run's own share
-    // is under 10% of what it was, the component's is not.
+    // `factory rm` of the run (the real binary, the owner) deletes its journal and the probe
+    // component's blob (no other run or registration uses it) and compacts the file: the
+    // whole file is under 10% of what it was. Measured: 3,411,968 B before, 36,864 B after
+    // (1,052,672 B when the component's blob stayed: a 512 KiB block that redb aligns on
+    // 512 KiB).
     let out = common::factory_in(state.path(), &["rm", &run_id]);
     assert!(out.status.success(), "factory rm: {}", String::from_utf8_lossy(&out.stderr));
     let after = usage_of(state.path());
     println!("{}", report("after factory rm", &after, replies, n as u64));
     assert!(after.table("agents").expect("the agents table").entries == 0, "the run's journal is gone");
-    let component = after.table("blobs").expect("the blobs table").bytes();
-    let left = (after.allocated_pages * after.page_size).saturating_sub(component);
-    assert!(left * 10 < usage.file_bytes, "{} B before, {}", usage.file_bytes, report("after rm", &after, 0, 1));
+    assert_eq!(after.table("blobs").expect("the blobs table").entries, 0, "the component went with its last run");
     assert!(
-        after.file_bytes * 3 <= usage.file_bytes,
+        after.file_bytes * 10 < usage.file_bytes,
         "{} B before, {}",
         usage.file_bytes,
         report("after rm", &after, 0, 1)
@@ -377,8 +374,13 @@ async fn two_thousand_two_kib_replies_on_postgresql_bytes_and_wal_per_call() {
 
     // Removed, the run leaves no row behind: its journal deleted in batches of
     // `REMOVE_BATCH_ROWS` (2,000 agent rows: two batches and an empty one).
+    // Its component's blob goes with it: no other run or registration uses it.
+    let record = store.run(&run_id).await.expect("run").expect("the run's record");
+    let blobs = factory_host::store::blobs::of_run(&*store, &record).await.expect("the run's blobs");
+    assert_eq!(server.psql("size", "SELECT count(*) FROM blobs"), blobs.len().to_string(), "the component");
     assert_eq!(store.remove_run(&run_id).await.expect("remove_run"), Removed::Removed);
-    for table in ["runs", "agents", "steps", "progress", "journal_usage", "live_accounting"] {
+    assert_eq!(store.collect_blobs(&blobs).await.expect("collect_blobs"), blobs.len());
+    for table in ["runs", "agents", "steps", "progress", "journal_usage", "live_accounting", "blobs"] {
         assert_eq!(server.psql("size", &format!("SELECT count(*) FROM {table}")), "0", "{table} after the removal");
     }
     assert_eq!(store.remove_run(&run_id).await.expect("remove_run"), Removed::NotFound);

@@ -257,6 +257,15 @@ export interface FactoryApi {
     pause(runId: string): Promise<FactoryRunResult>;
     /** Delete the ended run and its journal (`already_active` while it executes, `not_found` when unknown). */
     remove(runId: string): Promise<{ runId: string; removed: true }>;
+    /**
+     * Delete this session's ended runs a retention policy no longer keeps (`keepDays`,
+     * `keepLast`: at least one); with `dryRun`, only list them.
+     */
+    gc(options: { keepDays?: number; keepLast?: number; dryRun?: boolean }): Promise<{
+        removed: string[];
+        kept: number;
+        dryRun: boolean;
+    }>;
     waitForRun(runId: string, options?: { signal?: AbortSignal }): Promise<FactoryRunResult>;
 }
 

@@ -1,5 +1,5 @@
 // @factory/client: the Copilot SDK's extension-side factory API — `joinSession`,
-// `session.factory.run/resume/listRuns/getRunDetail/getRunProgress/getRun/cancel/pause/remove/waitForRun`,
+// `session.factory.run/resume/listRuns/getRunDetail/getRunProgress/getRun/cancel/pause/remove/gc/waitForRun`,
 // `isFactoryRunTerminal`, `FactoryResumeError` and the `factory.run_updated` event, and the same
 // under upstream's newer Dynamic Workflows names (`defineWorkflow`, `session.workflow.*`,
 // `WorkflowResumeError`, `workflow.*` events) — for a
@@ -753,6 +753,20 @@ class FactoryApi {
      */
     async remove(runId) {
         return this.#transport.request("DELETE", runPath(runId));
+    }
+
+    /**
+     * Delete this session's ended runs (completed, error, cancelled) a retention policy no
+     * longer keeps: those last updated more than `keepDays` days ago and not among the
+     * newest `keepLast` of their factory (give at least one; `invalid_params` otherwise).
+     * With `dryRun`, only list them. Resolves `{ removed: [runId], kept, dryRun }`.
+     */
+    async gc(options = {}) {
+        const { keepDays, keepLast, dryRun } = options;
+        const body = { dryRun: dryRun === true };
+        if (keepDays !== undefined && keepDays !== null) body.keepDays = keepDays;
+        if (keepLast !== undefined && keepLast !== null) body.keepLast = keepLast;
+        return this.#transport.request("POST", "/api/gc", { body });
     }
 
     /**

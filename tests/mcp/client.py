@@ -183,6 +183,17 @@ async def other_session(session, report):
     report["authored"] = structured(await session.call_tool("run_factory", {"name": "bug-hunt"}))
 
 
+async def gc(session, report):
+    """Run a small factory to its end, then collect this session's ended runs: no policy is
+    refused, a dry run lists them, a real pass deletes them (another session's run stays)."""
+    report["run"] = structured(await session.call_tool("run_factory", {"name": "probe", "args": {"case": "fanout", "n": 1}}))
+    report["noPolicy"] = structured(await session.call_tool("factories_manage", {"operation": "gc"}))
+    report["dry"] = structured(await session.call_tool("factories_manage", {"operation": "gc", "keepLast": 0, "dryRun": True}))
+    report["runsAfterDry"] = structured(await session.call_tool("factories_manage", {"operation": "runs"}))
+    report["gc"] = structured(await session.call_tool("factories_manage", {"operation": "gc", "keepDays": 0}))
+    report["runsAfterGc"] = structured(await session.call_tool("factories_manage", {"operation": "runs"}))
+
+
 async def start(session, report):
     """Run one small factory to its end: the run another connection must not see."""
     report["run"] = structured(await session.call_tool("run_factory", {"name": "probe", "args": {"case": "fanout", "n": 1}}))
@@ -264,7 +275,7 @@ async def main():
         ) as session:
             init = await session.initialize()
             report["server"] = init.server_info.name
-            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded, "hang": hang, "notify": notify, "pause": pause}[scenario](session, report)
+            await {"lifecycle": lifecycle, "cancel": cancel, "other": other_session, "lifecycle_untrusted": untrusted, "start": start, "bounded": bounded, "hang": hang, "notify": notify, "pause": pause, "gc": gc}[scenario](session, report)
     print(json.dumps(report))
 
 

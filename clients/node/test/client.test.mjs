@@ -202,6 +202,24 @@ test("listRuns lists the session's runs in creation order; other sessions see no
     await session.disconnect();
 });
 
+test("gc: a session collects its own ended runs by a retention policy, never another session's", async () => {
+    const session = await join();
+    const other = await join();
+    const mine = [];
+    for (const n of [1, 1]) mine.push((await session.factory.run("fanout", { args: { n } })).runId);
+    const theirs = (await other.factory.run("fanout", { args: { n: 1 } })).runId;
+    await assert.rejects(session.factory.gc({}), (e) => e instanceof FactoryError && e.code === "invalid_params" && e.httpStatus === 400);
+    // The newest of the factory is kept; a dry run only says which would go.
+    assert.deepEqual(await session.factory.gc({ keepLast: 1, dryRun: true }), { removed: [mine[0]], kept: 2, dryRun: true });
+    assert.deepEqual((await session.factory.listRuns()).map((r) => r.runId), mine);
+    assert.deepEqual(await session.factory.gc({ keepDays: 0 }), { removed: mine, kept: 0, dryRun: false });
+    assert.deepEqual(await session.factory.listRuns(), []);
+    await assert.rejects(session.factory.getRun(mine[0]), (e) => e instanceof FactoryError && e.code === "not_found");
+    assert.equal((await other.factory.getRun(theirs)).status, "completed", "another session's run stays");
+    await session.disconnect();
+    await other.disconnect();
+});
+
 test("getRunProgress pages forwards, backwards, by phase and from the tail; getRunDetail", async () => {
     const session = await join();
     const run = await session.factory.run("fanout", { args: { n: 2, logs: 12 } });

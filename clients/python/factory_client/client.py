@@ -693,6 +693,18 @@ class FactoryApi:
         `not_found`."""
         return self._transport.request("DELETE", _run_path(run_id))
 
+    def gc(self, *, keep_days: int | None = None, keep_last: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+        """Delete this session's ended runs (completed, error, cancelled) a retention policy
+        no longer keeps: those last updated more than `keep_days` days ago and not among the
+        newest `keep_last` of their factory (give at least one; `invalid_params` otherwise).
+        With `dry_run`, only list them. Returns `{"removed": [run ids], "kept", "dryRun"}`."""
+        body: dict[str, Any] = {"dryRun": dry_run}
+        if keep_days is not None:
+            body["keepDays"] = keep_days
+        if keep_last is not None:
+            body["keepLast"] = keep_last
+        return self._transport.request("POST", "/api/gc", body)
+
     def wait_for_run(self, run_id: str, timeout: float | None = None) -> FactoryRunResult:
         """The run's terminal envelope once it settles (at once if it has). Follows the
         session's event stream and re-reads the envelope on each `run_updated` of the run,

@@ -375,6 +375,22 @@ class ClientTest(unittest.TestCase):
             session.factory.run("fanout")
         self.assertEqual(run_disposed.exception.code, "factory_session_disposed")
 
+    def test_gc_collects_the_sessions_own_ended_runs_only(self) -> None:
+        with join() as session, join() as other:
+            mine = [session.factory.run("fanout", args={"n": 1})["runId"] for _ in range(2)]
+            theirs = other.factory.run("fanout", args={"n": 1})["runId"]
+            with self.assertRaises(FactoryError) as refused:
+                session.factory.gc()
+            self.assertEqual((refused.exception.code, refused.exception.http_status), ("invalid_params", 400))
+            # The newest of the factory is kept; a dry run only says which would go.
+            self.assertEqual(
+                session.factory.gc(keep_last=1, dry_run=True), {"removed": [mine[0]], "kept": 2, "dryRun": True}
+            )
+            self.assertEqual([r["runId"] for r in session.factory.list_runs()], mine)
+            self.assertEqual(session.factory.gc(keep_days=0), {"removed": mine, "kept": 0, "dryRun": False})
+            self.assertEqual(session.factory.list_runs(), [])
+            self.assertEqual(other.factory.get_run(theirs)["status"], "completed", "another session's run stays")
+
     def test_another_sessions_run_is_not_found(self) -> None:
         with join() as session, join(session=f"other-{os.getpid()}") as other:
             self.assertEqual(other.session_id, f"other-{os.getpid()}")

@@ -3,7 +3,7 @@
 //! `run_factory` (`{ name, args?, limits? }` or `{ resumeFromRunId, limits?, input? }`; the
 //! run envelope for every outcome, progress notifications while it runs, a client
 //! cancellation cancels the run) and `factories_manage` (`list`, `inspect`, `runs`, `show`,
-//! `progress`, `wait`, `cancel`, `pause`, `resume` with a checkpoint's answer). A factory the
+//! `progress`, `wait`, `cancel`, `pause`, `resume` with a checkpoint's answer, `remove`, `gc`). A factory the
 //! service does not trust is asked about through MCP elicitation ([`super::elicit`]) when the
 //! client can show a form.
 //!
@@ -21,6 +21,7 @@ use crate::doors::elicit;
 use crate::doors::reach::{self, serve};
 use anyhow::{Context, Result};
 use clap::Args;
+use factory_host::model::retention::Retention;
 use factory_host::service::{Client, Consent, Followed, Follower, Request, Scope, ServiceError, Target};
 use factory_host::store::ProgressQuery;
 use factory_host::{ErrorCode, Limits, ProgressEvent, RunEnvelope};
@@ -348,11 +349,13 @@ enum Operation {
     Resume,
     /// `remove`.
     Remove,
+    /// `gc`.
+    Gc,
 }
 
 impl Operation {
     /// Every operation, in the order the tool's description gives them.
-    const ALL: [Operation; 11] = [
+    const ALL: [Operation; 12] = [
         Operation::List,
         Operation::Inspect,
         Operation::Author,
@@ -364,6 +367,7 @@ impl Operation {
         Operation::Pause,
         Operation::Resume,
         Operation::Remove,
+        Operation::Gc,
     ];
 
     /// Its name in `operation`.
@@ -380,6 +384,7 @@ impl Operation {
             Operation::Pause => "pause",
             Operation::Resume => "resume",
             Operation::Remove => "remove",
+            Operation::Gc => "gc",
         }
     }
 
@@ -410,6 +415,9 @@ struct ManageParams {
     phase: Option<String>,
     limit: Option<usize>,
     input: Option<Value>,
+    keep_days: Option<u32>,
+    keep_last: Option<u32>,
+    dry_run: Option<bool>,
 }
 
 impl schemars::JsonSchema for ManageParams {
@@ -424,7 +432,7 @@ impl schemars::JsonSchema for ManageParams {
                 "operation": {
                     "type": "string",
                     "enum": Operation::ALL.map(Operation::as_str),
-                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs {after?, limit?}: a page of this session's runs, oldest first (ids, factory, status, updated time); `next`, when present, is the `after` of the next page. show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable). pause {runId}: pause a running run (status paused, resumable, nothing paid twice) and return its envelope. resume {runId, input?}: resume a paused (or stopped) run and wait for it as run_factory does; `input` answers the checkpoint it waits at (its envelope's `checkpoint`). remove {runId}: delete an ended run and its journal for good (cancel a running one first)."
+                    "description": "list: the factories you can run (name, description, phases, limits). author {meta, run}: write a new factory into this session (it is registered, not run; run it with run_factory). inspect {name}: one factory's description, phases, limits and args schema. runs {after?, limit?}: a page of this session's runs, oldest first (ids, factory, status, updated time); `next`, when present, is the `after` of the next page. show {runId}: a run's envelope, phases, agent summaries and latest progress. progress {runId, afterSeq?, beforeSeq?, phase?, limit?}: a page of its progress log. wait {runId}: block until the run ends and return its envelope. cancel {runId}: stop a running run and return its envelope (it stays resumable). pause {runId}: pause a running run (status paused, resumable, nothing paid twice) and return its envelope. resume {runId, input?}: resume a paused (or stopped) run and wait for it as run_factory does; `input` answers the checkpoint it waits at (its envelope's `checkpoint`). remove {runId}: delete an ended run and its journal for good (cancel a running one first). gc {keepDays?, keepLast?, dryRun?}: delete this session's ended runs (completed, error, cancelled) that the policy no longer keeps: those last updated more than keepDays days ago and not among the newest keepLast of their factory (give at least one); dryRun: only list them."
                 },
                 "name": {"type": "string", "description": "inspect: the factory's name."},
                 "meta": {
@@ -441,7 +449,10 @@ impl schemars::JsonSchema for ManageParams {
                 "afterSeq": {"type": "integer", "minimum": 0, "description": "progress: entries after this sequence number (page forwards). runs: the runs created after this run `seq` (a page by sequence: { runs, oldestSeq, newestSeq, hasMoreNewer, omittedOlder }; `limit` counts ended runs, default 200, most 500)."},
                 "beforeSeq": {"type": "integer", "minimum": 0, "description": "progress: entries before this sequence number (page backwards). runs: the newest runs created before this run `seq` (a page by sequence, as afterSeq; a number past every seq gives the newest page)."},
                 "phase": {"type": "string", "description": "progress: only entries of this phase."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "progress: page size (default 50); runs: page size (default and most 1000)."}
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "progress: page size (default 50); runs: page size (default and most 1000)."},
+                "keepDays": {"type": "integer", "minimum": 0, "description": "gc: keep runs updated in the last this many days."},
+                "keepLast": {"type": "integer", "minimum": 0, "description": "gc: keep the newest this many runs of each factory."},
+                "dryRun": {"type": "boolean", "description": "gc: only list the runs that would be deleted."}
             },
             "required": ["operation"],
             "additionalProperties": false
@@ -965,6 +976,20 @@ impl FactoryMcp {
                     json!({ "runId": run_id, "removed": true }),
                     format!("Run {run_id} and its journal were deleted."),
                 ))
+            }
+            Operation::Gc => {
+                let policy = Retention { keep_days: p.keep_days, keep_last: p.keep_last };
+                if !policy.is_set() {
+                    let message = "operation `gc` needs `keepDays` or `keepLast` (the retention policy)";
+                    return Err(ToolError::new(ErrorCode::InvalidParams, message));
+                }
+                let dry_run = p.dry_run.unwrap_or(false);
+                let report = self.client.gc(scope(), policy, dry_run).await.map_err(Self::tool_error)?;
+                let verb = if report.dry_run { "would be deleted" } else { "were deleted" };
+                let summary = format!("{} ended runs {verb}, {} kept.", report.removed.len(), report.kept);
+                let body =
+                    serde_json::to_value(&report).map_err(|e| ToolError::new(ErrorCode::Error, e.to_string()))?;
+                Ok(answer(body, summary))
             }
         }
     }

@@ -177,8 +177,8 @@ impl Client {
         expect!(self, Request::Usage { scope: scope.into() }, Response::Usage(usage) => usage.map(|u| *u))
     }
 
-    /// Delete the ended runs `policy` no longer keeps (the owner only); with `dry_run`, only
-    /// say which.
+    /// Delete the ended runs `policy` no longer keeps among those `scope` sees (the owner:
+    /// every session's); with `dry_run`, only say which.
     pub async fn gc(
         &self,
         scope: impl Into<Scope>,

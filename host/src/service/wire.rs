@@ -33,8 +33,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// their `seq`. Version 8: `register` of a script file that offers several factories
 /// registers each and answers `factories`; pending approvals (a start with consent `ask` may
 /// answer `approval`; `approvals`, `approval` and `decide` list, wait on and answer them);
-/// `gc` deletes the ended runs a retention policy no longer keeps (the owner only), answered
-/// by `collected`; `usage` says where the store's bytes go. Version 9: `describe` says what a
+/// `gc` deletes the ended runs a retention policy no longer keeps (of those the scope sees),
+/// answered by `collected`; `usage` says where the store's bytes go. Version 9: `describe` says what a
 /// factory is (file or registered) as the service loads it, answered by `described`.
 pub const WIRE_VERSION: u32 = 9;
 
@@ -114,7 +114,7 @@ pub enum Request {
     Remove { scope: Scope, run_id: String },
     /// Where the store's bytes go (the owner only); answers [`Response::Usage`].
     Usage { scope: Scope },
-    /// Delete the ended runs `policy` no longer keeps (the owner only); with `dry_run`, only
+    /// Delete the ended runs `policy` no longer keeps among those `scope` sees; with `dry_run`, only
     /// say which. Answers [`Response::Collected`].
     Gc {
         scope: Scope,

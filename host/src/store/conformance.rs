@@ -51,6 +51,7 @@ pub async fn run_all(open: impl Open) {
     long_values_read_back_as_put(&open).await;
     crash_repair_at_open(&open).await;
     remove_run(&open).await;
+    blobs_go_with_their_last_user(&open).await;
 }
 
 async fn opened(open: &impl Open) -> Arc<dyn Store> {
@@ -723,6 +724,109 @@ pub async fn remove_run(open: &impl Open) {
             }
         }
         assert_eq!(store.remove_run(&id).await.expect("remove_run"), Removed::Removed, "{id}");
+    }
+}
+
+/// Blobs are collected with their last user: of the blobs a removed run referred to
+/// ([`blobs::of_run`](super::blobs::of_run)), those another run, a registration or a module
+/// record still names stay, the rest are deleted; a blob a start put and a collection took
+/// before its run's record was written is stored again by that write.
+pub async fn blobs_go_with_their_last_user(open: &impl Open) {
+    let store = opened(open).await;
+    let h = |what: &str| format!("{what}-{}", fresh_id());
+    let (only, shared, registered, source, manifest, text, module, shared_module) = (
+        h("only"),
+        h("shared"),
+        h("registered"),
+        h("source"),
+        h("manifest"),
+        h("text"),
+        h("module"),
+        h("shared-module"),
+    );
+    let named = |modules: &[(&str, &String)]| Manifest {
+        root: None,
+        modules: modules.iter().map(|(name, hash)| (name.to_string(), hash.to_string())).collect(),
+        resolved: Vec::new(),
+    };
+    let manifest_json: Arc<[u8]> = serde_json::to_vec(&named(&[("lib.js", &text)])).expect("a manifest").into();
+    for hash in [&only, &shared, &registered, &source, &text, &module, &shared_module] {
+        store.put_blob(hash, &Arc::from(hash.as_bytes())).expect("put_blob");
+    }
+    store.put_blob(&manifest, &manifest_json).expect("put_blob (manifest)");
+    let (removed, other) = (fresh_id(), fresh_id());
+    let mut r = record(&removed, "default", RunStatus::Completed);
+    r.component_hashes = vec![only.clone(), shared.clone(), registered.clone()];
+    r.scripts = vec![Some(crate::model::script::ScriptRef {
+        sha256: source.clone(),
+        file_name: "f.js".into(),
+        entry: None,
+        modules: Some(manifest.clone()),
+    })];
+    store.put_run(&mut r, true).await.expect("put_run");
+    store.put_run_modules(&removed, &named(&[("m.js", &module), ("s.js", &shared_module)])).expect("put_run_modules");
+    let mut o = record(&other, "default", RunStatus::Completed);
+    o.component_hashes = vec![shared.clone()];
+    store.put_run(&mut o, true).await.expect("put_run (other)");
+    store.put_run_modules(&other, &named(&[("s.js", &shared_module)])).expect("put_run_modules (other)");
+    store
+        .register(&registration(&h("fx"), None, &registered), &Arc::from(registered.as_bytes()))
+        .await
+        .expect("register");
+    flush(&store).await;
+
+    let mut candidates = super::blobs::of_run(&*store, &r).await.expect("the run's blobs");
+    candidates.sort();
+    let mut expected = vec![&only, &shared, &registered, &source, &manifest, &text, &module, &shared_module];
+    expected.sort();
+    assert_eq!(candidates.iter().collect::<Vec<_>>(), expected, "a run's blobs: components, script, modules");
+    assert_eq!(store.remove_run(&removed).await.expect("remove_run"), Removed::Removed);
+    assert_eq!(
+        store.collect_blobs(&candidates).await.expect("collect_blobs"),
+        5,
+        "only, source, manifest, text, module"
+    );
+    for gone in [&only, &source, &manifest, &text, &module] {
+        assert_eq!(store.blob(gone).await.expect("blob"), None, "{gone} had no other user");
+    }
+    for kept in [&shared, &registered, &shared_module] {
+        assert!(store.blob(kept).await.expect("blob").is_some(), "{kept} is still used");
+    }
+    assert_eq!(store.collect_blobs(&candidates).await.expect("collect_blobs again"), 0, "nothing left to collect");
+
+    // A start puts its component, a collection (its last user's removal) takes it before the
+    // start writes its run record: the record's write stores it again.
+    let (component, text) = (h("component"), h("started-text"));
+    let started_manifest: Arc<[u8]> = serde_json::to_vec(&named(&[("lib.js", &text)])).expect("a manifest").into();
+    let started_manifest_hash = h("started-manifest");
+    for (hash, bytes) in [
+        (&component, Arc::from(component.as_bytes())),
+        (&text, Arc::from(text.as_bytes())),
+        (&started_manifest_hash, started_manifest.clone()),
+    ] {
+        store.put_blob(hash, &bytes).expect("put_blob (start)");
+    }
+    flush(&store).await;
+    let taken = [component.clone(), text.clone(), started_manifest_hash.clone()];
+    assert_eq!(store.collect_blobs(&taken).await.expect("collect_blobs (racing)"), 3, "unreferenced as yet");
+    assert_eq!(store.blob(&component).await.expect("blob"), None);
+    let started = fresh_id();
+    let mut s = record(&started, "default", RunStatus::Running);
+    s.component_hashes = vec![component.clone()];
+    s.scripts = vec![Some(crate::model::script::ScriptRef {
+        sha256: component.clone(),
+        file_name: "f.js".into(),
+        entry: None,
+        modules: Some(started_manifest_hash.clone()),
+    })];
+    store.put_run(&mut s, true).await.expect("put_run (the start)");
+    assert_eq!(store.blob(&component).await.expect("blob").as_deref(), Some(component.as_bytes()), "stored again");
+    assert_eq!(store.blob(&text).await.expect("blob").as_deref(), Some(text.as_bytes()), "its module text too");
+    assert_eq!(store.collect_blobs(&taken).await.expect("collect_blobs"), 0, "referenced now");
+    s.envelope.status = RunStatus::Completed;
+    store.put_run(&mut s, false).await.expect("put_run (ended)");
+    for id in [&other, &started] {
+        assert_eq!(store.remove_run(id).await.expect("remove_run"), Removed::Removed);
     }
 }
 

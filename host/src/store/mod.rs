@@ -12,6 +12,7 @@
 //! crash left: runs that were `running` become `halted` ([`records::halt_interrupted`]).
 //! [`conformance`] checks any store against this contract.
 
+pub mod blobs;
 pub mod codec;
 pub mod conformance;
 mod error;
@@ -122,9 +123,17 @@ pub trait Store: Journal + std::fmt::Debug {
     /// accounting, journal usage, module record) durably, after every write queued before
     /// it. A run whose record says it executes (`running` or `pending`), or on a shared store
     /// that another live worker has claimed to resume, is kept and answered
-    /// [`Removed::Active`]; a record that cannot be read is deleted all the same. Component
-    /// bytes stay: they are content-addressed, shared with other runs and registrations.
+    /// [`Removed::Active`]; a record that cannot be read is deleted all the same. Blobs stay
+    /// (content-addressed, shared with other runs and registrations): the caller hands those
+    /// the run referred to ([`blobs::of_run`], read before) to [`Store::collect_blobs`].
     fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>>;
+
+    /// Delete those of the blobs `candidates` (hashes) that no run record, registration, run
+    /// module record, queued start or script manifest refers to any more, after every write
+    /// queued before; how many were deleted. A blob a start put just before and refers to
+    /// only in a record not yet written is stored again once that record is (see
+    /// [`blobs`]). A record that cannot be read fails the collection (nothing is deleted).
+    fn collect_blobs<'a>(&'a self, candidates: &'a [String]) -> BoxFuture<'a, Result<usize, StoreError>>;
 
     /// Give back the space deleted runs left, when worthwhile: a redb file is compacted when
     /// its free pages are a large part of it ([`redb::compaction_worthwhile`]); `None` for a
@@ -134,8 +143,8 @@ pub trait Store: Journal + std::fmt::Debug {
     }
 
     /// Where the store's bytes go, per table and per part ([`StoreUsage::parts`]), once what
-    /// is queued is committed; `None` for a store that does not measure itself (PostgreSQL:
-    /// its tables are measured by the server; the default).
+    /// is queued is committed (PostgreSQL: its tables as the server measures them); `None`
+    /// for a store that does not measure itself (the default).
     fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
         Box::pin(std::future::ready(Ok(None)))
     }

@@ -95,7 +95,8 @@ enum Command {
   factory resume 0192f3c4-...")]
     Pause(observe::RunIdArgs),
     /// Delete runs and their journals (progress, steps, agent outcomes, accounting) from the
-    /// store; a running run is refused (already_active): cancel it first.
+    /// store, with the components no other run or registration uses; a running run is
+    /// refused (already_active): cancel it first.
     #[command(after_help = "Examples:
   factory rm 0192f3c4-...
   factory rm 0192f3c4-... 0192f3c5-... --json")]
@@ -107,9 +108,10 @@ enum Command {
   factory gc --keep-days 30 --dry-run
   factory gc --keep-last 20 --json")]
     Gc(observe::GcArgs),
-    /// Where the store's bytes go: the file's size and each part's share (journal values,
-    /// progress records and agent summaries, run records, components, page overhead, free
-    /// pages), then each table's.
+    /// Where the store's bytes go: its size and each part's share (journal values, progress
+    /// records and agent summaries, run records, components, page overhead, free pages), then
+    /// each table's. A redb store is the file; a PostgreSQL one its tables as the server
+    /// measures them (rows as stored, indexes as branches, the rest of each table as overhead).
     #[command(after_help = "Examples:
   factory stats
   factory stats --json")]

@@ -432,9 +432,7 @@ pub async fn gc(g: &GlobalArgs, a: GcArgs) -> Result<ExitCode> {
 /// `factory stats`: where the store's bytes go.
 pub async fn stats(g: &GlobalArgs, a: StatsArgs) -> Result<ExitCode> {
     let Some(usage) = ask(g, |client| async move { client.usage(Scope::Owner).await }).await? else {
-        anyhow::bail!(
-            "this store does not measure itself (a PostgreSQL store: ask the server, pg_total_relation_size)"
-        );
+        anyhow::bail!("this store does not measure itself");
     };
     let parts = usage.parts();
     if a.json {
@@ -444,7 +442,7 @@ pub async fn stats(g: &GlobalArgs, a: StatsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     outln!(
-        "file {} B ({} B on disk), {} pages of {} B in use, {} B free",
+        "store {} B ({} B on disk), {} pages of {} B in use, {} B free",
         usage.file_bytes,
         usage.disk_bytes,
         usage.allocated_pages,

@@ -51,9 +51,10 @@ pub mod routes;
 use crate::doors::http::bearer::{is_code_shaped, OneTimeCodes, CODE_TTL};
 use crate::doors::http::bind::BODY_READ_TIMEOUT;
 use crate::doors::http::routes::{
-    ApproveBody, Auth, CodeBody, ErrorBody, ExchangeBody, NoRoute, Op, RegisterBody, ResumeBody, RevokedBody,
-    SessionBody, SessionsBody, StartBody, TokenBody,
+    ApproveBody, Auth, CodeBody, ErrorBody, ExchangeBody, GcBody, NoRoute, Op, RegisterBody, ResumeBody, RevokedBody,
+    SessionBody, SessionsBody, StartBody, StatsBody, TokenBody,
 };
+use factory_host::model::retention::Retention;
 use factory_host::service::{
     Approval, ApprovalState, Client, Consent, Decision, Request, Scope, Source, Started, Target,
 };
@@ -405,6 +406,7 @@ impl Api {
         let request = match route.op {
             Op::Events => return self.events(scope, caller).await,
             Op::Session => return typed_response(StatusCode::OK, &SessionBody { session }),
+            Op::Stats => return self.stats(scope).await,
             Op::Runs | Op::RunsPage => match parse_runs_query(&query) {
                 Ok(q) if scope != Scope::Owner && q.scope != Scope::Owner && q.scope != scope => {
                     let message = format!("a call as {scope} cannot list the runs of {}", q.scope);
@@ -455,6 +457,17 @@ impl Api {
             Op::Cancel => Request::Cancel { scope, run_id },
             Op::Pause => Request::Pause { scope, run_id },
             Op::Remove => Request::Remove { scope, run_id },
+            Op::Gc => match serde_json::from_slice::<GcBody>(&body) {
+                Ok(body) => {
+                    let policy = Retention { keep_days: body.keep_days, keep_last: body.keep_last };
+                    if !policy.is_set() {
+                        let message = "no retention policy: give keepDays or keepLast";
+                        return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, message);
+                    }
+                    Request::Gc { scope, policy, dry_run: body.dry_run }
+                }
+                Err(e) => return error(StatusCode::BAD_REQUEST, ErrorCode::InvalidParams, e.to_string()),
+            },
             Op::Resume => {
                 let body: ResumeBody = if body.is_empty() {
                     ResumeBody::default()
@@ -573,6 +586,22 @@ impl Api {
             }
         };
         approval_answer(&approval)
+    }
+
+    /// `GET /api/stats`: where the store's bytes go, with its parts (`null` for a store that
+    /// does not measure itself); the owner's only (`bad_request` as a session).
+    async fn stats(&self, scope: Scope) -> Response<Body> {
+        match self.client.usage(scope).await {
+            Ok(Some(usage)) => {
+                let parts = usage.parts();
+                typed_response(StatusCode::OK, &StatsBody { usage, parts })
+            }
+            Ok(None) => json_response(StatusCode::OK, &Value::Null),
+            Err(e) => {
+                let code = e.code();
+                error(status_of(code), code, e.to_string())
+            }
+        }
     }
 
     /// `GET /metrics`: the service's metrics in the Prometheus (OpenMetrics) text format, behind the same

@@ -39,6 +39,10 @@ pub enum Op {
     Pause,
     /// `DELETE /api/runs/{id}`.
     Remove,
+    /// `POST /api/gc`: delete the ended runs a retention policy no longer keeps.
+    Gc,
+    /// `GET /api/stats`: where the store's bytes go.
+    Stats,
     /// `GET /api/approvals`: the pending approvals.
     Approvals,
     /// `GET /api/approvals/{id}`: one approval (waiting for its answer with `wait`).
@@ -234,6 +238,33 @@ pub struct RegisterBody {
     pub run: Option<String>,
 }
 
+/// Body of `POST /api/gc`: the retention policy (at least one rule) and whether to only say
+/// which runs it would delete.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GcBody {
+    /// Keep runs updated in the last this many days.
+    #[serde(default)]
+    pub keep_days: Option<u32>,
+    /// Keep the newest this many runs of each factory.
+    #[serde(default)]
+    pub keep_last: Option<u32>,
+    /// Only say which runs would go; delete nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// Answer of `GET /api/stats`: the store's usage and its parts, as `factory stats --json`
+/// prints them.
+#[derive(Serialize)]
+pub struct StatsBody {
+    /// The usage: size, pages, each table.
+    #[serde(flatten)]
+    pub usage: factory_host::store::StoreUsage,
+    /// Where the bytes go, by part.
+    pub parts: Vec<factory_host::store::StorePart>,
+}
+
 /// Body of `POST /api/ui/exchange`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -339,6 +370,14 @@ fn factories_answer(generator: &mut SchemaGenerator) -> Schema {
     generator.subschema_for::<Vec<Registration>>()
 }
 
+fn stats_answer(generator: &mut SchemaGenerator) -> Schema {
+    object(
+        "where the store's bytes go, as `factory stats --json` prints it: fileBytes, diskBytes, pageSize, \
+         allocatedPages, tables [{ name, entries, storedBytes, leafPages, branchPages, fragmentedBytes, \
+         metadataBytes }], parts [{ part, bytes, rows }]",
+    )(generator)
+}
+
 fn document_answer(generator: &mut SchemaGenerator) -> Schema {
     object("this document (OpenAPI 3.1)")(generator)
 }
@@ -424,6 +463,26 @@ pub const ROUTES: &[Route] = &[
         query: &[],
         body: None,
         answer: Answer::Json(200, schema::<Removed>),
+    },
+    Route {
+        method: Method::POST,
+        path: "/api/gc",
+        op: Op::Gc,
+        auth: Auth::Token,
+        summary: "delete the ended runs a retention policy no longer keeps (a session's own runs; the owner's: every session's)",
+        query: &[],
+        body: Some(schema::<GcBody>),
+        answer: Answer::Json(200, schema::<factory_host::engine::gc::GcReport>),
+    },
+    Route {
+        method: Method::GET,
+        path: "/api/stats",
+        op: Op::Stats,
+        auth: Auth::Token,
+        summary: "where the store's bytes go, by part and by table (the owner's only)",
+        query: &[],
+        body: None,
+        answer: Answer::Json(200, stats_answer),
     },
     Route {
         method: Method::GET,
@@ -784,6 +843,8 @@ mod tests {
         assert_eq!((route.op, params), (Op::Progress, vec!["r-1"]));
         assert_eq!(find(&Method::GET, "/api/runs/page").unwrap().0.op, Op::RunsPage);
         assert_eq!(find(&Method::DELETE, "/api/runs/r-1").unwrap().0.op, Op::Remove);
+        assert_eq!(find(&Method::POST, "/api/gc").unwrap().0.op, Op::Gc);
+        assert_eq!(find(&Method::GET, "/api/stats").unwrap().0.op, Op::Stats);
         assert_eq!(find(&Method::HEAD, "/").unwrap().0.op, Op::Asset);
         assert_eq!(find(&Method::GET, "/api/runs//wait").err(), Some(NoRoute::NotFound));
         assert_eq!(find(&Method::GET, "/api/nope").err(), Some(NoRoute::NotFound));
@@ -797,16 +858,16 @@ mod tests {
     fn every_operation_has_a_route_and_the_document_lists_every_route() {
         use Op::*;
         let all = [
-            Runs, RunsPage, Detail, Envelope, Progress, Wait, Start, Resume, Cancel, Pause, Remove, Factories, Inspect,
-            Register, Events, Session, OpenApi, UiCode, UiSessions, UiRevoke, UiSignout, UiExchange, Metrics, Asset,
-            Approvals, Approval, Approve, Decline,
+            Runs, RunsPage, Detail, Envelope, Progress, Wait, Start, Resume, Cancel, Pause, Remove, Gc, Stats,
+            Factories, Inspect, Register, Events, Session, OpenApi, UiCode, UiSessions, UiRevoke, UiSignout,
+            UiExchange, Metrics, Asset, Approvals, Approval, Approve, Decline,
         ];
         // A new operation must be added here (the match is exhaustive) and to the table.
         for op in all {
             match op {
                 Runs | RunsPage | Detail | Envelope | Progress | Wait | Start | Resume | Cancel | Pause | Remove
-                | Factories | Inspect | Register | Events | Session | OpenApi | UiCode | UiSessions | UiRevoke
-                | UiSignout | UiExchange | Metrics | Asset | Approvals | Approval | Approve | Decline => {
+                | Gc | Stats | Factories | Inspect | Register | Events | Session | OpenApi | UiCode | UiSessions
+                | UiRevoke | UiSignout | UiExchange | Metrics | Asset | Approvals | Approval | Approve | Decline => {
                     assert!(ROUTES.iter().any(|r| r.op == op), "{op:?}")
                 }
             }

@@ -82,32 +82,58 @@ impl Host {
     }
 
     /// Delete a run `scope` sees and its journal from the store (`factory rm`), so a user can
-    /// always repair a session. A run with an attempt executing (here, or by its record
+    /// always repair a session, and the blobs (its component, script, modules) no other run
+    /// or registration refers to. A run with an attempt executing (here, or by its record
     /// elsewhere on a shared store) is refused with [`Error::AlreadyActive`]: cancel it
     /// first. Held as this host's active run meanwhile, so no resume starts under it.
     pub async fn remove(&self, scope: impl Into<Scope>, run_id: &str) -> Result<(), Error> {
-        let scope = scope.into();
-        match self.store.run(run_id).await {
-            Ok(Some(record)) if scope.sees(&record.session) => {}
+        let blobs = self.remove_run(scope.into(), run_id).await?;
+        self.give_space_back(&blobs).await;
+        Ok(())
+    }
+
+    /// Delete a run as [`Host::remove`] does, leaving its blobs and the space: the blobs it
+    /// referred to (to hand to [`Host::give_space_back`] once the runs to delete are gone).
+    pub(crate) async fn remove_run(&self, scope: Scope, run_id: &str) -> Result<Vec<String>, Error> {
+        let record = match self.store.run(run_id).await {
+            Ok(Some(record)) if scope.sees(&record.session) => Some(record),
             // A record that cannot be read names no session: only the owner, who sees every
-            // session's runs, may remove it.
-            Err(crate::store::StoreError::Corrupt(_)) if scope == Scope::Owner => {}
+            // session's runs, may remove it (its blobs stay: it names none that can be read).
+            Err(crate::store::StoreError::Corrupt(_)) if scope == Scope::Owner => None,
             Ok(_) => return Err(Error::NotFound(run_id.to_string())),
             Err(e) => return Err(e.into()),
-        }
+        };
         let _claim = self.claim(run_id)?;
+        // Read before the run (and its module record) is gone.
+        let blobs = match &record {
+            Some(record) => crate::store::blobs::of_run(&*self.store, record).await.unwrap_or_else(|e| {
+                tracing::warn!(event = "blobs_unread", run = %run_id, error = %e, "the run's blobs stay");
+                Vec::new()
+            }),
+            None => Vec::new(),
+        };
         match self.store.remove_run(run_id).await? {
             crate::store::Removed::Removed => {
                 self.parking.disarm(run_id);
                 tracing::info!(event = "run_removed", run = %run_id, "run removed");
-                // The run is gone whether or not its space is given back now.
-                if let Err(e) = self.store.reclaim().await {
-                    tracing::warn!(event = "store_reclaim_failed", error = %e, "the store's free space was not given back");
-                }
-                Ok(())
+                Ok(blobs)
             }
             crate::store::Removed::NotFound => Err(Error::NotFound(run_id.to_string())),
             crate::store::Removed::Active => Err(Error::AlreadyActive(run_id.to_string())),
+        }
+    }
+
+    /// After runs were deleted: delete those of the blobs they referred to (`blobs`) that
+    /// nothing refers to any more, then give the store's free space back when worthwhile.
+    /// The runs are gone whether or not this succeeds (a failure is logged).
+    pub(crate) async fn give_space_back(&self, blobs: &[String]) {
+        match self.store.collect_blobs(blobs).await {
+            Ok(0) => {}
+            Ok(collected) => tracing::info!(event = "blobs_collected", blobs = collected, "unreferenced blobs deleted"),
+            Err(e) => tracing::warn!(event = "blobs_collect_failed", error = %e, "unreferenced blobs were not deleted"),
+        }
+        if let Err(e) = self.store.reclaim().await {
+            tracing::warn!(event = "store_reclaim_failed", error = %e, "the store's free space was not given back");
         }
     }
 

@@ -8,6 +8,7 @@
 //! Everything that talks to the database runs on the store's own small tokio runtime, so a
 //! caller on any runtime (or a blocked thread) never stalls it. Connecting repairs what a crash left, as opening the redb store does.
 
+mod blobs;
 mod cancel;
 mod changes;
 mod journal;
@@ -15,6 +16,7 @@ mod progress;
 mod queue;
 pub mod schema;
 pub mod url;
+mod usage;
 mod worker;
 pub mod workers;
 mod writer;
@@ -132,6 +134,8 @@ pub struct PgStore {
     runtime: Option<tokio::runtime::Runtime>,
     /// Component hashes queued or known stored (saves a copy per attempt).
     known_blobs: Mutex<std::collections::HashSet<String>>,
+    /// Blobs put and not yet checked after a record referring to them ([`blobs`]).
+    pins: crate::store::blobs::Pins,
     /// The runs connecting halted (a crash, or a dead worker, left them running).
     repaired: Vec<String>,
     /// Cancel requests for runs, from other workers ([`cancel`]).
@@ -237,6 +241,7 @@ impl PgStore {
             handle,
             runtime: Some(runtime),
             known_blobs: Default::default(),
+            pins: Default::default(),
             repaired,
             cancels,
             pauses,
@@ -306,6 +311,7 @@ impl PgStore {
     }
 
     fn queue_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
+        self.pins.pin(hash, bytes);
         let mut known = self.known_blobs.lock().unwrap_or_else(|p| p.into_inner());
         if known.contains(hash) {
             return Ok(());
@@ -333,6 +339,7 @@ impl PgStore {
         let bytes = serde_json::to_vec(record)?;
         let id = record.envelope.run_id.clone();
         let starts = matches!(record.envelope.status, RunStatus::Running | RunStatus::Pending);
+        let due = self.pins.due_for_run(&id, &bytes);
         {
             // An attempt starts under the generation held now; any other write of the run is
             // its attempt's, refused once that generation is gone.
@@ -352,14 +359,36 @@ impl PgStore {
                 executing.remove(&id);
             }
         }
+        self.keep_pinned(due).await
+    }
+
+    /// After a committed record referring to them: store again the pinned blobs `due` that a
+    /// collection (of any worker) deleted meanwhile ([`blobs::keep`]), then unpin them.
+    pub(crate) async fn keep_pinned(&self, due: Vec<(String, Arc<[u8]>)>) -> Result<(), StoreError> {
+        if due.is_empty() {
+            return Ok(());
+        }
+        let pool = self.pool.clone();
+        let checked = due.clone();
+        let stored = self.spawn(async move { blobs::keep(&pool, checked).await }).await?;
+        if !stored.is_empty() {
+            tracing::info!(
+                event = "blobs_restored",
+                blobs = stored.len(),
+                "blobs a collection deleted were stored again"
+            );
+        }
+        self.pins.release(&due);
         Ok(())
     }
 
     async fn write_registration(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         self.queue_blob(&registration.hash, bytes)?;
         let json = serde_json::to_vec(registration)?;
+        let due = self.pins.due_for(&json, crate::store::blobs::Referenced::registration);
         self.writer.send(Op::Factory { key: registration.key(), registration: json })?;
-        self.writer.flush().await
+        self.writer.flush().await?;
+        self.keep_pinned(due).await
     }
 }
 
@@ -601,6 +630,7 @@ impl Store for PgStore {
     }
 
     fn put_run_modules(&self, run_id: &str, manifest: &Manifest) -> Result<(), StoreError> {
+        self.pins.pin_modules(run_id, manifest);
         let bytes = serde_json::to_vec(manifest)?;
         self.send_for(run_id, Op::RunModules { run: run_id.to_string(), manifest: bytes })
     }
@@ -726,6 +756,34 @@ impl Store for PgStore {
                 Ok(Removed::Removed)
             })
             .await
+        }
+        .boxed()
+    }
+
+    fn usage_report(&self) -> BoxFuture<'_, Result<Option<crate::store::StoreUsage>, StoreError>> {
+        let pool = self.pool.clone();
+        async move {
+            // What is queued is committed first, as a redb store's report does.
+            self.writer.flush().await?;
+            self.spawn(async move { usage::usage(&pool).await.map(Some) }).await
+        }
+        .boxed()
+    }
+
+    fn collect_blobs<'a>(&'a self, candidates: &'a [String]) -> BoxFuture<'a, Result<usize, StoreError>> {
+        let (pool, candidates) = (self.pool.clone(), candidates.to_vec());
+        async move {
+            if candidates.is_empty() {
+                return Ok(0);
+            }
+            // Every write queued before is committed first (a module record among them).
+            self.writer.flush().await?;
+            let dead = self.spawn(async move { blobs::collect(&pool, candidates).await }).await?;
+            let mut known = self.known_blobs.lock().unwrap_or_else(|p| p.into_inner());
+            for hash in &dead {
+                known.remove(hash);
+            }
+            Ok(dead.len())
         }
         .boxed()
     }

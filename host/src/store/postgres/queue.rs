@@ -137,6 +137,7 @@ impl RunQueue for PgStore {
         let start = serde_json::to_vec(start);
         async move {
             let start = start?;
+            let mut due = self.pins.due_for(&start, crate::store::blobs::Referenced::start);
             let status = serde_json::to_value(record.envelope.status)?.as_str().unwrap_or("pending").to_string();
             let mut staged = record.clone();
             let (seq, claimed) = self
@@ -172,6 +173,8 @@ impl RunQueue for PgStore {
                 .await?;
             record.seq = seq;
             record.writes += 1;
+            due.extend(self.pins.due_for_run(&record.envelope.run_id, &serde_json::to_vec(record)?));
+            self.keep_pinned(due).await?;
             Ok(claimed)
         }
         .boxed()

@@ -5,6 +5,7 @@
 //! see what is committed, so each of its [`Store`] futures is ready at once. Opening it
 //! repairs what a crash left ([`open`]).
 
+mod blobs;
 mod compact;
 mod error;
 mod journal;
@@ -81,6 +82,8 @@ pub struct RedbStore {
     path: Option<PathBuf>,
     /// Component hashes known to be stored (saves a copy and a lookup per attempt).
     known_blobs: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Blobs put and not yet checked after a record referring to them ([`blobs`](crate::store::blobs)).
+    pins: crate::store::blobs::Pins,
 }
 
 impl std::fmt::Debug for RedbStore {
@@ -132,7 +135,14 @@ impl RedbStore {
         let next_run_seq = open::prepare(&db)?;
         let db = Arc::new(compact::DbCell::new(db));
         let writer = Writer::start(db.clone(), options.commit_window, options.queue_bytes, path.clone())?;
-        Ok(RedbStore { db, writer, next_run_seq: AtomicU64::new(next_run_seq), path, known_blobs: Default::default() })
+        Ok(RedbStore {
+            db,
+            writer,
+            next_run_seq: AtomicU64::new(next_run_seq),
+            path,
+            known_blobs: Default::default(),
+            pins: Default::default(),
+        })
     }
 
     async fn write_run(&self, record: &mut RunRecord, new: bool) -> Result<(), StoreError> {
@@ -142,12 +152,13 @@ impl RedbStore {
         }
         let bytes = serde_json::to_vec(record)?;
         let (id, seq, status) = (record.envelope.run_id.clone(), record.seq, String::new());
+        let due = self.pins.due_for_run(&id, &bytes);
         self.writer.send(Op::Run { id: id.clone(), seq, new, status, record: bytes })?;
         self.writer.flush().await?;
         // Committed: a run that stops executing has its rows packed, and the store settles
         // when none executes any more (`settle.rs`).
         self.writer.run_written(&id, !record.envelope.status.is_terminal());
-        Ok(())
+        self.keep_pinned(due).await
     }
 
     /// A run record. A record that cannot be read is [`StoreError::Corrupt`] for this run
@@ -222,6 +233,7 @@ impl RedbStore {
     /// Store component bytes under their hash; nothing is copied or written when the store
     /// already has them.
     fn queue_blob(&self, hash: &str, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
+        self.pins.pin(hash, bytes);
         if self.known_blobs.lock().unwrap_or_else(|p| p.into_inner()).contains(hash) {
             return Ok(());
         }
@@ -250,8 +262,10 @@ impl RedbStore {
     async fn write_registration(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {
         self.queue_blob(&registration.hash, bytes)?;
         let json = serde_json::to_vec(registration)?;
+        let due = self.pins.due_for(&json, crate::store::blobs::Referenced::registration);
         self.writer.send(Op::Factory { key: registration.key(), registration: json })?;
-        self.writer.flush().await
+        self.writer.flush().await?;
+        self.keep_pinned(due).await
     }
 
     fn read_registration(&self, key: &str) -> Result<Option<Registration>, StoreError> {
@@ -349,6 +363,7 @@ impl Store for RedbStore {
     }
 
     fn put_run_modules(&self, run_id: &str, manifest: &Manifest) -> Result<(), StoreError> {
+        self.pins.pin_modules(run_id, manifest);
         self.queue_run_modules(run_id, manifest)
     }
 
@@ -358,6 +373,10 @@ impl Store for RedbStore {
 
     fn remove_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Removed, StoreError>> {
         self.delete_run(run_id).boxed()
+    }
+
+    fn collect_blobs<'a>(&'a self, candidates: &'a [String]) -> BoxFuture<'a, Result<usize, StoreError>> {
+        self.delete_unreferenced(candidates).boxed()
     }
 
     fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
