@@ -23,7 +23,7 @@ fn approvals() -> Arc<factory_host::service::Approvals> {
 /// and the trust store an "always" answer records in.
 pub fn local(g: &GlobalArgs, host: &Arc<Host>) -> Local {
     let trust = g.trust_dir().ok().map(|dir| Arc::new(factory_host::trust::TrustStore::in_state_dir(&dir)));
-    Local::new(host.clone(), crate::doors::cli::trust::trust_check(g)).with_approvals(approvals(), trust)
+    Local::new(host.clone(), crate::doors::trusted::trust_check(g)).with_approvals(approvals(), trust)
 }
 
 /// What a process that opens the store holds it for: the store's page cache is sized by it.
@@ -151,7 +151,7 @@ pub async fn serving_or_private(g: &GlobalArgs) -> Result<Client> {
         return Ok(Client::Remote(remote));
     }
     let host = Host::new(HostConfig { state_dir: None, sandbox_hidden: g.sandbox_hidden(), ..HostConfig::default() })?;
-    Ok(Client::Local(Local::new(Arc::new(host), crate::doors::cli::trust::trust_check(g))))
+    Ok(Client::Local(Local::new(Arc::new(host), crate::doors::trusted::trust_check(g))))
 }
 
 /// One request through [`access`] (every one-shot command of the CLI: `runs`, `show`,

@@ -12,11 +12,12 @@ use crate::doors::args::GlobalArgs;
 use crate::doors::cli::escape::esc;
 use crate::doors::cli::target;
 use crate::doors::reach;
+use crate::doors::trusted::store;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use factory_host::sandbox;
 use factory_host::service::{Client, Description, ServiceError, Target};
-use factory_host::trust::{TrustSource, TrustStore, TrustedComponent};
+use factory_host::trust::{TrustSource, TrustedComponent};
 use factory_host::{Limits, RunEnvelope};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -64,12 +65,6 @@ pub struct TrustArgs {
     /// Print JSON (the list).
     #[arg(long)]
     json: bool,
-}
-
-/// The trust store: in the state directory, or the user-level one when the state directory
-/// is project-local (see [`GlobalArgs::trust_dir`]).
-fn store(g: &GlobalArgs) -> Result<TrustStore> {
-    Ok(TrustStore::in_state_dir(&g.trust_dir()?))
 }
 
 /// Record the components this process built as trusted (built on this machine). A failure
@@ -240,16 +235,6 @@ async fn ask(
         }
     }
     Ok(approved)
-}
-
-/// The control server's own trust check: a component built by this process or approved in
-/// the trust store runs without consent in the request.
-pub fn trust_check(g: &GlobalArgs) -> factory_host::service::TrustCheck {
-    let store = store(g).ok();
-    std::sync::Arc::new(move |hash: &str| {
-        target::built_here().iter().any(|(built, _)| built == hash)
-            || store.as_ref().is_some_and(|s| s.is_trusted(hash).unwrap_or(false))
-    })
 }
 
 /// Does the user consent to running `factory` (named `source` on the command line) with
