@@ -231,7 +231,7 @@ fn socket_client_helper() {
     let Some(socket) = std::env::var_os("FACTORY_TEST_SOCKET") else { return };
     let answer = raw_request(
         Path::new(&socket),
-        b"{\"wire\":8,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n",
+        b"{\"wire\":9,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n",
     );
     println!("ANSWER:{}", answer.trim());
 }
@@ -277,11 +277,11 @@ fn another_uid_is_refused_by_the_socket_and_cannot_read_the_state_dir() {
     let refused = out_of(client);
     let shown = String::from_utf8_lossy(&refused.stdout).into_owned();
     assert!(refused.status.success(), "{shown}\n{}", stderr(&refused));
-    assert!(shown.contains("ANSWER:{\"wire\":8,\"body\":{\"err\":{\"code\":\"forbidden\""), "{shown}");
+    assert!(shown.contains("ANSWER:{\"wire\":9,\"body\":{\"err\":{\"code\":\"forbidden\""), "{shown}");
     assert!(shown.contains("uid 65534 was refused"), "{shown}");
     // The owner is answered, in the versioned wire format; another version is refused.
-    let answer = raw_request(&socket, b"{\"wire\":8,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n");
-    assert!(answer.starts_with("{\"wire\":8,\"body\":{\"ok\":{\"runs\":"), "{answer}");
+    let answer = raw_request(&socket, b"{\"wire\":9,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n");
+    assert!(answer.starts_with("{\"wire\":9,\"body\":{\"ok\":{\"runs\":"), "{answer}");
     for old in [
         &b"{\"op\":\"runs\",\"session\":\"default\"}\n"[..],
         b"{\"wire\":2,\"op\":\"runs\",\"session\":\"default\"}\n",
@@ -290,7 +290,8 @@ fn another_uid_is_refused_by_the_socket_and_cannot_read_the_state_dir() {
         b"{\"wire\":5,\"body\":{\"op\":\"runs\",\"scope\":\"owner\"}}\n",
         b"{\"wire\":6,\"body\":{\"op\":\"runs\",\"scope\":\"owner\"}}\n",
         b"{\"wire\":7,\"body\":{\"op\":\"runs\",\"scope\":\"owner\"}}\n",
-        b"{\"wire\":9,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n",
+        b"{\"wire\":8,\"body\":{\"op\":\"runs\",\"scope\":\"owner\"}}\n",
+        b"{\"wire\":10,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n",
     ] {
         let answer = raw_request(&socket, old);
         assert!(answer.contains("unsupported_version"), "{answer}");

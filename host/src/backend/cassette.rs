@@ -234,6 +234,48 @@ pub fn key_of(request: &AgentRequest) -> AgentKey {
     )
 }
 
+/// One exchange of a cassette as a caller sends it to the service with a start: the
+/// exchange and its line in the caller's file (for messages).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapeEntry {
+    /// Its line in the caller's cassette file (1-based).
+    pub line: usize,
+    /// The exchange.
+    pub exchange: Exchange,
+}
+
+/// A cassette file read as a caller sends it ([`read_cassette_lines`], bounded alike): its
+/// entries with their lines, refused as [`CassetteError::TooLarge`] when their wire form
+/// would be over [`MAX_CASSETTE_BYTES`] (a file written by hand may be spelled shorter than
+/// its entries are sent).
+pub fn read_tape(path: &Path) -> Result<Vec<TapeEntry>, CassetteError> {
+    let entries: Vec<TapeEntry> =
+        read_cassette_lines(path)?.into_iter().map(|(line, exchange)| TapeEntry { line, exchange }).collect();
+    let mut sized = SizeCount(0);
+    // Counting into a sink cannot fail but on an entry serde cannot write (none here).
+    let _ = serde_json::to_writer(&mut sized, &entries);
+    if sized.0 > MAX_CASSETTE_BYTES {
+        let shown = path.display().to_string();
+        return Err(CassetteError::TooLarge { path: shown, bytes: sized.0, limit: MAX_CASSETTE_BYTES });
+    }
+    Ok(entries)
+}
+
+/// A writer that only counts the bytes written to it.
+struct SizeCount(u64);
+
+impl Write for SizeCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Read every exchange of a cassette file (bounded: [`MAX_CASSETTE_BYTES`] a file,
 /// [`MAX_CASSETTE_LINE_BYTES`] a line). Each exchange's line number is [`read_cassette_lines`]'.
 pub fn read_cassette(path: &Path) -> Result<Vec<Exchange>, CassetteError> {
@@ -403,9 +445,15 @@ pub struct CassetteUsage {
 
 impl Replay {
     fn load(path: &Path) -> Result<Self, CassetteError> {
+        Ok(Replay::of(path, read_cassette_lines(path)?))
+    }
+
+    /// The replay of `lines` (each exchange with its line in the file `path`), every entry
+    /// checked against its key as a file's are.
+    fn of(path: &Path, lines: Vec<(usize, Exchange)>) -> Self {
         let mut order = Vec::new();
         let mut rejected = Vec::new();
-        for (line, exchange) in read_cassette_lines(path)? {
+        for (line, exchange) in lines {
             let actual = exchange.request.key().to_string();
             if actual == exchange.key {
                 order.push(exchange);
@@ -419,7 +467,7 @@ impl Replay {
             exchanges.entry((exchange.key.clone(), exchange.attempt)).or_default().push(exchange.clone());
         }
         let (served, missed) = (Mutex::new(HashMap::new()), Mutex::new(Vec::new()));
-        Ok(Replay { path: path.to_path_buf(), order, exchanges, served, missed, rejected })
+        Replay { path: path.to_path_buf(), order, exchanges, served, missed, rejected }
     }
 
     fn find(&self, request: &AgentRequest) -> Option<Exchange> {
@@ -502,6 +550,15 @@ impl Cassette {
             recorder: None,
             lenient: false,
         })
+    }
+
+    /// Serve every call from the exchanges of a cassette a caller read from its own file
+    /// (`shown`, named in messages and never opened here) and sent: each entry with its line
+    /// in that file, checked against its key as a file's are (the wire is not trusted); a
+    /// miss is a [`BackendError`]. With `live`, a call they do not hold goes to it instead.
+    pub fn replay_sent(shown: &Path, entries: Vec<TapeEntry>, live: Option<Arc<dyn AgentBackend>>) -> Self {
+        let lines = entries.into_iter().map(|e| (e.line, e.exchange)).collect();
+        Cassette { live, replay: Some(Arc::new(Replay::of(shown, lines))), recorder: None, lenient: false }
     }
 
     /// Serve calls from the cassette at `path`; a call it does not hold goes to `live`.

@@ -12,12 +12,14 @@
 //! which has one of its own: the uid alone cannot tell it from the user) is refused the same
 //! way, and the reason is logged; [`ANY_MOUNT_NS_ENV`] set on the serving process lifts that
 //! rule for a service deliberately run in a namespace of its own. A request line is at
-//! most [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_READ_TIMEOUT`]; the client
+//! most [`MAX_REQUEST_BYTES`] (a start carrying a cassette the caller read, at most
+//! [`MAX_TAPE_REQUEST_BYTES`]) and must arrive within [`REQUEST_READ_TIMEOUT`]; the client
 //! reads at most [`factory_host::service::MAX_RESPONSE_BYTES`] of answer. At most
 //! [`MAX_CONNECTIONS`] are served at once, and a failed accept (out of descriptors, say) is
 //! retried after a pause ([`AcceptBackoff`]): the server never stops answering and never
 //! spins.
 
+use factory_host::service::MAX_TAPE_REQUEST_BYTES;
 use factory_host::service::{parse_request, read_line_bounded, Local, RemoteError, Request, MAX_REQUEST_BYTES};
 use factory_host::service::{Answer, Frame};
 use factory_host::ErrorCode;
@@ -130,15 +132,25 @@ async fn handle(service: Local, stream: UnixStream, any_ns: bool) {
             tracing::warn!(event = "refused", door = "control", reason = %message, "control socket refused a peer");
             Err(RemoteError { code: ErrorCode::Forbidden, message })
         }
-        None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(&mut read, MAX_REQUEST_BYTES)).await
+        None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(&mut read, MAX_TAPE_REQUEST_BYTES))
+            .await
         {
             Err(_) => Err(RemoteError::bad_request(format!(
                 "no complete request within {} s",
                 REQUEST_READ_TIMEOUT.as_secs()
             ))),
             Ok(Err(_)) => return,
-            Ok(Ok(None)) => Err(RemoteError::bad_request(format!("request larger than {MAX_REQUEST_BYTES} bytes"))),
-            Ok(Ok(Some(line))) => parse_request(&line),
+            Ok(Ok(None)) => {
+                Err(RemoteError::bad_request(format!("request larger than {MAX_TAPE_REQUEST_BYTES} bytes")))
+            }
+            Ok(Ok(Some(line))) if line.len() as u64 <= MAX_REQUEST_BYTES => parse_request(&line),
+            // Only a start that carries a cassette may be longer than an ordinary request.
+            Ok(Ok(Some(line))) => match parse_request(&line) {
+                Ok(request) if request.carries_tape() => Ok(request),
+                _ => Err(RemoteError::bad_request(format!(
+                    "request larger than {MAX_REQUEST_BYTES} bytes (only a start carrying a cassette may be longer)"
+                ))),
+            },
         },
     };
     let answer = match request {

@@ -663,6 +663,7 @@ impl FactoryMcp {
                 trace_parent: trace_parent.clone(),
                 // This server's working directory (the project its client works in).
                 caller_cwd: factory_host::service::caller_cwd(),
+                replay: None,
             },
             (None, run_id) => Request::Resume {
                 scope: session.clone().into(),
@@ -675,6 +676,7 @@ impl FactoryMcp {
                 // This server's working directory (the project its client works in).
                 caller_cwd: factory_host::service::caller_cwd(),
                 input: params.input.clone(),
+                replay: None,
             },
         };
         let run_id = match self.client.start(start(Consent::None)).await {

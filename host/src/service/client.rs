@@ -277,6 +277,7 @@ impl Client {
             consent,
             trace_parent: None,
             caller_cwd: None,
+            replay: None,
         })
         .await
     }

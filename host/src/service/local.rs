@@ -7,7 +7,7 @@
 
 use super::approvals::{Approval, ApprovalState, Approvals, Decision, Started};
 use super::consent::{consented, trust_key, Consent, Operation, Question, TrustCheck};
-use super::wire::{Request, Response, Source, Target};
+use super::wire::{Request, Response, Source, Tape, Target};
 use crate::backend::AgentBackend;
 use crate::engine::host::{Host, ResumeOptions, RunOptions};
 use crate::error::ApprovalError;
@@ -26,6 +26,13 @@ fn checked_cwd(cwd: Option<std::path::PathBuf>) -> Result<Option<std::path::Path
         Some(dir) => Ok(std::fs::canonicalize(&dir).ok()),
         None => Ok(None),
     }
+}
+
+/// The backend of a cassette a caller sent ([`Tape`]): its entries served from memory,
+/// checked against their keys here as a file's are; with `live`, what it does not hold goes
+/// there.
+fn sent_cassette(tape: Tape, live: Option<Arc<dyn AgentBackend>>) -> Arc<dyn AgentBackend> {
+    Arc::new(crate::backend::Cassette::replay_sent(&tape.shown, tape.entries, live))
 }
 
 /// What a front door in this process hands over with a start, which no request can carry.
@@ -258,11 +265,16 @@ impl Local {
                 consent,
                 trace_parent,
                 caller_cwd,
+                replay,
             } => {
                 // Refuse an unusable backend before the run exists.
-                let chosen = match backend {
-                    Some(backend) => backend,
-                    None => host.chosen_backend(&choice)?,
+                let chosen = match (backend, replay) {
+                    (Some(backend), _) => backend,
+                    (None, Some(tape)) => {
+                        let live = if tape.then_live { Some(host.chosen_backend(&choice)?) } else { None };
+                        sent_cassette(tape, live)
+                    }
+                    (None, None) => host.chosen_backend(&choice)?,
                 };
                 let factory = match &component {
                     Target::File(path) => host.load_file(path).await?,
@@ -316,7 +328,20 @@ impl Local {
                 trace_parent,
                 caller_cwd,
                 input,
+                replay,
             } => {
+                // A cassette sent with the resume wraps the backend the resume runs on.
+                let backend = match (backend, replay) {
+                    (Some(backend), _) => Some(backend),
+                    (None, Some(tape)) => {
+                        let live = match tape.then_live {
+                            true => Some(host.resumed_backend(&scope, &run_id, &choice).await?),
+                            false => None,
+                        };
+                        Some(sent_cassette(tape, live))
+                    }
+                    (None, None) => None,
+                };
                 let component = match component {
                     Some(path) => Some(host.load_file(&path).await?),
                     None => None,

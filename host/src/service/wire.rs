@@ -34,11 +34,17 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// registers each and answers `factories`; pending approvals (a start with consent `ask` may
 /// answer `approval`; `approvals`, `approval` and `decide` list, wait on and answer them);
 /// `gc` deletes the ended runs a retention policy no longer keeps (the owner only), answered
-/// by `collected`; `usage` says where the store's bytes go.
-pub const WIRE_VERSION: u32 = 8;
+/// by `collected`; `usage` says where the store's bytes go. Version 9: a `run` or `resume`
+/// may carry a cassette the caller read (`replay`, a [`Tape`]), and a request carrying one
+/// may be up to [`MAX_TAPE_REQUEST_BYTES`].
+pub const WIRE_VERSION: u32 = 9;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
+
+/// The longest request line that carries a cassette ([`Tape`]): the cassette's bound and
+/// a request's.
+pub const MAX_TAPE_REQUEST_BYTES: u64 = MAX_REQUEST_BYTES + crate::backend::cassette::MAX_CASSETTE_BYTES;
 
 /// The longest response line a client reads (progress pages and details can be large).
 pub const MAX_RESPONSE_BYTES: u64 = 64 << 20;
@@ -159,6 +165,11 @@ pub enum Request {
         /// (`bad_request`) rather than running without hiding it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         caller_cwd: Option<PathBuf>,
+        /// A cassette the caller read from its own file (`--replay`): the run's calls are
+        /// served from it, the service's backend called only for what it does not hold
+        /// with `thenLive`. The service never opens a file a request names.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replay: Option<Tape>,
     },
     /// Resume a run the scope sees in the background (it stays in its own session); answers
     /// [`Response::Started`] once the attempt starts.
@@ -185,6 +196,10 @@ pub enum Request {
         /// absent: it returns none. Refused (`not_at_checkpoint`) for a run that waits at none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         input: Option<serde_json::Value>,
+        /// A cassette the caller read, as [`Request::Run`]'s `replay` (`thenLive`: calls it
+        /// does not hold go to the backend the resume runs on).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replay: Option<Tape>,
     },
     /// Register a factory under its meta name: for everyone (what `factory add` does), or
     /// with `session` in that session's own scope only (it shadows one of the same name
@@ -259,6 +274,33 @@ impl Request {
             Request::Decide { .. } => "decide",
         }
     }
+}
+
+impl Request {
+    /// Whether the request (or the start it follows) carries a cassette, so may be up to
+    /// [`MAX_TAPE_REQUEST_BYTES`] long.
+    pub fn carries_tape(&self) -> bool {
+        match self {
+            Request::Run { replay, .. } | Request::Resume { replay, .. } => replay.is_some(),
+            Request::StartFollowing { start } => start.carries_tape(),
+            _ => false,
+        }
+    }
+}
+
+/// A cassette a caller read from its own file and sends with a start (wire 9): the service
+/// checks every entry against its key again and serves calls from them in memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tape {
+    /// The file as the caller named it: shown in messages, never opened by the service.
+    pub shown: PathBuf,
+    /// Its exchanges in file order, each with its line.
+    pub entries: Vec<crate::backend::cassette::TapeEntry>,
+    /// Calls it does not hold go to the run's backend (`--replay-then-live`); otherwise
+    /// such a call is a replay miss.
+    #[serde(default)]
+    pub then_live: bool,
 }
 
 /// This process's working directory, canonical, as a `Run` or `Resume` request carries it
@@ -509,6 +551,7 @@ mod tests {
             trace_parent: None,
             caller_cwd: Some(PathBuf::from("/home/me/project")),
             input: Some(serde_json::json!({"approved": true})),
+            replay: None,
         };
         let requests = vec![
             Request::Runs { scope: Scope::from("s"), after: None, limit: None },
@@ -548,6 +591,7 @@ mod tests {
                         .unwrap(),
                 ),
                 caller_cwd: None,
+                replay: Some(Tape { shown: PathBuf::from("tape.jsonl"), entries: Vec::new(), then_live: true }),
             },
             resume.clone(),
             Request::Subscribe { scope: Scope::from("s") },
@@ -565,21 +609,21 @@ mod tests {
         let text =
             String::from_utf8(line(&Frame::new(Request::Detail { scope: Scope::from("s"), run_id: "r".into() })))
                 .unwrap();
-        assert_eq!(text, r#"{"wire":8,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
+        assert_eq!(text, r#"{"wire":9,"body":{"op":"detail","scope":{"session":"s"},"runId":"r"}}"#);
         let text = String::from_utf8(line(&Frame::new(Request::Follow {
             scope: Scope::Owner,
             run_id: "r".into(),
             after_seq: 2,
         })))
         .unwrap();
-        assert_eq!(text, r#"{"wire":8,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
+        assert_eq!(text, r#"{"wire":9,"body":{"op":"follow","scope":"owner","runId":"r","afterSeq":2}}"#);
         let text =
             String::from_utf8(line(&Frame::new(Request::Runs { scope: Scope::Owner, after: None, limit: None })))
                 .unwrap();
-        assert_eq!(text, r#"{"wire":8,"body":{"op":"runs","scope":"owner"}}"#);
+        assert_eq!(text, r#"{"wire":9,"body":{"op":"runs","scope":"owner"}}"#);
         // Starting a run names its session, not a scope.
         let text = String::from_utf8(line(&Frame::new(Request::Factories { session: "s".into() }))).unwrap();
-        assert_eq!(text, r#"{"wire":8,"body":{"op":"factories","session":"s"}}"#);
+        assert_eq!(text, r#"{"wire":9,"body":{"op":"factories","session":"s"}}"#);
     }
 
     #[test]
@@ -598,28 +642,30 @@ mod tests {
             r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
             // Version 7 knew no pending approvals and no `gc`.
             r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#,
+            // Version 8 knew no cassette sent with a start.
+            r#"{"wire":8,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{text}: {e}");
         }
-        let answer = r#"{"wire":9,"body":{"ok":"subscribed"}}"#;
+        let answer = r#"{"wire":10,"body":{"ok":"subscribed"}}"#;
         let e = parse_frame::<Answer>(answer.as_bytes()).unwrap_err();
-        assert!(e.contains("version 9"), "{e}");
+        assert!(e.contains("version 10"), "{e}");
     }
 
     #[test]
     fn unknown_fields_and_operations_are_refused() {
         for text in [
-            r#"{"wire":8,"body":{"op":"runs","scope":"owner","all":true}}"#,
-            r#"{"wire":8,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
-            r#"{"wire":8,"body":{"op":"drop","scope":"owner"}}"#,
-            r#"{"wire":8,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
+            r#"{"wire":9,"body":{"op":"runs","scope":"owner","all":true}}"#,
+            r#"{"wire":9,"body":{"op":"detail","scope":"owner","run_id":"r"}}"#,
+            r#"{"wire":9,"body":{"op":"drop","scope":"owner"}}"#,
+            r#"{"wire":9,"body":{"op":"runs","scope":"owner"},"extra":1}"#,
             // A bare session where a scope goes, a scope that is neither form, a session
             // with more beside it, and a start request without its concrete session.
-            r#"{"wire":8,"body":{"op":"runs","session":"s"}}"#,
-            r#"{"wire":8,"body":{"op":"runs","scope":"all"}}"#,
-            r#"{"wire":8,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
-            r#"{"wire":8,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
+            r#"{"wire":9,"body":{"op":"runs","session":"s"}}"#,
+            r#"{"wire":9,"body":{"op":"runs","scope":"all"}}"#,
+            r#"{"wire":9,"body":{"op":"cancel","scope":{"session":"s","owner":true},"runId":"r"}}"#,
+            r#"{"wire":9,"body":{"op":"author","scope":"owner","meta":{},"run":"x"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{text}: {e}");
@@ -630,7 +676,7 @@ mod tests {
     fn answers_round_trip() {
         let answer = Answer::Ok(Response::Started { run_id: "r1".into() });
         let bytes = line(&Frame::new(answer));
-        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":8,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
+        assert_eq!(String::from_utf8_lossy(&bytes), r#"{"wire":9,"body":{"ok":{"started":{"runId":"r1"}}}}"#);
         match parse_frame::<Answer>(&bytes).unwrap() {
             Answer::Ok(Response::Started { run_id }) => assert_eq!(run_id, "r1"),
             other => panic!("{other:?}"),

@@ -475,6 +475,7 @@ impl Api {
                     trace_parent,
                     caller_cwd: None,
                     input: body.input,
+                    replay: None,
                 };
                 return self.start(scope, start, ask.wait()).await;
             }
@@ -495,6 +496,7 @@ impl Api {
                     consent: ask.consent(body.approved),
                     trace_parent,
                     caller_cwd: None,
+                    replay: None,
                 };
                 return self.start(scope, start, ask.wait()).await;
             }
