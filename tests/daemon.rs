@@ -254,18 +254,20 @@ async fn serve_http_attaches_to_the_running_service() {
     };
     let (status, runs) = get("/api/runs").await;
     assert_eq!(status, 200, "{runs}");
-    // A cassette rides only with the CLI's own start: the HTTP API's bodies cannot carry one.
+    // A cassette rides only with the CLI's own start: the HTTP API's bodies cannot carry one
+    // nor ask for a recording.
     let replay = serde_json::json!({"shown": "tape.jsonl", "entries": [], "thenLive": false});
     for (path, body) in [
         ("/api/runs".to_string(), serde_json::json!({"name": "probe", "replay": replay})),
         (format!("/api/runs/{run_id}/resume"), serde_json::json!({"replay": replay})),
+        ("/api/runs".to_string(), serde_json::json!({"name": "probe", "record": true})),
     ] {
         let response =
             reqwest::Client::new().post(format!("{base}{path}")).bearer_auth(&token).json(&body).send().await.unwrap();
         let status = response.status().as_u16();
         let text = response.text().await.unwrap();
         assert_eq!(status, 400, "{path}: {text}");
-        assert!(text.contains("unknown field `replay`"), "{path}: {text}");
+        assert!(text.contains("unknown field `replay`") || text.contains("unknown field `record`"), "{path}: {text}");
     }
     assert!(runs.as_array().unwrap().iter().any(|r| r["runId"] == run_id.as_str()), "{runs:#}");
     // Still one service: the HTTP front door is its client, not a second owner.
@@ -325,7 +327,7 @@ fn after_kill_9_of_the_service_its_foreground_run_restarts_it_and_follows_the_re
 
 /// Paths a caller names are the caller's: run from a scratch directory, a relative script
 /// backend, grant and cassette reach the service (which runs in the state directory) as the
-/// caller meant them: the cassette is read here and sent with the start.
+/// caller meant them: a cassette is written and read here, and travels with the run.
 #[test]
 fn relative_paths_are_read_in_the_callers_directory() {
     let dir = tempfile::tempdir().unwrap();
@@ -348,12 +350,6 @@ fn relative_paths_are_read_in_the_callers_directory() {
         let mut cmd = if service { factory(&state, args) } else { common::factory_cmd(&state, args) };
         cmd.current_dir(&work).output().expect("factory starts")
     };
-    // Recorded in a process of its own, before any service runs.
-    let record = ["run", "f.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "tape.json"];
-    let out = in_work(&record, false);
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    assert!(work.join("tape.json").is_file(), "the cassette is written where the caller is");
-
     let run = ["run", "f.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--allow-read", "data"];
     let out = in_work(&run, true);
     assert!(out.status.success(), "{}", common::stderr(&out));
@@ -362,6 +358,12 @@ fn relative_paths_are_read_in_the_callers_directory() {
     assert_eq!(envelope["result"]["r"], "from the caller's rules");
     let service = live_services(&state);
     assert_eq!(service.len(), 1, "the run went through the service");
+
+    let record = ["run", "f.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "tape.json"];
+    let out = in_work(&record, true);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(work.join("tape.json").is_file(), "the cassette is written where the caller is");
+    assert!(!state.join("service").join("tape.json").exists(), "not where the service runs");
 
     // Replayed while the service holds the store: no live call (the rules are gone).
     std::fs::remove_file(work.join("rules.json")).unwrap();
@@ -448,6 +450,55 @@ fn a_cassette_replays_and_resumes_through_the_running_service() {
     assert!(common::stderr(&out).contains("over the limit"), "{}", common::stderr(&out));
     assert_eq!(ok_json(&state, &["runs", "--json"]).as_array().unwrap().len(), runs, "nothing was started");
     assert_eq!(live_services(&state), service, "the service held the store throughout");
+}
+
+/// `--record` through a running service: the service records the run's exchanges in memory
+/// and sends them with the run's end; the command writes the cassette in the caller's
+/// directory (`0600`), and it replays with no service and no live backend.
+#[test]
+fn a_cassette_recorded_through_the_running_service_replays_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("rules.json"), r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"live"}}]}"#).unwrap();
+    std::fs::write(
+        work.join("two.js"),
+        "import { defineFactory } from \"factory\";\nexport default defineFactory({ meta: { name: \"two\", description: \"d\" }, \
+         run: async (ctx) => ({ a: await ctx.agent(\"first\", { label: \"t:1\" }), \
+         b: await ctx.agent(\"second\", { label: \"t:2\" }) }) });\n",
+    )
+    .unwrap();
+    ok_json(&state, &["runs", "--json"]);
+    let service = live_services(&state);
+    assert_eq!(service.len(), 1);
+    let in_work = |args: &[&str]| factory(&state, args).current_dir(&work).output().expect("factory starts");
+
+    let detached =
+        in_work(&["run", "two.js", "--yes", "--backend", "script:rules.json", "--record", "x.jsonl", "--detach"]);
+    assert!(!detached.status.success());
+    assert!(common::stderr(&detached).contains("cannot be used with --detach"), "{}", common::stderr(&detached));
+    assert!(!work.join("x.jsonl").exists());
+
+    let record = ["run", "two.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "rec.jsonl"];
+    let out = in_work(&record);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], serde_json::json!({"a": "live", "b": "live"}));
+    assert_eq!(live_services(&state), service, "the service held the store throughout");
+    let tape = std::fs::read_to_string(work.join("rec.jsonl")).unwrap();
+    assert_eq!(tape.lines().count(), 3, "a header and two exchanges: {tape}");
+    assert!(tape.starts_with(r#"{"cassette":"factory","version":1}"#), "{tape}");
+    assert_eq!(mode(&work.join("rec.jsonl")), 0o600);
+
+    // Offline: no service, another store, and nothing can answer live.
+    std::fs::remove_file(work.join("rules.json")).unwrap();
+    let offline = dir.path().join("offline");
+    let replay = ["run", "two.js", "--yes", "--json", "-q", "--replay", "rec.jsonl"];
+    let out = common::factory_cmd(&offline, &replay).current_dir(&work).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], serde_json::json!({"a": "live", "b": "live"}));
+    assert!(live_services(&offline).is_empty(), "replayed in a process of its own");
 }
 
 /// A running run's detail says what runs and what waits right now (label, since when), when

@@ -1671,6 +1671,7 @@ fn start_request(component: &Path, key: &str, workload: &str, n: usize) -> Reque
         trace_parent: None,
         caller_cwd: None,
         replay: None,
+        record: false,
     }
 }
 

@@ -664,6 +664,7 @@ impl FactoryMcp {
                 // This server's working directory (the project its client works in).
                 caller_cwd: factory_host::service::caller_cwd(),
                 replay: None,
+                record: false,
             },
             (None, run_id) => Request::Resume {
                 scope: session.clone().into(),
@@ -677,6 +678,7 @@ impl FactoryMcp {
                 caller_cwd: factory_host::service::caller_cwd(),
                 input: params.input.clone(),
                 replay: None,
+                record: false,
             },
         };
         let run_id = match self.client.start(start(Consent::None)).await {

@@ -278,6 +278,7 @@ impl Client {
             trace_parent: None,
             caller_cwd: None,
             replay: None,
+            record: false,
         })
         .await
     }

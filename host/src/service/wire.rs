@@ -36,7 +36,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// `gc` deletes the ended runs a retention policy no longer keeps (the owner only), answered
 /// by `collected`; `usage` says where the store's bytes go. Version 9: a `run` or `resume`
 /// may carry a cassette the caller read (`replay`, a [`Tape`]), and a request carrying one
-/// may be up to [`MAX_TAPE_REQUEST_BYTES`].
+/// may be up to [`MAX_TAPE_REQUEST_BYTES`]; with `record` its exchanges come back on the
+/// `startFollowing` stream (`recorded` events).
 pub const WIRE_VERSION: u32 = 9;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
@@ -170,6 +171,11 @@ pub enum Request {
         /// with `thenLive`. The service never opens a file a request names.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replay: Option<Tape>,
+        /// Record the run's exchanges in memory (at most a cassette's bound) for the caller
+        /// (`--record`): they follow the run's progress on a `startFollowing` stream, each a
+        /// [`FollowEvent::Recorded`] before the envelope; refused on a plain `run`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        record: bool,
     },
     /// Resume a run the scope sees in the background (it stays in its own session); answers
     /// [`Response::Started`] once the attempt starts.
@@ -200,6 +206,9 @@ pub enum Request {
         /// does not hold go to the backend the resume runs on).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replay: Option<Tape>,
+        /// Record the attempt's exchanges for the caller, as [`Request::Run`]'s `record`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        record: bool,
     },
     /// Register a factory under its meta name: for everyone (what `factory add` does), or
     /// with `session` in that session's own scope only (it shadows one of the same name
@@ -277,6 +286,11 @@ impl Request {
 }
 
 impl Request {
+    /// Whether the request (a start) asks for its exchanges recorded for the caller.
+    pub fn records(&self) -> bool {
+        matches!(self, Request::Run { record: true, .. } | Request::Resume { record: true, .. })
+    }
+
     /// Whether the request (or the start it follows) carries a cassette, so may be up to
     /// [`MAX_TAPE_REQUEST_BYTES`] long.
     pub fn carries_tape(&self) -> bool {
@@ -453,6 +467,9 @@ pub type Event = RunUpdated;
 pub enum FollowEvent {
     /// The run's next progress entry.
     Progress(ProgressEntry),
+    /// One exchange the run recorded for its caller (a start with `record`), in the order
+    /// made: all of them come after the run's progress, right before `ended`.
+    Recorded(Box<crate::backend::cassette::Exchange>),
     /// The run is terminal: its envelope, the stream's last event.
     Ended(Box<RunEnvelope>),
     /// Following failed (the run went away, the store failed): the stream's last event.
@@ -552,6 +569,7 @@ mod tests {
             caller_cwd: Some(PathBuf::from("/home/me/project")),
             input: Some(serde_json::json!({"approved": true})),
             replay: None,
+            record: true,
         };
         let requests = vec![
             Request::Runs { scope: Scope::from("s"), after: None, limit: None },
@@ -592,6 +610,7 @@ mod tests {
                 ),
                 caller_cwd: None,
                 replay: Some(Tape { shown: PathBuf::from("tape.jsonl"), entries: Vec::new(), then_live: true }),
+                record: false,
             },
             resume.clone(),
             Request::Subscribe { scope: Scope::from("s") },

@@ -58,12 +58,13 @@ impl BackendArgs {
 
     /// The choice to send to the process that holds the store, which builds backends from
     /// its own configuration and never writes or reads a file a client names (a cassette
-    /// goes as [`BackendArgs::sent_tape`]).
-    pub fn remote_choice(&self) -> Result<BackendChoice> {
-        if self.record.is_some() {
+    /// goes as [`BackendArgs::sent_tape`]; a recording comes back on the follow stream and is
+    /// written here, so it cannot be `detach`ed).
+    pub fn remote_choice(&self, detach: bool) -> Result<BackendChoice> {
+        if self.record.is_some() && detach {
             anyhow::bail!(
-                "--record needs this process to hold the store, but another factory process holds it \
-                 (stop it, or use another --state-dir)"
+                "--record writes the cassette here when the run ends, so it follows the run: it cannot be used \
+                 with --detach"
             );
         }
         if self.config.is_some() {

@@ -3,7 +3,8 @@
 //! says how to resume it; exit code 0 only for `completed`. Either way a run starts through
 //! the service: the one in this process when it opens the store (a cassette or a config
 //! file of the command's own rides along as the backend), else the process holding the
-//! store (a `--replay` cassette read here goes with the start), and is followed from here;
+//! store (a `--replay` cassette read here goes with the start, and a `--record` one comes
+//! back with its end and is written here), and is followed from here;
 //! `--detach` hands it to a background `factory serve` (started if needed) and prints the
 //! run id.
 
@@ -102,7 +103,7 @@ async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Local, A
     let config = Arc::new(load_config(g, out.backend.config.as_ref())?);
     // A cassette, or a config file of this command's own or of the project (the service
     // reads neither), is used here when this process can open the store itself; when a
-    // service holds it, a `--replay` cassette read here goes with the start instead.
+    // service holds it, a cassette goes with the start and comes back with its end instead.
     let project_config = factory_host::config::Config::discover_path(&g.state_dir)
         .is_some_and(|path| factory_host::access::is_project_local(&path));
     let reach = if out.backend.cassette() || out.backend.config.is_some() || project_config {
@@ -125,7 +126,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     let limits = a.limits.limits();
     let grants = a.consent.grants()?;
     let Some((local, config)) = open_local(g, &a.out).await? else {
-        let backend = a.out.backend.remote_choice()?;
+        let backend = a.out.backend.remote_choice(a.out.detach)?;
         // A cassette is read here, as the caller, and refused here before anything is sent.
         let replay = a.out.backend.sent_tape()?;
         let component = remote_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
@@ -150,8 +151,12 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             // The service runs elsewhere: it hides this directory from agent sandboxes.
             caller_cwd: factory_host::service::caller_cwd(),
             replay,
+            // Recorded there, written here (`remote::start`).
+            record: a.out.backend.record.is_some(),
         };
-        return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
+        return match remote::start(g, request, a.out.detach, a.out.quiet, events, a.out.backend.record.as_deref())
+            .await?
+        {
             Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
             Some(envelope) => report(envelope, &a.out),
             None => Ok(ExitCode::SUCCESS),
@@ -188,6 +193,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         caller_cwd: None,
         // A cassette here is the backend handed over below.
         replay: None,
+        record: false,
     };
     let envelope = in_process(g, &local, request, Some(backend), a.out.quiet, events).await?;
     if declined {
@@ -200,7 +206,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
     let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
     let limits = a.limits.limits();
     let Some((local, config)) = open_local(g, &a.out).await? else {
-        let backend = a.out.backend.remote_choice()?;
+        let backend = a.out.backend.remote_choice(a.out.detach)?;
         let replay = a.out.backend.sent_tape()?;
         let component = match &a.component {
             Some(path) => Some(std::path::absolute(target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?)?),
@@ -246,8 +252,11 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             caller_cwd: factory_host::service::caller_cwd(),
             input: a.input.clone(),
             replay,
+            record: a.out.backend.record.is_some(),
         };
-        return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
+        return match remote::start(g, request, a.out.detach, a.out.quiet, events, a.out.backend.record.as_deref())
+            .await?
+        {
             Some(envelope) => report(envelope, &a.out),
             None => Ok(ExitCode::SUCCESS),
         };
@@ -301,6 +310,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
         caller_cwd: None,
         input: a.input.clone(),
         replay: None,
+        record: false,
     };
     let envelope = in_process(g, &local, request, own_backend, a.out.quiet, events).await?;
     report(envelope, &a.out)

@@ -476,6 +476,7 @@ impl Api {
                     caller_cwd: None,
                     input: body.input,
                     replay: None,
+                    record: false,
                 };
                 return self.start(scope, start, ask.wait()).await;
             }
@@ -497,6 +498,7 @@ impl Api {
                     trace_parent,
                     caller_cwd: None,
                     replay: None,
+                    record: false,
                 };
                 return self.start(scope, start, ask.wait()).await;
             }
