@@ -430,6 +430,23 @@ fn a_cassette_replays_and_resumes_through_the_running_service() {
     assert_eq!((resumed["runId"].as_str(), &resumed["status"]), (Some(run_id.as_str()), &Value::from("completed")));
     assert_eq!(resumed["result"], serde_json::json!({"a": "recorded", "b": "recorded"}), "{resumed:#}");
 
+    // With --replay-then-live the call it lacks goes to the service's backend for the run.
+    std::fs::write(work.join("live.json"), r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"live"}}]}"#).unwrap();
+    let then_live = ["--replay", "first.jsonl", "--replay-then-live", "--backend", "script:live.json"];
+    let out = in_work(&[&["run", "two.js", "--yes", "--json", "-q"][..], &then_live[..]].concat());
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], serde_json::json!({"a": "recorded", "b": "live"}));
+
+    // A cassette longer than an ordinary request (1 MiB) goes with its start all the same.
+    let long = "x".repeat(3 << 20);
+    let big = full.replacen("\"text\":\"recorded\"", &format!("\"text\":\"{long}\""), 1);
+    std::fs::write(work.join("big.jsonl"), big).unwrap();
+    let out = in_work(&["run", "two.js", "--yes", "--json", "-q", "--replay", "big.jsonl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let replayed = common::stdout_json(&out);
+    assert_eq!(replayed["result"]["a"].as_str().map(str::len), Some(long.len()));
+    assert_eq!(replayed["result"]["b"], "recorded");
+
     // The second entry answers another call than its key says: not served, and the miss
     // names its line.
     let tampered = full.replace("\"prompt\":\"second\"", "\"prompt\":\"something else\"");
@@ -490,6 +507,22 @@ fn a_cassette_recorded_through_the_running_service_replays_offline() {
     assert_eq!(tape.lines().count(), 3, "a header and two exchanges: {tape}");
     assert!(tape.starts_with(r#"{"cassette":"factory","version":1}"#), "{tape}");
     assert_eq!(mode(&work.join("rec.jsonl")), 0o600);
+
+    // A resume records the calls its attempt makes: a run that missed its second call
+    // records only that one when resumed live.
+    let first: Vec<&str> = tape.lines().filter(|l| !l.contains("\"t:2\"")).collect();
+    std::fs::write(work.join("first.jsonl"), first.join("\n") + "\n").unwrap();
+    let out = in_work(&["run", "two.js", "--yes", "--json", "-q", "--replay", "first.jsonl"]);
+    assert!(!out.status.success(), "a miss fails the run");
+    let run_id = common::stdout_json(&out)["runId"].as_str().unwrap().to_string();
+    let resume =
+        ["resume", &run_id, "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "more.jsonl"];
+    let out = in_work(&resume);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], serde_json::json!({"a": "live", "b": "live"}));
+    let more = std::fs::read_to_string(work.join("more.jsonl")).unwrap();
+    assert_eq!(more.lines().count(), 2, "a header and the one call made: {more}");
+    assert!(more.contains("\"t:2\""), "{more}");
 
     // Offline: no service, another store, and nothing can answer live.
     std::fs::remove_file(work.join("rules.json")).unwrap();
