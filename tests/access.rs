@@ -231,7 +231,7 @@ fn socket_client_helper() {
     let Some(socket) = std::env::var_os("FACTORY_TEST_SOCKET") else { return };
     let answer = raw_request(
         Path::new(&socket),
-        b"{\"wire\":10,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n",
+        b"{\"wire\":9,\"body\":{\"op\":\"runs\",\"scope\":{\"session\":\"default\"}}}\n",
     );
     println!("ANSWER:{}", answer.trim());
 }
@@ -517,6 +517,22 @@ fn the_control_server_checks_consent_itself() {
         "{swapped}"
     );
     no_runs();
+    // A recording reaches its caller only on a follow stream: a plain `run` asking for one
+    // is refused, and nothing runs.
+    let request = serde_json::json!({ "wire": factory_host::service::WIRE_VERSION, "body": {
+        "op": "run", "session": "default", "component": {"file": file}, "args": {"case": "fanout", "n": 1},
+        "consent": { "sha256": sha256_of(&file) }, "record": true,
+    }});
+    let recorded = raw_request(&socket, format!("{request}\n").as_bytes());
+    assert!(recorded.contains("\"code\":\"bad_request\"") && recorded.contains("startFollowing"), "{recorded}");
+    no_runs();
+    // Only a start carrying a cassette may be longer than 1 MiB: a valid request that carries
+    // none is refused for its length.
+    let long = serde_json::json!({ "wire": factory_host::service::WIRE_VERSION, "body": {
+        "op": "runs", "scope": { "session": "s".repeat(2 << 20) },
+    }});
+    let answer = raw_request(&socket, format!("{long}\n").as_bytes());
+    assert!(answer.contains("bad_request") && answer.contains("larger than 1048576 bytes"), "{answer}");
     // With the user's consent to exactly this file in the request, it runs.
     let started = run(serde_json::json!({ "sha256": sha256_of(&file) }));
     assert!(started.contains("\"runId\""), "{started}");

@@ -254,6 +254,21 @@ async fn serve_http_attaches_to_the_running_service() {
     };
     let (status, runs) = get("/api/runs").await;
     assert_eq!(status, 200, "{runs}");
+    // A cassette rides only with the CLI's own start: the HTTP API's bodies cannot carry one
+    // nor ask for a recording.
+    let replay = serde_json::json!({"shown": "tape.jsonl", "entries": [], "thenLive": false});
+    for (path, body) in [
+        ("/api/runs".to_string(), serde_json::json!({"name": "probe", "replay": replay})),
+        (format!("/api/runs/{run_id}/resume"), serde_json::json!({"replay": replay})),
+        ("/api/runs".to_string(), serde_json::json!({"name": "probe", "record": true})),
+    ] {
+        let response =
+            reqwest::Client::new().post(format!("{base}{path}")).bearer_auth(&token).json(&body).send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        assert_eq!(status, 400, "{path}: {text}");
+        assert!(text.contains("unknown field `replay`") || text.contains("unknown field `record`"), "{path}: {text}");
+    }
     assert!(runs.as_array().unwrap().iter().any(|r| r["runId"] == run_id.as_str()), "{runs:#}");
     // Still one service: the HTTP front door is its client, not a second owner.
     assert_eq!(live_services(&state), service);
@@ -311,8 +326,8 @@ fn after_kill_9_of_the_service_its_foreground_run_restarts_it_and_follows_the_re
 }
 
 /// Paths a caller names are the caller's: run from a scratch directory, a relative script
-/// backend and grant reach the service (which runs in the state directory) as the caller
-/// meant them, and so does a relative cassette in a process of its own.
+/// backend, grant and cassette reach the service (which runs in the state directory) as the
+/// caller meant them: a cassette is written and read here, and travels with the run.
 #[test]
 fn relative_paths_are_read_in_the_callers_directory() {
     let dir = tempfile::tempdir().unwrap();
@@ -341,22 +356,182 @@ fn relative_paths_are_read_in_the_callers_directory() {
     let envelope = common::stdout_json(&out);
     assert_eq!(envelope["status"], "completed", "{envelope:#}");
     assert_eq!(envelope["result"]["r"], "from the caller's rules");
-    assert!(!live_services(&state).is_empty(), "the run went through the service");
+    let service = live_services(&state);
+    assert_eq!(service.len(), 1, "the run went through the service");
 
-    // A cassette needs the store in this process: stop the service, then record and replay.
-    for pid in live_services(&state) {
-        signal(pid, nix::sys::signal::Signal::SIGTERM);
-    }
-    wait_until("the service is gone", || live_services(&state).is_empty());
     let record = ["run", "f.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "tape.json"];
-    let out = in_work(&record, false);
+    let out = in_work(&record, true);
     assert!(out.status.success(), "{}", common::stderr(&out));
     assert!(work.join("tape.json").is_file(), "the cassette is written where the caller is");
+    assert!(!state.join("service").join("tape.json").exists(), "not where the service runs");
+
+    // Replayed while the service holds the store: no live call (the rules are gone).
     std::fs::remove_file(work.join("rules.json")).unwrap();
     let replay = ["run", "f.js", "--yes", "--json", "-q", "--replay", "tape.json"];
-    let out = in_work(&replay, false);
+    let out = in_work(&replay, true);
     assert!(out.status.success(), "{}", common::stderr(&out));
-    assert_eq!(common::stdout_json(&out)["result"]["r"], "from the caller's rules");
+    let envelope = common::stdout_json(&out);
+    assert_eq!(envelope["result"]["r"], "from the caller's rules");
+    assert_eq!(envelope["backend"]["name"], "replay:tape.json", "{envelope:#}");
+    assert_eq!(live_services(&state), service, "the service held the store throughout");
+}
+
+/// A factory of two calls, and a cassette of both recorded in a process of its own (whose
+/// script backend is then deleted: nothing can answer live). Answers the work directory.
+fn two_calls_and_their_cassette(dir: &Path, state: &Path) -> PathBuf {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("rules.json"), r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"recorded"}}]}"#).unwrap();
+    std::fs::write(
+        work.join("two.js"),
+        "import { defineFactory } from \"factory\";\nexport default defineFactory({ meta: { name: \"two\", description: \"d\" }, \
+         run: async (ctx) => ({ a: await ctx.agent(\"first\", { label: \"t:1\" }), \
+         b: await ctx.agent(\"second\", { label: \"t:2\" }) }) });\n",
+    )
+    .unwrap();
+    let record = ["run", "two.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "full.jsonl"];
+    let out = common::factory_cmd(state, &record).current_dir(&work).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    std::fs::remove_file(work.join("rules.json")).unwrap();
+    work
+}
+
+/// `--replay` through a running service: a run that misses a call ends resumable and a
+/// resume with the whole cassette completes it; an entry whose request was tampered with
+/// is never served (the service checks it again and says which line); a cassette over the
+/// size bound is refused here before anything is sent.
+#[test]
+fn a_cassette_replays_and_resumes_through_the_running_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let work = two_calls_and_their_cassette(dir.path(), &state);
+    let full = std::fs::read_to_string(work.join("full.jsonl")).unwrap();
+    let lines: Vec<&str> = full.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and two exchanges: {full}");
+    // The service holds the store from now on.
+    ok_json(&state, &["runs", "--json"]);
+    let service = live_services(&state);
+    assert_eq!(service.len(), 1);
+    let in_work = |args: &[&str]| factory(&state, args).current_dir(&work).output().expect("factory starts");
+
+    // Only the first call recorded: the second misses, and the run waits to be resumed.
+    let first: Vec<&str> = lines.iter().copied().filter(|l| !l.contains("\"t:2\"")).collect();
+    std::fs::write(work.join("first.jsonl"), first.join("\n") + "\n").unwrap();
+    let out = in_work(&["run", "two.js", "--yes", "--json", "-q", "--replay", "first.jsonl"]);
+    assert!(!out.status.success(), "a miss fails the run");
+    let missed = common::stdout_json(&out);
+    assert_ne!(missed["status"], "completed", "{missed:#}");
+    assert!(missed.to_string().contains("cassette miss: `first.jsonl`"), "{missed:#}");
+    let run_id = missed["runId"].as_str().unwrap().to_string();
+    let out = in_work(&["resume", &run_id, "--yes", "--json", "-q", "--replay", "full.jsonl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let resumed = common::stdout_json(&out);
+    assert_eq!((resumed["runId"].as_str(), &resumed["status"]), (Some(run_id.as_str()), &Value::from("completed")));
+    assert_eq!(resumed["result"], serde_json::json!({"a": "recorded", "b": "recorded"}), "{resumed:#}");
+
+    // With --replay-then-live the call it lacks goes to the service's backend for the run.
+    std::fs::write(work.join("live.json"), r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"live"}}]}"#).unwrap();
+    let then_live = ["--replay", "first.jsonl", "--replay-then-live", "--backend", "script:live.json"];
+    let out = in_work(&[&["run", "two.js", "--yes", "--json", "-q"][..], &then_live[..]].concat());
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], serde_json::json!({"a": "recorded", "b": "live"}));
+
+    // A cassette longer than an ordinary request (1 MiB) goes with its start all the same.
+    let long = "x".repeat(3 << 20);
+    let big = full.replacen("\"text\":\"recorded\"", &format!("\"text\":\"{long}\""), 1);
+    std::fs::write(work.join("big.jsonl"), big).unwrap();
+    let out = in_work(&["run", "two.js", "--yes", "--json", "-q", "--replay", "big.jsonl"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let replayed = common::stdout_json(&out);
+    assert_eq!(replayed["result"]["a"].as_str().map(str::len), Some(long.len()));
+    assert_eq!(replayed["result"]["b"], "recorded");
+
+    // The second entry answers another call than its key says: not served, and the miss
+    // names its line.
+    let tampered = full.replace("\"prompt\":\"second\"", "\"prompt\":\"something else\"");
+    assert_ne!(tampered, full);
+    std::fs::write(work.join("tampered.jsonl"), tampered).unwrap();
+    let out = in_work(&["run", "two.js", "--yes", "--json", "-q", "--replay", "tampered.jsonl"]);
+    assert!(!out.status.success(), "a tampered entry is not served");
+    let refused = common::stdout_json(&out).to_string();
+    assert!(refused.contains("line 3") && refused.contains("is not replayed"), "{refused}");
+
+    // Over the bound: refused here, before the service is asked (no run is created).
+    let runs = ok_json(&state, &["runs", "--json"]).as_array().unwrap().len();
+    let huge = std::fs::File::create(work.join("huge.jsonl")).unwrap();
+    huge.set_len((128 << 20) + 1).unwrap();
+    drop(huge);
+    let out = in_work(&["run", "two.js", "--yes", "--json", "-q", "--replay", "huge.jsonl"]);
+    assert!(!out.status.success());
+    assert!(common::stderr(&out).contains("over the limit"), "{}", common::stderr(&out));
+    assert_eq!(ok_json(&state, &["runs", "--json"]).as_array().unwrap().len(), runs, "nothing was started");
+    assert_eq!(live_services(&state), service, "the service held the store throughout");
+}
+
+/// `--record` through a running service: the service records the run's exchanges in memory
+/// and sends them with the run's end; the command writes the cassette in the caller's
+/// directory (`0600`), and it replays with no service and no live backend.
+#[test]
+fn a_cassette_recorded_through_the_running_service_replays_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _services = Services(state.clone());
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("rules.json"), r#"{"rules":[{"labelPrefix":"t:","reply":{"text":"live"}}]}"#).unwrap();
+    std::fs::write(
+        work.join("two.js"),
+        "import { defineFactory } from \"factory\";\nexport default defineFactory({ meta: { name: \"two\", description: \"d\" }, \
+         run: async (ctx) => ({ a: await ctx.agent(\"first\", { label: \"t:1\" }), \
+         b: await ctx.agent(\"second\", { label: \"t:2\" }) }) });\n",
+    )
+    .unwrap();
+    ok_json(&state, &["runs", "--json"]);
+    let service = live_services(&state);
+    assert_eq!(service.len(), 1);
+    let in_work = |args: &[&str]| factory(&state, args).current_dir(&work).output().expect("factory starts");
+
+    let detached =
+        in_work(&["run", "two.js", "--yes", "--backend", "script:rules.json", "--record", "x.jsonl", "--detach"]);
+    assert!(!detached.status.success());
+    assert!(common::stderr(&detached).contains("cannot be used with --detach"), "{}", common::stderr(&detached));
+    assert!(!work.join("x.jsonl").exists());
+
+    let record = ["run", "two.js", "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "rec.jsonl"];
+    let out = in_work(&record);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], serde_json::json!({"a": "live", "b": "live"}));
+    assert_eq!(live_services(&state), service, "the service held the store throughout");
+    let tape = std::fs::read_to_string(work.join("rec.jsonl")).unwrap();
+    assert_eq!(tape.lines().count(), 3, "a header and two exchanges: {tape}");
+    assert!(tape.starts_with(r#"{"cassette":"factory","version":1}"#), "{tape}");
+    assert_eq!(mode(&work.join("rec.jsonl")), 0o600);
+
+    // A resume records the calls its attempt makes: a run that missed its second call
+    // records only that one when resumed live.
+    let first: Vec<&str> = tape.lines().filter(|l| !l.contains("\"t:2\"")).collect();
+    std::fs::write(work.join("first.jsonl"), first.join("\n") + "\n").unwrap();
+    let out = in_work(&["run", "two.js", "--yes", "--json", "-q", "--replay", "first.jsonl"]);
+    assert!(!out.status.success(), "a miss fails the run");
+    let run_id = common::stdout_json(&out)["runId"].as_str().unwrap().to_string();
+    let resume =
+        ["resume", &run_id, "--yes", "--json", "-q", "--backend", "script:rules.json", "--record", "more.jsonl"];
+    let out = in_work(&resume);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], serde_json::json!({"a": "live", "b": "live"}));
+    let more = std::fs::read_to_string(work.join("more.jsonl")).unwrap();
+    assert_eq!(more.lines().count(), 2, "a header and the one call made: {more}");
+    assert!(more.contains("\"t:2\""), "{more}");
+
+    // Offline: no service, another store, and nothing can answer live.
+    std::fs::remove_file(work.join("rules.json")).unwrap();
+    let offline = dir.path().join("offline");
+    let replay = ["run", "two.js", "--yes", "--json", "-q", "--replay", "rec.jsonl"];
+    let out = common::factory_cmd(&offline, &replay).current_dir(&work).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(common::stdout_json(&out)["result"], serde_json::json!({"a": "live", "b": "live"}));
+    assert!(live_services(&offline).is_empty(), "replayed in a process of its own");
 }
 
 /// A running run's detail says what runs and what waits right now (label, since when), when

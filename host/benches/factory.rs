@@ -1670,6 +1670,8 @@ fn start_request(component: &Path, key: &str, workload: &str, n: usize) -> Reque
         consent: Consent::Sha256(key.to_string()),
         trace_parent: None,
         caller_cwd: None,
+        replay: None,
+        record: false,
     }
 }
 

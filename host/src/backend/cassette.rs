@@ -256,6 +256,48 @@ pub fn key_of(request: &AgentRequest) -> AgentKey {
     )
 }
 
+/// One exchange of a cassette as a caller sends it to the service with a start: the
+/// exchange and its line in the caller's file (for messages).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapeEntry {
+    /// Its line in the caller's cassette file (1-based).
+    pub line: usize,
+    /// The exchange.
+    pub exchange: Exchange,
+}
+
+/// A cassette file read as a caller sends it ([`read_cassette_lines`], bounded alike): its
+/// entries with their lines, refused as [`CassetteError::TooLarge`] when their wire form
+/// would be over [`MAX_CASSETTE_BYTES`] (a file written by hand may be spelled shorter than
+/// its entries are sent).
+pub fn read_tape(path: &Path) -> Result<Vec<TapeEntry>, CassetteError> {
+    let entries: Vec<TapeEntry> =
+        read_cassette_lines(path)?.into_iter().map(|(line, exchange)| TapeEntry { line, exchange }).collect();
+    let mut sized = SizeCount(0);
+    // Counting into a sink cannot fail but on an entry serde cannot write (none here).
+    let _ = serde_json::to_writer(&mut sized, &entries);
+    if sized.0 > MAX_CASSETTE_BYTES {
+        let shown = path.display().to_string();
+        return Err(CassetteError::TooLarge { path: shown, bytes: sized.0, limit: MAX_CASSETTE_BYTES });
+    }
+    Ok(entries)
+}
+
+/// A writer that only counts the bytes written to it.
+struct SizeCount(u64);
+
+impl Write for SizeCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Read every exchange of a cassette file (bounded: [`MAX_CASSETTE_BYTES`] a file,
 /// [`MAX_CASSETTE_LINE_BYTES`] a line). Each exchange's line number is [`read_cassette_lines`]'.
 pub fn read_cassette(path: &Path) -> Result<Vec<Exchange>, CassetteError> {
@@ -318,33 +360,122 @@ pub fn read_cassette_lines(path: &Path) -> Result<Vec<(usize, Exchange)>, Casset
         .collect()
 }
 
-/// Appends exchanges to a new cassette file, one flushed line each.
+/// Appends exchanges to a new cassette file, one flushed line each, or keeps them in
+/// memory for a caller in another process ([`Recording`]).
 struct Recorder {
-    path: PathBuf,
-    file: Mutex<std::fs::File>,
+    path: Option<PathBuf>,
+    sink: Sink,
+}
+
+/// Where a [`Recorder`] puts its exchanges.
+enum Sink {
+    File(Mutex<std::fs::File>),
+    Memory(Recording),
+}
+
+/// The exchanges a run records in memory for its caller, who writes them to its own file
+/// ([`write_cassette`]): at most [`MAX_CASSETTE_BYTES`] of them as a cassette's lines (a
+/// replay reads no more), past which recording a call fails it.
+#[derive(Clone)]
+pub struct Recording {
+    kept: Arc<Mutex<Kept>>,
+    limit: u64,
+}
+
+#[derive(Default)]
+struct Kept {
+    exchanges: Vec<Exchange>,
+    bytes: u64,
+}
+
+impl Default for Recording {
+    fn default() -> Self {
+        Recording::with_limit(MAX_CASSETTE_BYTES)
+    }
+}
+
+impl Recording {
+    /// A recording of at most `limit` bytes of cassette text.
+    pub fn with_limit(limit: u64) -> Self {
+        Recording { kept: Arc::default(), limit }
+    }
+
+    /// The exchanges recorded so far, in the order made (taken: the recording is empty after).
+    pub fn take(&self) -> Vec<Exchange> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.bytes = 0;
+        std::mem::take(&mut kept.exchanges)
+    }
+
+    fn keep(&self, exchange: &Exchange, line_bytes: u64) -> Result<(), BackendError> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.bytes.saturating_add(line_bytes) > self.limit {
+            return Err(BackendError::outage(
+                OutageKind::Misconfigured,
+                format!(
+                    "cassette: cannot record: the run's exchanges are over {} bytes, the most a cassette holds; \
+                     record a shorter run",
+                    self.limit
+                ),
+            ));
+        }
+        kept.bytes += line_bytes;
+        kept.exchanges.push(exchange.clone());
+        Ok(())
+    }
+}
+
+/// The header line of a cassette of this build.
+fn header_line() -> String {
+    let header = Header { cassette: FORMAT.into(), version: CASSETTE_VERSION };
+    serde_json::to_string(&header).unwrap_or_default()
+}
+
+/// Write `exchanges` as a new cassette at `path`: a fresh file of our own (`0600`, created
+/// exclusively in the cassette's directory, never one planted there nor a symlink), synced
+/// and renamed over `path` (a symlink at `path` is replaced, not followed).
+pub fn write_cassette(path: &Path, exchanges: &[Exchange]) -> Result<(), CassetteError> {
+    let io = |source| CassetteError::Io { path: path.display().to_string(), source };
+    let mut text = header_line();
+    text.push('\n');
+    for exchange in exchanges {
+        let line = serde_json::to_string(exchange).map_err(|e| io(std::io::Error::other(e)))?;
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.tmp-{}", uuid::Uuid::new_v4()));
+    let mut out = crate::access::private_file_options().create_new(true).open(&temp).map_err(io)?;
+    let written = out.write_all(text.as_bytes()).and_then(|()| out.sync_all());
+    let renamed = written.and_then(|()| std::fs::rename(&temp, path));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    renamed.map_err(io)
 }
 
 impl Recorder {
     fn create(path: &Path) -> Result<Self, CassetteError> {
         let io = |source| CassetteError::Io { path: path.display().to_string(), source };
         let mut file = crate::access::create_private_file(path).map_err(io)?;
-        let header = Header { cassette: FORMAT.into(), version: CASSETTE_VERSION };
-        let line = serde_json::to_string(&header).unwrap_or_default();
-        writeln!(file, "{line}").and_then(|_| file.flush()).map_err(io)?;
-        Ok(Recorder { path: path.to_path_buf(), file: Mutex::new(file) })
+        writeln!(file, "{}", header_line()).and_then(|_| file.flush()).map_err(io)?;
+        Ok(Recorder { path: Some(path.to_path_buf()), sink: Sink::File(Mutex::new(file)) })
     }
 
     fn write(&self, exchange: &Exchange) -> Result<(), BackendError> {
         let fail = |e: &dyn std::fmt::Display| {
-            BackendError::outage(
-                OutageKind::Misconfigured,
-                format!("cassette `{}`: cannot record: {e}", self.path.display()),
-            )
+            let shown = self.path.as_ref().map_or("(in memory)".to_string(), |p| p.display().to_string());
+            BackendError::outage(OutageKind::Misconfigured, format!("cassette `{shown}`: cannot record: {e}"))
         };
         let mut line = serde_json::to_string(exchange).map_err(|e| fail(&e))?;
         line.push('\n');
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        file.write_all(line.as_bytes()).and_then(|_| file.flush()).map_err(|e| fail(&e))
+        match &self.sink {
+            Sink::File(file) => {
+                let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+                file.write_all(line.as_bytes()).and_then(|_| file.flush()).map_err(|e| fail(&e))
+            }
+            Sink::Memory(recording) => recording.keep(exchange, line.len() as u64),
+        }
     }
 }
 
@@ -431,9 +562,15 @@ pub struct CassetteUsage {
 
 impl Replay {
     fn load(path: &Path) -> Result<Self, CassetteError> {
+        Ok(Replay::of(path, read_cassette_lines(path)?))
+    }
+
+    /// The replay of `lines` (each exchange with its line in the file `path`), every entry
+    /// checked against its key as a file's are.
+    fn of(path: &Path, lines: Vec<(usize, Exchange)>) -> Self {
         let mut order = Vec::new();
         let mut rejected = Vec::new();
-        for (line, exchange) in read_cassette_lines(path)? {
+        for (line, exchange) in lines {
             let actual = exchange.request.key().to_string();
             if actual == exchange.key {
                 order.push(exchange);
@@ -447,7 +584,7 @@ impl Replay {
             exchanges.entry((exchange.key.clone(), exchange.attempt)).or_default().push(exchange.clone());
         }
         let (served, missed) = (Mutex::new(HashMap::new()), Mutex::new(Vec::new()));
-        Ok(Replay { path: path.to_path_buf(), order, exchanges, served, missed, rejected })
+        Replay { path: path.to_path_buf(), order, exchanges, served, missed, rejected }
     }
 
     fn find(&self, request: &AgentRequest) -> Option<Exchange> {
@@ -532,6 +669,15 @@ impl Cassette {
         })
     }
 
+    /// Serve every call from the exchanges of a cassette a caller read from its own file
+    /// (`shown`, named in messages and never opened here) and sent: each entry with its line
+    /// in that file, checked against its key as a file's are (the wire is not trusted); a
+    /// miss is a [`BackendError`]. With `live`, a call they do not hold goes to it instead.
+    pub fn replay_sent(shown: &Path, entries: Vec<TapeEntry>, live: Option<Arc<dyn AgentBackend>>) -> Self {
+        let lines = entries.into_iter().map(|e| (e.line, e.exchange)).collect();
+        Cassette { live, replay: Some(Arc::new(Replay::of(shown, lines))), recorder: None, lenient: false }
+    }
+
     /// Serve calls from the cassette at `path`; a call it does not hold goes to `live`.
     pub fn replay_then_live(path: impl AsRef<Path>, live: Arc<dyn AgentBackend>) -> Result<Self, CassetteError> {
         Ok(Cassette {
@@ -548,6 +694,13 @@ impl Cassette {
     pub fn misses_fail_calls(mut self) -> Self {
         self.lenient = true;
         self
+    }
+
+    /// Record every exchange with `live` in memory, into `recording` (for a caller in
+    /// another process, who writes its own file).
+    pub fn record_into(live: Arc<dyn AgentBackend>, recording: Recording) -> Self {
+        let recorder = Recorder { path: None, sink: Sink::Memory(recording) };
+        Cassette { live: Some(live), replay: None, recorder: Some(Arc::new(recorder)), lenient: false }
     }
 
     /// Also record every exchange served (replayed or live) to a new cassette at `path`.
@@ -685,5 +838,64 @@ mod tests {
         assert!(matches!(&e, CassetteError::NotText { .. }), "{e:?}");
         let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::string::FromUtf8Error>());
         assert!(source.is_some(), "{e:?}");
+    }
+
+    fn request(prompt: &str) -> Arc<AgentRequest> {
+        Arc::new(AgentRequest {
+            prompt: prompt.into(),
+            label: Some("t".into()),
+            model: None,
+            schema: None,
+            attempt: 0,
+            feedback: None,
+            limits: Default::default(),
+            tuning: Default::default(),
+        })
+    }
+
+    /// A recording in memory keeps what fits its bound; the call that would go over it fails
+    /// as an outage naming the bound, and nothing past it is kept.
+    #[tokio::test]
+    async fn a_recording_in_memory_stops_at_its_bound() {
+        let recording = Recording::with_limit(600);
+        let cassette = Cassette::record_into(Arc::new(super::super::dry_run::DryRun), recording.clone());
+        let mut answered = 0;
+        let refused = loop {
+            match cassette.call(request(&format!("call {answered}"))).await {
+                Ok(_) => answered += 1,
+                Err(e) => break e,
+            }
+            assert!(answered < 100, "the bound never bit");
+        };
+        assert!(answered >= 1, "one exchange fits");
+        assert_eq!(refused.outage_kind(), Some(OutageKind::Misconfigured), "{refused}");
+        assert!(refused.message().contains("over 600 bytes"), "{refused}");
+        let kept = recording.take();
+        assert_eq!(kept.len(), answered);
+        let bytes: usize = kept.iter().map(|e| serde_json::to_string(e).unwrap().len() + 1).sum();
+        assert!(bytes <= 600, "{bytes}");
+        // What a caller writes replays: each entry hashes to its key.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tape.jsonl");
+        write_cassette(&path, &kept).unwrap();
+        let replay = Cassette::replay(&path).unwrap();
+        assert!(replay.rejected().is_empty());
+        assert_eq!(replay.recorded().len(), answered);
+    }
+
+    /// Entries a caller sent are checked against their keys again: one whose request was
+    /// changed is never served, and the miss names its line.
+    #[tokio::test]
+    async fn sent_entries_are_checked_again() {
+        let good = Exchange::new(&request("a"), &Ok(AgentReply { text: "A".into(), ..Default::default() }));
+        let mut forged = Exchange::new(&request("b"), &Ok(AgentReply { text: "B".into(), ..Default::default() }));
+        forged.request.prompt = "not b".into();
+        let entries = vec![TapeEntry { line: 2, exchange: good }, TapeEntry { line: 3, exchange: forged }];
+        let cassette = Cassette::replay_sent(Path::new("tape.jsonl"), entries, None);
+        assert_eq!(cassette.rejected().len(), 1);
+        assert_eq!(cassette.call(request("a")).await.unwrap().text, "A");
+        let miss = cassette.call(request("b")).await.unwrap_err();
+        assert_eq!(miss.outage_kind(), Some(OutageKind::ReplayMiss), "{miss}");
+        assert!(miss.message().contains("`tape.jsonl`") && miss.message().contains("line 3"), "{miss}");
     }
 }

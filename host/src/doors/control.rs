@@ -12,12 +12,14 @@
 //! which has one of its own: the uid alone cannot tell it from the user) is refused the same
 //! way, and the reason is logged; [`ANY_MOUNT_NS_ENV`] set on the serving process lifts that
 //! rule for a service deliberately run in a namespace of its own. A request line is at
-//! most [`MAX_REQUEST_BYTES`] and must arrive within [`REQUEST_READ_TIMEOUT`]; the client
+//! most [`MAX_REQUEST_BYTES`] (a start carrying a cassette the caller read, at most
+//! [`MAX_TAPE_REQUEST_BYTES`]) and must arrive within [`REQUEST_READ_TIMEOUT`]; the client
 //! reads at most [`factory_host::service::MAX_RESPONSE_BYTES`] of answer. At most
 //! [`MAX_CONNECTIONS`] are served at once, and a failed accept (out of descriptors, say) is
 //! retried after a pause ([`AcceptBackoff`]): the server never stops answering and never
 //! spins.
 
+use factory_host::service::MAX_TAPE_REQUEST_BYTES;
 use factory_host::service::{parse_request, read_line_bounded, Local, RemoteError, Request, MAX_REQUEST_BYTES};
 use factory_host::service::{Answer, Frame};
 use factory_host::ErrorCode;
@@ -130,15 +132,25 @@ async fn handle(service: Local, stream: UnixStream, any_ns: bool) {
             tracing::warn!(event = "refused", door = "control", reason = %message, "control socket refused a peer");
             Err(RemoteError { code: ErrorCode::Forbidden, message })
         }
-        None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(&mut read, MAX_REQUEST_BYTES)).await
+        None => match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line_bounded(&mut read, MAX_TAPE_REQUEST_BYTES))
+            .await
         {
             Err(_) => Err(RemoteError::bad_request(format!(
                 "no complete request within {} s",
                 REQUEST_READ_TIMEOUT.as_secs()
             ))),
             Ok(Err(_)) => return,
-            Ok(Ok(None)) => Err(RemoteError::bad_request(format!("request larger than {MAX_REQUEST_BYTES} bytes"))),
-            Ok(Ok(Some(line))) => parse_request(&line),
+            Ok(Ok(None)) => {
+                Err(RemoteError::bad_request(format!("request larger than {MAX_TAPE_REQUEST_BYTES} bytes")))
+            }
+            Ok(Ok(Some(line))) if line.len() as u64 <= MAX_REQUEST_BYTES => parse_request(&line),
+            // Only a start that carries a cassette may be longer than an ordinary request.
+            Ok(Ok(Some(line))) => match parse_request(&line) {
+                Ok(request) if request.carries_tape() => Ok(request),
+                _ => Err(RemoteError::bad_request(format!(
+                    "request larger than {MAX_REQUEST_BYTES} bytes (only a start carrying a cassette may be longer)"
+                ))),
+            },
         },
     };
     let answer = match request {
@@ -215,7 +227,7 @@ async fn follow(
     if !write_frame(&mut write, Answer::Ok(factory_host::service::Response::Following)).await {
         return;
     }
-    stream_run(client, scope, run_id, after_seq, read, write).await
+    stream_run(client, scope, run_id, after_seq, None, read, write).await
 }
 
 /// `startFollowing`: start the run (or refuse as `run`/`resume` would), answer `started`,
@@ -234,31 +246,39 @@ async fn start_following(
             return refuse(write, RemoteError::bad_request(message)).await;
         }
     };
-    let client = factory_host::service::Client::Local(service);
+    let client = factory_host::service::Client::Local(service.clone());
     let after_seq = match factory_host::service::Follower::start_after_seq(&client, &scope, &start).await {
         Ok(seq) => seq,
         Err(e) => return refuse(write, remote_error(e)).await,
     };
-    let run_id = match client.start(start).await {
-        Ok(run_id) => run_id,
-        Err(e) => return refuse(write, remote_error(e)).await,
+    let (run_id, recording) = match service.start_recorded(start).await {
+        Ok((factory_host::service::Started::Run(run_id), recording)) => (run_id, recording),
+        // Held for the owner's approval: answered as a plain start is.
+        Ok((factory_host::service::Started::Pending(approval), _)) => {
+            if write_frame(&mut write, Answer::Ok(factory_host::service::Response::Approval(approval))).await {
+                let _ = write.shutdown().await;
+            }
+            return;
+        }
+        Err(e) => return refuse(write, RemoteError::from(&e)).await,
     };
     let started = factory_host::service::Response::Started { run_id: run_id.clone() };
     if !write_frame(&mut write, Answer::Ok(started)).await {
         return;
     }
-    stream_run(client, scope, run_id, after_seq, read, write).await
+    stream_run(client, scope, run_id, after_seq, recording, read, write).await
 }
 
 /// Stream what a [`Follower`](factory_host::service::Follower) in this process hands out of
-/// a run: its progress entries, then its envelope (or the error that ended following), then
-/// close. What the follower has at hand goes out in one write (one wake of the client, not
+/// a run: its progress entries, then (for a start that records, `recording`) the exchanges it
+/// recorded, then its envelope (or the error that ended following), then close. What the follower has at hand goes out in one write (one wake of the client, not
 /// one per entry). A client that hangs up ends it.
 async fn stream_run(
     client: factory_host::service::Client,
     scope: factory_host::Scope,
     run_id: String,
     after_seq: u64,
+    recording: Option<factory_host::backend::cassette::Recording>,
     mut read: tokio::net::unix::OwnedReadHalf,
     mut write: tokio::net::unix::OwnedWriteHalf,
 ) {
@@ -271,23 +291,30 @@ async fn stream_run(
             // The follower sends nothing more: anything read (or the end) means it left.
             _ = read.read(&mut sink) => return,
         };
-        let as_event = |followed: Followed| match followed {
-            Followed::Progress(entry) => (FollowEvent::Progress(entry), false),
-            Followed::Ended(envelope) => (FollowEvent::Ended(Box::new(envelope)), true),
+        // The run's recorded exchanges go right before its envelope (the run has ended:
+        // nothing more is recorded).
+        let as_events = |followed: Followed| match followed {
+            Followed::Progress(entry) => (vec![FollowEvent::Progress(entry)], false),
+            Followed::Ended(envelope) => {
+                let recorded = recording.as_ref().map(|r| r.take()).unwrap_or_default();
+                let mut events: Vec<_> = recorded.into_iter().map(|e| FollowEvent::Recorded(Box::new(e))).collect();
+                events.push(FollowEvent::Ended(Box::new(envelope)));
+                (events, true)
+            }
         };
-        let (event, mut last) = match next {
-            Some(Ok(followed)) => as_event(followed),
-            Some(Err(e)) => (FollowEvent::Failed(remote_error(e)), true),
+        let (events, mut last) = match next {
+            Some(Ok(followed)) => as_events(followed),
+            Some(Err(e)) => (vec![FollowEvent::Failed(remote_error(e))], true),
             None => return,
         };
         let mut batch = Vec::new();
-        if !encode_frame(&mut batch, event) {
+        if !events.into_iter().all(|event| encode_frame(&mut batch, event)) {
             return;
         }
         while !last && batch.len() < STREAM_BATCH_BYTES {
             let Some(followed) = follower.ready() else { break };
-            let (event, end) = as_event(followed);
-            if !encode_frame(&mut batch, event) {
+            let (events, end) = as_events(followed);
+            if !events.into_iter().all(|event| encode_frame(&mut batch, event)) {
                 return;
             }
             last = end;

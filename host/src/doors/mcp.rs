@@ -674,6 +674,8 @@ impl FactoryMcp {
                 trace_parent: trace_parent.clone(),
                 // This server's working directory (the project its client works in).
                 caller_cwd: factory_host::service::caller_cwd(),
+                replay: None,
+                record: false,
             },
             (None, run_id) => Request::Resume {
                 scope: session.clone().into(),
@@ -686,6 +688,8 @@ impl FactoryMcp {
                 // This server's working directory (the project its client works in).
                 caller_cwd: factory_host::service::caller_cwd(),
                 input: params.input.clone(),
+                replay: None,
+                record: false,
             },
         };
         let run_id = match self.client.start(start(Consent::None)).await {

@@ -283,6 +283,8 @@ impl Client {
             consent,
             trace_parent: None,
             caller_cwd: None,
+            replay: None,
+            record: false,
         })
         .await
     }

@@ -7,11 +7,14 @@
 //! written after the run's last progress, so everything before it has been handed out when
 //! it comes. In the process executing the run, it also hands out how the run's backend flows
 //! stand ([`ProgressEvent::Flows`], live, not journaled: carrying the seq of the entry before
-//! it) when they changed while calls wait in them, so a follow stream carries them too.
+//! it) when they changed while calls wait in them, so a follow stream carries them too. The
+//! exchanges a start that records sends before its envelope are kept (bounded as a
+//! cassette) for [`Follower::take_recorded`].
 
 use super::client::{Client, ServiceError, Updates};
 use super::remote::{ClientError, FollowStream};
 use super::wire::FollowEvent;
+use crate::backend::cassette::{Exchange, MAX_CASSETTE_BYTES};
 use crate::error::ErrorCode;
 use crate::model::flow::FlowWatch;
 use crate::model::scope::Scope;
@@ -53,6 +56,9 @@ pub struct Follower {
     first: bool,
     /// When the run's flows are worth handing out again.
     flows: FlowWatch,
+    /// The exchanges the run recorded for us (a start that records), and their bytes.
+    recorded: Vec<Exchange>,
+    recorded_bytes: u64,
 }
 
 impl Follower {
@@ -133,12 +139,21 @@ impl Follower {
             done: false,
             first: true,
             flows: FlowWatch::default(),
+            recorded: Vec::new(),
+            recorded_bytes: 0,
         }
     }
 
     /// The run followed.
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    /// The exchanges the run recorded for this caller (a start with `record` followed over
+    /// the control socket), once its envelope was handed out; taken.
+    pub fn take_recorded(&mut self) -> Vec<Exchange> {
+        self.recorded_bytes = 0;
+        std::mem::take(&mut self.recorded)
     }
 
     /// The seq of the last entry handed out.
@@ -172,8 +187,22 @@ impl Follower {
             if self.done {
                 return None;
             }
-            let event = stream.next().await;
+            let mut event = stream.next().await;
+            // The exchanges a start that records sent are kept for [`Follower::take_recorded`]
+            // (bounded as a cassette's lines are).
+            while let Ok(FollowEvent::Recorded(exchange)) = event {
+                let bytes = serde_json::to_string(&exchange).map_or(u64::MAX, |line| line.len() as u64 + 1);
+                self.recorded_bytes = self.recorded_bytes.saturating_add(bytes);
+                if self.recorded_bytes > MAX_CASSETTE_BYTES {
+                    self.done = true;
+                    let message = format!("the run's recorded exchanges sent are over {MAX_CASSETTE_BYTES} bytes");
+                    return Some(Err(ClientError::Protocol { path: stream.path().to_string(), message }.into()));
+                }
+                self.recorded.push(*exchange);
+                event = stream.next().await;
+            }
             return Some(match event {
+                Ok(FollowEvent::Recorded(_)) => Err(ServiceError::Unexpected { asked: "follow", got: "recorded" }),
                 Ok(FollowEvent::Progress(entry)) => {
                     self.after_seq = entry.seq;
                     Ok(Followed::Progress(entry))

@@ -7,7 +7,8 @@
 
 use super::approvals::{Approval, ApprovalState, Approvals, Decision, Started};
 use super::consent::{consented, trust_key, Consent, Operation, Question, TrustCheck};
-use super::wire::{Request, Response, Source, Target};
+use super::wire::{Request, Response, Source, Tape, Target};
+use crate::backend::cassette::Recording;
 use crate::backend::AgentBackend;
 use crate::engine::host::{Host, ResumeOptions, RunOptions};
 use crate::error::ApprovalError;
@@ -28,6 +29,22 @@ fn checked_cwd(cwd: Option<std::path::PathBuf>) -> Result<Option<std::path::Path
     }
 }
 
+/// The backend of a cassette a caller sent ([`Tape`]): its entries served from memory,
+/// checked against their keys here as a file's are; with `live`, what it does not hold goes
+/// there.
+fn sent_cassette(tape: Tape, live: Option<Arc<dyn AgentBackend>>) -> Arc<dyn AgentBackend> {
+    Arc::new(crate::backend::Cassette::replay_sent(&tape.shown, tape.entries, live))
+}
+
+/// `backend` recording its exchanges in memory for the caller when it asked (`record`).
+fn recorded(backend: Arc<dyn AgentBackend>, record: bool) -> (Arc<dyn AgentBackend>, Option<Recording>) {
+    if !record {
+        return (backend, None);
+    }
+    let recording = Recording::default();
+    (Arc::new(crate::backend::Cassette::record_into(backend, recording.clone())), Some(recording))
+}
+
 /// What a front door in this process hands over with a start, which no request can carry.
 #[derive(Default)]
 pub struct InProcess {
@@ -46,7 +63,7 @@ pub type Attempt = tokio::task::JoinHandle<Result<crate::model::envelope::RunEnv
 /// How [`Local::begin`] ended: the run started (its id and its attempt), or the start is
 /// held for the owner's approval.
 enum Begun {
-    Run(String, Attempt),
+    Run(String, Attempt, Option<Recording>),
     Held(Started),
 }
 
@@ -140,6 +157,11 @@ impl Local {
                 }))
             }
             Request::Metrics => Response::Metrics { text: crate::metrics::metrics().render(host.active_runs().len()) },
+            start @ (Request::Run { .. } | Request::Resume { .. }) if start.records() => {
+                return Err(Error::BadRequest(
+                    "`record` sends the run's exchanges on its follow stream: start it with `startFollowing`".into(),
+                ))
+            }
             start @ (Request::Run { .. } | Request::Resume { .. }) => match self.start(start).await? {
                 Started::Run(run_id) => Response::Started { run_id },
                 Started::Pending(approval) => Response::Approval(approval),
@@ -205,8 +227,10 @@ impl Local {
     fn hold(&self, session: Option<String>, question: Question, request: Option<Request>) -> Result<Started, Error> {
         let mut request = request.ok_or(Error::Misrouted("a start that does not ask was held"))?;
         match &mut request {
-            Request::Run { consent, .. } | Request::Resume { consent, .. } => {
-                *consent = Consent::Sha256(question.sha256.clone())
+            Request::Run { consent, record, .. } | Request::Resume { consent, record, .. } => {
+                *consent = Consent::Sha256(question.sha256.clone());
+                // Nobody follows a held start to take its recording.
+                *record = false;
             }
             _ => return Err(Error::Misrouted("not a start request")),
         }
@@ -224,9 +248,15 @@ impl Local {
     /// Start a run or a resume in the background; answer its id once it exists (or the
     /// error that kept it from existing), or the pending approval it now waits in.
     async fn start(&self, request: Request) -> Result<Started, Error> {
+        Ok(self.start_recorded(request).await?.0)
+    }
+
+    /// [`Local::start`], with the exchanges the run records for its caller when the request
+    /// asks (`record`): taken once the run has ended.
+    pub async fn start_recorded(&self, request: Request) -> Result<(Started, Option<Recording>), Error> {
         Ok(match self.begin(request, InProcess::default()).await? {
-            Begun::Run(run_id, _) => Started::Run(run_id),
-            Begun::Held(held) => held,
+            Begun::Run(run_id, _, recording) => (Started::Run(run_id), recording),
+            Begun::Held(held) => (held, None),
         })
     }
 
@@ -237,7 +267,7 @@ impl Local {
     /// its door asked its own user.
     pub async fn start_with(&self, request: Request, here: InProcess) -> Result<(String, Attempt), Error> {
         match self.begin(request, here).await? {
-            Begun::Run(run_id, attempt) => Ok((run_id, attempt)),
+            Begun::Run(run_id, attempt, _) => Ok((run_id, attempt)),
             Begun::Held(_) => Err(Error::Misrouted("a start in this process was held for approval")),
         }
     }
@@ -259,7 +289,7 @@ impl Local {
             }
             let _ = started.send(id.to_string());
         });
-        let task = match request {
+        let (task, recording) = match request {
             Request::Run {
                 session,
                 component,
@@ -271,12 +301,19 @@ impl Local {
                 consent,
                 trace_parent,
                 caller_cwd,
+                replay,
+                record,
             } => {
                 // Refuse an unusable backend before the run exists.
-                let chosen = match backend {
-                    Some(backend) => backend,
-                    None => host.chosen_backend(&choice)?,
+                let chosen = match (backend, replay) {
+                    (Some(backend), _) => backend,
+                    (None, Some(tape)) => {
+                        let live = if tape.then_live { Some(host.chosen_backend(&choice)?) } else { None };
+                        sent_cassette(tape, live)
+                    }
+                    (None, None) => host.chosen_backend(&choice)?,
                 };
+                let (chosen, recording) = recorded(chosen, record);
                 let factory = match &component {
                     Target::File(path) => host.load_file(path).await?,
                     Target::Registered(name) => host.load_registered_for(&session, name).await?,
@@ -311,13 +348,14 @@ impl Local {
                     trace_parent,
                     caller_cwd: checked_cwd(caller_cwd)?,
                 };
-                tokio::spawn(async move {
+                let task = tokio::spawn(async move {
                     if declined {
                         host.decline(&factory, options).await
                     } else {
                         host.run(&factory, options).await
                     }
-                })
+                });
+                (task, recording)
             }
             Request::Resume {
                 scope,
@@ -329,7 +367,33 @@ impl Local {
                 trace_parent,
                 caller_cwd,
                 input,
+                replay,
+                record,
             } => {
+                // A cassette sent with the resume wraps the backend the resume runs on.
+                let backend = match (backend, replay) {
+                    (Some(backend), _) => Some(backend),
+                    (None, Some(tape)) => {
+                        let live = match tape.then_live {
+                            true => Some(host.resumed_backend(&scope, &run_id, &choice).await?),
+                            false => None,
+                        };
+                        Some(sent_cassette(tape, live))
+                    }
+                    (None, None) => None,
+                };
+                let backend = match (backend, record) {
+                    (Some(backend), true) => Some(backend),
+                    (None, true) => Some(host.resumed_backend(&scope, &run_id, &choice).await?),
+                    (backend, false) => backend,
+                };
+                let (backend, recording) = match backend {
+                    Some(backend) => {
+                        let (backend, recording) = recorded(backend, record);
+                        (Some(backend), recording)
+                    }
+                    None => (None, None),
+                };
                 let component = match component {
                     Some(path) => Some(host.load_file(&path).await?),
                     None => None,
@@ -386,18 +450,18 @@ impl Local {
                     caller_cwd: checked_cwd(caller_cwd)?,
                     input,
                 };
-                tokio::spawn(async move { host.resume(&run_id, options).await })
+                (tokio::spawn(async move { host.resume(&run_id, options).await }), recording)
             }
             _ => return Err(Error::Misrouted("not a start request")),
         };
         match started_rx.await {
-            Ok(run_id) => Ok(Begun::Run(run_id, task)),
+            Ok(run_id) => Ok(Begun::Run(run_id, task, recording)),
             // The run failed before it existed: its error is the answer.
             Err(_) => match task.await {
                 Ok(Err(e)) => Err(e),
                 Ok(Ok(envelope)) => {
                     let run_id = envelope.run_id.clone();
-                    Ok(Begun::Run(run_id, tokio::spawn(async move { Ok(envelope) })))
+                    Ok(Begun::Run(run_id, tokio::spawn(async move { Ok(envelope) }), recording))
                 }
                 Err(e) => Err(Error::Task(e)),
             },

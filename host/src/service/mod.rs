@@ -31,5 +31,6 @@ pub use local::{Attempt, InProcess, Local};
 pub use remote::{ClientError, FollowStream, Remote};
 pub use wire::{
     caller_cwd, parse_request, read_line_bounded, Answer, Description, Event, FollowEvent, Frame, RemoteError, Removed,
-    Request, Response, Source, StartedAnswer, Target, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, WIRE_VERSION,
+    Request, Response, Source, StartedAnswer, Tape, Target, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES,
+    MAX_TAPE_REQUEST_BYTES, WIRE_VERSION,
 };

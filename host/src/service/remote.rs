@@ -280,6 +280,11 @@ pub struct FollowStream {
 }
 
 impl FollowStream {
+    /// The control socket it reads.
+    pub fn path(&self) -> &str {
+        &self.lines.path
+    }
+
     /// The next event. A stream the service closes before its last event (an envelope or
     /// a failure) is [`ClientError::Disconnected`].
     pub async fn next(&mut self) -> Result<FollowEvent, ClientError> {

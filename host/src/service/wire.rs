@@ -34,12 +34,19 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 /// registers each and answers `factories`; pending approvals (a start with consent `ask` may
 /// answer `approval`; `approvals`, `approval` and `decide` list, wait on and answer them);
 /// `gc` deletes the ended runs a retention policy no longer keeps (of those the scope sees),
-/// answered by `collected`; `usage` says where the store's bytes go. Version 9: `describe` says what a
-/// factory is (file or registered) as the service loads it, answered by `described`.
+/// answered by `collected`; `usage` says where the store's bytes go. Version 9: `describe` says
+/// what a factory is (file or registered) as the service loads it, answered by `described`;
+/// a `run` or `resume` may carry a cassette the caller read (`replay`, a [`Tape`]), and a
+/// request carrying one may be up to [`MAX_TAPE_REQUEST_BYTES`]; with `record` its exchanges
+/// come back on the `startFollowing` stream (`recorded` events).
 pub const WIRE_VERSION: u32 = 9;
 
 /// The longest request line a server reads (requests are small: ids, paths, limits).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
+
+/// The longest request line that carries a cassette ([`Tape`]): the cassette's bound and
+/// a request's.
+pub const MAX_TAPE_REQUEST_BYTES: u64 = MAX_REQUEST_BYTES + crate::backend::cassette::MAX_CASSETTE_BYTES;
 
 /// The longest response line a client reads (progress pages and details can be large).
 pub const MAX_RESPONSE_BYTES: u64 = 64 << 20;
@@ -163,6 +170,16 @@ pub enum Request {
         /// (`bad_request`) rather than running without hiding it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         caller_cwd: Option<PathBuf>,
+        /// A cassette the caller read from its own file (`--replay`): the run's calls are
+        /// served from it, the service's backend called only for what it does not hold
+        /// with `thenLive`. The service never opens a file a request names.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replay: Option<Tape>,
+        /// Record the run's exchanges in memory (at most a cassette's bound) for the caller
+        /// (`--record`): they follow the run's progress on a `startFollowing` stream, each a
+        /// [`FollowEvent::Recorded`] before the envelope; refused on a plain `run`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        record: bool,
     },
     /// Resume a run the scope sees in the background (it stays in its own session); answers
     /// [`Response::Started`] once the attempt starts.
@@ -189,6 +206,13 @@ pub enum Request {
         /// absent: it returns none. Refused (`not_at_checkpoint`) for a run that waits at none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         input: Option<serde_json::Value>,
+        /// A cassette the caller read, as [`Request::Run`]'s `replay` (`thenLive`: calls it
+        /// does not hold go to the backend the resume runs on).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replay: Option<Tape>,
+        /// Record the attempt's exchanges for the caller, as [`Request::Run`]'s `record`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        record: bool,
     },
     /// Register a factory under its meta name: for everyone (what `factory add` does), or
     /// with `session` in that session's own scope only (it shadows one of the same name
@@ -264,6 +288,38 @@ impl Request {
             Request::Decide { .. } => "decide",
         }
     }
+}
+
+impl Request {
+    /// Whether the request (a start) asks for its exchanges recorded for the caller.
+    pub fn records(&self) -> bool {
+        matches!(self, Request::Run { record: true, .. } | Request::Resume { record: true, .. })
+    }
+
+    /// Whether the request (or the start it follows) carries a cassette, so may be up to
+    /// [`MAX_TAPE_REQUEST_BYTES`] long.
+    pub fn carries_tape(&self) -> bool {
+        match self {
+            Request::Run { replay, .. } | Request::Resume { replay, .. } => replay.is_some(),
+            Request::StartFollowing { start } => start.carries_tape(),
+            _ => false,
+        }
+    }
+}
+
+/// A cassette a caller read from its own file and sends with a start (wire 9): the service
+/// checks every entry against its key again and serves calls from them in memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tape {
+    /// The file as the caller named it: shown in messages, never opened by the service.
+    pub shown: PathBuf,
+    /// Its exchanges in file order, each with its line.
+    pub entries: Vec<crate::backend::cassette::TapeEntry>,
+    /// Calls it does not hold go to the run's backend (`--replay-then-live`); otherwise
+    /// such a call is a replay miss.
+    #[serde(default)]
+    pub then_live: bool,
 }
 
 /// This process's working directory, canonical, as a `Run` or `Resume` request carries it
@@ -451,6 +507,9 @@ pub type Event = RunUpdated;
 pub enum FollowEvent {
     /// The run's next progress entry.
     Progress(ProgressEntry),
+    /// One exchange the run recorded for its caller (a start with `record`), in the order
+    /// made: all of them come after the run's progress, right before `ended`.
+    Recorded(Box<crate::backend::cassette::Exchange>),
     /// The run is terminal: its envelope, the stream's last event.
     Ended(Box<RunEnvelope>),
     /// Following failed (the run went away, the store failed): the stream's last event.
@@ -549,6 +608,8 @@ mod tests {
             trace_parent: None,
             caller_cwd: Some(PathBuf::from("/home/me/project")),
             input: Some(serde_json::json!({"approved": true})),
+            replay: None,
+            record: true,
         };
         let requests = vec![
             Request::Runs { scope: Scope::from("s"), after: None, limit: None },
@@ -588,6 +649,8 @@ mod tests {
                         .unwrap(),
                 ),
                 caller_cwd: None,
+                replay: Some(Tape { shown: PathBuf::from("tape.jsonl"), entries: Vec::new(), then_live: true }),
+                record: false,
             },
             resume.clone(),
             Request::Subscribe { scope: Scope::from("s") },
@@ -638,7 +701,7 @@ mod tests {
             r#"{"wire":6,"body":{"op":"runs","scope":"owner"}}"#,
             // Version 7 knew no pending approvals and no `gc`.
             r#"{"wire":7,"body":{"op":"runs","scope":"owner"}}"#,
-            // Version 8 knew no `describe`.
+            // Version 8 knew no `describe` and no cassette sent with a start.
             r#"{"wire":8,"body":{"op":"runs","scope":"owner"}}"#,
         ] {
             let e = parse_request(text.as_bytes()).unwrap_err();

@@ -7,8 +7,10 @@ use crate::doors::args::GlobalArgs;
 use crate::doors::cli::escape::esc;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use factory_host::backend::cassette::read_tape;
 use factory_host::backend::{self, AgentBackend, AgentRequest, BackendRef, Cassette};
 use factory_host::config::{BackendKind, Config, CONFIG_FILE};
+use factory_host::service::Tape;
 use factory_host::BackendChoice;
 use serde_json::json;
 use std::path::PathBuf;
@@ -55,12 +57,14 @@ impl BackendArgs {
     }
 
     /// The choice to send to the process that holds the store, which builds backends from
-    /// its own configuration and never writes or reads a file a client names.
-    pub fn remote_choice(&self) -> Result<BackendChoice> {
-        if self.cassette() {
+    /// its own configuration and never writes or reads a file a client names (a cassette
+    /// goes as [`BackendArgs::sent_tape`]; a recording comes back on the follow stream and is
+    /// written here, so it cannot be `detach`ed).
+    pub fn remote_choice(&self, detach: bool) -> Result<BackendChoice> {
+        if self.record.is_some() && detach {
             anyhow::bail!(
-                "--record and --replay need this process to hold the store, but another factory process \
-                 holds it (stop it, or use another --state-dir)"
+                "--record writes the cassette here when the run ends, so it follows the run: it cannot be used \
+                 with --detach"
             );
         }
         if self.config.is_some() {
@@ -75,6 +79,20 @@ impl BackendArgs {
             choice.name = Some(format!("script:{}", file.display()));
         }
         Ok(choice)
+    }
+}
+
+impl BackendArgs {
+    /// `--replay FILE` as the process holding the store gets it: the file read here, as the
+    /// caller, bounded as a local replay reads it ([`read_tape`]), and sent with the start
+    /// (the service checks each entry against its key again and never opens the file).
+    pub fn sent_tape(&self) -> Result<Option<Tape>> {
+        let Some(file) = &self.replay else { return Ok(None) };
+        if self.backend.is_some() && !self.replay_then_live {
+            eprintln!("factory: --replay serves every call from the cassette; --backend is not used");
+        }
+        let entries = read_tape(file)?;
+        Ok(Some(Tape { shown: file.clone(), entries, then_live: self.replay_then_live }))
     }
 }
 

@@ -5,18 +5,22 @@ use crate::doors::args::GlobalArgs;
 use crate::doors::cli::events::EventSink;
 use crate::doors::cli::progress_ui;
 use crate::doors::daemon::remote;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use factory_host::backend::cassette::{write_cassette, Exchange};
 use factory_host::service::{Client, ClientError, Followed, Follower, Request, ServiceError};
 use factory_host::{ProgressEntry, RunEnvelope};
+use std::path::Path;
 
 /// Send a `Run`/`Resume` request; with `detach`, print the run id and return `None`,
-/// otherwise follow the run to its end.
+/// otherwise follow the run to its end. `record`: the cassette file (the caller's) to write
+/// the exchanges the run recorded to once it ends (the request asks for them).
 pub async fn start(
     g: &GlobalArgs,
     request: Request,
     detach: bool,
     quiet: bool,
     events: Option<EventSink>,
+    record: Option<&Path>,
 ) -> Result<Option<RunEnvelope>> {
     if !detach && g.no_daemon && !quiet {
         eprintln!("factory: the store is held by another factory process; running the factory there");
@@ -38,7 +42,12 @@ pub async fn start(
     if let Some(sink) = &events {
         sink.started(follower.run_id());
     }
-    let envelope = follow_with(&client, follower, quiet, events.clone(), true, Some(g)).await?;
+    // A recording is in the service that ran the run: one started again has none to send.
+    let restart = if record.is_some() { None } else { Some(g) };
+    let (envelope, recorded) = follow_with(&client, follower, quiet, events.clone(), true, restart).await?;
+    if let Some(file) = record {
+        write_cassette(file, &recorded).with_context(|| format!("writing the cassette {}", file.display()))?;
+    }
     if let Some(sink) = &events {
         sink.finished(&envelope);
     }
@@ -68,10 +77,11 @@ pub async fn follow(
     restart: Option<&GlobalArgs>,
 ) -> Result<RunEnvelope> {
     let follower = Follower::new(client.clone(), factory_host::Scope::Owner, run_id, after_seq).await;
-    follow_with(client, follower, quiet, events, cancel_on_interrupt, restart).await
+    Ok(follow_with(client, follower, quiet, events, cancel_on_interrupt, restart).await?.0)
 }
 
-/// [`follow`] with a follower already made (one that started the run, say).
+/// [`follow`] with a follower already made (one that started the run, say), and the
+/// exchanges the run recorded for us (a start that records).
 async fn follow_with(
     client: &Client,
     mut follower: Follower,
@@ -79,7 +89,7 @@ async fn follow_with(
     events: Option<EventSink>,
     cancel_on_interrupt: bool,
     restart: Option<&GlobalArgs>,
-) -> Result<RunEnvelope> {
+) -> Result<(RunEnvelope, Vec<Exchange>)> {
     let run_id = &follower.run_id().to_string();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<ProgressEntry>();
     let ui = progress_ui::spawn(rx, quiet, events);
@@ -119,5 +129,5 @@ async fn follow_with(
     };
     drop(tx);
     ui.finish().await;
-    Ok(envelope)
+    Ok((envelope, follower.take_recorded()))
 }

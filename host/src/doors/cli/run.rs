@@ -3,8 +3,10 @@
 //! says how to resume it; exit code 0 only for `completed`. Either way a run starts through
 //! the service: the one in this process when it opens the store (a cassette or a config
 //! file of the command's own rides along as the backend), else the process holding the
-//! store, and is followed from here; `--detach` hands it to a background `factory serve`
-//! (started if needed) and prints the run id.
+//! store (a `--replay` cassette read here goes with the start, and a `--record` one comes
+//! back with its end and is written here), and is followed from here;
+//! `--detach` hands it to a background `factory serve` (started if needed) and prints the
+//! run id.
 
 use crate::doors::args::{GlobalArgs, LimitArgs};
 use crate::doors::cli::backends::{cassette_backend, load_config, BackendArgs};
@@ -19,7 +21,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use factory_host::backend::AgentBackend;
 use factory_host::config::Config;
-use factory_host::service::{Client, Consent, InProcess, Local, Request, Target};
+use factory_host::service::{Client, Consent, InProcess, Local, Request, Tape, Target};
 use factory_host::{RunEnvelope, RunStatus, Scope};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -100,8 +102,8 @@ async fn open_local(g: &GlobalArgs, out: &OutputArgs) -> Result<Option<(Local, A
     }
     let config = Arc::new(load_config(g, out.backend.config.as_ref())?);
     // A cassette, or a config file of this command's own or of the project (the service
-    // reads neither), needs this process to run it: it opens the store itself (unless a
-    // service holds it, which is then told no).
+    // reads neither), is used here when this process can open the store itself; when a
+    // service holds it, a cassette goes with the start and comes back with its end instead.
     let project_config = factory_host::config::Config::discover_path(&g.state_dir)
         .is_some_and(|path| factory_host::access::is_project_local(&path));
     let reach = if out.backend.cassette() || out.backend.config.is_some() || project_config {
@@ -124,10 +126,12 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
     let limits = a.limits.limits();
     let grants = a.consent.grants()?;
     let Some((local, config)) = open_local(g, &a.out).await? else {
-        let backend = a.out.backend.remote_choice()?;
+        let backend = a.out.backend.remote_choice(a.out.detach)?;
+        // A cassette is read here, as the caller, and refused here before anything is sent.
+        let replay = a.out.backend.sent_tape()?;
         let component = remote_target(&a.target, &target::BuildConsent::new(g, a.consent.yes.yes))?;
         let yes = &a.consent.yes;
-        let shown = trust::remote_backend(&backend);
+        let shown = shown_remote(&backend, replay.as_ref());
         // The service that will run it (started now for a detached run, which starts it
         // anyway) describes the factory for the consent question, as it will load it.
         let client = Client::Remote(crate::doors::daemon::ensure(g).await?);
@@ -148,8 +152,13 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
             trace_parent: None,
             // The service runs elsewhere: it hides this directory from agent sandboxes.
             caller_cwd: factory_host::service::caller_cwd(),
+            replay,
+            // Recorded there, written here (`remote::start`).
+            record: a.out.backend.record.is_some(),
         };
-        return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
+        return match remote::start(g, request, a.out.detach, a.out.quiet, events, a.out.backend.record.as_deref())
+            .await?
+        {
             Some(envelope) if declined => trust::report_declined(&envelope, a.out.json),
             Some(envelope) => report(envelope, &a.out),
             None => Ok(ExitCode::SUCCESS),
@@ -184,6 +193,9 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> Result<ExitCode> {
         trace_parent: None,
         // This process's own working directory is always hidden from agent sandboxes.
         caller_cwd: None,
+        // A cassette here is the backend handed over below.
+        replay: None,
+        record: false,
     };
     let envelope = in_process(g, &local, request, Some(backend), a.out.quiet, events).await?;
     if declined {
@@ -196,7 +208,8 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
     let events = a.out.events.as_deref().map(EventSink::open).transpose()?;
     let limits = a.limits.limits();
     let Some((local, config)) = open_local(g, &a.out).await? else {
-        let backend = a.out.backend.remote_choice()?;
+        let backend = a.out.backend.remote_choice(a.out.detach)?;
+        let replay = a.out.backend.sent_tape()?;
         let component = match &a.component {
             Some(path) => Some(std::path::absolute(target::resolve(path, &target::BuildConsent::new(g, a.yes.yes))?)?),
             None => None,
@@ -204,7 +217,7 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
         let approved = match &component {
             Some(file) => {
                 let source = file.display().to_string();
-                let shown = trust::remote_backend(&backend);
+                let shown = shown_remote(&backend, replay.as_ref());
                 let client = Client::Remote(crate::doors::daemon::ensure(g).await?);
                 match trust::consent_remote(
                     g,
@@ -240,8 +253,12 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
             // The service runs elsewhere: it hides this directory from agent sandboxes.
             caller_cwd: factory_host::service::caller_cwd(),
             input: a.input.clone(),
+            replay,
+            record: a.out.backend.record.is_some(),
         };
-        return match remote::start(g, request, a.out.detach, a.out.quiet, events).await? {
+        return match remote::start(g, request, a.out.detach, a.out.quiet, events, a.out.backend.record.as_deref())
+            .await?
+        {
             Some(envelope) => report(envelope, &a.out),
             None => Ok(ExitCode::SUCCESS),
         };
@@ -294,9 +311,23 @@ pub async fn resume(g: &GlobalArgs, a: ResumeArgs) -> Result<ExitCode> {
         trace_parent: None,
         caller_cwd: None,
         input: a.input.clone(),
+        replay: None,
+        record: false,
     };
     let envelope = in_process(g, &local, request, own_backend, a.out.quiet, events).await?;
     report(envelope, &a.out)
+}
+
+/// The backend a consent question names for a start the process holding the store runs:
+/// the cassette sent with it, or the backend it configures.
+fn shown_remote(choice: &factory_host::BackendChoice, replay: Option<&Tape>) -> String {
+    match replay {
+        Some(tape) if tape.then_live => {
+            format!("replay of `{}`, then {}", tape.shown.display(), trust::remote_backend(choice))
+        }
+        Some(tape) => format!("replay of `{}`", tape.shown.display()),
+        None => trust::remote_backend(choice),
+    }
 }
 
 /// Consent again to the component a resume runs (the run's last one), as

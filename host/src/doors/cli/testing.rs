@@ -414,6 +414,8 @@ async fn run_case(under: &Under<'_>, case: &Case, backend: Arc<Cassette>) -> Res
         consent: Consent::Sha256(under.consent.clone()),
         trace_parent: None,
         caller_cwd: None,
+        replay: None,
+        record: false,
     };
     let here = InProcess { backend: Some(backend), ..InProcess::default() };
     let ended = match under.service.start_with(request, here).await {

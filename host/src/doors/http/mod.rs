@@ -488,6 +488,8 @@ impl Api {
                     trace_parent,
                     caller_cwd: None,
                     input: body.input,
+                    replay: None,
+                    record: false,
                 };
                 return self.start(scope, start, ask.wait()).await;
             }
@@ -508,6 +510,8 @@ impl Api {
                     consent: ask.consent(body.approved),
                     trace_parent,
                     caller_cwd: None,
+                    replay: None,
+                    record: false,
                 };
                 return self.start(scope, start, ask.wait()).await;
             }

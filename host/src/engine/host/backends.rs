@@ -50,6 +50,18 @@ impl Host {
         Ok(self.config.catalog.build(&reference)?)
     }
 
+    /// The backend a caller's resume of run `run_id` (as `scope` sees it) runs on for
+    /// `choice`: the one its last attempt recorded, or the one `choice` names.
+    pub async fn resumed_backend(
+        &self,
+        scope: &crate::model::scope::Scope,
+        run_id: &str,
+        choice: &BackendChoice,
+    ) -> Result<Arc<dyn AgentBackend>, Error> {
+        let record = self.record(scope, run_id).await?;
+        self.recorded_backend(&record, choice)
+    }
+
     /// The backend a resume of `record` uses: the one its last attempt recorded (with the
     /// model or name `choice` changes), built again — never a silent fallback.
     pub(super) fn recorded_backend(
