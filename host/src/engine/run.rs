@@ -214,20 +214,22 @@ pub(crate) fn classify_trap(error: &wasmtime::Error) -> Failure {
             _ => {}
         }
     }
-    // The root cause alone ("forcing trap when growing memory to N bytes"): the wasm
-    // backtrace around it says nothing to the factory's author.
-    let cause = error.root_cause().to_string();
-    if message.contains("forcing trap when growing memory") {
-        return Failure::sandbox_limit(
-            crate::model::sandbox_limits::SandboxLimitKind::Memory,
-            format!("the guest exceeded its memory limit: {cause}"),
-        );
-    }
-    if message.contains("forcing trap when growing table") {
-        return Failure::sandbox_limit(
-            crate::model::sandbox_limits::SandboxLimitKind::Table,
-            format!("the guest exceeded its table limit: {cause}"),
-        );
+    // The refused growth alone: the wasm backtrace around it says nothing to the factory's
+    // author.
+    match error.downcast_ref::<crate::sandbox::GrowthRefused>() {
+        Some(refused @ crate::sandbox::GrowthRefused::Memory { .. }) => {
+            return Failure::sandbox_limit(
+                crate::model::sandbox_limits::SandboxLimitKind::Memory,
+                format!("the guest exceeded its memory limit: {refused}"),
+            );
+        }
+        Some(refused @ crate::sandbox::GrowthRefused::Table { .. }) => {
+            return Failure::sandbox_limit(
+                crate::model::sandbox_limits::SandboxLimitKind::Table,
+                format!("the guest exceeded its table limit: {refused}"),
+            );
+        }
+        None => {}
     }
     Failure::new(crate::model::envelope::FailureType::Trap, None, message)
 }

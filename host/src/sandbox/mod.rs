@@ -17,7 +17,7 @@ pub(crate) mod contract;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wasmtime::component::Linker;
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Config, Engine, ResourceLimiter, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -183,7 +183,7 @@ pub struct RunData<T> {
     host: T,
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: GuestLimits,
     output: MemoryOutputPipe,
     /// Keeps the epoch ticker running while this store lives.
     _ticking: ticker::Live,
@@ -274,6 +274,76 @@ fn check_grant(path: &Path) -> Result<String, GrantError> {
     canonical.into_os_string().into_string().map_err(|_| GrantError::NotUtf8(shown))
 }
 
+/// A guest's growth the store refused: the typed cause of the trap that ends it, which the
+/// engine names as the sandbox limit it hit (no message is read for it).
+#[derive(Debug, thiserror::Error)]
+pub enum GrowthRefused {
+    /// A linear memory would grow past the store's memory limit (or its own maximum).
+    #[error("forcing trap when growing memory to {desired} bytes, over the limit of {limit}")]
+    Memory {
+        /// The size it asked for.
+        desired: usize,
+        /// The most it may have.
+        limit: usize,
+    },
+    /// A table would grow past the store's element limit (or its own maximum).
+    #[error("forcing trap when growing table to {desired} elements, over the limit of {limit}")]
+    Table {
+        /// The elements it asked for.
+        desired: usize,
+        /// The most it may have.
+        limit: usize,
+    },
+}
+
+/// The store's resource limits ([`SandboxLimits`]): a growth past them traps with a
+/// [`GrowthRefused`], as does a growth the host cannot give (memory it cannot have).
+struct GuestLimits {
+    memory_bytes: usize,
+    table_elements: usize,
+    instances: usize,
+    tables: usize,
+    memories: usize,
+}
+
+impl ResourceLimiter for GuestLimits {
+    fn memory_growing(&mut self, _current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let limit = maximum.map_or(self.memory_bytes, |max| max.min(self.memory_bytes));
+        if desired > limit {
+            return Err(GrowthRefused::Memory { desired, limit }.into());
+        }
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        Err(error.context("forcing a memory growth failure to be a trap"))
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let limit = maximum.map_or(self.table_elements, |max| max.min(self.table_elements));
+        if desired > limit {
+            return Err(GrowthRefused::Table { desired, limit }.into());
+        }
+        Ok(true)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        Err(error.context("forcing a table growth failure to be a trap"))
+    }
+
+    fn instances(&self) -> usize {
+        self.instances
+    }
+
+    fn tables(&self) -> usize {
+        self.tables
+    }
+
+    fn memories(&self) -> usize {
+        self.memories
+    }
+}
+
 /// A new store for one attempt of a run, holding `host` (the caller's state for the run).
 /// Each of `grants` (checked directories) is mounted read-only at [`grant_mount_point`];
 /// nothing else of the host is visible.
@@ -290,14 +360,13 @@ pub(crate) fn new_store<T>(
         wasi.preopened_dir(dir, grant_mount_point(index), FsPerms::ReadOnly)?;
     }
     let wasi = wasi.build();
-    let store_limits = StoreLimitsBuilder::new()
-        .memory_size(limits.memory_bytes)
-        .table_elements(limits.table_elements)
-        .instances(limits.instances)
-        .tables(limits.tables)
-        .memories(limits.memories)
-        .trap_on_grow_failure(true)
-        .build();
+    let store_limits = GuestLimits {
+        memory_bytes: limits.memory_bytes,
+        table_elements: limits.table_elements,
+        instances: limits.instances,
+        tables: limits.tables,
+        memories: limits.memories,
+    };
     let data = RunData {
         host,
         wasi,

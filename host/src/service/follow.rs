@@ -90,20 +90,14 @@ impl Follower {
     /// [`super::Request::Resume`]) and follow it from its first entry of this attempt (see
     /// [`Follower::start_after_seq`]), as `scope` sees it
     /// (the run's session, or the resume's scope). Over the control socket this is one
-    /// connection (`startFollowing`); a service without it gets a start and a follow.
+    /// connection (`startFollowing`, which every service of this wire version serves).
     pub async fn start(client: Client, scope: impl Into<Scope>, request: super::Request) -> Result<Self, ServiceError> {
         let scope = scope.into();
         if let Client::Remote(remote) = &client {
-            match remote.start_following(request.clone()).await {
-                Ok((run_id, stream)) => {
-                    let mut follower = Follower::bare(client, scope, &run_id, 0);
-                    follower.stream = Some(stream);
-                    return Ok(follower);
-                }
-                Err(ClientError::Remote(e))
-                    if e.code == ErrorCode::BadRequest && e.message.contains("startFollowing") => {}
-                Err(e) => return Err(e.into()),
-            }
+            let (run_id, stream) = remote.start_following(request).await?;
+            let mut follower = Follower::bare(client, scope, &run_id, 0);
+            follower.stream = Some(stream);
+            return Ok(follower);
         }
         let after_seq = Follower::start_after_seq(&client, &scope, &request).await?;
         let run_id = client.start(request).await?;
