@@ -30,12 +30,11 @@ use crate::doors::cli::trust::{self, YesArg};
 use anstyle::AnsiColor;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use factory_host::backend::cassette::{read_cassette, CassetteUsage, Exchange, RecordedCall, CASSETTE_VERSION};
+use factory_host::backend::cassette::{read_cassette, CassetteUsage, Exchange, RecordedCall};
 use factory_host::backend::{AgentBackend, Cassette};
 use factory_host::model::expect::{Case, TestFile};
 use factory_host::service::{Client, Consent, InProcess, Local, Request, Target};
 use factory_host::{Host, HostConfig, Limits};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -574,26 +573,10 @@ fn write_cassette(cassette: &Path, recordings: &[PathBuf]) -> Result<()> {
             }
         }
     }
-    let mut text = serde_json::json!({ "cassette": "factory", "version": CASSETTE_VERSION }).to_string();
-    text.push('\n');
-    for exchange in &exchanges {
-        text.push_str(&serde_json::to_string(exchange)?);
-        text.push('\n');
-    }
     // A fresh file of our own in the cassette's directory (`O_EXCL`: never one planted
     // there, nor a symlink), renamed over the cassette: a symlink at its path is replaced,
     // not followed.
-    let temp = cassette.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
-    let mut out = factory_host::access::private_file_options()
-        .create_new(true)
-        .open(&temp)
-        .with_context(|| format!("creating {}", temp.display()))?;
-    let written = out.write_all(text.as_bytes()).and_then(|()| out.sync_all());
-    let renamed = written.and_then(|()| std::fs::rename(&temp, cassette));
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    renamed.with_context(|| format!("writing {}", cassette.display()))
+    Ok(factory_host::backend::cassette::write_cassette(cassette, &exchanges)?)
 }
 
 /// XML text with `&`, `<`, `>`, `"`, `'` escaped and characters XML 1.0 cannot hold shown

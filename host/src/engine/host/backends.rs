@@ -22,6 +22,16 @@ pub(super) fn caller_hidden(backend: Arc<dyn AgentBackend>, record: &RunRecord) 
 impl Host {
     /// The backend `reference` names, built here (its key variable must be set).
     pub(super) fn backend_of(&self, reference: &BackendRef) -> Result<Arc<dyn AgentBackend>, Error> {
+        match self.reused_backend(reference)? {
+            Some(backend) => Ok(backend),
+            None => Ok(self.config.catalog.build(reference)?),
+        }
+    }
+
+    /// What is decided before the catalog builds `reference`: refused when the variable
+    /// that held its API key is not set; the host's own backend when it is that one (reused,
+    /// not built again); `None` when the catalog must build it.
+    fn reused_backend(&self, reference: &BackendRef) -> Result<Option<Arc<dyn AgentBackend>>, Error> {
         if let Some(var) = &reference.key_env {
             if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
                 return Err(BackendUnavailable {
@@ -32,10 +42,9 @@ impl Host {
             }
         }
         let default = self.config.backend.reference();
-        if default.name == reference.name && default.model == reference.model && default.config == reference.config {
-            return Ok(self.config.backend.clone());
-        }
-        Ok(self.config.catalog.build(reference)?)
+        let same =
+            default.name == reference.name && default.model == reference.model && default.config == reference.config;
+        Ok(same.then(|| self.config.backend.clone()))
     }
 
     /// The backend a new run uses for `choice`: the host's default when it is empty, else
@@ -82,18 +91,8 @@ impl Host {
                 .into())
             }
         };
-        if let Some(var) = &reference.key_env {
-            if std::env::var(var).map_or(true, |v| v.trim().is_empty()) {
-                return Err(BackendUnavailable {
-                    backend: reference.display(),
-                    missing: format!("the variable `{var}` that held its API key is not set").into(),
-                }
-                .into());
-            }
-        }
-        let default = self.config.backend.reference();
-        if default.name == reference.name && default.model == reference.model && default.config == reference.config {
-            return Ok(self.config.backend.clone());
+        if let Some(backend) = self.reused_backend(&reference)? {
+            return Ok(backend);
         }
         self.config.catalog.build(&reference).map_err(|mut e| {
             if choice.name.is_none() {
