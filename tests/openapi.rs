@@ -54,6 +54,18 @@ fn matches_template(template: &str, path: &str) -> bool {
         && want.iter().zip(&have).all(|(w, h)| w == h || (w.starts_with('{') && w.ends_with('}') && !h.is_empty()))
 }
 
+/// `tests/openapi/validate.py`'s verdict on `cases` (`{where, schema, instance}`) against
+/// the document `doc`.
+fn validate(doc: &Value, cases: &[Value]) -> std::process::Output {
+    let file = tempfile::NamedTempFile::new().expect("a scratch file");
+    serde_json::to_writer(&file, &json!({ "document": doc, "cases": cases })).expect("the cases written");
+    std::process::Command::new("python3")
+        .arg(common::root().join("tests/openapi/validate.py"))
+        .arg(file.path())
+        .output()
+        .expect("python3 runs")
+}
+
 /// The methods probed on every path.
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
@@ -227,13 +239,7 @@ async fn the_openapi_document_lists_exactly_the_routes_served_and_each_answers()
     // Each JSON answer is what the document says it is, field for field: checked by the
     // `jsonschema` package's Draft 2020-12 validator, no undocumented property allowed.
     assert!(answers.len() >= 20, "{} JSON answers", answers.len());
-    let cases = tempfile::NamedTempFile::new().expect("a scratch file");
-    serde_json::to_writer(&cases, &json!({ "document": doc, "cases": answers })).expect("the cases written");
-    let out = std::process::Command::new("python3")
-        .arg(common::root().join("tests/openapi/validate.py"))
-        .arg(cases.path())
-        .output()
-        .expect("python3 runs");
+    let out = validate(&doc, &answers);
     assert!(
         out.status.success(),
         "answers that are not what the document says (is `jsonschema` installed? ./test installs mcp, which brings \
@@ -254,13 +260,7 @@ async fn the_openapi_document_lists_exactly_the_routes_served_and_each_answers()
     let mut mistyped = detail;
     mistyped["instance"]["progress"][0]["seq"] = json!("one");
     for (case, expected) in [(unlisted, "bogus"), (mistyped, "'one' is not of type 'integer'")] {
-        let cases = tempfile::NamedTempFile::new().expect("a scratch file");
-        serde_json::to_writer(&cases, &json!({ "document": doc, "cases": [case] })).expect("the case written");
-        let out = std::process::Command::new("python3")
-            .arg(common::root().join("tests/openapi/validate.py"))
-            .arg(cases.path())
-            .output()
-            .expect("python3 runs");
+        let out = validate(&doc, &[case]);
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(!out.status.success() && said.contains(expected), "{said}{}", common::stderr(&out));
     }
