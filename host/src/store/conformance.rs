@@ -3,8 +3,9 @@
 //! kept across a reopen), progress paging (after / before / limit / phase, phase titles,
 //! last seq), blobs, registrations by session, run modules, the journal (puts readable at
 //! once, [`Journal::load`]'s budget rules), flush durability across a reopen, writer
-//! counters, long values (stored compressed) read back as put, crash repair at open, and
-//! removing a run with its journal.
+//! counters, long values (stored compressed) read back as put, large values stored once
+//! (shared by the runs that journal them, counted, deleted with their last run), crash
+//! repair at open, and removing a run with its journal.
 //!
 //! A store passes by running [`run_all`] with a function that opens *the same* stored data
 //! each time it is called (the suite drops its handle before calling it again, and expects
@@ -49,6 +50,7 @@ pub async fn run_all(open: impl Open) {
     journal_load_order(&open).await;
     flushed_writes_survive_a_reopen(&open).await;
     long_values_read_back_as_put(&open).await;
+    large_values_are_stored_once(&open).await;
     crash_repair_at_open(&open).await;
     remove_run(&open).await;
     blobs_go_with_their_last_user(&open).await;
@@ -612,6 +614,72 @@ pub async fn long_values_read_back_as_put(open: &impl Open) {
     assert_eq!((snapshot.steps.len(), snapshot.agents.len()), (1, 1), "their keys known");
 }
 
+/// Large values are stored once ([`shared`](super::shared)): two runs journaling the same
+/// large reply and step value keep one stored value each, counted twice; a small value stays
+/// inline; overwriting a row moves its count; a reopened store reads them back exactly (one
+/// by one and in a load, as a resume does, counted at their decoded size); deleting one run
+/// keeps them, deleting the other deletes them.
+pub async fn large_values_are_stored_once(open: &impl Open) {
+    let store = opened(open).await;
+    let (first, second) = (fresh_id(), fresh_id());
+    // The text names this case's first run: no other case (or other data) shares it.
+    let reply = format!("\"{first}: {}\"", "a long reply of ordinary words, the same in both runs. ".repeat(100));
+    let value = format!("{{\"plan\":\"{first}: {}\"}}", "a long step value, the same in both runs. ".repeat(120));
+    let other = value.replace("the same", "another");
+    assert!(super::shared::shares(reply.as_bytes()) && super::shared::shares(value.as_bytes()));
+    let hash = |text: &str| super::shared::Reference::of(text.as_bytes()).hash;
+    let refs = |store: Arc<dyn Store>, text: String| async move {
+        store.shared_value_refs(&hash(&text)).await.unwrap_or_else(|e| panic!("shared_value_refs: {e}"))
+    };
+    let small = format!("\"{first}\"");
+    for run in [&first, &second] {
+        let mut r = record(run, "default", RunStatus::Completed);
+        store.put_run(&mut r, true).await.expect("put_run");
+        store.put_step(run, "s", &value, 100).expect("put_step");
+        store.put_agent(run, "k", Some(&reply), 200).expect("put_agent");
+        store.put_step(run, "small", &small, 300).expect("put_step (small)");
+        store.put_agent(run, "tiny", Some(&small), 400).expect("put_agent (small)");
+    }
+    assert_eq!(refs(store.clone(), reply.clone()).await, Some(2), "the reply is stored once, counted twice");
+    assert_eq!(refs(store.clone(), value.clone()).await, Some(2), "the step value too");
+    assert_eq!(refs(store.clone(), small.clone()).await, None, "a small value stays inline");
+    // Overwriting a row moves its count, and writing the same value again counts it once.
+    store.put_step(&first, "s", &other, 500).expect("put_step (another value)");
+    assert_eq!(refs(store.clone(), value.clone()).await, Some(1));
+    assert_eq!(refs(store.clone(), other.clone()).await, Some(1));
+    store.put_step(&first, "s", &value, 600).expect("put_step (the value again)");
+    store.put_step(&first, "s", &value, 700).expect("put_step (the same again)");
+    assert_eq!(refs(store.clone(), value.clone()).await, Some(2));
+    assert_eq!(refs(store.clone(), other.clone()).await, None, "a value no row refers to is deleted");
+    flush(&store).await;
+    drop(store);
+
+    let store = opened(open).await;
+    for run in [&first, &second] {
+        assert_eq!(store.get_step(run, "s").await.expect("get_step"), Some(value.clone()));
+        assert_eq!(store.get_agent(run, "k").await.expect("get_agent"), Some(Some(reply.clone())));
+        assert_eq!(store.get_step(run, "small").await.expect("get_step"), Some(small.clone()));
+        let snapshot = store.load(run, 1 << 20).await.expect("load");
+        assert_eq!(steps(&snapshot).get("s"), Some(&value), "a resume loads it");
+        assert_eq!(steps(&snapshot).get("small"), Some(&small));
+        assert_eq!(outcomes(&snapshot).get("k"), Some(&Some(reply.clone())));
+        assert_eq!(outcomes(&snapshot).get("tiny"), Some(&Some(small.clone())));
+        // Counted at its size, not its reference's: a budget a quarter of which is under
+        // the values leaves them unloaded, their keys known.
+        let mut snapshot = store.load(run, 4 * (reply.len().min(value.len()) - 1)).await.expect("load");
+        assert_eq!(steps(&snapshot).get("s"), None);
+        assert_eq!(outcomes(&snapshot).get("k"), None);
+        assert_eq!((snapshot.steps.len(), snapshot.agents.len()), (2, 2), "their keys known");
+    }
+    assert_eq!(store.remove_run(&first).await.expect("remove_run"), Removed::Removed);
+    assert_eq!(refs(store.clone(), reply.clone()).await, Some(1), "kept for the other run");
+    assert_eq!(refs(store.clone(), value.clone()).await, Some(1));
+    assert_eq!(store.get_agent(&second, "k").await.expect("get_agent"), Some(Some(reply.clone())));
+    assert_eq!(store.remove_run(&second).await.expect("remove_run"), Removed::Removed);
+    assert_eq!(refs(store.clone(), reply.clone()).await, None, "deleted with its last run");
+    assert_eq!(refs(store.clone(), value.clone()).await, None);
+}
+
 /// Crash repair: a run the store held `running` when it was last open (its process gone)
 /// is `halted` at the next open, marked a crash, with the accounting its attempt last
 /// recorded (its AI credits marked "at least"); a run that had ended is left as it was.
@@ -861,5 +929,56 @@ mod tests {
         run_modules(&open).await;
         journal_reads_and_puts(&open).await;
         journal_load_budget(&open).await;
+    }
+
+    /// A row whose reference names a value the store does not keep (or one whose stored
+    /// bytes are not what it names) reads as a typed corrupt-record error, never a panic,
+    /// and a load leaves it unloaded (the replay that asks for it gets the error).
+    #[tokio::test]
+    async fn a_dangling_or_wrong_reference_is_a_corrupt_record() {
+        use crate::store::redb::tables::{AGENTS, JOURNAL_VALUES, STEPS};
+        use crate::store::shared::Reference;
+        use redb::ReadableTable;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let run = fresh_id();
+        let reply = format!("\"{}\"", "a long reply of ordinary words. ".repeat(200));
+        {
+            let store = RedbStore::open(dir.path(), StoreOptions::default()).expect("the store");
+            let mut r = record(&run, "default", RunStatus::Halted);
+            store.put_run(&mut r, true).await.expect("put_run");
+            store.put_agent(&run, "k", Some(&reply), 100).expect("put_agent");
+            store.put_step(&run, "s", &reply, 200).expect("put_step");
+            flush(&(Arc::new(store) as Arc<dyn Store>)).await;
+        }
+        // Through redb directly: the step row names a value never stored, the shared reply's
+        // stored bytes are another value's.
+        {
+            let db = redb::Database::open(dir.path().join(crate::store::STORE_FILE)).expect("the file");
+            let txn = db.begin_write().expect("a write");
+            {
+                let missing = Reference::of(b"\"never stored\"");
+                let mut row = 200u64.to_le_bytes().to_vec();
+                row.extend_from_slice(&missing.encode());
+                txn.open_table(STEPS).expect("steps").insert((run.as_str(), "s"), row.as_slice()).expect("the row");
+                let hash = Reference::of(reply.as_bytes()).hash;
+                let wrong = crate::store::codec::encode(reply.replace("long", "LONG").as_bytes());
+                txn.open_table(JOURNAL_VALUES).expect("values").insert(&hash[..], wrong.as_slice()).expect("a value");
+                assert!(txn.open_table(AGENTS).expect("agents").get((run.as_str(), "k")).expect("a read").is_some());
+            }
+            txn.commit().expect("a commit");
+        }
+        let store: Arc<dyn Store> = Arc::new(RedbStore::open(dir.path(), StoreOptions::default()).expect("the store"));
+        let corrupt = |e: &crate::store::journal::JournalError| {
+            matches!(e.0.downcast_ref::<StoreError>(), Some(StoreError::Corrupt(_)))
+        };
+        let step = store.get_step(&run, "s").await.expect_err("a dangling reference");
+        assert!(corrupt(&step), "{step:?}");
+        assert!(step.to_string().contains("not stored"), "{step}");
+        let agent = store.get_agent(&run, "k").await.expect_err("a value that is not what it names");
+        assert!(corrupt(&agent), "{agent:?}");
+        assert!(agent.to_string().contains("does not hash to its key"), "{agent}");
+        let mut snapshot = store.load(&run, 1 << 20).await.expect("a load");
+        assert_eq!((snapshot.steps.values(), snapshot.agents.values()), (0, 0), "neither loaded");
+        assert_eq!((snapshot.steps.len(), snapshot.agents.len()), (1, 1), "their keys known");
     }
 }

@@ -23,6 +23,7 @@ pub mod postgres;
 pub mod queue;
 pub mod records;
 pub mod redb;
+pub mod shared;
 mod stats;
 pub mod trust;
 
@@ -146,6 +147,14 @@ pub trait Store: Journal + std::fmt::Debug {
     /// is queued is committed (PostgreSQL: its tables as the server measures them); `None`
     /// for a store that does not measure itself (the default).
     fn usage_report(&self) -> BoxFuture<'_, Result<Option<StoreUsage>, StoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// How many journal rows refer to the shared value ([`shared`]) whose JSON text hashes
+    /// to `hash`, once what is queued is committed; `None` when the store keeps no such value
+    /// (or shares none: the default).
+    fn shared_value_refs<'a>(&'a self, hash: &'a shared::Hash) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let _ = hash;
         Box::pin(std::future::ready(Ok(None)))
     }
 

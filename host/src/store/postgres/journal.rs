@@ -5,11 +5,11 @@
 //! fetching only the values that could fit the budget, and lists every agent key, so an
 //! attempt asks the database only for a call that was journaled and did not fit.
 
-use super::{pg, PgStore};
+use super::{pg, values, PgStore};
 use crate::model::envelope::Accounting;
-use crate::store::codec;
 use crate::store::journal::{decode_outcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
 use crate::store::op::Op;
+use crate::store::shared;
 use crate::store::{corrupt, StoreError};
 use futures::future::{BoxFuture, FutureExt};
 
@@ -63,40 +63,55 @@ impl PgStore {
             loading_agents.reserve(agents.len(), 0);
             let mut room = value_bytes;
             // The sizes the query gives are the stored ones: a value is counted at its decoded
-            // size (read from its frame's header) against the room and the largest loaded. One
-            // that cannot be decoded is left unloaded: the replay that asks for it fails with
-            // the typed error.
+            // size (read from its frame's header, or its reference) against the room and the
+            // largest loaded. One that cannot be decoded is left unloaded: the replay that asks
+            // for it fails with the typed error. The shared values that fit are fetched after,
+            // all in one query.
+            let mut fits = |key: &str, extra: usize, stored: &[u8]| {
+                let size = key.len().saturating_add(extra).saturating_add(shared::decoded_len(stored).ok()?);
+                (size <= room && size <= largest_bytes).then(|| room -= size)
+            };
+            let mut wanted: Vec<Vec<u8>> = Vec::new();
+            let mut step_rows = Vec::with_capacity(steps.len());
             for row in &steps {
                 let key = key_text(row.get(0))?;
-                let decoded = row.get::<_, Option<&[u8]>>(2).and_then(|stored| {
-                    let size = key.len().saturating_add(codec::decoded_len(stored).ok()?);
-                    (size <= room && size <= largest_bytes).then_some(size).zip(codec::decode(stored).ok())
-                });
-                match decoded {
-                    Some((size, value)) => {
-                        room -= size;
-                        // Its text is checked as UTF-8 where a replay reads it.
-                        loading_steps.value(key, &[&value], place(row));
-                    }
-                    None => loading_steps.key(key),
+                let stored = row.get::<_, Option<&[u8]>>(2).filter(|stored| fits(key, 0, stored).is_some());
+                if let Some(hash) = stored.and_then(values::hash_of).filter(|_| stored.is_some_and(shared::is_reference)) {
+                    wanted.push(hash);
                 }
+                step_rows.push((key, stored, place(row)));
             }
+            let mut agent_rows = Vec::with_capacity(agents.len());
             for row in &agents {
                 let key = key_text(row.get(0))?;
                 let stored = row.get::<_, Option<&[u8]>>(2);
                 if stored.is_some_and(|outcome| !matches!(outcome, [0] | [1, ..])) {
                     return Err(corrupt("agent journal", crate::store::journal::UnknownOutcome));
                 }
-                let decoded = stored.and_then(|stored| {
-                    let size = key.len().saturating_add(1).saturating_add(codec::decoded_len(&stored[1..]).ok()?);
-                    (size <= room && size <= largest_bytes).then_some(size).zip(codec::decode_outcome(stored).ok())
-                });
-                match decoded {
-                    Some((size, outcome)) => {
-                        room -= size;
-                        // Its reply is checked as UTF-8 where a replay decodes it.
-                        loading_agents.value(key, &[&outcome], place(row));
-                    }
+                // The outcome's tag, then its reply's stored form (none for a failure).
+                let stored = stored.map(|outcome| (outcome[0], &outcome[1..])).filter(|(_, reply)| fits(key, 1, reply).is_some());
+                if let Some((_, reply)) = stored.filter(|(_, reply)| shared::is_reference(reply)) {
+                    wanted.extend(values::hash_of(reply));
+                }
+                agent_rows.push((key, stored, place(row)));
+            }
+            wanted.sort();
+            wanted.dedup();
+            let kept = values::fetch(&client, &wanted).await.map_err(e)?;
+            let kept_for = |stored: &[u8]| {
+                shared::Reference::parse(stored).and_then(Result::ok).and_then(|r| kept.get(&r.hash)).map(Vec::as_slice)
+            };
+            for (key, stored, place) in step_rows {
+                match stored.and_then(|stored| values::resolve(stored, kept_for(stored)).ok()) {
+                    // Its text is checked as UTF-8 where a replay reads it.
+                    Some(value) => loading_steps.value(key, &[&value], place),
+                    None => loading_steps.key(key),
+                }
+            }
+            for (key, stored, place) in agent_rows {
+                match stored.and_then(|(tag, reply)| values::resolve(reply, kept_for(reply)).ok().map(|r| (tag, r))) {
+                    // Its reply is checked as UTF-8 where a replay decodes it.
+                    Some((tag, reply)) => loading_agents.value(key, &[&[tag], &reply], place),
                     None => loading_agents.key(key),
                 }
             }
@@ -123,15 +138,21 @@ impl Journal for PgStore {
         let (pool, run_id, key) = (self.pool.clone(), run_id.to_string(), key.to_string());
         self.spawn(async move {
             let client = pool.get().await?;
+            // With the shared value its reference names, if it is one.
             let row = client
-                .query_opt("SELECT value FROM steps WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()])
+                .query_opt(
+                    "SELECT s.value, (SELECT j.value FROM journal_values j WHERE octet_length(s.value) = 41
+                         AND substring(s.value FOR 1) = '\\x26'::bytea AND j.hash = substring(s.value FROM 10 FOR 32))
+                     FROM steps s WHERE s.run_id = $1 AND s.key = $2",
+                    &[&run_id, &key.as_bytes()],
+                )
                 .await
                 .map_err(|e| pg(&pool.url, e))?;
-            let text = |stored: &[u8]| {
-                let value = codec::decode(stored).map_err(|e| corrupt("a step value", e))?;
+            let text = |stored: &[u8], kept: Option<&[u8]>| {
+                let value = values::resolve(stored, kept).map_err(|e| corrupt("a step value", e))?;
                 String::from_utf8(value.into_owned()).map_err(|e| corrupt("a step value", e))
             };
-            row.map(|row| text(row.get::<_, &[u8]>(0))).transpose()
+            row.map(|row| text(row.get::<_, &[u8]>(0), row.get::<_, Option<&[u8]>>(1))).transpose()
         })
         .map(|r| r.map_err(journal_error))
         .boxed()
@@ -153,13 +174,26 @@ impl Journal for PgStore {
         self.spawn(async move {
             let client = pool.get().await?;
             let row = client
-                .query_opt("SELECT outcome FROM agents WHERE run_id = $1 AND key = $2", &[&run_id, &key.as_bytes()])
+                .query_opt(
+                    "SELECT a.outcome, (SELECT j.value FROM journal_values j WHERE octet_length(a.outcome) = 42
+                         AND substring(a.outcome FOR 2) = '\\x0126'::bytea AND j.hash = substring(a.outcome FROM 11 FOR 32))
+                     FROM agents a WHERE a.run_id = $1 AND a.key = $2",
+                    &[&run_id, &key.as_bytes()],
+                )
                 .await
                 .map_err(|e| pg(&pool.url, e))?;
-            let stored = |bytes: &[u8]| {
-                codec::decode_outcome(bytes).map_err(|e| corrupt("agent journal", e)).and_then(|o| decode(&o))
+            // The outcome's tag, then its reply (inline or shared) back in `encode_outcome`'s form.
+            let stored = |bytes: &[u8], kept: Option<&[u8]>| match bytes.split_first() {
+                Some((&tag @ 1, reply)) => {
+                    let reply = values::resolve(reply, kept).map_err(|e| corrupt("agent journal", e))?;
+                    let mut outcome = Vec::with_capacity(reply.len() + 1);
+                    outcome.push(tag);
+                    outcome.extend_from_slice(&reply);
+                    decode(&outcome)
+                }
+                _ => decode(bytes),
             };
-            row.map(|row| stored(row.get::<_, &[u8]>(0))).transpose()
+            row.map(|row| stored(row.get::<_, &[u8]>(0), row.get::<_, Option<&[u8]>>(1))).transpose()
         })
         .map(|r| r.map_err(journal_error))
         .boxed()

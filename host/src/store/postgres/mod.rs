@@ -17,6 +17,7 @@ mod queue;
 pub mod schema;
 pub mod url;
 mod usage;
+mod values;
 mod worker;
 pub mod workers;
 mod writer;
@@ -750,10 +751,33 @@ impl Store for PgStore {
                 // after, [`REMOVE_BATCH_ROWS`] rows a transaction: no lock held long, no WAL
                 // burst of one huge transaction. Rows a crash leaves meanwhile belong to no
                 // run: nothing reads them (nothing sweeps them yet either).
-                for table in ["steps", "agents", "progress"] {
-                    delete_in_batches(&client, table, &run_id).await.map_err(e)?;
+                // The shared values its rows refer to are uncounted in each batch's transaction
+                // (and deleted with their last reference).
+                for table in [values::Rows::Steps, values::Rows::Agents] {
+                    values::delete_rows(&mut client, table, &run_id, REMOVE_BATCH_ROWS).await.map_err(e)?;
                 }
+                delete_in_batches(&client, "progress", &run_id).await.map_err(e)?;
                 Ok(Removed::Removed)
+            })
+            .await
+        }
+        .boxed()
+    }
+
+    fn shared_value_refs<'a>(
+        &'a self,
+        hash: &'a crate::store::shared::Hash,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let (pool, hash) = (self.pool.clone(), hash.to_vec());
+        async move {
+            self.writer.flush().await?;
+            self.spawn(async move {
+                let client = pool.get().await?;
+                let row = client
+                    .query_opt("SELECT refs FROM journal_values WHERE hash = $1", &[&hash])
+                    .await
+                    .map_err(|e| pg(&pool.url, e))?;
+                Ok(row.map(|row| row.get::<_, i64>(0).max(0) as u64))
             })
             .await
         }

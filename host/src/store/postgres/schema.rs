@@ -10,7 +10,7 @@ use super::pg;
 use crate::store::StoreError;
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The notification channel of the run queue: an enqueue or a requeue wakes the claimers.
 pub(crate) const QUEUE_CHANNEL: &str = "factory_queue";
@@ -104,6 +104,14 @@ const MIGRATIONS: &[&str] = &[
     // 8: a pause asked through a worker that does not execute the run (cleared when the run
     // no longer runs), as `cancel_requested` is for a cancel.
     "ALTER TABLE runs ADD COLUMN pause_requested boolean NOT NULL DEFAULT false;",
+    // 9: large step values and replies stored once, by the SHA-256 of their JSON text, with
+    // the count of the journal rows referring to them (store/shared.rs); those rows hold a
+    // reference instead. The values are compressed already (the codec's form): kept out of
+    // line as they are. The partial index holds the values counted 0, which each commit that
+    // uncounts deletes.
+    "CREATE TABLE journal_values (hash bytea PRIMARY KEY, refs bigint NOT NULL, value bytea NOT NULL);
+    ALTER TABLE journal_values ALTER COLUMN value SET STORAGE EXTERNAL;
+    CREATE INDEX journal_values_unreferenced ON journal_values (hash) WHERE refs <= 0;",
 ];
 
 /// The SQLSTATE of `factory_fence` (migration 3) refusing a commit: the worker is fenced.

@@ -12,10 +12,12 @@
 //! [`StoreError::Unavailable`]. A failed commit (that one, fenced, a database error) fails the
 //! store, which then refuses further writes until the worker rejoins (see `super::renew`).
 
+use super::values;
 use super::worker::{self, Lease};
 use super::{pg, PoolHandle};
 use crate::store::codec;
 use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
+use crate::store::shared;
 use crate::store::{StoreError, WriterStats};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -433,7 +435,11 @@ fn touched_runs(batch: &[Op]) -> Vec<String> {
 fn retryable(error: &StoreError) -> bool {
     match error {
         StoreError::Pool { .. } => true,
-        StoreError::Postgres { source, .. } => source.as_db_error().is_none() || source.is_closed(),
+        // A deadlock the server broke (two commits counting the same shared values) aborted
+        // the transaction: nothing of it was done.
+        StoreError::Postgres { source, .. } => {
+            source.as_db_error().is_none() || source.is_closed() || super::values::is_deadlock(source)
+        }
         _ => false,
     }
 }
@@ -453,6 +459,8 @@ fn upsert<'s>(sql: &'static str, params: Vec<Param<'s>>) -> Upsert<'s> {
 /// A batch as one column array per table field, deduplicated (the last put of a key wins;
 /// the journal usage is the largest per run).
 struct Rows<'a> {
+    /// The shared values the batch's rows refer to: hashes, counts, values (codec's form).
+    shared: (Vec<Vec<u8>>, Vec<i64>, Vec<Vec<u8>>),
     steps: Journaled<'a>,
     agents: Journaled<'a>,
     progress: (Vec<&'a str>, Vec<i64>, Vec<&'a [u8]>),
@@ -471,6 +479,38 @@ type RunRows<'a> = (Vec<&'a str>, Vec<i64>, Vec<&'a str>, Vec<&'a [u8]>);
 /// Step or agent rows: run ids, keys, values (in the [`codec`](crate::store::codec)'s stored
 /// form) and places in the run's journal.
 type Journaled<'a> = (Vec<&'a str>, Vec<&'a [u8]>, Vec<Vec<u8>>, Vec<i64>);
+
+/// The shared values of a batch ([`shared`]): each hash once, with the rows referring to it.
+#[derive(Default)]
+struct SharedValues {
+    values: HashMap<shared::Hash, (i64, Vec<u8>)>,
+}
+
+impl SharedValues {
+    /// The stored form of the JSON text `raw` in its row: a reference to it, shared and
+    /// counted here, when it is large; else the codec's form.
+    fn stored(&mut self, raw: &[u8]) -> Vec<u8> {
+        if !shared::shares(raw) {
+            return codec::encode(raw);
+        }
+        let reference = shared::Reference::of(raw);
+        self.values.entry(reference.hash).or_insert_with(|| (0, codec::encode(raw))).0 += 1;
+        reference.encode().to_vec()
+    }
+
+    /// Hashes, counts and values, in hash order.
+    fn columns(self) -> (Vec<Vec<u8>>, Vec<i64>, Vec<Vec<u8>>) {
+        let mut values: Vec<_> = self.values.into_iter().collect();
+        values.sort_unstable_by_key(|(hash, _)| *hash);
+        let mut out = (Vec::new(), Vec::new(), Vec::new());
+        for (hash, (count, value)) in values {
+            out.0.push(hash.to_vec());
+            out.1.push(count);
+            out.2.push(value);
+        }
+        out
+    }
+}
 
 fn last_wins<K: std::hash::Hash + Eq, V>(items: impl Iterator<Item = (K, V)>) -> Vec<V> {
     let mut index: HashMap<K, usize> = HashMap::new();
@@ -526,8 +566,10 @@ impl<'a> Rows<'a> {
             }
             _ => None,
         }));
-        // Compressed (when smaller) once the last put of each key is known.
-        let steps = steps.into_iter().map(|(run, key, value, place)| (run, key, codec::encode(value), place)).collect();
+        // Compressed (when smaller) once the last put of each key is known; a large value is
+        // shared, the row keeping a reference.
+        let mut shared = SharedValues::default();
+        let steps = steps.into_iter().map(|(run, key, value, place)| (run, key, shared.stored(value), place)).collect();
         let agents = last_wins(batch.iter().filter_map(|op| match op {
             Op::Agent { run, key, outcome, usage } => {
                 Some(((run, key), (run.as_str(), key.as_bytes(), &outcome[..], db_int(*usage))))
@@ -536,7 +578,14 @@ impl<'a> Rows<'a> {
         }));
         let agents = agents
             .into_iter()
-            .map(|(run, key, outcome, place)| (run, key, codec::encode_outcome(outcome), place))
+            .map(|(run, key, outcome, place)| match outcome.split_first() {
+                Some((&tag @ 1, reply)) if shared::shares(reply) => {
+                    let mut stored = vec![tag];
+                    stored.extend_from_slice(&shared.stored(reply));
+                    (run, key, stored, place)
+                }
+                _ => (run, key, codec::encode_outcome(outcome), place),
+            })
             .collect();
         let progress = last_wins(batch.iter().filter_map(|op| match op {
             Op::Progress { run, seq, entry, .. } => Some(((run, *seq), (run.as_str(), db_int(*seq), entry.as_slice()))),
@@ -595,6 +644,7 @@ impl<'a> Rows<'a> {
             run_columns.3.push(record);
         }
         Ok(Rows {
+            shared: shared.columns(),
             steps: unzip4(steps),
             agents: unzip4(agents),
             progress: unzip3(progress),
@@ -610,6 +660,19 @@ impl<'a> Rows<'a> {
     /// Every upsert of the batch (only the tables it touches), as `worker` writes them.
     fn upserts<'s>(&'s self, worker: &'s String) -> Vec<Upsert<'s>> {
         let mut statements = Vec::new();
+        let journals = !self.steps.0.is_empty() || !self.agents.0.is_empty();
+        // Shared values: the batch's counted first, then those of the rows it overwrites
+        // uncounted (read before the rows are written), the ones counted 0 deleted last.
+        // Counted this way, a batch committed twice (a retry after a lost answer) counts once.
+        if !self.shared.0.is_empty() {
+            let (a, b, c) = &self.shared;
+            statements.push(upsert(values::SHARE, vec![a as Param<'_>, b, c]));
+        }
+        if journals {
+            let (steps, agents) = (&self.steps, &self.agents);
+            statements
+                .push(upsert(values::RELEASE_OVERWRITTEN, vec![&steps.0 as Param<'_>, &steps.1, &agents.0, &agents.1]));
+        }
         if !self.steps.0.is_empty() {
             let (a, b, c, d) = &self.steps;
             statements.push(
@@ -690,6 +753,9 @@ impl<'a> Rows<'a> {
                      ON CONFLICT (run_id) DO UPDATE SET manifest = EXCLUDED.manifest",
                 vec![a as Param<'_>, b],
             ));
+        }
+        if journals {
+            statements.push(upsert(values::DELETE_UNREFERENCED, Vec::new()));
         }
         statements
     }

@@ -3,13 +3,14 @@
 //! then in one read transaction; [`Journal::load`] reads a run's contiguous key ranges, on a
 //! blocking thread.
 
-use super::rows::{agent_parts, decode_agent, decode_step, step_parts, BadRow};
+use super::rows::{agent_parts, decode_agent, step_parts, text, BadRow};
 use super::tables::*;
+use super::values::resolve;
 use super::RedbStore;
 use crate::model::envelope::Accounting;
-use crate::store::codec;
 use crate::store::journal::{AgentOutcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
 use crate::store::op::Op;
+use crate::store::shared;
 use crate::store::{corrupt, StoreError};
 use futures::future::{ready, BoxFuture, FutureExt};
 use redb::{Database, ReadableDatabase};
@@ -33,6 +34,8 @@ impl RedbStore {
         let largest = value_bytes / 4;
         let mut loading = LoadingEntries::steps();
         loading.reserve(0, bound);
+        // Shared values are read in the same transaction, a lookup by hash each.
+        let shared_values = txn.open_table(JOURNAL_VALUES)?;
         let steps = txn.open_table(STEPS)?;
         let bad = |e: BadRow| corrupt("step journal", e);
         for row in steps.range((run_id, "")..)? {
@@ -42,12 +45,13 @@ impl RedbStore {
                 break;
             }
             // A value's bytes are its key's and its JSON text's (decoded), not its place's.
-            // A value that cannot be decoded is left unloaded: the replay that asks for it
-            // fails with the typed error, as one whose text is not UTF-8 does.
+            // A value that cannot be decoded (or a shared one that cannot be read) is left
+            // unloaded: the replay that asks for it fails with the typed error, as one whose
+            // text is not UTF-8 does.
             let (place, stored) = step_parts(value.value()).map_err(bad)?;
-            let size = codec::decoded_len(stored).map(|n| step.len().saturating_add(n));
+            let size = shared::decoded_len(stored).map(|n| step.len().saturating_add(n));
             match size {
-                Ok(size) if size <= room && size <= largest => match codec::decode(stored) {
+                Ok(size) if size <= room && size <= largest => match resolve(&shared_values, stored)? {
                     Ok(json) => {
                         room -= size;
                         // Its text is checked as UTF-8 where a replay reads it.
@@ -72,9 +76,9 @@ impl RedbStore {
             // An outcome's bytes are its key's, 1 and its reply's (decoded; none for a
             // failure), not its place's.
             let (place, tag, stored) = agent_parts(value.value()).map_err(bad)?;
-            let size = codec::decoded_len(stored).map(|n| agent.len().saturating_add(1).saturating_add(n));
+            let size = shared::decoded_len(stored).map(|n| agent.len().saturating_add(1).saturating_add(n));
             match size {
-                Ok(size) if size <= room && size <= largest => match codec::decode(stored) {
+                Ok(size) if size <= room && size <= largest => match resolve(&shared_values, stored)? {
                     Ok(json) => {
                         room -= size;
                         // Kept in `encode_outcome`'s form, its reply checked as UTF-8 where a
@@ -97,8 +101,10 @@ impl RedbStore {
         let txn = self.db.get().begin_read()?;
         let steps = txn.open_table(STEPS)?;
         let Some(row) = steps.get((run_id, key))? else { return Ok(None) };
-        let (_, json) = decode_step(row.value()).map_err(|e| corrupt("step journal", e))?;
-        Ok(Some(json.into_owned()))
+        let bad = |e: BadRow| corrupt("step journal", e);
+        let (_, stored) = step_parts(row.value()).map_err(bad)?;
+        let json = resolve(&txn.open_table(JOURNAL_VALUES)?, stored)?.map_err(BadRow::from).map_err(bad)?;
+        Ok(Some(text(json).map_err(bad)?.into_owned()))
     }
 
     fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
@@ -113,9 +119,14 @@ impl RedbStore {
         }
         let txn = self.db.get().begin_read()?;
         let agents = txn.open_table(AGENTS)?;
-        match agents.get((run_id, key))? {
-            Some(row) => decode(row.value()).map(Some),
-            None => Ok(None),
+        let Some(row) = agents.get((run_id, key))? else { return Ok(None) };
+        let bad = |e: BadRow| corrupt("agent journal", e);
+        match agent_parts(row.value()).map_err(bad)? {
+            (_, 0, _) => Ok(Some(None)),
+            (_, _, stored) => {
+                let json = resolve(&txn.open_table(JOURNAL_VALUES)?, stored)?.map_err(BadRow::from).map_err(bad)?;
+                Ok(Some(Some(text(json).map_err(bad)?.into_owned())))
+            }
         }
     }
 }

@@ -16,6 +16,7 @@ mod rows;
 mod settle;
 pub(crate) mod tables;
 mod usage;
+mod values;
 mod writer;
 
 pub use compact::{worthwhile as compaction_worthwhile, Compaction, COMPACT_MIN_FREE_BYTES};
@@ -219,8 +220,17 @@ impl RedbStore {
             // A run's journal keys are (run id, ...): every key of the run sorts before
             // (run id + NUL, ""), and every key of a run after it from there on.
             let next = format!("{run_id}\0");
-            txn.open_table(STEPS)?.retain_in((run_id, "")..(next.as_str(), ""), |_, _| false)?;
-            txn.open_table(AGENTS)?.retain_in((run_id, "")..(next.as_str(), ""), |_, _| false)?;
+            // Each row referring to a shared value releases it (deleted with its last row).
+            let mut released = Vec::new();
+            txn.open_table(STEPS)?.retain_in((run_id, "")..(next.as_str(), ""), |_, row| {
+                released.extend(rows::step_parts(row).ok().and_then(|(_, stored)| values::reference_in(stored)));
+                false
+            })?;
+            txn.open_table(AGENTS)?.retain_in((run_id, "")..(next.as_str(), ""), |_, row| {
+                released.extend(rows::agent_parts(row).ok().and_then(|(_, _, stored)| values::reference_in(stored)));
+                false
+            })?;
+            values::release_all(&txn, &released)?;
             txn.open_table(PROGRESS)?.retain_in((run_id, 0)..=(run_id, u64::MAX), |_, _| false)?;
             txn.open_table(LIVE_ACCOUNTING)?.remove(run_id)?;
             txn.open_table(JOURNAL_USAGE)?.remove(run_id)?;
@@ -383,6 +393,20 @@ impl Store for RedbStore {
         async move {
             self.writer.flush().await?;
             RedbStore::usage(self).map(Some)
+        }
+        .boxed()
+    }
+
+    fn shared_value_refs<'a>(
+        &'a self,
+        hash: &'a crate::store::shared::Hash,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        async move {
+            self.writer.flush().await?;
+            let txn = self.db.get().begin_read()?;
+            let refs = txn.open_table(JOURNAL_VALUE_REFS)?.get(&hash[..])?.map(|n| n.value());
+            let stored = txn.open_table(JOURNAL_VALUES)?.get(&hash[..])?.is_some();
+            Ok(refs.filter(|_| stored))
         }
         .boxed()
     }

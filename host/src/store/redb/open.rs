@@ -1,6 +1,6 @@
 //! What opening a redb store does before anything reads it: create every table, check the
 //! schema version (a schema 1 or 2 store has its step rows moved to schema 3's table, each
-//! with no place; a store of 1 to 3 is marked 4, its raw values read as they are), and repair what a crash
+//! with no place; a store of 1 to 4 is marked 5, its raw values and its rows read as they are), and repair what a crash
 //! left — runs that were `running` become `halted` ([`halt_interrupted`]), with the spend
 //! recorded up to the last commit.
 
@@ -32,7 +32,9 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
             // Schema 3's values are raw, which the value codec reads as they are: only the
             // mark changes (an older build then refuses the store, whose values it could not
             // read).
-            Some(3) => {
+            // Schema 4's rows hold no reference to a shared value: only the mark changes (an
+            // older build then refuses the store, whose references it could not read).
+            Some(3 | 4) => {
                 meta.insert("schema_version", SCHEMA_VERSION)?;
             }
             Some(found) => return Err(StoreError::Version { found, expected: SCHEMA_VERSION }),
@@ -47,6 +49,8 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
         txn.open_table(BLOBS)?;
         txn.open_table(JOURNAL_USAGE)?;
         txn.open_table(RUN_MODULES)?;
+        txn.open_table(JOURNAL_VALUES)?;
+        txn.open_table(JOURNAL_VALUE_REFS)?;
         let live = txn.open_table(LIVE_ACCOUNTING)?;
         let mut runs = txn.open_table(RUNS)?;
         let mut interrupted = Vec::new();

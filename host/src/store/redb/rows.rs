@@ -7,6 +7,7 @@
 
 use crate::store::codec::{self, CodecError};
 use crate::store::journal::UnknownOutcome;
+use crate::store::shared::{decode_inline, Reference, SharedError};
 use std::borrow::Cow;
 
 /// Bytes a step row keeps before its JSON text: the place, u64 little-endian.
@@ -25,10 +26,20 @@ pub(super) fn encode_step(place: u64, json: &str, out: &mut Vec<u8>) {
     codec::encode_into(json.as_bytes(), out);
 }
 
-/// A step row's place and JSON text.
+/// A step row (the [`STEPS`](super::tables::STEPS) table) whose value is shared: the place,
+/// then the [`Reference`] to it, written into `out` (cleared first).
+pub(super) fn encode_step_reference(place: u64, reference: &Reference, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&place.to_le_bytes());
+    out.extend_from_slice(&reference.encode());
+}
+
+/// A step row's place and JSON text, for a row whose value is inline (a reference is
+/// [`BadRow::Shared`]: the store resolves it, see `values.rs`).
+#[cfg(test)]
 pub(super) fn decode_step(bytes: &[u8]) -> Result<(u64, Cow<'_, str>), BadRow> {
     let (place, stored) = split_place(bytes)?;
-    Ok((place, text(codec::decode(stored)?)?))
+    Ok((place, text(decode_inline(stored)?)?))
 }
 
 /// A step row's place and JSON text's stored form (decoded by [`codec::decode`], checked as
@@ -38,7 +49,7 @@ pub(super) fn step_parts(bytes: &[u8]) -> Result<(u64, &[u8]), BadRow> {
 }
 
 /// Decoded bytes as text.
-fn text(bytes: Cow<'_, [u8]>) -> Result<Cow<'_, str>, BadRow> {
+pub(super) fn text(bytes: Cow<'_, [u8]>) -> Result<Cow<'_, str>, BadRow> {
     match bytes {
         Cow::Borrowed(b) => std::str::from_utf8(b).map(Cow::Borrowed).map_err(|_| BadRow::NotUtf8),
         Cow::Owned(b) => String::from_utf8(b).map(Cow::Owned).map_err(|_| BadRow::NotUtf8),
@@ -56,12 +67,22 @@ pub(super) fn encode_agent(place: u64, outcome: &[u8], out: &mut Vec<u8>) {
     codec::encode_into(json, out);
 }
 
+/// An agent row of a reply that is shared: `3`, the place, then the [`Reference`] to the
+/// reply, written into `out` (cleared first).
+pub(super) fn encode_agent_reference(place: u64, reference: &Reference, out: &mut Vec<u8>) {
+    out.clear();
+    out.push(1 + PLACED);
+    out.extend_from_slice(&place.to_le_bytes());
+    out.extend_from_slice(&reference.encode());
+}
+
 /// An agent row's place (0 for a row of schema 2) and outcome: `None` for an ordinary
-/// failure, else the reply's JSON text.
+/// failure, else the reply's JSON text, for a row whose reply is inline (a reference is
+/// [`BadRow::Shared`]: the store resolves it, see `values.rs`).
 pub(super) fn decode_agent(bytes: &[u8]) -> Result<(u64, Option<Cow<'_, str>>), BadRow> {
     match agent_parts(bytes)? {
         (place, 0, _) => Ok((place, None)),
-        (place, _, stored) => Ok((place, Some(text(codec::decode(stored)?)?))),
+        (place, _, stored) => Ok((place, Some(text(decode_inline(stored)?)?))),
     }
 }
 
@@ -104,6 +125,9 @@ pub enum BadRow {
     /// Its value is compressed and cannot be decoded.
     #[error(transparent)]
     Codec(#[from] CodecError),
+    /// Its value is shared and cannot be read (see `values.rs`).
+    #[error(transparent)]
+    Shared(#[from] SharedError),
 }
 
 #[cfg(test)]
@@ -132,7 +156,14 @@ mod tests {
         // A damaged frame is an error.
         encode_agent(7, &encode_outcome(Some(&long)), &mut row);
         row.truncate(row.len() - 4);
-        assert!(matches!(decode_agent(&row), Err(BadRow::Codec(_))));
+        assert!(matches!(decode_agent(&row), Err(BadRow::Shared(SharedError::Codec(_)))));
+        // A shared value's row keeps its place and the reference.
+        let reference = Reference::of(long.as_bytes());
+        encode_step_reference(9, &reference, &mut row);
+        assert_eq!(step_parts(&row).unwrap(), (9, &reference.encode()[..]));
+        assert!(matches!(decode_step(&row), Err(BadRow::Shared(SharedError::Unresolved(_)))));
+        encode_agent_reference(9, &reference, &mut row);
+        assert_eq!(agent_parts(&row).unwrap(), (9, 1, &reference.encode()[..]));
         assert!(matches!(decode_step(b"short"), Err(BadRow::Short)));
         assert!(matches!(decode_step(&[0, 0, 0, 0, 0, 0, 0, 0, 0xff]), Err(BadRow::NotUtf8)));
         for bad in [&[][..], &[0, 1], &[4], &[2, 1], &[3, 0, 0, 0, 0, 0, 0, 0, 0, 0xff], &[1, 0xff]] {

@@ -8,9 +8,11 @@ use redb::TableDefinition;
 /// a row of its own, read as it is) or 2 (step values in [`STEPS_V2`], agent rows with no
 /// place) has its step rows moved to [`STEPS`]; a store of version 1, 2 or 3 is then marked
 /// 4 (values of step, agent and progress rows in the [`codec`](crate::store::codec)'s form,
-/// which reads every older raw value as it is); a store of any other version is refused (a
-/// newer one with a message saying so).
-pub const SCHEMA_VERSION: u64 = 4;
+/// which reads every older raw value as it is), then 5 (large step values and replies stored
+/// once in [`JOURNAL_VALUES`], their rows holding a [`shared`](crate::store::shared)
+/// reference; no older row is one); a store of any other version is refused (a newer one with
+/// a message saying so).
+pub const SCHEMA_VERSION: u64 = 5;
 
 /// `"schema_version"` -> version; `"next_run_seq"` -> creation counter.
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -41,3 +43,8 @@ pub const FACTORIES: TableDefinition<&str, &[u8]> = TableDefinition::new("factor
 pub const BLOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("blobs");
 /// Run id -> the run's module manifest (JSON; see `modules.rs`).
 pub const RUN_MODULES: TableDefinition<&str, &[u8]> = TableDefinition::new("run_modules");
+/// Shared value hash (SHA-256 of its JSON text) -> the value in the value codec's form: large
+/// step values and replies, stored once (see [`shared`](crate::store::shared)).
+pub const JOURNAL_VALUES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("journal_values");
+/// Shared value hash -> how many journal rows refer to it (a value counted 0 is deleted).
+pub const JOURNAL_VALUE_REFS: TableDefinition<&[u8], u64> = TableDefinition::new("journal_value_refs");

@@ -74,6 +74,7 @@ fn part_of(table: &str) -> &'static str {
         "runs" | "run_order" | "live_accounting" | "journal_usage" | "run_modules" => {
             "run records (envelopes, accounting, module lists)"
         }
+        "journal_values" | "journal_value_refs" => "shared journal values (large step values and replies, once each)",
         "blobs" | "factories" => "components and registrations",
         _ => "store metadata",
     }
@@ -88,12 +89,14 @@ impl StoreUsage {
         let mut overhead = 0u64;
         for table in &self.tables {
             let name = part_of(&table.name);
+            // A shared value's count is a row of its own table: the part's rows are the values.
+            let rows = if table.name == "journal_value_refs" { 0 } else { table.entries };
             match parts.iter_mut().find(|p| p.part == name) {
                 Some(part) => {
                     part.bytes += table.stored_bytes;
-                    part.rows += table.entries;
+                    part.rows += rows;
                 }
-                None => parts.push(StorePart { part: name.into(), bytes: table.stored_bytes, rows: table.entries }),
+                None => parts.push(StorePart { part: name.into(), bytes: table.stored_bytes, rows }),
             }
             overhead += table.fragmented_bytes + table.metadata_bytes;
         }

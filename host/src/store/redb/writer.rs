@@ -29,8 +29,13 @@
 use super::compact::DbCell;
 use super::progress::Chunk;
 use super::settle::{Packing, Settle};
-use super::tables::{self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, LIVE_ACCOUNTING, PROGRESS, RUNS, RUN_ORDER, STEPS};
+use super::tables::{
+    self, AGENTS, BLOBS, FACTORIES, JOURNAL_USAGE, JOURNAL_VALUES, JOURNAL_VALUE_REFS, LIVE_ACCOUNTING, PROGRESS, RUNS,
+    RUN_ORDER, STEPS,
+};
+use super::values;
 use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
+use crate::store::shared::{self, Reference};
 use crate::store::{StoreError, WriterStats};
 use redb::{Database, ReadableTable, Table, TableDefinition, WriteTransaction};
 use std::collections::HashMap;
@@ -347,6 +352,8 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
         let mut meta = Lazy::new(&txn, tables::META);
         let mut usage = Lazy::new(&txn, JOURNAL_USAGE);
         let mut run_modules = Lazy::new(&txn, tables::RUN_MODULES);
+        let mut shared_values = Lazy::new(&txn, JOURNAL_VALUES);
+        let mut shared_refs = Lazy::new(&txn, JOURNAL_VALUE_REFS);
         // Live accounting is overwritten per agent; within a batch only each run's last one
         // needs writing. Likewise the journal usage: only the largest per run.
         let mut last = PerRun::default();
@@ -374,13 +381,42 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
         for (i, op) in batch.iter().map(|q| &q.op).enumerate() {
             match op {
                 // Each with its place in the run's journal: the journal bytes counted with it.
+                // A large value is stored once, shared (counted here), the row keeping a
+                // reference; a row it overwrites releases the value it referred to.
                 Op::Step { run, key, value, usage: place } => {
-                    super::rows::encode_step(*place, value, &mut row);
-                    steps.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
+                    match shared::shares(value.as_bytes()).then(|| Reference::of(value.as_bytes())) {
+                        Some(reference) => {
+                            values::share(shared_values.table()?, shared_refs.table()?, &reference, value.as_bytes())?;
+                            super::rows::encode_step_reference(*place, &reference, &mut row);
+                        }
+                        None => super::rows::encode_step(*place, value, &mut row),
+                    }
+                    let old = steps.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
+                    let old = old.and_then(|old| {
+                        super::rows::step_parts(old.value()).ok().and_then(|(_, stored)| values::reference_in(stored))
+                    });
+                    if let Some(old) = old {
+                        values::release(shared_values.table()?, shared_refs.table()?, &old)?;
+                    }
                 }
                 Op::Agent { run, key, outcome, usage: place } => {
-                    super::rows::encode_agent(*place, outcome, &mut row);
-                    agents.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
+                    match outcome.split_first() {
+                        Some((1, reply)) if shared::shares(reply) => {
+                            let reference = Reference::of(reply);
+                            values::share(shared_values.table()?, shared_refs.table()?, &reference, reply)?;
+                            super::rows::encode_agent_reference(*place, &reference, &mut row);
+                        }
+                        _ => super::rows::encode_agent(*place, outcome, &mut row),
+                    }
+                    let old = agents.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
+                    let old = old.and_then(|old| {
+                        super::rows::agent_parts(old.value())
+                            .ok()
+                            .and_then(|(_, _, stored)| values::reference_in(stored))
+                    });
+                    if let Some(old) = old {
+                        values::release(shared_values.table()?, shared_refs.table()?, &old)?;
+                    }
                 }
                 // A run's entries in this batch share rows (see `progress.rs`).
                 Op::Progress { run, seq, entry, .. } => {
