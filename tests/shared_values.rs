@@ -1,7 +1,8 @@
 //! Large journal values stored once per store (store/shared.rs), through the real `factory`
 //! binary on a real redb file: two runs of one factory whose step returns the same ~100 KiB
 //! value keep it once (`factory stats --json`: one shared value, two references), `factory
-//! rm` of both leaves none; a reference to a value the store does not keep fails the resume
+//! rm` of both leaves none; on PostgreSQL, a second run of the same replies adds a
+//! reference a call (its bytes and WAL per call printed); a reference to a value the store does not keep fails the resume
 //! that replays it with a typed corrupt-store error, not a panic.
 
 mod common;
@@ -139,4 +140,159 @@ fn a_reference_to_a_value_not_stored_fails_the_resume_with_a_corrupt_store_error
     let envelope = stdout_json(&out);
     assert_eq!((envelope["status"].as_str(), envelope["failure"]["type"].as_str()), (Some("error"), Some("storage")));
     assert!(said.contains("the store is corrupt") && said.contains("which is not stored"), "{said}");
+}
+
+/// An agent key as the host makes them (the hex of a hash: its first bytes differ).
+fn agent_key(i: usize) -> String {
+    format!("{:016x}{i:048x}", (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// The project's book (docs/src, its chapters in path order): English text.
+fn book_text() -> String {
+    fn chapters(dir: &Path, into: &mut Vec<PathBuf>) {
+        let mut entries: Vec<_> =
+            std::fs::read_dir(dir).expect("docs/src").map(|e| e.expect("an entry").path()).collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                chapters(&path, into);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                into.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    chapters(&common::root().join("docs").join("src"), &mut files);
+    files.iter().map(|f| std::fs::read_to_string(f).expect("a chapter")).collect::<Vec<_>>().join("\n")
+}
+
+/// On PostgreSQL: two runs journal the same 200 replies of 10 KB (windows of the book, each
+/// different; a run of a factory again, asking the same): the second run's rows refer to
+/// the first's values, so it adds a reference a call, not a reply. Prints the tables' bytes
+/// and the WAL per call of each run; removing one run keeps the values, removing both
+/// leaves none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgresql_a_second_run_of_the_same_replies_adds_references_only() {
+    use factory_host::model::envelope::RunStatus;
+    use factory_host::store::journal::Journal;
+    use factory_host::store::{conformance, PgOptions, PgStore, Removed, Store};
+
+    let server = common::postgres::Postgres::start();
+    let url = server.database("shared");
+    let store = PgStore::connect(&url, PgOptions::new("shared-worker")).await.expect("the store connects");
+    let text = book_text();
+    let (n, bytes) = (200usize, 10_000usize);
+    let reply = |i: usize| {
+        let mut start = (i * 7919) % (text.len() - bytes - 8);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        let mut end = start + bytes;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        serde_json::to_string(&text[start..end]).expect("JSON text")
+    };
+    let sql = |query: &str| -> u64 { server.psql("shared", query).parse().expect("a number") };
+    let tables = || sql("SELECT pg_total_relation_size('agents') + pg_total_relation_size('journal_values')");
+    let wal = || server.psql("shared", "SELECT pg_current_wal_insert_lsn()");
+    let ids = ["0190f0f0-0000-7000-8000-00000000c0a1", "0190f0f0-0000-7000-8000-00000000c0a2"];
+    let mut added = Vec::new();
+    for id in ids {
+        let (size_before, wal_before) = (tables(), wal());
+        let mut record = conformance::record(id, "default", RunStatus::Completed);
+        store.put_run(&mut record, true).await.expect("put_run");
+        for i in 0..n {
+            let key = agent_key(i);
+            store.put_agent(id, &key, Some(&reply(i)), (i as u64 + 1) * 9000).expect("put_agent");
+        }
+        store.flush().await.expect("flush");
+        let wal_bytes = sql(&format!("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '{wal_before}')::bigint"));
+        added.push((tables() - size_before, wal_bytes));
+    }
+    let replies: usize = (0..n).map(|i| reply(i).len()).sum();
+    for (id, (size, wal_bytes)) in ids.iter().zip(&added) {
+        println!(
+            "PostgreSQL, {n} calls of 10 KB replies ({replies} B), run {id}: agents + journal_values +{size} B ({} B per \
+             call), WAL {wal_bytes} B ({} B per call)",
+            size / n as u64,
+            wal_bytes / n as u64
+        );
+    }
+    assert_eq!(sql("SELECT count(*) FROM journal_values"), n as u64, "each reply stored once");
+    assert_eq!(sql("SELECT min(refs) FROM journal_values"), 2, "referred to by both runs");
+    assert_eq!(sql("SELECT count(*) FROM agents WHERE octet_length(outcome) = 42"), 2 * n as u64, "references");
+    // The second run keeps a reference a call: far less than the replies, and than the first.
+    let ((first, _), (second, _)) = (added[0], added[1]);
+    assert!(second * 4 < first, "the second run added {second} B, the first {first} B");
+    for id in ids {
+        assert_eq!(store.get_agent(id, &agent_key(7)).await.expect("get_agent"), Some(Some(reply(7))));
+        let mut snapshot = store.load(id, 1 << 30).await.expect("load");
+        assert_eq!((snapshot.agents.len(), snapshot.agents.values()), (n, n), "a resume loads every reply");
+    }
+
+    assert_eq!(store.remove_run(ids[0]).await.expect("remove_run"), Removed::Removed);
+    assert_eq!(sql("SELECT count(*) FROM journal_values WHERE refs = 1"), n as u64, "kept for the other run");
+    assert_eq!(store.get_agent(ids[1], &agent_key(7)).await.expect("get_agent"), Some(Some(reply(7))));
+    assert_eq!(store.remove_run(ids[1]).await.expect("remove_run"), Removed::Removed);
+    assert_eq!(sql("SELECT count(*) FROM journal_values"), 0, "deleted with their last run");
+    assert_eq!(sql("SELECT count(*) FROM agents"), 0);
+}
+
+/// What a shared value costs beside the same value inline, on a real redb file: 1,000 step
+/// values of English text (windows of the book) just over the threshold, stored shared,
+/// against the same values cut one byte under it, stored inline; and what a second run of
+/// the same values adds. Prints the figures the book's "Shared values" paragraph quotes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_shared_value_costs_beside_one_inline() {
+    use factory_host::model::envelope::RunStatus;
+    use factory_host::store::journal::Journal;
+    use factory_host::store::shared::SHARED_FROM;
+    use factory_host::store::{conformance, RedbStore, Store, StoreOptions};
+
+    let text = book_text();
+    let n = 1000usize;
+    // JSON text of exactly `bytes` bytes: a string of the book's ASCII letters.
+    let ascii: String = text.chars().filter(|c| c.is_ascii_alphanumeric() || *c == ' ').collect();
+    let value = |i: usize, bytes: usize| {
+        let start = (i * 7919) % (ascii.len() - bytes);
+        format!("\"{}\"", &ascii[start..start + bytes - 2])
+    };
+    let mut figures = Vec::new();
+    for (bytes, runs) in [(SHARED_FROM - 1, 1), (SHARED_FROM, 1), (SHARED_FROM - 1, 2), (SHARED_FROM, 2)] {
+        let state = tempfile::tempdir().expect("a state dir");
+        {
+            let store = RedbStore::open(state.path(), StoreOptions::default()).expect("the store");
+            for r in 0..runs {
+                let id = format!("0190f0f0-0000-7000-8000-0000000000{r:02}");
+                let mut record = conformance::record(&id, "default", RunStatus::Completed);
+                store.put_run(&mut record, true).await.expect("put_run");
+                for i in 0..n {
+                    store.put_step(&id, &format!("step-{i}"), &value(i, bytes), (i as u64 + 1) * 5000).expect("put");
+                }
+                store.flush().await.expect("flush");
+            }
+        }
+        let usage = RedbStore::open(state.path(), StoreOptions::default()).expect("the store").usage().expect("usage");
+        let journal: u64 = ["step_rows", "journal_values", "journal_value_refs"]
+            .iter()
+            .filter_map(|t| usage.table(t))
+            .map(|t| t.stored_bytes + t.fragmented_bytes + t.metadata_bytes)
+            .sum();
+        let stored: u64 = ["step_rows", "journal_values", "journal_value_refs"]
+            .iter()
+            .filter_map(|t| usage.table(t))
+            .map(|t| t.stored_bytes)
+            .sum();
+        println!(
+            "{runs} run(s) of {n} step values of {bytes} B: rows stored {stored} B ({} B a value), with their pages {journal} B",
+            stored / (n * runs) as u64
+        );
+        figures.push(stored);
+    }
+    // A value shared costs a little more than inline once, and nothing but its reference
+    // for each further run.
+    let (inline_one, shared_one, inline_two, shared_two) = (figures[0], figures[1], figures[2], figures[3]);
+    assert!(shared_one < inline_one * 11 / 10, "shared once: {shared_one} B, inline {inline_one} B");
+    assert!(shared_two - shared_one < (inline_two - inline_one) / 10, "{figures:?}");
 }

@@ -623,8 +623,8 @@ pub async fn large_values_are_stored_once(open: &impl Open) {
     let store = opened(open).await;
     let (first, second) = (fresh_id(), fresh_id());
     // The text names this case's first run: no other case (or other data) shares it.
-    let reply = format!("\"{first}: {}\"", "a long reply of ordinary words, the same in both runs. ".repeat(100));
-    let value = format!("{{\"plan\":\"{first}: {}\"}}", "a long step value, the same in both runs. ".repeat(120));
+    let reply = format!("\"{first}: {}\"", "a long reply of ordinary words, the same in both runs. ".repeat(200));
+    let value = format!("{{\"plan\":\"{first}: {}\"}}", "a long step value, the same in both runs. ".repeat(250));
     let other = value.replace("the same", "another");
     assert!(super::shared::shares(reply.as_bytes()) && super::shared::shares(value.as_bytes()));
     let hash = |text: &str| super::shared::Reference::of(text.as_bytes()).hash;
@@ -941,7 +941,7 @@ mod tests {
         use redb::ReadableTable;
         let dir = tempfile::tempdir().expect("a temp dir");
         let run = fresh_id();
-        let reply = format!("\"{}\"", "a long reply of ordinary words. ".repeat(200));
+        let reply = format!("\"{}\"", "a long reply of ordinary words. ".repeat(400));
         {
             let store = RedbStore::open(dir.path(), StoreOptions::default()).expect("the store");
             let mut r = record(&run, "default", RunStatus::Halted);

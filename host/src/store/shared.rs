@@ -17,13 +17,17 @@ use crate::store::codec::{self, CodecError};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 
-/// Values (JSON text) of at least this many bytes are stored once, by hash. A reference and
-/// the shared table's row and index cost about 150 bytes more than the value inline (41 B of
-/// reference in the row, the hash twice as the shared tables' keys, the count, their
-/// B-tree or index entries): a value of 4 KiB (about 2 KiB compressed) pays 7 % for a copy
-/// that is never shared, and saves its whole size for each further copy. Shorter values
-/// (the 2 KiB replies of the fan-out in `tests/store_size.rs`, tiny replies) stay inline.
-pub const SHARED_FROM: usize = 4096;
+/// Values (JSON text) of at least this many bytes are stored once, by hash. Measured on a
+/// redb file (`tests/shared_values.rs`, 1,000 step values of English text each just over and
+/// just under the threshold): a value stored shared that no other run shares costs its
+/// reference (41 B in the row), the hash twice as the shared tables' keys and its count,
+/// about 113 B more rows than inline, and its leaf's room: at 4 KiB (about 1.9 KB
+/// compressed) the values, under random hash keys, share leaves that stay part empty, 795 B
+/// a value more than inline (+34 %); at 8 KiB (3.4 KB compressed, a page's worth) 172 B
+/// (+4 %); at 16 KiB 176 B (+2 %). Each further run that journals the same value adds its
+/// reference only. Shorter values (the 2 KiB replies of `tests/store_size.rs`'s fan-out,
+/// tiny replies) stay inline.
+pub const SHARED_FROM: usize = 8192;
 
 /// The first byte of a reference.
 pub const TAG: u8 = b'&';
@@ -153,7 +157,7 @@ mod tests {
 
     #[test]
     fn references_round_trip_and_check_what_they_name() {
-        let value = format!("\"{}\"", "a long value of ordinary words. ".repeat(200));
+        let value = format!("\"{}\"", "a long value of ordinary words. ".repeat(300));
         assert!(shares(value.as_bytes()) && !shares(b"\"ok\""));
         let reference = Reference::of(value.as_bytes());
         let stored = reference.encode();

@@ -108,8 +108,9 @@ enum Command {
   factory gc --keep-days 30 --dry-run
   factory gc --keep-last 20 --json")]
     Gc(observe::GcArgs),
-    /// Where the store's bytes go: its size and each part's share (journal values, progress
-    /// records and agent summaries, run records, components, page overhead, free pages), then
+    /// Where the store's bytes go: its size and each part's share (journal values, shared
+    /// journal values, progress records and agent summaries, run records, components, page
+    /// overhead, free pages), then
     /// each table's. A redb store is the file; a PostgreSQL one its tables as the server
     /// measures them (rows as stored, indexes as branches, the rest of each table as overhead).
     #[command(after_help = "Examples:
