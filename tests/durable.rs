@@ -331,7 +331,7 @@ async fn a_schema_1_store_opens_and_reads_its_progress_as_it_was() {
     drop(host);
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
     let version = db.begin_read().unwrap().open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value());
-    assert_eq!(version, Some(4), "the store is marked schema 4");
+    assert_eq!(version, Some(5), "the store is marked schema 5");
 }
 
 /// `edit-v1`'s run (it stops with an error after its two calls and its step), by a host that
@@ -402,7 +402,7 @@ async fn a_schema_2_store_keeps_its_journal_and_a_resume_replays_it() {
     assert_eq!(done.result_value().unwrap()["plan"], "plan from v1", "schema 2's step row replays");
     let db = redb::Database::open(state.path().join(STORE_FILE)).unwrap();
     let txn = db.begin_read().unwrap();
-    assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value()), Some(4));
+    assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().map(|v| v.value()), Some(5));
     assert!(txn.open_table(STEPS_V2).is_err(), "schema 2's step table is gone");
     let steps = txn.open_table(STEPS).unwrap();
     let plan = steps.get((first.run_id.as_str(), "plan")).unwrap().expect("the step moved").value().to_vec();

@@ -75,6 +75,7 @@ fn part_of(table: &str) -> &'static str {
             "run records (envelopes, accounting, module lists)"
         }
         "blobs" | "factories" => "components and registrations",
+        "dictionaries" => "compression dictionaries (pieces)",
         _ => "store metadata",
     }
 }
