@@ -89,7 +89,8 @@ async fn a_store_of_the_last_release_opens_and_its_halted_run_resumes_paying_not
     assert_eq!(asked.len(), 10 - finished.len(), "only the calls not journaled were asked: {asked:?}");
     assert_eq!(done["accounting"]["agentCacheHits"], finished.len(), "{done:#}");
 
-    // The store is marked with this build's schema: a build before compression refuses it.
+    // The store is marked with this build's schema (5: dictionary frames, compressed blobs):
+    // a build before them refuses it.
     use redb::ReadableDatabase;
     let db = redb::Database::open(state.path().join(factory_host::store::STORE_FILE)).unwrap();
     let meta = db.begin_read().unwrap().open_table(redb::TableDefinition::<&str, u64>::new("meta")).unwrap();

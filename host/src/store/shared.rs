@@ -13,7 +13,7 @@
 //! reference names, else the read is a typed corrupt-record error, as a reference to a value
 //! that is not stored is.
 
-use crate::store::codec::{self, CodecError};
+use crate::store::codec::{self, CodecError, Dictionaries};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 
@@ -89,9 +89,10 @@ impl Reference {
         Some(Ok(Reference { len, hash }))
     }
 
-    /// The value the shared table keeps as `stored` (its codec form), checked against the
-    /// reference: its decoded length and its hash.
-    pub fn check(&self, stored: &[u8]) -> Result<Vec<u8>, SharedError> {
+    /// The value the shared table keeps as `stored` (its codec form, decoded with
+    /// `dictionaries` when its frame names one), checked against the reference: its decoded
+    /// length and its hash.
+    pub fn check(&self, stored: &[u8], dictionaries: Option<&Dictionaries>) -> Result<Vec<u8>, SharedError> {
         let declared = codec::decoded_len(stored)?;
         if declared as u64 != self.len {
             return Err(SharedError::WrongSize {
@@ -100,7 +101,7 @@ impl Reference {
                 named: self.len,
             });
         }
-        let value = codec::decode(stored)?.into_owned();
+        let value = codec::decode_with(stored, dictionaries)?.into_owned();
         let hash: Hash = Sha256::digest(&value).into();
         if hash != self.hash {
             return Err(SharedError::WrongHash(hex::encode(self.hash)));
@@ -120,10 +121,10 @@ pub fn decoded_len(stored: &[u8]) -> Result<usize, SharedError> {
 
 /// A stored value inline (not a reference), decoded; a reference is an error here (its
 /// value is in the shared table: the store resolves it).
-pub fn decode_inline(stored: &[u8]) -> Result<Cow<'_, [u8]>, SharedError> {
+pub fn decode_inline<'a>(stored: &'a [u8], dictionaries: Option<&Dictionaries>) -> Result<Cow<'a, [u8]>, SharedError> {
     match Reference::parse(stored) {
         Some(reference) => Err(SharedError::Unresolved(hex::encode(reference?.hash))),
-        None => Ok(codec::decode(stored)?),
+        None => Ok(codec::decode_with(stored, dictionaries)?),
     }
 }
 
@@ -163,19 +164,19 @@ mod tests {
         let stored = reference.encode();
         assert_eq!(Reference::parse(&stored).map(|r| r.ok()), Some(Some(reference)));
         assert_eq!(decoded_len(&stored).ok(), Some(value.len()));
-        assert!(matches!(decode_inline(&stored), Err(SharedError::Unresolved(_))));
+        assert!(matches!(decode_inline(&stored, None), Err(SharedError::Unresolved(_))));
         // Values written before read as they are; a cut reference is an error.
         for inline in [&b"\"ok\""[..], b"{}", b"\x00\x01", b""] {
             assert!(Reference::parse(inline).is_none());
-            assert_eq!(decode_inline(inline).ok().as_deref(), Some(inline));
+            assert_eq!(decode_inline(inline, None).ok().as_deref(), Some(inline));
         }
         assert!(matches!(Reference::parse(&stored[..20]), Some(Err(SharedError::Malformed(20)))));
         // The value checks against its reference; another value does not.
         let kept = codec::encode(value.as_bytes());
-        assert_eq!(reference.check(&kept).ok().as_deref(), Some(value.as_bytes()));
+        assert_eq!(reference.check(&kept, None).ok().as_deref(), Some(value.as_bytes()));
         let other = value.replace("long", "LONG");
-        assert!(matches!(reference.check(&codec::encode(other.as_bytes())), Err(SharedError::WrongHash(_))));
-        assert!(matches!(reference.check(b"\"short\""), Err(SharedError::WrongSize { .. })));
-        assert!(matches!(reference.check(&kept[..kept.len() - 3]), Err(SharedError::Codec(_))));
+        assert!(matches!(reference.check(&codec::encode(other.as_bytes()), None), Err(SharedError::WrongHash(_))));
+        assert!(matches!(reference.check(b"\"short\"", None), Err(SharedError::WrongSize { .. })));
+        assert!(matches!(reference.check(&kept[..kept.len() - 3], None), Err(SharedError::Codec(_))));
     }
 }

@@ -145,11 +145,11 @@ pub(super) fn hash_of(reference: &[u8]) -> Option<Vec<u8>> {
 /// against the reference.
 pub(super) fn resolve<'a>(stored: &'a [u8], kept: Option<&[u8]>) -> Result<Cow<'a, [u8]>, SharedError> {
     match Reference::parse(stored) {
-        None => decode_inline(stored),
+        None => decode_inline(stored, None),
         Some(reference) => {
             let reference = reference?;
             let kept = kept.ok_or_else(|| SharedError::Missing(hex::encode(reference.hash)))?;
-            reference.check(kept).map(Cow::Owned)
+            reference.check(kept, None).map(Cow::Owned)
         }
     }
 }

@@ -6,8 +6,9 @@
 
 use super::tables::{BLOBS, FACTORIES, RUNS, RUN_MODULES};
 use super::RedbStore;
+use crate::store::codec;
 use crate::store::op::Op;
-use crate::store::StoreError;
+use crate::store::{corrupt, StoreError};
 use redb::ReadableTable;
 use std::sync::Arc;
 
@@ -75,7 +76,9 @@ impl RedbStore {
             }
             for manifest in refs.manifests() {
                 if let Some(bytes) = blobs.get(manifest.as_str())? {
-                    refs.manifest(bytes.value())?;
+                    let bytes = codec::decode_blob(bytes.value().to_vec())
+                        .map_err(|e| corrupt(&format!("blob {manifest}"), e))?;
+                    refs.manifest(&bytes)?;
                 }
             }
             let dead = refs.unreferenced(&stored);

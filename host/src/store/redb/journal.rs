@@ -8,6 +8,7 @@ use super::tables::*;
 use super::values::resolve;
 use super::RedbStore;
 use crate::model::envelope::Accounting;
+use crate::store::codec::Dictionaries;
 use crate::store::journal::{AgentOutcome, Journal, JournalError, JournalSnapshot, LoadingEntries};
 use crate::store::op::Op;
 use crate::store::shared;
@@ -22,7 +23,12 @@ impl RedbStore {
     }
 
     /// The journal of `run_id` as an attempt starts from it (see [`Journal::load`]).
-    fn load_journal(db: &Database, run_id: &str, value_bytes: usize) -> Result<JournalSnapshot, StoreError> {
+    fn load_journal(
+        db: &Database,
+        dictionaries: &Dictionaries,
+        run_id: &str,
+        value_bytes: usize,
+    ) -> Result<JournalSnapshot, StoreError> {
         let txn = db.begin_read()?;
         let journal_bytes = txn.open_table(JOURNAL_USAGE)?.get(run_id)?.map_or(0, |v| v.value());
         // What the run journaled bounds the bytes of its keys and values (each entry is
@@ -51,14 +57,16 @@ impl RedbStore {
             let (place, stored) = step_parts(value.value()).map_err(bad)?;
             let size = shared::decoded_len(stored).map(|n| step.len().saturating_add(n));
             match size {
-                Ok(size) if size <= room && size <= largest => match resolve(&shared_values, stored)? {
-                    Ok(json) => {
-                        room -= size;
-                        // Its text is checked as UTF-8 where a replay reads it.
-                        loading.value(step, &[&json], place);
+                Ok(size) if size <= room && size <= largest => {
+                    match resolve(&shared_values, stored, Some(dictionaries))? {
+                        Ok(json) => {
+                            room -= size;
+                            // Its text is checked as UTF-8 where a replay reads it.
+                            loading.value(step, &[&json], place);
+                        }
+                        Err(_) => loading.key(step),
                     }
-                    Err(_) => loading.key(step),
-                },
+                }
                 _ => loading.key(step),
             }
         }
@@ -78,15 +86,17 @@ impl RedbStore {
             let (place, tag, stored) = agent_parts(value.value()).map_err(bad)?;
             let size = shared::decoded_len(stored).map(|n| agent.len().saturating_add(1).saturating_add(n));
             match size {
-                Ok(size) if size <= room && size <= largest => match resolve(&shared_values, stored)? {
-                    Ok(json) => {
-                        room -= size;
-                        // Kept in `encode_outcome`'s form, its reply checked as UTF-8 where a
-                        // replay decodes it.
-                        loading.value(agent, &[&[tag], &json], place);
+                Ok(size) if size <= room && size <= largest => {
+                    match resolve(&shared_values, stored, Some(dictionaries))? {
+                        Ok(json) => {
+                            room -= size;
+                            // Kept in `encode_outcome`'s form, its reply checked as UTF-8 where a
+                            // replay decodes it.
+                            loading.value(agent, &[&[tag], &json], place);
+                        }
+                        Err(_) => loading.key(agent),
                     }
-                    Err(_) => loading.key(agent),
-                },
+                }
                 _ => loading.key(agent),
             }
         }
@@ -103,14 +113,16 @@ impl RedbStore {
         let Some(row) = steps.get((run_id, key))? else { return Ok(None) };
         let bad = |e: BadRow| corrupt("step journal", e);
         let (_, stored) = step_parts(row.value()).map_err(bad)?;
-        let json = resolve(&txn.open_table(JOURNAL_VALUES)?, stored)?.map_err(BadRow::from).map_err(bad)?;
+        let json = resolve(&txn.open_table(JOURNAL_VALUES)?, stored, Some(&self.dictionaries))?
+            .map_err(BadRow::from)
+            .map_err(bad)?;
         Ok(Some(text(json).map_err(bad)?.into_owned()))
     }
 
     fn get_agent_outcome(&self, run_id: &str, key: &str) -> Result<Option<Option<String>>, StoreError> {
         let pending = self.writer.pending().agent(run_id, key).cloned();
         // A queued outcome is in `encode_outcome`'s form, which is also a row of schema 2.
-        let decode = |bytes: &[u8]| match decode_agent(bytes) {
+        let decode = |bytes: &[u8]| match decode_agent(bytes, Some(&self.dictionaries)) {
             Ok((_, outcome)) => Ok(outcome.map(|o| o.into_owned())),
             Err(e) => Err(corrupt("agent journal", e)),
         };
@@ -124,7 +136,9 @@ impl RedbStore {
         match agent_parts(row.value()).map_err(bad)? {
             (_, 0, _) => Ok(Some(None)),
             (_, _, stored) => {
-                let json = resolve(&txn.open_table(JOURNAL_VALUES)?, stored)?.map_err(BadRow::from).map_err(bad)?;
+                let json = resolve(&txn.open_table(JOURNAL_VALUES)?, stored, Some(&self.dictionaries))?
+                    .map_err(BadRow::from)
+                    .map_err(bad)?;
                 Ok(Some(Some(text(json).map_err(bad)?.into_owned())))
             }
         }
@@ -141,10 +155,11 @@ impl Journal for RedbStore {
         // runtime's worker meanwhile serves others (and the attempt's start record is being
         // committed by the writer thread at the same time).
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return ready(Self::load_journal(&self.db.get(), run_id, value_bytes).map_err(journal_error)).boxed();
+            let loaded = Self::load_journal(&self.db.get(), &self.dictionaries, run_id, value_bytes);
+            return ready(loaded.map_err(journal_error)).boxed();
         };
-        let (db, run_id) = (self.db.get(), run_id.to_string());
-        let loading = runtime.spawn_blocking(move || Self::load_journal(&db, &run_id, value_bytes));
+        let (db, dictionaries, run_id) = (self.db.get(), self.dictionaries.clone(), run_id.to_string());
+        let loading = runtime.spawn_blocking(move || Self::load_journal(&db, &dictionaries, &run_id, value_bytes));
         async move {
             match loading.await {
                 Ok(loaded) => loaded.map_err(journal_error),

@@ -24,6 +24,7 @@ pub use usage::{StorePart, StoreUsage, TableUsage};
 
 use crate::model::progress::ProgressEntry;
 use crate::model::script::Manifest;
+use crate::store::codec::{self, Dictionaries};
 use crate::store::op::Op;
 use crate::store::records::{display_key, record_says_active, unreadable_run};
 use crate::store::{
@@ -78,6 +79,9 @@ impl Default for StoreOptions {
 /// The redb store.
 pub struct RedbStore {
     db: Arc<compact::DbCell>,
+    /// The compression dictionaries the store holds, prepared (shared with the writer, which
+    /// trains the first: see `settle.rs`).
+    dictionaries: Arc<Dictionaries>,
     writer: Writer,
     next_run_seq: AtomicU64,
     path: Option<PathBuf>,
@@ -134,10 +138,13 @@ impl RedbStore {
 
     fn with_database(db: Database, options: StoreOptions, path: Option<PathBuf>) -> Result<RedbStore, StoreError> {
         let next_run_seq = open::prepare(&db)?;
+        let dictionaries = Arc::new(open::dictionaries(&db)?);
         let db = Arc::new(compact::DbCell::new(db));
-        let writer = Writer::start(db.clone(), options.commit_window, options.queue_bytes, path.clone())?;
+        let writer =
+            Writer::start(db.clone(), options.commit_window, options.queue_bytes, path.clone(), dictionaries.clone())?;
         Ok(RedbStore {
             db,
+            dictionaries,
             writer,
             next_run_seq: AtomicU64::new(next_run_seq),
             path,
@@ -262,11 +269,23 @@ impl RedbStore {
         Ok(table.get(hash)?.is_some())
     }
 
-    /// Component bytes by hash.
+    /// The IDs of the compression dictionaries the store holds (see `settle.rs`), oldest
+    /// first.
+    pub fn dictionary_ids(&self) -> Vec<u32> {
+        self.dictionaries.ids()
+    }
+
+    /// Component bytes by hash, decompressed (bounded: see [`codec::decode_blob`]).
     fn read_blob(&self, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let txn = self.db.get().begin_read()?;
-        let table = txn.open_table(BLOBS)?;
-        Ok(table.get(hash)?.map(|b| b.value().to_vec()))
+        let stored = {
+            let txn = self.db.get().begin_read()?;
+            let table = txn.open_table(BLOBS)?;
+            table.get(hash)?.map(|b| b.value().to_vec())
+        };
+        match stored {
+            Some(stored) => codec::decode_blob(stored).map(Some).map_err(|e| corrupt(&format!("blob {hash}"), e)),
+            None => Ok(None),
+        }
     }
 
     async fn write_registration(&self, registration: &Registration, bytes: &Arc<[u8]>) -> Result<(), StoreError> {

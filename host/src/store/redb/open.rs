@@ -1,14 +1,17 @@
 //! What opening a redb store does before anything reads it: create every table, check the
 //! schema version (a schema 1 or 2 store has its step rows moved to schema 3's table, each
-//! with no place; a store of 1 to 4 is marked 5, its raw values and its rows read as they are), and repair what a crash
+//! with no place; a store of 1 to 4 is marked 5, its raw or per-value compressed values,
+//! its rows and raw blobs read as they are), load the compression dictionaries
+//! ([`dictionaries`]), and repair what a crash
 //! left — runs that were `running` become `halted` ([`halt_interrupted`]), with the spend
 //! recorded up to the last commit.
 
 use super::tables::*;
 use crate::model::envelope::RunStatus;
+use crate::store::codec::{CodecError, Dictionaries, MAX_DICTIONARY_BYTES};
 use crate::store::records::halt_interrupted;
 use crate::store::{corrupt, RunRecord, StoreError};
-use redb::{Database, ReadableTable, WriteTransaction};
+use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
 /// Create the tables, check the schema version, and halt the runs a crash left running.
 /// Returns the next run creation seq.
@@ -29,11 +32,10 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
                 move_steps_v2(&txn)?;
                 meta.insert("schema_version", SCHEMA_VERSION)?;
             }
-            // Schema 3's values are raw, which the value codec reads as they are: only the
-            // mark changes (an older build then refuses the store, whose values it could not
-            // read).
-            // Schema 4's rows hold no reference to a shared value: only the mark changes (an
-            // older build then refuses the store, whose references it could not read).
+            // Schema 3's values are raw and schema 4's compressed per value, which the value
+            // codec reads as they are; so are their raw blobs, and no row of theirs is a
+            // reference to a shared value: only the mark changes (an older build then refuses
+            // the store, whose values it could not read).
             Some(3 | 4) => {
                 meta.insert("schema_version", SCHEMA_VERSION)?;
             }
@@ -47,6 +49,7 @@ pub(super) fn prepare(db: &Database) -> Result<u64, StoreError> {
         txn.open_table(PROGRESS)?;
         txn.open_table(FACTORIES)?;
         txn.open_table(BLOBS)?;
+        txn.open_table(DICTIONARIES)?;
         txn.open_table(JOURNAL_USAGE)?;
         txn.open_table(RUN_MODULES)?;
         txn.open_table(JOURNAL_VALUES)?;
@@ -97,10 +100,42 @@ fn move_steps_v2(txn: &WriteTransaction) -> Result<(), StoreError> {
         for entry in old.iter()? {
             let (key, value) = entry?;
             let (run, step) = key.value();
-            super::rows::encode_step(0, value.value(), &mut row);
+            super::rows::encode_step(0, value.value(), &mut row, None);
             new.insert((run, step), row.as_slice())?;
         }
     }
     txn.delete_table(STEPS_V2)?;
     Ok(())
+}
+
+/// The compression dictionaries the store holds, put together from their pieces (bounded by
+/// [`MAX_DICTIONARY_BYTES`]) and prepared. One that cannot be is left out (logged): the rows
+/// that name it fail alone, as corrupt records.
+pub(super) fn dictionaries(db: &Database) -> Result<Dictionaries, StoreError> {
+    let dictionaries = Dictionaries::default();
+    let txn = db.begin_read()?;
+    // The dictionary being put together: its ID, its bytes, and whether its pieces so far
+    // are whole (in order from 0, within the bound).
+    let mut current: Option<(u32, Vec<u8>, bool)> = None;
+    let add = |(id, bytes, whole): (u32, Vec<u8>, bool)| {
+        let added = if whole { dictionaries.add(id, &bytes) } else { Err(CodecError::BadDictionary(id)) };
+        if let Err(e) = added {
+            tracing::warn!("compression dictionary {id} cannot be used ({e}); left out");
+        }
+    };
+    for row in txn.open_table(DICTIONARIES)?.iter()? {
+        let (key, piece) = row?;
+        let (id, at) = key.value();
+        if current.as_ref().is_some_and(|(of, _, _)| *of != id) {
+            current.take().map(add);
+        }
+        let (_, bytes, whole) = current.get_or_insert_with(|| (id, Vec::new(), true));
+        *whole &= at as usize * DICTIONARY_PIECE_BYTES == bytes.len()
+            && bytes.len() + piece.value().len() <= MAX_DICTIONARY_BYTES;
+        if *whole {
+            bytes.extend_from_slice(piece.value());
+        }
+    }
+    current.take().map(add);
+    Ok(dictionaries)
 }

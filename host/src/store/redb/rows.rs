@@ -5,7 +5,7 @@
 //! 0, before every newer entry, in key order. The JSON text after the place is in the
 //! [`codec`]'s stored form (a zstd frame, or raw as every row before schema 4 is).
 
-use crate::store::codec::{self, CodecError};
+use crate::store::codec::{self, CodecError, Dictionaries};
 use crate::store::journal::UnknownOutcome;
 use crate::store::shared::{decode_inline, Reference, SharedError};
 use std::borrow::Cow;
@@ -20,10 +20,11 @@ const PLACED: u8 = 2;
 
 /// A step row (the [`STEPS`](super::tables::STEPS) table): the place, then the JSON text
 /// in its stored form, written into `out` (cleared first).
-pub(super) fn encode_step(place: u64, json: &str, out: &mut Vec<u8>) {
+/// Compressed with the newest of `dictionaries`, if any.
+pub(super) fn encode_step(place: u64, json: &str, out: &mut Vec<u8>, dictionaries: Option<&Dictionaries>) {
     out.clear();
     out.extend_from_slice(&place.to_le_bytes());
-    codec::encode_into(json.as_bytes(), out);
+    codec::encode_with(json.as_bytes(), out, dictionaries);
 }
 
 /// A step row (the [`STEPS`](super::tables::STEPS) table) whose value is shared: the place,
@@ -37,9 +38,12 @@ pub(super) fn encode_step_reference(place: u64, reference: &Reference, out: &mut
 /// A step row's place and JSON text, for a row whose value is inline (a reference is
 /// [`BadRow::Shared`]: the store resolves it, see `values.rs`).
 #[cfg(test)]
-pub(super) fn decode_step(bytes: &[u8]) -> Result<(u64, Cow<'_, str>), BadRow> {
+pub(super) fn decode_step<'a>(
+    bytes: &'a [u8],
+    dictionaries: Option<&Dictionaries>,
+) -> Result<(u64, Cow<'a, str>), BadRow> {
     let (place, stored) = split_place(bytes)?;
-    Ok((place, text(decode_inline(stored)?)?))
+    Ok((place, text(decode_inline(stored, dictionaries)?)?))
 }
 
 /// A step row's place and JSON text's stored form (decoded by [`codec::decode`], checked as
@@ -58,13 +62,13 @@ pub(super) fn text(bytes: Cow<'_, [u8]>) -> Result<Cow<'_, str>, BadRow> {
 
 /// An agent row (the [`AGENTS`](super::tables::AGENTS) table) of an outcome in
 /// [`encode_outcome`](crate::store::journal::encode_outcome)'s form, with its place,
-/// written into `out` (cleared first).
-pub(super) fn encode_agent(place: u64, outcome: &[u8], out: &mut Vec<u8>) {
+/// written into `out` (cleared first), compressed with the newest of `dictionaries`, if any.
+pub(super) fn encode_agent(place: u64, outcome: &[u8], out: &mut Vec<u8>, dictionaries: Option<&Dictionaries>) {
     out.clear();
     let (tag, json) = outcome.split_first().map_or((0, &[][..]), |(tag, json)| (*tag, json));
     out.push(tag.saturating_add(PLACED));
     out.extend_from_slice(&place.to_le_bytes());
-    codec::encode_into(json, out);
+    codec::encode_with(json, out, dictionaries);
 }
 
 /// An agent row of a reply that is shared: `3`, the place, then the [`Reference`] to the
@@ -79,11 +83,40 @@ pub(super) fn encode_agent_reference(place: u64, reference: &Reference, out: &mu
 /// An agent row's place (0 for a row of schema 2) and outcome: `None` for an ordinary
 /// failure, else the reply's JSON text, for a row whose reply is inline (a reference is
 /// [`BadRow::Shared`]: the store resolves it, see `values.rs`).
-pub(super) fn decode_agent(bytes: &[u8]) -> Result<(u64, Option<Cow<'_, str>>), BadRow> {
+pub(super) fn decode_agent<'a>(
+    bytes: &'a [u8],
+    dictionaries: Option<&Dictionaries>,
+) -> Result<(u64, Option<Cow<'a, str>>), BadRow> {
     match agent_parts(bytes)? {
         (place, 0, _) => Ok((place, None)),
-        (place, _, stored) => Ok((place, Some(text(decode_inline(stored)?)?))),
+        (place, _, stored) => Ok((place, Some(text(decode_inline(stored, dictionaries)?)?))),
     }
+}
+
+/// A step row (`agent` false) or agent row written again into `out` with its value
+/// compressed with the newest of `dictionaries` (see `settle.rs`): `false`, `out` left as it
+/// is, when the row holds no value to compress (a failure, a short value, a reference to a
+/// shared value) or its value already uses that dictionary.
+pub(super) fn recode(agent: bool, row: &[u8], dictionaries: &Dictionaries, out: &mut Vec<u8>) -> Result<bool, BadRow> {
+    let (place, tag, stored) = match agent {
+        true => agent_parts(row)?,
+        false => split_place(row).map(|(place, stored)| (place, 1, stored))?,
+    };
+    if tag == 0
+        || stored.len() < codec::RAW_BELOW
+        || crate::store::shared::is_reference(stored)
+        || codec::dictionary_of(stored) == dictionaries.encoder()
+    {
+        return Ok(false);
+    }
+    let raw = codec::decode_with(stored, Some(dictionaries))?;
+    out.clear();
+    if agent {
+        out.push(tag.saturating_add(PLACED));
+    }
+    out.extend_from_slice(&place.to_le_bytes());
+    codec::encode_with(&raw, out, Some(dictionaries));
+    Ok(true)
 }
 
 /// An agent row's place (0 for a row of schema 2), its tag in
@@ -138,38 +171,38 @@ mod tests {
     #[test]
     fn rows_keep_their_place_and_schema_2_rows_read_as_place_0() {
         let mut row = Vec::new();
-        encode_step(42, "\"v\"", &mut row);
-        assert_eq!(decode_step(&row).unwrap(), (42, "\"v\"".into()));
+        encode_step(42, "\"v\"", &mut row, None);
+        assert_eq!(decode_step(&row, None).unwrap(), (42, "\"v\"".into()));
         let long = format!("\"{}\"", "a reply of ordinary words, said twice. ".repeat(20));
-        encode_step(43, &long, &mut row);
+        encode_step(43, &long, &mut row, None);
         assert!(row.len() < long.len() / 2, "compressed: {} of {}", row.len(), long.len());
-        assert_eq!(decode_step(&row).unwrap(), (43, long.as_str().into()));
+        assert_eq!(decode_step(&row, None).unwrap(), (43, long.as_str().into()));
         for outcome in [None, Some("{\"a\":1}"), Some(long.as_str())] {
-            encode_agent(7, &encode_outcome(outcome), &mut row);
-            assert_eq!(decode_agent(&row).unwrap(), (7, outcome.map(Cow::Borrowed)));
+            encode_agent(7, &encode_outcome(outcome), &mut row, None);
+            assert_eq!(decode_agent(&row, None).unwrap(), (7, outcome.map(Cow::Borrowed)));
             assert_eq!(
-                decode_agent(&encode_outcome(outcome)).unwrap(),
+                decode_agent(&encode_outcome(outcome), None).unwrap(),
                 (0, outcome.map(Cow::Borrowed)),
                 "schema 2's form"
             );
         }
         // A damaged frame is an error.
-        encode_agent(7, &encode_outcome(Some(&long)), &mut row);
+        encode_agent(7, &encode_outcome(Some(&long)), &mut row, None);
         row.truncate(row.len() - 4);
-        assert!(matches!(decode_agent(&row), Err(BadRow::Shared(SharedError::Codec(_)))));
+        assert!(matches!(decode_agent(&row, None), Err(BadRow::Shared(SharedError::Codec(_)))));
         // A shared value's row keeps its place and the reference.
         let reference = Reference::of(long.as_bytes());
         encode_step_reference(9, &reference, &mut row);
         assert_eq!(step_parts(&row).unwrap(), (9, &reference.encode()[..]));
-        assert!(matches!(decode_step(&row), Err(BadRow::Shared(SharedError::Unresolved(_)))));
+        assert!(matches!(decode_step(&row, None), Err(BadRow::Shared(SharedError::Unresolved(_)))));
         encode_agent_reference(9, &reference, &mut row);
         assert_eq!(agent_parts(&row).unwrap(), (9, 1, &reference.encode()[..]));
-        assert!(matches!(decode_step(b"short"), Err(BadRow::Short)));
-        assert!(matches!(decode_step(&[0, 0, 0, 0, 0, 0, 0, 0, 0xff]), Err(BadRow::NotUtf8)));
+        assert!(matches!(decode_step(b"short", None), Err(BadRow::Short)));
+        assert!(matches!(decode_step(&[0, 0, 0, 0, 0, 0, 0, 0, 0xff], None), Err(BadRow::NotUtf8)));
         for bad in [&[][..], &[0, 1], &[4], &[2, 1], &[3, 0, 0, 0, 0, 0, 0, 0, 0, 0xff], &[1, 0xff]] {
-            assert!(decode_agent(bad).is_err(), "{bad:?}");
+            assert!(decode_agent(bad, None).is_err(), "{bad:?}");
         }
-        assert!(decode_agent(&[2, 0, 0, 0, 0, 0, 0, 0, 0]).is_ok(), "a failure with its place");
+        assert!(decode_agent(&[2, 0, 0, 0, 0, 0, 0, 0, 0], None).is_ok(), "a failure with its place");
         // The parts a load keeps, their text not yet checked.
         assert_eq!(step_parts(&[5, 0, 0, 0, 0, 0, 0, 0, 0xff]).unwrap(), (5, &[0xff][..]));
         assert_eq!(agent_parts(&[3, 5, 0, 0, 0, 0, 0, 0, 0, 0xff]).unwrap(), (5, 1, &[0xff][..]));

@@ -76,6 +76,7 @@ fn part_of(table: &str) -> &'static str {
         }
         "journal_values" | "journal_value_refs" => "shared journal values (large step values and replies, once each)",
         "blobs" | "factories" => "components and registrations",
+        "dictionaries" => "compression dictionaries (pieces)",
         _ => "store metadata",
     }
 }

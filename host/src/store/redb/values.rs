@@ -4,7 +4,7 @@
 //! and resolving a row's stored value, inline or shared ([`resolve`]).
 
 use super::tables::{JOURNAL_VALUES, JOURNAL_VALUE_REFS};
-use crate::store::codec;
+use crate::store::codec::{self, Dictionaries};
 use crate::store::shared::{decode_inline, Reference, SharedError};
 use crate::store::StoreError;
 use redb::{ReadableTable, Table, WriteTransaction};
@@ -62,20 +62,21 @@ pub(super) fn reference_in(stored: &[u8]) -> Option<Reference> {
     Reference::parse(stored).and_then(Result::ok)
 }
 
-/// The JSON text a row's stored value holds: decoded when inline, read from `values` and
-/// checked when a reference. A value that cannot be read is the inner error (the caller
+/// The JSON text a row's stored value holds: decoded (with `dictionaries` when its frame
+/// names one) when inline, read from `values` and checked when a reference. A value that cannot be read is the inner error (the caller
 /// answers it as corrupt, or leaves it unloaded); the outer one is the database's.
 pub(super) fn resolve<'a>(
     values: &impl ReadableTable<&'static [u8], &'static [u8]>,
     stored: &'a [u8],
+    dictionaries: Option<&Dictionaries>,
 ) -> Result<Result<Cow<'a, [u8]>, SharedError>, StoreError> {
     let reference = match Reference::parse(stored) {
-        None => return Ok(decode_inline(stored)),
+        None => return Ok(decode_inline(stored, dictionaries)),
         Some(Err(e)) => return Ok(Err(e)),
         Some(Ok(reference)) => reference,
     };
     let Some(kept) = values.get(&reference.hash[..])? else {
         return Ok(Err(SharedError::Missing(hex::encode(reference.hash))));
     };
-    Ok(reference.check(kept.value()).map(Cow::Owned))
+    Ok(reference.check(kept.value(), dictionaries).map(Cow::Owned))
 }

@@ -34,6 +34,7 @@ use super::tables::{
     RUN_ORDER, STEPS,
 };
 use super::values;
+use crate::store::codec::Dictionaries;
 use crate::store::op::{Backlog, Op, Pending, Queued, EARLY_COMMIT_OPS};
 use crate::store::shared::{self, Reference};
 use crate::store::{StoreError, WriterStats};
@@ -80,6 +81,8 @@ impl Queue {
 struct Shared {
     queue: Mutex<Queue>,
     arrived: Condvar,
+    /// The store's compression dictionaries: values are compressed with the newest.
+    dictionaries: Arc<Dictionaries>,
 }
 
 impl Shared {
@@ -109,8 +112,9 @@ impl Writer {
         window: Duration,
         queue_bytes: u64,
         path: Option<PathBuf>,
+        dictionaries: Arc<Dictionaries>,
     ) -> Result<Self, StoreError> {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared { dictionaries, ..Shared::default() });
         let stats = Arc::new(WriterStats::default());
         let pending: Arc<Mutex<Pending>> = Arc::default();
         let backlog = Arc::new(Backlog::new(queue_bytes));
@@ -250,10 +254,11 @@ fn run(
     pending: Arc<Mutex<Pending>>,
     backlog: Arc<Backlog>,
 ) {
+    let dictionaries = shared.dictionaries.clone();
     // The batch buffer, reused from commit to commit.
     let mut batch: Vec<Queued> = Vec::new();
     // Settling work taken and not done yet: a step of it between two batches.
-    let mut packing = Packing::default();
+    let mut packing = Packing::new(dictionaries.clone());
     loop {
         let (already_failed, closing, work) = {
             let mut queue = shared.queue();
@@ -292,7 +297,7 @@ fn run(
         }
         let result = match already_failed {
             Some(message) => Err(StoreError::WriteFailed(message)),
-            None => commit(&db.get(), &batch, &stats),
+            None => commit(&db.get(), &batch, &stats, &dictionaries),
         };
         match &result {
             Err(e) => {
@@ -329,7 +334,7 @@ fn count_rows(shared: &Shared, batch: &[Queued]) {
     }
 }
 
-fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), StoreError> {
+fn commit(db: &Database, batch: &[Queued], stats: &WriterStats, dictionaries: &Dictionaries) -> Result<(), StoreError> {
     let writes = batch.iter().filter(|q| !q.op.is_flush()).count();
     if writes == 0 {
         return Ok(());
@@ -389,7 +394,7 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                             values::share(shared_values.table()?, shared_refs.table()?, &reference, value.as_bytes())?;
                             super::rows::encode_step_reference(*place, &reference, &mut row);
                         }
-                        None => super::rows::encode_step(*place, value, &mut row),
+                        None => super::rows::encode_step(*place, value, &mut row, Some(dictionaries)),
                     }
                     let old = steps.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
                     let old = old.and_then(|old| {
@@ -406,7 +411,7 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                             values::share(shared_values.table()?, shared_refs.table()?, &reference, reply)?;
                             super::rows::encode_agent_reference(*place, &reference, &mut row);
                         }
-                        _ => super::rows::encode_agent(*place, outcome, &mut row),
+                        _ => super::rows::encode_agent(*place, outcome, &mut row, Some(dictionaries)),
                     }
                     let old = agents.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
                     let old = old.and_then(|old| {
@@ -448,7 +453,8 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats) -> Result<(), St
                 }
                 Op::Blob { hash, bytes } => {
                     if blobs.table()?.get(hash.as_str())?.is_none() {
-                        blobs.table()?.insert(hash.as_str(), &bytes[..])?;
+                        let stored = crate::store::codec::encode_blob(bytes);
+                        blobs.table()?.insert(hash.as_str(), stored.as_slice())?;
                     }
                 }
                 Op::RunModules { run, manifest } => {
@@ -541,8 +547,8 @@ mod tests {
     fn a_full_queue_makes_the_next_write_wait_for_a_commit() {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).expect("a database");
         // A long window: without the cap, both writes would be queued before any commit.
-        let writer =
-            Writer::start(Arc::new(DbCell::new(db)), Duration::from_millis(300), 1000, None).expect("the writer");
+        let writer = Writer::start(Arc::new(DbCell::new(db)), Duration::from_millis(300), 1000, None, Arc::default())
+            .expect("the writer");
         writer.send(step(800)).expect("the first write");
         assert_eq!(writer.stats.commits.load(Ordering::SeqCst), 0, "the first write was queued, not committed");
         assert!(writer.backlog.queued() >= 800);
@@ -558,8 +564,8 @@ mod tests {
     fn a_batch_of_early_commit_ops_writes_is_committed_before_the_window_closes() {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).expect("a database");
         // A window no test waits out: only the batch's size can make the thread commit.
-        let writer =
-            Writer::start(Arc::new(DbCell::new(db)), Duration::from_secs(600), u64::MAX, None).expect("the writer");
+        let writer = Writer::start(Arc::new(DbCell::new(db)), Duration::from_secs(600), u64::MAX, None, Arc::default())
+            .expect("the writer");
         let commits = || writer.stats.commits.load(Ordering::SeqCst);
         for _ in 0..EARLY_COMMIT_OPS - 1 {
             writer.send(step(10)).expect("a write");
