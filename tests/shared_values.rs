@@ -246,6 +246,12 @@ async fn on_postgresql_a_second_run_of_the_same_replies_adds_references_only() {
         );
     }
     assert_eq!(sql("SELECT count(*) FROM journal_values"), n as u64, "each reply stored once");
+    // `factory stats` on the database: the shared values are their own part, a row a value.
+    let usage = store.usage_report().await.expect("usage").expect("a PostgreSQL store measures itself");
+    let parts = usage.parts();
+    let shared = parts.iter().find(|p| p.part.starts_with("shared journal values")).expect("the part");
+    assert_eq!(shared.rows, n as u64, "{parts:#?}");
+    assert!(shared.bytes > 0, "{parts:#?}");
     assert_eq!(sql("SELECT min(refs) FROM journal_values"), 2, "referred to by both runs");
     assert_eq!(sql("SELECT count(*) FROM agents WHERE octet_length(outcome) = 42"), 2 * n as u64, "references");
     // The second run keeps a reference a call: far less than the replies, and than the first.
