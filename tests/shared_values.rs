@@ -2,7 +2,8 @@
 //! binary on a real redb file: two runs of one factory whose step returns the same ~100 KiB
 //! value keep it once (`factory stats --json`: one shared value, two references), `factory
 //! rm` of both leaves none; on PostgreSQL, a second run of the same replies adds a
-//! reference a call (its bytes and WAL per call printed); a reference to a value the store does not keep fails the resume
+//! reference a call (its bytes and WAL per call printed); a halted run resumes replaying its
+//! shared value; a reference to a value the store does not keep fails the resume
 //! that replays it with a typed corrupt-store error, not a panic.
 
 mod common;
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 /// numbers of a xorshift generator: the same in every run), and a result that is its length.
 const BODY: &str = r#"async (ctx) => {
     const big = await ctx.step("big", () => {
+        ctx.log("computing the value");
         let x = 2463534242;
         const out = [];
         for (let i = 0; i < 16000; i++) {
@@ -105,33 +107,56 @@ fn two_runs_of_one_large_step_value_store_it_once_and_removing_both_leaves_none(
     assert_eq!(number(&part(&none, "shared journal values")["rows"]), 0, "{none:#}");
 }
 
+/// Through redb directly, with no factory open: the run's record says `running` (the next
+/// open repairs it to `halted`, as after a crash), and, when `drop_value`, the shared value
+/// goes while its reference stays in the step row.
+fn halt_in_place(state: &Path, id: &str, drop_value: bool) {
+    let db = redb::Database::open(state.join(factory_host::store::STORE_FILE)).expect("the store file");
+    let txn = db.begin_write().expect("a write");
+    {
+        let mut values = txn.open_table(TableDefinition::<&[u8], &[u8]>::new("journal_values")).expect("values");
+        let hashes: Vec<Vec<u8>> =
+            values.iter().expect("the values").map(|row| row.expect("a row").0.value().to_vec()).collect();
+        assert_eq!(hashes.len(), 1, "the run's step value is shared");
+        if drop_value {
+            values.remove(hashes[0].as_slice()).expect("removed");
+        }
+        let mut runs = txn.open_table(TableDefinition::<&str, &[u8]>::new("runs")).expect("runs");
+        let mut record: Value = {
+            let bytes = runs.get(id).expect("a read").expect("the run's record");
+            serde_json::from_slice(bytes.value()).expect("a record")
+        };
+        record["envelope"]["status"] = "running".into();
+        let bytes = serde_json::to_vec(&record).expect("JSON");
+        runs.insert(id, bytes.as_slice()).expect("written");
+    }
+    txn.commit().expect("a commit");
+}
+
+/// How many times the run's step computed its value (its log lines).
+fn computed(state: &Path, id: &str) -> usize {
+    let entries = common::progress_entries(state, id);
+    entries.iter().filter(|e| e["event"] == "log" && e["message"] == "computing the value").count()
+}
+
 #[test]
-fn a_reference_to_a_value_not_stored_fails_the_resume_with_a_corrupt_store_error() {
+fn a_resume_replays_a_shared_value_and_a_reference_to_one_not_stored_fails_it_as_a_corrupt_store() {
     let state = tempfile::tempdir().expect("a state dir");
     let file = factory(state.path());
     let id = run(state.path(), &file);
-    // Through redb directly: the shared value goes (its reference stays in the step row), and
-    // the run's record says `running`, which the next open repairs to `halted` (a crash).
-    {
-        let db = redb::Database::open(state.path().join(factory_host::store::STORE_FILE)).expect("the store file");
-        let txn = db.begin_write().expect("a write");
-        {
-            let mut values = txn.open_table(TableDefinition::<&[u8], &[u8]>::new("journal_values")).expect("values");
-            let hashes: Vec<Vec<u8>> =
-                values.iter().expect("the values").map(|row| row.expect("a row").0.value().to_vec()).collect();
-            assert_eq!(hashes.len(), 1, "the run's step value is shared");
-            values.remove(hashes[0].as_slice()).expect("removed");
-            let mut runs = txn.open_table(TableDefinition::<&str, &[u8]>::new("runs")).expect("runs");
-            let mut record: Value = {
-                let bytes = runs.get(id.as_str()).expect("a read").expect("the run's record");
-                serde_json::from_slice(bytes.value()).expect("a record")
-            };
-            record["envelope"]["status"] = "running".into();
-            let bytes = serde_json::to_vec(&record).expect("JSON");
-            runs.insert(id.as_str(), bytes.as_slice()).expect("written");
-        }
-        txn.commit().expect("a commit");
-    }
+    assert_eq!(computed(state.path(), &id), 1);
+
+    // Halted as by a crash, the run resumes: its step's value comes from the shared table,
+    // not computed again.
+    halt_in_place(state.path(), &id, false);
+    let out = factory_in(state.path(), &["resume", &id, "--json", "-q"]);
+    let envelope = stdout_json(&out);
+    assert_eq!(envelope["status"], "completed", "{envelope:#}\n{}", stderr(&out));
+    assert!(envelope["result"].as_u64().is_some_and(|n| n > 100_000), "{envelope:#}");
+    assert_eq!(computed(state.path(), &id), 1, "replayed, not computed again");
+
+    // The shared value gone, its reference left: the replay fails with a typed error.
+    halt_in_place(state.path(), &id, true);
     let out = factory_in(state.path(), &["resume", &id, "--json", "-q"]);
     let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(!said.contains("panicked"), "{said}");
@@ -140,6 +165,7 @@ fn a_reference_to_a_value_not_stored_fails_the_resume_with_a_corrupt_store_error
     let envelope = stdout_json(&out);
     assert_eq!((envelope["status"].as_str(), envelope["failure"]["type"].as_str()), (Some("error"), Some("storage")));
     assert!(said.contains("the store is corrupt") && said.contains("which is not stored"), "{said}");
+    assert_eq!(computed(state.path(), &id), 1, "nothing computed again");
 }
 
 /// An agent key as the host makes them (the hex of a hash: its first bytes differ).
@@ -220,6 +246,12 @@ async fn on_postgresql_a_second_run_of_the_same_replies_adds_references_only() {
         );
     }
     assert_eq!(sql("SELECT count(*) FROM journal_values"), n as u64, "each reply stored once");
+    // `factory stats` on the database: the shared values are their own part, a row a value.
+    let usage = store.usage_report().await.expect("usage").expect("a PostgreSQL store measures itself");
+    let parts = usage.parts();
+    let shared = parts.iter().find(|p| p.part.starts_with("shared journal values")).expect("the part");
+    assert_eq!(shared.rows, n as u64, "{parts:#?}");
+    assert!(shared.bytes > 0, "{parts:#?}");
     assert_eq!(sql("SELECT min(refs) FROM journal_values"), 2, "referred to by both runs");
     assert_eq!(sql("SELECT count(*) FROM agents WHERE octet_length(outcome) = 42"), 2 * n as u64, "references");
     // The second run keeps a reference a call: far less than the replies, and than the first.

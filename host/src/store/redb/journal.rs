@@ -113,9 +113,7 @@ impl RedbStore {
         let Some(row) = steps.get((run_id, key))? else { return Ok(None) };
         let bad = |e: BadRow| corrupt("step journal", e);
         let (_, stored) = step_parts(row.value()).map_err(bad)?;
-        let json = resolve(&txn.open_table(JOURNAL_VALUES)?, stored, Some(&self.dictionaries))?
-            .map_err(BadRow::from)
-            .map_err(bad)?;
+        let json = read_value(&txn, stored, &self.dictionaries)?.map_err(BadRow::from).map_err(bad)?;
         Ok(Some(text(json).map_err(bad)?.into_owned()))
     }
 
@@ -136,13 +134,24 @@ impl RedbStore {
         match agent_parts(row.value()).map_err(bad)? {
             (_, 0, _) => Ok(Some(None)),
             (_, _, stored) => {
-                let json = resolve(&txn.open_table(JOURNAL_VALUES)?, stored, Some(&self.dictionaries))?
-                    .map_err(BadRow::from)
-                    .map_err(bad)?;
+                let json = read_value(&txn, stored, &self.dictionaries)?.map_err(BadRow::from).map_err(bad)?;
                 Ok(Some(Some(text(json).map_err(bad)?.into_owned())))
             }
         }
     }
+}
+
+/// A row's stored value as JSON text bytes: decoded (with the store's `dictionaries`) when inline, read from the shared values
+/// (opened only then) when a reference.
+fn read_value<'a>(
+    txn: &redb::ReadTransaction,
+    stored: &'a [u8],
+    dictionaries: &Dictionaries,
+) -> Result<Result<std::borrow::Cow<'a, [u8]>, shared::SharedError>, StoreError> {
+    if !shared::is_reference(stored) {
+        return Ok(shared::decode_inline(stored, Some(dictionaries)));
+    }
+    resolve(&txn.open_table(JOURNAL_VALUES)?, stored, Some(dictionaries))
 }
 
 fn journal_error(e: StoreError) -> JournalError {
