@@ -400,7 +400,8 @@ async fn two_runs_of_one_service_the_store_is_compacted_once_neither_executes() 
         let during = usage().await;
         let agents = during.table("agents").expect("the agents table");
         assert_eq!(agents.entries, 2000, "A's outcomes (B's call is still held)");
-        assert!(during.free_bytes() >= 1 << 20, "not compacted while B executes: {during:#?}");
+        // (Measured: 1,077,248 B free of 5,312,512; compacted, some 60 KiB would be.)
+        assert!(during.free_bytes() >= 512 << 10, "not compacted while B executes: {during:#?}");
         held.release.notify_one();
     };
     let (b, ()) = tokio::join!(b, a_then_release);
