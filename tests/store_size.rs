@@ -265,6 +265,15 @@ async fn two_thousand_two_kib_replies_where_the_bytes_go() {
     );
     let progress = usage.table("progress").expect("the progress table");
     assert!(progress.stored_bytes <= 64 * n as u64, "progress of {} B for {n} calls", progress.stored_bytes);
+    // The component is stored compressed (codec::encode_blob): measured 115,565 B of its
+    // 422,326 B (27 %).
+    let component = std::fs::metadata(common::component("probe")).expect("the probe component").len();
+    let blobs = usage.table("blobs").expect("the blobs table");
+    assert!(
+        blobs.stored_bytes * 5 <= component * 2,
+        "the component's {component} B stored as {} B",
+        blobs.stored_bytes
+    );
     // The run's rows were packed into full leaves as it stopped (store/redb/settle.rs): the
     // room its leaves leave is 143,726 B for 1,562,900 B of rows (9 %).
     assert!(
