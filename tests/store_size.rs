@@ -265,6 +265,15 @@ async fn two_thousand_two_kib_replies_where_the_bytes_go() {
     );
     let progress = usage.table("progress").expect("the progress table");
     assert!(progress.stored_bytes <= 64 * n as u64, "progress of {} B for {n} calls", progress.stored_bytes);
+    // The component is stored compressed (codec::encode_blob): measured 115,565 B of its
+    // 422,326 B (27 %).
+    let component = std::fs::metadata(common::component("probe")).expect("the probe component").len();
+    let blobs = usage.table("blobs").expect("the blobs table");
+    assert!(
+        blobs.stored_bytes * 5 <= component * 2,
+        "the component's {component} B stored as {} B",
+        blobs.stored_bytes
+    );
     // The run's rows were packed into full leaves as it stopped (store/redb/settle.rs): the
     // room its leaves leave is 143,726 B for 1,562,900 B of rows (9 %).
     assert!(
@@ -400,7 +409,8 @@ async fn two_runs_of_one_service_the_store_is_compacted_once_neither_executes() 
         let during = usage().await;
         let agents = during.table("agents").expect("the agents table");
         assert_eq!(agents.entries, 2000, "A's outcomes (B's call is still held)");
-        assert!(during.free_bytes() >= 1 << 20, "not compacted while B executes: {during:#?}");
+        // (Measured: 1,077,248 B free of 5,312,512; compacted, some 60 KiB would be.)
+        assert!(during.free_bytes() >= 512 << 10, "not compacted while B executes: {during:#?}");
         held.release.notify_one();
     };
     let (b, ()) = tokio::join!(b, a_then_release);
