@@ -564,7 +564,7 @@ mod tests {
         let lacking = Dictionaries::default();
         assert!(matches!(
             super::super::rows::decode_agent(&after[0].1, Some(&lacking)),
-            Err(super::super::rows::BadRow::Codec(codec::CodecError::MissingDictionary(found))) if found == id
+            Err(super::super::rows::BadRow::Shared(crate::store::shared::SharedError::Codec(codec::CodecError::MissingDictionary(found)))) if found == id
         ));
         // A run with too few values to learn from trains none.
         assert_eq!(train(&db, &Dictionaries::default(), "other").expect("nothing to train from"), None);
