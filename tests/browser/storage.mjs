@@ -86,6 +86,8 @@ try {
   await page.waitForSelector('#gc-done');
   const removed = (await page.getAttribute('#gc-done', 'data-removed')).split(' ');
   check('the confirm deletes what the dry run listed', JSON.stringify(removed) === JSON.stringify(listed), removed);
+  const said = await page.textContent('#gc-done');
+  check('the page says what went and what is left', said === `deleted ${listed.length} runs; 1 left in the store`, said);
   const left = (await api('GET', '/api/runs')).map((r) => r.runId);
   check('only the newest run is left', JSON.stringify(left) === JSON.stringify(runs.slice(-1)), left);
   // The view reloads: one run record left, and the figures are the API's again.

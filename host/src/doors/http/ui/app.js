@@ -871,7 +871,7 @@ function storageView(main) {
     try { dry = await api('POST', '/api/gc', { ...body, dryRun: true }); } catch (e) { showError(e); return; }
     if (stopped) return;
     if (dry.removed.length === 0) {
-      put(outcome, h('p', { class: 'muted', id: 'gc-none' }, `nothing to collect: the policy keeps every ended run (${dry.kept} kept)`));
+      put(outcome, h('p', { class: 'muted', id: 'gc-none' }, `nothing to collect: the policy keeps every run (${dry.kept} in the store)`));
       return;
     }
     const confirm = h('button', { class: 'danger', id: 'gc-confirm', type: 'button', onclick: async () => {
@@ -880,10 +880,10 @@ function storageView(main) {
       try { done = await api('POST', '/api/gc', { ...body, dryRun: false }); } catch (e) { showError(e); confirm.disabled = false; return; }
       if (stopped) return;
       put(outcome, h('p', { id: 'gc-done', dataset: { removed: done.removed.join(' ') } },
-        `deleted ${done.removed.length} run${done.removed.length === 1 ? '' : 's'}; ${done.kept} kept`));
+        `deleted ${done.removed.length} run${done.removed.length === 1 ? '' : 's'}; ${done.kept} left in the store`));
       await load();
     } }, `Delete ${dry.removed.length} run${dry.removed.length === 1 ? '' : 's'}`);
-    put(outcome, h('p', {}, `These ended runs would go (${dry.kept} kept):`),
+    put(outcome, h('p', {}, `These ended runs would go (of ${dry.kept} in the store):`),
       h('ul', { class: 'mono', id: 'gc-list' }, dry.removed.map((id) => h('li', { dataset: { runId: id } }, id))),
       h('div', { class: 'actions' }, confirm));
   };
