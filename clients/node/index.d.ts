@@ -394,7 +394,7 @@ export interface StatsOptions extends ConnectionOptions {
 
 /**
  * Where the store's bytes go, asked as the owner (the token's holder); `null` for a store that
- * does not measure itself (PostgreSQL).
+ * does not measure itself.
  */
 export function stats(options?: StatsOptions): Promise<FactoryStoreStats | null>;
 export function isFactoryRunTerminal(status: string | null | undefined): boolean;

@@ -917,7 +917,7 @@ function registration(entry) {
  * Where the store's bytes go, as `factory stats --json` prints it: `{ fileBytes, diskBytes,
  * pageSize, allocatedPages, tables: [{ name, entries, storedBytes, leafPages, branchPages,
  * fragmentedBytes, metadataBytes }], parts: [{ part, bytes, rows }] }` (the parts add up to
- * `fileBytes`), or `null` for a store that does not measure itself (PostgreSQL). The store
+ * `fileBytes`), or `null` for a store that does not measure itself. The store
  * covers every session's runs, so this asks as the owner (the token's holder, no session);
  * given `session`, it asks as that session and is refused (FactoryError `bad_request`).
  * Connection: `url`, `token`, `stateDir` (see resolveConnection).

@@ -927,7 +927,7 @@ def stats(
 ) -> FactoryStoreStats | None:
     """Where the store's bytes go, as `factory stats --json` prints it (`fileBytes`,
     `diskBytes`, `pageSize`, `allocatedPages`, `tables`, and `parts` adding up to
-    `fileBytes`), or None for a store that does not measure itself (PostgreSQL). The store
+    `fileBytes`), or None for a store that does not measure itself. The store
     covers every session's runs, so this asks as the owner (the token's holder, no session);
     given `session`, it asks as that session and is refused (`FactoryError("bad_request")`).
     Connection: `url`, `token`, `state_dir` (see `resolve_connection`)."""

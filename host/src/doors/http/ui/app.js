@@ -832,7 +832,7 @@ function storageView(main) {
     try { stats = await api('GET', '/api/stats'); } catch (e) { showError(e); return; }
     if (stopped) return;
     if (stats === null) {
-      put(summary, h('p', { class: 'muted' }, 'this store (PostgreSQL) does not measure itself: see its tables\' sizes in PostgreSQL'));
+      put(summary, h('p', { class: 'muted' }, 'this store does not measure itself'));
       put(parts); put(tables);
       return;
     }
