@@ -8,7 +8,8 @@
 //! signs a second page out (its session then refused), draws every bar of a 4,096-agent run (its
 //! render time is the bench's, section 9), pauses a run and answers a checkpoint with the
 //! buttons (`tests/browser/checkpoint.mjs`), charts a run's cost by phase and by model
-//! (`tests/browser/costs.mjs`) and
+//! (`tests/browser/costs.mjs`), shows the store's size by part and by table and collects
+//! garbage from the Storage view (`tests/browser/storage.mjs`) and
 //! writes screenshots (to `docs/screenshots/` with `FACTORY_UPDATE_SCREENSHOTS=1`). Missing node, chromium or
 //! `tests/browser/node_modules` (`npm ci` there) fail the test: they are not optional.
 
@@ -686,6 +687,74 @@ async fn a_pending_approval_is_answered_from_the_dashboard() {
     );
     drop(daemon);
     for shot in ["approval.png", "approval-declined.png"] {
+        assert!(std::fs::metadata(shots.join(shot)).map(|m| m.len() > 1000).unwrap_or(false), "{shot} written");
+    }
+}
+
+/// Issue 54: the store's size report in the dashboard. Three runs of `costly` in a redb
+/// store; the Storage view (`tests/browser/storage.mjs` in headless Chromium) shows the file,
+/// every part and every table with the figures `GET /api/stats` gives (the parts adding up to
+/// the file), writes `storage.png`; its "Collect garbage" lists what a policy keeping the
+/// newest run would delete (a dry run, nothing deleted), deletes exactly those on confirm,
+/// and shows the store's new figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storage_view_shows_where_the_stores_bytes_go_and_collects_garbage() {
+    let browser_dir = browser_dir();
+    let state = tempfile::tempdir().unwrap();
+    let rules = state.path().join("rules.json");
+    std::fs::write(&rules, r#"{"rules":[],"fallback":"dry-run"}"#).unwrap();
+    let config = format!("default = \"test\"\n[backends.test]\nkind = \"script\"\npath = \"{}\"\n", rules.display());
+    std::fs::write(state.path().join("factory.toml"), config).unwrap();
+    let costly = state.path().join("costly.js");
+    std::fs::write(&costly, COSTLY_JS).unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let out = factory_in(state.path(), &["run", costly.to_str().unwrap(), "--json", "-q"]);
+        let run = stdout_json(&out);
+        assert_eq!(run["status"], "completed", "{run:#}");
+        runs.push(run["runId"].as_str().unwrap().to_string());
+    }
+
+    let daemon = serve_http(state.path());
+    let out = factory_in(state.path(), &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let shots = common::guest_target_dir().join("ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = browser_dir.join("storage.mjs");
+    let shots_dir = shots.clone();
+    let runs_env = runs.join(" ");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(script)
+            .env("FACTORY_UI_URL", &url)
+            .env("FACTORY_UI_TOKEN", token.trim())
+            .env("FACTORY_UI_RUNS", &runs_env)
+            .env("FACTORY_UI_SCREENSHOTS", &shots_dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs (install Node.js)")
+    })
+    .await
+    .unwrap();
+    drop(daemon);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the browser test printed no JSON report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        )
+    });
+    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    // The store agrees: the newest run only is left.
+    let out = factory_in(state.path(), &["runs", "--all", "--json"]);
+    let left: Vec<String> = stdout_json(&out)
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["runId"].as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    assert_eq!(left, runs[2..].to_vec());
+    for shot in ["storage.png", "storage-gc.png"] {
         assert!(std::fs::metadata(shots.join(shot)).map(|m| m.len() > 1000).unwrap_or(false), "{shot} written");
     }
 }

@@ -353,6 +353,50 @@ export function defineFactory<TArgs = any, TResult extends FactoryResult = Facto
 export function defineWorkflow<TArgs = any, TResult extends FactoryResult = FactoryResult>(
     definition: FactoryDefinition<TArgs, TResult>,
 ): DefinedFactory<TArgs, TResult>;
+/** One table of the store (`stats().tables`). */
+export interface FactoryStoreTable {
+    name: string;
+    /** Rows. */
+    entries: number;
+    /** Bytes of the rows' keys and values as stored. */
+    storedBytes: number;
+    leafPages: number;
+    branchPages: number;
+    /** Bytes of the table's pages that hold nothing. */
+    fragmentedBytes: number;
+    /** Bytes of its branch pages' keys and other metadata. */
+    metadataBytes: number;
+}
+
+/** One part of the store's bytes (`stats().parts`): journal values, progress, run records, ... */
+export interface FactoryStorePart {
+    part: string;
+    bytes: number;
+    /** Rows (0 for the file's own parts: page overhead, free pages). */
+    rows: number;
+}
+
+/** Where the store's bytes go, as `factory stats --json` prints it; the parts add up to `fileBytes`. */
+export interface FactoryStoreStats {
+    fileBytes: number;
+    /** The disk space the file takes. */
+    diskBytes: number;
+    pageSize: number;
+    allocatedPages: number;
+    tables: FactoryStoreTable[];
+    parts: FactoryStorePart[];
+}
+
+export interface StatsOptions extends ConnectionOptions {
+    /** Ask as this session instead of the owner: refused (`bad_request`), the store covering every session. */
+    session?: string;
+}
+
+/**
+ * Where the store's bytes go, asked as the owner (the token's holder); `null` for a store that
+ * does not measure itself.
+ */
+export function stats(options?: StatsOptions): Promise<FactoryStoreStats | null>;
 export function isFactoryRunTerminal(status: string | null | undefined): boolean;
 export function isWorkflowRunTerminal(status: string | null | undefined): boolean;
 export function resolveConnection(options?: ConnectionOptions, env?: Record<string, string | undefined>): { url: string; token: string };

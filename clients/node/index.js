@@ -1,6 +1,7 @@
 // @factory/client: the Copilot SDK's extension-side factory API — `joinSession`,
 // `session.factory.run/resume/listRuns/getRunDetail/getRunProgress/getRun/cancel/pause/remove/gc/waitForRun`,
-// `isFactoryRunTerminal`, `FactoryResumeError` and the `factory.run_updated` event, and the same
+// `isFactoryRunTerminal`, `FactoryResumeError`, the `factory.run_updated` event and the owner's
+// `stats` (where the store's bytes go), and the same
 // under upstream's newer Dynamic Workflows names (`defineWorkflow`, `session.workflow.*`,
 // `WorkflowResumeError`, `workflow.*` events) — for a
 // Node program, over the HTTP API of `factory serve --http`. A `defineFactory` handle registers
@@ -255,7 +256,9 @@ class Transport {
         this.url = url;
         /** The session the calls act as. */
         this.session = session;
-        this.headers = { authorization: `Bearer ${token}`, [SESSION_HEADER]: session };
+        this.headers = { authorization: `Bearer ${token}` };
+        // No session: the call acts as the owner (the token's holder), as `stats` does.
+        if (session !== null) this.headers[SESSION_HEADER] = session;
         /** Set by `session.disconnect()`: runs and resumes are refused from then on. */
         this.disposed = false;
     }
@@ -908,6 +911,22 @@ function registration(entry) {
         return { body: { meta: entry.meta, run }, source: "authored" };
     }
     throw new TypeError("joinSession: each of `factories` is a path, a file: URL or a defineFactory handle");
+}
+
+/**
+ * Where the store's bytes go, as `factory stats --json` prints it: `{ fileBytes, diskBytes,
+ * pageSize, allocatedPages, tables: [{ name, entries, storedBytes, leafPages, branchPages,
+ * fragmentedBytes, metadataBytes }], parts: [{ part, bytes, rows }] }` (the parts add up to
+ * `fileBytes`), or `null` for a store that does not measure itself. The store
+ * covers every session's runs, so this asks as the owner (the token's holder, no session);
+ * given `session`, it asks as that session and is refused (FactoryError `bad_request`).
+ * Connection: `url`, `token`, `stateDir` (see resolveConnection).
+ */
+export async function stats(options = {}) {
+    const { url, token } = resolveConnection(options);
+    const session = options.session ?? null;
+    if (session !== null && typeof session !== "string") throw new TypeError("stats: `session` must be a string");
+    return new Transport(url, token, session).request("GET", "/api/stats");
 }
 
 /**

@@ -15,7 +15,11 @@
 //! store against a server it starts (Debian's PostgreSQL 15 is required; a missing one fails
 //! the bench with the install hint) and (11) flow control: a fan-out against a provider that
 //! throttles (`tests/common/throttling.rs`) against its floor, and the flow controller's cost
-//! per admitted call against the host's per agent. The backend is a small
+//! per admitted call against the host's per agent, and (12) store size: a redb file after a
+//! fan-out of 2,000 agents with 2 KiB English-like replies against the reply bytes, after
+//! removing that run, and per call of a 1,000-agent fan-out replying `ok` against LangGraph's
+//! SQLite checkpointer (`tests/compare/langgraph_size.py` by the workspace's
+//! `.venv/bin/python3`; a missing one fails the row with the install hint). The backend is a small
 //! in-process latency backend (a timer thread, so 1 ms means 1 ms, not a tokio tick): the
 //! boundary, not the thing measured. Correctness checks (results complete, a resume makes no
 //! backend call, a resume runs no step producer, a memo hit makes no backend call) fail the
@@ -2152,6 +2156,313 @@ async fn dashboard(table: &mut Table, component: &Path, cache: &Path, runs: usiz
     );
 }
 
+// ----------------------------------------------------------------------------------------
+// (12) Store size.
+
+/// The seed of the replies' text generator: the same replies every bench run.
+const MARKOV_SEED: u64 = 54;
+
+/// splitmix64: a small, fixed pseudo-random sequence (the replies need no better).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// English-like text: a word-level Markov chain of order 2 over the words of the project's
+/// book (docs/src, every chapter in path order), each reply walked from its own seed.
+struct Markov {
+    words: Vec<String>,
+    /// The word ids of the book, in order (where a walk starts and restarts).
+    text: Vec<u32>,
+    /// For each pair of consecutive words, the words that follow it in the book.
+    next: std::collections::HashMap<(u32, u32), Vec<u32>>,
+}
+
+impl Markov {
+    fn of_book() -> Markov {
+        fn chapters(dir: &Path, into: &mut Vec<PathBuf>) {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+                .unwrap_or_else(|e| fail(format!("reading {}: {e}", dir.display())))
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            entries.sort();
+            for path in entries {
+                if path.is_dir() {
+                    chapters(&path, into);
+                } else if path.extension().is_some_and(|e| e == "md") {
+                    into.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        chapters(&workspace_root().join("docs").join("src"), &mut files);
+        let mut ids: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+        let mut words = Vec::new();
+        let mut text = Vec::new();
+        for file in files {
+            let chapter = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| fail(format!("reading the chapter {}: {e}", file.display())));
+            for word in chapter.split_whitespace() {
+                let id = *ids.entry(word.to_string()).or_insert_with(|| {
+                    words.push(word.to_string());
+                    (words.len() - 1) as u32
+                });
+                text.push(id);
+            }
+        }
+        if text.len() < 1000 {
+            fail(format!("the book (docs/src) has {} words: too few for the replies' text", text.len()));
+        }
+        let mut next: std::collections::HashMap<(u32, u32), Vec<u32>> = std::collections::HashMap::new();
+        for w in text.windows(3) {
+            next.entry((w[0], w[1])).or_default().push(w[2]);
+        }
+        Markov { words, text, next }
+    }
+
+    /// Reply `i`: a walk of the chain from a start its seed picks, cut at `bytes` (at a
+    /// character's boundary).
+    fn reply(&self, i: u64, bytes: usize) -> String {
+        let mut rng = SplitMix(MARKOV_SEED ^ i.wrapping_mul(0xA076_1D64_78BD_642F));
+        let mut out = String::with_capacity(bytes);
+        let start = rng.below(self.text.len() - 1);
+        let (mut a, mut b) = (self.text[start], self.text[start + 1]);
+        for id in [a, b] {
+            out.push_str(&self.words[id as usize]);
+            out.push(' ');
+        }
+        loop {
+            let c = match self.next.get(&(a, b)) {
+                Some(followers) => followers[rng.below(followers.len())],
+                // The book's last pair: start again somewhere else.
+                None => self.text[rng.below(self.text.len())],
+            };
+            out.push_str(&self.words[c as usize]);
+            if out.len() >= bytes {
+                break;
+            }
+            out.push(' ');
+            (a, b) = (b, c);
+        }
+        let mut end = bytes.min(out.len());
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out
+    }
+}
+
+/// A backend answering call `i` of the bench's fan-out (`fan-out task {i}`) with reply `i`
+/// of the given list, counting the bytes it answered.
+#[derive(Clone)]
+struct ProseBackend {
+    replies: Arc<Vec<String>>,
+    answered: Arc<AtomicU64>,
+    calls: Arc<AtomicU64>,
+}
+
+impl AgentBackend for ProseBackend {
+    fn name(&self) -> String {
+        "bench-prose".into()
+    }
+
+    fn call(&self, request: Arc<AgentRequest>) -> BoxFuture<'static, Result<AgentReply, BackendError>> {
+        let me = self.clone();
+        Box::pin(async move {
+            let i: Option<usize> = request.prompt.strip_prefix("fan-out task ").and_then(|i| i.parse().ok());
+            let Some(reply) = i.and_then(|i| me.replies.get(i)) else {
+                return Err(BackendError::ordinary(format!("no reply for the prompt {:?}", request.prompt)));
+            };
+            me.answered.fetch_add(reply.len() as u64, Ordering::SeqCst);
+            me.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(AgentReply::new(reply.clone(), Some(Usage::tokens(10, 500, Some(0)))))
+        })
+    }
+}
+
+/// The usage of the redb store in `state`, opened again (the host that wrote it gone: the
+/// store settled, its runs' rows packed and the file compacted when worthwhile).
+fn settled_usage(state: &Path) -> factory_host::store::StoreUsage {
+    let store = factory_host::store::RedbStore::open(state, factory_host::store::StoreOptions::default())
+        .unwrap_or_else(|e| fail(format!("the store in {} does not open again: {e}", state.display())));
+    store.usage().unwrap_or_else(|e| fail(format!("the store's usage: {e}")))
+}
+
+/// A fan-out of `n` agents on a durable host over `state` answered by `backend`, the host
+/// dropped after it; the run's id.
+async fn fan_out_run(state: &Path, cache: &Path, component: &Path, backend: Arc<dyn AgentBackend>, n: usize) -> String {
+    let host = Host::new(HostConfig {
+        state_dir: Some(state.to_path_buf()),
+        cache_dir: Some(cache.to_path_buf()),
+        backend,
+        ..HostConfig::default()
+    })
+    .unwrap_or_else(|e| fail(format!("cannot open a durable host in {}: {e}", state.display())));
+    let factory = load(&host, component).await;
+    let envelope = run(&host, &factory, "fanout", n, false).await;
+    check_done(&envelope, "fanout", n, false);
+    envelope.run_id
+}
+
+/// LangGraph's SQLite checkpointer keeping the same fan-out of `n` calls answering `ok`
+/// (`tests/compare/langgraph_size.py`, run by the workspace's `.venv/bin/python3`, where
+/// `./test` installs LangGraph): its database's bytes, or why it could not be measured.
+fn langgraph_bytes(n: usize) -> Result<u64, String> {
+    const HINT: &str = "./test installs langgraph==1.2.24 and langgraph-checkpoint-sqlite==3.1.2 into .venv";
+    let python = workspace_root().join(".venv").join("bin").join("python3");
+    if !python.exists() {
+        return Err(format!("{} is missing: {HINT}", python.display()));
+    }
+    let script = workspace_root().join("tests").join("compare").join("langgraph_size.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .args([n.to_string(), "0".into()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{} does not start ({e}): {HINT}", python.display()))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{} failed: {} ({HINT})", script.display(), stderr.trim()));
+    }
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("{} printed no JSON ({e}): {}", script.display(), String::from_utf8_lossy(&out.stdout)))?;
+    match (answer["calls"].as_u64(), answer["fileBytes"].as_u64()) {
+        (Some(calls), Some(bytes)) if calls == n as u64 && bytes > 0 => Ok(bytes),
+        _ => Err(format!("{} answered {answer}", script.display())),
+    }
+}
+
+/// (12) Where a run's bytes go in a redb store (issue 54): a fan-out of 2,000 agents whose
+/// replies are 2 KiB of English-like text, each different (a word-level Markov chain of
+/// order 2 over the book, fixed seed), against the reply bytes once the store settled; the
+/// file after removing that run; a fan-out of 1,000 agents replying `ok`, bytes per call
+/// beside LangGraph's SQLite checkpointer measured here and now. Sizes, not times: one run
+/// each.
+async fn store_size(table: &mut Table, component: &Path, cache: &Path) {
+    const SECTION: &str = "12 store size";
+    const N: usize = 2000;
+    const REPLY_BYTES: usize = 2048;
+    const TINY: usize = 1000;
+    eprintln!("bench: (12) store size");
+    let markov = Markov::of_book();
+    let replies: Vec<String> = (0..N as u64).map(|i| markov.reply(i, REPLY_BYTES)).collect();
+    let distinct: std::collections::HashSet<&String> = replies.iter().collect();
+    if distinct.len() != N || replies.iter().any(|r| r.len() + 4 <= REPLY_BYTES) {
+        fail(format!(
+            "the replies are not {N} different texts of about {REPLY_BYTES} B: {} distinct, shortest {} B",
+            distinct.len(),
+            replies.iter().map(String::len).min().unwrap_or(0)
+        ));
+    }
+    let prose = ProseBackend {
+        replies: Arc::new(replies),
+        answered: Arc::new(AtomicU64::new(0)),
+        calls: Arc::new(AtomicU64::new(0)),
+    };
+
+    // 2,000 replies of 2 KiB.
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let run_id = fan_out_run(state.path(), cache, component, Arc::new(prose.clone()), N).await;
+    if prose.calls.load(Ordering::SeqCst) != N as u64 {
+        fail(format!("the fan-out of {N} asked {} calls", prose.calls.load(Ordering::SeqCst)));
+    }
+    let reply_bytes = prose.answered.load(Ordering::SeqCst);
+    let usage = settled_usage(state.path());
+    let part = |usage: &factory_host::store::StoreUsage, prefix: &str| -> u64 {
+        usage.parts().iter().filter(|p| p.part.starts_with(prefix)).map(|p| p.bytes).sum()
+    };
+    let ratio = usage.file_bytes as f64 / reply_bytes.max(1) as f64;
+    table.judged(
+        SECTION,
+        format!("{N} agent calls x 2 KiB English-like replies: store file / reply bytes"),
+        format!("{ratio:.2}x"),
+        format!(
+            "file {} B once the store settled, replies {reply_bytes} B (Markov order 2 over the book, seed \
+             {MARKOV_SEED}, each different); journal values {} B, components {} B, progress {} B, free {} B",
+            usage.file_bytes,
+            part(&usage, "journal values"),
+            part(&usage, "components"),
+            part(&usage, "progress"),
+            usage.free_bytes()
+        ),
+        "<= 0.6x",
+        ratio <= 0.6,
+    );
+
+    // That run removed (as `factory rm`, the owner): its journal and its component go, the
+    // file is compacted.
+    let host = durable_host(state.path(), cache, &LatencyBackend::new(Duration::ZERO));
+    host.remove(factory_host::Scope::Owner, &run_id)
+        .await
+        .unwrap_or_else(|e| fail(format!("removing the run {run_id}: {e}")));
+    drop(host);
+    let after = settled_usage(state.path());
+    if after.table("agents").is_some_and(|t| t.entries > 0) {
+        fail(format!("the removed run left agent rows: {after:?}"));
+    }
+    let share = after.file_bytes as f64 / usage.file_bytes.max(1) as f64;
+    table.judged(
+        SECTION,
+        "the file after removing that run",
+        format!("{:.1}%", share * 100.0),
+        format!("{} B of {} B", after.file_bytes, usage.file_bytes),
+        "< 10%",
+        share < 0.10,
+    );
+
+    // 1,000 replies of `ok`, beside LangGraph's SQLite checkpointer.
+    let state = tempfile::tempdir().expect("a temporary state directory");
+    let backend = LatencyBackend::new(Duration::ZERO);
+    fan_out_run(state.path(), cache, component, Arc::new(backend.clone()), TINY).await;
+    if backend.calls() != TINY as u64 {
+        fail(format!("the fan-out of {TINY} asked {} calls", backend.calls()));
+    }
+    let tiny = settled_usage(state.path());
+    let ours = tiny.file_bytes as f64 / TINY as f64;
+    let name = format!("{TINY} agent calls replying `ok`: bytes per call, ours / LangGraph's SQLite checkpointer");
+    match langgraph_bytes(TINY) {
+        Ok(theirs) => {
+            let theirs = theirs as f64 / TINY as f64;
+            table.judged(
+                SECTION,
+                name,
+                format!("{:.2}x", ours / theirs),
+                format!(
+                    "ours {ours:.0} B a call (file {} B, components {} B), LangGraph's {theirs:.0} B a call \
+                     (tests/compare/langgraph_size.py, this machine)",
+                    tiny.file_bytes,
+                    part(&tiny, "components")
+                ),
+                "<= 1.5x",
+                ours / theirs <= 1.5,
+            );
+        }
+        Err(why) => {
+            eprintln!("bench: (12) LangGraph's side was not measured: {why}");
+            table.judged(
+                SECTION,
+                name,
+                "FAIL",
+                format!("ours {ours:.0} B a call; LangGraph's not measured: {why}"),
+                "<= 1.5x",
+                false,
+            );
+        }
+    }
+}
+
 fn main() {
     // `cargo test --all-targets` runs bench binaries too, without `--bench`: the measurements
     // are for `cargo bench` only.
@@ -2213,6 +2524,9 @@ fn main() {
         }
         if wanted("11") {
             flow_control(&mut table, &component, cache.path(), runs).await;
+        }
+        if wanted("12") {
+            store_size(&mut table, &component, cache.path()).await;
         }
     });
 

@@ -11,6 +11,7 @@ import {
     defineFactory,
     isFactoryRunTerminal,
     resolveConnection,
+    stats,
     FactoryError,
     FactoryResumeError,
     FACTORY_RESUME_ERROR_CODES,
@@ -218,6 +219,31 @@ test("gc: a session collects its own ended runs by a retention policy, never ano
     assert.equal((await other.factory.getRun(theirs)).status, "completed", "another session's run stays");
     await session.disconnect();
     await other.disconnect();
+});
+
+test("stats: the owner reads where the store's bytes go, the parts adding up to the file; a session is refused", async () => {
+    const owner = { url: service.url, token: service.token };
+    const session = await join();
+    const journal = (report) => report.parts.find((p) => p.part.startsWith("journal values"));
+    const runs = (report) => report.tables.find((t) => t.name === "runs");
+    await session.factory.run("fanout", { args: { n: 1 } });
+    const before = await stats(owner);
+    assert.ok(before.fileBytes > 0 && before.pageSize > 0, JSON.stringify(before));
+    assert.equal(before.parts.reduce((sum, p) => sum + p.bytes, 0), before.fileBytes, "the parts add up to the file");
+    assert.ok(journal(before).bytes > 0 && journal(before).rows > 0, JSON.stringify(before.parts));
+    // One more run of three agents: one more run record, three more agent replies at least.
+    await session.factory.run("fanout", { args: { n: 3 } });
+    const after = await stats(owner);
+    assert.equal(runs(after).entries, runs(before).entries + 1, JSON.stringify(after.tables));
+    assert.ok(journal(after).rows >= journal(before).rows + 3, JSON.stringify(after.parts));
+    assert.equal(after.parts.reduce((sum, p) => sum + p.bytes, 0), after.fileBytes);
+    // The store covers every session's runs: a session asking is refused, typed.
+    await assert.rejects(
+        stats({ ...owner, session: session.sessionId }),
+        (e) => e instanceof FactoryError && e.code === "bad_request" && e.httpStatus === 400,
+    );
+    await assert.rejects(stats({ ...owner, token: "0".repeat(64) }), (e) => e instanceof FactoryError && e.code === "unauthorized" && e.httpStatus === 401);
+    await session.disconnect();
 });
 
 test("getRunProgress pages forwards, backwards, by phase and from the tail; getRunDetail", async () => {

@@ -17,6 +17,7 @@ from .client import (
     FactoryRunResult,
     FactoryRunsPage,
     FactorySession,
+    FactoryStoreStats,
     PermissionHandler,
     ProgressEvent,
     RunSettled,
@@ -28,6 +29,7 @@ from .client import (
     is_workflow_run_terminal,
     join_session,
     resolve_connection,
+    stats,
 )
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "FactoryRunResult",
     "FactoryRunsPage",
     "FactorySession",
+    "FactoryStoreStats",
     "PermissionHandler",
     "ProgressEvent",
     "RunSettled",
@@ -56,4 +59,5 @@ __all__ = [
     "is_workflow_run_terminal",
     "join_session",
     "resolve_connection",
+    "stats",
 ]

@@ -2,7 +2,7 @@
 `factory serve --http`: the same calls as the Node client (`clients/node`) with Python names
 (`join_session`, `session.factory.run/resume/list_runs/get_run_detail/get_run_progress/
 get_run/cancel/wait_for_run`, `session.events()`, `is_factory_run_terminal`,
-`FactoryResumeError`). Standard library only (`urllib.request`, `json`); every read of a server
+`FactoryResumeError`, and the owner's `stats`). Standard library only (`urllib.request`, `json`); every read of a server
 reply is bounded (`MAX_BODY_BYTES` for a JSON answer, `MAX_EVENT_LINE_BYTES` for a line and
 for an event of the event stream).
 
@@ -38,6 +38,7 @@ __all__ = [
     "PermissionHandler",
     "FactoryResumeError",
     "FactoryRunsPage",
+    "FactoryStoreStats",
     "FactorySession",
     "WORKFLOW_RESUME_ERROR_CODES",
     "WorkflowResumeError",
@@ -49,6 +50,7 @@ __all__ = [
     "is_factory_run_terminal",
     "join_session",
     "resolve_connection",
+    "stats",
 ]
 
 #: The statuses a run never leaves.
@@ -244,6 +246,39 @@ class FactoryRunDetail(FactoryRunResult):
     progress: list[dict[str, Any]]
 
 
+class FactoryStoreTable(TypedDict):
+    """One table of the store (`FactoryStoreStats["tables"]`)."""
+
+    name: str
+    entries: int
+    storedBytes: int
+    leafPages: int
+    branchPages: int
+    fragmentedBytes: int
+    metadataBytes: int
+
+
+class FactoryStorePart(TypedDict):
+    """One part of the store's bytes: journal values, progress, run records, ... (`rows`: 0
+    for the file's own parts, page overhead and free pages)."""
+
+    part: str
+    bytes: int
+    rows: int
+
+
+class FactoryStoreStats(TypedDict):
+    """Where the store's bytes go, as `factory stats --json` prints it; the parts add up to
+    `fileBytes`."""
+
+    fileBytes: int
+    diskBytes: int
+    pageSize: int
+    allocatedPages: int
+    tables: list[FactoryStoreTable]
+    parts: list[FactoryStorePart]
+
+
 @dataclass(frozen=True, slots=True)
 class FactoryHandle:
     """A factory `join_session` registered in the session."""
@@ -366,12 +401,14 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 class _Transport:
     """The service's HTTP API as one session sees it."""
 
-    def __init__(self, url: str, token: str, session: str, timeout: float) -> None:
+    def __init__(self, url: str, token: str, session: str | None, timeout: float) -> None:
         self.url = url
         self.timeout = timeout
-        #: The session the calls act as.
+        #: The session the calls act as (None: the owner, the token's holder, as `stats` asks).
         self.session = session
-        self.headers = {"Authorization": f"Bearer {token}", SESSION_HEADER: session}
+        self.headers = {"Authorization": f"Bearer {token}"}
+        if session is not None:
+            self.headers[SESSION_HEADER] = session
         #: Set by `FactorySession.close()`: runs and resumes are refused from then on.
         self.disposed = False
         # Straight to the service: an HTTP proxy from the environment never sees the token,
@@ -879,6 +916,26 @@ class FactorySession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def stats(
+    url: str | None = None,
+    token: str | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    session: str | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+) -> FactoryStoreStats | None:
+    """Where the store's bytes go, as `factory stats --json` prints it (`fileBytes`,
+    `diskBytes`, `pageSize`, `allocatedPages`, `tables`, and `parts` adding up to
+    `fileBytes`), or None for a store that does not measure itself. The store
+    covers every session's runs, so this asks as the owner (the token's holder, no session);
+    given `session`, it asks as that session and is refused (`FactoryError("bad_request")`).
+    Connection: `url`, `token`, `state_dir` (see `resolve_connection`)."""
+    if session is not None and not isinstance(session, str):
+        raise TypeError("stats: `session` must be a string")
+    origin, bearer = resolve_connection(url, token, state_dir)
+    answer: FactoryStoreStats | None = _Transport(origin, bearer, session, request_timeout).request("GET", "/api/stats")
+    return answer
 
 
 def join_session(

@@ -36,6 +36,7 @@ from factory_client import (
     is_workflow_run_terminal,
     join_session,
     resolve_connection,
+    stats,
 )
 
 T = TypeVar("T")
@@ -374,6 +375,37 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(FactoryError) as run_disposed:
             session.factory.run("fanout")
         self.assertEqual(run_disposed.exception.code, "factory_session_disposed")
+
+    def test_stats_the_owner_sees_where_the_bytes_go_a_session_is_refused(self) -> None:
+        url, token, _ = service()
+
+        def journal(report: Any) -> Any:
+            return next(p for p in report["parts"] if p["part"].startswith("journal values"))
+
+        def runs(report: Any) -> Any:
+            return next(t for t in report["tables"] if t["name"] == "runs")
+
+        with join() as session:
+            session.factory.run("fanout", args={"n": 1})
+            before = stats(url=url, token=token)
+            assert before is not None
+            self.assertGreater(before["fileBytes"], 0)
+            self.assertEqual(sum(p["bytes"] for p in before["parts"]), before["fileBytes"], "the parts add up to the file")
+            self.assertGreater(journal(before)["bytes"], 0)
+            # One more run of three agents: one more run record, three more agent replies at least.
+            session.factory.run("fanout", args={"n": 3})
+            after = stats(url=url, token=token)
+            assert after is not None
+            self.assertEqual(runs(after)["entries"], runs(before)["entries"] + 1, after["tables"])
+            self.assertGreaterEqual(journal(after)["rows"], journal(before)["rows"] + 3, after["parts"])
+            self.assertEqual(sum(p["bytes"] for p in after["parts"]), after["fileBytes"])
+            # The store covers every session's runs: a session asking is refused, typed.
+            with self.assertRaises(FactoryError) as refused:
+                stats(url=url, token=token, session=session.session_id)
+            self.assertEqual((refused.exception.code, refused.exception.http_status), ("bad_request", 400))
+            with self.assertRaises(FactoryError) as bad:
+                stats(url=url, token="0" * 64)
+            self.assertEqual((bad.exception.code, bad.exception.http_status), ("unauthorized", 401))
 
     def test_gc_collects_the_sessions_own_ended_runs_only(self) -> None:
         with join() as session, join() as other:

@@ -10,6 +10,9 @@
 // question's facts and Approve once / Approve always / Decline (GET /api/approvals, polled).
 // The API's token is the user's: the runs list shows every session's runs, with a session
 // column and a filter; runs started here go in the daemon's session (shown in the header).
+// The Storage view shows where the store's bytes go, by part and by table (GET /api/stats),
+// and collects garbage by a retention policy: a dry run lists the runs that would go, a
+// second button deletes them (POST /api/gc).
 
 const TOKEN_KEY = 'factory.token';
 const LOG_TAIL = 100; // log entries shown at first
@@ -215,6 +218,7 @@ function route() {
   for (const a of document.querySelectorAll('header nav a')) a.classList.toggle('active', a.getAttribute('href') === hash);
   if (runMatch) view = runView(main, decodeURIComponent(runMatch[1]));
   else if (hash === '#/start' || hash.startsWith('#/start/')) view = startView(main, decodeURIComponent(hash.slice(8)));
+  else if (hash === '#/storage') view = storageView(main);
   else view = runsView(main);
 }
 
@@ -795,6 +799,100 @@ function startView(main, preselected) {
     select.addEventListener('change', () => showForm(select.value));
     if (preselected) { select.value = preselected; showForm(preselected); }
   })();
+  return { stop() { stopped = true; } };
+}
+
+// ---- Storage --------------------------------------------------------------------------------
+
+/** `n` bytes for a reader: B, KiB, MiB, GiB. */
+function fmtBytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  for (; n >= 1024 && i < units.length - 1; i++) n /= 1024;
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+const fmtCount = (n) => Number(n).toLocaleString('en-US');
+/** A table's bytes in the file: its rows, the room its pages leave unused, its branches. */
+const tableBytes = (t) => t.storedBytes + t.fragmentedBytes + t.metadataBytes;
+
+function storageView(main) {
+  let stopped = false;
+  const summary = h('div', { class: 'panel grid', id: 'storage-summary' });
+  const parts = h('div', { class: 'panel', id: 'storage-parts' });
+  const tables = h('tbody');
+  const byTable = h('table', { id: 'storage-tables' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'table'), h('th', { class: 'num' }, 'rows'), h('th', { class: 'num' }, 'stored bytes'),
+      h('th', { class: 'num' }, 'bytes in the file'), h('th', { class: 'num' }, ''))), tables);
+  const gc = h('div', { class: 'panel', id: 'gc' });
+  main.append(h('h1', {}, 'Storage'), summary, h('h2', {}, 'By part'), parts, h('h2', {}, 'By table'), byTable,
+    h('h2', {}, 'Collect garbage'), gc);
+
+  async function load() {
+    let stats;
+    try { stats = await api('GET', '/api/stats'); } catch (e) { showError(e); return; }
+    if (stopped) return;
+    if (stats === null) {
+      put(summary, h('p', { class: 'muted' }, 'this store does not measure itself'));
+      put(parts); put(tables);
+      return;
+    }
+    const fact = (name, key, value, text) => h('div', {}, h('span', {}, name), h('b', { dataset: { fact: key, bytes: value } }, text));
+    put(summary, fact('file', 'fileBytes', stats.fileBytes, `${fmtBytes(stats.fileBytes)} (${fmtCount(stats.fileBytes)} bytes)`),
+      fact('on disk', 'diskBytes', stats.diskBytes, fmtBytes(stats.diskBytes)),
+      fact('page size', 'pageSize', stats.pageSize, fmtBytes(stats.pageSize)),
+      fact('pages in use', 'allocatedPages', stats.allocatedPages, fmtCount(stats.allocatedPages)));
+    const max = Math.max(1, ...stats.parts.map((p) => p.bytes));
+    put(parts, stats.parts.map((p) => h('div', { class: 'size-row', dataset: { part: p.part, bytes: p.bytes, rows: p.rows } },
+      h('span', { class: 'size-key', title: p.part }, p.part),
+      h('span', { class: 'cost-bar' }, h('i', { style: { width: `${(100 * p.bytes) / max}%` } })),
+      h('span', { class: 'size-value', title: `${fmtCount(p.bytes)} bytes` }, fmtBytes(p.bytes)),
+      h('span', { class: 'size-bytes' }, fmtCount(p.bytes)),
+      h('span', { class: 'size-rows muted' }, p.rows ? `${fmtCount(p.rows)} rows` : ''))));
+    const sorted = [...stats.tables].sort((a, b) => tableBytes(b) - tableBytes(a) || a.name.localeCompare(b.name));
+    put(tables, sorted.map((t) => h('tr', { dataset: { table: t.name } }, h('td', { class: 'mono' }, t.name),
+      h('td', { class: 'num' }, fmtCount(t.entries)), h('td', { class: 'num' }, fmtCount(t.storedBytes)),
+      h('td', { class: 'num' }, fmtCount(tableBytes(t))), h('td', { class: 'num muted' }, fmtBytes(tableBytes(t))))));
+  }
+
+  // Collect garbage: the policy, a dry run listing what would go, then the deletion.
+  const keepDays = h('input', { type: 'number', name: 'keepDays', min: 0, step: 1, placeholder: 'none' });
+  const keepLast = h('input', { type: 'number', name: 'keepLast', min: 0, step: 1, placeholder: 'none' });
+  const outcome = h('div', { id: 'gc-outcome' });
+  const policy = () => {
+    const body = {};
+    if (keepDays.value !== '') body.keepDays = Number(keepDays.value);
+    if (keepLast.value !== '') body.keepLast = Number(keepLast.value);
+    return body;
+  };
+  const preview = async () => {
+    showError(null);
+    const body = policy();
+    let dry;
+    try { dry = await api('POST', '/api/gc', { ...body, dryRun: true }); } catch (e) { showError(e); return; }
+    if (stopped) return;
+    if (dry.removed.length === 0) {
+      put(outcome, h('p', { class: 'muted', id: 'gc-none' }, `nothing to collect: the policy keeps every run (${dry.kept} in the store)`));
+      return;
+    }
+    const confirm = h('button', { class: 'danger', id: 'gc-confirm', type: 'button', onclick: async () => {
+      confirm.disabled = true;
+      let done;
+      try { done = await api('POST', '/api/gc', { ...body, dryRun: false }); } catch (e) { showError(e); confirm.disabled = false; return; }
+      if (stopped) return;
+      put(outcome, h('p', { id: 'gc-done', dataset: { removed: done.removed.join(' ') } },
+        `deleted ${done.removed.length} run${done.removed.length === 1 ? '' : 's'}; ${done.kept} left in the store`));
+      await load();
+    } }, `Delete ${dry.removed.length} run${dry.removed.length === 1 ? '' : 's'}`);
+    put(outcome, h('p', {}, `These ended runs would go (of ${dry.kept} in the store):`),
+      h('ul', { class: 'mono', id: 'gc-list' }, dry.removed.map((id) => h('li', { dataset: { runId: id } }, id))),
+      h('div', { class: 'actions' }, confirm));
+  };
+  put(gc, h('p', { class: 'muted' }, 'Deletes ended runs (completed, error, cancelled) of every session that the policy no longer keeps: '
+    + 'those last updated more than the days given ago and not among the newest of their factory. Give at least one.'),
+  h('div', { class: 'actions' }, h('label', {}, 'keep days', keepDays), h('label', {}, 'keep last per factory', keepLast),
+    h('button', { class: 'primary', id: 'gc-preview', type: 'button', onclick: preview }, 'Show what would go')), outcome);
+
+  load();
   return { stop() { stopped = true; } };
 }
 
