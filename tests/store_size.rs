@@ -11,6 +11,7 @@
 mod common;
 
 use common::counting::load;
+use common::prose::Markov;
 use factory_host::backend::{AgentBackend, AgentReply, AgentRequest, BackendError, Usage};
 use factory_host::store::{PgOptions, PgStore, RedbStore, Removed, Store, StoreOptions, StoreUsage};
 use factory_host::{Host, HostConfig, Limits, RunOptions, RunStatus, Scope};
@@ -20,35 +21,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The project's book (docs/src, every chapter in path order): English text, some 300 KB.
-fn book_text() -> String {
-    fn chapters(dir: &Path, into: &mut Vec<std::path::PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).expect("docs/src").map(|e| e.unwrap().path()).collect();
-        entries.sort();
-        for path in entries {
-            if path.is_dir() {
-                chapters(&path, into);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                into.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    chapters(&common::root().join("docs").join("src"), &mut files);
-    files.iter().map(|f| std::fs::read_to_string(f).expect("a chapter")).collect::<Vec<_>>().join("\n")
-}
-
-/// English-like text: each reply a different walk of an order-2 word-level Markov chain
-/// over the project's book (the next word drawn among those that follow the last two words
-/// in the book), by a small PRNG seeded by the call's number. Unlike windows of the book,
-/// the replies do not repeat each other's passages: what they share is the book's words and
-/// phrasing, as answers of one model to one kind of task do.
+/// English-like replies ([`common::prose`]), each different, and what was answered.
 struct Prose {
-    /// The book's words, each an index in `vocabulary`.
-    words: Vec<u32>,
-    vocabulary: Vec<String>,
-    /// (word, next word) -> the words that follow them in the book.
-    next: std::collections::HashMap<(u32, u32), Vec<u32>>,
+    chain: Markov,
     /// Bytes of each reply (0: every reply is `ok`).
     reply_bytes: usize,
     /// Mixed into each call's PRNG seed: another seed, other replies.
@@ -58,83 +33,22 @@ struct Prose {
     calls: AtomicU64,
 }
 
-/// xorshift64*: a fixed-seed PRNG, enough for drawing words.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng((seed ^ 0x2545_f491_4f6c_dd1d).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
-    }
-}
-
 impl Prose {
     fn new(reply_bytes: usize) -> Arc<Prose> {
         Prose::seeded(reply_bytes, 0)
     }
 
     fn seeded(reply_bytes: usize, seed: u64) -> Arc<Prose> {
-        let text = book_text();
-        let mut index = std::collections::HashMap::new();
-        let mut vocabulary = Vec::new();
-        let words: Vec<u32> = text
-            .split_whitespace()
-            .map(|w| {
-                *index.entry(w).or_insert_with(|| {
-                    vocabulary.push(w.to_string());
-                    vocabulary.len() as u32 - 1
-                })
-            })
-            .collect();
-        let mut next: std::collections::HashMap<(u32, u32), Vec<u32>> = Default::default();
-        for w in words.windows(3) {
-            next.entry((w[0], w[1])).or_default().push(w[2]);
-        }
-        Arc::new(Prose {
-            words,
-            vocabulary,
-            next,
-            reply_bytes,
-            seed,
-            answered: AtomicU64::new(0),
-            calls: AtomicU64::new(0),
-        })
+        let chain = Markov::of_book(&common::root()).expect("the book's words");
+        Arc::new(Prose { chain, reply_bytes, seed, answered: AtomicU64::new(0), calls: AtomicU64::new(0) })
     }
 
-    /// The reply to call `i`: `reply_bytes` of generated text at most, cut at a character
-    /// boundary.
+    /// The reply to call `i`: `reply_bytes` of generated text at most (`ok` when 0).
     fn reply(&self, i: usize) -> String {
         if self.reply_bytes == 0 {
             return "ok".into();
         }
-        let mut rng = Rng::new((i as u64) ^ self.seed.rotate_left(32));
-        let mut out = String::with_capacity(self.reply_bytes + 64);
-        let start = |rng: &mut Rng| {
-            let at = rng.below(self.words.len() - 2);
-            (self.words[at], self.words[at + 1])
-        };
-        let (mut a, mut b) = start(&mut rng);
-        out += &self.vocabulary[a as usize];
-        while out.len() < self.reply_bytes {
-            out.push(' ');
-            out += &self.vocabulary[b as usize];
-            match self.next.get(&(a, b)) {
-                Some(followers) => (a, b) = (b, followers[rng.below(followers.len())]),
-                // The book's last two words: start again elsewhere.
-                None => (a, b) = start(&mut rng),
-            }
-        }
-        let mut end = self.reply_bytes;
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-        out
+        self.chain.reply(i as u64, self.seed, self.reply_bytes)
     }
 }
 

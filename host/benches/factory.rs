@@ -2159,110 +2159,14 @@ async fn dashboard(table: &mut Table, component: &Path, cache: &Path, runs: usiz
 // ----------------------------------------------------------------------------------------
 // (12) Store size.
 
-/// The seed of the replies' text generator: the same replies every bench run.
-const MARKOV_SEED: u64 = 54;
+/// The replies' text: the generator `tests/store_size.rs` uses, so both measure the same
+/// replies.
+#[path = "../../tests/common/prose.rs"]
+mod prose;
 
-/// splitmix64: a small, fixed pseudo-random sequence (the replies need no better).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
-/// English-like text: a word-level Markov chain of order 2 over the words of the project's
-/// book (docs/src, every chapter in path order), each reply walked from its own seed.
-struct Markov {
-    words: Vec<String>,
-    /// The word ids of the book, in order (where a walk starts and restarts).
-    text: Vec<u32>,
-    /// For each pair of consecutive words, the words that follow it in the book.
-    next: std::collections::HashMap<(u32, u32), Vec<u32>>,
-}
-
-impl Markov {
-    fn of_book() -> Markov {
-        fn chapters(dir: &Path, into: &mut Vec<PathBuf>) {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-                .unwrap_or_else(|e| fail(format!("reading {}: {e}", dir.display())))
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .collect();
-            entries.sort();
-            for path in entries {
-                if path.is_dir() {
-                    chapters(&path, into);
-                } else if path.extension().is_some_and(|e| e == "md") {
-                    into.push(path);
-                }
-            }
-        }
-        let mut files = Vec::new();
-        chapters(&workspace_root().join("docs").join("src"), &mut files);
-        let mut ids: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
-        let mut words = Vec::new();
-        let mut text = Vec::new();
-        for file in files {
-            let chapter = std::fs::read_to_string(&file)
-                .unwrap_or_else(|e| fail(format!("reading the chapter {}: {e}", file.display())));
-            for word in chapter.split_whitespace() {
-                let id = *ids.entry(word.to_string()).or_insert_with(|| {
-                    words.push(word.to_string());
-                    (words.len() - 1) as u32
-                });
-                text.push(id);
-            }
-        }
-        if text.len() < 1000 {
-            fail(format!("the book (docs/src) has {} words: too few for the replies' text", text.len()));
-        }
-        let mut next: std::collections::HashMap<(u32, u32), Vec<u32>> = std::collections::HashMap::new();
-        for w in text.windows(3) {
-            next.entry((w[0], w[1])).or_default().push(w[2]);
-        }
-        Markov { words, text, next }
-    }
-
-    /// Reply `i`: a walk of the chain from a start its seed picks, cut at `bytes` (at a
-    /// character's boundary).
-    fn reply(&self, i: u64, bytes: usize) -> String {
-        let mut rng = SplitMix(MARKOV_SEED ^ i.wrapping_mul(0xA076_1D64_78BD_642F));
-        let mut out = String::with_capacity(bytes);
-        let start = rng.below(self.text.len() - 1);
-        let (mut a, mut b) = (self.text[start], self.text[start + 1]);
-        for id in [a, b] {
-            out.push_str(&self.words[id as usize]);
-            out.push(' ');
-        }
-        loop {
-            let c = match self.next.get(&(a, b)) {
-                Some(followers) => followers[rng.below(followers.len())],
-                // The book's last pair: start again somewhere else.
-                None => self.text[rng.below(self.text.len())],
-            };
-            out.push_str(&self.words[c as usize]);
-            if out.len() >= bytes {
-                break;
-            }
-            out.push(' ');
-            (a, b) = (b, c);
-        }
-        let mut end = bytes.min(out.len());
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-        out
-    }
-}
+/// The seed of the replies' text generator: `tests/store_size.rs`'s, the same replies every
+/// bench run.
+const MARKOV_SEED: u64 = 0;
 
 /// A backend answering call `i` of the bench's fan-out (`fan-out task {i}`) with reply `i`
 /// of the given list, counting the bytes it answered.
@@ -2356,8 +2260,8 @@ async fn store_size(table: &mut Table, component: &Path, cache: &Path) {
     const REPLY_BYTES: usize = 2048;
     const TINY: usize = 1000;
     eprintln!("bench: (12) store size");
-    let markov = Markov::of_book();
-    let replies: Vec<String> = (0..N as u64).map(|i| markov.reply(i, REPLY_BYTES)).collect();
+    let markov = prose::Markov::of_book(&workspace_root()).unwrap_or_else(|e| fail(e));
+    let replies: Vec<String> = (0..N as u64).map(|i| markov.reply(i, MARKOV_SEED, REPLY_BYTES)).collect();
     let distinct: std::collections::HashSet<&String> = replies.iter().collect();
     if distinct.len() != N || replies.iter().any(|r| r.len() + 4 <= REPLY_BYTES) {
         fail(format!(

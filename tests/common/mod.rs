@@ -8,6 +8,7 @@ pub mod counting;
 pub mod fake_openai;
 pub mod faulty;
 pub mod postgres;
+pub mod prose;
 pub mod service;
 pub mod throttling;
 
