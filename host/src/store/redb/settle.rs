@@ -128,16 +128,26 @@ impl Settle {
         !self.stopped.is_empty() || self.settled
     }
 
+    /// Whether runs stopped since the work was last taken (their rows may be to pack).
+    pub(crate) fn has_stops(&self) -> bool {
+        !self.stopped.is_empty()
+    }
+
     /// Whether no run this store wrote executes.
     pub(crate) fn idle(&self) -> bool {
         self.active.is_empty()
     }
 
     /// Take the work the stops so far left: the runs to pack (those that wrote at least
-    /// [`PACK_MIN_BYTES`] since their last pack), and whether to try a compaction.
+    /// [`PACK_MIN_BYTES`] since their last pack and do not execute again), and whether to
+    /// try a compaction. A run that executes again is left, with the bytes it wrote, for its
+    /// next stop.
     pub(crate) fn take(&mut self) -> Work {
         let mut packs = Vec::new();
         for run in std::mem::take(&mut self.stopped) {
+            if self.active.contains(&run) {
+                continue;
+            }
             if self.unpacked.remove(&run).is_some_and(|bytes| bytes >= PACK_MIN_BYTES) {
                 packs.push(run);
             }
@@ -193,17 +203,29 @@ impl Packing {
         self.pieces.is_empty() && self.compact.is_none()
     }
 
+    /// Whether pieces of runs' rows are left to pack.
+    pub(crate) fn packing(&self) -> bool {
+        !self.pieces.is_empty()
+    }
+
     /// Drop what is left (the store failed: nothing more is written).
     pub(crate) fn clear(&mut self) {
         self.pieces.clear();
         self.compact = None;
     }
 
-    /// Do the next step: pack one piece, or, every piece packed, compact the file if the
-    /// store is still settled (`settled` says so) and that is worth it. The bytes of rows
-    /// of a settling that did not compact, handed back for [`Settle::not_compacted`]. A
-    /// failure is logged, not returned: nothing committed is at stake, only the file's size.
-    pub(crate) fn step(&mut self, cell: &DbCell, path: Option<&Path>, settled: impl FnOnce() -> bool) -> Option<u64> {
+    /// Do the next step: pack one piece, or, every piece packed and `may_compact`, compact
+    /// the file if the store is still settled (`settled` says so) and that is worth it. The
+    /// bytes of rows of a settling that did not compact, handed back for
+    /// [`Settle::not_compacted`]. A failure is logged, not returned: nothing committed is at
+    /// stake, only the file's size.
+    pub(crate) fn step(
+        &mut self,
+        cell: &DbCell,
+        path: Option<&Path>,
+        may_compact: bool,
+        settled: impl FnOnce() -> bool,
+    ) -> Option<u64> {
         if let Some(mut piece) = self.pieces.pop_front() {
             let db = cell.get();
             if piece.table == 0 && piece.from.is_empty() && self.dictionaries.encoder().is_none() {
@@ -232,6 +254,9 @@ impl Packing {
                     event = "store_pack_failed", run = %piece.run, error = %e, "a run's journal rows were not packed"
                 ),
             }
+            return None;
+        }
+        if !may_compact {
             return None;
         }
         let written = self.compact.take()?;
@@ -596,5 +621,20 @@ mod tests {
         assert_eq!(settle.take(), Work { packs: vec![], settled: Some(written) });
         settle.run_written("a", false);
         assert_eq!(settle.take(), Work { packs: vec![], settled: Some(0) }, "compacted then: counted from 0");
+    }
+
+    #[test]
+    fn a_run_that_executes_again_before_its_work_is_taken_is_packed_at_its_next_stop() {
+        let mut settle = Settle::default();
+        settle.run_written("a", true);
+        settle.rows_written("a", PACK_MIN_BYTES);
+        settle.run_written("a", false);
+        // Resumed before the writer took the work: neither packed nor compacted under it.
+        settle.run_written("a", true);
+        assert_eq!(settle.take(), Work { packs: vec![], settled: None });
+        settle.rows_written("a", 10);
+        settle.run_written("a", false);
+        let a = vec!["a".to_string()];
+        assert_eq!(settle.take(), Work { packs: a, settled: Some(PACK_MIN_BYTES + 10) }, "its rows of both attempts");
     }
 }

@@ -22,9 +22,12 @@
 //! The thread also settles the store as runs stop ([`settle`](super::settle)): told by the
 //! store when a run's record is committed with the run no longer executing, it packs the
 //! journal rows that run wrote and, when no run is executing any more, compacts the file if
-//! that is worthwhile. The work is done a step at a time (a piece of a run's rows, or the
-//! compaction), one step before each batch, so queued writes wait for one step at most;
-//! closing, the writer finishes it.
+//! that is worthwhile. The work waits until the store has taken no write for
+//! [`SETTLE_QUIET`] (rows to pack at most [`SETTLE_LATEST`]; the compaction, which holds the
+//! database alone, always waits for quiet), so what a caller does right after a run stops
+//! (its resume, the next run) does not share the disk, the cores or the database with it; it
+//! is then done a step at a time (a piece of a run's rows, or the compaction), one step before
+//! each batch, so queued writes wait for one step at most; closing, the writer finishes it.
 
 use super::compact::DbCell;
 use super::progress::Chunk;
@@ -245,6 +248,39 @@ impl Drop for Writer {
     }
 }
 
+/// How long the store must have taken no write before the settling work a stop leaves is
+/// done: 100 ms. A caller that resumes, reads or starts a run right after one stops (a
+/// service's client, a test, the bench's replay rows) does not find the writer packing the
+/// stopped run's rows or compacting the file under it; a run that executes again by then is
+/// packed at its next stop instead.
+pub(crate) const SETTLE_QUIET: Duration = Duration::from_millis(100);
+
+/// The longest a stopped run's rows wait for the store to be quiet ([`SETTLE_QUIET`]) to be
+/// packed: 2 s. A store that other runs keep writing to packs them a piece between their
+/// commits after that (its compaction waits for quiet).
+pub(crate) const SETTLE_LATEST: Duration = Duration::from_secs(2);
+
+/// Whether the settling work is done before a batch: the writer is closing (all of it, now),
+/// the store has been quiet for [`SETTLE_QUIET`] (a step), rows to pack have waited
+/// [`SETTLE_LATEST`] (a piece packed, no compaction: that holds the database alone, and is
+/// done only when the store is quiet), or not yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    Closing,
+    Quiet,
+    Packs,
+    Not,
+}
+
+impl Due {
+    /// When the thread, which took its last write at `last_write` and has rows to pack
+    /// waiting since `packs` (if any), has settling work due.
+    fn at(last_write: Instant, packs: Option<Instant>) -> Instant {
+        let quiet = last_write + SETTLE_QUIET;
+        packs.map_or(quiet, |since| quiet.min(since + SETTLE_LATEST))
+    }
+}
+
 fn run(
     db: Arc<DbCell>,
     path: Option<PathBuf>,
@@ -257,22 +293,37 @@ fn run(
     let dictionaries = shared.dictionaries.clone();
     // The batch buffer, reused from commit to commit.
     let mut batch: Vec<Queued> = Vec::new();
-    // Settling work taken and not done yet: a step of it between two batches.
+    // Settling work taken and not done yet: a step of it between two batches, once due.
     let mut packing = Packing::new(dictionaries.clone());
+    // When the last batch of writes was taken, and since when rows to pack wait.
+    let mut last_write = Instant::now();
+    let mut waiting_since: Option<Instant> = None;
     loop {
-        let (already_failed, closing, work) = {
+        let (already_failed, closing, work, due) = {
             let mut queue = shared.queue();
-            // Sleep until the first write of a batch, or a run stops (unless settling work is
-            // left to do).
-            while queue.ops.is_empty() && !queue.closed && !queue.settle.has_work() && packing.done() {
+            // Sleep until the first write of a batch, or until settling work is due (see
+            // `Due`).
+            while queue.ops.is_empty() && !queue.closed {
+                if !queue.settle.has_work() && packing.done() {
+                    waiting_since = None;
+                    queue.idle = true;
+                    queue = shared.arrived.wait(queue).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
+                let packs = queue.settle.has_stops() || packing.packing();
+                let at = Due::at(last_write, packs.then(|| *waiting_since.get_or_insert_with(Instant::now)));
+                let now = Instant::now();
+                if now >= at {
+                    break;
+                }
                 queue.idle = true;
-                queue = shared.arrived.wait(queue).unwrap_or_else(|p| p.into_inner());
+                queue = shared.arrived.wait_timeout(queue, at - now).unwrap_or_else(|p| p.into_inner()).0;
             }
             queue.idle = false;
             // Gather until the window closes, a flush is asked for or the writer is closed
-            // (at once when settling work is to do: its next step comes first).
+            // (at once when only settling work woke the thread: nothing to gather).
             let deadline = Instant::now() + window;
-            while !queue.flush && !queue.closed && !queue.settle.has_work() && packing.done() {
+            while !queue.flush && !queue.closed && !queue.ops.is_empty() {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -281,12 +332,36 @@ fn run(
             }
             std::mem::swap(&mut batch, &mut queue.ops);
             queue.flush = false;
-            (queue.failed.clone(), queue.closed, queue.settle.take())
+            let now = Instant::now();
+            if batch.iter().any(|q| !q.op.is_flush()) {
+                last_write = now;
+            }
+            // A batch of writes puts the work off; the runs that stopped are taken only when
+            // it is due: one executing again by then is left for its next stop.
+            let packs = queue.settle.has_stops() || packing.packing();
+            if !packs {
+                waiting_since = None;
+            }
+            let due = if queue.closed {
+                Due::Closing
+            } else if now >= last_write + SETTLE_QUIET {
+                Due::Quiet
+            } else if packs && now >= *waiting_since.get_or_insert(now) + SETTLE_LATEST {
+                Due::Packs
+            } else {
+                Due::Not
+            };
+            let work = if due == Due::Not { Default::default() } else { queue.settle.take() };
+            (queue.failed.clone(), queue.closed, work, due)
         };
         if already_failed.is_none() {
             packing.add(work);
-            if let Some(written) = packing.step(&db, path.as_deref(), || shared.queue().settle.idle()) {
-                shared.queue().settle.not_compacted(written);
+            if due != Due::Not {
+                let may_compact = due != Due::Packs;
+                if let Some(written) = packing.step(&db, path.as_deref(), may_compact, || shared.queue().settle.idle())
+                {
+                    shared.queue().settle.not_compacted(written);
+                }
             }
         } else {
             packing.clear();
