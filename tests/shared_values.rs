@@ -282,13 +282,20 @@ async fn what_a_shared_value_costs_beside_one_inline() {
     use factory_host::store::shared::SHARED_FROM;
     use factory_host::store::{conformance, RedbStore, Store, StoreOptions};
 
-    let text = book_text();
     let n = 1000usize;
-    // JSON text of exactly `bytes` bytes: a string of the book's ASCII letters.
-    let ascii: String = text.chars().filter(|c| c.is_ascii_alphanumeric() || *c == ' ').collect();
+    // JSON text of exactly `bytes` bytes, each value different: hex digits of SHA-256 digests.
+    // They compress alike alone and with the store's dictionary (which learns nothing from
+    // them), so inline and shared are compared as stored, the dictionary aside.
     let value = |i: usize, bytes: usize| {
-        let start = (i * 7919) % (ascii.len() - bytes);
-        format!("\"{}\"", &ascii[start..start + bytes - 2])
+        use sha2::{Digest, Sha256};
+        let mut text = String::with_capacity(bytes + 64);
+        let mut k = 0u64;
+        while text.len() < bytes - 2 {
+            text += &hex::encode(Sha256::digest(format!("{i}-{k}").as_bytes()));
+            k += 1;
+        }
+        text.truncate(bytes - 2);
+        format!("\"{text}\"")
     };
     let mut figures = Vec::new();
     for (bytes, runs) in [(SHARED_FROM - 1, 1), (SHARED_FROM, 1), (SHARED_FROM - 1, 2), (SHARED_FROM, 2)] {

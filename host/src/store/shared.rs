@@ -18,15 +18,15 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 
 /// Values (JSON text) of at least this many bytes are stored once, by hash. Measured on a
-/// redb file (`tests/shared_values.rs`, 1,000 step values of English text each just over and
-/// just under the threshold): a value stored shared that no other run shares costs its
-/// reference (41 B in the row), the hash twice as the shared tables' keys and its count,
-/// about 113 B more rows than inline, and its leaf's room: at 4 KiB (about 1.9 KB
-/// compressed) the values, under random hash keys, share leaves that stay part empty, 795 B
-/// a value more than inline (+34 %); at 8 KiB (3.4 KB compressed, a page's worth) 172 B
-/// (+4 %); at 16 KiB 176 B (+2 %). Each further run that journals the same value adds its
-/// reference only. Shorter values (the 2 KiB replies of `tests/store_size.rs`'s fan-out,
-/// tiny replies) stay inline.
+/// redb file (`tests/shared_values.rs`, 1,000 step values each just over and just under the
+/// threshold): a value stored shared that no other run shares costs its reference (41 B in
+/// the row), the hash twice as the shared tables' keys and its count, about 113 B more rows
+/// than inline, and its leaf's room: on English text at 4 KiB (about 1.9 KB compressed) the
+/// values, under random hash keys, share leaves that stay part empty, 795 B a value more
+/// than inline (+34 %); at 8 KiB (3.4 KB compressed, a page's worth) 172 B (+4 %); at 16 KiB
+/// 176 B (+2 %). Each further run that journals the same value adds its reference only.
+/// Shorter values (the 2 KiB replies of `tests/store_size.rs`'s fan-out, tiny replies) stay
+/// inline.
 pub const SHARED_FROM: usize = 8192;
 
 /// The first byte of a reference.

@@ -16,12 +16,21 @@ pub(super) type Values<'txn> = Table<'txn, &'static [u8], &'static [u8]>;
 pub(super) type Refs<'txn> = Table<'txn, &'static [u8], u64>;
 
 /// One more row refers to `reference`, the JSON text `raw`: its count goes up, and the value
-/// is stored (in the codec's form) when nothing counted it yet.
-pub(super) fn share(values: &mut Values, refs: &mut Refs, reference: &Reference, raw: &[u8]) -> Result<(), StoreError> {
+/// is stored (in the codec's form, compressed with the newest of `dictionaries` if any) when
+/// nothing counted it yet.
+pub(super) fn share(
+    values: &mut Values,
+    refs: &mut Refs,
+    reference: &Reference,
+    raw: &[u8],
+    dictionaries: Option<&Dictionaries>,
+) -> Result<(), StoreError> {
     let key = &reference.hash[..];
     let count = refs.get(key)?.map_or(0, |n| n.value());
     if count == 0 {
-        values.insert(key, codec::encode(raw).as_slice())?;
+        let mut stored = Vec::new();
+        codec::encode_with(raw, &mut stored, dictionaries);
+        values.insert(key, stored.as_slice())?;
     }
     refs.insert(key, count.saturating_add(1))?;
     Ok(())

@@ -466,7 +466,13 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats, dictionaries: &D
                 Op::Step { run, key, value, usage: place } => {
                     match shared::shares(value.as_bytes()).then(|| Reference::of(value.as_bytes())) {
                         Some(reference) => {
-                            values::share(shared_values.table()?, shared_refs.table()?, &reference, value.as_bytes())?;
+                            values::share(
+                                shared_values.table()?,
+                                shared_refs.table()?,
+                                &reference,
+                                value.as_bytes(),
+                                Some(dictionaries),
+                            )?;
                             super::rows::encode_step_reference(*place, &reference, &mut row);
                         }
                         None => super::rows::encode_step(*place, value, &mut row, Some(dictionaries)),
@@ -483,7 +489,13 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats, dictionaries: &D
                     match outcome.split_first() {
                         Some((1, reply)) if shared::shares(reply) => {
                             let reference = Reference::of(reply);
-                            values::share(shared_values.table()?, shared_refs.table()?, &reference, reply)?;
+                            values::share(
+                                shared_values.table()?,
+                                shared_refs.table()?,
+                                &reference,
+                                reply,
+                                Some(dictionaries),
+                            )?;
                             super::rows::encode_agent_reference(*place, &reference, &mut row);
                         }
                         _ => super::rows::encode_agent(*place, outcome, &mut row, Some(dictionaries)),
