@@ -6,18 +6,14 @@
 // Input: FACTORY_UI_URL (http://ADDR/#code=...), FACTORY_UI_TOKEN (the daemon's bearer
 // token, for the test's own API calls), FACTORY_UI_SHA256 (hello's), FACTORY_UI_SCREENSHOTS
 // (where the screenshots go). Output: one JSON report on stdout.
-import { api, base, check, launch, report, token, url } from './harness.mjs';
+import { api, base, check, launch, openDashboard, report, token } from './harness.mjs';
 
 const shots = process.env.FACTORY_UI_SCREENSHOTS;
 const sha256 = process.env.FACTORY_UI_SHA256;
 
 const browser = await launch();
 try {
-  const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(url);
-  await page.waitForSelector('#runs');
+  const { page, errors } = await openDashboard(browser);
 
   // A start that waits for the owner, answered at once with a pending envelope.
   const pending = await api('POST', '/api/runs', { name: 'hello', approvalWaitSeconds: 0 });

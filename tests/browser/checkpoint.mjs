@@ -4,7 +4,7 @@
 // checkpoint shows the key, and the Answer box resumes it with the JSON typed there.
 // Input: FACTORY_UI_URL (http://ADDR/#code=...), FACTORY_UI_TOKEN (the daemon's bearer
 // token, for the test's own API calls). Output: one JSON report on stdout.
-import { api, base, check, launch, report, url } from './harness.mjs';
+import { api, base, check, launch, openDashboard, report } from './harness.mjs';
 
 
 // Evaluated in the page (serialized there: it may use nothing of this module).
@@ -12,11 +12,7 @@ const statusIs = (status) => document.getElementById('run-status')?.textContent 
 
 const browser = await launch();
 try {
-  const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(url);
-  await page.waitForSelector('#runs');
+  const { page, errors } = await openDashboard(browser);
 
   // A fan-out paced at 2 requests a second: still running when Pause is clicked.
   const started = await api('POST', '/api/runs', { name: 'probe', args: { case: 'fanout', n: 12 } });

@@ -4,18 +4,14 @@
 // Input: FACTORY_UI_URL (http://ADDR/#code=...), FACTORY_UI_TOKEN, FACTORY_UI_COST_RUN (the
 // run), FACTORY_UI_SCREENSHOTS (where to write costs.png). Output: one JSON report on stdout.
 import path from 'node:path';
-import { api, base, check, launch, report, url } from './harness.mjs';
+import { api, base, check, launch, openDashboard, report } from './harness.mjs';
 
 const runId = process.env.FACTORY_UI_COST_RUN;
 const shots = process.env.FACTORY_UI_SCREENSHOTS;
 
 const browser = await launch();
 try {
-  const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(url);
-  await page.waitForSelector('#runs');
+  const { page, errors } = await openDashboard(browser);
   await page.goto(`${base}/#/run/${encodeURIComponent(runId)}`);
   await page.waitForFunction(() => document.querySelectorAll('#costs .cost-row').length >= 4, null, { timeout: 30000 });
   const rows = await page.$$eval('#costs .cost-group', (groups) => Object.fromEntries(groups.map((g) => [g.dataset.group,

@@ -2,16 +2,12 @@
 // (run by tests/ui.rs, which starts the daemon with a rate-limited backend `local` as its
 // default). Input: FACTORY_UI_URL (http://ADDR/#code=...), FACTORY_UI_TOKEN (the daemon's
 // bearer token, for the test's own API calls). Output: one JSON report on stdout.
-import { api, base, check, launch, report, url } from './harness.mjs';
+import { api, base, check, launch, openDashboard, report } from './harness.mjs';
 
 
 const browser = await launch();
 try {
-  const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(url);
-  await page.waitForSelector('#runs');
+  const { page, errors } = await openDashboard(browser);
   // A fan-out paced at 2 requests a second by its backend: most of its calls wait.
   const started = await api('POST', '/api/runs', { name: 'probe', args: { case: 'fanout', n: 60 } });
   await page.goto(`${base}/#/run/${encodeURIComponent(started.runId)}`);

@@ -35,3 +35,14 @@ export function launch() {
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
   });
 }
+
+/** A page of the dashboard, opened and loaded (its runs list drawn), and the errors its
+ * scripts throw meanwhile. */
+export async function openDashboard(browser, height = 760) {
+  const page = await browser.newPage({ viewport: { width: 1100, height } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(url);
+  await page.waitForSelector('#runs');
+  return { page, errors };
+}

@@ -5,7 +5,7 @@
 // runs, oldest first, space-separated), FACTORY_UI_SCREENSHOTS (where to write storage.png).
 // Output: one JSON report on stdout.
 import path from 'node:path';
-import { api, base, check, launch, report, url } from './harness.mjs';
+import { api, base, check, launch, openDashboard, report } from './harness.mjs';
 
 const runs = process.env.FACTORY_UI_RUNS.split(' ');
 const shots = process.env.FACTORY_UI_SCREENSHOTS;
@@ -61,11 +61,7 @@ async function figuresMatch(page, when) {
 
 const browser = await launch();
 try {
-  const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(url);
-  await page.waitForSelector('#runs');
+  const { page, errors } = await openDashboard(browser, 900);
   await page.click('#nav-storage');
   await page.waitForFunction(() => document.querySelectorAll('#storage-parts .size-row').length > 0, null, { timeout: 30000 });
   const before = await figuresMatch(page, 'before');
