@@ -17,6 +17,7 @@ mod common;
 
 use common::{factory_cmd, factory_in, stderr, stdout_json};
 use serde_json::Value;
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 
@@ -80,6 +81,28 @@ export default defineFactory({
     },
 });
 "#;
+
+/// Run the browser script `script` (under tests/browser) in headless Chromium against the
+/// dashboard at `url`, signed in with `token`, with `env` more: its JSON report, checked `ok`.
+async fn browser_report(script: std::path::PathBuf, url: &str, token: &str, env: &[(&str, &std::ffi::OsStr)]) -> Value {
+    let mut command = std::process::Command::new("node");
+    command.arg(script).env("FACTORY_UI_URL", url).env("FACTORY_UI_TOKEN", token).stdin(Stdio::null());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out =
+        tokio::task::spawn_blocking(move || command.output().expect("node runs (install Node.js)")).await.unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the browser test printed no JSON report ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        )
+    });
+    eprintln!("browser report: {report:#}");
+    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    report
+}
 
 /// `tests/browser`, once what its scripts need is there: its npm packages and Chromium
 /// (missing ones fail the test with the install hint).
@@ -210,28 +233,20 @@ async fn the_dashboard_in_a_real_browser() {
         common::guest_target_dir().join("ui-screenshots")
     };
     std::fs::create_dir_all(&shots).unwrap();
-    let out = std::process::Command::new("node")
-        .arg(browser_dir.join("ui.mjs"))
-        .env("FACTORY_UI_URL", &url)
-        .env("FACTORY_UI_FILE", &file)
-        .env("FACTORY_UI_CODE2", &code2)
-        .env("FACTORY_UI_TOKEN", &token)
-        .env("FACTORY_UI_BIG_RUN", &big_id)
-        .env("FACTORY_UI_OTHER_RUN", &other_id)
-        .env("FACTORY_UI_SCREENSHOTS", &shots)
-        .stdin(Stdio::null())
-        .output()
-        .expect("node runs (install Node.js)");
+    let report = browser_report(
+        browser_dir.join("ui.mjs"),
+        &url,
+        &token,
+        &[
+            ("FACTORY_UI_FILE", OsStr::new(&file)),
+            ("FACTORY_UI_CODE2", OsStr::new(&code2)),
+            ("FACTORY_UI_BIG_RUN", OsStr::new(&big_id)),
+            ("FACTORY_UI_OTHER_RUN", OsStr::new(&other_id)),
+            ("FACTORY_UI_SCREENSHOTS", OsStr::new(&shots)),
+        ],
+    )
+    .await;
     drop(daemon);
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the browser test printed no JSON report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            stderr(&out)
-        )
-    });
-    eprintln!("browser report: {report:#}");
-    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     assert_eq!(report["bigRun"]["bars"], 4096, "{report:#}");
     for shot in ["runs.png", "run.png"] {
         assert!(std::fs::metadata(shots.join(shot)).map(|m| m.len() > 1000).unwrap_or(false), "{shot} written");
@@ -504,26 +519,8 @@ async fn browser_against_a_paced_backend(script: &str) -> (common::fake_openai::
     let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
     let script = browser_dir.join(script);
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg(script)
-            .env("FACTORY_UI_URL", &url)
-            .env("FACTORY_UI_TOKEN", &token)
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs (install Node.js)")
-    })
-    .await
-    .unwrap();
+    let report = browser_report(script, &url, &token, &[]).await;
     drop(daemon);
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the browser test printed no JSON report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            stderr(&out)
-        )
-    });
-    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     (server, report)
 }
 
@@ -604,29 +601,14 @@ async fn the_run_view_charts_the_runs_cost_by_phase_and_by_model() {
     };
     std::fs::create_dir_all(&shots).unwrap();
     let script = browser_dir.join("costs.mjs");
-    let shots_dir = shots.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg(script)
-            .env("FACTORY_UI_URL", &url)
-            .env("FACTORY_UI_TOKEN", token.trim())
-            .env("FACTORY_UI_COST_RUN", &run_id)
-            .env("FACTORY_UI_SCREENSHOTS", &shots_dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs (install Node.js)")
-    })
-    .await
-    .unwrap();
+    browser_report(
+        script,
+        &url,
+        token.trim(),
+        &[("FACTORY_UI_COST_RUN", OsStr::new(&run_id)), ("FACTORY_UI_SCREENSHOTS", OsStr::new(&shots))],
+    )
+    .await;
     drop(daemon);
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the browser test printed no JSON report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            stderr(&out)
-        )
-    });
-    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     assert!(std::fs::metadata(shots.join("costs.png")).map(|m| m.len() > 1000).unwrap_or(false), "costs.png written");
 }
 
@@ -653,29 +635,13 @@ async fn a_pending_approval_is_answered_from_the_dashboard() {
     let shots = common::guest_target_dir().join("ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let script = browser_dir.join("approvals.mjs");
-    let shots_dir = shots.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg(script)
-            .env("FACTORY_UI_URL", &url)
-            .env("FACTORY_UI_TOKEN", &token)
-            .env("FACTORY_UI_SHA256", &sha256)
-            .env("FACTORY_UI_SCREENSHOTS", &shots_dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs (install Node.js)")
-    })
-    .await
-    .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the browser test printed no JSON report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            stderr(&out)
-        )
-    });
-    eprintln!("browser report: {report:#}");
-    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
+    let report = browser_report(
+        script,
+        &url,
+        &token,
+        &[("FACTORY_UI_SHA256", OsStr::new(&sha256)), ("FACTORY_UI_SCREENSHOTS", OsStr::new(&shots))],
+    )
+    .await;
     // The store agrees: one run (the approved one), completed.
     let out = factory_in(state.path(), &["runs", "--all", "--json"]);
     let runs = stdout_json(&out);
@@ -723,30 +689,15 @@ async fn the_storage_view_shows_where_the_stores_bytes_go_and_collects_garbage()
     let shots = common::guest_target_dir().join("ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let script = browser_dir.join("storage.mjs");
-    let shots_dir = shots.clone();
     let runs_env = runs.join(" ");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("node")
-            .arg(script)
-            .env("FACTORY_UI_URL", &url)
-            .env("FACTORY_UI_TOKEN", token.trim())
-            .env("FACTORY_UI_RUNS", &runs_env)
-            .env("FACTORY_UI_SCREENSHOTS", &shots_dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("node runs (install Node.js)")
-    })
-    .await
-    .unwrap();
+    browser_report(
+        script,
+        &url,
+        token.trim(),
+        &[("FACTORY_UI_RUNS", OsStr::new(&runs_env)), ("FACTORY_UI_SCREENSHOTS", OsStr::new(&shots))],
+    )
+    .await;
     drop(daemon);
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the browser test printed no JSON report ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            stderr(&out)
-        )
-    });
-    assert_eq!(report["ok"], true, "{report:#}\n{}", stderr(&out));
     // The store agrees: the newest run only is left.
     let out = factory_in(state.path(), &["runs", "--all", "--json"]);
     let left: Vec<String> = stdout_json(&out)
