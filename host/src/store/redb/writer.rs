@@ -272,6 +272,33 @@ enum Due {
     Not,
 }
 
+/// Since when runs that stopped wait for their work to be taken, and since when the pieces
+/// of rows taken wait to be packed ([`SETTLE_LATEST`] counts from these, each stop's own).
+#[derive(Default)]
+struct Waiting {
+    stops: Option<Instant>,
+    pieces: Option<Instant>,
+}
+
+impl Waiting {
+    /// The earliest wait still going at `now`, told whether stops and pieces are left.
+    fn since(&mut self, stops: bool, pieces: bool, now: Instant) -> Option<Instant> {
+        self.stops = stops.then(|| self.stops.unwrap_or(now));
+        self.pieces = pieces.then(|| self.pieces.unwrap_or(now));
+        match (self.stops, self.pieces) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The stops' work was taken: its pieces have waited since the stops did.
+    fn taken(&mut self) {
+        if let Some(stops) = self.stops.take() {
+            self.pieces = Some(self.pieces.map_or(stops, |pieces| pieces.min(stops)));
+        }
+    }
+}
+
 impl Due {
     /// When the thread, which took its last write at `last_write` and has rows to pack
     /// waiting since `packs` (if any), has settling work due.
@@ -297,7 +324,7 @@ fn run(
     let mut packing = Packing::new(dictionaries.clone());
     // When the last batch of writes was taken, and since when rows to pack wait.
     let mut last_write = Instant::now();
-    let mut waiting_since: Option<Instant> = None;
+    let mut waiting = Waiting::default();
     loop {
         let (already_failed, closing, work, due) = {
             let mut queue = shared.queue();
@@ -305,14 +332,13 @@ fn run(
             // `Due`).
             while queue.ops.is_empty() && !queue.closed {
                 if !queue.settle.has_work() && packing.done() {
-                    waiting_since = None;
+                    waiting = Waiting::default();
                     queue.idle = true;
                     queue = shared.arrived.wait(queue).unwrap_or_else(|p| p.into_inner());
                     continue;
                 }
-                let packs = queue.settle.has_stops() || packing.packing();
-                let at = Due::at(last_write, packs.then(|| *waiting_since.get_or_insert_with(Instant::now)));
                 let now = Instant::now();
+                let at = Due::at(last_write, waiting.since(queue.settle.has_stops(), packing.packing(), now));
                 if now >= at {
                     break;
                 }
@@ -338,20 +364,22 @@ fn run(
             }
             // A batch of writes puts the work off; the runs that stopped are taken only when
             // it is due: one executing again by then is left for its next stop.
-            let packs = queue.settle.has_stops() || packing.packing();
-            if !packs {
-                waiting_since = None;
-            }
+            let since = waiting.since(queue.settle.has_stops(), packing.packing(), now);
             let due = if queue.closed {
                 Due::Closing
             } else if now >= last_write + SETTLE_QUIET {
                 Due::Quiet
-            } else if packs && now >= *waiting_since.get_or_insert(now) + SETTLE_LATEST {
+            } else if since.is_some_and(|since| now >= since + SETTLE_LATEST) {
                 Due::Packs
             } else {
                 Due::Not
             };
-            let work = if due == Due::Not { Default::default() } else { queue.settle.take() };
+            let work = if due == Due::Not {
+                Default::default()
+            } else {
+                waiting.taken();
+                queue.settle.take()
+            };
             (queue.failed.clone(), queue.closed, work, due)
         };
         if already_failed.is_none() {
