@@ -76,9 +76,7 @@ impl PgStore {
             for row in &steps {
                 let key = key_text(row.get(0))?;
                 let stored = row.get::<_, Option<&[u8]>>(2).filter(|stored| fits(key, 0, stored).is_some());
-                if let Some(hash) = stored.and_then(values::hash_of).filter(|_| stored.is_some_and(shared::is_reference)) {
-                    wanted.push(hash);
-                }
+                wanted.extend(stored.and_then(values::hash_of));
                 step_rows.push((key, stored, place(row)));
             }
             let mut agent_rows = Vec::with_capacity(agents.len());
@@ -90,9 +88,7 @@ impl PgStore {
                 }
                 // The outcome's tag, then its reply's stored form (none for a failure).
                 let stored = stored.map(|outcome| (outcome[0], &outcome[1..])).filter(|(_, reply)| fits(key, 1, reply).is_some());
-                if let Some((_, reply)) = stored.filter(|(_, reply)| shared::is_reference(reply)) {
-                    wanted.extend(values::hash_of(reply));
-                }
+                wanted.extend(stored.and_then(|(_, reply)| values::hash_of(reply)));
                 agent_rows.push((key, stored, place(row)));
             }
             wanted.sort();

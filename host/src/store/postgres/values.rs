@@ -10,7 +10,7 @@
 //! outcome of 42 bytes starting `1 &` (the reply's tag, then the reference); the hash is the
 //! last 32 bytes.
 
-use crate::store::shared::{decode_inline, Hash, Reference, SharedError, HASH, REFERENCE};
+use crate::store::shared::{decode_inline, is_reference, Hash, Reference, SharedError, HASH, REFERENCE};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -135,9 +135,10 @@ pub(super) async fn fetch(
     Ok(out)
 }
 
-/// The hash in a reference's stored form, if it is one of [`REFERENCE`] bytes.
-pub(super) fn hash_of(reference: &[u8]) -> Option<Vec<u8>> {
-    (reference.len() == REFERENCE).then(|| reference[REFERENCE - HASH..].to_vec())
+/// The hash a stored value names, if it is a reference (of [`REFERENCE`] bytes): the shared
+/// value a load fetches for it.
+pub(super) fn hash_of(stored: &[u8]) -> Option<Vec<u8>> {
+    (is_reference(stored) && stored.len() == REFERENCE).then(|| stored[REFERENCE - HASH..].to_vec())
 }
 
 /// The JSON text a row's stored value holds: decoded when inline, else `kept` (the shared

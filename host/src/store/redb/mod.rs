@@ -230,11 +230,11 @@ impl RedbStore {
             // Each row referring to a shared value releases it (deleted with its last row).
             let mut released = Vec::new();
             txn.open_table(STEPS)?.retain_in((run_id, "")..(next.as_str(), ""), |_, row| {
-                released.extend(rows::step_parts(row).ok().and_then(|(_, stored)| values::reference_in(stored)));
+                released.extend(rows::step_reference(row));
                 false
             })?;
             txn.open_table(AGENTS)?.retain_in((run_id, "")..(next.as_str(), ""), |_, row| {
-                released.extend(rows::agent_parts(row).ok().and_then(|(_, _, stored)| values::reference_in(stored)));
+                released.extend(rows::agent_reference(row));
                 false
             })?;
             values::release_all(&txn, &released)?;

@@ -119,6 +119,17 @@ pub(super) fn recode(agent: bool, row: &[u8], dictionaries: &Dictionaries, out: 
     Ok(true)
 }
 
+/// The shared value a step row refers to, if its value is a well-formed reference (what an
+/// overwrite or a deletion of the row releases).
+pub(super) fn step_reference(row: &[u8]) -> Option<Reference> {
+    step_parts(row).ok().and_then(|(_, stored)| Reference::parse(stored)?.ok())
+}
+
+/// The shared value an agent row refers to, as [`step_reference`].
+pub(super) fn agent_reference(row: &[u8]) -> Option<Reference> {
+    agent_parts(row).ok().and_then(|(_, _, stored)| Reference::parse(stored)?.ok())
+}
+
 /// An agent row's place (0 for a row of schema 2), its tag in
 /// [`encode_outcome`](crate::store::journal::encode_outcome)'s form (`0` alone, or `1`
 /// before the reply) and its reply's stored form (decoded by [`codec::decode`], checked as

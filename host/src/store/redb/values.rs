@@ -65,12 +65,6 @@ pub(super) fn release_all(txn: &WriteTransaction, released: &[Reference]) -> Res
     Ok(())
 }
 
-/// The reference a row's stored value is, if it is a well-formed one (what a deletion or an
-/// overwrite of the row releases).
-pub(super) fn reference_in(stored: &[u8]) -> Option<Reference> {
-    Reference::parse(stored).and_then(Result::ok)
-}
-
 /// The JSON text a row's stored value holds: decoded (with `dictionaries` when its frame
 /// names one) when inline, read from `values` and checked when a reference. A value that cannot be read is the inner error (the caller
 /// answers it as corrupt, or leaves it unloaded); the outer one is the database's.

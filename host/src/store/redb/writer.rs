@@ -492,51 +492,29 @@ fn commit(db: &Database, batch: &[Queued], stats: &WriterStats, dictionaries: &D
                 // A large value is stored once, shared (counted here), the row keeping a
                 // reference; a row it overwrites releases the value it referred to.
                 Op::Step { run, key, value, usage: place } => {
-                    match shared::shares(value.as_bytes()).then(|| Reference::of(value.as_bytes())) {
-                        Some(reference) => {
-                            values::share(
-                                shared_values.table()?,
-                                shared_refs.table()?,
-                                &reference,
-                                value.as_bytes(),
-                                Some(dictionaries),
-                            )?;
-                            super::rows::encode_step_reference(*place, &reference, &mut row);
-                        }
+                    let new = shared::shares(value.as_bytes()).then(|| Reference::of(value.as_bytes()));
+                    match &new {
+                        Some(reference) => super::rows::encode_step_reference(*place, reference, &mut row),
                         None => super::rows::encode_step(*place, value, &mut row, Some(dictionaries)),
                     }
                     let old = steps.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
-                    let old = old.and_then(|old| {
-                        super::rows::step_parts(old.value()).ok().and_then(|(_, stored)| values::reference_in(stored))
-                    });
-                    if let Some(old) = old {
-                        values::release(shared_values.table()?, shared_refs.table()?, &old)?;
-                    }
+                    let old = old.and_then(|old| super::rows::step_reference(old.value()));
+                    let new = new.as_ref().map(|reference| (reference, value.as_bytes()));
+                    recount(&mut shared_values, &mut shared_refs, new, old, dictionaries)?;
                 }
                 Op::Agent { run, key, outcome, usage: place } => {
-                    match outcome.split_first() {
-                        Some((1, reply)) if shared::shares(reply) => {
-                            let reference = Reference::of(reply);
-                            values::share(
-                                shared_values.table()?,
-                                shared_refs.table()?,
-                                &reference,
-                                reply,
-                                Some(dictionaries),
-                            )?;
-                            super::rows::encode_agent_reference(*place, &reference, &mut row);
-                        }
-                        _ => super::rows::encode_agent(*place, outcome, &mut row, Some(dictionaries)),
+                    let new = match outcome.split_first() {
+                        Some((1, reply)) if shared::shares(reply) => Some((Reference::of(reply), reply)),
+                        _ => None,
+                    };
+                    match &new {
+                        Some((reference, _)) => super::rows::encode_agent_reference(*place, reference, &mut row),
+                        None => super::rows::encode_agent(*place, outcome, &mut row, Some(dictionaries)),
                     }
                     let old = agents.table()?.insert((run.as_str(), key.as_str()), row.as_slice())?;
-                    let old = old.and_then(|old| {
-                        super::rows::agent_parts(old.value())
-                            .ok()
-                            .and_then(|(_, _, stored)| values::reference_in(stored))
-                    });
-                    if let Some(old) = old {
-                        values::release(shared_values.table()?, shared_refs.table()?, &old)?;
-                    }
+                    let old = old.and_then(|old| super::rows::agent_reference(old.value()));
+                    let new = new.as_ref().map(|(reference, reply)| (reference, *reply));
+                    recount(&mut shared_values, &mut shared_refs, new, old, dictionaries)?;
                 }
                 // A run's entries in this batch share rows (see `progress.rs`).
                 Op::Progress { run, seq, entry, .. } => {
@@ -613,6 +591,30 @@ impl<'txn, K: redb::Key + 'static, V: redb::Value + 'static> Lazy<'txn, K, V> {
         };
         Ok(self.table.insert(table))
     }
+}
+
+/// Count the shared value a row just written refers to (`new`: its reference and JSON
+/// text), then release the one the row it overwrote referred to (`old`): counted first, so a
+/// row written again with the same value keeps it. The shared tables are opened only when
+/// either is there.
+fn recount<'txn>(
+    values: &mut Lazy<'txn, &'static [u8], &'static [u8]>,
+    refs: &mut Lazy<'txn, &'static [u8], u64>,
+    new: Option<(&Reference, &[u8])>,
+    old: Option<Reference>,
+    dictionaries: &Dictionaries,
+) -> Result<(), StoreError> {
+    if new.is_none() && old.is_none() {
+        return Ok(());
+    }
+    let (values, refs) = (values.table()?, refs.table()?);
+    if let Some((reference, raw)) = new {
+        values::share(values, refs, reference, raw, Some(dictionaries))?;
+    }
+    if let Some(old) = old {
+        values::release(values, refs, &old)?;
+    }
+    Ok(())
 }
 
 /// What a batch writes once per run: the index of its last accounting op, its largest
