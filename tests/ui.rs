@@ -82,6 +82,16 @@ export default defineFactory({
 });
 "#;
 
+/// The dashboard's sign-in URL `factory ui --url` prints for the service over `state`, and
+/// the owner's token.
+fn dashboard_url(state: &std::path::Path) -> (String, String) {
+    let out = factory_in(state, &["ui", "--url"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let token = std::fs::read_to_string(state.join("http.token")).unwrap();
+    (url, token.trim().to_string())
+}
+
 /// Run the browser script `script` (under tests/browser) in headless Chromium against the
 /// dashboard at `url`, signed in with `token`, with `env` more: its JSON report, checked `ok`.
 async fn browser_report(script: std::path::PathBuf, url: &str, token: &str, env: &[(&str, &std::ffi::OsStr)]) -> Value {
@@ -514,10 +524,7 @@ async fn browser_against_a_paced_backend(script: &str) -> (common::fake_openai::
     std::fs::write(state.path().join("factory.toml"), config).unwrap();
     common::register_trusted_probe(state.path());
     let daemon = serve_http(state.path());
-    let out = factory_in(state.path(), &["ui", "--url"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let (url, token) = dashboard_url(state.path());
     let script = browser_dir.join(script);
     let report = browser_report(script, &url, &token, &[]).await;
     drop(daemon);
@@ -590,10 +597,7 @@ async fn the_run_view_charts_the_runs_cost_by_phase_and_by_model() {
     let run_id = run["runId"].as_str().unwrap().to_string();
 
     let daemon = serve_http(state.path());
-    let out = factory_in(state.path(), &["ui", "--url"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let (url, token) = dashboard_url(state.path());
     let shots = if std::env::var_os("FACTORY_UPDATE_SCREENSHOTS").is_some() {
         common::root().join("docs").join("screenshots")
     } else {
@@ -604,7 +608,7 @@ async fn the_run_view_charts_the_runs_cost_by_phase_and_by_model() {
     browser_report(
         script,
         &url,
-        token.trim(),
+        &token,
         &[("FACTORY_UI_COST_RUN", OsStr::new(&run_id)), ("FACTORY_UI_SCREENSHOTS", OsStr::new(&shots))],
     )
     .await;
@@ -628,10 +632,7 @@ async fn a_pending_approval_is_answered_from_the_dashboard() {
     let out = factory_in(state.path(), &["inspect", "hello", "--json"]);
     let sha256 = stdout_json(&out)["hash"].as_str().expect("hello's sha256").to_string();
     let daemon = serve_http(state.path());
-    let out = factory_in(state.path(), &["ui", "--url"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let (url, token) = dashboard_url(state.path());
     let shots = common::guest_target_dir().join("ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let script = browser_dir.join("approvals.mjs");
@@ -682,10 +683,7 @@ async fn the_storage_view_shows_where_the_stores_bytes_go_and_collects_garbage()
     }
 
     let daemon = serve_http(state.path());
-    let out = factory_in(state.path(), &["ui", "--url"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let token = std::fs::read_to_string(state.path().join("http.token")).unwrap();
+    let (url, token) = dashboard_url(state.path());
     let shots = common::guest_target_dir().join("ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let script = browser_dir.join("storage.mjs");
@@ -693,7 +691,7 @@ async fn the_storage_view_shows_where_the_stores_bytes_go_and_collects_garbage()
     browser_report(
         script,
         &url,
-        token.trim(),
+        &token,
         &[("FACTORY_UI_RUNS", OsStr::new(&runs_env)), ("FACTORY_UI_SCREENSHOTS", OsStr::new(&shots))],
     )
     .await;
