@@ -306,6 +306,21 @@ impl Due {
         let quiet = last_write + SETTLE_QUIET;
         packs.map_or(quiet, |since| quiet.min(since + SETTLE_LATEST))
     }
+
+    /// What is due at `now` (the rules [`Due::at`] gives the time of): all of it when the
+    /// writer is `closed`, a step once the store has been quiet since `last_write`, a piece of
+    /// rows once they have waited since `packs` for [`SETTLE_LATEST`], else nothing.
+    fn of(closed: bool, now: Instant, last_write: Instant, packs: Option<Instant>) -> Due {
+        if closed {
+            Due::Closing
+        } else if now >= last_write + SETTLE_QUIET {
+            Due::Quiet
+        } else if packs.is_some_and(|since| now >= since + SETTLE_LATEST) {
+            Due::Packs
+        } else {
+            Due::Not
+        }
+    }
 }
 
 fn run(
@@ -365,15 +380,7 @@ fn run(
             // A batch of writes puts the work off; the runs that stopped are taken only when
             // it is due: one executing again by then is left for its next stop.
             let since = waiting.since(queue.settle.has_stops(), packing.packing(), now);
-            let due = if queue.closed {
-                Due::Closing
-            } else if now >= last_write + SETTLE_QUIET {
-                Due::Quiet
-            } else if since.is_some_and(|since| now >= since + SETTLE_LATEST) {
-                Due::Packs
-            } else {
-                Due::Not
-            };
+            let due = Due::of(queue.closed, now, last_write, since);
             let work = if due == Due::Not {
                 Default::default()
             } else {
